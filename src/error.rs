@@ -1,0 +1,75 @@
+//! Error types: one enum per layer.
+
+use std::fmt;
+
+/// Why a message was not confirmed. Passed to confirmation callbacks and returned by
+/// [`ProducerHandle::send`](crate::ProducerHandle::send).
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum DeliveryError {
+    /// The producer stopped (or restarted) before the consumer acknowledged the message. The
+    /// consumer may or may not have handled it.
+    #[error("the producer stopped before the message was confirmed")]
+    ProducerStopped,
+    /// The message was transmitted `max_attempts` times without an ACK and was given up. The
+    /// consumer may or may not have handled it.
+    #[error("no confirmation after {attempts} transmissions; the message was given up")]
+    GaveUp {
+        /// How many times the message was transmitted.
+        attempts: u32,
+    },
+    /// The producer's pending queue was full (`max_pending`); the message was never sent.
+    #[error("the producer's pending queue is full; the message was not sent")]
+    QueueFull,
+}
+
+/// A message that [`ProducerHandle::tell`](crate::ProducerHandle::tell) could not accept; the
+/// body is handed back.
+#[derive(thiserror::Error)]
+#[non_exhaustive]
+pub enum TellError<T> {
+    /// The pending queue is full (`max_pending` messages wait for the window).
+    #[error("the producer's pending queue is full")]
+    QueueFull(T),
+    /// The producer has stopped.
+    #[error("the producer has stopped")]
+    Stopped(T),
+}
+
+impl<T> TellError<T> {
+    /// The body that was not sent.
+    pub fn into_body(self) -> T {
+        match self {
+            Self::QueueFull(body) | Self::Stopped(body) => body,
+        }
+    }
+}
+
+impl<T> fmt::Debug for TellError<T> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::QueueFull(_) => f.write_str("QueueFull(..)"),
+            Self::Stopped(_) => f.write_str("Stopped(..)"),
+        }
+    }
+}
+
+/// An invalid option, reported when the options are built, never later.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("invalid option `{field}`: {reason}")]
+#[non_exhaustive]
+pub struct OptionsError {
+    /// The name of the offending option, as spelled in the builder and the settings struct.
+    pub field: &'static str,
+    /// What is wrong with it.
+    pub reason: String,
+}
+
+impl OptionsError {
+    pub(crate) fn new(field: &'static str, reason: impl Into<String>) -> Self {
+        Self {
+            field,
+            reason: reason.into(),
+        }
+    }
+}

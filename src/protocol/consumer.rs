@@ -1,0 +1,780 @@
+//! The consumer's protocol: admission → dedup → decide (run the handler, re-ACK, or hold), one
+//! handler at a time, and what a handler's outcome means.
+
+use std::collections::VecDeque;
+use std::time::Instant;
+
+use serde::{Deserialize, Serialize};
+
+use crate::config::ConsumerConfig;
+use crate::protocol::dedup::{DedupTable, Lookup};
+use crate::protocol::envelope::{admit, Ack, DeadLetterReason, DeliveryInfo, Header};
+use crate::protocol::rate_limit::RateLimited;
+
+/// A delivery as it reaches the consumer. `B` is the body, `R` the address ACKs go to.
+#[derive(Debug)]
+pub struct Inbound<B, R> {
+    /// Identity and window of the message.
+    pub header: Header,
+    /// The message.
+    pub body: B,
+    /// Where the ACK goes; a delivery without one is a dead letter.
+    pub reply_to: Option<R>,
+}
+
+/// What the consumer must do about a delivery right now.
+#[derive(Debug)]
+pub enum Step<B, R> {
+    /// Start the handler for this message (nothing else is running).
+    Run(DeliveryInfo, B),
+    /// A duplicate of a handled message: send this ACK again.
+    Ack(R, Ack),
+    /// Nothing now: the delivery waits for the running handler, is already waiting or running,
+    /// or was refused by the out-of-order bound (the producer will retransmit it).
+    Hold,
+    /// A malformed delivery: record it as a dead letter. No handler, no ACK.
+    DeadLetter(DeadLetterReason, Header),
+}
+
+/// What became of a handler run.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum HandlerOutcome {
+    /// The handler resolved `Ok`: the message is handled and gets its ACK.
+    Succeeded,
+    /// The handler returned an error (its text): no ACK, the producer retransmits.
+    Failed(String),
+    /// The handler panicked (the panic message): treated like an error.
+    Panicked(String),
+}
+
+/// The consequences of a finished handler run.
+#[derive(Debug)]
+pub struct Completion<B, R> {
+    /// The ACK to send, if the handler succeeded.
+    pub ack: Option<(R, Ack)>,
+    /// The next waiting message to start the handler for.
+    pub next: Option<(DeliveryInfo, B)>,
+}
+
+/// Counters of a consumer since it started (`tracked_producers` and `waiting` are current
+/// values).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[non_exhaustive]
+pub struct ConsumerStats {
+    /// Messages whose handler succeeded (and were ACKed).
+    pub delivered: u64,
+    /// Deliveries of already-handled messages: re-ACKed without running the handler.
+    pub duplicates: u64,
+    /// Deliveries of messages whose handler was running or queued: dropped, the ACK follows
+    /// the handler.
+    pub in_progress: u64,
+    /// Malformed deliveries refused as dead letters.
+    pub dead_letters: u64,
+    /// Deliveries refused by the out-of-order bound or ordered mode (retransmitted later).
+    pub refused: u64,
+    /// Handler runs that returned an error.
+    pub handler_failures: u64,
+    /// Handler runs that panicked.
+    pub handler_panics: u64,
+    /// Dedup windows evicted to make room for a new producer (`max_producers`).
+    pub evictions: u64,
+    /// Dedup windows removed by the idle sweep (`producer_idle_ttl`).
+    pub swept: u64,
+    /// Dedup windows reset because a producer id arrived with a new incarnation.
+    pub replaced_incarnations: u64,
+    /// Producers tracked right now.
+    pub tracked_producers: usize,
+    /// Admitted messages waiting for the running handler right now.
+    pub waiting: usize,
+}
+
+#[derive(Debug)]
+struct Running<R> {
+    info: DeliveryInfo,
+    reply_to: R,
+}
+
+#[derive(Debug)]
+struct Waiting<B, R> {
+    info: DeliveryInfo,
+    body: B,
+    reply_to: R,
+}
+
+/// Rate limiters, one per kind of warning.
+#[derive(Debug, Default)]
+struct Warnings {
+    dead_letters: RateLimited,
+    evictions: RateLimited,
+    refusals: RateLimited,
+    failures: RateLimited,
+}
+
+/// The consumer state machine. Pure: time is an argument, nothing sleeps or spawns.
+///
+/// Feed it deliveries ([`handle_delivery`](Self::handle_delivery)), handler outcomes
+/// ([`handle_outcome`](Self::handle_outcome)) and sweep ticks
+/// ([`handle_timeout`](Self::handle_timeout) at [`next_deadline`](Self::next_deadline)); carry
+/// out the [`Step`]s and [`Completion`]s it returns. It runs one handler at a time and queues
+/// admitted deliveries meanwhile (bounded per producer by `max_out_of_order`).
+#[derive(Debug)]
+pub struct ConsumerCore<B, R> {
+    table: DedupTable,
+    max_out_of_order: Option<usize>,
+    ordered: bool,
+    running: Option<Running<R>>,
+    waiting: VecDeque<Waiting<B, R>>,
+    stats: ConsumerStats,
+    warnings: Warnings,
+}
+
+impl<B, R> ConsumerCore<B, R> {
+    /// A consumer with the given (validated) settings.
+    ///
+    /// # Panics
+    /// If `config` breaks a rule of [`ConsumerConfig::validate`].
+    pub fn new(config: &ConsumerConfig) -> Self {
+        Self {
+            table: DedupTable::new(config.max_producers.get(), config.producer_idle_ttl.get()),
+            max_out_of_order: config.max_out_of_order.get(),
+            ordered: config.ordered,
+            running: None,
+            waiting: VecDeque::new(),
+            stats: ConsumerStats::default(),
+            warnings: Warnings::default(),
+        }
+    }
+
+    /// Admission, dedup and the decision for one delivery.
+    pub fn handle_delivery(&mut self, inbound: Inbound<B, R>, now: Instant) -> Step<B, R> {
+        let Inbound {
+            header,
+            body,
+            reply_to,
+        } = inbound;
+        let reply_to = match (admit(&header, reply_to.is_some()), reply_to) {
+            (Ok(()), Some(reply_to)) => reply_to,
+            (result, _) => {
+                let reason = result.err().unwrap_or(DeadLetterReason::MissingReplyTo);
+                return self.dead_letter(reason, header, now);
+            }
+        };
+        let (window, lookup) = self.table.window_for(&header, now);
+        match lookup {
+            Lookup::Existing | Lookup::Created { evicted: false } => {}
+            Lookup::Created { evicted: true } => {
+                self.stats.evictions += 1;
+                if let Some(n) = self.warnings.evictions.record(now, 1) {
+                    log::warn!(
+                        "evicted {n} producer dedup window(s) to stay within max_producers; \
+                         a retransmit from an evicted producer may run its handler twice"
+                    );
+                }
+            }
+            Lookup::Replaced => self.stats.replaced_incarnations += 1,
+        }
+        let seq = header.seq;
+        if window.is_handled(seq) {
+            self.stats.duplicates += 1;
+            return Step::Ack(reply_to, Ack::from(header.info()));
+        }
+        if window.is_pending(seq) {
+            self.stats.in_progress += 1;
+            return Step::Hold;
+        }
+        let gap_closing = seq == window.contiguous() + 1;
+        let in_sequence = !self.ordered || seq == window.contiguous() + 1 + window.pending() as u64;
+        let within_bound = self
+            .max_out_of_order
+            .is_none_or(|max| window.retained() < max);
+        if !(in_sequence && (gap_closing || within_bound)) {
+            self.stats.refused += 1;
+            if let Some(n) = self.warnings.refusals.record(now, 1) {
+                log::warn!(
+                    "refused {n} out-of-order deliveries (max_out_of_order or ordered mode); \
+                     their producers will retransmit them"
+                );
+            }
+            return Step::Hold;
+        }
+        window.begin(seq);
+        let info = header.info();
+        if self.running.is_none() {
+            self.running = Some(Running {
+                info: info.clone(),
+                reply_to,
+            });
+            Step::Run(info, body)
+        } else {
+            self.waiting.push_back(Waiting {
+                info,
+                body,
+                reply_to,
+            });
+            Step::Hold
+        }
+    }
+
+    /// Records how the running handler ended and says what follows: the ACK on success, and
+    /// the next waiting message to run. Without a running handler this does nothing.
+    pub fn handle_outcome(&mut self, outcome: &HandlerOutcome, now: Instant) -> Completion<B, R> {
+        let Some(Running { info, reply_to }) = self.running.take() else {
+            debug_assert!(false, "an outcome arrived while no handler was running");
+            return Completion {
+                ack: None,
+                next: None,
+            };
+        };
+        let window = self
+            .table
+            .get_mut(info.producer_id.as_str(), info.incarnation);
+        let ack = match outcome {
+            HandlerOutcome::Succeeded => {
+                // A window evicted or replaced meanwhile is not recreated: the ACK still goes
+                // out, the worst case is one more handler run for a late retransmit.
+                if let Some(window) = window {
+                    window.complete(info.seq);
+                }
+                self.stats.delivered += 1;
+                Some((reply_to, Ack::from(info)))
+            }
+            HandlerOutcome::Failed(_) | HandlerOutcome::Panicked(_) => {
+                if matches!(outcome, HandlerOutcome::Failed(_)) {
+                    self.stats.handler_failures += 1;
+                } else {
+                    self.stats.handler_panics += 1;
+                }
+                if let Some(n) = self.warnings.failures.record(now, 1) {
+                    log::warn!(
+                        "{n} handler run(s) failed and were not ACKed (latest: {}); \
+                         their producers will retransmit",
+                        describe(outcome)
+                    );
+                }
+                if let Some(window) = window {
+                    window.abort(info.seq);
+                    if self.ordered {
+                        // Later messages of this producer must not overtake the failed one.
+                        let before = self.waiting.len();
+                        self.waiting.retain(|w| {
+                            let same = w.info.producer_id == info.producer_id
+                                && w.info.incarnation == info.incarnation;
+                            if same {
+                                window.abort(w.info.seq);
+                            }
+                            !same
+                        });
+                        self.stats.refused += (before - self.waiting.len()) as u64;
+                    }
+                }
+                None
+            }
+        };
+        let next = self.waiting.pop_front().map(|w| {
+            self.running = Some(Running {
+                info: w.info.clone(),
+                reply_to: w.reply_to,
+            });
+            (w.info, w.body)
+        });
+        Completion { ack, next }
+    }
+
+    /// Runs the idle sweep if due. Returns how many windows it removed.
+    pub fn handle_timeout(&mut self, now: Instant) -> usize {
+        let swept = self.table.sweep(now);
+        if swept > 0 {
+            self.stats.swept += swept as u64;
+            log::debug!("swept {swept} idle producer dedup window(s)");
+        }
+        swept
+    }
+
+    /// When [`handle_timeout`](Self::handle_timeout) should be called next (`None`: no timer
+    /// needed).
+    pub fn next_deadline(&self) -> Option<Instant> {
+        self.table.next_sweep()
+    }
+
+    /// Whether a handler is running.
+    pub fn is_running(&self) -> bool {
+        self.running.is_some()
+    }
+
+    /// Number of producers with a dedup window.
+    pub fn tracked_producers(&self) -> usize {
+        self.table.len()
+    }
+
+    /// Seqs handled out of order above the contiguous mark for producer `id` (`None` if the
+    /// producer is not tracked).
+    pub fn out_of_order_for(&self, id: &str) -> Option<usize> {
+        self.table.get(id).map(|window| window.out_of_order())
+    }
+
+    /// Counters since start, with current `tracked_producers` and `waiting`.
+    pub fn stats(&self) -> ConsumerStats {
+        ConsumerStats {
+            tracked_producers: self.table.len(),
+            waiting: self.waiting.len(),
+            ..self.stats
+        }
+    }
+
+    /// Forgets all dedup state and waiting messages (the consumer stopped).
+    pub fn clear(&mut self) {
+        self.table.clear();
+        self.waiting.clear();
+        self.running = None;
+    }
+
+    fn dead_letter(
+        &mut self,
+        reason: DeadLetterReason,
+        header: Header,
+        now: Instant,
+    ) -> Step<B, R> {
+        self.stats.dead_letters += 1;
+        if let Some(n) = self.warnings.dead_letters.record(now, 1) {
+            log::warn!("refused {n} malformed deliveries as dead letters (latest: {reason})");
+        }
+        Step::DeadLetter(reason, header)
+    }
+}
+
+fn describe(outcome: &HandlerOutcome) -> String {
+    match outcome {
+        HandlerOutcome::Succeeded => "succeeded".into(),
+        HandlerOutcome::Failed(error) => format!("error: {error}"),
+        HandlerOutcome::Panicked(panic) => format!("panic: {panic}"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::*;
+    use crate::config::Limit;
+    use crate::protocol::envelope::{Incarnation, ProducerId, MAX_SEQ};
+
+    /// Bodies are strings, reply addresses are numbers.
+    type Core = ConsumerCore<&'static str, u32>;
+
+    fn core(config: ConsumerConfig) -> Core {
+        ConsumerCore::new(&config)
+    }
+
+    fn inbound(id: &str, incarnation: u128, seq: u64) -> Inbound<&'static str, u32> {
+        Inbound {
+            header: Header {
+                producer_id: ProducerId::from(id),
+                incarnation: Incarnation::from_u128(incarnation),
+                seq,
+                window_start: 1,
+            },
+            body: "body",
+            reply_to: Some(7),
+        }
+    }
+
+    fn ack(id: &str, incarnation: u128, seq: u64) -> Ack {
+        Ack {
+            producer_id: ProducerId::from(id),
+            incarnation: Incarnation::from_u128(incarnation),
+            seq,
+        }
+    }
+
+    /// The seq a step starts the handler for, if any.
+    fn run_seq(step: &Step<&'static str, u32>) -> Option<u64> {
+        match step {
+            Step::Run(info, _) => Some(info.seq),
+            _ => None,
+        }
+    }
+
+    fn succeed(core: &mut Core, now: Instant) -> Completion<&'static str, u32> {
+        core.handle_outcome(&HandlerOutcome::Succeeded, now)
+    }
+
+    fn fail(core: &mut Core, now: Instant) -> Completion<&'static str, u32> {
+        core.handle_outcome(&HandlerOutcome::Failed("boom".into()), now)
+    }
+
+    #[test]
+    fn new_message_runs_the_handler_and_success_acks_mirroring_the_incarnation() {
+        let mut c = core(ConsumerConfig::default());
+        let now = Instant::now();
+        assert_eq!(
+            run_seq(&c.handle_delivery(inbound("p", 9, 1), now)),
+            Some(1)
+        );
+        assert!(c.is_running());
+        let done = succeed(&mut c, now);
+        assert_eq!(done.ack, Some((7, ack("p", 9, 1))));
+        assert!(done.next.is_none() && !c.is_running());
+        assert_eq!(c.stats().delivered, 1);
+    }
+
+    #[test]
+    fn duplicate_is_re_acked_without_running_the_handler() {
+        let mut c = core(ConsumerConfig::default());
+        let now = Instant::now();
+        c.handle_delivery(inbound("p", 9, 1), now);
+        succeed(&mut c, now);
+        match c.handle_delivery(inbound("p", 9, 1), now) {
+            Step::Ack(7, a) => assert_eq!(a, ack("p", 9, 1)),
+            other => panic!("expected a re-ACK, got {other:?}"),
+        }
+        assert_eq!(c.stats().duplicates, 1);
+        assert_eq!(c.stats().delivered, 1);
+    }
+
+    #[test]
+    fn failed_or_panicked_handler_gets_no_ack_and_runs_again_on_retransmit() {
+        let mut c = core(ConsumerConfig::default());
+        let now = Instant::now();
+        c.handle_delivery(inbound("p", 9, 1), now);
+        assert!(fail(&mut c, now).ack.is_none());
+        assert_eq!(
+            run_seq(&c.handle_delivery(inbound("p", 9, 1), now)),
+            Some(1)
+        );
+        let done = c.handle_outcome(&HandlerOutcome::Panicked("oops".into()), now);
+        assert!(done.ack.is_none());
+        assert_eq!(
+            run_seq(&c.handle_delivery(inbound("p", 9, 1), now)),
+            Some(1)
+        );
+        assert_eq!(succeed(&mut c, now).ack, Some((7, ack("p", 9, 1))));
+        let stats = c.stats();
+        assert_eq!(
+            (
+                stats.handler_failures,
+                stats.handler_panics,
+                stats.delivered
+            ),
+            (1, 1, 1)
+        );
+    }
+
+    #[test]
+    fn retransmit_of_a_running_or_waiting_seq_does_not_start_it_again() {
+        let mut c = core(ConsumerConfig::default());
+        let now = Instant::now();
+        c.handle_delivery(inbound("p", 9, 1), now);
+        c.handle_delivery(inbound("p", 9, 2), now);
+        assert!(matches!(
+            c.handle_delivery(inbound("p", 9, 1), now),
+            Step::Hold
+        ));
+        assert!(matches!(
+            c.handle_delivery(inbound("p", 9, 2), now),
+            Step::Hold
+        ));
+        assert_eq!(c.stats().in_progress, 2);
+        assert_eq!(c.stats().waiting, 1);
+        let done = succeed(&mut c, now);
+        assert_eq!(done.next.map(|(info, _)| info.seq), Some(2));
+        assert!(succeed(&mut c, now).next.is_none());
+        assert_eq!(c.stats().delivered, 2);
+    }
+
+    #[test]
+    fn admitted_deliveries_queue_and_run_one_at_a_time_in_arrival_order() {
+        let mut c = core(ConsumerConfig::default());
+        let now = Instant::now();
+        assert_eq!(
+            run_seq(&c.handle_delivery(inbound("p", 9, 3), now)),
+            Some(3)
+        );
+        for seq in [1, 2, 5] {
+            assert!(matches!(
+                c.handle_delivery(inbound("p", 9, seq), now),
+                Step::Hold
+            ));
+        }
+        let mut order = vec![3];
+        while let Some((info, _)) = succeed(&mut c, now).next {
+            order.push(info.seq);
+        }
+        assert_eq!(order, [3, 1, 2, 5]);
+        let window = c.table.get("p").unwrap();
+        assert_eq!((window.contiguous(), window.out_of_order()), (3, 1));
+    }
+
+    #[test]
+    fn malformed_deliveries_are_dead_letters_that_touch_no_state() {
+        let mut c = core(ConsumerConfig::default());
+        let now = Instant::now();
+        let mut no_reply = inbound("p", 1, 1);
+        no_reply.reply_to = None;
+        let cases = [
+            (no_reply, DeadLetterReason::MissingReplyTo),
+            (inbound("p", 1, 0), DeadLetterReason::SeqOutOfRange(0)),
+            (
+                inbound("p", 1, MAX_SEQ + 1),
+                DeadLetterReason::SeqOutOfRange(MAX_SEQ + 1),
+            ),
+            (inbound("", 1, 1), DeadLetterReason::EmptyProducerId),
+            (
+                inbound(&"x".repeat(257), 1, 1),
+                DeadLetterReason::ProducerIdTooLong(257),
+            ),
+        ];
+        for (delivery, expected) in cases {
+            match c.handle_delivery(delivery, now) {
+                Step::DeadLetter(reason, _) => assert_eq!(reason, expected),
+                other => panic!("expected a dead letter for {expected:?}, got {other:?}"),
+            }
+        }
+        assert_eq!(c.stats().dead_letters, 5);
+        assert_eq!(c.tracked_producers(), 0);
+        assert!(!c.is_running());
+        // Exactly 256 bytes is admitted, and the consumer keeps serving.
+        let long = "x".repeat(256);
+        assert_eq!(
+            run_seq(&c.handle_delivery(inbound(&long, 1, 1), now)),
+            Some(1)
+        );
+    }
+
+    #[test]
+    fn out_of_order_bound_refuses_above_the_cap_but_always_admits_the_gap_closer() {
+        let mut c = core(ConsumerConfig {
+            max_out_of_order: Limit::At(2),
+            ..Default::default()
+        });
+        let now = Instant::now();
+        for seq in [3, 4] {
+            c.handle_delivery(inbound("p", 1, seq), now);
+            succeed(&mut c, now);
+        }
+        assert_eq!(c.out_of_order_for("p"), Some(2));
+        assert!(matches!(
+            c.handle_delivery(inbound("p", 1, 5), now),
+            Step::Hold
+        ));
+        assert_eq!(c.stats().refused, 1);
+        assert_eq!(
+            run_seq(&c.handle_delivery(inbound("p", 1, 1), now)),
+            Some(1)
+        );
+        succeed(&mut c, now);
+        assert_eq!(
+            c.out_of_order_for("p"),
+            Some(2),
+            "1 does not close the gap at 2"
+        );
+        assert_eq!(
+            run_seq(&c.handle_delivery(inbound("p", 1, 2), now)),
+            Some(2)
+        );
+        succeed(&mut c, now);
+        assert_eq!(c.out_of_order_for("p"), Some(0));
+        assert_eq!(
+            run_seq(&c.handle_delivery(inbound("p", 1, 5), now)),
+            Some(5)
+        );
+    }
+
+    #[test]
+    fn waiting_messages_count_against_the_out_of_order_bound() {
+        let mut c = core(ConsumerConfig {
+            max_out_of_order: Limit::At(2),
+            ..Default::default()
+        });
+        let now = Instant::now();
+        c.handle_delivery(inbound("p", 1, 1), now); // running
+        c.handle_delivery(inbound("p", 1, 3), now); // waiting
+        assert!(matches!(
+            c.handle_delivery(inbound("p", 1, 4), now),
+            Step::Hold
+        ));
+        assert_eq!(
+            c.stats().refused,
+            1,
+            "1 and 3 retained: the cap of 2 is reached"
+        );
+        assert_eq!(c.stats().waiting, 1);
+    }
+
+    #[test]
+    fn ordered_mode_runs_each_producer_in_seq_order_and_pipelines_the_next_seqs() {
+        let mut c = core(ConsumerConfig {
+            ordered: true,
+            ..Default::default()
+        });
+        let now = Instant::now();
+        assert!(matches!(
+            c.handle_delivery(inbound("p", 1, 2), now),
+            Step::Hold
+        ));
+        assert_eq!(c.stats().refused, 1);
+        assert_eq!(
+            run_seq(&c.handle_delivery(inbound("p", 1, 1), now)),
+            Some(1)
+        );
+        assert!(matches!(
+            c.handle_delivery(inbound("p", 1, 2), now),
+            Step::Hold
+        ));
+        assert!(matches!(
+            c.handle_delivery(inbound("p", 1, 4), now),
+            Step::Hold
+        ));
+        assert!(matches!(
+            c.handle_delivery(inbound("p", 1, 3), now),
+            Step::Hold
+        ));
+        assert_eq!(c.stats().refused, 2, "4 arrived before 3");
+        assert_eq!(c.stats().waiting, 2);
+        let mut order = vec![1];
+        while let Some((info, _)) = succeed(&mut c, now).next {
+            order.push(info.seq);
+        }
+        assert_eq!(order, [1, 2, 3]);
+    }
+
+    #[test]
+    fn ordered_mode_drops_the_waiting_successors_of_a_failed_message() {
+        let mut c = core(ConsumerConfig {
+            ordered: true,
+            ..Default::default()
+        });
+        let now = Instant::now();
+        c.handle_delivery(inbound("p", 1, 1), now);
+        c.handle_delivery(inbound("p", 1, 2), now);
+        c.handle_delivery(inbound("q", 1, 1), now);
+        let done = fail(&mut c, now);
+        assert_eq!(
+            done.next.map(|(info, _)| info.producer_id),
+            Some("q".into())
+        );
+        assert_eq!(c.stats().refused, 1, "p's seq 2 must not overtake seq 1");
+        assert!(matches!(
+            c.handle_delivery(inbound("p", 1, 2), now),
+            Step::Hold
+        ));
+        succeed(&mut c, now);
+        assert_eq!(
+            run_seq(&c.handle_delivery(inbound("p", 1, 1), now)),
+            Some(1)
+        );
+        assert!(matches!(
+            c.handle_delivery(inbound("p", 1, 2), now),
+            Step::Hold
+        ));
+        assert_eq!(succeed(&mut c, now).next.map(|(info, _)| info.seq), Some(2));
+    }
+
+    #[test]
+    fn new_incarnation_gets_a_fresh_window_instead_of_being_absorbed_as_duplicates() {
+        let mut c = core(ConsumerConfig::default());
+        let now = Instant::now();
+        for seq in 1..=3 {
+            c.handle_delivery(inbound("p", 1, seq), now);
+            succeed(&mut c, now);
+        }
+        assert_eq!(
+            run_seq(&c.handle_delivery(inbound("p", 2, 1), now)),
+            Some(1)
+        );
+        assert_eq!(succeed(&mut c, now).ack, Some((7, ack("p", 2, 1))));
+        assert_eq!(c.tracked_producers(), 1);
+        assert_eq!(c.stats().replaced_incarnations, 1);
+    }
+
+    #[test]
+    fn producers_have_separate_seq_spaces() {
+        let mut c = core(ConsumerConfig::default());
+        let now = Instant::now();
+        c.handle_delivery(inbound("a", 1, 1), now);
+        succeed(&mut c, now);
+        assert_eq!(
+            run_seq(&c.handle_delivery(inbound("b", 1, 1), now)),
+            Some(1)
+        );
+        assert_eq!(succeed(&mut c, now).ack, Some((7, ack("b", 1, 1))));
+        assert_eq!(c.tracked_producers(), 2);
+    }
+
+    #[test]
+    fn evicted_window_costs_a_duplicate_run_never_a_message_or_a_deadlock() {
+        let mut c = core(ConsumerConfig {
+            max_producers: Limit::At(1),
+            max_out_of_order: Limit::At(4),
+            ..Default::default()
+        });
+        let now = Instant::now();
+        let mut d = inbound("p", 1, 1);
+        c.handle_delivery(d, now);
+        succeed(&mut c, now);
+        c.handle_delivery(inbound("q", 1, 1), now);
+        succeed(&mut c, now);
+        assert_eq!(c.stats().evictions, 1);
+        assert_eq!(c.out_of_order_for("p"), None);
+        // p's ACK for 1 was lost: the retransmit runs the handler again (allowed duplicate).
+        assert_eq!(
+            run_seq(&c.handle_delivery(inbound("p", 1, 1), now)),
+            Some(1)
+        );
+        succeed(&mut c, now);
+        // Later, p is far ahead. Its window_start tells the fresh window where to begin, so
+        // even many more seqs than max_out_of_order are admitted.
+        c.handle_delivery(inbound("q", 1, 2), now);
+        succeed(&mut c, now);
+        for seq in 50..60 {
+            d = inbound("p", 1, seq);
+            d.header.window_start = 50;
+            assert_eq!(run_seq(&c.handle_delivery(d, now)), Some(seq), "seq {seq}");
+            succeed(&mut c, now);
+        }
+    }
+
+    #[test]
+    fn completion_for_an_evicted_window_still_acks() {
+        let mut c = core(ConsumerConfig {
+            max_producers: Limit::At(1),
+            ..Default::default()
+        });
+        let now = Instant::now();
+        c.handle_delivery(inbound("p", 1, 1), now);
+        c.handle_delivery(inbound("q", 1, 1), now); // evicts p while p's handler runs
+        assert_eq!(succeed(&mut c, now).ack, Some((7, ack("p", 1, 1))));
+        assert_eq!(succeed(&mut c, now).ack, Some((7, ack("q", 1, 1))));
+    }
+
+    #[test]
+    fn idle_sweep_follows_next_deadline() {
+        let ttl = Duration::from_secs(30);
+        let mut c = core(ConsumerConfig {
+            producer_idle_ttl: Limit::At(ttl),
+            ..Default::default()
+        });
+        let t0 = Instant::now();
+        assert_eq!(c.next_deadline(), None);
+        c.handle_delivery(inbound("p", 1, 1), t0);
+        succeed(&mut c, t0);
+        assert_eq!(c.next_deadline(), Some(t0 + ttl));
+        assert_eq!(c.handle_timeout(t0 + ttl), 1);
+        assert_eq!((c.tracked_producers(), c.stats().swept), (0, 1));
+        assert_eq!(c.next_deadline(), None);
+    }
+
+    #[test]
+    fn clear_forgets_everything() {
+        let mut c = core(ConsumerConfig::default());
+        let now = Instant::now();
+        c.handle_delivery(inbound("p", 1, 1), now);
+        c.handle_delivery(inbound("p", 1, 2), now);
+        c.clear();
+        assert_eq!((c.tracked_producers(), c.stats().waiting), (0, 0));
+        assert!(!c.is_running());
+        assert_eq!(
+            run_seq(&c.handle_delivery(inbound("p", 1, 1), now)),
+            Some(1)
+        );
+    }
+}

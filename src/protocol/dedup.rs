@@ -1,0 +1,406 @@
+//! Duplicate suppression: one window per producer, kept in a table bounded by count (LRU) and
+//! by idleness (TTL sweep).
+
+use std::collections::HashSet;
+use std::time::{Duration, Instant};
+
+use hashlink::linked_hash_map::RawEntryMut;
+use hashlink::LinkedHashMap;
+
+use crate::protocol::envelope::{Header, Incarnation, ProducerId};
+
+/// What one producer incarnation has been handled: every seq up to `contiguous`, plus the
+/// out-of-order seqs in `above`. Also tracks the seqs admitted to the handler but not finished
+/// (`pending`), so that a retransmit of such a seq does not start the handler again.
+#[derive(Debug)]
+pub struct ProducerWindow {
+    incarnation: Incarnation,
+    contiguous: u64,
+    above: HashSet<u64>,
+    pending: HashSet<u64>,
+    last_seen: Instant,
+}
+
+impl ProducerWindow {
+    fn new(incarnation: Incarnation, now: Instant) -> Self {
+        Self {
+            incarnation,
+            contiguous: 0,
+            above: HashSet::new(),
+            pending: HashSet::new(),
+            last_seen: now,
+        }
+    }
+
+    /// The incarnation this window describes.
+    pub fn incarnation(&self) -> Incarnation {
+        self.incarnation
+    }
+
+    /// Every seq up to this one was handled (or settled by the producer).
+    pub fn contiguous(&self) -> u64 {
+        self.contiguous
+    }
+
+    /// Seqs handled above `contiguous` (out of order).
+    pub fn out_of_order(&self) -> usize {
+        self.above.len()
+    }
+
+    /// Seqs admitted to the handler and not finished yet.
+    pub fn pending(&self) -> usize {
+        self.pending.len()
+    }
+
+    /// Seqs this window retains beyond `contiguous`: out-of-order handled plus pending. This
+    /// is what `max_out_of_order` bounds.
+    pub fn retained(&self) -> usize {
+        self.above.len() + self.pending.len()
+    }
+
+    /// Whether `seq` was handled already.
+    pub fn is_handled(&self, seq: u64) -> bool {
+        seq <= self.contiguous || (!self.above.is_empty() && self.above.contains(&seq))
+    }
+
+    /// Whether `seq` was admitted to the handler and has not finished yet.
+    pub fn is_pending(&self, seq: u64) -> bool {
+        !self.pending.is_empty() && self.pending.contains(&seq)
+    }
+
+    /// Marks `seq` as admitted to the handler.
+    pub fn begin(&mut self, seq: u64) {
+        self.pending.insert(seq);
+    }
+
+    /// The handler for `seq` failed: it is neither pending nor handled.
+    pub fn abort(&mut self, seq: u64) {
+        self.pending.remove(&seq);
+    }
+
+    /// The handler for `seq` succeeded: record it, sliding `contiguous` over `above`.
+    pub fn complete(&mut self, seq: u64) {
+        self.pending.remove(&seq);
+        if seq == self.contiguous + 1 {
+            self.contiguous = seq;
+            self.slide();
+        } else if seq > self.contiguous {
+            self.above.insert(seq);
+        }
+    }
+
+    /// The producer says every seq below `window_start` is settled: treat them as handled.
+    fn advance_to(&mut self, window_start: u64) {
+        let settled = window_start - 1;
+        if settled <= self.contiguous {
+            return;
+        }
+        self.contiguous = settled;
+        self.above.retain(|&seq| seq > settled);
+        self.pending.retain(|&seq| seq > settled);
+        self.slide();
+    }
+
+    fn slide(&mut self) {
+        while !self.above.is_empty() && self.above.remove(&(self.contiguous + 1)) {
+            self.contiguous += 1;
+        }
+    }
+}
+
+/// How [`DedupTable::window_for`] found the window.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Lookup {
+    /// The producer's window existed for this incarnation.
+    Existing,
+    /// The window described another incarnation and was replaced by a fresh one.
+    Replaced,
+    /// The producer was new; `evicted` says whether the least recently used window made room.
+    Created {
+        /// Whether another producer's window was evicted to make room.
+        evicted: bool,
+    },
+}
+
+/// The per-producer windows, bounded by `max_producers` (least recently used evicted first)
+/// and by `idle_ttl` (idle windows swept at the cadence of the TTL).
+///
+/// Recency and idleness are one order: every admitted delivery moves its window to the back,
+/// so the front is both the least recently used and the longest idle window. Lookups, recency
+/// updates, evictions and sweeps are O(1) per window touched.
+#[derive(Debug)]
+pub struct DedupTable {
+    windows: LinkedHashMap<ProducerId, ProducerWindow>,
+    max_producers: Option<usize>,
+    idle_ttl: Option<Duration>,
+    next_sweep: Option<Instant>,
+}
+
+impl DedupTable {
+    /// An empty table. `None` means unbounded (`max_producers`) or never (`idle_ttl`).
+    ///
+    /// # Panics
+    /// If `max_producers` is `Some(0)` or `idle_ttl` is `Some(0)` (options validation rejects
+    /// both before a table is built).
+    pub fn new(max_producers: Option<usize>, idle_ttl: Option<Duration>) -> Self {
+        assert!(max_producers != Some(0), "max_producers must be positive");
+        assert!(
+            idle_ttl != Some(Duration::ZERO),
+            "idle_ttl must be positive"
+        );
+        Self {
+            windows: LinkedHashMap::new(),
+            max_producers,
+            idle_ttl,
+            next_sweep: None,
+        }
+    }
+
+    /// The window for `header`'s producer and incarnation, created (evicting if full) or
+    /// replaced as needed, marked as the most recently used, and advanced to the header's
+    /// `window_start`.
+    pub fn window_for(&mut self, header: &Header, now: Instant) -> (&mut ProducerWindow, Lookup) {
+        let id = &header.producer_id;
+        let evicted = self
+            .max_producers
+            .is_some_and(|max| self.windows.len() >= max)
+            && !self.windows.contains_key(id)
+            && self.windows.pop_front().is_some();
+        if self.next_sweep.is_none() {
+            self.next_sweep = self.idle_ttl.map(|ttl| now + ttl);
+        }
+        let (window, lookup) = match self.windows.raw_entry_mut().from_key(id) {
+            RawEntryMut::Occupied(mut entry) => {
+                entry.to_back();
+                let window = entry.into_mut();
+                if window.incarnation == header.incarnation {
+                    window.last_seen = now;
+                    (window, Lookup::Existing)
+                } else {
+                    *window = ProducerWindow::new(header.incarnation, now);
+                    (window, Lookup::Replaced)
+                }
+            }
+            RawEntryMut::Vacant(entry) => {
+                let window = ProducerWindow::new(header.incarnation, now);
+                (
+                    entry.insert(id.clone(), window).1,
+                    Lookup::Created { evicted },
+                )
+            }
+        };
+        window.advance_to(header.window_start);
+        (window, lookup)
+    }
+
+    /// The window of producer `id`, without touching its recency.
+    pub fn get(&self, id: &str) -> Option<&ProducerWindow> {
+        self.windows.get(id)
+    }
+
+    /// The window of producer `id` if it still describes `incarnation`, without touching its
+    /// recency.
+    pub fn get_mut(&mut self, id: &str, incarnation: Incarnation) -> Option<&mut ProducerWindow> {
+        self.windows
+            .get_mut(id)
+            .filter(|window| window.incarnation == incarnation)
+    }
+
+    /// Number of producers tracked.
+    pub fn len(&self) -> usize {
+        self.windows.len()
+    }
+
+    /// Whether no producer is tracked.
+    pub fn is_empty(&self) -> bool {
+        self.windows.is_empty()
+    }
+
+    /// When the next idle sweep is due; `None` while there is nothing to sweep or the TTL is
+    /// "never".
+    pub fn next_sweep(&self) -> Option<Instant> {
+        self.next_sweep
+    }
+
+    /// Runs the idle sweep if it is due: removes every window idle for at least the TTL and
+    /// schedules the next sweep one TTL later (if any window is left). Returns how many
+    /// windows were removed.
+    pub fn sweep(&mut self, now: Instant) -> usize {
+        let (Some(ttl), Some(due)) = (self.idle_ttl, self.next_sweep) else {
+            return 0;
+        };
+        if now < due {
+            return 0;
+        }
+        let mut swept = 0;
+        while let Some((_, window)) = self.windows.front() {
+            if now.saturating_duration_since(window.last_seen) < ttl {
+                break;
+            }
+            self.windows.pop_front();
+            swept += 1;
+        }
+        self.next_sweep = (!self.windows.is_empty()).then(|| now + ttl);
+        swept
+    }
+
+    /// Forgets every window.
+    pub fn clear(&mut self) {
+        self.windows.clear();
+        self.next_sweep = None;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn header(id: &str, incarnation: u128, seq: u64) -> Header {
+        Header {
+            producer_id: ProducerId::from(id),
+            incarnation: Incarnation::from_u128(incarnation),
+            seq,
+            window_start: 1,
+        }
+    }
+
+    fn ids(table: &DedupTable) -> Vec<&str> {
+        table.windows.keys().map(ProducerId::as_str).collect()
+    }
+
+    #[test]
+    fn window_slides_contiguous_over_out_of_order_seqs() {
+        let mut table = DedupTable::new(None, None);
+        let now = Instant::now();
+        let (window, _) = table.window_for(&header("p", 1, 1), now);
+        window.complete(1);
+        window.complete(3);
+        assert_eq!((window.contiguous(), window.out_of_order()), (1, 1));
+        assert!(window.is_handled(3) && !window.is_handled(2) && !window.is_handled(4));
+        window.complete(2);
+        assert_eq!((window.contiguous(), window.out_of_order()), (3, 0));
+        window.complete(2);
+        assert_eq!((window.contiguous(), window.out_of_order()), (3, 0));
+    }
+
+    #[test]
+    fn pending_seqs_are_neither_handled_nor_forgotten() {
+        let mut table = DedupTable::new(None, None);
+        let (window, _) = table.window_for(&header("p", 1, 1), Instant::now());
+        window.begin(1);
+        assert!(window.is_pending(1) && !window.is_handled(1));
+        window.abort(1);
+        assert!(!window.is_pending(1) && !window.is_handled(1));
+        window.begin(1);
+        window.complete(1);
+        assert!(!window.is_pending(1) && window.is_handled(1));
+    }
+
+    #[test]
+    fn window_start_marks_lower_seqs_settled() {
+        let mut table = DedupTable::new(None, None);
+        let now = Instant::now();
+        let mut h = header("p", 1, 9);
+        h.window_start = 5;
+        let (window, _) = table.window_for(&h, now);
+        assert_eq!(window.contiguous(), 4);
+        window.complete(6);
+        window.begin(7);
+        h.window_start = 6;
+        let (window, _) = table.window_for(&h, now);
+        assert_eq!((window.contiguous(), window.out_of_order()), (6, 0));
+        assert!(window.is_pending(7));
+        // An older window_start never moves the window back.
+        h.window_start = 2;
+        let (window, _) = table.window_for(&h, now);
+        assert_eq!(window.contiguous(), 6);
+    }
+
+    #[test]
+    fn new_incarnation_replaces_the_window_in_place() {
+        let mut table = DedupTable::new(None, None);
+        let now = Instant::now();
+        table.window_for(&header("p", 1, 1), now).0.complete(1);
+        let (window, lookup) = table.window_for(&header("p", 2, 1), now);
+        assert_eq!(lookup, Lookup::Replaced);
+        assert_eq!(window.contiguous(), 0);
+        assert_eq!(table.len(), 1);
+        assert!(table.get_mut("p", Incarnation::from_u128(1)).is_none());
+        assert!(table.get_mut("p", Incarnation::from_u128(2)).is_some());
+    }
+
+    #[test]
+    fn lru_evicts_the_least_recently_used_in_exact_order() {
+        let mut table = DedupTable::new(Some(3), None);
+        let now = Instant::now();
+        for id in ["a", "b", "c"] {
+            let lookup = table.window_for(&header(id, 1, 1), now).1;
+            assert_eq!(lookup, Lookup::Created { evicted: false });
+        }
+        // A duplicate refreshes recency just like a new seq: "a" becomes most recent.
+        table.window_for(&header("a", 1, 1), now);
+        assert_eq!(ids(&table), ["b", "c", "a"]);
+        let lookup = table.window_for(&header("d", 1, 1), now).1;
+        assert_eq!(lookup, Lookup::Created { evicted: true });
+        assert_eq!(ids(&table), ["c", "a", "d"]);
+        table.window_for(&header("c", 1, 2), now);
+        table.window_for(&header("e", 1, 1), now);
+        assert_eq!(ids(&table), ["d", "c", "e"]);
+        // Lookups without recency (observability, outcome recording) do not reorder.
+        assert!(table.get("d").is_some());
+        table.window_for(&header("f", 1, 1), now);
+        assert_eq!(ids(&table), ["c", "e", "f"]);
+    }
+
+    #[test]
+    fn flood_of_distinct_ids_stays_at_max_producers() {
+        let mut table = DedupTable::new(Some(64), None);
+        let now = Instant::now();
+        for i in 0..10_000 {
+            table.window_for(&header(&format!("flood-{i}"), 1, 1), now);
+            assert!(table.len() <= 64);
+        }
+        assert_eq!(table.len(), 64);
+        assert!(table.get("flood-9999").is_some() && table.get("flood-9935").is_none());
+    }
+
+    #[test]
+    fn sweep_runs_at_the_ttl_cadence_and_removes_windows_idle_for_a_ttl() {
+        let ttl = Duration::from_secs(10);
+        let mut table = DedupTable::new(None, Some(ttl));
+        let t0 = Instant::now();
+        assert_eq!(table.next_sweep(), None);
+        table.window_for(&header("old", 1, 1), t0);
+        assert_eq!(table.next_sweep(), Some(t0 + ttl));
+        table.window_for(&header("young", 1, 1), t0 + Duration::from_secs(5));
+        assert_eq!(table.sweep(t0 + Duration::from_secs(9)), 0, "not due yet");
+        assert_eq!(table.sweep(t0 + ttl), 1, "idle exactly one TTL");
+        assert_eq!(ids(&table), ["young"]);
+        assert_eq!(table.next_sweep(), Some(t0 + 2 * ttl));
+        // "young" was idle 15 s at the second sweep: gone after one to two TTLs.
+        assert_eq!(table.sweep(t0 + 2 * ttl), 1);
+        assert!(table.is_empty());
+        assert_eq!(table.next_sweep(), None, "nothing left: no sweep armed");
+    }
+
+    #[test]
+    fn activity_keeps_a_window_alive() {
+        let ttl = Duration::from_secs(10);
+        let mut table = DedupTable::new(None, Some(ttl));
+        let t0 = Instant::now();
+        table.window_for(&header("p", 1, 1), t0);
+        table.window_for(&header("p", 1, 2), t0 + Duration::from_secs(9));
+        assert_eq!(table.sweep(t0 + ttl), 0);
+        assert_eq!(table.len(), 1);
+    }
+
+    #[test]
+    fn ttl_never_arms_no_sweep() {
+        let mut table = DedupTable::new(Some(4), None);
+        let t0 = Instant::now();
+        table.window_for(&header("p", 1, 1), t0);
+        assert_eq!(table.next_sweep(), None);
+        assert_eq!(table.sweep(t0 + Duration::from_secs(1_000_000)), 0);
+        assert_eq!(table.len(), 1);
+    }
+}

@@ -1,0 +1,329 @@
+//! The data that crosses the wire: identities, the delivery header, the ACK, and the admission
+//! rules that bound what a peer may send.
+
+use std::borrow::Borrow;
+use std::fmt;
+use std::sync::Arc;
+
+use serde::{Deserialize, Serialize};
+
+/// The longest producer id (in bytes) a consumer admits. Not configurable: a limit the sender
+/// could raise would be no limit.
+pub const MAX_ID_BYTES: usize = 256;
+
+/// The largest sequence number a consumer admits (`2^53 - 1`, the largest integer every JSON
+/// peer can represent exactly). Sequence numbers start at 1.
+pub const MAX_SEQ: u64 = (1 << 53) - 1;
+
+/// The name a producer goes by, as carried on the wire.
+///
+/// Cheap to clone (a shared string). A value received from a peer is untrusted: the consumer
+/// checks it during admission ([`admit`]), and the library never writes peer-supplied ids to
+/// its logs.
+#[derive(Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+pub struct ProducerId(Arc<str>);
+
+impl ProducerId {
+    /// A fresh id of the form `producer-` followed by 16 hex digits from the OS CSPRNG.
+    pub fn random() -> Self {
+        Self::from(format!("producer-{:016x}", random_u64()))
+    }
+
+    /// The id as a string slice.
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+
+    /// Length of the id in bytes.
+    pub fn len(&self) -> usize {
+        self.0.len()
+    }
+
+    /// Whether the id is the empty string (which admission refuses).
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+}
+
+impl From<&str> for ProducerId {
+    fn from(id: &str) -> Self {
+        Self(Arc::from(id))
+    }
+}
+
+impl From<String> for ProducerId {
+    fn from(id: String) -> Self {
+        Self(Arc::from(id))
+    }
+}
+
+// Hash and Eq of `ProducerId` are those of the string, so tables keyed by id can be queried
+// with a `&str`.
+impl Borrow<str> for ProducerId {
+    fn borrow(&self) -> &str {
+        &self.0
+    }
+}
+
+impl fmt::Debug for ProducerId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Debug::fmt(&*self.0, f)
+    }
+}
+
+impl fmt::Display for ProducerId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+/// A 128-bit token that a producer draws from the OS CSPRNG each time it starts.
+///
+/// It separates the sequence spaces of successive lives of one producer id (a restarted
+/// producer reuses seqs, never its incarnation), and it authenticates ACKs: a producer acts
+/// only on ACKs that mirror its current incarnation, which leaves the producer only on
+/// deliveries it actually sent.
+#[derive(Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+pub struct Incarnation(u128);
+
+impl Incarnation {
+    /// A fresh token from the OS CSPRNG.
+    ///
+    /// # Panics
+    /// If the operating system cannot provide randomness (a broken platform; continuing with a
+    /// guessable token would silently weaken ACK validation).
+    pub fn random() -> Self {
+        let mut bytes = [0u8; 16];
+        getrandom::fill(&mut bytes).expect("the OS random number generator failed");
+        Self(u128::from_le_bytes(bytes))
+    }
+
+    /// A token with a chosen value, for tests, simulations and wire decoding.
+    pub const fn from_u128(value: u128) -> Self {
+        Self(value)
+    }
+
+    /// The token's value.
+    pub const fn as_u128(self) -> u128 {
+        self.0
+    }
+}
+
+impl fmt::Debug for Incarnation {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "Incarnation({:032x})", self.0)
+    }
+}
+
+/// Everything of a delivery except its body and reply address.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Header {
+    /// The sending producer's id.
+    pub producer_id: ProducerId,
+    /// The sending producer's current incarnation.
+    pub incarnation: Incarnation,
+    /// This message's sequence number within the incarnation (from 1).
+    pub seq: u64,
+    /// The lowest seq the producer still awaits an ACK for: every lower seq of this incarnation
+    /// is settled at the producer. A consumer that has no (or lost its) dedup state for this
+    /// producer starts its window here instead of waiting forever for seqs that will never be
+    /// sent again. Always `1 <= window_start <= seq`.
+    pub window_start: u64,
+}
+
+impl Header {
+    /// The identity of the message this header describes (everything but `window_start`).
+    pub fn info(&self) -> DeliveryInfo {
+        DeliveryInfo {
+            producer_id: self.producer_id.clone(),
+            incarnation: self.incarnation,
+            seq: self.seq,
+        }
+    }
+}
+
+/// Which message a handler is running for: what an effectively-once handler records next to
+/// its business state to recognise a re-run.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct DeliveryInfo {
+    /// The producer that sent the message.
+    pub producer_id: ProducerId,
+    /// The producer's incarnation when it sent the message.
+    pub incarnation: Incarnation,
+    /// The message's sequence number within that incarnation.
+    pub seq: u64,
+}
+
+/// The acknowledgement a consumer sends to a delivery's `reply_to` once the handler succeeded
+/// (or immediately for a duplicate). It mirrors the delivery's identity.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct Ack {
+    /// The producer the ACK is meant for.
+    pub producer_id: ProducerId,
+    /// The incarnation mirrored from the delivery.
+    pub incarnation: Incarnation,
+    /// The acknowledged sequence number.
+    pub seq: u64,
+}
+
+impl From<DeliveryInfo> for Ack {
+    fn from(info: DeliveryInfo) -> Self {
+        Self {
+            producer_id: info.producer_id,
+            incarnation: info.incarnation,
+            seq: info.seq,
+        }
+    }
+}
+
+/// Why a delivery was refused as malformed (a dead letter).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize, thiserror::Error)]
+#[non_exhaustive]
+pub enum DeadLetterReason {
+    /// The delivery has no address to send the ACK to.
+    #[error("the delivery has no reply_to")]
+    MissingReplyTo,
+    /// `seq` is 0 or above [`MAX_SEQ`].
+    #[error("seq {0} is outside 1..=2^53-1")]
+    SeqOutOfRange(u64),
+    /// The producer id is the empty string.
+    #[error("the producer id is empty")]
+    EmptyProducerId,
+    /// The producer id is longer than [`MAX_ID_BYTES`].
+    #[error("the producer id is {0} bytes, more than the 256 allowed")]
+    ProducerIdTooLong(usize),
+    /// `window_start` is 0 or above `seq`.
+    #[error("window_start {window_start} is outside 1..=seq ({seq})")]
+    WindowStartOutOfRange {
+        /// The offending value.
+        window_start: u64,
+        /// The delivery's seq.
+        seq: u64,
+    },
+}
+
+/// Admission: the checks a consumer applies to every delivery before anything else.
+///
+/// # Errors
+/// The first rule the delivery breaks.
+pub fn admit(header: &Header, has_reply_to: bool) -> Result<(), DeadLetterReason> {
+    if !has_reply_to {
+        return Err(DeadLetterReason::MissingReplyTo);
+    }
+    if header.seq == 0 || header.seq > MAX_SEQ {
+        return Err(DeadLetterReason::SeqOutOfRange(header.seq));
+    }
+    check_producer_id(header.producer_id.as_str())?;
+    if header.window_start == 0 || header.window_start > header.seq {
+        return Err(DeadLetterReason::WindowStartOutOfRange {
+            window_start: header.window_start,
+            seq: header.seq,
+        });
+    }
+    Ok(())
+}
+
+/// Checks a producer id against the wire limits (non-empty, at most [`MAX_ID_BYTES`]).
+///
+/// # Errors
+/// [`DeadLetterReason::EmptyProducerId`] or [`DeadLetterReason::ProducerIdTooLong`].
+pub fn check_producer_id(id: &str) -> Result<(), DeadLetterReason> {
+    match id.len() {
+        0 => Err(DeadLetterReason::EmptyProducerId),
+        len if len > MAX_ID_BYTES => Err(DeadLetterReason::ProducerIdTooLong(len)),
+        _ => Ok(()),
+    }
+}
+
+/// A 64-bit value from the OS CSPRNG.
+pub(crate) fn random_u64() -> u64 {
+    getrandom::u64().expect("the OS random number generator failed")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn header(id: &str, seq: u64, window_start: u64) -> Header {
+        Header {
+            producer_id: ProducerId::from(id),
+            incarnation: Incarnation::from_u128(7),
+            seq,
+            window_start,
+        }
+    }
+
+    #[test]
+    fn well_formed_delivery_is_admitted() {
+        assert_eq!(admit(&header("p", 1, 1), true), Ok(()));
+        assert_eq!(admit(&header("p", MAX_SEQ, 5), true), Ok(()));
+    }
+
+    #[test]
+    fn missing_reply_to_is_refused_first() {
+        assert_eq!(
+            admit(&header("", 0, 0), false),
+            Err(DeadLetterReason::MissingReplyTo)
+        );
+    }
+
+    #[test]
+    fn seq_must_be_within_one_to_two_pow_53_minus_one() {
+        assert_eq!(
+            admit(&header("p", 0, 1), true),
+            Err(DeadLetterReason::SeqOutOfRange(0))
+        );
+        assert_eq!(
+            admit(&header("p", MAX_SEQ + 1, 1), true),
+            Err(DeadLetterReason::SeqOutOfRange(MAX_SEQ + 1))
+        );
+        assert_eq!(MAX_SEQ, 9_007_199_254_740_991);
+    }
+
+    #[test]
+    fn producer_id_must_be_one_to_256_bytes() {
+        assert_eq!(
+            admit(&header("", 1, 1), true),
+            Err(DeadLetterReason::EmptyProducerId)
+        );
+        assert_eq!(admit(&header(&"x".repeat(256), 1, 1), true), Ok(()));
+        assert_eq!(
+            admit(&header(&"x".repeat(257), 1, 1), true),
+            Err(DeadLetterReason::ProducerIdTooLong(257))
+        );
+        // Bytes, not chars: 128 two-byte chars are exactly 256 bytes.
+        assert_eq!(admit(&header(&"é".repeat(128), 1, 1), true), Ok(()));
+        assert_eq!(
+            admit(&header(&"é".repeat(129), 1, 1), true),
+            Err(DeadLetterReason::ProducerIdTooLong(258))
+        );
+    }
+
+    #[test]
+    fn window_start_must_be_within_one_to_seq() {
+        assert_eq!(
+            admit(&header("p", 3, 0), true),
+            Err(DeadLetterReason::WindowStartOutOfRange {
+                window_start: 0,
+                seq: 3
+            })
+        );
+        assert_eq!(
+            admit(&header("p", 3, 4), true),
+            Err(DeadLetterReason::WindowStartOutOfRange {
+                window_start: 4,
+                seq: 3
+            })
+        );
+        assert_eq!(admit(&header("p", 3, 3), true), Ok(()));
+    }
+
+    #[test]
+    fn random_ids_and_incarnations_differ_and_have_the_documented_shape() {
+        let id = ProducerId::random();
+        assert!(id.as_str().starts_with("producer-"));
+        assert_eq!(id.len(), "producer-".len() + 16);
+        assert_ne!(ProducerId::random(), id);
+        assert_ne!(Incarnation::random(), Incarnation::random());
+    }
+}

@@ -1,0 +1,632 @@
+//! The producer's protocol: the window, the bounded pending queue, seq assignment at dispatch,
+//! the in-flight buffer with retransmit deadlines, and ACK validation.
+
+use std::collections::VecDeque;
+use std::time::{Duration, Instant};
+
+use rand::rngs::SmallRng;
+use rand::{Rng, SeedableRng};
+use serde::{Deserialize, Serialize};
+
+use crate::config::{Backoff, ProducerConfig};
+use crate::error::DeliveryError;
+use crate::protocol::envelope::{Ack, Header, Incarnation, ProducerId};
+
+/// A delivery the producer wants on the wire.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Transmission<T> {
+    /// Identity and window of the message.
+    pub header: Header,
+    /// A copy of the message.
+    pub body: T,
+}
+
+/// Counters of a producer since it started (`in_flight` and `queued` are current values).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[non_exhaustive]
+pub struct ProducerStats {
+    /// Messages transmitted for the first time.
+    pub sent: u64,
+    /// Retransmissions (after `resend_timeout` without an ACK).
+    pub retransmitted: u64,
+    /// Messages confirmed by a valid ACK.
+    pub confirmed: u64,
+    /// ACKs ignored: wrong producer id, wrong incarnation, or a seq not in flight (including
+    /// duplicate ACKs).
+    pub ignored_acks: u64,
+    /// Messages given up after `max_attempts` transmissions.
+    pub given_up: u64,
+    /// Sends refused because the pending queue was full.
+    pub refused: u64,
+    /// Messages in flight right now (sent, not yet ACKed).
+    pub in_flight: usize,
+    /// Messages waiting for the window right now.
+    pub queued: usize,
+}
+
+#[derive(Debug)]
+struct InFlight<T, C> {
+    seq: u64,
+    body: T,
+    confirm: C,
+    attempts: u32,
+    deadline: Instant,
+}
+
+/// The producer state machine. Pure: time is an argument, nothing sleeps or spawns.
+///
+/// `T` is the body, `C` a confirmation token the caller attaches to each message and gets back
+/// exactly once, with the result, from [`poll_settled`](Self::poll_settled). After every
+/// `handle_*` call, drain [`poll_transmit`](Self::poll_transmit) and
+/// [`poll_settled`](Self::poll_settled), and arrange for [`handle_timeout`](Self::handle_timeout)
+/// to be called at [`next_deadline`](Self::next_deadline).
+#[derive(Debug)]
+pub struct ProducerCore<T, C> {
+    id: ProducerId,
+    incarnation: Incarnation,
+    next_seq: u64,
+    window_size: usize,
+    max_pending: usize,
+    resend_timeout: Duration,
+    backoff: Backoff,
+    max_attempts: Option<u32>,
+    /// Sent, un-ACKed messages in ascending seq order.
+    in_flight: VecDeque<InFlight<T, C>>,
+    pending: VecDeque<(T, C)>,
+    /// No in-flight deadline is earlier than this (it may be stale-early after ACKs, which
+    /// costs one spurious timeout, never a missed one).
+    earliest_deadline: Option<Instant>,
+    transmit: VecDeque<u64>,
+    settled: VecDeque<(C, Result<(), DeliveryError>)>,
+    jitter: SmallRng,
+    stats: ProducerStats,
+}
+
+impl<T: Clone, C> ProducerCore<T, C> {
+    /// A producer with the given (validated) settings and incarnation. The id is
+    /// `config.producer_id`, or a random one.
+    pub fn new(config: &ProducerConfig, incarnation: Incarnation) -> Self {
+        let id = config
+            .producer_id
+            .as_deref()
+            .map_or_else(ProducerId::random, ProducerId::from);
+        Self {
+            id,
+            incarnation,
+            next_seq: 1,
+            window_size: config.window_size,
+            max_pending: config.max_pending,
+            resend_timeout: config.resend_timeout,
+            backoff: config.backoff,
+            max_attempts: config.max_attempts.get(),
+            in_flight: VecDeque::new(),
+            pending: VecDeque::new(),
+            earliest_deadline: None,
+            transmit: VecDeque::new(),
+            settled: VecDeque::new(),
+            jitter: SmallRng::seed_from_u64(incarnation.as_u128() as u64),
+            stats: ProducerStats::default(),
+        }
+    }
+
+    /// Accepts a message: dispatches it if the window has room, else queues it.
+    ///
+    /// # Errors
+    /// The body is handed back when the pending queue is full; `confirm` is then settled with
+    /// [`DeliveryError::QueueFull`].
+    pub fn handle_send(&mut self, body: T, confirm: C, now: Instant) -> Result<(), T> {
+        if self.pending.is_empty() && self.in_flight.len() < self.window_size {
+            self.dispatch(body, confirm, now);
+        } else if self.pending.len() < self.max_pending {
+            self.pending.push_back((body, confirm));
+        } else {
+            self.stats.refused += 1;
+            self.settled
+                .push_back((confirm, Err(DeliveryError::QueueFull)));
+            return Err(body);
+        }
+        Ok(())
+    }
+
+    /// Acts on an ACK if it names this producer, mirrors its current incarnation and
+    /// acknowledges a seq in flight: confirms that message and refills the window. Anything
+    /// else is ignored (and counted). Returns whether the ACK was acted on.
+    pub fn handle_ack(&mut self, ack: &Ack, now: Instant) -> bool {
+        let index = (ack.producer_id == self.id && ack.incarnation == self.incarnation)
+            .then(|| {
+                self.in_flight
+                    .binary_search_by_key(&ack.seq, |m| m.seq)
+                    .ok()
+            })
+            .flatten();
+        let Some(index) = index else {
+            self.stats.ignored_acks += 1;
+            log::debug!("ignored an ACK that does not match a message in flight");
+            return false;
+        };
+        let message = self
+            .in_flight
+            .remove(index)
+            .expect("index from binary search");
+        self.stats.confirmed += 1;
+        self.settled.push_back((message.confirm, Ok(())));
+        self.fill_window(now);
+        true
+    }
+
+    /// Retransmits every message whose deadline has passed, or gives it up after
+    /// `max_attempts` transmissions.
+    pub fn handle_timeout(&mut self, now: Instant) {
+        if self.earliest_deadline.is_none_or(|earliest| now < earliest) {
+            return;
+        }
+        let mut earliest: Option<Instant> = None;
+        let mut gave_up = false;
+        let mut index = 0;
+        while index < self.in_flight.len() {
+            let m = &mut self.in_flight[index];
+            if m.deadline <= now {
+                if self.max_attempts.is_some_and(|max| m.attempts >= max) {
+                    let m = self.in_flight.remove(index).expect("index is in bounds");
+                    self.stats.given_up += 1;
+                    let error = DeliveryError::GaveUp {
+                        attempts: m.attempts,
+                    };
+                    self.settled.push_back((m.confirm, Err(error)));
+                    gave_up = true;
+                    continue;
+                }
+                m.attempts += 1;
+                let wait = retry_interval(
+                    self.resend_timeout,
+                    self.backoff,
+                    m.attempts,
+                    &mut self.jitter,
+                );
+                m.deadline = now + wait;
+                self.transmit.push_back(m.seq);
+                self.stats.retransmitted += 1;
+            }
+            earliest = Some(earliest.map_or(m.deadline, |e| e.min(m.deadline)));
+            index += 1;
+        }
+        self.earliest_deadline = earliest;
+        if gave_up {
+            self.fill_window(now);
+        }
+    }
+
+    /// Settles every in-flight and queued message with [`DeliveryError::ProducerStopped`].
+    pub fn stop(&mut self) {
+        self.transmit.clear();
+        self.earliest_deadline = None;
+        for m in self.in_flight.drain(..) {
+            self.settled
+                .push_back((m.confirm, Err(DeliveryError::ProducerStopped)));
+        }
+        for (_, confirm) in self.pending.drain(..) {
+            self.settled
+                .push_back((confirm, Err(DeliveryError::ProducerStopped)));
+        }
+    }
+
+    /// A new life: settles everything as [`stop`](Self::stop) does, then continues under a
+    /// new incarnation with seqs from 1.
+    pub fn restart(&mut self, incarnation: Incarnation) {
+        self.stop();
+        self.incarnation = incarnation;
+        self.next_seq = 1;
+        self.jitter = SmallRng::seed_from_u64(incarnation.as_u128() as u64);
+    }
+
+    /// The next delivery to put on the wire.
+    pub fn poll_transmit(&mut self) -> Option<Transmission<T>> {
+        while let Some(seq) = self.transmit.pop_front() {
+            let Ok(index) = self.in_flight.binary_search_by_key(&seq, |m| m.seq) else {
+                continue; // settled after it was queued for transmission
+            };
+            return Some(Transmission {
+                header: Header {
+                    producer_id: self.id.clone(),
+                    incarnation: self.incarnation,
+                    seq,
+                    window_start: self.in_flight[0].seq,
+                },
+                body: self.in_flight[index].body.clone(),
+            });
+        }
+        None
+    }
+
+    /// The next settled confirmation token and its result.
+    pub fn poll_settled(&mut self) -> Option<(C, Result<(), DeliveryError>)> {
+        self.settled.pop_front()
+    }
+
+    /// When [`handle_timeout`](Self::handle_timeout) is due (`None`: nothing in flight).
+    /// Never later than the true earliest deadline; after ACKs it may be earlier.
+    pub fn next_deadline(&self) -> Option<Instant> {
+        self.earliest_deadline
+            .filter(|_| !self.in_flight.is_empty())
+    }
+
+    /// This producer's id.
+    pub fn id(&self) -> &ProducerId {
+        &self.id
+    }
+
+    /// This producer's current incarnation.
+    pub fn incarnation(&self) -> Incarnation {
+        self.incarnation
+    }
+
+    /// Whether nothing is in flight, queued or waiting to be polled.
+    pub fn is_idle(&self) -> bool {
+        self.in_flight.is_empty()
+            && self.pending.is_empty()
+            && self.transmit.is_empty()
+            && self.settled.is_empty()
+    }
+
+    /// Counters since start, with current `in_flight` and `queued`.
+    pub fn stats(&self) -> ProducerStats {
+        ProducerStats {
+            in_flight: self.in_flight.len(),
+            queued: self.pending.len(),
+            ..self.stats
+        }
+    }
+
+    fn fill_window(&mut self, now: Instant) {
+        while self.in_flight.len() < self.window_size {
+            let Some((body, confirm)) = self.pending.pop_front() else {
+                break;
+            };
+            self.dispatch(body, confirm, now);
+        }
+    }
+
+    fn dispatch(&mut self, body: T, confirm: C, now: Instant) {
+        let seq = self.next_seq;
+        self.next_seq += 1;
+        let deadline = now + retry_interval(self.resend_timeout, self.backoff, 1, &mut self.jitter);
+        self.earliest_deadline = Some(self.earliest_deadline.map_or(deadline, |e| e.min(deadline)));
+        self.in_flight.push_back(InFlight {
+            seq,
+            body,
+            confirm,
+            attempts: 1,
+            deadline,
+        });
+        self.transmit.push_back(seq);
+        self.stats.sent += 1;
+    }
+}
+
+/// How long to wait for an ACK after the `attempt`-th transmission (from 1).
+fn retry_interval(base: Duration, backoff: Backoff, attempt: u32, rng: &mut SmallRng) -> Duration {
+    match backoff {
+        Backoff::Fixed => base,
+        Backoff::Exponential {
+            multiplier,
+            max,
+            jitter,
+        } => {
+            let exponent = i32::try_from(attempt - 1).unwrap_or(i32::MAX);
+            let grown = (base.as_secs_f64() * multiplier.powi(exponent)).min(max.as_secs_f64());
+            let shortened = grown * (1.0 - jitter * rng.random::<f64>());
+            Duration::from_secs_f64(shortened).max(Duration::from_millis(1))
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::Limit;
+
+    /// Bodies are numbers; confirmation tokens are the body's number too, so settlements can be
+    /// matched to messages.
+    type Core = ProducerCore<u32, u32>;
+
+    const INCARNATION: Incarnation = Incarnation::from_u128(42);
+    const TIMEOUT: Duration = Duration::from_millis(500);
+
+    fn core(config: ProducerConfig) -> Core {
+        ProducerCore::new(
+            &ProducerConfig {
+                producer_id: Some("p".into()),
+                ..config
+            },
+            INCARNATION,
+        )
+    }
+
+    fn window(size: usize) -> Core {
+        core(ProducerConfig {
+            window_size: size,
+            ..Default::default()
+        })
+    }
+
+    fn transmitted(c: &mut Core) -> Vec<(u64, u32)> {
+        std::iter::from_fn(|| c.poll_transmit())
+            .map(|t| (t.header.seq, t.body))
+            .collect()
+    }
+
+    fn settled(c: &mut Core) -> Vec<(u32, Result<(), DeliveryError>)> {
+        std::iter::from_fn(|| c.poll_settled()).collect()
+    }
+
+    fn ack(seq: u64) -> Ack {
+        Ack {
+            producer_id: ProducerId::from("p"),
+            incarnation: INCARNATION,
+            seq,
+        }
+    }
+
+    #[test]
+    fn seqs_start_at_one_and_are_assigned_at_dispatch() {
+        let mut c = window(2);
+        let now = Instant::now();
+        for body in [10, 11, 12] {
+            c.handle_send(body, body, now).unwrap();
+        }
+        assert_eq!(transmitted(&mut c), [(1, 10), (2, 11)]);
+        assert_eq!(c.stats().queued, 1);
+        assert!(c.handle_ack(&ack(2), now));
+        assert_eq!(transmitted(&mut c), [(3, 12)]);
+        assert_eq!(settled(&mut c), [(11, Ok(()))]);
+    }
+
+    #[test]
+    fn window_bounds_in_flight_and_acks_drain_the_queue_in_order() {
+        let mut c = window(3);
+        let now = Instant::now();
+        for body in 0..10 {
+            c.handle_send(body, body, now).unwrap();
+        }
+        assert_eq!(c.stats().in_flight, 3);
+        let mut order = Vec::new();
+        let mut seq = 0;
+        loop {
+            let sent = transmitted(&mut c);
+            assert!(c.stats().in_flight <= 3);
+            order.extend(sent.iter().map(|&(_, body)| body));
+            if c.stats().in_flight == 0 {
+                break;
+            }
+            seq += 1;
+            assert!(c.handle_ack(&ack(seq), now));
+        }
+        assert_eq!(order, (0..10).collect::<Vec<_>>());
+        assert!(c.is_idle() || !settled(&mut c).is_empty());
+    }
+
+    #[test]
+    fn full_pending_queue_refuses_and_hands_the_body_back() {
+        let mut c = core(ProducerConfig {
+            window_size: 1,
+            max_pending: 2,
+            ..Default::default()
+        });
+        let now = Instant::now();
+        for body in 0..3 {
+            c.handle_send(body, body, now).unwrap();
+        }
+        assert_eq!(c.handle_send(3, 3, now), Err(3));
+        assert_eq!(settled(&mut c), [(3, Err(DeliveryError::QueueFull))]);
+        assert_eq!(c.stats().refused, 1);
+    }
+
+    #[test]
+    fn unacked_messages_are_retransmitted_every_resend_timeout_with_the_same_seq() {
+        let mut c = window(4);
+        let t0 = Instant::now();
+        c.handle_send(7, 7, t0).unwrap();
+        transmitted(&mut c);
+        assert_eq!(c.next_deadline(), Some(t0 + TIMEOUT));
+        c.handle_timeout(t0 + TIMEOUT - Duration::from_millis(1));
+        assert!(transmitted(&mut c).is_empty(), "not due yet");
+        c.handle_timeout(t0 + TIMEOUT);
+        assert_eq!(transmitted(&mut c), [(1, 7)]);
+        assert_eq!(c.next_deadline(), Some(t0 + 2 * TIMEOUT));
+        c.handle_timeout(t0 + 2 * TIMEOUT);
+        assert_eq!(transmitted(&mut c), [(1, 7)]);
+        assert_eq!(c.stats().retransmitted, 2);
+        assert!(c.handle_ack(&ack(1), t0 + 2 * TIMEOUT));
+        assert_eq!(c.next_deadline(), None);
+    }
+
+    #[test]
+    fn one_deadline_covers_many_messages_and_only_due_ones_are_resent() {
+        let mut c = window(4);
+        let t0 = Instant::now();
+        c.handle_send(1, 1, t0).unwrap();
+        c.handle_send(2, 2, t0 + Duration::from_millis(100))
+            .unwrap();
+        transmitted(&mut c);
+        assert_eq!(c.next_deadline(), Some(t0 + TIMEOUT));
+        c.handle_timeout(t0 + TIMEOUT);
+        assert_eq!(transmitted(&mut c), [(1, 1)]);
+        assert_eq!(c.next_deadline(), Some(t0 + Duration::from_millis(600)));
+    }
+
+    #[test]
+    fn forged_or_stale_acks_change_nothing() {
+        let mut c = window(4);
+        let now = Instant::now();
+        c.handle_send(1, 1, now).unwrap();
+        transmitted(&mut c);
+        let forged = [
+            Ack {
+                incarnation: Incarnation::from_u128(41),
+                ..ack(1)
+            },
+            Ack {
+                producer_id: ProducerId::from("other"),
+                ..ack(1)
+            },
+            ack(2),
+            ack(0),
+        ];
+        for a in &forged {
+            assert!(!c.handle_ack(a, now), "{a:?}");
+        }
+        assert!(settled(&mut c).is_empty());
+        assert_eq!(c.stats().ignored_acks, 4);
+        assert_eq!(c.stats().in_flight, 1);
+        c.handle_timeout(now + TIMEOUT);
+        assert_eq!(transmitted(&mut c), [(1, 1)], "retransmission continues");
+        assert!(c.handle_ack(&ack(1), now));
+        assert!(
+            !c.handle_ack(&ack(1), now),
+            "a duplicate ACK confirms nothing twice"
+        );
+        assert_eq!(settled(&mut c), [(1, Ok(()))]);
+    }
+
+    #[test]
+    fn out_of_order_acks_confirm_the_right_messages() {
+        let mut c = window(4);
+        let now = Instant::now();
+        for body in 1..=4 {
+            c.handle_send(body, body, now).unwrap();
+        }
+        transmitted(&mut c);
+        for seq in [3, 1, 4, 2] {
+            assert!(c.handle_ack(&ack(seq), now));
+        }
+        let confirmed: Vec<u32> = settled(&mut c).into_iter().map(|(b, _)| b).collect();
+        assert_eq!(confirmed, [3, 1, 4, 2]);
+    }
+
+    #[test]
+    fn window_start_is_the_lowest_unacked_seq() {
+        let mut c = window(4);
+        let now = Instant::now();
+        for body in 1..=3 {
+            c.handle_send(body, body, now).unwrap();
+        }
+        let starts: Vec<u64> = std::iter::from_fn(|| c.poll_transmit())
+            .map(|t| t.header.window_start)
+            .collect();
+        assert_eq!(starts, [1, 1, 1]);
+        c.handle_ack(&ack(1), now);
+        c.handle_ack(&ack(3), now);
+        c.handle_timeout(now + TIMEOUT);
+        let t = c.poll_transmit().unwrap();
+        assert_eq!((t.header.seq, t.header.window_start), (2, 2));
+    }
+
+    #[test]
+    fn max_attempts_gives_up_with_an_error_and_frees_the_slot() {
+        let mut c = core(ProducerConfig {
+            window_size: 1,
+            max_attempts: Limit::At(2),
+            ..Default::default()
+        });
+        let t0 = Instant::now();
+        c.handle_send(1, 1, t0).unwrap();
+        c.handle_send(2, 2, t0).unwrap();
+        c.handle_timeout(t0 + TIMEOUT);
+        assert_eq!(transmitted(&mut c), [(1, 1), (1, 1)]);
+        c.handle_timeout(t0 + 2 * TIMEOUT);
+        assert_eq!(
+            settled(&mut c),
+            [(1, Err(DeliveryError::GaveUp { attempts: 2 }))]
+        );
+        assert_eq!(transmitted(&mut c), [(2, 2)]);
+        assert_eq!(c.stats().given_up, 1);
+    }
+
+    #[test]
+    fn exponential_backoff_grows_to_the_cap_and_jitter_only_shortens() {
+        let max = Duration::from_secs(3);
+        let mut c = core(ProducerConfig {
+            backoff: Backoff::Exponential {
+                multiplier: 2.0,
+                max,
+                jitter: 0.0,
+            },
+            ..Default::default()
+        });
+        let mut now = Instant::now();
+        c.handle_send(1, 1, now).unwrap();
+        let mut waits = Vec::new();
+        for _ in 0..5 {
+            let deadline = c.next_deadline().unwrap();
+            waits.push(deadline - now);
+            now = deadline;
+            c.handle_timeout(now);
+        }
+        let ms: Vec<u128> = waits.iter().map(Duration::as_millis).collect();
+        assert_eq!(ms, [500, 1000, 2000, 3000, 3000]);
+
+        let mut rng = SmallRng::seed_from_u64(1);
+        let jittered = Backoff::Exponential {
+            multiplier: 2.0,
+            max,
+            jitter: 0.5,
+        };
+        let waits: Vec<Duration> = (0..100)
+            .map(|_| retry_interval(TIMEOUT, jittered, 2, &mut rng))
+            .collect();
+        assert!(waits
+            .iter()
+            .all(|w| *w > Duration::from_millis(499) && *w <= Duration::from_secs(1)));
+        assert!(
+            waits.iter().any(|w| *w < Duration::from_millis(900)),
+            "jitter varies the wait"
+        );
+    }
+
+    #[test]
+    fn stop_settles_every_in_flight_and_queued_message() {
+        let mut c = window(2);
+        let now = Instant::now();
+        for body in 0..5 {
+            c.handle_send(body, body, now).unwrap();
+        }
+        c.stop();
+        let mut stopped: Vec<u32> = settled(&mut c)
+            .into_iter()
+            .map(|(body, result)| {
+                assert_eq!(result, Err(DeliveryError::ProducerStopped));
+                body
+            })
+            .collect();
+        stopped.sort_unstable();
+        assert_eq!(stopped, [0, 1, 2, 3, 4]);
+        assert!(c.is_idle());
+        assert_eq!(c.next_deadline(), None);
+    }
+
+    #[test]
+    fn restart_takes_a_new_incarnation_and_reuses_seqs_from_one() {
+        let mut c = window(2);
+        let now = Instant::now();
+        c.handle_send(1, 1, now).unwrap();
+        transmitted(&mut c);
+        c.restart(Incarnation::from_u128(43));
+        assert_eq!(settled(&mut c), [(1, Err(DeliveryError::ProducerStopped))]);
+        c.handle_send(2, 2, now).unwrap();
+        let t = c.poll_transmit().unwrap();
+        assert_eq!(
+            (t.header.seq, t.header.incarnation),
+            (1, Incarnation::from_u128(43))
+        );
+        assert!(
+            !c.handle_ack(&ack(1), now),
+            "an ACK for the old incarnation is ignored"
+        );
+    }
+
+    #[test]
+    fn id_defaults_to_a_random_producer_id() {
+        let c: Core = ProducerCore::new(&ProducerConfig::default(), INCARNATION);
+        assert!(c.id().as_str().starts_with("producer-"));
+    }
+}

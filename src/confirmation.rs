@@ -1,0 +1,147 @@
+//! The "fires exactly once" confirmation attached to each message.
+
+use std::panic::{catch_unwind, AssertUnwindSafe};
+
+use tokio::sync::{oneshot, OwnedSemaphorePermit};
+
+use crate::error::DeliveryError;
+
+type Callback = Box<dyn FnOnce(Result<(), DeliveryError>) + Send>;
+
+enum Notify {
+    Nobody,
+    Callback(Callback),
+    Channel(oneshot::Sender<Result<(), DeliveryError>>),
+}
+
+/// How the sender of a message learns its outcome. Fires exactly once: `Ok(())` when the
+/// consumer's ACK reached the producer, an error when the producer stopped, gave the message up
+/// or refused it. If it is dropped unsettled (say, with the mailbox of a stopped producer), it
+/// fires [`DeliveryError::ProducerStopped`]. A panicking callback is caught and logged; it
+/// never takes the producer down.
+///
+/// Any `FnOnce(Result<(), DeliveryError>) + Send + 'static` converts into a `Confirmation`.
+pub struct Confirmation {
+    notify: Notify,
+    /// Room in the producer's queue, held until the message is settled.
+    _permit: Option<OwnedSemaphorePermit>,
+}
+
+impl Confirmation {
+    /// No notification: fire-and-forget (the message is still delivered reliably).
+    pub fn none() -> Self {
+        Self {
+            notify: Notify::Nobody,
+            _permit: None,
+        }
+    }
+
+    /// Calls `callback` with the outcome.
+    pub fn callback(callback: impl FnOnce(Result<(), DeliveryError>) + Send + 'static) -> Self {
+        Self {
+            notify: Notify::Callback(Box::new(callback)),
+            _permit: None,
+        }
+    }
+
+    /// A confirmation that completes the returned receiver.
+    pub(crate) fn channel() -> (Self, oneshot::Receiver<Result<(), DeliveryError>>) {
+        let (sender, receiver) = oneshot::channel();
+        let confirmation = Self {
+            notify: Notify::Channel(sender),
+            _permit: None,
+        };
+        (confirmation, receiver)
+    }
+
+    pub(crate) fn holding(mut self, permit: OwnedSemaphorePermit) -> Self {
+        self._permit = Some(permit);
+        self
+    }
+
+    /// Delivers the outcome (and releases the queue room the message held).
+    pub fn settle(mut self, result: Result<(), DeliveryError>) {
+        self.fire(result);
+    }
+
+    fn fire(&mut self, result: Result<(), DeliveryError>) {
+        match std::mem::replace(&mut self.notify, Notify::Nobody) {
+            Notify::Nobody => {}
+            Notify::Callback(callback) => {
+                if catch_unwind(AssertUnwindSafe(|| callback(result))).is_err() {
+                    log::error!("a confirmation callback panicked; the producer carries on");
+                }
+            }
+            Notify::Channel(sender) => {
+                // The receiver may have been dropped (the caller stopped waiting): fine.
+                let _ = sender.send(result);
+            }
+        }
+    }
+}
+
+impl Drop for Confirmation {
+    fn drop(&mut self) {
+        self.fire(Err(DeliveryError::ProducerStopped));
+    }
+}
+
+impl<F: FnOnce(Result<(), DeliveryError>) + Send + 'static> From<F> for Confirmation {
+    fn from(callback: F) -> Self {
+        Self::callback(callback)
+    }
+}
+
+impl std::fmt::Debug for Confirmation {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let kind = match self.notify {
+            Notify::Nobody => "none",
+            Notify::Callback(_) => "callback",
+            Notify::Channel(_) => "channel",
+        };
+        f.debug_tuple("Confirmation").field(&kind).finish()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::{Arc, Mutex};
+
+    use super::*;
+
+    type Seen = Arc<Mutex<Vec<Result<(), DeliveryError>>>>;
+
+    fn recorder() -> (Confirmation, Seen) {
+        let seen = Arc::new(Mutex::new(Vec::new()));
+        let sink = seen.clone();
+        let confirmation = Confirmation::from(move |r| sink.lock().unwrap().push(r));
+        (confirmation, seen)
+    }
+
+    #[test]
+    fn settle_fires_once_and_drop_does_not_fire_again() {
+        let (confirmation, seen) = recorder();
+        confirmation.settle(Ok(()));
+        assert_eq!(*seen.lock().unwrap(), [Ok(())]);
+    }
+
+    #[test]
+    fn dropped_unsettled_fires_producer_stopped() {
+        let (confirmation, seen) = recorder();
+        drop(confirmation);
+        assert_eq!(*seen.lock().unwrap(), [Err(DeliveryError::ProducerStopped)]);
+    }
+
+    #[test]
+    fn panicking_callback_is_contained() {
+        let confirmation = Confirmation::from(|_| panic!("callback bug"));
+        confirmation.settle(Ok(()));
+    }
+
+    #[test]
+    fn channel_receives_the_outcome() {
+        let (confirmation, mut receiver) = Confirmation::channel();
+        confirmation.settle(Err(DeliveryError::QueueFull));
+        assert_eq!(receiver.try_recv(), Ok(Err(DeliveryError::QueueFull)));
+    }
+}

@@ -1,0 +1,236 @@
+//! The consumer actor and its handle.
+
+use std::pin::Pin;
+use std::task::{Context as TaskContext, Poll, Waker};
+
+use actix::prelude::*;
+
+use crate::alarm::{now, Alarm};
+use crate::dead_letter::DeadLetter;
+use crate::handler::DeliveryHandler;
+use crate::message::{Delivery, GetConsumerStats, GetOutOfOrder, ReplyTo, StopConsumer};
+use crate::options::ConsumerOptions;
+use crate::protocol::consumer::{ConsumerCore, ConsumerStats, HandlerOutcome, Step};
+use crate::protocol::envelope::{DeadLetterReason, DeliveryInfo, Header, ProducerId};
+
+/// The receiving side of reliable delivery: admits each [`Delivery`], suppresses duplicates
+/// per producer, runs the handler for each new message (one at a time), and ACKs a message only
+/// when its handler returned `Ok`.
+///
+/// The handler runs beside the mailbox, not blocking it: timers, stats queries and duplicate
+/// re-ACKs keep flowing while a slow handler runs. A handler that returns an error or panics
+/// gets no ACK (the producer retransmits) and leaves the consumer running.
+///
+/// Usually started through [`ReliableDelivery::consumer`](crate::ReliableDelivery::consumer).
+/// Stopping (or restarting under a `Supervisor`) drops all dedup state.
+pub struct ConsumerController<T: Send + 'static> {
+    core: ConsumerCore<T, ReplyTo>,
+    handler: DeliveryHandler<T>,
+    dead_letters: Option<Recipient<DeadLetter>>,
+    alarm: Alarm,
+}
+
+impl<T: Send + 'static> ConsumerController<T> {
+    /// A consumer with validated options; start it like any actor.
+    pub fn new(options: ConsumerOptions<T>) -> Self {
+        let (handler, config, dead_letters) = options.into_parts();
+        Self {
+            core: ConsumerCore::new(&config),
+            handler,
+            dead_letters,
+            alarm: Alarm::default(),
+        }
+    }
+
+    /// Starts the handler for a message. A handler that finishes at once is settled right
+    /// here (no task, no allocation); one that is still running is driven by [`Drive`].
+    fn run(&mut self, info: DeliveryInfo, body: T, ctx: &mut Context<Self>) {
+        // The first poll uses a no-op waker: if the future is not ready, `Drive` polls it again
+        // with the actor's waker before anything could have woken it.
+        let mut cx = TaskContext::from_waker(Waker::noop());
+        let poll = self.handler.start(info, body, &mut cx);
+        if self.settle(poll, &mut cx).is_pending() {
+            ctx.spawn(Drive);
+        }
+    }
+
+    /// Acts on handler outcomes for as long as handlers finish; `Pending` while one runs.
+    fn settle(&mut self, mut poll: Poll<HandlerOutcome>, cx: &mut TaskContext<'_>) -> Poll<()> {
+        while let Poll::Ready(outcome) = poll {
+            let completion = self.core.handle_outcome(&outcome, now());
+            if let Some((reply_to, ack)) = completion.ack {
+                reply_to.do_send(ack);
+            }
+            let Some((info, body)) = completion.next else {
+                return Poll::Ready(());
+            };
+            poll = self.handler.start(info, body, cx);
+        }
+        Poll::Pending
+    }
+
+    fn dead_letter(&self, reason: DeadLetterReason, header: Header) {
+        if let Some(sink) = &self.dead_letters {
+            sink.do_send(DeadLetter {
+                reason,
+                producer_id: header.producer_id,
+                incarnation: header.incarnation,
+                seq: header.seq,
+            });
+        }
+    }
+
+    fn arm_sweep(&mut self, ctx: &mut Context<Self>) {
+        self.alarm.arm(self.core.next_deadline(), ctx, |act, ctx| {
+            act.alarm.fired();
+            act.core.handle_timeout(now());
+            act.arm_sweep(ctx);
+        });
+    }
+}
+
+// The controller is never structurally pinned: a body type that is not `Unpin` is fine.
+impl<T: Send + 'static> Unpin for ConsumerController<T> {}
+
+/// Drives a handler future that did not finish on its first poll (and the ones queued behind
+/// it), inside the consumer's context so the mailbox keeps flowing.
+struct Drive;
+
+impl<T: Send + 'static> ActorFuture<ConsumerController<T>> for Drive {
+    type Output = ();
+
+    fn poll(
+        self: Pin<&mut Self>,
+        act: &mut ConsumerController<T>,
+        _: &mut Context<ConsumerController<T>>,
+        cx: &mut TaskContext<'_>,
+    ) -> Poll<()> {
+        if !act.core.is_running() {
+            return Poll::Ready(()); // state cleared meanwhile (restart)
+        }
+        let poll = act.handler.resume(cx);
+        act.settle(poll, cx)
+    }
+}
+
+impl<T: Send + 'static> Actor for ConsumerController<T> {
+    type Context = Context<Self>;
+
+    fn stopped(&mut self, _: &mut Context<Self>) {
+        self.core.clear();
+    }
+}
+
+impl<T: Send + 'static> Supervised for ConsumerController<T> {
+    fn restarting(&mut self, _: &mut Context<Self>) {
+        self.core.clear();
+        self.alarm = Alarm::default();
+    }
+}
+
+impl<T: Send + 'static> Handler<Delivery<T>> for ConsumerController<T> {
+    type Result = ();
+
+    fn handle(&mut self, delivery: Delivery<T>, ctx: &mut Context<Self>) {
+        match self.core.handle_delivery(delivery.into_inbound(), now()) {
+            Step::Run(info, body) => self.run(info, body, ctx),
+            Step::Ack(reply_to, ack) => reply_to.do_send(ack),
+            Step::Hold => {}
+            Step::DeadLetter(reason, header) => self.dead_letter(reason, header),
+        }
+        self.arm_sweep(ctx);
+    }
+}
+
+impl<T: Send + 'static> Handler<GetConsumerStats> for ConsumerController<T> {
+    type Result = MessageResult<GetConsumerStats>;
+
+    fn handle(&mut self, _: GetConsumerStats, _: &mut Context<Self>) -> Self::Result {
+        MessageResult(self.core.stats())
+    }
+}
+
+impl<T: Send + 'static> Handler<GetOutOfOrder> for ConsumerController<T> {
+    type Result = Option<usize>;
+
+    fn handle(&mut self, query: GetOutOfOrder, _: &mut Context<Self>) -> Option<usize> {
+        self.core.out_of_order_for(query.0.as_str())
+    }
+}
+
+impl<T: Send + 'static> Handler<StopConsumer> for ConsumerController<T> {
+    type Result = ();
+
+    fn handle(&mut self, _: StopConsumer, ctx: &mut Context<Self>) {
+        ctx.stop();
+    }
+}
+
+/// The application's side of a consumer: the address producers send to, and observability.
+pub struct ConsumerHandle<T: Send + 'static> {
+    addr: Addr<ConsumerController<T>>,
+}
+
+impl<T: Send + 'static> Clone for ConsumerHandle<T> {
+    fn clone(&self) -> Self {
+        Self {
+            addr: self.addr.clone(),
+        }
+    }
+}
+
+impl<T: Send + 'static> ConsumerHandle<T> {
+    /// A handle for a consumer started elsewhere.
+    pub fn new(addr: Addr<ConsumerController<T>>) -> Self {
+        Self { addr }
+    }
+
+    /// Where producers send deliveries (the consumer's "ref").
+    pub fn recipient(&self) -> Recipient<Delivery<T>> {
+        self.addr.clone().recipient()
+    }
+
+    /// The consumer actor's address.
+    pub fn addr(&self) -> &Addr<ConsumerController<T>> {
+        &self.addr
+    }
+
+    /// The consumer's counters.
+    ///
+    /// # Errors
+    /// [`MailboxError`] if the consumer has stopped.
+    pub async fn stats(&self) -> Result<ConsumerStats, MailboxError> {
+        self.addr.send(GetConsumerStats).await
+    }
+
+    /// How many producers the consumer keeps dedup state for (at most `max_producers`).
+    ///
+    /// # Errors
+    /// [`MailboxError`] if the consumer has stopped.
+    pub async fn tracked_producers(&self) -> Result<usize, MailboxError> {
+        Ok(self.stats().await?.tracked_producers)
+    }
+
+    /// How many seqs of producer `id` were handled out of order and are held above its
+    /// contiguous mark (`None` if the producer is not tracked).
+    ///
+    /// # Errors
+    /// [`MailboxError`] if the consumer has stopped.
+    pub async fn out_of_order_for(
+        &self,
+        id: impl Into<ProducerId>,
+    ) -> Result<Option<usize>, MailboxError> {
+        self.addr.send(GetOutOfOrder(id.into())).await
+    }
+
+    /// Stops the consumer; its dedup state is dropped.
+    pub fn stop(&self) {
+        self.addr.do_send(StopConsumer);
+    }
+}
+
+impl<T: Send + 'static> std::fmt::Debug for ConsumerHandle<T> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ConsumerHandle").finish_non_exhaustive()
+    }
+}

@@ -1,0 +1,60 @@
+//! `ReliableDelivery`: spawn a producer or a consumer in one call.
+
+use actix::{Actor, ArbiterHandle};
+
+use crate::consumer::{ConsumerController, ConsumerHandle};
+use crate::options::{ConsumerOptions, ProducerOptions};
+use crate::producer::{ProducerController, ProducerHandle};
+
+/// The entry point: spawns controllers and returns their handles.
+///
+/// ```
+/// use actix_delivery::{ConsumerOptions, DeliveryHandler, ProducerOptions, ReliableDelivery};
+///
+/// # #[actix::main] async fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// let consumer = ReliableDelivery::consumer(
+///     ConsumerOptions::builder(DeliveryHandler::from_fn(|n: u64| async move {
+///         println!("handling {n}");
+///         Ok::<(), String>(())
+///     }))
+///     .build()?,
+/// );
+/// let producer = ReliableDelivery::producer(ProducerOptions::builder(consumer.recipient()).build()?);
+/// producer.send(42).await?; // resolves once the consumer's handler succeeded and ACKed
+/// # Ok(()) }
+/// ```
+#[derive(Debug)]
+pub struct ReliableDelivery;
+
+impl ReliableDelivery {
+    /// Starts a consumer on the current arbiter.
+    pub fn consumer<T: Send + 'static>(options: ConsumerOptions<T>) -> ConsumerHandle<T> {
+        ConsumerHandle::new(ConsumerController::new(options).start())
+    }
+
+    /// Starts a consumer on another arbiter (thread). The options are built there, by
+    /// `options`, because a handler's future need not be `Send`.
+    pub fn consumer_in<T, F>(arbiter: &ArbiterHandle, options: F) -> ConsumerHandle<T>
+    where
+        T: Send + 'static,
+        F: FnOnce() -> ConsumerOptions<T> + Send + 'static,
+    {
+        let addr = ConsumerController::start_in_arbiter(arbiter, move |_| {
+            ConsumerController::new(options())
+        });
+        ConsumerHandle::new(addr)
+    }
+
+    /// Starts a producer on the current arbiter.
+    pub fn producer<T: Clone + Send + 'static>(options: ProducerOptions<T>) -> ProducerHandle<T> {
+        ProducerHandle::start(ProducerController::new(options))
+    }
+
+    /// Starts a producer on another arbiter (thread).
+    pub fn producer_in<T: Clone + Send + 'static>(
+        arbiter: &ArbiterHandle,
+        options: ProducerOptions<T>,
+    ) -> ProducerHandle<T> {
+        ProducerHandle::start_in_arbiter(arbiter, ProducerController::new(options))
+    }
+}

@@ -1,0 +1,153 @@
+//! The user's handler, as the consumer runs it: created, polled in place, one run at a time.
+
+use std::fmt::Display;
+use std::future::Future;
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::pin::Pin;
+use std::task::{Context, Poll};
+
+use actix::{Message, Recipient};
+
+use crate::protocol::consumer::HandlerOutcome;
+use crate::protocol::envelope::DeliveryInfo;
+
+/// What a consumer runs for each new message: a closure returning a future of
+/// `Result<(), E>`, or an existing actor's `Recipient`.
+///
+/// `Ok(())` means "handled": the consumer records the seq and ACKs it. An error (or a panic)
+/// means "not handled": no ACK, and the producer retransmits later. A handler that swallows its
+/// own failure and returns `Ok(())` gets its message ACKed and never retried; see the crate
+/// docs.
+///
+/// The consumer runs one handler at a time and polls it in a slot allocated once, so a handler
+/// whose future is ready at once costs no allocation and no task switch.
+pub struct DeliveryHandler<T>(Box<dyn Slot<T>>);
+
+impl<T: 'static> DeliveryHandler<T> {
+    /// A handler that receives the message body.
+    ///
+    /// ```
+    /// # use actix_delivery::DeliveryHandler;
+    /// let handler = DeliveryHandler::from_fn(|order: String| async move {
+    ///     if order.is_empty() {
+    ///         return Err("empty order"); // not ACKed: the producer retransmits
+    ///     }
+    ///     Ok(())
+    /// });
+    /// ```
+    pub fn from_fn<F, Fut, E>(mut handler: F) -> Self
+    where
+        F: FnMut(T) -> Fut + 'static,
+        Fut: Future<Output = Result<(), E>> + 'static,
+        E: Display + 'static,
+    {
+        Self::from_fn_with_info(move |_, body| handler(body))
+    }
+
+    /// A handler that also receives the message's [`DeliveryInfo`] (producer id, incarnation,
+    /// seq): what an effectively-once handler stores with its business state to recognise a
+    /// re-run.
+    pub fn from_fn_with_info<F, Fut, E>(handler: F) -> Self
+    where
+        F: FnMut(DeliveryInfo, T) -> Fut + 'static,
+        Fut: Future<Output = Result<(), E>> + 'static,
+        E: Display + 'static,
+    {
+        Self(Box::new(FnSlot {
+            handler,
+            running: Box::pin(None),
+        }))
+    }
+
+    /// Forwards each new message to an existing actor and treats its `Result` reply as the
+    /// outcome, so an existing actor becomes a reliable consumer without changes. If the
+    /// actor is gone (mailbox error), the message is not ACKed.
+    pub fn forward_to<E>(recipient: Recipient<T>) -> Self
+    where
+        T: Message<Result = Result<(), E>> + Send,
+        E: Display + Send + 'static,
+    {
+        Self::from_fn(move |body: T| {
+            let reply = recipient.send(body);
+            async move {
+                match reply.await {
+                    Ok(result) => result.map_err(|error| error.to_string()),
+                    Err(mailbox) => Err(format!("the target actor did not answer: {mailbox}")),
+                }
+            }
+        })
+    }
+
+    /// Starts the handler for a message and polls it once.
+    pub(crate) fn start(
+        &mut self,
+        info: DeliveryInfo,
+        body: T,
+        cx: &mut Context<'_>,
+    ) -> Poll<HandlerOutcome> {
+        self.0.start(info, body, cx)
+    }
+
+    /// Polls the running handler.
+    pub(crate) fn resume(&mut self, cx: &mut Context<'_>) -> Poll<HandlerOutcome> {
+        self.0.resume(cx)
+    }
+}
+
+impl<T> std::fmt::Debug for DeliveryHandler<T> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("DeliveryHandler")
+    }
+}
+
+trait Slot<T> {
+    fn start(&mut self, info: DeliveryInfo, body: T, cx: &mut Context<'_>) -> Poll<HandlerOutcome>;
+    fn resume(&mut self, cx: &mut Context<'_>) -> Poll<HandlerOutcome>;
+}
+
+/// A closure handler and the one future it has running, pinned in a box allocated once.
+struct FnSlot<F, Fut> {
+    handler: F,
+    running: Pin<Box<Option<Fut>>>,
+}
+
+impl<T, F, Fut, E> Slot<T> for FnSlot<F, Fut>
+where
+    F: FnMut(DeliveryInfo, T) -> Fut,
+    Fut: Future<Output = Result<(), E>>,
+    E: Display,
+{
+    fn start(&mut self, info: DeliveryInfo, body: T, cx: &mut Context<'_>) -> Poll<HandlerOutcome> {
+        match catch_unwind(AssertUnwindSafe(|| (self.handler)(info, body))) {
+            Ok(future) => self.running.set(Some(future)),
+            Err(panic) => return Poll::Ready(HandlerOutcome::Panicked(panic_message(&*panic))),
+        }
+        self.resume(cx)
+    }
+
+    fn resume(&mut self, cx: &mut Context<'_>) -> Poll<HandlerOutcome> {
+        let Some(future) = self.running.as_mut().as_pin_mut() else {
+            debug_assert!(false, "resumed a handler that is not running");
+            return Poll::Pending;
+        };
+        let outcome = match catch_unwind(AssertUnwindSafe(|| future.poll(cx))) {
+            Ok(Poll::Pending) => return Poll::Pending,
+            Ok(Poll::Ready(Ok(()))) => HandlerOutcome::Succeeded,
+            Ok(Poll::Ready(Err(error))) => HandlerOutcome::Failed(error.to_string()),
+            Err(panic) => HandlerOutcome::Panicked(panic_message(&*panic)),
+        };
+        // Dropping the finished future runs user code too; contain a panic there as well.
+        if catch_unwind(AssertUnwindSafe(|| self.running.set(None))).is_err() {
+            log::error!("dropping a finished handler future panicked");
+        }
+        Poll::Ready(outcome)
+    }
+}
+
+fn panic_message(panic: &(dyn std::any::Any + Send)) -> String {
+    panic
+        .downcast_ref::<&str>()
+        .map(|s| s.to_string())
+        .or_else(|| panic.downcast_ref::<String>().cloned())
+        .unwrap_or_else(|| "a non-string panic payload".into())
+}

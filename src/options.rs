@@ -1,0 +1,236 @@
+//! Validated options for both controllers, as builders or from plain config structs.
+//!
+//! Precedence: a value set on the builder wins over one loaded with `.config(…)`, which wins
+//! over the default, whatever order the calls come in.
+
+use std::time::Duration;
+
+use actix::Recipient;
+
+use crate::config::{Backoff, ConsumerConfig, Limit, ProducerConfig};
+use crate::dead_letter::DeadLetter;
+use crate::error::OptionsError;
+use crate::handler::DeliveryHandler;
+use crate::message::Delivery;
+
+type Setter<C> = Box<dyn FnOnce(&mut C) + Send>;
+
+/// Everything a [`ProducerController`](crate::ProducerController) needs, validated.
+#[derive(Debug)]
+pub struct ProducerOptions<T: Send + 'static> {
+    consumer: Recipient<Delivery<T>>,
+    config: ProducerConfig,
+}
+
+impl<T: Send + 'static> ProducerOptions<T> {
+    /// Starts a builder; `consumer` is where deliveries go (e.g.
+    /// [`ConsumerHandle::recipient`](crate::ConsumerHandle::recipient)).
+    pub fn builder(consumer: Recipient<Delivery<T>>) -> ProducerOptionsBuilder<T> {
+        ProducerOptionsBuilder {
+            consumer,
+            loaded: ProducerConfig::default(),
+            explicit: Vec::new(),
+        }
+    }
+
+    /// Options from a plain config struct.
+    ///
+    /// # Errors
+    /// [`OptionsError`] naming the first invalid field.
+    pub fn new(
+        consumer: Recipient<Delivery<T>>,
+        config: ProducerConfig,
+    ) -> Result<Self, OptionsError> {
+        config.validate()?;
+        Ok(Self { consumer, config })
+    }
+
+    /// The validated settings.
+    pub fn config(&self) -> &ProducerConfig {
+        &self.config
+    }
+
+    pub(crate) fn into_parts(self) -> (Recipient<Delivery<T>>, ProducerConfig) {
+        (self.consumer, self.config)
+    }
+}
+
+/// Builds [`ProducerOptions`]; see [`ProducerConfig`] for each setting's default and rule.
+pub struct ProducerOptionsBuilder<T: Send + 'static> {
+    consumer: Recipient<Delivery<T>>,
+    loaded: ProducerConfig,
+    explicit: Vec<Setter<ProducerConfig>>,
+}
+
+impl<T: Send + 'static> ProducerOptionsBuilder<T> {
+    /// Loaded settings (e.g. from the application's config file); values set on the builder
+    /// still win.
+    pub fn config(mut self, config: ProducerConfig) -> Self {
+        self.loaded = config;
+        self
+    }
+
+    /// At most this many un-ACKed messages in flight (default 16).
+    pub fn window_size(self, window_size: usize) -> Self {
+        self.set(move |c| c.window_size = window_size)
+    }
+
+    /// Retransmit an un-ACKed message after this long (default 500 ms).
+    pub fn resend_timeout(self, resend_timeout: Duration) -> Self {
+        self.set(move |c| c.resend_timeout = resend_timeout)
+    }
+
+    /// The producer's id (default `producer-` + 16 random hex digits).
+    pub fn producer_id(self, producer_id: impl Into<String>) -> Self {
+        let producer_id = producer_id.into();
+        self.set(move |c| c.producer_id = Some(producer_id))
+    }
+
+    /// At most this many messages wait for the window (default 100 000).
+    pub fn max_pending(self, max_pending: usize) -> Self {
+        self.set(move |c| c.max_pending = max_pending)
+    }
+
+    /// Give a message up after this many transmissions (default unbounded).
+    pub fn max_attempts(self, max_attempts: impl Into<Limit<u32>>) -> Self {
+        let max_attempts = max_attempts.into();
+        self.set(move |c| c.max_attempts = max_attempts)
+    }
+
+    /// How the wait between retransmissions grows (default fixed).
+    pub fn backoff(self, backoff: Backoff) -> Self {
+        self.set(move |c| c.backoff = backoff)
+    }
+
+    /// Validates and returns the options.
+    ///
+    /// # Errors
+    /// [`OptionsError`] naming the first invalid field.
+    pub fn build(self) -> Result<ProducerOptions<T>, OptionsError> {
+        let mut config = self.loaded;
+        for set in self.explicit {
+            set(&mut config);
+        }
+        ProducerOptions::new(self.consumer, config)
+    }
+
+    fn set(mut self, setter: impl FnOnce(&mut ProducerConfig) + Send + 'static) -> Self {
+        self.explicit.push(Box::new(setter));
+        self
+    }
+}
+
+/// Everything a [`ConsumerController`](crate::ConsumerController) needs, validated.
+#[derive(Debug)]
+pub struct ConsumerOptions<T> {
+    handler: DeliveryHandler<T>,
+    config: ConsumerConfig,
+    dead_letters: Option<Recipient<DeadLetter>>,
+}
+
+impl<T: 'static> ConsumerOptions<T> {
+    /// Starts a builder around the handler that processes each new message.
+    pub fn builder(handler: DeliveryHandler<T>) -> ConsumerOptionsBuilder<T> {
+        ConsumerOptionsBuilder {
+            handler,
+            loaded: ConsumerConfig::default(),
+            explicit: Vec::new(),
+            dead_letters: None,
+        }
+    }
+
+    /// Options from a plain config struct (no dead-letter sink).
+    ///
+    /// # Errors
+    /// [`OptionsError`] naming the first invalid field.
+    pub fn new(handler: DeliveryHandler<T>, config: ConsumerConfig) -> Result<Self, OptionsError> {
+        config.validate()?;
+        Ok(Self {
+            handler,
+            config,
+            dead_letters: None,
+        })
+    }
+
+    /// The validated settings.
+    pub fn config(&self) -> &ConsumerConfig {
+        &self.config
+    }
+
+    pub(crate) fn into_parts(
+        self,
+    ) -> (
+        DeliveryHandler<T>,
+        ConsumerConfig,
+        Option<Recipient<DeadLetter>>,
+    ) {
+        (self.handler, self.config, self.dead_letters)
+    }
+}
+
+/// Builds [`ConsumerOptions`]; see [`ConsumerConfig`] for each setting's default and rule.
+pub struct ConsumerOptionsBuilder<T> {
+    handler: DeliveryHandler<T>,
+    loaded: ConsumerConfig,
+    explicit: Vec<Setter<ConsumerConfig>>,
+    dead_letters: Option<Recipient<DeadLetter>>,
+}
+
+impl<T: 'static> ConsumerOptionsBuilder<T> {
+    /// Loaded settings (e.g. from the application's config file); values set on the builder
+    /// still win.
+    pub fn config(mut self, config: ConsumerConfig) -> Self {
+        self.loaded = config;
+        self
+    }
+
+    /// Dedup windows kept at once, least recently used evicted beyond (default 1024).
+    pub fn max_producers(self, max_producers: impl Into<Limit<usize>>) -> Self {
+        let max_producers = max_producers.into();
+        self.set(move |c| c.max_producers = max_producers)
+    }
+
+    /// Sweep a producer's window after this long without a delivery (default 300 s;
+    /// `Limit::Unbounded` never sweeps and arms no timer).
+    pub fn producer_idle_ttl(self, ttl: impl Into<Limit<Duration>>) -> Self {
+        let ttl = ttl.into();
+        self.set(move |c| c.producer_idle_ttl = ttl)
+    }
+
+    /// Seqs retained above a producer's contiguous mark (default 1024).
+    pub fn max_out_of_order(self, max_out_of_order: impl Into<Limit<usize>>) -> Self {
+        let max_out_of_order = max_out_of_order.into();
+        self.set(move |c| c.max_out_of_order = max_out_of_order)
+    }
+
+    /// Run each producer's messages strictly in seq order (default false). Deliveries that
+    /// arrive ahead of their turn are refused and retransmitted by the producer.
+    pub fn ordered(self, ordered: bool) -> Self {
+        self.set(move |c| c.ordered = ordered)
+    }
+
+    /// Where malformed deliveries are reported (they are counted and logged either way).
+    pub fn dead_letters(mut self, sink: Recipient<DeadLetter>) -> Self {
+        self.dead_letters = Some(sink);
+        self
+    }
+
+    /// Validates and returns the options.
+    ///
+    /// # Errors
+    /// [`OptionsError`] naming the first invalid field.
+    pub fn build(self) -> Result<ConsumerOptions<T>, OptionsError> {
+        let mut config = self.loaded;
+        for set in self.explicit {
+            set(&mut config);
+        }
+        let mut options = ConsumerOptions::new(self.handler, config)?;
+        options.dead_letters = self.dead_letters;
+        Ok(options)
+    }
+
+    fn set(mut self, setter: impl FnOnce(&mut ConsumerConfig) + Send + 'static) -> Self {
+        self.explicit.push(Box::new(setter));
+        self
+    }
+}

@@ -1,0 +1,312 @@
+//! The producer actor and the handle applications use to send through it.
+
+use std::future::Future;
+use std::sync::Arc;
+
+use actix::prelude::*;
+use tokio::sync::{Semaphore, TryAcquireError};
+
+use crate::alarm::{now, Alarm};
+use crate::confirmation::Confirmation;
+use crate::error::{DeliveryError, TellError};
+use crate::message::{Delivery, GetProducerStats, ReplyTo, StopProducer, Tell};
+use crate::options::ProducerOptions;
+use crate::protocol::envelope::{Ack, Incarnation, ProducerId};
+use crate::protocol::producer::{ProducerCore, ProducerStats};
+
+/// The sending side of reliable delivery: numbers messages, keeps at most `window_size` of them
+/// in flight to the consumer, queues the rest (up to `max_pending`), retransmits each until
+/// it is ACKed, and settles each message's [`Confirmation`] exactly once.
+///
+/// Usually started through [`ReliableDelivery::producer`](crate::ReliableDelivery::producer),
+/// which returns a [`ProducerHandle`]. Started directly, feed it [`Tell`] messages and stop it
+/// with [`StopProducer`] (it holds its own reply address, so it does not stop by itself when
+/// other addresses are dropped).
+///
+/// Every start and every restart (under a `Supervisor`) draws a fresh 128-bit incarnation from
+/// the OS CSPRNG and numbers messages from 1 again; messages not yet confirmed when it stops or
+/// restarts are settled with [`DeliveryError::ProducerStopped`].
+pub struct ProducerController<T: Clone + Send + 'static> {
+    core: ProducerCore<T, Confirmation>,
+    consumer: Recipient<Delivery<T>>,
+    reply_to: Option<ReplyTo>,
+    alarm: Alarm,
+    /// Room for messages not yet settled (`window_size + max_pending`), shared with handles.
+    room: Arc<Semaphore>,
+    stop_when_idle: bool,
+}
+
+impl<T: Clone + Send + 'static> ProducerController<T> {
+    /// A producer with validated options; start it like any actor.
+    pub fn new(options: ProducerOptions<T>) -> Self {
+        let (consumer, config) = options.into_parts();
+        let room =
+            (config.window_size.saturating_add(config.max_pending)).min(Semaphore::MAX_PERMITS);
+        Self {
+            core: ProducerCore::new(&config, Incarnation::random()),
+            consumer,
+            reply_to: None,
+            alarm: Alarm::default(),
+            room: Arc::new(Semaphore::new(room)),
+            stop_when_idle: false,
+        }
+    }
+
+    /// This producer's id.
+    pub fn producer_id(&self) -> &ProducerId {
+        self.core.id()
+    }
+
+    /// Sends what the core asks for, settles what it settled, and re-arms the timer.
+    fn flush(&mut self, ctx: &mut Context<Self>) {
+        if let Some(reply_to) = &self.reply_to {
+            while let Some(transmission) = self.core.poll_transmit() {
+                self.consumer
+                    .do_send(Delivery::new(transmission, reply_to.clone()));
+            }
+        }
+        while let Some((confirmation, result)) = self.core.poll_settled() {
+            confirmation.settle(result);
+        }
+        if self.stop_when_idle && self.core.is_idle() {
+            ctx.stop();
+            return;
+        }
+        self.alarm.arm(self.core.next_deadline(), ctx, |act, ctx| {
+            act.alarm.fired();
+            act.core.handle_timeout(now());
+            act.flush(ctx);
+        });
+    }
+
+    /// Settles everything still unconfirmed with `ProducerStopped`.
+    fn settle_all(&mut self) {
+        self.core.stop();
+        while let Some((confirmation, result)) = self.core.poll_settled() {
+            confirmation.settle(result);
+        }
+    }
+}
+
+// The controller is never structurally pinned: a body type that is not `Unpin` is fine.
+impl<T: Clone + Send + 'static> Unpin for ProducerController<T> {}
+
+impl<T: Clone + Send + 'static> Actor for ProducerController<T> {
+    type Context = Context<Self>;
+
+    fn started(&mut self, ctx: &mut Context<Self>) {
+        self.reply_to = Some(ReplyTo::from(ctx.address().recipient::<Ack>()));
+        self.flush(ctx);
+    }
+
+    fn stopped(&mut self, _: &mut Context<Self>) {
+        self.settle_all();
+        // Drop the self-reference so the actor can be freed.
+        self.reply_to = None;
+    }
+}
+
+impl<T: Clone + Send + 'static> Supervised for ProducerController<T> {
+    fn restarting(&mut self, _: &mut Context<Self>) {
+        self.settle_all();
+        self.alarm = Alarm::default();
+        self.stop_when_idle = false;
+        self.core.restart(Incarnation::random());
+    }
+}
+
+impl<T: Clone + Send + 'static> Handler<Tell<T>> for ProducerController<T> {
+    type Result = Result<(), TellError<T>>;
+
+    fn handle(&mut self, tell: Tell<T>, ctx: &mut Context<Self>) -> Self::Result {
+        let result = self.core.handle_send(tell.body, tell.confirm, now());
+        self.flush(ctx);
+        result.map_err(TellError::QueueFull)
+    }
+}
+
+impl<T: Clone + Send + 'static> Handler<Ack> for ProducerController<T> {
+    type Result = ();
+
+    fn handle(&mut self, ack: Ack, ctx: &mut Context<Self>) {
+        if self.core.handle_ack(&ack, now()) {
+            self.flush(ctx);
+        }
+    }
+}
+
+impl<T: Clone + Send + 'static> Handler<StopProducer> for ProducerController<T> {
+    type Result = ();
+
+    fn handle(&mut self, _: StopProducer, ctx: &mut Context<Self>) {
+        ctx.stop();
+    }
+}
+
+impl<T: Clone + Send + 'static> Handler<GetProducerStats> for ProducerController<T> {
+    type Result = MessageResult<GetProducerStats>;
+
+    fn handle(&mut self, _: GetProducerStats, _: &mut Context<Self>) -> Self::Result {
+        MessageResult(self.core.stats())
+    }
+}
+
+/// Sent when the last [`ProducerHandle`] is dropped: stop once everything is settled.
+#[derive(Message)]
+#[rtype(result = "()")]
+struct HandlesDropped;
+
+impl<T: Clone + Send + 'static> Handler<HandlesDropped> for ProducerController<T> {
+    type Result = ();
+
+    fn handle(&mut self, _: HandlesDropped, ctx: &mut Context<Self>) {
+        self.stop_when_idle = true;
+        self.flush(ctx);
+    }
+}
+
+/// The application's side of a producer: `tell`, `send().await`, `stop()`. Cheap to clone.
+///
+/// When the last clone is dropped, the producer finishes delivering what it holds and then
+/// stops; [`stop`](Self::stop) stops it at once.
+pub struct ProducerHandle<T: Clone + Send + 'static> {
+    shared: Arc<Shared<T>>,
+}
+
+struct Shared<T: Clone + Send + 'static> {
+    addr: Addr<ProducerController<T>>,
+    room: Arc<Semaphore>,
+    producer_id: ProducerId,
+}
+
+impl<T: Clone + Send + 'static> Drop for Shared<T> {
+    fn drop(&mut self) {
+        self.addr.do_send(HandlesDropped);
+    }
+}
+
+impl<T: Clone + Send + 'static> Clone for ProducerHandle<T> {
+    fn clone(&self) -> Self {
+        Self {
+            shared: self.shared.clone(),
+        }
+    }
+}
+
+impl<T: Clone + Send + 'static> ProducerHandle<T> {
+    /// Starts `producer` on the current arbiter and returns its handle.
+    pub fn start(producer: ProducerController<T>) -> Self {
+        let room = producer.room.clone();
+        let producer_id = producer.producer_id().clone();
+        let addr = producer.start();
+        Self::from_parts(addr, room, producer_id)
+    }
+
+    /// Starts a producer on another arbiter (thread) and returns its handle.
+    pub fn start_in_arbiter(arbiter: &ArbiterHandle, producer: ProducerController<T>) -> Self {
+        let room = producer.room.clone();
+        let producer_id = producer.producer_id().clone();
+        let addr = ProducerController::start_in_arbiter(arbiter, move |_| producer);
+        Self::from_parts(addr, room, producer_id)
+    }
+
+    fn from_parts(
+        addr: Addr<ProducerController<T>>,
+        room: Arc<Semaphore>,
+        producer_id: ProducerId,
+    ) -> Self {
+        Self {
+            shared: Arc::new(Shared {
+                addr,
+                room,
+                producer_id,
+            }),
+        }
+    }
+
+    /// Hands a message to the producer without waiting. `confirm` fires exactly once with the
+    /// outcome: a closure `|result: Result<(), DeliveryError>| …`, or [`Confirmation::none()`].
+    ///
+    /// # Errors
+    /// [`TellError::QueueFull`] when `max_pending` messages already wait for the window, and
+    /// [`TellError::Stopped`] when the producer has stopped; both hand the body back, and
+    /// `confirm` fires with the matching [`DeliveryError`].
+    pub fn tell(&self, body: T, confirm: impl Into<Confirmation>) -> Result<(), TellError<T>> {
+        let confirm = confirm.into();
+        if !self.shared.addr.connected() {
+            confirm.settle(Err(DeliveryError::ProducerStopped));
+            return Err(TellError::Stopped(body));
+        }
+        match self.shared.room.clone().try_acquire_owned() {
+            Ok(permit) => {
+                let confirm = confirm.holding(permit);
+                self.shared.addr.do_send(Tell { body, confirm });
+                Ok(())
+            }
+            Err(TryAcquireError::NoPermits) => {
+                confirm.settle(Err(DeliveryError::QueueFull));
+                Err(TellError::QueueFull(body))
+            }
+            Err(TryAcquireError::Closed) => {
+                confirm.settle(Err(DeliveryError::ProducerStopped));
+                Err(TellError::Stopped(body))
+            }
+        }
+    }
+
+    /// Sends a message and resolves when it is confirmed. Waits for room first when the
+    /// pending queue is full (backpressure).
+    ///
+    /// # Errors
+    /// The [`DeliveryError`] that settled the message: the producer stopped, or gave the
+    /// message up after `max_attempts` transmissions.
+    pub fn send(&self, body: T) -> impl Future<Output = Result<(), DeliveryError>> + 'static {
+        let shared = self.shared.clone();
+        async move {
+            let permit = shared
+                .room
+                .clone()
+                .acquire_owned()
+                .await
+                .map_err(|_| DeliveryError::ProducerStopped)?;
+            let (confirm, outcome) = Confirmation::channel();
+            shared.addr.do_send(Tell {
+                body,
+                confirm: confirm.holding(permit),
+            });
+            outcome.await.unwrap_or(Err(DeliveryError::ProducerStopped))
+        }
+    }
+
+    /// Stops the producer now; every unconfirmed message is settled with
+    /// [`DeliveryError::ProducerStopped`].
+    pub fn stop(&self) {
+        self.shared.addr.do_send(StopProducer);
+    }
+
+    /// The producer's counters.
+    ///
+    /// # Errors
+    /// [`MailboxError`] if the producer has stopped.
+    pub async fn stats(&self) -> Result<ProducerStats, MailboxError> {
+        self.shared.addr.send(GetProducerStats).await
+    }
+
+    /// The producer's id (what consumers key their dedup state by).
+    pub fn producer_id(&self) -> &ProducerId {
+        &self.shared.producer_id
+    }
+
+    /// The producer actor's address.
+    pub fn addr(&self) -> &Addr<ProducerController<T>> {
+        &self.shared.addr
+    }
+}
+
+impl<T: Clone + Send + 'static> std::fmt::Debug for ProducerHandle<T> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ProducerHandle")
+            .field("producer_id", &self.shared.producer_id)
+            .finish_non_exhaustive()
+    }
+}

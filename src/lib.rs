@@ -1,4 +1,154 @@
-#![doc = "actix-delivery (docs to come)"]
+//! Reliable, flow-controlled delivery between Actix actors: every message handled at least
+//! once, retransmitted on loss, deduplicated, with backpressure and a confirmation per message.
+//!
+//! A [`ProducerController`] sends messages to a [`ConsumerController`]; the consumer runs your
+//! handler for each new message and acknowledges (ACKs) it only when the handler returned
+//! `Ok`; the producer retransmits until it gets the ACK and then tells you.
+//!
+//! ```text
+//!  your code                ProducerController                 ConsumerController         your handler
+//!  tell(body, confirm) ──▶  queue (≤ max_pending)
+//!  send(body).await         window (≤ window_size in flight)
+//!                           seq, incarnation ── Delivery ──▶   admission → dedup ──new──▶ handler(body)
+//!                           retransmit every                         │ duplicate: re-ACK    │ Ok(())
+//!                           resend_timeout                           ▼                      ▼
+//!  confirm(Ok(())) ◀─────── ACK valid? ◀───────── Ack ──────────  record seq ◀──────────────┘
+//! ```
+//!
+//! # Quick start
+//!
+//! ```
+//! use actix_delivery::{ConsumerOptions, DeliveryError, DeliveryHandler, ProducerOptions, ReliableDelivery};
+//!
+//! # #[actix::main] async fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! let consumer = ReliableDelivery::consumer(
+//!     ConsumerOptions::builder(DeliveryHandler::from_fn(|order: String| async move {
+//!         println!("processing {order}");
+//!         Ok::<(), std::io::Error>(()) // an Err here means "not done": no ACK, retried later
+//!     }))
+//!     .build()?,
+//! );
+//! let producer = ReliableDelivery::producer(ProducerOptions::builder(consumer.recipient()).build()?);
+//!
+//! // Fire and get called back exactly once ...
+//! producer.tell("espresso".to_string(), |result: Result<(), DeliveryError>| {
+//!     println!("confirmed: {result:?}");
+//! })?;
+//! // ... or await the confirmation (and wait for room when the queue is full).
+//! producer.send("latte".to_string()).await?;
+//! # Ok(()) }
+//! ```
+//!
+//! An existing actor becomes a reliable consumer with [`DeliveryHandler::forward_to`]; a handler
+//! that needs the producer id, incarnation and seq uses [`DeliveryHandler::from_fn_with_info`].
+//!
+//! # Guarantees
+//!
+//! - **At least once.** Every message told to a running producer is handled by a successful
+//!   handler run at least once, or its confirmation reports why not
+//!   ([`DeliveryError::ProducerStopped`], [`DeliveryError::GaveUp`] after `max_attempts`,
+//!   [`DeliveryError::QueueFull`]). Lost deliveries and lost ACKs are recovered by
+//!   retransmission every `resend_timeout`.
+//! - **Duplicates suppressed while the consumer lives.** The consumer remembers, per producer id
+//!   and incarnation, which seqs were handled; a retransmission or duplicated delivery of a
+//!   handled seq is re-ACKed without running the handler, and a retransmission of a seq whose
+//!   handler is still running is dropped (its ACK follows the run).
+//! - **Confirmation exactly once.** Each message's confirmation fires once: `Ok(())` when the
+//!   consumer's ACK reached the producer, an error otherwise. A confirmation means the consumer
+//!   took responsibility for the message: for a retransmission, the handler may have run on an
+//!   earlier attempt, not this one.
+//! - **Flow control.** At most `window_size` messages are in flight; up to `max_pending` more
+//!   wait in the producer. [`ProducerHandle::tell`] hands the body back when the queue is full,
+//!   [`ProducerHandle::send`] waits for room.
+//! - **Forged or stale ACKs are ignored.** The producer acts on an ACK only if it carries its
+//!   id, its current 128-bit incarnation (drawn from the OS CSPRNG at every start, and only
+//!   ever sent on its own deliveries) and a seq in flight. Anything else is counted in
+//!   [`ProducerStats::ignored_acks`] and changes nothing.
+//! - **Bounded memory.** In flight ≤ `window_size`, queued ≤ `max_pending`, dedup windows ≤
+//!   `max_producers` (least recently used evicted), seqs retained per producer ≤
+//!   `max_out_of_order`, idle windows swept after `producer_idle_ttl`. Malformed deliveries are
+//!   refused as [`DeadLetter`]s. Every refusal is counted in [`ConsumerStats`] and logged at most
+//!   once a minute per kind (without peer-supplied ids).
+//! - **Order.** By default the handler sees messages in arrival order, which retransmission can
+//!   change. With `ordered(true)` it sees each producer's messages strictly in seq order: a
+//!   delivery that arrives ahead of its turn is refused and retransmitted later.
+//!
+//! # Limits: read before relying on it
+//!
+//! - **Dedup lives in memory.** If the consumer crashes or restarts between "handler done" and
+//!   "ACK received by the producer", the producer retransmits and the *new* consumer runs the
+//!   handler again. The same happens after a dedup window was evicted (`max_producers`) or swept
+//!   (`producer_idle_ttl`: keep it well above the producers' `resend_timeout`). So handlers must
+//!   be idempotent, or store the message's [`DeliveryInfo`] (producer id, incarnation, seq)
+//!   atomically with their business state and skip what they already stored: that makes
+//!   processing effectively once.
+//! - **A producer that stops loses what it holds.** Unconfirmed messages of a stopped producer
+//!   are settled with [`DeliveryError::ProducerStopped`]; the consumer may or may not have
+//!   handled them. Resend them yourself if they matter. A restarted producer uses a new
+//!   incarnation, so its reused seqs are never mistaken for duplicates.
+//! - **Don't swallow errors in the handler.** The handler's result *is* the acknowledgement.
+//!   This handler ACKs a message whose processing failed, and it is never retried:
+//!
+//!   ```
+//!   # use actix_delivery::DeliveryHandler;
+//!   # async fn process(_: String) -> Result<(), std::io::Error> { Ok(()) }
+//!   // ✗ Anti-pattern: the error is logged and dropped, the handler resolves Ok, the message
+//!   //   is ACKed as done although processing failed.
+//!   let handler = DeliveryHandler::from_fn(|order: String| async move {
+//!       if let Err(err) = process(order).await {
+//!           log::warn!("failed: {err}");
+//!       }
+//!       Ok::<(), std::io::Error>(())
+//!   });
+//!   // ✓ Let the error propagate: no ACK, the producer retransmits, the handler retries.
+//!   let handler = DeliveryHandler::from_fn(|order: String| async move { process(order).await });
+//!   ```
+//!
+//!   If a message can never succeed, record it for a separate retry workflow and then return
+//!   `Ok`, or bound the retries with `max_attempts` on the producer.
+//! - **Not for everything.** Each message costs three actor messages (tell, delivery, ACK) and
+//!   some bookkeeping instead of one `do_send`; see the README for measured overhead. Telemetry,
+//!   health pings and transient UI updates should use a plain `do_send`.
+//! - **Inside one cluster.** The controllers connect actors of one Actix application (or one
+//!   cluster of nodes). External or cross-cluster consumers belong on a broker such as NATS or
+//!   Kafka.
+//!
+//! # Running the handler
+//!
+//! Handlers of one consumer run strictly one at a time, on the consumer's arbiter, beside its
+//! mailbox (never `ctx.wait`): timers, statistics queries and duplicate re-ACKs keep flowing
+//! while a slow handler runs. Handler futures need not be `Send`. A handler that returns an
+//! error or panics gets no ACK, is retried on the next retransmission, and leaves the consumer
+//! running. A future that is ready on its first poll is handled without a task switch or an
+//! allocation.
+//!
+//! # Configuration
+//!
+//! Options are validated when they are built; an invalid value is an [`OptionsError`] naming the
+//! field. The numeric settings are plain serde structs ([`ProducerConfig`], [`ConsumerConfig`])
+//! that an application can load from its own configuration; builder values win over loaded
+//! ones, which win over the defaults.
+//!
+//! | producer option | default | consumer option | default |
+//! |---|---|---|---|
+//! | `window_size` | 16 | `max_producers` | 1024 (or unbounded) |
+//! | `resend_timeout` | 500 ms | `producer_idle_ttl` | 300 s (or never) |
+//! | `producer_id` | `producer-` + 16 random hex digits | `max_out_of_order` | 1024 (or unbounded) |
+//! | `max_pending` | 100 000 | `ordered` | false |
+//! | `max_attempts` | unbounded | dead-letter sink | none |
+//! | `backoff` | fixed | | |
+//!
+//! # Wire limits (not configurable)
+//!
+//! A delivery is refused as a dead letter if it has no `reply_to`, a `seq` outside
+//! `1..=2^53-1`, a producer id that is empty or longer than 256 bytes, or a `window_start`
+//! outside `1..=seq`. A limit the sender could raise would be no limit.
+//!
+//! # The protocol core
+//!
+//! The rules live in [`protocol`], pure state machines with no Actix or Tokio in them (time is
+//! an argument); the actors are thin shells over them. Custom transports and simulations can
+//! drive the same core.
 #![warn(missing_docs)]
 #![forbid(unsafe_code)]
 

@@ -1,0 +1,398 @@
+//! The ConsumerController actor, fed hand-made deliveries, under virtual time.
+
+mod common;
+
+use std::cell::Cell;
+use std::rc::Rc;
+use std::time::Duration;
+
+use actix::prelude::*;
+use actix_delivery::protocol::envelope::MAX_SEQ;
+use actix_delivery::{
+    ConsumerHandle, ConsumerOptions, DeadLetter, DeadLetterReason, Delivery, DeliveryHandler,
+    DeliveryInfo, Incarnation, Limit, ProducerId, ReliableDelivery, ReplyTo,
+};
+use common::{ack_probe, settle, settle_for, Gate, Log};
+
+fn delivery(id: &str, incarnation: u128, seq: u64, body: u32, reply_to: &ReplyTo) -> Delivery<u32> {
+    Delivery {
+        producer_id: ProducerId::from(id),
+        incarnation: Incarnation::from_u128(incarnation),
+        seq,
+        window_start: 1,
+        body,
+        reply_to: Some(reply_to.clone()),
+    }
+}
+
+/// A consumer whose handler records each body and succeeds.
+fn recording_consumer(
+    configure: impl FnOnce(
+        actix_delivery::ConsumerOptionsBuilder<u32>,
+    ) -> actix_delivery::ConsumerOptionsBuilder<u32>,
+) -> (ConsumerHandle<u32>, Log<u32>) {
+    let handled = Log::default();
+    let log = handled.clone();
+    let handler = DeliveryHandler::from_fn(move |body: u32| {
+        log.push(body);
+        async { Ok::<(), String>(()) }
+    });
+    let options = configure(ConsumerOptions::builder(handler))
+        .build()
+        .unwrap();
+    (ReliableDelivery::consumer(options), handled)
+}
+
+#[actix::test]
+async fn new_message_runs_the_handler_once_and_duplicates_are_re_acked() {
+    tokio::time::pause();
+    let (consumer, handled) = recording_consumer(|b| b);
+    let (reply_to, acks) = ack_probe();
+    consumer.addr().do_send(delivery("p", 5, 1, 10, &reply_to));
+    settle().await;
+    assert_eq!(handled.snapshot(), [10]);
+    assert_eq!(acks.len(), 1);
+    let ack = &acks.snapshot()[0];
+    assert_eq!(
+        (ack.producer_id.as_str(), ack.incarnation, ack.seq),
+        ("p", Incarnation::from_u128(5), 1)
+    );
+
+    consumer.addr().do_send(delivery("p", 5, 1, 10, &reply_to));
+    settle().await;
+    assert_eq!(
+        handled.snapshot(),
+        [10],
+        "a duplicate must not run the handler"
+    );
+    assert_eq!(acks.len(), 2, "a duplicate is re-ACKed");
+    let stats = consumer.stats().await.unwrap();
+    assert_eq!((stats.delivered, stats.duplicates), (1, 1));
+}
+
+#[actix::test]
+async fn failing_handler_gets_no_ack_and_runs_again_on_retransmit() {
+    tokio::time::pause();
+    let attempts = Rc::new(Cell::new(0));
+    let counter = attempts.clone();
+    let handler = DeliveryHandler::from_fn(move |_: u32| {
+        counter.set(counter.get() + 1);
+        let fail = counter.get() == 1;
+        async move {
+            if fail {
+                Err("transient")
+            } else {
+                Ok(())
+            }
+        }
+    });
+    let consumer = ReliableDelivery::consumer(ConsumerOptions::builder(handler).build().unwrap());
+    let (reply_to, acks) = ack_probe();
+    consumer.addr().do_send(delivery("p", 1, 1, 0, &reply_to));
+    settle().await;
+    assert_eq!((attempts.get(), acks.len()), (1, 0));
+    consumer.addr().do_send(delivery("p", 1, 1, 0, &reply_to));
+    settle().await;
+    assert_eq!((attempts.get(), acks.len()), (2, 1));
+    assert_eq!(consumer.stats().await.unwrap().handler_failures, 1);
+}
+
+#[actix::test]
+async fn panicking_handler_gets_no_ack_and_the_consumer_survives() {
+    tokio::time::pause();
+    let handler = DeliveryHandler::from_fn(|body: u32| async move {
+        assert!(body != 13, "unlucky body");
+        Ok::<(), String>(())
+    });
+    // A panic while creating the future, too.
+    let eager = DeliveryHandler::from_fn(|body: u32| {
+        assert!(body != 13, "unlucky body, eagerly");
+        async { Ok::<(), String>(()) }
+    });
+    for handler in [handler, eager] {
+        let consumer =
+            ReliableDelivery::consumer(ConsumerOptions::builder(handler).build().unwrap());
+        let (reply_to, acks) = ack_probe();
+        consumer.addr().do_send(delivery("p", 1, 1, 13, &reply_to));
+        consumer.addr().do_send(delivery("p", 1, 2, 14, &reply_to));
+        settle().await;
+        let stats = consumer
+            .stats()
+            .await
+            .expect("the consumer survived the panic");
+        assert_eq!((stats.handler_panics, stats.delivered), (1, 1));
+        assert_eq!(
+            acks.snapshot().iter().map(|a| a.seq).collect::<Vec<_>>(),
+            [2]
+        );
+    }
+}
+
+/// Records dead letters.
+struct Sink(Log<DeadLetter>);
+
+impl Actor for Sink {
+    type Context = Context<Self>;
+}
+
+impl Handler<DeadLetter> for Sink {
+    type Result = ();
+    fn handle(&mut self, letter: DeadLetter, _: &mut Context<Self>) {
+        self.0.push(letter);
+    }
+}
+
+#[actix::test]
+async fn malformed_deliveries_become_dead_letters_and_the_consumer_keeps_serving() {
+    tokio::time::pause();
+    let letters = Log::default();
+    let sink = Sink(letters.clone()).start();
+    let (consumer, handled) = recording_consumer(|b| b.dead_letters(sink.recipient()));
+    let (reply_to, acks) = ack_probe();
+    let mut no_reply = delivery("p", 1, 1, 0, &reply_to);
+    no_reply.reply_to = None;
+    let mut bad_window = delivery("p", 1, 3, 0, &reply_to);
+    bad_window.window_start = 4;
+    let malformed = [
+        no_reply,
+        delivery("p", 1, 0, 0, &reply_to),
+        delivery("p", 1, MAX_SEQ + 1, 0, &reply_to),
+        delivery("", 1, 1, 0, &reply_to),
+        delivery(&"x".repeat(257), 1, 1, 0, &reply_to),
+        bad_window,
+    ];
+    for d in malformed {
+        consumer.addr().do_send(d);
+    }
+    settle().await;
+    assert!(
+        handled.snapshot().is_empty(),
+        "no handler call for a dead letter"
+    );
+    assert_eq!(acks.len(), 0, "no ACK for a dead letter");
+    let reasons: Vec<DeadLetterReason> = letters.snapshot().iter().map(|l| l.reason).collect();
+    assert_eq!(
+        reasons,
+        [
+            DeadLetterReason::MissingReplyTo,
+            DeadLetterReason::SeqOutOfRange(0),
+            DeadLetterReason::SeqOutOfRange(MAX_SEQ + 1),
+            DeadLetterReason::EmptyProducerId,
+            DeadLetterReason::ProducerIdTooLong(257),
+            DeadLetterReason::WindowStartOutOfRange {
+                window_start: 4,
+                seq: 3
+            },
+        ]
+    );
+    let stats = consumer.stats().await.unwrap();
+    assert_eq!((stats.dead_letters, stats.tracked_producers), (6, 0));
+
+    consumer
+        .addr()
+        .do_send(delivery(&"x".repeat(256), 1, 1, 256, &reply_to));
+    consumer.addr().do_send(delivery("p", 1, 1, 1, &reply_to));
+    settle().await;
+    assert_eq!(
+        handled.snapshot(),
+        [256, 1],
+        "256 bytes is admitted; service continues"
+    );
+    assert_eq!(acks.len(), 2);
+}
+
+#[actix::test]
+async fn slow_handler_does_not_block_the_mailbox_and_its_retransmit_is_not_rerun() {
+    tokio::time::pause();
+    let gate = Gate::default();
+    let calls = Rc::new(Cell::new(0));
+    let (g, c) = (gate.clone(), calls.clone());
+    let handler = DeliveryHandler::from_fn(move |_: u32| {
+        c.set(c.get() + 1);
+        let g = g.clone();
+        async move {
+            g.pass().await;
+            Ok::<(), String>(())
+        }
+    });
+    let consumer = ReliableDelivery::consumer(
+        ConsumerOptions::builder(handler)
+            .producer_idle_ttl(Duration::from_secs(1))
+            .build()
+            .unwrap(),
+    );
+    let (reply_to, acks) = ack_probe();
+    consumer
+        .addr()
+        .do_send(delivery("slow", 1, 1, 0, &reply_to));
+    settle().await;
+    consumer
+        .addr()
+        .do_send(delivery("slow", 1, 1, 0, &reply_to));
+    // Control messages are answered while the handler runs.
+    let stats = consumer.stats().await.unwrap();
+    assert_eq!((calls.get(), stats.in_progress, acks.len()), (1, 1, 0));
+    // Timers fire while the handler runs: the idle sweep removes the window after 1-2 TTLs.
+    settle_for(2_500).await;
+    assert_eq!(consumer.tracked_producers().await.unwrap(), 0);
+    gate.open();
+    settle().await;
+    assert_eq!((calls.get(), acks.len()), (1, 1), "one run, one ACK");
+}
+
+#[actix::test]
+async fn handlers_run_one_at_a_time_in_arrival_order() {
+    tokio::time::pause();
+    let active = Rc::new(Cell::new(0));
+    let order = Log::default();
+    let (a, o) = (active.clone(), order.clone());
+    let handler = DeliveryHandler::from_fn(move |body: u32| {
+        let (a, o) = (a.clone(), o.clone());
+        async move {
+            a.set(a.get() + 1);
+            assert_eq!(a.get(), 1, "handlers overlapped");
+            tokio::time::sleep(Duration::from_millis(3)).await;
+            o.push(body);
+            a.set(a.get() - 1);
+            Ok::<(), String>(())
+        }
+    });
+    let consumer = ReliableDelivery::consumer(ConsumerOptions::builder(handler).build().unwrap());
+    let (reply_to, acks) = ack_probe();
+    for seq in 1..=5 {
+        consumer
+            .addr()
+            .do_send(delivery("a", 1, seq, seq as u32, &reply_to));
+        consumer
+            .addr()
+            .do_send(delivery("b", 1, seq, 100 + seq as u32, &reply_to));
+    }
+    settle_for(100).await;
+    assert_eq!(order.snapshot(), [1, 101, 2, 102, 3, 103, 4, 104, 5, 105]);
+    assert_eq!(acks.len(), 10);
+    assert_eq!(consumer.stats().await.unwrap().handler_panics, 0);
+}
+
+#[actix::test]
+async fn idle_producers_are_swept_after_one_to_two_ttls_in_virtual_time() {
+    tokio::time::pause();
+    let ttl = Duration::from_secs(10);
+    let (consumer, _) = recording_consumer(|b| b.producer_idle_ttl(ttl));
+    let (reply_to, _) = ack_probe();
+    consumer.addr().do_send(delivery("p", 1, 1, 0, &reply_to));
+    settle().await;
+    settle_for(5_000).await;
+    consumer.addr().do_send(delivery("q", 1, 1, 0, &reply_to));
+    settle_for(4_900).await;
+    assert_eq!(
+        consumer.tracked_producers().await.unwrap(),
+        2,
+        "nothing idle for a TTL yet"
+    );
+    settle_for(200).await; // sweep at 10 s: p idle 10 s, q idle 5 s
+    assert_eq!(consumer.tracked_producers().await.unwrap(), 1);
+    settle_for(10_000).await; // sweep at 20 s: q idle 15 s
+    let stats = consumer.stats().await.unwrap();
+    assert_eq!((stats.tracked_producers, stats.swept), (0, 2));
+}
+
+#[actix::test]
+async fn ttl_never_keeps_windows_forever() {
+    tokio::time::pause();
+    let (consumer, _) = recording_consumer(|b| b.producer_idle_ttl(Limit::Unbounded));
+    let (reply_to, _) = ack_probe();
+    consumer.addr().do_send(delivery("p", 1, 1, 0, &reply_to));
+    settle_for(24 * 3600 * 1000).await;
+    assert_eq!(consumer.tracked_producers().await.unwrap(), 1);
+}
+
+#[actix::test]
+async fn a_flood_of_distinct_producer_ids_stays_at_max_producers() {
+    tokio::time::pause();
+    let (consumer, handled) = recording_consumer(|b| b.max_producers(8));
+    let (reply_to, _) = ack_probe();
+    for i in 0..1_000 {
+        consumer
+            .addr()
+            .do_send(delivery(&format!("flood-{i}"), 1, 1, i, &reply_to));
+    }
+    settle().await;
+    let stats = consumer.stats().await.unwrap();
+    assert_eq!((stats.tracked_producers, stats.evictions), (8, 992));
+    assert_eq!(handled.len(), 1_000);
+}
+
+#[actix::test]
+async fn out_of_order_seqs_are_observable_per_producer() {
+    tokio::time::pause();
+    let (consumer, _) = recording_consumer(|b| b);
+    let (reply_to, _) = ack_probe();
+    for seq in [1, 3, 4] {
+        consumer.addr().do_send(delivery("p", 1, seq, 0, &reply_to));
+    }
+    settle().await;
+    assert_eq!(consumer.out_of_order_for("p").await.unwrap(), Some(2));
+    assert_eq!(consumer.out_of_order_for("nobody").await.unwrap(), None);
+}
+
+#[actix::test]
+async fn ordered_mode_runs_messages_in_seq_order() {
+    tokio::time::pause();
+    let (consumer, handled) = recording_consumer(|b| b.ordered(true));
+    let (reply_to, acks) = ack_probe();
+    for seq in [2, 3, 1, 2, 3] {
+        consumer
+            .addr()
+            .do_send(delivery("p", 1, seq, seq as u32, &reply_to));
+    }
+    settle().await;
+    assert_eq!(handled.snapshot(), [1, 2, 3]);
+    assert_eq!(
+        acks.snapshot().iter().map(|a| a.seq).collect::<Vec<_>>(),
+        [1, 2, 3]
+    );
+    assert_eq!(consumer.stats().await.unwrap().refused, 2);
+}
+
+#[actix::test]
+async fn new_incarnation_is_not_absorbed_as_duplicates() {
+    tokio::time::pause();
+    let (consumer, handled) = recording_consumer(|b| b);
+    let (reply_to, _) = ack_probe();
+    consumer.addr().do_send(delivery("p", 1, 1, 1, &reply_to));
+    consumer.addr().do_send(delivery("p", 2, 1, 2, &reply_to));
+    settle().await;
+    assert_eq!(handled.snapshot(), [1, 2]);
+    assert_eq!(consumer.tracked_producers().await.unwrap(), 1);
+}
+
+#[actix::test]
+async fn handler_with_info_sees_producer_incarnation_and_seq() {
+    tokio::time::pause();
+    let seen = Log::default();
+    let log = seen.clone();
+    let handler = DeliveryHandler::from_fn_with_info(move |info: DeliveryInfo, body: u32| {
+        log.push((info, body));
+        async { Ok::<(), String>(()) }
+    });
+    let consumer = ReliableDelivery::consumer(ConsumerOptions::builder(handler).build().unwrap());
+    let (reply_to, _) = ack_probe();
+    consumer.addr().do_send(delivery("p", 9, 4, 40, &reply_to));
+    settle().await;
+    let expected = DeliveryInfo {
+        producer_id: ProducerId::from("p"),
+        incarnation: Incarnation::from_u128(9),
+        seq: 4,
+    };
+    assert_eq!(seen.snapshot(), [(expected, 40)]);
+}
+
+#[actix::test]
+async fn stopping_the_consumer_stops_the_actor() {
+    tokio::time::pause();
+    let (consumer, _) = recording_consumer(|b| b);
+    consumer.stop();
+    settle().await;
+    assert!(!consumer.addr().connected());
+    assert!(consumer.stats().await.is_err());
+}

@@ -58,7 +58,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
 
     // 2. A producer sending to it.
     let producer = ReliableDelivery::producer(
-        ProducerOptions::builder(consumer.recipient())
+        ProducerOptions::builder(&consumer)
             .window_size(16)
             .build()?,
     );
@@ -98,7 +98,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         .build()?,
     );
     let reliable = ReliableDelivery::producer(
-        ProducerOptions::builder(quiet.recipient())
+        ProducerOptions::builder(&quiet)
             .window_size(64)
             .max_pending(N as usize)
             .build()?,

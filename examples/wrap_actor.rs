@@ -51,7 +51,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         ConsumerOptions::builder(DeliveryHandler::forward_to(inventory.recipient())).build()?,
     );
     let producer = ReliableDelivery::producer(
-        ProducerOptions::builder(consumer.recipient())
+        ProducerOptions::builder(&consumer)
             .resend_timeout(Duration::from_millis(100))
             .build()?,
     );

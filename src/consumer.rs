@@ -2,16 +2,20 @@
 
 use std::pin::Pin;
 use std::task::{Context as TaskContext, Poll, Waker};
+use std::time::Instant;
 
 use actix::prelude::*;
 
-use crate::alarm::{now, Alarm};
+use crate::after_drain::flush_after_each_drain;
+use crate::alarm::{self, Alarm};
 use crate::dead_letter::DeadLetter;
 use crate::handler::DeliveryHandler;
-use crate::message::{Delivery, GetConsumerStats, GetOutOfOrder, ReplyTo, StopConsumer};
+use crate::message::{
+    ConsumerRef, Deliveries, Delivery, GetConsumerStats, GetOutOfOrder, ReplyTo, StopConsumer,
+};
 use crate::options::ConsumerOptions;
 use crate::protocol::consumer::{ConsumerCore, ConsumerStats, HandlerOutcome, Step};
-use crate::protocol::envelope::{DeadLetterReason, DeliveryInfo, Header, ProducerId};
+use crate::protocol::envelope::{Ack, DeadLetterReason, DeliveryInfo, Header, ProducerId};
 
 /// The receiving side of reliable delivery: admits each [`Delivery`], suppresses duplicates
 /// per producer, runs the handler for each new message (one at a time), and ACKs a message only
@@ -28,6 +32,8 @@ pub struct ConsumerController<T: Send + 'static> {
     handler: DeliveryHandler<T>,
     dead_letters: Option<Recipient<DeadLetter>>,
     alarm: Alarm,
+    /// ACKs produced during the current mailbox drain, sent (batched per producer) after it.
+    acks: Vec<(ReplyTo, Ack)>,
 }
 
 impl<T: Send + 'static> ConsumerController<T> {
@@ -39,27 +45,56 @@ impl<T: Send + 'static> ConsumerController<T> {
             handler,
             dead_letters,
             alarm: Alarm::default(),
+            acks: Vec::new(),
+        }
+    }
+
+    /// Admission, dedup and the decision for one delivery, carried out.
+    fn receive(&mut self, delivery: Delivery<T>, now: Instant, ctx: &mut Context<Self>) {
+        match self.core.handle_delivery(delivery.into_inbound(), now) {
+            Step::Run(info, body) => self.run(info, body, now, ctx),
+            Step::Ack(reply_to, ack) => self.acks.push((reply_to, ack)),
+            Step::Hold => {}
+            Step::DeadLetter(reason, header) => self.dead_letter(reason, header),
+        }
+    }
+
+    /// Sends the buffered ACKs: one message per run of ACKs to the same producer (batched where
+    /// its reply address accepts batches).
+    fn flush_acks(&mut self) {
+        let mut acks = self.acks.drain(..).peekable();
+        while let Some((reply_to, first)) = acks.next() {
+            let same_producer =
+                std::iter::from_fn(|| acks.next_if(|(next, _)| next.same_as(&reply_to)));
+            reply_to.do_send_all(std::iter::once(first).chain(same_producer.map(|(_, ack)| ack)));
         }
     }
 
     /// Starts the handler for a message. A handler that finishes at once is settled right
     /// here (no task, no allocation); one that is still running is driven by [`Drive`].
-    fn run(&mut self, info: DeliveryInfo, body: T, ctx: &mut Context<Self>) {
+    fn run(&mut self, info: DeliveryInfo, body: T, now: Instant, ctx: &mut Context<Self>) {
         // The first poll uses a no-op waker: if the future is not ready, `Drive` polls it again
         // with the actor's waker before anything could have woken it.
         let mut cx = TaskContext::from_waker(Waker::noop());
         let poll = self.handler.start(info, body, &mut cx);
-        if self.settle(poll, &mut cx).is_pending() {
+        if self.settle(poll, Some(now), &mut cx).is_pending() {
             ctx.spawn(Drive);
         }
     }
 
     /// Acts on handler outcomes for as long as handlers finish; `Pending` while one runs.
-    fn settle(&mut self, mut poll: Poll<HandlerOutcome>, cx: &mut TaskContext<'_>) -> Poll<()> {
+    /// `now` is the time of the current event, if already read (the clock is read at most once).
+    fn settle(
+        &mut self,
+        mut poll: Poll<HandlerOutcome>,
+        mut now: Option<Instant>,
+        cx: &mut TaskContext<'_>,
+    ) -> Poll<()> {
         while let Poll::Ready(outcome) = poll {
-            let completion = self.core.handle_outcome(&outcome, now());
-            if let Some((reply_to, ack)) = completion.ack {
-                reply_to.do_send(ack);
+            let now = *now.get_or_insert_with(alarm::now);
+            let completion = self.core.handle_outcome(&outcome, now);
+            if let Some(ack) = completion.ack {
+                self.acks.push(ack);
             }
             let Some((info, body)) = completion.next else {
                 return Poll::Ready(());
@@ -83,7 +118,7 @@ impl<T: Send + 'static> ConsumerController<T> {
     fn arm_sweep(&mut self, ctx: &mut Context<Self>) {
         self.alarm.arm(self.core.next_deadline(), ctx, |act, ctx| {
             act.alarm.fired();
-            act.core.handle_timeout(now());
+            act.core.handle_timeout(alarm::now());
             act.arm_sweep(ctx);
         });
     }
@@ -109,12 +144,27 @@ impl<T: Send + 'static> ActorFuture<ConsumerController<T>> for Drive {
             return Poll::Ready(()); // state cleared meanwhile (restart)
         }
         let poll = act.handler.resume(cx);
-        act.settle(poll, cx)
+        let settled = act.settle(poll, None, cx);
+        act.flush_acks();
+        settled
     }
 }
 
 impl<T: Send + 'static> Actor for ConsumerController<T> {
     type Context = Context<Self>;
+
+    fn started(&mut self, ctx: &mut Context<Self>) {
+        // ACKs produced by a drain go out after it, batched per producer. Once no address is
+        // left (nothing more can arrive), the flusher ends so the actor can stop.
+        flush_after_each_drain(ctx, |act, ctx| {
+            act.flush_acks();
+            if ctx.connected() {
+                Poll::Pending
+            } else {
+                Poll::Ready(())
+            }
+        });
+    }
 
     fn stopped(&mut self, _: &mut Context<Self>) {
         self.core.clear();
@@ -124,6 +174,7 @@ impl<T: Send + 'static> Actor for ConsumerController<T> {
 impl<T: Send + 'static> Supervised for ConsumerController<T> {
     fn restarting(&mut self, _: &mut Context<Self>) {
         self.core.clear();
+        self.acks.clear();
         self.alarm = Alarm::default();
     }
 }
@@ -132,11 +183,18 @@ impl<T: Send + 'static> Handler<Delivery<T>> for ConsumerController<T> {
     type Result = ();
 
     fn handle(&mut self, delivery: Delivery<T>, ctx: &mut Context<Self>) {
-        match self.core.handle_delivery(delivery.into_inbound(), now()) {
-            Step::Run(info, body) => self.run(info, body, ctx),
-            Step::Ack(reply_to, ack) => reply_to.do_send(ack),
-            Step::Hold => {}
-            Step::DeadLetter(reason, header) => self.dead_letter(reason, header),
+        self.receive(delivery, alarm::now(), ctx);
+        self.arm_sweep(ctx);
+    }
+}
+
+impl<T: Send + 'static> Handler<Deliveries<T>> for ConsumerController<T> {
+    type Result = ();
+
+    fn handle(&mut self, Deliveries(deliveries): Deliveries<T>, ctx: &mut Context<Self>) {
+        let now = alarm::now();
+        for delivery in deliveries {
+            self.receive(delivery, now, ctx);
         }
         self.arm_sweep(ctx);
     }
@@ -185,7 +243,15 @@ impl<T: Send + 'static> ConsumerHandle<T> {
         Self { addr }
     }
 
-    /// Where producers send deliveries (the consumer's "ref").
+    /// Where producers send deliveries (the consumer's "ref"), accepting batches. `&handle`
+    /// converts into it too: `ProducerOptions::builder(&consumer)`.
+    pub fn consumer_ref(&self) -> ConsumerRef<T> {
+        ConsumerRef::from(self.addr.clone())
+    }
+
+    /// The consumer as a plain `Recipient<Delivery<T>>`, for links, proxies and foreign
+    /// senders (one actor message per delivery; producers should use
+    /// [`consumer_ref`](Self::consumer_ref)).
     pub fn recipient(&self) -> Recipient<Delivery<T>> {
         self.addr.clone().recipient()
     }
@@ -226,6 +292,18 @@ impl<T: Send + 'static> ConsumerHandle<T> {
     /// Stops the consumer; its dedup state is dropped.
     pub fn stop(&self) {
         self.addr.do_send(StopConsumer);
+    }
+}
+
+impl<T: Send + 'static> From<Addr<ConsumerController<T>>> for ConsumerRef<T> {
+    fn from(addr: Addr<ConsumerController<T>>) -> Self {
+        ConsumerRef::batching(addr.clone().recipient(), addr.recipient())
+    }
+}
+
+impl<T: Send + 'static> From<&ConsumerHandle<T>> for ConsumerRef<T> {
+    fn from(handle: &ConsumerHandle<T>) -> Self {
+        handle.consumer_ref()
     }
 }
 

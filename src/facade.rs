@@ -19,7 +19,7 @@ use crate::producer::{ProducerController, ProducerHandle};
 ///     }))
 ///     .build()?,
 /// );
-/// let producer = ReliableDelivery::producer(ProducerOptions::builder(consumer.recipient()).build()?);
+/// let producer = ReliableDelivery::producer(ProducerOptions::builder(&consumer).build()?);
 /// producer.send(42).await?; // resolves once the consumer's handler succeeded and ACKed
 /// # Ok(()) }
 /// ```

@@ -28,7 +28,7 @@
 //!     }))
 //!     .build()?,
 //! );
-//! let producer = ReliableDelivery::producer(ProducerOptions::builder(consumer.recipient()).build()?);
+//! let producer = ReliableDelivery::producer(ProducerOptions::builder(&consumer).build()?);
 //!
 //! // Fire and get called back exactly once ...
 //! producer.tell("espresso".to_string(), |result: Result<(), DeliveryError>| {
@@ -152,6 +152,7 @@
 #![warn(missing_docs)]
 #![forbid(unsafe_code)]
 
+mod after_drain;
 mod alarm;
 pub mod config;
 mod confirmation;
@@ -172,7 +173,7 @@ pub use dead_letter::DeadLetter;
 pub use error::{DeliveryError, OptionsError, TellError};
 pub use facade::ReliableDelivery;
 pub use handler::DeliveryHandler;
-pub use message::{Delivery, ReplyTo, Tell};
+pub use message::{Acks, ConsumerRef, Deliveries, Delivery, ReplyTo, Tell};
 pub use options::{
     ConsumerOptions, ConsumerOptionsBuilder, ProducerOptions, ProducerOptionsBuilder,
 };

@@ -62,25 +62,161 @@ impl<T> Delivery<T> {
     }
 }
 
+/// Several deliveries from one producer in one actor message: what a
+/// [`ProducerController`](crate::ProducerController) sends to a [`ConsumerRef`] that accepts
+/// batches when one flush has more than one delivery ready. Each element is handled exactly
+/// as if it had arrived alone.
+#[derive(Debug)]
+pub struct Deliveries<T>(pub Vec<Delivery<T>>);
+
+impl<T: Send + 'static> Message for Deliveries<T> {
+    type Result = ();
+}
+
 impl Message for Ack {
     type Result = ();
 }
 
-/// Where a consumer sends ACKs: a shared handle to a `Recipient<Ack>`, cheap to clone onto
-/// every delivery.
-#[derive(Clone, Debug)]
-pub struct ReplyTo(Arc<Recipient<Ack>>);
+/// Several ACKs for one producer in one actor message: what a
+/// [`ConsumerController`](crate::ConsumerController) sends to a [`ReplyTo`] that accepts
+/// batches when one event produced more than one ACK for it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Acks(pub Vec<Ack>);
+
+impl Message for Acks {
+    type Result = ();
+}
+
+/// Sends `items` one message each, or, when there are several and a batch recipient exists,
+/// all in one batch message.
+fn send_batched<M, B>(
+    single: &Recipient<M>,
+    batch: Option<&Recipient<B>>,
+    items: impl Iterator<Item = M>,
+    wrap: fn(Vec<M>) -> B,
+) where
+    M: Message + Send + 'static,
+    M::Result: Send,
+    B: Message + Send + 'static,
+    B::Result: Send,
+{
+    let mut items = items.peekable();
+    match batch {
+        Some(batch) => {
+            let Some(first) = items.next() else { return };
+            if items.peek().is_none() {
+                single.do_send(first);
+            } else {
+                let mut all = Vec::with_capacity(items.size_hint().0 + 1);
+                all.push(first);
+                all.extend(items);
+                batch.do_send(wrap(all));
+            }
+        }
+        None => items.for_each(|item| single.do_send(item)),
+    }
+}
+
+/// Where a consumer sends ACKs: cheap to clone onto every delivery. Built from any
+/// `Recipient<Ack>`; a `ProducerController`'s own reply address also accepts [`Acks`] batches.
+#[derive(Clone)]
+pub struct ReplyTo(Arc<AckSink>);
+
+struct AckSink {
+    single: Recipient<Ack>,
+    batch: Option<Recipient<Acks>>,
+}
 
 impl ReplyTo {
     /// Sends an ACK, fire-and-forget (a lost ACK is recovered by retransmission).
     pub fn do_send(&self, ack: Ack) {
-        self.0.do_send(ack);
+        self.0.single.do_send(ack);
+    }
+
+    /// Sends several ACKs, batched into one message where the recipient accepts [`Acks`].
+    pub fn do_send_all(&self, acks: impl Iterator<Item = Ack>) {
+        send_batched(&self.0.single, self.0.batch.as_ref(), acks, Acks);
+    }
+
+    /// Whether both are the same address (ACKs for them may share a batch).
+    pub fn same_as(&self, other: &ReplyTo) -> bool {
+        Arc::ptr_eq(&self.0, &other.0)
+    }
+
+    /// A reply address that takes single ACKs and [`Acks`] batches (as a `ProducerController`
+    /// does).
+    pub fn batching(single: Recipient<Ack>, batch: Recipient<Acks>) -> Self {
+        Self(Arc::new(AckSink {
+            single,
+            batch: Some(batch),
+        }))
     }
 }
 
 impl From<Recipient<Ack>> for ReplyTo {
-    fn from(recipient: Recipient<Ack>) -> Self {
-        Self(Arc::new(recipient))
+    fn from(single: Recipient<Ack>) -> Self {
+        Self(Arc::new(AckSink {
+            single,
+            batch: None,
+        }))
+    }
+}
+
+impl std::fmt::Debug for ReplyTo {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ReplyTo")
+            .field("batches", &self.0.batch.is_some())
+            .finish_non_exhaustive()
+    }
+}
+
+/// Where a producer sends deliveries (the consumer's "ref"). Built from a
+/// [`ConsumerHandle`](crate::ConsumerHandle) or a `ConsumerController`'s `Addr`, it also takes
+/// [`Deliveries`] batches; built from any `Recipient<Delivery<T>>` (a proxy, a test link), it
+/// receives one message per delivery.
+pub struct ConsumerRef<T: Send + 'static> {
+    single: Recipient<Delivery<T>>,
+    batch: Option<Recipient<Deliveries<T>>>,
+}
+
+impl<T: Send + 'static> ConsumerRef<T> {
+    /// A reference that accepts both single deliveries and batches.
+    pub fn batching(single: Recipient<Delivery<T>>, batch: Recipient<Deliveries<T>>) -> Self {
+        Self {
+            single,
+            batch: Some(batch),
+        }
+    }
+
+    /// Sends deliveries, batched where the consumer accepts batches.
+    pub(crate) fn do_send_all(&self, deliveries: impl Iterator<Item = Delivery<T>>) {
+        send_batched(&self.single, self.batch.as_ref(), deliveries, Deliveries);
+    }
+}
+
+impl<T: Send + 'static> Clone for ConsumerRef<T> {
+    fn clone(&self) -> Self {
+        Self {
+            single: self.single.clone(),
+            batch: self.batch.clone(),
+        }
+    }
+}
+
+impl<T: Send + 'static> From<Recipient<Delivery<T>>> for ConsumerRef<T> {
+    fn from(single: Recipient<Delivery<T>>) -> Self {
+        Self {
+            single,
+            batch: None,
+        }
+    }
+}
+
+impl<T: Send + 'static> std::fmt::Debug for ConsumerRef<T> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ConsumerRef")
+            .field("batches", &self.batch.is_some())
+            .finish_non_exhaustive()
     }
 }
 

@@ -11,23 +11,23 @@ use crate::config::{Backoff, ConsumerConfig, Limit, ProducerConfig};
 use crate::dead_letter::DeadLetter;
 use crate::error::OptionsError;
 use crate::handler::DeliveryHandler;
-use crate::message::Delivery;
+use crate::message::ConsumerRef;
 
 type Setter<C> = Box<dyn FnOnce(&mut C) + Send>;
 
 /// Everything a [`ProducerController`](crate::ProducerController) needs, validated.
 #[derive(Debug)]
 pub struct ProducerOptions<T: Send + 'static> {
-    consumer: Recipient<Delivery<T>>,
+    consumer: ConsumerRef<T>,
     config: ProducerConfig,
 }
 
 impl<T: Send + 'static> ProducerOptions<T> {
-    /// Starts a builder; `consumer` is where deliveries go (e.g.
-    /// [`ConsumerHandle::recipient`](crate::ConsumerHandle::recipient)).
-    pub fn builder(consumer: Recipient<Delivery<T>>) -> ProducerOptionsBuilder<T> {
+    /// Starts a builder; `consumer` is where deliveries go: `&ConsumerHandle` (batches
+    /// deliveries), a `ConsumerController`'s `Addr`, or any `Recipient<Delivery<T>>`.
+    pub fn builder(consumer: impl Into<ConsumerRef<T>>) -> ProducerOptionsBuilder<T> {
         ProducerOptionsBuilder {
-            consumer,
+            consumer: consumer.into(),
             loaded: ProducerConfig::default(),
             explicit: Vec::new(),
         }
@@ -38,11 +38,14 @@ impl<T: Send + 'static> ProducerOptions<T> {
     /// # Errors
     /// [`OptionsError`] naming the first invalid field.
     pub fn new(
-        consumer: Recipient<Delivery<T>>,
+        consumer: impl Into<ConsumerRef<T>>,
         config: ProducerConfig,
     ) -> Result<Self, OptionsError> {
         config.validate()?;
-        Ok(Self { consumer, config })
+        Ok(Self {
+            consumer: consumer.into(),
+            config,
+        })
     }
 
     /// The validated settings.
@@ -50,14 +53,14 @@ impl<T: Send + 'static> ProducerOptions<T> {
         &self.config
     }
 
-    pub(crate) fn into_parts(self) -> (Recipient<Delivery<T>>, ProducerConfig) {
+    pub(crate) fn into_parts(self) -> (ConsumerRef<T>, ProducerConfig) {
         (self.consumer, self.config)
     }
 }
 
 /// Builds [`ProducerOptions`]; see [`ProducerConfig`] for each setting's default and rule.
 pub struct ProducerOptionsBuilder<T: Send + 'static> {
-    consumer: Recipient<Delivery<T>>,
+    consumer: ConsumerRef<T>,
     loaded: ProducerConfig,
     explicit: Vec<Setter<ProducerConfig>>,
 }

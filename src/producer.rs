@@ -6,10 +6,13 @@ use std::sync::Arc;
 use actix::prelude::*;
 use tokio::sync::{Semaphore, TryAcquireError};
 
+use std::task::Poll;
+
+use crate::after_drain::flush_after_each_drain;
 use crate::alarm::{now, Alarm};
 use crate::confirmation::Confirmation;
 use crate::error::{DeliveryError, TellError};
-use crate::message::{Delivery, GetProducerStats, ReplyTo, StopProducer, Tell};
+use crate::message::{Acks, ConsumerRef, Delivery, GetProducerStats, ReplyTo, StopProducer, Tell};
 use crate::options::ProducerOptions;
 use crate::protocol::envelope::{Ack, Incarnation, ProducerId};
 use crate::protocol::producer::{ProducerCore, ProducerStats};
@@ -28,9 +31,11 @@ use crate::protocol::producer::{ProducerCore, ProducerStats};
 /// restarts are settled with [`DeliveryError::ProducerStopped`].
 pub struct ProducerController<T: Clone + Send + 'static> {
     core: ProducerCore<T, Confirmation>,
-    consumer: Recipient<Delivery<T>>,
+    consumer: ConsumerRef<T>,
     reply_to: Option<ReplyTo>,
     alarm: Alarm,
+    /// The core has output to send, settle or schedule (flushed after the mailbox drain).
+    dirty: bool,
     /// Room for messages not yet settled (`window_size + max_pending`), shared with handles.
     room: Arc<Semaphore>,
     stop_when_idle: bool,
@@ -47,6 +52,7 @@ impl<T: Clone + Send + 'static> ProducerController<T> {
             consumer,
             reply_to: None,
             alarm: Alarm::default(),
+            dirty: false,
             room: Arc::new(Semaphore::new(room)),
             stop_when_idle: false,
         }
@@ -60,10 +66,10 @@ impl<T: Clone + Send + 'static> ProducerController<T> {
     /// Sends what the core asks for, settles what it settled, and re-arms the timer.
     fn flush(&mut self, ctx: &mut Context<Self>) {
         if let Some(reply_to) = &self.reply_to {
-            while let Some(transmission) = self.core.poll_transmit() {
-                self.consumer
-                    .do_send(Delivery::new(transmission, reply_to.clone()));
-            }
+            let core = &mut self.core;
+            let deliveries = std::iter::from_fn(|| core.poll_transmit())
+                .map(|transmission| Delivery::new(transmission, reply_to.clone()));
+            self.consumer.do_send_all(deliveries);
         }
         while let Some((confirmation, result)) = self.core.poll_settled() {
             confirmation.settle(result);
@@ -95,7 +101,18 @@ impl<T: Clone + Send + 'static> Actor for ProducerController<T> {
     type Context = Context<Self>;
 
     fn started(&mut self, ctx: &mut Context<Self>) {
-        self.reply_to = Some(ReplyTo::from(ctx.address().recipient::<Ack>()));
+        let addr = ctx.address();
+        self.reply_to = Some(ReplyTo::batching(
+            addr.clone().recipient(),
+            addr.recipient(),
+        ));
+        // Whatever a drain produced goes out after it: one batch of deliveries per flush.
+        flush_after_each_drain(ctx, |act, ctx| {
+            if std::mem::take(&mut act.dirty) {
+                act.flush(ctx);
+            }
+            Poll::Pending
+        });
         self.flush(ctx);
     }
 
@@ -118,9 +135,9 @@ impl<T: Clone + Send + 'static> Supervised for ProducerController<T> {
 impl<T: Clone + Send + 'static> Handler<Tell<T>> for ProducerController<T> {
     type Result = Result<(), TellError<T>>;
 
-    fn handle(&mut self, tell: Tell<T>, ctx: &mut Context<Self>) -> Self::Result {
+    fn handle(&mut self, tell: Tell<T>, _: &mut Context<Self>) -> Self::Result {
         let result = self.core.handle_send(tell.body, tell.confirm, now());
-        self.flush(ctx);
+        self.dirty = true;
         result.map_err(TellError::QueueFull)
     }
 }
@@ -128,9 +145,24 @@ impl<T: Clone + Send + 'static> Handler<Tell<T>> for ProducerController<T> {
 impl<T: Clone + Send + 'static> Handler<Ack> for ProducerController<T> {
     type Result = ();
 
-    fn handle(&mut self, ack: Ack, ctx: &mut Context<Self>) {
+    fn handle(&mut self, ack: Ack, _: &mut Context<Self>) {
         if self.core.handle_ack(&ack, now()) {
-            self.flush(ctx);
+            self.dirty = true;
+        }
+    }
+}
+
+impl<T: Clone + Send + 'static> Handler<Acks> for ProducerController<T> {
+    type Result = ();
+
+    fn handle(&mut self, Acks(acks): Acks, _: &mut Context<Self>) {
+        let now = now();
+        let mut any = false;
+        for ack in &acks {
+            any |= self.core.handle_ack(ack, now);
+        }
+        if any {
+            self.dirty = true;
         }
     }
 }
@@ -159,9 +191,9 @@ struct HandlesDropped;
 impl<T: Clone + Send + 'static> Handler<HandlesDropped> for ProducerController<T> {
     type Result = ();
 
-    fn handle(&mut self, _: HandlesDropped, ctx: &mut Context<Self>) {
+    fn handle(&mut self, _: HandlesDropped, _: &mut Context<Self>) {
         self.stop_when_idle = true;
-        self.flush(ctx);
+        self.dirty = true;
     }
 }
 

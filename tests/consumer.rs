@@ -9,8 +9,8 @@ use std::time::Duration;
 use actix::prelude::*;
 use actix_delivery::protocol::envelope::MAX_SEQ;
 use actix_delivery::{
-    ConsumerHandle, ConsumerOptions, DeadLetter, DeadLetterReason, Delivery, DeliveryHandler,
-    DeliveryInfo, Incarnation, Limit, ProducerId, ReliableDelivery, ReplyTo,
+    Ack, Acks, ConsumerHandle, ConsumerOptions, DeadLetter, DeadLetterReason, Deliveries, Delivery,
+    DeliveryHandler, DeliveryInfo, Incarnation, Limit, ProducerId, ReliableDelivery, ReplyTo,
 };
 use common::{ack_probe, settle, settle_for, Gate, Log};
 
@@ -71,6 +71,55 @@ async fn new_message_runs_the_handler_once_and_duplicates_are_re_acked() {
 }
 
 #[actix::test]
+async fn a_batch_of_deliveries_is_handled_like_single_ones_with_acks_batched_per_producer() {
+    tokio::time::pause();
+    let (consumer, handled) = recording_consumer(|b| b);
+    let batches = Log::default();
+    let single_acks = Log::default();
+    let probe = BatchProbe {
+        batches: batches.clone(),
+        singles: single_acks.clone(),
+    }
+    .start();
+    let reply_to = ReplyTo::batching(probe.clone().recipient(), probe.recipient());
+    let mut malformed = delivery("p", 1, 2, 99, &reply_to);
+    malformed.seq = 0;
+    let batch = vec![
+        delivery("p", 1, 1, 1, &reply_to),
+        malformed,
+        delivery("p", 1, 3, 3, &reply_to),
+        delivery("p", 1, 1, 1, &reply_to), // duplicate within the batch: re-ACKed
+    ];
+    consumer.addr().do_send(Deliveries(batch));
+    settle().await;
+    assert_eq!(handled.snapshot(), [1, 3]);
+    assert_eq!(
+        batches.snapshot(),
+        [vec![1, 3, 1]],
+        "one Acks message for the drain"
+    );
+    assert_eq!(single_acks.len(), 0);
+    let stats = consumer.stats().await.unwrap();
+    assert_eq!(
+        (stats.delivered, stats.duplicates, stats.dead_letters),
+        (2, 1, 1)
+    );
+
+    // Single deliveries queued together are one mailbox drain: their ACKs share one batch.
+    for seq in 4..=6 {
+        consumer
+            .addr()
+            .do_send(delivery("p", 1, seq, seq as u32, &reply_to));
+    }
+    settle().await;
+    assert_eq!(batches.snapshot()[1], [4, 5, 6]);
+    // A lone ACK goes out as a plain `Ack`.
+    consumer.addr().do_send(delivery("p", 1, 7, 7, &reply_to));
+    settle().await;
+    assert_eq!((batches.len(), single_acks.snapshot()), (2, vec![7]));
+}
+
+#[actix::test]
 async fn failing_handler_gets_no_ack_and_runs_again_on_retransmit() {
     tokio::time::pause();
     let attempts = Rc::new(Cell::new(0));
@@ -125,6 +174,30 @@ async fn panicking_handler_gets_no_ack_and_the_consumer_survives() {
             acks.snapshot().iter().map(|a| a.seq).collect::<Vec<_>>(),
             [2]
         );
+    }
+}
+
+/// Records ACK batches (as seq lists) and single ACKs separately.
+struct BatchProbe {
+    batches: Log<Vec<u64>>,
+    singles: Log<u64>,
+}
+
+impl Actor for BatchProbe {
+    type Context = Context<Self>;
+}
+
+impl Handler<Acks> for BatchProbe {
+    type Result = ();
+    fn handle(&mut self, Acks(acks): Acks, _: &mut Context<Self>) {
+        self.batches.push(acks.iter().map(|a| a.seq).collect());
+    }
+}
+
+impl Handler<Ack> for BatchProbe {
+    type Result = ();
+    fn handle(&mut self, ack: Ack, _: &mut Context<Self>) {
+        self.singles.push(ack.seq);
     }
 }
 

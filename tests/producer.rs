@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use actix::prelude::*;
 use actix_delivery::{
-    Ack, ConsumerHandle, ConsumerOptions, Delivery, DeliveryError, DeliveryHandler, Incarnation,
+    Ack, ConsumerHandle, ConsumerOptions, ConsumerRef, DeliveryError, DeliveryHandler, Incarnation,
     ProducerController, ProducerHandle, ProducerId, ProducerOptions, ReliableDelivery, Tell,
     TellError,
 };
@@ -35,7 +35,7 @@ fn consumer(gate: Option<Gate>) -> (ConsumerHandle<u32>, Log<u32>) {
 }
 
 fn producer_to(
-    target: Recipient<Delivery<u32>>,
+    target: impl Into<ConsumerRef<u32>>,
     configure: impl FnOnce(
         actix_delivery::ProducerOptionsBuilder<u32>,
     ) -> actix_delivery::ProducerOptionsBuilder<u32>,
@@ -51,7 +51,7 @@ async fn window_bounds_in_flight_and_the_queue_drains_in_order() {
     tokio::time::pause();
     let gate = Gate::default();
     let (consumer, handled) = consumer(Some(gate.clone()));
-    let producer = producer_to(consumer.recipient(), |b| b.window_size(4));
+    let producer = producer_to(&consumer, |b| b.window_size(4));
     let confirmations = Confirmations::default();
     for body in 0..10 {
         producer
@@ -129,7 +129,7 @@ async fn handler_error_leads_to_retransmit_then_success() {
         }
     });
     let consumer = ReliableDelivery::consumer(ConsumerOptions::builder(handler).build().unwrap());
-    let producer = producer_to(consumer.recipient(), |b| b);
+    let producer = producer_to(&consumer, |b| b);
     producer.send(1).await.unwrap();
     assert_eq!(calls.get(), 3);
     assert_eq!(consumer.stats().await.unwrap().handler_failures, 2);
@@ -185,7 +185,7 @@ async fn forged_acks_change_nothing_and_retransmission_continues() {
 async fn stop_settles_every_in_flight_and_queued_message_once() {
     tokio::time::pause();
     let (consumer, _) = consumer(Some(Gate::default())); // never opens
-    let producer = producer_to(consumer.recipient(), |b| b.window_size(2));
+    let producer = producer_to(&consumer, |b| b.window_size(2));
     let confirmations = Confirmations::default();
     for body in 0..5 {
         producer
@@ -219,7 +219,7 @@ async fn full_queue_hands_the_body_back_and_send_waits_for_room() {
     tokio::time::pause();
     let gate = Gate::default();
     let (consumer, handled) = consumer(Some(gate.clone()));
-    let producer = producer_to(consumer.recipient(), |b| b.window_size(1).max_pending(2));
+    let producer = producer_to(&consumer, |b| b.window_size(1).max_pending(2));
     let confirmations = Confirmations::default();
     for body in 0..3 {
         producer
@@ -246,7 +246,7 @@ async fn full_queue_hands_the_body_back_and_send_waits_for_room() {
 async fn a_panicking_confirmation_callback_does_not_kill_the_producer() {
     tokio::time::pause();
     let (consumer, _) = consumer(None);
-    let producer = producer_to(consumer.recipient(), |b| b);
+    let producer = producer_to(&consumer, |b| b);
     producer
         .tell(1, |_: Result<(), DeliveryError>| panic!("callback bug"))
         .unwrap();
@@ -341,13 +341,13 @@ async fn two_producers_into_one_consumer_keep_separate_seq_spaces() {
     tokio::time::pause();
     let (consumer, handled) = consumer(None);
     let a = ReliableDelivery::producer(
-        ProducerOptions::builder(consumer.recipient())
+        ProducerOptions::builder(&consumer)
             .producer_id("a")
             .build()
             .unwrap(),
     );
     let b = ReliableDelivery::producer(
-        ProducerOptions::builder(consumer.recipient())
+        ProducerOptions::builder(&consumer)
             .producer_id("b")
             .build()
             .unwrap(),
@@ -404,12 +404,8 @@ async fn dropping_the_last_handle_delivers_what_is_held_then_stops() {
 async fn producer_ids_default_to_random_and_can_be_chosen() {
     tokio::time::pause();
     let (consumer, _) = consumer(None);
-    let random = ReliableDelivery::producer(
-        ProducerOptions::builder(consumer.recipient())
-            .build()
-            .unwrap(),
-    );
+    let random = ReliableDelivery::producer(ProducerOptions::builder(&consumer).build().unwrap());
     assert!(random.producer_id().as_str().starts_with("producer-"));
-    let chosen = producer_to(consumer.recipient(), |b| b);
+    let chosen = producer_to(&consumer, |b| b);
     assert_eq!(chosen.producer_id(), &ProducerId::from("p"));
 }

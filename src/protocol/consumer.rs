@@ -176,7 +176,12 @@ impl<B, R> ConsumerCore<B, R> {
         let seq = header.seq;
         if window.is_handled(seq) {
             self.stats.duplicates += 1;
-            return Step::Ack(reply_to, Ack::from(header.info()));
+            let ack = Ack {
+                producer_id: header.producer_id,
+                incarnation: header.incarnation,
+                seq,
+            };
+            return Step::Ack(reply_to, ack);
         }
         if window.is_pending(seq) {
             self.stats.in_progress += 1;
@@ -198,7 +203,11 @@ impl<B, R> ConsumerCore<B, R> {
             return Step::Hold;
         }
         window.begin(seq);
-        let info = header.info();
+        let info = DeliveryInfo {
+            producer_id: header.producer_id,
+            incarnation: header.incarnation,
+            seq,
+        };
         if self.running.is_none() {
             self.running = Some(Running {
                 info: info.clone(),

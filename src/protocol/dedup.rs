@@ -1,9 +1,9 @@
 //! Duplicate suppression: one window per producer, kept in a table bounded by count (LRU) and
 //! by idleness (TTL sweep).
 
-use std::collections::HashSet;
 use std::time::{Duration, Instant};
 
+use hashbrown::HashSet;
 use hashlink::linked_hash_map::RawEntryMut;
 use hashlink::LinkedHashMap;
 
@@ -80,7 +80,7 @@ impl ProducerWindow {
 
     /// The handler for `seq` succeeded: record it, sliding `contiguous` over `above`.
     pub fn complete(&mut self, seq: u64) {
-        self.pending.remove(&seq);
+        self.abort(seq);
         if seq == self.contiguous + 1 {
             self.contiguous = seq;
             self.slide();

@@ -133,11 +133,7 @@ impl<T: Clone, C> ProducerCore<T, C> {
     /// else is ignored (and counted). Returns whether the ACK was acted on.
     pub fn handle_ack(&mut self, ack: &Ack, now: Instant) -> bool {
         let index = (ack.producer_id == self.id && ack.incarnation == self.incarnation)
-            .then(|| {
-                self.in_flight
-                    .binary_search_by_key(&ack.seq, |m| m.seq)
-                    .ok()
-            })
+            .then(|| self.position(ack.seq))
             .flatten();
         let Some(index) = index else {
             self.stats.ignored_acks += 1;
@@ -222,7 +218,7 @@ impl<T: Clone, C> ProducerCore<T, C> {
     /// The next delivery to put on the wire.
     pub fn poll_transmit(&mut self) -> Option<Transmission<T>> {
         while let Some(seq) = self.transmit.pop_front() {
-            let Ok(index) = self.in_flight.binary_search_by_key(&seq, |m| m.seq) else {
+            let Some(index) = self.position(seq) else {
                 continue; // settled after it was queued for transmission
             };
             return Some(Transmission {
@@ -274,6 +270,17 @@ impl<T: Clone, C> ProducerCore<T, C> {
             in_flight: self.in_flight.len(),
             queued: self.pending.len(),
             ..self.stats
+        }
+    }
+
+    /// Where `seq` is in the in-flight buffer. In-flight seqs ascend with few gaps (ACKs mostly
+    /// arrive in order), so `seq - first` is nearly always the index; search otherwise.
+    fn position(&self, seq: u64) -> Option<usize> {
+        let first = self.in_flight.front()?.seq;
+        let guess = usize::try_from(seq.checked_sub(first)?).ok()?;
+        match self.in_flight.get(guess) {
+            Some(m) if m.seq == seq => Some(guess),
+            _ => self.in_flight.binary_search_by_key(&seq, |m| m.seq).ok(),
         }
     }
 

@@ -62,11 +62,15 @@ impl<T: Send + 'static> ConsumerController<T> {
     /// Sends the buffered ACKs: one message per run of ACKs to the same producer (batched where
     /// its reply address accepts batches).
     fn flush_acks(&mut self) {
+        let most = self.acks.len();
         let mut acks = self.acks.drain(..).peekable();
         while let Some((reply_to, first)) = acks.next() {
             let same_producer =
                 std::iter::from_fn(|| acks.next_if(|(next, _)| next.same_as(&reply_to)));
-            reply_to.do_send_all(std::iter::once(first).chain(same_producer.map(|(_, ack)| ack)));
+            reply_to.do_send_all(
+                std::iter::once(first).chain(same_producer.map(|(_, ack)| ack)),
+                most,
+            );
         }
     }
 

@@ -88,11 +88,12 @@ impl Message for Acks {
 }
 
 /// Sends `items` one message each, or, when there are several and a batch recipient exists,
-/// all in one batch message.
+/// all in one batch message (sized for at most `most` items).
 fn send_batched<M, B>(
     single: &Recipient<M>,
     batch: Option<&Recipient<B>>,
     items: impl Iterator<Item = M>,
+    most: usize,
     wrap: fn(Vec<M>) -> B,
 ) where
     M: Message + Send + 'static,
@@ -107,7 +108,7 @@ fn send_batched<M, B>(
             if items.peek().is_none() {
                 single.do_send(first);
             } else {
-                let mut all = Vec::with_capacity(items.size_hint().0 + 1);
+                let mut all = Vec::with_capacity(most);
                 all.push(first);
                 all.extend(items);
                 batch.do_send(wrap(all));
@@ -133,9 +134,10 @@ impl ReplyTo {
         self.0.single.do_send(ack);
     }
 
-    /// Sends several ACKs, batched into one message where the recipient accepts [`Acks`].
-    pub fn do_send_all(&self, acks: impl Iterator<Item = Ack>) {
-        send_batched(&self.0.single, self.0.batch.as_ref(), acks, Acks);
+    /// Sends several ACKs (at most `most`), batched into one message where the recipient
+    /// accepts [`Acks`].
+    pub fn do_send_all(&self, acks: impl Iterator<Item = Ack>, most: usize) {
+        send_batched(&self.0.single, self.0.batch.as_ref(), acks, most, Acks);
     }
 
     /// Whether both are the same address (ACKs for them may share a batch).
@@ -188,9 +190,15 @@ impl<T: Send + 'static> ConsumerRef<T> {
         }
     }
 
-    /// Sends deliveries, batched where the consumer accepts batches.
-    pub(crate) fn do_send_all(&self, deliveries: impl Iterator<Item = Delivery<T>>) {
-        send_batched(&self.single, self.batch.as_ref(), deliveries, Deliveries);
+    /// Sends deliveries (at most `most`), batched where the consumer accepts batches.
+    pub(crate) fn do_send_all(&self, deliveries: impl Iterator<Item = Delivery<T>>, most: usize) {
+        send_batched(
+            &self.single,
+            self.batch.as_ref(),
+            deliveries,
+            most,
+            Deliveries,
+        );
     }
 }
 

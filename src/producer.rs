@@ -66,10 +66,11 @@ impl<T: Clone + Send + 'static> ProducerController<T> {
     /// Sends what the core asks for, settles what it settled, and re-arms the timer.
     fn flush(&mut self, ctx: &mut Context<Self>) {
         if let Some(reply_to) = &self.reply_to {
-            let core = &mut self.core;
-            let deliveries = std::iter::from_fn(|| core.poll_transmit())
+            // A flush transmits at most a window's worth (every message in flight at most once).
+            let (most, now, core) = (self.core.window_size(), now(), &mut self.core);
+            let deliveries = std::iter::from_fn(|| core.poll_transmit(now))
                 .map(|transmission| Delivery::new(transmission, reply_to.clone()));
-            self.consumer.do_send_all(deliveries);
+            self.consumer.do_send_all(deliveries, most);
         }
         while let Some((confirmation, result)) = self.core.poll_settled() {
             confirmation.settle(result);
@@ -136,7 +137,7 @@ impl<T: Clone + Send + 'static> Handler<Tell<T>> for ProducerController<T> {
     type Result = Result<(), TellError<T>>;
 
     fn handle(&mut self, tell: Tell<T>, _: &mut Context<Self>) -> Self::Result {
-        let result = self.core.handle_send(tell.body, tell.confirm, now());
+        let result = self.core.handle_send(tell.body, tell.confirm);
         self.dirty = true;
         result.map_err(TellError::QueueFull)
     }
@@ -146,7 +147,7 @@ impl<T: Clone + Send + 'static> Handler<Ack> for ProducerController<T> {
     type Result = ();
 
     fn handle(&mut self, ack: Ack, _: &mut Context<Self>) {
-        if self.core.handle_ack(&ack, now()) {
+        if self.core.handle_ack(&ack) {
             self.dirty = true;
         }
     }
@@ -156,10 +157,9 @@ impl<T: Clone + Send + 'static> Handler<Acks> for ProducerController<T> {
     type Result = ();
 
     fn handle(&mut self, Acks(acks): Acks, _: &mut Context<Self>) {
-        let now = now();
         let mut any = false;
         for ack in &acks {
-            any |= self.core.handle_ack(ack, now);
+            any |= self.core.handle_ack(ack);
         }
         if any {
             self.dirty = true;

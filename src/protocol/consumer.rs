@@ -92,6 +92,8 @@ pub struct ConsumerStats {
 struct Running<R> {
     info: DeliveryInfo,
     reply_to: R,
+    /// It waited before running, so its seq is also in its window's pending set.
+    queued: bool,
 }
 
 #[derive(Debug)]
@@ -183,15 +185,21 @@ impl<B, R> ConsumerCore<B, R> {
             };
             return Step::Ack(reply_to, ack);
         }
-        if window.is_pending(seq) {
+        // The running message is tracked by `self.running`; waiting ones by the window's
+        // pending set (a message that waited keeps its entry there while it runs).
+        let running = self.running.as_ref().filter(|r| {
+            r.info.incarnation == header.incarnation && r.info.producer_id == header.producer_id
+        });
+        if window.is_pending(seq) || running.is_some_and(|r| r.info.seq == seq) {
             self.stats.in_progress += 1;
             return Step::Hold;
         }
+        let in_progress = window.pending() + usize::from(running.is_some_and(|r| !r.queued));
         let gap_closing = seq == window.contiguous() + 1;
-        let in_sequence = !self.ordered || seq == window.contiguous() + 1 + window.pending() as u64;
+        let in_sequence = !self.ordered || seq == window.contiguous() + 1 + in_progress as u64;
         let within_bound = self
             .max_out_of_order
-            .is_none_or(|max| window.retained() < max);
+            .is_none_or(|max| window.out_of_order() + in_progress < max);
         if !(in_sequence && (gap_closing || within_bound)) {
             self.stats.refused += 1;
             if let Some(n) = self.warnings.refusals.record(now, 1) {
@@ -202,7 +210,6 @@ impl<B, R> ConsumerCore<B, R> {
             }
             return Step::Hold;
         }
-        window.begin(seq);
         let info = DeliveryInfo {
             producer_id: header.producer_id,
             incarnation: header.incarnation,
@@ -212,9 +219,11 @@ impl<B, R> ConsumerCore<B, R> {
             self.running = Some(Running {
                 info: info.clone(),
                 reply_to,
+                queued: false,
             });
             Step::Run(info, body)
         } else {
+            window.begin(seq);
             self.waiting.push_back(Waiting {
                 info,
                 body,
@@ -227,16 +236,14 @@ impl<B, R> ConsumerCore<B, R> {
     /// Records how the running handler ended and says what follows: the ACK on success, and
     /// the next waiting message to run. Without a running handler this does nothing.
     pub fn handle_outcome(&mut self, outcome: &HandlerOutcome, now: Instant) -> Completion<B, R> {
-        let Some(Running { info, reply_to }) = self.running.take() else {
+        let Some(Running { info, reply_to, .. }) = self.running.take() else {
             debug_assert!(false, "an outcome arrived while no handler was running");
             return Completion {
                 ack: None,
                 next: None,
             };
         };
-        let window = self
-            .table
-            .get_mut(info.producer_id.as_str(), info.incarnation);
+        let window = self.table.get_mut(&info.producer_id, info.incarnation);
         let ack = match outcome {
             HandlerOutcome::Succeeded => {
                 // A window evicted or replaced meanwhile is not recreated: the ACK still goes
@@ -283,6 +290,7 @@ impl<B, R> ConsumerCore<B, R> {
             self.running = Some(Running {
                 info: w.info.clone(),
                 reply_to: w.reply_to,
+                queued: true,
             });
             (w.info, w.body)
         });

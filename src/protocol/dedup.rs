@@ -10,7 +10,7 @@ use hashlink::LinkedHashMap;
 use crate::protocol::envelope::{Header, Incarnation, ProducerId};
 
 /// What one producer incarnation has been handled: every seq up to `contiguous`, plus the
-/// out-of-order seqs in `above`. Also tracks the seqs admitted to the handler but not finished
+/// out-of-order seqs in `above`. Also tracks the seqs admitted to the handler and waiting for it
 /// (`pending`), so that a retransmit of such a seq does not start the handler again.
 #[derive(Debug)]
 pub struct ProducerWindow {
@@ -47,15 +47,9 @@ impl ProducerWindow {
         self.above.len()
     }
 
-    /// Seqs admitted to the handler and not finished yet.
+    /// Seqs admitted to the handler and waiting for it.
     pub fn pending(&self) -> usize {
         self.pending.len()
-    }
-
-    /// Seqs this window retains beyond `contiguous`: out-of-order handled plus pending. This
-    /// is what `max_out_of_order` bounds.
-    pub fn retained(&self) -> usize {
-        self.above.len() + self.pending.len()
     }
 
     /// Whether `seq` was handled already.
@@ -63,19 +57,21 @@ impl ProducerWindow {
         seq <= self.contiguous || (!self.above.is_empty() && self.above.contains(&seq))
     }
 
-    /// Whether `seq` was admitted to the handler and has not finished yet.
+    /// Whether `seq` was admitted to the handler and waits for it.
     pub fn is_pending(&self, seq: u64) -> bool {
         !self.pending.is_empty() && self.pending.contains(&seq)
     }
 
-    /// Marks `seq` as admitted to the handler.
+    /// Marks `seq` as admitted to the handler and waiting for it.
     pub fn begin(&mut self, seq: u64) {
         self.pending.insert(seq);
     }
 
     /// The handler for `seq` failed: it is neither pending nor handled.
     pub fn abort(&mut self, seq: u64) {
-        self.pending.remove(&seq);
+        if !self.pending.is_empty() {
+            self.pending.remove(&seq);
+        }
     }
 
     /// The handler for `seq` succeeded: record it, sliding `contiguous` over `above`.
@@ -200,7 +196,11 @@ impl DedupTable {
 
     /// The window of producer `id` if it still describes `incarnation`, without touching its
     /// recency.
-    pub fn get_mut(&mut self, id: &str, incarnation: Incarnation) -> Option<&mut ProducerWindow> {
+    pub fn get_mut(
+        &mut self,
+        id: &ProducerId,
+        incarnation: Incarnation,
+    ) -> Option<&mut ProducerWindow> {
         self.windows
             .get_mut(id)
             .filter(|window| window.incarnation == incarnation)
@@ -325,8 +325,12 @@ mod tests {
         assert_eq!(lookup, Lookup::Replaced);
         assert_eq!(window.contiguous(), 0);
         assert_eq!(table.len(), 1);
-        assert!(table.get_mut("p", Incarnation::from_u128(1)).is_none());
-        assert!(table.get_mut("p", Incarnation::from_u128(2)).is_some());
+        assert!(table
+            .get_mut(&"p".into(), Incarnation::from_u128(1))
+            .is_none());
+        assert!(table
+            .get_mut(&"p".into(), Incarnation::from_u128(2))
+            .is_some());
     }
 
     #[test]

@@ -56,10 +56,11 @@ struct InFlight<T, C> {
 /// The producer state machine. Pure: time is an argument, nothing sleeps or spawns.
 ///
 /// `T` is the body, `C` a confirmation token the caller attaches to each message and gets back
-/// exactly once, with the result, from [`poll_settled`](Self::poll_settled). After every
-/// `handle_*` call, drain [`poll_transmit`](Self::poll_transmit) and
-/// [`poll_settled`](Self::poll_settled), and arrange for [`handle_timeout`](Self::handle_timeout)
-/// to be called at [`next_deadline`](Self::next_deadline).
+/// exactly once, with the result, from [`poll_settled`](Self::poll_settled). After `handle_*`
+/// calls, drain [`poll_transmit`](Self::poll_transmit) (which dispatches queued messages into
+/// free window slots: seqs and deadlines are assigned there, so time is read once per batch of
+/// events) and [`poll_settled`](Self::poll_settled), and arrange for
+/// [`handle_timeout`](Self::handle_timeout) to be called at [`next_deadline`](Self::next_deadline).
 #[derive(Debug)]
 pub struct ProducerCore<T, C> {
     id: ProducerId,
@@ -109,29 +110,29 @@ impl<T: Clone, C> ProducerCore<T, C> {
         }
     }
 
-    /// Accepts a message: dispatches it if the window has room, else queues it.
+    /// Accepts a message. It is dispatched (numbered and sent) by the next
+    /// [`poll_transmit`](Self::poll_transmit) if the window has room, else it waits in the
+    /// queue.
     ///
     /// # Errors
-    /// The body is handed back when the pending queue is full; `confirm` is then settled with
-    /// [`DeliveryError::QueueFull`].
-    pub fn handle_send(&mut self, body: T, confirm: C, now: Instant) -> Result<(), T> {
-        if self.pending.is_empty() && self.in_flight.len() < self.window_size {
-            self.dispatch(body, confirm, now);
-        } else if self.pending.len() < self.max_pending {
-            self.pending.push_back((body, confirm));
-        } else {
+    /// The body is handed back when `max_pending` messages already wait beyond the window;
+    /// `confirm` is then settled with [`DeliveryError::QueueFull`].
+    pub fn handle_send(&mut self, body: T, confirm: C) -> Result<(), T> {
+        let free_slots = self.window_size - self.in_flight.len();
+        if self.pending.len() >= self.max_pending + free_slots {
             self.stats.refused += 1;
             self.settled
                 .push_back((confirm, Err(DeliveryError::QueueFull)));
             return Err(body);
         }
+        self.pending.push_back((body, confirm));
         Ok(())
     }
 
     /// Acts on an ACK if it names this producer, mirrors its current incarnation and
-    /// acknowledges a seq in flight: confirms that message and refills the window. Anything
+    /// acknowledges a seq in flight: confirms that message and frees its window slot. Anything
     /// else is ignored (and counted). Returns whether the ACK was acted on.
-    pub fn handle_ack(&mut self, ack: &Ack, now: Instant) -> bool {
+    pub fn handle_ack(&mut self, ack: &Ack) -> bool {
         let index = (ack.producer_id == self.id && ack.incarnation == self.incarnation)
             .then(|| self.position(ack.seq))
             .flatten();
@@ -140,24 +141,24 @@ impl<T: Clone, C> ProducerCore<T, C> {
             log::debug!("ignored an ACK that does not match a message in flight");
             return false;
         };
-        let message = self
-            .in_flight
-            .remove(index)
-            .expect("index from binary search");
+        let message = if index == 0 {
+            self.in_flight.pop_front()
+        } else {
+            self.in_flight.remove(index)
+        }
+        .expect("position() returned an index in bounds");
         self.stats.confirmed += 1;
         self.settled.push_back((message.confirm, Ok(())));
-        self.fill_window(now);
         true
     }
 
     /// Retransmits every message whose deadline has passed, or gives it up after
-    /// `max_attempts` transmissions.
+    /// `max_attempts` transmissions (which frees its window slot).
     pub fn handle_timeout(&mut self, now: Instant) {
         if self.earliest_deadline.is_none_or(|earliest| now < earliest) {
             return;
         }
         let mut earliest: Option<Instant> = None;
-        let mut gave_up = false;
         let mut index = 0;
         while index < self.in_flight.len() {
             let m = &mut self.in_flight[index];
@@ -169,7 +170,6 @@ impl<T: Clone, C> ProducerCore<T, C> {
                         attempts: m.attempts,
                     };
                     self.settled.push_back((m.confirm, Err(error)));
-                    gave_up = true;
                     continue;
                 }
                 m.attempts += 1;
@@ -187,9 +187,6 @@ impl<T: Clone, C> ProducerCore<T, C> {
             index += 1;
         }
         self.earliest_deadline = earliest;
-        if gave_up {
-            self.fill_window(now);
-        }
     }
 
     /// Settles every in-flight and queued message with [`DeliveryError::ProducerStopped`].
@@ -215,8 +212,11 @@ impl<T: Clone, C> ProducerCore<T, C> {
         self.jitter = SmallRng::seed_from_u64(incarnation.as_u128() as u64);
     }
 
-    /// The next delivery to put on the wire.
-    pub fn poll_transmit(&mut self) -> Option<Transmission<T>> {
+    /// The next delivery to put on the wire: first dispatches queued messages into free window
+    /// slots (numbering them and setting their deadlines from `now`), then yields first
+    /// transmissions and retransmissions in order.
+    pub fn poll_transmit(&mut self, now: Instant) -> Option<Transmission<T>> {
+        self.fill_window(now);
         while let Some(seq) = self.transmit.pop_front() {
             let Some(index) = self.position(seq) else {
                 continue; // settled after it was queued for transmission
@@ -249,6 +249,11 @@ impl<T: Clone, C> ProducerCore<T, C> {
     /// This producer's id.
     pub fn id(&self) -> &ProducerId {
         &self.id
+    }
+
+    /// At most this many messages are in flight.
+    pub fn window_size(&self) -> usize {
+        self.window_size
     }
 
     /// This producer's current incarnation.
@@ -356,8 +361,9 @@ mod tests {
         })
     }
 
-    fn transmitted(c: &mut Core) -> Vec<(u64, u32)> {
-        std::iter::from_fn(|| c.poll_transmit())
+    /// (seq, body) of every delivery the core puts on the wire at `now`.
+    fn transmitted(c: &mut Core, now: Instant) -> Vec<(u64, u32)> {
+        std::iter::from_fn(|| c.poll_transmit(now))
             .map(|t| (t.header.seq, t.body))
             .collect()
     }
@@ -379,13 +385,13 @@ mod tests {
         let mut c = window(2);
         let now = Instant::now();
         for body in [10, 11, 12] {
-            c.handle_send(body, body, now).unwrap();
+            c.handle_send(body, body).unwrap();
         }
-        assert_eq!(transmitted(&mut c), [(1, 10), (2, 11)]);
+        assert_eq!(transmitted(&mut c, now), [(1, 10), (2, 11)]);
         assert_eq!(c.stats().queued, 1);
-        assert!(c.handle_ack(&ack(2), now));
-        assert_eq!(transmitted(&mut c), [(3, 12)]);
+        assert!(c.handle_ack(&ack(2)));
         assert_eq!(settled(&mut c), [(11, Ok(()))]);
+        assert_eq!(transmitted(&mut c, now), [(3, 12)]);
     }
 
     #[test]
@@ -393,23 +399,17 @@ mod tests {
         let mut c = window(3);
         let now = Instant::now();
         for body in 0..10 {
-            c.handle_send(body, body, now).unwrap();
+            c.handle_send(body, body).unwrap();
         }
-        assert_eq!(c.stats().in_flight, 3);
         let mut order = Vec::new();
-        let mut seq = 0;
-        loop {
-            let sent = transmitted(&mut c);
+        for seq in 1..=10 {
+            order.extend(transmitted(&mut c, now).into_iter().map(|(_, body)| body));
             assert!(c.stats().in_flight <= 3);
-            order.extend(sent.iter().map(|&(_, body)| body));
-            if c.stats().in_flight == 0 {
-                break;
-            }
-            seq += 1;
-            assert!(c.handle_ack(&ack(seq), now));
+            assert!(c.handle_ack(&ack(seq)));
         }
         assert_eq!(order, (0..10).collect::<Vec<_>>());
-        assert!(c.is_idle() || !settled(&mut c).is_empty());
+        assert_eq!(settled(&mut c).len(), 10);
+        assert!(c.is_idle());
     }
 
     #[test]
@@ -420,30 +420,40 @@ mod tests {
             ..Default::default()
         });
         let now = Instant::now();
+        // One message fits the window, two wait: whether or not the first was dispatched yet.
         for body in 0..3 {
-            c.handle_send(body, body, now).unwrap();
+            c.handle_send(body, body).unwrap();
         }
-        assert_eq!(c.handle_send(3, 3, now), Err(3));
-        assert_eq!(settled(&mut c), [(3, Err(DeliveryError::QueueFull))]);
-        assert_eq!(c.stats().refused, 1);
+        assert_eq!(c.handle_send(3, 3), Err(3));
+        transmitted(&mut c, now);
+        assert_eq!(c.handle_send(4, 4), Err(4));
+        assert_eq!(
+            settled(&mut c),
+            [
+                (3, Err(DeliveryError::QueueFull)),
+                (4, Err(DeliveryError::QueueFull))
+            ]
+        );
+        assert_eq!(c.stats().refused, 2);
     }
 
     #[test]
     fn unacked_messages_are_retransmitted_every_resend_timeout_with_the_same_seq() {
         let mut c = window(4);
         let t0 = Instant::now();
-        c.handle_send(7, 7, t0).unwrap();
-        transmitted(&mut c);
+        c.handle_send(7, 7).unwrap();
+        transmitted(&mut c, t0);
         assert_eq!(c.next_deadline(), Some(t0 + TIMEOUT));
-        c.handle_timeout(t0 + TIMEOUT - Duration::from_millis(1));
-        assert!(transmitted(&mut c).is_empty(), "not due yet");
+        let early = t0 + TIMEOUT - Duration::from_millis(1);
+        c.handle_timeout(early);
+        assert!(transmitted(&mut c, early).is_empty(), "not due yet");
         c.handle_timeout(t0 + TIMEOUT);
-        assert_eq!(transmitted(&mut c), [(1, 7)]);
+        assert_eq!(transmitted(&mut c, t0 + TIMEOUT), [(1, 7)]);
         assert_eq!(c.next_deadline(), Some(t0 + 2 * TIMEOUT));
         c.handle_timeout(t0 + 2 * TIMEOUT);
-        assert_eq!(transmitted(&mut c), [(1, 7)]);
+        assert_eq!(transmitted(&mut c, t0 + 2 * TIMEOUT), [(1, 7)]);
         assert_eq!(c.stats().retransmitted, 2);
-        assert!(c.handle_ack(&ack(1), t0 + 2 * TIMEOUT));
+        assert!(c.handle_ack(&ack(1)));
         assert_eq!(c.next_deadline(), None);
     }
 
@@ -451,22 +461,23 @@ mod tests {
     fn one_deadline_covers_many_messages_and_only_due_ones_are_resent() {
         let mut c = window(4);
         let t0 = Instant::now();
-        c.handle_send(1, 1, t0).unwrap();
-        c.handle_send(2, 2, t0 + Duration::from_millis(100))
-            .unwrap();
-        transmitted(&mut c);
+        let t1 = t0 + Duration::from_millis(100);
+        c.handle_send(1, 1).unwrap();
+        transmitted(&mut c, t0);
+        c.handle_send(2, 2).unwrap();
+        transmitted(&mut c, t1);
         assert_eq!(c.next_deadline(), Some(t0 + TIMEOUT));
         c.handle_timeout(t0 + TIMEOUT);
-        assert_eq!(transmitted(&mut c), [(1, 1)]);
-        assert_eq!(c.next_deadline(), Some(t0 + Duration::from_millis(600)));
+        assert_eq!(transmitted(&mut c, t0 + TIMEOUT), [(1, 1)]);
+        assert_eq!(c.next_deadline(), Some(t1 + TIMEOUT));
     }
 
     #[test]
     fn forged_or_stale_acks_change_nothing() {
         let mut c = window(4);
         let now = Instant::now();
-        c.handle_send(1, 1, now).unwrap();
-        transmitted(&mut c);
+        c.handle_send(1, 1).unwrap();
+        transmitted(&mut c, now);
         let forged = [
             Ack {
                 incarnation: Incarnation::from_u128(41),
@@ -480,16 +491,20 @@ mod tests {
             ack(0),
         ];
         for a in &forged {
-            assert!(!c.handle_ack(a, now), "{a:?}");
+            assert!(!c.handle_ack(a), "{a:?}");
         }
         assert!(settled(&mut c).is_empty());
         assert_eq!(c.stats().ignored_acks, 4);
         assert_eq!(c.stats().in_flight, 1);
         c.handle_timeout(now + TIMEOUT);
-        assert_eq!(transmitted(&mut c), [(1, 1)], "retransmission continues");
-        assert!(c.handle_ack(&ack(1), now));
+        assert_eq!(
+            transmitted(&mut c, now + TIMEOUT),
+            [(1, 1)],
+            "retransmission continues"
+        );
+        assert!(c.handle_ack(&ack(1)));
         assert!(
-            !c.handle_ack(&ack(1), now),
+            !c.handle_ack(&ack(1)),
             "a duplicate ACK confirms nothing twice"
         );
         assert_eq!(settled(&mut c), [(1, Ok(()))]);
@@ -500,11 +515,11 @@ mod tests {
         let mut c = window(4);
         let now = Instant::now();
         for body in 1..=4 {
-            c.handle_send(body, body, now).unwrap();
+            c.handle_send(body, body).unwrap();
         }
-        transmitted(&mut c);
+        transmitted(&mut c, now);
         for seq in [3, 1, 4, 2] {
-            assert!(c.handle_ack(&ack(seq), now));
+            assert!(c.handle_ack(&ack(seq)));
         }
         let confirmed: Vec<u32> = settled(&mut c).into_iter().map(|(b, _)| b).collect();
         assert_eq!(confirmed, [3, 1, 4, 2]);
@@ -515,16 +530,16 @@ mod tests {
         let mut c = window(4);
         let now = Instant::now();
         for body in 1..=3 {
-            c.handle_send(body, body, now).unwrap();
+            c.handle_send(body, body).unwrap();
         }
-        let starts: Vec<u64> = std::iter::from_fn(|| c.poll_transmit())
+        let starts: Vec<u64> = std::iter::from_fn(|| c.poll_transmit(now))
             .map(|t| t.header.window_start)
             .collect();
         assert_eq!(starts, [1, 1, 1]);
-        c.handle_ack(&ack(1), now);
-        c.handle_ack(&ack(3), now);
+        c.handle_ack(&ack(1));
+        c.handle_ack(&ack(3));
         c.handle_timeout(now + TIMEOUT);
-        let t = c.poll_transmit().unwrap();
+        let t = c.poll_transmit(now + TIMEOUT).unwrap();
         assert_eq!((t.header.seq, t.header.window_start), (2, 2));
     }
 
@@ -536,16 +551,17 @@ mod tests {
             ..Default::default()
         });
         let t0 = Instant::now();
-        c.handle_send(1, 1, t0).unwrap();
-        c.handle_send(2, 2, t0).unwrap();
+        c.handle_send(1, 1).unwrap();
+        c.handle_send(2, 2).unwrap();
+        assert_eq!(transmitted(&mut c, t0), [(1, 1)]);
         c.handle_timeout(t0 + TIMEOUT);
-        assert_eq!(transmitted(&mut c), [(1, 1), (1, 1)]);
+        assert_eq!(transmitted(&mut c, t0 + TIMEOUT), [(1, 1)]);
         c.handle_timeout(t0 + 2 * TIMEOUT);
         assert_eq!(
             settled(&mut c),
             [(1, Err(DeliveryError::GaveUp { attempts: 2 }))]
         );
-        assert_eq!(transmitted(&mut c), [(2, 2)]);
+        assert_eq!(transmitted(&mut c, t0 + 2 * TIMEOUT), [(2, 2)]);
         assert_eq!(c.stats().given_up, 1);
     }
 
@@ -561,7 +577,8 @@ mod tests {
             ..Default::default()
         });
         let mut now = Instant::now();
-        c.handle_send(1, 1, now).unwrap();
+        c.handle_send(1, 1).unwrap();
+        transmitted(&mut c, now);
         let mut waits = Vec::new();
         for _ in 0..5 {
             let deadline = c.next_deadline().unwrap();
@@ -595,8 +612,9 @@ mod tests {
         let mut c = window(2);
         let now = Instant::now();
         for body in 0..5 {
-            c.handle_send(body, body, now).unwrap();
+            c.handle_send(body, body).unwrap();
         }
+        transmitted(&mut c, now);
         c.stop();
         let mut stopped: Vec<u32> = settled(&mut c)
             .into_iter()
@@ -615,18 +633,18 @@ mod tests {
     fn restart_takes_a_new_incarnation_and_reuses_seqs_from_one() {
         let mut c = window(2);
         let now = Instant::now();
-        c.handle_send(1, 1, now).unwrap();
-        transmitted(&mut c);
+        c.handle_send(1, 1).unwrap();
+        transmitted(&mut c, now);
         c.restart(Incarnation::from_u128(43));
         assert_eq!(settled(&mut c), [(1, Err(DeliveryError::ProducerStopped))]);
-        c.handle_send(2, 2, now).unwrap();
-        let t = c.poll_transmit().unwrap();
+        c.handle_send(2, 2).unwrap();
+        let t = c.poll_transmit(now).unwrap();
         assert_eq!(
             (t.header.seq, t.header.incarnation),
             (1, Incarnation::from_u128(43))
         );
         assert!(
-            !c.handle_ack(&ack(1), now),
+            !c.handle_ack(&ack(1)),
             "an ACK for the old incarnation is ignored"
         );
     }

@@ -106,9 +106,10 @@
 //!
 //!   If a message can never succeed, record it for a separate retry workflow and then return
 //!   `Ok`, or bound the retries with `max_attempts` on the producer.
-//! - **Not for everything.** Each message costs three actor messages (tell, delivery, ACK) and
-//!   some bookkeeping instead of one `do_send`; see the README for measured overhead. Telemetry,
-//!   health pings and transient UI updates should use a plain `do_send`.
+//! - **Not for everything.** Each message costs a tell to the producer, a share of a delivery
+//!   and of an ACK (batched under load, one each when traffic is sparse) and some bookkeeping,
+//!   instead of one `do_send`; the README quotes the measured overhead. Telemetry, health pings
+//!   and transient UI updates should use a plain `do_send`.
 //! - **Inside one cluster.** The controllers connect actors of one Actix application (or one
 //!   cluster of nodes). External or cross-cluster consumers belong on a broker such as NATS or
 //!   Kafka.
@@ -121,6 +122,18 @@
 //! error or panics gets no ACK, is retried on the next retransmission, and leaves the consumer
 //! running. A future that is ready on its first poll is handled without a task switch or an
 //! allocation.
+//!
+//! # Batching
+//!
+//! Both controllers send what one mailbox drain produced in one actor message per peer: a
+//! [`Deliveries`] batch from producer to consumer, an [`Acks`] batch back. Under load this
+//! amortises the cost of an actor message over many messages; with sparse traffic every
+//! batch holds one message and goes out as a plain [`Delivery`] or [`Ack`]. Batches are an
+//! optimisation of transport only: each element is admitted, deduplicated and acknowledged
+//! exactly as if it had arrived alone. Producers batch towards a [`ConsumerRef`] built from a
+//! [`ConsumerHandle`] (`ProducerOptions::builder(&consumer)`) or a `ConsumerController`'s
+//! `Addr`; built from a plain `Recipient<Delivery<T>>` (a proxy, a test link) it receives
+//! single deliveries.
 //!
 //! # Configuration
 //!

@@ -1,35 +1,36 @@
-//! Coalescing output per mailbox drain. Actix handles every queued message first and polls the
-//! actor's spawned futures afterwards, so a future spawned once at start runs right after each
-//! drain: the place to send, in one batch per peer, everything the drain produced.
+//! Work that belongs after a mailbox drain. Actix handles every queued message first and polls
+//! the actor's spawned futures afterwards, so a future spawned once at start runs right after
+//! each drain, with the actor's waker: the place to send, in one batch per peer, everything the
+//! drain produced, and to drive a handler future further.
 
 use std::pin::Pin;
 use std::task::{Context as TaskContext, Poll};
 
 use actix::{Actor, ActorFuture, AsyncContext, Context};
 
-/// Spawns a future that calls `flush` each time the actor's context is polled, i.e. after each
-/// mailbox drain (and after the actor's other futures that were polled before it). The future
-/// ends when `flush` returns `Ready`.
-pub(crate) fn flush_after_each_drain<A>(
-    ctx: &mut Context<A>,
-    flush: fn(&mut A, &mut Context<A>) -> Poll<()>,
-) where
+/// What runs after each drain; `Ready` ends it.
+pub(crate) type AfterDrain<A> = fn(&mut A, &mut Context<A>, &mut TaskContext<'_>) -> Poll<()>;
+
+/// Spawns a future that calls `work` each time the actor's context is polled, i.e. after each
+/// mailbox drain (and after the actor's other futures that were polled before it).
+pub(crate) fn after_each_drain<A>(ctx: &mut Context<A>, work: AfterDrain<A>)
+where
     A: Actor<Context = Context<A>>,
 {
-    ctx.spawn(Flusher(flush));
+    ctx.spawn(EachDrain(work));
 }
 
-struct Flusher<A: Actor>(fn(&mut A, &mut A::Context) -> Poll<()>);
+struct EachDrain<A: Actor<Context = Context<A>>>(AfterDrain<A>);
 
-impl<A: Actor> ActorFuture<A> for Flusher<A> {
+impl<A: Actor<Context = Context<A>>> ActorFuture<A> for EachDrain<A> {
     type Output = ();
 
     fn poll(
         self: Pin<&mut Self>,
         act: &mut A,
-        ctx: &mut A::Context,
-        _: &mut TaskContext<'_>,
+        ctx: &mut Context<A>,
+        cx: &mut TaskContext<'_>,
     ) -> Poll<()> {
-        (self.0)(act, ctx)
+        (self.0)(act, ctx, cx)
     }
 }

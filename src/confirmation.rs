@@ -2,7 +2,7 @@
 
 use std::panic::{catch_unwind, AssertUnwindSafe};
 
-use tokio::sync::{oneshot, OwnedSemaphorePermit};
+use tokio::sync::oneshot;
 
 use crate::error::DeliveryError;
 
@@ -23,8 +23,9 @@ enum Notify {
 /// Any `FnOnce(Result<(), DeliveryError>) + Send + 'static` converts into a `Confirmation`.
 pub struct Confirmation {
     notify: Notify,
-    /// Room in the producer's queue, held until the message is settled.
-    _permit: Option<OwnedSemaphorePermit>,
+    /// The message holds one permit of its producer's room (it came through a
+    /// `ProducerHandle`); the producer gives it back when it settles the message.
+    holds_room: bool,
 }
 
 impl Confirmation {
@@ -32,7 +33,7 @@ impl Confirmation {
     pub fn none() -> Self {
         Self {
             notify: Notify::Nobody,
-            _permit: None,
+            holds_room: false,
         }
     }
 
@@ -40,7 +41,7 @@ impl Confirmation {
     pub fn callback(callback: impl FnOnce(Result<(), DeliveryError>) + Send + 'static) -> Self {
         Self {
             notify: Notify::Callback(Box::new(callback)),
-            _permit: None,
+            holds_room: false,
         }
     }
 
@@ -49,19 +50,27 @@ impl Confirmation {
         let (sender, receiver) = oneshot::channel();
         let confirmation = Self {
             notify: Notify::Channel(sender),
-            _permit: None,
+            holds_room: false,
         };
         (confirmation, receiver)
     }
 
-    pub(crate) fn holding(mut self, permit: OwnedSemaphorePermit) -> Self {
-        self._permit = Some(permit);
+    /// Marks the confirmation as holding one permit of its producer's room.
+    pub(crate) fn holding_room(mut self) -> Self {
+        self.holds_room = true;
         self
     }
 
-    /// Delivers the outcome (and releases the queue room the message held).
+    /// Delivers the outcome.
     pub fn settle(mut self, result: Result<(), DeliveryError>) {
         self.fire(result);
+    }
+
+    /// Delivers the outcome; returns whether the message held a permit of room, which the
+    /// caller gives back (in bulk: one semaphore operation per flush, not one per message).
+    pub(crate) fn settle_returning_room(mut self, result: Result<(), DeliveryError>) -> bool {
+        self.fire(result);
+        self.holds_room
     }
 
     fn fire(&mut self, result: Result<(), DeliveryError>) {
@@ -136,6 +145,14 @@ mod tests {
     fn panicking_callback_is_contained() {
         let confirmation = Confirmation::from(|_| panic!("callback bug"));
         confirmation.settle(Ok(()));
+    }
+
+    #[test]
+    fn settling_reports_whether_room_was_held() {
+        assert!(Confirmation::none()
+            .holding_room()
+            .settle_returning_room(Ok(())));
+        assert!(!Confirmation::none().settle_returning_room(Ok(())));
     }
 
     #[test]

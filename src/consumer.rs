@@ -1,12 +1,11 @@
 //! The consumer actor and its handle.
 
-use std::pin::Pin;
 use std::task::{Context as TaskContext, Poll, Waker};
 use std::time::Instant;
 
 use actix::prelude::*;
 
-use crate::after_drain::flush_after_each_drain;
+use crate::after_drain::after_each_drain;
 use crate::alarm::{self, Alarm};
 use crate::dead_letter::DeadLetter;
 use crate::handler::DeliveryHandler;
@@ -34,7 +33,13 @@ pub struct ConsumerController<T: Send + 'static> {
     alarm: Alarm,
     /// ACKs produced during the current mailbox drain, sent (batched per producer) after it.
     acks: Vec<(ReplyTo, Ack)>,
+    /// The running handler's future did not finish on its first poll; it is polled after
+    /// each drain until it does.
+    handler_pending: bool,
 }
+
+/// ACK buffer capacity kept between drains (a burst may grow it; it shrinks back to this).
+const ACK_BUFFER_KEPT: usize = 1024;
 
 impl<T: Send + 'static> ConsumerController<T> {
     /// A consumer with validated options; start it like any actor.
@@ -46,13 +51,14 @@ impl<T: Send + 'static> ConsumerController<T> {
             dead_letters,
             alarm: Alarm::default(),
             acks: Vec::new(),
+            handler_pending: false,
         }
     }
 
     /// Admission, dedup and the decision for one delivery, carried out.
-    fn receive(&mut self, delivery: Delivery<T>, now: Instant, ctx: &mut Context<Self>) {
+    fn receive(&mut self, delivery: Delivery<T>, now: Instant) {
         match self.core.handle_delivery(delivery.into_inbound(), now) {
-            Step::Run(info, body) => self.run(info, body, now, ctx),
+            Step::Run(info, body) => self.run(info, body, now),
             Step::Ack(reply_to, ack) => self.acks.push((reply_to, ack)),
             Step::Hold => {}
             Step::DeadLetter(reason, header) => self.dead_letter(reason, header),
@@ -62,27 +68,40 @@ impl<T: Send + 'static> ConsumerController<T> {
     /// Sends the buffered ACKs: one message per run of ACKs to the same producer (batched where
     /// its reply address accepts batches).
     fn flush_acks(&mut self) {
-        let most = self.acks.len();
         let mut acks = self.acks.drain(..).peekable();
         while let Some((reply_to, first)) = acks.next() {
             let same_producer =
                 std::iter::from_fn(|| acks.next_if(|(next, _)| next.same_as(&reply_to)));
-            reply_to.do_send_all(
-                std::iter::once(first).chain(same_producer.map(|(_, ack)| ack)),
-                most,
-            );
+            reply_to.do_send_all(std::iter::once(first).chain(same_producer.map(|(_, ack)| ack)));
         }
+        drop(acks);
+        self.acks.shrink_to(ACK_BUFFER_KEPT);
     }
 
     /// Starts the handler for a message. A handler that finishes at once is settled right
-    /// here (no task, no allocation); one that is still running is driven by [`Drive`].
-    fn run(&mut self, info: DeliveryInfo, body: T, now: Instant, ctx: &mut Context<Self>) {
-        // The first poll uses a no-op waker: if the future is not ready, `Drive` polls it again
-        // with the actor's waker before anything could have woken it.
+    /// here (no task, no allocation); one that is still running is polled again after the
+    /// drain (see [`after_drain`](Self::after_drain)).
+    fn run(&mut self, info: DeliveryInfo, body: T, now: Instant) {
+        // The first poll uses a no-op waker: if the future is not ready, `after_drain` polls
+        // it again with the actor's waker before anything could have woken it.
         let mut cx = TaskContext::from_waker(Waker::noop());
         let poll = self.handler.start(info, body, &mut cx);
-        if self.settle(poll, Some(now), &mut cx).is_pending() {
-            ctx.spawn(Drive);
+        self.handler_pending = self.settle(poll, Some(now), &mut cx).is_pending();
+    }
+
+    /// After each mailbox drain: drives a pending handler (and those queued behind it), then
+    /// sends the drain's ACKs. Once no address is left and no handler runs, nothing more can
+    /// happen: it ends, so the actor can stop.
+    fn after_drain(&mut self, ctx: &mut Context<Self>, cx: &mut TaskContext<'_>) -> Poll<()> {
+        if self.handler_pending {
+            let poll = self.handler.resume(cx);
+            self.handler_pending = self.settle(poll, None, cx).is_pending();
+        }
+        self.flush_acks();
+        if ctx.connected() || self.handler_pending {
+            Poll::Pending
+        } else {
+            Poll::Ready(())
         }
     }
 
@@ -131,43 +150,11 @@ impl<T: Send + 'static> ConsumerController<T> {
 // The controller is never structurally pinned: a body type that is not `Unpin` is fine.
 impl<T: Send + 'static> Unpin for ConsumerController<T> {}
 
-/// Drives a handler future that did not finish on its first poll (and the ones queued behind
-/// it), inside the consumer's context so the mailbox keeps flowing.
-struct Drive;
-
-impl<T: Send + 'static> ActorFuture<ConsumerController<T>> for Drive {
-    type Output = ();
-
-    fn poll(
-        self: Pin<&mut Self>,
-        act: &mut ConsumerController<T>,
-        _: &mut Context<ConsumerController<T>>,
-        cx: &mut TaskContext<'_>,
-    ) -> Poll<()> {
-        if !act.core.is_running() {
-            return Poll::Ready(()); // state cleared meanwhile (restart)
-        }
-        let poll = act.handler.resume(cx);
-        let settled = act.settle(poll, None, cx);
-        act.flush_acks();
-        settled
-    }
-}
-
 impl<T: Send + 'static> Actor for ConsumerController<T> {
     type Context = Context<Self>;
 
     fn started(&mut self, ctx: &mut Context<Self>) {
-        // ACKs produced by a drain go out after it, batched per producer. Once no address is
-        // left (nothing more can arrive), the flusher ends so the actor can stop.
-        flush_after_each_drain(ctx, |act, ctx| {
-            act.flush_acks();
-            if ctx.connected() {
-                Poll::Pending
-            } else {
-                Poll::Ready(())
-            }
-        });
+        after_each_drain(ctx, Self::after_drain);
     }
 
     fn stopped(&mut self, _: &mut Context<Self>) {
@@ -179,6 +166,7 @@ impl<T: Send + 'static> Supervised for ConsumerController<T> {
     fn restarting(&mut self, _: &mut Context<Self>) {
         self.core.clear();
         self.acks.clear();
+        self.handler_pending = false;
         self.alarm = Alarm::default();
     }
 }
@@ -187,7 +175,7 @@ impl<T: Send + 'static> Handler<Delivery<T>> for ConsumerController<T> {
     type Result = ();
 
     fn handle(&mut self, delivery: Delivery<T>, ctx: &mut Context<Self>) {
-        self.receive(delivery, alarm::now(), ctx);
+        self.receive(delivery, alarm::now());
         self.arm_sweep(ctx);
     }
 }
@@ -198,7 +186,7 @@ impl<T: Send + 'static> Handler<Deliveries<T>> for ConsumerController<T> {
     fn handle(&mut self, Deliveries(deliveries): Deliveries<T>, ctx: &mut Context<Self>) {
         let now = alarm::now();
         for delivery in deliveries {
-            self.receive(delivery, now, ctx);
+            self.receive(delivery, now);
         }
         self.arm_sweep(ctx);
     }

@@ -174,6 +174,7 @@ mod dead_letter;
 pub mod error;
 mod facade;
 mod handler;
+mod inbox;
 pub mod message;
 mod options;
 mod producer;

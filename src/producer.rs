@@ -1,17 +1,17 @@
 //! The producer actor and the handle applications use to send through it.
 
+use std::collections::VecDeque;
 use std::future::Future;
 use std::sync::Arc;
-
-use actix::prelude::*;
-use tokio::sync::{Semaphore, TryAcquireError};
-
 use std::task::Poll;
 
-use crate::after_drain::flush_after_each_drain;
+use actix::prelude::*;
+
+use crate::after_drain::after_each_drain;
 use crate::alarm::{now, Alarm};
 use crate::confirmation::Confirmation;
 use crate::error::{DeliveryError, TellError};
+use crate::inbox::{Inbox, Refusal};
 use crate::message::{Acks, ConsumerRef, Delivery, GetProducerStats, ReplyTo, StopProducer, Tell};
 use crate::options::ProducerOptions;
 use crate::protocol::envelope::{Ack, Incarnation, ProducerId};
@@ -36,8 +36,10 @@ pub struct ProducerController<T: Clone + Send + 'static> {
     alarm: Alarm,
     /// The core has output to send, settle or schedule (flushed after the mailbox drain).
     dirty: bool,
-    /// Room for messages not yet settled (`window_size + max_pending`), shared with handles.
-    room: Arc<Semaphore>,
+    /// Where handles leave messages; shared with them.
+    inbox: Arc<Inbox<T>>,
+    /// What was taken from the inbox, being handed to the core (kept for its capacity).
+    taken: VecDeque<(T, Confirmation)>,
     stop_when_idle: bool,
 }
 
@@ -45,15 +47,15 @@ impl<T: Clone + Send + 'static> ProducerController<T> {
     /// A producer with validated options; start it like any actor.
     pub fn new(options: ProducerOptions<T>) -> Self {
         let (consumer, config) = options.into_parts();
-        let room =
-            (config.window_size.saturating_add(config.max_pending)).min(Semaphore::MAX_PERMITS);
+        let room = config.window_size.saturating_add(config.max_pending);
         Self {
             core: ProducerCore::new(&config, Incarnation::random()),
             consumer,
             reply_to: None,
             alarm: Alarm::default(),
             dirty: false,
-            room: Arc::new(Semaphore::new(room)),
+            inbox: Arc::new(Inbox::new(room)),
+            taken: VecDeque::new(),
             stop_when_idle: false,
         }
     }
@@ -66,15 +68,12 @@ impl<T: Clone + Send + 'static> ProducerController<T> {
     /// Sends what the core asks for, settles what it settled, and re-arms the timer.
     fn flush(&mut self, ctx: &mut Context<Self>) {
         if let Some(reply_to) = &self.reply_to {
-            // A flush transmits at most a window's worth (every message in flight at most once).
-            let (most, now, core) = (self.core.window_size(), now(), &mut self.core);
+            let (now, core) = (now(), &mut self.core);
             let deliveries = std::iter::from_fn(|| core.poll_transmit(now))
                 .map(|transmission| Delivery::new(transmission, reply_to.clone()));
-            self.consumer.do_send_all(deliveries, most);
+            self.consumer.do_send_all(deliveries);
         }
-        while let Some((confirmation, result)) = self.core.poll_settled() {
-            confirmation.settle(result);
-        }
+        self.settle_polled();
         if self.stop_when_idle && self.core.is_idle() {
             ctx.stop();
             return;
@@ -86,12 +85,38 @@ impl<T: Clone + Send + 'static> ProducerController<T> {
         });
     }
 
-    /// Settles everything still unconfirmed with `ProducerStopped`.
-    fn settle_all(&mut self) {
-        self.core.stop();
+    /// Confirms what the core settled and gives the room those messages held back.
+    fn settle_polled(&mut self) {
+        let mut room = 0;
         while let Some((confirmation, result)) = self.core.poll_settled() {
-            confirmation.settle(result);
+            room += usize::from(confirmation.settle_returning_room(result));
         }
+        self.inbox.release(room);
+    }
+
+    /// Stops taking messages and settles everything unconfirmed (including what still waits
+    /// in the inbox) with `ProducerStopped`.
+    fn settle_all(&mut self) {
+        let mut room = 0;
+        for (_, confirmation) in self.inbox.close() {
+            room += usize::from(
+                confirmation.settle_returning_room(Err(DeliveryError::ProducerStopped)),
+            );
+        }
+        self.inbox.release(room);
+        self.core.stop();
+        self.settle_polled();
+    }
+
+    /// Hands what handles left in the inbox to the core.
+    fn take_inbox(&mut self) {
+        self.inbox.take(&mut self.taken);
+        for (body, confirm) in self.taken.drain(..) {
+            // Room was reserved for each, so the core has space (unless direct `Tell`s filled
+            // it; then the confirmation reports `QueueFull`).
+            let _ = self.core.handle_send(body, confirm);
+        }
+        self.dirty = true;
     }
 }
 
@@ -108,7 +133,7 @@ impl<T: Clone + Send + 'static> Actor for ProducerController<T> {
             addr.recipient(),
         ));
         // Whatever a drain produced goes out after it: one batch of deliveries per flush.
-        flush_after_each_drain(ctx, |act, ctx| {
+        after_each_drain(ctx, |act, ctx, _| {
             if std::mem::take(&mut act.dirty) {
                 act.flush(ctx);
             }
@@ -124,12 +149,33 @@ impl<T: Clone + Send + 'static> Actor for ProducerController<T> {
     }
 }
 
+impl<T: Clone + Send + 'static> Drop for ProducerController<T> {
+    fn drop(&mut self) {
+        // Gone for good (a restart keeps the actor): refuse whoever still waits for room.
+        self.inbox.shut();
+    }
+}
+
 impl<T: Clone + Send + 'static> Supervised for ProducerController<T> {
     fn restarting(&mut self, _: &mut Context<Self>) {
         self.settle_all();
         self.alarm = Alarm::default();
         self.stop_when_idle = false;
         self.core.restart(Incarnation::random());
+        self.inbox.reopen();
+    }
+}
+
+/// Sent by a handle when the inbox went from empty to not empty.
+#[derive(Message)]
+#[rtype(result = "()")]
+struct TakeInbox;
+
+impl<T: Clone + Send + 'static> Handler<TakeInbox> for ProducerController<T> {
+    type Result = ();
+
+    fn handle(&mut self, _: TakeInbox, _: &mut Context<Self>) {
+        self.take_inbox();
     }
 }
 
@@ -207,7 +253,7 @@ pub struct ProducerHandle<T: Clone + Send + 'static> {
 
 struct Shared<T: Clone + Send + 'static> {
     addr: Addr<ProducerController<T>>,
-    room: Arc<Semaphore>,
+    inbox: Arc<Inbox<T>>,
     producer_id: ProducerId,
 }
 
@@ -228,32 +274,40 @@ impl<T: Clone + Send + 'static> Clone for ProducerHandle<T> {
 impl<T: Clone + Send + 'static> ProducerHandle<T> {
     /// Starts `producer` on the current arbiter and returns its handle.
     pub fn start(producer: ProducerController<T>) -> Self {
-        let room = producer.room.clone();
+        let inbox = producer.inbox.clone();
         let producer_id = producer.producer_id().clone();
         let addr = producer.start();
-        Self::from_parts(addr, room, producer_id)
+        Self::from_parts(addr, inbox, producer_id)
     }
 
     /// Starts a producer on another arbiter (thread) and returns its handle.
     pub fn start_in_arbiter(arbiter: &ArbiterHandle, producer: ProducerController<T>) -> Self {
-        let room = producer.room.clone();
+        let inbox = producer.inbox.clone();
         let producer_id = producer.producer_id().clone();
         let addr = ProducerController::start_in_arbiter(arbiter, move |_| producer);
-        Self::from_parts(addr, room, producer_id)
+        Self::from_parts(addr, inbox, producer_id)
     }
 
     fn from_parts(
         addr: Addr<ProducerController<T>>,
-        room: Arc<Semaphore>,
+        inbox: Arc<Inbox<T>>,
         producer_id: ProducerId,
     ) -> Self {
         Self {
             shared: Arc::new(Shared {
                 addr,
-                room,
+                inbox,
                 producer_id,
             }),
         }
+    }
+
+    /// Queues a message that has room reserved, waking the producer if needed.
+    fn hand_over(&self, body: T, confirm: Confirmation) -> Result<(), (T, Confirmation)> {
+        if self.shared.inbox.push(body, confirm)? {
+            self.shared.addr.do_send(TakeInbox);
+        }
+        Ok(())
     }
 
     /// Hands a message to the producer without waiting. `confirm` fires exactly once with the
@@ -265,21 +319,19 @@ impl<T: Clone + Send + 'static> ProducerHandle<T> {
     /// `confirm` fires with the matching [`DeliveryError`].
     pub fn tell(&self, body: T, confirm: impl Into<Confirmation>) -> Result<(), TellError<T>> {
         let confirm = confirm.into();
-        if !self.shared.addr.connected() {
-            confirm.settle(Err(DeliveryError::ProducerStopped));
-            return Err(TellError::Stopped(body));
-        }
-        match self.shared.room.clone().try_acquire_owned() {
-            Ok(permit) => {
-                let confirm = confirm.holding(permit);
-                self.shared.addr.do_send(Tell { body, confirm });
-                Ok(())
-            }
-            Err(TryAcquireError::NoPermits) => {
+        let refused = match self.shared.inbox.try_reserve() {
+            Ok(()) => match self.hand_over(body, confirm) {
+                Ok(()) => return Ok(()),
+                Err((body, confirm)) => (Refusal::Closed, body, confirm),
+            },
+            Err(refusal) => (refusal, body, confirm),
+        };
+        match refused {
+            (Refusal::Full, body, confirm) => {
                 confirm.settle(Err(DeliveryError::QueueFull));
                 Err(TellError::QueueFull(body))
             }
-            Err(TryAcquireError::Closed) => {
+            (Refusal::Closed, body, confirm) => {
                 confirm.settle(Err(DeliveryError::ProducerStopped));
                 Err(TellError::Stopped(body))
             }
@@ -293,20 +345,17 @@ impl<T: Clone + Send + 'static> ProducerHandle<T> {
     /// The [`DeliveryError`] that settled the message: the producer stopped, or gave the
     /// message up after `max_attempts` transmissions.
     pub fn send(&self, body: T) -> impl Future<Output = Result<(), DeliveryError>> + 'static {
-        let shared = self.shared.clone();
+        let handle = self.clone();
         async move {
-            let permit = shared
-                .room
-                .clone()
-                .acquire_owned()
-                .await
-                .map_err(|_| DeliveryError::ProducerStopped)?;
+            let stopped = Err(DeliveryError::ProducerStopped);
+            if handle.shared.inbox.reserve().await.is_err() {
+                return stopped;
+            }
             let (confirm, outcome) = Confirmation::channel();
-            shared.addr.do_send(Tell {
-                body,
-                confirm: confirm.holding(permit),
-            });
-            outcome.await.unwrap_or(Err(DeliveryError::ProducerStopped))
+            if handle.hand_over(body, confirm).is_err() {
+                return stopped;
+            }
+            outcome.await.unwrap_or(stopped)
         }
     }
 

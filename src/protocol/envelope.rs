@@ -3,6 +3,7 @@
 
 use std::borrow::Borrow;
 use std::fmt;
+use std::hash::{Hash, Hasher};
 use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
@@ -20,7 +21,7 @@ pub const MAX_SEQ: u64 = (1 << 53) - 1;
 /// Cheap to clone (a shared string). A value received from a peer is untrusted: the consumer
 /// checks it during admission ([`admit`]), and the library never writes peer-supplied ids to
 /// its logs.
-#[derive(Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[derive(Clone, PartialOrd, Ord, Serialize, Deserialize)]
 pub struct ProducerId(Arc<str>);
 
 impl ProducerId {
@@ -57,6 +58,23 @@ impl From<String> for ProducerId {
     }
 }
 
+/// Ids cloned from one another share their string, so identity answers most comparisons
+/// without reading the bytes.
+impl PartialEq for ProducerId {
+    fn eq(&self, other: &Self) -> bool {
+        Arc::ptr_eq(&self.0, &other.0) || self.0 == other.0
+    }
+}
+
+impl Eq for ProducerId {}
+
+impl Hash for ProducerId {
+    fn hash<H: Hasher>(&self, state: &mut H) {
+        // The string's hash, consistent with `Eq` and with `Borrow<str>`.
+        self.as_str().hash(state);
+    }
+}
+
 // Hash and Eq of `ProducerId` are those of the string, so tables keyed by id can be queried
 // with a `&str`.
 impl Borrow<str> for ProducerId {
@@ -84,7 +102,11 @@ impl fmt::Display for ProducerId {
 /// only on ACKs that mirror its current incarnation, which leaves the producer only on
 /// deliveries it actually sent.
 #[derive(Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
-pub struct Incarnation(u128);
+pub struct Incarnation {
+    // Two halves rather than a `u128`: 8-byte alignment keeps every header free of padding.
+    high: u64,
+    low: u64,
+}
 
 impl Incarnation {
     /// A fresh token from the OS CSPRNG.
@@ -95,23 +117,26 @@ impl Incarnation {
     pub fn random() -> Self {
         let mut bytes = [0u8; 16];
         getrandom::fill(&mut bytes).expect("the OS random number generator failed");
-        Self(u128::from_le_bytes(bytes))
+        Self::from_u128(u128::from_le_bytes(bytes))
     }
 
     /// A token with a chosen value, for tests, simulations and wire decoding.
     pub const fn from_u128(value: u128) -> Self {
-        Self(value)
+        Self {
+            high: (value >> 64) as u64,
+            low: value as u64,
+        }
     }
 
     /// The token's value.
     pub const fn as_u128(self) -> u128 {
-        self.0
+        ((self.high as u128) << 64) | self.low as u128
     }
 }
 
 impl fmt::Debug for Incarnation {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "Incarnation({:032x})", self.0)
+        write!(f, "Incarnation({:032x})", self.as_u128())
     }
 }
 
@@ -316,6 +341,25 @@ mod tests {
             })
         );
         assert_eq!(admit(&header("p", 3, 3), true), Ok(()));
+    }
+
+    #[test]
+    fn incarnation_round_trips_its_value_and_orders_like_it() {
+        let values = [0, 1, u64::MAX as u128, u64::MAX as u128 + 1, u128::MAX];
+        for v in values {
+            assert_eq!(Incarnation::from_u128(v).as_u128(), v);
+        }
+        for pair in values.windows(2) {
+            assert!(Incarnation::from_u128(pair[0]) < Incarnation::from_u128(pair[1]));
+        }
+    }
+
+    #[test]
+    fn ids_compare_by_content_whether_or_not_they_share_storage() {
+        let a = ProducerId::from("same");
+        assert_eq!(a, a.clone());
+        assert_eq!(a, ProducerId::from("same".to_string()));
+        assert_ne!(a, ProducerId::from("other"));
     }
 
     #[test]

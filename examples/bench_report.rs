@@ -1,0 +1,302 @@
+//! A short benchmark of the end-to-end cases, printed as the markdown the README quotes.
+//!
+//! ```text
+//! cargo run --release --example bench_report                 # 10 000 messages, median of 5
+//! cargo run --release --example bench_report -- 50000 7     # messages per run, runs
+//! ```
+//!
+//! Every case runs in this one process, against plain Actix messaging measured alongside it:
+//! throughput (messages per second until the last is confirmed, median of the runs; the runs
+//! of all cases are interleaved so that a noisy neighbour hurts them alike) and latency from
+//! the `send` call to the confirmation. The workloads are those of `benches/delivery.rs`
+//! (shared through `benches/support/mod.rs`); use the criterion benches for confidence
+//! intervals.
+
+use std::process::Command;
+use std::time::Duration;
+
+use actix::System;
+
+#[path = "../benches/support/mod.rs"]
+mod support;
+
+use support::{
+    HandlerKind, Placement, PlainRig, ReliableRig, Route, Site, PIPELINE_DEPTH, WINDOWS,
+};
+
+/// A throughput case.
+#[derive(Clone, Copy)]
+enum Case {
+    PlainDoSend,
+    PlainSendSequential,
+    PlainSendPipelined,
+    Reliable(HandlerKind, usize, Route),
+}
+
+impl Case {
+    fn all() -> Vec<Case> {
+        let mut cases = vec![
+            Case::PlainDoSend,
+            Case::PlainSendSequential,
+            Case::PlainSendPipelined,
+        ];
+        for kind in [HandlerKind::Ready, HandlerKind::YieldOnce] {
+            cases.extend(WINDOWS.map(|window| Case::Reliable(kind, window, Route::ConsumerRef)));
+        }
+        cases.push(Case::Reliable(
+            HandlerKind::YieldTwice,
+            16,
+            Route::ConsumerRef,
+        ));
+        for window in [16, 256] {
+            cases.push(Case::Reliable(HandlerKind::Ready, window, Route::Recipient));
+        }
+        cases
+    }
+
+    fn label(self) -> String {
+        match self {
+            Case::PlainDoSend => "plain `do_send`".into(),
+            Case::PlainSendSequential => "plain `send().await`, 1 in flight".into(),
+            Case::PlainSendPipelined => format!("plain `send().await`, {PIPELINE_DEPTH} in flight"),
+            Case::Reliable(kind, window, Route::ConsumerRef) => {
+                format!("reliable, window {window}, {}", kind.label())
+            }
+            Case::Reliable(kind, window, Route::Recipient) => format!(
+                "reliable, window {window}, {}, via `recipient()` (unbatched)",
+                kind.label()
+            ),
+        }
+    }
+}
+
+/// The actors of one placement: a counter and one reliable pipeline per reliable case.
+struct Rigs {
+    site: Site,
+    plain: PlainRig,
+    reliable: Vec<((HandlerKind, usize, Route), ReliableRig)>,
+}
+
+impl Rigs {
+    fn new(placement: Placement, cases: &[Case]) -> Self {
+        let site = Site::new(placement);
+        let plain = PlainRig::new(&site);
+        let reliable = cases
+            .iter()
+            .filter_map(|case| match *case {
+                Case::Reliable(kind, window, route) => Some((
+                    (kind, window, route),
+                    ReliableRig::with_route(&site, window, kind, route),
+                )),
+                _ => None,
+            })
+            .collect();
+        Self {
+            site,
+            plain,
+            reliable,
+        }
+    }
+
+    fn reliable(&mut self, kind: HandlerKind, window: usize, route: Route) -> &mut ReliableRig {
+        self.reliable
+            .iter_mut()
+            .find(|(key, _)| *key == (kind, window, route))
+            .map(|(_, rig)| rig)
+            .expect("a rig per reliable case")
+    }
+
+    async fn run(&mut self, case: Case, n: u64) -> Duration {
+        match case {
+            Case::PlainDoSend => self.plain.do_send_burst(n).await,
+            Case::PlainSendSequential => self.plain.send_sequential(n).await,
+            Case::PlainSendPipelined => self.plain.send_pipelined(n, PIPELINE_DEPTH).await,
+            Case::Reliable(kind, window, route) => {
+                self.reliable(kind, window, route).tell_burst(n).await
+            }
+        }
+    }
+}
+
+#[actix::main]
+async fn main() {
+    let mut args = std::env::args().skip(1);
+    let messages: u64 = args
+        .next()
+        .map_or(10_000, |a| a.parse().expect("messages: a number"));
+    let runs: usize = args
+        .next()
+        .map_or(5, |a| a.parse().expect("runs: a number"));
+    assert!(messages > 0 && runs > 0);
+    let latency_samples = messages as usize;
+
+    print_header(messages, runs);
+    let cases = Case::all();
+    let mut retransmissions = 0;
+
+    for placement in Placement::ALL {
+        let mut rigs = Rigs::new(placement, &cases);
+
+        // Throughput: a warm-up run per case, then `runs` rounds over all cases.
+        let mut times: Vec<Vec<Duration>> = vec![Vec::new(); cases.len()];
+        for &case in &cases {
+            rigs.run(case, (messages / 5).max(1)).await;
+        }
+        for _ in 0..runs {
+            for (i, &case) in cases.iter().enumerate() {
+                times[i].push(rigs.run(case, messages).await);
+            }
+        }
+        let per_message: Vec<f64> = times
+            .iter_mut()
+            .map(|t| median(t).as_secs_f64() * 1e6 / messages as f64)
+            .collect();
+        let plain = per_message[0];
+        println!(
+            "\n## Throughput, {} (placement: {})\n",
+            placement.label(),
+            placement_note(placement)
+        );
+        println!("| case | messages/s | µs per message | time vs plain `do_send` |");
+        println!("|---|---:|---:|---:|");
+        for (case, us) in cases.iter().zip(&per_message) {
+            println!(
+                "| {} | {} | {:.3} | {:.1}× |",
+                case.label(),
+                thousands(1e6 / us),
+                us,
+                us / plain
+            );
+        }
+
+        // Latency: closed loops with 1 and 16 messages in flight, ready handler.
+        rigs.plain.send_latencies(latency_samples / 5).await;
+        let plain_rtt = percentiles(rigs.plain.send_latencies(latency_samples).await);
+        let mut rows = vec![("plain `send().await` round trip".to_string(), plain_rtt)];
+        for window in [1, 16] {
+            let rig = rigs.reliable(HandlerKind::Ready, window, Route::ConsumerRef);
+            rig.send_latencies(latency_samples / 5, window).await;
+            let latencies = rig.send_latencies(latency_samples, window).await;
+            rows.push((
+                format!("reliable `send` → confirmation, window {window}, {window} in flight"),
+                percentiles(latencies),
+            ));
+        }
+        println!(
+            "\n## Latency, {} ({latency_samples} messages, ready handler)\n",
+            placement.label()
+        );
+        println!("| case | p50 µs | p99 µs | p50 vs plain round trip |");
+        println!("|---|---:|---:|---:|");
+        for (label, (p50, p99)) in &rows {
+            println!(
+                "| {label} | {:.2} | {:.2} | {:.1}× |",
+                micros(*p50),
+                micros(*p99),
+                p50.as_secs_f64() / plain_rtt.0.as_secs_f64()
+            );
+        }
+
+        for (_, rig) in &rigs.reliable {
+            rig.check_consumer().await;
+            retransmissions += rig.retransmissions().await;
+        }
+        let Rigs { site, .. } = rigs;
+        site.stop();
+    }
+    println!(
+        "\nRetransmissions during the run: {retransmissions} (non-zero means a message waited \
+         longer than `resend_timeout` for its ACK: an overloaded machine)."
+    );
+    System::current().stop();
+}
+
+fn placement_note(placement: Placement) -> &'static str {
+    match placement {
+        Placement::SameArbiter => "sender, producer and consumer on one thread",
+        Placement::TwoArbiters => "sender and producer on one thread, consumer on another",
+    }
+}
+
+fn print_header(messages: u64, runs: usize) {
+    println!("# actix-delivery benchmark report\n");
+    println!(
+        "- date: {}",
+        command("date", &["-u", "+%Y-%m-%d %H:%M:%S UTC"])
+    );
+    let cpu = std::fs::read_to_string("/proc/cpuinfo")
+        .ok()
+        .and_then(|info| {
+            info.lines()
+                .find(|line| line.starts_with("model name"))
+                .and_then(|line| line.split_once(':'))
+                .map(|(_, model)| model.trim().to_string())
+        })
+        .unwrap_or_else(|| "unknown CPU".into());
+    println!("- machine: {} CPUs (nproc), {cpu}", command("nproc", &[]));
+    if let Ok(load) = std::fs::read_to_string("/proc/loadavg") {
+        let load: Vec<&str> = load.split_whitespace().take(3).collect();
+        println!("- load average before the run: {}", load.join(" "));
+    }
+    let rustc = std::env::var("RUSTC").unwrap_or_else(|_| "rustc".into());
+    println!("- rustc: {}", command(&rustc, &["--version"]));
+    let commit = command("git", &["rev-parse", "--short", "HEAD"]);
+    let dirty = !command("git", &["status", "--porcelain", "--untracked-files=no"]).is_empty();
+    println!(
+        "- commit: {commit}{}",
+        if dirty { " (with local changes)" } else { "" }
+    );
+    println!(
+        "- build: {}",
+        if cfg!(debug_assertions) {
+            "DEBUG (numbers are meaningless: use --release)"
+        } else {
+            "release"
+        }
+    );
+    println!(
+        "- method: {messages} messages per run, median of {runs} runs; reliable = N−1 × \
+         `tell(_, Confirmation::none())` + one `send().await`, timed until all N are confirmed; \
+         default settings except window_size and max_pending"
+    );
+}
+
+/// The trimmed standard output of a command, or `unknown`.
+fn command(program: &str, args: &[&str]) -> String {
+    Command::new(program)
+        .args(args)
+        .output()
+        .ok()
+        .filter(|output| output.status.success())
+        .map(|output| String::from_utf8_lossy(&output.stdout).trim().to_string())
+        .unwrap_or_else(|| "unknown".into())
+}
+
+fn median(times: &mut [Duration]) -> Duration {
+    times.sort_unstable();
+    times[times.len() / 2]
+}
+
+/// p50 and p99.
+fn percentiles(mut latencies: Vec<Duration>) -> (Duration, Duration) {
+    latencies.sort_unstable();
+    let at = |q: f64| latencies[((latencies.len() - 1) as f64 * q).round() as usize];
+    (at(0.50), at(0.99))
+}
+
+fn micros(d: Duration) -> f64 {
+    d.as_secs_f64() * 1e6
+}
+
+/// `1234567.8` → `1,234,568`.
+fn thousands(x: f64) -> String {
+    let digits = format!("{:.0}", x);
+    let mut out = String::new();
+    for (i, c) in digits.chars().enumerate() {
+        if i > 0 && (digits.len() - i) % 3 == 0 {
+            out.push(',');
+        }
+        out.push(c);
+    }
+    out
+}

@@ -194,7 +194,10 @@ impl<B, R> ConsumerCore<B, R> {
             self.stats.in_progress += 1;
             return Step::Hold;
         }
-        let in_progress = window.pending() + usize::from(running.is_some_and(|r| !r.queued));
+        // A running seq counts unless it is in the pending set already, or at or below the
+        // contiguous mark (`window_start` moved past it: a stale re-run, or a fresh window).
+        let running_above = running.is_some_and(|r| !r.queued && r.info.seq > window.contiguous());
+        let in_progress = window.pending() + usize::from(running_above);
         let gap_closing = seq == window.contiguous() + 1;
         let in_sequence = !self.ordered || seq == window.contiguous() + 1 + in_progress as u64;
         let within_bound = self
@@ -267,21 +270,23 @@ impl<B, R> ConsumerCore<B, R> {
                         describe(outcome)
                     );
                 }
-                if let Some(window) = window {
+                let mut window = window;
+                if let Some(window) = window.as_deref_mut() {
                     window.abort(info.seq);
-                    if self.ordered {
-                        // Later messages of this producer must not overtake the failed one.
-                        let before = self.waiting.len();
-                        self.waiting.retain(|w| {
-                            let same = w.info.producer_id == info.producer_id
-                                && w.info.incarnation == info.incarnation;
-                            if same {
-                                window.abort(w.info.seq);
-                            }
-                            !same
-                        });
-                        self.stats.refused += (before - self.waiting.len()) as u64;
-                    }
+                }
+                if self.ordered {
+                    // Later messages of this producer must not overtake the failed one, whether
+                    // or not its window still exists.
+                    let before = self.waiting.len();
+                    self.waiting.retain(|w| {
+                        let same = w.info.producer_id == info.producer_id
+                            && w.info.incarnation == info.incarnation;
+                        if let (true, Some(window)) = (same, window.as_deref_mut()) {
+                            window.abort(w.info.seq);
+                        }
+                        !same
+                    });
+                    self.stats.refused += (before - self.waiting.len()) as u64;
                 }
                 None
             }
@@ -684,6 +689,49 @@ mod tests {
             Step::Hold
         ));
         assert_eq!(succeed(&mut c, now).next.map(|(info, _)| info.seq), Some(2));
+    }
+
+    #[test]
+    fn ordered_failure_after_eviction_still_drops_the_waiting_successors() {
+        let mut c = core(ConsumerConfig {
+            ordered: true,
+            max_producers: Limit::At(1),
+            ..Default::default()
+        });
+        let now = Instant::now();
+        c.handle_delivery(inbound("p", 1, 1), now); // runs
+        c.handle_delivery(inbound("p", 1, 2), now); // waits
+        c.handle_delivery(inbound("q", 1, 1), now); // evicts p's window, waits
+        let done = fail(&mut c, now);
+        let next = done.next.map(|(info, _)| info.producer_id);
+        assert_eq!(
+            next,
+            Some("q".into()),
+            "p's seq 2 must not overtake the failed seq 1"
+        );
+    }
+
+    #[test]
+    fn ordered_running_seq_below_the_window_does_not_let_a_later_seq_jump_the_gap() {
+        let mut c = core(ConsumerConfig {
+            ordered: true,
+            ..Default::default()
+        });
+        let now = Instant::now();
+        c.handle_delivery(inbound("p", 1, 1), now); // runs
+                                                    // The producer settled seq 1 meanwhile (given up): window_start moves past it.
+        let mut d = inbound("p", 1, 2);
+        d.header.window_start = 2;
+        assert!(
+            matches!(c.handle_delivery(d, now), Step::Hold),
+            "2 waits for the handler"
+        );
+        let mut d = inbound("p", 1, 4);
+        d.header.window_start = 2;
+        assert!(matches!(c.handle_delivery(d, now), Step::Hold));
+        assert_eq!(c.stats().refused, 1, "4 must not be admitted before 3");
+        succeed(&mut c, now);
+        assert_eq!(succeed(&mut c, now).next.map(|(i, _)| i.seq), None);
     }
 
     #[test]

@@ -1,0 +1,402 @@
+//! The invariants of a run, checked once it has ended. Which ones apply depends on what the
+//! scenario can legitimately cost: without restarts, evictions or sweeps every message's
+//! handler succeeds exactly once; with them, a message may run twice but is never lost.
+
+use std::collections::{HashMap, HashSet};
+
+use super::driver::{End, Run};
+use super::observe::{Key, KeyRecord};
+use super::scenario::{Disruption, Scenario};
+
+/// Every rule `run` breaks, in a deterministic order (empty: the run is correct).
+pub fn check(scenario: &Scenario, run: &Run) -> Vec<String> {
+    let mut broken = Broken::default();
+    if run.end != End::Quiescent {
+        broken.add("end", format!("{:?}", run.end));
+    }
+    for violation in &run.observations.violations {
+        broken.add("during the run", violation.clone());
+    }
+    if run.observations.more_violations > 0 {
+        broken.add(
+            "during the run",
+            format!("... and {} more", run.observations.more_violations),
+        );
+    }
+    disruptions_happened(scenario, run, &mut broken);
+    settlements(scenario, run, &mut broken);
+    confirmed_means_handled(run, &mut broken);
+    handler_successes(scenario, run, &mut broken);
+    consumer_restarts(run, &mut broken);
+    if scenario.consumer.ordered {
+        order(scenario, run, &mut broken);
+    }
+    final_state(scenario, run, &mut broken);
+    broken.into_lines()
+}
+
+/// The broken rules of a run: a few examples of each, and how many more there are.
+#[derive(Debug, Default)]
+struct Broken {
+    lines: Vec<String>,
+    /// Per rule, in order of first appearance: how many times it broke.
+    counts: Vec<(&'static str, usize)>,
+}
+
+impl Broken {
+    /// Examples kept per rule.
+    const EXAMPLES: usize = 3;
+
+    fn add(&mut self, rule: &'static str, message: String) {
+        let count = match self.counts.iter_mut().find(|(r, _)| *r == rule) {
+            Some((_, count)) => count,
+            None => {
+                self.counts.push((rule, 0));
+                &mut self.counts.last_mut().expect("just pushed").1
+            }
+        };
+        *count += 1;
+        if *count <= Self::EXAMPLES {
+            self.lines.push(format!("[{rule}] {message}"));
+        }
+    }
+
+    fn into_lines(mut self) -> Vec<String> {
+        for (rule, count) in self.counts {
+            if count > Self::EXAMPLES {
+                let more = count - Self::EXAMPLES;
+                self.lines
+                    .push(format!("[{rule}] ... and {more} more like these"));
+            }
+        }
+        self.lines
+    }
+}
+
+/// Keys in a deterministic order.
+fn sorted_keys(run: &Run) -> Vec<(&Key, &KeyRecord)> {
+    let mut keys: Vec<_> = run.observations.keys.iter().collect();
+    keys.sort_unstable_by_key(|&(key, _)| *key);
+    keys
+}
+
+/// Every configured restart really happened (so restart tests cannot pass vacuously).
+fn disruptions_happened(scenario: &Scenario, run: &Run, broken: &mut Broken) {
+    let (producer, consumer) = scenario
+        .disruptions
+        .iter()
+        .fold((0, 0), |(p, c), disruption| match disruption {
+            Disruption::ProducerRestart { .. } => (p + 1, c),
+            Disruption::ConsumerRestart { .. } => (p, c + 1),
+        });
+    let happened = (
+        run.observations.producer_restarts,
+        run.observations.consumer_restarts.len(),
+    );
+    if happened != (producer, consumer) {
+        broken.add(
+            "restarts happened",
+            format!(
+                "configured {producer} producer and {consumer} consumer restarts, but \
+                 (producer, consumer) = {happened:?} happened"
+            ),
+        );
+    }
+}
+
+/// Every message is settled exactly once for good: `Ok`, or `GaveUp` when attempts are
+/// bounded; `ProducerStopped` only through a producer restart (and then re-sent).
+fn settlements(scenario: &Scenario, run: &Run, broken: &mut Broken) {
+    let bodies = &run.observations.bodies;
+    if bodies.len() != scenario.messages {
+        broken.add(
+            "all offered",
+            format!(
+                "{} of {} messages were offered",
+                bodies.len(),
+                scenario.messages
+            ),
+        );
+    }
+    let mut sorted: Vec<_> = bodies.iter().collect();
+    sorted.sort_unstable_by_key(|&(body, _)| *body);
+    for (body, record) in sorted {
+        let gave_up_allowed = !scenario.attempts_are_unbounded();
+        let stopped_allowed = scenario.restarts_producers();
+        if record.finals() != 1
+            || record.other != 0
+            || (record.gave_up > 0 && !gave_up_allowed)
+            || (record.stopped > 0 && !stopped_allowed)
+        {
+            broken.add(
+                "settled exactly once",
+                format!("body {body:#x} settled wrongly: {record:?}"),
+            );
+        }
+        if scenario.attempts_are_unbounded() && record.successes == 0 {
+            broken.add(
+                "no loss",
+                format!("body {body:#x} was never handled (lost): {record:?}"),
+            );
+        }
+    }
+    let stats = &run.producer_stats;
+    let confirmed: u64 = stats.iter().map(|s| s.confirmed).sum();
+    let given_up: u64 = stats.iter().map(|s| s.given_up).sum();
+    let ok: u64 = bodies.values().map(|r| u64::from(r.ok)).sum();
+    let gave_up: u64 = bodies.values().map(|r| u64::from(r.gave_up)).sum();
+    if (confirmed, given_up) != (ok, gave_up) {
+        broken.add(
+            "producer counters",
+            format!(
+                "producer stats say {confirmed} confirmed and {given_up} given up, \
+                 the simulator saw {ok} and {gave_up}"
+            ),
+        );
+    }
+}
+
+/// A message confirmed `Ok` had its handler succeed, under that very key and before the
+/// confirmation: nothing the producer confirmed is lost, and no message (in particular none
+/// of a new incarnation) is absorbed as a duplicate of another.
+fn confirmed_means_handled(run: &Run, broken: &mut Broken) {
+    for (key, record) in sorted_keys(run) {
+        if let Some(confirmed) = record.confirmed_at {
+            if !record.successes.iter().any(|s| s.step < confirmed) {
+                broken.add(
+                    "confirmed means handled",
+                    format!(
+                        "{key:?} (body {:#x}) confirmed in step {confirmed} but its handler \
+                         never succeeded before",
+                        record.body
+                    ),
+                );
+            }
+        }
+    }
+}
+
+/// How often handlers may succeed per message.
+///
+/// - Dedup kept for the whole run: exactly once per key and per body (at most once when
+///   messages may be given up).
+/// - Otherwise, unless windows are evicted or swept: within one consumer life, a key succeeds
+///   again only in a run that started after the consumer saw its producer switch incarnations
+///   since the key's first copy arrived in that life. Such a switch (a restart, or a stale
+///   copy of another incarnation still in transit) replaces the producer's dedup window, and
+///   the fresh window admits the key again while an earlier admission may still be queued.
+fn handler_successes(scenario: &Scenario, run: &Run, broken: &mut Broken) {
+    if scenario.dedup_is_kept() {
+        let exact = scenario.attempts_are_unbounded();
+        for (key, record) in sorted_keys(run) {
+            let n = record.successes.len();
+            if n > 1 || (exact && n != 1) {
+                broken.add(
+                    "exactly once",
+                    format!(
+                        "{key:?} (body {:#x}): handler succeeded {n} times, expected {}",
+                        record.body,
+                        if exact {
+                            "exactly once"
+                        } else {
+                            "at most once"
+                        }
+                    ),
+                );
+            }
+        }
+        let mut bodies: Vec<_> = run.observations.bodies.iter().collect();
+        bodies.sort_unstable_by_key(|&(body, _)| *body);
+        for (body, record) in bodies {
+            if record.successes > 1 {
+                broken.add(
+                    "exactly once per body",
+                    format!(
+                        "body {body:#x}: handler succeeded {} times",
+                        record.successes
+                    ),
+                );
+            }
+        }
+        return;
+    }
+    if scenario.windows_can_vanish() {
+        return;
+    }
+    for (key, record) in sorted_keys(run) {
+        for pair in record.successes.windows(2) {
+            let (earlier, later) = (pair[0], pair[1]);
+            if earlier.life != later.life {
+                continue;
+            }
+            let first_arrival = record
+                .first_arrivals
+                .iter()
+                .find(|&&(life, _)| life == later.life)
+                .map(|&(_, switches)| switches);
+            if first_arrival.is_none_or(|switches| later.switches_at_start <= switches) {
+                broken.add(
+                    "no duplicate without a window reset",
+                    format!(
+                        "{key:?}: handler succeeded twice in consumer life {} (steps {} and {}) \
+                         without a window reset since its first copy arrived",
+                        later.life, earlier.step, later.step
+                    ),
+                );
+            }
+        }
+    }
+}
+
+/// After a consumer restart the handler runs again only for messages that, at the restart,
+/// were not yet confirmed to their producer OR still had a copy on the producer → consumer
+/// link. Nothing else can reach the new consumer: a confirmed message is never retransmitted,
+/// and the old consumer's waiting queue and running handler die with it. (Both clauses are
+/// needed: an unconfirmed message is retransmitted, and a delayed or duplicated copy of a
+/// confirmed one may arrive at a consumer that has no window for its producer yet — the
+/// simulator counts both kinds of re-runs, see `Tally`.)
+fn consumer_restarts(run: &Run, broken: &mut Broken) {
+    let restarts = &run.observations.consumer_restarts;
+    if restarts.is_empty() {
+        return;
+    }
+    let in_transit: Vec<HashSet<Key>> = restarts
+        .iter()
+        .map(|r| r.in_transit.iter().copied().collect())
+        .collect();
+    for (key, record) in sorted_keys(run) {
+        let Some(confirmed) = record.confirmed_at else {
+            continue;
+        };
+        for (restart, transit) in restarts.iter().zip(&in_transit) {
+            if confirmed >= restart.step || transit.contains(key) {
+                continue;
+            }
+            if let Some(late) = record.successes.iter().find(|s| s.step > restart.step) {
+                broken.add(
+                    "re-run only if unconfirmed or in transit",
+                    format!(
+                        "{key:?}: handler ran again (step {}) after the consumer restart in step \
+                         {}, though the message was confirmed (step {confirmed}) and had no copy \
+                         in transit then",
+                        late.step, restart.step
+                    ),
+                );
+            }
+        }
+    }
+}
+
+/// Ordered mode: per producer incarnation, messages first succeed in strictly increasing seq
+/// order.
+///
+/// - While no window can be lost (no eviction, sweep or incarnation switch), this holds
+///   within each consumer life: even a restarted consumer's re-runs come in order.
+/// - Otherwise a late copy may reach a fresh window after its successors ran. For a message
+///   handled before, that is a re-run (any order); for one its producer abandoned (given up,
+///   or stopped by a restart) it may even be its first run. So only the first successes of
+///   messages confirmed `Ok` are compared, over the whole run.
+fn order(scenario: &Scenario, run: &Run, broken: &mut Broken) {
+    let per_life = !scenario.windows_can_vanish() && !scenario.restarts_producers();
+    let mut successes: Vec<(u64, u32, Key)> = run
+        .observations
+        .keys
+        .iter()
+        .filter(|(_, record)| per_life || record.confirmed_at.is_some())
+        .flat_map(|(key, record)| record.successes.iter().map(|s| (s.step, s.life, *key)))
+        .collect();
+    successes.sort_unstable();
+    let mut seen: HashSet<(u32, Key)> = HashSet::new();
+    let mut last: HashMap<(u32, usize, u128), u64> = HashMap::new();
+    for (step, life, key) in successes {
+        let life = if per_life { life } else { 0 };
+        if !seen.insert((life, key)) {
+            continue;
+        }
+        let stream = (life, key.producer, key.incarnation);
+        if let Some(&previous) = last.get(&stream) {
+            if key.seq <= previous {
+                broken.add(
+                    "ordered",
+                    format!(
+                        "{key:?} first succeeded{} in step {step}, after seq \
+                         {previous} of the same producer incarnation",
+                        if per_life {
+                            format!(" in consumer life {life}")
+                        } else {
+                            String::new()
+                        }
+                    ),
+                );
+            }
+        }
+        last.insert(stream, key.seq);
+    }
+}
+
+/// Both sides end idle and their counters agree with what the simulator saw.
+fn final_state(scenario: &Scenario, run: &Run, broken: &mut Broken) {
+    for (index, idle) in run.producers_idle.iter().enumerate() {
+        if !idle {
+            broken.add(
+                "producers end idle",
+                format!("p{index} did not end idle: {:?}", run.producer_stats[index]),
+            );
+        }
+    }
+    let stats = &run.consumer_stats;
+    let obs = &run.observations;
+    let successes: u64 = obs.keys.values().map(|r| r.successes.len() as u64).sum();
+    let expected = [
+        (
+            "handler running at the end",
+            u64::from(run.consumer_running),
+            0,
+        ),
+        ("waiting at the end", stats.waiting as u64, 0),
+        ("dead letters", stats.dead_letters, 0),
+        ("delivered", stats.delivered, successes),
+        (
+            "handler failures and panics",
+            stats.handler_failures + stats.handler_panics,
+            obs.handler_failures,
+        ),
+        ("duplicates re-ACKed", stats.duplicates, obs.re_acks),
+        (
+            "refused sends",
+            run.producer_stats.iter().map(|s| s.refused).sum::<u64>(),
+            0,
+        ),
+    ];
+    for (what, actual, want) in expected {
+        if actual != want {
+            broken.add(
+                "consumer counters",
+                format!("consumer/producer counter `{what}` is {actual}, expected {want}"),
+            );
+        }
+    }
+    let room_for_all = scenario
+        .consumer
+        .max_producers
+        .get()
+        .is_none_or(|max| max >= scenario.producers);
+    if room_for_all && stats.evictions != 0 {
+        broken.add(
+            "consumer counters",
+            format!(
+                "{} evictions with room for all {} producers",
+                stats.evictions, scenario.producers
+            ),
+        );
+    }
+    if !scenario.restarts_producers() && stats.replaced_incarnations != 0 {
+        broken.add(
+            "consumer counters",
+            format!(
+                "{} incarnation replacements without producer restarts",
+                stats.replaced_incarnations
+            ),
+        );
+    }
+}

@@ -1,0 +1,116 @@
+//! What the simulator saw happen, from the outside of the cores: per message, which handler
+//! runs succeeded and when it was confirmed; per body, how it was settled; and the violations
+//! that can only be seen while the run is going on.
+
+use super::stable_hash::StableMap;
+
+/// The identity of a message on the wire: producer (by index), incarnation and seq.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct Key {
+    /// Index of the producer (`p0`, `p1`, …).
+    pub producer: usize,
+    /// The producer's incarnation when it sent the message.
+    pub incarnation: u128,
+    /// The message's seq within that incarnation.
+    pub seq: u64,
+}
+
+/// A handler run that succeeded.
+#[derive(Clone, Copy, Debug)]
+pub struct Success {
+    /// The simulation step it completed in (steps order everything, even at equal times).
+    pub step: u64,
+    /// The consumer life (0, then +1 per consumer restart) it ran in.
+    pub life: u32,
+    /// How often the consumer had seen the producer switch incarnations when the run
+    /// started (each switch replaces the producer's dedup window).
+    pub switches_at_start: u64,
+}
+
+/// Everything observed about one message key.
+#[derive(Debug)]
+pub struct KeyRecord {
+    /// The body the producer transmitted under this key.
+    pub body: u64,
+    /// Successful handler runs, in order.
+    pub successes: Vec<Success>,
+    /// Per consumer life in which a copy arrived: the producer's incarnation switches seen
+    /// when the first copy arrived in that life.
+    pub first_arrivals: Vec<(u32, u64)>,
+    /// The step in which the producer confirmed the key `Ok`.
+    pub confirmed_at: Option<u64>,
+    /// Copies of the delivery on the forward link right now.
+    pub in_transit: u32,
+}
+
+/// How one body (one message of the user's) ended up.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct BodyRecord {
+    /// Producer that sent it.
+    pub producer: usize,
+    /// Confirmations with `Ok`.
+    pub ok: u32,
+    /// Settlements with `ProducerStopped` (each followed by a re-send).
+    pub stopped: u32,
+    /// Settlements with `GaveUp`.
+    pub gave_up: u32,
+    /// Any other settlement (a bug: e.g. `QueueFull`).
+    pub other: u32,
+    /// Successful handler runs, under any key.
+    pub successes: u32,
+}
+
+impl BodyRecord {
+    /// Final settlements (re-sent `ProducerStopped` ones are not final).
+    pub fn finals(&self) -> u32 {
+        self.ok + self.gave_up + self.other
+    }
+}
+
+/// The state of the world when the consumer restarted.
+#[derive(Debug)]
+pub struct ConsumerRestartRecord {
+    /// The step of the restart.
+    pub step: u64,
+    /// Keys with a copy on the forward link at that moment.
+    pub in_transit: Vec<Key>,
+}
+
+/// Everything the simulator observed in a run.
+#[derive(Debug, Default)]
+pub struct Observations {
+    /// Per message key.
+    pub keys: StableMap<Key, KeyRecord>,
+    /// Per body.
+    pub bodies: StableMap<u64, BodyRecord>,
+    /// Consumer restarts, in order.
+    pub consumer_restarts: Vec<ConsumerRestartRecord>,
+    /// Producer restarts that happened.
+    pub producer_restarts: usize,
+    /// Handler runs that failed or panicked (of the current consumer life).
+    pub handler_failures: u64,
+    /// Handler runs cut short by a consumer restart.
+    pub abandoned_runs: u64,
+    /// Consumer decisions: re-ACKs of duplicates.
+    pub re_acks: u64,
+    /// Consumer decisions: deliveries held (in progress or refused).
+    pub holds: u64,
+    /// Rule breaks seen during the run (capped at [`Observations::MAX_VIOLATIONS`]).
+    pub violations: Vec<String>,
+    /// Rule breaks beyond the cap.
+    pub more_violations: usize,
+}
+
+impl Observations {
+    /// Violations kept verbatim; further ones are only counted.
+    pub const MAX_VIOLATIONS: usize = 20;
+
+    /// Records a rule break seen in `step`.
+    pub fn violation(&mut self, step: u64, message: String) {
+        if self.violations.len() < Self::MAX_VIOLATIONS {
+            self.violations.push(format!("step {step}: {message}"));
+        } else {
+            self.more_violations += 1;
+        }
+    }
+}

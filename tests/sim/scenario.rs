@@ -1,0 +1,198 @@
+//! The configuration of one simulation run. Everything that decides what happens is in a
+//! [`Scenario`]: the seed, the settings of both cores, the faults of both links and of the
+//! handler, the traffic pattern and the disruptions. A failing run prints it in full, so the
+//! run can be replayed exactly.
+
+use std::time::Duration;
+
+use actix_delivery::{ConsumerConfig, Limit, ProducerConfig};
+
+/// An idle TTL at least this long never sweeps a window that is still needed in a simulation:
+/// a producer with messages in flight retransmits far more often than this, and no copy spends
+/// this long on a link.
+const HARMLESS_IDLE_TTL: Duration = Duration::from_secs(60);
+
+/// The faults of one direction of the network.
+#[derive(Clone, Debug, PartialEq)]
+pub struct LinkFaults {
+    /// Probability that a message is lost.
+    pub drop: f64,
+    /// Probability that a message that is not lost arrives twice.
+    pub duplicate: f64,
+    /// Each copy is delayed by a latency drawn uniformly from `min_latency..=max_latency`;
+    /// copies of different (or the same) messages overtake each other when it varies.
+    pub min_latency: Duration,
+    /// See `min_latency`.
+    pub max_latency: Duration,
+}
+
+impl LinkFaults {
+    /// A link that loses and duplicates nothing, with the given latency range.
+    pub fn reliable(min_latency: Duration, max_latency: Duration) -> Self {
+        Self {
+            drop: 0.0,
+            duplicate: 0.0,
+            min_latency,
+            max_latency,
+        }
+    }
+}
+
+/// How the user's handler behaves.
+#[derive(Clone, Debug, PartialEq)]
+pub struct HandlerFaults {
+    /// Probability that a handler run fails (a quarter of the failures are panics).
+    pub failure: f64,
+    /// A run takes a duration drawn uniformly from `0..=max_duration`.
+    pub max_duration: Duration,
+}
+
+/// How each producer's messages are offered to it.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Traffic {
+    /// A producer's next message follows its previous one after a gap drawn uniformly from
+    /// `0..=max_gap` (zero: the whole stream is offered at once).
+    pub max_gap: Duration,
+    /// Probability that a gap is followed by an idle `pause` (to let dedup windows expire).
+    pub pause_probability: f64,
+    /// See `pause_probability`.
+    pub pause: Duration,
+}
+
+impl Traffic {
+    /// Every message offered at time zero.
+    pub const BURST: Traffic = Traffic {
+        max_gap: Duration::ZERO,
+        pause_probability: 0.0,
+        pause: Duration::ZERO,
+    };
+}
+
+/// A restart, triggered by progress so that it always happens mid-stream.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum Disruption {
+    /// `delay` after `producer` has had `after_confirmed` messages confirmed, it restarts with
+    /// a new incarnation; the simulator re-sends its unconfirmed messages as new messages.
+    ProducerRestart {
+        /// Index of the producer.
+        producer: usize,
+        /// Confirmations (from 1) that trigger the restart.
+        after_confirmed: usize,
+        /// Time between the trigger and the restart.
+        delay: Duration,
+    },
+    /// `delay` after the `after_handled`-th successful handler run, the consumer restarts: its
+    /// dedup state, waiting messages and running handler are lost.
+    ConsumerRestart {
+        /// Successful handler runs (from 1) that trigger the restart.
+        after_handled: usize,
+        /// Time between the trigger and the restart.
+        delay: Duration,
+    },
+}
+
+/// One simulation run, fully determined by these fields.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Scenario {
+    /// Seeds the one RNG that drives links, handler and traffic.
+    pub seed: u64,
+    /// Messages in total, dealt round-robin to the producers.
+    pub messages: usize,
+    /// Producers (ids `p0`, `p1`, …) sending into the one consumer.
+    pub producers: usize,
+    /// Settings of every producer (`producer_id` is set by the simulator).
+    pub producer: ProducerConfig,
+    /// Settings of the consumer.
+    pub consumer: ConsumerConfig,
+    /// The producer → consumer link (deliveries).
+    pub forward: LinkFaults,
+    /// The consumer → producer link (ACKs).
+    pub backward: LinkFaults,
+    /// The handler's failures and durations.
+    pub handler: HandlerFaults,
+    /// When messages are offered to the producers.
+    pub traffic: Traffic,
+    /// Restarts during the run.
+    pub disruptions: Vec<Disruption>,
+}
+
+impl Scenario {
+    /// A fault-free baseline to derive scenarios from: one producer with the default
+    /// settings, a consumer with the default settings, links with 1–20 ms latency, an
+    /// instantaneous handler that never fails, all messages offered at once.
+    pub fn baseline(seed: u64, messages: usize) -> Self {
+        let latency = LinkFaults::reliable(Duration::from_millis(1), Duration::from_millis(20));
+        Self {
+            seed,
+            messages,
+            producers: 1,
+            producer: ProducerConfig::default(),
+            consumer: ConsumerConfig::default(),
+            forward: latency.clone(),
+            backward: latency,
+            handler: HandlerFaults {
+                failure: 0.0,
+                max_duration: Duration::ZERO,
+            },
+            traffic: Traffic::BURST,
+            disruptions: Vec::new(),
+        }
+    }
+
+    /// How many messages producer `producer` sends.
+    pub fn messages_of(&self, producer: usize) -> usize {
+        self.messages / self.producers + usize::from(producer < self.messages % self.producers)
+    }
+
+    /// Whether no message can be given up (every message must end confirmed `Ok`).
+    pub fn attempts_are_unbounded(&self) -> bool {
+        self.producer.max_attempts == Limit::Unbounded
+    }
+
+    /// Whether the consumer may lose a producer's dedup window while the producer still
+    /// needs it: LRU eviction (more producers than `max_producers`) or an idle sweep (a TTL
+    /// short enough to expire between a producer's deliveries).
+    pub fn windows_can_vanish(&self) -> bool {
+        let too_many = self
+            .consumer
+            .max_producers
+            .get()
+            .is_some_and(|max| max < self.producers);
+        let short_ttl = self
+            .consumer
+            .producer_idle_ttl
+            .get()
+            .is_some_and(|ttl| ttl < HARMLESS_IDLE_TTL);
+        too_many || short_ttl
+    }
+
+    /// Whether the consumer keeps every dedup window it needs for the whole run: no restart
+    /// on either side and no window lost. Only then must each message's handler succeed
+    /// exactly once.
+    pub fn dedup_is_kept(&self) -> bool {
+        self.disruptions.is_empty() && !self.windows_can_vanish()
+    }
+
+    /// Whether producer incarnations change during the run.
+    pub fn restarts_producers(&self) -> bool {
+        self.disruptions
+            .iter()
+            .any(|d| matches!(d, Disruption::ProducerRestart { .. }))
+    }
+
+    /// The most steps a healthy run may take: a backstop far above what the heaviest
+    /// scenario needs (a few hundred steps per message at worst).
+    pub fn step_cap(&self) -> u64 {
+        20_000 + 1_000 * self.messages as u64
+    }
+}
+
+/// A healthy run settles some message at least every this many steps while messages are
+/// unsettled; more means a livelock (retransmissions that never get anywhere, or a deadline
+/// that fires at the same instant forever).
+pub const PROGRESS_STEPS: u64 = 200_000;
+
+/// A healthy run settles some message at least every this long in simulated time while
+/// messages are unsettled: far beyond any retransmission interval, latency, handler run or
+/// traffic pause a scenario configures.
+pub const PROGRESS_TIME: Duration = Duration::from_secs(600);

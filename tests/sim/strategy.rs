@@ -1,0 +1,124 @@
+//! The proptest strategy over whole scenarios: every setting of the cores, the links, the
+//! handler, the traffic and the restarts, shaped so that shrinking reaches small, readable
+//! configurations (faults switch off, counts drop, the seed goes to 0).
+
+use std::time::Duration;
+
+use actix_delivery::{Backoff, ConsumerConfig, Limit, ProducerConfig};
+use proptest::prelude::*;
+
+use super::scenario::{Disruption, HandlerFaults, LinkFaults, Scenario, Traffic};
+
+fn ms(millis: u64) -> Duration {
+    Duration::from_millis(millis)
+}
+
+/// Any scenario, with restarts, evictions, sweeps and give-ups: proptest shrinks a failure
+/// to a minimal configuration.
+pub fn any_scenario() -> impl Strategy<Value = Scenario> {
+    // `prop_oneof![Just(none), range]` lets shrinking jump to "this fault is off".
+    let rate = |max: f64| prop_oneof![Just(0.0), 0.0..=max];
+    let millis = |max: u64| prop_oneof![Just(0u64), 0..=max];
+    let sizes = (
+        any::<u64>(),
+        1usize..=60,
+        1usize..=4,
+        1usize..=64,
+        50u64..=500,
+    );
+    let consumer = (
+        any::<bool>(),
+        prop_oneof![Just(Limit::Unbounded), (1usize..=8).prop_map(Limit::At)],
+        prop_oneof![Just(Limit::Unbounded), (1usize..=4).prop_map(Limit::At)],
+        prop_oneof![Just(300_000u64), 20u64..=2_000],
+    );
+    let links = (rate(0.5), rate(0.5), rate(0.3), rate(0.3), millis(800));
+    let rest = (
+        rate(0.2),
+        millis(20),
+        prop_oneof![Just(None), (1u32..=4).prop_map(Some)],
+        any::<bool>(),
+        (millis(50), rate(0.1), millis(3_000)),
+        prop::collection::vec(
+            (any::<bool>(), any::<usize>(), any::<usize>(), 0u64..=20),
+            0..=2,
+        ),
+    );
+    (sizes, consumer, links, rest).prop_map(
+        |(
+            (seed, messages, producers, window_size, resend),
+            (ordered, max_out_of_order, max_producers, ttl),
+            (drop_fwd, drop_back, dup_fwd, dup_back, latency),
+            (failure, handler_ms, max_attempts, exponential, (gap, pause_p, pause), restarts),
+        )| {
+            let mut scenario = Scenario {
+                producers,
+                producer: ProducerConfig {
+                    window_size,
+                    resend_timeout: ms(resend),
+                    max_attempts: max_attempts.map_or(Limit::Unbounded, Limit::At),
+                    backoff: if exponential {
+                        Backoff::Exponential {
+                            multiplier: 2.0,
+                            max: ms(resend * 4),
+                            jitter: 0.5,
+                        }
+                    } else {
+                        Backoff::Fixed
+                    },
+                    ..ProducerConfig::default()
+                },
+                consumer: ConsumerConfig {
+                    ordered,
+                    max_out_of_order,
+                    max_producers,
+                    producer_idle_ttl: Limit::At(ms(ttl)),
+                },
+                forward: LinkFaults {
+                    drop: drop_fwd,
+                    duplicate: dup_fwd,
+                    ..LinkFaults::reliable(Duration::ZERO, ms(latency))
+                },
+                backward: LinkFaults {
+                    drop: drop_back,
+                    duplicate: dup_back,
+                    ..LinkFaults::reliable(Duration::ZERO, ms(latency))
+                },
+                handler: HandlerFaults {
+                    failure,
+                    max_duration: ms(handler_ms),
+                },
+                traffic: Traffic {
+                    max_gap: ms(gap),
+                    pause_probability: pause_p,
+                    pause: ms(pause),
+                },
+                ..Scenario::baseline(seed, messages)
+            };
+            // Restart thresholds are progress counts, which only unbounded attempts
+            // guarantee to reach.
+            if scenario.attempts_are_unbounded() {
+                for (consumer, who, when, delay) in restarts {
+                    let disruption = if consumer {
+                        Disruption::ConsumerRestart {
+                            after_handled: when % messages + 1,
+                            delay: ms(delay),
+                        }
+                    } else {
+                        let producer = who % producers;
+                        match scenario.messages_of(producer) {
+                            0 => continue,
+                            count => Disruption::ProducerRestart {
+                                producer,
+                                after_confirmed: when % count + 1,
+                                delay: ms(delay),
+                            },
+                        }
+                    };
+                    scenario.disruptions.push(disruption);
+                }
+            }
+            scenario
+        },
+    )
+}

@@ -1,0 +1,182 @@
+//! Counts of what runs injected and what it cost, summed over many runs, so that a test can
+//! assert that its fault injection really injected faults and that its scenarios really
+//! exercised restarts, evictions and sweeps.
+
+use std::fmt;
+
+use super::driver::Run;
+use super::link::LinkCounts;
+use super::scenario::{Scenario, PROGRESS_STEPS, PROGRESS_TIME};
+
+/// What one or more runs injected and what the cores did about it.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Tally {
+    /// Runs counted.
+    pub runs: u64,
+    /// Messages offered.
+    pub messages: u64,
+    /// Simulation steps.
+    pub steps: u64,
+    /// The largest share of its step cap a run used.
+    pub max_step_share: f64,
+    /// The largest share of the progress limits (`PROGRESS_STEPS`, `PROGRESS_TIME`) a run's
+    /// longest stretch without a settlement used.
+    pub max_quiet_share: f64,
+    /// The producer → consumer link.
+    pub forward: LinkCounts,
+    /// The consumer → producer link.
+    pub backward: LinkCounts,
+    /// Handler runs that failed or panicked.
+    pub handler_failures: u64,
+    /// Retransmissions by the producers.
+    pub retransmissions: u64,
+    /// Deliveries the consumer recognised as duplicates and re-ACKed (dedup at work).
+    pub re_acks: u64,
+    /// Deliveries the consumer held (handler in progress, out-of-order bound, ordered mode).
+    pub holds: u64,
+    /// Messages given up (`max_attempts`).
+    pub given_up: u64,
+    /// Dedup windows evicted (`max_producers`).
+    pub evictions: u64,
+    /// Dedup windows swept (`producer_idle_ttl`).
+    pub swept: u64,
+    /// Dedup windows replaced by another incarnation of the same producer.
+    pub replaced: u64,
+    /// Producer restarts.
+    pub producer_restarts: u64,
+    /// Messages settled `ProducerStopped` by a restart (and re-sent).
+    pub stopped: u64,
+    /// Consumer restarts.
+    pub consumer_restarts: u64,
+    /// Handler runs cut short by a consumer restart.
+    pub abandoned_runs: u64,
+    /// Successful handler runs beyond the first per message key.
+    pub duplicate_successes: u64,
+    /// Re-runs after a consumer restart of messages unconfirmed at the restart.
+    pub reruns_unconfirmed: u64,
+    /// Re-runs after a consumer restart of messages confirmed at the restart but with a
+    /// copy in transit.
+    pub reruns_in_transit: u64,
+}
+
+impl Tally {
+    /// The counts of one run.
+    pub fn of(scenario: &Scenario, run: &Run) -> Self {
+        let obs = &run.observations;
+        let consumer = &run.consumer_stats;
+        let mut tally = Self {
+            runs: 1,
+            messages: scenario.messages as u64,
+            steps: run.steps,
+            max_step_share: run.steps as f64 / scenario.step_cap() as f64,
+            max_quiet_share: (run.longest_quiet.0 as f64 / PROGRESS_STEPS as f64)
+                .max(run.longest_quiet.1.as_secs_f64() / PROGRESS_TIME.as_secs_f64()),
+            forward: run.forward,
+            backward: run.backward,
+            handler_failures: obs.handler_failures,
+            retransmissions: run.producer_stats.iter().map(|s| s.retransmitted).sum(),
+            re_acks: obs.re_acks,
+            holds: obs.holds,
+            given_up: run.producer_stats.iter().map(|s| s.given_up).sum(),
+            evictions: consumer.evictions,
+            swept: consumer.swept,
+            replaced: consumer.replaced_incarnations,
+            producer_restarts: obs.producer_restarts as u64,
+            stopped: obs.bodies.values().map(|b| u64::from(b.stopped)).sum(),
+            consumer_restarts: obs.consumer_restarts.len() as u64,
+            abandoned_runs: obs.abandoned_runs,
+            ..Self::default()
+        };
+        for record in obs.keys.values() {
+            tally.duplicate_successes += record.successes.len().saturating_sub(1) as u64;
+            let Some(first_life) = record.successes.first().map(|s| s.life) else {
+                continue;
+            };
+            // The first success of each later life is a re-run caused by the restart that
+            // began that life.
+            let mut counted_life = first_life;
+            for success in &record.successes {
+                if success.life == counted_life {
+                    continue;
+                }
+                counted_life = success.life;
+                let restart = &obs.consumer_restarts[success.life as usize - 1];
+                if record.confirmed_at.is_some_and(|c| c < restart.step) {
+                    tally.reruns_in_transit += 1;
+                } else {
+                    tally.reruns_unconfirmed += 1;
+                }
+            }
+        }
+        tally
+    }
+
+    /// Adds `other` to these counts.
+    pub fn add(&mut self, other: &Tally) {
+        self.runs += other.runs;
+        self.messages += other.messages;
+        self.steps += other.steps;
+        self.max_step_share = self.max_step_share.max(other.max_step_share);
+        self.max_quiet_share = self.max_quiet_share.max(other.max_quiet_share);
+        self.forward.add(&other.forward);
+        self.backward.add(&other.backward);
+        self.handler_failures += other.handler_failures;
+        self.retransmissions += other.retransmissions;
+        self.re_acks += other.re_acks;
+        self.holds += other.holds;
+        self.given_up += other.given_up;
+        self.evictions += other.evictions;
+        self.swept += other.swept;
+        self.replaced += other.replaced;
+        self.producer_restarts += other.producer_restarts;
+        self.stopped += other.stopped;
+        self.consumer_restarts += other.consumer_restarts;
+        self.abandoned_runs += other.abandoned_runs;
+        self.duplicate_successes += other.duplicate_successes;
+        self.reruns_unconfirmed += other.reruns_unconfirmed;
+        self.reruns_in_transit += other.reruns_in_transit;
+    }
+}
+
+impl fmt::Display for Tally {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "{} runs, {} msgs, {} steps (max {:.0}% of step cap, {:.0}% of progress limit); \
+             fwd dropped {}/dup {} of {}; back dropped {}/dup {} of {}; handler failures {}; \
+             retransmits {}; re-ACKs {}; holds {}; given up {}",
+            self.runs,
+            self.messages,
+            self.steps,
+            self.max_step_share * 100.0,
+            self.max_quiet_share * 100.0,
+            self.forward.dropped,
+            self.forward.duplicated,
+            self.forward.messages,
+            self.backward.dropped,
+            self.backward.duplicated,
+            self.backward.messages,
+            self.handler_failures,
+            self.retransmissions,
+            self.re_acks,
+            self.holds,
+            self.given_up,
+        )?;
+        write!(
+            f,
+            "; evictions {}; swept {}; replaced {}; producer restarts {} (stopped {}); \
+             consumer restarts {} (abandoned runs {}); duplicate successes {}; re-runs after \
+             consumer restart: {} unconfirmed + {} in transit",
+            self.evictions,
+            self.swept,
+            self.replaced,
+            self.producer_restarts,
+            self.stopped,
+            self.consumer_restarts,
+            self.abandoned_runs,
+            self.duplicate_successes,
+            self.reruns_unconfirmed,
+            self.reruns_in_transit,
+        )
+    }
+}

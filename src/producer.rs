@@ -38,7 +38,7 @@ pub struct ProducerController<T: Clone + Send + 'static> {
     dirty: bool,
     /// Where handles leave messages; shared with them.
     inbox: Arc<Inbox<T>>,
-    /// What was taken from the inbox, being handed to the core (kept for its capacity).
+    /// Buffer swapped with the inbox's queue and the core's (kept for its capacity).
     taken: VecDeque<(T, Confirmation)>,
     stop_when_idle: bool,
 }
@@ -108,14 +108,11 @@ impl<T: Clone + Send + 'static> ProducerController<T> {
         self.settle_polled();
     }
 
-    /// Hands what handles left in the inbox to the core.
+    /// Hands what handles left in the inbox to the core. Room was reserved for each message,
+    /// so the core has space (unless direct `Tell`s filled it: then `QueueFull`).
     fn take_inbox(&mut self) {
         self.inbox.take(&mut self.taken);
-        for (body, confirm) in self.taken.drain(..) {
-            // Room was reserved for each, so the core has space (unless direct `Tell`s filled
-            // it; then the confirmation reports `QueueFull`).
-            let _ = self.core.handle_send(body, confirm);
-        }
+        self.core.handle_send_all(&mut self.taken);
         self.dirty = true;
     }
 }

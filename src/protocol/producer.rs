@@ -118,15 +118,30 @@ impl<T: Clone, C> ProducerCore<T, C> {
     /// The body is handed back when `max_pending` messages already wait beyond the window;
     /// `confirm` is then settled with [`DeliveryError::QueueFull`].
     pub fn handle_send(&mut self, body: T, confirm: C) -> Result<(), T> {
-        let free_slots = self.window_size - self.in_flight.len();
-        if self.pending.len() >= self.max_pending + free_slots {
-            self.stats.refused += 1;
-            self.settled
-                .push_back((confirm, Err(DeliveryError::QueueFull)));
+        if self.room() == 0 {
+            self.refuse(confirm);
             return Err(body);
         }
         self.pending.push_back((body, confirm));
         Ok(())
+    }
+
+    /// Accepts a batch of messages, in order, as [`handle_send`](Self::handle_send) would one
+    /// by one; those beyond the room are refused with [`DeliveryError::QueueFull`] (their
+    /// bodies dropped). `messages` is left empty. When nothing is queued yet the batch's buffer
+    /// becomes the queue, so a burst is not copied (`messages` gets the old, empty buffer).
+    pub fn handle_send_all(&mut self, messages: &mut VecDeque<(T, C)>) {
+        let room = self.room();
+        if messages.len() > room {
+            for (_, confirm) in messages.split_off(room) {
+                self.refuse(confirm);
+            }
+        }
+        if self.pending.is_empty() {
+            std::mem::swap(&mut self.pending, messages);
+        } else {
+            self.pending.append(messages);
+        }
     }
 
     /// Acts on an ACK if it names this producer, mirrors its current incarnation and
@@ -289,6 +304,18 @@ impl<T: Clone, C> ProducerCore<T, C> {
         }
     }
 
+    /// How many more messages may be queued: `max_pending` beyond the free window slots.
+    fn room(&self) -> usize {
+        let held = self.in_flight.len() + self.pending.len();
+        (self.window_size + self.max_pending).saturating_sub(held)
+    }
+
+    fn refuse(&mut self, confirm: C) {
+        self.stats.refused += 1;
+        self.settled
+            .push_back((confirm, Err(DeliveryError::QueueFull)));
+    }
+
     fn fill_window(&mut self, now: Instant) {
         while self.in_flight.len() < self.window_size {
             let Some((body, confirm)) = self.pending.pop_front() else {
@@ -434,6 +461,31 @@ mod tests {
                 (4, Err(DeliveryError::QueueFull))
             ]
         );
+        assert_eq!(c.stats().refused, 2);
+    }
+
+    #[test]
+    fn a_batch_of_sends_is_taken_in_order_up_to_the_room() {
+        let mut c = core(ProducerConfig {
+            window_size: 1,
+            max_pending: 2,
+            ..Default::default()
+        });
+        let now = Instant::now();
+        let mut batch: VecDeque<(u32, u32)> = (0..2).map(|b| (b, b)).collect();
+        c.handle_send_all(&mut batch);
+        assert!(batch.is_empty());
+        let mut batch: VecDeque<(u32, u32)> = (2..5).map(|b| (b, b)).collect();
+        c.handle_send_all(&mut batch);
+        assert_eq!(
+            settled(&mut c),
+            [
+                (3, Err(DeliveryError::QueueFull)),
+                (4, Err(DeliveryError::QueueFull))
+            ]
+        );
+        assert_eq!(transmitted(&mut c, now), [(1, 0)]);
+        assert_eq!(c.stats().queued, 2);
         assert_eq!(c.stats().refused, 2);
     }
 

@@ -64,13 +64,13 @@ fn pump(
                 reply_to: Some(()),
             };
             match consumer.handle_delivery(inbound, now) {
-                Step::Run(info, body) => running = Some((info, body)),
+                Step::Run(body) => running = Some(body),
                 Step::Hold => {}
                 Step::Ack(..) | Step::DeadLetter(..) => panic!("unexpected step"),
             }
         }
         // The handler: succeeds at once; the completion starts the next waiting message.
-        while let Some((_, body)) = running.take() {
+        while let Some(body) = running.take() {
             black_box(body);
             let completion = consumer.handle_outcome(&HandlerOutcome::Succeeded, now);
             if let Some(((), ack)) = completion.ack {

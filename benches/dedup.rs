@@ -91,7 +91,7 @@ fn bench_dedup(c: &mut Criterion) {
                     reply_to: Some(()),
                 };
                 match consumer.handle_delivery(inbound, now) {
-                    Step::Run(_, body) => {
+                    Step::Run(body) => {
                         black_box(body);
                     }
                     _ => panic!("every delivery is a new message"),
@@ -110,7 +110,7 @@ fn bench_dedup(c: &mut Criterion) {
         group.bench_with_input(BenchmarkId::new("table", count), &count, |b, _| {
             b.iter(|| {
                 let header = churn.header();
-                let (window, _) = table.window_for(&header, now);
+                let (window, _, _) = table.window_for(&header, now);
                 assert!(!window.is_handled(header.seq) && !window.is_pending(header.seq));
                 window.begin(header.seq);
                 window.complete(header.seq);

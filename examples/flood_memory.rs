@@ -359,7 +359,7 @@ fn per_dedup_entry() {
             seq: 1,
             window_start: 1,
         };
-        let (window, _) = table.window_for(&header, now);
+        let (window, _, _) = table.window_for(&header, now);
         window.begin(1);
         window.complete(1);
     }

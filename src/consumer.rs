@@ -14,7 +14,7 @@ use crate::message::{
 };
 use crate::options::ConsumerOptions;
 use crate::protocol::consumer::{ConsumerCore, ConsumerStats, HandlerOutcome, Step};
-use crate::protocol::envelope::{Ack, DeadLetterReason, DeliveryInfo, Header, ProducerId};
+use crate::protocol::envelope::{Ack, DeadLetterReason, Header, ProducerId};
 
 /// The receiving side of reliable delivery: admits each [`Delivery`], suppresses duplicates
 /// per producer, runs the handler for each new message (one at a time), and ACKs a message only
@@ -58,7 +58,7 @@ impl<T: Send + 'static> ConsumerController<T> {
     /// Admission, dedup and the decision for one delivery, carried out.
     fn receive(&mut self, delivery: Delivery<T>, now: Instant) {
         match self.core.handle_delivery(delivery.into_inbound(), now) {
-            Step::Run(info, body) => self.run(info, body, now),
+            Step::Run(body) => self.run(body, now),
             Step::Ack(reply_to, ack) => self.acks.push((reply_to, ack)),
             Step::Hold => {}
             Step::DeadLetter(reason, header) => self.dead_letter(reason, header),
@@ -81,11 +81,11 @@ impl<T: Send + 'static> ConsumerController<T> {
     /// Starts the handler for a message. A handler that finishes at once is settled right
     /// here (no task, no allocation); one that is still running is polled again after the
     /// drain (see [`after_drain`](Self::after_drain)).
-    fn run(&mut self, info: DeliveryInfo, body: T, now: Instant) {
+    fn run(&mut self, body: T, now: Instant) {
         // The first poll uses a no-op waker: if the future is not ready, `after_drain` polls
         // it again with the actor's waker before anything could have woken it.
         let mut cx = TaskContext::from_waker(Waker::noop());
-        let poll = self.handler.start(info, body, &mut cx);
+        let poll = self.start(body, &mut cx);
         self.handler_pending = self.settle(poll, Some(now), &mut cx).is_pending();
     }
 
@@ -105,6 +105,15 @@ impl<T: Send + 'static> ConsumerController<T> {
         }
     }
 
+    /// Starts the handler for the message the core just made the running one.
+    fn start(&mut self, body: T, cx: &mut TaskContext<'_>) -> Poll<HandlerOutcome> {
+        let info = self
+            .core
+            .running()
+            .expect("the core made this message the running one");
+        self.handler.start(info, body, cx)
+    }
+
     /// Acts on handler outcomes for as long as handlers finish; `Pending` while one runs.
     /// `now` is the time of the current event, if already read (the clock is read at most once).
     fn settle(
@@ -119,10 +128,10 @@ impl<T: Send + 'static> ConsumerController<T> {
             if let Some(ack) = completion.ack {
                 self.acks.push(ack);
             }
-            let Some((info, body)) = completion.next else {
+            let Some(body) = completion.next else {
                 return Poll::Ready(());
             };
-            poll = self.handler.start(info, body, cx);
+            poll = self.start(body, cx);
         }
         Poll::Pending
     }

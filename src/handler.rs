@@ -41,15 +41,24 @@ impl<T: 'static> DeliveryHandler<T> {
         Fut: Future<Output = Result<(), E>> + 'static,
         E: Display + 'static,
     {
-        Self::from_fn_with_info(move |_, body| handler(body))
+        Self::from_slot(move |_: &DeliveryInfo, body| handler(body))
     }
 
     /// A handler that also receives the message's [`DeliveryInfo`] (producer id, incarnation,
     /// seq): what an effectively-once handler stores with its business state to recognise a
     /// re-run.
-    pub fn from_fn_with_info<F, Fut, E>(handler: F) -> Self
+    pub fn from_fn_with_info<F, Fut, E>(mut handler: F) -> Self
     where
         F: FnMut(DeliveryInfo, T) -> Fut + 'static,
+        Fut: Future<Output = Result<(), E>> + 'static,
+        E: Display + 'static,
+    {
+        Self::from_slot(move |info: &DeliveryInfo, body| handler(info.clone(), body))
+    }
+
+    fn from_slot<F, Fut, E>(handler: F) -> Self
+    where
+        F: FnMut(&DeliveryInfo, T) -> Fut + 'static,
         Fut: Future<Output = Result<(), E>> + 'static,
         E: Display + 'static,
     {
@@ -81,7 +90,7 @@ impl<T: 'static> DeliveryHandler<T> {
     /// Starts the handler for a message and polls it once.
     pub(crate) fn start(
         &mut self,
-        info: DeliveryInfo,
+        info: &DeliveryInfo,
         body: T,
         cx: &mut Context<'_>,
     ) -> Poll<HandlerOutcome> {
@@ -101,7 +110,8 @@ impl<T> std::fmt::Debug for DeliveryHandler<T> {
 }
 
 trait Slot<T> {
-    fn start(&mut self, info: DeliveryInfo, body: T, cx: &mut Context<'_>) -> Poll<HandlerOutcome>;
+    fn start(&mut self, info: &DeliveryInfo, body: T, cx: &mut Context<'_>)
+        -> Poll<HandlerOutcome>;
     fn resume(&mut self, cx: &mut Context<'_>) -> Poll<HandlerOutcome>;
 }
 
@@ -113,11 +123,16 @@ struct FnSlot<F, Fut> {
 
 impl<T, F, Fut, E> Slot<T> for FnSlot<F, Fut>
 where
-    F: FnMut(DeliveryInfo, T) -> Fut,
+    F: FnMut(&DeliveryInfo, T) -> Fut,
     Fut: Future<Output = Result<(), E>>,
     E: Display,
 {
-    fn start(&mut self, info: DeliveryInfo, body: T, cx: &mut Context<'_>) -> Poll<HandlerOutcome> {
+    fn start(
+        &mut self,
+        info: &DeliveryInfo,
+        body: T,
+        cx: &mut Context<'_>,
+    ) -> Poll<HandlerOutcome> {
         match catch_unwind(AssertUnwindSafe(|| (self.handler)(info, body))) {
             Ok(future) => self.running.set(Some(future)),
             Err(panic) => return Poll::Ready(HandlerOutcome::Panicked(panic_message(&*panic))),

@@ -7,7 +7,7 @@ use std::time::Instant;
 use serde::{Deserialize, Serialize};
 
 use crate::config::ConsumerConfig;
-use crate::protocol::dedup::{DedupTable, Lookup};
+use crate::protocol::dedup::{DedupTable, Lookup, WindowRef};
 use crate::protocol::envelope::{admit, Ack, DeadLetterReason, DeliveryInfo, Header};
 use crate::protocol::rate_limit::RateLimited;
 
@@ -25,8 +25,9 @@ pub struct Inbound<B, R> {
 /// What the consumer must do about a delivery right now.
 #[derive(Debug)]
 pub enum Step<B, R> {
-    /// Start the handler for this message (nothing else is running).
-    Run(DeliveryInfo, B),
+    /// Start the handler for this message (nothing else is running); which message it is:
+    /// [`running`](ConsumerCore::running).
+    Run(B),
     /// A duplicate of a handled message: send this ACK again.
     Ack(R, Ack),
     /// Nothing now: the delivery waits for the running handler, is already waiting or running,
@@ -52,8 +53,9 @@ pub enum HandlerOutcome {
 pub struct Completion<B, R> {
     /// The ACK to send, if the handler succeeded.
     pub ack: Option<(R, Ack)>,
-    /// The next waiting message to start the handler for.
-    pub next: Option<(DeliveryInfo, B)>,
+    /// The next waiting message to start the handler for (described by
+    /// [`running`](ConsumerCore::running)).
+    pub next: Option<B>,
 }
 
 /// Counters of a consumer since it started (`tracked_producers` and `waiting` are current
@@ -92,8 +94,7 @@ pub struct ConsumerStats {
 struct Running<R> {
     info: DeliveryInfo,
     reply_to: R,
-    /// It waited before running, so its seq is also in its window's pending set.
-    queued: bool,
+    window: WindowRef,
 }
 
 #[derive(Debug)]
@@ -101,6 +102,7 @@ struct Waiting<B, R> {
     info: DeliveryInfo,
     body: B,
     reply_to: R,
+    window: WindowRef,
 }
 
 /// Rate limiters, one per kind of warning.
@@ -161,7 +163,7 @@ impl<B, R> ConsumerCore<B, R> {
                 return self.dead_letter(reason, header, now);
             }
         };
-        let (window, lookup) = self.table.window_for(&header, now);
+        let (window, at, lookup) = self.table.window_for(&header, now);
         match lookup {
             Lookup::Existing | Lookup::Created { evicted: false } => {}
             Lookup::Created { evicted: true } => {
@@ -185,8 +187,8 @@ impl<B, R> ConsumerCore<B, R> {
             };
             return Step::Ack(reply_to, ack);
         }
-        // The running message is tracked by `self.running`; waiting ones by the window's
-        // pending set (a message that waited keeps its entry there while it runs).
+        // Waiting messages are in the window's pending set (and stay there while they run); a
+        // message run at once is known only as `self.running`.
         let running = self.running.as_ref().filter(|r| {
             r.info.incarnation == header.incarnation && r.info.producer_id == header.producer_id
         });
@@ -194,9 +196,10 @@ impl<B, R> ConsumerCore<B, R> {
             self.stats.in_progress += 1;
             return Step::Hold;
         }
-        // A running seq counts unless it is in the pending set already, or at or below the
-        // contiguous mark (`window_start` moved past it: a stale re-run, or a fresh window).
-        let running_above = running.is_some_and(|r| !r.queued && r.info.seq > window.contiguous());
+        // The running seq counts unless the pending set has it already, or it is at or below
+        // the contiguous mark (`window_start` moved past it: a stale re-run, a fresh window).
+        let running_above = running
+            .is_some_and(|r| r.info.seq > window.contiguous() && !window.is_pending(r.info.seq));
         let in_progress = window.pending() + usize::from(running_above);
         let gap_closing = seq == window.contiguous() + 1;
         let in_sequence = !self.ordered || seq == window.contiguous() + 1 + in_progress as u64;
@@ -220,17 +223,18 @@ impl<B, R> ConsumerCore<B, R> {
         };
         if self.running.is_none() {
             self.running = Some(Running {
-                info: info.clone(),
+                info,
                 reply_to,
-                queued: false,
+                window: at,
             });
-            Step::Run(info, body)
+            Step::Run(body)
         } else {
             window.begin(seq);
             self.waiting.push_back(Waiting {
                 info,
                 body,
                 reply_to,
+                window: at,
             });
             Step::Hold
         }
@@ -239,19 +243,23 @@ impl<B, R> ConsumerCore<B, R> {
     /// Records how the running handler ended and says what follows: the ACK on success, and
     /// the next waiting message to run. Without a running handler this does nothing.
     pub fn handle_outcome(&mut self, outcome: &HandlerOutcome, now: Instant) -> Completion<B, R> {
-        let Some(Running { info, reply_to, .. }) = self.running.take() else {
+        let Some(Running {
+            info,
+            reply_to,
+            window: at,
+        }) = self.running.take()
+        else {
             debug_assert!(false, "an outcome arrived while no handler was running");
             return Completion {
                 ack: None,
                 next: None,
             };
         };
-        let window = self.table.get_mut(&info.producer_id, info.incarnation);
         let ack = match outcome {
             HandlerOutcome::Succeeded => {
                 // A window evicted or replaced meanwhile is not recreated: the ACK still goes
                 // out, the worst case is one more handler run for a late retransmit.
-                if let Some(window) = window {
+                if let Some(window) = self.table.window(at) {
                     window.complete(info.seq);
                 }
                 self.stats.delivered += 1;
@@ -270,18 +278,17 @@ impl<B, R> ConsumerCore<B, R> {
                         describe(outcome)
                     );
                 }
-                let mut window = window;
-                if let Some(window) = window.as_deref_mut() {
+                if let Some(window) = self.table.window(at) {
                     window.abort(info.seq);
                 }
                 if self.ordered {
                     // Later messages of this producer must not overtake the failed one, whether
                     // or not its window still exists.
-                    let before = self.waiting.len();
+                    let (before, table) = (self.waiting.len(), &mut self.table);
                     self.waiting.retain(|w| {
                         let same = w.info.producer_id == info.producer_id
                             && w.info.incarnation == info.incarnation;
-                        if let (true, Some(window)) = (same, window.as_deref_mut()) {
+                        if let (true, Some(window)) = (same, table.window(w.window)) {
                             window.abort(w.info.seq);
                         }
                         !same
@@ -293,11 +300,11 @@ impl<B, R> ConsumerCore<B, R> {
         };
         let next = self.waiting.pop_front().map(|w| {
             self.running = Some(Running {
-                info: w.info.clone(),
+                info: w.info,
                 reply_to: w.reply_to,
-                queued: true,
+                window: w.window,
             });
-            (w.info, w.body)
+            w.body
         });
         Completion { ack, next }
     }
@@ -316,6 +323,11 @@ impl<B, R> ConsumerCore<B, R> {
     /// needed).
     pub fn next_deadline(&self) -> Option<Instant> {
         self.table.next_sweep()
+    }
+
+    /// The message whose handler is running, if any.
+    pub fn running(&self) -> Option<&DeliveryInfo> {
+        self.running.as_ref().map(|r| &r.info)
     }
 
     /// Whether a handler is running.
@@ -408,12 +420,17 @@ mod tests {
         }
     }
 
-    /// The seq a step starts the handler for, if any.
-    fn run_seq(step: &Step<&'static str, u32>) -> Option<u64> {
-        match step {
-            Step::Run(info, _) => Some(info.seq),
+    /// Delivers; the seq the handler is started for, if it is.
+    fn run_seq(c: &mut Core, delivery: Inbound<&'static str, u32>, now: Instant) -> Option<u64> {
+        match c.handle_delivery(delivery, now) {
+            Step::Run(_) => c.running().map(|info| info.seq),
             _ => None,
         }
+    }
+
+    /// The message a completion starts next, if any.
+    fn next_of(c: &Core, done: Completion<&'static str, u32>) -> Option<DeliveryInfo> {
+        done.next.map(|_| c.running().expect("next runs").clone())
     }
 
     fn succeed(core: &mut Core, now: Instant) -> Completion<&'static str, u32> {
@@ -428,10 +445,7 @@ mod tests {
     fn new_message_runs_the_handler_and_success_acks_mirroring_the_incarnation() {
         let mut c = core(ConsumerConfig::default());
         let now = Instant::now();
-        assert_eq!(
-            run_seq(&c.handle_delivery(inbound("p", 9, 1), now)),
-            Some(1)
-        );
+        assert_eq!(run_seq(&mut c, inbound("p", 9, 1), now), Some(1));
         assert!(c.is_running());
         let done = succeed(&mut c, now);
         assert_eq!(done.ack, Some((7, ack("p", 9, 1))));
@@ -459,16 +473,10 @@ mod tests {
         let now = Instant::now();
         c.handle_delivery(inbound("p", 9, 1), now);
         assert!(fail(&mut c, now).ack.is_none());
-        assert_eq!(
-            run_seq(&c.handle_delivery(inbound("p", 9, 1), now)),
-            Some(1)
-        );
+        assert_eq!(run_seq(&mut c, inbound("p", 9, 1), now), Some(1));
         let done = c.handle_outcome(&HandlerOutcome::Panicked("oops".into()), now);
         assert!(done.ack.is_none());
-        assert_eq!(
-            run_seq(&c.handle_delivery(inbound("p", 9, 1), now)),
-            Some(1)
-        );
+        assert_eq!(run_seq(&mut c, inbound("p", 9, 1), now), Some(1));
         assert_eq!(succeed(&mut c, now).ack, Some((7, ack("p", 9, 1))));
         let stats = c.stats();
         assert_eq!(
@@ -498,7 +506,7 @@ mod tests {
         assert_eq!(c.stats().in_progress, 2);
         assert_eq!(c.stats().waiting, 1);
         let done = succeed(&mut c, now);
-        assert_eq!(done.next.map(|(info, _)| info.seq), Some(2));
+        assert_eq!(next_of(&c, done).map(|info| info.seq), Some(2));
         assert!(succeed(&mut c, now).next.is_none());
         assert_eq!(c.stats().delivered, 2);
     }
@@ -507,10 +515,7 @@ mod tests {
     fn admitted_deliveries_queue_and_run_one_at_a_time_in_arrival_order() {
         let mut c = core(ConsumerConfig::default());
         let now = Instant::now();
-        assert_eq!(
-            run_seq(&c.handle_delivery(inbound("p", 9, 3), now)),
-            Some(3)
-        );
+        assert_eq!(run_seq(&mut c, inbound("p", 9, 3), now), Some(3));
         for seq in [1, 2, 5] {
             assert!(matches!(
                 c.handle_delivery(inbound("p", 9, seq), now),
@@ -518,7 +523,10 @@ mod tests {
             ));
         }
         let mut order = vec![3];
-        while let Some((info, _)) = succeed(&mut c, now).next {
+        while let Some(info) = {
+            let done = succeed(&mut c, now);
+            next_of(&c, done)
+        } {
             order.push(info.seq);
         }
         assert_eq!(order, [3, 1, 2, 5]);
@@ -556,10 +564,7 @@ mod tests {
         assert!(!c.is_running());
         // Exactly 256 bytes is admitted, and the consumer keeps serving.
         let long = "x".repeat(256);
-        assert_eq!(
-            run_seq(&c.handle_delivery(inbound(&long, 1, 1), now)),
-            Some(1)
-        );
+        assert_eq!(run_seq(&mut c, inbound(&long, 1, 1), now), Some(1));
     }
 
     #[test]
@@ -579,26 +584,17 @@ mod tests {
             Step::Hold
         ));
         assert_eq!(c.stats().refused, 1);
-        assert_eq!(
-            run_seq(&c.handle_delivery(inbound("p", 1, 1), now)),
-            Some(1)
-        );
+        assert_eq!(run_seq(&mut c, inbound("p", 1, 1), now), Some(1));
         succeed(&mut c, now);
         assert_eq!(
             c.out_of_order_for("p"),
             Some(2),
             "1 does not close the gap at 2"
         );
-        assert_eq!(
-            run_seq(&c.handle_delivery(inbound("p", 1, 2), now)),
-            Some(2)
-        );
+        assert_eq!(run_seq(&mut c, inbound("p", 1, 2), now), Some(2));
         succeed(&mut c, now);
         assert_eq!(c.out_of_order_for("p"), Some(0));
-        assert_eq!(
-            run_seq(&c.handle_delivery(inbound("p", 1, 5), now)),
-            Some(5)
-        );
+        assert_eq!(run_seq(&mut c, inbound("p", 1, 5), now), Some(5));
     }
 
     #[test]
@@ -634,10 +630,7 @@ mod tests {
             Step::Hold
         ));
         assert_eq!(c.stats().refused, 1);
-        assert_eq!(
-            run_seq(&c.handle_delivery(inbound("p", 1, 1), now)),
-            Some(1)
-        );
+        assert_eq!(run_seq(&mut c, inbound("p", 1, 1), now), Some(1));
         assert!(matches!(
             c.handle_delivery(inbound("p", 1, 2), now),
             Step::Hold
@@ -653,7 +646,10 @@ mod tests {
         assert_eq!(c.stats().refused, 2, "4 arrived before 3");
         assert_eq!(c.stats().waiting, 2);
         let mut order = vec![1];
-        while let Some((info, _)) = succeed(&mut c, now).next {
+        while let Some(info) = {
+            let done = succeed(&mut c, now);
+            next_of(&c, done)
+        } {
             order.push(info.seq);
         }
         assert_eq!(order, [1, 2, 3]);
@@ -671,7 +667,7 @@ mod tests {
         c.handle_delivery(inbound("q", 1, 1), now);
         let done = fail(&mut c, now);
         assert_eq!(
-            done.next.map(|(info, _)| info.producer_id),
+            next_of(&c, done).map(|info| info.producer_id),
             Some("q".into())
         );
         assert_eq!(c.stats().refused, 1, "p's seq 2 must not overtake seq 1");
@@ -680,15 +676,13 @@ mod tests {
             Step::Hold
         ));
         succeed(&mut c, now);
-        assert_eq!(
-            run_seq(&c.handle_delivery(inbound("p", 1, 1), now)),
-            Some(1)
-        );
+        assert_eq!(run_seq(&mut c, inbound("p", 1, 1), now), Some(1));
         assert!(matches!(
             c.handle_delivery(inbound("p", 1, 2), now),
             Step::Hold
         ));
-        assert_eq!(succeed(&mut c, now).next.map(|(info, _)| info.seq), Some(2));
+        let done = succeed(&mut c, now);
+        assert_eq!(next_of(&c, done).map(|info| info.seq), Some(2));
     }
 
     #[test]
@@ -703,7 +697,7 @@ mod tests {
         c.handle_delivery(inbound("p", 1, 2), now); // waits
         c.handle_delivery(inbound("q", 1, 1), now); // evicts p's window, waits
         let done = fail(&mut c, now);
-        let next = done.next.map(|(info, _)| info.producer_id);
+        let next = next_of(&c, done).map(|info| info.producer_id);
         assert_eq!(
             next,
             Some("q".into()),
@@ -731,7 +725,7 @@ mod tests {
         assert!(matches!(c.handle_delivery(d, now), Step::Hold));
         assert_eq!(c.stats().refused, 1, "4 must not be admitted before 3");
         succeed(&mut c, now);
-        assert_eq!(succeed(&mut c, now).next.map(|(i, _)| i.seq), None);
+        assert!(succeed(&mut c, now).next.is_none());
     }
 
     #[test]
@@ -742,10 +736,7 @@ mod tests {
             c.handle_delivery(inbound("p", 1, seq), now);
             succeed(&mut c, now);
         }
-        assert_eq!(
-            run_seq(&c.handle_delivery(inbound("p", 2, 1), now)),
-            Some(1)
-        );
+        assert_eq!(run_seq(&mut c, inbound("p", 2, 1), now), Some(1));
         assert_eq!(succeed(&mut c, now).ack, Some((7, ack("p", 2, 1))));
         assert_eq!(c.tracked_producers(), 1);
         assert_eq!(c.stats().replaced_incarnations, 1);
@@ -757,10 +748,7 @@ mod tests {
         let now = Instant::now();
         c.handle_delivery(inbound("a", 1, 1), now);
         succeed(&mut c, now);
-        assert_eq!(
-            run_seq(&c.handle_delivery(inbound("b", 1, 1), now)),
-            Some(1)
-        );
+        assert_eq!(run_seq(&mut c, inbound("b", 1, 1), now), Some(1));
         assert_eq!(succeed(&mut c, now).ack, Some((7, ack("b", 1, 1))));
         assert_eq!(c.tracked_producers(), 2);
     }
@@ -781,10 +769,7 @@ mod tests {
         assert_eq!(c.stats().evictions, 1);
         assert_eq!(c.out_of_order_for("p"), None);
         // p's ACK for 1 was lost: the retransmit runs the handler again (allowed duplicate).
-        assert_eq!(
-            run_seq(&c.handle_delivery(inbound("p", 1, 1), now)),
-            Some(1)
-        );
+        assert_eq!(run_seq(&mut c, inbound("p", 1, 1), now), Some(1));
         succeed(&mut c, now);
         // Later, p is far ahead. Its window_start tells the fresh window where to begin, so
         // even many more seqs than max_out_of_order are admitted.
@@ -793,7 +778,7 @@ mod tests {
         for seq in 50..60 {
             d = inbound("p", 1, seq);
             d.header.window_start = 50;
-            assert_eq!(run_seq(&c.handle_delivery(d, now)), Some(seq), "seq {seq}");
+            assert_eq!(run_seq(&mut c, d, now), Some(seq), "seq {seq}");
             succeed(&mut c, now);
         }
     }
@@ -837,9 +822,6 @@ mod tests {
         c.clear();
         assert_eq!((c.tracked_producers(), c.stats().waiting), (0, 0));
         assert!(!c.is_running());
-        assert_eq!(
-            run_seq(&c.handle_delivery(inbound("p", 1, 1), now)),
-            Some(1)
-        );
+        assert_eq!(run_seq(&mut c, inbound("p", 1, 1), now), Some(1));
     }
 }

@@ -4,7 +4,6 @@
 use std::time::{Duration, Instant};
 
 use hashbrown::HashSet;
-use hashlink::linked_hash_map::RawEntryMut;
 use hashlink::LinkedHashMap;
 
 use crate::protocol::envelope::{Header, Incarnation, ProducerId};
@@ -118,15 +117,36 @@ pub enum Lookup {
     },
 }
 
+/// Where a window lives: finds it again without a lookup, and finds nothing once that window
+/// was evicted, swept or replaced by another incarnation's.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct WindowRef {
+    slot: usize,
+    generation: u64,
+}
+
+#[derive(Debug)]
+struct Slot {
+    window: ProducerWindow,
+    /// Advances whenever the slot's window is dropped or replaced.
+    generation: u64,
+}
+
 /// The per-producer windows, bounded by `max_producers` (least recently used evicted first)
 /// and by `idle_ttl` (idle windows swept at the cadence of the TTL).
 ///
-/// Recency and idleness are one order: every admitted delivery moves its window to the back,
+/// Recency and idleness are one order: every admitted delivery moves its producer to the back,
 /// so the front is both the least recently used and the longest idle window. Lookups, recency
-/// updates, evictions and sweeps are O(1) per window touched.
+/// updates, evictions and sweeps are O(1) per window touched; a delivery from the most recent
+/// producer (a batch, a busy producer) needs no lookup at all.
 #[derive(Debug)]
 pub struct DedupTable {
-    windows: LinkedHashMap<ProducerId, ProducerWindow>,
+    /// Producers in recency order (front: least recently used), each with its slot.
+    order: LinkedHashMap<ProducerId, usize>,
+    slots: Vec<Slot>,
+    free: Vec<usize>,
+    /// The most recently used producer (the back of `order`) and its slot.
+    newest: Option<(ProducerId, usize)>,
     max_producers: Option<usize>,
     idle_ttl: Option<Duration>,
     next_sweep: Option<Instant>,
@@ -145,7 +165,10 @@ impl DedupTable {
             "idle_ttl must be positive"
         );
         Self {
-            windows: LinkedHashMap::new(),
+            order: LinkedHashMap::new(),
+            slots: Vec::new(),
+            free: Vec::new(),
+            newest: None,
             max_producers,
             idle_ttl,
             next_sweep: None,
@@ -154,66 +177,56 @@ impl DedupTable {
 
     /// The window for `header`'s producer and incarnation, created (evicting if full) or
     /// replaced as needed, marked as the most recently used, and advanced to the header's
-    /// `window_start`.
-    pub fn window_for(&mut self, header: &Header, now: Instant) -> (&mut ProducerWindow, Lookup) {
-        let id = &header.producer_id;
-        let evicted = self
-            .max_producers
-            .is_some_and(|max| self.windows.len() >= max)
-            && !self.windows.contains_key(id)
-            && self.windows.pop_front().is_some();
+    /// `window_start`; with a reference to find it again.
+    pub fn window_for(
+        &mut self,
+        header: &Header,
+        now: Instant,
+    ) -> (&mut ProducerWindow, WindowRef, Lookup) {
         if self.next_sweep.is_none() {
             self.next_sweep = self.idle_ttl.map(|ttl| now + ttl);
         }
-        let (window, lookup) = match self.windows.raw_entry_mut().from_key(id) {
-            RawEntryMut::Occupied(mut entry) => {
-                entry.to_back();
-                let window = entry.into_mut();
-                if window.incarnation == header.incarnation {
-                    window.last_seen = now;
-                    (window, Lookup::Existing)
-                } else {
-                    *window = ProducerWindow::new(header.incarnation, now);
-                    (window, Lookup::Replaced)
-                }
-            }
-            RawEntryMut::Vacant(entry) => {
-                let window = ProducerWindow::new(header.incarnation, now);
-                (
-                    entry.insert(id.clone(), window).1,
-                    Lookup::Created { evicted },
-                )
-            }
+        let (slot, mut lookup) = match &self.newest {
+            Some((id, slot)) if *id == header.producer_id => (*slot, Lookup::Existing),
+            _ => self.find_or_insert(header, now),
         };
-        window.advance_to(header.window_start);
-        (window, lookup)
+        let entry = &mut self.slots[slot];
+        if lookup == Lookup::Existing && entry.window.incarnation != header.incarnation {
+            entry.window = ProducerWindow::new(header.incarnation, now);
+            entry.generation += 1;
+            lookup = Lookup::Replaced;
+        }
+        entry.window.last_seen = now;
+        entry.window.advance_to(header.window_start);
+        let at = WindowRef {
+            slot,
+            generation: entry.generation,
+        };
+        (&mut entry.window, at, lookup)
+    }
+
+    /// The window `at` refers to, if it is still there (not evicted, swept or replaced).
+    /// Does not touch its recency.
+    pub fn window(&mut self, at: WindowRef) -> Option<&mut ProducerWindow> {
+        self.slots
+            .get_mut(at.slot)
+            .filter(|entry| entry.generation == at.generation)
+            .map(|entry| &mut entry.window)
     }
 
     /// The window of producer `id`, without touching its recency.
     pub fn get(&self, id: &str) -> Option<&ProducerWindow> {
-        self.windows.get(id)
-    }
-
-    /// The window of producer `id` if it still describes `incarnation`, without touching its
-    /// recency.
-    pub fn get_mut(
-        &mut self,
-        id: &ProducerId,
-        incarnation: Incarnation,
-    ) -> Option<&mut ProducerWindow> {
-        self.windows
-            .get_mut(id)
-            .filter(|window| window.incarnation == incarnation)
+        self.order.get(id).map(|&slot| &self.slots[slot].window)
     }
 
     /// Number of producers tracked.
     pub fn len(&self) -> usize {
-        self.windows.len()
+        self.order.len()
     }
 
     /// Whether no producer is tracked.
     pub fn is_empty(&self) -> bool {
-        self.windows.is_empty()
+        self.order.is_empty()
     }
 
     /// When the next idle sweep is due; `None` while there is nothing to sweep or the TTL is
@@ -233,21 +246,66 @@ impl DedupTable {
             return 0;
         }
         let mut swept = 0;
-        while let Some((_, window)) = self.windows.front() {
-            if now.saturating_duration_since(window.last_seen) < ttl {
+        while let Some((_, &slot)) = self.order.front() {
+            if now.saturating_duration_since(self.slots[slot].window.last_seen) < ttl {
                 break;
             }
-            self.windows.pop_front();
+            self.remove_front();
             swept += 1;
         }
-        self.next_sweep = (!self.windows.is_empty()).then(|| now + ttl);
+        self.next_sweep = (!self.order.is_empty()).then(|| now + ttl);
         swept
     }
 
     /// Forgets every window.
     pub fn clear(&mut self) {
-        self.windows.clear();
+        while self.remove_front() {}
         self.next_sweep = None;
+    }
+
+    /// Finds the producer's slot (moving it to the back) or gives it a fresh one.
+    fn find_or_insert(&mut self, header: &Header, now: Instant) -> (usize, Lookup) {
+        let id = &header.producer_id;
+        let (slot, lookup) = match self.order.to_back(id).copied() {
+            Some(slot) => (slot, Lookup::Existing),
+            None => {
+                let full = self
+                    .max_producers
+                    .is_some_and(|max| self.order.len() >= max);
+                let evicted = full && self.remove_front();
+                let window = ProducerWindow::new(header.incarnation, now);
+                let slot = match self.free.pop() {
+                    Some(slot) => {
+                        self.slots[slot].window = window;
+                        slot
+                    }
+                    None => {
+                        self.slots.push(Slot {
+                            window,
+                            generation: 0,
+                        });
+                        self.slots.len() - 1
+                    }
+                };
+                self.order.insert(id.clone(), slot);
+                (slot, Lookup::Created { evicted })
+            }
+        };
+        self.newest = Some((id.clone(), slot));
+        (slot, lookup)
+    }
+
+    /// Drops the least recently used window; false if there is none.
+    fn remove_front(&mut self) -> bool {
+        let Some((_, slot)) = self.order.pop_front() else {
+            return false;
+        };
+        self.slots[slot].generation += 1;
+        self.free.push(slot);
+        if self.order.is_empty() {
+            self.newest = None;
+        }
+        true
     }
 }
 
@@ -265,14 +323,14 @@ mod tests {
     }
 
     fn ids(table: &DedupTable) -> Vec<&str> {
-        table.windows.keys().map(ProducerId::as_str).collect()
+        table.order.keys().map(ProducerId::as_str).collect()
     }
 
     #[test]
     fn window_slides_contiguous_over_out_of_order_seqs() {
         let mut table = DedupTable::new(None, None);
         let now = Instant::now();
-        let (window, _) = table.window_for(&header("p", 1, 1), now);
+        let (window, _, _) = table.window_for(&header("p", 1, 1), now);
         window.complete(1);
         window.complete(3);
         assert_eq!((window.contiguous(), window.out_of_order()), (1, 1));
@@ -286,7 +344,7 @@ mod tests {
     #[test]
     fn pending_seqs_are_neither_handled_nor_forgotten() {
         let mut table = DedupTable::new(None, None);
-        let (window, _) = table.window_for(&header("p", 1, 1), Instant::now());
+        let (window, _, _) = table.window_for(&header("p", 1, 1), Instant::now());
         window.begin(1);
         assert!(window.is_pending(1) && !window.is_handled(1));
         window.abort(1);
@@ -302,17 +360,17 @@ mod tests {
         let now = Instant::now();
         let mut h = header("p", 1, 9);
         h.window_start = 5;
-        let (window, _) = table.window_for(&h, now);
+        let (window, _, _) = table.window_for(&h, now);
         assert_eq!(window.contiguous(), 4);
         window.complete(6);
         window.begin(7);
         h.window_start = 6;
-        let (window, _) = table.window_for(&h, now);
+        let (window, _, _) = table.window_for(&h, now);
         assert_eq!((window.contiguous(), window.out_of_order()), (6, 0));
         assert!(window.is_pending(7));
         // An older window_start never moves the window back.
         h.window_start = 2;
-        let (window, _) = table.window_for(&h, now);
+        let (window, _, _) = table.window_for(&h, now);
         assert_eq!(window.contiguous(), 6);
     }
 
@@ -321,16 +379,31 @@ mod tests {
         let mut table = DedupTable::new(None, None);
         let now = Instant::now();
         table.window_for(&header("p", 1, 1), now).0.complete(1);
-        let (window, lookup) = table.window_for(&header("p", 2, 1), now);
+        let (window, _, lookup) = table.window_for(&header("p", 2, 1), now);
         assert_eq!(lookup, Lookup::Replaced);
         assert_eq!(window.contiguous(), 0);
         assert_eq!(table.len(), 1);
-        assert!(table
-            .get_mut(&"p".into(), Incarnation::from_u128(1))
-            .is_none());
-        assert!(table
-            .get_mut(&"p".into(), Incarnation::from_u128(2))
-            .is_some());
+    }
+
+    #[test]
+    fn window_refs_go_stale_when_their_window_is_replaced_evicted_or_swept() {
+        let ttl = Duration::from_secs(1);
+        let mut table = DedupTable::new(Some(1), Some(ttl));
+        let t0 = Instant::now();
+        let (_, first, _) = table.window_for(&header("p", 1, 1), t0);
+        assert!(table.window(first).is_some());
+        let (_, replaced, _) = table.window_for(&header("p", 2, 1), t0);
+        assert!(
+            table.window(first).is_none(),
+            "replaced by another incarnation"
+        );
+        let (_, other, _) = table.window_for(&header("q", 1, 1), t0);
+        assert!(table.window(replaced).is_none(), "evicted");
+        assert_eq!(table.sweep(t0 + ttl), 1);
+        assert!(table.window(other).is_none(), "swept");
+        let (_, again, lookup) = table.window_for(&header("q", 1, 2), t0 + ttl);
+        assert_eq!(lookup, Lookup::Created { evicted: false });
+        assert!(table.window(again).is_some());
     }
 
     #[test]
@@ -338,13 +411,13 @@ mod tests {
         let mut table = DedupTable::new(Some(3), None);
         let now = Instant::now();
         for id in ["a", "b", "c"] {
-            let lookup = table.window_for(&header(id, 1, 1), now).1;
+            let lookup = table.window_for(&header(id, 1, 1), now).2;
             assert_eq!(lookup, Lookup::Created { evicted: false });
         }
         // A duplicate refreshes recency just like a new seq: "a" becomes most recent.
         table.window_for(&header("a", 1, 1), now);
         assert_eq!(ids(&table), ["b", "c", "a"]);
-        let lookup = table.window_for(&header("d", 1, 1), now).1;
+        let lookup = table.window_for(&header("d", 1, 1), now).2;
         assert_eq!(lookup, Lookup::Created { evicted: true });
         assert_eq!(ids(&table), ["c", "a", "d"]);
         table.window_for(&header("c", 1, 2), now);

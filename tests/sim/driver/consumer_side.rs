@@ -47,8 +47,8 @@ impl World<'_> {
         };
         let now = self.instant();
         let step = match self.consumer.handle_delivery(inbound, now) {
-            Step::Run(info, body) => {
-                self.start_handler(info, body);
+            Step::Run(body) => {
+                self.start_running(body);
                 "run"
             }
             Step::Ack(reply_to, ack) => {
@@ -91,6 +91,16 @@ impl World<'_> {
             incarnation: info.incarnation.as_u128(),
             seq: info.seq,
         }
+    }
+
+    /// Starts the handler for the message the consumer just made the running one.
+    fn start_running(&mut self, body: Body) {
+        let info = self
+            .consumer
+            .running()
+            .expect("Run names a running message")
+            .clone();
+        self.start_handler(info, body);
     }
 
     /// Starts the handler: its outcome and duration are drawn now, its end is an event.
@@ -190,8 +200,8 @@ impl World<'_> {
                 format!("handler for {key:?} succeeded={succeeded}, ACK {ack:?}"),
             ),
         }
-        if let Some((info, body)) = completion.next {
-            self.start_handler(info, body);
+        if let Some(body) = completion.next {
+            self.start_running(body);
         }
     }
 

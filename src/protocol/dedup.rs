@@ -9,15 +9,24 @@ use hashlink::LinkedHashMap;
 use crate::protocol::envelope::{Header, Incarnation, ProducerId};
 
 /// What one producer incarnation has been handled: every seq up to `contiguous`, plus the
-/// out-of-order seqs in `above`. Also tracks the seqs admitted to the handler and waiting for it
-/// (`pending`), so that a retransmit of such a seq does not start the handler again.
+/// out-of-order seqs above it. Also tracks the seqs admitted to the handler and waiting for it,
+/// so that a retransmit of such a seq does not start the handler again.
 #[derive(Debug)]
 pub struct ProducerWindow {
     incarnation: Incarnation,
     contiguous: u64,
-    above: HashSet<u64>,
-    pending: HashSet<u64>,
     last_seen: Instant,
+    /// Allocated on first need: most windows only ever see seqs in order.
+    beyond: Option<Box<Beyond>>,
+}
+
+/// Seqs beyond the contiguous mark.
+#[derive(Debug, Default)]
+struct Beyond {
+    /// Handled out of order.
+    above: HashSet<u64>,
+    /// Admitted to the handler and waiting for it.
+    pending: HashSet<u64>,
 }
 
 impl ProducerWindow {
@@ -25,9 +34,8 @@ impl ProducerWindow {
         Self {
             incarnation,
             contiguous: 0,
-            above: HashSet::new(),
-            pending: HashSet::new(),
             last_seen: now,
+            beyond: None,
         }
     }
 
@@ -43,44 +51,53 @@ impl ProducerWindow {
 
     /// Seqs handled above `contiguous` (out of order).
     pub fn out_of_order(&self) -> usize {
-        self.above.len()
+        self.beyond.as_ref().map_or(0, |b| b.above.len())
     }
 
     /// Seqs admitted to the handler and waiting for it.
     pub fn pending(&self) -> usize {
-        self.pending.len()
+        self.beyond.as_ref().map_or(0, |b| b.pending.len())
     }
 
     /// Whether `seq` was handled already.
     pub fn is_handled(&self, seq: u64) -> bool {
-        seq <= self.contiguous || (!self.above.is_empty() && self.above.contains(&seq))
+        seq <= self.contiguous
+            || self
+                .beyond
+                .as_ref()
+                .is_some_and(|b| contains(&b.above, seq))
     }
 
     /// Whether `seq` was admitted to the handler and waits for it.
     pub fn is_pending(&self, seq: u64) -> bool {
-        !self.pending.is_empty() && self.pending.contains(&seq)
+        self.beyond
+            .as_ref()
+            .is_some_and(|b| contains(&b.pending, seq))
     }
 
     /// Marks `seq` as admitted to the handler and waiting for it.
     pub fn begin(&mut self, seq: u64) {
-        self.pending.insert(seq);
+        self.beyond.get_or_insert_default().pending.insert(seq);
     }
 
     /// The handler for `seq` failed: it is neither pending nor handled.
     pub fn abort(&mut self, seq: u64) {
-        if !self.pending.is_empty() {
-            self.pending.remove(&seq);
+        if let Some(beyond) = &mut self.beyond {
+            if !beyond.pending.is_empty() {
+                beyond.pending.remove(&seq);
+            }
         }
     }
 
-    /// The handler for `seq` succeeded: record it, sliding `contiguous` over `above`.
+    /// The handler for `seq` succeeded: record it, sliding `contiguous` over what was handled
+    /// above it.
     pub fn complete(&mut self, seq: u64) {
         self.abort(seq);
         if seq == self.contiguous + 1 {
             self.contiguous = seq;
             self.slide();
         } else if seq > self.contiguous {
-            self.above.insert(seq);
+            self.beyond.get_or_insert_default().above.insert(seq);
         }
     }
 
@@ -91,16 +108,25 @@ impl ProducerWindow {
             return;
         }
         self.contiguous = settled;
-        self.above.retain(|&seq| seq > settled);
-        self.pending.retain(|&seq| seq > settled);
+        if let Some(beyond) = &mut self.beyond {
+            beyond.above.retain(|&seq| seq > settled);
+            beyond.pending.retain(|&seq| seq > settled);
+        }
         self.slide();
     }
 
     fn slide(&mut self) {
-        while !self.above.is_empty() && self.above.remove(&(self.contiguous + 1)) {
-            self.contiguous += 1;
+        if let Some(beyond) = &mut self.beyond {
+            while !beyond.above.is_empty() && beyond.above.remove(&(self.contiguous + 1)) {
+                self.contiguous += 1;
+            }
         }
     }
+}
+
+/// Set membership that skips hashing when the set is empty (the common case).
+fn contains(set: &HashSet<u64>, seq: u64) -> bool {
+    !set.is_empty() && set.contains(&seq)
 }
 
 /// How [`DedupTable::window_for`] found the window.

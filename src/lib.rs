@@ -82,6 +82,14 @@
 //!   be idempotent, or store the message's [`DeliveryInfo`] (producer id, incarnation, seq)
 //!   atomically with their business state and skip what they already stored: that makes
 //!   processing effectively once.
+//! - **Around a producer restart, a few duplicates.** A restarted producer's deliveries carry
+//!   a new incarnation and replace the consumer's window for its id. A delayed copy from the
+//!   previous incarnation that arrives afterwards replaces it back, so some messages of the new
+//!   incarnation that were already handled can run once more. Like an eviction, this costs
+//!   duplicates, never a message.
+//! - **Ordered mode is strict while the window lives.** When the consumer loses a producer's
+//!   window (eviction, sweep, restart), a late copy of an earlier message, or of one its
+//!   producer already gave up or settled as stopped, can run after later ones.
 //! - **A producer that stops loses what it holds.** Unconfirmed messages of a stopped producer
 //!   are settled with [`DeliveryError::ProducerStopped`]; the consumer may or may not have
 //!   handled them. Resend them yourself if they matter. A restarted producer uses a new

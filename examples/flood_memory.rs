@@ -43,22 +43,12 @@ static LIVE_BLOCKS: AtomicUsize = AtomicUsize::new(0);
 unsafe impl GlobalAlloc for Counting {
     unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
         // SAFETY: forwarded as is (see the impl).
-        let ptr = unsafe { SystemAllocator.alloc(layout) };
-        if !ptr.is_null() {
-            LIVE_BYTES.fetch_add(layout.size(), Ordering::Relaxed);
-            LIVE_BLOCKS.fetch_add(1, Ordering::Relaxed);
-        }
-        ptr
+        counted(unsafe { SystemAllocator.alloc(layout) }, layout)
     }
 
     unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
         // SAFETY: forwarded as is (see the impl).
-        let ptr = unsafe { SystemAllocator.alloc_zeroed(layout) };
-        if !ptr.is_null() {
-            LIVE_BYTES.fetch_add(layout.size(), Ordering::Relaxed);
-            LIVE_BLOCKS.fetch_add(1, Ordering::Relaxed);
-        }
-        ptr
+        counted(unsafe { SystemAllocator.alloc_zeroed(layout) }, layout)
     }
 
     unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
@@ -77,6 +67,15 @@ unsafe impl GlobalAlloc for Counting {
         }
         new
     }
+}
+
+/// Counts a fresh block (if the allocation succeeded) and passes it through.
+fn counted(ptr: *mut u8, layout: Layout) -> *mut u8 {
+    if !ptr.is_null() {
+        LIVE_BYTES.fetch_add(layout.size(), Ordering::Relaxed);
+        LIVE_BLOCKS.fetch_add(1, Ordering::Relaxed);
+    }
+    ptr
 }
 
 #[global_allocator]

@@ -72,7 +72,8 @@ pub struct ConsumerStats {
     pub in_progress: u64,
     /// Malformed deliveries refused as dead letters.
     pub dead_letters: u64,
-    /// Deliveries refused by the out-of-order bound or ordered mode (retransmitted later).
+    /// Deliveries refused by the out-of-order bound or ordered mode, or dropped while waiting
+    /// because their producer's window was lost (all retransmitted later).
     pub refused: u64,
     /// Handler runs that returned an error.
     pub handler_failures: u64,
@@ -128,6 +129,9 @@ pub struct ConsumerCore<B, R> {
     ordered: bool,
     running: Option<Running<R>>,
     waiting: VecDeque<Waiting<B, R>>,
+    /// Waiting messages (at most) whose window was dropped: they never run (their producer
+    /// retransmits them) and are purged once they are half the queue.
+    orphans: usize,
     stats: ConsumerStats,
     warnings: Warnings,
 }
@@ -144,6 +148,7 @@ impl<B, R> ConsumerCore<B, R> {
             ordered: config.ordered,
             running: None,
             waiting: VecDeque::new(),
+            orphans: 0,
             stats: ConsumerStats::default(),
             warnings: Warnings::default(),
         }
@@ -151,6 +156,7 @@ impl<B, R> ConsumerCore<B, R> {
 
     /// Admission, dedup and the decision for one delivery.
     pub fn handle_delivery(&mut self, inbound: Inbound<B, R>, now: Instant) -> Step<B, R> {
+        self.purge_orphans();
         let Inbound {
             header,
             body,
@@ -298,7 +304,8 @@ impl<B, R> ConsumerCore<B, R> {
                 None
             }
         };
-        let next = self.waiting.pop_front().map(|w| {
+        self.purge_orphans();
+        let next = self.pop_waiting().map(|w| {
             self.running = Some(Running {
                 info: w.info,
                 reply_to: w.reply_to,
@@ -312,6 +319,7 @@ impl<B, R> ConsumerCore<B, R> {
     /// Runs the idle sweep if due. Returns how many windows it removed.
     pub fn handle_timeout(&mut self, now: Instant) -> usize {
         let swept = self.table.sweep(now);
+        self.purge_orphans();
         if swept > 0 {
             self.stats.swept += swept as u64;
             log::debug!("swept {swept} idle producer dedup window(s)");
@@ -359,7 +367,34 @@ impl<B, R> ConsumerCore<B, R> {
     pub fn clear(&mut self) {
         self.table.clear();
         self.waiting.clear();
+        self.orphans = 0;
         self.running = None;
+    }
+
+    /// The next waiting message whose window still exists; those of dropped windows are
+    /// discarded (never ACKed: their producers retransmit them into a fresh window).
+    fn pop_waiting(&mut self) -> Option<Waiting<B, R>> {
+        while let Some(waiting) = self.waiting.pop_front() {
+            if self.table.is_live(waiting.window) {
+                return Some(waiting);
+            }
+            self.orphans = self.orphans.saturating_sub(1);
+            self.stats.refused += 1;
+        }
+        None
+    }
+
+    /// Keeps the queue bounded when windows are dropped while their messages wait: once at
+    /// least half of it may be orphaned, it is compacted (amortised O(1) per message).
+    fn purge_orphans(&mut self) {
+        self.orphans += self.table.take_dropped_pending();
+        if self.orphans == 0 || self.orphans * 2 < self.waiting.len() {
+            return;
+        }
+        let (before, table) = (self.waiting.len(), &self.table);
+        self.waiting.retain(|waiting| table.is_live(waiting.window));
+        self.stats.refused += (before - self.waiting.len()) as u64;
+        self.orphans = 0;
     }
 
     fn dead_letter(
@@ -781,6 +816,46 @@ mod tests {
             assert_eq!(run_seq(&mut c, d, now), Some(seq), "seq {seq}");
             succeed(&mut c, now);
         }
+    }
+
+    #[test]
+    fn messages_waiting_for_a_dropped_window_never_run_and_do_not_pile_up() {
+        let mut c = core(ConsumerConfig {
+            max_producers: Limit::At(1),
+            ..Default::default()
+        });
+        let now = Instant::now();
+        c.handle_delivery(inbound("busy", 1, 1), now); // runs (slowly)
+        for _round in 0..10 {
+            // Retransmissions while the handler runs: each evicts the other's window.
+            c.handle_delivery(inbound("a", 1, 1), now);
+            c.handle_delivery(inbound("b", 1, 1), now);
+            assert!(c.stats().waiting <= 2, "waiting {}", c.stats().waiting);
+        }
+        let mut runs = Vec::new();
+        while let Some(info) = {
+            let done = succeed(&mut c, now);
+            next_of(&c, done)
+        } {
+            runs.push(info.producer_id.to_string());
+        }
+        assert_eq!(
+            runs,
+            ["b"],
+            "only the message whose window survived runs, once"
+        );
+    }
+
+    #[test]
+    fn incarnation_flips_while_the_handler_runs_keep_the_queue_bounded() {
+        let mut c = core(ConsumerConfig::default());
+        let now = Instant::now();
+        c.handle_delivery(inbound("busy", 1, 1), now);
+        for incarnation in 2..10_002 {
+            c.handle_delivery(inbound("p", incarnation, 1), now);
+        }
+        assert!(c.stats().waiting <= 2, "waiting {}", c.stats().waiting);
+        assert_eq!(c.stats().replaced_incarnations, 9_999);
     }
 
     #[test]

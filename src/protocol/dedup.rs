@@ -173,6 +173,8 @@ pub struct DedupTable {
     free: Vec<usize>,
     /// The most recently used producer (the back of `order`) and its slot.
     newest: Option<(ProducerId, usize)>,
+    /// Waiting seqs of windows dropped (evicted, swept, replaced) since last taken.
+    dropped_pending: usize,
     max_producers: Option<usize>,
     idle_ttl: Option<Duration>,
     next_sweep: Option<Instant>,
@@ -195,6 +197,7 @@ impl DedupTable {
             slots: Vec::new(),
             free: Vec::new(),
             newest: None,
+            dropped_pending: 0,
             max_producers,
             idle_ttl,
             next_sweep: None,
@@ -218,6 +221,7 @@ impl DedupTable {
         };
         let entry = &mut self.slots[slot];
         if lookup == Lookup::Existing && entry.window.incarnation != header.incarnation {
+            self.dropped_pending += entry.window.pending();
             entry.window = ProducerWindow::new(header.incarnation, now);
             entry.generation += 1;
             lookup = Lookup::Replaced;
@@ -238,6 +242,19 @@ impl DedupTable {
             .get_mut(at.slot)
             .filter(|entry| entry.generation == at.generation)
             .map(|entry| &mut entry.window)
+    }
+
+    /// Whether the window `at` refers to is still there.
+    pub fn is_live(&self, at: WindowRef) -> bool {
+        self.slots
+            .get(at.slot)
+            .is_some_and(|entry| entry.generation == at.generation)
+    }
+
+    /// How many waiting seqs belonged to windows dropped (evicted, swept or replaced) since the
+    /// last call: their messages wait for a window that no longer exists.
+    pub fn take_dropped_pending(&mut self) -> usize {
+        std::mem::take(&mut self.dropped_pending)
     }
 
     /// The window of producer `id`, without touching its recency.
@@ -286,6 +303,7 @@ impl DedupTable {
     /// Forgets every window.
     pub fn clear(&mut self) {
         while self.remove_front() {}
+        self.dropped_pending = 0;
         self.next_sweep = None;
     }
 
@@ -326,6 +344,7 @@ impl DedupTable {
         let Some((_, slot)) = self.order.pop_front() else {
             return false;
         };
+        self.dropped_pending += self.slots[slot].window.pending();
         self.slots[slot].generation += 1;
         self.free.push(slot);
         if self.order.is_empty() {

@@ -10,7 +10,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::config::{Backoff, ProducerConfig};
 use crate::error::DeliveryError;
-use crate::protocol::envelope::{Ack, Header, Incarnation, ProducerId};
+use crate::protocol::envelope::{random_u64, Ack, Header, Incarnation, ProducerId};
 
 /// A delivery the producer wants on the wire.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -105,9 +105,17 @@ impl<T: Clone, C> ProducerCore<T, C> {
             earliest_deadline: None,
             transmit: VecDeque::new(),
             settled: VecDeque::new(),
-            jitter: SmallRng::seed_from_u64(incarnation.as_u128() as u64),
+            // Not derived from the incarnation: retransmission timing must not reveal it.
+            jitter: SmallRng::seed_from_u64(random_u64()),
             stats: ProducerStats::default(),
         }
+    }
+
+    /// Seeds the retransmission jitter (by default from the OS CSPRNG), for reproducible
+    /// simulations.
+    pub fn with_jitter_seed(mut self, seed: u64) -> Self {
+        self.jitter = SmallRng::seed_from_u64(seed);
+        self
     }
 
     /// Accepts a message. It is dispatched (numbered and sent) by the next
@@ -187,7 +195,7 @@ impl<T: Clone, C> ProducerCore<T, C> {
                     self.settled.push_back((m.confirm, Err(error)));
                     continue;
                 }
-                m.attempts += 1;
+                m.attempts = m.attempts.saturating_add(1);
                 let wait = retry_interval(
                     self.resend_timeout,
                     self.backoff,
@@ -224,7 +232,6 @@ impl<T: Clone, C> ProducerCore<T, C> {
         self.stop();
         self.incarnation = incarnation;
         self.next_seq = 1;
-        self.jitter = SmallRng::seed_from_u64(incarnation.as_u128() as u64);
     }
 
     /// The next delivery to put on the wire: first dispatches queued messages into free window
@@ -307,7 +314,7 @@ impl<T: Clone, C> ProducerCore<T, C> {
     /// How many more messages may be queued: `max_pending` beyond the free window slots.
     fn room(&self) -> usize {
         let held = self.in_flight.len() + self.pending.len();
-        (self.window_size + self.max_pending).saturating_sub(held)
+        (self.window_size.saturating_add(self.max_pending)).saturating_sub(held)
     }
 
     fn refuse(&mut self, confirm: C) {
@@ -487,6 +494,20 @@ mod tests {
         assert_eq!(transmitted(&mut c, now), [(1, 0)]);
         assert_eq!(c.stats().queued, 2);
         assert_eq!(c.stats().refused, 2);
+    }
+
+    #[test]
+    fn max_pending_of_usize_max_means_practically_unbounded() {
+        let mut c = core(ProducerConfig {
+            window_size: 16,
+            max_pending: usize::MAX,
+            ..Default::default()
+        });
+        for body in 0..100 {
+            c.handle_send(body, body).unwrap();
+        }
+        assert_eq!(transmitted(&mut c, Instant::now()).len(), 16);
+        assert_eq!((c.stats().queued, c.stats().refused), (84, 0));
     }
 
     #[test]

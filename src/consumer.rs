@@ -36,6 +36,9 @@ pub struct ConsumerController<T: Send + 'static> {
     /// The running handler's future did not finish on its first poll; it is polled after
     /// each drain until it does.
     handler_pending: bool,
+    /// The after-drain future is spawned (it ends when no address is left; a `WeakAddr` can
+    /// still deliver afterwards, and then it is spawned again).
+    after_drain_spawned: bool,
 }
 
 /// ACK buffer capacity kept between drains (a burst may grow it; it shrinks back to this).
@@ -52,6 +55,14 @@ impl<T: Send + 'static> ConsumerController<T> {
             alarm: Alarm::default(),
             acks: Vec::new(),
             handler_pending: false,
+            after_drain_spawned: false,
+        }
+    }
+
+    /// Makes sure the after-drain future runs (see [`after_drain`](Self::after_drain)).
+    fn ensure_after_drain(&mut self, ctx: &mut Context<Self>) {
+        if !std::mem::replace(&mut self.after_drain_spawned, true) {
+            after_each_drain(ctx, Self::after_drain);
         }
     }
 
@@ -101,6 +112,7 @@ impl<T: Send + 'static> ConsumerController<T> {
         if ctx.connected() || self.handler_pending {
             Poll::Pending
         } else {
+            self.after_drain_spawned = false;
             Poll::Ready(())
         }
     }
@@ -163,18 +175,23 @@ impl<T: Send + 'static> Actor for ConsumerController<T> {
     type Context = Context<Self>;
 
     fn started(&mut self, ctx: &mut Context<Self>) {
-        after_each_drain(ctx, Self::after_drain);
+        self.after_drain_spawned = false; // a restart dropped it
+        self.ensure_after_drain(ctx);
     }
 
     fn stopped(&mut self, _: &mut Context<Self>) {
+        // Handlers that succeeded in the last drain still get their ACKs.
+        self.flush_acks();
         self.core.clear();
+        self.handler.abandon();
     }
 }
 
 impl<T: Send + 'static> Supervised for ConsumerController<T> {
     fn restarting(&mut self, _: &mut Context<Self>) {
+        self.flush_acks();
         self.core.clear();
-        self.acks.clear();
+        self.handler.abandon();
         self.handler_pending = false;
         self.alarm = Alarm::default();
     }
@@ -184,6 +201,7 @@ impl<T: Send + 'static> Handler<Delivery<T>> for ConsumerController<T> {
     type Result = ();
 
     fn handle(&mut self, delivery: Delivery<T>, ctx: &mut Context<Self>) {
+        self.ensure_after_drain(ctx);
         self.receive(delivery, alarm::now());
         self.arm_sweep(ctx);
     }
@@ -193,6 +211,7 @@ impl<T: Send + 'static> Handler<Deliveries<T>> for ConsumerController<T> {
     type Result = ();
 
     fn handle(&mut self, Deliveries(deliveries): Deliveries<T>, ctx: &mut Context<Self>) {
+        self.ensure_after_drain(ctx);
         let now = alarm::now();
         for delivery in deliveries {
             self.receive(delivery, now);

@@ -101,6 +101,11 @@ impl<T: 'static> DeliveryHandler<T> {
     pub(crate) fn resume(&mut self, cx: &mut Context<'_>) -> Poll<HandlerOutcome> {
         self.0.resume(cx)
     }
+
+    /// Drops a running handler's future (the consumer stopped or restarted).
+    pub(crate) fn abandon(&mut self) {
+        self.0.abandon();
+    }
 }
 
 impl<T> std::fmt::Debug for DeliveryHandler<T> {
@@ -113,6 +118,7 @@ trait Slot<T> {
     fn start(&mut self, info: &DeliveryInfo, body: T, cx: &mut Context<'_>)
         -> Poll<HandlerOutcome>;
     fn resume(&mut self, cx: &mut Context<'_>) -> Poll<HandlerOutcome>;
+    fn abandon(&mut self);
 }
 
 /// A closure handler and the one future it has running, pinned in a box allocated once.
@@ -145,17 +151,25 @@ where
             debug_assert!(false, "resumed a handler that is not running");
             return Poll::Pending;
         };
-        let outcome = match catch_unwind(AssertUnwindSafe(|| future.poll(cx))) {
-            Ok(Poll::Pending) => return Poll::Pending,
-            Ok(Poll::Ready(Ok(()))) => HandlerOutcome::Succeeded,
-            Ok(Poll::Ready(Err(error))) => HandlerOutcome::Failed(error.to_string()),
+        // Polling, formatting the error and dropping the future all run user code.
+        let polled = catch_unwind(AssertUnwindSafe(|| match future.poll(cx) {
+            Poll::Pending => None,
+            Poll::Ready(Ok(())) => Some(HandlerOutcome::Succeeded),
+            Poll::Ready(Err(error)) => Some(HandlerOutcome::Failed(error.to_string())),
+        }));
+        let outcome = match polled {
+            Ok(None) => return Poll::Pending,
+            Ok(Some(outcome)) => outcome,
             Err(panic) => HandlerOutcome::Panicked(panic_message(&*panic)),
         };
-        // Dropping the finished future runs user code too; contain a panic there as well.
-        if catch_unwind(AssertUnwindSafe(|| self.running.set(None))).is_err() {
-            log::error!("dropping a finished handler future panicked");
-        }
+        self.abandon();
         Poll::Ready(outcome)
+    }
+
+    fn abandon(&mut self) {
+        if catch_unwind(AssertUnwindSafe(|| self.running.set(None))).is_err() {
+            log::error!("dropping a handler future panicked");
+        }
     }
 }
 

@@ -243,7 +243,8 @@ impl<T: Clone + Send + 'static> Handler<HandlesDropped> for ProducerController<T
 /// The application's side of a producer: `tell`, `send().await`, `stop()`. Cheap to clone.
 ///
 /// When the last clone is dropped, the producer finishes delivering what it holds and then
-/// stops; [`stop`](Self::stop) stops it at once.
+/// stops; [`stop`](Self::stop) stops it at once. With the default unbounded `max_attempts`, a
+/// producer whose consumer is gone for good never finishes: stop it, or bound `max_attempts`.
 pub struct ProducerHandle<T: Clone + Send + 'static> {
     shared: Arc<Shared<T>>,
 }

@@ -201,6 +201,37 @@ impl Handler<Ack> for BatchProbe {
     }
 }
 
+/// An error whose `Display` panics: user code the consumer must contain too.
+struct RudeError;
+
+impl std::fmt::Display for RudeError {
+    fn fmt(&self, _: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        panic!("Display of the handler's error panicked")
+    }
+}
+
+#[actix::test]
+async fn a_panicking_error_display_counts_as_a_panic_and_the_consumer_survives() {
+    tokio::time::pause();
+    let handler = DeliveryHandler::from_fn(|body: u32| async move {
+        if body == 1 {
+            Err(RudeError)
+        } else {
+            Ok(())
+        }
+    });
+    let consumer = ReliableDelivery::consumer(ConsumerOptions::builder(handler).build().unwrap());
+    let (reply_to, acks) = ack_probe();
+    consumer.addr().do_send(delivery("p", 1, 1, 1, &reply_to));
+    consumer.addr().do_send(delivery("p", 1, 2, 2, &reply_to));
+    settle().await;
+    let stats = consumer.stats().await.expect("the consumer survived");
+    assert_eq!(
+        (stats.handler_panics, stats.delivered, acks.len()),
+        (1, 1, 1)
+    );
+}
+
 /// Records dead letters.
 struct Sink(Log<DeadLetter>);
 
@@ -458,6 +489,48 @@ async fn handler_with_info_sees_producer_incarnation_and_seq() {
         seq: 4,
     };
     assert_eq!(seen.snapshot(), [(expected, 40)]);
+}
+
+#[actix::test]
+async fn a_handler_that_succeeded_in_the_stopping_drain_still_gets_its_ack() {
+    tokio::time::pause();
+    let (consumer, handled) = recording_consumer(|b| b);
+    let (reply_to, acks) = ack_probe();
+    consumer.addr().do_send(delivery("p", 1, 1, 1, &reply_to));
+    consumer.stop();
+    settle().await;
+    assert_eq!((handled.snapshot(), acks.len()), (vec![1], 1));
+}
+
+#[actix::test]
+async fn a_consumer_reached_again_through_a_weak_address_still_drives_its_handlers() {
+    tokio::time::pause();
+    let gate = Gate::default();
+    let handled = Log::default();
+    let (g, log) = (gate.clone(), handled.clone());
+    let handler = DeliveryHandler::from_fn(move |body: u32| {
+        let (g, log) = (g.clone(), log.clone());
+        async move {
+            if body == 2 {
+                g.pass().await; // not ready on its first poll
+            }
+            log.push(body);
+            Ok::<(), String>(())
+        }
+    });
+    let consumer = ReliableDelivery::consumer(ConsumerOptions::builder(handler).build().unwrap());
+    let (reply_to, acks) = ack_probe();
+    consumer.addr().do_send(delivery("p", 1, 1, 1, &reply_to)); // arms the idle sweep timer
+    settle().await;
+    let weak = consumer.addr().downgrade();
+    drop(consumer); // no strong address left; the sweep timer keeps the actor alive
+    settle().await;
+    let again = weak.upgrade().expect("alive until the idle sweep");
+    again.do_send(delivery("p", 1, 2, 2, &reply_to));
+    settle().await;
+    gate.open();
+    settle().await;
+    assert_eq!((handled.snapshot(), acks.len()), (vec![1, 2], 2));
 }
 
 #[actix::test]

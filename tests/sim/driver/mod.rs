@@ -177,7 +177,8 @@ impl<'a> World<'a> {
                     producer_id: Some(format!("p{index}")),
                     ..scenario.producer.clone()
                 };
-                let core = ProducerCore::new(&config, Incarnation::from_u128(rng.random()));
+                let core = ProducerCore::new(&config, Incarnation::from_u128(rng.random()))
+                    .with_jitter_seed(rng.random());
                 SimProducer {
                     id: core.id().clone(),
                     core,

@@ -332,39 +332,31 @@ fn per_dedup_entry() {
     println!("|---|---:|");
     let now = Instant::now();
 
-    let baseline = live_bytes();
-    let mut table = DedupTable::new(None, None);
-    for i in 0..N {
-        let header = Header {
-            producer_id: flood_id(i),
-            incarnation: Incarnation::from_u128(1),
-            seq: 1,
-            window_start: 1,
-        };
-        table.window_for(&header, now);
-    }
-    let lookup_only = heap_since(baseline) as f64 / N as f64;
+    // Heap per window of a table holding N producers, with or without a handled message each.
+    let per_window = |handle: bool| {
+        let baseline = live_bytes();
+        let mut table = DedupTable::new(None, None);
+        for i in 0..N {
+            let header = Header {
+                producer_id: flood_id(i),
+                incarnation: Incarnation::from_u128(1),
+                seq: 1,
+                window_start: 1,
+            };
+            let (window, _, _) = table.window_for(&header, now);
+            if handle {
+                window.begin(1);
+                window.complete(1);
+            }
+        }
+        heap_since(baseline) as f64 / N as f64
+    };
+    let lookup_only = per_window(false);
     println!(
         "| `DedupTable::window_for` only (window created, nothing handled) | {lookup_only:.1} B |"
     );
-    drop(table);
-
-    let baseline = live_bytes();
-    let mut table = DedupTable::new(None, None);
-    for i in 0..N {
-        let header = Header {
-            producer_id: flood_id(i),
-            incarnation: Incarnation::from_u128(1),
-            seq: 1,
-            window_start: 1,
-        };
-        let (window, _, _) = table.window_for(&header, now);
-        window.begin(1);
-        window.complete(1);
-    }
-    let handled = heap_since(baseline) as f64 / N as f64;
+    let handled = per_window(true);
     println!("| `DedupTable`, one message handled (`begin` + `complete`) | {handled:.1} B |");
-    drop(table);
 
     let baseline = live_bytes();
     let mut core: ConsumerCore<u64, ()> = ConsumerCore::new(&ConsumerConfig {

@@ -156,17 +156,6 @@ pub struct Header {
     pub window_start: u64,
 }
 
-impl Header {
-    /// The identity of the message this header describes (everything but `window_start`).
-    pub fn info(&self) -> DeliveryInfo {
-        DeliveryInfo {
-            producer_id: self.producer_id.clone(),
-            incarnation: self.incarnation,
-            seq: self.seq,
-        }
-    }
-}
-
 /// Which message a handler is running for: what an effectively-once handler records next to
 /// its business state to recognise a re-run.
 #[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]

@@ -273,11 +273,6 @@ impl<T: Clone, C> ProducerCore<T, C> {
         &self.id
     }
 
-    /// At most this many messages are in flight.
-    pub fn window_size(&self) -> usize {
-        self.window_size
-    }
-
     /// This producer's current incarnation.
     pub fn incarnation(&self) -> Incarnation {
         self.incarnation

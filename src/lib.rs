@@ -175,6 +175,7 @@
 
 mod after_drain;
 mod alarm;
+pub mod codec;
 pub mod config;
 mod confirmation;
 mod consumer;

@@ -184,6 +184,7 @@ pub mod error;
 mod facade;
 mod handler;
 mod inbox;
+pub mod journal;
 pub mod message;
 mod options;
 mod producer;

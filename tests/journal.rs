@@ -43,6 +43,24 @@ mod sqlite {
     journal_conformance!(super::sqlite_fixture);
 }
 
+/// Every commit's events moved on into `event_journal` at once: the same cases through the
+/// index alone.
+async fn sqlite_unbuffered_fixture() -> Fixture {
+    let dir = tempfile::tempdir().unwrap();
+    let options = SqliteOptions::default().buffer_events(1);
+    let journal = SqliteJournal::open_with(dir.path().join("journal.db"), options)
+        .await
+        .unwrap();
+    Fixture {
+        journal: Arc::new(journal),
+        keep: Box::new(dir),
+    }
+}
+
+mod sqlite_unbuffered {
+    journal_conformance!(super::sqlite_unbuffered_fixture);
+}
+
 fn id(name: &str) -> PersistenceId {
     PersistenceId::new(name).unwrap()
 }
@@ -472,12 +490,42 @@ async fn sqlite_refuses_a_newer_or_foreign_schema_and_leaves_it_untouched() {
     assert!(schema_error(SqliteJournal::open(&path).await).contains("not an SQLite database"));
 }
 
+/// `(persistence_id, seq_nr)` of every row of `table`, in that order.
+fn rows(path: &Path, table: &str) -> Vec<(String, i64)> {
+    let conn = rusqlite::Connection::open(path).unwrap();
+    let mut statement = conn
+        .prepare(&format!(
+            "SELECT persistence_id, seq_nr FROM {table} ORDER BY persistence_id, seq_nr"
+        ))
+        .unwrap();
+    let rows = statement
+        .query_map([], |row| Ok((row.get(0)?, row.get(1)?)))
+        .unwrap();
+    rows.map(Result::unwrap).collect()
+}
+
+fn keyed(id: &PersistenceId, seqs: std::ops::RangeInclusive<i64>) -> Vec<(String, i64)> {
+    seqs.map(|seq| (id.to_string(), seq)).collect()
+}
+
 #[tokio::test]
 async fn sqlite_schema_has_the_documented_shape() {
     let db = sqlite(SqliteOptions::default()).await;
+    let path = db.journal.path().to_path_buf();
     let a = fresh_id("shape");
     db.journal.append(&a, 1, vec![b"x".to_vec()]).await.unwrap();
-    let conn = rusqlite::Connection::open(db.journal.path()).unwrap();
+    assert_eq!(
+        rows(&path, "event_buffer"),
+        keyed(&a, 1..=1),
+        "recent events"
+    );
+    db.journal.close().await;
+    assert_eq!(
+        rows(&path, "event_buffer"),
+        Vec::new(),
+        "closing moves them"
+    );
+    let conn = rusqlite::Connection::open(&path).unwrap();
     let row: (String, i64, Vec<u8>, i64) = conn
         .query_row(
             "SELECT persistence_id, seq_nr, payload, written_at FROM event_journal",
@@ -502,6 +550,123 @@ async fn sqlite_schema_has_the_documented_shape() {
         .pragma_query_value(None, "journal_mode", |row| row.get(0))
         .unwrap();
     assert_eq!(mode, "wal");
+    drop(db.dir);
+}
+
+#[tokio::test]
+async fn sqlite_events_move_from_the_buffer_into_event_journal_in_bulk() {
+    let db = sqlite(SqliteOptions::default().buffer_events(10)).await;
+    let path = db.journal.path().to_path_buf();
+    let (a, b) = (fresh_id("a"), fresh_id("b"));
+    let journal = &db.journal;
+    journal
+        .append(&a, 1, (1..=4).map(|s| payload("a", s)).collect())
+        .await
+        .unwrap();
+    assert_eq!(journal.stats().folds, 0);
+    journal
+        .append(&b, 1, (1..=7).map(|s| payload("b", s)).collect())
+        .await
+        .unwrap();
+    // 11 buffered events reach the bound of 10: the writer folds after replying.
+    wait_until("the buffer was folded", || journal.stats().folds == 1).await;
+    journal
+        .append(&a, 5, vec![payload("a", 5), payload("a", 6)])
+        .await
+        .unwrap();
+    let mut indexed = keyed(&a, 1..=4);
+    indexed.extend(keyed(&b, 1..=7));
+    indexed.sort();
+    assert_eq!(rows(&path, "event_journal"), indexed);
+    assert_eq!(rows(&path, "event_buffer"), keyed(&a, 5..=6));
+
+    // A stream with events in both tables reads as one.
+    let seqs = |events: Vec<actix_delivery::journal::StoredEvent>| {
+        events.into_iter().map(|e| e.seq).collect::<Vec<_>>()
+    };
+    assert_eq!(
+        seqs(journal.replay(&a, 1, 99, 99).await.unwrap()),
+        [1, 2, 3, 4, 5, 6]
+    );
+    assert_eq!(seqs(journal.replay(&a, 3, 5, 99).await.unwrap()), [3, 4, 5]);
+    assert_eq!(
+        seqs(journal.replay(&a, 2, 99, 4).await.unwrap()),
+        [2, 3, 4, 5]
+    );
+    assert_eq!(journal.highest_seq(&a).await, Ok(6));
+    assert!(matches!(
+        journal.append(&a, 6, vec![payload("a", 6)]).await,
+        Err(JournalError::Conflict { highest_seq: 6, .. })
+    ));
+
+    // Deletion reaches into both tables.
+    journal.delete_to(&a, 5).await.unwrap();
+    assert_eq!(seqs(journal.replay(&a, 1, 99, 99).await.unwrap()), [6]);
+    assert_eq!(rows(&path, "event_buffer"), keyed(&a, 6..=6));
+    journal.append(&a, 7, vec![payload("a", 7)]).await.unwrap();
+    db.journal.close().await;
+    let mut indexed = keyed(&a, 6..=7);
+    indexed.extend(keyed(&b, 1..=7));
+    indexed.sort();
+    assert_eq!(rows(&path, "event_journal"), indexed);
+    assert_eq!(rows(&path, "event_buffer"), Vec::new());
+    drop(db.dir);
+}
+
+#[tokio::test]
+async fn sqlite_large_appends_go_straight_to_event_journal() {
+    let db = sqlite(SqliteOptions::default()).await;
+    let path = db.journal.path().to_path_buf();
+    let a = fresh_id("large");
+    let journal = &db.journal;
+    journal
+        .append(&a, 1, (1..=3).map(|s| payload("a", s)).collect())
+        .await
+        .unwrap();
+    journal
+        .append(&a, 4, (4..=40).map(|s| payload("a", s)).collect())
+        .await
+        .unwrap();
+    assert_eq!(rows(&path, "event_buffer"), keyed(&a, 1..=3));
+    assert_eq!(rows(&path, "event_journal"), keyed(&a, 4..=40));
+    assert_eq!(journal.highest_seq(&a).await, Ok(40));
+    let replayed = journal.replay(&a, 2, 99, 99).await.unwrap();
+    assert_eq!(
+        replayed
+            .into_iter()
+            .map(|e| (e.seq, e.payload))
+            .collect::<Vec<_>>(),
+        (2..=40).map(|s| (s, payload("a", s))).collect::<Vec<_>>()
+    );
+    assert!(matches!(
+        journal.append(&a, 40, vec![payload("a", 40)]).await,
+        Err(JournalError::Conflict {
+            highest_seq: 40,
+            ..
+        })
+    ));
+    journal
+        .append(&a, 41, vec![payload("a", 41)])
+        .await
+        .unwrap();
+    db.journal.close().await;
+    assert_eq!(rows(&path, "event_journal"), keyed(&a, 1..=41));
+    drop(db.dir);
+}
+
+#[tokio::test]
+async fn sqlite_a_file_is_open_in_one_journal_at_a_time() {
+    let db = sqlite(SqliteOptions::default()).await;
+    let second = SqliteJournal::open(db.journal.path()).await;
+    assert!(
+        matches!(&second, Err(JournalError::Storage { message, .. }) if message.contains("open elsewhere")),
+        "{:?}",
+        second.err()
+    );
+    let path = db.journal.path().to_path_buf();
+    db.journal.close().await;
+    SqliteJournal::open(&path).await.unwrap();
+    drop(db.dir);
 }
 
 #[tokio::test]
@@ -519,7 +684,7 @@ async fn sqlite_invalid_options_and_paths_are_refused() {
     ));
     let result = SqliteJournal::open(dir.path().join("missing-dir").join("j.db")).await;
     assert!(
-        matches!(&result, Err(JournalError::Storage { persistence_id: None, message }) if message.contains("unable to open")),
+        matches!(&result, Err(JournalError::Storage { persistence_id: None, message }) if message.contains("missing-dir")),
         "{:?}",
         result.err()
     );

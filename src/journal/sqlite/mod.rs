@@ -108,13 +108,15 @@ impl SqliteJournal {
         options.validate()?;
         let path = path.as_ref().to_path_buf();
         let counters = Arc::new(Counters::default());
+        let buffered = writer::Buffered::default();
         let mut threads = Vec::with_capacity(1 + options.readers);
 
         let (writes, write_queue) = mpsc::channel(options.queue_capacity);
         let (opened, writer_ready) = oneshot::channel();
         threads.push(spawn("actix-delivery-journal-writer", {
-            let (path, options, counters) = (path.clone(), options.clone(), counters.clone());
-            move || writer::run(&path, &options, write_queue, counters, opened)
+            let (path, options) = (path.clone(), options.clone());
+            let (buffered, counters) = (buffered.clone(), counters.clone());
+            move || writer::run(&path, &options, write_queue, buffered, counters, opened)
         })?);
         // The writer creates the schema; readers open only after it is done.
         writer_ready.await.unwrap_or(Err(JournalError::Closed))?;
@@ -126,9 +128,9 @@ impl SqliteJournal {
             let (opened, ready) = oneshot::channel();
             readers_ready.push(ready);
             threads.push(spawn("actix-delivery-journal-reader", {
-                let (path, queue) = (path.clone(), read_queue.clone());
+                let (path, queue, buffered) = (path.clone(), read_queue.clone(), buffered.clone());
                 let busy_timeout = options.busy_timeout;
-                move || reader::run(&path, busy_timeout, queue, opened)
+                move || reader::run(&path, busy_timeout, queue, buffered, opened)
             })?);
         }
         for ready in readers_ready {

@@ -19,6 +19,7 @@ use crate::journal::JournalError;
 /// | `max_batch_bytes` | 8 MiB | payload bytes in one transaction |
 /// | `queue_capacity` | 4 096 | writes waiting for the writer thread; callers beyond wait |
 /// | `max_queued_bytes` | 64 MiB | payload bytes waiting for the writer; callers beyond wait |
+/// | `buffer_events` | 4 096 | recent events kept in `event_buffer` before they are moved into `event_journal` |
 /// | `readers` | 2 | read connections, each on its own thread |
 /// | `busy_timeout` | 5 s | how long to wait for a lock held by another process |
 /// | `max_size_bytes` | none | the database file's size (SQLite `max_page_count`) |
@@ -33,6 +34,7 @@ pub struct SqliteOptions {
     pub(super) max_batch_bytes: usize,
     pub(super) queue_capacity: usize,
     pub(super) max_queued_bytes: usize,
+    pub(super) buffer_events: usize,
     pub(super) readers: usize,
     pub(super) busy_timeout: Duration,
     pub(super) max_size_bytes: Option<u64>,
@@ -45,6 +47,7 @@ impl Default for SqliteOptions {
             max_batch_bytes: 8 << 20,
             queue_capacity: 4_096,
             max_queued_bytes: 64 << 20,
+            buffer_events: 4_096,
             readers: 2,
             busy_timeout: Duration::from_secs(5),
             max_size_bytes: None,
@@ -77,6 +80,16 @@ impl SqliteOptions {
     /// `u32::MAX`.)
     pub fn max_queued_bytes(mut self, bytes: usize) -> Self {
         self.max_queued_bytes = bytes;
+        self
+    }
+
+    /// Moves the recent events from the unindexed `event_buffer` into `event_journal` once
+    /// there are this many (or 4 MiB of them); at least 1. Larger values make commits of many
+    /// streams cheaper (a commit dirties the buffer's last page instead of one index page per
+    /// stream), smaller ones make replays of recently written streams cheaper (the buffer is
+    /// scanned for them).
+    pub fn buffer_events(mut self, events: usize) -> Self {
+        self.buffer_events = events;
         self
     }
 
@@ -120,6 +133,9 @@ impl SqliteOptions {
         if self.max_queued_bytes == 0 || u32::try_from(self.max_queued_bytes).is_err() {
             return invalid("max_queued_bytes must be 1 to u32::MAX");
         }
+        if self.buffer_events == 0 {
+            return invalid("buffer_events must be at least 1");
+        }
         if self.readers == 0 {
             return invalid("readers must be at least 1");
         }
@@ -140,6 +156,8 @@ pub struct SqliteStats {
     pub transactions: u64,
     /// Writes refused (conflict, invalid snapshot) or failed (storage errors).
     pub rejected: u64,
+    /// Transactions that moved the buffer of recent events into `event_journal`.
+    pub folds: u64,
     /// Writes waiting for the writer thread right now.
     pub queued: usize,
 }
@@ -151,6 +169,7 @@ pub(super) struct Counters {
     pub(super) events: AtomicU64,
     pub(super) transactions: AtomicU64,
     pub(super) rejected: AtomicU64,
+    pub(super) folds: AtomicU64,
 }
 
 impl Counters {
@@ -164,6 +183,7 @@ impl Counters {
             events: self.events.load(Ordering::Relaxed),
             transactions: self.transactions.load(Ordering::Relaxed),
             rejected: self.rejected.load(Ordering::Relaxed),
+            folds: self.folds.load(Ordering::Relaxed),
             queued,
         }
     }
@@ -182,6 +202,8 @@ mod tests {
             SqliteOptions::default().queue_capacity(0),
             SqliteOptions::default().max_queued_bytes(0),
             SqliteOptions::default().readers(0),
+            SqliteOptions::default().buffer_events(0),
+            SqliteOptions::default().max_queued_bytes(u32::MAX as usize + 1),
         ] {
             assert!(
                 matches!(

@@ -1,5 +1,9 @@
 //! The reader threads: each owns a read-only connection. In WAL mode a reader sees the last
 //! committed state and never waits for the writer, so reads do not queue behind commits.
+//!
+//! A stream's recent events may still be in `event_buffer` (see the writer module); the
+//! writer's map of buffered streams tells which streams to look for there, so the reads of
+//! all other streams use the index alone.
 
 use std::path::Path;
 use std::sync::{Arc, Mutex, PoisonError};
@@ -8,6 +12,7 @@ use std::time::Duration;
 use rusqlite::{OptionalExtension, Statement};
 use tokio::sync::{mpsc, oneshot};
 
+use crate::journal::sqlite::writer::Buffered;
 use crate::journal::sqlite::{schema, seq_from_sql, storage_error, HIGHEST_SQL};
 use crate::journal::{JournalError, PersistenceId, Snapshot, StoredEvent};
 
@@ -37,8 +42,10 @@ pub(super) type SharedQueue = Arc<Mutex<mpsc::Receiver<ReadRequest>>>;
 
 struct Statements<'c> {
     replay: Statement<'c>,
+    replay_buffered: Statement<'c>,
     highest: Statement<'c>,
     snapshot: Statement<'c>,
+    buffered: Buffered,
 }
 
 /// A reader thread's body: opens its connection, reports through `opened`, then serves
@@ -47,6 +54,7 @@ pub(super) fn run(
     path: &Path,
     busy_timeout: Duration,
     queue: SharedQueue,
+    buffered: Buffered,
     opened: oneshot::Sender<Result<(), JournalError>>,
 ) {
     let conn = match schema::open_reader(path, busy_timeout) {
@@ -63,9 +71,18 @@ pub(super) fn run(
                  WHERE persistence_id = ?1 AND seq_nr >= ?2 AND seq_nr <= ?3 \
                  ORDER BY seq_nr LIMIT ?4",
             )?,
+            replay_buffered: conn.prepare(
+                "SELECT seq_nr, payload FROM event_journal \
+                 WHERE persistence_id = ?1 AND seq_nr >= ?2 AND seq_nr <= ?3 \
+                 UNION ALL \
+                 SELECT seq_nr, payload FROM event_buffer \
+                 WHERE persistence_id = ?1 AND seq_nr >= ?2 AND seq_nr <= ?3 \
+                 ORDER BY seq_nr LIMIT ?4",
+            )?,
             highest: conn.prepare(HIGHEST_SQL)?,
             snapshot: conn
                 .prepare("SELECT seq_nr, payload FROM snapshot WHERE persistence_id = ?1")?,
+            buffered,
         })
     })();
     let mut statements = match prepared {
@@ -131,8 +148,14 @@ impl Statements<'_> {
             return Ok(Vec::new());
         }
         let limit = i64::try_from(max_events).unwrap_or(i64::MAX);
-        let mut rows = self
-            .replay
+        // Checked before the query: a stream that is not in the map then had no buffered
+        // events, and any it gets meanwhile are not acknowledged yet.
+        let statement = if self.is_buffered(id) {
+            &mut self.replay_buffered
+        } else {
+            &mut self.replay
+        };
+        let mut rows = statement
             .query(rusqlite::params![
                 id.as_str(),
                 sql_bound(from_seq),
@@ -159,12 +182,26 @@ impl Statements<'_> {
         Ok(events)
     }
 
+    fn is_buffered(&self, id: &PersistenceId) -> bool {
+        self.buffered
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .contains_key(id)
+    }
+
     fn highest(&mut self, id: &PersistenceId) -> Result<u64, JournalError> {
+        let buffered = self
+            .buffered
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .get(id)
+            .copied();
         let raw: i64 = self
             .highest
             .query_row([id.as_str()], |row| row.get(0))
             .map_err(storage_error(Some(id)))?;
-        seq_from_sql(id, raw, 0)
+        // Highest seqs only grow, so the larger of the two is the current one.
+        Ok(seq_from_sql(id, raw, 0)?.max(buffered.unwrap_or(0)))
     }
 
     fn snapshot(&mut self, id: &PersistenceId) -> Result<Option<Snapshot>, JournalError> {

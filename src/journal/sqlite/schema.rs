@@ -7,14 +7,21 @@
 //!               PRIMARY KEY (persistence_id, seq_nr))
 //! snapshot(persistence_id TEXT PRIMARY KEY, seq_nr INTEGER, payload BLOB, written_at INTEGER)
 //! stream_metadata(persistence_id TEXT PRIMARY KEY, deleted_to INTEGER)
+//! event_buffer(persistence_id TEXT, seq_nr INTEGER, payload BLOB, written_at INTEGER)
 //! ```
+//!
+//! `event_buffer` holds the most recent appends in commit order, without an index: the
+//! writer moves them into `event_journal` in bulk (see the writer module), and on open. A
+//! stream's events are those of both tables.
 //!
 //! `written_at` is milliseconds since the Unix epoch. A stream's highest seq is its largest
 //! `seq_nr`, or its `deleted_to` if that is larger (when deletion removed the newest events):
-//! deletion never lowers it. The file is marked with `PRAGMA application_id` and
+//! deletion never lowers it. One process at a time writes a file: the writer holds an
+//! exclusive lock on `<file>-lock` (the fence relies on the writer knowing the buffer). The file is marked with `PRAGMA application_id` and
 //! `PRAGMA user_version`; a file marked otherwise is refused and left untouched.
 
-use std::path::Path;
+use std::fs::{File, OpenOptions, TryLockError};
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use rusqlite::{Connection, OpenFlags, OptionalExtension, MAIN_DB};
@@ -45,9 +52,20 @@ const CREATE: &str = "
         persistence_id TEXT PRIMARY KEY NOT NULL,
         deleted_to INTEGER NOT NULL
     );
+    CREATE TABLE event_buffer (
+        persistence_id TEXT NOT NULL,
+        seq_nr INTEGER NOT NULL,
+        payload BLOB NOT NULL,
+        written_at INTEGER NOT NULL
+    );
 ";
 
-const TABLES: [&str; 3] = ["event_journal", "snapshot", "stream_metadata"];
+const TABLES: [&str; 4] = [
+    "event_journal",
+    "snapshot",
+    "stream_metadata",
+    "event_buffer",
+];
 
 /// What the file holds.
 enum Found {
@@ -57,12 +75,14 @@ enum Found {
     Current,
 }
 
-/// Opens the write connection: checks (or creates) the schema, then WAL and
-/// `synchronous=FULL`. Refuses a foreign or newer file without changing it.
+/// Opens the write connection: takes the lock file, checks (or creates) the schema, then
+/// WAL and `synchronous=FULL`. Refuses a foreign or newer file without changing it. The
+/// returned file holds the lock until it is dropped.
 pub(super) fn open_writer(
     path: &Path,
     options: &SqliteOptions,
-) -> Result<Connection, JournalError> {
+) -> Result<(Connection, File), JournalError> {
+    let lock = take_lock(path)?;
     let flags = OpenFlags::SQLITE_OPEN_READ_WRITE
         | OpenFlags::SQLITE_OPEN_CREATE
         | OpenFlags::SQLITE_OPEN_NO_MUTEX;
@@ -101,7 +121,32 @@ pub(super) fn open_writer(
     if let Found::Empty = found {
         create(&conn)?;
     }
-    Ok(conn)
+    Ok((conn, lock))
+}
+
+/// Takes an exclusive lock on `<path>-lock` (created if needed), or fails at once if
+/// another journal holds it. A separate file, because SQLite's own POSIX locks on the
+/// database file would be dropped by the closing of any other handle to it.
+fn take_lock(path: &Path) -> Result<File, JournalError> {
+    let mut lock_path = path.as_os_str().to_owned();
+    lock_path.push("-lock");
+    let lock_path = PathBuf::from(lock_path);
+    let cannot = |err: &dyn std::fmt::Display| {
+        JournalError::storage(None, format!("cannot lock {}: {err}", lock_path.display()))
+    };
+    let file = OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(&lock_path)
+        .map_err(|err| cannot(&err))?;
+    match file.try_lock() {
+        Ok(()) => Ok(file),
+        Err(TryLockError::WouldBlock) => Err(cannot(
+            &"the journal is open elsewhere (another process, or an instance not yet closed)",
+        )),
+        Err(TryLockError::Error(err)) => Err(cannot(&err)),
+    }
 }
 
 /// Opens a read connection to a file [`open_writer`] has set up.

@@ -6,10 +6,22 @@
 //! seq) before it writes anything, so a refused write changes nothing and the others of the
 //! group commit. A storage error (I/O, full disk, busy lock) aborts the transaction: every
 //! write of the group gets the error, none is reported done. Replies go out after the commit.
+//!
+//! Appended events go to `event_buffer` first, a table without a secondary index, so a
+//! commit dirties the buffer's last page or two however many streams it touches; inserting
+//! into the `(persistence_id, seq_nr)` index of `event_journal` instead dirties one index page
+//! per stream, and on this kind of machine each dirty page costs about as much as the whole
+//! rest of an append. Once the buffer holds `buffer_events` events or [`FOLD_BYTES`] bytes,
+//! one transaction moves it into `event_journal` (a fold), writing each touched index page
+//! once for all the events it receives. Appends of [`DIRECT_EVENTS`] or more events go
+//! straight to `event_journal`. The writer keeps the highest seq of every stream written
+//! since the last fold in memory, for the fence and for the readers, which look into the
+//! buffer only for those streams.
 
+use std::collections::HashMap;
 use std::path::Path;
-use std::sync::Arc;
-use std::time::{SystemTime, UNIX_EPOCH};
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use rusqlite::{params, Connection, Statement};
 use tokio::sync::{mpsc, oneshot, OwnedSemaphorePermit};
@@ -17,6 +29,23 @@ use tokio::sync::{mpsc, oneshot, OwnedSemaphorePermit};
 use crate::journal::sqlite::options::Counters;
 use crate::journal::sqlite::{schema, seq_from_sql, storage_error, SqliteOptions, HIGHEST_SQL};
 use crate::journal::{check_fence, check_snapshot, JournalError, PersistenceId, Snapshot};
+
+/// Fold the buffer into `event_journal` once it holds this many payload bytes (or
+/// `buffer_events` events).
+const FOLD_BYTES: usize = 4 << 20;
+/// An append of this many events goes straight into `event_journal`: its index pages are
+/// shared by its own events, so the buffer would only copy it twice.
+const DIRECT_EVENTS: usize = 32;
+/// How long the writer waits for the first of the writers it just answered to come back…
+const LINGER_FIRST: Duration = Duration::from_micros(50);
+/// … and for each next one.
+const LINGER_GAP: Duration = Duration::from_micros(10);
+
+/// The highest seq of every stream appended to since the last fold, as committed: all
+/// streams with events in `event_buffer`, and maybe some more. Shared with the readers;
+/// updated after each commit (so an acknowledged append is always in it) and emptied after
+/// each fold commits (so a stream missing from it has no buffered events).
+pub(super) type Buffered = Arc<Mutex<HashMap<PersistenceId, u64>>>;
 
 /// One write waiting for the writer thread.
 pub(super) struct WriteRequest {
@@ -61,8 +90,10 @@ impl WriteOp {
 /// The prepared statements of the write connection, prepared once.
 struct Statements<'c> {
     highest: Statement<'c>,
+    buffer: Statement<'c>,
     insert: Statement<'c>,
     delete: Statement<'c>,
+    delete_buffered: Statement<'c>,
     mark_deleted: Statement<'c>,
     save_snapshot: Statement<'c>,
 }
@@ -71,12 +102,18 @@ impl<'c> Statements<'c> {
     fn prepare(conn: &'c Connection) -> rusqlite::Result<Self> {
         Ok(Self {
             highest: conn.prepare(HIGHEST_SQL)?,
+            buffer: conn.prepare(
+                "INSERT INTO event_buffer (persistence_id, seq_nr, payload, written_at) \
+                 VALUES (?1, ?2, ?3, ?4)",
+            )?,
             insert: conn.prepare(
                 "INSERT INTO event_journal (persistence_id, seq_nr, payload, written_at) \
                  VALUES (?1, ?2, ?3, ?4)",
             )?,
             delete: conn
                 .prepare("DELETE FROM event_journal WHERE persistence_id = ?1 AND seq_nr <= ?2")?,
+            delete_buffered: conn
+                .prepare("DELETE FROM event_buffer WHERE persistence_id = ?1 AND seq_nr <= ?2")?,
             mark_deleted: conn.prepare(
                 "INSERT INTO stream_metadata (persistence_id, deleted_to) VALUES (?1, ?2) \
                  ON CONFLICT (persistence_id) DO UPDATE \
@@ -92,26 +129,226 @@ impl<'c> Statements<'c> {
             )?,
         })
     }
+}
 
-    /// The stream's highest seq, as this transaction sees it.
-    fn highest(&mut self, id: &PersistenceId) -> rusqlite::Result<Result<u64, JournalError>> {
-        let raw: i64 = self.highest.query_row([id.as_str()], |row| row.get(0))?;
+/// The writer's state between groups.
+struct Writer<'c> {
+    conn: &'c Connection,
+    statements: Statements<'c>,
+    /// The writer's own copy of [`Buffered`], read without a lock.
+    buffered: HashMap<PersistenceId, u64>,
+    shared: Buffered,
+    buffered_events: usize,
+    buffered_bytes: usize,
+    counters: Arc<Counters>,
+}
+
+/// The body of the writer thread: opens the connection, folds what a previous run left in
+/// the buffer, reports through `opened`, then commits groups until every sender is gone and
+/// the queue is empty, and folds once more.
+pub(super) fn run(
+    path: &Path,
+    options: &SqliteOptions,
+    mut requests: mpsc::Receiver<WriteRequest>,
+    shared: Buffered,
+    counters: Arc<Counters>,
+    opened: oneshot::Sender<Result<(), JournalError>>,
+) {
+    // `_lock` keeps other processes out for as long as this thread runs.
+    let (conn, _lock) = match schema::open_writer(path, options) {
+        Ok(opened) => opened,
+        Err(err) => {
+            let _ = opened.send(Err(err));
+            return;
+        }
+    };
+    let statements = match Statements::prepare(&conn) {
+        Ok(statements) => statements,
+        Err(err) => {
+            let _ = opened.send(Err(storage_error(None)(err)));
+            return;
+        }
+    };
+    let mut writer = Writer {
+        conn: &conn,
+        statements,
+        buffered: HashMap::new(),
+        shared,
+        buffered_events: 0,
+        buffered_bytes: 0,
+        counters,
+    };
+    // A crashed run may have left events in the buffer; the fence needs them indexed.
+    let leftover = conn.query_row("SELECT EXISTS (SELECT 1 FROM event_buffer)", [], |row| {
+        row.get::<_, bool>(0)
+    });
+    if let Err(err) = leftover.and_then(|leftover| if leftover { writer.fold() } else { Ok(()) }) {
+        let _ = opened.send(Err(storage_error(None)(err)));
+        return;
+    }
+    if opened.send(Ok(())).is_err() {
+        return; // the opener gave up waiting
+    }
+    let mut carried = None;
+    let (mut last_replies, mut last_commit) = (0, Duration::ZERO);
+    loop {
+        let first = match carried.take() {
+            Some(request) => request,
+            None => match requests.blocking_recv() {
+                Some(request) => request,
+                None => break,
+            },
+        };
+        let mut group = Group::new(first, options);
+        while let Ok(request) = requests.try_recv() {
+            if let Some(over) = group.push(request) {
+                carried = Some(over);
+                break;
+            }
+        }
+        if carried.is_none() && last_replies > 1 {
+            linger(&mut requests, &mut group, &mut carried, last_commit);
+        }
+        let group = group.requests;
+        last_replies = group.len();
+        let started = Instant::now();
+        writer.commit(group);
+        last_commit = started.elapsed();
+        if writer.buffered_events >= options.buffer_events || writer.buffered_bytes >= FOLD_BYTES {
+            if let Err(err) = writer.fold() {
+                log::warn!("journal: moving buffered events into event_journal failed: {err}");
+            }
+        }
+    }
+    // Leave a tidy file: every event in event_journal.
+    if writer.buffered_events > 0 {
+        if let Err(err) = writer.fold() {
+            log::warn!("journal: moving buffered events into event_journal failed: {err}");
+        }
+    }
+}
+
+/// The writes of the next transaction, within the batch bounds.
+struct Group {
+    requests: Vec<WriteRequest>,
+    events: usize,
+    bytes: usize,
+    max_events: usize,
+    max_bytes: usize,
+}
+
+impl Group {
+    fn new(first: WriteRequest, options: &SqliteOptions) -> Self {
+        Self {
+            events: first.op.events(),
+            bytes: first.op.bytes(),
+            requests: vec![first],
+            max_events: options.max_batch_events,
+            max_bytes: options.max_batch_bytes,
+        }
+    }
+
+    /// Adds `request`, or hands it back if it would cross a bound.
+    fn push(&mut self, request: WriteRequest) -> Option<WriteRequest> {
+        let (events, bytes) = (request.op.events(), request.op.bytes());
+        if self.events + events > self.max_events || self.bytes + bytes > self.max_bytes {
+            return Some(request);
+        }
+        self.events += events;
+        self.bytes += bytes;
+        self.requests.push(request);
+        None
+    }
+}
+
+/// Waits for the writers just answered to send their next writes, so that they join this
+/// group instead of forming a small one of their own while it commits: as long as they keep
+/// arriving (each within [`LINGER_GAP`] of the previous one, the first within
+/// [`LINGER_FIRST`]), and never longer than the last commit took. Only called when the last
+/// commit answered more than one write: a lone sequential writer never waits.
+fn linger(
+    requests: &mut mpsc::Receiver<WriteRequest>,
+    group: &mut Group,
+    carried: &mut Option<WriteRequest>,
+    last_commit: Duration,
+) {
+    let start = Instant::now();
+    let deadline = start + last_commit;
+    let mut last_arrival = None;
+    loop {
+        match requests.try_recv() {
+            Ok(request) => {
+                if let Some(over) = group.push(request) {
+                    *carried = Some(over);
+                    return;
+                }
+                last_arrival = Some(Instant::now());
+            }
+            Err(mpsc::error::TryRecvError::Disconnected) => return,
+            Err(mpsc::error::TryRecvError::Empty) => {
+                let now = Instant::now();
+                let quiet = match last_arrival {
+                    None => now - start > LINGER_FIRST,
+                    Some(at) => now - at > LINGER_GAP,
+                };
+                if quiet || now > deadline {
+                    return;
+                }
+                std::thread::yield_now();
+            }
+        }
+    }
+}
+
+/// Rolls back a transaction that failed; SQLite may have done so already.
+fn rollback(conn: &Connection) {
+    if !conn.is_autocommit() {
+        // If this fails too, the next transaction retries it before its BEGIN.
+        let _ = conn.execute_batch("ROLLBACK");
+    }
+}
+
+fn begin(conn: &Connection) -> rusqlite::Result<()> {
+    if !conn.is_autocommit() {
+        // A ROLLBACK after an earlier failure did not go through; try again.
+        conn.execute_batch("ROLLBACK")?;
+    }
+    conn.execute_batch("BEGIN IMMEDIATE")
+}
+
+impl Writer<'_> {
+    /// The stream's highest seq, as this transaction sees it: from the group's own appends,
+    /// then the buffer, then the indexed table.
+    fn highest(
+        &mut self,
+        group: &HashMap<PersistenceId, u64>,
+        id: &PersistenceId,
+    ) -> rusqlite::Result<Result<u64, JournalError>> {
+        if let Some(&seq) = group.get(id).or_else(|| self.buffered.get(id)) {
+            return Ok(Ok(seq));
+        }
+        let raw: i64 = self
+            .statements
+            .highest
+            .query_row([id.as_str()], |row| row.get(0))?;
         Ok(seq_from_sql(id, raw, 0))
     }
 
-    /// Carries out one write inside the open transaction. The outer error is a storage
-    /// failure (the group is aborted); the inner one refuses this write alone, which then
-    /// has written nothing.
+    /// Carries out one write inside the open transaction, noting appended streams in
+    /// `group`. The outer error is a storage failure (the group is aborted); the inner one
+    /// refuses this write alone, which then has written nothing.
     fn apply(
         &mut self,
+        group: &mut HashMap<PersistenceId, u64>,
         request: &WriteRequest,
         now: i64,
     ) -> rusqlite::Result<Result<(), JournalError>> {
         let id = &request.id;
-        let highest = match self.highest(id)? {
+        let highest = match self.highest(group, id)? {
             Ok(highest) => highest,
             Err(corrupt) => return Ok(Err(corrupt)),
         };
+        let statements = &mut self.statements;
         match &request.op {
             WriteOp::Append {
                 first_seq,
@@ -120,24 +357,34 @@ impl<'c> Statements<'c> {
                 if let Err(conflict) = check_fence(id, *first_seq, highest) {
                     return Ok(Err(conflict));
                 }
+                let insert = if payloads.len() >= DIRECT_EVENTS {
+                    &mut statements.insert
+                } else {
+                    &mut statements.buffer
+                };
                 // check_append bounded every seq by MAX_SEQ, so they fit an i64.
                 for (seq, payload) in (*first_seq as i64..).zip(payloads) {
-                    self.insert
-                        .execute(params![id.as_str(), seq, payload, now])?;
+                    insert.execute(params![id.as_str(), seq, payload, now])?;
                 }
+                group.insert(id.clone(), first_seq + payloads.len() as u64 - 1);
             }
             WriteOp::DeleteTo { to_seq } => {
                 let to = (*to_seq).min(highest) as i64;
                 if to > 0 {
-                    self.delete.execute(params![id.as_str(), to])?;
-                    self.mark_deleted.execute(params![id.as_str(), to])?;
+                    statements.delete.execute(params![id.as_str(), to])?;
+                    if group.contains_key(id) || self.buffered.contains_key(id) {
+                        statements
+                            .delete_buffered
+                            .execute(params![id.as_str(), to])?;
+                    }
+                    statements.mark_deleted.execute(params![id.as_str(), to])?;
                 }
             }
             WriteOp::SaveSnapshot(snapshot) => {
                 if let Err(invalid) = check_snapshot(id, snapshot.seq, highest) {
                     return Ok(Err(invalid));
                 }
-                self.save_snapshot.execute(params![
+                statements.save_snapshot.execute(params![
                     id.as_str(),
                     snapshot.seq as i64,
                     snapshot.payload,
@@ -147,110 +394,86 @@ impl<'c> Statements<'c> {
         }
         Ok(Ok(()))
     }
-}
 
-/// The writer thread's body: opens the connection, reports the outcome through `opened`,
-/// then commits groups until every sender is gone and the queue is empty.
-pub(super) fn run(
-    path: &Path,
-    options: &SqliteOptions,
-    mut requests: mpsc::Receiver<WriteRequest>,
-    counters: Arc<Counters>,
-    opened: oneshot::Sender<Result<(), JournalError>>,
-) {
-    let conn = match schema::open_writer(path, options) {
-        Ok(conn) => conn,
-        Err(err) => {
-            let _ = opened.send(Err(err));
-            return;
-        }
-    };
-    let mut statements = match Statements::prepare(&conn) {
-        Ok(statements) => statements,
-        Err(err) => {
-            let _ = opened.send(Err(storage_error(None)(err)));
-            return;
-        }
-    };
-    if opened.send(Ok(())).is_err() {
-        return; // the opener gave up waiting
-    }
-    let mut carried = None;
-    loop {
-        let first = match carried.take() {
-            Some(request) => request,
-            None => match requests.blocking_recv() {
-                Some(request) => request,
-                None => break,
-            },
-        };
-        let (mut events, mut bytes) = (first.op.events(), first.op.bytes());
-        let mut group = vec![first];
-        while let Ok(request) = requests.try_recv() {
-            events += request.op.events();
-            bytes += request.op.bytes();
-            if events > options.max_batch_events || bytes > options.max_batch_bytes {
-                carried = Some(request);
-                break;
-            }
-            group.push(request);
-        }
-        commit(&conn, &mut statements, group, &counters);
-    }
-}
-
-/// Commits `group` in one transaction and replies to each write.
-fn commit(
-    conn: &Connection,
-    statements: &mut Statements<'_>,
-    group: Vec<WriteRequest>,
-    counters: &Counters,
-) {
-    let now = unix_millis();
-    let outcome = (|| {
-        if !conn.is_autocommit() {
-            // A ROLLBACK after an earlier failure did not go through; try again.
-            conn.execute_batch("ROLLBACK")?;
-        }
-        conn.execute_batch("BEGIN IMMEDIATE")?;
-        let results = group
-            .iter()
-            .map(|request| statements.apply(request, now))
-            .collect::<rusqlite::Result<Vec<_>>>()?;
-        conn.execute_batch("COMMIT")?;
-        Ok(results)
-    })();
-    match outcome {
-        Ok(results) => {
-            Counters::add(&counters.transactions, 1);
-            for (request, result) in group.into_iter().zip(results) {
-                match (&request.op, &result) {
-                    (WriteOp::Append { payloads, .. }, Ok(())) => {
-                        Counters::add(&counters.appends, 1);
-                        Counters::add(&counters.events, payloads.len() as u64);
-                    }
-                    (_, Ok(())) => {}
-                    (_, Err(_)) => Counters::add(&counters.rejected, 1),
+    /// Commits `group` in one transaction and replies to each write.
+    fn commit(&mut self, group: Vec<WriteRequest>) {
+        let now = unix_millis();
+        let mut appended = HashMap::new();
+        let outcome = (|| {
+            begin(self.conn)?;
+            let results = group
+                .iter()
+                .map(|request| self.apply(&mut appended, request, now))
+                .collect::<rusqlite::Result<Vec<_>>>()?;
+            self.conn.execute_batch("COMMIT")?;
+            Ok(results)
+        })();
+        let results = match outcome {
+            Ok(results) => results,
+            Err(err) => {
+                let err: rusqlite::Error = err;
+                rollback(self.conn);
+                Counters::add(&self.counters.rejected, group.len() as u64);
+                log::warn!("journal: a group of {} writes failed: {err}", group.len());
+                for request in group {
+                    let _ = request
+                        .reply
+                        .send(Err(JournalError::storage(Some(&request.id), &err)));
                 }
-                // A caller that dropped its future has left; the write stands regardless.
-                let _ = request.reply.send(result);
+                return;
             }
+        };
+        // Committed: the buffer's new events become visible to the readers before any
+        // caller hears of them.
+        self.shared
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .extend(appended.iter().map(|(id, &seq)| (id.clone(), seq)));
+        self.buffered.extend(appended);
+        Counters::add(&self.counters.transactions, 1);
+        for (request, result) in group.into_iter().zip(results) {
+            match (&request.op, &result) {
+                (WriteOp::Append { payloads, .. }, Ok(())) => {
+                    Counters::add(&self.counters.appends, 1);
+                    Counters::add(&self.counters.events, payloads.len() as u64);
+                    if payloads.len() < DIRECT_EVENTS {
+                        self.buffered_events += payloads.len();
+                        self.buffered_bytes += request.op.bytes();
+                    }
+                }
+                (_, Ok(())) => {}
+                (_, Err(_)) => Counters::add(&self.counters.rejected, 1),
+            }
+            // A caller that dropped its future has left; the write stands regardless.
+            let _ = request.reply.send(result);
         }
-        Err(err) => {
-            let err: rusqlite::Error = err;
-            if !conn.is_autocommit() {
-                // SQLite may have rolled back already; if this fails, the next group retries
-                // it before its BEGIN.
-                let _ = conn.execute_batch("ROLLBACK");
-            }
-            Counters::add(&counters.rejected, group.len() as u64);
-            log::warn!("journal: a group of {} writes failed: {err}", group.len());
-            for request in group {
-                let _ = request
-                    .reply
-                    .send(Err(JournalError::storage(Some(&request.id), &err)));
-            }
+    }
+
+    /// Moves every buffered event into `event_journal` in one transaction.
+    fn fold(&mut self) -> rusqlite::Result<()> {
+        let result = (|| {
+            begin(self.conn)?;
+            self.conn.execute_batch(
+                "INSERT INTO event_journal (persistence_id, seq_nr, payload, written_at) \
+                 SELECT persistence_id, seq_nr, payload, written_at FROM event_buffer; \
+                 DELETE FROM event_buffer; \
+                 COMMIT",
+            )
+        })();
+        if result.is_err() {
+            rollback(self.conn);
+            return result;
         }
+        // Only now: a reader that no longer finds a stream here finds its events indexed.
+        self.shared
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clear();
+        self.buffered.clear();
+        self.buffered_events = 0;
+        self.buffered_bytes = 0;
+        Counters::add(&self.counters.folds, 1);
+        Ok(())
     }
 }
 

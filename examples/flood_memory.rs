@@ -12,9 +12,8 @@
 //! (peak) from `/proc/self/status`; the peak is reset before the flood where the kernel allows
 //! it (`/proc/self/clear_refs`), so the flood's peak is its own.
 
-use std::alloc::{GlobalAlloc, Layout, System as SystemAllocator};
 use std::mem::size_of;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -29,62 +28,10 @@ use actix_delivery::{
     Tell,
 };
 
-// ---------------------------------------------------------------------------------------------
-// Counting allocator
+#[path = "support/counting_alloc.rs"]
+mod counting_alloc;
 
-/// Forwards to the system allocator and counts the bytes currently allocated.
-struct Counting;
-
-static LIVE_BYTES: AtomicUsize = AtomicUsize::new(0);
-static LIVE_BLOCKS: AtomicUsize = AtomicUsize::new(0);
-
-// SAFETY: every method forwards to `System` with the caller's arguments unchanged, so it upholds
-// exactly the contract `System` does; the counters are only statistics.
-unsafe impl GlobalAlloc for Counting {
-    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        // SAFETY: forwarded as is (see the impl).
-        counted(unsafe { SystemAllocator.alloc(layout) }, layout)
-    }
-
-    unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
-        // SAFETY: forwarded as is (see the impl).
-        counted(unsafe { SystemAllocator.alloc_zeroed(layout) }, layout)
-    }
-
-    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
-        // SAFETY: forwarded as is (see the impl).
-        unsafe { SystemAllocator.dealloc(ptr, layout) };
-        LIVE_BYTES.fetch_sub(layout.size(), Ordering::Relaxed);
-        LIVE_BLOCKS.fetch_sub(1, Ordering::Relaxed);
-    }
-
-    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
-        // SAFETY: forwarded as is (see the impl).
-        let new = unsafe { SystemAllocator.realloc(ptr, layout, new_size) };
-        if !new.is_null() {
-            LIVE_BYTES.fetch_add(new_size, Ordering::Relaxed);
-            LIVE_BYTES.fetch_sub(layout.size(), Ordering::Relaxed);
-        }
-        new
-    }
-}
-
-/// Counts a fresh block (if the allocation succeeded) and passes it through.
-fn counted(ptr: *mut u8, layout: Layout) -> *mut u8 {
-    if !ptr.is_null() {
-        LIVE_BYTES.fetch_add(layout.size(), Ordering::Relaxed);
-        LIVE_BLOCKS.fetch_add(1, Ordering::Relaxed);
-    }
-    ptr
-}
-
-#[global_allocator]
-static ALLOCATOR: Counting = Counting;
-
-/// Bytes allocated and not freed, process-wide.
-fn live_bytes() -> usize {
-    LIVE_BYTES.load(Ordering::Relaxed)
-}
+use counting_alloc::{heap_since, live_blocks, live_bytes};
 
 /// A `kB` field of `/proc/self/status` (`VmRSS`, `VmHWM`), in bytes.
 fn proc_status(field: &str) -> Option<u64> {
@@ -109,11 +56,6 @@ fn rss() -> String {
 
 fn peak_rss() -> String {
     proc_status("VmHWM:").map_or_else(|| "n/a".into(), mib)
-}
-
-/// Heap bytes allocated since `baseline` (signed: memory may have been freed).
-fn heap_since(baseline: usize) -> i64 {
-    live_bytes() as i64 - baseline as i64
 }
 
 fn kib(bytes: i64) -> String {
@@ -485,9 +427,6 @@ fn type_sizes() {
         println!("| `{name}` | {bytes} |");
     }
     println!("\n`ProducerWindow` is the value of one dedup entry (keyed by `ProducerId`).");
-    println!(
-        "\nLive heap blocks at exit: {}",
-        LIVE_BLOCKS.load(Ordering::Relaxed)
-    );
+    println!("\nLive heap blocks at exit: {}", live_blocks());
     System::current().stop();
 }

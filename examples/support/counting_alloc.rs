@@ -1,0 +1,71 @@
+//! A global allocator that counts the heap bytes and blocks currently allocated, for the
+//! memory figures of the examples (`#[path]`-included; the allocator's own per-block overhead
+//! is not counted).
+#![allow(dead_code)] // each example uses a different subset
+
+use std::alloc::{GlobalAlloc, Layout, System as SystemAllocator};
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+/// Forwards to the system allocator and counts the bytes currently allocated.
+struct Counting;
+
+static LIVE_BYTES: AtomicUsize = AtomicUsize::new(0);
+static LIVE_BLOCKS: AtomicUsize = AtomicUsize::new(0);
+
+// SAFETY: every method forwards to `System` with the caller's arguments unchanged, so it upholds
+// exactly the contract `System` does; the counters are only statistics.
+unsafe impl GlobalAlloc for Counting {
+    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+        // SAFETY: forwarded as is (see the impl).
+        counted(unsafe { SystemAllocator.alloc(layout) }, layout)
+    }
+
+    unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
+        // SAFETY: forwarded as is (see the impl).
+        counted(unsafe { SystemAllocator.alloc_zeroed(layout) }, layout)
+    }
+
+    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
+        // SAFETY: forwarded as is (see the impl).
+        unsafe { SystemAllocator.dealloc(ptr, layout) };
+        LIVE_BYTES.fetch_sub(layout.size(), Ordering::Relaxed);
+        LIVE_BLOCKS.fetch_sub(1, Ordering::Relaxed);
+    }
+
+    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
+        // SAFETY: forwarded as is (see the impl).
+        let new = unsafe { SystemAllocator.realloc(ptr, layout, new_size) };
+        if !new.is_null() {
+            LIVE_BYTES.fetch_add(new_size, Ordering::Relaxed);
+            LIVE_BYTES.fetch_sub(layout.size(), Ordering::Relaxed);
+        }
+        new
+    }
+}
+
+/// Counts a fresh block (if the allocation succeeded) and passes it through.
+fn counted(ptr: *mut u8, layout: Layout) -> *mut u8 {
+    if !ptr.is_null() {
+        LIVE_BYTES.fetch_add(layout.size(), Ordering::Relaxed);
+        LIVE_BLOCKS.fetch_add(1, Ordering::Relaxed);
+    }
+    ptr
+}
+
+#[global_allocator]
+static ALLOCATOR: Counting = Counting;
+
+/// Bytes allocated and not freed, process-wide.
+pub fn live_bytes() -> usize {
+    LIVE_BYTES.load(Ordering::Relaxed)
+}
+
+/// Blocks allocated and not freed, process-wide.
+pub fn live_blocks() -> usize {
+    LIVE_BLOCKS.load(Ordering::Relaxed)
+}
+
+/// Heap bytes allocated since `baseline` (signed: memory may have been freed).
+pub fn heap_since(baseline: usize) -> i64 {
+    live_bytes() as i64 - baseline as i64
+}

@@ -1,0 +1,572 @@
+//! The SQLite journal against real crashes and real storage failures.
+//!
+//! `sigkill_at_random_moments_loses_nothing_acknowledged`: this test binary re-runs itself
+//! as a child (`crash_child`, selected by an environment variable) that appends batches to
+//! one journal file and prints each batch the moment its append resolved. The parent
+//! SIGKILLs it at seeded random moments, reopens the file and checks every acknowledged event,
+//! then starts the next child on the same file. Rerun a failure with the seed it prints:
+//! `JOURNAL_CRASH_SEED=<seed> cargo test --test journal_crash`.
+//!
+//! The storage tests make writes really fail: a size cap (SQLite `max_page_count`) stands
+//! for a full disk, and the immutable attribute (`chattr +i`, which binds root too) makes
+//! files read-only.
+
+use std::collections::BTreeMap;
+use std::fs::File;
+use std::io::{BufRead, BufReader, Write};
+use std::os::unix::process::ExitStatusExt;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+use actix_delivery::journal::{
+    replay_all, Journal, JournalError, PersistenceId, SqliteJournal, SqliteOptions,
+};
+use futures_util::future::join_all;
+use rand::rngs::SmallRng;
+use rand::{Rng, SeedableRng};
+
+const CHILD_DB: &str = "JOURNAL_CRASH_CHILD_DB";
+const CHILD_CONFIG: &str = "JOURNAL_CRASH_CHILD_CONFIG";
+/// Marks the child's own lines, which may share a line with the test harness's output.
+const MARK: &str = "@@";
+const KILLS: usize = 24;
+
+fn stream(s: usize) -> PersistenceId {
+    PersistenceId::new(format!("crash-stream-{s}")).unwrap()
+}
+
+fn mix(mut x: u64) -> u64 {
+    // splitmix64
+    x = x.wrapping_add(0x9e37_79b9_7f4a_7c15);
+    x = (x ^ (x >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    x = (x ^ (x >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    x ^ (x >> 31)
+}
+
+/// The payload of event `seq` of stream `s`, appended in the batch `first..=last`: its
+/// identity, then filler derived from stream and seq, mostly 0–600 bytes, one in 16 over a
+/// page (4–7 kB).
+fn payload(s: usize, seq: u64, first: u64, last: u64) -> Vec<u8> {
+    let h = mix((s as u64) << 40 ^ seq);
+    let len = if h.is_multiple_of(16) {
+        4000 + h % 3000
+    } else {
+        h % 600
+    };
+    let mut bytes = format!("{s}:{seq}:{first}:{last}:").into_bytes();
+    bytes.extend((0..len).map(|i| (h >> (i % 8 * 8)) as u8 ^ i as u8));
+    bytes
+}
+
+/// `(first, last)` of the batch a stored payload says it belongs to.
+fn batch_of(bytes: &[u8]) -> Option<(usize, u64, u64, u64)> {
+    let mut fields = bytes.splitn(5, |&b| b == b':');
+    let mut number = || -> Option<u64> { std::str::from_utf8(fields.next()?).ok()?.parse().ok() };
+    Some((number()? as usize, number()?, number()?, number()?))
+}
+
+/// What one child does.
+#[derive(Debug, Clone)]
+struct Config {
+    seed: u64,
+    streams: usize,
+    appenders: usize,
+    batch_sizes: Vec<u64>,
+    buffer_events: usize,
+}
+
+impl Config {
+    fn random(rng: &mut SmallRng) -> Self {
+        let streams = rng.random_range(1..=8);
+        let mut batch_sizes: Vec<u64> = [1, 3, 17, 40] // 40: past the buffer, into the index
+            .into_iter()
+            .filter(|_| rng.random_bool(0.6))
+            .collect();
+        if batch_sizes.is_empty() {
+            batch_sizes.push(2);
+        }
+        Self {
+            seed: rng.random(),
+            streams,
+            appenders: rng.random_range(1..=streams.min(4)),
+            batch_sizes,
+            buffer_events: [16, 256, 4096][rng.random_range(0..3)],
+        }
+    }
+
+    fn encode(&self) -> String {
+        let sizes: Vec<String> = self.batch_sizes.iter().map(u64::to_string).collect();
+        format!(
+            "{} {} {} {} {}",
+            self.seed,
+            self.streams,
+            self.appenders,
+            sizes.join(","),
+            self.buffer_events
+        )
+    }
+
+    fn decode(text: &str) -> Self {
+        let fields: Vec<&str> = text.split(' ').collect();
+        Self {
+            seed: fields[0].parse().unwrap(),
+            streams: fields[1].parse().unwrap(),
+            appenders: fields[2].parse().unwrap(),
+            batch_sizes: fields[3].split(',').map(|n| n.parse().unwrap()).collect(),
+            buffer_events: fields[4].parse().unwrap(),
+        }
+    }
+}
+
+fn say(line: std::fmt::Arguments<'_>) {
+    let mut out = std::io::stdout().lock();
+    writeln!(out, "{MARK}{line}").unwrap();
+    out.flush().unwrap();
+}
+
+/// The child role: a no-op in a normal test run.
+#[test]
+fn crash_child() {
+    let Ok(path) = std::env::var(CHILD_DB) else {
+        return;
+    };
+    let config = Config::decode(&std::env::var(CHILD_CONFIG).unwrap());
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    runtime.block_on(child(Path::new(&path), config));
+}
+
+async fn child(path: &Path, config: Config) {
+    let options = SqliteOptions::default().buffer_events(config.buffer_events);
+    let journal = SqliteJournal::open_with(path, options).await.unwrap();
+    let mut next = Vec::new();
+    for s in 0..config.streams {
+        let highest = journal.highest_seq(&stream(s)).await.unwrap();
+        say(format_args!("START {s} {highest}"));
+        next.push(highest + 1);
+    }
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let appenders = (0..config.appenders).map(|a| {
+        let (journal, config) = (&journal, &config);
+        // Each stream has one writer: appender `a` owns the streams `s % appenders == a`.
+        let mut mine: Vec<(usize, u64)> = (a..config.streams)
+            .step_by(config.appenders)
+            .map(|s| (s, next[s]))
+            .collect();
+        async move {
+            let mut rng = SmallRng::seed_from_u64(config.seed ^ a as u64);
+            for _ in 0..2_000 {
+                if Instant::now() > deadline {
+                    break;
+                }
+                let pick = rng.random_range(0..mine.len());
+                let (s, next) = &mut mine[pick];
+                let size = config.batch_sizes[rng.random_range(0..config.batch_sizes.len())];
+                let (first, last) = (*next, *next + size - 1);
+                let batch = (first..=last)
+                    .map(|seq| payload(*s, seq, first, last))
+                    .collect();
+                match journal.append(&stream(*s), first, batch).await {
+                    Ok(()) => say(format_args!("ACK {s} {first} {last}")),
+                    Err(err) => {
+                        say(format_args!("ERR {s} {first} {err}"));
+                        std::process::exit(2);
+                    }
+                }
+                *next = last + 1;
+            }
+        }
+    });
+    join_all(appenders).await;
+    say(format_args!("DONE"));
+}
+
+/// A line of the child's output.
+enum Said {
+    Start { s: usize, highest: u64 },
+    Ack { s: usize, first: u64, last: u64 },
+    Other(String),
+}
+
+fn parse(line: &str) -> Option<Said> {
+    let line = &line[line.find(MARK)? + MARK.len()..];
+    let fields: Vec<&str> = line.split(' ').collect();
+    let number = |i: usize| fields.get(i).and_then(|f| f.parse::<u64>().ok());
+    Some(match fields[0] {
+        "START" => Said::Start {
+            s: number(1)? as usize,
+            highest: number(2)?,
+        },
+        "ACK" => Said::Ack {
+            s: number(1)? as usize,
+            first: number(2)?,
+            last: number(3)?,
+        },
+        _ => Said::Other(line.to_string()),
+    })
+}
+
+fn spawn_child(path: &Path, config: &Config, stderr: File) -> (Child, mpsc::Receiver<Said>) {
+    let mut child = Command::new(std::env::current_exe().unwrap())
+        .args([
+            "crash_child",
+            "--exact",
+            "--nocapture",
+            "--test-threads=1",
+            "--quiet",
+        ])
+        .env(CHILD_DB, path)
+        .env(CHILD_CONFIG, config.encode())
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(stderr)
+        .spawn()
+        .unwrap();
+    let stdout = child.stdout.take().unwrap();
+    let (lines, said) = mpsc::channel();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stdout).lines() {
+            let Ok(line) = line else { break };
+            if let Some(parsed) = parse(&line) {
+                if lines.send(parsed).is_err() {
+                    break;
+                }
+            }
+        }
+    });
+    (child, said)
+}
+
+/// Acknowledged batches per stream, `first → last`.
+type Acked = BTreeMap<usize, BTreeMap<u64, u64>>;
+
+#[test]
+fn sigkill_at_random_moments_loses_nothing_acknowledged() {
+    let seed = std::env::var("JOURNAL_CRASH_SEED")
+        .ok()
+        .and_then(|seed| seed.parse().ok())
+        .unwrap_or_else(|| getrandom::u64().unwrap());
+    eprintln!("journal crash test seed: {seed} (rerun with JOURNAL_CRASH_SEED={seed})");
+    let mut rng = SmallRng::seed_from_u64(seed);
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("journal.db");
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let mut acked = Acked::new();
+    let mut highest: BTreeMap<usize, u64> = BTreeMap::new();
+    let (mut kills, mut acks_total) = (0, 0);
+    for round in 0..KILLS {
+        let config = Config::random(&mut rng);
+        let context = format!("seed {seed}, round {round}, {config:?}");
+        let stderr_path = dir.path().join(format!("child-{round}.stderr"));
+        let (mut child, said) = spawn_child(&path, &config, File::create(&stderr_path).unwrap());
+        let kill_after_acks = rng.random_range(0..=120);
+        let extra_delay = Duration::from_micros(rng.random_range(0..2_000));
+
+        // Returns 1 for an acknowledged batch.
+        let mut record = |said: Said| match said {
+            Said::Start { s, highest: h } => {
+                assert_eq!(
+                    h,
+                    highest.get(&s).copied().unwrap_or(0),
+                    "{context}: the child resumed stream {s} at the wrong seq"
+                );
+                0
+            }
+            Said::Ack { s, first, last } => {
+                acked.entry(s).or_default().insert(first, last);
+                1
+            }
+            Said::Other(line) => {
+                assert!(
+                    line == "DONE",
+                    "{context}: the child said {line:?}; stderr: {}",
+                    std::fs::read_to_string(&stderr_path).unwrap_or_default()
+                );
+                0
+            }
+        };
+        let mut acks = 0;
+        while acks < kill_after_acks {
+            match said.recv_timeout(Duration::from_secs(30)) {
+                Ok(line) => acks += record(line),
+                Err(_) => break, // the child is done (or hung: the status below tells)
+            }
+        }
+        std::thread::sleep(extra_delay);
+        let still_running = child.try_wait().unwrap().is_none();
+        // `Child::kill` sends SIGKILL on Unix (std documents it as equivalent): no handler,
+        // no cleanup, no flush; the process dies between two instructions.
+        child.kill().unwrap();
+        let status = child.wait().unwrap();
+        for line in said.iter() {
+            acks += record(line); // printed before it died: acknowledged all the same
+        }
+        if still_running {
+            assert_eq!(status.signal(), Some(9), "{context}: {status}");
+            kills += 1;
+        } else {
+            assert!(status.success(), "{context}: the child failed: {status}");
+        }
+        acks_total += acks;
+        highest = runtime.block_on(verify(&path, &acked, &context));
+    }
+    assert!(kills >= 20, "seed {seed}: only {kills} kills");
+    assert!(acks_total > 0, "seed {seed}: nothing was ever acknowledged");
+    eprintln!("{kills} kills, {acks_total} acknowledged batches");
+}
+
+/// Reopens the file and checks every stream: gapless from 1, each payload exactly as
+/// written, batches whole, every acknowledged batch present. Returns each stream's highest
+/// seq.
+async fn verify(path: &Path, acked: &Acked, context: &str) -> BTreeMap<usize, u64> {
+    let journal = SqliteJournal::open(path).await.unwrap();
+    let mut highest = BTreeMap::new();
+    for s in 0..8 {
+        let id = stream(s);
+        let top = journal.highest_seq(&id).await.unwrap();
+        let mut batches = BTreeMap::new();
+        let mut open_batch: Option<(u64, u64)> = None;
+        let mut expected = 1;
+        let last = replay_all(&journal, &id, 1, u64::MAX, 256, |event| {
+            assert_eq!(event.seq, expected, "{context}: stream {s} has a gap");
+            expected += 1;
+            let (from, seq, first, last) = batch_of(&event.payload)
+                .unwrap_or_else(|| panic!("{context}: stream {s} seq {}: garbage", event.seq));
+            assert_eq!((from, seq), (s, event.seq), "{context}: misplaced event");
+            assert_eq!(
+                event.payload,
+                payload(s, seq, first, last),
+                "{context}: stream {s} seq {seq}: payload differs"
+            );
+            match open_batch {
+                Some(batch) if seq > batch.0 => {
+                    assert_eq!(
+                        (first, last),
+                        batch,
+                        "{context}: stream {s} seq {seq}: mixed batches"
+                    );
+                }
+                _ => {
+                    assert_eq!(
+                        first, seq,
+                        "{context}: stream {s} seq {seq}: batch begins mid-way"
+                    );
+                    batches.insert(first, last);
+                }
+            }
+            open_batch = (seq < last).then_some((first, last));
+            Ok::<_, JournalError>(())
+        })
+        .await
+        .unwrap();
+        assert_eq!(
+            last, top,
+            "{context}: stream {s}: replay and highest_seq disagree"
+        );
+        assert_eq!(
+            open_batch, None,
+            "{context}: stream {s}: the last batch is partial"
+        );
+        for (&first, &last) in acked.get(&s).into_iter().flatten() {
+            assert_eq!(
+                batches.get(&first),
+                Some(&last),
+                "{context}: stream {s}: acknowledged batch {first}..={last} is missing"
+            );
+        }
+        if top > 0 {
+            highest.insert(s, top);
+        }
+    }
+    journal.close().await;
+    // Nothing hidden elsewhere: the reopened journal moved the buffer into event_journal.
+    let conn = rusqlite::Connection::open(path).unwrap();
+    let buffered: i64 = conn
+        .query_row("SELECT count(*) FROM event_buffer", [], |row| row.get(0))
+        .unwrap();
+    assert_eq!(buffered, 0, "{context}");
+    let mut statement = conn
+        .prepare("SELECT persistence_id, count(*), max(seq_nr) FROM event_journal GROUP BY 1")
+        .unwrap();
+    let stored: BTreeMap<String, (i64, i64)> = statement
+        .query_map([], |row| Ok((row.get(0)?, (row.get(1)?, row.get(2)?))))
+        .unwrap()
+        .map(Result::unwrap)
+        .collect();
+    let expected: BTreeMap<String, (i64, i64)> = highest
+        .iter()
+        .map(|(&s, &top)| (stream(s).to_string(), (top as i64, top as i64)))
+        .collect();
+    assert_eq!(stored, expected, "{context}");
+    highest
+}
+
+// --- Storage failures ---------------------------------------------------------------------
+
+/// Appends single events round robin to `streams` until `stop` says so; returns what was
+/// acknowledged per stream and the errors, in order.
+async fn append_until(
+    journal: &SqliteJournal,
+    streams: usize,
+    mut stop: impl FnMut(usize, &[JournalError]) -> bool,
+) -> (Vec<u64>, Vec<JournalError>) {
+    let mut next = vec![1u64; streams];
+    let mut errors = Vec::new();
+    for i in 0.. {
+        if stop(i, &errors) {
+            break;
+        }
+        let s = i % streams;
+        let seq = next[s];
+        match journal
+            .append(&stream(s), seq, vec![payload(s, seq, seq, seq)])
+            .await
+        {
+            Ok(()) => next[s] += 1,
+            Err(err) => errors.push(err),
+        }
+    }
+    (next.iter().map(|n| n - 1).collect(), errors)
+}
+
+/// Reopens `path` (without limits) and checks each stream holds exactly `acked[s]` events.
+async fn assert_exactly(path: &Path, acked: &[u64]) {
+    let journal = SqliteJournal::open(path).await.unwrap();
+    for (s, &count) in acked.iter().enumerate() {
+        assert_eq!(
+            journal.highest_seq(&stream(s)).await,
+            Ok(count),
+            "stream {s}"
+        );
+        let events = journal
+            .replay(&stream(s), 1, u64::MAX, usize::MAX)
+            .await
+            .unwrap();
+        assert_eq!(events.len() as u64, count, "stream {s}");
+        for event in events {
+            assert_eq!(event.payload, payload(s, event.seq, event.seq, event.seq));
+        }
+    }
+    journal.close().await;
+}
+
+#[tokio::test]
+async fn a_full_disk_fails_appends_and_acknowledges_only_what_is_stored() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("journal.db");
+    let options = SqliteOptions::default()
+        .max_size_bytes(Some(256 * 1024))
+        .buffer_events(64);
+    let journal = SqliteJournal::open_with(&path, options).await.unwrap();
+    let (acked, errors) =
+        append_until(&journal, 4, |i, errors| errors.len() >= 8 || i > 5_000).await;
+    assert!(
+        acked.iter().sum::<u64>() > 20,
+        "some appends fit: {acked:?}"
+    );
+    assert_eq!(errors.len(), 8, "the cap was never reached: {acked:?}");
+    for err in &errors {
+        assert!(
+            matches!(err, JournalError::Storage { persistence_id: Some(_), message } if message.contains("full")),
+            "{err:?}"
+        );
+    }
+    journal.close().await;
+    assert_exactly(&path, &acked).await;
+}
+
+/// Makes files immutable (`chattr +i`: not even root may write them) until dropped.
+struct Immutable(Vec<PathBuf>);
+
+impl Immutable {
+    fn new(paths: &[&Path]) -> Self {
+        for path in paths {
+            let status = Command::new("chattr").arg("+i").arg(path).status();
+            assert!(
+                matches!(status, Ok(status) if status.success()),
+                "cannot make {} read-only (chattr +i): {status:?}",
+                path.display()
+            );
+            assert!(
+                std::fs::OpenOptions::new().append(true).open(path).is_err(),
+                "{} is still writable",
+                path.display()
+            );
+        }
+        Self(paths.iter().map(|path| path.to_path_buf()).collect())
+    }
+}
+
+impl Drop for Immutable {
+    fn drop(&mut self) {
+        for path in &self.0 {
+            let _ = Command::new("chattr").arg("-i").arg(path).status();
+        }
+    }
+}
+
+#[tokio::test]
+async fn a_read_only_file_is_refused_at_open_and_left_alone() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("journal.db");
+    let journal = SqliteJournal::open(&path).await.unwrap();
+    let (acked, _) = append_until(&journal, 2, |i, _| i == 10).await;
+    journal.close().await;
+    let before = std::fs::read(&path).unwrap();
+    {
+        let _read_only = Immutable::new(&[&path]);
+        let result = SqliteJournal::open(&path).await;
+        assert!(
+            matches!(&result, Err(JournalError::Storage { persistence_id: None, message }) if message.contains("read-only")),
+            "{:?}",
+            result.err()
+        );
+    }
+    assert_eq!(std::fs::read(&path).unwrap(), before);
+    assert_exactly(&path, &acked).await;
+}
+
+#[tokio::test]
+async fn a_write_ahead_log_turning_read_only_fails_appends_and_loses_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("journal.db");
+    let journal = SqliteJournal::open(&path).await.unwrap();
+    let (mut acked, errors) = append_until(&journal, 3, |i, _| i == 30).await;
+    assert!(errors.is_empty());
+    let mut wal = path.as_os_str().to_owned();
+    wal.push("-wal");
+    let wal = PathBuf::from(wal);
+    {
+        let _read_only = Immutable::new(&[&wal]);
+        for (s, &count) in acked.iter().enumerate() {
+            let seq = count + 1;
+            let result = journal
+                .append(&stream(s), seq, vec![payload(s, seq, seq, seq)])
+                .await;
+            assert!(
+                matches!(&result, Err(JournalError::Storage { persistence_id: Some(id), .. }) if *id == stream(s)),
+                "stream {s}: {result:?}"
+            );
+        }
+        // Reads still work from what was committed.
+        assert_eq!(journal.highest_seq(&stream(0)).await, Ok(acked[0]));
+    }
+    // Writable again: the journal goes on where the stored events end.
+    for (s, count) in acked.iter_mut().enumerate() {
+        let seq = *count + 1;
+        journal
+            .append(&stream(s), seq, vec![payload(s, seq, seq, seq)])
+            .await
+            .unwrap();
+        *count = seq;
+    }
+    journal.close().await;
+    assert_exactly(&path, &acked).await;
+}

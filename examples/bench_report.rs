@@ -19,10 +19,13 @@ use actix::System;
 
 #[path = "../benches/support/mod.rs"]
 mod support;
+#[path = "support/thousands.rs"]
+mod thousands;
 
 use support::{
     HandlerKind, Placement, PlainRig, ReliableRig, Route, Site, PIPELINE_DEPTH, WINDOWS,
 };
+use thousands::thousands;
 
 /// A throughput case.
 #[derive(Clone, Copy)]
@@ -286,17 +289,4 @@ fn percentiles(mut latencies: Vec<Duration>) -> (Duration, Duration) {
 
 fn micros(d: Duration) -> f64 {
     d.as_secs_f64() * 1e6
-}
-
-/// `1234567.8` → `1,234,568`.
-fn thousands(x: f64) -> String {
-    let digits = format!("{:.0}", x);
-    let mut out = String::new();
-    for (i, c) in digits.chars().enumerate() {
-        if i > 0 && (digits.len() - i) % 3 == 0 {
-            out.push(',');
-        }
-        out.push(c);
-    }
-    out
 }

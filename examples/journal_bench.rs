@@ -19,6 +19,10 @@ use futures_util::FutureExt;
 
 #[path = "support/counting_alloc.rs"]
 mod counting_alloc;
+#[path = "support/thousands.rs"]
+mod thousands;
+
+use thousands::thousands;
 
 const EVENT_BYTES: usize = 200;
 
@@ -137,18 +141,6 @@ fn median(values: impl Iterator<Item = f64>) -> f64 {
     let mut values: Vec<f64> = values.collect();
     values.sort_by(f64::total_cmp);
     values[values.len() / 2]
-}
-
-fn thousands(value: f64) -> String {
-    let digits = format!("{:.0}", value);
-    let mut out = String::new();
-    for (i, c) in digits.chars().enumerate() {
-        if i > 0 && (digits.len() - i) % 3 == 0 {
-            out.push(',');
-        }
-        out.push(c);
-    }
-    out
 }
 
 fn print_table(cases: &[Case], results: &[Vec<Measured>], seconds: f64, runs: usize) {

@@ -165,6 +165,18 @@
 //! `1..=2^53-1`, a producer id that is empty or longer than 256 bytes, or a `window_start`
 //! outside `1..=seq`. A limit the sender could raise would be no limit.
 //!
+//! # Persistence: the journal
+//!
+//! Everything this crate stores goes through one [`journal::Journal`]: streams of events,
+//! each named by a [`journal::PersistenceId`] and numbered 1, 2, 3, … without gaps, plus one
+//! current snapshot per stream. An append resolves `Ok` only once its batch is committed, and
+//! only if it continues the stream exactly: a second writer of the same stream gets
+//! [`journal::JournalError::Conflict`] and writes nothing, so duplicates and split brains are
+//! harmless. [`journal::SqliteJournal`] is the embedded durable default (one SQLite file, WAL,
+//! `synchronous=FULL`, group commit: many appends from many streams per fsync);
+//! [`journal::MemoryJournal`] has the same semantics in memory, with fault injection for
+//! tests. Payloads are bytes; [`codec`] turns typed values into them.
+//!
 //! # The protocol core
 //!
 //! The rules live in [`protocol`], pure state machines with no Actix or Tokio in them (time is

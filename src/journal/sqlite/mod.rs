@@ -27,7 +27,7 @@ const HIGHEST_SQL: &str = "SELECT max(\
      coalesce((SELECT max(seq_nr) FROM event_journal WHERE persistence_id = ?1), 0), \
      coalesce((SELECT deleted_to FROM stream_metadata WHERE persistence_id = ?1), 0))";
 
-/// The embedded durable [`Journal`]: one SQLite file (plus its `-wal` and `-shm`
+/// The embedded durable [`Journal`]: one SQLite file (plus its `-wal`, `-shm` and `-lock`
 /// companions) in WAL mode with `synchronous=FULL`, so a commit is on disk when it returns.
 /// No server, no system library (SQLite is compiled in).
 ///
@@ -58,11 +58,17 @@ const HIGHEST_SQL: &str = "SELECT max(\
 /// writes. No operation blocks the caller's thread, so the futures can be awaited on an Actix
 /// arbiter.
 ///
-/// **Closing.** Clones share one journal. When the last handle is dropped (or
-/// [`close`](Self::close)d), the threads finish the writes already queued, reply to each, and
-/// close the file. Several processes may open one file: the fence holds across them (the
-/// check and the insert happen inside one write transaction), and they take turns on
-/// SQLite's write lock.
+/// **Recent events** go into an unindexed table first and move on into `event_journal` in
+/// bulk (every `buffer_events` events, and on open and close): a commit that touches many
+/// streams then writes a page or two instead of an index page per stream. Replays and
+/// highest seqs see both tables as one.
+///
+/// **One journal per file.** The writer keeps the highest seq of recently written streams in
+/// memory, so a file is open in one `SqliteJournal` at a time, across processes: opening it
+/// again while it is open (or before [`close`](Self::close) has returned) fails with a
+/// [`JournalError::Storage`] error. Clones share one journal. When the last handle is dropped
+/// (or closed), the threads finish the writes already queued, reply to each, and close the
+/// file. Applications whose nodes share a journal need a server database.
 #[derive(Clone)]
 pub struct SqliteJournal {
     shared: Arc<Shared>,

@@ -649,8 +649,36 @@ async fn sqlite_large_appends_go_straight_to_event_journal() {
         .append(&a, 41, vec![payload("a", 41)])
         .await
         .unwrap();
+
+    // A stream written in large appends only is fenced and read through the index.
+    let b = fresh_id("large-only");
+    let large = |from: u64| {
+        (from..from + 40)
+            .map(|s| payload("b", s))
+            .collect::<Vec<_>>()
+    };
+    journal.append(&b, 1, large(1)).await.unwrap();
+    journal.append(&b, 41, large(41)).await.unwrap();
+    assert_eq!(
+        journal.append(&b, 41, large(41)).await,
+        Err(JournalError::Conflict {
+            persistence_id: b.clone(),
+            first_seq: 41,
+            highest_seq: 80
+        })
+    );
+    assert_eq!(journal.highest_seq(&b).await, Ok(80));
+    assert_eq!(journal.replay(&b, 1, 99, 99).await.unwrap().len(), 80);
+    journal
+        .append(&b, 81, vec![payload("b", 81)])
+        .await
+        .unwrap();
+    assert_eq!(journal.replay(&b, 79, 99, 99).await.unwrap().len(), 3);
     db.journal.close().await;
-    assert_eq!(rows(&path, "event_journal"), keyed(&a, 1..=41));
+    let mut all = keyed(&a, 1..=41);
+    all.extend(keyed(&b, 1..=81));
+    all.sort();
+    assert_eq!(rows(&path, "event_journal"), all);
     drop(db.dir);
 }
 

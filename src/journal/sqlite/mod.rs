@@ -125,22 +125,38 @@ impl SqliteJournal {
             move || writer::run(&path, &options, write_queue, buffered, counters, opened)
         })?);
         // The writer creates the schema; readers open only after it is done.
-        writer_ready.await.unwrap_or(Err(JournalError::Closed))?;
+        if let Err(err) = writer_ready.await.unwrap_or(Err(JournalError::Closed)) {
+            for thread in threads {
+                let _ = thread.await; // the writer has let go of the file
+            }
+            return Err(err);
+        }
 
         let (reads, read_queue) = mpsc::channel(options.queue_capacity);
         let read_queue: reader::SharedQueue = Arc::new(Mutex::new(read_queue));
-        let mut readers_ready = Vec::with_capacity(options.readers);
-        for _ in 0..options.readers {
-            let (opened, ready) = oneshot::channel();
-            readers_ready.push(ready);
-            threads.push(spawn("actix-delivery-journal-reader", {
-                let (path, queue, buffered) = (path.clone(), read_queue.clone(), buffered.clone());
-                let busy_timeout = options.busy_timeout;
-                move || reader::run(&path, busy_timeout, queue, buffered, opened)
-            })?);
-        }
-        for ready in readers_ready {
-            ready.await.unwrap_or(Err(JournalError::Closed))?;
+        let readers = async {
+            let mut readers_ready = Vec::with_capacity(options.readers);
+            for _ in 0..options.readers {
+                let (opened, ready) = oneshot::channel();
+                readers_ready.push(ready);
+                threads.push(spawn("actix-delivery-journal-reader", {
+                    let (path, queue) = (path.clone(), read_queue.clone());
+                    let (buffered, busy_timeout) = (buffered.clone(), options.busy_timeout);
+                    move || reader::run(&path, busy_timeout, queue, buffered, opened)
+                })?);
+            }
+            for ready in readers_ready {
+                ready.await.unwrap_or(Err(JournalError::Closed))?;
+            }
+            Ok(())
+        };
+        if let Err(err) = readers.await {
+            // Let the writer release the file before reporting, so a retry can open it.
+            drop((writes, reads, read_queue));
+            for thread in threads {
+                let _ = thread.await;
+            }
+            return Err(err);
         }
 
         // Validated: fits a u32.

@@ -14,9 +14,9 @@
 //! rest of an append. Once the buffer holds `buffer_events` events or [`FOLD_BYTES`] bytes,
 //! one transaction moves it into `event_journal` (a fold), writing each touched index page
 //! once for all the events it receives. Appends of [`DIRECT_EVENTS`] or more events go
-//! straight to `event_journal`. The writer keeps the highest seq of every stream written
-//! since the last fold in memory, for the fence and for the readers, which look into the
-//! buffer only for those streams.
+//! straight to `event_journal`. The writer keeps the highest seq of every stream with events
+//! in the buffer in memory, for the fence and for the readers, which look into the buffer
+//! only for those streams.
 
 use std::collections::HashMap;
 use std::path::Path;
@@ -41,8 +41,8 @@ const LINGER_FIRST: Duration = Duration::from_micros(50);
 /// … and for each next one.
 const LINGER_GAP: Duration = Duration::from_micros(10);
 
-/// The highest seq of every stream appended to since the last fold, as committed: all
-/// streams with events in `event_buffer`, and maybe some more. Shared with the readers;
+/// The highest seq of every stream with events in `event_buffer`, as committed (and of a
+/// few more: deletion does not remove entries). Shared with the readers;
 /// updated after each commit (so an acknowledged append is always in it) and emptied after
 /// each fold commits (so a stream missing from it has no buffered events).
 pub(super) type Buffered = Arc<Mutex<HashMap<PersistenceId, u64>>>;
@@ -316,15 +316,23 @@ fn begin(conn: &Connection) -> rusqlite::Result<()> {
     conn.execute_batch("BEGIN IMMEDIATE")
 }
 
+/// A stream appended to by the transaction being built.
+struct Appended {
+    highest: u64,
+    /// Whether some of its events went into the buffer.
+    buffered: bool,
+}
+
 impl Writer<'_> {
     /// The stream's highest seq, as this transaction sees it: from the group's own appends,
     /// then the buffer, then the indexed table.
     fn highest(
         &mut self,
-        group: &HashMap<PersistenceId, u64>,
+        group: &HashMap<PersistenceId, Appended>,
         id: &PersistenceId,
     ) -> rusqlite::Result<Result<u64, JournalError>> {
-        if let Some(&seq) = group.get(id).or_else(|| self.buffered.get(id)) {
+        let known = group.get(id).map(|appended| appended.highest);
+        if let Some(seq) = known.or_else(|| self.buffered.get(id).copied()) {
             return Ok(Ok(seq));
         }
         let raw: i64 = self
@@ -339,7 +347,7 @@ impl Writer<'_> {
     /// refuses this write alone, which then has written nothing.
     fn apply(
         &mut self,
-        group: &mut HashMap<PersistenceId, u64>,
+        group: &mut HashMap<PersistenceId, Appended>,
         request: &WriteRequest,
         now: i64,
     ) -> rusqlite::Result<Result<(), JournalError>> {
@@ -357,22 +365,30 @@ impl Writer<'_> {
                 if let Err(conflict) = check_fence(id, *first_seq, highest) {
                     return Ok(Err(conflict));
                 }
-                let insert = if payloads.len() >= DIRECT_EVENTS {
-                    &mut statements.insert
-                } else {
+                let buffered = payloads.len() < DIRECT_EVENTS;
+                let insert = if buffered {
                     &mut statements.buffer
+                } else {
+                    &mut statements.insert
                 };
                 // check_append bounded every seq by MAX_SEQ, so they fit an i64.
                 for (seq, payload) in (*first_seq as i64..).zip(payloads) {
                     insert.execute(params![id.as_str(), seq, payload, now])?;
                 }
-                group.insert(id.clone(), first_seq + payloads.len() as u64 - 1);
+                let appended = group.entry(id.clone()).or_insert(Appended {
+                    highest: 0,
+                    buffered: false,
+                });
+                appended.highest = first_seq + payloads.len() as u64 - 1;
+                appended.buffered |= buffered;
             }
             WriteOp::DeleteTo { to_seq } => {
                 let to = (*to_seq).min(highest) as i64;
                 if to > 0 {
                     statements.delete.execute(params![id.as_str(), to])?;
-                    if group.contains_key(id) || self.buffered.contains_key(id) {
+                    if group.get(id).is_some_and(|appended| appended.buffered)
+                        || self.buffered.contains_key(id)
+                    {
                         statements
                             .delete_buffered
                             .execute(params![id.as_str(), to])?;
@@ -424,12 +440,18 @@ impl Writer<'_> {
             }
         };
         // Committed: the buffer's new events become visible to the readers before any
-        // caller hears of them.
+        // caller hears of them. A stream written only to event_journal needs no entry (the
+        // index answers for it), so the map stays as small as the buffer.
+        let buffered: Vec<(PersistenceId, u64)> = appended
+            .into_iter()
+            .filter(|(id, appended)| appended.buffered || self.buffered.contains_key(id))
+            .map(|(id, appended)| (id, appended.highest))
+            .collect();
         self.shared
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
-            .extend(appended.iter().map(|(id, &seq)| (id.clone(), seq)));
-        self.buffered.extend(appended);
+            .extend(buffered.iter().cloned());
+        self.buffered.extend(buffered);
         Counters::add(&self.counters.transactions, 1);
         for (request, result) in group.into_iter().zip(results) {
             match (&request.op, &result) {

@@ -105,7 +105,8 @@ impl SqliteJournal {
     /// [`JournalError::Schema`] for a file with a newer schema, another application's
     /// database or not a database at all (the file is left untouched);
     /// [`JournalError::Storage`] if the file cannot be opened for writing (missing
-    /// directory, read-only file, I/O error) or a thread cannot be started;
+    /// directory, read-only file, I/O error), is open in another journal (this process or
+    /// another), or a thread cannot be started;
     /// [`JournalError::InvalidArgument`] for an option of 0.
     pub async fn open_with(
         path: impl AsRef<Path>,

@@ -158,7 +158,7 @@ async fn block_writer<'a>(db: &'a Sqlite) -> (WriteLock, JournalFuture<'a, ()>) 
     })
     .await;
     // The writer drains the queue before its BEGIN; give it time to reach the lock.
-    tokio::time::sleep(Duration::from_millis(20)).await;
+    tokio::time::sleep(Duration::from_millis(50)).await;
     (lock, first)
 }
 

@@ -66,10 +66,9 @@ impl Confirmation {
         self.fire(result);
     }
 
-    /// Delivers the outcome; returns whether the message held a permit of room, which the
-    /// caller gives back (in bulk: one semaphore operation per flush, not one per message).
-    pub(crate) fn settle_returning_room(mut self, result: Result<(), DeliveryError>) -> bool {
-        self.fire(result);
+    /// Whether the message holds a permit of room, which the producer gives back (in bulk:
+    /// one semaphore operation per flush, not one per message) before settling it.
+    pub(crate) fn holds_room(&self) -> bool {
         self.holds_room
     }
 
@@ -148,11 +147,9 @@ mod tests {
     }
 
     #[test]
-    fn settling_reports_whether_room_was_held() {
-        assert!(Confirmation::none()
-            .holding_room()
-            .settle_returning_room(Ok(())));
-        assert!(!Confirmation::none().settle_returning_room(Ok(())));
+    fn a_confirmation_knows_whether_it_holds_room() {
+        assert!(Confirmation::none().holding_room().holds_room());
+        assert!(!Confirmation::none().holds_room());
     }
 
     #[test]

@@ -13,8 +13,9 @@ use crate::message::{
     ConsumerRef, Deliveries, Delivery, GetConsumerStats, GetOutOfOrder, ReplyTo, StopConsumer,
 };
 use crate::options::ConsumerOptions;
-use crate::protocol::consumer::{ConsumerCore, ConsumerStats, HandlerOutcome, Step};
+use crate::protocol::consumer::{Completion, ConsumerCore, ConsumerStats, HandlerOutcome, Step};
 use crate::protocol::envelope::{Ack, DeadLetterReason, Header, ProducerId};
+use crate::stop_signal::{StopSignal, SubscribeStopped};
 
 /// The receiving side of reliable delivery: admits each [`Delivery`], suppresses duplicates
 /// per producer, runs the handler for each new message (one at a time), and ACKs a message only
@@ -25,7 +26,10 @@ use crate::protocol::envelope::{Ack, DeadLetterReason, Header, ProducerId};
 /// gets no ACK (the producer retransmits) and leaves the consumer running.
 ///
 /// Usually started through [`ReliableDelivery::consumer`](crate::ReliableDelivery::consumer).
-/// Stopping (or restarting under a `Supervisor`) drops all dedup state.
+/// Stopping (or restarting under a `Supervisor`) drops all dedup state. [`StopConsumer`] stops
+/// it for good, supervised or not: a supervised consumer stays as an inert actor that drops
+/// every delivery (Actix restarts supervised actors while an address exists) until its last
+/// address is dropped.
 pub struct ConsumerController<T: Send + 'static> {
     core: ConsumerCore<T, ReplyTo>,
     handler: DeliveryHandler<T>,
@@ -39,6 +43,8 @@ pub struct ConsumerController<T: Send + 'static> {
     /// The after-drain future is spawned (it ends when no address is left; a `WeakAddr` can
     /// still deliver afterwards, and then it is spawned again).
     after_drain_spawned: bool,
+    /// Stopped for good ([`StopConsumer`]); a supervised restart leaves it inert.
+    stop: StopSignal,
 }
 
 /// ACK buffer capacity kept between drains (a burst may grow it; it shrinks back to this).
@@ -56,6 +62,7 @@ impl<T: Send + 'static> ConsumerController<T> {
             acks: Vec::new(),
             handler_pending: false,
             after_drain_spawned: false,
+            stop: StopSignal::default(),
         }
     }
 
@@ -137,10 +144,7 @@ impl<T: Send + 'static> ConsumerController<T> {
         while let Poll::Ready(outcome) = poll {
             let now = *now.get_or_insert_with(alarm::now);
             let completion = self.core.handle_outcome(&outcome, now);
-            if let Some(ack) = completion.ack {
-                self.acks.push(ack);
-            }
-            let Some(body) = completion.next else {
+            let Some(body) = self.carry_out(completion) else {
                 return Poll::Ready(());
             };
             poll = self.start(body, cx);
@@ -148,22 +152,42 @@ impl<T: Send + 'static> ConsumerController<T> {
         Poll::Pending
     }
 
+    /// Queues a completion's ACK; returns the body of the message to run next.
+    fn carry_out(&mut self, completion: Completion<T, ReplyTo>) -> Option<T> {
+        if let Some(ack) = completion.ack {
+            self.acks.push(ack);
+        }
+        completion.next
+    }
+
     fn dead_letter(&self, reason: DeadLetterReason, header: Header) {
         if let Some(sink) = &self.dead_letters {
             sink.do_send(DeadLetter {
                 reason,
                 producer_id: header.producer_id,
-                incarnation: header.incarnation,
+                incarnation: header.incarnation.id(),
                 seq: header.seq,
             });
         }
     }
 
-    fn arm_sweep(&mut self, ctx: &mut Context<Self>) {
+    /// Arms the timer for the idle sweep and the running handler's `handler_timeout`.
+    fn arm_timer(&mut self, ctx: &mut Context<Self>) {
         self.alarm.arm(self.core.next_deadline(), ctx, |act, ctx| {
             act.alarm.fired();
-            act.core.handle_timeout(alarm::now());
-            act.arm_sweep(ctx);
+            let now = alarm::now();
+            if let Some(completion) = act.core.handle_timeout(now) {
+                // The run was abandoned: drop its future and run the next message. Re-arming
+                // below adds a timer for that run's deadline, which makes Actix poll the
+                // context's futures again, `after_drain` among them: it drives a next handler
+                // that was not ready at once.
+                act.handler.abandon();
+                act.handler_pending = false;
+                if let Some(body) = act.carry_out(completion) {
+                    act.run(body, now);
+                }
+            }
+            act.arm_timer(ctx);
         });
     }
 }
@@ -176,7 +200,9 @@ impl<T: Send + 'static> Actor for ConsumerController<T> {
 
     fn started(&mut self, ctx: &mut Context<Self>) {
         self.after_drain_spawned = false; // a restart dropped it
-        self.ensure_after_drain(ctx);
+        if !self.stop.is_final() {
+            self.ensure_after_drain(ctx);
+        }
     }
 
     fn stopped(&mut self, _: &mut Context<Self>) {
@@ -184,6 +210,7 @@ impl<T: Send + 'static> Actor for ConsumerController<T> {
         self.flush_acks();
         self.core.clear();
         self.handler.abandon();
+        self.stop.announce_if_final();
     }
 }
 
@@ -201,9 +228,12 @@ impl<T: Send + 'static> Handler<Delivery<T>> for ConsumerController<T> {
     type Result = ();
 
     fn handle(&mut self, delivery: Delivery<T>, ctx: &mut Context<Self>) {
+        if self.stop.is_final() {
+            return;
+        }
         self.ensure_after_drain(ctx);
         self.receive(delivery, alarm::now());
-        self.arm_sweep(ctx);
+        self.arm_timer(ctx);
     }
 }
 
@@ -211,12 +241,15 @@ impl<T: Send + 'static> Handler<Deliveries<T>> for ConsumerController<T> {
     type Result = ();
 
     fn handle(&mut self, Deliveries(deliveries): Deliveries<T>, ctx: &mut Context<Self>) {
+        if self.stop.is_final() {
+            return;
+        }
         self.ensure_after_drain(ctx);
         let now = alarm::now();
         for delivery in deliveries {
             self.receive(delivery, now);
         }
-        self.arm_sweep(ctx);
+        self.arm_timer(ctx);
     }
 }
 
@@ -240,7 +273,17 @@ impl<T: Send + 'static> Handler<StopConsumer> for ConsumerController<T> {
     type Result = ();
 
     fn handle(&mut self, _: StopConsumer, ctx: &mut Context<Self>) {
-        ctx.stop();
+        if self.stop.make_final() {
+            ctx.stop();
+        }
+    }
+}
+
+impl<T: Send + 'static> Handler<SubscribeStopped> for ConsumerController<T> {
+    type Result = MessageResult<SubscribeStopped>;
+
+    fn handle(&mut self, _: SubscribeStopped, _: &mut Context<Self>) -> Self::Result {
+        MessageResult(self.stop.subscribe())
     }
 }
 
@@ -309,9 +352,15 @@ impl<T: Send + 'static> ConsumerHandle<T> {
         self.addr.send(GetOutOfOrder(id.into())).await
     }
 
-    /// Stops the consumer; its dedup state is dropped.
+    /// Stops the consumer for good (supervised or not); its dedup state is dropped.
     pub fn stop(&self) {
         self.addr.do_send(StopConsumer);
+    }
+
+    /// Resolves once the consumer has stopped for good (after [`stop`](Self::stop)): its last
+    /// ACKs are sent and its state is dropped.
+    pub fn stopped(&self) -> impl std::future::Future<Output = ()> + 'static {
+        crate::stop_signal::wait_stopped(self.addr.send(SubscribeStopped))
     }
 }
 

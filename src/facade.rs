@@ -1,6 +1,6 @@
 //! `ReliableDelivery`: spawn a producer or a consumer in one call.
 
-use actix::{Actor, ArbiterHandle};
+use actix::{Actor, ArbiterHandle, Supervisor};
 
 use crate::consumer::{ConsumerController, ConsumerHandle};
 use crate::options::{ConsumerOptions, ProducerOptions};
@@ -32,6 +32,14 @@ impl ReliableDelivery {
         ConsumerHandle::new(ConsumerController::new(options).start())
     }
 
+    /// Starts a consumer under an Actix `Supervisor` on the current arbiter.
+    /// [`ConsumerHandle::stop`] still stops it for good.
+    pub fn supervised_consumer<T: Send + 'static>(
+        options: ConsumerOptions<T>,
+    ) -> ConsumerHandle<T> {
+        ConsumerHandle::new(Supervisor::start(move |_| ConsumerController::new(options)))
+    }
+
     /// Starts a consumer on another arbiter (thread). The options are built there, by
     /// `options`, because a handler's future need not be `Send`.
     pub fn consumer_in<T, F>(arbiter: &ArbiterHandle, options: F) -> ConsumerHandle<T>
@@ -48,6 +56,14 @@ impl ReliableDelivery {
     /// Starts a producer on the current arbiter.
     pub fn producer<T: Clone + Send + 'static>(options: ProducerOptions<T>) -> ProducerHandle<T> {
         ProducerHandle::start(ProducerController::new(options))
+    }
+
+    /// Starts a producer under an Actix `Supervisor` on the current arbiter (see
+    /// [`ProducerHandle::start_supervised`]).
+    pub fn supervised_producer<T: Clone + Send + 'static>(
+        options: ProducerOptions<T>,
+    ) -> ProducerHandle<T> {
+        ProducerHandle::start_supervised(ProducerController::new(options))
     }
 
     /// Starts a producer on another arbiter (thread).

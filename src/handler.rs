@@ -9,7 +9,7 @@ use std::task::{Context, Poll};
 use actix::{Message, Recipient};
 
 use crate::protocol::consumer::HandlerOutcome;
-use crate::protocol::envelope::DeliveryInfo;
+use crate::protocol::envelope::{DeliveryInfo, Header, Incarnation, IncarnationId};
 
 /// What a consumer runs for each new message: a closure returning a future of
 /// `Result<(), E>`, or an existing actor's `Recipient`.
@@ -41,24 +41,38 @@ impl<T: 'static> DeliveryHandler<T> {
         Fut: Future<Output = Result<(), E>> + 'static,
         E: Display + 'static,
     {
-        Self::from_slot(move |_: &DeliveryInfo, body| handler(body))
+        Self::from_slot(move |_: &Header, body| handler(body))
     }
 
-    /// A handler that also receives the message's [`DeliveryInfo`] (producer id, incarnation,
-    /// seq): what an effectively-once handler stores with its business state to recognise a
-    /// re-run.
+    /// A handler that also receives the message's [`DeliveryInfo`] (producer id, the public id
+    /// of its incarnation, seq, window start): what an effectively-once handler stores with
+    /// its business state to recognise a re-run.
     pub fn from_fn_with_info<F, Fut, E>(mut handler: F) -> Self
     where
         F: FnMut(DeliveryInfo, T) -> Fut + 'static,
         Fut: Future<Output = Result<(), E>> + 'static,
         E: Display + 'static,
     {
-        Self::from_slot(move |info: &DeliveryInfo, body| handler(info.clone(), body))
+        // The public id is a digest: computed once per run of messages from one incarnation.
+        let mut last: Option<(Incarnation, IncarnationId)> = None;
+        Self::from_slot(move |header: &Header, body| {
+            let incarnation = match last {
+                Some((token, id)) if token == header.incarnation => id,
+                _ => last.insert((header.incarnation, header.incarnation.id())).1,
+            };
+            let info = DeliveryInfo {
+                producer_id: header.producer_id.clone(),
+                incarnation,
+                seq: header.seq,
+                window_start: header.window_start,
+            };
+            handler(info, body)
+        })
     }
 
     fn from_slot<F, Fut, E>(handler: F) -> Self
     where
-        F: FnMut(&DeliveryInfo, T) -> Fut + 'static,
+        F: FnMut(&Header, T) -> Fut + 'static,
         Fut: Future<Output = Result<(), E>> + 'static,
         E: Display + 'static,
     {
@@ -90,7 +104,7 @@ impl<T: 'static> DeliveryHandler<T> {
     /// Starts the handler for a message and polls it once.
     pub(crate) fn start(
         &mut self,
-        info: &DeliveryInfo,
+        info: &Header,
         body: T,
         cx: &mut Context<'_>,
     ) -> Poll<HandlerOutcome> {
@@ -115,8 +129,7 @@ impl<T> std::fmt::Debug for DeliveryHandler<T> {
 }
 
 trait Slot<T> {
-    fn start(&mut self, info: &DeliveryInfo, body: T, cx: &mut Context<'_>)
-        -> Poll<HandlerOutcome>;
+    fn start(&mut self, info: &Header, body: T, cx: &mut Context<'_>) -> Poll<HandlerOutcome>;
     fn resume(&mut self, cx: &mut Context<'_>) -> Poll<HandlerOutcome>;
     fn abandon(&mut self);
 }
@@ -129,16 +142,11 @@ struct FnSlot<F, Fut> {
 
 impl<T, F, Fut, E> Slot<T> for FnSlot<F, Fut>
 where
-    F: FnMut(&DeliveryInfo, T) -> Fut,
+    F: FnMut(&Header, T) -> Fut,
     Fut: Future<Output = Result<(), E>>,
     E: Display,
 {
-    fn start(
-        &mut self,
-        info: &DeliveryInfo,
-        body: T,
-        cx: &mut Context<'_>,
-    ) -> Poll<HandlerOutcome> {
+    fn start(&mut self, info: &Header, body: T, cx: &mut Context<'_>) -> Poll<HandlerOutcome> {
         match catch_unwind(AssertUnwindSafe(|| (self.handler)(info, body))) {
             Ok(future) => self.running.set(Some(future)),
             Err(panic) => return Poll::Ready(HandlerOutcome::Panicked(panic_message(&*panic))),

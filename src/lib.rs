@@ -187,6 +187,7 @@ pub mod message;
 mod options;
 mod producer;
 pub mod protocol;
+mod stop_signal;
 
 pub use config::{Backoff, ConsumerConfig, Limit, ProducerConfig};
 pub use confirmation::Confirmation;
@@ -195,11 +196,17 @@ pub use dead_letter::DeadLetter;
 pub use error::{DeliveryError, OptionsError, TellError};
 pub use facade::ReliableDelivery;
 pub use handler::DeliveryHandler;
-pub use message::{Acks, ConsumerRef, Deliveries, Delivery, ReplyTo, Tell};
+pub use message::{
+    Acks, ConsumerRef, Deliveries, Delivery, GetConsumerStats, GetOutOfOrder, GetProducerStats,
+    ReplyTo, StopConsumer, StopProducer, Tell,
+};
 pub use options::{
     ConsumerOptions, ConsumerOptionsBuilder, ProducerOptions, ProducerOptionsBuilder,
 };
 pub use producer::{ProducerController, ProducerHandle};
 pub use protocol::consumer::ConsumerStats;
-pub use protocol::envelope::{Ack, DeadLetterReason, DeliveryInfo, Incarnation, ProducerId};
+pub use protocol::envelope::{
+    Ack, DeadLetterReason, DeliveryInfo, Incarnation, IncarnationId, ProducerId, MAX_ID_BYTES,
+    MAX_SEQ,
+};
 pub use protocol::producer::ProducerStats;

@@ -6,6 +6,7 @@ use std::sync::Arc;
 use std::task::Poll;
 
 use actix::prelude::*;
+use tokio::sync::oneshot;
 
 use crate::after_drain::after_each_drain;
 use crate::alarm::{now, Alarm};
@@ -16,6 +17,7 @@ use crate::message::{Acks, ConsumerRef, Delivery, GetProducerStats, ReplyTo, Sto
 use crate::options::ProducerOptions;
 use crate::protocol::envelope::{Ack, Incarnation, ProducerId};
 use crate::protocol::producer::{ProducerCore, ProducerStats};
+use crate::stop_signal::{StopSignal, SubscribeStopped};
 
 /// The sending side of reliable delivery: numbers messages, keeps at most `window_size` of them
 /// in flight to the consumer, queues the rest (up to `max_pending`), retransmits each until
@@ -28,7 +30,9 @@ use crate::protocol::producer::{ProducerCore, ProducerStats};
 ///
 /// Every start and every restart (under a `Supervisor`) draws a fresh 128-bit incarnation from
 /// the OS CSPRNG and numbers messages from 1 again; messages not yet confirmed when it stops or
-/// restarts are settled with [`DeliveryError::ProducerStopped`].
+/// restarts are settled with [`DeliveryError::ProducerStopped`]. [`StopProducer`] stops it for
+/// good, supervised or not: a supervised producer then stays as an inert actor that refuses
+/// every message (Actix restarts supervised actors while an address exists).
 pub struct ProducerController<T: Clone + Send + 'static> {
     core: ProducerCore<T, Confirmation>,
     consumer: ConsumerRef<T>,
@@ -40,7 +44,12 @@ pub struct ProducerController<T: Clone + Send + 'static> {
     inbox: Arc<Inbox<T>>,
     /// Buffer swapped with the inbox's queue and the core's (kept for its capacity).
     taken: VecDeque<(T, Confirmation)>,
+    /// Settled confirmations of one flush, fired after their room was given back.
+    settling: Vec<(Confirmation, Result<(), DeliveryError>)>,
     stop_when_idle: bool,
+    /// Waiting for the producer to hold nothing unsettled ([`ProducerHandle::idle`]).
+    idle_waiters: Vec<oneshot::Sender<()>>,
+    stop: StopSignal,
 }
 
 impl<T: Clone + Send + 'static> ProducerController<T> {
@@ -56,7 +65,10 @@ impl<T: Clone + Send + 'static> ProducerController<T> {
             dirty: false,
             inbox: Arc::new(Inbox::new(room)),
             taken: VecDeque::new(),
+            settling: Vec::new(),
             stop_when_idle: false,
+            idle_waiters: Vec::new(),
+            stop: StopSignal::default(),
         }
     }
 
@@ -70,13 +82,20 @@ impl<T: Clone + Send + 'static> ProducerController<T> {
         if let Some(reply_to) = &self.reply_to {
             let (now, core) = (now(), &mut self.core);
             let deliveries = std::iter::from_fn(|| core.poll_transmit(now))
-                .map(|transmission| Delivery::new(transmission, reply_to.clone()));
+                .map(|transmission| Delivery::from_transmission(transmission, reply_to.clone()));
             self.consumer.do_send_all(deliveries);
         }
         self.settle_polled();
-        if self.stop_when_idle && self.core.is_idle() {
-            ctx.stop();
-            return;
+        if self.core.is_idle() {
+            if self.stop_when_idle {
+                ctx.stop();
+                return;
+            }
+            if !self.idle_waiters.is_empty() && self.inbox.is_empty() {
+                self.idle_waiters.drain(..).for_each(|waiter| {
+                    let _ = waiter.send(());
+                });
+            }
         }
         self.alarm.arm(self.core.next_deadline(), ctx, |act, ctx| {
             act.alarm.fired();
@@ -85,31 +104,39 @@ impl<T: Clone + Send + 'static> ProducerController<T> {
         });
     }
 
-    /// Confirms what the core settled and gives the room those messages held back.
+    /// Confirms what the core settled, giving back the room those messages held first (in
+    /// bulk), so that a confirmation callback can tell a follow-up message.
     fn settle_polled(&mut self) {
-        let mut room = 0;
-        while let Some((confirmation, result)) = self.core.poll_settled() {
-            room += usize::from(confirmation.settle_returning_room(result));
-        }
+        let core = &mut self.core;
+        self.settling
+            .extend(std::iter::from_fn(|| core.poll_settled()));
+        self.fire_settling();
+    }
+
+    fn fire_settling(&mut self) {
+        let room = self.settling.iter().filter(|(c, _)| c.holds_room()).count();
         self.inbox.release(room);
+        for (confirmation, result) in self.settling.drain(..) {
+            confirmation.settle(result);
+        }
     }
 
     /// Stops taking messages and settles everything unconfirmed (including what still waits
     /// in the inbox) with `ProducerStopped`.
     fn settle_all(&mut self) {
-        let mut room = 0;
-        for (_, confirmation) in self.inbox.close() {
-            room += usize::from(
-                confirmation.settle_returning_room(Err(DeliveryError::ProducerStopped)),
-            );
-        }
-        self.inbox.release(room);
+        let stopped = self
+            .inbox
+            .close()
+            .into_iter()
+            .map(|(_, confirmation)| (confirmation, Err(DeliveryError::ProducerStopped)));
+        self.settling.extend(stopped);
+        self.fire_settling();
         self.core.stop();
         self.settle_polled();
     }
 
-    /// Hands what handles left in the inbox to the core. Room was reserved for each message,
-    /// so the core has space (unless direct `Tell`s filled it: then `QueueFull`).
+    /// Hands what handles left in the inbox to the core. Room was reserved for each message
+    /// (handles and direct `Tell`s share it), so the core has space.
     fn take_inbox(&mut self) {
         self.inbox.take(&mut self.taken);
         self.core.handle_send_all(&mut self.taken);
@@ -124,6 +151,9 @@ impl<T: Clone + Send + 'static> Actor for ProducerController<T> {
     type Context = Context<Self>;
 
     fn started(&mut self, ctx: &mut Context<Self>) {
+        if self.stop.is_final() {
+            return; // inert: stopped for good under a Supervisor
+        }
         let addr = ctx.address();
         self.reply_to = Some(ReplyTo::batching(
             addr.clone().recipient(),
@@ -141,8 +171,11 @@ impl<T: Clone + Send + 'static> Actor for ProducerController<T> {
 
     fn stopped(&mut self, _: &mut Context<Self>) {
         self.settle_all();
+        // Everything is settled: idle waiters are answered by dropping their senders.
+        self.idle_waiters.clear();
         // Drop the self-reference so the actor can be freed.
         self.reply_to = None;
+        self.stop.announce_if_final();
     }
 }
 
@@ -157,6 +190,10 @@ impl<T: Clone + Send + 'static> Supervised for ProducerController<T> {
     fn restarting(&mut self, _: &mut Context<Self>) {
         self.settle_all();
         self.alarm = Alarm::default();
+        if self.stop.is_final() {
+            self.inbox.shut();
+            return;
+        }
         self.stop_when_idle = false;
         self.core.restart(Incarnation::random());
         self.inbox.reopen();
@@ -179,10 +216,24 @@ impl<T: Clone + Send + 'static> Handler<TakeInbox> for ProducerController<T> {
 impl<T: Clone + Send + 'static> Handler<Tell<T>> for ProducerController<T> {
     type Result = Result<(), TellError<T>>;
 
-    fn handle(&mut self, tell: Tell<T>, _: &mut Context<Self>) -> Self::Result {
-        let result = self.core.handle_send(tell.body, tell.confirm);
-        self.dirty = true;
-        result.map_err(TellError::QueueFull)
+    fn handle(&mut self, Tell { body, confirm }: Tell<T>, _: &mut Context<Self>) -> Self::Result {
+        // Direct tells take room like handles do, so `send` can wait for it in every case.
+        match self.inbox.try_reserve() {
+            Ok(()) => {
+                self.dirty = true;
+                self.core
+                    .handle_send(body, confirm.holding_room())
+                    .map_err(TellError::QueueFull)
+            }
+            Err(Refusal::Full) => {
+                confirm.settle(Err(DeliveryError::QueueFull));
+                Err(TellError::QueueFull(body))
+            }
+            Err(Refusal::Closed) => {
+                confirm.settle(Err(DeliveryError::ProducerStopped));
+                Err(TellError::Stopped(body))
+            }
+        }
     }
 }
 
@@ -214,7 +265,34 @@ impl<T: Clone + Send + 'static> Handler<StopProducer> for ProducerController<T> 
     type Result = ();
 
     fn handle(&mut self, _: StopProducer, ctx: &mut Context<Self>) {
-        ctx.stop();
+        if self.stop.make_final() {
+            ctx.stop();
+        }
+    }
+}
+
+impl<T: Clone + Send + 'static> Handler<SubscribeStopped> for ProducerController<T> {
+    type Result = MessageResult<SubscribeStopped>;
+
+    fn handle(&mut self, _: SubscribeStopped, _: &mut Context<Self>) -> Self::Result {
+        MessageResult(self.stop.subscribe())
+    }
+}
+
+/// Asks to be told when the producer holds nothing unsettled.
+#[derive(Message)]
+#[rtype(result = "()")]
+struct WhenIdle(oneshot::Sender<()>);
+
+impl<T: Clone + Send + 'static> Handler<WhenIdle> for ProducerController<T> {
+    type Result = ();
+
+    fn handle(&mut self, WhenIdle(waiter): WhenIdle, _: &mut Context<Self>) {
+        if !self.inbox.is_empty() {
+            self.take_inbox();
+        }
+        self.idle_waiters.push(waiter);
+        self.dirty = true; // the flush after this drain answers it if idle
     }
 }
 
@@ -278,6 +356,16 @@ impl<T: Clone + Send + 'static> ProducerHandle<T> {
         Self::from_parts(addr, inbox, producer_id)
     }
 
+    /// Starts `producer` under an Actix `Supervisor` on the current arbiter: if it stops for a
+    /// reason other than [`stop`](Self::stop), it restarts with a new incarnation (its
+    /// unconfirmed messages are settled with [`DeliveryError::ProducerStopped`]).
+    pub fn start_supervised(producer: ProducerController<T>) -> Self {
+        let inbox = producer.inbox.clone();
+        let producer_id = producer.producer_id().clone();
+        let addr = Supervisor::start(move |_| producer);
+        Self::from_parts(addr, inbox, producer_id)
+    }
+
     /// Starts a producer on another arbiter (thread) and returns its handle.
     pub fn start_in_arbiter(arbiter: &ArbiterHandle, producer: ProducerController<T>) -> Self {
         let inbox = producer.inbox.clone();
@@ -336,31 +424,58 @@ impl<T: Clone + Send + 'static> ProducerHandle<T> {
         }
     }
 
-    /// Sends a message and resolves when it is confirmed. Waits for room first when the
-    /// pending queue is full (backpressure).
+    /// Sends a message and resolves when it is confirmed.
+    ///
+    /// The message is queued when `send` is called, if there is room: `let f = p.send(x);
+    /// p.tell(y, …)` sends `x` first, whether or not `f` was polled yet. When the pending queue
+    /// is full, the returned future waits for room (backpressure) and queues the message when
+    /// it gets it; dropping the future before then drops the message.
     ///
     /// # Errors
     /// The [`DeliveryError`] that settled the message: the producer stopped, or gave the
     /// message up after `max_attempts` transmissions.
     pub fn send(&self, body: T) -> impl Future<Output = Result<(), DeliveryError>> + 'static {
-        let handle = self.clone();
+        let (confirm, outcome) = Confirmation::channel();
+        let waits_for_room = match self.shared.inbox.try_reserve() {
+            // A refused hand-over drops `confirm`, which settles `outcome` as stopped.
+            Ok(()) => {
+                let _ = self.hand_over(body, confirm);
+                None
+            }
+            Err(Refusal::Full) => Some((self.clone(), body, confirm)),
+            Err(Refusal::Closed) => None,
+        };
         async move {
-            let stopped = Err(DeliveryError::ProducerStopped);
-            if handle.shared.inbox.reserve().await.is_err() {
-                return stopped;
+            if let Some((handle, body, confirm)) = waits_for_room {
+                if handle.shared.inbox.reserve().await.is_ok() {
+                    let _ = handle.hand_over(body, confirm);
+                }
             }
-            let (confirm, outcome) = Confirmation::channel();
-            if handle.hand_over(body, confirm).is_err() {
-                return stopped;
-            }
-            outcome.await.unwrap_or(stopped)
+            outcome.await.unwrap_or(Err(DeliveryError::ProducerStopped))
         }
     }
 
-    /// Stops the producer now; every unconfirmed message is settled with
-    /// [`DeliveryError::ProducerStopped`].
+    /// Stops the producer now, for good (supervised or not); every unconfirmed message is
+    /// settled with [`DeliveryError::ProducerStopped`]. Await [`stopped`](Self::stopped) to
+    /// know when that happened.
     pub fn stop(&self) {
         self.shared.addr.do_send(StopProducer);
+    }
+
+    /// Resolves once the producer has stopped for good (after [`stop`](Self::stop)) and every
+    /// message it held is settled.
+    pub fn stopped(&self) -> impl Future<Output = ()> + 'static {
+        crate::stop_signal::wait_stopped(self.shared.addr.send(SubscribeStopped))
+    }
+
+    /// Resolves once the producer holds nothing unsettled: every message handed to it so far
+    /// is confirmed or failed (or it stopped). With continuous traffic this waits for a lull.
+    pub fn idle(&self) -> impl Future<Output = ()> + 'static {
+        let (waiter, idle) = oneshot::channel();
+        self.shared.addr.do_send(WhenIdle(waiter));
+        async move {
+            let _ = idle.await; // dropped unanswered: the producer stopped, all is settled
+        }
     }
 
     /// The producer's counters.

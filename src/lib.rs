@@ -213,6 +213,7 @@
 
 mod after_drain;
 mod alarm;
+pub mod codec;
 pub mod config;
 mod confirmation;
 mod consumer;
@@ -221,6 +222,7 @@ pub mod error;
 mod facade;
 mod handler;
 mod inbox;
+pub mod journal;
 pub mod message;
 mod options;
 mod producer;

@@ -1,0 +1,394 @@
+//! A journal in memory, with fault injection: for tests and examples.
+
+use std::collections::{HashMap, VecDeque};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+
+use tokio::sync::oneshot;
+
+use crate::journal::{
+    check_append, check_fence, check_snapshot, Journal, JournalError, JournalFuture, PersistenceId,
+    Snapshot, StoredEvent,
+};
+
+/// A [`Journal`] in memory, with the same semantics as the durable ones ("committed" means
+/// stored in this process). Clones share the store.
+///
+/// [`MemoryJournal::faults`] injects failures: fail the Nth append, hold commits until
+/// released, crash. [`MemoryJournal::stats`] counts appends and commits, so a test can see
+/// from above how a caller batches its writes.
+#[derive(Clone, Default)]
+pub struct MemoryJournal {
+    shared: Arc<Mutex<State>>,
+}
+
+/// Counters of a [`MemoryJournal`], from its creation.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct MemoryStats {
+    /// Non-empty appends received with valid arguments (committed, refused or failed).
+    pub appends: u64,
+    /// Commits: one per append, or one for all the appends a [`MemoryFaults::release`] let
+    /// through together.
+    pub commits: u64,
+    /// Events committed.
+    pub events: u64,
+}
+
+/// The fault hook of a [`MemoryJournal`] (from [`MemoryJournal::faults`]); acts on the store
+/// shared by all clones.
+#[derive(Clone)]
+pub struct MemoryFaults {
+    shared: Arc<Mutex<State>>,
+}
+
+#[derive(Default)]
+struct State {
+    streams: HashMap<PersistenceId, Stream>,
+    stats: MemoryStats,
+    /// Fail the append this many appends from now (1: the next one).
+    fail_in: Option<u64>,
+    holding: bool,
+    held: Vec<Held>,
+}
+
+/// Events `highest - events.len() + 1 ..= highest`, gapless (deletion removes from the front).
+#[derive(Default)]
+struct Stream {
+    events: VecDeque<Vec<u8>>,
+    highest: u64,
+    snapshot: Option<Snapshot>,
+}
+
+struct Held {
+    id: PersistenceId,
+    first_seq: u64,
+    payloads: Vec<Vec<u8>>,
+    reply: oneshot::Sender<Result<(), JournalError>>,
+}
+
+impl MemoryJournal {
+    /// An empty journal.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// The fault hook.
+    pub fn faults(&self) -> MemoryFaults {
+        MemoryFaults {
+            shared: self.shared.clone(),
+        }
+    }
+
+    /// The counters so far.
+    pub fn stats(&self) -> MemoryStats {
+        lock(&self.shared).stats
+    }
+}
+
+impl MemoryFaults {
+    /// Makes the `n`th append from now (1: the next one; 0 counts as 1) fail with a
+    /// [`JournalError::Storage`] error, writing nothing. Replaces an earlier setting.
+    pub fn fail_nth_append(&self, n: u64) {
+        lock(&self.shared).fail_in = Some(n.max(1));
+    }
+
+    /// From now on, appends wait instead of committing, until [`release`](Self::release)
+    /// or [`crash`](Self::crash). Needs no timer, so it works under `tokio::time::pause()`.
+    pub fn hold_commits(&self) {
+        lock(&self.shared).holding = true;
+    }
+
+    /// Commits the held appends, in arrival order, as one commit (each still fenced on its
+    /// own: a conflict rejects only that append), and stops holding.
+    pub fn release(&self) {
+        let mut state = lock(&self.shared);
+        state.holding = false;
+        let held = std::mem::take(&mut state.held);
+        if !held.is_empty() {
+            state.stats.commits += 1;
+        }
+        for Held {
+            id,
+            first_seq,
+            payloads,
+            reply,
+        } in held
+        {
+            let result = state.commit(&id, first_seq, payloads);
+            // The caller may have dropped its future; the append is committed regardless.
+            let _ = reply.send(result);
+        }
+    }
+
+    /// Simulates a crash and restart: every held (uncommitted) append fails with a
+    /// [`JournalError::Storage`] error and is gone, the committed state is what remains, and
+    /// all faults are cleared.
+    pub fn crash(&self) {
+        let mut state = lock(&self.shared);
+        state.holding = false;
+        state.fail_in = None;
+        for held in std::mem::take(&mut state.held) {
+            let _ = held.reply.send(Err(JournalError::storage(
+                Some(&held.id),
+                "simulated crash before the commit",
+            )));
+        }
+    }
+
+    /// How many appends are held now.
+    pub fn held(&self) -> usize {
+        lock(&self.shared).held.len()
+    }
+}
+
+impl State {
+    fn commit(
+        &mut self,
+        id: &PersistenceId,
+        first_seq: u64,
+        payloads: Vec<Vec<u8>>,
+    ) -> Result<(), JournalError> {
+        let stream = self.streams.entry(id.clone()).or_default();
+        check_fence(id, first_seq, stream.highest)?;
+        stream.highest += payloads.len() as u64;
+        self.stats.events += payloads.len() as u64;
+        stream.events.extend(payloads);
+        Ok(())
+    }
+
+    fn highest(&self, id: &PersistenceId) -> u64 {
+        self.streams.get(id).map_or(0, |stream| stream.highest)
+    }
+}
+
+/// The lock never guards a panicking section, so a poisoned one is still consistent.
+fn lock(shared: &Mutex<State>) -> MutexGuard<'_, State> {
+    shared.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+impl Journal for MemoryJournal {
+    fn append(
+        &self,
+        id: &PersistenceId,
+        first_seq: u64,
+        payloads: Vec<Vec<u8>>,
+    ) -> JournalFuture<'_, ()> {
+        let id = id.clone();
+        Box::pin(async move {
+            check_append(&id, first_seq, payloads.len())?;
+            if payloads.is_empty() {
+                return Ok(());
+            }
+            let reply = {
+                let mut state = lock(&self.shared);
+                state.stats.appends += 1;
+                match state.fail_in {
+                    Some(1) => {
+                        state.fail_in = None;
+                        return Err(JournalError::storage(Some(&id), "injected append failure"));
+                    }
+                    Some(n) => state.fail_in = Some(n - 1),
+                    None => {}
+                }
+                if !state.holding {
+                    state.stats.commits += 1;
+                    return state.commit(&id, first_seq, payloads);
+                }
+                let (reply, wait) = oneshot::channel();
+                state.held.push(Held {
+                    id: id.clone(),
+                    first_seq,
+                    payloads,
+                    reply,
+                });
+                wait
+            };
+            reply.await.unwrap_or(Err(JournalError::Closed))
+        })
+    }
+
+    fn replay(
+        &self,
+        id: &PersistenceId,
+        from_seq: u64,
+        to_seq: u64,
+        max_events: usize,
+    ) -> JournalFuture<'_, Vec<StoredEvent>> {
+        let id = id.clone();
+        Box::pin(async move {
+            let state = lock(&self.shared);
+            let Some(stream) = state.streams.get(&id) else {
+                return Ok(Vec::new());
+            };
+            let first = stream.highest + 1 - stream.events.len() as u64;
+            let from = from_seq.max(first);
+            let to = to_seq.min(stream.highest);
+            if from > to {
+                return Ok(Vec::new());
+            }
+            let count = usize::try_from(to - from + 1).map_or(max_events, |n| n.min(max_events));
+            let skip = (from - first) as usize;
+            Ok((from..)
+                .zip(stream.events.iter().skip(skip).take(count))
+                .map(|(seq, payload)| StoredEvent {
+                    seq,
+                    payload: payload.clone(),
+                })
+                .collect())
+        })
+    }
+
+    fn highest_seq(&self, id: &PersistenceId) -> JournalFuture<'_, u64> {
+        let id = id.clone();
+        Box::pin(async move { Ok(lock(&self.shared).highest(&id)) })
+    }
+
+    fn delete_to(&self, id: &PersistenceId, to_seq: u64) -> JournalFuture<'_, ()> {
+        let id = id.clone();
+        Box::pin(async move {
+            let mut state = lock(&self.shared);
+            if let Some(stream) = state.streams.get_mut(&id) {
+                let first = stream.highest + 1 - stream.events.len() as u64;
+                if to_seq >= first {
+                    let count = (to_seq - first + 1).min(stream.events.len() as u64);
+                    stream.events.drain(..count as usize);
+                }
+            }
+            Ok(())
+        })
+    }
+
+    fn save_snapshot(&self, id: &PersistenceId, snapshot: Snapshot) -> JournalFuture<'_, ()> {
+        let id = id.clone();
+        Box::pin(async move {
+            let mut state = lock(&self.shared);
+            check_snapshot(&id, snapshot.seq, state.highest(&id))?;
+            let stream = state.streams.entry(id).or_default();
+            if stream
+                .snapshot
+                .as_ref()
+                .is_none_or(|current| current.seq <= snapshot.seq)
+            {
+                stream.snapshot = Some(snapshot);
+            }
+            Ok(())
+        })
+    }
+
+    fn load_snapshot(&self, id: &PersistenceId) -> JournalFuture<'_, Option<Snapshot>> {
+        let id = id.clone();
+        Box::pin(async move {
+            let state = lock(&self.shared);
+            Ok(state
+                .streams
+                .get(&id)
+                .and_then(|stream| stream.snapshot.clone()))
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use futures_util::FutureExt;
+
+    use super::*;
+
+    fn id(name: &str) -> PersistenceId {
+        PersistenceId::new(name).unwrap()
+    }
+
+    #[test]
+    fn nth_append_fails_and_writes_nothing() {
+        let journal = MemoryJournal::new();
+        let a = id("a");
+        journal.faults().fail_nth_append(2);
+        let append = |seq| {
+            journal
+                .append(&a, seq, vec![vec![seq as u8]])
+                .now_or_never()
+                .unwrap()
+        };
+        assert_eq!(append(1), Ok(()));
+        assert!(matches!(append(2), Err(JournalError::Storage { .. })));
+        assert_eq!(append(2), Ok(()));
+        assert_eq!(journal.highest_seq(&a).now_or_never().unwrap(), Ok(2));
+        assert_eq!(
+            journal.stats(),
+            MemoryStats {
+                appends: 3,
+                commits: 2,
+                events: 2
+            }
+        );
+    }
+
+    #[test]
+    fn held_appends_commit_together_on_release() {
+        let journal = MemoryJournal::new();
+        let faults = journal.faults();
+        faults.hold_commits();
+        let (a, b) = (id("a"), id("b"));
+        let mut first = journal.append(&a, 1, vec![vec![1]]);
+        let mut second = journal.append(&b, 1, vec![vec![2], vec![3]]);
+        let mut conflicting = journal.append(&a, 1, vec![vec![9]]);
+        assert!((&mut first).now_or_never().is_none());
+        assert!((&mut second).now_or_never().is_none());
+        assert!((&mut conflicting).now_or_never().is_none());
+        assert_eq!(faults.held(), 3);
+        assert_eq!(journal.highest_seq(&a).now_or_never().unwrap(), Ok(0));
+        faults.release();
+        assert_eq!(first.now_or_never().unwrap(), Ok(()));
+        assert_eq!(second.now_or_never().unwrap(), Ok(()));
+        assert_eq!(
+            conflicting.now_or_never().unwrap(),
+            Err(JournalError::Conflict {
+                persistence_id: a.clone(),
+                first_seq: 1,
+                highest_seq: 1
+            })
+        );
+        assert_eq!(
+            journal.stats(),
+            MemoryStats {
+                appends: 3,
+                commits: 1,
+                events: 3
+            }
+        );
+    }
+
+    #[test]
+    fn crash_drops_what_was_not_committed() {
+        let journal = MemoryJournal::new();
+        let faults = journal.faults();
+        let a = id("a");
+        assert_eq!(
+            journal.append(&a, 1, vec![vec![1]]).now_or_never().unwrap(),
+            Ok(())
+        );
+        faults.hold_commits();
+        faults.fail_nth_append(5);
+        let mut held = journal.append(&a, 2, vec![vec![2]]);
+        assert!((&mut held).now_or_never().is_none());
+        faults.crash();
+        assert!(matches!(
+            held.now_or_never().unwrap(),
+            Err(JournalError::Storage { .. })
+        ));
+        assert_eq!(faults.held(), 0);
+        assert_eq!(journal.highest_seq(&a).now_or_never().unwrap(), Ok(1));
+        // After the "restart" appends commit at once again.
+        assert_eq!(
+            journal.append(&a, 2, vec![vec![3]]).now_or_never().unwrap(),
+            Ok(())
+        );
+        let events = journal.replay(&a, 1, 9, 9).now_or_never().unwrap().unwrap();
+        assert_eq!(
+            events[1],
+            StoredEvent {
+                seq: 2,
+                payload: vec![3]
+            }
+        );
+    }
+}

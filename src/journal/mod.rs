@@ -1,0 +1,244 @@
+//! The journal: durable, fenced streams of events, the storage under all persistence in this
+//! crate.
+//!
+//! A [`Journal`] holds streams named by a [`PersistenceId`]. Each stream is a gapless sequence
+//! of events numbered 1, 2, 3, … (payloads are bytes; typed events go through
+//! [`codec`](crate::codec)) plus at most one current [`Snapshot`]. Implementations:
+//!
+//! - [`SqliteJournal`]: the embedded durable default. One SQLite file in WAL mode with
+//!   `synchronous=FULL`; a single writer thread commits every append that arrived while the
+//!   previous commit ran in one transaction (group commit: many appends, one fsync).
+//! - [`MemoryJournal`]: the same semantics in memory, with fault injection, for tests.
+//!
+//! # The contract
+//!
+//! - **Durable means committed.** An append resolves `Ok` only once its events are committed
+//!   (for SQLite: on disk); a batch is stored whole or not at all.
+//! - **Single writer per stream, fenced.** A stream should have one writer at a time. If a
+//!   second one appears (a duplicate actor, a split brain, a restarted node racing the old
+//!   one), the fence makes it harmless: an append is stored only if its `first_seq` is the
+//!   stream's highest seq + 1, and otherwise fails with [`JournalError::Conflict`], writing
+//!   nothing and telling the loser the real highest seq so it can catch up. For the same
+//!   reason a writer should have one append per stream in flight at a time.
+//! - **Highest seq survives deletion.** [`Journal::delete_to`] removes events, never the
+//!   knowledge of how far the stream got, so a seq is never handed out twice.
+//!
+//! # Edge cases, decided
+//!
+//! | call | result |
+//! |---|---|
+//! | `append` of an empty batch | `Ok`, nothing written, no fence check (nothing to fence) |
+//! | `append` with `first_seq` 0, or a last seq above [`MAX_SEQ`] | [`JournalError::InvalidArgument`] |
+//! | `replay` with `from_seq > to_seq`, or `max_events` 0 | `Ok` with no events |
+//! | `delete_to` beyond the highest seq | deletes every event; the highest seq stays |
+//! | `save_snapshot` at seq 0 or above the highest seq | [`JournalError::InvalidArgument`] |
+//! | `save_snapshot` older than the current snapshot | `Ok`, the newer one is kept |
+//! | `save_snapshot` at the current snapshot's seq | `Ok`, replaces it |
+//! | any call on an unknown stream | as for an empty stream (highest seq 0) |
+
+use std::future::Future;
+use std::pin::Pin;
+
+mod error;
+mod id;
+mod memory;
+mod replay;
+mod sqlite;
+
+pub use error::JournalError;
+pub use id::PersistenceId;
+pub use memory::{MemoryFaults, MemoryJournal, MemoryStats};
+pub use replay::replay_all;
+pub use sqlite::{SqliteJournal, SqliteOptions, SqliteStats};
+
+/// The largest seq a stream can reach: `2^53 - 1`, as for deliveries (the largest integer
+/// every JSON peer represents exactly, and a comfortable fit for SQL `BIGINT`).
+pub const MAX_SEQ: u64 = crate::protocol::envelope::MAX_SEQ;
+
+/// One stored event of a stream.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct StoredEvent {
+    /// Its seq in the stream, from 1.
+    pub seq: u64,
+    /// The bytes appended.
+    pub payload: Vec<u8>,
+}
+
+/// A stream's snapshot: the state as of event `seq`, encoded by the layer above.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Snapshot {
+    /// The seq of the last event the state includes.
+    pub seq: u64,
+    /// The encoded state.
+    pub payload: Vec<u8>,
+}
+
+/// The future every [`Journal`] operation returns: `Send`, boxed so the trait is object safe.
+pub type JournalFuture<'a, T> = Pin<Box<dyn Future<Output = Result<T, JournalError>> + Send + 'a>>;
+
+/// Durable streams of events; see the [module documentation](self) for the contract.
+///
+/// Object safe (used as `Arc<dyn Journal>`). Implementations never block the caller's thread:
+/// the futures can run on an Actix arbiter or a current-thread Tokio runtime. An operation
+/// that has reached the storage is carried out even if its future is dropped; only its result
+/// is lost.
+pub trait Journal: Send + Sync + 'static {
+    /// Appends `payloads` as events `first_seq`, `first_seq + 1`, … in one atomic batch;
+    /// resolves `Ok` only after the batch is committed.
+    ///
+    /// # Errors
+    /// [`JournalError::Conflict`] (nothing written) unless `first_seq` is the stream's highest
+    /// seq + 1; [`JournalError::InvalidArgument`] if `first_seq` is 0 or the last seq would
+    /// exceed [`MAX_SEQ`]; [`JournalError::Storage`] or [`JournalError::Closed`] if it could
+    /// not be committed.
+    fn append(
+        &self,
+        id: &PersistenceId,
+        first_seq: u64,
+        payloads: Vec<Vec<u8>>,
+    ) -> JournalFuture<'_, ()>;
+
+    /// The events with `from_seq <= seq <= to_seq`, ascending, at most `max_events` of them:
+    /// one page. Deleted events are skipped. [`replay_all`] walks a range page by page.
+    ///
+    /// # Errors
+    /// [`JournalError::Corrupt`] for an event that cannot be read back;
+    /// [`JournalError::Storage`] or [`JournalError::Closed`].
+    fn replay(
+        &self,
+        id: &PersistenceId,
+        from_seq: u64,
+        to_seq: u64,
+        max_events: usize,
+    ) -> JournalFuture<'_, Vec<StoredEvent>>;
+
+    /// The highest seq ever appended to the stream, 0 for an unknown one; unchanged by
+    /// [`delete_to`](Journal::delete_to).
+    ///
+    /// # Errors
+    /// [`JournalError::Corrupt`], [`JournalError::Storage`] or [`JournalError::Closed`].
+    fn highest_seq(&self, id: &PersistenceId) -> JournalFuture<'_, u64>;
+
+    /// Deletes the events with `seq <= to_seq` (the highest seq stays known).
+    ///
+    /// # Errors
+    /// [`JournalError::Storage`] or [`JournalError::Closed`].
+    fn delete_to(&self, id: &PersistenceId, to_seq: u64) -> JournalFuture<'_, ()>;
+
+    /// Stores `snapshot` as the stream's current snapshot, unless the current one is newer
+    /// (then it is kept, and this resolves `Ok`).
+    ///
+    /// # Errors
+    /// [`JournalError::InvalidArgument`] if `snapshot.seq` is 0 or above the stream's highest
+    /// seq; [`JournalError::Storage`] or [`JournalError::Closed`].
+    fn save_snapshot(&self, id: &PersistenceId, snapshot: Snapshot) -> JournalFuture<'_, ()>;
+
+    /// The stream's current snapshot, if it has one.
+    ///
+    /// # Errors
+    /// [`JournalError::Corrupt`], [`JournalError::Storage`] or [`JournalError::Closed`].
+    fn load_snapshot(&self, id: &PersistenceId) -> JournalFuture<'_, Option<Snapshot>>;
+}
+
+/// Checks the arguments of an append of `count` events at `first_seq`.
+pub(crate) fn check_append(
+    id: &PersistenceId,
+    first_seq: u64,
+    count: usize,
+) -> Result<(), JournalError> {
+    if first_seq == 0 {
+        return Err(JournalError::invalid(id, "seqs start at 1, not 0"));
+    }
+    let last = (count as u64)
+        .checked_sub(1)
+        .and_then(|extra| first_seq.checked_add(extra));
+    match last {
+        Some(last) if last > MAX_SEQ => Err(JournalError::invalid(
+            id,
+            format!("an append of {count} events at seq {first_seq} would exceed the largest seq {MAX_SEQ}"),
+        )),
+        None if count > 0 => Err(JournalError::invalid(id, "seq overflow")),
+        _ => Ok(()),
+    }
+}
+
+/// The fence: `first_seq` must follow `highest_seq`.
+pub(crate) fn check_fence(
+    id: &PersistenceId,
+    first_seq: u64,
+    highest_seq: u64,
+) -> Result<(), JournalError> {
+    if highest_seq.checked_add(1) == Some(first_seq) {
+        Ok(())
+    } else {
+        Err(JournalError::Conflict {
+            persistence_id: id.clone(),
+            first_seq,
+            highest_seq,
+        })
+    }
+}
+
+/// Checks that a snapshot at `seq` describes events that exist (or existed).
+pub(crate) fn check_snapshot(
+    id: &PersistenceId,
+    seq: u64,
+    highest_seq: u64,
+) -> Result<(), JournalError> {
+    if seq == 0 {
+        return Err(JournalError::invalid(
+            id,
+            "a snapshot's seq starts at 1, not 0",
+        ));
+    }
+    if seq > highest_seq {
+        return Err(JournalError::invalid(
+            id,
+            format!("a snapshot at seq {seq} is beyond the stream's highest seq {highest_seq}"),
+        ));
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn id() -> PersistenceId {
+        PersistenceId::new("s").unwrap()
+    }
+
+    #[test]
+    fn append_arguments() {
+        assert!(check_append(&id(), 0, 1).is_err());
+        assert!(check_append(&id(), 0, 0).is_err());
+        assert!(check_append(&id(), 1, 0).is_ok());
+        assert!(check_append(&id(), MAX_SEQ, 1).is_ok());
+        assert!(check_append(&id(), MAX_SEQ, 2).is_err());
+        assert!(check_append(&id(), MAX_SEQ + 1, 1).is_err());
+        assert!(check_append(&id(), u64::MAX, 2).is_err());
+        assert!(check_append(&id(), MAX_SEQ - 9, 10).is_ok());
+    }
+
+    #[test]
+    fn fence() {
+        assert!(check_fence(&id(), 1, 0).is_ok());
+        assert_eq!(
+            check_fence(&id(), 3, 3),
+            Err(JournalError::Conflict {
+                persistence_id: id(),
+                first_seq: 3,
+                highest_seq: 3
+            })
+        );
+        assert!(check_fence(&id(), 5, 3).is_err());
+        assert!(check_fence(&id(), 0, u64::MAX).is_err());
+    }
+
+    #[test]
+    fn snapshot_arguments() {
+        assert!(check_snapshot(&id(), 0, 5).is_err());
+        assert!(check_snapshot(&id(), 5, 5).is_ok());
+        assert!(check_snapshot(&id(), 6, 5).is_err());
+    }
+}

@@ -1,0 +1,345 @@
+//! The embedded durable journal: one SQLite file, WAL, `synchronous=FULL`, group commit.
+
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+use std::thread;
+
+use tokio::sync::{mpsc, oneshot, Semaphore};
+
+mod options;
+mod reader;
+mod schema;
+mod writer;
+
+pub use options::{SqliteOptions, SqliteStats};
+
+use crate::journal::{
+    check_append, Journal, JournalError, JournalFuture, PersistenceId, Snapshot, StoredEvent,
+    MAX_SEQ,
+};
+use options::Counters;
+use reader::ReadRequest;
+use writer::{WriteOp, WriteRequest};
+
+/// A stream's highest seq: its largest stored seq, or how far it was deleted if that is
+/// more. One row, for `?1` = the persistence id.
+const HIGHEST_SQL: &str = "SELECT max(\
+     coalesce((SELECT max(seq_nr) FROM event_journal WHERE persistence_id = ?1), 0), \
+     coalesce((SELECT deleted_to FROM stream_metadata WHERE persistence_id = ?1), 0))";
+
+/// The embedded durable [`Journal`]: one SQLite file (plus its `-wal` and `-shm`
+/// companions) in WAL mode with `synchronous=FULL`, so a commit is on disk when it returns.
+/// No server, no system library (SQLite is compiled in).
+///
+/// ```no_run
+/// use actix_delivery::journal::{Journal, PersistenceId, SqliteJournal};
+///
+/// # async fn demo() -> Result<(), actix_delivery::journal::JournalError> {
+/// let journal = SqliteJournal::open("orders.journal").await?;
+/// let id = PersistenceId::new("order-4711")?;
+/// let next = journal.highest_seq(&id).await? + 1;
+/// journal.append(&id, next, vec![b"created".to_vec()]).await?; // on disk when Ok
+/// # Ok(()) }
+/// ```
+///
+/// **Group commit.** One writer thread owns the write connection. It takes every write that
+/// arrived while the previous commit ran, from all streams, up to the batch bounds of
+/// [`SqliteOptions`], and commits them in one transaction (one fsync); each caller's future
+/// resolves after that commit. Inside the transaction each write is fenced on its own, so a
+/// conflicting append is refused alone and the rest of the group commits. A storage error
+/// fails the whole group: nothing is reported durable that was not committed.
+///
+/// **Bounded.** Writes queue in front of the writer up to `queue_capacity` writes and
+/// `max_queued_bytes` payload bytes; beyond that callers wait (backpressure, never unbounded
+/// memory). Events and snapshots larger than [`SqliteJournal::MAX_PAYLOAD_BYTES`] are refused.
+///
+/// **Reads** (`replay`, `highest_seq`, `load_snapshot`) run on separate read-only
+/// connections on their own threads: WAL readers see the last commit and never wait behind
+/// writes. No operation blocks the caller's thread, so the futures can be awaited on an Actix
+/// arbiter.
+///
+/// **Closing.** Clones share one journal. When the last handle is dropped (or
+/// [`close`](Self::close)d), the threads finish the writes already queued, reply to each, and
+/// close the file. Several processes may open one file: the fence holds across them (the
+/// check and the insert happen inside one write transaction), and they take turns on
+/// SQLite's write lock.
+#[derive(Clone)]
+pub struct SqliteJournal {
+    shared: Arc<Shared>,
+}
+
+struct Shared {
+    path: PathBuf,
+    writes: mpsc::Sender<WriteRequest>,
+    reads: mpsc::Sender<ReadRequest>,
+    queued_bytes: Arc<Semaphore>,
+    max_queued_bytes: u32,
+    counters: Arc<Counters>,
+    /// Each resolves (with an error: its sender is dropped) when its thread has ended.
+    threads: Mutex<Vec<oneshot::Receiver<()>>>,
+}
+
+impl SqliteJournal {
+    /// The largest event or snapshot payload the SQLite journal stores: 512 MiB (SQLite's
+    /// own limit for a value is just under 1 GB).
+    pub const MAX_PAYLOAD_BYTES: usize = 512 << 20;
+
+    /// Opens (or creates) the journal at `path` with default [`SqliteOptions`].
+    ///
+    /// # Errors
+    /// As [`open_with`](Self::open_with).
+    pub async fn open(path: impl AsRef<Path>) -> Result<Self, JournalError> {
+        Self::open_with(path, SqliteOptions::default()).await
+    }
+
+    /// Opens (or creates) the journal at `path`. A new file gets the schema; an existing one
+    /// must hold this crate's schema in its current version.
+    ///
+    /// # Errors
+    /// [`JournalError::Schema`] for a file with a newer schema, another application's
+    /// database or not a database at all (the file is left untouched);
+    /// [`JournalError::Storage`] if the file cannot be opened for writing (missing
+    /// directory, read-only file, I/O error) or a thread cannot be started;
+    /// [`JournalError::InvalidArgument`] for an option of 0.
+    pub async fn open_with(
+        path: impl AsRef<Path>,
+        options: SqliteOptions,
+    ) -> Result<Self, JournalError> {
+        options.validate()?;
+        let path = path.as_ref().to_path_buf();
+        let counters = Arc::new(Counters::default());
+        let mut threads = Vec::with_capacity(1 + options.readers);
+
+        let (writes, write_queue) = mpsc::channel(options.queue_capacity);
+        let (opened, writer_ready) = oneshot::channel();
+        threads.push(spawn("actix-delivery-journal-writer", {
+            let (path, options, counters) = (path.clone(), options.clone(), counters.clone());
+            move || writer::run(&path, &options, write_queue, counters, opened)
+        })?);
+        // The writer creates the schema; readers open only after it is done.
+        writer_ready.await.unwrap_or(Err(JournalError::Closed))?;
+
+        let (reads, read_queue) = mpsc::channel(options.queue_capacity);
+        let read_queue: reader::SharedQueue = Arc::new(Mutex::new(read_queue));
+        let mut readers_ready = Vec::with_capacity(options.readers);
+        for _ in 0..options.readers {
+            let (opened, ready) = oneshot::channel();
+            readers_ready.push(ready);
+            threads.push(spawn("actix-delivery-journal-reader", {
+                let (path, queue) = (path.clone(), read_queue.clone());
+                let busy_timeout = options.busy_timeout;
+                move || reader::run(&path, busy_timeout, queue, opened)
+            })?);
+        }
+        for ready in readers_ready {
+            ready.await.unwrap_or(Err(JournalError::Closed))?;
+        }
+
+        // Validated: fits a u32.
+        let max_queued_bytes = u32::try_from(options.max_queued_bytes).unwrap_or(u32::MAX);
+        Ok(Self {
+            shared: Arc::new(Shared {
+                path,
+                writes,
+                reads,
+                queued_bytes: Arc::new(Semaphore::new(max_queued_bytes as usize)),
+                max_queued_bytes,
+                counters,
+                threads: Mutex::new(threads),
+            }),
+        })
+    }
+
+    /// The database file.
+    pub fn path(&self) -> &Path {
+        &self.shared.path
+    }
+
+    /// The counters since the journal was opened (shared by all clones).
+    pub fn stats(&self) -> SqliteStats {
+        let writes = &self.shared.writes;
+        self.shared
+            .counters
+            .read(writes.max_capacity() - writes.capacity())
+    }
+
+    /// Drops this handle; if it was the last one, waits until every queued write has been
+    /// committed or failed (and its caller told) and the file is closed. With other clones
+    /// alive it returns at once and the journal stays open.
+    pub async fn close(self) {
+        let Ok(shared) = Arc::try_unwrap(self.shared) else {
+            return;
+        };
+        let threads =
+            std::mem::take(&mut *shared.threads.lock().unwrap_or_else(|e| e.into_inner()));
+        drop(shared); // closes both queues: the threads drain them and end
+        for thread in threads {
+            let _ = thread.await;
+        }
+    }
+
+    async fn write(&self, id: PersistenceId, op: WriteOp) -> Result<(), JournalError> {
+        let bytes = u32::try_from(op.bytes()).unwrap_or(u32::MAX);
+        let permit = self
+            .shared
+            .queued_bytes
+            .clone()
+            .acquire_many_owned(bytes.min(self.shared.max_queued_bytes))
+            .await
+            .map_err(|_| JournalError::Closed)?;
+        let (reply, result) = oneshot::channel();
+        self.shared
+            .writes
+            .send(WriteRequest {
+                id,
+                op,
+                reply,
+                _permit: permit,
+            })
+            .await
+            .map_err(|_| JournalError::Closed)?;
+        result.await.unwrap_or(Err(JournalError::Closed))
+    }
+
+    async fn read<T>(
+        &self,
+        request: impl FnOnce(oneshot::Sender<Result<T, JournalError>>) -> ReadRequest,
+    ) -> Result<T, JournalError> {
+        let (reply, result) = oneshot::channel();
+        self.shared
+            .reads
+            .send(request(reply))
+            .await
+            .map_err(|_| JournalError::Closed)?;
+        result.await.unwrap_or(Err(JournalError::Closed))
+    }
+}
+
+fn check_payload(id: &PersistenceId, len: usize) -> Result<(), JournalError> {
+    if len > SqliteJournal::MAX_PAYLOAD_BYTES {
+        return Err(JournalError::invalid(
+            id,
+            format!(
+                "a payload of {len} bytes exceeds the SQLite journal's limit of {} bytes",
+                SqliteJournal::MAX_PAYLOAD_BYTES
+            ),
+        ));
+    }
+    Ok(())
+}
+
+impl Journal for SqliteJournal {
+    fn append(
+        &self,
+        id: &PersistenceId,
+        first_seq: u64,
+        payloads: Vec<Vec<u8>>,
+    ) -> JournalFuture<'_, ()> {
+        let id = id.clone();
+        Box::pin(async move {
+            check_append(&id, first_seq, payloads.len())?;
+            for payload in &payloads {
+                check_payload(&id, payload.len())?;
+            }
+            if payloads.is_empty() {
+                return Ok(());
+            }
+            self.write(
+                id,
+                WriteOp::Append {
+                    first_seq,
+                    payloads,
+                },
+            )
+            .await
+        })
+    }
+
+    fn replay(
+        &self,
+        id: &PersistenceId,
+        from_seq: u64,
+        to_seq: u64,
+        max_events: usize,
+    ) -> JournalFuture<'_, Vec<StoredEvent>> {
+        let id = id.clone();
+        Box::pin(async move {
+            if max_events == 0 || from_seq > to_seq {
+                return Ok(Vec::new());
+            }
+            self.read(|reply| ReadRequest::Replay {
+                id,
+                from_seq,
+                to_seq,
+                max_events,
+                reply,
+            })
+            .await
+        })
+    }
+
+    fn highest_seq(&self, id: &PersistenceId) -> JournalFuture<'_, u64> {
+        let id = id.clone();
+        Box::pin(async move { self.read(|reply| ReadRequest::Highest { id, reply }).await })
+    }
+
+    fn delete_to(&self, id: &PersistenceId, to_seq: u64) -> JournalFuture<'_, ()> {
+        let id = id.clone();
+        Box::pin(async move {
+            if to_seq == 0 {
+                return Ok(());
+            }
+            self.write(id, WriteOp::DeleteTo { to_seq }).await
+        })
+    }
+
+    fn save_snapshot(&self, id: &PersistenceId, snapshot: Snapshot) -> JournalFuture<'_, ()> {
+        let id = id.clone();
+        Box::pin(async move {
+            check_payload(&id, snapshot.payload.len())?;
+            self.write(id, WriteOp::SaveSnapshot(snapshot)).await
+        })
+    }
+
+    fn load_snapshot(&self, id: &PersistenceId) -> JournalFuture<'_, Option<Snapshot>> {
+        let id = id.clone();
+        Box::pin(async move {
+            self.read(|reply| ReadRequest::LoadSnapshot { id, reply })
+                .await
+        })
+    }
+}
+
+/// Starts a named thread; its receiver resolves when the thread ends.
+fn spawn(
+    name: &str,
+    body: impl FnOnce() + Send + 'static,
+) -> Result<oneshot::Receiver<()>, JournalError> {
+    let (alive, ended) = oneshot::channel::<()>();
+    thread::Builder::new()
+        .name(name.to_string())
+        .spawn(move || {
+            let _alive = alive; // dropped when the body returns (or unwinds)
+            body();
+        })
+        .map_err(|err| JournalError::storage(None, format!("cannot start a thread: {err}")))?;
+    Ok(ended)
+}
+
+/// Maps a SQLite error to [`JournalError::Storage`] for `id`.
+fn storage_error(id: Option<&PersistenceId>) -> impl Fn(rusqlite::Error) -> JournalError + '_ {
+    move |err| JournalError::storage(id, err)
+}
+
+/// A seq read from the database: must be within `0..=MAX_SEQ`, else the data is corrupt
+/// (reported at `context_seq`).
+fn seq_from_sql(id: &PersistenceId, raw: i64, context_seq: u64) -> Result<u64, JournalError> {
+    match u64::try_from(raw) {
+        Ok(seq) if seq <= MAX_SEQ => Ok(seq),
+        _ => Err(JournalError::Corrupt {
+            persistence_id: id.clone(),
+            seq: context_seq,
+            reason: format!("a stored seq_nr of {raw} is out of range"),
+        }),
+    }
+}

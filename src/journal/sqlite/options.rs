@@ -1,0 +1,198 @@
+//! Settings and counters of a [`SqliteJournal`](super::SqliteJournal).
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use crate::journal::JournalError;
+
+/// Settings of a [`SqliteJournal`](super::SqliteJournal); start from `default()` and change
+/// what you need:
+///
+/// ```
+/// # use actix_delivery::journal::SqliteOptions;
+/// let options = SqliteOptions::default().max_batch_events(1_000).readers(1);
+/// ```
+///
+/// | setting | default | what it bounds |
+/// |---|---|---|
+/// | `max_batch_events` | 10 000 | events in one transaction (group commit) |
+/// | `max_batch_bytes` | 8 MiB | payload bytes in one transaction |
+/// | `queue_capacity` | 4 096 | writes waiting for the writer thread; callers beyond wait |
+/// | `max_queued_bytes` | 64 MiB | payload bytes waiting for the writer; callers beyond wait |
+/// | `readers` | 2 | read connections, each on its own thread |
+/// | `busy_timeout` | 5 s | how long to wait for a lock held by another process |
+/// | `max_size_bytes` | none | the database file's size (SQLite `max_page_count`) |
+///
+/// A transaction closes once the next write would cross a batch bound; a single write larger
+/// than a bound goes alone. A caller therefore waits for at most one commit beyond its own
+/// unless more than a batch's worth is queued ahead of it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct SqliteOptions {
+    pub(super) max_batch_events: usize,
+    pub(super) max_batch_bytes: usize,
+    pub(super) queue_capacity: usize,
+    pub(super) max_queued_bytes: usize,
+    pub(super) readers: usize,
+    pub(super) busy_timeout: Duration,
+    pub(super) max_size_bytes: Option<u64>,
+}
+
+impl Default for SqliteOptions {
+    fn default() -> Self {
+        Self {
+            max_batch_events: 10_000,
+            max_batch_bytes: 8 << 20,
+            queue_capacity: 4_096,
+            max_queued_bytes: 64 << 20,
+            readers: 2,
+            busy_timeout: Duration::from_secs(5),
+            max_size_bytes: None,
+        }
+    }
+}
+
+impl SqliteOptions {
+    /// At most this many events per transaction (at least 1).
+    pub fn max_batch_events(mut self, events: usize) -> Self {
+        self.max_batch_events = events;
+        self
+    }
+
+    /// At most this many payload bytes per transaction (at least 1).
+    pub fn max_batch_bytes(mut self, bytes: usize) -> Self {
+        self.max_batch_bytes = bytes;
+        self
+    }
+
+    /// At most this many writes (appends, deletes, snapshots) queued for the writer thread;
+    /// further callers wait for room (at least 1).
+    pub fn queue_capacity(mut self, writes: usize) -> Self {
+        self.queue_capacity = writes;
+        self
+    }
+
+    /// At most this many payload bytes queued for the writer thread; further callers wait
+    /// for room. A single write larger than this waits until the queue is empty. (1 to
+    /// `u32::MAX`.)
+    pub fn max_queued_bytes(mut self, bytes: usize) -> Self {
+        self.max_queued_bytes = bytes;
+        self
+    }
+
+    /// This many read connections, each on its own thread (at least 1).
+    pub fn readers(mut self, readers: usize) -> Self {
+        self.readers = readers;
+        self
+    }
+
+    /// How long a connection waits for a lock another process holds before failing with a
+    /// [`JournalError::Storage`] error ("database is locked").
+    pub fn busy_timeout(mut self, timeout: Duration) -> Self {
+        self.busy_timeout = timeout;
+        self
+    }
+
+    /// Caps the database's size (rounded up to whole pages, and never below its current
+    /// size): a write that would grow it further fails with a [`JournalError::Storage`]
+    /// error ("database or disk is full"), as on a full disk.
+    pub fn max_size_bytes(mut self, bytes: Option<u64>) -> Self {
+        self.max_size_bytes = bytes;
+        self
+    }
+
+    pub(super) fn validate(&self) -> Result<(), JournalError> {
+        let invalid = |reason: &str| {
+            Err(JournalError::InvalidArgument {
+                persistence_id: None,
+                reason: reason.to_string(),
+            })
+        };
+        if self.max_batch_events == 0 {
+            return invalid("max_batch_events must be at least 1");
+        }
+        if self.max_batch_bytes == 0 {
+            return invalid("max_batch_bytes must be at least 1");
+        }
+        if self.queue_capacity == 0 {
+            return invalid("queue_capacity must be at least 1");
+        }
+        if self.max_queued_bytes == 0 || u32::try_from(self.max_queued_bytes).is_err() {
+            return invalid("max_queued_bytes must be 1 to u32::MAX");
+        }
+        if self.readers == 0 {
+            return invalid("readers must be at least 1");
+        }
+        Ok(())
+    }
+}
+
+/// Counters of a [`SqliteJournal`](super::SqliteJournal) since it was opened.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct SqliteStats {
+    /// Appends committed.
+    pub appends: u64,
+    /// Events committed.
+    pub events: u64,
+    /// Transactions committed (each one fsync): `appends / transactions` is the mean group
+    /// size.
+    pub transactions: u64,
+    /// Writes refused (conflict, invalid snapshot) or failed (storage errors).
+    pub rejected: u64,
+    /// Writes waiting for the writer thread right now.
+    pub queued: usize,
+}
+
+/// The counters the writer thread keeps.
+#[derive(Default)]
+pub(super) struct Counters {
+    pub(super) appends: AtomicU64,
+    pub(super) events: AtomicU64,
+    pub(super) transactions: AtomicU64,
+    pub(super) rejected: AtomicU64,
+}
+
+impl Counters {
+    pub(super) fn add(counter: &AtomicU64, n: u64) {
+        counter.fetch_add(n, Ordering::Relaxed);
+    }
+
+    pub(super) fn read(&self, queued: usize) -> SqliteStats {
+        SqliteStats {
+            appends: self.appends.load(Ordering::Relaxed),
+            events: self.events.load(Ordering::Relaxed),
+            transactions: self.transactions.load(Ordering::Relaxed),
+            rejected: self.rejected.load(Ordering::Relaxed),
+            queued,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn zero_bounds_are_refused() {
+        assert!(SqliteOptions::default().validate().is_ok());
+        for options in [
+            SqliteOptions::default().max_batch_events(0),
+            SqliteOptions::default().max_batch_bytes(0),
+            SqliteOptions::default().queue_capacity(0),
+            SqliteOptions::default().max_queued_bytes(0),
+            SqliteOptions::default().readers(0),
+        ] {
+            assert!(
+                matches!(
+                    options.validate(),
+                    Err(JournalError::InvalidArgument {
+                        persistence_id: None,
+                        ..
+                    })
+                ),
+                "{options:?}"
+            );
+        }
+    }
+}

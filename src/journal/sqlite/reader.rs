@@ -1,0 +1,193 @@
+//! The reader threads: each owns a read-only connection. In WAL mode a reader sees the last
+//! committed state and never waits for the writer, so reads do not queue behind commits.
+
+use std::path::Path;
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
+
+use rusqlite::{OptionalExtension, Statement};
+use tokio::sync::{mpsc, oneshot};
+
+use crate::journal::sqlite::{schema, seq_from_sql, storage_error, HIGHEST_SQL};
+use crate::journal::{JournalError, PersistenceId, Snapshot, StoredEvent};
+
+type Reply<T> = oneshot::Sender<Result<T, JournalError>>;
+
+/// One read waiting for a reader thread.
+pub(super) enum ReadRequest {
+    Replay {
+        id: PersistenceId,
+        from_seq: u64,
+        to_seq: u64,
+        max_events: usize,
+        reply: Reply<Vec<StoredEvent>>,
+    },
+    Highest {
+        id: PersistenceId,
+        reply: Reply<u64>,
+    },
+    LoadSnapshot {
+        id: PersistenceId,
+        reply: Reply<Option<Snapshot>>,
+    },
+}
+
+/// The reader threads share one queue.
+pub(super) type SharedQueue = Arc<Mutex<mpsc::Receiver<ReadRequest>>>;
+
+struct Statements<'c> {
+    replay: Statement<'c>,
+    highest: Statement<'c>,
+    snapshot: Statement<'c>,
+}
+
+/// A reader thread's body: opens its connection, reports through `opened`, then serves
+/// reads until every sender is gone.
+pub(super) fn run(
+    path: &Path,
+    busy_timeout: Duration,
+    queue: SharedQueue,
+    opened: oneshot::Sender<Result<(), JournalError>>,
+) {
+    let conn = match schema::open_reader(path, busy_timeout) {
+        Ok(conn) => conn,
+        Err(err) => {
+            let _ = opened.send(Err(err));
+            return;
+        }
+    };
+    let prepared = (|| {
+        Ok(Statements {
+            replay: conn.prepare(
+                "SELECT seq_nr, payload FROM event_journal \
+                 WHERE persistence_id = ?1 AND seq_nr >= ?2 AND seq_nr <= ?3 \
+                 ORDER BY seq_nr LIMIT ?4",
+            )?,
+            highest: conn.prepare(HIGHEST_SQL)?,
+            snapshot: conn
+                .prepare("SELECT seq_nr, payload FROM snapshot WHERE persistence_id = ?1")?,
+        })
+    })();
+    let mut statements = match prepared {
+        Ok(statements) => statements,
+        Err(err) => {
+            let _ = opened.send(Err(storage_error(None)(err)));
+            return;
+        }
+    };
+    if opened.send(Ok(())).is_err() {
+        return;
+    }
+    loop {
+        // Whoever holds the lock waits for the next read; the others wait for the lock.
+        let request = queue
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .blocking_recv();
+        match request {
+            None => break,
+            Some(ReadRequest::Replay {
+                id,
+                from_seq,
+                to_seq,
+                max_events,
+                reply,
+            }) => {
+                let _ = reply.send(statements.replay(&id, from_seq, to_seq, max_events));
+            }
+            Some(ReadRequest::Highest { id, reply }) => {
+                let _ = reply.send(statements.highest(&id));
+            }
+            Some(ReadRequest::LoadSnapshot { id, reply }) => {
+                let _ = reply.send(statements.snapshot(&id));
+            }
+        }
+    }
+}
+
+/// SQL integers are `i64`; a bound above `i64::MAX` means "no bound".
+fn sql_bound(seq: u64) -> i64 {
+    i64::try_from(seq).unwrap_or(i64::MAX)
+}
+
+/// A stored value that is not what the schema says (NULL, wrong type): corrupt.
+fn corrupt(id: &PersistenceId, seq: u64, err: rusqlite::Error) -> JournalError {
+    JournalError::Corrupt {
+        persistence_id: id.clone(),
+        seq,
+        reason: err.to_string(),
+    }
+}
+
+impl Statements<'_> {
+    fn replay(
+        &mut self,
+        id: &PersistenceId,
+        from_seq: u64,
+        to_seq: u64,
+        max_events: usize,
+    ) -> Result<Vec<StoredEvent>, JournalError> {
+        if max_events == 0 || from_seq > to_seq {
+            return Ok(Vec::new());
+        }
+        let limit = i64::try_from(max_events).unwrap_or(i64::MAX);
+        let mut rows = self
+            .replay
+            .query(rusqlite::params![
+                id.as_str(),
+                sql_bound(from_seq),
+                sql_bound(to_seq),
+                limit
+            ])
+            .map_err(storage_error(Some(id)))?;
+        let mut events = Vec::new();
+        let mut expected = from_seq.max(1);
+        while let Some(row) = rows.next().map_err(storage_error(Some(id)))? {
+            let raw: i64 = row.get(0).map_err(|err| corrupt(id, expected, err))?;
+            let seq = seq_from_sql(id, raw, expected)?;
+            if seq < expected || seq > to_seq {
+                return Err(JournalError::Corrupt {
+                    persistence_id: id.clone(),
+                    seq,
+                    reason: format!("out of order: expected seq {expected} or later"),
+                });
+            }
+            let payload: Vec<u8> = row.get(1).map_err(|err| corrupt(id, seq, err))?;
+            events.push(StoredEvent { seq, payload });
+            expected = seq + 1;
+        }
+        Ok(events)
+    }
+
+    fn highest(&mut self, id: &PersistenceId) -> Result<u64, JournalError> {
+        let raw: i64 = self
+            .highest
+            .query_row([id.as_str()], |row| row.get(0))
+            .map_err(storage_error(Some(id)))?;
+        seq_from_sql(id, raw, 0)
+    }
+
+    fn snapshot(&mut self, id: &PersistenceId) -> Result<Option<Snapshot>, JournalError> {
+        let row = self
+            .snapshot
+            .query_row([id.as_str()], |row| {
+                Ok((row.get::<_, i64>(0), row.get::<_, Vec<u8>>(1)))
+            })
+            .optional()
+            .map_err(storage_error(Some(id)))?;
+        let Some((raw_seq, payload)) = row else {
+            return Ok(None);
+        };
+        let raw_seq = raw_seq.map_err(|err| corrupt(id, 0, err))?;
+        let seq = seq_from_sql(id, raw_seq, 0)?;
+        if seq == 0 {
+            return Err(JournalError::Corrupt {
+                persistence_id: id.clone(),
+                seq,
+                reason: "a snapshot at seq 0".into(),
+            });
+        }
+        let payload = payload.map_err(|err| corrupt(id, seq, err))?;
+        Ok(Some(Snapshot { seq, payload }))
+    }
+}

@@ -1,0 +1,526 @@
+//! The journals: the conformance suite against every implementation, then what is specific
+//! to each (the memory journal's fault hook, SQLite's group commit, schema check, read path,
+//! bounds and shutdown).
+
+#[macro_use]
+mod journal_conformance;
+
+use std::path::Path;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use actix_delivery::journal::{
+    Journal, JournalError, JournalFuture, MemoryJournal, PersistenceId, Snapshot, SqliteJournal,
+    SqliteOptions,
+};
+use futures_util::future::join_all;
+use futures_util::FutureExt;
+use journal_conformance::{fresh_id, payload, Fixture};
+
+async fn memory_fixture() -> Fixture {
+    Fixture {
+        journal: Arc::new(MemoryJournal::new()),
+        keep: Box::new(()),
+    }
+}
+
+async fn sqlite_fixture() -> Fixture {
+    let dir = tempfile::tempdir().unwrap();
+    let journal = SqliteJournal::open(dir.path().join("journal.db"))
+        .await
+        .unwrap();
+    Fixture {
+        journal: Arc::new(journal),
+        keep: Box::new(dir),
+    }
+}
+
+mod memory {
+    journal_conformance!(super::memory_fixture);
+}
+
+mod sqlite {
+    journal_conformance!(super::sqlite_fixture);
+}
+
+fn id(name: &str) -> PersistenceId {
+    PersistenceId::new(name).unwrap()
+}
+
+fn one(seq: u64) -> Vec<Vec<u8>> {
+    vec![payload("w", seq)]
+}
+
+/// Polls `future` once, outside Tokio's cooperative budget (a test polls many futures in
+/// one go, which would exhaust it and make the journal's queue look full).
+fn poll_once<T>(future: &mut JournalFuture<'_, T>) -> Option<Result<T, JournalError>> {
+    tokio::task::unconstrained(future).now_or_never()
+}
+
+/// Polls `future` once, so that it reaches the journal's queue, and hands it back pending.
+fn started<T>(mut future: JournalFuture<'_, T>) -> JournalFuture<'_, T> {
+    assert!(
+        poll_once(&mut future).is_none(),
+        "expected the operation to wait"
+    );
+    future
+}
+
+// --- MemoryJournal --------------------------------------------------------------------------
+
+#[tokio::test]
+async fn memory_held_commits_wait_in_virtual_time_until_released() {
+    tokio::time::pause();
+    let journal = MemoryJournal::new();
+    let faults = journal.faults();
+    faults.hold_commits();
+    let a = id("a");
+    let task = tokio::spawn({
+        let (journal, a) = (journal.clone(), a.clone());
+        async move { journal.append(&a, 1, one(1)).await }
+    });
+    tokio::time::sleep(Duration::from_secs(3600)).await;
+    assert!(!task.is_finished());
+    assert_eq!(faults.held(), 1);
+    assert_eq!(journal.highest_seq(&a).await, Ok(0), "not committed yet");
+    faults.release();
+    assert_eq!(task.await.unwrap(), Ok(()));
+    assert_eq!(journal.highest_seq(&a).await, Ok(1));
+    assert_eq!(journal.stats().commits, 1);
+}
+
+// --- SqliteJournal --------------------------------------------------------------------------
+
+struct Sqlite {
+    dir: tempfile::TempDir,
+    journal: SqliteJournal,
+}
+
+async fn sqlite(options: SqliteOptions) -> Sqlite {
+    let dir = tempfile::tempdir().unwrap();
+    let journal = SqliteJournal::open_with(dir.path().join("journal.db"), options)
+        .await
+        .unwrap();
+    Sqlite { dir, journal }
+}
+
+/// Another connection holding the database's write lock: the journal's writer blocks on
+/// its next `BEGIN` until [`WriteLock::release`].
+struct WriteLock(rusqlite::Connection);
+
+impl WriteLock {
+    fn take(path: &Path) -> Self {
+        let conn = rusqlite::Connection::open(path).unwrap();
+        conn.execute_batch("BEGIN IMMEDIATE").unwrap();
+        Self(conn)
+    }
+
+    fn release(self) {
+        self.0.execute_batch("ROLLBACK").unwrap();
+    }
+}
+
+/// Waits (in real time: the journal's threads are real) until `condition` holds.
+async fn wait_until(what: &str, mut condition: impl FnMut() -> bool) {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !condition() {
+        assert!(Instant::now() < deadline, "timed out waiting until {what}");
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    }
+}
+
+/// Blocks the writer: takes the write lock, starts one append (to stream `blocker`) and
+/// waits until the writer has taken it from the queue and is waiting for the lock. Writes
+/// started afterwards queue up and are committed together after the lock is released.
+async fn block_writer<'a>(db: &'a Sqlite) -> (WriteLock, JournalFuture<'a, ()>) {
+    let lock = WriteLock::take(db.journal.path());
+    let first = started(db.journal.append(&id("blocker"), 1, one(1)));
+    wait_until("the writer took the first append", || {
+        db.journal.stats().queued == 0
+    })
+    .await;
+    // The writer drains the queue before its BEGIN; give it time to reach the lock.
+    tokio::time::sleep(Duration::from_millis(20)).await;
+    (lock, first)
+}
+
+#[tokio::test]
+async fn sqlite_group_commit_takes_every_queued_append_in_one_transaction() {
+    let db = sqlite(SqliteOptions::default()).await;
+    let (lock, first) = block_writer(&db).await;
+    let ids: Vec<_> = (0..99).map(|i| fresh_id(&format!("group{i}"))).collect();
+    let appends: Vec<_> = ids
+        .iter()
+        .map(|id| started(db.journal.append(id, 1, one(1))))
+        .collect();
+    assert_eq!(db.journal.stats().queued, 99);
+    lock.release();
+    assert_eq!(first.await, Ok(()));
+    assert!(join_all(appends).await.iter().all(Result::is_ok));
+    let stats = db.journal.stats();
+    assert_eq!(
+        (
+            stats.appends,
+            stats.events,
+            stats.transactions,
+            stats.rejected
+        ),
+        (100, 100, 2, 0),
+        "the blocked append alone, then the 99 queued behind it together"
+    );
+    for id in &ids {
+        assert_eq!(db.journal.highest_seq(id).await, Ok(1));
+    }
+}
+
+#[tokio::test]
+async fn sqlite_a_refused_write_in_a_group_leaves_the_others_committed() {
+    let db = sqlite(SqliteOptions::default()).await;
+    let (s1, s2) = (fresh_id("s1"), fresh_id("s2"));
+    let (lock, first) = block_writer(&db).await;
+    let journal = &db.journal;
+    let b = started(journal.append(&s1, 1, one(1)));
+    let c = started(journal.append(&s1, 1, vec![b"loser".to_vec()]));
+    let d = started(journal.append(
+        &s2,
+        1,
+        vec![payload("w", 1), payload("w", 2), payload("w", 3)],
+    ));
+    let e = started(journal.append(&s1, 2, one(2)));
+    let f = started(journal.save_snapshot(
+        &s2,
+        Snapshot {
+            seq: 3,
+            payload: b"s2@3".to_vec(),
+        },
+    ));
+    let g = started(journal.save_snapshot(
+        &s1,
+        Snapshot {
+            seq: 5,
+            payload: b"s1@5".to_vec(),
+        },
+    ));
+    let h = started(journal.delete_to(&s2, 1));
+    lock.release();
+    assert_eq!(first.await, Ok(()));
+    assert_eq!(b.await, Ok(()));
+    assert_eq!(
+        c.await,
+        Err(JournalError::Conflict {
+            persistence_id: s1.clone(),
+            first_seq: 1,
+            highest_seq: 1
+        })
+    );
+    assert_eq!(d.await, Ok(()));
+    assert_eq!(e.await, Ok(()));
+    assert_eq!(f.await, Ok(()));
+    assert!(matches!(g.await, Err(JournalError::InvalidArgument { .. })));
+    assert_eq!(h.await, Ok(()));
+    let stats = journal.stats();
+    assert_eq!(
+        (stats.transactions, stats.appends, stats.rejected),
+        (2, 4, 2)
+    );
+    let replayed = |id| async move { journal.replay(id, 1, 10, 10).await.unwrap() };
+    assert_eq!(
+        replayed(&s1)
+            .await
+            .into_iter()
+            .map(|e| e.payload)
+            .collect::<Vec<_>>(),
+        vec![payload("w", 1), payload("w", 2)]
+    );
+    assert_eq!(
+        replayed(&s2)
+            .await
+            .into_iter()
+            .map(|e| e.seq)
+            .collect::<Vec<_>>(),
+        vec![2, 3]
+    );
+    assert_eq!(journal.load_snapshot(&s1).await, Ok(None));
+    assert_eq!(
+        journal.load_snapshot(&s2).await,
+        Ok(Some(Snapshot {
+            seq: 3,
+            payload: b"s2@3".to_vec()
+        }))
+    );
+}
+
+#[tokio::test]
+async fn sqlite_batch_bounds_split_a_long_queue_into_several_transactions() {
+    let db = sqlite(SqliteOptions::default().max_batch_events(10)).await;
+    let (lock, first) = block_writer(&db).await;
+    let ids: Vec<_> = (0..25).map(|i| fresh_id(&format!("bound{i}"))).collect();
+    let appends: Vec<_> = ids
+        .iter()
+        .map(|id| started(db.journal.append(id, 1, one(1))))
+        .collect();
+    lock.release();
+    assert_eq!(first.await, Ok(()));
+    assert!(join_all(appends).await.iter().all(Result::is_ok));
+    // The blocked one, then 10 + 10 + 5.
+    assert_eq!(db.journal.stats().transactions, 4);
+}
+
+#[tokio::test]
+async fn sqlite_queue_is_bounded_in_writes_and_bytes() {
+    let db = sqlite(SqliteOptions::default().queue_capacity(4)).await;
+    let (lock, first) = block_writer(&db).await;
+    let ids: Vec<_> = (0..10).map(|i| fresh_id(&format!("queue{i}"))).collect();
+    let mut appends: Vec<_> = ids
+        .iter()
+        .map(|id| db.journal.append(id, 1, one(1)))
+        .collect();
+    for append in &mut appends {
+        assert!(poll_once(append).is_none());
+    }
+    assert_eq!(
+        db.journal.stats().queued,
+        4,
+        "the other 6 wait outside the queue"
+    );
+    lock.release();
+    assert_eq!(first.await, Ok(()));
+    assert!(join_all(appends).await.iter().all(Result::is_ok));
+
+    // 1000 bytes of queue: the blocked append holds a few, then two 400-byte appends fit.
+    let db = sqlite(SqliteOptions::default().max_queued_bytes(1000)).await;
+    let (lock, first) = block_writer(&db).await;
+    let mut appends: Vec<_> = ids
+        .iter()
+        .map(|id| db.journal.append(id, 1, vec![vec![7; 400]]))
+        .collect();
+    for append in &mut appends {
+        assert!(poll_once(append).is_none());
+    }
+    assert_eq!(db.journal.stats().queued, 2, "the others wait for bytes");
+    lock.release();
+    assert_eq!(first.await, Ok(()));
+    assert!(join_all(appends).await.iter().all(Result::is_ok));
+    assert_eq!(db.journal.stats().appends, 11);
+}
+
+#[tokio::test]
+async fn sqlite_reads_do_not_wait_behind_writes() {
+    let db = sqlite(SqliteOptions::default()).await;
+    let a = fresh_id("read");
+    db.journal.append(&a, 1, one(1)).await.unwrap();
+    let (lock, first) = block_writer(&db).await;
+    let mut queued: Vec<_> = (2..=50)
+        .map(|seq| started(db.journal.append(&fresh_id("queued"), 1, one(seq))))
+        .collect();
+    let reads = async {
+        assert_eq!(db.journal.highest_seq(&a).await, Ok(1));
+        assert_eq!(db.journal.replay(&a, 1, 9, 9).await.unwrap().len(), 1);
+        assert_eq!(db.journal.load_snapshot(&a).await, Ok(None));
+    };
+    tokio::time::timeout(Duration::from_secs(5), reads)
+        .await
+        .expect("reads waited for the blocked writer");
+    for append in &mut queued {
+        assert!(poll_once(append).is_none(), "the writes are still queued");
+    }
+    lock.release();
+    assert_eq!(first.await, Ok(()));
+    assert!(join_all(queued).await.iter().all(Result::is_ok));
+}
+
+#[tokio::test]
+async fn sqlite_reopen_sees_everything_and_continues() {
+    let db = sqlite(SqliteOptions::default()).await;
+    let path = db.journal.path().to_path_buf();
+    let (a, b) = (fresh_id("a"), fresh_id("b"));
+    db.journal
+        .append(&a, 1, vec![payload("a", 1), payload("a", 2)])
+        .await
+        .unwrap();
+    db.journal.append(&b, 1, one(1)).await.unwrap();
+    db.journal
+        .append(&a, 3, vec![payload("a", 3)])
+        .await
+        .unwrap();
+    db.journal.delete_to(&b, 1).await.unwrap();
+    let snapshot = Snapshot {
+        seq: 2,
+        payload: b"state".to_vec(),
+    };
+    db.journal
+        .save_snapshot(&a, snapshot.clone())
+        .await
+        .unwrap();
+    db.journal.close().await;
+
+    let journal = SqliteJournal::open(&path).await.unwrap();
+    assert_eq!(journal.highest_seq(&a).await, Ok(3));
+    assert_eq!(journal.highest_seq(&b).await, Ok(1), "kept after delete_to");
+    assert_eq!(
+        journal
+            .replay(&a, 1, 9, 9)
+            .await
+            .unwrap()
+            .into_iter()
+            .map(|e| e.payload)
+            .collect::<Vec<_>>(),
+        vec![payload("a", 1), payload("a", 2), payload("a", 3)]
+    );
+    assert_eq!(journal.replay(&b, 1, 9, 9).await.unwrap(), Vec::new());
+    assert_eq!(journal.load_snapshot(&a).await, Ok(Some(snapshot)));
+    assert!(matches!(
+        journal.append(&b, 1, one(1)).await,
+        Err(JournalError::Conflict { highest_seq: 1, .. })
+    ));
+    journal.append(&b, 2, one(2)).await.unwrap();
+    drop(db.dir);
+}
+
+#[tokio::test]
+async fn sqlite_close_commits_what_was_queued_even_if_its_callers_left() {
+    let db = sqlite(SqliteOptions::default()).await;
+    let path = db.journal.path().to_path_buf();
+    let ids: Vec<_> = (0..50).map(|i| fresh_id(&format!("left{i}"))).collect();
+    {
+        let lock = WriteLock::take(&path);
+        let abandoned: Vec<_> = ids
+            .iter()
+            .map(|id| started(db.journal.append(id, 1, one(1))))
+            .collect();
+        drop(abandoned); // the callers give up; their appends are queued already
+        lock.release();
+    }
+    db.journal.close().await;
+    let journal = SqliteJournal::open(&path).await.unwrap();
+    for id in &ids {
+        assert_eq!(journal.highest_seq(id).await, Ok(1));
+    }
+}
+
+/// Writes `setup` into a fresh SQLite file, then opens it as a journal.
+async fn open_prepared(setup: &str) -> (tempfile::TempDir, Result<SqliteJournal, JournalError>) {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("journal.db");
+    if !setup.is_empty() {
+        rusqlite::Connection::open(&path)
+            .unwrap()
+            .execute_batch(setup)
+            .unwrap();
+    }
+    let result = SqliteJournal::open(&path).await;
+    (dir, result)
+}
+
+fn schema_error(result: Result<SqliteJournal, JournalError>) -> String {
+    match result {
+        Err(JournalError::Schema { found, expected }) => {
+            assert!(expected.contains("schema version 1"), "{expected}");
+            found
+        }
+        Err(other) => panic!("expected a schema error, got {other:?}"),
+        Ok(_) => panic!("expected a schema error, the file was opened"),
+    }
+}
+
+#[tokio::test]
+async fn sqlite_refuses_a_newer_or_foreign_schema_and_leaves_it_untouched() {
+    // A journal written by a newer version.
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("journal.db");
+    SqliteJournal::open(&path).await.unwrap().close().await;
+    rusqlite::Connection::open(&path)
+        .unwrap()
+        .pragma_update(None, "user_version", 2)
+        .unwrap();
+    let found = schema_error(SqliteJournal::open(&path).await);
+    assert!(
+        found.contains("schema version 2, written by a newer version"),
+        "{found}"
+    );
+    let version: i32 = rusqlite::Connection::open(&path)
+        .unwrap()
+        .pragma_query_value(None, "user_version", |row| row.get(0))
+        .unwrap();
+    assert_eq!(version, 2);
+
+    // Another application's database: refused, and not even switched to WAL.
+    let (dir, result) = open_prepared("CREATE TABLE users (name TEXT);").await;
+    assert!(schema_error(result).contains("a foreign database (1 schema objects"));
+    let conn = rusqlite::Connection::open(dir.path().join("journal.db")).unwrap();
+    let mode: String = conn
+        .pragma_query_value(None, "journal_mode", |row| row.get(0))
+        .unwrap();
+    assert_eq!(mode, "delete");
+    let tables: i64 = conn
+        .query_row("SELECT count(*) FROM sqlite_master", [], |row| row.get(0))
+        .unwrap();
+    assert_eq!(tables, 1);
+
+    let (_dir, result) = open_prepared("PRAGMA application_id = 42;").await;
+    assert!(schema_error(result).contains("application_id 0x2a"));
+    let (_dir, result) = open_prepared(&format!(
+        "PRAGMA application_id = {}; PRAGMA user_version = 1; CREATE TABLE event_journal (x);",
+        0x6164_6a6c
+    ))
+    .await;
+    assert!(schema_error(result).contains("without its table `snapshot`"));
+
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("journal.db");
+    std::fs::write(&path, vec![b'x'; 4096]).unwrap();
+    assert!(schema_error(SqliteJournal::open(&path).await).contains("not an SQLite database"));
+}
+
+#[tokio::test]
+async fn sqlite_schema_has_the_documented_shape() {
+    let db = sqlite(SqliteOptions::default()).await;
+    let a = fresh_id("shape");
+    db.journal.append(&a, 1, vec![b"x".to_vec()]).await.unwrap();
+    let conn = rusqlite::Connection::open(db.journal.path()).unwrap();
+    let row: (String, i64, Vec<u8>, i64) = conn
+        .query_row(
+            "SELECT persistence_id, seq_nr, payload, written_at FROM event_journal",
+            [],
+            |row| Ok((row.get(0)?, row.get(1)?, row.get(2)?, row.get(3)?)),
+        )
+        .unwrap();
+    let now_ms = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as i64;
+    assert_eq!(
+        (row.0.as_str(), row.1, row.2.as_slice()),
+        (a.as_str(), 1, &b"x"[..])
+    );
+    assert!(
+        (now_ms - 60_000..=now_ms).contains(&row.3),
+        "written_at {}",
+        row.3
+    );
+    let mode: String = conn
+        .pragma_query_value(None, "journal_mode", |row| row.get(0))
+        .unwrap();
+    assert_eq!(mode, "wal");
+}
+
+#[tokio::test]
+async fn sqlite_invalid_options_and_paths_are_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let result =
+        SqliteJournal::open_with(dir.path().join("j.db"), SqliteOptions::default().readers(0))
+            .await;
+    assert!(matches!(
+        result,
+        Err(JournalError::InvalidArgument {
+            persistence_id: None,
+            ..
+        })
+    ));
+    let result = SqliteJournal::open(dir.path().join("missing-dir").join("j.db")).await;
+    assert!(
+        matches!(&result, Err(JournalError::Storage { persistence_id: None, message }) if message.contains("unable to open")),
+        "{:?}",
+        result.err()
+    );
+}

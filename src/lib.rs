@@ -225,6 +225,7 @@ mod inbox;
 pub mod journal;
 pub mod message;
 mod options;
+pub mod persistence;
 mod producer;
 pub mod protocol;
 mod stop_signal;

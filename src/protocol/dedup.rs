@@ -10,6 +10,7 @@ use std::time::{Duration, Instant};
 
 use hashbrown::HashSet;
 use hashlink::LinkedHashMap;
+use serde::{Deserialize, Serialize};
 
 use crate::protocol::envelope::{Incarnation, ProducerId};
 
@@ -197,6 +198,21 @@ pub enum Lookup {
         /// Whether another producer's windows were evicted to make room.
         evicted: bool,
     },
+}
+
+/// One window's durable content: what a persistent record stores in its snapshots.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct WindowRecord<K> {
+    /// The producer.
+    pub producer_id: ProducerId,
+    /// Its incarnation.
+    pub incarnation: K,
+    /// Seqs up to this one are stale.
+    pub floor: u64,
+    /// Seqs up to this one are settled.
+    pub contiguous: u64,
+    /// Seqs handled above `contiguous`, ascending.
+    pub above: Vec<u64>,
 }
 
 /// Waiting seqs whose messages must not run any more.
@@ -401,6 +417,61 @@ impl<K: Copy + PartialEq + Debug> DedupTable<K> {
     /// The waiting seqs orphaned since the last call: their messages must not run.
     pub fn take_orphaned(&mut self) -> Orphaned {
         std::mem::take(&mut self.orphaned)
+    }
+
+    /// The window of `id`'s `incarnation`, if there is one, without touching any recency.
+    pub fn peek(&self, id: &str, incarnation: K) -> Option<&ProducerWindow<K>> {
+        let &slot = self.order.get(id)?;
+        self.slots[slot]
+            .as_ref()?
+            .windows()
+            .find(|window| window.incarnation == incarnation)
+    }
+
+    /// What the table holds, as records: least recently used producer first, each producer's
+    /// windows least recently used first, so that [`restore`](Self::restore) rebuilds the same
+    /// recency order. Waiting seqs are not part of it.
+    pub fn records(&self) -> Vec<WindowRecord<K>> {
+        let mut records = Vec::with_capacity(self.windows);
+        for (id, &slot) in self.order.iter() {
+            let Some(slot) = &self.slots[slot] else {
+                continue;
+            };
+            let windows = std::iter::once(&slot.first).chain(&slot.others);
+            let mut of_id: Vec<WindowRecord<K>> = windows
+                .map(|window| {
+                    let mut above: Vec<u64> = window.above().collect();
+                    above.sort_unstable();
+                    WindowRecord {
+                        producer_id: id.clone(),
+                        incarnation: window.incarnation,
+                        floor: window.floor,
+                        contiguous: window.contiguous,
+                        above,
+                    }
+                })
+                .collect();
+            of_id.reverse();
+            records.extend(of_id);
+        }
+        records
+    }
+
+    /// Adds the windows of `records` (as [`records`](Self::records) made them) in order, each
+    /// as the most recently used, within the table's bounds.
+    pub fn restore(&mut self, records: impl IntoIterator<Item = WindowRecord<K>>, now: Instant) {
+        for record in records {
+            let window_start = record.floor.saturating_add(1);
+            let (window, _, _) =
+                self.window_for(&record.producer_id, record.incarnation, window_start, now);
+            if record.contiguous > window.contiguous {
+                window.contiguous = record.contiguous;
+            }
+            for seq in record.above {
+                window.complete(seq);
+            }
+        }
+        self.orphaned = Orphaned::default();
     }
 
     /// The most recently used window of producer `id`, without touching its recency.
@@ -772,6 +843,34 @@ mod tests {
             }
         );
         assert_eq!(table.take_orphaned().total(), 0);
+    }
+
+    #[test]
+    fn records_restore_the_same_windows_in_the_same_recency_order() {
+        let mut table = Table::new(Some(3), None);
+        let now = Instant::now();
+        let id = |s: &str| ProducerId::from(s);
+        let (w, _, _) = table.window_for(&id("a"), 1, 1, now);
+        w.complete(1);
+        w.complete(3);
+        table.window_for(&id("b"), 7, 5, now).0.complete(9);
+        table.window_for(&id("a"), 2, 1, now).0.complete(1);
+        table.window_for(&id("c"), 1, 1, now);
+        table.window_for(&id("a"), 1, 1, now); // a's incarnation 1 most recent again
+        let records = table.records();
+        let mut restored = Table::new(Some(3), None);
+        restored.restore(records.clone(), now);
+        assert_eq!(restored.records(), records);
+        assert_eq!(ids(&restored), ids(&table));
+        let a1 = restored.peek("a", 1).unwrap();
+        assert!(a1.is_handled(1) && a1.is_handled(3) && !a1.is_handled(2));
+        let b7 = restored.peek("b", 7).unwrap();
+        assert!(b7.is_stale(4) && b7.is_handled(9) && !b7.is_handled(5));
+        assert!(restored.peek("a", 3).is_none() && restored.peek("d", 1).is_none());
+        // A fourth producer evicts the least recently used one in both.
+        table.window_for(&id("d"), 1, 1, now);
+        restored.window_for(&id("d"), 1, 1, now);
+        assert_eq!(ids(&restored), ids(&table));
     }
 
     #[test]

@@ -1,5 +1,6 @@
 //! The consumer actor and its handle.
 
+use std::collections::HashMap;
 use std::task::{Context as TaskContext, Poll, Waker};
 use std::time::Instant;
 
@@ -8,7 +9,7 @@ use actix::prelude::*;
 use crate::after_drain::after_each_drain;
 use crate::alarm::{self, Alarm};
 use crate::dead_letter::DeadLetter;
-use crate::handler::DeliveryHandler;
+use crate::handler::{DeliveryHandler, Outcome};
 use crate::message::{
     ConsumerRef, Deliveries, Delivery, GetConsumerStats, GetOutOfOrder, ReplyTo, StopConsumer,
 };
@@ -45,6 +46,10 @@ pub struct ConsumerController<T: Send + 'static> {
     after_drain_spawned: bool,
     /// Stopped for good ([`StopConsumer`]); a supervised restart leaves it inert.
     stop: StopSignal,
+    /// Outcomes of messages a pipelined handler handed off, to spawn on the context.
+    handed_off: Vec<(u64, Outcome)>,
+    /// The spawned ones, to cancel when the core abandons them.
+    awaiting: HashMap<u64, SpawnHandle>,
 }
 
 /// ACK buffer capacity kept between drains (a burst may grow it; it shrinks back to this).
@@ -53,7 +58,10 @@ const ACK_BUFFER_KEPT: usize = 1024;
 impl<T: Send + 'static> ConsumerController<T> {
     /// A consumer with validated options; start it like any actor.
     pub fn new(options: ConsumerOptions<T>) -> Self {
-        let (handler, config, dead_letters) = options.into_parts();
+        let (mut handler, config, dead_letters) = options.into_parts();
+        // Ordered mode awaits every handler: a later message must not be confirmed before an
+        // earlier one whose outcome is still open.
+        handler.allow_pipelining(!config.ordered);
         Self {
             core: ConsumerCore::new(&config),
             handler,
@@ -63,6 +71,8 @@ impl<T: Send + 'static> ConsumerController<T> {
             handler_pending: false,
             after_drain_spawned: false,
             stop: StopSignal::default(),
+            handed_off: Vec::new(),
+            awaiting: HashMap::new(),
         }
     }
 
@@ -115,6 +125,7 @@ impl<T: Send + 'static> ConsumerController<T> {
             let poll = self.handler.resume(cx);
             self.handler_pending = self.settle(poll, None, cx).is_pending();
         }
+        self.await_handed_off(ctx);
         self.flush_acks();
         if ctx.connected() || self.handler_pending {
             Poll::Pending
@@ -152,12 +163,35 @@ impl<T: Send + 'static> ConsumerController<T> {
         Poll::Pending
     }
 
-    /// Queues a completion's ACK; returns the body of the message to run next.
+    /// Queues a completion's ACK and a handed-off outcome; returns the body of the message to
+    /// run next.
     fn carry_out(&mut self, completion: Completion<T, ReplyTo>) -> Option<T> {
         if let Some(ack) = completion.ack {
             self.acks.push(ack);
         }
+        if let Some(id) = completion.deferred {
+            match self.handler.take_handed_off() {
+                Some(outcome) => self.handed_off.push((id, outcome)),
+                None => debug_assert!(false, "a deferred run without its outcome"),
+            }
+        }
         completion.next
+    }
+
+    /// Spawns the outcomes pipelined handlers handed off: each ACKs its message when it
+    /// resolves `Ok`.
+    fn await_handed_off(&mut self, ctx: &mut Context<Self>) {
+        for (id, outcome) in std::mem::take(&mut self.handed_off) {
+            let awaited = outcome.into_actor(self).map(move |outcome, act, ctx| {
+                act.awaiting.remove(&id);
+                if let Some(ack) = act.core.handle_deferred(id, &outcome, alarm::now()) {
+                    act.acks.push(ack);
+                    act.flush_acks();
+                }
+                act.arm_timer(ctx);
+            });
+            self.awaiting.insert(id, ctx.spawn(awaited));
+        }
     }
 
     fn dead_letter(&self, reason: DeadLetterReason, header: Header) {
@@ -187,6 +221,12 @@ impl<T: Send + 'static> ConsumerController<T> {
                     act.run(body, now);
                 }
             }
+            while let Some(id) = act.core.poll_expired() {
+                if let Some(handle) = act.awaiting.remove(&id) {
+                    ctx.cancel_future(handle);
+                }
+            }
+            act.await_handed_off(ctx);
             act.arm_timer(ctx);
         });
     }
@@ -210,6 +250,8 @@ impl<T: Send + 'static> Actor for ConsumerController<T> {
         self.flush_acks();
         self.core.clear();
         self.handler.abandon();
+        self.handed_off.clear();
+        self.awaiting.clear();
         self.stop.announce_if_final();
     }
 }
@@ -219,6 +261,8 @@ impl<T: Send + 'static> Supervised for ConsumerController<T> {
         self.flush_acks();
         self.core.clear();
         self.handler.abandon();
+        self.handed_off.clear();
+        self.awaiting.clear();
         self.handler_pending = false;
         self.alarm = Alarm::default();
     }
@@ -233,6 +277,7 @@ impl<T: Send + 'static> Handler<Delivery<T>> for ConsumerController<T> {
         }
         self.ensure_after_drain(ctx);
         self.receive(delivery, alarm::now());
+        self.await_handed_off(ctx);
         self.arm_timer(ctx);
     }
 }
@@ -249,6 +294,7 @@ impl<T: Send + 'static> Handler<Deliveries<T>> for ConsumerController<T> {
         for delivery in deliveries {
             self.receive(delivery, now);
         }
+        self.await_handed_off(ctx);
         self.arm_timer(ctx);
     }
 }

@@ -87,13 +87,13 @@
 //!
 //! # Limits: read before relying on it
 //!
-//! - **Dedup lives in memory.** If the consumer crashes or restarts between "handler done" and
-//!   "ACK received by the producer", the producer retransmits and the *new* consumer runs the
-//!   handler again. The same happens after a dedup window was evicted (`max_producers`) or swept
-//!   (`producer_idle_ttl`: keep it well above the producers' `resend_timeout`). So handlers must
-//!   be idempotent, or store the message's [`DeliveryInfo`] (producer id, incarnation, seq)
-//!   atomically with their business state and skip what they already stored: that makes
-//!   processing effectively once.
+//! - **The consumer's dedup lives in memory.** If the consumer crashes or restarts between
+//!   "handler done" and "ACK received by the producer", the producer retransmits and the *new*
+//!   consumer runs the handler again. The same happens after a dedup window was evicted
+//!   (`max_producers`) or swept (`producer_idle_ttl`). So plain handlers must be idempotent;
+//!   for effectively-once processing, hand each message to a persistent entity (see
+//!   "Effectively once" below), which stores the delivery's processed mark atomically with its
+//!   events.
 //! - **Producer ids must be unique per live producer.** Two live producers configured with the
 //!   same id still work (each incarnation has its own window) but compete for the id's four
 //!   windows; the consumer counts and warns when an older incarnation keeps sending long after a
@@ -148,6 +148,46 @@
 //! In-process code is trusted (it could as well call the handler itself); across processes
 //! only authenticated nodes may send deliveries, because anyone reading the traffic learns the
 //! token (no confidentiality without TLS).
+//!
+//! # Effectively once
+//!
+//! [`journal`] stores streams of events durably: [`journal::SqliteJournal`] (embedded, one file,
+//! group commit: many appends per fsync) or [`journal::MemoryJournal`] (tests). [`persistence`]
+//! runs event-sourced entities over it: a [`persistence::PersistentActor`] answers a command
+//! only once its events are committed, and batches everything decided while one write is in
+//! flight into the next. Given a message's [`DeliveryInfo`], it stores the processed mark in
+//! the same journal entry as the events, and recognises the delivery after any crash:
+//!
+//! ```no_run
+//! # use std::sync::Arc;
+//! # use actix_delivery::journal::{PersistenceId, SqliteJournal};
+//! # use actix_delivery::persistence::{Decision, EventSourced, PersistentConfig, PersistentHandle};
+//! # use actix_delivery::{ConsumerOptions, ReliableDelivery};
+//! # #[derive(Default, serde::Serialize, serde::Deserialize)] struct Account { balance: u64 }
+//! # #[derive(serde::Serialize, serde::Deserialize)] struct Deposited(u64);
+//! # impl EventSourced for Account {
+//! #     type Command = u64; type Event = Deposited; type Reply = u64; type Rejection = String;
+//! #     fn decide(&self, n: &u64) -> Result<Decision<Self>, String> {
+//! #         Ok(Decision::persist([Deposited(*n)], self.balance + n)) }
+//! #     fn apply(&mut self, Deposited(n): &Deposited) { self.balance += n; }
+//! # }
+//! # #[actix::main] async fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! let journal = Arc::new(SqliteJournal::open("accounts.db").await?);
+//! let account = PersistentHandle::<Account>::start(
+//!     journal,
+//!     PersistenceId::new("account-42")?,
+//!     PersistentConfig::default(),
+//! )?;
+//! // Each message becomes a command; it is ACKed once its events and mark are committed.
+//! let consumer = ReliableDelivery::consumer(
+//!     ConsumerOptions::builder(account.delivery_handler(|amount: u64| amount)).build()?,
+//! );
+//! # Ok(()) }
+//! ```
+//!
+//! Every message's events are then stored exactly once, however often the consumer crashes.
+//! Side effects outside the journal (an email, a call to another service) still happen at
+//! least once: make them idempotent. The [`persistence`] module documents the details.
 //!
 //! # Running the handler
 //!

@@ -673,3 +673,109 @@ async fn a_hand_made_delivery_needs_no_knowledge_of_window_start() {
     assert_eq!(handled.snapshot(), [70, 90]);
     assert_eq!(acks.len(), 2);
 }
+
+/// A pipelined consumer: every call is logged at once; its outcome waits for the test to
+/// resolve it (`Ok` unless the body is odd and `fail_odd`).
+fn pipelined_consumer(
+    configure: impl FnOnce(
+        actix_delivery::ConsumerOptionsBuilder<u32>,
+    ) -> actix_delivery::ConsumerOptionsBuilder<u32>,
+) -> (ConsumerHandle<u32>, Log<u32>, Gate) {
+    let called = Log::default();
+    let gate = Gate::default();
+    let (log, outcome_gate) = (called.clone(), gate.clone());
+    let handler = DeliveryHandler::pipelined(move |_: DeliveryInfo, body: u32| {
+        log.push(body);
+        let gate = outcome_gate.clone();
+        async move {
+            gate.pass().await;
+            if body == 13 {
+                return Err("unlucky");
+            }
+            Ok(())
+        }
+    });
+    let options = configure(ConsumerOptions::builder(handler))
+        .build()
+        .unwrap();
+    (ReliableDelivery::consumer(options), called, gate)
+}
+
+#[actix::test]
+async fn a_pipelined_handler_is_called_in_order_without_waiting_and_acks_after_each_outcome() {
+    tokio::time::pause();
+    let (consumer, called, gate) = pipelined_consumer(|b| b);
+    let (reply_to, acks) = ack_probe();
+    for seq in 1..=3 {
+        consumer
+            .addr()
+            .do_send(delivery("p", 1, seq, seq as u32, &reply_to));
+    }
+    consumer.addr().do_send(delivery("p", 1, 4, 13, &reply_to));
+    settle().await;
+    assert_eq!(
+        called.snapshot(),
+        [1, 2, 3, 13],
+        "no call waited for an outcome"
+    );
+    assert_eq!(acks.len(), 0, "no ACK before the outcome");
+    assert_eq!(consumer.stats().await.unwrap().deferred, 4);
+    consumer.addr().do_send(delivery("p", 1, 2, 2, &reply_to)); // a retransmission
+    settle().await;
+    assert_eq!(called.len(), 4, "a deferred message is not run again");
+    gate.open();
+    settle().await;
+    let mut acked: Vec<u64> = acks.snapshot().iter().map(|a| a.seq).collect();
+    acked.sort_unstable(); // in the order the outcomes resolved
+    assert_eq!(acked, [1, 2, 3], "the failed one is not ACKed");
+    let stats = consumer.stats().await.unwrap();
+    assert_eq!(
+        (stats.delivered, stats.handler_failures, stats.deferred),
+        (3, 1, 0)
+    );
+    consumer.addr().do_send(delivery("p", 1, 4, 13, &reply_to));
+    settle().await;
+    assert_eq!(
+        called.len(),
+        5,
+        "the failed one runs again when retransmitted"
+    );
+}
+
+#[actix::test]
+async fn a_pipelined_outcome_that_never_comes_is_abandoned_after_handler_timeout() {
+    tokio::time::pause();
+    let (consumer, called, _never_opened) =
+        pipelined_consumer(|b| b.handler_timeout(Duration::from_secs(5)));
+    let (reply_to, acks) = ack_probe();
+    consumer.addr().do_send(delivery("p", 1, 1, 1, &reply_to));
+    settle_for(5_001).await;
+    let stats = consumer.stats().await.unwrap();
+    assert_eq!((stats.handler_timeouts, stats.deferred), (1, 0));
+    consumer.addr().do_send(delivery("p", 1, 1, 1, &reply_to));
+    settle().await;
+    assert_eq!(called.snapshot(), [1, 1], "retried after the timeout");
+    assert_eq!(acks.len(), 0);
+}
+
+#[actix::test]
+async fn in_ordered_mode_a_pipelined_handler_is_awaited_before_the_next_call() {
+    tokio::time::pause();
+    let (consumer, called, gate) = pipelined_consumer(|b| b.ordered(true));
+    let (reply_to, acks) = ack_probe();
+    for seq in 1..=3 {
+        consumer
+            .addr()
+            .do_send(delivery("p", 1, seq, seq as u32, &reply_to));
+    }
+    settle().await;
+    assert_eq!(
+        called.snapshot(),
+        [1],
+        "the next call waits for the outcome"
+    );
+    gate.open();
+    settle().await;
+    assert_eq!(called.snapshot(), [1, 2, 3]);
+    assert_eq!(acks.len(), 3);
+}

@@ -100,10 +100,11 @@ impl<E: EventSourced> PersistentHandle<E> {
     }
 
     /// The handler of an **effectively-once consumer**: each new message becomes a command
-    /// (`to_command`) carrying its delivery; the handler succeeds (the message is ACKed) once
-    /// the entity's reply says the command's events and the mark are durable, or that the
-    /// delivery was processed before. A rejection or an error fails the handler: no ACK, and
-    /// the producer retransmits.
+    /// (`to_command`) carrying its delivery; the message is ACKed once the entity's reply says
+    /// the command's events and the mark are durable, or that the delivery was processed
+    /// before. A rejection or an error: no ACK, and the producer retransmits. The handler is
+    /// [pipelined](DeliveryHandler::pipelined): commands reach the entity in delivery order
+    /// without waiting for each other's commit, so they share journal writes.
     ///
     /// ```no_run
     /// # use actix_delivery::persistence::{EventSourced, PersistentHandle};
@@ -119,7 +120,9 @@ impl<E: EventSourced> PersistentHandle<E> {
         mut to_command: impl FnMut(T) -> E::Command + 'static,
     ) -> DeliveryHandler<T> {
         let entity = self.clone();
-        DeliveryHandler::from_fn_with_info(move |info: DeliveryInfo, body: T| {
+        // Pipelined: the command is in the entity's mailbox (in delivery order) when the call
+        // returns; the next message need not wait for this one's commit.
+        DeliveryHandler::pipelined(move |info: DeliveryInfo, body: T| {
             let answer = entity.ask_delivered(info, to_command(body));
             async move { answer.await.map(drop) }
         })

@@ -47,6 +47,10 @@ pub enum HandlerOutcome {
     Failed(String),
     /// The handler panicked (the panic message): treated like an error.
     Panicked(String),
+    /// A pipelined handler handed the message off: the next message may run, and the
+    /// message's own outcome follows through
+    /// [`handle_deferred`](ConsumerCore::handle_deferred) (only in unordered mode).
+    Deferred,
 }
 
 /// The consequences of a finished (or abandoned) handler run.
@@ -57,6 +61,8 @@ pub struct Completion<B, R> {
     /// The next waiting message to start the handler for (described by
     /// [`running`](ConsumerCore::running)).
     pub next: Option<B>,
+    /// The run was [`HandlerOutcome::Deferred`]: report its outcome under this id.
+    pub deferred: Option<u64>,
 }
 
 /// Counters of a consumer since it started (`tracked_producers`, `tracked_incarnations` and
@@ -83,7 +89,8 @@ pub struct ConsumerStats {
     pub handler_failures: u64,
     /// Handler runs that panicked.
     pub handler_panics: u64,
-    /// Handler runs abandoned after `handler_timeout`.
+    /// Handler runs (and deferred outcomes of pipelined handlers) abandoned after
+    /// `handler_timeout`.
     pub handler_timeouts: u64,
     /// Producers evicted, with their windows, to make room for a new one (`max_producers`).
     pub evictions: u64,
@@ -102,6 +109,8 @@ pub struct ConsumerStats {
     pub tracked_incarnations: usize,
     /// Admitted messages waiting for the running handler right now.
     pub waiting: usize,
+    /// Messages handed off by a pipelined handler, awaiting their outcome right now.
+    pub deferred: usize,
 }
 
 #[derive(Debug)]
@@ -110,6 +119,16 @@ struct Running<R> {
     reply_to: R,
     window: WindowRef,
     /// When the run is abandoned (`handler_timeout`).
+    deadline: Option<Instant>,
+}
+
+/// A message handed off by a pipelined handler.
+#[derive(Debug)]
+struct Deferred<R> {
+    id: u64,
+    header: Header,
+    reply_to: R,
+    window: WindowRef,
     deadline: Option<Instant>,
 }
 
@@ -150,6 +169,11 @@ pub struct ConsumerCore<B, R> {
     /// (their producers retransmit them, or settled them) and are purged once they are half of
     /// the queue.
     orphans: usize,
+    /// Messages handed off by pipelined handlers, by ascending id (and so by deadline).
+    deferred: VecDeque<Deferred<R>>,
+    next_deferred: u64,
+    /// Deferred outcomes abandoned after `handler_timeout`, for the shell to cancel.
+    expired: VecDeque<u64>,
     stats: ConsumerStats,
     warnings: Warnings,
 }
@@ -168,6 +192,9 @@ impl<B, R> ConsumerCore<B, R> {
             running: None,
             waiting: VecDeque::new(),
             orphans: 0,
+            deferred: VecDeque::new(),
+            next_deferred: 0,
+            expired: VecDeque::new(),
             stats: ConsumerStats::default(),
             warnings: Warnings::default(),
         }
@@ -229,14 +256,17 @@ impl<B, R> ConsumerCore<B, R> {
         let running = self.running.as_ref().filter(|r| {
             r.header.incarnation == header.incarnation && r.header.producer_id == header.producer_id
         });
-        if window.is_waiting(seq) || running.is_some_and(|r| r.header.seq == seq) {
+        if window.is_waiting(seq)
+            || window.is_deferred(seq)
+            || running.is_some_and(|r| r.header.seq == seq)
+        {
             self.stats.in_progress += 1;
             return Step::Hold;
         }
         // A running seq at or below the contiguous mark (`window_start` moved past it) is no
         // longer retained above it.
         let running_above = running.is_some_and(|r| r.header.seq > window.contiguous());
-        let in_progress = window.waiting() + usize::from(running_above);
+        let in_progress = window.waiting() + window.deferred() + usize::from(running_above);
         let gap_closing = seq == window.contiguous() + 1;
         let in_sequence = !self.ordered || seq == window.contiguous() + 1 + in_progress as u64;
         let within_bound = self
@@ -291,8 +321,29 @@ impl<B, R> ConsumerCore<B, R> {
             return Completion {
                 ack: None,
                 next: None,
+                deferred: None,
             };
         };
+        if *outcome == HandlerOutcome::Deferred {
+            debug_assert!(!self.ordered, "ordered mode awaits every handler");
+            let id = self.next_deferred;
+            self.next_deferred += 1;
+            if let Some(window) = self.table.window(running.window) {
+                window.begin_deferred(running.header.seq);
+            }
+            self.deferred.push_back(Deferred {
+                id,
+                header: running.header,
+                reply_to: running.reply_to,
+                window: running.window,
+                deadline: self.handler_timeout.map(|timeout| now + timeout),
+            });
+            return Completion {
+                ack: None,
+                next: self.start_next(now),
+                deferred: Some(id),
+            };
+        }
         let ack = match outcome {
             HandlerOutcome::Succeeded => {
                 // A window evicted or replaced meanwhile is not recreated: the ACK still goes
@@ -303,28 +354,76 @@ impl<B, R> ConsumerCore<B, R> {
                 self.stats.delivered += 1;
                 Some((running.reply_to, Ack::from(running.header)))
             }
+            HandlerOutcome::Deferred => unreachable!("handled above"),
             HandlerOutcome::Failed(_) | HandlerOutcome::Panicked(_) => {
-                if matches!(outcome, HandlerOutcome::Failed(_)) {
-                    self.stats.handler_failures += 1;
-                } else {
-                    self.stats.handler_panics += 1;
-                }
+                self.count_failure(outcome);
                 self.not_handled(&running.header, &describe(outcome), now);
                 None
             }
         };
         let next = self.start_next(now);
-        Completion { ack, next }
+        Completion {
+            ack,
+            next,
+            deferred: None,
+        }
     }
 
-    /// Runs what is due at `now`: the idle sweep, and the abandonment of a handler run older
-    /// than `handler_timeout`. `Some` when the running handler was abandoned: drop its future
-    /// and carry out the completion (it has no ACK: the producer retransmits the message).
+    /// The outcome of a message a pipelined handler handed off (`id` from its
+    /// [`Completion`]): the ACK to send if it succeeded. An unknown id (abandoned after
+    /// `handler_timeout`, or from before [`clear`](Self::clear)) changes nothing.
+    pub fn handle_deferred(
+        &mut self,
+        id: u64,
+        outcome: &HandlerOutcome,
+        now: Instant,
+    ) -> Option<(R, Ack)> {
+        let index = self.deferred.binary_search_by_key(&id, |d| d.id).ok()?;
+        let deferred = self.deferred.remove(index)?;
+        let window = self.table.window(deferred.window);
+        let seq = deferred.header.seq;
+        if *outcome == HandlerOutcome::Succeeded {
+            if let Some(window) = window {
+                window.end_deferred(seq);
+                window.complete(seq);
+            }
+            self.stats.delivered += 1;
+            return Some((deferred.reply_to, Ack::from(deferred.header)));
+        }
+        if let Some(window) = window {
+            window.end_deferred(seq);
+        }
+        self.count_failure(outcome);
+        self.not_handled(&deferred.header, &describe(outcome), now);
+        None
+    }
+
+    /// A deferred outcome abandoned after `handler_timeout` (its id): cancel its future.
+    pub fn poll_expired(&mut self) -> Option<u64> {
+        self.expired.pop_front()
+    }
+
+    /// Runs what is due at `now`: the idle sweep, and the abandonment of a handler run (or a
+    /// deferred outcome, see [`poll_expired`](Self::poll_expired)) older than
+    /// `handler_timeout`. `Some` when the running handler was abandoned: drop its future and
+    /// carry out the completion (it has no ACK: the producer retransmits the message).
     pub fn handle_timeout(&mut self, now: Instant) -> Option<Completion<B, R>> {
         let swept = self.table.sweep(now);
         if swept > 0 {
             self.stats.swept += swept as u64;
             log::debug!("swept {swept} idle producer dedup window(s)");
+        }
+        while let Some(front) = self.deferred.front() {
+            if front.deadline.is_none_or(|deadline| now < deadline) {
+                break;
+            }
+            let expired = self.deferred.pop_front().expect("checked above");
+            if let Some(window) = self.table.window(expired.window) {
+                window.end_deferred(expired.header.seq);
+            }
+            self.stats.handler_timeouts += 1;
+            self.not_handled(&expired.header, "timed out (handler_timeout)", now);
+            self.expired.push_back(expired.id);
         }
         let expired = self
             .running
@@ -338,6 +437,7 @@ impl<B, R> ConsumerCore<B, R> {
             Completion {
                 ack: None,
                 next: self.start_next(now),
+                deferred: None,
             }
         });
         self.purge_orphans();
@@ -347,11 +447,12 @@ impl<B, R> ConsumerCore<B, R> {
     /// When [`handle_timeout`](Self::handle_timeout) should be called next (`None`: no timer
     /// needed).
     pub fn next_deadline(&self) -> Option<Instant> {
-        let handler = self.running.as_ref().and_then(|r| r.deadline);
-        match (self.table.next_sweep(), handler) {
-            (Some(a), Some(b)) => Some(a.min(b)),
-            (a, b) => a.or(b),
-        }
+        let running = self.running.as_ref().and_then(|r| r.deadline);
+        let deferred = self.deferred.front().and_then(|d| d.deadline);
+        [self.table.next_sweep(), running, deferred]
+            .into_iter()
+            .flatten()
+            .min()
     }
 
     /// The message whose handler is running, if any.
@@ -382,6 +483,7 @@ impl<B, R> ConsumerCore<B, R> {
             tracked_producers: self.table.len(),
             tracked_incarnations: self.table.windows(),
             waiting: self.waiting.len() - self.orphans,
+            deferred: self.deferred.len(),
             ..self.stats
         }
     }
@@ -392,6 +494,16 @@ impl<B, R> ConsumerCore<B, R> {
         self.waiting.clear();
         self.orphans = 0;
         self.running = None;
+        self.deferred.clear();
+        self.expired.clear();
+    }
+
+    fn count_failure(&mut self, outcome: &HandlerOutcome) {
+        if matches!(outcome, HandlerOutcome::Panicked(_)) {
+            self.stats.handler_panics += 1;
+        } else {
+            self.stats.handler_failures += 1;
+        }
     }
 
     /// A run ended without success: warn (rate-limited), and in ordered mode drop the waiting
@@ -494,6 +606,7 @@ fn describe(outcome: &HandlerOutcome) -> String {
         HandlerOutcome::Succeeded => "succeeded".into(),
         HandlerOutcome::Failed(error) => format!("error: {error}"),
         HandlerOutcome::Panicked(panic) => format!("panic: {panic}"),
+        HandlerOutcome::Deferred => "deferred".into(),
     }
 }
 
@@ -1162,5 +1275,99 @@ mod tests {
         assert_eq!((c.tracked_producers(), c.stats().waiting), (0, 0));
         assert!(!c.is_running());
         assert_eq!(run_seq(&mut c, inbound("p", 1, 1), now), Some(1));
+    }
+
+    fn defer(c: &mut Core, now: Instant) -> (u64, Option<Header>) {
+        let done = c.handle_outcome(&HandlerOutcome::Deferred, now);
+        let id = done.deferred.expect("deferred");
+        (id, next_of(c, done))
+    }
+
+    #[test]
+    fn a_pipelined_handler_lets_the_next_message_run_and_acks_when_its_outcome_comes() {
+        let mut c = core(ConsumerConfig::default());
+        let now = Instant::now();
+        c.handle_delivery(inbound("p", 1, 1), now);
+        c.handle_delivery(inbound("p", 1, 2), now);
+        let (first, next) = defer(&mut c, now);
+        assert_eq!(next.map(|h| h.seq), Some(2), "2 runs before 1's outcome");
+        let (second, _) = defer(&mut c, now);
+        assert_eq!(c.stats().deferred, 2);
+        // A retransmission of a deferred seq neither runs nor is re-ACKed.
+        assert!(matches!(
+            c.handle_delivery(inbound("p", 1, 1), now),
+            Step::Hold
+        ));
+        assert_eq!(c.stats().in_progress, 1);
+        // Outcomes in any order: 2 succeeds, 1 fails.
+        let ack = c.handle_deferred(second, &HandlerOutcome::Succeeded, now);
+        assert_eq!(ack, Some((7, self::ack("p", 1, 2))));
+        assert!(c
+            .handle_deferred(first, &HandlerOutcome::Failed("no".into()), now)
+            .is_none());
+        assert!(
+            c.handle_deferred(first, &HandlerOutcome::Succeeded, now)
+                .is_none(),
+            "once"
+        );
+        // 1 runs again when retransmitted; 2 is a duplicate.
+        assert_eq!(run_seq(&mut c, inbound("p", 1, 1), now), Some(1));
+        assert!(matches!(
+            c.handle_delivery(inbound("p", 1, 2), now),
+            Step::Ack(..)
+        ));
+        let stats = c.stats();
+        assert_eq!(
+            (stats.delivered, stats.handler_failures, stats.deferred),
+            (1, 1, 0)
+        );
+    }
+
+    #[test]
+    fn deferred_messages_count_against_the_out_of_order_bound() {
+        let mut c = core(ConsumerConfig {
+            max_out_of_order: Limit::At(2),
+            ..Default::default()
+        });
+        let now = Instant::now();
+        c.handle_delivery(inbound("p", 1, 1), now);
+        defer(&mut c, now);
+        c.handle_delivery(inbound("p", 1, 3), now);
+        defer(&mut c, now);
+        assert!(matches!(
+            c.handle_delivery(inbound("p", 1, 4), now),
+            Step::Hold
+        ));
+        assert_eq!(c.stats().refused, 1, "1 and 3 are retained");
+    }
+
+    #[test]
+    fn a_deferred_outcome_that_never_comes_is_abandoned_after_handler_timeout() {
+        let timeout = Duration::from_secs(30);
+        let mut c = core(ConsumerConfig {
+            handler_timeout: Limit::At(timeout),
+            producer_idle_ttl: Limit::Unbounded,
+            ..Default::default()
+        });
+        let t0 = Instant::now();
+        c.handle_delivery(inbound("p", 1, 1), t0);
+        let (id, _) = defer(&mut c, t0);
+        assert_eq!(c.next_deadline(), Some(t0 + timeout));
+        assert!(
+            c.handle_timeout(t0 + timeout).is_none(),
+            "nothing was running"
+        );
+        assert_eq!(c.poll_expired(), Some(id));
+        assert_eq!(c.poll_expired(), None);
+        assert!(c
+            .handle_deferred(id, &HandlerOutcome::Succeeded, t0 + timeout)
+            .is_none());
+        assert_eq!(c.next_deadline(), None);
+        assert_eq!(c.stats().handler_timeouts, 1);
+        assert_eq!(
+            run_seq(&mut c, inbound("p", 1, 1), t0 + timeout),
+            Some(1),
+            "retried"
+        );
     }
 }

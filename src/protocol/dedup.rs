@@ -52,6 +52,8 @@ struct Beyond {
     above: HashSet<u64>,
     /// Admitted to the handler and waiting for it (not the running one).
     waiting: HashSet<u64>,
+    /// Handed off by a pipelined handler, awaiting the outcome that decides their ACK.
+    deferred: HashSet<u64>,
 }
 
 impl<K: Copy> ProducerWindow<K> {
@@ -95,6 +97,32 @@ impl<K: Copy> ProducerWindow<K> {
     /// Seqs admitted to the handler and waiting for it.
     pub fn waiting(&self) -> usize {
         self.beyond.as_ref().map_or(0, |b| b.waiting.len())
+    }
+
+    /// Seqs handed off by a pipelined handler, awaiting their outcome.
+    pub fn deferred(&self) -> usize {
+        self.beyond.as_ref().map_or(0, |b| b.deferred.len())
+    }
+
+    /// Whether `seq` was handed off by a pipelined handler and awaits its outcome.
+    pub fn is_deferred(&self, seq: u64) -> bool {
+        self.beyond
+            .as_ref()
+            .is_some_and(|b| contains(&b.deferred, seq))
+    }
+
+    /// Marks `seq` as handed off, awaiting its outcome.
+    pub fn begin_deferred(&mut self, seq: u64) {
+        self.beyond.get_or_insert_default().deferred.insert(seq);
+    }
+
+    /// `seq`'s outcome arrived (or it was abandoned).
+    pub fn end_deferred(&mut self, seq: u64) {
+        if let Some(beyond) = &mut self.beyond {
+            if !beyond.deferred.is_empty() {
+                beyond.deferred.remove(&seq);
+            }
+        }
     }
 
     /// Whether `seq` was declared settled by the producer: never run nor ACKed again.
@@ -161,6 +189,9 @@ impl<K: Copy> ProducerWindow<K> {
             let before = beyond.waiting.len();
             beyond.waiting.retain(|&seq| seq > settled);
             stale = before - beyond.waiting.len();
+            // Their outcomes still come (and an ACK for a settled seq is harmless), but they no
+            // longer count against the out-of-order bound.
+            beyond.deferred.retain(|&seq| seq > settled);
         }
         self.slide();
         stale

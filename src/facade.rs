@@ -1,8 +1,12 @@
 //! `ReliableDelivery`: spawn a producer or a consumer in one call.
 
 use actix::{Actor, ArbiterHandle, Supervisor};
+use serde::de::DeserializeOwned;
+use serde::Serialize;
 
 use crate::consumer::{ConsumerController, ConsumerHandle};
+use crate::durable::DurableOptions;
+use crate::error::OptionsError;
 use crate::options::{ConsumerOptions, ProducerOptions};
 use crate::producer::{ProducerController, ProducerHandle};
 
@@ -64,6 +68,26 @@ impl ReliableDelivery {
         options: ProducerOptions<T>,
     ) -> ProducerHandle<T> {
         ProducerHandle::start_supervised(ProducerController::new(options))
+    }
+
+    /// Starts a **durable** producer on the current arbiter, under an Actix `Supervisor`: it
+    /// stores every message in `durable`'s journal stream before sending it, resumes the
+    /// stream's life (incarnation, seq, unsettled messages) when it starts, and after a journal
+    /// failure restarts on what the journal holds. [`ProducerHandle::stop`] stops it for good.
+    /// See [`crate::durable`].
+    ///
+    /// # Errors
+    /// [`OptionsError`] if the options fix no `producer_id`.
+    pub fn durable_producer<T>(
+        options: ProducerOptions<T>,
+        durable: DurableOptions,
+    ) -> Result<ProducerHandle<T>, OptionsError>
+    where
+        T: Clone + Send + Serialize + DeserializeOwned + 'static,
+    {
+        Ok(ProducerHandle::start_supervised(
+            ProducerController::durable(options, durable)?,
+        ))
     }
 
     /// Starts a producer on another arbiter (thread).

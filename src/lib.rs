@@ -258,6 +258,7 @@ pub mod config;
 mod confirmation;
 mod consumer;
 mod dead_letter;
+pub mod durable;
 pub mod error;
 mod facade;
 mod handler;

@@ -72,7 +72,7 @@ impl<T> Delivery<T> {
     }
 
     pub(crate) fn from_transmission(transmission: Transmission<T>, reply_to: ReplyTo) -> Self {
-        let Transmission { header, body } = transmission;
+        let Transmission { header, body, .. } = transmission;
         Self {
             producer_id: header.producer_id,
             incarnation: header.incarnation,

@@ -6,12 +6,15 @@ use std::sync::Arc;
 use std::task::Poll;
 
 use actix::prelude::*;
+use serde::de::DeserializeOwned;
+use serde::Serialize;
 use tokio::sync::oneshot;
 
 use crate::after_drain::after_each_drain;
 use crate::alarm::{now, Alarm};
 use crate::confirmation::Confirmation;
-use crate::error::{DeliveryError, TellError};
+use crate::durable::{Durable, DurableOptions, Stored};
+use crate::error::{DeliveryError, OptionsError, TellError};
 use crate::inbox::{Inbox, Refusal};
 use crate::message::{Acks, ConsumerRef, Delivery, GetProducerStats, ReplyTo, StopProducer, Tell};
 use crate::options::ProducerOptions;
@@ -34,22 +37,24 @@ use crate::stop_signal::{StopSignal, SubscribeStopped};
 /// good, supervised or not: a supervised producer then stays as an inert actor that refuses
 /// every message (Actix restarts supervised actors while an address exists).
 pub struct ProducerController<T: Clone + Send + 'static> {
-    core: ProducerCore<T, Confirmation>,
+    pub(crate) core: ProducerCore<T, Confirmation>,
     consumer: ConsumerRef<T>,
     reply_to: Option<ReplyTo>,
     alarm: Alarm,
     /// The core has output to send, settle or schedule (flushed after the mailbox drain).
-    dirty: bool,
+    pub(crate) dirty: bool,
     /// Where handles leave messages; shared with them.
     inbox: Arc<Inbox<T>>,
     /// Buffer swapped with the inbox's queue and the core's (kept for its capacity).
     taken: VecDeque<(T, Confirmation)>,
     /// Settled confirmations of one flush, fired after their room was given back.
-    settling: Vec<(Confirmation, Result<(), DeliveryError>)>,
+    pub(crate) settling: Vec<(Confirmation, Result<(), DeliveryError>)>,
     stop_when_idle: bool,
     /// Waiting for the producer to hold nothing unsettled ([`ProducerHandle::idle`]).
     idle_waiters: Vec<oneshot::Sender<()>>,
     stop: StopSignal,
+    /// The journal of a durable producer.
+    pub(crate) durable: Option<Durable<T>>,
 }
 
 impl<T: Clone + Send + 'static> ProducerController<T> {
@@ -69,7 +74,33 @@ impl<T: Clone + Send + 'static> ProducerController<T> {
             stop_when_idle: false,
             idle_waiters: Vec::new(),
             stop: StopSignal::default(),
+            durable: None,
         }
+    }
+
+    /// A durable producer: it stores every message in `durable`'s journal stream before it
+    /// sends it, and resumes the stream's life when started (see [`crate::durable`]).
+    ///
+    /// # Errors
+    /// [`OptionsError`] for `producer_id` if the options do not fix one: the stream belongs to
+    /// one producer id, across restarts.
+    pub fn durable(
+        options: ProducerOptions<T>,
+        durable: DurableOptions,
+    ) -> Result<Self, OptionsError>
+    where
+        T: Serialize + DeserializeOwned,
+    {
+        let config = options.config().clone();
+        if config.producer_id.is_none() {
+            return Err(OptionsError::new(
+                "producer_id",
+                "a durable producer needs a fixed producer_id: its stream belongs to one id",
+            ));
+        }
+        let mut producer = Self::new(options);
+        producer.durable = Some(Durable::new(config, durable));
+        Ok(producer)
     }
 
     /// This producer's id.
@@ -78,7 +109,10 @@ impl<T: Clone + Send + 'static> ProducerController<T> {
     }
 
     /// Sends what the core asks for, settles what it settled, and re-arms the timer.
-    fn flush(&mut self, ctx: &mut Context<Self>) {
+    pub(crate) fn flush(&mut self, ctx: &mut Context<Self>) {
+        if self.durable.is_some() {
+            self.flush_durable(ctx);
+        }
         if let Some(reply_to) = &self.reply_to {
             let (now, core) = (now(), &mut self.core);
             let deliveries = std::iter::from_fn(|| core.poll_transmit(now))
@@ -86,7 +120,7 @@ impl<T: Clone + Send + 'static> ProducerController<T> {
             self.consumer.do_send_all(deliveries);
         }
         self.settle_polled();
-        if self.core.is_idle() {
+        if self.core.is_idle() && self.durable.as_ref().is_none_or(Durable::is_idle) {
             if self.stop_when_idle {
                 ctx.stop();
                 return;
@@ -110,10 +144,13 @@ impl<T: Clone + Send + 'static> ProducerController<T> {
         let core = &mut self.core;
         self.settling
             .extend(std::iter::from_fn(|| core.poll_settled()));
+        if let Some(durable) = &mut self.durable {
+            durable.hold_back(&mut self.settling);
+        }
         self.fire_settling();
     }
 
-    fn fire_settling(&mut self) {
+    pub(crate) fn fire_settling(&mut self) {
         let room = self.settling.iter().filter(|(c, _)| c.holds_room()).count();
         self.inbox.release(room);
         for (confirmation, result) in self.settling.drain(..) {
@@ -139,7 +176,10 @@ impl<T: Clone + Send + 'static> ProducerController<T> {
     /// (handles and direct `Tell`s share it), so the core has space.
     fn take_inbox(&mut self) {
         self.inbox.take(&mut self.taken);
-        self.core.handle_send_all(&mut self.taken);
+        match &mut self.durable {
+            Some(durable) => durable.accept(&mut self.taken),
+            None => self.core.handle_send_all(&mut self.taken),
+        }
         self.dirty = true;
     }
 }
@@ -166,10 +206,12 @@ impl<T: Clone + Send + 'static> Actor for ProducerController<T> {
             }
             Poll::Pending
         });
+        self.open_log(ctx);
         self.flush(ctx);
     }
 
     fn stopped(&mut self, _: &mut Context<Self>) {
+        self.close_log();
         self.settle_all();
         // Everything is settled: idle waiters are answered by dropping their senders.
         self.idle_waiters.clear();
@@ -188,6 +230,7 @@ impl<T: Clone + Send + 'static> Drop for ProducerController<T> {
 
 impl<T: Clone + Send + 'static> Supervised for ProducerController<T> {
     fn restarting(&mut self, _: &mut Context<Self>) {
+        self.close_log();
         self.settle_all();
         self.alarm = Alarm::default();
         if self.stop.is_final() {
@@ -221,8 +264,13 @@ impl<T: Clone + Send + 'static> Handler<Tell<T>> for ProducerController<T> {
         match self.inbox.try_reserve() {
             Ok(()) => {
                 self.dirty = true;
+                let confirm = confirm.holding_room();
+                if let Some(durable) = &mut self.durable {
+                    durable.accept(&mut VecDeque::from([(body, confirm)]));
+                    return Ok(());
+                }
                 self.core
-                    .handle_send(body, confirm.holding_room())
+                    .handle_send(body, confirm)
                     .map_err(TellError::QueueFull)
             }
             Err(Refusal::Full) => {
@@ -300,7 +348,11 @@ impl<T: Clone + Send + 'static> Handler<GetProducerStats> for ProducerController
     type Result = MessageResult<GetProducerStats>;
 
     fn handle(&mut self, _: GetProducerStats, _: &mut Context<Self>) -> Self::Result {
-        MessageResult(self.core.stats())
+        let mut stats = self.core.stats();
+        if let Some(durable) = &self.durable {
+            (stats.stored, stats.resumed, stats.resumed_confirmed) = durable.counts;
+        }
+        MessageResult(stats)
     }
 }
 
@@ -331,6 +383,7 @@ struct Shared<T: Clone + Send + 'static> {
     addr: Addr<ProducerController<T>>,
     inbox: Arc<Inbox<T>>,
     producer_id: ProducerId,
+    durable: bool,
 }
 
 impl<T: Clone + Send + 'static> Drop for Shared<T> {
@@ -352,8 +405,9 @@ impl<T: Clone + Send + 'static> ProducerHandle<T> {
     pub fn start(producer: ProducerController<T>) -> Self {
         let inbox = producer.inbox.clone();
         let producer_id = producer.producer_id().clone();
+        let durable = producer.durable.is_some();
         let addr = producer.start();
-        Self::from_parts(addr, inbox, producer_id)
+        Self::from_parts(addr, inbox, producer_id, durable)
     }
 
     /// Starts `producer` under an Actix `Supervisor` on the current arbiter: if it stops for a
@@ -362,28 +416,32 @@ impl<T: Clone + Send + 'static> ProducerHandle<T> {
     pub fn start_supervised(producer: ProducerController<T>) -> Self {
         let inbox = producer.inbox.clone();
         let producer_id = producer.producer_id().clone();
+        let durable = producer.durable.is_some();
         let addr = Supervisor::start(move |_| producer);
-        Self::from_parts(addr, inbox, producer_id)
+        Self::from_parts(addr, inbox, producer_id, durable)
     }
 
     /// Starts a producer on another arbiter (thread) and returns its handle.
     pub fn start_in_arbiter(arbiter: &ArbiterHandle, producer: ProducerController<T>) -> Self {
         let inbox = producer.inbox.clone();
         let producer_id = producer.producer_id().clone();
+        let durable = producer.durable.is_some();
         let addr = ProducerController::start_in_arbiter(arbiter, move |_| producer);
-        Self::from_parts(addr, inbox, producer_id)
+        Self::from_parts(addr, inbox, producer_id, durable)
     }
 
     fn from_parts(
         addr: Addr<ProducerController<T>>,
         inbox: Arc<Inbox<T>>,
         producer_id: ProducerId,
+        durable: bool,
     ) -> Self {
         Self {
             shared: Arc::new(Shared {
                 addr,
                 inbox,
                 producer_id,
+                durable,
             }),
         }
     }
@@ -452,6 +510,36 @@ impl<T: Clone + Send + 'static> ProducerHandle<T> {
                 }
             }
             outcome.await.unwrap_or(Err(DeliveryError::ProducerStopped))
+        }
+    }
+
+    /// Hands a message to a durable producer and resolves once it is stored: from then on the
+    /// producer owns it, across crashes. [`Stored::confirmed`] then waits for the consumer's
+    /// confirmation. Waits for room like [`send`](Self::send).
+    ///
+    /// # Errors
+    /// [`DeliveryError::NotDurable`] for a producer without a journal; the producer stopped
+    /// or its journal failed before the message was stored.
+    pub fn store(&self, body: T) -> impl Future<Output = Result<Stored, DeliveryError>> + 'static {
+        let handle = self.clone();
+        async move {
+            if !handle.shared.durable {
+                return Err(DeliveryError::NotDurable);
+            }
+            let (confirm, id, confirmed) = Confirmation::channel_with_stored();
+            if handle.shared.inbox.reserve().await.is_err()
+                || handle.hand_over(body, confirm).is_err()
+            {
+                return Err(DeliveryError::ProducerStopped);
+            }
+            match id.await {
+                Ok(id) => Ok(Stored::new(id, confirmed)),
+                // Never stored: its confirmation says why.
+                Err(_) => Err(match confirmed.await {
+                    Ok(Err(error)) => error,
+                    _ => DeliveryError::ProducerStopped,
+                }),
+            }
         }
     }
 

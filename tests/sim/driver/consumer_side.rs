@@ -16,7 +16,7 @@ use crate::sim::trace::TraceEvent;
 impl World<'_> {
     /// A copy of a delivery reaches the consumer, which decides what to do with it.
     pub(super) fn deliver(&mut self, producer: usize, transmission: Transmission<Body>) {
-        let Transmission { header, body } = transmission;
+        let Transmission { header, body, .. } = transmission;
         let key = Key {
             producer,
             incarnation: header.incarnation.as_u128(),

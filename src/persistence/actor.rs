@@ -9,14 +9,18 @@ use actix::prelude::*;
 use tokio::sync::oneshot;
 
 use crate::after_drain::after_each_drain;
+use crate::alarm::{self, Alarm};
 use crate::journal::{replay_all, Journal, JournalError, PersistenceId, Snapshot};
+use crate::message::{Acks, ReplyTo};
 use crate::persistence::behavior::EventSourced;
 use crate::persistence::config::PersistentConfig;
 use crate::persistence::core::{
     Answer, Append, Command, Failure, PersistentCore, PersistentStats, Recovered, Recovery,
 };
 use crate::persistence::error::CommandError;
-use crate::protocol::envelope::DeliveryInfo;
+use crate::persistence::outbox::Outbox;
+use crate::persistence::outbox_state::{OutboxState, Sent};
+use crate::protocol::envelope::{Ack, DeliveryInfo, Incarnation};
 use crate::stop_signal::{StopSignal, SubscribeStopped};
 
 /// A command for a [`PersistentActor`]: `addr.send(Execute::new(command)).await` resolves once
@@ -92,6 +96,12 @@ pub struct PersistentActor<E: EventSourced> {
     failed_recoveries: u32,
     /// Stopping for good once what was decided is stored.
     stop: StopSignal,
+    /// The outbox's lanes, one per destination.
+    outbox: Outbox,
+    /// Where the outbox's destinations send their ACKs (this actor).
+    reply_to: Option<ReplyTo>,
+    /// The lanes' retransmission timer.
+    alarm: Alarm,
 }
 
 impl<E: EventSourced> PersistentActor<E> {
@@ -102,16 +112,129 @@ impl<E: EventSourced> PersistentActor<E> {
     /// If `config` breaks a rule of [`PersistentConfig::validate`] (the handle's constructors
     /// check it and return the error instead).
     pub fn new(journal: Arc<dyn Journal>, id: PersistenceId, config: PersistentConfig) -> Self {
-        if let Err(error) = config.validate() {
+        Self::with_outbox(journal, id, config, Outbox::new())
+    }
+
+    /// An actor whose decisions may deliver to the destinations of `outbox`.
+    ///
+    /// # Panics
+    /// As [`new`](Self::new), and if a lane's producer id (`<id>/<name>`) is too long.
+    pub fn with_outbox(
+        journal: Arc<dyn Journal>,
+        id: PersistenceId,
+        config: PersistentConfig,
+        outbox: Outbox,
+    ) -> Self {
+        if let Err(error) = config.validate().and_then(|()| outbox.check(&id)) {
             panic!("{error}");
         }
         Self {
-            core: PersistentCore::new(id, config.clone()),
+            core: Self::core(id, &config, &outbox),
             journal,
             config,
             dirty: false,
             failed_recoveries: 0,
             stop: StopSignal::default(),
+            outbox,
+            reply_to: None,
+            alarm: Alarm::default(),
+        }
+    }
+
+    fn core(
+        id: PersistenceId,
+        config: &PersistentConfig,
+        outbox: &Outbox,
+    ) -> PersistentCore<E, Responder<E>> {
+        PersistentCore::new(id, config.clone()).with_outbox(outbox.names(), Incarnation::random())
+    }
+
+    /// Restarts every lane from the recovered outbox: they send again what is unconfirmed.
+    fn resume_lanes(&mut self, outbox: &OutboxState) {
+        let id = self.core.persistence_id().clone();
+        let Some(incarnation) = outbox.incarnation else {
+            return; // nothing was ever delivered
+        };
+        for lane in &mut self.outbox.lanes {
+            let state = outbox.lanes.get(lane.name()).cloned().unwrap_or_default();
+            if let Err(error) = lane.resume(&id, incarnation, &state) {
+                log::error!(
+                    "stream `{id}`: outbox `{}` cannot resume: {error}",
+                    lane.name()
+                );
+            }
+        }
+    }
+
+    /// Sends committed deliveries through their lanes.
+    fn send(&mut self, sent: Vec<Sent>) {
+        let id = self.core.persistence_id().clone();
+        let Some(incarnation) = self.core.outbox().incarnation else {
+            return;
+        };
+        for delivery in sent {
+            let lane = self
+                .outbox
+                .lanes
+                .iter_mut()
+                .find(|l| l.name() == delivery.destination);
+            if let Some(lane) = lane {
+                if let Err(error) = lane.send(&id, incarnation, delivery.seq, &delivery.message) {
+                    log::error!("stream `{id}`: a delivery does not decode: {error}");
+                }
+            }
+        }
+    }
+
+    /// Transmits what the lanes have due, records their confirmations, and re-arms the timer.
+    fn flush_lanes(&mut self, ctx: &mut Context<Self>) {
+        let Some(reply_to) = &self.reply_to else {
+            return;
+        };
+        let now = alarm::now();
+        let mut settled = Vec::new();
+        for lane in &mut self.outbox.lanes {
+            lane.flush(now, reply_to, self.config.warn_after_attempts, &mut settled);
+            for seq in settled.drain(..) {
+                self.core.handle_confirmed(lane.name(), seq);
+                self.dirty = true;
+            }
+            if let Some(state) = self.core.outbox().lanes.get(lane.name()) {
+                lane.set_durably_confirmed_below(state.durably_confirmed_below());
+            }
+        }
+        let deadline = self
+            .outbox
+            .lanes
+            .iter()
+            .filter_map(|l| l.next_deadline())
+            .min();
+        self.alarm.arm(deadline, ctx, |act, ctx| {
+            act.alarm.fired();
+            let now = alarm::now();
+            for lane in &mut act.outbox.lanes {
+                lane.handle_timeout(now);
+            }
+            act.flush_lanes(ctx);
+        });
+    }
+
+    fn handle_acks<'a>(&mut self, acks: impl IntoIterator<Item = &'a Ack>) {
+        for ack in acks {
+            let lane = self
+                .outbox
+                .lanes
+                .iter_mut()
+                .find(|lane| lane.producer_id().is_some_and(|id| *id == ack.producer_id));
+            if lane.is_some_and(|lane| lane.handle_ack(ack)) {
+                self.dirty = true;
+            }
+        }
+    }
+
+    fn stop_lanes(&mut self) {
+        for lane in &mut self.outbox.lanes {
+            lane.stop();
         }
     }
 
@@ -141,6 +264,9 @@ impl<E: EventSourced> PersistentActor<E> {
             match result {
                 Ok(recovered) => {
                     act.failed_recoveries = 0;
+                    // From what is committed, before the waiting commands are decided: their
+                    // deliveries go out only once they are committed too.
+                    act.resume_lanes(recovered.outbox());
                     Self::answer(act.core.finish_recovery(recovered));
                     act.flush(ctx);
                 }
@@ -162,6 +288,7 @@ impl<E: EventSourced> PersistentActor<E> {
 
     /// Starts the next append if one is due, and stops once a requested stop can happen.
     fn flush(&mut self, ctx: &mut Context<Self>) {
+        self.flush_lanes(ctx);
         if let Some(append) = self.core.poll_append() {
             self.start_append(append, ctx);
         }
@@ -188,6 +315,7 @@ impl<E: EventSourced> PersistentActor<E> {
                     Ok(()) => {
                         let committed = act.core.handle_committed();
                         Self::answer(committed.answers);
+                        act.send(committed.sent);
                         if let Some(snapshot) = committed.snapshot {
                             act.save_snapshot(snapshot, ctx);
                         }
@@ -196,6 +324,7 @@ impl<E: EventSourced> PersistentActor<E> {
                     Err(error) => match act.core.handle_append_failed(error.clone()) {
                         Failure::CatchUp => {
                             log::warn!("{error}; catching up and deciding again");
+                            act.stop_lanes();
                             act.start_recovery(ctx);
                         }
                         Failure::Stopped(answers) => {
@@ -288,6 +417,11 @@ impl<E: EventSourced> Actor for PersistentActor<E> {
         if self.stop.is_final() {
             return; // inert: stopped for good under a Supervisor
         }
+        let addr = ctx.address();
+        self.reply_to = Some(ReplyTo::batching(
+            addr.clone().recipient(),
+            addr.recipient(),
+        ));
         after_each_drain(ctx, |act, ctx, _| {
             if std::mem::take(&mut act.dirty) {
                 act.flush(ctx);
@@ -299,6 +433,9 @@ impl<E: EventSourced> Actor for PersistentActor<E> {
 
     fn stopped(&mut self, _: &mut Context<Self>) {
         Self::answer(self.core.stop());
+        self.stop_lanes();
+        // Drop the self-reference so the actor can be freed.
+        self.reply_to = None;
         self.stop.announce_if_final();
     }
 }
@@ -306,9 +443,11 @@ impl<E: EventSourced> Actor for PersistentActor<E> {
 impl<E: EventSourced> Supervised for PersistentActor<E> {
     fn restarting(&mut self, _: &mut Context<Self>) {
         Self::answer(self.core.stop());
+        self.stop_lanes();
         let id = self.core.persistence_id().clone();
-        self.core = PersistentCore::new(id, self.config.clone());
+        self.core = Self::core(id, &self.config, &self.outbox);
         self.dirty = false;
+        self.alarm = Alarm::default();
     }
 }
 
@@ -331,6 +470,22 @@ impl<E: EventSourced> Handler<Execute<E>> for PersistentActor<E> {
         }
         self.dirty = true;
         Box::pin(async move { answer.await.unwrap_or(Err(CommandError::Stopped)) })
+    }
+}
+
+impl<E: EventSourced> Handler<Ack> for PersistentActor<E> {
+    type Result = ();
+
+    fn handle(&mut self, ack: Ack, _: &mut Context<Self>) {
+        self.handle_acks([&ack]);
+    }
+}
+
+impl<E: EventSourced> Handler<Acks> for PersistentActor<E> {
+    type Result = ();
+
+    fn handle(&mut self, Acks(acks): Acks, _: &mut Context<Self>) {
+        self.handle_acks(&acks);
     }
 }
 

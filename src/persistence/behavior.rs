@@ -5,6 +5,8 @@ use std::fmt::Display;
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 
+use crate::codec::{self, CodecError};
+
 /// An event-sourced entity: the type is its state; commands come in, a pure
 /// [`decide`](Self::decide) turns a command and the current state into events (and a reply),
 /// and [`apply`](Self::apply) folds each event into the state. A
@@ -81,11 +83,13 @@ pub trait EventSourced: Default + Serialize + DeserializeOwned + 'static {
     fn apply(&mut self, event: &Self::Event);
 }
 
-/// The outcome of [`EventSourced::decide`]: the events to store and the reply to give once
-/// they are stored.
+/// The outcome of [`EventSourced::decide`]: the events to store, the deliveries to make, and
+/// the reply to give once they are stored.
 pub struct Decision<E: EventSourced> {
     pub(crate) events: Vec<E::Event>,
     pub(crate) reply: E::Reply,
+    /// To a destination (by name): the encoded message.
+    pub(crate) deliveries: Vec<(String, Result<Vec<u8>, CodecError>)>,
 }
 
 impl<E: EventSourced> Decision<E> {
@@ -94,6 +98,7 @@ impl<E: EventSourced> Decision<E> {
         Self {
             events: events.into_iter().collect(),
             reply,
+            deliveries: Vec::new(),
         }
     }
 
@@ -102,7 +107,20 @@ impl<E: EventSourced> Decision<E> {
         Self {
             events: Vec::new(),
             reply,
+            deliveries: Vec::new(),
         }
+    }
+
+    /// Also delivers `message` to the destination named `to` (an outbox destination the actor
+    /// was started with, see [`Outbox`](crate::persistence::Outbox)): reliably, at least once,
+    /// and only if this decision is stored. The record of the delivery is stored in the same
+    /// journal entry as the events, so a delivery exists if and only if its events exist; it is
+    /// sent after the commit, and sent again after a recovery until its destination confirms
+    /// it.
+    pub fn deliver(mut self, to: &str, message: &impl Serialize) -> Self {
+        self.deliveries
+            .push((to.to_owned(), codec::encode(message)));
+        self
     }
 }
 
@@ -110,6 +128,7 @@ impl<E: EventSourced> std::fmt::Debug for Decision<E> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Decision")
             .field("events", &self.events.len())
+            .field("deliveries", &self.deliveries.len())
             .finish_non_exhaustive()
     }
 }

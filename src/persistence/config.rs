@@ -26,6 +26,19 @@ pub struct PersistentConfig {
     pub max_producers: usize,
     /// Recovery reads the journal this many events at a time. Default 1024; positive.
     pub replay_page: usize,
+    /// Must follow: a command from a delivery whose predecessor from the same producer was
+    /// not processed is refused ([`CommandError::OutOfOrder`](crate::persistence::CommandError::OutOfOrder):
+    /// no ACK, it is retransmitted), so each producer's order holds across crashes of either
+    /// side. A predecessor the producer gave up (`max_attempts`) is skipped: the producer's
+    /// window start moves past it. Default false.
+    pub must_follow: bool,
+    /// Outbox: a decision that would leave more than this many deliveries to one destination
+    /// unconfirmed is refused ([`CommandError::OutboxFull`](crate::persistence::CommandError::OutboxFull)).
+    /// Default 10 000; positive.
+    pub max_unconfirmed: usize,
+    /// Outbox: warn (rate-limited) when a delivery is sent this many times without a
+    /// confirmation. Default 5; positive.
+    pub warn_after_attempts: u32,
 }
 
 impl Default for PersistentConfig {
@@ -36,6 +49,9 @@ impl Default for PersistentConfig {
             max_recovery_buffer: 10_000,
             max_producers: 1024,
             replay_page: 1024,
+            must_follow: false,
+            max_unconfirmed: 10_000,
+            warn_after_attempts: 5,
         }
     }
 }
@@ -56,6 +72,8 @@ impl PersistentConfig {
             ("max_recovery_buffer", self.max_recovery_buffer),
             ("max_producers", self.max_producers),
             ("replay_page", self.replay_page),
+            ("max_unconfirmed", self.max_unconfirmed),
+            ("warn_after_attempts", self.warn_after_attempts as usize),
         ] {
             if value == 0 {
                 return Err(OptionsError::new(field, "must be positive (got 0)"));

@@ -12,7 +12,7 @@
 //! the error and stops the core; a conflict (another writer appended first) sends the core back
 //! to recovery, after which the same commands are decided again on the caught-up state.
 
-use std::collections::VecDeque;
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
 
 use serde::{Deserialize, Serialize};
 
@@ -22,7 +22,8 @@ use crate::persistence::config::PersistentConfig;
 use crate::persistence::delivery_record::{DeliveryRecord, Mark, Seen};
 use crate::persistence::entry::{Entry, SnapshotIn, SnapshotOut};
 use crate::persistence::error::CommandError;
-use crate::protocol::envelope::DeliveryInfo;
+use crate::persistence::outbox_state::{OutboxState, Sent};
+use crate::protocol::envelope::{DeliveryInfo, Incarnation};
 
 /// A command as the actor receives it: possibly from a delivery, whose processed mark is then
 /// stored with the command's events.
@@ -61,6 +62,8 @@ pub struct Append {
 pub struct Committed<T, A> {
     /// Replies to deliver, in the order their commands arrived.
     pub answers: Vec<(T, A)>,
+    /// Deliveries recorded by the batch: send them now.
+    pub(crate) sent: Vec<Sent>,
     /// A snapshot of the state as of the committed batch, to save (then maybe delete the
     /// events it covers).
     pub snapshot: Option<Snapshot>,
@@ -100,6 +103,9 @@ pub struct PersistentStats {
     pub recoveries: u64,
     /// Snapshots taken.
     pub snapshots: u64,
+    /// Commands refused because a destination had `max_unconfirmed` deliveries open, or
+    /// because their delivery did not follow its predecessor (`must_follow`).
+    pub refused: u64,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -122,6 +128,10 @@ struct Batch<E: EventSourced, T> {
     events: u64,
     decided: Vec<Decided<E, T>>,
     snapshot: Option<Snapshot>,
+    /// Deliveries the batch records (sent once it is committed).
+    sent: Vec<Sent>,
+    /// Confirmations of deliveries the batch records.
+    confirmed: Vec<(String, u64)>,
 }
 
 impl<E: EventSourced, T> Default for Batch<E, T> {
@@ -132,6 +142,8 @@ impl<E: EventSourced, T> Default for Batch<E, T> {
             events: 0,
             decided: Vec::new(),
             snapshot: None,
+            sent: Vec::new(),
+            confirmed: Vec::new(),
         }
     }
 }
@@ -150,6 +162,11 @@ pub struct PersistentCore<E: EventSourced, T> {
     pending: Batch<E, T>,
     in_flight: Option<Batch<E, T>>,
     events_since_snapshot: u64,
+    outbox: OutboxState,
+    /// The outbox destinations decisions may deliver to.
+    destinations: BTreeSet<String>,
+    /// The outbox's incarnation if it has none yet.
+    fresh_incarnation: Incarnation,
     stats: PersistentStats,
 }
 
@@ -167,8 +184,36 @@ impl<E: EventSourced, T> PersistentCore<E, T> {
             pending: Batch::default(),
             in_flight: None,
             events_since_snapshot: 0,
+            outbox: OutboxState::default(),
+            destinations: BTreeSet::new(),
+            fresh_incarnation: Incarnation::from_u128(0),
             stats: PersistentStats::default(),
         }
+    }
+
+    /// Lets decisions deliver to `destinations`; an outbox that has none yet sends under
+    /// `incarnation` (drawn by the caller from the OS CSPRNG).
+    pub fn with_outbox(
+        mut self,
+        destinations: impl IntoIterator<Item = String>,
+        incarnation: Incarnation,
+    ) -> Self {
+        self.destinations = destinations.into_iter().collect();
+        self.fresh_incarnation = incarnation;
+        self
+    }
+
+    /// A delivery of the outbox was confirmed by its destination: the confirmation is recorded
+    /// with the next append.
+    pub fn handle_confirmed(&mut self, destination: &str, seq: u64) {
+        if self.phase == Phase::Ready {
+            self.pending.confirmed.push((destination.to_owned(), seq));
+        }
+    }
+
+    /// The outbox as recovered and decided so far.
+    pub(crate) fn outbox(&self) -> &OutboxState {
+        &self.outbox
     }
 
     /// A command arrived. `Some` is an answer to give at once; otherwise the answer comes with
@@ -195,10 +240,26 @@ impl<E: EventSourced, T> PersistentCore<E, T> {
     /// The next append to carry out: the pending batch, if no append is in flight (one at a
     /// time keeps the entries in order and the fence meaningful).
     pub fn poll_append(&mut self) -> Option<Append> {
-        if self.phase != Phase::Ready || self.in_flight.is_some() || self.pending.entries == 0 {
+        let nothing = self.pending.entries == 0 && self.pending.confirmed.is_empty();
+        if self.phase != Phase::Ready || self.in_flight.is_some() || nothing {
             return None;
         }
         let mut batch = std::mem::take(&mut self.pending);
+        if !batch.confirmed.is_empty() {
+            let mut entry = Entry::<E::Event>::new(Vec::new(), None);
+            entry.confirmed = batch.confirmed.clone();
+            match entry.encode() {
+                Ok(payload) => {
+                    batch.payloads.push(payload);
+                    batch.entries += 1;
+                    self.outbox.apply_confirmed(&batch.confirmed, true);
+                }
+                Err(error) => {
+                    log::warn!("stream `{}`: confirmations not recorded: {error}", self.id);
+                    batch.confirmed.clear();
+                }
+            }
+        }
         let first_seq = self.durable_seq + 1;
         let due = self
             .config
@@ -207,7 +268,7 @@ impl<E: EventSourced, T> PersistentCore<E, T> {
         if due {
             // The state now holds exactly what is committed plus this batch.
             let seq = first_seq + batch.entries - 1;
-            match SnapshotOut::new(&self.state, self.record.to_records()).encode() {
+            match SnapshotOut::new(&self.state, self.record.to_records(), &self.outbox).encode() {
                 Ok(payload) => batch.snapshot = Some(Snapshot { seq, payload }),
                 Err(error) => log::warn!("stream `{}`: snapshot not taken: {error}", self.id),
             }
@@ -227,6 +288,7 @@ impl<E: EventSourced, T> PersistentCore<E, T> {
             return Committed {
                 answers: Vec::new(),
                 snapshot: None,
+                sent: Vec::new(),
             };
         };
         self.durable_seq += batch.entries;
@@ -239,6 +301,7 @@ impl<E: EventSourced, T> PersistentCore<E, T> {
         } else {
             self.events_since_snapshot += batch.events;
         }
+        self.outbox.committed(&batch.confirmed);
         Committed {
             answers: batch
                 .decided
@@ -246,6 +309,7 @@ impl<E: EventSourced, T> PersistentCore<E, T> {
                 .map(|d| (d.token, d.answer))
                 .collect(),
             snapshot: batch.snapshot,
+            sent: batch.sent,
         }
     }
 
@@ -281,6 +345,7 @@ impl<E: EventSourced, T> PersistentCore<E, T> {
     pub fn finish_recovery(&mut self, recovered: Recovered<E>) -> Vec<(T, Answer<E>)> {
         self.state = recovered.state;
         self.record = recovered.record;
+        self.outbox = recovered.outbox;
         self.durable_seq = recovered.highest_seq;
         self.events_since_snapshot = recovered.events_since_snapshot;
         self.stats.recoveries += 1;
@@ -335,8 +400,13 @@ impl<E: EventSourced, T> PersistentCore<E, T> {
     fn decide(&mut self, command: Command<E::Command>, token: T) -> Option<(T, Answer<E>)> {
         self.stats.decided += 1;
         if let Some(info) = &command.delivery {
-            match self.record.seen(info) {
+            match self.record.seen(info, self.config.must_follow) {
                 Seen::New => {}
+                Seen::OutOfOrder { expected } => {
+                    self.stats.refused += 1;
+                    let error = CommandError::OutOfOrder { expected };
+                    return self.attach(command, token, Err(error));
+                }
                 Seen::Duplicate => {
                     self.stats.duplicates += 1;
                     return self.attach(command, token, Ok(Outcome::AlreadyProcessed));
@@ -347,18 +417,31 @@ impl<E: EventSourced, T> PersistentCore<E, T> {
                 }
             }
         }
-        let Decision { events, reply } = match self.state.decide(&command.command) {
+        let decision = match self.state.decide(&command.command) {
             Ok(decision) => decision,
             Err(rejection) => {
                 self.stats.rejected += 1;
                 return self.attach(command, token, Err(CommandError::Rejected(rejection)));
             }
         };
+        let Decision {
+            events,
+            reply,
+            deliveries,
+        } = decision;
+        let sent = match self.outgoing(deliveries) {
+            Ok(sent) => sent,
+            Err(error) => return self.attach(command, token, Err(error)),
+        };
         let processed = command.delivery.as_ref().map(Mark::from);
-        if events.is_empty() && processed.is_none() {
+        if events.is_empty() && processed.is_none() && sent.is_empty() {
             return self.attach(command, token, Ok(Outcome::Done(reply)));
         }
-        let entry = Entry::new(events, processed);
+        let mut entry = Entry::new(events, processed);
+        if !sent.is_empty() && self.outbox.incarnation.is_none() {
+            entry.outbox_incarnation = Some(self.fresh_incarnation);
+        }
+        entry.sent = sent;
         let payload = match entry.encode() {
             Ok(payload) => payload,
             Err(error) => return self.attach(command, token, Err(CommandError::Encoding(error))),
@@ -369,6 +452,13 @@ impl<E: EventSourced, T> PersistentCore<E, T> {
         if let Some(mark) = &entry.processed {
             self.record.record(mark);
         }
+        if let Some(incarnation) = entry.outbox_incarnation {
+            self.outbox.incarnation = Some(incarnation);
+        }
+        for sent in &entry.sent {
+            self.outbox.apply_sent(sent);
+        }
+        self.pending.sent.extend(entry.sent);
         self.pending.payloads.push(payload);
         self.pending.entries += 1;
         self.pending.events += entry.events.len() as u64;
@@ -378,6 +468,45 @@ impl<E: EventSourced, T> PersistentCore<E, T> {
             answer: Ok(Outcome::Done(reply)),
         });
         None
+    }
+
+    /// The deliveries of a decision, numbered per destination; refused if a destination is
+    /// unknown, a message did not encode, or a destination has `max_unconfirmed` open.
+    fn outgoing(
+        &mut self,
+        deliveries: Vec<(String, Result<Vec<u8>, crate::codec::CodecError>)>,
+    ) -> Result<Vec<Sent>, CommandError<E::Rejection>> {
+        let mut next: BTreeMap<String, u64> = BTreeMap::new();
+        let mut sent = Vec::with_capacity(deliveries.len());
+        for (destination, message) in deliveries {
+            if !self.destinations.contains(&destination) {
+                return Err(CommandError::UnknownDestination(destination));
+            }
+            let message = message.map_err(CommandError::Encoding)?;
+            let lane = self.outbox.lanes.get(&destination);
+            let seq = next
+                .entry(destination.clone())
+                .or_insert_with(|| lane.map_or(1, |lane| lane.next_seq.max(1)));
+            let unconfirmed = self.outbox.unconfirmed(&destination);
+            let counted = sent
+                .iter()
+                .filter(|s: &&Sent| s.destination == destination)
+                .count();
+            if unconfirmed + counted >= self.config.max_unconfirmed {
+                self.stats.refused += 1;
+                return Err(CommandError::OutboxFull {
+                    destination,
+                    unconfirmed,
+                });
+            }
+            sent.push(Sent {
+                destination,
+                seq: *seq,
+                message,
+            });
+            *seq += 1;
+        }
+        Ok(sent)
     }
 
     /// Holds an answer that stores nothing until what was decided before it is durable.
@@ -408,8 +537,16 @@ pub struct Recovered<E> {
     /// The state.
     pub state: E,
     record: DeliveryRecord,
+    outbox: OutboxState,
     highest_seq: u64,
     events_since_snapshot: u64,
+}
+
+impl<E> Recovered<E> {
+    /// The recovered outbox: what was recorded as delivered and not confirmed (committed).
+    pub(crate) fn outbox(&self) -> &OutboxState {
+        &self.outbox
+    }
 }
 
 /// Rebuilds a stream's state: from its snapshot (if one decodes), then every later entry in
@@ -418,6 +555,7 @@ pub struct Recovery<E> {
     id: PersistenceId,
     state: E,
     record: DeliveryRecord,
+    outbox: OutboxState,
     from_seq: u64,
     last_seq: u64,
     events: u64,
@@ -430,6 +568,7 @@ impl<E: EventSourced> Recovery<E> {
             id,
             state: E::default(),
             record: DeliveryRecord::new(config.max_producers),
+            outbox: OutboxState::default(),
             from_seq: 1,
             last_seq: 0,
             events: 0,
@@ -451,6 +590,7 @@ impl<E: EventSourced> Recovery<E> {
             Ok(decoded) => {
                 self.state = decoded.state;
                 self.record = DeliveryRecord::from_records(config.max_producers, decoded.delivered);
+                self.outbox = decoded.outbox;
                 self.from_seq = snapshot.seq + 1;
                 self.last_seq = snapshot.seq;
             }
@@ -489,6 +629,13 @@ impl<E: EventSourced> Recovery<E> {
         if let Some(mark) = &entry.processed {
             self.record.record(mark);
         }
+        if let Some(incarnation) = entry.outbox_incarnation {
+            self.outbox.incarnation = Some(incarnation);
+        }
+        for sent in &entry.sent {
+            self.outbox.apply_sent(sent);
+        }
+        self.outbox.apply_confirmed(&entry.confirmed, false);
         self.last_seq = stored.seq;
         self.events += entry.events.len() as u64;
         Ok(())
@@ -509,6 +656,7 @@ impl<E: EventSourced> Recovery<E> {
         Ok(Recovered {
             state: self.state,
             record: self.record,
+            outbox: self.outbox,
             highest_seq,
             events_since_snapshot: self.events,
         })

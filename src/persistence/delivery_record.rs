@@ -44,6 +44,11 @@ pub enum Seen {
     /// Declared settled by its producer without a recorded mark: refuse it (it must not run,
     /// and must not be confirmed as processed either).
     Stale,
+    /// With must-follow: its predecessor was not processed; this seq is the one expected.
+    OutOfOrder {
+        /// The seq that must come first.
+        expected: u64,
+    },
 }
 
 /// The processed deliveries of one persistent entity: per producer incarnation the contiguous
@@ -68,18 +73,25 @@ impl DeliveryRecord {
         }
     }
 
-    /// Whether `info`'s delivery was processed, is stale, or is new. Changes nothing.
-    pub fn seen(&self, info: &DeliveryInfo) -> Seen {
-        let Some(window) = self.table.peek(info.producer_id.as_str(), info.incarnation) else {
-            return Seen::New;
-        };
-        if window.is_handled(info.seq) {
-            Seen::Duplicate
-        } else if window.is_stale(info.seq) {
-            Seen::Stale
-        } else {
-            Seen::New
+    /// Whether `info`'s delivery was processed, is stale, or is new; with `must_follow`, a new
+    /// one whose predecessor was not processed (or given up by the producer: its
+    /// `window_start` moved past it) is out of order. Changes nothing.
+    pub fn seen(&self, info: &DeliveryInfo, must_follow: bool) -> Seen {
+        let window = self.table.peek(info.producer_id.as_str(), info.incarnation);
+        if let Some(window) = window {
+            if window.is_handled(info.seq) {
+                return Seen::Duplicate;
+            }
+            if window.is_stale(info.seq) {
+                return Seen::Stale;
+            }
         }
+        let settled = window.map_or(0, |w| w.contiguous());
+        let expected = settled.max(info.window_start.saturating_sub(1)) + 1;
+        if must_follow && info.seq != expected {
+            return Seen::OutOfOrder { expected };
+        }
+        Seen::New
     }
 
     /// Records a mark (of a decided command, or of a replayed journal entry).
@@ -110,6 +122,32 @@ impl DeliveryRecord {
 mod tests {
     use super::*;
 
+    impl DeliveryRecord {
+        fn seen_now(&self, info: &DeliveryInfo) -> Seen {
+            self.seen(info, false)
+        }
+    }
+
+    #[test]
+    fn with_must_follow_only_the_successor_of_what_was_processed_or_settled_is_new() {
+        let mut record = DeliveryRecord::new(8);
+        let follow = |record: &DeliveryRecord, seq, window_start| {
+            record.seen(&info("p", 1, seq, window_start), true)
+        };
+        assert_eq!(follow(&record, 1, 1), Seen::New);
+        assert_eq!(follow(&record, 2, 1), Seen::OutOfOrder { expected: 1 });
+        record.record(&Mark::from(&info("p", 1, 1, 1)));
+        assert_eq!(follow(&record, 3, 1), Seen::OutOfOrder { expected: 2 });
+        assert_eq!(follow(&record, 2, 1), Seen::New);
+        // The producer gave 2..=4 up: its window start says so, 5 follows.
+        assert_eq!(
+            follow(&record, 5, 5),
+            Seen::New,
+            "no deadlock on a given-up seq"
+        );
+        assert_eq!(follow(&record, 1, 1), Seen::Duplicate);
+    }
+
     fn info(id: &str, incarnation: u128, seq: u64, window_start: u64) -> DeliveryInfo {
         DeliveryInfo {
             producer_id: ProducerId::from(id),
@@ -122,26 +160,26 @@ mod tests {
     #[test]
     fn recorded_marks_are_duplicates_others_new_and_below_the_window_stale() {
         let mut record = DeliveryRecord::new(8);
-        assert_eq!(record.seen(&info("p", 1, 1, 1)), Seen::New);
+        assert_eq!(record.seen_now(&info("p", 1, 1, 1)), Seen::New);
         record.record(&Mark::from(&info("p", 1, 1, 1)));
         record.record(&Mark::from(&info("p", 1, 3, 1)));
-        assert_eq!(record.seen(&info("p", 1, 1, 1)), Seen::Duplicate);
-        assert_eq!(record.seen(&info("p", 1, 3, 2)), Seen::Duplicate);
-        assert_eq!(record.seen(&info("p", 1, 2, 2)), Seen::New);
+        assert_eq!(record.seen_now(&info("p", 1, 1, 1)), Seen::Duplicate);
+        assert_eq!(record.seen_now(&info("p", 1, 3, 2)), Seen::Duplicate);
+        assert_eq!(record.seen_now(&info("p", 1, 2, 2)), Seen::New);
         assert_eq!(
-            record.seen(&info("p", 2, 1, 1)),
+            record.seen_now(&info("p", 2, 1, 1)),
             Seen::New,
             "another incarnation"
         );
         // The producer gave 2..=9 up: its mark of 10 says so.
         record.record(&Mark::from(&info("p", 1, 10, 10)));
         assert_eq!(
-            record.seen(&info("p", 1, 2, 2)),
+            record.seen_now(&info("p", 1, 2, 2)),
             Seen::Stale,
             "never confirmed unrun"
         );
-        assert_eq!(record.seen(&info("p", 1, 10, 2)), Seen::Duplicate);
-        assert_eq!(record.seen(&info("p", 1, 11, 10)), Seen::New);
+        assert_eq!(record.seen_now(&info("p", 1, 10, 2)), Seen::Duplicate);
+        assert_eq!(record.seen_now(&info("p", 1, 11, 10)), Seen::New);
     }
 
     #[test]
@@ -150,12 +188,12 @@ mod tests {
         record.record(&Mark::from(&info("a", 1, 1, 1)));
         record.record(&Mark::from(&info("b", 1, 1, 1)));
         // A duplicate of a's does not make a the most recent: c evicts a.
-        assert_eq!(record.seen(&info("a", 1, 1, 1)), Seen::Duplicate);
+        assert_eq!(record.seen_now(&info("a", 1, 1, 1)), Seen::Duplicate);
         let restored = DeliveryRecord::from_records(2, record.to_records());
         for mut r in [record, restored] {
             r.record(&Mark::from(&info("c", 1, 1, 1)));
-            assert_eq!(r.seen(&info("a", 1, 1, 1)), Seen::New, "evicted");
-            assert_eq!(r.seen(&info("b", 1, 1, 1)), Seen::Duplicate);
+            assert_eq!(r.seen_now(&info("a", 1, 1, 1)), Seen::New, "evicted");
+            assert_eq!(r.seen_now(&info("b", 1, 1, 1)), Seen::Duplicate);
             assert_eq!(r.table.len(), 2);
         }
     }

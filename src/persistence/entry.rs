@@ -7,19 +7,25 @@ use serde::{Deserialize, Serialize};
 
 use crate::codec::{self, CodecError};
 use crate::persistence::delivery_record::Mark;
+use crate::persistence::outbox_state::{OutboxState, Sent};
 use crate::protocol::dedup::WindowRecord;
-use crate::protocol::envelope::IncarnationId;
+use crate::protocol::envelope::{Incarnation, IncarnationId};
 
 /// The format of entries and snapshots this version writes and reads.
 const FORMAT: u8 = 1;
 
-/// One journal entry: the events of one command, and the processed mark of the delivery it
-/// came from (stored together, so that one exists only with the other).
+/// One journal entry: the events of one command, the processed mark of the delivery it came
+/// from, and the deliveries it makes (stored together, so that none exists without the
+/// others); or the confirmations of earlier deliveries.
 #[derive(Debug, Serialize, Deserialize)]
 pub(crate) struct Entry<Ev> {
     format: u8,
     pub events: Vec<Ev>,
     pub processed: Option<Mark>,
+    pub sent: Vec<Sent>,
+    pub confirmed: Vec<(String, u64)>,
+    /// The outbox's incarnation, in the entry of its first delivery.
+    pub outbox_incarnation: Option<Incarnation>,
 }
 
 impl<Ev: Serialize + DeserializeOwned> Entry<Ev> {
@@ -28,6 +34,9 @@ impl<Ev: Serialize + DeserializeOwned> Entry<Ev> {
             format: FORMAT,
             events,
             processed,
+            sent: Vec::new(),
+            confirmed: Vec::new(),
+            outbox_incarnation: None,
         }
     }
 
@@ -42,20 +51,26 @@ impl<Ev: Serialize + DeserializeOwned> Entry<Ev> {
     }
 }
 
-/// A snapshot as written: borrows the state.
+/// A snapshot as written: borrows the state and the outbox.
 #[derive(Serialize)]
 pub(crate) struct SnapshotOut<'a, S> {
     format: u8,
     pub state: &'a S,
     pub delivered: Vec<WindowRecord<IncarnationId>>,
+    pub outbox: &'a OutboxState,
 }
 
 impl<'a, S: Serialize> SnapshotOut<'a, S> {
-    pub fn new(state: &'a S, delivered: Vec<WindowRecord<IncarnationId>>) -> Self {
+    pub fn new(
+        state: &'a S,
+        delivered: Vec<WindowRecord<IncarnationId>>,
+        outbox: &'a OutboxState,
+    ) -> Self {
         Self {
             format: FORMAT,
             state,
             delivered,
+            outbox,
         }
     }
 
@@ -71,6 +86,7 @@ pub(crate) struct SnapshotIn<S> {
     format: u8,
     pub state: S,
     pub delivered: Vec<WindowRecord<IncarnationId>>,
+    pub outbox: OutboxState,
 }
 
 impl<S: DeserializeOwned> SnapshotIn<S> {
@@ -130,9 +146,13 @@ mod tests {
             contiguous: 4,
             above: vec![6],
         }];
-        let bytes = SnapshotOut::new(&"state".to_string(), records.clone())
-            .encode()
-            .unwrap();
+        let bytes = SnapshotOut::new(
+            &"state".to_string(),
+            records.clone(),
+            &OutboxState::default(),
+        )
+        .encode()
+        .unwrap();
         let snapshot = SnapshotIn::<String>::decode(&bytes).unwrap();
         assert_eq!(
             (snapshot.state.as_str(), snapshot.delivered),

@@ -25,6 +25,28 @@ pub enum CommandError<R: Display> {
     /// entity processed it, so it is neither processed nor confirmed.
     #[error("the delivery is stale: its producer declared it settled, it was not processed")]
     Stale,
+    /// With must-follow: the command's delivery came before its predecessor was processed
+    /// (`expected` is the seq that must come first); it is refused and retransmitted.
+    #[error("the delivery does not follow its predecessor: seq {expected} must come first")]
+    OutOfOrder {
+        /// The seq the entity waits for.
+        expected: u64,
+    },
+    /// The decision delivers to a destination the actor has no outbox lane for; nothing was
+    /// stored.
+    #[error("no outbox destination named `{0}`")]
+    UnknownDestination(String),
+    /// The decision would leave more than `max_unconfirmed` deliveries to `destination`
+    /// unconfirmed; nothing was stored (retry once deliveries are confirmed).
+    #[error(
+        "the outbox to `{destination}` has {unconfirmed} unconfirmed deliveries, the most allowed"
+    )]
+    OutboxFull {
+        /// The destination.
+        destination: String,
+        /// Its unconfirmed deliveries.
+        unconfirmed: usize,
+    },
     /// The events could not be encoded (too large, or their `Serialize` failed); nothing was
     /// stored or applied.
     #[error("the events cannot be encoded: {0}")]

@@ -13,6 +13,7 @@ use crate::persistence::behavior::EventSourced;
 use crate::persistence::config::PersistentConfig;
 use crate::persistence::core::{Outcome, PersistentStats};
 use crate::persistence::error::CommandError;
+use crate::persistence::outbox::Outbox;
 use crate::protocol::envelope::DeliveryInfo;
 use crate::stop_signal::{wait_stopped, SubscribeStopped};
 
@@ -56,6 +57,25 @@ impl<E: EventSourced> PersistentHandle<E> {
     ) -> Result<Self, OptionsError> {
         config.validate()?;
         let addr = Supervisor::start(move |_| PersistentActor::new(journal, id, config));
+        Ok(Self { addr })
+    }
+
+    /// Starts the entity under an Actix `Supervisor` with an outbox: its decisions may deliver
+    /// to `outbox`'s destinations ([`Decision::deliver`](crate::persistence::Decision::deliver)).
+    ///
+    /// # Errors
+    /// [`OptionsError`] if `config` is invalid or a lane's producer id (`<id>/<name>`) is
+    /// longer than 256 bytes.
+    pub fn start_with_outbox(
+        journal: Arc<dyn Journal>,
+        id: PersistenceId,
+        config: PersistentConfig,
+        outbox: Outbox,
+    ) -> Result<Self, OptionsError> {
+        config.validate()?;
+        outbox.check(&id)?;
+        let addr =
+            Supervisor::start(move |_| PersistentActor::with_outbox(journal, id, config, outbox));
         Ok(Self { addr })
     }
 

@@ -50,6 +50,8 @@ mod delivery_record;
 mod entry;
 mod error;
 mod handle;
+mod outbox;
+mod outbox_state;
 
 pub use self::actor::{
     recover_state, Execute, GetPersistentStats, PersistentActor, StopPersistent,
@@ -59,3 +61,4 @@ pub use self::config::PersistentConfig;
 pub use self::core::{Outcome, PersistentStats};
 pub use self::error::CommandError;
 pub use self::handle::PersistentHandle;
+pub use self::outbox::Outbox;

@@ -112,8 +112,13 @@ fn bench_dedup(c: &mut Criterion) {
         group.bench_with_input(BenchmarkId::new("table", count), &count, |b, _| {
             b.iter(|| {
                 let header = churn.header();
-                let (window, _, _) = table.window_for(&header, now);
-                assert!(!window.is_handled(header.seq) && !window.is_pending(header.seq));
+                let (window, _, _) = table.window_for(
+                    &header.producer_id,
+                    header.incarnation,
+                    header.window_start,
+                    now,
+                );
+                assert!(!window.is_handled(header.seq) && !window.is_waiting(header.seq));
                 window.complete(header.seq);
             })
         });

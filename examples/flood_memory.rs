@@ -285,9 +285,13 @@ fn per_dedup_entry() {
                 seq: 1,
                 window_start: 1,
             };
-            let (window, _, _) = table.window_for(&header, now);
+            let (window, _, _) = table.window_for(
+                &header.producer_id,
+                header.incarnation,
+                header.window_start,
+                now,
+            );
             if handle {
-                window.begin(1);
                 window.complete(1);
             }
         }
@@ -298,7 +302,7 @@ fn per_dedup_entry() {
         "| `DedupTable::window_for` only (window created, nothing handled) | {lookup_only:.1} B |"
     );
     let handled = per_window(true);
-    println!("| `DedupTable`, one message handled (`begin` + `complete`) | {handled:.1} B |");
+    println!("| `DedupTable`, one message handled (`complete`) | {handled:.1} B |");
 
     let baseline = live_bytes();
     let mut core: ConsumerCore<u64, ()> = ConsumerCore::new(&ConsumerConfig {

@@ -2,13 +2,16 @@
 //! loadable with serde from an application's own configuration, validated before use.
 //!
 //! Durations are written in milliseconds (`resend_timeout_ms = 500`); a bound that can be
-//! lifted takes a number or the word `"unbounded"` (`"never"` for the idle TTL).
+//! lifted takes a number or the word `"unbounded"` (for the idle TTL and the handler timeout:
+//! never expire), in files exactly as [`Limit::Unbounded`] in Rust. A value of the wrong type
+//! is an error that names the key, what was found and what is expected; the names in
+//! [`OptionsError`] are these keys too.
 //!
 //! ```
 //! # use actix_delivery::{ConsumerConfig, Limit};
 //! # use std::time::Duration;
 //! let config: ConsumerConfig = serde_json::from_str(
-//!     r#"{ "max_producers": 64, "producer_idle_ttl_ms": "never" }"#,
+//!     r#"{ "max_producers": 64, "producer_idle_ttl_ms": "unbounded" }"#,
 //! ).unwrap();
 //! assert_eq!(config.max_producers, Limit::At(64));
 //! assert_eq!(config.producer_idle_ttl, Limit::Unbounded);
@@ -18,6 +21,7 @@
 use std::fmt;
 use std::time::Duration;
 
+use serde::de::{self, Unexpected, Visitor};
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
 use crate::error::OptionsError;
@@ -26,12 +30,12 @@ use crate::protocol::envelope::check_producer_id;
 /// The longest duration any option accepts: keeps deadline arithmetic far from overflow.
 pub const MAX_DURATION: Duration = Duration::from_secs(365 * 24 * 60 * 60);
 
-/// A bound that can be lifted: `At(n)` or `Unbounded`.
+/// A bound that can be lifted: `At(n)` or `Unbounded` (`"unbounded"` in settings files).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Limit<N> {
     /// At most this much.
     At(N),
-    /// No bound (for the idle TTL: never expire).
+    /// No bound (for a timeout or TTL: never expire).
     Unbounded,
 }
 
@@ -77,7 +81,7 @@ pub enum Backoff {
         /// Growth factor per retransmission, at least 1.
         multiplier: f64,
         /// The longest wait, at least `resend_timeout`.
-        #[serde(rename = "max_ms", with = "millis")]
+        #[serde(rename = "max_ms", with = "millis::max_ms")]
         max: Duration,
         /// Fraction in `0.0..=1.0` by which a wait may be randomly shortened.
         jitter: f64,
@@ -91,7 +95,7 @@ pub struct ProducerConfig {
     /// At most this many un-ACKed messages in flight. Default 16; must be positive.
     pub window_size: usize,
     /// Retransmit an un-ACKed message after this long. Default 500 ms; must be positive.
-    #[serde(rename = "resend_timeout_ms", with = "millis")]
+    #[serde(rename = "resend_timeout_ms", with = "millis::resend_timeout_ms")]
     pub resend_timeout: Duration,
     /// The producer's id; `None` draws `producer-` + 16 random hex digits. Non-empty, at most
     /// 256 bytes.
@@ -100,6 +104,7 @@ pub struct ProducerConfig {
     /// wait (`send`). Default 100 000; must be positive.
     pub max_pending: usize,
     /// Give a message up after this many transmissions. Default unbounded.
+    #[serde(deserialize_with = "field::max_attempts")]
     pub max_attempts: Limit<u32>,
     /// Interval growth between retransmissions. Default fixed.
     pub backoff: Backoff,
@@ -125,7 +130,7 @@ impl ProducerConfig {
     /// [`OptionsError`] naming the field and the rule it breaks.
     pub fn validate(&self) -> Result<(), OptionsError> {
         positive("window_size", self.window_size)?;
-        duration("resend_timeout", self.resend_timeout)?;
+        duration("resend_timeout_ms", self.resend_timeout)?;
         if let Some(id) = &self.producer_id {
             check_producer_id(id).map_err(|e| OptionsError::new("producer_id", e.to_string()))?;
         }
@@ -150,7 +155,7 @@ impl ProducerConfig {
             }
             if max < self.resend_timeout || max > MAX_DURATION {
                 return Err(OptionsError::new(
-                    "backoff.max",
+                    "backoff.max_ms",
                     format!("must lie between resend_timeout and 365 days (got {max:?})"),
                 ));
             }
@@ -169,19 +174,39 @@ impl ProducerConfig {
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct ConsumerConfig {
-    /// Dedup windows kept at once; the least recently used is evicted beyond. Default 1024;
-    /// positive or unbounded.
+    /// Producer ids kept in the dedup table at once; the least recently used is evicted beyond
+    /// (with its windows: each id keeps at most
+    /// [`MAX_INCARNATIONS_PER_ID`](crate::protocol::dedup::MAX_INCARNATIONS_PER_ID)
+    /// incarnation windows). Default 1024; positive or unbounded.
+    #[serde(deserialize_with = "field::max_producers")]
     pub max_producers: Limit<usize>,
-    /// A producer's window is swept after this long without a delivery from it. Default
-    /// 300 s; positive or `Unbounded` (never).
-    #[serde(rename = "producer_idle_ttl_ms", with = "limit_millis")]
+    /// A producer's windows are swept after this long without a delivery from it. Default
+    /// 300 s; positive or `Unbounded` (never). Keep it well above the longest gap between a
+    /// producer's retransmissions: `resend_timeout`, or with exponential backoff up to
+    /// `backoff.max`.
+    #[serde(
+        rename = "producer_idle_ttl_ms",
+        with = "limit_millis::producer_idle_ttl_ms"
+    )]
     pub producer_idle_ttl: Limit<Duration>,
     /// Per producer, at most this many seqs are retained above the contiguous mark (handled
     /// out of order or waiting for the handler); further out-of-order deliveries are refused
-    /// until the gap closes. Default 1024; positive or unbounded.
+    /// until the gap closes (the gap-closing seq is always admitted, so this cannot deadlock).
+    /// Default 1024; positive or unbounded.
+    #[serde(deserialize_with = "field::max_out_of_order")]
     pub max_out_of_order: Limit<usize>,
     /// Run each producer's messages strictly in seq order. Default false.
     pub ordered: bool,
+    /// A handler run that has not finished after this long is abandoned: its future is
+    /// dropped, it counts as a failure (no ACK; the message runs again when retransmitted), and
+    /// the next message runs. Handlers run one at a time, so without a bound one stuck run (a
+    /// lost reply, a deadlock) would stall every producer of the consumer for good. Default
+    /// 30 s, far above any sane per-message work; positive or `Unbounded` (never abandon).
+    #[serde(
+        rename = "handler_timeout_ms",
+        with = "limit_millis::handler_timeout_ms"
+    )]
+    pub handler_timeout: Limit<Duration>,
 }
 
 impl Default for ConsumerConfig {
@@ -191,6 +216,7 @@ impl Default for ConsumerConfig {
             producer_idle_ttl: Limit::At(Duration::from_secs(300)),
             max_out_of_order: Limit::At(1024),
             ordered: false,
+            handler_timeout: Limit::At(Duration::from_secs(30)),
         }
     }
 }
@@ -205,10 +231,13 @@ impl ConsumerConfig {
             positive("max_producers", n)?;
         }
         if let Limit::At(ttl) = self.producer_idle_ttl {
-            duration("producer_idle_ttl", ttl)?;
+            duration("producer_idle_ttl_ms", ttl)?;
         }
         if let Limit::At(n) = self.max_out_of_order {
             positive("max_out_of_order", n)?;
+        }
+        if let Limit::At(timeout) = self.handler_timeout {
+            duration("handler_timeout_ms", timeout)?;
         }
         Ok(())
     }
@@ -231,24 +260,89 @@ fn duration(field: &'static str, value: Duration) -> Result<(), OptionsError> {
     Ok(())
 }
 
-/// The two spellings a limit has in a configuration file.
-#[derive(Serialize, Deserialize)]
-#[serde(untagged)]
-enum Spelled<N> {
-    Value(N),
-    Word(String),
+/// The word for [`Limit::Unbounded`] in settings files.
+const UNBOUNDED: &str = "unbounded";
+
+/// Reads a limit: a whole number up to `max`, or the word `"unbounded"`. `field` names the
+/// settings key in errors.
+struct LimitVisitor {
+    field: &'static str,
+    max: u64,
+    unit: &'static str,
 }
 
-fn from_spelled<'de, D: Deserializer<'de>, N>(
-    spelled: Spelled<N>,
-    word: &str,
-) -> Result<Limit<N>, D::Error> {
-    match spelled {
-        Spelled::Value(n) => Ok(Limit::At(n)),
-        Spelled::Word(w) if w == word => Ok(Limit::Unbounded),
-        Spelled::Word(w) => Err(serde::de::Error::custom(format!(
-            "expected a number or \"{word}\", got \"{w}\""
-        ))),
+impl<'de> Visitor<'de> for LimitVisitor {
+    type Value = Limit<u64>;
+
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "for `{}` a whole number{} from 0 to {} or \"{UNBOUNDED}\"",
+            self.field, self.unit, self.max
+        )
+    }
+
+    fn visit_u64<E: de::Error>(self, v: u64) -> Result<Self::Value, E> {
+        if v > self.max {
+            return Err(E::invalid_value(Unexpected::Unsigned(v), &self));
+        }
+        Ok(Limit::At(v))
+    }
+
+    fn visit_i64<E: de::Error>(self, v: i64) -> Result<Self::Value, E> {
+        match u64::try_from(v) {
+            Ok(v) => self.visit_u64(v),
+            Err(_) => Err(E::invalid_value(Unexpected::Signed(v), &self)),
+        }
+    }
+
+    fn visit_f64<E: de::Error>(self, v: f64) -> Result<Self::Value, E> {
+        Err(E::invalid_type(Unexpected::Float(v), &self))
+    }
+
+    fn visit_str<E: de::Error>(self, v: &str) -> Result<Self::Value, E> {
+        if v == UNBOUNDED {
+            return Ok(Limit::Unbounded);
+        }
+        Err(E::invalid_value(Unexpected::Str(v), &self))
+    }
+}
+
+fn read_limit<'de, D: Deserializer<'de>>(
+    deserializer: D,
+    field: &'static str,
+    max: u64,
+    unit: &'static str,
+) -> Result<Limit<u64>, D::Error> {
+    deserializer.deserialize_any(LimitVisitor { field, max, unit })
+}
+
+/// Deserializers of the count limits, one per settings key so that errors name it.
+mod field {
+    use super::*;
+
+    fn count<'de, D: Deserializer<'de>, N: TryFrom<u64>>(
+        deserializer: D,
+        field: &'static str,
+        max: u64,
+    ) -> Result<Limit<N>, D::Error> {
+        Ok(match read_limit(deserializer, field, max, "")? {
+            // `read_limit` checked `n <= max`, the largest `N`.
+            Limit::At(n) => Limit::At(N::try_from(n).map_err(|_| de::Error::custom(field))?),
+            Limit::Unbounded => Limit::Unbounded,
+        })
+    }
+
+    pub fn max_attempts<'de, D: Deserializer<'de>>(d: D) -> Result<Limit<u32>, D::Error> {
+        count(d, "max_attempts", u32::MAX.into())
+    }
+
+    pub fn max_producers<'de, D: Deserializer<'de>>(d: D) -> Result<Limit<usize>, D::Error> {
+        count(d, "max_producers", usize::MAX as u64)
+    }
+
+    pub fn max_out_of_order<'de, D: Deserializer<'de>>(d: D) -> Result<Limit<usize>, D::Error> {
+        count(d, "max_out_of_order", usize::MAX as u64)
     }
 }
 
@@ -256,14 +350,29 @@ impl<N: Serialize + Copy> Serialize for Limit<N> {
     fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
         match *self {
             Self::At(n) => n.serialize(serializer),
-            Self::Unbounded => serializer.serialize_str("unbounded"),
+            Self::Unbounded => serializer.serialize_str(UNBOUNDED),
         }
     }
 }
 
-impl<'de, N: Deserialize<'de>> Deserialize<'de> for Limit<N> {
-    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
-        from_spelled::<D, N>(Spelled::deserialize(deserializer)?, "unbounded")
+/// A whole number of milliseconds, naming its settings key in errors.
+struct MillisVisitor(&'static str);
+
+impl Visitor<'_> for MillisVisitor {
+    type Value = Duration;
+
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "for `{}` a whole number of milliseconds", self.0)
+    }
+
+    fn visit_u64<E: de::Error>(self, v: u64) -> Result<Duration, E> {
+        Ok(Duration::from_millis(v))
+    }
+
+    fn visit_i64<E: de::Error>(self, v: i64) -> Result<Duration, E> {
+        u64::try_from(v)
+            .map(Duration::from_millis)
+            .map_err(|_| E::invalid_value(Unexpected::Signed(v), &self))
     }
 }
 
@@ -276,11 +385,30 @@ mod millis {
             .serialize(serializer)
     }
 
-    pub fn deserialize<'de, D: Deserializer<'de>>(deserializer: D) -> Result<Duration, D::Error> {
-        u64::deserialize(deserializer).map(Duration::from_millis)
+    fn read<'de, D: Deserializer<'de>>(d: D, field: &'static str) -> Result<Duration, D::Error> {
+        d.deserialize_u64(MillisVisitor(field))
+    }
+
+    pub mod resend_timeout_ms {
+        pub use super::serialize;
+        use super::*;
+
+        pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Duration, D::Error> {
+            read(d, "resend_timeout_ms")
+        }
+    }
+
+    pub mod max_ms {
+        pub use super::serialize;
+        use super::*;
+
+        pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Duration, D::Error> {
+            read(d, "backoff.max_ms")
+        }
     }
 }
 
+/// Deserializers of the duration limits, one per settings key so that errors name it.
 mod limit_millis {
     use super::*;
 
@@ -289,19 +417,39 @@ mod limit_millis {
         serializer: S,
     ) -> Result<S::Ok, S::Error> {
         match limit {
-            Limit::At(d) => millis::serialize(d, serializer),
-            Limit::Unbounded => serializer.serialize_str("never"),
+            Limit::At(d) => super::millis::serialize(d, serializer),
+            Limit::Unbounded => serializer.serialize_str(UNBOUNDED),
         }
     }
 
-    pub fn deserialize<'de, D: Deserializer<'de>>(
+    fn read<'de, D: Deserializer<'de>>(
         deserializer: D,
+        field: &'static str,
     ) -> Result<Limit<Duration>, D::Error> {
-        let limit = from_spelled::<D, u64>(Spelled::deserialize(deserializer)?, "never")?;
-        Ok(match limit {
-            Limit::At(ms) => Limit::At(Duration::from_millis(ms)),
-            Limit::Unbounded => Limit::Unbounded,
-        })
+        Ok(
+            match read_limit(deserializer, field, u64::MAX, " of milliseconds")? {
+                Limit::At(ms) => Limit::At(Duration::from_millis(ms)),
+                Limit::Unbounded => Limit::Unbounded,
+            },
+        )
+    }
+
+    pub mod producer_idle_ttl_ms {
+        pub use super::serialize;
+        use super::*;
+
+        pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Limit<Duration>, D::Error> {
+            read(d, "producer_idle_ttl_ms")
+        }
+    }
+
+    pub mod handler_timeout_ms {
+        pub use super::serialize;
+        use super::*;
+
+        pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Limit<Duration>, D::Error> {
+            read(d, "handler_timeout_ms")
+        }
     }
 }
 
@@ -355,14 +503,14 @@ mod tests {
                     resend_timeout: Duration::ZERO,
                     ..base()
                 },
-                "resend_timeout",
+                "resend_timeout_ms",
             ),
             (
                 ProducerConfig {
                     resend_timeout: MAX_DURATION * 2,
                     ..base()
                 },
-                "resend_timeout",
+                "resend_timeout_ms",
             ),
             (
                 ProducerConfig {
@@ -432,7 +580,7 @@ mod tests {
         );
         assert_eq!(
             producer_error(exp(2.0, Duration::from_millis(100), 0.0)),
-            "backoff.max"
+            "backoff.max_ms"
         );
         assert_eq!(producer_error(exp(2.0, second, 1.5)), "backoff.jitter");
     }
@@ -453,7 +601,14 @@ mod tests {
                     producer_idle_ttl: Limit::At(Duration::ZERO),
                     ..base()
                 },
-                "producer_idle_ttl",
+                "producer_idle_ttl_ms",
+            ),
+            (
+                ConsumerConfig {
+                    handler_timeout: Limit::At(Duration::ZERO),
+                    ..base()
+                },
+                "handler_timeout_ms",
             ),
             (
                 ConsumerConfig {
@@ -471,6 +626,7 @@ mod tests {
             producer_idle_ttl: Limit::Unbounded,
             max_out_of_order: Limit::Unbounded,
             ordered: true,
+            handler_timeout: Limit::Unbounded,
         };
         assert_eq!(unbounded.validate(), Ok(()));
     }
@@ -503,12 +659,130 @@ mod tests {
             ..Default::default()
         };
         let json = serde_json::to_string(&c).unwrap();
-        assert!(json.contains(r#""producer_idle_ttl_ms":"never""#), "{json}");
+        assert!(
+            json.contains(r#""producer_idle_ttl_ms":"unbounded""#),
+            "{json}"
+        );
+        assert!(json.contains(r#""handler_timeout_ms":30000"#), "{json}");
         assert_eq!(serde_json::from_str::<ConsumerConfig>(&json).unwrap(), c);
+        let p = ProducerConfig::default();
+        let json = serde_json::to_string(&p).unwrap();
+        assert_eq!(serde_json::from_str::<ProducerConfig>(&json).unwrap(), p);
         assert!(serde_json::from_str::<ConsumerConfig>(r#"{"max_producer": 3}"#).is_err());
-        let err = serde_json::from_str::<ConsumerConfig>(r#"{"max_producers": "lots"}"#)
-            .unwrap_err()
-            .to_string();
-        assert!(err.contains("expected a number or \"unbounded\""), "{err}");
+    }
+
+    /// The error of a settings file with `json` in it.
+    fn error_of<C: serde::de::DeserializeOwned + fmt::Debug>(json: &str) -> String {
+        serde_json::from_str::<C>(json).unwrap_err().to_string()
+    }
+
+    #[test]
+    fn a_value_of_the_wrong_type_names_the_key_what_was_found_and_what_is_expected() {
+        let cases = [
+            (
+                error_of::<ConsumerConfig>(r#"{"max_producers": -1}"#),
+                "invalid value: integer `-1`, expected for `max_producers` a whole number",
+            ),
+            (
+                error_of::<ConsumerConfig>(r#"{"max_out_of_order": 2.5}"#),
+                "invalid type: floating point `2.5`, expected for `max_out_of_order` a whole",
+            ),
+            (
+                error_of::<ConsumerConfig>(r#"{"max_producers": true}"#),
+                "invalid type: boolean `true`, expected for `max_producers` a whole number",
+            ),
+            (
+                error_of::<ConsumerConfig>(r#"{"max_producers": "lots"}"#),
+                "invalid value: string \"lots\", expected for `max_producers` a whole number",
+            ),
+            (
+                error_of::<ConsumerConfig>(r#"{"producer_idle_ttl_ms": "never"}"#),
+                "expected for `producer_idle_ttl_ms` a whole number of milliseconds from 0 to \
+                 18446744073709551615 or \"unbounded\"",
+            ),
+            (
+                error_of::<ConsumerConfig>(r#"{"handler_timeout_ms": -5}"#),
+                "expected for `handler_timeout_ms` a whole number of milliseconds",
+            ),
+            (
+                error_of::<ProducerConfig>(r#"{"max_attempts": 4294967296}"#),
+                "invalid value: integer `4294967296`, expected for `max_attempts` a whole \
+                 number from 0 to 4294967295 or \"unbounded\"",
+            ),
+            (
+                error_of::<ProducerConfig>(r#"{"resend_timeout_ms": 0.5}"#),
+                "invalid type: floating point `0.5`, expected for `resend_timeout_ms` a whole \
+                 number of milliseconds",
+            ),
+            (
+                error_of::<ProducerConfig>(
+                    r#"{"backoff": {"exponential": {"multiplier": 2.0, "max_ms": "x", "jitter": 0}}}"#,
+                ),
+                "expected for `backoff.max_ms` a whole number of milliseconds",
+            ),
+        ];
+        for (error, expected) in cases {
+            assert!(
+                error.contains(expected),
+                "{error}\n  does not contain\n{expected}"
+            );
+        }
+        let max = serde_json::from_str::<ProducerConfig>(r#"{"max_attempts": 4294967295}"#);
+        assert_eq!(max.unwrap().max_attempts, Limit::At(u32::MAX));
+    }
+
+    #[test]
+    fn validation_errors_and_settings_keys_agree() {
+        let keys: serde_json::Value = serde_json::to_value(ConsumerConfig::default()).unwrap();
+        let producer_keys = serde_json::to_value(ProducerConfig::default()).unwrap();
+        let invalid = [
+            ConsumerConfig {
+                max_producers: Limit::At(0),
+                ..Default::default()
+            }
+            .validate(),
+            ConsumerConfig {
+                producer_idle_ttl: Limit::At(Duration::ZERO),
+                ..Default::default()
+            }
+            .validate(),
+            ConsumerConfig {
+                max_out_of_order: Limit::At(0),
+                ..Default::default()
+            }
+            .validate(),
+            ConsumerConfig {
+                handler_timeout: Limit::At(Duration::ZERO),
+                ..Default::default()
+            }
+            .validate(),
+            ProducerConfig {
+                window_size: 0,
+                ..Default::default()
+            }
+            .validate(),
+            ProducerConfig {
+                resend_timeout: Duration::ZERO,
+                ..Default::default()
+            }
+            .validate(),
+            ProducerConfig {
+                max_pending: 0,
+                ..Default::default()
+            }
+            .validate(),
+            ProducerConfig {
+                max_attempts: Limit::At(0),
+                ..Default::default()
+            }
+            .validate(),
+        ];
+        for result in invalid {
+            let field = result.unwrap_err().field;
+            assert!(
+                keys.get(field).is_some() || producer_keys.get(field).is_some(),
+                "`{field}` is not a settings key"
+            );
+        }
     }
 }

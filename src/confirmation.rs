@@ -4,6 +4,7 @@ use std::panic::{catch_unwind, AssertUnwindSafe};
 
 use tokio::sync::oneshot;
 
+use crate::durable::MessageId;
 use crate::error::DeliveryError;
 
 type Callback = Box<dyn FnOnce(Result<(), DeliveryError>) + Send>;
@@ -26,6 +27,10 @@ pub struct Confirmation {
     /// The message holds one permit of its producer's room (it came through a
     /// `ProducerHandle`); the producer gives it back when it settles the message.
     holds_room: bool,
+    /// A durable producer stored the message under this id.
+    message: Option<MessageId>,
+    /// Told the id once the message is stored.
+    stored: Option<oneshot::Sender<MessageId>>,
 }
 
 impl Confirmation {
@@ -34,6 +39,8 @@ impl Confirmation {
         Self {
             notify: Notify::Nobody,
             holds_room: false,
+            message: None,
+            stored: None,
         }
     }
 
@@ -42,6 +49,8 @@ impl Confirmation {
         Self {
             notify: Notify::Callback(Box::new(callback)),
             holds_room: false,
+            message: None,
+            stored: None,
         }
     }
 
@@ -51,8 +60,36 @@ impl Confirmation {
         let confirmation = Self {
             notify: Notify::Channel(sender),
             holds_room: false,
+            message: None,
+            stored: None,
         };
         (confirmation, receiver)
+    }
+
+    /// A confirmation that also tells the returned receiver the message's id once a durable
+    /// producer stored it.
+    pub(crate) fn channel_with_stored() -> (
+        Self,
+        oneshot::Receiver<MessageId>,
+        oneshot::Receiver<Result<(), DeliveryError>>,
+    ) {
+        let (mut confirmation, outcome) = Self::channel();
+        let (stored, id) = oneshot::channel();
+        confirmation.stored = Some(stored);
+        (confirmation, id, outcome)
+    }
+
+    /// The message was stored under `id`.
+    pub(crate) fn notify_stored(&mut self, id: MessageId) {
+        self.message = Some(id);
+        if let Some(stored) = self.stored.take() {
+            let _ = stored.send(id); // the caller may have stopped waiting
+        }
+    }
+
+    /// The id a durable producer stored the message under.
+    pub(crate) fn message(&self) -> Option<MessageId> {
+        self.message
     }
 
     /// Marks the confirmation as holding one permit of its producer's room.
@@ -66,10 +103,9 @@ impl Confirmation {
         self.fire(result);
     }
 
-    /// Delivers the outcome; returns whether the message held a permit of room, which the
-    /// caller gives back (in bulk: one semaphore operation per flush, not one per message).
-    pub(crate) fn settle_returning_room(mut self, result: Result<(), DeliveryError>) -> bool {
-        self.fire(result);
+    /// Whether the message holds a permit of room, which the producer gives back (in bulk:
+    /// one semaphore operation per flush, not one per message) before settling it.
+    pub(crate) fn holds_room(&self) -> bool {
         self.holds_room
     }
 
@@ -148,11 +184,9 @@ mod tests {
     }
 
     #[test]
-    fn settling_reports_whether_room_was_held() {
-        assert!(Confirmation::none()
-            .holding_room()
-            .settle_returning_room(Ok(())));
-        assert!(!Confirmation::none().settle_returning_room(Ok(())));
+    fn a_confirmation_knows_whether_it_holds_room() {
+        assert!(Confirmation::none().holding_room().holds_room());
+        assert!(!Confirmation::none().holds_room());
     }
 
     #[test]

@@ -1,5 +1,6 @@
 //! The consumer actor and its handle.
 
+use std::collections::HashMap;
 use std::task::{Context as TaskContext, Poll, Waker};
 use std::time::Instant;
 
@@ -8,13 +9,14 @@ use actix::prelude::*;
 use crate::after_drain::after_each_drain;
 use crate::alarm::{self, Alarm};
 use crate::dead_letter::DeadLetter;
-use crate::handler::DeliveryHandler;
+use crate::handler::{DeliveryHandler, Outcome};
 use crate::message::{
     ConsumerRef, Deliveries, Delivery, GetConsumerStats, GetOutOfOrder, ReplyTo, StopConsumer,
 };
 use crate::options::ConsumerOptions;
-use crate::protocol::consumer::{ConsumerCore, ConsumerStats, HandlerOutcome, Step};
+use crate::protocol::consumer::{Completion, ConsumerCore, ConsumerStats, HandlerOutcome, Step};
 use crate::protocol::envelope::{Ack, DeadLetterReason, Header, ProducerId};
+use crate::stop_signal::{StopSignal, SubscribeStopped};
 
 /// The receiving side of reliable delivery: admits each [`Delivery`], suppresses duplicates
 /// per producer, runs the handler for each new message (one at a time), and ACKs a message only
@@ -25,7 +27,10 @@ use crate::protocol::envelope::{Ack, DeadLetterReason, Header, ProducerId};
 /// gets no ACK (the producer retransmits) and leaves the consumer running.
 ///
 /// Usually started through [`ReliableDelivery::consumer`](crate::ReliableDelivery::consumer).
-/// Stopping (or restarting under a `Supervisor`) drops all dedup state.
+/// Stopping (or restarting under a `Supervisor`) drops all dedup state. [`StopConsumer`] stops
+/// it for good, supervised or not: a supervised consumer stays as an inert actor that drops
+/// every delivery (Actix restarts supervised actors while an address exists) until its last
+/// address is dropped.
 pub struct ConsumerController<T: Send + 'static> {
     core: ConsumerCore<T, ReplyTo>,
     handler: DeliveryHandler<T>,
@@ -39,6 +44,12 @@ pub struct ConsumerController<T: Send + 'static> {
     /// The after-drain future is spawned (it ends when no address is left; a `WeakAddr` can
     /// still deliver afterwards, and then it is spawned again).
     after_drain_spawned: bool,
+    /// Stopped for good ([`StopConsumer`]); a supervised restart leaves it inert.
+    stop: StopSignal,
+    /// Outcomes of messages a pipelined handler handed off, to spawn on the context.
+    handed_off: Vec<(u64, Outcome)>,
+    /// The spawned ones, to cancel when the core abandons them.
+    awaiting: HashMap<u64, SpawnHandle>,
 }
 
 /// ACK buffer capacity kept between drains (a burst may grow it; it shrinks back to this).
@@ -47,7 +58,10 @@ const ACK_BUFFER_KEPT: usize = 1024;
 impl<T: Send + 'static> ConsumerController<T> {
     /// A consumer with validated options; start it like any actor.
     pub fn new(options: ConsumerOptions<T>) -> Self {
-        let (handler, config, dead_letters) = options.into_parts();
+        let (mut handler, config, dead_letters) = options.into_parts();
+        // Ordered mode awaits every handler: a later message must not be confirmed before an
+        // earlier one whose outcome is still open.
+        handler.allow_pipelining(!config.ordered);
         Self {
             core: ConsumerCore::new(&config),
             handler,
@@ -56,6 +70,9 @@ impl<T: Send + 'static> ConsumerController<T> {
             acks: Vec::new(),
             handler_pending: false,
             after_drain_spawned: false,
+            stop: StopSignal::default(),
+            handed_off: Vec::new(),
+            awaiting: HashMap::new(),
         }
     }
 
@@ -108,6 +125,7 @@ impl<T: Send + 'static> ConsumerController<T> {
             let poll = self.handler.resume(cx);
             self.handler_pending = self.settle(poll, None, cx).is_pending();
         }
+        self.await_handed_off(ctx);
         self.flush_acks();
         if ctx.connected() || self.handler_pending {
             Poll::Pending
@@ -137,10 +155,7 @@ impl<T: Send + 'static> ConsumerController<T> {
         while let Poll::Ready(outcome) = poll {
             let now = *now.get_or_insert_with(alarm::now);
             let completion = self.core.handle_outcome(&outcome, now);
-            if let Some(ack) = completion.ack {
-                self.acks.push(ack);
-            }
-            let Some(body) = completion.next else {
+            let Some(body) = self.carry_out(completion) else {
                 return Poll::Ready(());
             };
             poll = self.start(body, cx);
@@ -148,22 +163,71 @@ impl<T: Send + 'static> ConsumerController<T> {
         Poll::Pending
     }
 
+    /// Queues a completion's ACK and a handed-off outcome; returns the body of the message to
+    /// run next.
+    fn carry_out(&mut self, completion: Completion<T, ReplyTo>) -> Option<T> {
+        if let Some(ack) = completion.ack {
+            self.acks.push(ack);
+        }
+        if let Some(id) = completion.deferred {
+            match self.handler.take_handed_off() {
+                Some(outcome) => self.handed_off.push((id, outcome)),
+                None => debug_assert!(false, "a deferred run without its outcome"),
+            }
+        }
+        completion.next
+    }
+
+    /// Spawns the outcomes pipelined handlers handed off: each ACKs its message when it
+    /// resolves `Ok`.
+    fn await_handed_off(&mut self, ctx: &mut Context<Self>) {
+        for (id, outcome) in std::mem::take(&mut self.handed_off) {
+            let awaited = outcome.into_actor(self).map(move |outcome, act, ctx| {
+                act.awaiting.remove(&id);
+                if let Some(ack) = act.core.handle_deferred(id, &outcome, alarm::now()) {
+                    act.acks.push(ack);
+                    act.flush_acks();
+                }
+                act.arm_timer(ctx);
+            });
+            self.awaiting.insert(id, ctx.spawn(awaited));
+        }
+    }
+
     fn dead_letter(&self, reason: DeadLetterReason, header: Header) {
         if let Some(sink) = &self.dead_letters {
             sink.do_send(DeadLetter {
                 reason,
                 producer_id: header.producer_id,
-                incarnation: header.incarnation,
+                incarnation: header.incarnation.id(),
                 seq: header.seq,
             });
         }
     }
 
-    fn arm_sweep(&mut self, ctx: &mut Context<Self>) {
+    /// Arms the timer for the idle sweep and the running handler's `handler_timeout`.
+    fn arm_timer(&mut self, ctx: &mut Context<Self>) {
         self.alarm.arm(self.core.next_deadline(), ctx, |act, ctx| {
             act.alarm.fired();
-            act.core.handle_timeout(alarm::now());
-            act.arm_sweep(ctx);
+            let now = alarm::now();
+            if let Some(completion) = act.core.handle_timeout(now) {
+                // The run was abandoned: drop its future and run the next message. Re-arming
+                // below adds a timer for that run's deadline, which makes Actix poll the
+                // context's futures again, `after_drain` among them: it drives a next handler
+                // that was not ready at once.
+                act.handler.abandon();
+                act.handler_pending = false;
+                if let Some(body) = act.carry_out(completion) {
+                    act.run(body, now);
+                }
+            }
+            while let Some(id) = act.core.poll_expired() {
+                if let Some(handle) = act.awaiting.remove(&id) {
+                    ctx.cancel_future(handle);
+                }
+            }
+            act.await_handed_off(ctx);
+            act.arm_timer(ctx);
         });
     }
 }
@@ -176,7 +240,9 @@ impl<T: Send + 'static> Actor for ConsumerController<T> {
 
     fn started(&mut self, ctx: &mut Context<Self>) {
         self.after_drain_spawned = false; // a restart dropped it
-        self.ensure_after_drain(ctx);
+        if !self.stop.is_final() {
+            self.ensure_after_drain(ctx);
+        }
     }
 
     fn stopped(&mut self, _: &mut Context<Self>) {
@@ -184,6 +250,9 @@ impl<T: Send + 'static> Actor for ConsumerController<T> {
         self.flush_acks();
         self.core.clear();
         self.handler.abandon();
+        self.handed_off.clear();
+        self.awaiting.clear();
+        self.stop.announce_if_final();
     }
 }
 
@@ -192,6 +261,8 @@ impl<T: Send + 'static> Supervised for ConsumerController<T> {
         self.flush_acks();
         self.core.clear();
         self.handler.abandon();
+        self.handed_off.clear();
+        self.awaiting.clear();
         self.handler_pending = false;
         self.alarm = Alarm::default();
     }
@@ -201,9 +272,13 @@ impl<T: Send + 'static> Handler<Delivery<T>> for ConsumerController<T> {
     type Result = ();
 
     fn handle(&mut self, delivery: Delivery<T>, ctx: &mut Context<Self>) {
+        if self.stop.is_final() {
+            return;
+        }
         self.ensure_after_drain(ctx);
         self.receive(delivery, alarm::now());
-        self.arm_sweep(ctx);
+        self.await_handed_off(ctx);
+        self.arm_timer(ctx);
     }
 }
 
@@ -211,12 +286,16 @@ impl<T: Send + 'static> Handler<Deliveries<T>> for ConsumerController<T> {
     type Result = ();
 
     fn handle(&mut self, Deliveries(deliveries): Deliveries<T>, ctx: &mut Context<Self>) {
+        if self.stop.is_final() {
+            return;
+        }
         self.ensure_after_drain(ctx);
         let now = alarm::now();
         for delivery in deliveries {
             self.receive(delivery, now);
         }
-        self.arm_sweep(ctx);
+        self.await_handed_off(ctx);
+        self.arm_timer(ctx);
     }
 }
 
@@ -240,7 +319,17 @@ impl<T: Send + 'static> Handler<StopConsumer> for ConsumerController<T> {
     type Result = ();
 
     fn handle(&mut self, _: StopConsumer, ctx: &mut Context<Self>) {
-        ctx.stop();
+        if self.stop.make_final() {
+            ctx.stop();
+        }
+    }
+}
+
+impl<T: Send + 'static> Handler<SubscribeStopped> for ConsumerController<T> {
+    type Result = MessageResult<SubscribeStopped>;
+
+    fn handle(&mut self, _: SubscribeStopped, _: &mut Context<Self>) -> Self::Result {
+        MessageResult(self.stop.subscribe())
     }
 }
 
@@ -309,9 +398,15 @@ impl<T: Send + 'static> ConsumerHandle<T> {
         self.addr.send(GetOutOfOrder(id.into())).await
     }
 
-    /// Stops the consumer; its dedup state is dropped.
+    /// Stops the consumer for good (supervised or not); its dedup state is dropped.
     pub fn stop(&self) {
         self.addr.do_send(StopConsumer);
+    }
+
+    /// Resolves once the consumer has stopped for good (after [`stop`](Self::stop)): its last
+    /// ACKs are sent and its state is dropped.
+    pub fn stopped(&self) -> impl std::future::Future<Output = ()> + 'static {
+        crate::stop_signal::wait_stopped(self.addr.send(SubscribeStopped))
     }
 }
 

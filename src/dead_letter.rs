@@ -3,7 +3,7 @@
 use actix::Message;
 use serde::{Deserialize, Serialize};
 
-use crate::protocol::envelope::{DeadLetterReason, Incarnation, ProducerId};
+use crate::protocol::envelope::{DeadLetterReason, IncarnationId, ProducerId};
 
 /// A delivery the consumer refused as malformed: no handler ran and no ACK was sent.
 ///
@@ -17,8 +17,8 @@ pub struct DeadLetter {
     pub reason: DeadLetterReason,
     /// The producer id as received.
     pub producer_id: ProducerId,
-    /// The incarnation as received.
-    pub incarnation: Incarnation,
+    /// The public id of the incarnation as received (never the token itself).
+    pub incarnation: IncarnationId,
     /// The seq as received.
     pub seq: u64,
 }

@@ -21,6 +21,15 @@ pub enum DeliveryError {
     /// The producer's pending queue was full (`max_pending`); the message was never sent.
     #[error("the producer's pending queue is full; the message was not sent")]
     QueueFull,
+    /// A durable producer could not store the message, or record its settlement (the
+    /// reason). A message that was not stored is not sent; the producer stops (a `Supervisor`
+    /// restarts it on what its journal holds).
+    #[error("the durable producer's journal failed: {0}")]
+    Storage(String),
+    /// [`ProducerHandle::store`](crate::ProducerHandle::store) on a producer that has no
+    /// journal; the message was not sent.
+    #[error("the producer is not durable: it stores nothing")]
+    NotDurable,
 }
 
 /// A message that [`ProducerHandle::tell`](crate::ProducerHandle::tell) could not accept; the

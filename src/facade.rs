@@ -1,8 +1,12 @@
 //! `ReliableDelivery`: spawn a producer or a consumer in one call.
 
-use actix::{Actor, ArbiterHandle};
+use actix::{Actor, ArbiterHandle, Supervisor};
+use serde::de::DeserializeOwned;
+use serde::Serialize;
 
 use crate::consumer::{ConsumerController, ConsumerHandle};
+use crate::durable::DurableOptions;
+use crate::error::OptionsError;
 use crate::options::{ConsumerOptions, ProducerOptions};
 use crate::producer::{ProducerController, ProducerHandle};
 
@@ -32,6 +36,14 @@ impl ReliableDelivery {
         ConsumerHandle::new(ConsumerController::new(options).start())
     }
 
+    /// Starts a consumer under an Actix `Supervisor` on the current arbiter.
+    /// [`ConsumerHandle::stop`] still stops it for good.
+    pub fn supervised_consumer<T: Send + 'static>(
+        options: ConsumerOptions<T>,
+    ) -> ConsumerHandle<T> {
+        ConsumerHandle::new(Supervisor::start(move |_| ConsumerController::new(options)))
+    }
+
     /// Starts a consumer on another arbiter (thread). The options are built there, by
     /// `options`, because a handler's future need not be `Send`.
     pub fn consumer_in<T, F>(arbiter: &ArbiterHandle, options: F) -> ConsumerHandle<T>
@@ -48,6 +60,34 @@ impl ReliableDelivery {
     /// Starts a producer on the current arbiter.
     pub fn producer<T: Clone + Send + 'static>(options: ProducerOptions<T>) -> ProducerHandle<T> {
         ProducerHandle::start(ProducerController::new(options))
+    }
+
+    /// Starts a producer under an Actix `Supervisor` on the current arbiter (see
+    /// [`ProducerHandle::start_supervised`]).
+    pub fn supervised_producer<T: Clone + Send + 'static>(
+        options: ProducerOptions<T>,
+    ) -> ProducerHandle<T> {
+        ProducerHandle::start_supervised(ProducerController::new(options))
+    }
+
+    /// Starts a **durable** producer on the current arbiter, under an Actix `Supervisor`: it
+    /// stores every message in `durable`'s journal stream before sending it, resumes the
+    /// stream's life (incarnation, seq, unsettled messages) when it starts, and after a journal
+    /// failure restarts on what the journal holds. [`ProducerHandle::stop`] stops it for good.
+    /// See [`crate::durable`].
+    ///
+    /// # Errors
+    /// [`OptionsError`] if the options fix no `producer_id`.
+    pub fn durable_producer<T>(
+        options: ProducerOptions<T>,
+        durable: DurableOptions,
+    ) -> Result<ProducerHandle<T>, OptionsError>
+    where
+        T: Clone + Send + Serialize + DeserializeOwned + 'static,
+    {
+        Ok(ProducerHandle::start_supervised(
+            ProducerController::durable(options, durable)?,
+        ))
     }
 
     /// Starts a producer on another arbiter (thread).

@@ -9,7 +9,7 @@ use std::task::{Context, Poll};
 use actix::{Message, Recipient};
 
 use crate::protocol::consumer::HandlerOutcome;
-use crate::protocol::envelope::DeliveryInfo;
+use crate::protocol::envelope::{DeliveryInfo, Header, Incarnation, IncarnationId};
 
 /// What a consumer runs for each new message: a closure returning a future of
 /// `Result<(), E>`, or an existing actor's `Recipient`.
@@ -41,30 +41,58 @@ impl<T: 'static> DeliveryHandler<T> {
         Fut: Future<Output = Result<(), E>> + 'static,
         E: Display + 'static,
     {
-        Self::from_slot(move |_: &DeliveryInfo, body| handler(body))
+        Self::from_slot(move |_: &Header, body| handler(body))
     }
 
-    /// A handler that also receives the message's [`DeliveryInfo`] (producer id, incarnation,
-    /// seq): what an effectively-once handler stores with its business state to recognise a
-    /// re-run.
+    /// A handler that also receives the message's [`DeliveryInfo`] (producer id, the public id
+    /// of its incarnation, seq, window start): what an effectively-once handler stores with
+    /// its business state to recognise a re-run.
     pub fn from_fn_with_info<F, Fut, E>(mut handler: F) -> Self
     where
         F: FnMut(DeliveryInfo, T) -> Fut + 'static,
         Fut: Future<Output = Result<(), E>> + 'static,
         E: Display + 'static,
     {
-        Self::from_slot(move |info: &DeliveryInfo, body| handler(info.clone(), body))
+        let mut info = info_of();
+        Self::from_slot(move |header: &Header, body| handler(info(header), body))
     }
 
     fn from_slot<F, Fut, E>(handler: F) -> Self
     where
-        F: FnMut(&DeliveryInfo, T) -> Fut + 'static,
+        F: FnMut(&Header, T) -> Fut + 'static,
         Fut: Future<Output = Result<(), E>> + 'static,
         E: Display + 'static,
     {
         Self(Box::new(FnSlot {
             handler,
             running: Box::pin(None),
+        }))
+    }
+
+    /// A **pipelined** handler: `handler` is called for one message at a time, in order, and
+    /// returns the future of the message's outcome; the next message's call does not wait for
+    /// that future. Each message is ACKed when its future resolves `Ok` (in whatever order
+    /// they resolve); until then a retransmission of it is held, it counts against
+    /// `max_out_of_order`, and `handler_timeout` bounds how long it may take.
+    ///
+    /// For handlers that hand each message on in order and then wait for a slow
+    /// acknowledgement of their own, such as a journal commit: the synchronous part must do the
+    /// handing on (e.g. `addr.send(…)` enqueues at once), the future only wait. Throughput is
+    /// then no longer bounded by one wait per message. In `ordered` mode the consumer awaits
+    /// each future before the next call, so a failed message is never overtaken.
+    pub fn pipelined<F, Fut, E>(mut handler: F) -> Self
+    where
+        F: FnMut(DeliveryInfo, T) -> Fut + 'static,
+        Fut: Future<Output = Result<(), E>> + 'static,
+        E: Display + 'static,
+    {
+        let mut info = info_of();
+        Self(Box::new(PipelinedSlot {
+            handler: move |header: &Header, body| handler(info(header), body),
+            running: None,
+            handed_off: None,
+            pipelining: true,
+            _future: std::marker::PhantomData,
         }))
     }
 
@@ -90,7 +118,7 @@ impl<T: 'static> DeliveryHandler<T> {
     /// Starts the handler for a message and polls it once.
     pub(crate) fn start(
         &mut self,
-        info: &DeliveryInfo,
+        info: &Header,
         body: T,
         cx: &mut Context<'_>,
     ) -> Poll<HandlerOutcome> {
@@ -106,6 +134,39 @@ impl<T: 'static> DeliveryHandler<T> {
     pub(crate) fn abandon(&mut self) {
         self.0.abandon();
     }
+
+    /// The outcome future of the message a pipelined handler just handed off (after a
+    /// [`HandlerOutcome::Deferred`]).
+    pub(crate) fn take_handed_off(&mut self) -> Option<Outcome> {
+        self.0.take_handed_off()
+    }
+
+    /// Whether pipelined handlers may hand messages off (`false`: await each, for ordered
+    /// mode).
+    pub(crate) fn allow_pipelining(&mut self, allowed: bool) {
+        self.0.allow_pipelining(allowed);
+    }
+}
+
+/// The future of a handed-off message's outcome.
+pub(crate) type Outcome = Pin<Box<dyn Future<Output = HandlerOutcome>>>;
+
+/// Turns headers into the public [`DeliveryInfo`]. The incarnation's public id is a digest:
+/// computed once per run of messages from one incarnation.
+fn info_of() -> impl FnMut(&Header) -> DeliveryInfo {
+    let mut last: Option<(Incarnation, IncarnationId)> = None;
+    move |header: &Header| {
+        let incarnation = match last {
+            Some((token, id)) if token == header.incarnation => id,
+            _ => last.insert((header.incarnation, header.incarnation.id())).1,
+        };
+        DeliveryInfo {
+            producer_id: header.producer_id.clone(),
+            incarnation,
+            seq: header.seq,
+            window_start: header.window_start,
+        }
+    }
 }
 
 impl<T> std::fmt::Debug for DeliveryHandler<T> {
@@ -115,10 +176,13 @@ impl<T> std::fmt::Debug for DeliveryHandler<T> {
 }
 
 trait Slot<T> {
-    fn start(&mut self, info: &DeliveryInfo, body: T, cx: &mut Context<'_>)
-        -> Poll<HandlerOutcome>;
+    fn start(&mut self, info: &Header, body: T, cx: &mut Context<'_>) -> Poll<HandlerOutcome>;
     fn resume(&mut self, cx: &mut Context<'_>) -> Poll<HandlerOutcome>;
     fn abandon(&mut self);
+    fn take_handed_off(&mut self) -> Option<Outcome> {
+        None
+    }
+    fn allow_pipelining(&mut self, _allowed: bool) {}
 }
 
 /// A closure handler and the one future it has running, pinned in a box allocated once.
@@ -129,16 +193,11 @@ struct FnSlot<F, Fut> {
 
 impl<T, F, Fut, E> Slot<T> for FnSlot<F, Fut>
 where
-    F: FnMut(&DeliveryInfo, T) -> Fut,
+    F: FnMut(&Header, T) -> Fut,
     Fut: Future<Output = Result<(), E>>,
     E: Display,
 {
-    fn start(
-        &mut self,
-        info: &DeliveryInfo,
-        body: T,
-        cx: &mut Context<'_>,
-    ) -> Poll<HandlerOutcome> {
+    fn start(&mut self, info: &Header, body: T, cx: &mut Context<'_>) -> Poll<HandlerOutcome> {
         match catch_unwind(AssertUnwindSafe(|| (self.handler)(info, body))) {
             Ok(future) => self.running.set(Some(future)),
             Err(panic) => return Poll::Ready(HandlerOutcome::Panicked(panic_message(&*panic))),
@@ -151,17 +210,7 @@ where
             debug_assert!(false, "resumed a handler that is not running");
             return Poll::Pending;
         };
-        // Polling, formatting the error and dropping the future all run user code.
-        let polled = catch_unwind(AssertUnwindSafe(|| match future.poll(cx) {
-            Poll::Pending => None,
-            Poll::Ready(Ok(())) => Some(HandlerOutcome::Succeeded),
-            Poll::Ready(Err(error)) => Some(HandlerOutcome::Failed(error.to_string())),
-        }));
-        let outcome = match polled {
-            Ok(None) => return Poll::Pending,
-            Ok(Some(outcome)) => outcome,
-            Err(panic) => HandlerOutcome::Panicked(panic_message(&*panic)),
-        };
+        let outcome = std::task::ready!(poll_guarded(future, cx));
         self.abandon();
         Poll::Ready(outcome)
     }
@@ -170,6 +219,95 @@ where
         if catch_unwind(AssertUnwindSafe(|| self.running.set(None))).is_err() {
             log::error!("dropping a handler future panicked");
         }
+    }
+}
+
+/// A pipelined handler: the call hands the message off; its future is the outcome.
+struct PipelinedSlot<F, Fut> {
+    handler: F,
+    /// Awaited in place when pipelining is not allowed (ordered mode).
+    running: Option<Outcome>,
+    handed_off: Option<Outcome>,
+    pipelining: bool,
+    _future: std::marker::PhantomData<fn() -> Fut>,
+}
+
+impl<T, F, Fut, E> Slot<T> for PipelinedSlot<F, Fut>
+where
+    F: FnMut(&Header, T) -> Fut,
+    Fut: Future<Output = Result<(), E>> + 'static,
+    E: Display + 'static,
+{
+    fn start(&mut self, info: &Header, body: T, cx: &mut Context<'_>) -> Poll<HandlerOutcome> {
+        let future = match catch_unwind(AssertUnwindSafe(|| (self.handler)(info, body))) {
+            Ok(future) => future,
+            Err(panic) => return Poll::Ready(HandlerOutcome::Panicked(panic_message(&*panic))),
+        };
+        let outcome: Outcome = Box::pin(Guarded(Box::pin(future)));
+        if self.pipelining {
+            self.handed_off = Some(outcome);
+            return Poll::Ready(HandlerOutcome::Deferred);
+        }
+        self.running = Some(outcome);
+        self.resume(cx)
+    }
+
+    fn resume(&mut self, cx: &mut Context<'_>) -> Poll<HandlerOutcome> {
+        let Some(future) = &mut self.running else {
+            debug_assert!(false, "resumed a handler that is not running");
+            return Poll::Pending;
+        };
+        let outcome = std::task::ready!(future.as_mut().poll(cx));
+        self.abandon();
+        Poll::Ready(outcome)
+    }
+
+    fn abandon(&mut self) {
+        if catch_unwind(AssertUnwindSafe(|| self.running = None)).is_err() {
+            log::error!("dropping a handler future panicked");
+        }
+    }
+
+    fn take_handed_off(&mut self) -> Option<Outcome> {
+        self.handed_off.take()
+    }
+
+    fn allow_pipelining(&mut self, allowed: bool) {
+        self.pipelining = allowed;
+    }
+}
+
+/// A handler future whose polls (and whose error's `Display`) cannot panic out.
+struct Guarded<F>(Pin<Box<F>>);
+
+impl<F, E> Future for Guarded<F>
+where
+    F: Future<Output = Result<(), E>>,
+    E: Display,
+{
+    type Output = HandlerOutcome;
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<HandlerOutcome> {
+        poll_guarded(self.0.as_mut(), cx)
+    }
+}
+
+/// Polls a handler future, turning its result (or a panic of the poll, or of formatting the
+/// error) into an outcome.
+fn poll_guarded<F, E>(future: Pin<&mut F>, cx: &mut Context<'_>) -> Poll<HandlerOutcome>
+where
+    F: Future<Output = Result<(), E>>,
+    E: Display,
+{
+    let polled = catch_unwind(AssertUnwindSafe(|| match future.poll(cx) {
+        Poll::Pending => None,
+        Poll::Ready(Ok(())) => Some(HandlerOutcome::Succeeded),
+        Poll::Ready(Err(error)) => Some(HandlerOutcome::Failed(error.to_string())),
+    }));
+    match polled {
+        Ok(None) => Poll::Pending,
+        Ok(Some(outcome)) => Poll::Ready(outcome),
+        Err(panic) => Poll::Ready(HandlerOutcome::Panicked(panic_message(&*panic))),
     }
 }
 

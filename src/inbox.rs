@@ -85,6 +85,11 @@ impl<T> Inbox<T> {
         std::mem::swap(&mut state.queue, into);
     }
 
+    /// Whether no message waits to be taken.
+    pub(crate) fn is_empty(&self) -> bool {
+        self.lock().queue.is_empty()
+    }
+
     /// Stops accepting messages and returns those still queued.
     pub(crate) fn close(&self) -> VecDeque<(T, Confirmation)> {
         let mut state = self.lock();

@@ -41,6 +41,8 @@
 //!
 //! An existing actor becomes a reliable consumer with [`DeliveryHandler::forward_to`]; a handler
 //! that needs the producer id, incarnation and seq uses [`DeliveryHandler::from_fn_with_info`].
+//! [`ProducerHandle::idle`] waits until everything told is settled, and both handles'
+//! `stopped()` until a `stop()` took effect.
 //!
 //! # Guarantees
 //!
@@ -52,7 +54,9 @@
 //! - **Duplicates suppressed while the consumer lives.** The consumer remembers, per producer id
 //!   and incarnation, which seqs were handled; a retransmission or duplicated delivery of a
 //!   handled seq is re-ACKed without running the handler, and a retransmission of a seq whose
-//!   handler is still running is dropped (its ACK follows the run).
+//!   handler is still running is dropped (its ACK follows the run). Each id keeps windows for
+//!   up to four incarnations, so a late copy from a restarted producer's previous life is still
+//!   recognised and resets nothing.
 //! - **Confirmation exactly once.** Each message's confirmation fires once: `Ok(())` when the
 //!   consumer's ACK reached the producer, an error otherwise. A confirmation means the consumer
 //!   took responsibility for the message: for a retransmission, the handler may have run on an
@@ -64,29 +68,36 @@
 //!   id, its current 128-bit incarnation (drawn from the OS CSPRNG at every start, and only
 //!   ever sent on its own deliveries) and a seq in flight. Anything else is counted in
 //!   [`ProducerStats::ignored_acks`] and changes nothing.
-//! - **Bounded memory.** In flight ≤ `window_size`, queued ≤ `max_pending`, dedup windows ≤
-//!   `max_producers` (least recently used evicted), seqs retained per producer ≤
-//!   `max_out_of_order`, idle windows swept after `producer_idle_ttl`. Malformed deliveries are
-//!   refused as [`DeadLetter`]s. Every refusal is counted in [`ConsumerStats`] and logged at most
-//!   once a minute per kind (without peer-supplied ids).
+//! - **Bounded memory.** In flight ≤ `window_size`, queued ≤ `max_pending`, producer ids in
+//!   the dedup table ≤ `max_producers` (least recently used evicted; each keeps at most four
+//!   incarnation windows), per producer handled-above-contiguous plus waiting ≤
+//!   `max_out_of_order` (plus the gap-closing seq, always admitted so the bound cannot
+//!   deadlock), idle producers swept after `producer_idle_ttl`, whatever a peer sends.
+//!   Malformed deliveries are refused as [`DeadLetter`]s. Every refusal is counted in
+//!   [`ConsumerStats`] and logged at most once a minute per kind (without peer-supplied ids).
+//! - **A stuck handler cannot stall the consumer for good.** Handlers run one at a time; a run
+//!   that takes longer than `handler_timeout` (default 30 s) is abandoned: its future is dropped,
+//!   it counts as a failure (no ACK), and the next message runs. The abandoned message runs
+//!   again when its producer retransmits it. Abandoning only stops waiting: work the handler
+//!   started elsewhere (an actor that got the message through [`DeliveryHandler::forward_to`])
+//!   may still complete, and then happen twice.
 //! - **Order.** By default the handler sees messages in arrival order, which retransmission can
 //!   change. With `ordered(true)` it sees each producer's messages strictly in seq order: a
 //!   delivery that arrives ahead of its turn is refused and retransmitted later.
 //!
 //! # Limits: read before relying on it
 //!
-//! - **Dedup lives in memory.** If the consumer crashes or restarts between "handler done" and
-//!   "ACK received by the producer", the producer retransmits and the *new* consumer runs the
-//!   handler again. The same happens after a dedup window was evicted (`max_producers`) or swept
-//!   (`producer_idle_ttl`: keep it well above the producers' `resend_timeout`). So handlers must
-//!   be idempotent, or store the message's [`DeliveryInfo`] (producer id, incarnation, seq)
-//!   atomically with their business state and skip what they already stored: that makes
-//!   processing effectively once.
-//! - **Around a producer restart, a few duplicates.** A restarted producer's deliveries carry
-//!   a new incarnation and replace the consumer's window for its id. A delayed copy from the
-//!   previous incarnation that arrives afterwards replaces it back, so some messages of the new
-//!   incarnation that were already handled can run once more. Like an eviction, this costs
-//!   duplicates, never a message.
+//! - **The consumer's dedup lives in memory.** If the consumer crashes or restarts between
+//!   "handler done" and "ACK received by the producer", the producer retransmits and the *new*
+//!   consumer runs the handler again. The same happens after a dedup window was evicted
+//!   (`max_producers`) or swept (`producer_idle_ttl`). So plain handlers must be idempotent;
+//!   for effectively-once processing, hand each message to a persistent entity (see
+//!   "Effectively once" below), which stores the delivery's processed mark atomically with its
+//!   events.
+//! - **Producer ids must be unique per live producer.** Two live producers configured with the
+//!   same id still work (each incarnation has its own window) but compete for the id's four
+//!   windows; the consumer counts and warns when an older incarnation keeps sending long after a
+//!   newer one appeared ([`ConsumerStats::shared_id_messages`]).
 //! - **Ordered mode is strict while the window lives.** When the consumer loses a producer's
 //!   window (eviction, sweep, restart), a late copy of an earlier message, or of one its
 //!   producer already gave up or settled as stopped, can run after later ones.
@@ -122,6 +133,62 @@
 //!   cluster of nodes). External or cross-cluster consumers belong on a broker such as NATS or
 //!   Kafka.
 //!
+//! # Trust: the incarnation is a capability
+//!
+//! Whoever holds a producer's id and current [`Incarnation`] token, and can reach its consumer,
+//! can speak for that producer: deliver bodies in its name (which the handler runs), or claim
+//! seqs settled through `window_start` (which makes the consumer refuse the producer's genuine
+//! copies of them: they are never confirmed, and end as [`DeliveryError::GaveUp`] or are
+//! retransmitted forever). What it can never do is get a message confirmed `Ok` that no handler
+//! ran: a seq below a delivery's `window_start` is *stale*, neither run nor re-ACKed.
+//!
+//! So the token leaves the producer only on its own deliveries; handlers
+//! ([`DeliveryInfo`]), dead letters and logs see [`IncarnationId`], a one-way digest that names
+//! the incarnation without granting anything, and the token's `Debug` prints only that id.
+//! In-process code is trusted (it could as well call the handler itself); across processes
+//! only authenticated nodes may send deliveries, because anyone reading the traffic learns the
+//! token (no confidentiality without TLS).
+//!
+//! # Effectively once
+//!
+//! [`journal`] stores streams of events durably: [`journal::SqliteJournal`] (embedded, one file,
+//! group commit: many appends per fsync) or [`journal::MemoryJournal`] (tests). [`persistence`]
+//! runs event-sourced entities over it: a [`persistence::PersistentActor`] answers a command
+//! only once its events are committed, and batches everything decided while one write is in
+//! flight into the next. Given a message's [`DeliveryInfo`], it stores the processed mark in
+//! the same journal entry as the events, and recognises the delivery after any crash:
+//!
+//! ```no_run
+//! # use std::sync::Arc;
+//! # use actix_delivery::journal::{PersistenceId, SqliteJournal};
+//! # use actix_delivery::persistence::{Decision, EventSourced, PersistentConfig, PersistentHandle};
+//! # use actix_delivery::{ConsumerOptions, ReliableDelivery};
+//! # #[derive(Default, serde::Serialize, serde::Deserialize)] struct Account { balance: u64 }
+//! # #[derive(serde::Serialize, serde::Deserialize)] struct Deposited(u64);
+//! # impl EventSourced for Account {
+//! #     type Command = u64; type Event = Deposited; type Reply = u64; type Rejection = String;
+//! #     fn decide(&self, n: &u64) -> Result<Decision<Self>, String> {
+//! #         Ok(Decision::persist([Deposited(*n)], self.balance + n)) }
+//! #     fn apply(&mut self, Deposited(n): &Deposited) { self.balance += n; }
+//! # }
+//! # #[actix::main] async fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! let journal = Arc::new(SqliteJournal::open("accounts.db").await?);
+//! let account = PersistentHandle::<Account>::start(
+//!     journal,
+//!     PersistenceId::new("account-42")?,
+//!     PersistentConfig::default(),
+//! )?;
+//! // Each message becomes a command; it is ACKed once its events and mark are committed.
+//! let consumer = ReliableDelivery::consumer(
+//!     ConsumerOptions::builder(account.delivery_handler(|amount: u64| amount)).build()?,
+//! );
+//! # Ok(()) }
+//! ```
+//!
+//! Every message's events are then stored exactly once, however often the consumer crashes.
+//! Side effects outside the journal (an email, a call to another service) still happen at
+//! least once: make them idempotent. The [`persistence`] module documents the details.
+//!
 //! # Running the handler
 //!
 //! Handlers of one consumer run strictly one at a time, on the consumer's arbiter, beside its
@@ -153,17 +220,28 @@
 //! | producer option | default | consumer option | default |
 //! |---|---|---|---|
 //! | `window_size` | 16 | `max_producers` | 1024 (or unbounded) |
-//! | `resend_timeout` | 500 ms | `producer_idle_ttl` | 300 s (or never) |
+//! | `resend_timeout` | 500 ms | `producer_idle_ttl` | 300 s (or unbounded: never) |
 //! | `producer_id` | `producer-` + 16 random hex digits | `max_out_of_order` | 1024 (or unbounded) |
 //! | `max_pending` | 100 000 | `ordered` | false |
-//! | `max_attempts` | unbounded | dead-letter sink | none |
-//! | `backoff` | fixed | | |
+//! | `max_attempts` | unbounded | `handler_timeout` | 30 s (or unbounded: never) |
+//! | `backoff` | fixed | dead-letter sink | none |
+//!
+//! Keep `producer_idle_ttl` well above the longest gap between a producer's retransmissions:
+//! `resend_timeout`, or with exponential backoff up to `backoff.max`. A window swept while its
+//! producer still retransmits costs a duplicate handler run.
 //!
 //! # Wire limits (not configurable)
 //!
 //! A delivery is refused as a dead letter if it has no `reply_to`, a `seq` outside
-//! `1..=2^53-1`, a producer id that is empty or longer than 256 bytes, or a `window_start`
-//! outside `1..=seq`. A limit the sender could raise would be no limit.
+//! `1..=2^53-1` ([`MAX_SEQ`]), a producer id that is empty or longer than 256 bytes
+//! ([`MAX_ID_BYTES`]), or a `window_start` outside `1..=seq`. A limit the sender could raise
+//! would be no limit.
+//!
+//! `window_start` is the lowest seq the producer still awaits an ACK for. A consumer that has no
+//! window for the producer (first contact, eviction, sweep, restart) starts there instead of
+//! waiting for seqs that will never be sent again. A seq below the highest `window_start` seen is
+//! stale: dropped without a handler run or an ACK ([`ConsumerStats::stale`]); an honest producer
+//! never sends one again, so this costs only late copies of settled messages.
 //!
 //! # Persistence: the journal
 //!
@@ -192,6 +270,7 @@ pub mod config;
 mod confirmation;
 mod consumer;
 mod dead_letter;
+pub mod durable;
 pub mod error;
 mod facade;
 mod handler;
@@ -199,8 +278,10 @@ mod inbox;
 pub mod journal;
 pub mod message;
 mod options;
+pub mod persistence;
 mod producer;
 pub mod protocol;
+mod stop_signal;
 
 pub use config::{Backoff, ConsumerConfig, Limit, ProducerConfig};
 pub use confirmation::Confirmation;
@@ -209,11 +290,17 @@ pub use dead_letter::DeadLetter;
 pub use error::{DeliveryError, OptionsError, TellError};
 pub use facade::ReliableDelivery;
 pub use handler::DeliveryHandler;
-pub use message::{Acks, ConsumerRef, Deliveries, Delivery, ReplyTo, Tell};
+pub use message::{
+    Acks, ConsumerRef, Deliveries, Delivery, GetConsumerStats, GetOutOfOrder, GetProducerStats,
+    ReplyTo, StopConsumer, StopProducer, Tell,
+};
 pub use options::{
     ConsumerOptions, ConsumerOptionsBuilder, ProducerOptions, ProducerOptionsBuilder,
 };
 pub use producer::{ProducerController, ProducerHandle};
 pub use protocol::consumer::ConsumerStats;
-pub use protocol::envelope::{Ack, DeadLetterReason, DeliveryInfo, Incarnation, ProducerId};
+pub use protocol::envelope::{
+    Ack, DeadLetterReason, DeliveryInfo, Incarnation, IncarnationId, ProducerId, MAX_ID_BYTES,
+    MAX_SEQ,
+};
 pub use protocol::producer::ProducerStats;

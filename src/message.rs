@@ -36,8 +36,43 @@ impl<T: Send + 'static> Message for Delivery<T> {
 }
 
 impl<T> Delivery<T> {
-    pub(crate) fn new(transmission: Transmission<T>, reply_to: ReplyTo) -> Self {
-        let Transmission { header, body } = transmission;
+    /// A hand-made delivery (tests, proxies, custom transports) with `window_start` 1 ("no seq
+    /// settled yet"), which is always admissible; a producer sets it for you.
+    pub fn new(
+        producer_id: impl Into<ProducerId>,
+        incarnation: Incarnation,
+        seq: u64,
+        body: T,
+        reply_to: impl Into<ReplyTo>,
+    ) -> Self {
+        Self {
+            producer_id: producer_id.into(),
+            incarnation,
+            seq,
+            window_start: 1,
+            body,
+            reply_to: Some(reply_to.into()),
+        }
+    }
+
+    /// The same delivery claiming every seq below `window_start` settled.
+    pub fn with_window_start(mut self, window_start: u64) -> Self {
+        self.window_start = window_start;
+        self
+    }
+
+    /// The header of this delivery.
+    pub fn header(&self) -> Header {
+        Header {
+            producer_id: self.producer_id.clone(),
+            incarnation: self.incarnation,
+            seq: self.seq,
+            window_start: self.window_start,
+        }
+    }
+
+    pub(crate) fn from_transmission(transmission: Transmission<T>, reply_to: ReplyTo) -> Self {
+        let Transmission { header, body, .. } = transmission;
         Self {
             producer_id: header.producer_id,
             incarnation: header.incarnation,
@@ -122,24 +157,40 @@ fn send_batched<M, B>(
 }
 
 /// Where a consumer sends ACKs: cheap to clone onto every delivery. Built from any
-/// `Recipient<Ack>`; a `ProducerController`'s own reply address also accepts [`Acks`] batches.
+/// `Recipient<Ack>`; a `ProducerController`'s own reply address also accepts [`Acks`] batches;
+/// a proxy or transport can be one closure ([`ReplyTo::from_fn`]).
 #[derive(Clone)]
 pub struct ReplyTo(Arc<AckSink>);
 
-struct AckSink {
-    single: Recipient<Ack>,
-    batch: Option<Recipient<Acks>>,
+enum AckSink {
+    Actor {
+        single: Recipient<Ack>,
+        batch: Option<Recipient<Acks>>,
+    },
+    Fn(Box<dyn Fn(Vec<Ack>) + Send + Sync>),
 }
 
 impl ReplyTo {
     /// Sends an ACK, fire-and-forget (a lost ACK is recovered by retransmission).
     pub fn do_send(&self, ack: Ack) {
-        self.0.single.do_send(ack);
+        match &*self.0 {
+            AckSink::Actor { single, .. } => single.do_send(ack),
+            AckSink::Fn(send) => send(vec![ack]),
+        }
     }
 
     /// Sends several ACKs, batched where the recipient accepts [`Acks`].
     pub fn do_send_all(&self, acks: impl Iterator<Item = Ack>) {
-        send_batched(&self.0.single, self.0.batch.as_ref(), acks, Acks);
+        match &*self.0 {
+            AckSink::Actor { single, batch } => send_batched(single, batch.as_ref(), acks, Acks),
+            AckSink::Fn(send) => send_collected(send, acks),
+        }
+    }
+
+    /// A reply address that hands every batch of ACKs (one or more) to `send`, fire-and-forget:
+    /// what a proxy, a test link or a network transport needs, in one closure.
+    pub fn from_fn(send: impl Fn(Vec<Ack>) + Send + Sync + 'static) -> Self {
+        Self(Arc::new(AckSink::Fn(Box::new(send))))
     }
 
     /// Whether both are the same address (ACKs for them may share a batch).
@@ -150,7 +201,7 @@ impl ReplyTo {
     /// A reply address that takes single ACKs and [`Acks`] batches (as a `ProducerController`
     /// does).
     pub fn batching(single: Recipient<Ack>, batch: Recipient<Acks>) -> Self {
-        Self(Arc::new(AckSink {
+        Self(Arc::new(AckSink::Actor {
             single,
             batch: Some(batch),
         }))
@@ -159,7 +210,7 @@ impl ReplyTo {
 
 impl From<Recipient<Ack>> for ReplyTo {
     fn from(single: Recipient<Ack>) -> Self {
-        Self(Arc::new(AckSink {
+        Self(Arc::new(AckSink::Actor {
             single,
             batch: None,
         }))
@@ -168,58 +219,88 @@ impl From<Recipient<Ack>> for ReplyTo {
 
 impl std::fmt::Debug for ReplyTo {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let batches = !matches!(&*self.0, AckSink::Actor { batch: None, .. });
         f.debug_struct("ReplyTo")
-            .field("batches", &self.0.batch.is_some())
+            .field("batches", &batches)
             .finish_non_exhaustive()
+    }
+}
+
+/// Hands `items` to `send` as one `Vec`, unless there are none.
+fn send_collected<M>(send: &(dyn Fn(Vec<M>) + Send + Sync), items: impl Iterator<Item = M>) {
+    let items: Vec<M> = items.collect();
+    if !items.is_empty() {
+        send(items);
     }
 }
 
 /// Where a producer sends deliveries (the consumer's "ref"). Built from a
 /// [`ConsumerHandle`](crate::ConsumerHandle) or a `ConsumerController`'s `Addr`, it also takes
-/// [`Deliveries`] batches; built from any `Recipient<Delivery<T>>` (a proxy, a test link), it
-/// receives one message per delivery.
-pub struct ConsumerRef<T: Send + 'static> {
-    single: Recipient<Delivery<T>>,
-    batch: Option<Recipient<Deliveries<T>>>,
+/// [`Deliveries`] batches; built from any `Recipient<Delivery<T>>`, it receives one message per
+/// delivery; a proxy, a test link or a network transport can be one closure that receives
+/// every batch ([`ConsumerRef::from_fn`]).
+pub struct ConsumerRef<T: Send + 'static>(Target<T>);
+
+enum Target<T: Send + 'static> {
+    Actor {
+        single: Recipient<Delivery<T>>,
+        batch: Option<Recipient<Deliveries<T>>>,
+    },
+    Fn(Arc<dyn Fn(Vec<Delivery<T>>) + Send + Sync>),
 }
 
 impl<T: Send + 'static> ConsumerRef<T> {
     /// A reference that accepts both single deliveries and batches.
     pub fn batching(single: Recipient<Delivery<T>>, batch: Recipient<Deliveries<T>>) -> Self {
-        Self {
+        Self(Target::Actor {
             single,
             batch: Some(batch),
-        }
+        })
+    }
+
+    /// A reference that hands every batch of deliveries (one or more, in the producer's order)
+    /// to `send`, fire-and-forget. A delivery it drops is retransmitted by the producer.
+    pub fn from_fn(send: impl Fn(Vec<Delivery<T>>) + Send + Sync + 'static) -> Self {
+        Self(Target::Fn(Arc::new(send)))
     }
 
     /// Sends deliveries, batched where the consumer accepts batches.
-    pub(crate) fn do_send_all(&self, deliveries: impl Iterator<Item = Delivery<T>>) {
-        send_batched(&self.single, self.batch.as_ref(), deliveries, Deliveries);
+    pub fn do_send_all(&self, deliveries: impl Iterator<Item = Delivery<T>>) {
+        match &self.0 {
+            Target::Actor { single, batch } => {
+                send_batched(single, batch.as_ref(), deliveries, Deliveries);
+            }
+            Target::Fn(send) => send_collected(&**send, deliveries),
+        }
     }
 }
 
 impl<T: Send + 'static> Clone for ConsumerRef<T> {
     fn clone(&self) -> Self {
-        Self {
-            single: self.single.clone(),
-            batch: self.batch.clone(),
-        }
+        Self(match &self.0 {
+            Target::Actor { single, batch } => Target::Actor {
+                single: single.clone(),
+                batch: batch.clone(),
+            },
+            Target::Fn(send) => Target::Fn(send.clone()),
+        })
     }
 }
 
 impl<T: Send + 'static> From<Recipient<Delivery<T>>> for ConsumerRef<T> {
     fn from(single: Recipient<Delivery<T>>) -> Self {
-        Self {
+        Self(Target::Actor {
             single,
             batch: None,
-        }
+        })
     }
 }
 
 impl<T: Send + 'static> std::fmt::Debug for ConsumerRef<T> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let batches = !matches!(self.0, Target::Actor { batch: None, .. });
         f.debug_struct("ConsumerRef")
-            .field("batches", &self.batch.is_some())
+            .field("batches", &batches)
             .finish_non_exhaustive()
     }
 }

@@ -187,14 +187,17 @@ impl<T: 'static> ConsumerOptionsBuilder<T> {
         self
     }
 
-    /// Dedup windows kept at once, least recently used evicted beyond (default 1024).
+    /// Producer ids kept in the dedup table at once, least recently used evicted beyond
+    /// (default 1024).
     pub fn max_producers(self, max_producers: impl Into<Limit<usize>>) -> Self {
         let max_producers = max_producers.into();
         self.set(move |c| c.max_producers = max_producers)
     }
 
-    /// Sweep a producer's window after this long without a delivery (default 300 s;
-    /// `Limit::Unbounded` never sweeps and arms no timer).
+    /// Sweep a producer's windows after this long without a delivery (default 300 s;
+    /// `Limit::Unbounded` never sweeps and arms no timer). Keep it well above the longest gap
+    /// between a producer's retransmissions: `resend_timeout`, or with exponential backoff up
+    /// to `backoff.max`.
     pub fn producer_idle_ttl(self, ttl: impl Into<Limit<Duration>>) -> Self {
         let ttl = ttl.into();
         self.set(move |c| c.producer_idle_ttl = ttl)
@@ -204,6 +207,14 @@ impl<T: 'static> ConsumerOptionsBuilder<T> {
     pub fn max_out_of_order(self, max_out_of_order: impl Into<Limit<usize>>) -> Self {
         let max_out_of_order = max_out_of_order.into();
         self.set(move |c| c.max_out_of_order = max_out_of_order)
+    }
+
+    /// Abandon a handler run after this long (default 30 s; `Limit::Unbounded` never does): it
+    /// counts as a failure, the next message runs, and the abandoned one runs again when its
+    /// producer retransmits it. See [`ConsumerConfig::handler_timeout`].
+    pub fn handler_timeout(self, timeout: impl Into<Limit<Duration>>) -> Self {
+        let timeout = timeout.into();
+        self.set(move |c| c.handler_timeout = timeout)
     }
 
     /// Run each producer's messages strictly in seq order (default false). Deliveries that

@@ -6,16 +6,21 @@ use std::sync::Arc;
 use std::task::Poll;
 
 use actix::prelude::*;
+use serde::de::DeserializeOwned;
+use serde::Serialize;
+use tokio::sync::oneshot;
 
 use crate::after_drain::after_each_drain;
 use crate::alarm::{now, Alarm};
 use crate::confirmation::Confirmation;
-use crate::error::{DeliveryError, TellError};
+use crate::durable::{Durable, DurableOptions, Stored};
+use crate::error::{DeliveryError, OptionsError, TellError};
 use crate::inbox::{Inbox, Refusal};
 use crate::message::{Acks, ConsumerRef, Delivery, GetProducerStats, ReplyTo, StopProducer, Tell};
 use crate::options::ProducerOptions;
 use crate::protocol::envelope::{Ack, Incarnation, ProducerId};
 use crate::protocol::producer::{ProducerCore, ProducerStats};
+use crate::stop_signal::{StopSignal, SubscribeStopped};
 
 /// The sending side of reliable delivery: numbers messages, keeps at most `window_size` of them
 /// in flight to the consumer, queues the rest (up to `max_pending`), retransmits each until
@@ -28,19 +33,28 @@ use crate::protocol::producer::{ProducerCore, ProducerStats};
 ///
 /// Every start and every restart (under a `Supervisor`) draws a fresh 128-bit incarnation from
 /// the OS CSPRNG and numbers messages from 1 again; messages not yet confirmed when it stops or
-/// restarts are settled with [`DeliveryError::ProducerStopped`].
+/// restarts are settled with [`DeliveryError::ProducerStopped`]. [`StopProducer`] stops it for
+/// good, supervised or not: a supervised producer then stays as an inert actor that refuses
+/// every message (Actix restarts supervised actors while an address exists).
 pub struct ProducerController<T: Clone + Send + 'static> {
-    core: ProducerCore<T, Confirmation>,
+    pub(crate) core: ProducerCore<T, Confirmation>,
     consumer: ConsumerRef<T>,
     reply_to: Option<ReplyTo>,
     alarm: Alarm,
     /// The core has output to send, settle or schedule (flushed after the mailbox drain).
-    dirty: bool,
+    pub(crate) dirty: bool,
     /// Where handles leave messages; shared with them.
     inbox: Arc<Inbox<T>>,
     /// Buffer swapped with the inbox's queue and the core's (kept for its capacity).
     taken: VecDeque<(T, Confirmation)>,
+    /// Settled confirmations of one flush, fired after their room was given back.
+    pub(crate) settling: Vec<(Confirmation, Result<(), DeliveryError>)>,
     stop_when_idle: bool,
+    /// Waiting for the producer to hold nothing unsettled ([`ProducerHandle::idle`]).
+    idle_waiters: Vec<oneshot::Sender<()>>,
+    stop: StopSignal,
+    /// The journal of a durable producer.
+    pub(crate) durable: Option<Durable<T>>,
 }
 
 impl<T: Clone + Send + 'static> ProducerController<T> {
@@ -56,8 +70,37 @@ impl<T: Clone + Send + 'static> ProducerController<T> {
             dirty: false,
             inbox: Arc::new(Inbox::new(room)),
             taken: VecDeque::new(),
+            settling: Vec::new(),
             stop_when_idle: false,
+            idle_waiters: Vec::new(),
+            stop: StopSignal::default(),
+            durable: None,
         }
+    }
+
+    /// A durable producer: it stores every message in `durable`'s journal stream before it
+    /// sends it, and resumes the stream's life when started (see [`crate::durable`]).
+    ///
+    /// # Errors
+    /// [`OptionsError`] for `producer_id` if the options do not fix one: the stream belongs to
+    /// one producer id, across restarts.
+    pub fn durable(
+        options: ProducerOptions<T>,
+        durable: DurableOptions,
+    ) -> Result<Self, OptionsError>
+    where
+        T: Serialize + DeserializeOwned,
+    {
+        let config = options.config().clone();
+        if config.producer_id.is_none() {
+            return Err(OptionsError::new(
+                "producer_id",
+                "a durable producer needs a fixed producer_id: its stream belongs to one id",
+            ));
+        }
+        let mut producer = Self::new(options);
+        producer.durable = Some(Durable::new(config, durable));
+        Ok(producer)
     }
 
     /// This producer's id.
@@ -66,17 +109,27 @@ impl<T: Clone + Send + 'static> ProducerController<T> {
     }
 
     /// Sends what the core asks for, settles what it settled, and re-arms the timer.
-    fn flush(&mut self, ctx: &mut Context<Self>) {
+    pub(crate) fn flush(&mut self, ctx: &mut Context<Self>) {
+        if self.durable.is_some() {
+            self.flush_durable(ctx);
+        }
         if let Some(reply_to) = &self.reply_to {
             let (now, core) = (now(), &mut self.core);
             let deliveries = std::iter::from_fn(|| core.poll_transmit(now))
-                .map(|transmission| Delivery::new(transmission, reply_to.clone()));
+                .map(|transmission| Delivery::from_transmission(transmission, reply_to.clone()));
             self.consumer.do_send_all(deliveries);
         }
         self.settle_polled();
-        if self.stop_when_idle && self.core.is_idle() {
-            ctx.stop();
-            return;
+        if self.core.is_idle() && self.durable.as_ref().is_none_or(Durable::is_idle) {
+            if self.stop_when_idle {
+                ctx.stop();
+                return;
+            }
+            if !self.idle_waiters.is_empty() && self.inbox.is_empty() {
+                self.idle_waiters.drain(..).for_each(|waiter| {
+                    let _ = waiter.send(());
+                });
+            }
         }
         self.alarm.arm(self.core.next_deadline(), ctx, |act, ctx| {
             act.alarm.fired();
@@ -85,34 +138,48 @@ impl<T: Clone + Send + 'static> ProducerController<T> {
         });
     }
 
-    /// Confirms what the core settled and gives the room those messages held back.
+    /// Confirms what the core settled, giving back the room those messages held first (in
+    /// bulk), so that a confirmation callback can tell a follow-up message.
     fn settle_polled(&mut self) {
-        let mut room = 0;
-        while let Some((confirmation, result)) = self.core.poll_settled() {
-            room += usize::from(confirmation.settle_returning_room(result));
+        let core = &mut self.core;
+        self.settling
+            .extend(std::iter::from_fn(|| core.poll_settled()));
+        if let Some(durable) = &mut self.durable {
+            durable.hold_back(&mut self.settling);
         }
+        self.fire_settling();
+    }
+
+    pub(crate) fn fire_settling(&mut self) {
+        let room = self.settling.iter().filter(|(c, _)| c.holds_room()).count();
         self.inbox.release(room);
+        for (confirmation, result) in self.settling.drain(..) {
+            confirmation.settle(result);
+        }
     }
 
     /// Stops taking messages and settles everything unconfirmed (including what still waits
     /// in the inbox) with `ProducerStopped`.
     fn settle_all(&mut self) {
-        let mut room = 0;
-        for (_, confirmation) in self.inbox.close() {
-            room += usize::from(
-                confirmation.settle_returning_room(Err(DeliveryError::ProducerStopped)),
-            );
-        }
-        self.inbox.release(room);
+        let stopped = self
+            .inbox
+            .close()
+            .into_iter()
+            .map(|(_, confirmation)| (confirmation, Err(DeliveryError::ProducerStopped)));
+        self.settling.extend(stopped);
+        self.fire_settling();
         self.core.stop();
         self.settle_polled();
     }
 
-    /// Hands what handles left in the inbox to the core. Room was reserved for each message,
-    /// so the core has space (unless direct `Tell`s filled it: then `QueueFull`).
+    /// Hands what handles left in the inbox to the core. Room was reserved for each message
+    /// (handles and direct `Tell`s share it), so the core has space.
     fn take_inbox(&mut self) {
         self.inbox.take(&mut self.taken);
-        self.core.handle_send_all(&mut self.taken);
+        match &mut self.durable {
+            Some(durable) => durable.accept(&mut self.taken),
+            None => self.core.handle_send_all(&mut self.taken),
+        }
         self.dirty = true;
     }
 }
@@ -124,6 +191,9 @@ impl<T: Clone + Send + 'static> Actor for ProducerController<T> {
     type Context = Context<Self>;
 
     fn started(&mut self, ctx: &mut Context<Self>) {
+        if self.stop.is_final() {
+            return; // inert: stopped for good under a Supervisor
+        }
         let addr = ctx.address();
         self.reply_to = Some(ReplyTo::batching(
             addr.clone().recipient(),
@@ -136,13 +206,18 @@ impl<T: Clone + Send + 'static> Actor for ProducerController<T> {
             }
             Poll::Pending
         });
+        self.open_log(ctx);
         self.flush(ctx);
     }
 
     fn stopped(&mut self, _: &mut Context<Self>) {
+        self.close_log();
         self.settle_all();
+        // Everything is settled: idle waiters are answered by dropping their senders.
+        self.idle_waiters.clear();
         // Drop the self-reference so the actor can be freed.
         self.reply_to = None;
+        self.stop.announce_if_final();
     }
 }
 
@@ -155,8 +230,13 @@ impl<T: Clone + Send + 'static> Drop for ProducerController<T> {
 
 impl<T: Clone + Send + 'static> Supervised for ProducerController<T> {
     fn restarting(&mut self, _: &mut Context<Self>) {
+        self.close_log();
         self.settle_all();
         self.alarm = Alarm::default();
+        if self.stop.is_final() {
+            self.inbox.shut();
+            return;
+        }
         self.stop_when_idle = false;
         self.core.restart(Incarnation::random());
         self.inbox.reopen();
@@ -179,10 +259,29 @@ impl<T: Clone + Send + 'static> Handler<TakeInbox> for ProducerController<T> {
 impl<T: Clone + Send + 'static> Handler<Tell<T>> for ProducerController<T> {
     type Result = Result<(), TellError<T>>;
 
-    fn handle(&mut self, tell: Tell<T>, _: &mut Context<Self>) -> Self::Result {
-        let result = self.core.handle_send(tell.body, tell.confirm);
-        self.dirty = true;
-        result.map_err(TellError::QueueFull)
+    fn handle(&mut self, Tell { body, confirm }: Tell<T>, _: &mut Context<Self>) -> Self::Result {
+        // Direct tells take room like handles do, so `send` can wait for it in every case.
+        match self.inbox.try_reserve() {
+            Ok(()) => {
+                self.dirty = true;
+                let confirm = confirm.holding_room();
+                if let Some(durable) = &mut self.durable {
+                    durable.accept(&mut VecDeque::from([(body, confirm)]));
+                    return Ok(());
+                }
+                self.core
+                    .handle_send(body, confirm)
+                    .map_err(TellError::QueueFull)
+            }
+            Err(Refusal::Full) => {
+                confirm.settle(Err(DeliveryError::QueueFull));
+                Err(TellError::QueueFull(body))
+            }
+            Err(Refusal::Closed) => {
+                confirm.settle(Err(DeliveryError::ProducerStopped));
+                Err(TellError::Stopped(body))
+            }
+        }
     }
 }
 
@@ -214,7 +313,34 @@ impl<T: Clone + Send + 'static> Handler<StopProducer> for ProducerController<T> 
     type Result = ();
 
     fn handle(&mut self, _: StopProducer, ctx: &mut Context<Self>) {
-        ctx.stop();
+        if self.stop.make_final() {
+            ctx.stop();
+        }
+    }
+}
+
+impl<T: Clone + Send + 'static> Handler<SubscribeStopped> for ProducerController<T> {
+    type Result = MessageResult<SubscribeStopped>;
+
+    fn handle(&mut self, _: SubscribeStopped, _: &mut Context<Self>) -> Self::Result {
+        MessageResult(self.stop.subscribe())
+    }
+}
+
+/// Asks to be told when the producer holds nothing unsettled.
+#[derive(Message)]
+#[rtype(result = "()")]
+struct WhenIdle(oneshot::Sender<()>);
+
+impl<T: Clone + Send + 'static> Handler<WhenIdle> for ProducerController<T> {
+    type Result = ();
+
+    fn handle(&mut self, WhenIdle(waiter): WhenIdle, _: &mut Context<Self>) {
+        if !self.inbox.is_empty() {
+            self.take_inbox();
+        }
+        self.idle_waiters.push(waiter);
+        self.dirty = true; // the flush after this drain answers it if idle
     }
 }
 
@@ -222,7 +348,11 @@ impl<T: Clone + Send + 'static> Handler<GetProducerStats> for ProducerController
     type Result = MessageResult<GetProducerStats>;
 
     fn handle(&mut self, _: GetProducerStats, _: &mut Context<Self>) -> Self::Result {
-        MessageResult(self.core.stats())
+        let mut stats = self.core.stats();
+        if let Some(durable) = &self.durable {
+            (stats.stored, stats.resumed, stats.resumed_confirmed) = durable.counts;
+        }
+        MessageResult(stats)
     }
 }
 
@@ -253,6 +383,7 @@ struct Shared<T: Clone + Send + 'static> {
     addr: Addr<ProducerController<T>>,
     inbox: Arc<Inbox<T>>,
     producer_id: ProducerId,
+    durable: bool,
 }
 
 impl<T: Clone + Send + 'static> Drop for Shared<T> {
@@ -274,28 +405,43 @@ impl<T: Clone + Send + 'static> ProducerHandle<T> {
     pub fn start(producer: ProducerController<T>) -> Self {
         let inbox = producer.inbox.clone();
         let producer_id = producer.producer_id().clone();
+        let durable = producer.durable.is_some();
         let addr = producer.start();
-        Self::from_parts(addr, inbox, producer_id)
+        Self::from_parts(addr, inbox, producer_id, durable)
+    }
+
+    /// Starts `producer` under an Actix `Supervisor` on the current arbiter: if it stops for a
+    /// reason other than [`stop`](Self::stop), it restarts with a new incarnation (its
+    /// unconfirmed messages are settled with [`DeliveryError::ProducerStopped`]).
+    pub fn start_supervised(producer: ProducerController<T>) -> Self {
+        let inbox = producer.inbox.clone();
+        let producer_id = producer.producer_id().clone();
+        let durable = producer.durable.is_some();
+        let addr = Supervisor::start(move |_| producer);
+        Self::from_parts(addr, inbox, producer_id, durable)
     }
 
     /// Starts a producer on another arbiter (thread) and returns its handle.
     pub fn start_in_arbiter(arbiter: &ArbiterHandle, producer: ProducerController<T>) -> Self {
         let inbox = producer.inbox.clone();
         let producer_id = producer.producer_id().clone();
+        let durable = producer.durable.is_some();
         let addr = ProducerController::start_in_arbiter(arbiter, move |_| producer);
-        Self::from_parts(addr, inbox, producer_id)
+        Self::from_parts(addr, inbox, producer_id, durable)
     }
 
     fn from_parts(
         addr: Addr<ProducerController<T>>,
         inbox: Arc<Inbox<T>>,
         producer_id: ProducerId,
+        durable: bool,
     ) -> Self {
         Self {
             shared: Arc::new(Shared {
                 addr,
                 inbox,
                 producer_id,
+                durable,
             }),
         }
     }
@@ -336,31 +482,88 @@ impl<T: Clone + Send + 'static> ProducerHandle<T> {
         }
     }
 
-    /// Sends a message and resolves when it is confirmed. Waits for room first when the
-    /// pending queue is full (backpressure).
+    /// Sends a message and resolves when it is confirmed.
+    ///
+    /// The message is queued when `send` is called, if there is room: `let f = p.send(x);
+    /// p.tell(y, …)` sends `x` first, whether or not `f` was polled yet. When the pending queue
+    /// is full, the returned future waits for room (backpressure) and queues the message when
+    /// it gets it; dropping the future before then drops the message.
     ///
     /// # Errors
     /// The [`DeliveryError`] that settled the message: the producer stopped, or gave the
     /// message up after `max_attempts` transmissions.
     pub fn send(&self, body: T) -> impl Future<Output = Result<(), DeliveryError>> + 'static {
-        let handle = self.clone();
+        let (confirm, outcome) = Confirmation::channel();
+        let waits_for_room = match self.shared.inbox.try_reserve() {
+            // A refused hand-over drops `confirm`, which settles `outcome` as stopped.
+            Ok(()) => {
+                let _ = self.hand_over(body, confirm);
+                None
+            }
+            Err(Refusal::Full) => Some((self.clone(), body, confirm)),
+            Err(Refusal::Closed) => None,
+        };
         async move {
-            let stopped = Err(DeliveryError::ProducerStopped);
-            if handle.shared.inbox.reserve().await.is_err() {
-                return stopped;
+            if let Some((handle, body, confirm)) = waits_for_room {
+                if handle.shared.inbox.reserve().await.is_ok() {
+                    let _ = handle.hand_over(body, confirm);
+                }
             }
-            let (confirm, outcome) = Confirmation::channel();
-            if handle.hand_over(body, confirm).is_err() {
-                return stopped;
-            }
-            outcome.await.unwrap_or(stopped)
+            outcome.await.unwrap_or(Err(DeliveryError::ProducerStopped))
         }
     }
 
-    /// Stops the producer now; every unconfirmed message is settled with
-    /// [`DeliveryError::ProducerStopped`].
+    /// Hands a message to a durable producer and resolves once it is stored: from then on the
+    /// producer owns it, across crashes. [`Stored::confirmed`] then waits for the consumer's
+    /// confirmation. Waits for room like [`send`](Self::send).
+    ///
+    /// # Errors
+    /// [`DeliveryError::NotDurable`] for a producer without a journal; the producer stopped
+    /// or its journal failed before the message was stored.
+    pub fn store(&self, body: T) -> impl Future<Output = Result<Stored, DeliveryError>> + 'static {
+        let handle = self.clone();
+        async move {
+            if !handle.shared.durable {
+                return Err(DeliveryError::NotDurable);
+            }
+            let (confirm, id, confirmed) = Confirmation::channel_with_stored();
+            if handle.shared.inbox.reserve().await.is_err()
+                || handle.hand_over(body, confirm).is_err()
+            {
+                return Err(DeliveryError::ProducerStopped);
+            }
+            match id.await {
+                Ok(id) => Ok(Stored::new(id, confirmed)),
+                // Never stored: its confirmation says why.
+                Err(_) => Err(match confirmed.await {
+                    Ok(Err(error)) => error,
+                    _ => DeliveryError::ProducerStopped,
+                }),
+            }
+        }
+    }
+
+    /// Stops the producer now, for good (supervised or not); every unconfirmed message is
+    /// settled with [`DeliveryError::ProducerStopped`]. Await [`stopped`](Self::stopped) to
+    /// know when that happened.
     pub fn stop(&self) {
         self.shared.addr.do_send(StopProducer);
+    }
+
+    /// Resolves once the producer has stopped for good (after [`stop`](Self::stop)) and every
+    /// message it held is settled.
+    pub fn stopped(&self) -> impl Future<Output = ()> + 'static {
+        crate::stop_signal::wait_stopped(self.shared.addr.send(SubscribeStopped))
+    }
+
+    /// Resolves once the producer holds nothing unsettled: every message handed to it so far
+    /// is confirmed or failed (or it stopped). With continuous traffic this waits for a lull.
+    pub fn idle(&self) -> impl Future<Output = ()> + 'static {
+        let (waiter, idle) = oneshot::channel();
+        self.shared.addr.do_send(WhenIdle(waiter));
+        async move {
+            let _ = idle.await; // dropped unanswered: the producer stopped, all is settled
+        }
     }
 
     /// The producer's counters.

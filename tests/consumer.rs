@@ -291,6 +291,12 @@ async fn malformed_deliveries_become_dead_letters_and_the_consumer_keeps_serving
     );
     let stats = consumer.stats().await.unwrap();
     assert_eq!((stats.dead_letters, stats.tracked_producers), (6, 0));
+    let letter = &letters.snapshot()[1];
+    assert_eq!(
+        letter.incarnation,
+        Incarnation::from_u128(1).id(),
+        "dead letters carry the public id, not the token"
+    );
 
     consumer
         .addr()
@@ -471,7 +477,7 @@ async fn new_incarnation_is_not_absorbed_as_duplicates() {
 }
 
 #[actix::test]
-async fn handler_with_info_sees_producer_incarnation_and_seq() {
+async fn handler_with_info_sees_producer_the_public_incarnation_id_and_seq() {
     tokio::time::pause();
     let seen = Log::default();
     let log = seen.clone();
@@ -485,10 +491,16 @@ async fn handler_with_info_sees_producer_incarnation_and_seq() {
     settle().await;
     let expected = DeliveryInfo {
         producer_id: ProducerId::from("p"),
-        incarnation: Incarnation::from_u128(9),
+        incarnation: Incarnation::from_u128(9).id(),
         seq: 4,
+        window_start: 1,
     };
     assert_eq!(seen.snapshot(), [(expected, 40)]);
+    assert_ne!(
+        Incarnation::from_u128(9).id().as_u128(),
+        9,
+        "the handler never sees the token"
+    );
 }
 
 #[actix::test]
@@ -541,4 +553,229 @@ async fn stopping_the_consumer_stops_the_actor() {
     settle().await;
     assert!(!consumer.addr().connected());
     assert!(consumer.stats().await.is_err());
+}
+
+/// A consumer whose handler never finishes for the bodies in `stuck` (the first time each is
+/// seen), and records the others.
+fn consumer_with_stuck_bodies(
+    stuck: &'static [u32],
+    timeout: Duration,
+) -> (ConsumerHandle<u32>, Log<u32>) {
+    let handled = Log::default();
+    let log = handled.clone();
+    let seen_stuck = Rc::new(Cell::new(0u32));
+    let handler = DeliveryHandler::from_fn(move |body: u32| {
+        let (log, seen_stuck) = (log.clone(), seen_stuck.clone());
+        async move {
+            if stuck.contains(&body) && seen_stuck.get() & (1 << body) == 0 {
+                seen_stuck.set(seen_stuck.get() | (1 << body));
+                std::future::pending::<()>().await; // a lost reply, a deadlock
+            }
+            tokio::task::yield_now().await; // not ready at once: driven after the drain
+            log.push(body);
+            Ok::<(), String>(())
+        }
+    });
+    let options = ConsumerOptions::builder(handler)
+        .handler_timeout(timeout)
+        .build()
+        .unwrap();
+    (ReliableDelivery::consumer(options), handled)
+}
+
+#[actix::test]
+async fn a_stuck_handler_is_abandoned_after_handler_timeout_and_the_next_message_runs() {
+    tokio::time::pause();
+    let timeout = Duration::from_secs(30);
+    let (consumer, handled) = consumer_with_stuck_bodies(&[1], timeout);
+    let (reply_to, acks) = ack_probe();
+    consumer.addr().do_send(delivery("p", 1, 1, 1, &reply_to));
+    consumer.addr().do_send(delivery("q", 1, 1, 2, &reply_to));
+    settle_for(29_000).await;
+    assert!(
+        handled.snapshot().is_empty(),
+        "everything waits behind the stuck run"
+    );
+    settle_for(1_001).await;
+    assert_eq!(
+        handled.snapshot(),
+        [2],
+        "the next message runs after the timeout"
+    );
+    let stats = consumer.stats().await.unwrap();
+    assert_eq!((stats.handler_timeouts, stats.delivered), (1, 1));
+    assert_eq!(
+        acks.snapshot()
+            .iter()
+            .map(|a| a.producer_id.as_str())
+            .collect::<Vec<_>>(),
+        ["q"]
+    );
+    // p retransmits seq 1: it runs again (this time it finishes) and is ACKed.
+    consumer.addr().do_send(delivery("p", 1, 1, 1, &reply_to));
+    settle().await;
+    assert_eq!(handled.snapshot(), [2, 1]);
+    assert_eq!(acks.len(), 2);
+}
+
+#[actix::test]
+async fn stop_stops_a_supervised_consumer_for_good_and_stopped_says_when() {
+    tokio::time::pause();
+    let handled = Log::default();
+    let log = handled.clone();
+    let handler = DeliveryHandler::from_fn(move |body: u32| {
+        log.push(body);
+        async { Ok::<(), String>(()) }
+    });
+    let consumer =
+        ReliableDelivery::supervised_consumer(ConsumerOptions::builder(handler).build().unwrap());
+    let (reply_to, acks) = ack_probe();
+    consumer.addr().do_send(delivery("p", 1, 1, 1, &reply_to));
+    settle().await;
+    consumer.stop();
+    consumer.stopped().await;
+    consumer.addr().do_send(delivery("p", 1, 2, 2, &reply_to));
+    settle_for(1_000).await;
+    assert_eq!(
+        handled.snapshot(),
+        [1],
+        "no handler runs after stop, no restart"
+    );
+    assert_eq!(acks.len(), 1);
+    consumer.stopped().await;
+}
+
+#[actix::test]
+async fn stopped_resolves_for_an_unsupervised_consumer_too() {
+    tokio::time::pause();
+    let (consumer, _) = recording_consumer(|b| b);
+    consumer.stop();
+    consumer.stopped().await;
+    assert!(!consumer.addr().connected());
+}
+
+#[actix::test]
+async fn a_hand_made_delivery_needs_no_knowledge_of_window_start() {
+    tokio::time::pause();
+    let (consumer, handled) = recording_consumer(|b| b);
+    let (reply_to, acks) = ack_probe();
+    consumer.addr().do_send(Delivery::new(
+        "p",
+        Incarnation::from_u128(3),
+        7,
+        70,
+        reply_to.clone(),
+    ));
+    consumer.addr().do_send(
+        Delivery::new("p", Incarnation::from_u128(3), 9, 90, reply_to).with_window_start(9),
+    );
+    settle().await;
+    assert_eq!(handled.snapshot(), [70, 90]);
+    assert_eq!(acks.len(), 2);
+}
+
+/// A pipelined consumer: every call is logged at once; its outcome waits for the test to
+/// resolve it (`Ok` unless the body is odd and `fail_odd`).
+fn pipelined_consumer(
+    configure: impl FnOnce(
+        actix_delivery::ConsumerOptionsBuilder<u32>,
+    ) -> actix_delivery::ConsumerOptionsBuilder<u32>,
+) -> (ConsumerHandle<u32>, Log<u32>, Gate) {
+    let called = Log::default();
+    let gate = Gate::default();
+    let (log, outcome_gate) = (called.clone(), gate.clone());
+    let handler = DeliveryHandler::pipelined(move |_: DeliveryInfo, body: u32| {
+        log.push(body);
+        let gate = outcome_gate.clone();
+        async move {
+            gate.pass().await;
+            if body == 13 {
+                return Err("unlucky");
+            }
+            Ok(())
+        }
+    });
+    let options = configure(ConsumerOptions::builder(handler))
+        .build()
+        .unwrap();
+    (ReliableDelivery::consumer(options), called, gate)
+}
+
+#[actix::test]
+async fn a_pipelined_handler_is_called_in_order_without_waiting_and_acks_after_each_outcome() {
+    tokio::time::pause();
+    let (consumer, called, gate) = pipelined_consumer(|b| b);
+    let (reply_to, acks) = ack_probe();
+    for seq in 1..=3 {
+        consumer
+            .addr()
+            .do_send(delivery("p", 1, seq, seq as u32, &reply_to));
+    }
+    consumer.addr().do_send(delivery("p", 1, 4, 13, &reply_to));
+    settle().await;
+    assert_eq!(
+        called.snapshot(),
+        [1, 2, 3, 13],
+        "no call waited for an outcome"
+    );
+    assert_eq!(acks.len(), 0, "no ACK before the outcome");
+    assert_eq!(consumer.stats().await.unwrap().deferred, 4);
+    consumer.addr().do_send(delivery("p", 1, 2, 2, &reply_to)); // a retransmission
+    settle().await;
+    assert_eq!(called.len(), 4, "a deferred message is not run again");
+    gate.open();
+    settle().await;
+    let mut acked: Vec<u64> = acks.snapshot().iter().map(|a| a.seq).collect();
+    acked.sort_unstable(); // in the order the outcomes resolved
+    assert_eq!(acked, [1, 2, 3], "the failed one is not ACKed");
+    let stats = consumer.stats().await.unwrap();
+    assert_eq!(
+        (stats.delivered, stats.handler_failures, stats.deferred),
+        (3, 1, 0)
+    );
+    consumer.addr().do_send(delivery("p", 1, 4, 13, &reply_to));
+    settle().await;
+    assert_eq!(
+        called.len(),
+        5,
+        "the failed one runs again when retransmitted"
+    );
+}
+
+#[actix::test]
+async fn a_pipelined_outcome_that_never_comes_is_abandoned_after_handler_timeout() {
+    tokio::time::pause();
+    let (consumer, called, _never_opened) =
+        pipelined_consumer(|b| b.handler_timeout(Duration::from_secs(5)));
+    let (reply_to, acks) = ack_probe();
+    consumer.addr().do_send(delivery("p", 1, 1, 1, &reply_to));
+    settle_for(5_001).await;
+    let stats = consumer.stats().await.unwrap();
+    assert_eq!((stats.handler_timeouts, stats.deferred), (1, 0));
+    consumer.addr().do_send(delivery("p", 1, 1, 1, &reply_to));
+    settle().await;
+    assert_eq!(called.snapshot(), [1, 1], "retried after the timeout");
+    assert_eq!(acks.len(), 0);
+}
+
+#[actix::test]
+async fn in_ordered_mode_a_pipelined_handler_is_awaited_before_the_next_call() {
+    tokio::time::pause();
+    let (consumer, called, gate) = pipelined_consumer(|b| b.ordered(true));
+    let (reply_to, acks) = ack_probe();
+    for seq in 1..=3 {
+        consumer
+            .addr()
+            .do_send(delivery("p", 1, seq, seq as u32, &reply_to));
+    }
+    settle().await;
+    assert_eq!(
+        called.snapshot(),
+        [1],
+        "the next call waits for the outcome"
+    );
+    gate.open();
+    settle().await;
+    assert_eq!(called.snapshot(), [1, 2, 3]);
+    assert_eq!(acks.len(), 3);
 }

@@ -41,7 +41,8 @@ async fn invalid_producer_options_fail_at_build_naming_the_field() {
     assert_eq!(build(r().window_size(0)).field, "window_size");
     assert_eq!(
         build(r().resend_timeout(Duration::ZERO)).field,
-        "resend_timeout"
+        "resend_timeout_ms",
+        "the settings key"
     );
     assert_eq!(build(r().producer_id("")).field, "producer_id");
     assert_eq!(build(r().producer_id("x".repeat(257))).field, "producer_id");
@@ -90,8 +91,17 @@ async fn consumer_builder_validates_and_merges_the_same_way() {
     );
     assert_eq!(
         err(ConsumerOptions::builder(handler()).producer_idle_ttl(Duration::ZERO)),
-        "producer_idle_ttl"
+        "producer_idle_ttl_ms"
     );
+    assert_eq!(
+        err(ConsumerOptions::builder(handler()).handler_timeout(Duration::ZERO)),
+        "handler_timeout_ms"
+    );
+    let never = ConsumerOptions::builder(handler())
+        .handler_timeout(Limit::Unbounded)
+        .build()
+        .unwrap();
+    assert_eq!(never.config().handler_timeout, Limit::Unbounded);
     assert_eq!(
         err(ConsumerOptions::builder(handler()).max_out_of_order(0)),
         "max_out_of_order"

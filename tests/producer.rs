@@ -11,8 +11,7 @@ use std::time::Duration;
 use actix::prelude::*;
 use actix_delivery::{
     Ack, ConsumerHandle, ConsumerOptions, ConsumerRef, DeliveryError, DeliveryHandler, Incarnation,
-    ProducerController, ProducerHandle, ProducerId, ProducerOptions, ReliableDelivery, Tell,
-    TellError,
+    ProducerHandle, ProducerId, ProducerOptions, ReliableDelivery, Tell, TellError,
 };
 use common::{confirm_into, settle, settle_for, Confirmations, Gate, Link, Log};
 
@@ -269,71 +268,177 @@ async fn max_attempts_gives_the_message_up() {
 }
 
 #[actix::test]
-async fn every_start_and_restart_draws_a_fresh_incarnation_and_restarts_seqs() {
+async fn every_start_draws_a_fresh_incarnation_and_numbers_from_one() {
     tokio::time::pause();
     let (consumer, handled) = consumer(None);
     let link = Link::new(consumer.recipient(), |_| true);
     let seen = link.seen.clone();
     let link = link.start();
-    let target = link.clone();
-    let options = move || {
-        ProducerOptions::builder(target.clone().recipient())
-            .producer_id("p")
-            .build()
-            .unwrap()
-    };
-    let supervised = Supervisor::start(move |_| ProducerController::new(options()));
-    let other = ProducerController::new(
-        ProducerOptions::builder(link.clone().recipient())
-            .build()
-            .unwrap(),
-    )
-    .start();
-    for addr_body in [1, 2] {
-        supervised
+    let first = producer_to(link.clone().recipient(), |b| b);
+    first.send(1).await.unwrap();
+    first.stop();
+    first.stopped().await;
+    let second = producer_to(link.clone().recipient(), |b| b);
+    second.send(2).await.unwrap();
+    let seen = seen.snapshot();
+    assert_eq!((seen[0].0.as_str(), seen[0].2), ("p", 1));
+    assert_eq!((seen[1].0.as_str(), seen[1].2), ("p", 1), "seqs start at 1");
+    assert_ne!(seen[0].1, seen[1].1, "a new start draws a new incarnation");
+    assert_eq!(
+        handled.snapshot(),
+        [1, 2],
+        "the second seq 1 is new, not a duplicate"
+    );
+}
+
+#[actix::test]
+async fn stop_stops_a_supervised_producer_for_good_and_stopped_says_when() {
+    tokio::time::pause();
+    let gate = Gate::default();
+    let (consumer, _) = consumer(Some(gate.clone()));
+    let producer =
+        ReliableDelivery::supervised_producer(ProducerOptions::builder(&consumer).build().unwrap());
+    let confirmations = Confirmations::default();
+    producer.tell(1, confirm_into(&confirmations, 1)).unwrap();
+    settle().await;
+    producer.stop();
+    producer.stopped().await;
+    assert_eq!(
+        confirmations.snapshot(),
+        [(1, Err(DeliveryError::ProducerStopped))],
+        "settled before stopped() resolved"
+    );
+    gate.open();
+    settle().await;
+    assert!(matches!(
+        producer.tell(2, |_| ()),
+        Err(TellError::Stopped(2))
+    ));
+    assert_eq!(producer.send(3).await, Err(DeliveryError::ProducerStopped));
+    let direct = producer
+        .addr()
+        .send(Tell {
+            body: 4,
+            confirm: actix_delivery::Confirmation::none(),
+        })
+        .await
+        .unwrap();
+    assert!(matches!(direct, Err(TellError::Stopped(4))), "no restart");
+    producer.stopped().await; // resolves again at once
+}
+
+#[actix::test]
+async fn a_confirmation_callback_can_tell_a_follow_up_without_queue_full() {
+    tokio::time::pause();
+    let (consumer, handled) = consumer(None);
+    let producer = producer_to(&consumer, |b| b.window_size(1).max_pending(1));
+    let confirmations = Confirmations::default();
+    let (again, log) = (producer.clone(), confirmations.clone());
+    producer
+        .tell(1, move |result: Result<(), DeliveryError>| {
+            log.push((1, result));
+            let follow_up = again.tell(2, confirm_into(&log, 2));
+            assert!(
+                follow_up.is_ok(),
+                "room is given back before the callback runs"
+            );
+        })
+        .unwrap();
+    producer.tell(10, confirm_into(&confirmations, 10)).unwrap();
+    settle().await;
+    assert_eq!(handled.snapshot(), [1, 10, 2]);
+    assert!(confirmations.snapshot().iter().all(|(_, r)| r.is_ok()));
+    assert_eq!(confirmations.len(), 3);
+}
+
+#[actix::test]
+async fn send_waits_for_room_taken_by_direct_tells() {
+    tokio::time::pause();
+    let gate = Gate::default();
+    let (consumer, handled) = consumer(Some(gate.clone()));
+    let producer = producer_to(&consumer, |b| b.window_size(1).max_pending(1));
+    for body in [1, 2] {
+        let told = producer
+            .addr()
             .send(Tell {
-                body: addr_body,
+                body,
                 confirm: actix_delivery::Confirmation::none(),
             })
             .await
-            .unwrap()
             .unwrap();
+        assert!(told.is_ok());
     }
-    other
-        .send(Tell {
-            body: 100,
-            confirm: actix_delivery::Confirmation::none(),
-        })
-        .await
-        .unwrap()
-        .unwrap();
+    let full = producer.addr().send(Tell {
+        body: 99,
+        confirm: actix_delivery::Confirmation::none(),
+    });
+    assert!(matches!(full.await.unwrap(), Err(TellError::QueueFull(99))));
+    assert!(matches!(
+        producer.tell(98, |_| ()),
+        Err(TellError::QueueFull(98))
+    ));
+    let waiting = actix::spawn(producer.send(3));
     settle().await;
-    supervised.do_send(actix_delivery::message::StopProducer); // the supervisor restarts it
-    settle().await;
-    supervised
-        .send(Tell {
-            body: 3,
-            confirm: actix_delivery::Confirmation::none(),
-        })
-        .await
-        .unwrap()
-        .unwrap();
-    settle().await;
-    let seen = seen.snapshot();
-    let (first, restarted, third) = (&seen[0], &seen[3], &seen[2]);
-    assert_eq!((first.0.as_str(), first.2), ("p", 1));
-    assert_eq!(
-        (restarted.0.as_str(), restarted.2),
-        ("p", 1),
-        "seqs restart at 1"
+    assert!(
+        !waiting.is_finished(),
+        "send waits for room instead of failing"
     );
-    assert_ne!(first.1, restarted.1, "a restart draws a new incarnation");
-    assert_ne!(first.1, third.1, "two producers never share an incarnation");
-    assert_eq!(
-        handled.snapshot(),
-        [1, 2, 100, 3],
-        "the restarted seq 1 is new, not a duplicate"
-    );
+    gate.open();
+    assert_eq!(waiting.await.unwrap(), Ok(()));
+    assert_eq!(handled.snapshot(), [1, 2, 3]);
+}
+
+#[actix::test]
+async fn send_queues_at_call_time_when_there_is_room() {
+    tokio::time::pause();
+    let (consumer, handled) = consumer(None);
+    let producer = producer_to(&consumer, |b| b);
+    let first = producer.send(1);
+    producer.tell(2, |_| ()).unwrap();
+    settle().await;
+    assert_eq!(handled.snapshot(), [1, 2], "queued when send was called");
+    assert_eq!(first.await, Ok(()));
+}
+
+#[actix::test]
+async fn idle_resolves_once_everything_handed_over_is_settled() {
+    tokio::time::pause();
+    let gate = Gate::default();
+    let (consumer, handled) = consumer(Some(gate.clone()));
+    let producer = producer_to(&consumer, |b| b.window_size(2));
+    for body in 0..5 {
+        producer.tell(body, |_| ()).unwrap();
+    }
+    let idle = actix::spawn(producer.idle());
+    settle_for(10_000).await;
+    assert!(!idle.is_finished(), "messages are unconfirmed");
+    gate.open();
+    idle.await.unwrap();
+    assert_eq!(handled.len(), 5);
+    let stats = producer.stats().await.unwrap();
+    assert_eq!((stats.confirmed, stats.in_flight, stats.queued), (5, 0, 0));
+    producer.idle().await; // idle already: at once
+    producer.stop();
+    producer.idle().await; // stopped: nothing unsettled
+}
+
+#[actix::test]
+async fn a_link_is_one_closure_and_keeps_batching() {
+    tokio::time::pause();
+    let (consumer, handled) = consumer(None);
+    let batches = Log::default();
+    let (log, target) = (batches.clone(), consumer.consumer_ref());
+    let link = ConsumerRef::from_fn(move |deliveries: Vec<actix_delivery::Delivery<u32>>| {
+        log.push(deliveries.len());
+        target.do_send_all(deliveries.into_iter());
+    });
+    let producer = producer_to(link, |b| b.window_size(64));
+    for body in 0..63 {
+        producer.tell(body, |_| ()).unwrap();
+    }
+    producer.send(63).await.unwrap();
+    assert_eq!(handled.len(), 64);
+    assert_eq!(batches.snapshot(), [64], "one batch for the burst");
 }
 
 #[actix::test]

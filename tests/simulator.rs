@@ -207,8 +207,8 @@ fn run_disrupted(make: impl Fn(u64) -> Scenario) -> Option<Tally> {
 }
 
 /// A producer restarted mid-stream (1–3 restarts, new incarnations, seqs reused, its
-/// unconfirmed messages re-sent) loses nothing it confirmed, and its new incarnation's
-/// messages are never absorbed as duplicates of the old one's.
+/// unconfirmed messages re-sent) loses nothing it confirmed, its new incarnation's messages
+/// are never absorbed as duplicates of the old one's, and no message key runs twice.
 #[test]
 fn producer_restarts_lose_nothing_and_new_incarnations_are_not_absorbed() {
     let Some(tally) = run_disrupted(|seed| {
@@ -227,7 +227,11 @@ fn producer_restarts_lose_nothing_and_new_incarnations_are_not_absorbed() {
         return;
     };
     assert!(tally.producer_restarts >= DISRUPTION_SEEDS, "{tally}");
-    assert!(tally.stopped > 0 && tally.replaced > 0, "{tally}");
+    assert!(tally.stopped > 0, "{tally}");
+    // Each incarnation keeps its own window (at most 4 per id): a straggler of the previous
+    // incarnation no longer resets the live one, so no message of it runs twice (with one
+    // window per id, 786 of these 30 000 messages did).
+    assert_eq!(tally.duplicate_successes, 0, "{tally}");
 }
 
 /// More producers than `max_producers`: windows are evicted, which may cost a duplicate

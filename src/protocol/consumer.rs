@@ -2,13 +2,13 @@
 //! handler at a time, and what a handler's outcome means.
 
 use std::collections::VecDeque;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use serde::{Deserialize, Serialize};
 
 use crate::config::ConsumerConfig;
 use crate::protocol::dedup::{DedupTable, Lookup, WindowRef};
-use crate::protocol::envelope::{admit, Ack, DeadLetterReason, DeliveryInfo, Header};
+use crate::protocol::envelope::{admit, Ack, DeadLetterReason, Header};
 use crate::protocol::rate_limit::RateLimited;
 
 /// A delivery as it reaches the consumer. `B` is the body, `R` the address ACKs go to.
@@ -31,7 +31,8 @@ pub enum Step<B, R> {
     /// A duplicate of a handled message: send this ACK again.
     Ack(R, Ack),
     /// Nothing now: the delivery waits for the running handler, is already waiting or running,
-    /// or was refused by the out-of-order bound (the producer will retransmit it).
+    /// was refused by the out-of-order bound (the producer will retransmit it), or is stale
+    /// (its producer had declared it settled).
     Hold,
     /// A malformed delivery: record it as a dead letter. No handler, no ACK.
     DeadLetter(DeadLetterReason, Header),
@@ -46,9 +47,13 @@ pub enum HandlerOutcome {
     Failed(String),
     /// The handler panicked (the panic message): treated like an error.
     Panicked(String),
+    /// A pipelined handler handed the message off: the next message may run, and the
+    /// message's own outcome follows through
+    /// [`handle_deferred`](ConsumerCore::handle_deferred) (only in unordered mode).
+    Deferred,
 }
 
-/// The consequences of a finished handler run.
+/// The consequences of a finished (or abandoned) handler run.
 #[derive(Debug)]
 pub struct Completion<B, R> {
     /// The ACK to send, if the handler succeeded.
@@ -56,10 +61,12 @@ pub struct Completion<B, R> {
     /// The next waiting message to start the handler for (described by
     /// [`running`](ConsumerCore::running)).
     pub next: Option<B>,
+    /// The run was [`HandlerOutcome::Deferred`]: report its outcome under this id.
+    pub deferred: Option<u64>,
 }
 
-/// Counters of a consumer since it started (`tracked_producers` and `waiting` are current
-/// values).
+/// Counters of a consumer since it started (`tracked_producers`, `tracked_incarnations` and
+/// `waiting` are current values).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[non_exhaustive]
 pub struct ConsumerStats {
@@ -70,6 +77,9 @@ pub struct ConsumerStats {
     /// Deliveries of messages whose handler was running or queued: dropped, the ACK follows
     /// the handler.
     pub in_progress: u64,
+    /// Deliveries, and waiting messages, of seqs their producer had declared settled (below its
+    /// `window_start`: ACKed or given up): dropped without a handler run or an ACK.
+    pub stale: u64,
     /// Malformed deliveries refused as dead letters.
     pub dead_letters: u64,
     /// Deliveries refused by the out-of-order bound or ordered mode, or dropped while waiting
@@ -79,28 +89,52 @@ pub struct ConsumerStats {
     pub handler_failures: u64,
     /// Handler runs that panicked.
     pub handler_panics: u64,
-    /// Dedup windows evicted to make room for a new producer (`max_producers`).
+    /// Handler runs (and deferred outcomes of pipelined handlers) abandoned after
+    /// `handler_timeout`.
+    pub handler_timeouts: u64,
+    /// Producers evicted, with their windows, to make room for a new one (`max_producers`).
     pub evictions: u64,
     /// Dedup windows removed by the idle sweep (`producer_idle_ttl`).
     pub swept: u64,
-    /// Dedup windows reset because a producer id arrived with a new incarnation.
+    /// Dedup windows dropped because their producer id had more incarnations
+    /// ([`MAX_INCARNATIONS_PER_ID`](crate::protocol::dedup::MAX_INCARNATIONS_PER_ID)).
     pub replaced_incarnations: u64,
-    /// Producers tracked right now.
+    /// New messages from an older incarnation of a producer id long after a newer one appeared
+    /// ([`SHARED_ID_GRACE`](crate::protocol::dedup::SHARED_ID_GRACE)): a sign that several
+    /// live producers share one id (ids should be unique).
+    pub shared_id_messages: u64,
+    /// Producer ids tracked right now.
     pub tracked_producers: usize,
+    /// Dedup windows (producer incarnations) tracked right now.
+    pub tracked_incarnations: usize,
     /// Admitted messages waiting for the running handler right now.
     pub waiting: usize,
+    /// Messages handed off by a pipelined handler, awaiting their outcome right now.
+    pub deferred: usize,
 }
 
 #[derive(Debug)]
 struct Running<R> {
-    info: DeliveryInfo,
+    header: Header,
     reply_to: R,
     window: WindowRef,
+    /// When the run is abandoned (`handler_timeout`).
+    deadline: Option<Instant>,
+}
+
+/// A message handed off by a pipelined handler.
+#[derive(Debug)]
+struct Deferred<R> {
+    id: u64,
+    header: Header,
+    reply_to: R,
+    window: WindowRef,
+    deadline: Option<Instant>,
 }
 
 #[derive(Debug)]
 struct Waiting<B, R> {
-    info: DeliveryInfo,
+    header: Header,
     body: B,
     reply_to: R,
     window: WindowRef,
@@ -113,12 +147,13 @@ struct Warnings {
     evictions: RateLimited,
     refusals: RateLimited,
     failures: RateLimited,
+    shared_ids: RateLimited,
 }
 
 /// The consumer state machine. Pure: time is an argument, nothing sleeps or spawns.
 ///
 /// Feed it deliveries ([`handle_delivery`](Self::handle_delivery)), handler outcomes
-/// ([`handle_outcome`](Self::handle_outcome)) and sweep ticks
+/// ([`handle_outcome`](Self::handle_outcome)) and timer ticks
 /// ([`handle_timeout`](Self::handle_timeout) at [`next_deadline`](Self::next_deadline)); carry
 /// out the [`Step`]s and [`Completion`]s it returns. It runs one handler at a time and queues
 /// admitted deliveries meanwhile (bounded per producer by `max_out_of_order`).
@@ -127,11 +162,18 @@ pub struct ConsumerCore<B, R> {
     table: DedupTable,
     max_out_of_order: Option<usize>,
     ordered: bool,
+    handler_timeout: Option<Duration>,
     running: Option<Running<R>>,
     waiting: VecDeque<Waiting<B, R>>,
-    /// Waiting messages (at most) whose window was dropped: they never run (their producer
-    /// retransmits them) and are purged once they are half the queue.
+    /// Waiting messages whose window was dropped or whose seq became stale: they never run
+    /// (their producers retransmit them, or settled them) and are purged once they are half of
+    /// the queue.
     orphans: usize,
+    /// Messages handed off by pipelined handlers, by ascending id (and so by deadline).
+    deferred: VecDeque<Deferred<R>>,
+    next_deferred: u64,
+    /// Deferred outcomes abandoned after `handler_timeout`, for the shell to cancel.
+    expired: VecDeque<u64>,
     stats: ConsumerStats,
     warnings: Warnings,
 }
@@ -146,9 +188,13 @@ impl<B, R> ConsumerCore<B, R> {
             table: DedupTable::new(config.max_producers.get(), config.producer_idle_ttl.get()),
             max_out_of_order: config.max_out_of_order.get(),
             ordered: config.ordered,
+            handler_timeout: config.handler_timeout.get(),
             running: None,
             waiting: VecDeque::new(),
             orphans: 0,
+            deferred: VecDeque::new(),
+            next_deferred: 0,
+            expired: VecDeque::new(),
             stats: ConsumerStats::default(),
             warnings: Warnings::default(),
         }
@@ -169,21 +215,35 @@ impl<B, R> ConsumerCore<B, R> {
                 return self.dead_letter(reason, header, now);
             }
         };
-        let (window, at, lookup) = self.table.window_for(&header, now);
+        let (_, at, lookup) = self.table.window_for(
+            &header.producer_id,
+            header.incarnation,
+            header.window_start,
+            now,
+        );
+        self.collect_orphans();
         match lookup {
-            Lookup::Existing | Lookup::Created { evicted: false } => {}
+            Lookup::Existing
+            | Lookup::Created { evicted: false }
+            | Lookup::NewIncarnation { replaced: false } => {}
             Lookup::Created { evicted: true } => {
                 self.stats.evictions += 1;
                 if let Some(n) = self.warnings.evictions.record(now, 1) {
                     log::warn!(
-                        "evicted {n} producer dedup window(s) to stay within max_producers; \
-                         a retransmit from an evicted producer may run its handler twice"
+                        "evicted {n} producer(s) from the dedup table to stay within \
+                         max_producers; a retransmit from an evicted producer may run its \
+                         handler twice"
                     );
                 }
             }
-            Lookup::Replaced => self.stats.replaced_incarnations += 1,
+            Lookup::NewIncarnation { replaced: true } => self.stats.replaced_incarnations += 1,
         }
+        let window = self.table.window(at).expect("window_for just made it");
         let seq = header.seq;
+        if window.is_stale(seq) {
+            self.stats.stale += 1;
+            return Step::Hold;
+        }
         if window.is_handled(seq) {
             self.stats.duplicates += 1;
             let ack = Ack {
@@ -193,20 +253,20 @@ impl<B, R> ConsumerCore<B, R> {
             };
             return Step::Ack(reply_to, ack);
         }
-        // Waiting messages are in the window's pending set (and stay there while they run); a
-        // message run at once is known only as `self.running`.
         let running = self.running.as_ref().filter(|r| {
-            r.info.incarnation == header.incarnation && r.info.producer_id == header.producer_id
+            r.header.incarnation == header.incarnation && r.header.producer_id == header.producer_id
         });
-        if window.is_pending(seq) || running.is_some_and(|r| r.info.seq == seq) {
+        if window.is_waiting(seq)
+            || window.is_deferred(seq)
+            || running.is_some_and(|r| r.header.seq == seq)
+        {
             self.stats.in_progress += 1;
             return Step::Hold;
         }
-        // The running seq counts unless the pending set has it already, or it is at or below
-        // the contiguous mark (`window_start` moved past it: a stale re-run, a fresh window).
-        let running_above = running
-            .is_some_and(|r| r.info.seq > window.contiguous() && !window.is_pending(r.info.seq));
-        let in_progress = window.pending() + usize::from(running_above);
+        // A running seq at or below the contiguous mark (`window_start` moved past it) is no
+        // longer retained above it.
+        let running_above = running.is_some_and(|r| r.header.seq > window.contiguous());
+        let in_progress = window.waiting() + window.deferred() + usize::from(running_above);
         let gap_closing = seq == window.contiguous() + 1;
         let in_sequence = !self.ordered || seq == window.contiguous() + 1 + in_progress as u64;
         let within_bound = self
@@ -222,120 +282,182 @@ impl<B, R> ConsumerCore<B, R> {
             }
             return Step::Hold;
         }
-        let info = DeliveryInfo {
-            producer_id: header.producer_id,
-            incarnation: header.incarnation,
-            seq,
-        };
-        if self.running.is_none() {
+        let step = if self.running.is_none() {
             self.running = Some(Running {
-                info,
+                header,
                 reply_to,
                 window: at,
+                deadline: self.handler_timeout.map(|timeout| now + timeout),
             });
             Step::Run(body)
         } else {
-            window.begin(seq);
+            window.begin_waiting(seq);
             self.waiting.push_back(Waiting {
-                info,
+                header,
                 body,
                 reply_to,
                 window: at,
             });
             Step::Hold
+        };
+        if self.table.is_superseded(at, now) {
+            self.stats.shared_id_messages += 1;
+            if let Some(n) = self.warnings.shared_ids.record(now, 1) {
+                log::warn!(
+                    "{n} new message(s) from an older incarnation of a producer id that has a \
+                     newer one: several live producers seem to share an id (ids must be \
+                     unique per live producer)"
+                );
+            }
         }
+        step
     }
 
     /// Records how the running handler ended and says what follows: the ACK on success, and
     /// the next waiting message to run. Without a running handler this does nothing.
     pub fn handle_outcome(&mut self, outcome: &HandlerOutcome, now: Instant) -> Completion<B, R> {
-        let Some(Running {
-            info,
-            reply_to,
-            window: at,
-        }) = self.running.take()
-        else {
+        let Some(running) = self.running.take() else {
             debug_assert!(false, "an outcome arrived while no handler was running");
             return Completion {
                 ack: None,
                 next: None,
+                deferred: None,
             };
         };
+        if *outcome == HandlerOutcome::Deferred {
+            debug_assert!(!self.ordered, "ordered mode awaits every handler");
+            let id = self.next_deferred;
+            self.next_deferred += 1;
+            if let Some(window) = self.table.window(running.window) {
+                window.begin_deferred(running.header.seq);
+            }
+            self.deferred.push_back(Deferred {
+                id,
+                header: running.header,
+                reply_to: running.reply_to,
+                window: running.window,
+                deadline: self.handler_timeout.map(|timeout| now + timeout),
+            });
+            return Completion {
+                ack: None,
+                next: self.start_next(now),
+                deferred: Some(id),
+            };
+        }
         let ack = match outcome {
             HandlerOutcome::Succeeded => {
                 // A window evicted or replaced meanwhile is not recreated: the ACK still goes
                 // out, the worst case is one more handler run for a late retransmit.
-                if let Some(window) = self.table.window(at) {
-                    window.complete(info.seq);
+                if let Some(window) = self.table.window(running.window) {
+                    window.complete(running.header.seq);
                 }
                 self.stats.delivered += 1;
-                Some((reply_to, Ack::from(info)))
+                Some((running.reply_to, Ack::from(running.header)))
             }
+            HandlerOutcome::Deferred => unreachable!("handled above"),
             HandlerOutcome::Failed(_) | HandlerOutcome::Panicked(_) => {
-                if matches!(outcome, HandlerOutcome::Failed(_)) {
-                    self.stats.handler_failures += 1;
-                } else {
-                    self.stats.handler_panics += 1;
-                }
-                if let Some(n) = self.warnings.failures.record(now, 1) {
-                    log::warn!(
-                        "{n} handler run(s) failed and were not ACKed (latest: {}); \
-                         their producers will retransmit",
-                        describe(outcome)
-                    );
-                }
-                if let Some(window) = self.table.window(at) {
-                    window.abort(info.seq);
-                }
-                if self.ordered {
-                    // Later messages of this producer must not overtake the failed one, whether
-                    // or not its window still exists.
-                    let (before, table) = (self.waiting.len(), &mut self.table);
-                    self.waiting.retain(|w| {
-                        let same = w.info.producer_id == info.producer_id
-                            && w.info.incarnation == info.incarnation;
-                        if let (true, Some(window)) = (same, table.window(w.window)) {
-                            window.abort(w.info.seq);
-                        }
-                        !same
-                    });
-                    self.stats.refused += (before - self.waiting.len()) as u64;
-                }
+                self.count_failure(outcome);
+                self.not_handled(&running.header, &describe(outcome), now);
                 None
             }
         };
-        self.purge_orphans();
-        let next = self.pop_waiting().map(|w| {
-            self.running = Some(Running {
-                info: w.info,
-                reply_to: w.reply_to,
-                window: w.window,
-            });
-            w.body
-        });
-        Completion { ack, next }
+        let next = self.start_next(now);
+        Completion {
+            ack,
+            next,
+            deferred: None,
+        }
     }
 
-    /// Runs the idle sweep if due. Returns how many windows it removed.
-    pub fn handle_timeout(&mut self, now: Instant) -> usize {
+    /// The outcome of a message a pipelined handler handed off (`id` from its
+    /// [`Completion`]): the ACK to send if it succeeded. An unknown id (abandoned after
+    /// `handler_timeout`, or from before [`clear`](Self::clear)) changes nothing.
+    pub fn handle_deferred(
+        &mut self,
+        id: u64,
+        outcome: &HandlerOutcome,
+        now: Instant,
+    ) -> Option<(R, Ack)> {
+        let index = self.deferred.binary_search_by_key(&id, |d| d.id).ok()?;
+        let deferred = self.deferred.remove(index)?;
+        let window = self.table.window(deferred.window);
+        let seq = deferred.header.seq;
+        if *outcome == HandlerOutcome::Succeeded {
+            if let Some(window) = window {
+                window.end_deferred(seq);
+                window.complete(seq);
+            }
+            self.stats.delivered += 1;
+            return Some((deferred.reply_to, Ack::from(deferred.header)));
+        }
+        if let Some(window) = window {
+            window.end_deferred(seq);
+        }
+        self.count_failure(outcome);
+        self.not_handled(&deferred.header, &describe(outcome), now);
+        None
+    }
+
+    /// A deferred outcome abandoned after `handler_timeout` (its id): cancel its future.
+    pub fn poll_expired(&mut self) -> Option<u64> {
+        self.expired.pop_front()
+    }
+
+    /// Runs what is due at `now`: the idle sweep, and the abandonment of a handler run (or a
+    /// deferred outcome, see [`poll_expired`](Self::poll_expired)) older than
+    /// `handler_timeout`. `Some` when the running handler was abandoned: drop its future and
+    /// carry out the completion (it has no ACK: the producer retransmits the message).
+    pub fn handle_timeout(&mut self, now: Instant) -> Option<Completion<B, R>> {
         let swept = self.table.sweep(now);
-        self.purge_orphans();
         if swept > 0 {
             self.stats.swept += swept as u64;
             log::debug!("swept {swept} idle producer dedup window(s)");
         }
-        swept
+        while let Some(front) = self.deferred.front() {
+            if front.deadline.is_none_or(|deadline| now < deadline) {
+                break;
+            }
+            let expired = self.deferred.pop_front().expect("checked above");
+            if let Some(window) = self.table.window(expired.window) {
+                window.end_deferred(expired.header.seq);
+            }
+            self.stats.handler_timeouts += 1;
+            self.not_handled(&expired.header, "timed out (handler_timeout)", now);
+            self.expired.push_back(expired.id);
+        }
+        let expired = self
+            .running
+            .as_ref()
+            .and_then(|r| r.deadline)
+            .is_some_and(|deadline| deadline <= now);
+        let completion = expired.then(|| {
+            let running = self.running.take().expect("checked above");
+            self.stats.handler_timeouts += 1;
+            self.not_handled(&running.header, "timed out (handler_timeout)", now);
+            Completion {
+                ack: None,
+                next: self.start_next(now),
+                deferred: None,
+            }
+        });
+        self.purge_orphans();
+        completion
     }
 
     /// When [`handle_timeout`](Self::handle_timeout) should be called next (`None`: no timer
     /// needed).
     pub fn next_deadline(&self) -> Option<Instant> {
-        self.table.next_sweep()
+        let running = self.running.as_ref().and_then(|r| r.deadline);
+        let deferred = self.deferred.front().and_then(|d| d.deadline);
+        [self.table.next_sweep(), running, deferred]
+            .into_iter()
+            .flatten()
+            .min()
     }
 
     /// The message whose handler is running, if any.
-    pub fn running(&self) -> Option<&DeliveryInfo> {
-        self.running.as_ref().map(|r| &r.info)
+    pub fn running(&self) -> Option<&Header> {
+        self.running.as_ref().map(|r| &r.header)
     }
 
     /// Whether a handler is running.
@@ -348,17 +470,20 @@ impl<B, R> ConsumerCore<B, R> {
         self.table.len()
     }
 
-    /// Seqs handled out of order above the contiguous mark for producer `id` (`None` if the
-    /// producer is not tracked).
+    /// Seqs handled out of order above the contiguous mark for producer `id`, in its most
+    /// recently used incarnation (`None` if the producer is not tracked).
     pub fn out_of_order_for(&self, id: &str) -> Option<usize> {
         self.table.get(id).map(|window| window.out_of_order())
     }
 
-    /// Counters since start, with current `tracked_producers` and `waiting`.
+    /// Counters since start, with the current `tracked_producers`, `tracked_incarnations` and
+    /// `waiting`.
     pub fn stats(&self) -> ConsumerStats {
         ConsumerStats {
             tracked_producers: self.table.len(),
-            waiting: self.waiting.len(),
+            tracked_incarnations: self.table.windows(),
+            waiting: self.waiting.len() - self.orphans,
+            deferred: self.deferred.len(),
             ..self.stats
         }
     }
@@ -369,32 +494,97 @@ impl<B, R> ConsumerCore<B, R> {
         self.waiting.clear();
         self.orphans = 0;
         self.running = None;
+        self.deferred.clear();
+        self.expired.clear();
     }
 
-    /// The next waiting message whose window still exists; those of dropped windows are
-    /// discarded (never ACKed: their producers retransmit them into a fresh window).
-    fn pop_waiting(&mut self) -> Option<Waiting<B, R>> {
-        while let Some(waiting) = self.waiting.pop_front() {
-            if self.table.is_live(waiting.window) {
-                return Some(waiting);
+    fn count_failure(&mut self, outcome: &HandlerOutcome) {
+        if matches!(outcome, HandlerOutcome::Panicked(_)) {
+            self.stats.handler_panics += 1;
+        } else {
+            self.stats.handler_failures += 1;
+        }
+    }
+
+    /// A run ended without success: warn (rate-limited), and in ordered mode drop the waiting
+    /// successors of the message (they must not overtake it; all are retransmitted).
+    fn not_handled(&mut self, failed: &Header, what: &str, now: Instant) {
+        if let Some(n) = self.warnings.failures.record(now, 1) {
+            log::warn!(
+                "{n} handler run(s) failed and were not ACKed (latest: {what}); their producers \
+                 will retransmit"
+            );
+        }
+        if !self.ordered {
+            return;
+        }
+        self.collect_orphans();
+        let (before, table) = (self.waiting.len(), &mut self.table);
+        let mut orphans_removed = 0;
+        self.waiting.retain(|w| {
+            let same = w.header.producer_id == failed.producer_id
+                && w.header.incarnation == failed.incarnation;
+            if same
+                && !table
+                    .window(w.window)
+                    .is_some_and(|win| win.end_waiting(w.header.seq))
+            {
+                orphans_removed += 1;
             }
-            self.orphans = self.orphans.saturating_sub(1);
-            self.stats.refused += 1;
+            !same
+        });
+        self.orphans -= orphans_removed;
+        self.stats.refused += (before - self.waiting.len() - orphans_removed) as u64;
+    }
+
+    /// Makes the next waiting message that may still run the running one, and returns its body.
+    fn start_next(&mut self, now: Instant) -> Option<B> {
+        self.purge_orphans();
+        while let Some(w) = self.waiting.pop_front() {
+            let was_waiting = self
+                .table
+                .window(w.window)
+                .is_some_and(|window| window.end_waiting(w.header.seq));
+            if !was_waiting {
+                self.orphans -= 1; // counted when it was orphaned
+                continue;
+            }
+            self.running = Some(Running {
+                header: w.header,
+                reply_to: w.reply_to,
+                window: w.window,
+                deadline: self.handler_timeout.map(|timeout| now + timeout),
+            });
+            return Some(w.body);
         }
         None
     }
 
-    /// Keeps the queue bounded when windows are dropped while their messages wait: once at
-    /// least half of it may be orphaned, it is compacted (amortised O(1) per message).
+    /// Keeps the queue bounded when windows are dropped, or seqs become stale, while their
+    /// messages wait: once at least half of it is orphaned, it is compacted (amortised O(1)
+    /// per message).
     fn purge_orphans(&mut self) {
-        self.orphans += self.table.take_dropped_pending();
+        self.collect_orphans();
         if self.orphans == 0 || self.orphans * 2 < self.waiting.len() {
             return;
         }
-        let (before, table) = (self.waiting.len(), &self.table);
-        self.waiting.retain(|waiting| table.is_live(waiting.window));
-        self.stats.refused += (before - self.waiting.len()) as u64;
+        let (before, table) = (self.waiting.len(), &mut self.table);
+        self.waiting.retain(|w| {
+            table
+                .window(w.window)
+                .is_some_and(|window| window.is_waiting(w.header.seq))
+        });
+        debug_assert_eq!(before - self.waiting.len(), self.orphans, "counted exactly");
         self.orphans = 0;
+    }
+
+    /// Counts the waiting messages the table orphaned since the last call: stale ones, and
+    /// those whose window was dropped (refused: their producers retransmit them).
+    fn collect_orphans(&mut self) {
+        let orphaned = self.table.take_orphaned();
+        self.orphans += orphaned.total();
+        self.stats.stale += orphaned.stale as u64;
+        self.stats.refused += orphaned.dropped as u64;
     }
 
     fn dead_letter(
@@ -416,6 +606,7 @@ fn describe(outcome: &HandlerOutcome) -> String {
         HandlerOutcome::Succeeded => "succeeded".into(),
         HandlerOutcome::Failed(error) => format!("error: {error}"),
         HandlerOutcome::Panicked(panic) => format!("panic: {panic}"),
+        HandlerOutcome::Deferred => "deferred".into(),
     }
 }
 
@@ -425,6 +616,7 @@ mod tests {
 
     use super::*;
     use crate::config::Limit;
+    use crate::protocol::dedup::MAX_INCARNATIONS_PER_ID;
     use crate::protocol::envelope::{Incarnation, ProducerId, MAX_SEQ};
 
     /// Bodies are strings, reply addresses are numbers.
@@ -464,7 +656,7 @@ mod tests {
     }
 
     /// The message a completion starts next, if any.
-    fn next_of(c: &Core, done: Completion<&'static str, u32>) -> Option<DeliveryInfo> {
+    fn next_of(c: &Core, done: Completion<&'static str, u32>) -> Option<Header> {
         done.next.map(|_| c.running().expect("next runs").clone())
     }
 
@@ -773,8 +965,21 @@ mod tests {
         }
         assert_eq!(run_seq(&mut c, inbound("p", 2, 1), now), Some(1));
         assert_eq!(succeed(&mut c, now).ack, Some((7, ack("p", 2, 1))));
-        assert_eq!(c.tracked_producers(), 1);
-        assert_eq!(c.stats().replaced_incarnations, 1);
+        let stats = c.stats();
+        assert_eq!(
+            (stats.tracked_producers, stats.tracked_incarnations),
+            (1, 2)
+        );
+        // A straggler of incarnation 1 is still recognised, and resets nothing.
+        assert!(matches!(
+            c.handle_delivery(inbound("p", 1, 2), now),
+            Step::Ack(..)
+        ));
+        assert!(matches!(
+            c.handle_delivery(inbound("p", 2, 1), now),
+            Step::Ack(..)
+        ));
+        assert_eq!(c.stats().replaced_incarnations, 0);
     }
 
     #[test]
@@ -854,8 +1059,180 @@ mod tests {
         for incarnation in 2..10_002 {
             c.handle_delivery(inbound("p", incarnation, 1), now);
         }
-        assert!(c.stats().waiting <= 2, "waiting {}", c.stats().waiting);
-        assert_eq!(c.stats().replaced_incarnations, 9_999);
+        let most = MAX_INCARNATIONS_PER_ID;
+        assert!(
+            c.waiting.len() <= 2 * most + 1,
+            "queued {}",
+            c.waiting.len()
+        );
+        assert!(c.stats().waiting <= most, "waiting {}", c.stats().waiting);
+        let kept = MAX_INCARNATIONS_PER_ID as u64;
+        assert_eq!(c.stats().replaced_incarnations, 10_000 - kept);
+        assert_eq!(c.stats().tracked_incarnations, 1 + MAX_INCARNATIONS_PER_ID);
+    }
+
+    /// Delivers seq `seq` of producer `id` with `window_start`.
+    fn at(id: &str, incarnation: u128, seq: u64, window_start: u64) -> Inbound<&'static str, u32> {
+        let mut d = inbound(id, incarnation, seq);
+        d.header.window_start = window_start;
+        d
+    }
+
+    #[test]
+    fn a_window_start_raised_by_one_per_delivery_keeps_the_waiting_queue_bounded() {
+        let max = 4;
+        let mut c = core(ConsumerConfig {
+            max_out_of_order: Limit::At(max),
+            ..Default::default()
+        });
+        let now = Instant::now();
+        c.handle_delivery(inbound("busy", 1, 1), now); // runs and never finishes
+        for seq in 1..=1_000 {
+            c.handle_delivery(at("p", 1, seq, seq), now);
+            let window = c.table.get("p").unwrap();
+            assert!(window.out_of_order() + window.waiting() <= max, "seq {seq}");
+            assert!(
+                c.waiting.len() <= 3,
+                "seq {seq}: {} queued",
+                c.waiting.len()
+            );
+        }
+        assert_eq!(c.stats().waiting, 1, "only seq 1000 may still run");
+        assert_eq!(
+            c.stats().stale,
+            999,
+            "every earlier one went stale, counted"
+        );
+        let done = succeed(&mut c, now);
+        assert_eq!(next_of(&c, done).map(|h| h.seq), Some(1_000));
+        assert!(succeed(&mut c, now).next.is_none());
+    }
+
+    #[test]
+    fn messages_an_honest_producer_gave_up_while_they_waited_never_run() {
+        let window = 8;
+        let mut c = core(ConsumerConfig {
+            max_out_of_order: Limit::At(window),
+            ..Default::default()
+        });
+        let now = Instant::now();
+        c.handle_delivery(inbound("stuck", 1, 1), now);
+        // Each cycle: a window of 8 fresh seqs waits behind the stuck handler, then the
+        // producer gives them up and its next window starts after them.
+        for cycle in 0..1_000u64 {
+            let first = cycle * window as u64 + 1;
+            for seq in first..first + window as u64 {
+                c.handle_delivery(at("p", 1, seq, first), now);
+            }
+            assert!(c.stats().waiting <= window, "cycle {cycle}");
+            assert!(c.waiting.len() <= 2 * window + 1, "cycle {cycle}");
+        }
+        let mut ran = Vec::new();
+        let mut done = succeed(&mut c, now);
+        while let Some(header) = next_of(&c, done) {
+            ran.push(header.seq);
+            done = succeed(&mut c, now);
+        }
+        assert_eq!(
+            ran,
+            (7_993..=8_000).collect::<Vec<_>>(),
+            "only the last window runs"
+        );
+    }
+
+    #[test]
+    fn a_forged_window_start_never_gets_unhandled_seqs_confirmed() {
+        let mut c = core(ConsumerConfig::default());
+        let now = Instant::now();
+        for seq in 1..=10 {
+            c.handle_delivery(inbound("p", 1, seq), now);
+            succeed(&mut c, now);
+        }
+        // Someone holding the incarnation claims everything below 100 settled.
+        assert_eq!(run_seq(&mut c, at("p", 1, 100, 100), now), Some(100));
+        succeed(&mut c, now);
+        // The producer's genuine retransmissions of 11..=13 are neither run nor ACKed.
+        for seq in 11..=13 {
+            assert!(matches!(
+                c.handle_delivery(at("p", 1, seq, 11), now),
+                Step::Hold
+            ));
+        }
+        assert_eq!(c.stats().stale, 3);
+        assert_eq!(c.stats().duplicates, 0, "nothing re-ACKed as handled");
+        assert_eq!(c.stats().delivered, 11);
+    }
+
+    #[test]
+    fn two_live_producers_sharing_an_id_are_deduplicated_and_warned_about() {
+        let mut c = core(ConsumerConfig::default());
+        let t0 = Instant::now();
+        let mut runs = Vec::new();
+        // Interleaved, every delivery twice (retransmissions after lost ACKs).
+        for seq in 1..=40 {
+            let now = t0 + Duration::from_millis(500 * seq);
+            for incarnation in [1, 2, 1, 2] {
+                if let Step::Run(_) = c.handle_delivery(inbound("same", incarnation, seq), now) {
+                    runs.push((incarnation, seq));
+                    succeed(&mut c, now);
+                }
+            }
+        }
+        assert_eq!(runs.len(), 80, "each incarnation's seq runs once");
+        let stats = c.stats();
+        assert_eq!(stats.duplicates, 80);
+        assert_eq!(stats.tracked_incarnations, 2);
+        // Incarnation 1's new messages 10 s after 2 appeared: shared id, not a straggler.
+        assert_eq!(stats.shared_id_messages, 20);
+    }
+
+    #[test]
+    fn a_stuck_handler_is_abandoned_after_handler_timeout_and_retried() {
+        let timeout = Duration::from_secs(30);
+        let mut c = core(ConsumerConfig {
+            handler_timeout: Limit::At(timeout),
+            producer_idle_ttl: Limit::Unbounded,
+            ..Default::default()
+        });
+        let t0 = Instant::now();
+        assert_eq!(run_seq(&mut c, inbound("p", 1, 1), t0), Some(1));
+        let t1 = t0 + Duration::from_secs(1);
+        c.handle_delivery(inbound("q", 1, 1), t1); // waits
+        assert_eq!(c.next_deadline(), Some(t0 + timeout));
+        assert!(c
+            .handle_timeout(t0 + timeout - Duration::from_millis(1))
+            .is_none());
+        let done = c
+            .handle_timeout(t0 + timeout)
+            .expect("the run is abandoned");
+        assert!(done.ack.is_none(), "no ACK for an abandoned run");
+        assert_eq!(next_of(&c, done).map(|h| h.producer_id), Some("q".into()));
+        assert_eq!(
+            c.next_deadline(),
+            Some(t0 + 2 * timeout),
+            "q's run has its own"
+        );
+        assert_eq!(c.stats().handler_timeouts, 1);
+        succeed(&mut c, t0 + timeout);
+        // The producer retransmits seq 1: it runs again, and this time succeeds.
+        assert_eq!(run_seq(&mut c, inbound("p", 1, 1), t0 + timeout), Some(1));
+        assert_eq!(succeed(&mut c, t0 + timeout).ack, Some((7, ack("p", 1, 1))));
+    }
+
+    #[test]
+    fn without_handler_timeout_a_slow_handler_is_never_abandoned() {
+        let mut c = core(ConsumerConfig {
+            handler_timeout: Limit::Unbounded,
+            producer_idle_ttl: Limit::Unbounded,
+            ..Default::default()
+        });
+        let t0 = Instant::now();
+        c.handle_delivery(inbound("p", 1, 1), t0);
+        assert_eq!(c.next_deadline(), None);
+        assert!(c
+            .handle_timeout(t0 + Duration::from_secs(1 << 30))
+            .is_none());
+        assert!(c.is_running());
     }
 
     #[test]
@@ -883,7 +1260,7 @@ mod tests {
         c.handle_delivery(inbound("p", 1, 1), t0);
         succeed(&mut c, t0);
         assert_eq!(c.next_deadline(), Some(t0 + ttl));
-        assert_eq!(c.handle_timeout(t0 + ttl), 1);
+        assert!(c.handle_timeout(t0 + ttl).is_none(), "no handler ran long");
         assert_eq!((c.tracked_producers(), c.stats().swept), (0, 1));
         assert_eq!(c.next_deadline(), None);
     }
@@ -898,5 +1275,99 @@ mod tests {
         assert_eq!((c.tracked_producers(), c.stats().waiting), (0, 0));
         assert!(!c.is_running());
         assert_eq!(run_seq(&mut c, inbound("p", 1, 1), now), Some(1));
+    }
+
+    fn defer(c: &mut Core, now: Instant) -> (u64, Option<Header>) {
+        let done = c.handle_outcome(&HandlerOutcome::Deferred, now);
+        let id = done.deferred.expect("deferred");
+        (id, next_of(c, done))
+    }
+
+    #[test]
+    fn a_pipelined_handler_lets_the_next_message_run_and_acks_when_its_outcome_comes() {
+        let mut c = core(ConsumerConfig::default());
+        let now = Instant::now();
+        c.handle_delivery(inbound("p", 1, 1), now);
+        c.handle_delivery(inbound("p", 1, 2), now);
+        let (first, next) = defer(&mut c, now);
+        assert_eq!(next.map(|h| h.seq), Some(2), "2 runs before 1's outcome");
+        let (second, _) = defer(&mut c, now);
+        assert_eq!(c.stats().deferred, 2);
+        // A retransmission of a deferred seq neither runs nor is re-ACKed.
+        assert!(matches!(
+            c.handle_delivery(inbound("p", 1, 1), now),
+            Step::Hold
+        ));
+        assert_eq!(c.stats().in_progress, 1);
+        // Outcomes in any order: 2 succeeds, 1 fails.
+        let ack = c.handle_deferred(second, &HandlerOutcome::Succeeded, now);
+        assert_eq!(ack, Some((7, self::ack("p", 1, 2))));
+        assert!(c
+            .handle_deferred(first, &HandlerOutcome::Failed("no".into()), now)
+            .is_none());
+        assert!(
+            c.handle_deferred(first, &HandlerOutcome::Succeeded, now)
+                .is_none(),
+            "once"
+        );
+        // 1 runs again when retransmitted; 2 is a duplicate.
+        assert_eq!(run_seq(&mut c, inbound("p", 1, 1), now), Some(1));
+        assert!(matches!(
+            c.handle_delivery(inbound("p", 1, 2), now),
+            Step::Ack(..)
+        ));
+        let stats = c.stats();
+        assert_eq!(
+            (stats.delivered, stats.handler_failures, stats.deferred),
+            (1, 1, 0)
+        );
+    }
+
+    #[test]
+    fn deferred_messages_count_against_the_out_of_order_bound() {
+        let mut c = core(ConsumerConfig {
+            max_out_of_order: Limit::At(2),
+            ..Default::default()
+        });
+        let now = Instant::now();
+        c.handle_delivery(inbound("p", 1, 1), now);
+        defer(&mut c, now);
+        c.handle_delivery(inbound("p", 1, 3), now);
+        defer(&mut c, now);
+        assert!(matches!(
+            c.handle_delivery(inbound("p", 1, 4), now),
+            Step::Hold
+        ));
+        assert_eq!(c.stats().refused, 1, "1 and 3 are retained");
+    }
+
+    #[test]
+    fn a_deferred_outcome_that_never_comes_is_abandoned_after_handler_timeout() {
+        let timeout = Duration::from_secs(30);
+        let mut c = core(ConsumerConfig {
+            handler_timeout: Limit::At(timeout),
+            producer_idle_ttl: Limit::Unbounded,
+            ..Default::default()
+        });
+        let t0 = Instant::now();
+        c.handle_delivery(inbound("p", 1, 1), t0);
+        let (id, _) = defer(&mut c, t0);
+        assert_eq!(c.next_deadline(), Some(t0 + timeout));
+        assert!(
+            c.handle_timeout(t0 + timeout).is_none(),
+            "nothing was running"
+        );
+        assert_eq!(c.poll_expired(), Some(id));
+        assert_eq!(c.poll_expired(), None);
+        assert!(c
+            .handle_deferred(id, &HandlerOutcome::Succeeded, t0 + timeout)
+            .is_none());
+        assert_eq!(c.next_deadline(), None);
+        assert_eq!(c.stats().handler_timeouts, 1);
+        assert_eq!(
+            run_seq(&mut c, inbound("p", 1, 1), t0 + timeout),
+            Some(1),
+            "retried"
+        );
     }
 }

@@ -1,21 +1,46 @@
-//! Duplicate suppression: one window per producer, kept in a table bounded by count (LRU) and
-//! by idleness (TTL sweep).
+//! Duplicate suppression: one window per producer incarnation, kept in a table bounded by count
+//! (LRU over producer ids), by incarnations per id, and by idleness (TTL sweep).
+//!
+//! The live consumer keys windows by the secret [`Incarnation`] token it mirrors in ACKs; a
+//! persistent record keys them by the public [`IncarnationId`](crate::IncarnationId). Both use
+//! these very rules.
 
+use std::fmt::Debug;
 use std::time::{Duration, Instant};
 
 use hashbrown::HashSet;
 use hashlink::LinkedHashMap;
+use serde::{Deserialize, Serialize};
 
-use crate::protocol::envelope::{Header, Incarnation, ProducerId};
+use crate::protocol::envelope::{Incarnation, ProducerId};
+
+/// How many incarnation windows a producer id keeps at most (the most recently used ones):
+/// room for the current and previous lives of a restarted producer and for a few live
+/// producers that (mistakenly) share an id.
+pub const MAX_INCARNATIONS_PER_ID: usize = 4;
+
+/// An older incarnation of an id still sending new messages this long after a newer one
+/// appeared is no straggler of a restart: several live producers share the id.
+pub const SHARED_ID_GRACE: Duration = Duration::from_secs(10);
 
 /// What one producer incarnation has been handled: every seq up to `contiguous`, plus the
 /// out-of-order seqs above it. Also tracks the seqs admitted to the handler and waiting for it,
 /// so that a retransmit of such a seq does not start the handler again.
+///
+/// The producer's `window_start` raises a `floor`: every seq at or below it is settled at the
+/// producer (ACKed or given up). Such a seq is *stale* here: it is neither run nor ACKed again,
+/// whether or not it was handled, so a `window_start` can never turn a message that was not
+/// handled into a "duplicate" that is confirmed without a handler run.
 #[derive(Debug)]
-pub struct ProducerWindow {
-    incarnation: Incarnation,
+pub struct ProducerWindow<K = Incarnation> {
+    incarnation: K,
+    /// Every seq up to this one is settled: handled, or at or below `floor`.
     contiguous: u64,
+    /// Seqs up to this one were declared settled by the producer (`window_start - 1`).
+    floor: u64,
     last_seen: Instant,
+    /// Unique within the table: tells this window from a later one of the same incarnation.
+    generation: u64,
     /// Allocated on first need: most windows only ever see seqs in order.
     beyond: Option<Box<Beyond>>,
 }
@@ -25,28 +50,38 @@ pub struct ProducerWindow {
 struct Beyond {
     /// Handled out of order.
     above: HashSet<u64>,
-    /// Admitted to the handler and waiting for it.
-    pending: HashSet<u64>,
+    /// Admitted to the handler and waiting for it (not the running one).
+    waiting: HashSet<u64>,
+    /// Handed off by a pipelined handler, awaiting the outcome that decides their ACK.
+    deferred: HashSet<u64>,
 }
 
-impl ProducerWindow {
-    fn new(incarnation: Incarnation, now: Instant) -> Self {
+impl<K: Copy> ProducerWindow<K> {
+    fn new(incarnation: K, generation: u64, now: Instant) -> Self {
         Self {
             incarnation,
             contiguous: 0,
+            floor: 0,
             last_seen: now,
+            generation,
             beyond: None,
         }
     }
 
     /// The incarnation this window describes.
-    pub fn incarnation(&self) -> Incarnation {
+    pub fn incarnation(&self) -> K {
         self.incarnation
     }
 
-    /// Every seq up to this one was handled (or settled by the producer).
+    /// Every seq up to this one was handled, or declared settled by the producer.
     pub fn contiguous(&self) -> u64 {
         self.contiguous
+    }
+
+    /// Every seq up to this one was declared settled by the producer (its `window_start`
+    /// minus one): stale.
+    pub fn floor(&self) -> u64 {
+        self.floor
     }
 
     /// Seqs handled above `contiguous` (out of order).
@@ -54,45 +89,80 @@ impl ProducerWindow {
         self.beyond.as_ref().map_or(0, |b| b.above.len())
     }
 
-    /// Seqs admitted to the handler and waiting for it.
-    pub fn pending(&self) -> usize {
-        self.beyond.as_ref().map_or(0, |b| b.pending.len())
+    /// The seqs handled above `contiguous`, in no particular order.
+    pub fn above(&self) -> impl Iterator<Item = u64> + '_ {
+        self.beyond.iter().flat_map(|b| b.above.iter().copied())
     }
 
-    /// Whether `seq` was handled already.
+    /// Seqs admitted to the handler and waiting for it.
+    pub fn waiting(&self) -> usize {
+        self.beyond.as_ref().map_or(0, |b| b.waiting.len())
+    }
+
+    /// Seqs handed off by a pipelined handler, awaiting their outcome.
+    pub fn deferred(&self) -> usize {
+        self.beyond.as_ref().map_or(0, |b| b.deferred.len())
+    }
+
+    /// Whether `seq` was handed off by a pipelined handler and awaits its outcome.
+    pub fn is_deferred(&self, seq: u64) -> bool {
+        self.beyond
+            .as_ref()
+            .is_some_and(|b| contains(&b.deferred, seq))
+    }
+
+    /// Marks `seq` as handed off, awaiting its outcome.
+    pub fn begin_deferred(&mut self, seq: u64) {
+        self.beyond.get_or_insert_default().deferred.insert(seq);
+    }
+
+    /// `seq`'s outcome arrived (or it was abandoned).
+    pub fn end_deferred(&mut self, seq: u64) {
+        if let Some(beyond) = &mut self.beyond {
+            if !beyond.deferred.is_empty() {
+                beyond.deferred.remove(&seq);
+            }
+        }
+    }
+
+    /// Whether `seq` was declared settled by the producer: never run nor ACKed again.
+    pub fn is_stale(&self, seq: u64) -> bool {
+        seq <= self.floor
+    }
+
+    /// Whether `seq` was handled already (and is not stale).
     pub fn is_handled(&self, seq: u64) -> bool {
-        seq <= self.contiguous
-            || self
-                .beyond
-                .as_ref()
-                .is_some_and(|b| contains(&b.above, seq))
+        seq > self.floor
+            && (seq <= self.contiguous
+                || self
+                    .beyond
+                    .as_ref()
+                    .is_some_and(|b| contains(&b.above, seq)))
     }
 
     /// Whether `seq` was admitted to the handler and waits for it.
-    pub fn is_pending(&self, seq: u64) -> bool {
+    pub fn is_waiting(&self, seq: u64) -> bool {
         self.beyond
             .as_ref()
-            .is_some_and(|b| contains(&b.pending, seq))
+            .is_some_and(|b| contains(&b.waiting, seq))
     }
 
     /// Marks `seq` as admitted to the handler and waiting for it.
-    pub fn begin(&mut self, seq: u64) {
-        self.beyond.get_or_insert_default().pending.insert(seq);
+    pub fn begin_waiting(&mut self, seq: u64) {
+        self.beyond.get_or_insert_default().waiting.insert(seq);
     }
 
-    /// The handler for `seq` failed: it is neither pending nor handled.
-    pub fn abort(&mut self, seq: u64) {
-        if let Some(beyond) = &mut self.beyond {
-            if !beyond.pending.is_empty() {
-                beyond.pending.remove(&seq);
-            }
-        }
+    /// `seq` stops waiting (it starts running, or it is dropped); returns whether it was
+    /// waiting.
+    pub fn end_waiting(&mut self, seq: u64) -> bool {
+        self.beyond
+            .as_mut()
+            .is_some_and(|b| !b.waiting.is_empty() && b.waiting.remove(&seq))
     }
 
     /// The handler for `seq` succeeded: record it, sliding `contiguous` over what was handled
     /// above it.
     pub fn complete(&mut self, seq: u64) {
-        self.abort(seq);
         if seq == self.contiguous + 1 {
             self.contiguous = seq;
             self.slide();
@@ -101,18 +171,30 @@ impl ProducerWindow {
         }
     }
 
-    /// The producer says every seq below `window_start` is settled: treat them as handled.
-    fn advance_to(&mut self, window_start: u64) {
-        let settled = window_start - 1;
+    /// The producer says every seq below `window_start` is settled: raises the floor (it never
+    /// moves down). Returns how many waiting seqs became stale (they must not run).
+    pub fn advance_to(&mut self, window_start: u64) -> usize {
+        let settled = window_start.saturating_sub(1);
+        if settled <= self.floor {
+            return 0;
+        }
+        self.floor = settled;
         if settled <= self.contiguous {
-            return;
+            return 0; // nothing waits at or below the contiguous mark
         }
         self.contiguous = settled;
+        let mut stale = 0;
         if let Some(beyond) = &mut self.beyond {
             beyond.above.retain(|&seq| seq > settled);
-            beyond.pending.retain(|&seq| seq > settled);
+            let before = beyond.waiting.len();
+            beyond.waiting.retain(|&seq| seq > settled);
+            stale = before - beyond.waiting.len();
+            // Their outcomes still come (and an ACK for a settled seq is harmless), but they no
+            // longer count against the out-of-order bound.
+            beyond.deferred.retain(|&seq| seq > settled);
         }
         self.slide();
+        stale
     }
 
     fn slide(&mut self) {
@@ -132,55 +214,151 @@ fn contains(set: &HashSet<u64>, seq: u64) -> bool {
 /// How [`DedupTable::window_for`] found the window.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Lookup {
-    /// The producer's window existed for this incarnation.
+    /// The window of this producer incarnation existed.
     Existing,
-    /// The window described another incarnation and was replaced by a fresh one.
-    Replaced,
-    /// The producer was new; `evicted` says whether the least recently used window made room.
+    /// The producer id was known, this incarnation is new to it; `replaced` says whether the
+    /// id's least recently used window was dropped to stay within
+    /// [`MAX_INCARNATIONS_PER_ID`].
+    NewIncarnation {
+        /// Whether another incarnation's window of the same id was dropped.
+        replaced: bool,
+    },
+    /// The producer id was new; `evicted` says whether the least recently used producer's
+    /// windows made room.
     Created {
-        /// Whether another producer's window was evicted to make room.
+        /// Whether another producer's windows were evicted to make room.
         evicted: bool,
     },
 }
 
+/// One window's durable content: what a persistent record stores in its snapshots.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct WindowRecord<K> {
+    /// The producer.
+    pub producer_id: ProducerId,
+    /// Its incarnation.
+    pub incarnation: K,
+    /// Seqs up to this one are stale.
+    pub floor: u64,
+    /// Seqs up to this one are settled.
+    pub contiguous: u64,
+    /// Seqs handled above `contiguous`, ascending.
+    pub above: Vec<u64>,
+}
+
+/// Waiting seqs whose messages must not run any more.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Orphaned {
+    /// Became stale: their producer declared them settled (`window_start`).
+    pub stale: usize,
+    /// Their window was dropped (evicted, swept, replaced): their producers retransmit them.
+    pub dropped: usize,
+}
+
+impl Orphaned {
+    /// Both kinds.
+    pub fn total(self) -> usize {
+        self.stale + self.dropped
+    }
+}
+
 /// Where a window lives: finds it again without a lookup, and finds nothing once that window
-/// was evicted, swept or replaced by another incarnation's.
+/// was evicted, swept or replaced.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct WindowRef {
     slot: usize,
     generation: u64,
 }
 
+/// The windows of one producer id, most recently used first.
 #[derive(Debug)]
-struct Slot {
-    window: ProducerWindow,
-    /// Advances whenever the slot's window is dropped or replaced.
-    generation: u64,
+struct Slot<K> {
+    first: ProducerWindow<K>,
+    /// Rare: other incarnations (restarts, shared ids), most recently used first.
+    others: Vec<ProducerWindow<K>>,
+    /// The generation and creation time of the id's newest incarnation window.
+    newest: (u64, Instant),
 }
 
-/// The per-producer windows, bounded by `max_producers` (least recently used evicted first)
-/// and by `idle_ttl` (idle windows swept at the cadence of the TTL).
+impl<K: Copy + PartialEq> Slot<K> {
+    fn new(window: ProducerWindow<K>, now: Instant) -> Self {
+        Self {
+            newest: (window.generation, now),
+            first: window,
+            others: Vec::new(),
+        }
+    }
+
+    fn windows(&self) -> impl Iterator<Item = &ProducerWindow<K>> {
+        std::iter::once(&self.first).chain(&self.others)
+    }
+
+    fn waiting(&self) -> usize {
+        self.windows().map(ProducerWindow::waiting).sum()
+    }
+
+    fn find(&mut self, generation: u64) -> Option<&mut ProducerWindow<K>> {
+        if self.first.generation == generation {
+            return Some(&mut self.first);
+        }
+        self.others.iter_mut().find(|w| w.generation == generation)
+    }
+
+    /// Makes `incarnation`'s window the first, if the id has one; whether it has.
+    fn bring_forward(&mut self, incarnation: K) -> bool {
+        if self.first.incarnation == incarnation {
+            return true;
+        }
+        let Some(index) = self
+            .others
+            .iter()
+            .position(|w| w.incarnation == incarnation)
+        else {
+            return false;
+        };
+        std::mem::swap(&mut self.first, &mut self.others[index]);
+        self.others[..=index].rotate_right(1);
+        true
+    }
+
+    /// Adds a new incarnation's window as the first; returns the window dropped to stay within
+    /// [`MAX_INCARNATIONS_PER_ID`], if any.
+    fn push_front(&mut self, window: ProducerWindow<K>, now: Instant) -> Option<ProducerWindow<K>> {
+        self.newest = (window.generation, now);
+        let previous = std::mem::replace(&mut self.first, window);
+        self.others.insert(0, previous);
+        (self.others.len() >= MAX_INCARNATIONS_PER_ID).then(|| self.others.pop())?
+    }
+}
+
+/// The per-producer windows, bounded by `max_producers` producer ids (least recently used
+/// evicted first, with all its windows), by [`MAX_INCARNATIONS_PER_ID`] windows per id, and by
+/// `idle_ttl` (idle producers swept at the cadence of the TTL). At most `max_producers ×
+/// MAX_INCARNATIONS_PER_ID` windows exist at once.
 ///
 /// Recency and idleness are one order: every admitted delivery moves its producer to the back,
-/// so the front is both the least recently used and the longest idle window. Lookups, recency
+/// so the front is both the least recently used and the longest idle producer. Lookups, recency
 /// updates, evictions and sweeps are O(1) per window touched; a delivery from the most recent
-/// producer (a batch, a busy producer) needs no lookup at all.
+/// producer incarnation (a batch, a busy producer) needs no lookup at all.
 #[derive(Debug)]
-pub struct DedupTable {
+pub struct DedupTable<K = Incarnation> {
     /// Producers in recency order (front: least recently used), each with its slot.
     order: LinkedHashMap<ProducerId, usize>,
-    slots: Vec<Slot>,
+    slots: Vec<Option<Slot<K>>>,
     free: Vec<usize>,
     /// The most recently used producer (the back of `order`) and its slot.
     newest: Option<(ProducerId, usize)>,
-    /// Waiting seqs of windows dropped (evicted, swept, replaced) since last taken.
-    dropped_pending: usize,
+    /// Windows in all slots.
+    windows: usize,
+    next_generation: u64,
+    /// Waiting seqs orphaned since last taken.
+    orphaned: Orphaned,
     max_producers: Option<usize>,
     idle_ttl: Option<Duration>,
     next_sweep: Option<Instant>,
 }
 
-impl DedupTable {
+impl<K: Copy + PartialEq + Debug> DedupTable<K> {
     /// An empty table. `None` means unbounded (`max_producers`) or never (`idle_ttl`).
     ///
     /// # Panics
@@ -197,74 +375,161 @@ impl DedupTable {
             slots: Vec::new(),
             free: Vec::new(),
             newest: None,
-            dropped_pending: 0,
+            windows: 0,
+            next_generation: 0,
+            orphaned: Orphaned::default(),
             max_producers,
             idle_ttl,
             next_sweep: None,
         }
     }
 
-    /// The window for `header`'s producer and incarnation, created (evicting if full) or
-    /// replaced as needed, marked as the most recently used, and advanced to the header's
-    /// `window_start`; with a reference to find it again.
+    /// The window of `producer_id`'s `incarnation`, created (evicting or replacing if full)
+    /// as needed, marked as the most recently used, and advanced to `window_start`; with a
+    /// reference to find it again.
     pub fn window_for(
         &mut self,
-        header: &Header,
+        producer_id: &ProducerId,
+        incarnation: K,
+        window_start: u64,
         now: Instant,
-    ) -> (&mut ProducerWindow, WindowRef, Lookup) {
+    ) -> (&mut ProducerWindow<K>, WindowRef, Lookup) {
         if self.next_sweep.is_none() {
             self.next_sweep = self.idle_ttl.map(|ttl| now + ttl);
         }
-        let (slot, mut lookup) = match &self.newest {
-            Some((id, slot)) if *id == header.producer_id => (*slot, Lookup::Existing),
-            _ => self.find_or_insert(header, now),
+        let (slot_index, lookup) = match &self.newest {
+            Some((id, slot))
+                if id == producer_id
+                    && self.slots[*slot]
+                        .as_ref()
+                        .is_some_and(|s| s.first.incarnation == incarnation) =>
+            {
+                (*slot, Lookup::Existing)
+            }
+            _ => self.find_or_insert(producer_id, incarnation, now),
         };
-        let entry = &mut self.slots[slot];
-        if lookup == Lookup::Existing && entry.window.incarnation != header.incarnation {
-            self.dropped_pending += entry.window.pending();
-            entry.window = ProducerWindow::new(header.incarnation, now);
-            entry.generation += 1;
-            lookup = Lookup::Replaced;
-        }
-        entry.window.last_seen = now;
-        entry.window.advance_to(header.window_start);
+        let slot = self.slots[slot_index]
+            .as_mut()
+            .expect("find_or_insert returns an occupied slot");
+        let window = &mut slot.first;
+        window.last_seen = now;
+        self.orphaned.stale += window.advance_to(window_start);
         let at = WindowRef {
-            slot,
-            generation: entry.generation,
+            slot: slot_index,
+            generation: window.generation,
         };
-        (&mut entry.window, at, lookup)
+        (window, at, lookup)
     }
 
     /// The window `at` refers to, if it is still there (not evicted, swept or replaced).
     /// Does not touch its recency.
-    pub fn window(&mut self, at: WindowRef) -> Option<&mut ProducerWindow> {
-        self.slots
-            .get_mut(at.slot)
-            .filter(|entry| entry.generation == at.generation)
-            .map(|entry| &mut entry.window)
+    pub fn window(&mut self, at: WindowRef) -> Option<&mut ProducerWindow<K>> {
+        self.slots.get_mut(at.slot)?.as_mut()?.find(at.generation)
     }
 
     /// Whether the window `at` refers to is still there.
-    pub fn is_live(&self, at: WindowRef) -> bool {
+    pub fn is_live(&mut self, at: WindowRef) -> bool {
+        self.window(at).is_some()
+    }
+
+    /// Whether the window `at` refers to belongs to an older incarnation of its producer id
+    /// than one that appeared at least [`SHARED_ID_GRACE`] before `now`.
+    pub fn is_superseded(&self, at: WindowRef, now: Instant) -> bool {
         self.slots
             .get(at.slot)
-            .is_some_and(|entry| entry.generation == at.generation)
+            .and_then(Option::as_ref)
+            .is_some_and(|slot| {
+                let (generation, since) = slot.newest;
+                generation != at.generation
+                    && now.saturating_duration_since(since) >= SHARED_ID_GRACE
+            })
     }
 
-    /// How many waiting seqs belonged to windows dropped (evicted, swept or replaced) since the
-    /// last call: their messages wait for a window that no longer exists.
-    pub fn take_dropped_pending(&mut self) -> usize {
-        std::mem::take(&mut self.dropped_pending)
+    /// The waiting seqs orphaned since the last call: their messages must not run.
+    pub fn take_orphaned(&mut self) -> Orphaned {
+        std::mem::take(&mut self.orphaned)
     }
 
-    /// The window of producer `id`, without touching its recency.
-    pub fn get(&self, id: &str) -> Option<&ProducerWindow> {
-        self.order.get(id).map(|&slot| &self.slots[slot].window)
+    /// The window of `id`'s `incarnation`, if there is one, without touching any recency.
+    pub fn peek(&self, id: &str, incarnation: K) -> Option<&ProducerWindow<K>> {
+        let &slot = self.order.get(id)?;
+        self.slots[slot]
+            .as_ref()?
+            .windows()
+            .find(|window| window.incarnation == incarnation)
     }
 
-    /// Number of producers tracked.
+    /// What the table holds, as records: least recently used producer first, each producer's
+    /// windows least recently used first, so that [`restore`](Self::restore) rebuilds the same
+    /// recency order. Waiting seqs are not part of it.
+    pub fn records(&self) -> Vec<WindowRecord<K>> {
+        let mut records = Vec::with_capacity(self.windows);
+        for (id, &slot) in self.order.iter() {
+            let Some(slot) = &self.slots[slot] else {
+                continue;
+            };
+            let windows = std::iter::once(&slot.first).chain(&slot.others);
+            let mut of_id: Vec<WindowRecord<K>> = windows
+                .map(|window| {
+                    let mut above: Vec<u64> = window.above().collect();
+                    above.sort_unstable();
+                    WindowRecord {
+                        producer_id: id.clone(),
+                        incarnation: window.incarnation,
+                        floor: window.floor,
+                        contiguous: window.contiguous,
+                        above,
+                    }
+                })
+                .collect();
+            of_id.reverse();
+            records.extend(of_id);
+        }
+        records
+    }
+
+    /// Adds the windows of `records` (as [`records`](Self::records) made them) in order, each
+    /// as the most recently used, within the table's bounds.
+    pub fn restore(&mut self, records: impl IntoIterator<Item = WindowRecord<K>>, now: Instant) {
+        for record in records {
+            let window_start = record.floor.saturating_add(1);
+            let (window, _, _) =
+                self.window_for(&record.producer_id, record.incarnation, window_start, now);
+            if record.contiguous > window.contiguous {
+                window.contiguous = record.contiguous;
+            }
+            for seq in record.above {
+                window.complete(seq);
+            }
+        }
+        self.orphaned = Orphaned::default();
+    }
+
+    /// The most recently used window of producer `id`, without touching its recency.
+    pub fn get(&self, id: &str) -> Option<&ProducerWindow<K>> {
+        let &slot = self.order.get(id)?;
+        self.slots[slot].as_ref().map(|s| &s.first)
+    }
+
+    /// Every window, least recently used producer first (its windows most recently used
+    /// first), with its producer id.
+    pub fn iter(&self) -> impl Iterator<Item = (&ProducerId, &ProducerWindow<K>)> {
+        self.order.iter().flat_map(move |(id, &slot)| {
+            self.slots[slot]
+                .iter()
+                .flat_map(Slot::windows)
+                .map(move |window| (id, window))
+        })
+    }
+
+    /// Number of producer ids tracked.
     pub fn len(&self) -> usize {
         self.order.len()
+    }
+
+    /// Number of windows (producer incarnations) tracked.
+    pub fn windows(&self) -> usize {
+        self.windows
     }
 
     /// Whether no producer is tracked.
@@ -278,8 +543,8 @@ impl DedupTable {
         self.next_sweep
     }
 
-    /// Runs the idle sweep if it is due: removes every window idle for at least the TTL and
-    /// schedules the next sweep one TTL later (if any window is left). Returns how many
+    /// Runs the idle sweep if it is due: removes every producer idle for at least the TTL and
+    /// schedules the next sweep one TTL later (if any producer is left). Returns how many
     /// windows were removed.
     pub fn sweep(&mut self, now: Instant) -> usize {
         let (Some(ttl), Some(due)) = (self.idle_ttl, self.next_sweep) else {
@@ -290,11 +555,13 @@ impl DedupTable {
         }
         let mut swept = 0;
         while let Some((_, &slot)) = self.order.front() {
-            if now.saturating_duration_since(self.slots[slot].window.last_seen) < ttl {
+            let idle = self.slots[slot]
+                .as_ref()
+                .is_some_and(|s| now.saturating_duration_since(s.first.last_seen) >= ttl);
+            if !idle {
                 break;
             }
-            self.remove_front();
-            swept += 1;
+            swept += self.remove_front();
         }
         self.next_sweep = (!self.order.is_empty()).then(|| now + ttl);
         swept
@@ -302,55 +569,81 @@ impl DedupTable {
 
     /// Forgets every window.
     pub fn clear(&mut self) {
-        while self.remove_front() {}
-        self.dropped_pending = 0;
+        while self.remove_front() > 0 {}
+        self.orphaned = Orphaned::default();
         self.next_sweep = None;
     }
 
-    /// Finds the producer's slot (moving it to the back) or gives it a fresh one.
-    fn find_or_insert(&mut self, header: &Header, now: Instant) -> (usize, Lookup) {
-        let id = &header.producer_id;
-        let (slot, lookup) = match self.order.to_back(id).copied() {
-            Some(slot) => (slot, Lookup::Existing),
+    /// Finds the producer's slot (moving it to the back) with `incarnation`'s window first,
+    /// creating what is missing.
+    fn find_or_insert(
+        &mut self,
+        producer_id: &ProducerId,
+        incarnation: K,
+        now: Instant,
+    ) -> (usize, Lookup) {
+        let (slot, lookup) = match self.order.to_back(producer_id).copied() {
+            Some(slot) => {
+                let generation = self.next_generation;
+                let entry = self.slots[slot]
+                    .as_mut()
+                    .expect("ordered slots are occupied");
+                if entry.bring_forward(incarnation) {
+                    (slot, Lookup::Existing)
+                } else {
+                    self.next_generation += 1;
+                    self.windows += 1;
+                    let window = ProducerWindow::new(incarnation, generation, now);
+                    let dropped = entry.push_front(window, now);
+                    if let Some(dropped) = &dropped {
+                        self.windows -= 1;
+                        self.orphaned.dropped += dropped.waiting();
+                    }
+                    let replaced = dropped.is_some();
+                    (slot, Lookup::NewIncarnation { replaced })
+                }
+            }
             None => {
                 let full = self
                     .max_producers
                     .is_some_and(|max| self.order.len() >= max);
-                let evicted = full && self.remove_front();
-                let window = ProducerWindow::new(header.incarnation, now);
+                let evicted = full && self.remove_front() > 0;
+                let window = ProducerWindow::new(incarnation, self.next_generation, now);
+                self.next_generation += 1;
+                self.windows += 1;
+                let entry = Some(Slot::new(window, now));
                 let slot = match self.free.pop() {
                     Some(slot) => {
-                        self.slots[slot].window = window;
+                        self.slots[slot] = entry;
                         slot
                     }
                     None => {
-                        self.slots.push(Slot {
-                            window,
-                            generation: 0,
-                        });
+                        self.slots.push(entry);
                         self.slots.len() - 1
                     }
                 };
-                self.order.insert(id.clone(), slot);
+                self.order.insert(producer_id.clone(), slot);
                 (slot, Lookup::Created { evicted })
             }
         };
-        self.newest = Some((id.clone(), slot));
+        self.newest = Some((producer_id.clone(), slot));
         (slot, lookup)
     }
 
-    /// Drops the least recently used window; false if there is none.
-    fn remove_front(&mut self) -> bool {
+    /// Drops the least recently used producer's windows; returns how many (0: none left).
+    fn remove_front(&mut self) -> usize {
         let Some((_, slot)) = self.order.pop_front() else {
-            return false;
+            return 0;
         };
-        self.dropped_pending += self.slots[slot].window.pending();
-        self.slots[slot].generation += 1;
+        let entry = self.slots[slot].take().expect("ordered slots are occupied");
+        let removed = 1 + entry.others.len();
+        self.windows -= removed;
+        self.orphaned.dropped += entry.waiting();
         self.free.push(slot);
         if self.order.is_empty() {
             self.newest = None;
         }
-        true
+        removed
     }
 }
 
@@ -358,24 +651,38 @@ impl DedupTable {
 mod tests {
     use super::*;
 
-    fn header(id: &str, incarnation: u128, seq: u64) -> Header {
-        Header {
-            producer_id: ProducerId::from(id),
-            incarnation: Incarnation::from_u128(incarnation),
-            seq,
-            window_start: 1,
-        }
+    type Table = DedupTable<u32>;
+
+    fn window_for(
+        table: &mut Table,
+        id: &str,
+        incarnation: u32,
+        window_start: u64,
+        now: Instant,
+    ) -> (WindowRef, Lookup) {
+        let (_, at, lookup) =
+            table.window_for(&ProducerId::from(id), incarnation, window_start, now);
+        (at, lookup)
     }
 
-    fn ids(table: &DedupTable) -> Vec<&str> {
+    fn touch(table: &mut Table, id: &str, incarnation: u32, now: Instant) -> Lookup {
+        window_for(table, id, incarnation, 1, now).1
+    }
+
+    fn win<'t>(table: &'t mut Table, id: &str, incarnation: u32) -> &'t mut ProducerWindow<u32> {
+        table
+            .window_for(&ProducerId::from(id), incarnation, 1, Instant::now())
+            .0
+    }
+
+    fn ids(table: &Table) -> Vec<&str> {
         table.order.keys().map(ProducerId::as_str).collect()
     }
 
     #[test]
     fn window_slides_contiguous_over_out_of_order_seqs() {
-        let mut table = DedupTable::new(None, None);
-        let now = Instant::now();
-        let (window, _, _) = table.window_for(&header("p", 1, 1), now);
+        let mut table = Table::new(None, None);
+        let window = win(&mut table, "p", 1);
         window.complete(1);
         window.complete(3);
         assert_eq!((window.contiguous(), window.out_of_order()), (1, 1));
@@ -387,116 +694,244 @@ mod tests {
     }
 
     #[test]
-    fn pending_seqs_are_neither_handled_nor_forgotten() {
-        let mut table = DedupTable::new(None, None);
-        let (window, _, _) = table.window_for(&header("p", 1, 1), Instant::now());
-        window.begin(1);
-        assert!(window.is_pending(1) && !window.is_handled(1));
-        window.abort(1);
-        assert!(!window.is_pending(1) && !window.is_handled(1));
-        window.begin(1);
+    fn waiting_seqs_are_neither_handled_nor_forgotten() {
+        let mut table = Table::new(None, None);
+        let window = win(&mut table, "p", 1);
+        window.begin_waiting(1);
+        assert!(window.is_waiting(1) && !window.is_handled(1));
+        assert!(window.end_waiting(1));
+        assert!(!window.end_waiting(1), "it left already");
+        assert!(!window.is_waiting(1) && !window.is_handled(1));
         window.complete(1);
-        assert!(!window.is_pending(1) && window.is_handled(1));
+        assert!(window.is_handled(1));
     }
 
     #[test]
-    fn window_start_marks_lower_seqs_settled() {
-        let mut table = DedupTable::new(None, None);
+    fn window_start_makes_lower_seqs_stale_never_handled() {
+        let mut table = Table::new(None, None);
         let now = Instant::now();
-        let mut h = header("p", 1, 9);
-        h.window_start = 5;
-        let (window, _, _) = table.window_for(&h, now);
-        assert_eq!(window.contiguous(), 4);
+        let id = ProducerId::from("p");
+        let (window, _, _) = table.window_for(&id, 1, 1, now);
+        window.complete(1);
         window.complete(6);
-        window.begin(7);
-        h.window_start = 6;
-        let (window, _, _) = table.window_for(&h, now);
-        assert_eq!((window.contiguous(), window.out_of_order()), (6, 0));
-        assert!(window.is_pending(7));
-        // An older window_start never moves the window back.
-        h.window_start = 2;
-        let (window, _, _) = table.window_for(&h, now);
-        assert_eq!(window.contiguous(), 6);
+        window.begin_waiting(7);
+        window.begin_waiting(3);
+        // The producer settled everything below 5 (it ACKed 1 and gave 2..=4 up).
+        let (window, _, _) = table.window_for(&id, 1, 5, now);
+        assert_eq!((window.floor(), window.contiguous()), (4, 4));
+        for seq in 1..=4 {
+            assert!(window.is_stale(seq) && !window.is_handled(seq), "seq {seq}");
+        }
+        assert!(!window.is_waiting(3), "a stale seq stops waiting");
+        assert!(window.is_waiting(7));
+        window.complete(5);
+        assert_eq!(window.contiguous(), 6, "slides over 6 handled before");
+        assert!(window.is_handled(5) && window.is_handled(6) && !window.is_handled(7));
+        let orphaned = table.take_orphaned();
+        assert_eq!(
+            orphaned,
+            Orphaned {
+                stale: 1,
+                dropped: 0
+            },
+            "seq 3 went stale waiting"
+        );
+        // An older window_start never lowers the floor.
+        let (window, _, _) = table.window_for(&id, 1, 2, now);
+        assert_eq!(window.floor(), 4);
     }
 
     #[test]
-    fn new_incarnation_replaces_the_window_in_place() {
-        let mut table = DedupTable::new(None, None);
+    fn a_window_start_far_ahead_costs_nothing() {
+        let mut table = Table::new(None, None);
         let now = Instant::now();
-        table.window_for(&header("p", 1, 1), now).0.complete(1);
-        let (window, _, lookup) = table.window_for(&header("p", 2, 1), now);
-        assert_eq!(lookup, Lookup::Replaced);
-        assert_eq!(window.contiguous(), 0);
-        assert_eq!(table.len(), 1);
+        let id = ProducerId::from("p");
+        let (window, _, _) = table.window_for(&id, 1, 1, now);
+        for seq in [2, 4, 6] {
+            window.complete(seq);
+        }
+        let (window, _, _) = table.window_for(&id, 1, 1 << 50, now);
+        assert_eq!(
+            (window.contiguous(), window.out_of_order()),
+            ((1 << 50) - 1, 0)
+        );
+        assert!(window.is_stale(2) && !window.is_handled(4));
+    }
+
+    #[test]
+    fn each_incarnation_has_its_own_window_and_a_straggler_resets_nothing() {
+        let mut table = Table::new(None, None);
+        let now = Instant::now();
+        win(&mut table, "p", 1).complete(1);
+        let lookup = touch(&mut table, "p", 2, now);
+        assert_eq!(lookup, Lookup::NewIncarnation { replaced: false });
+        win(&mut table, "p", 2).complete(1);
+        win(&mut table, "p", 2).complete(2);
+        // A late copy from incarnation 1 finds its own window; 2's is untouched.
+        assert_eq!(touch(&mut table, "p", 1, now), Lookup::Existing);
+        assert!(win(&mut table, "p", 1).is_handled(1));
+        assert_eq!(win(&mut table, "p", 2).contiguous(), 2);
+        assert_eq!((table.len(), table.windows()), (1, 2));
+    }
+
+    #[test]
+    fn an_id_keeps_its_most_recently_used_incarnations() {
+        let mut table = Table::new(None, None);
+        let now = Instant::now();
+        for incarnation in 1..=MAX_INCARNATIONS_PER_ID as u32 {
+            win(&mut table, "p", incarnation).complete(1);
+        }
+        touch(&mut table, "p", 1, now); // 2 is now the least recently used
+        let lookup = touch(&mut table, "p", 99, now);
+        assert_eq!(lookup, Lookup::NewIncarnation { replaced: true });
+        assert_eq!(table.windows(), MAX_INCARNATIONS_PER_ID);
+        assert!(win(&mut table, "p", 1).is_handled(1), "recently used: kept");
+        assert!(
+            !win(&mut table, "p", 2).is_handled(1),
+            "the LRU one was dropped"
+        );
+        assert!(table
+            .iter()
+            .all(|(id, window)| id.as_str() == "p" && window.incarnation() != 3));
+    }
+
+    #[test]
+    fn superseded_means_a_newer_incarnation_appeared_a_grace_period_ago() {
+        let mut table = Table::new(None, None);
+        let t0 = Instant::now();
+        let (old, _) = window_for(&mut table, "p", 1, 1, t0);
+        let (new, _) = window_for(&mut table, "p", 2, 1, t0);
+        assert!(
+            !table.is_superseded(old, t0),
+            "a straggler right after a restart"
+        );
+        assert!(table.is_superseded(old, t0 + SHARED_ID_GRACE));
+        assert!(!table.is_superseded(new, t0 + SHARED_ID_GRACE));
     }
 
     #[test]
     fn window_refs_go_stale_when_their_window_is_replaced_evicted_or_swept() {
         let ttl = Duration::from_secs(1);
-        let mut table = DedupTable::new(Some(1), Some(ttl));
+        let mut table = Table::new(Some(1), Some(ttl));
         let t0 = Instant::now();
-        let (_, first, _) = table.window_for(&header("p", 1, 1), t0);
-        assert!(table.window(first).is_some());
-        let (_, replaced, _) = table.window_for(&header("p", 2, 1), t0);
-        assert!(
-            table.window(first).is_none(),
-            "replaced by another incarnation"
-        );
-        let (_, other, _) = table.window_for(&header("q", 1, 1), t0);
-        assert!(table.window(replaced).is_none(), "evicted");
+        let (first, _) = window_for(&mut table, "p", 0, 1, t0);
+        for incarnation in 1..MAX_INCARNATIONS_PER_ID as u32 {
+            window_for(&mut table, "p", incarnation, 1, t0);
+            assert!(table.is_live(first));
+        }
+        let (replacing, _) = window_for(&mut table, "p", 99, 1, t0);
+        assert!(!table.is_live(first), "replaced by a newer incarnation");
+        let (other, _) = window_for(&mut table, "q", 1, 1, t0);
+        assert!(!table.is_live(replacing), "evicted");
         assert_eq!(table.sweep(t0 + ttl), 1);
-        assert!(table.window(other).is_none(), "swept");
-        let (_, again, lookup) = table.window_for(&header("q", 1, 2), t0 + ttl);
+        assert!(!table.is_live(other), "swept");
+        let (again, lookup) = window_for(&mut table, "q", 1, 2, t0 + ttl);
         assert_eq!(lookup, Lookup::Created { evicted: false });
-        assert!(table.window(again).is_some());
+        assert!(table.is_live(again) && again != other);
     }
 
     #[test]
     fn lru_evicts_the_least_recently_used_in_exact_order() {
-        let mut table = DedupTable::new(Some(3), None);
+        let mut table = Table::new(Some(3), None);
         let now = Instant::now();
         for id in ["a", "b", "c"] {
-            let lookup = table.window_for(&header(id, 1, 1), now).2;
-            assert_eq!(lookup, Lookup::Created { evicted: false });
+            assert_eq!(
+                touch(&mut table, id, 1, now),
+                Lookup::Created { evicted: false }
+            );
         }
         // A duplicate refreshes recency just like a new seq: "a" becomes most recent.
-        table.window_for(&header("a", 1, 1), now);
+        touch(&mut table, "a", 1, now);
         assert_eq!(ids(&table), ["b", "c", "a"]);
-        let lookup = table.window_for(&header("d", 1, 1), now).2;
-        assert_eq!(lookup, Lookup::Created { evicted: true });
+        assert_eq!(
+            touch(&mut table, "d", 1, now),
+            Lookup::Created { evicted: true }
+        );
         assert_eq!(ids(&table), ["c", "a", "d"]);
-        table.window_for(&header("c", 1, 2), now);
-        table.window_for(&header("e", 1, 1), now);
+        touch(&mut table, "c", 1, now);
+        touch(&mut table, "e", 1, now);
         assert_eq!(ids(&table), ["d", "c", "e"]);
         // Lookups without recency (observability, outcome recording) do not reorder.
         assert!(table.get("d").is_some());
-        table.window_for(&header("f", 1, 1), now);
+        touch(&mut table, "f", 1, now);
         assert_eq!(ids(&table), ["c", "e", "f"]);
     }
 
     #[test]
+    fn evicting_a_producer_drops_all_its_windows_and_counts_their_waiting_seqs() {
+        let mut table = Table::new(Some(1), None);
+        let now = Instant::now();
+        win(&mut table, "p", 1).begin_waiting(2);
+        win(&mut table, "p", 2).begin_waiting(5);
+        win(&mut table, "p", 2).begin_waiting(6);
+        touch(&mut table, "q", 1, now);
+        assert_eq!((table.len(), table.windows()), (1, 1));
+        assert_eq!(
+            table.take_orphaned(),
+            Orphaned {
+                stale: 0,
+                dropped: 3
+            }
+        );
+        assert_eq!(table.take_orphaned().total(), 0);
+    }
+
+    #[test]
+    fn records_restore_the_same_windows_in_the_same_recency_order() {
+        let mut table = Table::new(Some(3), None);
+        let now = Instant::now();
+        let id = |s: &str| ProducerId::from(s);
+        let (w, _, _) = table.window_for(&id("a"), 1, 1, now);
+        w.complete(1);
+        w.complete(3);
+        table.window_for(&id("b"), 7, 5, now).0.complete(9);
+        table.window_for(&id("a"), 2, 1, now).0.complete(1);
+        table.window_for(&id("c"), 1, 1, now);
+        table.window_for(&id("a"), 1, 1, now); // a's incarnation 1 most recent again
+        let records = table.records();
+        let mut restored = Table::new(Some(3), None);
+        restored.restore(records.clone(), now);
+        assert_eq!(restored.records(), records);
+        assert_eq!(ids(&restored), ids(&table));
+        let a1 = restored.peek("a", 1).unwrap();
+        assert!(a1.is_handled(1) && a1.is_handled(3) && !a1.is_handled(2));
+        let b7 = restored.peek("b", 7).unwrap();
+        assert!(b7.is_stale(4) && b7.is_handled(9) && !b7.is_handled(5));
+        assert!(restored.peek("a", 3).is_none() && restored.peek("d", 1).is_none());
+        // A fourth producer evicts the least recently used one in both.
+        table.window_for(&id("d"), 1, 1, now);
+        restored.window_for(&id("d"), 1, 1, now);
+        assert_eq!(ids(&restored), ids(&table));
+    }
+
+    #[test]
     fn flood_of_distinct_ids_stays_at_max_producers() {
-        let mut table = DedupTable::new(Some(64), None);
+        let mut table = Table::new(Some(64), None);
         let now = Instant::now();
         for i in 0..10_000 {
-            table.window_for(&header(&format!("flood-{i}"), 1, 1), now);
+            touch(&mut table, &format!("flood-{i}"), 1, now);
             assert!(table.len() <= 64);
         }
-        assert_eq!(table.len(), 64);
+        assert_eq!((table.len(), table.windows()), (64, 64));
         assert!(table.get("flood-9999").is_some() && table.get("flood-9935").is_none());
     }
 
     #[test]
-    fn sweep_runs_at_the_ttl_cadence_and_removes_windows_idle_for_a_ttl() {
+    fn sweep_runs_at_the_ttl_cadence_and_removes_producers_idle_for_a_ttl() {
         let ttl = Duration::from_secs(10);
-        let mut table = DedupTable::new(None, Some(ttl));
+        let mut table = Table::new(None, Some(ttl));
         let t0 = Instant::now();
         assert_eq!(table.next_sweep(), None);
-        table.window_for(&header("old", 1, 1), t0);
+        touch(&mut table, "old", 1, t0);
+        touch(&mut table, "old", 2, t0);
         assert_eq!(table.next_sweep(), Some(t0 + ttl));
-        table.window_for(&header("young", 1, 1), t0 + Duration::from_secs(5));
+        touch(&mut table, "young", 1, t0 + Duration::from_secs(5));
         assert_eq!(table.sweep(t0 + Duration::from_secs(9)), 0, "not due yet");
-        assert_eq!(table.sweep(t0 + ttl), 1, "idle exactly one TTL");
+        assert_eq!(
+            table.sweep(t0 + ttl),
+            2,
+            "both windows of the producer idle one TTL"
+        );
         assert_eq!(ids(&table), ["young"]);
         assert_eq!(table.next_sweep(), Some(t0 + 2 * ttl));
         // "young" was idle 15 s at the second sweep: gone after one to two TTLs.
@@ -508,19 +943,19 @@ mod tests {
     #[test]
     fn activity_keeps_a_window_alive() {
         let ttl = Duration::from_secs(10);
-        let mut table = DedupTable::new(None, Some(ttl));
+        let mut table = Table::new(None, Some(ttl));
         let t0 = Instant::now();
-        table.window_for(&header("p", 1, 1), t0);
-        table.window_for(&header("p", 1, 2), t0 + Duration::from_secs(9));
+        touch(&mut table, "p", 1, t0);
+        touch(&mut table, "p", 1, t0 + Duration::from_secs(9));
         assert_eq!(table.sweep(t0 + ttl), 0);
         assert_eq!(table.len(), 1);
     }
 
     #[test]
     fn ttl_never_arms_no_sweep() {
-        let mut table = DedupTable::new(Some(4), None);
+        let mut table = Table::new(Some(4), None);
         let t0 = Instant::now();
-        table.window_for(&header("p", 1, 1), t0);
+        touch(&mut table, "p", 1, t0);
         assert_eq!(table.next_sweep(), None);
         assert_eq!(table.sweep(t0 + Duration::from_secs(1_000_000)), 0);
         assert_eq!(table.len(), 1);

@@ -7,6 +7,7 @@ use std::hash::{Hash, Hasher};
 use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
+use sha2::{Digest, Sha256};
 
 /// The longest producer id (in bytes) a consumer admits. Not configurable: a limit the sender
 /// could raise would be no limit.
@@ -134,9 +135,54 @@ impl Incarnation {
     }
 }
 
+impl Incarnation {
+    /// The token's public identifier: what handlers, dead letters, logs and journals see.
+    pub fn id(self) -> IncarnationId {
+        let digest = Sha256::new()
+            .chain_update(b"actix-delivery incarnation\0")
+            .chain_update(self.as_u128().to_le_bytes())
+            .finalize();
+        let mut first = [0u8; 16];
+        first.copy_from_slice(&digest[..16]);
+        IncarnationId(u128::from_be_bytes(first))
+    }
+}
+
+/// Never prints the token (it is a capability): only its public [`IncarnationId`].
 impl fmt::Debug for Incarnation {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "Incarnation({:032x})", self.as_u128())
+        write!(f, "Incarnation(id {})", self.id())
+    }
+}
+
+/// The stable, public identifier of an [`Incarnation`]: the first 128 bits of a SHA-256 digest
+/// of the token. The same token always gives the same id (in every process), distinct tokens
+/// give distinct ids (a collision is as likely as guessing a 128-bit value), and the id reveals
+/// nothing about the token, so it can be stored, logged and shown where the token must not go.
+#[derive(Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+pub struct IncarnationId(u128);
+
+impl IncarnationId {
+    /// An id with a chosen value (tests, decoding stored records).
+    pub const fn from_u128(value: u128) -> Self {
+        Self(value)
+    }
+
+    /// The id's value.
+    pub const fn as_u128(self) -> u128 {
+        self.0
+    }
+}
+
+impl fmt::Display for IncarnationId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{:032x}", self.0)
+    }
+}
+
+impl fmt::Debug for IncarnationId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "IncarnationId({self})")
     }
 }
 
@@ -157,15 +203,30 @@ pub struct Header {
 }
 
 /// Which message a handler is running for: what an effectively-once handler records next to
-/// its business state to recognise a re-run.
+/// its business state to recognise a re-run. It names the incarnation by its public
+/// [`IncarnationId`], never by the token, so it is safe to store and log.
 #[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub struct DeliveryInfo {
     /// The producer that sent the message.
     pub producer_id: ProducerId,
-    /// The producer's incarnation when it sent the message.
-    pub incarnation: Incarnation,
+    /// The public id of the producer's incarnation when it sent the message.
+    pub incarnation: IncarnationId,
     /// The message's sequence number within that incarnation.
     pub seq: u64,
+    /// The lowest seq the producer still awaited an ACK for when it sent this message: every
+    /// lower seq of the incarnation was settled (ACKed or given up) by then.
+    pub window_start: u64,
+}
+
+impl From<&Header> for DeliveryInfo {
+    fn from(header: &Header) -> Self {
+        Self {
+            producer_id: header.producer_id.clone(),
+            incarnation: header.incarnation.id(),
+            seq: header.seq,
+            window_start: header.window_start,
+        }
+    }
 }
 
 /// The acknowledgement a consumer sends to a delivery's `reply_to` once the handler succeeded
@@ -180,12 +241,12 @@ pub struct Ack {
     pub seq: u64,
 }
 
-impl From<DeliveryInfo> for Ack {
-    fn from(info: DeliveryInfo) -> Self {
+impl From<Header> for Ack {
+    fn from(header: Header) -> Self {
         Self {
-            producer_id: info.producer_id,
-            incarnation: info.incarnation,
-            seq: info.seq,
+            producer_id: header.producer_id,
+            incarnation: header.incarnation,
+            seq: header.seq,
         }
     }
 }
@@ -341,6 +402,32 @@ mod tests {
         for pair in values.windows(2) {
             assert!(Incarnation::from_u128(pair[0]) < Incarnation::from_u128(pair[1]));
         }
+    }
+
+    #[test]
+    fn incarnation_ids_are_stable_distinct_and_never_show_the_token() {
+        let token = Incarnation::from_u128(0x1234_5678_9abc_def0_0fed_cba9_8765_4321);
+        assert_eq!(token.id(), token.id());
+        assert_ne!(token.id(), Incarnation::from_u128(token.as_u128() + 1).id());
+        // Fixed across processes and versions (journals store it): the first 16 bytes of
+        // SHA-256("actix-delivery incarnation\0" ‖ token as 16 little-endian bytes).
+        assert_eq!(
+            Incarnation::from_u128(7).id().to_string(),
+            "dcc6a721a510d45a33e5c707bd6e76f6"
+        );
+        let header = Header {
+            producer_id: "p".into(),
+            incarnation: token,
+            seq: 1,
+            window_start: 1,
+        };
+        let printed = format!("{header:?} {:?}", DeliveryInfo::from(&header));
+        assert!(!printed.contains("123456789abcdef"), "{printed}");
+        assert!(
+            !printed.contains(&format!("{:x}", token.as_u128())),
+            "{printed}"
+        );
+        assert!(printed.contains(&token.id().to_string()), "{printed}");
     }
 
     #[test]

@@ -19,6 +19,8 @@ pub struct Transmission<T> {
     pub header: Header,
     /// A copy of the message.
     pub body: T,
+    /// Which transmission of the message this is (1: the first).
+    pub attempt: u32,
 }
 
 /// Counters of a producer since it started (`in_flight` and `queued` are current values).
@@ -40,8 +42,14 @@ pub struct ProducerStats {
     pub refused: u64,
     /// Messages in flight right now (sent, not yet ACKed).
     pub in_flight: usize,
-    /// Messages waiting for the window right now.
+    /// Messages waiting for the window right now (resumed ones included).
     pub queued: usize,
+    /// A durable producer: messages stored in its journal.
+    pub stored: u64,
+    /// A durable producer: stored messages of an earlier life sent again after a restart.
+    pub resumed: u64,
+    /// A durable producer: resumed messages confirmed (their confirmations go to the sink).
+    pub resumed_confirmed: u64,
 }
 
 #[derive(Debug)]
@@ -73,7 +81,12 @@ pub struct ProducerCore<T, C> {
     max_attempts: Option<u32>,
     /// Sent, un-ACKed messages in ascending seq order.
     in_flight: VecDeque<InFlight<T, C>>,
+    /// Messages of an earlier life, resumed under their own seqs: dispatched first.
+    resumed: VecDeque<(u64, T, C)>,
     pending: VecDeque<(T, C)>,
+    /// Every seq below this one is durably settled (`u64::MAX`: the producer is not durable,
+    /// settled means settled in memory); `window_start` never exceeds it.
+    durably_settled_below: u64,
     /// No in-flight deadline is earlier than this (it may be stale-early after ACKs, which
     /// costs one spurious timeout, never a missed one).
     earliest_deadline: Option<Instant>,
@@ -101,7 +114,9 @@ impl<T: Clone, C> ProducerCore<T, C> {
             backoff: config.backoff,
             max_attempts: config.max_attempts.get(),
             in_flight: VecDeque::new(),
+            resumed: VecDeque::new(),
             pending: VecDeque::new(),
+            durably_settled_below: u64::MAX,
             earliest_deadline: None,
             transmit: VecDeque::new(),
             settled: VecDeque::new(),
@@ -109,6 +124,43 @@ impl<T: Clone, C> ProducerCore<T, C> {
             jitter: SmallRng::seed_from_u64(random_u64()),
             stats: ProducerStats::default(),
         }
+    }
+
+    /// A durable producer's new life: it keeps `incarnation`, numbers new messages from
+    /// `next_seq`, and first sends `resumed` (its stored, unsettled messages, ascending by seq,
+    /// all below `next_seq`) again under their own seqs, through the window. Its
+    /// `window_start` never passes the lowest seq not durably settled
+    /// ([`set_durably_settled_below`](Self::set_durably_settled_below)), which starts at the
+    /// first resumed seq: a consumer that saw the previous life may only have heard of seqs
+    /// settled in its memory, not in the journal.
+    ///
+    /// # Panics
+    /// If a resumed seq is 0, not ascending, or not below `next_seq`.
+    pub fn resume(
+        config: &ProducerConfig,
+        incarnation: Incarnation,
+        next_seq: u64,
+        resumed: impl IntoIterator<Item = (u64, T, C)>,
+    ) -> Self {
+        let mut core = Self::new(config, incarnation);
+        core.next_seq = next_seq;
+        core.resumed = resumed.into_iter().collect();
+        let mut previous = 0;
+        for &(seq, _, _) in &core.resumed {
+            assert!(
+                previous < seq && seq < next_seq,
+                "resumed seqs ascend below next_seq"
+            );
+            previous = seq;
+        }
+        core.durably_settled_below = core.resumed.front().map_or(next_seq, |&(seq, _, _)| seq);
+        core
+    }
+
+    /// Every seq below `seq` is durably settled now (a durable producer recorded them): the
+    /// `window_start` of later transmissions may reach it.
+    pub fn set_durably_settled_below(&mut self, seq: u64) {
+        self.durably_settled_below = seq;
     }
 
     /// Seeds the retransmission jitter (by default from the OS CSPRNG), for reproducible
@@ -220,7 +272,8 @@ impl<T: Clone, C> ProducerCore<T, C> {
             self.settled
                 .push_back((m.confirm, Err(DeliveryError::ProducerStopped)));
         }
-        for (_, confirm) in self.pending.drain(..) {
+        let resumed = self.resumed.drain(..).map(|(_, _, confirm)| confirm);
+        for confirm in resumed.chain(self.pending.drain(..).map(|(_, confirm)| confirm)) {
             self.settled
                 .push_back((confirm, Err(DeliveryError::ProducerStopped)));
         }
@@ -243,14 +296,16 @@ impl<T: Clone, C> ProducerCore<T, C> {
             let Some(index) = self.position(seq) else {
                 continue; // settled after it was queued for transmission
             };
+            let message = &self.in_flight[index];
             return Some(Transmission {
                 header: Header {
                     producer_id: self.id.clone(),
                     incarnation: self.incarnation,
                     seq,
-                    window_start: self.in_flight[0].seq,
+                    window_start: self.in_flight[0].seq.min(self.durably_settled_below),
                 },
-                body: self.in_flight[index].body.clone(),
+                body: message.body.clone(),
+                attempt: message.attempts,
             });
         }
         None
@@ -281,6 +336,7 @@ impl<T: Clone, C> ProducerCore<T, C> {
     /// Whether nothing is in flight, queued or waiting to be polled.
     pub fn is_idle(&self) -> bool {
         self.in_flight.is_empty()
+            && self.resumed.is_empty()
             && self.pending.is_empty()
             && self.transmit.is_empty()
             && self.settled.is_empty()
@@ -290,7 +346,7 @@ impl<T: Clone, C> ProducerCore<T, C> {
     pub fn stats(&self) -> ProducerStats {
         ProducerStats {
             in_flight: self.in_flight.len(),
-            queued: self.pending.len(),
+            queued: self.resumed.len() + self.pending.len(),
             ..self.stats
         }
     }
@@ -308,7 +364,7 @@ impl<T: Clone, C> ProducerCore<T, C> {
 
     /// How many more messages may be queued: `max_pending` beyond the free window slots.
     fn room(&self) -> usize {
-        let held = self.in_flight.len() + self.pending.len();
+        let held = self.in_flight.len() + self.resumed.len() + self.pending.len();
         (self.window_size.saturating_add(self.max_pending)).saturating_sub(held)
     }
 
@@ -320,16 +376,20 @@ impl<T: Clone, C> ProducerCore<T, C> {
 
     fn fill_window(&mut self, now: Instant) {
         while self.in_flight.len() < self.window_size {
+            if let Some((seq, body, confirm)) = self.resumed.pop_front() {
+                self.dispatch(seq, body, confirm, now);
+                continue;
+            }
             let Some((body, confirm)) = self.pending.pop_front() else {
                 break;
             };
-            self.dispatch(body, confirm, now);
+            let seq = self.next_seq;
+            self.next_seq += 1;
+            self.dispatch(seq, body, confirm, now);
         }
     }
 
-    fn dispatch(&mut self, body: T, confirm: C, now: Instant) {
-        let seq = self.next_seq;
-        self.next_seq += 1;
+    fn dispatch(&mut self, seq: u64, body: T, confirm: C, now: Instant) {
         let deadline = now + retry_interval(self.resend_timeout, self.backoff, 1, &mut self.jitter);
         self.earliest_deadline = Some(self.earliest_deadline.map_or(deadline, |e| e.min(deadline)));
         self.in_flight.push_back(InFlight {
@@ -721,5 +781,60 @@ mod tests {
     fn id_defaults_to_a_random_producer_id() {
         let c: Core = ProducerCore::new(&ProducerConfig::default(), INCARNATION);
         assert!(c.id().as_str().starts_with("producer-"));
+    }
+
+    #[test]
+    fn a_resumed_life_sends_its_stored_messages_first_under_their_own_seqs_through_the_window() {
+        let config = ProducerConfig {
+            producer_id: Some("p".into()),
+            window_size: 2,
+            ..Default::default()
+        };
+        let mut c = Core::resume(
+            &config,
+            INCARNATION,
+            10,
+            [(3, 30, 30), (5, 50, 50), (7, 70, 70)],
+        );
+        c.handle_send(100, 100).unwrap();
+        let now = Instant::now();
+        let sent: Vec<(u64, u64, u32)> = std::iter::from_fn(|| c.poll_transmit(now))
+            .map(|t| (t.header.seq, t.header.window_start, t.body))
+            .collect();
+        assert_eq!(sent, [(3, 3, 30), (5, 3, 50)], "window 2, the oldest first");
+        assert!(c.handle_ack(&ack(3)));
+        // 3 is settled in memory, not yet in the journal: window_start stays.
+        assert_eq!(transmitted_starts(&mut c, now), [(7, 3)]);
+        c.set_durably_settled_below(5);
+        assert!(c.handle_ack(&ack(5)));
+        assert_eq!(
+            transmitted_starts(&mut c, now),
+            [(10, 5)],
+            "new messages from next_seq"
+        );
+        assert_eq!(c.stats().queued, 0);
+    }
+
+    #[test]
+    fn resuming_with_nothing_stored_just_continues_the_seq() {
+        let config = ProducerConfig {
+            producer_id: Some("p".into()),
+            ..Default::default()
+        };
+        let mut c = Core::resume(&config, INCARNATION, 42, []);
+        assert!(c.is_idle());
+        c.handle_send(1, 1).unwrap();
+        let t = c.poll_transmit(Instant::now()).unwrap();
+        assert_eq!(
+            (t.header.seq, t.header.window_start, t.attempt),
+            (42, 42, 1)
+        );
+    }
+
+    /// (seq, window_start) of what the core puts on the wire at `now`.
+    fn transmitted_starts(c: &mut Core, now: Instant) -> Vec<(u64, u64)> {
+        std::iter::from_fn(|| c.poll_transmit(now))
+            .map(|t| (t.header.seq, t.header.window_start))
+            .collect()
     }
 }

@@ -180,6 +180,10 @@ fn confirmed_means_handled(run: &Run, broken: &mut Broken) {
 ///
 /// - Dedup kept for the whole run: exactly once per key and per body (at most once when
 ///   messages may be given up).
+/// - A window kept for every producer incarnation (producer restarts, but no more lives than
+///   an id keeps windows for, no consumer restart, nothing evicted or swept): at most once
+///   per key. A body may succeed under two keys: a restarted producer re-sends a message
+///   whose ACK it did not get under a new incarnation.
 /// - Otherwise, unless windows are evicted or swept: within one consumer life, a key succeeds
 ///   again only in a run that started after the consumer saw its producer switch incarnations
 ///   since the key's first copy arrived in that life. Such a switch (a restart, or a stale
@@ -214,6 +218,22 @@ fn handler_successes(scenario: &Scenario, run: &Run, broken: &mut Broken) {
                     format!(
                         "body {body:#x}: handler succeeded {} times",
                         record.successes
+                    ),
+                );
+            }
+        }
+        return;
+    }
+    if scenario.incarnation_windows_suffice() {
+        for (key, record) in sorted_keys(run) {
+            let n = record.successes.len();
+            if n > 1 {
+                broken.add(
+                    "at most once per key",
+                    format!(
+                        "{key:?} (body {:#x}): handler succeeded {n} times although the \
+                         consumer kept a window for every incarnation",
+                        record.body
                     ),
                 );
             }

@@ -89,8 +89,10 @@ pub struct Observations {
     pub producer_restarts: usize,
     /// Handler runs that failed or panicked (of the current consumer life).
     pub handler_failures: u64,
-    /// Handler runs cut short by a consumer restart.
+    /// Handler runs cut short by a consumer restart or `handler_timeout`.
     pub abandoned_runs: u64,
+    /// The messages whose runs the consumer abandoned after `handler_timeout`, in order.
+    pub timed_out: Vec<Key>,
     /// Consumer decisions: re-ACKs of duplicates.
     pub re_acks: u64,
     /// Consumer decisions: deliveries held (in progress or refused).

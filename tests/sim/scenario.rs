@@ -5,6 +5,7 @@
 
 use std::time::Duration;
 
+use actix_delivery::protocol::dedup::MAX_INCARNATIONS_PER_ID;
 use actix_delivery::{ConsumerConfig, Limit, ProducerConfig};
 
 /// An idle TTL at least this long never sweeps a window that is still needed in a simulation:
@@ -171,6 +172,28 @@ impl Scenario {
     /// exactly once.
     pub fn dedup_is_kept(&self) -> bool {
         self.disruptions.is_empty() && !self.windows_can_vanish()
+    }
+
+    /// Whether the consumer can keep a window for every incarnation of every producer: no
+    /// window can vanish, no consumer restart, and no producer lives more often than an id
+    /// keeps incarnation windows. Then each message key's handler succeeds at most once, even
+    /// across producer restarts (a straggler of an old incarnation resets nothing).
+    pub fn incarnation_windows_suffice(&self) -> bool {
+        let consumer_restarts = self
+            .disruptions
+            .iter()
+            .any(|d| matches!(d, Disruption::ConsumerRestart { .. }));
+        let most_lives = (0..self.producers)
+            .map(|producer| {
+                1 + self
+                    .disruptions
+                    .iter()
+                    .filter(|d| matches!(d, Disruption::ProducerRestart { producer: p, .. } if *p == producer))
+                    .count()
+            })
+            .max()
+            .unwrap_or(1);
+        !consumer_restarts && !self.windows_can_vanish() && most_lives <= MAX_INCARNATIONS_PER_ID
     }
 
     /// Whether producer incarnations change during the run.

@@ -73,6 +73,7 @@ pub fn any_scenario() -> impl Strategy<Value = Scenario> {
                     max_out_of_order,
                     max_producers,
                     producer_idle_ttl: Limit::At(ms(ttl)),
+                    ..ConsumerConfig::default()
                 },
                 forward: LinkFaults {
                     drop: drop_fwd,

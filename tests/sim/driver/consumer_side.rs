@@ -3,8 +3,8 @@
 
 use std::time::Duration;
 
-use actix_delivery::protocol::consumer::{HandlerOutcome, Inbound, Step};
-use actix_delivery::protocol::envelope::{Ack, DeliveryInfo};
+use actix_delivery::protocol::consumer::{Completion, HandlerOutcome, Inbound, Step};
+use actix_delivery::protocol::envelope::{Ack, Header};
 use actix_delivery::protocol::producer::Transmission;
 use rand::Rng;
 
@@ -16,7 +16,7 @@ use crate::sim::trace::TraceEvent;
 impl World<'_> {
     /// A copy of a delivery reaches the consumer, which decides what to do with it.
     pub(super) fn deliver(&mut self, producer: usize, transmission: Transmission<Body>) {
-        let Transmission { header, body } = transmission;
+        let Transmission { header, body, .. } = transmission;
         let key = Key {
             producer,
             incarnation: header.incarnation.as_u128(),
@@ -80,7 +80,7 @@ impl World<'_> {
     }
 
     /// The key of a message the consumer names.
-    fn key_of(&self, info: &DeliveryInfo) -> Key {
+    fn key_of(&self, info: &Header) -> Key {
         let producer = self
             .producers
             .iter()
@@ -104,15 +104,16 @@ impl World<'_> {
     }
 
     /// Starts the handler: its outcome and duration are drawn now, its end is an event.
-    fn start_handler(&mut self, info: DeliveryInfo, body: Body) {
+    fn start_handler(&mut self, info: Header, body: Body) {
         let key = self.key_of(&info);
-        if let Some(running) = self.running {
+        if let Some((running, _)) = self.running {
             self.obs.violation(
                 self.step,
                 format!("handler started for {key:?} while the one for {running:?} runs"),
             );
         }
-        self.running = Some(key);
+        self.runs += 1;
+        self.running = Some((key, self.runs));
         let sent = self.obs.keys.get(&key).map(|record| record.body);
         if sent != Some(body) {
             self.obs.violation(
@@ -142,26 +143,28 @@ impl World<'_> {
             self.now + duration,
             Event::HandlerEnd {
                 life: self.life,
+                run: self.runs,
                 switches_at_start: self.producers[key.producer].incarnation_switches,
-                info,
+                header: info,
                 body,
                 outcome,
             },
         );
     }
 
-    /// A handler run ends: the consumer learns the outcome (unless it restarted meanwhile).
+    /// A handler run ends: the consumer learns the outcome (unless it restarted, or abandoned
+    /// the run, meanwhile).
     pub(super) fn handler_ends(
         &mut self,
-        life: u32,
+        (life, run): (u32, u64),
         switches_at_start: u64,
-        info: DeliveryInfo,
+        info: Header,
         body: Body,
         outcome: HandlerOutcome,
     ) {
         let key = self.key_of(&info);
         let succeeded = outcome == HandlerOutcome::Succeeded;
-        let current = life == self.life;
+        let current = life == self.life && self.running.is_some_and(|(_, r)| r == run);
         self.trace.record(
             self.now,
             TraceEvent::HandlerEnded {
@@ -172,7 +175,7 @@ impl World<'_> {
             },
         );
         if !current {
-            // The consumer restarted while this ran: the actor and its future are gone.
+            // The consumer restarted, or timed the run out, while it ran: its future is gone.
             self.obs.abandoned_runs += 1;
             return;
         }
@@ -199,6 +202,24 @@ impl World<'_> {
                 self.step,
                 format!("handler for {key:?} succeeded={succeeded}, ACK {ack:?}"),
             ),
+        }
+        if let Some(body) = completion.next {
+            self.start_running(body);
+        }
+    }
+
+    /// The consumer abandoned the running handler (`handler_timeout`): its end event will be
+    /// ignored, and the next waiting message runs.
+    pub(super) fn handler_abandoned(&mut self, completion: Completion<Body, usize>) {
+        match self.running.take() {
+            Some((key, _)) => self.obs.timed_out.push(key),
+            None => self
+                .obs
+                .violation(self.step, "a run timed out while none was running".into()),
+        }
+        if let Some(ack) = completion.ack {
+            self.obs
+                .violation(self.step, format!("an abandoned run was ACKed: {ack:?}"));
         }
         if let Some(body) = completion.next {
             self.start_running(body);

@@ -16,7 +16,7 @@ mod producer_side;
 use std::time::{Duration, Instant};
 
 use actix_delivery::protocol::consumer::{ConsumerCore, ConsumerStats, HandlerOutcome};
-use actix_delivery::protocol::envelope::{Ack, DeliveryInfo, Incarnation, ProducerId};
+use actix_delivery::protocol::envelope::{Ack, Header, Incarnation, ProducerId};
 use actix_delivery::protocol::producer::{ProducerCore, ProducerStats, Transmission};
 use actix_delivery::ProducerConfig;
 use rand::rngs::SmallRng;
@@ -48,12 +48,13 @@ enum Event {
     },
     /// A copy of an ACK reaches a producer.
     AckArrival { producer: usize, ack: Ack },
-    /// A handler run of consumer life `life`, started when the consumer had seen its producer
-    /// switch incarnations `switches_at_start` times, ends.
+    /// Handler run number `run` of consumer life `life`, started when the consumer had seen its
+    /// producer switch incarnations `switches_at_start` times, ends.
     HandlerEnd {
         life: u32,
+        run: u64,
         switches_at_start: u64,
-        info: DeliveryInfo,
+        header: Header,
         body: Body,
         outcome: HandlerOutcome,
     },
@@ -147,8 +148,10 @@ struct World<'a> {
     consumer: ConsumerCore<Body, ReplyTo>,
     /// The consumer's life: 0, then one more per restart.
     life: u32,
-    /// The message whose handler runs now, as the simulator saw it start.
-    running: Option<Key>,
+    /// The message whose handler runs now, as the simulator saw it start, and its run number.
+    running: Option<(Key, u64)>,
+    /// Handler runs started so far.
+    runs: u64,
     /// Successful handler runs so far (all lives).
     handled: usize,
     /// Messages settled for good (`Ok`, `GaveUp`, or wrongly).
@@ -204,6 +207,7 @@ impl<'a> World<'a> {
             consumer: ConsumerCore::new(&scenario.consumer),
             life: 0,
             running: None,
+            runs: 0,
             handled: 0,
             settled: 0,
             last_settled: (0, Duration::ZERO),
@@ -333,11 +337,12 @@ impl<'a> World<'a> {
             Event::AckArrival { producer, ack } => self.ack_arrives(producer, &ack),
             Event::HandlerEnd {
                 life,
+                run,
                 switches_at_start,
-                info,
+                header,
                 body,
                 outcome,
-            } => self.handler_ends(life, switches_at_start, info, body, outcome),
+            } => self.handler_ends((life, run), switches_at_start, header, body, outcome),
             Event::ProducerRestart { producer } => self.restart_producer(producer),
             Event::ConsumerRestart => self.restart_consumer(),
         }
@@ -354,9 +359,14 @@ impl<'a> World<'a> {
                 self.flush_producer(producer);
             }
             Timer::Consumer => {
-                let swept = self.consumer.handle_timeout(now);
+                let before = self.consumer.stats().swept;
+                let abandoned = self.consumer.handle_timeout(now);
+                let swept = (self.consumer.stats().swept - before) as usize;
                 self.trace
                     .record(self.now, TraceEvent::ConsumerTimer { swept });
+                if let Some(completion) = abandoned {
+                    self.handler_abandoned(completion);
+                }
             }
         }
     }

@@ -1,0 +1,129 @@
+//! Durable producers: messages written to a journal before their first transmission, so that a
+//! producer crash loses nothing.
+//!
+//! A producer started with [`DurableOptions`]
+//! ([`ReliableDelivery::durable_producer`](crate::ReliableDelivery::durable_producer)) stores
+//! each message in its journal stream before it sends it (a burst of messages is one append),
+//! records which messages were settled (in batches, behind the ACKs), and compacts settled
+//! messages away (snapshot + delete), so the journal holds O(unsettled) messages.
+//!
+//! Its incarnation is drawn once, when the stream is created, and stored: a restarted durable
+//! producer **keeps its incarnation and continues its seq**, and first sends every stored,
+//! unsettled message again under its original seq, through its window. A consumer that saw the
+//! previous life recognises a message it handled as a duplicate; a persistent consumer does so
+//! even after its own crash: effectively once end to end.
+//!
+//! - **Stored vs confirmed.** [`ProducerHandle::store`](crate::ProducerHandle::store) resolves
+//!   once the message is stored (the producer owns it from then on, across crashes) with its
+//!   [`MessageId`]; [`Stored::confirmed`] once the consumer's ACK is recorded. Confirmations of
+//!   messages sent again after a restart (their callbacks died with the previous process) go to
+//!   the optional sink as [`DurableConfirmation`]s and are counted in the producer's stats.
+//! - **A confirmation fires once the settlement is recorded**, so across crashes each message's
+//!   confirmation reaches either its callback or the sink, not both (unless the journal fails
+//!   between the ACK and the record: then the callback fires and, after the restart, the sink
+//!   may hear of the message again).
+//! - **One producer per stream.** A second live producer writing the same stream is refused at
+//!   its first write ([`DeliveryError::Storage`](crate::DeliveryError::Storage)) and stops.
+//! - **Stopping keeps what is stored**: a stored message settled as `ProducerStopped` by `stop()`
+//!   is sent again by the next start of the stream.
+//! - The journal holds the producer's incarnation token: protect it like a credential.
+
+mod log;
+mod producer;
+
+use std::sync::Arc;
+
+use actix::Message;
+use serde::{Deserialize, Serialize};
+use tokio::sync::oneshot;
+
+use crate::error::DeliveryError;
+use crate::journal::{Journal, PersistenceId};
+
+pub(crate) use producer::Durable;
+
+/// The stable id of a message of a durable producer: its seq in the producer's stream, never
+/// reused.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+pub struct MessageId(pub u64);
+
+/// A message stored by a durable producer ([`ProducerHandle::store`](crate::ProducerHandle::store)).
+#[derive(Debug)]
+pub struct Stored {
+    /// Its id.
+    pub id: MessageId,
+    confirmed: oneshot::Receiver<Result<(), DeliveryError>>,
+}
+
+impl Stored {
+    pub(crate) fn new(
+        id: MessageId,
+        confirmed: oneshot::Receiver<Result<(), DeliveryError>>,
+    ) -> Self {
+        Self { id, confirmed }
+    }
+
+    /// Resolves once the message is confirmed and the confirmation recorded.
+    ///
+    /// # Errors
+    /// Why it was not: the producer stopped (the message stays stored and is sent again by the
+    /// next start), gave it up, or its journal failed.
+    pub async fn confirmed(self) -> Result<(), DeliveryError> {
+        self.confirmed
+            .await
+            .unwrap_or(Err(DeliveryError::ProducerStopped))
+    }
+}
+
+/// The confirmation of a message a durable producer sent again after a restart: its callback
+/// died with the previous process, so it goes to the sink instead.
+#[derive(Clone, Debug, PartialEq, Eq, Message)]
+#[rtype(result = "()")]
+pub struct DurableConfirmation {
+    /// The message.
+    pub id: MessageId,
+    /// Its outcome: `Ok` when confirmed, or [`DeliveryError::GaveUp`].
+    pub result: Result<(), DeliveryError>,
+}
+
+/// Where and how a durable producer stores its messages.
+pub struct DurableOptions {
+    pub(crate) journal: Arc<dyn Journal>,
+    pub(crate) stream: PersistenceId,
+    pub(crate) snapshot_every: u64,
+    pub(crate) sink: Option<actix::Recipient<DurableConfirmation>>,
+}
+
+impl DurableOptions {
+    /// Store in stream `stream` of `journal` (one producer per stream).
+    pub fn new(journal: Arc<dyn Journal>, stream: PersistenceId) -> Self {
+        Self {
+            journal,
+            stream,
+            snapshot_every: 1_000,
+            sink: None,
+        }
+    }
+
+    /// Compact after this many journal writes (stores and settlement records; default 1 000,
+    /// at least 1): a snapshot of the unsettled messages replaces the writes before it.
+    pub fn snapshot_every(mut self, writes: u64) -> Self {
+        self.snapshot_every = writes.max(1);
+        self
+    }
+
+    /// Where confirmations of messages sent again after a restart go.
+    pub fn confirmations(mut self, sink: actix::Recipient<DurableConfirmation>) -> Self {
+        self.sink = Some(sink);
+        self
+    }
+}
+
+impl std::fmt::Debug for DurableOptions {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("DurableOptions")
+            .field("stream", &self.stream)
+            .field("snapshot_every", &self.snapshot_every)
+            .finish_non_exhaustive()
+    }
+}

@@ -1,0 +1,516 @@
+//! The persistent actor: the Actix shell that carries out what its core asks for (journal
+//! appends, recovery, snapshots) and delivers replies.
+
+use std::sync::Arc;
+use std::task::Poll;
+use std::time::Duration;
+
+use actix::prelude::*;
+use tokio::sync::oneshot;
+
+use crate::after_drain::after_each_drain;
+use crate::alarm::{self, Alarm};
+use crate::journal::{replay_all, Journal, JournalError, PersistenceId, Snapshot};
+use crate::message::{Acks, ReplyTo};
+use crate::persistence::behavior::EventSourced;
+use crate::persistence::config::PersistentConfig;
+use crate::persistence::core::{
+    Answer, Append, Command, Failure, PersistentCore, PersistentStats, Recovered, Recovery,
+};
+use crate::persistence::error::CommandError;
+use crate::persistence::outbox::Outbox;
+use crate::persistence::outbox_state::{OutboxState, Sent};
+use crate::protocol::envelope::{Ack, DeliveryInfo, Incarnation};
+use crate::stop_signal::{StopSignal, SubscribeStopped};
+
+/// A command for a [`PersistentActor`]: `addr.send(Execute::new(command)).await` resolves once
+/// the command's events are durable (or with why not). [`PersistentHandle`](crate::persistence::PersistentHandle)
+/// is the convenient way.
+pub struct Execute<E: EventSourced> {
+    /// The entity's command.
+    pub command: E::Command,
+    /// The delivery it came from: its processed mark is stored with the command's events, and
+    /// a delivery processed before is answered [`Outcome::AlreadyProcessed`](crate::persistence::Outcome)
+    /// without deciding.
+    pub delivery: Option<DeliveryInfo>,
+}
+
+impl<E: EventSourced> Execute<E> {
+    /// A plain command.
+    pub fn new(command: E::Command) -> Self {
+        Self {
+            command,
+            delivery: None,
+        }
+    }
+
+    /// A command that came from the delivery `info`.
+    pub fn delivered(info: DeliveryInfo, command: E::Command) -> Self {
+        Self {
+            command,
+            delivery: Some(info),
+        }
+    }
+}
+
+impl<E: EventSourced> Message for Execute<E> {
+    type Result = Answer<E>;
+}
+
+/// Stops a [`PersistentActor`] for good, after what it decided is stored.
+#[derive(Clone, Copy, Debug, Message)]
+#[rtype(result = "()")]
+pub struct StopPersistent;
+
+/// Asks a [`PersistentActor`] for its [`PersistentStats`].
+#[derive(Clone, Copy, Debug, Message)]
+#[rtype(result = "PersistentStats")]
+pub struct GetPersistentStats;
+
+type Responder<E> = oneshot::Sender<Answer<E>>;
+
+/// Runs an [`EventSourced`] entity as an Actix actor over a [`Journal`] stream.
+///
+/// On start it recovers the state from the stream (latest snapshot, then later entries);
+/// commands that arrive meanwhile wait (up to `max_recovery_buffer`). A command is decided at
+/// once and its events applied, but its reply is held until they are committed; all commands
+/// decided while one append is in flight are stored by the next append, so one actor commits
+/// many commands per journal write.
+///
+/// **Fail-stop.** If an append fails, no command whose events were not committed is answered
+/// `Ok`: every waiting command gets [`CommandError::Journal`] and the actor stops; under a
+/// `Supervisor` it restarts and recovers, so its state is the durable truth again (a failed
+/// recovery is retried after a growing delay, up to 10 s). A recovery that finds corrupt data
+/// stops the actor for good.
+///
+/// **A second writer** of the same stream (an overlapping failover, a second node) makes an
+/// append fail with a conflict: the actor then catches up from the journal and decides the same
+/// commands again, so a delivery the other one processed is answered as already processed.
+pub struct PersistentActor<E: EventSourced> {
+    core: PersistentCore<E, Responder<E>>,
+    journal: Arc<dyn Journal>,
+    config: PersistentConfig,
+    /// The core may have an append to start (checked after the mailbox drain).
+    dirty: bool,
+    /// Consecutive failed recoveries (for the retry delay).
+    failed_recoveries: u32,
+    /// Stopping for good once what was decided is stored.
+    stop: StopSignal,
+    /// The outbox's lanes, one per destination.
+    outbox: Outbox,
+    /// Where the outbox's destinations send their ACKs (this actor).
+    reply_to: Option<ReplyTo>,
+    /// The lanes' retransmission timer.
+    alarm: Alarm,
+}
+
+impl<E: EventSourced> PersistentActor<E> {
+    /// An actor for stream `id` of `journal`; start it like any actor (or through
+    /// [`PersistentHandle::start`](crate::persistence::PersistentHandle::start)).
+    ///
+    /// # Panics
+    /// If `config` breaks a rule of [`PersistentConfig::validate`] (the handle's constructors
+    /// check it and return the error instead).
+    pub fn new(journal: Arc<dyn Journal>, id: PersistenceId, config: PersistentConfig) -> Self {
+        Self::with_outbox(journal, id, config, Outbox::new())
+    }
+
+    /// An actor whose decisions may deliver to the destinations of `outbox`.
+    ///
+    /// # Panics
+    /// As [`new`](Self::new), and if a lane's producer id (`<id>/<name>`) is too long.
+    pub fn with_outbox(
+        journal: Arc<dyn Journal>,
+        id: PersistenceId,
+        config: PersistentConfig,
+        outbox: Outbox,
+    ) -> Self {
+        if let Err(error) = config.validate().and_then(|()| outbox.check(&id)) {
+            panic!("{error}");
+        }
+        Self {
+            core: Self::core(id, &config, &outbox),
+            journal,
+            config,
+            dirty: false,
+            failed_recoveries: 0,
+            stop: StopSignal::default(),
+            outbox,
+            reply_to: None,
+            alarm: Alarm::default(),
+        }
+    }
+
+    fn core(
+        id: PersistenceId,
+        config: &PersistentConfig,
+        outbox: &Outbox,
+    ) -> PersistentCore<E, Responder<E>> {
+        PersistentCore::new(id, config.clone()).with_outbox(outbox.names(), Incarnation::random())
+    }
+
+    /// Restarts every lane from the recovered outbox: they send again what is unconfirmed.
+    fn resume_lanes(&mut self, outbox: &OutboxState) {
+        let id = self.core.persistence_id().clone();
+        let Some(incarnation) = outbox.incarnation else {
+            return; // nothing was ever delivered
+        };
+        for lane in &mut self.outbox.lanes {
+            let state = outbox.lanes.get(lane.name()).cloned().unwrap_or_default();
+            if let Err(error) = lane.resume(&id, incarnation, &state) {
+                log::error!(
+                    "stream `{id}`: outbox `{}` cannot resume: {error}",
+                    lane.name()
+                );
+            }
+        }
+    }
+
+    /// Sends committed deliveries through their lanes.
+    fn send(&mut self, sent: Vec<Sent>) {
+        let id = self.core.persistence_id().clone();
+        let Some(incarnation) = self.core.outbox().incarnation else {
+            return;
+        };
+        for delivery in sent {
+            let lane = self
+                .outbox
+                .lanes
+                .iter_mut()
+                .find(|l| l.name() == delivery.destination);
+            if let Some(lane) = lane {
+                if let Err(error) = lane.send(&id, incarnation, delivery.seq, &delivery.message) {
+                    log::error!("stream `{id}`: a delivery does not decode: {error}");
+                }
+            }
+        }
+    }
+
+    /// Transmits what the lanes have due, records their confirmations, and re-arms the timer.
+    fn flush_lanes(&mut self, ctx: &mut Context<Self>) {
+        let Some(reply_to) = &self.reply_to else {
+            return;
+        };
+        let now = alarm::now();
+        let mut settled = Vec::new();
+        for lane in &mut self.outbox.lanes {
+            lane.flush(now, reply_to, self.config.warn_after_attempts, &mut settled);
+            for seq in settled.drain(..) {
+                self.core.handle_confirmed(lane.name(), seq);
+                self.dirty = true;
+            }
+            if let Some(state) = self.core.outbox().lanes.get(lane.name()) {
+                lane.set_durably_confirmed_below(state.durably_confirmed_below());
+            }
+        }
+        let deadline = self
+            .outbox
+            .lanes
+            .iter()
+            .filter_map(|l| l.next_deadline())
+            .min();
+        self.alarm.arm(deadline, ctx, |act, ctx| {
+            act.alarm.fired();
+            let now = alarm::now();
+            for lane in &mut act.outbox.lanes {
+                lane.handle_timeout(now);
+            }
+            act.flush_lanes(ctx);
+        });
+    }
+
+    fn handle_acks<'a>(&mut self, acks: impl IntoIterator<Item = &'a Ack>) {
+        for ack in acks {
+            let lane = self
+                .outbox
+                .lanes
+                .iter_mut()
+                .find(|lane| lane.producer_id().is_some_and(|id| *id == ack.producer_id));
+            if lane.is_some_and(|lane| lane.handle_ack(ack)) {
+                self.dirty = true;
+            }
+        }
+    }
+
+    fn stop_lanes(&mut self) {
+        for lane in &mut self.outbox.lanes {
+            lane.stop();
+        }
+    }
+
+    fn answer(answers: Vec<(Responder<E>, Answer<E>)>) {
+        for (responder, answer) in answers {
+            let _ = responder.send(answer); // the caller may have stopped waiting
+        }
+    }
+
+    /// Recovers the state from the journal (after a delay if recoveries failed before).
+    fn start_recovery(&mut self, ctx: &mut Context<Self>) {
+        let delay = match self.failed_recoveries {
+            0 => Duration::ZERO,
+            n => (Duration::from_millis(100) * 2u32.saturating_pow(n - 1))
+                .min(Duration::from_secs(10)),
+        };
+        let journal = self.journal.clone();
+        let id = self.core.persistence_id().clone();
+        let config = self.config.clone();
+        let recovery = async move {
+            if !delay.is_zero() {
+                actix::clock::sleep(delay).await;
+            }
+            recover::<E>(&*journal, &id, &config).await
+        };
+        ctx.spawn(recovery.into_actor(self).map(|result, act, ctx| {
+            match result {
+                Ok(recovered) => {
+                    act.failed_recoveries = 0;
+                    // From what is committed, before the waiting commands are decided: their
+                    // deliveries go out only once they are committed too.
+                    act.resume_lanes(recovered.outbox());
+                    Self::answer(act.core.finish_recovery(recovered));
+                    act.flush(ctx);
+                }
+                Err(error) => {
+                    log::error!("{error}; the persistent actor stops");
+                    act.failed_recoveries = act.failed_recoveries.saturating_add(1);
+                    Self::answer(act.core.fail_recovery(&error));
+                    if matches!(
+                        error,
+                        JournalError::Corrupt { .. } | JournalError::Schema { .. }
+                    ) {
+                        act.stop.make_final(); // retrying cannot help
+                    }
+                    ctx.stop();
+                }
+            }
+        }));
+    }
+
+    /// Starts the next append if one is due, and stops once a requested stop can happen.
+    fn flush(&mut self, ctx: &mut Context<Self>) {
+        self.flush_lanes(ctx);
+        if let Some(append) = self.core.poll_append() {
+            self.start_append(append, ctx);
+        }
+        if self.stop.is_final() && self.core.is_idle() {
+            ctx.stop();
+        }
+    }
+
+    fn start_append(
+        &mut self,
+        Append {
+            first_seq,
+            payloads,
+        }: Append,
+        ctx: &mut Context<Self>,
+    ) {
+        let journal = self.journal.clone();
+        let id = self.core.persistence_id().clone();
+        let append = async move { journal.append(&id, first_seq, payloads).await };
+        ctx.spawn(
+            append
+                .into_actor(self)
+                .map(|result, act, ctx| match result {
+                    Ok(()) => {
+                        let committed = act.core.handle_committed();
+                        Self::answer(committed.answers);
+                        act.send(committed.sent);
+                        if let Some(snapshot) = committed.snapshot {
+                            act.save_snapshot(snapshot, ctx);
+                        }
+                        act.flush(ctx);
+                    }
+                    Err(error) => match act.core.handle_append_failed(error.clone()) {
+                        Failure::CatchUp => {
+                            log::warn!("{error}; catching up and deciding again");
+                            act.stop_lanes();
+                            act.start_recovery(ctx);
+                        }
+                        Failure::Stopped(answers) => {
+                            log::error!("{error}; the persistent actor stops");
+                            Self::answer(answers);
+                            ctx.stop();
+                        }
+                    },
+                }),
+        );
+    }
+
+    /// Saves a snapshot, then deletes the events it covers if configured. A failure is only
+    /// logged: the events are still there.
+    fn save_snapshot(&self, snapshot: Snapshot, ctx: &mut Context<Self>) {
+        let journal = self.journal.clone();
+        let id = self.core.persistence_id().clone();
+        let delete = self.config.delete_events_on_snapshot;
+        ctx.spawn(
+            async move {
+                let seq = snapshot.seq;
+                journal.save_snapshot(&id, snapshot).await?;
+                if delete {
+                    journal.delete_to(&id, seq).await?;
+                }
+                Ok::<(), JournalError>(())
+            }
+            .into_actor(self)
+            .map(|result, act, _| {
+                if let Err(error) = result {
+                    log::warn!(
+                        "stream `{}`: snapshot not saved: {error}",
+                        act.core.persistence_id()
+                    );
+                }
+            }),
+        );
+    }
+}
+
+/// Rebuilds the durable state of stream `id`: its latest snapshot (if one decodes), then every
+/// later entry.
+///
+/// # Errors
+/// The journal's errors; [`JournalError::Corrupt`] naming stream and seq for an entry that does
+/// not decode or is missing.
+pub(crate) async fn recover<E: EventSourced>(
+    journal: &dyn Journal,
+    id: &PersistenceId,
+    config: &PersistentConfig,
+) -> Result<Recovered<E>, JournalError> {
+    let mut recovery = Recovery::<E>::new(id.clone(), config);
+    let snapshot = journal.load_snapshot(id).await?;
+    let from_seq = recovery.restore_snapshot(snapshot, config);
+    let highest_seq = journal.highest_seq(id).await?;
+    if from_seq <= highest_seq {
+        replay_all(
+            journal,
+            id,
+            from_seq,
+            highest_seq,
+            config.replay_page,
+            |stored| recovery.apply(stored),
+        )
+        .await?;
+    }
+    recovery.finish(highest_seq)
+}
+
+/// The durable state of stream `id` of `journal`, as a [`PersistentActor`] of `E` would
+/// recover it (for tools, tests and read models).
+///
+/// # Errors
+/// As for recovery: the journal's errors, or [`JournalError::Corrupt`] naming stream and seq.
+pub async fn recover_state<E: EventSourced>(
+    journal: &dyn Journal,
+    id: &PersistenceId,
+) -> Result<E, JournalError> {
+    let config = PersistentConfig::default();
+    Ok(recover::<E>(journal, id, &config).await?.state)
+}
+
+// The actor is never structurally pinned.
+impl<E: EventSourced> Unpin for PersistentActor<E> {}
+
+impl<E: EventSourced> Actor for PersistentActor<E> {
+    type Context = Context<Self>;
+
+    fn started(&mut self, ctx: &mut Context<Self>) {
+        if self.stop.is_final() {
+            return; // inert: stopped for good under a Supervisor
+        }
+        let addr = ctx.address();
+        self.reply_to = Some(ReplyTo::batching(
+            addr.clone().recipient(),
+            addr.recipient(),
+        ));
+        after_each_drain(ctx, |act, ctx, _| {
+            if std::mem::take(&mut act.dirty) {
+                act.flush(ctx);
+            }
+            Poll::Pending
+        });
+        self.start_recovery(ctx);
+    }
+
+    fn stopped(&mut self, _: &mut Context<Self>) {
+        Self::answer(self.core.stop());
+        self.stop_lanes();
+        // Drop the self-reference so the actor can be freed.
+        self.reply_to = None;
+        self.stop.announce_if_final();
+    }
+}
+
+impl<E: EventSourced> Supervised for PersistentActor<E> {
+    fn restarting(&mut self, _: &mut Context<Self>) {
+        Self::answer(self.core.stop());
+        self.stop_lanes();
+        let id = self.core.persistence_id().clone();
+        self.core = Self::core(id, &self.config, &self.outbox);
+        self.dirty = false;
+        self.alarm = Alarm::default();
+    }
+}
+
+impl<E: EventSourced> Handler<Execute<E>> for PersistentActor<E> {
+    type Result = ResponseFuture<Answer<E>>;
+
+    fn handle(&mut self, execute: Execute<E>, _: &mut Context<Self>) -> Self::Result {
+        let (responder, answer) = oneshot::channel();
+        let command = Command {
+            command: execute.command,
+            delivery: execute.delivery,
+        };
+        let now = if self.stop.is_final() {
+            Some((responder, Err(CommandError::Stopped)))
+        } else {
+            self.core.handle_command(command, responder)
+        };
+        if let Some((responder, answer)) = now {
+            let _ = responder.send(answer);
+        }
+        self.dirty = true;
+        Box::pin(async move { answer.await.unwrap_or(Err(CommandError::Stopped)) })
+    }
+}
+
+impl<E: EventSourced> Handler<Ack> for PersistentActor<E> {
+    type Result = ();
+
+    fn handle(&mut self, ack: Ack, _: &mut Context<Self>) {
+        self.handle_acks([&ack]);
+    }
+}
+
+impl<E: EventSourced> Handler<Acks> for PersistentActor<E> {
+    type Result = ();
+
+    fn handle(&mut self, Acks(acks): Acks, _: &mut Context<Self>) {
+        self.handle_acks(&acks);
+    }
+}
+
+impl<E: EventSourced> Handler<StopPersistent> for PersistentActor<E> {
+    type Result = ();
+
+    fn handle(&mut self, _: StopPersistent, ctx: &mut Context<Self>) {
+        if self.stop.make_final() && self.core.is_idle() {
+            ctx.stop();
+        }
+    }
+}
+
+impl<E: EventSourced> Handler<GetPersistentStats> for PersistentActor<E> {
+    type Result = MessageResult<GetPersistentStats>;
+
+    fn handle(&mut self, _: GetPersistentStats, _: &mut Context<Self>) -> Self::Result {
+        MessageResult(self.core.stats())
+    }
+}
+
+impl<E: EventSourced> Handler<SubscribeStopped> for PersistentActor<E> {
+    type Result = MessageResult<SubscribeStopped>;
+
+    fn handle(&mut self, _: SubscribeStopped, _: &mut Context<Self>) -> Self::Result {
+        MessageResult(self.stop.subscribe())
+    }
+}

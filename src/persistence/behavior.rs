@@ -1,0 +1,134 @@
+//! What a user writes: an event-sourced entity as a pure decision and an event application.
+
+use std::fmt::Display;
+
+use serde::de::DeserializeOwned;
+use serde::Serialize;
+
+use crate::codec::{self, CodecError};
+
+/// An event-sourced entity: the type is its state; commands come in, a pure
+/// [`decide`](Self::decide) turns a command and the current state into events (and a reply),
+/// and [`apply`](Self::apply) folds each event into the state. A
+/// [`PersistentActor`](crate::persistence::PersistentActor) runs it: it stores the events in a
+/// journal before it replies, and recovers the state on start from the latest snapshot
+/// (`Serialize`/`Deserialize` of the state) plus the events after it.
+///
+/// `decide` must be pure: it may run again for the same command (after a conflicting writer
+/// was caught up with), and its effects count only through the events it returns. Side
+/// effects go through what the actor offers after the commit (the reply), never into
+/// `decide` itself.
+///
+/// ```
+/// use actix_delivery::persistence::{Decision, EventSourced};
+/// use serde::{Deserialize, Serialize};
+///
+/// #[derive(Default, Serialize, Deserialize)]
+/// struct Account {
+///     balance: i64,
+/// }
+///
+/// enum Command {
+///     Deposit(i64),
+///     Withdraw(i64),
+/// }
+///
+/// #[derive(Serialize, Deserialize)]
+/// enum Event {
+///     Deposited(i64),
+///     Withdrew(i64),
+/// }
+///
+/// impl EventSourced for Account {
+///     type Command = Command;
+///     type Event = Event;
+///     type Reply = i64; // the new balance
+///     type Rejection = String;
+///
+///     fn decide(&self, command: &Command) -> Result<Decision<Self>, String> {
+///         match *command {
+///             Command::Deposit(n) => Ok(Decision::persist([Event::Deposited(n)], self.balance + n)),
+///             Command::Withdraw(n) if n > self.balance => Err(format!("only {} left", self.balance)),
+///             Command::Withdraw(n) => Ok(Decision::persist([Event::Withdrew(n)], self.balance - n)),
+///         }
+///     }
+///
+///     fn apply(&mut self, event: &Event) {
+///         match *event {
+///             Event::Deposited(n) => self.balance += n,
+///             Event::Withdrew(n) => self.balance -= n,
+///         }
+///     }
+/// }
+/// ```
+pub trait EventSourced: Default + Serialize + DeserializeOwned + 'static {
+    /// What the entity is asked to do.
+    type Command: Send + 'static;
+    /// What it stores: each event is a fact that happened.
+    type Event: Serialize + DeserializeOwned + 'static;
+    /// What a command's caller gets back once the command's events are durable.
+    type Reply: Send + 'static;
+    /// Why a command was refused (nothing is stored).
+    type Rejection: Display + Send + 'static;
+
+    /// The pure decision: the events `command` causes in the current state, and the reply;
+    /// or why it is refused.
+    ///
+    /// # Errors
+    /// The rejection, if the command is refused (no events are stored).
+    fn decide(&self, command: &Self::Command) -> Result<Decision<Self>, Self::Rejection>;
+
+    /// Folds one event into the state. Called for each new event right after `decide`, and
+    /// for each stored event during recovery: it must not fail.
+    fn apply(&mut self, event: &Self::Event);
+}
+
+/// The outcome of [`EventSourced::decide`]: the events to store, the deliveries to make, and
+/// the reply to give once they are stored.
+pub struct Decision<E: EventSourced> {
+    pub(crate) events: Vec<E::Event>,
+    pub(crate) reply: E::Reply,
+    /// To a destination (by name): the encoded message.
+    pub(crate) deliveries: Vec<(String, Result<Vec<u8>, CodecError>)>,
+}
+
+impl<E: EventSourced> Decision<E> {
+    /// Store `events`, then reply `reply`.
+    pub fn persist(events: impl IntoIterator<Item = E::Event>, reply: E::Reply) -> Self {
+        Self {
+            events: events.into_iter().collect(),
+            reply,
+            deliveries: Vec::new(),
+        }
+    }
+
+    /// Store nothing, reply `reply` (still only after what was decided before is durable).
+    pub fn reply(reply: E::Reply) -> Self {
+        Self {
+            events: Vec::new(),
+            reply,
+            deliveries: Vec::new(),
+        }
+    }
+
+    /// Also delivers `message` to the destination named `to` (an outbox destination the actor
+    /// was started with, see [`Outbox`](crate::persistence::Outbox)): reliably, at least once,
+    /// and only if this decision is stored. The record of the delivery is stored in the same
+    /// journal entry as the events, so a delivery exists if and only if its events exist; it is
+    /// sent after the commit, and sent again after a recovery until its destination confirms
+    /// it.
+    pub fn deliver(mut self, to: &str, message: &impl Serialize) -> Self {
+        self.deliveries
+            .push((to.to_owned(), codec::encode(message)));
+        self
+    }
+}
+
+impl<E: EventSourced> std::fmt::Debug for Decision<E> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Decision")
+            .field("events", &self.events.len())
+            .field("deliveries", &self.deliveries.len())
+            .finish_non_exhaustive()
+    }
+}

@@ -1,0 +1,115 @@
+//! The settings of a persistent actor.
+
+use serde::{Deserialize, Serialize};
+
+use crate::error::OptionsError;
+
+/// Settings of a [`PersistentActor`](crate::persistence::PersistentActor). `Default` gives the
+/// documented defaults; loadable with serde like the controllers' settings.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct PersistentConfig {
+    /// Save a snapshot (state and delivery record) after this many events since the last one;
+    /// `None` (the default) never does. Recovery then reads the latest snapshot and the
+    /// events after it.
+    pub snapshot_every: Option<u64>,
+    /// After a snapshot is saved, delete the events it covers, so the journal holds one
+    /// snapshot interval of events instead of the whole history. Default false.
+    pub delete_events_on_snapshot: bool,
+    /// Commands that arrive during recovery wait, up to this many; more get
+    /// [`CommandError::Overloaded`](crate::persistence::CommandError::Overloaded). Default
+    /// 10 000; positive.
+    pub max_recovery_buffer: usize,
+    /// The delivery record keeps the marks of at most this many producer ids (the least
+    /// recently recorded one is dropped beyond; a retransmission from it would be processed
+    /// again). Default 1024; positive.
+    pub max_producers: usize,
+    /// Recovery reads the journal this many events at a time. Default 1024; positive.
+    pub replay_page: usize,
+    /// Must follow: a command from a delivery whose predecessor from the same producer was
+    /// not processed is refused ([`CommandError::OutOfOrder`](crate::persistence::CommandError::OutOfOrder):
+    /// no ACK, it is retransmitted), so each producer's order holds across crashes of either
+    /// side. A predecessor the producer gave up (`max_attempts`) is skipped: the producer's
+    /// window start moves past it. Default false.
+    pub must_follow: bool,
+    /// Outbox: a decision that would leave more than this many deliveries to one destination
+    /// unconfirmed is refused ([`CommandError::OutboxFull`](crate::persistence::CommandError::OutboxFull)).
+    /// Default 10 000; positive.
+    pub max_unconfirmed: usize,
+    /// Outbox: warn (rate-limited) when a delivery is sent this many times without a
+    /// confirmation. Default 5; positive.
+    pub warn_after_attempts: u32,
+}
+
+impl Default for PersistentConfig {
+    fn default() -> Self {
+        Self {
+            snapshot_every: None,
+            delete_events_on_snapshot: false,
+            max_recovery_buffer: 10_000,
+            max_producers: 1024,
+            replay_page: 1024,
+            must_follow: false,
+            max_unconfirmed: 10_000,
+            warn_after_attempts: 5,
+        }
+    }
+}
+
+impl PersistentConfig {
+    /// Checks every rule; the error names the first offending field.
+    ///
+    /// # Errors
+    /// [`OptionsError`] naming the field and the rule it breaks.
+    pub fn validate(&self) -> Result<(), OptionsError> {
+        if self.snapshot_every == Some(0) {
+            return Err(OptionsError::new(
+                "snapshot_every",
+                "must be positive or absent (got 0)",
+            ));
+        }
+        for (field, value) in [
+            ("max_recovery_buffer", self.max_recovery_buffer),
+            ("max_producers", self.max_producers),
+            ("replay_page", self.replay_page),
+            ("max_unconfirmed", self.max_unconfirmed),
+            ("warn_after_attempts", self.warn_after_attempts as usize),
+        ] {
+            if value == 0 {
+                return Err(OptionsError::new(field, "must be positive (got 0)"));
+            }
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn defaults_are_valid_and_zeros_name_their_field() {
+        assert_eq!(PersistentConfig::default().validate(), Ok(()));
+        let field = |config: PersistentConfig| config.validate().unwrap_err().field;
+        let base = PersistentConfig::default;
+        assert_eq!(
+            field(PersistentConfig {
+                snapshot_every: Some(0),
+                ..base()
+            }),
+            "snapshot_every"
+        );
+        assert_eq!(
+            field(PersistentConfig {
+                replay_page: 0,
+                ..base()
+            }),
+            "replay_page"
+        );
+        let loaded: PersistentConfig =
+            serde_json::from_str(r#"{"snapshot_every": 100, "delete_events_on_snapshot": true}"#)
+                .unwrap();
+        assert_eq!(loaded.snapshot_every, Some(100));
+        assert_eq!(loaded.max_producers, 1024);
+    }
+}

@@ -1,0 +1,64 @@
+//! Why a command got no reply of its own.
+
+use std::fmt::Display;
+
+use crate::codec::CodecError;
+use crate::journal::JournalError;
+
+/// Why a command sent to a [`PersistentActor`](crate::persistence::PersistentActor) did not
+/// get its reply. `R` is the entity's rejection type.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum CommandError<R: Display> {
+    /// The entity refused the command (its decision); nothing was stored.
+    #[error("rejected: {0}")]
+    Rejected(R),
+    /// Storing this command's events, or those of a command before it, failed: they were not
+    /// reported stored (with a storage error they may still be on disk; the actor stopped,
+    /// and a restart recovers whatever the journal holds).
+    #[error("the journal failed: {0}")]
+    Journal(JournalError),
+    /// The actor could not recover its state from the journal; it stopped.
+    #[error("recovery failed: {0}")]
+    Recovery(JournalError),
+    /// The command's delivery is stale: its producer had declared it settled before the
+    /// entity processed it, so it is neither processed nor confirmed.
+    #[error("the delivery is stale: its producer declared it settled, it was not processed")]
+    Stale,
+    /// With must-follow: the command's delivery came before its predecessor was processed
+    /// (`expected` is the seq that must come first); it is refused and retransmitted.
+    #[error("the delivery does not follow its predecessor: seq {expected} must come first")]
+    OutOfOrder {
+        /// The seq the entity waits for.
+        expected: u64,
+    },
+    /// The decision delivers to a destination the actor has no outbox lane for; nothing was
+    /// stored.
+    #[error("no outbox destination named `{0}`")]
+    UnknownDestination(String),
+    /// The decision would leave more than `max_unconfirmed` deliveries to `destination`
+    /// unconfirmed; nothing was stored (retry once deliveries are confirmed).
+    #[error(
+        "the outbox to `{destination}` has {unconfirmed} unconfirmed deliveries, the most allowed"
+    )]
+    OutboxFull {
+        /// The destination.
+        destination: String,
+        /// Its unconfirmed deliveries.
+        unconfirmed: usize,
+    },
+    /// The events could not be encoded (too large, or their `Serialize` failed); nothing was
+    /// stored or applied.
+    #[error("the events cannot be encoded: {0}")]
+    Encoding(CodecError),
+    /// More commands arrived during recovery than the actor buffers
+    /// ([`PersistentConfig::max_recovery_buffer`](crate::persistence::PersistentConfig)).
+    #[error("the actor is recovering and {buffered} commands wait already")]
+    Overloaded {
+        /// Commands waiting for the recovery.
+        buffered: usize,
+    },
+    /// The actor stopped (or was stopped) before the command was decided.
+    #[error("the persistent actor has stopped")]
+    Stopped,
+}

@@ -1,0 +1,180 @@
+//! The application's side of a persistent actor, and the effectively-once consumer built on it.
+
+use std::future::Future;
+use std::sync::Arc;
+
+use actix::prelude::*;
+
+use crate::error::OptionsError;
+use crate::handler::DeliveryHandler;
+use crate::journal::{Journal, PersistenceId};
+use crate::persistence::actor::{Execute, GetPersistentStats, PersistentActor, StopPersistent};
+use crate::persistence::behavior::EventSourced;
+use crate::persistence::config::PersistentConfig;
+use crate::persistence::core::{Outcome, PersistentStats};
+use crate::persistence::error::CommandError;
+use crate::persistence::outbox::Outbox;
+use crate::protocol::envelope::DeliveryInfo;
+use crate::stop_signal::{wait_stopped, SubscribeStopped};
+
+/// The application's side of a [`PersistentActor`]: ask it commands, stop it. Cheap to clone.
+pub struct PersistentHandle<E: EventSourced> {
+    addr: Addr<PersistentActor<E>>,
+}
+
+impl<E: EventSourced> Clone for PersistentHandle<E> {
+    fn clone(&self) -> Self {
+        Self {
+            addr: self.addr.clone(),
+        }
+    }
+}
+
+impl<E: EventSourced> PersistentHandle<E> {
+    /// Starts the entity of stream `id` on the current arbiter; it recovers its state first.
+    ///
+    /// # Errors
+    /// [`OptionsError`] if `config` is invalid.
+    pub fn start(
+        journal: Arc<dyn Journal>,
+        id: PersistenceId,
+        config: PersistentConfig,
+    ) -> Result<Self, OptionsError> {
+        config.validate()?;
+        let addr = PersistentActor::new(journal, id, config).start();
+        Ok(Self { addr })
+    }
+
+    /// Starts the entity under an Actix `Supervisor`: after a failed append it restarts and
+    /// recovers from the journal. [`stop`](Self::stop) still stops it for good.
+    ///
+    /// # Errors
+    /// [`OptionsError`] if `config` is invalid.
+    pub fn start_supervised(
+        journal: Arc<dyn Journal>,
+        id: PersistenceId,
+        config: PersistentConfig,
+    ) -> Result<Self, OptionsError> {
+        config.validate()?;
+        let addr = Supervisor::start(move |_| PersistentActor::new(journal, id, config));
+        Ok(Self { addr })
+    }
+
+    /// Starts the entity under an Actix `Supervisor` with an outbox: its decisions may deliver
+    /// to `outbox`'s destinations ([`Decision::deliver`](crate::persistence::Decision::deliver)).
+    ///
+    /// # Errors
+    /// [`OptionsError`] if `config` is invalid or a lane's producer id (`<id>/<name>`) is
+    /// longer than 256 bytes.
+    pub fn start_with_outbox(
+        journal: Arc<dyn Journal>,
+        id: PersistenceId,
+        config: PersistentConfig,
+        outbox: Outbox,
+    ) -> Result<Self, OptionsError> {
+        config.validate()?;
+        outbox.check(&id)?;
+        let addr =
+            Supervisor::start(move |_| PersistentActor::with_outbox(journal, id, config, outbox));
+        Ok(Self { addr })
+    }
+
+    /// A handle for an actor started elsewhere.
+    pub fn new(addr: Addr<PersistentActor<E>>) -> Self {
+        Self { addr }
+    }
+
+    /// Sends a command; resolves with the reply once its events are durable.
+    ///
+    /// # Errors
+    /// The [`CommandError`]: rejected, the journal failed, the actor stopped, …
+    pub fn ask(
+        &self,
+        command: E::Command,
+    ) -> impl Future<Output = Result<E::Reply, CommandError<E::Rejection>>> + 'static {
+        let answer = self.addr.send(Execute::new(command));
+        async move {
+            match answer.await.unwrap_or(Err(CommandError::Stopped))? {
+                Outcome::Done(reply) => Ok(reply),
+                Outcome::AlreadyProcessed => {
+                    unreachable!("only a command with a delivery can have been processed before")
+                }
+            }
+        }
+    }
+
+    /// Sends a command that came from the delivery `info`. Resolves once its events and the
+    /// delivery's processed mark are durable ([`Outcome::Done`]), or at once with
+    /// [`Outcome::AlreadyProcessed`] (after what was decided before it is durable) if the
+    /// delivery was processed before.
+    ///
+    /// # Errors
+    /// The [`CommandError`]; [`CommandError::Stale`] for a delivery its producer had settled.
+    pub fn ask_delivered(
+        &self,
+        info: DeliveryInfo,
+        command: E::Command,
+    ) -> impl Future<Output = Result<Outcome<E::Reply>, CommandError<E::Rejection>>> + 'static {
+        let answer = self.addr.send(Execute::delivered(info, command));
+        async move { answer.await.unwrap_or(Err(CommandError::Stopped)) }
+    }
+
+    /// The handler of an **effectively-once consumer**: each new message becomes a command
+    /// (`to_command`) carrying its delivery; the message is ACKed once the entity's reply says
+    /// the command's events and the mark are durable, or that the delivery was processed
+    /// before. A rejection or an error: no ACK, and the producer retransmits. The handler is
+    /// [pipelined](DeliveryHandler::pipelined): commands reach the entity in delivery order
+    /// without waiting for each other's commit, so they share journal writes.
+    ///
+    /// ```no_run
+    /// # use actix_delivery::persistence::{EventSourced, PersistentHandle};
+    /// # use actix_delivery::{ConsumerOptions, ReliableDelivery};
+    /// # fn demo<E: EventSourced>(entity: PersistentHandle<E>, to_command: fn(u64) -> E::Command) {
+    /// let consumer = ReliableDelivery::consumer(
+    ///     ConsumerOptions::builder(entity.delivery_handler(to_command)).build().unwrap(),
+    /// );
+    /// # }
+    /// ```
+    pub fn delivery_handler<T: 'static>(
+        &self,
+        mut to_command: impl FnMut(T) -> E::Command + 'static,
+    ) -> DeliveryHandler<T> {
+        let entity = self.clone();
+        // Pipelined: the command is in the entity's mailbox (in delivery order) when the call
+        // returns; the next message need not wait for this one's commit.
+        DeliveryHandler::pipelined(move |info: DeliveryInfo, body: T| {
+            let answer = entity.ask_delivered(info, to_command(body));
+            async move { answer.await.map(drop) }
+        })
+    }
+
+    /// Stops the actor for good once what it decided is stored; commands sent afterwards get
+    /// [`CommandError::Stopped`].
+    pub fn stop(&self) {
+        self.addr.do_send(StopPersistent);
+    }
+
+    /// Resolves once the actor has stopped for good.
+    pub fn stopped(&self) -> impl Future<Output = ()> + 'static {
+        wait_stopped(self.addr.send(SubscribeStopped))
+    }
+
+    /// The actor's counters.
+    ///
+    /// # Errors
+    /// [`MailboxError`] if the actor has stopped.
+    pub async fn stats(&self) -> Result<PersistentStats, MailboxError> {
+        self.addr.send(GetPersistentStats).await
+    }
+
+    /// The actor's address.
+    pub fn addr(&self) -> &Addr<PersistentActor<E>> {
+        &self.addr
+    }
+}
+
+impl<E: EventSourced> std::fmt::Debug for PersistentHandle<E> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PersistentHandle").finish_non_exhaustive()
+    }
+}

@@ -1,0 +1,64 @@
+//! Persistence: event-sourced entities whose commands are answered only once their events are
+//! durable, and the effectively-once consumer built on them.
+//!
+//! An [`EventSourced`] type describes an entity: a pure [`decide`](EventSourced::decide) turns
+//! a command and the state into events and a reply, [`apply`](EventSourced::apply) folds events
+//! into the state. A [`PersistentActor`] runs it over a [`Journal`](crate::journal::Journal)
+//! stream: it recovers the state on start, applies each command's events at once, and replies
+//! only after they are committed. Commands decided while one append is in flight share the next
+//! append, so one entity commits many commands per journal write.
+//!
+//! # Effectively once
+//!
+//! A command may carry the [`DeliveryInfo`](crate::DeliveryInfo) of the message it came from.
+//! The actor then stores the delivery's *processed mark* in the same journal entry as the
+//! command's events, and keeps a record of processed deliveries (per producer incarnation, the
+//! dedup windows of the consumer) as part of its recovered state and snapshots. A delivery whose
+//! mark is recorded is answered [`Outcome::AlreadyProcessed`] without deciding again.
+//!
+//! [`PersistentHandle::delivery_handler`] makes that a consumer: each new message becomes a
+//! command; the message is ACKed once the reply says the command is durable (or was processed
+//! before). So across any number of consumer crashes and restarts:
+//!
+//! - crash before the commit: no ACK, the producer retransmits, the command is decided again on
+//!   the recovered state (which does not have it);
+//! - crash after the commit, before the ACK reached the producer: the producer retransmits, the
+//!   recovered record knows the delivery, it is answered at once and ACKed;
+//!
+//! **every message's events are stored exactly once.** What this does not cover: side effects
+//! outside the journal. An email sent, or an HTTP call made, from the handler or after the
+//! reply, happens at least once: make it idempotent, or emit it as a delivery of its own.
+//! The record forgets producers beyond `max_producers` (least recently recorded first): a
+//! retransmission from a forgotten producer is processed again.
+//!
+//! A delivery below its producer's window start that was never processed is *stale*: it is
+//! refused ([`CommandError::Stale`]), never processed and never ACKed, exactly as the consumer
+//! does (see the crate docs on trust).
+//!
+//! # Two instances of one entity
+//!
+//! The journal's fence makes a second writer of the stream harmless: an append at a seq the
+//! other instance already wrote fails with a conflict, and the losing actor catches up (replays
+//! what the other wrote, marks included) and decides the same commands again. A delivery the
+//! other instance processed is then answered as already processed.
+
+mod actor;
+mod behavior;
+mod config;
+mod core;
+mod delivery_record;
+mod entry;
+mod error;
+mod handle;
+mod outbox;
+mod outbox_state;
+
+pub use self::actor::{
+    recover_state, Execute, GetPersistentStats, PersistentActor, StopPersistent,
+};
+pub use self::behavior::{Decision, EventSourced};
+pub use self::config::PersistentConfig;
+pub use self::core::{Outcome, PersistentStats};
+pub use self::error::CommandError;
+pub use self::handle::PersistentHandle;
+pub use self::outbox::Outbox;

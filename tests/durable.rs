@@ -1,0 +1,333 @@
+//! Durable producers over a MemoryJournal, under virtual time: write-ahead, batching of stores
+//! and settlement records, resuming a stream (same incarnation, same seqs), compaction, the
+//! fence against a second producer, and journal failures.
+
+mod common;
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use actix::prelude::*;
+use actix_delivery::durable::{DurableConfirmation, DurableOptions, MessageId};
+use actix_delivery::journal::{Journal, MemoryJournal, PersistenceId};
+use actix_delivery::{
+    ConsumerHandle, ConsumerOptions, ConsumerRef, Delivery, DeliveryError, DeliveryHandler,
+    ProducerHandle, ProducerOptions, ReliableDelivery,
+};
+use common::{settle, settle_for, Log};
+
+fn stream() -> PersistenceId {
+    PersistenceId::new("orders-out").unwrap()
+}
+
+/// A consumer recording each body its handler runs for.
+fn consumer() -> (ConsumerHandle<u32>, Log<u32>) {
+    let handled = Log::default();
+    let log = handled.clone();
+    let handler = DeliveryHandler::from_fn(move |body: u32| {
+        log.push(body);
+        async { Ok::<(), String>(()) }
+    });
+    let options = ConsumerOptions::builder(handler).build().unwrap();
+    (ReliableDelivery::consumer(options), handled)
+}
+
+/// A link to `consumer` that can be cut (deliveries lost) and records what passes.
+fn link(consumer: &ConsumerHandle<u32>) -> (ConsumerRef<u32>, Arc<AtomicBool>, Log<(u128, u64)>) {
+    let cut = Arc::new(AtomicBool::new(false));
+    let seen = Log::default();
+    let (target, is_cut, log) = (consumer.consumer_ref(), cut.clone(), seen.clone());
+    let link = ConsumerRef::from_fn(move |deliveries: Vec<Delivery<u32>>| {
+        for d in &deliveries {
+            log.push((d.incarnation.as_u128(), d.seq));
+        }
+        if !is_cut.load(Ordering::SeqCst) {
+            target.do_send_all(deliveries.into_iter());
+        }
+    });
+    (link, cut, seen)
+}
+
+fn durable_producer(
+    journal: &MemoryJournal,
+    to: ConsumerRef<u32>,
+    configure: impl FnOnce(DurableOptions) -> DurableOptions,
+) -> ProducerHandle<u32> {
+    let options = ProducerOptions::builder(to)
+        .producer_id("orders")
+        .window_size(4)
+        .resend_timeout(Duration::from_millis(100))
+        .build()
+        .unwrap();
+    let durable = configure(DurableOptions::new(Arc::new(journal.clone()), stream()));
+    ReliableDelivery::durable_producer(options, durable).unwrap()
+}
+
+#[actix::test]
+async fn a_message_is_stored_before_it_is_sent_and_a_burst_is_one_append() {
+    tokio::time::pause();
+    let journal = MemoryJournal::new();
+    let (consumer, handled) = consumer();
+    let (to, _, seen) = link(&consumer);
+    let producer = durable_producer(&journal, to, |d| d);
+    settle().await; // the stream is open
+    let opened = journal.stats();
+    journal.faults().hold_commits();
+    for body in 1..=10 {
+        producer.tell(body, |_| ()).unwrap();
+    }
+    settle_for(10_000).await;
+    assert!(
+        seen.snapshot().is_empty(),
+        "nothing sent before the store committed"
+    );
+    assert_eq!(journal.faults().held(), 1, "ten tells, one append");
+    journal.faults().release();
+    producer.idle().await;
+    assert_eq!(handled.snapshot(), (1..=10).collect::<Vec<_>>());
+    let stats = producer.stats().await.unwrap();
+    assert_eq!((stats.stored, stats.confirmed), (10, 10));
+    let appends = journal.stats().appends - opened.appends;
+    assert!(
+        appends <= 4,
+        "one store, settlements in a few batches: {appends}"
+    );
+}
+
+#[actix::test]
+async fn store_resolves_when_stored_and_confirmed_when_the_settlement_is_recorded() {
+    tokio::time::pause();
+    let journal = MemoryJournal::new();
+    let (consumer, handled) = consumer();
+    let producer = durable_producer(&journal, consumer.consumer_ref(), |d| d);
+    let stored = producer.store(7).await.unwrap();
+    assert_eq!(stored.id, MessageId(1));
+    assert_eq!(stored.confirmed().await, Ok(()));
+    assert_eq!(handled.snapshot(), [7]);
+    let plain = ReliableDelivery::producer(ProducerOptions::builder(&consumer).build().unwrap());
+    assert_eq!(plain.store(1).await.unwrap_err(), DeliveryError::NotDurable);
+}
+
+/// Records the confirmations a durable producer sends to its sink.
+struct Sink(Log<DurableConfirmation>);
+
+impl Actor for Sink {
+    type Context = Context<Self>;
+}
+
+impl Handler<DurableConfirmation> for Sink {
+    type Result = ();
+    fn handle(&mut self, confirmation: DurableConfirmation, _: &mut Context<Self>) {
+        self.0.push(confirmation);
+    }
+}
+
+#[actix::test]
+async fn a_restarted_producer_keeps_its_incarnation_and_resends_what_is_unsettled_under_the_same_seqs(
+) {
+    tokio::time::pause();
+    let journal = MemoryJournal::new();
+    let (consumer, handled) = consumer();
+    let (to, cut, seen) = link(&consumer);
+    let first = durable_producer(&journal, to.clone(), |d| d);
+    first.send(1).await.unwrap();
+    cut.store(true, Ordering::SeqCst); // the consumer is unreachable
+    for body in 2..=6 {
+        first.store(body).await.unwrap();
+    }
+    first.stop();
+    first.stopped().await; // a crash would do the same: nothing unsettled is lost
+    let before = seen.snapshot();
+    let incarnation = before[0].0;
+    cut.store(false, Ordering::SeqCst);
+    let sunk = Log::default();
+    let sink = Sink(sunk.clone()).start();
+    let second = durable_producer(&journal, to, |d| d.confirmations(sink.recipient()));
+    second.idle().await;
+    settle().await;
+    let after: Vec<(u128, u64)> = seen.snapshot()[before.len()..].to_vec();
+    assert!(
+        after.iter().all(|&(i, _)| i == incarnation),
+        "the same incarnation"
+    );
+    let mut resent: Vec<u64> = after.iter().map(|&(_, seq)| seq).collect();
+    resent.dedup();
+    assert_eq!(
+        resent,
+        [2, 3, 4, 5, 6],
+        "under their original seqs, in order"
+    );
+    assert_eq!(handled.snapshot(), [1, 2, 3, 4, 5, 6]);
+    let mut ids: Vec<u64> = sunk.snapshot().iter().map(|c| c.id.0).collect();
+    ids.sort_unstable();
+    assert_eq!(ids, [2, 3, 4, 5, 6], "their confirmations reach the sink");
+    let stats = second.stats().await.unwrap();
+    assert_eq!((stats.resumed, stats.resumed_confirmed), (5, 5));
+    // It continues the seq.
+    second.send(7).await.unwrap();
+    assert_eq!(seen.snapshot().last().map(|&(_, seq)| seq), Some(7));
+}
+
+#[actix::test]
+async fn a_consumer_that_lived_through_the_crash_recognises_what_it_handled() {
+    tokio::time::pause();
+    let journal = MemoryJournal::new();
+    let (consumer, handled) = consumer();
+    // The consumer handles everything, but no ACK comes back.
+    let target = consumer.consumer_ref();
+    let lost_acks = ConsumerRef::from_fn(move |deliveries: Vec<Delivery<u32>>| {
+        let nowhere = actix_delivery::ReplyTo::from_fn(|_| ());
+        target.do_send_all(deliveries.into_iter().map(|mut d| {
+            d.reply_to = Some(nowhere.clone());
+            d
+        }));
+    });
+    let first = durable_producer(&journal, lost_acks, |d| d);
+    for body in 1..=3 {
+        first.store(body).await.unwrap();
+    }
+    settle_for(50).await;
+    first.stop();
+    first.stopped().await;
+    assert_eq!(handled.snapshot(), [1, 2, 3]);
+    let second = durable_producer(&journal, consumer.consumer_ref(), |d| d);
+    second.idle().await;
+    assert_eq!(
+        handled.snapshot(),
+        [1, 2, 3],
+        "recognised as duplicates, not run again"
+    );
+    assert_eq!(consumer.stats().await.unwrap().duplicates, 3);
+}
+
+#[actix::test]
+async fn starting_on_an_empty_or_fully_settled_stream_just_works() {
+    tokio::time::pause();
+    let journal = MemoryJournal::new();
+    let (consumer, handled) = consumer();
+    for round in 0..3 {
+        let producer = durable_producer(&journal, consumer.consumer_ref(), |d| d);
+        producer.idle().await;
+        assert_eq!(producer.stats().await.unwrap().resumed, 0, "round {round}");
+        producer.send(round).await.unwrap();
+        producer.stop();
+        producer.stopped().await;
+    }
+    assert_eq!(handled.snapshot(), [0, 1, 2]);
+}
+
+#[actix::test]
+async fn a_second_live_producer_on_the_same_stream_fails_clearly() {
+    tokio::time::pause();
+    let journal = MemoryJournal::new();
+    let (consumer, handled) = consumer();
+    let first = durable_producer(&journal, consumer.consumer_ref(), |d| d);
+    let second = durable_producer(&journal, consumer.consumer_ref(), |d| d);
+    settle().await;
+    first.send(1).await.unwrap();
+    let refused = second.send(2).await;
+    let Err(DeliveryError::Storage(reason)) = refused else {
+        panic!("expected a storage error, got {refused:?}");
+    };
+    assert!(
+        reason.contains("another producer writes this stream"),
+        "{reason}"
+    );
+    assert_eq!(handled.snapshot(), [1]);
+    first.send(3).await.unwrap();
+}
+
+#[actix::test]
+async fn settled_messages_are_compacted_away() {
+    tokio::time::pause();
+    let journal = MemoryJournal::new();
+    let (consumer, _) = consumer();
+    let producer = durable_producer(&journal, consumer.consumer_ref(), |d| d.snapshot_every(10));
+    for body in 0..500 {
+        producer.send(body).await.unwrap();
+    }
+    settle().await;
+    let highest = journal.highest_seq(&stream()).await.unwrap();
+    let kept = journal
+        .replay(&stream(), 1, u64::MAX, 10_000)
+        .await
+        .unwrap();
+    let snapshot = journal.load_snapshot(&stream()).await.unwrap().unwrap();
+    assert!(highest >= 500, "{highest} writes");
+    assert!(
+        kept.len() <= 10,
+        "{} writes kept after the snapshot",
+        kept.len()
+    );
+    assert!(
+        snapshot.payload.len() < 200,
+        "nothing unsettled in it: {} bytes",
+        snapshot.payload.len()
+    );
+}
+
+#[actix::test]
+async fn a_failed_store_reaches_the_caller_and_the_restarted_producer_resumes() {
+    tokio::time::pause();
+    let journal = MemoryJournal::new();
+    let (consumer, handled) = consumer();
+    let producer = durable_producer(&journal, consumer.consumer_ref(), |d| d);
+    producer.send(1).await.unwrap();
+    journal.faults().fail_nth_append(1);
+    let failed = producer.send(2).await;
+    assert!(
+        matches!(failed, Err(DeliveryError::Storage(_))),
+        "{failed:?}"
+    );
+    // The supervisor restarted it: it goes on from the journal.
+    producer.send(3).await.unwrap();
+    assert_eq!(handled.snapshot(), [1, 3], "2 was never stored, never sent");
+}
+
+#[actix::test]
+async fn a_durable_producer_needs_a_fixed_id() {
+    let journal = MemoryJournal::new();
+    let (consumer, _) = consumer();
+    let options = ProducerOptions::builder(&consumer).build().unwrap();
+    let durable = DurableOptions::new(Arc::new(journal), stream());
+    let error = ReliableDelivery::durable_producer(options, durable).unwrap_err();
+    assert_eq!(error.field, "producer_id");
+}
+
+#[actix::test]
+async fn a_crash_before_settlements_are_recorded_resends_without_being_refused_as_stale() {
+    tokio::time::pause();
+    let journal = MemoryJournal::new();
+    let (consumer, handled) = consumer();
+    let (to, cut, _) = link(&consumer);
+    let producer = durable_producer(&journal, to, |d| d);
+    cut.store(true, Ordering::SeqCst);
+    let mut stored = Vec::new();
+    for body in 1..=8 {
+        stored.push(producer.store(body).await.unwrap());
+    }
+    // ACKs settle 1..=8 in memory, but their records are held, then lost with the process.
+    journal.faults().hold_commits();
+    cut.store(false, Ordering::SeqCst);
+    settle_for(1_000).await;
+    assert_eq!(handled.len(), 8);
+    journal.faults().crash();
+    for message in stored {
+        assert!(
+            message.confirmed().await.is_ok(),
+            "the consumer did confirm them"
+        );
+    }
+    // The restarted producer resends 1..=8 (unsettled in its journal); the consumer, which
+    // lived through it all, must recognise them, not refuse them as stale.
+    let idle = tokio::time::timeout(Duration::from_secs(60), producer.idle()).await;
+    assert!(
+        idle.is_ok(),
+        "resends were refused: {:?}",
+        producer.stats().await
+    );
+    assert_eq!(handled.len(), 8, "no handler ran twice");
+    let stats = consumer.stats().await.unwrap();
+    assert_eq!((stats.duplicates, stats.stale), (8, 0));
+}

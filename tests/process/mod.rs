@@ -1,0 +1,96 @@
+//! Real child processes for crash tests: the test binary runs one of its own tests as the
+//! child (selected by an environment variable), talks to it over stdin/stdout, and kills it
+//! with SIGKILL (`std::process::Child::kill` sends SIGKILL on Unix).
+#![allow(dead_code)] // each test binary uses a different subset
+
+use std::io::{BufRead, BufReader, Write};
+use std::process::{ChildStdin, Command, Stdio};
+use std::sync::mpsc::{self, Receiver};
+use std::time::{Duration, Instant};
+
+/// A running child process and its output, line by line.
+pub struct Child {
+    process: std::process::Child,
+    stdin: Option<ChildStdin>,
+    lines: Receiver<String>,
+}
+
+/// Runs the test `entry` of this test binary as a child, with `env` set (the entry checks it
+/// to know it is the child).
+pub fn spawn(entry: &str, env: &[(&str, String)]) -> Child {
+    let mut command = Command::new(std::env::current_exe().expect("the test binary"));
+    command
+        .args([entry, "--exact", "--nocapture", "--test-threads=1"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit());
+    for (key, value) in env {
+        command.env(key, value);
+    }
+    let mut process = command.spawn().expect("spawn the child");
+    let stdout = process.stdout.take().expect("piped");
+    let (sender, lines) = mpsc::channel();
+    // libtest announces the test without a newline: the child's first line follows it.
+    let announcement = format!("test {entry} ... ");
+    std::thread::spawn(move || {
+        for line in BufReader::new(stdout).lines() {
+            let Ok(line) = line else { break };
+            let line = line
+                .strip_prefix(&announcement)
+                .map_or(line.clone(), str::to_owned);
+            if sender.send(line).is_err() {
+                break;
+            }
+        }
+    });
+    Child {
+        stdin: process.stdin.take(),
+        process,
+        lines,
+    }
+}
+
+impl Child {
+    /// Writes one line to the child's stdin; false if the child is gone.
+    pub fn send(&mut self, line: &str) -> bool {
+        let Some(stdin) = &mut self.stdin else {
+            return false;
+        };
+        writeln!(stdin, "{line}")
+            .and_then(|()| stdin.flush())
+            .is_ok()
+    }
+
+    /// The next output line, waiting at most until `deadline`; `None` at the deadline or when
+    /// the child's output ended.
+    pub fn next_line(&self, deadline: Instant) -> Option<String> {
+        let wait = deadline.saturating_duration_since(Instant::now());
+        self.lines.recv_timeout(wait).ok()
+    }
+
+    /// Waits for a line starting with `prefix` (skipping others), at most `timeout`.
+    ///
+    /// # Panics
+    /// If none comes in time.
+    pub fn expect_line(&self, prefix: &str, timeout: Duration) -> String {
+        let deadline = Instant::now() + timeout;
+        while let Some(line) = self.next_line(deadline) {
+            if line.starts_with(prefix) {
+                return line;
+            }
+        }
+        panic!("the child printed no line starting with {prefix:?} within {timeout:?}");
+    }
+
+    /// SIGKILLs the child and reaps it.
+    pub fn kill(mut self) {
+        let _ = self.process.kill();
+        let _ = self.process.wait();
+    }
+
+    /// Closes the child's stdin and waits for it to exit on its own.
+    pub fn finish(mut self) -> std::process::ExitStatus {
+        self.stdin = None;
+        self.process.wait().expect("wait for the child")
+    }
+}

@@ -133,6 +133,7 @@ fn long_run_unordered_four_producers_window_64() {
         handler: HandlerFaults {
             failure: 0.1,
             max_duration: Duration::ZERO,
+            ..HandlerFaults::NONE
         },
         ..Scenario::baseline(1, LONG_RUN_MESSAGES)
     });
@@ -160,6 +161,7 @@ fn long_run_ordered_two_producers_window_16() {
         handler: HandlerFaults {
             failure: 0.05,
             max_duration: ms(1),
+            ..HandlerFaults::NONE
         },
         ..Scenario::baseline(2, LONG_RUN_MESSAGES)
     });
@@ -178,6 +180,7 @@ fn long_run_window_1() {
         handler: HandlerFaults {
             failure: 0.05,
             max_duration: Duration::ZERO,
+            ..HandlerFaults::NONE
         },
         ..Scenario::baseline(3, LONG_RUN_MESSAGES)
     });

@@ -132,6 +132,7 @@ pub fn scenario(seed: u64, messages: usize) -> (FaultClass, Scenario) {
         handler: HandlerFaults {
             failure,
             max_duration: handler_max,
+            ..HandlerFaults::NONE
         },
         traffic: Traffic {
             max_gap: ms(*[0, 2, 20].choose(&mut rng).expect("non-empty")),

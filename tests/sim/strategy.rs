@@ -88,6 +88,7 @@ pub fn any_scenario() -> impl Strategy<Value = Scenario> {
                 handler: HandlerFaults {
                     failure,
                     max_duration: ms(handler_ms),
+                    ..HandlerFaults::NONE
                 },
                 traffic: Traffic {
                     max_gap: ms(gap),

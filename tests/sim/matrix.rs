@@ -6,7 +6,6 @@ use std::collections::BTreeMap;
 use std::fmt;
 use std::time::Duration;
 
-use actix_delivery::protocol::envelope::MAX_SEQ;
 use actix_delivery::{Backoff, ConsumerConfig, Limit, ProducerConfig};
 use rand::rngs::SmallRng;
 use rand::seq::IndexedRandom;
@@ -61,10 +60,6 @@ impl FaultClass {
 
 /// The window sizes of the matrix.
 const WINDOWS: [usize; 3] = [1, 16, 64];
-
-/// How far above the victim's highest transmitted seq a forgery starts (lifted above the
-/// victim's last seq, capped at `MAX_SEQ`): just above, a little, far, and as far as it goes.
-const JUMPS: [u64; 7] = [1, 2, 16, 1_000, 1 << 20, 1 << 40, MAX_SEQ];
 
 /// The scenario of `seed` with `messages` messages. The seed's low digits pick ordering,
 /// fault class, window size and producer count (1–4, at least 2 for shared ids), so that
@@ -159,7 +154,7 @@ pub fn scenario(seed: u64, messages: usize) -> (FaultClass, Scenario) {
                     victim,
                     after_seq: rng.random_range(1..=(sent * 3 / 4).max(1)),
                     delay: ms(rng.random_range(0..=200)),
-                    jump: *JUMPS.choose(&mut rng).expect("non-empty"),
+                    jump: *Forgery::JUMPS.choose(&mut rng).expect("non-empty"),
                     burst: rng.random_range(1..=20),
                     copies: rng.random_range(1..=2),
                 });

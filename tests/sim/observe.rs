@@ -3,8 +3,6 @@
 //! how often it ran; and the violations (of named rules) that can only be seen while the run is
 //! going on.
 
-use std::time::Duration;
-
 use super::stable_hash::StableMap;
 
 /// The identity of a message on the wire: producer (by index), incarnation and seq.
@@ -109,8 +107,6 @@ impl BodyRecord {
 pub struct ConsumerRestartRecord {
     /// The step of the restart.
     pub step: u64,
-    /// The simulated time of the restart.
-    pub at: Duration,
     /// Keys with a copy on the forward link at that moment.
     pub in_transit: Vec<Key>,
 }
@@ -130,9 +126,10 @@ pub struct Observations {
     pub forged_arrivals: u64,
     /// Arrivals (real or forged) at or below their window's predicted floor.
     pub predicted_stale: u64,
-    /// Handler runs whose drawn duration exceeds `handler_timeout`: their consumer life and
-    /// their deadline.
-    pub overdue_runs: Vec<(u32, Duration)>,
+    /// Handler runs whose drawn duration exceeds `handler_timeout`.
+    pub overdue_runs: u64,
+    /// Of those, the runs a consumer restart cut short before their deadline fired.
+    pub overdue_cut_by_restart: u64,
     /// Slow handler runs (see `HandlerFaults::slow`) that ended as the current run.
     pub slow_completed: u64,
     /// Consumer restarts, in order.

@@ -7,6 +7,7 @@ use std::ops::RangeInclusive;
 use std::time::Duration;
 
 use actix_delivery::protocol::dedup::MAX_INCARNATIONS_PER_ID;
+use actix_delivery::protocol::envelope::MAX_SEQ;
 use actix_delivery::{ConsumerConfig, Limit, ProducerConfig};
 
 /// An idle TTL at least this long never sweeps a window that is still needed in a simulation:
@@ -142,6 +143,11 @@ pub struct Forgery {
     pub copies: u32,
 }
 
+impl Forgery {
+    /// Jumps worth trying: just above the victim, a little, far, and as far as seqs go.
+    pub const JUMPS: [u64; 7] = [1, 2, 16, 1_000, 1 << 20, 1 << 40, MAX_SEQ];
+}
+
 /// One simulation run, fully determined by these fields.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Scenario {
@@ -214,11 +220,6 @@ impl Scenario {
     pub fn ids(&self) -> usize {
         self.shared_ids
             .map_or(self.producers, |ids| ids.min(self.producers))
-    }
-
-    /// Whether some producers share an id.
-    pub fn shares_ids(&self) -> bool {
-        self.ids() < self.producers
     }
 
     /// The most incarnations one id has over the run: its producers' lives (1 + restarts).

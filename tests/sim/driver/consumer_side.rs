@@ -267,11 +267,8 @@ impl World<'_> {
             HandlerOutcome::Failed("simulated failure".into())
         };
         let (duration, slow) = self.draw_duration();
-        if let Some(timeout) = self.scenario.consumer.handler_timeout.get() {
-            if duration > timeout {
-                self.obs.overdue_runs.push((self.life, self.now + timeout));
-            }
-        }
+        let timeout = self.scenario.consumer.handler_timeout.get();
+        self.obs.overdue_runs += u64::from(timeout.is_some_and(|timeout| duration > timeout));
         self.running = Some(RunningRun {
             key,
             run: self.runs,
@@ -387,6 +384,31 @@ impl World<'_> {
         }
         if let Some(body) = completion.next {
             self.start_running(body);
+        }
+    }
+
+    /// A consumer restart abandons the running run. If it outlasts `handler_timeout`, its
+    /// timeout will not fire, unless it should have fired already (rule **overdue runs are
+    /// abandoned**: its deadline passed, yet the consumer had not abandoned it).
+    fn restart_cuts_the_running_run(&mut self) {
+        let Some(timeout) = self.scenario.consumer.handler_timeout.get() else {
+            return;
+        };
+        let Some(running) = self.running.filter(|running| running.duration > timeout) else {
+            return;
+        };
+        if running.started + timeout < self.now {
+            self.obs.violation(
+                "overdue runs are abandoned",
+                self.step,
+                format!(
+                    "the run for {:?} (started at {:?}, taking {:?}) was still running at a \
+                     consumer restart after its handler_timeout {timeout:?} expired",
+                    running.key, running.started, running.duration
+                ),
+            );
+        } else {
+            self.obs.overdue_cut_by_restart += 1;
         }
     }
 
@@ -506,9 +528,9 @@ impl World<'_> {
         in_transit.sort_unstable();
         self.obs.consumer_restarts.push(ConsumerRestartRecord {
             step: self.step,
-            at: self.now,
             in_transit,
         });
+        self.restart_cuts_the_running_run();
         self.consumer.clear();
         self.floors.clear();
         self.life += 1;

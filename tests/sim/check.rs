@@ -6,11 +6,9 @@
 
 use std::collections::{HashMap, HashSet};
 
-use actix_delivery::protocol::dedup::MAX_INCARNATIONS_PER_ID;
-
 use super::driver::{End, Run, FORGED_BODY};
 use super::observe::{Key, KeyRecord};
-use super::scenario::{Disruption, Scenario};
+use super::scenario::{Disruption, Scenario, INCARNATIONS_KEPT_PER_ID};
 
 /// Every rule `run` breaks, in a deterministic order (empty: the run is correct).
 pub fn check(scenario: &Scenario, run: &Run) -> Vec<String> {
@@ -537,7 +535,7 @@ fn final_state(scenario: &Scenario, run: &Run, broken: &mut Broken) {
         );
     }
     let incarnations = scenario.most_incarnations_per_id();
-    if incarnations <= MAX_INCARNATIONS_PER_ID && stats.replaced_incarnations != 0 {
+    if incarnations <= INCARNATIONS_KEPT_PER_ID && stats.replaced_incarnations != 0 {
         broken.add(
             "consumer counters",
             format!(

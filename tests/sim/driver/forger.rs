@@ -14,7 +14,7 @@ use crate::sim::observe::{ForgedRecord, Key};
 use crate::sim::trace::TraceEvent;
 
 /// Replays of a forged delivery reach the consumer up to this long after its first copy.
-const REPLAY_SPREAD: Duration = Duration::from_millis(50);
+const REPLAY_SPREAD: Duration = Duration::from_millis(20);
 
 /// Time between consecutive forged seqs of a burst.
 const BURST_SPACING: Duration = Duration::from_millis(1);

@@ -1,9 +1,14 @@
 //! Deterministic simulation of the pure protocol cores (`ProducerCore`, `ConsumerCore`)
-//! through lossy, duplicating, reordering links with failing handlers, in virtual time.
+//! through lossy, duplicating, reordering links with failing, slow and stuck handlers, a
+//! forger and producers sharing ids, in virtual time.
 //!
-//! The matrix (1 000 seeds × 200 messages, every fault class, window sizes 1/16/64, 1–4
-//! producers, ordered and unordered), three runs of 100 000 messages, restart, eviction and
-//! sweep scenarios, a determinism check, and a proptest that shrinks failing scenarios.
+//! The matrix (1 000 seeds × 200 messages, nine fault classes including a hostile
+//! `window_start` forger, shared producer ids and stuck handlers under `handler_timeout`;
+//! window sizes 1/16/64, 1–4 producers, ordered and unordered), three runs of 100 000
+//! messages, restart, eviction and sweep scenarios, a determinism check, and a proptest that
+//! shrinks failing scenarios. Rules that must hold at every consumer decision (stale
+//! deliveries held, re-ACKs only for handled keys, the waiting bound, timeouts exactly at
+//! their deadline) are checked as a run goes; the rest after it.
 //!
 //! A failure names the seed and prints the broken invariants, the full scenario and the
 //! trace tail. To replay one seed of a test with its whole trace:
@@ -78,7 +83,7 @@ fn matrix_ordered() {
 /// A seed replays identically, and different seeds take different courses.
 #[test]
 fn same_seed_same_trace() {
-    let seeds: Vec<u64> = (0..144).step_by(6).collect();
+    let seeds: Vec<u64> = (0..168).step_by(7).collect();
     let mut hashes = Vec::new();
     for &seed in &seeds {
         let (_, scenario) = matrix::scenario(seed, MATRIX_MESSAGES);
@@ -133,6 +138,7 @@ fn long_run_unordered_four_producers_window_64() {
         handler: HandlerFaults {
             failure: 0.1,
             max_duration: Duration::ZERO,
+            ..HandlerFaults::NONE
         },
         ..Scenario::baseline(1, LONG_RUN_MESSAGES)
     });
@@ -160,6 +166,7 @@ fn long_run_ordered_two_producers_window_16() {
         handler: HandlerFaults {
             failure: 0.05,
             max_duration: ms(1),
+            ..HandlerFaults::NONE
         },
         ..Scenario::baseline(2, LONG_RUN_MESSAGES)
     });
@@ -178,6 +185,7 @@ fn long_run_window_1() {
         handler: HandlerFaults {
             failure: 0.05,
             max_duration: Duration::ZERO,
+            ..HandlerFaults::NONE
         },
         ..Scenario::baseline(3, LONG_RUN_MESSAGES)
     });
@@ -191,10 +199,12 @@ fn faulty_link(drop: f64, duplicate: f64, max_latency_ms: u64) -> LinkFaults {
     }
 }
 
-/// A matrix scenario of `seed` whose messages are never given up.
+/// A matrix scenario of `seed` whose messages are never given up (so without forgeries:
+/// their victims can only settle messages by giving them up).
 fn unbounded(seed: u64) -> (SmallRng, Scenario) {
     let (_, mut scenario) = matrix::scenario(seed, MATRIX_MESSAGES);
     scenario.producer.max_attempts = Limit::Unbounded;
+    scenario.forgeries.clear();
     (SmallRng::seed_from_u64(!seed), scenario)
 }
 
@@ -315,4 +325,53 @@ proptest! {
             return Err(TestCaseError::fail(message));
         }
     }
+}
+
+/// Found by the proptest (seed 5604763660857711550 in `simulator.proptest-regressions`):
+/// in ordered mode the consumer core treats the running handler as the in-progress
+/// predecessor of its producer (id, incarnation) even after that window was dropped, so the
+/// producer's fresh window admits `contiguous + 2` ahead of `contiguous + 1`. After a forged
+/// `window_start` this runs a real message before its real predecessor (the order rule
+/// exempts exactly this case). Ignored until the core compares the running message's window.
+#[test]
+#[ignore = "known core issue, reported: ordered mode counts a dropped window's running handler"]
+fn known_issue_ordered_counts_a_dropped_windows_running_handler() {
+    use actix_delivery::protocol::consumer::{ConsumerCore, HandlerOutcome, Inbound, Step};
+    use actix_delivery::protocol::envelope::{Header, Incarnation, ProducerId};
+
+    let delivery = |id: &str, seq: u64, window_start: u64| Inbound {
+        header: Header {
+            producer_id: ProducerId::from(id),
+            incarnation: Incarnation::from_u128(u128::from(id.as_bytes()[0])),
+            seq,
+            window_start,
+        },
+        body: seq,
+        reply_to: Some(()),
+    };
+    let now = std::time::Instant::now();
+    let mut consumer = ConsumerCore::new(&ConsumerConfig {
+        ordered: true,
+        max_producers: Limit::At(1),
+        ..ConsumerConfig::default()
+    });
+    // A forger speaks for p: seq 16 with window_start 16 runs.
+    assert!(matches!(
+        consumer.handle_delivery(delivery("p", 16, 16), now),
+        Step::Run(16)
+    ));
+    // q evicts p's window (and waits); p's real seq 2 evicts q's and starts a fresh window.
+    assert!(matches!(
+        consumer.handle_delivery(delivery("q", 1, 1), now),
+        Step::Hold
+    ));
+    assert!(matches!(
+        consumer.handle_delivery(delivery("p", 2, 1), now),
+        Step::Hold
+    ));
+    let done = consumer.handle_outcome(&HandlerOutcome::Succeeded, now);
+    assert_eq!(
+        done.next, None,
+        "ordered mode ran p's seq 2 although seq 1 never ran"
+    );
 }

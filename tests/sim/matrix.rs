@@ -11,7 +11,7 @@ use rand::rngs::SmallRng;
 use rand::seq::IndexedRandom;
 use rand::{Rng, SeedableRng};
 
-use super::scenario::{HandlerFaults, LinkFaults, Scenario, Traffic};
+use super::scenario::{Forgery, HandlerFaults, LinkFaults, Scenario, Traffic};
 use super::tally::Tally;
 
 /// Which faults a scenario injects.
@@ -30,16 +30,31 @@ pub enum FaultClass {
     Chaos,
     /// Heavy loss with `max_attempts` of 2–4: messages are given up.
     GiveUp,
+    /// A forger holding a victim's id and incarnation injects 1–3 bursts of 1–20 deliveries
+    /// with `seq == window_start` jumping far above the victim's seqs (by up to 2^53), some
+    /// replayed; 5–30 % loss and 5–20 % duplication, `max_attempts` 3–6, `max_out_of_order`
+    /// 1–8: the victim's messages below a forged floor are given up.
+    HostileWindowStart,
+    /// 2–4 producers configured with fewer ids (each with its own incarnation), traffic
+    /// spread over tens of seconds (older incarnations keep sending long after newer ones
+    /// appeared), 5–30 % loss and duplication each way.
+    SharedId,
+    /// `handler_timeout` of 200 ms, 500 ms or 2 s; 1–3 % of the runs are stuck (an hour),
+    /// 1–4 % slow (just under the timeout); nothing lost, duplicated or failed.
+    StuckHandler,
 }
 
 impl FaultClass {
-    const ALL: [FaultClass; 6] = [
+    const ALL: [FaultClass; 9] = [
         Self::Clean,
         Self::Loss,
         Self::Duplication,
         Self::HandlerFailure,
         Self::Chaos,
         Self::GiveUp,
+        Self::HostileWindowStart,
+        Self::SharedId,
+        Self::StuckHandler,
     ];
 }
 
@@ -47,13 +62,14 @@ impl FaultClass {
 const WINDOWS: [usize; 3] = [1, 16, 64];
 
 /// The scenario of `seed` with `messages` messages. The seed's low digits pick ordering,
-/// window size, producer count (1–4) and fault class, so that consecutive seeds cover every
-/// combination; the rates are drawn from a generator seeded with the seed too.
+/// fault class, window size and producer count (1–4, at least 2 for shared ids), so that
+/// consecutive seeds cover every class and every 216 seeds every combination; the rates are
+/// drawn from a generator seeded with the seed too.
 pub fn scenario(seed: u64, messages: usize) -> (FaultClass, Scenario) {
     let ordered = seed % 2 == 1;
-    let window_size = WINDOWS[(seed / 2 % 3) as usize];
-    let producers = (seed / 6 % 4) as usize + 1;
-    let class = FaultClass::ALL[(seed / 24 % 6) as usize];
+    let class = FaultClass::ALL[(seed / 2 % 9) as usize];
+    let window_size = WINDOWS[(seed / 18 % 3) as usize];
+    let mut producers = (seed / 54 % 4) as usize + 1;
     let mut rng = SmallRng::seed_from_u64(seed ^ 0x6d61_7472_6978);
     let ms = Duration::from_millis;
 
@@ -70,14 +86,23 @@ pub fn scenario(seed: u64, messages: usize) -> (FaultClass, Scenario) {
     let mut forward_drop = 0.0;
     let mut backward_drop = 0.0;
     let mut duplicate = (0.0, 0.0);
-    let mut failure = 0.0;
     let mut producer = ProducerConfig {
         window_size,
         resend_timeout,
         ..ProducerConfig::default()
     };
-    let mut max_out_of_order = Limit::At(1024);
-    let mut handler_max = ms(*[0, 1, 5].choose(&mut rng).expect("non-empty"));
+    let mut consumer = ConsumerConfig {
+        ordered,
+        max_out_of_order: Limit::At(1024),
+        ..ConsumerConfig::default()
+    };
+    let mut handler = HandlerFaults {
+        max_duration: ms(*[0, 1, 5].choose(&mut rng).expect("non-empty")),
+        ..HandlerFaults::NONE
+    };
+    let mut max_gap = ms(*[0, 2, 20].choose(&mut rng).expect("non-empty"));
+    let mut shared_ids = None;
+    let mut forgeries = Vec::new();
     match class {
         FaultClass::Clean => {}
         FaultClass::Loss => {
@@ -87,13 +112,13 @@ pub fn scenario(seed: u64, messages: usize) -> (FaultClass, Scenario) {
         FaultClass::Duplication => {
             duplicate = (rng.random_range(0.05..=0.3), rng.random_range(0.05..=0.3));
         }
-        FaultClass::HandlerFailure => failure = rng.random_range(0.05..=0.2),
+        FaultClass::HandlerFailure => handler.failure = rng.random_range(0.05..=0.2),
         FaultClass::Chaos => {
             forward_drop = rng.random_range(0.05..=0.5);
             backward_drop = rng.random_range(0.05..=0.5);
             duplicate = (rng.random_range(0.05..=0.3), rng.random_range(0.05..=0.3));
-            failure = rng.random_range(0.05..=0.2);
-            handler_max = ms(*[0, 5, 20].choose(&mut rng).expect("non-empty"));
+            handler.failure = rng.random_range(0.05..=0.2);
+            handler.max_duration = ms(*[0, 5, 20].choose(&mut rng).expect("non-empty"));
             if rng.random_bool(0.5) {
                 producer.backoff = Backoff::Exponential {
                     multiplier: 2.0,
@@ -102,15 +127,53 @@ pub fn scenario(seed: u64, messages: usize) -> (FaultClass, Scenario) {
                 };
             }
             if rng.random_bool(0.5) {
-                max_out_of_order = Limit::At(rng.random_range(1..=4));
+                consumer.max_out_of_order = Limit::At(rng.random_range(1..=4));
             }
         }
         FaultClass::GiveUp => {
             forward_drop = rng.random_range(0.2..=0.5);
             backward_drop = rng.random_range(0.2..=0.5);
             duplicate = (0.05, 0.05);
-            failure = rng.random_range(0.0..=0.2);
+            handler.failure = rng.random_range(0.0..=0.2);
             producer.max_attempts = Limit::At(rng.random_range(2..=4));
+        }
+        FaultClass::HostileWindowStart => {
+            forward_drop = rng.random_range(0.05..=0.3);
+            backward_drop = rng.random_range(0.05..=0.3);
+            duplicate = (rng.random_range(0.05..=0.2), rng.random_range(0.05..=0.2));
+            handler.max_duration = ms(*[1, 5, 20].choose(&mut rng).expect("non-empty"));
+            producer.max_attempts = Limit::At(rng.random_range(3..=6));
+            consumer.max_out_of_order = Limit::At(rng.random_range(1..=8));
+            let victim = rng.random_range(0..producers);
+            let sent = (messages / producers + usize::from(victim < messages % producers)) as u64;
+            for _ in 0..rng.random_range(1..=3) {
+                if sent == 0 {
+                    break;
+                }
+                forgeries.push(Forgery {
+                    victim,
+                    after_seq: rng.random_range(1..=(sent * 3 / 4).max(1)),
+                    delay: ms(rng.random_range(0..=200)),
+                    jump: *Forgery::JUMPS.choose(&mut rng).expect("non-empty"),
+                    burst: rng.random_range(1..=20),
+                    copies: rng.random_range(1..=2),
+                });
+            }
+        }
+        FaultClass::SharedId => {
+            forward_drop = rng.random_range(0.05..=0.3);
+            backward_drop = rng.random_range(0.05..=0.3);
+            duplicate = (rng.random_range(0.05..=0.3), rng.random_range(0.05..=0.3));
+            producers = producers.max(2);
+            shared_ids = Some(rng.random_range(1..producers));
+            max_gap = ms(rng.random_range(500..=1_000));
+        }
+        FaultClass::StuckHandler => {
+            let timeout = ms(*[200, 500, 2_000].choose(&mut rng).expect("non-empty"));
+            consumer.handler_timeout = Limit::At(timeout);
+            handler.stuck = rng.random_range(0.01..=0.03);
+            handler.slow = rng.random_range(0.01..=0.04);
+            handler.slow_range = timeout * 9 / 10..=timeout - ms(1);
         }
     }
     link.drop = forward_drop;
@@ -121,22 +184,17 @@ pub fn scenario(seed: u64, messages: usize) -> (FaultClass, Scenario) {
     let backward = link;
     let scenario = Scenario {
         producers,
+        shared_ids,
         producer,
-        consumer: ConsumerConfig {
-            ordered,
-            max_out_of_order,
-            ..ConsumerConfig::default()
-        },
+        consumer,
         forward,
         backward,
-        handler: HandlerFaults {
-            failure,
-            max_duration: handler_max,
-        },
+        handler,
         traffic: Traffic {
-            max_gap: ms(*[0, 2, 20].choose(&mut rng).expect("non-empty")),
+            max_gap,
             ..Traffic::BURST
         },
+        forgeries,
         ..Scenario::baseline(seed, messages)
     };
     (class, scenario)
@@ -163,7 +221,8 @@ impl ClassTotals {
 
     /// Every class ran, and injected exactly the faults it configures: nothing where it
     /// configures nothing, something (and the consequences: retransmissions, re-ACKed
-    /// duplicates, give-ups) where it configures it.
+    /// duplicates, give-ups, stale deliveries, shared-id messages, timeouts) where it
+    /// configures it.
     ///
     /// # Panics
     /// Naming the class and the count that is wrong.
@@ -193,12 +252,53 @@ impl ClassTotals {
                     drops > 0 && dups > 0 && fails > 0 && t.re_acks > 0 && t.holds > 0
                 }
                 FaultClass::GiveUp => drops > 0 && t.given_up > 0,
+                FaultClass::HostileWindowStart => {
+                    drops > 0
+                        && dups > 0
+                        && fails == 0
+                        && t.forged > t.forgeries
+                        && t.forged_runs > 0
+                        && t.predicted_stale > 0
+                        && t.stale >= t.predicted_stale
+                        && t.victims_given_up > 0
+                }
+                FaultClass::SharedId => {
+                    drops > 0 && dups > 0 && fails == 0 && t.re_acks > 0 && t.shared_id_messages > 0
+                }
+                FaultClass::StuckHandler => {
+                    any_drop == 0
+                        && any_dup == 0
+                        && fails == 0
+                        && t.handler_timeouts > 0
+                        && t.abandoned_runs == t.handler_timeouts
+                        && t.slow_completed > 0
+                }
             };
             assert!(ok, "class {class:?} did not inject what it configures: {t}");
-            assert_eq!(
-                t.given_up > 0,
-                class == FaultClass::GiveUp,
-                "only class GiveUp may give messages up: {class:?}: {t}"
+            let only = |what: &str, count: u64, classes: &[FaultClass]| {
+                assert_eq!(
+                    count > 0,
+                    classes.contains(&class),
+                    "only {classes:?} may have {what}: {class:?}: {t}"
+                );
+            };
+            use FaultClass::{GiveUp, HostileWindowStart, SharedId, StuckHandler};
+            only(
+                "messages given up",
+                t.given_up,
+                &[GiveUp, HostileWindowStart],
+            );
+            only("forgeries", t.forgeries + t.forged, &[HostileWindowStart]);
+            only(
+                "victims given up",
+                t.victims_given_up,
+                &[HostileWindowStart],
+            );
+            only("shared-id messages", t.shared_id_messages, &[SharedId]);
+            only(
+                "handler timeouts or slow runs",
+                t.handler_timeouts + t.slow_completed,
+                &[StuckHandler],
             );
         }
     }

@@ -1,9 +1,11 @@
 //! A deterministic, seeded simulator of the pure protocol cores.
 //!
 //! One seeded RNG drives two lossy links (producer → consumer and back), the handler's
-//! failures and durations, and the traffic. Virtual time jumps from event to event. After a
-//! run, [`check`] verifies the delivery guarantees; [`report::run_checked`] combines both and
-//! explains a failure with the seed, the scenario and the trace tail.
+//! failures and durations (slow and stuck runs included), the traffic and a forger that speaks
+//! for a victim producer. Virtual time jumps from event to event. The driver checks the
+//! per-decision rules as the run goes (named rules, see `driver`); after a run, [`check`]
+//! verifies the delivery guarantees; [`report::run_checked`] combines both and explains a
+//! failure with the seed, the broken rules, the scenario and the trace tail.
 
 pub mod check;
 pub mod driver;

@@ -1,6 +1,7 @@
 //! What the simulator saw happen, from the outside of the cores: per message, which handler
-//! runs succeeded and when it was confirmed; per body, how it was settled; and the violations
-//! that can only be seen while the run is going on.
+//! runs succeeded and when it was confirmed; per body, how it was settled; per forged message,
+//! how often it ran; and the violations (of named rules) that can only be seen while the run is
+//! going on.
 
 use super::stable_hash::StableMap;
 
@@ -41,6 +42,40 @@ pub struct KeyRecord {
     pub confirmed_at: Option<u64>,
     /// Copies of the delivery on the forward link right now.
     pub in_transit: u32,
+    /// Copies that reached the consumer.
+    pub arrivals: u32,
+    /// Copies that reached the consumer at or below the floor the simulator predicts for
+    /// their window (stale: they must be held).
+    pub stale_arrivals: u32,
+    /// Handler runs started for the key (any outcome).
+    pub runs: u32,
+}
+
+impl KeyRecord {
+    /// A key first transmitted with `body`.
+    pub fn new(body: u64) -> Self {
+        Self {
+            body,
+            successes: Vec::new(),
+            first_arrivals: Vec::new(),
+            confirmed_at: None,
+            in_transit: 0,
+            arrivals: 0,
+            stale_arrivals: 0,
+            runs: 0,
+        }
+    }
+}
+
+/// Everything observed about one forged message key (see `Forgery`).
+#[derive(Debug)]
+pub struct ForgedRecord {
+    /// The forged body (distinct from every real body).
+    pub body: u64,
+    /// Handler runs started for it (any outcome).
+    pub runs: u32,
+    /// The consumer life of each successful run.
+    pub successes: Vec<u32>,
 }
 
 /// How one body (one message of the user's) ended up.
@@ -83,13 +118,28 @@ pub struct Observations {
     pub keys: StableMap<Key, KeyRecord>,
     /// Per body.
     pub bodies: StableMap<u64, BodyRecord>,
+    /// Per forged message key.
+    pub forged: StableMap<Key, ForgedRecord>,
+    /// Forgeries that happened.
+    pub forgeries: usize,
+    /// Forged copies that reached the consumer.
+    pub forged_arrivals: u64,
+    /// Arrivals (real or forged) at or below their window's predicted floor.
+    pub predicted_stale: u64,
+    /// Handler runs whose drawn duration exceeds `handler_timeout`.
+    pub overdue_runs: u64,
+    /// Of those, the runs a consumer restart cut short before their deadline fired.
+    pub overdue_cut_by_restart: u64,
+    /// Slow handler runs (see `HandlerFaults::slow`) that ended as the current run.
+    pub slow_completed: u64,
     /// Consumer restarts, in order.
     pub consumer_restarts: Vec<ConsumerRestartRecord>,
     /// Producer restarts that happened.
     pub producer_restarts: usize,
     /// Handler runs that failed or panicked (of the current consumer life).
     pub handler_failures: u64,
-    /// Handler runs cut short by a consumer restart or `handler_timeout`.
+    /// Handler runs cut short by a consumer restart or `handler_timeout` (counted when their
+    /// ignored end arrives).
     pub abandoned_runs: u64,
     /// The messages whose runs the consumer abandoned after `handler_timeout`, in order.
     pub timed_out: Vec<Key>,
@@ -97,20 +147,22 @@ pub struct Observations {
     pub re_acks: u64,
     /// Consumer decisions: deliveries held (in progress or refused).
     pub holds: u64,
-    /// Rule breaks seen during the run (capped at [`Observations::MAX_VIOLATIONS`]).
-    pub violations: Vec<String>,
+    /// Rule breaks seen during the run, with the rule's name (capped at
+    /// [`Observations::MAX_VIOLATIONS`]).
+    pub violations: Vec<(&'static str, String)>,
     /// Rule breaks beyond the cap.
     pub more_violations: usize,
 }
 
 impl Observations {
     /// Violations kept verbatim; further ones are only counted.
-    pub const MAX_VIOLATIONS: usize = 20;
+    pub const MAX_VIOLATIONS: usize = 60;
 
-    /// Records a rule break seen in `step`.
-    pub fn violation(&mut self, step: u64, message: String) {
+    /// Records a break of `rule` seen in `step`.
+    pub fn violation(&mut self, rule: &'static str, step: u64, message: String) {
         if self.violations.len() < Self::MAX_VIOLATIONS {
-            self.violations.push(format!("step {step}: {message}"));
+            self.violations
+                .push((rule, format!("step {step}: {message}")));
         } else {
             self.more_violations += 1;
         }

@@ -1,12 +1,18 @@
 //! The configuration of one simulation run. Everything that decides what happens is in a
-//! [`Scenario`]: the seed, the settings of both cores, the faults of both links and of the
-//! handler, the traffic pattern and the disruptions. A failing run prints it in full, so the
-//! run can be replayed exactly.
+//! [`Scenario`]: the seed, the settings of both cores, the producers' ids, the faults of both
+//! links and of the handler, the traffic pattern, the disruptions and the forgeries. A failing
+//! run prints it in full, so the run can be replayed exactly.
 
+use std::ops::RangeInclusive;
 use std::time::Duration;
 
-use actix_delivery::protocol::dedup::MAX_INCARNATIONS_PER_ID;
+use actix_delivery::protocol::envelope::MAX_SEQ;
 use actix_delivery::{ConsumerConfig, Limit, ProducerConfig};
+
+/// How many incarnation windows per producer id the consumer promises to keep (the core's
+/// constant of that name, stated here rather than imported so that a core keeping fewer
+/// fails the simulation instead of lowering its expectations).
+pub const INCARNATIONS_KEPT_PER_ID: usize = 4;
 
 /// An idle TTL at least this long never sweeps a window that is still needed in a simulation:
 /// a producer with messages in flight retransmits far more often than this, and no copy spends
@@ -39,13 +45,36 @@ impl LinkFaults {
     }
 }
 
+/// How long a stuck handler run takes: far beyond any `handler_timeout` a scenario configures
+/// and any retransmission interval, so only the timeout ends it.
+pub const STUCK_DURATION: Duration = Duration::from_secs(3_600);
+
 /// How the user's handler behaves.
 #[derive(Clone, Debug, PartialEq)]
 pub struct HandlerFaults {
     /// Probability that a handler run fails (a quarter of the failures are panics).
     pub failure: f64,
-    /// A run takes a duration drawn uniformly from `0..=max_duration`.
+    /// A run takes a duration drawn uniformly from `0..=max_duration`, unless it is stuck or
+    /// slow.
     pub max_duration: Duration,
+    /// Probability that a run is stuck: it takes [`STUCK_DURATION`] (a lost reply, a deadlock).
+    pub stuck: f64,
+    /// Probability that a run (not stuck) is slow: it takes a duration drawn from `slow_range`
+    /// (e.g. just under `handler_timeout`).
+    pub slow: f64,
+    /// See `slow`.
+    pub slow_range: RangeInclusive<Duration>,
+}
+
+impl HandlerFaults {
+    /// A handler that never fails and takes no time.
+    pub const NONE: HandlerFaults = HandlerFaults {
+        failure: 0.0,
+        max_duration: Duration::ZERO,
+        stuck: 0.0,
+        slow: 0.0,
+        slow_range: Duration::ZERO..=Duration::ZERO,
+    };
 }
 
 /// How each producer's messages are offered to it.
@@ -92,6 +121,37 @@ pub enum Disruption {
     },
 }
 
+/// A forger that holds the id and the current incarnation of producer `victim` (anyone who
+/// ever saw one of its deliveries may) injects forged deliveries straight into the consumer:
+/// a burst of consecutive seqs, each with `window_start == seq`, far above everything the
+/// victim will ever send, and bodies distinct from every real body. Each raises the victim's
+/// floor at the consumer past all of its real seqs: from then on they are stale, so the
+/// victim's later messages can only be given up (never confirmed without a handler run).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Forgery {
+    /// Index of the producer impersonated.
+    pub victim: usize,
+    /// The forgery is triggered when the victim first transmits this seq (from 1)…
+    pub after_seq: u64,
+    /// …and injected this long after that.
+    pub delay: Duration,
+    /// The first forged seq is the victim's highest transmitted seq plus `jump` (up to 2^53),
+    /// lifted above the highest seq the victim will ever use (a forged copy of a seq it will
+    /// still send makes that message a duplicate: the capability's holder speaks for the
+    /// producer, no protocol can tell them apart) and capped so the burst fits within
+    /// `MAX_SEQ`.
+    pub jump: u64,
+    /// Consecutive forged seqs, one per millisecond.
+    pub burst: u64,
+    /// Each forged delivery reaches the consumer this many times (replays up to 20 ms later).
+    pub copies: u32,
+}
+
+impl Forgery {
+    /// Jumps worth trying: just above the victim, a little, far, and as far as seqs go.
+    pub const JUMPS: [u64; 7] = [1, 2, 16, 1_000, 1 << 20, 1 << 40, MAX_SEQ];
+}
+
 /// One simulation run, fully determined by these fields.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Scenario {
@@ -99,8 +159,12 @@ pub struct Scenario {
     pub seed: u64,
     /// Messages in total, dealt round-robin to the producers.
     pub messages: usize,
-    /// Producers (ids `p0`, `p1`, …) sending into the one consumer.
+    /// Producers (ids `p0`, `p1`, …, see `shared_ids`) sending into the one consumer.
     pub producers: usize,
+    /// `Some(n)`: the producers are configured with only `n` ids (a configuration error),
+    /// producer `i` sending as `p{i % n}`, each with its own incarnation; `None`: every
+    /// producer `i` has its own id `p{i}`.
+    pub shared_ids: Option<usize>,
     /// Settings of every producer (`producer_id` is set by the simulator).
     pub producer: ProducerConfig,
     /// Settings of the consumer.
@@ -115,6 +179,8 @@ pub struct Scenario {
     pub traffic: Traffic,
     /// Restarts during the run.
     pub disruptions: Vec<Disruption>,
+    /// Forged deliveries during the run.
+    pub forgeries: Vec<Forgery>,
 }
 
 impl Scenario {
@@ -127,16 +193,15 @@ impl Scenario {
             seed,
             messages,
             producers: 1,
+            shared_ids: None,
             producer: ProducerConfig::default(),
             consumer: ConsumerConfig::default(),
             forward: latency.clone(),
             backward: latency,
-            handler: HandlerFaults {
-                failure: 0.0,
-                max_duration: Duration::ZERO,
-            },
+            handler: HandlerFaults::NONE,
             traffic: Traffic::BURST,
             disruptions: Vec::new(),
+            forgeries: Vec::new(),
         }
     }
 
@@ -150,50 +215,84 @@ impl Scenario {
         self.producer.max_attempts == Limit::Unbounded
     }
 
+    /// The index of the id producer `producer` sends under (`p{index}`).
+    pub fn id_of(&self, producer: usize) -> usize {
+        self.shared_ids.map_or(producer, |ids| producer % ids)
+    }
+
+    /// How many distinct ids the producers send under.
+    pub fn ids(&self) -> usize {
+        self.shared_ids
+            .map_or(self.producers, |ids| ids.min(self.producers))
+    }
+
+    /// The most incarnations one id has over the run: its producers' lives (1 + restarts).
+    pub fn most_incarnations_per_id(&self) -> usize {
+        (0..self.ids())
+            .map(|id| {
+                (0..self.producers)
+                    .filter(|&producer| self.id_of(producer) == id)
+                    .map(|producer| 1 + self.restarts_of(producer))
+                    .sum::<usize>()
+            })
+            .max()
+            .unwrap_or(0)
+    }
+
+    /// How often producer `producer` restarts.
+    fn restarts_of(&self, producer: usize) -> usize {
+        self.disruptions
+            .iter()
+            .filter(
+                |d| matches!(d, Disruption::ProducerRestart { producer: p, .. } if *p == producer),
+            )
+            .count()
+    }
+
     /// Whether the consumer may lose a producer's dedup window while the producer still
-    /// needs it: LRU eviction (more producers than `max_producers`) or an idle sweep (a TTL
-    /// short enough to expire between a producer's deliveries).
+    /// needs it: LRU eviction (more ids than `max_producers`), an idle sweep (a TTL short
+    /// enough to expire between a producer's deliveries), or more live producers sharing an id
+    /// than it keeps incarnation windows for.
     pub fn windows_can_vanish(&self) -> bool {
         let too_many = self
             .consumer
             .max_producers
             .get()
-            .is_some_and(|max| max < self.producers);
+            .is_some_and(|max| max < self.ids());
         let short_ttl = self
             .consumer
             .producer_idle_ttl
             .get()
             .is_some_and(|ttl| ttl < HARMLESS_IDLE_TTL);
-        too_many || short_ttl
+        let crowded = (0..self.ids())
+            .map(|id| (0..self.producers).filter(|&p| self.id_of(p) == id).count())
+            .any(|sharing| sharing > INCARNATIONS_KEPT_PER_ID);
+        too_many || short_ttl || crowded
     }
 
     /// Whether the consumer keeps every dedup window it needs for the whole run: no restart
     /// on either side and no window lost. Only then must each message's handler succeed
     /// exactly once.
     pub fn dedup_is_kept(&self) -> bool {
-        self.disruptions.is_empty() && !self.windows_can_vanish()
+        !self.restarts_producers() && !self.restarts_consumer() && !self.windows_can_vanish()
     }
 
     /// Whether the consumer can keep a window for every incarnation of every producer: no
-    /// window can vanish, no consumer restart, and no producer lives more often than an id
-    /// keeps incarnation windows. Then each message key's handler succeeds at most once, even
-    /// across producer restarts (a straggler of an old incarnation resets nothing).
+    /// window can vanish, no consumer restart, and no id has more incarnations (lives of its
+    /// producers) than an id keeps windows for. Then each message key's handler succeeds at
+    /// most once, even across producer restarts (a straggler of an old incarnation resets
+    /// nothing).
     pub fn incarnation_windows_suffice(&self) -> bool {
-        let consumer_restarts = self
-            .disruptions
+        !self.restarts_consumer()
+            && !self.windows_can_vanish()
+            && self.most_incarnations_per_id() <= INCARNATIONS_KEPT_PER_ID
+    }
+
+    /// Whether the consumer restarts during the run.
+    pub fn restarts_consumer(&self) -> bool {
+        self.disruptions
             .iter()
-            .any(|d| matches!(d, Disruption::ConsumerRestart { .. }));
-        let most_lives = (0..self.producers)
-            .map(|producer| {
-                1 + self
-                    .disruptions
-                    .iter()
-                    .filter(|d| matches!(d, Disruption::ProducerRestart { producer: p, .. } if *p == producer))
-                    .count()
-            })
-            .max()
-            .unwrap_or(1);
-        !consumer_restarts && !self.windows_can_vanish() && most_lives <= MAX_INCARNATIONS_PER_ID
+            .any(|d| matches!(d, Disruption::ConsumerRestart { .. }))
     }
 
     /// Whether producer incarnations change during the run.

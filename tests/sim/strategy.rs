@@ -1,20 +1,23 @@
 //! The proptest strategy over whole scenarios: every setting of the cores, the links, the
-//! handler, the traffic and the restarts, shaped so that shrinking reaches small, readable
-//! configurations (faults switch off, counts drop, the seed goes to 0).
+//! handler (failing, slow, stuck), the traffic, the restarts, shared ids and forgeries, shaped
+//! so that shrinking reaches small, readable configurations (faults switch off, counts drop,
+//! the seed goes to 0).
 
 use std::time::Duration;
 
 use actix_delivery::{Backoff, ConsumerConfig, Limit, ProducerConfig};
 use proptest::prelude::*;
 
-use super::scenario::{Disruption, HandlerFaults, LinkFaults, Scenario, Traffic};
+use super::scenario::{Disruption, Forgery, HandlerFaults, LinkFaults, Scenario, Traffic};
 
 fn ms(millis: u64) -> Duration {
     Duration::from_millis(millis)
 }
 
-/// Any scenario, with restarts, evictions, sweeps and give-ups: proptest shrinks a failure
-/// to a minimal configuration.
+/// Any scenario, with restarts, evictions, sweeps, give-ups, shared ids, stuck and slow
+/// handler runs under a short `handler_timeout`, and (when attempts are bounded, so that the
+/// victim's messages can settle) forgeries: proptest shrinks a failure to a minimal
+/// configuration.
 pub fn any_scenario() -> impl Strategy<Value = Scenario> {
     // `prop_oneof![Just(none), range]` lets shrinking jump to "this fault is off".
     let rate = |max: f64| prop_oneof![Just(0.0), 0.0..=max];
@@ -44,15 +47,35 @@ pub fn any_scenario() -> impl Strategy<Value = Scenario> {
             0..=2,
         ),
     );
-    (sizes, consumer, links, rest).prop_map(
+    let adversity = (
+        prop_oneof![Just(None), (1usize..=3).prop_map(Some)],
+        prop_oneof![
+            Just(None),
+            (200u64..=2_000, rate(0.05), rate(0.1)).prop_map(Some)
+        ],
+        prop::collection::vec(
+            (
+                any::<usize>(),
+                any::<u64>(),
+                0u64..=200,
+                0..Forgery::JUMPS.len(),
+                1u64..=20,
+                1u32..=2,
+            ),
+            0..=2,
+        ),
+    );
+    (sizes, consumer, links, rest, adversity).prop_map(
         |(
             (seed, messages, producers, window_size, resend),
             (ordered, max_out_of_order, max_producers, ttl),
             (drop_fwd, drop_back, dup_fwd, dup_back, latency),
             (failure, handler_ms, max_attempts, exponential, (gap, pause_p, pause), restarts),
+            (shared_ids, stuck, forgeries),
         )| {
             let mut scenario = Scenario {
                 producers,
+                shared_ids,
                 producer: ProducerConfig {
                     window_size,
                     resend_timeout: ms(resend),
@@ -88,6 +111,7 @@ pub fn any_scenario() -> impl Strategy<Value = Scenario> {
                 handler: HandlerFaults {
                     failure,
                     max_duration: ms(handler_ms),
+                    ..HandlerFaults::NONE
                 },
                 traffic: Traffic {
                     max_gap: ms(gap),
@@ -96,6 +120,30 @@ pub fn any_scenario() -> impl Strategy<Value = Scenario> {
                 },
                 ..Scenario::baseline(seed, messages)
             };
+            if let Some((timeout, stuck, slow)) = stuck {
+                let timeout = ms(timeout);
+                scenario.consumer.handler_timeout = Limit::At(timeout);
+                scenario.handler.stuck = stuck;
+                scenario.handler.slow = slow;
+                scenario.handler.slow_range = timeout * 9 / 10..=timeout - ms(1);
+            }
+            // A forgery's victim can only settle its messages by giving them up.
+            if !scenario.attempts_are_unbounded() {
+                for (who, when, delay, jump, burst, copies) in forgeries {
+                    let victim = who % producers;
+                    let sent = scenario.messages_of(victim) as u64;
+                    if sent > 0 {
+                        scenario.forgeries.push(Forgery {
+                            victim,
+                            after_seq: when % sent + 1,
+                            delay: ms(delay),
+                            jump: Forgery::JUMPS[jump],
+                            burst,
+                            copies,
+                        });
+                    }
+                }
+            }
             // Restart thresholds are progress counts, which only unbounded attempts
             // guarantee to reach.
             if scenario.attempts_are_unbounded() {

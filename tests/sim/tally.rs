@@ -1,6 +1,6 @@
 //! Counts of what runs injected and what it cost, summed over many runs, so that a test can
 //! assert that its fault injection really injected faults and that its scenarios really
-//! exercised restarts, evictions and sweeps.
+//! exercised restarts, evictions, sweeps, forgeries, shared ids and handler timeouts.
 
 use std::fmt;
 
@@ -48,7 +48,7 @@ pub struct Tally {
     pub stopped: u64,
     /// Consumer restarts.
     pub consumer_restarts: u64,
-    /// Handler runs cut short by a consumer restart.
+    /// Handler runs cut short by a consumer restart or `handler_timeout`.
     pub abandoned_runs: u64,
     /// Successful handler runs beyond the first per message key.
     pub duplicate_successes: u64,
@@ -57,6 +57,25 @@ pub struct Tally {
     /// Re-runs after a consumer restart of messages confirmed at the restart but with a
     /// copy in transit.
     pub reruns_in_transit: u64,
+    /// Forgeries injected.
+    pub forgeries: u64,
+    /// Forged copies that reached the consumer.
+    pub forged: u64,
+    /// Handler runs of forged messages.
+    pub forged_runs: u64,
+    /// Deliveries and waiting messages the consumer counted stale (`stats.stale`).
+    pub stale: u64,
+    /// Arrivals at or below the floor the simulator predicted for their window.
+    pub predicted_stale: u64,
+    /// Messages of forgery victims given up.
+    pub victims_given_up: u64,
+    /// New messages admitted into an older incarnation's window of a shared id
+    /// (`stats.shared_id_messages`).
+    pub shared_id_messages: u64,
+    /// Handler runs abandoned after `handler_timeout` (`stats.handler_timeouts`).
+    pub handler_timeouts: u64,
+    /// Slow handler runs (just under the timeout) that finished.
+    pub slow_completed: u64,
 }
 
 impl Tally {
@@ -85,6 +104,20 @@ impl Tally {
             stopped: obs.bodies.values().map(|b| u64::from(b.stopped)).sum(),
             consumer_restarts: obs.consumer_restarts.len() as u64,
             abandoned_runs: obs.abandoned_runs,
+            forgeries: obs.forgeries as u64,
+            forged: obs.forged_arrivals,
+            forged_runs: obs.forged.values().map(|r| u64::from(r.runs)).sum(),
+            stale: consumer.stale,
+            predicted_stale: obs.predicted_stale,
+            victims_given_up: obs
+                .bodies
+                .values()
+                .filter(|b| scenario.forgeries.iter().any(|f| f.victim == b.producer))
+                .map(|b| u64::from(b.gave_up))
+                .sum(),
+            shared_id_messages: consumer.shared_id_messages,
+            handler_timeouts: consumer.handler_timeouts,
+            slow_completed: obs.slow_completed,
             ..Self::default()
         };
         for record in obs.keys.values() {
@@ -135,6 +168,15 @@ impl Tally {
         self.duplicate_successes += other.duplicate_successes;
         self.reruns_unconfirmed += other.reruns_unconfirmed;
         self.reruns_in_transit += other.reruns_in_transit;
+        self.forgeries += other.forgeries;
+        self.forged += other.forged;
+        self.forged_runs += other.forged_runs;
+        self.stale += other.stale;
+        self.predicted_stale += other.predicted_stale;
+        self.victims_given_up += other.victims_given_up;
+        self.shared_id_messages += other.shared_id_messages;
+        self.handler_timeouts += other.handler_timeouts;
+        self.slow_completed += other.slow_completed;
     }
 }
 
@@ -177,6 +219,21 @@ impl fmt::Display for Tally {
             self.duplicate_successes,
             self.reruns_unconfirmed,
             self.reruns_in_transit,
+        )?;
+        write!(
+            f,
+            "; forgeries {} (forged copies {}, forged runs {}); stale {} (predicted {}); \
+             victims given up {}; shared-id messages {}; handler timeouts {} (slow runs \
+             finished {})",
+            self.forgeries,
+            self.forged,
+            self.forged_runs,
+            self.stale,
+            self.predicted_stale,
+            self.victims_given_up,
+            self.shared_id_messages,
+            self.handler_timeouts,
+            self.slow_completed,
         )
     }
 }

@@ -26,12 +26,21 @@ pub enum TraceEvent {
         window_start: u64,
         copies: usize,
     },
-    /// A delivery reached the consumer, which decided `step`.
+    /// A delivery (`forged`, or sent by the producer) reached the consumer, which decided
+    /// `step`.
     Arrived {
         producer: usize,
         incarnation: u16,
         seq: u64,
+        forged: bool,
         step: &'static str,
+    },
+    /// A forger injected `burst` deliveries speaking for a producer, from `seq` on.
+    Forged {
+        producer: usize,
+        incarnation: u16,
+        seq: u64,
+        burst: u64,
     },
     /// The consumer started the handler.
     HandlerStarted {
@@ -40,7 +49,8 @@ pub enum TraceEvent {
         seq: u64,
         body: u64,
     },
-    /// A handler run ended (`current`: false for a run of a consumer life that is over).
+    /// A handler run ended (`current`: false for a run the consumer abandoned, by a restart
+    /// or `handler_timeout`).
     HandlerEnded {
         producer: usize,
         seq: u64,
@@ -67,7 +77,7 @@ pub enum TraceEvent {
     },
     /// A producer's retransmission deadline fired.
     ProducerTimer { producer: usize },
-    /// The consumer's sweep deadline fired.
+    /// The consumer's deadline (idle sweep, handler timeout) fired.
     ConsumerTimer { swept: usize },
     /// A producer restarted with a new incarnation.
     ProducerRestarted { producer: usize, incarnation: u16 },
@@ -147,8 +157,23 @@ impl fmt::Display for TraceEvent {
                 producer,
                 incarnation,
                 seq,
+                forged,
                 step,
-            } => write!(f, "p{producer}/{incarnation:04x} seq {seq} arrived: {step}"),
+            } => write!(
+                f,
+                "{}p{producer}/{incarnation:04x} seq {seq} arrived: {step}",
+                if forged { "FORGED " } else { "" }
+            ),
+            Self::Forged {
+                producer,
+                incarnation,
+                seq,
+                burst,
+            } => write!(
+                f,
+                "forger injects {burst} deliveries as p{producer}/{incarnation:04x} from seq \
+                 {seq} (window_start = seq)"
+            ),
             Self::HandlerStarted {
                 producer,
                 incarnation,
@@ -167,11 +192,7 @@ impl fmt::Display for TraceEvent {
                 f,
                 "handler for p{producer} seq {seq} {}{}",
                 if succeeded { "succeeded" } else { "failed" },
-                if current {
-                    ""
-                } else {
-                    " (previous consumer life: ignored)"
-                }
+                if current { "" } else { " (abandoned: ignored)" }
             ),
             Self::AckSent {
                 producer,
@@ -193,7 +214,7 @@ impl fmt::Display for TraceEvent {
                 result,
             } => write!(f, "p{producer} settled body {body:#x}: {result}"),
             Self::ProducerTimer { producer } => write!(f, "p{producer} retransmission timer"),
-            Self::ConsumerTimer { swept } => write!(f, "consumer sweep timer: {swept} swept"),
+            Self::ConsumerTimer { swept } => write!(f, "consumer timer: {swept} swept"),
             Self::ProducerRestarted {
                 producer,
                 incarnation,

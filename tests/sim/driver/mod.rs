@@ -8,9 +8,11 @@
 //! running, no timer armed, messages still unsettled: a liveness bug), or when no message
 //! has been settled for too long (a livelock).
 //!
-//! The reactions to producer-side and consumer-side events live in the two submodules.
+//! The reactions to producer-side and consumer-side events live in the submodules, the
+//! forger's in its own.
 
 mod consumer_side;
+mod forger;
 mod producer_side;
 
 use std::time::{Duration, Instant};
@@ -30,8 +32,12 @@ use super::stable_hash::StableMap;
 use super::trace::{Trace, TraceEvent};
 
 /// Bodies and confirmation tokens are body ids: the producer's index in the high 32 bits, the
-/// message's number within that producer in the low 32.
+/// message's number within that producer in the low 32. Forged bodies have [`FORGED_BODY`]
+/// set.
 type Body = u64;
+
+/// The bit that marks a forged body (real bodies stay far below it).
+pub const FORGED_BODY: Body = 1 << 63;
 
 /// The reply address of a delivery: the index of the producer that sent it.
 type ReplyTo = usize;
@@ -49,7 +55,7 @@ enum Event {
     /// A copy of an ACK reaches a producer.
     AckArrival { producer: usize, ack: Ack },
     /// Handler run number `run` of consumer life `life`, started when the consumer had seen its
-    /// producer switch incarnations `switches_at_start` times, ends.
+    /// producer's id switch incarnations `switches_at_start` times, ends.
     HandlerEnd {
         life: u32,
         run: u64,
@@ -60,6 +66,14 @@ enum Event {
     },
     /// A producer restarts with a new incarnation.
     ProducerRestart { producer: usize },
+    /// Forgery number `forgery` of the scenario is injected.
+    Forge { forgery: usize },
+    /// A forged delivery, speaking for producer `victim`, reaches the consumer.
+    ForgedDelivery {
+        victim: usize,
+        header: Header,
+        body: Body,
+    },
     /// The consumer restarts, losing its state.
     ConsumerRestart,
 }
@@ -120,14 +134,37 @@ pub struct Run {
 struct SimProducer {
     core: ProducerCore<Body, Body>,
     id: ProducerId,
+    /// The index of its id (producers may share one, see `Scenario::shared_ids`).
+    id_index: usize,
     window_size: usize,
     offered: usize,
     total: usize,
     confirmed: usize,
-    /// The incarnation of this producer's latest delivery seen by the consumer.
-    seen_incarnation: Option<Incarnation>,
+    /// The highest seq its current incarnation transmitted.
+    highest_seq: u64,
+}
+
+/// The incarnations a producer id's deliveries carried, as the consumer saw them.
+#[derive(Debug, Default)]
+struct IdSwitches {
+    /// The incarnation of the id's latest delivery seen by the consumer.
+    seen: Option<Incarnation>,
     /// How often that incarnation changed.
-    incarnation_switches: u64,
+    switches: u64,
+}
+
+/// The handler run in progress, as the simulator started it.
+#[derive(Clone, Copy, Debug)]
+struct RunningRun {
+    key: Key,
+    /// Its number (runs of all lives are numbered from 1).
+    run: u64,
+    /// When it started.
+    started: Duration,
+    /// How long it takes (drawn at the start).
+    duration: Duration,
+    /// Whether it was drawn slow (see `HandlerFaults::slow`).
+    slow: bool,
 }
 
 /// The whole simulated world.
@@ -148,8 +185,24 @@ struct World<'a> {
     consumer: ConsumerCore<Body, ReplyTo>,
     /// The consumer's life: 0, then one more per restart.
     life: u32,
-    /// The message whose handler runs now, as the simulator saw it start, and its run number.
-    running: Option<(Key, u64)>,
+    /// The producer owning each incarnation (incarnations are drawn at random, so a map by
+    /// incarnation, checked against the id, maps reports by (id, incarnation)).
+    owners: StableMap<u128, usize>,
+    /// Per producer id index.
+    id_switches: Vec<IdSwitches>,
+    /// The floor the simulator predicts per incarnation window in this consumer life: the
+    /// highest `window_start - 1` of the window's arrivals. Forgotten whenever the consumer
+    /// drops windows (a fresh window starts from its first arrival's `window_start`), so the
+    /// prediction never exceeds the core's floor.
+    floors: StableMap<u128, u64>,
+    /// Windows the consumer dropped so far (evicted, swept, replaced).
+    windows_dropped: u64,
+    /// Whether each forgery of the scenario was triggered.
+    forgeries_triggered: Vec<bool>,
+    /// Forged bodies made so far.
+    forged_bodies: u64,
+    /// The message whose handler runs now, as the simulator saw it start.
+    running: Option<RunningRun>,
     /// Handler runs started so far.
     runs: u64,
     /// Successful handler runs so far (all lives).
@@ -174,23 +227,30 @@ pub fn simulate(scenario: &Scenario) -> Run {
 impl<'a> World<'a> {
     fn new(scenario: &'a Scenario) -> Self {
         let mut rng = SmallRng::seed_from_u64(scenario.seed);
+        let mut owners = StableMap::default();
         let producers = (0..scenario.producers)
             .map(|index| {
+                let id_index = scenario.id_of(index);
                 let config = ProducerConfig {
-                    producer_id: Some(format!("p{index}")),
+                    producer_id: Some(format!("p{id_index}")),
                     ..scenario.producer.clone()
                 };
-                let core = ProducerCore::new(&config, Incarnation::from_u128(rng.random()))
+                let incarnation: u128 = rng.random();
+                assert!(
+                    owners.insert(incarnation, index).is_none(),
+                    "incarnations collide"
+                );
+                let core = ProducerCore::new(&config, Incarnation::from_u128(incarnation))
                     .with_jitter_seed(rng.random());
                 SimProducer {
                     id: core.id().clone(),
+                    id_index,
                     core,
                     window_size: config.window_size,
                     offered: 0,
                     total: scenario.messages_of(index),
                     confirmed: 0,
-                    seen_incarnation: None,
-                    incarnation_switches: 0,
+                    highest_seq: 0,
                 }
             })
             .collect();
@@ -206,6 +266,12 @@ impl<'a> World<'a> {
             producers,
             consumer: ConsumerCore::new(&scenario.consumer),
             life: 0,
+            owners,
+            id_switches: (0..scenario.ids()).map(|_| IdSwitches::default()).collect(),
+            floors: StableMap::default(),
+            windows_dropped: 0,
+            forgeries_triggered: vec![false; scenario.forgeries.len()],
+            forged_bodies: 0,
             running: None,
             runs: 0,
             handled: 0,
@@ -258,6 +324,7 @@ impl<'a> World<'a> {
                 break end;
             }
             self.check_windows();
+            self.check_waiting();
         };
         Run {
             end,
@@ -344,6 +411,12 @@ impl<'a> World<'a> {
                 outcome,
             } => self.handler_ends((life, run), switches_at_start, header, body, outcome),
             Event::ProducerRestart { producer } => self.restart_producer(producer),
+            Event::Forge { forgery } => self.forge(forgery),
+            Event::ForgedDelivery {
+                victim,
+                header,
+                body,
+            } => self.forged_arrives(victim, header, body),
             Event::ConsumerRestart => self.restart_consumer(),
         }
     }
@@ -361,6 +434,7 @@ impl<'a> World<'a> {
             Timer::Consumer => {
                 let before = self.consumer.stats().swept;
                 let abandoned = self.consumer.handle_timeout(now);
+                self.note_dropped_windows();
                 let swept = (self.consumer.stats().swept - before) as usize;
                 self.trace
                     .record(self.now, TraceEvent::ConsumerTimer { swept });

@@ -1,5 +1,6 @@
 //! The simulator's producer side: offering messages, draining a producer's transmissions
-//! and settlements, ACK arrivals, producer restarts, and the window check.
+//! and settlements, ACK arrivals (forged ones must be ignored), producer restarts, and the
+//! window check.
 
 use std::time::Duration;
 
@@ -54,6 +55,7 @@ impl World<'_> {
             .is_err()
         {
             self.obs.violation(
+                "no refused sends",
                 self.step,
                 format!("p{producer} refused body {body:#x} (pending queue full)"),
             );
@@ -94,28 +96,28 @@ impl World<'_> {
         let body = transmission.body;
         if header.producer_id != self.producers[producer].id {
             self.obs.violation(
+                "producer id",
                 self.step,
                 format!("p{producer} transmitted under id {:?}", header.producer_id),
             );
         }
         self.current_key.insert(body, key);
+        if key.seq > self.producers[producer].highest_seq {
+            self.producers[producer].highest_seq = key.seq;
+            self.trigger_forgeries(producer, key.seq);
+        }
         let copies: Vec<Duration> = self
             .forward
             .transmit(&mut self.rng)
             .into_iter()
             .flatten()
             .collect();
-        let record = self.obs.keys.entry(key).or_insert(KeyRecord {
-            body,
-            successes: Vec::new(),
-            first_arrivals: Vec::new(),
-            confirmed_at: None,
-            in_transit: 0,
-        });
+        let record = self.obs.keys.entry(key).or_insert(KeyRecord::new(body));
         record.in_transit += copies.len() as u32;
         if record.body != body {
             let first = record.body;
             self.obs.violation(
+                "one body per key",
                 self.step,
                 format!("{key:?} transmitted with body {body:#x}, earlier with {first:#x}"),
             );
@@ -159,6 +161,7 @@ impl World<'_> {
         );
         let Some(record) = self.obs.bodies.get_mut(&body) else {
             self.obs.violation(
+                "settled exactly once",
                 self.step,
                 format!("p{producer} settled body {body:#x}, which it was never given"),
             );
@@ -171,8 +174,11 @@ impl World<'_> {
                 let key = self.current_key[&body];
                 let record = self.obs.keys.get_mut(&key).expect("transmitted before");
                 if record.confirmed_at.replace(self.step).is_some() {
-                    self.obs
-                        .violation(self.step, format!("{key:?} confirmed twice"));
+                    self.obs.violation(
+                        "settled exactly once",
+                        self.step,
+                        format!("{key:?} confirmed twice"),
+                    );
                 }
                 self.producers[producer].confirmed += 1;
                 self.trigger_producer_restart(producer);
@@ -187,6 +193,7 @@ impl World<'_> {
                 self.settled_for_good();
                 if self.scenario.producer.max_attempts.get() != Some(attempts) {
                     self.obs.violation(
+                        "max_attempts",
                         self.step,
                         format!("body {body:#x} given up after {attempts} attempts"),
                     );
@@ -196,8 +203,11 @@ impl World<'_> {
             Err(other) => {
                 record.other += 1;
                 self.settled_for_good();
-                self.obs
-                    .violation(self.step, format!("body {body:#x} settled with {other:?}"));
+                self.obs.violation(
+                    "settled exactly once",
+                    self.step,
+                    format!("body {body:#x} settled with {other:?}"),
+                );
                 false
             }
         }
@@ -209,9 +219,22 @@ impl World<'_> {
         self.last_settled = (self.step, self.now);
     }
 
-    /// An ACK reaches its producer.
+    /// An ACK reaches its producer. Rule **forged ACKs are ignored**: the ACK of a forged
+    /// delivery confirms nothing.
     pub(super) fn ack_arrives(&mut self, producer: usize, ack: &Ack) {
         let acted_on = self.producers[producer].core.handle_ack(ack);
+        let key = Key {
+            producer,
+            incarnation: ack.incarnation.as_u128(),
+            seq: ack.seq,
+        };
+        if acted_on && self.obs.forged.contains_key(&key) {
+            self.obs.violation(
+                "forged ACKs are ignored",
+                self.step,
+                format!("p{producer} acted on the ACK of forged {key:?}"),
+            );
+        }
         self.trace.record(
             self.now,
             TraceEvent::AckArrived {
@@ -225,8 +248,14 @@ impl World<'_> {
 
     /// Restarts a producer with a fresh incarnation; its unsettled messages are re-sent.
     pub(super) fn restart_producer(&mut self, producer: usize) {
-        let incarnation = Incarnation::from_u128(self.rng.random());
+        let value: u128 = self.rng.random();
+        assert!(
+            self.owners.insert(value, producer).is_none(),
+            "incarnations collide"
+        );
+        let incarnation = Incarnation::from_u128(value);
         self.producers[producer].core.restart(incarnation);
+        self.producers[producer].highest_seq = 0;
         self.obs.producer_restarts += 1;
         self.trace.record(
             self.now,
@@ -262,6 +291,7 @@ impl World<'_> {
             let in_flight = p.core.stats().in_flight;
             if in_flight > p.window_size {
                 self.obs.violation(
+                    "window",
                     self.step,
                     format!(
                         "p{index} has {in_flight} messages in flight, window is {}",

@@ -351,6 +351,7 @@ impl<T: Clone + Send + 'static> Handler<GetProducerStats> for ProducerController
         let mut stats = self.core.stats();
         if let Some(durable) = &self.durable {
             (stats.stored, stats.resumed, stats.resumed_confirmed) = durable.counts;
+            stats.next_message_id = durable.next_message_id();
         }
         MessageResult(stats)
     }

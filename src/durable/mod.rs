@@ -18,10 +18,11 @@
 //!   [`MessageId`]; [`Stored::confirmed`] once the consumer's ACK is recorded. Confirmations of
 //!   messages sent again after a restart (their callbacks died with the previous process) go to
 //!   the optional sink as [`DurableConfirmation`]s and are counted in the producer's stats.
-//! - **A confirmation fires once the settlement is recorded**, so across crashes each message's
-//!   confirmation reaches either its callback or the sink, not both (unless the journal fails
-//!   between the ACK and the record: then the callback fires and, after the restart, the sink
-//!   may hear of the message again).
+//! - **A confirmation fires once the settlement is recorded**, so across crashes a message's
+//!   confirmation reaches its callback or the sink at most once: never both (unless the journal
+//!   fails between the ACK and the record: then the callback fires and, after the restart, the
+//!   sink may hear of the message again), and not at all if the process dies between the
+//!   record's commit and the callback (the message is settled; only the report is lost).
 //! - **One producer per stream.** A second live producer writing the same stream is refused at
 //!   its first write ([`DeliveryError::Storage`](crate::DeliveryError::Storage)) and stops.
 //! - **Stopping keeps what is stored**: a stored message settled as `ProducerStopped` by `stop()`

@@ -70,6 +70,12 @@ impl<T> Durable<T> {
         self.to_store.append(messages);
     }
 
+    /// The id the next stored message gets (0 until the stream is open): the next seq, less
+    /// what waits to be stored.
+    pub(crate) fn next_message_id(&self) -> u64 {
+        self.next_seq.unwrap_or(0)
+    }
+
     /// Whether nothing waits to be stored or recorded.
     pub(crate) fn is_idle(&self) -> bool {
         self.to_store.is_empty() && !self.storing && self.to_record.is_empty() && !self.recording

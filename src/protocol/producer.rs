@@ -50,6 +50,10 @@ pub struct ProducerStats {
     pub resumed: u64,
     /// A durable producer: resumed messages confirmed (their confirmations go to the sink).
     pub resumed_confirmed: u64,
+    /// A durable producer: the [`MessageId`](crate::durable::MessageId) its next stored
+    /// message gets (0 until its stream is open). After a restart, everything below it was
+    /// stored before.
+    pub next_message_id: u64,
 }
 
 #[derive(Debug)]

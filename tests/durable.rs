@@ -331,3 +331,29 @@ async fn a_crash_before_settlements_are_recorded_resends_without_being_refused_a
     let stats = consumer.stats().await.unwrap();
     assert_eq!((stats.duplicates, stats.stale), (8, 0));
 }
+
+#[actix::test]
+async fn large_bursts_are_compacted_away_too() {
+    tokio::time::pause();
+    let journal = MemoryJournal::new();
+    let (consumer, handled) = consumer();
+    let producer = durable_producer(&journal, consumer.consumer_ref(), |d| d.snapshot_every(100));
+    for round in 0..5 {
+        for body in 0..2_000 {
+            producer.tell(round * 2_000 + body, |_| ()).unwrap();
+        }
+        producer.idle().await;
+    }
+    assert_eq!(handled.len(), 10_000);
+    let kept = journal
+        .replay(&stream(), 1, u64::MAX, 100_000)
+        .await
+        .unwrap();
+    let bodies: usize = kept.iter().map(|e| e.payload.len()).sum();
+    // Without compaction about 118 000 bytes (1 261 writes) stay; with it under 1 000.
+    assert!(
+        bodies < 10_000,
+        "{} writes, {bodies} bytes kept: not compacted",
+        kept.len()
+    );
+}

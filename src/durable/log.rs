@@ -42,9 +42,10 @@ pub(crate) enum LogEvent {
         producer_id: String,
         incarnation: Incarnation,
     },
+    /// One message (an event each, so compaction counts messages).
     Stored {
-        first_seq: u64,
-        bodies: Vec<Vec<u8>>,
+        seq: u64,
+        body: Vec<u8>,
     },
     Settled {
         seqs: Vec<u64>,
@@ -112,11 +113,13 @@ impl EventSourced for ProducerLog {
                         self.next_seq.max(1) - 1
                     ));
                 }
-                let event = LogEvent::Stored {
-                    first_seq: *first_seq,
-                    bodies: bodies.clone(),
-                };
-                Ok(Decision::persist([event], LogReply::Done))
+                let events = (*first_seq..)
+                    .zip(bodies)
+                    .map(|(seq, body)| LogEvent::Stored {
+                        seq,
+                        body: body.clone(),
+                    });
+                Ok(Decision::persist(events, LogReply::Done))
             }
             LogCommand::Settle { seqs } => {
                 let seqs: Vec<u64> = seqs
@@ -135,6 +138,11 @@ impl EventSourced for ProducerLog {
         }
     }
 
+    /// A snapshot holds every unsettled message: take one only after as many writes.
+    fn snapshot_weight(&self) -> u64 {
+        self.unsettled.len() as u64
+    }
+
     fn apply(&mut self, event: &LogEvent) {
         match event {
             LogEvent::Created {
@@ -144,11 +152,9 @@ impl EventSourced for ProducerLog {
                 self.identity = Some((producer_id.clone(), *incarnation));
                 self.next_seq = 1;
             }
-            LogEvent::Stored { first_seq, bodies } => {
-                for (seq, body) in (*first_seq..).zip(bodies) {
-                    self.unsettled.insert(seq, body.clone());
-                }
-                self.next_seq = first_seq + bodies.len() as u64;
+            LogEvent::Stored { seq, body } => {
+                self.unsettled.insert(*seq, body.clone());
+                self.next_seq = seq + 1;
             }
             LogEvent::Settled { seqs } => {
                 for seq in seqs {

@@ -106,8 +106,11 @@ impl DurableOptions {
         }
     }
 
-    /// Compact after this many journal writes (stores and settlement records; default 1 000,
-    /// at least 1): a snapshot of the unsettled messages replaces the writes before it.
+    /// Compact after this many messages stored and settlement records written (default 1 000,
+    /// at least 1), and no sooner than after as many as there are unsettled messages: a
+    /// snapshot of the unsettled messages replaces what was written before it. The stream so
+    /// holds about the unsettled messages plus one interval, and compaction costs O(1) per
+    /// message.
     pub fn snapshot_every(mut self, writes: u64) -> Self {
         self.snapshot_every = writes.max(1);
         self

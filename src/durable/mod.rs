@@ -24,7 +24,7 @@
 //!   sink may hear of the message again), and not at all if the process dies between the
 //!   record's commit and the callback (the message is settled; only the report is lost).
 //! - **One producer per stream.** A second live producer writing the same stream is refused at
-//!   its first write ([`DeliveryError::Storage`](crate::DeliveryError::Storage)) and stops.
+//!   its first write ([`crate::DeliveryError::Storage`]) and stops.
 //! - **Stopping keeps what is stored**: a stored message settled as `ProducerStopped` by `stop()`
 //!   is sent again by the next start of the stream.
 //! - The journal holds the producer's incarnation token: protect it like a credential.

@@ -142,12 +142,18 @@ impl<T: Clone + Send + 'static> ProducerController<T> {
     /// bulk), so that a confirmation callback can tell a follow-up message.
     fn settle_polled(&mut self) {
         let core = &mut self.core;
-        self.settling
-            .extend(std::iter::from_fn(|| core.poll_settled()));
         if let Some(durable) = &mut self.durable {
+            self.settling
+                .extend(std::iter::from_fn(|| core.poll_settled()));
             durable.hold_back(&mut self.settling);
+            return self.fire_settling();
         }
-        self.fire_settling();
+        // The hot path: straight from the core's queue, room counted before the callbacks.
+        let room = core.settled().filter(|c| c.holds_room()).count();
+        self.inbox.release(room);
+        while let Some((confirmation, result)) = core.poll_settled() {
+            confirmation.settle(result);
+        }
     }
 
     pub(crate) fn fire_settling(&mut self) {

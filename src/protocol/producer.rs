@@ -315,6 +315,11 @@ impl<T: Clone, C> ProducerCore<T, C> {
         None
     }
 
+    /// The settled confirmation tokens not polled yet, in order, without taking them.
+    pub fn settled(&self) -> impl Iterator<Item = &C> {
+        self.settled.iter().map(|(token, _)| token)
+    }
+
     /// The next settled confirmation token and its result.
     pub fn poll_settled(&mut self) -> Option<(C, Result<(), DeliveryError>)> {
         self.settled.pop_front()
@@ -379,11 +384,12 @@ impl<T: Clone, C> ProducerCore<T, C> {
     }
 
     fn fill_window(&mut self, now: Instant) {
-        while self.in_flight.len() < self.window_size {
+        while !self.resumed.is_empty() && self.in_flight.len() < self.window_size {
             if let Some((seq, body, confirm)) = self.resumed.pop_front() {
                 self.dispatch(seq, body, confirm, now);
-                continue;
             }
+        }
+        while self.in_flight.len() < self.window_size {
             let Some((body, confirm)) = self.pending.pop_front() else {
                 break;
             };
@@ -393,6 +399,7 @@ impl<T: Clone, C> ProducerCore<T, C> {
         }
     }
 
+    #[inline]
     fn dispatch(&mut self, seq: u64, body: T, confirm: C, now: Instant) {
         let deadline = now + retry_interval(self.resend_timeout, self.backoff, 1, &mut self.jitter);
         self.earliest_deadline = Some(self.earliest_deadline.map_or(deadline, |e| e.min(deadline)));

@@ -993,3 +993,73 @@ async fn review_s2_two_outbox_instances_racing_deliver_each_once() {
     let conflicts = a.stats().await.unwrap().conflicts + b.stats().await.unwrap().conflicts;
     assert!(conflicts > 0, "the instances really raced");
 }
+
+/// D12. Two live instances of an entity with an outbox (two nodes on a shared journal, or an
+/// overlapping failover): the instance that does not write never learns of the other's
+/// confirmations, and its lane resends the deliveries it recovered as unconfirmed. Once the
+/// other instance's lane has moved the receiver's floor past them (its `window_start`), those
+/// resends are *stale* at the receiver: never ACKed, so the idle instance never records
+/// anything, never hits the fence, never catches up, and (with the default unbounded
+/// `max_attempts`) retransmits them forever.
+#[actix::test]
+#[ignore = "defect: an idle second instance resends deliveries the other confirmed; stale at the receiver, forever"]
+async fn review_d12_idle_second_outbox_instance_resends_forever() {
+    tokio::time::pause();
+    let journal = MemoryJournal::new();
+    let warehouse = PersistentHandle::<Warehouse>::start(
+        Arc::new(journal.clone()),
+        PersistenceId::new("review-warehouse").unwrap(),
+        PersistentConfig::default(),
+    )
+    .unwrap();
+    let receiver = ReliableDelivery::consumer(
+        ConsumerOptions::builder(warehouse.delivery_handler(|Ship(order)| order))
+            .build()
+            .unwrap(),
+    );
+    let instance = |link: ConsumerRef<Ship>| {
+        let lane = ProducerConfig {
+            window_size: 8,
+            resend_timeout: Duration::from_millis(100),
+            ..ProducerConfig::default()
+        };
+        let outbox = Outbox::new().destination("shipping", link, lane).unwrap();
+        PersistentHandle::<Orders>::start_with_outbox(
+            Arc::new(journal.clone()),
+            orders_id(),
+            PersistentConfig::default(),
+            outbox,
+        )
+        .unwrap()
+    };
+    let (link_a, cut_a, _) = cuttable(receiver.consumer_ref());
+    let (link_b, cut_b, seen_b) = cuttable(receiver.consumer_ref());
+    cut_a.store(true, Ordering::SeqCst);
+    cut_b.store(true, Ordering::SeqCst);
+    let a = instance(link_a);
+    for order in 1..=5 {
+        a.ask(order).await.unwrap();
+    }
+    // The second node starts: it recovers 1..=5 as unconfirmed.
+    let b = instance(link_b);
+    settle().await; // recovered (it writes nothing)
+    let _keep = &b;
+    cut_a.store(false, Ordering::SeqCst);
+    settle_for(2_000).await; // A delivers 1..=5, records their confirmations
+    a.ask(6).await.unwrap();
+    settle_for(2_000).await; // 6 goes out with window_start 6
+    cut_b.store(false, Ordering::SeqCst);
+    settle_for(10_000).await;
+    let before = seen_b.len();
+    settle_for(60_000).await;
+    let after = seen_b.len();
+    let stats = receiver.stats().await.unwrap();
+    assert_eq!(
+        after,
+        before,
+        "the idle instance sent {} more resends in a minute (receiver: {} stale, {} duplicates)",
+        after - before,
+        stats.stale,
+        stats.duplicates
+    );
+}

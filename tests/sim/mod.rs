@@ -9,6 +9,7 @@
 
 pub mod check;
 pub mod driver;
+pub mod durable;
 pub mod events;
 pub mod link;
 pub mod matrix;

@@ -297,7 +297,6 @@ impl Scenario {
         self.durable.as_ref().map(|d| d.kinds[producer])
     }
 
-
     /// How many messages producer `producer` sends.
     pub fn messages_of(&self, producer: usize) -> usize {
         self.messages / self.producers + usize::from(producer < self.messages % self.producers)

@@ -495,13 +495,13 @@ impl World<'_> {
             record.successes += 1;
         }
         self.handled += 1;
-        for disruption in &self.scenario.disruptions {
+        for (index, disruption) in self.scenario.disruptions.iter().enumerate() {
             if let Disruption::ConsumerRestart {
                 after_handled,
                 delay,
             } = *disruption
             {
-                if after_handled == self.handled {
+                if after_handled == self.handled && !self.struck[index] {
                     self.queue.push(self.now + delay, Event::ConsumerRestart);
                 }
             }

@@ -396,6 +396,42 @@ impl World<'_> {
         }
     }
 
+    /// At quiescence, with durable storage, a disruption whose trigger can no longer be
+    /// reached strikes now, on streams where everything is settled: a crash still waiting for
+    /// its moment (no such write started since it was armed: a later crash lost the messages
+    /// it waited for), or a consumer restart after more successful runs than there are
+    /// messages left that were ever stored. Returns whether one did.
+    pub(super) fn strike_unreached_disruptions(&mut self) -> bool {
+        if self.scenario.durable.is_none() {
+            return false;
+        }
+        let armed = self
+            .units
+            .iter_mut()
+            .enumerate()
+            .find_map(|(index, unit)| Some((index, unit.armed.pop()?.0)));
+        if let Some((unit, disruption)) = armed {
+            let crash = Event::Crash {
+                unit,
+                disruption,
+                life: None,
+            };
+            self.queue.push(self.now, crash);
+            return true;
+        }
+        let handled = self.handled;
+        let unreached = self.scenario.disruptions.iter().enumerate().position(|(i, d)| {
+            !self.struck[i]
+                && matches!(*d, Disruption::ConsumerRestart { after_handled, .. } if after_handled > handled)
+        });
+        let Some(index) = unreached else {
+            return false;
+        };
+        self.struck[index] = true;
+        self.queue.push(self.now, Event::ConsumerRestart);
+        true
+    }
+
     /// A scheduled crash is due. One meant for a write that a crash meanwhile lost waits for
     /// its moment again; one that finds the unit crashed strikes right after its restart.
     pub(super) fn crash_event(&mut self, unit: usize, disruption: usize, life: Option<u32>) {

@@ -242,6 +242,9 @@ struct World<'a> {
     floors: StableMap<(usize, u128), u64>,
     /// Windows the consumer dropped so far (evicted, swept, replaced).
     windows_dropped: u64,
+    /// Per disruption of the scenario: struck at quiescence, its trigger unreached (see
+    /// `strike_unreached_disruptions`).
+    struck: Vec<bool>,
     /// Whether each forgery of the scenario was triggered.
     forgeries_triggered: Vec<bool>,
     /// Forged bodies made so far.
@@ -339,6 +342,7 @@ impl<'a> World<'a> {
             id_switches: (0..scenario.ids()).map(|_| IdSwitches::default()).collect(),
             floors: StableMap::default(),
             windows_dropped: 0,
+            struck: vec![false; scenario.disruptions.len()],
             forgeries_triggered: vec![false; scenario.forgeries.len()],
             forged_bodies: 0,
             running: None,
@@ -364,7 +368,12 @@ impl<'a> World<'a> {
             let next_event = self.queue.next_at();
             let next_timer = self.next_timer();
             let event_first = match (next_event, next_timer) {
-                (None, _) if self.settled == self.scenario.messages => break End::Quiescent,
+                (None, _) if self.settled == self.scenario.messages => {
+                    if self.strike_unreached_disruptions() {
+                        continue;
+                    }
+                    break End::Quiescent;
+                }
                 (None, None) => break End::Stall(self.stall_report()),
                 (Some(event), Some((timer, _))) => event <= timer,
                 (Some(_), None) => true,

@@ -1,14 +1,17 @@
 //! Deterministic simulation of the pure protocol cores (`ProducerCore`, `ConsumerCore`)
 //! through lossy, duplicating, reordering links with failing, slow and stuck handlers, a
-//! forger and producers sharing ids, in virtual time.
+//! forger, producers sharing ids, and durable producers and outbox lanes whose crashes lose
+//! everything not committed, in virtual time.
 //!
-//! The matrix (1 000 seeds × 200 messages, nine fault classes including a hostile
-//! `window_start` forger, shared producer ids and stuck handlers under `handler_timeout`;
-//! window sizes 1/16/64, 1–4 producers, ordered and unordered), three runs of 100 000
-//! messages, restart, eviction and sweep scenarios, a determinism check, and a proptest that
-//! shrinks failing scenarios. Rules that must hold at every consumer decision (stale
-//! deliveries held, re-ACKs only for handled keys, the waiting bound, timeouts exactly at
-//! their deadline) are checked as a run goes; the rest after it.
+//! The matrix (1 000 seeds × 200 messages, ten fault classes including a hostile
+//! `window_start` forger, shared producer ids, stuck handlers under `handler_timeout` and
+//! durable crashes; window sizes 1/16/64, 1–4 producers, ordered and unordered), three runs of
+//! 100 000 messages, restart, eviction, sweep and durable-crash scenarios, a determinism check,
+//! and a proptest that shrinks failing scenarios. Rules that must hold at every consumer
+//! decision (stale deliveries held, re-ACKs only for handled keys, the waiting bound, timeouts
+//! exactly at their deadline) and at every durable transmission (write-ahead, the stored seq,
+//! the kept incarnation, `window_start` capped at the lowest seq not durably settled, resends
+//! first) are checked as a run goes; the rest after it.
 //!
 //! A failure names the seed and prints the broken invariants, the full scenario and the
 //! trace tail. To replay one seed of a test with its whole trace:

@@ -1,8 +1,10 @@
 //! The invariants of a run, checked once it has ended (the rules that must hold at every
 //! event are checked by the driver as it goes, and reported here under their names). Which
 //! ones apply depends on what the scenario can legitimately cost: without restarts, evictions
-//! or sweeps every message's handler succeeds exactly once; with them, a message may run twice
-//! but is never lost; below a forged `window_start` a message can only be given up.
+//! or sweeps every message's handler succeeds exactly once (a durable crash keeps the
+//! incarnation: no restart in this sense); with them, a message may run twice but is never
+//! lost; below a forged `window_start` a message can only be given up; a durable message whose
+//! store a crash lost was never stored, and is never sent.
 
 use std::collections::{HashMap, HashSet};
 

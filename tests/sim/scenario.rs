@@ -1,7 +1,7 @@
 //! The configuration of one simulation run. Everything that decides what happens is in a
 //! [`Scenario`]: the seed, the settings of both cores, the producers' ids, the faults of both
-//! links and of the handler, the traffic pattern, the disruptions and the forgeries. A failing
-//! run prints it in full, so the run can be replayed exactly.
+//! links and of the handler, the traffic pattern, the disruptions, the forgeries and the
+//! durable storage. A failing run prints it in full, so the run can be replayed exactly.
 
 use std::ops::RangeInclusive;
 use std::time::Duration;

@@ -1,6 +1,7 @@
 //! Counts of what runs injected and what it cost, summed over many runs, so that a test can
 //! assert that its fault injection really injected faults and that its scenarios really
-//! exercised restarts, evictions, sweeps, forgeries, shared ids and handler timeouts.
+//! exercised restarts, evictions, sweeps, forgeries, shared ids, handler timeouts and durable
+//! crashes (mid-store, mid-record, their resends recognised as duplicates).
 
 use std::fmt;
 

@@ -9,7 +9,8 @@
 //! has been settled for too long (a livelock).
 //!
 //! The reactions to producer-side and consumer-side events live in the submodules, the
-//! forger's in its own.
+//! forger's and the durable storage's (durable producers, outbox lanes, their crashes) in
+//! their own.
 
 mod consumer_side;
 mod durable_side;

@@ -337,16 +337,7 @@ impl World<'_> {
             record.ok += 1;
         }
         record.confirmed_life = Some(life);
-        self.settled_for_good();
-        let key = self.current_key[&body];
-        let record = self.obs.keys.get_mut(&key).expect("transmitted before");
-        if record.confirmed_at.replace(self.step).is_some() {
-            self.obs.violation(
-                "settled exactly once",
-                self.step,
-                format!("{key:?} confirmed twice"),
-            );
-        }
+        self.confirmed_for_good(body);
     }
 
     /// Schedules or arms the durable crashes this producer's latest offer triggers.

@@ -188,16 +188,7 @@ impl World<'_> {
             Ok(()) => {
                 record.ok += 1;
                 record.acked += 1;
-                self.settled_for_good();
-                let key = self.current_key[&body];
-                let record = self.obs.keys.get_mut(&key).expect("transmitted before");
-                if record.confirmed_at.replace(self.step).is_some() {
-                    self.obs.violation(
-                        "settled exactly once",
-                        self.step,
-                        format!("{key:?} confirmed twice"),
-                    );
-                }
+                self.confirmed_for_good(body);
                 self.producers[producer].confirmed += 1;
                 self.trigger_producer_restart(producer);
                 false
@@ -228,6 +219,21 @@ impl World<'_> {
                 );
                 false
             }
+        }
+    }
+
+    /// Counts the final confirmation of `body`, and notes it for the key it was last sent
+    /// under (rule **settled exactly once**: a key is confirmed once).
+    pub(super) fn confirmed_for_good(&mut self, body: Body) {
+        self.settled_for_good();
+        let key = self.current_key[&body];
+        let record = self.obs.keys.get_mut(&key).expect("transmitted before");
+        if record.confirmed_at.replace(self.step).is_some() {
+            self.obs.violation(
+                "settled exactly once",
+                self.step,
+                format!("{key:?} confirmed twice"),
+            );
         }
     }
 

@@ -29,6 +29,12 @@
 //! kept**, **window_start capped** (never past the lowest seq not durably settled),
 //! **resends first, in seq order** (a life's first transmissions are its resumed seqs, then
 //! consecutive new seqs from the journal's next seq), **unrecorded settlements are resent**.
+//!
+//! Not modelled: journal failures (a refused write), the stream's creation (a new stream is
+//! open at time zero), snapshots and compaction, an outbox's `max_unconfirmed` refusals, and a
+//! crash between a commit and the shell hearing of it (a commit and its reply are one event
+//! here: with it, a message would be stored without its sender knowing, and a recorded
+//! settlement's confirmation would reach neither callback nor sink).
 
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::time::Duration;
@@ -86,6 +92,14 @@ impl World<'_> {
             };
             producers[producer].unit = Some((unit, lanes[unit].1.len()));
             lanes[unit].1.push(producer);
+        }
+        for (_, lanes) in &lanes {
+            let ids: BTreeSet<usize> = lanes.iter().map(|&p| producers[p].id_index).collect();
+            assert_eq!(
+                ids.len(),
+                lanes.len(),
+                "an entity's lanes have distinct ids"
+            );
         }
         lanes
             .into_iter()

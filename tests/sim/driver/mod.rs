@@ -17,6 +17,7 @@ mod durable_side;
 mod forger;
 mod producer_side;
 
+use std::collections::{BTreeMap, VecDeque};
 use std::time::{Duration, Instant};
 
 use actix_delivery::protocol::consumer::{ConsumerCore, ConsumerStats, HandlerOutcome};
@@ -180,7 +181,7 @@ struct SimProducer {
     /// Counters of its earlier (crashed) lives.
     retired: ProducerStats,
     /// Durable: the seqs this life must transmit first, in order (its resumed messages)…
-    expect_resumed: std::collections::VecDeque<u64>,
+    expect_resumed: VecDeque<u64>,
     /// …and the seq of the first new message after them (consecutive from there).
     expect_next: u64,
 }
@@ -277,8 +278,9 @@ impl<'a> World<'a> {
     fn new(scenario: &'a Scenario) -> Self {
         let mut rng = SmallRng::seed_from_u64(scenario.seed);
         let mut owners = StableMap::default();
-        let mut entities = std::collections::BTreeMap::new();
-        let producers = (0..scenario.producers)
+        // The incarnation of each outbox entity: its lanes share it.
+        let mut entities = BTreeMap::new();
+        let mut producers: Vec<SimProducer> = (0..scenario.producers)
             .map(|index| {
                 let id_index = scenario.id_of(index);
                 let config = ProducerConfig {
@@ -318,12 +320,11 @@ impl<'a> World<'a> {
                     highest_seq: 0,
                     unit: None,
                     retired: ProducerStats::default(),
-                    expect_resumed: std::collections::VecDeque::new(),
+                    expect_resumed: VecDeque::new(),
                     expect_next: 1,
                 }
             })
             .collect();
-        let mut producers: Vec<SimProducer> = producers;
         let units = Self::units(scenario, &mut producers);
         Self {
             scenario,

@@ -41,7 +41,7 @@ use sim::tally::Tally;
 const MATRIX_SEEDS: u64 = 1_000;
 /// Messages per matrix run.
 const MATRIX_MESSAGES: usize = 200;
-/// Seeds per restart, eviction and sweep test.
+/// Seeds per restart, eviction, sweep and durable-crash test.
 const DISRUPTION_SEEDS: u64 = 150;
 /// Messages of each long run.
 const LONG_RUN_MESSAGES: usize = 100_000;

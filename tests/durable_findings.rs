@@ -1,6 +1,7 @@
-//! Two defects of the durable producer's shell (`src/durable/producer.rs`) that the
-//! simulator's durable model found, as tests that fail today (ignored until they are fixed;
-//! run them with `cargo test --test durable_findings -- --ignored`). See also
+//! Two defects of the durable producer's shell that the simulator's durable model found,
+//! pinned as tests: the `window_start` cap could pass a store still in flight (fixed: the core
+//! clamps the cap at its next seq), and the last settlement of a burst waited for the resend
+//! timer (fixed: a flush collects settlements before it starts writes). See also
 //! `a_caught_up_durable_producer_with_the_shipped_cap_never_stalls` in `tests/simulator.rs`.
 
 use std::sync::Arc;
@@ -20,11 +21,9 @@ use actix_delivery::{
 /// else the next seq" — but its next seq already counts a store in flight. The core calls it
 /// makes, replayed one by one: seq 2's record is lost in a crash after a retransmission told
 /// the consumer that everything below 3 is settled, and the consumer (which lived through the
-/// crash) refuses the resend of seq 2 as stale, forever. Passes once the cap can no longer
-/// pass a seq the core has not numbered yet (clamping `set_durably_settled_below` at the
-/// core's next seq, or the shell counting the store in flight as the outbox does).
+/// crash) refused the resend of seq 2 as stale, forever. The core now clamps
+/// `set_durably_settled_below` at its next seq.
 #[test]
-#[ignore = "src/durable/producer.rs caps window_start past a store in flight (reported)"]
 fn a_cap_set_while_a_store_is_in_flight_never_strands_a_resend() {
     let config = ProducerConfig {
         producer_id: Some("p".into()),
@@ -97,7 +96,6 @@ fn a_cap_set_while_a_store_is_in_flight_never_strands_a_resend() {
 /// simulator counts these records: "records started by a stale timer"). A flush that holds a
 /// settlement back should start its record too.
 #[actix::test]
-#[ignore = "src/durable/producer.rs records the last settlement only at the stale resend timer (reported)"]
 async fn the_last_confirmation_does_not_wait_for_the_resend_timeout() {
     tokio::time::pause();
     let journal = MemoryJournal::new();

@@ -396,15 +396,12 @@ fn a_caught_up_durable_producer_crashing_mid_record_never_stalls() {
     }
 }
 
-/// The same with the cap as `src/durable/producer.rs` computes it today: after a record
-/// commits, the lowest stored unsettled seq, else the next seq — which is past a store still
-/// in flight. Once that store's messages are sent and one is settled in memory, `window_start`
-/// passes it; a crash before its record, and the consumer (which lived through it) refuses its
-/// resend as stale forever: rule `window_start capped` at once, `end` (a livelock) and
-/// `stored is confirmed exactly once` after the run, in 131 of the 150 seeds (e.g. 0, 2, 3).
-/// Ignored until the shell is fixed (run it with `--ignored`).
+/// The same with the cap as `src/durable/producer.rs` computes it: after a record commits,
+/// the lowest stored unsettled seq, else the next seq — which is past a store still in
+/// flight. Before the core clamped the cap at its own next seq, `window_start` then passed
+/// that store; a crash before its record, and the consumer (which lived through it) refused
+/// its resend as stale forever: 131 of the 150 seeds failed (`window_start capped`, `end`).
 #[test]
-#[ignore = "src/durable/producer.rs caps window_start past a store in flight (reported)"]
 fn a_caught_up_durable_producer_with_the_shipped_cap_never_stalls() {
     let tally = run_all(
         (0..DISRUPTION_SEEDS).map(|seed| caught_up_durable_producer(seed, CapRule::AsShipped)),

@@ -179,11 +179,11 @@ pub enum DurableKind {
 /// `window_start` (`ProducerCore::set_durably_settled_below`), after a record commits.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum CapRule {
-    /// As `src/durable/producer.rs` does today: the lowest stored seq whose settlement is not
+    /// As `src/durable/producer.rs` does: the lowest stored seq whose settlement is not
     /// recorded, else the next seq to number. While a store is in flight the next seq is
-    /// already past it, so the cap passes the seqs of that store before they are even stored:
-    /// once they are sent and some are settled in memory, `window_start` passes them, and a
-    /// crash before their record makes the consumer refuse their resends as stale forever.
+    /// already past it; the core clamps the cap at its own next seq, without which
+    /// `window_start` would pass that store's seqs and a crash before their record would make
+    /// the consumer refuse their resends as stale forever.
     AsShipped,
     /// The lowest seq not durably settled: as `AsShipped`, but never past the first seq of a
     /// store still in flight (the outbox's rule: its uncommitted deliveries count as

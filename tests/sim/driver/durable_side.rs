@@ -36,7 +36,7 @@
 //! here: with it, a message would be stored without its sender knowing, and a recorded
 //! settlement's confirmation would reach neither callback nor sink).
 
-use std::collections::{BTreeMap, BTreeSet, VecDeque};
+use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
 use actix_delivery::protocol::envelope::{Incarnation, ProducerId};
@@ -149,6 +149,8 @@ impl World<'_> {
         let lanes = self.units[unit].lanes.clone();
         match self.units[unit].kind {
             UnitKind::Producer => {
+                // As the shell: settlements first, so their record starts in this flush.
+                self.settle_lane(unit, 0);
                 let started = self.start_writes(unit);
                 self.drain_lane(unit, 0);
                 let deadline = self.producers[lanes[0]].core.next_deadline();
@@ -182,6 +184,12 @@ impl World<'_> {
         while let Some(transmission) = self.producers[producer].core.poll_transmit(now) {
             self.transmit(producer, transmission);
         }
+        self.settle_lane(unit, lane);
+    }
+
+    /// Takes one lane's settlements from its core.
+    fn settle_lane(&mut self, unit: usize, lane: usize) {
+        let producer = self.units[unit].lanes[lane];
         while let Some((body, result)) = self.producers[producer].core.poll_settled() {
             self.settled_in_memory(producer, (unit, lane), body, result);
         }
@@ -292,29 +300,17 @@ impl World<'_> {
         );
         let lanes = self.units[unit].lanes.clone();
         let kind = self.units[unit].kind;
-        let mut handed: Vec<VecDeque<(Body, Body)>> = vec![VecDeque::new(); lanes.len()];
         for &(lane, seq, body) in &committed.stored {
             let record = self.obs.bodies.get_mut(&body).expect("offered before");
             record.stored = Some((seq, life));
-            handed[lane].push_back((body, body));
-        }
-        for (lane, mut messages) in handed.into_iter().enumerate() {
+            // As the shells do: under its stored seq, never refused.
             let core = &mut self.producers[lanes[lane]].core;
-            match kind {
-                // The core numbers them in the same order from the same next seq.
-                UnitKind::Producer => core.handle_send_all(&mut messages),
-                // One by one, as `Lane::send` does (its refusal would go unnoticed there).
-                UnitKind::Outbox => {
-                    for (body, token) in messages {
-                        if core.handle_send(body, token).is_err() {
-                            self.obs.violation(
-                                "no refused sends",
-                                self.step,
-                                format!("lane p{} refused body {body:#x}", lanes[lane]),
-                            );
-                        }
-                    }
-                }
+            if core.handle_stored(seq, body, body).is_err() {
+                self.obs.violation(
+                    "stored under the core's next seq",
+                    self.step,
+                    format!("lane p{} refused body {body:#x} at seq {seq}", lanes[lane]),
+                );
             }
         }
         for &(lane, _, body, resumed) in &committed.settled {

@@ -4,13 +4,15 @@
 
 mod common;
 
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
 use actix::prelude::*;
 use actix_delivery::durable::{DurableConfirmation, DurableOptions, MessageId};
-use actix_delivery::journal::{Journal, MemoryJournal, PersistenceId};
+use actix_delivery::journal::{
+    Journal, JournalError, JournalFuture, MemoryJournal, PersistenceId, Snapshot, StoredEvent,
+};
 use actix_delivery::{
     ConsumerHandle, ConsumerOptions, ConsumerRef, Delivery, DeliveryError, DeliveryHandler,
     ProducerHandle, ProducerOptions, ReliableDelivery,
@@ -280,14 +282,113 @@ async fn a_failed_store_reaches_the_caller_and_the_restarted_producer_resumes() 
     let producer = durable_producer(&journal, consumer.consumer_ref(), |d| d);
     producer.send(1).await.unwrap();
     journal.faults().fail_nth_append(1);
-    let failed = producer.send(2).await;
-    assert!(
-        matches!(failed, Err(DeliveryError::Storage(_))),
-        "{failed:?}"
-    );
-    // The supervisor restarted it: it goes on from the journal.
+    // The supervisor restarts it; the journal it reads again settles the store's outcome.
+    match producer.send(2).await {
+        Err(DeliveryError::Storage(reason)) => {
+            assert!(
+                reason.contains("stream `orders-out`") && reason.contains("it was not stored"),
+                "{reason}"
+            )
+        }
+        other => panic!("{other:?}"),
+    }
     producer.send(3).await.unwrap();
     assert_eq!(handled.snapshot(), [1, 3], "2 was never stored, never sent");
+}
+
+#[actix::test]
+async fn a_stream_of_another_producer_id_stops_the_producer_for_good() {
+    tokio::time::pause();
+    let journal = MemoryJournal::new();
+    let (consumer, _) = consumer();
+    durable_producer(&journal, consumer.consumer_ref(), |d| d)
+        .send(1)
+        .await
+        .unwrap();
+    let options = ProducerOptions::builder(&consumer)
+        .producer_id("invoices")
+        .build()
+        .unwrap();
+    let durable = DurableOptions::new(Arc::new(journal.clone()), stream());
+    let other = ReliableDelivery::durable_producer(options, durable).unwrap();
+    match other.send(2).await {
+        Err(DeliveryError::Storage(reason)) => assert!(
+            reason.contains("the stream belongs to producer `orders`, not `invoices`"),
+            "{reason}"
+        ),
+        refused => panic!("{refused:?}"),
+    }
+    tokio::time::timeout(Duration::from_secs(10), other.stopped())
+        .await
+        .expect("stopped for good: restarting cannot help");
+}
+
+/// A journal whose every operation fails, counting them.
+#[derive(Clone, Default)]
+struct Broken(Arc<AtomicU64>);
+
+impl Broken {
+    fn fail<T: Send + 'static>(&self) -> JournalFuture<'_, T> {
+        self.0.fetch_add(1, Ordering::SeqCst);
+        Box::pin(async {
+            Err(JournalError::Storage {
+                persistence_id: None,
+                message: "the disk is gone".into(),
+            })
+        })
+    }
+}
+
+impl Journal for Broken {
+    fn append(&self, _: &PersistenceId, _: u64, _: Vec<Vec<u8>>) -> JournalFuture<'_, ()> {
+        self.fail()
+    }
+    fn replay(
+        &self,
+        _: &PersistenceId,
+        _: u64,
+        _: u64,
+        _: usize,
+    ) -> JournalFuture<'_, Vec<StoredEvent>> {
+        self.fail()
+    }
+    fn highest_seq(&self, _: &PersistenceId) -> JournalFuture<'_, u64> {
+        self.fail()
+    }
+    fn delete_to(&self, _: &PersistenceId, _: u64) -> JournalFuture<'_, ()> {
+        self.fail()
+    }
+    fn save_snapshot(&self, _: &PersistenceId, _: Snapshot) -> JournalFuture<'_, ()> {
+        self.fail()
+    }
+    fn load_snapshot(&self, _: &PersistenceId) -> JournalFuture<'_, Option<Snapshot>> {
+        self.fail()
+    }
+}
+
+#[actix::test]
+async fn restarts_on_a_failing_journal_back_off() {
+    tokio::time::pause();
+    let broken = Broken::default();
+    let (consumer, _) = consumer();
+    let options = ProducerOptions::builder(&consumer)
+        .producer_id("orders")
+        .build()
+        .unwrap();
+    let durable = DurableOptions::new(Arc::new(broken.clone()), stream());
+    let producer = ReliableDelivery::durable_producer(options, durable).unwrap();
+    let refused = producer.send(1).await;
+    assert!(
+        matches!(refused, Err(DeliveryError::Storage(_))),
+        "{refused:?}"
+    );
+    settle_for(60_000).await;
+    let calls = broken.0.load(Ordering::SeqCst);
+    // 100 ms doubling to 10 s: about 12 opens in a minute (each one failed recovery read).
+    assert!(
+        (5..=20).contains(&calls),
+        "{calls} journal calls in a minute"
+    );
 }
 
 #[actix::test]

@@ -346,32 +346,6 @@ async fn review_d4_a_store_reported_failed_but_committed_is_confirmed_after_the_
     );
 }
 
-/// The other outcome of D4's fix: a store that failed and did *not* commit is settled
-/// `Storage` ("not stored") once the restart has read the journal, and is never sent.
-#[actix::test]
-async fn review_d4_a_store_that_failed_uncommitted_is_reported_not_stored_and_never_sent() {
-    tokio::time::pause();
-    let journal = MemoryJournal::new();
-    let (consumer, handled) = recording_consumer::<u32>();
-    let options = ProducerOptions::builder(consumer.consumer_ref())
-        .producer_id("review-failed")
-        .build()
-        .unwrap();
-    let durable = DurableOptions::new(Arc::new(journal.clone()), out_stream());
-    let producer = ReliableDelivery::durable_producer(options, durable).unwrap();
-    producer.send(1).await.unwrap();
-    journal.faults().fail_nth_append(1);
-    match producer.send(2).await {
-        Err(DeliveryError::Storage(reason)) => {
-            assert!(reason.contains("it was not stored"), "{reason}")
-        }
-        other => panic!("{other:?}"),
-    }
-    producer.send(3).await.unwrap();
-    settle_for(2_000).await;
-    assert_eq!(handled.snapshot(), [1, 3]);
-}
-
 /// D5 (fixed: the log checks that its events follow each other, and a corrupt stream stops the
 /// producer for good with an error naming it). Corrupt (reordered, each entry valid) journal data of a durable producer's stream: the
 /// recovered log hands `ProducerCore::resume` a message at or above its next seq, and its

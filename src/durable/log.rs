@@ -84,9 +84,12 @@ pub(crate) enum LogReply {
 /// Why the log refused a command.
 #[derive(Debug, thiserror::Error)]
 pub(crate) enum LogRefusal {
-    /// Not this producer's stream, or not open.
+    /// Not open, or the producer lost track of its seqs.
     #[error("{0}")]
     Refused(String),
+    /// The stream belongs to another producer id.
+    #[error("the stream belongs to producer `{owner}`, not `{producer_id}`")]
+    OtherProducer { owner: String, producer_id: String },
     /// Another producer opened the stream after this one: it owns it now.
     #[error(
         "another producer opened this stream after this one (opening {current}, this one \
@@ -226,9 +229,10 @@ impl ProducerLog {
                     unsettled: Vec::new(),
                 },
             )),
-            Some((owner, _)) if owner != producer_id => Err(LogRefusal::Refused(format!(
-                "the stream belongs to producer `{owner}`, not `{producer_id}`"
-            ))),
+            Some((owner, _)) if owner != producer_id => Err(LogRefusal::OtherProducer {
+                owner: owner.clone(),
+                producer_id: producer_id.to_owned(),
+            }),
             Some((_, incarnation)) => Ok(Decision::persist(
                 [opened],
                 LogReply::Opened {

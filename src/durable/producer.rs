@@ -3,6 +3,7 @@
 
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::sync::Arc;
+use std::time::Duration;
 
 use actix::prelude::*;
 use serde::de::DeserializeOwned;
@@ -29,6 +30,11 @@ const MAX_STORE_BYTES: usize = MAX_ENCODED_BYTES as usize - 4096;
 const EVENT_OVERHEAD: usize = 32;
 /// The largest body a durable producer stores: one that fills a store alone.
 const MAX_BODY_BYTES: u64 = (MAX_STORE_BYTES - EVENT_OVERHEAD) as u64;
+/// How long a producer restarted after a journal failure waits before it opens its stream
+/// again, doubling per consecutive failure up to the maximum: a failing journal is not
+/// hammered by restarts.
+const OPEN_BACKOFF_START: Duration = Duration::from_millis(100);
+const OPEN_BACKOFF_MAX: Duration = Duration::from_secs(10);
 
 /// A message whose store failed in a way that leaves open whether it was committed (the
 /// journal reported a storage error): the restart finds out from the journal.
@@ -48,6 +54,8 @@ pub(crate) struct Durable<T> {
     log: Option<PersistentHandle<ProducerLog>>,
     /// This opening of the stream (it owns the stream until another opening takes it over).
     epoch: u64,
+    /// Journal failures since the stream was last opened.
+    failures: u32,
     /// The seq the next stored message gets, once the log is open.
     next_seq: Option<u64>,
     /// Handed over, not stored yet.
@@ -75,6 +83,7 @@ impl<T: Serialize + DeserializeOwned> Durable<T> {
             decode: crate::codec::decode::<T>,
             log: None,
             epoch: 0,
+            failures: 0,
             next_seq: None,
             to_store: VecDeque::new(),
             storing: false,
@@ -100,9 +109,14 @@ impl<T> Durable<T> {
         self.next_seq.unwrap_or(0)
     }
 
-    /// Whether nothing waits to be stored or recorded.
+    /// Whether the stream is open and nothing waits to be stored or recorded (before the
+    /// stream is open, what it holds unsettled is not known yet).
     pub(crate) fn is_idle(&self) -> bool {
-        self.to_store.is_empty() && !self.storing && self.to_record.is_empty() && !self.recording
+        self.next_seq.is_some()
+            && self.to_store.is_empty()
+            && !self.storing
+            && self.to_record.is_empty()
+            && !self.recording
     }
 
     /// Keeps back the settlements that must be recorded first (of stored messages, confirmed
@@ -151,8 +165,24 @@ impl<T> Durable<T> {
 }
 
 impl<T: Clone + Send + 'static> ProducerController<T> {
-    /// Starts the log and opens the stream; the producer sends nothing before it is open.
+    /// Starts the log and opens the stream (after a journal failure, once a backoff has
+    /// passed); the producer sends nothing before it is open.
     pub(crate) fn open_log(&mut self, ctx: &mut Context<Self>) {
+        let Some(durable) = &self.durable else {
+            return;
+        };
+        match durable.failures {
+            0 => self.open_now(ctx),
+            failures => {
+                let delay = OPEN_BACKOFF_START
+                    .saturating_mul(1 << (failures - 1).min(16))
+                    .min(OPEN_BACKOFF_MAX);
+                ctx.run_later(delay, |act, ctx| act.open_now(ctx));
+            }
+        }
+    }
+
+    fn open_now(&mut self, ctx: &mut Context<Self>) {
         let Some(durable) = &mut self.durable else {
             return;
         };
@@ -222,6 +252,7 @@ impl<T: Clone + Send + 'static> ProducerController<T> {
             let body = match (durable.decode)(&bytes) {
                 Ok(body) => body,
                 Err(error) => {
+                    durable.in_doubt.extend(in_doubt.into_values());
                     let reason = format!(
                         "stream `{}`: stored message {seq} does not decode: {error}",
                         durable.options.stream
@@ -261,6 +292,7 @@ impl<T: Clone + Send + 'static> ProducerController<T> {
             );
         }
         durable.epoch = epoch;
+        durable.failures = 0;
         durable.next_seq = Some(next_seq);
         // The log checked that its seqs ascend below its next seq.
         self.core = ProducerCore::resume(&durable.config, incarnation, next_seq, resumed);
@@ -419,15 +451,19 @@ impl<T: Clone + Send + 'static> ProducerController<T> {
         }));
     }
 
-    /// The log refused or failed: a restart cannot help a stream taken over or corrupt, so
-    /// the producer stops for good then; otherwise it restarts (under a `Supervisor`).
+    /// The log refused or failed: a restart cannot help a stream taken over, another
+    /// producer's or corrupt, so the producer stops for good then; otherwise it restarts (under a `Supervisor`).
     fn fail_log(&mut self, error: &CommandError<LogRefusal>, ctx: &mut Context<Self>) {
         let Some(durable) = &self.durable else {
             return;
         };
         let reason = log_error(&durable.options.stream, error);
         match error {
-            CommandError::Rejected(LogRefusal::TakenOver { .. } | LogRefusal::Corrupt(_)) => {
+            CommandError::Rejected(
+                LogRefusal::TakenOver { .. }
+                | LogRefusal::OtherProducer { .. }
+                | LogRefusal::Corrupt(_),
+            ) => {
                 self.fail_for_good(reason, ctx);
             }
             _ => self.fail_durable(reason, ctx),
@@ -452,6 +488,7 @@ impl<T: Clone + Send + 'static> ProducerController<T> {
             self.core.id()
         );
         if let Some(durable) = &mut self.durable {
+            durable.failures = durable.failures.saturating_add(1);
             let drained = durable.drain(&DeliveryError::Storage(reason));
             self.settling.extend(drained);
         }

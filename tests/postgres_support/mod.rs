@@ -10,8 +10,9 @@
 use std::net::IpAddr;
 use std::str::FromStr;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
 
-use actix_delivery::journal::{PostgresJournal, PostgresOptions};
+use actix_delivery::journal::{Journal, JournalError, PersistenceId, PostgresJournal, PostgresOptions};
 use tokio_postgres::config::Host;
 use tokio_postgres::{Client, Config, NoTls};
 
@@ -109,4 +110,122 @@ pub async fn terminate(admin: &Client, name: &str) -> i64 {
         .await
         .expect("terminate the journal's sessions");
     row.get(0)
+}
+
+/// What one of [`run_appenders`]'s appenders saw: the batches acknowledged and the batches
+/// whose append failed (outcome unknown), as `(first, last)`.
+#[derive(Debug, Default)]
+pub struct Appended {
+    pub acked: Vec<(u64, u64)>,
+    pub failed: Vec<(u64, u64)>,
+    pub errors: Vec<String>,
+}
+
+/// The payload of event `seq` of stream `s`, appended in the batch `first..=last`.
+pub fn batch_payload(s: usize, seq: u64, first: u64, last: u64) -> Vec<u8> {
+    let mut bytes = format!("{s}:{seq}:{first}:{last}:").into_bytes();
+    bytes.extend((0..seq % 97).map(|i| (i as u8) ^ (s as u8)));
+    bytes
+}
+
+/// `streams.len()` appenders, one per stream, append batches of 1 to 3 events until
+/// `stop` says so, each awaiting its append before the next, as a persistent actor does.
+/// After a failed append an appender recovers like one: it re-reads its stream's highest
+/// seq (retrying while the database cannot be reached) and goes on from there. Any error
+/// but [`JournalError::Storage`] fails the test (there is one writer per stream).
+pub async fn run_appenders(
+    journal: &impl Journal,
+    streams: &[PersistenceId],
+    stop: &std::sync::atomic::AtomicBool,
+) -> Vec<Appended> {
+    let appenders = streams.iter().enumerate().map(|(s, id)| async move {
+        let mut seen = Appended::default();
+        let mut next = journal.highest_seq(id).await.expect("read the highest seq") + 1;
+        let mut round = 0u64;
+        while !stop.load(Ordering::Relaxed) {
+            let (first, last) = (next, next + (s as u64 + round) % 3);
+            round += 1;
+            let batch = (first..=last).map(|seq| batch_payload(s, seq, first, last)).collect();
+            match journal.append(id, first, batch).await {
+                Ok(()) => {
+                    seen.acked.push((first, last));
+                    next = last + 1;
+                }
+                Err(JournalError::Storage { message, .. }) => {
+                    seen.failed.push((first, last));
+                    seen.errors.push(message);
+                    next = loop {
+                        match journal.highest_seq(id).await {
+                            Ok(highest) => break highest + 1,
+                            Err(_) => tokio::time::sleep(Duration::from_millis(20)).await,
+                        }
+                    };
+                }
+                Err(other) => panic!("stream {s}: an append failed with {other}"),
+            }
+        }
+        seen
+    });
+    futures_util::future::join_all(appenders).await
+}
+
+/// `(first, last)` of the batch a payload of [`batch_payload`] says it belongs to.
+fn batch_of(payload: &[u8]) -> Option<(u64, u64)> {
+    let text = std::str::from_utf8(payload.get(..payload.len().min(64))?).ok()?;
+    let mut fields = text.split(':').skip(2).map(|f| f.parse::<u64>().ok());
+    Some((fields.next()??, fields.next()??))
+}
+
+/// Checks what [`run_appenders`] left: each stream gapless from 1, every acknowledged batch
+/// stored byte for byte, every stored event from a batch that was appended (acknowledged or
+/// failed), every stored batch whole. Returns how many failed batches turned out to be
+/// stored (committed, but the answer was lost).
+pub async fn check_appended(
+    journal: &impl Journal,
+    streams: &[PersistenceId],
+    seen: &[Appended],
+) -> usize {
+    let mut committed_unacknowledged = 0;
+    for (s, (id, seen)) in streams.iter().zip(seen).enumerate() {
+        let stored = journal.replay(id, 1, u64::MAX, usize::MAX).await.expect("replay");
+        let highest = journal.highest_seq(id).await.expect("highest seq");
+        assert_eq!(
+            stored.iter().map(|e| e.seq).collect::<Vec<_>>(),
+            (1..=highest).collect::<Vec<_>>(),
+            "stream {s}: not gapless"
+        );
+        let mut batch_at = std::collections::BTreeMap::new();
+        for event in &stored {
+            let batch = batch_of(&event.payload)
+                .filter(|&(first, last)| event.payload == batch_payload(s, event.seq, first, last))
+                .unwrap_or_else(|| panic!("stream {s}, seq {}: a foreign payload", event.seq));
+            assert!(
+                seen.acked.contains(&batch) || seen.failed.contains(&batch),
+                "stream {s}, seq {}: stored from batch {batch:?}, which was never appended",
+                event.seq
+            );
+            batch_at.insert(event.seq, batch);
+        }
+        let mut stored_batches: Vec<(u64, u64)> = batch_at.values().copied().collect();
+        stored_batches.dedup();
+        for &(first, last) in &stored_batches {
+            for seq in first..=last {
+                assert_eq!(
+                    batch_at.get(&seq),
+                    Some(&(first, last)),
+                    "stream {s}: batch {first}..={last} stored in part"
+                );
+            }
+            if !seen.acked.contains(&(first, last)) {
+                committed_unacknowledged += 1;
+            }
+        }
+        for batch in &seen.acked {
+            assert!(
+                stored_batches.contains(batch),
+                "stream {s}: acknowledged batch {batch:?} is not stored"
+            );
+        }
+    }
+    committed_unacknowledged
 }

@@ -212,8 +212,7 @@ fn print_table(results: &[Vec<Measured>], seconds: f64, runs: usize) {
 }
 
 async fn drop_schema(url: &str, schema: &str) {
-    let Ok((client, connection)) = tokio_postgres::connect(url, tokio_postgres::NoTls).await
-    else {
+    let Ok((client, connection)) = tokio_postgres::connect(url, tokio_postgres::NoTls).await else {
         eprintln!("could not connect to drop schema {schema}");
         return;
     };

@@ -79,7 +79,9 @@ fn race_child() {
                 while next <= RACE_TARGET {
                     let last = next + (round + w as u64) % 3;
                     round += 1;
-                    let batch = (next..=last).map(|seq| race_payload(node, w, seq)).collect();
+                    let batch = (next..=last)
+                        .map(|seq| race_payload(node, w, seq))
+                        .collect();
                     match journal.append(id, next, batch).await {
                         Ok(()) => {
                             say(format_args!("ack {w} {next} {last}"));
@@ -109,10 +111,7 @@ fn two_nodes_racing_on_one_stream_are_fenced() {
     let mut nodes: Vec<_> = ["a", "b"]
         .iter()
         .map(|node| {
-            let env = [
-                (RACE_NODE, node.to_string()),
-                (RACE_STREAM, id.to_string()),
-            ];
+            let env = [(RACE_NODE, node.to_string()), (RACE_STREAM, id.to_string())];
             (node.to_string(), process::spawn("race_child", &env))
         })
         .collect();
@@ -348,7 +347,10 @@ impl Entity {
                 if row.get::<_, i64>(0) == 0 {
                     break;
                 }
-                assert!(Instant::now() < deadline, "the killed process's sessions linger");
+                assert!(
+                    Instant::now() < deadline,
+                    "the killed process's sessions linger"
+                );
                 tokio::time::sleep(Duration::from_millis(2)).await;
             }
         });
@@ -390,7 +392,10 @@ fn a_persistent_entity_fails_over_between_processes_without_duplicates() {
     let stream = PersistenceId::new(postgres_support::unique("ledger")).unwrap();
     let rt = runtime();
     let (journal, admin) = rt.block_on(async {
-        (postgres_support::journal().await, postgres_support::admin().await)
+        (
+            postgres_support::journal().await,
+            postgres_support::admin().await,
+        )
     });
     let durable = || {
         rt.block_on(recover_state::<Ledger>(&journal, &stream))
@@ -470,7 +475,11 @@ fn a_persistent_entity_fails_over_between_processes_without_duplicates() {
         assert!(
             ledger.applied.values().all(|&n| n == 1),
             "seed {seed}, kill {kills}: a message stored twice: {:?}",
-            ledger.applied.iter().filter(|(_, &n)| n > 1).collect::<Vec<_>>()
+            ledger
+                .applied
+                .iter()
+                .filter(|(_, &n)| n > 1)
+                .collect::<Vec<_>>()
         );
         committed_unacked += unacked
             .iter()
@@ -492,7 +501,10 @@ fn a_persistent_entity_fails_over_between_processes_without_duplicates() {
     }
     let ledger = durable();
     let expected: BTreeMap<u64, u32> = (1..=MESSAGES).map(|m| (m, 1)).collect();
-    assert_eq!(ledger.applied, expected, "seed {seed}: every message exactly once");
+    assert_eq!(
+        ledger.applied, expected,
+        "seed {seed}: every message exactly once"
+    );
     println!(
         "seed {seed}: {kills} kills ({overlaps} overlapping), {committed_unacked} messages \
          committed but not ACKed at a kill, {conflicts} conflicts, {duplicates} duplicates \

@@ -12,7 +12,9 @@ use std::str::FromStr;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
-use actix_delivery::journal::{Journal, JournalError, PersistenceId, PostgresJournal, PostgresOptions};
+use actix_delivery::journal::{
+    Journal, JournalError, PersistenceId, PostgresJournal, PostgresOptions,
+};
 use tokio_postgres::config::Host;
 use tokio_postgres::{Client, Config, NoTls};
 
@@ -30,7 +32,8 @@ pub fn url() -> String {
         .unwrap_or_else(|err| panic!("{URL_VAR} does not parse as a connection string: {err}"));
     for host in config.get_hosts() {
         if let Host::Tcp(name) = host {
-            let local = name == "localhost" || IpAddr::from_str(name).is_ok_and(|ip| ip.is_loopback());
+            let local =
+                name == "localhost" || IpAddr::from_str(name).is_ok_and(|ip| ip.is_loopback());
             assert!(
                 local,
                 "{URL_VAR} names host {name}: these tests kill connections and may restart the \
@@ -39,7 +42,10 @@ pub fn url() -> String {
         }
     }
     for addr in config.get_hostaddrs() {
-        assert!(addr.is_loopback(), "{URL_VAR} names hostaddr {addr}: loopback only");
+        assert!(
+            addr.is_loopback(),
+            "{URL_VAR} names hostaddr {addr}: loopback only"
+        );
     }
     url
 }
@@ -145,7 +151,9 @@ pub async fn run_appenders(
         while !stop.load(Ordering::Relaxed) {
             let (first, last) = (next, next + (s as u64 + round) % 3);
             round += 1;
-            let batch = (first..=last).map(|seq| batch_payload(s, seq, first, last)).collect();
+            let batch = (first..=last)
+                .map(|seq| batch_payload(s, seq, first, last))
+                .collect();
             match journal.append(id, first, batch).await {
                 Ok(()) => {
                     seen.acked.push((first, last));
@@ -187,7 +195,10 @@ pub async fn check_appended(
 ) -> usize {
     let mut committed_unacknowledged = 0;
     for (s, (id, seen)) in streams.iter().zip(seen).enumerate() {
-        let stored = journal.replay(id, 1, u64::MAX, usize::MAX).await.expect("replay");
+        let stored = journal
+            .replay(id, 1, u64::MAX, usize::MAX)
+            .await
+            .expect("replay");
         let highest = journal.highest_seq(id).await.expect("highest seq");
         assert_eq!(
             stored.iter().map(|e| e.seq).collect::<Vec<_>>(),

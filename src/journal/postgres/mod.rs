@@ -131,7 +131,10 @@ impl PostgresJournal {
     /// tables (nothing is changed), or none while `create_tables` is off;
     /// [`JournalError::Storage`] if the server cannot be reached, refuses the login, or
     /// refuses to create the tables (privileges), or the journal's thread cannot start.
-    pub async fn connect_with(config: &str, options: PostgresOptions) -> Result<Self, JournalError> {
+    pub async fn connect_with(
+        config: &str,
+        options: PostgresOptions,
+    ) -> Result<Self, JournalError> {
         options.validate()?;
         let mut config = Config::from_str(config).map_err(|err| JournalError::InvalidArgument {
             persistence_id: None,
@@ -176,7 +179,7 @@ impl PostgresJournal {
 
         let readers = Readers {
             slots: (0..options.readers)
-                .map(|_| tokio::sync::Mutex::new(None))
+                .map(|_| tokio::sync::Mutex::new(Slot::default()))
                 .collect(),
             next: AtomicUsize::new(0),
             connector,
@@ -514,34 +517,49 @@ struct ReadConnection {
 /// The read connections: each read takes the next in turn (and pipelines with the others
 /// on it); a lost one is replaced by the next read that comes to it.
 struct Readers {
-    slots: Vec<tokio::sync::Mutex<Option<Arc<ReadConnection>>>>,
+    slots: Vec<tokio::sync::Mutex<Slot>>,
     next: AtomicUsize,
     connector: Connector,
     counters: Arc<Counters>,
+}
+
+/// One read connection's place.
+#[derive(Default)]
+struct Slot {
+    connection: Option<Arc<ReadConnection>>,
+    /// Whether it ever had one (so that the next one counts as a reconnect).
+    opened: bool,
 }
 
 impl Readers {
     /// The connection of `slot`, connecting if it has none or lost it.
     async fn connection(&self, slot: usize) -> Result<Arc<ReadConnection>, JournalError> {
         let mut held = self.slots[slot].lock().await;
-        if let Some(connection) = &*held {
+        if let Some(connection) = &held.connection {
             if !connection.client.is_closed() {
                 return Ok(connection.clone());
             }
-            Counters::add(&self.counters.reconnects, 1);
         }
         let connection = Arc::new(self.connector.open_reader().await?);
-        *held = Some(connection.clone());
+        if held.opened {
+            Counters::add(&self.counters.reconnects, 1);
+        }
+        *held = Slot {
+            connection: Some(connection.clone()),
+            opened: true,
+        };
         Ok(connection)
     }
 
     /// Forgets `slot`'s connection if it is still `lost`.
     async fn discard(&self, slot: usize, lost: &Arc<ReadConnection>) {
         let mut held = self.slots[slot].lock().await;
-        if held.as_ref().is_some_and(|c| Arc::ptr_eq(c, lost)) {
-            if held.take().is_some() {
-                Counters::add(&self.counters.reconnects, 1);
-            }
+        if held
+            .connection
+            .as_ref()
+            .is_some_and(|c| Arc::ptr_eq(c, lost))
+        {
+            held.connection = None;
         }
     }
 
@@ -559,7 +577,11 @@ impl Readers {
         let mut retried = false;
         loop {
             let connection = self.connection(slot).await?;
-            match connection.client.query(statement(&connection), params).await {
+            match connection
+                .client
+                .query(statement(&connection), params)
+                .await
+            {
                 Ok(rows) => return T::from_rows(id, rows),
                 Err(err) if !retried && is_connection_lost(&err) => {
                     self.discard(slot, &connection).await;
@@ -588,14 +610,24 @@ impl Readers {
 
     async fn highest_seq(&self, id: &PersistenceId) -> Result<u64, JournalError> {
         let highest: Highest = self
-            .run(id, "reading the highest seq failed", |c| &c.highest, &[&id.as_str()])
+            .run(
+                id,
+                "reading the highest seq failed",
+                |c| &c.highest,
+                &[&id.as_str()],
+            )
             .await?;
         Ok(highest.0)
     }
 
     async fn load_snapshot(&self, id: &PersistenceId) -> Result<Option<Snapshot>, JournalError> {
-        self.run(id, "loading the snapshot failed", |c| &c.load_snapshot, &[&id.as_str()])
-            .await
+        self.run(
+            id,
+            "loading the snapshot failed",
+            |c| &c.load_snapshot,
+            &[&id.as_str()],
+        )
+        .await
     }
 }
 

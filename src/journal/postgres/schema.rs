@@ -105,7 +105,9 @@ pub(super) async fn check_or_create(
             .map_err(|err| db_error(None, "cannot commit the new tables", &err)),
         Ok(Found::Empty) => {
             let _ = client.batch_execute("ROLLBACK").await;
-            Err(schema_error("tables that vanished while being created".into()))
+            Err(schema_error(
+                "tables that vanished while being created".into(),
+            ))
         }
         Err(err) => {
             let _ = client.batch_execute("ROLLBACK").await;

@@ -301,7 +301,10 @@ impl Writer {
                 )
             }
         };
-        log::warn!("journal: a group of {} writes failed: {message}", group.len());
+        log::warn!(
+            "journal: a group of {} writes failed: {message}",
+            group.len()
+        );
         Counters::add(&self.counters.rejected, group.len() as u64);
         for request in group {
             let error = request.error(&message);
@@ -576,7 +579,10 @@ async fn transact(
 
     let mut futures: Vec<StepFuture<'_>> = Vec::with_capacity(steps.len() + 2);
     futures.push(Box::pin(async {
-        client.execute(&connection.begin, &[]).await.map(|_| Answer::Nothing)
+        client
+            .execute(&connection.begin, &[])
+            .await
+            .map(|_| Answer::Nothing)
     }));
     for (step, list) in params.iter().zip(&param_lists) {
         let list = list.as_slice();
@@ -600,7 +606,10 @@ async fn transact(
         });
     }
     futures.push(Box::pin(async {
-        client.execute(&connection.commit, &[]).await.map(|_| Answer::Nothing)
+        client
+            .execute(&connection.commit, &[])
+            .await
+            .map(|_| Answer::Nothing)
     }));
     let answers = pipeline(futures).await;
 

@@ -13,7 +13,7 @@ use std::io::Write;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-use actix_delivery::journal::{Journal, PersistenceId};
+use actix_delivery::journal::PersistenceId;
 use postgres_support::{journal_named, options, unique};
 
 const RESTART_VAR: &str = "ACTIX_DELIVERY_POSTGRES_RESTART";

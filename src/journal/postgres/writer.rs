@@ -290,7 +290,7 @@ impl Writer {
     fn fail(&mut self, group: Vec<WriteRequest>, failure: Failure) {
         let message = match &failure {
             Failure::RolledBack(err) => {
-                let err = db_error(None, "the transaction was rolled back", &err);
+                let err = db_error(None, "the transaction was rolled back", err);
                 format!("not stored: {err}")
             }
             Failure::Unknown(cause) => {

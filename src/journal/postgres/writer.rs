@@ -34,6 +34,11 @@ use crate::journal::postgres::{
 };
 use crate::journal::{check_snapshot, JournalError, PersistenceId, Snapshot};
 
+/// How long the writer waits for the first of the writers it just answered to come back…
+const LINGER_FIRST: Duration = Duration::from_micros(100);
+/// … and for each next one.
+const LINGER_GAP: Duration = Duration::from_micros(30);
+
 /// One write waiting for the writer.
 pub(super) struct WriteRequest {
     pub(super) id: PersistenceId,
@@ -184,6 +189,7 @@ impl Writer {
             return; // the opener gave up waiting
         }
         let mut carried = None;
+        let (mut last_replies, mut last_commit) = (0, Duration::ZERO);
         loop {
             let first = match carried.take() {
                 Some(request) => request,
@@ -199,7 +205,20 @@ impl Writer {
                     break;
                 }
             }
+            if carried.is_none() && last_replies > 1 && group.requests.len() < last_replies {
+                linger(
+                    &mut requests,
+                    &mut group,
+                    &mut carried,
+                    last_replies,
+                    last_commit,
+                )
+                .await;
+            }
+            last_replies = group.requests.len();
+            let started = Instant::now();
             self.commit(group.requests).await;
+            last_commit = started.elapsed();
         }
     }
 
@@ -696,6 +715,50 @@ async fn pipeline<T>(mut futures: Vec<Pin<Box<dyn Future<Output = T> + '_>>>) ->
     })
     .await;
     results.into_iter().flatten().collect()
+}
+
+/// Waits for the writers just answered to send their next writes, so that they join this
+/// group instead of forming a small one of their own while it commits (64 appenders would
+/// otherwise settle into alternating groups of, say, 40 and 24): until `expected` writes
+/// are in the group, as long as they keep arriving (each within [`LINGER_GAP`] of the
+/// previous one, the first within [`LINGER_FIRST`]), and never longer than half the last
+/// commit took. Only called when the last commit answered more than one write: a lone
+/// sequential writer never waits.
+async fn linger(
+    requests: &mut mpsc::Receiver<WriteRequest>,
+    group: &mut Group,
+    carried: &mut Option<WriteRequest>,
+    expected: usize,
+    last_commit: Duration,
+) {
+    let start = Instant::now();
+    let deadline = start + last_commit / 2;
+    let mut last_arrival = None;
+    while group.requests.len() < expected {
+        match requests.try_recv() {
+            Ok(request) => {
+                if let Some(over) = group.push(request) {
+                    *carried = Some(over);
+                    return;
+                }
+                last_arrival = Some(Instant::now());
+            }
+            Err(mpsc::error::TryRecvError::Disconnected) => return,
+            Err(mpsc::error::TryRecvError::Empty) => {
+                let now = Instant::now();
+                let quiet = match last_arrival {
+                    None => now - start > LINGER_FIRST,
+                    Some(at) => now - at > LINGER_GAP,
+                };
+                if quiet || now > deadline {
+                    return;
+                }
+                // Lets the connections' tasks on this runtime run, and other threads.
+                tokio::task::yield_now().await;
+                std::thread::yield_now();
+            }
+        }
+    }
 }
 
 /// The writes of the next transaction, within the batch bounds.

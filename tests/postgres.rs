@@ -597,9 +597,10 @@ async fn appends_survive_killed_connections_and_none_is_reported_stored_wrongly(
     assert!(stats.reconnects >= 3, "{stats:?}");
     println!(
         "{killed} sessions killed, {} appends failed ({committed_unacknowledged} of them \
-         committed nevertheless), {} appends acknowledged, {} reconnects",
+         committed nevertheless), {} appends acknowledged, {} reconnects; the first error: {}",
         errors.len(),
         seen.iter().map(|s| s.acked.len()).sum::<usize>(),
-        stats.reconnects
+        stats.reconnects,
+        errors[0]
     );
 }

@@ -23,6 +23,7 @@ use std::sync::Arc;
 use std::task::Poll;
 use std::time::Duration;
 
+use futures_util::TryStreamExt;
 use tokio::sync::{mpsc, oneshot, OwnedSemaphorePermit};
 use tokio::time::Instant;
 use tokio_postgres::types::ToSql;
@@ -624,12 +625,7 @@ async fn transact(
             }),
         });
     }
-    futures.push(Box::pin(async {
-        client
-            .execute(&connection.commit, &[])
-            .await
-            .map(|_| Answer::Nothing)
-    }));
+    futures.push(Box::pin(commit(connection)));
     let answers = pipeline(futures).await;
 
     // Any error: the transaction did not commit as sent. A statement refused by the server
@@ -691,6 +687,28 @@ async fn transact(
             outcome.unwrap_or_else(|| Outcome::Refused(request.error("not planned (a bug)")))
         })
         .collect())
+}
+
+/// Sends `COMMIT` and waits for its answer. The server confirms a commit with
+/// `CommandComplete` and then says it is ready for the next command; a session ended in
+/// between (`pg_terminate_backend` is noticed right after a commit, when interrupts are
+/// allowed again) leaves an error where the second message would be, yet the commit was
+/// confirmed: that counts as committed.
+async fn commit(connection: &WriteConnection) -> Result<Answer, tokio_postgres::Error> {
+    let no_params: [&(dyn ToSql + Sync); 0] = [];
+    let stream = connection
+        .client
+        .query_raw(&connection.commit, no_params)
+        .await?;
+    let mut stream = std::pin::pin!(stream);
+    loop {
+        match stream.as_mut().try_next().await {
+            Ok(Some(_)) => {}
+            Ok(None) => return Ok(Answer::Nothing),
+            Err(_) if stream.rows_affected().is_some() => return Ok(Answer::Nothing),
+            Err(err) => return Err(err),
+        }
+    }
 }
 
 /// Polls `futures` in their order until all are done, so that their requests go out in that

@@ -215,13 +215,20 @@ impl<B, R> ConsumerCore<B, R> {
                 return self.dead_letter(reason, header, now);
             }
         };
-        let (_, at, lookup) = self.table.window_for(
+        let step = self.decide(header, body, reply_to, now);
+        // The lookup may have orphaned waiting messages (made stale, or their window dropped).
+        self.collect_orphans();
+        step
+    }
+
+    /// Dedup and the decision for an admitted delivery.
+    fn decide(&mut self, header: Header, body: B, reply_to: R, now: Instant) -> Step<B, R> {
+        let (window, at, lookup) = self.table.window_for(
             &header.producer_id,
             header.incarnation,
             header.window_start,
             now,
         );
-        self.collect_orphans();
         match lookup {
             Lookup::Existing
             | Lookup::Created { evicted: false }
@@ -238,7 +245,6 @@ impl<B, R> ConsumerCore<B, R> {
             }
             Lookup::NewIncarnation { replaced: true } => self.stats.replaced_incarnations += 1,
         }
-        let window = self.table.window(at).expect("window_for just made it");
         let seq = header.seq;
         if window.is_stale(seq) {
             self.stats.stale += 1;
@@ -540,6 +546,7 @@ impl<B, R> ConsumerCore<B, R> {
     }
 
     /// Makes the next waiting message that may still run the running one, and returns its body.
+    #[inline]
     fn start_next(&mut self, now: Instant) -> Option<B> {
         self.purge_orphans();
         while let Some(w) = self.waiting.pop_front() {

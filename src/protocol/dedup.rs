@@ -437,14 +437,22 @@ impl<K: Copy + PartialEq + Debug> DedupTable<K> {
     /// incarnation of the same id has admitted new messages over a span overlapping this one's
     /// by [`SHARED_ID_GRACE`] or more: several live producers share the id. (A restarted
     /// producer's old incarnation overlaps the new one only by its stragglers.)
+    #[inline]
     pub fn note_admitted(&mut self, at: WindowRef, now: Instant) -> bool {
         let Some(slot) = self.slots.get_mut(at.slot).and_then(Option::as_mut) else {
             return false;
         };
         if slot.others.is_empty() {
-            slot.activity.clear();
+            // One incarnation (the common case): nothing to compare, nothing to remember.
+            if !slot.activity.is_empty() {
+                slot.activity.clear();
+            }
             return false;
         }
+        Self::overlapping(slot, at, now)
+    }
+
+    fn overlapping(slot: &mut Slot<K>, at: WindowRef, now: Instant) -> bool {
         let live: Vec<u64> = slot.windows().map(|w| w.generation).collect();
         slot.activity
             .retain(|(generation, _, _)| live.contains(generation));

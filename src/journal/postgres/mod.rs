@@ -749,14 +749,16 @@ fn is_connection_lost(err: &tokio_postgres::Error) -> bool {
         .is_some_and(|source| source.downcast_ref::<std::io::Error>().is_some())
 }
 
-/// A [`JournalError::Storage`] for a failed database operation: `what`, then PostgreSQL's
-/// message (with its SQLSTATE).
+/// A [`JournalError::Storage`] for a failed database operation: `what`, then
+/// [`describe`]`(err)`.
 fn db_error(id: Option<&PersistenceId>, what: &str, err: &tokio_postgres::Error) -> JournalError {
+    JournalError::storage(id, format!("{what}: {}", describe(err)))
+}
+
+/// PostgreSQL's message with its SQLSTATE, or the client's error.
+fn describe(err: &tokio_postgres::Error) -> String {
     match err.as_db_error() {
-        Some(db) => JournalError::storage(
-            id,
-            format!("{what}: {} (SQLSTATE {})", db.message(), db.code().code()),
-        ),
-        None => JournalError::storage(id, format!("{what}: {err}")),
+        Some(db) => format!("{} (SQLSTATE {})", db.message(), db.code().code()),
+        None => err.to_string(),
     }
 }

@@ -31,7 +31,7 @@ use tokio_postgres::{Client, Statement};
 
 use crate::journal::postgres::options::Counters;
 use crate::journal::postgres::{
-    db_error, is_connection_lost, schema, seq_from_sql, Connector, PostgresOptions,
+    db_error, describe, is_connection_lost, schema, seq_from_sql, Connector, PostgresOptions,
 };
 use crate::journal::{check_snapshot, JournalError, PersistenceId, Snapshot};
 
@@ -281,7 +281,12 @@ impl Writer {
             log::warn!("journal: a group of {} writes failed: {err}", group.len());
             Counters::add(&self.counters.rejected, group.len() as u64);
             for request in group {
-                let error = request.error(format!("not stored: {err}"));
+                let error = match &err {
+                    JournalError::Storage { message, .. } => {
+                        request.error(format!("not stored: {message}"))
+                    }
+                    other => other.clone(),
+                };
                 let _ = request.reply.send(Err(error));
             }
             return;
@@ -292,7 +297,7 @@ impl Writer {
                 log::warn!(
                     "journal: a group of {} writes was rolled back ({}); retrying them one by one",
                     group.len(),
-                    db_error(None, "", &err)
+                    describe(&err)
                 );
                 for request in group {
                     let single = vec![request];
@@ -310,8 +315,10 @@ impl Writer {
     fn fail(&mut self, group: Vec<WriteRequest>, failure: Failure) {
         let message = match &failure {
             Failure::RolledBack(err) => {
-                let err = db_error(None, "the transaction was rolled back", err);
-                format!("not stored: {err}")
+                format!(
+                    "not stored, the transaction was rolled back: {}",
+                    describe(err)
+                )
             }
             Failure::Unknown(cause) => {
                 self.connection = None; // broken, or in an unknown state
@@ -637,8 +644,8 @@ async fn transact(
             Ok(answer) => answers_ok.push(answer),
             Err(err) if is_connection_lost(&err) || err.as_db_error().is_none() => {
                 return Err(Failure::Unknown(format!(
-                    "{}",
-                    db_error(None, "the connection to PostgreSQL failed", &err)
+                    "the connection to PostgreSQL failed: {}",
+                    describe(&err)
                 )));
             }
             Err(err) => {

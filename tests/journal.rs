@@ -43,6 +43,23 @@ mod sqlite {
     journal_conformance!(super::sqlite_fixture);
 }
 
+#[cfg(feature = "postgres")]
+mod postgres_support;
+
+/// PostgreSQL (feature `postgres`): every case on one shared schema of a real server.
+#[cfg(feature = "postgres")]
+async fn postgres_fixture() -> Fixture {
+    Fixture {
+        journal: Arc::new(postgres_support::journal().await),
+        keep: Box::new(()),
+    }
+}
+
+#[cfg(feature = "postgres")]
+mod postgres {
+    journal_conformance!(super::postgres_fixture);
+}
+
 /// Every commit's events moved on into `event_journal` at once: the same cases through the
 /// index alone.
 async fn sqlite_unbuffered_fixture() -> Fixture {

@@ -8,6 +8,10 @@
 //! - [`SqliteJournal`]: the embedded durable default. One SQLite file in WAL mode with
 //!   `synchronous=FULL`; a single writer thread commits every append that arrived while the
 //!   previous commit ran in one transaction (group commit: many appends, one fsync).
+//! - `PostgresJournal` (feature `postgres`): one database shared by the nodes of an
+//!   application. Group commit through one writer connection (one pipelined transaction for
+//!   all the appends that arrived meanwhile); the fence is a conditional update in the
+//!   database, so writers on different nodes are fenced against each other too.
 //! - [`MemoryJournal`]: the same semantics in memory, with fault injection, for tests.
 //!
 //! # The contract
@@ -42,12 +46,16 @@ use std::pin::Pin;
 mod error;
 mod id;
 mod memory;
+#[cfg(feature = "postgres")]
+mod postgres;
 mod replay;
 mod sqlite;
 
 pub use error::JournalError;
 pub use id::PersistenceId;
 pub use memory::{MemoryFaults, MemoryJournal, MemoryStats};
+#[cfg(feature = "postgres")]
+pub use postgres::{PostgresJournal, PostgresOptions, PostgresStats};
 pub use replay::replay_all;
 pub use sqlite::{SqliteJournal, SqliteOptions, SqliteStats};
 

@@ -1,0 +1,764 @@
+//! The shared journal: PostgreSQL through `tokio-postgres`, group commit, fenced by the
+//! database (feature `postgres`).
+
+use std::error::Error as _;
+use std::fmt;
+use std::str::FromStr;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::thread;
+
+use tokio::runtime::Handle;
+use tokio::sync::{mpsc, oneshot, Semaphore};
+use tokio_postgres::types::ToSql;
+use tokio_postgres::{Client, Config, NoTls, Statement};
+
+mod options;
+mod schema;
+mod writer;
+
+pub use options::{PostgresOptions, PostgresStats};
+
+use crate::journal::{
+    check_append, Journal, JournalError, JournalFuture, PersistenceId, Snapshot, StoredEvent,
+    MAX_SEQ,
+};
+use options::Counters;
+use writer::{WriteOp, WriteRequest};
+
+/// The [`Journal`] for applications whose nodes share one database: PostgreSQL, through
+/// `tokio-postgres` (feature `postgres`). A commit is durable when PostgreSQL says it is
+/// (`synchronous_commit` as the server is configured; the default, `on`, waits for the WAL
+/// flush).
+///
+/// ```no_run
+/// use actix_delivery::journal::{Journal, PersistenceId, PostgresJournal, PostgresOptions};
+///
+/// # async fn demo() -> Result<(), actix_delivery::journal::JournalError> {
+/// let journal = PostgresJournal::connect_with(
+///     "host=127.0.0.1 user=postgres dbname=orders",
+///     PostgresOptions::default().schema("journal"),
+/// )
+/// .await?; // creates the tables on first connect
+/// let id = PersistenceId::new("order-4711")?;
+/// let next = journal.highest_seq(&id).await? + 1;
+/// journal.append(&id, next, vec![b"created".to_vec()]).await?; // committed when Ok
+/// # Ok(()) }
+/// ```
+///
+/// **The fence.** Every node may append to every stream; the database makes a second writer
+/// harmless. An append is one conditional statement: it moves the stream's row in
+/// `stream_metadata` from `first_seq - 1` to its last seq and stores its events, or (if the
+/// row says otherwise) does neither, and the caller gets [`JournalError::Conflict`] with the
+/// stream's real highest seq. Writers of one stream on different nodes are serialised by that
+/// row's lock: the later one waits for the earlier one's commit, then sees its new highest
+/// seq. The primary key `(persistence_id, seq_nr)` of `event_journal` backs this up: no seq
+/// is ever stored twice.
+///
+/// **Group commit.** One writer connection takes every write that arrived while its previous
+/// transaction ran, from all streams (up to the batch bounds of [`PostgresOptions`]), and
+/// sends them as one pipelined transaction: `BEGIN`, one set-based statement for all the
+/// appends (one more for each further append to a stream already in it), the deletes and
+/// snapshots, `COMMIT`, in one round trip. A conflict is not an error inside the transaction
+/// (the statement just leaves that append out), so it refuses only its own append. A database
+/// error (a deadlock with another node, a foreign row in the way) rolls the group back; its
+/// writes are then retried one per transaction, so only the one at fault fails.
+///
+/// **Lost connections.** If the connection breaks (or the server restarts) while a group's
+/// transaction is in flight, each of its callers gets a [`JournalError::Storage`] error that
+/// says the write *may or may not* be stored (the commit may have been applied before its
+/// answer was lost): re-read the stream before going on. Nothing is ever reported `Ok` that
+/// PostgreSQL did not confirm. The writer connects again on the next write (with backoff
+/// after failed attempts, [`PostgresOptions::reconnect_backoff`]); while the server cannot
+/// be reached, writes fail with `Storage` errors. Reads use their own connections, which are
+/// replaced the same way; a read whose connection broke is retried once on a new one.
+///
+/// **Bounded.** Writes queue in front of the writer up to `queue_capacity` writes and
+/// `max_queued_bytes` payload bytes; beyond that callers wait. Events and snapshots larger
+/// than [`PostgresJournal::MAX_PAYLOAD_BYTES`] are refused.
+///
+/// **Reads** (`replay`, `highest_seq`, `load_snapshot`) run on separate connections
+/// (`readers`), so they never wait behind the writer's transaction. The connections' I/O runs
+/// on the journal's own thread, so the futures can be awaited on any runtime (an Actix
+/// arbiter, a current-thread Tokio runtime) and never block the caller's thread. Clones share
+/// one journal; when the last handle is dropped (or [`close`](Self::close)d), the writer
+/// finishes the writes already queued, replies to each, and the connections close.
+///
+/// The tables and their version check: [`PostgresJournal::SCHEMA_SQL`]. TLS is not
+/// supported: connect over a trusted network or a Unix socket.
+#[derive(Clone)]
+pub struct PostgresJournal {
+    shared: Arc<Shared>,
+}
+
+struct Shared {
+    writes: mpsc::Sender<WriteRequest>,
+    queued_bytes: Arc<Semaphore>,
+    max_queued_bytes: u32,
+    readers: Readers,
+    counters: Arc<Counters>,
+    /// Resolves (with an error: its sender is dropped) when the journal's thread has ended.
+    thread: Mutex<Option<oneshot::Receiver<()>>>,
+}
+
+impl PostgresJournal {
+    /// The largest event or snapshot payload the PostgreSQL journal stores: 512 MiB
+    /// (PostgreSQL's own limit for a value is 1 GB).
+    pub const MAX_PAYLOAD_BYTES: usize = 512 << 20;
+
+    /// The SQL that creates the journal's tables (schema version 1), also in the crate's
+    /// `src/journal/postgres/schema.sql`. Table names are unqualified: run it with the
+    /// intended schema first in the `search_path`. The journal runs it itself on first
+    /// connect unless [`PostgresOptions::create_tables`] is off.
+    pub const SCHEMA_SQL: &'static str = include_str!("schema.sql");
+
+    /// Connects with default [`PostgresOptions`] (tables in `public`).
+    ///
+    /// # Errors
+    /// As [`connect_with`](Self::connect_with).
+    pub async fn connect(config: &str) -> Result<Self, JournalError> {
+        Self::connect_with(config, PostgresOptions::default()).await
+    }
+
+    /// Connects to the database that `config` names (a libpq-style `key=value` string or a
+    /// `postgresql://` URL, as `tokio_postgres::Config` parses them), checks the schema, or
+    /// creates the tables if there are none, and opens the writer and the read connections.
+    /// Connections without an `application_name` get `actix-delivery journal`.
+    ///
+    /// # Errors
+    /// [`JournalError::InvalidArgument`] for a `config` that does not parse or an invalid
+    /// option; [`JournalError::Schema`] if the schema holds a newer or foreign version of the
+    /// tables (nothing is changed), or none while `create_tables` is off;
+    /// [`JournalError::Storage`] if the server cannot be reached, refuses the login, or
+    /// refuses to create the tables (privileges), or the journal's thread cannot start.
+    pub async fn connect_with(
+        config: &str,
+        options: PostgresOptions,
+    ) -> Result<Self, JournalError> {
+        options.validate()?;
+        let mut config = Config::from_str(config).map_err(|err| JournalError::InvalidArgument {
+            persistence_id: None,
+            reason: format!("a PostgreSQL connection string that does not parse: {err}"),
+        })?;
+        if config.get_application_name().is_none() {
+            config.application_name("actix-delivery journal");
+        }
+        config.connect_timeout(options.connect_timeout);
+
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .map_err(|err| JournalError::storage(None, format!("cannot start a runtime: {err}")))?;
+        let counters = Arc::new(Counters::default());
+        let sql = Arc::new(Sql::new(&options.schema));
+        let connector = Connector {
+            config,
+            runtime: runtime.handle().clone(),
+            connect_timeout: options.connect_timeout,
+            sql: sql.clone(),
+        };
+
+        let (writes, queue) = mpsc::channel(options.queue_capacity);
+        let (opened, writer_ready) = oneshot::channel();
+        let (alive, ended) = oneshot::channel::<()>();
+        let writer = writer::Writer::new(connector.clone(), options.clone(), counters.clone());
+        thread::Builder::new()
+            .name("actix-delivery-postgres".to_string())
+            .spawn(move || {
+                let _alive = alive; // dropped when the thread ends
+                runtime.block_on(writer.run(queue, opened));
+                // Dropping the runtime ends the read connections' tasks.
+            })
+            .map_err(|err| JournalError::storage(None, format!("cannot start a thread: {err}")))?;
+        // The writer checks (or creates) the schema; readers connect only after it is done.
+        if let Err(err) = writer_ready.await.unwrap_or(Err(JournalError::Closed)) {
+            drop(writes);
+            let _ = ended.await;
+            return Err(err);
+        }
+
+        let readers = Readers {
+            slots: (0..options.readers)
+                .map(|_| tokio::sync::Mutex::new(Slot::default()))
+                .collect(),
+            next: AtomicUsize::new(0),
+            connector,
+            counters: counters.clone(),
+        };
+        for slot in 0..options.readers {
+            if let Err(err) = readers.connection(slot).await {
+                drop((writes, readers));
+                let _ = ended.await;
+                return Err(err);
+            }
+        }
+        // Validated: fits a u32.
+        let max_queued_bytes = u32::try_from(options.max_queued_bytes).unwrap_or(u32::MAX);
+        Ok(Self {
+            shared: Arc::new(Shared {
+                writes,
+                queued_bytes: Arc::new(Semaphore::new(max_queued_bytes as usize)),
+                max_queued_bytes,
+                readers,
+                counters,
+                thread: Mutex::new(Some(ended)),
+            }),
+        })
+    }
+
+    /// The counters since the journal was connected (shared by all clones).
+    pub fn stats(&self) -> PostgresStats {
+        let writes = &self.shared.writes;
+        self.shared
+            .counters
+            .read(writes.max_capacity() - writes.capacity())
+    }
+
+    /// Drops this handle; if it was the last one, waits until every queued write has been
+    /// committed or failed (and its caller told) and the connections are closed. With other
+    /// clones alive it returns at once and the journal stays open.
+    pub async fn close(self) {
+        let Ok(shared) = Arc::try_unwrap(self.shared) else {
+            return;
+        };
+        let thread = shared
+            .thread
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .take();
+        drop(shared); // closes the queue: the writer drains it and the thread ends
+        if let Some(thread) = thread {
+            let _ = thread.await;
+        }
+    }
+
+    async fn write(&self, id: PersistenceId, op: WriteOp) -> Result<(), JournalError> {
+        let bytes = u32::try_from(op.bytes()).unwrap_or(u32::MAX);
+        let permit = self
+            .shared
+            .queued_bytes
+            .clone()
+            .acquire_many_owned(bytes.min(self.shared.max_queued_bytes))
+            .await
+            .map_err(|_| JournalError::Closed)?;
+        let (reply, result) = oneshot::channel();
+        self.shared
+            .writes
+            .send(WriteRequest {
+                id,
+                op,
+                reply,
+                _permit: permit,
+            })
+            .await
+            .map_err(|_| JournalError::Closed)?;
+        result.await.unwrap_or(Err(JournalError::Closed))
+    }
+}
+
+impl fmt::Debug for PostgresJournal {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("PostgresJournal")
+            .field("stats", &self.stats())
+            .finish_non_exhaustive()
+    }
+}
+
+fn check_payload(id: &PersistenceId, len: usize) -> Result<(), JournalError> {
+    if len > PostgresJournal::MAX_PAYLOAD_BYTES {
+        return Err(JournalError::invalid(
+            id,
+            format!(
+                "a payload of {len} bytes exceeds the PostgreSQL journal's limit of {} bytes",
+                PostgresJournal::MAX_PAYLOAD_BYTES
+            ),
+        ));
+    }
+    Ok(())
+}
+
+impl Journal for PostgresJournal {
+    fn append(
+        &self,
+        id: &PersistenceId,
+        first_seq: u64,
+        payloads: Vec<Vec<u8>>,
+    ) -> JournalFuture<'_, ()> {
+        let id = id.clone();
+        Box::pin(async move {
+            check_append(&id, first_seq, payloads.len())?;
+            for payload in &payloads {
+                check_payload(&id, payload.len())?;
+            }
+            if payloads.is_empty() {
+                return Ok(());
+            }
+            self.write(
+                id,
+                WriteOp::Append {
+                    first_seq,
+                    payloads,
+                },
+            )
+            .await
+        })
+    }
+
+    fn replay(
+        &self,
+        id: &PersistenceId,
+        from_seq: u64,
+        to_seq: u64,
+        max_events: usize,
+    ) -> JournalFuture<'_, Vec<StoredEvent>> {
+        let id = id.clone();
+        Box::pin(async move {
+            if max_events == 0 || from_seq > to_seq {
+                return Ok(Vec::new());
+            }
+            self.shared
+                .readers
+                .replay(&id, from_seq, to_seq, max_events)
+                .await
+        })
+    }
+
+    fn highest_seq(&self, id: &PersistenceId) -> JournalFuture<'_, u64> {
+        let id = id.clone();
+        Box::pin(async move { self.shared.readers.highest_seq(&id).await })
+    }
+
+    fn delete_to(&self, id: &PersistenceId, to_seq: u64) -> JournalFuture<'_, ()> {
+        let id = id.clone();
+        Box::pin(async move {
+            if to_seq == 0 {
+                return Ok(());
+            }
+            self.write(id, WriteOp::DeleteTo { to_seq }).await
+        })
+    }
+
+    fn save_snapshot(&self, id: &PersistenceId, snapshot: Snapshot) -> JournalFuture<'_, ()> {
+        let id = id.clone();
+        Box::pin(async move {
+            if snapshot.seq == 0 {
+                return Err(JournalError::invalid(
+                    &id,
+                    "a snapshot's seq starts at 1, not 0",
+                ));
+            }
+            if snapshot.seq > MAX_SEQ {
+                return Err(JournalError::invalid(
+                    &id,
+                    format!("a snapshot at seq {} is beyond any seq", snapshot.seq),
+                ));
+            }
+            check_payload(&id, snapshot.payload.len())?;
+            self.write(id, WriteOp::SaveSnapshot(snapshot)).await
+        })
+    }
+
+    fn load_snapshot(&self, id: &PersistenceId) -> JournalFuture<'_, Option<Snapshot>> {
+        let id = id.clone();
+        Box::pin(async move { self.shared.readers.load_snapshot(&id).await })
+    }
+}
+
+/// The SQL of the journal's statements, for one schema.
+struct Sql {
+    append: String,
+    delete_to: String,
+    save_snapshot: String,
+    highest_of: String,
+    replay: String,
+    highest: String,
+    load_snapshot: String,
+}
+
+impl Sql {
+    fn new(schema_name: &str) -> Self {
+        let events = schema::table(schema_name, "event_journal");
+        let streams = schema::table(schema_name, "stream_metadata");
+        let snapshots = schema::table(schema_name, "snapshot");
+        Self {
+            // One row of $1..$3 per append (at most one per stream): its stream, the seq it
+            // follows and its last seq; one row of $4..$6 per event: the append's row number,
+            // seq and payload. A new stream's row is inserted, a known one advanced, each only
+            // if it still says `prev`; the events of the appends that won are stored, the others
+            // leave no trace. Returns the row numbers of the winners. (`= ANY($1)` steers the
+            // planner to the primary key whatever it estimates for `unnest`: never a scan of
+            // every stream.)
+            append: format!(
+                "WITH input AS ( \
+                     SELECT * FROM unnest($1::text[], $2::int8[], $3::int8[]) \
+                     WITH ORDINALITY AS i(persistence_id, prev, last, n) \
+                 ), created AS ( \
+                     INSERT INTO {streams} AS m (persistence_id, highest_seq) \
+                     SELECT persistence_id, last FROM input WHERE prev = 0 \
+                     ON CONFLICT (persistence_id) DO UPDATE SET highest_seq = excluded.highest_seq \
+                     WHERE m.highest_seq = 0 \
+                     RETURNING m.persistence_id \
+                 ), advanced AS ( \
+                     UPDATE {streams} AS m SET highest_seq = input.last FROM input \
+                     WHERE m.persistence_id = ANY($1) AND m.persistence_id = input.persistence_id \
+                       AND input.prev > 0 AND m.highest_seq = input.prev \
+                     RETURNING m.persistence_id \
+                 ), won AS ( \
+                     SELECT input.n, input.persistence_id FROM input WHERE input.persistence_id IN \
+                     (SELECT persistence_id FROM created UNION ALL SELECT persistence_id FROM advanced) \
+                 ), stored AS ( \
+                     INSERT INTO {events} (persistence_id, seq_nr, payload, written_at) \
+                     SELECT won.persistence_id, e.seq_nr, e.payload, now() \
+                     FROM unnest($4::int8[], $5::int8[], $6::bytea[]) AS e(n, seq_nr, payload) \
+                     JOIN won ON won.n = e.n \
+                 ) \
+                 SELECT n FROM won"
+            ),
+            delete_to: format!("DELETE FROM {events} WHERE persistence_id = $1 AND seq_nr <= $2"),
+            // Stores the snapshot unless it is beyond the highest seq or older than the
+            // current one; returns the highest seq (to tell the first case).
+            save_snapshot: format!(
+                "WITH h AS ( \
+                     SELECT coalesce((SELECT highest_seq FROM {streams} WHERE persistence_id = $1), 0) \
+                     AS highest \
+                 ), saved AS ( \
+                     INSERT INTO {snapshots} AS s (persistence_id, seq_nr, payload, written_at) \
+                     SELECT $1, $2, $3, now() FROM h WHERE $2 <= h.highest \
+                     ON CONFLICT (persistence_id) DO UPDATE \
+                     SET seq_nr = excluded.seq_nr, payload = excluded.payload, \
+                         written_at = excluded.written_at \
+                     WHERE excluded.seq_nr >= s.seq_nr \
+                 ) \
+                 SELECT highest FROM h"
+            ),
+            highest_of: format!(
+                "SELECT persistence_id, highest_seq FROM {streams} WHERE persistence_id = ANY($1)"
+            ),
+            replay: format!(
+                "SELECT seq_nr, payload FROM {events} \
+                 WHERE persistence_id = $1 AND seq_nr >= $2 AND seq_nr <= $3 \
+                 ORDER BY seq_nr LIMIT $4"
+            ),
+            highest: format!("SELECT highest_seq FROM {streams} WHERE persistence_id = $1"),
+            load_snapshot: format!(
+                "SELECT seq_nr, payload FROM {snapshots} WHERE persistence_id = $1"
+            ),
+        }
+    }
+}
+
+/// Opens connections, on the journal's runtime.
+#[derive(Clone)]
+struct Connector {
+    config: Config,
+    runtime: Handle,
+    connect_timeout: std::time::Duration,
+    sql: Arc<Sql>,
+}
+
+impl Connector {
+    /// Connects; must run on the journal's runtime (which then drives the connection).
+    async fn open(&self) -> Result<Client, JournalError> {
+        let connecting = tokio::time::timeout(self.connect_timeout, self.config.connect(NoTls));
+        let (client, connection) = match connecting.await {
+            Ok(Ok(connected)) => connected,
+            Ok(Err(err)) => return Err(db_error(None, "cannot connect to PostgreSQL", &err)),
+            Err(_) => {
+                return Err(JournalError::storage(
+                    None,
+                    format!(
+                        "cannot connect to PostgreSQL: no answer within {:?}",
+                        self.connect_timeout
+                    ),
+                ))
+            }
+        };
+        tokio::spawn(async move {
+            if let Err(err) = connection.await {
+                log::debug!("journal: a PostgreSQL connection ended: {err}");
+            }
+        });
+        Ok(client)
+    }
+
+    /// Opens a read connection with its statements prepared; from any runtime.
+    async fn open_reader(&self) -> Result<ReadConnection, JournalError> {
+        let connector = self.clone();
+        let opening = self.runtime.spawn(async move {
+            let client = connector.open().await?;
+            let sql = &connector.sql;
+            let prepared = async {
+                Ok::<_, tokio_postgres::Error>((
+                    client.prepare(&sql.replay).await?,
+                    client.prepare(&sql.highest).await?,
+                    client.prepare(&sql.load_snapshot).await?,
+                ))
+            }
+            .await;
+            let (replay, highest, load_snapshot) = prepared
+                .map_err(|err| db_error(None, "cannot prepare the journal's reads", &err))?;
+            Ok(ReadConnection {
+                client,
+                replay,
+                highest,
+                load_snapshot,
+            })
+        });
+        opening.await.unwrap_or(Err(JournalError::Closed))
+    }
+}
+
+/// A read connection and its prepared statements.
+struct ReadConnection {
+    client: Client,
+    replay: Statement,
+    highest: Statement,
+    load_snapshot: Statement,
+}
+
+/// The read connections: each read takes the next in turn (and pipelines with the others
+/// on it); a lost one is replaced by the next read that comes to it.
+struct Readers {
+    slots: Vec<tokio::sync::Mutex<Slot>>,
+    next: AtomicUsize,
+    connector: Connector,
+    counters: Arc<Counters>,
+}
+
+/// One read connection's place.
+#[derive(Default)]
+struct Slot {
+    connection: Option<Arc<ReadConnection>>,
+    /// Whether it ever had one (so that the next one counts as a reconnect).
+    opened: bool,
+}
+
+impl Readers {
+    /// The connection of `slot`, connecting if it has none or lost it.
+    async fn connection(&self, slot: usize) -> Result<Arc<ReadConnection>, JournalError> {
+        let mut held = self.slots[slot].lock().await;
+        if let Some(connection) = &held.connection {
+            if !connection.client.is_closed() {
+                return Ok(connection.clone());
+            }
+        }
+        let connection = Arc::new(self.connector.open_reader().await?);
+        if held.opened {
+            Counters::add(&self.counters.reconnects, 1);
+        }
+        *held = Slot {
+            connection: Some(connection.clone()),
+            opened: true,
+        };
+        Ok(connection)
+    }
+
+    /// Forgets `slot`'s connection if it is still `lost`.
+    async fn discard(&self, slot: usize, lost: &Arc<ReadConnection>) {
+        let mut held = self.slots[slot].lock().await;
+        if held
+            .connection
+            .as_ref()
+            .is_some_and(|c| Arc::ptr_eq(c, lost))
+        {
+            held.connection = None;
+        }
+    }
+
+    /// Runs `statement` of the next connection with `params`; once more on a new connection
+    /// if it failed because its connection was lost (reads change nothing, so a retry is
+    /// safe).
+    async fn run<T: FromRows>(
+        &self,
+        id: &PersistenceId,
+        what: &str,
+        statement: fn(&ReadConnection) -> &Statement,
+        params: &[&(dyn ToSql + Sync)],
+    ) -> Result<T, JournalError> {
+        let slot = self.next.fetch_add(1, Ordering::Relaxed) % self.slots.len();
+        let mut retried = false;
+        loop {
+            let connection = self.connection(slot).await?;
+            match connection
+                .client
+                .query(statement(&connection), params)
+                .await
+            {
+                Ok(rows) => return T::from_rows(id, rows),
+                Err(err) if !retried && is_connection_lost(&err) => {
+                    self.discard(slot, &connection).await;
+                    retried = true;
+                }
+                Err(err) => return Err(db_error(Some(id), what, &err)),
+            }
+        }
+    }
+
+    async fn replay(
+        &self,
+        id: &PersistenceId,
+        from_seq: u64,
+        to_seq: u64,
+        max_events: usize,
+    ) -> Result<Vec<StoredEvent>, JournalError> {
+        let (from, to) = (sql_bound(from_seq), sql_bound(to_seq));
+        let limit = i64::try_from(max_events).unwrap_or(i64::MAX);
+        let params: [&(dyn ToSql + Sync); 4] = [&id.as_str(), &from, &to, &limit];
+        let events: Replayed = self
+            .run(id, "replay failed", |c| &c.replay, &params)
+            .await?;
+        check_replayed(id, from_seq, to_seq, events.0)
+    }
+
+    async fn highest_seq(&self, id: &PersistenceId) -> Result<u64, JournalError> {
+        let highest: Highest = self
+            .run(
+                id,
+                "reading the highest seq failed",
+                |c| &c.highest,
+                &[&id.as_str()],
+            )
+            .await?;
+        Ok(highest.0)
+    }
+
+    async fn load_snapshot(&self, id: &PersistenceId) -> Result<Option<Snapshot>, JournalError> {
+        self.run(
+            id,
+            "loading the snapshot failed",
+            |c| &c.load_snapshot,
+            &[&id.as_str()],
+        )
+        .await
+    }
+}
+
+/// What a read makes of its rows.
+trait FromRows: Sized {
+    fn from_rows(id: &PersistenceId, rows: Vec<tokio_postgres::Row>) -> Result<Self, JournalError>;
+}
+
+struct Replayed(Vec<StoredEvent>);
+
+impl FromRows for Replayed {
+    fn from_rows(id: &PersistenceId, rows: Vec<tokio_postgres::Row>) -> Result<Self, JournalError> {
+        let mut events = Vec::with_capacity(rows.len());
+        for row in rows {
+            let raw: i64 = row.try_get(0).map_err(|err| corrupt(id, 0, &err))?;
+            let seq = seq_from_sql(id, raw, 0)?;
+            let payload: Vec<u8> = row.try_get(1).map_err(|err| corrupt(id, seq, &err))?;
+            events.push(StoredEvent { seq, payload });
+        }
+        Ok(Self(events))
+    }
+}
+
+struct Highest(u64);
+
+impl FromRows for Highest {
+    fn from_rows(id: &PersistenceId, rows: Vec<tokio_postgres::Row>) -> Result<Self, JournalError> {
+        match rows.first() {
+            None => Ok(Self(0)),
+            Some(row) => {
+                let raw: i64 = row.try_get(0).map_err(|err| corrupt(id, 0, &err))?;
+                Ok(Self(seq_from_sql(id, raw, 0)?))
+            }
+        }
+    }
+}
+
+impl FromRows for Option<Snapshot> {
+    fn from_rows(id: &PersistenceId, rows: Vec<tokio_postgres::Row>) -> Result<Self, JournalError> {
+        let Some(row) = rows.first() else {
+            return Ok(None);
+        };
+        let raw: i64 = row.try_get(0).map_err(|err| corrupt(id, 0, &err))?;
+        let seq = seq_from_sql(id, raw, 0)?;
+        if seq == 0 {
+            return Err(JournalError::Corrupt {
+                persistence_id: id.clone(),
+                seq,
+                reason: "a snapshot at seq 0".into(),
+            });
+        }
+        let payload: Vec<u8> = row.try_get(1).map_err(|err| corrupt(id, seq, &err))?;
+        Ok(Some(Snapshot { seq, payload }))
+    }
+}
+
+/// Checks that replayed events are ascending and within the range asked for.
+fn check_replayed(
+    id: &PersistenceId,
+    from_seq: u64,
+    to_seq: u64,
+    events: Vec<StoredEvent>,
+) -> Result<Vec<StoredEvent>, JournalError> {
+    let mut expected = from_seq.max(1);
+    for event in &events {
+        if event.seq < expected || event.seq > to_seq {
+            return Err(JournalError::Corrupt {
+                persistence_id: id.clone(),
+                seq: event.seq,
+                reason: format!("out of order: expected seq {expected} or later"),
+            });
+        }
+        expected = event.seq + 1;
+    }
+    Ok(events)
+}
+
+/// SQL integers are `i64`; a bound above `i64::MAX` means "no bound".
+fn sql_bound(seq: u64) -> i64 {
+    i64::try_from(seq).unwrap_or(i64::MAX)
+}
+
+/// A stored value that is not what the schema says.
+fn corrupt(id: &PersistenceId, seq: u64, err: &tokio_postgres::Error) -> JournalError {
+    JournalError::Corrupt {
+        persistence_id: id.clone(),
+        seq,
+        reason: err.to_string(),
+    }
+}
+
+/// A seq read from the database: must be within `0..=MAX_SEQ`, else the data is corrupt
+/// (reported at `context_seq`).
+fn seq_from_sql(id: &PersistenceId, raw: i64, context_seq: u64) -> Result<u64, JournalError> {
+    match u64::try_from(raw) {
+        Ok(seq) if seq <= MAX_SEQ => Ok(seq),
+        _ => Err(JournalError::Corrupt {
+            persistence_id: id.clone(),
+            seq: context_seq,
+            reason: format!("a stored seq_nr of {raw} is out of range"),
+        }),
+    }
+}
+
+/// Whether `err` means the connection is gone (rather than a statement failing on a live
+/// one): closed, an I/O error, or the server ending the session (class 57: shutdown,
+/// `pg_terminate_backend`; class 08: connection exceptions).
+fn is_connection_lost(err: &tokio_postgres::Error) -> bool {
+    if err.is_closed() {
+        return true;
+    }
+    if let Some(code) = err.code() {
+        let code = code.code();
+        return code.starts_with("57P") || code.starts_with("08");
+    }
+    err.source()
+        .is_some_and(|source| source.downcast_ref::<std::io::Error>().is_some())
+}
+
+/// A [`JournalError::Storage`] for a failed database operation: `what`, then
+/// [`describe`]`(err)`.
+fn db_error(id: Option<&PersistenceId>, what: &str, err: &tokio_postgres::Error) -> JournalError {
+    JournalError::storage(id, format!("{what}: {}", describe(err)))
+}
+
+/// PostgreSQL's message with its SQLSTATE, or the client's error.
+fn describe(err: &tokio_postgres::Error) -> String {
+    match err.as_db_error() {
+        Some(db) => format!("{} (SQLSTATE {})", db.message(), db.code().code()),
+        None => err.to_string(),
+    }
+}

@@ -1,0 +1,272 @@
+//! Settings and counters of a [`PostgresJournal`](super::PostgresJournal).
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use crate::journal::JournalError;
+
+/// Settings of a [`PostgresJournal`](super::PostgresJournal); start from `default()` and
+/// change what you need:
+///
+/// ```
+/// # use actix_delivery::journal::PostgresOptions;
+/// let options = PostgresOptions::default().schema("orders").readers(4);
+/// ```
+///
+/// | setting | default | what it does |
+/// |---|---|---|
+/// | `schema` | `public` | the PostgreSQL schema holding the tables (created if missing) |
+/// | `create_tables` | `true` | create the tables on first connect (else they must exist) |
+/// | `readers` | 2 | read connections (each pipelines any number of concurrent reads) |
+/// | `max_batch_events` | 10 000 | events in one transaction (group commit) |
+/// | `max_batch_bytes` | 8 MiB | payload bytes in one transaction |
+/// | `queue_capacity` | 4 096 | writes waiting for the writer; callers beyond wait |
+/// | `max_queued_bytes` | 64 MiB | payload bytes waiting for the writer; callers beyond wait |
+/// | `connect_timeout` | 5 s | one connection attempt |
+/// | `commit_timeout` | 30 s | one group's transaction, from sending it to its commit's answer |
+/// | `reconnect_backoff` | 50 ms, doubling to 2 s | the writer's wait between failed connection attempts |
+///
+/// A transaction closes once the next write would cross a batch bound; a single write larger
+/// than a bound goes alone.
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct PostgresOptions {
+    pub(super) schema: String,
+    pub(super) create_tables: bool,
+    pub(super) readers: usize,
+    pub(super) max_batch_events: usize,
+    pub(super) max_batch_bytes: usize,
+    pub(super) queue_capacity: usize,
+    pub(super) max_queued_bytes: usize,
+    pub(super) connect_timeout: Duration,
+    pub(super) commit_timeout: Duration,
+    pub(super) min_backoff: Duration,
+    pub(super) max_backoff: Duration,
+}
+
+impl Default for PostgresOptions {
+    fn default() -> Self {
+        Self {
+            schema: "public".to_string(),
+            create_tables: true,
+            readers: 2,
+            max_batch_events: 10_000,
+            max_batch_bytes: 8 << 20,
+            queue_capacity: 4_096,
+            max_queued_bytes: 64 << 20,
+            connect_timeout: Duration::from_secs(5),
+            commit_timeout: Duration::from_secs(30),
+            min_backoff: Duration::from_millis(50),
+            max_backoff: Duration::from_secs(2),
+        }
+    }
+}
+
+impl PostgresOptions {
+    /// The PostgreSQL schema (namespace) that holds the journal's tables: 1 to 63 characters
+    /// of lower-case ASCII letters, digits and `_`, not starting with a digit. Created on
+    /// first connect if it does not exist (and `create_tables` is on). Separate schemas are
+    /// separate journals in one database.
+    pub fn schema(mut self, schema: impl Into<String>) -> Self {
+        self.schema = schema.into();
+        self
+    }
+
+    /// Whether the first connect creates the schema and tables when none exist (default).
+    /// Off: they must have been created beforehand, e.g. by a DBA from
+    /// [`PostgresJournal::SCHEMA_SQL`](super::PostgresJournal::SCHEMA_SQL), and the journal's
+    /// role needs no `CREATE` privilege.
+    pub fn create_tables(mut self, create: bool) -> Self {
+        self.create_tables = create;
+        self
+    }
+
+    /// This many read connections (at least 1). Reads are spread over them in turn; each
+    /// pipelines the reads it is given.
+    pub fn readers(mut self, readers: usize) -> Self {
+        self.readers = readers;
+        self
+    }
+
+    /// At most this many events per transaction (at least 1).
+    pub fn max_batch_events(mut self, events: usize) -> Self {
+        self.max_batch_events = events;
+        self
+    }
+
+    /// At most this many payload bytes per transaction (at least 1).
+    pub fn max_batch_bytes(mut self, bytes: usize) -> Self {
+        self.max_batch_bytes = bytes;
+        self
+    }
+
+    /// At most this many writes (appends, deletes, snapshots) queued for the writer;
+    /// further callers wait for room (at least 1).
+    pub fn queue_capacity(mut self, writes: usize) -> Self {
+        self.queue_capacity = writes;
+        self
+    }
+
+    /// At most this many payload bytes queued for the writer; further callers wait for room.
+    /// A single write larger than this waits until the queue is empty. (1 to `u32::MAX`.)
+    pub fn max_queued_bytes(mut self, bytes: usize) -> Self {
+        self.max_queued_bytes = bytes;
+        self
+    }
+
+    /// How long one attempt to connect (and set up the connection) may take (above 0).
+    pub fn connect_timeout(mut self, timeout: Duration) -> Self {
+        self.connect_timeout = timeout;
+        self
+    }
+
+    /// How long one group's transaction may take, from sending it to the commit's answer
+    /// (above 0). Past it the writer gives up on the connection: the group's appends fail
+    /// with a [`JournalError::Storage`] error that says they may or may not be stored.
+    pub fn commit_timeout(mut self, timeout: Duration) -> Self {
+        self.commit_timeout = timeout;
+        self
+    }
+
+    /// After a failed connection attempt the writer waits `initial` before the next one,
+    /// doubling the wait after each further failure up to `max` (`0 < initial <= max`).
+    /// Writes queued meanwhile wait; each group then gets one attempt.
+    pub fn reconnect_backoff(mut self, initial: Duration, max: Duration) -> Self {
+        self.min_backoff = initial;
+        self.max_backoff = max;
+        self
+    }
+
+    pub(super) fn validate(&self) -> Result<(), JournalError> {
+        let invalid = |reason: String| {
+            Err(JournalError::InvalidArgument {
+                persistence_id: None,
+                reason,
+            })
+        };
+        if !is_plain_identifier(&self.schema) {
+            return invalid(format!(
+                "schema {:?} must be 1 to 63 characters of a-z, 0-9 and _, not starting with a digit",
+                self.schema
+            ));
+        }
+        let positive = [
+            ("readers", self.readers),
+            ("max_batch_events", self.max_batch_events),
+            ("max_batch_bytes", self.max_batch_bytes),
+            ("queue_capacity", self.queue_capacity),
+        ];
+        for (name, value) in positive {
+            if value == 0 {
+                return invalid(format!("{name} must be at least 1"));
+            }
+        }
+        if self.max_queued_bytes == 0 || u32::try_from(self.max_queued_bytes).is_err() {
+            return invalid("max_queued_bytes must be 1 to u32::MAX".into());
+        }
+        if self.connect_timeout.is_zero() || self.commit_timeout.is_zero() {
+            return invalid("connect_timeout and commit_timeout must be above 0".into());
+        }
+        if self.min_backoff.is_zero() || self.min_backoff > self.max_backoff {
+            return invalid("reconnect_backoff needs 0 < initial <= max".into());
+        }
+        Ok(())
+    }
+}
+
+/// An identifier that needs no quoting in SQL: lower-case ASCII, digits, `_`, at most 63
+/// bytes (PostgreSQL's limit), not starting with a digit.
+fn is_plain_identifier(name: &str) -> bool {
+    let mut bytes = name.bytes();
+    matches!(bytes.next(), Some(b'a'..=b'z' | b'_'))
+        && bytes.all(|b| matches!(b, b'a'..=b'z' | b'0'..=b'9' | b'_'))
+        && name.len() <= 63
+}
+
+/// Counters of a [`PostgresJournal`](super::PostgresJournal) since it was connected.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct PostgresStats {
+    /// Appends committed.
+    pub appends: u64,
+    /// Events committed.
+    pub events: u64,
+    /// Transactions committed by the writer: `appends / transactions` is the mean group size.
+    pub transactions: u64,
+    /// Writes refused (conflict, invalid snapshot) or failed (storage errors).
+    pub rejected: u64,
+    /// Connections the writer and the readers opened again after losing one.
+    pub reconnects: u64,
+    /// Writes waiting for the writer right now.
+    pub queued: usize,
+}
+
+/// The counters the writer and readers keep.
+#[derive(Default)]
+pub(super) struct Counters {
+    pub(super) appends: AtomicU64,
+    pub(super) events: AtomicU64,
+    pub(super) transactions: AtomicU64,
+    pub(super) rejected: AtomicU64,
+    pub(super) reconnects: AtomicU64,
+}
+
+impl Counters {
+    pub(super) fn add(counter: &AtomicU64, n: u64) {
+        counter.fetch_add(n, Ordering::Relaxed);
+    }
+
+    pub(super) fn read(&self, queued: usize) -> PostgresStats {
+        PostgresStats {
+            appends: self.appends.load(Ordering::Relaxed),
+            events: self.events.load(Ordering::Relaxed),
+            transactions: self.transactions.load(Ordering::Relaxed),
+            rejected: self.rejected.load(Ordering::Relaxed),
+            reconnects: self.reconnects.load(Ordering::Relaxed),
+            queued,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn invalid_options_are_refused() {
+        assert!(PostgresOptions::default().validate().is_ok());
+        assert!(PostgresOptions::default()
+            .schema("journal_2")
+            .validate()
+            .is_ok());
+        let ms = Duration::from_millis;
+        for options in [
+            PostgresOptions::default().schema(""),
+            PostgresOptions::default().schema("Orders"),
+            PostgresOptions::default().schema("2nd"),
+            PostgresOptions::default().schema("a; DROP TABLE x"),
+            PostgresOptions::default().schema("x".repeat(64)),
+            PostgresOptions::default().readers(0),
+            PostgresOptions::default().max_batch_events(0),
+            PostgresOptions::default().max_batch_bytes(0),
+            PostgresOptions::default().queue_capacity(0),
+            PostgresOptions::default().max_queued_bytes(0),
+            PostgresOptions::default().max_queued_bytes(u32::MAX as usize + 1),
+            PostgresOptions::default().connect_timeout(Duration::ZERO),
+            PostgresOptions::default().commit_timeout(Duration::ZERO),
+            PostgresOptions::default().reconnect_backoff(Duration::ZERO, ms(1)),
+            PostgresOptions::default().reconnect_backoff(ms(2), ms(1)),
+        ] {
+            assert!(
+                matches!(
+                    options.validate(),
+                    Err(JournalError::InvalidArgument {
+                        persistence_id: None,
+                        ..
+                    })
+                ),
+                "{options:?}"
+            );
+        }
+    }
+}

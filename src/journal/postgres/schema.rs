@@ -1,0 +1,208 @@
+//! The tables, and the check that a database holds this crate's schema in its version.
+//!
+//! The tables (see `schema.sql`, also [`PostgresJournal::SCHEMA_SQL`](super::PostgresJournal::SCHEMA_SQL))
+//! have the shape Akka Persistence JDBC/R2DBC users know: `event_journal(persistence_id,
+//! seq_nr, payload, written_at)` keyed by `(persistence_id, seq_nr)`, `snapshot`, plus
+//! `stream_metadata(persistence_id, highest_seq)`, which keeps each stream's highest seq
+//! across deletions and is the fence, and `journal_schema(application, version)`, one row
+//! naming what made the tables. All live in one PostgreSQL schema (`public` by default).
+//!
+//! On connect: no journal table in the schema → the tables are created (under an advisory
+//! lock, so two nodes starting at once create them once); `journal_schema` says
+//! `actix-delivery`, version 1, and every table is there → used; anything else (a newer
+//! version, another application, journal tables without `journal_schema`) → refused with
+//! [`JournalError::Schema`], nothing changed.
+
+use tokio_postgres::Client;
+
+use crate::journal::postgres::{db_error, PostgresOptions};
+use crate::journal::JournalError;
+
+/// What `journal_schema.application` holds.
+const APPLICATION: &str = "actix-delivery";
+/// The schema version this crate reads and writes.
+pub(super) const SCHEMA_VERSION: i32 = 1;
+
+/// The tables the schema consists of.
+const TABLES: [&str; 4] = [
+    "event_journal",
+    "snapshot",
+    "stream_metadata",
+    "journal_schema",
+];
+
+/// `schema.table`, for SQL text (the schema is a validated plain identifier).
+pub(super) fn table(schema: &str, table: &str) -> String {
+    format!("\"{schema}\".{table}")
+}
+
+fn expected() -> String {
+    format!("an {APPLICATION} journal, schema version {SCHEMA_VERSION}")
+}
+
+fn schema_error(found: String) -> JournalError {
+    JournalError::Schema {
+        found,
+        expected: expected(),
+    }
+}
+
+/// Checks the schema, creating the tables if there are none (and the options allow it).
+pub(super) async fn check_or_create(
+    client: &Client,
+    options: &PostgresOptions,
+) -> Result<(), JournalError> {
+    match inspect(client, &options.schema).await? {
+        Found::Current => return Ok(()),
+        Found::Empty if !options.create_tables => {
+            return Err(schema_error(format!(
+                "no journal tables in schema `{}` (create them with PostgresJournal::SCHEMA_SQL, \
+                 or allow create_tables)",
+                options.schema
+            )))
+        }
+        Found::Empty => {}
+    }
+    // Serialise creators: another node may be doing the same right now.
+    let create = format!(
+        "BEGIN; \
+         SELECT pg_advisory_xact_lock(hashtext('actix-delivery journal schema {schema}')); \
+         SET LOCAL search_path TO \"{schema}\";",
+        schema = options.schema
+    );
+    client
+        .batch_execute(&create)
+        .await
+        .map_err(|err| db_error(None, "cannot start creating the tables", &err))?;
+    let result = async {
+        let exists = client
+            .query_opt(
+                "SELECT 1 FROM pg_catalog.pg_namespace WHERE nspname = $1",
+                &[&options.schema],
+            )
+            .await
+            .map_err(|err| db_error(None, "cannot look up the schema", &err))?;
+        if exists.is_none() {
+            // Only when missing: CREATE SCHEMA IF NOT EXISTS needs the privilege regardless.
+            client
+                .batch_execute(&format!("CREATE SCHEMA \"{}\"", options.schema))
+                .await
+                .map_err(|err| db_error(None, "cannot create the schema", &err))?;
+        }
+        if let Found::Empty = inspect(client, &options.schema).await? {
+            client
+                .batch_execute(super::PostgresJournal::SCHEMA_SQL)
+                .await
+                .map_err(|err| db_error(None, "cannot create the tables", &err))?;
+        }
+        inspect(client, &options.schema).await
+    }
+    .await;
+    match result {
+        Ok(Found::Current) => client
+            .batch_execute("COMMIT")
+            .await
+            .map_err(|err| db_error(None, "cannot commit the new tables", &err)),
+        Ok(Found::Empty) => {
+            let _ = client.batch_execute("ROLLBACK").await;
+            Err(schema_error(
+                "tables that vanished while being created".into(),
+            ))
+        }
+        Err(err) => {
+            let _ = client.batch_execute("ROLLBACK").await;
+            Err(err)
+        }
+    }
+}
+
+/// What the schema holds.
+enum Found {
+    /// No journal table: the tables are to be created.
+    Empty,
+    /// This crate's tables, current version.
+    Current,
+}
+
+/// Reads which journal tables exist and what `journal_schema` says; refuses anything but
+/// none of them or this crate's current schema.
+async fn inspect(client: &Client, schema: &str) -> Result<Found, JournalError> {
+    let rows = client
+        .query(
+            "SELECT c.relname FROM pg_catalog.pg_class c \
+             JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace \
+             WHERE n.nspname = $1 AND c.relname = ANY($2) AND c.relkind IN ('r', 'p', 'v', 'm', 'f')",
+            &[&schema, &&TABLES[..]],
+        )
+        .await
+        .map_err(|err| db_error(None, "cannot read the catalog", &err))?;
+    let mut present = Vec::with_capacity(rows.len());
+    for row in rows {
+        let name: String = row
+            .try_get(0)
+            .map_err(|err| db_error(None, "cannot read the catalog", &err))?;
+        present.push(name);
+    }
+    if present.is_empty() {
+        return Ok(Found::Empty);
+    }
+    if !present.iter().any(|name| name == "journal_schema") {
+        return Err(schema_error(format!(
+            "tables {} in schema `{schema}` not made by {APPLICATION} (no journal_schema table)",
+            present.join(", ")
+        )));
+    }
+    let marks = client
+        .query(
+            &format!(
+                "SELECT application::text, version::int4 FROM {}",
+                table(schema, "journal_schema")
+            ),
+            &[],
+        )
+        .await
+        .map_err(|err| match err.code() {
+            // Columns of other names or types: somebody else's table.
+            Some(_) => schema_error(format!(
+                "a journal_schema table in schema `{schema}` of another shape ({err})"
+            )),
+            None => db_error(None, "cannot read journal_schema", &err),
+        })?;
+    let mut marks_read = Vec::with_capacity(marks.len());
+    for row in &marks {
+        let application: Option<String> = row.try_get(0).unwrap_or(None);
+        let version: Option<i32> = row.try_get(1).unwrap_or(None);
+        marks_read.push((application, version));
+    }
+    match marks_read.as_slice() {
+        [(Some(application), Some(version))] if application == APPLICATION => {
+            if *version > SCHEMA_VERSION {
+                return Err(schema_error(format!(
+                    "schema version {version} in schema `{schema}`, written by a newer version \
+                     of {APPLICATION}"
+                )));
+            }
+            if *version != SCHEMA_VERSION {
+                return Err(schema_error(format!(
+                    "schema version {version} in schema `{schema}`"
+                )));
+            }
+            if let Some(missing) = TABLES
+                .iter()
+                .find(|table| !present.iter().any(|name| name == *table))
+            {
+                return Err(schema_error(format!(
+                    "schema version {version} in schema `{schema}` without its table `{missing}`"
+                )));
+            }
+            Ok(Found::Current)
+        }
+        [(application, version)] => Err(schema_error(format!(
+            "journal_schema in schema `{schema}` says application {application:?}, version {version:?}"
+        ))),
+        other => Err(schema_error(format!(
+            "journal_schema in schema `{schema}` with {} rows instead of one",
+            other.len()
+        ))),
+    }
+}

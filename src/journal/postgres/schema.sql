@@ -1,0 +1,45 @@
+-- The PostgreSQL journal of actix-delivery, schema version 1.
+--
+-- PostgresJournal creates these tables itself on first connect, in the schema named by
+-- PostgresOptions::schema (default `public`), unless PostgresOptions::create_tables(false).
+-- To create them by hand instead (the journal's role then needs only SELECT, INSERT, UPDATE
+-- and DELETE on them):
+--
+--   psql -v ON_ERROR_STOP=1 -c 'CREATE SCHEMA IF NOT EXISTS journal' \
+--        -c 'SET search_path TO journal' -f schema.sql "$DATABASE"
+--
+-- (or without the first two -c for `public`). Names are unqualified: the tables go into the
+-- first schema of the search_path.
+
+-- The events: a gapless seq_nr from 1 per stream. The primary key is the last line of the
+-- single-writer fence: no seq is ever stored twice.
+CREATE TABLE event_journal (
+    persistence_id TEXT NOT NULL,
+    seq_nr BIGINT NOT NULL,
+    payload BYTEA NOT NULL,
+    written_at TIMESTAMPTZ NOT NULL DEFAULT now(),
+    PRIMARY KEY (persistence_id, seq_nr)
+);
+
+-- The current snapshot of each stream: the state as of event seq_nr.
+CREATE TABLE snapshot (
+    persistence_id TEXT PRIMARY KEY,
+    seq_nr BIGINT NOT NULL,
+    payload BYTEA NOT NULL,
+    written_at TIMESTAMPTZ NOT NULL DEFAULT now()
+);
+
+-- Each stream's highest seq, kept when its events are deleted (so no seq is handed out
+-- twice). An append moves it from first_seq - 1 to its last seq in the same statement that
+-- stores the events, or stores nothing: this conditional update is the fence.
+CREATE TABLE stream_metadata (
+    persistence_id TEXT PRIMARY KEY,
+    highest_seq BIGINT NOT NULL
+);
+
+-- What wrote these tables, and in which version: checked on every connect.
+CREATE TABLE journal_schema (
+    application TEXT NOT NULL,
+    version INTEGER NOT NULL
+);
+INSERT INTO journal_schema (application, version) VALUES ('actix-delivery', 1);

@@ -1,0 +1,820 @@
+//! The writer: owns the write connection and commits in groups.
+//!
+//! It waits for a write, takes every write already queued behind it (from any stream, up to
+//! the batch bounds) and sends them as one transaction, pipelined: `BEGIN`, the steps,
+//! `COMMIT`, all in one round trip, then the answers. A step is one set-based append
+//! statement for a run of appends (at most one per stream; a second append to a stream goes
+//! into the next step, after the first), or one delete, or one snapshot, in arrival order.
+//!
+//! A conflict is no error inside the transaction: the append statement stores only the
+//! appends whose stream still had the expected highest seq, and returns which. So a refused
+//! append leaves no trace and the rest of the group commits. A database error (a deadlock
+//! with another node, a row stored outside the journal in the way) aborts the transaction and
+//! PostgreSQL rolls it back at the pipelined `COMMIT`: nothing of the group is stored; if the
+//! error may concern one write alone, the writes are retried one per transaction, so only that
+//! one fails. A lost connection (or no answer within the commit timeout) leaves the outcome
+//! unknown: every write of the group fails with an error that says it may or may not be
+//! stored, and the next group connects anew. Replies go out after the commit's answer.
+
+use std::collections::HashMap;
+use std::future::{poll_fn, Future};
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::Poll;
+use std::time::Duration;
+
+use futures_util::TryStreamExt;
+use tokio::sync::{mpsc, oneshot, OwnedSemaphorePermit};
+use tokio::time::Instant;
+use tokio_postgres::types::ToSql;
+use tokio_postgres::{Client, Statement};
+
+use crate::journal::postgres::options::Counters;
+use crate::journal::postgres::{
+    db_error, describe, is_connection_lost, schema, seq_from_sql, Connector, PostgresOptions,
+};
+use crate::journal::{check_snapshot, JournalError, PersistenceId, Snapshot};
+
+/// How long the writer waits for the first of the writers it just answered to come back…
+const LINGER_FIRST: Duration = Duration::from_micros(100);
+/// … and for each next one.
+const LINGER_GAP: Duration = Duration::from_micros(30);
+
+/// One write waiting for the writer.
+pub(super) struct WriteRequest {
+    pub(super) id: PersistenceId,
+    pub(super) op: WriteOp,
+    pub(super) reply: oneshot::Sender<Result<(), JournalError>>,
+    /// This write's share of the queue's byte budget, given back when it is done.
+    pub(super) _permit: OwnedSemaphorePermit,
+}
+
+/// What a [`WriteRequest`] asks for.
+pub(super) enum WriteOp {
+    Append {
+        first_seq: u64,
+        payloads: Vec<Vec<u8>>,
+    },
+    DeleteTo {
+        to_seq: u64,
+    },
+    SaveSnapshot(Snapshot),
+}
+
+impl WriteOp {
+    /// Events, for the batch bound (a delete or a snapshot counts as one).
+    fn events(&self) -> usize {
+        match self {
+            Self::Append { payloads, .. } => payloads.len(),
+            Self::DeleteTo { .. } | Self::SaveSnapshot(_) => 1,
+        }
+    }
+
+    /// Payload bytes, for the batch and queue bounds.
+    pub(super) fn bytes(&self) -> usize {
+        match self {
+            Self::Append { payloads, .. } => payloads.iter().map(Vec::len).sum(),
+            Self::DeleteTo { .. } => 0,
+            Self::SaveSnapshot(snapshot) => snapshot.payload.len(),
+        }
+    }
+}
+
+impl WriteRequest {
+    /// What this write is, for error messages: names the seqs.
+    fn describe(&self) -> String {
+        match &self.op {
+            WriteOp::Append {
+                first_seq,
+                payloads,
+            } => {
+                let last = first_seq + payloads.len() as u64 - 1;
+                if last == *first_seq {
+                    format!("the append at seq {first_seq}")
+                } else {
+                    format!("the append of seqs {first_seq} to {last}")
+                }
+            }
+            WriteOp::DeleteTo { to_seq } => format!("the deletion up to seq {to_seq}"),
+            WriteOp::SaveSnapshot(snapshot) => format!("the snapshot at seq {}", snapshot.seq),
+        }
+    }
+
+    fn error(&self, message: impl std::fmt::Display) -> JournalError {
+        JournalError::storage(Some(&self.id), format!("{}: {message}", self.describe()))
+    }
+}
+
+/// The write connection and its prepared statements.
+struct WriteConnection {
+    client: Client,
+    begin: Statement,
+    commit: Statement,
+    append: Statement,
+    delete_to: Statement,
+    save_snapshot: Statement,
+    highest_of: Statement,
+}
+
+/// The writer's state between groups.
+pub(super) struct Writer {
+    connector: Connector,
+    options: PostgresOptions,
+    counters: Arc<Counters>,
+    connection: Option<WriteConnection>,
+    /// The wait before the next connection attempt, after a failed one.
+    backoff: Duration,
+    retry_at: Option<Instant>,
+}
+
+/// How a group's transaction ended, short of committing.
+enum Failure {
+    /// PostgreSQL refused a statement and rolled the transaction back: nothing is stored.
+    RolledBack(tokio_postgres::Error),
+    /// The connection broke, or did not answer in time: the outcome is unknown.
+    Unknown(String),
+}
+
+/// What a committed transaction says about one write.
+enum Outcome {
+    Done,
+    /// The fence refused the append; its stream's highest seq is read after the commit.
+    Conflict,
+    Refused(JournalError),
+}
+
+/// One statement of a group's transaction.
+enum Step {
+    /// Indices into the group of appends to distinct streams.
+    Appends(Vec<usize>),
+    /// The index of a delete or a snapshot.
+    Single(usize),
+}
+
+impl Writer {
+    pub(super) fn new(
+        connector: Connector,
+        options: PostgresOptions,
+        counters: Arc<Counters>,
+    ) -> Self {
+        Self {
+            connector,
+            backoff: options.min_backoff,
+            options,
+            counters,
+            connection: None,
+            retry_at: None,
+        }
+    }
+
+    /// The writer's life: connects, checks (or creates) the schema, reports through
+    /// `opened`, then commits groups until every sender is gone and the queue is empty.
+    pub(super) async fn run(
+        mut self,
+        mut requests: mpsc::Receiver<WriteRequest>,
+        opened: oneshot::Sender<Result<(), JournalError>>,
+    ) {
+        let first = async {
+            let client = self.connector.open().await?;
+            schema::check_or_create(&client, &self.options).await?;
+            self.prepare(client).await
+        };
+        match first.await {
+            Ok(connection) => self.connection = Some(connection),
+            Err(err) => {
+                let _ = opened.send(Err(err));
+                return;
+            }
+        }
+        if opened.send(Ok(())).is_err() {
+            return; // the opener gave up waiting
+        }
+        let mut carried = None;
+        let (mut last_replies, mut last_commit) = (0, Duration::ZERO);
+        loop {
+            let first = match carried.take() {
+                Some(request) => request,
+                None => match requests.recv().await {
+                    Some(request) => request,
+                    None => break,
+                },
+            };
+            let mut group = Group::new(first, &self.options);
+            while let Ok(request) = requests.try_recv() {
+                if let Some(over) = group.push(request) {
+                    carried = Some(over);
+                    break;
+                }
+            }
+            if carried.is_none() && last_replies > 1 && group.requests.len() < last_replies {
+                linger(
+                    &mut requests,
+                    &mut group,
+                    &mut carried,
+                    last_replies,
+                    last_commit,
+                )
+                .await;
+            }
+            last_replies = group.requests.len();
+            let started = Instant::now();
+            self.commit(group.requests).await;
+            last_commit = started.elapsed();
+        }
+    }
+
+    async fn prepare(&self, client: Client) -> Result<WriteConnection, JournalError> {
+        let sql = &self.connector.sql;
+        let prepared = async {
+            Ok::<_, tokio_postgres::Error>(WriteConnection {
+                begin: client.prepare("BEGIN").await?,
+                commit: client.prepare("COMMIT").await?,
+                append: client.prepare(&sql.append).await?,
+                delete_to: client.prepare(&sql.delete_to).await?,
+                save_snapshot: client.prepare(&sql.save_snapshot).await?,
+                highest_of: client.prepare(&sql.highest_of).await?,
+                client,
+            })
+        };
+        prepared
+            .await
+            .map_err(|err| db_error(None, "cannot prepare the journal's writes", &err))
+    }
+
+    /// Connects unless connected, waiting out the backoff after a failed attempt first.
+    async fn connect(&mut self) -> Result<(), JournalError> {
+        if self
+            .connection
+            .as_ref()
+            .is_some_and(|connection| !connection.client.is_closed())
+        {
+            return Ok(());
+        }
+        self.connection = None;
+        if let Some(at) = self.retry_at {
+            tokio::time::sleep_until(at).await;
+        }
+        let connected = match self.connector.open().await {
+            Ok(client) => self.prepare(client).await,
+            Err(err) => Err(err),
+        };
+        match connected {
+            Ok(connection) => {
+                Counters::add(&self.counters.reconnects, 1);
+                log::info!("journal: connected to PostgreSQL again");
+                self.connection = Some(connection);
+                self.backoff = self.options.min_backoff;
+                self.retry_at = None;
+                Ok(())
+            }
+            Err(err) => {
+                self.retry_at = Some(Instant::now() + self.backoff);
+                self.backoff = (self.backoff * 2).min(self.options.max_backoff);
+                Err(err)
+            }
+        }
+    }
+
+    /// Commits `group` and replies to each write.
+    async fn commit(&mut self, group: Vec<WriteRequest>) {
+        if let Err(err) = self.connect().await {
+            log::warn!("journal: a group of {} writes failed: {err}", group.len());
+            Counters::add(&self.counters.rejected, group.len() as u64);
+            for request in group {
+                let error = match &err {
+                    JournalError::Storage { message, .. } => {
+                        request.error(format!("not stored: {message}"))
+                    }
+                    other => other.clone(),
+                };
+                let _ = request.reply.send(Err(error));
+            }
+            return;
+        }
+        match self.attempt(&group).await {
+            Ok(outcomes) => self.reply(group, outcomes).await,
+            Err(Failure::RolledBack(err)) if group.len() > 1 && concerns_one_write(&err) => {
+                log::warn!(
+                    "journal: a group of {} writes was rolled back ({}); retrying them one by one",
+                    group.len(),
+                    describe(&err)
+                );
+                for request in group {
+                    let single = vec![request];
+                    match self.attempt(&single).await {
+                        Ok(outcomes) => self.reply(single, outcomes).await,
+                        Err(failure) => self.fail(single, failure),
+                    }
+                }
+            }
+            Err(failure) => self.fail(group, failure),
+        }
+    }
+
+    /// Replies to every write of `group` with its error.
+    fn fail(&mut self, group: Vec<WriteRequest>, failure: Failure) {
+        let message = match &failure {
+            Failure::RolledBack(err) => {
+                format!(
+                    "not stored, the transaction was rolled back: {}",
+                    describe(err)
+                )
+            }
+            Failure::Unknown(cause) => {
+                self.connection = None; // broken, or in an unknown state
+                format!(
+                    "{cause}; the commit's outcome is unknown, so it may or may not be stored: \
+                     re-read the stream before going on"
+                )
+            }
+        };
+        log::warn!(
+            "journal: a group of {} writes failed: {message}",
+            group.len()
+        );
+        Counters::add(&self.counters.rejected, group.len() as u64);
+        for request in group {
+            let error = request.error(&message);
+            let _ = request.reply.send(Err(error));
+        }
+    }
+
+    /// Sends the group's transaction and reads its answers.
+    async fn attempt(&mut self, group: &[WriteRequest]) -> Result<Vec<Outcome>, Failure> {
+        let Some(connection) = &self.connection else {
+            return Err(Failure::Unknown("no connection".into()));
+        };
+        let steps = plan(group);
+        let transaction = transact(connection, group, &steps);
+        match tokio::time::timeout(self.options.commit_timeout, transaction).await {
+            Ok(result) => result,
+            Err(_) => Err(Failure::Unknown(format!(
+                "no answer from PostgreSQL within {:?}",
+                self.options.commit_timeout
+            ))),
+        }
+    }
+
+    /// Replies after a commit: reads the highest seq of the streams whose appends the
+    /// fence refused, so that each loser learns where its stream is.
+    async fn reply(&mut self, group: Vec<WriteRequest>, outcomes: Vec<Outcome>) {
+        Counters::add(&self.counters.transactions, 1);
+        let refused: Vec<&str> = group
+            .iter()
+            .zip(&outcomes)
+            .filter(|(_, outcome)| matches!(outcome, Outcome::Conflict))
+            .map(|(request, _)| request.id.as_str())
+            .collect();
+        let highest = if refused.is_empty() {
+            Ok(HashMap::new())
+        } else {
+            self.highest_of(&refused).await
+        };
+        for (request, outcome) in group.into_iter().zip(outcomes) {
+            let result = match outcome {
+                Outcome::Done => {
+                    if let WriteOp::Append { payloads, .. } = &request.op {
+                        Counters::add(&self.counters.appends, 1);
+                        Counters::add(&self.counters.events, payloads.len() as u64);
+                    }
+                    Ok(())
+                }
+                Outcome::Conflict => Err(conflict(&request, &highest)),
+                Outcome::Refused(err) => Err(err),
+            };
+            if result.is_err() {
+                Counters::add(&self.counters.rejected, 1);
+            }
+            // A caller that dropped its future has left; the write stands regardless.
+            let _ = request.reply.send(result);
+        }
+    }
+
+    /// The highest seqs of `ids` as committed now (a stream without a row has 0).
+    async fn highest_of(&mut self, ids: &[&str]) -> Result<HashMap<String, u64>, JournalError> {
+        let Some(connection) = &self.connection else {
+            return Err(JournalError::storage(None, "no connection"));
+        };
+        let rows = connection
+            .client
+            .query(&connection.highest_of, &[&ids])
+            .await
+            .map_err(|err| {
+                if is_connection_lost(&err) {
+                    self.connection = None;
+                }
+                db_error(None, "cannot read the highest seq", &err)
+            })?;
+        let mut highest = HashMap::with_capacity(rows.len());
+        for row in rows {
+            let read = (|| Ok::<_, tokio_postgres::Error>((row.try_get(0)?, row.try_get(1)?)))();
+            let (id, raw): (String, i64) =
+                read.map_err(|err| db_error(None, "cannot read the highest seq", &err))?;
+            let seq = PersistenceId::new(id.clone())
+                .and_then(|pid| seq_from_sql(&pid, raw, 0))
+                .map_err(|err| JournalError::storage(None, err))?;
+            highest.insert(id, seq);
+        }
+        Ok(highest)
+    }
+}
+
+/// The conflict error of a refused append, with its stream's highest seq.
+fn conflict(
+    request: &WriteRequest,
+    highest: &Result<HashMap<String, u64>, JournalError>,
+) -> JournalError {
+    let WriteOp::Append { first_seq, .. } = &request.op else {
+        return request.error("refused");
+    };
+    match highest {
+        Ok(highest) => JournalError::Conflict {
+            persistence_id: request.id.clone(),
+            first_seq: *first_seq,
+            highest_seq: highest.get(request.id.as_str()).copied().unwrap_or(0),
+        },
+        Err(err) => request.error(format!(
+            "not stored (another writer got there first), but its highest seq is unknown: {err}"
+        )),
+    }
+}
+
+/// Whether a rolled-back group's error may concern one of its writes alone (a constraint,
+/// a value, a deadlock or serialization failure), so that retrying them one by one helps.
+fn concerns_one_write(err: &tokio_postgres::Error) -> bool {
+    err.code().is_some_and(|code| {
+        let code = code.code();
+        ["23", "22", "40", "54"]
+            .iter()
+            .any(|class| code.starts_with(class))
+    })
+}
+
+/// The steps of `group`'s transaction, in arrival order: each run of appends becomes as
+/// many append steps as it has appends to its busiest stream (the n-th append to a stream
+/// goes into the n-th step), each delete or snapshot a step of its own.
+fn plan(group: &[WriteRequest]) -> Vec<Step> {
+    let mut steps = Vec::new();
+    let mut run: Vec<Vec<usize>> = Vec::new();
+    let mut seen: HashMap<&PersistenceId, usize> = HashMap::new();
+    let flush = |run: &mut Vec<Vec<usize>>,
+                 seen: &mut HashMap<&PersistenceId, usize>,
+                 steps: &mut Vec<Step>| {
+        for mut appends in run.drain(..) {
+            // Streams in a stable order: writers on several nodes then take the rows'
+            // locks in the same order, which keeps them from deadlocking.
+            appends.sort_by(|&a, &b| group[a].id.cmp(&group[b].id));
+            steps.push(Step::Appends(appends));
+        }
+        seen.clear();
+    };
+    for (index, request) in group.iter().enumerate() {
+        match request.op {
+            WriteOp::Append { .. } => {
+                let round = seen.entry(&request.id).or_insert(0);
+                if *round == run.len() {
+                    run.push(Vec::new());
+                }
+                run[*round].push(index);
+                *round += 1;
+            }
+            WriteOp::DeleteTo { .. } | WriteOp::SaveSnapshot(_) => {
+                flush(&mut run, &mut seen, &mut steps);
+                steps.push(Step::Single(index));
+            }
+        }
+    }
+    flush(&mut run, &mut seen, &mut steps);
+    steps
+}
+
+/// The parameters of one step's statement, borrowed from the group.
+enum StepParams<'a> {
+    /// One row per append: stream, the seq it follows, its last seq; one row per event:
+    /// the append's row number (from 1), seq, payload.
+    Appends {
+        ids: Vec<&'a str>,
+        prevs: Vec<i64>,
+        lasts: Vec<i64>,
+        rows: Vec<i64>,
+        seqs: Vec<i64>,
+        payloads: Vec<&'a [u8]>,
+    },
+    DeleteTo {
+        id: &'a str,
+        to_seq: i64,
+    },
+    SaveSnapshot {
+        id: &'a str,
+        seq: i64,
+        payload: &'a [u8],
+    },
+}
+
+impl<'a> StepParams<'a> {
+    fn new(group: &'a [WriteRequest], step: &Step) -> Self {
+        let appends = match step {
+            Step::Appends(appends) => appends,
+            Step::Single(index) => {
+                let request = &group[*index];
+                let id = request.id.as_str();
+                return match &request.op {
+                    // Checked against MAX_SEQ, so it fits; a larger bound means "all".
+                    WriteOp::SaveSnapshot(snapshot) => Self::SaveSnapshot {
+                        id,
+                        seq: snapshot.seq as i64,
+                        payload: &snapshot.payload,
+                    },
+                    WriteOp::DeleteTo { to_seq } => Self::DeleteTo {
+                        id,
+                        to_seq: i64::try_from(*to_seq).unwrap_or(i64::MAX),
+                    },
+                    // plan() makes appends into append steps only.
+                    WriteOp::Append { .. } => Self::DeleteTo { id, to_seq: 0 },
+                };
+            }
+        };
+        let (mut ids, mut prevs, mut lasts) = (Vec::new(), Vec::new(), Vec::new());
+        let (mut rows, mut seqs, mut payloads) = (Vec::new(), Vec::new(), Vec::new());
+        for (row, &index) in (1i64..).zip(appends) {
+            let request = &group[index];
+            let WriteOp::Append {
+                first_seq,
+                payloads: events,
+            } = &request.op
+            else {
+                continue; // plan() puts only appends here
+            };
+            // check_append bounded every seq by MAX_SEQ, so they fit an i64.
+            let first = *first_seq as i64;
+            ids.push(request.id.as_str());
+            prevs.push(first - 1);
+            lasts.push(first + events.len() as i64 - 1);
+            for (seq, payload) in (first..).zip(events) {
+                rows.push(row);
+                seqs.push(seq);
+                payloads.push(payload.as_slice());
+            }
+        }
+        Self::Appends {
+            ids,
+            prevs,
+            lasts,
+            rows,
+            seqs,
+            payloads,
+        }
+    }
+
+    fn as_params(&self) -> Vec<&(dyn ToSql + Sync)> {
+        match self {
+            Self::Appends {
+                ids,
+                prevs,
+                lasts,
+                rows,
+                seqs,
+                payloads,
+            } => vec![ids, prevs, lasts, rows, seqs, payloads],
+            Self::DeleteTo { id, to_seq } => vec![id, to_seq],
+            Self::SaveSnapshot { id, seq, payload } => vec![id, seq, payload],
+        }
+    }
+}
+
+/// What one step's statement answered.
+enum Answer {
+    /// An append step: the row numbers (from 1) of the appends that were stored.
+    Stored(Vec<i64>),
+    /// A snapshot step: the stream's highest seq.
+    Highest(i64),
+    Nothing,
+}
+
+type StepFuture<'a> = Pin<Box<dyn Future<Output = Result<Answer, tokio_postgres::Error>> + 'a>>;
+
+/// Sends `BEGIN`, the steps and `COMMIT` pipelined, and makes the answers into outcomes.
+async fn transact(
+    connection: &WriteConnection,
+    group: &[WriteRequest],
+    steps: &[Step],
+) -> Result<Vec<Outcome>, Failure> {
+    let client = &connection.client;
+    let params: Vec<StepParams<'_>> = steps.iter().map(|s| StepParams::new(group, s)).collect();
+    let param_lists: Vec<Vec<&(dyn ToSql + Sync)>> =
+        params.iter().map(StepParams::as_params).collect();
+
+    let mut futures: Vec<StepFuture<'_>> = Vec::with_capacity(steps.len() + 2);
+    futures.push(Box::pin(async {
+        client
+            .execute(&connection.begin, &[])
+            .await
+            .map(|_| Answer::Nothing)
+    }));
+    for (step, list) in params.iter().zip(&param_lists) {
+        let list = list.as_slice();
+        futures.push(match step {
+            StepParams::Appends { .. } => Box::pin(async move {
+                let rows = client.query(&connection.append, list).await?;
+                let mut stored = Vec::with_capacity(rows.len());
+                for row in rows {
+                    stored.push(row.try_get(0)?);
+                }
+                Ok(Answer::Stored(stored))
+            }),
+            StepParams::DeleteTo { .. } => Box::pin(async move {
+                client.execute(&connection.delete_to, list).await?;
+                Ok(Answer::Nothing)
+            }),
+            StepParams::SaveSnapshot { .. } => Box::pin(async move {
+                let row = client.query_one(&connection.save_snapshot, list).await?;
+                Ok(Answer::Highest(row.try_get(0)?))
+            }),
+        });
+    }
+    futures.push(Box::pin(commit(connection)));
+    let answers = pipeline(futures).await;
+
+    // Any error: the transaction did not commit as sent. A statement refused by the server
+    // (on a live connection) aborted it, and the pipelined COMMIT rolled it back.
+    let mut rolled_back = None;
+    let mut answers_ok = Vec::with_capacity(answers.len());
+    for answer in answers {
+        match answer {
+            Ok(answer) => answers_ok.push(answer),
+            Err(err) if is_connection_lost(&err) || err.as_db_error().is_none() => {
+                return Err(Failure::Unknown(format!(
+                    "the connection to PostgreSQL failed: {}",
+                    describe(&err)
+                )));
+            }
+            Err(err) => {
+                rolled_back.get_or_insert(err);
+            }
+        }
+    }
+    if let Some(err) = rolled_back {
+        return Err(Failure::RolledBack(err));
+    }
+
+    let mut outcomes: Vec<Option<Outcome>> = group.iter().map(|_| None).collect();
+    // answers_ok: BEGIN, one per step, COMMIT.
+    for (step, answer) in steps.iter().zip(answers_ok.into_iter().skip(1)) {
+        match (step, answer) {
+            (Step::Appends(appends), Answer::Stored(stored)) => {
+                for (row, &index) in (1i64..).zip(appends) {
+                    outcomes[index] = Some(if stored.contains(&row) {
+                        Outcome::Done
+                    } else {
+                        Outcome::Conflict
+                    });
+                }
+            }
+            (Step::Single(index), Answer::Highest(raw)) => {
+                let request = &group[*index];
+                let checked = match &request.op {
+                    WriteOp::SaveSnapshot(snapshot) => seq_from_sql(&request.id, raw, 0)
+                        .and_then(|highest| check_snapshot(&request.id, snapshot.seq, highest)),
+                    _ => Ok(()),
+                };
+                outcomes[*index] = Some(match checked {
+                    Ok(()) => Outcome::Done,
+                    Err(err) => Outcome::Refused(err),
+                });
+            }
+            (Step::Single(index), Answer::Nothing) => outcomes[*index] = Some(Outcome::Done),
+            _ => {}
+        }
+    }
+    Ok(outcomes
+        .into_iter()
+        .zip(group)
+        .map(|(outcome, request)| {
+            // Every write is in exactly one step; a gap would be a bug of this module.
+            outcome.unwrap_or_else(|| Outcome::Refused(request.error("not planned (a bug)")))
+        })
+        .collect())
+}
+
+/// Sends `COMMIT` and waits for its answer. The server confirms a commit with
+/// `CommandComplete` and then says it is ready for the next command; a session ended in
+/// between (`pg_terminate_backend` is noticed right after a commit, when interrupts are
+/// allowed again) leaves an error where the second message would be, yet the commit was
+/// confirmed: that counts as committed.
+async fn commit(connection: &WriteConnection) -> Result<Answer, tokio_postgres::Error> {
+    let no_params: [&(dyn ToSql + Sync); 0] = [];
+    let stream = connection
+        .client
+        .query_raw(&connection.commit, no_params)
+        .await?;
+    let mut stream = std::pin::pin!(stream);
+    loop {
+        match stream.as_mut().try_next().await {
+            Ok(Some(_)) => {}
+            Ok(None) => return Ok(Answer::Nothing),
+            Err(_) if stream.rows_affected().is_some() => return Ok(Answer::Nothing),
+            Err(err) => return Err(err),
+        }
+    }
+}
+
+/// Polls `futures` in their order until all are done, so that their requests go out in that
+/// order (each sends on its first poll) and travel together: one round trip for all.
+async fn pipeline<T>(mut futures: Vec<Pin<Box<dyn Future<Output = T> + '_>>>) -> Vec<T> {
+    let mut results: Vec<Option<T>> = futures.iter().map(|_| None).collect();
+    poll_fn(|cx| {
+        let mut pending = false;
+        for (future, result) in futures.iter_mut().zip(results.iter_mut()) {
+            if result.is_none() {
+                match future.as_mut().poll(cx) {
+                    Poll::Ready(value) => *result = Some(value),
+                    Poll::Pending => pending = true,
+                }
+            }
+        }
+        if pending {
+            Poll::Pending
+        } else {
+            Poll::Ready(())
+        }
+    })
+    .await;
+    results.into_iter().flatten().collect()
+}
+
+/// Waits for the writers just answered to send their next writes, so that they join this
+/// group instead of forming a small one of their own while it commits (64 appenders would
+/// otherwise settle into alternating groups of, say, 40 and 24): until `expected` writes
+/// are in the group, as long as they keep arriving (each within [`LINGER_GAP`] of the
+/// previous one, the first within [`LINGER_FIRST`]), and never longer than half the last
+/// commit took. Only called when the last commit answered more than one write: a lone
+/// sequential writer never waits.
+async fn linger(
+    requests: &mut mpsc::Receiver<WriteRequest>,
+    group: &mut Group,
+    carried: &mut Option<WriteRequest>,
+    expected: usize,
+    last_commit: Duration,
+) {
+    let start = Instant::now();
+    let deadline = start + last_commit / 2;
+    let mut last_arrival = None;
+    while group.requests.len() < expected {
+        match requests.try_recv() {
+            Ok(request) => {
+                if let Some(over) = group.push(request) {
+                    *carried = Some(over);
+                    return;
+                }
+                last_arrival = Some(Instant::now());
+            }
+            Err(mpsc::error::TryRecvError::Disconnected) => return,
+            Err(mpsc::error::TryRecvError::Empty) => {
+                let now = Instant::now();
+                let quiet = match last_arrival {
+                    None => now - start > LINGER_FIRST,
+                    Some(at) => now - at > LINGER_GAP,
+                };
+                if quiet || now > deadline {
+                    return;
+                }
+                // Lets the connections' tasks on this runtime run, and other threads.
+                tokio::task::yield_now().await;
+                std::thread::yield_now();
+            }
+        }
+    }
+}
+
+/// The writes of the next transaction, within the batch bounds.
+struct Group {
+    requests: Vec<WriteRequest>,
+    events: usize,
+    bytes: usize,
+    max_events: usize,
+    max_bytes: usize,
+}
+
+impl Group {
+    fn new(first: WriteRequest, options: &PostgresOptions) -> Self {
+        Self {
+            events: first.op.events(),
+            bytes: first.op.bytes(),
+            requests: vec![first],
+            max_events: options.max_batch_events,
+            max_bytes: options.max_batch_bytes,
+        }
+    }
+
+    /// Adds `request`, or hands it back if it would cross a bound.
+    fn push(&mut self, request: WriteRequest) -> Option<WriteRequest> {
+        let (events, bytes) = (request.op.events(), request.op.bytes());
+        if self.events + events > self.max_events || self.bytes + bytes > self.max_bytes {
+            return Some(request);
+        }
+        self.events += events;
+        self.bytes += bytes;
+        self.requests.push(request);
+        None
+    }
+}

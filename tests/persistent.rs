@@ -239,6 +239,26 @@ async fn a_corrupt_stream_fails_recovery_naming_stream_and_seq_and_stops_for_goo
     ));
 }
 
+/// Recovery reads the snapshot again when the entries after it are missing (another writer may
+/// have compacted the stream meanwhile), but a gap that the current snapshot does not explain
+/// is corruption, reported at once.
+#[actix::test]
+async fn events_missing_with_no_newer_snapshot_are_corrupt() {
+    tokio::time::pause();
+    let journal = MemoryJournal::new();
+    let ledger = start(&journal, PersistentConfig::default());
+    for n in 1..=3 {
+        ledger.ask(apply(n)).await.unwrap();
+    }
+    journal.delete_to(&id(), 2).await.unwrap(); // no snapshot covers 1..=2
+    let error = recover_state::<Ledger>(&journal, &id()).await.unwrap_err();
+    assert!(
+        error.to_string().contains("stream `ledger-1`, seq 1")
+            && error.to_string().contains("missing"),
+        "{error}"
+    );
+}
+
 #[actix::test]
 async fn snapshots_keep_recovery_and_the_journal_small_and_a_lost_snapshot_costs_nothing() {
     tokio::time::pause();

@@ -566,12 +566,12 @@ impl Journal for GatedSnapshots {
 /// D7. Recovery reads the snapshot, then the highest seq, then the events after the snapshot.
 /// If the stream's other writer (the old instance of an overlapping failover) saves a newer
 /// snapshot and deletes the events it covers in between, the events after the old snapshot are
-/// gone: recovery reports `JournalError::Corrupt` ("missing") and the actor stops **for good**
-/// (`make_final`, even under a Supervisor), though the journal is perfectly consistent. The
-/// same happens to a single instance whose catch-up after a conflict races its own spawned
-/// `save_snapshot` + `delete_to`. Akka retries from the newer snapshot.
+/// gone. That used to be reported as `JournalError::Corrupt` ("missing") and stopped the actor
+/// **for good** (`make_final`, even under a Supervisor), though the journal is perfectly
+/// consistent; the same happened to a single instance whose catch-up after a conflict raced its
+/// own spawned `save_snapshot` + `delete_to`. Now (as Akka does) recovery reads the snapshot
+/// again and, finding a newer one, recovers from it.
 #[actix::test]
-#[ignore = "defect: recovery racing a concurrent snapshot+delete reports Corrupt and stops the actor for good"]
 async fn review_d7_recovery_racing_snapshot_and_delete_stops_for_good() {
     tokio::time::pause();
     let memory = MemoryJournal::new();

@@ -365,8 +365,19 @@ impl<E: EventSourced> PersistentActor<E> {
     }
 }
 
+/// How many times a recovery starts again from a newer snapshot when the entries after the
+/// one it read went missing meanwhile (see [`recover`]).
+const SNAPSHOT_RACE_RETRIES: u32 = 4;
+
 /// Rebuilds the durable state of stream `id`: its latest snapshot (if one decodes), then every
 /// later entry.
+///
+/// Another writer of the stream (the old instance of an overlapping failover, or this actor's
+/// own snapshot saved before a catch-up) may save a newer snapshot and delete the entries it
+/// covers while the recovery reads: the entries after the snapshot read are then gone. So when
+/// the entries do not follow the snapshot, the snapshot is read again; if a newer one was
+/// saved meanwhile, the recovery starts again from it (at most [`SNAPSHOT_RACE_RETRIES`]
+/// times). Only a stream that is still inconsistent with its current snapshot is corrupt.
 ///
 /// # Errors
 /// The journal's errors; [`JournalError::Corrupt`] naming stream and seq for an entry that does
@@ -376,8 +387,36 @@ pub(crate) async fn recover<E: EventSourced>(
     id: &PersistenceId,
     config: &PersistentConfig,
 ) -> Result<Recovered<E>, JournalError> {
+    let mut snapshot = journal.load_snapshot(id).await?;
+    let mut retries = 0;
+    loop {
+        let used = snapshot.as_ref().map(|s| s.seq);
+        let error = match recover_from::<E>(journal, id, config, snapshot).await {
+            Err(error @ JournalError::Corrupt { .. }) if retries < SNAPSHOT_RACE_RETRIES => error,
+            result => return result,
+        };
+        let newer = journal.load_snapshot(id).await?;
+        if newer.as_ref().map(|s| s.seq) <= used {
+            return Err(error); // the same snapshot: the stream itself is inconsistent
+        }
+        log::info!(
+            "stream `{id}`: recovery found {error}, but a newer snapshot (seq {}) was saved \
+             meanwhile: recovering again from it",
+            newer.as_ref().map_or(0, |s| s.seq)
+        );
+        retries += 1;
+        snapshot = newer;
+    }
+}
+
+/// One attempt of [`recover`]: from `snapshot`, every later entry up to the highest seq.
+async fn recover_from<E: EventSourced>(
+    journal: &dyn Journal,
+    id: &PersistenceId,
+    config: &PersistentConfig,
+    snapshot: Option<Snapshot>,
+) -> Result<Recovered<E>, JournalError> {
     let mut recovery = Recovery::<E>::new(id.clone(), config);
-    let snapshot = journal.load_snapshot(id).await?;
     let from_seq = recovery.restore_snapshot(snapshot, config);
     let highest_seq = journal.highest_seq(id).await?;
     if from_seq <= highest_seq {

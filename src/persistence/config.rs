@@ -20,6 +20,18 @@ pub struct PersistentConfig {
     /// [`CommandError::Overloaded`](crate::persistence::CommandError::Overloaded). Default
     /// 10 000; positive.
     pub max_recovery_buffer: usize,
+    /// While an append is in flight, arriving commands are decided and wait for their commit
+    /// (in that append, or in the next one). At most this many wait; more are refused with
+    /// [`CommandError::Overloaded`](crate::persistence::CommandError::Overloaded) (counted in
+    /// [`PersistentStats::overloaded`](crate::persistence::PersistentStats)), so a stalled
+    /// journal cannot make the actor hold any number of decisions. Default 10 000; positive.
+    pub max_pending_commands: usize,
+    /// Once the entries decided for the next append reach this many encoded bytes, arriving
+    /// commands are refused with
+    /// [`CommandError::Overloaded`](crate::persistence::CommandError::Overloaded) until it is
+    /// written: one append holds about this much (plus at most one entry). Default 64 MiB;
+    /// positive.
+    pub max_pending_bytes: u64,
     /// The delivery record keeps the marks of at most this many producer ids (the least
     /// recently recorded one is dropped beyond; a retransmission from it would be processed
     /// again). Default 1024; positive.
@@ -47,6 +59,8 @@ impl Default for PersistentConfig {
             snapshot_every: None,
             delete_events_on_snapshot: false,
             max_recovery_buffer: 10_000,
+            max_pending_commands: 10_000,
+            max_pending_bytes: 64 << 20,
             max_producers: 1024,
             replay_page: 1024,
             must_follow: false,
@@ -70,6 +84,7 @@ impl PersistentConfig {
         }
         for (field, value) in [
             ("max_recovery_buffer", self.max_recovery_buffer),
+            ("max_pending_commands", self.max_pending_commands),
             ("max_producers", self.max_producers),
             ("replay_page", self.replay_page),
             ("max_unconfirmed", self.max_unconfirmed),
@@ -78,6 +93,12 @@ impl PersistentConfig {
             if value == 0 {
                 return Err(OptionsError::new(field, "must be positive (got 0)"));
             }
+        }
+        if self.max_pending_bytes == 0 {
+            return Err(OptionsError::new(
+                "max_pending_bytes",
+                "must be positive (got 0)",
+            ));
         }
         Ok(())
     }
@@ -105,6 +126,20 @@ mod tests {
                 ..base()
             }),
             "replay_page"
+        );
+        assert_eq!(
+            field(PersistentConfig {
+                max_pending_commands: 0,
+                ..base()
+            }),
+            "max_pending_commands"
+        );
+        assert_eq!(
+            field(PersistentConfig {
+                max_pending_bytes: 0,
+                ..base()
+            }),
+            "max_pending_bytes"
         );
         let loaded: PersistentConfig =
             serde_json::from_str(r#"{"snapshot_every": 100, "delete_events_on_snapshot": true}"#)

@@ -106,6 +106,9 @@ pub struct PersistentStats {
     /// Commands refused because a destination had `max_unconfirmed` deliveries open, or
     /// because their delivery did not follow its predecessor (`must_follow`).
     pub refused: u64,
+    /// Commands refused as [`CommandError::Overloaded`]: beyond `max_recovery_buffer` during
+    /// recovery, or beyond `max_pending_commands` / `max_pending_bytes` behind an append.
+    pub overloaded: u64,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -124,6 +127,8 @@ struct Decided<E: EventSourced, T> {
 /// Commands decided together, stored by one append.
 struct Batch<E: EventSourced, T> {
     payloads: Vec<Vec<u8>>,
+    /// The payloads' total length.
+    bytes: u64,
     entries: u64,
     events: u64,
     decided: Vec<Decided<E, T>>,
@@ -138,6 +143,7 @@ impl<E: EventSourced, T> Default for Batch<E, T> {
     fn default() -> Self {
         Self {
             payloads: Vec::new(),
+            bytes: 0,
             entries: 0,
             events: 0,
             decided: Vec::new(),
@@ -226,6 +232,7 @@ impl<E: EventSourced, T> PersistentCore<E, T> {
         match self.phase {
             Phase::Stopped => Some((token, Err(CommandError::Stopped))),
             Phase::Recovering if self.queue.len() >= self.config.max_recovery_buffer => {
+                self.stats.overloaded += 1;
                 let buffered = self.queue.len();
                 Some((token, Err(CommandError::Overloaded { buffered })))
             }
@@ -233,8 +240,25 @@ impl<E: EventSourced, T> PersistentCore<E, T> {
                 self.queue.push_back((command, token));
                 None
             }
+            Phase::Ready if self.is_full() => {
+                self.stats.overloaded += 1;
+                let buffered = self.waiting_for_commit();
+                Some((token, Err(CommandError::Overloaded { buffered })))
+            }
             Phase::Ready => self.decide(command, token),
         }
+    }
+
+    /// Commands decided and waiting for their commit (in the append in flight or the next).
+    fn waiting_for_commit(&self) -> usize {
+        self.pending.decided.len() + self.in_flight.as_ref().map_or(0, |b| b.decided.len())
+    }
+
+    /// Whether an arriving command must be refused: `max_pending_commands` wait for their
+    /// commit, or the next append holds `max_pending_bytes` already.
+    fn is_full(&self) -> bool {
+        self.waiting_for_commit() >= self.config.max_pending_commands
+            || self.pending.bytes >= self.config.max_pending_bytes
     }
 
     /// The next append to carry out: the pending batch, if no append is in flight (one at a
@@ -458,6 +482,7 @@ impl<E: EventSourced, T> PersistentCore<E, T> {
             self.outbox.apply_sent(sent);
         }
         self.pending.sent.extend(entry.sent);
+        self.pending.bytes += payload.len() as u64;
         self.pending.payloads.push(payload);
         self.pending.entries += 1;
         self.pending.events += entry.events.len() as u64;
@@ -811,6 +836,7 @@ mod tests {
             refused,
             (3, Err(CommandError::Overloaded { buffered: 2 }))
         ));
+        assert_eq!(core.stats().overloaded, 1);
         assert!(
             core.poll_append().is_none(),
             "nothing is appended while recovering"
@@ -820,6 +846,55 @@ mod tests {
             .finish_recovery(stream.recover(&config).unwrap())
             .is_empty());
         assert_eq!(done(&commit(&mut core, &mut stream)), [(1, 1), (2, 3)]);
+    }
+
+    #[test]
+    fn commands_waiting_for_their_commit_are_bounded_in_number_and_bytes() {
+        let config = PersistentConfig {
+            max_pending_commands: 3,
+            ..Default::default()
+        };
+        let mut stream = Stream::default();
+        let mut core = ready(&stream, config);
+        assert!(core.handle_command(plain(Op::Add(1)), 1).is_none());
+        let first = core.poll_append().unwrap();
+        // Behind the append in flight: its command and two more wait, a read included.
+        assert!(core.handle_command(plain(Op::Add(2)), 2).is_none());
+        assert!(core.handle_command(plain(Op::Get), 3).is_none());
+        let refused = core.handle_command(plain(Op::Add(4)), 4);
+        assert!(matches!(
+            refused,
+            Some((4, Err(CommandError::Overloaded { buffered: 3 })))
+        ));
+        assert_eq!(core.stats().overloaded, 1);
+        stream.append(first);
+        assert_eq!(done(&core.handle_committed().answers), [(1, 1)]);
+        // The commit made room again.
+        assert!(core.handle_command(plain(Op::Add(5)), 5).is_none());
+        assert_eq!(
+            done(&commit(&mut core, &mut stream)),
+            [(2, 3), (3, 3), (5, 8)]
+        );
+
+        let config = PersistentConfig {
+            max_pending_bytes: 1,
+            ..Default::default()
+        };
+        let mut core = ready(&Stream::default(), config);
+        assert!(core.handle_command(plain(Op::Add(1)), 1).is_none());
+        assert!(
+            matches!(
+                core.handle_command(plain(Op::Add(2)), 2),
+                Some((2, Err(CommandError::Overloaded { buffered: 1 })))
+            ),
+            "the next append is full"
+        );
+        core.poll_append().unwrap();
+        assert!(
+            core.handle_command(plain(Op::Add(3)), 3).is_none(),
+            "a new batch"
+        );
+        assert_eq!(core.stats().overloaded, 1);
     }
 
     #[test]

@@ -21,6 +21,7 @@ use crate::persistence::error::CommandError;
 use crate::persistence::outbox::Outbox;
 use crate::persistence::outbox_state::{OutboxState, Sent};
 use crate::protocol::envelope::{Ack, DeliveryInfo, Incarnation};
+use crate::protocol::rate_limit::RateLimited;
 use crate::stop_signal::{StopSignal, SubscribeStopped};
 
 /// A command for a [`PersistentActor`]: `addr.send(Execute::new(command)).await` resolves once
@@ -102,6 +103,8 @@ pub struct PersistentActor<E: EventSourced> {
     reply_to: Option<ReplyTo>,
     /// The lanes' retransmission timer.
     alarm: Alarm,
+    /// Failed snapshots, warned about at most once a minute.
+    snapshot_warnings: RateLimited,
 }
 
 impl<E: EventSourced> PersistentActor<E> {
@@ -138,6 +141,7 @@ impl<E: EventSourced> PersistentActor<E> {
             outbox,
             reply_to: None,
             alarm: Alarm::default(),
+            snapshot_warnings: RateLimited::default(),
         }
     }
 
@@ -302,9 +306,13 @@ impl<E: EventSourced> PersistentActor<E> {
         Append {
             first_seq,
             payloads,
+            snapshot_error,
         }: Append,
         ctx: &mut Context<Self>,
     ) {
+        if let Some(error) = snapshot_error {
+            self.warn_snapshot_failed("not taken", &error);
+        }
         let journal = self.journal.clone();
         let id = self.core.persistence_id().clone();
         let append = async move { journal.append(&id, first_seq, payloads).await };
@@ -355,13 +363,23 @@ impl<E: EventSourced> PersistentActor<E> {
             .into_actor(self)
             .map(|result, act, _| {
                 if let Err(error) = result {
-                    log::warn!(
-                        "stream `{}`: snapshot not saved: {error}",
-                        act.core.persistence_id()
-                    );
+                    act.core.handle_snapshot_failed();
+                    act.warn_snapshot_failed("not saved", &error);
                 }
             }),
         );
+    }
+
+    /// Warns of a failed snapshot, at most once a minute (with the count in between).
+    fn warn_snapshot_failed(&mut self, what: &str, error: &dyn std::fmt::Display) {
+        if let Some(failures) = self.snapshot_warnings.record(alarm::now(), 1) {
+            log::warn!(
+                "stream `{}`: snapshot {what}: {error} ({failures} failed snapshot(s) since the \
+                 last warning); the next one is tried after another {} events",
+                self.core.persistence_id(),
+                self.config.snapshot_every.unwrap_or(0)
+            );
+        }
     }
 }
 

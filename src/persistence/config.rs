@@ -13,6 +13,16 @@ pub struct PersistentConfig {
     /// `None` (the default) never does. Recovery then reads the latest snapshot and the
     /// events after it.
     pub snapshot_every: Option<u64>,
+    /// A snapshot (the state, the delivery record and the outbox) is encoded up to this many
+    /// bytes; events have the codec's limit
+    /// ([`MAX_ENCODED_BYTES`](crate::codec::MAX_ENCODED_BYTES), 16 MiB, per entry). A larger
+    /// snapshot is not taken: it is counted
+    /// ([`PersistentStats::snapshot_failures`](crate::persistence::PersistentStats)), warned
+    /// about at most once a minute, and tried again after another `snapshot_every` events.
+    /// The journal may refuse large payloads as well
+    /// ([`SqliteJournal::MAX_PAYLOAD_BYTES`](crate::journal::SqliteJournal::MAX_PAYLOAD_BYTES),
+    /// 512 MiB). Default 256 MiB; positive.
+    pub max_snapshot_bytes: u64,
     /// After a snapshot is saved, delete the events it covers, so the journal holds one
     /// snapshot interval of events instead of the whole history. Default false.
     pub delete_events_on_snapshot: bool,
@@ -57,6 +67,7 @@ impl Default for PersistentConfig {
     fn default() -> Self {
         Self {
             snapshot_every: None,
+            max_snapshot_bytes: 256 << 20,
             delete_events_on_snapshot: false,
             max_recovery_buffer: 10_000,
             max_pending_commands: 10_000,
@@ -94,11 +105,13 @@ impl PersistentConfig {
                 return Err(OptionsError::new(field, "must be positive (got 0)"));
             }
         }
-        if self.max_pending_bytes == 0 {
-            return Err(OptionsError::new(
-                "max_pending_bytes",
-                "must be positive (got 0)",
-            ));
+        for (field, value) in [
+            ("max_snapshot_bytes", self.max_snapshot_bytes),
+            ("max_pending_bytes", self.max_pending_bytes),
+        ] {
+            if value == 0 {
+                return Err(OptionsError::new(field, "must be positive (got 0)"));
+            }
         }
         Ok(())
     }
@@ -140,6 +153,13 @@ mod tests {
                 ..base()
             }),
             "max_pending_bytes"
+        );
+        assert_eq!(
+            field(PersistentConfig {
+                max_snapshot_bytes: 0,
+                ..base()
+            }),
+            "max_snapshot_bytes"
         );
         let loaded: PersistentConfig =
             serde_json::from_str(r#"{"snapshot_every": 100, "delete_events_on_snapshot": true}"#)

@@ -16,6 +16,7 @@ use std::collections::{BTreeMap, BTreeSet, VecDeque};
 
 use serde::{Deserialize, Serialize};
 
+use crate::codec::CodecError;
 use crate::journal::{JournalError, PersistenceId, Snapshot, StoredEvent};
 use crate::persistence::behavior::{Decision, EventSourced};
 use crate::persistence::config::PersistentConfig;
@@ -55,6 +56,10 @@ pub struct Append {
     pub first_seq: u64,
     /// The encoded entries.
     pub payloads: Vec<Vec<u8>>,
+    /// A snapshot was due with this append but could not be encoded (too large, or the
+    /// state's `Serialize` failed): the next one is due after another `snapshot_every`
+    /// events. For the shell to warn about.
+    pub snapshot_error: Option<CodecError>,
 }
 
 /// What a commit released.
@@ -101,8 +106,13 @@ pub struct PersistentStats {
     pub conflicts: u64,
     /// Recoveries finished (the first one included).
     pub recoveries: u64,
-    /// Snapshots taken.
+    /// Snapshots taken (encoded with a committed append; saving one may still fail, see
+    /// `snapshot_failures`).
     pub snapshots: u64,
+    /// Snapshots that were due but failed: not encodable (larger than `max_snapshot_bytes`,
+    /// or the state's `Serialize` failed) or not saved by the journal. Each is tried again
+    /// only after another `snapshot_every` events.
+    pub snapshot_failures: u64,
     /// Commands refused because a destination had `max_unconfirmed` deliveries open, or
     /// because their delivery did not follow its predecessor (`must_follow`).
     pub refused: u64,
@@ -133,6 +143,8 @@ struct Batch<E: EventSourced, T> {
     events: u64,
     decided: Vec<Decided<E, T>>,
     snapshot: Option<Snapshot>,
+    /// A snapshot was due with the batch and failed to encode.
+    snapshot_failed: bool,
     /// Deliveries the batch records (sent once it is committed).
     sent: Vec<Sent>,
     /// Confirmations of deliveries the batch records.
@@ -148,6 +160,7 @@ impl<E: EventSourced, T> Default for Batch<E, T> {
             events: 0,
             decided: Vec::new(),
             snapshot: None,
+            snapshot_failed: false,
             sent: Vec::new(),
             confirmed: Vec::new(),
         }
@@ -288,12 +301,19 @@ impl<E: EventSourced, T> PersistentCore<E, T> {
         let due = self.config.snapshot_every.is_some_and(|every| {
             self.events_since_snapshot + batch.events >= every.max(self.state.snapshot_weight())
         });
+        let mut snapshot_error = None;
         if due {
             // The state now holds exactly what is committed plus this batch.
             let seq = first_seq + batch.entries - 1;
-            match SnapshotOut::new(&self.state, self.record.to_records(), &self.outbox).encode() {
+            let snapshot = SnapshotOut::new(&self.state, self.record.to_records(), &self.outbox);
+            match snapshot.encode(self.config.max_snapshot_bytes) {
                 Ok(payload) => batch.snapshot = Some(Snapshot { seq, payload }),
-                Err(error) => log::warn!("stream `{}`: snapshot not taken: {error}", self.id),
+                Err(error) => {
+                    // Counted as an attempt: not tried again with every append.
+                    self.stats.snapshot_failures += 1;
+                    batch.snapshot_failed = true;
+                    snapshot_error = Some(error);
+                }
             }
         }
         let payloads = std::mem::take(&mut batch.payloads);
@@ -301,6 +321,7 @@ impl<E: EventSourced, T> PersistentCore<E, T> {
         Some(Append {
             first_seq,
             payloads,
+            snapshot_error,
         })
     }
 
@@ -321,6 +342,8 @@ impl<E: EventSourced, T> PersistentCore<E, T> {
         if batch.snapshot.is_some() {
             self.events_since_snapshot = 0;
             self.stats.snapshots += 1;
+        } else if batch.snapshot_failed {
+            self.events_since_snapshot = 0; // the next attempt after another interval
         } else {
             self.events_since_snapshot += batch.events;
         }
@@ -334,6 +357,12 @@ impl<E: EventSourced, T> PersistentCore<E, T> {
             snapshot: batch.snapshot,
             sent: batch.sent,
         }
+    }
+
+    /// A snapshot [`Committed`] handed out could not be saved (it is only counted: the
+    /// events it covers are still in the journal).
+    pub fn handle_snapshot_failed(&mut self) {
+        self.stats.snapshot_failures += 1;
     }
 
     /// The append in flight failed.
@@ -1100,6 +1129,37 @@ mod tests {
         // The record came back with the snapshot: every delivery is a duplicate.
         let again = recovered.handle_command(delivered(Op::Add(1), 4, 1), 99);
         assert!(matches!(again, Some((99, Ok(Outcome::AlreadyProcessed)))));
+    }
+
+    #[test]
+    fn a_snapshot_too_large_to_encode_is_counted_and_tried_again_only_an_interval_later() {
+        let config = PersistentConfig {
+            snapshot_every: Some(3),
+            max_snapshot_bytes: 1,
+            ..Default::default()
+        };
+        let mut stream = Stream::default();
+        let mut core = ready(&stream, config);
+        let mut failed = Vec::new();
+        for seq in 1..=10u64 {
+            core.handle_command(plain(Op::Add(1)), seq as u32);
+            let append = core.poll_append().unwrap();
+            if let Some(error) = &append.snapshot_error {
+                assert_eq!(*error, CodecError::TooLarge { limit: 1 });
+                failed.push(seq);
+            }
+            stream.append(append);
+            assert!(core.handle_committed().snapshot.is_none());
+        }
+        assert_eq!(
+            failed,
+            [3, 6, 9],
+            "once per interval, not with every append"
+        );
+        let stats = core.stats();
+        assert_eq!((stats.snapshots, stats.snapshot_failures), (0, 3));
+        core.handle_snapshot_failed(); // the shell: the journal did not save one
+        assert_eq!(core.stats().snapshot_failures, 4);
     }
 
     #[test]

@@ -706,15 +706,15 @@ async fn review_d9_sqlite_second_writer_through_a_symlink_breaks_the_fence() {
     );
 }
 
-/// D10. A `PersistentActor` never stops by itself: it holds its own address (the outbox's
+/// D10. A `PersistentActor` never stopped by itself: it holds its own address (the outbox's
 /// `ReplyTo`) and a never-ending spawned future (`after_each_drain`), so dropping every
-/// `PersistentHandle` leaves the actor, its state, its delivery record and its journal handle
+/// `PersistentHandle` left the actor, its state, its delivery record and its journal handle
 /// alive for the life of the arbiter. An application that starts an entity per id on demand
-/// and drops it leaks one actor per id; starting the same id again later makes a *second live
-/// writer* of the stream (conflicts, catch-ups, two outboxes resending). `ProducerHandle` has
-/// `HandlesDropped` for this; `PersistentHandle` has nothing, and its docs do not say so.
+/// and drops it leaked one actor per id; starting the same id again later made a *second live
+/// writer* of the stream (conflicts, catch-ups, two outboxes resending). Now, as with
+/// `ProducerHandle`, dropping the last handle lets the actor finish what it decided and stop
+/// for good, releasing its journal.
 #[actix::test]
-#[ignore = "defect: dropping every PersistentHandle never stops the actor (self-address + endless future): a leak and a second writer"]
 async fn review_d10_dropped_persistent_handles_leak_the_actor() {
     tokio::time::pause();
     let journal: Arc<dyn Journal> = Arc::new(MemoryJournal::new());

@@ -63,6 +63,12 @@ impl<E: EventSourced> Message for Execute<E> {
 #[rtype(result = "()")]
 pub struct StopPersistent;
 
+/// Sent when the last owning [`PersistentHandle`](crate::persistence::PersistentHandle) is
+/// dropped: finish what was decided (and the outbox's deliveries), then stop for good.
+#[derive(Clone, Copy, Debug, Message)]
+#[rtype(result = "()")]
+pub(crate) struct HandlesDropped;
+
 /// Asks a [`PersistentActor`] for its [`PersistentStats`].
 #[derive(Clone, Copy, Debug, Message)]
 #[rtype(result = "PersistentStats")]
@@ -97,6 +103,8 @@ pub struct PersistentActor<E: EventSourced> {
     failed_recoveries: u32,
     /// Stopping for good once what was decided is stored.
     stop: StopSignal,
+    /// Every owning handle was dropped: stop for good once idle and the outbox is settled.
+    handles_dropped: bool,
     /// The outbox's lanes, one per destination.
     outbox: Outbox,
     /// Where the outbox's destinations send their ACKs (this actor).
@@ -138,6 +146,7 @@ impl<E: EventSourced> PersistentActor<E> {
             dirty: false,
             failed_recoveries: 0,
             stop: StopSignal::default(),
+            handles_dropped: false,
             outbox,
             reply_to: None,
             alarm: Alarm::default(),
@@ -296,9 +305,23 @@ impl<E: EventSourced> PersistentActor<E> {
         if let Some(append) = self.core.poll_append() {
             self.start_append(append, ctx);
         }
-        if self.stop.is_final() && self.core.is_idle() {
+        if self.core.is_idle() && (self.stop.is_final() || self.is_abandoned()) {
+            self.stop.make_final();
             ctx.stop();
         }
+    }
+
+    /// No owning handle is left, the state is recovered, and every delivery the outbox
+    /// recorded is durably confirmed (or given up): nothing is left for the actor to do.
+    fn is_abandoned(&self) -> bool {
+        self.handles_dropped
+            && self.core.is_ready()
+            && self
+                .core
+                .outbox()
+                .lanes
+                .values()
+                .all(|lane| lane.unconfirmed.is_empty() && lane.recording.is_empty())
     }
 
     fn start_append(
@@ -553,6 +576,15 @@ impl<E: EventSourced> Handler<StopPersistent> for PersistentActor<E> {
         if self.stop.make_final() && self.core.is_idle() {
             ctx.stop();
         }
+    }
+}
+
+impl<E: EventSourced> Handler<HandlesDropped> for PersistentActor<E> {
+    type Result = ();
+
+    fn handle(&mut self, _: HandlesDropped, _: &mut Context<Self>) {
+        self.handles_dropped = true;
+        self.dirty = true; // the flush after this drain stops the actor if it is idle
     }
 }
 

@@ -434,6 +434,11 @@ impl<E: EventSourced, T> PersistentCore<E, T> {
             .collect()
     }
 
+    /// Whether the state is recovered and commands are decided (not recovering, not stopped).
+    pub fn is_ready(&self) -> bool {
+        self.phase == Phase::Ready
+    }
+
     /// Whether nothing waits: no command queued, decided but unstored, or in flight.
     pub fn is_idle(&self) -> bool {
         self.queue.is_empty() && self.pending.decided.is_empty() && self.in_flight.is_none()

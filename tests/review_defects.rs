@@ -677,19 +677,23 @@ async fn review_d8_pending_batch_is_unbounded_under_a_slow_journal() {
 /// D9. The SQLite journal's fence trusts the writer's in-memory map of buffered streams (the
 /// writer consults `event_buffer` only for streams in it), and the one-writer rule rests on a
 /// lock file named `<path>-lock`. The same database reached through another name (a symlink
-/// or hard link to the file) gets another lock file, so two journals open it as writers; each
-/// fences against its own map only, and both acknowledge an append at seq 1: two different
-/// events committed under one seq (the documented "a loser gets `Conflict`" fails).
+/// or hard link to the file) used to get another lock file, so two journals opened it as
+/// writers; each fenced against its own map only, and both acknowledged an append at seq 1:
+/// two different events committed under one seq (the documented "a loser gets `Conflict`"
+/// failed). Now the lock file is named after the canonical path and a file with several hard
+/// links is refused (see `sqlite_a_file_is_one_journal_whatever_its_name` in
+/// tests/journal.rs), so the second open fails.
 #[actix::test]
-#[ignore = "defect: the one-writer lock is per path name; through a symlink two writers both commit seq 1"]
 async fn review_d9_sqlite_second_writer_through_a_symlink_breaks_the_fence() {
-    use actix_delivery::journal::SqliteJournal;
+    use actix_delivery::journal::{SqliteJournal, SqliteOptions};
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("journal.db");
     let alias = dir.path().join("alias.db");
     let first = SqliteJournal::open(&path).await.unwrap();
     std::os::unix::fs::symlink(&path, &alias).unwrap();
-    let second = SqliteJournal::open(&alias).await;
+    // Refused after waiting this long for the first to let go.
+    let waiting = SqliteOptions::default().busy_timeout(Duration::from_millis(50));
+    let second = SqliteJournal::open_with(&alias, waiting).await;
     let Ok(second) = second else {
         return; // refused: sound
     };

@@ -82,13 +82,15 @@ type Responder<E> = oneshot::Sender<Answer<E>>;
 /// commands that arrive meanwhile wait (up to `max_recovery_buffer`). A command is decided at
 /// once and its events applied, but its reply is held until they are committed; all commands
 /// decided while one append is in flight are stored by the next append, so one actor commits
-/// many commands per journal write.
+/// many commands per journal write (up to `max_pending_commands` wait for their commit; more
+/// are refused [`CommandError::Overloaded`]).
 ///
 /// **Fail-stop.** If an append fails, no command whose events were not committed is answered
 /// `Ok`: every waiting command gets [`CommandError::Journal`] and the actor stops; under a
 /// `Supervisor` it restarts and recovers, so its state is the durable truth again (a failed
 /// recovery is retried after a growing delay, up to 10 s). A recovery that finds corrupt data
-/// stops the actor for good.
+/// stops the actor for good (entries gone because another writer saved a newer snapshot
+/// meanwhile are not corrupt: the recovery starts again from that snapshot).
 ///
 /// **A second writer** of the same stream (an overlapping failover, a second node) makes an
 /// append fail with a conflict: the actor then catches up from the journal and decides the same

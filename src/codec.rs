@@ -76,6 +76,65 @@ pub fn encode_with_limit<T: Serialize + ?Sized>(
         .map_err(|err| encode_error(*err, limit))
 }
 
+/// Encodes `value` in one pass into a new buffer, at most `limit` bytes long.
+///
+/// [`encode_with_limit`] serializes a value twice (it sizes it first, then writes it into a
+/// buffer of exactly that size); this serializes it once, into a buffer that grows as it is
+/// written (never beyond `limit`). For large values whose serialization is costly, such as
+/// a snapshot of a whole state. The price: a value over the limit fails only once `limit`
+/// bytes of it were written.
+///
+/// # Errors
+/// [`CodecError::TooLarge`] if the encoding would exceed `limit`, [`CodecError::Unencodable`]
+/// if the value's `Serialize` implementation fails.
+pub fn encode_in_one_pass<T: Serialize + ?Sized>(
+    value: &T,
+    limit: u64,
+) -> Result<Vec<u8>, CodecError> {
+    let mut out = Capped {
+        bytes: Vec::new(),
+        limit: usize::try_from(limit).unwrap_or(usize::MAX),
+        over: false,
+    };
+    // Without a limit in the options, bincode does not size the value first; `Capped` is the
+    // limit.
+    match unlimited().serialize_into(&mut out, value) {
+        Ok(()) => Ok(out.bytes),
+        Err(_) if out.over => Err(CodecError::TooLarge { limit }),
+        Err(err) => Err(encode_error(*err, limit)),
+    }
+}
+
+/// A buffer that refuses to grow beyond `limit` bytes (and then records that it did).
+struct Capped {
+    bytes: Vec<u8>,
+    limit: usize,
+    over: bool,
+}
+
+impl std::io::Write for Capped {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        let len = self.bytes.len();
+        if buf.len() > self.limit - len {
+            self.over = true;
+            return Err(std::io::Error::other("the encoding limit is reached"));
+        }
+        if len + buf.len() > self.bytes.capacity() {
+            // Doubling, as a `Vec` would, but never reserving beyond the limit.
+            let target = (len + buf.len())
+                .max(self.bytes.capacity().saturating_mul(2))
+                .min(self.limit);
+            self.bytes.reserve_exact(target - len);
+        }
+        self.bytes.extend_from_slice(buf);
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
 /// Appends the encoding of `value` to `out`, at most [`MAX_ENCODED_BYTES`] for this value.
 ///
 /// On error `out` is left as it was.
@@ -127,11 +186,16 @@ pub fn decode_with_limit<T: DeserializeOwned>(bytes: &[u8], limit: u64) -> Resul
 /// The crate's bincode options. Every setting is spelled out, so none depends on what a
 /// default happens to be.
 fn options(limit: u64) -> impl Options {
+    unlimited().with_limit(limit)
+}
+
+/// [`options`] without a byte limit (the caller bounds the output itself).
+fn unlimited() -> impl Options {
     bincode::DefaultOptions::new()
         .with_little_endian()
         .with_varint_encoding()
         .reject_trailing_bytes()
-        .with_limit(limit)
+        .with_no_limit()
 }
 
 fn encode_error(err: bincode::ErrorKind, limit: u64) -> CodecError {
@@ -322,6 +386,37 @@ mod tests {
             out,
             [1, 2],
             "a failed encode_into leaves the buffer as it was"
+        );
+    }
+
+    #[test]
+    fn one_pass_encoding_is_the_same_encoding_serialized_once_and_bounded() {
+        use std::cell::Cell;
+        struct Counted<'a>(&'a Cell<u32>, Sample);
+        impl Serialize for Counted<'_> {
+            fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+                self.0.set(self.0.get() + 1);
+                self.1.serialize(serializer)
+            }
+        }
+        let calls = Cell::new(0);
+        let bytes = encode_in_one_pass(&Counted(&calls, sample()), 1 << 20).unwrap();
+        assert_eq!(bytes, encode(&sample()).unwrap());
+        assert_eq!(calls.get(), 1, "serialized once");
+        encode(&Counted(&calls, sample())).unwrap();
+        assert_eq!(calls.get(), 3, "the sizing encoder serializes twice");
+        let value = vec![7u8; 100]; // 1 length byte + 100
+        assert_eq!(encode_in_one_pass(&value, 101).unwrap().len(), 101);
+        assert_eq!(
+            encode_in_one_pass(&value, 100).unwrap_err(),
+            CodecError::TooLarge { limit: 100 }
+        );
+        // Beyond any 16 MiB default, when asked to.
+        let big = vec![0u8; MAX_ENCODED_BYTES as usize];
+        let bytes = encode_in_one_pass(&big, 2 * MAX_ENCODED_BYTES).unwrap();
+        assert_eq!(
+            bytes,
+            encode_with_limit(&big, 2 * MAX_ENCODED_BYTES).unwrap()
         );
     }
 

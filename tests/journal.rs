@@ -722,6 +722,63 @@ async fn sqlite_a_file_is_open_in_one_journal_at_a_time() {
     drop(db.dir);
 }
 
+/// The one-writer lock belongs to the database file, not to the name it is opened under: a
+/// symlink (even one made before the file existed) or a path through `..` reaches the same
+/// lock, and a file with a second hard link is refused under either name (the names would get
+/// separate locks, and separate write-ahead logs).
+#[cfg(unix)]
+#[tokio::test]
+async fn sqlite_a_file_is_one_journal_whatever_its_name() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("journal.db");
+    let waiting = SqliteOptions::default().busy_timeout(Duration::from_millis(50));
+    let open_elsewhere = |result: Result<SqliteJournal, JournalError>| matches!(&result, Err(JournalError::Storage { message, .. }) if message.contains("open elsewhere"));
+    let first = SqliteJournal::open(&path).await.unwrap();
+    let alias = dir.path().join("alias.db");
+    std::os::unix::fs::symlink(&path, &alias).unwrap();
+    assert!(open_elsewhere(
+        SqliteJournal::open_with(&alias, waiting.clone()).await
+    ));
+    std::fs::create_dir(dir.path().join("sub")).unwrap();
+    let dotted = dir.path().join("sub").join("..").join("journal.db");
+    assert!(open_elsewhere(
+        SqliteJournal::open_with(&dotted, waiting.clone()).await
+    ));
+    // Through a symlink to a file that does not exist yet: it is created, and locked as itself.
+    let target = dir.path().join("later.db");
+    let early = dir.path().join("early.db");
+    std::os::unix::fs::symlink(&target, &early).unwrap();
+    let through_link = SqliteJournal::open_with(&early, waiting.clone())
+        .await
+        .unwrap();
+    assert!(open_elsewhere(
+        SqliteJournal::open_with(&target, waiting.clone()).await
+    ));
+    through_link.close().await;
+
+    let hard = dir.path().join("hard.db");
+    std::fs::hard_link(&path, &hard).unwrap();
+    let refused = SqliteJournal::open_with(&hard, waiting.clone()).await;
+    assert!(
+        matches!(&refused, Err(JournalError::Storage { message, .. }) if message.contains("2 hard links")),
+        "{:?}",
+        refused.err()
+    );
+    first.close().await;
+    let refused = SqliteJournal::open_with(&path, waiting.clone()).await;
+    assert!(
+        matches!(&refused, Err(JournalError::Storage { message, .. }) if message.contains("hard links")),
+        "refused under its first name too: {:?}",
+        refused.err()
+    );
+    std::fs::remove_file(&hard).unwrap();
+    SqliteJournal::open_with(&alias, waiting)
+        .await
+        .unwrap()
+        .close()
+        .await;
+}
+
 #[tokio::test]
 async fn sqlite_invalid_options_and_paths_are_refused() {
     let dir = tempfile::tempdir().unwrap();

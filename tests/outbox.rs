@@ -364,3 +364,36 @@ async fn a_command_that_waited_for_the_recovery_delivers_only_after_its_own_comm
     settle_for(1_000).await;
     assert_eq!(shipped.snapshot(), [1], "sent once, under one seq");
 }
+
+/// Dropping the entity's last handle does not abandon its outbox: the actor delivers until
+/// every recorded delivery is confirmed, then stops for good.
+#[actix::test]
+async fn the_last_handle_dropped_stops_the_entity_once_its_outbox_is_confirmed() {
+    tokio::time::pause();
+    let journal = MemoryJournal::new();
+    let (consumer, shipped) = shipping();
+    let (to, cut, seen) = link(consumer.consumer_ref());
+    let orders = start_orders(&journal, to, PersistentConfig::default());
+    cut.store(true, Ordering::SeqCst);
+    orders.ask(OrderCommand::Place(1)).await.unwrap();
+    let stopped = actix::spawn(orders.stopped());
+    drop(orders);
+    settle_for(10_000).await;
+    assert!(seen.load(Ordering::SeqCst) > 1, "resent while unconfirmed");
+    assert!(!stopped.is_finished(), "a delivery is unconfirmed");
+    cut.store(false, Ordering::SeqCst);
+    settle_for(1_000).await;
+    assert_eq!(shipped.snapshot(), [1]);
+    assert!(
+        stopped.is_finished(),
+        "stopped once the delivery was confirmed"
+    );
+    let restarted = start_orders(
+        &journal,
+        consumer.consumer_ref(),
+        PersistentConfig::default(),
+    );
+    restarted.ask(OrderCommand::Place(2)).await.unwrap();
+    settle().await;
+    assert_eq!(shipped.snapshot(), [1, 2], "the confirmation was recorded");
+}

@@ -239,6 +239,26 @@ async fn a_corrupt_stream_fails_recovery_naming_stream_and_seq_and_stops_for_goo
     ));
 }
 
+/// Recovery reads the snapshot again when the entries after it are missing (another writer may
+/// have compacted the stream meanwhile), but a gap that the current snapshot does not explain
+/// is corruption, reported at once.
+#[actix::test]
+async fn events_missing_with_no_newer_snapshot_are_corrupt() {
+    tokio::time::pause();
+    let journal = MemoryJournal::new();
+    let ledger = start(&journal, PersistentConfig::default());
+    for n in 1..=3 {
+        ledger.ask(apply(n)).await.unwrap();
+    }
+    journal.delete_to(&id(), 2).await.unwrap(); // no snapshot covers 1..=2
+    let error = recover_state::<Ledger>(&journal, &id()).await.unwrap_err();
+    assert!(
+        error.to_string().contains("stream `ledger-1`, seq 1")
+            && error.to_string().contains("missing"),
+        "{error}"
+    );
+}
+
 #[actix::test]
 async fn snapshots_keep_recovery_and_the_journal_small_and_a_lost_snapshot_costs_nothing() {
     tokio::time::pause();
@@ -416,4 +436,67 @@ async fn a_plain_execute_message_works_through_the_address() {
     let ledger = start(&journal, PersistentConfig::default());
     let reply = ledger.addr().send(Execute::new(apply(9))).await.unwrap();
     assert_eq!(reply.unwrap(), Outcome::Done(1));
+}
+
+/// Dropping every handle lets the actor finish what it decided (the reply to a command whose
+/// append is in flight comes after its commit), then stop for good and free itself.
+#[actix::test]
+async fn the_last_handle_dropped_stops_the_actor_after_what_it_decided() {
+    tokio::time::pause();
+    let journal = MemoryJournal::new();
+    let ledger = start(&journal, PersistentConfig::default());
+    ledger.ask(Op::Total).await.unwrap();
+    journal.faults().hold_commits();
+    // Through the address: an ask would keep the actor running by itself.
+    let pending = actix::spawn(ledger.addr().send(Execute::new(apply(1))));
+    settle().await;
+    assert_eq!(journal.faults().held(), 1);
+    let weak = ledger.addr().downgrade();
+    let stopped = actix::spawn(ledger.stopped());
+    drop(ledger);
+    settle_for(60_000).await;
+    assert!(
+        !stopped.is_finished(),
+        "the command in flight waits for its commit"
+    );
+    journal.faults().release();
+    assert_eq!(pending.await.unwrap().unwrap().unwrap(), Outcome::Done(1));
+    stopped.await.unwrap();
+    settle().await;
+    assert!(weak.upgrade().is_none(), "the actor is freed");
+    assert_exactly_once(&durable(&journal).await, [1]);
+}
+
+/// What counts as a handle: a clone inside a delivery handler keeps the entity running for its
+/// consumer; a handle made with `new` does not own the actor.
+#[actix::test]
+async fn a_delivery_handler_keeps_the_entity_and_a_handle_from_new_does_not_own_it() {
+    tokio::time::pause();
+    let journal = MemoryJournal::new();
+    let ledger = start(&journal, PersistentConfig::default());
+    let consumer = effectively_once_consumer(&ledger);
+    let weak = ledger.addr().downgrade();
+    drop(ledger);
+    settle_for(60_000).await;
+    let producer = ReliableDelivery::producer(
+        ProducerOptions::builder(consumer.consumer_ref())
+            .producer_id("p")
+            .build()
+            .unwrap(),
+    );
+    producer.send(7).await.unwrap();
+    assert_exactly_once(&durable(&journal).await, [7]);
+    consumer.stop();
+    consumer.stopped().await;
+    settle_for(60_000).await;
+    assert!(
+        weak.upgrade().is_none(),
+        "the consumer's handler was the last handle"
+    );
+
+    let owner = start(&journal, PersistentConfig::default());
+    let borrowed = PersistentHandle::new(owner.addr().clone());
+    drop(borrowed);
+    settle_for(60_000).await;
+    assert_eq!(owner.ask(Op::Total).await.unwrap(), 1);
 }

@@ -21,6 +21,7 @@ use crate::persistence::error::CommandError;
 use crate::persistence::outbox::Outbox;
 use crate::persistence::outbox_state::{OutboxState, Sent};
 use crate::protocol::envelope::{Ack, DeliveryInfo, Incarnation};
+use crate::protocol::rate_limit::RateLimited;
 use crate::stop_signal::{StopSignal, SubscribeStopped};
 
 /// A command for a [`PersistentActor`]: `addr.send(Execute::new(command)).await` resolves once
@@ -62,6 +63,12 @@ impl<E: EventSourced> Message for Execute<E> {
 #[rtype(result = "()")]
 pub struct StopPersistent;
 
+/// Sent when the last owning [`PersistentHandle`](crate::persistence::PersistentHandle) is
+/// dropped: finish what was decided (and the outbox's deliveries), then stop for good.
+#[derive(Clone, Copy, Debug, Message)]
+#[rtype(result = "()")]
+pub(crate) struct HandlesDropped;
+
 /// Asks a [`PersistentActor`] for its [`PersistentStats`].
 #[derive(Clone, Copy, Debug, Message)]
 #[rtype(result = "PersistentStats")]
@@ -75,13 +82,15 @@ type Responder<E> = oneshot::Sender<Answer<E>>;
 /// commands that arrive meanwhile wait (up to `max_recovery_buffer`). A command is decided at
 /// once and its events applied, but its reply is held until they are committed; all commands
 /// decided while one append is in flight are stored by the next append, so one actor commits
-/// many commands per journal write.
+/// many commands per journal write (up to `max_pending_commands` wait for their commit; more
+/// are refused [`CommandError::Overloaded`]).
 ///
 /// **Fail-stop.** If an append fails, no command whose events were not committed is answered
 /// `Ok`: every waiting command gets [`CommandError::Journal`] and the actor stops; under a
 /// `Supervisor` it restarts and recovers, so its state is the durable truth again (a failed
 /// recovery is retried after a growing delay, up to 10 s). A recovery that finds corrupt data
-/// stops the actor for good.
+/// stops the actor for good (entries gone because another writer saved a newer snapshot
+/// meanwhile are not corrupt: the recovery starts again from that snapshot).
 ///
 /// **A second writer** of the same stream (an overlapping failover, a second node) makes an
 /// append fail with a conflict: the actor then catches up from the journal and decides the same
@@ -96,12 +105,16 @@ pub struct PersistentActor<E: EventSourced> {
     failed_recoveries: u32,
     /// Stopping for good once what was decided is stored.
     stop: StopSignal,
+    /// Every owning handle was dropped: stop for good once idle and the outbox is settled.
+    handles_dropped: bool,
     /// The outbox's lanes, one per destination.
     outbox: Outbox,
     /// Where the outbox's destinations send their ACKs (this actor).
     reply_to: Option<ReplyTo>,
     /// The lanes' retransmission timer.
     alarm: Alarm,
+    /// Failed snapshots, warned about at most once a minute.
+    snapshot_warnings: RateLimited,
 }
 
 impl<E: EventSourced> PersistentActor<E> {
@@ -135,9 +148,11 @@ impl<E: EventSourced> PersistentActor<E> {
             dirty: false,
             failed_recoveries: 0,
             stop: StopSignal::default(),
+            handles_dropped: false,
             outbox,
             reply_to: None,
             alarm: Alarm::default(),
+            snapshot_warnings: RateLimited::default(),
         }
     }
 
@@ -292,9 +307,23 @@ impl<E: EventSourced> PersistentActor<E> {
         if let Some(append) = self.core.poll_append() {
             self.start_append(append, ctx);
         }
-        if self.stop.is_final() && self.core.is_idle() {
+        if self.core.is_idle() && (self.stop.is_final() || self.is_abandoned()) {
+            self.stop.make_final();
             ctx.stop();
         }
+    }
+
+    /// No owning handle is left, the state is recovered, and every delivery the outbox
+    /// recorded is durably confirmed (or given up): nothing is left for the actor to do.
+    fn is_abandoned(&self) -> bool {
+        self.handles_dropped
+            && self.core.is_ready()
+            && self
+                .core
+                .outbox()
+                .lanes
+                .values()
+                .all(|lane| lane.unconfirmed.is_empty() && lane.recording.is_empty())
     }
 
     fn start_append(
@@ -302,9 +331,13 @@ impl<E: EventSourced> PersistentActor<E> {
         Append {
             first_seq,
             payloads,
+            snapshot_error,
         }: Append,
         ctx: &mut Context<Self>,
     ) {
+        if let Some(error) = snapshot_error {
+            self.warn_snapshot_failed("not taken", &error);
+        }
         let journal = self.journal.clone();
         let id = self.core.persistence_id().clone();
         let append = async move { journal.append(&id, first_seq, payloads).await };
@@ -355,18 +388,39 @@ impl<E: EventSourced> PersistentActor<E> {
             .into_actor(self)
             .map(|result, act, _| {
                 if let Err(error) = result {
-                    log::warn!(
-                        "stream `{}`: snapshot not saved: {error}",
-                        act.core.persistence_id()
-                    );
+                    act.core.handle_snapshot_failed();
+                    act.warn_snapshot_failed("not saved", &error);
                 }
             }),
         );
     }
+
+    /// Warns of a failed snapshot, at most once a minute (with the count in between).
+    fn warn_snapshot_failed(&mut self, what: &str, error: &dyn std::fmt::Display) {
+        if let Some(failures) = self.snapshot_warnings.record(alarm::now(), 1) {
+            log::warn!(
+                "stream `{}`: snapshot {what}: {error} ({failures} failed snapshot(s) since the \
+                 last warning); the next one is tried after another {} events",
+                self.core.persistence_id(),
+                self.config.snapshot_every.unwrap_or(0)
+            );
+        }
+    }
 }
+
+/// How many times a recovery starts again from a newer snapshot when the entries after the
+/// one it read went missing meanwhile (see [`recover`]).
+const SNAPSHOT_RACE_RETRIES: u32 = 4;
 
 /// Rebuilds the durable state of stream `id`: its latest snapshot (if one decodes), then every
 /// later entry.
+///
+/// Another writer of the stream (the old instance of an overlapping failover, or this actor's
+/// own snapshot saved before a catch-up) may save a newer snapshot and delete the entries it
+/// covers while the recovery reads: the entries after the snapshot read are then gone. So when
+/// the entries do not follow the snapshot, the snapshot is read again; if a newer one was
+/// saved meanwhile, the recovery starts again from it (at most [`SNAPSHOT_RACE_RETRIES`]
+/// times). Only a stream that is still inconsistent with its current snapshot is corrupt.
 ///
 /// # Errors
 /// The journal's errors; [`JournalError::Corrupt`] naming stream and seq for an entry that does
@@ -376,8 +430,36 @@ pub(crate) async fn recover<E: EventSourced>(
     id: &PersistenceId,
     config: &PersistentConfig,
 ) -> Result<Recovered<E>, JournalError> {
+    let mut snapshot = journal.load_snapshot(id).await?;
+    let mut retries = 0;
+    loop {
+        let used = snapshot.as_ref().map(|s| s.seq);
+        let error = match recover_from::<E>(journal, id, config, snapshot).await {
+            Err(error @ JournalError::Corrupt { .. }) if retries < SNAPSHOT_RACE_RETRIES => error,
+            result => return result,
+        };
+        let newer = journal.load_snapshot(id).await?;
+        if newer.as_ref().map(|s| s.seq) <= used {
+            return Err(error); // the same snapshot: the stream itself is inconsistent
+        }
+        log::info!(
+            "stream `{id}`: recovery found {error}, but a newer snapshot (seq {}) was saved \
+             meanwhile: recovering again from it",
+            newer.as_ref().map_or(0, |s| s.seq)
+        );
+        retries += 1;
+        snapshot = newer;
+    }
+}
+
+/// One attempt of [`recover`]: from `snapshot`, every later entry up to the highest seq.
+async fn recover_from<E: EventSourced>(
+    journal: &dyn Journal,
+    id: &PersistenceId,
+    config: &PersistentConfig,
+    snapshot: Option<Snapshot>,
+) -> Result<Recovered<E>, JournalError> {
     let mut recovery = Recovery::<E>::new(id.clone(), config);
-    let snapshot = journal.load_snapshot(id).await?;
     let from_seq = recovery.restore_snapshot(snapshot, config);
     let highest_seq = journal.highest_seq(id).await?;
     if from_seq <= highest_seq {
@@ -496,6 +578,15 @@ impl<E: EventSourced> Handler<StopPersistent> for PersistentActor<E> {
         if self.stop.make_final() && self.core.is_idle() {
             ctx.stop();
         }
+    }
+}
+
+impl<E: EventSourced> Handler<HandlesDropped> for PersistentActor<E> {
+    type Result = ();
+
+    fn handle(&mut self, _: HandlesDropped, _: &mut Context<Self>) {
+        self.handles_dropped = true;
+        self.dirty = true; // the flush after this drain stops the actor if it is idle
     }
 }
 

@@ -13,6 +13,16 @@ pub struct PersistentConfig {
     /// `None` (the default) never does. Recovery then reads the latest snapshot and the
     /// events after it.
     pub snapshot_every: Option<u64>,
+    /// A snapshot (the state, the delivery record and the outbox) is encoded up to this many
+    /// bytes; events have the codec's limit
+    /// ([`MAX_ENCODED_BYTES`](crate::codec::MAX_ENCODED_BYTES), 16 MiB, per entry). A larger
+    /// snapshot is not taken: it is counted
+    /// ([`PersistentStats::snapshot_failures`](crate::persistence::PersistentStats)), warned
+    /// about at most once a minute, and tried again after another `snapshot_every` events.
+    /// The journal may refuse large payloads as well
+    /// ([`SqliteJournal::MAX_PAYLOAD_BYTES`](crate::journal::SqliteJournal::MAX_PAYLOAD_BYTES),
+    /// 512 MiB). Default 256 MiB; positive.
+    pub max_snapshot_bytes: u64,
     /// After a snapshot is saved, delete the events it covers, so the journal holds one
     /// snapshot interval of events instead of the whole history. Default false.
     pub delete_events_on_snapshot: bool,
@@ -20,6 +30,18 @@ pub struct PersistentConfig {
     /// [`CommandError::Overloaded`](crate::persistence::CommandError::Overloaded). Default
     /// 10 000; positive.
     pub max_recovery_buffer: usize,
+    /// While an append is in flight, arriving commands are decided and wait for their commit
+    /// (in that append, or in the next one). At most this many wait; more are refused with
+    /// [`CommandError::Overloaded`](crate::persistence::CommandError::Overloaded) (counted in
+    /// [`PersistentStats::overloaded`](crate::persistence::PersistentStats)), so a stalled
+    /// journal cannot make the actor hold any number of decisions. Default 10 000; positive.
+    pub max_pending_commands: usize,
+    /// Once the entries decided for the next append reach this many encoded bytes, arriving
+    /// commands are refused with
+    /// [`CommandError::Overloaded`](crate::persistence::CommandError::Overloaded) until it is
+    /// written: one append holds about this much (plus at most one entry). Default 64 MiB;
+    /// positive.
+    pub max_pending_bytes: u64,
     /// The delivery record keeps the marks of at most this many producer ids (the least
     /// recently recorded one is dropped beyond; a retransmission from it would be processed
     /// again). Default 1024; positive.
@@ -45,8 +67,11 @@ impl Default for PersistentConfig {
     fn default() -> Self {
         Self {
             snapshot_every: None,
+            max_snapshot_bytes: 256 << 20,
             delete_events_on_snapshot: false,
             max_recovery_buffer: 10_000,
+            max_pending_commands: 10_000,
+            max_pending_bytes: 64 << 20,
             max_producers: 1024,
             replay_page: 1024,
             must_follow: false,
@@ -70,10 +95,19 @@ impl PersistentConfig {
         }
         for (field, value) in [
             ("max_recovery_buffer", self.max_recovery_buffer),
+            ("max_pending_commands", self.max_pending_commands),
             ("max_producers", self.max_producers),
             ("replay_page", self.replay_page),
             ("max_unconfirmed", self.max_unconfirmed),
             ("warn_after_attempts", self.warn_after_attempts as usize),
+        ] {
+            if value == 0 {
+                return Err(OptionsError::new(field, "must be positive (got 0)"));
+            }
+        }
+        for (field, value) in [
+            ("max_snapshot_bytes", self.max_snapshot_bytes),
+            ("max_pending_bytes", self.max_pending_bytes),
         ] {
             if value == 0 {
                 return Err(OptionsError::new(field, "must be positive (got 0)"));
@@ -105,6 +139,27 @@ mod tests {
                 ..base()
             }),
             "replay_page"
+        );
+        assert_eq!(
+            field(PersistentConfig {
+                max_pending_commands: 0,
+                ..base()
+            }),
+            "max_pending_commands"
+        );
+        assert_eq!(
+            field(PersistentConfig {
+                max_pending_bytes: 0,
+                ..base()
+            }),
+            "max_pending_bytes"
+        );
+        assert_eq!(
+            field(PersistentConfig {
+                max_snapshot_bytes: 0,
+                ..base()
+            }),
+            "max_snapshot_bytes"
         );
         let loaded: PersistentConfig =
             serde_json::from_str(r#"{"snapshot_every": 100, "delete_events_on_snapshot": true}"#)

@@ -16,6 +16,7 @@ use std::collections::{BTreeMap, BTreeSet, VecDeque};
 
 use serde::{Deserialize, Serialize};
 
+use crate::codec::CodecError;
 use crate::journal::{JournalError, PersistenceId, Snapshot, StoredEvent};
 use crate::persistence::behavior::{Decision, EventSourced};
 use crate::persistence::config::PersistentConfig;
@@ -55,6 +56,10 @@ pub struct Append {
     pub first_seq: u64,
     /// The encoded entries.
     pub payloads: Vec<Vec<u8>>,
+    /// A snapshot was due with this append but could not be encoded (too large, or the
+    /// state's `Serialize` failed): the next one is due after another `snapshot_every`
+    /// events. For the shell to warn about.
+    pub snapshot_error: Option<CodecError>,
 }
 
 /// What a commit released.
@@ -101,11 +106,19 @@ pub struct PersistentStats {
     pub conflicts: u64,
     /// Recoveries finished (the first one included).
     pub recoveries: u64,
-    /// Snapshots taken.
+    /// Snapshots taken (encoded with a committed append; saving one may still fail, see
+    /// `snapshot_failures`).
     pub snapshots: u64,
+    /// Snapshots that were due but failed: not encodable (larger than `max_snapshot_bytes`,
+    /// or the state's `Serialize` failed) or not saved by the journal. Each is tried again
+    /// only after another `snapshot_every` events.
+    pub snapshot_failures: u64,
     /// Commands refused because a destination had `max_unconfirmed` deliveries open, or
     /// because their delivery did not follow its predecessor (`must_follow`).
     pub refused: u64,
+    /// Commands refused as [`CommandError::Overloaded`]: beyond `max_recovery_buffer` during
+    /// recovery, or beyond `max_pending_commands` / `max_pending_bytes` behind an append.
+    pub overloaded: u64,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -124,10 +137,14 @@ struct Decided<E: EventSourced, T> {
 /// Commands decided together, stored by one append.
 struct Batch<E: EventSourced, T> {
     payloads: Vec<Vec<u8>>,
+    /// The payloads' total length.
+    bytes: u64,
     entries: u64,
     events: u64,
     decided: Vec<Decided<E, T>>,
     snapshot: Option<Snapshot>,
+    /// A snapshot was due with the batch and failed to encode.
+    snapshot_failed: bool,
     /// Deliveries the batch records (sent once it is committed).
     sent: Vec<Sent>,
     /// Confirmations of deliveries the batch records.
@@ -138,10 +155,12 @@ impl<E: EventSourced, T> Default for Batch<E, T> {
     fn default() -> Self {
         Self {
             payloads: Vec::new(),
+            bytes: 0,
             entries: 0,
             events: 0,
             decided: Vec::new(),
             snapshot: None,
+            snapshot_failed: false,
             sent: Vec::new(),
             confirmed: Vec::new(),
         }
@@ -226,6 +245,7 @@ impl<E: EventSourced, T> PersistentCore<E, T> {
         match self.phase {
             Phase::Stopped => Some((token, Err(CommandError::Stopped))),
             Phase::Recovering if self.queue.len() >= self.config.max_recovery_buffer => {
+                self.stats.overloaded += 1;
                 let buffered = self.queue.len();
                 Some((token, Err(CommandError::Overloaded { buffered })))
             }
@@ -233,8 +253,25 @@ impl<E: EventSourced, T> PersistentCore<E, T> {
                 self.queue.push_back((command, token));
                 None
             }
+            Phase::Ready if self.is_full() => {
+                self.stats.overloaded += 1;
+                let buffered = self.waiting_for_commit();
+                Some((token, Err(CommandError::Overloaded { buffered })))
+            }
             Phase::Ready => self.decide(command, token),
         }
+    }
+
+    /// Commands decided and waiting for their commit (in the append in flight or the next).
+    fn waiting_for_commit(&self) -> usize {
+        self.pending.decided.len() + self.in_flight.as_ref().map_or(0, |b| b.decided.len())
+    }
+
+    /// Whether an arriving command must be refused: `max_pending_commands` wait for their
+    /// commit, or the next append holds `max_pending_bytes` already.
+    fn is_full(&self) -> bool {
+        self.waiting_for_commit() >= self.config.max_pending_commands
+            || self.pending.bytes >= self.config.max_pending_bytes
     }
 
     /// The next append to carry out: the pending batch, if no append is in flight (one at a
@@ -264,12 +301,19 @@ impl<E: EventSourced, T> PersistentCore<E, T> {
         let due = self.config.snapshot_every.is_some_and(|every| {
             self.events_since_snapshot + batch.events >= every.max(self.state.snapshot_weight())
         });
+        let mut snapshot_error = None;
         if due {
             // The state now holds exactly what is committed plus this batch.
             let seq = first_seq + batch.entries - 1;
-            match SnapshotOut::new(&self.state, self.record.to_records(), &self.outbox).encode() {
+            let snapshot = SnapshotOut::new(&self.state, self.record.to_records(), &self.outbox);
+            match snapshot.encode(self.config.max_snapshot_bytes) {
                 Ok(payload) => batch.snapshot = Some(Snapshot { seq, payload }),
-                Err(error) => log::warn!("stream `{}`: snapshot not taken: {error}", self.id),
+                Err(error) => {
+                    // Counted as an attempt: not tried again with every append.
+                    self.stats.snapshot_failures += 1;
+                    batch.snapshot_failed = true;
+                    snapshot_error = Some(error);
+                }
             }
         }
         let payloads = std::mem::take(&mut batch.payloads);
@@ -277,6 +321,7 @@ impl<E: EventSourced, T> PersistentCore<E, T> {
         Some(Append {
             first_seq,
             payloads,
+            snapshot_error,
         })
     }
 
@@ -297,6 +342,8 @@ impl<E: EventSourced, T> PersistentCore<E, T> {
         if batch.snapshot.is_some() {
             self.events_since_snapshot = 0;
             self.stats.snapshots += 1;
+        } else if batch.snapshot_failed {
+            self.events_since_snapshot = 0; // the next attempt after another interval
         } else {
             self.events_since_snapshot += batch.events;
         }
@@ -310,6 +357,12 @@ impl<E: EventSourced, T> PersistentCore<E, T> {
             snapshot: batch.snapshot,
             sent: batch.sent,
         }
+    }
+
+    /// A snapshot [`Committed`] handed out could not be saved (it is only counted: the
+    /// events it covers are still in the journal).
+    pub fn handle_snapshot_failed(&mut self) {
+        self.stats.snapshot_failures += 1;
     }
 
     /// The append in flight failed.
@@ -379,6 +432,11 @@ impl<E: EventSourced, T> PersistentCore<E, T> {
             .chain(queued)
             .map(|token| (token, Err(CommandError::Stopped)))
             .collect()
+    }
+
+    /// Whether the state is recovered and commands are decided (not recovering, not stopped).
+    pub fn is_ready(&self) -> bool {
+        self.phase == Phase::Ready
     }
 
     /// Whether nothing waits: no command queued, decided but unstored, or in flight.
@@ -458,6 +516,7 @@ impl<E: EventSourced, T> PersistentCore<E, T> {
             self.outbox.apply_sent(sent);
         }
         self.pending.sent.extend(entry.sent);
+        self.pending.bytes += payload.len() as u64;
         self.pending.payloads.push(payload);
         self.pending.entries += 1;
         self.pending.events += entry.events.len() as u64;
@@ -811,6 +870,7 @@ mod tests {
             refused,
             (3, Err(CommandError::Overloaded { buffered: 2 }))
         ));
+        assert_eq!(core.stats().overloaded, 1);
         assert!(
             core.poll_append().is_none(),
             "nothing is appended while recovering"
@@ -820,6 +880,55 @@ mod tests {
             .finish_recovery(stream.recover(&config).unwrap())
             .is_empty());
         assert_eq!(done(&commit(&mut core, &mut stream)), [(1, 1), (2, 3)]);
+    }
+
+    #[test]
+    fn commands_waiting_for_their_commit_are_bounded_in_number_and_bytes() {
+        let config = PersistentConfig {
+            max_pending_commands: 3,
+            ..Default::default()
+        };
+        let mut stream = Stream::default();
+        let mut core = ready(&stream, config);
+        assert!(core.handle_command(plain(Op::Add(1)), 1).is_none());
+        let first = core.poll_append().unwrap();
+        // Behind the append in flight: its command and two more wait, a read included.
+        assert!(core.handle_command(plain(Op::Add(2)), 2).is_none());
+        assert!(core.handle_command(plain(Op::Get), 3).is_none());
+        let refused = core.handle_command(plain(Op::Add(4)), 4);
+        assert!(matches!(
+            refused,
+            Some((4, Err(CommandError::Overloaded { buffered: 3 })))
+        ));
+        assert_eq!(core.stats().overloaded, 1);
+        stream.append(first);
+        assert_eq!(done(&core.handle_committed().answers), [(1, 1)]);
+        // The commit made room again.
+        assert!(core.handle_command(plain(Op::Add(5)), 5).is_none());
+        assert_eq!(
+            done(&commit(&mut core, &mut stream)),
+            [(2, 3), (3, 3), (5, 8)]
+        );
+
+        let config = PersistentConfig {
+            max_pending_bytes: 1,
+            ..Default::default()
+        };
+        let mut core = ready(&Stream::default(), config);
+        assert!(core.handle_command(plain(Op::Add(1)), 1).is_none());
+        assert!(
+            matches!(
+                core.handle_command(plain(Op::Add(2)), 2),
+                Some((2, Err(CommandError::Overloaded { buffered: 1 })))
+            ),
+            "the next append is full"
+        );
+        core.poll_append().unwrap();
+        assert!(
+            core.handle_command(plain(Op::Add(3)), 3).is_none(),
+            "a new batch"
+        );
+        assert_eq!(core.stats().overloaded, 1);
     }
 
     #[test]
@@ -1025,6 +1134,37 @@ mod tests {
         // The record came back with the snapshot: every delivery is a duplicate.
         let again = recovered.handle_command(delivered(Op::Add(1), 4, 1), 99);
         assert!(matches!(again, Some((99, Ok(Outcome::AlreadyProcessed)))));
+    }
+
+    #[test]
+    fn a_snapshot_too_large_to_encode_is_counted_and_tried_again_only_an_interval_later() {
+        let config = PersistentConfig {
+            snapshot_every: Some(3),
+            max_snapshot_bytes: 1,
+            ..Default::default()
+        };
+        let mut stream = Stream::default();
+        let mut core = ready(&stream, config);
+        let mut failed = Vec::new();
+        for seq in 1..=10u64 {
+            core.handle_command(plain(Op::Add(1)), seq as u32);
+            let append = core.poll_append().unwrap();
+            if let Some(error) = &append.snapshot_error {
+                assert_eq!(*error, CodecError::TooLarge { limit: 1 });
+                failed.push(seq);
+            }
+            stream.append(append);
+            assert!(core.handle_committed().snapshot.is_none());
+        }
+        assert_eq!(
+            failed,
+            [3, 6, 9],
+            "once per interval, not with every append"
+        );
+        let stats = core.stats();
+        assert_eq!((stats.snapshots, stats.snapshot_failures), (0, 3));
+        core.handle_snapshot_failed(); // the shell: the journal did not save one
+        assert_eq!(core.stats().snapshot_failures, 4);
     }
 
     #[test]

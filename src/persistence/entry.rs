@@ -74,8 +74,10 @@ impl<'a, S: Serialize> SnapshotOut<'a, S> {
         }
     }
 
-    pub fn encode(&self) -> Result<Vec<u8>, CodecError> {
-        codec::encode(self)
+    /// Encodes the snapshot in one pass (a large state is serialized once, not sized
+    /// first), at most `limit` bytes long.
+    pub fn encode(&self, limit: u64) -> Result<Vec<u8>, CodecError> {
+        codec::encode_in_one_pass(self, limit)
     }
 }
 
@@ -90,9 +92,13 @@ pub(crate) struct SnapshotIn<S> {
 }
 
 impl<S: DeserializeOwned> SnapshotIn<S> {
+    /// Decodes a stored snapshot whatever its size: its bytes are in memory already (the
+    /// journal bounds them), and decoding a slice checks every length prefix against the
+    /// bytes that remain. A snapshot written under a larger `max_snapshot_bytes` than the one
+    /// configured now still recovers.
     pub fn decode(bytes: &[u8]) -> Result<Self, String> {
         check_format(bytes)?;
-        codec::decode(bytes).map_err(|e| e.to_string())
+        codec::decode_with_limit(bytes, bytes.len() as u64).map_err(|e| e.to_string())
     }
 }
 
@@ -151,12 +157,27 @@ mod tests {
             records.clone(),
             &OutboxState::default(),
         )
-        .encode()
+        .encode(codec::MAX_ENCODED_BYTES)
         .unwrap();
         let snapshot = SnapshotIn::<String>::decode(&bytes).unwrap();
         assert_eq!(
             (snapshot.state.as_str(), snapshot.delivered),
             ("state", records)
         );
+    }
+
+    #[test]
+    fn snapshots_have_their_own_limit_beyond_the_codecs_default() {
+        let state = vec![1u8; codec::MAX_ENCODED_BYTES as usize + 1];
+        let outbox = OutboxState::default();
+        let snapshot = SnapshotOut::new(&state, Vec::new(), &outbox);
+        assert_eq!(
+            snapshot.encode(codec::MAX_ENCODED_BYTES).unwrap_err(),
+            CodecError::TooLarge {
+                limit: codec::MAX_ENCODED_BYTES
+            }
+        );
+        let bytes = snapshot.encode(2 * codec::MAX_ENCODED_BYTES).unwrap();
+        assert_eq!(SnapshotIn::<Vec<u8>>::decode(&bytes).unwrap().state, state);
     }
 }

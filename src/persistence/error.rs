@@ -51,11 +51,14 @@ pub enum CommandError<R: Display> {
     /// stored or applied.
     #[error("the events cannot be encoded: {0}")]
     Encoding(CodecError),
-    /// More commands arrived during recovery than the actor buffers
-    /// ([`PersistentConfig::max_recovery_buffer`](crate::persistence::PersistentConfig)).
-    #[error("the actor is recovering and {buffered} commands wait already")]
+    /// Too many commands wait, so this one was refused before it was decided (nothing was
+    /// stored; retry later): during recovery more than
+    /// [`PersistentConfig::max_recovery_buffer`](crate::persistence::PersistentConfig), or,
+    /// behind an append in flight, more than `max_pending_commands` decided commands (or
+    /// `max_pending_bytes` of their entries) waiting for their commit.
+    #[error("the persistent actor is overloaded: {buffered} commands wait already")]
     Overloaded {
-        /// Commands waiting for the recovery.
+        /// Commands waiting (for the recovery, or for their commit).
         buffered: usize,
     },
     /// The actor stopped (or was stopped) before the command was decided.

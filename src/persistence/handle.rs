@@ -8,7 +8,9 @@ use actix::prelude::*;
 use crate::error::OptionsError;
 use crate::handler::DeliveryHandler;
 use crate::journal::{Journal, PersistenceId};
-use crate::persistence::actor::{Execute, GetPersistentStats, PersistentActor, StopPersistent};
+use crate::persistence::actor::{
+    Execute, GetPersistentStats, HandlesDropped, PersistentActor, StopPersistent,
+};
 use crate::persistence::behavior::EventSourced;
 use crate::persistence::config::PersistentConfig;
 use crate::persistence::core::{Outcome, PersistentStats};
@@ -18,14 +20,40 @@ use crate::protocol::envelope::DeliveryInfo;
 use crate::stop_signal::{wait_stopped, SubscribeStopped};
 
 /// The application's side of a [`PersistentActor`]: ask it commands, stop it. Cheap to clone.
+///
+/// **The handles own the actor.** The handle [`start`](Self::start),
+/// [`start_supervised`](Self::start_supervised) or
+/// [`start_with_outbox`](Self::start_with_outbox) returns, and every clone of it, keep the
+/// actor running; so do the clones inside [`delivery_handler`](Self::delivery_handler)s (an
+/// entity lives as long as a consumer feeding it) and an [`ask`](Self::ask) whose answer is
+/// still awaited. When the last one is dropped, the actor finishes what it decided (commits,
+/// replies) and, with an outbox, delivers until every recorded delivery is confirmed (or
+/// given up, `max_attempts`); then it stops for good and releases its journal (under a
+/// `Supervisor`, once no address to it is left either). [`stop`](Self::stop) stops it
+/// earlier. The actor's [`addr`](Self::addr) does not keep it running, and a handle made with
+/// [`new`](Self::new) does not own the actor it is given.
 pub struct PersistentHandle<E: EventSourced> {
+    shared: Arc<Shared<E>>,
+}
+
+/// What the clones of one handle share; dropping the last one lets an owned actor stop.
+struct Shared<E: EventSourced> {
     addr: Addr<PersistentActor<E>>,
+    owns: bool,
+}
+
+impl<E: EventSourced> Drop for Shared<E> {
+    fn drop(&mut self) {
+        if self.owns {
+            self.addr.do_send(HandlesDropped);
+        }
+    }
 }
 
 impl<E: EventSourced> Clone for PersistentHandle<E> {
     fn clone(&self) -> Self {
         Self {
-            addr: self.addr.clone(),
+            shared: self.shared.clone(),
         }
     }
 }
@@ -42,7 +70,7 @@ impl<E: EventSourced> PersistentHandle<E> {
     ) -> Result<Self, OptionsError> {
         config.validate()?;
         let addr = PersistentActor::new(journal, id, config).start();
-        Ok(Self { addr })
+        Ok(Self::owning(addr))
     }
 
     /// Starts the entity under an Actix `Supervisor`: after a failed append it restarts and
@@ -57,7 +85,7 @@ impl<E: EventSourced> PersistentHandle<E> {
     ) -> Result<Self, OptionsError> {
         config.validate()?;
         let addr = Supervisor::start(move |_| PersistentActor::new(journal, id, config));
-        Ok(Self { addr })
+        Ok(Self::owning(addr))
     }
 
     /// Starts the entity under an Actix `Supervisor` with an outbox: its decisions may deliver
@@ -76,15 +104,26 @@ impl<E: EventSourced> PersistentHandle<E> {
         outbox.check(&id)?;
         let addr =
             Supervisor::start(move |_| PersistentActor::with_outbox(journal, id, config, outbox));
-        Ok(Self { addr })
+        Ok(Self::owning(addr))
     }
 
-    /// A handle for an actor started elsewhere.
+    /// A handle for an actor started elsewhere. It does not own the actor: dropping it
+    /// leaves the actor running (stop it with [`stop`](Self::stop)).
     pub fn new(addr: Addr<PersistentActor<E>>) -> Self {
-        Self { addr }
+        Self {
+            shared: Arc::new(Shared { addr, owns: false }),
+        }
     }
 
-    /// Sends a command; resolves with the reply once its events are durable.
+    fn owning(addr: Addr<PersistentActor<E>>) -> Self {
+        Self {
+            shared: Arc::new(Shared { addr, owns: true }),
+        }
+    }
+
+    /// Sends a command; resolves with the reply once its events are durable. The command
+    /// is queued when this is called; until the answer arrives, the future keeps the actor
+    /// running like a handle.
     ///
     /// # Errors
     /// The [`CommandError`]: rejected, the journal failed, the actor stopped, …
@@ -92,9 +131,12 @@ impl<E: EventSourced> PersistentHandle<E> {
         &self,
         command: E::Command,
     ) -> impl Future<Output = Result<E::Reply, CommandError<E::Rejection>>> + 'static {
-        let answer = self.addr.send(Execute::new(command));
+        let answer = self.shared.addr.send(Execute::new(command));
+        let owner = self.shared.clone();
         async move {
-            match answer.await.unwrap_or(Err(CommandError::Stopped))? {
+            let answer = answer.await;
+            drop(owner);
+            match answer.unwrap_or(Err(CommandError::Stopped))? {
                 Outcome::Done(reply) => Ok(reply),
                 Outcome::AlreadyProcessed => {
                     unreachable!("only a command with a delivery can have been processed before")
@@ -106,7 +148,7 @@ impl<E: EventSourced> PersistentHandle<E> {
     /// Sends a command that came from the delivery `info`. Resolves once its events and the
     /// delivery's processed mark are durable ([`Outcome::Done`]), or at once with
     /// [`Outcome::AlreadyProcessed`] (after what was decided before it is durable) if the
-    /// delivery was processed before.
+    /// delivery was processed before. Keeps the actor running like [`ask`](Self::ask).
     ///
     /// # Errors
     /// The [`CommandError`]; [`CommandError::Stale`] for a delivery its producer had settled.
@@ -115,8 +157,13 @@ impl<E: EventSourced> PersistentHandle<E> {
         info: DeliveryInfo,
         command: E::Command,
     ) -> impl Future<Output = Result<Outcome<E::Reply>, CommandError<E::Rejection>>> + 'static {
-        let answer = self.addr.send(Execute::delivered(info, command));
-        async move { answer.await.unwrap_or(Err(CommandError::Stopped)) }
+        let answer = self.shared.addr.send(Execute::delivered(info, command));
+        let owner = self.shared.clone();
+        async move {
+            let answer = answer.await;
+            drop(owner);
+            answer.unwrap_or(Err(CommandError::Stopped))
+        }
     }
 
     /// The handler of an **effectively-once consumer**: each new message becomes a command
@@ -151,12 +198,13 @@ impl<E: EventSourced> PersistentHandle<E> {
     /// Stops the actor for good once what it decided is stored; commands sent afterwards get
     /// [`CommandError::Stopped`].
     pub fn stop(&self) {
-        self.addr.do_send(StopPersistent);
+        self.shared.addr.do_send(StopPersistent);
     }
 
     /// Resolves once the actor has stopped for good.
     pub fn stopped(&self) -> impl Future<Output = ()> + 'static {
-        wait_stopped(self.addr.send(SubscribeStopped))
+        // Does not keep the actor running: it may be waiting for exactly that.
+        wait_stopped(self.shared.addr.send(SubscribeStopped))
     }
 
     /// The actor's counters.
@@ -164,12 +212,12 @@ impl<E: EventSourced> PersistentHandle<E> {
     /// # Errors
     /// [`MailboxError`] if the actor has stopped.
     pub async fn stats(&self) -> Result<PersistentStats, MailboxError> {
-        self.addr.send(GetPersistentStats).await
+        self.shared.addr.send(GetPersistentStats).await
     }
 
-    /// The actor's address.
+    /// The actor's address (it does not keep the actor running, see the type's docs).
     pub fn addr(&self) -> &Addr<PersistentActor<E>> {
-        &self.addr
+        &self.shared.addr
     }
 }
 

@@ -16,8 +16,11 @@
 //!
 //! `written_at` is milliseconds since the Unix epoch. A stream's highest seq is its largest
 //! `seq_nr`, or its `deleted_to` if that is larger (when deletion removed the newest events):
-//! deletion never lowers it. One process at a time writes a file: the writer holds an
-//! exclusive lock on `<file>-lock` (the fence relies on the writer knowing the buffer). The file is marked with `PRAGMA application_id` and
+//! deletion never lowers it. One journal at a time writes a file (the fence relies on the
+//! writer knowing the buffer): the writer holds an exclusive lock on `<file>-lock`, named
+//! after the file's canonical path (symlinks resolved, as SQLite resolves them for its
+//! `-wal`), and a file with more than one hard link is refused (each name would get a lock,
+//! and a write-ahead log, of its own). The file is marked with `PRAGMA application_id` and
 //! `PRAGMA user_version`; a file marked otherwise is refused and left untouched.
 
 use std::fs::{File, OpenOptions, TryLockError};
@@ -124,12 +127,20 @@ pub(super) fn open_writer(
     Ok((conn, lock))
 }
 
-/// Takes an exclusive lock on `<path>-lock` (created if needed), waiting up to
+/// Takes an exclusive lock on `<canonical path>-lock` (created if needed), waiting up to
 /// `busy_timeout` for another journal to let go of it (a journal whose last handle was just
 /// dropped does so once its queue is drained). A separate file, because SQLite's own POSIX
-/// locks on the database file would be dropped by the closing of any other handle to it.
+/// locks on the database file would be dropped by the closing of any other handle to it (and
+/// on some systems `flock` and POSIX locks on one file conflict). The lock is an `flock`-style
+/// lock of the open file: the kernel releases it when the process dies.
+///
+/// The lock is keyed by the database file's identity, not by the name it was opened under:
+/// the name is canonicalized (so a symlink, a `..` or a relative path reach the same lock),
+/// and a file with more than one hard link, whose names canonicalize differently, is refused.
 fn take_lock(path: &Path, busy_timeout: Duration) -> Result<File, JournalError> {
-    let mut lock_path = path.as_os_str().to_owned();
+    let canonical = canonical_name(path)?;
+    check_one_name(&canonical)?;
+    let mut lock_path = canonical.into_os_string();
     lock_path.push("-lock");
     let lock_path = PathBuf::from(lock_path);
     let cannot = |err: &dyn std::fmt::Display| {
@@ -156,6 +167,55 @@ fn take_lock(path: &Path, busy_timeout: Duration) -> Result<File, JournalError> 
             Err(TryLockError::Error(err)) => return Err(cannot(&err)),
         }
     }
+}
+
+/// The database file's canonical path: symlinks, `.` and `..` resolved. A file that does not
+/// exist yet is created (empty, which SQLite reads as an empty database), so that a symlink
+/// to it resolves as well.
+fn canonical_name(path: &Path) -> Result<PathBuf, JournalError> {
+    let cannot = |err: std::io::Error| {
+        JournalError::storage(None, format!("cannot open {}: {err}", path.display()))
+    };
+    match std::fs::canonicalize(path) {
+        Ok(canonical) => return Ok(canonical),
+        Err(err) if err.kind() != std::io::ErrorKind::NotFound => return Err(cannot(err)),
+        Err(_) => {}
+    }
+    OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(path)
+        .map_err(cannot)?;
+    std::fs::canonicalize(path).map_err(cannot)
+}
+
+/// Refuses a database file with more than one hard link: its names would get separate lock
+/// files (and separate write-ahead logs: SQLite calls a link count other than 1 undefined
+/// behaviour), so two journals could write it at once.
+#[cfg(unix)]
+fn check_one_name(path: &Path) -> Result<(), JournalError> {
+    use std::os::unix::fs::MetadataExt;
+    let metadata = std::fs::metadata(path).map_err(|err| {
+        JournalError::storage(None, format!("cannot open {}: {err}", path.display()))
+    })?;
+    match metadata.nlink() {
+        0 | 1 => Ok(()),
+        links => Err(JournalError::storage(
+            None,
+            format!(
+                "{} has {links} hard links: a journal file must have exactly one name (each \
+                 name would get its own lock and write-ahead log)",
+                path.display()
+            ),
+        )),
+    }
+}
+
+/// Hard links cannot be counted here with the standard library.
+#[cfg(not(unix))]
+fn check_one_name(_: &Path) -> Result<(), JournalError> {
+    Ok(())
 }
 
 /// Opens a read connection to a file [`open_writer`] has set up.

@@ -281,6 +281,7 @@ mod options;
 pub mod persistence;
 mod producer;
 pub mod protocol;
+pub mod remote;
 mod stop_signal;
 
 pub use config::{Backoff, ConsumerConfig, Limit, ProducerConfig};

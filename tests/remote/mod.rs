@@ -1,0 +1,99 @@
+//! Support for the TCP tests: nodes on 127.0.0.1, recording consumers, waiting with a deadline.
+#![allow(dead_code)] // each test binary uses a different subset
+
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use actix_delivery::remote::{Node, NodeOptions, NodeOptionsBuilder, NodeSecret};
+use actix_delivery::{ConsumerHandle, ConsumerOptions, DeliveryHandler, ReliableDelivery};
+
+pub const SECRET: &[u8] = b"test secret: 32 bytes, not real!";
+
+pub fn secret() -> NodeSecret {
+    NodeSecret::new(SECRET).unwrap()
+}
+
+/// Options for test nodes: short timeouts so that faults are detected in milliseconds.
+pub fn fast(builder: NodeOptionsBuilder) -> NodeOptionsBuilder {
+    builder
+        .heartbeat_interval(Duration::from_millis(50))
+        .idle_timeout(Duration::from_millis(500))
+        .handshake_timeout(Duration::from_millis(500))
+        .connect_timeout(Duration::from_millis(500))
+        .reconnect_backoff(Duration::from_millis(10), Duration::from_millis(100))
+}
+
+pub fn localhost() -> SocketAddr {
+    "127.0.0.1:0".parse().unwrap()
+}
+
+/// A node with the test secret listening on an ephemeral port of 127.0.0.1.
+pub async fn listening_node() -> Node {
+    let options = fast(NodeOptions::builder().secret(secret()))
+        .listen(localhost())
+        .build()
+        .unwrap();
+    Node::start(options).await.unwrap()
+}
+
+/// A node with the test secret that does not listen.
+pub async fn sending_node() -> Node {
+    let options = fast(NodeOptions::builder().secret(secret()))
+        .build()
+        .unwrap();
+    Node::start(options).await.unwrap()
+}
+
+/// How often each body was handled.
+#[derive(Clone, Default)]
+pub struct Handled<T>(pub Arc<Mutex<HashMap<T, u32>>>);
+
+impl<T: std::hash::Hash + Eq + Clone> Handled<T> {
+    pub fn record(&self, body: T) {
+        *self.0.lock().unwrap().entry(body).or_default() += 1;
+    }
+
+    pub fn distinct(&self) -> usize {
+        self.0.lock().unwrap().len()
+    }
+
+    pub fn total(&self) -> u32 {
+        self.0.lock().unwrap().values().sum()
+    }
+
+    pub fn snapshot(&self) -> HashMap<T, u32> {
+        self.0.lock().unwrap().clone()
+    }
+}
+
+/// A consumer that records every body it handles.
+pub fn recording_consumer<T>() -> (ConsumerHandle<T>, Handled<T>)
+where
+    T: std::hash::Hash + Eq + Clone + Send + 'static,
+{
+    let handled = Handled::<T>(Arc::default());
+    let record = handled.clone();
+    let consumer = ReliableDelivery::consumer(
+        ConsumerOptions::builder(DeliveryHandler::from_fn(move |body: T| {
+            record.record(body);
+            async { Ok::<(), String>(()) }
+        }))
+        .build()
+        .unwrap(),
+    );
+    (consumer, handled)
+}
+
+/// Waits (really: these tests use real sockets) until `done` holds, at most `timeout`.
+pub async fn wait_until(timeout: Duration, mut done: impl FnMut() -> bool) -> bool {
+    let deadline = Instant::now() + timeout;
+    while Instant::now() < deadline {
+        if done() {
+            return true;
+        }
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    done()
+}

@@ -97,3 +97,6 @@ pub async fn wait_until(timeout: Duration, mut done: impl FnMut() -> bool) -> bo
     }
     done()
 }
+
+pub mod proxy;
+pub mod wire;

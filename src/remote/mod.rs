@@ -76,6 +76,7 @@
 
 mod auth;
 mod backoff;
+mod body;
 mod connection;
 pub(crate) mod frame;
 #[doc(hidden)]

@@ -36,6 +36,8 @@ pub(crate) struct Outbound {
 
 struct State {
     routes: Routes<ReplyTo>,
+    /// Where bodies are encoded before they are kept.
+    scratch: Vec<u8>,
     link: Option<Arc<Link>>,
     peer: Option<NodeId>,
 }
@@ -55,6 +57,7 @@ impl Outbound {
             node,
             state: Mutex::new(State {
                 routes,
+                scratch: Vec::new(),
                 link: None,
                 peer: None,
             }),
@@ -96,7 +99,10 @@ impl Outbound {
                 self.demand.notify_one();
                 return;
             };
-            let (groups, unsendable) = encode(&mut state.routes, deliveries, &self.node);
+            let State {
+                routes, scratch, ..
+            } = &mut *state;
+            let (groups, unsendable) = encode(routes, scratch, deliveries, &self.node);
             (link, groups, unsendable)
         };
         add(&counters.deliveries_unsendable, unsendable);
@@ -316,6 +322,7 @@ impl Outbound {
 /// Returns the groups and the number of deliveries that cannot be sent.
 fn encode<T: Serialize>(
     routes: &mut Routes<ReplyTo>,
+    scratch: &mut Vec<u8>,
     deliveries: Vec<Delivery<T>>,
     node: &Shared,
 ) -> (Vec<Group>, u64) {
@@ -327,17 +334,17 @@ fn encode<T: Serialize>(
             continue;
         };
         let route = routes.route(&delivery.producer_id, delivery.incarnation, reply_to);
-        let body = route.body(delivery.seq, delivery.window_start, || {
-            encoded += 1;
-            codec::encode(&delivery.body)
+        let body = route.body(delivery.seq, delivery.window_start, scratch, |out| {
+            codec::encode_into(&delivery.body, out)
         });
-        let Ok(body) = body else {
+        let Ok((body, fresh)) = body else {
             unsendable += 1;
             node.warnings.warn(Warning::Unsendable, || {
                 "a delivery's body cannot be encoded".to_string()
             });
             continue;
         };
+        encoded += u64::from(fresh);
         let item = (delivery.seq, delivery.window_start, body);
         match groups.last_mut() {
             Some(group)

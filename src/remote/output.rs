@@ -3,10 +3,9 @@
 //! producer retransmits a dropped delivery; a dropped ACK is recovered the same way). Pure:
 //! no I/O, no runtime.
 
-use bytes::Bytes;
-
 use crate::protocol::envelope::{Ack, Incarnation};
 use crate::remote::auth::Sealer;
+use crate::remote::body::Body;
 use crate::remote::frame::{
     bytes_len, deliveries_overhead, varint_len, wire_delivery_len, AckBatch, DeliveryBatch, Frame,
     FrameError, WireDelivery, LENGTH_PREFIX, MAX_BATCH,
@@ -26,7 +25,7 @@ pub(crate) struct Pushed {
 }
 
 /// A delivery ready for the wire: seq, window start, encoded body.
-pub(crate) type Item = (u64, u64, Bytes);
+pub(crate) type Item = (u64, u64, Body);
 
 /// The queue of encoded frames of one connection.
 pub(crate) struct Output {
@@ -78,7 +77,7 @@ impl Output {
         while !rest.is_empty() {
             let (mut size, mut take) = (0, 0);
             for (seq, window_start, body) in rest.iter().take(MAX_BATCH) {
-                let len = wire_delivery_len(*seq, *window_start, body.len());
+                let len = wire_delivery_len(*seq, *window_start, body.as_slice().len());
                 if size + len > budget {
                     break;
                 }
@@ -101,7 +100,7 @@ impl Output {
                     .map(|(seq, window_start, body)| WireDelivery {
                         seq: *seq,
                         window_start: *window_start,
-                        body,
+                        body: body.as_slice(),
                     })
                     .collect(),
             });
@@ -207,7 +206,7 @@ mod tests {
 
     fn items(n: u64, body: usize) -> Vec<Item> {
         (1..=n)
-            .map(|seq| (seq, 1, Bytes::from(vec![seq as u8; body])))
+            .map(|seq| (seq, 1, Body::new(&vec![seq as u8; body])))
             .collect()
     }
 
@@ -250,7 +249,7 @@ mod tests {
     fn a_body_too_large_for_any_frame_is_dropped_alone() {
         let mut output = Output::new(1 << 20, 4096, Sealer::new(None));
         let mut batch = items(3, 10);
-        batch[1].2 = Bytes::from(vec![0; 5000]);
+        batch[1].2 = Body::new(&[0; 5000]);
         let pushed = output.push_deliveries("c", "p", Incarnation::from_u128(1), &batch);
         assert_eq!((pushed.queued, pushed.too_large), (2, 1));
     }

@@ -8,12 +8,10 @@
 //! producer's window bounds, with [`MAX_BODIES_PER_ROUTE`] as a hard stop against hand-made
 //! deliveries.
 
-use std::collections::BTreeMap;
-
-use bytes::Bytes;
 use hashlink::LruCache;
 
 use crate::protocol::envelope::{Incarnation, ProducerId};
+use crate::remote::body::{Bodies, Body};
 
 /// The most encoded bodies one route keeps; beyond it the lowest seq is forgotten (and
 /// encoded again if retransmitted).
@@ -24,39 +22,26 @@ pub(crate) const MAX_BODIES_PER_ROUTE: usize = 1 << 16;
 pub(crate) struct Route<R> {
     producer_id: ProducerId,
     reply_to: R,
-    /// Encoded bodies by seq, of messages not known to be settled.
-    bodies: BTreeMap<u64, Bytes>,
+    /// Encoded bodies of messages not known to be settled.
+    bodies: Bodies,
 }
 
 impl<R> Route<R> {
-    /// The encoded body of `seq`: the cached bytes, or `encode()`'s, which are cached. Forgets
-    /// every body below `window_start` first (the producer settled those). `encoded` counts
-    /// the calls to `encode`.
+    /// The encoded body of `seq`: the kept bytes, or `encode`'s (into `scratch`), which are
+    /// kept. Forgets every body below `window_start` first (the producer settled those).
+    /// Returns whether `encode` was called.
     ///
     /// # Errors
-    /// `encode`'s error (nothing is cached).
+    /// `encode`'s error (nothing is kept).
     pub(crate) fn body<E>(
         &mut self,
         seq: u64,
         window_start: u64,
-        encode: impl FnOnce() -> Result<Vec<u8>, E>,
-    ) -> Result<Bytes, E> {
-        while self
-            .bodies
-            .first_key_value()
-            .is_some_and(|(&first, _)| first < window_start)
-        {
-            self.bodies.pop_first();
-        }
-        if let Some(bytes) = self.bodies.get(&seq) {
-            return Ok(bytes.clone());
-        }
-        let bytes = Bytes::from(encode()?);
-        if self.bodies.len() >= MAX_BODIES_PER_ROUTE {
-            self.bodies.pop_first();
-        }
-        self.bodies.insert(seq, bytes.clone());
-        Ok(bytes)
+        scratch: &mut Vec<u8>,
+        encode: impl FnOnce(&mut Vec<u8>) -> Result<(), E>,
+    ) -> Result<(Body, bool), E> {
+        self.bodies
+            .get_or_encode(seq, window_start, MAX_BODIES_PER_ROUTE, scratch, encode)
     }
 
     /// Bodies held.
@@ -100,7 +85,7 @@ impl<R: Clone> Routes<R> {
                 Route {
                     producer_id: producer_id.clone(),
                     reply_to: reply_to.clone(),
-                    bodies: BTreeMap::new(),
+                    bodies: Bodies::default(),
                 },
             );
         }
@@ -121,7 +106,7 @@ impl<R: Clone> Routes<R> {
         if route.producer_id.as_str() != producer_id {
             return None;
         }
-        for seq in seqs {
+        for &seq in seqs {
             route.bodies.remove(seq);
         }
         Some((route.producer_id.clone(), route.reply_to.clone()))
@@ -144,10 +129,14 @@ mod tests {
 
     use super::*;
 
-    fn encode(seq: u64, count: &mut u32) -> impl FnOnce() -> Result<Vec<u8>, Infallible> + '_ {
-        move || {
+    fn encode(
+        seq: u64,
+        count: &mut u32,
+    ) -> impl FnOnce(&mut Vec<u8>) -> Result<(), Infallible> + '_ {
+        move |out| {
             *count += 1;
-            Ok(seq.to_le_bytes().to_vec())
+            out.extend_from_slice(&seq.to_le_bytes());
+            Ok(())
         }
     }
 
@@ -158,13 +147,19 @@ mod tests {
         let route = routes.route(&id, Incarnation::from_u128(1), &"reply");
         let mut encoded = 0;
         for seq in 1..=3 {
-            route.body(seq, 1, encode(seq, &mut encoded)).unwrap();
+            route
+                .body(seq, 1, &mut Vec::new(), encode(seq, &mut encoded))
+                .unwrap();
         }
-        let again = route.body(2, 1, encode(2, &mut encoded)).unwrap();
-        assert_eq!(&again[..], 2u64.to_le_bytes());
+        let (again, _) = route
+            .body(2, 1, &mut Vec::new(), encode(2, &mut encoded))
+            .unwrap();
+        assert_eq!(again.as_slice(), 2u64.to_le_bytes());
         assert_eq!(encoded, 3, "the retransmission reused the bytes");
         // window_start 3 settles 1 and 2.
-        route.body(4, 3, encode(4, &mut encoded)).unwrap();
+        route
+            .body(4, 3, &mut Vec::new(), encode(4, &mut encoded))
+            .unwrap();
         assert_eq!(route.len(), 2);
         // An ACK forgets its body and names the route's reply address.
         let (producer, reply) = routes
@@ -209,7 +204,9 @@ mod tests {
         let route = routes.route(&ProducerId::from("p"), Incarnation::from_u128(1), &());
         let mut encoded = 0;
         for seq in 1..=MAX_BODIES_PER_ROUTE as u64 + 10 {
-            route.body(seq, 1, encode(seq, &mut encoded)).unwrap();
+            route
+                .body(seq, 1, &mut Vec::new(), encode(seq, &mut encoded))
+                .unwrap();
         }
         assert_eq!(route.len(), MAX_BODIES_PER_ROUTE);
     }
@@ -218,7 +215,7 @@ mod tests {
     fn a_failed_encoding_caches_nothing() {
         let mut routes = Routes::new(1);
         let route = routes.route(&ProducerId::from("p"), Incarnation::from_u128(1), &());
-        assert_eq!(route.body(1, 1, || Err::<Vec<u8>, _>("no")), Err("no"));
+        assert_eq!(route.body(1, 1, &mut Vec::new(), |_| Err("no")), Err("no"));
         assert_eq!(route.len(), 0);
     }
 }

@@ -32,8 +32,8 @@
 //! | 1 `Challenge` | server → client | version, node id, nonce, max frame length, server proof |
 //! | 2 `Proof` | client → server | client proof |
 //! | 3 `Accepted` | server → client | — (the first tagged frame) |
-//! | 4 `Deliveries` | client → server | consumer name, producer id, incarnation, [(seq, window start, body bytes)] |
-//! | 5 `Acks` | server → client | producer id, incarnation, [seq] |
+//! | 4 `Deliveries` | client → server | consumer name, producer id, incarnation, items (seq, window start, body bytes) |
+//! | 5 `Acks` | server → client | producer id, incarnation, seqs |
 //! | 6 `Ping` | both | — |
 //!
 //! The handshake (see the `handshake` module source for the state machine):

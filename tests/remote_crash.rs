@@ -21,9 +21,7 @@ use actix_delivery::persistence::{
     recover_state, Decision, EventSourced, PersistentConfig, PersistentHandle,
 };
 use actix_delivery::remote::{Node, NodeOptions};
-use actix_delivery::{
-    ConsumerOptions, DeliveryHandler, ProducerHandle, ProducerOptions, ReliableDelivery,
-};
+use actix_delivery::{ConsumerOptions, DeliveryHandler, ProducerHandle, ReliableDelivery};
 use common::{confirm_into, Confirmations};
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
@@ -108,15 +106,6 @@ fn child_node_entry() {
     });
 }
 
-/// A port nobody listens on now.
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
 /// Collects the child's lines without blocking the test's runtime.
 async fn lines_until(
     child: &process::Child,
@@ -156,16 +145,11 @@ async fn run(
     mut after_kill: impl AsyncFnMut(u32, HashSet<u64>),
 ) -> Run {
     let mut rng = SmallRng::seed_from_u64(seed);
-    let port = free_port();
-    let addr: SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
+    let addr = remote::reusable_addr();
+    let port = addr.port();
     let node = remote::sending_node().await;
-    let producer: ProducerHandle<u64> = ReliableDelivery::producer(
-        ProducerOptions::builder(node.consumer_ref::<u64>(addr, "numbers").unwrap())
-            .window_size(32)
-            .resend_timeout(Duration::from_millis(50))
-            .build()
-            .unwrap(),
-    );
+    let producer: ProducerHandle<u64> =
+        remote::producer(node.consumer_ref::<u64>(addr, "numbers").unwrap(), 32, 50);
     let confirmations = Confirmations::<u64>::default();
     // Messages keep coming while the child is killed and restarted.
     let (sender, log) = (producer.clone(), confirmations.clone());

@@ -20,13 +20,7 @@ async fn n_messages_are_confirmed_and_none_is_lost() {
     let remote = client
         .consumer_ref::<u64>(server.local_addr().unwrap(), "numbers")
         .unwrap();
-    let producer = ReliableDelivery::producer(
-        ProducerOptions::builder(remote)
-            .window_size(64)
-            .resend_timeout(Duration::from_millis(300))
-            .build()
-            .unwrap(),
-    );
+    let producer = remote::producer(remote, 64, 300);
     let confirmations = Confirmations::<u64>::default();
     for n in 1..=N {
         producer.tell(n, confirm_into(&confirmations, n)).unwrap();
@@ -69,12 +63,10 @@ async fn acks_reach_the_right_producer_among_several() {
     let mut producers = Vec::new();
     let confirmations = Confirmations::<(u32, u64)>::default();
     for p in 0..3u32 {
-        let producer = ReliableDelivery::producer(
-            ProducerOptions::builder(client.consumer_ref::<(u32, u64)>(addr, "numbers").unwrap())
-                .window_size(16 << p)
-                .resend_timeout(Duration::from_millis(200))
-                .build()
-                .unwrap(),
+        let producer = remote::producer(
+            client.consumer_ref::<(u32, u64)>(addr, "numbers").unwrap(),
+            16 << p,
+            200,
         );
         for n in 1..=N {
             producer
@@ -83,11 +75,9 @@ async fn acks_reach_the_right_producer_among_several() {
         }
         producers.push(producer);
     }
-    let words_producer = ReliableDelivery::producer(
-        ProducerOptions::builder(client.consumer_ref::<String>(addr, "words").unwrap())
-            .build()
-            .unwrap(),
-    );
+    let words = client.consumer_ref::<String>(addr, "words").unwrap();
+    let words_producer =
+        ReliableDelivery::producer(ProducerOptions::builder(words).build().unwrap());
     let word_confirmations = Confirmations::<u64>::default();
     for n in 1..=N {
         words_producer
@@ -141,17 +131,19 @@ async fn deliveries_for_an_unknown_name_are_counted_and_never_confirmed() {
 async fn a_gone_node_costs_bounded_memory_and_delivery_resumes_when_it_returns() {
     const N: u64 = 2000;
     const WINDOW: usize = 32;
-    let first = listening_node().await;
-    let addr = first.local_addr().unwrap();
+    let addr = remote::reusable_addr();
+    let options = remote::fast(NodeOptions::builder().secret(remote::secret()))
+        .listen(addr)
+        .build()
+        .unwrap();
+    let first = Node::start(options.clone()).await.unwrap();
     let (consumer, handled_first) = recording_consumer::<u64>();
     first.expose("numbers", &consumer).unwrap();
     let client = sending_node().await;
-    let producer = ReliableDelivery::producer(
-        ProducerOptions::builder(client.consumer_ref::<u64>(addr, "numbers").unwrap())
-            .window_size(WINDOW)
-            .resend_timeout(Duration::from_millis(50))
-            .build()
-            .unwrap(),
+    let producer = remote::producer(
+        client.consumer_ref::<u64>(addr, "numbers").unwrap(),
+        WINDOW,
+        50,
     );
     let confirmations = Confirmations::<u64>::default();
     for n in 1..=N {
@@ -181,10 +173,6 @@ async fn a_gone_node_costs_bounded_memory_and_delivery_resumes_when_it_returns()
     assert_eq!(client.peer_id(addr), None);
 
     // It returns (a new process would be the same: a new node on the same address).
-    let options = remote::fast(NodeOptions::builder().secret(remote::secret()))
-        .listen(addr)
-        .build()
-        .unwrap();
     let second = Node::start(options).await.unwrap();
     let (consumer, handled_second) = recording_consumer::<u64>();
     second.expose("numbers", &consumer).unwrap();

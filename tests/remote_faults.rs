@@ -12,7 +12,6 @@ use std::collections::HashMap;
 use std::time::Duration;
 
 use actix_delivery::remote::{Node, NodeOptions};
-use actix_delivery::{ProducerOptions, ReliableDelivery};
 use common::{confirm_into, Confirmations};
 use remote::proxy::{Faults, Injected, Proxy};
 use remote::{fast, listening_node, recording_consumer, secret, wait_until};
@@ -47,12 +46,10 @@ async fn run(seed: u64) -> [u64; 6] {
         .build()
         .unwrap();
     let client = Node::start(options).await.unwrap();
-    let producer = ReliableDelivery::producer(
-        ProducerOptions::builder(client.consumer_ref::<u64>(proxy.addr, "numbers").unwrap())
-            .window_size(WINDOW)
-            .resend_timeout(Duration::from_millis(50))
-            .build()
-            .unwrap(),
+    let producer = remote::producer(
+        client.consumer_ref::<u64>(proxy.addr, "numbers").unwrap(),
+        WINDOW,
+        50,
     );
     let confirmations = Confirmations::<u64>::default();
     let mut max_in_flight = 0;

@@ -17,8 +17,9 @@ use tokio_util::codec::{FramedRead, LengthDelimitedCodec};
 use crate::remote::auth::{random_nonce, Opener, Sealer};
 use crate::remote::frame::{Frame, HANDSHAKE_MAX_FRAME};
 use crate::remote::handshake::{Client, HandshakeError, Local, Server, Session};
+use crate::remote::node::Shared;
 use crate::remote::output::Output;
-use crate::remote::stats::{add, Counters};
+use crate::remote::stats::{add, Counters, Warning};
 
 /// Frames read from a connection.
 pub(crate) type Reader = FramedRead<OwnedReadHalf, LengthDelimitedCodec>;
@@ -35,9 +36,13 @@ pub(crate) struct Link {
 }
 
 impl Link {
-    pub(crate) fn new(output: Output) -> Self {
+    /// The link of an authenticated connection: frames tagged by `sealer`, at most the smaller
+    /// of the peer's and this node's frame limit, at most `max_output_bytes` queued.
+    pub(crate) fn new(node: &Shared, sealer: Sealer, peer_max_frame_length: usize) -> Self {
+        let options = &node.options;
+        let max_frame = peer_max_frame_length.min(options.max_frame_length);
         Self {
-            output: Mutex::new(output),
+            output: Mutex::new(Output::new(options.max_output_bytes, max_frame, sealer)),
             ready: Notify::new(),
             closed: AtomicBool::new(false),
         }
@@ -109,9 +114,39 @@ pub(crate) async fn next_frame(
     Ok(frame)
 }
 
+/// Runs an authenticated connection: `read` until it ends (or the node stops), beside the
+/// writer of `link`; then closes the link and counts how it ended. `peer` names the other end
+/// in logs.
+pub(crate) async fn drive(
+    node: &Shared,
+    link: &Link,
+    writer: OwnedWriteHalf,
+    read: impl std::future::Future<Output = End>,
+    peer: &(dyn std::fmt::Display + Sync),
+) {
+    add(&node.counters.connections_open, 1);
+    let heartbeat = node.options.heartbeat_interval;
+    let end = tokio::select! {
+        () = node.cancel.cancelled() => End::Closed,
+        end = read => end,
+        () = write_loop(link, writer, heartbeat, &node.counters) => End::Closed,
+    };
+    end.count(&node.counters);
+    if matches!(end, End::Violation) {
+        node.warnings.warn(Warning::Decode, || {
+            format!("closed the connection with {peer}: a frame did not verify or decode")
+        });
+    }
+    link.close();
+    node.counters
+        .connections_open
+        .fetch_sub(1, Ordering::Relaxed);
+    log::debug!("the connection with {peer} ended: {end:?}");
+}
+
 /// Drains `link` into the socket until the link closes or a write fails; sends a heartbeat
 /// after `heartbeat` without output.
-pub(crate) async fn write_loop(
+async fn write_loop(
     link: &Link,
     mut writer: OwnedWriteHalf,
     heartbeat: Duration,

@@ -16,11 +16,10 @@ use crate::consumer::ConsumerHandle;
 use crate::message::{Deliveries, Delivery, ReplyTo};
 use crate::protocol::envelope::{Ack, ProducerId};
 use crate::remote::connection::{
-    accept_handshake, next_frame, write_loop, End, Established, Failure, Link,
+    accept_handshake, drive, next_frame, End, Established, Failure, Link,
 };
 use crate::remote::frame::{DeliveryBatch, Frame};
 use crate::remote::node::Shared;
-use crate::remote::output::Output;
 use crate::remote::stats::{add, Warning};
 
 /// Frames of one connection handed to consumers and not yet taken from their mailboxes: the
@@ -131,16 +130,13 @@ async fn serve(node: &Shared, stream: TcpStream) {
         }
     };
     add(&node.counters.connections_accepted, 1);
-    add(&node.counters.connections_open, 1);
     log::debug!("accepted node {} from {peer:?}", session.peer);
     let mut opener = session.opener;
-    let link = Arc::new(Link::new(Output::new(
-        node.options.max_output_bytes,
-        session
-            .peer_max_frame_length
-            .min(node.options.max_frame_length),
+    let link = Arc::new(Link::new(
+        node,
         session.sealer,
-    )));
+        session.peer_max_frame_length,
+    ));
     let reply_to = reply_to(node, &link);
     let read = async {
         let mut dispatching = FuturesUnordered::<Dispatched>::new();
@@ -168,22 +164,8 @@ async fn serve(node: &Shared, stream: TcpStream) {
             }
         }
     };
-    let end = tokio::select! {
-        () = node.cancel.cancelled() => End::Closed,
-        end = read => end,
-        () = write_loop(&link, writer, node.options.heartbeat_interval, &node.counters) => End::Closed,
-    };
-    end.count(&node.counters);
-    if matches!(end, End::Violation) {
-        node.warnings.warn(Warning::Decode, || {
-            format!("closed the connection from {peer:?}: a frame did not verify or decode")
-        });
-    }
-    link.close();
-    node.counters
-        .connections_open
-        .fetch_sub(1, Ordering::Relaxed);
-    log::debug!("the connection from {peer:?} ended: {end:?}");
+    let name = peer.map_or_else(|| "an unknown address".to_string(), |a| a.to_string());
+    drive(node, &link, writer, read, &name).await;
 }
 
 /// Hands a batch to its consumer. `Ok(None)`: unknown name, dropped; `Err`: a body did not

@@ -16,11 +16,11 @@ use crate::protocol::envelope::{Ack, Incarnation, ProducerId};
 use crate::remote::auth::NodeId;
 use crate::remote::backoff::Reconnect;
 use crate::remote::connection::{
-    connect_handshake, next_frame, write_loop, End, Established, Failure, Link,
+    connect_handshake, drive, next_frame, End, Established, Failure, Link,
 };
 use crate::remote::frame::Frame;
 use crate::remote::node::Shared;
-use crate::remote::output::{Item, Output};
+use crate::remote::output::Item;
 use crate::remote::routes::Routes;
 use crate::remote::stats::{add, Warning};
 
@@ -233,13 +233,11 @@ impl Outbound {
             session,
         } = established;
         let mut opener = session.opener;
-        let link = Arc::new(Link::new(Output::new(
-            node.options.max_output_bytes,
-            session
-                .peer_max_frame_length
-                .min(node.options.max_frame_length),
+        let link = Arc::new(Link::new(
+            node,
             session.sealer,
-        )));
+            session.peer_max_frame_length,
+        ));
         {
             let mut state = self.lock();
             if state.peer.is_some_and(|old| old != session.peer) {
@@ -253,7 +251,6 @@ impl Outbound {
             state.link = Some(link.clone());
         }
         add(&node.counters.connections_opened, 1);
-        add(&node.counters.connections_open, 1);
         log::debug!("connected to {} (node {})", self.addr, session.peer);
         let read = async {
             loop {
@@ -277,26 +274,8 @@ impl Outbound {
                 }
             }
         };
-        let end = tokio::select! {
-            () = node.cancel.cancelled() => End::Closed,
-            end = read => end,
-            () = write_loop(&link, writer, node.options.heartbeat_interval, &node.counters) => End::Closed,
-        };
-        end.count(&node.counters);
-        if matches!(end, End::Violation) {
-            node.warnings.warn(Warning::Decode, || {
-                format!(
-                    "closed the connection to {}: a frame did not verify or decode",
-                    self.addr
-                )
-            });
-        }
-        link.close();
+        drive(node, &link, writer, read, &self.addr).await;
         self.lock().link = None;
-        node.counters
-            .connections_open
-            .fetch_sub(1, Ordering::Relaxed);
-        log::debug!("the connection to {} ended: {end:?}", self.addr);
     }
 
     fn route_acks(&self, producer_id: &str, incarnation: Incarnation, seqs: &[u64]) {

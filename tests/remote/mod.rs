@@ -7,7 +7,10 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use actix_delivery::remote::{Node, NodeOptions, NodeOptionsBuilder, NodeSecret};
-use actix_delivery::{ConsumerHandle, ConsumerOptions, DeliveryHandler, ReliableDelivery};
+use actix_delivery::{
+    ConsumerHandle, ConsumerOptions, ConsumerRef, DeliveryHandler, ProducerHandle, ProducerOptions,
+    ReliableDelivery,
+};
 
 pub const SECRET: &[u8] = b"test secret: 32 bytes, not real!";
 
@@ -23,6 +26,28 @@ pub fn fast(builder: NodeOptionsBuilder) -> NodeOptionsBuilder {
         .handshake_timeout(Duration::from_millis(500))
         .connect_timeout(Duration::from_millis(500))
         .reconnect_backoff(Duration::from_millis(10), Duration::from_millis(100))
+}
+
+/// An address of 127.0.0.1 with a port that nothing listens on now, below the ephemeral range
+/// (32768 and up on Linux): the OS never hands it to an outgoing connection, so a test can
+/// listen on it again and again (a node that restarts on the same address).
+pub fn reusable_addr() -> SocketAddr {
+    let mut seed = u64::from(std::process::id()) << 20
+        ^ std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .subsec_nanos() as u64;
+    for _ in 0..1000 {
+        seed = seed
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
+        let port = 20_000 + (seed >> 33) % 12_000;
+        let addr: SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
+        if std::net::TcpListener::bind(addr).is_ok() {
+            return addr;
+        }
+    }
+    panic!("no free port between 20000 and 32000");
 }
 
 pub fn localhost() -> SocketAddr {
@@ -44,6 +69,21 @@ pub async fn sending_node() -> Node {
         .build()
         .unwrap();
     Node::start(options).await.unwrap()
+}
+
+/// A producer sending to `target` with this window, retransmitting every `resend_ms`.
+pub fn producer<T: Clone + Send + 'static>(
+    target: ConsumerRef<T>,
+    window: usize,
+    resend_ms: u64,
+) -> ProducerHandle<T> {
+    ReliableDelivery::producer(
+        ProducerOptions::builder(target)
+            .window_size(window)
+            .resend_timeout(Duration::from_millis(resend_ms))
+            .build()
+            .unwrap(),
+    )
 }
 
 /// How often each body was handled.

@@ -68,7 +68,9 @@ impl Shared {
     }
 }
 
-/// A process's endpoint for reliable delivery over TCP. Cheap to clone.
+/// A process's endpoint for reliable delivery over TCP. Cheap to clone. It runs until
+/// [`stop`](Node::stop) (or until the arbiter that started it stops), whether or not handles
+/// to it are left.
 ///
 /// ```no_run
 /// use actix_delivery::remote::{Node, NodeOptions, NodeSecret};

@@ -5,6 +5,7 @@
 //! ```text
 //! cargo run --release --example remote_bench                 # 200 000 messages, median of 5
 //! cargo run --release --example remote_bench -- 500000 7     # messages per run, runs
+//! REMOTE_BENCH_ONLY=256 cargo run --release --example remote_bench -- 1000000 1  # one case, to profile
 //! ```
 //!
 //! The receiving side (consumer node and consumer, or the plain reader) runs on an arbiter

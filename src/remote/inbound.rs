@@ -101,7 +101,9 @@ pub(crate) async fn listen(node: Arc<Shared>, listener: TcpListener) {
 }
 
 async fn serve(node: &Shared, stream: TcpStream) {
-    let peer = stream.peer_addr().ok();
+    let peer = stream
+        .peer_addr()
+        .map_or_else(|_| "an unknown address".to_string(), |a| a.to_string());
     let handshake = tokio::time::timeout(
         node.options.handshake_timeout,
         accept_handshake(stream, &node.local),
@@ -124,13 +126,13 @@ async fn serve(node: &Shared, stream: TcpStream) {
                 _ => "timed out".to_string(),
             };
             node.warnings.warn(Warning::Handshake, || {
-                format!("refused a connection from {peer:?}: {why}")
+                format!("refused a connection from {peer}: {why}")
             });
             return;
         }
     };
     add(&node.counters.connections_accepted, 1);
-    log::debug!("accepted node {} from {peer:?}", session.peer);
+    log::debug!("accepted node {} from {peer}", session.peer);
     let mut opener = session.opener;
     let link = Arc::new(Link::new(
         node,
@@ -164,8 +166,7 @@ async fn serve(node: &Shared, stream: TcpStream) {
             }
         }
     };
-    let name = peer.map_or_else(|| "an unknown address".to_string(), |a| a.to_string());
-    drive(node, &link, writer, read, &name).await;
+    drive(node, &link, writer, read, &peer).await;
 }
 
 /// Hands a batch to its consumer. `Ok(None)`: unknown name, dropped; `Err`: a body did not

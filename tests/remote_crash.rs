@@ -287,9 +287,11 @@ async fn with_the_persistent_consumer_no_business_event_is_stored_twice() {
     let path = dir.path().join("ledger.db");
     let stored = async |path: &std::path::Path| -> Ledger {
         let journal = SqliteJournal::open(path).await.expect("reopen the journal");
-        recover_state::<Ledger>(&journal, &ledger_id())
+        let ledger = recover_state::<Ledger>(&journal, &ledger_id())
             .await
-            .expect("recover")
+            .expect("recover");
+        journal.close().await; // releases the file's lock before the next child opens it
+        ledger
     };
     let mut committed_unconfirmed = 0;
     let run = run(seed, kills, Some(&path), async |kill, confirmed| {

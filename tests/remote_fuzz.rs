@@ -1,7 +1,11 @@
 //! The receiving pipeline (length-delimited frames, frame decoder, body decoding) fed
-//! arbitrary and mutated bytes: it never panics and allocates at most a small multiple of its
-//! input plus one `max_frame_length`, measured by a counting allocator; oversize length
-//! prefixes are refused before anything is reserved for them.
+//! arbitrary and mutated bytes: it never panics; the transport's own decoding allocates at
+//! most a small multiple of its input plus one `max_frame_length`, measured by a counting
+//! allocator; oversize length prefixes are refused before anything is reserved for them.
+//!
+//! Decoding a body adds what its type's decoder reserves: serde reserves up to 1 MiB up front
+//! for each sequence whose length prefix claims that much (`Vec<u8>` in the body type here),
+//! freed when the bytes turn out to be missing. Found by this test; documented in `remote`.
 //!
 //! `FRAME_FUZZ_CASES` sets the number of cases per property (default 4 000; CI runs 100 000).
 
@@ -52,17 +56,38 @@ static ALLOCATOR: Counting = Counting;
 const MAX_FRAME: usize = 64 * 1024;
 
 /// Runs the pipeline on `bytes`; returns the frames decoded and the peak extra heap bytes.
-fn measured(bytes: &[u8]) -> (usize, usize) {
+fn measured(bytes: &[u8], bodies: bool) -> (usize, usize) {
     let base = LIVE.with(Cell::get);
     PEAK.with(|peak| peak.set(base));
-    let decoded = receive(bytes, MAX_FRAME);
+    let decoded = receive(bytes, MAX_FRAME, bodies);
     (decoded, PEAK.with(Cell::get) - base)
 }
 
-/// What the pipeline may allocate: copies and decodings of the input, item vectors of at
+/// What the transport may allocate: copies and decodings of the input, item vectors of at
 /// most 1 024 entries, and one frame buffer of at most `max_frame_length`.
 fn bound(input: usize) -> usize {
     4 * input + MAX_FRAME + 64 * 1024
+}
+
+/// Serde's cautious preallocation for one sequence of the body type.
+const SERDE_PREALLOCATION: usize = 1 << 20;
+
+/// Checks both bounds: the transport alone, and with the bodies decoded.
+fn check(bytes: &[u8]) -> Result<(), TestCaseError> {
+    let (_, peak) = measured(bytes, false);
+    prop_assert!(
+        peak <= bound(bytes.len()),
+        "{peak} bytes for {} of input",
+        bytes.len()
+    );
+    let (_, peak) = measured(bytes, true);
+    let with_bodies = bound(bytes.len()) + SERDE_PREALLOCATION;
+    prop_assert!(
+        peak <= with_bodies,
+        "{peak} bytes for {} of input, bodies decoded",
+        bytes.len()
+    );
+    Ok(())
 }
 
 fn cases() -> u32 {
@@ -140,8 +165,7 @@ proptest! {
     fn arbitrary_bytes_never_panic_and_allocate_boundedly(
         bytes in proptest::collection::vec(any::<u8>(), 0..2048)
     ) {
-        let (_, peak) = measured(&bytes);
-        prop_assert!(peak <= bound(bytes.len()), "{peak} bytes for {} of input", bytes.len());
+        check(&bytes)?;
     }
 
     #[test]
@@ -152,14 +176,25 @@ proptest! {
         for m in &mutations {
             apply(&mut bytes, m);
         }
-        let (_, peak) = measured(&bytes);
-        prop_assert!(peak <= bound(bytes.len()), "{peak} bytes for {} of input", bytes.len());
+        check(&bytes)?;
     }
 }
 
 #[test]
+fn a_hostile_sequence_length_in_a_body_costs_one_serde_preallocation_and_no_more() {
+    // The case the fuzzer found: `0, 252` inserted into a body claims a `Vec<u8>` of
+    // 2^32 - 1 bytes (varint tag 252: a u32 follows) with a handful behind it.
+    let body = [7u8, 252, 0xff, 0xff, 0xff, 0xff, 1, 2, 3];
+    assert!(actix_delivery::codec::decode::<(u64, Vec<u8>)>(&body).is_err());
+    let mut bytes = sample_stream();
+    let at = bytes.len() / 2;
+    bytes.splice(at..at, [0, 252]);
+    check(&bytes).unwrap();
+}
+
+#[test]
 fn the_sample_decodes_whole_so_mutations_start_from_valid_frames() {
-    assert_eq!(receive(&sample_stream(), MAX_FRAME), 7);
+    assert_eq!(receive(&sample_stream(), MAX_FRAME, true), 7);
 }
 
 #[test]
@@ -167,14 +202,14 @@ fn oversize_length_prefixes_are_refused_before_allocation() {
     for claim in [u32::MAX, 1 << 30, MAX_FRAME as u32 + 1] {
         let mut bytes = claim.to_be_bytes().to_vec();
         bytes.extend_from_slice(&[0; 8]);
-        let (decoded, peak) = measured(&bytes);
+        let (decoded, peak) = measured(&bytes, true);
         assert_eq!(decoded, 0);
         assert!(peak < 1024, "{peak} bytes allocated for a claim of {claim}");
     }
     // A valid frame first, then the hostile prefix: the first one still decodes.
     let mut bytes = sample_stream();
     bytes.extend_from_slice(&u32::MAX.to_be_bytes());
-    let (decoded, peak) = measured(&bytes);
+    let (decoded, peak) = measured(&bytes, false);
     assert_eq!(decoded, 7);
     assert!(peak <= bound(bytes.len()) - MAX_FRAME);
 }

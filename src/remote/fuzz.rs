@@ -12,9 +12,10 @@ use crate::remote::frame::{
 
 /// Feeds `bytes` to what a node runs on received bytes, without authentication so that every
 /// byte reaches the decoders: the length-delimited codec limited to `max_frame_length`, the
-/// frame decoder, and the decoding of delivery bodies (as `String` and as `(u64, Vec<u8>)`).
-/// Returns how many frames decoded; stops at the first error, as a connection closes there.
-pub fn receive(bytes: &[u8], max_frame_length: usize) -> usize {
+/// frame decoder, and with `bodies` the decoding of delivery bodies (as `String` and as
+/// `(u64, Vec<u8>)`). Returns how many frames decoded; stops at the first error, as a
+/// connection closes there.
+pub fn receive(bytes: &[u8], max_frame_length: usize, bodies: bool) -> usize {
     let mut codec = LengthDelimitedCodec::builder()
         .max_frame_length(max_frame_length)
         .new_codec();
@@ -28,7 +29,7 @@ pub fn receive(bytes: &[u8], max_frame_length: usize) -> usize {
         let Ok(frame) = Frame::decode(payload) else {
             break;
         };
-        if let Frame::Deliveries(batch) = &frame {
+        if let (true, Frame::Deliveries(batch)) = (bodies, &frame) {
             for item in &batch.items {
                 let len = item.body.len() as u64;
                 let _ = codec::decode_with_limit::<String>(item.body, len);

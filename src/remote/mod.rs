@@ -58,6 +58,13 @@
 //! through and become dead letters at the consumer, exactly as in-process. Deliveries for a
 //! name not exposed are counted and dropped.
 //!
+//! One cost is the body type's, not the transport's: serde reserves up to 1 MiB up front for
+//! a sequence (`Vec<T>`, a map) whose length prefix claims that much, before it finds the
+//! bytes missing and fails (freed at once). A peer can therefore make a node reserve up to
+//! 1 MiB per sequence nested in the body type, for the moment one body is decoded. Bodies
+//! with `serde_bytes` fields or strings are not affected (their length is checked against the
+//! bytes first). The fuzz test (`tests/remote_fuzz.rs`) measures both bounds.
+//!
 //! # Bounded memory
 //!
 //! Per connection, output waits in a queue of at most `max_output_bytes`; what does not fit is

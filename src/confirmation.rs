@@ -1,5 +1,6 @@
 //! The "fires exactly once" confirmation attached to each message.
 
+use std::num::NonZeroU64;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 
 use tokio::sync::oneshot;
@@ -13,6 +14,11 @@ enum Notify {
     Nobody,
     Callback(Callback),
     Channel(oneshot::Sender<Result<(), DeliveryError>>),
+    /// A channel that is also told the message's id once a durable producer stored it.
+    StoredChannel(
+        Option<oneshot::Sender<MessageId>>,
+        oneshot::Sender<Result<(), DeliveryError>>,
+    ),
 }
 
 /// How the sender of a message learns its outcome. Fires exactly once: `Ok(())` when the
@@ -27,10 +33,8 @@ pub struct Confirmation {
     /// The message holds one permit of its producer's room (it came through a
     /// `ProducerHandle`); the producer gives it back when it settles the message.
     holds_room: bool,
-    /// A durable producer stored the message under this id.
-    message: Option<MessageId>,
-    /// Told the id once the message is stored.
-    stored: Option<oneshot::Sender<MessageId>>,
+    /// A durable producer stored the message under this id (ids start at 1).
+    message: Option<NonZeroU64>,
 }
 
 impl Confirmation {
@@ -40,7 +44,6 @@ impl Confirmation {
             notify: Notify::Nobody,
             holds_room: false,
             message: None,
-            stored: None,
         }
     }
 
@@ -50,7 +53,6 @@ impl Confirmation {
             notify: Notify::Callback(Box::new(callback)),
             holds_room: false,
             message: None,
-            stored: None,
         }
     }
 
@@ -61,7 +63,6 @@ impl Confirmation {
             notify: Notify::Channel(sender),
             holds_room: false,
             message: None,
-            stored: None,
         };
         (confirmation, receiver)
     }
@@ -73,23 +74,29 @@ impl Confirmation {
         oneshot::Receiver<MessageId>,
         oneshot::Receiver<Result<(), DeliveryError>>,
     ) {
-        let (mut confirmation, outcome) = Self::channel();
+        let (sender, outcome) = oneshot::channel();
         let (stored, id) = oneshot::channel();
-        confirmation.stored = Some(stored);
+        let confirmation = Self {
+            notify: Notify::StoredChannel(Some(stored), sender),
+            holds_room: false,
+            message: None,
+        };
         (confirmation, id, outcome)
     }
 
     /// The message was stored under `id`.
     pub(crate) fn notify_stored(&mut self, id: MessageId) {
-        self.message = Some(id);
-        if let Some(stored) = self.stored.take() {
-            let _ = stored.send(id); // the caller may have stopped waiting
+        self.message = NonZeroU64::new(id.0);
+        if let Notify::StoredChannel(stored, _) = &mut self.notify {
+            if let Some(stored) = stored.take() {
+                let _ = stored.send(id); // the caller may have stopped waiting
+            }
         }
     }
 
     /// The id a durable producer stored the message under.
     pub(crate) fn message(&self) -> Option<MessageId> {
-        self.message
+        self.message.map(|id| MessageId(id.get()))
     }
 
     /// Marks the confirmation as holding one permit of its producer's room.
@@ -117,7 +124,7 @@ impl Confirmation {
                     log::error!("a confirmation callback panicked; the producer carries on");
                 }
             }
-            Notify::Channel(sender) => {
+            Notify::Channel(sender) | Notify::StoredChannel(_, sender) => {
                 // The receiver may have been dropped (the caller stopped waiting): fine.
                 let _ = sender.send(result);
             }
@@ -142,7 +149,7 @@ impl std::fmt::Debug for Confirmation {
         let kind = match self.notify {
             Notify::Nobody => "none",
             Notify::Callback(_) => "callback",
-            Notify::Channel(_) => "channel",
+            Notify::Channel(_) | Notify::StoredChannel(..) => "channel",
         };
         f.debug_tuple("Confirmation").field(&kind).finish()
     }

@@ -165,6 +165,7 @@ impl<T: Send + 'static> ConsumerController<T> {
 
     /// Queues a completion's ACK and a handed-off outcome; returns the body of the message to
     /// run next.
+    #[inline]
     fn carry_out(&mut self, completion: Completion<T, ReplyTo>) -> Option<T> {
         if let Some(ack) = completion.ack {
             self.acks.push(ack);

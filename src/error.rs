@@ -22,8 +22,11 @@ pub enum DeliveryError {
     #[error("the producer's pending queue is full; the message was not sent")]
     QueueFull,
     /// A durable producer could not store the message, or record its settlement (the
-    /// reason). A message that was not stored is not sent; the producer stops (a `Supervisor`
-    /// restarts it on what its journal holds).
+    /// reason, naming the stream). A message settled with this error was not stored and is
+    /// not sent (when the journal's failure left that open, the restarted producer read its
+    /// journal first; only a producer gone for good before that says "may have been stored",
+    /// and then the next start of the stream sends it); the producer stops (a `Supervisor` restarts it on what its journal holds,
+    /// unless its stream was taken over by a newer producer or is corrupt).
     #[error("the durable producer's journal failed: {0}")]
     Storage(String),
     /// [`ProducerHandle::store`](crate::ProducerHandle::store) on a producer that has no

@@ -65,6 +65,12 @@ impl<T> Inbox<T> {
         Ok(())
     }
 
+    /// Takes up to `permits` of room without waiting (for messages that are held already):
+    /// how many it took.
+    pub(crate) fn take_room(&self, permits: usize) -> usize {
+        self.room.forget_permits(permits)
+    }
+
     /// Queues a message for which room was reserved. `Ok(true)` means the producer must be
     /// woken; a closed inbox hands the message back (and its room).
     pub(crate) fn push(&self, body: T, confirm: Confirmation) -> Result<bool, (T, Confirmation)> {
@@ -135,6 +141,9 @@ mod tests {
         assert_eq!(inbox.try_reserve(), Err(Refusal::Full));
         inbox.release(1);
         assert_eq!(inbox.try_reserve(), Ok(()));
+        inbox.release(2);
+        assert_eq!(inbox.take_room(3), 2, "as much as there is");
+        assert_eq!(inbox.try_reserve(), Err(Refusal::Full));
     }
 
     #[test]

@@ -101,10 +101,11 @@
 //! - **Ordered mode is strict while the window lives.** When the consumer loses a producer's
 //!   window (eviction, sweep, restart), a late copy of an earlier message, or of one its
 //!   producer already gave up or settled as stopped, can run after later ones.
-//! - **A producer that stops loses what it holds.** Unconfirmed messages of a stopped producer
-//!   are settled with [`DeliveryError::ProducerStopped`]; the consumer may or may not have
-//!   handled them. Resend them yourself if they matter. A restarted producer uses a new
-//!   incarnation, so its reused seqs are never mistaken for duplicates.
+//! - **A producer in memory loses what it holds when it stops.** Unconfirmed messages of a
+//!   stopped producer are settled with [`DeliveryError::ProducerStopped`]; the consumer may or
+//!   may not have handled them. A restarted producer uses a new incarnation, so its reused
+//!   seqs are never mistaken for duplicates. A [`durable`] producer stores its messages first
+//!   and resends them after a restart under the same incarnation and seqs.
 //! - **Don't swallow errors in the handler.** The handler's result *is* the acknowledgement.
 //!   This handler ACKs a message whose processing failed, and it is never retried:
 //!
@@ -228,6 +229,11 @@
 //! Every message's events are then stored exactly once, however often the consumer crashes.
 //! Side effects outside the journal (an email, a call to another service) still happen at
 //! least once: make them idempotent. The [`persistence`] module documents the details.
+//!
+//! On the sending side, a [`durable`] producer stores each message before sending it and
+//! resends what is unconfirmed after a crash; an entity's decision can deliver messages
+//! through an [`persistence::Outbox`], recorded with its events. Durable on both ends, delivery
+//! is effectively once across any number of crashes on either side.
 //!
 //! # Across processes
 //!

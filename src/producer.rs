@@ -44,7 +44,7 @@ pub struct ProducerController<T: Clone + Send + 'static> {
     /// The core has output to send, settle or schedule (flushed after the mailbox drain).
     pub(crate) dirty: bool,
     /// Where handles leave messages; shared with them.
-    inbox: Arc<Inbox<T>>,
+    pub(crate) inbox: Arc<Inbox<T>>,
     /// Buffer swapped with the inbox's queue and the core's (kept for its capacity).
     taken: VecDeque<(T, Confirmation)>,
     /// Settled confirmations of one flush, fired after their room was given back.
@@ -52,7 +52,7 @@ pub struct ProducerController<T: Clone + Send + 'static> {
     stop_when_idle: bool,
     /// Waiting for the producer to hold nothing unsettled ([`ProducerHandle::idle`]).
     idle_waiters: Vec<oneshot::Sender<()>>,
-    stop: StopSignal,
+    pub(crate) stop: StopSignal,
     /// The journal of a durable producer.
     pub(crate) durable: Option<Durable<T>>,
 }
@@ -111,6 +111,8 @@ impl<T: Clone + Send + 'static> ProducerController<T> {
     /// Sends what the core asks for, settles what it settled, and re-arms the timer.
     pub(crate) fn flush(&mut self, ctx: &mut Context<Self>) {
         if self.durable.is_some() {
+            // Settlements first, so that their record starts in this flush.
+            self.settle_polled();
             self.flush_durable(ctx);
         }
         if let Some(reply_to) = &self.reply_to {
@@ -142,12 +144,18 @@ impl<T: Clone + Send + 'static> ProducerController<T> {
     /// bulk), so that a confirmation callback can tell a follow-up message.
     fn settle_polled(&mut self) {
         let core = &mut self.core;
-        self.settling
-            .extend(std::iter::from_fn(|| core.poll_settled()));
         if let Some(durable) = &mut self.durable {
+            self.settling
+                .extend(std::iter::from_fn(|| core.poll_settled()));
             durable.hold_back(&mut self.settling);
+            return self.fire_settling();
         }
-        self.fire_settling();
+        // The hot path: straight from the core's queue, room counted before the callbacks.
+        let room = core.settled().filter(|c| c.holds_room()).count();
+        self.inbox.release(room);
+        while let Some((confirmation, result)) = core.poll_settled() {
+            confirmation.settle(result);
+        }
     }
 
     pub(crate) fn fire_settling(&mut self) {
@@ -225,6 +233,7 @@ impl<T: Clone + Send + 'static> Drop for ProducerController<T> {
     fn drop(&mut self) {
         // Gone for good (a restart keeps the actor): refuse whoever still waits for room.
         self.inbox.shut();
+        self.abandon_in_doubt();
     }
 }
 
@@ -235,6 +244,7 @@ impl<T: Clone + Send + 'static> Supervised for ProducerController<T> {
         self.alarm = Alarm::default();
         if self.stop.is_final() {
             self.inbox.shut();
+            self.abandon_in_doubt();
             return;
         }
         self.stop_when_idle = false;
@@ -351,6 +361,7 @@ impl<T: Clone + Send + 'static> Handler<GetProducerStats> for ProducerController
         let mut stats = self.core.stats();
         if let Some(durable) = &self.durable {
             (stats.stored, stats.resumed, stats.resumed_confirmed) = durable.counts;
+            stats.next_message_id = durable.next_message_id();
         }
         MessageResult(stats)
     }

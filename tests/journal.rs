@@ -685,7 +685,8 @@ async fn sqlite_large_appends_go_straight_to_event_journal() {
 #[tokio::test]
 async fn sqlite_a_file_is_open_in_one_journal_at_a_time() {
     let db = sqlite(SqliteOptions::default()).await;
-    let second = SqliteJournal::open(db.journal.path()).await;
+    let waiting = SqliteOptions::default().busy_timeout(Duration::from_millis(50));
+    let second = SqliteJournal::open_with(db.journal.path(), waiting.clone()).await;
     assert!(
         matches!(&second, Err(JournalError::Storage { message, .. }) if message.contains("open elsewhere")),
         "{:?}",
@@ -693,6 +694,13 @@ async fn sqlite_a_file_is_open_in_one_journal_at_a_time() {
     );
     let path = db.journal.path().to_path_buf();
     db.journal.close().await;
+    SqliteJournal::open_with(&path, waiting.clone())
+        .await
+        .unwrap()
+        .close()
+        .await;
+    // Dropping the last handle instead of closing it: the reopen waits for the release.
+    drop(SqliteJournal::open(&path).await.unwrap());
     SqliteJournal::open(&path).await.unwrap();
     drop(db.dir);
 }

@@ -9,7 +9,8 @@
 //!
 //! The storage tests make writes really fail: a size cap (SQLite `max_page_count`) stands
 //! for a full disk, and the immutable attribute (`chattr +i`, which binds root too) makes
-//! files read-only.
+//! files read-only (a user who is not root gets file permissions for the open-time case, and
+//! the write-ahead-log case is skipped with a printed reason where `chattr` cannot be used).
 
 use std::collections::BTreeMap;
 use std::fs::File;
@@ -482,32 +483,54 @@ async fn a_full_disk_fails_appends_and_acknowledges_only_what_is_stored() {
     assert_exactly(&path, &acked).await;
 }
 
-/// Makes files immutable (`chattr +i`: not even root may write them) until dropped.
-struct Immutable(Vec<PathBuf>);
+/// Makes a file read-only until dropped: immutable (`chattr +i`, which binds root and
+/// writes through descriptors already open) or, with `permissions_do`, read-only by its mode
+/// (which binds a user who is not root, for files opened afterwards). `None` when neither can
+/// be done here (not root and no `chattr`, or a file system without the attribute).
+struct ReadOnly {
+    path: PathBuf,
+    mode: Option<std::fs::Permissions>,
+}
 
-impl Immutable {
-    fn new(paths: &[&Path]) -> Self {
-        for path in paths {
-            let status = Command::new("chattr").arg("+i").arg(path).status();
-            assert!(
-                matches!(status, Ok(status) if status.success()),
-                "cannot make {} read-only (chattr +i): {status:?}",
-                path.display()
-            );
-            assert!(
-                std::fs::OpenOptions::new().append(true).open(path).is_err(),
-                "{} is still writable",
-                path.display()
-            );
+impl ReadOnly {
+    fn new(path: &Path, permissions_do: bool) -> Option<Self> {
+        let writable = || std::fs::OpenOptions::new().append(true).open(path).is_ok();
+        let chattr = Command::new("chattr").arg("+i").arg(path).status();
+        if matches!(chattr, Ok(status) if status.success()) && !writable() {
+            return Some(Self {
+                path: path.to_path_buf(),
+                mode: None,
+            });
         }
-        Self(paths.iter().map(|path| path.to_path_buf()).collect())
+        let _ = Command::new("chattr").arg("-i").arg(path).status();
+        let mode = std::fs::metadata(path).ok()?.permissions();
+        let mut read_only = mode.clone();
+        read_only.set_readonly(true);
+        if permissions_do && std::fs::set_permissions(path, read_only).is_ok() && !writable() {
+            return Some(Self {
+                path: path.to_path_buf(),
+                mode: Some(mode),
+            });
+        }
+        let _ = std::fs::set_permissions(path, mode);
+        eprintln!(
+            "skipped: cannot make {} read-only here (chattr +i needs root and a file system \
+             that has the attribute)",
+            path.display()
+        );
+        None
     }
 }
 
-impl Drop for Immutable {
+impl Drop for ReadOnly {
     fn drop(&mut self) {
-        for path in &self.0 {
-            let _ = Command::new("chattr").arg("-i").arg(path).status();
+        match &self.mode {
+            None => {
+                let _ = Command::new("chattr").arg("-i").arg(&self.path).status();
+            }
+            Some(mode) => {
+                let _ = std::fs::set_permissions(&self.path, mode.clone());
+            }
         }
     }
 }
@@ -521,7 +544,9 @@ async fn a_read_only_file_is_refused_at_open_and_left_alone() {
     journal.close().await;
     let before = std::fs::read(&path).unwrap();
     {
-        let _read_only = Immutable::new(&[&path]);
+        let Some(_read_only) = ReadOnly::new(&path, true) else {
+            return;
+        };
         let result = SqliteJournal::open(&path).await;
         assert!(
             matches!(&result, Err(JournalError::Storage { persistence_id: None, message }) if message.contains("read-only")),
@@ -544,7 +569,10 @@ async fn a_write_ahead_log_turning_read_only_fails_appends_and_loses_nothing() {
     wal.push("-wal");
     let wal = PathBuf::from(wal);
     {
-        let _read_only = Immutable::new(&[&wal]);
+        // Only the immutable attribute stops writes through the writer's open descriptor.
+        let Some(_read_only) = ReadOnly::new(&wal, false) else {
+            return;
+        };
         for (s, &count) in acked.iter().enumerate() {
             let seq = count + 1;
             let result = journal

@@ -7,7 +7,7 @@
 //! for each sequence whose length prefix claims that much (`Vec<u8>` in the body type here),
 //! freed when the bytes turn out to be missing. Found by this test; documented in `remote`.
 //!
-//! `FRAME_FUZZ_CASES` sets the number of cases per property (default 4 000; CI runs 100 000).
+//! `ACTIX_DELIVERY_FUZZ_CASES` sets the number of cases per property (default 4 000; CI runs 100 000).
 
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::cell::Cell;
@@ -91,7 +91,7 @@ fn check(bytes: &[u8]) -> Result<(), TestCaseError> {
 }
 
 fn cases() -> u32 {
-    std::env::var("FRAME_FUZZ_CASES").map_or(4000, |n| n.parse().expect("a number"))
+    std::env::var("ACTIX_DELIVERY_FUZZ_CASES").map_or(4000, |n| n.parse().expect("a number"))
 }
 
 #[derive(Clone, Debug)]

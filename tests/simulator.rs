@@ -1,14 +1,17 @@
 //! Deterministic simulation of the pure protocol cores (`ProducerCore`, `ConsumerCore`)
 //! through lossy, duplicating, reordering links with failing, slow and stuck handlers, a
-//! forger and producers sharing ids, in virtual time.
+//! forger, producers sharing ids, and durable producers and outbox lanes whose crashes lose
+//! everything not committed, in virtual time.
 //!
-//! The matrix (1 000 seeds × 200 messages, nine fault classes including a hostile
-//! `window_start` forger, shared producer ids and stuck handlers under `handler_timeout`;
-//! window sizes 1/16/64, 1–4 producers, ordered and unordered), three runs of 100 000
-//! messages, restart, eviction and sweep scenarios, a determinism check, and a proptest that
-//! shrinks failing scenarios. Rules that must hold at every consumer decision (stale
-//! deliveries held, re-ACKs only for handled keys, the waiting bound, timeouts exactly at
-//! their deadline) are checked as a run goes; the rest after it.
+//! The matrix (1 000 seeds × 200 messages, ten fault classes including a hostile
+//! `window_start` forger, shared producer ids, stuck handlers under `handler_timeout` and
+//! durable crashes; window sizes 1/16/64, 1–4 producers, ordered and unordered), three runs of
+//! 100 000 messages, restart, eviction, sweep and durable-crash scenarios, a determinism check,
+//! and a proptest that shrinks failing scenarios. Rules that must hold at every consumer
+//! decision (stale deliveries held, re-ACKs only for handled keys, the waiting bound, timeouts
+//! exactly at their deadline) and at every durable transmission (write-ahead, the stored seq,
+//! the kept incarnation, `window_start` capped at the lowest seq not durably settled, resends
+//! first) are checked as a run goes; the rest after it.
 //!
 //! A failure names the seed and prints the broken invariants, the full scenario and the
 //! trace tail. To replay one seed of a test with its whole trace:
@@ -27,7 +30,10 @@ use rand::{Rng, SeedableRng};
 
 use sim::matrix::{self, ClassTotals};
 use sim::report::{is_replay, run_all, run_checked, selected};
-use sim::scenario::{Disruption, HandlerFaults, LinkFaults, Scenario, Traffic};
+use sim::scenario::{
+    CapRule, CrashMoment, Disruption, Durability, DurableKind, HandlerFaults, LinkFaults, Scenario,
+    Traffic,
+};
 use sim::strategy::any_scenario;
 use sim::tally::Tally;
 
@@ -35,7 +41,7 @@ use sim::tally::Tally;
 const MATRIX_SEEDS: u64 = 1_000;
 /// Messages per matrix run.
 const MATRIX_MESSAGES: usize = 200;
-/// Seeds per restart, eviction and sweep test.
+/// Seeds per restart, eviction, sweep and durable-crash test.
 const DISRUPTION_SEEDS: u64 = 150;
 /// Messages of each long run.
 const LONG_RUN_MESSAGES: usize = 100_000;
@@ -200,11 +206,14 @@ fn faulty_link(drop: f64, duplicate: f64, max_latency_ms: u64) -> LinkFaults {
 }
 
 /// A matrix scenario of `seed` whose messages are never given up (so without forgeries:
-/// their victims can only settle messages by giving them up).
+/// their victims can only settle messages by giving them up), in-memory producers and no
+/// disruptions (those of the durable class are dropped).
 fn unbounded(seed: u64) -> (SmallRng, Scenario) {
     let (_, mut scenario) = matrix::scenario(seed, MATRIX_MESSAGES);
     scenario.producer.max_attempts = Limit::Unbounded;
     scenario.forgeries.clear();
+    scenario.durable = None;
+    scenario.disruptions.clear();
     (SmallRng::seed_from_u64(!seed), scenario)
 }
 
@@ -302,6 +311,105 @@ fn consumer_restarts_rerun_only_unconfirmed_or_in_transit_messages() {
     assert!(tally.reruns_in_transit > 0, "{tally}");
 }
 
+/// A matrix scenario of `seed` (unbounded attempts, no forgeries) whose producers are durable
+/// producers or outbox lanes, crashing 1–3 times at seeded moments, with offers spread over
+/// at least 2 ms gaps (so that stores and records keep starting).
+fn durable(seed: u64, cap: CapRule) -> Scenario {
+    let (mut rng, mut scenario) = unbounded(seed);
+    scenario.traffic.max_gap = scenario.traffic.max_gap.max(ms(2));
+    matrix::make_durable(&mut scenario, &mut rng, cap);
+    matrix::add_durable_crashes(&mut scenario, &mut rng, 1..=3);
+    scenario
+}
+
+/// Durable producers and outbox lanes crashing 1–3 times (mid-store, mid-record, any moment),
+/// over every matrix class that keeps attempts unbounded, with the consumer alive throughout:
+/// every message whose store committed is confirmed exactly once across its producer's lives
+/// (to its callback or the sink), none lost, none confirmed that was never stored, each key
+/// handled exactly once (the consumer recognises the resends as duplicates: the incarnation
+/// is kept), the resends go out first under their stored seqs, and nothing stalls.
+#[test]
+fn durable_crashes_lose_nothing_stored_and_the_consumer_recognises_the_resends() {
+    let Some(tally) = run_disrupted(|seed| durable(seed, CapRule::LowestNotDurablySettled)) else {
+        return;
+    };
+    assert!(tally.durable_crashes >= DISRUPTION_SEEDS, "{tally}");
+    assert!(tally.crashes_mid_store > 0, "{tally}");
+    assert!(tally.crashes_mid_record > 0, "{tally}");
+    assert!(tally.never_stored > 0 && tally.unrecorded > 0, "{tally}");
+    assert!(tally.resend_duplicates > 0 && tally.sink > 0, "{tally}");
+    assert_eq!(tally.duplicate_successes, 0, "{tally}");
+}
+
+/// A durable producer that catches up between offers (reliable 1–3 ms links, offers up to
+/// 20 ms apart, commits in 1–10 ms, window 4), crashing three times while a settlement
+/// record is in flight, its `window_start` capped by `cap`.
+fn caught_up_durable_producer(seed: u64, cap: CapRule) -> Scenario {
+    let mut rng = SmallRng::seed_from_u64(!seed);
+    let mut scenario = Scenario {
+        producer: ProducerConfig {
+            window_size: 4,
+            resend_timeout: ms(100),
+            ..ProducerConfig::default()
+        },
+        forward: LinkFaults::reliable(ms(1), ms(3)),
+        backward: LinkFaults::reliable(ms(1), ms(3)),
+        traffic: Traffic {
+            max_gap: ms(20),
+            ..Traffic::BURST
+        },
+        durable: Some(Durability {
+            kinds: vec![DurableKind::Producer],
+            commit_latency: ms(1)..=ms(10),
+            cap,
+        }),
+        ..Scenario::baseline(seed, 40)
+    };
+    for _ in 0..3 {
+        scenario.disruptions.push(Disruption::DurableCrash {
+            producer: 0,
+            after_offered: rng.random_range(2..=30),
+            moment: CrashMoment::MidRecord,
+            delay: Duration::ZERO,
+            down: ms(rng.random_range(0..=5)),
+        });
+    }
+    scenario
+}
+
+/// The cap of the lowest seq not durably settled (what `CapRule::LowestNotDurablySettled`
+/// models) keeps a producer that catches up between offers from stalling.
+#[test]
+fn a_caught_up_durable_producer_crashing_mid_record_never_stalls() {
+    let tally = run_all(
+        (0..DISRUPTION_SEEDS)
+            .map(|seed| caught_up_durable_producer(seed, CapRule::LowestNotDurablySettled)),
+    )
+    .unwrap_or_else(|message| panic!("{message}"));
+    println!("{tally}");
+    if !is_replay() {
+        assert!(tally.crashes_mid_record >= 2 * DISRUPTION_SEEDS, "{tally}");
+        assert!(
+            tally.unrecorded > 0 && tally.resend_duplicates > 0,
+            "{tally}"
+        );
+    }
+}
+
+/// The same with the cap as `src/durable/producer.rs` computes it: after a record commits,
+/// the lowest stored unsettled seq, else the next seq — which is past a store still in
+/// flight. Before the core clamped the cap at its own next seq, `window_start` then passed
+/// that store; a crash before its record, and the consumer (which lived through it) refused
+/// its resend as stale forever: 131 of the 150 seeds failed (`window_start capped`, `end`).
+#[test]
+fn a_caught_up_durable_producer_with_the_shipped_cap_never_stalls() {
+    let tally = run_all(
+        (0..DISRUPTION_SEEDS).map(|seed| caught_up_durable_producer(seed, CapRule::AsShipped)),
+    )
+    .unwrap_or_else(|message| panic!("{message}"));
+    println!("{tally}");
+}
+
 /// 1024 cases, each run with a fresh random proptest seed (`PROPTEST_CASES` overrides the
 /// count); failures are saved in `tests/simulator.proptest-regressions` and replayed first.
 fn proptest_config() -> ProptestConfig {
@@ -325,53 +433,4 @@ proptest! {
             return Err(TestCaseError::fail(message));
         }
     }
-}
-
-/// Found by the proptest (seed 5604763660857711550 in `simulator.proptest-regressions`):
-/// in ordered mode the consumer core treats the running handler as the in-progress
-/// predecessor of its producer (id, incarnation) even after that window was dropped, so the
-/// producer's fresh window admits `contiguous + 2` ahead of `contiguous + 1`. After a forged
-/// `window_start` this runs a real message before its real predecessor (the order rule
-/// exempts exactly this case). Ignored until the core compares the running message's window.
-#[test]
-#[ignore = "known core issue, reported: ordered mode counts a dropped window's running handler"]
-fn known_issue_ordered_counts_a_dropped_windows_running_handler() {
-    use actix_delivery::protocol::consumer::{ConsumerCore, HandlerOutcome, Inbound, Step};
-    use actix_delivery::protocol::envelope::{Header, Incarnation, ProducerId};
-
-    let delivery = |id: &str, seq: u64, window_start: u64| Inbound {
-        header: Header {
-            producer_id: ProducerId::from(id),
-            incarnation: Incarnation::from_u128(u128::from(id.as_bytes()[0])),
-            seq,
-            window_start,
-        },
-        body: seq,
-        reply_to: Some(()),
-    };
-    let now = std::time::Instant::now();
-    let mut consumer = ConsumerCore::new(&ConsumerConfig {
-        ordered: true,
-        max_producers: Limit::At(1),
-        ..ConsumerConfig::default()
-    });
-    // A forger speaks for p: seq 16 with window_start 16 runs.
-    assert!(matches!(
-        consumer.handle_delivery(delivery("p", 16, 16), now),
-        Step::Run(16)
-    ));
-    // q evicts p's window (and waits); p's real seq 2 evicts q's and starts a fresh window.
-    assert!(matches!(
-        consumer.handle_delivery(delivery("q", 1, 1), now),
-        Step::Hold
-    ));
-    assert!(matches!(
-        consumer.handle_delivery(delivery("p", 2, 1), now),
-        Step::Hold
-    ));
-    let done = consumer.handle_outcome(&HandlerOutcome::Succeeded, now);
-    assert_eq!(
-        done.next, None,
-        "ordered mode ran p's seq 2 although seq 1 never ran"
-    );
 }

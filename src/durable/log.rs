@@ -9,42 +9,57 @@ use serde::{Deserialize, Serialize};
 use crate::persistence::{Decision, EventSourced};
 use crate::protocol::envelope::Incarnation;
 
-/// A durable producer's journal state: who it is, the next seq, and the messages stored but
-/// not yet settled (their encoded bodies). A snapshot of it is O(unsettled).
+/// A durable producer's journal state: who it is, which opening of the stream owns it, the
+/// next seq, and the messages stored but not yet settled (their encoded bodies). A snapshot of
+/// it is O(unsettled).
 #[derive(Debug, Default, Serialize, Deserialize)]
 pub(crate) struct ProducerLog {
     identity: Option<(String, Incarnation)>,
+    /// How often the stream was opened: the latest opening owns it.
+    epoch: u64,
     /// The seq the next stored message gets (from 1).
     next_seq: u64,
     unsettled: BTreeMap<u64, Vec<u8>>,
+    /// What a recovered event contradicted: the stream is corrupt, every command is refused
+    /// (so nothing is written, and no snapshot carries it).
+    #[serde(skip)]
+    corrupt: Option<String>,
 }
 
 /// What the producer asks of its log.
 #[derive(Debug)]
 pub(crate) enum LogCommand {
-    /// Opens the stream as producer `producer_id`; a new stream takes `incarnation`.
+    /// Opens the stream as producer `producer_id` and takes it over (a new stream takes
+    /// `incarnation`).
     Open {
         producer_id: String,
         incarnation: Incarnation,
     },
-    /// Stores messages `first_seq..` (fails if another producer stored first).
+    /// Stores messages `first_seq..`, for the opening `epoch` (refused once another opening
+    /// took the stream over).
     Store {
+        epoch: u64,
         first_seq: u64,
         bodies: Vec<Vec<u8>>,
     },
     /// Records messages settled (confirmed or given up): they are not resent.
-    Settle { seqs: Vec<u64> },
+    Settle { epoch: u64, seqs: Vec<u64> },
 }
 
-#[derive(Debug, Serialize, Deserialize)]
+#[derive(Clone, Debug, Serialize, Deserialize)]
 pub(crate) enum LogEvent {
     Created {
         producer_id: String,
         incarnation: Incarnation,
     },
+    /// A producer opened the stream: from now on it is the owner.
+    Opened {
+        epoch: u64,
+    },
+    /// One message (an event each, so compaction counts messages).
     Stored {
-        first_seq: u64,
-        bodies: Vec<Vec<u8>>,
+        seq: u64,
+        body: Vec<u8>,
     },
     Settled {
         seqs: Vec<u64>,
@@ -57,6 +72,7 @@ pub(crate) enum LogReply {
     /// The stream is open: the producer's incarnation, its next seq, and the messages to send
     /// again (ascending).
     Opened {
+        epoch: u64,
         incarnation: Incarnation,
         next_seq: u64,
         unsettled: Vec<(u64, Vec<u8>)>,
@@ -65,60 +81,61 @@ pub(crate) enum LogReply {
     Done,
 }
 
+/// Why the log refused a command.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum LogRefusal {
+    /// Not this producer's stream, or not open.
+    #[error("{0}")]
+    Refused(String),
+    /// Another producer opened the stream after this one: it owns it now.
+    #[error(
+        "another producer opened this stream after this one (opening {current}, this one \
+         {ours}): the newest opener owns the stream, this one stops"
+    )]
+    TakenOver { ours: u64, current: u64 },
+    /// The recovered stream contradicts itself.
+    #[error("the stream is corrupt: {0}")]
+    Corrupt(String),
+}
+
 impl EventSourced for ProducerLog {
     type Command = LogCommand;
     type Event = LogEvent;
     type Reply = LogReply;
-    type Rejection = String;
+    type Rejection = LogRefusal;
 
-    fn decide(&self, command: &LogCommand) -> Result<Decision<Self>, String> {
+    fn decide(&self, command: &LogCommand) -> Result<Decision<Self>, LogRefusal> {
+        if let Some(reason) = &self.corrupt {
+            return Err(LogRefusal::Corrupt(reason.clone()));
+        }
         match command {
             LogCommand::Open {
                 producer_id,
                 incarnation,
-            } => match &self.identity {
-                None => Ok(Decision::persist(
-                    [LogEvent::Created {
-                        producer_id: producer_id.clone(),
-                        incarnation: *incarnation,
-                    }],
-                    LogReply::Opened {
-                        incarnation: *incarnation,
-                        next_seq: 1,
-                        unsettled: Vec::new(),
-                    },
-                )),
-                Some((owner, _)) if owner != producer_id => Err(format!(
-                    "the stream belongs to producer `{owner}`, not `{producer_id}`"
-                )),
-                Some((_, incarnation)) => Ok(Decision::reply(LogReply::Opened {
-                    incarnation: *incarnation,
-                    next_seq: self.next_seq.max(1),
-                    unsettled: self
-                        .unsettled
-                        .iter()
-                        .map(|(&s, b)| (s, b.clone()))
-                        .collect(),
-                })),
-            },
-            LogCommand::Store { first_seq, bodies } => {
-                if self.identity.is_none() {
-                    return Err("the stream is not open".into());
+            } => self.open(producer_id, *incarnation),
+            LogCommand::Store {
+                epoch,
+                first_seq,
+                bodies,
+            } => {
+                self.check_owner(*epoch)?;
+                if *first_seq != self.next_seq {
+                    return Err(LogRefusal::Refused(format!(
+                        "the producer lost track of its seqs: the stream stored up to seq {}, \
+                         the producer expected to store seq {first_seq} next",
+                        self.next_seq - 1
+                    )));
                 }
-                if *first_seq != self.next_seq.max(1) {
-                    return Err(format!(
-                        "another producer writes this stream: it stored up to seq {}, this \
-                         one expected to store seq {first_seq} next",
-                        self.next_seq.max(1) - 1
-                    ));
-                }
-                let event = LogEvent::Stored {
-                    first_seq: *first_seq,
-                    bodies: bodies.clone(),
-                };
-                Ok(Decision::persist([event], LogReply::Done))
+                let events = (*first_seq..)
+                    .zip(bodies)
+                    .map(|(seq, body)| LogEvent::Stored {
+                        seq,
+                        body: body.clone(),
+                    });
+                Ok(Decision::persist(events, LogReply::Done))
             }
-            LogCommand::Settle { seqs } => {
+            LogCommand::Settle { epoch, seqs } => {
+                self.check_owner(*epoch)?;
                 let seqs: Vec<u64> = seqs
                     .iter()
                     .copied()
@@ -135,20 +152,43 @@ impl EventSourced for ProducerLog {
         }
     }
 
+    /// A snapshot holds every unsettled message: take one only after as many writes.
+    fn snapshot_weight(&self) -> u64 {
+        self.unsettled.len() as u64
+    }
+
     fn apply(&mut self, event: &LogEvent) {
+        if self.corrupt.is_some() {
+            return;
+        }
         match event {
             LogEvent::Created {
                 producer_id,
                 incarnation,
             } => {
+                if self.identity.is_some() {
+                    return self.contradicted("the stream is created a second time".into());
+                }
                 self.identity = Some((producer_id.clone(), *incarnation));
                 self.next_seq = 1;
             }
-            LogEvent::Stored { first_seq, bodies } => {
-                for (seq, body) in (*first_seq..).zip(bodies) {
-                    self.unsettled.insert(seq, body.clone());
+            LogEvent::Opened { epoch } => {
+                if self.identity.is_none() || *epoch != self.epoch + 1 {
+                    let found = format!("opening {epoch} follows opening {}", self.epoch);
+                    return self.contradicted(found);
                 }
-                self.next_seq = first_seq + bodies.len() as u64;
+                self.epoch = *epoch;
+            }
+            LogEvent::Stored { seq, body } => {
+                if self.identity.is_none() || *seq != self.next_seq {
+                    let found = format!(
+                        "stored message {seq} follows message {}",
+                        self.next_seq.saturating_sub(1)
+                    );
+                    return self.contradicted(found);
+                }
+                self.unsettled.insert(*seq, body.clone());
+                self.next_seq = seq + 1;
             }
             LogEvent::Settled { seqs } => {
                 for seq in seqs {
@@ -159,45 +199,122 @@ impl EventSourced for ProducerLog {
     }
 }
 
+impl ProducerLog {
+    /// Opens the stream for `producer_id`, creating it if it is new: the opening takes the
+    /// stream over (a process cannot tell a live predecessor from a dead one, so the newest
+    /// opener wins and the one before it is refused at its next write).
+    fn open(
+        &self,
+        producer_id: &str,
+        incarnation: Incarnation,
+    ) -> Result<Decision<Self>, LogRefusal> {
+        let epoch = self.epoch + 1;
+        let opened = LogEvent::Opened { epoch };
+        match &self.identity {
+            None => Ok(Decision::persist(
+                [
+                    LogEvent::Created {
+                        producer_id: producer_id.to_owned(),
+                        incarnation,
+                    },
+                    opened,
+                ],
+                LogReply::Opened {
+                    epoch,
+                    incarnation,
+                    next_seq: 1,
+                    unsettled: Vec::new(),
+                },
+            )),
+            Some((owner, _)) if owner != producer_id => Err(LogRefusal::Refused(format!(
+                "the stream belongs to producer `{owner}`, not `{producer_id}`"
+            ))),
+            Some((_, incarnation)) => Ok(Decision::persist(
+                [opened],
+                LogReply::Opened {
+                    epoch,
+                    incarnation: *incarnation,
+                    next_seq: self.next_seq,
+                    unsettled: self
+                        .unsettled
+                        .iter()
+                        .map(|(&s, b)| (s, b.clone()))
+                        .collect(),
+                },
+            )),
+        }
+    }
+
+    /// Whether the opening `epoch` still owns the stream.
+    fn check_owner(&self, epoch: u64) -> Result<(), LogRefusal> {
+        if self.identity.is_none() {
+            return Err(LogRefusal::Refused("the stream is not open".into()));
+        }
+        if epoch != self.epoch {
+            return Err(LogRefusal::TakenOver {
+                ours: epoch,
+                current: self.epoch,
+            });
+        }
+        Ok(())
+    }
+
+    fn contradicted(&mut self, found: String) {
+        self.corrupt = Some(found);
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
 
     fn replay(log: &mut ProducerLog, command: &LogCommand) -> Result<LogReply, String> {
-        let decision = log.decide(command)?;
+        let decision = log.decide(command).map_err(|e| e.to_string())?;
         for event in &decision.events {
             log.apply(event);
         }
         Ok(decision.reply)
     }
 
-    fn open(log: &mut ProducerLog, id: &str, incarnation: u128) -> Result<LogReply, String> {
-        replay(
-            log,
-            &LogCommand::Open {
-                producer_id: id.into(),
-                incarnation: Incarnation::from_u128(incarnation),
-            },
-        )
+    /// Opens the stream; its epoch.
+    fn open(log: &mut ProducerLog, id: &str, incarnation: u128) -> Result<u64, String> {
+        let command = LogCommand::Open {
+            producer_id: id.into(),
+            incarnation: Incarnation::from_u128(incarnation),
+        };
+        match replay(log, &command)? {
+            LogReply::Opened { epoch, .. } => Ok(epoch),
+            LogReply::Done => unreachable!(),
+        }
+    }
+
+    fn store(epoch: u64, first_seq: u64, n: u8) -> LogCommand {
+        LogCommand::Store {
+            epoch,
+            first_seq,
+            bodies: (0..n).map(|b| vec![b]).collect(),
+        }
     }
 
     #[test]
     fn a_stream_keeps_its_incarnation_and_hands_back_what_is_unsettled() {
         let mut log = ProducerLog::default();
-        let first = open(&mut log, "p", 1).unwrap();
-        assert!(matches!(first, LogReply::Opened { next_seq: 1, .. }));
-        let store = |first_seq, n: u8| LogCommand::Store {
-            first_seq,
-            bodies: (0..n).map(|b| vec![b]).collect(),
+        assert_eq!(open(&mut log, "p", 1), Ok(1));
+        replay(&mut log, &store(1, 1, 3)).unwrap();
+        let settle = |seqs| LogCommand::Settle { epoch: 1, seqs };
+        replay(&mut log, &settle(vec![2, 99])).unwrap();
+        let reopened = LogCommand::Open {
+            producer_id: "p".into(),
+            incarnation: Incarnation::from_u128(2),
         };
-        replay(&mut log, &store(1, 3)).unwrap();
-        replay(&mut log, &LogCommand::Settle { seqs: vec![2, 99] }).unwrap();
-        match open(&mut log, "p", 2).unwrap() {
+        match replay(&mut log, &reopened).unwrap() {
             LogReply::Opened {
+                epoch,
                 incarnation,
                 next_seq,
                 unsettled,
             } => {
+                assert_eq!(epoch, 2);
                 assert_eq!(
                     incarnation,
                     Incarnation::from_u128(1),
@@ -209,25 +326,75 @@ mod tests {
             other => panic!("{other:?}"),
         }
         // Settling only what is unsettled: nothing to record otherwise.
-        let nothing = log.decide(&LogCommand::Settle { seqs: vec![2] }).unwrap();
-        assert!(nothing.events.is_empty());
+        let nothing = log.decide(&LogCommand::Settle {
+            epoch: 2,
+            seqs: vec![2],
+        });
+        assert!(nothing.unwrap().events.is_empty());
     }
 
     #[test]
-    fn a_second_writer_and_another_producer_id_are_refused_clearly() {
+    fn the_newest_opener_owns_the_stream_and_another_producer_id_is_refused() {
         let mut log = ProducerLog::default();
-        open(&mut log, "p", 1).unwrap();
-        let stored = LogCommand::Store {
-            first_seq: 1,
-            bodies: vec![vec![1]],
-        };
-        replay(&mut log, &stored).unwrap();
-        let error = replay(&mut log, &stored).unwrap_err();
+        let first = open(&mut log, "p", 1).unwrap();
+        replay(&mut log, &store(first, 1, 1)).unwrap();
+        let second = open(&mut log, "p", 1).unwrap();
+        let error = replay(&mut log, &store(first, 2, 1)).unwrap_err();
         assert!(
-            error.contains("another producer writes this stream"),
+            error.contains("opened this stream after this one"),
             "{error}"
         );
+        let settle = LogCommand::Settle {
+            epoch: first,
+            seqs: vec![1],
+        };
+        assert!(
+            replay(&mut log, &settle).is_err(),
+            "nor records settlements"
+        );
+        replay(&mut log, &store(second, 2, 1)).unwrap();
+        let error = replay(&mut log, &store(second, 2, 1)).unwrap_err();
+        assert!(error.contains("lost track of its seqs"), "{error}");
         let error = open(&mut log, "q", 1).unwrap_err();
         assert!(error.contains("belongs to producer `p`"), "{error}");
+    }
+
+    #[test]
+    fn events_that_contradict_the_stream_make_it_corrupt_and_every_command_is_refused() {
+        let created = LogEvent::Created {
+            producer_id: "p".into(),
+            incarnation: Incarnation::from_u128(1),
+        };
+        let stored = |seq| LogEvent::Stored { seq, body: vec![1] };
+        let cases = [
+            (vec![stored(1)], "stored message 1 follows message 0"),
+            (
+                vec![created.clone(), LogEvent::Opened { epoch: 1 }, stored(2)],
+                "stored message 2 follows message 0",
+            ),
+            (
+                vec![
+                    created.clone(),
+                    LogEvent::Opened { epoch: 1 },
+                    stored(1),
+                    stored(1),
+                ],
+                "stored message 1 follows message 1",
+            ),
+            (
+                vec![created.clone(), LogEvent::Opened { epoch: 2 }],
+                "opening 2 follows opening 0",
+            ),
+            (vec![created.clone(), created], "created a second time"),
+        ];
+        for (events, expected) in cases {
+            let mut log = ProducerLog::default();
+            for event in &events {
+                log.apply(event);
+            }
+            let error = open(&mut log, "p", 1).unwrap_err();
+            assert!(error.contains(expected), "{events:?}: {error}");
+            assert!(error.contains("corrupt"), "{error}");
+        }
     }
 }

@@ -18,12 +18,27 @@
 //!   [`MessageId`]; [`Stored::confirmed`] once the consumer's ACK is recorded. Confirmations of
 //!   messages sent again after a restart (their callbacks died with the previous process) go to
 //!   the optional sink as [`DurableConfirmation`]s and are counted in the producer's stats.
-//! - **A confirmation fires once the settlement is recorded**, so across crashes each message's
-//!   confirmation reaches either its callback or the sink, not both (unless the journal fails
-//!   between the ACK and the record: then the callback fires and, after the restart, the sink
-//!   may hear of the message again).
-//! - **One producer per stream.** A second live producer writing the same stream is refused at
-//!   its first write ([`DeliveryError::Storage`](crate::DeliveryError::Storage)) and stops.
+//! - **A confirmation fires once the settlement is recorded**, so across crashes a message's
+//!   confirmation reaches its callback or the sink at most once: never both (unless the journal
+//!   fails between the ACK and the record: then the callback fires and, after the restart, the
+//!   sink may hear of the message again), and not at all if the process dies between the
+//!   record's commit and the callback (the message is settled; only the report is lost).
+//! - **The newest opener owns the stream.** Each start of a durable producer opens its stream
+//!   and takes it over (a process cannot tell a live predecessor from a dead one: refusing
+//!   newcomers would block every failover). A producer whose stream was taken over is refused
+//!   at its next write by the journal's fence ([`crate::DeliveryError::Storage`], "the newest
+//!   opener owns the stream") and stops for good: it does not fight back. A stream whose events
+//!   contradict each other (corrupt) stops the producer for good too, with an error naming it.
+//! - **A store of unknown outcome waits for the truth.** When the journal fails in a way that
+//!   leaves open whether a store committed (a storage error), the producer restarts (under its
+//!   `Supervisor`) and reads the journal: a committed message is resent and its caller hears
+//!   "stored" and "confirmed" as usual; one that was not committed is settled
+//!   `DeliveryError::Storage` ("it was not stored") and never sent. A producer that does not
+//!   restart settles it `Storage` saying it may have been stored.
+//! - **Bursts are split, not refused.** One store writes as many waiting messages as fit in one
+//!   journal entry (the codec's 16 MiB); a message that cannot fit any entry is refused alone.
+//!   Resent messages hold room in the producer like new ones (`window_size + max_pending`),
+//!   so after a restart new messages wait for the resent ones (backpressure).
 //! - **Stopping keeps what is stored**: a stored message settled as `ProducerStopped` by `stop()`
 //!   is sent again by the next start of the stream.
 //! - The journal holds the producer's incarnation token: protect it like a credential.
@@ -95,7 +110,8 @@ pub struct DurableOptions {
 }
 
 impl DurableOptions {
-    /// Store in stream `stream` of `journal` (one producer per stream).
+    /// Store in stream `stream` of `journal` (one live producer per stream: the newest
+    /// opener owns it).
     pub fn new(journal: Arc<dyn Journal>, stream: PersistenceId) -> Self {
         Self {
             journal,
@@ -105,8 +121,11 @@ impl DurableOptions {
         }
     }
 
-    /// Compact after this many journal writes (stores and settlement records; default 1 000,
-    /// at least 1): a snapshot of the unsettled messages replaces the writes before it.
+    /// Compact after this many messages stored and settlement records written (default 1 000,
+    /// at least 1), and no sooner than after as many as there are unsettled messages: a
+    /// snapshot of the unsettled messages replaces what was written before it. The stream so
+    /// holds about the unsettled messages plus one interval, and compaction costs O(1) per
+    /// message.
     pub fn snapshot_every(mut self, writes: u64) -> Self {
         self.snapshot_every = writes.max(1);
         self

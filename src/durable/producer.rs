@@ -1,25 +1,43 @@
 //! The durable side of a producer: its log (a persistent actor), the messages on their way into
 //! it, and the settlements on their way into it.
 
-use std::collections::{BTreeSet, VecDeque};
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::sync::Arc;
 
 use actix::prelude::*;
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 
-use crate::codec::CodecError;
+use crate::codec::{CodecError, MAX_ENCODED_BYTES};
 use crate::config::ProducerConfig;
 use crate::confirmation::Confirmation;
-use crate::durable::log::{LogCommand, LogReply, ProducerLog};
+use crate::durable::log::{LogCommand, LogRefusal, LogReply, ProducerLog};
 use crate::durable::{DurableConfirmation, DurableOptions, MessageId};
 use crate::error::DeliveryError;
+use crate::journal::PersistenceId;
 use crate::persistence::{CommandError, PersistentConfig, PersistentHandle};
 use crate::producer::ProducerController;
 use crate::protocol::envelope::Incarnation;
 use crate::protocol::producer::ProducerCore;
 
 type Settlement = (Confirmation, Result<(), DeliveryError>);
+
+/// The most one store writes: one journal entry, below the codec's limit with room for the
+/// entry's framing. A larger burst is stored in several appends.
+const MAX_STORE_BYTES: usize = MAX_ENCODED_BYTES as usize - 4096;
+/// What one message adds to its entry besides its body (an event tag, its seq and length).
+const EVENT_OVERHEAD: usize = 32;
+/// The largest body a durable producer stores: one that fills a store alone.
+const MAX_BODY_BYTES: u64 = (MAX_STORE_BYTES - EVENT_OVERHEAD) as u64;
+
+/// A message whose store failed in a way that leaves open whether it was committed (the
+/// journal reported a storage error): the restart finds out from the journal.
+struct InDoubt<T> {
+    seq: u64,
+    body: T,
+    confirm: Confirmation,
+    reason: String,
+}
 
 /// A durable producer's storage state, owned by its controller.
 pub(crate) struct Durable<T> {
@@ -28,6 +46,8 @@ pub(crate) struct Durable<T> {
     encode: fn(&T) -> Result<Vec<u8>, CodecError>,
     decode: fn(&[u8]) -> Result<T, CodecError>,
     log: Option<PersistentHandle<ProducerLog>>,
+    /// This opening of the stream (it owns the stream until another opening takes it over).
+    epoch: u64,
     /// The seq the next stored message gets, once the log is open.
     next_seq: Option<u64>,
     /// Handed over, not stored yet.
@@ -40,6 +60,8 @@ pub(crate) struct Durable<T> {
     recording: bool,
     /// Resumed after a restart and not settled yet (their confirmations go to the sink).
     resumed: BTreeSet<u64>,
+    /// Stores of unknown outcome, kept across the restart that settles them.
+    in_doubt: Vec<InDoubt<T>>,
     /// Messages stored; resumed after a restart; confirmations of resumed ones.
     pub(crate) counts: (u64, u64, u64),
 }
@@ -49,9 +71,10 @@ impl<T: Serialize + DeserializeOwned> Durable<T> {
         Self {
             config,
             options,
-            encode: crate::codec::encode::<T>,
+            encode: |body| crate::codec::encode_with_limit(body, MAX_BODY_BYTES),
             decode: crate::codec::decode::<T>,
             log: None,
+            epoch: 0,
             next_seq: None,
             to_store: VecDeque::new(),
             storing: false,
@@ -59,6 +82,7 @@ impl<T: Serialize + DeserializeOwned> Durable<T> {
             to_record: Vec::new(),
             recording: false,
             resumed: BTreeSet::new(),
+            in_doubt: Vec::new(),
             counts: (0, 0, 0),
         }
     }
@@ -68,6 +92,12 @@ impl<T> Durable<T> {
     /// Takes messages handed to the producer: they are stored before anything else.
     pub(crate) fn accept(&mut self, messages: &mut VecDeque<(T, Confirmation)>) {
         self.to_store.append(messages);
+    }
+
+    /// The id the next stored message gets (0 until the stream is open): the next seq, less
+    /// what waits to be stored.
+    pub(crate) fn next_message_id(&self) -> u64 {
+        self.next_seq.unwrap_or(0)
     }
 
     /// Whether nothing waits to be stored or recorded.
@@ -103,6 +133,21 @@ impl<T> Durable<T> {
         let unrecorded = self.to_record.drain(..).map(|(_, settlement)| settlement);
         unstored.chain(unrecorded).collect()
     }
+
+    /// The stores of unknown outcome, settled as such: no restart will find out.
+    pub(crate) fn abandon_in_doubt(&mut self) -> Vec<Settlement> {
+        self.in_doubt
+            .drain(..)
+            .map(|doubt| {
+                let reason = format!(
+                    "{}; the message may have been stored: the next start of the stream then \
+                     sends it",
+                    doubt.reason
+                );
+                (doubt.confirm, Err(DeliveryError::Storage(reason)))
+            })
+            .collect()
+    }
 }
 
 impl<T: Clone + Send + 'static> ProducerController<T> {
@@ -130,18 +175,21 @@ impl<T: Clone + Send + 'static> ProducerController<T> {
         durable.log = Some(log);
         ctx.spawn(opened.into_actor(self).map(|reply, act, ctx| match reply {
             Ok(LogReply::Opened {
+                epoch,
                 incarnation,
                 next_seq,
                 unsettled,
-            }) => act.resume(incarnation, next_seq, unsettled, ctx),
+            }) => act.resume(epoch, incarnation, next_seq, unsettled, ctx),
             Ok(LogReply::Done) => unreachable!("Open replies Opened"),
-            Err(error) => act.fail_durable(log_error(&error), ctx),
+            Err(error) => act.fail_log(&error, ctx),
         }));
     }
 
-    /// The stream is open: the core continues the stored life and resends what is unsettled.
+    /// The stream is open: the core continues the stored life and resends what is unsettled,
+    /// and the stores of unknown outcome are settled by what the journal holds.
     fn resume(
         &mut self,
+        epoch: u64,
         incarnation: Incarnation,
         next_seq: u64,
         unsettled: Vec<(u64, Vec<u8>)>,
@@ -150,13 +198,35 @@ impl<T: Clone + Send + 'static> ProducerController<T> {
         let Some(durable) = &mut self.durable else {
             return;
         };
+        let mut in_doubt: BTreeMap<u64, InDoubt<T>> =
+            durable.in_doubt.drain(..).map(|d| (d.seq, d)).collect();
         let mut resumed = Vec::with_capacity(unsettled.len());
         for (seq, bytes) in unsettled {
+            // A store of unknown outcome that committed: its caller hears of it after all.
+            let committed =
+                in_doubt
+                    .remove(&seq)
+                    .and_then(|doubt| match (durable.encode)(&doubt.body) {
+                        Ok(stored) if stored == bytes => Some(doubt),
+                        _ => {
+                            in_doubt.insert(seq, doubt); // another message: not this one's
+                            None
+                        }
+                    });
+            if let Some(mut doubt) = committed {
+                doubt.confirm.notify_stored(MessageId(seq));
+                durable.unsettled.insert(seq);
+                resumed.push((seq, doubt.body, doubt.confirm));
+                continue;
+            }
             let body = match (durable.decode)(&bytes) {
                 Ok(body) => body,
                 Err(error) => {
-                    let reason = format!("stored message {seq} does not decode: {error}");
-                    return self.fail_durable(reason, ctx);
+                    let reason = format!(
+                        "stream `{}`: stored message {seq} does not decode: {error}",
+                        durable.options.stream
+                    );
+                    return self.fail_for_good(reason, ctx);
                 }
             };
             let mut confirm = match &durable.options.sink {
@@ -168,7 +238,21 @@ impl<T: Clone + Send + 'static> ProducerController<T> {
             durable.resumed.insert(seq);
             resumed.push((seq, body, confirm));
         }
-        durable.counts.1 += resumed.len() as u64;
+        // Resent messages hold room like new ones, so the core never holds more than its
+        // room (as far as the room allows: a smaller room than the last life's holds them all).
+        let mut room = self.inbox.take_room(durable.resumed.len());
+        for (seq, _, confirm) in &mut resumed {
+            if room > 0 && durable.resumed.contains(seq) {
+                *confirm = std::mem::replace(confirm, Confirmation::none()).holding_room();
+                room -= 1;
+            }
+        }
+        let not_stored = in_doubt.into_values().map(|doubt| {
+            let reason = format!("{}; it was not stored", doubt.reason);
+            (doubt.confirm, Err(DeliveryError::Storage(reason)))
+        });
+        self.settling.extend(not_stored);
+        durable.counts.1 += durable.resumed.len() as u64;
         if !resumed.is_empty() {
             log::info!(
                 "durable producer `{}`: sending {} stored message(s) again",
@@ -176,8 +260,11 @@ impl<T: Clone + Send + 'static> ProducerController<T> {
                 resumed.len()
             );
         }
+        durable.epoch = epoch;
         durable.next_seq = Some(next_seq);
+        // The log checked that its seqs ascend below its next seq.
         self.core = ProducerCore::resume(&durable.config, incarnation, next_seq, resumed);
+        self.fire_settling();
         self.dirty = true;
         self.flush(ctx);
     }
@@ -199,26 +286,37 @@ impl<T: Clone + Send + 'static> ProducerController<T> {
         if durable.storing || durable.to_store.is_empty() {
             return;
         }
-        let mut batch = Vec::with_capacity(durable.to_store.len());
-        let mut bodies = Vec::with_capacity(durable.to_store.len());
-        let mut unencodable = Vec::new();
-        for (body, confirm) in durable.to_store.drain(..) {
-            match (durable.encode)(&body) {
-                Ok(bytes) => {
-                    bodies.push(bytes);
+        // One journal entry: as many waiting messages as fit.
+        let (mut batch, mut bodies, mut bytes) = (Vec::new(), Vec::new(), 0);
+        while let Some((body, _)) = durable.to_store.front() {
+            let encoded = (durable.encode)(body);
+            let size = encoded.as_ref().map_or(0, |b| b.len() + EVENT_OVERHEAD);
+            if !bodies.is_empty() && bytes + size > MAX_STORE_BYTES {
+                break; // the next store takes it
+            }
+            let (body, confirm) = durable.to_store.pop_front().expect("looked at it");
+            match encoded {
+                Ok(encoded) => {
+                    bytes += size;
+                    bodies.push(encoded);
                     batch.push((body, confirm));
                 }
                 Err(error) => {
-                    unencodable.push((confirm, Err(DeliveryError::Storage(error.to_string()))));
+                    let reason = format!("the message cannot be stored: {error}");
+                    self.settling
+                        .push((confirm, Err(DeliveryError::Storage(reason))));
                 }
             }
         }
         let stored = (!batch.is_empty()).then(|| {
             durable.storing = true;
             durable.next_seq = Some(first_seq + batch.len() as u64);
-            log.ask(LogCommand::Store { first_seq, bodies })
+            log.ask(LogCommand::Store {
+                epoch: durable.epoch,
+                first_seq,
+                bodies,
+            })
         });
-        self.settling.extend(unencodable);
         self.fire_settling();
         let Some(stored) = stored else {
             return;
@@ -228,24 +326,46 @@ impl<T: Clone + Send + 'static> ProducerController<T> {
                 return;
             };
             durable.storing = false;
+            let count = batch.len() as u64;
+            let batch = (first_seq..).zip(batch);
             if let Err(error) = reply {
-                // Not stored: these messages were never sent.
-                let reason = log_error(&error);
-                let failed = batch
-                    .into_iter()
-                    .map(|(_, c)| (c, Err(DeliveryError::Storage(reason.clone()))));
-                act.settling.extend(failed);
-                return act.fail_durable(reason, ctx);
+                let reason = log_error(&durable.options.stream, &error);
+                if let CommandError::Journal(_) = error {
+                    // Perhaps committed: the restart finds out.
+                    let doubts = batch.map(|(seq, (body, confirm))| InDoubt {
+                        seq,
+                        body,
+                        confirm,
+                        reason: reason.clone(),
+                    });
+                    durable.in_doubt.extend(doubts);
+                } else {
+                    // Refused before the journal: not stored, never sent.
+                    let failed = batch.map(|(_, (_, confirm))| {
+                        (confirm, Err(DeliveryError::Storage(reason.clone())))
+                    });
+                    act.settling.extend(failed);
+                }
+                return act.fail_log(&error, ctx);
             }
-            durable.counts.0 += batch.len() as u64;
-            let mut stored = VecDeque::with_capacity(batch.len());
-            for (seq, (body, mut confirm)) in (first_seq..).zip(batch) {
+            durable.counts.0 += count;
+            for (seq, (body, mut confirm)) in batch {
                 confirm.notify_stored(MessageId(seq));
                 durable.unsettled.insert(seq);
-                stored.push_back((body, confirm));
+                if let Err((body, confirm)) = act.core.handle_stored(seq, body, confirm) {
+                    // Unreachable: the core numbers from the same next seq. Stored, so the
+                    // restart sends it (and tells its caller).
+                    let reason = format!("stored message {seq} is not the core's next seq");
+                    let doubt = InDoubt {
+                        seq,
+                        body,
+                        confirm,
+                        reason: reason.clone(),
+                    };
+                    durable.in_doubt.push(doubt);
+                    return act.fail_durable(reason, ctx);
+                }
             }
-            // The core numbers them in the same order from the same next seq.
-            act.core.handle_send_all(&mut stored);
             act.dirty = true;
             act.flush(ctx);
         }));
@@ -264,7 +384,10 @@ impl<T: Clone + Send + 'static> ProducerController<T> {
         let batch = std::mem::take(&mut durable.to_record);
         let seqs = batch.iter().map(|(seq, _)| *seq).collect();
         durable.recording = true;
-        let recorded = log.ask(LogCommand::Settle { seqs });
+        let recorded = log.ask(LogCommand::Settle {
+            epoch: durable.epoch,
+            seqs,
+        });
         ctx.spawn(recorded.into_actor(self).map(move |reply, act, ctx| {
             let Some(durable) = &mut act.durable else {
                 return;
@@ -276,8 +399,7 @@ impl<T: Clone + Send + 'static> ProducerController<T> {
                     durable.counts.2 += 1;
                 }
             }
-            let failed = reply.err().map(|error| log_error(&error));
-            if failed.is_none() {
+            if reply.is_ok() {
                 let below = durable.unsettled.first().copied().or(durable.next_seq);
                 if let Some(below) = below {
                     act.core.set_durably_settled_below(below);
@@ -287,14 +409,39 @@ impl<T: Clone + Send + 'static> ProducerController<T> {
             act.settling
                 .extend(batch.into_iter().map(|(_, settlement)| settlement));
             act.fire_settling();
-            match failed {
-                Some(reason) => act.fail_durable(reason, ctx),
-                None => {
+            match reply {
+                Err(error) => act.fail_log(&error, ctx),
+                Ok(_) => {
                     act.dirty = true;
                     act.flush(ctx);
                 }
             }
         }));
+    }
+
+    /// The log refused or failed: a restart cannot help a stream taken over or corrupt, so
+    /// the producer stops for good then; otherwise it restarts (under a `Supervisor`).
+    fn fail_log(&mut self, error: &CommandError<LogRefusal>, ctx: &mut Context<Self>) {
+        let Some(durable) = &self.durable else {
+            return;
+        };
+        let reason = log_error(&durable.options.stream, error);
+        match error {
+            CommandError::Rejected(LogRefusal::TakenOver { .. } | LogRefusal::Corrupt(_)) => {
+                self.fail_for_good(reason, ctx);
+            }
+            _ => self.fail_durable(reason, ctx),
+        }
+    }
+
+    /// As [`fail_durable`](Self::fail_durable), and the producer stays stopped.
+    fn fail_for_good(&mut self, reason: String, ctx: &mut Context<Self>) {
+        self.stop.make_final();
+        if let Some(durable) = &mut self.durable {
+            let abandoned = durable.abandon_in_doubt();
+            self.settling.extend(abandoned);
+        }
+        self.fail_durable(reason, ctx);
     }
 
     /// The journal failed: settle what was not stored with the error, and stop (a
@@ -312,7 +459,8 @@ impl<T: Clone + Send + 'static> ProducerController<T> {
         ctx.stop();
     }
 
-    /// Stops the log (restart or stop of the producer) and forgets what is in memory.
+    /// Stops the log (restart or stop of the producer) and forgets what is in memory, except
+    /// the stores of unknown outcome (the next open settles them).
     pub(crate) fn close_log(&mut self) {
         if let Some(durable) = &mut self.durable {
             let drained = durable.drain(&DeliveryError::ProducerStopped);
@@ -327,6 +475,15 @@ impl<T: Clone + Send + 'static> ProducerController<T> {
             self.settling.extend(drained);
         }
     }
+
+    /// Settles the stores of unknown outcome: the producer is gone for good.
+    pub(crate) fn abandon_in_doubt(&mut self) {
+        if let Some(durable) = &mut self.durable {
+            let abandoned = durable.abandon_in_doubt();
+            self.settling.extend(abandoned);
+            self.fire_settling();
+        }
+    }
 }
 
 /// A confirmation that tells the sink (for a message resumed after a restart).
@@ -334,9 +491,10 @@ fn sink_confirmation(sink: Recipient<DurableConfirmation>, id: MessageId) -> Con
     Confirmation::callback(move |result| sink.do_send(DurableConfirmation { id, result }))
 }
 
-fn log_error(error: &CommandError<String>) -> String {
+/// What went wrong with the log of `stream`, for callers and the log.
+fn log_error(stream: &PersistenceId, error: &CommandError<LogRefusal>) -> String {
     match error {
-        CommandError::Rejected(reason) => reason.clone(),
-        other => other.to_string(),
+        CommandError::Rejected(reason) => format!("stream `{stream}`: {reason}"),
+        other => format!("stream `{stream}`: {other}"),
     }
 }

@@ -81,6 +81,14 @@ pub trait EventSourced: Default + Serialize + DeserializeOwned + 'static {
     /// Folds one event into the state. Called for each new event right after `decide`, and
     /// for each stored event during recovery: it must not fail.
     fn apply(&mut self, event: &Self::Event);
+
+    /// How big a snapshot of this state is, in events' worth (default 0). With
+    /// `snapshot_every`, a snapshot is taken only once at least this many events came since the
+    /// last one, so writing snapshots stays proportional to writing events even for a large
+    /// state.
+    fn snapshot_weight(&self) -> u64 {
+        0
+    }
 }
 
 /// The outcome of [`EventSourced::decide`]: the events to store, the deliveries to make, and

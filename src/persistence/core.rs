@@ -261,10 +261,9 @@ impl<E: EventSourced, T> PersistentCore<E, T> {
             }
         }
         let first_seq = self.durable_seq + 1;
-        let due = self
-            .config
-            .snapshot_every
-            .is_some_and(|every| self.events_since_snapshot + batch.events >= every);
+        let due = self.config.snapshot_every.is_some_and(|every| {
+            self.events_since_snapshot + batch.events >= every.max(self.state.snapshot_weight())
+        });
         if due {
             // The state now holds exactly what is committed plus this batch.
             let seq = first_seq + batch.entries - 1;

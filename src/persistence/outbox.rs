@@ -181,9 +181,17 @@ where
             self.resume(id, incarnation, &fresh)?;
         }
         if let Some(core) = &mut self.core {
-            // Numbered in the order they were recorded, from the recorded next seq: the same
-            // seq. Room: `max_unconfirmed` bounds what a destination holds.
-            let _ = core.handle_send(message, seq);
+            // Sent under its recorded seq, never refused: `max_unconfirmed` bounds what a
+            // destination holds.
+            if core.handle_stored(seq, message, seq).is_err() {
+                // Unreachable: deliveries are recorded and committed in seq order, and the
+                // lane resumed from the recorded next seq.
+                log::error!(
+                    "outbox `{}`: delivery {seq} is not the lane's next seq: not sent",
+                    self.name
+                );
+                debug_assert!(false, "outbox lane numbering diverged at seq {seq}");
+            }
         }
         Ok(())
     }

@@ -99,9 +99,9 @@ pub struct ConsumerStats {
     /// Dedup windows dropped because their producer id had more incarnations
     /// ([`MAX_INCARNATIONS_PER_ID`](crate::protocol::dedup::MAX_INCARNATIONS_PER_ID)).
     pub replaced_incarnations: u64,
-    /// New messages from an older incarnation of a producer id long after a newer one appeared
-    /// ([`SHARED_ID_GRACE`](crate::protocol::dedup::SHARED_ID_GRACE)): a sign that several
-    /// live producers share one id (ids should be unique).
+    /// New messages that switched a producer id's incarnation while its new messages had been
+    /// alternating between incarnations for [`SHARED_ID_GRACE`](crate::protocol::dedup::SHARED_ID_GRACE)
+    /// or longer: a sign that several live producers share one id (ids should be unique).
     pub shared_id_messages: u64,
     /// Producer ids tracked right now.
     pub tracked_producers: usize,
@@ -215,13 +215,20 @@ impl<B, R> ConsumerCore<B, R> {
                 return self.dead_letter(reason, header, now);
             }
         };
-        let (_, at, lookup) = self.table.window_for(
+        let step = self.decide(header, body, reply_to, now);
+        // The lookup may have orphaned waiting messages (made stale, or their window dropped).
+        self.collect_orphans();
+        step
+    }
+
+    /// Dedup and the decision for an admitted delivery.
+    fn decide(&mut self, header: Header, body: B, reply_to: R, now: Instant) -> Step<B, R> {
+        let (window, at, lookup) = self.table.window_for(
             &header.producer_id,
             header.incarnation,
             header.window_start,
             now,
         );
-        self.collect_orphans();
         match lookup {
             Lookup::Existing
             | Lookup::Created { evicted: false }
@@ -238,7 +245,6 @@ impl<B, R> ConsumerCore<B, R> {
             }
             Lookup::NewIncarnation { replaced: true } => self.stats.replaced_incarnations += 1,
         }
-        let window = self.table.window(at).expect("window_for just made it");
         let seq = header.seq;
         if window.is_stale(seq) {
             self.stats.stale += 1;
@@ -263,9 +269,11 @@ impl<B, R> ConsumerCore<B, R> {
             self.stats.in_progress += 1;
             return Step::Hold;
         }
-        // A running seq at or below the contiguous mark (`window_start` moved past it) is no
-        // longer retained above it.
-        let running_above = running.is_some_and(|r| r.header.seq > window.contiguous());
+        // The running message counts as retained above the mark only in its own window (not
+        // in a fresh one that replaced a dropped window), and only while above the mark
+        // (`window_start` may have moved past it).
+        let running_above =
+            running.is_some_and(|r| r.window == at && r.header.seq > window.contiguous());
         let in_progress = window.waiting() + window.deferred() + usize::from(running_above);
         let gap_closing = seq == window.contiguous() + 1;
         let in_sequence = !self.ordered || seq == window.contiguous() + 1 + in_progress as u64;
@@ -300,13 +308,13 @@ impl<B, R> ConsumerCore<B, R> {
             });
             Step::Hold
         };
-        if self.table.is_superseded(at, now) {
+        if self.table.note_admitted(at, now) {
             self.stats.shared_id_messages += 1;
             if let Some(n) = self.warnings.shared_ids.record(now, 1) {
                 log::warn!(
-                    "{n} new message(s) from an older incarnation of a producer id that has a \
-                     newer one: several live producers seem to share an id (ids must be \
-                     unique per live producer)"
+                    "{n} new message(s) of a producer id whose incarnations keep alternating: \
+                     several live producers seem to share an id (ids must be unique per live \
+                     producer)"
                 );
             }
         }
@@ -538,6 +546,7 @@ impl<B, R> ConsumerCore<B, R> {
     }
 
     /// Makes the next waiting message that may still run the running one, and returns its body.
+    #[inline]
     fn start_next(&mut self, now: Instant) -> Option<B> {
         self.purge_orphans();
         while let Some(w) = self.waiting.pop_front() {
@@ -1182,8 +1191,10 @@ mod tests {
         let stats = c.stats();
         assert_eq!(stats.duplicates, 80);
         assert_eq!(stats.tracked_incarnations, 2);
-        // Incarnation 1's new messages 10 s after 2 appeared: shared id, not a straggler.
-        assert_eq!(stats.shared_id_messages, 20);
+        // Both incarnations admit new messages, seq n at n × 0.5 s (incarnation 1's activity is
+        // tracked from seq 2, once the id has two windows). Once they overlap by 10 s, every
+        // new message counts: incarnation 2 from seq 22, 1 from seq 23 (19 + 18).
+        assert_eq!(stats.shared_id_messages, 37);
     }
 
     #[test]
@@ -1368,6 +1379,40 @@ mod tests {
             run_seq(&mut c, inbound("p", 1, 1), t0 + timeout),
             Some(1),
             "retried"
+        );
+    }
+
+    #[test]
+    fn ordered_a_dropped_windows_running_message_is_no_predecessor_in_a_fresh_window() {
+        // Found by the simulator: a forger's seq 16 of p runs; q evicts p's window, p's real
+        // seq 2 then makes a fresh window. Seq 1 never ran: 2 must not be admitted.
+        let mut c = core(ConsumerConfig {
+            ordered: true,
+            max_producers: Limit::At(1),
+            ..Default::default()
+        });
+        let now = Instant::now();
+        let mut forged = inbound("p", 1, 16);
+        forged.header.window_start = 16;
+        assert_eq!(run_seq(&mut c, forged, now), Some(16));
+        assert!(matches!(
+            c.handle_delivery(inbound("q", 9, 1), now),
+            Step::Hold
+        ));
+        assert!(matches!(
+            c.handle_delivery(inbound("p", 1, 2), now),
+            Step::Hold
+        ));
+        let done = succeed(&mut c, now);
+        assert_eq!(
+            next_of(&c, done).map(|h| h.producer_id),
+            None,
+            "q's window was evicted by p's: only p's seq 2 could run, and it must not"
+        );
+        assert_eq!(
+            c.stats().refused,
+            2,
+            "p's 2 refused at arrival, q's dropped with its window"
         );
     }
 }

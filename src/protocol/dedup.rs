@@ -19,8 +19,9 @@ use crate::protocol::envelope::{Incarnation, ProducerId};
 /// producers that (mistakenly) share an id.
 pub const MAX_INCARNATIONS_PER_ID: usize = 4;
 
-/// An older incarnation of an id still sending new messages this long after a newer one
-/// appeared is no straggler of a restart: several live producers share the id.
+/// Two incarnations of one producer id that both admit new messages over an overlapping span
+/// this long are no restart (an old incarnation's stragglers overlap the new one for a moment):
+/// several live producers share the id.
 pub const SHARED_ID_GRACE: Duration = Duration::from_secs(10);
 
 /// What one producer incarnation has been handled: every seq up to `contiguous`, plus the
@@ -276,14 +277,15 @@ struct Slot<K> {
     first: ProducerWindow<K>,
     /// Rare: other incarnations (restarts, shared ids), most recently used first.
     others: Vec<ProducerWindow<K>>,
-    /// The generation and creation time of the id's newest incarnation window.
-    newest: (u64, Instant),
+    /// Only while the id has several windows: per window (generation), when it first and
+    /// last admitted a new message since then.
+    activity: Vec<(u64, Instant, Instant)>,
 }
 
 impl<K: Copy + PartialEq> Slot<K> {
-    fn new(window: ProducerWindow<K>, now: Instant) -> Self {
+    fn new(window: ProducerWindow<K>) -> Self {
         Self {
-            newest: (window.generation, now),
+            activity: Vec::new(),
             first: window,
             others: Vec::new(),
         }
@@ -323,8 +325,7 @@ impl<K: Copy + PartialEq> Slot<K> {
 
     /// Adds a new incarnation's window as the first; returns the window dropped to stay within
     /// [`MAX_INCARNATIONS_PER_ID`], if any.
-    fn push_front(&mut self, window: ProducerWindow<K>, now: Instant) -> Option<ProducerWindow<K>> {
-        self.newest = (window.generation, now);
+    fn push_front(&mut self, window: ProducerWindow<K>) -> Option<ProducerWindow<K>> {
         let previous = std::mem::replace(&mut self.first, window);
         self.others.insert(0, previous);
         (self.others.len() >= MAX_INCARNATIONS_PER_ID).then(|| self.others.pop())?
@@ -432,16 +433,49 @@ impl<K: Copy + PartialEq + Debug> DedupTable<K> {
         self.window(at).is_some()
     }
 
-    /// Whether the window `at` refers to belongs to an older incarnation of its producer id
-    /// than one that appeared at least [`SHARED_ID_GRACE`] before `now`.
-    pub fn is_superseded(&self, at: WindowRef, now: Instant) -> bool {
-        self.slots
-            .get(at.slot)
-            .and_then(Option::as_ref)
-            .is_some_and(|slot| {
-                let (generation, since) = slot.newest;
+    /// Notes that the window `at` admitted a new message at `now`. Returns whether another
+    /// incarnation of the same id has admitted new messages over a span overlapping this one's
+    /// by [`SHARED_ID_GRACE`] or more: several live producers share the id. (A restarted
+    /// producer's old incarnation overlaps the new one only by its stragglers.)
+    #[inline]
+    pub fn note_admitted(&mut self, at: WindowRef, now: Instant) -> bool {
+        let Some(slot) = self.slots.get_mut(at.slot).and_then(Option::as_mut) else {
+            return false;
+        };
+        if slot.others.is_empty() {
+            // One incarnation (the common case): nothing to compare, nothing to remember.
+            if !slot.activity.is_empty() {
+                slot.activity.clear();
+            }
+            return false;
+        }
+        Self::overlapping(slot, at, now)
+    }
+
+    fn overlapping(slot: &mut Slot<K>, at: WindowRef, now: Instant) -> bool {
+        let live: Vec<u64> = slot.windows().map(|w| w.generation).collect();
+        slot.activity
+            .retain(|(generation, _, _)| live.contains(generation));
+        let first = match slot
+            .activity
+            .iter_mut()
+            .find(|(g, _, _)| *g == at.generation)
+        {
+            Some((_, first, last)) => {
+                *last = now;
+                *first
+            }
+            None => {
+                slot.activity.push((at.generation, now, now));
+                now
+            }
+        };
+        slot.activity
+            .iter()
+            .any(|&(generation, other_first, other_last)| {
                 generation != at.generation
-                    && now.saturating_duration_since(since) >= SHARED_ID_GRACE
+                    && other_last.saturating_duration_since(first.max(other_first))
+                        >= SHARED_ID_GRACE
             })
     }
 
@@ -594,7 +628,7 @@ impl<K: Copy + PartialEq + Debug> DedupTable<K> {
                     self.next_generation += 1;
                     self.windows += 1;
                     let window = ProducerWindow::new(incarnation, generation, now);
-                    let dropped = entry.push_front(window, now);
+                    let dropped = entry.push_front(window);
                     if let Some(dropped) = &dropped {
                         self.windows -= 1;
                         self.orphaned.dropped += dropped.waiting();
@@ -611,7 +645,7 @@ impl<K: Copy + PartialEq + Debug> DedupTable<K> {
                 let window = ProducerWindow::new(incarnation, self.next_generation, now);
                 self.next_generation += 1;
                 self.windows += 1;
-                let entry = Some(Slot::new(window, now));
+                let entry = Some(Slot::new(window));
                 let slot = match self.free.pop() {
                     Some(slot) => {
                         self.slots[slot] = entry;
@@ -796,17 +830,34 @@ mod tests {
     }
 
     #[test]
-    fn superseded_means_a_newer_incarnation_appeared_a_grace_period_ago() {
+    fn only_two_incarnations_active_together_for_a_grace_period_mean_a_shared_id() {
         let mut table = Table::new(None, None);
         let t0 = Instant::now();
+        let at = |ms: u64| t0 + Duration::from_millis(ms);
         let (old, _) = window_for(&mut table, "p", 1, 1, t0);
-        let (new, _) = window_for(&mut table, "p", 2, 1, t0);
         assert!(
-            !table.is_superseded(old, t0),
-            "a straggler right after a restart"
+            !table.note_admitted(old, t0),
+            "one incarnation: nothing to compare"
         );
-        assert!(table.is_superseded(old, t0 + SHARED_ID_GRACE));
-        assert!(!table.is_superseded(new, t0 + SHARED_ID_GRACE));
+        // Restarts every 5 s, each with a second of stragglers of the previous incarnation.
+        let mut previous = old;
+        for restart in 1..=5u64 {
+            let (next, _) = window_for(&mut table, "p", restart as u32 + 1, 1, at(restart * 5_000));
+            for ms in (0..1_000).step_by(100) {
+                let now = at(restart * 5_000 + ms);
+                assert!(!table.note_admitted(next, now) && !table.note_admitted(previous, now));
+            }
+            assert!(!table.note_admitted(next, at(restart * 5_000 + 4_900)));
+            previous = next;
+        }
+        // Two live producers on one id: both keep admitting.
+        let (a, _) = window_for(&mut table, "q", 1, 1, at(0));
+        let (b, _) = window_for(&mut table, "q", 2, 1, at(0));
+        let shared: Vec<bool> = (0..30)
+            .map(|n| table.note_admitted(a, at(n * 1_000)) | table.note_admitted(b, at(n * 1_000)))
+            .collect();
+        assert!(!shared[..10].contains(&true), "not before the grace period");
+        assert!(shared[10..].iter().all(|&s| s), "all along after it");
     }
 
     #[test]

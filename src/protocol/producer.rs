@@ -42,7 +42,7 @@ pub struct ProducerStats {
     pub refused: u64,
     /// Messages in flight right now (sent, not yet ACKed).
     pub in_flight: usize,
-    /// Messages waiting for the window right now (resumed ones included).
+    /// Messages waiting for the window right now (resumed and stored ones included).
     pub queued: usize,
     /// A durable producer: messages stored in its journal.
     pub stored: u64,
@@ -50,6 +50,10 @@ pub struct ProducerStats {
     pub resumed: u64,
     /// A durable producer: resumed messages confirmed (their confirmations go to the sink).
     pub resumed_confirmed: u64,
+    /// A durable producer: the [`MessageId`](crate::durable::MessageId) its next stored
+    /// message gets (0 until its stream is open). After a restart, everything below it was
+    /// stored before.
+    pub next_message_id: u64,
 }
 
 #[derive(Debug)]
@@ -81,8 +85,9 @@ pub struct ProducerCore<T, C> {
     max_attempts: Option<u32>,
     /// Sent, un-ACKed messages in ascending seq order.
     in_flight: VecDeque<InFlight<T, C>>,
-    /// Messages of an earlier life, resumed under their own seqs: dispatched first.
-    resumed: VecDeque<(u64, T, C)>,
+    /// Messages numbered by the caller (resumed from an earlier life, or stored): dispatched
+    /// first, under their own seqs.
+    numbered: VecDeque<(u64, T, C)>,
     pending: VecDeque<(T, C)>,
     /// Every seq below this one is durably settled (`u64::MAX`: the producer is not durable,
     /// settled means settled in memory); `window_start` never exceeds it.
@@ -114,7 +119,7 @@ impl<T: Clone, C> ProducerCore<T, C> {
             backoff: config.backoff,
             max_attempts: config.max_attempts.get(),
             in_flight: VecDeque::new(),
-            resumed: VecDeque::new(),
+            numbered: VecDeque::new(),
             pending: VecDeque::new(),
             durably_settled_below: u64::MAX,
             earliest_deadline: None,
@@ -144,23 +149,24 @@ impl<T: Clone, C> ProducerCore<T, C> {
     ) -> Self {
         let mut core = Self::new(config, incarnation);
         core.next_seq = next_seq;
-        core.resumed = resumed.into_iter().collect();
+        core.numbered = resumed.into_iter().collect();
         let mut previous = 0;
-        for &(seq, _, _) in &core.resumed {
+        for &(seq, _, _) in &core.numbered {
             assert!(
                 previous < seq && seq < next_seq,
                 "resumed seqs ascend below next_seq"
             );
             previous = seq;
         }
-        core.durably_settled_below = core.resumed.front().map_or(next_seq, |&(seq, _, _)| seq);
+        core.durably_settled_below = core.numbered.front().map_or(next_seq, |&(seq, _, _)| seq);
         core
     }
 
     /// Every seq below `seq` is durably settled now (a durable producer recorded them): the
-    /// `window_start` of later transmissions may reach it.
+    /// `window_start` of later transmissions may reach it, but never a seq the core has not
+    /// been given yet (a store still in flight may be settled in nobody's journal).
     pub fn set_durably_settled_below(&mut self, seq: u64) {
-        self.durably_settled_below = seq;
+        self.durably_settled_below = seq.min(self.next_seq);
     }
 
     /// Seeds the retransmission jitter (by default from the OS CSPRNG), for reproducible
@@ -183,6 +189,23 @@ impl<T: Clone, C> ProducerCore<T, C> {
             return Err(body);
         }
         self.pending.push_back((body, confirm));
+        Ok(())
+    }
+
+    /// Accepts a message its caller numbered: a durable producer stored it under `seq`, an
+    /// outbox recorded it. It is sent under `seq`, after everything accepted before it, and is
+    /// never refused for room: it exists already, and its owner bounds what it stores. A core
+    /// fed this way takes all its new messages this way.
+    ///
+    /// # Errors
+    /// The message is handed back, untouched, if `seq` is not the seq the core would give next
+    /// (or messages of [`handle_send`](Self::handle_send) wait): the numberings diverged.
+    pub fn handle_stored(&mut self, seq: u64, body: T, confirm: C) -> Result<(), (T, C)> {
+        if seq != self.next_seq || !self.pending.is_empty() {
+            return Err((body, confirm));
+        }
+        self.next_seq += 1;
+        self.numbered.push_back((seq, body, confirm));
         Ok(())
     }
 
@@ -272,8 +295,8 @@ impl<T: Clone, C> ProducerCore<T, C> {
             self.settled
                 .push_back((m.confirm, Err(DeliveryError::ProducerStopped)));
         }
-        let resumed = self.resumed.drain(..).map(|(_, _, confirm)| confirm);
-        for confirm in resumed.chain(self.pending.drain(..).map(|(_, confirm)| confirm)) {
+        let numbered = self.numbered.drain(..).map(|(_, _, confirm)| confirm);
+        for confirm in numbered.chain(self.pending.drain(..).map(|(_, confirm)| confirm)) {
             self.settled
                 .push_back((confirm, Err(DeliveryError::ProducerStopped)));
         }
@@ -311,6 +334,11 @@ impl<T: Clone, C> ProducerCore<T, C> {
         None
     }
 
+    /// The settled confirmation tokens not polled yet, in order, without taking them.
+    pub fn settled(&self) -> impl Iterator<Item = &C> {
+        self.settled.iter().map(|(token, _)| token)
+    }
+
     /// The next settled confirmation token and its result.
     pub fn poll_settled(&mut self) -> Option<(C, Result<(), DeliveryError>)> {
         self.settled.pop_front()
@@ -336,7 +364,7 @@ impl<T: Clone, C> ProducerCore<T, C> {
     /// Whether nothing is in flight, queued or waiting to be polled.
     pub fn is_idle(&self) -> bool {
         self.in_flight.is_empty()
-            && self.resumed.is_empty()
+            && self.numbered.is_empty()
             && self.pending.is_empty()
             && self.transmit.is_empty()
             && self.settled.is_empty()
@@ -346,7 +374,7 @@ impl<T: Clone, C> ProducerCore<T, C> {
     pub fn stats(&self) -> ProducerStats {
         ProducerStats {
             in_flight: self.in_flight.len(),
-            queued: self.resumed.len() + self.pending.len(),
+            queued: self.numbered.len() + self.pending.len(),
             ..self.stats
         }
     }
@@ -364,7 +392,7 @@ impl<T: Clone, C> ProducerCore<T, C> {
 
     /// How many more messages may be queued: `max_pending` beyond the free window slots.
     fn room(&self) -> usize {
-        let held = self.in_flight.len() + self.resumed.len() + self.pending.len();
+        let held = self.in_flight.len() + self.numbered.len() + self.pending.len();
         (self.window_size.saturating_add(self.max_pending)).saturating_sub(held)
     }
 
@@ -375,11 +403,12 @@ impl<T: Clone, C> ProducerCore<T, C> {
     }
 
     fn fill_window(&mut self, now: Instant) {
-        while self.in_flight.len() < self.window_size {
-            if let Some((seq, body, confirm)) = self.resumed.pop_front() {
+        while !self.numbered.is_empty() && self.in_flight.len() < self.window_size {
+            if let Some((seq, body, confirm)) = self.numbered.pop_front() {
                 self.dispatch(seq, body, confirm, now);
-                continue;
             }
+        }
+        while self.in_flight.len() < self.window_size {
             let Some((body, confirm)) = self.pending.pop_front() else {
                 break;
             };
@@ -389,6 +418,7 @@ impl<T: Clone, C> ProducerCore<T, C> {
         }
     }
 
+    #[inline]
     fn dispatch(&mut self, seq: u64, body: T, confirm: C, now: Instant) {
         let deadline = now + retry_interval(self.resend_timeout, self.backoff, 1, &mut self.jitter);
         self.earliest_deadline = Some(self.earliest_deadline.map_or(deadline, |e| e.min(deadline)));
@@ -831,6 +861,43 @@ mod tests {
         );
     }
 
+    #[test]
+    fn stored_messages_keep_their_seqs_are_never_refused_and_follow_the_resumed_ones() {
+        let config = ProducerConfig {
+            producer_id: Some("p".into()),
+            window_size: 1,
+            max_pending: 1,
+            ..Default::default()
+        };
+        let mut c = Core::resume(&config, INCARNATION, 4, [(2, 20, 20), (3, 30, 30)]);
+        for seq in 4..=7 {
+            let body = u32::try_from(seq).unwrap() * 10;
+            assert!(c.handle_stored(seq, body, body).is_ok(), "seq {seq}");
+        }
+        assert_eq!(
+            c.stats().queued,
+            6,
+            "beyond window + max_pending: nothing refused"
+        );
+        assert_eq!(c.handle_stored(9, 90, 90), Err((90, 90)), "a gap");
+        assert_eq!(
+            c.handle_stored(7, 70, 70),
+            Err((70, 70)),
+            "a seq given already"
+        );
+        let now = Instant::now();
+        let mut sent = Vec::new();
+        for seq in 2..=7 {
+            let t = c.poll_transmit(now).unwrap();
+            sent.push((t.header.seq, t.body));
+            assert!(c.handle_ack(&ack(seq)));
+        }
+        assert_eq!(sent, [(2, 20), (3, 30), (4, 40), (5, 50), (6, 60), (7, 70)]);
+        assert!(settled(&mut c).iter().all(|(_, result)| result.is_ok()));
+        c.handle_send(80, 80).unwrap();
+        assert_eq!(c.handle_stored(8, 81, 81), Err((81, 81)), "not mixed");
+        assert_eq!(c.poll_transmit(now).map(|t| t.header.seq), Some(8));
+    }
     /// (seq, window_start) of what the core puts on the wire at `now`.
     fn transmitted_starts(c: &mut Core, now: Instant) -> Vec<(u64, u64)> {
         std::iter::from_fn(|| c.poll_transmit(now))

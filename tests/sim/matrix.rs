@@ -11,7 +11,10 @@ use rand::rngs::SmallRng;
 use rand::seq::IndexedRandom;
 use rand::{Rng, SeedableRng};
 
-use super::scenario::{Forgery, HandlerFaults, LinkFaults, Scenario, Traffic};
+use super::scenario::{
+    CapRule, CrashMoment, Disruption, Durability, DurableKind, Forgery, HandlerFaults, LinkFaults,
+    Scenario, Traffic,
+};
 use super::tally::Tally;
 
 /// Which faults a scenario injects.
@@ -42,10 +45,15 @@ pub enum FaultClass {
     /// `handler_timeout` of 200 ms, 500 ms or 2 s; 1–3 % of the runs are stuck (an hour),
     /// 1–4 % slow (just under the timeout); nothing lost, duplicated or failed.
     StuckHandler,
+    /// Durable producers and outbox lanes (journals committing in 0–1, 0–5 or 0–20 ms) crash
+    /// 1–3 times, mid-store, mid-record or at any moment, losing everything not committed, and
+    /// restart 0–50 ms later; in a third of the runs the consumer restarts too; 5–30 % loss and
+    /// 5–20 % duplication each way, offers spread over time.
+    DurableCrash,
 }
 
 impl FaultClass {
-    const ALL: [FaultClass; 9] = [
+    const ALL: [FaultClass; 10] = [
         Self::Clean,
         Self::Loss,
         Self::Duplication,
@@ -55,6 +63,7 @@ impl FaultClass {
         Self::HostileWindowStart,
         Self::SharedId,
         Self::StuckHandler,
+        Self::DurableCrash,
     ];
 }
 
@@ -63,13 +72,13 @@ const WINDOWS: [usize; 3] = [1, 16, 64];
 
 /// The scenario of `seed` with `messages` messages. The seed's low digits pick ordering,
 /// fault class, window size and producer count (1–4, at least 2 for shared ids), so that
-/// consecutive seeds cover every class and every 216 seeds every combination; the rates are
+/// consecutive seeds cover every class and every 240 seeds every combination; the rates are
 /// drawn from a generator seeded with the seed too.
 pub fn scenario(seed: u64, messages: usize) -> (FaultClass, Scenario) {
     let ordered = seed % 2 == 1;
-    let class = FaultClass::ALL[(seed / 2 % 9) as usize];
-    let window_size = WINDOWS[(seed / 18 % 3) as usize];
-    let mut producers = (seed / 54 % 4) as usize + 1;
+    let class = FaultClass::ALL[(seed / 2 % 10) as usize];
+    let window_size = WINDOWS[(seed / 20 % 3) as usize];
+    let mut producers = (seed / 60 % 4) as usize + 1;
     let mut rng = SmallRng::seed_from_u64(seed ^ 0x6d61_7472_6978);
     let ms = Duration::from_millis;
 
@@ -103,6 +112,7 @@ pub fn scenario(seed: u64, messages: usize) -> (FaultClass, Scenario) {
     let mut max_gap = ms(*[0, 2, 20].choose(&mut rng).expect("non-empty"));
     let mut shared_ids = None;
     let mut forgeries = Vec::new();
+    let mut durable_crashes = false;
     match class {
         FaultClass::Clean => {}
         FaultClass::Loss => {
@@ -175,6 +185,13 @@ pub fn scenario(seed: u64, messages: usize) -> (FaultClass, Scenario) {
             handler.slow = rng.random_range(0.01..=0.04);
             handler.slow_range = timeout * 9 / 10..=timeout - ms(1);
         }
+        FaultClass::DurableCrash => {
+            forward_drop = rng.random_range(0.05..=0.3);
+            backward_drop = rng.random_range(0.05..=0.3);
+            duplicate = (rng.random_range(0.05..=0.2), rng.random_range(0.05..=0.2));
+            max_gap = max_gap.max(ms(2));
+            durable_crashes = true;
+        }
     }
     link.drop = forward_drop;
     link.duplicate = duplicate.0;
@@ -197,7 +214,73 @@ pub fn scenario(seed: u64, messages: usize) -> (FaultClass, Scenario) {
         forgeries,
         ..Scenario::baseline(seed, messages)
     };
+    let mut scenario = scenario;
+    if durable_crashes {
+        make_durable(&mut scenario, &mut rng, CapRule::LowestNotDurablySettled);
+        add_durable_crashes(&mut scenario, &mut rng, 1..=3);
+        if rng.random_bool(1.0 / 3.0) {
+            scenario.disruptions.push(Disruption::ConsumerRestart {
+                after_handled: rng.random_range(10..=messages / 2),
+                delay: ms(rng.random_range(0..=20)),
+            });
+        }
+    }
     (class, scenario)
+}
+
+/// Makes every producer durable: a durable producer or a lane of outbox entity 0 or 1 (lanes
+/// sharing an id go to different entities: one entity's lanes share its incarnation), with
+/// journals committing within 0–1, 0–5 or 0–20 ms, `window_start` capped by `cap`.
+pub fn make_durable(scenario: &mut Scenario, rng: &mut SmallRng, cap: CapRule) {
+    let mut kinds = Vec::with_capacity(scenario.producers);
+    for producer in 0..scenario.producers {
+        let kind = if rng.random_bool(0.5) {
+            DurableKind::Producer
+        } else {
+            let entity = rng.random_range(0..2);
+            let clash = (0..producer).any(|other| {
+                scenario.id_of(other) == scenario.id_of(producer)
+                    && kinds[other] == DurableKind::Outbox { entity }
+            });
+            if clash {
+                DurableKind::Producer
+            } else {
+                DurableKind::Outbox { entity }
+            }
+        };
+        kinds.push(kind);
+    }
+    let max = Duration::from_millis(*[1, 5, 20].choose(rng).expect("non-empty"));
+    scenario.durable = Some(Durability {
+        kinds,
+        commit_latency: Duration::ZERO..=max,
+        cap,
+    });
+}
+
+/// Adds `crashes` durable crashes of random producers at random moments: each triggered by
+/// an offer within the first three quarters of its producer's messages (`Anytime`: 0–200 ms
+/// later), the producer down for 0–50 ms.
+pub fn add_durable_crashes(
+    scenario: &mut Scenario,
+    rng: &mut SmallRng,
+    crashes: std::ops::RangeInclusive<usize>,
+) {
+    let ms = Duration::from_millis;
+    for _ in 0..rng.random_range(crashes) {
+        let producer = rng.random_range(0..scenario.producers);
+        let count = scenario.messages_of(producer);
+        if count == 0 {
+            continue;
+        }
+        scenario.disruptions.push(Disruption::DurableCrash {
+            producer,
+            after_offered: rng.random_range(1..=(count * 3 / 4).max(1)),
+            moment: *CrashMoment::ALL.choose(rng).expect("non-empty"),
+            delay: ms(rng.random_range(0..=200)),
+            down: ms(rng.random_range(0..=50)),
+        });
+    }
 }
 
 /// Counts per fault class.
@@ -273,6 +356,20 @@ impl ClassTotals {
                         && t.abandoned_runs == t.handler_timeouts
                         && t.slow_completed > 0
                 }
+                FaultClass::DurableCrash => {
+                    drops > 0
+                        && dups > 0
+                        && fails == 0
+                        && t.durable_crashes >= t.runs
+                        && t.crashes_mid_store > 0
+                        && t.crashes_mid_record > 0
+                        && t.never_stored > 0
+                        && t.unrecorded > 0
+                        && t.resumed > 0
+                        && t.resend_duplicates > 0
+                        && t.sink > 0
+                        && t.consumer_restarts > 0
+                }
             };
             assert!(ok, "class {class:?} did not inject what it configures: {t}");
             let only = |what: &str, count: u64, classes: &[FaultClass]| {
@@ -282,7 +379,7 @@ impl ClassTotals {
                     "only {classes:?} may have {what}: {class:?}: {t}"
                 );
             };
-            use FaultClass::{GiveUp, HostileWindowStart, SharedId, StuckHandler};
+            use FaultClass::{DurableCrash, GiveUp, HostileWindowStart, SharedId, StuckHandler};
             only(
                 "messages given up",
                 t.given_up,
@@ -299,6 +396,11 @@ impl ClassTotals {
                 "handler timeouts or slow runs",
                 t.handler_timeouts + t.slow_completed,
                 &[StuckHandler],
+            );
+            only(
+                "durable crashes or resumed messages",
+                t.durable_crashes + t.resumed + t.never_stored,
+                &[DurableCrash],
             );
         }
     }

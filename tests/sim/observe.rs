@@ -93,12 +93,30 @@ pub struct BodyRecord {
     pub other: u32,
     /// Successful handler runs, under any key.
     pub successes: u32,
+    /// Settlements `Ok` by a core (for a durable producer these are in memory: their record
+    /// may be lost in a crash, and the message settled again after the restart).
+    pub acked: u32,
+    /// Times a producer transmitted it (first transmissions and retransmissions).
+    pub transmissions: u32,
+    /// Durable: confirmations `Ok` that went to the sink (the message was resumed after a
+    /// restart; `ok` counts those that reached the callback of the life that stored it).
+    pub sink: u32,
+    /// Durable: the seq its store committed under, and the life of its storage then.
+    pub stored: Option<(u64, u32)>,
+    /// Durable: its store had not committed when its producer crashed (never stored: the
+    /// sender got an error). Final.
+    pub never_stored: u32,
+    /// Durable: times it was resumed by a restarted producer.
+    pub resumed: u32,
+    /// Durable: the life of its storage when its confirmation fired.
+    pub confirmed_life: Option<u32>,
 }
 
 impl BodyRecord {
-    /// Final settlements (re-sent `ProducerStopped` ones are not final).
+    /// Final settlements (re-sent `ProducerStopped` ones are not final; a durable message's
+    /// loss with an uncommitted store is).
     pub fn finals(&self) -> u32 {
-        self.ok + self.gave_up + self.other
+        self.ok + self.sink + self.gave_up + self.other + self.never_stored
     }
 }
 
@@ -147,6 +165,26 @@ pub struct Observations {
     pub re_acks: u64,
     /// Consumer decisions: deliveries held (in progress or refused).
     pub holds: u64,
+    /// Durable crashes that happened.
+    pub durable_crashes: usize,
+    /// Of those, crashes while a store was in flight.
+    pub crashes_mid_store: u64,
+    /// Of those, crashes while a settlement record was in flight.
+    pub crashes_mid_record: u64,
+    /// Messages resumed by restarted durable producers.
+    pub resumed: u64,
+    /// Messages a core had settled whose record a crash lost (resumed after the restart).
+    pub unrecorded_at_crash: u64,
+    /// Arrivals of resends (a message transmitted by a later life of its storage than the one
+    /// that stored it).
+    pub resend_arrivals: u64,
+    /// Of those, the ones the consumer recognised as duplicates and re-ACKed.
+    pub resend_duplicates: u64,
+    /// ACKs that reached a producer while it was crashed (lost with it).
+    pub acks_while_down: u64,
+    /// Settlement records started only by the shell's timer when it fired with nothing to
+    /// retransmit (the settlement waited for a stale alarm: see `driver::durable_side`).
+    pub records_by_stale_alarm: u64,
     /// Rule breaks seen during the run, with the rule's name (capped at
     /// [`Observations::MAX_VIOLATIONS`]).
     pub violations: Vec<(&'static str, String)>,

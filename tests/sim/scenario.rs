@@ -1,7 +1,7 @@
 //! The configuration of one simulation run. Everything that decides what happens is in a
 //! [`Scenario`]: the seed, the settings of both cores, the producers' ids, the faults of both
-//! links and of the handler, the traffic pattern, the disruptions and the forgeries. A failing
-//! run prints it in full, so the run can be replayed exactly.
+//! links and of the handler, the traffic pattern, the disruptions, the forgeries and the
+//! durable storage. A failing run prints it in full, so the run can be replayed exactly.
 
 use std::ops::RangeInclusive;
 use std::time::Duration;
@@ -119,6 +119,89 @@ pub enum Disruption {
         /// Time between the trigger and the restart.
         delay: Duration,
     },
+    /// Once `producer` (durable) has been offered `after_offered` messages, its process
+    /// crashes at `moment`: everything not committed to its journal is lost (the durable
+    /// producer, or the whole outbox entity of the lane). It restarts `down` later, with the
+    /// same incarnation and next seq, resuming its stored unsettled messages under their seqs.
+    DurableCrash {
+        /// Index of the producer (a lane: its entity crashes).
+        producer: usize,
+        /// Offers (from 1) that trigger the crash.
+        after_offered: usize,
+        /// When the crash strikes, once triggered.
+        moment: CrashMoment,
+        /// For [`CrashMoment::Anytime`]: time between the trigger and the crash.
+        delay: Duration,
+        /// Time between the crash and the restart (offers wait for it).
+        down: Duration,
+    },
+}
+
+/// When a durable crash ([`Disruption::DurableCrash`]) strikes, once triggered.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum CrashMoment {
+    /// `delay` after the trigger, whatever is in flight then.
+    Anytime,
+    /// At a random instant while a store (a write with messages or deliveries) is in flight,
+    /// before it commits: the one in flight at the trigger, or the next one started.
+    MidStore,
+    /// At a random instant while a settlement record (a write with settlements or
+    /// confirmations) is in flight, before it commits: the one in flight at the trigger, or
+    /// the next one started.
+    MidRecord,
+}
+
+impl CrashMoment {
+    /// Every moment.
+    pub const ALL: [CrashMoment; 3] = [Self::Anytime, Self::MidStore, Self::MidRecord];
+}
+
+/// How a durable producer stores its messages (see `sim::durable`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum DurableKind {
+    /// A durable producer (`src/durable/`): its own journal; a store per burst of messages
+    /// (numbered when the store starts, handed to the core once it commits) and a settlement
+    /// record per batch of settlements, one of each in flight; confirmations fire once their
+    /// record commits; the `window_start` cap is set after each record commits.
+    Producer,
+    /// A lane of the outbox of persistent entity `entity` (`src/persistence/outbox.rs`): the
+    /// entity's lanes share its journal, its incarnation and its crashes; each offer is a
+    /// decision whose delivery is numbered when it is decided and handed to the lane's core
+    /// once its append commits; confirmations ride in the entity's next append (one append
+    /// in flight); the cap is set after every flush of the lanes.
+    Outbox {
+        /// The entity (several lanes may belong to one).
+        entity: usize,
+    },
+}
+
+/// How a durable producer's shell computes the lowest seq not durably settled, the cap of its
+/// `window_start` (`ProducerCore::set_durably_settled_below`), after a record commits.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum CapRule {
+    /// As `src/durable/producer.rs` does: the lowest stored seq whose settlement is not
+    /// recorded, else the next seq to number. While a store is in flight the next seq is
+    /// already past it; the core clamps the cap at its own next seq, without which
+    /// `window_start` would pass that store's seqs and a crash before their record would make
+    /// the consumer refuse their resends as stale forever.
+    AsShipped,
+    /// The lowest seq not durably settled: as `AsShipped`, but never past the first seq of a
+    /// store still in flight (the outbox's rule: its uncommitted deliveries count as
+    /// unconfirmed).
+    LowestNotDurablySettled,
+}
+
+/// Durable storage for every producer of a scenario: journals with a commit latency, and
+/// crashes that lose everything not committed ([`Disruption::DurableCrash`]).
+#[derive(Clone, Debug, PartialEq)]
+pub struct Durability {
+    /// How each producer stores its messages (one per producer).
+    pub kinds: Vec<DurableKind>,
+    /// Each write of a journal commits this long after it starts (drawn uniformly); a
+    /// journal commits one write at a time, in the order they were issued.
+    pub commit_latency: RangeInclusive<Duration>,
+    /// How durable producers (not outbox lanes) cap `window_start`.
+    pub cap: CapRule,
 }
 
 /// A forger that holds the id and the current incarnation of producer `victim` (anyone who
@@ -181,6 +264,9 @@ pub struct Scenario {
     pub disruptions: Vec<Disruption>,
     /// Forged deliveries during the run.
     pub forgeries: Vec<Forgery>,
+    /// `Some`: the producers are durable (then attempts are unbounded and producers restart
+    /// only by [`Disruption::DurableCrash`]).
+    pub durable: Option<Durability>,
 }
 
 impl Scenario {
@@ -202,7 +288,13 @@ impl Scenario {
             traffic: Traffic::BURST,
             disruptions: Vec::new(),
             forgeries: Vec::new(),
+            durable: None,
         }
+    }
+
+    /// How producer `producer` stores its messages (`None`: in memory only).
+    pub fn durable_kind(&self, producer: usize) -> Option<DurableKind> {
+        self.durable.as_ref().map(|d| d.kinds[producer])
     }
 
     /// How many messages producer `producer` sends.
@@ -272,7 +364,8 @@ impl Scenario {
 
     /// Whether the consumer keeps every dedup window it needs for the whole run: no restart
     /// on either side and no window lost. Only then must each message's handler succeed
-    /// exactly once.
+    /// exactly once. A durable crash is no restart here: the producer keeps its incarnation
+    /// and seqs, so the consumer's window still recognises what it handled.
     pub fn dedup_is_kept(&self) -> bool {
         !self.restarts_producers() && !self.restarts_consumer() && !self.windows_can_vanish()
     }

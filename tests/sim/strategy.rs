@@ -1,23 +1,27 @@
 //! The proptest strategy over whole scenarios: every setting of the cores, the links, the
-//! handler (failing, slow, stuck), the traffic, the restarts, shared ids and forgeries, shaped
-//! so that shrinking reaches small, readable configurations (faults switch off, counts drop,
-//! the seed goes to 0).
+//! handler (failing, slow, stuck), the traffic, the restarts, shared ids, forgeries and durable
+//! producers or outbox lanes with their crashes, shaped so that shrinking reaches small,
+//! readable configurations (faults switch off, counts drop, the seed goes to 0).
 
 use std::time::Duration;
 
 use actix_delivery::{Backoff, ConsumerConfig, Limit, ProducerConfig};
 use proptest::prelude::*;
 
-use super::scenario::{Disruption, Forgery, HandlerFaults, LinkFaults, Scenario, Traffic};
+use super::scenario::{
+    CapRule, CrashMoment, Disruption, Durability, DurableKind, Forgery, HandlerFaults, LinkFaults,
+    Scenario, Traffic,
+};
 
 fn ms(millis: u64) -> Duration {
     Duration::from_millis(millis)
 }
 
 /// Any scenario, with restarts, evictions, sweeps, give-ups, shared ids, stuck and slow
-/// handler runs under a short `handler_timeout`, and (when attempts are bounded, so that the
-/// victim's messages can settle) forgeries: proptest shrinks a failure to a minimal
-/// configuration.
+/// handler runs under a short `handler_timeout`, (when attempts are bounded, so that the
+/// victim's messages can settle) forgeries, and (when they are not) durable producers and
+/// outbox lanes whose producer restarts become durable crashes: proptest shrinks a failure to
+/// a minimal configuration.
 pub fn any_scenario() -> impl Strategy<Value = Scenario> {
     // `prop_oneof![Just(none), range]` lets shrinking jump to "this fault is off".
     let rate = |max: f64| prop_oneof![Just(0.0), 0.0..=max];
@@ -64,6 +68,8 @@ pub fn any_scenario() -> impl Strategy<Value = Scenario> {
             ),
             0..=2,
         ),
+        // Per producer (bits): a durable producer or an outbox lane; the commit latency.
+        prop_oneof![Just(None), (any::<u8>(), millis(20)).prop_map(Some)],
     );
     (sizes, consumer, links, rest, adversity).prop_map(
         |(
@@ -71,7 +77,7 @@ pub fn any_scenario() -> impl Strategy<Value = Scenario> {
             (ordered, max_out_of_order, max_producers, ttl),
             (drop_fwd, drop_back, dup_fwd, dup_back, latency),
             (failure, handler_ms, max_attempts, exponential, (gap, pause_p, pause), restarts),
-            (shared_ids, stuck, forgeries),
+            (shared_ids, stuck, forgeries, durable),
         )| {
             let mut scenario = Scenario {
                 producers,
@@ -144,6 +150,23 @@ pub fn any_scenario() -> impl Strategy<Value = Scenario> {
                     }
                 }
             }
+            // Durable storage retries forever: only with unbounded attempts. Lanes sharing an
+            // id are lanes of different entities (an entity's lanes share its incarnation).
+            let durable = durable.filter(|_| scenario.attempts_are_unbounded());
+            if let Some((bits, latency)) = durable {
+                let kinds = (0..producers)
+                    .map(|producer| match bits >> producer & 1 {
+                        0 => DurableKind::Producer,
+                        _ if shared_ids.is_some() => DurableKind::Outbox { entity: producer },
+                        _ => DurableKind::Outbox { entity: 0 },
+                    })
+                    .collect();
+                scenario.durable = Some(Durability {
+                    kinds,
+                    commit_latency: Duration::ZERO..=ms(latency),
+                    cap: CapRule::LowestNotDurablySettled,
+                });
+            }
             // Restart thresholds are progress counts, which only unbounded attempts
             // guarantee to reach.
             if scenario.attempts_are_unbounded() {
@@ -157,6 +180,13 @@ pub fn any_scenario() -> impl Strategy<Value = Scenario> {
                         let producer = who % producers;
                         match scenario.messages_of(producer) {
                             0 => continue,
+                            count if durable.is_some() => Disruption::DurableCrash {
+                                producer,
+                                after_offered: when / 3 % count + 1,
+                                moment: CrashMoment::ALL[when % 3],
+                                delay: ms(delay * 10),
+                                down: ms(delay),
+                            },
                             count => Disruption::ProducerRestart {
                                 producer,
                                 after_confirmed: when % count + 1,

@@ -1,6 +1,7 @@
 //! Counts of what runs injected and what it cost, summed over many runs, so that a test can
 //! assert that its fault injection really injected faults and that its scenarios really
-//! exercised restarts, evictions, sweeps, forgeries, shared ids and handler timeouts.
+//! exercised restarts, evictions, sweeps, forgeries, shared ids, handler timeouts and durable
+//! crashes (mid-store, mid-record, their resends recognised as duplicates).
 
 use std::fmt;
 
@@ -76,6 +77,28 @@ pub struct Tally {
     pub handler_timeouts: u64,
     /// Slow handler runs (just under the timeout) that finished.
     pub slow_completed: u64,
+    /// Durable crashes.
+    pub durable_crashes: u64,
+    /// Of those, crashes while a store was in flight.
+    pub crashes_mid_store: u64,
+    /// Of those, crashes while a settlement record was in flight.
+    pub crashes_mid_record: u64,
+    /// Messages whose store a crash lost (never stored: their senders got an error).
+    pub never_stored: u64,
+    /// Messages resumed by restarted durable producers.
+    pub resumed: u64,
+    /// Settlements a crash lost before their record (their messages were resumed).
+    pub unrecorded: u64,
+    /// Resends (by a later life than the one that stored them) that reached the consumer.
+    pub resend_arrivals: u64,
+    /// Of those, the ones the consumer recognised as duplicates and re-ACKed.
+    pub resend_duplicates: u64,
+    /// Confirmations that went to the sink (messages resumed after a restart).
+    pub sink: u64,
+    /// ACKs lost with a crashed producer.
+    pub acks_while_down: u64,
+    /// Settlement records started only by a durable producer's stale timer.
+    pub records_by_stale_alarm: u64,
 }
 
 impl Tally {
@@ -118,6 +141,17 @@ impl Tally {
             shared_id_messages: consumer.shared_id_messages,
             handler_timeouts: consumer.handler_timeouts,
             slow_completed: obs.slow_completed,
+            durable_crashes: obs.durable_crashes as u64,
+            crashes_mid_store: obs.crashes_mid_store,
+            crashes_mid_record: obs.crashes_mid_record,
+            never_stored: obs.bodies.values().map(|b| u64::from(b.never_stored)).sum(),
+            resumed: obs.resumed,
+            unrecorded: obs.unrecorded_at_crash,
+            resend_arrivals: obs.resend_arrivals,
+            resend_duplicates: obs.resend_duplicates,
+            sink: obs.bodies.values().map(|b| u64::from(b.sink)).sum(),
+            acks_while_down: obs.acks_while_down,
+            records_by_stale_alarm: obs.records_by_stale_alarm,
             ..Self::default()
         };
         for record in obs.keys.values() {
@@ -177,6 +211,17 @@ impl Tally {
         self.shared_id_messages += other.shared_id_messages;
         self.handler_timeouts += other.handler_timeouts;
         self.slow_completed += other.slow_completed;
+        self.durable_crashes += other.durable_crashes;
+        self.crashes_mid_store += other.crashes_mid_store;
+        self.crashes_mid_record += other.crashes_mid_record;
+        self.never_stored += other.never_stored;
+        self.resumed += other.resumed;
+        self.unrecorded += other.unrecorded;
+        self.resend_arrivals += other.resend_arrivals;
+        self.resend_duplicates += other.resend_duplicates;
+        self.sink += other.sink;
+        self.acks_while_down += other.acks_while_down;
+        self.records_by_stale_alarm += other.records_by_stale_alarm;
     }
 }
 
@@ -234,6 +279,26 @@ impl fmt::Display for Tally {
             self.shared_id_messages,
             self.handler_timeouts,
             self.slow_completed,
+        )?;
+        if self.durable_crashes == 0 && self.resumed == 0 {
+            return Ok(());
+        }
+        write!(
+            f,
+            "; durable crashes {} ({} mid-store, {} mid-record); never stored {}; resumed {} \
+             ({} settled but unrecorded); resends arrived {} ({} re-ACKed as duplicates); sink \
+             confirmations {}; ACKs lost while down {}; records started by a stale timer {}",
+            self.durable_crashes,
+            self.crashes_mid_store,
+            self.crashes_mid_record,
+            self.never_stored,
+            self.resumed,
+            self.unrecorded,
+            self.resend_arrivals,
+            self.resend_duplicates,
+            self.sink,
+            self.acks_while_down,
+            self.records_by_stale_alarm,
         )
     }
 }

@@ -83,6 +83,38 @@ pub enum TraceEvent {
     ProducerRestarted { producer: usize, incarnation: u16 },
     /// The consumer restarted.
     ConsumerRestarted,
+    /// A durable unit started a write that stores `stored` messages and records `recorded`
+    /// settlements; it commits at `commits_at`.
+    WriteStarted {
+        unit: usize,
+        stored: usize,
+        recorded: usize,
+        commits_at: Duration,
+    },
+    /// A durable unit's oldest write committed.
+    Committed {
+        unit: usize,
+        stored: usize,
+        recorded: usize,
+    },
+    /// A durable unit crashed, with a store and/or a record in flight: `never_stored` messages
+    /// lost before their store committed, `unrecorded` settlements before their record.
+    Crashed {
+        unit: usize,
+        mid_store: bool,
+        mid_record: bool,
+        never_stored: usize,
+        unrecorded: usize,
+    },
+    /// A durable unit restarted, resuming `resumed` stored messages (`incarnation`: of its
+    /// lanes, kept unless nothing was ever committed).
+    Resumed {
+        unit: usize,
+        incarnation: u16,
+        resumed: usize,
+    },
+    /// A durable unit's shell timer fired.
+    UnitTimer { unit: usize },
 }
 
 /// The hash and tail of a run's events.
@@ -220,6 +252,45 @@ impl fmt::Display for TraceEvent {
                 incarnation,
             } => write!(f, "p{producer} restarted as incarnation {incarnation:04x}"),
             Self::ConsumerRestarted => f.write_str("consumer restarted (dedup state lost)"),
+            Self::WriteStarted {
+                unit,
+                stored,
+                recorded,
+                commits_at,
+            } => write!(
+                f,
+                "unit {unit} starts a write: {stored} stored, {recorded} recorded, commits at \
+                 {:.6}s",
+                commits_at.as_secs_f64()
+            ),
+            Self::Committed {
+                unit,
+                stored,
+                recorded,
+            } => write!(
+                f,
+                "unit {unit} committed: {stored} stored, {recorded} recorded"
+            ),
+            Self::Crashed {
+                unit,
+                mid_store,
+                mid_record,
+                never_stored,
+                unrecorded,
+            } => write!(
+                f,
+                "unit {unit} CRASHED (store in flight: {mid_store}, record in flight: \
+                 {mid_record}): {never_stored} never stored, {unrecorded} settlements unrecorded"
+            ),
+            Self::Resumed {
+                unit,
+                incarnation,
+                resumed,
+            } => write!(
+                f,
+                "unit {unit} restarted as {incarnation:04x}, resuming {resumed} stored messages"
+            ),
+            Self::UnitTimer { unit } => write!(f, "unit {unit} shell timer"),
         }
     }
 }

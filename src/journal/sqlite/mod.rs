@@ -65,7 +65,8 @@ const HIGHEST_SQL: &str = "SELECT max(\
 ///
 /// **One journal per file.** The writer keeps the highest seq of recently written streams in
 /// memory, so a file is open in one `SqliteJournal` at a time, across processes: opening it
-/// again while it is open (or before [`close`](Self::close) has returned) fails with a
+/// again waits up to `busy_timeout` for the other to let go (a dropped journal does once its
+/// queue is drained; [`close`](Self::close) waits for that), then fails with a
 /// [`JournalError::Storage`] error. Clones share one journal. When the last handle is dropped
 /// (or closed), the threads finish the writes already queued, reply to each, and close the
 /// file. Applications whose nodes share a journal need a server database.

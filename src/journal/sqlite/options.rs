@@ -21,7 +21,7 @@ use crate::journal::JournalError;
 /// | `max_queued_bytes` | 64 MiB | payload bytes waiting for the writer; callers beyond wait |
 /// | `buffer_events` | 4 096 | recent events kept in `event_buffer` before they are moved into `event_journal` |
 /// | `readers` | 2 | read connections, each on its own thread |
-/// | `busy_timeout` | 5 s | how long to wait for a lock held by another process |
+/// | `busy_timeout` | 5 s | how long to wait for a lock held by another process or journal |
 /// | `max_size_bytes` | none | the database file's size (SQLite `max_page_count`) |
 ///
 /// A transaction closes once the next write would cross a batch bound; a single write larger
@@ -99,8 +99,10 @@ impl SqliteOptions {
         self
     }
 
-    /// How long a connection waits for a lock another process holds before failing with a
-    /// [`JournalError::Storage`] error ("database is locked").
+    /// How long to wait for a lock held elsewhere before failing with a
+    /// [`JournalError::Storage`] error: SQLite's locks ("database is locked"), and on open the
+    /// journal's own lock file (held by another process, or by a journal of this one whose
+    /// last handle was dropped and which is still finishing its queue).
     pub fn busy_timeout(mut self, timeout: Duration) -> Self {
         self.busy_timeout = timeout;
         self

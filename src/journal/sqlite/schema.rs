@@ -22,7 +22,7 @@
 
 use std::fs::{File, OpenOptions, TryLockError};
 use std::path::{Path, PathBuf};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use rusqlite::{Connection, OpenFlags, OptionalExtension, MAIN_DB};
 
@@ -82,7 +82,7 @@ pub(super) fn open_writer(
     path: &Path,
     options: &SqliteOptions,
 ) -> Result<(Connection, File), JournalError> {
-    let lock = take_lock(path)?;
+    let lock = take_lock(path, options.busy_timeout)?;
     let flags = OpenFlags::SQLITE_OPEN_READ_WRITE
         | OpenFlags::SQLITE_OPEN_CREATE
         | OpenFlags::SQLITE_OPEN_NO_MUTEX;
@@ -124,10 +124,11 @@ pub(super) fn open_writer(
     Ok((conn, lock))
 }
 
-/// Takes an exclusive lock on `<path>-lock` (created if needed), or fails at once if
-/// another journal holds it. A separate file, because SQLite's own POSIX locks on the
-/// database file would be dropped by the closing of any other handle to it.
-fn take_lock(path: &Path) -> Result<File, JournalError> {
+/// Takes an exclusive lock on `<path>-lock` (created if needed), waiting up to
+/// `busy_timeout` for another journal to let go of it (a journal whose last handle was just
+/// dropped does so once its queue is drained). A separate file, because SQLite's own POSIX
+/// locks on the database file would be dropped by the closing of any other handle to it.
+fn take_lock(path: &Path, busy_timeout: Duration) -> Result<File, JournalError> {
     let mut lock_path = path.as_os_str().to_owned();
     lock_path.push("-lock");
     let lock_path = PathBuf::from(lock_path);
@@ -140,12 +141,20 @@ fn take_lock(path: &Path) -> Result<File, JournalError> {
         .write(true)
         .open(&lock_path)
         .map_err(|err| cannot(&err))?;
-    match file.try_lock() {
-        Ok(()) => Ok(file),
-        Err(TryLockError::WouldBlock) => Err(cannot(
-            &"the journal is open elsewhere (another process, or an instance not yet closed)",
-        )),
-        Err(TryLockError::Error(err)) => Err(cannot(&err)),
+    let deadline = Instant::now() + busy_timeout;
+    loop {
+        match file.try_lock() {
+            Ok(()) => return Ok(file),
+            Err(TryLockError::WouldBlock) if Instant::now() < deadline => {
+                std::thread::sleep(Duration::from_millis(5));
+            }
+            Err(TryLockError::WouldBlock) => {
+                return Err(cannot(
+                    &"the journal is open elsewhere (in another process, or not yet closed here)",
+                ))
+            }
+            Err(TryLockError::Error(err)) => return Err(cannot(&err)),
+        }
     }
 }
 

@@ -14,9 +14,17 @@ use crate::sim::observe::{ConsumerRestartRecord, Key, Success};
 use crate::sim::scenario::{Disruption, STUCK_DURATION};
 use crate::sim::trace::TraceEvent;
 
+/// The consumer's decision to re-ACK a duplicate, as [`World::arrive`] names it.
+const RE_ACK: &str = "duplicate, re-ACK";
+
 impl World<'_> {
     /// A copy of a delivery reaches the consumer, which decides what to do with it.
-    pub(super) fn deliver(&mut self, producer: usize, transmission: Transmission<Body>) {
+    pub(super) fn deliver(
+        &mut self,
+        producer: usize,
+        transmission: Transmission<Body>,
+        resent: bool,
+    ) {
         let Transmission { header, body, .. } = transmission;
         let key = Key {
             producer,
@@ -34,7 +42,11 @@ impl World<'_> {
         {
             record.first_arrivals.push((life, switches));
         }
-        self.arrive(key, header, body, false);
+        let decision = self.arrive(key, header, body, false);
+        if resent {
+            self.obs.resend_arrivals += 1;
+            self.obs.resend_duplicates += u64::from(decision == RE_ACK);
+        }
     }
 
     /// Notes the incarnation of a delivery of `producer`'s id; returns how often the
@@ -56,8 +68,15 @@ impl World<'_> {
     ///   consumer life) is held — never run, never ACKed — and counted in `stats.stale`;
     /// - **re-ACK means handled**: a delivery is re-ACKed only if its key's handler succeeded
     ///   in this consumer life, and the ACK mirrors it and goes to its sender.
-    pub(super) fn arrive(&mut self, key: Key, header: Header, body: Body, forged: bool) {
-        let floor = self.floors.get(&key.incarnation).copied().unwrap_or(0);
+    pub(super) fn arrive(
+        &mut self,
+        key: Key,
+        header: Header,
+        body: Body,
+        forged: bool,
+    ) -> &'static str {
+        let window = (key.producer, key.incarnation);
+        let floor = self.floors.get(&window).copied().unwrap_or(0);
         let stale = key.seq <= floor;
         let settled = header.window_start - 1;
         self.obs.predicted_stale += u64::from(stale);
@@ -86,7 +105,7 @@ impl World<'_> {
             );
         }
         if settled > floor {
-            self.floors.insert(key.incarnation, settled);
+            self.floors.insert(window, settled);
         }
         self.note_dropped_windows();
         let decision = match step {
@@ -98,7 +117,7 @@ impl World<'_> {
                 self.obs.re_acks += 1;
                 self.check_re_ack(key, reply_to, &ack);
                 self.send_ack(reply_to, ack);
-                "duplicate, re-ACK"
+                RE_ACK
             }
             Step::Hold => {
                 self.obs.holds += 1;
@@ -127,6 +146,7 @@ impl World<'_> {
                 step: decision,
             },
         );
+        decision
     }
 
     /// The rule **re-ACK means handled** (see [`arrive`](Self::arrive)).
@@ -200,9 +220,8 @@ impl World<'_> {
     fn key_of(&self, info: &Header) -> Key {
         let incarnation = info.incarnation.as_u128();
         let producer = self
-            .owners
-            .get(&incarnation)
-            .copied()
+            .id_index_of(&info.producer_id)
+            .and_then(|id_index| self.owners.get(&(incarnation, id_index)).copied())
             .filter(|&producer| self.producers[producer].id == info.producer_id)
             .unwrap_or_else(|| {
                 panic!(
@@ -476,13 +495,13 @@ impl World<'_> {
             record.successes += 1;
         }
         self.handled += 1;
-        for disruption in &self.scenario.disruptions {
+        for (index, disruption) in self.scenario.disruptions.iter().enumerate() {
             if let Disruption::ConsumerRestart {
                 after_handled,
                 delay,
             } = *disruption
             {
-                if after_handled == self.handled {
+                if after_handled == self.handled && !self.struck[index] {
                     self.queue.push(self.now + delay, Event::ConsumerRestart);
                 }
             }

@@ -9,12 +9,15 @@
 //! has been settled for too long (a livelock).
 //!
 //! The reactions to producer-side and consumer-side events live in the submodules, the
-//! forger's in its own.
+//! forger's and the durable storage's (durable producers, outbox lanes, their crashes) in
+//! their own.
 
 mod consumer_side;
+mod durable_side;
 mod forger;
 mod producer_side;
 
+use std::collections::{BTreeMap, VecDeque};
 use std::time::{Duration, Instant};
 
 use actix_delivery::protocol::consumer::{ConsumerCore, ConsumerStats, HandlerOutcome};
@@ -24,10 +27,11 @@ use actix_delivery::ProducerConfig;
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 
+use super::durable::Unit;
 use super::events::EventQueue;
 use super::link::{Link, LinkCounts};
 use super::observe::{BodyRecord, Key, Observations};
-use super::scenario::{Scenario, PROGRESS_STEPS, PROGRESS_TIME};
+use super::scenario::{DurableKind, Scenario, PROGRESS_STEPS, PROGRESS_TIME};
 use super::stable_hash::StableMap;
 use super::trace::{Trace, TraceEvent};
 
@@ -47,10 +51,12 @@ type ReplyTo = usize;
 enum Event {
     /// The next message of a producer is offered to it.
     Offer { producer: usize },
-    /// A copy of a delivery reaches the consumer.
+    /// A copy of a delivery reaches the consumer (`resent`: by a later life of its durable
+    /// storage than the one that stored it).
     Delivery {
         producer: usize,
         transmission: Transmission<Body>,
+        resent: bool,
     },
     /// A copy of an ACK reaches a producer.
     AckArrival { producer: usize, ack: Ack },
@@ -76,12 +82,27 @@ enum Event {
     },
     /// The consumer restarts, losing its state.
     ConsumerRestart,
+    /// The oldest write in flight of durable unit `unit` commits (ignored if the unit crashed
+    /// since life `life`).
+    Commit { unit: usize, life: u32 },
+    /// Durable crash `disruption` (an index into the scenario's disruptions) strikes `unit`:
+    /// if `life` is given, only if the unit is still in that life (else it waits for its
+    /// moment again).
+    Crash {
+        unit: usize,
+        disruption: usize,
+        life: Option<u32>,
+    },
+    /// A crashed durable unit restarts.
+    Restart { unit: usize },
 }
 
 /// A core deadline.
 #[derive(Clone, Copy, Debug)]
 enum Timer {
     Producer(usize),
+    /// A durable unit's shell timer.
+    Unit(usize),
     Consumer,
 }
 
@@ -110,8 +131,10 @@ pub struct Run {
     pub forward: LinkCounts,
     /// What the consumer → producer link did.
     pub backward: LinkCounts,
-    /// Final counters of each producer.
+    /// Final counters of each producer (summed over the lives of a durable one).
     pub producer_stats: Vec<ProducerStats>,
+    /// How each durable unit ended.
+    pub units: Vec<UnitEnd>,
     /// Whether each producer ended idle.
     pub producers_idle: Vec<bool>,
     /// Final counters of the consumer (cumulative over its lives).
@@ -129,6 +152,17 @@ pub struct Run {
     pub longest_quiet: (u64, Duration),
 }
 
+/// How a durable unit ended.
+#[derive(Clone, Copy, Debug)]
+pub struct UnitEnd {
+    /// It was not crashed.
+    pub up: bool,
+    /// Nothing waited to be stored, recorded or committed.
+    pub idle: bool,
+    /// Stored messages its journal still holds unsettled.
+    pub journaled_unsettled: usize,
+}
+
 /// One producer and the simulator's bookkeeping for it.
 #[derive(Debug)]
 struct SimProducer {
@@ -142,6 +176,14 @@ struct SimProducer {
     confirmed: usize,
     /// The highest seq its current incarnation transmitted.
     highest_seq: u64,
+    /// Durable: its unit and lane.
+    unit: Option<(usize, usize)>,
+    /// Counters of its earlier (crashed) lives.
+    retired: ProducerStats,
+    /// Durable: the seqs this life must transmit first, in order (its resumed messages)…
+    expect_resumed: VecDeque<u64>,
+    /// …and the seq of the first new message after them (consecutive from there).
+    expect_next: u64,
 }
 
 /// The incarnations a producer id's deliveries carried, as the consumer saw them.
@@ -185,18 +227,26 @@ struct World<'a> {
     consumer: ConsumerCore<Body, ReplyTo>,
     /// The consumer's life: 0, then one more per restart.
     life: u32,
-    /// The producer owning each incarnation (incarnations are drawn at random, so a map by
-    /// incarnation, checked against the id, maps reports by (id, incarnation)).
-    owners: StableMap<u128, usize>,
+    /// The producer owning each (incarnation, id index): incarnations are drawn at random, but
+    /// an outbox entity's lanes (distinct ids) share one.
+    owners: StableMap<(u128, usize), usize>,
+    /// Durable storage: one unit per durable producer or outbox entity.
+    units: Vec<Unit>,
+    /// Per unit: the settlements its latest crash lost before their record, (lane, seq, body),
+    /// to be resumed by its restart.
+    unrecorded: Vec<Vec<(usize, u64, Body)>>,
     /// Per producer id index.
     id_switches: Vec<IdSwitches>,
-    /// The floor the simulator predicts per incarnation window in this consumer life: the
-    /// highest `window_start - 1` of the window's arrivals. Forgotten whenever the consumer
-    /// drops windows (a fresh window starts from its first arrival's `window_start`), so the
-    /// prediction never exceeds the core's floor.
-    floors: StableMap<u128, u64>,
+    /// The floor the simulator predicts per incarnation window, by (producer, incarnation), in
+    /// this consumer life: the highest `window_start - 1` of the window's arrivals. Forgotten
+    /// whenever the consumer drops windows (a fresh window starts from its first arrival's
+    /// `window_start`), so the prediction never exceeds the core's floor.
+    floors: StableMap<(usize, u128), u64>,
     /// Windows the consumer dropped so far (evicted, swept, replaced).
     windows_dropped: u64,
+    /// Per disruption of the scenario: struck at quiescence, its trigger unreached (see
+    /// `strike_unreached_disruptions`).
+    struck: Vec<bool>,
     /// Whether each forgery of the scenario was triggered.
     forgeries_triggered: Vec<bool>,
     /// Forged bodies made so far.
@@ -228,7 +278,9 @@ impl<'a> World<'a> {
     fn new(scenario: &'a Scenario) -> Self {
         let mut rng = SmallRng::seed_from_u64(scenario.seed);
         let mut owners = StableMap::default();
-        let producers = (0..scenario.producers)
+        // The incarnation of each outbox entity: its lanes share it.
+        let mut entities = BTreeMap::new();
+        let mut producers: Vec<SimProducer> = (0..scenario.producers)
             .map(|index| {
                 let id_index = scenario.id_of(index);
                 let config = ProducerConfig {
@@ -236,12 +288,27 @@ impl<'a> World<'a> {
                     ..scenario.producer.clone()
                 };
                 let incarnation: u128 = rng.random();
+                let shared = match scenario.durable_kind(index) {
+                    Some(DurableKind::Outbox { entity }) => entities.get(&entity).copied(),
+                    _ => None,
+                };
+                let incarnation = shared.unwrap_or(incarnation);
                 assert!(
-                    owners.insert(incarnation, index).is_none(),
+                    owners.insert((incarnation, id_index), index).is_none(),
                     "incarnations collide"
                 );
-                let core = ProducerCore::new(&config, Incarnation::from_u128(incarnation))
-                    .with_jitter_seed(rng.random());
+                let incarnation = Incarnation::from_u128(incarnation);
+                let core = match scenario.durable_kind(index) {
+                    None => ProducerCore::new(&config, incarnation),
+                    Some(kind) => {
+                        if let DurableKind::Outbox { entity } = kind {
+                            entities.insert(entity, incarnation.as_u128());
+                        }
+                        // A new stream: the shell resumes it with nothing stored.
+                        ProducerCore::resume(&config, incarnation, 1, [])
+                    }
+                };
+                let core = core.with_jitter_seed(rng.random());
                 SimProducer {
                     id: core.id().clone(),
                     id_index,
@@ -251,9 +318,14 @@ impl<'a> World<'a> {
                     total: scenario.messages_of(index),
                     confirmed: 0,
                     highest_seq: 0,
+                    unit: None,
+                    retired: ProducerStats::default(),
+                    expect_resumed: VecDeque::new(),
+                    expect_next: 1,
                 }
             })
             .collect();
+        let units = Self::units(scenario, &mut producers);
         Self {
             scenario,
             rng,
@@ -267,9 +339,12 @@ impl<'a> World<'a> {
             consumer: ConsumerCore::new(&scenario.consumer),
             life: 0,
             owners,
+            unrecorded: vec![Vec::new(); units.len()],
+            units,
             id_switches: (0..scenario.ids()).map(|_| IdSwitches::default()).collect(),
             floors: StableMap::default(),
             windows_dropped: 0,
+            struck: vec![false; scenario.disruptions.len()],
             forgeries_triggered: vec![false; scenario.forgeries.len()],
             forged_bodies: 0,
             running: None,
@@ -295,7 +370,12 @@ impl<'a> World<'a> {
             let next_event = self.queue.next_at();
             let next_timer = self.next_timer();
             let event_first = match (next_event, next_timer) {
-                (None, _) if self.settled == self.scenario.messages => break End::Quiescent,
+                (None, _) if self.settled == self.scenario.messages => {
+                    if self.strike_unreached_disruptions() {
+                        continue;
+                    }
+                    break End::Quiescent;
+                }
                 (None, None) => break End::Stall(self.stall_report()),
                 (Some(event), Some((timer, _))) => event <= timer,
                 (Some(_), None) => true,
@@ -330,8 +410,21 @@ impl<'a> World<'a> {
             end,
             forward: self.forward.counts(),
             backward: self.backward.counts(),
-            producer_stats: self.producers.iter().map(|p| p.core.stats()).collect(),
+            producer_stats: self
+                .producers
+                .iter()
+                .map(|p| durable_side::summed(&p.retired, &p.core.stats()))
+                .collect(),
             producers_idle: self.producers.iter().map(|p| p.core.is_idle()).collect(),
+            units: self
+                .units
+                .iter()
+                .map(|unit| UnitEnd {
+                    up: unit.down_until.is_none(),
+                    idle: unit.is_idle(),
+                    journaled_unsettled: unit.journaled_unsettled(),
+                })
+                .collect(),
             consumer_stats: self.consumer.stats(),
             consumer_running: self.consumer.is_running(),
             observations: self.obs,
@@ -381,14 +474,23 @@ impl<'a> World<'a> {
     /// The earliest armed core deadline (producers before the consumer on ties).
     fn next_timer(&self) -> Option<(Duration, Timer)> {
         let producers = self.producers.iter().enumerate().filter_map(|(index, p)| {
+            if p.unit.is_some() {
+                return None; // its unit's shell timer
+            }
             let deadline = p.core.next_deadline()?;
             Some((self.since_epoch(deadline), Timer::Producer(index)))
         });
+        let units = self
+            .units
+            .iter()
+            .enumerate()
+            .filter_map(|(index, unit)| Some((unit.alarm?, Timer::Unit(index))));
         let consumer = self
             .consumer
             .next_deadline()
             .map(|deadline| (self.since_epoch(deadline), Timer::Consumer));
         producers
+            .chain(units)
             .chain(consumer)
             .min_by_key(|&(at, timer)| (at, matches!(timer, Timer::Consumer)))
     }
@@ -400,7 +502,8 @@ impl<'a> World<'a> {
             Event::Delivery {
                 producer,
                 transmission,
-            } => self.deliver(producer, transmission),
+                resent,
+            } => self.deliver(producer, transmission, resent),
             Event::AckArrival { producer, ack } => self.ack_arrives(producer, &ack),
             Event::HandlerEnd {
                 life,
@@ -418,6 +521,13 @@ impl<'a> World<'a> {
                 body,
             } => self.forged_arrives(victim, header, body),
             Event::ConsumerRestart => self.restart_consumer(),
+            Event::Commit { unit, life } => self.commit(unit, life),
+            Event::Crash {
+                unit,
+                disruption,
+                life,
+            } => self.crash_event(unit, disruption, life),
+            Event::Restart { unit } => self.restart_unit(unit),
         }
     }
 
@@ -431,6 +541,7 @@ impl<'a> World<'a> {
                 self.producers[producer].core.handle_timeout(now);
                 self.flush_producer(producer);
             }
+            Timer::Unit(unit) => self.unit_timer(unit),
             Timer::Consumer => {
                 let before = self.consumer.stats().swept;
                 let abandoned = self.consumer.handle_timeout(now);

@@ -15,8 +15,13 @@ use crate::sim::scenario::Disruption;
 use crate::sim::trace::TraceEvent;
 
 impl World<'_> {
-    /// Offers the producer its next message and schedules the one after.
+    /// Offers the producer its next message and schedules the one after. A crashed durable
+    /// producer's next offer waits for its restart.
     pub(super) fn offer(&mut self, producer: usize) {
+        if let Some(until) = self.down_until(producer) {
+            self.queue.push(until, Event::Offer { producer });
+            return;
+        }
         let p = &mut self.producers[producer];
         let body = ((producer as u64) << 32) | p.offered as u64;
         p.offered += 1;
@@ -30,7 +35,11 @@ impl World<'_> {
         );
         self.trace
             .record(self.now, TraceEvent::Offered { producer, body });
-        self.send(producer, body);
+        if self.producers[producer].unit.is_some() {
+            self.offer_durable(producer, body);
+        } else {
+            self.send(producer, body);
+        }
         if more {
             let traffic = &self.scenario.traffic;
             let mut gap = self.rng.random_range(Duration::ZERO..=traffic.max_gap);
@@ -86,7 +95,7 @@ impl World<'_> {
     }
 
     /// Puts a delivery on the forward link: dropped, or arriving once or twice.
-    fn transmit(&mut self, producer: usize, transmission: Transmission<Body>) {
+    pub(super) fn transmit(&mut self, producer: usize, transmission: Transmission<Body>) {
         let header = &transmission.header;
         let key = Key {
             producer,
@@ -102,6 +111,13 @@ impl World<'_> {
             );
         }
         self.current_key.insert(body, key);
+        let resent = match self.producers[producer].unit {
+            Some(unit) => self.check_durable_transmission(producer, unit, &transmission),
+            None => false,
+        };
+        if let Some(record) = self.obs.bodies.get_mut(&body) {
+            record.transmissions += 1;
+        }
         if key.seq > self.producers[producer].highest_seq {
             self.producers[producer].highest_seq = key.seq;
             self.trigger_forgeries(producer, key.seq);
@@ -138,6 +154,7 @@ impl World<'_> {
                 Event::Delivery {
                     producer,
                     transmission: transmission.clone(),
+                    resent,
                 },
             );
         }
@@ -170,16 +187,8 @@ impl World<'_> {
         match result {
             Ok(()) => {
                 record.ok += 1;
-                self.settled_for_good();
-                let key = self.current_key[&body];
-                let record = self.obs.keys.get_mut(&key).expect("transmitted before");
-                if record.confirmed_at.replace(self.step).is_some() {
-                    self.obs.violation(
-                        "settled exactly once",
-                        self.step,
-                        format!("{key:?} confirmed twice"),
-                    );
-                }
+                record.acked += 1;
+                self.confirmed_for_good(body);
                 self.producers[producer].confirmed += 1;
                 self.trigger_producer_restart(producer);
                 false
@@ -213,8 +222,23 @@ impl World<'_> {
         }
     }
 
+    /// Counts the final confirmation of `body`, and notes it for the key it was last sent
+    /// under (rule **settled exactly once**: a key is confirmed once).
+    pub(super) fn confirmed_for_good(&mut self, body: Body) {
+        self.settled_for_good();
+        let key = self.current_key[&body];
+        let record = self.obs.keys.get_mut(&key).expect("transmitted before");
+        if record.confirmed_at.replace(self.step).is_some() {
+            self.obs.violation(
+                "settled exactly once",
+                self.step,
+                format!("{key:?} confirmed twice"),
+            );
+        }
+    }
+
     /// Counts a final settlement (progress).
-    fn settled_for_good(&mut self) {
+    pub(super) fn settled_for_good(&mut self) {
         self.settled += 1;
         self.last_settled = (self.step, self.now);
     }
@@ -222,7 +246,10 @@ impl World<'_> {
     /// An ACK reaches its producer. Rule **forged ACKs are ignored**: the ACK of a forged
     /// delivery confirms nothing.
     pub(super) fn ack_arrives(&mut self, producer: usize, ack: &Ack) {
-        let acted_on = self.producers[producer].core.handle_ack(ack);
+        let down = self.down_until(producer).is_some();
+        self.obs.acks_while_down += u64::from(down);
+        // A crashed producer's process is gone: the ACK is lost.
+        let acted_on = !down && self.producers[producer].core.handle_ack(ack);
         let key = Key {
             producer,
             incarnation: ack.incarnation.as_u128(),
@@ -243,14 +270,22 @@ impl World<'_> {
                 acted_on,
             },
         );
-        self.flush_producer(producer);
+        match self.producers[producer].unit {
+            // Its shell flushes only when the ACK was acted on.
+            Some((unit, _)) if acted_on => {
+                self.flush_unit(unit);
+            }
+            Some(_) => {}
+            None => self.flush_producer(producer),
+        }
     }
 
     /// Restarts a producer with a fresh incarnation; its unsettled messages are re-sent.
     pub(super) fn restart_producer(&mut self, producer: usize) {
         let value: u128 = self.rng.random();
+        let id_index = self.producers[producer].id_index;
         assert!(
-            self.owners.insert(value, producer).is_none(),
+            self.owners.insert((value, id_index), producer).is_none(),
             "incarnations collide"
         );
         let incarnation = Incarnation::from_u128(value);

@@ -1,0 +1,120 @@
+//! Two defects of the durable producer's shell that the simulator's durable model found,
+//! pinned as tests: the `window_start` cap could pass a store still in flight (fixed: the core
+//! clamps the cap at its next seq), and the last settlement of a burst waited for the resend
+//! timer (fixed: a flush collects settlements before it starts writes). See also
+//! `a_caught_up_durable_producer_with_the_shipped_cap_never_stalls` in `tests/simulator.rs`.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use actix_delivery::durable::DurableOptions;
+use actix_delivery::journal::{MemoryJournal, PersistenceId};
+use actix_delivery::protocol::consumer::{ConsumerCore, HandlerOutcome, Inbound, Step};
+use actix_delivery::protocol::envelope::Incarnation;
+use actix_delivery::protocol::producer::{ProducerCore, Transmission};
+use actix_delivery::{
+    ConsumerConfig, ConsumerOptions, DeliveryHandler, ProducerConfig, ProducerOptions,
+    ReliableDelivery,
+};
+
+/// After a record commits, the shell caps `window_start` at "the lowest stored unsettled seq,
+/// else the next seq" — but its next seq already counts a store in flight. The core calls it
+/// makes, replayed one by one: seq 2's record is lost in a crash after a retransmission told
+/// the consumer that everything below 3 is settled, and the consumer (which lived through the
+/// crash) refused the resend of seq 2 as stale, forever. The core now clamps
+/// `set_durably_settled_below` at its next seq.
+#[test]
+fn a_cap_set_while_a_store_is_in_flight_never_strands_a_resend() {
+    let config = ProducerConfig {
+        producer_id: Some("p".into()),
+        ..ProducerConfig::default()
+    };
+    let incarnation = Incarnation::from_u128(7);
+    let t0 = Instant::now();
+    let mut consumer = ConsumerCore::<u32, ()>::new(&ConsumerConfig::default());
+    // Hands one delivery to the consumer and runs its handler to success: the decision.
+    let mut deliver = |t: Transmission<u32>| -> &'static str {
+        let inbound = Inbound {
+            header: t.header,
+            body: t.body,
+            reply_to: Some(()),
+        };
+        match consumer.handle_delivery(inbound, t0) {
+            Step::Run(_) => {
+                let completion = consumer.handle_outcome(&HandlerOutcome::Succeeded, t0);
+                assert!(completion.ack.is_some());
+                "run"
+            }
+            Step::Ack(..) => "duplicate, re-ACKed",
+            Step::Hold => "held",
+            Step::DeadLetter(..) => "dead letter",
+        }
+    };
+    let mut producer = ProducerCore::<u32, u32>::resume(&config, incarnation, 1, []);
+    // Seq 1 is stored, sent, handled and ACKed; its record starts (from the stale timer).
+    producer.handle_send(1, 1).unwrap();
+    let first = producer.poll_transmit(t0).unwrap();
+    let ack = |seq| actix_delivery::protocol::envelope::Ack {
+        producer_id: "p".into(),
+        incarnation,
+        seq,
+    };
+    assert_eq!(deliver(first), "run");
+    assert!(producer.handle_ack(&ack(1)));
+    // Seq 2's store starts behind it; the record of 1 commits first: nothing stored is
+    // unsettled, so the shell caps at its next seq, 3, which counts the store in flight.
+    producer.set_durably_settled_below(3);
+    // Seqs 2 and 3 are stored and sent; 2 is handled and ACKed, its record starts.
+    producer.handle_send(2, 2).unwrap();
+    producer.handle_send(3, 3).unwrap();
+    let second = producer.poll_transmit(t0).unwrap();
+    let third = producer.poll_transmit(t0).unwrap();
+    assert_eq!((second.header.seq, third.header.seq), (2, 3));
+    assert_eq!(deliver(second), "run");
+    assert!(producer.handle_ack(&ack(2)));
+    // Seq 3's ACK is lost: its retransmission says that everything below 3 is settled.
+    let later = t0 + config.resend_timeout;
+    producer.handle_timeout(later);
+    let resent = producer.poll_transmit(later).unwrap();
+    assert_eq!(resent.header.seq, 3);
+    deliver(resent);
+    // The process crashes before the record of 2 commits: 2 and 3 are stored, unsettled.
+    let mut producer = ProducerCore::resume(&config, incarnation, 4, [(2, 2, 2), (3, 3, 3)]);
+    let stranded = producer.poll_transmit(later).unwrap();
+    assert_eq!(stranded.header.seq, 2);
+    assert_eq!(
+        deliver(stranded),
+        "duplicate, re-ACKed",
+        "the consumer handled seq 2: it must re-ACK its resend, not refuse it as stale"
+    );
+}
+
+/// A settlement the core yields in a flush is held back after that flush started its
+/// writes, so its record starts at the next flush. After the last ACK of a burst nothing
+/// flushes again but the retransmission timer armed for that message (never disarmed): the
+/// confirmation fires, and `window_start` advances, a whole `resend_timeout` late (the
+/// simulator counts these records: "records started by a stale timer"). A flush that holds a
+/// settlement back should start its record too.
+#[actix::test]
+async fn the_last_confirmation_does_not_wait_for_the_resend_timeout() {
+    tokio::time::pause();
+    let journal = MemoryJournal::new();
+    let handler = DeliveryHandler::from_fn(|_: u32| async { Ok::<(), String>(()) });
+    let consumer = ReliableDelivery::consumer(ConsumerOptions::builder(handler).build().unwrap());
+    let options = ProducerOptions::builder(&consumer)
+        .producer_id("orders")
+        .resend_timeout(Duration::from_secs(30))
+        .build()
+        .unwrap();
+    let stream = PersistenceId::new("orders-out").unwrap();
+    let durable = DurableOptions::new(Arc::new(journal), stream);
+    let producer = ReliableDelivery::durable_producer(options, durable).unwrap();
+    let start = tokio::time::Instant::now();
+    let stored = producer.store(7).await.unwrap();
+    assert_eq!(stored.confirmed().await, Ok(()));
+    let waited = start.elapsed();
+    assert!(
+        waited < Duration::from_secs(1),
+        "confirmed {waited:?} after it was stored, with nothing lost on the way"
+    );
+}

@@ -234,15 +234,7 @@ async fn run(
         MESSAGES,
         "seed {seed}: not everything was confirmed"
     );
-    let mut per_message: HashMap<u64, u32> = HashMap::new();
-    for (n, result) in confirmations.snapshot() {
-        assert_eq!(result, Ok(()), "seed {seed}: message {n}");
-        *per_message.entry(n).or_default() += 1;
-    }
-    assert!(
-        (1..=MESSAGES).all(|n| per_message.get(&n) == Some(&1)),
-        "seed {seed}: every confirmation exactly once"
-    );
+    remote::assert_each_confirmed_once(&confirmations, MESSAGES, &format!("seed {seed}"));
     let stats = node.stats();
     assert!(
         stats.connections_opened >= run.lives_with_traffic,

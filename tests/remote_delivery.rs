@@ -26,14 +26,7 @@ async fn n_messages_are_confirmed_and_none_is_lost() {
         producer.tell(n, confirm_into(&confirmations, n)).unwrap();
     }
     assert!(wait_until(Duration::from_secs(20), || confirmations.len() as u64 == N).await);
-    let mut confirmed = confirmations.snapshot();
-    confirmed.sort_by_key(|(n, _)| *n);
-    assert!(confirmed.iter().all(|(_, r)| r.is_ok()));
-    assert_eq!(
-        confirmed.iter().map(|(n, _)| *n).collect::<Vec<_>>(),
-        (1..=N).collect::<Vec<_>>(),
-        "every message confirmed exactly once"
-    );
+    remote::assert_each_confirmed_once(&confirmations, N, "one connection");
     assert_eq!(handled.distinct() as u64, N);
     let stats = client.stats();
     assert_eq!(stats.bodies_encoded, N, "each body encoded once: {stats:?}");
@@ -177,13 +170,7 @@ async fn a_gone_node_costs_bounded_memory_and_delivery_resumes_when_it_returns()
     let (consumer, handled_second) = recording_consumer::<u64>();
     second.expose("numbers", &consumer).unwrap();
     assert!(wait_until(Duration::from_secs(20), || confirmations.len() as u64 == N).await);
-    let mut confirmed = confirmations.snapshot();
-    confirmed.sort_by_key(|(n, _)| *n);
-    assert!(confirmed.iter().all(|(_, r)| r.is_ok()));
-    assert_eq!(
-        confirmed.iter().map(|(n, _)| *n).collect::<Vec<_>>(),
-        (1..=N).collect::<Vec<_>>()
-    );
+    remote::assert_each_confirmed_once(&confirmations, N, "across the node's return");
     // Every message handled by one of the two lives (at least once overall).
     let first_seen = handled_first.snapshot();
     let second_seen = handled_second.snapshot();

@@ -8,7 +8,6 @@
 mod common;
 mod remote;
 
-use std::collections::HashMap;
 use std::time::Duration;
 
 use actix_delivery::remote::{Node, NodeOptions};
@@ -77,13 +76,7 @@ async fn run(seed: u64) -> [u64; 6] {
     );
 
     // Every confirmation exactly once, all Ok.
-    let mut per_message: HashMap<u64, u32> = HashMap::new();
-    for (n, result) in confirmations.snapshot() {
-        assert_eq!(result, Ok(()), "seed {seed}: message {n}");
-        *per_message.entry(n).or_default() += 1;
-    }
-    assert_eq!(per_message.len() as u64, N, "seed {seed}");
-    assert!(per_message.values().all(|&c| c == 1), "seed {seed}");
+    remote::assert_each_confirmed_once(&confirmations, N, &format!("seed {seed}"));
     // The consumer lived throughout: each message handled exactly once, none lost.
     let seen = handled.snapshot();
     assert_eq!(seen.len() as u64, N, "seed {seed}");

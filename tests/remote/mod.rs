@@ -86,6 +86,33 @@ pub fn producer<T: Clone + Send + 'static>(
     )
 }
 
+/// Asserts that messages 1..=n were each confirmed exactly once, all `Ok`; `context` names
+/// the run (a seed) in the failure.
+pub fn assert_each_confirmed_once(
+    confirmations: &crate::common::Confirmations<u64>,
+    n: u64,
+    context: &str,
+) {
+    let mut per_message: HashMap<u64, u32> = HashMap::new();
+    for (message, result) in confirmations.snapshot() {
+        assert_eq!(result, Ok(()), "{context}: message {message}");
+        *per_message.entry(message).or_default() += 1;
+    }
+    let wrong: Vec<_> = (1..=n)
+        .filter(|m| per_message.get(m) != Some(&1))
+        .take(10)
+        .collect();
+    assert!(
+        wrong.is_empty(),
+        "{context}: not confirmed exactly once: {wrong:?}"
+    );
+    assert_eq!(
+        per_message.len() as u64,
+        n,
+        "{context}: confirmations of unknown messages"
+    );
+}
+
 /// How often each body was handled.
 #[derive(Clone, Default)]
 pub struct Handled<T>(pub Arc<Mutex<HashMap<T, u32>>>);

@@ -1,7 +1,7 @@
 //! The one place bytes are made: serde values to and from bincode, with a size limit.
 //!
 //! Everything this crate stores or sends is encoded here: journal payloads written by the
-//! persistence layer, and (later) envelopes on the wire. One module, one set of options, so a
+//! persistence layer, and the frames of the TCP transport ([`crate::remote`]). One module, one set of options, so a
 //! change of format is a change of this file.
 //!
 //! The format is bincode 1.3.3 through [`bincode::DefaultOptions`]: little endian, variable
@@ -18,7 +18,7 @@
 
 use bincode::Options;
 use serde::de::DeserializeOwned;
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 /// The default limit for one encoded value: 16 MiB.
 ///
@@ -167,6 +167,18 @@ pub fn decode<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, CodecError> {
 /// # Errors
 /// As [`decode`], with `limit` in place of [`MAX_ENCODED_BYTES`].
 pub fn decode_with_limit<T: DeserializeOwned>(bytes: &[u8], limit: u64) -> Result<T, CodecError> {
+    decode_borrowed(bytes, limit)
+}
+
+/// Decodes a `T` that may borrow from `bytes` (`&str`, `&[u8]` fields: no allocation for
+/// them), reading exactly `bytes`, at most `limit` bytes.
+///
+/// # Errors
+/// As [`decode`], with `limit` in place of [`MAX_ENCODED_BYTES`].
+pub fn decode_borrowed<'a, T: Deserialize<'a>>(
+    bytes: &'a [u8],
+    limit: u64,
+) -> Result<T, CodecError> {
     if bytes.len() as u64 > limit {
         return Err(CodecError::TooLarge { limit });
     }

@@ -150,6 +150,46 @@
 //! only authenticated nodes may send deliveries, because anyone reading the traffic learns the
 //! token (no confidentiality without TLS).
 //!
+//! ## Across processes: what the shared secret protects
+//!
+//! [`remote::Node`]s authenticate each other with a shared [`remote::NodeSecret`]: an
+//! HMAC-SHA256 challenge–response over fresh nonces of both sides and both node ids (the
+//! secret never crosses the wire), then a 128-bit HMAC tag under a per-connection,
+//! per-direction session key over every frame and its number. Against an attacker who does
+//! **not** hold the secret, that gives:
+//!
+//! - **No delivery, no ACK from outside.** A connection that fails the handshake is closed and
+//!   no byte of it reaches a consumer; a node without the secret can neither deliver to an
+//!   exposed consumer nor confirm anything to a producer. Replayed and reflected handshakes
+//!   fail (each proof covers the other side's fresh nonce and its own role).
+//! - **No injection into a live connection.** An on-path attacker who hijacks the TCP stream
+//!   cannot insert, alter, replay, reorder or remove frames: the next tag fails and the
+//!   connection closes (only that one; it is made again).
+//!
+//! It does **not** give:
+//!
+//! - **Confidentiality.** Bodies, consumer names, producer ids and incarnation tokens travel
+//!   in clear; a reader of the traffic learns all of them (and could only use a token through
+//!   an authenticated connection, which needs the secret). Run the nodes over TLS, WireGuard
+//!   or a service mesh when the network is not private.
+//! - **Availability.** An on-path attacker can drop, delay, corrupt or cut connections.
+//!   Delivery then stalls and resumes when the path is back (retransmission); nothing is lost
+//!   and nothing is confirmed that was not handled.
+//! - **Identity within the cluster.** The secret proves membership, not which node: any
+//!   holder can run a node, accept connections meant for another address (if it can redirect
+//!   them), receive what is sent to consumer names it exposes, and deliver to any exposed
+//!   consumer. Treat it as a cluster-wide credential.
+//! - **Protection of a weak secret.** A recorded handshake lets an attacker test guesses
+//!   offline: use 32 random bytes, not a password.
+//!
+//! Unauthenticated peers are bounded: at most `max_connections` connections, each buffering at
+//! most 256 bytes for at most `handshake_timeout`. Authenticated peers are trusted for volume:
+//! one can make a node buffer a frame (`max_frame_length`) per connection and keep 8 frames
+//! per connection queued for consumers; what it delivers is bounded by the consumer's own
+//! limits (admission, `max_producers`, `max_out_of_order`).
+//! [`remote::NodeOptionsBuilder::insecure_no_authentication`] gives up all of the above and
+//! is logged as a warning at start.
+//!
 //! # Effectively once
 //!
 //! [`journal`] stores streams of events durably: [`journal::SqliteJournal`] (embedded, one file,
@@ -194,6 +234,35 @@
 //! resends what is unconfirmed after a crash; an entity's decision can deliver messages
 //! through an [`persistence::Outbox`], recorded with its events. Durable on both ends, delivery
 //! is effectively once across any number of crashes on either side.
+//!
+//! # Across processes
+//!
+//! [`remote`] carries deliveries and ACKs over TCP: a [`remote::Node`] per process listens,
+//! exposes local consumers under names, and hands out [`ConsumerRef`]s to consumers on other
+//! nodes that an unchanged producer sends to; ACKs come back on the same connection.
+//!
+//! ```no_run
+//! # use actix_delivery::remote::{Node, NodeOptions, NodeSecret};
+//! # use actix_delivery::{ProducerOptions, ReliableDelivery};
+//! # #[actix::main] async fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! let node = Node::start(
+//!     NodeOptions::builder()
+//!         .secret(NodeSecret::new(std::env::var("CLUSTER_SECRET")?)?)
+//!         .build()?,
+//! )
+//! .await?;
+//! let orders = node.consumer_ref::<String>("10.0.0.7:7100".parse()?, "orders")?;
+//! let producer = ReliableDelivery::producer(ProducerOptions::builder(orders).build()?);
+//! producer.send("espresso".to_string()).await?; // handled and ACKed on the other node
+//! # Ok(()) }
+//! ```
+//!
+//! The guarantees above hold across processes: a lost connection, a dropped frame or a
+//! consumer process that crashed only delays confirmations (retransmission covers the gap once
+//! a connection is back), and a body is encoded once per message, not per retransmission. A
+//! consumer that restarts loses its in-memory dedup (see "Limits"); the effectively-once
+//! consumer below does not. The first deliveries to an address wait for its connection: they
+//! are dropped while it is made and go out with the next retransmission.
 //!
 //! # Running the handler
 //!
@@ -287,6 +356,7 @@ mod options;
 pub mod persistence;
 mod producer;
 pub mod protocol;
+pub mod remote;
 mod stop_signal;
 
 pub use config::{Backoff, ConsumerConfig, Limit, ProducerConfig};

@@ -133,9 +133,13 @@ fn child_process_entry() {
 fn durable(path: &Path) -> Ledger {
     actix::System::new().block_on(async {
         let journal = SqliteJournal::open(path).await.expect("reopen the journal");
-        recover_state::<Ledger>(&journal, &id())
+        let ledger = recover_state::<Ledger>(&journal, &id())
             .await
-            .expect("recover")
+            .expect("recover");
+        // Closed before the next child opens the file: a dropped journal releases its lock
+        // only when its writer thread has ended, which under load came after the child tried.
+        journal.close().await;
+        ledger
     })
 }
 

@@ -68,6 +68,16 @@ impl Child {
         self.lines.recv_timeout(wait).ok()
     }
 
+    /// The next output line if one is ready: `Ok(None)` if none is yet, `Err(())` once the
+    /// output ended (for callers that must not block, such as async tests).
+    pub fn try_line(&self) -> Result<Option<String>, ()> {
+        match self.lines.try_recv() {
+            Ok(line) => Ok(Some(line)),
+            Err(mpsc::TryRecvError::Empty) => Ok(None),
+            Err(mpsc::TryRecvError::Disconnected) => Err(()),
+        }
+    }
+
     /// Waits for a line starting with `prefix` (skipping others), at most `timeout`.
     ///
     /// # Panics
@@ -86,6 +96,14 @@ impl Child {
     pub fn kill(mut self) {
         let _ = self.process.kill();
         let _ = self.process.wait();
+    }
+
+    /// SIGKILLs the child, reaps it, and returns the lines it printed that were not read yet.
+    pub fn kill_collect(mut self) -> Vec<String> {
+        let _ = self.process.kill();
+        let _ = self.process.wait();
+        // The pipe ends with the process: the reader thread sends what is left, then hangs up.
+        self.lines.iter().collect()
     }
 
     /// Closes the child's stdin and waits for it to exit on its own.

@@ -1,0 +1,143 @@
+//! Reliable delivery between two processes over TCP, surviving a crash of the consumer's.
+//!
+//! One command runs both roles: the consumer node as a child process, the producer here; in
+//! the middle the child is killed (SIGKILL) and started again, and every message is still
+//! confirmed:
+//!
+//! ```text
+//! cargo run --example two_nodes
+//! ```
+//!
+//! Or in two terminals (kill and restart the consumer whenever you like):
+//!
+//! ```text
+//! cargo run --example two_nodes -- consumer 127.0.0.1:7100
+//! cargo run --example two_nodes -- producer 127.0.0.1:7100
+//! ```
+//!
+//! Both sides must share a secret: `TWO_NODES_SECRET` (at least 16 bytes), or a built-in demo
+//! secret when it is unset.
+
+use std::net::SocketAddr;
+use std::process::{Child, Command};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use actix_delivery::remote::{Node, NodeOptions, NodeSecret};
+use actix_delivery::{
+    ConsumerOptions, DeliveryError, DeliveryHandler, ProducerOptions, ReliableDelivery,
+};
+
+const MESSAGES: u64 = 100;
+
+fn secret() -> NodeSecret {
+    let secret = std::env::var("TWO_NODES_SECRET")
+        .unwrap_or_else(|_| "demo secret: set TWO_NODES_SECRET in real use".into());
+    NodeSecret::new(secret).expect("TWO_NODES_SECRET must be 16 to 1024 bytes")
+}
+
+fn main() -> Result<(), Box<dyn std::error::Error>> {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let addr = |i: usize| -> Result<SocketAddr, Box<dyn std::error::Error>> {
+        Ok(args
+            .get(i)
+            .map_or("127.0.0.1:7100", String::as_str)
+            .parse()?)
+    };
+    match args.first().map(String::as_str) {
+        Some("consumer") => actix::System::new().block_on(consumer(addr(1)?)),
+        Some("producer") => actix::System::new().block_on(producer(addr(1)?, None)),
+        None => {
+            let addr = addr(99)?;
+            let child = start_consumer(addr)?;
+            actix::System::new().block_on(producer(addr, Some(child)))
+        }
+        Some(other) => Err(format!("unknown role {other:?}: consumer, producer or none").into()),
+    }
+}
+
+/// The consumer's node: listens on `addr` and exposes an "orders" consumer.
+async fn consumer(addr: SocketAddr) -> Result<(), Box<dyn std::error::Error>> {
+    let options = NodeOptions::builder()
+        .secret(secret())
+        .listen(addr)
+        .build()?;
+    let node = Node::start(options).await?;
+    let orders = ReliableDelivery::consumer(
+        ConsumerOptions::builder(DeliveryHandler::from_fn(|order: String| async move {
+            println!("  [consumer] handled {order}");
+            Ok::<(), std::io::Error>(())
+        }))
+        .build()?,
+    );
+    node.expose("orders", &orders)?;
+    println!("  [consumer] node {} listens on {addr}", node.id());
+    std::future::pending::<()>().await;
+    Ok(())
+}
+
+fn start_consumer(addr: SocketAddr) -> std::io::Result<Child> {
+    Command::new(std::env::current_exe()?)
+        .args(["consumer", &addr.to_string()])
+        .spawn()
+}
+
+/// The producer's node: sends `MESSAGES` orders to "orders" at `addr`, one every 30 ms. With
+/// `child`, kills the consumer's process after a third of them and starts it again.
+async fn producer(
+    addr: SocketAddr,
+    mut child: Option<Child>,
+) -> Result<(), Box<dyn std::error::Error>> {
+    let node = Node::start(NodeOptions::builder().secret(secret()).build()?).await?;
+    let orders = node.consumer_ref::<String>(addr, "orders")?;
+    let producer = ReliableDelivery::producer(
+        ProducerOptions::builder(orders)
+            .resend_timeout(Duration::from_millis(300))
+            .build()?,
+    );
+    let confirmed = Arc::new(AtomicU64::new(0));
+    for n in 1..=MESSAGES {
+        let count = confirmed.clone();
+        producer.tell(
+            format!("order #{n}"),
+            move |result: Result<(), DeliveryError>| match result {
+                Ok(()) => {
+                    count.fetch_add(1, Ordering::Relaxed);
+                    println!("[producer] order #{n} confirmed");
+                }
+                Err(err) => println!("[producer] order #{n} NOT confirmed: {err}"),
+            },
+        )?;
+        tokio::time::sleep(Duration::from_millis(30)).await;
+        if n == MESSAGES / 3 {
+            if let Some(running) = &mut child {
+                println!("[producer] killing the consumer's process (SIGKILL)");
+                running.kill()?;
+                running.wait()?;
+                tokio::time::sleep(Duration::from_millis(500)).await;
+                println!("[producer] starting it again");
+                *running = start_consumer(addr)?;
+            }
+        }
+    }
+    producer.idle().await;
+    let confirmed = confirmed.load(Ordering::Relaxed);
+    let peer = node.peer_id(addr).map(|id| id.to_string());
+    let stats = node.stats();
+    println!(
+        "[producer] {confirmed} of {MESSAGES} confirmed; {} connections made, {} deliveries \
+         dropped while the consumer was gone (retransmitted); consumer node now {}",
+        stats.connections_opened,
+        stats.deliveries_dropped_disconnected,
+        peer.unwrap_or_default()
+    );
+    if let Some(mut child) = child {
+        child.kill()?;
+        child.wait()?;
+    }
+    if confirmed != MESSAGES {
+        return Err("messages were lost".into());
+    }
+    Ok(())
+}

@@ -1,0 +1,96 @@
+//! The receiving pipeline as one function, for fuzzing: not part of the API.
+
+use bytes::BytesMut;
+use tokio_util::codec::{Decoder, LengthDelimitedCodec};
+
+use crate::codec;
+use crate::protocol::envelope::Incarnation;
+use crate::remote::auth::{NodeId, Opener, Sealer};
+use crate::remote::frame::{
+    AckBatch, Challenge, DeliveryBatch, Frame, Hello, Proof, WireDelivery, MAGIC, PROTOCOL_VERSION,
+};
+
+/// Feeds `bytes` to what a node runs on received bytes, without authentication so that every
+/// byte reaches the decoders: the length-delimited codec limited to `max_frame_length`, the
+/// frame decoder, and with `bodies` the decoding of delivery bodies (as `String` and as
+/// `(u64, Vec<u8>)`). Returns how many frames decoded; stops at the first error, as a
+/// connection closes there.
+pub fn receive(bytes: &[u8], max_frame_length: usize, bodies: bool) -> usize {
+    let mut codec = LengthDelimitedCodec::builder()
+        .max_frame_length(max_frame_length)
+        .new_codec();
+    let mut opener = Opener::new(None);
+    let mut buf = BytesMut::from(bytes);
+    let mut decoded = 0;
+    while let Ok(Some(frame)) = codec.decode(&mut buf) {
+        let Some(payload) = opener.open(&frame) else {
+            break;
+        };
+        let Ok(frame) = Frame::decode(payload) else {
+            break;
+        };
+        if let (true, Frame::Deliveries(batch)) = (bodies, &frame) {
+            for item in &batch.items {
+                let len = item.body.len() as u64;
+                let _ = codec::decode_with_limit::<String>(item.body, len);
+                let _ = codec::decode_with_limit::<(u64, Vec<u8>)>(item.body, len);
+            }
+        }
+        decoded += 1;
+    }
+    decoded
+}
+
+/// A valid stream of one frame of every kind (untagged), to mutate.
+pub fn sample_stream() -> Vec<u8> {
+    let body = codec::encode(&(7u64, vec![1u8, 2, 3])).expect("encodes");
+    let text = codec::encode("grüße").expect("encodes");
+    let frames = [
+        Frame::Hello(Hello {
+            magic: MAGIC,
+            version: PROTOCOL_VERSION,
+            node_id: NodeId::from_bytes([1; 16]),
+            nonce: [2; 32],
+            authenticated: false,
+            max_frame_length: 1 << 20,
+        }),
+        Frame::Challenge(Challenge {
+            version: PROTOCOL_VERSION,
+            node_id: NodeId::from_bytes([3; 16]),
+            nonce: [4; 32],
+            max_frame_length: 1 << 20,
+            proof: Some([5; 32]),
+        }),
+        Frame::Proof(Proof { proof: None }),
+        Frame::Accepted,
+        Frame::Deliveries(DeliveryBatch {
+            consumer: "orders",
+            producer_id: "producer-1",
+            incarnation: Incarnation::from_u128(u128::MAX / 3),
+            items: vec![
+                WireDelivery {
+                    seq: 1,
+                    window_start: 1,
+                    body: &body,
+                },
+                WireDelivery {
+                    seq: 300,
+                    window_start: 2,
+                    body: &text,
+                },
+            ],
+        }),
+        Frame::Acks(AckBatch {
+            producer_id: "producer-1",
+            incarnation: Incarnation::from_u128(5),
+            seqs: vec![1, 2, 70_000],
+        }),
+        Frame::Ping,
+    ];
+    let mut out = Vec::new();
+    let mut sealer = Sealer::new(None);
+    for frame in &frames {
+        frame.encode(&mut sealer, &mut out, 1 << 20).expect("fits");
+    }
+    out
+}

@@ -1,0 +1,212 @@
+//! The receiving side: the listener, the handshake of each connection, and the deliveries it
+//! carries handed to exposed consumers, whose ACKs go back on the same connection.
+
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+
+use futures_util::stream::FuturesUnordered;
+use futures_util::StreamExt;
+use serde::de::DeserializeOwned;
+use tokio::net::{TcpListener, TcpStream};
+
+use crate::codec::{self, CodecError};
+use crate::consumer::ConsumerHandle;
+use crate::message::{Deliveries, Delivery, ReplyTo};
+use crate::protocol::envelope::{Ack, ProducerId};
+use crate::remote::connection::{
+    accept_handshake, drive, next_frame, End, Established, Failure, Link,
+};
+use crate::remote::frame::{DeliveryBatch, Frame};
+use crate::remote::node::Shared;
+use crate::remote::stats::{add, Warning};
+
+/// Frames of one connection handed to consumers and not yet taken from their mailboxes: the
+/// reader waits beyond this, so a slow consumer slows its peers' sending (TCP flow control)
+/// instead of growing its mailbox.
+const MAX_DISPATCHING: usize = 8;
+
+/// Resolves when the consumer has taken a batch from its mailbox.
+pub(crate) type Dispatched = Pin<Box<dyn Future<Output = ()> + Send>>;
+
+/// A consumer exposed under a name: decodes the bodies of a batch into its message type.
+pub(crate) trait Exposed: Send + Sync {
+    /// Hands the batch's deliveries to the consumer, with `reply_to` for their ACKs.
+    ///
+    /// # Errors
+    /// A body that does not decode as the consumer's type (nothing is handed over).
+    fn deliver(
+        &self,
+        batch: &DeliveryBatch<'_>,
+        reply_to: &ReplyTo,
+    ) -> Result<Dispatched, CodecError>;
+}
+
+/// A [`ConsumerHandle`] as an [`Exposed`] consumer.
+pub(crate) struct ExposedConsumer<T: Send + 'static>(pub ConsumerHandle<T>);
+
+impl<T: DeserializeOwned + Send + 'static> Exposed for ExposedConsumer<T> {
+    fn deliver(
+        &self,
+        batch: &DeliveryBatch<'_>,
+        reply_to: &ReplyTo,
+    ) -> Result<Dispatched, CodecError> {
+        let producer_id = ProducerId::from(batch.producer_id);
+        let deliveries = batch
+            .items
+            .iter()
+            .map(|item| {
+                Ok(Delivery {
+                    producer_id: producer_id.clone(),
+                    incarnation: batch.incarnation,
+                    seq: item.seq,
+                    window_start: item.window_start,
+                    body: codec::decode_with_limit(item.body, item.body.len() as u64)?,
+                    reply_to: Some(reply_to.clone()),
+                })
+            })
+            .collect::<Result<Vec<_>, CodecError>>()?;
+        let taken = self.0.addr().send(Deliveries(deliveries));
+        Ok(Box::pin(async move {
+            let _ = taken.await; // a stopped consumer: the deliveries are lost, retransmitted
+        }))
+    }
+}
+
+/// Accepts connections until the node stops.
+pub(crate) async fn listen(node: Arc<Shared>, listener: TcpListener) {
+    loop {
+        let accepted = tokio::select! {
+            () = node.cancel.cancelled() => return,
+            accepted = listener.accept() => accepted,
+        };
+        let Ok((stream, _)) = accepted else {
+            // Out of file descriptors, say: wait a little instead of spinning.
+            tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+            continue;
+        };
+        let open = node.inbound_open.fetch_add(1, Ordering::AcqRel);
+        if open >= node.options.max_connections {
+            node.inbound_open.fetch_sub(1, Ordering::AcqRel);
+            add(&node.counters.connections_refused, 1);
+            continue; // dropped: closed
+        }
+        let node = node.clone();
+        node.arbiter.clone().spawn(async move {
+            serve(&node, stream).await;
+            node.inbound_open.fetch_sub(1, Ordering::AcqRel);
+        });
+    }
+}
+
+async fn serve(node: &Shared, stream: TcpStream) {
+    let peer = stream
+        .peer_addr()
+        .map_or_else(|_| "an unknown address".to_string(), |a| a.to_string());
+    let handshake = tokio::time::timeout(
+        node.options.handshake_timeout,
+        accept_handshake(stream, &node.local),
+    );
+    let established = tokio::select! {
+        () = node.cancel.cancelled() => return,
+        result = handshake => result,
+    };
+    let Established {
+        mut reader,
+        writer,
+        session,
+    } = match established {
+        Ok(Ok(established)) => established,
+        failed => {
+            add(&node.counters.handshake_failures, 1);
+            let why = match failed {
+                Ok(Err(Failure::Refused(err))) => err.to_string(),
+                Ok(Err(Failure::Io)) => "closed or not a frame".to_string(),
+                _ => "timed out".to_string(),
+            };
+            node.warnings.warn(Warning::Handshake, || {
+                format!("refused a connection from {peer}: {why}")
+            });
+            return;
+        }
+    };
+    add(&node.counters.connections_accepted, 1);
+    log::debug!("accepted node {} from {peer}", session.peer);
+    let mut opener = session.opener;
+    let link = Arc::new(Link::new(
+        node,
+        session.sealer,
+        session.peer_max_frame_length,
+    ));
+    let reply_to = reply_to(node, &link);
+    let read = async {
+        let mut dispatching = FuturesUnordered::<Dispatched>::new();
+        loop {
+            tokio::select! {
+                biased;
+                Some(()) = dispatching.next(), if !dispatching.is_empty() => {}
+                frame = next_frame(&mut reader, &mut opener, node.options.idle_timeout, &node.counters),
+                    if dispatching.len() < MAX_DISPATCHING =>
+                {
+                    let frame = match frame {
+                        Ok(frame) => frame,
+                        Err(end) => return end,
+                    };
+                    match Frame::decode(&frame) {
+                        Ok(Frame::Deliveries(batch)) => match dispatch(node, &batch, &reply_to) {
+                            Ok(Some(taken)) => dispatching.push(taken),
+                            Ok(None) => {}
+                            Err(()) => return End::Violation,
+                        },
+                        Ok(Frame::Ping) => {}
+                        _ => return End::Violation,
+                    }
+                }
+            }
+        }
+    };
+    drive(node, &link, writer, read, &peer).await;
+}
+
+/// Hands a batch to its consumer. `Ok(None)`: unknown name, dropped; `Err`: a body did not
+/// decode.
+fn dispatch(
+    node: &Shared,
+    batch: &DeliveryBatch<'_>,
+    reply_to: &ReplyTo,
+) -> Result<Option<Dispatched>, ()> {
+    let n = batch.items.len() as u64;
+    let Some(consumer) = node.exposed(batch.consumer) else {
+        add(&node.counters.unknown_consumer, n);
+        node.warnings.warn(Warning::UnknownConsumer, || {
+            "dropped deliveries for a consumer name this node does not expose".to_string()
+        });
+        return Ok(None);
+    };
+    match consumer.deliver(batch, reply_to) {
+        Ok(taken) => {
+            add(&node.counters.deliveries_in, n);
+            Ok(Some(taken))
+        }
+        Err(_) => Err(()),
+    }
+}
+
+/// The reply address of every delivery of one connection: ACKs go back on it, or are dropped
+/// (and counted) once it is closed or its output is full.
+fn reply_to(node: &Shared, link: &Arc<Link>) -> ReplyTo {
+    let link = link.clone();
+    let counters = node.counters.clone();
+    ReplyTo::from_fn(move |acks: Vec<Ack>| {
+        let n = acks.len() as u64;
+        match link.with(|output| output.push_acks(&acks)) {
+            Some(pushed) => {
+                add(&counters.frames_out, pushed.frames);
+                add(&counters.acks_out, pushed.queued);
+                add(&counters.acks_dropped_full, pushed.full + pushed.too_large);
+            }
+            None => add(&counters.acks_dropped_disconnected, n),
+        }
+    })
+}

@@ -1,0 +1,103 @@
+//! Reliable delivery across processes and machines, over TCP: a [`Node`] per process listens
+//! for peers, exposes local consumers under names ([`Node::expose`]) and hands out
+//! [`ConsumerRef`](crate::ConsumerRef)s to consumers of other nodes
+//! ([`Node::consumer_ref`]) that an unchanged [`ProducerController`](crate::ProducerController)
+//! sends to. ACKs come back on the connection their delivery came on.
+//!
+//! # How it works
+//!
+//! - **One connection per remote address**, made on the first delivery, kept, and made again
+//!   after a loss with exponential backoff (with jitter). While none is up, deliveries are
+//!   dropped (counted); the producer's retransmission covers the gap, so nothing is lost. A
+//!   connection carries deliveries one way and ACKs the other; heartbeats keep it alive, and
+//!   one that stays silent for `idle_timeout` is closed and made again.
+//! - **A body is encoded once per message.** The reference keeps each unconfirmed message's
+//!   encoded body per producer incarnation (the same table routes ACKs back) until the ACK
+//!   passes or the producer's `window_start` moves past it; retransmissions reuse the bytes.
+//! - **Batches.** What one producer flush hands over goes out in as few frames as fit (up to
+//!   1024 deliveries each), and a write drains everything queued for its connection in one
+//!   system call. The receiver hands a frame to its consumer as one actor message.
+//! - **A restart is visible**: each node draws a random [`NodeId`] at start, exchanged in the
+//!   handshake ([`Node::peer_id`]).
+//!
+//! # Wire format
+//!
+//! Frames are a 4-byte big-endian length (`tokio-util`'s `LengthDelimitedCodec`) and a
+//! payload: a bincode-encoded frame ([`crate::codec`]: varint, little endian, no trailing
+//! bytes) of one of these kinds, then, once authenticated, a 16-byte tag.
+//!
+//! | kind | direction | fields |
+//! |---|---|---|
+//! | 0 `Hello` | client → server | magic `actixdlv`, version (1), node id, nonce (32 B), authenticated, max frame length |
+//! | 1 `Challenge` | server → client | version, node id, nonce, max frame length, server proof |
+//! | 2 `Proof` | client → server | client proof |
+//! | 3 `Accepted` | server → client | — (the first tagged frame) |
+//! | 4 `Deliveries` | client → server | consumer name, producer id, incarnation, items (seq, window start, body bytes) |
+//! | 5 `Acks` | server → client | producer id, incarnation, seqs |
+//! | 6 `Ping` | both | — |
+//!
+//! The handshake (see the `handshake` module source for the state machine):
+//! `proof_S = HMAC-SHA256(K, "actix-delivery/1 server proof\0" ‖ Nc ‖ Ns ‖ C ‖ S)`, `proof_C`
+//! the same with `client proof`, where `Nc`, `Ns` are both sides' fresh 32-byte nonces and `C`,
+//! `S` their 16-byte node ids. Both proofs are checked in constant time. The session keys of
+//! the two directions are derived the same way (`key client to server`, `key server to
+//! client`); every later frame's tag is `HMAC-SHA256(key, frame number ‖ payload)` truncated
+//! to 16 bytes, with frame numbers counted from 0 per direction and never sent.
+//!
+//! # Untrusted input
+//!
+//! Every byte from a socket is untrusted. Before the handshake a peer can make the node
+//! buffer at most 256 bytes; after it, at most `max_frame_length` (length prefixes above it are
+//! refused before anything is reserved). A frame is checked, in order: its tag (a wrong one
+//! closes the connection before any decoding), its encoding (bounded by its length), its ids
+//! (consumer name and producer id at most 256 bytes, borrowed from the frame, so a longer one
+//! is never allocated), its batch length (at most 1024, refused before reserving more), and
+//! each body's decoding as the consumer's type. A failure closes that connection only, counted
+//! in [`NodeStats::decode_failures`] and logged at most once a minute; never the node, never a
+//! panic. Fields that admission checks (seq range, window start, empty producer id) pass
+//! through and become dead letters at the consumer, exactly as in-process. Deliveries for a
+//! name not exposed are counted and dropped.
+//!
+//! One cost is the body type's, not the transport's: serde reserves up to 1 MiB up front for
+//! a sequence (`Vec<T>`, a map) whose length prefix claims that much, before it finds the
+//! bytes missing and fails (freed at once). A peer can therefore make a node reserve up to
+//! 1 MiB per sequence nested in the body type, for the moment one body is decoded. Bodies
+//! with `serde_bytes` fields or strings are not affected (their length is checked against the
+//! bytes first). The fuzz test (`tests/remote_fuzz.rs`) measures both bounds.
+//!
+//! # Bounded memory
+//!
+//! Per connection, output waits in a queue of at most `max_output_bytes`; what does not fit is
+//! dropped and counted (the producer retransmits), so a slow or stalled reader costs the sender
+//! that much and its socket buffer, never more. On the receiving side a connection has at most
+//! 8 frames handed to consumers and not yet taken from their mailboxes; beyond, it stops
+//! reading, and TCP flow control slows the sender. Per remote address, at most `max_routes`
+//! producer incarnations are remembered, each with the encoded bodies of its unconfirmed
+//! messages (bounded by its window). At most `max_connections` incoming connections are open;
+//! a handshake that takes longer than `handshake_timeout` is closed.
+//!
+//! # Security
+//!
+//! See the crate documentation, "Trust: the incarnation is a capability", for what the shared
+//! secret protects and what it does not.
+
+mod auth;
+mod backoff;
+mod body;
+mod connection;
+pub(crate) mod frame;
+#[doc(hidden)]
+pub mod fuzz;
+mod handshake;
+mod inbound;
+mod node;
+mod options;
+mod outbound;
+pub(crate) mod output;
+mod routes;
+mod stats;
+
+pub use auth::{NodeId, NodeSecret, MAX_SECRET_BYTES, MIN_SECRET_BYTES};
+pub use node::{NameError, Node};
+pub use options::{NodeOptions, NodeOptionsBuilder};
+pub use stats::NodeStats;

@@ -1,0 +1,275 @@
+//! The node: one per process (or more), listening for peers, exposing local consumers under
+//! names, and handing out references to consumers on other nodes.
+
+use std::collections::HashMap;
+use std::io;
+use std::net::SocketAddr;
+use std::sync::atomic::AtomicUsize;
+use std::sync::{Arc, Mutex, PoisonError, RwLock};
+
+use actix::ArbiterHandle;
+use serde::de::DeserializeOwned;
+use serde::Serialize;
+use tokio_util::sync::CancellationToken;
+
+use crate::consumer::ConsumerHandle;
+use crate::message::{ConsumerRef, Delivery};
+use crate::protocol::envelope::MAX_ID_BYTES;
+use crate::remote::auth::NodeId;
+use crate::remote::handshake::Local;
+use crate::remote::inbound::{listen, Exposed, ExposedConsumer};
+use crate::remote::options::NodeOptions;
+use crate::remote::outbound::Outbound;
+use crate::remote::stats::{Counters, NodeStats, Warnings};
+
+/// Why a consumer name was refused.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum NameError {
+    /// The name is empty.
+    #[error("the consumer name is empty")]
+    Empty,
+    /// The name is longer than 256 bytes.
+    #[error("the consumer name is {0} bytes, more than the 256 allowed")]
+    TooLong(usize),
+    /// A consumer is exposed under this name already.
+    #[error("a consumer is exposed under this name already")]
+    Taken,
+}
+
+fn check_name(name: &str) -> Result<(), NameError> {
+    match name.len() {
+        0 => Err(NameError::Empty),
+        len if len > MAX_ID_BYTES => Err(NameError::TooLong(len)),
+        _ => Ok(()),
+    }
+}
+
+/// What the node's tasks share.
+pub(crate) struct Shared {
+    pub(crate) local: Local,
+    pub(crate) options: NodeOptions,
+    pub(crate) counters: Arc<Counters>,
+    pub(crate) warnings: Warnings,
+    pub(crate) cancel: CancellationToken,
+    /// Where the node's tasks run: the arbiter that started it.
+    pub(crate) arbiter: ArbiterHandle,
+    pub(crate) inbound_open: AtomicUsize,
+    exposed: RwLock<HashMap<String, Arc<dyn Exposed>>>,
+    outbound: Mutex<HashMap<SocketAddr, Arc<Outbound>>>,
+    local_addr: Option<SocketAddr>,
+}
+
+impl Shared {
+    /// The consumer exposed under `name`.
+    pub(crate) fn exposed(&self, name: &str) -> Option<Arc<dyn Exposed>> {
+        let exposed = self.exposed.read().unwrap_or_else(PoisonError::into_inner);
+        exposed.get(name).cloned()
+    }
+}
+
+/// A process's endpoint for reliable delivery over TCP. Cheap to clone. It runs until
+/// [`stop`](Node::stop) (or until the arbiter that started it stops), whether or not handles
+/// to it are left.
+///
+/// ```no_run
+/// use actix_delivery::remote::{Node, NodeOptions, NodeSecret};
+/// use actix_delivery::{ConsumerOptions, DeliveryHandler, ProducerOptions, ReliableDelivery};
+///
+/// # #[actix::main] async fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// let secret = NodeSecret::new(std::env::var("CLUSTER_SECRET")?)?;
+/// // On the consumer's machine:
+/// let node = Node::start(
+///     NodeOptions::builder()
+///         .secret(secret.clone())
+///         .listen("0.0.0.0:7100".parse()?)
+///         .build()?,
+/// )
+/// .await?;
+/// let consumer = ReliableDelivery::consumer(
+///     ConsumerOptions::builder(DeliveryHandler::from_fn(|order: String| async move {
+///         println!("{order}");
+///         Ok::<(), std::io::Error>(())
+///     }))
+///     .build()?,
+/// );
+/// node.expose("orders", &consumer)?;
+///
+/// // On the producer's machine (a node that only sends need not listen):
+/// let node = Node::start(NodeOptions::builder().secret(secret).build()?).await?;
+/// let orders = node.consumer_ref::<String>("10.0.0.7:7100".parse()?, "orders")?;
+/// let producer = ReliableDelivery::producer(ProducerOptions::builder(orders).build()?);
+/// producer.send("espresso".to_string()).await?; // confirmed by the remote consumer
+/// # Ok(()) }
+/// ```
+#[derive(Clone)]
+pub struct Node(Arc<Shared>);
+
+impl Node {
+    /// Starts a node on the current arbiter: binds the listener (if the options name an
+    /// address) and runs the node's connections on this arbiter from now on.
+    ///
+    /// # Errors
+    /// The listener could not be bound.
+    ///
+    /// # Panics
+    /// Outside a running Actix system (or arbiter).
+    pub async fn start(options: NodeOptions) -> io::Result<Node> {
+        let listener = match options.listen {
+            Some(addr) => Some(tokio::net::TcpListener::bind(addr).await?),
+            None => None,
+        };
+        let local_addr = listener.as_ref().map(|l| l.local_addr()).transpose()?;
+        let local = Local {
+            node_id: NodeId::random(),
+            secret: options.secret().cloned(),
+            max_frame_length: u32::try_from(options.max_frame_length)
+                .expect("validated: at most 16 MiB"),
+        };
+        if local.secret.is_none() {
+            log::warn!(
+                "node {} runs WITHOUT AUTHENTICATION (insecure_no_authentication): anyone who \
+                 can reach {local_addr:?} can deliver messages to its consumers, and anyone on \
+                 the path can alter its traffic",
+                local.node_id
+            );
+        }
+        let shared = Arc::new(Shared {
+            local,
+            options,
+            counters: Arc::default(),
+            warnings: Warnings::default(),
+            cancel: CancellationToken::new(),
+            arbiter: actix::Arbiter::current(),
+            inbound_open: AtomicUsize::new(0),
+            exposed: RwLock::default(),
+            outbound: Mutex::default(),
+            local_addr,
+        });
+        if let Some(listener) = listener {
+            log::info!("node {} listens on {local_addr:?}", shared.local.node_id);
+            shared.arbiter.spawn(listen(shared.clone(), listener));
+        }
+        Ok(Node(shared))
+    }
+
+    /// This node's id for this run (random per start).
+    pub fn id(&self) -> NodeId {
+        self.0.local.node_id
+    }
+
+    /// The address the node listens on (with the port the OS picked for port 0).
+    pub fn local_addr(&self) -> Option<SocketAddr> {
+        self.0.local_addr
+    }
+
+    /// Makes `consumer` reachable by peers under `name`. Bodies arrive encoded and are decoded
+    /// as `T` on arrival; a body that does not decode closes its connection.
+    ///
+    /// # Errors
+    /// [`NameError`] if the name is empty, longer than 256 bytes, or taken.
+    pub fn expose<T>(&self, name: &str, consumer: &ConsumerHandle<T>) -> Result<(), NameError>
+    where
+        T: DeserializeOwned + Send + 'static,
+    {
+        check_name(name)?;
+        let mut exposed = self
+            .0
+            .exposed
+            .write()
+            .unwrap_or_else(PoisonError::into_inner);
+        if exposed.contains_key(name) {
+            return Err(NameError::Taken);
+        }
+        exposed.insert(name.to_owned(), Arc::new(ExposedConsumer(consumer.clone())));
+        Ok(())
+    }
+
+    /// Stops exposing the consumer under `name` (its deliveries are then counted as unknown);
+    /// whether one was exposed.
+    pub fn unexpose(&self, name: &str) -> bool {
+        let mut exposed = self
+            .0
+            .exposed
+            .write()
+            .unwrap_or_else(PoisonError::into_inner);
+        exposed.remove(name).is_some()
+    }
+
+    /// A reference to the consumer exposed as `name` by the node at `addr`, for a normal
+    /// producer. Deliveries are encoded once per message (retransmissions reuse the bytes) and
+    /// sent on one connection per address, made on the first delivery and again after a loss;
+    /// while there is none they are dropped, and the producer's retransmission covers the gap.
+    /// ACKs come back on the same connection.
+    ///
+    /// # Errors
+    /// [`NameError`] if the name is empty or longer than 256 bytes.
+    pub fn consumer_ref<T>(&self, addr: SocketAddr, name: &str) -> Result<ConsumerRef<T>, NameError>
+    where
+        T: Serialize + Send + 'static,
+    {
+        check_name(name)?;
+        let outbound = {
+            let mut all = self
+                .0
+                .outbound
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner);
+            all.entry(addr)
+                .or_insert_with(|| Arc::new(Outbound::new(addr, self.0.clone())))
+                .clone()
+        };
+        let name: Arc<str> = name.into();
+        Ok(ConsumerRef::from_fn(move |deliveries: Vec<Delivery<T>>| {
+            outbound.send(&name, deliveries);
+        }))
+    }
+
+    /// The id of the node connected at `addr` now (`None` while not connected). A node that
+    /// restarted has a new id.
+    pub fn peer_id(&self, addr: SocketAddr) -> Option<NodeId> {
+        let all = self
+            .0
+            .outbound
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        all.get(&addr).and_then(|outbound| outbound.peer())
+    }
+
+    /// The node's counters.
+    pub fn stats(&self) -> NodeStats {
+        let mut stats = self.0.counters.snapshot();
+        let all = self
+            .0
+            .outbound
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        for outbound in all.values() {
+            let (routes, bodies) = outbound.memory();
+            stats.routes += routes as u64;
+            stats.cached_bodies += bodies as u64;
+        }
+        stats
+    }
+
+    /// Closes the listener and every connection; references handed out drop their deliveries
+    /// from now on.
+    pub fn stop(&self) {
+        self.0.cancel.cancel();
+        let mut all = self
+            .0
+            .outbound
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        all.clear();
+    }
+}
+
+impl std::fmt::Debug for Node {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Node")
+            .field("id", &self.0.local.node_id)
+            .field("local_addr", &self.0.local_addr)
+            .finish_non_exhaustive()
+    }
+}

@@ -1,0 +1,300 @@
+//! A node's options, validated when built.
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use crate::codec::MAX_ENCODED_BYTES;
+use crate::config::MAX_DURATION;
+use crate::error::OptionsError;
+use crate::remote::auth::NodeSecret;
+use crate::remote::handshake::MIN_FRAME_LENGTH;
+
+/// How a node authenticates its peers.
+#[derive(Clone, Debug)]
+enum Auth {
+    Secret(NodeSecret),
+    Insecure,
+}
+
+/// Everything a [`Node`](crate::remote::Node) needs, validated. Built with
+/// [`NodeOptions::builder`].
+#[derive(Clone, Debug)]
+pub struct NodeOptions {
+    auth: Auth,
+    pub(crate) listen: Option<SocketAddr>,
+    pub(crate) max_frame_length: usize,
+    pub(crate) max_output_bytes: usize,
+    pub(crate) max_connections: usize,
+    pub(crate) max_routes: usize,
+    pub(crate) handshake_timeout: Duration,
+    pub(crate) connect_timeout: Duration,
+    pub(crate) heartbeat_interval: Duration,
+    pub(crate) idle_timeout: Duration,
+    pub(crate) reconnect_min: Duration,
+    pub(crate) reconnect_max: Duration,
+}
+
+impl NodeOptions {
+    /// Starts a builder. Choosing [`secret`](NodeOptionsBuilder::secret) or, explicitly,
+    /// [`insecure_no_authentication`](NodeOptionsBuilder::insecure_no_authentication) is
+    /// required.
+    pub fn builder() -> NodeOptionsBuilder {
+        NodeOptionsBuilder {
+            options: NodeOptions {
+                auth: Auth::Insecure,
+                listen: None,
+                max_frame_length: 1 << 20,
+                max_output_bytes: 4 << 20,
+                max_connections: 256,
+                max_routes: 1024,
+                handshake_timeout: Duration::from_secs(5),
+                connect_timeout: Duration::from_secs(5),
+                heartbeat_interval: Duration::from_secs(1),
+                idle_timeout: Duration::from_secs(10),
+                reconnect_min: Duration::from_millis(100),
+                reconnect_max: Duration::from_secs(5),
+            },
+            auth_chosen: false,
+        }
+    }
+
+    /// The shared secret, or `None` in the insecure mode.
+    pub(crate) fn secret(&self) -> Option<&NodeSecret> {
+        match &self.auth {
+            Auth::Secret(secret) => Some(secret),
+            Auth::Insecure => None,
+        }
+    }
+
+    fn validate(&self) -> Result<(), OptionsError> {
+        let max_frame = MAX_ENCODED_BYTES as usize;
+        if !(MIN_FRAME_LENGTH..=max_frame).contains(&self.max_frame_length) {
+            return Err(OptionsError::new(
+                "max_frame_length",
+                format!(
+                    "must lie between {MIN_FRAME_LENGTH} and {max_frame} bytes (got {})",
+                    self.max_frame_length
+                ),
+            ));
+        }
+        if self.max_output_bytes < 2 * self.max_frame_length || self.max_output_bytes > 1 << 30 {
+            return Err(OptionsError::new(
+                "max_output_bytes",
+                format!(
+                    "must lie between twice max_frame_length and 1 GiB (got {})",
+                    self.max_output_bytes
+                ),
+            ));
+        }
+        for (field, value) in [
+            ("max_connections", self.max_connections),
+            ("max_routes", self.max_routes),
+        ] {
+            if value == 0 {
+                return Err(OptionsError::new(field, "must be positive (got 0)"));
+            }
+        }
+        for (field, value) in [
+            ("handshake_timeout", self.handshake_timeout),
+            ("connect_timeout", self.connect_timeout),
+            ("heartbeat_interval", self.heartbeat_interval),
+            ("idle_timeout", self.idle_timeout),
+            ("reconnect_min", self.reconnect_min),
+            ("reconnect_max", self.reconnect_max),
+        ] {
+            if value.is_zero() || value > MAX_DURATION {
+                return Err(OptionsError::new(
+                    field,
+                    format!("must be positive and at most 365 days (got {value:?})"),
+                ));
+            }
+        }
+        if self.idle_timeout <= self.heartbeat_interval {
+            return Err(OptionsError::new(
+                "idle_timeout",
+                "must be longer than heartbeat_interval",
+            ));
+        }
+        if self.reconnect_max < self.reconnect_min {
+            return Err(OptionsError::new(
+                "reconnect_max",
+                "must be at least reconnect_min",
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// Builds [`NodeOptions`].
+#[derive(Debug)]
+pub struct NodeOptionsBuilder {
+    options: NodeOptions,
+    auth_chosen: bool,
+}
+
+impl NodeOptionsBuilder {
+    /// Authenticate every peer, and every frame, with this secret (shared by all nodes that
+    /// talk to each other).
+    pub fn secret(mut self, secret: NodeSecret) -> Self {
+        self.options.auth = Auth::Secret(secret);
+        self.auth_chosen = true;
+        self
+    }
+
+    /// Run without authentication: **anyone who can reach the node's address can deliver
+    /// messages to its exposed consumers, and anyone on the path can alter frames.** Only for
+    /// tests and trusted networks; the node logs a warning when it starts. Nodes of this mode
+    /// refuse nodes with a secret and vice versa.
+    pub fn insecure_no_authentication(mut self) -> Self {
+        self.options.auth = Auth::Insecure;
+        self.auth_chosen = true;
+        self
+    }
+
+    /// Listen on this address for peers (default: do not listen; a node that only sends
+    /// needs no listener). Port 0 picks a free port: see
+    /// [`Node::local_addr`](crate::remote::Node::local_addr).
+    pub fn listen(mut self, addr: SocketAddr) -> Self {
+        self.options.listen = Some(addr);
+        self
+    }
+
+    /// The largest frame this node accepts, in bytes (default 1 MiB, 4 KiB to 16 MiB). A
+    /// message whose encoding does not fit a frame cannot be sent. A peer can make this node
+    /// buffer up to this much per connection.
+    pub fn max_frame_length(mut self, bytes: usize) -> Self {
+        self.options.max_frame_length = bytes;
+        self
+    }
+
+    /// Bytes queued per connection at most (default 4 MiB, at least twice
+    /// `max_frame_length`); beyond, deliveries and ACKs are dropped (and retransmitted).
+    pub fn max_output_bytes(mut self, bytes: usize) -> Self {
+        self.options.max_output_bytes = bytes;
+        self
+    }
+
+    /// Incoming connections open at once (default 256); more are closed at once.
+    pub fn max_connections(mut self, n: usize) -> Self {
+        self.options.max_connections = n;
+        self
+    }
+
+    /// Producer incarnations remembered per remote address for routing ACKs and reusing
+    /// encoded bodies (default 1024; least recently used forgotten).
+    pub fn max_routes(mut self, n: usize) -> Self {
+        self.options.max_routes = n;
+        self
+    }
+
+    /// A connection whose handshake takes longer is closed (default 5 s).
+    pub fn handshake_timeout(mut self, timeout: Duration) -> Self {
+        self.options.handshake_timeout = timeout;
+        self
+    }
+
+    /// A connection attempt that takes longer fails (default 5 s).
+    pub fn connect_timeout(mut self, timeout: Duration) -> Self {
+        self.options.connect_timeout = timeout;
+        self
+    }
+
+    /// Send a heartbeat after this long without sending anything (default 1 s).
+    pub fn heartbeat_interval(mut self, interval: Duration) -> Self {
+        self.options.heartbeat_interval = interval;
+        self
+    }
+
+    /// Close a connection after this long without receiving anything (default 10 s, longer
+    /// than `heartbeat_interval`): a peer or path that went silent is detected, and the
+    /// connection made again.
+    pub fn idle_timeout(mut self, timeout: Duration) -> Self {
+        self.options.idle_timeout = timeout;
+        self
+    }
+
+    /// Waits between reconnection attempts double from `min` to `max` (default 100 ms to
+    /// 5 s), each shortened by a random part of up to half.
+    pub fn reconnect_backoff(mut self, min: Duration, max: Duration) -> Self {
+        self.options.reconnect_min = min;
+        self.options.reconnect_max = max;
+        self
+    }
+
+    /// Validates and returns the options.
+    ///
+    /// # Errors
+    /// [`OptionsError`] naming the first invalid field; `secret` if neither a secret nor the
+    /// insecure mode was chosen.
+    pub fn build(self) -> Result<NodeOptions, OptionsError> {
+        if !self.auth_chosen {
+            return Err(OptionsError::new(
+                "secret",
+                "set a secret, or choose insecure_no_authentication() explicitly",
+            ));
+        }
+        self.options.validate()?;
+        Ok(self.options)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn secure() -> NodeOptionsBuilder {
+        NodeOptions::builder().secret(NodeSecret::new([7; 32]).unwrap())
+    }
+
+    #[test]
+    fn authentication_must_be_chosen() {
+        assert_eq!(NodeOptions::builder().build().unwrap_err().field, "secret");
+        assert!(secure().build().unwrap().secret().is_some());
+        let insecure = NodeOptions::builder()
+            .insecure_no_authentication()
+            .build()
+            .unwrap();
+        assert!(insecure.secret().is_none());
+    }
+
+    #[test]
+    fn every_invalid_field_is_named() {
+        let cases: Vec<(&str, NodeOptionsBuilder)> = vec![
+            ("max_frame_length", secure().max_frame_length(4095)),
+            ("max_frame_length", secure().max_frame_length(17 << 20)),
+            ("max_output_bytes", secure().max_output_bytes(1 << 20)),
+            ("max_connections", secure().max_connections(0)),
+            ("max_routes", secure().max_routes(0)),
+            (
+                "handshake_timeout",
+                secure().handshake_timeout(Duration::ZERO),
+            ),
+            (
+                "connect_timeout",
+                secure().connect_timeout(MAX_DURATION * 2),
+            ),
+            (
+                "heartbeat_interval",
+                secure().heartbeat_interval(Duration::ZERO),
+            ),
+            (
+                "idle_timeout",
+                secure()
+                    .heartbeat_interval(Duration::from_secs(2))
+                    .idle_timeout(Duration::from_secs(2)),
+            ),
+            (
+                "reconnect_max",
+                secure().reconnect_backoff(Duration::from_secs(2), Duration::from_secs(1)),
+            ),
+        ];
+        for (field, builder) in cases {
+            assert_eq!(builder.build().unwrap_err().field, field);
+        }
+        assert!(secure()
+            .max_frame_length(4096)
+            .max_output_bytes(8192)
+            .build()
+            .is_ok());
+    }
+}

@@ -1,0 +1,221 @@
+//! The sending side's memory per producer incarnation: where its ACKs go back to, and the
+//! encoded bodies of its messages that may still be retransmitted, so that a body is encoded
+//! once per message, not once per transmission. Pure: no I/O, no runtime.
+//!
+//! Bounded twice: at most `max_routes` incarnations per remote address (least recently used
+//! evicted: its ACKs are then dropped and its next delivery starts a new route), and per route
+//! only seqs at or above the producer's latest `window_start` that are not ACKed yet, which the
+//! producer's window bounds, with [`MAX_BODIES_PER_ROUTE`] as a hard stop against hand-made
+//! deliveries.
+
+use hashlink::LruCache;
+
+use crate::protocol::envelope::{Incarnation, ProducerId};
+use crate::remote::body::{Bodies, Body};
+
+/// The most encoded bodies one route keeps; beyond it the lowest seq is forgotten (and
+/// encoded again if retransmitted).
+pub(crate) const MAX_BODIES_PER_ROUTE: usize = 1 << 16;
+
+/// One producer incarnation's route.
+#[derive(Debug)]
+pub(crate) struct Route<R> {
+    producer_id: ProducerId,
+    reply_to: R,
+    /// Encoded bodies of messages not known to be settled.
+    bodies: Bodies,
+}
+
+impl<R> Route<R> {
+    /// The encoded body of `seq`: the kept bytes, or `encode`'s (into `scratch`), which are
+    /// kept. Forgets every body below `window_start` first (the producer settled those).
+    /// Returns whether `encode` was called.
+    ///
+    /// # Errors
+    /// `encode`'s error (nothing is kept).
+    pub(crate) fn body<E>(
+        &mut self,
+        seq: u64,
+        window_start: u64,
+        scratch: &mut Vec<u8>,
+        encode: impl FnOnce(&mut Vec<u8>) -> Result<(), E>,
+    ) -> Result<(Body, bool), E> {
+        self.bodies
+            .get_or_encode(seq, window_start, MAX_BODIES_PER_ROUTE, scratch, encode)
+    }
+
+    /// Bodies held.
+    #[cfg(test)]
+    pub(crate) fn len(&self) -> usize {
+        self.bodies.len()
+    }
+}
+
+/// The routes of one remote address, keyed by incarnation (128 random bits: unique per
+/// producer life).
+#[derive(Debug)]
+pub(crate) struct Routes<R> {
+    table: LruCache<Incarnation, Route<R>>,
+}
+
+impl<R: Clone> Routes<R> {
+    /// At most `max_routes` routes.
+    pub(crate) fn new(max_routes: usize) -> Self {
+        Self {
+            table: LruCache::new(max_routes),
+        }
+    }
+
+    /// The route of this producer incarnation, made if it is new (evicting the least recently
+    /// used one when full), refreshed otherwise. A delivery naming a known incarnation under
+    /// another producer id (a forgery or a bug) replaces the route.
+    pub(crate) fn route(
+        &mut self,
+        producer_id: &ProducerId,
+        incarnation: Incarnation,
+        reply_to: &R,
+    ) -> &mut Route<R> {
+        let known = self
+            .table
+            .get(&incarnation)
+            .is_some_and(|route| route.producer_id == *producer_id);
+        if !known {
+            self.table.insert(
+                incarnation,
+                Route {
+                    producer_id: producer_id.clone(),
+                    reply_to: reply_to.clone(),
+                    bodies: Bodies::default(),
+                },
+            );
+        }
+        self.table
+            .get_mut(&incarnation)
+            .expect("present: found or inserted above")
+    }
+
+    /// ACKs for `seqs` arrived: their bodies are forgotten. Returns where the ACKs go, or
+    /// `None` if no route matches the producer id and incarnation.
+    pub(crate) fn handle_acks(
+        &mut self,
+        producer_id: &str,
+        incarnation: Incarnation,
+        seqs: &[u64],
+    ) -> Option<(ProducerId, R)> {
+        let route = self.table.peek_mut(&incarnation)?;
+        if route.producer_id.as_str() != producer_id {
+            return None;
+        }
+        for &seq in seqs {
+            route.bodies.remove(seq);
+        }
+        Some((route.producer_id.clone(), route.reply_to.clone()))
+    }
+
+    /// Routes held.
+    pub(crate) fn len(&self) -> usize {
+        self.table.len()
+    }
+
+    /// Encoded bodies held, over all routes.
+    pub(crate) fn bodies(&self) -> usize {
+        self.table.iter().map(|(_, route)| route.bodies.len()).sum()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::convert::Infallible;
+
+    use super::*;
+
+    fn encode(
+        seq: u64,
+        count: &mut u32,
+    ) -> impl FnOnce(&mut Vec<u8>) -> Result<(), Infallible> + '_ {
+        move |out| {
+            *count += 1;
+            out.extend_from_slice(&seq.to_le_bytes());
+            Ok(())
+        }
+    }
+
+    #[test]
+    fn a_body_is_encoded_once_and_reused_until_settled() {
+        let mut routes = Routes::new(4);
+        let id = ProducerId::from("p");
+        let route = routes.route(&id, Incarnation::from_u128(1), &"reply");
+        let mut encoded = 0;
+        for seq in 1..=3 {
+            route
+                .body(seq, 1, &mut Vec::new(), encode(seq, &mut encoded))
+                .unwrap();
+        }
+        let (again, _) = route
+            .body(2, 1, &mut Vec::new(), encode(2, &mut encoded))
+            .unwrap();
+        assert_eq!(again.as_slice(), 2u64.to_le_bytes());
+        assert_eq!(encoded, 3, "the retransmission reused the bytes");
+        // window_start 3 settles 1 and 2.
+        route
+            .body(4, 3, &mut Vec::new(), encode(4, &mut encoded))
+            .unwrap();
+        assert_eq!(route.len(), 2);
+        // An ACK forgets its body and names the route's reply address.
+        let (producer, reply) = routes
+            .handle_acks("p", Incarnation::from_u128(1), &[3])
+            .unwrap();
+        assert_eq!((producer.as_str(), reply), ("p", "reply"));
+        assert_eq!(routes.bodies(), 1);
+    }
+
+    #[test]
+    fn acks_for_unknown_routes_or_a_wrong_producer_id_go_nowhere() {
+        let mut routes = Routes::new(4);
+        routes.route(&ProducerId::from("p"), Incarnation::from_u128(1), &0u8);
+        assert!(routes
+            .handle_acks("p", Incarnation::from_u128(2), &[1])
+            .is_none());
+        assert!(routes
+            .handle_acks("q", Incarnation::from_u128(1), &[1])
+            .is_none());
+    }
+
+    #[test]
+    fn routes_are_bounded_least_recently_used_first() {
+        let mut routes = Routes::new(2);
+        let id = ProducerId::from("p");
+        routes.route(&id, Incarnation::from_u128(1), &1u8);
+        routes.route(&id, Incarnation::from_u128(2), &2u8);
+        routes.route(&id, Incarnation::from_u128(1), &1u8); // refreshed
+        routes.route(&id, Incarnation::from_u128(3), &3u8); // evicts 2
+        assert_eq!(routes.len(), 2);
+        assert!(routes
+            .handle_acks("p", Incarnation::from_u128(2), &[])
+            .is_none());
+        assert!(routes
+            .handle_acks("p", Incarnation::from_u128(1), &[])
+            .is_some());
+    }
+
+    #[test]
+    fn bodies_per_route_have_a_hard_bound() {
+        let mut routes = Routes::new(1);
+        let route = routes.route(&ProducerId::from("p"), Incarnation::from_u128(1), &());
+        let mut encoded = 0;
+        for seq in 1..=MAX_BODIES_PER_ROUTE as u64 + 10 {
+            route
+                .body(seq, 1, &mut Vec::new(), encode(seq, &mut encoded))
+                .unwrap();
+        }
+        assert_eq!(route.len(), MAX_BODIES_PER_ROUTE);
+    }
+
+    #[test]
+    fn a_failed_encoding_caches_nothing() {
+        let mut routes = Routes::new(1);
+        let route = routes.route(&ProducerId::from("p"), Incarnation::from_u128(1), &());
+        assert_eq!(route.body(1, 1, &mut Vec::new(), |_| Err("no")), Err("no"));
+        assert_eq!(route.len(), 0);
+    }
+}

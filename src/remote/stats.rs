@@ -1,0 +1,150 @@
+//! A node's counters.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Mutex;
+use std::time::Instant;
+
+use serde::{Deserialize, Serialize};
+
+use crate::protocol::rate_limit::RateLimited;
+
+/// What a node did since it started (`connections_open` is a current value).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[non_exhaustive]
+pub struct NodeStats {
+    /// Connections to peers this node made and authenticated.
+    pub connections_opened: u64,
+    /// Connections from peers this node accepted and authenticated.
+    pub connections_accepted: u64,
+    /// Authenticated connections open now, both ways.
+    pub connections_open: u64,
+    /// Attempts to connect that failed before a handshake (refused, unreachable, timed out).
+    pub connect_failures: u64,
+    /// Handshakes that failed, both ways (wrong secret, mode or version, a replay, a
+    /// timeout): each closed its connection, and nothing it carried reached a consumer.
+    pub handshake_failures: u64,
+    /// Incoming connections closed at once because `max_connections` were open.
+    pub connections_refused: u64,
+    /// Authenticated connections closed because nothing arrived for `idle_timeout`.
+    pub idle_timeouts: u64,
+    /// Frames received after handshakes.
+    pub frames_in: u64,
+    /// Frames queued for sending after handshakes.
+    pub frames_out: u64,
+    /// Frames that did not verify or decode, or did not belong on their connection: each
+    /// closed its connection (only that one).
+    pub decode_failures: u64,
+    /// Deliveries queued for sending.
+    pub deliveries_out: u64,
+    /// Deliveries received and handed to an exposed consumer.
+    pub deliveries_in: u64,
+    /// ACKs queued for sending.
+    pub acks_out: u64,
+    /// ACKs received and handed to their producer.
+    pub acks_in: u64,
+    /// Deliveries received for a consumer name this node does not expose (dropped).
+    pub unknown_consumer: u64,
+    /// ACKs received for no known producer incarnation (dropped).
+    pub unroutable_acks: u64,
+    /// Deliveries dropped because their connection's output was full.
+    pub deliveries_dropped_full: u64,
+    /// ACKs dropped because their connection's output was full.
+    pub acks_dropped_full: u64,
+    /// Deliveries dropped because no connection to their node was up.
+    pub deliveries_dropped_disconnected: u64,
+    /// ACKs dropped because the connection their delivery came on was closed.
+    pub acks_dropped_disconnected: u64,
+    /// Deliveries that cannot be sent: a body that does not encode or fit a frame, or no
+    /// reply address.
+    pub deliveries_unsendable: u64,
+    /// Bodies encoded (once per message; again only after its route was forgotten).
+    pub bodies_encoded: u64,
+    /// The most bytes ever queued for one connection.
+    pub output_high_water: u64,
+    /// Producer incarnations remembered for routing ACKs, over all remote addresses, now.
+    pub routes: u64,
+    /// Encoded bodies kept for retransmission, over all remote addresses, now.
+    pub cached_bodies: u64,
+}
+
+macro_rules! counters {
+    ($($field:ident),* $(,)?) => {
+        /// The live counters behind [`NodeStats`].
+        #[derive(Debug, Default)]
+        pub(crate) struct Counters {
+            $(pub(crate) $field: AtomicU64,)*
+        }
+
+        impl Counters {
+            pub(crate) fn snapshot(&self) -> NodeStats {
+                NodeStats {
+                    $($field: self.$field.load(Ordering::Relaxed),)*
+                    routes: 0,
+                    cached_bodies: 0,
+                }
+            }
+        }
+    };
+}
+
+counters!(
+    connections_opened,
+    connections_accepted,
+    connections_open,
+    connect_failures,
+    handshake_failures,
+    connections_refused,
+    idle_timeouts,
+    frames_in,
+    frames_out,
+    decode_failures,
+    deliveries_out,
+    deliveries_in,
+    acks_out,
+    acks_in,
+    unknown_consumer,
+    unroutable_acks,
+    deliveries_dropped_full,
+    acks_dropped_full,
+    deliveries_dropped_disconnected,
+    acks_dropped_disconnected,
+    deliveries_unsendable,
+    bodies_encoded,
+    output_high_water,
+);
+
+/// Adds `n` to a counter.
+pub(crate) fn add(counter: &AtomicU64, n: u64) {
+    if n > 0 {
+        counter.fetch_add(n, Ordering::Relaxed);
+    }
+}
+
+/// Kinds of rate-limited warnings.
+#[derive(Clone, Copy, Debug)]
+pub(crate) enum Warning {
+    Handshake,
+    Decode,
+    UnknownConsumer,
+    Dropped,
+    Unsendable,
+}
+
+/// At most one warning a minute per kind, with the count in between. Never prints peer-
+/// supplied ids.
+#[derive(Debug, Default)]
+pub(crate) struct Warnings([Mutex<RateLimited>; 5]);
+
+impl Warnings {
+    /// Warns about `what` (one more of `kind`) if a warning of that kind is due.
+    pub(crate) fn warn(&self, kind: Warning, what: impl FnOnce() -> String) {
+        let limiter = &self.0[kind as usize];
+        let due = limiter
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .record(Instant::now(), 1);
+        if let Some(count) = due {
+            log::warn!("{} ({count} since the last warning of this kind)", what());
+        }
+    }
+}

@@ -1,0 +1,216 @@
+//! Reliable delivery between two nodes in one process, over real TCP on 127.0.0.1.
+
+mod common;
+mod remote;
+
+use std::time::Duration;
+
+use actix_delivery::remote::{Node, NodeOptions};
+use actix_delivery::{DeliveryError, ProducerOptions, ReliableDelivery};
+use common::{confirm_into, Confirmations};
+use remote::{listening_node, recording_consumer, sending_node, wait_until};
+
+#[actix::test]
+async fn n_messages_are_confirmed_and_none_is_lost() {
+    const N: u64 = 3000;
+    let server = listening_node().await;
+    let (consumer, handled) = recording_consumer::<u64>();
+    server.expose("numbers", &consumer).unwrap();
+    let client = sending_node().await;
+    let remote = client
+        .consumer_ref::<u64>(server.local_addr().unwrap(), "numbers")
+        .unwrap();
+    let producer = remote::producer(remote, 64, 300);
+    let confirmations = Confirmations::<u64>::default();
+    for n in 1..=N {
+        producer.tell(n, confirm_into(&confirmations, n)).unwrap();
+    }
+    assert!(wait_until(Duration::from_secs(20), || confirmations.len() as u64 == N).await);
+    remote::assert_each_confirmed_once(&confirmations, N, "one connection");
+    assert_eq!(handled.distinct() as u64, N);
+    let stats = client.stats();
+    assert_eq!(stats.bodies_encoded, N, "each body encoded once: {stats:?}");
+    assert_eq!(stats.connections_opened, 1);
+    assert_eq!(server.stats().connections_accepted, 1);
+    assert_eq!(
+        server.peer_id(client.local_addr().unwrap_or(server.local_addr().unwrap())),
+        None
+    );
+    assert_eq!(
+        client.peer_id(server.local_addr().unwrap()),
+        Some(server.id())
+    );
+}
+
+#[actix::test]
+async fn acks_reach_the_right_producer_among_several() {
+    const N: u64 = 500;
+    let server = listening_node().await;
+    let (numbers, handled) = recording_consumer::<(u32, u64)>();
+    let (words, words_handled) = recording_consumer::<String>();
+    server.expose("numbers", &numbers).unwrap();
+    server.expose("words", &words).unwrap();
+    let client = sending_node().await;
+    let addr = server.local_addr().unwrap();
+    // Four producers share one connection: three to "numbers", one to "words".
+    let mut producers = Vec::new();
+    let confirmations = Confirmations::<(u32, u64)>::default();
+    for p in 0..3u32 {
+        let producer = remote::producer(
+            client.consumer_ref::<(u32, u64)>(addr, "numbers").unwrap(),
+            16 << p,
+            200,
+        );
+        for n in 1..=N {
+            producer
+                .tell((p, n), confirm_into(&confirmations, (p, n)))
+                .unwrap();
+        }
+        producers.push(producer);
+    }
+    let words = client.consumer_ref::<String>(addr, "words").unwrap();
+    let words_producer =
+        ReliableDelivery::producer(ProducerOptions::builder(words).build().unwrap());
+    let word_confirmations = Confirmations::<u64>::default();
+    for n in 1..=N {
+        words_producer
+            .tell(format!("word {n}"), confirm_into(&word_confirmations, n))
+            .unwrap();
+    }
+    assert!(
+        wait_until(Duration::from_secs(20), || {
+            confirmations.len() as u64 == 3 * N && word_confirmations.len() as u64 == N
+        })
+        .await
+    );
+    assert!(confirmations.snapshot().iter().all(|(_, r)| r.is_ok()));
+    assert_eq!(handled.distinct() as u64, 3 * N);
+    assert_eq!(words_handled.distinct() as u64, N);
+    for producer in &producers {
+        let stats = producer.stats().await.unwrap();
+        assert_eq!(stats.confirmed, N);
+        assert_eq!(
+            stats.ignored_acks, 0,
+            "no ACK of another producer reached it"
+        );
+    }
+    let stats = client.stats();
+    assert_eq!(stats.connections_opened, 1, "one connection per address");
+    assert_eq!(stats.unroutable_acks, 0);
+    assert_eq!(stats.routes, 4);
+}
+
+#[actix::test]
+async fn deliveries_for_an_unknown_name_are_counted_and_never_confirmed() {
+    let server = listening_node().await;
+    let client = sending_node().await;
+    let target = client
+        .consumer_ref::<u64>(server.local_addr().unwrap(), "nobody")
+        .unwrap();
+    let producer = ReliableDelivery::producer(
+        ProducerOptions::builder(target)
+            .resend_timeout(Duration::from_millis(30))
+            .max_attempts(5)
+            .build()
+            .unwrap(),
+    );
+    let outcome = producer.send(1).await;
+    assert_eq!(outcome, Err(DeliveryError::GaveUp { attempts: 5 }));
+    assert!(server.stats().unknown_consumer >= 3, "{:?}", server.stats());
+    assert_eq!(server.stats().decode_failures, 0);
+}
+
+#[actix::test]
+async fn a_gone_node_costs_bounded_memory_and_delivery_resumes_when_it_returns() {
+    const N: u64 = 2000;
+    const WINDOW: usize = 32;
+    let addr = remote::reusable_addr();
+    let options = remote::fast(NodeOptions::builder().secret(remote::secret()))
+        .listen(addr)
+        .build()
+        .unwrap();
+    let first = Node::start(options.clone()).await.unwrap();
+    let (consumer, handled_first) = recording_consumer::<u64>();
+    first.expose("numbers", &consumer).unwrap();
+    let client = sending_node().await;
+    let producer = remote::producer(
+        client.consumer_ref::<u64>(addr, "numbers").unwrap(),
+        WINDOW,
+        50,
+    );
+    let confirmations = Confirmations::<u64>::default();
+    for n in 1..=N {
+        producer.tell(n, confirm_into(&confirmations, n)).unwrap();
+    }
+    assert!(wait_until(Duration::from_secs(10), || confirmations.len() > 200).await);
+    let first_id = client.peer_id(addr).expect("connected");
+    assert_eq!(first_id, first.id());
+    first.stop();
+    consumer.stop();
+    // Gone: the producer retransmits into nothing, with bounded memory.
+    assert!(
+        wait_until(Duration::from_secs(5), || client.stats().connect_failures
+            >= 3)
+        .await
+    );
+    let before = client.stats();
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let gone = client.stats();
+    assert!(gone.deliveries_dropped_disconnected > before.deliveries_dropped_disconnected);
+    assert!(gone.cached_bodies as usize <= WINDOW, "{gone:?}");
+    let stats = producer.stats().await.unwrap();
+    assert!(stats.in_flight <= WINDOW);
+    assert!(stats.retransmitted > 0);
+    let confirmed_while_gone = confirmations.len();
+    assert!(confirmed_while_gone < N as usize);
+    assert_eq!(client.peer_id(addr), None);
+
+    // It returns (a new process would be the same: a new node on the same address).
+    let second = Node::start(options).await.unwrap();
+    let (consumer, handled_second) = recording_consumer::<u64>();
+    second.expose("numbers", &consumer).unwrap();
+    assert!(wait_until(Duration::from_secs(20), || confirmations.len() as u64 == N).await);
+    remote::assert_each_confirmed_once(&confirmations, N, "across the node's return");
+    // Every message handled by one of the two lives (at least once overall).
+    let first_seen = handled_first.snapshot();
+    let second_seen = handled_second.snapshot();
+    assert!((1..=N).all(|n| first_seen.contains_key(&n) || second_seen.contains_key(&n)));
+    let second_id = client.peer_id(addr).expect("connected again");
+    assert_eq!(second_id, second.id());
+    assert_ne!(second_id, first_id, "a restarted node is a new node");
+    assert!(client.stats().connections_opened >= 2);
+}
+
+#[actix::test]
+async fn a_node_that_never_returns_lets_the_producer_give_up_with_bounded_memory() {
+    let client = sending_node().await;
+    // An address nobody listens on.
+    let addr = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap();
+    let producer = ReliableDelivery::producer(
+        ProducerOptions::builder(client.consumer_ref::<u64>(addr, "numbers").unwrap())
+            .window_size(8)
+            .resend_timeout(Duration::from_millis(20))
+            .max_attempts(4)
+            .build()
+            .unwrap(),
+    );
+    let confirmations = Confirmations::<u64>::default();
+    for n in 1..=40 {
+        producer.tell(n, confirm_into(&confirmations, n)).unwrap();
+    }
+    assert!(wait_until(Duration::from_secs(10), || confirmations.len() == 40).await);
+    assert!(confirmations
+        .snapshot()
+        .iter()
+        .all(|(_, r)| *r == Err(DeliveryError::GaveUp { attempts: 4 })));
+    let stats = client.stats();
+    assert!(stats.connect_failures > 0);
+    assert_eq!(
+        stats.cached_bodies, 0,
+        "nothing was ever connected: nothing encoded"
+    );
+    assert_eq!(stats.deliveries_dropped_disconnected, 160);
+}

@@ -1,0 +1,404 @@
+//! Authentication and untrusted input, over real TCP on 127.0.0.1: peers without the secret,
+//! replayed handshakes, garbage and malformed frames. Each test checks that nothing reached a
+//! consumer that should not have, and that the node went on serving honest peers.
+
+mod common;
+mod remote;
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use actix::prelude::*;
+use actix_delivery::remote::{Node, NodeOptions, NodeSecret};
+use actix_delivery::{
+    codec, ConsumerOptions, DeadLetter, DeadLetterReason, DeliveryHandler, Incarnation,
+    ProducerHandle, ProducerOptions, ReliableDelivery,
+};
+use common::{confirm_into, Confirmations, Log};
+use remote::proxy::{Faults, Proxy};
+use remote::wire::{self, Frame, Item};
+use remote::{fast, listening_node, localhost, recording_consumer, wait_until, Handled};
+use tokio::io::AsyncWriteExt;
+use tokio::net::TcpStream;
+
+/// A secure server exposing a recording `u64` consumer as "numbers".
+async fn server() -> (Node, Handled<u64>) {
+    let node = listening_node().await;
+    let (consumer, handled) = recording_consumer::<u64>();
+    node.expose("numbers", &consumer).unwrap();
+    (node, handled)
+}
+
+async fn insecure_server() -> (Node, Handled<u64>, Log<DeadLetter>) {
+    let options = fast(NodeOptions::builder().insecure_no_authentication())
+        .listen(localhost())
+        .build()
+        .unwrap();
+    let node = Node::start(options).await.unwrap();
+    let handled = Handled::<u64>(Default::default());
+    let record = handled.clone();
+    let dead = Log::<DeadLetter>::default();
+    let sink = DeadLetters(dead.clone()).start();
+    let consumer = ReliableDelivery::consumer(
+        ConsumerOptions::builder(DeliveryHandler::from_fn(move |n: u64| {
+            record.record(n);
+            async { Ok::<(), String>(()) }
+        }))
+        .dead_letters(sink.recipient())
+        .build()
+        .unwrap(),
+    );
+    node.expose("numbers", &consumer).unwrap();
+    (node, handled, dead)
+}
+
+struct DeadLetters(Log<DeadLetter>);
+
+impl Actor for DeadLetters {
+    type Context = Context<Self>;
+}
+
+impl Handler<DeadLetter> for DeadLetters {
+    type Result = ();
+    fn handle(&mut self, letter: DeadLetter, _: &mut Context<Self>) {
+        self.0.push(letter);
+    }
+}
+
+/// A producer on `node` sending 1..=n to "numbers" at `addr`, retransmitting every 50 ms.
+fn produce(node: &Node, addr: SocketAddr, n: u64) -> (ProducerHandle<u64>, Confirmations<u64>) {
+    let target = node.consumer_ref::<u64>(addr, "numbers").unwrap();
+    let producer = ReliableDelivery::producer(
+        ProducerOptions::builder(target)
+            .resend_timeout(Duration::from_millis(50))
+            .build()
+            .unwrap(),
+    );
+    let confirmations = Confirmations::default();
+    for i in 1..=n {
+        producer.tell(i, confirm_into(&confirmations, i)).unwrap();
+    }
+    (producer, confirmations)
+}
+
+async fn client_with(options: NodeOptions) -> Node {
+    Node::start(options).await.unwrap()
+}
+
+#[actix::test]
+async fn a_wrong_secret_or_no_secret_is_refused_and_nothing_is_handled() {
+    let (server, handled) = server().await;
+    let addr = server.local_addr().unwrap();
+    let wrong = client_with(
+        fast(NodeOptions::builder().secret(NodeSecret::new([9u8; 32]).unwrap()))
+            .build()
+            .unwrap(),
+    )
+    .await;
+    let none = client_with(
+        fast(NodeOptions::builder().insecure_no_authentication())
+            .build()
+            .unwrap(),
+    )
+    .await;
+    let (p1, c1) = produce(&wrong, addr, 10);
+    let (p2, c2) = produce(&none, addr, 10);
+    assert!(
+        wait_until(Duration::from_secs(5), || server.stats().handshake_failures
+            >= 4)
+        .await,
+        "{:?}",
+        server.stats()
+    );
+    assert_eq!(handled.total(), 0, "no delivery reached the consumer");
+    assert_eq!(server.stats().connections_accepted, 0);
+    assert_eq!(server.stats().deliveries_in, 0);
+    assert!(
+        wrong.stats().handshake_failures > 0,
+        "the client refused the server too"
+    );
+    assert_eq!(wrong.stats().connections_opened, 0);
+    assert_eq!((c1.len(), c2.len()), (0, 0), "nothing confirmed");
+    assert!(p1.stats().await.unwrap().retransmitted > 0);
+    assert!(p2.stats().await.unwrap().retransmitted > 0);
+
+    // A secure client refuses an insecure server as well.
+    let (insecure, handled, _) = insecure_server().await;
+    let (_p3, c3) = produce(&wrong, insecure.local_addr().unwrap(), 5);
+    assert!(
+        wait_until(Duration::from_secs(5), || insecure
+            .stats()
+            .handshake_failures
+            >= 2)
+        .await
+    );
+    assert_eq!((handled.total(), c3.len()), (0, 0));
+
+    // The server still serves an honest client.
+    let honest = remote::sending_node().await;
+    let (_p4, c4) = produce(&honest, addr, 10);
+    assert!(wait_until(Duration::from_secs(5), || c4.len() == 10).await);
+}
+
+#[actix::test]
+async fn replayed_handshakes_are_refused_both_ways() {
+    let (server, handled) = server().await;
+    let proxy = Proxy::start(
+        server.local_addr().unwrap(),
+        Faults {
+            record: true,
+            ..Faults::default()
+        },
+        1,
+    )
+    .await;
+    // A genuine exchange through the recording proxy.
+    let client = remote::sending_node().await;
+    let (producer, confirmations) = produce(&client, proxy.addr, 20);
+    assert!(wait_until(Duration::from_secs(5), || confirmations.len() == 20).await);
+    producer.stop();
+    let recorded = proxy.recorded.lock().unwrap()[0].clone();
+    assert!(recorded.to_server.len() > 100 && recorded.to_client.len() > 100);
+    assert_eq!(handled.total(), 20);
+    let before = server.stats();
+
+    // 1. Everything the client sent, replayed to the server: its proof was made for another
+    //    server nonce, so the server refuses it and none of the deliveries behind it counts.
+    let mut replay = TcpStream::connect(server.local_addr().unwrap())
+        .await
+        .unwrap();
+    replay.write_all(&recorded.to_server).await.unwrap();
+    assert!(wire::closed_by_peer(&mut replay, Duration::from_secs(5)).await);
+    assert!(
+        wait_until(Duration::from_secs(2), || {
+            server.stats().handshake_failures == before.handshake_failures + 1
+        })
+        .await
+    );
+    assert_eq!(server.stats().deliveries_in, before.deliveries_in);
+    assert_eq!(server.stats().connections_accepted, 1);
+
+    // 2. Everything the server sent, replayed to a client that connects to a fake server:
+    //    the challenge's proof covers another client nonce.
+    let fake = tokio::net::TcpListener::bind(localhost()).await.unwrap();
+    let fake_addr = fake.local_addr().unwrap();
+    let to_client = recorded.to_client.clone();
+    actix::spawn(async move {
+        while let Ok((mut stream, _)) = fake.accept().await {
+            let _ = stream.write_all(&to_client).await;
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    });
+    let victim = remote::sending_node().await;
+    let (_p, fooled) = produce(&victim, fake_addr, 5);
+    assert!(
+        wait_until(Duration::from_secs(5), || victim.stats().handshake_failures
+            >= 2)
+        .await
+    );
+    assert_eq!(victim.stats().connections_opened, 0);
+    assert_eq!(fooled.len(), 0, "no forged ACK confirmed anything");
+    assert_eq!(handled.total(), 20, "nothing was handled twice or anew");
+}
+
+#[actix::test]
+async fn garbage_and_oversize_length_prefixes_before_the_handshake_are_refused() {
+    let (server, handled) = server().await;
+    let addr = server.local_addr().unwrap();
+    let attempts: [&[u8]; 4] = [
+        &u32::MAX.to_be_bytes(), // claims 4 GiB: refused before anything is reserved
+        &257u32.to_be_bytes(),   // over the 256-byte handshake limit
+        b"GET / HTTP/1.1\r\nHost: x\r\n\r\n",
+        &[0, 0, 0, 3, 0, 1, 2], // a Hello cut short
+    ];
+    for bytes in attempts {
+        let mut stream = TcpStream::connect(addr).await.unwrap();
+        stream.write_all(bytes).await.unwrap();
+        assert!(wire::closed_by_peer(&mut stream, Duration::from_secs(5)).await);
+    }
+    // A silent connection is closed after the handshake timeout.
+    let mut silent = TcpStream::connect(addr).await.unwrap();
+    assert!(wire::closed_by_peer(&mut silent, Duration::from_secs(5)).await);
+    assert!(
+        wait_until(Duration::from_secs(2), || server.stats().handshake_failures
+            == 5)
+        .await
+    );
+    assert_eq!(handled.total(), 0);
+    let honest = remote::sending_node().await;
+    let (_p, confirmations) = produce(&honest, addr, 3);
+    assert!(wait_until(Duration::from_secs(5), || confirmations.len() == 3).await);
+}
+
+#[actix::test]
+async fn a_frame_that_does_not_decode_closes_only_its_connection() {
+    let (server, handled, _) = insecure_server().await;
+    let addr = server.local_addr().unwrap();
+    let mut bad = wire::insecure_client(addr).await;
+    let mut good = wire::insecure_client(addr).await;
+    let oversize_id = Frame::Deliveries(wire::Deliveries {
+        consumer: "numbers".into(),
+        producer_id: "x".repeat(257),
+        incarnation: Incarnation::from_u128(1),
+        items: vec![Item {
+            seq: 1,
+            window_start: 1,
+            body: codec::encode(&1u64).unwrap(),
+        }],
+    });
+    let not_a_u64 = Frame::Deliveries(wire::Deliveries {
+        consumer: "numbers".into(),
+        producer_id: "p".into(),
+        incarnation: Incarnation::from_u128(1),
+        items: vec![Item {
+            seq: 1,
+            window_start: 1,
+            body: vec![0xff, 0xff], // not the encoding of a u64
+        }],
+    });
+    let garbage: Vec<u8> = [&[0u8, 0, 0, 5][..], &[9, 9, 9, 9, 9]].concat();
+    for (i, attempt) in [
+        wire::frame_bytes(&oversize_id),
+        wire::frame_bytes(&not_a_u64),
+        garbage,
+        wire::frame_bytes(&Frame::Proof(wire::Proof { proof: None })), // out of turn
+        (2u32 << 20).to_be_bytes().to_vec(),                           // over max_frame_length
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        if i > 0 {
+            bad = wire::insecure_client(addr).await;
+        }
+        bad.write_all(&attempt).await.unwrap();
+        assert!(
+            wire::closed_by_peer(&mut bad, Duration::from_secs(5)).await,
+            "attempt {i}"
+        );
+    }
+    assert!(
+        wait_until(Duration::from_secs(2), || server.stats().decode_failures
+            == 5)
+        .await
+    );
+    assert_eq!(handled.total(), 0);
+    // The other connection was never disturbed.
+    wire::write(&mut good, &wire::deliveries("numbers", [1, 2]))
+        .await
+        .unwrap();
+    let acks = wire::next_acks(&mut good)
+        .await
+        .expect("ACKs on the good connection");
+    assert_eq!(acks.producer_id, "p");
+    assert_eq!(acks.seqs, [1, 2]);
+    assert_eq!(handled.total(), 2);
+}
+
+#[actix::test]
+async fn bad_fields_become_dead_letters_and_unknown_names_are_dropped() {
+    let (server, handled, dead) = insecure_server().await;
+    let mut peer = wire::insecure_client(server.local_addr().unwrap()).await;
+    let malformed = Frame::Deliveries(wire::Deliveries {
+        consumer: "numbers".into(),
+        producer_id: String::new(),
+        incarnation: Incarnation::from_u128(3),
+        items: vec![Item {
+            seq: 1,
+            window_start: 1,
+            body: codec::encode(&1u64).unwrap(),
+        }],
+    });
+    let mut seq_zero = wire::deliveries("numbers", [0]);
+    if let Frame::Deliveries(batch) = &mut seq_zero {
+        batch.items[0].window_start = 0;
+    }
+    let mut window_past_seq = wire::deliveries("numbers", [5]);
+    if let Frame::Deliveries(batch) = &mut window_past_seq {
+        batch.items[0].window_start = 6;
+    }
+    for frame in [&malformed, &seq_zero, &window_past_seq] {
+        wire::write(&mut peer, frame).await.unwrap();
+    }
+    wire::write(&mut peer, &wire::deliveries("nobody", [1, 2, 3]))
+        .await
+        .unwrap();
+    assert!(wait_until(Duration::from_secs(5), || dead.len() == 3).await);
+    let reasons: Vec<DeadLetterReason> = dead.snapshot().iter().map(|d| d.reason).collect();
+    assert_eq!(
+        reasons,
+        [
+            DeadLetterReason::EmptyProducerId,
+            DeadLetterReason::SeqOutOfRange(0),
+            DeadLetterReason::WindowStartOutOfRange {
+                window_start: 6,
+                seq: 5
+            },
+        ]
+    );
+    assert!(
+        wait_until(Duration::from_secs(2), || server.stats().unknown_consumer
+            == 3)
+        .await
+    );
+    assert_eq!(
+        server.stats().decode_failures,
+        0,
+        "none of this closes the connection"
+    );
+    wire::write(&mut peer, &wire::deliveries("numbers", [1]))
+        .await
+        .unwrap();
+    assert_eq!(wire::next_acks(&mut peer).await.unwrap().seqs, [1]);
+    assert_eq!(handled.total(), 1);
+}
+
+#[actix::test]
+async fn a_peer_that_stops_reading_cannot_grow_the_senders_memory() {
+    const WINDOW: usize = 256;
+    const LIMIT: usize = 64 * 1024;
+    let listener = tokio::net::TcpListener::bind(localhost()).await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let node = client_with(
+        NodeOptions::builder()
+            .insecure_no_authentication()
+            .max_frame_length(16 * 1024)
+            .max_output_bytes(LIMIT)
+            .build()
+            .unwrap(),
+    )
+    .await;
+    let target = node.consumer_ref::<Vec<u8>>(addr, "sink").unwrap();
+    let producer = ReliableDelivery::producer(
+        ProducerOptions::builder(target)
+            .window_size(WINDOW)
+            .resend_timeout(Duration::from_millis(10))
+            .build()
+            .unwrap(),
+    );
+    for i in 0..5_000u32 {
+        producer.tell(vec![i as u8; 1024], |_| {}).unwrap();
+    }
+    // The peer completes the handshake, then reads nothing: socket buffers fill, then the
+    // node's output, then deliveries are dropped.
+    let _stalled = wire::insecure_server_once(&listener).await;
+    assert!(
+        wait_until(Duration::from_secs(10), || node
+            .stats()
+            .deliveries_dropped_full
+            > 1000)
+        .await,
+        "{:?}",
+        node.stats()
+    );
+    let stats = node.stats();
+    assert!(stats.output_high_water as usize <= LIMIT, "{stats:?}");
+    assert!(stats.cached_bodies as usize <= WINDOW, "{stats:?}");
+    assert_eq!(stats.routes, 1);
+    let producer_stats = producer.stats().await.unwrap();
+    assert!(producer_stats.in_flight <= WINDOW);
+    assert_eq!(producer_stats.confirmed, 0);
+    assert_eq!(
+        stats.bodies_encoded, WINDOW as u64,
+        "retransmissions reuse the bytes"
+    );
+}

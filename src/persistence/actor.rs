@@ -113,6 +113,8 @@ pub struct PersistentActor<E: EventSourced> {
     reply_to: Option<ReplyTo>,
     /// The lanes' retransmission timer.
     alarm: Alarm,
+    /// Reading the journal's highest seq (deliveries stalled).
+    checking_journal: bool,
     /// Failed snapshots, warned about at most once a minute.
     snapshot_warnings: RateLimited,
 }
@@ -148,6 +150,7 @@ impl<E: EventSourced> PersistentActor<E> {
             dirty: false,
             failed_recoveries: 0,
             stop: StopSignal::default(),
+            checking_journal: false,
             handles_dropped: false,
             outbox,
             reply_to: None,
@@ -208,8 +211,9 @@ impl<E: EventSourced> PersistentActor<E> {
         };
         let now = alarm::now();
         let mut settled = Vec::new();
+        let mut stalled = 0;
         for lane in &mut self.outbox.lanes {
-            lane.flush(now, reply_to, self.config.warn_after_attempts, &mut settled);
+            stalled += lane.flush(now, reply_to, self.config.warn_after_attempts, &mut settled);
             for seq in settled.drain(..) {
                 self.core.handle_confirmed(lane.name(), seq);
                 self.dirty = true;
@@ -217,6 +221,9 @@ impl<E: EventSourced> PersistentActor<E> {
             if let Some(state) = self.core.outbox().lanes.get(lane.name()) {
                 lane.set_durably_confirmed_below(state.durably_confirmed_below());
             }
+        }
+        if stalled > 0 {
+            self.check_journal(ctx);
         }
         let deadline = self
             .outbox
@@ -232,6 +239,34 @@ impl<E: EventSourced> PersistentActor<E> {
             }
             act.flush_lanes(ctx);
         });
+    }
+
+    /// Deliveries stall: perhaps another instance of the entity confirmed them (its
+    /// destination then refuses these resends as stale, without an ACK). If the journal holds
+    /// entries this actor has not seen, it catches up, as after a conflict.
+    fn check_journal(&mut self, ctx: &mut Context<Self>) {
+        if std::mem::replace(&mut self.checking_journal, true) {
+            return;
+        }
+        let journal = self.journal.clone();
+        let id = self.core.persistence_id().clone();
+        let highest = async move { journal.highest_seq(&id).await };
+        ctx.spawn(highest.into_actor(self).map(|highest, act, ctx| {
+            act.checking_journal = false;
+            match highest {
+                Ok(highest) if act.core.catch_up_if_behind(highest) => {
+                    log::info!(
+                        "stream `{}`: outbox deliveries stall and another writer appended: \
+                         catching up",
+                        act.core.persistence_id()
+                    );
+                    act.stop_lanes();
+                    act.start_recovery(ctx);
+                }
+                Ok(_) => {}
+                Err(error) => log::warn!("{error} (checking for another writer)"),
+            }
+        }));
     }
 
     fn handle_acks<'a>(&mut self, acks: impl IntoIterator<Item = &'a Ack>) {

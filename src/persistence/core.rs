@@ -104,6 +104,9 @@ pub struct PersistentStats {
     pub rejected: u64,
     /// Appends refused because another writer had appended first (then caught up).
     pub conflicts: u64,
+    /// Catch-ups without a conflict: outbox deliveries stalled, and the journal held entries
+    /// of another writer.
+    pub catch_ups: u64,
     /// Recoveries finished (the first one included).
     pub recoveries: u64,
     /// Snapshots taken (encoded with a committed append; saving one may still fail, see
@@ -407,6 +410,19 @@ impl<E: EventSourced, T> PersistentCore<E, T> {
             .into_iter()
             .filter_map(|(command, token)| self.decide(command, token))
             .collect()
+    }
+
+    /// The journal's highest seq is `highest_seq`: if another writer appended beyond what
+    /// this core committed, and nothing is being decided or stored, the core starts catching
+    /// up (recover, then go on) and returns `true`. An idle second instance of an
+    /// entity learns this way of what the other one wrote, confirmations included.
+    pub fn catch_up_if_behind(&mut self, highest_seq: u64) -> bool {
+        if highest_seq <= self.durable_seq || !self.is_ready() || !self.is_idle() {
+            return false;
+        }
+        self.stats.catch_ups += 1;
+        self.phase = Phase::Recovering;
+        true
     }
 
     /// Recovery failed: every waiting command gets the error, and the core stops.
@@ -1099,6 +1115,32 @@ mod tests {
         let recovered = stream.recover(&config).unwrap().state;
         assert_eq!((recovered.total, recovered.adds), (8, 2), "7 once, then 1");
         assert_eq!(ours.stats().conflicts, 1);
+    }
+
+    #[test]
+    fn an_idle_core_behind_the_journal_catches_up_a_busy_or_current_one_does_not() {
+        let config = PersistentConfig::default();
+        let mut stream = Stream::default();
+        let mut ours = ready(&stream, config.clone());
+        let mut theirs = ready(&stream, config.clone());
+        theirs.handle_command(plain(Op::Add(5)), 1);
+        commit(&mut theirs, &mut stream);
+        assert!(!ours.catch_up_if_behind(0), "not behind");
+        ours.handle_command(plain(Op::Add(1)), 2);
+        assert!(
+            !ours.catch_up_if_behind(1),
+            "busy: its append will conflict"
+        );
+        let _ = ours.stop();
+        let mut ours = ready(&Stream::default(), config.clone());
+        assert!(ours.catch_up_if_behind(1));
+        assert!(ours.handle_command(plain(Op::Get), 3).is_none(), "waits");
+        let answers = ours.finish_recovery(stream.recover(&config).unwrap());
+        assert!(
+            matches!(answers[..], [(3, Ok(Outcome::Done(5)))]),
+            "{answers:?}"
+        );
+        assert_eq!(ours.stats().catch_ups, 1);
     }
 
     #[test]

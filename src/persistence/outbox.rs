@@ -117,8 +117,15 @@ pub(crate) trait Lane {
     fn handle_ack(&mut self, ack: &Ack) -> bool;
     fn handle_timeout(&mut self, now: Instant);
     fn set_durably_confirmed_below(&mut self, seq: u64);
-    /// Transmits what is due; settled seqs (confirmed or given up) go to `settled`.
-    fn flush(&mut self, now: Instant, reply_to: &ReplyTo, warn_after: u32, settled: &mut Vec<u64>);
+    /// Transmits what is due; settled seqs (confirmed or given up) go to `settled`. Returns
+    /// how many deliveries went out for the `warn_after`-th time (stalled).
+    fn flush(
+        &mut self,
+        now: Instant,
+        reply_to: &ReplyTo,
+        warn_after: u32,
+        settled: &mut Vec<u64>,
+    ) -> u64;
     fn next_deadline(&self) -> Option<Instant>;
     fn producer_id(&self) -> Option<&ProducerId>;
     /// Drops the lane's producer (the actor stops, or recovers again).
@@ -212,9 +219,15 @@ where
         }
     }
 
-    fn flush(&mut self, now: Instant, reply_to: &ReplyTo, warn_after: u32, settled: &mut Vec<u64>) {
+    fn flush(
+        &mut self,
+        now: Instant,
+        reply_to: &ReplyTo,
+        warn_after: u32,
+        settled: &mut Vec<u64>,
+    ) -> u64 {
         let Some(core) = &mut self.core else {
-            return;
+            return 0;
         };
         let mut slow = 0;
         let deliveries = std::iter::from_fn(|| core.poll_transmit(now)).map(|transmission| {
@@ -234,6 +247,7 @@ where
                 settled.push(seq);
             }
         }
+        slow
     }
 
     fn next_deadline(&self) -> Option<Instant> {

@@ -1,7 +1,7 @@
-//! Adversarial review of the persistence stack: each `#[ignore = "defect: …"]` test here fails
-//! on the code it was written against and demonstrates one defect (run them with
-//! `cargo test --test review_defects -- --ignored`). The tests without `ignore` check
-//! suspicions that turned out sound, and stay as regression tests.
+//! Adversarial review of the persistence stack. Each `review_d*` test demonstrated one defect
+//! on the code it was written against (it failed there) and now pins its fix; each doc
+//! comment says what was wrong and what changed. The `review_s*` tests check suspicions that
+//! turned out sound, and stay as regression tests.
 
 mod common;
 

@@ -153,8 +153,9 @@
 //! ## Across processes: what the shared secret protects
 //!
 //! [`remote::Node`]s authenticate each other with a shared [`remote::NodeSecret`]: an
-//! HMAC-SHA256 challenge–response over fresh nonces of both sides and both node ids (the
-//! secret never crosses the wire), then a 128-bit HMAC tag under a per-connection,
+//! HMAC-SHA256 challenge–response over everything both sides announced (fresh nonces, node
+//! ids, versions, frame limits: a value altered on the path fails the handshake; the secret
+//! never crosses the wire), then a 128-bit HMAC tag under a per-connection,
 //! per-direction session key over every frame and its number. Against an attacker who does
 //! **not** hold the secret, that gives:
 //!

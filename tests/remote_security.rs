@@ -6,6 +6,8 @@ mod common;
 mod remote;
 
 use std::net::SocketAddr;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
 use std::time::Duration;
 
 use actix::prelude::*;
@@ -401,4 +403,54 @@ async fn a_peer_that_stops_reading_cannot_grow_the_senders_memory() {
         stats.bodies_encoded, WINDOW as u64,
         "retransmissions reuse the bytes"
     );
+}
+
+/// An on-path attacker without the secret rewrites the frame limit the client announces in
+/// its `Hello` (to the smallest valid value): the proofs bind it, so the handshake fails and
+/// nothing is delivered, instead of a session with a limit neither side chose.
+#[actix::test]
+async fn an_altered_frame_limit_in_the_handshake_is_detected() {
+    let (server, handled) = server().await;
+    let upstream = server.local_addr().unwrap();
+    let relay = tokio::net::TcpListener::bind(localhost()).await.unwrap();
+    let relay_addr = relay.local_addr().unwrap();
+    let rewritten = Arc::new(AtomicU64::new(0));
+    let count = rewritten.clone();
+    actix::spawn(async move {
+        while let Ok((mut client, _)) = relay.accept().await {
+            let count = count.clone();
+            actix::spawn(async move {
+                let Some(Frame::Hello(mut hello)) =
+                    wire::read(&mut client, Duration::from_secs(5)).await
+                else {
+                    return;
+                };
+                hello.max_frame_length = 4096;
+                count.fetch_add(1, Ordering::Relaxed);
+                let mut server = TcpStream::connect(upstream).await.unwrap();
+                if wire::write(&mut server, &Frame::Hello(hello)).await.is_ok() {
+                    let _ = tokio::io::copy_bidirectional(&mut client, &mut server).await;
+                }
+            });
+        }
+    });
+    let client = remote::sending_node().await;
+    let (_producer, confirmations) = produce(&client, relay_addr, 5);
+    assert!(
+        wait_until(Duration::from_secs(5), || client.stats().handshake_failures
+            >= 2)
+        .await,
+        "{:?}",
+        client.stats()
+    );
+    assert!(
+        rewritten.load(Ordering::Relaxed) >= 2,
+        "the relay altered Hellos"
+    );
+    assert_eq!(client.stats().connections_opened, 0);
+    assert_eq!(server.stats().connections_accepted, 0);
+    assert_eq!((handled.total(), confirmations.len()), (0, 0));
+    // Unaltered, the same client and server connect.
+    let (_p, direct) = produce(&client, upstream, 5);
+    assert!(wait_until(Duration::from_secs(5), || direct.len() == 5).await);
 }

@@ -37,9 +37,11 @@
 //! | 6 `Ping` | both | — |
 //!
 //! The handshake (see the `handshake` module source for the state machine):
-//! `proof_S = HMAC-SHA256(K, "actix-delivery/1 server proof\0" ‖ Nc ‖ Ns ‖ C ‖ S)`, `proof_C`
-//! the same with `client proof`, where `Nc`, `Ns` are both sides' fresh 32-byte nonces and `C`,
-//! `S` their 16-byte node ids. Both proofs are checked in constant time. The session keys of
+//! `proof_S = HMAC-SHA256(K, "actix-delivery/1 server proof\0" ‖ t)`, `proof_C` the same with
+//! `client proof`, where the transcript `t` is the encoded `Hello` followed by the encoded
+//! `Challenge` without its proof: every field either side announced (both fresh 32-byte
+//! nonces, both node ids, versions, the client's mode, both frame limits), so a value altered
+//! on the path fails the handshake. Both proofs are checked in constant time. The session keys of
 //! the two directions are derived the same way (`key client to server`, `key server to
 //! client`); every later frame's tag is `HMAC-SHA256(key, frame number ‖ payload)` truncated
 //! to 16 bytes, with frame numbers counted from 0 per direction and never sent.

@@ -69,9 +69,10 @@
 //!
 //! # Bounded memory
 //!
-//! Per connection, output waits in a queue of at most `max_output_bytes`; what does not fit is
-//! dropped and counted (the producer retransmits), so a slow or stalled reader costs the sender
-//! that much and its socket buffer, never more. On the receiving side a connection has at most
+//! Per connection, at most `max_output_bytes` of frames are held, queued or being written to
+//! the socket (bytes leave the count as the socket takes them); what does not fit is dropped
+//! and counted (the producer retransmits), so a slow or stalled reader costs the sender that
+//! much (plus, for a moment, one frame being encoded) and its socket buffer, never more. On the receiving side a connection has at most
 //! 8 frames handed to consumers and not yet taken from their mailboxes; beyond, it stops
 //! reading, and TCP flow control slows the sender. Per remote address, at most `max_routes`
 //! producer incarnations are remembered, each with the encoded bodies of its unconfirmed

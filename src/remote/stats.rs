@@ -59,7 +59,8 @@ pub struct NodeStats {
     pub deliveries_unsendable: u64,
     /// Bodies encoded (once per message; again only after its route was forgotten).
     pub bodies_encoded: u64,
-    /// The most bytes ever queued for one connection.
+    /// The most bytes ever held for one connection: queued, or being written to its socket
+    /// (at most `max_output_bytes`).
     pub output_high_water: u64,
     /// Producer incarnations remembered for routing ACKs, over all remote addresses, now.
     pub routes: u64,

@@ -53,12 +53,15 @@
 //! refused before anything is reserved). A frame is checked, in order: its tag (a wrong one
 //! closes the connection before any decoding), its encoding (bounded by its length), its ids
 //! (consumer name and producer id at most 256 bytes, borrowed from the frame, so a longer one
-//! is never allocated), its batch length (at most 1024, refused before reserving more), and
-//! each body's decoding as the consumer's type. A failure closes that connection only, counted
-//! in [`NodeStats::decode_failures`] and logged at most once a minute; never the node, never a
-//! panic. Fields that admission checks (seq range, window start, empty producer id) pass
-//! through and become dead letters at the consumer, exactly as in-process. Deliveries for a
-//! name not exposed are counted and dropped.
+//! is never allocated) and its batch length (at most 1024, refused before reserving more). A
+//! failure closes that connection only, counted in [`NodeStats::decode_failures`] and logged
+//! at most once a minute; never the node, never a panic. Then each body is decoded as the
+//! consumer's type: one that does not decode is that delivery's fault only, a dead letter at
+//! the consumer ([`DeadLetterReason::UndecodableBody`](crate::DeadLetterReason), no ACK,
+//! counted in [`NodeStats::undecodable_bodies`]); the other deliveries of its frame are
+//! delivered and the connection stays open. Fields that admission checks (seq range, window
+//! start, empty producer id) pass through and become dead letters at the consumer, exactly as
+//! in-process. Deliveries for a name not exposed are counted and dropped.
 //!
 //! One cost is the body type's, not the transport's: serde reserves up to 1 MiB up front for
 //! a sequence (`Vec<T>`, a map) whose length prefix claims that much, before it finds the

@@ -164,7 +164,9 @@ impl Node {
     }
 
     /// Makes `consumer` reachable by peers under `name`. Bodies arrive encoded and are decoded
-    /// as `T` on arrival; a body that does not decode closes its connection.
+    /// as `T` on arrival; a delivery whose body does not decode becomes a dead letter at the
+    /// consumer ([`DeadLetterReason::UndecodableBody`](crate::DeadLetterReason), no ACK),
+    /// counted in [`NodeStats::undecodable_bodies`](crate::remote::NodeStats).
     ///
     /// # Errors
     /// [`NameError`] if the name is empty, longer than 256 bytes, or taken.

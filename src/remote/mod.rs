@@ -92,6 +92,8 @@ mod backoff;
 mod body;
 mod connection;
 pub(crate) mod frame;
+// Private test hook (feature `__fuzz`, which only this crate's tests enable).
+#[cfg(feature = "__fuzz")]
 #[doc(hidden)]
 pub mod fuzz;
 mod handshake;

@@ -240,7 +240,9 @@
 //!
 //! [`remote`] carries deliveries and ACKs over TCP: a [`remote::Node`] per process listens,
 //! exposes local consumers under names, and hands out [`ConsumerRef`]s to consumers on other
-//! nodes that an unchanged producer sends to; ACKs come back on the same connection.
+//! nodes that an unchanged producer sends to; ACKs come back on the same connection. A node
+//! runs until it is stopped or its last handle is dropped (the references it handed out count
+//! as handles).
 //!
 //! ```no_run
 //! # use actix_delivery::remote::{Node, NodeOptions, NodeSecret};

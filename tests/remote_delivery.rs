@@ -272,3 +272,58 @@ async fn a_durable_producer_restarted_in_the_same_process_gets_its_acks() {
     assert_eq!(stats.routes, 1, "one incarnation, one route: {stats:?}");
     assert_eq!(stats.unroutable_acks, 0);
 }
+
+/// Like an actor whose last `Addr` is dropped, a node whose last handle is dropped stops: its
+/// listener and connections close. A reference it handed out (`consumer_ref`) counts as a
+/// handle, so a producer never sends into a node that stopped under it.
+#[actix::test]
+async fn a_node_stops_when_its_last_handle_and_reference_are_dropped() {
+    let server = listening_node().await;
+    let addr = server.local_addr().unwrap();
+    let (consumer, handled) = recording_consumer::<u64>();
+    server.expose("numbers", &consumer).unwrap();
+    let client = sending_node().await;
+    let producer = remote::producer(client.consumer_ref::<u64>(addr, "numbers").unwrap(), 8, 50);
+    producer.send(1).await.unwrap();
+    // A clone is a handle: the node runs on.
+    let server_clone = server.clone();
+    drop(server);
+    producer.send(2).await.unwrap();
+    // The last handle: the listener closes, and so does the connection.
+    drop(server_clone);
+    assert!(
+        wait_until(Duration::from_secs(5), || std::net::TcpStream::connect(
+            addr
+        )
+        .is_err())
+        .await,
+        "the listener still accepts"
+    );
+    assert!(
+        wait_until(Duration::from_secs(5), || client.stats().connections_open
+            == 0)
+        .await,
+        "{:?}",
+        client.stats()
+    );
+    assert_eq!(handled.distinct(), 2);
+
+    // The sending side: the reference keeps the node running after its handle is dropped.
+    let server = listening_node().await;
+    let addr = server.local_addr().unwrap();
+    server.expose("numbers", &consumer).unwrap();
+    let client = sending_node().await;
+    let producer = remote::producer(client.consumer_ref::<u64>(addr, "numbers").unwrap(), 8, 50);
+    drop(client);
+    producer.send(3).await.unwrap();
+    assert_eq!(server.stats().connections_open, 1);
+    // The producer, once done, stops and drops the reference: the node stops.
+    drop(producer);
+    assert!(
+        wait_until(Duration::from_secs(5), || server.stats().connections_open
+            == 0)
+        .await,
+        "{:?}",
+        server.stats()
+    );
+}

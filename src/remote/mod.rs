@@ -19,6 +19,9 @@
 //!   system call. The receiver hands a frame to its consumer as one actor message.
 //! - **A restart is visible**: each node draws a random [`NodeId`] at start, exchanged in the
 //!   handshake ([`Node::peer_id`]).
+//! - **Lifetime.** A node runs until [`Node::stop`] or until its last handle is dropped: its
+//!   clones and the references from [`Node::consumer_ref`]. Then its listener and connections
+//!   close.
 //!
 //! # Wire format
 //!

@@ -332,7 +332,7 @@ impl Server {
         };
         let transcript = &self.transcript;
         match (&local.secret, proof) {
-            (Some(secret), Some(proof)) if secret.verify(Role::Client, &transcript, proof) => {}
+            (Some(secret), Some(proof)) if secret.verify(Role::Client, transcript, proof) => {}
             (None, None) => {}
             _ => return Err(HandshakeError::BadProof),
         }

@@ -12,7 +12,9 @@
 //!   connection carries deliveries one way and ACKs the other; heartbeats keep it alive, and
 //!   one that stays silent for `idle_timeout` is closed and made again.
 //! - **A body is encoded once per message.** The reference keeps each unconfirmed message's
-//!   encoded body per producer incarnation (the same table routes ACKs back) until the ACK
+//!   encoded body per producer incarnation (the same table routes ACKs back, to the reply
+//!   address of the producer's latest delivery: a durable producer restarted in the same
+//!   process keeps its incarnation, and its ACKs follow it) until the ACK
 //!   passes or the producer's `window_start` moves past it; retransmissions reuse the bytes.
 //! - **Batches.** What one producer flush hands over goes out in as few frames as fit (up to
 //!   1024 deliveries each), and a write drains everything queued for its connection in one

@@ -291,12 +291,9 @@ async fn a_node_stops_when_its_last_handle_and_reference_are_dropped() {
     producer.send(2).await.unwrap();
     // The last handle: the listener closes, and so does the connection.
     drop(server_clone);
+    let refused = || std::net::TcpStream::connect(addr).is_err();
     assert!(
-        wait_until(Duration::from_secs(5), || std::net::TcpStream::connect(
-            addr
-        )
-        .is_err())
-        .await,
+        wait_until(Duration::from_secs(5), refused).await,
         "the listener still accepts"
     );
     assert!(

@@ -21,9 +21,10 @@
 //! both node ids are bound, so a proof made for one pair of nodes fails for another; every
 //! announced value is bound, so one altered on the path (a lowered frame limit, say) fails
 //! the handshake. Each side computes `t` from the values it sent and received, not from the
-//! bytes, so a field added to either frame later is bound without further code. Proofs are compared in constant time;
-//! the secret never crosses the wire. Every frame after the handshake carries a tag under the
-//! session key of its direction over its number and payload (see [`Sealer`]).
+//! bytes, so a field added to either frame later is bound without further code. Proofs are
+//! compared in constant time; the secret never crosses the wire. Every frame after the
+//! handshake carries a tag under the session key of its direction over its number and payload
+//! (see [`Sealer`]).
 //!
 //! Without a secret (the explicitly insecure mode) the proofs are `None` and frames carry no tag;
 //! a node of one mode refuses a peer of the other, so a misconfiguration never degrades a

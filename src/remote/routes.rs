@@ -15,20 +15,14 @@
 
 use hashlink::LruCache;
 
-use crate::message::ReplyTo;
 use crate::protocol::envelope::{Incarnation, ProducerId};
 use crate::remote::body::{Bodies, Body};
 
-/// Where a route's ACKs go, and whether two such places are the same one.
+/// Where a route's ACKs go, and whether two such places are the same one (for a
+/// [`ReplyTo`](crate::ReplyTo): [`ReplyTo::same_as`](crate::ReplyTo::same_as)).
 pub(crate) trait ReplyAddress: Clone {
     /// Whether `self` and `other` reach the same recipient.
     fn same_as(&self, other: &Self) -> bool;
-}
-
-impl ReplyAddress for ReplyTo {
-    fn same_as(&self, other: &Self) -> bool {
-        ReplyTo::same_as(self, other)
-    }
 }
 
 /// The most encoded bodies one route keeps; beyond it the lowest seq is forgotten (and

@@ -12,6 +12,7 @@ use crate::dead_letter::DeadLetter;
 use crate::handler::{DeliveryHandler, Outcome};
 use crate::message::{
     ConsumerRef, Deliveries, Delivery, GetConsumerStats, GetOutOfOrder, ReplyTo, StopConsumer,
+    Undecodable,
 };
 use crate::options::ConsumerOptions;
 use crate::protocol::consumer::{Completion, ConsumerCore, ConsumerStats, HandlerOutcome, Step};
@@ -85,7 +86,13 @@ impl<T: Send + 'static> ConsumerController<T> {
 
     /// Admission, dedup and the decision for one delivery, carried out.
     fn receive(&mut self, delivery: Delivery<T>, now: Instant) {
-        match self.core.handle_delivery(delivery.into_inbound(), now) {
+        let step = self.core.handle_delivery(delivery.into_inbound(), now);
+        self.carry_out_step(step, now);
+    }
+
+    /// Carries out what the core decided for one delivery.
+    fn carry_out_step(&mut self, step: Step<T, ReplyTo>, now: Instant) {
+        match step {
             Step::Run(body) => self.run(body, now),
             Step::Ack(reply_to, ack) => self.acks.push((reply_to, ack)),
             Step::Hold => {}
@@ -297,6 +304,21 @@ impl<T: Send + 'static> Handler<Deliveries<T>> for ConsumerController<T> {
         }
         self.await_handed_off(ctx);
         self.arm_timer(ctx);
+    }
+}
+
+impl<T: Send + 'static> Handler<Undecodable> for ConsumerController<T> {
+    type Result = ();
+
+    fn handle(&mut self, Undecodable(headers): Undecodable, _: &mut Context<Self>) {
+        if self.stop.is_final() {
+            return;
+        }
+        let now = alarm::now();
+        for header in headers {
+            let step = self.core.handle_undecodable(header, now);
+            self.carry_out_step(step, now);
+        }
     }
 }
 

@@ -153,8 +153,9 @@
 //! ## Across processes: what the shared secret protects
 //!
 //! [`remote::Node`]s authenticate each other with a shared [`remote::NodeSecret`]: an
-//! HMAC-SHA256 challenge–response over fresh nonces of both sides and both node ids (the
-//! secret never crosses the wire), then a 128-bit HMAC tag under a per-connection,
+//! HMAC-SHA256 challenge–response over everything both sides announced (fresh nonces, node
+//! ids, versions, frame limits: a value altered on the path fails the handshake; the secret
+//! never crosses the wire), then a 128-bit HMAC tag under a per-connection,
 //! per-direction session key over every frame and its number. Against an attacker who does
 //! **not** hold the secret, that gives:
 //!
@@ -239,7 +240,9 @@
 //!
 //! [`remote`] carries deliveries and ACKs over TCP: a [`remote::Node`] per process listens,
 //! exposes local consumers under names, and hands out [`ConsumerRef`]s to consumers on other
-//! nodes that an unchanged producer sends to; ACKs come back on the same connection.
+//! nodes that an unchanged producer sends to; ACKs come back on the same connection. A node
+//! runs until it is stopped or its last handle is dropped (the references it handed out count
+//! as handles).
 //!
 //! ```no_run
 //! # use actix_delivery::remote::{Node, NodeOptions, NodeSecret};

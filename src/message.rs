@@ -108,6 +108,16 @@ impl<T: Send + 'static> Message for Deliveries<T> {
     type Result = ();
 }
 
+/// Deliveries whose bodies a transport received but could not decode as the consumer's
+/// message type (their headers as received): the consumer makes them dead letters
+/// ([`DeadLetterReason::UndecodableBody`](crate::DeadLetterReason::UndecodableBody)).
+#[derive(Debug)]
+pub(crate) struct Undecodable(pub(crate) Vec<Header>);
+
+impl Message for Undecodable {
+    type Result = ();
+}
+
 impl Message for Ack {
     type Result = ();
 }

@@ -11,13 +11,23 @@
 //! recorded (counted below), during recoveries and during compactions (snapshots every 20
 //! writes).
 //!
+//! The two-process variant runs the durable producer and the bank in two child processes, each
+//! with its own SQLite journal, connected over TCP (`remote::Node`, 127.0.0.1), and SIGKILLs
+//! each of them on its own seeded schedule (`E2E_TWO_PROCESS_KILLS` kills each, default 12),
+//! restarting it at once. The same invariants hold after every kill of the bank, and at the
+//! end; the kills land with transfers applied but not confirmed and stored but not applied on
+//! both sides (counted below).
+//!
 //! Replay a seed with `E2E_SEED=5 cargo test --test end_to_end_crash -- --nocapture`.
 
+mod common;
 mod process;
+mod remote;
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::net::SocketAddr;
 use std::path::Path;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use actix::prelude::*;
@@ -26,8 +36,10 @@ use actix_delivery::journal::{PersistenceId, SqliteJournal};
 use actix_delivery::persistence::{
     recover_state, Decision, EventSourced, PersistentConfig, PersistentHandle,
 };
+use actix_delivery::remote::{Node, NodeOptions};
 use actix_delivery::{
-    ConsumerOptions, ConsumerRef, Delivery, ProducerOptions, ReliableDelivery, ReplyTo,
+    ConsumerHandle, ConsumerOptions, ConsumerRef, Delivery, DeliveryHandler, ProducerOptions,
+    ReliableDelivery, ReplyTo,
 };
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
@@ -36,6 +48,10 @@ use serde::{Deserialize, Serialize};
 const ENTRY: &str = "child_process_entry";
 const CHILD_DIR: &str = "E2E_CHILD_DIR";
 const CHILD_ACK_DELAY: &str = "E2E_CHILD_ACK_DELAY_MS";
+/// Set for a child of the two-process variant: `producer` or `consumer`.
+const CHILD_ROLE: &str = "E2E_CHILD_ROLE";
+/// Set for a child of the two-process variant: the port the consumer's node listens on.
+const CHILD_PORT: &str = "E2E_CHILD_PORT";
 const TRANSFERS: u64 = 1_500;
 const KILLS: u32 = 32;
 const ACCOUNTS: u64 = 5;
@@ -116,78 +132,152 @@ impl Handler<DurableConfirmation> for Sink {
     }
 }
 
-/// The child: bank, consumer and durable producer in one process; prints `ready <next id>`,
-/// `stored <id>` and `confirmed <id>` lines, and `idle` once all transfers are confirmed.
+/// The bank, recovered from `bank.db` in `dir`.
+async fn start_bank(dir: &Path) -> PersistentHandle<Bank> {
+    let journal = SqliteJournal::open(dir.join("bank.db")).await.unwrap();
+    PersistentHandle::<Bank>::start(Arc::new(journal), bank_id(), snapshots()).unwrap()
+}
+
+/// `target` with every ACK held back `delay` ms, so that kills land between the bank's commit
+/// and the confirmation. One delayed reply address per producer reply address.
+fn delayed_acks(target: ConsumerRef<Transfer>, delay: u64) -> ConsumerRef<Transfer> {
+    let wrapped: Mutex<Option<(ReplyTo, ReplyTo)>> = Mutex::default();
+    ConsumerRef::from_fn(move |deliveries: Vec<Delivery<Transfer>>| {
+        let delayed = deliveries.into_iter().map(|mut delivery| {
+            let reply_to = delivery.reply_to.take().expect("a producer's delivery");
+            let mut wrapped = wrapped.lock().unwrap();
+            if !wrapped
+                .as_ref()
+                .is_some_and(|(of, _)| of.same_as(&reply_to))
+            {
+                let inner = reply_to.clone();
+                let later = ReplyTo::from_fn(move |acks| {
+                    let inner = inner.clone();
+                    std::thread::spawn(move || {
+                        std::thread::sleep(Duration::from_millis(delay));
+                        inner.do_send_all(acks.into_iter());
+                    });
+                });
+                *wrapped = Some((reply_to, later));
+            }
+            delivery.reply_to = wrapped.as_ref().map(|(_, later)| later.clone());
+            delivery
+        });
+        target.do_send_all(delayed);
+    })
+}
+
+/// The durable producer on `producer.db` in `dir`, storing transfers up to [`TRANSFERS`] and
+/// sending them to `target`; prints `ready <next id>`, `stored <id>` and `confirmed <id>`
+/// lines, and `idle` once all transfers are confirmed. Never returns.
+async fn produce(dir: &Path, target: ConsumerRef<Transfer>) {
+    let producer_journal = SqliteJournal::open(dir.join("producer.db")).await.unwrap();
+    let durable = DurableOptions::new(
+        Arc::new(producer_journal),
+        PersistenceId::new("transfers").unwrap(),
+    )
+    .snapshot_every(20)
+    .confirmations(Sink.start().recipient());
+    let options = ProducerOptions::builder(target)
+        .producer_id("bank-client")
+        .window_size(8)
+        .resend_timeout(Duration::from_millis(100))
+        .build()
+        .unwrap();
+    let producer = ReliableDelivery::durable_producer(options, durable).unwrap();
+    let next = loop {
+        let next = producer.stats().await.unwrap().next_message_id;
+        if next > 0 {
+            break next;
+        }
+        actix::clock::sleep(Duration::from_millis(1)).await;
+    };
+    println!("ready {next}");
+    for id in next..=TRANSFERS {
+        let stored = producer.store(Transfer::number(id)).await.unwrap();
+        assert_eq!(stored.id.0, id, "transfer numbers are message ids");
+        println!("stored {id}");
+        actix::spawn(async move {
+            if stored.confirmed().await.is_ok() {
+                println!("confirmed {id}");
+            }
+        });
+        if id % 4 == 0 {
+            actix::clock::sleep(Duration::from_millis(1)).await;
+        }
+    }
+    producer.idle().await;
+    println!("idle");
+    std::future::pending::<()>().await;
+}
+
+/// The bank's effectively-once consumer for the two-process variant: what
+/// [`PersistentHandle::delivery_handler`] does, printing `applied <id>` once the bank answered
+/// that the transfer is stored (now or before), so the test knows, at a kill of the producer,
+/// what the bank had committed.
+fn reporting_consumer(bank: PersistentHandle<Bank>) -> ConsumerHandle<Transfer> {
+    let handler = DeliveryHandler::pipelined(move |info, transfer: Transfer| {
+        let id = transfer.id;
+        let answer = bank.ask_delivered(info, transfer);
+        async move {
+            answer.await?;
+            println!("applied {id}");
+            Ok::<(), actix_delivery::persistence::CommandError<String>>(())
+        }
+    });
+    ReliableDelivery::consumer(ConsumerOptions::builder(handler).build().unwrap())
+}
+
+/// The child. Without [`CHILD_ROLE`]: bank, consumer and durable producer in one process,
+/// linked in memory. With it, one side of the two-process variant: `consumer` (the bank and
+/// its consumer, exposed as "bank" by a node listening on [`CHILD_PORT`], printing `ready`)
+/// or `producer` (the durable producer, sending through a node to that port).
 #[test]
 fn child_process_entry() {
     let Ok(dir) = std::env::var(CHILD_DIR) else {
         return; // run as an ordinary test: nothing to do
     };
     let delay: u64 = std::env::var(CHILD_ACK_DELAY).map_or(0, |d| d.parse().unwrap());
+    let role = std::env::var(CHILD_ROLE).ok();
+    let consumer_addr = || -> SocketAddr {
+        let port = std::env::var(CHILD_PORT).expect("the consumer's port");
+        format!("127.0.0.1:{port}").parse().unwrap()
+    };
     actix::System::new().block_on(async move {
         let dir = Path::new(&dir);
-        let bank_journal = SqliteJournal::open(dir.join("bank.db")).await.unwrap();
-        let bank = PersistentHandle::<Bank>::start(Arc::new(bank_journal), bank_id(), snapshots())
-            .unwrap();
-        let consumer = ReliableDelivery::consumer(
-            ConsumerOptions::builder(bank.delivery_handler(|transfer: Transfer| transfer))
-                .build()
-                .unwrap(),
-        );
-        // ACKs are held back, so kills land between the bank's commit and the confirmation.
-        let target = consumer.consumer_ref();
-        let link = ConsumerRef::from_fn(move |deliveries: Vec<Delivery<Transfer>>| {
-            let delayed = deliveries.into_iter().map(|mut delivery| {
-                let reply_to = delivery.reply_to.take().expect("a producer's delivery");
-                delivery.reply_to = Some(ReplyTo::from_fn(move |acks| {
-                    let reply_to = reply_to.clone();
-                    std::thread::spawn(move || {
-                        std::thread::sleep(Duration::from_millis(delay));
-                        reply_to.do_send_all(acks.into_iter());
-                    });
-                }));
-                delivery
-            });
-            target.do_send_all(delayed);
-        });
-        let producer_journal = SqliteJournal::open(dir.join("producer.db")).await.unwrap();
-        let durable = DurableOptions::new(
-            Arc::new(producer_journal),
-            PersistenceId::new("transfers").unwrap(),
-        )
-        .snapshot_every(20)
-        .confirmations(Sink.start().recipient());
-        let options = ProducerOptions::builder(link)
-            .producer_id("bank-client")
-            .window_size(8)
-            .resend_timeout(Duration::from_millis(100))
-            .build()
-            .unwrap();
-        let producer = ReliableDelivery::durable_producer(options, durable).unwrap();
-        let next = loop {
-            let next = producer.stats().await.unwrap().next_message_id;
-            if next > 0 {
-                break next;
+        match role.as_deref() {
+            None => {
+                let bank = start_bank(dir).await;
+                let consumer = ReliableDelivery::consumer(
+                    ConsumerOptions::builder(bank.delivery_handler(|transfer: Transfer| transfer))
+                        .build()
+                        .unwrap(),
+                );
+                produce(dir, delayed_acks(consumer.consumer_ref(), delay)).await;
             }
-            actix::clock::sleep(Duration::from_millis(1)).await;
-        };
-        println!("ready {next}");
-        for id in next..=TRANSFERS {
-            let stored = producer.store(Transfer::number(id)).await.unwrap();
-            assert_eq!(stored.id.0, id, "transfer numbers are message ids");
-            println!("stored {id}");
-            actix::spawn(async move {
-                if stored.confirmed().await.is_ok() {
-                    println!("confirmed {id}");
-                }
-            });
-            if id % 4 == 0 {
-                actix::clock::sleep(Duration::from_millis(1)).await;
+            Some("consumer") => {
+                let consumer = reporting_consumer(start_bank(dir).await);
+                let options = remote::fast(NodeOptions::builder().secret(remote::secret()))
+                    .listen(consumer_addr())
+                    .build()
+                    .unwrap();
+                let node = Node::start(options).await.expect("bind the port");
+                node.expose("bank", &consumer).unwrap();
+                println!("ready");
+                std::future::pending::<()>().await;
             }
+            Some("producer") => {
+                let options = remote::fast(NodeOptions::builder().secret(remote::secret()))
+                    .build()
+                    .unwrap();
+                let node = Node::start(options).await.unwrap();
+                let bank = node
+                    .consumer_ref::<Transfer>(consumer_addr(), "bank")
+                    .unwrap();
+                produce(dir, delayed_acks(bank, delay)).await;
+            }
+            Some(other) => panic!("unknown role {other:?}"),
         }
-        producer.idle().await;
-        println!("idle");
-        std::future::pending::<()>().await;
     });
 }
 
@@ -296,5 +386,210 @@ fn every_stored_transfer_is_applied_exactly_once_in_order_across_sigkills() {
         "seed {seed}: {kills} kills; at the kills {applied_unconfirmed} applied-unconfirmed and \
          {stored_unapplied} stored-unapplied transfers, {early_kills} kills within 15 ms of a \
          start; {unreported} confirmations not reported (killed after their record)"
+    );
+}
+
+/// One child of the two-process variant, killed at seeded moments and restarted at once
+/// (and killed when dropped, so a failing test leaves no child behind).
+struct Side {
+    role: &'static str,
+    env: Vec<(&'static str, String)>,
+    child: Option<process::Child>,
+    born: Instant,
+    life: Duration,
+    kills: u32,
+    /// Kills within 15 ms of a start: during its recovery.
+    early_kills: u32,
+}
+
+impl Side {
+    fn new(role: &'static str, env: Vec<(&'static str, String)>) -> Self {
+        Side {
+            role,
+            env,
+            child: None,
+            born: Instant::now(),
+            life: Duration::ZERO,
+            kills: 0,
+            early_kills: 0,
+        }
+    }
+
+    /// Starts a child that lives a seeded time: from 15 to 500 ms, and every fourth life less
+    /// than 15 ms (killed while it recovers).
+    fn start(&mut self, rng: &mut SmallRng) {
+        let mut env = self.env.clone();
+        env.push((CHILD_ROLE, self.role.to_string()));
+        env.push((
+            CHILD_ACK_DELAY,
+            [0, 10, 40][rng.random_range(0..3)].to_string(),
+        ));
+        self.child = Some(process::spawn(ENTRY, &env));
+        self.born = Instant::now();
+        let short = self.kills % 4 == 3;
+        self.life = Duration::from_millis(rng.random_range(if short { 0..15 } else { 15..501 }));
+    }
+
+    fn child(&self) -> &process::Child {
+        self.child.as_ref().expect("started")
+    }
+
+    fn is_due(&self, kills: u32) -> bool {
+        self.kills < kills && self.born.elapsed() >= self.life
+    }
+
+    /// SIGKILLs the child; returns what it printed last.
+    fn kill(&mut self) -> Vec<String> {
+        self.early_kills += u32::from(self.born.elapsed() < Duration::from_millis(15));
+        self.kills += 1;
+        self.child
+            .take()
+            .map_or_else(Vec::new, process::Child::kill_collect)
+    }
+}
+
+impl Drop for Side {
+    fn drop(&mut self) {
+        if let Some(child) = self.child.take() {
+            child.kill(); // the end of the run, or a failed test: not a scheduled kill
+        }
+    }
+}
+
+/// What the test has seen so far, from both children's output.
+#[derive(Default)]
+struct Seen {
+    stored: BTreeSet<u64>,
+    confirmed: BTreeSet<u64>,
+    /// Reported applied by the bank's consumer (stored in its journal by then).
+    applied: BTreeSet<u64>,
+    /// The current producer printed `idle`: it holds nothing unconfirmed.
+    idle: bool,
+}
+
+impl Seen {
+    fn line(&mut self, line: &str) {
+        let mut words = line.split(' ');
+        match (words.next(), words.next().map(|n| n.parse::<u64>())) {
+            (Some("stored"), Some(Ok(id))) => {
+                self.stored.insert(id);
+            }
+            (Some("confirmed"), Some(Ok(id))) => {
+                self.confirmed.insert(id);
+            }
+            (Some("applied"), Some(Ok(id))) => {
+                self.applied.insert(id);
+            }
+            (Some("idle"), _) => self.idle = true,
+            _ => {}
+        }
+    }
+}
+
+#[test]
+fn every_stored_transfer_is_applied_exactly_once_in_order_with_producer_and_bank_killed_apart() {
+    let seed: u64 = std::env::var("E2E_SEED").map_or(13, |s| s.parse().unwrap());
+    let kills: u32 = std::env::var("E2E_TWO_PROCESS_KILLS").map_or(12, |s| s.parse().unwrap());
+    let mut rng = SmallRng::seed_from_u64(seed);
+    let dir = tempfile::tempdir().unwrap();
+    let port = remote::reusable_addr().port();
+    let env = vec![
+        (CHILD_DIR, dir.path().display().to_string()),
+        (CHILD_PORT, port.to_string()),
+    ];
+    let mut bank_side = Side::new("consumer", env.clone());
+    let mut producer_side = Side::new("producer", env);
+    bank_side.start(&mut rng);
+    producer_side.start(&mut rng);
+    let mut seen = Seen::default();
+    // At the kills of the bank, from its journal; at the kills of the producer, from what the
+    // bank's consumer reported applied by then.
+    let (mut bank_applied_unconfirmed, mut bank_stored_unapplied) = (0, 0);
+    let (mut producer_applied_unconfirmed, mut producer_stored_unapplied) = (0, 0);
+    let started = Instant::now();
+    let mut kills_done = None;
+    loop {
+        for side in [&bank_side, &producer_side] {
+            while let Ok(Some(line)) = side.child().try_line() {
+                seen.line(&line);
+            }
+        }
+        if producer_side.is_due(kills) {
+            for line in producer_side.kill() {
+                seen.line(&line);
+            }
+            seen.idle = false;
+            producer_applied_unconfirmed += seen.applied.difference(&seen.confirmed).count();
+            producer_stored_unapplied += seen.stored.difference(&seen.applied).count();
+            producer_side.start(&mut rng);
+        }
+        if bank_side.is_due(kills) {
+            for line in bank_side.kill() {
+                seen.line(&line);
+            }
+            let bank = bank_state(dir.path());
+            let context = format!("seed {seed}, bank kill {}", bank_side.kills);
+            check_bank(&bank, &seen.confirmed, &context);
+            let applied: BTreeSet<u64> = bank.applied.iter().copied().collect();
+            assert!(
+                seen.applied.is_subset(&applied),
+                "{context}: reported applied but not in the journal"
+            );
+            bank_applied_unconfirmed += applied.difference(&seen.confirmed).count();
+            bank_stored_unapplied += seen.stored.difference(&applied).count();
+            bank_side.start(&mut rng);
+        }
+        let finishing = producer_side.kills >= kills && bank_side.kills >= kills;
+        if finishing && kills_done.is_none() {
+            kills_done = Some(started.elapsed());
+        }
+        if finishing && seen.idle {
+            break; // the producer holds nothing unconfirmed
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(120),
+            "seed {seed}: no progress: {} stored, {} confirmed, {} applied",
+            seen.stored.len(),
+            seen.confirmed.len(),
+            seen.applied.len()
+        );
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    let (producer_kills, producer_early) = (producer_side.kills, producer_side.early_kills);
+    let (bank_kills, bank_early) = (bank_side.kills, bank_side.early_kills);
+    drop((producer_side, bank_side));
+    let bank = bank_state(dir.path());
+    check_bank(&bank, &seen.confirmed, &format!("seed {seed}, the end"));
+    assert_eq!(
+        bank.applied,
+        (1..=TRANSFERS).collect::<Vec<_>>(),
+        "seed {seed}: every transfer applied exactly once, in order"
+    );
+    // A kill between a store's commit and its line loses the line, not the transfer.
+    assert!(seen.stored.iter().all(|id| *id <= TRANSFERS));
+    assert!(producer_kills >= kills && bank_kills >= kills);
+    if kills >= 4 {
+        assert!(
+            producer_early > 0 && bank_early > 0,
+            "seed {seed}: kills during recoveries"
+        );
+    }
+    assert!(
+        bank_applied_unconfirmed > 0 && producer_applied_unconfirmed > 0,
+        "seed {seed}: no kill between the bank's commit and the confirmation"
+    );
+    assert!(
+        bank_stored_unapplied > 0 && producer_stored_unapplied > 0,
+        "seed {seed}: no kill between a store and the bank's commit"
+    );
+    println!(
+        "seed {seed}: {producer_kills} producer kills ({producer_early} within 15 ms of a \
+         start), {bank_kills} bank kills ({bank_early} within 15 ms); at the bank's kills \
+         {bank_applied_unconfirmed} applied-unconfirmed and {bank_stored_unapplied} \
+         stored-unapplied transfers (its journal), at the producer's kills \
+         {producer_applied_unconfirmed} applied-unconfirmed and {producer_stored_unapplied} \
+         stored-unapplied (as the bank reported); kills over after {:.1} s, done after {:.1} s",
+        kills_done.unwrap_or_default().as_secs_f64(),
+        started.elapsed().as_secs_f64()
     );
 }

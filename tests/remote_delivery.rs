@@ -3,10 +3,13 @@
 mod common;
 mod remote;
 
+use std::sync::Arc;
 use std::time::Duration;
 
+use actix_delivery::durable::DurableOptions;
+use actix_delivery::journal::{MemoryJournal, PersistenceId};
 use actix_delivery::remote::{Node, NodeOptions};
-use actix_delivery::{DeliveryError, ProducerOptions, ReliableDelivery};
+use actix_delivery::{DeliveryError, ProducerHandle, ProducerOptions, ReliableDelivery};
 use common::{confirm_into, Confirmations};
 use remote::{listening_node, recording_consumer, sending_node, wait_until};
 
@@ -213,4 +216,111 @@ async fn a_node_that_never_returns_lets_the_producer_give_up_with_bounded_memory
         "nothing was ever connected: nothing encoded"
     );
     assert_eq!(stats.deliveries_dropped_disconnected, 160);
+}
+
+/// A durable producer keeps its stored incarnation when it restarts in the same process (a
+/// journal failure under its supervisor, or a new producer on the stream), but its reply
+/// address is new: the ACKs of its new life must reach it, not the old life's address.
+#[actix::test]
+async fn a_durable_producer_restarted_in_the_same_process_gets_its_acks() {
+    let server = listening_node().await;
+    let (consumer, handled) = recording_consumer::<u64>();
+    server.expose("numbers", &consumer).unwrap();
+    let client = sending_node().await;
+    let addr = server.local_addr().unwrap();
+    let journal = MemoryJournal::new();
+    let start = || {
+        let target = client.consumer_ref::<u64>(addr, "numbers").unwrap();
+        let options = ProducerOptions::builder(target)
+            .producer_id("durable")
+            .resend_timeout(Duration::from_millis(50))
+            .build()
+            .unwrap();
+        let stream = PersistenceId::new("numbers-out").unwrap();
+        let durable = DurableOptions::new(Arc::new(journal.clone()), stream);
+        ReliableDelivery::durable_producer(options, durable).unwrap()
+    };
+    let send = async |producer: &ProducerHandle<u64>, n: u64| {
+        tokio::time::timeout(Duration::from_secs(10), producer.send(n))
+            .await
+            .unwrap_or_else(|_| panic!("message {n} not confirmed within 10 s"))
+    };
+    let first = start();
+    for n in 1..=5 {
+        send(&first, n).await.unwrap();
+    }
+    // The next append (the store of 6) fails: the supervisor restarts the producer.
+    journal.faults().fail_nth_append(1);
+    assert!(
+        matches!(send(&first, 6).await, Err(DeliveryError::Storage(_))),
+        "the injected failure hit the store of 6"
+    );
+    for n in 7..=10 {
+        send(&first, n).await.unwrap();
+    }
+    // A new producer on the same stream: a new actor under the same incarnation.
+    first.stop();
+    first.stopped().await;
+    let second = start();
+    for n in 11..=15 {
+        send(&second, n).await.unwrap();
+    }
+    let seen = handled.snapshot();
+    assert!((1..=15).filter(|&n| n != 6).all(|n| seen.contains_key(&n)));
+    assert!(!seen.contains_key(&6), "6 was never stored, never sent");
+    let stats = client.stats();
+    assert_eq!(stats.routes, 1, "one incarnation, one route: {stats:?}");
+    assert_eq!(stats.unroutable_acks, 0);
+}
+
+/// Like an actor whose last `Addr` is dropped, a node whose last handle is dropped stops: its
+/// listener and connections close. A reference it handed out (`consumer_ref`) counts as a
+/// handle, so a producer never sends into a node that stopped under it.
+#[actix::test]
+async fn a_node_stops_when_its_last_handle_and_reference_are_dropped() {
+    let server = listening_node().await;
+    let addr = server.local_addr().unwrap();
+    let (consumer, handled) = recording_consumer::<u64>();
+    server.expose("numbers", &consumer).unwrap();
+    let client = sending_node().await;
+    let producer = remote::producer(client.consumer_ref::<u64>(addr, "numbers").unwrap(), 8, 50);
+    producer.send(1).await.unwrap();
+    // A clone is a handle: the node runs on.
+    let server_clone = server.clone();
+    drop(server);
+    producer.send(2).await.unwrap();
+    // The last handle: the listener closes, and so does the connection.
+    drop(server_clone);
+    let refused = || std::net::TcpStream::connect(addr).is_err();
+    assert!(
+        wait_until(Duration::from_secs(5), refused).await,
+        "the listener still accepts"
+    );
+    assert!(
+        wait_until(Duration::from_secs(5), || client.stats().connections_open
+            == 0)
+        .await,
+        "{:?}",
+        client.stats()
+    );
+    assert_eq!(handled.distinct(), 2);
+
+    // The sending side: the reference keeps the node running after its handle is dropped.
+    let server = listening_node().await;
+    let addr = server.local_addr().unwrap();
+    server.expose("numbers", &consumer).unwrap();
+    let client = sending_node().await;
+    let producer = remote::producer(client.consumer_ref::<u64>(addr, "numbers").unwrap(), 8, 50);
+    drop(client);
+    producer.send(3).await.unwrap();
+    assert_eq!(server.stats().connections_open, 1);
+    // The producer, once done, stops and drops the reference: the node stops.
+    drop(producer);
+    assert!(
+        wait_until(Duration::from_secs(5), || server.stats().connections_open
+            == 0)
+        .await,
+        "{:?}",
+        server.stats()
+    );
 }

@@ -6,6 +6,8 @@ mod common;
 mod remote;
 
 use std::net::SocketAddr;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
 use std::time::Duration;
 
 use actix::prelude::*;
@@ -246,20 +248,9 @@ async fn a_frame_that_does_not_decode_closes_only_its_connection() {
             body: codec::encode(&1u64).unwrap(),
         }],
     });
-    let not_a_u64 = Frame::Deliveries(wire::Deliveries {
-        consumer: "numbers".into(),
-        producer_id: "p".into(),
-        incarnation: Incarnation::from_u128(1),
-        items: vec![Item {
-            seq: 1,
-            window_start: 1,
-            body: vec![0xff, 0xff], // not the encoding of a u64
-        }],
-    });
     let garbage: Vec<u8> = [&[0u8, 0, 0, 5][..], &[9, 9, 9, 9, 9]].concat();
     for (i, attempt) in [
         wire::frame_bytes(&oversize_id),
-        wire::frame_bytes(&not_a_u64),
         garbage,
         wire::frame_bytes(&Frame::Proof(wire::Proof { proof: None })), // out of turn
         (2u32 << 20).to_be_bytes().to_vec(),                           // over max_frame_length
@@ -278,7 +269,7 @@ async fn a_frame_that_does_not_decode_closes_only_its_connection() {
     }
     assert!(
         wait_until(Duration::from_secs(2), || server.stats().decode_failures
-            == 5)
+            == 4)
         .await
     );
     assert_eq!(handled.total(), 0);
@@ -401,4 +392,86 @@ async fn a_peer_that_stops_reading_cannot_grow_the_senders_memory() {
         stats.bodies_encoded, WINDOW as u64,
         "retransmissions reuse the bytes"
     );
+}
+
+/// An on-path attacker without the secret rewrites the frame limit the client announces in
+/// its `Hello` (to the smallest valid value): the proofs bind it, so the handshake fails and
+/// nothing is delivered, instead of a session with a limit neither side chose.
+#[actix::test]
+async fn an_altered_frame_limit_in_the_handshake_is_detected() {
+    let (server, handled) = server().await;
+    let upstream = server.local_addr().unwrap();
+    let relay = tokio::net::TcpListener::bind(localhost()).await.unwrap();
+    let relay_addr = relay.local_addr().unwrap();
+    let rewritten = Arc::new(AtomicU64::new(0));
+    let count = rewritten.clone();
+    actix::spawn(async move {
+        while let Ok((mut client, _)) = relay.accept().await {
+            let count = count.clone();
+            actix::spawn(async move {
+                let Some(Frame::Hello(mut hello)) =
+                    wire::read(&mut client, Duration::from_secs(5)).await
+                else {
+                    return;
+                };
+                hello.max_frame_length = 4096;
+                count.fetch_add(1, Ordering::Relaxed);
+                let mut server = TcpStream::connect(upstream).await.unwrap();
+                if wire::write(&mut server, &Frame::Hello(hello)).await.is_ok() {
+                    let _ = tokio::io::copy_bidirectional(&mut client, &mut server).await;
+                }
+            });
+        }
+    });
+    let client = remote::sending_node().await;
+    let (_producer, confirmations) = produce(&client, relay_addr, 5);
+    assert!(
+        wait_until(Duration::from_secs(5), || client.stats().handshake_failures
+            >= 2)
+        .await,
+        "{:?}",
+        client.stats()
+    );
+    assert!(
+        rewritten.load(Ordering::Relaxed) >= 2,
+        "the relay altered Hellos"
+    );
+    assert_eq!(client.stats().connections_opened, 0);
+    assert_eq!(server.stats().connections_accepted, 0);
+    assert_eq!((handled.total(), confirmations.len()), (0, 0));
+    // Unaltered, the same client and server connect.
+    let (_p, direct) = produce(&client, upstream, 5);
+    assert!(wait_until(Duration::from_secs(5), || direct.len() == 5).await);
+}
+
+/// A body that does not decode as the exposed consumer's type is that delivery's fault, not
+/// the connection's: it becomes a dead letter (counted), the good deliveries of the same
+/// batch are handled and ACKed, and the connection stays open.
+#[actix::test]
+async fn an_undecodable_body_is_a_dead_letter_and_the_rest_of_its_batch_is_delivered() {
+    let (server, handled, dead) = insecure_server().await;
+    let mut peer = wire::insecure_client(server.local_addr().unwrap()).await;
+    let mut batch = wire::deliveries("numbers", [1, 2, 3]);
+    if let Frame::Deliveries(deliveries) = &mut batch {
+        deliveries.items[1].body = vec![0xff, 0xff]; // not the encoding of a u64
+    }
+    wire::write(&mut peer, &batch).await.unwrap();
+    let acks = wire::next_acks(&mut peer)
+        .await
+        .expect("ACKs on the same connection");
+    assert_eq!(acks.seqs, [1, 3]);
+    assert_eq!(handled.snapshot(), [(1, 1), (3, 1)].into());
+    assert!(wait_until(Duration::from_secs(5), || dead.len() == 1).await);
+    let letter = &dead.snapshot()[0];
+    assert_eq!(letter.reason, DeadLetterReason::UndecodableBody);
+    assert_eq!((letter.producer_id.as_str(), letter.seq), ("p", 2));
+    let stats = server.stats();
+    assert_eq!(stats.decode_failures, 0, "the connection was not closed");
+    assert_eq!((stats.undecodable_bodies, stats.deliveries_in), (1, 2));
+
+    // The connection goes on.
+    wire::write(&mut peer, &wire::deliveries("numbers", [4]))
+        .await
+        .unwrap();
+    assert_eq!(wire::next_acks(&mut peer).await.unwrap().seqs, [4]);
 }

@@ -221,6 +221,13 @@ impl<B, R> ConsumerCore<B, R> {
         step
     }
 
+    /// A delivery whose body a transport could not decode as the consumer's message type: a
+    /// dead letter like a malformed envelope (counted, warned about), touching no state; its
+    /// producer gets no ACK.
+    pub fn handle_undecodable(&mut self, header: Header, now: Instant) -> Step<B, R> {
+        self.dead_letter(DeadLetterReason::UndecodableBody, header, now)
+    }
+
     /// Dedup and the decision for an admitted delivery.
     fn decide(&mut self, header: Header, body: B, reply_to: R, now: Instant) -> Step<B, R> {
         let (window, at, lookup) = self.table.window_for(
@@ -795,7 +802,15 @@ mod tests {
                 other => panic!("expected a dead letter for {expected:?}, got {other:?}"),
             }
         }
-        assert_eq!(c.stats().dead_letters, 5);
+        let undecodable = inbound("p", 1, 1).header;
+        match c.handle_undecodable(undecodable, now) {
+            Step::DeadLetter(reason, header) => {
+                assert_eq!(reason, DeadLetterReason::UndecodableBody);
+                assert_eq!(header.seq, 1);
+            }
+            other => panic!("expected a dead letter, got {other:?}"),
+        }
+        assert_eq!(c.stats().dead_letters, 6);
         assert_eq!(c.tracked_producers(), 0);
         assert!(!c.is_running());
         // Exactly 256 bytes is admitted, and the consumer keeps serving.

@@ -275,6 +275,10 @@ pub enum DeadLetterReason {
         /// The delivery's seq.
         seq: u64,
     },
+    /// The body arrived encoded (from another process) and does not decode as the consumer's
+    /// message type.
+    #[error("the body does not decode as the consumer's message type")]
+    UndecodableBody,
 }
 
 /// Admission: the checks a consumer applies to every delivery before anything else.

@@ -37,7 +37,8 @@ pub(crate) struct Link {
 
 impl Link {
     /// The link of an authenticated connection: frames tagged by `sealer`, at most the smaller
-    /// of the peer's and this node's frame limit, at most `max_output_bytes` queued.
+    /// of the peer's and this node's frame limit, at most `max_output_bytes` queued or being
+    /// written.
     pub(crate) fn new(node: &Shared, sealer: Sealer, peer_max_frame_length: usize) -> Self {
         let options = &node.options;
         let max_frame = peer_max_frame_length.min(options.max_frame_length);
@@ -172,11 +173,16 @@ async fn write_loop(
         counters
             .output_high_water
             .fetch_max(high_water, Ordering::Relaxed);
-        if spare.is_empty() {
-            continue;
-        }
-        if writer.write_all(&spare).await.is_err() {
-            return;
+        // Written bytes leave the output's count as they go, so it has room again at once.
+        let mut done = 0;
+        while done < spare.len() {
+            match writer.write(&spare[done..]).await {
+                Ok(0) | Err(_) => return,
+                Ok(n) => {
+                    done += n;
+                    link.lock().written(n);
+                }
+            }
         }
         spare.clear();
         if spare.capacity() > SPARE_KEPT {

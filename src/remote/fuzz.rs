@@ -1,4 +1,6 @@
-//! The receiving pipeline as one function, for fuzzing: not part of the API.
+//! The receiving pipeline as one function, for fuzzing: not part of the API. Compiled only
+//! with the private feature `__fuzz`, which the crate's own dev-dependency on itself turns on
+//! for its tests (`tests/remote_fuzz.rs`).
 
 use bytes::BytesMut;
 use tokio_util::codec::{Decoder, LengthDelimitedCodec};

@@ -11,19 +11,26 @@
 //!                                             ◀─────── Accepted (the first tagged frame)
 //! ```
 //!
-//! With a secret K and the transcript `t = Nc ‖ Ns ‖ C ‖ S` (fixed lengths): `proof S =
-//! HMAC-SHA256(K, "actix-delivery/1 server proof\0" ‖ t)`, `proof C` the same with "client
-//! proof", and the session keys of each direction the same with their own labels. Each side's
-//! proof covers the other side's fresh nonce, so a recorded handshake replayed to either side
-//! fails; the labels differ, so a proof reflected to its maker fails; both node ids are bound, so
-//! a proof made for one pair of nodes fails for another. Proofs are compared in constant time;
-//! the secret never crosses the wire. Every frame after the handshake carries a tag under the
-//! session key of its direction over its number and payload (see [`Sealer`]).
+//! With a secret K and the transcript `t` = the `Hello` ‖ the `Challenge` without its proof
+//! (their encodings, which are self-delimiting: every field either side announced, so magic,
+//! versions, node ids `C` and `S`, nonces `Nc` and `Ns`, the client's mode and both frame
+//! limits): `proof S = HMAC-SHA256(K, "actix-delivery/1 server proof\0" ‖ t)`, `proof C` the
+//! same with "client proof", and the session keys of each direction the same with their own
+//! labels. Each side's proof covers the other side's fresh nonce, so a recorded handshake
+//! replayed to either side fails; the labels differ, so a proof reflected to its maker fails;
+//! both node ids are bound, so a proof made for one pair of nodes fails for another; every
+//! announced value is bound, so one altered on the path (a lowered frame limit, say) fails
+//! the handshake. Each side computes `t` from the values it sent and received, not from the
+//! bytes, so a field added to either frame later is bound without further code. Proofs are
+//! compared in constant time; the secret never crosses the wire. Every frame after the
+//! handshake carries a tag under the session key of its direction over its number and payload
+//! (see [`Sealer`]).
 //!
 //! Without a secret (the explicitly insecure mode) the proofs are `None` and frames carry no tag;
 //! a node of one mode refuses a peer of the other, so a misconfiguration never degrades a
 //! secured cluster silently.
 
+use crate::codec;
 use crate::remote::auth::{NodeId, NodeSecret, Nonce, Opener, Role, Sealer, Transcript};
 use crate::remote::frame::{Challenge, Frame, FrameError, Hello, Proof, MAGIC, PROTOCOL_VERSION};
 
@@ -136,6 +143,21 @@ fn check_peer(local: &Local, version: u16, peer: NodeId, max: u32) -> Result<(),
     Ok(())
 }
 
+/// What the proofs and session keys cover: the `Hello` and the `Challenge` without its proof,
+/// encoded (bincode's encoding of a fixed type is self-delimiting, so the concatenation is
+/// unambiguous).
+pub(crate) fn transcript(hello: &Hello, challenge: &Challenge) -> Transcript {
+    let unproved = Challenge {
+        proof: None,
+        ..challenge.clone()
+    };
+    let mut bytes = Vec::with_capacity(128);
+    // Both are a few dozen bytes of fixed-size fields: far below the codec's limit.
+    codec::encode_into(hello, &mut bytes).expect("a Hello encodes");
+    codec::encode_into(&unproved, &mut bytes).expect("a Challenge encodes");
+    Transcript::new(bytes)
+}
+
 fn unexpected(frame: &Frame<'_>) -> HandshakeError {
     let kind = match frame {
         Frame::Hello(_) => "Hello",
@@ -152,7 +174,7 @@ fn unexpected(frame: &Frame<'_>) -> HandshakeError {
 /// The connecting side, waiting for the server's [`Challenge`].
 #[derive(Debug)]
 pub(crate) struct Client {
-    nonce: Nonce,
+    hello: Hello,
 }
 
 impl Client {
@@ -166,7 +188,12 @@ impl Client {
             authenticated: local.secret.is_some(),
             max_frame_length: local.max_frame_length,
         };
-        (Self { nonce }, Frame::Hello(hello))
+        (
+            Self {
+                hello: hello.clone(),
+            },
+            Frame::Hello(hello),
+        )
     }
 
     /// Checks the server's answer; on success send the returned `Proof` and wait for
@@ -179,18 +206,18 @@ impl Client {
         local: &Local,
         frame: &Frame<'_>,
     ) -> Result<(Frame<'static>, AwaitingAccepted), HandshakeError> {
-        let Frame::Challenge(Challenge {
-            version,
-            node_id,
-            nonce,
-            max_frame_length,
-            proof,
-        }) = frame
-        else {
+        let Frame::Challenge(challenge) = frame else {
             return Err(unexpected(frame));
         };
+        let Challenge {
+            version,
+            node_id,
+            max_frame_length,
+            proof,
+            ..
+        } = challenge;
         check_peer(local, *version, *node_id, *max_frame_length)?;
-        let transcript = Transcript::new((&self.nonce, local.node_id), (nonce, *node_id));
+        let transcript = transcript(&self.hello, challenge);
         let answer = match (&local.secret, proof) {
             (Some(secret), Some(proof)) => {
                 if !secret.verify(Role::Server, &transcript, proof) {
@@ -239,11 +266,18 @@ impl AwaitingAccepted {
 }
 
 /// The accepting side, waiting for the client's [`Proof`].
-#[derive(Debug)]
 pub(crate) struct Server {
-    transcript_nonces: (Nonce, Nonce),
+    transcript: Transcript,
     client: NodeId,
     client_max: u32,
+}
+
+impl std::fmt::Debug for Server {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Server")
+            .field("client", &self.client)
+            .finish_non_exhaustive()
+    }
 }
 
 impl Server {
@@ -265,19 +299,20 @@ impl Server {
             (false, true) => return Err(HandshakeError::PeerAuthenticates),
             _ => {}
         }
-        let transcript = Transcript::new((&hello.nonce, hello.node_id), (&nonce, local.node_id));
-        let challenge = Challenge {
+        let mut challenge = Challenge {
             version: PROTOCOL_VERSION,
             node_id: local.node_id,
             nonce,
             max_frame_length: local.max_frame_length,
-            proof: local
-                .secret
-                .as_ref()
-                .map(|s| s.prove(Role::Server, &transcript)),
+            proof: None,
         };
+        let transcript = transcript(hello, &challenge);
+        challenge.proof = local
+            .secret
+            .as_ref()
+            .map(|s| s.prove(Role::Server, &transcript));
         let server = Self {
-            transcript_nonces: (hello.nonce, nonce),
+            transcript,
             client: hello.node_id,
             client_max: hello.max_frame_length,
         };
@@ -296,18 +331,16 @@ impl Server {
         let Frame::Proof(Proof { proof }) = frame else {
             return Err(unexpected(frame));
         };
-        let (client_nonce, server_nonce) = &self.transcript_nonces;
-        let transcript =
-            Transcript::new((client_nonce, self.client), (server_nonce, local.node_id));
+        let transcript = &self.transcript;
         match (&local.secret, proof) {
-            (Some(secret), Some(proof)) if secret.verify(Role::Client, &transcript, proof) => {}
+            (Some(secret), Some(proof)) if secret.verify(Role::Client, transcript, proof) => {}
             (None, None) => {}
             _ => return Err(HandshakeError::BadProof),
         }
         Ok(session(
             local,
             Role::Server,
-            &transcript,
+            transcript,
             self.client,
             self.client_max,
         ))
@@ -490,6 +523,77 @@ mod tests {
         assert_eq!(
             c.handle(&client, &own).unwrap_err(),
             HandshakeError::SelfConnection
+        );
+    }
+
+    #[test]
+    fn an_altered_frame_limit_fails_the_handshake_both_ways() {
+        let (client, server) = (local(1, Some(K)), local(2, Some(K)));
+        // On the path, the client's announced limit is lowered (still a valid value).
+        let (c, mut hello) = Client::start(&client, [1; 32]);
+        if let Frame::Hello(h) = &mut hello {
+            h.max_frame_length = 4096;
+        }
+        let (_, challenge) = Server::start(&server, &hello, [2; 32]).unwrap();
+        assert_eq!(
+            c.handle(&client, &challenge).unwrap_err(),
+            HandshakeError::BadProof,
+            "the client sees that the server's proof covers another Hello"
+        );
+        // And the server's announced limit, on its way back.
+        let (c, hello) = Client::start(&client, [1; 32]);
+        let (_, mut challenge) = Server::start(&server, &hello, [2; 32]).unwrap();
+        if let Frame::Challenge(ch) = &mut challenge {
+            ch.max_frame_length = 1 << 24;
+        }
+        assert_eq!(
+            c.handle(&client, &challenge).unwrap_err(),
+            HandshakeError::BadProof
+        );
+    }
+
+    #[test]
+    fn every_announced_field_is_bound_by_the_proofs() {
+        let (client, server) = (local(1, Some(K)), local(2, Some(K)));
+        let (_, hello) = Client::start(&client, [1; 32]);
+        let (_, challenge) = Server::start(&server, &hello, [2; 32]).unwrap();
+        let (Frame::Hello(hello), Frame::Challenge(challenge)) = (hello, challenge) else {
+            unreachable!()
+        };
+        let secret = NodeSecret::new(K).unwrap();
+        let proof = secret.prove(Role::Server, &transcript(&hello, &challenge));
+        let mut hellos = vec![hello.clone(); 6];
+        hellos[0].magic[0] ^= 1;
+        hellos[1].version ^= 1;
+        hellos[2].node_id = NodeId::from_bytes([9; 16]);
+        hellos[3].nonce[0] ^= 1;
+        hellos[4].authenticated ^= true;
+        hellos[5].max_frame_length ^= 1;
+        let mut challenges = vec![challenge.clone(); 4];
+        challenges[0].version ^= 1;
+        challenges[1].node_id = NodeId::from_bytes([9; 16]);
+        challenges[2].nonce[0] ^= 1;
+        challenges[3].max_frame_length ^= 1;
+        let altered = hellos
+            .iter()
+            .map(|h| transcript(h, &challenge))
+            .chain(challenges.iter().map(|ch| transcript(&hello, ch)));
+        for (i, altered) in altered.enumerate() {
+            assert!(!secret.verify(Role::Server, &altered, &proof), "field {i}");
+        }
+        // The proof is not part of what it proves.
+        let mut other_proof = challenge.clone();
+        other_proof.proof = Some([0; 32]);
+        assert!(secret.verify(Role::Server, &transcript(&hello, &other_proof), &proof));
+
+        // A server that saw an altered limit refuses the proof the client made over its own.
+        let (s, _) = Server::start(&server, &Frame::Hello(hellos[5].clone()), [2; 32]).unwrap();
+        let genuine = Frame::Proof(Proof {
+            proof: Some(secret.prove(Role::Client, &transcript(&hello, &challenge))),
+        });
+        assert_eq!(
+            s.handle(&server, &genuine).unwrap_err(),
+            HandshakeError::BadProof
         );
     }
 

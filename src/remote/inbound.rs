@@ -11,10 +11,10 @@ use futures_util::StreamExt;
 use serde::de::DeserializeOwned;
 use tokio::net::{TcpListener, TcpStream};
 
-use crate::codec::{self, CodecError};
+use crate::codec;
 use crate::consumer::ConsumerHandle;
-use crate::message::{Deliveries, Delivery, ReplyTo};
-use crate::protocol::envelope::{Ack, ProducerId};
+use crate::message::{Deliveries, Delivery, ReplyTo, Undecodable};
+use crate::protocol::envelope::{Ack, Header, ProducerId};
 use crate::remote::connection::{
     accept_handshake, drive, next_frame, End, Established, Failure, Link,
 };
@@ -30,47 +30,66 @@ const MAX_DISPATCHING: usize = 8;
 /// Resolves when the consumer has taken a batch from its mailbox.
 pub(crate) type Dispatched = Pin<Box<dyn Future<Output = ()> + Send>>;
 
+/// What became of a batch handed to an exposed consumer.
+pub(crate) struct Handed {
+    /// Resolves once the consumer took the decoded deliveries (`None`: there were none).
+    pub taken: Option<Dispatched>,
+    /// Deliveries whose body did not decode: handed over as dead letters.
+    pub undecodable: u64,
+}
+
 /// A consumer exposed under a name: decodes the bodies of a batch into its message type.
 pub(crate) trait Exposed: Send + Sync {
-    /// Hands the batch's deliveries to the consumer, with `reply_to` for their ACKs.
-    ///
-    /// # Errors
-    /// A body that does not decode as the consumer's type (nothing is handed over).
-    fn deliver(
-        &self,
-        batch: &DeliveryBatch<'_>,
-        reply_to: &ReplyTo,
-    ) -> Result<Dispatched, CodecError>;
+    /// Hands the batch's deliveries to the consumer, with `reply_to` for their ACKs; a
+    /// delivery whose body does not decode as the consumer's type becomes a dead letter there
+    /// (the others are delivered as usual).
+    fn deliver(&self, batch: &DeliveryBatch<'_>, reply_to: &ReplyTo) -> Handed;
 }
 
 /// A [`ConsumerHandle`] as an [`Exposed`] consumer.
 pub(crate) struct ExposedConsumer<T: Send + 'static>(pub ConsumerHandle<T>);
 
 impl<T: DeserializeOwned + Send + 'static> Exposed for ExposedConsumer<T> {
-    fn deliver(
-        &self,
-        batch: &DeliveryBatch<'_>,
-        reply_to: &ReplyTo,
-    ) -> Result<Dispatched, CodecError> {
+    fn deliver(&self, batch: &DeliveryBatch<'_>, reply_to: &ReplyTo) -> Handed {
         let producer_id = ProducerId::from(batch.producer_id);
-        let deliveries = batch
-            .items
-            .iter()
-            .map(|item| {
-                Ok(Delivery {
-                    producer_id: producer_id.clone(),
-                    incarnation: batch.incarnation,
-                    seq: item.seq,
-                    window_start: item.window_start,
-                    body: codec::decode_with_limit(item.body, item.body.len() as u64)?,
+        let mut deliveries = Vec::with_capacity(batch.items.len());
+        let mut undecodable = Vec::new();
+        for item in &batch.items {
+            let header = Header {
+                producer_id: producer_id.clone(),
+                incarnation: batch.incarnation,
+                seq: item.seq,
+                window_start: item.window_start,
+            };
+            match codec::decode_with_limit(item.body, item.body.len() as u64) {
+                Ok(body) => deliveries.push(Delivery {
+                    producer_id: header.producer_id,
+                    incarnation: header.incarnation,
+                    seq: header.seq,
+                    window_start: header.window_start,
+                    body,
                     reply_to: Some(reply_to.clone()),
-                })
-            })
-            .collect::<Result<Vec<_>, CodecError>>()?;
+                }),
+                Err(_) => undecodable.push(header),
+            }
+        }
+        let handed = Handed {
+            taken: None,
+            undecodable: undecodable.len() as u64,
+        };
+        if !undecodable.is_empty() {
+            self.0.addr().do_send(Undecodable(undecodable));
+        }
+        if deliveries.is_empty() {
+            return handed;
+        }
         let taken = self.0.addr().send(Deliveries(deliveries));
-        Ok(Box::pin(async move {
-            let _ = taken.await; // a stopped consumer: the deliveries are lost, retransmitted
-        }))
+        Handed {
+            taken: Some(Box::pin(async move {
+                let _ = taken.await; // a stopped consumer: the deliveries are lost, retransmitted
+            })),
+            ..handed
+        }
     }
 }
 
@@ -154,11 +173,11 @@ async fn serve(node: &Shared, stream: TcpStream) {
                         Err(end) => return end,
                     };
                     match Frame::decode(&frame) {
-                        Ok(Frame::Deliveries(batch)) => match dispatch(node, &batch, &reply_to) {
-                            Ok(Some(taken)) => dispatching.push(taken),
-                            Ok(None) => {}
-                            Err(()) => return End::Violation,
-                        },
+                        Ok(Frame::Deliveries(batch)) => {
+                            if let Some(taken) = dispatch(node, &batch, &reply_to) {
+                                dispatching.push(taken);
+                            }
+                        }
                         Ok(Frame::Ping) => {}
                         _ => return End::Violation,
                     }
@@ -169,28 +188,21 @@ async fn serve(node: &Shared, stream: TcpStream) {
     drive(node, &link, writer, read, &peer).await;
 }
 
-/// Hands a batch to its consumer. `Ok(None)`: unknown name, dropped; `Err`: a body did not
-/// decode.
-fn dispatch(
-    node: &Shared,
-    batch: &DeliveryBatch<'_>,
-    reply_to: &ReplyTo,
-) -> Result<Option<Dispatched>, ()> {
+/// Hands a batch to its consumer; `None` if nothing was handed over (an unknown name: dropped;
+/// or only undecodable bodies: dead letters).
+fn dispatch(node: &Shared, batch: &DeliveryBatch<'_>, reply_to: &ReplyTo) -> Option<Dispatched> {
     let n = batch.items.len() as u64;
     let Some(consumer) = node.exposed(batch.consumer) else {
         add(&node.counters.unknown_consumer, n);
         node.warnings.warn(Warning::UnknownConsumer, || {
             "dropped deliveries for a consumer name this node does not expose".to_string()
         });
-        return Ok(None);
+        return None;
     };
-    match consumer.deliver(batch, reply_to) {
-        Ok(taken) => {
-            add(&node.counters.deliveries_in, n);
-            Ok(Some(taken))
-        }
-        Err(_) => Err(()),
-    }
+    let handed = consumer.deliver(batch, reply_to);
+    add(&node.counters.deliveries_in, n - handed.undecodable);
+    add(&node.counters.undecodable_bodies, handed.undecodable);
+    handed.taken
 }
 
 /// The reply address of every delivery of one connection: ACKs go back on it, or are dropped

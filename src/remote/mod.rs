@@ -12,13 +12,18 @@
 //!   connection carries deliveries one way and ACKs the other; heartbeats keep it alive, and
 //!   one that stays silent for `idle_timeout` is closed and made again.
 //! - **A body is encoded once per message.** The reference keeps each unconfirmed message's
-//!   encoded body per producer incarnation (the same table routes ACKs back) until the ACK
+//!   encoded body per producer incarnation (the same table routes ACKs back, to the reply
+//!   address of the producer's latest delivery: a durable producer restarted in the same
+//!   process keeps its incarnation, and its ACKs follow it) until the ACK
 //!   passes or the producer's `window_start` moves past it; retransmissions reuse the bytes.
 //! - **Batches.** What one producer flush hands over goes out in as few frames as fit (up to
 //!   1024 deliveries each), and a write drains everything queued for its connection in one
 //!   system call. The receiver hands a frame to its consumer as one actor message.
 //! - **A restart is visible**: each node draws a random [`NodeId`] at start, exchanged in the
 //!   handshake ([`Node::peer_id`]).
+//! - **Lifetime.** A node runs until [`Node::stop`] or until its last handle is dropped: its
+//!   clones and the references from [`Node::consumer_ref`]. Then its listener and connections
+//!   close.
 //!
 //! # Wire format
 //!
@@ -37,9 +42,11 @@
 //! | 6 `Ping` | both | — |
 //!
 //! The handshake (see the `handshake` module source for the state machine):
-//! `proof_S = HMAC-SHA256(K, "actix-delivery/1 server proof\0" ‖ Nc ‖ Ns ‖ C ‖ S)`, `proof_C`
-//! the same with `client proof`, where `Nc`, `Ns` are both sides' fresh 32-byte nonces and `C`,
-//! `S` their 16-byte node ids. Both proofs are checked in constant time. The session keys of
+//! `proof_S = HMAC-SHA256(K, "actix-delivery/1 server proof\0" ‖ t)`, `proof_C` the same with
+//! `client proof`, where the transcript `t` is the encoded `Hello` followed by the encoded
+//! `Challenge` without its proof: every field either side announced (both fresh 32-byte
+//! nonces, both node ids, versions, the client's mode, both frame limits), so a value altered
+//! on the path fails the handshake. Both proofs are checked in constant time. The session keys of
 //! the two directions are derived the same way (`key client to server`, `key server to
 //! client`); every later frame's tag is `HMAC-SHA256(key, frame number ‖ payload)` truncated
 //! to 16 bytes, with frame numbers counted from 0 per direction and never sent.
@@ -51,12 +58,15 @@
 //! refused before anything is reserved). A frame is checked, in order: its tag (a wrong one
 //! closes the connection before any decoding), its encoding (bounded by its length), its ids
 //! (consumer name and producer id at most 256 bytes, borrowed from the frame, so a longer one
-//! is never allocated), its batch length (at most 1024, refused before reserving more), and
-//! each body's decoding as the consumer's type. A failure closes that connection only, counted
-//! in [`NodeStats::decode_failures`] and logged at most once a minute; never the node, never a
-//! panic. Fields that admission checks (seq range, window start, empty producer id) pass
-//! through and become dead letters at the consumer, exactly as in-process. Deliveries for a
-//! name not exposed are counted and dropped.
+//! is never allocated) and its batch length (at most 1024, refused before reserving more). A
+//! failure closes that connection only, counted in [`NodeStats::decode_failures`] and logged
+//! at most once a minute; never the node, never a panic. Then each body is decoded as the
+//! consumer's type: one that does not decode is that delivery's fault only, a dead letter at
+//! the consumer ([`DeadLetterReason::UndecodableBody`](crate::DeadLetterReason), no ACK,
+//! counted in [`NodeStats::undecodable_bodies`]); the other deliveries of its frame are
+//! delivered and the connection stays open. Fields that admission checks (seq range, window
+//! start, empty producer id) pass through and become dead letters at the consumer, exactly as
+//! in-process. Deliveries for a name not exposed are counted and dropped.
 //!
 //! One cost is the body type's, not the transport's: serde reserves up to 1 MiB up front for
 //! a sequence (`Vec<T>`, a map) whose length prefix claims that much, before it finds the
@@ -67,9 +77,10 @@
 //!
 //! # Bounded memory
 //!
-//! Per connection, output waits in a queue of at most `max_output_bytes`; what does not fit is
-//! dropped and counted (the producer retransmits), so a slow or stalled reader costs the sender
-//! that much and its socket buffer, never more. On the receiving side a connection has at most
+//! Per connection, at most `max_output_bytes` of frames are held, queued or being written to
+//! the socket (bytes leave the count as the socket takes them); what does not fit is dropped
+//! and counted (the producer retransmits), so a slow or stalled reader costs the sender that
+//! much (plus, for a moment, one frame being encoded) and its socket buffer, never more. On the receiving side a connection has at most
 //! 8 frames handed to consumers and not yet taken from their mailboxes; beyond, it stops
 //! reading, and TCP flow control slows the sender. Per remote address, at most `max_routes`
 //! producer incarnations are remembered, each with the encoded bodies of its unconfirmed
@@ -86,6 +97,8 @@ mod backoff;
 mod body;
 mod connection;
 pub(crate) mod frame;
+// Private test hook (feature `__fuzz`, which only this crate's tests enable).
+#[cfg(feature = "__fuzz")]
 #[doc(hidden)]
 pub mod fuzz;
 mod handshake;

@@ -5,7 +5,7 @@ use std::collections::HashMap;
 use std::io;
 use std::net::SocketAddr;
 use std::sync::atomic::AtomicUsize;
-use std::sync::{Arc, Mutex, PoisonError, RwLock};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError, RwLock, RwLockWriteGuard};
 
 use actix::ArbiterHandle;
 use serde::de::DeserializeOwned;
@@ -66,11 +66,41 @@ impl Shared {
         let exposed = self.exposed.read().unwrap_or_else(PoisonError::into_inner);
         exposed.get(name).cloned()
     }
+
+    fn exposed_mut(&self) -> RwLockWriteGuard<'_, HashMap<String, Arc<dyn Exposed>>> {
+        self.exposed.write().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// The remote addresses this node sends to.
+    fn outbound(&self) -> MutexGuard<'_, HashMap<SocketAddr, Arc<Outbound>>> {
+        self.outbound.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Closes the listener and every connection, and lets go of the remote addresses (each
+    /// holds a share of this, so the node's memory is freed once its tasks are done).
+    fn shut_down(&self) {
+        self.cancel.cancel();
+        self.outbound().clear();
+    }
 }
 
-/// A process's endpoint for reliable delivery over TCP. Cheap to clone. It runs until
-/// [`stop`](Node::stop) (or until the arbiter that started it stops), whether or not handles
-/// to it are left.
+/// What the node's handles share (the node's tasks hold only [`Shared`]): when the last
+/// handle, and the last reference from [`Node::consumer_ref`], is dropped, the node stops.
+struct Owner(Arc<Shared>);
+
+impl Drop for Owner {
+    fn drop(&mut self) {
+        self.0.shut_down();
+    }
+}
+
+/// A process's endpoint for reliable delivery over TCP. Cheap to clone.
+///
+/// It runs until [`stop`](Node::stop), until the arbiter that started it stops, or until its
+/// last handle is dropped, like an actor whose last `Addr` is gone: the clones of this handle
+/// and the [`ConsumerRef`]s from [`consumer_ref`](Node::consumer_ref) (a producer's reference
+/// keeps its node running). Consumers exposed on it do not keep it running: keep a handle for
+/// as long as it should listen.
 ///
 /// ```no_run
 /// use actix_delivery::remote::{Node, NodeOptions, NodeSecret};
@@ -103,7 +133,7 @@ impl Shared {
 /// # Ok(()) }
 /// ```
 #[derive(Clone)]
-pub struct Node(Arc<Shared>);
+pub struct Node(Arc<Owner>);
 
 impl Node {
     /// Starts a node on the current arbiter: binds the listener (if the options name an
@@ -150,21 +180,27 @@ impl Node {
             log::info!("node {} listens on {local_addr:?}", shared.local.node_id);
             shared.arbiter.spawn(listen(shared.clone(), listener));
         }
-        Ok(Node(shared))
+        Ok(Node(Arc::new(Owner(shared))))
+    }
+
+    fn shared(&self) -> &Arc<Shared> {
+        &self.0 .0
     }
 
     /// This node's id for this run (random per start).
     pub fn id(&self) -> NodeId {
-        self.0.local.node_id
+        self.shared().local.node_id
     }
 
     /// The address the node listens on (with the port the OS picked for port 0).
     pub fn local_addr(&self) -> Option<SocketAddr> {
-        self.0.local_addr
+        self.shared().local_addr
     }
 
     /// Makes `consumer` reachable by peers under `name`. Bodies arrive encoded and are decoded
-    /// as `T` on arrival; a body that does not decode closes its connection.
+    /// as `T` on arrival; a delivery whose body does not decode becomes a dead letter at the
+    /// consumer ([`DeadLetterReason::UndecodableBody`](crate::DeadLetterReason), no ACK),
+    /// counted in [`NodeStats::undecodable_bodies`](crate::remote::NodeStats).
     ///
     /// # Errors
     /// [`NameError`] if the name is empty, longer than 256 bytes, or taken.
@@ -173,11 +209,7 @@ impl Node {
         T: DeserializeOwned + Send + 'static,
     {
         check_name(name)?;
-        let mut exposed = self
-            .0
-            .exposed
-            .write()
-            .unwrap_or_else(PoisonError::into_inner);
+        let mut exposed = self.shared().exposed_mut();
         if exposed.contains_key(name) {
             return Err(NameError::Taken);
         }
@@ -188,11 +220,7 @@ impl Node {
     /// Stops exposing the consumer under `name` (its deliveries are then counted as unknown);
     /// whether one was exposed.
     pub fn unexpose(&self, name: &str) -> bool {
-        let mut exposed = self
-            .0
-            .exposed
-            .write()
-            .unwrap_or_else(PoisonError::into_inner);
+        let mut exposed = self.shared().exposed_mut();
         exposed.remove(name).is_some()
     }
 
@@ -209,18 +237,17 @@ impl Node {
         T: Serialize + Send + 'static,
     {
         check_name(name)?;
-        let outbound = {
-            let mut all = self
-                .0
-                .outbound
-                .lock()
-                .unwrap_or_else(PoisonError::into_inner);
-            all.entry(addr)
-                .or_insert_with(|| Arc::new(Outbound::new(addr, self.0.clone())))
-                .clone()
-        };
+        let shared = self.shared();
+        let outbound = shared
+            .outbound()
+            .entry(addr)
+            .or_insert_with(|| Arc::new(Outbound::new(addr, shared.clone())))
+            .clone();
         let name: Arc<str> = name.into();
+        // The reference is a handle too: the node runs while a producer can send through it.
+        let owner = self.0.clone();
         Ok(ConsumerRef::from_fn(move |deliveries: Vec<Delivery<T>>| {
+            let _owner = &owner;
             outbound.send(&name, deliveries);
         }))
     }
@@ -228,22 +255,14 @@ impl Node {
     /// The id of the node connected at `addr` now (`None` while not connected). A node that
     /// restarted has a new id.
     pub fn peer_id(&self, addr: SocketAddr) -> Option<NodeId> {
-        let all = self
-            .0
-            .outbound
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner);
+        let all = self.shared().outbound();
         all.get(&addr).and_then(|outbound| outbound.peer())
     }
 
     /// The node's counters.
     pub fn stats(&self) -> NodeStats {
-        let mut stats = self.0.counters.snapshot();
-        let all = self
-            .0
-            .outbound
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner);
+        let mut stats = self.shared().counters.snapshot();
+        let all = self.shared().outbound();
         for outbound in all.values() {
             let (routes, bodies) = outbound.memory();
             stats.routes += routes as u64;
@@ -252,24 +271,18 @@ impl Node {
         stats
     }
 
-    /// Closes the listener and every connection; references handed out drop their deliveries
-    /// from now on.
+    /// Closes the listener and every connection now, whatever handles are left; references
+    /// handed out drop their deliveries from now on.
     pub fn stop(&self) {
-        self.0.cancel.cancel();
-        let mut all = self
-            .0
-            .outbound
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner);
-        all.clear();
+        self.shared().shut_down();
     }
 }
 
 impl std::fmt::Debug for Node {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Node")
-            .field("id", &self.0.local.node_id)
-            .field("local_addr", &self.0.local_addr)
+            .field("id", &self.shared().local.node_id)
+            .field("local_addr", &self.shared().local_addr)
             .finish_non_exhaustive()
     }
 }

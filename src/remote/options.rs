@@ -167,8 +167,10 @@ impl NodeOptionsBuilder {
         self
     }
 
-    /// Bytes queued per connection at most (default 4 MiB, at least twice
-    /// `max_frame_length`); beyond, deliveries and ACKs are dropped (and retransmitted).
+    /// Bytes of frames held per connection at most, queued or being written to the socket
+    /// (default 4 MiB, at least twice `max_frame_length`); beyond, deliveries and ACKs are
+    /// dropped (and retransmitted). A frame is encoded before its size is checked, so for a
+    /// moment one more frame may be held: never more than this plus one frame.
     pub fn max_output_bytes(mut self, bytes: usize) -> Self {
         self.options.max_output_bytes = bytes;
         self

@@ -21,7 +21,7 @@ use crate::remote::connection::{
 use crate::remote::frame::Frame;
 use crate::remote::node::Shared;
 use crate::remote::output::Item;
-use crate::remote::routes::Routes;
+use crate::remote::routes::{ReplyAddress, Routes};
 use crate::remote::stats::{add, Warning};
 
 /// The connection to one remote address, shared by every reference to consumers there.
@@ -40,6 +40,12 @@ struct State {
     scratch: Vec<u8>,
     link: Option<Arc<Link>>,
     peer: Option<NodeId>,
+}
+
+impl ReplyAddress for ReplyTo {
+    fn same_as(&self, other: &Self) -> bool {
+        ReplyTo::same_as(self, other)
+    }
 }
 
 /// Deliveries of one producer incarnation, encoded, ready for the link.

@@ -1,7 +1,10 @@
-//! One connection's output: frames encoded, tagged and queued for the writer, at most
-//! `limit` bytes. When full, what does not fit is dropped, never buffered beyond the limit (the
-//! producer retransmits a dropped delivery; a dropped ACK is recovered the same way). Pure:
-//! no I/O, no runtime.
+//! One connection's output: frames encoded, tagged and queued for the writer. At most `limit`
+//! bytes of frames are held at any moment, counting both those queued and those the writer
+//! took and has not written yet; when full, what does not fit is dropped, never buffered beyond
+//! the limit (the producer retransmits a dropped delivery; a dropped ACK is recovered the same
+//! way). A frame is encoded before its length is known, so for a moment one more frame (at
+//! most the peer's frame limit) may be held, then dropped if it does not fit; the buffer's
+//! capacity never grows beyond `limit` plus one frame. Pure: no I/O, no runtime.
 
 use crate::protocol::envelope::{Ack, Incarnation};
 use crate::remote::auth::Sealer;
@@ -24,12 +27,17 @@ pub(crate) struct Pushed {
     pub too_large: u64,
 }
 
+/// What a frame without items (a `Ping`) takes at most: kind, tag.
+const SMALL_FRAME: usize = 32;
+
 /// A delivery ready for the wire: seq, window start, encoded body.
 pub(crate) type Item = (u64, u64, Body);
 
 /// The queue of encoded frames of one connection.
 pub(crate) struct Output {
     buf: Vec<u8>,
+    /// Bytes the writer took ([`take`](Self::take)) and has not reported written.
+    writing: usize,
     limit: usize,
     max_frame: usize,
     sealer: Sealer,
@@ -42,6 +50,7 @@ impl Output {
     pub(crate) fn new(limit: usize, max_frame: usize, sealer: Sealer) -> Self {
         Self {
             buf: Vec::new(),
+            writing: 0,
             limit,
             max_frame,
             sealer,
@@ -49,15 +58,41 @@ impl Output {
         }
     }
 
-    /// Queues one frame.
+    /// Queues one small frame (a `Ping`).
     ///
     /// # Errors
     /// [`FrameError::TooLong`] if it does not fit, the frame or the queue.
     pub(crate) fn push(&mut self, frame: &Frame<'_>) -> Result<(), FrameError> {
-        let room = self.limit.saturating_sub(self.buf.len() + LENGTH_PREFIX);
-        frame.encode(&mut self.sealer, &mut self.buf, room.min(self.max_frame))?;
-        self.high_water = self.high_water.max(self.buf.len());
+        self.push_sized(frame, SMALL_FRAME)
+    }
+
+    /// Queues one frame whose payload and tag take at most about `estimate` bytes.
+    fn push_sized(&mut self, frame: &Frame<'_>, estimate: usize) -> Result<(), FrameError> {
+        let room = self
+            .limit
+            .saturating_sub(self.held() + LENGTH_PREFIX)
+            .min(self.max_frame);
+        self.reserve(LENGTH_PREFIX + estimate.min(room));
+        frame.encode(&mut self.sealer, &mut self.buf, room)?;
+        self.high_water = self.high_water.max(self.held());
         Ok(())
+    }
+
+    /// Bytes held: queued, and taken by the writer but not written yet.
+    fn held(&self) -> usize {
+        self.buf.len() + self.writing
+    }
+
+    /// Makes room for `additional` bytes before a frame is encoded, so that its encoding does
+    /// not reallocate (when the estimate holds): capacity grows geometrically, but never
+    /// beyond the limit plus one frame.
+    fn reserve(&mut self, additional: usize) {
+        let need = self.buf.len() + additional;
+        if self.buf.capacity() < need {
+            let most = (self.limit + LENGTH_PREFIX + self.max_frame).max(need);
+            let target = (2 * self.buf.capacity()).clamp(need, most);
+            self.buf.reserve_exact(target - self.buf.len());
+        }
     }
 
     /// Queues deliveries of one producer incarnation to `consumer`, in as few frames as the
@@ -104,7 +139,7 @@ impl Output {
                     })
                     .collect(),
             });
-            let result = self.push(&frame);
+            let result = self.push_sized(&frame, overhead + size);
             self.account(result, take, &mut pushed);
         }
         pushed
@@ -143,7 +178,7 @@ impl Output {
                 incarnation: first.incarnation,
                 seqs: run.iter().map(|ack| ack.seq).collect(),
             });
-            let result = self.push(&frame);
+            let result = self.push_sized(&frame, overhead + size.max(varint_len(first.seq)));
             self.account(result, run.len(), &mut pushed);
         }
         pushed
@@ -163,9 +198,17 @@ impl Output {
     }
 
     /// Hands the queued bytes to the writer: swaps them with `spare` (which must be empty).
+    /// They count against the limit until the writer reports them [`written`](Self::written).
     pub(crate) fn take(&mut self, spare: &mut Vec<u8>) {
         debug_assert!(spare.is_empty());
         std::mem::swap(&mut self.buf, spare);
+        self.writing += spare.len();
+    }
+
+    /// The writer wrote `n` more of the bytes it took: room for as many.
+    pub(crate) fn written(&mut self, n: usize) {
+        debug_assert!(n <= self.writing);
+        self.writing = self.writing.saturating_sub(n);
     }
 
     /// Whether nothing is queued.
@@ -174,7 +217,7 @@ impl Output {
         self.buf.is_empty()
     }
 
-    /// The most bytes ever queued at once.
+    /// The most bytes ever held at once (queued and being written).
     pub(crate) fn high_water(&self) -> usize {
         self.high_water
     }
@@ -272,6 +315,60 @@ mod tests {
         // Taken: room again.
         assert!(output.is_empty());
         assert_eq!(output.push(&Frame::Ping), Ok(()));
+    }
+
+    #[test]
+    fn bytes_in_the_writers_hands_count_against_the_limit() {
+        let limit = 10_000;
+        let mut output = Output::new(limit, 4096, Sealer::new(None));
+        let inc = Incarnation::from_u128(1);
+        assert!(output.push_deliveries("c", "p", inc, &items(100, 300)).full > 0);
+        // The writer takes what is queued and is slow to write it (a peer that reads slowly).
+        let mut writing = Vec::new();
+        output.take(&mut writing);
+        assert!(writing.len() > limit / 2);
+        let pushed = output.push_deliveries("c", "p", inc, &items(100, 300));
+        let mut queued = Vec::new();
+        output.take(&mut queued);
+        assert!(
+            writing.len() + queued.len() <= limit,
+            "{} bytes being written and {} queued: more than the limit {limit}",
+            writing.len(),
+            queued.len()
+        );
+        assert_eq!(pushed.queued, 0, "no room while the writer holds the limit");
+        assert!(output.high_water() <= limit);
+        // Written: room again.
+        output.written(writing.len());
+        let pushed = output.push_deliveries("c", "p", inc, &items(10, 300));
+        assert_eq!(pushed.queued, 10);
+        assert!(output.high_water() <= limit);
+    }
+
+    #[test]
+    fn the_buffer_never_grows_beyond_the_limit_and_one_frame() {
+        let (limit, max_frame) = (100_000, 4096);
+        let mut output = Output::new(limit, max_frame, Sealer::new(Some(&KEY)));
+        let inc = Incarnation::from_u128(1);
+        for round in 0..50u64 {
+            let batch: Vec<Item> = (1..=40)
+                .map(|seq| {
+                    (
+                        seq,
+                        1,
+                        Body::new(&vec![0; 50 + (seq * round) as usize % 900]),
+                    )
+                })
+                .collect();
+            output.push_deliveries("c", "p", inc, &batch);
+            output.push(&Frame::Ping).ok();
+            assert!(output.held() <= limit);
+            assert!(
+                output.buf.capacity() <= limit + LENGTH_PREFIX + max_frame,
+                "capacity {}",
+                output.buf.capacity()
+            );
+        }
     }
 
     #[test]

@@ -2,6 +2,11 @@
 //! encoded bodies of its messages that may still be retransmitted, so that a body is encoded
 //! once per message, not once per transmission. Pure: no I/O, no runtime.
 //!
+//! A route's reply address follows its producer: a durable producer keeps its incarnation
+//! across restarts in one process (it is stored with its stream), but each life has a new
+//! reply address, so a delivery naming another address than the route's replaces it and the
+//! ACKs that follow go to the live producer, never to the dead one's address.
+//!
 //! Bounded twice: at most `max_routes` incarnations per remote address (least recently used
 //! evicted: its ACKs are then dropped and its next delivery starts a new route), and per route
 //! only seqs at or above the producer's latest `window_start` that are not ACKed yet, which the
@@ -12,6 +17,13 @@ use hashlink::LruCache;
 
 use crate::protocol::envelope::{Incarnation, ProducerId};
 use crate::remote::body::{Bodies, Body};
+
+/// Where a route's ACKs go, and whether two such places are the same one (for a
+/// [`ReplyTo`](crate::ReplyTo): [`ReplyTo::same_as`](crate::ReplyTo::same_as)).
+pub(crate) trait ReplyAddress: Clone {
+    /// Whether `self` and `other` reach the same recipient.
+    fn same_as(&self, other: &Self) -> bool;
+}
 
 /// The most encoded bodies one route keeps; beyond it the lowest seq is forgotten (and
 /// encoded again if retransmitted).
@@ -58,7 +70,7 @@ pub(crate) struct Routes<R> {
     table: LruCache<Incarnation, Route<R>>,
 }
 
-impl<R: Clone> Routes<R> {
+impl<R: ReplyAddress> Routes<R> {
     /// At most `max_routes` routes.
     pub(crate) fn new(max_routes: usize) -> Self {
         Self {
@@ -68,26 +80,31 @@ impl<R: Clone> Routes<R> {
 
     /// The route of this producer incarnation, made if it is new (evicting the least recently
     /// used one when full), refreshed otherwise. A delivery naming a known incarnation under
-    /// another producer id (a forgery or a bug) replaces the route.
+    /// another producer id (a forgery or a bug) replaces the route; one naming another reply
+    /// address (the producer restarted under its stored incarnation) keeps the bodies (a seq
+    /// of a durable producer is never reused) and sends the ACKs to the new address.
     pub(crate) fn route(
         &mut self,
         producer_id: &ProducerId,
         incarnation: Incarnation,
         reply_to: &R,
     ) -> &mut Route<R> {
-        let known = self
-            .table
-            .get(&incarnation)
-            .is_some_and(|route| route.producer_id == *producer_id);
-        if !known {
-            self.table.insert(
-                incarnation,
-                Route {
-                    producer_id: producer_id.clone(),
-                    reply_to: reply_to.clone(),
-                    bodies: Bodies::default(),
-                },
-            );
+        match self.table.get_mut(&incarnation) {
+            Some(route) if route.producer_id == *producer_id => {
+                if !route.reply_to.same_as(reply_to) {
+                    route.reply_to = reply_to.clone();
+                }
+            }
+            _ => {
+                self.table.insert(
+                    incarnation,
+                    Route {
+                        producer_id: producer_id.clone(),
+                        reply_to: reply_to.clone(),
+                        bodies: Bodies::default(),
+                    },
+                );
+            }
         }
         self.table
             .get_mut(&incarnation)
@@ -128,6 +145,24 @@ mod tests {
     use std::convert::Infallible;
 
     use super::*;
+
+    impl ReplyAddress for &'static str {
+        fn same_as(&self, other: &Self) -> bool {
+            self == other
+        }
+    }
+
+    impl ReplyAddress for u8 {
+        fn same_as(&self, other: &Self) -> bool {
+            self == other
+        }
+    }
+
+    impl ReplyAddress for () {
+        fn same_as(&self, (): &Self) -> bool {
+            true
+        }
+    }
 
     fn encode(
         seq: u64,
@@ -179,6 +214,26 @@ mod tests {
         assert!(routes
             .handle_acks("q", Incarnation::from_u128(1), &[1])
             .is_none());
+    }
+
+    #[test]
+    fn a_new_reply_address_for_a_known_incarnation_takes_over_its_acks() {
+        let mut routes = Routes::new(4);
+        let (id, incarnation) = (ProducerId::from("p"), Incarnation::from_u128(1));
+        let mut encoded = 0;
+        routes
+            .route(&id, incarnation, &"first life")
+            .body(1, 1, &mut Vec::new(), encode(1, &mut encoded))
+            .unwrap();
+        // The producer restarted under the same (stored) incarnation: new address.
+        let (_, fresh) = routes
+            .route(&id, incarnation, &"second life")
+            .body(1, 1, &mut Vec::new(), encode(1, &mut encoded))
+            .unwrap();
+        assert!(!fresh, "the bodies are kept: a durable seq is never reused");
+        let (_, reply) = routes.handle_acks("p", incarnation, &[1]).unwrap();
+        assert_eq!(reply, "second life");
+        assert_eq!(routes.len(), 1);
     }
 
     #[test]

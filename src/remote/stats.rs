@@ -38,6 +38,10 @@ pub struct NodeStats {
     pub deliveries_out: u64,
     /// Deliveries received and handed to an exposed consumer.
     pub deliveries_in: u64,
+    /// Deliveries received whose body did not decode as the exposed consumer's type: each a
+    /// dead letter at the consumer (`DeadLetterReason::UndecodableBody`, no ACK); the rest of
+    /// its frame is delivered and the connection stays open.
+    pub undecodable_bodies: u64,
     /// ACKs queued for sending.
     pub acks_out: u64,
     /// ACKs received and handed to their producer.
@@ -59,7 +63,8 @@ pub struct NodeStats {
     pub deliveries_unsendable: u64,
     /// Bodies encoded (once per message; again only after its route was forgotten).
     pub bodies_encoded: u64,
-    /// The most bytes ever queued for one connection.
+    /// The most bytes ever held for one connection: queued, or being written to its socket
+    /// (at most `max_output_bytes`).
     pub output_high_water: u64,
     /// Producer incarnations remembered for routing ACKs, over all remote addresses, now.
     pub routes: u64,
@@ -100,6 +105,7 @@ counters!(
     decode_failures,
     deliveries_out,
     deliveries_in,
+    undecodable_bodies,
     acks_out,
     acks_in,
     unknown_consumer,

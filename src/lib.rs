@@ -355,6 +355,8 @@ mod handler;
 mod inbox;
 pub mod journal;
 pub mod message;
+#[cfg(feature = "nats")]
+pub mod nats;
 mod options;
 pub mod persistence;
 mod producer;

@@ -10,7 +10,6 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use actix::prelude::*;
 use actix_delivery::remote::{Node, NodeOptions, NodeSecret};
 use actix_delivery::{
     codec, ConsumerOptions, DeadLetter, DeadLetterReason, DeliveryHandler, Incarnation,
@@ -39,32 +38,18 @@ async fn insecure_server() -> (Node, Handled<u64>, Log<DeadLetter>) {
     let node = Node::start(options).await.unwrap();
     let handled = Handled::<u64>(Default::default());
     let record = handled.clone();
-    let dead = Log::<DeadLetter>::default();
-    let sink = DeadLetters(dead.clone()).start();
+    let (sink, dead) = common::dead_letter_log();
     let consumer = ReliableDelivery::consumer(
         ConsumerOptions::builder(DeliveryHandler::from_fn(move |n: u64| {
             record.record(n);
             async { Ok::<(), String>(()) }
         }))
-        .dead_letters(sink.recipient())
+        .dead_letters(sink)
         .build()
         .unwrap(),
     );
     node.expose("numbers", &consumer).unwrap();
     (node, handled, dead)
-}
-
-struct DeadLetters(Log<DeadLetter>);
-
-impl Actor for DeadLetters {
-    type Context = Context<Self>;
-}
-
-impl Handler<DeadLetter> for DeadLetters {
-    type Result = ();
-    fn handle(&mut self, letter: DeadLetter, _: &mut Context<Self>) {
-        self.0.push(letter);
-    }
 }
 
 /// A producer on `node` sending 1..=n to "numbers" at `addr`, retransmitting every 50 ms.

@@ -25,7 +25,7 @@ use crate::remote::stats::{add, Warning};
 /// Frames of one connection handed to consumers and not yet taken from their mailboxes: the
 /// reader waits beyond this, so a slow consumer slows its peers' sending (TCP flow control)
 /// instead of growing its mailbox.
-const MAX_DISPATCHING: usize = 8;
+pub(crate) const MAX_DISPATCHING: usize = 8;
 
 /// Resolves when the consumer has taken a batch from its mailbox.
 pub(crate) type Dispatched = Pin<Box<dyn Future<Output = ()> + Send>>;

@@ -92,23 +92,23 @@
 //! See the crate documentation, "Trust: the incarnation is a capability", for what the shared
 //! secret protects and what it does not.
 
-mod auth;
+pub(crate) mod auth;
 mod backoff;
-mod body;
+pub(crate) mod body;
 mod connection;
 pub(crate) mod frame;
 // Private test hook (feature `__fuzz`, which only this crate's tests enable).
 #[cfg(feature = "__fuzz")]
 #[doc(hidden)]
 pub mod fuzz;
-mod handshake;
-mod inbound;
+pub(crate) mod handshake;
+pub(crate) mod inbound;
 mod node;
 mod options;
-mod outbound;
+pub(crate) mod outbound;
 pub(crate) mod output;
-mod routes;
-mod stats;
+pub(crate) mod routes;
+pub(crate) mod stats;
 
 pub use auth::{NodeId, NodeSecret, MAX_SECRET_BYTES, MIN_SECRET_BYTES};
 pub use node::{NameError, Node};

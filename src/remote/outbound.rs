@@ -3,7 +3,7 @@
 //! reused by retransmissions); and the ACKs that come back, routed to their producers.
 
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 use serde::Serialize;
@@ -22,7 +22,7 @@ use crate::remote::frame::Frame;
 use crate::remote::node::Shared;
 use crate::remote::output::Item;
 use crate::remote::routes::{ReplyAddress, Routes};
-use crate::remote::stats::{add, Warning};
+use crate::remote::stats::{add, Warning, Warnings};
 
 /// The connection to one remote address, shared by every reference to consumers there.
 pub(crate) struct Outbound {
@@ -48,11 +48,11 @@ impl ReplyAddress for ReplyTo {
     }
 }
 
-/// Deliveries of one producer incarnation, encoded, ready for the link.
-struct Group {
-    producer_id: ProducerId,
-    incarnation: Incarnation,
-    items: Vec<Item>,
+/// Deliveries of one producer incarnation, encoded, ready for a carrier.
+pub(crate) struct Group {
+    pub(crate) producer_id: ProducerId,
+    pub(crate) incarnation: Incarnation,
+    pub(crate) items: Vec<Item>,
 }
 
 impl Outbound {
@@ -108,7 +108,13 @@ impl Outbound {
             let State {
                 routes, scratch, ..
             } = &mut *state;
-            let (groups, unsendable) = encode(routes, scratch, deliveries, &self.node);
+            let (groups, unsendable) = encode(
+                routes,
+                scratch,
+                deliveries,
+                &counters.bodies_encoded,
+                &self.node.warnings,
+            );
             (link, groups, unsendable)
         };
         add(&counters.deliveries_unsendable, unsendable);
@@ -303,13 +309,15 @@ impl Outbound {
     }
 }
 
-/// Looks up (or encodes and caches) each delivery's body, grouped by producer incarnation.
-/// Returns the groups and the number of deliveries that cannot be sent.
-fn encode<T: Serialize>(
+/// Looks up (or encodes and caches) each delivery's body, grouped by producer incarnation,
+/// counting fresh encodings in `bodies_encoded`. Returns the groups and the number of
+/// deliveries that cannot be sent. Shared by the TCP and NATS carriers.
+pub(crate) fn encode<T: Serialize>(
     routes: &mut Routes<ReplyTo>,
     scratch: &mut Vec<u8>,
     deliveries: Vec<Delivery<T>>,
-    node: &Shared,
+    bodies_encoded: &AtomicU64,
+    warnings: &Warnings,
 ) -> (Vec<Group>, u64) {
     let mut groups: Vec<Group> = Vec::new();
     let (mut unsendable, mut encoded) = (0, 0);
@@ -324,7 +332,7 @@ fn encode<T: Serialize>(
         });
         let Ok((body, fresh)) = body else {
             unsendable += 1;
-            node.warnings.warn(Warning::Unsendable, || {
+            warnings.warn(Warning::Unsendable, || {
                 "a delivery's body cannot be encoded".to_string()
             });
             continue;
@@ -345,6 +353,6 @@ fn encode<T: Serialize>(
             }),
         }
     }
-    add(&node.counters.bodies_encoded, encoded);
+    add(bodies_encoded, encoded);
     (groups, unsendable)
 }

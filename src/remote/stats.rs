@@ -72,27 +72,30 @@ pub struct NodeStats {
     pub cached_bodies: u64,
 }
 
+/// Declares a carrier's live counters: `$counters`, one atomic per field, whose `snapshot`
+/// reads them into `$stats` (fields after `;` are current values the carrier fills in).
 macro_rules! counters {
-    ($($field:ident),* $(,)?) => {
-        /// The live counters behind [`NodeStats`].
+    ($counters:ident => $stats:ident { $($field:ident),* $(,)? ; $($current:ident),* $(,)? }) => {
+        #[doc = concat!("The live counters behind [`", stringify!($stats), "`].")]
         #[derive(Debug, Default)]
-        pub(crate) struct Counters {
-            $(pub(crate) $field: AtomicU64,)*
+        pub(crate) struct $counters {
+            $(pub(crate) $field: std::sync::atomic::AtomicU64,)*
         }
 
-        impl Counters {
-            pub(crate) fn snapshot(&self) -> NodeStats {
-                NodeStats {
-                    $($field: self.$field.load(Ordering::Relaxed),)*
-                    routes: 0,
-                    cached_bodies: 0,
+        impl $counters {
+            pub(crate) fn snapshot(&self) -> $stats {
+                $stats {
+                    $($field: self.$field.load(std::sync::atomic::Ordering::Relaxed),)*
+                    $($current: 0,)*
                 }
             }
         }
     };
 }
+#[cfg(feature = "nats")]
+pub(crate) use counters;
 
-counters!(
+counters!(Counters => NodeStats {
     connections_opened,
     connections_accepted,
     connections_open,
@@ -116,8 +119,10 @@ counters!(
     acks_dropped_disconnected,
     deliveries_unsendable,
     bodies_encoded,
-    output_high_water,
-);
+    output_high_water;
+    routes,
+    cached_bodies,
+});
 
 /// Adds `n` to a counter.
 pub(crate) fn add(counter: &AtomicU64, n: u64) {

@@ -6,7 +6,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use actix::prelude::*;
-use actix_delivery::{Ack, Delivery, DeliveryError, ReplyTo};
+use actix_delivery::{Ack, DeadLetter, Delivery, DeliveryError, ReplyTo};
 
 /// A shared, cloneable log of values.
 #[derive(Debug)]
@@ -81,6 +81,27 @@ pub fn ack_probe() -> (ReplyTo, Log<Ack>) {
     let log = Log::default();
     let addr = AckProbe(log.clone()).start();
     (ReplyTo::from(addr.recipient()), log)
+}
+
+/// Records dead letters sent to it.
+struct DeadLetters(Log<DeadLetter>);
+
+impl Actor for DeadLetters {
+    type Context = Context<Self>;
+}
+
+impl Handler<DeadLetter> for DeadLetters {
+    type Result = ();
+    fn handle(&mut self, letter: DeadLetter, _: &mut Context<Self>) {
+        self.0.push(letter);
+    }
+}
+
+/// A dead-letter sink recording every letter into the returned log.
+pub fn dead_letter_log() -> (Recipient<DeadLetter>, Log<DeadLetter>) {
+    let log = Log::default();
+    let addr = DeadLetters(log.clone()).start();
+    (addr.recipient(), log)
 }
 
 /// Which deliveries a [`Link`] lets through.

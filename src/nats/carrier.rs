@@ -1,0 +1,478 @@
+//! The carrier: one NATS client, the consumers exposed on subjects, the references that
+//! publish to subjects, and the ACK inbox that routes ACKs back to their producers.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+
+use actix::ArbiterHandle;
+use async_nats::{Client, Subject};
+use futures_util::StreamExt;
+use serde::de::DeserializeOwned;
+use serde::Serialize;
+use tokio_util::sync::CancellationToken;
+
+use crate::consumer::ConsumerHandle;
+use crate::message::{ConsumerRef, Delivery, ReplyTo};
+use crate::protocol::envelope::{Ack, Incarnation};
+use crate::remote::frame::Frame;
+use crate::remote::inbound::ExposedConsumer;
+use crate::remote::outbound::encode;
+use crate::remote::routes::Routes;
+use crate::remote::stats::{add, Warning, Warnings};
+
+use super::inbound::serve;
+use super::options::NatsOptions;
+use super::publisher::Publisher;
+use super::stats::{Counters, NatsStats};
+use super::subject::{check_group, check_subject, SubjectError};
+
+/// Why the carrier could not do what was asked.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum NatsError {
+    /// Connecting to the server failed.
+    #[error("cannot connect to NATS: {0}")]
+    Connect(#[source] Box<dyn std::error::Error + Send + Sync>),
+    /// The server refused a subscription, or did not confirm it.
+    #[error("cannot subscribe to {subject:?}: {source}")]
+    Subscribe {
+        /// The subject.
+        subject: String,
+        /// The client's error.
+        #[source]
+        source: Box<dyn std::error::Error + Send + Sync>,
+    },
+    /// A subject this carrier cannot use.
+    #[error("invalid subject {subject:?}: {why}")]
+    InvalidSubject {
+        /// The subject.
+        subject: String,
+        /// What is wrong with it.
+        why: SubjectError,
+    },
+    /// A queue group name this carrier cannot use.
+    #[error("invalid queue group {group:?}: {why}")]
+    InvalidGroup {
+        /// The name.
+        group: String,
+        /// What is wrong with it.
+        why: SubjectError,
+    },
+    /// A consumer is exposed on this subject by this carrier already.
+    #[error("a consumer is exposed on {0:?} already")]
+    Taken(String),
+}
+
+/// What the carrier's tasks share.
+pub(crate) struct Shared {
+    pub(crate) client: Client,
+    pub(crate) options: NatsOptions,
+    pub(crate) counters: Counters,
+    pub(crate) warnings: Warnings,
+    pub(crate) publisher: Publisher,
+    cancel: CancellationToken,
+    arbiter: ArbiterHandle,
+    /// Where this carrier's deliveries ask for their ACKs.
+    inbox: Subject,
+    sending: Mutex<Sending>,
+    exposed: Mutex<HashMap<String, CancellationToken>>,
+}
+
+/// The memory of the sending side.
+struct Sending {
+    routes: Routes<ReplyTo>,
+    /// Where bodies are encoded before they are kept.
+    scratch: Vec<u8>,
+}
+
+impl Shared {
+    fn sending(&self) -> MutexGuard<'_, Sending> {
+        self.sending.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    fn exposed(&self) -> MutexGuard<'_, HashMap<String, CancellationToken>> {
+        self.exposed.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Publishes deliveries to `subject`, asking for ACKs on the inbox; what does not fit
+    /// the queue is dropped and counted (the producer retransmits it).
+    fn send<T: Serialize>(&self, subject: &Subject, deliveries: Vec<Delivery<T>>) {
+        let counters = &self.counters;
+        let (groups, unsendable) = {
+            let Sending { routes, scratch } = &mut *self.sending();
+            encode(
+                routes,
+                scratch,
+                deliveries,
+                &counters.bodies_encoded,
+                &self.warnings,
+            )
+        };
+        add(&counters.deliveries_unsendable, unsendable);
+        for group in groups {
+            let pushed = self
+                .publisher
+                .publish(subject, Some(&self.inbox), |output| {
+                    output.push_deliveries(
+                        subject,
+                        group.producer_id.as_str(),
+                        group.incarnation,
+                        &group.items,
+                    )
+                });
+            add(&counters.frames_out, pushed.frames);
+            add(&counters.deliveries_out, pushed.queued);
+            add(&counters.deliveries_dropped_full, pushed.full);
+            add(&counters.deliveries_unsendable, pushed.too_large);
+            if pushed.full > 0 {
+                self.warnings.warn(Warning::Dropped, || {
+                    "deliveries dropped: the NATS publishing queue is full (max_output_bytes; \
+                     the producer retransmits them)"
+                        .to_string()
+                });
+            }
+            if pushed.too_large > 0 {
+                self.warnings.warn(Warning::Unsendable, || {
+                    "a delivery does not fit one NATS message (max_frame_length)".to_string()
+                });
+            }
+        }
+    }
+
+    /// Publishes ACKs to a producer's inbox.
+    pub(crate) fn send_acks(&self, inbox: &Subject, acks: &[Ack]) {
+        let pushed = self
+            .publisher
+            .publish(inbox, None, |output| output.push_acks(acks));
+        add(&self.counters.frames_out, pushed.frames);
+        add(&self.counters.acks_out, pushed.queued);
+        add(
+            &self.counters.acks_dropped_full,
+            pushed.full + pushed.too_large,
+        );
+    }
+
+    /// A message on the ACK inbox: a batch of ACKs for one of this carrier's producers.
+    fn receive_acks(&self, payload: &[u8]) {
+        add(&self.counters.frames_in, 1);
+        let batch = match self.decode(payload) {
+            Some(Frame::Acks(batch)) => batch,
+            _ => return self.refuse("the ACK inbox"),
+        };
+        self.route_acks(batch.producer_id, batch.incarnation, &batch.seqs);
+    }
+
+    fn route_acks(&self, producer_id: &str, incarnation: Incarnation, seqs: &[u64]) {
+        let route = self
+            .sending()
+            .routes
+            .handle_acks(producer_id, incarnation, seqs);
+        let Some((producer_id, reply_to)) = route else {
+            add(&self.counters.unroutable_acks, seqs.len() as u64);
+            return;
+        };
+        add(&self.counters.acks_in, seqs.len() as u64);
+        reply_to.do_send_all(seqs.iter().map(|&seq| Ack {
+            producer_id: producer_id.clone(),
+            incarnation,
+            seq,
+        }));
+    }
+
+    /// A received payload as a frame, if it is one within the limits.
+    pub(crate) fn decode<'a>(&self, payload: &'a [u8]) -> Option<Frame<'a>> {
+        if payload.len() > self.options.max_frame_length {
+            return None;
+        }
+        Frame::decode(payload).ok()
+    }
+
+    /// Counts (and now and then logs) a refused message.
+    pub(crate) fn refuse(&self, place: &str) {
+        add(&self.counters.decode_failures, 1);
+        self.warnings.warn(Warning::Decode, || {
+            format!("refused a NATS message on {place}: not a frame of this protocol that belongs there")
+        });
+    }
+}
+
+/// What the carrier's handles share: when the last handle, and the last reference from
+/// [`NatsCarrier::consumer_ref`], is dropped, the carrier stops.
+struct Owner(Arc<Shared>);
+
+impl Drop for Owner {
+    fn drop(&mut self) {
+        self.0.cancel.cancel();
+    }
+}
+
+/// A process's endpoint for reliable delivery over NATS. Cheap to clone.
+///
+/// It runs until [`stop`](NatsCarrier::stop), until the arbiter that started it stops, or
+/// until its last handle is dropped: its clones and the [`ConsumerRef`]s from
+/// [`consumer_ref`](NatsCarrier::consumer_ref). Consumers exposed on it do not keep it
+/// running.
+///
+/// ```no_run
+/// use actix_delivery::nats::{NatsCarrier, NatsOptions};
+/// use actix_delivery::{ConsumerOptions, DeliveryHandler, ProducerOptions, ReliableDelivery};
+///
+/// # #[actix::main] async fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// // On every machine, one carrier per process:
+/// let carrier = NatsCarrier::connect("nats://127.0.0.1:4222", NatsOptions::default()).await?;
+///
+/// // Where orders are handled (any number of processes, one queue group):
+/// let consumer = ReliableDelivery::consumer(
+///     ConsumerOptions::builder(DeliveryHandler::from_fn(|order: String| async move {
+///         println!("{order}");
+///         Ok::<(), std::io::Error>(())
+///     }))
+///     .build()?,
+/// );
+/// carrier.expose_in_group("shop.orders", "order-workers", &consumer).await?;
+///
+/// // Where orders come from:
+/// let orders = carrier.consumer_ref::<String>("shop.orders")?;
+/// let producer = ReliableDelivery::producer(ProducerOptions::builder(orders).build()?);
+/// producer.send("espresso".to_string()).await?; // confirmed by a consumer of the group
+/// # Ok(()) }
+/// ```
+#[derive(Clone)]
+pub struct NatsCarrier(Arc<Owner>);
+
+impl NatsCarrier {
+    /// Connects to the server(s) at `url` (e.g. `nats://127.0.0.1:4222`, or several,
+    /// comma-separated) without credentials, and starts the carrier on the current arbiter.
+    /// For credentials, TLS or other client settings use [`with_client`](Self::with_client).
+    ///
+    /// # Errors
+    /// [`NatsError::Connect`], or [`NatsError::Subscribe`] if the ACK inbox cannot be
+    /// subscribed.
+    ///
+    /// # Panics
+    /// Outside a running Actix system (or arbiter).
+    pub async fn connect(url: &str, options: NatsOptions) -> Result<Self, NatsError> {
+        let client = async_nats::connect(url)
+            .await
+            .map_err(|err| NatsError::Connect(Box::new(err)))?;
+        Self::with_client(client, options).await
+    }
+
+    /// Starts the carrier on the current arbiter over a client the application connected
+    /// (`async_nats::ConnectOptions`: user and password, token, NKey, credentials file, TLS).
+    /// The client's reconnection is the carrier's: while the server is away, deliveries and
+    /// ACKs are dropped once the client's and the carrier's buffers are full, and the
+    /// producers' retransmission covers the gap.
+    ///
+    /// # Errors
+    /// [`NatsError::Subscribe`] if the ACK inbox cannot be subscribed.
+    ///
+    /// # Panics
+    /// Outside a running Actix system (or arbiter).
+    pub async fn with_client(client: Client, options: NatsOptions) -> Result<Self, NatsError> {
+        let inbox = Subject::from(client.new_inbox());
+        let acks = subscribe(&client, &inbox, None).await?;
+        let max_payload = options
+            .max_frame_length
+            .min(client.server_info().max_payload.max(1));
+        let shared = Arc::new(Shared {
+            publisher: Publisher::new(options.max_output_bytes, max_payload),
+            sending: Mutex::new(Sending {
+                routes: Routes::new(options.max_routes),
+                scratch: Vec::new(),
+            }),
+            client,
+            options,
+            counters: Counters::default(),
+            warnings: Warnings::default(),
+            cancel: CancellationToken::new(),
+            arbiter: actix::Arbiter::current(),
+            inbox,
+            exposed: Mutex::default(),
+        });
+        let publisher = shared.clone();
+        shared.arbiter.spawn(async move {
+            let shared = &publisher;
+            let client = shared.client.clone();
+            shared
+                .publisher
+                .run(client, &shared.counters, &shared.cancel)
+                .await;
+        });
+        let inbox = shared.clone();
+        shared.arbiter.spawn(async move {
+            let mut acks = acks;
+            loop {
+                let message = tokio::select! {
+                    biased;
+                    () = inbox.cancel.cancelled() => return,
+                    message = acks.next() => message,
+                };
+                let Some(message) = message else { return }; // the client closed
+                inbox.receive_acks(&message.payload);
+            }
+        });
+        Ok(Self(Arc::new(Owner(shared))))
+    }
+
+    fn shared(&self) -> &Arc<Shared> {
+        &self.0 .0
+    }
+
+    /// Makes `consumer` receive the deliveries published to `subject`. Bodies arrive encoded
+    /// and are decoded as `T`; a delivery whose body does not decode becomes a dead letter at
+    /// the consumer ([`DeadLetterReason::UndecodableBody`](crate::DeadLetterReason), no ACK).
+    /// Returns once the server has the subscription.
+    ///
+    /// # Errors
+    /// [`NatsError::InvalidSubject`] (empty, over 256 bytes, whitespace, an empty token, a
+    /// wildcard), [`NatsError::Taken`], or [`NatsError::Subscribe`].
+    pub async fn expose<T>(
+        &self,
+        subject: &str,
+        consumer: &ConsumerHandle<T>,
+    ) -> Result<(), NatsError>
+    where
+        T: DeserializeOwned + Send + 'static,
+    {
+        self.expose_as(subject, None, consumer).await
+    }
+
+    /// Like [`expose`](Self::expose), as one member of the queue group `group`: the server
+    /// hands each published batch to one member of the group. Members in several processes
+    /// share the load and take over from each other: when one dies, its unconfirmed messages
+    /// are retransmitted and reach a live member. A producer's messages are then spread over
+    /// the members, so the consumer's in-memory duplicate filter and ordered mode hold per
+    /// member only; for effectively-once across members use a persistent consumer on a
+    /// shared journal (see the module documentation).
+    ///
+    /// # Errors
+    /// As [`expose`](Self::expose), and [`NatsError::InvalidGroup`].
+    pub async fn expose_in_group<T>(
+        &self,
+        subject: &str,
+        group: &str,
+        consumer: &ConsumerHandle<T>,
+    ) -> Result<(), NatsError>
+    where
+        T: DeserializeOwned + Send + 'static,
+    {
+        check_group(group).map_err(|why| NatsError::InvalidGroup {
+            group: group.to_owned(),
+            why,
+        })?;
+        self.expose_as(subject, Some(group), consumer).await
+    }
+
+    async fn expose_as<T>(
+        &self,
+        subject: &str,
+        group: Option<&str>,
+        consumer: &ConsumerHandle<T>,
+    ) -> Result<(), NatsError>
+    where
+        T: DeserializeOwned + Send + 'static,
+    {
+        let shared = self.shared();
+        let name = checked(subject)?;
+        let stop = shared.cancel.child_token();
+        {
+            let mut exposed = shared.exposed();
+            if exposed.contains_key(subject) {
+                return Err(NatsError::Taken(subject.to_owned()));
+            }
+            exposed.insert(subject.to_owned(), stop.clone());
+        }
+        let subscriber = match subscribe(&shared.client, &name, group).await {
+            Ok(subscriber) => subscriber,
+            Err(err) => {
+                shared.exposed().remove(subject);
+                return Err(err);
+            }
+        };
+        let consumer = Arc::new(ExposedConsumer(consumer.clone()));
+        shared
+            .arbiter
+            .spawn(serve(shared.clone(), subscriber, consumer, stop));
+        Ok(())
+    }
+
+    /// Stops receiving on `subject` (unsubscribes); whether a consumer was exposed there.
+    pub fn unexpose(&self, subject: &str) -> bool {
+        let stop = self.shared().exposed().remove(subject);
+        stop.map(|stop| stop.cancel()).is_some()
+    }
+
+    /// A reference to the consumer(s) exposed on `subject`, for a normal producer.
+    /// Deliveries are encoded once per message (retransmissions reuse the bytes), published
+    /// in batches that fit the server's `max_payload`, with this carrier's inbox as the reply
+    /// subject for their ACKs. When nobody listens on the subject they are lost, and the
+    /// producer retransmits them.
+    ///
+    /// # Errors
+    /// [`NatsError::InvalidSubject`].
+    pub fn consumer_ref<T>(&self, subject: &str) -> Result<ConsumerRef<T>, NatsError>
+    where
+        T: Serialize + Send + 'static,
+    {
+        let subject = checked(subject)?;
+        // The reference is a handle too: the carrier runs while a producer can send through it.
+        let owner = self.0.clone();
+        Ok(ConsumerRef::from_fn(move |deliveries: Vec<Delivery<T>>| {
+            owner.0.send(&subject, deliveries);
+        }))
+    }
+
+    /// The NATS client the carrier uses.
+    pub fn client(&self) -> &Client {
+        &self.shared().client
+    }
+
+    /// The carrier's counters.
+    pub fn stats(&self) -> NatsStats {
+        let shared = self.shared();
+        let mut stats = shared.counters.snapshot();
+        stats.output_high_water = shared.publisher.high_water() as u64;
+        let sending = shared.sending();
+        stats.routes = sending.routes.len() as u64;
+        stats.cached_bodies = sending.routes.bodies() as u64;
+        stats
+    }
+
+    /// Stops the carrier: unsubscribes every exposed subject and stops publishing. The
+    /// client stays connected while the application holds a clone of it.
+    pub fn stop(&self) {
+        self.shared().cancel.cancel();
+    }
+}
+
+fn checked(subject: &str) -> Result<Subject, NatsError> {
+    check_subject(subject).map_err(|why| NatsError::InvalidSubject {
+        subject: subject.to_owned(),
+        why,
+    })?;
+    Ok(Subject::from(subject))
+}
+
+/// Subscribes and waits until the server has the subscription.
+async fn subscribe(
+    client: &Client,
+    subject: &Subject,
+    group: Option<&str>,
+) -> Result<async_nats::Subscriber, NatsError> {
+    let failed = |source: Box<dyn std::error::Error + Send + Sync>| NatsError::Subscribe {
+        subject: subject.to_string(),
+        source,
+    };
+    let subscriber = match group {
+        Some(group) => {
+            client
+                .queue_subscribe(subject.clone(), group.to_owned())
+                .await
+        }
+        None => client.subscribe(subject.clone()).await,
+    }
+    .map_err(|err| failed(Box::new(err)))?;
+    client.flush().await.map_err(|err| failed(Box::new(err)))?;
+    Ok(subscriber)
+}

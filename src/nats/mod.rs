@@ -1,0 +1,85 @@
+//! Reliable delivery over NATS (feature `nats`): consumers are found by subject instead of by
+//! address, and a queue group lets several processes share a consumer and take over from
+//! each other. A [`NatsCarrier`] per process exposes local consumers on subjects
+//! ([`NatsCarrier::expose`], [`NatsCarrier::expose_in_group`]) and hands out
+//! [`ConsumerRef`](crate::ConsumerRef)s for subjects ([`NatsCarrier::consumer_ref`]) that an
+//! unchanged [`ProducerController`](crate::ProducerController) sends to.
+//!
+//! NATS core delivers at most once: a message published while nobody listens, or while the
+//! server is away, is gone. The protocol on top makes it at-least-once (every message is
+//! retransmitted until its ACK arrives), and with a persistent consumer effectively-once.
+//!
+//! # How it works
+//!
+//! - **Deliveries** are published to the consumer's subject in batches (what one producer
+//!   flush hands over, split to fit the server's `max_payload` and at most 1024 deliveries),
+//!   with the carrier's own inbox (`_INBOX.…`) as the reply subject.
+//! - **ACKs** go back, batched, to the reply subject their delivery named; the carrier routes
+//!   them to the producer by its id and incarnation. A body is encoded once per message and
+//!   kept for retransmissions until it is ACKed or the producer's window moves past it.
+//! - **Reconnection is the client's** (`async-nats` reconnects with backoff by itself).
+//!   While the server is away, the client buffers what it can; beyond, the carrier's queue
+//!   fills to `max_output_bytes` and drops the rest; the producers retransmit it all.
+//! - **Queue groups**: the server hands each batch to one member. When a member dies, the
+//!   messages it had not ACKed are retransmitted, and reach a live member. Because a
+//!   producer's batches are spread over the members, each member's duplicate filter sees
+//!   only part of the stream: a retransmission that reaches another member than the first
+//!   copy runs the handler again (at-least-once), and ordered mode holds per member only. For
+//!   effectively-once across members, give each member a persistent consumer
+//!   ([`persistence`](crate::persistence)) of the same entity on a shared journal (the
+//!   PostgreSQL journal, feature `postgres`): the journal's record of processed deliveries
+//!   answers the second copy, and its fence decides between two members writing at once.
+//!
+//! # Wire format
+//!
+//! One NATS message is one frame of the TCP transport ([`remote`](crate::remote), "Wire
+//! format"), without the length prefix (NATS frames its messages) and without a tag (NATS
+//! authenticates its clients): kind 4 `Deliveries` on the consumer's subject (its consumer
+//! name is the subject), kind 5 `Acks` on the producer's inbox.
+//!
+//! # Untrusted input and bounded memory
+//!
+//! Every message is untrusted. One longer than `max_frame_length`, one that is not a frame of
+//! this protocol, the wrong kind for its subject, or with an identifier over 256 bytes is
+//! dropped whole, counted in [`NatsStats::decode_failures`] and logged at most once a minute;
+//! never a panic. Then, as over TCP, a body that does not decode as the consumer's type is a
+//! dead letter of that delivery only, and fields that admission checks become dead letters
+//! at the consumer. Deliveries without a reply subject are counted and dropped. At most 8
+//! batches per exposed subject wait in the consumer's mailbox (then the client's
+//! subscription buffer takes the rest and drops beyond it), at most `max_output_bytes` wait
+//! to be published, and at most `max_routes` producer incarnations are remembered with their
+//! unconfirmed bodies.
+//!
+//! # Security
+//!
+//! Authentication and TLS are the NATS server's and client's: connect the client with
+//! credentials (`async_nats::ConnectOptions::with_credentials_file`, `user_and_password`,
+//! `token`, NKeys; `require_tls(true)` and root certificates for TLS) and pass it to
+//! [`NatsCarrier::with_client`]; restrict with the server's permissions who may publish to
+//! a consumer's subject and subscribe to `_INBOX.>`. Anyone who may publish to a consumer's
+//! subject can deliver messages to it and, knowing a producer's incarnation, speak for that
+//! producer (see the crate documentation, "Trust: the incarnation is a capability"); anyone
+//! who may subscribe to a subject reads its messages.
+//!
+//! # When to choose TCP, NATS, or a broker with its own persistence
+//!
+//! - **TCP** ([`remote`](crate::remote)): a few nodes that know each other's addresses, no
+//!   server to run, the lowest latency, authentication built in.
+//! - **NATS**: many nodes, consumers found by subject, failover and load sharing by queue
+//!   group, one server (cluster) to run. Persistence is ours (journals), not the server's.
+//! - **A broker with its own persistence** (JetStream, Kafka, RabbitMQ): when the messages
+//!   must outlive both sides' journals, be replayed by consumers that join later, or fan out
+//!   to many independent readers; this crate's durable producer and persistent consumer then
+//!   add nothing the broker does not already give.
+
+mod carrier;
+mod inbound;
+mod options;
+mod publisher;
+mod stats;
+mod subject;
+
+pub use carrier::{NatsCarrier, NatsError};
+pub use options::{NatsOptions, NatsOptionsBuilder};
+pub use stats::NatsStats;
+pub use subject::SubjectError;

@@ -1,0 +1,133 @@
+//! The NATS carrier's options.
+
+use crate::codec::MAX_ENCODED_BYTES;
+use crate::error::OptionsError;
+use crate::remote::handshake::MIN_FRAME_LENGTH;
+
+/// How a [`NatsCarrier`](super::NatsCarrier) sends and receives. Authentication and TLS are
+/// the NATS client's: build an `async_nats::Client` with them and pass it to
+/// [`NatsCarrier::with_client`](super::NatsCarrier::with_client).
+#[derive(Clone, Debug)]
+pub struct NatsOptions {
+    pub(crate) max_frame_length: usize,
+    pub(crate) max_output_bytes: usize,
+    pub(crate) max_routes: usize,
+}
+
+impl Default for NatsOptions {
+    fn default() -> Self {
+        Self {
+            max_frame_length: 1 << 20,
+            max_output_bytes: 4 << 20,
+            max_routes: 1024,
+        }
+    }
+}
+
+impl NatsOptions {
+    /// Starts a builder from the defaults.
+    pub fn builder() -> NatsOptionsBuilder {
+        NatsOptionsBuilder(Self::default())
+    }
+
+    fn validate(&self) -> Result<(), OptionsError> {
+        let max_frame = MAX_ENCODED_BYTES as usize;
+        if !(MIN_FRAME_LENGTH..=max_frame).contains(&self.max_frame_length) {
+            return Err(OptionsError::new(
+                "max_frame_length",
+                format!(
+                    "must lie between {MIN_FRAME_LENGTH} and {max_frame} bytes (got {})",
+                    self.max_frame_length
+                ),
+            ));
+        }
+        if self.max_output_bytes < 2 * self.max_frame_length || self.max_output_bytes > 1 << 30 {
+            return Err(OptionsError::new(
+                "max_output_bytes",
+                format!(
+                    "must lie between twice max_frame_length and 1 GiB (got {})",
+                    self.max_output_bytes
+                ),
+            ));
+        }
+        if self.max_routes == 0 {
+            return Err(OptionsError::new("max_routes", "must be positive (got 0)"));
+        }
+        Ok(())
+    }
+}
+
+/// Builds [`NatsOptions`].
+#[derive(Debug)]
+pub struct NatsOptionsBuilder(NatsOptions);
+
+impl NatsOptionsBuilder {
+    /// The largest message this carrier publishes or accepts, in bytes (default 1 MiB, 4 KiB
+    /// to 16 MiB; lowered to the server's `max_payload` when that is smaller). Batches are
+    /// split to fit; a received message above it is refused.
+    pub fn max_frame_length(mut self, bytes: usize) -> Self {
+        self.0.max_frame_length = bytes;
+        self
+    }
+
+    /// The most bytes queued for publishing at once (default 4 MiB, at least twice
+    /// `max_frame_length`); beyond, deliveries and ACKs are dropped and counted (the producer
+    /// retransmits), so a server that is away or slow costs this much memory, never more.
+    pub fn max_output_bytes(mut self, bytes: usize) -> Self {
+        self.0.max_output_bytes = bytes;
+        self
+    }
+
+    /// Producer incarnations remembered for routing ACKs, each with its unconfirmed messages'
+    /// encoded bodies (default 1024; least recently used forgotten).
+    pub fn max_routes(mut self, n: usize) -> Self {
+        self.0.max_routes = n;
+        self
+    }
+
+    /// The options, validated.
+    ///
+    /// # Errors
+    /// [`OptionsError`] naming the first invalid field and why.
+    pub fn build(self) -> Result<NatsOptions, OptionsError> {
+        self.0.validate()?;
+        Ok(self.0)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn defaults_are_valid() {
+        assert!(NatsOptions::builder().build().is_ok());
+    }
+
+    #[test]
+    fn every_invalid_field_is_named() {
+        let cases = [
+            (
+                NatsOptions::builder().max_frame_length(100),
+                "max_frame_length",
+            ),
+            (
+                NatsOptions::builder().max_frame_length(64 << 20),
+                "max_frame_length",
+            ),
+            (
+                NatsOptions::builder().max_output_bytes(1 << 20),
+                "max_output_bytes",
+            ),
+            (
+                NatsOptions::builder().max_output_bytes(2 << 30),
+                "max_output_bytes",
+            ),
+            (NatsOptions::builder().max_routes(0), "max_routes"),
+        ];
+        for (builder, field) in cases {
+            let err = builder.build().unwrap_err();
+            assert_eq!(err.field, field, "{err}");
+        }
+    }
+}

@@ -1,0 +1,226 @@
+//! The carrier's way out: batches of deliveries and ACKs encoded into NATS payloads (the TCP
+//! transport's frames, one per NATS message, without length prefix or tag: NATS frames its
+//! messages and authenticates its clients itself) and queued, at most `max_output_bytes`,
+//! for one task that hands them to the client in order.
+
+use std::collections::VecDeque;
+use std::sync::{Mutex, MutexGuard, PoisonError};
+
+use async_nats::{Client, Subject};
+use bytes::Bytes;
+use tokio::sync::Notify;
+use tokio_util::sync::CancellationToken;
+
+use crate::remote::auth::Sealer;
+use crate::remote::frame::LENGTH_PREFIX;
+use crate::remote::output::{Output, Pushed};
+use crate::remote::stats::add;
+
+use super::stats::Counters;
+
+/// One message for the client.
+struct Publish {
+    subject: Subject,
+    reply: Option<Subject>,
+    payload: Bytes,
+}
+
+struct Queue {
+    messages: VecDeque<Publish>,
+    /// Bytes queued, or taken by the task and not yet handed to the client.
+    bytes: usize,
+    high_water: usize,
+}
+
+/// The bounded queue in front of the client.
+pub(crate) struct Publisher {
+    queue: Mutex<Queue>,
+    wake: Notify,
+    limit: usize,
+    max_payload: usize,
+}
+
+impl Publisher {
+    /// At most `limit` bytes queued, messages of at most `max_payload` bytes.
+    pub(crate) fn new(limit: usize, max_payload: usize) -> Self {
+        Self {
+            queue: Mutex::new(Queue {
+                messages: VecDeque::new(),
+                bytes: 0,
+                high_water: 0,
+            }),
+            wake: Notify::new(),
+            limit,
+            max_payload,
+        }
+    }
+
+    /// Encodes what `push` gives the output (frames that fit the room left, split at
+    /// `max_payload`) and queues each frame as one message to `subject`.
+    pub(crate) fn publish(
+        &self,
+        subject: &Subject,
+        reply: Option<&Subject>,
+        push: impl FnOnce(&mut Output) -> Pushed,
+    ) -> Pushed {
+        let mut queue = self.lock();
+        let room = self.limit.saturating_sub(queue.bytes);
+        let mut output = Output::new(room, self.max_payload, Sealer::new(None));
+        let pushed = push(&mut output);
+        if pushed.frames == 0 {
+            return pushed;
+        }
+        let mut encoded = Vec::new();
+        output.take(&mut encoded);
+        queue.bytes += encoded.len();
+        queue.high_water = queue.high_water.max(queue.bytes);
+        for payload in payloads(Bytes::from(encoded)) {
+            queue.messages.push_back(Publish {
+                subject: subject.clone(),
+                reply: reply.cloned(),
+                payload,
+            });
+        }
+        drop(queue);
+        self.wake.notify_one();
+        pushed
+    }
+
+    /// The most bytes ever queued at once.
+    pub(crate) fn high_water(&self) -> usize {
+        self.lock().high_water
+    }
+
+    fn lock(&self) -> MutexGuard<'_, Queue> {
+        self.queue.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Hands the queued messages to the client, in order, until `cancel`. While the client
+    /// cannot take more (the server is away and its own buffer is full), the queue fills up
+    /// to its limit, and later messages are dropped by [`publish`](Self::publish).
+    pub(crate) async fn run(
+        &self,
+        client: Client,
+        counters: &Counters,
+        cancel: &CancellationToken,
+    ) {
+        loop {
+            let (messages, bytes) = {
+                let mut queue = self.lock();
+                // Counted until handed over: the queued bytes are what `limit` bounds.
+                let bytes = queue.bytes;
+                (std::mem::take(&mut queue.messages), bytes)
+            };
+            if messages.is_empty() {
+                tokio::select! {
+                    biased;
+                    () = cancel.cancelled() => return,
+                    () = self.wake.notified() => continue,
+                }
+            }
+            let handed = async {
+                for message in messages {
+                    let result = match message.reply {
+                        Some(reply) => {
+                            client
+                                .publish_with_reply(message.subject, reply, message.payload)
+                                .await
+                        }
+                        None => client.publish(message.subject, message.payload).await,
+                    };
+                    if result.is_err() {
+                        add(&counters.publish_failures, 1);
+                    }
+                }
+            };
+            tokio::select! {
+                biased;
+                () = cancel.cancelled() => return,
+                () = handed => {}
+            }
+            let mut queue = self.lock();
+            queue.bytes -= bytes.min(queue.bytes);
+        }
+    }
+}
+
+/// The frames of an output's bytes, each without its length prefix (zero-copy slices).
+fn payloads(mut encoded: Bytes) -> impl Iterator<Item = Bytes> {
+    std::iter::from_fn(move || {
+        let prefix: [u8; LENGTH_PREFIX] = encoded.get(..LENGTH_PREFIX)?.try_into().ok()?;
+        let len = u32::from_be_bytes(prefix) as usize;
+        let frame = encoded.slice(LENGTH_PREFIX..LENGTH_PREFIX + len);
+        encoded = encoded.slice(LENGTH_PREFIX + len..);
+        Some(frame)
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::protocol::envelope::{Ack, Incarnation, ProducerId};
+    use crate::remote::body::Body;
+    use crate::remote::frame::Frame;
+
+    fn drain(publisher: &Publisher) -> Vec<Bytes> {
+        let mut queue = publisher.lock();
+        queue.messages.drain(..).map(|m| m.payload).collect()
+    }
+
+    #[test]
+    fn each_frame_is_one_message_without_prefix_split_at_max_payload() {
+        let publisher = Publisher::new(1 << 20, 4096);
+        let items: Vec<_> = (1..=100u64)
+            .map(|seq| (seq, 1, Body::new(&[7; 100])))
+            .collect();
+        let subject = Subject::from("orders");
+        let pushed = publisher.publish(&subject, None, |out| {
+            out.push_deliveries("orders", "p", Incarnation::from_u128(9), &items)
+        });
+        assert_eq!(pushed.queued, 100);
+        let payloads = drain(&publisher);
+        assert!(
+            payloads.len() > 1,
+            "split: 100 × 100 bytes do not fit 4 KiB"
+        );
+        assert_eq!(payloads.len() as u64, pushed.frames);
+        let mut seqs = Vec::new();
+        for payload in &payloads {
+            assert!(payload.len() <= 4096);
+            let Ok(Frame::Deliveries(batch)) = Frame::decode(payload) else {
+                panic!("a deliveries frame");
+            };
+            assert_eq!((batch.consumer, batch.producer_id), ("orders", "p"));
+            seqs.extend(batch.items.iter().map(|item| item.seq));
+        }
+        assert_eq!(seqs, (1..=100).collect::<Vec<_>>());
+    }
+
+    #[test]
+    fn beyond_the_limit_messages_are_dropped_and_counted() {
+        let publisher = Publisher::new(8192, 4096);
+        let acks: Vec<Ack> = (1..=1000u64)
+            .map(|seq| Ack {
+                producer_id: ProducerId::from(format!("p{seq}")),
+                incarnation: Incarnation::from_u128(1),
+                seq,
+            })
+            .collect();
+        let subject = Subject::from("_INBOX.x");
+        let pushed = publisher.publish(&subject, None, |out| out.push_acks(&acks));
+        assert!(pushed.full > 0, "{pushed:?}");
+        assert_eq!(pushed.queued + pushed.full, 1000);
+        assert!(publisher.high_water() <= 8192);
+        // Full: a frame of a few hundred bytes no longer fits until the task hands the
+        // queue over.
+        let run: Vec<Ack> = (1..=200u64)
+            .map(|seq| Ack {
+                producer_id: ProducerId::from("p"),
+                incarnation: Incarnation::from_u128(1),
+                seq: 1000 + seq,
+            })
+            .collect();
+        let more = publisher.publish(&subject, None, |out| out.push_acks(&run));
+        assert_eq!((more.queued, more.full), (0, 200));
+    }
+}

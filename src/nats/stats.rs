@@ -1,0 +1,74 @@
+//! A NATS carrier's counters.
+
+use serde::{Deserialize, Serialize};
+
+use crate::remote::stats::counters;
+
+/// What a [`NatsCarrier`](super::NatsCarrier) did since it started (the last three are
+/// current values).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[non_exhaustive]
+pub struct NatsStats {
+    /// Messages received on exposed subjects and on the ACK inbox.
+    pub frames_in: u64,
+    /// Messages queued for publishing (batches of deliveries or ACKs).
+    pub frames_out: u64,
+    /// Messages refused: too long, not a frame of this protocol, the wrong kind for where
+    /// they arrived, or an identifier over 256 bytes. Each is dropped whole; nothing of it
+    /// reaches a consumer.
+    pub decode_failures: u64,
+    /// Deliveries queued for publishing.
+    pub deliveries_out: u64,
+    /// Deliveries received and handed to an exposed consumer.
+    pub deliveries_in: u64,
+    /// Deliveries received whose body did not decode as the exposed consumer's type: each a
+    /// dead letter at the consumer (`DeadLetterReason::UndecodableBody`, no ACK).
+    pub undecodable_bodies: u64,
+    /// Deliveries received without a reply subject (nowhere to send their ACKs): dropped.
+    pub deliveries_without_reply: u64,
+    /// ACKs queued for publishing.
+    pub acks_out: u64,
+    /// ACKs received and handed to their producer.
+    pub acks_in: u64,
+    /// ACKs received for no known producer incarnation (dropped).
+    pub unroutable_acks: u64,
+    /// Deliveries dropped because the publishing queue was full (`max_output_bytes`).
+    pub deliveries_dropped_full: u64,
+    /// ACKs dropped because the publishing queue was full.
+    pub acks_dropped_full: u64,
+    /// Deliveries that cannot be sent: a body that does not encode or fit a message, or no
+    /// reply address.
+    pub deliveries_unsendable: u64,
+    /// Messages the NATS client refused to publish (the client was closed, say): their
+    /// deliveries or ACKs are lost and recovered by retransmission.
+    pub publish_failures: u64,
+    /// Bodies encoded (once per message; again only after its route was forgotten).
+    pub bodies_encoded: u64,
+    /// The most bytes ever queued for publishing at once (at most `max_output_bytes`).
+    pub output_high_water: u64,
+    /// Producer incarnations remembered for routing ACKs, now.
+    pub routes: u64,
+    /// Encoded bodies kept for retransmission, now.
+    pub cached_bodies: u64,
+}
+
+counters!(Counters => NatsStats {
+    frames_in,
+    frames_out,
+    decode_failures,
+    deliveries_out,
+    deliveries_in,
+    undecodable_bodies,
+    deliveries_without_reply,
+    acks_out,
+    acks_in,
+    unroutable_acks,
+    deliveries_dropped_full,
+    acks_dropped_full,
+    deliveries_unsendable,
+    publish_failures,
+    bodies_encoded;
+    output_high_water,
+    routes,
+    cached_bodies,
+});

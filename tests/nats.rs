@@ -1,0 +1,475 @@
+//! Reliable delivery over a real NATS server (feature `nats`): `ACTIX_DELIVERY_NATS_URL`,
+//! by default 127.0.0.1:4222. The server-restart test starts a server of its own
+//! (`ACTIX_DELIVERY_NATS_SERVER`, by default `nats-server` on the PATH).
+#![cfg(feature = "nats")]
+
+mod common;
+mod nats_support;
+mod remote;
+
+use std::time::Duration;
+
+use actix_delivery::nats::{NatsError, NatsOptions, SubjectError};
+use actix_delivery::{ConsumerOptions, DeliveryHandler, ReliableDelivery};
+use bytes::Bytes;
+use common::{confirm_into, Confirmations};
+use futures_util::StreamExt;
+use nats_support::{carrier, carrier_at, unique};
+use rand::rngs::SmallRng;
+use rand::{Rng, SeedableRng};
+use remote::{assert_each_confirmed_once, recording_consumer, wait_until};
+
+#[actix::test]
+async fn n_messages_are_confirmed_and_each_body_is_encoded_once() {
+    const N: u64 = 5000;
+    let subject = unique("numbers");
+    let (server, client) = (carrier().await, carrier().await);
+    let (consumer, handled) = recording_consumer::<u64>();
+    server.expose(&subject, &consumer).await.unwrap();
+    let producer = remote::producer(client.consumer_ref::<u64>(&subject).unwrap(), 64, 300);
+    let confirmations = Confirmations::<u64>::default();
+    for n in 1..=N {
+        producer.tell(n, confirm_into(&confirmations, n)).unwrap();
+    }
+    assert!(wait_until(Duration::from_secs(20), || confirmations.len() as u64 == N).await);
+    assert_each_confirmed_once(&confirmations, N, "one subject");
+    assert_eq!(handled.distinct() as u64, N);
+    let (sent, received) = (client.stats(), server.stats());
+    assert_eq!(sent.bodies_encoded, N, "each body encoded once: {sent:?}");
+    assert_eq!(sent.acks_in, N);
+    assert!(
+        sent.frames_out < N / 4,
+        "deliveries travel in batches: {sent:?}"
+    );
+    assert_eq!(received.deliveries_in, N);
+    assert_eq!(received.decode_failures, 0);
+    assert_eq!(sent.cached_bodies, 0, "every body forgotten once ACKed");
+}
+
+#[actix::test]
+async fn acks_reach_the_right_producer_among_several_on_one_carrier() {
+    const N: u64 = 500;
+    let (numbers, words) = (unique("numbers"), unique("words"));
+    let (server, client) = (carrier().await, carrier().await);
+    let (number_consumer, handled) = recording_consumer::<(u32, u64)>();
+    let (word_consumer, words_handled) = recording_consumer::<String>();
+    server.expose(&numbers, &number_consumer).await.unwrap();
+    server.expose(&words, &word_consumer).await.unwrap();
+    let confirmations = Confirmations::<(u32, u64)>::default();
+    let mut producers = Vec::new();
+    for p in 0..3u32 {
+        let target = client.consumer_ref::<(u32, u64)>(&numbers).unwrap();
+        let producer = remote::producer(target, 16 << p, 200);
+        for n in 1..=N {
+            producer
+                .tell((p, n), confirm_into(&confirmations, (p, n)))
+                .unwrap();
+        }
+        producers.push(producer);
+    }
+    let word_producer = remote::producer(client.consumer_ref::<String>(&words).unwrap(), 32, 200);
+    let word_confirmations = Confirmations::<u64>::default();
+    for n in 1..=N {
+        word_producer
+            .tell(format!("word {n}"), confirm_into(&word_confirmations, n))
+            .unwrap();
+    }
+    let all = 3 * N as usize;
+    assert!(
+        wait_until(Duration::from_secs(20), || confirmations.len() == all
+            && word_confirmations.len() as u64 == N)
+        .await
+    );
+    assert_each_confirmed_once(&word_confirmations, N, "words");
+    assert!(confirmations.snapshot().iter().all(|(_, r)| r.is_ok()));
+    assert_eq!(handled.distinct(), all);
+    assert_eq!(words_handled.distinct() as u64, N);
+    assert_eq!(client.stats().unroutable_acks, 0);
+}
+
+/// Publishes `payload` on `subject`, asking for replies on `reply` (if any).
+async fn publish(raw: &async_nats::Client, subject: &str, reply: Option<&str>, payload: Vec<u8>) {
+    let subject = subject.to_string();
+    match reply {
+        Some(reply) => raw
+            .publish_with_reply(subject, reply.to_string(), Bytes::from(payload))
+            .await
+            .unwrap(),
+        None => raw.publish(subject, Bytes::from(payload)).await.unwrap(),
+    }
+}
+
+/// A `Deliveries` frame by hand (the crate's bincode format: varints, strings with a length
+/// prefix): one delivery of `body` from producer `p`, incarnation 1, seq 1.
+fn deliveries_frame(consumer: &str, body: &[u8]) -> Vec<u8> {
+    let mut frame = vec![4, consumer.len() as u8];
+    frame.extend_from_slice(consumer.as_bytes());
+    frame.extend_from_slice(&[1, b'p', 0, 1]); // producer id "p", incarnation (0, 1)
+    frame.extend_from_slice(&[1, 1, 1, body.len() as u8]); // one item: seq 1, window start 1
+    frame.extend_from_slice(body);
+    frame
+}
+
+#[actix::test]
+async fn garbage_is_refused_and_counted_and_the_consumer_goes_on() {
+    let subject = unique("garbage");
+    let (server, client) = (carrier().await, carrier().await);
+    let (sink, dead) = common::dead_letter_log();
+    let (consumer, handled) = {
+        let handled = remote::Handled::<u64>(Default::default());
+        let record_handled = handled.clone();
+        let consumer = ReliableDelivery::consumer(
+            ConsumerOptions::builder(DeliveryHandler::from_fn(move |n: u64| {
+                record_handled.record(n);
+                async { Ok::<(), String>(()) }
+            }))
+            .dead_letters(sink)
+            .build()
+            .unwrap(),
+        );
+        (consumer, handled)
+    };
+    server.expose(&subject, &consumer).await.unwrap();
+    let raw = nats_support::client(&nats_support::url()).await;
+    let replies = raw.new_inbox();
+    let mut answers = raw.subscribe(replies.clone()).await.unwrap();
+    // Not frames at all (no kind of this protocol starts with 7 or more), seeded.
+    let mut rng = SmallRng::seed_from_u64(7);
+    let mut refused = 0;
+    for _ in 0..500 {
+        let mut bytes: Vec<u8> = (0..rng.random_range(1..300))
+            .map(|_| rng.random())
+            .collect();
+        bytes[0] = rng.random_range(7..=255);
+        publish(&raw, &subject, Some(&replies), bytes).await;
+        refused += 1;
+    }
+    // Frames of the wrong kind for a consumer's subject, empty, truncated, trailing bytes,
+    // an identifier over 256 bytes.
+    let good = deliveries_frame(&subject, &[7]);
+    let mut trailing = good.clone();
+    trailing.push(0);
+    let mut long_id = vec![4, 251, 0x2c, 0x01]; // a 300-byte consumer name
+    long_id.extend(std::iter::repeat_n(b'x', 300));
+    long_id.extend_from_slice(&good[2 + subject.len()..]);
+    for bytes in [
+        vec![],
+        vec![6],                   // Ping
+        vec![3],                   // Accepted
+        vec![5, 1, b'p', 0, 1, 0], // Acks
+        good[..good.len() - 1].to_vec(),
+        trailing,
+        long_id,
+    ] {
+        publish(&raw, &subject, Some(&replies), bytes).await;
+        refused += 1;
+    }
+    // A well-formed delivery without a reply subject: nowhere to ACK it.
+    publish(&raw, &subject, None, good.clone()).await;
+    // A well-formed delivery whose body is not a u64: a dead letter, no ACK.
+    publish(
+        &raw,
+        &subject,
+        Some(&replies),
+        deliveries_frame(&subject, &[255]),
+    )
+    .await;
+    raw.flush().await.unwrap();
+    assert!(
+        wait_until(Duration::from_secs(10), || {
+            let stats = server.stats();
+            stats.decode_failures == refused
+                && stats.deliveries_without_reply == 1
+                && stats.undecodable_bodies == 1
+        })
+        .await,
+        "{:?}",
+        server.stats()
+    );
+    assert!(wait_until(Duration::from_secs(5), || dead.len() == 1).await);
+    assert_eq!(handled.total(), 0, "nothing of it reached the handler");
+    // The well-formed delivery with a reply subject is handled and ACKed.
+    publish(&raw, &subject, Some(&replies), good).await;
+    let ack = tokio::time::timeout(Duration::from_secs(5), answers.next())
+        .await
+        .expect("an ACK")
+        .unwrap();
+    assert_eq!(ack.payload.as_ref(), &[5, 1, b'p', 0, 1, 1, 1]); // Acks: p, (0, 1), [1]
+    assert_eq!(handled.total(), 1);
+
+    // Garbage on a producer's ACK inbox (learned from a delivery's reply subject).
+    let mut spy = raw.subscribe(subject.clone()).await.unwrap();
+    raw.flush().await.unwrap();
+    let producer = remote::producer(client.consumer_ref::<u64>(&subject).unwrap(), 16, 100);
+    let confirmations = Confirmations::<u64>::default();
+    producer
+        .tell(100, confirm_into(&confirmations, 100))
+        .unwrap();
+    let seen = tokio::time::timeout(Duration::from_secs(5), spy.next())
+        .await
+        .unwrap()
+        .unwrap();
+    let inbox = seen.reply.expect("deliveries name the inbox").to_string();
+    for bytes in [vec![4], vec![5, 1, b'p'], vec![200; 40]] {
+        publish(&raw, &inbox, None, bytes).await;
+    }
+    // A well-formed ACK for an incarnation nobody has: unroutable.
+    publish(&raw, &inbox, None, vec![5, 1, b'p', 0, 1, 1, 1]).await;
+    for n in 101..=200 {
+        producer.tell(n, confirm_into(&confirmations, n)).unwrap();
+    }
+    assert!(wait_until(Duration::from_secs(10), || confirmations.len() == 101).await);
+    assert!(confirmations.snapshot().iter().all(|(_, r)| r.is_ok()));
+    assert!(
+        wait_until(Duration::from_secs(5), || {
+            let stats = client.stats();
+            stats.decode_failures == 3 && stats.unroutable_acks == 1
+        })
+        .await,
+        "{:?}",
+        client.stats()
+    );
+    assert_eq!(handled.total(), 1 + 101);
+}
+
+#[actix::test]
+async fn a_subject_nobody_listens_on_costs_bounded_memory_until_a_consumer_comes() {
+    const N: u64 = 2000;
+    const WINDOW: usize = 16;
+    let subject = unique("nobody");
+    let options = NatsOptions::builder()
+        .max_frame_length(8 << 10)
+        .max_output_bytes(64 << 10)
+        .build()
+        .unwrap();
+    let client = carrier_at(&nats_support::url(), options).await;
+    let producer = remote::producer(
+        client.consumer_ref::<Vec<u8>>(&subject).unwrap(),
+        WINDOW,
+        20,
+    );
+    let confirmations = Confirmations::<u64>::default();
+    for n in 1..=N {
+        let body = n.to_le_bytes().repeat(8);
+        producer
+            .tell(body, confirm_into(&confirmations, n))
+            .unwrap();
+    }
+    // Retransmitting into the void for a while: the window's bodies, one route, no more.
+    tokio::time::sleep(Duration::from_millis(600)).await;
+    let stats = client.stats();
+    assert!(
+        stats.deliveries_out > 10 * WINDOW as u64,
+        "retransmitted: {stats:?}"
+    );
+    assert_eq!(stats.routes, 1);
+    assert!(stats.cached_bodies <= WINDOW as u64, "{stats:?}");
+    assert!(stats.output_high_water <= 64 << 10, "{stats:?}");
+    assert_eq!(stats.bodies_encoded, WINDOW as u64, "{stats:?}");
+    assert_eq!(confirmations.len(), 0);
+    // A consumer appears: everything arrives.
+    let server = carrier().await;
+    let (consumer, handled) = recording_consumer::<Vec<u8>>();
+    server.expose(&subject, &consumer).await.unwrap();
+    assert!(wait_until(Duration::from_secs(30), || confirmations.len() as u64 == N).await);
+    assert_each_confirmed_once(&confirmations, N, "after the consumer came");
+    assert_eq!(handled.distinct() as u64, N);
+}
+
+#[actix::test]
+async fn a_queue_group_shares_the_load_and_takes_over_from_a_member_that_leaves() {
+    const N: u64 = 3000;
+    let subject = unique("group");
+    let (first, second, client) = (carrier().await, carrier().await, carrier().await);
+    let (a, handled_a) = recording_consumer::<u64>();
+    let (b, handled_b) = recording_consumer::<u64>();
+    first
+        .expose_in_group(&subject, "workers", &a)
+        .await
+        .unwrap();
+    second
+        .expose_in_group(&subject, "workers", &b)
+        .await
+        .unwrap();
+    let producer = remote::producer(client.consumer_ref::<u64>(&subject).unwrap(), 16, 100);
+    let confirmations = Confirmations::<u64>::default();
+    for n in 1..=N / 2 {
+        producer.tell(n, confirm_into(&confirmations, n)).unwrap();
+    }
+    assert!(
+        wait_until(Duration::from_secs(20), || confirmations.len() as u64
+            == N / 2)
+        .await
+    );
+    assert!(
+        handled_a.distinct() > 0 && handled_b.distinct() > 0,
+        "both members took batches: {} and {}",
+        handled_a.distinct(),
+        handled_b.distinct()
+    );
+    // The first member leaves mid-stream; the second takes everything from then on.
+    for n in N / 2 + 1..=N {
+        producer.tell(n, confirm_into(&confirmations, n)).unwrap();
+    }
+    assert!(first.unexpose(&subject));
+    let before = handled_a.total();
+    assert!(wait_until(Duration::from_secs(30), || confirmations.len() as u64 == N).await);
+    assert_each_confirmed_once(&confirmations, N, "queue group");
+    let mut all = handled_a.snapshot();
+    for (n, count) in handled_b.snapshot() {
+        *all.entry(n).or_default() += count;
+    }
+    assert!(
+        (1..=N).all(|n| all.contains_key(&n)),
+        "every message handled"
+    );
+    assert!(
+        handled_a.total() <= before + 16 * 8,
+        "the first member left"
+    );
+}
+
+#[actix::test]
+async fn invalid_subjects_and_groups_are_refused_with_the_reason() {
+    let carrier = carrier().await;
+    let (consumer, _) = recording_consumer::<u64>();
+    for (subject, why) in [
+        ("", SubjectError::Empty),
+        ("a b", SubjectError::Whitespace),
+        ("a..b", SubjectError::EmptyToken),
+        ("orders.*", SubjectError::Wildcard),
+        ("orders.>", SubjectError::Wildcard),
+    ] {
+        let refused = carrier.expose(subject, &consumer).await.unwrap_err();
+        assert!(
+            matches!(&refused, NatsError::InvalidSubject { why: w, .. } if *w == why),
+            "{subject:?}: {refused}"
+        );
+        let refused = carrier.consumer_ref::<u64>(subject).err().unwrap();
+        assert!(matches!(refused, NatsError::InvalidSubject { .. }));
+    }
+    let long = "x".repeat(257);
+    assert!(matches!(
+        carrier.consumer_ref::<u64>(&long).err().unwrap(),
+        NatsError::InvalidSubject {
+            why: SubjectError::TooLong(257),
+            ..
+        }
+    ));
+    let subject = unique("taken");
+    let err = carrier
+        .expose_in_group(&subject, "bad group", &consumer)
+        .await
+        .unwrap_err();
+    assert!(matches!(err, NatsError::InvalidGroup { .. }), "{err}");
+    carrier.expose(&subject, &consumer).await.unwrap();
+    let err = carrier.expose(&subject, &consumer).await.unwrap_err();
+    assert!(matches!(err, NatsError::Taken(_)), "{err}");
+    assert!(carrier.unexpose(&subject));
+    assert!(!carrier.unexpose(&subject));
+    let unreachable =
+        actix_delivery::nats::NatsCarrier::connect("nats://127.0.0.1:1", NatsOptions::default())
+            .await;
+    assert!(matches!(unreachable, Err(NatsError::Connect(_))));
+}
+
+/// A NATS server of the test's own on a free port of 127.0.0.1.
+struct OwnServer {
+    port: u16,
+    child: Option<std::process::Child>,
+}
+
+impl OwnServer {
+    fn start() -> Self {
+        let port = remote::reusable_addr().port();
+        let mut server = Self { port, child: None };
+        server.restart();
+        server
+    }
+
+    fn url(&self) -> String {
+        format!("nats://127.0.0.1:{}", self.port)
+    }
+
+    /// (Re)starts the server and waits until it accepts connections.
+    fn restart(&mut self) {
+        let binary =
+            std::env::var("ACTIX_DELIVERY_NATS_SERVER").unwrap_or_else(|_| "nats-server".into());
+        let child = std::process::Command::new(&binary)
+            .args(["-a", "127.0.0.1", "-p", &self.port.to_string()])
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .unwrap_or_else(|err| {
+                panic!(
+                    "cannot start {binary:?} ({err}): install nats-server or set \
+                     ACTIX_DELIVERY_NATS_SERVER"
+                )
+            });
+        self.child = Some(child);
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        while std::net::TcpStream::connect(("127.0.0.1", self.port)).is_err() {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "nats-server did not start"
+            );
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+
+    /// SIGKILLs the server.
+    fn kill(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}
+
+impl Drop for OwnServer {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+#[actix::test]
+async fn the_server_killed_and_restarted_mid_stream_loses_nothing() {
+    const N: u64 = 4000;
+    let mut server = OwnServer::start();
+    let subject = unique("restart");
+    let options = NatsOptions::default;
+    let (receiving, sending) = (
+        carrier_at(&server.url(), options()).await,
+        carrier_at(&server.url(), options()).await,
+    );
+    let (consumer, handled) = recording_consumer::<u64>();
+    receiving.expose(&subject, &consumer).await.unwrap();
+    let producer = remote::producer(sending.consumer_ref::<u64>(&subject).unwrap(), 64, 100);
+    let confirmations = Confirmations::<u64>::default();
+    for n in 1..=N {
+        producer.tell(n, confirm_into(&confirmations, n)).unwrap();
+    }
+    for restart in 1..=3u64 {
+        assert!(
+            wait_until(Duration::from_secs(20), || confirmations.len() as u64
+                >= restart * N / 5)
+            .await
+        );
+        server.kill();
+        let at_kill = confirmations.len();
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        assert!(
+            confirmations.len() <= at_kill + 64,
+            "nothing confirmed while the server is away"
+        );
+        server.restart();
+    }
+    assert!(wait_until(Duration::from_secs(60), || confirmations.len() as u64 == N).await);
+    assert_each_confirmed_once(&confirmations, N, "server restarts");
+    assert_eq!(handled.distinct() as u64, N);
+    assert!(
+        sending.stats().deliveries_out > N,
+        "some deliveries were retransmitted after the restarts: {:?}",
+        sending.stats()
+    );
+}

@@ -106,8 +106,13 @@ impl Confirmation {
     }
 
     /// Delivers the outcome.
+    #[inline]
     pub fn settle(mut self, result: Result<(), DeliveryError>) {
-        self.fire(result);
+        // Fire-and-forget (`Confirmation::none()`, the common case of a burst of `tell`s): no
+        // one to notify, so nothing to take, match or drop.
+        if !matches!(self.notify, Notify::Nobody) {
+            self.fire(result);
+        }
     }
 
     /// Whether the message holds a permit of room, which the producer gives back (in bulk:
@@ -116,6 +121,7 @@ impl Confirmation {
         self.holds_room
     }
 
+    #[inline(never)]
     fn fire(&mut self, result: Result<(), DeliveryError>) {
         match std::mem::replace(&mut self.notify, Notify::Nobody) {
             Notify::Nobody => {}
@@ -133,8 +139,12 @@ impl Confirmation {
 }
 
 impl Drop for Confirmation {
+    #[inline]
     fn drop(&mut self) {
-        self.fire(Err(DeliveryError::ProducerStopped));
+        // Settled, or `Confirmation::none()`: nothing to fire (see `settle`).
+        if !matches!(self.notify, Notify::Nobody) {
+            self.fire(Err(DeliveryError::ProducerStopped));
+        }
     }
 }
 

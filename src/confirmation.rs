@@ -109,10 +109,13 @@ impl Confirmation {
     #[inline]
     pub fn settle(mut self, result: Result<(), DeliveryError>) {
         // Fire-and-forget (`Confirmation::none()`, the common case of a burst of `tell`s): no
-        // one to notify, so nothing to take, match or drop.
-        if !matches!(self.notify, Notify::Nobody) {
-            self.fire(result);
+        // one to notify, so nothing to take, match or drop. `Nobody` owns nothing and the
+        // other fields are `Copy`, so skipping `Drop` leaks nothing.
+        if matches!(self.notify, Notify::Nobody) {
+            std::mem::forget(self);
+            return;
         }
+        self.fire(result);
     }
 
     /// Whether the message holds a permit of room, which the producer gives back (in bulk:

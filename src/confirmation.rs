@@ -106,7 +106,15 @@ impl Confirmation {
     }
 
     /// Delivers the outcome.
+    #[inline]
     pub fn settle(mut self, result: Result<(), DeliveryError>) {
+        // Fire-and-forget (`Confirmation::none()`, the common case of a burst of `tell`s): no
+        // one to notify, so nothing to take, match or drop. `Nobody` owns nothing and the
+        // other fields are `Copy`, so skipping `Drop` leaks nothing.
+        if matches!(self.notify, Notify::Nobody) {
+            std::mem::forget(self);
+            return;
+        }
         self.fire(result);
     }
 
@@ -116,6 +124,7 @@ impl Confirmation {
         self.holds_room
     }
 
+    #[inline(never)]
     fn fire(&mut self, result: Result<(), DeliveryError>) {
         match std::mem::replace(&mut self.notify, Notify::Nobody) {
             Notify::Nobody => {}
@@ -133,8 +142,12 @@ impl Confirmation {
 }
 
 impl Drop for Confirmation {
+    #[inline]
     fn drop(&mut self) {
-        self.fire(Err(DeliveryError::ProducerStopped));
+        // Settled, or `Confirmation::none()`: nothing to fire (see `settle`).
+        if !matches!(self.notify, Notify::Nobody) {
+            self.fire(Err(DeliveryError::ProducerStopped));
+        }
     }
 }
 

@@ -103,11 +103,17 @@ impl<T: Send + 'static> ConsumerController<T> {
     /// Sends the buffered ACKs: one message per run of ACKs to the same producer (batched where
     /// its reply address accepts batches).
     fn flush_acks(&mut self) {
-        let mut acks = self.acks.drain(..).peekable();
-        while let Some((reply_to, first)) = acks.next() {
-            let same_producer =
-                std::iter::from_fn(|| acks.next_if(|(next, _)| next.same_as(&reply_to)));
-            reply_to.do_send_all(std::iter::once(first).chain(same_producer.map(|(_, ack)| ack)));
+        let mut acks = self.acks.drain(..);
+        while let Some((first, _)) = acks.as_slice().first() {
+            // The run is measured on the slice first, so that the iterator handed over is a
+            // plain `take` (no comparison or chaining per ACK; one address clone per run).
+            let reply_to = first.clone();
+            let run = acks
+                .as_slice()
+                .iter()
+                .take_while(|(next, _)| next.same_as(&reply_to))
+                .count();
+            reply_to.do_send_all(acks.by_ref().take(run).map(|(_, ack)| ack));
         }
         drop(acks);
         self.acks.shrink_to(ACK_BUFFER_KEPT);

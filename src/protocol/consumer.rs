@@ -118,8 +118,9 @@ struct Running<R> {
     header: Header,
     reply_to: R,
     window: WindowRef,
-    /// When the run is abandoned (`handler_timeout`).
-    deadline: Option<Instant>,
+    /// When the run started. Its `handler_timeout` deadline is computed from it only when
+    /// asked for: most runs end before anyone asks, so they never pay for the addition.
+    started: Instant,
 }
 
 /// A message handed off by a pipelined handler.
@@ -302,7 +303,7 @@ impl<B, R> ConsumerCore<B, R> {
                 header,
                 reply_to,
                 window: at,
-                deadline: self.handler_timeout.map(|timeout| now + timeout),
+                started: now,
             });
             Step::Run(body)
         } else {
@@ -441,9 +442,7 @@ impl<B, R> ConsumerCore<B, R> {
             self.expired.push_back(expired.id);
         }
         let expired = self
-            .running
-            .as_ref()
-            .and_then(|r| r.deadline)
+            .running_deadline()
             .is_some_and(|deadline| deadline <= now);
         let completion = expired.then(|| {
             let running = self.running.take().expect("checked above");
@@ -462,12 +461,18 @@ impl<B, R> ConsumerCore<B, R> {
     /// When [`handle_timeout`](Self::handle_timeout) should be called next (`None`: no timer
     /// needed).
     pub fn next_deadline(&self) -> Option<Instant> {
-        let running = self.running.as_ref().and_then(|r| r.deadline);
+        let running = self.running_deadline();
         let deferred = self.deferred.front().and_then(|d| d.deadline);
         [self.table.next_sweep(), running, deferred]
             .into_iter()
             .flatten()
             .min()
+    }
+
+    /// When the running handler is abandoned (`handler_timeout`), if one runs and has a limit.
+    fn running_deadline(&self) -> Option<Instant> {
+        let started = self.running.as_ref()?.started;
+        self.handler_timeout.map(|timeout| started + timeout)
     }
 
     /// The message whose handler is running, if any.
@@ -569,7 +574,7 @@ impl<B, R> ConsumerCore<B, R> {
                 header: w.header,
                 reply_to: w.reply_to,
                 window: w.window,
-                deadline: self.handler_timeout.map(|timeout| now + timeout),
+                started: now,
             });
             return Some(w.body);
         }

@@ -388,6 +388,11 @@ impl<K: Copy + PartialEq + Debug> DedupTable<K> {
     /// The window of `producer_id`'s `incarnation`, created (evicting or replacing if full)
     /// as needed, marked as the most recently used, and advanced to `window_start`; with a
     /// reference to find it again.
+    ///
+    /// Inlined: a delivery of the newest producer incarnation with the sweep scheduled (a
+    /// batch, a busy producer: nearly every delivery) needs two comparisons; everything else
+    /// is out of line ([`locate`](Self::locate)).
+    #[inline]
     pub fn window_for(
         &mut self,
         producer_id: &ProducerId,
@@ -395,19 +400,10 @@ impl<K: Copy + PartialEq + Debug> DedupTable<K> {
         window_start: u64,
         now: Instant,
     ) -> (&mut ProducerWindow<K>, WindowRef, Lookup) {
-        if self.next_sweep.is_none() {
-            self.next_sweep = self.idle_ttl.map(|ttl| now + ttl);
-        }
-        let (slot_index, lookup) = match &self.newest {
-            Some((id, slot))
-                if id == producer_id
-                    && self.slots[*slot]
-                        .as_ref()
-                        .is_some_and(|s| s.first.incarnation == incarnation) =>
-            {
-                (*slot, Lookup::Existing)
-            }
-            _ => self.find_or_insert(producer_id, incarnation, now),
+        let sweep_scheduled = self.next_sweep.is_some() || self.idle_ttl.is_none();
+        let (slot_index, lookup) = match self.newest_slot(producer_id, incarnation) {
+            Some(slot) if sweep_scheduled => (slot, Lookup::Existing),
+            _ => self.locate(producer_id, incarnation, now),
         };
         let slot = self.slots[slot_index]
             .as_mut()
@@ -606,6 +602,34 @@ impl<K: Copy + PartialEq + Debug> DedupTable<K> {
         while self.remove_front() > 0 {}
         self.orphaned = Orphaned::default();
         self.next_sweep = None;
+    }
+
+    /// The slot of the most recently used producer, if that is `producer_id` and its most
+    /// recently used window is `incarnation`'s.
+    #[inline]
+    fn newest_slot(&self, producer_id: &ProducerId, incarnation: K) -> Option<usize> {
+        let (id, slot) = self.newest.as_ref()?;
+        let first = &self.slots[*slot].as_ref()?.first;
+        (id == producer_id && first.incarnation == incarnation).then_some(*slot)
+    }
+
+    /// The slow path of [`window_for`](Self::window_for): schedules the sweep if it is not,
+    /// and finds (or creates) the slot unless it is the newest one.
+    #[cold]
+    #[inline(never)]
+    fn locate(
+        &mut self,
+        producer_id: &ProducerId,
+        incarnation: K,
+        now: Instant,
+    ) -> (usize, Lookup) {
+        if self.next_sweep.is_none() {
+            self.next_sweep = self.idle_ttl.map(|ttl| now + ttl);
+        }
+        match self.newest_slot(producer_id, incarnation) {
+            Some(slot) => (slot, Lookup::Existing),
+            None => self.find_or_insert(producer_id, incarnation, now),
+        }
     }
 
     /// Finds the producer's slot (moving it to the back) with `incarnation`'s window first,

@@ -1,0 +1,298 @@
+//! Reliable delivery over NATS against plain `async-nats` publishing of the same bytes, in
+//! one run, printed as the markdown the README quotes. Needs a NATS server
+//! (`ACTIX_DELIVERY_NATS_URL`, by default `nats://127.0.0.1:4222`).
+//!
+//! ```text
+//! cargo run --release --features nats --example nats_bench               # 200 000 messages, median of 5
+//! cargo run --release --features nats --example nats_bench -- 500000 3   # messages per run, runs
+//! ```
+//!
+//! The receiving side (its own client, carrier and consumer, or the plain subscriber) runs on
+//! an arbiter (thread) of its own, the sending side on the main one. Bodies are `u64` (9
+//! bytes encoded at most).
+//!
+//! - **plain publish**: one client publishes every body, encoded once, as its own message;
+//!   a subscriber on another client receives and decodes each. No ACKs, no retransmission,
+//!   nothing kept (and nothing recovered: NATS core drops what a slow subscriber cannot take).
+//! - **reliable over NATS**: `tell` N messages to a producer whose consumer is exposed on a
+//!   subject by the other side's carrier, timed until all N are confirmed (ACKed back
+//!   through the server).
+//!
+//! Latency: p50/p99 of one message at a time: a plain NATS request/reply against a reliable
+//! `send().await` at window 1 (delivery out, ACK back, confirmation).
+
+use std::time::{Duration, Instant};
+
+use actix::{Arbiter, System};
+use actix_delivery::nats::{NatsCarrier, NatsOptions};
+use actix_delivery::{
+    codec, Confirmation, ConsumerHandle, ConsumerOptions, DeliveryHandler, ProducerHandle,
+    ProducerOptions, ReliableDelivery,
+};
+use bytes::Bytes;
+use futures_util::StreamExt;
+use tokio::sync::oneshot;
+
+const WINDOWS: [usize; 3] = [16, 64, 256];
+const MAX_PENDING: usize = 1 << 24;
+const LATENCY_SAMPLES: usize = 2000;
+
+fn main() {
+    let mut args = std::env::args().skip(1);
+    let n: u64 = args
+        .next()
+        .map_or(200_000, |a| a.parse().expect("messages"));
+    let runs: usize = args.next().map_or(5, |a| a.parse().expect("runs"));
+    System::new().block_on(async move { report(n, runs).await });
+}
+
+fn url() -> String {
+    std::env::var("ACTIX_DELIVERY_NATS_URL").unwrap_or_else(|_| "nats://127.0.0.1:4222".into())
+}
+
+/// A client whose subscriptions can buffer a whole run (plain NATS drops beyond).
+async fn client() -> async_nats::Client {
+    async_nats::ConnectOptions::new()
+        .subscription_capacity(1 << 21)
+        .connect(url())
+        .await
+        .expect("a NATS server (ACTIX_DELIVERY_NATS_URL)")
+}
+
+/// Runs `f` on the receiving arbiter and returns its result.
+async fn on<T: Send + 'static, F>(arbiter: &Arbiter, f: impl FnOnce() -> F + Send + 'static) -> T
+where
+    F: std::future::Future<Output = T> + 'static,
+{
+    let (tx, rx) = oneshot::channel();
+    arbiter.spawn_fn(move || {
+        actix::spawn(async move {
+            let _ = tx.send(f().await);
+        });
+    });
+    rx.await.expect("the receiving arbiter runs")
+}
+
+fn ready_consumer() -> ConsumerHandle<u64> {
+    ReliableDelivery::consumer(
+        ConsumerOptions::builder(DeliveryHandler::from_fn(|_: u64| async {
+            Ok::<(), std::convert::Infallible>(())
+        }))
+        .build()
+        .expect("valid options"),
+    )
+}
+
+fn producer(target: actix_delivery::ConsumerRef<u64>, window: usize) -> ProducerHandle<u64> {
+    ReliableDelivery::producer(
+        ProducerOptions::builder(target)
+            .window_size(window)
+            .max_pending(MAX_PENDING)
+            .resend_timeout(Duration::from_secs(5))
+            .build()
+            .expect("valid options"),
+    )
+}
+
+/// Tells `n` messages and waits until the last is confirmed.
+async fn burst(producer: &ProducerHandle<u64>, n: u64) -> Duration {
+    let start = Instant::now();
+    for i in 1..n {
+        producer
+            .tell(i, Confirmation::none())
+            .expect("room for the burst");
+    }
+    producer.send(n).await.expect("confirmed");
+    producer.idle().await;
+    start.elapsed()
+}
+
+/// Plain publishing: `n` encoded bodies, one message each, until the subscriber has all.
+async fn plain_publish(arbiter: &Arbiter, publisher: &async_nats::Client, n: u64) -> Duration {
+    let subject = format!("actix-delivery-bench.plain.{}", std::process::id());
+    let (done_tx, done_rx) = oneshot::channel();
+    let listening = subject.clone();
+    let ready = on(arbiter, move || async move {
+        let subscriber = client().await;
+        let mut messages = subscriber.subscribe(listening).await.expect("subscribe");
+        subscriber.flush().await.expect("flush");
+        actix::spawn(async move {
+            let mut sum = 0u64;
+            for _ in 0..n {
+                let message = messages.next().await.expect("a message");
+                sum = sum.wrapping_add(codec::decode::<u64>(&message.payload).expect("a u64"));
+            }
+            let _ = done_tx.send(sum);
+            drop(subscriber);
+        });
+    });
+    ready.await;
+    // Encoded before the clock starts, as the reliable path's first encoding is not free
+    // either but its retransmissions are: this favours the plain publish slightly.
+    let bodies: Vec<Bytes> = (1..=n)
+        .map(|i| Bytes::from(codec::encode(&i).expect("encodes")))
+        .collect();
+    let start = Instant::now();
+    for body in bodies {
+        publisher
+            .publish(subject.clone(), body)
+            .await
+            .expect("publish");
+    }
+    publisher.flush().await.expect("flush");
+    let sum = done_rx.await.expect("the subscriber finishes");
+    let elapsed = start.elapsed();
+    assert_eq!(sum, n * (n + 1) / 2, "plain NATS lost messages");
+    elapsed
+}
+
+/// One NATS request, one reply, `samples` times; the round trips in µs.
+async fn plain_round_trips(
+    arbiter: &Arbiter,
+    requester: &async_nats::Client,
+    samples: usize,
+) -> Vec<f64> {
+    let subject = format!("actix-delivery-bench.rtt.{}", std::process::id());
+    let serving = subject.clone();
+    on(arbiter, move || async move {
+        let server = client().await;
+        let mut requests = server.subscribe(serving).await.expect("subscribe");
+        server.flush().await.expect("flush");
+        actix::spawn(async move {
+            while let Some(request) = requests.next().await {
+                let n: u64 = codec::decode(&request.payload).expect("a u64");
+                let reply = Bytes::from(codec::encode(&n).expect("encodes"));
+                if let Some(to) = request.reply {
+                    let _ = server.publish(to, reply).await;
+                }
+            }
+        });
+    })
+    .await;
+    let mut times = Vec::with_capacity(samples);
+    for i in 0..samples as u64 + 100 {
+        let start = Instant::now();
+        let body = Bytes::from(codec::encode(&i).expect("encodes"));
+        let reply = requester
+            .request(subject.clone(), body)
+            .await
+            .expect("a reply");
+        assert_eq!(codec::decode::<u64>(&reply.payload).expect("a u64"), i);
+        if i >= 100 {
+            times.push(start.elapsed().as_secs_f64() * 1e6);
+        }
+    }
+    times
+}
+
+async fn reliable_round_trips(producer: &ProducerHandle<u64>, samples: usize) -> Vec<f64> {
+    let mut times = Vec::with_capacity(samples);
+    for i in 0..samples as u64 + 100 {
+        let start = Instant::now();
+        producer.send(i).await.expect("confirmed");
+        if i >= 100 {
+            times.push(start.elapsed().as_secs_f64() * 1e6);
+        }
+    }
+    times
+}
+
+fn percentile(times: &mut [f64], p: f64) -> f64 {
+    times.sort_by(f64::total_cmp);
+    times[((times.len() - 1) as f64 * p) as usize]
+}
+
+fn median(mut d: Vec<Duration>) -> Duration {
+    d.sort();
+    d[d.len() / 2]
+}
+
+async fn report(n: u64, runs: usize) {
+    let arbiter = Arbiter::new();
+    let subject = format!("actix-delivery-bench.numbers.{}", std::process::id());
+    let exposed = subject.clone();
+    let _server = on(&arbiter, move || async move {
+        let carrier = NatsCarrier::with_client(client().await, NatsOptions::default())
+            .await
+            .expect("a carrier");
+        let consumer = ready_consumer();
+        carrier
+            .expose(&exposed, &consumer)
+            .await
+            .expect("subscribe");
+        (carrier, consumer)
+    })
+    .await;
+    let sending = NatsCarrier::with_client(client().await, NatsOptions::default())
+        .await
+        .expect("a carrier");
+    let plain = client().await;
+    let reliable: Vec<_> = WINDOWS
+        .iter()
+        .map(|&w| {
+            (
+                w,
+                producer(sending.consumer_ref::<u64>(&subject).expect("a subject"), w),
+            )
+        })
+        .collect();
+    // Warm up: fill caches and allocators.
+    for (_, p) in &reliable {
+        burst(p, 10_000).await;
+    }
+    plain_publish(&arbiter, &plain, 10_000).await;
+
+    let mut plain_times = Vec::new();
+    let mut reliable_times: Vec<Vec<Duration>> = vec![Vec::new(); WINDOWS.len()];
+    for _ in 0..runs {
+        plain_times.push(plain_publish(&arbiter, &plain, n).await);
+        for (i, (_, p)) in reliable.iter().enumerate() {
+            reliable_times[i].push(burst(p, n).await);
+        }
+    }
+    let rate = |d: Duration| n as f64 / d.as_secs_f64();
+    let plain_rate = rate(median(plain_times));
+    println!(
+        "{n} messages per run, median of {runs} runs; `u64` bodies; receiving side on its own \
+         arbiter (thread); one local nats-server\n"
+    );
+    println!("| case | messages/s | vs plain publish |");
+    println!("|---|---:|---:|");
+    println!("| plain `async-nats` publish, one message per body (no protocol) | {plain_rate:.0} | 100 % |");
+    for (i, w) in WINDOWS.iter().enumerate() {
+        let r = rate(median(reliable_times[i].clone()));
+        println!(
+            "| reliable over NATS, window {w} (confirmed) | {r:.0} | {:.0} % |",
+            100.0 * r / plain_rate
+        );
+    }
+
+    let mut plain_rtt = plain_round_trips(&arbiter, &plain, LATENCY_SAMPLES).await;
+    let window_one = producer(sending.consumer_ref::<u64>(&subject).expect("a subject"), 1);
+    let mut reliable_rtt = reliable_round_trips(&window_one, LATENCY_SAMPLES).await;
+    let (p50, p99) = (
+        percentile(&mut plain_rtt, 0.5),
+        percentile(&mut plain_rtt, 0.99),
+    );
+    let (r50, r99) = (
+        percentile(&mut reliable_rtt, 0.5),
+        percentile(&mut reliable_rtt, 0.99),
+    );
+    println!("\n| latency, one at a time | p50 µs | p99 µs | p50 vs plain |");
+    println!("|---|---:|---:|---:|");
+    println!("| plain NATS request/reply | {p50:.1} | {p99:.1} | 1.0× |");
+    println!(
+        "| reliable `send` → confirmation over NATS, window 1 | {r50:.1} | {r99:.1} | {:.1}× |",
+        r50 / p50
+    );
+    let stats = sending.stats();
+    println!(
+        "\nsending carrier: {} messages out, {} in, {} deliveries, {} bodies encoded, {} dropped",
+        stats.frames_out,
+        stats.frames_in,
+        stats.deliveries_out,
+        stats.bodies_encoded,
+        stats.deliveries_dropped_full
+    );
+    System::current().stop();
+}

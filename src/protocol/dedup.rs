@@ -391,7 +391,7 @@ impl<K: Copy + PartialEq + Debug> DedupTable<K> {
     ///
     /// Inlined: a delivery of the newest producer incarnation with the sweep scheduled (a
     /// batch, a busy producer: nearly every delivery) needs two comparisons; everything else
-    /// is out of line ([`locate`](Self::locate)).
+    /// is out of line (`locate`).
     #[inline]
     pub fn window_for(
         &mut self,

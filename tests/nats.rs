@@ -266,6 +266,14 @@ async fn a_subject_nobody_listens_on_costs_bounded_memory_until_a_consumer_comes
     assert!(stats.cached_bodies <= WINDOW as u64, "{stats:?}");
     assert!(stats.output_high_water <= 64 << 10, "{stats:?}");
     assert_eq!(stats.bodies_encoded, WINDOW as u64, "{stats:?}");
+    assert!(
+        stats.no_responders > 0,
+        "the server said nobody listens: {stats:?}"
+    );
+    assert_eq!(
+        stats.decode_failures, 0,
+        "its notices are not garbage: {stats:?}"
+    );
     assert_eq!(confirmations.len(), 0);
     // A consumer appears: everything arrives.
     let server = carrier().await;
@@ -471,5 +479,199 @@ async fn the_server_killed_and_restarted_mid_stream_loses_nothing() {
         sending.stats().deliveries_out > N,
         "some deliveries were retransmitted after the restarts: {:?}",
         sending.stats()
+    );
+}
+
+#[actix::test]
+async fn a_reply_subject_outside_the_reply_prefix_is_refused() {
+    let subject = unique("reflect");
+    let server = carrier().await;
+    let (consumer, handled) = recording_consumer::<u64>();
+    server.expose(&subject, &consumer).await.unwrap();
+    let raw = nats_support::client(&nats_support::url()).await;
+    // A subject only the consumer's process may publish to, say.
+    let victim = unique("billing.commands");
+    let mut spy = raw.subscribe(victim.clone()).await.unwrap();
+    raw.flush().await.unwrap();
+    publish(
+        &raw,
+        &subject,
+        Some(&victim),
+        deliveries_frame(&subject, &[7]),
+    )
+    .await;
+    raw.flush().await.unwrap();
+    assert!(
+        wait_until(Duration::from_secs(5), || server
+            .stats()
+            .foreign_reply_subjects
+            == 1)
+        .await
+    );
+    assert!(
+        tokio::time::timeout(Duration::from_millis(300), spy.next())
+            .await
+            .is_err(),
+        "the consumer published nothing to the named subject"
+    );
+    assert_eq!(handled.total(), 0);
+    // A custom prefix: the carrier's own deliveries must be under it, or they are refused.
+    let strict = carrier_at(
+        &nats_support::url(),
+        NatsOptions::builder()
+            .reply_prefix("_MY_INBOX.")
+            .build()
+            .unwrap(),
+    )
+    .await;
+    let other = unique("strict");
+    strict.expose(&other, &consumer).await.unwrap();
+    let producer = remote::producer(server.consumer_ref::<u64>(&other).unwrap(), 16, 50);
+    producer.tell(1, |_| ()).unwrap();
+    assert!(
+        wait_until(Duration::from_secs(5), || strict
+            .stats()
+            .foreign_reply_subjects
+            > 0)
+        .await
+    );
+}
+
+#[actix::test]
+async fn carriers_with_different_frame_limits_understand_each_other() {
+    const N: u64 = 64;
+    let subject = unique("limits");
+    let small = NatsOptions::builder()
+        .max_frame_length(4096)
+        .max_output_bytes(1 << 20)
+        .build()
+        .unwrap();
+    let (server, client) = (
+        carrier_at(&nats_support::url(), small).await,
+        carrier().await,
+    );
+    let (consumer, handled) = recording_consumer::<Vec<u8>>();
+    server.expose(&subject, &consumer).await.unwrap();
+    let producer = remote::producer(client.consumer_ref::<Vec<u8>>(&subject).unwrap(), 64, 100);
+    let confirmations = Confirmations::<u64>::default();
+    for n in 1..=N {
+        producer
+            .tell(vec![n as u8; 1000], confirm_into(&confirmations, n))
+            .unwrap();
+    }
+    // The sender's batches (up to 1 MiB) are larger than the receiver's own limit (4 KiB).
+    assert!(wait_until(Duration::from_secs(10), || confirmations.len() as u64 == N).await);
+    assert_each_confirmed_once(&confirmations, N, "different limits");
+    assert_eq!(handled.distinct() as u64, N);
+    assert_eq!(server.stats().decode_failures, 0);
+}
+
+#[actix::test]
+async fn a_member_whose_consumer_stopped_leaves_the_queue_group() {
+    const N: u64 = 400;
+    let subject = unique("stopped-member");
+    let (first, second, client) = (carrier().await, carrier().await, carrier().await);
+    let (a, handled_a) = recording_consumer::<u64>();
+    let (b, handled_b) = recording_consumer::<u64>();
+    first
+        .expose_in_group(&subject, "workers", &a)
+        .await
+        .unwrap();
+    second
+        .expose_in_group(&subject, "workers", &b)
+        .await
+        .unwrap();
+    a.stop();
+    a.stopped().await;
+    let producer = remote::producer(client.consumer_ref::<u64>(&subject).unwrap(), 16, 100);
+    let confirmations = Confirmations::<u64>::default();
+    for n in 1..=N {
+        producer.tell(n, confirm_into(&confirmations, n)).unwrap();
+    }
+    assert!(wait_until(Duration::from_secs(10), || confirmations.len() as u64 == N).await);
+    assert_each_confirmed_once(&confirmations, N, "a stopped member");
+    assert_eq!(handled_a.total(), 0);
+    assert_eq!(handled_b.distinct() as u64, N);
+    // It took at most the first batches before it noticed, then it left the group.
+    let taken = first.stats().frames_in;
+    assert!(
+        taken <= 4,
+        "the stopped member kept taking batches: {taken}"
+    );
+    // Its subject is free again.
+    let (c, _) = recording_consumer::<u64>();
+    first
+        .expose_in_group(&subject, "workers", &c)
+        .await
+        .unwrap();
+}
+
+#[actix::test]
+async fn a_stopped_carrier_refuses_to_expose_and_sends_nothing() {
+    let subject = unique("stopped");
+    let carrier = carrier().await;
+    let producer = remote::producer(carrier.consumer_ref::<u64>(&subject).unwrap(), 16, 50);
+    carrier.stop();
+    let (consumer, _) = recording_consumer::<u64>();
+    let refused = carrier.expose(&subject, &consumer).await;
+    assert!(matches!(refused, Err(NatsError::Stopped)), "{refused:?}");
+    for n in 1..=16 {
+        producer.tell(n, |_| ()).unwrap();
+    }
+    assert!(
+        wait_until(Duration::from_secs(5), || carrier
+            .stats()
+            .deliveries_unsendable
+            >= 16)
+        .await
+    );
+    assert_eq!(carrier.stats().deliveries_out, 0);
+}
+
+/// The resident set of this process, in bytes.
+fn rss_bytes() -> u64 {
+    let statm = std::fs::read_to_string("/proc/self/statm").unwrap();
+    let pages: u64 = statm.split_whitespace().nth(1).unwrap().parse().unwrap();
+    pages * 4096
+}
+
+#[actix::test]
+async fn while_the_server_is_away_memory_stays_within_max_output_bytes() {
+    let mut server = OwnServer::start();
+    let options = NatsOptions::builder()
+        .max_frame_length(128 << 10)
+        .max_output_bytes(1 << 20)
+        .build()
+        .unwrap();
+    let carrier = carrier_at(&server.url(), options).await;
+    let subject = unique("away");
+    let mut producers = Vec::new();
+    for p in 0..16u8 {
+        let producer = remote::producer(carrier.consumer_ref::<Vec<u8>>(&subject).unwrap(), 16, 20);
+        for _ in 0..16 {
+            producer.tell(vec![p; 4000], |_| ()).unwrap();
+        }
+        producers.push(producer);
+    }
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let before = rss_bytes();
+    let sent_before = carrier.stats().frames_out;
+    server.kill();
+    // 16 producers retransmit 64 KiB every 20 ms into a client that cannot write.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let grown = rss_bytes().saturating_sub(before);
+    let stats = carrier.stats();
+    assert!(
+        stats.deliveries_dropped_full > 0,
+        "the queue filled: {stats:?}"
+    );
+    assert!(stats.output_high_water <= 1 << 20, "{stats:?}");
+    // Without the bound the client's buffer took 2 048 batches of 64 KiB (125 MiB).
+    assert!(
+        grown < 24 << 20,
+        "max_output_bytes is 1 MiB, yet the process grew by {} MiB ({} messages queued \
+         while the server was away)",
+        grown >> 20,
+        stats.frames_out - sent_before
     );
 }

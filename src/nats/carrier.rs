@@ -11,6 +11,7 @@ use serde::de::DeserializeOwned;
 use serde::Serialize;
 use tokio_util::sync::CancellationToken;
 
+use crate::codec::MAX_ENCODED_BYTES;
 use crate::consumer::ConsumerHandle;
 use crate::message::{ConsumerRef, Delivery, ReplyTo};
 use crate::protocol::envelope::{Ack, Incarnation};
@@ -20,7 +21,7 @@ use crate::remote::outbound::encode;
 use crate::remote::routes::Routes;
 use crate::remote::stats::{add, Warning, Warnings};
 
-use super::inbound::serve;
+use super::inbound::{serve, Serving};
 use super::options::NatsOptions;
 use super::publisher::Publisher;
 use super::stats::{Counters, NatsStats};
@@ -61,6 +62,9 @@ pub enum NatsError {
     /// A consumer is exposed on this subject by this carrier already.
     #[error("a consumer is exposed on {0:?} already")]
     Taken(String),
+    /// The carrier was stopped.
+    #[error("the NATS carrier was stopped")]
+    Stopped,
 }
 
 /// What the carrier's tasks share.
@@ -74,8 +78,17 @@ pub(crate) struct Shared {
     arbiter: ArbiterHandle,
     /// Where this carrier's deliveries ask for their ACKs.
     inbox: Subject,
+    /// The largest message the server lets anyone publish: what a received one may be.
+    max_received: usize,
     sending: Mutex<Sending>,
-    exposed: Mutex<HashMap<String, CancellationToken>>,
+    exposed: Mutex<Exposures>,
+}
+
+/// The subjects exposed now, each with its exposure's generation and stop token.
+#[derive(Default)]
+struct Exposures {
+    by_subject: HashMap<String, (u64, CancellationToken)>,
+    next_generation: u64,
 }
 
 /// The memory of the sending side.
@@ -90,14 +103,30 @@ impl Shared {
         self.sending.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    fn exposed(&self) -> MutexGuard<'_, HashMap<String, CancellationToken>> {
+    fn exposed(&self) -> MutexGuard<'_, Exposures> {
         self.exposed.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// An exposure's task ended: its subject is free again (unless exposed anew since).
+    pub(crate) fn exposure_ended(&self, serving: &Serving) {
+        let mut exposed = self.exposed();
+        if exposed
+            .by_subject
+            .get(&serving.subject)
+            .is_some_and(|(generation, _)| *generation == serving.generation)
+        {
+            exposed.by_subject.remove(&serving.subject);
+        }
     }
 
     /// Publishes deliveries to `subject`, asking for ACKs on the inbox; what does not fit
     /// the queue is dropped and counted (the producer retransmits it).
     fn send<T: Serialize>(&self, subject: &Subject, deliveries: Vec<Delivery<T>>) {
         let counters = &self.counters;
+        if self.cancel.is_cancelled() {
+            add(&counters.deliveries_unsendable, deliveries.len() as u64);
+            return;
+        }
         let (groups, unsendable) = {
             let Sending { routes, scratch } = &mut *self.sending();
             encode(
@@ -152,10 +181,15 @@ impl Shared {
         );
     }
 
-    /// A message on the ACK inbox: a batch of ACKs for one of this carrier's producers.
-    fn receive_acks(&self, payload: &[u8]) {
+    /// A message on the ACK inbox: a batch of ACKs for one of this carrier's producers, or
+    /// the server's notice that a batch found nobody listening.
+    fn receive_acks(&self, message: &async_nats::Message) {
         add(&self.counters.frames_in, 1);
-        let batch = match self.decode(payload) {
+        if message.status == Some(async_nats::StatusCode::NO_RESPONDERS) {
+            add(&self.counters.no_responders, 1);
+            return;
+        }
+        let batch = match self.decode(&message.payload) {
             Some(Frame::Acks(batch)) => batch,
             _ => return self.refuse("the ACK inbox"),
         };
@@ -181,7 +215,7 @@ impl Shared {
 
     /// A received payload as a frame, if it is one within the limits.
     pub(crate) fn decode<'a>(&self, payload: &'a [u8]) -> Option<Frame<'a>> {
-        if payload.len() > self.options.max_frame_length {
+        if payload.len() > self.max_received {
             return None;
         }
         Frame::decode(payload).ok()
@@ -272,11 +306,23 @@ impl NatsCarrier {
     pub async fn with_client(client: Client, options: NatsOptions) -> Result<Self, NatsError> {
         let inbox = Subject::from(client.new_inbox());
         let acks = subscribe(&client, &inbox, None).await?;
-        let max_payload = options
-            .max_frame_length
-            .min(client.server_info().max_payload.max(1));
+        let server_max = match client.server_info().max_payload {
+            0 => MAX_ENCODED_BYTES as usize, // not announced
+            max => max,
+        };
+        if !inbox.as_str().starts_with(&options.reply_prefix) {
+            log::warn!(
+                "this carrier's inbox {inbox} is not under its reply_prefix {:?}: carriers \
+                 with that prefix refuse its deliveries",
+                options.reply_prefix
+            );
+        }
         let shared = Arc::new(Shared {
-            publisher: Publisher::new(options.max_output_bytes, max_payload),
+            publisher: Publisher::new(
+                options.max_output_bytes,
+                options.max_frame_length.min(server_max),
+            ),
+            max_received: server_max,
             sending: Mutex::new(Sending {
                 routes: Routes::new(options.max_routes),
                 scratch: Vec::new(),
@@ -309,7 +355,7 @@ impl NatsCarrier {
                     message = acks.next() => message,
                 };
                 let Some(message) = message else { return }; // the client closed
-                inbox.receive_acks(&message.payload);
+                inbox.receive_acks(&message);
             }
         });
         Ok(Self(Arc::new(Owner(shared))))
@@ -322,11 +368,12 @@ impl NatsCarrier {
     /// Makes `consumer` receive the deliveries published to `subject`. Bodies arrive encoded
     /// and are decoded as `T`; a delivery whose body does not decode becomes a dead letter at
     /// the consumer ([`DeadLetterReason::UndecodableBody`](crate::DeadLetterReason), no ACK).
-    /// Returns once the server has the subscription.
+    /// Returns once the server has the subscription. When the consumer stops for good, the
+    /// carrier unsubscribes.
     ///
     /// # Errors
     /// [`NatsError::InvalidSubject`] (empty, over 256 bytes, whitespace, an empty token, a
-    /// wildcard), [`NatsError::Taken`], or [`NatsError::Subscribe`].
+    /// wildcard), [`NatsError::Taken`], [`NatsError::Stopped`], or [`NatsError::Subscribe`].
     pub async fn expose<T>(
         &self,
         subject: &str,
@@ -340,11 +387,12 @@ impl NatsCarrier {
 
     /// Like [`expose`](Self::expose), as one member of the queue group `group`: the server
     /// hands each published batch to one member of the group. Members in several processes
-    /// share the load and take over from each other: when one dies, its unconfirmed messages
-    /// are retransmitted and reach a live member. A producer's messages are then spread over
-    /// the members, so the consumer's in-memory duplicate filter and ordered mode hold per
-    /// member only; for effectively-once across members use a persistent consumer on a
-    /// shared journal (see the module documentation).
+    /// share the load and take over from each other: when one dies (or its consumer stops
+    /// for good: the carrier then leaves the group), its unconfirmed messages are
+    /// retransmitted and reach a live member. A producer's messages are then spread over the
+    /// members, so the consumer's in-memory duplicate filter holds per member only; for
+    /// effectively-once across members use a persistent consumer on a shared journal (see
+    /// the module documentation).
     ///
     /// # Errors
     /// As [`expose`](Self::expose), and [`NatsError::InvalidGroup`].
@@ -375,39 +423,50 @@ impl NatsCarrier {
     {
         let shared = self.shared();
         let name = checked(subject)?;
-        let stop = shared.cancel.child_token();
-        {
+        let serving = {
             let mut exposed = shared.exposed();
-            if exposed.contains_key(subject) {
+            if shared.cancel.is_cancelled() {
+                return Err(NatsError::Stopped);
+            }
+            if exposed.by_subject.contains_key(subject) {
                 return Err(NatsError::Taken(subject.to_owned()));
             }
-            exposed.insert(subject.to_owned(), stop.clone());
-        }
+            exposed.next_generation += 1;
+            let serving = Serving {
+                subject: subject.to_owned(),
+                generation: exposed.next_generation,
+                stop: shared.cancel.child_token(),
+            };
+            let entry = (serving.generation, serving.stop.clone());
+            exposed.by_subject.insert(subject.to_owned(), entry);
+            serving
+        };
         let subscriber = match subscribe(&shared.client, &name, group).await {
             Ok(subscriber) => subscriber,
             Err(err) => {
-                shared.exposed().remove(subject);
+                shared.exposure_ended(&serving);
                 return Err(err);
             }
         };
         let consumer = Arc::new(ExposedConsumer(consumer.clone()));
         shared
             .arbiter
-            .spawn(serve(shared.clone(), subscriber, consumer, stop));
+            .spawn(serve(shared.clone(), subscriber, consumer, serving));
         Ok(())
     }
 
     /// Stops receiving on `subject` (unsubscribes); whether a consumer was exposed there.
     pub fn unexpose(&self, subject: &str) -> bool {
-        let stop = self.shared().exposed().remove(subject);
-        stop.map(|stop| stop.cancel()).is_some()
+        let exposure = self.shared().exposed().by_subject.remove(subject);
+        exposure.map(|(_, stop)| stop.cancel()).is_some()
     }
 
     /// A reference to the consumer(s) exposed on `subject`, for a normal producer.
     /// Deliveries are encoded once per message (retransmissions reuse the bytes), published
     /// in batches that fit the server's `max_payload`, with this carrier's inbox as the reply
-    /// subject for their ACKs. When nobody listens on the subject they are lost, and the
-    /// producer retransmits them.
+    /// subject for their ACKs. When nobody listens on the subject they are lost (counted in
+    /// [`NatsStats::no_responders`] when the server says so), and the producer retransmits
+    /// them; once the carrier stopped, they are dropped and counted as unsendable.
     ///
     /// # Errors
     /// [`NatsError::InvalidSubject`].
@@ -439,8 +498,8 @@ impl NatsCarrier {
         stats
     }
 
-    /// Stops the carrier: unsubscribes every exposed subject and stops publishing. The
-    /// client stays connected while the application holds a clone of it.
+    /// Stops the carrier for good: unsubscribes every exposed subject and stops publishing.
+    /// The client stays connected while the application holds a clone of it.
     pub fn stop(&self) {
         self.shared().cancel.cancel();
     }

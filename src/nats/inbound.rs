@@ -11,41 +11,62 @@ use tokio_util::sync::CancellationToken;
 
 use crate::message::ReplyTo;
 use crate::remote::frame::Frame;
-use crate::remote::inbound::{Dispatched, Exposed, MAX_DISPATCHING};
-use crate::remote::stats::add;
+use crate::remote::inbound::{Dispatched, Exposed};
+use crate::remote::stats::{add, Warning};
 
 use super::carrier::Shared;
+
+/// Batches handed to the consumer and not yet taken from its mailbox; beyond, deliveries are
+/// dropped (and counted): NATS has no flow control towards the publisher, so waiting would
+/// only move them into the client's buffer, which is bounded in messages, not bytes.
+const MAX_DISPATCHING: usize = 16;
 
 /// Reply addresses kept per exposed subject (one per producer carrier that sends there, in
 /// practice); the least recently used is made again when needed.
 const MAX_REPLY_SUBJECTS: usize = 1024;
 
-/// Receives on `subscriber` until `stop` (or the carrier stops), then unsubscribes. At most
-/// [`MAX_DISPATCHING`] batches wait in the consumer's mailbox; beyond, this stops taking
-/// messages, and the client's subscription buffer fills (then the client drops messages:
-/// the producers retransmit them).
+/// One exposed subject being served.
+pub(crate) struct Serving {
+    pub(crate) subject: String,
+    /// Tells this exposure from a later one of the same subject.
+    pub(crate) generation: u64,
+    pub(crate) stop: CancellationToken,
+}
+
+/// Receives on `subscriber` until `stop`, the carrier stops, or the consumer is gone
+/// (stopped for good), then unsubscribes, so that a queue group's other members take its
+/// share.
 pub(crate) async fn serve(
     shared: Arc<Shared>,
     mut subscriber: Subscriber,
     consumer: Arc<dyn Exposed>,
-    stop: CancellationToken,
+    serving: Serving,
 ) {
     let mut dispatching = FuturesUnordered::<Dispatched>::new();
     let mut replies = LruCache::new(MAX_REPLY_SUBJECTS);
     loop {
         tokio::select! {
             biased;
-            () = stop.cancelled() => break,
-            Some(()) = dispatching.next(), if !dispatching.is_empty() => {}
-            message = subscriber.next(), if dispatching.len() < MAX_DISPATCHING => {
+            () = serving.stop.cancelled() => break,
+            Some(taken) = dispatching.next(), if !dispatching.is_empty() => {
+                if !taken {
+                    log::warn!(
+                        "the consumer exposed on {} is gone: unsubscribing",
+                        serving.subject
+                    );
+                    break;
+                }
+            }
+            message = subscriber.next() => {
                 let Some(message) = message else { break }; // the client closed
-                if let Some(taken) = receive(&shared, &*consumer, &mut replies, message) {
+                if let Some(taken) = receive(&shared, &*consumer, &mut replies, message, dispatching.len()) {
                     dispatching.push(taken);
                 }
             }
         }
     }
     let _ = subscriber.unsubscribe().await;
+    shared.exposure_ended(&serving);
 }
 
 /// Hands one message's deliveries to the consumer; `None` if nothing was handed over.
@@ -54,6 +75,7 @@ fn receive(
     consumer: &dyn Exposed,
     replies: &mut LruCache<String, ReplyTo>,
     message: Message,
+    dispatching: usize,
 ) -> Option<Dispatched> {
     let counters = &shared.counters;
     add(&counters.frames_in, 1);
@@ -66,6 +88,22 @@ fn receive(
         add(&counters.deliveries_without_reply, n);
         return None;
     };
+    if !reply.as_str().starts_with(&shared.options.reply_prefix) {
+        add(&counters.foreign_reply_subjects, n);
+        shared.warnings.warn(Warning::Decode, || {
+            "refused deliveries whose reply subject is not under reply_prefix".to_string()
+        });
+        return None;
+    }
+    if dispatching >= MAX_DISPATCHING {
+        add(&counters.deliveries_dropped_busy, n);
+        shared.warnings.warn(Warning::Dropped, || {
+            "deliveries dropped: the consumer has not taken the batches before them yet \
+             (the producers retransmit them)"
+                .to_string()
+        });
+        return None;
+    }
     let reply_to = match replies.get(reply.as_str()) {
         Some(reply_to) => reply_to.clone(),
         None => {

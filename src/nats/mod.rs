@@ -17,14 +17,18 @@
 //! - **ACKs** go back, batched, to the reply subject their delivery named; the carrier routes
 //!   them to the producer by its id and incarnation. A body is encoded once per message and
 //!   kept for retransmissions until it is ACKed or the producer's window moves past it.
-//! - **Reconnection is the client's** (`async-nats` reconnects with backoff by itself).
-//!   While the server is away, the client buffers what it can; beyond, the carrier's queue
-//!   fills to `max_output_bytes` and drops the rest; the producers retransmit it all.
+//! - **Reconnection is the client's** (`async-nats` reconnects with backoff by itself, and
+//!   subscribes again). A batch counts against `max_output_bytes` until the client has
+//!   written it to its socket, so while the server is away the carrier's queue fills to
+//!   that limit and drops the rest (counted); the producers retransmit it all.
 //! - **Queue groups**: the server hands each batch to one member. When a member dies, the
 //!   messages it had not ACKed are retransmitted, and reach a live member. Because a
 //!   producer's batches are spread over the members, each member's duplicate filter sees
 //!   only part of the stream: a retransmission that reaches another member than the first
-//!   copy runs the handler again (at-least-once), and ordered mode holds per member only. For
+//!   copy runs the handler again (at-least-once). Ordered mode still holds (a member refuses
+//!   a message until the producer's window start shows its predecessor confirmed), at the
+//!   cost of refusals and retransmissions. A member whose consumer stops for good leaves the
+//!   group (its carrier unsubscribes), so its share goes to the others. For
 //!   effectively-once across members, give each member a persistent consumer
 //!   ([`persistence`](crate::persistence)) of the same entity on a shared journal (the
 //!   PostgreSQL journal, feature `postgres`): the journal's record of processed deliveries
@@ -39,16 +43,22 @@
 //!
 //! # Untrusted input and bounded memory
 //!
-//! Every message is untrusted. One longer than `max_frame_length`, one that is not a frame of
-//! this protocol, the wrong kind for its subject, or with an identifier over 256 bytes is
-//! dropped whole, counted in [`NatsStats::decode_failures`] and logged at most once a minute;
-//! never a panic. Then, as over TCP, a body that does not decode as the consumer's type is a
-//! dead letter of that delivery only, and fields that admission checks become dead letters
-//! at the consumer. Deliveries without a reply subject are counted and dropped. At most 8
-//! batches per exposed subject wait in the consumer's mailbox (then the client's
-//! subscription buffer takes the rest and drops beyond it), at most `max_output_bytes` wait
-//! to be published, and at most `max_routes` producer incarnations are remembered with their
-//! unconfirmed bodies.
+//! Every message is untrusted. One longer than the server's `max_payload`, one that is not a
+//! frame of this protocol, the wrong kind for its subject, or with an identifier over 256
+//! bytes is dropped whole, counted in [`NatsStats::decode_failures`] and logged at most once
+//! a minute; never a panic. Then, as over TCP, a body that does not decode as the consumer's
+//! type is a dead letter of that delivery only, and fields that admission checks become dead
+//! letters at the consumer. Deliveries without a reply subject, or with one not under
+//! `reply_prefix` (default `_INBOX.`), are counted and dropped: the consumer publishes ACKs
+//! only to inboxes, never to a subject a sender names. The consumer's name inside a batch is
+//! not checked: the subject it arrived on is the address.
+//!
+//! The carrier reads its subscriptions continuously: at most 16 batches per exposed subject
+//! wait for the consumer to take them from its mailbox, and beyond, deliveries are dropped
+//! (counted in [`NatsStats::deliveries_dropped_busy`]) rather than left to pile up in the
+//! client's buffer, which is bounded in messages, not bytes. At most `max_output_bytes` wait
+//! to be published or written, and at most `max_routes` producer incarnations (over the
+//! whole carrier) are remembered with their unconfirmed bodies.
 //!
 //! # Security
 //!
@@ -56,7 +66,8 @@
 //! credentials (`async_nats::ConnectOptions::with_credentials_file`, `user_and_password`,
 //! `token`, NKeys; `require_tls(true)` and root certificates for TLS) and pass it to
 //! [`NatsCarrier::with_client`]; restrict with the server's permissions who may publish to
-//! a consumer's subject and subscribe to `_INBOX.>`. Anyone who may publish to a consumer's
+//! a consumer's subject and subscribe to `_INBOX.>`, and let consumer processes publish
+//! only to `_INBOX.>` (their ACKs). Anyone who may publish to a consumer's
 //! subject can deliver messages to it and, knowing a producer's incarnation, speak for that
 //! producer (see the crate documentation, "Trust: the incarnation is a capability"); anyone
 //! who may subscribe to a subject reads its messages.

@@ -4,6 +4,8 @@ use crate::codec::MAX_ENCODED_BYTES;
 use crate::error::OptionsError;
 use crate::remote::handshake::MIN_FRAME_LENGTH;
 
+use super::subject::check_subject;
+
 /// How a [`NatsCarrier`](super::NatsCarrier) sends and receives. Authentication and TLS are
 /// the NATS client's: build an `async_nats::Client` with them and pass it to
 /// [`NatsCarrier::with_client`](super::NatsCarrier::with_client).
@@ -12,6 +14,7 @@ pub struct NatsOptions {
     pub(crate) max_frame_length: usize,
     pub(crate) max_output_bytes: usize,
     pub(crate) max_routes: usize,
+    pub(crate) reply_prefix: String,
 }
 
 impl Default for NatsOptions {
@@ -19,7 +22,8 @@ impl Default for NatsOptions {
         Self {
             max_frame_length: 1 << 20,
             max_output_bytes: 4 << 20,
-            max_routes: 1024,
+            max_routes: 4096,
+            reply_prefix: "_INBOX.".to_owned(),
         }
     }
 }
@@ -53,6 +57,12 @@ impl NatsOptions {
         if self.max_routes == 0 {
             return Err(OptionsError::new("max_routes", "must be positive (got 0)"));
         }
+        if let Err(why) = check_subject(self.reply_prefix.trim_end_matches('.')) {
+            return Err(OptionsError::new(
+                "reply_prefix",
+                format!("must be a subject prefix such as \"_INBOX.\": {why}"),
+            ));
+        }
         Ok(())
     }
 }
@@ -62,9 +72,10 @@ impl NatsOptions {
 pub struct NatsOptionsBuilder(NatsOptions);
 
 impl NatsOptionsBuilder {
-    /// The largest message this carrier publishes or accepts, in bytes (default 1 MiB, 4 KiB
-    /// to 16 MiB; lowered to the server's `max_payload` when that is smaller). Batches are
-    /// split to fit; a received message above it is refused.
+    /// The largest message this carrier publishes, in bytes (default 1 MiB, 4 KiB to 16 MiB;
+    /// lowered to the server's `max_payload` when that is smaller): batches are split to
+    /// fit. Received messages are bounded by the server's `max_payload`, whatever this says,
+    /// so carriers with different values still understand each other.
     pub fn max_frame_length(mut self, bytes: usize) -> Self {
         self.0.max_frame_length = bytes;
         self
@@ -79,9 +90,22 @@ impl NatsOptionsBuilder {
     }
 
     /// Producer incarnations remembered for routing ACKs, each with its unconfirmed messages'
-    /// encoded bodies (default 1024; least recently used forgotten).
+    /// encoded bodies, over all the carrier's producers (default 4096; least recently used
+    /// forgotten: its ACKs are then dropped and its messages retransmitted). Keep it at least
+    /// the number of producers sending through the carrier at once.
     pub fn max_routes(mut self, n: usize) -> Self {
         self.0.max_routes = n;
+        self
+    }
+
+    /// Deliveries are accepted only with a reply subject starting with this (default
+    /// `_INBOX.`, the NATS clients' inbox prefix; set it to match
+    /// `async_nats::ConnectOptions::custom_inbox_prefix` of the producers' clients). A
+    /// delivery naming another reply subject is dropped and counted: otherwise whoever may
+    /// publish to a consumer's subject could make the consumer publish ACKs, with its
+    /// credentials, to any subject.
+    pub fn reply_prefix(mut self, prefix: impl Into<String>) -> Self {
+        self.0.reply_prefix = prefix.into();
         self
     }
 
@@ -124,6 +148,12 @@ mod tests {
                 "max_output_bytes",
             ),
             (NatsOptions::builder().max_routes(0), "max_routes"),
+            (NatsOptions::builder().reply_prefix(""), "reply_prefix"),
+            (NatsOptions::builder().reply_prefix("a b."), "reply_prefix"),
+            (
+                NatsOptions::builder().reply_prefix("_INBOX.*."),
+                "reply_prefix",
+            ),
         ];
         for (builder, field) in cases {
             let err = builder.build().unwrap_err();

@@ -1,7 +1,7 @@
 //! The carrier's way out: batches of deliveries and ACKs encoded into NATS payloads (the TCP
 //! transport's frames, one per NATS message, without length prefix or tag: NATS frames its
-//! messages and authenticates its clients itself) and queued, at most `max_output_bytes`,
-//! for one task that hands them to the client in order.
+//! messages and authenticates its clients itself) and queued, at most `max_output_bytes`
+//! until the client has written them, for one task that hands them to the client in order.
 
 use std::collections::VecDeque;
 use std::sync::{Mutex, MutexGuard, PoisonError};
@@ -95,9 +95,11 @@ impl Publisher {
         self.queue.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    /// Hands the queued messages to the client, in order, until `cancel`. While the client
-    /// cannot take more (the server is away and its own buffer is full), the queue fills up
-    /// to its limit, and later messages are dropped by [`publish`](Self::publish).
+    /// Hands the queued messages to the client, in order, until `cancel`. A batch counts
+    /// against the limit until the client has written it to its socket (`flush`), not only
+    /// until the client took it: while the server is away the client holds what it took, so
+    /// the queue fills up to its limit and later messages are dropped by
+    /// [`publish`](Self::publish); the client's own buffer never holds more than one batch.
     pub(crate) async fn run(
         &self,
         client: Client,
@@ -107,7 +109,7 @@ impl Publisher {
         loop {
             let (messages, bytes) = {
                 let mut queue = self.lock();
-                // Counted until handed over: the queued bytes are what `limit` bounds.
+                // Exactly what is taken: everything queued now.
                 let bytes = queue.bytes;
                 (std::mem::take(&mut queue.messages), bytes)
             };
@@ -132,6 +134,9 @@ impl Publisher {
                         add(&counters.publish_failures, 1);
                     }
                 }
+                // A failed flush (the connection broke) loses what the client held: the
+                // producers retransmit it.
+                let _ = client.flush().await;
             };
             tokio::select! {
                 biased;

@@ -4,8 +4,8 @@ use serde::{Deserialize, Serialize};
 
 use crate::remote::stats::counters;
 
-/// What a [`NatsCarrier`](super::NatsCarrier) did since it started (the last three are
-/// current values).
+/// What a [`NatsCarrier`](super::NatsCarrier) did since it started (`routes` and
+/// `cached_bodies` are current values).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[non_exhaustive]
 pub struct NatsStats {
@@ -26,6 +26,16 @@ pub struct NatsStats {
     pub undecodable_bodies: u64,
     /// Deliveries received without a reply subject (nowhere to send their ACKs): dropped.
     pub deliveries_without_reply: u64,
+    /// Deliveries received whose reply subject is not under `reply_prefix` (the consumer
+    /// would publish ACKs wherever a sender asks): dropped.
+    pub foreign_reply_subjects: u64,
+    /// Deliveries received while 16 batches already waited for the consumer to take them
+    /// (a busy consumer): dropped, so that the client's buffer does not grow; the producers
+    /// retransmit them.
+    pub deliveries_dropped_busy: u64,
+    /// "No responders" notices the server sent to the ACK inbox: a batch was published to
+    /// a subject nobody listened on at that moment (the producer retransmits it).
+    pub no_responders: u64,
     /// ACKs queued for publishing.
     pub acks_out: u64,
     /// ACKs received and handed to their producer.
@@ -36,8 +46,8 @@ pub struct NatsStats {
     pub deliveries_dropped_full: u64,
     /// ACKs dropped because the publishing queue was full.
     pub acks_dropped_full: u64,
-    /// Deliveries that cannot be sent: a body that does not encode or fit a message, or no
-    /// reply address.
+    /// Deliveries that cannot be sent: a body that does not encode or fit a message, no
+    /// reply address, or the carrier stopped.
     pub deliveries_unsendable: u64,
     /// Messages the NATS client refused to publish (the client was closed, say): their
     /// deliveries or ACKs are lost and recovered by retransmission.
@@ -60,6 +70,9 @@ counters!(Counters => NatsStats {
     deliveries_in,
     undecodable_bodies,
     deliveries_without_reply,
+    foreign_reply_subjects,
+    deliveries_dropped_busy,
+    no_responders,
     acks_out,
     acks_in,
     unroutable_acks,

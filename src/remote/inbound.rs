@@ -25,10 +25,11 @@ use crate::remote::stats::{add, Warning};
 /// Frames of one connection handed to consumers and not yet taken from their mailboxes: the
 /// reader waits beyond this, so a slow consumer slows its peers' sending (TCP flow control)
 /// instead of growing its mailbox.
-pub(crate) const MAX_DISPATCHING: usize = 8;
+const MAX_DISPATCHING: usize = 8;
 
-/// Resolves when the consumer has taken a batch from its mailbox.
-pub(crate) type Dispatched = Pin<Box<dyn Future<Output = ()> + Send>>;
+/// Resolves when the consumer has taken a batch from its mailbox: `true`, or `false` if the
+/// consumer is gone (stopped for good: the batch is lost, and retransmitted).
+pub(crate) type Dispatched = Pin<Box<dyn Future<Output = bool> + Send>>;
 
 /// What became of a batch handed to an exposed consumer.
 pub(crate) struct Handed {
@@ -85,9 +86,7 @@ impl<T: DeserializeOwned + Send + 'static> Exposed for ExposedConsumer<T> {
         }
         let taken = self.0.addr().send(Deliveries(deliveries));
         Handed {
-            taken: Some(Box::pin(async move {
-                let _ = taken.await; // a stopped consumer: the deliveries are lost, retransmitted
-            })),
+            taken: Some(Box::pin(async move { taken.await.is_ok() })),
             ..handed
         }
     }
@@ -164,7 +163,7 @@ async fn serve(node: &Shared, stream: TcpStream) {
         loop {
             tokio::select! {
                 biased;
-                Some(()) = dispatching.next(), if !dispatching.is_empty() => {}
+                Some(_) = dispatching.next(), if !dispatching.is_empty() => {}
                 frame = next_frame(&mut reader, &mut opener, node.options.idle_timeout, &node.counters),
                     if dispatching.len() < MAX_DISPATCHING =>
                 {

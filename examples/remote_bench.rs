@@ -28,10 +28,7 @@ use std::time::{Duration, Instant};
 
 use actix::{Arbiter, System};
 use actix_delivery::remote::{Node, NodeOptions, NodeSecret};
-use actix_delivery::{
-    codec, Confirmation, ConsumerHandle, ConsumerOptions, DeliveryHandler, ProducerHandle,
-    ProducerOptions, ReliableDelivery,
-};
+use actix_delivery::{codec, ProducerOptions, ReliableDelivery};
 use bytes::Bytes;
 use futures_util::{SinkExt, StreamExt};
 use tokio::net::{TcpListener, TcpStream};
@@ -39,8 +36,13 @@ use tokio::sync::oneshot;
 use tokio_util::codec::{FramedRead, FramedWrite, LengthDelimitedCodec};
 
 const WINDOWS: [usize; 3] = [16, 64, 256];
-const MAX_PENDING: usize = 1 << 24;
 const LATENCY_SAMPLES: usize = 2000;
+
+#[path = "support/transport_bench.rs"]
+mod transport_bench;
+use transport_bench::{
+    burst, median, on, percentile, producer, ready_consumer, reliable_round_trips,
+};
 
 fn main() {
     let mut args = std::env::args().skip(1);
@@ -49,54 +51,6 @@ fn main() {
         .map_or(200_000, |a| a.parse().expect("messages"));
     let runs: usize = args.next().map_or(5, |a| a.parse().expect("runs"));
     System::new().block_on(async move { report(n, runs).await });
-}
-
-/// Runs `f` on the receiving arbiter and returns its result.
-async fn on<T: Send + 'static, F>(arbiter: &Arbiter, f: impl FnOnce() -> F + Send + 'static) -> T
-where
-    F: std::future::Future<Output = T> + 'static,
-{
-    let (tx, rx) = oneshot::channel();
-    arbiter.spawn_fn(move || {
-        actix::spawn(async move {
-            let _ = tx.send(f().await);
-        });
-    });
-    rx.await.expect("the receiving arbiter runs")
-}
-
-fn ready_consumer() -> ConsumerHandle<u64> {
-    ReliableDelivery::consumer(
-        ConsumerOptions::builder(DeliveryHandler::from_fn(|_: u64| async {
-            Ok::<(), std::convert::Infallible>(())
-        }))
-        .build()
-        .expect("valid options"),
-    )
-}
-
-fn producer(target: actix_delivery::ConsumerRef<u64>, window: usize) -> ProducerHandle<u64> {
-    ReliableDelivery::producer(
-        ProducerOptions::builder(target)
-            .window_size(window)
-            .max_pending(MAX_PENDING)
-            .resend_timeout(Duration::from_secs(5))
-            .build()
-            .expect("valid options"),
-    )
-}
-
-/// Tells `n` messages and waits until the last is confirmed.
-async fn burst(producer: &ProducerHandle<u64>, n: u64) -> Duration {
-    let start = Instant::now();
-    for i in 1..n {
-        producer
-            .tell(i, Confirmation::none())
-            .expect("room for the burst");
-    }
-    producer.send(n).await.expect("confirmed");
-    producer.idle().await;
-    start.elapsed()
 }
 
 /// The plain one-way framed send: `n` encoded bodies, one frame each.
@@ -167,28 +121,6 @@ async fn plain_round_trips(arbiter: &Arbiter, samples: usize) -> Vec<f64> {
         }
     }
     times
-}
-
-async fn reliable_round_trips(producer: &ProducerHandle<u64>, samples: usize) -> Vec<f64> {
-    let mut times = Vec::with_capacity(samples);
-    for i in 0..samples as u64 + 100 {
-        let start = Instant::now();
-        producer.send(i).await.expect("confirmed");
-        if i >= 100 {
-            times.push(start.elapsed().as_secs_f64() * 1e6);
-        }
-    }
-    times
-}
-
-fn percentile(times: &mut [f64], p: f64) -> f64 {
-    times.sort_by(f64::total_cmp);
-    times[((times.len() - 1) as f64 * p) as usize]
-}
-
-fn median(mut d: Vec<Duration>) -> Duration {
-    d.sort();
-    d[d.len() / 2]
 }
 
 async fn report(n: u64, runs: usize) {

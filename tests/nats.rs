@@ -9,7 +9,7 @@ mod remote;
 
 use std::time::Duration;
 
-use actix_delivery::nats::{NatsError, NatsOptions, SubjectError};
+use actix_delivery::nats::{NatsCarrier, NatsError, NatsOptions, SubjectError};
 use actix_delivery::{ConsumerOptions, DeliveryHandler, ReliableDelivery};
 use bytes::Bytes;
 use common::{confirm_into, Confirmations};
@@ -284,21 +284,31 @@ async fn a_subject_nobody_listens_on_costs_bounded_memory_until_a_consumer_comes
     assert_eq!(handled.distinct() as u64, N);
 }
 
+/// Two carriers each exposing a recording consumer in the queue group "workers" on
+/// `subject`, and a third to send from.
+async fn group_of_two(
+    subject: &str,
+) -> (
+    [NatsCarrier; 3],
+    [actix_delivery::ConsumerHandle<u64>; 2],
+    [remote::Handled<u64>; 2],
+) {
+    let (first, second, client) = (carrier().await, carrier().await, carrier().await);
+    let (a, handled_a) = recording_consumer::<u64>();
+    let (b, handled_b) = recording_consumer::<u64>();
+    first.expose_in_group(subject, "workers", &a).await.unwrap();
+    second
+        .expose_in_group(subject, "workers", &b)
+        .await
+        .unwrap();
+    ([first, second, client], [a, b], [handled_a, handled_b])
+}
+
 #[actix::test]
 async fn a_queue_group_shares_the_load_and_takes_over_from_a_member_that_leaves() {
     const N: u64 = 3000;
     let subject = unique("group");
-    let (first, second, client) = (carrier().await, carrier().await, carrier().await);
-    let (a, handled_a) = recording_consumer::<u64>();
-    let (b, handled_b) = recording_consumer::<u64>();
-    first
-        .expose_in_group(&subject, "workers", &a)
-        .await
-        .unwrap();
-    second
-        .expose_in_group(&subject, "workers", &b)
-        .await
-        .unwrap();
+    let ([first, _second, client], [_a, _b], [handled_a, handled_b]) = group_of_two(&subject).await;
     let producer = remote::producer(client.consumer_ref::<u64>(&subject).unwrap(), 16, 100);
     let confirmations = Confirmations::<u64>::default();
     for n in 1..=N / 2 {
@@ -375,9 +385,7 @@ async fn invalid_subjects_and_groups_are_refused_with_the_reason() {
     assert!(matches!(err, NatsError::Taken(_)), "{err}");
     assert!(carrier.unexpose(&subject));
     assert!(!carrier.unexpose(&subject));
-    let unreachable =
-        actix_delivery::nats::NatsCarrier::connect("nats://127.0.0.1:1", NatsOptions::default())
-            .await;
+    let unreachable = NatsCarrier::connect("nats://127.0.0.1:1", NatsOptions::default()).await;
     assert!(matches!(unreachable, Err(NatsError::Connect(_))));
 }
 
@@ -570,17 +578,7 @@ async fn carriers_with_different_frame_limits_understand_each_other() {
 async fn a_member_whose_consumer_stopped_leaves_the_queue_group() {
     const N: u64 = 400;
     let subject = unique("stopped-member");
-    let (first, second, client) = (carrier().await, carrier().await, carrier().await);
-    let (a, handled_a) = recording_consumer::<u64>();
-    let (b, handled_b) = recording_consumer::<u64>();
-    first
-        .expose_in_group(&subject, "workers", &a)
-        .await
-        .unwrap();
-    second
-        .expose_in_group(&subject, "workers", &b)
-        .await
-        .unwrap();
+    let ([first, _second, client], [a, _b], [handled_a, handled_b]) = group_of_two(&subject).await;
     a.stop();
     a.stopped().await;
     let producer = remote::producer(client.consumer_ref::<u64>(&subject).unwrap(), 16, 100);

@@ -1,8 +1,7 @@
 //! The NATS carrier's options.
 
-use crate::codec::MAX_ENCODED_BYTES;
 use crate::error::OptionsError;
-use crate::remote::handshake::MIN_FRAME_LENGTH;
+use crate::remote::options::check_frame_limits;
 
 use super::subject::check_subject;
 
@@ -35,25 +34,7 @@ impl NatsOptions {
     }
 
     fn validate(&self) -> Result<(), OptionsError> {
-        let max_frame = MAX_ENCODED_BYTES as usize;
-        if !(MIN_FRAME_LENGTH..=max_frame).contains(&self.max_frame_length) {
-            return Err(OptionsError::new(
-                "max_frame_length",
-                format!(
-                    "must lie between {MIN_FRAME_LENGTH} and {max_frame} bytes (got {})",
-                    self.max_frame_length
-                ),
-            ));
-        }
-        if self.max_output_bytes < 2 * self.max_frame_length || self.max_output_bytes > 1 << 30 {
-            return Err(OptionsError::new(
-                "max_output_bytes",
-                format!(
-                    "must lie between twice max_frame_length and 1 GiB (got {})",
-                    self.max_output_bytes
-                ),
-            ));
-        }
+        check_frame_limits(self.max_frame_length, self.max_output_bytes)?;
         if self.max_routes == 0 {
             return Err(OptionsError::new("max_routes", "must be positive (got 0)"));
         }

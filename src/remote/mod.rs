@@ -104,7 +104,7 @@ pub mod fuzz;
 pub(crate) mod handshake;
 pub(crate) mod inbound;
 mod node;
-mod options;
+pub(crate) mod options;
 pub(crate) mod outbound;
 pub(crate) mod output;
 pub(crate) mod routes;

@@ -67,25 +67,7 @@ impl NodeOptions {
     }
 
     fn validate(&self) -> Result<(), OptionsError> {
-        let max_frame = MAX_ENCODED_BYTES as usize;
-        if !(MIN_FRAME_LENGTH..=max_frame).contains(&self.max_frame_length) {
-            return Err(OptionsError::new(
-                "max_frame_length",
-                format!(
-                    "must lie between {MIN_FRAME_LENGTH} and {max_frame} bytes (got {})",
-                    self.max_frame_length
-                ),
-            ));
-        }
-        if self.max_output_bytes < 2 * self.max_frame_length || self.max_output_bytes > 1 << 30 {
-            return Err(OptionsError::new(
-                "max_output_bytes",
-                format!(
-                    "must lie between twice max_frame_length and 1 GiB (got {})",
-                    self.max_output_bytes
-                ),
-            ));
-        }
+        check_frame_limits(self.max_frame_length, self.max_output_bytes)?;
         for (field, value) in [
             ("max_connections", self.max_connections),
             ("max_routes", self.max_routes),
@@ -123,6 +105,31 @@ impl NodeOptions {
         }
         Ok(())
     }
+}
+
+/// The frame and output limits every carrier has: a frame of 4 KiB to 16 MiB, an output of
+/// at least two frames and at most 1 GiB.
+pub(crate) fn check_frame_limits(
+    max_frame_length: usize,
+    max_output_bytes: usize,
+) -> Result<(), OptionsError> {
+    let max_frame = MAX_ENCODED_BYTES as usize;
+    if !(MIN_FRAME_LENGTH..=max_frame).contains(&max_frame_length) {
+        return Err(OptionsError::new(
+            "max_frame_length",
+            format!(
+                "must lie between {MIN_FRAME_LENGTH} and {max_frame} bytes (got \
+                 {max_frame_length})"
+            ),
+        ));
+    }
+    if max_output_bytes < 2 * max_frame_length || max_output_bytes > 1 << 30 {
+        return Err(OptionsError::new(
+            "max_output_bytes",
+            format!("must lie between twice max_frame_length and 1 GiB (got {max_output_bytes})"),
+        ));
+    }
+    Ok(())
 }
 
 /// Builds [`NodeOptions`].

@@ -673,3 +673,48 @@ async fn while_the_server_is_away_memory_stays_within_max_output_bytes() {
         stats.frames_out - sent_before
     );
 }
+
+#[actix::test]
+async fn a_consumer_that_does_not_take_its_batches_makes_the_carrier_drop_not_buffer() {
+    const PRODUCERS: u64 = 40;
+    let subject = unique("busy");
+    let (server, client) = (carrier().await, carrier().await);
+    // The consumer's own thread is blocked for a while by its first message, so its mailbox
+    // takes nothing; the carrier's task (on this thread) keeps reading.
+    let arbiter = actix::Arbiter::new();
+    let handled = remote::Handled::<u64>(Default::default());
+    let record = handled.clone();
+    let blocked = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let consumer = ReliableDelivery::consumer_in(&arbiter.handle(), move || {
+        ConsumerOptions::builder(DeliveryHandler::from_fn(move |n: u64| {
+            if !blocked.swap(true, std::sync::atomic::Ordering::Relaxed) {
+                std::thread::sleep(Duration::from_millis(500));
+            }
+            record.record(n);
+            async { Ok::<(), String>(()) }
+        }))
+        .build()
+        .unwrap()
+    });
+    server.expose(&subject, &consumer).await.unwrap();
+    let confirmations = Confirmations::<u64>::default();
+    let mut producers = Vec::new();
+    for p in 1..=PRODUCERS {
+        let producer = remote::producer(client.consumer_ref::<u64>(&subject).unwrap(), 16, 100);
+        producer.tell(p, confirm_into(&confirmations, p)).unwrap();
+        producers.push(producer);
+    }
+    assert!(
+        wait_until(Duration::from_secs(20), || confirmations.len() as u64
+            == PRODUCERS)
+        .await
+    );
+    assert_each_confirmed_once(&confirmations, PRODUCERS, "a busy consumer");
+    let stats = server.stats();
+    assert!(
+        stats.deliveries_dropped_busy > 0,
+        "one batch per producer arrived while the consumer was blocked: {stats:?}"
+    );
+    assert_eq!(handled.distinct() as u64, PRODUCERS);
+    arbiter.stop();
+}

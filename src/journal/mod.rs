@@ -50,6 +50,7 @@ mod memory;
 mod postgres;
 mod replay;
 mod sqlite;
+mod write;
 
 pub use error::JournalError;
 pub use id::PersistenceId;
@@ -168,6 +169,25 @@ pub(crate) fn check_append(
         None if count > 0 => Err(JournalError::invalid(id, "seq overflow")),
         _ => Ok(()),
     }
+}
+
+/// Checks that a payload of `len` bytes fits the journal's limit of `max` bytes (`journal`
+/// names it in the error).
+pub(crate) fn check_payload(
+    id: &PersistenceId,
+    len: usize,
+    max: usize,
+    journal: &str,
+) -> Result<(), JournalError> {
+    if len > max {
+        return Err(JournalError::invalid(
+            id,
+            format!(
+                "a payload of {len} bytes exceeds the {journal} journal's limit of {max} bytes"
+            ),
+        ));
+    }
+    Ok(())
 }
 
 /// The fence: `first_seq` must follow `highest_seq`.

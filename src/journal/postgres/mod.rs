@@ -19,12 +19,12 @@ mod writer;
 
 pub use options::{PostgresOptions, PostgresStats};
 
+use crate::journal::write::{WriteOp, WriteRequest};
 use crate::journal::{
-    check_append, Journal, JournalError, JournalFuture, PersistenceId, Snapshot, StoredEvent,
-    MAX_SEQ,
+    check_append, check_payload, Journal, JournalError, JournalFuture, PersistenceId, Snapshot,
+    StoredEvent, MAX_SEQ,
 };
 use options::Counters;
-use writer::{WriteOp, WriteRequest};
 
 /// The [`Journal`] for applications whose nodes share one database: PostgreSQL, through
 /// `tokio-postgres` (feature `postgres`). A commit is durable when PostgreSQL says it is
@@ -264,19 +264,6 @@ impl fmt::Debug for PostgresJournal {
     }
 }
 
-fn check_payload(id: &PersistenceId, len: usize) -> Result<(), JournalError> {
-    if len > PostgresJournal::MAX_PAYLOAD_BYTES {
-        return Err(JournalError::invalid(
-            id,
-            format!(
-                "a payload of {len} bytes exceeds the PostgreSQL journal's limit of {} bytes",
-                PostgresJournal::MAX_PAYLOAD_BYTES
-            ),
-        ));
-    }
-    Ok(())
-}
-
 impl Journal for PostgresJournal {
     fn append(
         &self,
@@ -288,7 +275,12 @@ impl Journal for PostgresJournal {
         Box::pin(async move {
             check_append(&id, first_seq, payloads.len())?;
             for payload in &payloads {
-                check_payload(&id, payload.len())?;
+                check_payload(
+                    &id,
+                    payload.len(),
+                    PostgresJournal::MAX_PAYLOAD_BYTES,
+                    "PostgreSQL",
+                )?;
             }
             if payloads.is_empty() {
                 return Ok(());
@@ -353,7 +345,12 @@ impl Journal for PostgresJournal {
                     format!("a snapshot at seq {} is beyond any seq", snapshot.seq),
                 ));
             }
-            check_payload(&id, snapshot.payload.len())?;
+            check_payload(
+                &id,
+                snapshot.payload.len(),
+                PostgresJournal::MAX_PAYLOAD_BYTES,
+                "PostgreSQL",
+            )?;
             self.write(id, WriteOp::SaveSnapshot(snapshot)).await
         })
     }

@@ -24,7 +24,7 @@ use std::task::Poll;
 use std::time::Duration;
 
 use futures_util::TryStreamExt;
-use tokio::sync::{mpsc, oneshot, OwnedSemaphorePermit};
+use tokio::sync::{mpsc, oneshot};
 use tokio::time::Instant;
 use tokio_postgres::types::ToSql;
 use tokio_postgres::{Client, Statement};
@@ -33,52 +33,13 @@ use crate::journal::postgres::options::Counters;
 use crate::journal::postgres::{
     db_error, describe, is_connection_lost, schema, seq_from_sql, Connector, PostgresOptions,
 };
-use crate::journal::{check_snapshot, JournalError, PersistenceId, Snapshot};
+use crate::journal::write::{WriteOp, WriteRequest};
+use crate::journal::{check_snapshot, JournalError, PersistenceId};
 
 /// How long the writer waits for the first of the writers it just answered to come back…
 const LINGER_FIRST: Duration = Duration::from_micros(100);
 /// … and for each next one.
 const LINGER_GAP: Duration = Duration::from_micros(30);
-
-/// One write waiting for the writer.
-pub(super) struct WriteRequest {
-    pub(super) id: PersistenceId,
-    pub(super) op: WriteOp,
-    pub(super) reply: oneshot::Sender<Result<(), JournalError>>,
-    /// This write's share of the queue's byte budget, given back when it is done.
-    pub(super) _permit: OwnedSemaphorePermit,
-}
-
-/// What a [`WriteRequest`] asks for.
-pub(super) enum WriteOp {
-    Append {
-        first_seq: u64,
-        payloads: Vec<Vec<u8>>,
-    },
-    DeleteTo {
-        to_seq: u64,
-    },
-    SaveSnapshot(Snapshot),
-}
-
-impl WriteOp {
-    /// Events, for the batch bound (a delete or a snapshot counts as one).
-    fn events(&self) -> usize {
-        match self {
-            Self::Append { payloads, .. } => payloads.len(),
-            Self::DeleteTo { .. } | Self::SaveSnapshot(_) => 1,
-        }
-    }
-
-    /// Payload bytes, for the batch and queue bounds.
-    pub(super) fn bytes(&self) -> usize {
-        match self {
-            Self::Append { payloads, .. } => payloads.iter().map(Vec::len).sum(),
-            Self::DeleteTo { .. } => 0,
-            Self::SaveSnapshot(snapshot) => snapshot.payload.len(),
-        }
-    }
-}
 
 impl WriteRequest {
     /// What this write is, for error messages: names the seqs.

@@ -13,13 +13,13 @@ mod writer;
 
 pub use options::{SqliteOptions, SqliteStats};
 
+use crate::journal::write::{WriteOp, WriteRequest};
 use crate::journal::{
-    check_append, Journal, JournalError, JournalFuture, PersistenceId, Snapshot, StoredEvent,
-    MAX_SEQ,
+    check_append, check_payload, Journal, JournalError, JournalFuture, PersistenceId, Snapshot,
+    StoredEvent, MAX_SEQ,
 };
 use options::Counters;
 use reader::ReadRequest;
-use writer::{WriteOp, WriteRequest};
 
 /// A stream's highest seq: its largest stored seq, or how far it was deleted if that is
 /// more. One row, for `?1` = the persistence id.
@@ -243,19 +243,6 @@ impl SqliteJournal {
     }
 }
 
-fn check_payload(id: &PersistenceId, len: usize) -> Result<(), JournalError> {
-    if len > SqliteJournal::MAX_PAYLOAD_BYTES {
-        return Err(JournalError::invalid(
-            id,
-            format!(
-                "a payload of {len} bytes exceeds the SQLite journal's limit of {} bytes",
-                SqliteJournal::MAX_PAYLOAD_BYTES
-            ),
-        ));
-    }
-    Ok(())
-}
-
 impl Journal for SqliteJournal {
     fn append(
         &self,
@@ -267,7 +254,12 @@ impl Journal for SqliteJournal {
         Box::pin(async move {
             check_append(&id, first_seq, payloads.len())?;
             for payload in &payloads {
-                check_payload(&id, payload.len())?;
+                check_payload(
+                    &id,
+                    payload.len(),
+                    SqliteJournal::MAX_PAYLOAD_BYTES,
+                    "SQLite",
+                )?;
             }
             if payloads.is_empty() {
                 return Ok(());
@@ -324,7 +316,12 @@ impl Journal for SqliteJournal {
     fn save_snapshot(&self, id: &PersistenceId, snapshot: Snapshot) -> JournalFuture<'_, ()> {
         let id = id.clone();
         Box::pin(async move {
-            check_payload(&id, snapshot.payload.len())?;
+            check_payload(
+                &id,
+                snapshot.payload.len(),
+                SqliteJournal::MAX_PAYLOAD_BYTES,
+                "SQLite",
+            )?;
             self.write(id, WriteOp::SaveSnapshot(snapshot)).await
         })
     }

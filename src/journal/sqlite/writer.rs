@@ -25,11 +25,12 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use rusqlite::{params, Connection, Statement};
-use tokio::sync::{mpsc, oneshot, OwnedSemaphorePermit};
+use tokio::sync::{mpsc, oneshot};
 
 use crate::journal::sqlite::options::Counters;
 use crate::journal::sqlite::{schema, seq_from_sql, storage_error, SqliteOptions, HIGHEST_SQL};
-use crate::journal::{check_fence, check_snapshot, JournalError, PersistenceId, Snapshot};
+use crate::journal::write::{WriteOp, WriteRequest};
+use crate::journal::{check_fence, check_snapshot, JournalError, PersistenceId};
 
 /// Fold the buffer into `event_journal` once it holds this many payload bytes (or
 /// `buffer_events` events).
@@ -47,46 +48,6 @@ const LINGER_GAP: Duration = Duration::from_micros(10);
 /// updated after each commit (so an acknowledged append is always in it) and emptied after
 /// each fold commits (so a stream missing from it has no buffered events).
 pub(super) type Buffered = Arc<Mutex<HashMap<PersistenceId, u64>>>;
-
-/// One write waiting for the writer thread.
-pub(super) struct WriteRequest {
-    pub(super) id: PersistenceId,
-    pub(super) op: WriteOp,
-    pub(super) reply: oneshot::Sender<Result<(), JournalError>>,
-    /// This write's share of the queue's byte budget, given back when it is done.
-    pub(super) _permit: OwnedSemaphorePermit,
-}
-
-/// What a [`WriteRequest`] asks for.
-pub(super) enum WriteOp {
-    Append {
-        first_seq: u64,
-        payloads: Vec<Vec<u8>>,
-    },
-    DeleteTo {
-        to_seq: u64,
-    },
-    SaveSnapshot(Snapshot),
-}
-
-impl WriteOp {
-    /// Events, for the batch bound (a delete or a snapshot counts as one).
-    fn events(&self) -> usize {
-        match self {
-            Self::Append { payloads, .. } => payloads.len(),
-            Self::DeleteTo { .. } | Self::SaveSnapshot(_) => 1,
-        }
-    }
-
-    /// Payload bytes, for the batch and queue bounds.
-    pub(super) fn bytes(&self) -> usize {
-        match self {
-            Self::Append { payloads, .. } => payloads.iter().map(Vec::len).sum(),
-            Self::DeleteTo { .. } => 0,
-            Self::SaveSnapshot(snapshot) => snapshot.payload.len(),
-        }
-    }
-}
 
 /// The prepared statements of the write connection, prepared once.
 struct Statements<'c> {

@@ -376,7 +376,7 @@ impl Visitor<'_> for MillisVisitor {
     }
 }
 
-mod millis {
+pub(crate) mod millis {
     use super::*;
 
     pub fn serialize<S: Serializer>(d: &Duration, serializer: S) -> Result<S::Ok, S::Error> {
@@ -395,6 +395,15 @@ mod millis {
 
         pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Duration, D::Error> {
             read(d, "resend_timeout_ms")
+        }
+    }
+
+    pub mod stop_timeout_ms {
+        pub use super::serialize;
+        use super::*;
+
+        pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Duration, D::Error> {
+            read(d, "stop_timeout_ms")
         }
     }
 

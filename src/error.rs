@@ -21,14 +21,21 @@ pub enum DeliveryError {
     /// The producer's pending queue was full (`max_pending`); the message was never sent.
     #[error("the producer's pending queue is full; the message was not sent")]
     QueueFull,
-    /// A durable producer could not store the message, or record its settlement (the
-    /// reason, naming the stream). A message settled with this error was not stored and is
-    /// not sent (when the journal's failure left that open, the restarted producer read its
-    /// journal first; only a producer gone for good before that says "may have been stored",
-    /// and then the next start of the stream sends it); the producer stops (a `Supervisor` restarts it on what its journal holds,
-    /// unless its stream was taken over by a newer producer or is corrupt).
+    /// A durable producer could not store the message (the reason, naming the stream). A
+    /// message settled with this error was not stored and is not sent: when the journal's
+    /// failure left that open, the restarted producer read its journal first (a producer gone
+    /// before it could says [`InDoubt`](Self::InDoubt) instead). The producer stops (a
+    /// `Supervisor` restarts it on what its journal holds, unless its stream was taken over by
+    /// a newer producer, is corrupt, or has a schema this code cannot read).
     #[error("the durable producer's journal failed: {0}")]
     Storage(String),
+    /// A durable producer ended (stopped past its stop timeout, or gone after a journal
+    /// failure without a `Supervisor`) before its journal answered whether it stored the
+    /// message or recorded its confirmation (the reason says which). Nobody in this process
+    /// learns more; the next start of the stream settles it by what the journal holds: a
+    /// stored, unrecorded message is sent again and its confirmation goes to the sink.
+    #[error("the outcome is in doubt: {0}")]
+    InDoubt(String),
     /// [`ProducerHandle::store`](crate::ProducerHandle::store) on a producer that has no
     /// journal; the message was not sent.
     #[error("the producer is not durable: it stores nothing")]

@@ -142,7 +142,7 @@ impl<T: Clone + Send + 'static> ProducerController<T> {
 
     /// Confirms what the core settled, giving back the room those messages held first (in
     /// bulk), so that a confirmation callback can tell a follow-up message.
-    fn settle_polled(&mut self) {
+    pub(crate) fn settle_polled(&mut self) {
         let core = &mut self.core;
         if let Some(durable) = &mut self.durable {
             self.settling
@@ -270,6 +270,10 @@ impl<T: Clone + Send + 'static> Handler<Tell<T>> for ProducerController<T> {
     type Result = Result<(), TellError<T>>;
 
     fn handle(&mut self, Tell { body, confirm }: Tell<T>, _: &mut Context<Self>) -> Self::Result {
+        if self.stop.is_final() {
+            confirm.settle(Err(DeliveryError::ProducerStopped));
+            return Err(TellError::Stopped(body));
+        }
         // Direct tells take room like handles do, so `send` can wait for it in every case.
         match self.inbox.try_reserve() {
             Ok(()) => {
@@ -323,8 +327,12 @@ impl<T: Clone + Send + 'static> Handler<StopProducer> for ProducerController<T> 
     type Result = ();
 
     fn handle(&mut self, _: StopProducer, ctx: &mut Context<Self>) {
-        if self.stop.make_final() {
-            ctx.stop();
+        if !self.stop.make_final() {
+            return;
+        }
+        match self.durable {
+            Some(_) => self.stop_durable(ctx), // graceful: the writes in flight finish
+            None => ctx.stop(),
         }
     }
 }

@@ -47,6 +47,7 @@ mod log;
 mod producer;
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use actix::Message;
 use serde::{Deserialize, Serialize};
@@ -107,6 +108,7 @@ pub struct DurableOptions {
     pub(crate) stream: PersistenceId,
     pub(crate) snapshot_every: u64,
     pub(crate) sink: Option<actix::Recipient<DurableConfirmation>>,
+    pub(crate) stop_timeout: Duration,
 }
 
 impl DurableOptions {
@@ -118,7 +120,17 @@ impl DurableOptions {
             stream,
             snapshot_every: 1_000,
             sink: None,
+            stop_timeout: Duration::from_secs(10),
         }
+    }
+
+    /// How long [`ProducerHandle::stop`](crate::ProducerHandle::stop) waits for the journal to
+    /// answer the writes in flight (default 10 s). Whatever it has not answered by then is
+    /// settled [`DeliveryError::InDoubt`]: the next start of the stream settles it by what the
+    /// journal holds.
+    pub fn stop_timeout(mut self, timeout: Duration) -> Self {
+        self.stop_timeout = timeout;
+        self
     }
 
     /// Compact after this many messages stored and settlement records written (default 1 000,
@@ -143,6 +155,7 @@ impl std::fmt::Debug for DurableOptions {
         f.debug_struct("DurableOptions")
             .field("stream", &self.stream)
             .field("snapshot_every", &self.snapshot_every)
+            .field("stop_timeout", &self.stop_timeout)
             .finish_non_exhaustive()
     }
 }

@@ -15,7 +15,7 @@ use crate::confirmation::Confirmation;
 use crate::durable::log::{LogCommand, LogRefusal, LogReply, ProducerLog};
 use crate::durable::{DurableConfirmation, DurableOptions, MessageId};
 use crate::error::DeliveryError;
-use crate::journal::PersistenceId;
+use crate::journal::{JournalError, PersistenceId};
 use crate::persistence::{CommandError, PersistentConfig, PersistentHandle};
 use crate::producer::ProducerController;
 use crate::protocol::envelope::Incarnation;
@@ -36,13 +36,23 @@ const MAX_BODY_BYTES: u64 = (MAX_STORE_BYTES - EVENT_OVERHEAD) as u64;
 const OPEN_BACKOFF_START: Duration = Duration::from_millis(100);
 const OPEN_BACKOFF_MAX: Duration = Duration::from_secs(10);
 
-/// A message whose store failed in a way that leaves open whether it was committed (the
-/// journal reported a storage error): the restart finds out from the journal.
+/// A message whose store's outcome is open (the journal reported a storage error, or the
+/// producer ended before the journal answered): the next open finds out from the journal.
 struct InDoubt<T> {
     seq: u64,
     body: T,
     confirm: Confirmation,
     reason: String,
+}
+
+/// A settlement of a stored message whose record was not made, or whose record's outcome is
+/// open, when the log closed: the next open settles it by what the journal holds.
+struct Carried {
+    seq: u64,
+    settlement: Settlement,
+    /// The record was on its way to the journal (it may be stored); otherwise it certainly
+    /// is not.
+    attempted: bool,
 }
 
 /// A durable producer's storage state, owned by its controller.
@@ -60,16 +70,25 @@ pub(crate) struct Durable<T> {
     next_seq: Option<u64>,
     /// Handed over, not stored yet.
     to_store: VecDeque<(T, Confirmation)>,
-    storing: bool,
+    /// The store in flight: its first seq and its messages (kept here, not in the reply's
+    /// future, so that whatever ends the actor finds them).
+    storing: Option<(u64, Vec<(T, Confirmation)>)>,
     /// Stored and not durably settled.
     unsettled: BTreeSet<u64>,
     /// Settled, waiting for the record (their confirmations fire after it).
     to_record: Vec<(u64, Settlement)>,
-    recording: bool,
+    /// The settlement record in flight.
+    recording: Option<Vec<(u64, Settlement)>>,
     /// Resumed after a restart and not settled yet (their confirmations go to the sink).
     resumed: BTreeSet<u64>,
     /// Stores of unknown outcome, kept across the restart that settles them.
     in_doubt: Vec<InDoubt<T>>,
+    /// Settlements not recorded (or of unknown record) when the log closed, kept across the
+    /// restart that settles them.
+    carried: Vec<Carried>,
+    /// `stop()` was called: no new store starts; the writes in flight finish, then the actor
+    /// stops.
+    stopping: bool,
     /// Messages stored; resumed after a restart; confirmations of resumed ones.
     pub(crate) counts: (u64, u64, u64),
 }
@@ -86,12 +105,14 @@ impl<T: Serialize + DeserializeOwned> Durable<T> {
             failures: 0,
             next_seq: None,
             to_store: VecDeque::new(),
-            storing: false,
+            storing: None,
             unsettled: BTreeSet::new(),
             to_record: Vec::new(),
-            recording: false,
+            recording: None,
             resumed: BTreeSet::new(),
             in_doubt: Vec::new(),
+            carried: Vec::new(),
+            stopping: false,
             counts: (0, 0, 0),
         }
     }
@@ -114,9 +135,18 @@ impl<T> Durable<T> {
     pub(crate) fn is_idle(&self) -> bool {
         self.next_seq.is_some()
             && self.to_store.is_empty()
-            && !self.storing
+            && self.storing.is_none()
             && self.to_record.is_empty()
-            && !self.recording
+            && self.recording.is_none()
+    }
+
+    /// Whether a journal write this producer started is unanswered: the stream's opening,
+    /// a store or a settlement record, or a settlement waits to be recorded.
+    fn is_writing(&self) -> bool {
+        (self.log.is_some() && self.next_seq.is_none())
+            || self.storing.is_some()
+            || self.recording.is_some()
+            || !self.to_record.is_empty()
     }
 
     /// Keeps back the settlements that must be recorded first (of stored messages, confirmed
@@ -136,31 +166,73 @@ impl<T> Durable<T> {
         }
     }
 
-    /// Everything not yet stored, and every settlement not yet recorded, as settlements of
-    /// `error` (the producer stops). Recorded-to-be settlements keep their own result: the
-    /// consumer did confirm those.
-    pub(crate) fn drain(&mut self, error: &DeliveryError) -> Vec<Settlement> {
-        let unstored = self
-            .to_store
+    /// Everything not yet stored, settled with `error` (the producer stops or restarts; no
+    /// store of them was started, so they are certainly not stored).
+    fn drain_unstored(&mut self, error: &DeliveryError) -> Vec<Settlement> {
+        self.to_store
             .drain(..)
-            .map(|(_, c)| (c, Err(error.clone())));
-        let unrecorded = self.to_record.drain(..).map(|(_, settlement)| settlement);
-        unstored.chain(unrecorded).collect()
+            .map(|(_, c)| (c, Err(error.clone())))
+            .collect()
     }
 
-    /// The stores of unknown outcome, settled as such: no restart will find out.
+    /// The log closes: the store in flight becomes in doubt and the settlements not yet
+    /// recorded are carried, so that the next open settles both by what the journal holds.
+    fn carry_unanswered(&mut self) {
+        if let Some((first_seq, batch)) = self.storing.take() {
+            let doubts = (first_seq..)
+                .zip(batch)
+                .map(|(seq, (body, confirm))| InDoubt {
+                    seq,
+                    body,
+                    confirm,
+                    reason: format!(
+                        "stream `{}`: the producer ended before the journal answered the store",
+                        self.options.stream
+                    ),
+                });
+            self.in_doubt.extend(doubts);
+        }
+        let attempted = self.recording.take().into_iter().flatten();
+        let attempted = attempted.map(|(seq, settlement)| Carried {
+            seq,
+            settlement,
+            attempted: true,
+        });
+        let unattempted = self.to_record.drain(..).map(|(seq, settlement)| Carried {
+            seq,
+            settlement,
+            attempted: false,
+        });
+        self.carried.extend(attempted.chain(unattempted));
+    }
+
+    /// The stores and settlement records of unknown outcome, settled as such: no restart
+    /// will find out. A settlement that was never recorded is certainly not: the next start
+    /// of the stream sends its message again (and its sink reports it).
     pub(crate) fn abandon_in_doubt(&mut self) -> Vec<Settlement> {
-        self.in_doubt
-            .drain(..)
-            .map(|doubt| {
-                let reason = format!(
-                    "{}; the message may have been stored: the next start of the stream then \
-                     sends it",
-                    doubt.reason
-                );
-                (doubt.confirm, Err(DeliveryError::Storage(reason)))
-            })
-            .collect()
+        let stores = self.in_doubt.drain(..).map(|doubt| {
+            let reason = format!(
+                "{}; the message may have been stored: if it was, the next start of the stream \
+                 sends it and reports its confirmation to its sink",
+                doubt.reason
+            );
+            (doubt.confirm, Err(DeliveryError::InDoubt(reason)))
+        });
+        let stream = &self.options.stream;
+        let records = self.carried.drain(..).map(|carried| {
+            let (confirm, _) = carried.settlement;
+            if !carried.attempted {
+                return (confirm, Err(DeliveryError::ProducerStopped));
+            }
+            let reason = format!(
+                "stream `{stream}`: the consumer confirmed message {}, but the producer ended \
+                 before the journal answered the record of it: if it was not recorded, the \
+                 next start of the stream sends it again and reports it to its sink",
+                carried.seq
+            );
+            (confirm, Err(DeliveryError::InDoubt(reason)))
+        });
+        stores.chain(records).collect()
     }
 }
 
@@ -230,8 +302,29 @@ impl<T: Clone + Send + 'static> ProducerController<T> {
         };
         let mut in_doubt: BTreeMap<u64, InDoubt<T>> =
             durable.in_doubt.drain(..).map(|d| (d.seq, d)).collect();
+        let mut carried: BTreeMap<u64, Carried> =
+            durable.carried.drain(..).map(|c| (c.seq, c)).collect();
         let mut resumed = Vec::with_capacity(unsettled.len());
         for (seq, bytes) in unsettled {
+            // A settlement whose record did not commit: its message is sent again, and its
+            // own confirmation (not the sink) hears the outcome.
+            if let Some(Carried { settlement, .. }) = carried.remove(&seq) {
+                match (durable.decode)(&bytes) {
+                    Ok(body) => {
+                        durable.unsettled.insert(seq);
+                        resumed.push((seq, body, settlement.0));
+                        continue;
+                    }
+                    Err(_) => carried.insert(
+                        seq,
+                        Carried {
+                            seq,
+                            settlement,
+                            attempted: true,
+                        },
+                    ),
+                };
+            }
             // A store of unknown outcome that committed: its caller hears of it after all.
             let committed =
                 in_doubt
@@ -253,6 +346,7 @@ impl<T: Clone + Send + 'static> ProducerController<T> {
                 Ok(body) => body,
                 Err(error) => {
                     durable.in_doubt.extend(in_doubt.into_values());
+                    durable.carried.extend(carried.into_values());
                     let reason = format!(
                         "stream `{}`: stored message {seq} does not decode: {error}",
                         durable.options.stream
@@ -283,6 +377,9 @@ impl<T: Clone + Send + 'static> ProducerController<T> {
             (doubt.confirm, Err(DeliveryError::Storage(reason)))
         });
         self.settling.extend(not_stored);
+        // Settlements whose message the journal holds settled: their record committed.
+        let recorded = carried.into_values().map(|carried| carried.settlement);
+        self.settling.extend(recorded);
         durable.counts.1 += durable.resumed.len() as u64;
         if !resumed.is_empty() {
             log::info!(
@@ -295,7 +392,12 @@ impl<T: Clone + Send + 'static> ProducerController<T> {
         durable.failures = 0;
         durable.next_seq = Some(next_seq);
         // The log checked that its seqs ascend below its next seq.
+        let stopping = durable.stopping;
         self.core = ProducerCore::resume(&durable.config, incarnation, next_seq, resumed);
+        if stopping {
+            // Opened only to settle what was in doubt: what it holds is sent by the next start.
+            self.core.stop();
+        }
         self.fire_settling();
         self.dirty = true;
         self.flush(ctx);
@@ -306,6 +408,11 @@ impl<T: Clone + Send + 'static> ProducerController<T> {
     pub(crate) fn flush_durable(&mut self, ctx: &mut Context<Self>) {
         self.start_store(ctx);
         self.start_record(ctx);
+        if let Some(durable) = &self.durable {
+            if durable.stopping && !durable.is_writing() {
+                ctx.stop(); // stopping, and every write is answered
+            }
+        }
     }
 
     fn start_store(&mut self, ctx: &mut Context<Self>) {
@@ -315,7 +422,7 @@ impl<T: Clone + Send + 'static> ProducerController<T> {
         let (Some(first_seq), Some(log)) = (durable.next_seq, &durable.log) else {
             return; // not open yet
         };
-        if durable.storing || durable.to_store.is_empty() {
+        if durable.storing.is_some() || durable.stopping || durable.to_store.is_empty() {
             return;
         }
         // One journal entry: as many waiting messages as fit.
@@ -341,8 +448,8 @@ impl<T: Clone + Send + 'static> ProducerController<T> {
             }
         }
         let stored = (!batch.is_empty()).then(|| {
-            durable.storing = true;
             durable.next_seq = Some(first_seq + batch.len() as u64);
+            durable.storing = Some((first_seq, batch));
             log.ask(LogCommand::Store {
                 epoch: durable.epoch,
                 first_seq,
@@ -357,7 +464,9 @@ impl<T: Clone + Send + 'static> ProducerController<T> {
             let Some(durable) = &mut act.durable else {
                 return;
             };
-            durable.storing = false;
+            let Some((first_seq, batch)) = durable.storing.take() else {
+                return; // the log closed meanwhile: the store is in doubt
+            };
             let count = batch.len() as u64;
             let batch = (first_seq..).zip(batch);
             if let Err(error) = reply {
@@ -384,6 +493,12 @@ impl<T: Clone + Send + 'static> ProducerController<T> {
             for (seq, (body, mut confirm)) in batch {
                 confirm.notify_stored(MessageId(seq));
                 durable.unsettled.insert(seq);
+                if durable.stopping {
+                    // Stored, not sent: the next start of the stream sends it.
+                    act.settling
+                        .push((confirm, Err(DeliveryError::ProducerStopped)));
+                    continue;
+                }
                 if let Err((body, confirm)) = act.core.handle_stored(seq, body, confirm) {
                     // Unreachable: the core numbers from the same next seq. Stored, so the
                     // restart sends it (and tells its caller).
@@ -398,6 +513,7 @@ impl<T: Clone + Send + 'static> ProducerController<T> {
                     return act.fail_durable(reason, ctx);
                 }
             }
+            act.fire_settling();
             act.dirty = true;
             act.flush(ctx);
         }));
@@ -410,12 +526,12 @@ impl<T: Clone + Send + 'static> ProducerController<T> {
         let Some(log) = &durable.log else {
             return;
         };
-        if durable.recording || durable.to_record.is_empty() {
+        if durable.recording.is_some() || durable.to_record.is_empty() {
             return;
         }
         let batch = std::mem::take(&mut durable.to_record);
         let seqs = batch.iter().map(|(seq, _)| *seq).collect();
-        durable.recording = true;
+        durable.recording = Some(batch);
         let recorded = log.ask(LogCommand::Settle {
             epoch: durable.epoch,
             seqs,
@@ -424,35 +540,35 @@ impl<T: Clone + Send + 'static> ProducerController<T> {
             let Some(durable) = &mut act.durable else {
                 return;
             };
-            durable.recording = false;
+            let Some(batch) = durable.recording.take() else {
+                return; // the log closed meanwhile: the record is in doubt
+            };
+            if let Err(error) = reply {
+                // Perhaps recorded: the restart finds out (and tells the callbacks).
+                durable.recording = Some(batch);
+                return act.fail_log(&error, ctx);
+            }
             for (seq, (_, result)) in &batch {
                 durable.unsettled.remove(seq);
                 if durable.resumed.remove(seq) && result.is_ok() {
                     durable.counts.2 += 1;
                 }
             }
-            if reply.is_ok() {
-                let below = durable.unsettled.first().copied().or(durable.next_seq);
-                if let Some(below) = below {
-                    act.core.set_durably_settled_below(below);
-                }
+            let below = durable.unsettled.first().copied().or(durable.next_seq);
+            if let Some(below) = below {
+                act.core.set_durably_settled_below(below);
             }
-            // Confirmed by the consumer either way; recorded unless the journal failed.
             act.settling
                 .extend(batch.into_iter().map(|(_, settlement)| settlement));
             act.fire_settling();
-            match reply {
-                Err(error) => act.fail_log(&error, ctx),
-                Ok(_) => {
-                    act.dirty = true;
-                    act.flush(ctx);
-                }
-            }
+            act.dirty = true;
+            act.flush(ctx);
         }));
     }
 
     /// The log refused or failed: a restart cannot help a stream taken over, another
-    /// producer's or corrupt, so the producer stops for good then; otherwise it restarts (under a `Supervisor`).
+    /// producer's, corrupt or of a schema this code cannot read, so the producer stops for good
+    /// then; otherwise it restarts (under a `Supervisor`).
     fn fail_log(&mut self, error: &CommandError<LogRefusal>, ctx: &mut Context<Self>) {
         let Some(durable) = &self.durable else {
             return;
@@ -463,7 +579,8 @@ impl<T: Clone + Send + 'static> ProducerController<T> {
                 LogRefusal::TakenOver { .. }
                 | LogRefusal::OtherProducer { .. }
                 | LogRefusal::Corrupt(_),
-            ) => {
+            )
+            | CommandError::Recovery(JournalError::Corrupt { .. } | JournalError::Schema { .. }) => {
                 self.fail_for_good(reason, ctx);
             }
             _ => self.fail_durable(reason, ctx),
@@ -473,15 +590,12 @@ impl<T: Clone + Send + 'static> ProducerController<T> {
     /// As [`fail_durable`](Self::fail_durable), and the producer stays stopped.
     fn fail_for_good(&mut self, reason: String, ctx: &mut Context<Self>) {
         self.stop.make_final();
-        if let Some(durable) = &mut self.durable {
-            let abandoned = durable.abandon_in_doubt();
-            self.settling.extend(abandoned);
-        }
         self.fail_durable(reason, ctx);
     }
 
     /// The journal failed: settle what was not stored with the error, and stop (a
-    /// `Supervisor` restarts the producer on what the journal holds).
+    /// `Supervisor` restarts the producer on what the journal holds, which settles the writes
+    /// that were unanswered).
     fn fail_durable(&mut self, reason: String, ctx: &mut Context<Self>) {
         log::error!(
             "durable producer `{}` stops: its journal failed: {reason}",
@@ -489,31 +603,68 @@ impl<T: Clone + Send + 'static> ProducerController<T> {
         );
         if let Some(durable) = &mut self.durable {
             durable.failures = durable.failures.saturating_add(1);
-            let drained = durable.drain(&DeliveryError::Storage(reason));
-            self.settling.extend(drained);
+            let unstored = durable.drain_unstored(&DeliveryError::Storage(reason));
+            self.settling.extend(unstored);
         }
         self.fire_settling();
         ctx.stop();
     }
 
+    /// `stop()` of a durable producer: what is not stored yet never will be (settled
+    /// `ProducerStopped`), the settlements the consumer confirmed are recorded, and the store,
+    /// record or opening in flight is answered; then the actor stops, at the latest after
+    /// [`DurableOptions::stop_timeout`] (what is unanswered then is settled as in doubt).
+    pub(crate) fn stop_durable(&mut self, ctx: &mut Context<Self>) {
+        let Some(durable) = &mut self.durable else {
+            return;
+        };
+        durable.stopping = true;
+        let timeout = durable.options.stop_timeout;
+        let unstored = durable.drain_unstored(&DeliveryError::ProducerStopped);
+        self.settling.extend(unstored);
+        let waiting = self.inbox.close().into_iter();
+        let waiting = waiting.map(|(_, confirm)| (confirm, Err(DeliveryError::ProducerStopped)));
+        self.settling.extend(waiting);
+        // Confirmed in this mailbox drain: recorded before the stop.
+        self.settle_polled();
+        // Stored and unconfirmed: the next start of the stream sends them.
+        self.core.stop();
+        self.settle_polled();
+        ctx.run_later(timeout, move |act, ctx| {
+            if act.durable.as_ref().is_some_and(Durable::is_writing) {
+                log::warn!(
+                    "durable producer `{}`: its journal did not answer within the stop \
+                     timeout ({timeout:?}); what it did not answer is settled as in doubt",
+                    act.core.id()
+                );
+            }
+            ctx.stop();
+        });
+        self.dirty = true;
+    }
+
     /// Stops the log (restart or stop of the producer) and forgets what is in memory, except
-    /// the stores of unknown outcome (the next open settles them).
+    /// the writes that were unanswered (the next open settles them by what the journal holds).
     pub(crate) fn close_log(&mut self) {
+        if self.durable.is_none() {
+            return;
+        }
+        // Settlements the core made since the last flush wait for their record too.
+        self.settle_polled();
         if let Some(durable) = &mut self.durable {
-            let drained = durable.drain(&DeliveryError::ProducerStopped);
+            let unstored = durable.drain_unstored(&DeliveryError::ProducerStopped);
+            durable.carry_unanswered();
             if let Some(log) = durable.log.take() {
                 log.stop();
             }
             durable.next_seq = None;
-            durable.storing = false;
-            durable.recording = false;
             durable.unsettled.clear();
             durable.resumed.clear();
-            self.settling.extend(drained);
+            self.settling.extend(unstored);
         }
     }
 
-    /// Settles the stores of unknown outcome: the producer is gone for good.
+    /// Settles the writes of unknown outcome: the producer is gone for good.
     pub(crate) fn abandon_in_doubt(&mut self) {
         if let Some(durable) = &mut self.durable {
             let abandoned = durable.abandon_in_doubt();
@@ -525,7 +676,12 @@ impl<T: Clone + Send + 'static> ProducerController<T> {
 
 /// A confirmation that tells the sink (for a message resumed after a restart).
 fn sink_confirmation(sink: Recipient<DurableConfirmation>, id: MessageId) -> Confirmation {
-    Confirmation::callback(move |result| sink.do_send(DurableConfirmation { id, result }))
+    Confirmation::callback(move |result| {
+        // Not an outcome: the message stays stored, and the next start reports it.
+        if result != Err(DeliveryError::ProducerStopped) {
+            sink.do_send(DurableConfirmation { id, result });
+        }
+    })
 }
 
 /// What went wrong with the log of `stream`, for callers and the log.

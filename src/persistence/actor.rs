@@ -610,9 +610,23 @@ impl<E: EventSourced> Handler<StopPersistent> for PersistentActor<E> {
     type Result = ();
 
     fn handle(&mut self, _: StopPersistent, ctx: &mut Context<Self>) {
-        if self.stop.make_final() && self.core.is_idle() {
-            ctx.stop();
+        if !self.stop.make_final() {
+            return;
         }
+        // The flush after this drain records the outbox's confirmations of this drain too,
+        // and the actor stops once all of it is stored, or at the stop timeout.
+        self.dirty = true;
+        ctx.run_later(self.config.stop_timeout, |act, ctx| {
+            if !act.core.is_idle() {
+                log::warn!(
+                    "stream `{}`: the journal did not answer within the stop timeout ({:?}); \
+                     the commands it did not answer are in doubt",
+                    act.core.persistence_id(),
+                    act.config.stop_timeout
+                );
+            }
+            ctx.stop();
+        });
     }
 }
 

@@ -1,5 +1,7 @@
 //! The settings of a persistent actor.
 
+use std::time::Duration;
+
 use serde::{Deserialize, Serialize};
 
 use crate::error::OptionsError;
@@ -61,6 +63,16 @@ pub struct PersistentConfig {
     /// Outbox: warn (rate-limited) when a delivery is sent this many times without a
     /// confirmation. Default 5; positive.
     pub warn_after_attempts: u32,
+    /// [`PersistentHandle::stop`](crate::persistence::PersistentHandle::stop) lets the actor
+    /// store what it decided and record the confirmations its outbox received, waiting at most
+    /// this long for the journal; commands whose append is unanswered then get
+    /// [`CommandError::InDoubt`](crate::persistence::CommandError::InDoubt). Settings key
+    /// `stop_timeout_ms`; default 10 s; positive.
+    #[serde(
+        rename = "stop_timeout_ms",
+        with = "crate::config::millis::stop_timeout_ms"
+    )]
+    pub stop_timeout: Duration,
 }
 
 impl Default for PersistentConfig {
@@ -77,6 +89,7 @@ impl Default for PersistentConfig {
             must_follow: false,
             max_unconfirmed: 10_000,
             warn_after_attempts: 5,
+            stop_timeout: Duration::from_secs(10),
         }
     }
 }
@@ -104,6 +117,12 @@ impl PersistentConfig {
             if value == 0 {
                 return Err(OptionsError::new(field, "must be positive (got 0)"));
             }
+        }
+        if self.stop_timeout.is_zero() {
+            return Err(OptionsError::new(
+                "stop_timeout_ms",
+                "must be positive (got 0)",
+            ));
         }
         for (field, value) in [
             ("max_snapshot_bytes", self.max_snapshot_bytes),
@@ -166,5 +185,12 @@ mod tests {
                 .unwrap();
         assert_eq!(loaded.snapshot_every, Some(100));
         assert_eq!(loaded.max_producers, 1024);
+        let loaded: PersistentConfig = serde_json::from_str(r#"{"stop_timeout_ms": 250}"#).unwrap();
+        assert_eq!(loaded.stop_timeout, Duration::from_millis(250));
+        let zero = PersistentConfig {
+            stop_timeout: Duration::ZERO,
+            ..base()
+        };
+        assert_eq!(field(zero), "stop_timeout_ms");
     }
 }

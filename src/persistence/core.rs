@@ -435,18 +435,20 @@ impl<E: EventSourced, T> PersistentCore<E, T> {
     }
 
     /// Stops the core: commands still waiting (not yet decided, or decided but not appended)
-    /// are answered [`CommandError::Stopped`]; an append in flight is forgotten (its entries
-    /// may or may not be stored).
+    /// are answered [`CommandError::Stopped`]; those of an append in flight (its entries may
+    /// or may not be stored) [`CommandError::InDoubt`].
     pub fn stop(&mut self) -> Vec<(T, Answer<E>)> {
         self.phase = Phase::Stopped;
         let in_flight = self.in_flight.take().unwrap_or_default();
         let pending = std::mem::take(&mut self.pending);
-        let decided = in_flight.decided.into_iter().chain(pending.decided);
+        let in_doubt = in_flight
+            .decided
+            .into_iter()
+            .map(|d| (d.token, Err(CommandError::InDoubt)));
         let queued = self.queue.drain(..).map(|(_, token)| token);
-        decided
-            .map(|d| d.token)
-            .chain(queued)
-            .map(|token| (token, Err(CommandError::Stopped)))
+        let unstored = pending.decided.into_iter().map(|d| d.token).chain(queued);
+        in_doubt
+            .chain(unstored.map(|token| (token, Err(CommandError::Stopped))))
             .collect()
     }
 
@@ -457,7 +459,10 @@ impl<E: EventSourced, T> PersistentCore<E, T> {
 
     /// Whether nothing waits: no command queued, decided but unstored, or in flight.
     pub fn is_idle(&self) -> bool {
-        self.queue.is_empty() && self.pending.decided.is_empty() && self.in_flight.is_none()
+        self.queue.is_empty()
+            && self.pending.decided.is_empty()
+            && self.pending.confirmed.is_empty()
+            && self.in_flight.is_none()
     }
 
     /// The stream.
@@ -1257,7 +1262,7 @@ mod tests {
     }
 
     #[test]
-    fn stopping_answers_everything_that_waits() {
+    fn stopping_answers_everything_that_waits_in_doubt_only_when_its_append_is_in_flight() {
         let stream = Stream::default();
         let mut core = ready(&stream, PersistentConfig::default());
         core.handle_command(plain(Op::Add(1)), 1);
@@ -1265,8 +1270,22 @@ mod tests {
         core.handle_command(plain(Op::Add(1)), 2);
         let answers = core.stop();
         assert_eq!(answers.iter().map(|(t, _)| *t).collect::<Vec<_>>(), [1, 2]);
-        assert!(answers
-            .iter()
-            .all(|(_, a)| matches!(a, Err(CommandError::Stopped))));
+        assert!(
+            matches!(answers[0].1, Err(CommandError::InDoubt)),
+            "in flight"
+        );
+        assert!(
+            matches!(answers[1].1, Err(CommandError::Stopped)),
+            "never appended"
+        );
+    }
+
+    #[test]
+    fn a_confirmation_waiting_for_its_record_keeps_the_core_busy() {
+        let stream = Stream::default();
+        let mut core = ready(&stream, PersistentConfig::default());
+        assert!(core.is_idle());
+        core.handle_confirmed("shipping", 1);
+        assert!(!core.is_idle(), "the record is still to be appended");
     }
 }

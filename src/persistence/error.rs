@@ -61,7 +61,14 @@ pub enum CommandError<R: Display> {
         /// Commands waiting (for the recovery, or for their commit).
         buffered: usize,
     },
-    /// The actor stopped (or was stopped) before the command was decided.
+    /// The actor stopped (or was stopped) before the command was decided, or before its
+    /// events were handed to the journal: nothing of it is stored.
     #[error("the persistent actor has stopped")]
     Stopped,
+    /// The actor stopped (its stop timeout passed) while the journal had not answered the
+    /// append holding the command's events: they may or may not be stored. The next recovery
+    /// of the entity holds the truth (a command from a delivery is then recognised as
+    /// processed, or processed again when retransmitted).
+    #[error("the persistent actor stopped before the journal answered: the command's events may or may not be stored")]
+    InDoubt,
 }

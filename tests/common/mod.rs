@@ -166,3 +166,69 @@ impl Gate {
         self.0.notify_waiters();
     }
 }
+
+pub mod entities;
+pub mod journals;
+
+/// A consumer of `T` recording each body its handler runs for.
+pub fn recording_consumer<T>() -> (actix_delivery::ConsumerHandle<T>, Log<T>)
+where
+    T: Clone + Send + 'static,
+{
+    use actix_delivery::{ConsumerOptions, DeliveryHandler, ReliableDelivery};
+    let handled = Log::default();
+    let log = handled.clone();
+    let handler = DeliveryHandler::from_fn(move |body: T| {
+        log.push(body);
+        async { Ok::<(), String>(()) }
+    });
+    let options = ConsumerOptions::builder(handler).build().unwrap();
+    (ReliableDelivery::consumer(options), handled)
+}
+
+/// A link to `target` that can be cut (deliveries lost); records (seq, body) of what passes.
+pub fn cuttable<T: Clone + Send + 'static>(
+    target: actix_delivery::ConsumerRef<T>,
+) -> (
+    actix_delivery::ConsumerRef<T>,
+    Arc<std::sync::atomic::AtomicBool>,
+    Log<(u64, T)>,
+) {
+    let cut = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let seen = Log::default();
+    let (is_cut, log) = (cut.clone(), seen.clone());
+    let link = actix_delivery::ConsumerRef::from_fn(move |deliveries: Vec<Delivery<T>>| {
+        for d in &deliveries {
+            log.push((d.seq, d.body.clone()));
+        }
+        if !is_cut.load(Ordering::SeqCst) {
+            target.do_send_all(deliveries.into_iter());
+        }
+    });
+    (link, cut, seen)
+}
+
+/// The stream of the durable producers that [`durable_u32`] starts.
+pub fn out_stream() -> actix_delivery::journal::PersistenceId {
+    actix_delivery::journal::PersistenceId::new("durable-out").unwrap()
+}
+
+/// A durable producer of `u32` to `to` on [`out_stream`] of `journal`, resending after 100 ms.
+pub fn durable_u32(
+    journal: &actix_delivery::journal::MemoryJournal,
+    to: actix_delivery::ConsumerRef<u32>,
+    window_size: usize,
+    max_pending: usize,
+) -> actix_delivery::ProducerHandle<u32> {
+    use actix_delivery::durable::DurableOptions;
+    use actix_delivery::{ProducerOptions, ReliableDelivery};
+    let options = ProducerOptions::builder(to)
+        .producer_id("durable-producer")
+        .window_size(window_size)
+        .max_pending(max_pending)
+        .resend_timeout(Duration::from_millis(100))
+        .build()
+        .unwrap();
+    let durable = DurableOptions::new(Arc::new(journal.clone()), out_stream());
+    ReliableDelivery::durable_producer(options, durable).unwrap()
+}

@@ -1,9 +1,12 @@
-//! Two defects of the durable producer's shell that the simulator's durable model found,
-//! pinned as tests: the `window_start` cap could pass a store still in flight (fixed: the core
-//! clamps the cap at its next seq), and the last settlement of a burst waited for the resend
-//! timer (fixed: a flush collects settlements before it starts writes). See also
+//! How a durable producer settles what it stored: a store whose outcome the journal left
+//! unknown is settled by the restart that reads the journal, the `window_start` cap set when a
+//! settlement record commits never passes a store in flight, and the last settlement of a
+//! burst is recorded at once. See also
 //! `a_caught_up_durable_producer_with_the_shipped_cap_never_stalls` in `tests/simulator.rs`.
 
+mod common;
+
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -16,13 +19,51 @@ use actix_delivery::{
     ConsumerConfig, ConsumerOptions, DeliveryHandler, ProducerConfig, ProducerOptions,
     ReliableDelivery,
 };
+use common::journals::CommitThenFail;
+use common::{out_stream, recording_consumer, settle_for};
+
+/// A store whose commit reached the disk but was reported failed has an unknown outcome; the
+/// supervised producer restarts in the same process, finds the message in its journal and sends
+/// it, and that restart settles the store. The message was committed, so its caller hears
+/// "stored" and then "confirmed", and sends nothing twice. Settling it `DeliveryError::Storage`
+/// ("a message that was not stored is not sent") would make the caller send it again under a
+/// new id while the restart sends the stored one: the consumer would run it twice.
+#[actix::test]
+async fn a_store_reported_failed_but_committed_is_confirmed_after_the_restart() {
+    tokio::time::pause();
+    let memory = MemoryJournal::new();
+    let journal = CommitThenFail::new(memory.clone());
+    let (consumer, handled) = recording_consumer::<u32>();
+    let options = ProducerOptions::builder(consumer.consumer_ref())
+        .producer_id("uncertain-commit")
+        .resend_timeout(Duration::from_millis(100))
+        .build()
+        .unwrap();
+    let durable = DurableOptions::new(Arc::new(journal.clone()), out_stream());
+    let producer = ReliableDelivery::durable_producer(options, durable).unwrap();
+    producer.send(1).await.unwrap();
+    journal.armed.store(true, Ordering::SeqCst);
+    let outcome = producer.send(2).await;
+    if outcome.is_err() {
+        producer.send(2).await.unwrap(); // what an application told "not stored" does
+    }
+    assert_eq!(outcome, Ok(()), "the restart found it committed");
+    settle_for(2_000).await;
+    assert_eq!(handled.snapshot(), [1, 2]);
+    let stats = producer.stats().await.unwrap();
+    assert_eq!(
+        (stats.resumed, stats.resumed_confirmed),
+        (0, 0),
+        "its own caller heard of it, not the sink"
+    );
+}
 
 /// After a record commits, the shell caps `window_start` at "the lowest stored unsettled seq,
-/// else the next seq" — but its next seq already counts a store in flight. The core calls it
+/// else the next seq", but its next seq already counts a store in flight. The core calls it
 /// makes, replayed one by one: seq 2's record is lost in a crash after a retransmission told
-/// the consumer that everything below 3 is settled, and the consumer (which lived through the
-/// crash) refused the resend of seq 2 as stale, forever. The core now clamps
-/// `set_durably_settled_below` at its next seq.
+/// the consumer that everything below 3 is settled; had the cap passed the store in flight, the
+/// consumer (which lived through the crash) would refuse the resend of seq 2 as stale, forever.
+/// The core clamps `set_durably_settled_below` at its next seq, so the resend is re-ACKed.
 #[test]
 fn a_cap_set_while_a_store_is_in_flight_never_strands_a_resend() {
     let config = ProducerConfig {
@@ -89,12 +130,12 @@ fn a_cap_set_while_a_store_is_in_flight_never_strands_a_resend() {
     );
 }
 
-/// A settlement the core yields in a flush is held back after that flush started its
-/// writes, so its record starts at the next flush. After the last ACK of a burst nothing
-/// flushes again but the retransmission timer armed for that message (never disarmed): the
-/// confirmation fires, and `window_start` advances, a whole `resend_timeout` late (the
-/// simulator counts these records: "records started by a stale timer"). A flush that holds a
-/// settlement back should start its record too.
+/// A settlement the core yields in a flush that already started its writes is held back to the
+/// next flush. After the last ACK of a burst nothing flushes again but the retransmission timer
+/// armed for that message (never disarmed), so its confirmation, and `window_start`, would come
+/// a whole `resend_timeout` late (the simulator counts such records: "records started by a stale
+/// timer"). A flush that holds a settlement back starts its record too: the confirmation comes
+/// at once.
 #[actix::test]
 async fn the_last_confirmation_does_not_wait_for_the_resend_timeout() {
     tokio::time::pause();

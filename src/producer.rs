@@ -215,6 +215,7 @@ impl<T: Clone + Send + 'static> Actor for ProducerController<T> {
             Poll::Pending
         });
         self.open_log(ctx);
+        self.arm_stop_deadline(ctx); // restarted while stopping: the stop goes on
         self.flush(ctx);
     }
 
@@ -249,7 +250,9 @@ impl<T: Clone + Send + 'static> Supervised for ProducerController<T> {
         }
         self.stop_when_idle = false;
         self.core.restart(Incarnation::random());
-        self.inbox.reopen();
+        if !self.is_stopping() {
+            self.inbox.reopen();
+        }
     }
 }
 
@@ -270,7 +273,7 @@ impl<T: Clone + Send + 'static> Handler<Tell<T>> for ProducerController<T> {
     type Result = Result<(), TellError<T>>;
 
     fn handle(&mut self, Tell { body, confirm }: Tell<T>, _: &mut Context<Self>) -> Self::Result {
-        if self.stop.is_final() {
+        if self.stop.is_final() || self.is_stopping() {
             confirm.settle(Err(DeliveryError::ProducerStopped));
             return Err(TellError::Stopped(body));
         }
@@ -327,12 +330,11 @@ impl<T: Clone + Send + 'static> Handler<StopProducer> for ProducerController<T> 
     type Result = ();
 
     fn handle(&mut self, _: StopProducer, ctx: &mut Context<Self>) {
-        if !self.stop.make_final() {
-            return;
-        }
         match self.durable {
-            Some(_) => self.stop_durable(ctx), // graceful: the writes in flight finish
-            None => ctx.stop(),
+            // Graceful: the writes in flight finish first, then it stops for good.
+            Some(_) => self.stop_durable(ctx),
+            None if self.stop.make_final() => ctx.stop(),
+            None => {}
         }
     }
 }

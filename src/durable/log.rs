@@ -30,10 +30,13 @@ pub(crate) struct ProducerLog {
 #[derive(Debug)]
 pub(crate) enum LogCommand {
     /// Opens the stream as producer `producer_id` and takes it over (a new stream takes
-    /// `incarnation`).
+    /// `incarnation`). `reopening: (epoch, unsure)`: a producer restarted after a journal
+    /// failure, whose last opening was `epoch`, followed by `unsure` openings of unknown
+    /// outcome; refused if another producer's opening may have come after it.
     Open {
         producer_id: String,
         incarnation: Incarnation,
+        reopening: Option<(u64, u64)>,
     },
     /// Stores messages `first_seq..`, for the opening `epoch` (refused once another opening
     /// took the stream over).
@@ -115,7 +118,16 @@ impl EventSourced for ProducerLog {
             LogCommand::Open {
                 producer_id,
                 incarnation,
-            } => self.open(producer_id, *incarnation),
+                reopening,
+            } => {
+                if let Some((ours, unsure)) = *reopening {
+                    if self.epoch < ours || self.epoch - ours > unsure {
+                        let current = self.epoch;
+                        return Err(LogRefusal::TakenOver { ours, current });
+                    }
+                }
+                self.open(producer_id, *incarnation)
+            }
             LogCommand::Store {
                 epoch,
                 first_seq,
@@ -285,6 +297,7 @@ mod tests {
         let command = LogCommand::Open {
             producer_id: id.into(),
             incarnation: Incarnation::from_u128(incarnation),
+            reopening: None,
         };
         match replay(log, &command)? {
             LogReply::Opened { epoch, .. } => Ok(epoch),
@@ -310,6 +323,7 @@ mod tests {
         let reopened = LogCommand::Open {
             producer_id: "p".into(),
             incarnation: Incarnation::from_u128(2),
+            reopening: Some((1, 0)),
         };
         match replay(&mut log, &reopened).unwrap() {
             LogReply::Opened {
@@ -361,6 +375,19 @@ mod tests {
         assert!(error.contains("lost track of its seqs"), "{error}");
         let error = open(&mut log, "q", 1).unwrap_err();
         assert!(error.contains("belongs to producer `p`"), "{error}");
+        // The first opener, restarted after a journal failure, does not take it back.
+        let reopening = |unsure| LogCommand::Open {
+            producer_id: "p".into(),
+            incarnation: Incarnation::from_u128(1),
+            reopening: Some((first, unsure)),
+        };
+        let error = replay(&mut log, &reopening(0)).unwrap_err();
+        assert!(
+            error.contains("opened this stream after this one"),
+            "{error}"
+        );
+        // One opening of its own of unknown outcome: the next one may be its own.
+        assert!(replay(&mut log, &reopening(1)).is_ok());
     }
 
     #[test]

@@ -3,12 +3,13 @@
 
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use actix::prelude::*;
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 
+use crate::alarm::now;
 use crate::codec::{CodecError, MAX_ENCODED_BYTES};
 use crate::config::ProducerConfig;
 use crate::confirmation::Confirmation;
@@ -64,6 +65,9 @@ pub(crate) struct Durable<T> {
     log: Option<PersistentHandle<ProducerLog>>,
     /// This opening of the stream (it owns the stream until another opening takes it over).
     epoch: u64,
+    /// Openings since `epoch` that failed in a way that leaves open whether they committed:
+    /// the next opening cannot tell them from another producer's.
+    unsure_opens: u64,
     /// Journal failures since the stream was last opened.
     failures: u32,
     /// The seq the next stored message gets, once the log is open.
@@ -86,9 +90,10 @@ pub(crate) struct Durable<T> {
     /// Settlements not recorded (or of unknown record) when the log closed, kept across the
     /// restart that settles them.
     carried: Vec<Carried>,
-    /// `stop()` was called: no new store starts; the writes in flight finish, then the actor
-    /// stops.
-    stopping: bool,
+    /// `stop()` was called, with this deadline: no new store starts; the writes in flight
+    /// finish (a journal failure meanwhile restarts the producer under its `Supervisor`, which
+    /// settles them from the journal), then the actor stops for good.
+    stopping: Option<Instant>,
     /// Messages stored; resumed after a restart; confirmations of resumed ones.
     pub(crate) counts: (u64, u64, u64),
 }
@@ -102,6 +107,7 @@ impl<T: Serialize + DeserializeOwned> Durable<T> {
             decode: crate::codec::decode::<T>,
             log: None,
             epoch: 0,
+            unsure_opens: 0,
             failures: 0,
             next_seq: None,
             to_store: VecDeque::new(),
@@ -112,7 +118,7 @@ impl<T: Serialize + DeserializeOwned> Durable<T> {
             resumed: BTreeSet::new(),
             in_doubt: Vec::new(),
             carried: Vec::new(),
-            stopping: false,
+            stopping: None,
             counts: (0, 0, 0),
         }
     }
@@ -141,12 +147,12 @@ impl<T> Durable<T> {
     }
 
     /// Whether a journal write this producer started is unanswered: the stream's opening,
-    /// a store or a settlement record, or a settlement waits to be recorded.
+    /// a store or a settlement record, or a settlement waits to be recorded, or writes of an
+    /// earlier life wait for the next opening to settle them.
     fn is_writing(&self) -> bool {
-        (self.log.is_some() && self.next_seq.is_none())
-            || self.storing.is_some()
-            || self.recording.is_some()
-            || !self.to_record.is_empty()
+        let opening = self.next_seq.is_none()
+            && (self.log.is_some() || !self.in_doubt.is_empty() || !self.carried.is_empty());
+        opening || self.storing.is_some() || self.recording.is_some() || !self.to_record.is_empty()
     }
 
     /// Keeps back the settlements that must be recorded first (of stored messages, confirmed
@@ -270,9 +276,12 @@ impl<T: Clone + Send + 'static> ProducerController<T> {
             Err(error) => return self.fail_durable(error.to_string(), ctx),
         };
         let producer_id = self.core.id().to_string();
+        // A restart reopens as the opening it was: if another opened the stream since, it
+        // was taken over and stops for good (it does not take the stream back).
         let opened = log.ask(LogCommand::Open {
             producer_id,
             incarnation: Incarnation::random(),
+            reopening: (durable.epoch > 0).then_some((durable.epoch, durable.unsure_opens)),
         });
         durable.log = Some(log);
         ctx.spawn(opened.into_actor(self).map(|reply, act, ctx| match reply {
@@ -283,7 +292,12 @@ impl<T: Clone + Send + 'static> ProducerController<T> {
                 unsettled,
             }) => act.resume(epoch, incarnation, next_seq, unsettled, ctx),
             Ok(LogReply::Done) => unreachable!("Open replies Opened"),
-            Err(error) => act.fail_log(&error, ctx),
+            Err(error) => {
+                if let (CommandError::Journal(_), Some(durable)) = (&error, &mut act.durable) {
+                    durable.unsure_opens += 1; // perhaps it committed
+                }
+                act.fail_log(&error, ctx)
+            }
         }));
     }
 
@@ -304,6 +318,9 @@ impl<T: Clone + Send + 'static> ProducerController<T> {
             durable.in_doubt.drain(..).map(|d| (d.seq, d)).collect();
         let mut carried: BTreeMap<u64, Carried> =
             durable.carried.drain(..).map(|c| (c.seq, c)).collect();
+        // No other opening came between the last one of this producer and this one: what the
+        // stream holds settled was settled by this producer.
+        let alone = durable.unsure_opens == 0 && epoch == durable.epoch + 1;
         let mut resumed = Vec::with_capacity(unsettled.len());
         for (seq, bytes) in unsettled {
             // A settlement whose record did not commit: its message is sent again, and its
@@ -372,13 +389,37 @@ impl<T: Clone + Send + 'static> ProducerController<T> {
                 room -= 1;
             }
         }
+        // Not among the unsettled: not stored if its seq was never stored; otherwise another
+        // producer's opening of the stream stored a message there, this one or its own, and
+        // settled it.
         let not_stored = in_doubt.into_values().map(|doubt| {
-            let reason = format!("{}; it was not stored", doubt.reason);
-            (doubt.confirm, Err(DeliveryError::Storage(reason)))
+            let error = if doubt.seq >= next_seq {
+                DeliveryError::Storage(format!("{}; it was not stored", doubt.reason))
+            } else {
+                DeliveryError::InDoubt(format!(
+                    "{}; another producer opened the stream meanwhile and settled message {}, \
+                     this one or its own",
+                    doubt.reason, doubt.seq
+                ))
+            };
+            (doubt.confirm, Err(error))
         });
         self.settling.extend(not_stored);
-        // Settlements whose message the journal holds settled: their record committed.
-        let recorded = carried.into_values().map(|carried| carried.settlement);
+        // Settlements whose message the journal holds settled: their record committed, unless
+        // another producer opened the stream meanwhile and may have recorded (and reported) it.
+        let stream = &durable.options.stream;
+        let recorded = carried.into_values().map(|carried| {
+            let (confirm, result) = carried.settlement;
+            if alone {
+                return (confirm, result);
+            }
+            let reason = format!(
+                "stream `{stream}`: the consumer confirmed message {}, and another producer \
+                 opened the stream meanwhile: it may have recorded and reported it",
+                carried.seq
+            );
+            (confirm, Err(DeliveryError::InDoubt(reason)))
+        });
         self.settling.extend(recorded);
         durable.counts.1 += durable.resumed.len() as u64;
         if !resumed.is_empty() {
@@ -389,10 +430,11 @@ impl<T: Clone + Send + 'static> ProducerController<T> {
             );
         }
         durable.epoch = epoch;
+        durable.unsure_opens = 0;
         durable.failures = 0;
         durable.next_seq = Some(next_seq);
         // The log checked that its seqs ascend below its next seq.
-        let stopping = durable.stopping;
+        let stopping = durable.stopping.is_some();
         self.core = ProducerCore::resume(&durable.config, incarnation, next_seq, resumed);
         if stopping {
             // Opened only to settle what was in doubt: what it holds is sent by the next start.
@@ -409,8 +451,10 @@ impl<T: Clone + Send + 'static> ProducerController<T> {
         self.start_store(ctx);
         self.start_record(ctx);
         if let Some(durable) = &self.durable {
-            if durable.stopping && !durable.is_writing() {
-                ctx.stop(); // stopping, and every write is answered
+            if durable.stopping.is_some() && !durable.is_writing() {
+                // Every write is answered: stopped for good.
+                self.stop.make_final();
+                ctx.stop();
             }
         }
     }
@@ -422,7 +466,7 @@ impl<T: Clone + Send + 'static> ProducerController<T> {
         let (Some(first_seq), Some(log)) = (durable.next_seq, &durable.log) else {
             return; // not open yet
         };
-        if durable.storing.is_some() || durable.stopping || durable.to_store.is_empty() {
+        if durable.storing.is_some() || durable.stopping.is_some() || durable.to_store.is_empty() {
             return;
         }
         // One journal entry: as many waiting messages as fit.
@@ -493,7 +537,7 @@ impl<T: Clone + Send + 'static> ProducerController<T> {
             for (seq, (body, mut confirm)) in batch {
                 confirm.notify_stored(MessageId(seq));
                 durable.unsettled.insert(seq);
-                if durable.stopping {
+                if durable.stopping.is_some() {
                     // Stored, not sent: the next start of the stream sends it.
                     act.settling
                         .push((confirm, Err(DeliveryError::ProducerStopped)));
@@ -612,35 +656,62 @@ impl<T: Clone + Send + 'static> ProducerController<T> {
 
     /// `stop()` of a durable producer: what is not stored yet never will be (settled
     /// `ProducerStopped`), the settlements the consumer confirmed are recorded, and the store,
-    /// record or opening in flight is answered; then the actor stops, at the latest after
-    /// [`DurableOptions::stop_timeout`] (what is unanswered then is settled as in doubt).
+    /// record or opening in flight is answered; then the actor stops for good, at the latest
+    /// after [`DurableOptions::stop_timeout`] (what is unanswered then is settled as in doubt).
+    /// A journal failure meanwhile restarts it under its `Supervisor` (the open settles the
+    /// unanswered writes by what the journal holds), and the stop goes on.
     pub(crate) fn stop_durable(&mut self, ctx: &mut Context<Self>) {
         let Some(durable) = &mut self.durable else {
             return;
         };
-        durable.stopping = true;
-        let timeout = durable.options.stop_timeout;
-        let unstored = durable.drain_unstored(&DeliveryError::ProducerStopped);
-        self.settling.extend(unstored);
-        let waiting = self.inbox.close().into_iter();
-        let waiting = waiting.map(|(_, confirm)| (confirm, Err(DeliveryError::ProducerStopped)));
-        self.settling.extend(waiting);
+        if durable.stopping.is_some() {
+            return;
+        }
+        durable.stopping = Some(now() + durable.options.stop_timeout);
+        self.refuse_what_is_not_stored();
         // Confirmed in this mailbox drain: recorded before the stop.
         self.settle_polled();
         // Stored and unconfirmed: the next start of the stream sends them.
         self.core.stop();
         self.settle_polled();
-        ctx.run_later(timeout, move |act, ctx| {
+        self.arm_stop_deadline(ctx);
+        self.dirty = true;
+    }
+
+    /// Stopping: a restarted producer goes on stopping, with the same deadline.
+    pub(crate) fn is_stopping(&self) -> bool {
+        self.durable.as_ref().is_some_and(|d| d.stopping.is_some())
+    }
+
+    /// Settles what waits in the inbox or to be stored: it never will be.
+    fn refuse_what_is_not_stored(&mut self) {
+        let Some(durable) = &mut self.durable else {
+            return;
+        };
+        let unstored = durable.drain_unstored(&DeliveryError::ProducerStopped);
+        self.settling.extend(unstored);
+        let waiting = self.inbox.close().into_iter();
+        let waiting = waiting.map(|(_, confirm)| (confirm, Err(DeliveryError::ProducerStopped)));
+        self.settling.extend(waiting);
+    }
+
+    /// Stops for good at the stopping deadline, answered or not.
+    pub(crate) fn arm_stop_deadline(&mut self, ctx: &mut Context<Self>) {
+        let Some(deadline) = self.durable.as_ref().and_then(|d| d.stopping) else {
+            return;
+        };
+        let left = deadline.saturating_duration_since(now());
+        ctx.run_later(left, move |act, ctx| {
             if act.durable.as_ref().is_some_and(Durable::is_writing) {
                 log::warn!(
-                    "durable producer `{}`: its journal did not answer within the stop \
-                     timeout ({timeout:?}); what it did not answer is settled as in doubt",
+                    "durable producer `{}`: its journal did not answer before the stop timeout; \
+                     what it did not answer is settled as in doubt",
                     act.core.id()
                 );
             }
+            act.stop.make_final();
             ctx.stop();
         });
-        self.dirty = true;
     }
 
     /// Stops the log (restart or stop of the producer) and forgets what is in memory, except

@@ -17,6 +17,15 @@ pub enum JournalError {
         /// The limit, [`MAX_ID_BYTES`](crate::protocol::envelope::MAX_ID_BYTES).
         max: usize,
     },
+    /// A persistence id with a NUL character (`'\0'`), which not every journal can store
+    /// (PostgreSQL's `TEXT` cannot hold it), so no persistence id may have one.
+    #[error(
+        "invalid persistence id: a NUL character at byte {position}, which no journal can store"
+    )]
+    NulInPersistenceId {
+        /// The byte offset of the first NUL.
+        position: usize,
+    },
     /// An append at a seq that is not the stream's next one: another writer got there first
     /// (or this one lost track). Nothing of the append was written. Catch up by replaying
     /// from the seq after yours up to `highest_seq`.

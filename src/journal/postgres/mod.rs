@@ -21,8 +21,8 @@ pub use options::{PostgresOptions, PostgresStats};
 
 use crate::journal::write::{WriteOp, WriteRequest};
 use crate::journal::{
-    check_append, check_payload, Journal, JournalError, JournalFuture, PersistenceId, Snapshot,
-    StoredEvent, MAX_SEQ,
+    check_append, check_payload, check_payloads, Journal, JournalError, JournalFuture,
+    PersistenceId, Snapshot, StoredEvent, MAX_SEQ,
 };
 use options::Counters;
 
@@ -104,7 +104,7 @@ struct Shared {
 impl PostgresJournal {
     /// The largest event or snapshot payload the PostgreSQL journal stores: 512 MiB
     /// (PostgreSQL's own limit for a value is 1 GB).
-    pub const MAX_PAYLOAD_BYTES: usize = 512 << 20;
+    pub const MAX_PAYLOAD_BYTES: usize = crate::journal::MAX_PAYLOAD_BYTES;
 
     /// The SQL that creates the journal's tables (schema version 1), also in the crate's
     /// `src/journal/postgres/schema.sql`. Table names are unqualified: run it with the
@@ -274,14 +274,7 @@ impl Journal for PostgresJournal {
         let id = id.clone();
         Box::pin(async move {
             check_append(&id, first_seq, payloads.len())?;
-            for payload in &payloads {
-                check_payload(
-                    &id,
-                    payload.len(),
-                    PostgresJournal::MAX_PAYLOAD_BYTES,
-                    "PostgreSQL",
-                )?;
-            }
+            check_payloads(&id, &payloads, self.max_payload(), "PostgreSQL")?;
             if payloads.is_empty() {
                 return Ok(());
             }
@@ -348,7 +341,7 @@ impl Journal for PostgresJournal {
             check_payload(
                 &id,
                 snapshot.payload.len(),
-                PostgresJournal::MAX_PAYLOAD_BYTES,
+                self.max_payload(),
                 "PostgreSQL",
             )?;
             self.write(id, WriteOp::SaveSnapshot(snapshot)).await
@@ -358,6 +351,10 @@ impl Journal for PostgresJournal {
     fn load_snapshot(&self, id: &PersistenceId) -> JournalFuture<'_, Option<Snapshot>> {
         let id = id.clone();
         Box::pin(async move { self.shared.readers.load_snapshot(&id).await })
+    }
+
+    fn max_payload(&self) -> usize {
+        Self::MAX_PAYLOAD_BYTES
     }
 }
 

@@ -15,8 +15,8 @@ pub use options::{SqliteOptions, SqliteStats};
 
 use crate::journal::write::{WriteOp, WriteRequest};
 use crate::journal::{
-    check_append, check_payload, Journal, JournalError, JournalFuture, PersistenceId, Snapshot,
-    StoredEvent, MAX_SEQ,
+    check_append, check_payload, check_payloads, Journal, JournalError, JournalFuture,
+    PersistenceId, Snapshot, StoredEvent, MAX_SEQ,
 };
 use options::Counters;
 use reader::ReadRequest;
@@ -91,7 +91,7 @@ struct Shared {
 impl SqliteJournal {
     /// The largest event or snapshot payload the SQLite journal stores: 512 MiB (SQLite's
     /// own limit for a value is just under 1 GB).
-    pub const MAX_PAYLOAD_BYTES: usize = 512 << 20;
+    pub const MAX_PAYLOAD_BYTES: usize = crate::journal::MAX_PAYLOAD_BYTES;
 
     /// Opens (or creates) the journal at `path` with default [`SqliteOptions`].
     ///
@@ -253,14 +253,7 @@ impl Journal for SqliteJournal {
         let id = id.clone();
         Box::pin(async move {
             check_append(&id, first_seq, payloads.len())?;
-            for payload in &payloads {
-                check_payload(
-                    &id,
-                    payload.len(),
-                    SqliteJournal::MAX_PAYLOAD_BYTES,
-                    "SQLite",
-                )?;
-            }
+            check_payloads(&id, &payloads, self.max_payload(), "SQLite")?;
             if payloads.is_empty() {
                 return Ok(());
             }
@@ -316,12 +309,7 @@ impl Journal for SqliteJournal {
     fn save_snapshot(&self, id: &PersistenceId, snapshot: Snapshot) -> JournalFuture<'_, ()> {
         let id = id.clone();
         Box::pin(async move {
-            check_payload(
-                &id,
-                snapshot.payload.len(),
-                SqliteJournal::MAX_PAYLOAD_BYTES,
-                "SQLite",
-            )?;
+            check_payload(&id, snapshot.payload.len(), self.max_payload(), "SQLite")?;
             self.write(id, WriteOp::SaveSnapshot(snapshot)).await
         })
     }
@@ -332,6 +320,10 @@ impl Journal for SqliteJournal {
             self.read(|reply| ReadRequest::LoadSnapshot { id, reply })
                 .await
         })
+    }
+
+    fn max_payload(&self) -> usize {
+        Self::MAX_PAYLOAD_BYTES
     }
 }
 

@@ -58,7 +58,7 @@ pub use memory::{MemoryFaults, MemoryJournal, MemoryStats};
 #[cfg(feature = "postgres")]
 pub use postgres::{PostgresJournal, PostgresOptions, PostgresStats};
 pub use replay::replay_all;
-pub use sqlite::{SqliteJournal, SqliteOptions, SqliteStats};
+pub use sqlite::{SqliteDurability, SqliteJournal, SqliteOptions, SqliteStats};
 
 /// The largest seq a stream can reach: `2^53 - 1`, as for deliveries (the largest integer
 /// every JSON peer represents exactly, and a comfortable fit for SQL `BIGINT`).

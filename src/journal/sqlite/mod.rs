@@ -11,7 +11,7 @@ mod reader;
 mod schema;
 mod writer;
 
-pub use options::{SqliteOptions, SqliteStats};
+pub use options::{SqliteDurability, SqliteOptions, SqliteStats};
 
 use crate::journal::write::{WriteOp, WriteRequest};
 use crate::journal::{
@@ -84,6 +84,7 @@ struct Shared {
     queued_bytes: Arc<Semaphore>,
     max_queued_bytes: u32,
     counters: Arc<Counters>,
+    durability: SqliteDurability,
     /// Each resolves (with an error: its sender is dropped) when its thread has ended.
     threads: Mutex<Vec<oneshot::Receiver<()>>>,
 }
@@ -129,12 +130,15 @@ impl SqliteJournal {
             move || writer::run(&path, &options, write_queue, buffered, counters, opened)
         })?);
         // The writer creates the schema; readers open only after it is done.
-        if let Err(err) = writer_ready.await.unwrap_or(Err(JournalError::Closed)) {
-            for thread in threads {
-                let _ = thread.await; // the writer has let go of the file
+        let durability = match writer_ready.await.unwrap_or(Err(JournalError::Closed)) {
+            Ok(durability) => durability,
+            Err(err) => {
+                for thread in threads {
+                    let _ = thread.await; // the writer has let go of the file
+                }
+                return Err(err);
             }
-            return Err(err);
-        }
+        };
 
         let (reads, read_queue) = mpsc::channel(options.queue_capacity);
         let read_queue: reader::SharedQueue = Arc::new(Mutex::new(read_queue));
@@ -173,6 +177,7 @@ impl SqliteJournal {
                 queued_bytes: Arc::new(Semaphore::new(max_queued_bytes as usize)),
                 max_queued_bytes,
                 counters,
+                durability,
                 threads: Mutex::new(threads),
             }),
         })
@@ -181,6 +186,13 @@ impl SqliteJournal {
     /// The database file.
     pub fn path(&self) -> &Path {
         &self.shared.path
+    }
+
+    /// The write connection's durability settings (`synchronous`, `journal_mode`), as that
+    /// connection reported them when the journal was opened: FULL and WAL. For tests that
+    /// check no build of the journal commits less durably.
+    pub fn durability(&self) -> &SqliteDurability {
+        &self.shared.durability
     }
 
     /// The counters since the journal was opened (shared by all clones).

@@ -452,6 +452,110 @@ async fn sqlite_reopen_sees_everything_and_continues() {
     drop(db.dir);
 }
 
+/// A backup taken while 8 appenders keep appending holds every event acknowledged before
+/// it started (gapless, byte for byte, possibly more), opens as a journal of its own, and
+/// did not stop the writer: appends were acknowledged while the copy ran.
+#[tokio::test]
+async fn sqlite_backup_under_load_restores_every_event_acknowledged_before_it() {
+    const STREAMS: usize = 8;
+    let db = sqlite(SqliteOptions::default()).await;
+    let journal = &db.journal;
+    // 32 MiB to copy, so that the copy takes many steps and many commits' time.
+    let bulk = fresh_id("bulk");
+    let bulk_events: Vec<Vec<u8>> = (0..32u8).map(|i| vec![i; 1 << 20]).collect();
+    journal.append(&bulk, 1, bulk_events.clone()).await.unwrap();
+
+    let ids: Vec<_> = (0..STREAMS)
+        .map(|s| fresh_id(&format!("load{s}")))
+        .collect();
+    let acked: Vec<_> = (0..STREAMS)
+        .map(|_| std::sync::atomic::AtomicU64::new(0))
+        .collect();
+    let stop = std::sync::atomic::AtomicBool::new(false);
+    let relaxed = std::sync::atomic::Ordering::Relaxed;
+    let appenders = join_all(ids.iter().zip(&acked).map(|(id, acked)| async {
+        let mut seq = 1;
+        while !stop.load(relaxed) {
+            journal
+                .append(id, seq, vec![payload(id.as_str(), seq)])
+                .await
+                .unwrap();
+            acked.store(seq, relaxed);
+            seq += 1;
+        }
+    }));
+    let dest = db.dir.path().join("backup.db");
+    let backup = async {
+        wait_until("every appender has appended", || {
+            acked.iter().all(|a| a.load(relaxed) >= 10)
+        })
+        .await;
+        let before: Vec<u64> = acked.iter().map(|a| a.load(relaxed)).collect();
+        let appends_before = journal.stats().appends;
+        journal.backup(&dest).await.unwrap();
+        let during = journal.stats().appends - appends_before;
+        stop.store(true, relaxed);
+        (before, during)
+    };
+    let (_, (before, during)) = futures_util::future::join(appenders, backup).await;
+    assert!(
+        during > 0,
+        "no append was acknowledged while the backup ran: it proved nothing about load"
+    );
+
+    assert!(!db.dir.path().join("backup.db.partial").exists());
+    let restored = open(&dest).await.unwrap();
+    let bulk_restored = restored
+        .replay(&bulk, 1, u64::MAX, usize::MAX)
+        .await
+        .unwrap();
+    assert_eq!(
+        bulk_restored
+            .into_iter()
+            .map(|e| e.payload)
+            .collect::<Vec<_>>(),
+        bulk_events
+    );
+    let mut beyond = 0;
+    for (s, id) in ids.iter().enumerate() {
+        let highest = restored.highest_seq(id).await.unwrap();
+        assert!(
+            highest >= before[s],
+            "stream {s}: {} events acknowledged before the backup, {highest} in it",
+            before[s]
+        );
+        let events = restored.replay(id, 1, u64::MAX, usize::MAX).await.unwrap();
+        assert_eq!(
+            events.iter().map(|e| e.seq).collect::<Vec<_>>(),
+            (1..=highest).collect::<Vec<_>>(),
+            "stream {s}: gapless"
+        );
+        for event in &events {
+            assert_eq!(event.payload, payload(id.as_str(), event.seq));
+        }
+        beyond += highest - before[s];
+    }
+    // The restored journal is a journal: it takes appends where its streams end.
+    let next = restored.highest_seq(&ids[0]).await.unwrap() + 1;
+    restored.append(&ids[0], next, one(next)).await.unwrap();
+    println!(
+        "{during} appends acknowledged while the backup ran, {beyond} events in it beyond those acknowledged before it started"
+    );
+
+    // A backup never overwrites a file, nor leaves half a file behind.
+    let refused = journal.backup(&dest).await;
+    assert!(
+        matches!(&refused, Err(JournalError::InvalidArgument { reason, .. }) if reason.contains("exists")),
+        "{refused:?}"
+    );
+    let nowhere = db.dir.path().join("missing-dir").join("backup.db");
+    assert!(matches!(
+        journal.backup(&nowhere).await,
+        Err(JournalError::Storage { .. })
+    ));
+    restored.close().await;
+}
+
 #[tokio::test]
 async fn sqlite_close_commits_what_was_queued_even_if_its_callers_left() {
     let db = sqlite(SqliteOptions::default()).await;

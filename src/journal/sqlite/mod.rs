@@ -6,6 +6,7 @@ use std::thread;
 
 use tokio::sync::{mpsc, oneshot, Semaphore};
 
+mod backup;
 mod options;
 mod reader;
 mod schema;
@@ -85,6 +86,7 @@ struct Shared {
     max_queued_bytes: u32,
     counters: Arc<Counters>,
     durability: SqliteDurability,
+    busy_timeout: std::time::Duration,
     /// Each resolves (with an error: its sender is dropped) when its thread has ended.
     threads: Mutex<Vec<oneshot::Receiver<()>>>,
 }
@@ -178,6 +180,7 @@ impl SqliteJournal {
                 max_queued_bytes,
                 counters,
                 durability,
+                busy_timeout: options.busy_timeout,
                 threads: Mutex::new(threads),
             }),
         })
@@ -186,6 +189,38 @@ impl SqliteJournal {
     /// The database file.
     pub fn path(&self) -> &Path {
         &self.shared.path
+    }
+
+    /// Writes a consistent copy of the journal to the new file `path`, while the journal
+    /// goes on: everything committed before the call is in the copy (and possibly some of
+    /// what commits while it runs: the copy is the journal as of one commit). The copy is a
+    /// journal file of its own, which [`open`](Self::open) accepts; to restore, put it where
+    /// the journal was (with no `-wal` or `-shm` file of the old one beside it) and open it.
+    ///
+    /// This is the way to back up a live journal: a copy of its files is not one. The newest
+    /// commits are in the `-wal` file until a checkpoint moves them into the database file,
+    /// so a copy of the database file alone lacks acknowledged events, and a `-wal` copied
+    /// while a commit is being written is cut short, which SQLite takes as "the transactions
+    /// after the cut never happened", without an error. (Copying files is safe only with the
+    /// journal closed, and then the database file holds everything.)
+    ///
+    /// Runs SQLite's online backup API on a connection and thread of its own, a few pages
+    /// per step, all from one read transaction: in WAL mode that never blocks the writer, so
+    /// appends go on meanwhile (the `-wal` just grows until the copy is done).
+    ///
+    /// # Errors
+    /// [`JournalError::InvalidArgument`] if `path` exists; [`JournalError::Storage`] if the
+    /// copy cannot be written (missing directory, full disk) or the journal read. Nothing is
+    /// left at `path` then (the copy is written as `<path>.partial` and renamed when done).
+    pub async fn backup(&self, path: impl AsRef<Path>) -> Result<(), JournalError> {
+        let (source, dest) = (self.shared.path.clone(), path.as_ref().to_path_buf());
+        let busy_timeout = self.shared.busy_timeout;
+        let (done, result) = oneshot::channel();
+        // Ends by itself when the copy is done; its result comes through `done`.
+        drop(spawn("actix-delivery-journal-backup", move || {
+            let _ = done.send(backup::run(&source, &dest, busy_timeout));
+        })?);
+        result.await.unwrap_or(Err(JournalError::Closed))
     }
 
     /// The write connection's durability settings (`synchronous`, `journal_mode`), as that

@@ -426,6 +426,70 @@ async fn a_newer_or_foreign_schema_is_refused_and_left_untouched() {
     incomplete.drop().await;
 }
 
+/// Tables altered by hand are a `Schema` error with the details, not a transient `Storage`
+/// one: on connect (a column dropped or retyped), and while the journal runs (a column or a
+/// table dropped under it: SQLSTATE 42703 / 42P01 kept in the message).
+#[tokio::test]
+async fn tables_altered_by_hand_are_a_schema_error() {
+    for (alter, expected) in [
+        (
+            "ALTER TABLE event_journal DROP COLUMN written_at",
+            "event_journal` has no column `written_at`",
+        ),
+        (
+            "ALTER TABLE event_journal ALTER COLUMN seq_nr TYPE integer",
+            "column `seq_nr` of",
+        ),
+        (
+            "ALTER TABLE snapshot ALTER COLUMN payload TYPE text",
+            "is of type text, not bytea",
+        ),
+        (
+            "ALTER TABLE stream_metadata RENAME COLUMN highest_seq TO high",
+            "has no column `highest_seq`",
+        ),
+    ] {
+        let altered = Scratch::new(&format!("{} {alter};", PostgresJournal::SCHEMA_SQL)).await;
+        let found = schema_error(altered.open(PostgresOptions::default()).await);
+        assert!(found.contains(expected), "{alter}: {found}");
+        altered.drop().await;
+    }
+
+    let scratch = Scratch::new(PostgresJournal::SCHEMA_SQL).await;
+    let journal = scratch.open(PostgresOptions::default()).await.unwrap();
+    let id = fresh_id("altered");
+    journal.append(&id, 1, one(1)).await.unwrap();
+    let schema = &scratch.schema;
+    scratch
+        .admin
+        .batch_execute(&format!(
+            "ALTER TABLE {schema}.event_journal DROP COLUMN payload; DROP TABLE {schema}.snapshot"
+        ))
+        .await
+        .unwrap();
+    let schema_error_of = |result: Result<(), JournalError>, sqlstate: &str| match result {
+        Err(JournalError::Schema { found, .. }) => {
+            assert!(found.contains(sqlstate), "{found}")
+        }
+        other => panic!("expected a schema error with SQLSTATE {sqlstate}, got {other:?}"),
+    };
+    schema_error_of(journal.append(&id, 2, one(2)).await, "42703");
+    schema_error_of(journal.replay(&id, 1, 9, 9).await.map(drop), "42703");
+    schema_error_of(journal.load_snapshot(&id).await.map(drop), "42P01");
+    let snapshot = Snapshot {
+        seq: 1,
+        payload: vec![1],
+    };
+    schema_error_of(journal.save_snapshot(&id, snapshot).await, "42P01");
+    assert_eq!(
+        journal.highest_seq(&id).await,
+        Ok(1),
+        "the rest still works"
+    );
+    journal.close().await;
+    scratch.drop().await;
+}
+
 #[tokio::test]
 async fn tables_are_created_on_first_connect_or_by_hand_from_the_sql_file() {
     let empty = Scratch::new("").await;

@@ -72,8 +72,9 @@ pub enum JournalError {
         /// What is wrong with it.
         reason: String,
     },
-    /// The database was written by a newer version of this crate, or by something else: it
-    /// is left untouched.
+    /// The database was written by a newer version of this crate, or by something else, or
+    /// its tables were altered by hand (a column or table missing, a column of another type;
+    /// `found` keeps the server's message): it is left untouched, and retrying does not help.
     #[error(
         "journal schema mismatch: found {found}, expected {expected}; the database was not used"
     )]

@@ -744,9 +744,11 @@ fn is_connection_lost(err: &tokio_postgres::Error) -> bool {
 }
 
 /// A [`JournalError::Storage`] for a failed database operation: `what`, then
-/// [`describe`]`(err)`.
+/// [`describe`]`(err)`; or a [`JournalError::Schema`] if the error says the tables were
+/// altered (an undefined column or table, a wrong type).
 fn db_error(id: Option<&PersistenceId>, what: &str, err: &tokio_postgres::Error) -> JournalError {
-    JournalError::storage(id, format!("{what}: {}", describe(err)))
+    schema::altered(what, err)
+        .unwrap_or_else(|| JournalError::storage(id, format!("{what}: {}", describe(err))))
 }
 
 /// PostgreSQL's message with its SQLSTATE, or the client's error.

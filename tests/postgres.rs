@@ -490,6 +490,35 @@ async fn tables_altered_by_hand_are_a_schema_error() {
     scratch.drop().await;
 }
 
+/// An append too large for one protocol message (PostgreSQL accepts up to 1 GiB; here three
+/// events of 400 MiB, each within the payload limit) is refused as an invalid argument
+/// before anything is sent: definitely not stored, the connection kept, the journal usable.
+#[tokio::test]
+async fn an_append_larger_than_one_protocol_message_is_refused_before_sending() {
+    let journal = postgres_support::journal().await;
+    let id = fresh_id("huge");
+    // Zeroed memory the allocator maps lazily: nothing of the 1.2 GiB is written.
+    let events = (0..3).map(|_| vec![0u8; 400 << 20]).collect();
+    match journal.append(&id, 1, events).await {
+        Err(JournalError::InvalidArgument {
+            persistence_id: Some(stream),
+            reason,
+        }) => {
+            assert_eq!(stream, id);
+            assert!(reason.contains("in one"), "{reason}");
+        }
+        other => panic!("expected an invalid argument, got {other:?}"),
+    }
+    assert_eq!(journal.highest_seq(&id).await, Ok(0));
+    journal.append(&id, 1, one(1)).await.unwrap();
+    let stats = journal.stats();
+    assert_eq!(
+        stats.reconnects, 0,
+        "the connection was never lost: {stats:?}"
+    );
+    journal.close().await;
+}
+
 #[tokio::test]
 async fn tables_are_created_on_first_connect_or_by_hand_from_the_sql_file() {
     let empty = Scratch::new("").await;

@@ -278,14 +278,12 @@ impl Journal for PostgresJournal {
             if payloads.is_empty() {
                 return Ok(());
             }
-            self.write(
-                id,
-                WriteOp::Append {
-                    first_seq,
-                    payloads,
-                },
-            )
-            .await
+            let op = WriteOp::Append {
+                first_seq,
+                payloads,
+            };
+            check_message(&id, &op)?;
+            self.write(id, op).await
         })
     }
 
@@ -356,6 +354,24 @@ impl Journal for PostgresJournal {
     fn max_payload(&self) -> usize {
         Self::MAX_PAYLOAD_BYTES
     }
+}
+
+/// Refuses a write too large for one protocol message, before it is sent: the server would
+/// drop the connection, leaving its outcome unknown (though nothing would be stored).
+fn check_message(id: &PersistenceId, op: &WriteOp) -> Result<(), JournalError> {
+    let bytes = writer::message_bytes(id, op);
+    if writer::fits_one_message(bytes) {
+        return Ok(());
+    }
+    Err(JournalError::invalid(
+        id,
+        format!(
+            "an append of {} payload bytes needs a message of about {bytes} bytes, more than \
+             the {} PostgreSQL accepts in one (send it in smaller appends)",
+            op.bytes(),
+            writer::MAX_MESSAGE_BYTES
+        ),
+    ))
 }
 
 /// The SQL of the journal's statements, for one schema.

@@ -1,6 +1,8 @@
 //! What is specific to the PostgreSQL journal (feature `postgres`; the conformance suite runs
 //! in `tests/journal.rs`): group commit, a refused or failing write inside a group, reads
-//! beside a blocked writer, the schema check, lost connections. The server:
+//! beside a blocked writer, the schema check (tables altered by hand included), the message
+//! size bound, lost connections: sessions killed by the server, and connections cut by a
+//! proxy between a commit and its answer. The server:
 //! `ACTIX_DELIVERY_POSTGRES`, see `tests/postgres_support`.
 #![cfg(feature = "postgres")]
 
@@ -696,4 +698,64 @@ async fn appends_survive_killed_connections_and_none_is_reported_stored_wrongly(
         stats.reconnects,
         errors[0]
     );
+}
+
+/// Cuts the journal's connection five times right after the server committed a group and
+/// before the journal heard so (a TCP proxy drops the commit's answer), while 16 appenders
+/// run: each cut group is stored, and its appends must be reported as "may or may not be
+/// stored", never as not stored; nothing reported `Ok` is missing; the journal reconnects.
+#[tokio::test]
+async fn connections_cut_mid_commit_are_reported_as_unknown_outcomes() {
+    const CUTS: u64 = 5;
+    let proxy = postgres_support::proxy::CommitCutter::start().await;
+    let journal = PostgresJournal::connect_with(
+        &proxy.url(&unique("cut")),
+        options().reconnect_backoff(Duration::from_millis(10), Duration::from_millis(100)),
+    )
+    .await
+    .unwrap();
+    let streams: Vec<_> = (0..16).map(|s| fresh_id(&format!("cut{s}"))).collect();
+    let stop = AtomicBool::new(false);
+    proxy.arm(CUTS, 3);
+    let cutter = async {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while proxy.cuts() < CUTS && Instant::now() < deadline {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        // A few more commits after the last cut.
+        let seen = proxy.commits_seen();
+        while proxy.commits_seen() < seen + 3 && Instant::now() < deadline {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        stop.store(true, Ordering::Relaxed);
+    };
+    let (seen, ()) = futures_util::future::join(
+        postgres_support::run_appenders(&journal, &streams, &stop),
+        cutter,
+    )
+    .await;
+    assert_eq!(proxy.cuts(), CUTS, "the proxy cut fewer commits than asked");
+    let errors: Vec<&String> = seen.iter().flat_map(|s| &s.errors).collect();
+    let committed_unacknowledged =
+        postgres_support::check_appended(&journal, &streams, &seen).await;
+    assert!(
+        committed_unacknowledged >= CUTS as usize,
+        "{CUTS} committed groups were cut from their answers, yet only \
+         {committed_unacknowledged} failed batches are stored: the cuts missed the window"
+    );
+    for message in &errors {
+        assert!(message.contains("may or may not be stored"), "{message}");
+    }
+    let stats = journal.stats();
+    assert!(stats.reconnects >= CUTS, "{stats:?}");
+    println!(
+        "{} commits seen, {CUTS} cut after committing, {} appends failed ({committed_unacknowledged} \
+         of them stored), {} acknowledged, {} connections; the first error: {}",
+        proxy.commits_seen(),
+        errors.len(),
+        seen.iter().map(|s| s.acked.len()).sum::<usize>(),
+        proxy.connections(),
+        errors[0]
+    );
+    journal.close().await;
 }

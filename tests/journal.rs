@@ -17,6 +17,33 @@ use futures_util::future::join_all;
 use futures_util::FutureExt;
 use journal_conformance::{fresh_id, payload, Fixture};
 
+/// Opens the SQLite journal at `path`, and checks that it commits durably.
+async fn open(path: impl AsRef<Path>) -> Result<SqliteJournal, JournalError> {
+    open_with(path, SqliteOptions::default()).await
+}
+
+/// Opens the SQLite journal at `path` with `options`, and checks that it commits durably:
+/// every SQLite journal of this test binary is opened here.
+async fn open_with(
+    path: impl AsRef<Path>,
+    options: SqliteOptions,
+) -> Result<SqliteJournal, JournalError> {
+    let journal = SqliteJournal::open_with(path, options).await?;
+    assert_durable(&journal);
+    Ok(journal)
+}
+
+/// The journal's write connection has `synchronous` FULL and WAL: a commit is on disk when
+/// it returns.
+fn assert_durable(journal: &SqliteJournal) {
+    let durability = journal.durability();
+    assert_eq!(
+        durability.synchronous, 2,
+        "PRAGMA synchronous of the write connection: 2 (FULL) expected, {durability:?}"
+    );
+    assert_eq!(durability.journal_mode, "wal", "{durability:?}");
+}
+
 async fn memory_fixture() -> Fixture {
     Fixture {
         journal: Arc::new(MemoryJournal::new()),
@@ -26,9 +53,7 @@ async fn memory_fixture() -> Fixture {
 
 async fn sqlite_fixture() -> Fixture {
     let dir = tempfile::tempdir().unwrap();
-    let journal = SqliteJournal::open(dir.path().join("journal.db"))
-        .await
-        .unwrap();
+    let journal = open(dir.path().join("journal.db")).await.unwrap();
     Fixture {
         journal: Arc::new(journal),
         keep: Box::new(dir),
@@ -65,7 +90,7 @@ mod postgres {
 async fn sqlite_unbuffered_fixture() -> Fixture {
     let dir = tempfile::tempdir().unwrap();
     let options = SqliteOptions::default().buffer_events(1);
-    let journal = SqliteJournal::open_with(dir.path().join("journal.db"), options)
+    let journal = open_with(dir.path().join("journal.db"), options)
         .await
         .unwrap();
     Fixture {
@@ -133,7 +158,7 @@ struct Sqlite {
 
 async fn sqlite(options: SqliteOptions) -> Sqlite {
     let dir = tempfile::tempdir().unwrap();
-    let journal = SqliteJournal::open_with(dir.path().join("journal.db"), options)
+    let journal = open_with(dir.path().join("journal.db"), options)
         .await
         .unwrap();
     Sqlite { dir, journal }
@@ -364,6 +389,21 @@ async fn sqlite_reads_do_not_wait_behind_writes() {
     assert!(join_all(queued).await.iter().all(Result::is_ok));
 }
 
+/// The journal's own write connection commits with `synchronous` FULL in WAL mode (what
+/// [`assert_durable`] checks on every journal opened here), and the file itself is a WAL
+/// database, as any other connection to it sees.
+#[tokio::test]
+async fn sqlite_commits_with_synchronous_full_in_wal_mode() {
+    let db = sqlite(SqliteOptions::default()).await;
+    assert_eq!(db.journal.durability().synchronous, 2);
+    assert_eq!(db.journal.durability().journal_mode, "wal");
+    let other = rusqlite::Connection::open(db.journal.path()).unwrap();
+    let mode: String = other
+        .pragma_query_value(None, "journal_mode", |row| row.get(0))
+        .unwrap();
+    assert_eq!(mode, "wal");
+}
+
 #[tokio::test]
 async fn sqlite_reopen_sees_everything_and_continues() {
     let db = sqlite(SqliteOptions::default()).await;
@@ -389,7 +429,7 @@ async fn sqlite_reopen_sees_everything_and_continues() {
         .unwrap();
     db.journal.close().await;
 
-    let journal = SqliteJournal::open(&path).await.unwrap();
+    let journal = open(&path).await.unwrap();
     assert_eq!(journal.highest_seq(&a).await, Ok(3));
     assert_eq!(journal.highest_seq(&b).await, Ok(1), "kept after delete_to");
     assert_eq!(
@@ -412,6 +452,110 @@ async fn sqlite_reopen_sees_everything_and_continues() {
     drop(db.dir);
 }
 
+/// A backup taken while 8 appenders keep appending holds every event acknowledged before
+/// it started (gapless, byte for byte, possibly more), opens as a journal of its own, and
+/// did not stop the writer: appends were acknowledged while the copy ran.
+#[tokio::test]
+async fn sqlite_backup_under_load_restores_every_event_acknowledged_before_it() {
+    const STREAMS: usize = 8;
+    let db = sqlite(SqliteOptions::default()).await;
+    let journal = &db.journal;
+    // 32 MiB to copy, so that the copy takes many steps and many commits' time.
+    let bulk = fresh_id("bulk");
+    let bulk_events: Vec<Vec<u8>> = (0..32u8).map(|i| vec![i; 1 << 20]).collect();
+    journal.append(&bulk, 1, bulk_events.clone()).await.unwrap();
+
+    let ids: Vec<_> = (0..STREAMS)
+        .map(|s| fresh_id(&format!("load{s}")))
+        .collect();
+    let acked: Vec<_> = (0..STREAMS)
+        .map(|_| std::sync::atomic::AtomicU64::new(0))
+        .collect();
+    let stop = std::sync::atomic::AtomicBool::new(false);
+    let relaxed = std::sync::atomic::Ordering::Relaxed;
+    let appenders = join_all(ids.iter().zip(&acked).map(|(id, acked)| async {
+        let mut seq = 1;
+        while !stop.load(relaxed) {
+            journal
+                .append(id, seq, vec![payload(id.as_str(), seq)])
+                .await
+                .unwrap();
+            acked.store(seq, relaxed);
+            seq += 1;
+        }
+    }));
+    let dest = db.dir.path().join("backup.db");
+    let backup = async {
+        wait_until("every appender has appended", || {
+            acked.iter().all(|a| a.load(relaxed) >= 10)
+        })
+        .await;
+        let before: Vec<u64> = acked.iter().map(|a| a.load(relaxed)).collect();
+        let appends_before = journal.stats().appends;
+        journal.backup(&dest).await.unwrap();
+        let during = journal.stats().appends - appends_before;
+        stop.store(true, relaxed);
+        (before, during)
+    };
+    let (_, (before, during)) = futures_util::future::join(appenders, backup).await;
+    assert!(
+        during > 0,
+        "no append was acknowledged while the backup ran: it proved nothing about load"
+    );
+
+    assert!(!db.dir.path().join("backup.db.partial").exists());
+    let restored = open(&dest).await.unwrap();
+    let bulk_restored = restored
+        .replay(&bulk, 1, u64::MAX, usize::MAX)
+        .await
+        .unwrap();
+    assert_eq!(
+        bulk_restored
+            .into_iter()
+            .map(|e| e.payload)
+            .collect::<Vec<_>>(),
+        bulk_events
+    );
+    let mut beyond = 0;
+    for (s, id) in ids.iter().enumerate() {
+        let highest = restored.highest_seq(id).await.unwrap();
+        assert!(
+            highest >= before[s],
+            "stream {s}: {} events acknowledged before the backup, {highest} in it",
+            before[s]
+        );
+        let events = restored.replay(id, 1, u64::MAX, usize::MAX).await.unwrap();
+        assert_eq!(
+            events.iter().map(|e| e.seq).collect::<Vec<_>>(),
+            (1..=highest).collect::<Vec<_>>(),
+            "stream {s}: gapless"
+        );
+        for event in &events {
+            assert_eq!(event.payload, payload(id.as_str(), event.seq));
+        }
+        beyond += highest - before[s];
+    }
+    // The restored journal is a journal: it takes appends where its streams end.
+    let next = restored.highest_seq(&ids[0]).await.unwrap() + 1;
+    restored.append(&ids[0], next, one(next)).await.unwrap();
+    println!(
+        "{during} appends acknowledged while the backup ran, {beyond} events in it beyond those acknowledged before it started"
+    );
+
+    // A backup never overwrites a file, nor leaves half a file behind.
+    let refused = journal.backup(&dest).await;
+    assert!(
+        matches!(&refused, Err(JournalError::InvalidArgument { reason, .. }) if reason.contains("exists")),
+        "{refused:?}"
+    );
+    let nowhere = db.dir.path().join("missing-dir").join("backup.db");
+    assert!(matches!(
+        journal.backup(&nowhere).await,
+        Err(JournalError::Storage { .. })
+    ));
+    restored.close().await;
+}
+
 #[tokio::test]
 async fn sqlite_close_commits_what_was_queued_even_if_its_callers_left() {
     let db = sqlite(SqliteOptions::default()).await;
@@ -427,7 +571,7 @@ async fn sqlite_close_commits_what_was_queued_even_if_its_callers_left() {
         lock.release();
     }
     db.journal.close().await;
-    let journal = SqliteJournal::open(&path).await.unwrap();
+    let journal = open(&path).await.unwrap();
     for id in &ids {
         assert_eq!(journal.highest_seq(id).await, Ok(1));
     }
@@ -443,7 +587,7 @@ async fn open_prepared(setup: &str) -> (tempfile::TempDir, Result<SqliteJournal,
             .execute_batch(setup)
             .unwrap();
     }
-    let result = SqliteJournal::open(&path).await;
+    let result = open(&path).await;
     (dir, result)
 }
 
@@ -463,12 +607,12 @@ async fn sqlite_refuses_a_newer_or_foreign_schema_and_leaves_it_untouched() {
     // A journal written by a newer version.
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("journal.db");
-    SqliteJournal::open(&path).await.unwrap().close().await;
+    open(&path).await.unwrap().close().await;
     rusqlite::Connection::open(&path)
         .unwrap()
         .pragma_update(None, "user_version", 2)
         .unwrap();
-    let found = schema_error(SqliteJournal::open(&path).await);
+    let found = schema_error(open(&path).await);
     assert!(
         found.contains("schema version 2, written by a newer version"),
         "{found}"
@@ -504,7 +648,7 @@ async fn sqlite_refuses_a_newer_or_foreign_schema_and_leaves_it_untouched() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("journal.db");
     std::fs::write(&path, vec![b'x'; 4096]).unwrap();
-    assert!(schema_error(SqliteJournal::open(&path).await).contains("not an SQLite database"));
+    assert!(schema_error(open(&path).await).contains("not an SQLite database"));
 }
 
 /// `(persistence_id, seq_nr)` of every row of `table`, in that order.
@@ -567,7 +711,6 @@ async fn sqlite_schema_has_the_documented_shape() {
         .pragma_query_value(None, "journal_mode", |row| row.get(0))
         .unwrap();
     assert_eq!(mode, "wal");
-    drop(db.dir);
 }
 
 #[tokio::test]
@@ -703,7 +846,7 @@ async fn sqlite_large_appends_go_straight_to_event_journal() {
 async fn sqlite_a_file_is_open_in_one_journal_at_a_time() {
     let db = sqlite(SqliteOptions::default()).await;
     let waiting = SqliteOptions::default().busy_timeout(Duration::from_millis(50));
-    let second = SqliteJournal::open_with(db.journal.path(), waiting.clone()).await;
+    let second = open_with(db.journal.path(), waiting.clone()).await;
     assert!(
         matches!(&second, Err(JournalError::Storage { message, .. }) if message.contains("open elsewhere")),
         "{:?}",
@@ -711,14 +854,14 @@ async fn sqlite_a_file_is_open_in_one_journal_at_a_time() {
     );
     let path = db.journal.path().to_path_buf();
     db.journal.close().await;
-    SqliteJournal::open_with(&path, waiting.clone())
+    open_with(&path, waiting.clone())
         .await
         .unwrap()
         .close()
         .await;
     // Dropping the last handle instead of closing it: the reopen waits for the release.
-    drop(SqliteJournal::open(&path).await.unwrap());
-    SqliteJournal::open(&path).await.unwrap();
+    drop(open(&path).await.unwrap());
+    open(&path).await.unwrap();
     drop(db.dir);
 }
 
@@ -733,58 +876,44 @@ async fn sqlite_a_file_is_one_journal_whatever_its_name() {
     let path = dir.path().join("journal.db");
     let waiting = SqliteOptions::default().busy_timeout(Duration::from_millis(50));
     let open_elsewhere = |result: Result<SqliteJournal, JournalError>| matches!(&result, Err(JournalError::Storage { message, .. }) if message.contains("open elsewhere"));
-    let first = SqliteJournal::open(&path).await.unwrap();
+    let first = open(&path).await.unwrap();
     let alias = dir.path().join("alias.db");
     std::os::unix::fs::symlink(&path, &alias).unwrap();
-    assert!(open_elsewhere(
-        SqliteJournal::open_with(&alias, waiting.clone()).await
-    ));
+    assert!(open_elsewhere(open_with(&alias, waiting.clone()).await));
     std::fs::create_dir(dir.path().join("sub")).unwrap();
     let dotted = dir.path().join("sub").join("..").join("journal.db");
-    assert!(open_elsewhere(
-        SqliteJournal::open_with(&dotted, waiting.clone()).await
-    ));
+    assert!(open_elsewhere(open_with(&dotted, waiting.clone()).await));
     // Through a symlink to a file that does not exist yet: it is created, and locked as itself.
     let target = dir.path().join("later.db");
     let early = dir.path().join("early.db");
     std::os::unix::fs::symlink(&target, &early).unwrap();
-    let through_link = SqliteJournal::open_with(&early, waiting.clone())
-        .await
-        .unwrap();
-    assert!(open_elsewhere(
-        SqliteJournal::open_with(&target, waiting.clone()).await
-    ));
+    let through_link = open_with(&early, waiting.clone()).await.unwrap();
+    assert!(open_elsewhere(open_with(&target, waiting.clone()).await));
     through_link.close().await;
 
     let hard = dir.path().join("hard.db");
     std::fs::hard_link(&path, &hard).unwrap();
-    let refused = SqliteJournal::open_with(&hard, waiting.clone()).await;
+    let refused = open_with(&hard, waiting.clone()).await;
     assert!(
         matches!(&refused, Err(JournalError::Storage { message, .. }) if message.contains("2 hard links")),
         "{:?}",
         refused.err()
     );
     first.close().await;
-    let refused = SqliteJournal::open_with(&path, waiting.clone()).await;
+    let refused = open_with(&path, waiting.clone()).await;
     assert!(
         matches!(&refused, Err(JournalError::Storage { message, .. }) if message.contains("hard links")),
         "refused under its first name too: {:?}",
         refused.err()
     );
     std::fs::remove_file(&hard).unwrap();
-    SqliteJournal::open_with(&alias, waiting)
-        .await
-        .unwrap()
-        .close()
-        .await;
+    open_with(&alias, waiting).await.unwrap().close().await;
 }
 
 #[tokio::test]
 async fn sqlite_invalid_options_and_paths_are_refused() {
     let dir = tempfile::tempdir().unwrap();
-    let result =
-        SqliteJournal::open_with(dir.path().join("j.db"), SqliteOptions::default().readers(0))
-            .await;
+    let result = open_with(dir.path().join("j.db"), SqliteOptions::default().readers(0)).await;
     assert!(matches!(
         result,
         Err(JournalError::InvalidArgument {
@@ -792,7 +921,7 @@ async fn sqlite_invalid_options_and_paths_are_refused() {
             ..
         })
     ));
-    let result = SqliteJournal::open(dir.path().join("missing-dir").join("j.db")).await;
+    let result = open(dir.path().join("missing-dir").join("j.db")).await;
     assert!(
         matches!(&result, Err(JournalError::Storage { persistence_id: None, message }) if message.contains("missing-dir")),
         "{:?}",

@@ -1,6 +1,8 @@
 //! What is specific to the PostgreSQL journal (feature `postgres`; the conformance suite runs
 //! in `tests/journal.rs`): group commit, a refused or failing write inside a group, reads
-//! beside a blocked writer, the schema check, lost connections. The server:
+//! beside a blocked writer, the schema check (tables altered by hand included), the message
+//! size bound, lost connections: sessions killed by the server, and connections cut by a
+//! proxy between a commit and its answer. The server:
 //! `ACTIX_DELIVERY_POSTGRES`, see `tests/postgres_support`.
 #![cfg(feature = "postgres")]
 
@@ -426,6 +428,99 @@ async fn a_newer_or_foreign_schema_is_refused_and_left_untouched() {
     incomplete.drop().await;
 }
 
+/// Tables altered by hand are a `Schema` error with the details, not a transient `Storage`
+/// one: on connect (a column dropped or retyped), and while the journal runs (a column or a
+/// table dropped under it: SQLSTATE 42703 / 42P01 kept in the message).
+#[tokio::test]
+async fn tables_altered_by_hand_are_a_schema_error() {
+    for (alter, expected) in [
+        (
+            "ALTER TABLE event_journal DROP COLUMN written_at",
+            "event_journal` has no column `written_at`",
+        ),
+        (
+            "ALTER TABLE event_journal ALTER COLUMN seq_nr TYPE integer",
+            "column `seq_nr` of",
+        ),
+        (
+            "ALTER TABLE snapshot ALTER COLUMN payload TYPE text",
+            "is of type text, not bytea",
+        ),
+        (
+            "ALTER TABLE stream_metadata RENAME COLUMN highest_seq TO high",
+            "has no column `highest_seq`",
+        ),
+    ] {
+        let altered = Scratch::new(&format!("{} {alter};", PostgresJournal::SCHEMA_SQL)).await;
+        let found = schema_error(altered.open(PostgresOptions::default()).await);
+        assert!(found.contains(expected), "{alter}: {found}");
+        altered.drop().await;
+    }
+
+    let scratch = Scratch::new(PostgresJournal::SCHEMA_SQL).await;
+    let journal = scratch.open(PostgresOptions::default()).await.unwrap();
+    let id = fresh_id("altered");
+    journal.append(&id, 1, one(1)).await.unwrap();
+    let schema = &scratch.schema;
+    scratch
+        .admin
+        .batch_execute(&format!(
+            "ALTER TABLE {schema}.event_journal DROP COLUMN payload; DROP TABLE {schema}.snapshot"
+        ))
+        .await
+        .unwrap();
+    let schema_error_of = |result: Result<(), JournalError>, sqlstate: &str| match result {
+        Err(JournalError::Schema { found, .. }) => {
+            assert!(found.contains(sqlstate), "{found}")
+        }
+        other => panic!("expected a schema error with SQLSTATE {sqlstate}, got {other:?}"),
+    };
+    schema_error_of(journal.append(&id, 2, one(2)).await, "42703");
+    schema_error_of(journal.replay(&id, 1, 9, 9).await.map(drop), "42703");
+    schema_error_of(journal.load_snapshot(&id).await.map(drop), "42P01");
+    let snapshot = Snapshot {
+        seq: 1,
+        payload: vec![1],
+    };
+    schema_error_of(journal.save_snapshot(&id, snapshot).await, "42P01");
+    assert_eq!(
+        journal.highest_seq(&id).await,
+        Ok(1),
+        "the rest still works"
+    );
+    journal.close().await;
+    scratch.drop().await;
+}
+
+/// An append too large for one protocol message (PostgreSQL accepts up to 1 GiB; here three
+/// events of 400 MiB, each within the payload limit) is refused as an invalid argument
+/// before anything is sent: definitely not stored, the connection kept, the journal usable.
+#[tokio::test]
+async fn an_append_larger_than_one_protocol_message_is_refused_before_sending() {
+    let journal = postgres_support::journal().await;
+    let id = fresh_id("huge");
+    // Zeroed memory the allocator maps lazily: nothing of the 1.2 GiB is written.
+    let events = (0..3).map(|_| vec![0u8; 400 << 20]).collect();
+    match journal.append(&id, 1, events).await {
+        Err(JournalError::InvalidArgument {
+            persistence_id: Some(stream),
+            reason,
+        }) => {
+            assert_eq!(stream, id);
+            assert!(reason.contains("in one"), "{reason}");
+        }
+        other => panic!("expected an invalid argument, got {other:?}"),
+    }
+    assert_eq!(journal.highest_seq(&id).await, Ok(0));
+    journal.append(&id, 1, one(1)).await.unwrap();
+    let stats = journal.stats();
+    assert_eq!(
+        stats.reconnects, 0,
+        "the connection was never lost: {stats:?}"
+    );
+    journal.close().await;
+}
+
 #[tokio::test]
 async fn tables_are_created_on_first_connect_or_by_hand_from_the_sql_file() {
     let empty = Scratch::new("").await;
@@ -603,4 +698,64 @@ async fn appends_survive_killed_connections_and_none_is_reported_stored_wrongly(
         stats.reconnects,
         errors[0]
     );
+}
+
+/// Cuts the journal's connection five times right after the server committed a group and
+/// before the journal heard so (a TCP proxy drops the commit's answer), while 16 appenders
+/// run: each cut group is stored, and its appends must be reported as "may or may not be
+/// stored", never as not stored; nothing reported `Ok` is missing; the journal reconnects.
+#[tokio::test]
+async fn connections_cut_mid_commit_are_reported_as_unknown_outcomes() {
+    const CUTS: u64 = 5;
+    let proxy = postgres_support::proxy::CommitCutter::start().await;
+    let journal = PostgresJournal::connect_with(
+        &proxy.url(&unique("cut")),
+        options().reconnect_backoff(Duration::from_millis(10), Duration::from_millis(100)),
+    )
+    .await
+    .unwrap();
+    let streams: Vec<_> = (0..16).map(|s| fresh_id(&format!("cut{s}"))).collect();
+    let stop = AtomicBool::new(false);
+    proxy.arm(CUTS, 3);
+    let cutter = async {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while proxy.cuts() < CUTS && Instant::now() < deadline {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        // A few more commits after the last cut.
+        let seen = proxy.commits_seen();
+        while proxy.commits_seen() < seen + 3 && Instant::now() < deadline {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        stop.store(true, Ordering::Relaxed);
+    };
+    let (seen, ()) = futures_util::future::join(
+        postgres_support::run_appenders(&journal, &streams, &stop),
+        cutter,
+    )
+    .await;
+    assert_eq!(proxy.cuts(), CUTS, "the proxy cut fewer commits than asked");
+    let errors: Vec<&String> = seen.iter().flat_map(|s| &s.errors).collect();
+    let committed_unacknowledged =
+        postgres_support::check_appended(&journal, &streams, &seen).await;
+    assert!(
+        committed_unacknowledged >= CUTS as usize,
+        "{CUTS} committed groups were cut from their answers, yet only \
+         {committed_unacknowledged} failed batches are stored: the cuts missed the window"
+    );
+    for message in &errors {
+        assert!(message.contains("may or may not be stored"), "{message}");
+    }
+    let stats = journal.stats();
+    assert!(stats.reconnects >= CUTS, "{stats:?}");
+    println!(
+        "{} commits seen, {CUTS} cut after committing, {} appends failed ({committed_unacknowledged} \
+         of them stored), {} acknowledged, {} connections; the first error: {}",
+        proxy.commits_seen(),
+        errors.len(),
+        seen.iter().map(|s| s.acked.len()).sum::<usize>(),
+        proxy.connections(),
+        errors[0]
+    );
+    journal.close().await;
 }

@@ -17,6 +17,15 @@ pub enum JournalError {
         /// The limit, [`MAX_ID_BYTES`](crate::protocol::envelope::MAX_ID_BYTES).
         max: usize,
     },
+    /// A persistence id with a NUL character (`'\0'`), which not every journal can store
+    /// (PostgreSQL's `TEXT` cannot hold it), so no persistence id may have one.
+    #[error(
+        "invalid persistence id: a NUL character at byte {position}, which no journal can store"
+    )]
+    NulInPersistenceId {
+        /// The byte offset of the first NUL.
+        position: usize,
+    },
     /// An append at a seq that is not the stream's next one: another writer got there first
     /// (or this one lost track). Nothing of the append was written. Catch up by replaying
     /// from the seq after yours up to `highest_seq`.
@@ -63,8 +72,9 @@ pub enum JournalError {
         /// What is wrong with it.
         reason: String,
     },
-    /// The database was written by a newer version of this crate, or by something else: it
-    /// is left untouched.
+    /// The database was written by a newer version of this crate, or by something else, or
+    /// its tables were altered by hand (a column or table missing, a column of another type;
+    /// `found` keeps the server's message): it is left untouched, and retrying does not help.
     #[error(
         "journal schema mismatch: found {found}, expected {expected}; the database was not used"
     )]

@@ -9,9 +9,10 @@ use serde::{Deserialize, Deserializer, Serialize, Serializer};
 use crate::journal::JournalError;
 use crate::protocol::envelope::MAX_ID_BYTES;
 
-/// The name of one stream of events in a [`Journal`](crate::journal::Journal): non-empty and
-/// at most [`MAX_ID_BYTES`] (256) bytes of UTF-8, checked whenever one is made, deserialized
-/// included.
+/// The name of one stream of events in a [`Journal`](crate::journal::Journal): non-empty,
+/// at most [`MAX_ID_BYTES`] (256) bytes of UTF-8 and without NUL characters (which
+/// PostgreSQL cannot store: one rule for every journal, so a stream can move between them),
+/// checked whenever one is made, deserialized included.
 ///
 /// Cheap to clone (a shared string). Typically an entity's type and key, e.g. `"order-4711"`.
 #[derive(Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -23,7 +24,7 @@ impl PersistenceId {
     /// # Errors
     /// [`JournalError::InvalidPersistenceId`] if `id` is empty or longer than
     /// [`MAX_ID_BYTES`] bytes (bytes, not characters: a multibyte character counts for each
-    /// of its bytes).
+    /// of its bytes); [`JournalError::NulInPersistenceId`] if it holds a `'\0'`.
     pub fn new(id: impl Into<String>) -> Result<Self, JournalError> {
         let id = id.into();
         check(&id)?;
@@ -42,6 +43,9 @@ fn check(id: &str) -> Result<(), JournalError> {
             len: id.len(),
             max: MAX_ID_BYTES,
         });
+    }
+    if let Some(position) = id.bytes().position(|byte| byte == 0) {
+        return Err(JournalError::NulInPersistenceId { position });
     }
     Ok(())
 }
@@ -126,6 +130,25 @@ mod tests {
             JournalError::InvalidPersistenceId { len: 258, max: 256 }
         );
         assert!(PersistenceId::try_from("€".repeat(85).as_str()).is_ok());
+    }
+
+    #[test]
+    fn nul_characters_are_refused_every_other_character_is_kept() {
+        assert_eq!(
+            PersistenceId::new("a\0b").unwrap_err(),
+            JournalError::NulInPersistenceId { position: 1 }
+        );
+        assert_eq!(
+            PersistenceId::try_from("\0").unwrap_err(),
+            JournalError::NulInPersistenceId { position: 0 }
+        );
+        let nul = crate::codec::encode("order\0").unwrap();
+        assert!(crate::codec::decode::<PersistenceId>(&nul).is_err());
+        let controls: String = (1u8..0x20).map(char::from).chain(['\u{7f}', '€']).collect();
+        assert_eq!(
+            PersistenceId::new(controls.clone()).unwrap().as_str(),
+            controls
+        );
     }
 
     #[test]

@@ -6,12 +6,13 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use tokio::sync::oneshot;
 
 use crate::journal::{
-    check_append, check_fence, check_snapshot, Journal, JournalError, JournalFuture, PersistenceId,
-    Snapshot, StoredEvent,
+    check_append, check_fence, check_payload, check_payloads, check_snapshot, Journal,
+    JournalError, JournalFuture, PersistenceId, Snapshot, StoredEvent,
 };
 
 /// A [`Journal`] in memory, with the same semantics as the durable ones ("committed" means
-/// stored in this process). Clones share the store.
+/// stored in this process), their payload limit ([`MAX_PAYLOAD_BYTES`](crate::journal::MAX_PAYLOAD_BYTES)) included. Clones
+/// share the store.
 ///
 /// [`MemoryJournal::faults`] injects failures: fail the Nth append, hold commits until
 /// released, crash. [`MemoryJournal::stats`] counts appends and commits, so a test can see
@@ -176,6 +177,7 @@ impl Journal for MemoryJournal {
         let id = id.clone();
         Box::pin(async move {
             check_append(&id, first_seq, payloads.len())?;
+            check_payloads(&id, &payloads, self.max_payload(), "memory")?;
             if payloads.is_empty() {
                 return Ok(());
             }
@@ -261,6 +263,7 @@ impl Journal for MemoryJournal {
     fn save_snapshot(&self, id: &PersistenceId, snapshot: Snapshot) -> JournalFuture<'_, ()> {
         let id = id.clone();
         Box::pin(async move {
+            check_payload(&id, snapshot.payload.len(), self.max_payload(), "memory")?;
             let mut state = lock(&self.shared);
             check_snapshot(&id, snapshot.seq, state.highest(&id))?;
             let stream = state.streams.entry(id).or_default();

@@ -58,11 +58,16 @@ pub use memory::{MemoryFaults, MemoryJournal, MemoryStats};
 #[cfg(feature = "postgres")]
 pub use postgres::{PostgresJournal, PostgresOptions, PostgresStats};
 pub use replay::replay_all;
-pub use sqlite::{SqliteJournal, SqliteOptions, SqliteStats};
+pub use sqlite::{SqliteDurability, SqliteJournal, SqliteOptions, SqliteStats};
 
 /// The largest seq a stream can reach: `2^53 - 1`, as for deliveries (the largest integer
 /// every JSON peer represents exactly, and a comfortable fit for SQL `BIGINT`).
 pub const MAX_SEQ: u64 = crate::protocol::envelope::MAX_SEQ;
+
+/// The largest event or snapshot payload the crate's journals store: 512 MiB (SQLite's and
+/// PostgreSQL's own limits for one value are about 1 GB). What [`Journal::max_payload`]
+/// returns unless a journal says otherwise.
+pub const MAX_PAYLOAD_BYTES: usize = 512 << 20;
 
 /// One stored event of a stream.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -147,6 +152,15 @@ pub trait Journal: Send + Sync + 'static {
     /// # Errors
     /// [`JournalError::Corrupt`], [`JournalError::Storage`] or [`JournalError::Closed`].
     fn load_snapshot(&self, id: &PersistenceId) -> JournalFuture<'_, Option<Snapshot>>;
+
+    /// The largest event or snapshot payload this journal stores, in bytes: an
+    /// [`append`](Journal::append) with a larger event, or a larger snapshot, is refused with
+    /// [`JournalError::InvalidArgument`] and writes nothing. The crate's journals all take
+    /// [`MAX_PAYLOAD_BYTES`] (the default); a journal that wraps another should return the
+    /// inner one's.
+    fn max_payload(&self) -> usize {
+        MAX_PAYLOAD_BYTES
+    }
 }
 
 /// Checks the arguments of an append of `count` events at `first_seq`.
@@ -169,6 +183,19 @@ pub(crate) fn check_append(
         None if count > 0 => Err(JournalError::invalid(id, "seq overflow")),
         _ => Ok(()),
     }
+}
+
+/// Checks that every payload of an append fits the journal's limit of `max` bytes
+/// (`journal` names it in the error).
+pub(crate) fn check_payloads(
+    id: &PersistenceId,
+    payloads: &[Vec<u8>],
+    max: usize,
+    journal: &str,
+) -> Result<(), JournalError> {
+    payloads
+        .iter()
+        .try_for_each(|payload| check_payload(id, payload.len(), max, journal))
 }
 
 /// Checks that a payload of `len` bytes fits the journal's limit of `max` bytes (`journal`

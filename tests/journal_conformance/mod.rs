@@ -47,6 +47,8 @@ macro_rules! journal_conformance {
             delete_to_keeps_the_highest_seq,
             snapshots,
             persistence_id_limits,
+            every_character_but_nul_is_a_valid_id,
+            payloads_over_the_limit_are_refused,
             concurrent_appends_to_many_streams,
         );
     };
@@ -367,6 +369,9 @@ impl Journal for CountingPages {
     fn load_snapshot(&self, id: &PersistenceId) -> JournalFuture<'_, Option<Snapshot>> {
         self.inner.load_snapshot(id)
     }
+    fn max_payload(&self) -> usize {
+        self.inner.max_payload()
+    }
 }
 
 /// `replay_all` walks a range in pages of the given size and stops where asked.
@@ -541,6 +546,87 @@ pub async fn persistence_id_limits(journal: Arc<dyn Journal>) {
         let sibling = PersistenceId::new(sibling).unwrap();
         assert_eq!(journal.highest_seq(&sibling).await, Ok(0));
     }
+}
+
+/// An id may hold any character but NUL (which PostgreSQL's `TEXT` cannot store, so it is
+/// refused for every journal alike): control characters, quotes, backslashes, SQL wildcards
+/// and multibyte characters are each a stream of their own, stored and found again.
+pub async fn every_character_but_nul_is_a_valid_id(journal: Arc<dyn Journal>) {
+    assert_eq!(
+        PersistenceId::new("a\0b"),
+        Err(JournalError::NulInPersistenceId { position: 1 })
+    );
+    let prefix = fresh_id("chars").to_string();
+    let odd: String = (1u8..0x20)
+        .map(char::from)
+        .chain("\u{7f}'\"\\%_*?;é€😀\u{fffd}".chars())
+        .collect();
+    let ids: Vec<_> = [
+        format!("{prefix}{odd}"),
+        format!("{prefix}%"),
+        format!("{prefix}_"),
+    ]
+    .into_iter()
+    .map(|name| PersistenceId::new(name).unwrap())
+    .collect();
+    for (n, id) in ids.iter().enumerate() {
+        let n = n as u64 + 1;
+        journal.append(id, 1, payloads("w", 1..=n)).await.unwrap();
+        journal
+            .save_snapshot(
+                id,
+                Snapshot {
+                    seq: n,
+                    payload: vec![n as u8],
+                },
+            )
+            .await
+            .unwrap();
+    }
+    for (n, id) in ids.iter().enumerate() {
+        let n = n as u64 + 1;
+        assert_eq!(journal.highest_seq(id).await, Ok(n), "{id:?}");
+        assert_eq!(all(&*journal, id).await, events("w", 1..=n), "{id:?}");
+        assert_eq!(
+            journal.load_snapshot(id).await,
+            Ok(Some(Snapshot {
+                seq: n,
+                payload: vec![n as u8]
+            }))
+        );
+    }
+}
+
+/// An event or a snapshot larger than [`Journal::max_payload`] is refused as an invalid
+/// argument and nothing of its append is written; the limit is the crate's for every journal.
+pub async fn payloads_over_the_limit_are_refused(journal: Arc<dyn Journal>) {
+    let max = journal.max_payload();
+    assert_eq!(max, actix_delivery::journal::MAX_PAYLOAD_BYTES);
+    let id = fresh_id("too-large");
+    let invalid = |result: Result<(), JournalError>, what: &str| {
+        assert!(
+            matches!(&result, Err(JournalError::InvalidArgument { persistence_id: Some(p), reason })
+                if *p == id && reason.contains(&format!("limit of {max} bytes"))),
+            "{what}: {result:?}"
+        );
+    };
+    // Zeroed memory the allocator maps lazily: nothing of the 512 MiB is written.
+    let result = journal
+        .append(&id, 1, vec![vec![1], vec![0; max + 1]])
+        .await;
+    invalid(result, "an append with one event over the limit");
+    assert_eq!(journal.highest_seq(&id).await, Ok(0), "nothing written");
+    journal.append(&id, 1, payloads("w", 1..=1)).await.unwrap();
+    let snapshot = Snapshot {
+        seq: 1,
+        payload: vec![0; max + 1],
+    };
+    invalid(
+        journal.save_snapshot(&id, snapshot).await,
+        "a snapshot over the limit",
+    );
+    assert_eq!(journal.load_snapshot(&id).await, Ok(None));
+    assert_eq!(all(&*journal, &id).await, events("w", 1..=1));
 }
 
 /// 64 streams appended to concurrently, 20 appends each: all present, each gapless.

@@ -7,6 +7,8 @@
 //! loopback interface or a Unix socket.
 #![allow(dead_code)] // each test binary uses a different subset
 
+pub mod proxy;
+
 use std::net::IpAddr;
 use std::str::FromStr;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -118,13 +120,21 @@ pub async fn terminate(admin: &Client, name: &str) -> i64 {
     row.get(0)
 }
 
-/// What one of [`run_appenders`]'s appenders saw: the batches acknowledged and the batches
-/// whose append failed (outcome unknown), as `(first, last)`.
+/// What one of [`run_appenders`]'s appenders saw, as `(first, last)`: the batches
+/// acknowledged, the batches whose append failed, and of those the ones the journal said
+/// were definitely not stored (see [`says_not_stored`]).
 #[derive(Debug, Default)]
 pub struct Appended {
     pub acked: Vec<(u64, u64)>,
     pub failed: Vec<(u64, u64)>,
+    pub not_stored: Vec<(u64, u64)>,
     pub errors: Vec<String>,
+}
+
+/// Whether a storage error's message says its write was definitely not stored (rather than
+/// "may or may not be stored", an unknown outcome).
+pub fn says_not_stored(message: &str) -> bool {
+    message.contains("not stored") && !message.contains("may or may not be stored")
 }
 
 /// The payload of event `seq` of stream `s`, appended in the batch `first..=last`.
@@ -161,6 +171,9 @@ pub async fn run_appenders(
                 }
                 Err(JournalError::Storage { message, .. }) => {
                     seen.failed.push((first, last));
+                    if says_not_stored(&message) {
+                        seen.not_stored.push((first, last));
+                    }
                     seen.errors.push(message);
                     next = loop {
                         match journal.highest_seq(id).await {
@@ -186,7 +199,7 @@ fn batch_of(payload: &[u8]) -> Option<(u64, u64)> {
 
 /// Checks what [`run_appenders`] left: each stream gapless from 1, every acknowledged batch
 /// stored byte for byte, every stored event from a batch that was appended (acknowledged or
-/// failed), every stored batch whole. Returns how many failed batches turned out to be
+/// failed), every stored batch whole, none said to be not stored. Returns how many failed batches turned out to be
 /// stored (committed, but the answer was lost).
 pub async fn check_appended(
     journal: &impl Journal,
@@ -227,6 +240,11 @@ pub async fn check_appended(
                     "stream {s}: batch {first}..={last} stored in part"
                 );
             }
+            assert!(
+                !seen.not_stored.contains(&(first, last)),
+                "stream {s}: batch {first}..={last} is stored, but its append was reported \
+                 definitely not stored"
+            );
             if !seen.acked.contains(&(first, last)) {
                 committed_unacknowledged += 1;
             }

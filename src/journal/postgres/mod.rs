@@ -21,8 +21,8 @@ pub use options::{PostgresOptions, PostgresStats};
 
 use crate::journal::write::{WriteOp, WriteRequest};
 use crate::journal::{
-    check_append, check_payload, Journal, JournalError, JournalFuture, PersistenceId, Snapshot,
-    StoredEvent, MAX_SEQ,
+    check_append, check_payload, check_payloads, Journal, JournalError, JournalFuture,
+    PersistenceId, Snapshot, StoredEvent, MAX_SEQ,
 };
 use options::Counters;
 
@@ -104,7 +104,7 @@ struct Shared {
 impl PostgresJournal {
     /// The largest event or snapshot payload the PostgreSQL journal stores: 512 MiB
     /// (PostgreSQL's own limit for a value is 1 GB).
-    pub const MAX_PAYLOAD_BYTES: usize = 512 << 20;
+    pub const MAX_PAYLOAD_BYTES: usize = crate::journal::MAX_PAYLOAD_BYTES;
 
     /// The SQL that creates the journal's tables (schema version 1), also in the crate's
     /// `src/journal/postgres/schema.sql`. Table names are unqualified: run it with the
@@ -274,25 +274,16 @@ impl Journal for PostgresJournal {
         let id = id.clone();
         Box::pin(async move {
             check_append(&id, first_seq, payloads.len())?;
-            for payload in &payloads {
-                check_payload(
-                    &id,
-                    payload.len(),
-                    PostgresJournal::MAX_PAYLOAD_BYTES,
-                    "PostgreSQL",
-                )?;
-            }
+            check_payloads(&id, &payloads, self.max_payload(), "PostgreSQL")?;
             if payloads.is_empty() {
                 return Ok(());
             }
-            self.write(
-                id,
-                WriteOp::Append {
-                    first_seq,
-                    payloads,
-                },
-            )
-            .await
+            let op = WriteOp::Append {
+                first_seq,
+                payloads,
+            };
+            check_message(&id, &op)?;
+            self.write(id, op).await
         })
     }
 
@@ -348,7 +339,7 @@ impl Journal for PostgresJournal {
             check_payload(
                 &id,
                 snapshot.payload.len(),
-                PostgresJournal::MAX_PAYLOAD_BYTES,
+                self.max_payload(),
                 "PostgreSQL",
             )?;
             self.write(id, WriteOp::SaveSnapshot(snapshot)).await
@@ -359,6 +350,28 @@ impl Journal for PostgresJournal {
         let id = id.clone();
         Box::pin(async move { self.shared.readers.load_snapshot(&id).await })
     }
+
+    fn max_payload(&self) -> usize {
+        Self::MAX_PAYLOAD_BYTES
+    }
+}
+
+/// Refuses a write too large for one protocol message, before it is sent: the server would
+/// drop the connection, leaving its outcome unknown (though nothing would be stored).
+fn check_message(id: &PersistenceId, op: &WriteOp) -> Result<(), JournalError> {
+    let bytes = writer::message_bytes(id, op);
+    if writer::fits_one_message(bytes) {
+        return Ok(());
+    }
+    Err(JournalError::invalid(
+        id,
+        format!(
+            "an append of {} payload bytes needs a message of about {bytes} bytes, more than \
+             the {} PostgreSQL accepts in one (send it in smaller appends)",
+            op.bytes(),
+            writer::MAX_MESSAGE_BYTES
+        ),
+    ))
 }
 
 /// The SQL of the journal's statements, for one schema.
@@ -747,9 +760,11 @@ fn is_connection_lost(err: &tokio_postgres::Error) -> bool {
 }
 
 /// A [`JournalError::Storage`] for a failed database operation: `what`, then
-/// [`describe`]`(err)`.
+/// [`describe`]`(err)`; or a [`JournalError::Schema`] if the error says the tables were
+/// altered (an undefined column or table, a wrong type).
 fn db_error(id: Option<&PersistenceId>, what: &str, err: &tokio_postgres::Error) -> JournalError {
-    JournalError::storage(id, format!("{what}: {}", describe(err)))
+    schema::altered(what, err)
+        .unwrap_or_else(|| JournalError::storage(id, format!("{what}: {}", describe(err))))
 }
 
 /// PostgreSQL's message with its SQLSTATE, or the client's error.

@@ -10,8 +10,11 @@
 //! On connect: no journal table in the schema → the tables are created (under an advisory
 //! lock, so two nodes starting at once create them once); `journal_schema` says
 //! `actix-delivery`, version 1, and every table is there → used; anything else (a newer
-//! version, another application, journal tables without `journal_schema`) → refused with
-//! [`JournalError::Schema`], nothing changed.
+//! version, another application, journal tables without `journal_schema`, a column the
+//! journal uses missing or of another type) → refused with [`JournalError::Schema`], nothing
+//! changed. Tables altered while the journal runs are reported the same way: a statement
+//! failing with SQLSTATE 42703, 42P01 or 42804 (undefined column or table, wrong type) is a
+//! `Schema` error with the server's message, not a transient `Storage` one.
 
 use tokio_postgres::Client;
 
@@ -30,6 +33,40 @@ const TABLES: [&str; 4] = [
     "stream_metadata",
     "journal_schema",
 ];
+
+/// The columns the journal reads and writes, with their types as `format_type` spells them.
+const COLUMNS: [(&str, &str, &str); 12] = [
+    ("event_journal", "persistence_id", "text"),
+    ("event_journal", "seq_nr", "bigint"),
+    ("event_journal", "payload", "bytea"),
+    ("event_journal", "written_at", "timestamp with time zone"),
+    ("snapshot", "persistence_id", "text"),
+    ("snapshot", "seq_nr", "bigint"),
+    ("snapshot", "payload", "bytea"),
+    ("snapshot", "written_at", "timestamp with time zone"),
+    ("stream_metadata", "persistence_id", "text"),
+    ("stream_metadata", "highest_seq", "bigint"),
+    ("journal_schema", "application", "text"),
+    ("journal_schema", "version", "integer"),
+];
+
+/// SQLSTATEs that say a table or column is not what the journal's statements expect: an
+/// undefined column (42703) or table (42P01), a column of another type (42804). The tables
+/// were altered behind the journal's back: no retry helps.
+const ALTERED: [&str; 3] = ["42703", "42P01", "42804"];
+
+/// A [`JournalError::Schema`] for `err` if it says the tables were altered (see
+/// [`ALTERED`]), keeping what failed (`what`) and the server's message.
+pub(super) fn altered(what: &str, err: &tokio_postgres::Error) -> Option<JournalError> {
+    let db = err.as_db_error()?;
+    let code = db.code().code();
+    ALTERED.contains(&code).then(|| {
+        schema_error(format!(
+            "tables altered by hand: {what}: {} (SQLSTATE {code})",
+            db.message()
+        ))
+    })
+}
 
 /// `schema.table`, for SQL text (the schema is a validated plain identifier).
 pub(super) fn table(schema: &str, table: &str) -> String {
@@ -116,6 +153,54 @@ pub(super) async fn check_or_create(
     }
 }
 
+/// Checks that every column the journal uses is there, with its type: a table altered by
+/// hand (a column dropped, renamed or retyped) is refused on connect rather than failing
+/// every write later.
+async fn check_columns(client: &Client, schema: &str) -> Result<(), JournalError> {
+    let rows = client
+        .query(
+            "SELECT c.relname::text, a.attname::text, format_type(a.atttypid, a.atttypmod) \
+             FROM pg_catalog.pg_attribute a \
+             JOIN pg_catalog.pg_class c ON c.oid = a.attrelid \
+             JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace \
+             WHERE n.nspname = $1 AND c.relname = ANY($2) AND a.attnum > 0 \
+               AND NOT a.attisdropped",
+            &[&schema, &&TABLES[..]],
+        )
+        .await
+        .map_err(|err| db_error(None, "cannot read the catalog", &err))?;
+    let mut found = Vec::with_capacity(rows.len());
+    for row in &rows {
+        let read = (|| {
+            Ok::<_, tokio_postgres::Error>((row.try_get(0)?, row.try_get(1)?, row.try_get(2)?))
+        })();
+        let column: (String, String, String) =
+            read.map_err(|err| db_error(None, "cannot read the catalog", &err))?;
+        found.push(column);
+    }
+    for (table, column, expected_type) in COLUMNS {
+        let actual = found
+            .iter()
+            .find(|(t, c, _)| t == table && c == column)
+            .map(|(_, _, ty)| ty.as_str());
+        match actual {
+            Some(ty) if ty == expected_type => {}
+            Some(ty) => {
+                return Err(schema_error(format!(
+                    "tables altered by hand: column `{column}` of `{schema}.{table}` is of type \
+                     {ty}, not {expected_type}"
+                )))
+            }
+            None => {
+                return Err(schema_error(format!(
+                    "tables altered by hand: `{schema}.{table}` has no column `{column}`"
+                )))
+            }
+        }
+    }
+    Ok(())
+}
+
 /// What the schema holds.
 enum Found {
     /// No journal table: the tables are to be created.
@@ -195,6 +280,7 @@ async fn inspect(client: &Client, schema: &str) -> Result<Found, JournalError> {
                     "schema version {version} in schema `{schema}` without its table `{missing}`"
                 )));
             }
+            check_columns(client, schema).await?;
             Ok(Found::Current)
         }
         [(application, version)] => Err(schema_error(format!(

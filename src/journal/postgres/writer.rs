@@ -36,6 +36,37 @@ use crate::journal::postgres::{
 use crate::journal::write::{WriteOp, WriteRequest};
 use crate::journal::{check_snapshot, JournalError, PersistenceId};
 
+/// The largest message PostgreSQL accepts from a client (since version 14; before, one it
+/// cannot buffer fails the same way): `PQ_LARGE_MESSAGE_LIMIT`, 1 GiB - 2 bytes, its length
+/// word included. A larger one makes the server drop the connection, so a write that would
+/// need one must never be sent: its outcome would be unknown, though nothing was stored.
+pub(super) const MAX_MESSAGE_BYTES: usize = (1 << 30) - 2;
+/// A bound on the message bytes of an append step beyond its appends (the Bind message's
+/// header, statement name, formats and six array headers).
+const STEP_OVERHEAD: usize = 1024;
+
+/// A bound on what a write (`op` on stream `id`) adds to the Bind message of the step that
+/// carries it, as this
+/// module encodes it (see [`StepParams`]): per append its stream id and two seqs, each as an
+/// array element with a 4-byte length; per event its row number, seq and payload likewise
+/// (the payload also padded to 4 bytes in the server's array). A delete or a snapshot is a
+/// step of its own, of about its payload.
+pub(super) fn message_bytes(id: &PersistenceId, op: &WriteOp) -> usize {
+    let id = 4 + id.as_str().len() + 2 * 12;
+    match op {
+        WriteOp::Append { payloads, .. } => payloads
+            .iter()
+            .fold(id, |sum, payload| sum.saturating_add(32 + payload.len())),
+        WriteOp::DeleteTo { .. } => id,
+        WriteOp::SaveSnapshot(snapshot) => id.saturating_add(snapshot.payload.len()),
+    }
+}
+
+/// Whether a step of `bytes` (from [`message_bytes`]) fits one message.
+pub(super) fn fits_one_message(bytes: usize) -> bool {
+    bytes.saturating_add(STEP_OVERHEAD) <= MAX_MESSAGE_BYTES
+}
+
 /// How long the writer waits for the first of the writers it just answered to come back…
 const LINGER_FIRST: Duration = Duration::from_micros(100);
 /// … and for each next one.
@@ -274,6 +305,19 @@ impl Writer {
 
     /// Replies to every write of `group` with its error.
     fn fail(&mut self, group: Vec<WriteRequest>, failure: Failure) {
+        if let Failure::RolledBack(err) = &failure {
+            if let Some(altered) = schema::altered("a write was rolled back", err) {
+                log::error!(
+                    "journal: a group of {} writes failed: {altered}",
+                    group.len()
+                );
+                Counters::add(&self.counters.rejected, group.len() as u64);
+                for request in group {
+                    let _ = request.reply.send(Err(altered.clone()));
+                }
+                return;
+            }
+        }
         let message = match &failure {
             Failure::RolledBack(err) => {
                 format!(
@@ -747,11 +791,13 @@ async fn linger(
     }
 }
 
-/// The writes of the next transaction, within the batch bounds.
+/// The writes of the next transaction, within the batch bounds, and small enough together
+/// that each of its steps fits one protocol message (a step holds at most the whole group).
 struct Group {
     requests: Vec<WriteRequest>,
     events: usize,
     bytes: usize,
+    message_bytes: usize,
     max_events: usize,
     max_bytes: usize,
 }
@@ -761,6 +807,7 @@ impl Group {
         Self {
             events: first.op.events(),
             bytes: first.op.bytes(),
+            message_bytes: message_bytes(&first.id, &first.op),
             requests: vec![first],
             max_events: options.max_batch_events,
             max_bytes: options.max_batch_bytes,
@@ -770,12 +817,75 @@ impl Group {
     /// Adds `request`, or hands it back if it would cross a bound.
     fn push(&mut self, request: WriteRequest) -> Option<WriteRequest> {
         let (events, bytes) = (request.op.events(), request.op.bytes());
-        if self.events + events > self.max_events || self.bytes + bytes > self.max_bytes {
+        let message = self
+            .message_bytes
+            .saturating_add(message_bytes(&request.id, &request.op));
+        if self.events + events > self.max_events
+            || self.bytes + bytes > self.max_bytes
+            || !fits_one_message(message)
+        {
             return Some(request);
         }
         self.events += events;
         self.bytes += bytes;
+        self.message_bytes = message;
         self.requests.push(request);
         None
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use tokio::sync::Semaphore;
+
+    use super::*;
+
+    fn append(id: &str, payloads: Vec<Vec<u8>>) -> WriteRequest {
+        let permit = Arc::new(Semaphore::new(1)).try_acquire_owned().unwrap();
+        WriteRequest {
+            id: PersistenceId::new(id).unwrap(),
+            op: WriteOp::Append {
+                first_seq: 1,
+                payloads,
+            },
+            reply: oneshot::channel().0,
+            _permit: permit,
+        }
+    }
+
+    #[test]
+    fn a_group_never_needs_a_message_larger_than_the_server_accepts() {
+        // Batch bounds far above the message limit: only the message bound splits.
+        let options = PostgresOptions::default()
+            .max_batch_bytes(usize::MAX)
+            .max_batch_events(usize::MAX);
+        // Zeroed memory the allocator maps lazily: nothing of it is written.
+        let half = || vec![vec![0u8; 300 << 20], vec![0u8; 300 << 20]];
+        let mut group = Group::new(append("a", half()), &options);
+        assert!(group.push(append("b", half())).is_some(), "1200 MiB: over");
+        assert!(group
+            .push(append("c", vec![vec![0u8; 400 << 20]]))
+            .is_none());
+        assert_eq!(group.requests.len(), 2);
+        assert!(fits_one_message(group.message_bytes));
+        assert!(group.push(append("d", vec![vec![0u8; 30 << 20]])).is_some());
+        // Small appends group by the batch bounds as before.
+        let mut small = Group::new(append("a", vec![vec![1]]), &PostgresOptions::default());
+        assert!(small.push(append("b", vec![vec![2]; 5])).is_none());
+        assert_eq!((small.events, small.bytes), (6, 6));
+    }
+
+    #[test]
+    fn the_message_bound_counts_every_byte_the_encoding_sends() {
+        let request = append("stream", vec![vec![0u8; 100], Vec::new()]);
+        // id (4 + 6) and two seqs (2 * 12); per event 32 bytes besides its payload.
+        assert_eq!(
+            message_bytes(&request.id, &request.op),
+            4 + 6 + 24 + 2 * 32 + 100
+        );
+        assert!(fits_one_message(MAX_MESSAGE_BYTES - STEP_OVERHEAD));
+        assert!(!fits_one_message(MAX_MESSAGE_BYTES - STEP_OVERHEAD + 1));
     }
 }

@@ -6,17 +6,18 @@ use std::thread;
 
 use tokio::sync::{mpsc, oneshot, Semaphore};
 
+mod backup;
 mod options;
 mod reader;
 mod schema;
 mod writer;
 
-pub use options::{SqliteOptions, SqliteStats};
+pub use options::{SqliteDurability, SqliteOptions, SqliteStats};
 
 use crate::journal::write::{WriteOp, WriteRequest};
 use crate::journal::{
-    check_append, check_payload, Journal, JournalError, JournalFuture, PersistenceId, Snapshot,
-    StoredEvent, MAX_SEQ,
+    check_append, check_payload, check_payloads, Journal, JournalError, JournalFuture,
+    PersistenceId, Snapshot, StoredEvent, MAX_SEQ,
 };
 use options::Counters;
 use reader::ReadRequest;
@@ -84,6 +85,8 @@ struct Shared {
     queued_bytes: Arc<Semaphore>,
     max_queued_bytes: u32,
     counters: Arc<Counters>,
+    durability: SqliteDurability,
+    busy_timeout: std::time::Duration,
     /// Each resolves (with an error: its sender is dropped) when its thread has ended.
     threads: Mutex<Vec<oneshot::Receiver<()>>>,
 }
@@ -91,7 +94,7 @@ struct Shared {
 impl SqliteJournal {
     /// The largest event or snapshot payload the SQLite journal stores: 512 MiB (SQLite's
     /// own limit for a value is just under 1 GB).
-    pub const MAX_PAYLOAD_BYTES: usize = 512 << 20;
+    pub const MAX_PAYLOAD_BYTES: usize = crate::journal::MAX_PAYLOAD_BYTES;
 
     /// Opens (or creates) the journal at `path` with default [`SqliteOptions`].
     ///
@@ -129,12 +132,15 @@ impl SqliteJournal {
             move || writer::run(&path, &options, write_queue, buffered, counters, opened)
         })?);
         // The writer creates the schema; readers open only after it is done.
-        if let Err(err) = writer_ready.await.unwrap_or(Err(JournalError::Closed)) {
-            for thread in threads {
-                let _ = thread.await; // the writer has let go of the file
+        let durability = match writer_ready.await.unwrap_or(Err(JournalError::Closed)) {
+            Ok(durability) => durability,
+            Err(err) => {
+                for thread in threads {
+                    let _ = thread.await; // the writer has let go of the file
+                }
+                return Err(err);
             }
-            return Err(err);
-        }
+        };
 
         let (reads, read_queue) = mpsc::channel(options.queue_capacity);
         let read_queue: reader::SharedQueue = Arc::new(Mutex::new(read_queue));
@@ -173,6 +179,8 @@ impl SqliteJournal {
                 queued_bytes: Arc::new(Semaphore::new(max_queued_bytes as usize)),
                 max_queued_bytes,
                 counters,
+                durability,
+                busy_timeout: options.busy_timeout,
                 threads: Mutex::new(threads),
             }),
         })
@@ -181,6 +189,45 @@ impl SqliteJournal {
     /// The database file.
     pub fn path(&self) -> &Path {
         &self.shared.path
+    }
+
+    /// Writes a consistent copy of the journal to the new file `path`, while the journal
+    /// goes on: everything committed before the call is in the copy (and possibly some of
+    /// what commits while it runs: the copy is the journal as of one commit). The copy is a
+    /// journal file of its own, which [`open`](Self::open) accepts; to restore, put it where
+    /// the journal was (with no `-wal` or `-shm` file of the old one beside it) and open it.
+    ///
+    /// This is the way to back up a live journal: a copy of its files is not one. The newest
+    /// commits are in the `-wal` file until a checkpoint moves them into the database file,
+    /// so a copy of the database file alone lacks acknowledged events, and a `-wal` copied
+    /// while a commit is being written is cut short, which SQLite takes as "the transactions
+    /// after the cut never happened", without an error. (Copying files is safe only with the
+    /// journal closed, and then the database file holds everything.)
+    ///
+    /// Runs SQLite's online backup API on a connection and thread of its own, a few pages
+    /// per step, all from one read transaction: in WAL mode that never blocks the writer, so
+    /// appends go on meanwhile (the `-wal` just grows until the copy is done).
+    ///
+    /// # Errors
+    /// [`JournalError::InvalidArgument`] if `path` exists; [`JournalError::Storage`] if the
+    /// copy cannot be written (missing directory, full disk) or the journal read. Nothing is
+    /// left at `path` then (the copy is written as `<path>.partial` and renamed when done).
+    pub async fn backup(&self, path: impl AsRef<Path>) -> Result<(), JournalError> {
+        let (source, dest) = (self.shared.path.clone(), path.as_ref().to_path_buf());
+        let busy_timeout = self.shared.busy_timeout;
+        let (done, result) = oneshot::channel();
+        // Ends by itself when the copy is done; its result comes through `done`.
+        drop(spawn("actix-delivery-journal-backup", move || {
+            let _ = done.send(backup::run(&source, &dest, busy_timeout));
+        })?);
+        result.await.unwrap_or(Err(JournalError::Closed))
+    }
+
+    /// The write connection's durability settings (`synchronous`, `journal_mode`), as that
+    /// connection reported them when the journal was opened: FULL and WAL. For tests that
+    /// check no build of the journal commits less durably.
+    pub fn durability(&self) -> &SqliteDurability {
+        &self.shared.durability
     }
 
     /// The counters since the journal was opened (shared by all clones).
@@ -253,14 +300,7 @@ impl Journal for SqliteJournal {
         let id = id.clone();
         Box::pin(async move {
             check_append(&id, first_seq, payloads.len())?;
-            for payload in &payloads {
-                check_payload(
-                    &id,
-                    payload.len(),
-                    SqliteJournal::MAX_PAYLOAD_BYTES,
-                    "SQLite",
-                )?;
-            }
+            check_payloads(&id, &payloads, self.max_payload(), "SQLite")?;
             if payloads.is_empty() {
                 return Ok(());
             }
@@ -316,12 +356,7 @@ impl Journal for SqliteJournal {
     fn save_snapshot(&self, id: &PersistenceId, snapshot: Snapshot) -> JournalFuture<'_, ()> {
         let id = id.clone();
         Box::pin(async move {
-            check_payload(
-                &id,
-                snapshot.payload.len(),
-                SqliteJournal::MAX_PAYLOAD_BYTES,
-                "SQLite",
-            )?;
+            check_payload(&id, snapshot.payload.len(), self.max_payload(), "SQLite")?;
             self.write(id, WriteOp::SaveSnapshot(snapshot)).await
         })
     }
@@ -332,6 +367,10 @@ impl Journal for SqliteJournal {
             self.read(|reply| ReadRequest::LoadSnapshot { id, reply })
                 .await
         })
+    }
+
+    fn max_payload(&self) -> usize {
+        Self::MAX_PAYLOAD_BYTES
     }
 }
 

@@ -164,6 +164,40 @@ pub struct SqliteStats {
     pub queued: usize,
 }
 
+/// How durable a [`SqliteJournal`](super::SqliteJournal)'s commits are: the settings of its
+/// write connection, read back from that connection once it is set up (they are per
+/// connection, so another connection to the file may report otherwise). A journal commits
+/// durably with `synchronous` FULL (2), so that a commit is on disk when it returns, and
+/// `journal_mode` `wal`; tests check exactly that:
+///
+/// ```no_run
+/// # async fn demo() -> Result<(), actix_delivery::journal::JournalError> {
+/// let journal = actix_delivery::journal::SqliteJournal::open("orders.journal").await?;
+/// assert_eq!(journal.durability().synchronous, 2); // FULL
+/// assert_eq!(journal.durability().journal_mode, "wal");
+/// # Ok(()) }
+/// ```
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct SqliteDurability {
+    /// `PRAGMA synchronous`: 0 OFF, 1 NORMAL, 2 FULL, 3 EXTRA.
+    pub synchronous: i64,
+    /// `PRAGMA journal_mode`, in lower case.
+    pub journal_mode: String,
+}
+
+impl SqliteDurability {
+    /// Reads the settings of `conn`.
+    pub(super) fn of(conn: &rusqlite::Connection) -> rusqlite::Result<Self> {
+        Ok(Self {
+            synchronous: conn.pragma_query_value(None, "synchronous", |row| row.get(0))?,
+            journal_mode: conn
+                .pragma_query_value(None, "journal_mode", |row| row.get::<_, String>(0))?
+                .to_ascii_lowercase(),
+        })
+    }
+}
+
 /// The counters the writer thread keeps.
 #[derive(Default)]
 pub(super) struct Counters {

@@ -27,7 +27,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use rusqlite::{params, Connection, Statement};
 use tokio::sync::{mpsc, oneshot};
 
-use crate::journal::sqlite::options::Counters;
+use crate::journal::sqlite::options::{Counters, SqliteDurability};
 use crate::journal::sqlite::{schema, seq_from_sql, storage_error, SqliteOptions, HIGHEST_SQL};
 use crate::journal::write::{WriteOp, WriteRequest};
 use crate::journal::{check_fence, check_snapshot, JournalError, PersistenceId};
@@ -106,7 +106,7 @@ struct Writer<'c> {
 }
 
 /// The body of the writer thread: opens the connection, folds what a previous run left in
-/// the buffer, reports through `opened`, then commits groups until every sender is gone and
+/// the buffer, reports through `opened` (with the connection's durability settings), then commits groups until every sender is gone and
 /// the queue is empty, and folds once more.
 pub(super) fn run(
     path: &Path,
@@ -114,7 +114,7 @@ pub(super) fn run(
     mut requests: mpsc::Receiver<WriteRequest>,
     shared: Buffered,
     counters: Arc<Counters>,
-    opened: oneshot::Sender<Result<(), JournalError>>,
+    opened: oneshot::Sender<Result<SqliteDurability, JournalError>>,
 ) {
     // `_lock` keeps other processes out for as long as this thread runs.
     let (conn, _lock) = match schema::open_writer(path, options) {
@@ -148,7 +148,15 @@ pub(super) fn run(
         let _ = opened.send(Err(storage_error(None)(err)));
         return;
     }
-    if opened.send(Ok(())).is_err() {
+    // What the connection says now, after all of its setup: the journal reports it.
+    let durability = match SqliteDurability::of(&conn) {
+        Ok(durability) => durability,
+        Err(err) => {
+            let _ = opened.send(Err(storage_error(None)(err)));
+            return;
+        }
+    };
+    if opened.send(Ok(durability)).is_err() {
         return; // the opener gave up waiting
     }
     let mut carried = None;

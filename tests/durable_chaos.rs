@@ -190,6 +190,7 @@ fn producer(
     let stream = PersistenceId::new("chaos-out").unwrap();
     let durable = DurableOptions::new(Arc::new(journal.clone()), stream)
         .snapshot_every(16)
+        .stop_timeout(Duration::from_secs(1))
         .confirmations(sink.clone());
     ReliableDelivery::durable_producer(options, durable).unwrap()
 }
@@ -240,6 +241,7 @@ async fn run(seed: u64) -> Result<(u8, u8), String> {
     let mut producer = producer(&journal, link.clone(), &sink);
     let mut next_body = 1;
     let mut overlapped = false;
+    let mut stalled = false;
     for _ in 0..rng.random_range(10..30) {
         match rng.random_range(0..100) {
             0..=44 => {
@@ -253,7 +255,23 @@ async fn run(seed: u64) -> Result<(u8, u8), String> {
             72..=78 => journal.arm(FAIL_AFTER_COMMIT),
             79..=82 => ledgers.journal.arm(FAIL_BEFORE_COMMIT),
             83..=86 => ledgers.journal.arm(FAIL_AFTER_COMMIT),
-            87..=93 => {
+            87..=89 => {
+                // The journal stalls while the producer stops: the stop timeout passes with
+                // writes unanswered, which commit afterwards; then the next life starts.
+                stalled = true;
+                journal.inner.faults().hold_commits();
+                for _ in 0..rng.random_range(0..3) {
+                    store(&producer, next_body, &heard);
+                    next_body += 1;
+                }
+                settle().await;
+                producer.stop();
+                settle_for(1_500).await;
+                producer.stopped().await;
+                journal.inner.faults().release();
+                producer = self::producer(&journal, link.clone(), &sink);
+            }
+            90..=93 => {
                 // The producer's life ends (gracefully), and a new one takes the stream.
                 producer.stop();
                 if rng.random_bool(0.3) {
@@ -299,7 +317,7 @@ async fn run(seed: u64) -> Result<(u8, u8), String> {
         .map_err(|e| format!("the ledger does not recover: {e}"))?;
     // What a producer cannot tell apart: another opening of its stream from one of its own
     // whose outcome it did not learn.
-    let ambiguous = overlapped || journal.after_commit.load(Ordering::SeqCst) > 0;
+    let ambiguous = overlapped || stalled || journal.after_commit.load(Ordering::SeqCst) > 0;
     check(&heard, &sink_heard.snapshot(), &ledger, ambiguous)?;
     Ok(injected)
 }
@@ -310,8 +328,8 @@ async fn run(seed: u64) -> Result<(u8, u8), String> {
 /// tell who settled a message whose store or settlement record it did not see answered (it or
 /// the other): it says `InDoubt`, and the outcome then reaches another party once or not at
 /// all. Only runs in which lives overlapped, or in which an append reported failed had
-/// committed (the producer cannot tell its own opening of unknown outcome from another's),
-/// may have such an outcome.
+/// committed (the producer cannot tell its own opening of unknown outcome from another's), or
+/// in which a stop timed out, may have such an outcome.
 fn check(
     heard: &Heard,
     sink: &[DurableConfirmation],

@@ -18,11 +18,16 @@
 //!   [`MessageId`]; [`Stored::confirmed`] once the consumer's ACK is recorded. Confirmations of
 //!   messages sent again after a restart (their callbacks died with the previous process) go to
 //!   the optional sink as [`DurableConfirmation`]s and are counted in the producer's stats.
-//! - **A confirmation fires once the settlement is recorded**, so across crashes a message's
-//!   confirmation reaches its callback or the sink at most once: never both (unless the journal
-//!   fails between the ACK and the record: then the callback fires and, after the restart, the
-//!   sink may hear of the message again), and not at all if the process dies between the
-//!   record's commit and the callback (the message is settled; only the report is lost).
+//! - **A confirmation fires once the settlement is recorded**, so a message's outcome reaches
+//!   exactly one party: its callback (`send`, `tell`, [`Stored::confirmed`]) or, after a
+//!   restart, the sink. Whatever ends the producer's life (`stop()`, a journal failure, a
+//!   supervised restart), the writes it had in flight are kept and settled by the next opening
+//!   of the stream from what the journal holds. Two exceptions: a process that dies between the
+//!   record's commit and the callback loses the report (the message is settled), and a
+//!   producer that cannot tell what the journal holds from another producer's doing (another
+//!   opening of its stream came in between, or its own opening's outcome was unknown) settles
+//!   such a message [`DeliveryError::InDoubt`](crate::DeliveryError::InDoubt): its outcome
+//!   then reaches the other producer's party once, or no one.
 //! - **The newest opener owns the stream.** Each start of a durable producer opens its stream
 //!   and takes it over (a process cannot tell a live predecessor from a dead one: refusing
 //!   newcomers would block every failover). A producer whose stream was taken over is refused
@@ -33,14 +38,26 @@
 //!   leaves open whether a store committed (a storage error), the producer restarts (under its
 //!   `Supervisor`) and reads the journal: a committed message is resent and its caller hears
 //!   "stored" and "confirmed" as usual; one that was not committed is settled
-//!   `DeliveryError::Storage` ("it was not stored") and never sent. A producer that does not
-//!   restart settles it `Storage` saying it may have been stored.
+//!   `DeliveryError::Storage` ("it was not stored") and never sent. A restart reopens the
+//!   stream only as the opening it was: if another producer opened it since, the restarted one
+//!   was taken over and stops for good. A producer that does not restart settles the store
+//!   [`DeliveryError::InDoubt`](crate::DeliveryError::InDoubt): if it was stored, the next start
+//!   sends it and its sink reports it.
 //! - **Bursts are split, not refused.** One store writes as many waiting messages as fit in one
 //!   journal entry (the codec's 16 MiB); a message that cannot fit any entry is refused alone.
 //!   Resent messages hold room in the producer like new ones (`window_size + max_pending`),
 //!   so after a restart new messages wait for the resent ones (backpressure).
-//! - **Stopping keeps what is stored**: a stored message settled as `ProducerStopped` by `stop()`
-//!   is sent again by the next start of the stream.
+//! - **`stop()` is graceful.** What is not stored yet never will be (settled `ProducerStopped`,
+//!   `store()` says so); the store, settlement record or opening in flight is answered and what
+//!   it decided is reported (a store that commits resolves `store()` with its id); the ACKs the
+//!   producer received are recorded; then the actor stops for good and `stopped()` resolves. A
+//!   journal failure meanwhile restarts it under its `Supervisor` and the stop goes on. The
+//!   wait is bounded by [`DurableOptions::stop_timeout`] (10 s): what the journal has not
+//!   answered by then is settled `InDoubt`. Stored, unconfirmed messages are settled
+//!   `ProducerStopped` (not an outcome: the sink hears nothing of it) and sent again by the
+//!   next start of the stream, whose sink reports them.
+//! - A stream whose events do not decode, or whose schema this code cannot read, stops the
+//!   producer for good (no restart loop), with an error naming the stream.
 //! - The journal holds the producer's incarnation token: protect it like a credential.
 
 mod log;

@@ -500,3 +500,27 @@ async fn a_delivery_handler_keeps_the_entity_and_a_handle_from_new_does_not_own_
     settle_for(60_000).await;
     assert_eq!(owner.ask(Op::Total).await.unwrap(), 1);
 }
+
+#[actix::test]
+async fn asks_are_queued_when_called_so_commands_awaited_in_turn_share_appends() {
+    tokio::time::pause();
+    let journal = MemoryJournal::new();
+    let id = PersistenceId::new("asked-in-turn").unwrap();
+    let ledger = PersistentHandle::<common::entities::Ledger>::start(
+        Arc::new(journal.clone()),
+        id,
+        PersistentConfig::default(),
+    )
+    .unwrap();
+    ledger.ask(common::entities::Op::Total).await.unwrap(); // recovered
+    let before = journal.stats().appends;
+    // Far more than the mailbox's capacity (16), created first and awaited one by one.
+    let asks: Vec<_> = (0..1_000)
+        .map(|n| ledger.ask(common::entities::Op::Apply(n)))
+        .collect();
+    for (n, ask) in asks.into_iter().enumerate() {
+        assert_eq!(ask.await.unwrap(), n as i64 + 1);
+    }
+    let appends = journal.stats().appends - before;
+    assert!(appends <= 3, "1 000 commands in {appends} appends");
+}

@@ -568,11 +568,9 @@ impl<E: EventSourced> Supervised for PersistentActor<E> {
     }
 }
 
-impl<E: EventSourced> Handler<Execute<E>> for PersistentActor<E> {
-    type Result = ResponseFuture<Answer<E>>;
-
-    fn handle(&mut self, execute: Execute<E>, _: &mut Context<Self>) -> Self::Result {
-        let (responder, answer) = oneshot::channel();
+impl<E: EventSourced> PersistentActor<E> {
+    /// Decides a command now, or queues it; `responder` gets the answer.
+    fn execute(&mut self, execute: Execute<E>, responder: Responder<E>) {
         let command = Command {
             command: execute.command,
             delivery: execute.delivery,
@@ -586,7 +584,35 @@ impl<E: EventSourced> Handler<Execute<E>> for PersistentActor<E> {
             let _ = responder.send(answer);
         }
         self.dirty = true;
+    }
+}
+
+impl<E: EventSourced> Handler<Execute<E>> for PersistentActor<E> {
+    type Result = ResponseFuture<Answer<E>>;
+
+    fn handle(&mut self, execute: Execute<E>, _: &mut Context<Self>) -> Self::Result {
+        let (responder, answer) = oneshot::channel();
+        self.execute(execute, responder);
         Box::pin(async move { answer.await.unwrap_or(Err(CommandError::Stopped)) })
+    }
+}
+
+/// A command queued by a [`PersistentHandle`](crate::persistence::PersistentHandle) when it
+/// is asked (past the mailbox's capacity: `do_send`), answered through its own channel.
+pub(crate) struct Ask<E: EventSourced> {
+    pub(crate) execute: Execute<E>,
+    pub(crate) responder: Responder<E>,
+}
+
+impl<E: EventSourced> Message for Ask<E> {
+    type Result = ();
+}
+
+impl<E: EventSourced> Handler<Ask<E>> for PersistentActor<E> {
+    type Result = ();
+
+    fn handle(&mut self, ask: Ask<E>, _: &mut Context<Self>) {
+        self.execute(ask.execute, ask.responder);
     }
 }
 

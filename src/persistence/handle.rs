@@ -4,12 +4,13 @@ use std::future::Future;
 use std::sync::Arc;
 
 use actix::prelude::*;
+use tokio::sync::oneshot;
 
 use crate::error::OptionsError;
 use crate::handler::DeliveryHandler;
 use crate::journal::{Journal, PersistenceId};
 use crate::persistence::actor::{
-    Execute, GetPersistentStats, HandlesDropped, PersistentActor, StopPersistent,
+    Ask, Execute, GetPersistentStats, HandlesDropped, PersistentActor, StopPersistent,
 };
 use crate::persistence::behavior::EventSourced;
 use crate::persistence::config::PersistentConfig;
@@ -131,12 +132,9 @@ impl<E: EventSourced> PersistentHandle<E> {
         &self,
         command: E::Command,
     ) -> impl Future<Output = Result<E::Reply, CommandError<E::Rejection>>> + 'static {
-        let answer = self.shared.addr.send(Execute::new(command));
-        let owner = self.shared.clone();
+        let answer = self.queue(Execute::new(command));
         async move {
-            let answer = answer.await;
-            drop(owner);
-            match answer.unwrap_or(Err(CommandError::Stopped))? {
+            match answer.await? {
                 Outcome::Done(reply) => Ok(reply),
                 Outcome::AlreadyProcessed => {
                     unreachable!("only a command with a delivery can have been processed before")
@@ -157,7 +155,18 @@ impl<E: EventSourced> PersistentHandle<E> {
         info: DeliveryInfo,
         command: E::Command,
     ) -> impl Future<Output = Result<Outcome<E::Reply>, CommandError<E::Rejection>>> + 'static {
-        let answer = self.shared.addr.send(Execute::delivered(info, command));
+        self.queue(Execute::delivered(info, command))
+    }
+
+    /// Queues `execute` in the actor's mailbox now, whatever its capacity (so commands asked
+    /// together share appends however late they are awaited); the future keeps the actor
+    /// running until the answer arrives.
+    fn queue(
+        &self,
+        execute: Execute<E>,
+    ) -> impl Future<Output = Result<Outcome<E::Reply>, CommandError<E::Rejection>>> + 'static {
+        let (responder, answer) = oneshot::channel();
+        self.shared.addr.do_send(Ask { execute, responder });
         let owner = self.shared.clone();
         async move {
             let answer = answer.await;

@@ -100,7 +100,8 @@ impl Stored {
     ///
     /// # Errors
     /// Why it was not: the producer stopped (the message stays stored and is sent again by the
-    /// next start), gave it up, or its journal failed.
+    /// next start, whose sink reports it), gave it up, or could not learn whether its record
+    /// was stored ([`DeliveryError::InDoubt`]).
     pub async fn confirmed(self) -> Result<(), DeliveryError> {
         self.confirmed
             .await

@@ -323,25 +323,6 @@ impl<T: Clone + Send + 'static> ProducerController<T> {
         let alone = durable.unsure_opens == 0 && epoch == durable.epoch + 1;
         let mut resumed = Vec::with_capacity(unsettled.len());
         for (seq, bytes) in unsettled {
-            // A settlement whose record did not commit: its message is sent again, and its
-            // own confirmation (not the sink) hears the outcome.
-            if let Some(Carried { settlement, .. }) = carried.remove(&seq) {
-                match (durable.decode)(&bytes) {
-                    Ok(body) => {
-                        durable.unsettled.insert(seq);
-                        resumed.push((seq, body, settlement.0));
-                        continue;
-                    }
-                    Err(_) => carried.insert(
-                        seq,
-                        Carried {
-                            seq,
-                            settlement,
-                            attempted: true,
-                        },
-                    ),
-                };
-            }
             // A store of unknown outcome that committed: its caller hears of it after all.
             let committed =
                 in_doubt
@@ -371,6 +352,13 @@ impl<T: Clone + Send + 'static> ProducerController<T> {
                     return self.fail_for_good(reason, ctx);
                 }
             };
+            // A settlement whose record did not commit: its message is sent again, and its
+            // own confirmation (not the sink) hears the outcome.
+            if let Some(carried) = carried.remove(&seq) {
+                durable.unsettled.insert(seq);
+                resumed.push((seq, body, carried.settlement.0));
+                continue;
+            }
             let mut confirm = match &durable.options.sink {
                 Some(sink) => sink_confirmation(sink.clone(), MessageId(seq)),
                 None => Confirmation::none(),

@@ -26,7 +26,7 @@
 //!   record's commit and the callback loses the report (the message is settled), and a
 //!   producer that cannot tell what the journal holds from another producer's doing (another
 //!   opening of its stream came in between, or its own opening's outcome was unknown) settles
-//!   such a message [`DeliveryError::InDoubt`](crate::DeliveryError::InDoubt): its outcome
+//!   such a message [`DeliveryError::InDoubt`]: its outcome
 //!   then reaches the other producer's party once, or no one.
 //! - **The newest opener owns the stream.** Each start of a durable producer opens its stream
 //!   and takes it over (a process cannot tell a live predecessor from a dead one: refusing
@@ -41,7 +41,7 @@
 //!   `DeliveryError::Storage` ("it was not stored") and never sent. A restart reopens the
 //!   stream only as the opening it was: if another producer opened it since, the restarted one
 //!   was taken over and stops for good. A producer that does not restart settles the store
-//!   [`DeliveryError::InDoubt`](crate::DeliveryError::InDoubt): if it was stored, the next start
+//!   [`DeliveryError::InDoubt`]: if it was stored, the next start
 //!   sends it and its sink reports it.
 //! - **Bursts are split, not refused.** One store writes as many waiting messages as fit in one
 //!   journal entry (the codec's 16 MiB); a message that cannot fit any entry is refused alone.

@@ -3,6 +3,8 @@
 //! with SIGKILL (`std::process::Child::kill` sends SIGKILL on Unix).
 #![allow(dead_code)] // each test binary uses a different subset
 
+pub mod hook;
+
 use std::io::{BufRead, BufReader, Write};
 use std::process::{ChildStdin, Command, Stdio};
 use std::sync::mpsc::{self, Receiver};

@@ -6,7 +6,9 @@
 //! SIGKILLs it at seeded random moments, reopens the file and checks every acknowledged event,
 //! then starts the next child on the same file. Kills that land after a batch committed and
 //! before the child printed its ACK are counted (the reopened file holds a batch the child
-//! never acknowledged), and the test asserts a minimum of them. The default seed is fixed;
+//! never acknowledged), and the test asserts a minimum of them. In some rounds the child
+//! SIGKILLs itself right after printing a seeded ACK instead, the closest to a commit a kill
+//! can land. The default seed is fixed;
 //! every failure names the seed and the round. Rerun another seed with
 //! `JOURNAL_CRASH_SEED=<seed> cargo test --test journal_crash`.
 //!
@@ -14,6 +16,8 @@
 //! for a full disk, and the immutable attribute (`chattr +i`, which binds root too) makes
 //! files read-only (a user who is not root gets file permissions for the open-time case, and
 //! the write-ahead-log case is skipped with a printed reason where `chattr` cannot be used).
+
+mod process;
 
 use std::collections::BTreeMap;
 use std::fs::File;
@@ -28,8 +32,6 @@ use actix_delivery::journal::{
     replay_all, Journal, JournalError, PersistenceId, SqliteJournal, SqliteOptions,
 };
 use futures_util::future::join_all;
-
-mod process;
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 

@@ -9,11 +9,13 @@
 //!
 //! What the order service's journal marks confirmed is read by a probe (a third child that
 //! recovers the order service with a destination that never ACKs: recovery sends again
-//! exactly the deliveries not confirmed). After every kill: the shipping journal holds the
-//! orders 1..=k in order, each once; every order reported placed is recorded; every delivery
-//! the order service marked confirmed is stored at shipping (none is confirmed without the
-//! destination's ACK, which follows its commit). At the end every recorded delivery is stored
-//! exactly once. The kills land with deliveries recorded and unconfirmed, sent and not stored,
+//! exactly the deliveries not confirmed). After every kill of the order service, every order
+//! it reported placed is recorded; after every kill of shipping, its journal holds the orders
+//! 1..=k in order, each once, among them every shipment it reported and every delivery the
+//! order service had marked confirmed at its last kill (none is confirmed without the
+//! destination's ACK, which follows its commit; a round that kills both compares the two
+//! journals as the kills left them). At the end every recorded delivery is stored exactly
+//! once. The kills land with deliveries recorded and unconfirmed, sent and not stored,
 //! and stored and unconfirmed (each counted and asserted).
 //!
 //! Replay a seed with `OUTBOX_CRASH_SEED=5 cargo test --test outbox_crash -- --nocapture`.
@@ -409,7 +411,7 @@ enum Target {
 fn every_recorded_delivery_is_stored_once_and_none_confirmed_without_its_ack_across_sigkills() {
     let seed: u64 = std::env::var("OUTBOX_CRASH_SEED").map_or(DEFAULT_SEED, |s| s.parse().unwrap());
     let mut rng = SmallRng::seed_from_u64(seed);
-    let dir = tempfile::tempdir().unwrap();
+    let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("seed {seed}: a temp dir: {e}"));
     let port = remote::reusable_addr().port();
     let env = [
         (CHILD_DIR, dir.path().display().to_string()),

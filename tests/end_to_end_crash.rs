@@ -9,14 +9,19 @@
 //! applied exactly once and nothing else is. The kills land before write-ahead commits, after
 //! them before the bank's commit, after the bank's commit before the confirmation was
 //! recorded (counted below), during recoveries and during compactions (snapshots every 20
-//! writes).
+//! writes). Half the lives are aimed: the bank's journal prints a marker when an append is
+//! handed to it and after each commit ([`process::hook::Hooked`]), and holds a seeded append,
+//! either before it reaches the journal or after its commit; the test kills the child a seeded
+//! 0–30 ms after the held append's marker: decided and not stored, or stored and not yet ACKed
+//! (each counted, and at least [`MIN_HELD_KILLS`] of each asserted). After every kill, every
+//! append the bank's journal reported committed is in it.
 //!
 //! The two-process variant runs the durable producer and the bank in two child processes, each
 //! with its own SQLite journal, connected over TCP (`remote::Node`, 127.0.0.1), and SIGKILLs
 //! each of them on its own seeded schedule (`E2E_TWO_PROCESS_KILLS` kills each, default 12),
 //! restarting it at once. The same invariants hold after every kill of the bank, and at the
 //! end; the kills land with transfers applied but not confirmed and stored but not applied on
-//! both sides (counted below).
+//! both sides (counted below). Every other life of the bank is aimed like above.
 //!
 //! Replay a seed with `E2E_SEED=5 cargo test --test end_to_end_crash -- --nocapture`.
 
@@ -32,7 +37,7 @@ use std::time::{Duration, Instant};
 
 use actix::prelude::*;
 use actix_delivery::durable::{DurableConfirmation, DurableOptions};
-use actix_delivery::journal::{PersistenceId, SqliteJournal};
+use actix_delivery::journal::{Journal, PersistenceId, SqliteJournal};
 use actix_delivery::persistence::{
     recover_state, Decision, EventSourced, PersistentConfig, PersistentHandle,
 };
@@ -41,6 +46,7 @@ use actix_delivery::{
     ConsumerHandle, ConsumerOptions, ConsumerRef, Delivery, DeliveryHandler, ProducerOptions,
     ReliableDelivery, ReplyTo,
 };
+use process::hook::{Hold, Markers};
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 use serde::{Deserialize, Serialize};
@@ -52,6 +58,13 @@ const CHILD_ACK_DELAY: &str = "E2E_CHILD_ACK_DELAY_MS";
 const CHILD_ROLE: &str = "E2E_CHILD_ROLE";
 /// Set for a child of the two-process variant: the port the consumer's node listens on.
 const CHILD_PORT: &str = "E2E_CHILD_PORT";
+/// Set for a child: the bank's append its journal holds ([`Hold::encode`]).
+const CHILD_HOLD: &str = "E2E_CHILD_HOLD";
+/// The marker of the bank's journal's lines.
+const MARKER: &str = "bank-journal";
+/// Aimed kills of each kind (before a commit of the bank, and between it and its ACK) the
+/// single-process run must have.
+const MIN_HELD_KILLS: u32 = 4;
 const TRANSFERS: u64 = 1_500;
 const KILLS: u32 = 32;
 const ACCOUNTS: u64 = 5;
@@ -132,9 +145,11 @@ impl Handler<DurableConfirmation> for Sink {
     }
 }
 
-/// The bank, recovered from `bank.db` in `dir`.
-async fn start_bank(dir: &Path) -> PersistentHandle<Bank> {
+/// The bank, recovered from `bank.db` in `dir`; its journal prints [`MARKER`] lines and
+/// holds the append `hold` says.
+async fn start_bank(dir: &Path, hold: Hold) -> PersistentHandle<Bank> {
     let journal = SqliteJournal::open(dir.join("bank.db")).await.unwrap();
+    let journal = process::hook::Hooked::new(journal, MARKER, hold);
     PersistentHandle::<Bank>::start(Arc::new(journal), bank_id(), snapshots()).unwrap()
 }
 
@@ -239,6 +254,7 @@ fn child_process_entry() {
     };
     let delay: u64 = std::env::var(CHILD_ACK_DELAY).map_or(0, |d| d.parse().unwrap());
     let role = std::env::var(CHILD_ROLE).ok();
+    let hold = std::env::var(CHILD_HOLD).map_or(Hold::Never, |hold| Hold::parse(&hold));
     let consumer_addr = || -> SocketAddr {
         let port = std::env::var(CHILD_PORT).expect("the consumer's port");
         format!("127.0.0.1:{port}").parse().unwrap()
@@ -247,7 +263,7 @@ fn child_process_entry() {
         let dir = Path::new(&dir);
         match role.as_deref() {
             None => {
-                let bank = start_bank(dir).await;
+                let bank = start_bank(dir, hold).await;
                 let consumer = ReliableDelivery::consumer(
                     ConsumerOptions::builder(bank.delivery_handler(|transfer: Transfer| transfer))
                         .build()
@@ -256,7 +272,7 @@ fn child_process_entry() {
                 produce(dir, delayed_acks(consumer.consumer_ref(), delay)).await;
             }
             Some("consumer") => {
-                let consumer = reporting_consumer(start_bank(dir).await);
+                let consumer = reporting_consumer(start_bank(dir, hold).await);
                 let options = remote::fast(NodeOptions::builder().secret(remote::secret()))
                     .listen(consumer_addr())
                     .build()
@@ -281,13 +297,44 @@ fn child_process_entry() {
     });
 }
 
-fn bank_state(dir: &Path) -> Bank {
+/// The bank as its journal holds it, and the journal's highest seq.
+fn bank_state(dir: &Path, context: &str) -> (Bank, u64) {
     actix::System::new().block_on(async {
-        let journal = SqliteJournal::open(dir.join("bank.db")).await.unwrap();
-        let bank = recover_state::<Bank>(&journal, &bank_id()).await.unwrap();
+        let journal = SqliteJournal::open(dir.join("bank.db"))
+            .await
+            .unwrap_or_else(|e| panic!("{context}: reopen the bank's journal: {e}"));
+        let bank = recover_state::<Bank>(&journal, &bank_id())
+            .await
+            .unwrap_or_else(|e| panic!("{context}: recover the bank: {e}"));
+        let highest = journal
+            .highest_seq(&bank_id())
+            .await
+            .unwrap_or_else(|e| panic!("{context}: the bank's highest seq: {e}"));
         journal.close().await; // lets go of the file before the next child opens it
-        bank
+        (bank, highest)
     })
+}
+
+/// Every append the bank's journal reported committed (up to seq `committed`) is in it.
+fn check_committed(highest: u64, committed: u64, context: &str) {
+    assert!(
+        highest >= committed,
+        "{context}: the bank's journal reported seq {committed} committed, but holds up to \
+         {highest}"
+    );
+}
+
+/// With `aimed`, a seeded append of the first 40 to hold, before or after its commit.
+fn aimed(rng: &mut SmallRng, aimed: bool) -> Hold {
+    if !aimed {
+        return Hold::Never;
+    }
+    let n = rng.random_range(1..=40);
+    if rng.random_bool(0.5) {
+        Hold::Before(n)
+    } else {
+        Hold::After(n)
+    }
 }
 
 /// The invariants that hold at every moment.
@@ -312,28 +359,40 @@ fn every_stored_transfer_is_applied_exactly_once_in_order_across_sigkills() {
     let (mut stored, mut confirmed) = (BTreeSet::new(), BTreeSet::new());
     let (mut kills, mut lives) = (0, 0);
     let (mut applied_unconfirmed, mut stored_unapplied, mut early_kills) = (0, 0, 0);
+    // Kills while the bank's journal held an append: before its commit, and after it (before
+    // its ACK).
+    let (mut held_before, mut held_after) = (0, 0);
+    // The highest seq the bank's journal reported committed.
+    let mut committed = 0;
     let started = Instant::now();
     loop {
         lives += 1;
         let delay = [0, 10, 40][rng.random_range(0..3)];
+        let finishing = kills >= KILLS;
+        let aim = !finishing && rng.random_bool(0.5);
+        let hold = aimed(&mut rng, aim);
+        let hold_delay = Duration::from_millis(rng.random_range(0..=30));
         let env = [
             (CHILD_DIR, dir.path().display().to_string()),
             (CHILD_ACK_DELAY, delay.to_string()),
+            (CHILD_HOLD, hold.encode()),
         ];
         let child = process::spawn(ENTRY, &env);
-        let finishing = kills >= KILLS;
         let life = if finishing {
             Duration::from_secs(120)
+        } else if hold != Hold::Never {
+            Duration::from_secs(5) // in case the bank commits less often: not aimed then
         } else {
             Duration::from_millis(rng.random_range(0..=250))
         };
         early_kills += u32::from(life < Duration::from_millis(15));
         let born = Instant::now();
-        let mut idle = false;
-        while born.elapsed() < life && !idle {
-            let Some(line) = child.next_line(born + life) else {
-                break;
-            };
+        let (mut deadline, mut held) = (born + life, false);
+        let (mut idle, mut markers) = (false, Markers::default());
+        let mut take = |line: &str, markers: &mut Markers| {
+            if markers.take(line, MARKER) {
+                return false;
+            }
             let mut words = line.split(' ');
             match (words.next(), words.next().map(|n| n.parse::<u64>())) {
                 (Some("stored"), Some(Ok(id))) => {
@@ -342,13 +401,31 @@ fn every_stored_transfer_is_applied_exactly_once_in_order_across_sigkills() {
                 (Some("confirmed"), Some(Ok(id))) => {
                     confirmed.insert(id);
                 }
-                (Some("idle"), _) => idle = true,
+                (Some("idle"), _) => return true,
                 _ => {}
             }
+            false
+        };
+        while Instant::now() < deadline && !idle {
+            let Some(line) = child.next_line(deadline) else {
+                break;
+            };
+            idle = take(&line, &mut markers);
+            if !held && hold.is_held(&markers) {
+                // The kill lands while the append is held.
+                held = true;
+                deadline = Instant::now() + hold_delay;
+            }
         }
-        child.kill();
-        let bank = bank_state(dir.path());
+        for line in child.kill_collect() {
+            take(&line, &mut markers); // printed before it died
+        }
+        committed = committed.max(markers.committed_seq);
+        held_before += u32::from(held && matches!(hold, Hold::Before(_)));
+        held_after += u32::from(held && matches!(hold, Hold::After(_)));
         let context = format!("seed {seed}, life {lives}");
+        let (bank, highest) = bank_state(dir.path(), &context);
+        check_committed(highest, committed, &context);
         check_bank(&bank, &confirmed, &context);
         let applied: BTreeSet<u64> = bank.applied.iter().copied().collect();
         applied_unconfirmed += applied.difference(&confirmed).count();
@@ -362,7 +439,7 @@ fn every_stored_transfer_is_applied_exactly_once_in_order_across_sigkills() {
             "{context}: no progress"
         );
     }
-    let bank = bank_state(dir.path());
+    let (bank, _) = bank_state(dir.path(), &format!("seed {seed}, the end"));
     assert_eq!(
         bank.applied,
         (1..=TRANSFERS).collect::<Vec<_>>(),
@@ -379,11 +456,18 @@ fn every_stored_transfer_is_applied_exactly_once_in_order_across_sigkills() {
         "seed {seed}: no kill between a store and the bank's commit"
     );
     assert!(early_kills > 0, "seed {seed}: no kill during a recovery");
+    assert!(
+        held_before >= MIN_HELD_KILLS && held_after >= MIN_HELD_KILLS,
+        "seed {seed}: only {held_before} kills before a commit of the bank (decided), \
+         {held_after} between its commit and its ACK"
+    );
     // A confirmation fires after its record commits: a kill in between loses the report,
     // never the transfer.
     let unreported = TRANSFERS as usize - confirmed.len();
     println!(
-        "seed {seed}: {kills} kills; at the kills {applied_unconfirmed} applied-unconfirmed and \
+        "seed {seed}: {kills} kills ({held_before} aimed before a commit of the bank, \
+         {held_after} between its commit and its ACK); at the kills {applied_unconfirmed} \
+         applied-unconfirmed and \
          {stored_unapplied} stored-unapplied transfers, {early_kills} kills within 15 ms of a \
          start; {unreported} confirmations not reported (killed after their record)"
     );
@@ -400,6 +484,13 @@ struct Side {
     kills: u32,
     /// Kills within 15 ms of a start: during its recovery.
     early_kills: u32,
+    /// This life's held bank append, the markers seen in it, and how long after the held
+    /// one's marker the kill comes.
+    hold: Hold,
+    markers: Markers,
+    hold_delay: Duration,
+    /// Kills while a reply was held: after a commit, before its ACK.
+    held_kills: u32,
 }
 
 impl Side {
@@ -412,22 +503,46 @@ impl Side {
             life: Duration::ZERO,
             kills: 0,
             early_kills: 0,
+            hold: Hold::Never,
+            markers: Markers::default(),
+            hold_delay: Duration::ZERO,
+            held_kills: 0,
         }
     }
 
     /// Starts a child that lives a seeded time: from 15 to 500 ms, and every fourth life less
-    /// than 15 ms (killed while it recovers).
-    fn start(&mut self, rng: &mut SmallRng) {
+    /// than 15 ms (killed while it recovers). Every other life of the bank is aimed instead:
+    /// killed 0–30 ms after the marker of a seeded append its journal holds.
+    fn start(&mut self, rng: &mut SmallRng, kills: u32) {
         let mut env = self.env.clone();
         env.push((CHILD_ROLE, self.role.to_string()));
         env.push((
             CHILD_ACK_DELAY,
             [0, 10, 40][rng.random_range(0..3)].to_string(),
         ));
+        // Not the last life, which runs until all is confirmed.
+        let aimed = self.role == "consumer" && self.kills.is_multiple_of(2) && self.kills < kills;
+        self.hold = self::aimed(rng, aimed);
+        self.hold_delay = Duration::from_millis(rng.random_range(0..=30));
+        self.markers = Markers::default();
+        env.push((CHILD_HOLD, self.hold.encode()));
         self.child = Some(process::spawn(ENTRY, &env));
         self.born = Instant::now();
         let short = self.kills % 4 == 3;
-        self.life = Duration::from_millis(rng.random_range(if short { 0..15 } else { 15..501 }));
+        self.life = if aimed {
+            Duration::from_secs(5) // in case the bank commits less often: not aimed then
+        } else {
+            Duration::from_millis(rng.random_range(if short { 0..15 } else { 15..501 }))
+        };
+    }
+
+    /// Takes a line of this child: counts the bank's journal's markers, and once the held
+    /// append's is seen, makes the kill due `hold_delay` later.
+    fn marker_line(&mut self, line: &str) {
+        let held = self.hold.is_held(&self.markers);
+        if self.markers.take(line, MARKER) && !held && self.hold.is_held(&self.markers) {
+            self.life = self.born.elapsed() + self.hold_delay;
+        }
     }
 
     fn child(&self) -> &process::Child {
@@ -441,6 +556,7 @@ impl Side {
     /// SIGKILLs the child; returns what it printed last.
     fn kill(&mut self) -> Vec<String> {
         self.early_kills += u32::from(self.born.elapsed() < Duration::from_millis(15));
+        self.held_kills += u32::from(self.hold.is_held(&self.markers));
         self.kills += 1;
         self.child
             .take()
@@ -499,8 +615,8 @@ fn every_stored_transfer_is_applied_exactly_once_in_order_with_producer_and_bank
     ];
     let mut bank_side = Side::new("consumer", env.clone());
     let mut producer_side = Side::new("producer", env);
-    bank_side.start(&mut rng);
-    producer_side.start(&mut rng);
+    bank_side.start(&mut rng, kills);
+    producer_side.start(&mut rng, kills);
     let mut seen = Seen::default();
     // At the kills of the bank, from its journal; at the kills of the producer, from what the
     // bank's consumer reported applied by then.
@@ -508,10 +624,13 @@ fn every_stored_transfer_is_applied_exactly_once_in_order_with_producer_and_bank
     let (mut producer_applied_unconfirmed, mut producer_stored_unapplied) = (0, 0);
     let started = Instant::now();
     let mut kills_done = None;
+    // The highest seq the bank's journal reported committed.
+    let mut committed = 0;
     loop {
-        for side in [&bank_side, &producer_side] {
+        for side in [&mut bank_side, &mut producer_side] {
             while let Ok(Some(line)) = side.child().try_line() {
                 seen.line(&line);
+                side.marker_line(&line);
             }
         }
         if producer_side.is_due(kills) {
@@ -521,14 +640,17 @@ fn every_stored_transfer_is_applied_exactly_once_in_order_with_producer_and_bank
             seen.idle = false;
             producer_applied_unconfirmed += seen.applied.difference(&seen.confirmed).count();
             producer_stored_unapplied += seen.stored.difference(&seen.applied).count();
-            producer_side.start(&mut rng);
+            producer_side.start(&mut rng, kills);
         }
         if bank_side.is_due(kills) {
             for line in bank_side.kill() {
                 seen.line(&line);
+                bank_side.markers.take(&line, MARKER);
             }
-            let bank = bank_state(dir.path());
+            committed = committed.max(bank_side.markers.committed_seq);
             let context = format!("seed {seed}, bank kill {}", bank_side.kills);
+            let (bank, highest) = bank_state(dir.path(), &context);
+            check_committed(highest, committed, &context);
             check_bank(&bank, &seen.confirmed, &context);
             let applied: BTreeSet<u64> = bank.applied.iter().copied().collect();
             assert!(
@@ -537,7 +659,7 @@ fn every_stored_transfer_is_applied_exactly_once_in_order_with_producer_and_bank
             );
             bank_applied_unconfirmed += applied.difference(&seen.confirmed).count();
             bank_stored_unapplied += seen.stored.difference(&applied).count();
-            bank_side.start(&mut rng);
+            bank_side.start(&mut rng, kills);
         }
         let finishing = producer_side.kills >= kills && bank_side.kills >= kills;
         if finishing && kills_done.is_none() {
@@ -557,8 +679,9 @@ fn every_stored_transfer_is_applied_exactly_once_in_order_with_producer_and_bank
     }
     let (producer_kills, producer_early) = (producer_side.kills, producer_side.early_kills);
     let (bank_kills, bank_early) = (bank_side.kills, bank_side.early_kills);
+    let bank_held = bank_side.held_kills;
     drop((producer_side, bank_side));
-    let bank = bank_state(dir.path());
+    let (bank, _) = bank_state(dir.path(), &format!("seed {seed}, the end"));
     check_bank(&bank, &seen.confirmed, &format!("seed {seed}, the end"));
     assert_eq!(
         bank.applied,
@@ -575,6 +698,10 @@ fn every_stored_transfer_is_applied_exactly_once_in_order_with_producer_and_bank
         );
     }
     assert!(
+        bank_held >= kills / 4,
+        "seed {seed}: only {bank_held} kills of the bank while its journal held an append"
+    );
+    assert!(
         bank_applied_unconfirmed > 0 && producer_applied_unconfirmed > 0,
         "seed {seed}: no kill between the bank's commit and the confirmation"
     );
@@ -584,7 +711,8 @@ fn every_stored_transfer_is_applied_exactly_once_in_order_with_producer_and_bank
     );
     println!(
         "seed {seed}: {producer_kills} producer kills ({producer_early} within 15 ms of a \
-         start), {bank_kills} bank kills ({bank_early} within 15 ms); at the bank's kills \
+         start), {bank_kills} bank kills ({bank_early} within 15 ms, {bank_held} aimed before \
+         a commit or between it and its ACK); at the bank's kills \
          {bank_applied_unconfirmed} applied-unconfirmed and {bank_stored_unapplied} \
          stored-unapplied transfers (its journal), at the producer's kills \
          {producer_applied_unconfirmed} applied-unconfirmed and {producer_stored_unapplied} \

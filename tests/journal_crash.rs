@@ -4,13 +4,20 @@
 //! as a child (`crash_child`, selected by an environment variable) that appends batches to
 //! one journal file and prints each batch the moment its append resolved. The parent
 //! SIGKILLs it at seeded random moments, reopens the file and checks every acknowledged event,
-//! then starts the next child on the same file. Rerun a failure with the seed it prints:
+//! then starts the next child on the same file. Kills that land after a batch committed and
+//! before the child printed its ACK are counted (the reopened file holds a batch the child
+//! never acknowledged), and the test asserts a minimum of them. In some rounds the child
+//! SIGKILLs itself right after printing a seeded ACK instead, the closest to a commit a kill
+//! can land. The default seed is fixed;
+//! every failure names the seed and the round. Rerun another seed with
 //! `JOURNAL_CRASH_SEED=<seed> cargo test --test journal_crash`.
 //!
 //! The storage tests make writes really fail: a size cap (SQLite `max_page_count`) stands
 //! for a full disk, and the immutable attribute (`chattr +i`, which binds root too) makes
 //! files read-only (a user who is not root gets file permissions for the open-time case, and
 //! the write-ahead-log case is skipped with a printed reason where `chattr` cannot be used).
+
+mod process;
 
 use std::collections::BTreeMap;
 use std::fs::File;
@@ -33,6 +40,11 @@ const CHILD_CONFIG: &str = "JOURNAL_CRASH_CHILD_CONFIG";
 /// Marks the child's own lines, which may share a line with the test harness's output.
 const MARK: &str = "@@";
 const KILLS: usize = 24;
+/// The rounds whose kill must land between a commit and its ACK (seen on the default seed: see
+/// the count the test prints).
+const MIN_KILLS_AFTER_COMMIT: usize = 8;
+/// The seed of an ordinary run.
+const DEFAULT_SEED: u64 = 24;
 
 fn stream(s: usize) -> PersistenceId {
     PersistenceId::new(format!("crash-stream-{s}")).unwrap()
@@ -76,6 +88,9 @@ struct Config {
     appenders: usize,
     batch_sizes: Vec<u64>,
     buffer_events: usize,
+    /// The child SIGKILLs itself right after printing this many ACKs (0: never): the moment
+    /// closest to the commit a kill can land, which no kill from outside hits.
+    die_at_ack: u64,
 }
 
 impl Config {
@@ -94,18 +109,24 @@ impl Config {
             appenders: rng.random_range(1..=streams.min(4)),
             batch_sizes,
             buffer_events: [16, 256, 4096][rng.random_range(0..3)],
+            die_at_ack: if rng.random_bool(0.4) {
+                rng.random_range(1..=120)
+            } else {
+                0
+            },
         }
     }
 
     fn encode(&self) -> String {
         let sizes: Vec<String> = self.batch_sizes.iter().map(u64::to_string).collect();
         format!(
-            "{} {} {} {} {}",
+            "{} {} {} {} {} {}",
             self.seed,
             self.streams,
             self.appenders,
             sizes.join(","),
-            self.buffer_events
+            self.buffer_events,
+            self.die_at_ack
         )
     }
 
@@ -117,6 +138,7 @@ impl Config {
             appenders: fields[2].parse().unwrap(),
             batch_sizes: fields[3].split(',').map(|n| n.parse().unwrap()).collect(),
             buffer_events: fields[4].parse().unwrap(),
+            die_at_ack: fields[5].parse().unwrap(),
         }
     }
 }
@@ -151,8 +173,9 @@ async fn child(path: &Path, config: Config) {
         next.push(highest + 1);
     }
     let deadline = Instant::now() + Duration::from_secs(20);
+    let acks = std::cell::Cell::new(0);
     let appenders = (0..config.appenders).map(|a| {
-        let (journal, config) = (&journal, &config);
+        let (journal, config, acks) = (&journal, &config, &acks);
         // Each stream has one writer: appender `a` owns the streams `s % appenders == a`.
         let mut mine: Vec<(usize, u64)> = (a..config.streams)
             .step_by(config.appenders)
@@ -172,7 +195,13 @@ async fn child(path: &Path, config: Config) {
                     .map(|seq| payload(*s, seq, first, last))
                     .collect();
                 match journal.append(&stream(*s), first, batch).await {
-                    Ok(()) => say(format_args!("ACK {s} {first} {last}")),
+                    Ok(()) => {
+                        say(format_args!("ACK {s} {first} {last}"));
+                        acks.set(acks.get() + 1);
+                        if acks.get() == config.die_at_ack {
+                            process::sigkill_self();
+                        }
+                    }
                     Err(err) => {
                         say(format_args!("ERR {s} {first} {err}"));
                         std::process::exit(2);
@@ -211,8 +240,14 @@ fn parse(line: &str) -> Option<Said> {
     })
 }
 
-fn spawn_child(path: &Path, config: &Config, stderr: File) -> (Child, mpsc::Receiver<Said>) {
-    let mut child = Command::new(std::env::current_exe().unwrap())
+fn spawn_child(
+    path: &Path,
+    config: &Config,
+    stderr: File,
+    context: &str,
+) -> (Child, mpsc::Receiver<Said>) {
+    let exe = std::env::current_exe().unwrap_or_else(|e| panic!("{context}: the test binary: {e}"));
+    let mut child = Command::new(exe)
         .args([
             "crash_child",
             "--exact",
@@ -226,8 +261,8 @@ fn spawn_child(path: &Path, config: &Config, stderr: File) -> (Child, mpsc::Rece
         .stdout(Stdio::piped())
         .stderr(stderr)
         .spawn()
-        .unwrap();
-    let stdout = child.stdout.take().unwrap();
+        .unwrap_or_else(|e| panic!("{context}: spawn the child: {e}"));
+    let stdout = child.stdout.take().expect("piped");
     let (lines, said) = mpsc::channel();
     std::thread::spawn(move || {
         for line in BufReader::new(stdout).lines() {
@@ -245,29 +280,44 @@ fn spawn_child(path: &Path, config: &Config, stderr: File) -> (Child, mpsc::Rece
 /// Acknowledged batches per stream, `first → last`.
 type Acked = BTreeMap<usize, BTreeMap<u64, u64>>;
 
+/// `result`'s value, or a panic naming `context` (the seed and round) and what failed.
+fn ok<T, E: std::fmt::Display>(result: Result<T, E>, context: &str, what: &str) -> T {
+    result.unwrap_or_else(|error| panic!("{context}: {what}: {error}"))
+}
+
 #[test]
 fn sigkill_at_random_moments_loses_nothing_acknowledged() {
     let seed = std::env::var("JOURNAL_CRASH_SEED")
         .ok()
         .and_then(|seed| seed.parse().ok())
-        .unwrap_or_else(|| getrandom::u64().unwrap());
+        .unwrap_or(DEFAULT_SEED);
     eprintln!("journal crash test seed: {seed} (rerun with JOURNAL_CRASH_SEED={seed})");
     let mut rng = SmallRng::seed_from_u64(seed);
-    let dir = tempfile::tempdir().unwrap();
+    let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("seed {seed}: a temp dir: {e}"));
     let path = dir.path().join("journal.db");
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
-        .unwrap();
+        .unwrap_or_else(|e| panic!("seed {seed}: a runtime: {e}"));
     let mut acked = Acked::new();
+    // Stored batches that were never acknowledged (their child died in between).
+    let mut unacked = Acked::new();
     let mut highest: BTreeMap<usize, u64> = BTreeMap::new();
-    let (mut kills, mut acks_total) = (0, 0);
+    let (mut kills, mut self_kills, mut acks_total) = (0, 0, 0);
+    // Kills that landed after a commit and before its ACK, and the batches they caught so.
+    let (mut kills_after_commit, mut committed_unacked) = (0, 0);
     for round in 0..KILLS {
         let config = Config::random(&mut rng);
         let context = format!("seed {seed}, round {round}, {config:?}");
         let stderr_path = dir.path().join(format!("child-{round}.stderr"));
-        let (mut child, said) = spawn_child(&path, &config, File::create(&stderr_path).unwrap());
-        let kill_after_acks = rng.random_range(0..=120);
+        let stderr = ok(File::create(&stderr_path), &context, "the child's stderr");
+        let (mut child, said) = spawn_child(&path, &config, stderr, &context);
+        // A child that kills itself is left to it.
+        let kill_after_acks = if config.die_at_ack > 0 {
+            u64::MAX
+        } else {
+            rng.random_range(0..=120)
+        };
         let extra_delay = Duration::from_micros(rng.random_range(0..2_000));
 
         // Returns 1 for an acknowledged batch.
@@ -301,37 +351,70 @@ fn sigkill_at_random_moments_loses_nothing_acknowledged() {
             }
         }
         std::thread::sleep(extra_delay);
-        let still_running = child.try_wait().unwrap().is_none();
+        let still_running = ok(child.try_wait(), &context, "the child's status").is_none();
         // `Child::kill` sends SIGKILL on Unix (std documents it as equivalent): no handler,
         // no cleanup, no flush; the process dies between two instructions.
-        child.kill().unwrap();
-        let status = child.wait().unwrap();
+        ok(child.kill(), &context, "SIGKILL the child");
+        let status = ok(child.wait(), &context, "reap the child");
         for line in said.iter() {
             acks += record(line); // printed before it died: acknowledged all the same
         }
-        if still_running {
+        if still_running || config.die_at_ack > 0 {
             assert_eq!(status.signal(), Some(9), "{context}: {status}");
             kills += 1;
+            self_kills += usize::from(!still_running);
         } else {
-            assert!(status.success(), "{context}: the child failed: {status}");
+            assert!(
+                status.success(),
+                "{context}: the child failed: {status}; stderr: {}",
+                std::fs::read_to_string(&stderr_path).unwrap_or_default()
+            );
         }
         acks_total += acks;
-        highest = runtime.block_on(verify(&path, &acked, &context));
+        let verified = runtime.block_on(verify(&path, &acked, &unacked, &context));
+        highest = verified.highest;
+        kills_after_commit += usize::from(!verified.unacked.is_empty());
+        committed_unacked += verified.unacked.len();
+        for (s, first, last) in verified.unacked {
+            unacked.entry(s).or_default().insert(first, last);
+        }
     }
     assert!(kills >= 20, "seed {seed}: only {kills} kills");
     assert!(acks_total > 0, "seed {seed}: nothing was ever acknowledged");
-    eprintln!("{kills} kills, {acks_total} acknowledged batches");
+    assert!(
+        kills_after_commit >= MIN_KILLS_AFTER_COMMIT,
+        "seed {seed}: only {kills_after_commit} kills landed between a commit and its ACK"
+    );
+    eprintln!(
+        "seed {seed}: {kills} kills ({self_kills} by the child itself right after an ACK), \
+         {acks_total} acknowledged batches; {kills_after_commit} \
+         kills between a commit and its ACK ({committed_unacked} batches committed, not ACKed)"
+    );
+}
+
+/// What [`verify`] found.
+struct Verified {
+    /// Each stream's highest seq.
+    highest: BTreeMap<usize, u64>,
+    /// Batches stored that no child acknowledged and no earlier check found: this child died
+    /// after their commit, before its ACK.
+    unacked: Vec<(usize, u64, u64)>,
 }
 
 /// Reopens the file and checks every stream: gapless from 1, each payload exactly as
-/// written, batches whole, every acknowledged batch present. Returns each stream's highest
-/// seq.
-async fn verify(path: &Path, acked: &Acked, context: &str) -> BTreeMap<usize, u64> {
-    let journal = SqliteJournal::open(path).await.unwrap();
+/// written, batches whole, every acknowledged batch present. Returns the stored batches that
+/// are neither acknowledged nor in `earlier` (found unacknowledged by an earlier check).
+async fn verify(path: &Path, acked: &Acked, earlier: &Acked, context: &str) -> Verified {
+    let journal = ok(
+        SqliteJournal::open(path).await,
+        context,
+        "reopen the journal",
+    );
     let mut highest = BTreeMap::new();
+    let mut unacked = Vec::new();
     for s in 0..8 {
         let id = stream(s);
-        let top = journal.highest_seq(&id).await.unwrap();
+        let top = ok(journal.highest_seq(&id).await, context, "highest_seq");
         let mut batches = BTreeMap::new();
         let mut open_batch: Option<(u64, u64)> = None;
         let mut expected = 1;
@@ -365,8 +448,8 @@ async fn verify(path: &Path, acked: &Acked, context: &str) -> BTreeMap<usize, u6
             open_batch = (seq < last).then_some((first, last));
             Ok::<_, JournalError>(())
         })
-        .await
-        .unwrap();
+        .await;
+        let last = ok(last, context, &format!("replay stream {s}"));
         assert_eq!(
             last, top,
             "{context}: stream {s}: replay and highest_seq disagree"
@@ -375,12 +458,24 @@ async fn verify(path: &Path, acked: &Acked, context: &str) -> BTreeMap<usize, u6
             open_batch, None,
             "{context}: stream {s}: the last batch is partial"
         );
-        for (&first, &last) in acked.get(&s).into_iter().flatten() {
+        let mine = acked.get(&s);
+        for (&first, &last) in mine.into_iter().flatten() {
             assert_eq!(
                 batches.get(&first),
                 Some(&last),
                 "{context}: stream {s}: acknowledged batch {first}..={last} is missing"
             );
+        }
+        let known = |first: &u64| {
+            [mine, earlier.get(&s)]
+                .into_iter()
+                .flatten()
+                .any(|batches| batches.contains_key(first))
+        };
+        for (&first, &last) in &batches {
+            if !known(&first) {
+                unacked.push((s, first, last));
+            }
         }
         if top > 0 {
             highest.insert(s, top);
@@ -388,25 +483,35 @@ async fn verify(path: &Path, acked: &Acked, context: &str) -> BTreeMap<usize, u6
     }
     journal.close().await;
     // Nothing hidden elsewhere: the reopened journal moved the buffer into event_journal.
-    let conn = rusqlite::Connection::open(path).unwrap();
-    let buffered: i64 = conn
-        .query_row("SELECT count(*) FROM event_buffer", [], |row| row.get(0))
-        .unwrap();
+    let conn = ok(
+        rusqlite::Connection::open(path),
+        context,
+        "open with rusqlite",
+    );
+    let buffered: i64 = ok(
+        conn.query_row("SELECT count(*) FROM event_buffer", [], |row| row.get(0)),
+        context,
+        "count event_buffer",
+    );
     assert_eq!(buffered, 0, "{context}");
-    let mut statement = conn
-        .prepare("SELECT persistence_id, count(*), max(seq_nr) FROM event_journal GROUP BY 1")
-        .unwrap();
-    let stored: BTreeMap<String, (i64, i64)> = statement
-        .query_map([], |row| Ok((row.get(0)?, (row.get(1)?, row.get(2)?))))
-        .unwrap()
-        .map(Result::unwrap)
-        .collect();
+    let mut statement = ok(
+        conn.prepare("SELECT persistence_id, count(*), max(seq_nr) FROM event_journal GROUP BY 1"),
+        context,
+        "prepare the count",
+    );
+    let stored: BTreeMap<String, (i64, i64)> = ok(
+        statement
+            .query_map([], |row| Ok((row.get(0)?, (row.get(1)?, row.get(2)?))))
+            .and_then(Iterator::collect),
+        context,
+        "count event_journal",
+    );
     let expected: BTreeMap<String, (i64, i64)> = highest
         .iter()
         .map(|(&s, &top)| (stream(s).to_string(), (top as i64, top as i64)))
         .collect();
     assert_eq!(stored, expected, "{context}");
-    highest
+    Verified { highest, unacked }
 }
 
 // --- Storage failures ---------------------------------------------------------------------

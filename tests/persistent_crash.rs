@@ -5,7 +5,10 @@
 //! and ACK too), restarts it, and resends, with the same producer id, incarnation and seq,
 //! every message it has not seen ACKed. After each kill, and at the end, it reads the journal:
 //! every ACKed message is stored, none twice, each child recovered exactly the state the journal
-//! held when it started, and at the end all messages are stored exactly once.
+//! held when it started (compared entry by entry: which messages, how often each), and at the
+//! end all messages are stored exactly once. At each kill the ACKs the child printed before it
+//! died are collected from the pipe too: the last ACKs are the ones most likely to outrun a
+//! commit.
 //!
 //! Replay a seed with `CRASH_SEED=5 cargo test --test persistent_crash -- --nocapture`.
 
@@ -50,19 +53,20 @@ struct Applied(u64);
 
 enum Op {
     Apply(u64),
-    Count,
+    /// Replies with the whole ledger.
+    State,
 }
 
 impl EventSourced for Ledger {
     type Command = Op;
     type Event = Applied;
-    type Reply = usize;
+    type Reply = Option<BTreeMap<u64, u32>>;
     type Rejection = String;
 
     fn decide(&self, command: &Op) -> Result<Decision<Self>, String> {
         Ok(match *command {
-            Op::Apply(message) => Decision::persist([Applied(message)], self.applied.len() + 1),
-            Op::Count => Decision::reply(self.applied.len()),
+            Op::Apply(message) => Decision::persist([Applied(message)], None),
+            Op::State => Decision::reply(Some(self.applied.clone())),
         })
     }
 
@@ -83,7 +87,8 @@ fn config() -> PersistentConfig {
     }
 }
 
-/// The child: recovers its ledger and prints `ready <n>` (the messages it holds), then takes
+/// The child: recovers its ledger and prints `ready <ledger>` (what it holds, see
+/// [`encode`]), then takes
 /// `d <seq> <window_start>` lines on stdin as deliveries of message `seq` from producer `p`
 /// and prints `ack <seq>` for every ACK (after the delay).
 #[test]
@@ -95,7 +100,8 @@ fn child_process_entry() {
     actix::System::new().block_on(async move {
         let journal = SqliteJournal::open(&path).await.expect("open the journal");
         let ledger = PersistentHandle::<Ledger>::start(Arc::new(journal), id(), config()).unwrap();
-        let recovered = ledger.ask(Op::Count).await.expect("the ledger recovers");
+        let recovered = ledger.ask(Op::State).await.expect("the ledger recovers");
+        let recovered = encode(&recovered.unwrap_or_default());
         let consumer = ReliableDelivery::consumer(
             ConsumerOptions::builder(ledger.delivery_handler(Op::Apply))
                 .build()
@@ -129,18 +135,48 @@ fn child_process_entry() {
     });
 }
 
+/// A ledger as one line: `<message>:<count>` for each message, comma separated.
+fn encode(applied: &BTreeMap<u64, u32>) -> String {
+    let entries: Vec<String> = applied.iter().map(|(m, n)| format!("{m}:{n}")).collect();
+    entries.join(",")
+}
+
+/// What [`encode`] wrote, or `None` for anything else.
+fn decode(line: &str) -> Option<BTreeMap<u64, u32>> {
+    line.split(',')
+        .filter(|entry| !entry.is_empty())
+        .map(|entry| {
+            let (message, count) = entry.split_once(':')?;
+            Some((message.parse().ok()?, count.parse().ok()?))
+        })
+        .collect()
+}
+
 /// The ledger as the journal holds it (read while no child runs).
-fn durable(path: &Path) -> Ledger {
+fn durable(path: &Path, context: &str) -> Ledger {
     actix::System::new().block_on(async {
-        let journal = SqliteJournal::open(path).await.expect("reopen the journal");
+        let journal = SqliteJournal::open(path)
+            .await
+            .unwrap_or_else(|e| panic!("{context}: reopen the journal: {e}"));
         let ledger = recover_state::<Ledger>(&journal, &id())
             .await
-            .expect("recover");
+            .unwrap_or_else(|e| panic!("{context}: recover the ledger: {e}"));
         // Closed before the next child opens the file: a dropped journal releases its lock
         // only when its writer thread has ended, which under load came after the child tried.
         journal.close().await;
         ledger
     })
+}
+
+/// Takes an `ack <seq>` line: true if it acknowledged a message not acknowledged before.
+fn take_ack(line: &str, unacked: &mut BTreeSet<u64>, seed: u64) -> bool {
+    let Some(seq) = line.strip_prefix("ack ") else {
+        return false;
+    };
+    let seq = seq
+        .parse()
+        .unwrap_or_else(|_| panic!("seed {seed}: the child printed {line:?}"));
+    unacked.remove(&seq)
 }
 
 #[test]
@@ -151,7 +187,8 @@ fn every_message_is_stored_exactly_once_across_sigkills() {
     let path = dir.path().join("ledger.db");
     let mut unacked: BTreeSet<u64> = (1..=MESSAGES).collect();
     let (mut kills, mut committed_unacked_seen) = (0, 0);
-    let mut stored_at_spawn = 0;
+    let mut stored_at_spawn = BTreeMap::new();
+    let mut acks_collected_at_kills = 0;
     let started = Instant::now();
     loop {
         let delay = [0, 20, 60][rng.random_range(0..3)];
@@ -160,8 +197,11 @@ fn every_message_is_stored_exactly_once_across_sigkills() {
             (CHILD_ACK_DELAY, delay.to_string()),
         ];
         let mut child = process::spawn(ENTRY, &env);
-        let ready = child.expect_line("ready ", Duration::from_secs(30));
-        let recovered: usize = ready["ready ".len()..].parse().unwrap();
+        let ready = child
+            .wait_for("ready ", Duration::from_secs(30))
+            .unwrap_or_else(|| panic!("seed {seed}, life {kills}: the child did not start"));
+        let recovered = decode(&ready["ready ".len()..])
+            .unwrap_or_else(|| panic!("seed {seed}, life {kills}: the child printed {ready:?}"));
         assert_eq!(
             recovered, stored_at_spawn,
             "seed {seed}, life {kills}: the child recovered another state than the journal holds"
@@ -188,22 +228,22 @@ fn every_message_is_stored_exactly_once_across_sigkills() {
             let Some(line) = child.next_line(Instant::now() + Duration::from_millis(10)) else {
                 continue;
             };
-            if let Some(seq) = line.strip_prefix("ack ") {
-                acked_here += u64::from(unacked.remove(&seq.parse().unwrap()));
-            }
+            acked_here += u64::from(take_ack(&line, &mut unacked, seed));
             assert!(
                 started.elapsed() < Duration::from_secs(240),
                 "no progress (seed {seed})"
             );
         }
+        // What the child printed before it died counts: an ACK sent is an ACK given.
+        for line in child.kill_collect() {
+            acks_collected_at_kills += usize::from(take_ack(&line, &mut unacked, seed));
+        }
         if unacked.is_empty() && kills >= KILLS {
-            child.kill();
             break;
         }
-        child.kill();
         kills += 1;
         // What is stored now: every ACKed message, each at most once.
-        let ledger = durable(&path);
+        let ledger = durable(&path, &format!("seed {seed}, kill {kills}"));
         for message in (1..=MESSAGES).filter(|m| !unacked.contains(m)) {
             assert!(
                 ledger.applied.contains_key(&message),
@@ -223,9 +263,9 @@ fn every_message_is_stored_exactly_once_across_sigkills() {
             .iter()
             .filter(|m| ledger.applied.contains_key(m))
             .count();
-        stored_at_spawn = ledger.applied.len();
+        stored_at_spawn = ledger.applied;
     }
-    let ledger = durable(&path);
+    let ledger = durable(&path, &format!("seed {seed}, the end"));
     let expected: BTreeMap<u64, u32> = (1..=MESSAGES).map(|m| (m, 1)).collect();
     assert_eq!(
         ledger.applied, expected,
@@ -236,5 +276,8 @@ fn every_message_is_stored_exactly_once_across_sigkills() {
         committed_unacked_seen > 0,
         "seed {seed}: no kill landed between a commit and its ACK"
     );
-    println!("seed {seed}: {kills} kills, {committed_unacked_seen} committed-but-unACKed at kills");
+    println!(
+        "seed {seed}: {kills} kills, {committed_unacked_seen} committed-but-unACKed at kills, \
+         {acks_collected_at_kills} ACKs read from the pipe after a kill"
+    );
 }

@@ -4,6 +4,11 @@
 //! alive throughout. Every message is confirmed exactly once and none is lost; with the
 //! effectively-once consumer on SQLite the journal shows no business event stored twice.
 //!
+//! The in-memory child holds each message's ACK back a seeded 5–50 ms after its handler ran
+//! (`handled <n>`, then `done <n>` as the ACK goes out), so its kills land while messages are
+//! handled and not acknowledged: those are delivered again to the next life (counted, and
+//! asserted), and every confirmed message was done by some life.
+//!
 //! Replay a seed with `CRASH_SEED=5 cargo test --test remote_crash -- --nocapture`; set
 //! `REMOTE_CRASH_KILLS` for more kills (default 12).
 
@@ -33,6 +38,8 @@ const ENTRY: &str = "child_node_entry";
 const CHILD_PORT: &str = "REMOTE_CRASH_PORT";
 /// Set for the child of the persistent variant: its journal file.
 const CHILD_DB: &str = "REMOTE_CRASH_DB";
+/// Set for the in-memory child: how long each handler holds its ACK back, in ms.
+const CHILD_ACK_DELAY: &str = "REMOTE_CRASH_ACK_DELAY_MS";
 
 const MESSAGES: u64 = 800;
 
@@ -65,13 +72,16 @@ fn ledger_id() -> PersistenceId {
 }
 
 /// The child: a node on the given port exposing "numbers", printing `ready <node id>` once it
-/// listens and `handled <n>` when a message's handler runs (before its ACK can be sent).
+/// listens and `handled <n>` when a message's handler runs (before its ACK can be sent); the
+/// in-memory one prints `done <n>` when the handler finishes, [`CHILD_ACK_DELAY`] later, and
+/// its ACK goes out.
 #[test]
 fn child_node_entry() {
     let Ok(port) = std::env::var(CHILD_PORT) else {
         return; // run as an ordinary test: nothing to do
     };
     let journal = std::env::var(CHILD_DB).ok();
+    let delay: u64 = std::env::var(CHILD_ACK_DELAY).map_or(0, |d| d.parse().unwrap());
     actix::System::new().block_on(async move {
         let addr: SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
         let options = remote::fast(NodeOptions::builder().secret(remote::secret()))
@@ -93,9 +103,14 @@ fn child_node_entry() {
                     n
                 })
             }
-            None => DeliveryHandler::from_fn(|n: u64| {
+            // Pipelined: the held ACKs overlap, so messages keep flowing.
+            None => DeliveryHandler::pipelined(move |_, n: u64| {
                 println!("handled {n}");
-                async { Ok::<(), String>(()) }
+                async move {
+                    actix::clock::sleep(Duration::from_millis(delay)).await;
+                    println!("done {n}");
+                    Ok::<(), String>(())
+                }
             }),
         };
         let consumer =
@@ -132,7 +147,10 @@ async fn lines_until(
 struct Run {
     kills: u32,
     lives_with_traffic: u64,
+    /// How many lives handled each message.
     handled: HashMap<u64, u32>,
+    /// Messages whose handler finished (its ACK sent) in some life.
+    done: HashSet<u64>,
     peers: HashSet<String>,
 }
 
@@ -170,9 +188,17 @@ async fn run(
         kills: 0,
         lives_with_traffic: 0,
         handled: HashMap::new(),
+        done: HashSet::new(),
         peers: HashSet::new(),
     };
     loop {
+        let mut env = env.clone();
+        if db.is_none() {
+            env.push((
+                CHILD_ACK_DELAY,
+                [5, 20, 50][rng.random_range(0..3)].to_string(),
+            ));
+        }
         let child = process::spawn(ENTRY, &env);
         let mut lines = Vec::new();
         let ready = lines_until(
@@ -210,23 +236,47 @@ async fn run(
         // The pipe holds what the child printed before it died: collect it too.
         lines.extend(child.kill_collect());
         run.lives_with_traffic += u64::from(lines.iter().any(|l| l.starts_with("handled ")));
+        let mut handled_here = HashSet::new();
         for line in &lines {
+            let number = |n: &str| -> u64 {
+                n.parse()
+                    .unwrap_or_else(|_| panic!("seed {seed}: the child printed {line:?}"))
+            };
             if let Some(n) = line.strip_prefix("handled ") {
-                *run.handled.entry(n.parse().unwrap()).or_default() += 1;
+                handled_here.insert(number(n));
+            }
+            if let Some(n) = line.strip_prefix("done ") {
+                run.done.insert(number(n));
             }
             if let Some(id) = line.strip_prefix("ready ") {
                 run.peers.insert(id.to_string());
             }
         }
+        for n in handled_here {
+            *run.handled.entry(n).or_default() += 1; // lives that handled it
+        }
         if last {
             break;
         }
         run.kills += 1;
-        let confirmed = confirmations
+        let confirmed: HashSet<u64> = confirmations
             .snapshot()
             .into_iter()
             .map(|(n, _)| n)
             .collect();
+        if db.is_none() {
+            let never_done: Vec<&u64> = confirmed
+                .iter()
+                .filter(|n| !run.done.contains(n))
+                .take(10)
+                .collect();
+            assert!(
+                never_done.is_empty(),
+                "seed {seed}, kill {}: confirmed, but no life finished handling them: \
+                 {never_done:?}",
+                run.kills
+            );
+        }
         after_kill(run.kills, confirmed).await;
     }
     assert_eq!(
@@ -258,16 +308,25 @@ async fn every_message_is_confirmed_across_sigkills_of_the_consumer_node() {
     let kills: u32 = std::env::var("REMOTE_CRASH_KILLS").map_or(12, |s| s.parse().unwrap());
     let run = run(seed, kills, None, async |_, _| {}).await;
     assert!(run.kills >= kills.min(10));
+    let never_done: Vec<u64> = (1..=MESSAGES)
+        .filter(|n| !run.done.contains(n))
+        .take(10)
+        .collect();
     assert!(
-        (1..=MESSAGES).all(|n| run.handled.contains_key(&n)),
-        "seed {seed}: a confirmed message was never handled"
+        never_done.is_empty(),
+        "seed {seed}: confirmed, but no life finished handling them: {never_done:?}"
     );
     assert_eq!(
         run.peers.len() as u32,
         run.kills + 1,
         "a new node id per life"
     );
+    // Handled, killed before the ACK, delivered again to the next life.
     let again = run.handled.values().filter(|&&c| c > 1).count();
+    assert!(
+        again > 0,
+        "seed {seed}: no kill landed while a handled message was unacknowledged"
+    );
     println!("seed {seed}: {again} messages handled by more than one life (at least once)");
 }
 

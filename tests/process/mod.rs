@@ -3,6 +3,8 @@
 //! with SIGKILL (`std::process::Child::kill` sends SIGKILL on Unix).
 #![allow(dead_code)] // each test binary uses a different subset
 
+pub mod hook;
+
 use std::io::{BufRead, BufReader, Write};
 use std::process::{ChildStdin, Command, Stdio};
 use std::sync::mpsc::{self, Receiver};
@@ -78,18 +80,26 @@ impl Child {
         }
     }
 
+    /// Waits for a line starting with `prefix` (skipping others), at most `timeout`; `None`
+    /// if none comes in time.
+    pub fn wait_for(&self, prefix: &str, timeout: Duration) -> Option<String> {
+        let deadline = Instant::now() + timeout;
+        while let Some(line) = self.next_line(deadline) {
+            if line.starts_with(prefix) {
+                return Some(line);
+            }
+        }
+        None
+    }
+
     /// Waits for a line starting with `prefix` (skipping others), at most `timeout`.
     ///
     /// # Panics
     /// If none comes in time.
     pub fn expect_line(&self, prefix: &str, timeout: Duration) -> String {
-        let deadline = Instant::now() + timeout;
-        while let Some(line) = self.next_line(deadline) {
-            if line.starts_with(prefix) {
-                return line;
-            }
-        }
-        panic!("the child printed no line starting with {prefix:?} within {timeout:?}");
+        self.wait_for(prefix, timeout).unwrap_or_else(|| {
+            panic!("the child printed no line starting with {prefix:?} within {timeout:?}")
+        })
     }
 
     /// SIGKILLs the child and reaps it.
@@ -111,4 +121,19 @@ impl Child {
         self.stdin = None;
         self.process.wait().expect("wait for the child")
     }
+}
+
+/// SIGKILLs this process at once (for a child that dies at a moment only it can see, such as
+/// right after a journal reported a commit): no handler, no cleanup, no flush.
+pub fn sigkill_self() -> ! {
+    unsafe extern "C" {
+        fn kill(pid: i32, sig: i32) -> i32;
+    }
+    const SIGKILL: i32 = 9;
+    let pid = i32::try_from(std::process::id()).expect("a pid fits in pid_t");
+    // SAFETY: `kill(2)` takes plain integers and touches no memory of this process.
+    unsafe {
+        kill(pid, SIGKILL);
+    }
+    unreachable!("SIGKILL cannot be caught")
 }

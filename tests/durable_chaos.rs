@@ -121,6 +121,10 @@ impl Journal for Faulty {
     fn load_snapshot(&self, id: &PersistenceId) -> JournalFuture<'_, Option<Snapshot>> {
         self.inner.load_snapshot(id)
     }
+
+    fn max_payload(&self) -> usize {
+        self.inner.max_payload()
+    }
 }
 
 /// Records what the sink hears.

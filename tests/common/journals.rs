@@ -70,4 +70,8 @@ impl Journal for CommitThenFail {
     fn load_snapshot(&self, id: &PersistenceId) -> JournalFuture<'_, Option<Snapshot>> {
         self.inner.load_snapshot(id)
     }
+
+    fn max_payload(&self) -> usize {
+        self.inner.max_payload()
+    }
 }

@@ -150,4 +150,8 @@ impl<J: Journal> Journal for Hooked<J> {
     fn load_snapshot(&self, id: &PersistenceId) -> JournalFuture<'_, Option<Snapshot>> {
         self.inner.load_snapshot(id)
     }
+
+    fn max_payload(&self) -> usize {
+        self.inner.max_payload()
+    }
 }

@@ -37,7 +37,7 @@ use std::time::{Duration, Instant};
 
 use actix::prelude::*;
 use actix_delivery::durable::{DurableConfirmation, DurableOptions};
-use actix_delivery::journal::{Journal, PersistenceId, SqliteJournal};
+use actix_delivery::journal::{Journal, PersistenceId};
 use actix_delivery::persistence::{
     recover_state, Decision, EventSourced, PersistentConfig, PersistentHandle,
 };
@@ -148,7 +148,7 @@ impl Handler<DurableConfirmation> for Sink {
 /// The bank, recovered from `bank.db` in `dir`; its journal prints [`MARKER`] lines and
 /// holds the append `hold` says.
 async fn start_bank(dir: &Path, hold: Hold) -> PersistentHandle<Bank> {
-    let journal = SqliteJournal::open(dir.join("bank.db")).await.unwrap();
+    let journal = process::open_journal(dir.join("bank.db")).await.unwrap();
     let journal = process::hook::Hooked::new(journal, MARKER, hold);
     PersistentHandle::<Bank>::start(Arc::new(journal), bank_id(), snapshots()).unwrap()
 }
@@ -186,7 +186,9 @@ fn delayed_acks(target: ConsumerRef<Transfer>, delay: u64) -> ConsumerRef<Transf
 /// sending them to `target`; prints `ready <next id>`, `stored <id>` and `confirmed <id>`
 /// lines, and `idle` once all transfers are confirmed. Never returns.
 async fn produce(dir: &Path, target: ConsumerRef<Transfer>) {
-    let producer_journal = SqliteJournal::open(dir.join("producer.db")).await.unwrap();
+    let producer_journal = process::open_journal(dir.join("producer.db"))
+        .await
+        .unwrap();
     let durable = DurableOptions::new(
         Arc::new(producer_journal),
         PersistenceId::new("transfers").unwrap(),
@@ -300,7 +302,7 @@ fn child_process_entry() {
 /// The bank as its journal holds it, and the journal's highest seq.
 fn bank_state(dir: &Path, context: &str) -> (Bank, u64) {
     actix::System::new().block_on(async {
-        let journal = SqliteJournal::open(dir.join("bank.db"))
+        let journal = process::open_journal(dir.join("bank.db"))
             .await
             .unwrap_or_else(|e| panic!("{context}: reopen the bank's journal: {e}"));
         let bank = recover_state::<Bank>(&journal, &bank_id())

@@ -406,7 +406,7 @@ struct Verified {
 /// are neither acknowledged nor in `earlier` (found unacknowledged by an earlier check).
 async fn verify(path: &Path, acked: &Acked, earlier: &Acked, context: &str) -> Verified {
     let journal = ok(
-        SqliteJournal::open(path).await,
+        process::open_journal(path).await,
         context,
         "reopen the journal",
     );
@@ -544,7 +544,7 @@ async fn append_until(
 
 /// Reopens `path` (without limits) and checks each stream holds exactly `acked[s]` events.
 async fn assert_exactly(path: &Path, acked: &[u64]) {
-    let journal = SqliteJournal::open(path).await.unwrap();
+    let journal = process::open_journal(path).await.unwrap();
     for (s, &count) in acked.iter().enumerate() {
         assert_eq!(
             journal.highest_seq(&stream(s)).await,
@@ -644,7 +644,7 @@ impl Drop for ReadOnly {
 async fn a_read_only_file_is_refused_at_open_and_left_alone() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("journal.db");
-    let journal = SqliteJournal::open(&path).await.unwrap();
+    let journal = process::open_journal(&path).await.unwrap();
     let (acked, _) = append_until(&journal, 2, |i, _| i == 10).await;
     journal.close().await;
     let before = std::fs::read(&path).unwrap();
@@ -652,7 +652,7 @@ async fn a_read_only_file_is_refused_at_open_and_left_alone() {
         let Some(_read_only) = ReadOnly::new(&path, true) else {
             return;
         };
-        let result = SqliteJournal::open(&path).await;
+        let result = process::open_journal(&path).await;
         assert!(
             matches!(&result, Err(JournalError::Storage { persistence_id: None, message }) if message.contains("read-only")),
             "{:?}",
@@ -667,7 +667,7 @@ async fn a_read_only_file_is_refused_at_open_and_left_alone() {
 async fn a_write_ahead_log_turning_read_only_fails_appends_and_loses_nothing() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("journal.db");
-    let journal = SqliteJournal::open(&path).await.unwrap();
+    let journal = process::open_journal(&path).await.unwrap();
     let (mut acked, errors) = append_until(&journal, 3, |i, _| i == 30).await;
     assert!(errors.is_empty());
     let mut wal = path.as_os_str().to_owned();

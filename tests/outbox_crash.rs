@@ -30,7 +30,7 @@ use std::path::Path;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use actix_delivery::journal::{PersistenceId, SqliteJournal};
+use actix_delivery::journal::PersistenceId;
 use actix_delivery::persistence::{
     recover_state, CommandError, Decision, EventSourced, Outbox, PersistentConfig, PersistentHandle,
 };
@@ -142,7 +142,7 @@ async fn start_orders(
     shipping: ConsumerRef<Ship>,
     window_size: usize,
 ) -> PersistentHandle<Orders> {
-    let journal = SqliteJournal::open(dir.join("orders.db"))
+    let journal = process::open_journal(dir.join("orders.db"))
         .await
         .expect("open the orders' journal");
     let lane = ProducerConfig {
@@ -179,7 +179,7 @@ fn child_process_entry() {
         let dir = Path::new(&dir);
         match role.as_str() {
             "shipping" => {
-                let journal = SqliteJournal::open(dir.join("shipping.db"))
+                let journal = process::open_journal(dir.join("shipping.db"))
                     .await
                     .expect("open the shipping journal");
                 let config = PersistentConfig {
@@ -307,7 +307,7 @@ fn probe(dir: &Path, context: &str) -> Probed {
 /// The orders the shipping journal holds, checked: 1..=k in order, each once.
 fn shipped(dir: &Path, context: &str) -> Vec<u64> {
     let shipping = actix::System::new().block_on(async {
-        let journal = SqliteJournal::open(dir.join("shipping.db"))
+        let journal = process::open_journal(dir.join("shipping.db"))
             .await
             .unwrap_or_else(|e| panic!("{context}: reopen the shipping journal: {e}"));
         let shipping = recover_state::<Shipping>(&journal, &shipping_id())

@@ -20,7 +20,7 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use actix_delivery::journal::{PersistenceId, SqliteJournal};
+use actix_delivery::journal::PersistenceId;
 use actix_delivery::persistence::{
     recover_state, Decision, EventSourced, PersistentConfig, PersistentHandle,
 };
@@ -98,7 +98,9 @@ fn child_process_entry() {
     };
     let delay: u64 = std::env::var(CHILD_ACK_DELAY).map_or(0, |d| d.parse().unwrap());
     actix::System::new().block_on(async move {
-        let journal = SqliteJournal::open(&path).await.expect("open the journal");
+        let journal = process::open_journal(&path)
+            .await
+            .expect("open the journal");
         let ledger = PersistentHandle::<Ledger>::start(Arc::new(journal), id(), config()).unwrap();
         let recovered = ledger.ask(Op::State).await.expect("the ledger recovers");
         let recovered = encode(&recovered.unwrap_or_default());
@@ -155,7 +157,7 @@ fn decode(line: &str) -> Option<BTreeMap<u64, u32>> {
 /// The ledger as the journal holds it (read while no child runs).
 fn durable(path: &Path, context: &str) -> Ledger {
     actix::System::new().block_on(async {
-        let journal = SqliteJournal::open(path)
+        let journal = process::open_journal(path)
             .await
             .unwrap_or_else(|e| panic!("{context}: reopen the journal: {e}"));
         let ledger = recover_state::<Ledger>(&journal, &id())

@@ -21,7 +21,7 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use actix_delivery::journal::{PersistenceId, SqliteJournal};
+use actix_delivery::journal::PersistenceId;
 use actix_delivery::persistence::{
     recover_state, Decision, EventSourced, PersistentConfig, PersistentHandle,
 };
@@ -91,7 +91,9 @@ fn child_node_entry() {
         let node = Node::start(options).await.expect("bind the port");
         let handler = match journal {
             Some(path) => {
-                let journal = SqliteJournal::open(&path).await.expect("open the journal");
+                let journal = process::open_journal(&path)
+                    .await
+                    .expect("open the journal");
                 let ledger = PersistentHandle::<Ledger>::start(
                     Arc::new(journal),
                     ledger_id(),
@@ -337,7 +339,9 @@ async fn with_the_persistent_consumer_no_business_event_is_stored_twice() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("ledger.db");
     let stored = async |path: &std::path::Path| -> Ledger {
-        let journal = SqliteJournal::open(path).await.expect("reopen the journal");
+        let journal = process::open_journal(path)
+            .await
+            .expect("reopen the journal");
         let ledger = recover_state::<Ledger>(&journal, &ledger_id())
             .await
             .expect("recover");

@@ -137,3 +137,21 @@ pub fn sigkill_self() -> ! {
     }
     unreachable!("SIGKILL cannot be caught")
 }
+
+/// Opens a SQLite journal as `SqliteJournal::open` does, and checks that it commits durably
+/// (`synchronous` FULL, WAL): a crash test proves nothing about a journal that does not fsync.
+///
+/// # Panics
+/// If the opened journal reports other settings.
+pub async fn open_journal(
+    path: impl AsRef<std::path::Path>,
+) -> Result<actix_delivery::journal::SqliteJournal, actix_delivery::journal::JournalError> {
+    let journal = actix_delivery::journal::SqliteJournal::open(path).await?;
+    let durability = journal.durability();
+    assert_eq!(
+        (durability.synchronous, durability.journal_mode.as_str()),
+        (2, "wal"),
+        "the journal must commit with synchronous=FULL in WAL mode"
+    );
+    Ok(journal)
+}

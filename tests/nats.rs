@@ -718,3 +718,95 @@ async fn a_consumer_that_does_not_take_its_batches_makes_the_carrier_drop_not_bu
     assert_eq!(handled.distinct() as u64, PRODUCERS);
     arbiter.stop();
 }
+
+/// A consumer on a thread of its own whose handler blocks that thread at its first message
+/// until the returned sender sends (or is dropped), with a dead-letter log.
+fn blockable_consumer() -> (
+    actix::Arbiter,
+    actix_delivery::ConsumerHandle<u64>,
+    std::sync::mpsc::Sender<()>,
+    common::Log<actix_delivery::DeadLetter>,
+) {
+    let arbiter = actix::Arbiter::new();
+    let (unblock, blocked) = std::sync::mpsc::channel::<()>();
+    let blocked = std::sync::Arc::new(std::sync::Mutex::new(Some(blocked)));
+    let (sink, dead) = common::dead_letter_log();
+    let consumer = ReliableDelivery::consumer_in(&arbiter.handle(), move || {
+        let blocked = blocked.clone();
+        ConsumerOptions::builder(DeliveryHandler::from_fn(move |_: u64| {
+            if let Some(blocked) = blocked.lock().unwrap().take() {
+                let _ = blocked.recv();
+            }
+            async { Ok::<(), String>(()) }
+        }))
+        .dead_letters(sink.clone())
+        .build()
+        .unwrap()
+    });
+    (arbiter, consumer, unblock, dead)
+}
+
+/// A `Deliveries` frame of `n` deliveries (seqs 1..=n) from producer `p`, each with a body
+/// that is not a u64 (255 starts no bincode varint).
+fn undecodable_frame(consumer: &str, n: u8) -> Vec<u8> {
+    let mut frame = vec![4, consumer.len() as u8];
+    frame.extend_from_slice(consumer.as_bytes());
+    frame.extend_from_slice(&[1, b'p', 0, 1, n]);
+    for seq in 1..=n {
+        frame.extend_from_slice(&[seq, 1, 1, 255]);
+    }
+    frame
+}
+
+#[actix::test]
+async fn undecodable_bodies_for_a_blocked_consumer_count_against_the_batch_bound() {
+    const BATCHES: u64 = 100;
+    const PER_BATCH: u8 = 100;
+    let subject = unique("undecodable-flood");
+    let server = carrier().await;
+    let (arbiter, consumer, unblock, dead) = blockable_consumer();
+    server.expose(&subject, &consumer).await.unwrap();
+    let raw = nats_support::client(&nats_support::url()).await;
+    let replies = raw.new_inbox();
+    // The first delivery blocks the consumer's thread: its mailbox takes nothing more.
+    publish(
+        &raw,
+        &subject,
+        Some(&replies),
+        deliveries_frame(&subject, &[7]),
+    )
+    .await;
+    for _ in 0..BATCHES {
+        let frame = undecodable_frame(&subject, PER_BATCH);
+        publish(&raw, &subject, Some(&replies), frame).await;
+    }
+    raw.flush().await.unwrap();
+    assert!(
+        wait_until(Duration::from_secs(10), || server.stats().frames_in
+            == 1 + BATCHES)
+        .await,
+        "{:?}",
+        server.stats()
+    );
+    let stats = server.stats();
+    let all = BATCHES * u64::from(PER_BATCH);
+    assert_eq!(
+        stats.undecodable_bodies + stats.deliveries_dropped_busy,
+        all,
+        "every body counted: {stats:?}"
+    );
+    // The blocking batch and at most 15 of dead letters wait for the consumer.
+    assert!(
+        stats.undecodable_bodies <= 15 * u64::from(PER_BATCH),
+        "dead letters beyond the bound were handed over: {stats:?}"
+    );
+    drop(unblock);
+    assert!(
+        wait_until(Duration::from_secs(10), || dead.len() as u64
+            == stats.undecodable_bodies)
+        .await,
+        "{} dead letters for {stats:?}",
+        dead.len()
+    );
+    arbiter.stop();
+}

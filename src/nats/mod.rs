@@ -54,7 +54,8 @@
 //! not checked: the subject it arrived on is the address.
 //!
 //! The carrier reads its subscriptions continuously: at most 16 batches per exposed subject
-//! wait for the consumer to take them from its mailbox, and beyond, deliveries are dropped
+//! wait for the consumer to take them from its mailbox (a batch's dead letters of bodies that
+//! do not decode wait there too, and count alike), and beyond, deliveries are dropped
 //! (counted in [`NatsStats::deliveries_dropped_busy`]) rather than left to pile up in the
 //! client's buffer, which is bounded in messages, not bytes. At most `max_output_bytes` wait
 //! to be published or written, and at most `max_routes` producer incarnations (over the

@@ -30,8 +30,9 @@ pub struct NatsStats {
     /// would publish ACKs wherever a sender asks): dropped.
     pub foreign_reply_subjects: u64,
     /// Deliveries received while 16 batches already waited for the consumer to take them
-    /// (a busy consumer): dropped, so that the client's buffer does not grow; the producers
-    /// retransmit them.
+    /// (a busy consumer; dead letters of undecodable bodies wait, and count, alike): dropped,
+    /// whether their bodies decode or not, so that neither the client's buffer nor the
+    /// consumer's mailbox grows; the producers retransmit them.
     pub deliveries_dropped_busy: u64,
     /// "No responders" notices the server sent to the ACK inbox: a batch was published to
     /// a subject nobody listened on at that moment (the producer retransmits it).

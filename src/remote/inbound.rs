@@ -33,7 +33,8 @@ pub(crate) type Dispatched = Pin<Box<dyn Future<Output = bool> + Send>>;
 
 /// What became of a batch handed to an exposed consumer.
 pub(crate) struct Handed {
-    /// Resolves once the consumer took the decoded deliveries (`None`: there were none).
+    /// Resolves once the consumer took the batch: its decoded deliveries and its dead letters
+    /// (`None`: the batch was empty).
     pub taken: Option<Dispatched>,
     /// Deliveries whose body did not decode: handed over as dead letters.
     pub undecodable: u64,
@@ -74,20 +75,35 @@ impl<T: DeserializeOwned + Send + 'static> Exposed for ExposedConsumer<T> {
                 Err(_) => undecodable.push(header),
             }
         }
-        let handed = Handed {
-            taken: None,
-            undecodable: undecodable.len() as u64,
+        let n_undecodable = undecodable.len() as u64;
+        // Dead letters wait in the consumer's mailbox like deliveries, so they count against
+        // the same read bound (SPEC §9): the batch is taken once both are.
+        let addr = self.0.addr();
+        let dead = (!undecodable.is_empty()).then(|| addr.send(Undecodable(undecodable)));
+        let live = (!deliveries.is_empty()).then(|| addr.send(Deliveries(deliveries)));
+        let taken: Option<Dispatched> = if dead.is_none() && live.is_none() {
+            None
+        } else {
+            Some(Box::pin(async move {
+                let dead = async {
+                    match dead {
+                        Some(dead) => dead.await.is_ok(),
+                        None => true,
+                    }
+                };
+                let live = async {
+                    match live {
+                        Some(live) => live.await.is_ok(),
+                        None => true,
+                    }
+                };
+                let (dead, live) = futures_util::future::join(dead, live).await;
+                dead && live
+            }))
         };
-        if !undecodable.is_empty() {
-            self.0.addr().do_send(Undecodable(undecodable));
-        }
-        if deliveries.is_empty() {
-            return handed;
-        }
-        let taken = self.0.addr().send(Deliveries(deliveries));
         Handed {
-            taken: Some(Box::pin(async move { taken.await.is_ok() })),
-            ..handed
+            taken,
+            undecodable: n_undecodable,
         }
     }
 }
@@ -188,7 +204,7 @@ async fn serve(node: &Shared, stream: TcpStream) {
 }
 
 /// Hands a batch to its consumer; `None` if nothing was handed over (an unknown name: dropped;
-/// or only undecodable bodies: dead letters).
+/// or an empty batch).
 fn dispatch(node: &Shared, batch: &DeliveryBatch<'_>, reply_to: &ReplyTo) -> Option<Dispatched> {
     let n = batch.items.len() as u64;
     let Some(consumer) = node.exposed(batch.consumer) else {

@@ -197,6 +197,25 @@ impl ReplyTo {
         }
     }
 
+    /// Sends several ACKs as [`do_send_all`](Self::do_send_all) does, and tells when the
+    /// recipient has handled them: the future resolves once it handled the last (`false`: it
+    /// is gone); `None` if nothing waits in a mailbox (no ACKs, or a closure took them). What
+    /// a transport bounds the ACKs it reads for one producer by.
+    pub(crate) fn send_all_tracked(
+        &self,
+        mut acks: Vec<Ack>,
+    ) -> Option<std::pin::Pin<Box<dyn std::future::Future<Output = bool> + Send>>> {
+        let AckSink::Actor { single, .. } = &*self.0 else {
+            self.do_send_all(acks.into_iter());
+            return None;
+        };
+        let last = acks.pop()?;
+        self.do_send_all(acks.into_iter());
+        // The mailbox is FIFO: once the last is handled, so are those sent before it.
+        let handled = single.send(last);
+        Some(Box::pin(async move { handled.await.is_ok() }))
+    }
+
     /// A reply address that hands every batch of ACKs (one or more) to `send`, fire-and-forget:
     /// what a proxy, a test link or a network transport needs, in one closure.
     pub fn from_fn(send: impl Fn(Vec<Ack>) + Send + Sync + 'static) -> Self {

@@ -810,3 +810,76 @@ async fn undecodable_bodies_for_a_blocked_consumer_count_against_the_batch_bound
     );
     arbiter.stop();
 }
+
+/// A spy on `subject` (so that the server sees a listener) and what the first batch a carrier
+/// publishes there tells: its reply subject, producer id, incarnation and first seq.
+async fn spied_batch(spy: &mut async_nats::Subscriber) -> (String, remote::wire::Deliveries) {
+    let seen = tokio::time::timeout(Duration::from_secs(5), spy.next())
+        .await
+        .expect("a batch")
+        .unwrap();
+    let reply = seen.reply.expect("deliveries name the inbox").to_string();
+    match actix_delivery::codec::decode(&seen.payload).unwrap() {
+        remote::wire::Frame::Deliveries(batch) => (reply, batch),
+        other => panic!("{other:?}"),
+    }
+}
+
+#[actix::test]
+async fn an_ack_flood_at_a_busy_producer_is_bounded_and_counted() {
+    const FRAMES: u64 = 200;
+    const PER_FRAME: u64 = 100;
+    let subject = unique("ack-flood");
+    let client = carrier().await;
+    let raw = nats_support::client(&nats_support::url()).await;
+    let mut spy = raw.subscribe(subject.clone()).await.unwrap();
+    raw.flush().await.unwrap();
+    // The producer on a thread of its own, which the test then blocks.
+    let arbiter = actix::Arbiter::new();
+    let producer = ReliableDelivery::producer_in(
+        &arbiter.handle(),
+        actix_delivery::ProducerOptions::builder(client.consumer_ref::<u64>(&subject).unwrap())
+            .window_size(16)
+            .build()
+            .unwrap(),
+    );
+    let confirmations = Confirmations::<u64>::default();
+    producer.tell(1, confirm_into(&confirmations, 1)).unwrap();
+    let (inbox, batch) = spied_batch(&mut spy).await;
+    let (unblock, blocked) = std::sync::mpsc::channel::<()>();
+    arbiter.spawn_fn(move || {
+        let _ = blocked.recv();
+    });
+    // ACKs for the producer's live incarnation, the one seq it sent and more.
+    for _ in 0..FRAMES {
+        let acks = remote::wire::Frame::Acks(remote::wire::Acks {
+            producer_id: batch.producer_id.clone(),
+            incarnation: batch.incarnation,
+            seqs: (1..=PER_FRAME).collect(),
+        });
+        let payload = actix_delivery::codec::encode(&acks).unwrap();
+        raw.publish(inbox.clone(), payload.into()).await.unwrap();
+    }
+    raw.flush().await.unwrap();
+    assert!(
+        wait_until(Duration::from_secs(10), || client.stats().frames_in
+            == FRAMES)
+        .await,
+        "{:?}",
+        client.stats()
+    );
+    let stats = client.stats();
+    assert_eq!(
+        stats.acks_in + stats.acks_dropped_busy,
+        FRAMES * PER_FRAME,
+        "every ACK counted: {stats:?}"
+    );
+    assert!(
+        stats.acks_in <= 16 * PER_FRAME,
+        "ACKs beyond the bound were handed to the busy producer: {stats:?}"
+    );
+    drop(unblock);
+    assert!(wait_until(Duration::from_secs(10), || confirmations.len() == 1).await);
+    assert!(confirmations.snapshot().iter().all(|(_, r)| r.is_ok()));
+    arbiter.stop();
+}

@@ -6,7 +6,6 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 use actix::ArbiterHandle;
 use async_nats::{Client, Subject};
-use futures_util::StreamExt;
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 use tokio_util::sync::CancellationToken;
@@ -14,7 +13,7 @@ use tokio_util::sync::CancellationToken;
 use crate::codec::MAX_ENCODED_BYTES;
 use crate::consumer::ConsumerHandle;
 use crate::message::{ConsumerRef, Delivery, ReplyTo};
-use crate::protocol::envelope::{Ack, Incarnation};
+use crate::protocol::envelope::Ack;
 use crate::remote::frame::Frame;
 use crate::remote::inbound::ExposedConsumer;
 use crate::remote::outbound::encode;
@@ -74,7 +73,7 @@ pub(crate) struct Shared {
     pub(crate) counters: Counters,
     pub(crate) warnings: Warnings,
     pub(crate) publisher: Publisher,
-    cancel: CancellationToken,
+    pub(crate) cancel: CancellationToken,
     arbiter: ArbiterHandle,
     /// Where this carrier's deliveries ask for their ACKs.
     inbox: Subject,
@@ -92,14 +91,14 @@ struct Exposures {
 }
 
 /// The memory of the sending side.
-struct Sending {
-    routes: Routes<ReplyTo>,
+pub(crate) struct Sending {
+    pub(crate) routes: Routes<ReplyTo>,
     /// Where bodies are encoded before they are kept.
     scratch: Vec<u8>,
 }
 
 impl Shared {
-    fn sending(&self) -> MutexGuard<'_, Sending> {
+    pub(crate) fn sending(&self) -> MutexGuard<'_, Sending> {
         self.sending.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
@@ -179,38 +178,6 @@ impl Shared {
             &self.counters.acks_dropped_full,
             pushed.full + pushed.too_large,
         );
-    }
-
-    /// A message on the ACK inbox: a batch of ACKs for one of this carrier's producers, or
-    /// the server's notice that a batch found nobody listening.
-    fn receive_acks(&self, message: &async_nats::Message) {
-        add(&self.counters.frames_in, 1);
-        if message.status == Some(async_nats::StatusCode::NO_RESPONDERS) {
-            add(&self.counters.no_responders, 1);
-            return;
-        }
-        let batch = match self.decode(&message.payload) {
-            Some(Frame::Acks(batch)) => batch,
-            _ => return self.refuse("the ACK inbox"),
-        };
-        self.route_acks(batch.producer_id, batch.incarnation, &batch.seqs);
-    }
-
-    fn route_acks(&self, producer_id: &str, incarnation: Incarnation, seqs: &[u64]) {
-        let route = self
-            .sending()
-            .routes
-            .handle_acks(producer_id, incarnation, seqs);
-        let Some((producer_id, reply_to)) = route else {
-            add(&self.counters.unroutable_acks, seqs.len() as u64);
-            return;
-        };
-        add(&self.counters.acks_in, seqs.len() as u64);
-        reply_to.do_send_all(seqs.iter().map(|&seq| Ack {
-            producer_id: producer_id.clone(),
-            incarnation,
-            seq,
-        }));
     }
 
     /// A received payload as a frame, if it is one within the limits.
@@ -345,19 +312,9 @@ impl NatsCarrier {
                 .run(client, &shared.counters, &shared.cancel)
                 .await;
         });
-        let inbox = shared.clone();
-        shared.arbiter.spawn(async move {
-            let mut acks = acks;
-            loop {
-                let message = tokio::select! {
-                    biased;
-                    () = inbox.cancel.cancelled() => return,
-                    message = acks.next() => message,
-                };
-                let Some(message) = message else { return }; // the client closed
-                inbox.receive_acks(&message);
-            }
-        });
+        shared
+            .arbiter
+            .spawn(super::acks::receive(shared.clone(), acks));
         Ok(Self(Arc::new(Owner(shared))))
     }
 

@@ -57,7 +57,11 @@
 //! wait for the consumer to take them from its mailbox (a batch's dead letters of bodies that
 //! do not decode wait there too, and count alike), and beyond, deliveries are dropped
 //! (counted in [`NatsStats::deliveries_dropped_busy`]) rather than left to pile up in the
-//! client's buffer, which is bounded in messages, not bytes. At most `max_output_bytes` wait
+//! client's buffer, which is bounded in messages, not bytes. The ACK inbox is bounded alike:
+//! at most 16 batches of ACKs per producer incarnation wait for the producer to take them,
+//! and beyond, ACKs are dropped (counted in [`NatsStats::acks_dropped_busy`]; the producer
+//! retransmits and is ACKed again), so an ACK flood at a busy producer cannot grow its
+//! mailbox. At most `max_output_bytes` wait
 //! to be published or written, and at most `max_routes` producer incarnations (over the
 //! whole carrier) are remembered with their unconfirmed bodies.
 //!
@@ -84,6 +88,7 @@
 //!   to many independent readers; this crate's durable producer and persistent consumer then
 //!   add nothing the broker does not already give.
 
+mod acks;
 mod carrier;
 mod inbound;
 mod options;

@@ -43,6 +43,10 @@ pub struct NatsStats {
     pub acks_in: u64,
     /// ACKs received for no known producer incarnation (dropped).
     pub unroutable_acks: u64,
+    /// ACKs received while 16 batches of ACKs already waited for their producer to take them
+    /// (a busy producer, or a flood): dropped, so that its mailbox does not grow; the producer
+    /// retransmits those messages and is ACKed again.
+    pub acks_dropped_busy: u64,
     /// Deliveries dropped because the publishing queue was full (`max_output_bytes`).
     pub deliveries_dropped_full: u64,
     /// ACKs dropped because the publishing queue was full.
@@ -77,6 +81,7 @@ counters!(Counters => NatsStats {
     acks_out,
     acks_in,
     unroutable_acks,
+    acks_dropped_busy,
     deliveries_dropped_full,
     acks_dropped_full,
     deliveries_unsendable,

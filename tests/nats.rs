@@ -132,7 +132,7 @@ async fn garbage_is_refused_and_counted_and_the_consumer_goes_on() {
     server.expose(&subject, &consumer).await.unwrap();
     let raw = nats_support::client(&nats_support::url()).await;
     let replies = raw.new_inbox();
-    let mut answers = raw.subscribe(replies.clone()).await.unwrap();
+    let mut answers = nats_support::subscribed(&raw, &replies).await;
     // Not frames at all (no kind of this protocol starts with 7 or more), seeded.
     let mut rng = SmallRng::seed_from_u64(7);
     let mut refused = 0;
@@ -198,8 +198,7 @@ async fn garbage_is_refused_and_counted_and_the_consumer_goes_on() {
     assert_eq!(handled.total(), 1);
 
     // Garbage on a producer's ACK inbox (learned from a delivery's reply subject).
-    let mut spy = raw.subscribe(subject.clone()).await.unwrap();
-    raw.flush().await.unwrap();
+    let mut spy = nats_support::subscribed(&raw, &subject).await;
     let producer = remote::producer(client.consumer_ref::<u64>(&subject).unwrap(), 16, 100);
     let confirmations = Confirmations::<u64>::default();
     producer
@@ -273,6 +272,10 @@ async fn a_subject_nobody_listens_on_costs_bounded_memory_until_a_consumer_comes
     assert_eq!(
         stats.decode_failures, 0,
         "its notices are not garbage: {stats:?}"
+    );
+    assert_eq!(
+        stats.forged_no_responders, 0,
+        "the server's notices answer the batches: {stats:?}"
     );
     assert_eq!(confirmations.len(), 0);
     // A consumer appears: everything arrives.
@@ -499,8 +502,7 @@ async fn a_reply_subject_outside_the_reply_prefix_is_refused() {
     let raw = nats_support::client(&nats_support::url()).await;
     // A subject only the consumer's process may publish to, say.
     let victim = unique("billing.commands");
-    let mut spy = raw.subscribe(victim.clone()).await.unwrap();
-    raw.flush().await.unwrap();
+    let mut spy = nats_support::subscribed(&raw, &victim).await;
     publish(
         &raw,
         &subject,
@@ -832,8 +834,7 @@ async fn an_ack_flood_at_a_busy_producer_is_bounded_and_counted() {
     let subject = unique("ack-flood");
     let client = carrier().await;
     let raw = nats_support::client(&nats_support::url()).await;
-    let mut spy = raw.subscribe(subject.clone()).await.unwrap();
-    raw.flush().await.unwrap();
+    let mut spy = nats_support::subscribed(&raw, &subject).await;
     // The producer on a thread of its own, which the test then blocks.
     let arbiter = actix::Arbiter::new();
     let producer = ReliableDelivery::producer_in(
@@ -882,4 +883,44 @@ async fn an_ack_flood_at_a_busy_producer_is_bounded_and_counted() {
     assert!(wait_until(Duration::from_secs(10), || confirmations.len() == 1).await);
     assert!(confirmations.snapshot().iter().all(|(_, r)| r.is_ok()));
     arbiter.stop();
+}
+
+#[actix::test]
+async fn a_no_responders_status_counts_only_as_the_answer_to_a_batch_the_carrier_published() {
+    let (listened, nobody) = (unique("listened"), unique("nobody-notice"));
+    let client = carrier().await;
+    let raw = nats_support::client(&nats_support::url()).await;
+    let mut spy = nats_support::subscribed(&raw, &listened).await;
+    // One batch each (no retransmission within the test): to a subject the spy listens on,
+    // and to one nobody listens on (the server's notice answers it).
+    let to_listened = remote::producer(client.consumer_ref::<u64>(&listened).unwrap(), 16, 60_000);
+    let to_nobody = remote::producer(client.consumer_ref::<u64>(&nobody).unwrap(), 16, 60_000);
+    to_listened.tell(1, |_| ()).unwrap();
+    to_nobody.tell(1, |_| ()).unwrap();
+    let (reply, _) = spied_batch(&mut spy).await;
+    assert!(
+        wait_until(Duration::from_secs(5), || client.stats().no_responders == 1).await,
+        "the server's notice: {:?}",
+        client.stats()
+    );
+    // Another client's statuses: on the inbox's other subjects, and on the reply subject it
+    // learned, more than once for its one batch.
+    let (inbox, _) = reply.rsplit_once('.').unwrap();
+    let url = nats_support::url();
+    nats_support::publish_status_503(&url, &format!("{inbox}.0123456789abcdef"), 3).await;
+    nats_support::publish_status_503(&url, &format!("{inbox}.x"), 2).await;
+    nats_support::publish_status_503(&url, &reply, 3).await;
+    assert!(
+        wait_until(Duration::from_secs(5), || client.stats().frames_in == 1 + 8).await,
+        "{:?}",
+        client.stats()
+    );
+    let stats = client.stats();
+    // A listener of a subject can claim its batch went unanswered, once per batch at most.
+    assert_eq!(
+        (stats.no_responders, stats.forged_no_responders),
+        (2, 7),
+        "{stats:?}"
+    );
+    assert_eq!(stats.decode_failures, 0, "{stats:?}");
 }

@@ -1,5 +1,8 @@
 //! The ACK inbox: batches of ACKs for this carrier's producers, routed by producer id and
-//! incarnation, and the server's "no responders" notices.
+//! incarnation, and the server's "no responders" notices. The inbox is `<inbox>.*`: each
+//! destination's batches name a reply subject of their own, so a notice is counted only on
+//! the reply subject of a destination, at most once per batch published there; a status any
+//! other client publishes elsewhere to the inbox is counted apart and ignored.
 //!
 //! Read continuously, and bounded like deliveries: at most [`MAX_WAITING`] batches of ACKs per
 //! producer incarnation wait for the producer to take them from its mailbox; beyond, its ACKs
@@ -65,7 +68,16 @@ fn receive_one(
     let counters = &shared.counters;
     add(&counters.frames_in, 1);
     if message.status == Some(StatusCode::NO_RESPONDERS) {
-        add(&counters.no_responders, 1);
+        if shared.is_answering(message.subject.as_str()) {
+            add(&counters.no_responders, 1);
+        } else {
+            add(&counters.forged_no_responders, 1);
+            shared.warnings.warn(Warning::Decode, || {
+                "ignored a \"no responders\" status that answers no batch this carrier \
+                 published (another client published it)"
+                    .to_string()
+            });
+        }
         return None;
     }
     let Some(Frame::Acks(batch)) = shared.decode(&message.payload) else {

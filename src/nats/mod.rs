@@ -13,7 +13,10 @@
 //!
 //! - **Deliveries** are published to the consumer's subject in batches (what one producer
 //!   flush hands over, split to fit the server's `max_payload` and at most 1024 deliveries),
-//!   with the carrier's own inbox (`_INBOX.…`) as the reply subject.
+//!   with a reply subject under the carrier's own inbox, one per
+//!   [`consumer_ref`](NatsCarrier::consumer_ref) (`_INBOX.<inbox>.<random token>`). The
+//!   server's "no responders" notice for a batch comes back on that subject; a status another
+//!   client publishes to the inbox is counted apart ([`NatsStats::forged_no_responders`]).
 //! - **ACKs** go back, batched, to the reply subject their delivery named; the carrier routes
 //!   them to the producer by its id and incarnation. A body is encoded once per message and
 //!   kept for retransmissions until it is ACKed or the producer's window moves past it.

@@ -35,8 +35,13 @@ pub struct NatsStats {
     /// consumer's mailbox grows; the producers retransmit them.
     pub deliveries_dropped_busy: u64,
     /// "No responders" notices the server sent to the ACK inbox: a batch was published to
-    /// a subject nobody listened on at that moment (the producer retransmits it).
+    /// a subject nobody listened on at that moment (the producer retransmits it). Counted
+    /// only on the reply subject the batch named, at most once per batch.
     pub no_responders: u64,
+    /// "No responders" statuses on the ACK inbox that answer no batch this carrier published
+    /// (not on a destination's reply subject, or more than one per batch published there):
+    /// any client may publish to an inbox, so these are another client's, and ignored.
+    pub forged_no_responders: u64,
     /// ACKs queued for publishing.
     pub acks_out: u64,
     /// ACKs received and handed to their producer.
@@ -78,6 +83,7 @@ counters!(Counters => NatsStats {
     foreign_reply_subjects,
     deliveries_dropped_busy,
     no_responders,
+    forged_no_responders,
     acks_out,
     acks_in,
     unroutable_acks,

@@ -110,6 +110,5 @@ fn receive_one(
         incarnation: batch.incarnation,
         seq,
     });
-    let taken = reply_to.send_all_tracked(acks.collect())?;
-    Some((route, taken))
+    Some((route, Box::pin(reply_to.send_all(acks))))
 }

@@ -33,10 +33,11 @@ pub(crate) type Dispatched = Pin<Box<dyn Future<Output = bool> + Send>>;
 
 /// What became of a batch handed to an exposed consumer.
 pub(crate) struct Handed {
-    /// Resolves once the consumer took the batch: its decoded deliveries and its dead letters
+    /// Resolves once the consumer took the batch from its mailbox, its dead letters too
     /// (`None`: the batch was empty).
     pub taken: Option<Dispatched>,
-    /// Deliveries whose body did not decode: handed over as dead letters.
+    /// Deliveries whose body did not decode: handed over as dead letters, which count
+    /// against the same bound as deliveries.
     pub undecodable: u64,
 }
 
@@ -75,37 +76,30 @@ impl<T: DeserializeOwned + Send + 'static> Exposed for ExposedConsumer<T> {
                 Err(_) => undecodable.push(header),
             }
         }
-        let n_undecodable = undecodable.len() as u64;
-        // Dead letters wait in the consumer's mailbox like deliveries, so they count against
-        // the same read bound (SPEC §9): the batch is taken once both are.
+        let dead = undecodable.len() as u64;
         let addr = self.0.addr();
-        let dead = (!undecodable.is_empty()).then(|| addr.send(Undecodable(undecodable)));
-        let live = (!deliveries.is_empty()).then(|| addr.send(Deliveries(deliveries)));
-        let taken: Option<Dispatched> = if dead.is_none() && live.is_none() {
-            None
+        // Dead letters count against the same bound as deliveries: a batch is taken once the
+        // last of its messages is (a mailbox is first in, first out).
+        let taken = if deliveries.is_empty() {
+            (dead > 0).then(|| dispatched(addr.send(Undecodable(undecodable))))
         } else {
-            Some(Box::pin(async move {
-                let dead = async {
-                    match dead {
-                        Some(dead) => dead.await.is_ok(),
-                        None => true,
-                    }
-                };
-                let live = async {
-                    match live {
-                        Some(live) => live.await.is_ok(),
-                        None => true,
-                    }
-                };
-                let (dead, live) = futures_util::future::join(dead, live).await;
-                dead && live
-            }))
+            if dead > 0 {
+                addr.do_send(Undecodable(undecodable));
+            }
+            Some(dispatched(addr.send(Deliveries(deliveries))))
         };
         Handed {
             taken,
-            undecodable: n_undecodable,
+            undecodable: dead,
         }
     }
+}
+
+/// Resolves with whether the consumer took the message `taken` waits for.
+fn dispatched(
+    taken: impl Future<Output = Result<(), actix::MailboxError>> + Send + 'static,
+) -> Dispatched {
+    Box::pin(async move { taken.await.is_ok() })
 }
 
 /// Accepts connections until the node stops.
@@ -204,7 +198,7 @@ async fn serve(node: &Shared, stream: TcpStream) {
 }
 
 /// Hands a batch to its consumer; `None` if nothing was handed over (an unknown name: dropped;
-/// or an empty batch).
+/// or only undecodable bodies: dead letters).
 fn dispatch(node: &Shared, batch: &DeliveryBatch<'_>, reply_to: &ReplyTo) -> Option<Dispatched> {
     let n = batch.items.len() as u64;
     let Some(consumer) = node.exposed(batch.consumer) else {

@@ -4,12 +4,13 @@
 //! the reply subject of a destination, at most once per batch published there; a status any
 //! other client publishes elsewhere to the inbox is counted apart and ignored.
 //!
-//! Read continuously, and bounded like deliveries: at most [`MAX_WAITING`] batches of ACKs per
-//! producer incarnation wait for the producer to take them from its mailbox; beyond, its ACKs
-//! are dropped (and counted), so a peer flooding ACKs at a busy producer costs bounded memory.
-//! A dropped ACK is not lost: the producer retransmits, and the consumer ACKs the duplicate.
+//! Read continuously, and bounded like deliveries, by the rule the TCP transport follows
+//! ([`Routes::admit_acks`](crate::remote::routes::Routes::admit_acks)): per producer
+//! incarnation, at most 8 full frames of ACKs wait for the producer to take them from its
+//! mailbox; beyond, its ACKs are dropped (and counted), so a client flooding ACKs at a busy
+//! producer costs bounded memory. A dropped ACK is not lost: the producer retransmits, and the
+//! consumer ACKs the duplicate.
 
-use std::collections::HashMap;
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
@@ -18,53 +19,37 @@ use async_nats::{Message, StatusCode, Subscriber};
 use futures_util::stream::FuturesUnordered;
 use futures_util::StreamExt;
 
-use crate::protocol::envelope::{Ack, Incarnation, ProducerId};
+use crate::protocol::envelope::Ack;
 use crate::remote::frame::Frame;
+use crate::remote::routes::AckRefusal;
 use crate::remote::stats::{add, Warning};
 
 use super::carrier::Shared;
 
-/// Batches of ACKs handed to one producer incarnation and not yet taken from its mailbox.
-const MAX_WAITING: usize = 16;
-
-type Route = (ProducerId, Incarnation);
+/// ACKs handed to a producer: resolves once it took them (and gives back their share of the
+/// route's bound).
+type Taking = Pin<Box<dyn Future<Output = ()> + Send>>;
 
 /// Receives on the inbox until the carrier stops or the client closes.
 pub(crate) async fn receive(shared: Arc<Shared>, mut inbox: Subscriber) {
-    let mut waiting = HashMap::<Route, usize>::new();
-    let mut taking = FuturesUnordered::<Pin<Box<dyn Future<Output = Route> + Send>>>::new();
+    let mut taking = FuturesUnordered::<Taking>::new();
     loop {
         tokio::select! {
             biased;
             () = shared.cancel.cancelled() => return,
-            Some(route) = taking.next(), if !taking.is_empty() => {
-                if let Some(n) = waiting.get_mut(&route) {
-                    *n -= 1;
-                    if *n == 0 {
-                        waiting.remove(&route);
-                    }
-                }
-            }
+            Some(()) = taking.next(), if !taking.is_empty() => {}
             message = inbox.next() => {
                 let Some(message) = message else { return }; // the client closed
-                if let Some((route, taken)) = receive_one(&shared, &message, &waiting) {
-                    *waiting.entry(route.clone()).or_default() += 1;
-                    taking.push(Box::pin(async move {
-                        taken.await; // a producer that is gone takes nothing more
-                        route
-                    }));
+                if let Some(taken) = receive_one(&shared, &message) {
+                    taking.push(taken);
                 }
             }
         }
     }
 }
 
-/// One message on the inbox; what the producer has yet to take from it, if anything.
-fn receive_one(
-    shared: &Shared,
-    message: &Message,
-    waiting: &HashMap<Route, usize>,
-) -> Option<(Route, Pin<Box<dyn Future<Output = bool> + Send>>)> {
+/// One message on the inbox; the producer's taking of its ACKs, if it has any to take.
+fn receive_one(shared: &Shared, message: &Message) -> Option<Taking> {
     let counters = &shared.counters;
     add(&counters.frames_in, 1);
     if message.status == Some(StatusCode::NO_RESPONDERS) {
@@ -85,30 +70,37 @@ fn receive_one(
         return None;
     };
     let n = batch.seqs.len() as u64;
-    let route = (ProducerId::from(batch.producer_id), batch.incarnation);
-    if waiting.get(&route).is_some_and(|&n| n >= MAX_WAITING) {
-        add(&counters.acks_dropped_busy, n);
-        shared.warnings.warn(Warning::Dropped, || {
-            "ACKs dropped: their producer has not taken the ACKs before them yet (it \
-             retransmits, and is ACKed again)"
-                .to_string()
-        });
-        return None;
-    }
-    let routed =
+    let admitted =
         shared
             .sending()
             .routes
-            .handle_acks(batch.producer_id, batch.incarnation, &batch.seqs);
-    let Some((producer_id, reply_to)) = routed else {
-        add(&counters.unroutable_acks, n);
-        return None;
+            .admit_acks(batch.producer_id, batch.incarnation, &batch.seqs);
+    let route = match admitted {
+        Ok(route) => route,
+        Err(AckRefusal::Unroutable) => {
+            add(&counters.unroutable_acks, n);
+            return None;
+        }
+        Err(AckRefusal::Busy) => {
+            add(&counters.acks_dropped_busy, n);
+            shared.warnings.warn(Warning::Dropped, || {
+                "ACKs dropped: their producer has not taken the ACKs before them yet (it \
+                 retransmits, and is ACKed again)"
+                    .to_string()
+            });
+            return None;
+        }
     };
     add(&counters.acks_in, n);
-    let acks = batch.seqs.iter().map(|&seq| Ack {
+    let producer_id = route.producer_id;
+    let taken = route.reply_to.send_all(batch.seqs.iter().map(|&seq| Ack {
         producer_id: producer_id.clone(),
         incarnation: batch.incarnation,
         seq,
-    });
-    Some((route, Box::pin(reply_to.send_all(acks))))
+    }));
+    let waiting = route.waiting;
+    Some(Box::pin(async move {
+        taken.await; // a producer that is gone takes nothing more
+        drop(waiting);
+    }))
 }

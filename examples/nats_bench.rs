@@ -74,6 +74,17 @@ async fn client() -> async_nats::Client {
         .expect("a NATS server (ACTIX_DELIVERY_NATS_URL)")
 }
 
+/// Subscribes and waits until the server has the subscription (`flush` only writes to the
+/// socket): a probe to an inbox of the client's own comes back.
+async fn subscribed(client: &async_nats::Client, subject: String) -> async_nats::Subscriber {
+    let subscriber = client.subscribe(subject).await.expect("subscribe");
+    let probe = client.new_inbox();
+    let mut echo = client.subscribe(probe.clone()).await.expect("subscribe");
+    client.publish(probe, Bytes::new()).await.expect("publish");
+    echo.next().await.expect("the probe comes back");
+    subscriber
+}
+
 /// Plain publishing: `n` encoded bodies, one message each, until the subscriber has all.
 async fn plain_publish(arbiter: &Arbiter, publisher: &async_nats::Client, n: u64) -> Duration {
     let subject = format!("actix-delivery-bench.plain.{}", std::process::id());
@@ -81,8 +92,7 @@ async fn plain_publish(arbiter: &Arbiter, publisher: &async_nats::Client, n: u64
     let listening = subject.clone();
     let ready = on(arbiter, move || async move {
         let subscriber = client().await;
-        let mut messages = subscriber.subscribe(listening).await.expect("subscribe");
-        subscriber.flush().await.expect("flush");
+        let mut messages = subscribed(&subscriber, listening).await;
         actix::spawn(async move {
             let mut sum = 0u64;
             for _ in 0..n {
@@ -121,8 +131,7 @@ async fn plain_batches(arbiter: &Arbiter, publisher: &async_nats::Client, n: u64
     let listening = subject.clone();
     on(arbiter, move || async move {
         let subscriber = client().await;
-        let mut messages = subscriber.subscribe(listening).await.expect("subscribe");
-        subscriber.flush().await.expect("flush");
+        let mut messages = subscribed(&subscriber, listening).await;
         actix::spawn(async move {
             let (mut sum, mut seen) = (0u64, 0u64);
             while seen < n {
@@ -241,8 +250,7 @@ async fn plain_round_trips(
     let serving = subject.clone();
     on(arbiter, move || async move {
         let server = client().await;
-        let mut requests = server.subscribe(serving).await.expect("subscribe");
-        server.flush().await.expect("flush");
+        let mut requests = subscribed(&server, serving).await;
         actix::spawn(async move {
             while let Some(request) = requests.next().await {
                 let n: u64 = codec::decode(&request.payload).expect("a u64");

@@ -6,50 +6,39 @@
 //!
 //! Read continuously, and bounded like deliveries, by the rule the TCP transport follows
 //! ([`Routes::admit_acks`](crate::remote::routes::Routes::admit_acks)): per producer
-//! incarnation, at most 8 full frames of ACKs wait for the producer to take them from its
+//! incarnation, at most 8 full frames of ACKs not known to be taken from the producer's
 //! mailbox; beyond, its ACKs are dropped (and counted), so a client flooding ACKs at a busy
 //! producer costs bounded memory. A dropped ACK is not lost: the producer retransmits, and the
 //! consumer ACKs the duplicate.
 
-use std::future::Future;
-use std::pin::Pin;
 use std::sync::Arc;
 
 use async_nats::{Message, StatusCode, Subscriber};
-use futures_util::stream::FuturesUnordered;
-use futures_util::StreamExt;
+use futures_util::{FutureExt, StreamExt};
 
-use crate::protocol::envelope::Ack;
+use crate::message::ReplyTo;
+use crate::protocol::envelope::{Ack, Incarnation};
 use crate::remote::frame::Frame;
-use crate::remote::routes::AckRefusal;
+use crate::remote::routes::{AckRefusal, AckRoute};
 use crate::remote::stats::{add, Warning};
 
 use super::carrier::Shared;
 
-/// ACKs handed to a producer: resolves once it took them (and gives back their share of the
-/// route's bound).
-type Taking = Pin<Box<dyn Future<Output = ()> + Send>>;
-
 /// Receives on the inbox until the carrier stops or the client closes.
 pub(crate) async fn receive(shared: Arc<Shared>, mut inbox: Subscriber) {
-    let mut taking = FuturesUnordered::<Taking>::new();
     loop {
-        tokio::select! {
+        let message = tokio::select! {
             biased;
             () = shared.cancel.cancelled() => return,
-            Some(()) = taking.next(), if !taking.is_empty() => {}
-            message = inbox.next() => {
-                let Some(message) = message else { return }; // the client closed
-                if let Some(taken) = receive_one(&shared, &message) {
-                    taking.push(taken);
-                }
-            }
-        }
+            message = inbox.next() => message,
+        };
+        let Some(message) = message else { return }; // the client closed
+        receive_one(&shared, &message);
     }
 }
 
-/// One message on the inbox; the producer's taking of its ACKs, if it has any to take.
-fn receive_one(shared: &Shared, message: &Message) -> Option<Taking> {
+/// One message on the inbox.
+fn receive_one(shared: &Shared, message: &Message) {
     let counters = &shared.counters;
     add(&counters.frames_in, 1);
     if message.status == Some(StatusCode::NO_RESPONDERS) {
@@ -63,11 +52,10 @@ fn receive_one(shared: &Shared, message: &Message) -> Option<Taking> {
                     .to_string()
             });
         }
-        return None;
+        return;
     }
     let Some(Frame::Acks(batch)) = shared.decode(&message.payload) else {
-        shared.refuse("the ACK inbox");
-        return None;
+        return shared.refuse("the ACK inbox");
     };
     let n = batch.seqs.len() as u64;
     let admitted =
@@ -75,12 +63,12 @@ fn receive_one(shared: &Shared, message: &Message) -> Option<Taking> {
             .sending()
             .routes
             .admit_acks(batch.producer_id, batch.incarnation, &batch.seqs);
-    let route = match admitted {
-        Ok(route) => route,
-        Err(AckRefusal::Unroutable) => {
-            add(&counters.unroutable_acks, n);
-            return None;
+    match admitted {
+        Ok(route) => {
+            add(&counters.acks_in, n);
+            hand_acks(route, batch.incarnation, &batch.seqs);
         }
+        Err(AckRefusal::Unroutable) => add(&counters.unroutable_acks, n),
         Err(AckRefusal::Busy) => {
             add(&counters.acks_dropped_busy, n);
             shared.warnings.warn(Warning::Dropped, || {
@@ -88,19 +76,36 @@ fn receive_one(shared: &Shared, message: &Message) -> Option<Taking> {
                  retransmits, and is ACKed again)"
                     .to_string()
             });
-            return None;
         }
-    };
-    add(&counters.acks_in, n);
-    let producer_id = route.producer_id;
-    let taken = route.reply_to.send_all(batch.seqs.iter().map(|&seq| Ack {
+    }
+}
+
+/// Hands ACKs that [`Routes::admit_acks`](crate::remote::routes::Routes::admit_acks) admitted
+/// to their producer. If their last message is the route's probe, a task of the current
+/// arbiter waits until the producer took it and then releases what the probe covers.
+// The TCP branch has the same function as `remote::outbound::hand_acks`: once both are
+// merged, this one goes.
+fn hand_acks(route: AckRoute<ReplyTo>, incarnation: Incarnation, seqs: &[u64]) {
+    let AckRoute {
+        producer_id,
+        reply_to,
+        probe,
+    } = route;
+    let acks = seqs.iter().map(|&seq| Ack {
         producer_id: producer_id.clone(),
-        incarnation: batch.incarnation,
+        incarnation,
         seq,
-    }));
-    let waiting = route.waiting;
-    Some(Box::pin(async move {
-        taken.await; // a producer that is gone takes nothing more
-        drop(waiting);
-    }))
+    });
+    let Some(probe) = probe else {
+        return reply_to.do_send_all(acks);
+    };
+    let mut taken = Box::pin(reply_to.send_all(acks));
+    // Polled once here: a closure address takes them at once, and the last message to an
+    // actor enters its mailbox now if there is room.
+    if (&mut taken).now_or_never().is_none() {
+        actix::spawn(async move {
+            taken.await;
+            drop(probe);
+        });
+    }
 }

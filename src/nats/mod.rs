@@ -61,8 +61,8 @@
 //! do not decode wait there too, and count alike), and beyond, deliveries are dropped
 //! (counted in [`NatsStats::deliveries_dropped_busy`]) rather than left to pile up in the
 //! client's buffer, which is bounded in messages, not bytes. The ACK inbox is bounded alike:
-//! at most 8 full frames of ACKs (8 × 1024) per producer incarnation wait for the producer
-//! to take them, as over TCP, and beyond, ACKs are dropped (counted in [`NatsStats::acks_dropped_busy`]; the producer
+//! at most 8 full frames of ACKs (8 × 1024) per producer incarnation not known to be taken
+//! by the producer (as over TCP), and beyond, ACKs are dropped (counted in [`NatsStats::acks_dropped_busy`]; the producer
 //! retransmits and is ACKed again), so an ACK flood at a busy producer cannot grow its
 //! mailbox. At most `max_output_bytes` wait
 //! to be published or written, and at most `max_routes` producer incarnations (over the

@@ -1,6 +1,7 @@
-//! Reliable delivery over NATS against plain `async-nats` publishing of the same bytes, in
-//! one run, printed as the markdown the README quotes. Needs a NATS server
-//! (`ACTIX_DELIVERY_NATS_URL`, by default `nats://127.0.0.1:4222`).
+//! Reliable delivery over NATS against plain `async-nats` publishing of the same bodies (one
+//! message each, and in the reliable path's batches) and against JetStream, in one run,
+//! printed as the markdown the README quotes. Needs a NATS server with JetStream
+//! (`ACTIX_DELIVERY_NATS_URL`, by default `nats://127.0.0.1:4222`; `nats-server -js`).
 //!
 //! ```text
 //! cargo run --release --features nats --example nats_bench               # 200 000 messages, median of 5
@@ -14,6 +15,14 @@
 //! - **plain publish**: one client publishes every body, encoded once, as its own message;
 //!   a subscriber on another client receives and decodes each. No ACKs, no retransmission,
 //!   nothing kept (and nothing recovered: NATS core drops what a slow subscriber cannot take).
+//! - **plain publish, batches**: the same, with 1 024 bodies per message, the most the
+//!   reliable path puts in one (a `Vec<u64>`: the bodies without the reliable frame's seq,
+//!   window start and length per body). The most this server and client carry: the limit.
+//! - **JetStream**: what users pick for reliable NATS: a file stream on the subject, every
+//!   body published as its own message with its PubAck awaited, at most 256 PubAcks
+//!   outstanding (the reliable path's largest window), and a pull consumer on the receiving
+//!   side acking each message; timed until every PubAck came and every message was consumed
+//!   and acked. Its stream is made before the clock starts and deleted after each run.
 //! - **reliable over NATS**: `tell` N messages to a producer whose consumer is exposed on a
 //!   subject by the other side's carrier, timed until all N are confirmed (ACKed back
 //!   through the server).
@@ -31,6 +40,10 @@ use futures_util::StreamExt;
 use tokio::sync::oneshot;
 
 const WINDOWS: [usize; 3] = [16, 64, 256];
+/// Bodies per message of the batched plain publish: the reliable path's most per message.
+const BATCH: usize = 1024;
+/// PubAcks outstanding at once when publishing to JetStream.
+const JETSTREAM_WINDOW: usize = 256;
 const LATENCY_SAMPLES: usize = 2000;
 
 #[path = "support/transport_bench.rs"]
@@ -61,6 +74,17 @@ async fn client() -> async_nats::Client {
         .expect("a NATS server (ACTIX_DELIVERY_NATS_URL)")
 }
 
+/// Subscribes and waits until the server has the subscription (`flush` only writes to the
+/// socket): a probe to an inbox of the client's own comes back.
+async fn subscribed(client: &async_nats::Client, subject: String) -> async_nats::Subscriber {
+    let subscriber = client.subscribe(subject).await.expect("subscribe");
+    let probe = client.new_inbox();
+    let mut echo = client.subscribe(probe.clone()).await.expect("subscribe");
+    client.publish(probe, Bytes::new()).await.expect("publish");
+    echo.next().await.expect("the probe comes back");
+    subscriber
+}
+
 /// Plain publishing: `n` encoded bodies, one message each, until the subscriber has all.
 async fn plain_publish(arbiter: &Arbiter, publisher: &async_nats::Client, n: u64) -> Duration {
     let subject = format!("actix-delivery-bench.plain.{}", std::process::id());
@@ -68,8 +92,7 @@ async fn plain_publish(arbiter: &Arbiter, publisher: &async_nats::Client, n: u64
     let listening = subject.clone();
     let ready = on(arbiter, move || async move {
         let subscriber = client().await;
-        let mut messages = subscriber.subscribe(listening).await.expect("subscribe");
-        subscriber.flush().await.expect("flush");
+        let mut messages = subscribed(&subscriber, listening).await;
         actix::spawn(async move {
             let mut sum = 0u64;
             for _ in 0..n {
@@ -100,6 +123,123 @@ async fn plain_publish(arbiter: &Arbiter, publisher: &async_nats::Client, n: u64
     elapsed
 }
 
+/// Plain publishing of batches: `n` bodies, [`BATCH`] to a message (a `Vec<u64>`, encoded
+/// before the clock starts), until the subscriber has decoded them all.
+async fn plain_batches(arbiter: &Arbiter, publisher: &async_nats::Client, n: u64) -> Duration {
+    let subject = format!("actix-delivery-bench.batches.{}", std::process::id());
+    let (done_tx, done_rx) = oneshot::channel();
+    let listening = subject.clone();
+    on(arbiter, move || async move {
+        let subscriber = client().await;
+        let mut messages = subscribed(&subscriber, listening).await;
+        actix::spawn(async move {
+            let (mut sum, mut seen) = (0u64, 0u64);
+            while seen < n {
+                let message = messages.next().await.expect("a message");
+                let bodies: Vec<u64> = codec::decode(&message.payload).expect("u64s");
+                seen += bodies.len() as u64;
+                sum = bodies.iter().fold(sum, |sum, &b| sum.wrapping_add(b));
+            }
+            let _ = done_tx.send(sum);
+            drop(subscriber);
+        });
+    })
+    .await;
+    let all: Vec<u64> = (1..=n).collect();
+    let batches: Vec<Bytes> = all
+        .chunks(BATCH)
+        .map(|chunk| Bytes::from(codec::encode(&chunk.to_vec()).expect("encodes")))
+        .collect();
+    let start = Instant::now();
+    for batch in batches {
+        publisher
+            .publish(subject.clone(), batch)
+            .await
+            .expect("publish");
+    }
+    publisher.flush().await.expect("flush");
+    let sum = done_rx.await.expect("the subscriber finishes");
+    let elapsed = start.elapsed();
+    assert_eq!(sum, n * (n + 1) / 2, "plain NATS lost messages");
+    elapsed
+}
+
+/// JetStream: `n` bodies published to a file stream, each awaiting its PubAck with at most
+/// [`JETSTREAM_WINDOW`] outstanding, consumed by a pull consumer on the receiving arbiter
+/// that acks each; until both are done. `run` names the stream.
+async fn jetstream(
+    arbiter: &Arbiter,
+    publisher: &async_nats::Client,
+    n: u64,
+    run: usize,
+) -> Duration {
+    use async_nats::jetstream::{self, consumer, stream};
+    let pid = std::process::id();
+    let (name, subject) = (
+        format!("ACTIX_DELIVERY_BENCH_{pid}_{run}"),
+        format!("actix-delivery-bench.jetstream.{pid}.{run}"),
+    );
+    let js = jetstream::new(publisher.clone());
+    let _ = js.delete_stream(&name).await; // a leftover of an interrupted run
+    js.create_stream(stream::Config {
+        name: name.clone(),
+        subjects: vec![subject.clone()],
+        storage: stream::StorageType::File,
+        ..Default::default()
+    })
+    .await
+    .expect("a JetStream stream (is the server started with -js?)");
+    let (done_tx, done_rx) = oneshot::channel();
+    let stream_name = name.clone();
+    on(arbiter, move || async move {
+        let receiver = client().await;
+        let js = jetstream::new(receiver.clone());
+        let pull = js
+            .get_stream(&stream_name)
+            .await
+            .expect("the stream")
+            .create_consumer(consumer::pull::Config {
+                ack_policy: consumer::AckPolicy::Explicit,
+                ..Default::default()
+            })
+            .await
+            .expect("a pull consumer");
+        let mut messages = pull.messages().await.expect("pulling");
+        actix::spawn(async move {
+            let mut sum = 0u64;
+            for _ in 0..n {
+                let message = messages.next().await.expect("a message").expect("pulled");
+                sum = sum.wrapping_add(codec::decode::<u64>(&message.payload).expect("a u64"));
+                message.ack().await.expect("acked");
+            }
+            let _ = done_tx.send(sum);
+            drop(receiver);
+        });
+    })
+    .await;
+    let bodies: Vec<Bytes> = (1..=n)
+        .map(|i| Bytes::from(codec::encode(&i).expect("encodes")))
+        .collect();
+    let start = Instant::now();
+    let mut outstanding = std::collections::VecDeque::with_capacity(JETSTREAM_WINDOW);
+    for body in bodies {
+        if outstanding.len() == JETSTREAM_WINDOW {
+            let acked: async_nats::jetstream::context::PublishAckFuture =
+                outstanding.pop_front().expect("outstanding");
+            acked.await.expect("a PubAck");
+        }
+        outstanding.push_back(js.publish(subject.clone(), body).await.expect("publish"));
+    }
+    for acked in outstanding {
+        acked.await.expect("a PubAck");
+    }
+    let sum = done_rx.await.expect("the consumer finishes");
+    let elapsed = start.elapsed();
+    assert_eq!(sum, n * (n + 1) / 2, "JetStream lost messages");
+    js.delete_stream(&name).await.expect("deleted");
+    elapsed
+}
+
 /// One NATS request, one reply, `samples` times; the round trips in µs.
 async fn plain_round_trips(
     arbiter: &Arbiter,
@@ -110,8 +250,7 @@ async fn plain_round_trips(
     let serving = subject.clone();
     on(arbiter, move || async move {
         let server = client().await;
-        let mut requests = server.subscribe(serving).await.expect("subscribe");
-        server.flush().await.expect("flush");
+        let mut requests = subscribed(&server, serving).await;
         actix::spawn(async move {
             while let Some(request) = requests.next().await {
                 let n: u64 = codec::decode(&request.payload).expect("a u64");
@@ -173,29 +312,57 @@ async fn report(n: u64, runs: usize) {
         burst(p, 10_000).await;
     }
     plain_publish(&arbiter, &plain, 10_000).await;
+    plain_batches(&arbiter, &plain, 10_000).await;
+    jetstream(&arbiter, &plain, 10_000, 0).await;
 
-    let mut plain_times = Vec::new();
+    let (mut plain_times, mut batch_times, mut jetstream_times) =
+        (Vec::new(), Vec::new(), Vec::new());
     let mut reliable_times: Vec<Vec<Duration>> = vec![Vec::new(); WINDOWS.len()];
-    for _ in 0..runs {
+    for run in 1..=runs {
         plain_times.push(plain_publish(&arbiter, &plain, n).await);
+        batch_times.push(plain_batches(&arbiter, &plain, n).await);
+        jetstream_times.push(jetstream(&arbiter, &plain, n, run).await);
         for (i, (_, p)) in reliable.iter().enumerate() {
             reliable_times[i].push(burst(p, n).await);
         }
     }
     let rate = |d: Duration| n as f64 / d.as_secs_f64();
     let plain_rate = rate(median(plain_times));
+    let batch_rate = rate(median(batch_times));
+    let jetstream_rate = rate(median(jetstream_times));
     println!(
         "{n} messages per run, median of {runs} runs; `u64` bodies; receiving side on its own \
          arbiter (thread); one local nats-server\n"
     );
-    println!("| case | messages/s | vs plain publish |");
-    println!("|---|---:|---:|");
-    println!("| plain `async-nats` publish, one message per body (no protocol) | {plain_rate:.0} | 100 % |");
-    for (i, w) in WINDOWS.iter().enumerate() {
-        let r = rate(median(reliable_times[i].clone()));
+    println!("| case | messages/s | vs plain publish | vs plain batches | vs JetStream |");
+    println!("|---|---:|---:|---:|---:|");
+    let row = |case: &str, r: f64| {
         println!(
-            "| reliable over NATS, window {w} (confirmed) | {r:.0} | {:.0} % |",
-            100.0 * r / plain_rate
+            "| {case} | {r:.0} | {:.0} % | {:.1} % | {:.1}× |",
+            100.0 * r / plain_rate,
+            100.0 * r / batch_rate,
+            r / jetstream_rate
+        );
+    };
+    row(
+        "plain `async-nats` publish, one message per body (no protocol)",
+        plain_rate,
+    );
+    row(
+        &format!("plain `async-nats` publish, {BATCH} bodies per message (the limit)"),
+        batch_rate,
+    );
+    row(
+        &format!(
+            "JetStream: file stream, PubAcks ({JETSTREAM_WINDOW} outstanding), pull consumer \
+             acking each"
+        ),
+        jetstream_rate,
+    );
+    for (i, w) in WINDOWS.iter().enumerate() {
+        row(
+            &format!("reliable over NATS, window {w} (confirmed)"),
+            rate(median(reliable_times[i].clone())),
         );
     }
 

@@ -132,7 +132,7 @@ async fn garbage_is_refused_and_counted_and_the_consumer_goes_on() {
     server.expose(&subject, &consumer).await.unwrap();
     let raw = nats_support::client(&nats_support::url()).await;
     let replies = raw.new_inbox();
-    let mut answers = raw.subscribe(replies.clone()).await.unwrap();
+    let mut answers = nats_support::subscribed(&raw, &replies).await;
     // Not frames at all (no kind of this protocol starts with 7 or more), seeded.
     let mut rng = SmallRng::seed_from_u64(7);
     let mut refused = 0;
@@ -198,8 +198,7 @@ async fn garbage_is_refused_and_counted_and_the_consumer_goes_on() {
     assert_eq!(handled.total(), 1);
 
     // Garbage on a producer's ACK inbox (learned from a delivery's reply subject).
-    let mut spy = raw.subscribe(subject.clone()).await.unwrap();
-    raw.flush().await.unwrap();
+    let mut spy = nats_support::subscribed(&raw, &subject).await;
     let producer = remote::producer(client.consumer_ref::<u64>(&subject).unwrap(), 16, 100);
     let confirmations = Confirmations::<u64>::default();
     producer
@@ -273,6 +272,10 @@ async fn a_subject_nobody_listens_on_costs_bounded_memory_until_a_consumer_comes
     assert_eq!(
         stats.decode_failures, 0,
         "its notices are not garbage: {stats:?}"
+    );
+    assert_eq!(
+        stats.forged_no_responders, 0,
+        "the server's notices answer the batches: {stats:?}"
     );
     assert_eq!(confirmations.len(), 0);
     // A consumer appears: everything arrives.
@@ -499,8 +502,7 @@ async fn a_reply_subject_outside_the_reply_prefix_is_refused() {
     let raw = nats_support::client(&nats_support::url()).await;
     // A subject only the consumer's process may publish to, say.
     let victim = unique("billing.commands");
-    let mut spy = raw.subscribe(victim.clone()).await.unwrap();
-    raw.flush().await.unwrap();
+    let mut spy = nats_support::subscribed(&raw, &victim).await;
     publish(
         &raw,
         &subject,
@@ -717,4 +719,279 @@ async fn a_consumer_that_does_not_take_its_batches_makes_the_carrier_drop_not_bu
     );
     assert_eq!(handled.distinct() as u64, PRODUCERS);
     arbiter.stop();
+}
+
+/// A consumer on a thread of its own whose handler blocks that thread at its first message
+/// until the returned sender sends (or is dropped), with a dead-letter log.
+fn blockable_consumer() -> (
+    actix::Arbiter,
+    actix_delivery::ConsumerHandle<u64>,
+    std::sync::mpsc::Sender<()>,
+    common::Log<actix_delivery::DeadLetter>,
+) {
+    let arbiter = actix::Arbiter::new();
+    let (unblock, blocked) = std::sync::mpsc::channel::<()>();
+    let blocked = std::sync::Arc::new(std::sync::Mutex::new(Some(blocked)));
+    let (sink, dead) = common::dead_letter_log();
+    let consumer = ReliableDelivery::consumer_in(&arbiter.handle(), move || {
+        let blocked = blocked.clone();
+        ConsumerOptions::builder(DeliveryHandler::from_fn(move |_: u64| {
+            if let Some(blocked) = blocked.lock().unwrap().take() {
+                let _ = blocked.recv();
+            }
+            async { Ok::<(), String>(()) }
+        }))
+        .dead_letters(sink.clone())
+        .build()
+        .unwrap()
+    });
+    (arbiter, consumer, unblock, dead)
+}
+
+/// A `Deliveries` frame of `n` deliveries (seqs 1..=n) from producer `p`, each with a body
+/// that is not a u64 (255 starts no bincode varint).
+fn undecodable_frame(consumer: &str, n: u8) -> Vec<u8> {
+    let mut frame = vec![4, consumer.len() as u8];
+    frame.extend_from_slice(consumer.as_bytes());
+    frame.extend_from_slice(&[1, b'p', 0, 1, n]);
+    for seq in 1..=n {
+        frame.extend_from_slice(&[seq, 1, 1, 255]);
+    }
+    frame
+}
+
+#[actix::test]
+async fn undecodable_bodies_for_a_blocked_consumer_count_against_the_batch_bound() {
+    const BATCHES: u64 = 100;
+    const PER_BATCH: u8 = 100;
+    let subject = unique("undecodable-flood");
+    let server = carrier().await;
+    let (arbiter, consumer, unblock, dead) = blockable_consumer();
+    server.expose(&subject, &consumer).await.unwrap();
+    let raw = nats_support::client(&nats_support::url()).await;
+    let replies = raw.new_inbox();
+    // The first delivery blocks the consumer's thread: its mailbox takes nothing more.
+    publish(
+        &raw,
+        &subject,
+        Some(&replies),
+        deliveries_frame(&subject, &[7]),
+    )
+    .await;
+    for _ in 0..BATCHES {
+        let frame = undecodable_frame(&subject, PER_BATCH);
+        publish(&raw, &subject, Some(&replies), frame).await;
+    }
+    raw.flush().await.unwrap();
+    assert!(
+        wait_until(Duration::from_secs(10), || server.stats().frames_in
+            == 1 + BATCHES)
+        .await,
+        "{:?}",
+        server.stats()
+    );
+    let stats = server.stats();
+    let all = BATCHES * u64::from(PER_BATCH);
+    assert_eq!(
+        stats.undecodable_bodies + stats.deliveries_dropped_busy,
+        all,
+        "every body counted: {stats:?}"
+    );
+    // The blocking batch and at most 15 of dead letters wait for the consumer.
+    assert!(
+        stats.undecodable_bodies <= 15 * u64::from(PER_BATCH),
+        "dead letters beyond the bound were handed over: {stats:?}"
+    );
+    drop(unblock);
+    assert!(
+        wait_until(Duration::from_secs(10), || dead.len() as u64
+            == stats.undecodable_bodies)
+        .await,
+        "{} dead letters for {stats:?}",
+        dead.len()
+    );
+    arbiter.stop();
+}
+
+/// A spy on `subject` (so that the server sees a listener) and what the first batch a carrier
+/// publishes there tells: its reply subject, producer id, incarnation and first seq.
+async fn spied_batch(spy: &mut async_nats::Subscriber) -> (String, remote::wire::Deliveries) {
+    let seen = tokio::time::timeout(Duration::from_secs(5), spy.next())
+        .await
+        .expect("a batch")
+        .unwrap();
+    let reply = seen.reply.expect("deliveries name the inbox").to_string();
+    match actix_delivery::codec::decode(&seen.payload).unwrap() {
+        remote::wire::Frame::Deliveries(batch) => (reply, batch),
+        other => panic!("{other:?}"),
+    }
+}
+
+#[actix::test]
+async fn an_ack_flood_at_a_busy_producer_is_bounded_and_counted() {
+    const FRAMES: u64 = 40;
+    const PER_FRAME: u64 = 1000;
+    // What may wait for a producer: 8 full frames of ACKs (1024 each).
+    const BOUND: u64 = 8 * 1024;
+    let subject = unique("ack-flood");
+    let client = carrier().await;
+    let raw = nats_support::client(&nats_support::url()).await;
+    let mut spy = nats_support::subscribed(&raw, &subject).await;
+    // The producer on a thread of its own, which the test then blocks.
+    let arbiter = actix::Arbiter::new();
+    let producer = ReliableDelivery::producer_in(
+        &arbiter.handle(),
+        actix_delivery::ProducerOptions::builder(client.consumer_ref::<u64>(&subject).unwrap())
+            .window_size(16)
+            .build()
+            .unwrap(),
+    );
+    let confirmations = Confirmations::<u64>::default();
+    producer.tell(1, confirm_into(&confirmations, 1)).unwrap();
+    let (inbox, batch) = spied_batch(&mut spy).await;
+    let (unblock, blocked) = std::sync::mpsc::channel::<()>();
+    let (is_blocked, blocking) = tokio::sync::oneshot::channel::<()>();
+    arbiter.spawn_fn(move || {
+        let _ = is_blocked.send(());
+        let _ = blocked.recv();
+    });
+    blocking.await.unwrap();
+    // ACKs for the producer's live incarnation, the one seq it sent and more.
+    for _ in 0..FRAMES {
+        let acks = remote::wire::Frame::Acks(remote::wire::Acks {
+            producer_id: batch.producer_id.clone(),
+            incarnation: batch.incarnation,
+            seqs: (1..=PER_FRAME).collect(),
+        });
+        let payload = actix_delivery::codec::encode(&acks).unwrap();
+        raw.publish(inbox.clone(), payload.into()).await.unwrap();
+    }
+    raw.flush().await.unwrap();
+    assert!(
+        wait_until(Duration::from_secs(10), || client.stats().frames_in
+            == FRAMES)
+        .await,
+        "{:?}",
+        client.stats()
+    );
+    let stats = client.stats();
+    assert_eq!(
+        stats.acks_in + stats.acks_dropped_busy,
+        FRAMES * PER_FRAME,
+        "every ACK counted: {stats:?}"
+    );
+    assert!(
+        stats.acks_in <= BOUND && stats.acks_dropped_busy > 0,
+        "ACKs beyond the bound were handed to the busy producer: {stats:?}"
+    );
+    drop(unblock);
+    assert!(wait_until(Duration::from_secs(10), || confirmations.len() == 1).await);
+    assert!(confirmations.snapshot().iter().all(|(_, r)| r.is_ok()));
+    arbiter.stop();
+}
+
+#[actix::test]
+async fn a_no_responders_status_counts_only_as_the_answer_to_a_batch_the_carrier_published() {
+    let (listened, nobody) = (unique("listened"), unique("nobody-notice"));
+    let client = carrier().await;
+    let raw = nats_support::client(&nats_support::url()).await;
+    let mut spy = nats_support::subscribed(&raw, &listened).await;
+    // One batch each (no retransmission within the test): to a subject the spy listens on,
+    // and to one nobody listens on (the server's notice answers it).
+    let to_listened = remote::producer(client.consumer_ref::<u64>(&listened).unwrap(), 16, 60_000);
+    let to_nobody = remote::producer(client.consumer_ref::<u64>(&nobody).unwrap(), 16, 60_000);
+    to_listened.tell(1, |_| ()).unwrap();
+    to_nobody.tell(1, |_| ()).unwrap();
+    let (reply, _) = spied_batch(&mut spy).await;
+    assert!(
+        wait_until(Duration::from_secs(5), || client.stats().no_responders == 1).await,
+        "the server's notice: {:?}",
+        client.stats()
+    );
+    // Another client's statuses: on the inbox's other subjects, and on the reply subject it
+    // learned, more than once for its one batch.
+    let (inbox, _) = reply.rsplit_once('.').unwrap();
+    let url = nats_support::url();
+    nats_support::publish_status_503(&url, &format!("{inbox}.0123456789abcdef"), 3).await;
+    nats_support::publish_status_503(&url, &format!("{inbox}.x"), 2).await;
+    nats_support::publish_status_503(&url, &reply, 3).await;
+    assert!(
+        wait_until(Duration::from_secs(5), || client.stats().frames_in == 1 + 8).await,
+        "{:?}",
+        client.stats()
+    );
+    let stats = client.stats();
+    // A listener of a subject can claim its batch went unanswered, once per batch at most.
+    assert_eq!(
+        (stats.no_responders, stats.forged_no_responders),
+        (2, 7),
+        "{stats:?}"
+    );
+    assert_eq!(stats.decode_failures, 0, "{stats:?}");
+}
+
+/// An entity whose every order is delivered to two destinations: two outbox lanes, two
+/// producer ids under the entity's one incarnation.
+#[derive(Default, serde::Serialize, serde::Deserialize)]
+struct TwoLanes;
+
+impl actix_delivery::persistence::EventSourced for TwoLanes {
+    type Command = u64;
+    type Event = u64;
+    type Reply = ();
+    type Rejection = String;
+
+    fn decide(&self, order: &u64) -> Result<actix_delivery::persistence::Decision<Self>, String> {
+        Ok(actix_delivery::persistence::Decision::persist([*order], ())
+            .deliver("a", order)
+            .deliver("b", order))
+    }
+
+    fn apply(&mut self, _: &u64) {}
+}
+
+#[actix::test]
+async fn two_outbox_lanes_sharing_an_incarnation_each_get_their_own_acks() {
+    use actix_delivery::journal::{MemoryJournal, PersistenceId};
+    use actix_delivery::persistence::{Outbox, PersistentConfig, PersistentHandle};
+    const N: u64 = 100;
+    let (subject_a, subject_b) = (unique("lane-a"), unique("lane-b"));
+    let (server, client) = (carrier().await, carrier().await);
+    let (a, handled_a) = recording_consumer::<u64>();
+    let (b, handled_b) = recording_consumer::<u64>();
+    server.expose(&subject_a, &a).await.unwrap();
+    server.expose(&subject_b, &b).await.unwrap();
+    let lane = || actix_delivery::ProducerConfig {
+        window_size: 16,
+        resend_timeout: Duration::from_millis(200),
+        ..actix_delivery::ProducerConfig::default()
+    };
+    let outbox = Outbox::new()
+        .destination("a", client.consumer_ref::<u64>(&subject_a).unwrap(), lane())
+        .unwrap()
+        .destination("b", client.consumer_ref::<u64>(&subject_b).unwrap(), lane())
+        .unwrap();
+    let entity = PersistentHandle::<TwoLanes>::start_with_outbox(
+        std::sync::Arc::new(MemoryJournal::new()),
+        PersistenceId::new("two-lanes").unwrap(),
+        PersistentConfig::default(),
+        outbox,
+    )
+    .unwrap();
+    for order in 1..=N {
+        entity.ask(order).await.unwrap();
+    }
+    assert!(
+        wait_until(Duration::from_secs(20), || client.stats().acks_in == 2 * N).await,
+        "{:?}",
+        client.stats()
+    );
+    assert_eq!(handled_a.distinct() as u64, N);
+    assert_eq!(handled_b.distinct() as u64, N);
+    let stats = client.stats();
+    assert_eq!(
+        (stats.unroutable_acks, stats.routes, stats.bodies_encoded),
+        (0, 2, 2 * N),
+        "a route per lane, each body encoded once: {stats:?}"
+    );
 }

@@ -2,6 +2,7 @@
 //! publish to subjects, and the ACK inbox that routes ACKs back to their producers.
 
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 use actix::ArbiterHandle;
@@ -14,7 +15,7 @@ use tokio_util::sync::CancellationToken;
 use crate::codec::MAX_ENCODED_BYTES;
 use crate::consumer::ConsumerHandle;
 use crate::message::{ConsumerRef, Delivery, ReplyTo};
-use crate::protocol::envelope::{Ack, Incarnation};
+use crate::protocol::envelope::Ack;
 use crate::remote::frame::Frame;
 use crate::remote::inbound::ExposedConsumer;
 use crate::remote::outbound::encode;
@@ -74,14 +75,39 @@ pub(crate) struct Shared {
     pub(crate) counters: Counters,
     pub(crate) warnings: Warnings,
     pub(crate) publisher: Publisher,
-    cancel: CancellationToken,
+    pub(crate) cancel: CancellationToken,
     arbiter: ArbiterHandle,
-    /// Where this carrier's deliveries ask for their ACKs.
+    /// Where this carrier's deliveries ask for their ACKs: `<inbox>.<token>`, one token per
+    /// destination.
     inbox: Subject,
+    /// The destinations by their reply subject.
+    destinations: Mutex<HashMap<String, Arc<Destination>>>,
     /// The largest message the server lets anyone publish: what a received one may be.
     max_received: usize,
     sending: Mutex<Sending>,
     exposed: Mutex<Exposures>,
+}
+
+/// Where one [`NatsCarrier::consumer_ref`] sends: its subject, the reply subject its batches
+/// name (of this carrier's inbox, with a random token of its own), and how many of its
+/// batches the server may still answer with a "no responders" notice (one each at most).
+struct Destination {
+    subject: Subject,
+    reply: Subject,
+    unanswered: AtomicU64,
+}
+
+/// A destination while a reference to it lives.
+struct Reference {
+    owner: Arc<Owner>,
+    destination: Arc<Destination>,
+}
+
+impl Drop for Reference {
+    fn drop(&mut self) {
+        let reply = self.destination.reply.as_str();
+        self.owner.0.destinations().remove(reply);
+    }
 }
 
 /// The subjects exposed now, each with its exposure's generation and stop token.
@@ -92,15 +118,35 @@ struct Exposures {
 }
 
 /// The memory of the sending side.
-struct Sending {
-    routes: Routes<ReplyTo>,
+pub(crate) struct Sending {
+    pub(crate) routes: Routes<ReplyTo>,
     /// Where bodies are encoded before they are kept.
     scratch: Vec<u8>,
 }
 
 impl Shared {
-    fn sending(&self) -> MutexGuard<'_, Sending> {
+    pub(crate) fn sending(&self) -> MutexGuard<'_, Sending> {
         self.sending.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    fn destinations(&self) -> MutexGuard<'_, HashMap<String, Arc<Destination>>> {
+        self.destinations
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// A "no responders" status arrived on `reply`: whether it answers a batch this carrier
+    /// published there and no other status answered yet. Any client may publish a status to
+    /// an inbox; the server answers only a batch published with that reply subject.
+    pub(crate) fn is_answering(&self, reply: &str) -> bool {
+        let destination = self.destinations().get(reply).cloned();
+        destination.is_some_and(|destination| {
+            let answered =
+                destination
+                    .unanswered
+                    .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| n.checked_sub(1));
+            answered.is_ok()
+        })
     }
 
     fn exposed(&self) -> MutexGuard<'_, Exposures> {
@@ -119,9 +165,10 @@ impl Shared {
         }
     }
 
-    /// Publishes deliveries to `subject`, asking for ACKs on the inbox; what does not fit
-    /// the queue is dropped and counted (the producer retransmits it).
-    fn send<T: Serialize>(&self, subject: &Subject, deliveries: Vec<Delivery<T>>) {
+    /// Publishes deliveries to a destination, asking for ACKs on its reply subject; what does
+    /// not fit the queue is dropped and counted (the producer retransmits it).
+    fn send<T: Serialize>(&self, destination: &Destination, deliveries: Vec<Delivery<T>>) {
+        let subject = &destination.subject;
         let counters = &self.counters;
         if self.cancel.is_cancelled() {
             add(&counters.deliveries_unsendable, deliveries.len() as u64);
@@ -141,7 +188,7 @@ impl Shared {
         for group in groups {
             let pushed = self
                 .publisher
-                .publish(subject, Some(&self.inbox), |output| {
+                .publish(subject, Some(&destination.reply), |output| {
                     output.push_deliveries(
                         subject,
                         group.producer_id.as_str(),
@@ -150,6 +197,9 @@ impl Shared {
                     )
                 });
             add(&counters.frames_out, pushed.frames);
+            destination
+                .unanswered
+                .fetch_add(pushed.frames, Ordering::Relaxed);
             add(&counters.deliveries_out, pushed.queued);
             add(&counters.deliveries_dropped_full, pushed.full);
             add(&counters.deliveries_unsendable, pushed.too_large);
@@ -179,38 +229,6 @@ impl Shared {
             &self.counters.acks_dropped_full,
             pushed.full + pushed.too_large,
         );
-    }
-
-    /// A message on the ACK inbox: a batch of ACKs for one of this carrier's producers, or
-    /// the server's notice that a batch found nobody listening.
-    fn receive_acks(&self, message: &async_nats::Message) {
-        add(&self.counters.frames_in, 1);
-        if message.status == Some(async_nats::StatusCode::NO_RESPONDERS) {
-            add(&self.counters.no_responders, 1);
-            return;
-        }
-        let batch = match self.decode(&message.payload) {
-            Some(Frame::Acks(batch)) => batch,
-            _ => return self.refuse("the ACK inbox"),
-        };
-        self.route_acks(batch.producer_id, batch.incarnation, &batch.seqs);
-    }
-
-    fn route_acks(&self, producer_id: &str, incarnation: Incarnation, seqs: &[u64]) {
-        let route = self
-            .sending()
-            .routes
-            .handle_acks(producer_id, incarnation, seqs);
-        let Some((producer_id, reply_to)) = route else {
-            add(&self.counters.unroutable_acks, seqs.len() as u64);
-            return;
-        };
-        add(&self.counters.acks_in, seqs.len() as u64);
-        reply_to.do_send_all(seqs.iter().map(|&seq| Ack {
-            producer_id: producer_id.clone(),
-            incarnation,
-            seq,
-        }));
     }
 
     /// A received payload as a frame, if it is one within the limits.
@@ -305,7 +323,7 @@ impl NatsCarrier {
     /// Outside a running Actix system (or arbiter).
     pub async fn with_client(client: Client, options: NatsOptions) -> Result<Self, NatsError> {
         let inbox = Subject::from(client.new_inbox());
-        let acks = subscribe(&client, &inbox, None).await?;
+        let acks = subscribe(&client, &Subject::from(format!("{inbox}.*")), None).await?;
         let server_max = match client.server_info().max_payload {
             0 => MAX_ENCODED_BYTES as usize, // not announced
             max => max,
@@ -334,6 +352,7 @@ impl NatsCarrier {
             cancel: CancellationToken::new(),
             arbiter: actix::Arbiter::current(),
             inbox,
+            destinations: Mutex::default(),
             exposed: Mutex::default(),
         });
         let publisher = shared.clone();
@@ -345,19 +364,9 @@ impl NatsCarrier {
                 .run(client, &shared.counters, &shared.cancel)
                 .await;
         });
-        let inbox = shared.clone();
-        shared.arbiter.spawn(async move {
-            let mut acks = acks;
-            loop {
-                let message = tokio::select! {
-                    biased;
-                    () = inbox.cancel.cancelled() => return,
-                    message = acks.next() => message,
-                };
-                let Some(message) = message else { return }; // the client closed
-                inbox.receive_acks(&message);
-            }
-        });
+        shared
+            .arbiter
+            .spawn(super::acks::receive(shared.clone(), acks));
         Ok(Self(Arc::new(Owner(shared))))
     }
 
@@ -463,8 +472,8 @@ impl NatsCarrier {
 
     /// A reference to the consumer(s) exposed on `subject`, for a normal producer.
     /// Deliveries are encoded once per message (retransmissions reuse the bytes), published
-    /// in batches that fit the server's `max_payload`, with this carrier's inbox as the reply
-    /// subject for their ACKs. When nobody listens on the subject they are lost (counted in
+    /// in batches that fit the server's `max_payload`, with a reply subject of this carrier's
+    /// inbox for their ACKs, one of this reference's own. When nobody listens on the subject they are lost (counted in
     /// [`NatsStats::no_responders`] when the server says so), and the producer retransmits
     /// them; once the carrier stopped, they are dropped and counted as unsendable.
     ///
@@ -475,10 +484,23 @@ impl NatsCarrier {
         T: Serialize + Send + 'static,
     {
         let subject = checked(subject)?;
+        let shared = self.shared();
+        let token = crate::protocol::envelope::random_u64();
+        let destination = Arc::new(Destination {
+            subject,
+            reply: Subject::from(format!("{}.{token:016x}", shared.inbox)),
+            unanswered: AtomicU64::new(0),
+        });
+        shared
+            .destinations()
+            .insert(destination.reply.to_string(), destination.clone());
         // The reference is a handle too: the carrier runs while a producer can send through it.
-        let owner = self.0.clone();
+        let reference = Reference {
+            owner: self.0.clone(),
+            destination,
+        };
         Ok(ConsumerRef::from_fn(move |deliveries: Vec<Delivery<T>>| {
-            owner.0.send(&subject, deliveries);
+            reference.owner.0.send(&reference.destination, deliveries);
         }))
     }
 
@@ -532,6 +554,21 @@ async fn subscribe(
         None => client.subscribe(subject.clone()).await,
     }
     .map_err(|err| failed(Box::new(err)))?;
-    client.flush().await.map_err(|err| failed(Box::new(err)))?;
+    round_trip(client).await.map_err(failed)?;
     Ok(subscriber)
+}
+
+/// Waits until the server has processed what the client sent before (`flush` only writes it
+/// to the socket): a message to an inbox of the client's own comes back.
+async fn round_trip(client: &Client) -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
+    let probe = Subject::from(client.new_inbox());
+    let mut echo = client.subscribe(probe.clone()).await?;
+    client.publish(probe, bytes::Bytes::new()).await?;
+    client.flush().await?;
+    let echoed = tokio::time::timeout(std::time::Duration::from_secs(10), echo.next()).await;
+    let _ = echo.unsubscribe().await;
+    match echoed {
+        Ok(Some(_)) => Ok(()),
+        _ => Err("the server did not confirm the subscription within 10 s".into()),
+    }
 }

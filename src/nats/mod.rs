@@ -13,7 +13,10 @@
 //!
 //! - **Deliveries** are published to the consumer's subject in batches (what one producer
 //!   flush hands over, split to fit the server's `max_payload` and at most 1024 deliveries),
-//!   with the carrier's own inbox (`_INBOX.…`) as the reply subject.
+//!   with a reply subject under the carrier's own inbox, one per
+//!   [`consumer_ref`](NatsCarrier::consumer_ref) (`_INBOX.<inbox>.<random token>`). The
+//!   server's "no responders" notice for a batch comes back on that subject; a status another
+//!   client publishes to the inbox is counted apart ([`NatsStats::forged_no_responders`]).
 //! - **ACKs** go back, batched, to the reply subject their delivery named; the carrier routes
 //!   them to the producer by its id and incarnation. A body is encoded once per message and
 //!   kept for retransmissions until it is ACKed or the producer's window moves past it.
@@ -54,9 +57,14 @@
 //! not checked: the subject it arrived on is the address.
 //!
 //! The carrier reads its subscriptions continuously: at most 16 batches per exposed subject
-//! wait for the consumer to take them from its mailbox, and beyond, deliveries are dropped
+//! wait for the consumer to take them from its mailbox (a batch's dead letters of bodies that
+//! do not decode wait there too, and count alike), and beyond, deliveries are dropped
 //! (counted in [`NatsStats::deliveries_dropped_busy`]) rather than left to pile up in the
-//! client's buffer, which is bounded in messages, not bytes. At most `max_output_bytes` wait
+//! client's buffer, which is bounded in messages, not bytes. The ACK inbox is bounded alike:
+//! at most 8 full frames of ACKs (8 × 1024) per producer incarnation not known to be taken
+//! by the producer (as over TCP), and beyond, ACKs are dropped (counted in [`NatsStats::acks_dropped_busy`]; the producer
+//! retransmits and is ACKed again), so an ACK flood at a busy producer cannot grow its
+//! mailbox. At most `max_output_bytes` wait
 //! to be published or written, and at most `max_routes` producer incarnations (over the
 //! whole carrier) are remembered with their unconfirmed bodies.
 //!
@@ -83,6 +91,7 @@
 //!   to many independent readers; this crate's durable producer and persistent consumer then
 //!   add nothing the broker does not already give.
 
+mod acks;
 mod carrier;
 mod inbound;
 mod options;

@@ -30,18 +30,28 @@ pub struct NatsStats {
     /// would publish ACKs wherever a sender asks): dropped.
     pub foreign_reply_subjects: u64,
     /// Deliveries received while 16 batches already waited for the consumer to take them
-    /// (a busy consumer): dropped, so that the client's buffer does not grow; the producers
-    /// retransmit them.
+    /// (a busy consumer; dead letters of undecodable bodies wait, and count, alike): dropped,
+    /// whether their bodies decode or not, so that neither the client's buffer nor the
+    /// consumer's mailbox grows; the producers retransmit them.
     pub deliveries_dropped_busy: u64,
     /// "No responders" notices the server sent to the ACK inbox: a batch was published to
-    /// a subject nobody listened on at that moment (the producer retransmits it).
+    /// a subject nobody listened on at that moment (the producer retransmits it). Counted
+    /// only on the reply subject the batch named, at most once per batch.
     pub no_responders: u64,
+    /// "No responders" statuses on the ACK inbox that answer no batch this carrier published
+    /// (not on a destination's reply subject, or more than one per batch published there):
+    /// any client may publish to an inbox, so these are another client's, and ignored.
+    pub forged_no_responders: u64,
     /// ACKs queued for publishing.
     pub acks_out: u64,
     /// ACKs received and handed to their producer.
     pub acks_in: u64,
     /// ACKs received for no known producer incarnation (dropped).
     pub unroutable_acks: u64,
+    /// ACKs received while 8 full frames of ACKs (8 × 1024) handed to their producer were not
+    /// known to be taken from its mailbox (a busy producer, or a flood): dropped, so that its mailbox does not grow; the producer
+    /// retransmits those messages and is ACKed again.
+    pub acks_dropped_busy: u64,
     /// Deliveries dropped because the publishing queue was full (`max_output_bytes`).
     pub deliveries_dropped_full: u64,
     /// ACKs dropped because the publishing queue was full.
@@ -73,9 +83,11 @@ counters!(Counters => NatsStats {
     foreign_reply_subjects,
     deliveries_dropped_busy,
     no_responders,
+    forged_no_responders,
     acks_out,
     acks_in,
     unroutable_acks,
+    acks_dropped_busy,
     deliveries_dropped_full,
     acks_dropped_full,
     deliveries_unsendable,

@@ -33,9 +33,11 @@ pub(crate) type Dispatched = Pin<Box<dyn Future<Output = bool> + Send>>;
 
 /// What became of a batch handed to an exposed consumer.
 pub(crate) struct Handed {
-    /// Resolves once the consumer took the decoded deliveries (`None`: there were none).
+    /// Resolves once the consumer took the batch from its mailbox, its dead letters too
+    /// (`None`: the batch was empty).
     pub taken: Option<Dispatched>,
-    /// Deliveries whose body did not decode: handed over as dead letters.
+    /// Deliveries whose body did not decode: handed over as dead letters, which count
+    /// against the same bound as deliveries.
     pub undecodable: u64,
 }
 
@@ -74,22 +76,30 @@ impl<T: DeserializeOwned + Send + 'static> Exposed for ExposedConsumer<T> {
                 Err(_) => undecodable.push(header),
             }
         }
-        let handed = Handed {
-            taken: None,
-            undecodable: undecodable.len() as u64,
+        let dead = undecodable.len() as u64;
+        let addr = self.0.addr();
+        // Dead letters count against the same bound as deliveries: a batch is taken once the
+        // last of its messages is (a mailbox is first in, first out).
+        let taken = if deliveries.is_empty() {
+            (dead > 0).then(|| dispatched(addr.send(Undecodable(undecodable))))
+        } else {
+            if dead > 0 {
+                addr.do_send(Undecodable(undecodable));
+            }
+            Some(dispatched(addr.send(Deliveries(deliveries))))
         };
-        if !undecodable.is_empty() {
-            self.0.addr().do_send(Undecodable(undecodable));
-        }
-        if deliveries.is_empty() {
-            return handed;
-        }
-        let taken = self.0.addr().send(Deliveries(deliveries));
         Handed {
-            taken: Some(Box::pin(async move { taken.await.is_ok() })),
-            ..handed
+            taken,
+            undecodable: dead,
         }
     }
+}
+
+/// Resolves with whether the consumer took the message `taken` waits for.
+fn dispatched(
+    taken: impl Future<Output = Result<(), actix::MailboxError>> + Send + 'static,
+) -> Dispatched {
+    Box::pin(async move { taken.await.is_ok() })
 }
 
 /// Accepts connections until the node stops.

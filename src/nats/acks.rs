@@ -1,0 +1,111 @@
+//! The ACK inbox: batches of ACKs for this carrier's producers, routed by producer id and
+//! incarnation, and the server's "no responders" notices. The inbox is `<inbox>.*`: each
+//! destination's batches name a reply subject of their own, so a notice is counted only on
+//! the reply subject of a destination, at most once per batch published there; a status any
+//! other client publishes elsewhere to the inbox is counted apart and ignored.
+//!
+//! Read continuously, and bounded like deliveries, by the rule the TCP transport follows
+//! ([`Routes::admit_acks`](crate::remote::routes::Routes::admit_acks)): per producer
+//! incarnation, at most 8 full frames of ACKs not known to be taken from the producer's
+//! mailbox; beyond, its ACKs are dropped (and counted), so a client flooding ACKs at a busy
+//! producer costs bounded memory. A dropped ACK is not lost: the producer retransmits, and the
+//! consumer ACKs the duplicate.
+
+use std::sync::Arc;
+
+use async_nats::{Message, StatusCode, Subscriber};
+use futures_util::{FutureExt, StreamExt};
+
+use crate::message::ReplyTo;
+use crate::protocol::envelope::{Ack, Incarnation};
+use crate::remote::frame::Frame;
+use crate::remote::routes::{AckRefusal, AckRoute};
+use crate::remote::stats::{add, Warning};
+
+use super::carrier::Shared;
+
+/// Receives on the inbox until the carrier stops or the client closes.
+pub(crate) async fn receive(shared: Arc<Shared>, mut inbox: Subscriber) {
+    loop {
+        let message = tokio::select! {
+            biased;
+            () = shared.cancel.cancelled() => return,
+            message = inbox.next() => message,
+        };
+        let Some(message) = message else { return }; // the client closed
+        receive_one(&shared, &message);
+    }
+}
+
+/// One message on the inbox.
+fn receive_one(shared: &Shared, message: &Message) {
+    let counters = &shared.counters;
+    add(&counters.frames_in, 1);
+    if message.status == Some(StatusCode::NO_RESPONDERS) {
+        if shared.is_answering(message.subject.as_str()) {
+            add(&counters.no_responders, 1);
+        } else {
+            add(&counters.forged_no_responders, 1);
+            shared.warnings.warn(Warning::Decode, || {
+                "ignored a \"no responders\" status that answers no batch this carrier \
+                 published (another client published it)"
+                    .to_string()
+            });
+        }
+        return;
+    }
+    let Some(Frame::Acks(batch)) = shared.decode(&message.payload) else {
+        return shared.refuse("the ACK inbox");
+    };
+    let n = batch.seqs.len() as u64;
+    let admitted =
+        shared
+            .sending()
+            .routes
+            .admit_acks(batch.producer_id, batch.incarnation, &batch.seqs);
+    match admitted {
+        Ok(route) => {
+            add(&counters.acks_in, n);
+            hand_acks(route, batch.incarnation, &batch.seqs);
+        }
+        Err(AckRefusal::Unroutable) => add(&counters.unroutable_acks, n),
+        Err(AckRefusal::Busy) => {
+            add(&counters.acks_dropped_busy, n);
+            shared.warnings.warn(Warning::Dropped, || {
+                "ACKs dropped: their producer has not taken the ACKs before them yet (it \
+                 retransmits, and is ACKed again)"
+                    .to_string()
+            });
+        }
+    }
+}
+
+/// Hands ACKs that [`Routes::admit_acks`](crate::remote::routes::Routes::admit_acks) admitted
+/// to their producer. If their last message is the route's probe, a task of the current
+/// arbiter waits until the producer took it and then releases what the probe covers.
+// The TCP branch has the same function as `remote::outbound::hand_acks`: once both are
+// merged, this one goes.
+fn hand_acks(route: AckRoute<ReplyTo>, incarnation: Incarnation, seqs: &[u64]) {
+    let AckRoute {
+        producer_id,
+        reply_to,
+        probe,
+    } = route;
+    let acks = seqs.iter().map(|&seq| Ack {
+        producer_id: producer_id.clone(),
+        incarnation,
+        seq,
+    });
+    let Some(probe) = probe else {
+        return reply_to.do_send_all(acks);
+    };
+    let mut taken = Box::pin(reply_to.send_all(acks));
+    // Polled once here: a closure address takes them at once, and the last message to an
+    // actor enters its mailbox now if there is room.
+    if (&mut taken).now_or_never().is_none() {
+        actix::spawn(async move {
+            taken.await;
+            drop(probe);
+        });
+    }
+}

@@ -150,20 +150,57 @@ fn send_batched<M, B>(
     B: Message + Send + 'static,
     B::Result: Send,
 {
+    match (send_all_but_last(single, batch, items, wrap), batch) {
+        (Some(Last::Single(item)), _) => single.do_send(item),
+        (Some(Last::Batch(items)), Some(batch)) => batch.do_send(items),
+        _ => {} // nothing left (a batch is only made for a batch recipient)
+    }
+}
+
+/// The last message of [`send_all_but_last`], not sent yet.
+enum Last<M, B> {
+    Single(M),
+    Batch(B),
+}
+
+/// Sends what [`send_batched`] would, except its last message, which it returns.
+fn send_all_but_last<M, B>(
+    single: &Recipient<M>,
+    batch: Option<&Recipient<B>>,
+    items: impl Iterator<Item = M>,
+    wrap: fn(Vec<M>) -> B,
+) -> Option<Last<M, B>>
+where
+    M: Message + Send + 'static,
+    M::Result: Send,
+    B: Message + Send + 'static,
+    B::Result: Send,
+{
+    let mut items = items.peekable();
     let Some(batch) = batch else {
-        return items.for_each(|item| single.do_send(item));
+        while let Some(item) = items.next() {
+            if items.peek().is_none() {
+                return Some(Last::Single(item));
+            }
+            single.do_send(item);
+        }
+        return None;
     };
     let most = (BATCH_BYTES / std::mem::size_of::<M>().max(1)).max(2);
-    let mut items = items.peekable();
+    let mut last = None;
     while let Some(first) = items.next() {
+        if let Some(Last::Batch(chunk)) = last.take() {
+            batch.do_send(chunk);
+        }
         if items.peek().is_none() {
-            return single.do_send(first);
+            return Some(Last::Single(first));
         }
         let mut chunk = Vec::with_capacity(most);
         chunk.push(first);
         chunk.extend(items.by_ref().take(most - 1));
-        batch.do_send(wrap(chunk));
+        last = Some(Last::Batch(wrap(chunk)));
     }
+    last
 }
 
 /// Where a consumer sends ACKs: cheap to clone onto every delivery. Built from any
@@ -194,6 +231,36 @@ impl ReplyTo {
         match &*self.0 {
             AckSink::Actor { single, batch } => send_batched(single, batch.as_ref(), acks, Acks),
             AckSink::Fn(send) => send_collected(send, acks),
+        }
+    }
+
+    /// Sends several ACKs as [`do_send_all`](Self::do_send_all) does; the future resolves once
+    /// the recipient has taken the last of them from its mailbox, and so all of them (a
+    /// mailbox is first in, first out): `true`, or `false` if it is gone. A closure address
+    /// takes them at once. The future must be polled for the last message to be sent (as
+    /// with `Recipient::send`).
+    pub(crate) fn send_all(
+        &self,
+        acks: impl Iterator<Item = Ack>,
+    ) -> impl std::future::Future<Output = bool> + Send + 'static {
+        use futures_util::future::{ready, Either, FutureExt};
+        match &*self.0 {
+            AckSink::Actor { single, batch } => {
+                match (send_all_but_last(single, batch.as_ref(), acks, Acks), batch) {
+                    (Some(Last::Single(ack)), _) => {
+                        Either::Left(single.send(ack).map(|r| r.is_ok()))
+                    }
+                    (Some(Last::Batch(acks)), Some(batch)) => {
+                        Either::Right(Either::Left(batch.send(acks).map(|r| r.is_ok())))
+                    }
+                    // Nothing left (a batch is only made for a batch recipient).
+                    _ => Either::Right(Either::Right(ready(true))),
+                }
+            }
+            AckSink::Fn(send) => {
+                send_collected(send, acks);
+                Either::Right(Either::Right(ready(true)))
+            }
         }
     }
 

@@ -10,6 +10,7 @@ use futures_util::stream::FuturesUnordered;
 use futures_util::StreamExt;
 use serde::de::DeserializeOwned;
 use tokio::net::{TcpListener, TcpStream};
+use tokio_util::sync::CancellationToken;
 
 use crate::codec;
 use crate::consumer::ConsumerHandle;
@@ -20,7 +21,15 @@ use crate::remote::connection::{
 };
 use crate::remote::frame::{DeliveryBatch, Frame};
 use crate::remote::node::Shared;
+use crate::remote::pending::Ticket;
 use crate::remote::stats::{add, Warning};
+
+/// Why an incoming handshake did not complete.
+enum Refusal {
+    Failed(Failure),
+    TimedOut,
+    Evicted,
+}
 
 /// Frames of one connection handed to consumers and not yet taken from their mailboxes: the
 /// reader waits beyond this, so a slow consumer slows its peers' sending (TCP flow control)
@@ -33,9 +42,11 @@ pub(crate) type Dispatched = Pin<Box<dyn Future<Output = bool> + Send>>;
 
 /// What became of a batch handed to an exposed consumer.
 pub(crate) struct Handed {
-    /// Resolves once the consumer took the decoded deliveries (`None`: there were none).
+    /// Resolves once the consumer took the batch from its mailbox, its dead letters too
+    /// (`None`: the batch was empty).
     pub taken: Option<Dispatched>,
-    /// Deliveries whose body did not decode: handed over as dead letters.
+    /// Deliveries whose body did not decode: handed over as dead letters, which count
+    /// against the same bound as deliveries.
     pub undecodable: u64,
 }
 
@@ -74,22 +85,30 @@ impl<T: DeserializeOwned + Send + 'static> Exposed for ExposedConsumer<T> {
                 Err(_) => undecodable.push(header),
             }
         }
-        let handed = Handed {
-            taken: None,
-            undecodable: undecodable.len() as u64,
+        let dead = undecodable.len() as u64;
+        let addr = self.0.addr();
+        // Dead letters count against the same bound as deliveries: a batch is taken once the
+        // last of its messages is (a mailbox is first in, first out).
+        let taken = if deliveries.is_empty() {
+            (dead > 0).then(|| dispatched(addr.send(Undecodable(undecodable))))
+        } else {
+            if dead > 0 {
+                addr.do_send(Undecodable(undecodable));
+            }
+            Some(dispatched(addr.send(Deliveries(deliveries))))
         };
-        if !undecodable.is_empty() {
-            self.0.addr().do_send(Undecodable(undecodable));
-        }
-        if deliveries.is_empty() {
-            return handed;
-        }
-        let taken = self.0.addr().send(Deliveries(deliveries));
         Handed {
-            taken: Some(Box::pin(async move { taken.await.is_ok() })),
-            ..handed
+            taken,
+            undecodable: dead,
         }
     }
+}
+
+/// Resolves with whether the consumer took the message `taken` waits for.
+fn dispatched(
+    taken: impl Future<Output = Result<(), actix::MailboxError>> + Send + 'static,
+) -> Dispatched {
+    Box::pin(async move { taken.await.is_ok() })
 }
 
 /// Accepts connections until the node stops.
@@ -104,44 +123,94 @@ pub(crate) async fn listen(node: Arc<Shared>, listener: TcpListener) {
             tokio::time::sleep(std::time::Duration::from_millis(10)).await;
             continue;
         };
-        let open = node.inbound_open.fetch_add(1, Ordering::AcqRel);
-        if open >= node.options.max_connections {
-            node.inbound_open.fetch_sub(1, Ordering::AcqRel);
-            add(&node.counters.connections_refused, 1);
-            continue; // dropped: closed
+        let evicted = CancellationToken::new();
+        let (ticket, oldest) = node.handshakes().admit(evicted.clone());
+        if let Some(oldest) = oldest {
+            oldest.cancel();
         }
         let node = node.clone();
         node.arbiter.clone().spawn(async move {
-            serve(&node, stream).await;
-            node.inbound_open.fetch_sub(1, Ordering::AcqRel);
+            let handshake = InHandshake {
+                node: &node,
+                ticket,
+            };
+            serve(&node, stream, handshake, evicted).await;
         });
     }
 }
 
-async fn serve(node: &Shared, stream: TcpStream) {
+/// An incoming connection's place in the handshake budget, given back when dropped.
+struct InHandshake<'a> {
+    node: &'a Shared,
+    ticket: Ticket,
+}
+
+impl Drop for InHandshake<'_> {
+    fn drop(&mut self) {
+        self.node.handshakes().finish(self.ticket);
+    }
+}
+
+/// An authenticated incoming connection's place in `max_connections`, given back when
+/// dropped.
+struct Open<'a>(&'a Shared);
+
+impl<'a> Open<'a> {
+    fn take(node: &'a Shared) -> Option<Self> {
+        let open = node.inbound_open.fetch_add(1, Ordering::AcqRel);
+        let place = Self(node);
+        (open < node.options.max_connections).then_some(place)
+    }
+}
+
+impl Drop for Open<'_> {
+    fn drop(&mut self) {
+        self.0.inbound_open.fetch_sub(1, Ordering::AcqRel);
+    }
+}
+
+/// Runs an incoming connection: its handshake (in the handshake budget, closed when
+/// `evicted`), then, if a place in `max_connections` is free, its frames.
+async fn serve(
+    node: &Shared,
+    stream: TcpStream,
+    handshake: InHandshake<'_>,
+    evicted: CancellationToken,
+) {
     let peer = stream
         .peer_addr()
         .map_or_else(|_| "an unknown address".to_string(), |a| a.to_string());
-    let handshake = tokio::time::timeout(
+    let timed = tokio::time::timeout(
         node.options.handshake_timeout,
         accept_handshake(stream, &node.local),
     );
     let established = tokio::select! {
+        biased; // a handshake that completed is not evicted
         () = node.cancel.cancelled() => return,
-        result = handshake => result,
+        result = timed => match result {
+            Ok(Ok(established)) => Ok(established),
+            Ok(Err(failure)) => Err(Refusal::Failed(failure)),
+            Err(_) => Err(Refusal::TimedOut),
+        },
+        () = evicted.cancelled() => Err(Refusal::Evicted),
     };
-    let Established {
-        mut reader,
-        writer,
-        session,
-    } = match established {
-        Ok(Ok(established)) => established,
-        failed => {
-            add(&node.counters.handshake_failures, 1);
-            let why = match failed {
-                Ok(Err(Failure::Refused(err))) => err.to_string(),
-                Ok(Err(Failure::Io)) => "closed or not a frame".to_string(),
-                _ => "timed out".to_string(),
+    drop(handshake);
+    let counters = &node.counters;
+    let established = match established {
+        Ok(established) => established,
+        Err(refusal) => {
+            add(&counters.handshake_failures, 1);
+            let why = match refusal {
+                Refusal::Failed(Failure::Refused(err)) => err.to_string(),
+                Refusal::Failed(Failure::Io) => "closed or not a frame".to_string(),
+                Refusal::TimedOut => {
+                    add(&counters.handshakes_timed_out, 1);
+                    "timed out".to_string()
+                }
+                Refusal::Evicted => {
+                    add(&counters.handshakes_evicted, 1);
+                    "evicted: max_handshakes newer connections were in their handshake".to_string()
+                }
             };
             node.warnings.warn(Warning::Handshake, || {
                 format!("refused a connection from {peer}: {why}")
@@ -149,6 +218,18 @@ async fn serve(node: &Shared, stream: TcpStream) {
             return;
         }
     };
+    let Some(_open) = Open::take(node) else {
+        add(&counters.connections_refused, 1);
+        node.warnings.warn(Warning::Handshake, || {
+            format!("closed the connection from {peer}: max_connections are open")
+        });
+        return;
+    };
+    let Established {
+        mut reader,
+        writer,
+        session,
+    } = established;
     add(&node.counters.connections_accepted, 1);
     log::debug!("accepted node {} from {peer}", session.peer);
     let mut opener = session.opener;

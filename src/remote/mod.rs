@@ -107,6 +107,7 @@ mod node;
 pub(crate) mod options;
 pub(crate) mod outbound;
 pub(crate) mod output;
+mod pending;
 pub(crate) mod routes;
 pub(crate) mod stats;
 

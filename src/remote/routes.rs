@@ -2,21 +2,31 @@
 //! encoded bodies of its messages that may still be retransmitted, so that a body is encoded
 //! once per message, not once per transmission. Pure: no I/O, no runtime.
 //!
+//! A route is one producer id under one incarnation: the lanes of an outbox share their
+//! entity's incarnation under ids of their own, and each has its own route.
+//!
 //! A route's reply address follows its producer: a durable producer keeps its incarnation
 //! across restarts in one process (it is stored with its stream), but each life has a new
 //! reply address, so a delivery naming another address than the route's replaces it and the
 //! ACKs that follow go to the live producer, never to the dead one's address.
 //!
-//! Bounded twice: at most `max_routes` incarnations per remote address (least recently used
-//! evicted: its ACKs are then dropped and its next delivery starts a new route), and per route
+//! Bounded three times: at most `max_routes` routes per remote address (least recently used
+//! evicted: its ACKs are then dropped and its next delivery starts a new route); per route
 //! only seqs at or above the producer's latest `window_start` that are not ACKed yet, which the
 //! producer's window bounds, with [`MAX_BODIES_PER_ROUTE`] as a hard stop against hand-made
-//! deliveries.
+//! deliveries; and per route at most [`MAX_ACKS_WAITING`] received ACKs handed to the producer
+//! and not yet taken from its mailbox (beyond, ACKs are dropped: the producer retransmits, the
+//! consumer ACKs again), so that a peer flooding ACKs at a busy producer cannot grow its
+//! mailbox.
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
 
 use hashlink::LruCache;
 
 use crate::protocol::envelope::{Incarnation, ProducerId};
 use crate::remote::body::{Bodies, Body};
+use crate::remote::frame::MAX_BATCH;
 
 /// Where a route's ACKs go, and whether two such places are the same one (for a
 /// [`ReplyTo`](crate::ReplyTo): [`ReplyTo::same_as`](crate::ReplyTo::same_as)).
@@ -29,6 +39,11 @@ pub(crate) trait ReplyAddress: Clone {
 /// encoded again if retransmitted).
 pub(crate) const MAX_BODIES_PER_ROUTE: usize = 1 << 16;
 
+/// The most received ACKs of one route handed to its producer and not yet taken from its
+/// mailbox: eight full frames, as a receiving connection hands at most eight frames to its
+/// consumers.
+pub(crate) const MAX_ACKS_WAITING: usize = 8 * MAX_BATCH;
+
 /// One producer incarnation's route.
 #[derive(Debug)]
 pub(crate) struct Route<R> {
@@ -36,6 +51,8 @@ pub(crate) struct Route<R> {
     reply_to: R,
     /// Encoded bodies of messages not known to be settled.
     bodies: Bodies,
+    /// ACKs handed to the producer and not yet taken.
+    waiting: Arc<AtomicUsize>,
 }
 
 impl<R> Route<R> {
@@ -63,11 +80,45 @@ impl<R> Route<R> {
     }
 }
 
-/// The routes of one remote address, keyed by incarnation (128 random bits: unique per
-/// producer life).
+/// Received ACKs admitted to their producer: where they go, and their share of the route's
+/// [`MAX_ACKS_WAITING`], held until this is dropped (when the producer took them).
+#[derive(Debug)]
+pub(crate) struct AckRoute<R> {
+    /// The route's producer id (shared, not copied from the frame).
+    pub producer_id: ProducerId,
+    /// Where the ACKs go.
+    pub reply_to: R,
+    /// Their share of the bound.
+    pub waiting: Waiting,
+}
+
+/// A share of a route's [`MAX_ACKS_WAITING`]: given back when dropped.
+#[derive(Debug)]
+pub(crate) struct Waiting {
+    count: Arc<AtomicUsize>,
+    n: usize,
+}
+
+impl Drop for Waiting {
+    fn drop(&mut self) {
+        self.count.fetch_sub(self.n, Ordering::AcqRel);
+    }
+}
+
+/// Why received ACKs were not admitted.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum AckRefusal {
+    /// No route has this producer id and incarnation.
+    Unroutable,
+    /// The route's producer has not taken [`MAX_ACKS_WAITING`] ACKs handed to it yet.
+    Busy,
+}
+
+/// The routes of one remote address, keyed by producer id and incarnation (128 random bits:
+/// unique per producer life; lanes of one outbox share one under different ids).
 #[derive(Debug)]
 pub(crate) struct Routes<R> {
-    table: LruCache<Incarnation, Route<R>>,
+    table: LruCache<(ProducerId, Incarnation), Route<R>>,
 }
 
 impl<R: ReplyAddress> Routes<R> {
@@ -79,54 +130,84 @@ impl<R: ReplyAddress> Routes<R> {
     }
 
     /// The route of this producer incarnation, made if it is new (evicting the least recently
-    /// used one when full), refreshed otherwise. A delivery naming a known incarnation under
-    /// another producer id (a forgery or a bug) replaces the route; one naming another reply
-    /// address (the producer restarted under its stored incarnation) keeps the bodies (a seq
-    /// of a durable producer is never reused) and sends the ACKs to the new address.
+    /// used one when full), refreshed otherwise. A delivery naming another reply address (the
+    /// producer restarted under its stored incarnation) keeps the bodies (a seq of a durable
+    /// producer is never reused) and sends the ACKs to the new address.
     pub(crate) fn route(
         &mut self,
         producer_id: &ProducerId,
         incarnation: Incarnation,
         reply_to: &R,
     ) -> &mut Route<R> {
-        match self.table.get_mut(&incarnation) {
-            Some(route) if route.producer_id == *producer_id => {
+        let key = (producer_id.clone(), incarnation);
+        match self.table.get_mut(&key) {
+            Some(route) => {
                 if !route.reply_to.same_as(reply_to) {
                     route.reply_to = reply_to.clone();
                 }
             }
-            _ => {
+            None => {
                 self.table.insert(
-                    incarnation,
+                    key.clone(),
                     Route {
                         producer_id: producer_id.clone(),
                         reply_to: reply_to.clone(),
                         bodies: Bodies::default(),
+                        waiting: Arc::default(),
                     },
                 );
             }
         }
         self.table
-            .get_mut(&incarnation)
+            .peek_mut(&key)
             .expect("present: found or inserted above")
     }
 
+    /// ACKs for `seqs` arrived: admits them to their producer unless it has not taken
+    /// [`MAX_ACKS_WAITING`] before them yet, and forgets the bodies of those admitted (those
+    /// refused as busy keep theirs: their messages are retransmitted).
+    ///
+    /// # Errors
+    /// [`AckRefusal`]: no route matches, or its producer is busy.
+    pub(crate) fn admit_acks(
+        &mut self,
+        producer_id: &str,
+        incarnation: Incarnation,
+        seqs: &[u64],
+    ) -> Result<AckRoute<R>, AckRefusal> {
+        let key = (ProducerId::from(producer_id), incarnation);
+        let route = self.table.peek_mut(&key).ok_or(AckRefusal::Unroutable)?;
+        // Only this (under the caller's `&mut`) adds; a concurrent drop only lowers it.
+        let waiting = route.waiting.load(Ordering::Acquire);
+        if waiting + seqs.len() > MAX_ACKS_WAITING {
+            return Err(AckRefusal::Busy);
+        }
+        route.waiting.fetch_add(seqs.len(), Ordering::AcqRel);
+        for &seq in seqs {
+            route.bodies.remove(seq);
+        }
+        Ok(AckRoute {
+            producer_id: route.producer_id.clone(),
+            reply_to: route.reply_to.clone(),
+            waiting: Waiting {
+                count: route.waiting.clone(),
+                n: seqs.len(),
+            },
+        })
+    }
+
     /// ACKs for `seqs` arrived: their bodies are forgotten. Returns where the ACKs go, or
-    /// `None` if no route matches the producer id and incarnation.
+    /// `None` if no route matches the producer id and incarnation. Not bounded: a carrier
+    /// that hands ACKs over without waiting for them to be taken (see
+    /// [`admit_acks`](Self::admit_acks) for the bounded way).
     pub(crate) fn handle_acks(
         &mut self,
         producer_id: &str,
         incarnation: Incarnation,
         seqs: &[u64],
     ) -> Option<(ProducerId, R)> {
-        let route = self.table.peek_mut(&incarnation)?;
-        if route.producer_id.as_str() != producer_id {
-            return None;
-        }
-        for &seq in seqs {
-            route.bodies.remove(seq);
-        }
-        Some((route.producer_id.clone(), route.reply_to.clone()))
+        let admitted = self.admit_acks(producer_id, incarnation, seqs).ok()?;
+        Some((admitted.producer_id, admitted.reply_to))
     }
 
     /// Routes held.
@@ -139,7 +220,6 @@ impl<R: ReplyAddress> Routes<R> {
         self.table.iter().map(|(_, route)| route.bodies.len()).sum()
     }
 }
-
 #[cfg(test)]
 mod tests {
     use std::convert::Infallible;
@@ -214,6 +294,61 @@ mod tests {
         assert!(routes
             .handle_acks("q", Incarnation::from_u128(1), &[1])
             .is_none());
+    }
+
+    #[test]
+    fn producers_sharing_an_incarnation_under_other_ids_have_routes_of_their_own() {
+        let mut routes = Routes::new(4);
+        let incarnation = Incarnation::from_u128(1);
+        let (a, b) = (ProducerId::from("lane a"), ProducerId::from("lane b"));
+        let mut encoded = 0;
+        for seq in 1..=3 {
+            for (id, reply) in [(&a, "a"), (&b, "b")] {
+                routes
+                    .route(id, incarnation, &reply)
+                    .body(seq, 1, &mut Vec::new(), encode(seq, &mut encoded))
+                    .unwrap();
+            }
+        }
+        assert_eq!((routes.len(), routes.bodies(), encoded), (2, 6, 6));
+        for (id, reply) in [("lane a", "a"), ("lane b", "b")] {
+            let (producer, to) = routes.handle_acks(id, incarnation, &[1, 2, 3]).unwrap();
+            assert_eq!((producer.as_str(), to), (id, reply));
+        }
+        assert_eq!(routes.bodies(), 0, "each ACK found its own lane's bodies");
+    }
+
+    #[test]
+    fn acks_not_yet_taken_by_their_producer_are_bounded_per_route() {
+        let mut routes = Routes::new(4);
+        let (a, b) = (ProducerId::from("a"), ProducerId::from("b"));
+        let incarnation = Incarnation::from_u128(1);
+        let mut encoded = 0;
+        for id in [&a, &b] {
+            routes
+                .route(id, incarnation, &())
+                .body(1, 1, &mut Vec::new(), encode(1, &mut encoded))
+                .unwrap();
+        }
+        let full: Vec<u64> = (2..2 + MAX_BATCH as u64).collect();
+        let mut held: Vec<_> = (0..MAX_ACKS_WAITING / MAX_BATCH)
+            .map(|_| routes.admit_acks("a", incarnation, &full).unwrap())
+            .collect();
+        // The producer took none of them: more are refused, and seq 1 keeps its body.
+        assert_eq!(
+            routes.admit_acks("a", incarnation, &[1]).unwrap_err(),
+            AckRefusal::Busy
+        );
+        assert_eq!(routes.bodies(), 2);
+        // Another route is not affected.
+        assert!(routes.admit_acks("b", incarnation, &[1]).is_ok());
+        // Once the producer took one batch, there is room for as many again.
+        held.pop();
+        let _again = routes.admit_acks("a", incarnation, &full).unwrap();
+        assert_eq!(
+            routes.admit_acks("a", incarnation, &[1]).unwrap_err(),
+            AckRefusal::Busy
+        );
     }
 
     #[test]

@@ -268,8 +268,8 @@ async fn serve(
     drive(node, &link, writer, read, &peer).await;
 }
 
-/// Hands a batch to its consumer; `None` if nothing was handed over (an unknown name: dropped;
-/// or only undecodable bodies: dead letters).
+/// Hands a batch to its consumer (dead letters of undecodable bodies included); `None` if
+/// nothing was handed over (an unknown name: dropped; or an empty batch).
 fn dispatch(node: &Shared, batch: &DeliveryBatch<'_>, reply_to: &ReplyTo) -> Option<Dispatched> {
     let n = batch.items.len() as u64;
     let Some(consumer) = node.exposed(batch.consumer) else {

@@ -319,26 +319,30 @@ impl Outbound {
     }
 }
 
-/// Hands ACKs that [`Routes::admit_acks`] admitted to their producer; their share of the
-/// route's bound is given back once the producer took them from its mailbox (a task of the
-/// current arbiter waits for that). Shared by the TCP and NATS carriers.
+/// Hands ACKs that [`Routes::admit_acks`] admitted to their producer. If their last message
+/// is the route's probe, a task of the current arbiter waits until the producer took it and
+/// then releases what the probe covers. Shared by the TCP and NATS carriers.
 pub(crate) fn hand_acks(route: AckRoute<ReplyTo>, incarnation: Incarnation, seqs: &[u64]) {
     let AckRoute {
         producer_id,
         reply_to,
-        waiting,
+        probe,
     } = route;
-    let mut taken = Box::pin(reply_to.send_all(seqs.iter().map(|&seq| Ack {
+    let acks = seqs.iter().map(|&seq| Ack {
         producer_id: producer_id.clone(),
         incarnation,
         seq,
-    })));
+    });
+    let Some(probe) = probe else {
+        return reply_to.do_send_all(acks);
+    };
+    let mut taken = Box::pin(reply_to.send_all(acks));
     // Polled once here: a closure address takes them at once, and the last message to an
     // actor enters its mailbox now if there is room.
     if (&mut taken).now_or_never().is_none() {
         actix::spawn(async move {
             taken.await;
-            drop(waiting);
+            drop(probe);
         });
     }
 }

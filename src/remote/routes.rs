@@ -15,13 +15,19 @@
 //! only seqs at or above the producer's latest `window_start` that are not ACKed yet, which the
 //! producer's window bounds, with [`MAX_BODIES_PER_ROUTE`] as a hard stop against hand-made
 //! deliveries; and per route at most [`MAX_ACKS_WAITING`] received ACKs handed to the producer
-//! and not yet taken from its mailbox (beyond, ACKs are dropped: the producer retransmits, the
-//! consumer ACKs again), so that a peer flooding ACKs at a busy producer cannot grow its
-//! mailbox.
+//! and not known to be taken from its mailbox (beyond, ACKs are dropped: the producer
+//! retransmits, the consumer ACKs again), so that a peer flooding ACKs at a busy producer
+//! cannot grow its mailbox. Knowing costs a reply from the producer, so it is asked for once
+//! per half of the bound: when [`PROBE_AT`] ACKs are waiting, the last message of the next
+//! frame is a probe whose taking releases every ACK handed before it (a mailbox is first in,
+//! first out); until then ACKs go fire-and-forget.
 
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::collections::hash_map::RandomState;
+use std::hash::BuildHasher;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 
+use hashlink::linked_hash_map::RawEntryMut;
 use hashlink::LruCache;
 
 use crate::protocol::envelope::{Incarnation, ProducerId};
@@ -44,6 +50,9 @@ pub(crate) const MAX_BODIES_PER_ROUTE: usize = 1 << 16;
 /// consumers.
 pub(crate) const MAX_ACKS_WAITING: usize = 8 * MAX_BATCH;
 
+/// ACKs waiting from which the next admitted frame is a probe (when none is out).
+pub(crate) const PROBE_AT: usize = MAX_ACKS_WAITING / 2;
+
 /// One producer incarnation's route.
 #[derive(Debug)]
 pub(crate) struct Route<R> {
@@ -51,8 +60,8 @@ pub(crate) struct Route<R> {
     reply_to: R,
     /// Encoded bodies of messages not known to be settled.
     bodies: Bodies,
-    /// ACKs handed to the producer and not yet taken.
-    waiting: Arc<AtomicUsize>,
+    /// ACKs handed to the producer and not known to be taken.
+    backlog: Arc<Backlog>,
 }
 
 impl<R> Route<R> {
@@ -80,28 +89,40 @@ impl<R> Route<R> {
     }
 }
 
-/// Received ACKs admitted to their producer: where they go, and their share of the route's
-/// [`MAX_ACKS_WAITING`], held until this is dropped (when the producer took them).
+/// A route's ACKs handed to its producer and not known to be taken.
+#[derive(Debug, Default)]
+struct Backlog {
+    waiting: AtomicUsize,
+    /// A [`Probe`] is out.
+    probing: AtomicBool,
+}
+
+/// Received ACKs admitted to their producer: where they go, and whether their last message
+/// is a probe.
 #[derive(Debug)]
 pub(crate) struct AckRoute<R> {
     /// The route's producer id (shared, not copied from the frame).
     pub producer_id: ProducerId,
     /// Where the ACKs go.
     pub reply_to: R,
-    /// Their share of the bound.
-    pub waiting: Waiting,
+    /// `Some`: send the last message so as to learn when it is taken, and drop this then.
+    pub probe: Option<Probe>,
 }
 
-/// A share of a route's [`MAX_ACKS_WAITING`]: given back when dropped.
+/// Releases, when dropped, the ACKs a probe covers: those handed to the producer up to and
+/// including the probe's frame.
 #[derive(Debug)]
-pub(crate) struct Waiting {
-    count: Arc<AtomicUsize>,
-    n: usize,
+pub(crate) struct Probe {
+    backlog: Arc<Backlog>,
+    covered: usize,
 }
 
-impl Drop for Waiting {
+impl Drop for Probe {
     fn drop(&mut self) {
-        self.count.fetch_sub(self.n, Ordering::AcqRel);
+        self.backlog
+            .waiting
+            .fetch_sub(self.covered, Ordering::AcqRel);
+        self.backlog.probing.store(false, Ordering::Release);
     }
 }
 
@@ -110,7 +131,7 @@ impl Drop for Waiting {
 pub(crate) enum AckRefusal {
     /// No route has this producer id and incarnation.
     Unroutable,
-    /// The route's producer has not taken [`MAX_ACKS_WAITING`] ACKs handed to it yet.
+    /// [`MAX_ACKS_WAITING`] ACKs handed to the route's producer are not known to be taken.
     Busy,
 }
 
@@ -118,15 +139,25 @@ pub(crate) enum AckRefusal {
 /// unique per producer life; lanes of one outbox share one under different ids).
 #[derive(Debug)]
 pub(crate) struct Routes<R> {
-    table: LruCache<(ProducerId, Incarnation), Route<R>>,
+    table: LruCache<(ProducerId, Incarnation), Route<R>, RandomState>,
+    /// The table's hasher: keys are found by a hash computed once (and, for ACKs, from the
+    /// frame's id, without copying it).
+    hasher: RandomState,
 }
 
 impl<R: ReplyAddress> Routes<R> {
     /// At most `max_routes` routes.
     pub(crate) fn new(max_routes: usize) -> Self {
+        let hasher = RandomState::new();
         Self {
-            table: LruCache::new(max_routes),
+            table: LruCache::with_hasher(max_routes, hasher.clone()),
+            hasher,
         }
+    }
+
+    /// The hash of the key `(producer_id, incarnation)` (a `ProducerId` hashes as its string).
+    fn hash(&self, producer_id: &str, incarnation: Incarnation) -> u64 {
+        self.hasher.hash_one((producer_id, incarnation))
     }
 
     /// The route of this producer incarnation, made if it is new (evicting the least recently
@@ -139,33 +170,37 @@ impl<R: ReplyAddress> Routes<R> {
         incarnation: Incarnation,
         reply_to: &R,
     ) -> &mut Route<R> {
-        let key = (producer_id.clone(), incarnation);
-        match self.table.get_mut(&key) {
-            Some(route) => {
-                if !route.reply_to.same_as(reply_to) {
-                    route.reply_to = reply_to.clone();
-                }
+        let hash = self.hash(producer_id.as_str(), incarnation);
+        let is = |(id, inc): &(ProducerId, Incarnation)| *inc == incarnation && id == producer_id;
+        if self.table.raw_entry().from_hash(hash, is).is_none() {
+            if self.table.len() >= self.table.capacity() {
+                self.table.remove_lru();
             }
-            None => {
-                self.table.insert(
-                    key.clone(),
-                    Route {
-                        producer_id: producer_id.clone(),
-                        reply_to: reply_to.clone(),
-                        bodies: Bodies::default(),
-                        waiting: Arc::default(),
-                    },
-                );
+            let route = Route {
+                producer_id: producer_id.clone(),
+                reply_to: reply_to.clone(),
+                bodies: Bodies::default(),
+                backlog: Arc::default(),
+            };
+            if let RawEntryMut::Vacant(entry) = self.table.raw_entry_mut().from_hash(hash, is) {
+                entry.insert_hashed_nocheck(hash, (producer_id.clone(), incarnation), route);
             }
         }
-        self.table
-            .peek_mut(&key)
-            .expect("present: found or inserted above")
+        let RawEntryMut::Occupied(mut entry) = self.table.raw_entry_mut().from_hash(hash, is)
+        else {
+            unreachable!("present: found or inserted above");
+        };
+        entry.to_back();
+        let route = entry.into_mut();
+        if !route.reply_to.same_as(reply_to) {
+            route.reply_to = reply_to.clone();
+        }
+        route
     }
 
-    /// ACKs for `seqs` arrived: admits them to their producer unless it has not taken
-    /// [`MAX_ACKS_WAITING`] before them yet, and forgets the bodies of those admitted (those
-    /// refused as busy keep theirs: their messages are retransmitted).
+    /// ACKs for `seqs` arrived: admits them to their producer unless [`MAX_ACKS_WAITING`]
+    /// handed before them are not known to be taken, and forgets the bodies of those admitted
+    /// (those refused as busy keep theirs: their messages are retransmitted).
     ///
     /// # Errors
     /// [`AckRefusal`]: no route matches, or its producer is busy.
@@ -175,31 +210,39 @@ impl<R: ReplyAddress> Routes<R> {
         incarnation: Incarnation,
         seqs: &[u64],
     ) -> Result<AckRoute<R>, AckRefusal> {
-        let key = (ProducerId::from(producer_id), incarnation);
-        let route = self.table.peek_mut(&key).ok_or(AckRefusal::Unroutable)?;
-        // Only this (under the caller's `&mut`) adds; a concurrent drop only lowers it.
-        let waiting = route.waiting.load(Ordering::Acquire);
-        if waiting + seqs.len() > MAX_ACKS_WAITING {
+        let hash = self.hash(producer_id, incarnation);
+        let is = |(id, inc): &(ProducerId, Incarnation)| {
+            *inc == incarnation && id.as_str() == producer_id
+        };
+        let RawEntryMut::Occupied(entry) = self.table.raw_entry_mut().from_hash(hash, is) else {
+            return Err(AckRefusal::Unroutable);
+        };
+        let route = entry.into_mut();
+        let backlog = &route.backlog;
+        // Only this (under the caller's `&mut`) adds; a probe taken meanwhile only lowers it.
+        if backlog.waiting.load(Ordering::Acquire) + seqs.len() > MAX_ACKS_WAITING {
             return Err(AckRefusal::Busy);
         }
-        route.waiting.fetch_add(seqs.len(), Ordering::AcqRel);
+        let waiting = backlog.waiting.fetch_add(seqs.len(), Ordering::AcqRel) + seqs.len();
+        let probe =
+            (waiting >= PROBE_AT && !backlog.probing.swap(true, Ordering::AcqRel)).then(|| Probe {
+                backlog: backlog.clone(),
+                covered: waiting,
+            });
         for &seq in seqs {
             route.bodies.remove(seq);
         }
         Ok(AckRoute {
             producer_id: route.producer_id.clone(),
             reply_to: route.reply_to.clone(),
-            waiting: Waiting {
-                count: route.waiting.clone(),
-                n: seqs.len(),
-            },
+            probe,
         })
     }
 
     /// ACKs for `seqs` arrived: their bodies are forgotten. Returns where the ACKs go, or
-    /// `None` if no route matches the producer id and incarnation. Not bounded: a carrier
-    /// that hands ACKs over without waiting for them to be taken (see
-    /// [`admit_acks`](Self::admit_acks) for the bounded way).
+    /// `None` if no route matches the producer id and incarnation. Not bounded: for a carrier
+    /// that does not learn when ACKs are taken (see [`admit_acks`](Self::admit_acks) for the
+    /// bounded way).
     pub(crate) fn handle_acks(
         &mut self,
         producer_id: &str,
@@ -319,7 +362,7 @@ mod tests {
     }
 
     #[test]
-    fn acks_not_yet_taken_by_their_producer_are_bounded_per_route() {
+    fn acks_not_known_to_be_taken_by_their_producer_are_bounded_per_route() {
         let mut routes = Routes::new(4);
         let (a, b) = (ProducerId::from("a"), ProducerId::from("b"));
         let incarnation = Incarnation::from_u128(1);
@@ -331,10 +374,16 @@ mod tests {
                 .unwrap();
         }
         let full: Vec<u64> = (2..2 + MAX_BATCH as u64).collect();
-        let mut held: Vec<_> = (0..MAX_ACKS_WAITING / MAX_BATCH)
+        let frames = MAX_ACKS_WAITING / MAX_BATCH;
+        let admitted: Vec<_> = (0..frames)
             .map(|_| routes.admit_acks("a", incarnation, &full).unwrap())
             .collect();
-        // The producer took none of them: more are refused, and seq 1 keeps its body.
+        // One probe, on the frame that reached half the bound; the rest fire and forget.
+        let probes: Vec<usize> = (0..frames)
+            .filter(|&i| admitted[i].probe.is_some())
+            .collect();
+        assert_eq!(probes, [PROBE_AT / MAX_BATCH - 1]);
+        // The producer took nothing: more are refused, and seq 1 keeps its body.
         assert_eq!(
             routes.admit_acks("a", incarnation, &[1]).unwrap_err(),
             AckRefusal::Busy
@@ -342,9 +391,23 @@ mod tests {
         assert_eq!(routes.bodies(), 2);
         // Another route is not affected.
         assert!(routes.admit_acks("b", incarnation, &[1]).is_ok());
-        // Once the producer took one batch, there is room for as many again.
-        held.pop();
-        let _again = routes.admit_acks("a", incarnation, &full).unwrap();
+        // The probe is taken: what it covers is released, the rest still counts, and the
+        // next frame is a probe again.
+        let mut admitted = admitted;
+        let probe = admitted[probes[0]].probe.take();
+        drop(probe);
+        let again = routes.admit_acks("a", incarnation, &full).unwrap();
+        assert!(again.probe.is_some());
+        let _more: Vec<_> = (1..PROBE_AT / MAX_BATCH)
+            .map(|_| routes.admit_acks("a", incarnation, &full).unwrap())
+            .collect();
+        assert_eq!(
+            routes.admit_acks("a", incarnation, &[1]).unwrap_err(),
+            AckRefusal::Busy
+        );
+        // Without a probe taken, nothing is ever released: fire-and-forget frames alone
+        // do not make room.
+        drop(admitted);
         assert_eq!(
             routes.admit_acks("a", incarnation, &[1]).unwrap_err(),
             AckRefusal::Busy

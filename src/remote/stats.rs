@@ -58,9 +58,9 @@ pub struct NodeStats {
     pub unknown_consumer: u64,
     /// ACKs received for no known producer incarnation (dropped).
     pub unroutable_acks: u64,
-    /// ACKs received for a producer that has not taken the 8 192 handed to it before them
-    /// yet (dropped: the producer retransmits, and the consumer ACKs again), so that a peer
-    /// flooding ACKs at a busy producer cannot grow its mailbox.
+    /// ACKs received for a producer of which 8 192 ACKs handed to it are not known to be
+    /// taken from its mailbox yet (dropped: the producer retransmits, and the consumer ACKs
+    /// again), so that a peer flooding ACKs at a busy producer cannot grow its mailbox.
     pub acks_dropped_busy: u64,
     /// Deliveries dropped because their connection's output was full.
     pub deliveries_dropped_full: u64,

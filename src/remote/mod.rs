@@ -89,7 +89,8 @@
 //! and TCP flow control slows the sender. Per remote address, at most `max_routes` routes
 //! (producer id and incarnation) are remembered, each with the encoded bodies of its
 //! unconfirmed messages (bounded by its window) and at most 8 192 received ACKs handed to its
-//! producer and not yet taken; beyond, ACKs are dropped and counted
+//! producer and not known to be taken (the producer is asked once per 4 096); beyond, ACKs
+//! are dropped and counted
 //! ([`NodeStats::acks_dropped_busy`]: the producer retransmits, the consumer ACKs again), as
 //! a connection serves other producers too and must not stop reading for one. At most
 //! `max_handshakes` incoming connections are in their handshake: a new one beyond closes the

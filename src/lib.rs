@@ -183,10 +183,15 @@
 //! - **Protection of a weak secret.** A recorded handshake lets an attacker test guesses
 //!   offline: use 32 random bytes, not a password.
 //!
-//! Unauthenticated peers are bounded: at most `max_connections` connections, each buffering at
-//! most 256 bytes for at most `handshake_timeout`. Authenticated peers are trusted for volume:
-//! one can make a node buffer a frame (`max_frame_length`) per connection and keep 8 frames
-//! per connection queued for consumers; what it delivers is bounded by the consumer's own
+//! Unauthenticated peers are bounded: at most `max_handshakes` connections in their handshake
+//! (a new one beyond evicts the oldest, so a flood of connections that never authenticate
+//! cannot lock an honest node out; authenticated connections count against
+//! `max_connections` instead), each buffering at most 256 bytes for at most
+//! `handshake_timeout`. Authenticated peers are trusted for volume, within bounds that count
+//! what cannot be used like what can: one can make a node buffer a frame (`max_frame_length`)
+//! per connection and keep 8 frames per connection queued for consumers, dead letters of
+//! undecodable bodies included, and hand at most 8 192 ACKs to a producer that has not taken
+//! them yet (beyond, dropped and counted); what it delivers is bounded by the consumer's own
 //! limits (admission, `max_producers`, `max_out_of_order`).
 //! [`remote::NodeOptionsBuilder::insecure_no_authentication`] gives up all of the above and
 //! is logged as a warning at start.

@@ -324,3 +324,78 @@ async fn a_node_stops_when_its_last_handle_and_reference_are_dropped() {
         server.stats()
     );
 }
+
+/// Two producers that share an incarnation under ids of their own (as the lanes of one outbox
+/// to one node do) have routes of their own: every ACK reaches its producer, and each body is
+/// encoded once even when it is sent again before its ACK.
+#[actix::test]
+async fn producers_sharing_an_incarnation_under_other_ids_get_every_ack() {
+    const N: u64 = 100;
+    let server = listening_node().await;
+    let (consumer, handled) = recording_consumer::<u64>();
+    server.expose("numbers", &consumer).unwrap();
+    let addr = server.local_addr().unwrap();
+    let client = sending_node().await;
+    let remote = client.consumer_ref::<u64>(addr, "numbers").unwrap();
+    let acks = common::Log::<(String, u64)>::default();
+    let record = acks.clone();
+    let reply_to = actix_delivery::ReplyTo::from_fn(move |batch| {
+        for ack in batch {
+            record.push((ack.producer_id.to_string(), ack.seq));
+        }
+    });
+    let incarnation = actix_delivery::Incarnation::from_u128(42);
+    let delivery = |lane: &str, seq: u64| {
+        actix_delivery::Delivery::new(lane, incarnation, seq, seq, reply_to.clone())
+    };
+    // The first deliveries to an address only make the connection.
+    assert!(
+        wait_until(Duration::from_secs(5), || {
+            remote.do_send_all(std::iter::once(delivery("warm-up", 1)));
+            client.peer_id(addr).is_some()
+        })
+        .await
+    );
+    let before = client.stats();
+    for seq in 1..=N {
+        // Interleaved, each sent twice (a retransmission before its ACK).
+        let lanes = [delivery("lane a", seq), delivery("lane b", seq)];
+        let again = [delivery("lane a", seq), delivery("lane b", seq)];
+        remote.do_send_all(lanes.into_iter().chain(again));
+    }
+    let lane_acks = || {
+        let mut seen = std::collections::HashSet::new();
+        for (lane, seq) in acks.snapshot() {
+            if lane != "warm-up" {
+                seen.insert((lane, seq));
+            }
+        }
+        seen
+    };
+    assert!(
+        wait_until(Duration::from_secs(10), || lane_acks().len() as u64
+            == 2 * N)
+        .await,
+        "{} of {} ACKs arrived: {:?}",
+        lane_acks().len(),
+        2 * N,
+        client.stats()
+    );
+    for lane in ["lane a", "lane b"] {
+        for seq in 1..=N {
+            assert!(
+                lane_acks().contains(&(lane.to_string(), seq)),
+                "{lane} {seq}"
+            );
+        }
+    }
+    let stats = client.stats();
+    assert_eq!(stats.unroutable_acks, 0, "{stats:?}");
+    assert_eq!(
+        stats.bodies_encoded - before.bodies_encoded,
+        2 * N,
+        "each body encoded once: {stats:?}"
+    );
+    assert_eq!(handled.distinct() as u64, N, "bodies 1..=N");
+    assert_eq!(stats.routes, 3, "warm-up, lane a, lane b");
+}

@@ -368,6 +368,7 @@ async fn a_peer_that_stops_reading_cannot_grow_the_senders_memory() {
     );
     let stats = node.stats();
     assert!(stats.output_high_water as usize <= LIMIT, "{stats:?}");
+
     assert!(stats.cached_bodies as usize <= WINDOW, "{stats:?}");
     assert_eq!(stats.routes, 1);
     let producer_stats = producer.stats().await.unwrap();
@@ -459,4 +460,280 @@ async fn an_undecodable_body_is_a_dead_letter_and_the_rest_of_its_batch_is_deliv
         .await
         .unwrap();
     assert_eq!(wire::next_acks(&mut peer).await.unwrap().seqs, [4]);
+}
+
+/// Blocks `arbiter`'s thread (as a handler that computes for long would) until the returned
+/// sender is dropped.
+async fn block(arbiter: &actix::Arbiter) -> std::sync::mpsc::Sender<()> {
+    let (release, blocked) = std::sync::mpsc::channel::<()>();
+    let (entered, in_effect) = tokio::sync::oneshot::channel();
+    arbiter.spawn(async move {
+        let _ = entered.send(());
+        let _ = blocked.recv();
+    });
+    in_effect.await.unwrap();
+    release
+}
+
+/// Frames of deliveries whose bodies do not decode as the consumer's type count against the
+/// receive bound like any other: while the consumer's thread is blocked, the node reads at
+/// most 8 frames of them (TCP slows the sender) instead of turning all into dead letters in
+/// the consumer's mailbox; once it runs again, every one is a counted dead letter.
+#[actix::test]
+async fn undecodable_bodies_count_against_the_receive_bound_of_a_busy_consumer() {
+    const FRAMES: u64 = 200;
+    const PER_FRAME: u64 = 100;
+    let options = fast(NodeOptions::builder().insecure_no_authentication())
+        .listen(localhost())
+        .build()
+        .unwrap();
+    let server = Node::start(options).await.unwrap();
+    let arbiter = actix::Arbiter::new();
+    let (sink, dead) = common::dead_letter_log();
+    let consumer = ReliableDelivery::consumer_in(&arbiter.handle(), move || {
+        ConsumerOptions::builder(DeliveryHandler::from_fn(|_: u64| async {
+            Ok::<(), String>(())
+        }))
+        .dead_letters(sink)
+        .build()
+        .unwrap()
+    });
+    server.expose("numbers", &consumer).unwrap();
+    let release = block(&arbiter).await;
+    let mut peer = wire::insecure_client(server.local_addr().unwrap()).await;
+    let mut bytes = Vec::new();
+    for frame in 0..FRAMES {
+        bytes.extend(wire::frame_bytes(&Frame::Deliveries(wire::Deliveries {
+            consumer: "numbers".into(),
+            producer_id: "p".into(),
+            incarnation: Incarnation::from_u128(7),
+            items: (1..=PER_FRAME)
+                .map(|i| Item {
+                    seq: frame * PER_FRAME + i,
+                    window_start: 1,
+                    body: vec![0xff, 0xff], // not the encoding of a u64
+                })
+                .collect(),
+        })));
+    }
+    let writer = actix::spawn(async move {
+        peer.write_all(&bytes).await.unwrap();
+        peer
+    });
+    assert!(wait_until(Duration::from_secs(5), || server.stats().frames_in >= 8).await);
+    assert!(
+        !wait_until(Duration::from_millis(500), || server.stats().frames_in > 8).await,
+        "the node read on while the consumer took nothing: {:?}",
+        server.stats()
+    );
+    assert_eq!(server.stats().undecodable_bodies, 8 * PER_FRAME);
+    drop(release);
+    assert!(
+        wait_until(Duration::from_secs(20), || dead.len() as u64
+            == FRAMES * PER_FRAME)
+        .await,
+        "{} dead letters: {:?}",
+        dead.len(),
+        server.stats()
+    );
+    let _peer = writer.await.unwrap();
+    let stats = server.stats();
+    assert_eq!(stats.undecodable_bodies, FRAMES * PER_FRAME, "{stats:?}");
+    assert_eq!((stats.frames_in, stats.deliveries_in), (FRAMES, 0));
+    assert_eq!(stats.decode_failures, 0, "the connection stayed open");
+    assert!(dead
+        .snapshot()
+        .iter()
+        .all(|letter| letter.reason == DeadLetterReason::UndecodableBody));
+    arbiter.stop();
+}
+
+/// A peer floods ACK frames at a producer whose thread is busy: the node hands at most 8 192
+/// ACKs to it before it takes them, drops and counts the rest, and admits ACKs again once the
+/// producer took those, so its mailbox never grows with the flood.
+#[actix::test]
+async fn an_ack_flood_at_a_busy_producer_is_bounded_and_counted() {
+    const FRAMES: u64 = 100;
+    const PER_FRAME: u64 = 1024;
+    let listener = tokio::net::TcpListener::bind(localhost()).await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let node = client_with(
+        NodeOptions::builder()
+            .insecure_no_authentication()
+            .build()
+            .unwrap(),
+    )
+    .await;
+    let arbiter = actix::Arbiter::new();
+    let target = node.consumer_ref::<u64>(addr, "numbers").unwrap();
+    let producer = ReliableDelivery::producer_in(
+        &arbiter.handle(),
+        ProducerOptions::builder(target)
+            .resend_timeout(Duration::from_millis(50))
+            .build()
+            .unwrap(),
+    );
+    let confirmations = Confirmations::<u64>::default();
+    producer.tell(1, confirm_into(&confirmations, 1)).unwrap();
+    let mut peer = wire::insecure_server_once(&listener).await;
+    let batch = loop {
+        match wire::read(&mut peer, Duration::from_secs(5)).await {
+            Some(Frame::Deliveries(batch)) => break batch,
+            Some(Frame::Ping) => {}
+            other => panic!("{other:?}"),
+        }
+    };
+    let release = block(&arbiter).await;
+    let flood = wire::frame_bytes(&Frame::Acks(wire::Acks {
+        producer_id: batch.producer_id.clone(),
+        incarnation: batch.incarnation,
+        seqs: (1..=PER_FRAME).collect(),
+    }));
+    let bytes: Vec<u8> = (0..FRAMES).flat_map(|_| flood.iter().copied()).collect();
+    peer.write_all(&bytes).await.unwrap();
+    let total = FRAMES * PER_FRAME;
+    assert!(
+        wait_until(Duration::from_secs(10), || {
+            let stats = node.stats();
+            stats.acks_in + stats.acks_dropped_busy == total
+        })
+        .await,
+        "{:?}",
+        node.stats()
+    );
+    let stats = node.stats();
+    assert_eq!(stats.acks_in, 8 * PER_FRAME, "{stats:?}");
+    assert_eq!(stats.acks_dropped_busy, total - 8 * PER_FRAME);
+    drop(release);
+    // The producer takes what it was handed (seq 1's ACK among it), then ACKs are admitted
+    // again.
+    assert!(wait_until(Duration::from_secs(5), || confirmations.len() == 1).await);
+    let one = wire::frame_bytes(&Frame::Acks(wire::Acks {
+        producer_id: batch.producer_id,
+        incarnation: batch.incarnation,
+        seqs: vec![1],
+    }));
+    assert!(
+        wait_until(Duration::from_secs(5), || {
+            let admitted = node.stats().acks_in > 8 * PER_FRAME;
+            if !admitted {
+                let _ = peer.try_write(&one);
+            }
+            admitted
+        })
+        .await,
+        "{:?}",
+        node.stats()
+    );
+    arbiter.stop();
+}
+
+/// Bare TCP connections that never send a byte, at about 1 000 a second and held open, do not
+/// keep an honest node out: in-handshake connections have a budget of their own
+/// (`max_handshakes`) that evicts the oldest, apart from `max_connections`. The handshake
+/// timeout is long here, so that without eviction the flood would hold every place for the
+/// whole test.
+#[actix::test]
+async fn a_connection_flood_without_the_secret_does_not_lock_out_an_honest_node() {
+    const FLOOD_MAX: u64 = 20_000;
+    let options = NodeOptions::builder()
+        .secret(remote::secret())
+        .listen(localhost())
+        .handshake_timeout(Duration::from_secs(60))
+        .build()
+        .unwrap();
+    let server = Node::start(options).await.unwrap();
+    let (consumer, handled) = recording_consumer::<u64>();
+    server.expose("numbers", &consumer).unwrap();
+    let addr = server.local_addr().unwrap();
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let opened = Arc::new(AtomicU64::new(0));
+    let flood = {
+        let (stop, opened) = (stop.clone(), opened.clone());
+        actix::spawn(async move {
+            // Each connection is held until the node closes it (at most 60 s).
+            let mut held = tokio::task::JoinSet::new();
+            while !stop.load(Ordering::Relaxed) && opened.load(Ordering::Relaxed) < FLOOD_MAX {
+                if let Ok(mut stream) = TcpStream::connect(addr).await {
+                    opened.fetch_add(1, Ordering::Relaxed);
+                    held.spawn(async move {
+                        let mut byte = [0u8; 1];
+                        let read = tokio::io::AsyncReadExt::read(&mut stream, &mut byte);
+                        let _ = tokio::time::timeout(Duration::from_secs(60), read).await;
+                    });
+                }
+                while held.try_join_next().is_some() {}
+                tokio::time::sleep(Duration::from_millis(1)).await;
+            }
+        })
+    };
+    // More connections than max_connections (256) have come.
+    assert!(
+        wait_until(Duration::from_secs(20), || opened.load(Ordering::Relaxed)
+            > 300)
+        .await
+    );
+    let client = remote::sending_node().await;
+    let (_producer, confirmations) = produce(&client, addr, 5);
+    let delivered = wait_until(Duration::from_secs(20), || confirmations.len() == 5).await;
+    let flooding = opened.load(Ordering::Relaxed) < FLOOD_MAX;
+    stop.store(true, Ordering::Relaxed);
+    flood.await.unwrap();
+    let stats = server.stats();
+    assert!(delivered, "the honest node was locked out: {stats:?}");
+    assert!(flooding, "the flood was still going");
+    assert_eq!(handled.distinct(), 5);
+    assert!(
+        stats.handshakes_evicted > 0,
+        "the flood filled the budget: {stats:?}"
+    );
+    assert!(stats.connections_accepted >= 1);
+    assert_eq!(stats.connections_refused, 0, "{stats:?}");
+}
+
+/// While the writer waits for a peer that stopped reading, one frame at a time keeps coming
+/// until the output is full: `output_high_water` says so then, not what the writer last took.
+#[actix::test]
+async fn output_high_water_is_true_while_a_socket_write_blocks() {
+    const LIMIT: usize = 64 * 1024;
+    const MAX_FRAME: usize = 16 * 1024;
+    let listener = tokio::net::TcpListener::bind(localhost()).await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let node = client_with(
+        NodeOptions::builder()
+            .insecure_no_authentication()
+            .max_frame_length(MAX_FRAME)
+            .max_output_bytes(LIMIT)
+            .build()
+            .unwrap(),
+    )
+    .await;
+    let remote = node.consumer_ref::<Vec<u8>>(addr, "sink").unwrap();
+    let reply_to = actix_delivery::ReplyTo::from_fn(|_| {});
+    let delivery = |seq: u64| {
+        actix_delivery::Delivery::new(
+            "p",
+            Incarnation::from_u128(1),
+            seq,
+            vec![7; 4096],
+            reply_to.clone(),
+        )
+        .with_window_start(seq) // nothing kept for retransmission
+    };
+    remote.do_send_all(std::iter::once(delivery(1))); // makes the connection
+    let _stalled = wire::insecure_server_once(&listener).await; // and reads nothing
+    let mut seq = 1;
+    while node.stats().deliveries_dropped_full == 0 && seq < 20_000 {
+        seq += 1;
+        remote.do_send_all(std::iter::once(delivery(seq)));
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    }
+    let stats = node.stats();
+    assert!(stats.deliveries_dropped_full > 0, "{stats:?}");
+    // A frame of about 4 KiB did not fit: more than the limit less one frame is held.
+    assert!(
+        stats.output_high_water as usize > LIMIT - MAX_FRAME,
+        "{stats:?}"
+    );
+    assert!(stats.output_high_water as usize <= LIMIT, "{stats:?}");
 }

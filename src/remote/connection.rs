@@ -3,7 +3,7 @@
 
 use std::io;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Mutex, MutexGuard, PoisonError};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
 use bytes::BytesMut;
@@ -33,6 +33,8 @@ pub(crate) struct Link {
     output: Mutex<Output>,
     ready: Notify,
     closed: AtomicBool,
+    /// Where the output's high-water mark is published as it rises.
+    counters: Arc<Counters>,
 }
 
 impl Link {
@@ -46,15 +48,29 @@ impl Link {
             output: Mutex::new(Output::new(options.max_output_bytes, max_frame, sealer)),
             ready: Notify::new(),
             closed: AtomicBool::new(false),
+            counters: node.counters.clone(),
         }
     }
 
     /// Queues through `push` and wakes the writer; `None` once the connection is closed.
+    /// Publishes the output's high-water mark when it rises, so that it is true while a
+    /// write blocks.
     pub(crate) fn with<R>(&self, push: impl FnOnce(&mut Output) -> R) -> Option<R> {
         if self.closed.load(Ordering::Acquire) {
             return None;
         }
-        let result = push(&mut self.lock());
+        let result = {
+            let mut output = self.lock();
+            let before = output.high_water();
+            let result = push(&mut output);
+            let after = output.high_water();
+            if after > before {
+                self.counters
+                    .output_high_water
+                    .fetch_max(after as u64, Ordering::Relaxed);
+            }
+            result
+        };
         self.ready.notify_one();
         Some(result)
     }
@@ -165,14 +181,7 @@ async fn write_loop(
         if link.closed.load(Ordering::Acquire) {
             return;
         }
-        let high_water = {
-            let mut output = link.lock();
-            output.take(&mut spare);
-            output.high_water() as u64
-        };
-        counters
-            .output_high_water
-            .fetch_max(high_water, Ordering::Relaxed);
+        link.lock().take(&mut spare);
         // Written bytes leave the output's count as they go, so it has room again at once.
         let mut done = 0;
         while done < spare.len() {

@@ -10,6 +10,7 @@ use futures_util::stream::FuturesUnordered;
 use futures_util::StreamExt;
 use serde::de::DeserializeOwned;
 use tokio::net::{TcpListener, TcpStream};
+use tokio_util::sync::CancellationToken;
 
 use crate::codec;
 use crate::consumer::ConsumerHandle;
@@ -20,7 +21,15 @@ use crate::remote::connection::{
 };
 use crate::remote::frame::{DeliveryBatch, Frame};
 use crate::remote::node::Shared;
+use crate::remote::pending::Ticket;
 use crate::remote::stats::{add, Warning};
+
+/// Why an incoming handshake did not complete.
+enum Refusal {
+    Failed(Failure),
+    TimedOut,
+    Evicted,
+}
 
 /// Frames of one connection handed to consumers and not yet taken from their mailboxes: the
 /// reader waits beyond this, so a slow consumer slows its peers' sending (TCP flow control)
@@ -114,44 +123,94 @@ pub(crate) async fn listen(node: Arc<Shared>, listener: TcpListener) {
             tokio::time::sleep(std::time::Duration::from_millis(10)).await;
             continue;
         };
-        let open = node.inbound_open.fetch_add(1, Ordering::AcqRel);
-        if open >= node.options.max_connections {
-            node.inbound_open.fetch_sub(1, Ordering::AcqRel);
-            add(&node.counters.connections_refused, 1);
-            continue; // dropped: closed
+        let evicted = CancellationToken::new();
+        let (ticket, oldest) = node.handshakes().admit(evicted.clone());
+        if let Some(oldest) = oldest {
+            oldest.cancel();
         }
         let node = node.clone();
         node.arbiter.clone().spawn(async move {
-            serve(&node, stream).await;
-            node.inbound_open.fetch_sub(1, Ordering::AcqRel);
+            let handshake = InHandshake {
+                node: &node,
+                ticket,
+            };
+            serve(&node, stream, handshake, evicted).await;
         });
     }
 }
 
-async fn serve(node: &Shared, stream: TcpStream) {
+/// An incoming connection's place in the handshake budget, given back when dropped.
+struct InHandshake<'a> {
+    node: &'a Shared,
+    ticket: Ticket,
+}
+
+impl Drop for InHandshake<'_> {
+    fn drop(&mut self) {
+        self.node.handshakes().finish(self.ticket);
+    }
+}
+
+/// An authenticated incoming connection's place in `max_connections`, given back when
+/// dropped.
+struct Open<'a>(&'a Shared);
+
+impl<'a> Open<'a> {
+    fn take(node: &'a Shared) -> Option<Self> {
+        let open = node.inbound_open.fetch_add(1, Ordering::AcqRel);
+        let place = Self(node);
+        (open < node.options.max_connections).then_some(place)
+    }
+}
+
+impl Drop for Open<'_> {
+    fn drop(&mut self) {
+        self.0.inbound_open.fetch_sub(1, Ordering::AcqRel);
+    }
+}
+
+/// Runs an incoming connection: its handshake (in the handshake budget, closed when
+/// `evicted`), then, if a place in `max_connections` is free, its frames.
+async fn serve(
+    node: &Shared,
+    stream: TcpStream,
+    handshake: InHandshake<'_>,
+    evicted: CancellationToken,
+) {
     let peer = stream
         .peer_addr()
         .map_or_else(|_| "an unknown address".to_string(), |a| a.to_string());
-    let handshake = tokio::time::timeout(
+    let timed = tokio::time::timeout(
         node.options.handshake_timeout,
         accept_handshake(stream, &node.local),
     );
     let established = tokio::select! {
+        biased; // a handshake that completed is not evicted
         () = node.cancel.cancelled() => return,
-        result = handshake => result,
+        result = timed => match result {
+            Ok(Ok(established)) => Ok(established),
+            Ok(Err(failure)) => Err(Refusal::Failed(failure)),
+            Err(_) => Err(Refusal::TimedOut),
+        },
+        () = evicted.cancelled() => Err(Refusal::Evicted),
     };
-    let Established {
-        mut reader,
-        writer,
-        session,
-    } = match established {
-        Ok(Ok(established)) => established,
-        failed => {
-            add(&node.counters.handshake_failures, 1);
-            let why = match failed {
-                Ok(Err(Failure::Refused(err))) => err.to_string(),
-                Ok(Err(Failure::Io)) => "closed or not a frame".to_string(),
-                _ => "timed out".to_string(),
+    drop(handshake);
+    let counters = &node.counters;
+    let established = match established {
+        Ok(established) => established,
+        Err(refusal) => {
+            add(&counters.handshake_failures, 1);
+            let why = match refusal {
+                Refusal::Failed(Failure::Refused(err)) => err.to_string(),
+                Refusal::Failed(Failure::Io) => "closed or not a frame".to_string(),
+                Refusal::TimedOut => {
+                    add(&counters.handshakes_timed_out, 1);
+                    "timed out".to_string()
+                }
+                Refusal::Evicted => {
+                    add(&counters.handshakes_evicted, 1);
+                    "evicted: max_handshakes newer connections were in their handshake".to_string()
+                }
             };
             node.warnings.warn(Warning::Handshake, || {
                 format!("refused a connection from {peer}: {why}")
@@ -159,6 +218,18 @@ async fn serve(node: &Shared, stream: TcpStream) {
             return;
         }
     };
+    let Some(_open) = Open::take(node) else {
+        add(&counters.connections_refused, 1);
+        node.warnings.warn(Warning::Handshake, || {
+            format!("closed the connection from {peer}: max_connections are open")
+        });
+        return;
+    };
+    let Established {
+        mut reader,
+        writer,
+        session,
+    } = established;
     add(&node.counters.connections_accepted, 1);
     log::debug!("accepted node {} from {peer}", session.peer);
     let mut opener = session.opener;
@@ -197,8 +268,8 @@ async fn serve(node: &Shared, stream: TcpStream) {
     drive(node, &link, writer, read, &peer).await;
 }
 
-/// Hands a batch to its consumer; `None` if nothing was handed over (an unknown name: dropped;
-/// or only undecodable bodies: dead letters).
+/// Hands a batch to its consumer (dead letters of undecodable bodies included); `None` if
+/// nothing was handed over (an unknown name: dropped; or an empty batch).
 fn dispatch(node: &Shared, batch: &DeliveryBatch<'_>, reply_to: &ReplyTo) -> Option<Dispatched> {
     let n = batch.items.len() as u64;
     let Some(consumer) = node.exposed(batch.consumer) else {

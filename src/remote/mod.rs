@@ -12,7 +12,8 @@
 //!   connection carries deliveries one way and ACKs the other; heartbeats keep it alive, and
 //!   one that stays silent for `idle_timeout` is closed and made again.
 //! - **A body is encoded once per message.** The reference keeps each unconfirmed message's
-//!   encoded body per producer incarnation (the same table routes ACKs back, to the reply
+//!   encoded body per producer id and incarnation (the lanes of an outbox share their
+//!   entity's incarnation under ids of their own; the same table routes ACKs back, to the reply
 //!   address of the producer's latest delivery: a durable producer restarted in the same
 //!   process keeps its incarnation, and its ACKs follow it) until the ACK
 //!   passes or the producer's `window_start` moves past it; retransmissions reuse the bytes.
@@ -64,7 +65,8 @@
 //! consumer's type: one that does not decode is that delivery's fault only, a dead letter at
 //! the consumer ([`DeadLetterReason::UndecodableBody`](crate::DeadLetterReason), no ACK,
 //! counted in [`NodeStats::undecodable_bodies`]); the other deliveries of its frame are
-//! delivered and the connection stays open. Fields that admission checks (seq range, window
+//! delivered and the connection stays open. Dead letters count against the receiving bound
+//! below exactly as deliveries do. Fields that admission checks (seq range, window
 //! start, empty producer id) pass through and become dead letters at the consumer, exactly as
 //! in-process. Deliveries for a name not exposed are counted and dropped.
 //!
@@ -80,12 +82,22 @@
 //! Per connection, at most `max_output_bytes` of frames are held, queued or being written to
 //! the socket (bytes leave the count as the socket takes them); what does not fit is dropped
 //! and counted (the producer retransmits), so a slow or stalled reader costs the sender that
-//! much (plus, for a moment, one frame being encoded) and its socket buffer, never more. On the receiving side a connection has at most
-//! 8 frames handed to consumers and not yet taken from their mailboxes; beyond, it stops
-//! reading, and TCP flow control slows the sender. Per remote address, at most `max_routes`
-//! producer incarnations are remembered, each with the encoded bodies of its unconfirmed
-//! messages (bounded by its window). At most `max_connections` incoming connections are open;
-//! a handshake that takes longer than `handshake_timeout` is closed.
+//! much (plus, for a moment, one frame being encoded) and its socket buffer, never more
+//! ([`NodeStats::output_high_water`] is published as it rises, so it is true while a write
+//! blocks). On the receiving side a connection has at most 8 frames handed to consumers and
+//! not yet taken from their mailboxes, their dead letters included; beyond, it stops reading,
+//! and TCP flow control slows the sender. Per remote address, at most `max_routes` routes
+//! (producer id and incarnation) are remembered, each with the encoded bodies of its
+//! unconfirmed messages (bounded by its window) and at most 8 192 received ACKs handed to its
+//! producer and not known to be taken (the producer is asked once per 4 096); beyond, ACKs
+//! are dropped and counted
+//! ([`NodeStats::acks_dropped_busy`]: the producer retransmits, the consumer ACKs again), as
+//! a connection serves other producers too and must not stop reading for one. At most
+//! `max_handshakes` incoming connections are in their handshake: a new one beyond closes the
+//! oldest ([`NodeStats::handshakes_evicted`]), so connections that never authenticate cannot
+//! keep an honest peer out; a handshake that takes longer than `handshake_timeout` is closed
+//! ([`NodeStats::handshakes_timed_out`]). At most `max_connections` authenticated incoming
+//! connections are open; more are closed after their handshake.
 //!
 //! # Security
 //!
@@ -107,6 +119,7 @@ mod node;
 pub(crate) mod options;
 pub(crate) mod outbound;
 pub(crate) mod output;
+mod pending;
 pub(crate) mod routes;
 pub(crate) mod stats;
 

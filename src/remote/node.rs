@@ -20,6 +20,7 @@ use crate::remote::handshake::Local;
 use crate::remote::inbound::{listen, Exposed, ExposedConsumer};
 use crate::remote::options::NodeOptions;
 use crate::remote::outbound::Outbound;
+use crate::remote::pending::Pending;
 use crate::remote::stats::{Counters, NodeStats, Warnings};
 
 /// Why a consumer name was refused.
@@ -54,7 +55,11 @@ pub(crate) struct Shared {
     pub(crate) cancel: CancellationToken,
     /// Where the node's tasks run: the arbiter that started it.
     pub(crate) arbiter: ArbiterHandle,
+    /// Authenticated incoming connections open now (at most `max_connections`).
     pub(crate) inbound_open: AtomicUsize,
+    /// Incoming connections in their handshake (at most `max_handshakes`), each with what
+    /// closes it when evicted.
+    pub(crate) handshakes: Mutex<Pending<CancellationToken>>,
     exposed: RwLock<HashMap<String, Arc<dyn Exposed>>>,
     outbound: Mutex<HashMap<SocketAddr, Arc<Outbound>>>,
     local_addr: Option<SocketAddr>,
@@ -65,6 +70,13 @@ impl Shared {
     pub(crate) fn exposed(&self, name: &str) -> Option<Arc<dyn Exposed>> {
         let exposed = self.exposed.read().unwrap_or_else(PoisonError::into_inner);
         exposed.get(name).cloned()
+    }
+
+    /// The incoming handshakes in progress.
+    pub(crate) fn handshakes(&self) -> MutexGuard<'_, Pending<CancellationToken>> {
+        self.handshakes
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
     }
 
     fn exposed_mut(&self) -> RwLockWriteGuard<'_, HashMap<String, Arc<dyn Exposed>>> {
@@ -164,6 +176,7 @@ impl Node {
                 local.node_id
             );
         }
+        let max_handshakes = options.max_handshakes;
         let shared = Arc::new(Shared {
             local,
             options,
@@ -172,6 +185,7 @@ impl Node {
             cancel: CancellationToken::new(),
             arbiter: actix::Arbiter::current(),
             inbound_open: AtomicUsize::new(0),
+            handshakes: Mutex::new(Pending::new(max_handshakes)),
             exposed: RwLock::default(),
             outbound: Mutex::default(),
             local_addr,

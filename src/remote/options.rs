@@ -25,6 +25,7 @@ pub struct NodeOptions {
     pub(crate) max_frame_length: usize,
     pub(crate) max_output_bytes: usize,
     pub(crate) max_connections: usize,
+    pub(crate) max_handshakes: usize,
     pub(crate) max_routes: usize,
     pub(crate) handshake_timeout: Duration,
     pub(crate) connect_timeout: Duration,
@@ -46,6 +47,7 @@ impl NodeOptions {
                 max_frame_length: 1 << 20,
                 max_output_bytes: 4 << 20,
                 max_connections: 256,
+                max_handshakes: 64,
                 max_routes: 1024,
                 handshake_timeout: Duration::from_secs(5),
                 connect_timeout: Duration::from_secs(5),
@@ -70,6 +72,7 @@ impl NodeOptions {
         check_frame_limits(self.max_frame_length, self.max_output_bytes)?;
         for (field, value) in [
             ("max_connections", self.max_connections),
+            ("max_handshakes", self.max_handshakes),
             ("max_routes", self.max_routes),
         ] {
             if value == 0 {
@@ -183,9 +186,21 @@ impl NodeOptionsBuilder {
         self
     }
 
-    /// Incoming connections open at once (default 256); more are closed at once.
+    /// Authenticated incoming connections open at once (default 256); more are closed after
+    /// their handshake (counted in `connections_refused`). Connections still in their
+    /// handshake do not count here but against [`max_handshakes`](Self::max_handshakes).
     pub fn max_connections(mut self, n: usize) -> Self {
         self.options.max_connections = n;
+        self
+    }
+
+    /// Incoming connections in their handshake at once (default 64). A new one beyond
+    /// closes the oldest (counted in `handshakes_evicted`), so that connections that never
+    /// authenticate cannot keep an honest peer out: under a flood of `r` connections a
+    /// second, a handshake has about `n / r` seconds (64 / 1 000 a second: 64 ms, many round
+    /// trips), besides `handshake_timeout`.
+    pub fn max_handshakes(mut self, n: usize) -> Self {
+        self.options.max_handshakes = n;
         self
     }
 
@@ -273,6 +288,7 @@ mod tests {
             ("max_frame_length", secure().max_frame_length(17 << 20)),
             ("max_output_bytes", secure().max_output_bytes(1 << 20)),
             ("max_connections", secure().max_connections(0)),
+            ("max_handshakes", secure().max_handshakes(0)),
             ("max_routes", secure().max_routes(0)),
             (
                 "handshake_timeout",

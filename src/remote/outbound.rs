@@ -6,6 +6,7 @@ use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
+use futures_util::FutureExt;
 use serde::Serialize;
 use tokio::net::TcpStream;
 use tokio::sync::Notify;
@@ -21,7 +22,7 @@ use crate::remote::connection::{
 use crate::remote::frame::Frame;
 use crate::remote::node::Shared;
 use crate::remote::output::Item;
-use crate::remote::routes::{ReplyAddress, Routes};
+use crate::remote::routes::{AckRefusal, AckRoute, ReplyAddress, Routes};
 use crate::remote::stats::{add, Warning, Warnings};
 
 /// The connection to one remote address, shared by every reference to consumers there.
@@ -228,6 +229,7 @@ impl Outbound {
             }
             Err(_) => {
                 add(&node.counters.handshake_failures, 1);
+                add(&node.counters.handshakes_timed_out, 1);
                 node.warnings.warn(Warning::Handshake, || {
                     format!("the handshake with {} timed out", self.addr)
                 });
@@ -292,20 +294,56 @@ impl Outbound {
 
     fn route_acks(&self, producer_id: &str, incarnation: Incarnation, seqs: &[u64]) {
         let counters = &self.node.counters;
-        let route = self
+        let admitted = self
             .lock()
             .routes
-            .handle_acks(producer_id, incarnation, seqs);
-        let Some((producer_id, reply_to)) = route else {
-            add(&counters.unroutable_acks, seqs.len() as u64);
-            return;
-        };
-        add(&counters.acks_in, seqs.len() as u64);
-        reply_to.do_send_all(seqs.iter().map(|&seq| Ack {
-            producer_id: producer_id.clone(),
-            incarnation,
-            seq,
-        }));
+            .admit_acks(producer_id, incarnation, seqs);
+        let n = seqs.len() as u64;
+        match admitted {
+            Ok(route) => {
+                add(&counters.acks_in, n);
+                hand_acks(route, incarnation, seqs);
+            }
+            Err(AckRefusal::Unroutable) => add(&counters.unroutable_acks, n),
+            Err(AckRefusal::Busy) => {
+                add(&counters.acks_dropped_busy, n);
+                self.node.warnings.warn(Warning::Dropped, || {
+                    format!(
+                        "ACKs from {} dropped: their producer has not taken the ACKs before \
+                         them yet (it retransmits, and the consumer ACKs again)",
+                        self.addr
+                    )
+                });
+            }
+        }
+    }
+}
+
+/// Hands ACKs that [`Routes::admit_acks`] admitted to their producer. If their last message
+/// is the route's probe, a task of the current arbiter waits until the producer took it and
+/// then releases what the probe covers. Shared by the TCP and NATS carriers.
+pub(crate) fn hand_acks(route: AckRoute<ReplyTo>, incarnation: Incarnation, seqs: &[u64]) {
+    let AckRoute {
+        producer_id,
+        reply_to,
+        probe,
+    } = route;
+    let acks = seqs.iter().map(|&seq| Ack {
+        producer_id: producer_id.clone(),
+        incarnation,
+        seq,
+    });
+    let Some(probe) = probe else {
+        return reply_to.do_send_all(acks);
+    };
+    let mut taken = Box::pin(reply_to.send_all(acks));
+    // Polled once here: a closure address takes them at once, and the last message to an
+    // actor enters its mailbox now if there is room.
+    if (&mut taken).now_or_never().is_none() {
+        actix::spawn(async move {
+            taken.await;
+            drop(probe);
+        });
     }
 }
 

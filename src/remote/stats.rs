@@ -21,9 +21,17 @@ pub struct NodeStats {
     /// Attempts to connect that failed before a handshake (refused, unreachable, timed out).
     pub connect_failures: u64,
     /// Handshakes that failed, both ways (wrong secret, mode or version, a replay, a
-    /// timeout): each closed its connection, and nothing it carried reached a consumer.
+    /// timeout, an eviction): each closed its connection, and nothing it carried reached a
+    /// consumer.
     pub handshake_failures: u64,
-    /// Incoming connections closed at once because `max_connections` were open.
+    /// Handshakes that took longer than `handshake_timeout`, both ways (also counted in
+    /// `handshake_failures`).
+    pub handshakes_timed_out: u64,
+    /// Incoming connections closed in their handshake to make room for a new one, because
+    /// `max_handshakes` were in progress (also counted in `handshake_failures`).
+    pub handshakes_evicted: u64,
+    /// Incoming connections closed after their handshake because `max_connections`
+    /// authenticated ones were open.
     pub connections_refused: u64,
     /// Authenticated connections closed because nothing arrived for `idle_timeout`.
     pub idle_timeouts: u64,
@@ -50,6 +58,10 @@ pub struct NodeStats {
     pub unknown_consumer: u64,
     /// ACKs received for no known producer incarnation (dropped).
     pub unroutable_acks: u64,
+    /// ACKs received for a producer of which 8 192 ACKs handed to it are not known to be
+    /// taken from its mailbox yet (dropped: the producer retransmits, and the consumer ACKs
+    /// again), so that a peer flooding ACKs at a busy producer cannot grow its mailbox.
+    pub acks_dropped_busy: u64,
     /// Deliveries dropped because their connection's output was full.
     pub deliveries_dropped_full: u64,
     /// ACKs dropped because their connection's output was full.
@@ -101,6 +113,8 @@ counters!(Counters => NodeStats {
     connections_open,
     connect_failures,
     handshake_failures,
+    handshakes_timed_out,
+    handshakes_evicted,
     connections_refused,
     idle_timeouts,
     frames_in,
@@ -113,6 +127,7 @@ counters!(Counters => NodeStats {
     acks_in,
     unknown_consumer,
     unroutable_acks,
+    acks_dropped_busy,
     deliveries_dropped_full,
     acks_dropped_full,
     deliveries_dropped_disconnected,

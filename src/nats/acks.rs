@@ -14,12 +14,11 @@
 use std::sync::Arc;
 
 use async_nats::{Message, StatusCode, Subscriber};
-use futures_util::{FutureExt, StreamExt};
+use futures_util::StreamExt;
 
-use crate::message::ReplyTo;
-use crate::protocol::envelope::{Ack, Incarnation};
 use crate::remote::frame::Frame;
-use crate::remote::routes::{AckRefusal, AckRoute};
+use crate::remote::outbound::hand_acks;
+use crate::remote::routes::AckRefusal;
 use crate::remote::stats::{add, Warning};
 
 use super::carrier::Shared;
@@ -77,35 +76,5 @@ fn receive_one(shared: &Shared, message: &Message) {
                     .to_string()
             });
         }
-    }
-}
-
-/// Hands ACKs that [`Routes::admit_acks`](crate::remote::routes::Routes::admit_acks) admitted
-/// to their producer. If their last message is the route's probe, a task of the current
-/// arbiter waits until the producer took it and then releases what the probe covers.
-// The TCP branch has the same function as `remote::outbound::hand_acks`: once both are
-// merged, this one goes.
-fn hand_acks(route: AckRoute<ReplyTo>, incarnation: Incarnation, seqs: &[u64]) {
-    let AckRoute {
-        producer_id,
-        reply_to,
-        probe,
-    } = route;
-    let acks = seqs.iter().map(|&seq| Ack {
-        producer_id: producer_id.clone(),
-        incarnation,
-        seq,
-    });
-    let Some(probe) = probe else {
-        return reply_to.do_send_all(acks);
-    };
-    let mut taken = Box::pin(reply_to.send_all(acks));
-    // Polled once here: a closure address takes them at once, and the last message to an
-    // actor enters its mailbox now if there is room.
-    if (&mut taken).now_or_never().is_none() {
-        actix::spawn(async move {
-            taken.await;
-            drop(probe);
-        });
     }
 }

@@ -240,9 +240,9 @@ impl<R: ReplyAddress> Routes<R> {
     }
 
     /// ACKs for `seqs` arrived: their bodies are forgotten. Returns where the ACKs go, or
-    /// `None` if no route matches the producer id and incarnation. Not bounded: for a carrier
-    /// that does not learn when ACKs are taken (see [`admit_acks`](Self::admit_acks) for the
-    /// bounded way).
+    /// `None` if no route matches the producer id and incarnation. Unbounded, for the tests
+    /// of the routing itself; the carriers use [`admit_acks`](Self::admit_acks).
+    #[cfg(test)]
     pub(crate) fn handle_acks(
         &mut self,
         producer_id: &str,

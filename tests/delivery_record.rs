@@ -6,7 +6,6 @@
 mod common;
 
 use std::collections::BTreeMap;
-use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -16,7 +15,7 @@ use actix_delivery::persistence::{
 };
 use actix_delivery::{ConsumerOptions, ProducerConfig, ProducerOptions, ReliableDelivery};
 use common::entities::{ledger_id, orders_id, Ledger, Op, Orders, Ship};
-use common::journals::CommitThenFail;
+use common::journals::{Fault, Faulty};
 use common::{recording_consumer, settle_for};
 
 /// The effectively-once consumer with a `handler_timeout` shorter than the commit: the consumer
@@ -151,7 +150,7 @@ async fn a_commit_reported_failed_is_deduplicated_on_retry_and_its_delivery_sent
     use actix_delivery::{DeliveryInfo, IncarnationId, ProducerId};
     tokio::time::pause();
     let memory = MemoryJournal::new();
-    let journal = CommitThenFail::new(memory.clone());
+    let journal = Faulty::new(memory.clone());
     let ledger = PersistentHandle::<Ledger>::start_supervised(
         Arc::new(journal.clone()),
         ledger_id(),
@@ -164,7 +163,7 @@ async fn a_commit_reported_failed_is_deduplicated_on_retry_and_its_delivery_sent
         seq: 1,
         window_start: 1,
     };
-    journal.armed.store(true, Ordering::SeqCst);
+    journal.arm(Fault::AfterCommit);
     let failed = ledger.ask_delivered(info.clone(), Op::Apply(1)).await;
     assert!(
         matches!(failed, Err(CommandError::Journal(_))),
@@ -195,7 +194,7 @@ async fn a_commit_reported_failed_is_deduplicated_on_retry_and_its_delivery_sent
         outbox,
     )
     .unwrap();
-    journal.armed.store(true, Ordering::SeqCst);
+    journal.arm(Fault::AfterCommit);
     assert!(orders.ask(1).await.is_err());
     settle_for(5_000).await;
     assert_eq!(

@@ -9,7 +9,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use actix::prelude::*;
-use actix_delivery::durable::{DurableConfirmation, DurableOptions, MessageId};
+use actix_delivery::durable::{DurableOptions, MessageId};
 use actix_delivery::journal::{
     Journal, JournalError, JournalFuture, MemoryJournal, PersistenceId, Snapshot, StoredEvent,
 };
@@ -17,7 +17,7 @@ use actix_delivery::{
     ConsumerHandle, ConsumerOptions, ConsumerRef, Delivery, DeliveryError, DeliveryHandler,
     ProducerHandle, ProducerOptions, ReliableDelivery,
 };
-use common::{settle, settle_for, Log};
+use common::{settle, settle_for, Log, Sink};
 
 fn stream() -> PersistenceId {
     PersistenceId::new("orders-out").unwrap()
@@ -109,20 +109,6 @@ async fn store_resolves_when_stored_and_confirmed_when_the_settlement_is_recorde
     assert_eq!(handled.snapshot(), [7]);
     let plain = ReliableDelivery::producer(ProducerOptions::builder(&consumer).build().unwrap());
     assert_eq!(plain.store(1).await.unwrap_err(), DeliveryError::NotDurable);
-}
-
-/// Records the confirmations a durable producer sends to its sink.
-struct Sink(Log<DurableConfirmation>);
-
-impl Actor for Sink {
-    type Context = Context<Self>;
-}
-
-impl Handler<DurableConfirmation> for Sink {
-    type Result = ();
-    fn handle(&mut self, confirmation: DurableConfirmation, _: &mut Context<Self>) {
-        self.0.push(confirmation);
-    }
 }
 
 #[actix::test]

@@ -16,130 +16,23 @@
 mod common;
 
 use std::collections::BTreeMap;
-use std::sync::atomic::{AtomicU8, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use actix::prelude::*;
 use actix_delivery::durable::{DurableConfirmation, DurableOptions, MessageId};
-use actix_delivery::journal::{
-    Journal, JournalError, JournalFuture, MemoryJournal, PersistenceId, Snapshot, StoredEvent,
-};
+use actix_delivery::journal::{MemoryJournal, PersistenceId};
 use actix_delivery::persistence::{recover_state, PersistentConfig, PersistentHandle};
 use actix_delivery::{
     ConsumerHandle, ConsumerOptions, ConsumerRef, Delivery, DeliveryError, ProducerHandle,
     ProducerOptions, ReliableDelivery,
 };
 use common::entities::{ledger_id, Ledger, Op};
-use common::{settle, settle_for, Log};
+use common::journals::{Fault, Faulty};
+use common::{settle, settle_for, Log, Sink};
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
-
-/// What the next append of a [`Faulty`] journal does.
-const HEALTHY: u8 = 0;
-/// Fails before committing: nothing is written.
-const FAIL_BEFORE_COMMIT: u8 = 1;
-/// Commits, then reports a storage error.
-const FAIL_AFTER_COMMIT: u8 = 2;
-
-/// A MemoryJournal whose next append can be made to fail, before or after its commit.
-#[derive(Clone)]
-struct Faulty {
-    inner: MemoryJournal,
-    next: Arc<AtomicU8>,
-    injected: Arc<AtomicU8>,
-    /// Of those, failures after the commit (the writer cannot know it committed).
-    after_commit: Arc<AtomicU8>,
-}
-
-impl Faulty {
-    fn new() -> Self {
-        Self {
-            inner: MemoryJournal::new(),
-            next: Arc::new(AtomicU8::new(HEALTHY)),
-            injected: Arc::new(AtomicU8::new(0)),
-            after_commit: Arc::new(AtomicU8::new(0)),
-        }
-    }
-
-    fn arm(&self, fault: u8) {
-        self.next.store(fault, Ordering::SeqCst);
-    }
-}
-
-impl Journal for Faulty {
-    fn append(
-        &self,
-        id: &PersistenceId,
-        first_seq: u64,
-        payloads: Vec<Vec<u8>>,
-    ) -> JournalFuture<'_, ()> {
-        let id = id.clone();
-        Box::pin(async move {
-            let fault = self.next.swap(HEALTHY, Ordering::SeqCst);
-            let failed = || {
-                self.injected.fetch_add(1, Ordering::SeqCst);
-                JournalError::Storage {
-                    persistence_id: Some(id.clone()),
-                    message: "injected fault".into(),
-                }
-            };
-            if fault == FAIL_BEFORE_COMMIT {
-                return Err(failed());
-            }
-            self.inner.append(&id, first_seq, payloads).await?;
-            if fault == FAIL_AFTER_COMMIT {
-                self.after_commit.fetch_add(1, Ordering::SeqCst);
-                return Err(failed());
-            }
-            Ok(())
-        })
-    }
-
-    fn replay(
-        &self,
-        id: &PersistenceId,
-        from_seq: u64,
-        to_seq: u64,
-        max_events: usize,
-    ) -> JournalFuture<'_, Vec<StoredEvent>> {
-        self.inner.replay(id, from_seq, to_seq, max_events)
-    }
-
-    fn highest_seq(&self, id: &PersistenceId) -> JournalFuture<'_, u64> {
-        self.inner.highest_seq(id)
-    }
-
-    fn delete_to(&self, id: &PersistenceId, to_seq: u64) -> JournalFuture<'_, ()> {
-        self.inner.delete_to(id, to_seq)
-    }
-
-    fn save_snapshot(&self, id: &PersistenceId, snapshot: Snapshot) -> JournalFuture<'_, ()> {
-        self.inner.save_snapshot(id, snapshot)
-    }
-
-    fn load_snapshot(&self, id: &PersistenceId) -> JournalFuture<'_, Option<Snapshot>> {
-        self.inner.load_snapshot(id)
-    }
-
-    fn max_payload(&self) -> usize {
-        self.inner.max_payload()
-    }
-}
-
-/// Records what the sink hears.
-struct Sink(Log<DurableConfirmation>);
-
-impl Actor for Sink {
-    type Context = Context<Self>;
-}
-
-impl Handler<DurableConfirmation> for Sink {
-    type Result = ();
-    fn handle(&mut self, confirmation: DurableConfirmation, _: &mut Context<Self>) {
-        self.0.push(confirmation);
-    }
-}
 
 /// The consumer side: the ledger and the effectively-once consumer feeding it.
 struct Ledgers {
@@ -217,17 +110,17 @@ fn store(producer: &ProducerHandle<u64>, body: u64, heard: &Arc<Heard>) {
 }
 
 /// One seeded run; `Err` says which invariant broke.
-async fn run(seed: u64) -> Result<(u8, u8), String> {
+async fn run(seed: u64) -> Result<(u64, u64), String> {
     let mut rng = SmallRng::seed_from_u64(seed);
     let heard = Arc::new(Heard::default());
     let sink_heard = Log::default();
     let sink = Sink(sink_heard.clone()).start().recipient();
-    let journal = Faulty::new();
-    let mut ledgers = Ledgers::start(Faulty::new());
+    let journal = Faulty::new(MemoryJournal::new());
+    let mut ledgers = Ledgers::start(Faulty::new(MemoryJournal::new()));
     // The link: loses and duplicates deliveries, to whichever consumer is current.
     let target = Arc::new(Mutex::new(ledgers.consumer.consumer_ref()));
     let link_rng = Arc::new(Mutex::new(SmallRng::seed_from_u64(seed ^ 0x5eed)));
-    let lossy = Arc::new(std::sync::atomic::AtomicBool::new(true));
+    let lossy = Arc::new(AtomicBool::new(true));
     let link = {
         let (target, rng, lossy) = (target.clone(), link_rng.clone(), lossy.clone());
         ConsumerRef::from_fn(move |deliveries: Vec<Delivery<u64>>| {
@@ -255,10 +148,10 @@ async fn run(seed: u64) -> Result<(u8, u8), String> {
                 }
             }
             45..=64 => settle_for(rng.random_range(0..300)).await,
-            65..=71 => journal.arm(FAIL_BEFORE_COMMIT),
-            72..=78 => journal.arm(FAIL_AFTER_COMMIT),
-            79..=82 => ledgers.journal.arm(FAIL_BEFORE_COMMIT),
-            83..=86 => ledgers.journal.arm(FAIL_AFTER_COMMIT),
+            65..=71 => journal.arm(Fault::BeforeCommit),
+            72..=78 => journal.arm(Fault::AfterCommit),
+            79..=82 => ledgers.journal.arm(Fault::BeforeCommit),
+            83..=86 => ledgers.journal.arm(Fault::AfterCommit),
             87..=89 => {
                 // The journal stalls while the producer stops: the stop timeout passes with
                 // writes unanswered, which commit afterwards; then the next life starts.
@@ -298,8 +191,8 @@ async fn run(seed: u64) -> Result<(u8, u8), String> {
         settle().await;
     }
     // Calm: no more faults or losses; the last life delivers everything stored.
-    journal.arm(HEALTHY);
-    ledgers.journal.arm(HEALTHY);
+    journal.arm(Fault::None);
+    ledgers.journal.arm(Fault::None);
     lossy.store(false, Ordering::SeqCst);
     settle_for(1_000).await;
     producer.stop();
@@ -310,10 +203,10 @@ async fn run(seed: u64) -> Result<(u8, u8), String> {
     last.stop();
     last.stopped().await;
     settle_for(100).await;
-    let injected = (
-        journal.injected.load(Ordering::SeqCst),
-        ledgers.journal.injected.load(Ordering::SeqCst),
-    );
+    let injected = |journal: &Faulty| {
+        journal.injected(Fault::BeforeCommit) + journal.injected(Fault::AfterCommit)
+    };
+    let injected = (injected(&journal), injected(&ledgers.journal));
     let ledger_journal = ledgers.journal.inner.clone();
     ledgers.stop().await;
     let ledger = recover_state::<Ledger>(&ledger_journal, &ledger_id())
@@ -321,7 +214,7 @@ async fn run(seed: u64) -> Result<(u8, u8), String> {
         .map_err(|e| format!("the ledger does not recover: {e}"))?;
     // What a producer cannot tell apart: another opening of its stream from one of its own
     // whose outcome it did not learn.
-    let ambiguous = overlapped || stalled || journal.after_commit.load(Ordering::SeqCst) > 0;
+    let ambiguous = overlapped || stalled || journal.injected(Fault::AfterCommit) > 0;
     check(&heard, &sink_heard.snapshot(), &ledger, ambiguous)?;
     Ok(injected)
 }
@@ -426,8 +319,8 @@ async fn every_outcome_reaches_exactly_one_party_across_restarts_and_journal_fai
     for &seed in &seeds {
         match run(seed).await {
             Ok((p, c)) => {
-                producer_faults += u64::from(p);
-                consumer_faults += u64::from(c);
+                producer_faults += p;
+                consumer_faults += c;
             }
             Err(broken) => {
                 panic!("seed {seed}: {broken} (rerun: ACTIX_DELIVERY_CHAOS_SEED={seed})")

@@ -6,7 +6,6 @@
 
 mod common;
 
-use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -19,7 +18,7 @@ use actix_delivery::{
     ConsumerConfig, ConsumerOptions, DeliveryHandler, ProducerConfig, ProducerOptions,
     ReliableDelivery,
 };
-use common::journals::CommitThenFail;
+use common::journals::{Fault, Faulty};
 use common::{out_stream, recording_consumer, settle_for};
 
 /// A store whose commit reached the disk but was reported failed has an unknown outcome; the
@@ -32,7 +31,7 @@ use common::{out_stream, recording_consumer, settle_for};
 async fn a_store_reported_failed_but_committed_is_confirmed_after_the_restart() {
     tokio::time::pause();
     let memory = MemoryJournal::new();
-    let journal = CommitThenFail::new(memory.clone());
+    let journal = Faulty::new(memory.clone());
     let (consumer, handled) = recording_consumer::<u32>();
     let options = ProducerOptions::builder(consumer.consumer_ref())
         .producer_id("uncertain-commit")
@@ -42,7 +41,7 @@ async fn a_store_reported_failed_but_committed_is_confirmed_after_the_restart() 
     let durable = DurableOptions::new(Arc::new(journal.clone()), out_stream());
     let producer = ReliableDelivery::durable_producer(options, durable).unwrap();
     producer.send(1).await.unwrap();
-    journal.armed.store(true, Ordering::SeqCst);
+    journal.arm(Fault::AfterCommit);
     let outcome = producer.send(2).await;
     if outcome.is_err() {
         producer.send(2).await.unwrap(); // what an application told "not stored" does

@@ -16,28 +16,14 @@ use actix_delivery::persistence::{
     Decision, EventSourced, Outbox, PersistentConfig, PersistentHandle,
 };
 use actix_delivery::{
-    Ack, ConsumerHandle, ConsumerOptions, ConsumerRef, Delivery, DeliveryError, DeliveryHandler,
-    ProducerConfig, ProducerHandle, ProducerOptions, ReliableDelivery,
+    Ack, ConsumerRef, Delivery, DeliveryError, ProducerConfig, ProducerHandle, ProducerOptions,
+    ReliableDelivery,
 };
-use common::{settle, settle_for, Log};
+use common::{recording_consumer, settle, settle_for, Log, Sink};
 use serde::{Deserialize, Serialize};
 
 fn stream() -> PersistenceId {
     PersistenceId::new("stop-out").unwrap()
-}
-
-/// A consumer recording each body its handler runs for.
-fn consumer() -> (ConsumerHandle<u32>, Log<u32>) {
-    let handled = Log::default();
-    let log = handled.clone();
-    let handler = DeliveryHandler::from_fn(move |body: u32| {
-        log.push(body);
-        async { Ok::<(), String>(()) }
-    });
-    (
-        ReliableDelivery::consumer(ConsumerOptions::builder(handler).build().unwrap()),
-        handled,
-    )
 }
 
 /// A link that loses every delivery and records it (so a test can ACK by hand).
@@ -55,20 +41,6 @@ fn black_hole<T: Send + 'static>() -> (ConsumerRef<T>, Log<(Ack, u64)>) {
         }
     });
     (link, seen)
-}
-
-/// Records the confirmations a durable producer sends to its sink.
-struct Sink(Log<DurableConfirmation>);
-
-impl Actor for Sink {
-    type Context = Context<Self>;
-}
-
-impl Handler<DurableConfirmation> for Sink {
-    type Result = ();
-    fn handle(&mut self, confirmation: DurableConfirmation, _: &mut Context<Self>) {
-        self.0.push(confirmation);
-    }
 }
 
 fn durable_producer(
@@ -89,7 +61,7 @@ fn durable_producer(
 /// The next start of the stream, delivering to a recording consumer, with a sink: what it
 /// sends again and what its sink hears, once it is idle.
 async fn next_start(journal: &MemoryJournal) -> (Vec<u32>, Vec<DurableConfirmation>) {
-    let (consumer, handled) = consumer();
+    let (consumer, handled) = recording_consumer::<u32>();
     let heard = Log::default();
     let sink = Sink(heard.clone()).start().recipient();
     let memory = journal.clone();

@@ -1,31 +1,64 @@
 //! Journal doubles shared by the persistence tests.
 
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicU8, Ordering};
 use std::sync::Arc;
 
 use actix_delivery::journal::{
     Journal, JournalError, JournalFuture, MemoryJournal, PersistenceId, Snapshot, StoredEvent,
 };
 
-/// A journal that commits the next armed append and then reports it failed (as a commit whose
-/// fsync failed, or a connection lost after COMMIT, does): [`JournalError::Storage`] documents
-/// that "the operation may or may not have taken effect".
-#[derive(Clone)]
-pub struct CommitThenFail {
-    pub inner: MemoryJournal,
-    pub armed: Arc<AtomicBool>,
+/// What the next append of a [`Faulty`] journal does.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[repr(u8)]
+pub enum Fault {
+    /// Commits and reports it.
+    None = 0,
+    /// Fails before committing: nothing is written.
+    BeforeCommit = 1,
+    /// Commits, then reports a storage error (as a commit whose fsync failed, or a connection
+    /// lost after COMMIT, does): [`JournalError::Storage`] documents that "the operation may
+    /// or may not have taken effect".
+    AfterCommit = 2,
 }
 
-impl CommitThenFail {
+/// A MemoryJournal whose next append can be made to fail, before or after its commit, and
+/// that counts what it injected.
+#[derive(Clone)]
+pub struct Faulty {
+    pub inner: MemoryJournal,
+    next: Arc<AtomicU8>,
+    injected: Arc<[std::sync::atomic::AtomicU64; 3]>,
+}
+
+impl Faulty {
     pub fn new(inner: MemoryJournal) -> Self {
         Self {
             inner,
-            armed: Arc::new(AtomicBool::new(false)),
+            next: Arc::new(AtomicU8::new(Fault::None as u8)),
+            injected: Arc::default(),
+        }
+    }
+
+    /// The next append fails this way (replacing an armed fault).
+    pub fn arm(&self, fault: Fault) {
+        self.next.store(fault as u8, Ordering::SeqCst);
+    }
+
+    /// How many faults of this kind were injected.
+    pub fn injected(&self, fault: Fault) -> u64 {
+        self.injected[fault as usize].load(Ordering::SeqCst)
+    }
+
+    fn failed(&self, fault: Fault, id: &PersistenceId) -> JournalError {
+        self.injected[fault as usize].fetch_add(1, Ordering::SeqCst);
+        JournalError::Storage {
+            persistence_id: Some(id.clone()),
+            message: format!("injected fault: {fault:?}"),
         }
     }
 }
 
-impl Journal for CommitThenFail {
+impl Journal for Faulty {
     fn append(
         &self,
         id: &PersistenceId,
@@ -34,12 +67,13 @@ impl Journal for CommitThenFail {
     ) -> JournalFuture<'_, ()> {
         let id = id.clone();
         Box::pin(async move {
+            let fault = self.next.swap(Fault::None as u8, Ordering::SeqCst);
+            if fault == Fault::BeforeCommit as u8 {
+                return Err(self.failed(Fault::BeforeCommit, &id));
+            }
             self.inner.append(&id, first_seq, payloads).await?;
-            if self.armed.swap(false, Ordering::SeqCst) {
-                return Err(JournalError::Storage {
-                    persistence_id: Some(id),
-                    message: "fsync failed (the commit is on disk anyway)".into(),
-                });
+            if fault == Fault::AfterCommit as u8 {
+                return Err(self.failed(Fault::AfterCommit, &id));
             }
             Ok(())
         })

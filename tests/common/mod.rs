@@ -232,3 +232,21 @@ pub fn durable_u32(
     let durable = DurableOptions::new(Arc::new(journal.clone()), out_stream());
     ReliableDelivery::durable_producer(options, durable).unwrap()
 }
+
+/// Records the confirmations a durable producer sends to its sink.
+pub struct Sink(pub Log<actix_delivery::durable::DurableConfirmation>);
+
+impl Actor for Sink {
+    type Context = Context<Self>;
+}
+
+impl Handler<actix_delivery::durable::DurableConfirmation> for Sink {
+    type Result = ();
+    fn handle(
+        &mut self,
+        confirmation: actix_delivery::durable::DurableConfirmation,
+        _: &mut Context<Self>,
+    ) {
+        self.0.push(confirmation);
+    }
+}

@@ -566,7 +566,10 @@ impl<T: Clone + Send + 'static> ProducerHandle<T> {
 
     /// Stops the producer now, for good (supervised or not); every unconfirmed message is
     /// settled with [`DeliveryError::ProducerStopped`]. Await [`stopped`](Self::stopped) to
-    /// know when that happened.
+    /// know when that happened. A durable producer stops gracefully: it first finishes the
+    /// journal writes in flight and records the confirmations it received (at most
+    /// [`DurableOptions::stop_timeout`](crate::durable::DurableOptions::stop_timeout); see
+    /// [`crate::durable`]).
     pub fn stop(&self) {
         self.shared.addr.do_send(StopProducer);
     }

@@ -204,7 +204,10 @@ impl<E: EventSourced> PersistentHandle<E> {
         })
     }
 
-    /// Stops the actor for good once what it decided is stored; commands sent afterwards get
+    /// Stops the actor for good once what it decided is stored and the confirmations its
+    /// outbox received are recorded, waiting at most
+    /// [`PersistentConfig::stop_timeout`] for the journal (a command whose append is unanswered
+    /// then gets [`CommandError::InDoubt`]); commands sent afterwards get
     /// [`CommandError::Stopped`].
     pub fn stop(&self) {
         self.shared.addr.do_send(StopPersistent);

@@ -395,8 +395,10 @@ impl<T: Send + 'static> Message for Tell<T> {
     type Result = Result<(), TellError<T>>;
 }
 
-/// Stops a `ProducerController` now: every in-flight and queued message is settled with
-/// [`DeliveryError::ProducerStopped`](crate::DeliveryError::ProducerStopped).
+/// Stops a `ProducerController` for good: every in-flight and queued message is settled with
+/// [`DeliveryError::ProducerStopped`](crate::DeliveryError::ProducerStopped). A durable one
+/// first finishes its journal writes in flight (see
+/// [`ProducerHandle::stop`](crate::ProducerHandle::stop)).
 #[derive(Clone, Copy, Debug, Message)]
 #[rtype(result = "()")]
 pub struct StopProducer;

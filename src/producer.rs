@@ -98,6 +98,12 @@ impl<T: Clone + Send + 'static> ProducerController<T> {
                 "a durable producer needs a fixed producer_id: its stream belongs to one id",
             ));
         }
+        if durable.stop_timeout.is_zero() {
+            return Err(OptionsError::new(
+                "stop_timeout",
+                "must be positive (got 0)",
+            ));
+        }
         let mut producer = Self::new(options);
         producer.durable = Some(Durable::new(config, durable));
         Ok(producer)

@@ -378,13 +378,20 @@ async fn restarts_on_a_failing_journal_back_off() {
 }
 
 #[actix::test]
-async fn a_durable_producer_needs_a_fixed_id() {
+async fn a_durable_producer_needs_a_fixed_id_and_a_positive_stop_timeout() {
     let journal = MemoryJournal::new();
     let (consumer, _) = consumer();
     let options = ProducerOptions::builder(&consumer).build().unwrap();
-    let durable = DurableOptions::new(Arc::new(journal), stream());
+    let durable = DurableOptions::new(Arc::new(journal.clone()), stream());
     let error = ReliableDelivery::durable_producer(options, durable).unwrap_err();
     assert_eq!(error.field, "producer_id");
+    let options = ProducerOptions::builder(&consumer)
+        .producer_id("orders")
+        .build()
+        .unwrap();
+    let durable = DurableOptions::new(Arc::new(journal), stream()).stop_timeout(Duration::ZERO);
+    let error = ReliableDelivery::durable_producer(options, durable).unwrap_err();
+    assert_eq!(error.field, "stop_timeout");
 }
 
 #[actix::test]

@@ -6,12 +6,15 @@
 
 mod common;
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
 use actix::prelude::*;
 use actix_delivery::durable::{DurableConfirmation, DurableOptions, MessageId};
-use actix_delivery::journal::{Journal, MemoryJournal, PersistenceId};
+use actix_delivery::journal::{
+    Journal, JournalFuture, MemoryJournal, PersistenceId, Snapshot, StoredEvent,
+};
 use actix_delivery::persistence::{
     Decision, EventSourced, Outbox, PersistentConfig, PersistentHandle,
 };
@@ -19,7 +22,7 @@ use actix_delivery::{
     Ack, ConsumerRef, Delivery, DeliveryError, ProducerConfig, ProducerHandle, ProducerOptions,
     ReliableDelivery,
 };
-use common::{recording_consumer, settle, settle_for, Log, Sink};
+use common::{recording_consumer, settle, settle_for, Gate, Log, Sink};
 use serde::{Deserialize, Serialize};
 
 fn stream() -> PersistenceId {
@@ -210,6 +213,104 @@ async fn a_stream_with_an_undecodable_event_stops_the_producer_for_good() {
     settle_for(600_000).await;
     let error = producer.store(2).await.unwrap_err();
     assert_eq!(error, DeliveryError::ProducerStopped);
+}
+
+/// A MemoryJournal whose next recovery (its first read, `load_snapshot`) waits until released:
+/// a journal slow to answer one opening's reads.
+#[derive(Clone)]
+struct SlowRecovery {
+    inner: MemoryJournal,
+    hold_next: Arc<AtomicBool>,
+    gate: Gate,
+}
+
+impl SlowRecovery {
+    fn new(inner: MemoryJournal) -> Self {
+        Self {
+            inner,
+            hold_next: Arc::new(AtomicBool::new(false)),
+            gate: Gate::default(),
+        }
+    }
+}
+
+impl Journal for SlowRecovery {
+    fn append(&self, id: &PersistenceId, first: u64, p: Vec<Vec<u8>>) -> JournalFuture<'_, ()> {
+        self.inner.append(id, first, p)
+    }
+
+    fn replay(
+        &self,
+        id: &PersistenceId,
+        from_seq: u64,
+        to_seq: u64,
+        max_events: usize,
+    ) -> JournalFuture<'_, Vec<StoredEvent>> {
+        self.inner.replay(id, from_seq, to_seq, max_events)
+    }
+
+    fn highest_seq(&self, id: &PersistenceId) -> JournalFuture<'_, u64> {
+        self.inner.highest_seq(id)
+    }
+
+    fn delete_to(&self, id: &PersistenceId, to_seq: u64) -> JournalFuture<'_, ()> {
+        self.inner.delete_to(id, to_seq)
+    }
+
+    fn save_snapshot(&self, id: &PersistenceId, snapshot: Snapshot) -> JournalFuture<'_, ()> {
+        self.inner.save_snapshot(id, snapshot)
+    }
+
+    fn load_snapshot(&self, id: &PersistenceId) -> JournalFuture<'_, Option<Snapshot>> {
+        let id = id.clone();
+        Box::pin(async move {
+            if self.hold_next.swap(false, Ordering::SeqCst) {
+                self.gate.pass().await;
+            }
+            self.inner.load_snapshot(&id).await
+        })
+    }
+
+    fn max_payload(&self) -> usize {
+        self.inner.max_payload()
+    }
+}
+
+/// A producer stopped before its stream opened, whose stop timed out while its journal was
+/// slow, is stopped for good once `stopped()` resolves: nothing of it writes to the stream
+/// afterwards, so a producer started on the stream after it keeps the stream.
+#[actix::test]
+async fn a_producer_stopped_at_its_timeout_before_it_opened_never_takes_the_stream_back() {
+    tokio::time::pause();
+    let journal = MemoryJournal::new();
+    let slow = SlowRecovery::new(journal.clone());
+    slow.hold_next.store(true, Ordering::SeqCst);
+    let (to, _) = black_hole();
+    let slow_journal = slow.clone();
+    let first = durable_producer(&move || Arc::new(slow_journal.clone()), to, |d| {
+        d.stop_timeout(Duration::from_secs(1))
+    });
+    settle().await; // its opening waits for the journal's reads
+    first.stop();
+    let stopped = tokio::time::timeout(Duration::from_secs(5), first.stopped()).await;
+    assert!(stopped.is_ok(), "the stop is bounded by its timeout");
+
+    // Its successor opens the stream and stores.
+    let (to, _) = black_hole();
+    let second = durable_producer(&memory(&journal), to, |d| d);
+    let stored = second.store(1).await.expect("the successor stores");
+    assert_eq!(stored.id, MessageId(1));
+
+    // The journal answers the stopped producer's reads now.
+    slow.gate.open();
+    settle_for(100).await;
+
+    let next = second.store(2).await.map(|stored| stored.id);
+    assert_eq!(
+        next,
+        Ok(MessageId(2)),
+        "the stopped producer's opening must not land after it stopped for good"
+    );
 }
 
 /// Orders: placing one stores `Placed` and delivers `Ship` to "shipping".

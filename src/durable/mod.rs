@@ -145,7 +145,8 @@ impl DurableOptions {
     /// How long [`ProducerHandle::stop`](crate::ProducerHandle::stop) waits for the journal to
     /// answer the writes in flight (default 10 s). Whatever it has not answered by then is
     /// settled [`DeliveryError::InDoubt`]: the next start of the stream settles it by what the
-    /// journal holds.
+    /// journal holds. Positive: [`ReliableDelivery::durable_producer`](crate::ReliableDelivery::durable_producer)
+    /// refuses 0.
     pub fn stop_timeout(mut self, timeout: Duration) -> Self {
         self.stop_timeout = timeout;
         self

@@ -639,6 +639,12 @@ impl<E: EventSourced> Handler<StopPersistent> for PersistentActor<E> {
         if !self.stop.make_final() {
             return;
         }
+        if !self.core.is_ready() {
+            // Recovering: nothing is decided yet, so nothing is left to store; the commands
+            // waiting for the recovery are answered `Stopped`.
+            ctx.stop();
+            return;
+        }
         // The flush after this drain records the outbox's confirmations of this drain too,
         // and the actor stops once all of it is stored, or at the stop timeout.
         self.dirty = true;

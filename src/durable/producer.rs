@@ -336,6 +336,7 @@ impl<T: Clone + Send + 'static> ProducerController<T> {
                     });
             if let Some(mut doubt) = committed {
                 doubt.confirm.notify_stored(MessageId(seq));
+                durable.counts.0 += 1; // stored after all
                 durable.unsettled.insert(seq);
                 resumed.push((seq, doubt.body, doubt.confirm));
                 continue;

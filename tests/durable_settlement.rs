@@ -55,7 +55,10 @@ async fn a_store_reported_failed_but_committed_is_confirmed_after_the_restart() 
         (0, 0),
         "its own caller heard of it, not the sink"
     );
-    assert_eq!(stats.stored, 2, "the store found committed counts as stored");
+    assert_eq!(
+        stats.stored, 2,
+        "the store found committed counts as stored"
+    );
 }
 
 /// After a record commits, the shell caps `window_start` at "the lowest stored unsettled seq,

@@ -1,20 +1,47 @@
-//! The one place bytes are made: serde values to and from bincode, with a size limit.
+//! The one place bytes are made: serde values to and from bytes, with a size limit, in one of
+//! two [`Codec`]s, and what a stored value records of how it was written ([`Manifest`]).
 //!
 //! Everything this crate stores or sends is encoded here: journal payloads written by the
-//! persistence layer, and the frames of the TCP transport ([`crate::remote`]). One module, one set of options, so a
-//! change of format is a change of this file.
+//! persistence layer, and the frames of the TCP transport ([`crate::remote`]). One module, one
+//! set of options per codec, so a change of format is a change of this module.
 //!
-//! The format is bincode 1.3.3 through [`bincode::DefaultOptions`]: little endian, variable
+//! # The two codecs
+//!
+//! - [`Codec::Bincode`]: bincode 1.3.3, compact and fastest, but **fixed schema**: the reader's
+//!   type must be exactly the writer's (a field added to a type makes every value written
+//!   before undecodable). The crate's own frames and records use it, versioned by the crate.
+//! - [`Codec::MessagePack`]: MessagePack with named fields (`rmp-serde`): self-describing, so
+//!   a field added with `#[serde(default)]` decodes from values written without it, and a
+//!   field the reader does not know (written by a newer version) is ignored. The default for
+//!   the application's persistent data (events, snapshots, a durable producer's messages):
+//!   data that lives for years is worth the cost (about 3× bincode's decoding time per
+//!   value, see `benches/codec.rs` and the README's "Changing your types").
+//!
+//! Breaking changes (a renamed field, a changed type, an event split or removed) need one
+//! function: an upcaster, which gets the stored value as [`Written`] (its manifest, and a
+//! decoder for the type it was written as) and returns today's type.
+//!
+//! # Bincode's format and how the limit bounds memory
+//!
+//! bincode 1.3.3 through [`bincode::DefaultOptions`]: little endian, variable
 //! length integers and the rejection of trailing bytes, each set explicitly here rather than
 //! relied upon, and a byte limit ([`MAX_ENCODED_BYTES`] unless given).
 //!
-//! How the limit bounds memory: encoding sizes the value first and fails before allocating
+//! Encoding sizes the value first and fails before allocating
 //! if it is too large. Decoding reads from a slice, and bincode then checks every length
 //! prefix against the bytes that remain before it allocates for it (it does not consult
 //! `with_limit` for slices, so [`decode_with_limit`] checks the input's length itself): a
 //! hostile prefix claiming 2^60 elements fails at once. Sequences of fixed-size elements
 //! reserve at most serde's cautious 1 MiB up front. (bincode 1.3.3 is complete and no longer
-//! maintained, RUSTSEC-2025-0141; it is pinned with `=`.)
+//! maintained, RUSTSEC-2025-0141; it is pinned with `=`.) MessagePack decoding reads from a
+//! slice too, growing its buffers with the bytes actually read, never with a claimed length; its
+//! nesting depth is limited to [`MAX_DEPTH`] levels.
+
+mod manifest;
+mod upcast;
+
+pub use manifest::Manifest;
+pub use upcast::{UpcastError, Written};
 
 use bincode::Options;
 use serde::de::DeserializeOwned;
@@ -26,6 +53,11 @@ use serde::{Deserialize, Serialize};
 /// messages, not files), small enough that a corrupt or hostile length prefix cannot make a
 /// decoder reserve more than a few pages of a 16 MiB budget per value.
 pub const MAX_ENCODED_BYTES: u64 = 16 * 1024 * 1024;
+
+/// How deeply a MessagePack value may nest: arrays and maps within each other fewer than 128
+/// levels deep decode, deeper input is malformed; without a bound a hostile value would overflow the stack (each
+/// level is a recursive call of the decoder).
+pub const MAX_DEPTH: usize = 128;
 
 /// Why a value could not be encoded or decoded.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
@@ -91,31 +123,20 @@ pub fn encode_in_one_pass<T: Serialize + ?Sized>(
     value: &T,
     limit: u64,
 ) -> Result<Vec<u8>, CodecError> {
-    let mut out = Capped {
-        bytes: Vec::new(),
-        limit: usize::try_from(limit).unwrap_or(usize::MAX),
-        over: false,
-    };
-    // Without a limit in the options, bincode does not size the value first; `Capped` is the
-    // limit.
-    match unlimited().serialize_into(&mut out, value) {
-        Ok(()) => Ok(out.bytes),
-        Err(_) if out.over => Err(CodecError::TooLarge { limit }),
-        Err(err) => Err(encode_error(*err, limit)),
-    }
+    Codec::Bincode.encode(value, limit)
 }
 
-/// A buffer that refuses to grow beyond `limit` bytes (and then records that it did).
-struct Capped {
-    bytes: Vec<u8>,
-    limit: usize,
+/// A buffer that refuses to grow beyond `end` bytes (and then records that it did).
+struct Capped<'a> {
+    bytes: &'a mut Vec<u8>,
+    end: usize,
     over: bool,
 }
 
-impl std::io::Write for Capped {
+impl std::io::Write for Capped<'_> {
     fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
         let len = self.bytes.len();
-        if buf.len() > self.limit - len {
+        if buf.len() > self.end - len {
             self.over = true;
             return Err(std::io::Error::other("the encoding limit is reached"));
         }
@@ -123,7 +144,7 @@ impl std::io::Write for Capped {
             // Doubling, as a `Vec` would, but never reserving beyond the limit.
             let target = (len + buf.len())
                 .max(self.bytes.capacity().saturating_mul(2))
-                .min(self.limit);
+                .min(self.end);
             self.bytes.reserve_exact(target - len);
         }
         self.bytes.extend_from_slice(buf);
@@ -182,17 +203,162 @@ pub fn decode_borrowed<'a, T: Deserialize<'a>>(
     if bytes.len() as u64 > limit {
         return Err(CodecError::TooLarge { limit });
     }
-    options(limit).deserialize(bytes).map_err(|err| match *err {
-        bincode::ErrorKind::SizeLimit => CodecError::TooLarge { limit },
-        bincode::ErrorKind::Io(err) if err.kind() == std::io::ErrorKind::UnexpectedEof => {
-            CodecError::Malformed {
-                reason: "unexpected end of input".into(),
+    options(limit)
+        .deserialize(bytes)
+        .map_err(|err| decode_error(*err, limit))
+}
+
+/// How a value is encoded: the crate's two codecs (see the [module documentation](self)).
+///
+/// In configuration files: `"bincode"` or `"msgpack"`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[non_exhaustive]
+pub enum Codec {
+    /// bincode 1.3.3: compact and fastest; fixed schema (the reader's type must be exactly
+    /// the writer's).
+    #[serde(rename = "bincode")]
+    Bincode,
+    /// MessagePack with named fields: self-describing; added `#[serde(default)]` fields
+    /// decode from older values, unknown fields are ignored.
+    #[serde(rename = "msgpack")]
+    MessagePack,
+}
+
+impl Codec {
+    /// Its id, as journals and frames record it: 1 for bincode, 2 for MessagePack.
+    pub const fn id(self) -> u8 {
+        match self {
+            Self::Bincode => 1,
+            Self::MessagePack => 2,
+        }
+    }
+
+    /// The codec with id `id`, if this version of the crate knows it.
+    pub const fn from_id(id: u8) -> Option<Self> {
+        match id {
+            1 => Some(Self::Bincode),
+            2 => Some(Self::MessagePack),
+            _ => None,
+        }
+    }
+
+    /// Its name, as configuration files spell it.
+    pub const fn name(self) -> &'static str {
+        match self {
+            Self::Bincode => "bincode",
+            Self::MessagePack => "msgpack",
+        }
+    }
+
+    /// Encodes `value` into a new buffer, at most `limit` bytes long.
+    ///
+    /// # Errors
+    /// [`CodecError::TooLarge`] if the encoding would exceed `limit`,
+    /// [`CodecError::Unencodable`] if the value's `Serialize` implementation fails (or, for
+    /// MessagePack, it is a sequence of unknown length).
+    pub fn encode<T: Serialize + ?Sized>(
+        self,
+        value: &T,
+        limit: u64,
+    ) -> Result<Vec<u8>, CodecError> {
+        let mut out = Vec::new();
+        self.encode_into(value, &mut out, limit)?;
+        Ok(out)
+    }
+
+    /// Appends the encoding of `value` to `out` in one pass, at most `limit` bytes for this
+    /// value. On error `out` is left as it was.
+    ///
+    /// # Errors
+    /// As [`Codec::encode`].
+    pub fn encode_into<T: Serialize + ?Sized>(
+        self,
+        value: &T,
+        out: &mut Vec<u8>,
+        limit: u64,
+    ) -> Result<(), CodecError> {
+        let start = out.len();
+        let mut capped = Capped {
+            end: start.saturating_add(usize::try_from(limit).unwrap_or(usize::MAX)),
+            bytes: out,
+            over: false,
+        };
+        let result = match self {
+            // Without a limit in the options, bincode does not size the value first; `Capped`
+            // is the limit.
+            Self::Bincode => unlimited()
+                .serialize_into(&mut capped, value)
+                .map_err(|err| encode_error(*err, limit)),
+            Self::MessagePack => {
+                rmp_serde::encode::write_named(&mut capped, value).map_err(|err| {
+                    CodecError::Unencodable {
+                        reason: err.to_string(),
+                    }
+                })
+            }
+        };
+        let over = capped.over;
+        if result.is_err() {
+            out.truncate(start);
+        }
+        match result {
+            Err(_) if over => Err(CodecError::TooLarge { limit }),
+            other => other,
+        }
+    }
+
+    /// Decodes a `T` from exactly `bytes`, at most `limit` bytes.
+    ///
+    /// # Errors
+    /// [`CodecError::TooLarge`] if `bytes`, or a length inside them, exceeds `limit`;
+    /// [`CodecError::Malformed`] if the bytes are not exactly one encoding of a `T`
+    /// (truncated, followed by trailing bytes, of another type). Never panics, whatever the
+    /// bytes.
+    pub fn decode<T: DeserializeOwned>(self, bytes: &[u8], limit: u64) -> Result<T, CodecError> {
+        match self {
+            Self::Bincode => decode_with_limit(bytes, limit),
+            Self::MessagePack => {
+                if bytes.len() as u64 > limit {
+                    return Err(CodecError::TooLarge { limit });
+                }
+                let mut de = rmp_serde::Deserializer::new(std::io::Cursor::new(bytes));
+                de.set_max_depth(MAX_DEPTH);
+                let value = T::deserialize(&mut de).map_err(|err| CodecError::Malformed {
+                    reason: err.to_string(),
+                })?;
+                let read = de.position();
+                if read != bytes.len() as u64 {
+                    return Err(CodecError::Malformed {
+                        reason: format!("{} bytes remaining", bytes.len() as u64 - read),
+                    });
+                }
+                Ok(value)
             }
         }
-        other => CodecError::Malformed {
-            reason: other.to_string(),
-        },
-    })
+    }
+}
+
+impl std::fmt::Display for Codec {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// Decodes a `T` in bincode from the front of `bytes` and returns it with the bytes after it
+/// (for layouts in which other values follow), reading at most `limit` bytes.
+pub(crate) fn decode_prefix<T: DeserializeOwned>(
+    bytes: &[u8],
+    limit: u64,
+) -> Result<(T, &[u8]), CodecError> {
+    let mut rest = bytes;
+    let value = bincode::DefaultOptions::new()
+        .with_little_endian()
+        .with_varint_encoding()
+        .allow_trailing_bytes()
+        .with_limit(limit)
+        .deserialize_from(&mut rest)
+        .map_err(|err| decode_error(*err, limit))?;
+    Ok((value, rest))
 }
 
 /// The crate's bincode options. Every setting is spelled out, so none depends on what a
@@ -208,6 +374,20 @@ fn unlimited() -> impl Options {
         .with_varint_encoding()
         .reject_trailing_bytes()
         .with_no_limit()
+}
+
+fn decode_error(err: bincode::ErrorKind, limit: u64) -> CodecError {
+    match err {
+        bincode::ErrorKind::SizeLimit => CodecError::TooLarge { limit },
+        bincode::ErrorKind::Io(err) if err.kind() == std::io::ErrorKind::UnexpectedEof => {
+            CodecError::Malformed {
+                reason: "unexpected end of input".into(),
+            }
+        }
+        other => CodecError::Malformed {
+            reason: other.to_string(),
+        },
+    }
 }
 
 fn encode_error(err: bincode::ErrorKind, limit: u64) -> CodecError {
@@ -461,6 +641,171 @@ mod tests {
         );
     }
 
+    #[derive(Debug, PartialEq, Serialize, Deserialize)]
+    struct OrderV1 {
+        id: u64,
+        total: u64,
+    }
+
+    #[derive(Debug, PartialEq, Serialize, Deserialize)]
+    struct OrderV2 {
+        id: u64,
+        total: u64,
+        #[serde(default)]
+        currency: Option<String>,
+    }
+
+    #[test]
+    fn both_codecs_round_trip_and_keep_their_ids() {
+        for codec in [Codec::Bincode, Codec::MessagePack] {
+            let bytes = codec.encode(&sample(), MAX_ENCODED_BYTES).unwrap();
+            assert_eq!(
+                codec.decode::<Sample>(&bytes, MAX_ENCODED_BYTES).unwrap(),
+                sample()
+            );
+            assert_eq!(Codec::from_id(codec.id()), Some(codec));
+        }
+        assert_eq!(
+            Codec::Bincode.encode(&sample(), MAX_ENCODED_BYTES).unwrap(),
+            encode(&sample()).unwrap(),
+            "Codec::Bincode is the crate's bincode"
+        );
+        assert_eq!((Codec::Bincode.id(), Codec::MessagePack.id()), (1, 2));
+        assert_eq!(Codec::from_id(0), None);
+        assert_eq!(Codec::from_id(3), None);
+    }
+
+    #[test]
+    fn message_pack_decodes_an_added_defaulted_field_and_ignores_an_unknown_one() {
+        let old = Codec::MessagePack
+            .encode(&OrderV1 { id: 1, total: 5 }, MAX_ENCODED_BYTES)
+            .unwrap();
+        assert_eq!(
+            Codec::MessagePack
+                .decode::<OrderV2>(&old, MAX_ENCODED_BYTES)
+                .unwrap(),
+            OrderV2 {
+                id: 1,
+                total: 5,
+                currency: None
+            }
+        );
+        let new = Codec::MessagePack
+            .encode(
+                &OrderV2 {
+                    id: 2,
+                    total: 7,
+                    currency: Some("EUR".into()),
+                },
+                MAX_ENCODED_BYTES,
+            )
+            .unwrap();
+        assert_eq!(
+            Codec::MessagePack
+                .decode::<OrderV1>(&new, MAX_ENCODED_BYTES)
+                .unwrap(),
+            OrderV1 { id: 2, total: 7 }
+        );
+        // What bincode cannot do: the reason for the second codec.
+        let old = Codec::Bincode
+            .encode(&OrderV1 { id: 1, total: 5 }, MAX_ENCODED_BYTES)
+            .unwrap();
+        assert!(Codec::Bincode
+            .decode::<OrderV2>(&old, MAX_ENCODED_BYTES)
+            .is_err());
+    }
+
+    #[test]
+    fn message_pack_refuses_trailing_bytes_truncation_and_the_limit() {
+        let mut bytes = Codec::MessagePack
+            .encode(&sample(), MAX_ENCODED_BYTES)
+            .unwrap();
+        for len in 0..bytes.len() {
+            assert!(
+                matches!(
+                    Codec::MessagePack.decode::<Sample>(&bytes[..len], MAX_ENCODED_BYTES),
+                    Err(CodecError::Malformed { .. })
+                ),
+                "prefix of {len} bytes"
+            );
+        }
+        let len = bytes.len() as u64;
+        assert_eq!(
+            Codec::MessagePack
+                .decode::<Sample>(&bytes, len - 1)
+                .unwrap_err(),
+            CodecError::TooLarge { limit: len - 1 }
+        );
+        assert_eq!(
+            Codec::MessagePack.encode(&sample(), len - 1).unwrap_err(),
+            CodecError::TooLarge { limit: len - 1 }
+        );
+        bytes.push(0xc0);
+        let err = Codec::MessagePack
+            .decode::<Sample>(&bytes, MAX_ENCODED_BYTES)
+            .unwrap_err();
+        assert!(
+            matches!(&err, CodecError::Malformed { reason } if reason.contains("1 bytes remaining")),
+            "{err:?}"
+        );
+    }
+
+    #[test]
+    fn message_pack_refuses_hostile_lengths_without_allocating() {
+        // array32, bin32, str32 and map32 headers claiming 2^32 - 1 items, then nothing.
+        for marker in [0xdd, 0xc6, 0xdb, 0xdf] {
+            let bytes = [marker, 0xff, 0xff, 0xff, 0xff];
+            assert!(Codec::MessagePack
+                .decode::<Vec<u64>>(&bytes, MAX_ENCODED_BYTES)
+                .is_err());
+            assert!(Codec::MessagePack
+                .decode::<String>(&bytes, MAX_ENCODED_BYTES)
+                .is_err());
+            assert!(Codec::MessagePack
+                .decode::<BTreeMap<u64, u64>>(&bytes, MAX_ENCODED_BYTES)
+                .is_err());
+        }
+        // Nesting beyond the depth limit is refused, not a stack overflow; within it, decoded.
+        let deep = [0x91u8; 100_000];
+        let mut nested = vec![0x91u8; MAX_DEPTH - 2];
+        nested.push(0x90);
+        assert!(Codec::MessagePack
+            .decode::<serde::de::IgnoredAny>(&nested, MAX_ENCODED_BYTES)
+            .is_ok());
+        assert!(Codec::MessagePack
+            .decode::<serde::de::IgnoredAny>(&deep, MAX_ENCODED_BYTES)
+            .is_err());
+    }
+
+    #[test]
+    fn encode_into_appends_and_leaves_the_buffer_on_error() {
+        for codec in [Codec::Bincode, Codec::MessagePack] {
+            let mut out = vec![9];
+            codec.encode_into(&5u32, &mut out, 10).unwrap();
+            assert_eq!(out, [9, 5], "{codec}");
+            assert!(codec.encode_into(&vec![1u8; 20], &mut out, 10).is_err());
+            assert_eq!(out, [9, 5], "{codec}: left as it was");
+        }
+    }
+
+    #[test]
+    fn a_prefix_decodes_and_leaves_what_follows() {
+        let mut bytes = encode(&(7u32, "x".to_string())).unwrap();
+        bytes.extend_from_slice(&[1, 2, 3]);
+        let (value, rest) = decode_prefix::<(u32, String)>(&bytes, MAX_ENCODED_BYTES).unwrap();
+        assert_eq!((value, rest), ((7, "x".to_string()), &[1u8, 2, 3][..]));
+        assert!(decode_prefix::<(u32, String)>(&bytes[..2], MAX_ENCODED_BYTES).is_err());
+    }
+
+    #[test]
+    fn codecs_are_named_in_configuration_as_in_messages() {
+        for codec in [Codec::Bincode, Codec::MessagePack] {
+            let text = serde_json::to_string(&codec).unwrap();
+            assert_eq!(text, format!("\"{}\"", codec.name()));
+            assert_eq!(serde_json::from_str::<Codec>(&text).unwrap(), codec);
+        }
+    }
+
     proptest! {
         #[test]
         fn decoding_arbitrary_bytes_never_panics(bytes in proptest::collection::vec(any::<u8>(), 0..256)) {
@@ -468,6 +813,9 @@ mod tests {
             let _ = decode::<Vec<String>>(&bytes);
             let _ = decode::<(u64, Option<Vec<u32>>, char)>(&bytes);
             let _ = decode_with_limit::<BTreeMap<u16, Vec<u8>>>(&bytes, 64);
+            let _ = Codec::MessagePack.decode::<Sample>(&bytes, MAX_ENCODED_BYTES);
+            let _ = Codec::MessagePack.decode::<BTreeMap<String, Vec<u8>>>(&bytes, 64);
+            let _ = decode_prefix::<Sample>(&bytes, MAX_ENCODED_BYTES);
         }
 
         #[test]

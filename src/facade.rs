@@ -80,7 +80,7 @@ impl ReliableDelivery {
     /// [`OptionsError`] if the options fix no `producer_id`.
     pub fn durable_producer<T>(
         options: ProducerOptions<T>,
-        durable: DurableOptions,
+        durable: DurableOptions<T>,
     ) -> Result<ProducerHandle<T>, OptionsError>
     where
         T: Clone + Send + Serialize + DeserializeOwned + 'static,

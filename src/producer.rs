@@ -86,7 +86,7 @@ impl<T: Clone + Send + 'static> ProducerController<T> {
     /// one producer id, across restarts.
     pub fn durable(
         options: ProducerOptions<T>,
-        durable: DurableOptions,
+        durable: DurableOptions<T>,
     ) -> Result<Self, OptionsError>
     where
         T: Serialize + DeserializeOwned,
@@ -102,6 +102,12 @@ impl<T: Clone + Send + 'static> ProducerController<T> {
             return Err(OptionsError::new(
                 "stop_timeout",
                 "must be positive (got 0)",
+            ));
+        }
+        if durable.message_version == 0 {
+            return Err(OptionsError::new(
+                "message_version",
+                "versions start at 1 (got 0)",
             ));
         }
         let mut producer = Self::new(options);

@@ -5,6 +5,9 @@ use std::sync::Arc;
 
 use crate::codec::Codec;
 
+/// The codec id of [`Manifest::raw`] payloads.
+const RAW: u8 = 0;
+
 /// How a stored value was written: its codec, the name of its type, and that type's schema
 /// version. Journals keep it next to every event and snapshot (SQLite and PostgreSQL in
 /// columns of their own), so a reader knows how to decode an entry before it tries.
@@ -42,6 +45,12 @@ impl Manifest {
         Self::from_stored(Codec::Bincode.id(), "", 1)
     }
 
+    /// Bytes that are their own meaning, written without a codec (id 0, no name, version 0):
+    /// what [`Journal::append`](crate::journal::Journal::append) records.
+    pub fn raw() -> Self {
+        Self::from_stored(RAW, "", 0)
+    }
+
     /// Its codec, if this version of the crate knows it.
     pub fn codec(&self) -> Option<Codec> {
         Codec::from_id(self.codec)
@@ -72,6 +81,7 @@ impl fmt::Display for Manifest {
         };
         match self.codec() {
             Some(codec) => write!(f, "{name} version {} in {codec}", self.version),
+            None if self.codec == RAW => f.write_str("raw bytes"),
             None => write!(
                 f,
                 "{name} version {} in the unknown codec {}",

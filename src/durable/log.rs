@@ -4,14 +4,20 @@
 
 use std::collections::BTreeMap;
 
+use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 
+use crate::codec::{self, Codec, CodecError, Manifest, UpcastError, Written};
 use crate::persistence::{Decision, EventSourced};
 use crate::protocol::envelope::Incarnation;
 
 /// A durable producer's journal state: who it is, which opening of the stream owns it, the
-/// next seq, and the messages stored but not yet settled (their encoded bodies). A snapshot of
-/// it is O(unsettled).
+/// next seq, and the messages stored but not yet settled (their stored bodies, see
+/// [`encode_body`]). A snapshot of it is O(unsettled).
+///
+/// Version 2 of its events and state: bodies start with their codec and the message type's
+/// version. Version 1 (before manifests) stored bare bincode bodies; [`ProducerLog`]'s
+/// upcasters add the header bincode, version 1 to them.
 #[derive(Debug, Default, Serialize, Deserialize)]
 pub(crate) struct ProducerLog {
     identity: Option<(String, Incarnation)>,
@@ -109,6 +115,27 @@ impl EventSourced for ProducerLog {
     type Event = LogEvent;
     type Reply = LogReply;
     type Rejection = LogRefusal;
+
+    const EVENT_VERSION: u32 = 2;
+    const STATE_VERSION: u32 = 2;
+
+    fn upcast_events(old: Written<'_>) -> Result<Vec<LogEvent>, UpcastError> {
+        let mut events: Vec<LogEvent> = old.decode()?;
+        for event in &mut events {
+            if let LogEvent::Stored { body, .. } = event {
+                *body = legacy_body(std::mem::take(body));
+            }
+        }
+        Ok(events)
+    }
+
+    fn upcast_state(old: Written<'_>) -> Result<Self, UpcastError> {
+        let mut log: Self = old.decode()?;
+        for body in log.unsettled.values_mut() {
+            *body = legacy_body(std::mem::take(body));
+        }
+        Ok(log)
+    }
 
     fn decide(&self, command: &LogCommand) -> Result<Decision<Self>, LogRefusal> {
         if let Some(reason) = &self.corrupt {
@@ -278,6 +305,54 @@ impl ProducerLog {
     fn contradicted(&mut self, found: String) {
         self.corrupt = Some(found);
     }
+}
+
+/// A message as a durable producer stores it: its codec and the version of its type (in
+/// bincode, two bytes for small versions), then its encoding in that codec, at most `limit`
+/// bytes in all.
+pub(crate) fn encode_body<T: Serialize>(
+    body: &T,
+    codec: Codec,
+    version: u32,
+    limit: u64,
+) -> Result<Vec<u8>, CodecError> {
+    let mut out = Vec::new();
+    codec::encode_into(&(codec.id(), version), &mut out)?;
+    let left = limit.saturating_sub(out.len() as u64);
+    codec
+        .encode_into(body, &mut out, left)
+        .map_err(|err| match err {
+            CodecError::TooLarge { .. } => CodecError::TooLarge { limit },
+            other => other,
+        })?;
+    Ok(out)
+}
+
+/// Reads a stored message (see [`encode_body`]) as a `T` of version `current`: directly if it
+/// was stored at that version, through `upcast` if at an older one.
+///
+/// # Errors
+/// Why not: a malformed header, a newer version, an older one `upcast` cannot read.
+pub(crate) fn decode_body<T: DeserializeOwned>(
+    bytes: &[u8],
+    current: u32,
+    upcast: fn(Written<'_>) -> Result<T, UpcastError>,
+) -> Result<T, String> {
+    let limit = bytes.len() as u64;
+    let ((codec, version), body) = codec::decode_prefix::<(u8, u32)>(bytes, limit)
+        .map_err(|err| format!("its header does not decode: {err}"))?;
+    let manifest = Manifest::from_stored(codec, "", version);
+    Written::new(&manifest, body, limit)
+        .read(current, upcast)
+        .map_err(|err| err.to_string())
+}
+
+/// A body as version 1 of the log stored it (bare bincode, no header), with its header.
+fn legacy_body(bytes: Vec<u8>) -> Vec<u8> {
+    let mut out = Vec::with_capacity(bytes.len() + 2);
+    codec::encode_into(&(Codec::Bincode.id(), 1u32), &mut out).expect("a header encodes");
+    out.extend_from_slice(&bytes);
+    out
 }
 
 #[cfg(test)]

@@ -70,6 +70,7 @@ use actix::Message;
 use serde::{Deserialize, Serialize};
 use tokio::sync::oneshot;
 
+use crate::codec::{Codec, UpcastError, Written};
 use crate::error::DeliveryError;
 use crate::journal::{Journal, PersistenceId};
 
@@ -120,16 +121,19 @@ pub struct DurableConfirmation {
     pub result: Result<(), DeliveryError>,
 }
 
-/// Where and how a durable producer stores its messages.
-pub struct DurableOptions {
+/// Where and how a durable producer of messages `T` stores them.
+pub struct DurableOptions<T> {
     pub(crate) journal: Arc<dyn Journal>,
     pub(crate) stream: PersistenceId,
     pub(crate) snapshot_every: u64,
     pub(crate) sink: Option<actix::Recipient<DurableConfirmation>>,
     pub(crate) stop_timeout: Duration,
+    pub(crate) codec: Codec,
+    pub(crate) message_version: u32,
+    pub(crate) upcast: fn(Written<'_>) -> Result<T, UpcastError>,
 }
 
-impl DurableOptions {
+impl<T> DurableOptions<T> {
     /// Store in stream `stream` of `journal` (one live producer per stream: the newest
     /// opener owns it).
     pub fn new(journal: Arc<dyn Journal>, stream: PersistenceId) -> Self {
@@ -139,7 +143,44 @@ impl DurableOptions {
             snapshot_every: 1_000,
             sink: None,
             stop_timeout: Duration::from_secs(10),
+            codec: Codec::MessagePack,
+            message_version: 1,
+            upcast: |old| {
+                Err(UpcastError::new(format!(
+                    "written as {}, and the producer has no upcaster (DurableOptions::upcast)",
+                    old.manifest()
+                )))
+            },
         }
+    }
+
+    /// The codec new messages are stored in (default [`Codec::MessagePack`], in which a field
+    /// added with `#[serde(default)]` needs no code; stored messages are read in the codec
+    /// they were stored in, whatever this says). See the README's "Changing your types".
+    pub fn codec(mut self, codec: Codec) -> Self {
+        self.codec = codec;
+        self
+    }
+
+    /// The schema version of `T` this code stores (default 1; messages stored before
+    /// versions were recorded are version 1). Raise it with a change of `T` that cannot
+    /// decode what the previous version stored, and read the older versions with
+    /// [`upcast`](Self::upcast). A stored message of a newer version than this (the code was
+    /// rolled back) stops the producer for good with an error naming stream, seq and
+    /// versions. At least 1: [`ReliableDelivery::durable_producer`](crate::ReliableDelivery::durable_producer)
+    /// refuses 0.
+    pub fn message_version(mut self, version: u32) -> Self {
+        self.message_version = version;
+        self
+    }
+
+    /// How a message stored at an older [`message_version`](Self::message_version) becomes
+    /// a `T` when the stream is resumed: decode it as the type it was stored as with
+    /// [`Written::decode`], dispatching on [`Written::version`]. Without one, such a message
+    /// stops the producer for good with an error naming it.
+    pub fn upcast(mut self, upcast: fn(Written<'_>) -> Result<T, UpcastError>) -> Self {
+        self.upcast = upcast;
+        self
     }
 
     /// How long [`ProducerHandle::stop`](crate::ProducerHandle::stop) waits for the journal to
@@ -169,12 +210,14 @@ impl DurableOptions {
     }
 }
 
-impl std::fmt::Debug for DurableOptions {
+impl<T> std::fmt::Debug for DurableOptions<T> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("DurableOptions")
             .field("stream", &self.stream)
             .field("snapshot_every", &self.snapshot_every)
             .field("stop_timeout", &self.stop_timeout)
+            .field("codec", &self.codec)
+            .field("message_version", &self.message_version)
             .finish_non_exhaustive()
     }
 }

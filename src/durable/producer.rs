@@ -10,10 +10,10 @@ use serde::de::DeserializeOwned;
 use serde::Serialize;
 
 use crate::alarm::now;
-use crate::codec::{CodecError, MAX_ENCODED_BYTES};
+use crate::codec::{Codec, CodecError, UpcastError, Written, MAX_ENCODED_BYTES};
 use crate::config::ProducerConfig;
 use crate::confirmation::Confirmation;
-use crate::durable::log::{LogCommand, LogRefusal, LogReply, ProducerLog};
+use crate::durable::log::{decode_body, encode_body, LogCommand, LogRefusal, LogReply, ProducerLog};
 use crate::durable::{DurableConfirmation, DurableOptions, MessageId};
 use crate::error::DeliveryError;
 use crate::journal::{JournalError, PersistenceId};
@@ -59,9 +59,9 @@ struct Carried {
 /// A durable producer's storage state, owned by its controller.
 pub(crate) struct Durable<T> {
     config: ProducerConfig,
-    options: DurableOptions,
-    encode: fn(&T) -> Result<Vec<u8>, CodecError>,
-    decode: fn(&[u8]) -> Result<T, CodecError>,
+    options: DurableOptions<T>,
+    encode: fn(&T, Codec, u32, u64) -> Result<Vec<u8>, CodecError>,
+    decode: fn(&[u8], u32, fn(Written<'_>) -> Result<T, UpcastError>) -> Result<T, String>,
     log: Option<PersistentHandle<ProducerLog>>,
     /// This opening of the stream (it owns the stream until another opening takes it over).
     epoch: u64,
@@ -99,12 +99,12 @@ pub(crate) struct Durable<T> {
 }
 
 impl<T: Serialize + DeserializeOwned> Durable<T> {
-    pub(crate) fn new(config: ProducerConfig, options: DurableOptions) -> Self {
+    pub(crate) fn new(config: ProducerConfig, options: DurableOptions<T>) -> Self {
         Self {
             config,
             options,
-            encode: |body| crate::codec::encode_with_limit(body, MAX_BODY_BYTES),
-            decode: crate::codec::decode::<T>,
+            encode: encode_body::<T>,
+            decode: decode_body::<T>,
             log: None,
             epoch: 0,
             unsure_opens: 0,
@@ -125,6 +125,16 @@ impl<T: Serialize + DeserializeOwned> Durable<T> {
 }
 
 impl<T> Durable<T> {
+    /// `body` as it is stored: in the options' codec, at their message version.
+    fn encode(&self, body: &T) -> Result<Vec<u8>, CodecError> {
+        (self.encode)(
+            body,
+            self.options.codec,
+            self.options.message_version,
+            MAX_BODY_BYTES,
+        )
+    }
+
     /// Takes messages handed to the producer: they are stored before anything else.
     pub(crate) fn accept(&mut self, messages: &mut VecDeque<(T, Confirmation)>) {
         self.to_store.append(messages);
@@ -267,6 +277,9 @@ impl<T: Clone + Send + 'static> ProducerController<T> {
         let config = PersistentConfig {
             snapshot_every: Some(durable.options.snapshot_every),
             delete_events_on_snapshot: true,
+            // The log's own records: the crate versions them (the messages in them are in
+            // the options' codec).
+            codec: Codec::Bincode,
             ..PersistentConfig::default()
         };
         let journal = Arc::clone(&durable.options.journal);
@@ -327,7 +340,7 @@ impl<T: Clone + Send + 'static> ProducerController<T> {
             let committed =
                 in_doubt
                     .remove(&seq)
-                    .and_then(|doubt| match (durable.encode)(&doubt.body) {
+                    .and_then(|doubt| match durable.encode(&doubt.body) {
                         Ok(stored) if stored == bytes => Some(doubt),
                         _ => {
                             in_doubt.insert(seq, doubt); // another message: not this one's
@@ -341,13 +354,18 @@ impl<T: Clone + Send + 'static> ProducerController<T> {
                 resumed.push((seq, doubt.body, doubt.confirm));
                 continue;
             }
-            let body = match (durable.decode)(&bytes) {
+            let decoded = (durable.decode)(
+                &bytes,
+                durable.options.message_version,
+                durable.options.upcast,
+            );
+            let body = match decoded {
                 Ok(body) => body,
                 Err(error) => {
                     durable.in_doubt.extend(in_doubt.into_values());
                     durable.carried.extend(carried.into_values());
                     let reason = format!(
-                        "stream `{}`: stored message {seq} does not decode: {error}",
+                        "stream `{}`: stored message {seq} cannot be read: {error}",
                         durable.options.stream
                     );
                     return self.fail_for_good(reason, ctx);
@@ -461,7 +479,7 @@ impl<T: Clone + Send + 'static> ProducerController<T> {
         // One journal entry: as many waiting messages as fit.
         let (mut batch, mut bodies, mut bytes) = (Vec::new(), Vec::new(), 0);
         while let Some((body, _)) = durable.to_store.front() {
-            let encoded = (durable.encode)(body);
+            let encoded = durable.encode(body);
             let size = encoded.as_ref().map_or(0, |b| b.len() + EVENT_OVERHEAD);
             if !bodies.is_empty() && bytes + size > MAX_STORE_BYTES {
                 break; // the next store takes it
@@ -613,7 +631,11 @@ impl<T: Clone + Send + 'static> ProducerController<T> {
                 | LogRefusal::OtherProducer { .. }
                 | LogRefusal::Corrupt(_),
             )
-            | CommandError::Recovery(JournalError::Corrupt { .. } | JournalError::Schema { .. }) => {
+            | CommandError::Recovery(
+                JournalError::Corrupt { .. }
+                | JournalError::Incompatible { .. }
+                | JournalError::Schema { .. },
+            ) => {
                 self.fail_for_good(reason, ctx);
             }
             _ => self.fail_durable(reason, ctx),

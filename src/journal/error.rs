@@ -72,6 +72,19 @@ pub enum JournalError {
         /// What is wrong with it.
         reason: String,
     },
+    /// A stored event or snapshot written in a version of its type this code cannot read: a
+    /// newer one (the code was rolled back), an older one without an upcaster, or one the
+    /// upcaster refused. Fail-stop: nothing is skipped, nothing is written; deploy code that
+    /// reads it (or add the upcaster) and start again.
+    #[error("stream `{persistence_id}`, seq {seq}: written in a schema this code cannot read: {reason}")]
+    Incompatible {
+        /// The stream.
+        persistence_id: PersistenceId,
+        /// The seq of the event (or snapshot).
+        seq: u64,
+        /// The versions involved and what is wrong.
+        reason: String,
+    },
     /// The database was written by a newer version of this crate, or by something else, or
     /// its tables were altered by hand (a column or table missing, a column of another type;
     /// `found` keeps the server's message): it is left untouched, and retrying does not help.

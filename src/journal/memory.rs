@@ -5,6 +5,7 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 use tokio::sync::oneshot;
 
+use crate::codec::Manifest;
 use crate::journal::{
     check_append, check_fence, check_payload, check_payloads, check_snapshot, Journal,
     JournalError, JournalFuture, PersistenceId, Snapshot, StoredEvent,
@@ -55,7 +56,7 @@ struct State {
 /// Events `highest - events.len() + 1 ..= highest`, gapless (deletion removes from the front).
 #[derive(Default)]
 struct Stream {
-    events: VecDeque<Vec<u8>>,
+    events: VecDeque<(Vec<u8>, Manifest)>,
     highest: u64,
     snapshot: Option<Snapshot>,
 }
@@ -64,6 +65,7 @@ struct Held {
     id: PersistenceId,
     first_seq: u64,
     payloads: Vec<Vec<u8>>,
+    manifest: Manifest,
     reply: oneshot::Sender<Result<(), JournalError>>,
 }
 
@@ -112,10 +114,11 @@ impl MemoryFaults {
             id,
             first_seq,
             payloads,
+            manifest,
             reply,
         } in held
         {
-            let result = state.commit(&id, first_seq, payloads);
+            let result = state.commit(&id, first_seq, payloads, manifest);
             // The caller may have dropped its future; the append is committed regardless.
             let _ = reply.send(result);
         }
@@ -148,12 +151,15 @@ impl State {
         id: &PersistenceId,
         first_seq: u64,
         payloads: Vec<Vec<u8>>,
+        manifest: Manifest,
     ) -> Result<(), JournalError> {
         let stream = self.streams.entry(id.clone()).or_default();
         check_fence(id, first_seq, stream.highest)?;
         stream.highest += payloads.len() as u64;
         self.stats.events += payloads.len() as u64;
-        stream.events.extend(payloads);
+        stream
+            .events
+            .extend(payloads.into_iter().map(|payload| (payload, manifest.clone())));
         Ok(())
     }
 
@@ -168,11 +174,12 @@ fn lock(shared: &Mutex<State>) -> MutexGuard<'_, State> {
 }
 
 impl Journal for MemoryJournal {
-    fn append(
+    fn append_as(
         &self,
         id: &PersistenceId,
         first_seq: u64,
         payloads: Vec<Vec<u8>>,
+        manifest: Manifest,
     ) -> JournalFuture<'_, ()> {
         let id = id.clone();
         Box::pin(async move {
@@ -194,13 +201,14 @@ impl Journal for MemoryJournal {
                 }
                 if !state.holding {
                     state.stats.commits += 1;
-                    return state.commit(&id, first_seq, payloads);
+                    return state.commit(&id, first_seq, payloads, manifest);
                 }
                 let (reply, wait) = oneshot::channel();
                 state.held.push(Held {
                     id: id.clone(),
                     first_seq,
                     payloads,
+                    manifest,
                     reply,
                 });
                 wait
@@ -232,9 +240,10 @@ impl Journal for MemoryJournal {
             let skip = (from - first) as usize;
             Ok((from..)
                 .zip(stream.events.iter().skip(skip).take(count))
-                .map(|(seq, payload)| StoredEvent {
+                .map(|(seq, (payload, manifest))| StoredEvent {
                     seq,
                     payload: payload.clone(),
+                    manifest: manifest.clone(),
                 })
                 .collect())
         })
@@ -390,7 +399,8 @@ mod tests {
             events[1],
             StoredEvent {
                 seq: 2,
-                payload: vec![3]
+                payload: vec![3],
+                manifest: Manifest::raw(),
             }
         );
     }

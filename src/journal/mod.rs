@@ -3,7 +3,10 @@
 //!
 //! A [`Journal`] holds streams named by a [`PersistenceId`]. Each stream is a gapless sequence
 //! of events numbered 1, 2, 3, … (payloads are bytes; typed events go through
-//! [`codec`](crate::codec)) plus at most one current [`Snapshot`]. Implementations:
+//! [`codec`](crate::codec)) plus at most one current [`Snapshot`]. Next to every event and
+//! snapshot a journal keeps its [`Manifest`]: how its payload was written (codec, type name,
+//! schema version), so that a reader can decode entries written by earlier versions of its
+//! types (see the README's "Changing your types"). Implementations:
 //!
 //! - [`SqliteJournal`]: the embedded durable default. One SQLite file in WAL mode with
 //!   `synchronous=FULL`; a single writer thread commits every append that arrived while the
@@ -43,6 +46,8 @@
 use std::future::Future;
 use std::pin::Pin;
 
+use crate::codec::Manifest;
+
 mod error;
 mod id;
 mod memory;
@@ -76,6 +81,8 @@ pub struct StoredEvent {
     pub seq: u64,
     /// The bytes appended.
     pub payload: Vec<u8>,
+    /// How they were written (as given to [`Journal::append_as`]).
+    pub manifest: Manifest,
 }
 
 /// A stream's snapshot: the state as of event `seq`, encoded by the layer above.
@@ -85,6 +92,19 @@ pub struct Snapshot {
     pub seq: u64,
     /// The encoded state.
     pub payload: Vec<u8>,
+    /// How it was written.
+    pub manifest: Manifest,
+}
+
+impl Snapshot {
+    /// The state `payload` as of event `seq`, of [`Manifest::raw`] bytes.
+    pub fn new(seq: u64, payload: Vec<u8>) -> Self {
+        Self {
+            seq,
+            payload,
+            manifest: Manifest::raw(),
+        }
+    }
 }
 
 /// The future every [`Journal`] operation returns: `Send`, boxed so the trait is object safe.
@@ -97,20 +117,36 @@ pub type JournalFuture<'a, T> = Pin<Box<dyn Future<Output = Result<T, JournalErr
 /// that has reached the storage is carried out even if its future is dropped; only its result
 /// is lost.
 pub trait Journal: Send + Sync + 'static {
-    /// Appends `payloads` as events `first_seq`, `first_seq + 1`, … in one atomic batch;
-    /// resolves `Ok` only after the batch is committed.
+    /// Appends `payloads` as events `first_seq`, `first_seq + 1`, … in one atomic batch,
+    /// each with `manifest` (how they were written); resolves `Ok` only after the batch is
+    /// committed.
     ///
     /// # Errors
     /// [`JournalError::Conflict`] (nothing written) unless `first_seq` is the stream's highest
     /// seq + 1; [`JournalError::InvalidArgument`] if `first_seq` is 0 or the last seq would
     /// exceed [`MAX_SEQ`]; [`JournalError::Storage`] or [`JournalError::Closed`] if it could
     /// not be committed.
+    fn append_as(
+        &self,
+        id: &PersistenceId,
+        first_seq: u64,
+        payloads: Vec<Vec<u8>>,
+        manifest: Manifest,
+    ) -> JournalFuture<'_, ()>;
+
+    /// [`append_as`](Journal::append_as) with [`Manifest::raw`]: bytes that are their own
+    /// meaning.
+    ///
+    /// # Errors
+    /// As [`append_as`](Journal::append_as).
     fn append(
         &self,
         id: &PersistenceId,
         first_seq: u64,
         payloads: Vec<Vec<u8>>,
-    ) -> JournalFuture<'_, ()>;
+    ) -> JournalFuture<'_, ()> {
+        self.append_as(id, first_seq, payloads, Manifest::raw())
+    }
 
     /// The events with `from_seq <= seq <= to_seq`, ascending, at most `max_events` of them:
     /// one page. Deleted events are skipped. [`replay_all`] walks a range page by page.

@@ -3,6 +3,7 @@
 
 use tokio::sync::{oneshot, OwnedSemaphorePermit};
 
+use crate::codec::Manifest;
 use crate::journal::{JournalError, PersistenceId, Snapshot};
 
 /// One write waiting for a journal's writer.
@@ -19,6 +20,7 @@ pub(crate) enum WriteOp {
     Append {
         first_seq: u64,
         payloads: Vec<Vec<u8>>,
+        manifest: Manifest,
     },
     DeleteTo {
         to_seq: u64,

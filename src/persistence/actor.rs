@@ -326,7 +326,9 @@ impl<E: EventSourced> PersistentActor<E> {
                     Self::answer(act.core.fail_recovery(&error));
                     if matches!(
                         error,
-                        JournalError::Corrupt { .. } | JournalError::Schema { .. }
+                        JournalError::Corrupt { .. }
+                            | JournalError::Incompatible { .. }
+                            | JournalError::Schema { .. }
                     ) {
                         act.stop.make_final(); // retrying cannot help
                     }
@@ -366,6 +368,7 @@ impl<E: EventSourced> PersistentActor<E> {
         Append {
             first_seq,
             payloads,
+            manifest,
             snapshot_error,
         }: Append,
         ctx: &mut Context<Self>,
@@ -375,7 +378,7 @@ impl<E: EventSourced> PersistentActor<E> {
         }
         let journal = self.journal.clone();
         let id = self.core.persistence_id().clone();
-        let append = async move { journal.append(&id, first_seq, payloads).await };
+        let append = async move { journal.append_as(&id, first_seq, payloads, manifest).await };
         ctx.spawn(
             append
                 .into_actor(self)
@@ -495,7 +498,7 @@ async fn recover_from<E: EventSourced>(
     snapshot: Option<Snapshot>,
 ) -> Result<Recovered<E>, JournalError> {
     let mut recovery = Recovery::<E>::new(id.clone(), config);
-    let from_seq = recovery.restore_snapshot(snapshot, config);
+    let from_seq = recovery.restore_snapshot(snapshot, config)?;
     let highest_seq = journal.highest_seq(id).await?;
     if from_seq <= highest_seq {
         replay_all(

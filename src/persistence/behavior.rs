@@ -5,7 +5,7 @@ use std::fmt::Display;
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 
-use crate::codec::{self, CodecError};
+use crate::codec::{self, CodecError, UpcastError, Written};
 
 /// An event-sourced entity: the type is its state; commands come in, a pure
 /// [`decide`](Self::decide) turns a command and the current state into events (and a reply),
@@ -81,6 +81,48 @@ pub trait EventSourced: Default + Serialize + DeserializeOwned + 'static {
     /// Folds one event into the state. Called for each new event right after `decide`, and
     /// for each stored event during recovery: it must not fail.
     fn apply(&mut self, event: &Self::Event);
+
+    /// The schema version of [`Event`](Self::Event) this code writes (default 1; entries
+    /// written before versions were recorded are version 1). Raise it when a change of the
+    /// event type cannot decode what the previous version wrote (a renamed field, a changed
+    /// type, events split or removed), and read the older versions in
+    /// [`upcast_events`](Self::upcast_events). A field added with `#[serde(default)]` needs
+    /// no new version with the self-describing codec (the default).
+    const EVENT_VERSION: u32 = 1;
+
+    /// The schema version of the state this code writes in snapshots (default 1): as
+    /// [`EVENT_VERSION`](Self::EVENT_VERSION), for [`upcast_state`](Self::upcast_state).
+    const STATE_VERSION: u32 = 1;
+
+    /// Turns the events of one stored entry written at an older
+    /// [`EVENT_VERSION`](Self::EVENT_VERSION) into today's events: an entry holds the events
+    /// of one command, so decode them as `Vec<OldEvent>` with [`Written::decode`], then map,
+    /// split (one old event into several) or drop (an event that no longer exists) them.
+    /// Dispatch on [`Written::version`]; a chain of changes is one function that converts
+    /// version 1 to 2 to 3. Called during recovery only, for entries of an older version;
+    /// an entry of a newer version than this code's fails the recovery (fail-stop, naming
+    /// stream, seq and versions), as does an error returned here.
+    ///
+    /// The default has no upcaster: an older entry fails the recovery with
+    /// [`JournalError::Incompatible`](crate::journal::JournalError::Incompatible).
+    ///
+    /// # Errors
+    /// Why the entry cannot be read: the recovery stops with it.
+    fn upcast_events(old: Written<'_>) -> Result<Vec<Self::Event>, UpcastError> {
+        Err(UpcastError::missing(&old, Self::EVENT_VERSION))
+    }
+
+    /// Turns a snapshot's state written at an older [`STATE_VERSION`](Self::STATE_VERSION)
+    /// into today's state. The default has none: such a snapshot is skipped (with a warning)
+    /// and the state rebuilt from all events, which works as long as the events it covers
+    /// were not deleted (`delete_events_on_snapshot`). A snapshot of a newer version than
+    /// this code's fails the recovery.
+    ///
+    /// # Errors
+    /// Why the state cannot be read: the snapshot is then skipped as above.
+    fn upcast_state(old: Written<'_>) -> Result<Self, UpcastError> {
+        Err(UpcastError::missing(&old, Self::STATE_VERSION))
+    }
 
     /// How big a snapshot of this state is, in events' worth (default 0). With
     /// `snapshot_every`, a snapshot is taken only once at least this many events came since the

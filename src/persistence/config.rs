@@ -4,6 +4,7 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
+use crate::codec::Codec;
 use crate::error::OptionsError;
 
 /// Settings of a [`PersistentActor`](crate::persistence::PersistentActor). `Default` gives the
@@ -73,6 +74,13 @@ pub struct PersistentConfig {
         with = "crate::config::millis::stop_timeout_ms"
     )]
     pub stop_timeout: Duration,
+    /// The codec new events and snapshots are written in (what was written before is read in
+    /// the codec it was written in, whatever this says). Default
+    /// [`Codec::MessagePack`]: self-describing, so a field added to the event or state type
+    /// with `#[serde(default)]` needs no code; [`Codec::Bincode`] is faster and smaller but
+    /// needs an upcaster for every change of the types (see the README's "Changing your
+    /// types"). Settings key `codec`: `"msgpack"` or `"bincode"`.
+    pub codec: Codec,
 }
 
 impl Default for PersistentConfig {
@@ -90,6 +98,7 @@ impl Default for PersistentConfig {
             max_unconfirmed: 10_000,
             warn_after_attempts: 5,
             stop_timeout: Duration::from_secs(10),
+            codec: Codec::MessagePack,
         }
     }
 }

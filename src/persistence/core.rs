@@ -21,7 +21,8 @@ use crate::journal::{JournalError, PersistenceId, Snapshot, StoredEvent};
 use crate::persistence::behavior::{Decision, EventSourced};
 use crate::persistence::config::PersistentConfig;
 use crate::persistence::delivery_record::{DeliveryRecord, Mark, Seen};
-use crate::persistence::entry::{Entry, SnapshotIn, SnapshotOut};
+use crate::codec::Manifest;
+use crate::persistence::entry::{Entry, Manifests, SnapshotIn, SnapshotOut, Unreadable};
 use crate::persistence::error::CommandError;
 use crate::persistence::outbox_state::{OutboxState, Sent};
 use crate::protocol::envelope::{DeliveryInfo, Incarnation};
@@ -56,6 +57,8 @@ pub struct Append {
     pub first_seq: u64,
     /// The encoded entries.
     pub payloads: Vec<Vec<u8>>,
+    /// How they are written.
+    pub manifest: Manifest,
     /// A snapshot was due with this append but could not be encoded (too large, or the
     /// state's `Serialize` failed): the next one is due after another `snapshot_every`
     /// events. For the shell to warn about.
@@ -190,6 +193,7 @@ pub struct PersistentCore<E: EventSourced, T> {
     /// The outbox's incarnation if it has none yet.
     fresh_incarnation: Incarnation,
     stats: PersistentStats,
+    manifests: Manifests,
 }
 
 impl<E: EventSourced, T> PersistentCore<E, T> {
@@ -198,7 +202,6 @@ impl<E: EventSourced, T> PersistentCore<E, T> {
         Self {
             record: DeliveryRecord::new(config.max_producers),
             id,
-            config,
             state: E::default(),
             durable_seq: 0,
             phase: Phase::Recovering,
@@ -210,6 +213,8 @@ impl<E: EventSourced, T> PersistentCore<E, T> {
             destinations: BTreeSet::new(),
             fresh_incarnation: Incarnation::from_u128(0),
             stats: PersistentStats::default(),
+            manifests: Manifests::of::<E>(config.codec),
+            config,
         }
     }
 
@@ -287,8 +292,8 @@ impl<E: EventSourced, T> PersistentCore<E, T> {
         let mut batch = std::mem::take(&mut self.pending);
         if !batch.confirmed.is_empty() {
             let mut entry = Entry::<E::Event>::new(Vec::new(), None);
-            entry.confirmed = batch.confirmed.clone();
-            match entry.encode() {
+            entry.record.confirmed = batch.confirmed.clone();
+            match entry.encode(self.config.codec) {
                 Ok(payload) => {
                     batch.payloads.push(payload);
                     batch.entries += 1;
@@ -309,8 +314,14 @@ impl<E: EventSourced, T> PersistentCore<E, T> {
             // The state now holds exactly what is committed plus this batch.
             let seq = first_seq + batch.entries - 1;
             let snapshot = SnapshotOut::new(&self.state, self.record.to_records(), &self.outbox);
-            match snapshot.encode(self.config.max_snapshot_bytes) {
-                Ok(payload) => batch.snapshot = Some(Snapshot { seq, payload }),
+            match snapshot.encode(self.config.codec, self.config.max_snapshot_bytes) {
+                Ok(payload) => {
+                    batch.snapshot = Some(Snapshot {
+                        seq,
+                        payload,
+                        manifest: self.manifests.state.clone(),
+                    });
+                }
                 Err(error) => {
                     // Counted as an attempt: not tried again with every append.
                     self.stats.snapshot_failures += 1;
@@ -324,6 +335,7 @@ impl<E: EventSourced, T> PersistentCore<E, T> {
         Some(Append {
             first_seq,
             payloads,
+            manifest: self.manifests.events.clone(),
             snapshot_error,
         })
     }
@@ -517,26 +529,27 @@ impl<E: EventSourced, T> PersistentCore<E, T> {
         }
         let mut entry = Entry::new(events, processed);
         if !sent.is_empty() && self.outbox.incarnation.is_none() {
-            entry.outbox_incarnation = Some(self.fresh_incarnation);
+            entry.record.outbox_incarnation = Some(self.fresh_incarnation);
         }
-        entry.sent = sent;
-        let payload = match entry.encode() {
+        entry.record.sent = sent;
+        let payload = match entry.encode(self.config.codec) {
             Ok(payload) => payload,
             Err(error) => return self.attach(command, token, Err(CommandError::Encoding(error))),
         };
         for event in &entry.events {
             self.state.apply(event);
         }
-        if let Some(mark) = &entry.processed {
+        let record = entry.record;
+        if let Some(mark) = &record.processed {
             self.record.record(mark);
         }
-        if let Some(incarnation) = entry.outbox_incarnation {
+        if let Some(incarnation) = record.outbox_incarnation {
             self.outbox.incarnation = Some(incarnation);
         }
-        for sent in &entry.sent {
+        for sent in &record.sent {
             self.outbox.apply_sent(sent);
         }
-        self.pending.sent.extend(entry.sent);
+        self.pending.sent.extend(record.sent);
         self.pending.bytes += payload.len() as u64;
         self.pending.payloads.push(payload);
         self.pending.entries += 1;
@@ -654,18 +667,41 @@ impl<E: EventSourced> Recovery<E> {
         }
     }
 
-    /// Starts from `snapshot` if it decodes (a snapshot that does not is skipped with a
-    /// warning: the recovery replays from the beginning instead). Returns the first seq to
-    /// replay.
+    /// Starts from `snapshot` if it can be read. A snapshot that does not decode, or is of an
+    /// older version of the state that [`EventSourced::upcast_state`] does not read, is
+    /// skipped with a warning: the recovery replays from the beginning instead. Returns the
+    /// first seq to replay.
+    ///
+    /// # Errors
+    /// [`JournalError::Incompatible`] for a snapshot of a newer version of the state than
+    /// this code's (a rollback): fail-stop, never a silent skip.
     pub fn restore_snapshot(
         &mut self,
         snapshot: Option<Snapshot>,
         config: &PersistentConfig,
-    ) -> u64 {
+    ) -> Result<u64, JournalError> {
         let Some(snapshot) = snapshot else {
-            return 1;
+            return Ok(1);
         };
-        match SnapshotIn::<E>::decode(&snapshot.payload) {
+        if snapshot.manifest.version() > E::STATE_VERSION {
+            return Err(JournalError::Incompatible {
+                persistence_id: self.id.clone(),
+                seq: snapshot.seq,
+                reason: format!(
+                    "the snapshot is written as {}, newer than this code's version {} of the \
+                     state (was the code rolled back?)",
+                    snapshot.manifest,
+                    E::STATE_VERSION
+                ),
+            });
+        }
+        let decoded = SnapshotIn::<E>::decode(
+            &snapshot.payload,
+            &snapshot.manifest,
+            E::STATE_VERSION,
+            E::upcast_state,
+        );
+        match decoded {
             Ok(decoded) => {
                 self.state = decoded.state;
                 self.record = DeliveryRecord::from_records(config.max_producers, decoded.delivered);
@@ -674,13 +710,13 @@ impl<E: EventSourced> Recovery<E> {
                 self.last_seq = snapshot.seq;
             }
             Err(reason) => log::warn!(
-                "stream `{}`: the snapshot at seq {} does not decode ({reason}); replaying all \
+                "stream `{}`: the snapshot at seq {} cannot be read ({reason}); replaying all \
                  events instead",
                 self.id,
                 snapshot.seq
             ),
         }
-        self.from_seq
+        Ok(self.from_seq)
     }
 
     /// Applies the next stored entry.
@@ -700,21 +736,27 @@ impl<E: EventSourced> Recovery<E> {
                 ),
             ));
         }
-        let entry = Entry::<E::Event>::decode(&stored.payload)
-            .map_err(|reason| self.corrupt(stored.seq, reason))?;
+        let entry = Entry::<E::Event>::decode(
+            &stored.payload,
+            &stored.manifest,
+            E::EVENT_VERSION,
+            E::upcast_events,
+        )
+        .map_err(|reason| self.unreadable(stored.seq, reason))?;
         for event in &entry.events {
             self.state.apply(event);
         }
-        if let Some(mark) = &entry.processed {
+        let record = entry.record;
+        if let Some(mark) = &record.processed {
             self.record.record(mark);
         }
-        if let Some(incarnation) = entry.outbox_incarnation {
+        if let Some(incarnation) = record.outbox_incarnation {
             self.outbox.incarnation = Some(incarnation);
         }
-        for sent in &entry.sent {
+        for sent in &record.sent {
             self.outbox.apply_sent(sent);
         }
-        self.outbox.apply_confirmed(&entry.confirmed, false);
+        self.outbox.apply_confirmed(&record.confirmed, false);
         self.last_seq = stored.seq;
         self.events += entry.events.len() as u64;
         Ok(())
@@ -739,6 +781,17 @@ impl<E: EventSourced> Recovery<E> {
             highest_seq,
             events_since_snapshot: self.events,
         })
+    }
+
+    fn unreadable(&self, seq: u64, unreadable: Unreadable) -> JournalError {
+        match unreadable {
+            Unreadable::Corrupt(reason) => self.corrupt(seq, reason),
+            Unreadable::Incompatible(reason) => JournalError::Incompatible {
+                persistence_id: self.id.clone(),
+                seq,
+                reason,
+            },
+        }
     }
 
     fn corrupt(&self, seq: u64, reason: String) -> JournalError {
@@ -815,7 +868,7 @@ mod tests {
 
         fn recover(&self, config: &PersistentConfig) -> Result<Recovered<Counter>, JournalError> {
             let mut recovery = Recovery::new(id(), config);
-            let from = recovery.restore_snapshot(self.snapshot.clone(), config);
+            let from = recovery.restore_snapshot(self.snapshot.clone(), config)?;
             for (index, payload) in self.entries.iter().enumerate() {
                 let seq = index as u64 + 1;
                 if seq >= from && seq > self.deleted_to {

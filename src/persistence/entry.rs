@@ -1,26 +1,83 @@
 //! What a persistent actor stores: one journal entry per command that caused something, and
-//! snapshots of its state with its delivery record. Both go through the crate's codec, with
-//! a leading format version so that a future format is recognised instead of misread.
+//! snapshots of its state with its delivery record.
+//!
+//! Both consist of the crate's part (the processed mark, deliveries and confirmations of an
+//! entry; the delivery record and outbox of a snapshot), always in bincode, and the
+//! application's part (the events; the state), in the codec the stored
+//! [`Manifest`] names and at the version it names, so that an older version of a type is
+//! decoded by an upcaster rather than misread. A leading format byte tells the layouts apart:
+//!
+//! ```text
+//! format 2 (current):   2 · crate part (bincode) · application part (manifest's codec)
+//! format 1 (journal schema 1, read only):
+//!                       1 · application part (bincode) · crate part (bincode)
+//! ```
+//!
+//! The crate part has the same fields in both, so format 1 is read by decoding the
+//! application part first (bincode tells where it ends) and the crate part from the rest.
+
+use std::cell::Cell;
 
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 
-use crate::codec::{self, CodecError};
+use crate::codec::{self, Codec, CodecError, Manifest, UpcastError, Written};
 use crate::persistence::delivery_record::Mark;
 use crate::persistence::outbox_state::{OutboxState, Sent};
 use crate::protocol::dedup::WindowRecord;
 use crate::protocol::envelope::{Incarnation, IncarnationId};
 
-/// The format of entries and snapshots this version writes and reads.
-const FORMAT: u8 = 1;
+/// Why a stored entry or snapshot could not be read.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) enum Unreadable {
+    /// Its bytes are not any layout this version knows, or its crate part does not decode.
+    Corrupt(String),
+    /// Its application part is at a version this code cannot read (see [`Written::read`]).
+    Incompatible(String),
+}
+
+impl std::fmt::Display for Unreadable {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::Corrupt(reason) | Self::Incompatible(reason) => f.write_str(reason),
+        }
+    }
+}
+
+/// The manifests an entity's entries and snapshots are written with.
+#[derive(Clone, Debug)]
+pub(crate) struct Manifests {
+    pub events: Manifest,
+    pub state: Manifest,
+}
+
+impl Manifests {
+    /// For entity `E`, written in `codec`.
+    pub fn of<E: crate::persistence::EventSourced>(codec: Codec) -> Self {
+        Self {
+            events: Manifest::new(codec, std::any::type_name::<E::Event>(), E::EVENT_VERSION),
+            state: Manifest::new(codec, std::any::type_name::<E>(), E::STATE_VERSION),
+        }
+    }
+}
+
+/// The layout this version writes.
+const FORMAT: u8 = 2;
+/// The layout of journal schema 1 (before manifests), still read.
+const LEGACY: u8 = 1;
 
 /// One journal entry: the events of one command, the processed mark of the delivery it came
 /// from, and the deliveries it makes (stored together, so that none exists without the
 /// others); or the confirmations of earlier deliveries.
-#[derive(Debug, Serialize, Deserialize)]
+#[derive(Debug)]
 pub(crate) struct Entry<Ev> {
-    format: u8,
     pub events: Vec<Ev>,
+    pub record: EntryRecord,
+}
+
+/// The crate's part of an entry.
+#[derive(Debug, Default, Serialize, Deserialize)]
+pub(crate) struct EntryRecord {
     pub processed: Option<Mark>,
     pub sent: Vec<Sent>,
     pub confirmed: Vec<(String, u64)>,
@@ -31,33 +88,45 @@ pub(crate) struct Entry<Ev> {
 impl<Ev: Serialize + DeserializeOwned> Entry<Ev> {
     pub fn new(events: Vec<Ev>, processed: Option<Mark>) -> Self {
         Self {
-            format: FORMAT,
             events,
-            processed,
-            sent: Vec::new(),
-            confirmed: Vec::new(),
-            outbox_incarnation: None,
+            record: EntryRecord {
+                processed,
+                ..EntryRecord::default()
+            },
         }
     }
 
-    pub fn encode(&self) -> Result<Vec<u8>, CodecError> {
-        codec::encode(self)
+    /// Encodes the entry, its events in `codec`, at most [`codec::MAX_ENCODED_BYTES`] long.
+    pub fn encode(&self, codec: Codec) -> Result<Vec<u8>, CodecError> {
+        encode(&self.record, &self.events, codec, codec::MAX_ENCODED_BYTES)
     }
 
-    /// Decodes an entry; a format this version does not know is an error, never guessed at.
-    pub fn decode(bytes: &[u8]) -> Result<Self, String> {
-        check_format(bytes)?;
-        codec::decode(bytes).map_err(|e| e.to_string())
+    /// Decodes an entry written as `manifest` says, its events at the version `current` or,
+    /// through `upcast`, at an older one. An unknown layout, a newer version, or an older one
+    /// `upcast` cannot read is an error, never a guess.
+    pub fn decode(
+        bytes: &[u8],
+        manifest: &Manifest,
+        current: u32,
+        upcast: fn(Written<'_>) -> Result<Vec<Ev>, UpcastError>,
+    ) -> Result<Self, Unreadable> {
+        let (events, record) = decode(bytes, manifest, current, upcast)?;
+        Ok(Self { events, record })
     }
 }
 
 /// A snapshot as written: borrows the state and the outbox.
 #[derive(Serialize)]
 pub(crate) struct SnapshotOut<'a, S> {
-    format: u8,
     pub state: &'a S,
-    pub delivered: Vec<WindowRecord<IncarnationId>>,
-    pub outbox: &'a OutboxState,
+    pub record: SnapshotRecordOut<'a>,
+}
+
+/// The crate's part of a snapshot, borrowed for writing.
+#[derive(Serialize)]
+pub(crate) struct SnapshotRecordOut<'a> {
+    delivered: Vec<WindowRecord<IncarnationId>>,
+    outbox: &'a OutboxState,
 }
 
 impl<'a, S: Serialize> SnapshotOut<'a, S> {
@@ -67,48 +136,118 @@ impl<'a, S: Serialize> SnapshotOut<'a, S> {
         outbox: &'a OutboxState,
     ) -> Self {
         Self {
-            format: FORMAT,
             state,
-            delivered,
-            outbox,
+            record: SnapshotRecordOut { delivered, outbox },
         }
     }
 
     /// Encodes the snapshot in one pass (a large state is serialized once, not sized
-    /// first), at most `limit` bytes long.
-    pub fn encode(&self, limit: u64) -> Result<Vec<u8>, CodecError> {
-        codec::encode_in_one_pass(self, limit)
+    /// first), the state in `codec`, at most `limit` bytes long.
+    pub fn encode(&self, codec: Codec, limit: u64) -> Result<Vec<u8>, CodecError> {
+        encode(&self.record, self.state, codec, limit)
     }
 }
 
-/// A snapshot as read (the same fields, owned).
-#[derive(Deserialize)]
+/// A snapshot as read.
 pub(crate) struct SnapshotIn<S> {
-    #[allow(dead_code)] // checked by `check_format` before decoding
-    format: u8,
     pub state: S,
     pub delivered: Vec<WindowRecord<IncarnationId>>,
     pub outbox: OutboxState,
 }
 
+/// The crate's part of a snapshot, owned.
+#[derive(Deserialize)]
+struct SnapshotRecordIn {
+    delivered: Vec<WindowRecord<IncarnationId>>,
+    outbox: OutboxState,
+}
+
 impl<S: DeserializeOwned> SnapshotIn<S> {
     /// Decodes a stored snapshot whatever its size: its bytes are in memory already (the
-    /// journal bounds them), and decoding a slice checks every length prefix against the
-    /// bytes that remain. A snapshot written under a larger `max_snapshot_bytes` than the one
-    /// configured now still recovers.
-    pub fn decode(bytes: &[u8]) -> Result<Self, String> {
-        check_format(bytes)?;
-        codec::decode_with_limit(bytes, bytes.len() as u64).map_err(|e| e.to_string())
+    /// journal bounds them), and decoding a slice checks every length against the bytes
+    /// that remain. A snapshot written under a larger `max_snapshot_bytes` than the one
+    /// configured now still recovers. The state is read as [`Entry::decode`] reads events.
+    pub fn decode(
+        bytes: &[u8],
+        manifest: &Manifest,
+        current: u32,
+        upcast: fn(Written<'_>) -> Result<S, UpcastError>,
+    ) -> Result<Self, Unreadable> {
+        let (state, record) = decode::<S, SnapshotRecordIn>(bytes, manifest, current, upcast)?;
+        Ok(Self {
+            state,
+            delivered: record.delivered,
+            outbox: record.outbox,
+        })
     }
 }
 
-fn check_format(bytes: &[u8]) -> Result<(), String> {
-    match bytes.first() {
-        Some(&FORMAT) => Ok(()),
-        Some(other) => Err(format!(
-            "written in format {other}, this version reads format {FORMAT}"
-        )),
-        None => Err("empty".into()),
+/// `FORMAT · record (bincode) · value (codec)`, at most `limit` bytes.
+fn encode<R: Serialize, V: Serialize + ?Sized>(
+    record: &R,
+    value: &V,
+    codec: Codec,
+    limit: u64,
+) -> Result<Vec<u8>, CodecError> {
+    let too_large = |err| match err {
+        CodecError::TooLarge { .. } => CodecError::TooLarge { limit },
+        other => other,
+    };
+    let mut out = vec![FORMAT];
+    Codec::Bincode
+        .encode_into(record, &mut out, limit.saturating_sub(1))
+        .map_err(too_large)?;
+    let left = limit.saturating_sub(out.len() as u64);
+    codec.encode_into(value, &mut out, left).map_err(too_large)?;
+    Ok(out)
+}
+
+/// Reads either layout: the application's value `V` (at `current`, or through `upcast`) and
+/// the crate's record `R`.
+fn decode<V: DeserializeOwned, R: DeserializeOwned>(
+    bytes: &[u8],
+    manifest: &Manifest,
+    current: u32,
+    upcast: fn(Written<'_>) -> Result<V, UpcastError>,
+) -> Result<(V, R), Unreadable> {
+    let limit = bytes.len() as u64;
+    let corrupt = |err: CodecError| Unreadable::Corrupt(format!("the crate's part does not decode: {err}"));
+    let incompatible = |err: UpcastError| Unreadable::Incompatible(err.to_string());
+    let Some((&format, body)) = bytes.split_first() else {
+        return Err(Unreadable::Corrupt("empty".into()));
+    };
+    match format {
+        FORMAT => {
+            let (record, value) = codec::decode_prefix::<R>(body, limit).map_err(corrupt)?;
+            let value = Written::new(manifest, value, limit)
+                .read(current, upcast)
+                .map_err(incompatible)?;
+            Ok((value, record))
+        }
+        LEGACY => {
+            if manifest.codec() != Some(Codec::Bincode) {
+                return Err(Unreadable::Corrupt(format!(
+                    "written in format 1, which is bincode, not {manifest}"
+                )));
+            }
+            let rest = Cell::new(None);
+            let value = Written::prefix(manifest, body, limit, &rest)
+                .read(current, upcast)
+                .map_err(incompatible)?;
+            let rest = rest.get().ok_or_else(|| {
+                Unreadable::Incompatible(
+                    "written in format 1 (journal schema 1), in which the delivery record \
+                     follows the events: the upcaster must decode them (call \
+                     `Written::decode`)"
+                        .into(),
+                )
+            })?;
+            let record = codec::decode_with_limit(rest, limit).map_err(corrupt)?;
+            Ok((value, record))
+        }
+        other => Err(Unreadable::Corrupt(format!(
+            "written in format {other}, this version reads formats {LEGACY} and {FORMAT}"
+        ))),
     }
 }
 
@@ -117,53 +256,146 @@ mod tests {
     use super::*;
     use crate::protocol::envelope::ProducerId;
 
-    #[test]
-    fn entries_round_trip_with_their_mark() {
-        let mark = Mark {
+    fn no_upcast<T>(old: Written<'_>) -> Result<T, UpcastError> {
+        Err(UpcastError::missing(&old, 2))
+    }
+
+    fn mark() -> Mark {
+        Mark {
             producer_id: ProducerId::from("p"),
             incarnation: IncarnationId::from_u128(3),
             seq: 7,
             window_start: 5,
+        }
+    }
+
+    fn manifest(codec: Codec, version: u32) -> Manifest {
+        Manifest::new(codec, "u32", version)
+    }
+
+    #[test]
+    fn entries_round_trip_with_their_mark_in_both_codecs() {
+        for codec in [Codec::Bincode, Codec::MessagePack] {
+            let bytes = Entry::new(vec![1u32, 2], Some(mark()))
+                .encode(codec)
+                .unwrap();
+            assert_eq!(bytes[0], FORMAT);
+            let entry =
+                Entry::<u32>::decode(&bytes, &manifest(codec, 1), 1, no_upcast).unwrap();
+            assert_eq!((entry.events, entry.record.processed), (vec![1, 2], Some(mark())));
+        }
+    }
+
+    /// An entry as journal schema 1 wrote it: `Entry { format: 1, events, processed, sent,
+    /// confirmed, outbox_incarnation }` in bincode, whole.
+    fn legacy_entry(events: Vec<u32>, processed: Option<Mark>) -> Vec<u8> {
+        #[derive(Serialize)]
+        struct V1 {
+            format: u8,
+            events: Vec<u32>,
+            processed: Option<Mark>,
+            sent: Vec<Sent>,
+            confirmed: Vec<(String, u64)>,
+            outbox_incarnation: Option<Incarnation>,
+        }
+        codec::encode(&V1 {
+            format: 1,
+            events,
+            processed,
+            sent: Vec::new(),
+            confirmed: vec![("shipping".into(), 4)],
+            outbox_incarnation: None,
+        })
+        .unwrap()
+    }
+
+    #[test]
+    fn legacy_entries_are_read_directly_at_version_1_and_through_the_upcaster_after() {
+        let bytes = legacy_entry(vec![4, 5], Some(mark()));
+        let entry = Entry::<u32>::decode(&bytes, &Manifest::legacy(), 1, no_upcast).unwrap();
+        assert_eq!(entry.events, [4, 5]);
+        assert_eq!(entry.record.processed, Some(mark()));
+        assert_eq!(entry.record.confirmed, [("shipping".to_string(), 4)]);
+
+        fn doubled(old: Written<'_>) -> Result<Vec<u64>, UpcastError> {
+            assert_eq!(old.version(), 1);
+            Ok(old.decode::<Vec<u32>>()?.into_iter().map(|n| u64::from(n) * 2).collect())
+        }
+        let entry = Entry::<u64>::decode(&bytes, &Manifest::legacy(), 2, doubled).unwrap();
+        assert_eq!(entry.events, [8, 10]);
+        assert_eq!(entry.record.processed, Some(mark()), "the record after the events");
+
+        fn drops_without_decoding(_: Written<'_>) -> Result<Vec<u64>, UpcastError> {
+            Ok(Vec::new())
+        }
+        let err = Entry::<u64>::decode(&bytes, &Manifest::legacy(), 2, drops_without_decoding)
+            .unwrap_err();
+        assert!(matches!(&err, Unreadable::Incompatible(r) if r.contains("must decode them")), "{err}");
+    }
+
+    #[test]
+    fn a_newer_version_an_older_one_without_upcaster_and_garbage_are_errors_not_guesses() {
+        let bytes = Entry::new(vec![1u32], None).encode(Codec::MessagePack).unwrap();
+        let incompatible = |manifest: Manifest, current| {
+            match Entry::<u32>::decode(&bytes, &manifest, current, no_upcast).unwrap_err() {
+                Unreadable::Incompatible(reason) => reason,
+                other => panic!("{other:?}"),
+            }
         };
-        let bytes = Entry::new(vec![1u32, 2], Some(mark.clone()))
-            .encode()
-            .unwrap();
-        let entry = Entry::<u32>::decode(&bytes).unwrap();
-        assert_eq!((entry.events, entry.processed), (vec![1, 2], Some(mark)));
+        let err = incompatible(manifest(Codec::MessagePack, 3), 2);
+        assert!(err.contains("version 3") && err.contains("version 2"), "{err}");
+        let err = incompatible(manifest(Codec::MessagePack, 1), 2);
+        assert!(err.contains("no upcaster"), "{err}");
+        let err = incompatible(Manifest::from_stored(9, "u32", 1), 1);
+        assert!(err.contains("unknown codec 9"), "{err}");
+        let mut foreign = bytes.clone();
+        foreign[0] = 3;
+        let err = Entry::<u32>::decode(&foreign, &manifest(Codec::MessagePack, 1), 1, no_upcast)
+            .unwrap_err();
+        assert!(matches!(&err, Unreadable::Corrupt(r) if r.contains("format 3")), "{err}");
+        assert!(Entry::<u32>::decode(&[], &Manifest::legacy(), 1, no_upcast).is_err());
+        assert!(Entry::<String>::decode(&[LEGACY, 1, 200], &Manifest::legacy(), 1, no_upcast)
+            .is_err());
     }
 
-    #[test]
-    fn a_foreign_format_or_garbage_is_an_error_not_a_guess() {
-        let mut bytes = Entry::new(vec![1u32], None).encode().unwrap();
-        bytes[0] = 2;
-        assert!(Entry::<u32>::decode(&bytes)
-            .unwrap_err()
-            .contains("format 2"));
-        assert!(Entry::<u32>::decode(&[]).is_err());
-        assert!(Entry::<String>::decode(&[FORMAT, 1, 200]).is_err());
-    }
-
-    #[test]
-    fn snapshots_round_trip() {
-        let records = vec![WindowRecord {
+    fn records() -> Vec<WindowRecord<IncarnationId>> {
+        vec![WindowRecord {
             producer_id: ProducerId::from("p"),
             incarnation: IncarnationId::from_u128(1),
             floor: 2,
             contiguous: 4,
             above: vec![6],
-        }];
-        let bytes = SnapshotOut::new(
-            &"state".to_string(),
-            records.clone(),
-            &OutboxState::default(),
-        )
-        .encode(codec::MAX_ENCODED_BYTES)
+        }]
+    }
+
+    #[test]
+    fn snapshots_round_trip_in_both_codecs_and_as_schema_1_wrote_them() {
+        let outbox = OutboxState::default();
+        for codec in [Codec::Bincode, Codec::MessagePack] {
+            let bytes = SnapshotOut::new(&"state".to_string(), records(), &outbox)
+                .encode(codec, codec::MAX_ENCODED_BYTES)
+                .unwrap();
+            let snapshot =
+                SnapshotIn::<String>::decode(&bytes, &manifest(codec, 1), 1, no_upcast).unwrap();
+            assert_eq!((snapshot.state.as_str(), snapshot.delivered), ("state", records()));
+        }
+        #[derive(Serialize)]
+        struct V1<'a> {
+            format: u8,
+            state: &'a str,
+            delivered: Vec<WindowRecord<IncarnationId>>,
+            outbox: OutboxState,
+        }
+        let legacy = codec::encode(&V1 {
+            format: 1,
+            state: "old",
+            delivered: records(),
+            outbox: OutboxState::default(),
+        })
         .unwrap();
-        let snapshot = SnapshotIn::<String>::decode(&bytes).unwrap();
-        assert_eq!(
-            (snapshot.state.as_str(), snapshot.delivered),
-            ("state", records)
-        );
+        let snapshot =
+            SnapshotIn::<String>::decode(&legacy, &Manifest::legacy(), 1, no_upcast).unwrap();
+        assert_eq!((snapshot.state.as_str(), snapshot.delivered), ("old", records()));
     }
 
     #[test]
@@ -172,12 +404,22 @@ mod tests {
         let outbox = OutboxState::default();
         let snapshot = SnapshotOut::new(&state, Vec::new(), &outbox);
         assert_eq!(
-            snapshot.encode(codec::MAX_ENCODED_BYTES).unwrap_err(),
+            snapshot
+                .encode(Codec::Bincode, codec::MAX_ENCODED_BYTES)
+                .unwrap_err(),
             CodecError::TooLarge {
                 limit: codec::MAX_ENCODED_BYTES
             }
         );
-        let bytes = snapshot.encode(2 * codec::MAX_ENCODED_BYTES).unwrap();
-        assert_eq!(SnapshotIn::<Vec<u8>>::decode(&bytes).unwrap().state, state);
+        let bytes = snapshot
+            .encode(Codec::Bincode, 2 * codec::MAX_ENCODED_BYTES)
+            .unwrap();
+        let manifest = manifest(Codec::Bincode, 1);
+        assert_eq!(
+            SnapshotIn::<Vec<u8>>::decode(&bytes, &manifest, 1, no_upcast)
+                .unwrap()
+                .state,
+            state
+        );
     }
 }

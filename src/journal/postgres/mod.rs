@@ -19,6 +19,7 @@ mod writer;
 
 pub use options::{PostgresOptions, PostgresStats};
 
+use crate::codec::Manifest;
 use crate::journal::write::{WriteOp, WriteRequest};
 use crate::journal::{
     check_append, check_payload, check_payloads, Journal, JournalError, JournalFuture,
@@ -111,6 +112,12 @@ impl PostgresJournal {
     /// intended schema first in the `search_path`. The journal runs it itself on first
     /// connect unless [`PostgresOptions::create_tables`] is off.
     pub const SCHEMA_SQL: &'static str = include_str!("schema.sql");
+
+    /// The SQL that migrates the tables from schema version 1 (actix-delivery 0.1) to the
+    /// current one, `src/journal/postgres/migrate_1_to_2.sql`. The journal runs it itself on
+    /// connect unless [`PostgresOptions::create_tables`] is off; run it by hand (in one
+    /// transaction, with the intended schema first in the `search_path`) otherwise.
+    pub const MIGRATE_1_TO_2_SQL: &'static str = include_str!("migrate_1_to_2.sql");
 
     /// Connects with default [`PostgresOptions`] (tables in `public`).
     ///
@@ -265,11 +272,12 @@ impl fmt::Debug for PostgresJournal {
 }
 
 impl Journal for PostgresJournal {
-    fn append(
+    fn append_as(
         &self,
         id: &PersistenceId,
         first_seq: u64,
         payloads: Vec<Vec<u8>>,
+        manifest: Manifest,
     ) -> JournalFuture<'_, ()> {
         let id = id.clone();
         Box::pin(async move {
@@ -281,6 +289,7 @@ impl Journal for PostgresJournal {
             let op = WriteOp::Append {
                 first_seq,
                 payloads,
+                manifest,
             };
             check_message(&id, &op)?;
             self.write(id, op).await
@@ -391,17 +400,18 @@ impl Sql {
         let streams = schema::table(schema_name, "stream_metadata");
         let snapshots = schema::table(schema_name, "snapshot");
         Self {
-            // One row of $1..$3 per append (at most one per stream): its stream, the seq it
-            // follows and its last seq; one row of $4..$6 per event: the append's row number,
-            // seq and payload. A new stream's row is inserted, a known one advanced, each only
+            // One row of $1..$3 and $7..$9 per append (at most one per stream): its stream, the
+            // seq it follows, its last seq and its manifest (codec, name, version); one row of
+            // $4..$6 per event: the append's row number, seq and payload. A new stream's row is inserted, a known one advanced, each only
             // if it still says `prev`; the events of the appends that won are stored, the others
             // leave no trace. Returns the row numbers of the winners. (`= ANY($1)` steers the
             // planner to the primary key whatever it estimates for `unnest`: never a scan of
             // every stream.)
             append: format!(
                 "WITH input AS ( \
-                     SELECT * FROM unnest($1::text[], $2::int8[], $3::int8[]) \
-                     WITH ORDINALITY AS i(persistence_id, prev, last, n) \
+                     SELECT * FROM unnest($1::text[], $2::int8[], $3::int8[], $7::int2[], \
+                     $8::text[], $9::int8[]) \
+                     WITH ORDINALITY AS i(persistence_id, prev, last, codec, manifest, version, n) \
                  ), created AS ( \
                      INSERT INTO {streams} AS m (persistence_id, highest_seq) \
                      SELECT persistence_id, last FROM input WHERE prev = 0 \
@@ -414,11 +424,14 @@ impl Sql {
                        AND input.prev > 0 AND m.highest_seq = input.prev \
                      RETURNING m.persistence_id \
                  ), won AS ( \
-                     SELECT input.n, input.persistence_id FROM input WHERE input.persistence_id IN \
+                     SELECT input.n, input.persistence_id, input.codec, input.manifest, \
+                     input.version FROM input WHERE input.persistence_id IN \
                      (SELECT persistence_id FROM created UNION ALL SELECT persistence_id FROM advanced) \
                  ), stored AS ( \
-                     INSERT INTO {events} (persistence_id, seq_nr, payload, written_at) \
-                     SELECT won.persistence_id, e.seq_nr, e.payload, now() \
+                     INSERT INTO {events} (persistence_id, seq_nr, payload, written_at, \
+                     ser_codec, ser_manifest, ser_version) \
+                     SELECT won.persistence_id, e.seq_nr, e.payload, now(), won.codec, \
+                     won.manifest, won.version \
                      FROM unnest($4::int8[], $5::int8[], $6::bytea[]) AS e(n, seq_nr, payload) \
                      JOIN won ON won.n = e.n \
                  ) \
@@ -432,11 +445,13 @@ impl Sql {
                      SELECT coalesce((SELECT highest_seq FROM {streams} WHERE persistence_id = $1), 0) \
                      AS highest \
                  ), saved AS ( \
-                     INSERT INTO {snapshots} AS s (persistence_id, seq_nr, payload, written_at) \
-                     SELECT $1, $2, $3, now() FROM h WHERE $2 <= h.highest \
+                     INSERT INTO {snapshots} AS s (persistence_id, seq_nr, payload, written_at, \
+                     ser_codec, ser_manifest, ser_version) \
+                     SELECT $1, $2, $3, now(), $4, $5, $6 FROM h WHERE $2 <= h.highest \
                      ON CONFLICT (persistence_id) DO UPDATE \
                      SET seq_nr = excluded.seq_nr, payload = excluded.payload, \
-                         written_at = excluded.written_at \
+                         written_at = excluded.written_at, ser_codec = excluded.ser_codec, \
+                         ser_manifest = excluded.ser_manifest, ser_version = excluded.ser_version \
                      WHERE excluded.seq_nr >= s.seq_nr \
                  ) \
                  SELECT highest FROM h"
@@ -445,13 +460,14 @@ impl Sql {
                 "SELECT persistence_id, highest_seq FROM {streams} WHERE persistence_id = ANY($1)"
             ),
             replay: format!(
-                "SELECT seq_nr, payload FROM {events} \
+                "SELECT seq_nr, payload, ser_codec, ser_manifest, ser_version FROM {events} \
                  WHERE persistence_id = $1 AND seq_nr >= $2 AND seq_nr <= $3 \
                  ORDER BY seq_nr LIMIT $4"
             ),
             highest: format!("SELECT highest_seq FROM {streams} WHERE persistence_id = $1"),
             load_snapshot: format!(
-                "SELECT seq_nr, payload FROM {snapshots} WHERE persistence_id = $1"
+                "SELECT seq_nr, payload, ser_codec, ser_manifest, ser_version FROM {snapshots} \
+                 WHERE persistence_id = $1"
             ),
         }
     }
@@ -653,11 +669,17 @@ struct Replayed(Vec<StoredEvent>);
 impl FromRows for Replayed {
     fn from_rows(id: &PersistenceId, rows: Vec<tokio_postgres::Row>) -> Result<Self, JournalError> {
         let mut events = Vec::with_capacity(rows.len());
+        let mut last = None;
         for row in rows {
             let raw: i64 = row.try_get(0).map_err(|err| corrupt(id, 0, &err))?;
             let seq = seq_from_sql(id, raw, 0)?;
             let payload: Vec<u8> = row.try_get(1).map_err(|err| corrupt(id, seq, &err))?;
-            events.push(StoredEvent { seq, payload });
+            let manifest = manifest(&row, id, seq, &mut last)?;
+            events.push(StoredEvent {
+                seq,
+                payload,
+                manifest,
+            });
         }
         Ok(Self(events))
     }
@@ -692,8 +714,41 @@ impl FromRows for Option<Snapshot> {
             });
         }
         let payload: Vec<u8> = row.try_get(1).map_err(|err| corrupt(id, seq, &err))?;
-        Ok(Some(Snapshot { seq, payload }))
+        let manifest = manifest(row, id, seq, &mut None)?;
+        Ok(Some(Snapshot {
+            seq,
+            payload,
+            manifest,
+        }))
     }
+}
+
+/// The manifest in columns 2 to 4 of `row` (codec id, name, version); the same as `last` (of
+/// the row before) shares its name instead of allocating it again.
+fn manifest(
+    row: &tokio_postgres::Row,
+    id: &PersistenceId,
+    seq: u64,
+    last: &mut Option<Manifest>,
+) -> Result<Manifest, JournalError> {
+    let codec: i16 = row.try_get(2).map_err(|err| corrupt(id, seq, &err))?;
+    let name: &str = row.try_get(3).map_err(|err| corrupt(id, seq, &err))?;
+    let version: i64 = row.try_get(4).map_err(|err| corrupt(id, seq, &err))?;
+    let (Ok(codec), Ok(version)) = (u8::try_from(codec), u32::try_from(version)) else {
+        return Err(JournalError::Corrupt {
+            persistence_id: id.clone(),
+            seq,
+            reason: format!("a manifest out of range: codec {codec}, version {version}"),
+        });
+    };
+    if let Some(last) = last {
+        if (last.codec_id(), last.name(), last.version()) == (codec, name, version) {
+            return Ok(last.clone());
+        }
+    }
+    let manifest = Manifest::from_stored(codec, name, version);
+    *last = Some(manifest.clone());
+    Ok(manifest)
 }
 
 /// Checks that replayed events are ascending and within the range asked for.

@@ -7,12 +7,18 @@
 //! across deletions and is the fence, and `journal_schema(application, version)`, one row
 //! naming what made the tables. All live in one PostgreSQL schema (`public` by default).
 //!
+//! Schema 2 adds each payload's manifest (`ser_codec`, `ser_manifest`, `ser_version`) to
+//! `event_journal` and `snapshot`.
+//!
 //! On connect: no journal table in the schema → the tables are created (under an advisory
 //! lock, so two nodes starting at once create them once); `journal_schema` says
-//! `actix-delivery`, version 1, and every table is there → used; anything else (a newer
-//! version, another application, journal tables without `journal_schema`, a column the
-//! journal uses missing or of another type) → refused with [`JournalError::Schema`], nothing
-//! changed. Tables altered while the journal runs are reported the same way: a statement
+//! `actix-delivery`, version 1 → migrated to 2 (`migrate_1_to_2.sql`, under the same lock and
+//! in one transaction; what version 1 wrote reads as
+//! [`Manifest::legacy`](crate::codec::Manifest::legacy)); version 2, and every table is there
+//! → used; anything else (a newer version, another application, journal tables without
+//! `journal_schema`, a column the journal uses missing or of another type) → refused with
+//! [`JournalError::Schema`], nothing changed. With `create_tables` off, a version 1 schema is
+//! refused with an error naming the migration to run by hand. Tables altered while the journal runs are reported the same way: a statement
 //! failing with SQLSTATE 42703, 42P01 or 42804 (undefined column or table, wrong type) is a
 //! `Schema` error with the server's message, not a transient `Storage` one.
 
@@ -24,7 +30,10 @@ use crate::journal::JournalError;
 /// What `journal_schema.application` holds.
 const APPLICATION: &str = "actix-delivery";
 /// The schema version this crate reads and writes.
-pub(super) const SCHEMA_VERSION: i32 = 1;
+pub(super) const SCHEMA_VERSION: i32 = 2;
+
+/// From schema version 1 to 2.
+const MIGRATE_1_TO_2: &str = super::PostgresJournal::MIGRATE_1_TO_2_SQL;
 
 /// The tables the schema consists of.
 const TABLES: [&str; 4] = [
@@ -34,7 +43,18 @@ const TABLES: [&str; 4] = [
     "journal_schema",
 ];
 
-/// The columns the journal reads and writes, with their types as `format_type` spells them.
+/// The columns schema 2 added (see [`COLUMNS`]).
+const MANIFEST_COLUMNS: [(&str, &str, &str); 6] = [
+    ("event_journal", "ser_codec", "smallint"),
+    ("event_journal", "ser_manifest", "text"),
+    ("event_journal", "ser_version", "bigint"),
+    ("snapshot", "ser_codec", "smallint"),
+    ("snapshot", "ser_manifest", "text"),
+    ("snapshot", "ser_version", "bigint"),
+];
+
+/// The columns of schema version 1, with their types as `format_type` spells them; version 2
+/// adds [`MANIFEST_COLUMNS`].
 const COLUMNS: [(&str, &str, &str); 12] = [
     ("event_journal", "persistence_id", "text"),
     ("event_journal", "seq_nr", "bigint"),
@@ -98,7 +118,14 @@ pub(super) async fn check_or_create(
                 options.schema
             )))
         }
-        Found::Empty => {}
+        Found::Version1 if !options.create_tables => {
+            return Err(schema_error(format!(
+                "schema version 1 in schema `{}` (migrate it with \
+                 PostgresJournal::MIGRATE_1_TO_2_SQL, or allow create_tables)",
+                options.schema
+            )))
+        }
+        Found::Empty | Found::Version1 => {}
     }
     // Serialise creators: another node may be doing the same right now.
     let create = format!(
@@ -126,11 +153,22 @@ pub(super) async fn check_or_create(
                 .await
                 .map_err(|err| db_error(None, "cannot create the schema", &err))?;
         }
-        if let Found::Empty = inspect(client, &options.schema).await? {
-            client
+        match inspect(client, &options.schema).await? {
+            Found::Empty => client
                 .batch_execute(super::PostgresJournal::SCHEMA_SQL)
                 .await
-                .map_err(|err| db_error(None, "cannot create the tables", &err))?;
+                .map_err(|err| db_error(None, "cannot create the tables", &err))?,
+            Found::Version1 => {
+                client
+                    .batch_execute(MIGRATE_1_TO_2)
+                    .await
+                    .map_err(|err| db_error(None, "cannot migrate the tables", &err))?;
+                log::info!(
+                    "journal in schema `{}` migrated from schema version 1 to {SCHEMA_VERSION}",
+                    options.schema
+                );
+            }
+            Found::Current => {}
         }
         inspect(client, &options.schema).await
     }
@@ -140,10 +178,11 @@ pub(super) async fn check_or_create(
             .batch_execute("COMMIT")
             .await
             .map_err(|err| db_error(None, "cannot commit the new tables", &err)),
-        Ok(Found::Empty) => {
+        Ok(Found::Empty | Found::Version1) => {
             let _ = client.batch_execute("ROLLBACK").await;
             Err(schema_error(
-                "tables that vanished while being created".into(),
+                "tables that vanished, or kept their version, while being created or migrated"
+                    .into(),
             ))
         }
         Err(err) => {
@@ -156,7 +195,7 @@ pub(super) async fn check_or_create(
 /// Checks that every column the journal uses is there, with its type: a table altered by
 /// hand (a column dropped, renamed or retyped) is refused on connect rather than failing
 /// every write later.
-async fn check_columns(client: &Client, schema: &str) -> Result<(), JournalError> {
+async fn check_columns(client: &Client, schema: &str, version: i32) -> Result<(), JournalError> {
     let rows = client
         .query(
             "SELECT c.relname::text, a.attname::text, format_type(a.atttypid, a.atttypmod) \
@@ -178,7 +217,8 @@ async fn check_columns(client: &Client, schema: &str) -> Result<(), JournalError
             read.map_err(|err| db_error(None, "cannot read the catalog", &err))?;
         found.push(column);
     }
-    for (table, column, expected_type) in COLUMNS {
+    let manifest_columns = if version >= 2 { &MANIFEST_COLUMNS[..] } else { &[] };
+    for &(table, column, expected_type) in COLUMNS.iter().chain(manifest_columns) {
         let actual = found
             .iter()
             .find(|(t, c, _)| t == table && c == column)
@@ -207,6 +247,8 @@ enum Found {
     Empty,
     /// This crate's tables, current version.
     Current,
+    /// This crate's tables, version 1: to be migrated.
+    Version1,
 }
 
 /// Reads which journal tables exist and what `journal_schema` says; refuses anything but
@@ -264,10 +306,10 @@ async fn inspect(client: &Client, schema: &str) -> Result<Found, JournalError> {
             if *version > SCHEMA_VERSION {
                 return Err(schema_error(format!(
                     "schema version {version} in schema `{schema}`, written by a newer version \
-                     of {APPLICATION}"
+                     of {APPLICATION} (this one reads schema versions 1 to {SCHEMA_VERSION})"
                 )));
             }
-            if *version != SCHEMA_VERSION {
+            if !(1..=SCHEMA_VERSION).contains(version) {
                 return Err(schema_error(format!(
                     "schema version {version} in schema `{schema}`"
                 )));
@@ -280,8 +322,12 @@ async fn inspect(client: &Client, schema: &str) -> Result<Found, JournalError> {
                     "schema version {version} in schema `{schema}` without its table `{missing}`"
                 )));
             }
-            check_columns(client, schema).await?;
-            Ok(Found::Current)
+            check_columns(client, schema, *version).await?;
+            Ok(if *version == 1 {
+                Found::Version1
+            } else {
+                Found::Current
+            })
         }
         [(application, version)] => Err(schema_error(format!(
             "journal_schema in schema `{schema}` says application {application:?}, version {version:?}"

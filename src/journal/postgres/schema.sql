@@ -1,4 +1,4 @@
--- The PostgreSQL journal of actix-delivery, schema version 1.
+-- The PostgreSQL journal of actix-delivery, schema version 2.
 --
 -- PostgresJournal creates these tables itself on first connect, in the schema named by
 -- PostgresOptions::schema (default `public`), unless PostgresOptions::create_tables(false).
@@ -12,12 +12,16 @@
 -- first schema of the search_path.
 
 -- The events: a gapless seq_nr from 1 per stream. The primary key is the last line of the
--- single-writer fence: no seq is ever stored twice.
+-- single-writer fence: no seq is ever stored twice. ser_codec, ser_manifest and ser_version
+-- are the payload's manifest: how it was written (codec id, type name, schema version).
 CREATE TABLE event_journal (
     persistence_id TEXT NOT NULL,
     seq_nr BIGINT NOT NULL,
     payload BYTEA NOT NULL,
     written_at TIMESTAMPTZ NOT NULL DEFAULT now(),
+    ser_codec SMALLINT NOT NULL,
+    ser_manifest TEXT NOT NULL,
+    ser_version BIGINT NOT NULL,
     PRIMARY KEY (persistence_id, seq_nr)
 );
 
@@ -26,7 +30,10 @@ CREATE TABLE snapshot (
     persistence_id TEXT PRIMARY KEY,
     seq_nr BIGINT NOT NULL,
     payload BYTEA NOT NULL,
-    written_at TIMESTAMPTZ NOT NULL DEFAULT now()
+    written_at TIMESTAMPTZ NOT NULL DEFAULT now(),
+    ser_codec SMALLINT NOT NULL,
+    ser_manifest TEXT NOT NULL,
+    ser_version BIGINT NOT NULL
 );
 
 -- Each stream's highest seq, kept when its events are deleted (so no seq is handed out
@@ -42,4 +49,4 @@ CREATE TABLE journal_schema (
     application TEXT NOT NULL,
     version INTEGER NOT NULL
 );
-INSERT INTO journal_schema (application, version) VALUES ('actix-delivery', 1);
+INSERT INTO journal_schema (application, version) VALUES ('actix-delivery', 2);

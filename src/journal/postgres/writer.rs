@@ -33,6 +33,7 @@ use crate::journal::postgres::options::Counters;
 use crate::journal::postgres::{
     db_error, describe, is_connection_lost, schema, seq_from_sql, Connector, PostgresOptions,
 };
+use crate::codec::Manifest;
 use crate::journal::write::{WriteOp, WriteRequest};
 use crate::journal::{check_snapshot, JournalError, PersistenceId};
 
@@ -54,12 +55,23 @@ const STEP_OVERHEAD: usize = 1024;
 pub(super) fn message_bytes(id: &PersistenceId, op: &WriteOp) -> usize {
     let id = 4 + id.as_str().len() + 2 * 12;
     match op {
-        WriteOp::Append { payloads, .. } => payloads
-            .iter()
-            .fold(id, |sum, payload| sum.saturating_add(32 + payload.len())),
+        WriteOp::Append {
+            payloads, manifest, ..
+        } => payloads.iter().fold(
+            id + manifest_bytes(manifest),
+            |sum, payload| sum.saturating_add(32 + payload.len()),
+        ),
         WriteOp::DeleteTo { .. } => id,
-        WriteOp::SaveSnapshot(snapshot) => id.saturating_add(snapshot.payload.len()),
+        WriteOp::SaveSnapshot(snapshot) => id
+            .saturating_add(manifest_bytes(&snapshot.manifest))
+            .saturating_add(snapshot.payload.len()),
     }
+}
+
+/// What a manifest adds: its codec, name and version, each an array element with a 4-byte
+/// length (the name padded to 4 bytes in the server's array).
+fn manifest_bytes(manifest: &Manifest) -> usize {
+    3 * 8 + manifest.name().len() + 4
 }
 
 /// Whether a step of `bytes` (from [`message_bytes`]) fits one message.
@@ -79,6 +91,7 @@ impl WriteRequest {
             WriteOp::Append {
                 first_seq,
                 payloads,
+                ..
             } => {
                 let last = first_seq + payloads.len() as u64 - 1;
                 if last == *first_seq {
@@ -504,6 +517,9 @@ enum StepParams<'a> {
         rows: Vec<i64>,
         seqs: Vec<i64>,
         payloads: Vec<&'a [u8]>,
+        codecs: Vec<i16>,
+        names: Vec<&'a str>,
+        versions: Vec<i64>,
     },
     DeleteTo {
         id: &'a str,
@@ -513,6 +529,9 @@ enum StepParams<'a> {
         id: &'a str,
         seq: i64,
         payload: &'a [u8],
+        codec: i16,
+        name: &'a str,
+        version: i64,
     },
 }
 
@@ -529,6 +548,9 @@ impl<'a> StepParams<'a> {
                         id,
                         seq: snapshot.seq as i64,
                         payload: &snapshot.payload,
+                        codec: i16::from(snapshot.manifest.codec_id()),
+                        name: snapshot.manifest.name(),
+                        version: i64::from(snapshot.manifest.version()),
                     },
                     WriteOp::DeleteTo { to_seq } => Self::DeleteTo {
                         id,
@@ -541,11 +563,13 @@ impl<'a> StepParams<'a> {
         };
         let (mut ids, mut prevs, mut lasts) = (Vec::new(), Vec::new(), Vec::new());
         let (mut rows, mut seqs, mut payloads) = (Vec::new(), Vec::new(), Vec::new());
+        let (mut codecs, mut names, mut versions) = (Vec::new(), Vec::new(), Vec::new());
         for (row, &index) in (1i64..).zip(appends) {
             let request = &group[index];
             let WriteOp::Append {
                 first_seq,
                 payloads: events,
+                manifest,
             } = &request.op
             else {
                 continue; // plan() puts only appends here
@@ -553,6 +577,9 @@ impl<'a> StepParams<'a> {
             // check_append bounded every seq by MAX_SEQ, so they fit an i64.
             let first = *first_seq as i64;
             ids.push(request.id.as_str());
+            codecs.push(i16::from(manifest.codec_id()));
+            names.push(manifest.name());
+            versions.push(i64::from(manifest.version()));
             prevs.push(first - 1);
             lasts.push(first + events.len() as i64 - 1);
             for (seq, payload) in (first..).zip(events) {
@@ -568,6 +595,9 @@ impl<'a> StepParams<'a> {
             rows,
             seqs,
             payloads,
+            codecs,
+            names,
+            versions,
         }
     }
 
@@ -580,9 +610,19 @@ impl<'a> StepParams<'a> {
                 rows,
                 seqs,
                 payloads,
-            } => vec![ids, prevs, lasts, rows, seqs, payloads],
+                codecs,
+                names,
+                versions,
+            } => vec![ids, prevs, lasts, rows, seqs, payloads, codecs, names, versions],
             Self::DeleteTo { id, to_seq } => vec![id, to_seq],
-            Self::SaveSnapshot { id, seq, payload } => vec![id, seq, payload],
+            Self::SaveSnapshot {
+                id,
+                seq,
+                payload,
+                codec,
+                name,
+                version,
+            } => vec![id, seq, payload, codec, name, version],
         }
     }
 }

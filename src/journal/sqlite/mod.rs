@@ -15,6 +15,7 @@ mod writer;
 pub use options::{SqliteDurability, SqliteOptions, SqliteStats};
 
 use crate::journal::write::{WriteOp, WriteRequest};
+use crate::codec::Manifest;
 use crate::journal::{
     check_append, check_payload, check_payloads, Journal, JournalError, JournalFuture,
     PersistenceId, Snapshot, StoredEvent, MAX_SEQ,
@@ -291,11 +292,12 @@ impl SqliteJournal {
 }
 
 impl Journal for SqliteJournal {
-    fn append(
+    fn append_as(
         &self,
         id: &PersistenceId,
         first_seq: u64,
         payloads: Vec<Vec<u8>>,
+        manifest: Manifest,
     ) -> JournalFuture<'_, ()> {
         let id = id.clone();
         Box::pin(async move {
@@ -309,6 +311,7 @@ impl Journal for SqliteJournal {
                 WriteOp::Append {
                     first_seq,
                     payloads,
+                    manifest,
                 },
             )
             .await

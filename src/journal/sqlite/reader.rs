@@ -9,11 +9,12 @@ use std::path::Path;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
-use rusqlite::{OptionalExtension, Statement};
+use rusqlite::Statement;
 use tokio::sync::{mpsc, oneshot};
 
 use crate::journal::sqlite::writer::Buffered;
 use crate::journal::sqlite::{schema, seq_from_sql, storage_error, HIGHEST_SQL};
+use crate::codec::Manifest;
 use crate::journal::{JournalError, PersistenceId, Snapshot, StoredEvent};
 
 type Reply<T> = oneshot::Sender<Result<T, JournalError>>;
@@ -67,21 +68,24 @@ pub(super) fn run(
     let prepared = (|| {
         Ok(Statements {
             replay: conn.prepare(
-                "SELECT seq_nr, payload FROM event_journal \
+                "SELECT seq_nr, payload, ser_codec, ser_manifest, ser_version FROM event_journal \
                  WHERE persistence_id = ?1 AND seq_nr >= ?2 AND seq_nr <= ?3 \
                  ORDER BY seq_nr LIMIT ?4",
             )?,
             replay_buffered: conn.prepare(
-                "SELECT seq_nr, payload FROM event_journal \
+                "SELECT seq_nr, payload, ser_codec, ser_manifest, ser_version FROM event_journal \
                  WHERE persistence_id = ?1 AND seq_nr >= ?2 AND seq_nr <= ?3 \
                  UNION ALL \
-                 SELECT seq_nr, payload FROM event_buffer \
+                 SELECT seq_nr, payload, ser_codec, ser_manifest, ser_version FROM event_buffer \
                  WHERE persistence_id = ?1 AND seq_nr >= ?2 AND seq_nr <= ?3 \
                  ORDER BY seq_nr LIMIT ?4",
             )?,
             highest: conn.prepare(HIGHEST_SQL)?,
             snapshot: conn
-                .prepare("SELECT seq_nr, payload FROM snapshot WHERE persistence_id = ?1")?,
+                .prepare(
+                "SELECT seq_nr, payload, ser_codec, ser_manifest, ser_version FROM snapshot \
+                 WHERE persistence_id = ?1",
+            )?,
             buffered,
         })
     })();
@@ -165,6 +169,7 @@ impl Statements<'_> {
             .map_err(storage_error(Some(id)))?;
         let mut events = Vec::new();
         let mut expected = from_seq.max(1);
+        let mut last: Option<Manifest> = None;
         while let Some(row) = rows.next().map_err(storage_error(Some(id)))? {
             let raw: i64 = row.get(0).map_err(|err| corrupt(id, expected, err))?;
             let seq = seq_from_sql(id, raw, expected)?;
@@ -176,7 +181,12 @@ impl Statements<'_> {
                 });
             }
             let payload: Vec<u8> = row.get(1).map_err(|err| corrupt(id, seq, err))?;
-            events.push(StoredEvent { seq, payload });
+            let manifest = manifest(row, id, seq, &mut last)?;
+            events.push(StoredEvent {
+                seq,
+                payload,
+                manifest,
+            });
             expected = seq + 1;
         }
         Ok(events)
@@ -205,17 +215,14 @@ impl Statements<'_> {
     }
 
     fn snapshot(&mut self, id: &PersistenceId) -> Result<Option<Snapshot>, JournalError> {
-        let row = self
+        let mut rows = self
             .snapshot
-            .query_row([id.as_str()], |row| {
-                Ok((row.get::<_, i64>(0), row.get::<_, Vec<u8>>(1)))
-            })
-            .optional()
+            .query([id.as_str()])
             .map_err(storage_error(Some(id)))?;
-        let Some((raw_seq, payload)) = row else {
+        let Some(row) = rows.next().map_err(storage_error(Some(id)))? else {
             return Ok(None);
         };
-        let raw_seq = raw_seq.map_err(|err| corrupt(id, 0, err))?;
+        let raw_seq: i64 = row.get(0).map_err(|err| corrupt(id, 0, err))?;
         let seq = seq_from_sql(id, raw_seq, 0)?;
         if seq == 0 {
             return Err(JournalError::Corrupt {
@@ -224,7 +231,43 @@ impl Statements<'_> {
                 reason: "a snapshot at seq 0".into(),
             });
         }
-        let payload = payload.map_err(|err| corrupt(id, seq, err))?;
-        Ok(Some(Snapshot { seq, payload }))
+        let payload = row.get(1).map_err(|err| corrupt(id, seq, err))?;
+        let manifest = manifest(row, id, seq, &mut None)?;
+        Ok(Some(Snapshot {
+            seq,
+            payload,
+            manifest,
+        }))
     }
+}
+
+/// The manifest in columns 2 to 4 of `row` (codec id, name, version); the same as `last` (of
+/// the row before) shares its name instead of allocating it again.
+fn manifest(
+    row: &rusqlite::Row<'_>,
+    id: &PersistenceId,
+    seq: u64,
+    last: &mut Option<Manifest>,
+) -> Result<Manifest, JournalError> {
+    let codec: i64 = row.get(2).map_err(|err| corrupt(id, seq, err))?;
+    let name = row
+        .get_ref(3)
+        .and_then(|value| Ok(value.as_str()?))
+        .map_err(|err| corrupt(id, seq, err))?;
+    let version: i64 = row.get(4).map_err(|err| corrupt(id, seq, err))?;
+    let (Ok(codec), Ok(version)) = (u8::try_from(codec), u32::try_from(version)) else {
+        return Err(JournalError::Corrupt {
+            persistence_id: id.clone(),
+            seq,
+            reason: format!("a manifest out of range: codec {codec}, version {version}"),
+        });
+    };
+    if let Some(last) = last {
+        if (last.codec_id(), last.name(), last.version()) == (codec, name, version) {
+            return Ok(last.clone());
+        }
+    }
+    let manifest = Manifest::from_stored(codec, name, version);
+    *last = Some(manifest.clone());
+    Ok(manifest)
 }

@@ -4,11 +4,17 @@
 //!
 //! ```sql
 //! event_journal(persistence_id TEXT, seq_nr INTEGER, payload BLOB, written_at INTEGER,
+//!               ser_codec INTEGER, ser_manifest TEXT, ser_version INTEGER,
 //!               PRIMARY KEY (persistence_id, seq_nr))
-//! snapshot(persistence_id TEXT PRIMARY KEY, seq_nr INTEGER, payload BLOB, written_at INTEGER)
+//! snapshot(persistence_id TEXT PRIMARY KEY, seq_nr INTEGER, payload BLOB, written_at INTEGER,
+//!          ser_codec INTEGER, ser_manifest TEXT, ser_version INTEGER)
 //! stream_metadata(persistence_id TEXT PRIMARY KEY, deleted_to INTEGER)
-//! event_buffer(persistence_id TEXT, seq_nr INTEGER, payload BLOB, written_at INTEGER)
+//! event_buffer(persistence_id TEXT, seq_nr INTEGER, payload BLOB, written_at INTEGER,
+//!              ser_codec INTEGER, ser_manifest TEXT, ser_version INTEGER)
 //! ```
+//!
+//! `ser_codec`, `ser_manifest` and `ser_version` are the payload's
+//! [`Manifest`](crate::codec::Manifest): codec id, type name, schema version.
 //!
 //! `event_buffer` holds the most recent appends in commit order, without an index: the
 //! writer moves them into `event_journal` in bulk (see the writer module), and on open. A
@@ -22,6 +28,11 @@
 //! `-wal`), and a file with more than one hard link is refused (each name would get a lock,
 //! and a write-ahead log, of its own). The file is marked with `PRAGMA application_id` and
 //! `PRAGMA user_version`; a file marked otherwise is refused and left untouched.
+//!
+//! Schema versions: 1 (actix-delivery 0.1) had no manifest columns; opening such a file
+//! migrates it to 2 in one transaction (the three columns are added, rows written before
+//! read as [`Manifest::legacy`](crate::codec::Manifest::legacy): bincode, no name, version 1).
+//! A file of a newer version than this code's is refused, naming both versions.
 
 use std::fs::{File, OpenOptions, TryLockError};
 use std::path::{Path, PathBuf};
@@ -35,7 +46,7 @@ use crate::journal::JournalError;
 /// `PRAGMA application_id` of a journal file: "adjl" (actix-delivery journal).
 pub(super) const APPLICATION_ID: i32 = 0x6164_6a6c;
 /// `PRAGMA user_version` of the schema this crate writes.
-pub(super) const SCHEMA_VERSION: i32 = 1;
+pub(super) const SCHEMA_VERSION: i32 = 2;
 
 const CREATE: &str = "
     CREATE TABLE event_journal (
@@ -43,13 +54,19 @@ const CREATE: &str = "
         seq_nr INTEGER NOT NULL,
         payload BLOB NOT NULL,
         written_at INTEGER NOT NULL,
+        ser_codec INTEGER NOT NULL,
+        ser_manifest TEXT NOT NULL,
+        ser_version INTEGER NOT NULL,
         PRIMARY KEY (persistence_id, seq_nr)
     );
     CREATE TABLE snapshot (
         persistence_id TEXT PRIMARY KEY NOT NULL,
         seq_nr INTEGER NOT NULL,
         payload BLOB NOT NULL,
-        written_at INTEGER NOT NULL
+        written_at INTEGER NOT NULL,
+        ser_codec INTEGER NOT NULL,
+        ser_manifest TEXT NOT NULL,
+        ser_version INTEGER NOT NULL
     );
     CREATE TABLE stream_metadata (
         persistence_id TEXT PRIMARY KEY NOT NULL,
@@ -59,8 +76,26 @@ const CREATE: &str = "
         persistence_id TEXT NOT NULL,
         seq_nr INTEGER NOT NULL,
         payload BLOB NOT NULL,
-        written_at INTEGER NOT NULL
+        written_at INTEGER NOT NULL,
+        ser_codec INTEGER NOT NULL,
+        ser_manifest TEXT NOT NULL,
+        ser_version INTEGER NOT NULL
     );
+";
+
+/// From schema 1 to 2: the manifest columns. What was written before reads as
+/// `Manifest::legacy()` (bincode, no name, version 1).
+const MIGRATE_1_TO_2: &str = "
+    ALTER TABLE event_journal ADD COLUMN ser_codec INTEGER NOT NULL DEFAULT 1;
+    ALTER TABLE event_journal ADD COLUMN ser_manifest TEXT NOT NULL DEFAULT '';
+    ALTER TABLE event_journal ADD COLUMN ser_version INTEGER NOT NULL DEFAULT 1;
+    ALTER TABLE snapshot ADD COLUMN ser_codec INTEGER NOT NULL DEFAULT 1;
+    ALTER TABLE snapshot ADD COLUMN ser_manifest TEXT NOT NULL DEFAULT '';
+    ALTER TABLE snapshot ADD COLUMN ser_version INTEGER NOT NULL DEFAULT 1;
+    ALTER TABLE event_buffer ADD COLUMN ser_codec INTEGER NOT NULL DEFAULT 1;
+    ALTER TABLE event_buffer ADD COLUMN ser_manifest TEXT NOT NULL DEFAULT '';
+    ALTER TABLE event_buffer ADD COLUMN ser_version INTEGER NOT NULL DEFAULT 1;
+    PRAGMA user_version = 2;
 ";
 
 const TABLES: [&str; 4] = [
@@ -76,6 +111,8 @@ enum Found {
     Empty,
     /// This crate's schema, current version.
     Current,
+    /// This crate's schema, version 1: to be migrated.
+    Version1,
 }
 
 /// Opens the write connection: takes the lock file, checks (or creates) the schema, then
@@ -121,8 +158,10 @@ pub(super) fn open_writer(
         conn.pragma_update(None, "max_page_count", pages)
             .map_err(storage_error(None))?;
     }
-    if let Found::Empty = found {
-        create(&conn)?;
+    match found {
+        Found::Empty => create(&conn)?,
+        Found::Version1 => migrate(&conn)?,
+        Found::Current => {}
     }
     Ok((conn, lock))
 }
@@ -247,6 +286,27 @@ fn create(conn: &Connection) -> Result<(), JournalError> {
     result
 }
 
+/// Migrates a schema 1 file to the current schema, in one transaction (all of it or
+/// nothing). The lock file makes this the only writer.
+fn migrate(conn: &Connection) -> Result<(), JournalError> {
+    conn.execute_batch("BEGIN IMMEDIATE")
+        .map_err(storage_error(None))?;
+    let result = (|| {
+        if let Found::Version1 = inspect(conn)? {
+            conn.execute_batch(MIGRATE_1_TO_2)
+                .map_err(storage_error(None))?;
+        }
+        conn.execute_batch("COMMIT").map_err(storage_error(None))
+    })();
+    if result.is_err() && !conn.is_autocommit() {
+        let _ = conn.execute_batch("ROLLBACK");
+    }
+    if result.is_ok() {
+        log::info!("journal migrated from schema version 1 to {SCHEMA_VERSION}");
+    }
+    result
+}
+
 fn expected() -> String {
     format!("an actix-delivery journal (application_id {APPLICATION_ID:#x}), schema version {SCHEMA_VERSION}")
 }
@@ -278,7 +338,7 @@ fn inspect(conn: &Connection) -> Result<Found, JournalError> {
         (0, _) => Err(schema(format!(
             "a foreign database ({objects} schema objects, user_version {version}, no application_id)"
         ))),
-        (APPLICATION_ID, SCHEMA_VERSION) => {
+        (APPLICATION_ID, version @ (1 | SCHEMA_VERSION)) => {
             for table in TABLES {
                 let exists = conn
                     .query_row(
@@ -294,10 +354,15 @@ fn inspect(conn: &Connection) -> Result<Found, JournalError> {
                     )));
                 }
             }
-            Ok(Found::Current)
+            Ok(if version == 1 {
+                Found::Version1
+            } else {
+                Found::Current
+            })
         }
         (APPLICATION_ID, newer) if newer > SCHEMA_VERSION => Err(schema(format!(
-            "schema version {newer}, written by a newer version of actix-delivery"
+            "schema version {newer}, written by a newer version of actix-delivery (this one \
+             reads schema versions 1 to {SCHEMA_VERSION})"
         ))),
         (APPLICATION_ID, other) => Err(schema(format!("schema version {other}"))),
         (other, _) => Err(schema(format!(

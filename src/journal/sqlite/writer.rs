@@ -65,12 +65,12 @@ impl<'c> Statements<'c> {
         Ok(Self {
             highest: conn.prepare(HIGHEST_SQL)?,
             buffer: conn.prepare(
-                "INSERT INTO event_buffer (persistence_id, seq_nr, payload, written_at) \
-                 VALUES (?1, ?2, ?3, ?4)",
+                "INSERT INTO event_buffer (persistence_id, seq_nr, payload, written_at, \
+                 ser_codec, ser_manifest, ser_version) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
             )?,
             insert: conn.prepare(
-                "INSERT INTO event_journal (persistence_id, seq_nr, payload, written_at) \
-                 VALUES (?1, ?2, ?3, ?4)",
+                "INSERT INTO event_journal (persistence_id, seq_nr, payload, written_at, \
+                 ser_codec, ser_manifest, ser_version) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
             )?,
             delete: conn
                 .prepare("DELETE FROM event_journal WHERE persistence_id = ?1 AND seq_nr <= ?2")?,
@@ -82,11 +82,12 @@ impl<'c> Statements<'c> {
                  SET deleted_to = max(deleted_to, excluded.deleted_to)",
             )?,
             save_snapshot: conn.prepare(
-                "INSERT INTO snapshot (persistence_id, seq_nr, payload, written_at) \
-                 VALUES (?1, ?2, ?3, ?4) \
+                "INSERT INTO snapshot (persistence_id, seq_nr, payload, written_at, \
+                 ser_codec, ser_manifest, ser_version) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7) \
                  ON CONFLICT (persistence_id) DO UPDATE \
                  SET seq_nr = excluded.seq_nr, payload = excluded.payload, \
-                     written_at = excluded.written_at \
+                     written_at = excluded.written_at, ser_codec = excluded.ser_codec, \
+                     ser_manifest = excluded.ser_manifest, ser_version = excluded.ser_version \
                  WHERE excluded.seq_nr >= snapshot.seq_nr",
             )?,
         })
@@ -331,6 +332,7 @@ impl Writer<'_> {
             WriteOp::Append {
                 first_seq,
                 payloads,
+                manifest,
             } => {
                 if let Err(conflict) = check_fence(id, *first_seq, highest) {
                     return Ok(Err(conflict));
@@ -342,8 +344,9 @@ impl Writer<'_> {
                     &mut statements.insert
                 };
                 // check_append bounded every seq by MAX_SEQ, so they fit an i64.
+                let (codec, name, version) = (manifest.codec_id(), manifest.name(), manifest.version());
                 for (seq, payload) in (*first_seq as i64..).zip(payloads) {
-                    insert.execute(params![id.as_str(), seq, payload, now])?;
+                    insert.execute(params![id.as_str(), seq, payload, now, codec, name, version])?;
                 }
                 let appended = group.entry(id.clone()).or_insert(Appended {
                     highest: 0,
@@ -374,7 +377,10 @@ impl Writer<'_> {
                     id.as_str(),
                     snapshot.seq as i64,
                     snapshot.payload,
-                    now
+                    now,
+                    snapshot.manifest.codec_id(),
+                    snapshot.manifest.name(),
+                    snapshot.manifest.version()
                 ])?;
             }
         }
@@ -446,8 +452,10 @@ impl Writer<'_> {
         let result = (|| {
             begin(self.conn)?;
             self.conn.execute_batch(
-                "INSERT INTO event_journal (persistence_id, seq_nr, payload, written_at) \
-                 SELECT persistence_id, seq_nr, payload, written_at FROM event_buffer; \
+                "INSERT INTO event_journal (persistence_id, seq_nr, payload, written_at, \
+                 ser_codec, ser_manifest, ser_version) \
+                 SELECT persistence_id, seq_nr, payload, written_at, \
+                 ser_codec, ser_manifest, ser_version FROM event_buffer; \
                  DELETE FROM event_buffer; \
                  COMMIT",
             )

@@ -4,16 +4,23 @@
 //! 2. the same actor with 64 callers, each with one command in flight (batched appends);
 //! 3. the effectively-once consumer end to end (producer → consumer → persistent actor),
 //!    messages confirmed per second at window 64;
-//! 4. the same delivery with a plain in-memory handler.
+//! 4. the same delivery with a plain in-memory handler;
+//! 5. recovering an entity of 1 M events (one per command).
 //!
-//! `cargo run --release --example persistence_bench` (prints a Markdown table; medians of
+//! 1 to 3 and 5 run with each codec: bincode (fixed schema) and MessagePack (self-describing,
+//! the default).
+//!
+//! `cargo run --release --example persistence_bench` (prints Markdown tables; medians of
 //! several runs, each on a fresh journal).
 
 use std::sync::Arc;
 use std::time::Instant;
 
-use actix_delivery::journal::{PersistenceId, SqliteJournal};
-use actix_delivery::persistence::{Decision, EventSourced, PersistentConfig, PersistentHandle};
+use actix_delivery::codec::Codec;
+use actix_delivery::journal::{Journal, PersistenceId, SqliteJournal};
+use actix_delivery::persistence::{
+    recover_state, Decision, EventSourced, PersistentConfig, PersistentHandle,
+};
 use actix_delivery::{
     Confirmation, ConsumerOptions, DeliveryHandler, ProducerHandle, ProducerOptions,
     ReliableDelivery,
@@ -26,6 +33,8 @@ const CONCURRENT_CALLERS: u64 = 64;
 const CONCURRENT: u64 = 64_000;
 const DELIVERED: u64 = 50_000;
 const WINDOW: usize = 64;
+const RECOVERED: u64 = 1_000_000;
+const CODECS: [Codec; 2] = [Codec::Bincode, Codec::MessagePack];
 
 /// A counter whose events carry a 100-byte note, so entries are of a realistic size.
 #[derive(Default, Serialize, Deserialize)]
@@ -55,20 +64,34 @@ impl EventSourced for Counter {
     }
 }
 
-async fn counter(dir: &tempfile::TempDir, run: usize) -> PersistentHandle<Counter> {
+async fn open(dir: &tempfile::TempDir, run: usize) -> Arc<dyn Journal> {
     let journal = SqliteJournal::open(dir.path().join(format!("run-{run}.db")))
         .await
         .expect("open the journal");
-    let id = PersistenceId::new("counter").expect("a valid id");
-    let counter = PersistentHandle::start(Arc::new(journal), id, PersistentConfig::default())
-        .expect("valid settings");
+    Arc::new(journal)
+}
+
+fn counter_id() -> PersistenceId {
+    PersistenceId::new("counter").expect("a valid id")
+}
+
+async fn counter_on(journal: Arc<dyn Journal>, codec: Codec) -> PersistentHandle<Counter> {
+    let config = PersistentConfig {
+        codec,
+        ..PersistentConfig::default()
+    };
+    let counter = PersistentHandle::start(journal, counter_id(), config).expect("valid settings");
     counter.ask(0).await.expect("recovered");
     counter
 }
 
+async fn counter(dir: &tempfile::TempDir, run: usize, codec: Codec) -> PersistentHandle<Counter> {
+    counter_on(open(dir, run).await, codec).await
+}
+
 /// Commands per second with one in flight.
-async fn sequential(dir: &tempfile::TempDir, run: usize) -> f64 {
-    let counter = counter(dir, run).await;
+async fn sequential(dir: &tempfile::TempDir, run: usize, codec: Codec) -> f64 {
+    let counter = counter(dir, run, codec).await;
     let start = Instant::now();
     for _ in 0..SEQUENTIAL {
         counter.ask(1).await.expect("stored");
@@ -77,21 +100,52 @@ async fn sequential(dir: &tempfile::TempDir, run: usize) -> f64 {
 }
 
 /// Commands per second with 64 callers, each with one in flight.
-async fn concurrent(dir: &tempfile::TempDir, run: usize) -> (f64, f64) {
-    let counter = counter(dir, run).await;
+async fn concurrent(dir: &tempfile::TempDir, run: usize, codec: Codec) -> (f64, f64) {
+    let counter = counter(dir, run, codec).await;
     let start = Instant::now();
+    write(&counter, CONCURRENT).await;
+    let rate = CONCURRENT as f64 / start.elapsed().as_secs_f64();
+    let stats = counter.stats().await.expect("running");
+    (rate, stats.entries as f64 / stats.appends as f64)
+}
+
+/// `commands` commands from 64 callers, each with one in flight.
+async fn write(counter: &PersistentHandle<Counter>, commands: u64) {
     let callers = (0..CONCURRENT_CALLERS).map(|_| {
         let counter = counter.clone();
         actix::spawn(async move {
-            for _ in 0..CONCURRENT / CONCURRENT_CALLERS {
+            for _ in 0..commands / CONCURRENT_CALLERS {
                 counter.ask(1).await.expect("stored");
             }
         })
     });
     futures_util::future::join_all(callers).await;
-    let rate = CONCURRENT as f64 / start.elapsed().as_secs_f64();
-    let stats = counter.stats().await.expect("running");
-    (rate, stats.entries as f64 / stats.appends as f64)
+}
+
+/// Events recovered per second from a stream of [`RECOVERED`] events in `codec` (the median
+/// of three recoveries of one stream).
+async fn recovery(dir: &tempfile::TempDir, run: usize, codec: Codec) -> f64 {
+    let journal = open(dir, run).await;
+    let counter = counter_on(journal.clone(), codec).await;
+    write(&counter, RECOVERED).await;
+    counter.stop();
+    counter.stopped().await;
+    let rates = (0..3).map(|_| {
+        let journal = journal.clone();
+        async move {
+            let start = Instant::now();
+            let state = recover_state::<Counter>(&*journal, &counter_id())
+                .await
+                .expect("recovered");
+            assert_eq!(state.count, RECOVERED);
+            RECOVERED as f64 / start.elapsed().as_secs_f64()
+        }
+    });
+    let mut measured = Vec::new();
+    for rate in rates {
+        measured.push(rate.await);
+    }
+    median(measured)
 }
 
 /// Messages confirmed per second through `handler`: N−1 tells and one awaited send.
@@ -126,39 +180,67 @@ fn median(mut values: Vec<f64>) -> f64 {
 #[actix::main]
 async fn main() {
     let dir = tempfile::tempdir().expect("a temporary directory");
-    let mut one = Vec::new();
-    let mut many = Vec::new();
-    let mut batch = Vec::new();
-    let mut persistent = Vec::new();
+    let mut rows = Vec::new();
     let mut memory = Vec::new();
-    for run in 0..RUNS {
-        one.push(sequential(&dir, run * 10).await);
-        let (rate, per_append) = concurrent(&dir, run * 10 + 1).await;
-        many.push(rate);
-        batch.push(per_append);
-        let counter = counter(&dir, run * 10 + 2).await;
-        persistent.push(delivered(counter.delivery_handler(|_: u64| 1)).await);
-        memory.push(
-            delivered(DeliveryHandler::from_fn(|_: u64| async {
-                Ok::<(), String>(())
-            }))
-            .await,
+    for (index, codec) in CODECS.into_iter().enumerate() {
+        let (mut one, mut many, mut batch, mut persistent) = (vec![], vec![], vec![], vec![]);
+        for run in 0..RUNS {
+            let run = 100 * index + 10 * run;
+            one.push(sequential(&dir, run, codec).await);
+            let (rate, per_append) = concurrent(&dir, run + 1, codec).await;
+            many.push(rate);
+            batch.push(per_append);
+            let counter = counter(&dir, run + 2, codec).await;
+            persistent.push(delivered(counter.delivery_handler(|_: u64| 1)).await);
+            if index == 0 {
+                memory.push(
+                    delivered(DeliveryHandler::from_fn(|_: u64| async {
+                        Ok::<(), String>(())
+                    }))
+                    .await,
+                );
+            }
+        }
+        let recovered = recovery(&dir, 100 * index + 99, codec).await;
+        rows.push((
+            codec,
+            median(one),
+            median(many),
+            median(batch),
+            median(persistent),
+            recovered,
+        ));
+    }
+    let memory = median(memory);
+    println!("| case (SQLite journal) | codec | per second | vs bincode |");
+    println!("|---|---|---:|---:|");
+    let cases: [(&str, fn(&(Codec, f64, f64, f64, f64, f64)) -> f64); 4] = [
+        ("persistent actor, 1 command in flight", |r| r.1),
+        ("persistent actor, 64 commands in flight", |r| r.2),
+        (
+            "effectively-once consumer at window 64, messages confirmed",
+            |r| r.4,
+        ),
+        ("recovery of 1 M events, events", |r| r.5),
+    ];
+    for (case, value) in cases {
+        for row in &rows {
+            println!(
+                "| {case} | {} | {:.0} | {:.2}× |",
+                row.0,
+                value(row),
+                value(row) / value(&rows[0])
+            );
+        }
+    }
+    for row in &rows {
+        println!(
+            "\n{}: 64 commands in flight are {:.1}× one in flight ({:.1} entries per append); the \
+             effectively-once consumer confirms {:.2}× what an in-memory handler does ({memory:.0}/s)",
+            row.0,
+            row.2 / row.1,
+            row.3,
+            row.4 / memory
         );
     }
-    let (one, many, batch) = (median(one), median(many), median(batch));
-    let (persistent, memory) = (median(persistent), median(memory));
-    println!("| case | per second | vs one in flight |");
-    println!("|---|---:|---:|");
-    println!("| persistent actor, 1 command in flight | {one:.0} | 1.0× |");
-    println!(
-        "| persistent actor, {CONCURRENT_CALLERS} commands in flight ({batch:.1} per append) | {many:.0} | {:.1}× |",
-        many / one
-    );
-    println!("\n| delivery at window {WINDOW} | confirmed messages/s | vs in-memory handler |");
-    println!("|---|---:|---:|");
-    println!("| in-memory handler | {memory:.0} | 1.0× |");
-    println!(
-        "| effectively-once consumer (persistent actor on SQLite) | {persistent:.0} | {:.2}× |",
-        persistent / memory
-    );
 }

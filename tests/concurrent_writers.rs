@@ -9,6 +9,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use actix_delivery::codec::Manifest;
 use actix_delivery::journal::{
     Journal, JournalError, JournalFuture, MemoryJournal, PersistenceId, Snapshot, StoredEvent,
 };
@@ -66,13 +67,14 @@ struct GatedSnapshots {
 }
 
 impl Journal for GatedSnapshots {
-    fn append(
+    fn append_as(
         &self,
         id: &PersistenceId,
         first_seq: u64,
         payloads: Vec<Vec<u8>>,
+        manifest: Manifest,
     ) -> JournalFuture<'_, ()> {
-        self.inner.append(id, first_seq, payloads)
+        self.inner.append_as(id, first_seq, payloads, manifest)
     }
 
     fn replay(

@@ -9,6 +9,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use actix::prelude::*;
+use actix_delivery::codec::Manifest;
 use actix_delivery::durable::{DurableOptions, MessageId};
 use actix_delivery::journal::{
     Journal, JournalError, JournalFuture, MemoryJournal, PersistenceId, Snapshot, StoredEvent,
@@ -54,7 +55,7 @@ fn link(consumer: &ConsumerHandle<u32>) -> (ConsumerRef<u32>, Arc<AtomicBool>, L
 fn durable_producer(
     journal: &MemoryJournal,
     to: ConsumerRef<u32>,
-    configure: impl FnOnce(DurableOptions) -> DurableOptions,
+    configure: impl FnOnce(DurableOptions<u32>) -> DurableOptions<u32>,
 ) -> ProducerHandle<u32> {
     let options = ProducerOptions::builder(to)
         .producer_id("orders")
@@ -326,7 +327,13 @@ impl Broken {
 }
 
 impl Journal for Broken {
-    fn append(&self, _: &PersistenceId, _: u64, _: Vec<Vec<u8>>) -> JournalFuture<'_, ()> {
+    fn append_as(
+        &self,
+        _: &PersistenceId,
+        _: u64,
+        _: Vec<Vec<u8>>,
+        _: Manifest,
+    ) -> JournalFuture<'_, ()> {
         self.fail()
     }
     fn replay(

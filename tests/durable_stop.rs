@@ -11,6 +11,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use actix::prelude::*;
+use actix_delivery::codec::Manifest;
 use actix_delivery::durable::{DurableConfirmation, DurableOptions, MessageId};
 use actix_delivery::journal::{
     Journal, JournalFuture, MemoryJournal, PersistenceId, Snapshot, StoredEvent,
@@ -49,7 +50,7 @@ fn black_hole<T: Send + 'static>() -> (ConsumerRef<T>, Log<(Ack, u64)>) {
 fn durable_producer(
     journal: &dyn Fn() -> Arc<dyn Journal>,
     to: ConsumerRef<u32>,
-    configure: impl FnOnce(DurableOptions) -> DurableOptions,
+    configure: impl FnOnce(DurableOptions<u32>) -> DurableOptions<u32>,
 ) -> ProducerHandle<u32> {
     let options = ProducerOptions::builder(to)
         .producer_id("stopping")
@@ -235,8 +236,14 @@ impl SlowRecovery {
 }
 
 impl Journal for SlowRecovery {
-    fn append(&self, id: &PersistenceId, first: u64, p: Vec<Vec<u8>>) -> JournalFuture<'_, ()> {
-        self.inner.append(id, first, p)
+    fn append_as(
+        &self,
+        id: &PersistenceId,
+        first: u64,
+        p: Vec<Vec<u8>>,
+        m: Manifest,
+    ) -> JournalFuture<'_, ()> {
+        self.inner.append_as(id, first, p, m)
     }
 
     fn replay(

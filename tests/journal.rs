@@ -247,20 +247,8 @@ async fn sqlite_a_refused_write_in_a_group_leaves_the_others_committed() {
         vec![payload("w", 1), payload("w", 2), payload("w", 3)],
     ));
     let e = started(journal.append(&s1, 2, one(2)));
-    let f = started(journal.save_snapshot(
-        &s2,
-        Snapshot {
-            seq: 3,
-            payload: b"s2@3".to_vec(),
-        },
-    ));
-    let g = started(journal.save_snapshot(
-        &s1,
-        Snapshot {
-            seq: 5,
-            payload: b"s1@5".to_vec(),
-        },
-    ));
+    let f = started(journal.save_snapshot(&s2, Snapshot::new(3, b"s2@3".to_vec())));
+    let g = started(journal.save_snapshot(&s1, Snapshot::new(5, b"s1@5".to_vec())));
     let h = started(journal.delete_to(&s2, 1));
     lock.release();
     assert_eq!(first.await, Ok(()));
@@ -303,10 +291,7 @@ async fn sqlite_a_refused_write_in_a_group_leaves_the_others_committed() {
     assert_eq!(journal.load_snapshot(&s1).await, Ok(None));
     assert_eq!(
         journal.load_snapshot(&s2).await,
-        Ok(Some(Snapshot {
-            seq: 3,
-            payload: b"s2@3".to_vec()
-        }))
+        Ok(Some(Snapshot::new(3, b"s2@3".to_vec())))
     );
 }
 
@@ -419,10 +404,7 @@ async fn sqlite_reopen_sees_everything_and_continues() {
         .await
         .unwrap();
     db.journal.delete_to(&b, 1).await.unwrap();
-    let snapshot = Snapshot {
-        seq: 2,
-        payload: b"state".to_vec(),
-    };
+    let snapshot = Snapshot::new(2, b"state".to_vec());
     db.journal
         .save_snapshot(&a, snapshot.clone())
         .await
@@ -594,7 +576,7 @@ async fn open_prepared(setup: &str) -> (tempfile::TempDir, Result<SqliteJournal,
 fn schema_error(result: Result<SqliteJournal, JournalError>) -> String {
     match result {
         Err(JournalError::Schema { found, expected }) => {
-            assert!(expected.contains("schema version 1"), "{expected}");
+            assert!(expected.contains("schema version 2"), "{expected}");
             found
         }
         Err(other) => panic!("expected a schema error, got {other:?}"),
@@ -610,18 +592,19 @@ async fn sqlite_refuses_a_newer_or_foreign_schema_and_leaves_it_untouched() {
     open(&path).await.unwrap().close().await;
     rusqlite::Connection::open(&path)
         .unwrap()
-        .pragma_update(None, "user_version", 2)
+        .pragma_update(None, "user_version", 3)
         .unwrap();
     let found = schema_error(open(&path).await);
     assert!(
-        found.contains("schema version 2, written by a newer version"),
+        found.contains("schema version 3, written by a newer version")
+            && found.contains("reads schema versions 1 to 2"),
         "{found}"
     );
     let version: i32 = rusqlite::Connection::open(&path)
         .unwrap()
         .pragma_query_value(None, "user_version", |row| row.get(0))
         .unwrap();
-    assert_eq!(version, 2);
+    assert_eq!(version, 3);
 
     // Another application's database: refused, and not even switched to WAL.
     let (dir, result) = open_prepared("CREATE TABLE users (name TEXT);").await;

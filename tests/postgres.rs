@@ -161,20 +161,8 @@ async fn a_refused_write_in_a_group_leaves_the_others_committed() {
         vec![one(1).remove(0), one(2).remove(0), one(3).remove(0)],
     ));
     let e = started(journal.append(&s1, 2, one(2)));
-    let f = started(journal.save_snapshot(
-        &s2,
-        Snapshot {
-            seq: 3,
-            payload: b"s2@3".to_vec(),
-        },
-    ));
-    let g = started(journal.save_snapshot(
-        &s1,
-        Snapshot {
-            seq: 5,
-            payload: b"s1@5".to_vec(),
-        },
-    ));
+    let f = started(journal.save_snapshot(&s2, Snapshot::new(3, b"s2@3".to_vec())));
+    let g = started(journal.save_snapshot(&s1, Snapshot::new(5, b"s1@5".to_vec())));
     let h = started(journal.delete_to(&s2, 1));
     let i = started(journal.append(&s2, 3, one(3)));
     blocked.release().await;
@@ -228,10 +216,7 @@ async fn a_refused_write_in_a_group_leaves_the_others_committed() {
     assert_eq!(journal.load_snapshot(&s1).await, Ok(None));
     assert_eq!(
         journal.load_snapshot(&s2).await,
-        Ok(Some(Snapshot {
-            seq: 3,
-            payload: b"s2@3".to_vec()
-        }))
+        Ok(Some(Snapshot::new(3, b"s2@3".to_vec())))
     );
 }
 
@@ -377,7 +362,7 @@ impl Scratch {
 fn schema_error(result: Result<PostgresJournal, JournalError>) -> String {
     match result {
         Err(JournalError::Schema { found, expected }) => {
-            assert!(expected.contains("schema version 1"), "{expected}");
+            assert!(expected.contains("schema version 2"), "{expected}");
             found
         }
         Err(other) => panic!("expected a schema error, got {other:?}"),
@@ -389,12 +374,12 @@ fn schema_error(result: Result<PostgresJournal, JournalError>) -> String {
 async fn a_newer_or_foreign_schema_is_refused_and_left_untouched() {
     let newer = Scratch::new(
         "CREATE TABLE journal_schema (application text, version int); \
-         INSERT INTO journal_schema VALUES ('actix-delivery', 2);",
+         INSERT INTO journal_schema VALUES ('actix-delivery', 3);",
     )
     .await;
     let found = schema_error(newer.open(PostgresOptions::default()).await);
     assert!(
-        found.contains("version 2") && found.contains("newer"),
+        found.contains("version 3") && found.contains("newer") && found.contains("1 to 2"),
         "{found}"
     );
     assert_eq!(newer.tables().await, ["journal_schema"], "nothing created");
@@ -478,10 +463,7 @@ async fn tables_altered_by_hand_are_a_schema_error() {
     schema_error_of(journal.append(&id, 2, one(2)).await, "42703");
     schema_error_of(journal.replay(&id, 1, 9, 9).await.map(drop), "42703");
     schema_error_of(journal.load_snapshot(&id).await.map(drop), "42P01");
-    let snapshot = Snapshot {
-        seq: 1,
-        payload: vec![1],
-    };
+    let snapshot = Snapshot::new(1, vec![1]);
     schema_error_of(journal.save_snapshot(&id, snapshot).await, "42P01");
     assert_eq!(
         journal.highest_seq(&id).await,

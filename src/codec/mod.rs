@@ -41,6 +41,7 @@ mod manifest;
 mod upcast;
 
 pub use manifest::Manifest;
+pub(crate) use upcast::Unreadable;
 pub use upcast::{UpcastError, Written};
 
 use bincode::Options;
@@ -106,24 +107,6 @@ pub fn encode_with_limit<T: Serialize + ?Sized>(
     options(limit)
         .serialize(value)
         .map_err(|err| encode_error(*err, limit))
-}
-
-/// Encodes `value` in one pass into a new buffer, at most `limit` bytes long.
-///
-/// [`encode_with_limit`] serializes a value twice (it sizes it first, then writes it into a
-/// buffer of exactly that size); this serializes it once, into a buffer that grows as it is
-/// written (never beyond `limit`). For large values whose serialization is costly, such as
-/// a snapshot of a whole state. The price: a value over the limit fails only once `limit`
-/// bytes of it were written.
-///
-/// # Errors
-/// [`CodecError::TooLarge`] if the encoding would exceed `limit`, [`CodecError::Unencodable`]
-/// if the value's `Serialize` implementation fails.
-pub fn encode_in_one_pass<T: Serialize + ?Sized>(
-    value: &T,
-    limit: u64,
-) -> Result<Vec<u8>, CodecError> {
-    Codec::Bincode.encode(value, limit)
 }
 
 /// A buffer that refuses to grow beyond `end` bytes (and then records that it did).
@@ -268,6 +251,12 @@ impl Codec {
 
     /// Appends the encoding of `value` to `out` in one pass, at most `limit` bytes for this
     /// value. On error `out` is left as it was.
+    ///
+    /// One pass: [`encode_with_limit`] serializes a value twice (it sizes it first, then
+    /// writes it into a buffer of exactly that size); this serializes it once, into a buffer
+    /// that grows as it is written (never beyond `limit`), which suits large values whose
+    /// serialization is costly, such as a snapshot of a whole state. The price: a value over
+    /// the limit fails only once `limit` bytes of it were written.
     ///
     /// # Errors
     /// As [`Codec::encode`].
@@ -592,20 +581,22 @@ mod tests {
             }
         }
         let calls = Cell::new(0);
-        let bytes = encode_in_one_pass(&Counted(&calls, sample()), 1 << 20).unwrap();
+        let bytes = Codec::Bincode
+            .encode(&Counted(&calls, sample()), 1 << 20)
+            .unwrap();
         assert_eq!(bytes, encode(&sample()).unwrap());
         assert_eq!(calls.get(), 1, "serialized once");
         encode(&Counted(&calls, sample())).unwrap();
         assert_eq!(calls.get(), 3, "the sizing encoder serializes twice");
         let value = vec![7u8; 100]; // 1 length byte + 100
-        assert_eq!(encode_in_one_pass(&value, 101).unwrap().len(), 101);
+        assert_eq!(Codec::Bincode.encode(&value, 101).unwrap().len(), 101);
         assert_eq!(
-            encode_in_one_pass(&value, 100).unwrap_err(),
+            Codec::Bincode.encode(&value, 100).unwrap_err(),
             CodecError::TooLarge { limit: 100 }
         );
         // Beyond any 16 MiB default, when asked to.
         let big = vec![0u8; MAX_ENCODED_BYTES as usize];
-        let bytes = encode_in_one_pass(&big, 2 * MAX_ENCODED_BYTES).unwrap();
+        let bytes = Codec::Bincode.encode(&big, 2 * MAX_ENCODED_BYTES).unwrap();
         assert_eq!(
             bytes,
             encode_with_limit(&big, 2 * MAX_ENCODED_BYTES).unwrap()

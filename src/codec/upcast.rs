@@ -111,18 +111,40 @@ impl<'a> Written<'a> {
         self,
         current: u32,
         upcast: impl FnOnce(Written<'_>) -> Result<T, UpcastError>,
-    ) -> Result<T, UpcastError> {
+    ) -> Result<T, Unreadable> {
         let version = self.version();
         if version == current {
-            self.decode()
+            self.decode().map_err(|err| {
+                Unreadable::Corrupt(format!(
+                    "{err} (corrupt, or the type changed without a new version: raise the \
+                     version and read the old one in an upcaster)"
+                ))
+            })
         } else if version < current {
-            upcast(self)
+            upcast(self).map_err(|err| Unreadable::Incompatible(err.to_string()))
         } else {
-            Err(UpcastError::new(format!(
+            Err(Unreadable::Incompatible(format!(
                 "written as {}, newer than this code's version {current} (was the code rolled \
                  back?)",
                 self.manifest
             )))
+        }
+    }
+}
+
+/// Why a stored value could not be read as today's type.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) enum Unreadable {
+    /// Its bytes do not decode as what they claim to be.
+    Corrupt(String),
+    /// It is at a version this code cannot read: newer, or older and the upcaster refused it.
+    Incompatible(String),
+}
+
+impl std::fmt::Display for Unreadable {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::Corrupt(reason) | Self::Incompatible(reason) => f.write_str(reason),
         }
     }
 }

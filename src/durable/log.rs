@@ -503,4 +503,61 @@ mod tests {
             assert!(error.contains("corrupt"), "{error}");
         }
     }
+
+    #[test]
+    fn stored_bodies_carry_their_codec_and_version_and_version_1_bodies_are_upcast() {
+        fn no_upcast(old: Written<'_>) -> Result<(u32, String), UpcastError> {
+            Err(UpcastError::new(format!("none for {}", old.version())))
+        }
+        let body = (7u32, "seven".to_string());
+        for codec in [Codec::Bincode, Codec::MessagePack] {
+            let bytes = encode_body(&body, codec, 3, 1024).unwrap();
+            assert_eq!(decode_body(&bytes, 3, no_upcast), Ok(body.clone()));
+            let newer = decode_body(&bytes, 2, no_upcast).unwrap_err();
+            assert!(
+                newer.contains("version 3") && newer.contains("version 2"),
+                "{newer}"
+            );
+            assert_eq!(decode_body(&bytes, 4, no_upcast).unwrap_err(), "none for 3");
+        }
+        let bare = codec::encode(&body).unwrap();
+        assert_eq!(
+            decode_body(&legacy_body(bare), 1, no_upcast),
+            Ok(body.clone())
+        );
+        assert!(matches!(
+            encode_body(&"x".repeat(100), Codec::MessagePack, 1, 50),
+            Err(CodecError::TooLarge { limit: 50 })
+        ));
+        // Version 1 of the log (bare bodies) reads through the log's own upcasters.
+        let v1_events = codec::encode(&vec![LogEvent::Stored {
+            seq: 1,
+            body: codec::encode(&body).unwrap(),
+        }])
+        .unwrap();
+        let manifest = Manifest::legacy();
+        let events =
+            ProducerLog::upcast_events(Written::new(&manifest, &v1_events, 1 << 20)).unwrap();
+        match &events[..] {
+            [LogEvent::Stored {
+                seq: 1,
+                body: stored,
+            }] => {
+                assert_eq!(decode_body(stored, 1, no_upcast), Ok(body));
+            }
+            other => panic!("{other:?}"),
+        }
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn decoding_arbitrary_stored_bodies_never_panics(
+            bytes in proptest::collection::vec(proptest::prelude::any::<u8>(), 0..64),
+        ) {
+            fn upcast(old: Written<'_>) -> Result<Vec<String>, UpcastError> {
+                old.decode()
+            }
+            let _ = decode_body::<Vec<String>>(&bytes, 2, upcast);
+        }
+    }
 }

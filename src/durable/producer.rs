@@ -13,7 +13,9 @@ use crate::alarm::now;
 use crate::codec::{Codec, CodecError, UpcastError, Written, MAX_ENCODED_BYTES};
 use crate::config::ProducerConfig;
 use crate::confirmation::Confirmation;
-use crate::durable::log::{decode_body, encode_body, LogCommand, LogRefusal, LogReply, ProducerLog};
+use crate::durable::log::{
+    decode_body, encode_body, LogCommand, LogRefusal, LogReply, ProducerLog,
+};
 use crate::durable::{DurableConfirmation, DurableOptions, MessageId};
 use crate::error::DeliveryError;
 use crate::journal::{JournalError, PersistenceId};

@@ -76,7 +76,9 @@ pub enum JournalError {
     /// newer one (the code was rolled back), an older one without an upcaster, or one the
     /// upcaster refused. Fail-stop: nothing is skipped, nothing is written; deploy code that
     /// reads it (or add the upcaster) and start again.
-    #[error("stream `{persistence_id}`, seq {seq}: written in a schema this code cannot read: {reason}")]
+    #[error(
+        "stream `{persistence_id}`, seq {seq}: written in a schema this code cannot read: {reason}"
+    )]
     Incompatible {
         /// The stream.
         persistence_id: PersistenceId,

@@ -157,9 +157,11 @@ impl State {
         check_fence(id, first_seq, stream.highest)?;
         stream.highest += payloads.len() as u64;
         self.stats.events += payloads.len() as u64;
-        stream
-            .events
-            .extend(payloads.into_iter().map(|payload| (payload, manifest.clone())));
+        stream.events.extend(
+            payloads
+                .into_iter()
+                .map(|payload| (payload, manifest.clone())),
+        );
         Ok(())
     }
 

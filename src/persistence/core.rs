@@ -17,11 +17,11 @@ use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use serde::{Deserialize, Serialize};
 
 use crate::codec::CodecError;
+use crate::codec::Manifest;
 use crate::journal::{JournalError, PersistenceId, Snapshot, StoredEvent};
 use crate::persistence::behavior::{Decision, EventSourced};
 use crate::persistence::config::PersistentConfig;
 use crate::persistence::delivery_record::{DeliveryRecord, Mark, Seen};
-use crate::codec::Manifest;
 use crate::persistence::entry::{Entry, Manifests, SnapshotIn, SnapshotOut, Unreadable};
 use crate::persistence::error::CommandError;
 use crate::persistence::outbox_state::{OutboxState, Sent};
@@ -851,7 +851,7 @@ mod tests {
     /// What a test journal holds: the entries of one stream, and its snapshot.
     #[derive(Default)]
     struct Stream {
-        entries: Vec<Vec<u8>>,
+        entries: Vec<(Vec<u8>, Manifest)>,
         snapshot: Option<Snapshot>,
         deleted_to: u64,
     }
@@ -863,18 +863,21 @@ mod tests {
                 self.entries.len() as u64 + 1,
                 "appends in order"
             );
-            self.entries.extend(append.payloads);
+            let manifest = append.manifest;
+            self.entries
+                .extend(append.payloads.into_iter().map(|p| (p, manifest.clone())));
         }
 
         fn recover(&self, config: &PersistentConfig) -> Result<Recovered<Counter>, JournalError> {
             let mut recovery = Recovery::new(id(), config);
             let from = recovery.restore_snapshot(self.snapshot.clone(), config)?;
-            for (index, payload) in self.entries.iter().enumerate() {
+            for (index, (payload, manifest)) in self.entries.iter().enumerate() {
                 let seq = index as u64 + 1;
                 if seq >= from && seq > self.deleted_to {
                     recovery.apply(StoredEvent {
                         seq,
                         payload: payload.clone(),
+                        manifest: manifest.clone(),
                     })?;
                 }
             }
@@ -1274,10 +1277,7 @@ mod tests {
         let mut core = ready(&stream, config.clone());
         core.handle_command(plain(Op::Add(4)), 1);
         commit(&mut core, &mut stream);
-        stream.snapshot = Some(Snapshot {
-            seq: 1,
-            payload: vec![9, 9, 9],
-        });
+        stream.snapshot = Some(Snapshot::new(1, vec![9, 9, 9]));
         assert_eq!(
             stream.recover(&config).unwrap().state.total,
             4,
@@ -1298,7 +1298,9 @@ mod tests {
         let mut core = ready(&stream, config.clone());
         core.handle_command(plain(Op::Add(1)), 1);
         commit(&mut core, &mut stream);
-        stream.entries.push(vec![1, 0xff, 0xff]);
+        stream
+            .entries
+            .push((vec![1, 0xff, 0xff], Manifest::legacy()));
         let error = stream.recover(&config).err().expect("corrupt");
         assert!(
             matches!(&error, JournalError::Corrupt { seq: 2, .. }),

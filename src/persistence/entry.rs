@@ -21,28 +21,12 @@ use std::cell::Cell;
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 
+pub(crate) use crate::codec::Unreadable;
 use crate::codec::{self, Codec, CodecError, Manifest, UpcastError, Written};
 use crate::persistence::delivery_record::Mark;
 use crate::persistence::outbox_state::{OutboxState, Sent};
 use crate::protocol::dedup::WindowRecord;
 use crate::protocol::envelope::{Incarnation, IncarnationId};
-
-/// Why a stored entry or snapshot could not be read.
-#[derive(Debug, PartialEq, Eq)]
-pub(crate) enum Unreadable {
-    /// Its bytes are not any layout this version knows, or its crate part does not decode.
-    Corrupt(String),
-    /// Its application part is at a version this code cannot read (see [`Written::read`]).
-    Incompatible(String),
-}
-
-impl std::fmt::Display for Unreadable {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            Self::Corrupt(reason) | Self::Incompatible(reason) => f.write_str(reason),
-        }
-    }
-}
 
 /// The manifests an entity's entries and snapshots are written with.
 #[derive(Clone, Debug)]
@@ -198,7 +182,9 @@ fn encode<R: Serialize, V: Serialize + ?Sized>(
         .encode_into(record, &mut out, limit.saturating_sub(1))
         .map_err(too_large)?;
     let left = limit.saturating_sub(out.len() as u64);
-    codec.encode_into(value, &mut out, left).map_err(too_large)?;
+    codec
+        .encode_into(value, &mut out, left)
+        .map_err(too_large)?;
     Ok(out)
 }
 
@@ -211,17 +197,15 @@ fn decode<V: DeserializeOwned, R: DeserializeOwned>(
     upcast: fn(Written<'_>) -> Result<V, UpcastError>,
 ) -> Result<(V, R), Unreadable> {
     let limit = bytes.len() as u64;
-    let corrupt = |err: CodecError| Unreadable::Corrupt(format!("the crate's part does not decode: {err}"));
-    let incompatible = |err: UpcastError| Unreadable::Incompatible(err.to_string());
+    let corrupt =
+        |err: CodecError| Unreadable::Corrupt(format!("the crate's part does not decode: {err}"));
     let Some((&format, body)) = bytes.split_first() else {
         return Err(Unreadable::Corrupt("empty".into()));
     };
     match format {
         FORMAT => {
             let (record, value) = codec::decode_prefix::<R>(body, limit).map_err(corrupt)?;
-            let value = Written::new(manifest, value, limit)
-                .read(current, upcast)
-                .map_err(incompatible)?;
+            let value = Written::new(manifest, value, limit).read(current, upcast)?;
             Ok((value, record))
         }
         LEGACY => {
@@ -231,9 +215,7 @@ fn decode<V: DeserializeOwned, R: DeserializeOwned>(
                 )));
             }
             let rest = Cell::new(None);
-            let value = Written::prefix(manifest, body, limit, &rest)
-                .read(current, upcast)
-                .map_err(incompatible)?;
+            let value = Written::prefix(manifest, body, limit, &rest).read(current, upcast)?;
             let rest = rest.get().ok_or_else(|| {
                 Unreadable::Incompatible(
                     "written in format 1 (journal schema 1), in which the delivery record \
@@ -280,9 +262,11 @@ mod tests {
                 .encode(codec)
                 .unwrap();
             assert_eq!(bytes[0], FORMAT);
-            let entry =
-                Entry::<u32>::decode(&bytes, &manifest(codec, 1), 1, no_upcast).unwrap();
-            assert_eq!((entry.events, entry.record.processed), (vec![1, 2], Some(mark())));
+            let entry = Entry::<u32>::decode(&bytes, &manifest(codec, 1), 1, no_upcast).unwrap();
+            assert_eq!(
+                (entry.events, entry.record.processed),
+                (vec![1, 2], Some(mark()))
+            );
         }
     }
 
@@ -319,31 +303,49 @@ mod tests {
 
         fn doubled(old: Written<'_>) -> Result<Vec<u64>, UpcastError> {
             assert_eq!(old.version(), 1);
-            Ok(old.decode::<Vec<u32>>()?.into_iter().map(|n| u64::from(n) * 2).collect())
+            Ok(old
+                .decode::<Vec<u32>>()?
+                .into_iter()
+                .map(|n| u64::from(n) * 2)
+                .collect())
         }
         let entry = Entry::<u64>::decode(&bytes, &Manifest::legacy(), 2, doubled).unwrap();
         assert_eq!(entry.events, [8, 10]);
-        assert_eq!(entry.record.processed, Some(mark()), "the record after the events");
+        assert_eq!(
+            entry.record.processed,
+            Some(mark()),
+            "the record after the events"
+        );
 
         fn drops_without_decoding(_: Written<'_>) -> Result<Vec<u64>, UpcastError> {
             Ok(Vec::new())
         }
         let err = Entry::<u64>::decode(&bytes, &Manifest::legacy(), 2, drops_without_decoding)
             .unwrap_err();
-        assert!(matches!(&err, Unreadable::Incompatible(r) if r.contains("must decode them")), "{err}");
+        assert!(
+            matches!(&err, Unreadable::Incompatible(r) if r.contains("must decode them")),
+            "{err}"
+        );
     }
 
     #[test]
     fn a_newer_version_an_older_one_without_upcaster_and_garbage_are_errors_not_guesses() {
-        let bytes = Entry::new(vec![1u32], None).encode(Codec::MessagePack).unwrap();
-        let incompatible = |manifest: Manifest, current| {
-            match Entry::<u32>::decode(&bytes, &manifest, current, no_upcast).unwrap_err() {
-                Unreadable::Incompatible(reason) => reason,
-                other => panic!("{other:?}"),
-            }
+        let bytes = Entry::new(vec![1u32], None)
+            .encode(Codec::MessagePack)
+            .unwrap();
+        let incompatible = |manifest: Manifest, current| match Entry::<u32>::decode(
+            &bytes, &manifest, current, no_upcast,
+        )
+        .unwrap_err()
+        {
+            Unreadable::Incompatible(reason) => reason,
+            other => panic!("{other:?}"),
         };
         let err = incompatible(manifest(Codec::MessagePack, 3), 2);
-        assert!(err.contains("version 3") && err.contains("version 2"), "{err}");
+        assert!(
+            err.contains("version 3") && err.contains("version 2"),
+            "{err}"
+        );
         let err = incompatible(manifest(Codec::MessagePack, 1), 2);
         assert!(err.contains("no upcaster"), "{err}");
         let err = incompatible(Manifest::from_stored(9, "u32", 1), 1);
@@ -352,10 +354,14 @@ mod tests {
         foreign[0] = 3;
         let err = Entry::<u32>::decode(&foreign, &manifest(Codec::MessagePack, 1), 1, no_upcast)
             .unwrap_err();
-        assert!(matches!(&err, Unreadable::Corrupt(r) if r.contains("format 3")), "{err}");
+        assert!(
+            matches!(&err, Unreadable::Corrupt(r) if r.contains("format 3")),
+            "{err}"
+        );
         assert!(Entry::<u32>::decode(&[], &Manifest::legacy(), 1, no_upcast).is_err());
-        assert!(Entry::<String>::decode(&[LEGACY, 1, 200], &Manifest::legacy(), 1, no_upcast)
-            .is_err());
+        assert!(
+            Entry::<String>::decode(&[LEGACY, 1, 200], &Manifest::legacy(), 1, no_upcast).is_err()
+        );
     }
 
     fn records() -> Vec<WindowRecord<IncarnationId>> {
@@ -377,7 +383,10 @@ mod tests {
                 .unwrap();
             let snapshot =
                 SnapshotIn::<String>::decode(&bytes, &manifest(codec, 1), 1, no_upcast).unwrap();
-            assert_eq!((snapshot.state.as_str(), snapshot.delivered), ("state", records()));
+            assert_eq!(
+                (snapshot.state.as_str(), snapshot.delivered),
+                ("state", records())
+            );
         }
         #[derive(Serialize)]
         struct V1<'a> {
@@ -395,7 +404,10 @@ mod tests {
         .unwrap();
         let snapshot =
             SnapshotIn::<String>::decode(&legacy, &Manifest::legacy(), 1, no_upcast).unwrap();
-        assert_eq!((snapshot.state.as_str(), snapshot.delivered), ("old", records()));
+        assert_eq!(
+            (snapshot.state.as_str(), snapshot.delivered),
+            ("old", records())
+        );
     }
 
     #[test]
@@ -421,5 +433,29 @@ mod tests {
                 .state,
             state
         );
+    }
+
+    proptest::proptest! {
+        /// The layouts, headers and manifests of stored entries are read from the journal:
+        /// whatever they hold, reading them is an error or a value, never a panic.
+        #[test]
+        fn decoding_arbitrary_entries_and_manifests_never_panics(
+            bytes in proptest::collection::vec(proptest::prelude::any::<u8>(), 0..128),
+            format in 0u8..4,
+            codec in 0u8..4,
+            version in 0u32..4,
+        ) {
+            let mut bytes = bytes;
+            bytes.insert(0, format);
+            let manifest = Manifest::from_stored(codec, "fuzz", version);
+            fn upcast(old: Written<'_>) -> Result<Vec<String>, UpcastError> {
+                old.decode()
+            }
+            fn upcast_state(old: Written<'_>) -> Result<(u64, String), UpcastError> {
+                old.decode()
+            }
+            let _ = Entry::<String>::decode(&bytes, &manifest, 2, upcast);
+            let _ = SnapshotIn::<(u64, String)>::decode(&bytes, &manifest, 2, upcast_state);
+        }
     }
 }

@@ -35,6 +35,17 @@
 //! refused ([`CommandError::Stale`]), never processed and never ACKed, exactly as the consumer
 //! does (see the crate docs on trust).
 //!
+//! # Changing the types
+//!
+//! Entries and snapshots record their codec and the version of their type, and are read in the
+//! codec they were written in: with the default [`Codec::MessagePack`](crate::codec::Codec) a
+//! field added with `#[serde(default)]` needs no code; a breaking change raises
+//! [`EventSourced::EVENT_VERSION`] (or [`STATE_VERSION`](EventSourced::STATE_VERSION)) and
+//! reads the older versions in [`EventSourced::upcast_events`] (or
+//! [`upcast_state`](EventSourced::upcast_state)); see [`crate::codec`]. The README's section
+//! "Changing your types" gives the recipe for each classic change (add a field, rename a
+//! field, remove or split an event, change the snapshot type).
+//!
 //! # Two instances of one entity
 //!
 //! The journal's fence makes a second writer of the stream harmless: an append at a seq the

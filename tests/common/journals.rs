@@ -3,6 +3,7 @@
 use std::sync::atomic::{AtomicU8, Ordering};
 use std::sync::Arc;
 
+use actix_delivery::codec::Manifest;
 use actix_delivery::journal::{
     Journal, JournalError, JournalFuture, MemoryJournal, PersistenceId, Snapshot, StoredEvent,
 };
@@ -59,11 +60,12 @@ impl Faulty {
 }
 
 impl Journal for Faulty {
-    fn append(
+    fn append_as(
         &self,
         id: &PersistenceId,
         first_seq: u64,
         payloads: Vec<Vec<u8>>,
+        manifest: Manifest,
     ) -> JournalFuture<'_, ()> {
         let id = id.clone();
         Box::pin(async move {
@@ -71,7 +73,9 @@ impl Journal for Faulty {
             if fault == Fault::BeforeCommit as u8 {
                 return Err(self.failed(Fault::BeforeCommit, &id));
             }
-            self.inner.append(&id, first_seq, payloads).await?;
+            self.inner
+                .append_as(&id, first_seq, payloads, manifest)
+                .await?;
             if fault == Fault::AfterCommit as u8 {
                 return Err(self.failed(Fault::AfterCommit, &id));
             }

@@ -20,6 +20,7 @@ use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::task::{Context, Poll};
 
+use actix_delivery::codec::Manifest;
 use actix_delivery::journal::{
     replay_all, Journal, JournalError, JournalFuture, PersistenceId, Snapshot, StoredEvent, MAX_SEQ,
 };
@@ -91,6 +92,7 @@ fn events(writer: &str, seqs: std::ops::RangeInclusive<u64>) -> Vec<StoredEvent>
     seqs.map(|seq| StoredEvent {
         seq,
         payload: payload(writer, seq),
+        manifest: Manifest::raw(),
     })
     .collect()
 }
@@ -344,8 +346,14 @@ struct CountingPages {
 }
 
 impl Journal for CountingPages {
-    fn append(&self, id: &PersistenceId, first: u64, p: Vec<Vec<u8>>) -> JournalFuture<'_, ()> {
-        self.inner.append(id, first, p)
+    fn append_as(
+        &self,
+        id: &PersistenceId,
+        first: u64,
+        p: Vec<Vec<u8>>,
+        m: Manifest,
+    ) -> JournalFuture<'_, ()> {
+        self.inner.append_as(id, first, p, m)
     }
     fn replay(
         &self,
@@ -463,10 +471,7 @@ pub async fn delete_to_keeps_the_highest_seq(journal: Arc<dyn Journal>) {
 /// One current snapshot per stream: saved, replaced by newer ones, never by older ones.
 pub async fn snapshots(journal: Arc<dyn Journal>) {
     let id = fresh_id("snap");
-    let snapshot = |seq, payload: &[u8]| Snapshot {
-        seq,
-        payload: payload.to_vec(),
-    };
+    let snapshot = |seq, payload: &[u8]| Snapshot::new(seq, payload.to_vec());
     assert_eq!(journal.load_snapshot(&id).await, Ok(None));
     for seq in [0, 1] {
         let result = journal.save_snapshot(&id, snapshot(seq, b"x")).await;
@@ -573,13 +578,7 @@ pub async fn every_character_but_nul_is_a_valid_id(journal: Arc<dyn Journal>) {
         let n = n as u64 + 1;
         journal.append(id, 1, payloads("w", 1..=n)).await.unwrap();
         journal
-            .save_snapshot(
-                id,
-                Snapshot {
-                    seq: n,
-                    payload: vec![n as u8],
-                },
-            )
+            .save_snapshot(id, Snapshot::new(n, vec![n as u8]))
             .await
             .unwrap();
     }
@@ -589,10 +588,7 @@ pub async fn every_character_but_nul_is_a_valid_id(journal: Arc<dyn Journal>) {
         assert_eq!(all(&*journal, id).await, events("w", 1..=n), "{id:?}");
         assert_eq!(
             journal.load_snapshot(id).await,
-            Ok(Some(Snapshot {
-                seq: n,
-                payload: vec![n as u8]
-            }))
+            Ok(Some(Snapshot::new(n, vec![n as u8])))
         );
     }
 }
@@ -617,10 +613,7 @@ pub async fn payloads_over_the_limit_are_refused(journal: Arc<dyn Journal>) {
     invalid(result, "an append with one event over the limit");
     assert_eq!(journal.highest_seq(&id).await, Ok(0), "nothing written");
     journal.append(&id, 1, payloads("w", 1..=1)).await.unwrap();
-    let snapshot = Snapshot {
-        seq: 1,
-        payload: vec![0; max + 1],
-    };
+    let snapshot = Snapshot::new(1, vec![0; max + 1]);
     invalid(
         journal.save_snapshot(&id, snapshot).await,
         "a snapshot over the limit",

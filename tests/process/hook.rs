@@ -6,6 +6,7 @@
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
+use actix_delivery::codec::Manifest;
 use actix_delivery::journal::{Journal, JournalFuture, PersistenceId, Snapshot, StoredEvent};
 
 /// Which append [`Hooked`] holds, and where.
@@ -101,11 +102,12 @@ impl<J: Journal> Hooked<J> {
 }
 
 impl<J: Journal> Journal for Hooked<J> {
-    fn append(
+    fn append_as(
         &self,
         id: &PersistenceId,
         first_seq: u64,
         payloads: Vec<Vec<u8>>,
+        manifest: Manifest,
     ) -> JournalFuture<'_, ()> {
         let n = self.appends.fetch_add(1, Ordering::Relaxed) + 1;
         let last = (first_seq + payloads.len() as u64).saturating_sub(1);
@@ -114,7 +116,7 @@ impl<J: Journal> Journal for Hooked<J> {
         if self.hold == Hold::Before(n) {
             return Box::pin(std::future::pending()); // decided, and never stored
         }
-        let append = self.inner.append(id, first_seq, payloads);
+        let append = self.inner.append_as(id, first_seq, payloads, manifest);
         Box::pin(async move {
             append.await?;
             println!("{} committed {last}", self.marker);

@@ -217,7 +217,11 @@ async fn check_columns(client: &Client, schema: &str, version: i32) -> Result<()
             read.map_err(|err| db_error(None, "cannot read the catalog", &err))?;
         found.push(column);
     }
-    let manifest_columns = if version >= 2 { &MANIFEST_COLUMNS[..] } else { &[] };
+    let manifest_columns = if version >= 2 {
+        &MANIFEST_COLUMNS[..]
+    } else {
+        &[]
+    };
     for &(table, column, expected_type) in COLUMNS.iter().chain(manifest_columns) {
         let actual = found
             .iter()

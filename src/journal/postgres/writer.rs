@@ -29,11 +29,11 @@ use tokio::time::Instant;
 use tokio_postgres::types::ToSql;
 use tokio_postgres::{Client, Statement};
 
+use crate::codec::Manifest;
 use crate::journal::postgres::options::Counters;
 use crate::journal::postgres::{
     db_error, describe, is_connection_lost, schema, seq_from_sql, Connector, PostgresOptions,
 };
-use crate::codec::Manifest;
 use crate::journal::write::{WriteOp, WriteRequest};
 use crate::journal::{check_snapshot, JournalError, PersistenceId};
 
@@ -57,10 +57,11 @@ pub(super) fn message_bytes(id: &PersistenceId, op: &WriteOp) -> usize {
     match op {
         WriteOp::Append {
             payloads, manifest, ..
-        } => payloads.iter().fold(
-            id + manifest_bytes(manifest),
-            |sum, payload| sum.saturating_add(32 + payload.len()),
-        ),
+        } => payloads
+            .iter()
+            .fold(id + manifest_bytes(manifest), |sum, payload| {
+                sum.saturating_add(32 + payload.len())
+            }),
         WriteOp::DeleteTo { .. } => id,
         WriteOp::SaveSnapshot(snapshot) => id
             .saturating_add(manifest_bytes(&snapshot.manifest))
@@ -613,7 +614,9 @@ impl<'a> StepParams<'a> {
                 codecs,
                 names,
                 versions,
-            } => vec![ids, prevs, lasts, rows, seqs, payloads, codecs, names, versions],
+            } => vec![
+                ids, prevs, lasts, rows, seqs, payloads, codecs, names, versions,
+            ],
             Self::DeleteTo { id, to_seq } => vec![id, to_seq],
             Self::SaveSnapshot {
                 id,
@@ -889,6 +892,7 @@ mod tests {
             op: WriteOp::Append {
                 first_seq: 1,
                 payloads,
+                manifest: Manifest::raw(),
             },
             reply: oneshot::channel().0,
             _permit: permit,

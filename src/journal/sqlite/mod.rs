@@ -14,8 +14,8 @@ mod writer;
 
 pub use options::{SqliteDurability, SqliteOptions, SqliteStats};
 
-use crate::journal::write::{WriteOp, WriteRequest};
 use crate::codec::Manifest;
+use crate::journal::write::{WriteOp, WriteRequest};
 use crate::journal::{
     check_append, check_payload, check_payloads, Journal, JournalError, JournalFuture,
     PersistenceId, Snapshot, StoredEvent, MAX_SEQ,

@@ -12,9 +12,9 @@ use std::time::Duration;
 use rusqlite::Statement;
 use tokio::sync::{mpsc, oneshot};
 
+use crate::codec::Manifest;
 use crate::journal::sqlite::writer::Buffered;
 use crate::journal::sqlite::{schema, seq_from_sql, storage_error, HIGHEST_SQL};
-use crate::codec::Manifest;
 use crate::journal::{JournalError, PersistenceId, Snapshot, StoredEvent};
 
 type Reply<T> = oneshot::Sender<Result<T, JournalError>>;
@@ -81,8 +81,7 @@ pub(super) fn run(
                  ORDER BY seq_nr LIMIT ?4",
             )?,
             highest: conn.prepare(HIGHEST_SQL)?,
-            snapshot: conn
-                .prepare(
+            snapshot: conn.prepare(
                 "SELECT seq_nr, payload, ser_codec, ser_manifest, ser_version FROM snapshot \
                  WHERE persistence_id = ?1",
             )?,

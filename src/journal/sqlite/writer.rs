@@ -344,9 +344,18 @@ impl Writer<'_> {
                     &mut statements.insert
                 };
                 // check_append bounded every seq by MAX_SEQ, so they fit an i64.
-                let (codec, name, version) = (manifest.codec_id(), manifest.name(), manifest.version());
+                let (codec, name, version) =
+                    (manifest.codec_id(), manifest.name(), manifest.version());
                 for (seq, payload) in (*first_seq as i64..).zip(payloads) {
-                    insert.execute(params![id.as_str(), seq, payload, now, codec, name, version])?;
+                    insert.execute(params![
+                        id.as_str(),
+                        seq,
+                        payload,
+                        now,
+                        codec,
+                        name,
+                        version
+                    ])?;
                 }
                 let appended = group.entry(id.clone()).or_insert(Appended {
                     highest: 0,

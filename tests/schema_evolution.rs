@@ -1,0 +1,790 @@
+//! Schema evolution: entities, snapshots and durable producers recover from journals written by
+//! earlier versions of their types, on every journal: an added field needs no code, breaking
+//! changes one upcaster (chained over versions), a newer version than the code fails stop and
+//! writes nothing, and the journals written by the previous release (committed fixtures) are
+//! migrated on open with every event kept byte for byte.
+
+mod common;
+#[cfg(feature = "postgres")]
+mod postgres_support;
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Duration;
+
+use actix_delivery::codec::{Codec, Manifest, UpcastError, Written};
+use actix_delivery::durable::DurableOptions;
+use actix_delivery::journal::{
+    replay_all, Journal, JournalError, MemoryJournal, PersistenceId, SqliteJournal,
+};
+use actix_delivery::persistence::{
+    recover_state, CommandError, Decision, EventSourced, PersistentConfig, PersistentHandle,
+};
+use actix_delivery::{ConsumerOptions, DeliveryHandler, ProducerOptions, ReliableDelivery};
+use common::{recording_consumer, settle_for};
+use serde::de::DeserializeOwned;
+use serde::{Deserialize, Serialize};
+
+/// Version 1 of an account: as the fixture journals were written (`Audited` added since,
+/// at the end, which keeps the fixture's bincode as it was).
+mod v1 {
+    use super::*;
+
+    #[derive(Debug, Default, Clone, PartialEq, Serialize, Deserialize)]
+    pub struct Account {
+        pub balance: i64,
+        pub deposits: u32,
+    }
+
+    #[derive(Debug, Clone, Serialize, Deserialize)]
+    pub enum AccountEvent {
+        Deposited { amount: i64 },
+        Withdrew { amount: i64 },
+        Audited,
+    }
+
+    impl EventSourced for Account {
+        type Command = i64;
+        type Event = AccountEvent;
+        type Reply = i64;
+        type Rejection = String;
+
+        fn decide(&self, &amount: &i64) -> Result<Decision<Self>, String> {
+            let event = match amount {
+                0 => AccountEvent::Audited,
+                1.. => AccountEvent::Deposited { amount },
+                _ => AccountEvent::Withdrew { amount: -amount },
+            };
+            Ok(Decision::persist([event], self.balance + amount))
+        }
+
+        fn apply(&mut self, event: &AccountEvent) {
+            match *event {
+                AccountEvent::Deposited { amount } => {
+                    self.balance += amount;
+                    self.deposits += 1;
+                }
+                AccountEvent::Withdrew { amount } => self.balance -= amount,
+                AccountEvent::Audited => {}
+            }
+        }
+    }
+}
+
+/// An additive change of version 1: a field with a default, in an event and in the state. No
+/// new version, no code.
+mod v1_added {
+    use super::*;
+
+    #[derive(Debug, Default, Clone, PartialEq, Serialize, Deserialize)]
+    pub struct Account {
+        pub balance: i64,
+        pub deposits: u32,
+        #[serde(default)]
+        pub currency: Option<String>,
+    }
+
+    #[derive(Debug, Clone, Serialize, Deserialize)]
+    pub enum AccountEvent {
+        Deposited {
+            amount: i64,
+            #[serde(default)]
+            currency: Option<String>,
+        },
+        Withdrew {
+            amount: i64,
+        },
+        Audited,
+    }
+
+    impl EventSourced for Account {
+        type Command = i64;
+        type Event = AccountEvent;
+        type Reply = i64;
+        type Rejection = String;
+
+        fn decide(&self, &amount: &i64) -> Result<Decision<Self>, String> {
+            let event = match amount {
+                0 => AccountEvent::Audited,
+                1.. => AccountEvent::Deposited {
+                    amount,
+                    currency: None,
+                },
+                _ => AccountEvent::Withdrew { amount: -amount },
+            };
+            Ok(Decision::persist([event], self.balance + amount))
+        }
+
+        fn apply(&mut self, event: &AccountEvent) {
+            match event {
+                AccountEvent::Deposited { amount, currency } => {
+                    self.balance += amount;
+                    self.deposits += 1;
+                    self.currency.clone_from(currency);
+                }
+                AccountEvent::Withdrew { amount } => self.balance -= amount,
+                AccountEvent::Audited => {}
+            }
+        }
+    }
+}
+
+/// Version 2: a field renamed (`amount` → `value`).
+mod v2 {
+    use super::*;
+
+    pub use super::v1::Account;
+
+    #[derive(Debug, Clone, Serialize, Deserialize)]
+    pub enum AccountEvent {
+        Deposited { value: i64 },
+        Withdrew { value: i64 },
+        Audited,
+    }
+
+    /// The one function of this change.
+    pub fn from_v1(event: v1::AccountEvent) -> AccountEvent {
+        match event {
+            v1::AccountEvent::Deposited { amount } => AccountEvent::Deposited { value: amount },
+            v1::AccountEvent::Withdrew { amount } => AccountEvent::Withdrew { value: amount },
+            v1::AccountEvent::Audited => AccountEvent::Audited,
+        }
+    }
+
+    /// Version 2's entity: its own type (the state is version 1's).
+    #[derive(Debug, Default, Clone, PartialEq, Serialize, Deserialize)]
+    #[serde(transparent)]
+    pub struct Entity(pub Account);
+
+    impl EventSourced for Entity {
+        type Command = i64;
+        type Event = AccountEvent;
+        type Reply = i64;
+        type Rejection = String;
+        const EVENT_VERSION: u32 = 2;
+
+        fn decide(&self, &amount: &i64) -> Result<Decision<Self>, String> {
+            let event = match amount {
+                0 => AccountEvent::Audited,
+                1.. => AccountEvent::Deposited { value: amount },
+                _ => AccountEvent::Withdrew { value: -amount },
+            };
+            Ok(Decision::persist([event], self.0.balance + amount))
+        }
+
+        fn apply(&mut self, event: &AccountEvent) {
+            match *event {
+                AccountEvent::Deposited { value } => {
+                    self.0.balance += value;
+                    self.0.deposits += 1;
+                }
+                AccountEvent::Withdrew { value } => self.0.balance -= value,
+                AccountEvent::Audited => {}
+            }
+        }
+
+        fn upcast_events(old: Written<'_>) -> Result<Vec<AccountEvent>, UpcastError> {
+            let events: Vec<v1::AccountEvent> = old.decode()?;
+            Ok(events.into_iter().map(from_v1).collect())
+        }
+    }
+}
+
+/// Version 3: amounts in cents (a changed type), a withdrawal split into the withdrawal and
+/// its fee, `Audited` removed; the state in cents too (a changed snapshot type).
+mod v3 {
+    use super::*;
+
+    pub const FEE_CENTS: i64 = 50;
+
+    #[derive(Debug, Default, Clone, PartialEq, Serialize, Deserialize)]
+    pub struct Account {
+        pub balance_cents: i64,
+        pub deposits: u32,
+    }
+
+    #[derive(Debug, Clone, Serialize, Deserialize)]
+    pub enum AccountEvent {
+        Deposited { cents: i64 },
+        Withdrew { cents: i64 },
+        FeeCharged { cents: i64 },
+    }
+
+    fn from_v2(event: v2::AccountEvent) -> Vec<AccountEvent> {
+        match event {
+            v2::AccountEvent::Deposited { value } => {
+                vec![AccountEvent::Deposited { cents: value * 100 }]
+            }
+            v2::AccountEvent::Withdrew { value } => withdrawal(value),
+            v2::AccountEvent::Audited => Vec::new(),
+        }
+    }
+
+    fn withdrawal(value: i64) -> Vec<AccountEvent> {
+        vec![
+            AccountEvent::Withdrew {
+                cents: value * 100 - FEE_CENTS,
+            },
+            AccountEvent::FeeCharged { cents: FEE_CENTS },
+        ]
+    }
+
+    impl EventSourced for Account {
+        type Command = i64;
+        type Event = AccountEvent;
+        type Reply = i64;
+        type Rejection = String;
+        const EVENT_VERSION: u32 = 3;
+        const STATE_VERSION: u32 = 2;
+
+        fn decide(&self, &amount: &i64) -> Result<Decision<Self>, String> {
+            let events = match amount {
+                0 => Vec::new(),
+                1.. => vec![AccountEvent::Deposited {
+                    cents: amount * 100,
+                }],
+                _ => withdrawal(-amount),
+            };
+            Ok(Decision::persist(events, self.balance_cents + amount * 100))
+        }
+
+        fn apply(&mut self, event: &AccountEvent) {
+            match *event {
+                AccountEvent::Deposited { cents } => {
+                    self.balance_cents += cents;
+                    self.deposits += 1;
+                }
+                AccountEvent::Withdrew { cents } | AccountEvent::FeeCharged { cents } => {
+                    self.balance_cents -= cents;
+                }
+            }
+        }
+
+        /// Chained: version 1 through version 2's function, then version 2's.
+        fn upcast_events(old: Written<'_>) -> Result<Vec<AccountEvent>, UpcastError> {
+            let v2_events: Vec<v2::AccountEvent> = match old.version() {
+                1 => old
+                    .decode::<Vec<v1::AccountEvent>>()?
+                    .into_iter()
+                    .map(v2::from_v1)
+                    .collect(),
+                2 => old.decode()?,
+                other => return Err(UpcastError::new(format!("no version {other}"))),
+            };
+            Ok(v2_events.into_iter().flat_map(from_v2).collect())
+        }
+
+        fn upcast_state(old: Written<'_>) -> Result<Account, UpcastError> {
+            let v1: v1::Account = old.decode()?;
+            Ok(Account {
+                balance_cents: v1.balance * 100,
+                deposits: v1.deposits,
+            })
+        }
+    }
+}
+
+/// The commands the histories are made of: deposits, withdrawals and an audit.
+const COMMANDS: [i64; 6] = [100, 50, -30, 0, 20, -10];
+
+fn config(codec: Codec, snapshot_every: Option<u64>) -> PersistentConfig {
+    PersistentConfig {
+        codec,
+        snapshot_every,
+        delete_events_on_snapshot: snapshot_every.is_some(),
+        ..PersistentConfig::default()
+    }
+}
+
+/// A journal of a test, and how its stream ids are made unique (PostgreSQL keeps its tables
+/// across runs).
+struct Under {
+    name: &'static str,
+    journal: Arc<dyn Journal>,
+    prefix: String,
+    _dir: Option<tempfile::TempDir>,
+}
+
+impl Under {
+    fn id(&self, stream: &str) -> PersistenceId {
+        PersistenceId::new(format!("{}{stream}", self.prefix)).unwrap()
+    }
+
+    /// Runs `commands` against entity `E` of `stream` (after recovering what is there), then
+    /// stops it.
+    async fn run<E>(&self, stream: &str, config: PersistentConfig, commands: &[i64])
+    where
+        E: EventSourced<Command = i64>,
+        E::Rejection: std::fmt::Debug,
+    {
+        let entity = self.start::<E>(stream, config);
+        for &command in commands {
+            entity.ask(command).await.unwrap();
+        }
+        entity.stop();
+        entity.stopped().await;
+    }
+
+    fn start<E: EventSourced>(
+        &self,
+        stream: &str,
+        config: PersistentConfig,
+    ) -> PersistentHandle<E> {
+        PersistentHandle::start(self.journal.clone(), self.id(stream), config).unwrap()
+    }
+
+    /// The state entity `E` recovers from `stream`.
+    async fn state<E: EventSourced>(&self, stream: &str) -> Result<E, JournalError> {
+        recover_state::<E>(&*self.journal, &self.id(stream)).await
+    }
+}
+
+/// Every journal the tests run on: memory, a fresh SQLite file, and with the `postgres` feature
+/// the PostgreSQL journal of the tests' schema.
+async fn journals() -> Vec<Under> {
+    let dir = tempfile::tempdir().unwrap();
+    let sqlite = SqliteJournal::open(dir.path().join("journal.db"))
+        .await
+        .unwrap();
+    #[allow(unused_mut)]
+    let mut journals = vec![
+        Under {
+            name: "memory",
+            journal: Arc::new(MemoryJournal::new()),
+            prefix: String::new(),
+            _dir: None,
+        },
+        Under {
+            name: "sqlite",
+            journal: Arc::new(sqlite),
+            prefix: String::new(),
+            _dir: Some(dir),
+        },
+    ];
+    #[cfg(feature = "postgres")]
+    journals.push(Under {
+        name: "postgres",
+        journal: Arc::new(postgres_support::journal().await),
+        prefix: postgres_support::unique("evolution"),
+        _dir: None,
+    });
+    journals
+}
+
+#[actix::test]
+async fn an_added_field_with_a_default_needs_no_code_on_every_journal() {
+    for under in journals().await {
+        let name = under.name;
+        let msgpack = || config(Codec::MessagePack, None);
+        under
+            .run::<v1::Account>("added", msgpack(), &COMMANDS)
+            .await;
+        under
+            .run::<v1_added::Account>("added", msgpack(), &[7])
+            .await;
+        let recovered = under.state::<v1_added::Account>("added").await.unwrap();
+        under
+            .run::<v1_added::Account>("fresh", msgpack(), &COMMANDS)
+            .await;
+        under
+            .run::<v1_added::Account>("fresh", msgpack(), &[7])
+            .await;
+        let fresh = under.state::<v1_added::Account>("fresh").await.unwrap();
+        assert_eq!(recovered, fresh, "{name}");
+        assert_eq!(recovered.balance, 137, "{name}");
+        // What bincode, fixed schema, cannot do without an upcaster: a clear error.
+        under
+            .run::<v1::Account>("bincode", config(Codec::Bincode, None), &COMMANDS)
+            .await;
+        let error = under
+            .state::<v1_added::Account>("bincode")
+            .await
+            .unwrap_err();
+        assert!(
+            matches!(&error, JournalError::Corrupt { seq: 1, reason, .. }
+                if reason.contains("raise the version")),
+            "{name}: {error}"
+        );
+    }
+}
+
+#[actix::test]
+async fn renamed_retyped_split_and_removed_events_are_read_through_a_chained_upcaster() {
+    for under in journals().await {
+        let name = under.name;
+        for codec in [Codec::MessagePack, Codec::Bincode] {
+            let id = format!("chain-{codec}");
+            // Version 1 wrote the first half, version 2 the second; version 3 reads both.
+            under
+                .run::<v1::Account>(&id, config(codec, None), &COMMANDS[..3])
+                .await;
+            under
+                .run::<v2::Entity>(&id, config(codec, None), &COMMANDS[3..])
+                .await;
+            let v2 = under.state::<v2::Entity>(&id).await.unwrap();
+            assert_eq!((v2.0.balance, v2.0.deposits), (130, 3), "{name}, {codec}");
+            let upcast = under.state::<v3::Account>(&id).await.unwrap();
+            let fresh_id = format!("fresh-v3-{codec}");
+            under
+                .run::<v3::Account>(&fresh_id, config(codec, None), &COMMANDS)
+                .await;
+            let fresh = under.state::<v3::Account>(&fresh_id).await.unwrap();
+            assert_eq!(upcast, fresh, "{name}, {codec}");
+            assert_eq!((upcast.balance_cents, upcast.deposits), (13_000, 3));
+            // Version 3 goes on writing the stream: old and new entries side by side.
+            under
+                .run::<v3::Account>(&id, config(codec, None), &[-1])
+                .await;
+            let state = under.state::<v3::Account>(&id).await.unwrap();
+            assert_eq!(state.balance_cents, 12_900, "{name}, {codec}");
+        }
+    }
+}
+
+#[actix::test]
+async fn a_snapshot_of_an_older_state_type_is_read_through_the_state_upcaster() {
+    for under in journals().await {
+        let name = under.name;
+        // A snapshot after 4 events, the events it covers deleted: the snapshot is needed.
+        under
+            .run::<v1::Account>("snap", config(Codec::MessagePack, Some(4)), &COMMANDS)
+            .await;
+        let id = under.id("snap");
+        let snapshot = under
+            .journal
+            .load_snapshot(&id)
+            .await
+            .unwrap()
+            .expect("one");
+        let highest = under.journal.highest_seq(&id).await.unwrap();
+        assert_eq!((snapshot.seq, highest), (4, 6), "{name}");
+        assert_eq!(snapshot.manifest.version(), 1, "{name}");
+        let upcast = under.state::<v3::Account>("snap").await.unwrap();
+        assert_eq!(
+            (upcast.balance_cents, upcast.deposits),
+            (13_000, 3),
+            "{name}"
+        );
+    }
+}
+
+#[actix::test]
+async fn a_journal_of_a_newer_version_fails_stop_naming_stream_seq_and_versions_and_nothing_is_written(
+) {
+    for under in journals().await {
+        let name = under.name;
+        under
+            .run::<v3::Account>("newer", PersistentConfig::default(), &COMMANDS)
+            .await;
+        let id = under.id("newer");
+        let highest = under.journal.highest_seq(&id).await.unwrap();
+        let entity = under.start::<v2::Entity>("newer", PersistentConfig::default());
+        match entity.ask(1).await {
+            Err(CommandError::Recovery(JournalError::Incompatible {
+                persistence_id,
+                seq,
+                reason,
+            })) => {
+                assert_eq!((&persistence_id, seq), (&id, 1), "{name}");
+                assert!(
+                    reason.contains("version 3") && reason.contains("this code's version 2"),
+                    "{name}: {reason}"
+                );
+            }
+            other => panic!("{name}: {other:?}"),
+        }
+        entity.stopped().await;
+        let after = under.journal.highest_seq(&id).await.unwrap();
+        assert_eq!(after, highest, "{name}: nothing written");
+        // A snapshot of a newer state version: the same, not a silent replay.
+        under
+            .run::<v3::Account>("newer-snap", config(Codec::MessagePack, Some(2)), &COMMANDS)
+            .await;
+        let error = under.state::<v1::Account>("newer-snap").await.unwrap_err();
+        assert!(
+            matches!(&error, JournalError::Incompatible { reason, .. }
+                if reason.contains("snapshot") && reason.contains("version 2")),
+            "{name}: {error}"
+        );
+    }
+}
+
+/// An order as version 1 of a durable producer's application stores it (and the fixture's).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+struct Order {
+    id: u64,
+    total: u64,
+}
+
+/// The same order with a field added: no code.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+struct OrderWithNote {
+    id: u64,
+    total: u64,
+    #[serde(default)]
+    note: Option<String>,
+}
+
+/// Version 2: the total in cents, under a new name.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+struct OrderV2 {
+    id: u64,
+    total_cents: u64,
+}
+
+fn order_v2_from_v1(old: Written<'_>) -> Result<OrderV2, UpcastError> {
+    let Order { id, total } = old.decode()?;
+    Ok(OrderV2 {
+        id,
+        total_cents: total * 100,
+    })
+}
+
+fn producer_options<T: Clone + Send + 'static>(
+    consumer: &actix_delivery::ConsumerHandle<T>,
+    producer_id: &str,
+) -> ProducerOptions<T> {
+    ProducerOptions::builder(consumer)
+        .producer_id(producer_id)
+        .resend_timeout(Duration::from_millis(50))
+        .build()
+        .unwrap()
+}
+
+/// Stores `orders` with a durable producer on `stream` (`configure`d) whose consumer never
+/// confirms, then stops it: they stay stored and unconfirmed.
+async fn store_unconfirmed<T>(
+    under: &Under,
+    stream: &str,
+    configure: impl FnOnce(DurableOptions<T>) -> DurableOptions<T>,
+    orders: Vec<T>,
+) where
+    T: Clone + Send + Serialize + DeserializeOwned + 'static,
+{
+    let handler = DeliveryHandler::from_fn(|_: T| async { Err::<(), _>("not now".to_string()) });
+    let consumer = ReliableDelivery::consumer(ConsumerOptions::builder(handler).build().unwrap());
+    let durable = configure(DurableOptions::new(under.journal.clone(), under.id(stream)));
+    let options = producer_options(&consumer, "orders");
+    let producer = ReliableDelivery::durable_producer(options, durable).unwrap();
+    for order in orders {
+        producer.store(order).await.unwrap();
+    }
+    producer.stop();
+    producer.stopped().await;
+}
+
+/// Resumes durable producer `producer_id` of `stream` with messages `T` (`configure`d), and
+/// returns what its consumer handled once everything was confirmed, or the producer stopped.
+async fn resume<T>(
+    journal: &Arc<dyn Journal>,
+    stream: PersistenceId,
+    producer_id: &str,
+    configure: impl FnOnce(DurableOptions<T>) -> DurableOptions<T>,
+) -> Vec<T>
+where
+    T: Clone + Send + Serialize + DeserializeOwned + 'static,
+{
+    let (consumer, handled) = recording_consumer::<T>();
+    let durable = configure(DurableOptions::new(journal.clone(), stream));
+    let options = producer_options(&consumer, producer_id);
+    let producer = ReliableDelivery::durable_producer(options, durable).unwrap();
+    // Resumed messages count as told: idle once they are confirmed (or the producer stopped).
+    settle_for(20).await;
+    tokio::time::timeout(Duration::from_secs(20), producer.idle())
+        .await
+        .expect("settled");
+    producer.stop();
+    producer.stopped().await;
+    handled.snapshot()
+}
+
+#[actix::test]
+async fn a_durable_producer_resumes_messages_stored_by_an_earlier_version_of_their_type() {
+    for under in journals().await {
+        let name = under.name;
+        let orders = || vec![Order { id: 1, total: 5 }, Order { id: 2, total: 7 }];
+        // Added field, no code.
+        store_unconfirmed(&under, "added", |d| d, orders()).await;
+        let handled =
+            resume::<OrderWithNote>(&under.journal, under.id("added"), "orders", |d| d).await;
+        let ids: Vec<_> = handled
+            .iter()
+            .map(|o| (o.id, o.total, o.note.clone()))
+            .collect();
+        assert_eq!(ids, [(1, 5, None), (2, 7, None)], "{name}");
+        // A breaking change: version 2 with its upcaster, in either codec.
+        for codec in [Codec::MessagePack, Codec::Bincode] {
+            let stream = format!("breaking-{codec}");
+            store_unconfirmed(&under, &stream, |d| d.codec(codec), orders()).await;
+            let handled = resume::<OrderV2>(&under.journal, under.id(&stream), "orders", |d| {
+                d.message_version(2).upcast(order_v2_from_v1)
+            })
+            .await;
+            let expected =
+                [(1, 500), (2, 700)].map(|(id, total_cents)| OrderV2 { id, total_cents });
+            assert_eq!(handled, expected, "{name}, {codec}");
+        }
+        // Stored at a newer version than the code's (a rollback): it stops for good and sends
+        // nothing, though the body would decode.
+        let newer = vec![OrderWithNote {
+            id: 3,
+            total: 1,
+            note: Some("new".into()),
+        }];
+        store_unconfirmed(&under, "newer", |d| d.message_version(2), newer).await;
+        let (consumer, handled) = recording_consumer::<Order>();
+        let durable = DurableOptions::new(under.journal.clone(), under.id("newer"));
+        let options = producer_options(&consumer, "orders");
+        let producer = ReliableDelivery::durable_producer(options, durable).unwrap();
+        tokio::time::timeout(Duration::from_secs(20), producer.stopped())
+            .await
+            .expect("stopped for good");
+        settle_for(100).await;
+        assert!(handled.snapshot().is_empty(), "{name}");
+    }
+}
+
+#[actix::test]
+async fn a_durable_producer_refuses_version_0() {
+    let (consumer, _) = recording_consumer::<Order>();
+    let durable = DurableOptions::new(
+        Arc::new(MemoryJournal::new()),
+        PersistenceId::new("s").unwrap(),
+    )
+    .message_version(0);
+    let error =
+        ReliableDelivery::durable_producer(producer_options(&consumer, "p"), durable).unwrap_err();
+    assert!(error.to_string().contains("message_version"), "{error}");
+}
+
+// --- the journals of the previous release ------------------------------------------------
+
+/// The fixture's entities and their states after its commands (see tests/fixtures/README.md).
+const FIXTURE_ACCOUNTS: [(&str, i64, u32); 2] = [("account-1", 130, 3), ("account-2", 5, 1)];
+
+/// Checks a journal opened on a fixture: every event as the raw rows held it, with the legacy
+/// manifest; the entities recover (as version 1, and as version 3 through the upcasters, from
+/// the legacy snapshot and legacy entries); the durable producer resumes orders 2 and 3.
+async fn check_fixture(
+    journal: Arc<dyn Journal>,
+    raw: BTreeMap<(String, u64), Vec<u8>>,
+    accounts: &[(&str, i64, u32)],
+) {
+    let mut replayed = BTreeMap::new();
+    for stream in raw
+        .keys()
+        .map(|(id, _)| id.clone())
+        .collect::<std::collections::BTreeSet<_>>()
+    {
+        let id = PersistenceId::new(stream.clone()).unwrap();
+        replay_all(&*journal, &id, 1, u64::MAX, 100, |event| {
+            assert_eq!(event.manifest, Manifest::legacy(), "{stream} {}", event.seq);
+            replayed.insert((stream.clone(), event.seq), event.payload);
+            Ok::<_, JournalError>(())
+        })
+        .await
+        .unwrap();
+    }
+    assert_eq!(replayed, raw, "every event, byte for byte");
+    for &(stream, balance, deposits) in accounts {
+        let id = PersistenceId::new(stream).unwrap();
+        let state = recover_state::<v1::Account>(&*journal, &id).await.unwrap();
+        assert_eq!(
+            (state.balance, state.deposits),
+            (balance, deposits),
+            "{stream}"
+        );
+        let upcast = recover_state::<v3::Account>(&*journal, &id).await.unwrap();
+        let upcast = (upcast.balance_cents, upcast.deposits);
+        assert_eq!(upcast, (balance * 100, deposits), "{stream}");
+    }
+    let stream = PersistenceId::new("orders-out").unwrap();
+    let handled = resume::<Order>(&journal, stream.clone(), "fixture-producer", |d| d).await;
+    let expected = [(2, 700), (3, 900)].map(|(id, total)| Order { id, total });
+    assert_eq!(handled, expected, "the unconfirmed orders, sent again");
+    let handled = resume::<OrderV2>(&journal, stream, "fixture-producer", |d| {
+        d.message_version(2).upcast(order_v2_from_v1)
+    })
+    .await;
+    assert!(handled.is_empty(), "confirmed the first time: {handled:?}");
+}
+
+/// The events of a SQLite journal file as its tables hold them.
+fn raw_sqlite_events(path: &Path) -> BTreeMap<(String, u64), Vec<u8>> {
+    let conn = rusqlite::Connection::open(path).unwrap();
+    let mut statement = conn
+        .prepare(
+            "SELECT persistence_id, seq_nr, payload FROM event_journal \
+             UNION ALL SELECT persistence_id, seq_nr, payload FROM event_buffer",
+        )
+        .unwrap();
+    let rows = statement
+        .query_map([], |row| {
+            Ok(((row.get(0)?, row.get::<_, i64>(1)? as u64), row.get(2)?))
+        })
+        .unwrap();
+    rows.map(Result::unwrap).collect()
+}
+
+fn user_version(path: &Path) -> i32 {
+    rusqlite::Connection::open(path)
+        .unwrap()
+        .pragma_query_value(None, "user_version", |row| row.get(0))
+        .unwrap()
+}
+
+#[actix::test]
+async fn the_sqlite_journal_of_the_previous_release_is_migrated_and_recovers() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("journal-v1.sqlite");
+    std::fs::copy("tests/fixtures/journal-v1.sqlite", &path).unwrap();
+    assert_eq!(user_version(&path), 1);
+    let raw = raw_sqlite_events(&path);
+    assert_eq!(raw.len(), 12, "the fixture as committed");
+    let journal = SqliteJournal::open(&path).await.unwrap();
+    assert_eq!(user_version(&path), 2, "migrated on open");
+    check_fixture(Arc::new(journal), raw, &FIXTURE_ACCOUNTS).await;
+}
+
+#[cfg(feature = "postgres")]
+#[actix::test]
+async fn the_postgres_tables_of_the_previous_release_are_migrated_and_recover() {
+    let schema = postgres_support::unique("fixture_v1");
+    let admin = postgres_support::admin().await;
+    let fixture = std::fs::read_to_string("tests/fixtures/journal-v1.postgres.sql").unwrap();
+    admin
+        .batch_execute(&format!(
+            "CREATE SCHEMA {schema}; SET search_path TO {schema}; {fixture}"
+        ))
+        .await
+        .unwrap();
+    let rows = admin
+        .query(
+            &format!("SELECT persistence_id, seq_nr, payload FROM {schema}.event_journal"),
+            &[],
+        )
+        .await
+        .unwrap();
+    let raw: BTreeMap<(String, u64), Vec<u8>> = rows
+        .iter()
+        .map(|row| ((row.get(0), row.get::<_, i64>(1) as u64), row.get(2)))
+        .collect();
+    assert_eq!(raw.len(), 10, "the fixture as committed");
+    let options = actix_delivery::journal::PostgresOptions::default().schema(&schema);
+    let journal =
+        actix_delivery::journal::PostgresJournal::connect_with(&postgres_support::url(), options)
+            .await
+            .unwrap();
+    let version: i32 = admin
+        .query_one(&format!("SELECT version FROM {schema}.journal_schema"), &[])
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(version, 2, "migrated on connect");
+    check_fixture(Arc::new(journal), raw, &FIXTURE_ACCOUNTS[..1]).await;
+    admin
+        .batch_execute(&format!("DROP SCHEMA {schema} CASCADE"))
+        .await
+        .unwrap();
+}

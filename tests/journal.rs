@@ -585,6 +585,34 @@ fn schema_error(result: Result<SqliteJournal, JournalError>) -> String {
 }
 
 #[tokio::test]
+async fn sqlite_reports_a_manifest_out_of_range_as_corrupt_naming_the_seq() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("journal.db");
+    let id = PersistenceId::new("s").unwrap();
+    let journal = open(&path).await.unwrap();
+    journal.append(&id, 1, vec![b"a".to_vec()]).await.unwrap();
+    journal.close().await;
+    for (column, value) in [("ser_codec", 300), ("ser_version", -1)] {
+        let conn = rusqlite::Connection::open(&path).unwrap();
+        for table in ["event_journal", "event_buffer"] {
+            conn.execute(&format!("UPDATE {table} SET ser_codec = 0, ser_version = 0"), [])
+                .unwrap();
+            conn.execute(&format!("UPDATE {table} SET {column} = {value}"), [])
+                .unwrap();
+        }
+        drop(conn);
+        let journal = open(&path).await.unwrap();
+        match journal.replay(&id, 1, 1, 10).await {
+            Err(JournalError::Corrupt { seq: 1, reason, .. }) => {
+                assert!(reason.contains("manifest out of range"), "{reason}");
+            }
+            other => panic!("{column} = {value}: {other:?}"),
+        }
+        journal.close().await;
+    }
+}
+
+#[tokio::test]
 async fn sqlite_refuses_a_newer_or_foreign_schema_and_leaves_it_untouched() {
     // A journal written by a newer version.
     let dir = tempfile::tempdir().unwrap();

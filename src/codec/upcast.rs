@@ -113,6 +113,12 @@ impl<'a> Written<'a> {
         upcast: impl FnOnce(Written<'_>) -> Result<T, UpcastError>,
     ) -> Result<T, Unreadable> {
         let version = self.version();
+        if self.manifest.codec().is_none() {
+            return Err(Unreadable::Incompatible(format!(
+                "written as {}, which this version of the crate cannot read",
+                self.manifest
+            )));
+        }
         if version == current {
             self.decode().map_err(|err| {
                 Unreadable::Corrupt(format!(

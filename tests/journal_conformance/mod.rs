@@ -51,6 +51,7 @@ macro_rules! journal_conformance {
             every_character_but_nul_is_a_valid_id,
             payloads_over_the_limit_are_refused,
             concurrent_appends_to_many_streams,
+            manifests_round_trip,
         );
     };
     (@cases $fixture:path; $($case:ident),* $(,)?) => {
@@ -652,4 +653,37 @@ pub async fn concurrent_appends_to_many_streams(journal: Arc<dyn Journal>) {
         assert_eq!(journal.highest_seq(id).await, Ok(expected));
         assert_eq!(all(&*journal, id).await, events("w", 1..=expected));
     }
+}
+
+/// Each event and snapshot comes back with the manifest it was written with: codec, name and
+/// version as given (a codec id this crate does not know included), raw for a plain append.
+pub async fn manifests_round_trip(journal: Arc<dyn Journal>) {
+    use actix_delivery::codec::Codec;
+    let id = fresh_id("manifests");
+    let first = Manifest::new(Codec::MessagePack, "app::OrderEvent", 3);
+    let unknown = Manifest::from_stored(200, "from a newer crate", u32::MAX);
+    journal
+        .append_as(&id, 1, vec![b"a".to_vec(), b"b".to_vec()], first.clone())
+        .await
+        .unwrap();
+    journal
+        .append_as(&id, 3, vec![b"c".to_vec()], unknown.clone())
+        .await
+        .unwrap();
+    journal.append(&id, 4, vec![b"d".to_vec()]).await.unwrap();
+    let manifests: Vec<Manifest> = journal
+        .replay(&id, 1, 4, 10)
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|event| event.manifest)
+        .collect();
+    assert_eq!(manifests, [first.clone(), first, unknown, Manifest::raw()]);
+    let snapshot = Snapshot {
+        seq: 4,
+        payload: b"state".to_vec(),
+        manifest: Manifest::new(Codec::Bincode, "app::State", 2),
+    };
+    journal.save_snapshot(&id, snapshot.clone()).await.unwrap();
+    assert_eq!(journal.load_snapshot(&id).await.unwrap(), Some(snapshot));
 }

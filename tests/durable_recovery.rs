@@ -107,14 +107,18 @@ async fn a_corrupt_stream_stops_the_producer_with_an_error_naming_it() {
         .await
         .unwrap();
     assert_eq!(events.len(), 3, "created, stored 1, stored 2");
-    // The same entries, each valid, the two stores swapped, in a fresh journal.
+    // The same entries (with their manifest), each valid, the two stores swapped, in a fresh
+    // journal.
     let copy = MemoryJournal::new();
     let payloads = vec![
         events[0].payload.clone(),
         events[2].payload.clone(),
         events[1].payload.clone(),
     ];
-    copy.append(&out_stream(), 1, payloads).await.unwrap();
+    let manifest = events[0].manifest.clone();
+    copy.append_as(&out_stream(), 1, payloads, manifest)
+        .await
+        .unwrap();
     let second = durable_u32(&copy, to, 4, 100);
     let failure = Log::default();
     second.tell(3, record_failure(&failure)).unwrap(); // waits for the stream to open

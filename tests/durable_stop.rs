@@ -199,7 +199,7 @@ async fn a_stream_with_an_undecodable_event_stops_the_producer_for_good() {
     tokio::time::pause();
     let journal = MemoryJournal::new();
     journal
-        .append(&stream(), 1, vec![vec![0xff; 7]])
+        .append_as(&stream(), 1, vec![vec![0xff; 7]], Manifest::legacy())
         .await
         .unwrap();
     let (to, _) = black_hole();

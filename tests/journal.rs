@@ -595,8 +595,11 @@ async fn sqlite_reports_a_manifest_out_of_range_as_corrupt_naming_the_seq() {
     for (column, value) in [("ser_codec", 300), ("ser_version", -1)] {
         let conn = rusqlite::Connection::open(&path).unwrap();
         for table in ["event_journal", "event_buffer"] {
-            conn.execute(&format!("UPDATE {table} SET ser_codec = 0, ser_version = 0"), [])
-                .unwrap();
+            conn.execute(
+                &format!("UPDATE {table} SET ser_codec = 0, ser_version = 0"),
+                [],
+            )
+            .unwrap();
             conn.execute(&format!("UPDATE {table} SET {column} = {value}"), [])
                 .unwrap();
         }

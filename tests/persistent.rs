@@ -9,6 +9,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use actix_delivery::codec::Manifest;
 use actix_delivery::journal::{Journal, MemoryJournal, PersistenceId};
 use actix_delivery::persistence::{
     recover_state, CommandError, Decision, EventSourced, Execute, Outcome, PersistentConfig,
@@ -217,7 +218,10 @@ async fn under_a_supervisor_a_failed_append_restarts_the_actor_on_the_durable_st
 async fn a_corrupt_stream_fails_recovery_naming_stream_and_seq_and_stops_for_good() {
     tokio::time::pause();
     let journal = MemoryJournal::new();
-    journal.append(&id(), 1, vec![vec![1, 0xff]]).await.unwrap();
+    journal
+        .append_as(&id(), 1, vec![vec![1, 0xff]], Manifest::legacy())
+        .await
+        .unwrap();
     let ledger = PersistentHandle::<Ledger>::start_supervised(
         Arc::new(journal.clone()),
         id(),

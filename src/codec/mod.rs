@@ -117,6 +117,7 @@ struct Capped<'a> {
 }
 
 impl std::io::Write for Capped<'_> {
+    #[inline]
     fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
         let len = self.bytes.len();
         if buf.len() > self.end - len {
@@ -132,6 +133,11 @@ impl std::io::Write for Capped<'_> {
         }
         self.bytes.extend_from_slice(buf);
         Ok(buf.len())
+    }
+
+    #[inline]
+    fn write_all(&mut self, buf: &[u8]) -> std::io::Result<()> {
+        self.write(buf).map(drop)
     }
 
     fn flush(&mut self) -> std::io::Result<()> {
@@ -310,18 +316,23 @@ impl Codec {
                 if bytes.len() as u64 > limit {
                     return Err(CodecError::TooLarge { limit });
                 }
-                let mut de = rmp_serde::Deserializer::new(std::io::Cursor::new(bytes));
+                let mut de = rmp_serde::Deserializer::from_read_ref(bytes);
                 de.set_max_depth(MAX_DEPTH);
                 let value = T::deserialize(&mut de).map_err(|err| CodecError::Malformed {
                     reason: err.to_string(),
                 })?;
-                let read = de.position();
-                if read != bytes.len() as u64 {
-                    return Err(CodecError::Malformed {
-                        reason: format!("{} bytes remaining", bytes.len() as u64 - read),
-                    });
+                // The borrowing reader does not tell where it stopped: the input is exactly
+                // one value if nothing more can be read after it.
+                match serde::de::IgnoredAny::deserialize(&mut de) {
+                    Err(rmp_serde::decode::Error::InvalidMarkerRead(err))
+                        if err.kind() == std::io::ErrorKind::UnexpectedEof =>
+                    {
+                        Ok(value)
+                    }
+                    _ => Err(CodecError::Malformed {
+                        reason: "trailing bytes after the value".into(),
+                    }),
                 }
-                Ok(value)
             }
         }
     }
@@ -736,7 +747,7 @@ mod tests {
             .decode::<Sample>(&bytes, MAX_ENCODED_BYTES)
             .unwrap_err();
         assert!(
-            matches!(&err, CodecError::Malformed { reason } if reason.contains("1 bytes remaining")),
+            matches!(&err, CodecError::Malformed { reason } if reason.contains("trailing bytes")),
             "{err:?}"
         );
     }

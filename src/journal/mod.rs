@@ -253,6 +253,35 @@ pub(crate) fn check_payload(
     Ok(())
 }
 
+/// The manifest a journal read back from its columns (codec id, name, version, as SQL
+/// integers); the same as `last` (of the row before) shares its name instead of allocating it
+/// again.
+///
+/// # Errors
+/// [`JournalError::Corrupt`] for a codec id or version out of range.
+pub(crate) fn stored_manifest(
+    id: &PersistenceId,
+    seq: u64,
+    (codec, name, version): (i64, &str, i64),
+    last: &mut Option<Manifest>,
+) -> Result<Manifest, JournalError> {
+    let (Ok(codec), Ok(version)) = (u8::try_from(codec), u32::try_from(version)) else {
+        return Err(JournalError::Corrupt {
+            persistence_id: id.clone(),
+            seq,
+            reason: format!("a manifest out of range: codec {codec}, version {version}"),
+        });
+    };
+    if let Some(last) = last {
+        if (last.codec_id(), last.name(), last.version()) == (codec, name, version) {
+            return Ok(last.clone());
+        }
+    }
+    let manifest = Manifest::from_stored(codec, name, version);
+    *last = Some(manifest.clone());
+    Ok(manifest)
+}
+
 /// The fence: `first_seq` must follow `highest_seq`.
 pub(crate) fn check_fence(
     id: &PersistenceId,

@@ -22,7 +22,8 @@ pub use options::{PostgresOptions, PostgresStats};
 use crate::codec::Manifest;
 use crate::journal::write::{WriteOp, WriteRequest};
 use crate::journal::{
-    check_append, check_payload, check_payloads, Journal, JournalError, JournalFuture,
+    check_append, check_payload, check_payloads, stored_manifest, Journal, JournalError,
+    JournalFuture,
     PersistenceId, Snapshot, StoredEvent, MAX_SEQ,
 };
 use options::Counters;
@@ -723,8 +724,7 @@ impl FromRows for Option<Snapshot> {
     }
 }
 
-/// The manifest in columns 2 to 4 of `row` (codec id, name, version); the same as `last` (of
-/// the row before) shares its name instead of allocating it again.
+/// The manifest in columns 2 to 4 of `row` (see [`stored_manifest`]).
 fn manifest(
     row: &tokio_postgres::Row,
     id: &PersistenceId,
@@ -734,21 +734,7 @@ fn manifest(
     let codec: i16 = row.try_get(2).map_err(|err| corrupt(id, seq, &err))?;
     let name: &str = row.try_get(3).map_err(|err| corrupt(id, seq, &err))?;
     let version: i64 = row.try_get(4).map_err(|err| corrupt(id, seq, &err))?;
-    let (Ok(codec), Ok(version)) = (u8::try_from(codec), u32::try_from(version)) else {
-        return Err(JournalError::Corrupt {
-            persistence_id: id.clone(),
-            seq,
-            reason: format!("a manifest out of range: codec {codec}, version {version}"),
-        });
-    };
-    if let Some(last) = last {
-        if (last.codec_id(), last.name(), last.version()) == (codec, name, version) {
-            return Ok(last.clone());
-        }
-    }
-    let manifest = Manifest::from_stored(codec, name, version);
-    *last = Some(manifest.clone());
-    Ok(manifest)
+    stored_manifest(id, seq, (i64::from(codec), name, version), last)
 }
 
 /// Checks that replayed events are ascending and within the range asked for.

@@ -15,7 +15,7 @@ use tokio::sync::{mpsc, oneshot};
 use crate::codec::Manifest;
 use crate::journal::sqlite::writer::Buffered;
 use crate::journal::sqlite::{schema, seq_from_sql, storage_error, HIGHEST_SQL};
-use crate::journal::{JournalError, PersistenceId, Snapshot, StoredEvent};
+use crate::journal::{stored_manifest, JournalError, PersistenceId, Snapshot, StoredEvent};
 
 type Reply<T> = oneshot::Sender<Result<T, JournalError>>;
 
@@ -240,8 +240,7 @@ impl Statements<'_> {
     }
 }
 
-/// The manifest in columns 2 to 4 of `row` (codec id, name, version); the same as `last` (of
-/// the row before) shares its name instead of allocating it again.
+/// The manifest in columns 2 to 4 of `row` (see [`stored_manifest`]).
 fn manifest(
     row: &rusqlite::Row<'_>,
     id: &PersistenceId,
@@ -254,19 +253,5 @@ fn manifest(
         .and_then(|value| Ok(value.as_str()?))
         .map_err(|err| corrupt(id, seq, err))?;
     let version: i64 = row.get(4).map_err(|err| corrupt(id, seq, err))?;
-    let (Ok(codec), Ok(version)) = (u8::try_from(codec), u32::try_from(version)) else {
-        return Err(JournalError::Corrupt {
-            persistence_id: id.clone(),
-            seq,
-            reason: format!("a manifest out of range: codec {codec}, version {version}"),
-        });
-    };
-    if let Some(last) = last {
-        if (last.codec_id(), last.name(), last.version()) == (codec, name, version) {
-            return Ok(last.clone());
-        }
-    }
-    let manifest = Manifest::from_stored(codec, name, version);
-    *last = Some(manifest.clone());
-    Ok(manifest)
+    stored_manifest(id, seq, (codec, name, version), last)
 }

@@ -146,7 +146,7 @@ async fn garbage_is_refused_and_counted_and_the_consumer_goes_on() {
     }
     // Frames of the wrong kind for a consumer's subject, empty, truncated, trailing bytes,
     // an identifier over 256 bytes.
-    let good = deliveries_frame(&subject, &[7]);
+    let good = deliveries_frame(&subject, &[2, 1, 7]);
     let mut trailing = good.clone();
     trailing.push(0);
     let mut long_id = vec![4, 251, 0x2c, 0x01]; // a 300-byte consumer name
@@ -507,7 +507,7 @@ async fn a_reply_subject_outside_the_reply_prefix_is_refused() {
         &raw,
         &subject,
         Some(&victim),
-        deliveries_frame(&subject, &[7]),
+        deliveries_frame(&subject, &[2, 1, 7]),
     )
     .await;
     raw.flush().await.unwrap();
@@ -775,7 +775,7 @@ async fn undecodable_bodies_for_a_blocked_consumer_count_against_the_batch_bound
         &raw,
         &subject,
         Some(&replies),
-        deliveries_frame(&subject, &[7]),
+        deliveries_frame(&subject, &[2, 1, 7]),
     )
     .await;
     for _ in 0..BATCHES {

@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use actix_delivery::remote::{Node, NodeOptions, NodeSecret};
 use actix_delivery::{
-    codec, ConsumerOptions, DeadLetter, DeadLetterReason, DeliveryHandler, Incarnation,
+    ConsumerOptions, DeadLetter, DeadLetterReason, DeliveryHandler, Incarnation,
     ProducerHandle, ProducerOptions, ReliableDelivery,
 };
 use common::{confirm_into, Confirmations, Log};
@@ -230,7 +230,7 @@ async fn a_frame_that_does_not_decode_closes_only_its_connection() {
         items: vec![Item {
             seq: 1,
             window_start: 1,
-            body: codec::encode(&1u64).unwrap(),
+            body: wire::body(&1u64),
         }],
     });
     let garbage: Vec<u8> = [&[0u8, 0, 0, 5][..], &[9, 9, 9, 9, 9]].concat();
@@ -281,7 +281,7 @@ async fn bad_fields_become_dead_letters_and_unknown_names_are_dropped() {
         items: vec![Item {
             seq: 1,
             window_start: 1,
-            body: codec::encode(&1u64).unwrap(),
+            body: wire::body(&1u64),
         }],
     });
     let mut seq_zero = wire::deliveries("numbers", [0]);

@@ -20,6 +20,7 @@ use crate::remote::frame::Frame;
 use crate::remote::inbound::ExposedConsumer;
 use crate::remote::outbound::encode;
 use crate::remote::routes::Routes;
+use crate::remote::schema::{BodySchema, Schemas};
 use crate::remote::stats::{add, Warning, Warnings};
 
 use super::inbound::{serve, Serving};
@@ -86,6 +87,8 @@ pub(crate) struct Shared {
     max_received: usize,
     sending: Mutex<Sending>,
     exposed: Mutex<Exposures>,
+    /// How bodies are written and read, by message type.
+    pub(crate) schemas: Schemas,
 }
 
 /// Where one [`NatsCarrier::consumer_ref`] sends: its subject, the reply subject its batches
@@ -167,7 +170,7 @@ impl Shared {
 
     /// Publishes deliveries to a destination, asking for ACKs on its reply subject; what does
     /// not fit the queue is dropped and counted (the producer retransmits it).
-    fn send<T: Serialize>(&self, destination: &Destination, deliveries: Vec<Delivery<T>>) {
+    fn send<T: Serialize + 'static>(&self, destination: &Destination, deliveries: Vec<Delivery<T>>) {
         let subject = &destination.subject;
         let counters = &self.counters;
         if self.cancel.is_cancelled() {
@@ -180,6 +183,7 @@ impl Shared {
                 routes,
                 scratch,
                 deliveries,
+                &self.schemas.of::<T>(),
                 &counters.bodies_encoded,
                 &self.warnings,
             )
@@ -354,6 +358,7 @@ impl NatsCarrier {
             inbox,
             destinations: Mutex::default(),
             exposed: Mutex::default(),
+            schemas: Schemas::default(),
         });
         let publisher = shared.clone();
         shared.arbiter.spawn(async move {
@@ -502,6 +507,17 @@ impl NatsCarrier {
         Ok(ConsumerRef::from_fn(move |deliveries: Vec<Delivery<T>>| {
             reference.owner.0.send(&reference.destination, deliveries);
         }))
+    }
+
+    /// Declares how bodies of `T` go over NATS from now on, for the consumers of `T` this
+    /// carrier exposes and the references to consumers of `T` it hands out: the codec they
+    /// are written in, their schema version, and the upcaster of older versions (see
+    /// [`BodySchema`], with an example). Without one, `T` is written in
+    /// [`DEFAULT_WIRE_CODEC`](crate::remote::DEFAULT_WIRE_CODEC) at version 1. Declare it
+    /// before the first delivery (bodies kept for retransmission are sent as they were
+    /// encoded); a second declaration replaces the first.
+    pub fn body_schema<T: 'static>(&self, schema: BodySchema<T>) {
+        self.shared().schemas.declare(schema);
     }
 
     /// The NATS client the carrier uses.

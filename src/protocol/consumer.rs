@@ -222,11 +222,17 @@ impl<B, R> ConsumerCore<B, R> {
         step
     }
 
-    /// A delivery whose body a transport could not decode as the consumer's message type: a
-    /// dead letter like a malformed envelope (counted, warned about), touching no state; its
-    /// producer gets no ACK.
-    pub fn handle_undecodable(&mut self, header: Header, now: Instant) -> Step<B, R> {
-        self.dead_letter(DeadLetterReason::UndecodableBody, header, now)
+    /// A delivery whose body a transport could not decode as the consumer's message type
+    /// (`reason`: [`DeadLetterReason::UndecodableBody`] or
+    /// [`DeadLetterReason::IncompatibleBody`]): a dead letter like a malformed envelope
+    /// (counted, warned about), touching no state; its producer gets no ACK.
+    pub fn handle_undecodable(
+        &mut self,
+        header: Header,
+        reason: DeadLetterReason,
+        now: Instant,
+    ) -> Step<B, R> {
+        self.dead_letter(reason, header, now)
     }
 
     /// Dedup and the decision for an admitted delivery.
@@ -808,7 +814,7 @@ mod tests {
             }
         }
         let undecodable = inbound("p", 1, 1).header;
-        match c.handle_undecodable(undecodable, now) {
+        match c.handle_undecodable(undecodable, DeadLetterReason::UndecodableBody, now) {
             Step::DeadLetter(reason, header) => {
                 assert_eq!(reason, DeadLetterReason::UndecodableBody);
                 assert_eq!(header.seq, 1);

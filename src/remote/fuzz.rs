@@ -5,18 +5,20 @@
 use bytes::BytesMut;
 use tokio_util::codec::{Decoder, LengthDelimitedCodec};
 
-use crate::codec;
+use crate::codec::Codec;
 use crate::protocol::envelope::Incarnation;
 use crate::remote::auth::{NodeId, Opener, Sealer};
+use crate::remote::schema::BodySchema;
 use crate::remote::frame::{
     AckBatch, Challenge, DeliveryBatch, Frame, Hello, Proof, WireDelivery, MAGIC, PROTOCOL_VERSION,
 };
 
 /// Feeds `bytes` to what a node runs on received bytes, without authentication so that every
 /// byte reaches the decoders: the length-delimited codec limited to `max_frame_length`, the
-/// frame decoder, and with `bodies` the decoding of delivery bodies (as `String` and as
-/// `(u64, Vec<u8>)`). Returns how many frames decoded; stops at the first error, as a
-/// connection closes there.
+/// frame decoder, and with `bodies` the reading of delivery bodies: their codec and version
+/// header, then the value (as `String` at version 1, and as `(u64, Vec<u8>)` at version 2 with
+/// an upcaster from version 1). Returns how many frames decoded; stops at the first error, as
+/// a connection closes there.
 pub fn receive(bytes: &[u8], max_frame_length: usize, bodies: bool) -> usize {
     let mut codec = LengthDelimitedCodec::builder()
         .max_frame_length(max_frame_length)
@@ -32,10 +34,13 @@ pub fn receive(bytes: &[u8], max_frame_length: usize, bodies: bool) -> usize {
             break;
         };
         if let (true, Frame::Deliveries(batch)) = (bodies, &frame) {
+            let text = BodySchema::<String>::new();
+            let pair = BodySchema::<(u64, Vec<u8>)>::new()
+                .version(2)
+                .upcast(|old| old.decode::<u64>().map(|n| (n, Vec::new())));
             for item in &batch.items {
-                let len = item.body.len() as u64;
-                let _ = codec::decode_with_limit::<String>(item.body, len);
-                let _ = codec::decode_with_limit::<(u64, Vec<u8>)>(item.body, len);
+                let _ = text.read(item.body);
+                let _ = pair.read(item.body);
             }
         }
         decoded += 1;
@@ -45,8 +50,17 @@ pub fn receive(bytes: &[u8], max_frame_length: usize, bodies: bool) -> usize {
 
 /// A valid stream of one frame of every kind (untagged), to mutate.
 pub fn sample_stream() -> Vec<u8> {
-    let body = codec::encode(&(7u64, vec![1u8, 2, 3])).expect("encodes");
-    let text = codec::encode("grüße").expect("encodes");
+    let body = |schema: BodySchema<(u64, Vec<u8>)>| {
+        let mut out = Vec::new();
+        schema.write(&(7, vec![1, 2, 3]), &mut out).expect("encodes");
+        out
+    };
+    let pair = body(BodySchema::new().version(2));
+    let old = body(BodySchema::new().codec(Codec::Bincode));
+    let mut text = Vec::new();
+    BodySchema::<String>::new()
+        .write(&"grüße".to_owned(), &mut text)
+        .expect("encodes");
     let frames = [
         Frame::Hello(Hello {
             magic: MAGIC,
@@ -73,7 +87,12 @@ pub fn sample_stream() -> Vec<u8> {
                 WireDelivery {
                     seq: 1,
                     window_start: 1,
-                    body: &body,
+                    body: &pair,
+                },
+                WireDelivery {
+                    seq: 2,
+                    window_start: 1,
+                    body: &old,
                 },
                 WireDelivery {
                     seq: 300,

@@ -121,9 +121,11 @@ pub(crate) mod outbound;
 pub(crate) mod output;
 mod pending;
 pub(crate) mod routes;
+pub(crate) mod schema;
 pub(crate) mod stats;
 
 pub use auth::{NodeId, NodeSecret, MAX_SECRET_BYTES, MIN_SECRET_BYTES};
 pub use node::{NameError, Node};
 pub use options::{NodeOptions, NodeOptionsBuilder};
+pub use schema::{BodySchema, DEFAULT_WIRE_CODEC};
 pub use stats::NodeStats;

@@ -995,3 +995,76 @@ async fn two_outbox_lanes_sharing_an_incarnation_each_get_their_own_acks() {
         "a route per lane, each body encoded once: {stats:?}"
     );
 }
+
+/// A rolling deploy over NATS: an old carrier with `OrderV1`, a new one with `OrderV2` (a
+/// field added with `#[serde(default)]`), no schema declared; each sends to the other's
+/// subject: every message is confirmed, none is a dead letter, each side reads the other's
+/// bodies as its own type. Then a breaking change (`Order`, schema version 2) on a third
+/// carrier: version 1 bodies go through its upcaster; without one (a fourth) each is a dead
+/// letter naming codec and versions; its version 2 bodies are dead letters at the old one.
+#[actix::test]
+async fn old_and_new_carriers_read_each_others_bodies_and_breaking_changes_need_an_upcaster() {
+    use actix_delivery::remote::BodySchema;
+    use actix_delivery::DeadLetterReason;
+    use remote::evolution::{
+        assert_dead_letters, consumer, send, upcast, v1, v2, Order, OrderV1, OrderV2,
+    };
+    const N: u64 = 200;
+    let (old, new) = (carrier().await, carrier().await);
+    let (old_subject, new_subject) = (unique("orders-old"), unique("orders-new"));
+    let (old_consumer, old_handled, old_dead) = consumer::<OrderV1>();
+    let (new_consumer, new_handled, new_dead) = consumer::<OrderV2>();
+    old.expose(&old_subject, &old_consumer).await.unwrap();
+    new.expose(&new_subject, &new_consumer).await.unwrap();
+    let to_new = remote::producer(old.consumer_ref::<OrderV1>(&new_subject).unwrap(), 64, 200);
+    let to_old = remote::producer(new.consumer_ref::<OrderV2>(&old_subject).unwrap(), 64, 200);
+    let (from_old, from_new) = (send(&to_new, N, v1), send(&to_old, N, v2));
+    assert!(
+        wait_until(Duration::from_secs(20), || from_old.len() as u64 == N
+            && from_new.len() as u64 == N)
+        .await
+    );
+    assert_each_confirmed_once(&from_old, N, "old to new");
+    assert_each_confirmed_once(&from_new, N, "new to old");
+    let expected_new: std::collections::HashMap<OrderV2, u32> = (1..=N)
+        .map(|id| (OrderV2 { currency: None, ..v2(id) }, 1))
+        .collect();
+    assert_eq!(new_handled.snapshot(), expected_new);
+    let expected_old: std::collections::HashMap<OrderV1, u32> =
+        (1..=N).map(|id| (v1(id), 1)).collect();
+    assert_eq!(old_handled.snapshot(), expected_old);
+    assert_eq!((old_dead.len(), new_dead.len()), (0, 0));
+    assert_eq!(old.stats().undecodable_bodies + new.stats().undecodable_bodies, 0);
+
+    let (upcasting, without) = (carrier().await, carrier().await);
+    upcasting.body_schema(BodySchema::<Order>::new().version(2).upcast(upcast));
+    without.body_schema(BodySchema::<Order>::new().version(2));
+    let (read_subject, refused_subject) = (unique("orders-read"), unique("orders-refused"));
+    let (read, read_handled, read_dead) = consumer::<Order>();
+    let (refused, refused_handled, refused_dead) = consumer::<Order>();
+    upcasting.expose(&read_subject, &read).await.unwrap();
+    without.expose(&refused_subject, &refused).await.unwrap();
+    let to_upcasting = remote::producer(old.consumer_ref::<OrderV1>(&read_subject).unwrap(), 16, 100);
+    let confirmed = send(&to_upcasting, 50, v1);
+    assert!(wait_until(Duration::from_secs(20), || confirmed.len() == 50).await);
+    assert_each_confirmed_once(&confirmed, 50, "upcast");
+    let expected: std::collections::HashMap<Order, u32> = (1..=50)
+        .map(|id| (Order { id, total_cents: id * 200 }, 1))
+        .collect();
+    assert_eq!(read_handled.snapshot(), expected);
+    assert_eq!(read_dead.len(), 0);
+
+    let to_without = remote::producer(old.consumer_ref::<OrderV1>(&refused_subject).unwrap(), 16, 100);
+    let unconfirmed = send(&to_without, 20, v1);
+    let older = DeadLetterReason::IncompatibleBody { codec: 2, version: 1, current: 2 };
+    assert_dead_letters(&refused_dead, 20, older).await;
+    assert!(without.stats().undecodable_bodies >= 20);
+    assert_eq!((refused_handled.total(), unconfirmed.len()), (0, 0));
+
+    let back = remote::producer(upcasting.consumer_ref::<Order>(&old_subject).unwrap(), 16, 100);
+    let unconfirmed = send(&back, 5, |id| Order { id, total_cents: 1 });
+    let newer = DeadLetterReason::IncompatibleBody { codec: 2, version: 2, current: 1 };
+    assert_dead_letters(&old_dead, 5, newer).await;
+    assert_eq!(old_handled.total(), N as u32, "nothing more handled");
+    assert_eq!(unconfirmed.len(), 0);
+}

@@ -34,18 +34,41 @@ pub fn receive(bytes: &[u8], max_frame_length: usize, bodies: bool) -> usize {
             break;
         };
         if let (true, Frame::Deliveries(batch)) = (bodies, &frame) {
-            let text = BodySchema::<String>::new();
-            let pair = BodySchema::<(u64, Vec<u8>)>::new()
-                .version(2)
-                .upcast(|old| old.decode::<u64>().map(|n| (n, Vec::new())));
             for item in &batch.items {
-                let _ = text.read(item.body);
-                let _ = pair.read(item.body);
+                read_body(item.body);
             }
         }
         decoded += 1;
     }
     decoded
+}
+
+/// Reads one delivery body as a receiver does, header first, with the schemas of
+/// [`receive`]; returns how many of the two read it.
+pub fn read_body(body: &[u8]) -> usize {
+    let text = BodySchema::<String>::new().read(body).is_ok();
+    let pair = BodySchema::<(u64, Vec<u8>)>::new()
+        .version(2)
+        .upcast(|old| old.decode::<u64>().map(|n| (n, Vec::new())))
+        .read(body)
+        .is_ok();
+    usize::from(text) + usize::from(pair)
+}
+
+/// Valid bodies, to mutate: a `String` at version 1 in each codec, a `(u64, Vec<u8>)` at
+/// version 2, and a `u64` at version 1 (read by the upcaster).
+pub fn sample_bodies() -> Vec<Vec<u8>> {
+    fn body<T: serde::Serialize>(schema: BodySchema<T>, value: &T) -> Vec<u8> {
+        let mut out = Vec::new();
+        schema.write(value, &mut out).expect("encodes");
+        out
+    }
+    vec![
+        body(BodySchema::new(), &"grüße".to_owned()),
+        body(BodySchema::new().codec(Codec::Bincode), &"grüße".to_owned()),
+        body(BodySchema::new().version(2), &(7u64, vec![1u8, 2, 3])),
+        body(BodySchema::new(), &7u64),
+    ]
 }
 
 /// A valid stream of one frame of every kind (untagged), to mutate.

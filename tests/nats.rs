@@ -1027,14 +1027,25 @@ async fn old_and_new_carriers_read_each_others_bodies_and_breaking_changes_need_
     assert_each_confirmed_once(&from_old, N, "old to new");
     assert_each_confirmed_once(&from_new, N, "new to old");
     let expected_new: std::collections::HashMap<OrderV2, u32> = (1..=N)
-        .map(|id| (OrderV2 { currency: None, ..v2(id) }, 1))
+        .map(|id| {
+            (
+                OrderV2 {
+                    currency: None,
+                    ..v2(id)
+                },
+                1,
+            )
+        })
         .collect();
     assert_eq!(new_handled.snapshot(), expected_new);
     let expected_old: std::collections::HashMap<OrderV1, u32> =
         (1..=N).map(|id| (v1(id), 1)).collect();
     assert_eq!(old_handled.snapshot(), expected_old);
     assert_eq!((old_dead.len(), new_dead.len()), (0, 0));
-    assert_eq!(old.stats().undecodable_bodies + new.stats().undecodable_bodies, 0);
+    assert_eq!(
+        old.stats().undecodable_bodies + new.stats().undecodable_bodies,
+        0
+    );
 
     let (upcasting, without) = (carrier().await, carrier().await);
     upcasting.body_schema(BodySchema::<Order>::new().version(2).upcast(upcast));
@@ -1044,26 +1055,51 @@ async fn old_and_new_carriers_read_each_others_bodies_and_breaking_changes_need_
     let (refused, refused_handled, refused_dead) = consumer::<Order>();
     upcasting.expose(&read_subject, &read).await.unwrap();
     without.expose(&refused_subject, &refused).await.unwrap();
-    let to_upcasting = remote::producer(old.consumer_ref::<OrderV1>(&read_subject).unwrap(), 16, 100);
+    let to_upcasting =
+        remote::producer(old.consumer_ref::<OrderV1>(&read_subject).unwrap(), 16, 100);
     let confirmed = send(&to_upcasting, 50, v1);
     assert!(wait_until(Duration::from_secs(20), || confirmed.len() == 50).await);
     assert_each_confirmed_once(&confirmed, 50, "upcast");
     let expected: std::collections::HashMap<Order, u32> = (1..=50)
-        .map(|id| (Order { id, total_cents: id * 200 }, 1))
+        .map(|id| {
+            (
+                Order {
+                    id,
+                    total_cents: id * 200,
+                },
+                1,
+            )
+        })
         .collect();
     assert_eq!(read_handled.snapshot(), expected);
     assert_eq!(read_dead.len(), 0);
 
-    let to_without = remote::producer(old.consumer_ref::<OrderV1>(&refused_subject).unwrap(), 16, 100);
+    let to_without = remote::producer(
+        old.consumer_ref::<OrderV1>(&refused_subject).unwrap(),
+        16,
+        100,
+    );
     let unconfirmed = send(&to_without, 20, v1);
-    let older = DeadLetterReason::IncompatibleBody { codec: 2, version: 1, current: 2 };
+    let older = DeadLetterReason::IncompatibleBody {
+        codec: 2,
+        version: 1,
+        current: 2,
+    };
     assert_dead_letters(&refused_dead, 20, older).await;
     assert!(without.stats().undecodable_bodies >= 20);
     assert_eq!((refused_handled.total(), unconfirmed.len()), (0, 0));
 
-    let back = remote::producer(upcasting.consumer_ref::<Order>(&old_subject).unwrap(), 16, 100);
+    let back = remote::producer(
+        upcasting.consumer_ref::<Order>(&old_subject).unwrap(),
+        16,
+        100,
+    );
     let unconfirmed = send(&back, 5, |id| Order { id, total_cents: 1 });
-    let newer = DeadLetterReason::IncompatibleBody { codec: 2, version: 2, current: 1 };
+    let newer = DeadLetterReason::IncompatibleBody {
+        codec: 2,
+        version: 2,
+        current: 1,
+    };
     assert_dead_letters(&old_dead, 5, newer).await;
     assert_eq!(old_handled.total(), N as u32, "nothing more handled");
     assert_eq!(unconfirmed.len(), 0);

@@ -437,8 +437,16 @@ async fn old_and_new_nodes_read_each_others_bodies_after_an_added_field() {
     old.expose("orders", &old_consumer).unwrap();
     new.expose("orders", &new_consumer).unwrap();
     let (old_addr, new_addr) = (old.local_addr().unwrap(), new.local_addr().unwrap());
-    let to_new = remote::producer(old.consumer_ref::<OrderV1>(new_addr, "orders").unwrap(), 64, 200);
-    let to_old = remote::producer(new.consumer_ref::<OrderV2>(old_addr, "orders").unwrap(), 64, 200);
+    let to_new = remote::producer(
+        old.consumer_ref::<OrderV1>(new_addr, "orders").unwrap(),
+        64,
+        200,
+    );
+    let to_old = remote::producer(
+        new.consumer_ref::<OrderV2>(old_addr, "orders").unwrap(),
+        64,
+        200,
+    );
     let (from_old, from_new) = (send(&to_new, N, v1), send(&to_old, N, v2));
     assert!(
         wait_until(Duration::from_secs(20), || from_old.len() as u64 == N
@@ -448,14 +456,25 @@ async fn old_and_new_nodes_read_each_others_bodies_after_an_added_field() {
     remote::assert_each_confirmed_once(&from_old, N, "old to new");
     remote::assert_each_confirmed_once(&from_new, N, "new to old");
     let expected_new: std::collections::HashMap<OrderV2, u32> = (1..=N)
-        .map(|id| (OrderV2 { currency: None, ..v2(id) }, 1))
+        .map(|id| {
+            (
+                OrderV2 {
+                    currency: None,
+                    ..v2(id)
+                },
+                1,
+            )
+        })
         .collect();
     assert_eq!(new_handled.snapshot(), expected_new);
     let expected_old: std::collections::HashMap<OrderV1, u32> =
         (1..=N).map(|id| (v1(id), 1)).collect();
     assert_eq!(old_handled.snapshot(), expected_old);
     assert_eq!((old_dead.len(), new_dead.len()), (0, 0));
-    assert_eq!(old.stats().undecodable_bodies + new.stats().undecodable_bodies, 0);
+    assert_eq!(
+        old.stats().undecodable_bodies + new.stats().undecodable_bodies,
+        0
+    );
 }
 
 /// A breaking change (`Order`, schema version 2: a field renamed and converted) meets bodies

@@ -12,8 +12,8 @@ use std::time::Duration;
 
 use actix_delivery::remote::{Node, NodeOptions, NodeSecret};
 use actix_delivery::{
-    ConsumerOptions, DeadLetter, DeadLetterReason, DeliveryHandler, Incarnation,
-    ProducerHandle, ProducerOptions, ReliableDelivery,
+    ConsumerOptions, DeadLetter, DeadLetterReason, DeliveryHandler, Incarnation, ProducerHandle,
+    ProducerOptions, ReliableDelivery,
 };
 use common::{confirm_into, Confirmations, Log};
 use remote::proxy::{Faults, Proxy};
@@ -757,7 +757,11 @@ async fn a_peer_of_another_protocol_version_is_refused_and_counted() {
         .await
         .unwrap();
     assert!(wire::closed_by_peer(&mut old, Duration::from_secs(5)).await);
-    assert!(wait_until(Duration::from_secs(5), || server.stats().version_refusals == 1).await);
+    assert!(
+        wait_until(Duration::from_secs(5), || server.stats().version_refusals
+            == 1)
+        .await
+    );
     assert_eq!(server.stats().handshake_failures, 1);
 
     // As a client: the server answers with a Challenge of version 1.
@@ -787,8 +791,15 @@ async fn a_peer_of_another_protocol_version_is_refused_and_counted() {
     )
     .await;
     let (_p, confirmations) = produce(&client, addr, 1);
-    assert!(old_server.await.unwrap(), "the client closed the connection");
-    assert!(wait_until(Duration::from_secs(5), || client.stats().version_refusals >= 1).await);
+    assert!(
+        old_server.await.unwrap(),
+        "the client closed the connection"
+    );
+    assert!(
+        wait_until(Duration::from_secs(5), || client.stats().version_refusals
+            >= 1)
+        .await
+    );
     assert_eq!(client.stats().connections_opened, 0);
     assert_eq!((handled.total(), confirmations.len()), (0, 0));
 }

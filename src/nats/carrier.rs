@@ -170,7 +170,11 @@ impl Shared {
 
     /// Publishes deliveries to a destination, asking for ACKs on its reply subject; what does
     /// not fit the queue is dropped and counted (the producer retransmits it).
-    fn send<T: Serialize + 'static>(&self, destination: &Destination, deliveries: Vec<Delivery<T>>) {
+    fn send<T: Serialize + 'static>(
+        &self,
+        destination: &Destination,
+        deliveries: Vec<Delivery<T>>,
+    ) {
         let subject = &destination.subject;
         let counters = &self.counters;
         if self.cancel.is_cancelled() {
@@ -380,8 +384,10 @@ impl NatsCarrier {
     }
 
     /// Makes `consumer` receive the deliveries published to `subject`. Bodies arrive encoded
-    /// and are decoded as `T`; a delivery whose body does not decode becomes a dead letter at
-    /// the consumer ([`DeadLetterReason::UndecodableBody`](crate::DeadLetterReason), no ACK).
+    /// and are read as `T` as its [`body_schema`](Self::body_schema) says; a delivery whose
+    /// body cannot be read becomes a dead letter at the consumer
+    /// ([`DeadLetterReason::UndecodableBody`](crate::DeadLetterReason),
+    /// [`IncompatibleBody`](crate::DeadLetterReason::IncompatibleBody); no ACK).
     /// Returns once the server has the subscription. When the consumer stops for good, the
     /// carrier unsubscribes.
     ///

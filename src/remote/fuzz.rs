@@ -8,10 +8,10 @@ use tokio_util::codec::{Decoder, LengthDelimitedCodec};
 use crate::codec::Codec;
 use crate::protocol::envelope::Incarnation;
 use crate::remote::auth::{NodeId, Opener, Sealer};
-use crate::remote::schema::BodySchema;
 use crate::remote::frame::{
     AckBatch, Challenge, DeliveryBatch, Frame, Hello, Proof, WireDelivery, MAGIC, PROTOCOL_VERSION,
 };
+use crate::remote::schema::BodySchema;
 
 /// Feeds `bytes` to what a node runs on received bytes, without authentication so that every
 /// byte reaches the decoders: the length-delimited codec limited to `max_frame_length`, the
@@ -75,7 +75,9 @@ pub fn sample_bodies() -> Vec<Vec<u8>> {
 pub fn sample_stream() -> Vec<u8> {
     let body = |schema: BodySchema<(u64, Vec<u8>)>| {
         let mut out = Vec::new();
-        schema.write(&(7, vec![1, 2, 3]), &mut out).expect("encodes");
+        schema
+            .write(&(7, vec![1, 2, 3]), &mut out)
+            .expect("encodes");
         out
     };
     let pair = body(BodySchema::new().version(2));

@@ -58,20 +58,14 @@ pub(crate) trait Exposed: Send + Sync {
     /// Hands the batch's deliveries to the consumer, with `reply_to` for their ACKs, reading
     /// their bodies as the consumer's type declares in `schemas`; a delivery whose body
     /// cannot be read becomes a dead letter there (the others are delivered as usual).
-    fn deliver(&self, batch: &DeliveryBatch<'_>, reply_to: &ReplyTo, schemas: &Schemas)
-        -> Handed;
+    fn deliver(&self, batch: &DeliveryBatch<'_>, reply_to: &ReplyTo, schemas: &Schemas) -> Handed;
 }
 
 /// A [`ConsumerHandle`] as an [`Exposed`] consumer.
 pub(crate) struct ExposedConsumer<T: Send + 'static>(pub ConsumerHandle<T>);
 
 impl<T: DeserializeOwned + Send + 'static> Exposed for ExposedConsumer<T> {
-    fn deliver(
-        &self,
-        batch: &DeliveryBatch<'_>,
-        reply_to: &ReplyTo,
-        schemas: &Schemas,
-    ) -> Handed {
+    fn deliver(&self, batch: &DeliveryBatch<'_>, reply_to: &ReplyTo, schemas: &Schemas) -> Handed {
         let schema = schemas.of::<T>();
         let producer_id = ProducerId::from(batch.producer_id);
         let mut deliveries = Vec::with_capacity(batch.items.len());

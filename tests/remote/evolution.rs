@@ -7,8 +7,8 @@ use std::time::Duration;
 
 use actix_delivery::codec::{UpcastError, Written};
 use actix_delivery::{
-    ConsumerHandle, ConsumerOptions, DeadLetter, DeadLetterReason, DeliveryHandler,
-    ProducerHandle, ReliableDelivery,
+    ConsumerHandle, ConsumerOptions, DeadLetter, DeadLetterReason, DeliveryHandler, ProducerHandle,
+    ReliableDelivery,
 };
 use serde::{Deserialize, Serialize};
 
@@ -46,7 +46,9 @@ pub fn upcast(old: Written<'_>) -> Result<Order, UpcastError> {
                 total_cents: v1.total * 100,
             })
         }
-        other => Err(UpcastError::new(format!("no upcaster from version {other}"))),
+        other => Err(UpcastError::new(format!(
+            "no upcaster from version {other}"
+        ))),
     }
 }
 

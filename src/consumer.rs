@@ -322,7 +322,7 @@ impl<T: Send + 'static> Handler<Undecodable> for ConsumerController<T> {
         }
         let now = alarm::now();
         for (header, reason) in headers {
-            let step = self.core.handle_undecodable(header, reason, now);
+            let step = self.core.handle_unreadable(header, reason, now);
             self.carry_out_step(step, now);
         }
     }

@@ -1007,7 +1007,8 @@ async fn old_and_new_carriers_read_each_others_bodies_and_breaking_changes_need_
     use actix_delivery::remote::BodySchema;
     use actix_delivery::DeadLetterReason;
     use remote::evolution::{
-        assert_dead_letters, consumer, send, upcast, v1, v2, Order, OrderV1, OrderV2,
+        assert_dead_letters, assert_read_both_ways, consumer, send, upcast, v1, v2, Exchanged,
+        Order, OrderV1, OrderV2,
     };
     const N: u64 = 200;
     let (old, new) = (carrier().await, carrier().await);
@@ -1019,29 +1020,13 @@ async fn old_and_new_carriers_read_each_others_bodies_and_breaking_changes_need_
     let to_new = remote::producer(old.consumer_ref::<OrderV1>(&new_subject).unwrap(), 64, 200);
     let to_old = remote::producer(new.consumer_ref::<OrderV2>(&old_subject).unwrap(), 64, 200);
     let (from_old, from_new) = (send(&to_new, N, v1), send(&to_old, N, v2));
-    assert!(
-        wait_until(Duration::from_secs(20), || from_old.len() as u64 == N
-            && from_new.len() as u64 == N)
-        .await
-    );
-    assert_each_confirmed_once(&from_old, N, "old to new");
-    assert_each_confirmed_once(&from_new, N, "new to old");
-    let expected_new: std::collections::HashMap<OrderV2, u32> = (1..=N)
-        .map(|id| {
-            (
-                OrderV2 {
-                    currency: None,
-                    ..v2(id)
-                },
-                1,
-            )
-        })
-        .collect();
-    assert_eq!(new_handled.snapshot(), expected_new);
-    let expected_old: std::collections::HashMap<OrderV1, u32> =
-        (1..=N).map(|id| (v1(id), 1)).collect();
-    assert_eq!(old_handled.snapshot(), expected_old);
-    assert_eq!((old_dead.len(), new_dead.len()), (0, 0));
+    let exchanged = Exchanged {
+        from_old: &from_old,
+        from_new: &from_new,
+        old: (&old_handled, &old_dead),
+        new: (&new_handled, &new_dead),
+    };
+    assert_read_both_ways(N, exchanged).await;
     assert_eq!(
         old.stats().undecodable_bodies + new.stats().undecodable_bodies,
         0

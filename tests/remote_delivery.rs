@@ -429,7 +429,9 @@ async fn producers_sharing_an_incarnation_under_other_ids_get_every_ack() {
 /// side, ignored on the old).
 #[actix::test]
 async fn old_and_new_nodes_read_each_others_bodies_after_an_added_field() {
-    use remote::evolution::{consumer, send, v1, v2, OrderV1, OrderV2};
+    use remote::evolution::{
+        assert_read_both_ways, consumer, send, v1, v2, Exchanged, OrderV1, OrderV2,
+    };
     const N: u64 = 200;
     let (old, new) = (listening_node().await, listening_node().await);
     let (old_consumer, old_handled, old_dead) = consumer::<OrderV1>();
@@ -448,29 +450,13 @@ async fn old_and_new_nodes_read_each_others_bodies_after_an_added_field() {
         200,
     );
     let (from_old, from_new) = (send(&to_new, N, v1), send(&to_old, N, v2));
-    assert!(
-        wait_until(Duration::from_secs(20), || from_old.len() as u64 == N
-            && from_new.len() as u64 == N)
-        .await
-    );
-    remote::assert_each_confirmed_once(&from_old, N, "old to new");
-    remote::assert_each_confirmed_once(&from_new, N, "new to old");
-    let expected_new: std::collections::HashMap<OrderV2, u32> = (1..=N)
-        .map(|id| {
-            (
-                OrderV2 {
-                    currency: None,
-                    ..v2(id)
-                },
-                1,
-            )
-        })
-        .collect();
-    assert_eq!(new_handled.snapshot(), expected_new);
-    let expected_old: std::collections::HashMap<OrderV1, u32> =
-        (1..=N).map(|id| (v1(id), 1)).collect();
-    assert_eq!(old_handled.snapshot(), expected_old);
-    assert_eq!((old_dead.len(), new_dead.len()), (0, 0));
+    let exchanged = Exchanged {
+        from_old: &from_old,
+        from_new: &from_new,
+        old: (&old_handled, &old_dead),
+        new: (&new_handled, &new_dead),
+    };
+    assert_read_both_ways(N, exchanged).await;
     assert_eq!(
         old.stats().undecodable_bodies + new.stats().undecodable_bodies,
         0

@@ -222,11 +222,17 @@ impl<B, R> ConsumerCore<B, R> {
         step
     }
 
-    /// A delivery whose body a transport could not decode as the consumer's message type
-    /// (`reason`: [`DeadLetterReason::UndecodableBody`] or
-    /// [`DeadLetterReason::IncompatibleBody`]): a dead letter like a malformed envelope
-    /// (counted, warned about), touching no state; its producer gets no ACK.
-    pub fn handle_undecodable(
+    /// A delivery whose body a transport could not decode as the consumer's message type: a
+    /// dead letter like a malformed envelope (counted, warned about), touching no state; its
+    /// producer gets no ACK.
+    pub fn handle_undecodable(&mut self, header: Header, now: Instant) -> Step<B, R> {
+        self.handle_unreadable(header, DeadLetterReason::UndecodableBody, now)
+    }
+
+    /// As [`handle_undecodable`](Self::handle_undecodable), for `reason`
+    /// ([`DeadLetterReason::UndecodableBody`], or [`DeadLetterReason::IncompatibleBody`] for a
+    /// body in a codec or schema version the consumer's type cannot read).
+    pub fn handle_unreadable(
         &mut self,
         header: Header,
         reason: DeadLetterReason,
@@ -814,7 +820,7 @@ mod tests {
             }
         }
         let undecodable = inbound("p", 1, 1).header;
-        match c.handle_undecodable(undecodable, DeadLetterReason::UndecodableBody, now) {
+        match c.handle_undecodable(undecodable, now) {
             Step::DeadLetter(reason, header) => {
                 assert_eq!(reason, DeadLetterReason::UndecodableBody);
                 assert_eq!(header.seq, 1);

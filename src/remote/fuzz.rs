@@ -73,19 +73,7 @@ pub fn sample_bodies() -> Vec<Vec<u8>> {
 
 /// A valid stream of one frame of every kind (untagged), to mutate.
 pub fn sample_stream() -> Vec<u8> {
-    let body = |schema: BodySchema<(u64, Vec<u8>)>| {
-        let mut out = Vec::new();
-        schema
-            .write(&(7, vec![1, 2, 3]), &mut out)
-            .expect("encodes");
-        out
-    };
-    let pair = body(BodySchema::new().version(2));
-    let old = body(BodySchema::new().codec(Codec::Bincode));
-    let mut text = Vec::new();
-    BodySchema::<String>::new()
-        .write(&"grüße".to_owned(), &mut text)
-        .expect("encodes");
+    let bodies = sample_bodies();
     let frames = [
         Frame::Hello(Hello {
             magic: MAGIC,
@@ -108,23 +96,15 @@ pub fn sample_stream() -> Vec<u8> {
             consumer: "orders",
             producer_id: "producer-1",
             incarnation: Incarnation::from_u128(u128::MAX / 3),
-            items: vec![
-                WireDelivery {
-                    seq: 1,
+            items: bodies
+                .iter()
+                .zip([1, 2, 300, 301])
+                .map(|(body, seq)| WireDelivery {
+                    seq,
                     window_start: 1,
-                    body: &pair,
-                },
-                WireDelivery {
-                    seq: 2,
-                    window_start: 1,
-                    body: &old,
-                },
-                WireDelivery {
-                    seq: 300,
-                    window_start: 2,
-                    body: &text,
-                },
-            ],
+                    body,
+                })
+                .collect(),
         }),
         Frame::Acks(AckBatch {
             producer_id: "producer-1",

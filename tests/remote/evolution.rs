@@ -3,6 +3,7 @@
 //! `Order` (schema version 2: `total` renamed `total_cents` and in cents, read from version 1
 //! by `upcast`); consumers that record what they handle and their dead letters.
 
+use std::collections::HashMap;
 use std::time::Duration;
 
 use actix_delivery::codec::{UpcastError, Written};
@@ -109,4 +110,44 @@ pub async fn assert_dead_letters(dead: &Log<DeadLetter>, n: usize, reason: DeadL
     for letter in dead.snapshot() {
         assert_eq!(letter.reason, reason, "{letter:?}");
     }
+}
+
+/// What an old and a new side exchanged, `n` messages each way.
+pub struct Exchanged<'a> {
+    pub from_old: &'a Confirmations<u64>,
+    pub from_new: &'a Confirmations<u64>,
+    pub old: (&'a Handled<OrderV1>, &'a Log<DeadLetter>),
+    pub new: (&'a Handled<OrderV2>, &'a Log<DeadLetter>),
+}
+
+/// Waits until both directions are confirmed, then checks that every message was confirmed
+/// once, handled once as the receiver's own type (the added field defaulted on the new side),
+/// and none was a dead letter.
+pub async fn assert_read_both_ways(n: u64, exchanged: Exchanged<'_>) {
+    let Exchanged {
+        from_old,
+        from_new,
+        old,
+        new,
+    } = exchanged;
+    assert!(
+        super::wait_until(Duration::from_secs(20), || from_old.len() as u64 == n
+            && from_new.len() as u64 == n)
+        .await
+    );
+    super::assert_each_confirmed_once(from_old, n, "old to new");
+    super::assert_each_confirmed_once(from_new, n, "new to old");
+    let expected_new: HashMap<OrderV2, u32> = (1..=n)
+        .map(|id| {
+            let read = OrderV2 {
+                currency: None,
+                ..v2(id)
+            };
+            (read, 1)
+        })
+        .collect();
+    assert_eq!(new.0.snapshot(), expected_new);
+    let expected_old: HashMap<OrderV1, u32> = (1..=n).map(|id| (v1(id), 1)).collect();
+    assert_eq!(old.0.snapshot(), expected_old);
+    assert_eq!((old.1.len(), new.1.len()), (0, 0), "no dead letters");
 }

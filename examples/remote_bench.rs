@@ -10,7 +10,10 @@
 //!
 //! The receiving side (consumer node and consumer, or the plain reader) runs on an arbiter
 //! (thread) of its own, the sending side on the main one, so both sides of each case have a
-//! core each. Bodies are `u64` (9 bytes encoded at most) unless the row says otherwise.
+//! core each. Bodies are `u64` in the default wire codec (MessagePack: 1 to 9 bytes, after
+//! the 2-byte codec and version header) unless the row says otherwise. The codec rows send
+//! the same three-field struct at window 256 in bincode and in MessagePack with named fields,
+//! and time encoding and decoding it alone.
 //!
 //! - **plain framed send**: one task writes every body, encoded once, as its own frame through
 //!   `tokio-util`'s `LengthDelimitedCodec` (buffered, flushed when the input is exhausted);
@@ -27,7 +30,8 @@
 use std::time::{Duration, Instant};
 
 use actix::{Arbiter, System};
-use actix_delivery::remote::{Node, NodeOptions, NodeSecret};
+use actix_delivery::codec::Codec;
+use actix_delivery::remote::{BodySchema, Node, NodeOptions, NodeSecret};
 use actix_delivery::{codec, ProducerOptions, ReliableDelivery};
 use bytes::Bytes;
 use futures_util::{SinkExt, StreamExt};
@@ -41,8 +45,34 @@ const LATENCY_SAMPLES: usize = 2000;
 #[path = "support/transport_bench.rs"]
 mod transport_bench;
 use transport_bench::{
-    burst, median, on, percentile, producer, ready_consumer, reliable_round_trips,
+    burst, burst_of, median, on, percentile, producer, ready_consumer, ready_consumer_of,
+    reliable_round_trips,
 };
+
+/// The body of the codec rows: the same fields, one type per codec (a node declares a
+/// [`BodySchema`] per type).
+macro_rules! order {
+    ($name:ident) => {
+        #[derive(Clone, serde::Serialize, serde::Deserialize)]
+        struct $name {
+            id: u64,
+            total_cents: u64,
+            currency: Option<String>,
+        }
+
+        impl $name {
+            fn new(id: u64) -> Self {
+                Self {
+                    id,
+                    total_cents: id * 3,
+                    currency: Some("EUR".to_owned()),
+                }
+            }
+        }
+    };
+}
+order!(BincodeOrder);
+order!(MsgpackOrder);
 
 fn main() {
     let mut args = std::env::args().skip(1);
@@ -136,7 +166,15 @@ async fn report(n: u64, runs: usize) {
         let node = Node::start(options).await.expect("bind");
         let consumer = ready_consumer();
         node.expose("numbers", &consumer).expect("a name");
-        (node.local_addr().expect("listens"), (node, consumer))
+        node.body_schema(BodySchema::<BincodeOrder>::new().codec(Codec::Bincode));
+        let bincode = ready_consumer_of::<BincodeOrder>();
+        let msgpack = ready_consumer_of::<MsgpackOrder>();
+        node.expose("bincode-orders", &bincode).expect("a name");
+        node.expose("msgpack-orders", &msgpack).expect("a name");
+        (
+            node.local_addr().expect("listens"),
+            (node, consumer, bincode, msgpack),
+        )
     })
     .await;
     let client = Node::start(
@@ -159,6 +197,19 @@ async fn report(n: u64, runs: usize) {
         })
         .collect();
     let in_process = producer(local.consumer_ref(), 256);
+    client.body_schema(BodySchema::<BincodeOrder>::new().codec(Codec::Bincode));
+    let bincode_orders = producer(
+        client
+            .consumer_ref::<BincodeOrder>(server_addr, "bincode-orders")
+            .expect("a name"),
+        256,
+    );
+    let msgpack_orders = producer(
+        client
+            .consumer_ref::<MsgpackOrder>(server_addr, "msgpack-orders")
+            .expect("a name"),
+        256,
+    );
     // Connect (the first deliveries to a new address wait for the connection: one resend).
     let connect = ReliableDelivery::producer(
         ProducerOptions::builder(
@@ -176,6 +227,8 @@ async fn report(n: u64, runs: usize) {
         burst(p, 10_000).await;
     }
     burst(&in_process, 10_000).await;
+    burst_of(&bincode_orders, 10_000, BincodeOrder::new).await;
+    burst_of(&msgpack_orders, 10_000, MsgpackOrder::new).await;
     plain_send(&arbiter, 10_000).await;
 
     if let Ok(window) = std::env::var("REMOTE_BENCH_ONLY") {
@@ -198,12 +251,15 @@ async fn report(n: u64, runs: usize) {
     let mut plain = Vec::new();
     let mut reliable: Vec<Vec<Duration>> = vec![Vec::new(); WINDOWS.len()];
     let mut local_times = Vec::new();
+    let (mut bincode_times, mut msgpack_times) = (Vec::new(), Vec::new());
     for _ in 0..runs {
         plain.push(plain_send(&arbiter, n).await);
         for (i, (_, p)) in remote.iter().enumerate() {
             reliable[i].push(burst(p, n).await);
         }
         local_times.push(burst(&in_process, n).await);
+        bincode_times.push(burst_of(&bincode_orders, n, BincodeOrder::new).await);
+        msgpack_times.push(burst_of(&msgpack_orders, n, MsgpackOrder::new).await);
     }
     let rate = |d: Duration| n as f64 / d.as_secs_f64();
     let plain_rate = rate(median(plain));
@@ -225,6 +281,22 @@ async fn report(n: u64, runs: usize) {
     println!(
         "| reliable in-process, window 256, consumer on another arbiter | {r:.0} | {:.0} % |",
         100.0 * r / plain_rate
+    );
+
+    let bincode_rate = rate(median(bincode_times));
+    let msgpack_rate = rate(median(msgpack_times));
+    let (bincode_ns, bincode_len) = codec_cost(Codec::Bincode, n);
+    let (msgpack_ns, msgpack_len) = codec_cost(Codec::MessagePack, n);
+    println!(
+        "\n| body codec, window 256, body `{{ id, total_cents, currency: Some(\"EUR\") }}` | \
+         messages/s | vs bincode | body bytes | encode + decode ns |"
+    );
+    println!("|---|---:|---:|---:|---:|");
+    println!("| bincode | {bincode_rate:.0} | 100 % | {bincode_len} | {bincode_ns:.0} |");
+    println!(
+        "| MessagePack, named fields (the default) | {msgpack_rate:.0} | {:.0} % | \
+         {msgpack_len} | {msgpack_ns:.0} |",
+        100.0 * msgpack_rate / bincode_rate
     );
 
     let mut plain_rtt = plain_round_trips(&arbiter, LATENCY_SAMPLES).await;
@@ -260,4 +332,23 @@ async fn report(n: u64, runs: usize) {
         stats.deliveries_dropped_full + stats.deliveries_dropped_disconnected
     );
     System::current().stop();
+}
+
+/// Encoding and decoding one order body in `codec`, `n` times: ns per body (median of 5) and
+/// its length in bytes (without the 2-byte header).
+fn codec_cost(codec: Codec, n: u64) -> (f64, usize) {
+    let limit = codec::MAX_ENCODED_BYTES;
+    let mut times = Vec::new();
+    let mut len = 0;
+    for _ in 0..5 {
+        let start = Instant::now();
+        for i in 1..=n {
+            let bytes = codec.encode(&MsgpackOrder::new(i), limit).expect("encodes");
+            len = bytes.len();
+            let order: MsgpackOrder = codec.decode(&bytes, limit).expect("decodes");
+            assert_eq!(order.id, i);
+        }
+        times.push(start.elapsed());
+    }
+    (median(times).as_secs_f64() * 1e9 / n as f64, len)
 }

@@ -321,8 +321,8 @@ impl<T: Send + 'static> Handler<Undecodable> for ConsumerController<T> {
             return;
         }
         let now = alarm::now();
-        for header in headers {
-            let step = self.core.handle_undecodable(header, now);
+        for (header, reason) in headers {
+            let step = self.core.handle_unreadable(header, reason, now);
             self.carry_out_step(step, now);
         }
     }

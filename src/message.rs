@@ -7,7 +7,7 @@ use actix::{Message, Recipient};
 use crate::confirmation::Confirmation;
 use crate::error::TellError;
 use crate::protocol::consumer::{ConsumerStats, Inbound};
-use crate::protocol::envelope::{Ack, Header, Incarnation, ProducerId};
+use crate::protocol::envelope::{Ack, DeadLetterReason, Header, Incarnation, ProducerId};
 use crate::protocol::producer::{ProducerStats, Transmission};
 
 /// A message from a producer to a consumer (`ProducerController` → `ConsumerController`).
@@ -109,10 +109,11 @@ impl<T: Send + 'static> Message for Deliveries<T> {
 }
 
 /// Deliveries whose bodies a transport received but could not decode as the consumer's
-/// message type (their headers as received): the consumer makes them dead letters
-/// ([`DeadLetterReason::UndecodableBody`](crate::DeadLetterReason::UndecodableBody)).
+/// message type (their headers as received, each with why): the consumer makes them dead
+/// letters ([`DeadLetterReason::UndecodableBody`](crate::DeadLetterReason::UndecodableBody),
+/// [`DeadLetterReason::IncompatibleBody`](crate::DeadLetterReason::IncompatibleBody)).
 #[derive(Debug)]
-pub(crate) struct Undecodable(pub(crate) Vec<Header>);
+pub(crate) struct Undecodable(pub(crate) Vec<(Header, DeadLetterReason)>);
 
 impl Message for Undecodable {
     type Result = ();

@@ -146,7 +146,7 @@ async fn garbage_is_refused_and_counted_and_the_consumer_goes_on() {
     }
     // Frames of the wrong kind for a consumer's subject, empty, truncated, trailing bytes,
     // an identifier over 256 bytes.
-    let good = deliveries_frame(&subject, &[7]);
+    let good = deliveries_frame(&subject, &[2, 1, 7]);
     let mut trailing = good.clone();
     trailing.push(0);
     let mut long_id = vec![4, 251, 0x2c, 0x01]; // a 300-byte consumer name
@@ -507,7 +507,7 @@ async fn a_reply_subject_outside_the_reply_prefix_is_refused() {
         &raw,
         &subject,
         Some(&victim),
-        deliveries_frame(&subject, &[7]),
+        deliveries_frame(&subject, &[2, 1, 7]),
     )
     .await;
     raw.flush().await.unwrap();
@@ -775,7 +775,7 @@ async fn undecodable_bodies_for_a_blocked_consumer_count_against_the_batch_bound
         &raw,
         &subject,
         Some(&replies),
-        deliveries_frame(&subject, &[7]),
+        deliveries_frame(&subject, &[2, 1, 7]),
     )
     .await;
     for _ in 0..BATCHES {
@@ -994,4 +994,98 @@ async fn two_outbox_lanes_sharing_an_incarnation_each_get_their_own_acks() {
         (0, 2, 2 * N),
         "a route per lane, each body encoded once: {stats:?}"
     );
+}
+
+/// A rolling deploy over NATS: an old carrier with `OrderV1`, a new one with `OrderV2` (a
+/// field added with `#[serde(default)]`), no schema declared; each sends to the other's
+/// subject: every message is confirmed, none is a dead letter, each side reads the other's
+/// bodies as its own type. Then a breaking change (`Order`, schema version 2) on a third
+/// carrier: version 1 bodies go through its upcaster; without one (a fourth) each is a dead
+/// letter naming codec and versions; its version 2 bodies are dead letters at the old one.
+#[actix::test]
+async fn old_and_new_carriers_read_each_others_bodies_and_breaking_changes_need_an_upcaster() {
+    use actix_delivery::remote::BodySchema;
+    use actix_delivery::DeadLetterReason;
+    use remote::evolution::{
+        assert_dead_letters, assert_read_both_ways, consumer, send, upcast, v1, v2, Exchanged,
+        Order, OrderV1, OrderV2,
+    };
+    const N: u64 = 200;
+    let (old, new) = (carrier().await, carrier().await);
+    let (old_subject, new_subject) = (unique("orders-old"), unique("orders-new"));
+    let (old_consumer, old_handled, old_dead) = consumer::<OrderV1>();
+    let (new_consumer, new_handled, new_dead) = consumer::<OrderV2>();
+    old.expose(&old_subject, &old_consumer).await.unwrap();
+    new.expose(&new_subject, &new_consumer).await.unwrap();
+    let to_new = remote::producer(old.consumer_ref::<OrderV1>(&new_subject).unwrap(), 64, 200);
+    let to_old = remote::producer(new.consumer_ref::<OrderV2>(&old_subject).unwrap(), 64, 200);
+    let (from_old, from_new) = (send(&to_new, N, v1), send(&to_old, N, v2));
+    let exchanged = Exchanged {
+        from_old: &from_old,
+        from_new: &from_new,
+        old: (&old_handled, &old_dead),
+        new: (&new_handled, &new_dead),
+    };
+    assert_read_both_ways(N, exchanged).await;
+    assert_eq!(
+        old.stats().undecodable_bodies + new.stats().undecodable_bodies,
+        0
+    );
+
+    let (upcasting, without) = (carrier().await, carrier().await);
+    upcasting.body_schema(BodySchema::<Order>::new().version(2).upcast(upcast));
+    without.body_schema(BodySchema::<Order>::new().version(2));
+    let (read_subject, refused_subject) = (unique("orders-read"), unique("orders-refused"));
+    let (read, read_handled, read_dead) = consumer::<Order>();
+    let (refused, refused_handled, refused_dead) = consumer::<Order>();
+    upcasting.expose(&read_subject, &read).await.unwrap();
+    without.expose(&refused_subject, &refused).await.unwrap();
+    let to_upcasting =
+        remote::producer(old.consumer_ref::<OrderV1>(&read_subject).unwrap(), 16, 100);
+    let confirmed = send(&to_upcasting, 50, v1);
+    assert!(wait_until(Duration::from_secs(20), || confirmed.len() == 50).await);
+    assert_each_confirmed_once(&confirmed, 50, "upcast");
+    let expected: std::collections::HashMap<Order, u32> = (1..=50)
+        .map(|id| {
+            (
+                Order {
+                    id,
+                    total_cents: id * 200,
+                },
+                1,
+            )
+        })
+        .collect();
+    assert_eq!(read_handled.snapshot(), expected);
+    assert_eq!(read_dead.len(), 0);
+
+    let to_without = remote::producer(
+        old.consumer_ref::<OrderV1>(&refused_subject).unwrap(),
+        16,
+        100,
+    );
+    let unconfirmed = send(&to_without, 20, v1);
+    let older = DeadLetterReason::IncompatibleBody {
+        codec: 2,
+        version: 1,
+        current: 2,
+    };
+    assert_dead_letters(&refused_dead, 20, older).await;
+    assert!(without.stats().undecodable_bodies >= 20);
+    assert_eq!((refused_handled.total(), unconfirmed.len()), (0, 0));
+
+    let back = remote::producer(
+        upcasting.consumer_ref::<Order>(&old_subject).unwrap(),
+        16,
+        100,
+    );
+    let unconfirmed = send(&back, 5, |id| Order { id, total_cents: 1 });
+    let newer = DeadLetterReason::IncompatibleBody {
+        codec: 2,
+        version: 2,
+        current: 1,
+    };
+    assert_dead_letters(&old_dead, 5, newer).await;
+    assert_eq!(old_handled.total(), N as u32, "nothing more handled");
+    assert_eq!(unconfirmed.len(), 0);
 }

@@ -421,3 +421,125 @@ async fn producers_sharing_an_incarnation_under_other_ids_get_every_ack() {
     assert_eq!(handled.distinct() as u64, N, "bodies 1..=N");
     assert_eq!(stats.routes, 3, "warm-up, lane a, lane b");
 }
+
+/// A rolling deploy with an additive change: the old node has `OrderV1`, the new one `OrderV2`
+/// (a field added with `#[serde(default)]`), both in the default codec without any schema
+/// declared. Each sends to the other: every message is confirmed, none is a dead letter, and
+/// each side reads the other's bodies as its own type (the new field defaulted on the new
+/// side, ignored on the old).
+#[actix::test]
+async fn old_and_new_nodes_read_each_others_bodies_after_an_added_field() {
+    use remote::evolution::{
+        assert_read_both_ways, consumer, send, v1, v2, Exchanged, OrderV1, OrderV2,
+    };
+    const N: u64 = 200;
+    let (old, new) = (listening_node().await, listening_node().await);
+    let (old_consumer, old_handled, old_dead) = consumer::<OrderV1>();
+    let (new_consumer, new_handled, new_dead) = consumer::<OrderV2>();
+    old.expose("orders", &old_consumer).unwrap();
+    new.expose("orders", &new_consumer).unwrap();
+    let (old_addr, new_addr) = (old.local_addr().unwrap(), new.local_addr().unwrap());
+    let to_new = remote::producer(
+        old.consumer_ref::<OrderV1>(new_addr, "orders").unwrap(),
+        64,
+        200,
+    );
+    let to_old = remote::producer(
+        new.consumer_ref::<OrderV2>(old_addr, "orders").unwrap(),
+        64,
+        200,
+    );
+    let (from_old, from_new) = (send(&to_new, N, v1), send(&to_old, N, v2));
+    let exchanged = Exchanged {
+        from_old: &from_old,
+        from_new: &from_new,
+        old: (&old_handled, &old_dead),
+        new: (&new_handled, &new_dead),
+    };
+    assert_read_both_ways(N, exchanged).await;
+    assert_eq!(
+        old.stats().undecodable_bodies + new.stats().undecodable_bodies,
+        0
+    );
+}
+
+/// A breaking change (`Order`, schema version 2: a field renamed and converted) meets bodies
+/// of version 1 from an old node: with an upcaster they are delivered, converted; without one
+/// each is a dead letter naming codec and versions (no ACK: the producer retransmits, and each
+/// copy is a dead letter again, as for any undecodable body); and version 2 bodies sent back
+/// to the old node are dead letters there (newer than its version 1).
+#[actix::test]
+async fn a_breaking_change_is_read_through_its_upcaster_or_is_a_dead_letter_naming_the_version() {
+    use actix_delivery::remote::BodySchema;
+    use actix_delivery::DeadLetterReason;
+    use remote::evolution::{assert_dead_letters, consumer, send, upcast, v1, Order, OrderV1};
+    const N: u64 = 50;
+    let old = listening_node().await;
+    let (upcasting, without) = (listening_node().await, listening_node().await);
+    upcasting.body_schema(BodySchema::<Order>::new().version(2).upcast(upcast));
+    without.body_schema(BodySchema::<Order>::new().version(2));
+    let (read, read_handled, read_dead) = consumer::<Order>();
+    let (refused, refused_handled, refused_dead) = consumer::<Order>();
+    upcasting.expose("orders", &read).unwrap();
+    without.expose("orders", &refused).unwrap();
+    let (old_consumer, old_handled, old_dead) = consumer::<OrderV1>();
+    old.expose("orders", &old_consumer).unwrap();
+
+    let to_upcasting = remote::producer(
+        old.consumer_ref::<OrderV1>(upcasting.local_addr().unwrap(), "orders")
+            .unwrap(),
+        16,
+        100,
+    );
+    let confirmed = send(&to_upcasting, N, v1);
+    assert!(wait_until(Duration::from_secs(20), || confirmed.len() as u64 == N).await);
+    remote::assert_each_confirmed_once(&confirmed, N, "upcast");
+    let expected: std::collections::HashMap<Order, u32> = (1..=N)
+        .map(|id| {
+            let order = Order {
+                id,
+                total_cents: id * 200,
+            };
+            (order, 1)
+        })
+        .collect();
+    assert_eq!(read_handled.snapshot(), expected);
+    assert_eq!(read_dead.len(), 0);
+
+    let to_without = remote::producer(
+        old.consumer_ref::<OrderV1>(without.local_addr().unwrap(), "orders")
+            .unwrap(),
+        16,
+        100,
+    );
+    let unconfirmed = send(&to_without, N, v1);
+    let older = DeadLetterReason::IncompatibleBody {
+        codec: 2,
+        version: 1,
+        current: 2,
+    };
+    assert_dead_letters(&refused_dead, N as usize, older).await;
+    assert_eq!(
+        older.to_string(),
+        "the body was written as version 1 in msgpack, and no upcaster read it as the \
+         consumer's version 2"
+    );
+    assert!(without.stats().undecodable_bodies >= N);
+    assert_eq!((refused_handled.total(), unconfirmed.len()), (0, 0));
+
+    let back = remote::producer(
+        upcasting
+            .consumer_ref::<Order>(old.local_addr().unwrap(), "orders")
+            .unwrap(),
+        16,
+        100,
+    );
+    let unconfirmed = send(&back, 5, |id| Order { id, total_cents: 1 });
+    let newer = DeadLetterReason::IncompatibleBody {
+        codec: 2,
+        version: 2,
+        current: 1,
+    };
+    assert_dead_letters(&old_dead, 5, newer).await;
+    assert_eq!((old_handled.total(), unconfirmed.len()), (0, 0));
+}

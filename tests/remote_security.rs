@@ -12,8 +12,8 @@ use std::time::Duration;
 
 use actix_delivery::remote::{Node, NodeOptions, NodeSecret};
 use actix_delivery::{
-    codec, ConsumerOptions, DeadLetter, DeadLetterReason, DeliveryHandler, Incarnation,
-    ProducerHandle, ProducerOptions, ReliableDelivery,
+    ConsumerOptions, DeadLetter, DeadLetterReason, DeliveryHandler, Incarnation, ProducerHandle,
+    ProducerOptions, ReliableDelivery,
 };
 use common::{confirm_into, Confirmations, Log};
 use remote::proxy::{Faults, Proxy};
@@ -230,7 +230,7 @@ async fn a_frame_that_does_not_decode_closes_only_its_connection() {
         items: vec![Item {
             seq: 1,
             window_start: 1,
-            body: codec::encode(&1u64).unwrap(),
+            body: wire::body(&1u64),
         }],
     });
     let garbage: Vec<u8> = [&[0u8, 0, 0, 5][..], &[9, 9, 9, 9, 9]].concat();
@@ -281,7 +281,7 @@ async fn bad_fields_become_dead_letters_and_unknown_names_are_dropped() {
         items: vec![Item {
             seq: 1,
             window_start: 1,
-            body: codec::encode(&1u64).unwrap(),
+            body: wire::body(&1u64),
         }],
     });
     let mut seq_zero = wire::deliveries("numbers", [0]);
@@ -736,4 +736,70 @@ async fn output_high_water_is_true_while_a_socket_write_blocks() {
         "{stats:?}"
     );
     assert!(stats.output_high_water as usize <= LIMIT, "{stats:?}");
+}
+
+/// A peer of another protocol version (a release whose frames or bodies differ, such as
+/// protocol 1, whose bodies carry no codec and version) is refused in the handshake by the
+/// side that sees its version, both as server and as client, counted in
+/// `version_refusals`; nothing it sends reaches a consumer.
+#[actix::test]
+async fn a_peer_of_another_protocol_version_is_refused_and_counted() {
+    let (server, handled, _) = insecure_server().await;
+    let mut old = TcpStream::connect(server.local_addr().unwrap())
+        .await
+        .unwrap();
+    let mut hello = wire::hello(false);
+    if let Frame::Hello(hello) = &mut hello {
+        hello.version = 1;
+    }
+    wire::write(&mut old, &hello).await.unwrap();
+    wire::write(&mut old, &wire::deliveries("numbers", [1]))
+        .await
+        .unwrap();
+    assert!(wire::closed_by_peer(&mut old, Duration::from_secs(5)).await);
+    assert!(
+        wait_until(Duration::from_secs(5), || server.stats().version_refusals
+            == 1)
+        .await
+    );
+    assert_eq!(server.stats().handshake_failures, 1);
+
+    // As a client: the server answers with a Challenge of version 1.
+    let listener = tokio::net::TcpListener::bind(localhost()).await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let old_server = actix::spawn(async move {
+        let (mut stream, _) = listener.accept().await.unwrap();
+        let Some(Frame::Hello(_)) = wire::read(&mut stream, Duration::from_secs(5)).await else {
+            panic!("no hello");
+        };
+        let challenge = wire::Challenge {
+            version: 1,
+            node_id: [5; 16],
+            nonce: [6; 32],
+            max_frame_length: 1 << 20,
+            proof: None,
+        };
+        wire::write(&mut stream, &Frame::Challenge(challenge))
+            .await
+            .unwrap();
+        wire::closed_by_peer(&mut stream, Duration::from_secs(5)).await
+    });
+    let client = client_with(
+        fast(NodeOptions::builder().insecure_no_authentication())
+            .build()
+            .unwrap(),
+    )
+    .await;
+    let (_p, confirmations) = produce(&client, addr, 1);
+    assert!(
+        old_server.await.unwrap(),
+        "the client closed the connection"
+    );
+    assert!(
+        wait_until(Duration::from_secs(5), || client.stats().version_refusals
+            >= 1)
+        .await
+    );
+    assert_eq!(client.stats().connections_opened, 0);
+    assert_eq!((handled.total(), confirmations.len()), (0, 0));
 }

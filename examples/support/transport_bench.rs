@@ -33,8 +33,13 @@ where
 
 /// A consumer whose handler is ready at once.
 pub fn ready_consumer() -> ConsumerHandle<u64> {
+    ready_consumer_of()
+}
+
+/// A consumer of `T` whose handler is ready at once.
+pub fn ready_consumer_of<T: Send + 'static>() -> ConsumerHandle<T> {
     ReliableDelivery::consumer(
-        ConsumerOptions::builder(DeliveryHandler::from_fn(|_: u64| async {
+        ConsumerOptions::builder(DeliveryHandler::from_fn(|_: T| async {
             Ok::<(), std::convert::Infallible>(())
         }))
         .build()
@@ -43,7 +48,10 @@ pub fn ready_consumer() -> ConsumerHandle<u64> {
 }
 
 /// A producer with this window and room for a whole burst.
-pub fn producer(target: actix_delivery::ConsumerRef<u64>, window: usize) -> ProducerHandle<u64> {
+pub fn producer<T: Clone + Send + 'static>(
+    target: actix_delivery::ConsumerRef<T>,
+    window: usize,
+) -> ProducerHandle<T> {
     ReliableDelivery::producer(
         ProducerOptions::builder(target)
             .window_size(window)
@@ -56,13 +64,22 @@ pub fn producer(target: actix_delivery::ConsumerRef<u64>, window: usize) -> Prod
 
 /// Tells `n` messages and waits until the last is confirmed.
 pub async fn burst(producer: &ProducerHandle<u64>, n: u64) -> Duration {
+    burst_of(producer, n, |i| i).await
+}
+
+/// Tells `n` messages `make(1..=n)` and waits until the last is confirmed.
+pub async fn burst_of<T: Clone + Send + 'static>(
+    producer: &ProducerHandle<T>,
+    n: u64,
+    make: impl Fn(u64) -> T,
+) -> Duration {
     let start = Instant::now();
     for i in 1..n {
         producer
-            .tell(i, Confirmation::none())
+            .tell(make(i), Confirmation::none())
             .expect("room for the burst");
     }
-    producer.send(n).await.expect("confirmed");
+    producer.send(make(n)).await.expect("confirmed");
     producer.idle().await;
     start.elapsed()
 }

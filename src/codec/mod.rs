@@ -344,6 +344,37 @@ impl std::fmt::Display for Codec {
     }
 }
 
+/// Appends the encoding of `value` in `codec` to `out`, at most [`MAX_ENCODED_BYTES`], writing
+/// straight into `out`: several times faster than [`Codec::encode_into`] for small values,
+/// whose capped writer costs about 100 ns per value (measured with `examples/remote_bench.rs`),
+/// for the bodies of deliveries. bincode sizes the value first (nothing is allocated for one
+/// too large); MessagePack checks the length after writing (the memory of a value over the
+/// limit is released). On error `out` is left as it was.
+pub(crate) fn encode_body_into<T: Serialize + ?Sized>(
+    codec: Codec,
+    value: &T,
+    out: &mut Vec<u8>,
+) -> Result<(), CodecError> {
+    let start = out.len();
+    let result = match codec {
+        Codec::Bincode => encode_into(value, out),
+        Codec::MessagePack => match rmp_serde::encode::write_named(&mut *out, value) {
+            Ok(()) if (out.len() - start) as u64 > MAX_ENCODED_BYTES => Err(CodecError::TooLarge {
+                limit: MAX_ENCODED_BYTES,
+            }),
+            Ok(()) => Ok(()),
+            Err(err) => Err(CodecError::Unencodable {
+                reason: err.to_string(),
+            }),
+        },
+    };
+    if result.is_err() {
+        out.truncate(start);
+        out.shrink_to(start.max(4096));
+    }
+    result
+}
+
 /// Decodes a `T` in bincode from the front of `bytes` and returns it with the bytes after it
 /// (for layouts in which other values follow), reading at most `limit` bytes.
 pub(crate) fn decode_prefix<T: DeserializeOwned>(

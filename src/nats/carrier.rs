@@ -20,6 +20,7 @@ use crate::remote::frame::Frame;
 use crate::remote::inbound::ExposedConsumer;
 use crate::remote::outbound::encode;
 use crate::remote::routes::Routes;
+use crate::remote::schema::{BodySchema, Schemas};
 use crate::remote::stats::{add, Warning, Warnings};
 
 use super::inbound::{serve, Serving};
@@ -86,6 +87,8 @@ pub(crate) struct Shared {
     max_received: usize,
     sending: Mutex<Sending>,
     exposed: Mutex<Exposures>,
+    /// How bodies are written and read, by message type.
+    pub(crate) schemas: Schemas,
 }
 
 /// Where one [`NatsCarrier::consumer_ref`] sends: its subject, the reply subject its batches
@@ -167,7 +170,11 @@ impl Shared {
 
     /// Publishes deliveries to a destination, asking for ACKs on its reply subject; what does
     /// not fit the queue is dropped and counted (the producer retransmits it).
-    fn send<T: Serialize>(&self, destination: &Destination, deliveries: Vec<Delivery<T>>) {
+    fn send<T: Serialize + 'static>(
+        &self,
+        destination: &Destination,
+        deliveries: Vec<Delivery<T>>,
+    ) {
         let subject = &destination.subject;
         let counters = &self.counters;
         if self.cancel.is_cancelled() {
@@ -180,6 +187,7 @@ impl Shared {
                 routes,
                 scratch,
                 deliveries,
+                &self.schemas.of::<T>(),
                 &counters.bodies_encoded,
                 &self.warnings,
             )
@@ -354,6 +362,7 @@ impl NatsCarrier {
             inbox,
             destinations: Mutex::default(),
             exposed: Mutex::default(),
+            schemas: Schemas::default(),
         });
         let publisher = shared.clone();
         shared.arbiter.spawn(async move {
@@ -375,8 +384,10 @@ impl NatsCarrier {
     }
 
     /// Makes `consumer` receive the deliveries published to `subject`. Bodies arrive encoded
-    /// and are decoded as `T`; a delivery whose body does not decode becomes a dead letter at
-    /// the consumer ([`DeadLetterReason::UndecodableBody`](crate::DeadLetterReason), no ACK).
+    /// and are read as `T` as its [`body_schema`](Self::body_schema) says; a delivery whose
+    /// body cannot be read becomes a dead letter at the consumer
+    /// ([`DeadLetterReason::UndecodableBody`](crate::DeadLetterReason),
+    /// [`IncompatibleBody`](crate::DeadLetterReason::IncompatibleBody); no ACK).
     /// Returns once the server has the subscription. When the consumer stops for good, the
     /// carrier unsubscribes.
     ///
@@ -502,6 +513,17 @@ impl NatsCarrier {
         Ok(ConsumerRef::from_fn(move |deliveries: Vec<Delivery<T>>| {
             reference.owner.0.send(&reference.destination, deliveries);
         }))
+    }
+
+    /// Declares how bodies of `T` go over NATS from now on, for the consumers of `T` this
+    /// carrier exposes and the references to consumers of `T` it hands out: the codec they
+    /// are written in, their schema version, and the upcaster of older versions (see
+    /// [`BodySchema`], with an example). Without one, `T` is written in
+    /// [`DEFAULT_WIRE_CODEC`](crate::remote::DEFAULT_WIRE_CODEC) at version 1. Declare it
+    /// before the first delivery (bodies kept for retransmission are sent as they were
+    /// encoded); a second declaration replaces the first.
+    pub fn body_schema<T: 'static>(&self, schema: BodySchema<T>) {
+        self.shared().schemas.declare(schema);
     }
 
     /// The NATS client the carrier uses.

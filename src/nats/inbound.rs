@@ -112,9 +112,14 @@ fn receive(
             reply_to
         }
     };
-    let handed = consumer.deliver(&batch, &reply_to);
+    let handed = consumer.deliver(&batch, &reply_to, &shared.schemas);
     add(&counters.deliveries_in, n - handed.undecodable);
     add(&counters.undecodable_bodies, handed.undecodable);
+    if let Some(why) = handed.why {
+        shared.warnings.warn(Warning::Undecodable, || {
+            format!("deliveries on {} are dead letters: {why}", message.subject)
+        });
+    }
     handed.taken
 }
 

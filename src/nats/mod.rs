@@ -42,14 +42,19 @@
 //! One NATS message is one frame of the TCP transport ([`remote`](crate::remote), "Wire
 //! format"), without the length prefix (NATS frames its messages) and without a tag (NATS
 //! authenticates its clients): kind 4 `Deliveries` on the consumer's subject (its consumer
-//! name is the subject), kind 5 `Acks` on the producer's inbox.
+//! name is the subject), kind 5 `Acks` on the producer's inbox. Bodies carry their codec and
+//! schema version as over TCP ([`BodySchema`](crate::remote::BodySchema), declared with
+//! [`NatsCarrier::body_schema`]). NATS messages carry no protocol version (there is no
+//! handshake): carriers of protocol 1 (releases before bodies carried a codec) and 2 make dead
+//! letters of each other's bodies (or, for a type whose bincode encoding accepts any bytes,
+//! misread them), so move a NATS deployment to protocol 2 at once.
 //!
 //! # Untrusted input and bounded memory
 //!
 //! Every message is untrusted. One longer than the server's `max_payload`, one that is not a
 //! frame of this protocol, the wrong kind for its subject, or with an identifier over 256
 //! bytes is dropped whole, counted in [`NatsStats::decode_failures`] and logged at most once
-//! a minute; never a panic. Then, as over TCP, a body that does not decode as the consumer's
+//! a minute; never a panic. Then, as over TCP, a body that cannot be read as the consumer's
 //! type is a dead letter of that delivery only, and fields that admission checks become dead
 //! letters at the consumer. Deliveries without a reply subject, or with one not under
 //! `reply_prefix` (default `_INBOX.`), are counted and dropped: the consumer publishes ACKs

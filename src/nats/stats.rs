@@ -21,8 +21,10 @@ pub struct NatsStats {
     pub deliveries_out: u64,
     /// Deliveries received and handed to an exposed consumer.
     pub deliveries_in: u64,
-    /// Deliveries received whose body did not decode as the exposed consumer's type: each a
-    /// dead letter at the consumer (`DeadLetterReason::UndecodableBody`, no ACK).
+    /// Deliveries received whose body could not be read as the exposed consumer's type: each
+    /// a dead letter at the consumer (`DeadLetterReason::UndecodableBody`, or
+    /// `IncompatibleBody` for a codec or schema version it cannot read; no ACK), logged at
+    /// most once a minute with why.
     pub undecodable_bodies: u64,
     /// Deliveries received without a reply subject (nowhere to send their ACKs): dropped.
     pub deliveries_without_reply: u64,

@@ -226,7 +226,19 @@ impl<B, R> ConsumerCore<B, R> {
     /// dead letter like a malformed envelope (counted, warned about), touching no state; its
     /// producer gets no ACK.
     pub fn handle_undecodable(&mut self, header: Header, now: Instant) -> Step<B, R> {
-        self.dead_letter(DeadLetterReason::UndecodableBody, header, now)
+        self.handle_unreadable(header, DeadLetterReason::UndecodableBody, now)
+    }
+
+    /// As [`handle_undecodable`](Self::handle_undecodable), for `reason`
+    /// ([`DeadLetterReason::UndecodableBody`], or [`DeadLetterReason::IncompatibleBody`] for a
+    /// body in a codec or schema version the consumer's type cannot read).
+    pub fn handle_unreadable(
+        &mut self,
+        header: Header,
+        reason: DeadLetterReason,
+        now: Instant,
+    ) -> Step<B, R> {
+        self.dead_letter(reason, header, now)
     }
 
     /// Dedup and the decision for an admitted delivery.

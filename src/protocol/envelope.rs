@@ -279,6 +279,33 @@ pub enum DeadLetterReason {
     /// message type.
     #[error("the body does not decode as the consumer's message type")]
     UndecodableBody,
+    /// The body arrived encoded in a way the consumer's version of its message type cannot
+    /// read: a codec this version of the crate does not know, a schema version newer than
+    /// the consumer's (the sender runs newer code), or an older one that no upcaster turned
+    /// into today's type (see [`BodySchema`](crate::remote::BodySchema)).
+    #[error("{}", incompatible(*codec, *version, *current))]
+    IncompatibleBody {
+        /// The id of the codec the body was written in
+        /// ([`Codec::id`](crate::codec::Codec::id)).
+        codec: u8,
+        /// The schema version the body was written at.
+        version: u32,
+        /// The consumer's version of its message type.
+        current: u32,
+    },
+}
+
+/// The text of [`DeadLetterReason::IncompatibleBody`].
+fn incompatible(codec: u8, version: u32, current: u32) -> String {
+    let Some(name) = crate::codec::Codec::from_id(codec) else {
+        return format!("the body is in codec {codec}, unknown to this version of the crate");
+    };
+    let why = if version > current {
+        "newer than the consumer's"
+    } else {
+        "and no upcaster read it as the consumer's"
+    };
+    format!("the body was written as version {version} in {name}, {why} version {current}")
 }
 
 /// Admission: the checks a consumer applies to every delivery before anything else.

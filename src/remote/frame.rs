@@ -15,8 +15,9 @@ use crate::codec::{self, CodecError};
 use crate::protocol::envelope::{Incarnation, MAX_ID_BYTES};
 use crate::remote::auth::{NodeId, Nonce, Sealer};
 
-/// The protocol version this crate speaks.
-pub(crate) const PROTOCOL_VERSION: u16 = 1;
+/// The protocol version this crate speaks: 2 since bodies start with their codec and schema
+/// version ([`crate::remote::schema`]); version 1 bodies were bare bincode.
+pub(crate) const PROTOCOL_VERSION: u16 = 2;
 
 /// The first bytes of every `Hello`.
 pub(crate) const MAGIC: [u8; 8] = *b"actixdlv";
@@ -115,7 +116,8 @@ pub(crate) struct WireDelivery<'a> {
     pub seq: u64,
     /// The producer's window start when it sent this.
     pub window_start: u64,
-    /// The encoded body.
+    /// The encoded body: its codec and schema version, then the value
+    /// ([`crate::remote::schema`]).
     #[serde(serialize_with = "as_bytes")]
     pub body: &'a [u8],
 }
@@ -368,7 +370,7 @@ mod tests {
         let payload = payload_of(&Frame::Hello(hello()));
         assert_eq!(payload[0], 0, "Hello is kind 0");
         assert_eq!(&payload[1..9], b"actixdlv");
-        assert_eq!(payload[9], 1, "version 1");
+        assert_eq!(payload[9], 2, "version 2");
     }
 
     #[test]

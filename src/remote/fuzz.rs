@@ -5,18 +5,20 @@
 use bytes::BytesMut;
 use tokio_util::codec::{Decoder, LengthDelimitedCodec};
 
-use crate::codec;
+use crate::codec::Codec;
 use crate::protocol::envelope::Incarnation;
 use crate::remote::auth::{NodeId, Opener, Sealer};
 use crate::remote::frame::{
     AckBatch, Challenge, DeliveryBatch, Frame, Hello, Proof, WireDelivery, MAGIC, PROTOCOL_VERSION,
 };
+use crate::remote::schema::BodySchema;
 
 /// Feeds `bytes` to what a node runs on received bytes, without authentication so that every
 /// byte reaches the decoders: the length-delimited codec limited to `max_frame_length`, the
-/// frame decoder, and with `bodies` the decoding of delivery bodies (as `String` and as
-/// `(u64, Vec<u8>)`). Returns how many frames decoded; stops at the first error, as a
-/// connection closes there.
+/// frame decoder, and with `bodies` the reading of delivery bodies: their codec and version
+/// header, then the value (as `String` at version 1, and as `(u64, Vec<u8>)` at version 2 with
+/// an upcaster from version 1). Returns how many frames decoded; stops at the first error, as
+/// a connection closes there.
 pub fn receive(bytes: &[u8], max_frame_length: usize, bodies: bool) -> usize {
     let mut codec = LengthDelimitedCodec::builder()
         .max_frame_length(max_frame_length)
@@ -33,9 +35,7 @@ pub fn receive(bytes: &[u8], max_frame_length: usize, bodies: bool) -> usize {
         };
         if let (true, Frame::Deliveries(batch)) = (bodies, &frame) {
             for item in &batch.items {
-                let len = item.body.len() as u64;
-                let _ = codec::decode_with_limit::<String>(item.body, len);
-                let _ = codec::decode_with_limit::<(u64, Vec<u8>)>(item.body, len);
+                read_body(item.body);
             }
         }
         decoded += 1;
@@ -43,10 +43,37 @@ pub fn receive(bytes: &[u8], max_frame_length: usize, bodies: bool) -> usize {
     decoded
 }
 
+/// Reads one delivery body as a receiver does, header first, with the schemas of
+/// [`receive`]; returns how many of the two read it.
+pub fn read_body(body: &[u8]) -> usize {
+    let text = BodySchema::<String>::new().read(body).is_ok();
+    let pair = BodySchema::<(u64, Vec<u8>)>::new()
+        .version(2)
+        .upcast(|old| old.decode::<u64>().map(|n| (n, Vec::new())))
+        .read(body)
+        .is_ok();
+    usize::from(text) + usize::from(pair)
+}
+
+/// Valid bodies, to mutate: a `String` at version 1 in each codec, a `(u64, Vec<u8>)` at
+/// version 2, and a `u64` at version 1 (read by the upcaster).
+pub fn sample_bodies() -> Vec<Vec<u8>> {
+    fn body<T: serde::Serialize>(schema: BodySchema<T>, value: &T) -> Vec<u8> {
+        let mut out = Vec::new();
+        schema.write(value, &mut out).expect("encodes");
+        out
+    }
+    vec![
+        body(BodySchema::new(), &"grüße".to_owned()),
+        body(BodySchema::new().codec(Codec::Bincode), &"grüße".to_owned()),
+        body(BodySchema::new().version(2), &(7u64, vec![1u8, 2, 3])),
+        body(BodySchema::new(), &7u64),
+    ]
+}
+
 /// A valid stream of one frame of every kind (untagged), to mutate.
 pub fn sample_stream() -> Vec<u8> {
-    let body = codec::encode(&(7u64, vec![1u8, 2, 3])).expect("encodes");
-    let text = codec::encode("grüße").expect("encodes");
+    let bodies = sample_bodies();
     let frames = [
         Frame::Hello(Hello {
             magic: MAGIC,
@@ -69,18 +96,15 @@ pub fn sample_stream() -> Vec<u8> {
             consumer: "orders",
             producer_id: "producer-1",
             incarnation: Incarnation::from_u128(u128::MAX / 3),
-            items: vec![
-                WireDelivery {
-                    seq: 1,
+            items: bodies
+                .iter()
+                .zip([1, 2, 300, 301])
+                .map(|(body, seq)| WireDelivery {
+                    seq,
                     window_start: 1,
-                    body: &body,
-                },
-                WireDelivery {
-                    seq: 300,
-                    window_start: 2,
-                    body: &text,
-                },
-            ],
+                    body,
+                })
+                .collect(),
         }),
         Frame::Acks(AckBatch {
             producer_id: "producer-1",

@@ -602,11 +602,14 @@ mod tests {
         let (client, server) = (local(1, Some(K)), local(2, Some(K)));
         let (_, mut hello) = Client::start(&client, [1; 32]);
         if let Frame::Hello(h) = &mut hello {
-            h.version = 2;
+            h.version = PROTOCOL_VERSION + 1;
         }
         assert_eq!(
             Server::start(&server, &hello, [2; 32]).unwrap_err(),
-            HandshakeError::Version { ours: 1, theirs: 2 }
+            HandshakeError::Version {
+                ours: PROTOCOL_VERSION,
+                theirs: PROTOCOL_VERSION + 1
+            }
         );
         let (c, hello) = Client::start(&client, [1; 32]);
         let (_, mut challenge) = Server::start(&server, &hello, [2; 32]).unwrap();
@@ -615,7 +618,10 @@ mod tests {
         }
         assert_eq!(
             c.handle(&client, &challenge).unwrap_err(),
-            HandshakeError::Version { ours: 1, theirs: 0 }
+            HandshakeError::Version {
+                ours: PROTOCOL_VERSION,
+                theirs: 0
+            }
         );
     }
 

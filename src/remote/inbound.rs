@@ -12,7 +12,6 @@ use serde::de::DeserializeOwned;
 use tokio::net::{TcpListener, TcpStream};
 use tokio_util::sync::CancellationToken;
 
-use crate::codec;
 use crate::consumer::ConsumerHandle;
 use crate::message::{Deliveries, Delivery, ReplyTo, Undecodable};
 use crate::protocol::envelope::{Ack, Header, ProducerId};
@@ -20,8 +19,10 @@ use crate::remote::connection::{
     accept_handshake, drive, next_frame, End, Established, Failure, Link,
 };
 use crate::remote::frame::{DeliveryBatch, Frame};
+use crate::remote::handshake::HandshakeError;
 use crate::remote::node::Shared;
 use crate::remote::pending::Ticket;
+use crate::remote::schema::Schemas;
 use crate::remote::stats::{add, Warning};
 
 /// Why an incoming handshake did not complete.
@@ -48,24 +49,28 @@ pub(crate) struct Handed {
     /// Deliveries whose body did not decode: handed over as dead letters, which count
     /// against the same bound as deliveries.
     pub undecodable: u64,
+    /// Why the first of them did not decode, for the log.
+    pub why: Option<String>,
 }
 
 /// A consumer exposed under a name: decodes the bodies of a batch into its message type.
 pub(crate) trait Exposed: Send + Sync {
-    /// Hands the batch's deliveries to the consumer, with `reply_to` for their ACKs; a
-    /// delivery whose body does not decode as the consumer's type becomes a dead letter there
-    /// (the others are delivered as usual).
-    fn deliver(&self, batch: &DeliveryBatch<'_>, reply_to: &ReplyTo) -> Handed;
+    /// Hands the batch's deliveries to the consumer, with `reply_to` for their ACKs, reading
+    /// their bodies as the consumer's type declares in `schemas`; a delivery whose body
+    /// cannot be read becomes a dead letter there (the others are delivered as usual).
+    fn deliver(&self, batch: &DeliveryBatch<'_>, reply_to: &ReplyTo, schemas: &Schemas) -> Handed;
 }
 
 /// A [`ConsumerHandle`] as an [`Exposed`] consumer.
 pub(crate) struct ExposedConsumer<T: Send + 'static>(pub ConsumerHandle<T>);
 
 impl<T: DeserializeOwned + Send + 'static> Exposed for ExposedConsumer<T> {
-    fn deliver(&self, batch: &DeliveryBatch<'_>, reply_to: &ReplyTo) -> Handed {
+    fn deliver(&self, batch: &DeliveryBatch<'_>, reply_to: &ReplyTo, schemas: &Schemas) -> Handed {
+        let schema = schemas.of::<T>();
         let producer_id = ProducerId::from(batch.producer_id);
         let mut deliveries = Vec::with_capacity(batch.items.len());
         let mut undecodable = Vec::new();
+        let mut why = None;
         for item in &batch.items {
             let header = Header {
                 producer_id: producer_id.clone(),
@@ -73,7 +78,7 @@ impl<T: DeserializeOwned + Send + 'static> Exposed for ExposedConsumer<T> {
                 seq: item.seq,
                 window_start: item.window_start,
             };
-            match codec::decode_with_limit(item.body, item.body.len() as u64) {
+            match schema.read(item.body) {
                 Ok(body) => deliveries.push(Delivery {
                     producer_id: header.producer_id,
                     incarnation: header.incarnation,
@@ -82,7 +87,10 @@ impl<T: DeserializeOwned + Send + 'static> Exposed for ExposedConsumer<T> {
                     body,
                     reply_to: Some(reply_to.clone()),
                 }),
-                Err(_) => undecodable.push(header),
+                Err(unread) => {
+                    why.get_or_insert(unread.why);
+                    undecodable.push((header, unread.reason));
+                }
             }
         }
         let dead = undecodable.len() as u64;
@@ -100,6 +108,7 @@ impl<T: DeserializeOwned + Send + 'static> Exposed for ExposedConsumer<T> {
         Handed {
             taken,
             undecodable: dead,
+            why,
         }
     }
 }
@@ -201,7 +210,12 @@ async fn serve(
         Err(refusal) => {
             add(&counters.handshake_failures, 1);
             let why = match refusal {
-                Refusal::Failed(Failure::Refused(err)) => err.to_string(),
+                Refusal::Failed(Failure::Refused(err)) => {
+                    if matches!(err, HandshakeError::Version { .. }) {
+                        add(&counters.version_refusals, 1);
+                    }
+                    err.to_string()
+                }
                 Refusal::Failed(Failure::Io) => "closed or not a frame".to_string(),
                 Refusal::TimedOut => {
                     add(&counters.handshakes_timed_out, 1);
@@ -279,9 +293,14 @@ fn dispatch(node: &Shared, batch: &DeliveryBatch<'_>, reply_to: &ReplyTo) -> Opt
         });
         return None;
     };
-    let handed = consumer.deliver(batch, reply_to);
+    let handed = consumer.deliver(batch, reply_to, &node.schemas);
     add(&node.counters.deliveries_in, n - handed.undecodable);
     add(&node.counters.undecodable_bodies, handed.undecodable);
+    if let Some(why) = handed.why {
+        node.warnings.warn(Warning::Undecodable, || {
+            format!("deliveries to {:?} are dead letters: {why}", batch.consumer)
+        });
+    }
     handed.taken
 }
 

@@ -34,13 +34,19 @@
 //!
 //! | kind | direction | fields |
 //! |---|---|---|
-//! | 0 `Hello` | client → server | magic `actixdlv`, version (1), node id, nonce (32 B), authenticated, max frame length |
+//! | 0 `Hello` | client → server | magic `actixdlv`, version (2), node id, nonce (32 B), authenticated, max frame length |
 //! | 1 `Challenge` | server → client | version, node id, nonce, max frame length, server proof |
 //! | 2 `Proof` | client → server | client proof |
 //! | 3 `Accepted` | server → client | — (the first tagged frame) |
 //! | 4 `Deliveries` | client → server | consumer name, producer id, incarnation, items (seq, window start, body bytes) |
 //! | 5 `Acks` | server → client | producer id, incarnation, seqs |
 //! | 6 `Ping` | both | — |
+//!
+//! A body is its codec's id (one byte: 1 bincode, 2 MessagePack), the schema version of its
+//! type (a varint) and the value in that codec: see [`BodySchema`] for how a receiver reads
+//! bodies of other versions of its type. Protocol 1 (releases before bodies carried them)
+//! and protocol 2 nodes refuse each other in the handshake, counted in
+//! [`NodeStats::version_refusals`].
 //!
 //! The handshake (see the `handshake` module source for the state machine):
 //! `proof_S = HMAC-SHA256(K, "actix-delivery/1 server proof\0" ‖ t)`, `proof_C` the same with
@@ -61,10 +67,12 @@
 //! (consumer name and producer id at most 256 bytes, borrowed from the frame, so a longer one
 //! is never allocated) and its batch length (at most 1024, refused before reserving more). A
 //! failure closes that connection only, counted in [`NodeStats::decode_failures`] and logged
-//! at most once a minute; never the node, never a panic. Then each body is decoded as the
-//! consumer's type: one that does not decode is that delivery's fault only, a dead letter at
-//! the consumer ([`DeadLetterReason::UndecodableBody`](crate::DeadLetterReason), no ACK,
-//! counted in [`NodeStats::undecodable_bodies`]); the other deliveries of its frame are
+//! at most once a minute; never the node, never a panic. Then each body is read as the
+//! consumer's type: one that does not decode, or whose codec or schema version it cannot read,
+//! is that delivery's fault only, a dead letter at the consumer
+//! ([`DeadLetterReason::UndecodableBody`](crate::DeadLetterReason),
+//! [`IncompatibleBody`](crate::DeadLetterReason::IncompatibleBody); no ACK, counted in
+//! [`NodeStats::undecodable_bodies`]); the other deliveries of its frame are
 //! delivered and the connection stays open. Dead letters count against the receiving bound
 //! below exactly as deliveries do. Fields that admission checks (seq range, window
 //! start, empty producer id) pass through and become dead letters at the consumer, exactly as
@@ -121,9 +129,11 @@ pub(crate) mod outbound;
 pub(crate) mod output;
 mod pending;
 pub(crate) mod routes;
+pub(crate) mod schema;
 pub(crate) mod stats;
 
 pub use auth::{NodeId, NodeSecret, MAX_SECRET_BYTES, MIN_SECRET_BYTES};
 pub use node::{NameError, Node};
 pub use options::{NodeOptions, NodeOptionsBuilder};
+pub use schema::{BodySchema, DEFAULT_WIRE_CODEC};
 pub use stats::NodeStats;

@@ -21,6 +21,7 @@ use crate::remote::inbound::{listen, Exposed, ExposedConsumer};
 use crate::remote::options::NodeOptions;
 use crate::remote::outbound::Outbound;
 use crate::remote::pending::Pending;
+use crate::remote::schema::{BodySchema, Schemas};
 use crate::remote::stats::{Counters, NodeStats, Warnings};
 
 /// Why a consumer name was refused.
@@ -60,6 +61,8 @@ pub(crate) struct Shared {
     /// Incoming connections in their handshake (at most `max_handshakes`), each with what
     /// closes it when evicted.
     pub(crate) handshakes: Mutex<Pending<CancellationToken>>,
+    /// How bodies are written and read, by message type.
+    pub(crate) schemas: Schemas,
     exposed: RwLock<HashMap<String, Arc<dyn Exposed>>>,
     outbound: Mutex<HashMap<SocketAddr, Arc<Outbound>>>,
     local_addr: Option<SocketAddr>,
@@ -186,6 +189,7 @@ impl Node {
             arbiter: actix::Arbiter::current(),
             inbound_open: AtomicUsize::new(0),
             handshakes: Mutex::new(Pending::new(max_handshakes)),
+            schemas: Schemas::default(),
             exposed: RwLock::default(),
             outbound: Mutex::default(),
             local_addr,
@@ -271,6 +275,17 @@ impl Node {
     pub fn peer_id(&self, addr: SocketAddr) -> Option<NodeId> {
         let all = self.shared().outbound();
         all.get(&addr).and_then(|outbound| outbound.peer())
+    }
+
+    /// Declares how bodies of `T` go over the wire from now on, for the consumers of `T`
+    /// this node exposes and the references to consumers of `T` it hands out: the codec they
+    /// are written in, their schema version, and the upcaster of older versions (see
+    /// [`BodySchema`], with an example). Without one, `T` is written in
+    /// [`DEFAULT_WIRE_CODEC`](crate::remote::DEFAULT_WIRE_CODEC) at version 1. Declare it
+    /// before the first delivery (bodies kept for retransmission are sent as they were
+    /// encoded); a second declaration replaces the first.
+    pub fn body_schema<T: 'static>(&self, schema: BodySchema<T>) {
+        self.shared().schemas.declare(schema);
     }
 
     /// The node's counters.

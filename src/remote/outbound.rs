@@ -11,7 +11,6 @@ use serde::Serialize;
 use tokio::net::TcpStream;
 use tokio::sync::Notify;
 
-use crate::codec;
 use crate::message::{Delivery, ReplyTo};
 use crate::protocol::envelope::{Ack, Incarnation, ProducerId};
 use crate::remote::auth::NodeId;
@@ -20,9 +19,11 @@ use crate::remote::connection::{
     connect_handshake, drive, next_frame, End, Established, Failure, Link,
 };
 use crate::remote::frame::Frame;
+use crate::remote::handshake::HandshakeError;
 use crate::remote::node::Shared;
 use crate::remote::output::Item;
 use crate::remote::routes::{AckRefusal, AckRoute, ReplyAddress, Routes};
+use crate::remote::schema::BodySchema;
 use crate::remote::stats::{add, Warning, Warnings};
 
 /// The connection to one remote address, shared by every reference to consumers there.
@@ -87,7 +88,11 @@ impl Outbound {
 
     /// Sends deliveries to the consumer `name` there; what finds no connection, or no room in
     /// its output, is dropped and counted (the producer retransmits it).
-    pub(crate) fn send<T: Serialize>(self: &Arc<Self>, name: &str, deliveries: Vec<Delivery<T>>) {
+    pub(crate) fn send<T: Serialize + 'static>(
+        self: &Arc<Self>,
+        name: &str,
+        deliveries: Vec<Delivery<T>>,
+    ) {
         if !self.connector_started.swap(true, Ordering::AcqRel) {
             let this = self.clone();
             self.node
@@ -113,6 +118,7 @@ impl Outbound {
                 routes,
                 scratch,
                 deliveries,
+                &self.node.schemas.of::<T>(),
                 &counters.bodies_encoded,
                 &self.node.warnings,
             );
@@ -222,6 +228,9 @@ impl Outbound {
             }
             Ok(Err(Failure::Refused(err))) => {
                 add(&node.counters.handshake_failures, 1);
+                if matches!(err, HandshakeError::Version { .. }) {
+                    add(&node.counters.version_refusals, 1);
+                }
                 node.warnings.warn(Warning::Handshake, || {
                     format!("refused the node at {}: {err}", self.addr)
                 });
@@ -347,13 +356,15 @@ pub(crate) fn hand_acks(route: AckRoute<ReplyTo>, incarnation: Incarnation, seqs
     }
 }
 
-/// Looks up (or encodes and caches) each delivery's body, grouped by producer incarnation,
+/// Looks up (or encodes as `schema` says, and caches) each delivery's body, grouped by
+/// producer incarnation,
 /// counting fresh encodings in `bodies_encoded`. Returns the groups and the number of
 /// deliveries that cannot be sent. Shared by the TCP and NATS carriers.
 pub(crate) fn encode<T: Serialize>(
     routes: &mut Routes<ReplyTo>,
     scratch: &mut Vec<u8>,
     deliveries: Vec<Delivery<T>>,
+    schema: &BodySchema<T>,
     bodies_encoded: &AtomicU64,
     warnings: &Warnings,
 ) -> (Vec<Group>, u64) {
@@ -366,7 +377,7 @@ pub(crate) fn encode<T: Serialize>(
         };
         let route = routes.route(&delivery.producer_id, delivery.incarnation, reply_to);
         let body = route.body(delivery.seq, delivery.window_start, scratch, |out| {
-            codec::encode_into(&delivery.body, out)
+            schema.write(&delivery.body, out)
         });
         let Ok((body, fresh)) = body else {
             unsendable += 1;

@@ -30,6 +30,11 @@ pub struct NodeStats {
     /// Incoming connections closed in their handshake to make room for a new one, because
     /// `max_handshakes` were in progress (also counted in `handshake_failures`).
     pub handshakes_evicted: u64,
+    /// Handshakes refused because the peer speaks another protocol version (another release
+    /// of this crate whose frames differ; also counted in `handshake_failures`). Only the side
+    /// that sees the other's version counts it: a peer that refuses this node's version
+    /// closes the connection, which this node counts as a `handshake_failure` only.
+    pub version_refusals: u64,
     /// Incoming connections closed after their handshake because `max_connections`
     /// authenticated ones were open.
     pub connections_refused: u64,
@@ -46,9 +51,11 @@ pub struct NodeStats {
     pub deliveries_out: u64,
     /// Deliveries received and handed to an exposed consumer.
     pub deliveries_in: u64,
-    /// Deliveries received whose body did not decode as the exposed consumer's type: each a
-    /// dead letter at the consumer (`DeadLetterReason::UndecodableBody`, no ACK); the rest of
-    /// its frame is delivered and the connection stays open.
+    /// Deliveries received whose body could not be read as the exposed consumer's type: each
+    /// a dead letter at the consumer (`DeadLetterReason::UndecodableBody`, or
+    /// `IncompatibleBody` for a codec or schema version it cannot read; no ACK), logged at
+    /// most once a minute with why; the rest of its frame is delivered and the connection
+    /// stays open.
     pub undecodable_bodies: u64,
     /// ACKs queued for sending.
     pub acks_out: u64,
@@ -115,6 +122,7 @@ counters!(Counters => NodeStats {
     handshake_failures,
     handshakes_timed_out,
     handshakes_evicted,
+    version_refusals,
     connections_refused,
     idle_timeouts,
     frames_in,
@@ -154,12 +162,13 @@ pub(crate) enum Warning {
     UnknownConsumer,
     Dropped,
     Unsendable,
+    Undecodable,
 }
 
 /// At most one warning a minute per kind, with the count in between. Never prints peer-
 /// supplied ids.
 #[derive(Debug, Default)]
-pub(crate) struct Warnings([Mutex<RateLimited>; 5]);
+pub(crate) struct Warnings([Mutex<RateLimited>; 6]);
 
 impl Warnings {
     /// Warns about `what` (one more of `kind`) if a warning of that kind is due.

@@ -165,5 +165,6 @@ pub async fn wait_until(timeout: Duration, mut done: impl FnMut() -> bool) -> bo
     done()
 }
 
+pub mod evolution;
 pub mod proxy;
 pub mod wire;

@@ -67,6 +67,22 @@ pub struct Acks {
     pub seqs: Vec<u64>,
 }
 
+/// The protocol version.
+pub const VERSION: u16 = 2;
+
+/// A body as protocol 2 writes it: codec id (2: MessagePack with named fields), the schema
+/// version of its type (a bincode varint), the value.
+pub fn body<T: Serialize>(value: &T) -> Vec<u8> {
+    body_at(2, 1, &rmp_serde::to_vec_named(value).unwrap())
+}
+
+/// A body of codec `codec` at `version` whose value is `encoded`.
+pub fn body_at(codec: u8, version: u32, encoded: &[u8]) -> Vec<u8> {
+    let mut out = codec::encode(&(codec, version)).unwrap();
+    out.extend_from_slice(encoded);
+    out
+}
+
 fn random<const N: usize>() -> [u8; N] {
     let mut bytes = [0; N];
     getrandom::fill(&mut bytes).unwrap();
@@ -76,7 +92,7 @@ fn random<const N: usize>() -> [u8; N] {
 pub fn hello(authenticated: bool) -> Frame {
     Frame::Hello(Hello {
         magic: *b"actixdlv",
-        version: 1,
+        version: VERSION,
         node_id: random(),
         nonce: random(),
         authenticated,
@@ -155,7 +171,7 @@ pub fn deliveries(consumer: &str, seqs: impl IntoIterator<Item = u64>) -> Frame 
             .map(|seq| Item {
                 seq,
                 window_start: 1,
-                body: codec::encode(&seq).unwrap(),
+                body: body(&seq),
             })
             .collect(),
     })
@@ -180,7 +196,7 @@ pub async fn insecure_server_once(listener: &tokio::net::TcpListener) -> TcpStre
     };
     assert!(!hello.authenticated);
     let challenge = Challenge {
-        version: 1,
+        version: VERSION,
         node_id: random(),
         nonce: random(),
         max_frame_length: 1 << 20,

@@ -109,42 +109,6 @@ pub fn encode_with_limit<T: Serialize + ?Sized>(
         .map_err(|err| encode_error(*err, limit))
 }
 
-/// A buffer that refuses to grow beyond `end` bytes (and then records that it did).
-struct Capped<'a> {
-    bytes: &'a mut Vec<u8>,
-    end: usize,
-    over: bool,
-}
-
-impl std::io::Write for Capped<'_> {
-    #[inline]
-    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        let len = self.bytes.len();
-        if buf.len() > self.end - len {
-            self.over = true;
-            return Err(std::io::Error::other("the encoding limit is reached"));
-        }
-        if len + buf.len() > self.bytes.capacity() {
-            // Doubling, as a `Vec` would, but never reserving beyond the limit.
-            let target = (len + buf.len())
-                .max(self.bytes.capacity().saturating_mul(2))
-                .min(self.end);
-            self.bytes.reserve_exact(target - len);
-        }
-        self.bytes.extend_from_slice(buf);
-        Ok(buf.len())
-    }
-
-    #[inline]
-    fn write_all(&mut self, buf: &[u8]) -> std::io::Result<()> {
-        self.write(buf).map(drop)
-    }
-
-    fn flush(&mut self) -> std::io::Result<()> {
-        Ok(())
-    }
-}
-
 /// Appends the encoding of `value` to `out`, at most [`MAX_ENCODED_BYTES`] for this value.
 ///
 /// On error `out` is left as it was.
@@ -256,13 +220,14 @@ impl Codec {
     }
 
     /// Appends the encoding of `value` to `out` in one pass, at most `limit` bytes for this
-    /// value. On error `out` is left as it was.
+    /// value. On error `out` is left as it was (and memory it took for a value over the limit
+    /// is given back).
     ///
-    /// One pass: [`encode_with_limit`] serializes a value twice (it sizes it first, then
-    /// writes it into a buffer of exactly that size); this serializes it once, into a buffer
-    /// that grows as it is written (never beyond `limit`), which suits large values whose
-    /// serialization is costly, such as a snapshot of a whole state. The price: a value over
-    /// the limit fails only once `limit` bytes of it were written.
+    /// One pass, straight into `out`: [`encode_with_limit`] serializes a bincode value twice
+    /// (it sizes it first, then writes it into a buffer of exactly that size); this serializes
+    /// it once, which suits large values whose serialization is costly, such as a snapshot of a
+    /// whole state, and small ones, whose sizing pass would cost as much as writing them. The
+    /// price: a value over the limit fails only once it was written.
     ///
     /// # Errors
     /// As [`Codec::encode`].
@@ -273,33 +238,28 @@ impl Codec {
         limit: u64,
     ) -> Result<(), CodecError> {
         let start = out.len();
-        let mut capped = Capped {
-            end: start.saturating_add(usize::try_from(limit).unwrap_or(usize::MAX)),
-            bytes: out,
-            over: false,
-        };
         let result = match self {
-            // Without a limit in the options, bincode does not size the value first; `Capped`
-            // is the limit.
             Self::Bincode => unlimited()
-                .serialize_into(&mut capped, value)
+                .serialize_into(&mut *out, value)
                 .map_err(|err| encode_error(*err, limit)),
-            Self::MessagePack => {
-                rmp_serde::encode::write_named(&mut capped, value).map_err(|err| {
-                    CodecError::Unencodable {
-                        reason: err.to_string(),
-                    }
-                })
-            }
+            Self::MessagePack => rmp_serde::encode::write_named(&mut *out, value).map_err(|err| {
+                CodecError::Unencodable {
+                    reason: err.to_string(),
+                }
+            }),
         };
-        let over = capped.over;
+        let result = result.and_then(|()| {
+            if (out.len() - start) as u64 > limit {
+                Err(CodecError::TooLarge { limit })
+            } else {
+                Ok(())
+            }
+        });
         if result.is_err() {
             out.truncate(start);
+            out.shrink_to(start.max(4096));
         }
-        match result {
-            Err(_) if over => Err(CodecError::TooLarge { limit }),
-            other => other,
-        }
+        result
     }
 
     /// Decodes a `T` from exactly `bytes`, at most `limit` bytes.
@@ -342,37 +302,6 @@ impl std::fmt::Display for Codec {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str(self.name())
     }
-}
-
-/// Appends the encoding of `value` in `codec` to `out`, at most [`MAX_ENCODED_BYTES`], writing
-/// straight into `out`: several times faster than [`Codec::encode_into`] for small values,
-/// whose capped writer costs about 100 ns per value (measured with `examples/remote_bench.rs`),
-/// for the bodies of deliveries. bincode sizes the value first (nothing is allocated for one
-/// too large); MessagePack checks the length after writing (the memory of a value over the
-/// limit is released). On error `out` is left as it was.
-pub(crate) fn encode_body_into<T: Serialize + ?Sized>(
-    codec: Codec,
-    value: &T,
-    out: &mut Vec<u8>,
-) -> Result<(), CodecError> {
-    let start = out.len();
-    let result = match codec {
-        Codec::Bincode => encode_into(value, out),
-        Codec::MessagePack => match rmp_serde::encode::write_named(&mut *out, value) {
-            Ok(()) if (out.len() - start) as u64 > MAX_ENCODED_BYTES => Err(CodecError::TooLarge {
-                limit: MAX_ENCODED_BYTES,
-            }),
-            Ok(()) => Ok(()),
-            Err(err) => Err(CodecError::Unencodable {
-                reason: err.to_string(),
-            }),
-        },
-    };
-    if result.is_err() {
-        out.truncate(start);
-        out.shrink_to(start.max(4096));
-    }
-    result
 }
 
 /// Decodes a `T` in bincode from the front of `bytes` and returns it with the bytes after it

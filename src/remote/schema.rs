@@ -14,7 +14,7 @@ use std::sync::{PoisonError, RwLock};
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 
-use crate::codec::{self, Codec, CodecError, Manifest, UpcastError, Written};
+use crate::codec::{self, Codec, CodecError, Manifest, Unreadable, UpcastError, Written};
 use crate::protocol::envelope::DeadLetterReason;
 
 /// The codec bodies are written in when their type has no [`BodySchema`]: MessagePack, so
@@ -131,7 +131,7 @@ impl<T> BodySchema<T> {
     {
         let start = out.len();
         let result = codec::encode_into(&(self.codec.id(), self.version), out)
-            .and_then(|()| codec::encode_body_into(self.codec, value, out));
+            .and_then(|()| self.codec.encode_into(value, out, codec::MAX_ENCODED_BYTES));
         if result.is_err() {
             out.truncate(start);
         }
@@ -186,8 +186,12 @@ impl<T> BodySchema<T> {
             Some(upcast) => upcast(old),
             None => Err(UpcastError::missing(&old, current)),
         };
-        let read = catch_unwind(AssertUnwindSafe(|| written.read(current, upcast)))
-            .unwrap_or_else(|_| Err(UpcastError::new("decoding or upcasting it panicked")));
+        let read =
+            catch_unwind(AssertUnwindSafe(|| written.read(current, upcast))).unwrap_or_else(|_| {
+                Err(Unreadable::Incompatible(
+                    "decoding or upcasting it panicked".into(),
+                ))
+            });
         read.map_err(|error| Unread {
             reason: if version == current {
                 DeadLetterReason::UndecodableBody

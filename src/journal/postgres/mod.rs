@@ -23,8 +23,7 @@ use crate::codec::Manifest;
 use crate::journal::write::{WriteOp, WriteRequest};
 use crate::journal::{
     check_append, check_payload, check_payloads, stored_manifest, Journal, JournalError,
-    JournalFuture,
-    PersistenceId, Snapshot, StoredEvent, MAX_SEQ,
+    JournalFuture, PersistenceId, Snapshot, StoredEvent, MAX_SEQ,
 };
 use options::Counters;
 

@@ -43,7 +43,7 @@ use crate::journal::{check_snapshot, JournalError, PersistenceId};
 /// need one must never be sent: its outcome would be unknown, though nothing was stored.
 pub(super) const MAX_MESSAGE_BYTES: usize = (1 << 30) - 2;
 /// A bound on the message bytes of an append step beyond its appends (the Bind message's
-/// header, statement name, formats and six array headers).
+/// header, statement name, formats and nine array headers).
 const STEP_OVERHEAD: usize = 1024;
 
 /// A bound on what a write (`op` on stream `id`) adds to the Bind message of the step that
@@ -924,10 +924,11 @@ mod tests {
     #[test]
     fn the_message_bound_counts_every_byte_the_encoding_sends() {
         let request = append("stream", vec![vec![0u8; 100], Vec::new()]);
-        // id (4 + 6) and two seqs (2 * 12); per event 32 bytes besides its payload.
+        // id (4 + 6), two seqs (2 * 12) and the manifest (3 * 8 + 4 + its name, "" here); per
+        // event 32 bytes besides its payload.
         assert_eq!(
             message_bytes(&request.id, &request.op),
-            4 + 6 + 24 + 2 * 32 + 100
+            4 + 6 + 24 + 28 + 2 * 32 + 100
         );
         assert!(fits_one_message(MAX_MESSAGE_BYTES - STEP_OVERHEAD));
         assert!(!fits_one_message(MAX_MESSAGE_BYTES - STEP_OVERHEAD + 1));

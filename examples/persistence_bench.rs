@@ -216,7 +216,10 @@ async fn main() {
     let cases = [
         (0, "persistent actor, 1 command in flight"),
         (1, "persistent actor, 64 commands in flight"),
-        (3, "effectively-once consumer at window 64, messages confirmed"),
+        (
+            3,
+            "effectively-once consumer at window 64, messages confirmed",
+        ),
         (4, "recovery of 1 M events, events"),
     ];
     for (case, name) in cases {

@@ -633,6 +633,7 @@ async fn a_durable_producer_resumes_messages_stored_by_an_earlier_version_of_the
             note: Some("new".into()),
         }];
         store_unconfirmed(&under, "newer", |d| d.message_version(2), newer).await;
+        let highest = under.journal.highest_seq(&under.id("newer")).await.unwrap();
         let (consumer, handled) = recording_consumer::<Order>();
         let durable = DurableOptions::new(under.journal.clone(), under.id("newer"));
         let options = producer_options(&consumer, "orders");
@@ -642,6 +643,11 @@ async fn a_durable_producer_resumes_messages_stored_by_an_earlier_version_of_the
             .expect("stopped for good");
         settle_for(100).await;
         assert!(handled.snapshot().is_empty(), "{name}");
+        let after = under.journal.highest_seq(&under.id("newer")).await.unwrap();
+        assert_eq!(
+            after, highest,
+            "{name}: nothing written, not even the opening"
+        );
     }
 }
 

@@ -43,7 +43,7 @@ mod upcast;
 
 pub use manifest::Manifest;
 pub(crate) use upcast::Unreadable;
-pub use upcast::{UpcastError, Written};
+pub use upcast::{Upcast, UpcastError, Written};
 
 use bincode::Options;
 use serde::de::DeserializeOwned;
@@ -108,6 +108,36 @@ pub fn encode_with_limit<T: Serialize + ?Sized>(
     options(limit)
         .serialize(value)
         .map_err(|err| encode_error(*err, limit))
+}
+
+/// A buffer that refuses to grow beyond `end` bytes (and then records that it did).
+struct Capped<'a> {
+    bytes: &'a mut Vec<u8>,
+    end: usize,
+    over: bool,
+}
+
+impl std::io::Write for Capped<'_> {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        let len = self.bytes.len();
+        if buf.len() > self.end - len {
+            self.over = true;
+            return Err(std::io::Error::other("the encoding limit is reached"));
+        }
+        if len + buf.len() > self.bytes.capacity() {
+            // Doubling, as a `Vec` would, but never reserving beyond the limit.
+            let target = (len + buf.len())
+                .max(self.bytes.capacity().saturating_mul(2))
+                .min(self.end);
+            self.bytes.reserve_exact(target - len);
+        }
+        self.bytes.extend_from_slice(buf);
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
 }
 
 /// Appends the encoding of `value` to `out`, at most [`MAX_ENCODED_BYTES`] for this value.
@@ -239,17 +269,7 @@ impl Codec {
         limit: u64,
     ) -> Result<(), CodecError> {
         let start = out.len();
-        let result = match self {
-            Self::Bincode => unlimited()
-                .serialize_into(&mut *out, value)
-                .map_err(|err| encode_error(*err, limit)),
-            Self::MessagePack => rmp_serde::encode::write_named(&mut *out, value).map_err(|err| {
-                CodecError::Unencodable {
-                    reason: err.to_string(),
-                }
-            }),
-        };
-        let result = result.and_then(|()| {
+        let result = self.write(value, &mut *out, limit).and_then(|()| {
             if (out.len() - start) as u64 > limit {
                 Err(CodecError::TooLarge { limit })
             } else {
@@ -261,6 +281,52 @@ impl Codec {
             out.shrink_to(start.max(4096));
         }
         result
+    }
+
+    /// As [`encode_into`](Self::encode_into), and `out` never grows beyond `limit` bytes
+    /// for this value: a value over the limit fails as soon as the limit is reached. For
+    /// values that may be large (snapshots of a whole state), where memory matters more than
+    /// the cost of checking each write.
+    pub(crate) fn encode_bounded_into<T: Serialize + ?Sized>(
+        self,
+        value: &T,
+        out: &mut Vec<u8>,
+        limit: u64,
+    ) -> Result<(), CodecError> {
+        let start = out.len();
+        let mut capped = Capped {
+            end: start.saturating_add(usize::try_from(limit).unwrap_or(usize::MAX)),
+            bytes: out,
+            over: false,
+        };
+        let result = self.write(value, &mut capped, limit);
+        let over = capped.over;
+        if result.is_err() {
+            out.truncate(start);
+        }
+        match result {
+            Err(_) if over => Err(CodecError::TooLarge { limit }),
+            other => other,
+        }
+    }
+
+    /// Writes the encoding of `value` to `out` in one pass.
+    fn write<T: Serialize + ?Sized>(
+        self,
+        value: &T,
+        mut out: impl std::io::Write,
+        limit: u64,
+    ) -> Result<(), CodecError> {
+        match self {
+            Self::Bincode => unlimited()
+                .serialize_into(&mut out, value)
+                .map_err(|err| encode_error(*err, limit)),
+            Self::MessagePack => rmp_serde::encode::write_named(&mut out, value).map_err(|err| {
+                CodecError::Unencodable {
+                    reason: err.to_string(),
+                }
+            }),
+        }
     }
 
     /// Decodes a `T` from exactly `bytes`, at most `limit` bytes.

@@ -2,6 +2,7 @@
 
 use std::cell::Cell;
 use std::fmt::Display;
+use std::panic::{catch_unwind, AssertUnwindSafe};
 
 use serde::de::DeserializeOwned;
 
@@ -119,15 +120,22 @@ impl<'a> Written<'a> {
                 self.manifest
             )));
         }
+        // A `Deserialize` implementation or an upcaster that panics must not take the reader
+        // down with it: it is a value that cannot be read, like any other.
+        let panicked = |_| Unreadable::Incompatible("decoding or upcasting it panicked".into());
         if version == current {
-            self.decode().map_err(|err| {
-                Unreadable::Corrupt(format!(
-                    "{err} (corrupt, or the type changed without a new version: raise the \
-                     version and read the old one in an upcaster)"
-                ))
-            })
+            catch_unwind(AssertUnwindSafe(|| self.decode()))
+                .map_err(panicked)?
+                .map_err(|err| {
+                    Unreadable::Corrupt(format!(
+                        "{err} (corrupt, or the type changed without a new version: raise the \
+                         version and read the old one in an upcaster)"
+                    ))
+                })
         } else if version < current {
-            upcast(self).map_err(|err| Unreadable::Incompatible(err.to_string()))
+            catch_unwind(AssertUnwindSafe(|| upcast(self)))
+                .map_err(panicked)?
+                .map_err(|err| Unreadable::Incompatible(err.to_string()))
         } else {
             Err(Unreadable::Incompatible(format!(
                 "written as {}, newer than this code's version {current} (was the code rolled \
@@ -154,6 +162,9 @@ impl std::fmt::Display for Unreadable {
         }
     }
 }
+
+/// An upcaster: turns a value written at an older version of `T` into a `T`.
+pub type Upcast<T> = fn(Written<'_>) -> Result<T, UpcastError>;
 
 /// Why a stored value could not be turned into today's type. Upcasters return it (through
 /// `?` on [`Written::decode`], or [`UpcastError::new`] for a reason of their own); the crate

@@ -43,6 +43,9 @@ pub(crate) enum LogCommand {
         producer_id: String,
         incarnation: Incarnation,
         reopening: Option<(u64, u64)>,
+        /// The version of the messages the producer reads: a stream holding newer ones (the
+        /// code was rolled back) is refused before anything is written.
+        message_version: u32,
     },
     /// Stores messages `first_seq..`, for the opening `epoch` (refused once another opening
     /// took the stream over).
@@ -108,6 +111,9 @@ pub(crate) enum LogRefusal {
     /// The recovered stream contradicts itself.
     #[error("the stream is corrupt: {0}")]
     Corrupt(String),
+    /// The stream holds a message of a newer version than the producer reads.
+    #[error("written in a schema this code cannot read: {0}")]
+    Newer(String),
 }
 
 impl EventSourced for ProducerLog {
@@ -146,7 +152,9 @@ impl EventSourced for ProducerLog {
                 producer_id,
                 incarnation,
                 reopening,
+                message_version,
             } => {
+                self.check_versions(*message_version)?;
                 if let Some((ours, unsure)) = *reopening {
                     if self.epoch < ours || self.epoch - ours > unsure {
                         let current = self.epoch;
@@ -288,6 +296,25 @@ impl ProducerLog {
         }
     }
 
+    /// Refuses a stream holding an unsettled message stored at a newer version than
+    /// `current` (a rollback): opening it would take it over from the newer producer.
+    fn check_versions(&self, current: u32) -> Result<(), LogRefusal> {
+        for (seq, body) in &self.unsettled {
+            if let Ok(((codec, version), _)) =
+                codec::decode_prefix::<(u8, u32)>(body, body.len() as u64)
+            {
+                if version > current {
+                    let manifest = Manifest::from_stored(codec, "", version);
+                    return Err(LogRefusal::Newer(format!(
+                        "stored message {seq} is written as {manifest}, newer than this code's \
+                         version {current} (was the code rolled back?)"
+                    )));
+                }
+            }
+        }
+        Ok(())
+    }
+
     /// Whether the opening `epoch` still owns the stream.
     fn check_owner(&self, epoch: u64) -> Result<(), LogRefusal> {
         if self.identity.is_none() {
@@ -373,6 +400,7 @@ mod tests {
             producer_id: id.into(),
             incarnation: Incarnation::from_u128(incarnation),
             reopening: None,
+            message_version: 1,
         };
         match replay(log, &command)? {
             LogReply::Opened { epoch, .. } => Ok(epoch),
@@ -399,6 +427,7 @@ mod tests {
             producer_id: "p".into(),
             incarnation: Incarnation::from_u128(2),
             reopening: Some((1, 0)),
+            message_version: 1,
         };
         match replay(&mut log, &reopened).unwrap() {
             LogReply::Opened {
@@ -455,6 +484,7 @@ mod tests {
             producer_id: "p".into(),
             incarnation: Incarnation::from_u128(1),
             reopening: Some((first, unsure)),
+            message_version: 1,
         };
         let error = replay(&mut log, &reopening(0)).unwrap_err();
         assert!(

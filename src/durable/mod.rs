@@ -70,7 +70,7 @@ use actix::Message;
 use serde::{Deserialize, Serialize};
 use tokio::sync::oneshot;
 
-use crate::codec::{Codec, UpcastError, Written};
+use crate::codec::{Codec, Upcast, UpcastError};
 use crate::error::DeliveryError;
 use crate::journal::{Journal, PersistenceId};
 
@@ -130,7 +130,7 @@ pub struct DurableOptions<T> {
     pub(crate) stop_timeout: Duration,
     pub(crate) codec: Codec,
     pub(crate) message_version: u32,
-    pub(crate) upcast: fn(Written<'_>) -> Result<T, UpcastError>,
+    pub(crate) upcast: Upcast<T>,
 }
 
 impl<T> DurableOptions<T> {
@@ -176,9 +176,9 @@ impl<T> DurableOptions<T> {
 
     /// How a message stored at an older [`message_version`](Self::message_version) becomes
     /// a `T` when the stream is resumed: decode it as the type it was stored as with
-    /// [`Written::decode`], dispatching on [`Written::version`]. Without one, such a message
+    /// [`Written::decode`](crate::codec::Written::decode), dispatching on [`Written::version`](crate::codec::Written::version). Without one, such a message
     /// stops the producer for good with an error naming it.
-    pub fn upcast(mut self, upcast: fn(Written<'_>) -> Result<T, UpcastError>) -> Self {
+    pub fn upcast(mut self, upcast: Upcast<T>) -> Self {
         self.upcast = upcast;
         self
     }

@@ -10,7 +10,7 @@ use serde::de::DeserializeOwned;
 use serde::Serialize;
 
 use crate::alarm::now;
-use crate::codec::{Codec, CodecError, UpcastError, Written, MAX_ENCODED_BYTES};
+use crate::codec::{Codec, CodecError, Upcast, MAX_ENCODED_BYTES};
 use crate::config::ProducerConfig;
 use crate::confirmation::Confirmation;
 use crate::durable::log::{
@@ -25,6 +25,10 @@ use crate::protocol::envelope::Incarnation;
 use crate::protocol::producer::ProducerCore;
 
 type Settlement = (Confirmation, Result<(), DeliveryError>);
+/// Encodes a message as stored: body, codec, version, limit (see `encode_body`).
+type EncodeBody<T> = fn(&T, Codec, u32, u64) -> Result<Vec<u8>, CodecError>;
+/// Reads a stored message: bytes, the current version, the upcaster (see `decode_body`).
+type DecodeBody<T> = fn(&[u8], u32, Upcast<T>) -> Result<T, String>;
 
 /// The most one store writes: one journal entry, below the codec's limit with room for the
 /// entry's framing. A larger burst is stored in several appends.
@@ -62,8 +66,8 @@ struct Carried {
 pub(crate) struct Durable<T> {
     config: ProducerConfig,
     options: DurableOptions<T>,
-    encode: fn(&T, Codec, u32, u64) -> Result<Vec<u8>, CodecError>,
-    decode: fn(&[u8], u32, fn(Written<'_>) -> Result<T, UpcastError>) -> Result<T, String>,
+    encode: EncodeBody<T>,
+    decode: DecodeBody<T>,
     log: Option<PersistentHandle<ProducerLog>>,
     /// This opening of the stream (it owns the stream until another opening takes it over).
     epoch: u64,
@@ -297,6 +301,7 @@ impl<T: Clone + Send + 'static> ProducerController<T> {
             producer_id,
             incarnation: Incarnation::random(),
             reopening: (durable.epoch > 0).then_some((durable.epoch, durable.unsure_opens)),
+            message_version: durable.options.message_version,
         });
         durable.log = Some(log);
         ctx.spawn(opened.into_actor(self).map(|reply, act, ctx| match reply {
@@ -631,7 +636,8 @@ impl<T: Clone + Send + 'static> ProducerController<T> {
             CommandError::Rejected(
                 LogRefusal::TakenOver { .. }
                 | LogRefusal::OtherProducer { .. }
-                | LogRefusal::Corrupt(_),
+                | LogRefusal::Corrupt(_)
+                | LogRefusal::Newer(_),
             )
             | CommandError::Recovery(
                 JournalError::Corrupt { .. }

@@ -87,7 +87,9 @@ pub trait EventSourced: Default + Serialize + DeserializeOwned + 'static {
     /// event type cannot decode what the previous version wrote (a renamed field, a changed
     /// type, events split or removed), and read the older versions in
     /// [`upcast_events`](Self::upcast_events). A field added with `#[serde(default)]` needs
-    /// no new version with the self-describing codec (the default).
+    /// no new version for entries written with the self-describing codec (the default);
+    /// entries written in bincode (among them every entry of actix-delivery 0.1) need one,
+    /// and an upcaster that decodes the old type and maps it.
     const EVENT_VERSION: u32 = 1;
 
     /// The schema version of the state this code writes in snapshots (default 1): as

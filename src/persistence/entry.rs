@@ -82,7 +82,13 @@ impl<Ev: Serialize + DeserializeOwned> Entry<Ev> {
 
     /// Encodes the entry, its events in `codec`, at most [`codec::MAX_ENCODED_BYTES`] long.
     pub fn encode(&self, codec: Codec) -> Result<Vec<u8>, CodecError> {
-        encode(&self.record, &self.events, codec, codec::MAX_ENCODED_BYTES)
+        encode(
+            &self.record,
+            &self.events,
+            codec,
+            codec::MAX_ENCODED_BYTES,
+            Codec::encode_into,
+        )
     }
 
     /// Decodes an entry written as `manifest` says, its events at the version `current` or,
@@ -126,9 +132,16 @@ impl<'a, S: Serialize> SnapshotOut<'a, S> {
     }
 
     /// Encodes the snapshot in one pass (a large state is serialized once, not sized
-    /// first), the state in `codec`, at most `limit` bytes long.
+    /// first), the state in `codec`, at most `limit` bytes long: the buffer never grows
+    /// beyond `limit`, however large the state.
     pub fn encode(&self, codec: Codec, limit: u64) -> Result<Vec<u8>, CodecError> {
-        encode(&self.record, self.state, codec, limit)
+        encode(
+            &self.record,
+            self.state,
+            codec,
+            limit,
+            Codec::encode_bounded_into,
+        )
     }
 }
 
@@ -172,6 +185,7 @@ fn encode<R: Serialize, V: Serialize + ?Sized>(
     value: &V,
     codec: Codec,
     limit: u64,
+    encode_into: fn(Codec, &V, &mut Vec<u8>, u64) -> Result<(), CodecError>,
 ) -> Result<Vec<u8>, CodecError> {
     let too_large = |err| match err {
         CodecError::TooLarge { .. } => CodecError::TooLarge { limit },
@@ -182,9 +196,7 @@ fn encode<R: Serialize, V: Serialize + ?Sized>(
         .encode_into(record, &mut out, limit.saturating_sub(1))
         .map_err(too_large)?;
     let left = limit.saturating_sub(out.len() as u64);
-    codec
-        .encode_into(value, &mut out, left)
-        .map_err(too_large)?;
+    encode_into(codec, value, &mut out, left).map_err(too_large)?;
     Ok(out)
 }
 
@@ -209,11 +221,10 @@ fn decode<V: DeserializeOwned, R: DeserializeOwned>(
             Ok((value, record))
         }
         LEGACY => {
-            if manifest.codec() != Some(Codec::Bincode) {
-                return Err(Unreadable::Corrupt(format!(
-                    "written in format 1, which is bincode, not {manifest}"
-                )));
-            }
+            // Only actix-delivery 0.1 wrote format 1, always as bincode version 1: whatever the
+            // columns say (a 0.1 node saving a snapshot over a newer one leaves the newer
+            // manifest next to its payload).
+            let manifest = &Manifest::legacy();
             let rest = Cell::new(None);
             let value = Written::prefix(manifest, body, limit, &rest).read(current, upcast)?;
             let rest = rest.get().ok_or_else(|| {

@@ -70,6 +70,7 @@ impl<E: EventSourced> PersistentHandle<E> {
         config: PersistentConfig,
     ) -> Result<Self, OptionsError> {
         config.validate()?;
+        check_versions::<E>()?;
         let addr = PersistentActor::new(journal, id, config).start();
         Ok(Self::owning(addr))
     }
@@ -85,6 +86,7 @@ impl<E: EventSourced> PersistentHandle<E> {
         config: PersistentConfig,
     ) -> Result<Self, OptionsError> {
         config.validate()?;
+        check_versions::<E>()?;
         let addr = Supervisor::start(move |_| PersistentActor::new(journal, id, config));
         Ok(Self::owning(addr))
     }
@@ -102,6 +104,7 @@ impl<E: EventSourced> PersistentHandle<E> {
         outbox: Outbox,
     ) -> Result<Self, OptionsError> {
         config.validate()?;
+        check_versions::<E>()?;
         outbox.check(&id)?;
         let addr =
             Supervisor::start(move |_| PersistentActor::with_outbox(journal, id, config, outbox));
@@ -237,4 +240,17 @@ impl<E: EventSourced> std::fmt::Debug for PersistentHandle<E> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("PersistentHandle").finish_non_exhaustive()
     }
+}
+
+/// Schema versions start at 1 (0 would make every stored entry "newer").
+fn check_versions<E: EventSourced>() -> Result<(), OptionsError> {
+    for (field, version) in [
+        ("EVENT_VERSION", E::EVENT_VERSION),
+        ("STATE_VERSION", E::STATE_VERSION),
+    ] {
+        if version == 0 {
+            return Err(OptionsError::new(field, "versions start at 1 (got 0)"));
+        }
+    }
+    Ok(())
 }

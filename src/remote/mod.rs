@@ -119,11 +119,17 @@ mod node;
 pub(crate) mod options;
 pub(crate) mod outbound;
 pub(crate) mod output;
+mod peer;
 mod pending;
 pub(crate) mod routes;
 pub(crate) mod stats;
+#[cfg(feature = "tls")]
+mod tls;
 
 pub use auth::{NodeId, NodeSecret, MAX_SECRET_BYTES, MIN_SECRET_BYTES};
 pub use node::{NameError, Node};
 pub use options::{NodeOptions, NodeOptionsBuilder};
+pub use peer::{PeerAddr, PeerAddrError};
 pub use stats::NodeStats;
+#[cfg(feature = "tls")]
+pub use tls::{NodeTls, NodeTlsBuilder, TlsError};

@@ -166,16 +166,20 @@ fn tls() -> NodeOptionsBuilder {
 }
 
 fn modes() -> Vec<Mode> {
-    let mut modes = vec![Mode {
+    let secret = Mode {
         name: "secret (HMAC tags)",
         options: hmac,
-    }];
+    };
     #[cfg(feature = "tls")]
-    modes.push(Mode {
-        name: "mutual TLS 1.3",
-        options: tls,
-    });
-    modes
+    return vec![
+        secret,
+        Mode {
+            name: "mutual TLS 1.3",
+            options: tls,
+        },
+    ];
+    #[cfg(not(feature = "tls"))]
+    vec![secret]
 }
 
 /// What one mode measured.

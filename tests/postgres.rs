@@ -811,8 +811,7 @@ async fn tls_verify_full_and_require_reach_the_server_and_a_wrong_ca_or_name_is_
         options().tls(PostgresTls::verify_full(other).unwrap()),
     )
     .await
-    .err()
-    .expect("another CA is refused");
+    .expect_err("another CA is refused");
     assert!(refused.to_string().contains("certificate"), "{refused}");
     // The right CA, another name: the certificate names 127.0.0.1 only.
     let url = postgres_support::url();
@@ -823,8 +822,7 @@ async fn tls_verify_full_and_require_reach_the_server_and_a_wrong_ca_or_name_is_
             options().tls(PostgresTls::verify_full(&ca).unwrap()),
         )
         .await
-        .err()
-        .expect("a name the certificate does not carry is refused");
+        .expect_err("a name the certificate does not carry is refused");
         assert!(refused.to_string().contains("certificate"), "{refused}");
     }
 }

@@ -816,14 +816,7 @@ mod tls {
         refused(&server, &handled, &stranger, &honest).await;
         assert!(stranger.stats().tls_failures > 0);
         // The client trusts our CA but presents a certificate of another: the server refuses.
-        let (cert, key) = other.issue(&["client.test"]);
-        let forged = NodeTls::builder(&ca.pem)
-            .unwrap()
-            .certificate(cert, key)
-            .unwrap()
-            .mutual()
-            .build()
-            .unwrap();
+        let forged = ca.trusted_by_node_with(other.issue(&["client.test"]));
         let forger = tls_node(forged, false).await;
         let before = server.stats().tls_failures;
         let (_p, c) = produce(&forger, server.local_addr().unwrap(), 5);
@@ -839,17 +832,11 @@ mod tls {
     #[actix::test]
     async fn an_expired_certificate_is_refused() {
         let ca = Ca::new("ours");
-        let (cert, key) = ca.issue_with(&["node.test", "127.0.0.1"], |params| {
-            params.not_before = rcgen::date_time_ymd(2020, 1, 1);
-            params.not_after = rcgen::date_time_ymd(2021, 1, 1);
-        });
-        let expired = NodeTls::builder(&ca.pem)
-            .unwrap()
-            .certificate(cert, key)
-            .unwrap()
-            .mutual()
-            .build()
-            .unwrap();
+        let expired =
+            ca.trusted_by_node_with(ca.issue_with(&["node.test", "127.0.0.1"], |params| {
+                params.not_before = rcgen::date_time_ymd(2020, 1, 1);
+                params.not_after = rcgen::date_time_ymd(2021, 1, 1);
+            }));
         let server = tls_node(expired, true).await;
         let (consumer, handled) = recording_consumer::<u64>();
         server.expose("numbers", &consumer).unwrap();
@@ -860,16 +847,9 @@ mod tls {
         assert_eq!(client.stats().connections_opened, 0);
         // An expired client certificate is refused by a valid server the same way.
         let (valid, valid_handled) = tls_server(&ca, None).await;
-        let (cert, key) = ca.issue_with(&["client.test"], |params| {
+        let old = ca.trusted_by_node_with(ca.issue_with(&["client.test"], |params| {
             params.not_after = rcgen::date_time_ymd(2021, 1, 1);
-        });
-        let old = NodeTls::builder(&ca.pem)
-            .unwrap()
-            .certificate(cert, key)
-            .unwrap()
-            .mutual()
-            .build()
-            .unwrap();
+        }));
         let old = tls_node(old, false).await;
         let honest = tls_node(ca.mutual(&["client.test"]), false).await;
         refused(&valid, &valid_handled, &old, &honest).await;

@@ -368,30 +368,19 @@ pub(crate) async fn connect_handshake(
     halves: Halves,
     local: &Local,
 ) -> Result<Established, Failure> {
-    let Halves {
-        mut reader,
-        mut writer,
-        identity,
-    } = halves;
+    let mut halves = halves;
+    let Halves { reader, writer, .. } = &mut halves;
     let (client, hello) = Client::start(local, random_nonce());
-    write_frame(&mut writer, &hello).await?;
-    let challenge = read_raw(&mut reader).await?;
+    write_frame(writer, &hello).await?;
+    let challenge = read_raw(reader).await?;
     let (proof, waiting) = client.handle(
         local,
         &Frame::decode(&challenge).map_err(HandshakeError::from)?,
     )?;
-    write_frame(&mut writer, &proof).await?;
-    let accepted = read_raw(&mut reader).await?;
+    write_frame(writer, &proof).await?;
+    let accepted = read_raw(reader).await?;
     let session = waiting.handle(&accepted)?;
-    Ok(established(
-        Halves {
-            reader,
-            writer,
-            identity,
-        },
-        local,
-        session,
-    ))
+    Ok(established(halves, local, session))
 }
 
 /// The accepting side's handshake.
@@ -399,19 +388,16 @@ pub(crate) async fn accept_handshake(
     halves: Halves,
     local: &Local,
 ) -> Result<Established, Failure> {
-    let Halves {
-        mut reader,
-        mut writer,
-        identity,
-    } = halves;
-    let hello = read_raw(&mut reader).await?;
+    let mut halves = halves;
+    let Halves { reader, writer, .. } = &mut halves;
+    let hello = read_raw(reader).await?;
     let (server, challenge) = Server::start(
         local,
         &Frame::decode(&hello).map_err(HandshakeError::from)?,
         random_nonce(),
     )?;
-    write_frame(&mut writer, &challenge).await?;
-    let proof = read_raw(&mut reader).await?;
+    write_frame(writer, &challenge).await?;
+    let proof = read_raw(reader).await?;
     let mut session =
         server.handle(local, &Frame::decode(&proof).map_err(HandshakeError::from)?)?;
     let mut accepted = Vec::new();
@@ -420,13 +406,5 @@ pub(crate) async fn accept_handshake(
         .map_err(HandshakeError::from)?;
     writer.write_all(&accepted).await.map_err(|_| Failure::Io)?;
     writer.flush().await.map_err(|_| Failure::Io)?;
-    Ok(established(
-        Halves {
-            reader,
-            writer,
-            identity,
-        },
-        local,
-        session,
-    ))
+    Ok(established(halves, local, session))
 }

@@ -247,7 +247,8 @@ impl NodeOptionsBuilder {
 
     /// Bytes of frames held per connection at most, queued or being written to the socket
     /// (default 4 MiB, at least twice `max_frame_length`); beyond, deliveries and ACKs are
-    /// dropped (and retransmitted). A frame is encoded before its size is checked, so for a
+    /// dropped (and retransmitted). Deliveries waiting for a connection being made are bounded
+    /// by about as much. A frame is encoded before its size is checked, so for a
     /// moment one more frame may be held: never more than this plus one frame.
     pub fn max_output_bytes(mut self, bytes: usize) -> Self {
         self.options.max_output_bytes = bytes;

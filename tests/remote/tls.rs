@@ -48,7 +48,11 @@ impl Ca {
 
     /// Mutual TLS settings of a node with a certificate for `names`, trusting this CA.
     pub fn mutual(&self, names: &[&str]) -> NodeTls {
-        let (cert, key) = self.issue(names);
+        self.trusted_by_node_with(self.issue(names))
+    }
+
+    /// Mutual TLS settings of a node trusting this CA and presenting `(cert, key)` (PEM).
+    pub fn trusted_by_node_with(&self, (cert, key): (String, String)) -> NodeTls {
         NodeTls::builder(&self.pem)
             .unwrap()
             .certificate(cert, key)

@@ -10,10 +10,7 @@
 //!
 //! The receiving side (consumer node and consumer, or the plain reader) runs on an arbiter
 //! (thread) of its own, the sending side on the main one, so both sides of each case have a
-//! core each. Bodies are `u64` in the default wire codec (MessagePack: 1 to 9 bytes, after
-//! the 2-byte codec and version header) unless the row says otherwise. The codec rows send
-//! the same three-field struct at window 256 in bincode and in MessagePack with named fields,
-//! and time encoding and decoding it alone.
+//! core each. Bodies are `u64` (9 bytes encoded at most) unless the row says otherwise.
 //!
 //! - **plain framed send**: one task writes every body, encoded once, as its own frame through
 //!   `tokio-util`'s `LengthDelimitedCodec` (buffered, flushed when the input is exhausted);
@@ -25,13 +22,16 @@
 //!
 //! Latency: p50/p99 of one message at a time: a plain request/response over one connection
 //! (write a frame, the other side answers with a frame) against a reliable `send().await`
-//! at window 1 (delivery out, ACK back, confirmation).
+//! at window 1 (delivery out, ACK back, confirmation). First send: p50/p99 of the first
+//! `send().await` of a new node to a node that is up (connection, handshake, delivery, ACK).
+//!
+//! The reliable cases run in each mode of the transport, in the same run: the shared secret
+//! (frame tags) and, built with `--features tls`, mutual TLS 1.3 (certificates made at start).
 
 use std::time::{Duration, Instant};
 
 use actix::{Arbiter, System};
-use actix_delivery::codec::Codec;
-use actix_delivery::remote::{BodySchema, Node, NodeOptions, NodeSecret};
+use actix_delivery::remote::{Node, NodeOptions, NodeOptionsBuilder, NodeSecret};
 use actix_delivery::{codec, ProducerOptions, ReliableDelivery};
 use bytes::Bytes;
 use futures_util::{SinkExt, StreamExt};
@@ -41,38 +41,13 @@ use tokio_util::codec::{FramedRead, FramedWrite, LengthDelimitedCodec};
 
 const WINDOWS: [usize; 3] = [16, 64, 256];
 const LATENCY_SAMPLES: usize = 2000;
+const FIRST_SENDS: usize = 50;
 
 #[path = "support/transport_bench.rs"]
 mod transport_bench;
 use transport_bench::{
-    burst, burst_of, median, on, percentile, producer, ready_consumer, ready_consumer_of,
-    reliable_round_trips,
+    burst, median, on, percentile, producer, ready_consumer, reliable_round_trips,
 };
-
-/// The body of the codec rows: the same fields, one type per codec (a node declares a
-/// [`BodySchema`] per type).
-macro_rules! order {
-    ($name:ident) => {
-        #[derive(Clone, serde::Serialize, serde::Deserialize)]
-        struct $name {
-            id: u64,
-            total_cents: u64,
-            currency: Option<String>,
-        }
-
-        impl $name {
-            fn new(id: u64) -> Self {
-                Self {
-                    id,
-                    total_cents: id * 3,
-                    currency: Some("EUR".to_owned()),
-                }
-            }
-        }
-    };
-}
-order!(BincodeOrder);
-order!(MsgpackOrder);
 
 fn main() {
     let mut args = std::env::args().skip(1);
@@ -153,40 +128,172 @@ async fn plain_round_trips(arbiter: &Arbiter, samples: usize) -> Vec<f64> {
     times
 }
 
+/// A mode of the transport: its name and its options.
+struct Mode {
+    name: &'static str,
+    options: fn() -> NodeOptionsBuilder,
+}
+
+fn hmac() -> NodeOptionsBuilder {
+    NodeOptions::builder()
+        .secret(NodeSecret::new(b"benchmark secret, 32 bytes long!").expect("a secret"))
+}
+
+/// Mutual TLS with certificates made once per run (for 127.0.0.1).
+#[cfg(feature = "tls")]
+fn tls() -> NodeOptionsBuilder {
+    use std::sync::OnceLock;
+    static PKI: OnceLock<(String, String, String)> = OnceLock::new();
+    let (ca, cert, key) = PKI.get_or_init(|| {
+        use rcgen::{BasicConstraints, CertificateParams, IsCa, Issuer, KeyPair};
+        let ca_key = KeyPair::generate().expect("a key");
+        let mut params = CertificateParams::new(Vec::<String>::new()).expect("params");
+        params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+        let ca = params.self_signed(&ca_key).expect("the CA").pem();
+        let issuer = Issuer::new(params, ca_key);
+        let key = KeyPair::generate().expect("a key");
+        let cert = CertificateParams::new(vec!["127.0.0.1".to_string()])
+            .expect("params")
+            .signed_by(&key, &issuer)
+            .expect("a certificate");
+        (ca, cert.pem(), key.serialize_pem())
+    });
+    let tls = actix_delivery::remote::NodeTls::builder(ca)
+        .and_then(|b| b.certificate(cert, key))
+        .and_then(|b| b.mutual().build())
+        .expect("TLS settings");
+    NodeOptions::builder().tls(tls)
+}
+
+fn modes() -> Vec<Mode> {
+    let secret = Mode {
+        name: "secret (HMAC tags)",
+        options: hmac,
+    };
+    #[cfg(feature = "tls")]
+    return vec![
+        secret,
+        Mode {
+            name: "mutual TLS 1.3",
+            options: tls,
+        },
+    ];
+    #[cfg(not(feature = "tls"))]
+    vec![secret]
+}
+
+/// What one mode measured.
+struct Measured {
+    rates: Vec<f64>,
+    latency: (f64, f64),
+    first_send: (f64, f64),
+}
+
 async fn report(n: u64, runs: usize) {
     let arbiter = Arbiter::new();
-    let secret = NodeSecret::new(b"benchmark secret, 32 bytes long!").expect("a secret");
-    let server_secret = secret.clone();
-    let (server_addr, _server) = on(&arbiter, move || async move {
-        let options = NodeOptions::builder()
-            .secret(server_secret)
+    let local = on(&arbiter, || async { ready_consumer() }).await;
+    let in_process = producer(local.consumer_ref(), 256);
+    burst(&in_process, 10_000).await;
+    plain_send(&arbiter, 10_000).await;
+    let only = std::env::var("REMOTE_BENCH_ONLY").ok();
+    let mut measured = Vec::new();
+    let mut plain = Vec::new();
+    let mut local_times = Vec::new();
+    for mode in modes() {
+        measured.push(measure(&arbiter, &mode, n, runs, only.as_deref()).await);
+        if only.is_some() {
+            continue;
+        }
+        for _ in 0..runs {
+            plain.push(plain_send(&arbiter, n).await);
+            local_times.push(burst(&in_process, n).await);
+        }
+    }
+    if only.is_some() {
+        System::current().stop();
+        return;
+    }
+    let rate = |d: Duration| n as f64 / d.as_secs_f64();
+    let plain_rate = rate(median(plain));
+    println!(
+        "{n} messages per run, median of {runs} runs (per mode); `u64` bodies; receiving \
+         side on its own arbiter (thread)\n"
+    );
+    println!("| case | messages/s | vs plain framed send |");
+    println!("|---|---:|---:|");
+    println!("| plain framed send over TCP (one-way, no protocol) | {plain_rate:.0} | 100 % |");
+    let modes = modes();
+    for (mode, m) in modes.iter().zip(&measured) {
+        for (w, r) in WINDOWS.iter().zip(&m.rates) {
+            println!(
+                "| reliable over TCP, {}, window {w} (confirmed) | {r:.0} | {:.0} % |",
+                mode.name,
+                100.0 * r / plain_rate
+            );
+        }
+    }
+    let r = rate(median(local_times));
+    println!(
+        "| reliable in-process, window 256, consumer on another arbiter | {r:.0} | {:.0} % |",
+        100.0 * r / plain_rate
+    );
+    let mut plain_rtt = plain_round_trips(&arbiter, LATENCY_SAMPLES).await;
+    let (p50, p99) = (
+        percentile(&mut plain_rtt, 0.5),
+        percentile(&mut plain_rtt, 0.99),
+    );
+    println!("\n| latency, one at a time | p50 µs | p99 µs | p50 vs plain |");
+    println!("|---|---:|---:|---:|");
+    println!("| plain request/response over TCP | {p50:.1} | {p99:.1} | 1.0× |");
+    for (mode, m) in modes.iter().zip(&measured) {
+        let (r50, r99) = m.latency;
+        println!(
+            "| reliable `send` → confirmation over TCP, {}, window 1 | {r50:.1} | {r99:.1} | \
+             {:.1}× |",
+            mode.name,
+            r50 / p50
+        );
+    }
+    println!("\n| first `send` of a new node → confirmation | p50 ms | p99 ms |");
+    println!("|---|---:|---:|");
+    for (mode, m) in modes.iter().zip(&measured) {
+        let (f50, f99) = m.first_send;
+        println!("| {} | {f50:.2} | {f99:.2} |", mode.name);
+    }
+    if let [hmac, tls] = &measured[..] {
+        println!(
+            "\nTLS vs secret: window 256 throughput {:.0} %, window 1 latency p50 {:.2}×",
+            100.0 * tls.rates[2] / hmac.rates[2],
+            tls.latency.0 / hmac.latency.0
+        );
+    }
+    System::current().stop();
+}
+
+/// The reliable cases in one mode.
+async fn measure(
+    arbiter: &Arbiter,
+    mode: &Mode,
+    n: u64,
+    runs: usize,
+    only: Option<&str>,
+) -> Measured {
+    let options = mode.options;
+    let (server_addr, _server) = on(arbiter, move || async move {
+        let options = options()
             .listen("127.0.0.1:0".parse().expect("an address"))
             .build()
             .expect("valid options");
         let node = Node::start(options).await.expect("bind");
         let consumer = ready_consumer();
         node.expose("numbers", &consumer).expect("a name");
-        node.body_schema(BodySchema::<BincodeOrder>::new().codec(Codec::Bincode));
-        let bincode = ready_consumer_of::<BincodeOrder>();
-        let msgpack = ready_consumer_of::<MsgpackOrder>();
-        node.expose("bincode-orders", &bincode).expect("a name");
-        node.expose("msgpack-orders", &msgpack).expect("a name");
-        (
-            node.local_addr().expect("listens"),
-            (node, consumer, bincode, msgpack),
-        )
+        (node.local_addr().expect("listens"), (node, consumer))
     })
     .await;
-    let client = Node::start(
-        NodeOptions::builder()
-            .secret(secret)
-            .build()
-            .expect("valid"),
-    )
-    .await
-    .expect("a node");
-    let local = on(&arbiter, || async { ready_consumer() }).await;
-
+    let client = Node::start(options().build().expect("valid"))
+        .await
+        .expect("a node");
+    client.connect(server_addr).await.expect("connected");
     let remote: Vec<_> = WINDOWS
         .iter()
         .map(|&w| {
@@ -196,159 +303,79 @@ async fn report(n: u64, runs: usize) {
             (w, producer(target, w))
         })
         .collect();
-    let in_process = producer(local.consumer_ref(), 256);
-    client.body_schema(BodySchema::<BincodeOrder>::new().codec(Codec::Bincode));
-    let bincode_orders = producer(
-        client
-            .consumer_ref::<BincodeOrder>(server_addr, "bincode-orders")
-            .expect("a name"),
-        256,
-    );
-    let msgpack_orders = producer(
-        client
-            .consumer_ref::<MsgpackOrder>(server_addr, "msgpack-orders")
-            .expect("a name"),
-        256,
-    );
-    // Connect (the first deliveries to a new address wait for the connection: one resend).
-    let connect = ReliableDelivery::producer(
-        ProducerOptions::builder(
-            client
-                .consumer_ref::<u64>(server_addr, "numbers")
-                .expect("a name"),
-        )
-        .resend_timeout(Duration::from_millis(20))
-        .build()
-        .expect("valid options"),
-    );
-    connect.send(0).await.expect("connected");
     // Warm up: fill caches and allocators.
     for (_, p) in &remote {
         burst(p, 10_000).await;
     }
-    burst(&in_process, 10_000).await;
-    burst_of(&bincode_orders, 10_000, BincodeOrder::new).await;
-    burst_of(&msgpack_orders, 10_000, MsgpackOrder::new).await;
-    plain_send(&arbiter, 10_000).await;
-
-    if let Ok(window) = std::env::var("REMOTE_BENCH_ONLY") {
+    if let Some(window) = only {
         // For profiling: one reliable case alone.
         let (_, p) = remote
             .iter()
             .find(|(w, _)| w.to_string() == window)
             .expect("REMOTE_BENCH_ONLY names a window: 16, 64 or 256");
-        let times: Vec<Duration> =
-            futures_util::future::join_all((0..1).map(|_| burst(p, n))).await;
+        let time = burst(p, n).await;
         let stats = client.stats();
         println!(
-            "window {window}: {:.0} messages/s; {:.1} deliveries per frame",
-            n as f64 / times[0].as_secs_f64(),
+            "{}, window {window}: {:.0} messages/s; {:.1} deliveries per frame",
+            mode.name,
+            n as f64 / time.as_secs_f64(),
             stats.deliveries_out as f64 / stats.frames_out as f64
         );
-        System::current().stop();
-        return;
     }
-    let mut plain = Vec::new();
     let mut reliable: Vec<Vec<Duration>> = vec![Vec::new(); WINDOWS.len()];
-    let mut local_times = Vec::new();
-    let (mut bincode_times, mut msgpack_times) = (Vec::new(), Vec::new());
-    for _ in 0..runs {
-        plain.push(plain_send(&arbiter, n).await);
+    for _ in 0..if only.is_some() { 0 } else { runs } {
         for (i, (_, p)) in remote.iter().enumerate() {
             reliable[i].push(burst(p, n).await);
         }
-        local_times.push(burst(&in_process, n).await);
-        bincode_times.push(burst_of(&bincode_orders, n, BincodeOrder::new).await);
-        msgpack_times.push(burst_of(&msgpack_orders, n, MsgpackOrder::new).await);
     }
-    let rate = |d: Duration| n as f64 / d.as_secs_f64();
-    let plain_rate = rate(median(plain));
-    println!(
-        "{n} messages per run, median of {runs} runs; `u64` bodies; receiving side on its own \
-         arbiter (thread)\n"
-    );
-    println!("| case | messages/s | vs plain framed send |");
-    println!("|---|---:|---:|");
-    println!("| plain framed send over TCP (one-way, no protocol) | {plain_rate:.0} | 100 % |");
-    for (i, w) in WINDOWS.iter().enumerate() {
-        let r = rate(median(reliable[i].clone()));
-        println!(
-            "| reliable over TCP, window {w} (confirmed) | {r:.0} | {:.0} % |",
-            100.0 * r / plain_rate
-        );
-    }
-    let r = rate(median(local_times));
-    println!(
-        "| reliable in-process, window 256, consumer on another arbiter | {r:.0} | {:.0} % |",
-        100.0 * r / plain_rate
-    );
-
-    let bincode_rate = rate(median(bincode_times));
-    let msgpack_rate = rate(median(msgpack_times));
-    let (bincode_ns, bincode_len) = codec_cost(Codec::Bincode, n);
-    let (msgpack_ns, msgpack_len) = codec_cost(Codec::MessagePack, n);
-    println!(
-        "\n| body codec, window 256, body `{{ id, total_cents, currency: Some(\"EUR\") }}` | \
-         messages/s | vs bincode | body bytes | encode + decode ns |"
-    );
-    println!("|---|---:|---:|---:|---:|");
-    println!("| bincode | {bincode_rate:.0} | 100 % | {bincode_len} | {bincode_ns:.0} |");
-    println!(
-        "| MessagePack, named fields (the default) | {msgpack_rate:.0} | {:.0} % | \
-         {msgpack_len} | {msgpack_ns:.0} |",
-        100.0 * msgpack_rate / bincode_rate
-    );
-
-    let mut plain_rtt = plain_round_trips(&arbiter, LATENCY_SAMPLES).await;
+    let rates = reliable
+        .into_iter()
+        .map(|times| {
+            if times.is_empty() {
+                0.0
+            } else {
+                n as f64 / median(times).as_secs_f64()
+            }
+        })
+        .collect();
     let window_one = producer(
         client
             .consumer_ref::<u64>(server_addr, "numbers")
             .expect("a name"),
         1,
     );
-    let mut reliable_rtt = reliable_round_trips(&window_one, LATENCY_SAMPLES).await;
-    let (p50, p99) = (
-        percentile(&mut plain_rtt, 0.5),
-        percentile(&mut plain_rtt, 0.99),
-    );
-    let (r50, r99) = (
-        percentile(&mut reliable_rtt, 0.5),
-        percentile(&mut reliable_rtt, 0.99),
-    );
-    println!("\n| latency, one at a time | p50 µs | p99 µs | p50 vs plain |");
-    println!("|---|---:|---:|---:|");
-    println!("| plain request/response over TCP | {p50:.1} | {p99:.1} | 1.0× |");
-    println!(
-        "| reliable `send` → confirmation over TCP, window 1 | {r50:.1} | {r99:.1} | {:.1}× |",
-        r50 / p50
-    );
+    let mut rtt = reliable_round_trips(&window_one, LATENCY_SAMPLES).await;
+    let latency = (percentile(&mut rtt, 0.5), percentile(&mut rtt, 0.99));
+    // The first send of a new node: connection, handshake(s), delivery and ACK.
+    let mut first = Vec::with_capacity(FIRST_SENDS);
+    for _ in 0..FIRST_SENDS {
+        let fresh = Node::start(options().build().expect("valid"))
+            .await
+            .expect("a node");
+        let target = fresh
+            .consumer_ref::<u64>(server_addr, "numbers")
+            .expect("a name");
+        let p =
+            ReliableDelivery::producer(ProducerOptions::builder(target).build().expect("valid"));
+        let start = Instant::now();
+        p.send(1).await.expect("confirmed");
+        first.push(start.elapsed().as_secs_f64() * 1e3);
+        fresh.stop();
+    }
+    let first_send = (percentile(&mut first, 0.5), percentile(&mut first, 0.99));
     let stats = client.stats();
     println!(
-        "\nclient node: {} frames out, {} in, {} deliveries, {} bodies encoded, {} dropped",
+        "{} client node: {} frames out, {} in, {} deliveries, {} bodies encoded, {} dropped",
+        mode.name,
         stats.frames_out,
         stats.frames_in,
         stats.deliveries_out,
         stats.bodies_encoded,
         stats.deliveries_dropped_full + stats.deliveries_dropped_disconnected
     );
-    System::current().stop();
-}
-
-/// Encoding and decoding one order body in `codec`, `n` times: ns per body (median of 5) and
-/// its length in bytes (without the 2-byte header).
-fn codec_cost(codec: Codec, n: u64) -> (f64, usize) {
-    let limit = codec::MAX_ENCODED_BYTES;
-    let mut times = Vec::new();
-    let mut len = 0;
-    for _ in 0..5 {
-        let start = Instant::now();
-        for i in 1..=n {
-            let bytes = codec.encode(&MsgpackOrder::new(i), limit).expect("encodes");
-            len = bytes.len();
-            let order: MsgpackOrder = codec.decode(&bytes, limit).expect("decodes");
-            assert_eq!(order.id, i);
-        }
-        times.push(start.elapsed());
+    Measured {
+        rates,
+        latency,
+        first_send,
     }
-    (median(times).as_secs_f64() * 1e9 / n as f64, len)
 }

@@ -17,6 +17,19 @@
 //!
 //! Both sides must share a secret: `TWO_NODES_SECRET` (at least 16 bytes), or a built-in demo
 //! secret when it is unset.
+//!
+//! With mutual TLS instead of the secret (feature `tls`), the same with `--tls` first:
+//!
+//! ```text
+//! cargo run --features tls --example two_nodes -- --tls
+//! cargo run --features tls --example two_nodes -- --tls consumer 127.0.0.1:7100
+//! cargo run --features tls --example two_nodes -- --tls producer 127.0.0.1:7100
+//! ```
+//!
+//! The PEM files come from `TWO_NODES_TLS_DIR` (default `target/two_nodes_tls`): `ca.pem`,
+//! `consumer.pem`/`.key` (for `consumer.example` and 127.0.0.1) and `producer.pem`/`.key`
+//! (for `producer.example`), made there by a demo CA when `ca.pem` is missing. The consumer
+//! exposes "orders" to the identity `producer.example` only.
 
 use std::net::SocketAddr;
 use std::process::{Child, Command};
@@ -37,8 +50,76 @@ fn secret() -> NodeSecret {
     NodeSecret::new(secret).expect("TWO_NODES_SECRET must be 16 to 1024 bytes")
 }
 
+/// Whether `--tls` was given (mutual TLS instead of the secret).
+static TLS: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// The options of the node of `role` ("consumer" or "producer") in the chosen mode.
+fn options(
+    role: &str,
+) -> Result<actix_delivery::remote::NodeOptionsBuilder, Box<dyn std::error::Error>> {
+    if !TLS.load(Ordering::Relaxed) {
+        return Ok(NodeOptions::builder().secret(secret()));
+    }
+    #[cfg(feature = "tls")]
+    {
+        let dir = tls_files()?;
+        let read = |name: String| std::fs::read(dir.join(name));
+        let tls = actix_delivery::remote::NodeTls::builder(read("ca.pem".into())?)?
+            .certificate(read(format!("{role}.pem"))?, read(format!("{role}.key"))?)?
+            .mutual()
+            .build()?;
+        Ok(NodeOptions::builder().tls(tls))
+    }
+    #[cfg(not(feature = "tls"))]
+    {
+        let _ = role;
+        Err(
+            "--tls needs the tls feature: cargo run --features tls --example two_nodes -- --tls"
+                .into(),
+        )
+    }
+}
+
+/// The directory of the PEM files, with a demo CA's files made there if it has none.
+#[cfg(feature = "tls")]
+fn tls_files() -> Result<std::path::PathBuf, Box<dyn std::error::Error>> {
+    use rcgen::{BasicConstraints, CertificateParams, IsCa, Issuer, KeyPair};
+    let dir = std::path::PathBuf::from(
+        std::env::var("TWO_NODES_TLS_DIR").unwrap_or_else(|_| "target/two_nodes_tls".into()),
+    );
+    if dir.join("ca.pem").exists() {
+        return Ok(dir);
+    }
+    std::fs::create_dir_all(&dir)?;
+    let ca_key = KeyPair::generate()?;
+    let mut params = CertificateParams::new(Vec::<String>::new())?;
+    params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+    let ca = params.self_signed(&ca_key)?;
+    let issuer = Issuer::new(params, ca_key);
+    for (role, names) in [
+        (
+            "consumer",
+            vec!["consumer.example".to_string(), "127.0.0.1".to_string()],
+        ),
+        ("producer", vec!["producer.example".to_string()]),
+    ] {
+        let key = KeyPair::generate()?;
+        let cert = CertificateParams::new(names)?.signed_by(&key, &issuer)?;
+        std::fs::write(dir.join(format!("{role}.pem")), cert.pem())?;
+        std::fs::write(dir.join(format!("{role}.key")), key.serialize_pem())?;
+    }
+    // Written last: its presence says the others are there.
+    std::fs::write(dir.join("ca.pem"), ca.pem())?;
+    println!("[demo CA] made the PEM files in {}", dir.display());
+    Ok(dir)
+}
+
 fn main() -> Result<(), Box<dyn std::error::Error>> {
-    let args: Vec<String> = std::env::args().skip(1).collect();
+    let mut args: Vec<String> = std::env::args().skip(1).collect();
+    if args.first().map(String::as_str) == Some("--tls") {
+        args.remove(0);
+        TLS.store(true, Ordering::Relaxed);
+    }
     let addr = |i: usize| -> Result<SocketAddr, Box<dyn std::error::Error>> {
         Ok(args
             .get(i)
@@ -50,6 +131,10 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         Some("producer") => actix::System::new().block_on(producer(addr(1)?, None)),
         None => {
             let addr = addr(99)?;
+            #[cfg(feature = "tls")]
+            if TLS.load(Ordering::Relaxed) {
+                tls_files()?; // before the child, so that both use the same files
+            }
             let child = start_consumer(addr)?;
             actix::System::new().block_on(producer(addr, Some(child)))
         }
@@ -59,10 +144,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
 
 /// The consumer's node: listens on `addr` and exposes an "orders" consumer.
 async fn consumer(addr: SocketAddr) -> Result<(), Box<dyn std::error::Error>> {
-    let options = NodeOptions::builder()
-        .secret(secret())
-        .listen(addr)
-        .build()?;
+    let options = options("consumer")?.listen(addr).build()?;
     let node = Node::start(options).await?;
     let orders = ReliableDelivery::consumer(
         ConsumerOptions::builder(DeliveryHandler::from_fn(|order: String| async move {
@@ -71,16 +153,23 @@ async fn consumer(addr: SocketAddr) -> Result<(), Box<dyn std::error::Error>> {
         }))
         .build()?,
     );
-    node.expose("orders", &orders)?;
+    if TLS.load(Ordering::Relaxed) {
+        // Mutual TLS knows who connects: only the producer's identity may deliver here.
+        node.expose_to("orders", &orders, ["producer.example"])?;
+    } else {
+        node.expose("orders", &orders)?;
+    }
     println!("  [consumer] node {} listens on {addr}", node.id());
     std::future::pending::<()>().await;
     Ok(())
 }
 
 fn start_consumer(addr: SocketAddr) -> std::io::Result<Child> {
-    Command::new(std::env::current_exe()?)
-        .args(["consumer", &addr.to_string()])
-        .spawn()
+    let mut command = Command::new(std::env::current_exe()?);
+    if TLS.load(Ordering::Relaxed) {
+        command.arg("--tls");
+    }
+    command.args(["consumer", &addr.to_string()]).spawn()
 }
 
 /// The producer's node: sends `MESSAGES` orders to "orders" at `addr`, one every 30 ms. With
@@ -89,7 +178,7 @@ async fn producer(
     addr: SocketAddr,
     mut child: Option<Child>,
 ) -> Result<(), Box<dyn std::error::Error>> {
-    let node = Node::start(NodeOptions::builder().secret(secret()).build()?).await?;
+    let node = Node::start(options("producer")?.build()?).await?;
     let orders = node.consumer_ref::<String>(addr, "orders")?;
     let producer = ReliableDelivery::producer(
         ProducerOptions::builder(orders)

@@ -253,6 +253,7 @@
 //! as handles).
 //!
 //! ```no_run
+//! # use std::net::SocketAddr;
 //! # use actix_delivery::remote::{Node, NodeOptions, NodeSecret};
 //! # use actix_delivery::{ProducerOptions, ReliableDelivery};
 //! # #[actix::main] async fn main() -> Result<(), Box<dyn std::error::Error>> {
@@ -262,7 +263,7 @@
 //!         .build()?,
 //! )
 //! .await?;
-//! let orders = node.consumer_ref::<String>("10.0.0.7:7100".parse()?, "orders")?;
+//! let orders = node.consumer_ref::<String>("10.0.0.7:7100".parse::<SocketAddr>()?, "orders")?;
 //! let producer = ReliableDelivery::producer(ProducerOptions::builder(orders).build()?);
 //! producer.send("espresso".to_string()).await?; // handled and ACKed on the other node
 //! # Ok(()) }

@@ -741,3 +741,70 @@ async fn connections_cut_mid_commit_are_reported_as_unknown_outcomes() {
     );
     journal.close().await;
 }
+
+/// TLS to the server (feature `tls`), against the server `.ci/run` configures with `ssl = on`
+/// and a certificate for 127.0.0.1 from a CA it makes: `ACTIX_DELIVERY_POSTGRES_TLS_CA` names
+/// that CA's PEM (unset: the test skips). verify-full and require both reach the server over
+/// an encrypted connection (the server's `pg_stat_ssl` says so); another CA, or a host name the
+/// certificate does not carry, is refused under verify-full.
+#[cfg(feature = "tls")]
+#[tokio::test]
+async fn tls_verify_full_and_require_reach_the_server_and_a_wrong_ca_or_name_is_refused() {
+    use actix_delivery::journal::PostgresTls;
+    let Ok(ca) = std::env::var("ACTIX_DELIVERY_POSTGRES_TLS_CA") else {
+        eprintln!("skipped: ACTIX_DELIVERY_POSTGRES_TLS_CA is not set (see .ci/run)");
+        return;
+    };
+    let ca = std::fs::read(ca).expect("the CA's PEM");
+    let admin = admin().await;
+    // A schema of its own: what the connection carries, not the tables, is under test.
+    let options = || options().schema("actix_delivery_tls_test");
+    for (mode, tls) in [
+        ("verify_full", PostgresTls::verify_full(&ca).unwrap()),
+        ("require", PostgresTls::require()),
+    ] {
+        let name = unique(&format!("tls_{mode}"));
+        let journal = journal_named(&name, options().tls(tls)).await;
+        let id = fresh_id("tls");
+        journal.append(&id, 1, one(1)).await.unwrap();
+        assert_eq!(journal.highest_seq(&id).await.unwrap(), 1);
+        let rows = admin
+            .query(
+                "SELECT s.ssl, s.version FROM pg_stat_ssl s JOIN pg_stat_activity a USING (pid) \
+                 WHERE a.application_name = $1",
+                &[&name],
+            )
+            .await
+            .unwrap();
+        assert!(!rows.is_empty(), "{mode}: the journal's connections");
+        for row in rows {
+            let (ssl, version): (bool, Option<String>) = (row.get(0), row.get(1));
+            assert!(ssl, "{mode}: a connection without TLS");
+            assert_eq!(version.as_deref(), Some("TLSv1.3"), "{mode}");
+        }
+    }
+    // A CA that did not sign the server's certificate.
+    let other = rcgen::KeyPair::generate().unwrap();
+    let mut params = rcgen::CertificateParams::new(Vec::<String>::new()).unwrap();
+    params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
+    let other = params.self_signed(&other).unwrap().pem();
+    let refused = PostgresJournal::connect_with(
+        &postgres_support::url(),
+        options().tls(PostgresTls::verify_full(other).unwrap()),
+    )
+    .await
+    .expect_err("another CA is refused");
+    assert!(refused.to_string().contains("certificate"), "{refused}");
+    // The right CA, another name: the certificate names 127.0.0.1 only.
+    let url = postgres_support::url();
+    if let Some(rest) = url.strip_prefix("host=127.0.0.1 ") {
+        let by_name = format!("host=localhost hostaddr=127.0.0.1 {rest}");
+        let refused = PostgresJournal::connect_with(
+            &by_name,
+            options().tls(PostgresTls::verify_full(&ca).unwrap()),
+        )
+        .await
+        .expect_err("a name the certificate does not carry is refused");
+        assert!(refused.to_string().contains("certificate"), "{refused}");
+    }
+}

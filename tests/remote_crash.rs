@@ -84,7 +84,7 @@ fn child_node_entry() {
     let delay: u64 = std::env::var(CHILD_ACK_DELAY).map_or(0, |d| d.parse().unwrap());
     actix::System::new().block_on(async move {
         let addr: SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
-        let options = remote::fast(NodeOptions::builder().secret(remote::secret()))
+        let options = remote::secured(NodeOptions::builder())
             .listen(addr)
             .build()
             .unwrap();
@@ -182,6 +182,7 @@ async fn run(
         }
     });
     let mut env = vec![(CHILD_PORT, port.to_string())];
+    env.extend(remote::child_env());
     if let Some(db) = db {
         env.push((CHILD_DB, db.display().to_string()));
     }

@@ -131,7 +131,7 @@ async fn a_gone_node_costs_bounded_memory_and_delivery_resumes_when_it_returns()
     const N: u64 = 2000;
     const WINDOW: usize = 32;
     let addr = remote::reusable_addr();
-    let options = remote::fast(NodeOptions::builder().secret(remote::secret()))
+    let options = remote::secured(NodeOptions::builder())
         .listen(addr)
         .build()
         .unwrap();
@@ -233,10 +233,12 @@ async fn a_node_that_never_returns_lets_the_producer_give_up_with_bounded_memory
         .all(|(_, r)| *r == Err(DeliveryError::GaveUp { attempts: 4 })));
     let stats = client.stats();
     assert!(stats.connect_failures > 0);
-    assert_eq!(
-        stats.cached_bodies, 0,
-        "nothing was ever connected: nothing encoded"
-    );
+    // Bodies are encoded to wait for a connection being made, and kept (bounded by the
+    // window) for the retransmissions.
+    assert!(stats.cached_bodies <= 8, "{stats:?}");
+    assert!(stats.deliveries_waited > 0, "{stats:?}");
+    // Every transmission was dropped: while backing off, or when the attempt it waited for
+    // failed.
     assert_eq!(stats.deliveries_dropped_disconnected, 160);
 }
 
@@ -542,4 +544,161 @@ async fn a_breaking_change_is_read_through_its_upcaster_or_is_a_dead_letter_nami
     };
     assert_dead_letters(&old_dead, 5, newer).await;
     assert_eq!((old_handled.total(), unconfirmed.len()), (0, 0));
+}
+
+/// The first messages to a node find no connection yet: they wait for the one being made and
+/// go out on it, with no round of retransmission (the resend timeout here is far beyond the
+/// test's patience); `Node::connect` makes the connection before any message.
+#[actix::test]
+async fn the_first_messages_wait_for_the_connection_being_made() {
+    let server = listening_node().await;
+    let addr = server.local_addr().unwrap();
+    let (consumer, handled) = recording_consumer::<u64>();
+    server.expose("numbers", &consumer).unwrap();
+    let client = sending_node().await;
+    let producer = remote::producer(
+        client.consumer_ref::<u64>(addr, "numbers").unwrap(),
+        64,
+        60_000,
+    );
+    let confirmations = Confirmations::<u64>::default();
+    for n in 1..=20 {
+        producer.tell(n, confirm_into(&confirmations, n)).unwrap();
+    }
+    assert!(wait_until(Duration::from_secs(10), || confirmations.len() == 20).await);
+    remote::assert_each_confirmed_once(&confirmations, 20, "first messages");
+    assert_eq!(producer.stats().await.unwrap().retransmitted, 0);
+    let stats = client.stats();
+    assert!(stats.deliveries_waited > 0, "{stats:?}");
+    assert_eq!(stats.deliveries_dropped_disconnected, 0, "{stats:?}");
+    assert_eq!(handled.distinct(), 20);
+
+    // Warming: connected before the first message; nobody at an address: None.
+    let warm = sending_node().await;
+    assert_eq!(warm.connect(addr).await, Some(server.id()));
+    assert_eq!(warm.peer_id(addr), Some(server.id()));
+    assert_eq!(
+        warm.connect(addr).await,
+        Some(server.id()),
+        "connected already"
+    );
+    let nobody = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap();
+    assert_eq!(warm.connect(nobody).await, None);
+    assert_eq!(warm.stats().connections_opened, 1);
+}
+
+/// Deliveries wait for a connection being made only up to `max_output_bytes`, and no longer
+/// than the attempt: a peer that accepts TCP and never answers the handshake costs the
+/// sender that bound, counted, and what waited is dropped (counted) when the attempt fails.
+#[actix::test]
+async fn deliveries_waiting_for_a_connection_are_bounded_and_dropped_when_it_fails() {
+    const LIMIT: usize = 8192;
+    // Accepts TCP connections (the backlog) and never answers.
+    let silent = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = silent.local_addr().unwrap();
+    let client = Node::start(
+        remote::secured(NodeOptions::builder())
+            .max_frame_length(4096)
+            .max_output_bytes(LIMIT)
+            .build()
+            .unwrap(),
+    )
+    .await
+    .unwrap();
+    let producer = remote::producer(
+        client.consumer_ref::<Vec<u8>>(addr, "numbers").unwrap(),
+        1000,
+        60_000,
+    );
+    for _ in 0..1000 {
+        producer.tell(vec![7u8; 100], |_| {}).unwrap();
+    }
+    assert!(
+        wait_until(Duration::from_secs(5), || client.stats().handshake_failures
+            >= 1
+            && client.stats().deliveries_dropped_disconnected > 0)
+        .await,
+        "{:?}",
+        client.stats()
+    );
+    let stats = client.stats();
+    assert!(stats.deliveries_waited > 0, "{stats:?}");
+    assert!(
+        stats.deliveries_waited as usize * 100 <= LIMIT,
+        "waited within the bound: {stats:?}"
+    );
+    assert_eq!(
+        stats.deliveries_waited + stats.deliveries_dropped_full,
+        1000
+    );
+    assert_eq!(
+        stats.deliveries_dropped_disconnected, stats.deliveries_waited,
+        "what waited was dropped with the attempt"
+    );
+    drop(silent);
+}
+
+/// A consumer reached by name is reached at the name's new address after its node moved
+/// (another port, as a pod that restarted elsewhere), without restarting the producer; a
+/// name that does not resolve is counted and retried with the backoff.
+#[actix::test]
+async fn a_name_is_resolved_again_on_every_reconnection() {
+    let current: Arc<std::sync::Mutex<Option<std::net::SocketAddr>>> = Arc::default();
+    let lookup = current.clone();
+    let client = Node::start(
+        remote::secured(NodeOptions::builder())
+            .resolver(move |host, port| {
+                assert_eq!((host, port), ("node.test", 7100));
+                let addr = *lookup.lock().unwrap();
+                addr.map(|a| vec![a]).ok_or_else(|| {
+                    std::io::Error::new(std::io::ErrorKind::NotFound, "no such host")
+                })
+            })
+            .build()
+            .unwrap(),
+    )
+    .await
+    .unwrap();
+    let name: actix_delivery::remote::PeerAddr = "node.test:7100".parse().unwrap();
+    let producer = remote::producer(
+        client.consumer_ref::<u64>(name.clone(), "numbers").unwrap(),
+        8,
+        50,
+    );
+    let confirmations = Confirmations::<u64>::default();
+    producer.tell(1, confirm_into(&confirmations, 1)).unwrap();
+    assert!(
+        wait_until(Duration::from_secs(5), || client.stats().resolve_failures
+            >= 2)
+        .await
+    );
+    assert_eq!(confirmations.len(), 0);
+
+    let first = listening_node().await;
+    let (consumer, first_handled) = recording_consumer::<u64>();
+    first.expose("numbers", &consumer).unwrap();
+    *current.lock().unwrap() = first.local_addr();
+    for n in 2..=50 {
+        producer.tell(n, confirm_into(&confirmations, n)).unwrap();
+    }
+    assert!(wait_until(Duration::from_secs(10), || confirmations.len() == 50).await);
+    assert_eq!(client.peer_id(name.clone()), Some(first.id()));
+    first.stop();
+
+    // The name moves: a new node elsewhere.
+    let second = listening_node().await;
+    let (consumer, second_handled) = recording_consumer::<u64>();
+    second.expose("numbers", &consumer).unwrap();
+    *current.lock().unwrap() = second.local_addr();
+    for n in 51..=100 {
+        producer.tell(n, confirm_into(&confirmations, n)).unwrap();
+    }
+    assert!(wait_until(Duration::from_secs(10), || confirmations.len() == 100).await);
+    remote::assert_each_confirmed_once(&confirmations, 100, "across the move");
+    assert_eq!(client.peer_id(name), Some(second.id()));
+    assert!(second_handled.distinct() >= 50);
+    assert!((1..=50).all(|n| first_handled.snapshot().contains_key(&n)));
 }

@@ -13,7 +13,7 @@ use std::time::Duration;
 use actix_delivery::remote::{Node, NodeOptions};
 use common::{confirm_into, Confirmations};
 use remote::proxy::{Faults, Injected, Proxy};
-use remote::{fast, listening_node, recording_consumer, secret, wait_until};
+use remote::{listening_node, recording_consumer, wait_until};
 
 const N: u64 = 1500;
 const WINDOW: usize = 64;
@@ -38,7 +38,7 @@ async fn run(seed: u64) -> [u64; 6] {
     let (consumer, handled) = recording_consumer::<u64>();
     server.expose("numbers", &consumer).unwrap();
     let proxy = Proxy::start(server.local_addr().unwrap(), faults(), seed).await;
-    let options = fast(NodeOptions::builder().secret(secret()))
+    let options = remote::secured(NodeOptions::builder())
         .max_output_bytes(OUTPUT_LIMIT)
         .heartbeat_interval(Duration::from_millis(30))
         .idle_timeout(Duration::from_millis(200))

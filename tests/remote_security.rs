@@ -1,6 +1,8 @@
 //! Authentication and untrusted input, over real TCP on 127.0.0.1: peers without the secret,
-//! replayed handshakes, garbage and malformed frames. Each test checks that nothing reached a
-//! consumer that should not have, and that the node went on serving honest peers.
+//! replayed handshakes, garbage and malformed frames; with the `tls` feature, certificates of
+//! a wrong CA, expired or for another name, peers of another mode, and identities not
+//! authorized for a consumer. Each test checks that nothing reached a consumer that should
+//! not have, and that the node went on serving honest peers.
 
 mod common;
 mod remote;
@@ -18,13 +20,13 @@ use actix_delivery::{
 use common::{confirm_into, Confirmations, Log};
 use remote::proxy::{Faults, Proxy};
 use remote::wire::{self, Frame, Item};
-use remote::{fast, listening_node, localhost, recording_consumer, wait_until, Handled};
+use remote::{fast, localhost, recording_consumer, secret_listening_node, wait_until, Handled};
 use tokio::io::AsyncWriteExt;
 use tokio::net::TcpStream;
 
 /// A secure server exposing a recording `u64` consumer as "numbers".
 async fn server() -> (Node, Handled<u64>) {
-    let node = listening_node().await;
+    let node = secret_listening_node().await;
     let (consumer, handled) = recording_consumer::<u64>();
     node.expose("numbers", &consumer).unwrap();
     (node, handled)
@@ -70,6 +72,16 @@ fn produce(node: &Node, addr: SocketAddr, n: u64) -> (ProducerHandle<u64>, Confi
 
 async fn client_with(options: NodeOptions) -> Node {
     Node::start(options).await.unwrap()
+}
+
+/// A node with the test secret that does not listen.
+async fn secret_sending_node() -> Node {
+    client_with(
+        fast(NodeOptions::builder().secret(remote::secret()))
+            .build()
+            .unwrap(),
+    )
+    .await
 }
 
 #[actix::test]
@@ -122,7 +134,7 @@ async fn a_wrong_secret_or_no_secret_is_refused_and_nothing_is_handled() {
     assert_eq!((handled.total(), c3.len()), (0, 0));
 
     // The server still serves an honest client.
-    let honest = remote::sending_node().await;
+    let honest = secret_sending_node().await;
     let (_p4, c4) = produce(&honest, addr, 10);
     assert!(wait_until(Duration::from_secs(5), || c4.len() == 10).await);
 }
@@ -140,7 +152,7 @@ async fn replayed_handshakes_are_refused_both_ways() {
     )
     .await;
     // A genuine exchange through the recording proxy.
-    let client = remote::sending_node().await;
+    let client = secret_sending_node().await;
     let (producer, confirmations) = produce(&client, proxy.addr, 20);
     assert!(wait_until(Duration::from_secs(5), || confirmations.len() == 20).await);
     producer.stop();
@@ -176,7 +188,7 @@ async fn replayed_handshakes_are_refused_both_ways() {
             tokio::time::sleep(Duration::from_millis(200)).await;
         }
     });
-    let victim = remote::sending_node().await;
+    let victim = secret_sending_node().await;
     let (_p, fooled) = produce(&victim, fake_addr, 5);
     assert!(
         wait_until(Duration::from_secs(5), || victim.stats().handshake_failures
@@ -212,7 +224,7 @@ async fn garbage_and_oversize_length_prefixes_before_the_handshake_are_refused()
         .await
     );
     assert_eq!(handled.total(), 0);
-    let honest = remote::sending_node().await;
+    let honest = secret_sending_node().await;
     let (_p, confirmations) = produce(&honest, addr, 3);
     assert!(wait_until(Duration::from_secs(5), || confirmations.len() == 3).await);
 }
@@ -409,7 +421,7 @@ async fn an_altered_frame_limit_in_the_handshake_is_detected() {
             });
         }
     });
-    let client = remote::sending_node().await;
+    let client = secret_sending_node().await;
     let (_producer, confirmations) = produce(&client, relay_addr, 5);
     assert!(
         wait_until(Duration::from_secs(5), || client.stats().handshake_failures
@@ -673,7 +685,7 @@ async fn a_connection_flood_without_the_secret_does_not_lock_out_an_honest_node(
             > 300)
         .await
     );
-    let client = remote::sending_node().await;
+    let client = secret_sending_node().await;
     let (_producer, confirmations) = produce(&client, addr, 5);
     let delivered = wait_until(Duration::from_secs(20), || confirmations.len() == 5).await;
     let flooding = opened.load(Ordering::Relaxed) < FLOOD_MAX;
@@ -802,4 +814,226 @@ async fn a_peer_of_another_protocol_version_is_refused_and_counted() {
     );
     assert_eq!(client.stats().connections_opened, 0);
     assert_eq!((handled.total(), confirmations.len()), (0, 0));
+}
+
+/// TLS: certificates made here, for each test (no key is committed).
+#[cfg(feature = "tls")]
+mod tls {
+    use super::*;
+    use actix_delivery::remote::{NameError, NodeTls, PeerAddr};
+    use remote::tls::Ca;
+
+    async fn tls_node(tls: NodeTls, listen: bool) -> Node {
+        let builder = fast(NodeOptions::builder().tls(tls));
+        let builder = if listen {
+            builder.listen(localhost())
+        } else {
+            builder
+        };
+        client_with(builder.build().unwrap()).await
+    }
+
+    /// A mutual-TLS server of `ca` (certificate for node.test and 127.0.0.1) exposing a
+    /// recording "numbers", to `identities` only if given.
+    async fn tls_server(ca: &Ca, identities: Option<&[&str]>) -> (Node, Handled<u64>) {
+        let node = tls_node(ca.mutual(&["node.test", "127.0.0.1"]), true).await;
+        let (consumer, handled) = recording_consumer::<u64>();
+        match identities {
+            Some(ids) => node.expose_to("numbers", &consumer, ids.iter().copied()),
+            None => node.expose("numbers", &consumer),
+        }
+        .unwrap();
+        (node, handled)
+    }
+
+    /// `bad` sends 10 messages to `server`: none is handled or confirmed, both sides count
+    /// the failure in `tls_failures` (the side that found it at least: `refusers`), and an
+    /// `honest` client is served meanwhile.
+    async fn refused(server: &Node, handled: &Handled<u64>, bad: &Node, honest: &Node) {
+        let addr = server.local_addr().unwrap();
+        let (producer, confirmations) = produce(bad, addr, 10);
+        let failures = || bad.stats().tls_failures + server.stats().tls_failures;
+        assert!(
+            wait_until(Duration::from_secs(5), || failures() >= 4).await,
+            "client {:?}\nserver {:?}",
+            bad.stats(),
+            server.stats()
+        );
+        let (_honest, served) = produce(honest, addr, 10);
+        assert!(wait_until(Duration::from_secs(5), || served.len() == 10).await);
+        assert_eq!(handled.snapshot().len(), 10, "only the honest messages");
+        assert_eq!(confirmations.len(), 0);
+        assert!(producer.stats().await.unwrap().retransmitted > 0);
+        assert_eq!(bad.stats().connections_opened, 0);
+        assert_eq!(
+            server.stats().connections_accepted,
+            1,
+            "the honest one only"
+        );
+    }
+
+    #[actix::test]
+    async fn a_certificate_of_another_ca_is_refused_both_ways() {
+        let (ca, other) = (Ca::new("ours"), Ca::new("theirs"));
+        let (server, handled) = tls_server(&ca, None).await;
+        let honest = tls_node(ca.mutual(&["client.test"]), false).await;
+        // The client trusts another CA: it refuses the server.
+        let stranger = tls_node(other.mutual(&["client.test"]), false).await;
+        refused(&server, &handled, &stranger, &honest).await;
+        assert!(stranger.stats().tls_failures > 0);
+        // The client trusts our CA but presents a certificate of another: the server refuses.
+        let forged = ca.trusted_by_node_with(other.issue(&["client.test"]));
+        let forger = tls_node(forged, false).await;
+        let before = server.stats().tls_failures;
+        let (_p, c) = produce(&forger, server.local_addr().unwrap(), 5);
+        assert!(
+            wait_until(Duration::from_secs(5), || server.stats().tls_failures
+                >= before + 2)
+            .await
+        );
+        assert_eq!((c.len(), forger.stats().connections_opened), (0, 0));
+        assert_eq!(handled.snapshot().len(), 10);
+    }
+
+    #[actix::test]
+    async fn an_expired_certificate_is_refused() {
+        let ca = Ca::new("ours");
+        let expired =
+            ca.trusted_by_node_with(ca.issue_with(&["node.test", "127.0.0.1"], |params| {
+                params.not_before = rcgen::date_time_ymd(2020, 1, 1);
+                params.not_after = rcgen::date_time_ymd(2021, 1, 1);
+            }));
+        let server = tls_node(expired, true).await;
+        let (consumer, handled) = recording_consumer::<u64>();
+        server.expose("numbers", &consumer).unwrap();
+        let client = tls_node(ca.mutual(&["client.test"]), false).await;
+        let (_p, c) = produce(&client, server.local_addr().unwrap(), 5);
+        assert!(wait_until(Duration::from_secs(5), || client.stats().tls_failures >= 2).await);
+        assert_eq!((handled.total(), c.len()), (0, 0));
+        assert_eq!(client.stats().connections_opened, 0);
+        // An expired client certificate is refused by a valid server the same way.
+        let (valid, valid_handled) = tls_server(&ca, None).await;
+        let old = ca.trusted_by_node_with(ca.issue_with(&["client.test"], |params| {
+            params.not_after = rcgen::date_time_ymd(2021, 1, 1);
+        }));
+        let old = tls_node(old, false).await;
+        let honest = tls_node(ca.mutual(&["client.test"]), false).await;
+        refused(&valid, &valid_handled, &old, &honest).await;
+    }
+
+    #[actix::test]
+    async fn a_certificate_for_another_name_is_refused() {
+        let ca = Ca::new("ours");
+        // The server's certificate names node.test only, not the address connected to.
+        let server = tls_node(ca.mutual(&["node.test"]), true).await;
+        let (consumer, handled) = recording_consumer::<u64>();
+        server.expose("numbers", &consumer).unwrap();
+        let port = server.local_addr().unwrap().port();
+        let client = client_with(
+            fast(NodeOptions::builder().tls(ca.mutual(&["client.test"])))
+                .resolver(|_, port| Ok(vec![SocketAddr::from(([127, 0, 0, 1], port))]))
+                .build()
+                .unwrap(),
+        )
+        .await;
+        let by_address = produce(&client, server.local_addr().unwrap(), 5);
+        let wrong: PeerAddr = format!("other.test:{port}").parse().unwrap();
+        let by_wrong_name = client.consumer_ref::<u64>(wrong, "numbers").unwrap();
+        let wrong_producer = remote::producer(by_wrong_name, 8, 50);
+        wrong_producer.tell(99, |_| {}).unwrap();
+        assert!(wait_until(Duration::from_secs(5), || client.stats().tls_failures >= 4).await);
+        assert_eq!((handled.total(), by_address.1.len()), (0, 0));
+        assert_eq!(client.stats().connections_opened, 0);
+        // The right name is reached, over the same resolver.
+        let right: PeerAddr = format!("node.test:{port}").parse().unwrap();
+        let target = client.consumer_ref::<u64>(right, "numbers").unwrap();
+        let producer = remote::producer(target, 8, 50);
+        let confirmations = Confirmations::<u64>::default();
+        for n in 1..=10 {
+            producer.tell(n, confirm_into(&confirmations, n)).unwrap();
+        }
+        assert!(wait_until(Duration::from_secs(5), || confirmations.len() == 10).await);
+        assert_eq!(handled.snapshot().len(), 10);
+    }
+
+    #[actix::test]
+    async fn nodes_of_other_modes_refuse_a_tls_node_with_a_counted_reason() {
+        let ca = Ca::new("ours");
+        let (server, handled) = tls_server(&ca, None).await;
+        let honest = tls_node(ca.mutual(&["client.test"]), false).await;
+        let _ = &handled;
+        // A node with the secret speaks no TLS: the TLS node refuses it.
+        let plain = secret_sending_node().await;
+        let (_p, c) = produce(&plain, server.local_addr().unwrap(), 5);
+        assert!(wait_until(Duration::from_secs(5), || server.stats().tls_failures >= 2).await);
+        assert!(plain.stats().handshake_failures >= 2);
+        assert_eq!(c.len(), 0);
+        // A TLS node speaking to a node with the secret: that node refuses it.
+        let (secret_server, secret_handled) = super::server().await;
+        let (_p, c) = produce(&honest, secret_server.local_addr().unwrap(), 5);
+        assert!(
+            wait_until(Duration::from_secs(5), || secret_server
+                .stats()
+                .tls_failures
+                >= 2)
+            .await
+        );
+        assert!(honest.stats().tls_failures >= 2);
+        assert_eq!((c.len(), secret_handled.total()), (0, 0));
+        // A TLS client without a certificate is refused by a mutual TLS server.
+        let anonymous = NodeTls::builder(&ca.pem).unwrap().build().unwrap();
+        let anonymous = tls_node(anonymous, false).await;
+        let before = server.stats().tls_failures;
+        let (_p, c) = produce(&anonymous, server.local_addr().unwrap(), 5);
+        assert!(
+            wait_until(Duration::from_secs(5), || server.stats().tls_failures
+                >= before + 2)
+            .await
+        );
+        assert_eq!(c.len(), 0);
+    }
+
+    #[actix::test]
+    async fn an_identity_not_authorized_for_a_consumer_delivers_nothing_and_is_disconnected() {
+        let ca = Ca::new("ours");
+        let (server, handled) = tls_server(&ca, Some(&["producer-a.test"])).await;
+        let addr = server.local_addr().unwrap();
+        // A member of the cluster (a valid certificate of the CA), not authorized here.
+        let intruder = tls_node(ca.mutual(&["producer-b.test"]), false).await;
+        let (producer, confirmations) = produce(&intruder, addr, 10);
+        assert!(
+            wait_until(Duration::from_secs(5), || server
+                .stats()
+                .unauthorized_deliveries
+                >= 20
+                && intruder.stats().connections_opened >= 2)
+            .await,
+            "{:?}",
+            server.stats()
+        );
+        assert_eq!((handled.total(), confirmations.len()), (0, 0));
+        assert_eq!(server.stats().deliveries_in, 0);
+        assert!(producer.stats().await.unwrap().retransmitted > 0);
+        // The authorized identity (names compare without regard to ASCII case) is served.
+        let honest = tls_node(ca.mutual(&["Producer-A.test"]), false).await;
+        let (_honest, served) = produce(&honest, addr, 10);
+        assert!(wait_until(Duration::from_secs(5), || served.len() == 10).await);
+        assert_eq!(server.stats().deliveries_in, 10);
+        assert!(handled.snapshot().values().all(|&n| n == 1));
+        assert_eq!((handled.total(), confirmations.len()), (10, 0));
+        // Only a node with mutual TLS knows identities.
+        let (consumer, _) = recording_consumer::<u64>();
+        let secret_node = secret_listening_node().await;
+        assert_eq!(
+            secret_node.expose_to("n", &consumer, ["producer-a.test"]),
+            Err(NameError::NoIdentities)
+        );
+        let one_way = NodeTls::builder(&ca.pem).unwrap().build().unwrap();
+        assert_eq!(
+            tls_node(one_way, false)
+                .await
+                .expose_to("n", &consumer, ["producer-a.test"]),
+            Err(NameError::NoIdentities)
+        );
+    }
 }

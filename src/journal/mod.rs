@@ -60,6 +60,8 @@ mod write;
 pub use error::JournalError;
 pub use id::PersistenceId;
 pub use memory::{MemoryFaults, MemoryJournal, MemoryStats};
+#[cfg(all(feature = "postgres", feature = "tls"))]
+pub use postgres::PostgresTls;
 #[cfg(feature = "postgres")]
 pub use postgres::{PostgresJournal, PostgresOptions, PostgresStats};
 pub use replay::replay_all;

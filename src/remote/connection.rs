@@ -1,5 +1,6 @@
-//! What both ends of a connection do: the handshake over the socket, reading tagged frames
-//! with an idle timeout, and the writer that drains the bounded output.
+//! What both ends of a connection do: TLS (in the TLS mode), the handshake over the
+//! socket, reading tagged frames with an idle timeout, and the writer that drains the bounded
+//! output.
 
 use std::io;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -8,8 +9,7 @@ use std::time::Duration;
 
 use bytes::BytesMut;
 use futures_util::StreamExt;
-use tokio::io::AsyncWriteExt;
-use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
+use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tokio::sync::Notify;
 use tokio_util::codec::{FramedRead, LengthDelimitedCodec};
@@ -21,8 +21,19 @@ use crate::remote::node::Shared;
 use crate::remote::output::Output;
 use crate::remote::stats::{add, Counters, Warning};
 
+/// The reading half of a connection (a socket's, or its TLS stream's).
+pub(crate) type ReadStream = Box<dyn AsyncRead + Send + Unpin>;
+/// The writing half of a connection.
+pub(crate) type WriteStream = Box<dyn AsyncWrite + Send + Unpin>;
 /// Frames read from a connection.
-pub(crate) type Reader = FramedRead<OwnedReadHalf, LengthDelimitedCodec>;
+pub(crate) type Reader = FramedRead<ReadStream, LengthDelimitedCodec>;
+/// A connecting peer's identity under mutual TLS: the DNS names of its certificate's subject
+/// alternative names.
+pub(crate) type Identity = Arc<[String]>;
+
+/// The first byte of a TLS record carrying a handshake (a ClientHello); a frame before the
+/// handshake starts with its length prefix's high byte, 0.
+const TLS_HANDSHAKE_RECORD: u8 = 0x16;
 
 /// Writer buffers larger than this are not kept between writes.
 const SPARE_KEPT: usize = 1 << 20;
@@ -95,13 +106,15 @@ pub(crate) enum End {
     Idle,
     /// A frame did not verify, decode or belong here.
     Violation,
+    /// The peer delivered to a consumer it is not authorized for (counted where found).
+    Unauthorized,
 }
 
 impl End {
     /// Counts the end where it is counted.
     pub(crate) fn count(&self, counters: &Counters) {
         match self {
-            End::Closed => {}
+            End::Closed | End::Unauthorized => {}
             End::Idle => add(&counters.idle_timeouts, 1),
             End::Violation => add(&counters.decode_failures, 1),
         }
@@ -137,7 +150,7 @@ pub(crate) async fn next_frame(
 pub(crate) async fn drive(
     node: &Shared,
     link: &Link,
-    writer: OwnedWriteHalf,
+    writer: WriteStream,
     read: impl std::future::Future<Output = End>,
     peer: &(dyn std::fmt::Display + Sync),
 ) {
@@ -165,7 +178,7 @@ pub(crate) async fn drive(
 /// after `heartbeat` without output.
 async fn write_loop(
     link: &Link,
-    mut writer: OwnedWriteHalf,
+    mut writer: WriteStream,
     heartbeat: Duration,
     counters: &Counters,
 ) {
@@ -193,6 +206,10 @@ async fn write_loop(
                 }
             }
         }
+        // A TLS stream may hold the last record back until flushed (a socket holds nothing).
+        if writer.flush().await.is_err() {
+            return;
+        }
         spare.clear();
         if spare.capacity() > SPARE_KEPT {
             spare = Vec::new();
@@ -207,6 +224,8 @@ pub(crate) enum Failure {
     Refused(HandshakeError),
     /// The socket closed or failed, or the peer sent something that is no frame.
     Io,
+    /// TLS failed, or one side speaks it and the other does not.
+    Tls(String),
 }
 
 impl From<HandshakeError> for Failure {
@@ -218,17 +237,20 @@ impl From<HandshakeError> for Failure {
 /// An authenticated connection, ready for frames.
 pub(crate) struct Established {
     pub reader: Reader,
-    pub writer: OwnedWriteHalf,
+    pub writer: WriteStream,
     pub session: Session,
+    /// The peer's identity (an accepted connection under mutual TLS).
+    pub identity: Option<Identity>,
 }
 
 /// Frames of the handshake are never tagged.
-async fn write_frame(writer: &mut OwnedWriteHalf, frame: &Frame<'_>) -> Result<(), Failure> {
+async fn write_frame(writer: &mut WriteStream, frame: &Frame<'_>) -> Result<(), Failure> {
     let mut out = Vec::new();
     frame
         .encode(&mut Sealer::new(None), &mut out, HANDSHAKE_MAX_FRAME)
         .map_err(HandshakeError::from)?;
-    writer.write_all(&out).await.map_err(|_| Failure::Io)
+    writer.write_all(&out).await.map_err(|_| Failure::Io)?;
+    writer.flush().await.map_err(|_| Failure::Io)
 }
 
 async fn read_raw(reader: &mut Reader) -> Result<BytesMut, Failure> {
@@ -238,22 +260,98 @@ async fn read_raw(reader: &mut Reader) -> Result<BytesMut, Failure> {
     }
 }
 
-fn split(stream: TcpStream) -> (Reader, OwnedWriteHalf) {
-    // Latency matters more than packet count: batches are formed above the socket already.
-    let _ = stream.set_nodelay(true);
-    let (read, write) = stream.into_split();
-    let codec = LengthDelimitedCodec::builder()
-        .max_frame_length(HANDSHAKE_MAX_FRAME)
-        .new_codec();
-    (FramedRead::new(read, codec), write)
+/// A connection's two halves, ready for the handshake, and the peer's identity.
+pub(crate) struct Halves {
+    reader: Reader,
+    writer: WriteStream,
+    identity: Option<Identity>,
 }
 
-fn established(
-    mut reader: Reader,
-    writer: OwnedWriteHalf,
-    local: &Local,
-    session: Session,
-) -> Established {
+impl Halves {
+    fn new(read: ReadStream, writer: WriteStream, identity: Option<Identity>) -> Self {
+        let codec = LengthDelimitedCodec::builder()
+            .max_frame_length(HANDSHAKE_MAX_FRAME)
+            .new_codec();
+        Self {
+            reader: FramedRead::new(read, codec),
+            writer,
+            identity,
+        }
+    }
+
+    fn plain(stream: TcpStream) -> Self {
+        let (read, write) = stream.into_split();
+        Self::new(Box::new(read), Box::new(write), None)
+    }
+
+    #[cfg(feature = "tls")]
+    fn tls(
+        stream: impl AsyncRead + AsyncWrite + Send + 'static,
+        identity: Option<Identity>,
+    ) -> Self {
+        let (read, write) = tokio::io::split(stream);
+        Self::new(Box::new(read), Box::new(write), identity)
+    }
+}
+
+/// The connecting side's transport: TLS over `stream` in the TLS mode (the listening node's
+/// certificate checked for `name`), the socket itself otherwise.
+pub(crate) async fn secure_connect(
+    node: &Shared,
+    stream: TcpStream,
+    name: &crate::remote::peer::PeerAddr,
+) -> Result<Halves, Failure> {
+    // Latency matters more than packet count: batches are formed above the socket already.
+    let _ = stream.set_nodelay(true);
+    #[cfg(feature = "tls")]
+    if let Some(tls) = node.options.tls() {
+        let stream = tls
+            .connect(crate::remote::tls::server_name(name, &stream), stream)
+            .await
+            .map_err(|err| Failure::Tls(format!("TLS: {err}")))?;
+        return Ok(Halves::tls(stream, None));
+    }
+    let _ = (node, name);
+    Ok(Halves::plain(stream))
+}
+
+/// The accepting side's transport: TLS in the TLS mode, the socket itself otherwise. A peer
+/// of the other kind is refused by its first byte, with a clear reason.
+pub(crate) async fn secure_accept(node: &Shared, stream: TcpStream) -> Result<Halves, Failure> {
+    let _ = stream.set_nodelay(true);
+    let mut first = [0; 1];
+    let speaks_tls = match stream.peek(&mut first).await {
+        Ok(1) => first[0] == TLS_HANDSHAKE_RECORD,
+        _ => return Err(Failure::Io),
+    };
+    #[cfg(feature = "tls")]
+    if let Some(tls) = node.options.tls() {
+        if !speaks_tls {
+            return Err(Failure::Tls(
+                "the peer does not speak TLS, and this node requires it".to_string(),
+            ));
+        }
+        let (stream, identity) = tls
+            .accept(stream)
+            .await
+            .map_err(|err| Failure::Tls(format!("TLS: {err}")))?;
+        return Ok(Halves::tls(stream, identity));
+    }
+    let _ = node;
+    if speaks_tls {
+        return Err(Failure::Tls(
+            "the peer speaks TLS, and this node does not".to_string(),
+        ));
+    }
+    Ok(Halves::plain(stream))
+}
+
+fn established(halves: Halves, local: &Local, session: Session) -> Established {
+    let Halves {
+        mut reader,
+        writer,
+        identity,
+    } = halves;
     reader
         .decoder_mut()
         .set_max_frame_length(local.max_frame_length as usize);
@@ -261,42 +359,45 @@ fn established(
         reader,
         writer,
         session,
+        identity,
     }
 }
 
 /// The connecting side's handshake.
 pub(crate) async fn connect_handshake(
-    stream: TcpStream,
+    halves: Halves,
     local: &Local,
 ) -> Result<Established, Failure> {
-    let (mut reader, mut writer) = split(stream);
+    let mut halves = halves;
+    let Halves { reader, writer, .. } = &mut halves;
     let (client, hello) = Client::start(local, random_nonce());
-    write_frame(&mut writer, &hello).await?;
-    let challenge = read_raw(&mut reader).await?;
+    write_frame(writer, &hello).await?;
+    let challenge = read_raw(reader).await?;
     let (proof, waiting) = client.handle(
         local,
         &Frame::decode(&challenge).map_err(HandshakeError::from)?,
     )?;
-    write_frame(&mut writer, &proof).await?;
-    let accepted = read_raw(&mut reader).await?;
+    write_frame(writer, &proof).await?;
+    let accepted = read_raw(reader).await?;
     let session = waiting.handle(&accepted)?;
-    Ok(established(reader, writer, local, session))
+    Ok(established(halves, local, session))
 }
 
 /// The accepting side's handshake.
 pub(crate) async fn accept_handshake(
-    stream: TcpStream,
+    halves: Halves,
     local: &Local,
 ) -> Result<Established, Failure> {
-    let (mut reader, mut writer) = split(stream);
-    let hello = read_raw(&mut reader).await?;
+    let mut halves = halves;
+    let Halves { reader, writer, .. } = &mut halves;
+    let hello = read_raw(reader).await?;
     let (server, challenge) = Server::start(
         local,
         &Frame::decode(&hello).map_err(HandshakeError::from)?,
         random_nonce(),
     )?;
-    write_frame(&mut writer, &challenge).await?;
-    let proof = read_raw(&mut reader).await?;
+    write_frame(writer, &challenge).await?;
+    let proof = read_raw(reader).await?;
     let mut session =
         server.handle(local, &Frame::decode(&proof).map_err(HandshakeError::from)?)?;
     let mut accepted = Vec::new();
@@ -304,5 +405,6 @@ pub(crate) async fn accept_handshake(
         .encode(&mut session.sealer, &mut accepted, HANDSHAKE_MAX_FRAME)
         .map_err(HandshakeError::from)?;
     writer.write_all(&accepted).await.map_err(|_| Failure::Io)?;
-    Ok(established(reader, writer, local, session))
+    writer.flush().await.map_err(|_| Failure::Io)?;
+    Ok(established(halves, local, session))
 }

@@ -16,7 +16,7 @@ use crate::consumer::ConsumerHandle;
 use crate::message::{Deliveries, Delivery, ReplyTo, Undecodable};
 use crate::protocol::envelope::{Ack, Header, ProducerId};
 use crate::remote::connection::{
-    accept_handshake, drive, next_frame, End, Established, Failure, Link,
+    accept_handshake, drive, next_frame, secure_accept, End, Established, Failure, Identity, Link,
 };
 use crate::remote::frame::{DeliveryBatch, Frame};
 use crate::remote::handshake::HandshakeError;
@@ -59,6 +59,26 @@ pub(crate) trait Exposed: Send + Sync {
     /// their bodies as the consumer's type declares in `schemas`; a delivery whose body
     /// cannot be read becomes a dead letter there (the others are delivered as usual).
     fn deliver(&self, batch: &DeliveryBatch<'_>, reply_to: &ReplyTo, schemas: &Schemas) -> Handed;
+}
+
+/// An exposed consumer and who may deliver to it.
+pub(crate) struct Entry {
+    pub(crate) consumer: Box<dyn Exposed>,
+    /// `None`: every peer the node accepts; otherwise peers with one of these identities.
+    pub(crate) identities: Option<Vec<String>>,
+}
+
+impl Entry {
+    /// Whether a peer with `identity` may deliver here.
+    fn admits(&self, identity: Option<&Identity>) -> bool {
+        match (&self.identities, identity) {
+            (None, _) => true,
+            (Some(allowed), Some(names)) => names
+                .iter()
+                .any(|name| allowed.iter().any(|a| a.eq_ignore_ascii_case(name))),
+            (Some(_), None) => false,
+        }
+    }
 }
 
 /// A [`ConsumerHandle`] as an [`Exposed`] consumer.
@@ -189,10 +209,9 @@ async fn serve(
     let peer = stream
         .peer_addr()
         .map_or_else(|_| "an unknown address".to_string(), |a| a.to_string());
-    let timed = tokio::time::timeout(
-        node.options.handshake_timeout,
-        accept_handshake(stream, &node.local),
-    );
+    let timed = tokio::time::timeout(node.options.handshake_timeout, async {
+        accept_handshake(secure_accept(node, stream).await?, &node.local).await
+    });
     let established = tokio::select! {
         biased; // a handshake that completed is not evicted
         () = node.cancel.cancelled() => return,
@@ -217,6 +236,10 @@ async fn serve(
                     err.to_string()
                 }
                 Refusal::Failed(Failure::Io) => "closed or not a frame".to_string(),
+                Refusal::Failed(Failure::Tls(why)) => {
+                    add(&counters.tls_failures, 1);
+                    why
+                }
                 Refusal::TimedOut => {
                     add(&counters.handshakes_timed_out, 1);
                     "timed out".to_string()
@@ -243,6 +266,7 @@ async fn serve(
         mut reader,
         writer,
         session,
+        identity,
     } = established;
     add(&node.counters.connections_accepted, 1);
     log::debug!("accepted node {} from {peer}", session.peer);
@@ -268,8 +292,10 @@ async fn serve(
                     };
                     match Frame::decode(&frame) {
                         Ok(Frame::Deliveries(batch)) => {
-                            if let Some(taken) = dispatch(node, &batch, &reply_to) {
-                                dispatching.push(taken);
+                            match dispatch(node, &batch, &reply_to, identity.as_ref()) {
+                                Ok(Some(taken)) => dispatching.push(taken),
+                                Ok(None) => {}
+                                Err(Unauthorized) => return End::Unauthorized,
                             }
                         }
                         Ok(Frame::Ping) => {}
@@ -282,18 +308,44 @@ async fn serve(
     drive(node, &link, writer, read, &peer).await;
 }
 
+/// The peer is not authorized for the consumer it delivers to.
+struct Unauthorized;
+
 /// Hands a batch to its consumer (dead letters of undecodable bodies included); `None` if
 /// nothing was handed over (an unknown name: dropped; or an empty batch).
-fn dispatch(node: &Shared, batch: &DeliveryBatch<'_>, reply_to: &ReplyTo) -> Option<Dispatched> {
+///
+/// # Errors
+/// [`Unauthorized`] (counted, nothing handed over) if the consumer is exposed to identities
+/// that do not include the peer's.
+fn dispatch(
+    node: &Shared,
+    batch: &DeliveryBatch<'_>,
+    reply_to: &ReplyTo,
+    identity: Option<&Identity>,
+) -> Result<Option<Dispatched>, Unauthorized> {
     let n = batch.items.len() as u64;
-    let Some(consumer) = node.exposed(batch.consumer) else {
+    let Some(exposed) = node.exposed(batch.consumer) else {
         add(&node.counters.unknown_consumer, n);
         node.warnings.warn(Warning::UnknownConsumer, || {
             "dropped deliveries for a consumer name this node does not expose".to_string()
         });
-        return None;
+        return Ok(None);
     };
-    let handed = consumer.deliver(batch, reply_to, &node.schemas);
+    if !exposed.admits(identity) {
+        add(&node.counters.unauthorized_deliveries, n);
+        node.warnings.warn(Warning::Unauthorized, || {
+            format!(
+                "closed a connection from {}: it delivered to a consumer it is not authorized \
+                 for",
+                identity.map_or_else(
+                    || "a peer without identity".to_string(),
+                    |names| { format!("identity {names:?}") }
+                )
+            )
+        });
+        return Err(Unauthorized);
+    }
+    let handed = exposed.consumer.deliver(batch, reply_to, &node.schemas);
     add(&node.counters.deliveries_in, n - handed.undecodable);
     add(&node.counters.undecodable_bodies, handed.undecodable);
     if let Some(why) = handed.why {
@@ -301,7 +353,7 @@ fn dispatch(node: &Shared, batch: &DeliveryBatch<'_>, reply_to: &ReplyTo) -> Opt
             format!("deliveries to {:?} are dead letters: {why}", batch.consumer)
         });
     }
-    handed.taken
+    Ok(handed.taken)
 }
 
 /// The reply address of every delivery of one connection: ACKs go back on it, or are dropped

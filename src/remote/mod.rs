@@ -6,11 +6,13 @@
 //!
 //! # How it works
 //!
-//! - **One connection per remote address**, made on the first delivery, kept, and made again
-//!   after a loss with exponential backoff (with jitter). While none is up, deliveries are
-//!   dropped (counted); the producer's retransmission covers the gap, so nothing is lost. A
-//!   connection carries deliveries one way and ACKs the other; heartbeats keep it alive, and
-//!   one that stays silent for `idle_timeout` is closed and made again.
+//! - **One connection per remote address** ([`PeerAddr`]: an address, or a name resolved on
+//!   every attempt), made on the first delivery (or [`Node::connect`]), kept, and made again
+//!   after a loss with exponential backoff (with jitter). Deliveries that find it being made
+//!   wait for it (up to `max_output_bytes`); after a failed attempt and while backing off they
+//!   are dropped (counted), and the producer's retransmission covers the gap, so nothing is
+//!   lost. A connection carries deliveries one way and ACKs the other; heartbeats keep it
+//!   alive, and one that stays silent for `idle_timeout` is closed and made again.
 //! - **A body is encoded once per message.** The reference keeps each unconfirmed message's
 //!   encoded body per producer id and incarnation (the lanes of an outbox share their
 //!   entity's incarnation under ids of their own; the same table routes ACKs back, to the reply
@@ -109,8 +111,16 @@
 //!
 //! # Security
 //!
-//! See the crate documentation, "Trust: the incarnation is a capability", for what the shared
-//! secret protects and what it does not.
+//! Three modes: the shared secret (the handshake and tags above), TLS 1.3 and mutual TLS
+//! (feature `tls`: [`NodeOptionsBuilder::tls`] with a `NodeTls`; the frames are the same,
+//! inside TLS and untagged, the inner handshake then exchanging node ids and frame limits
+//! only). A node of one mode refuses a peer of another: a TLS node reads a plain peer's first
+//! byte (a frame's length prefix starts with 0, a TLS record with 0x16) and vice versa, and
+//! counts it in [`NodeStats::tls_failures`]. Under mutual TLS a connecting peer's identity is
+//! the DNS names of its certificate's subject alternative names, which [`Node::expose_to`]
+//! authorizes per consumer. See the README's Security section and the crate documentation,
+//! "Trust: the incarnation is a capability", for what each mode protects and what it does
+//! not.
 
 pub(crate) mod auth;
 mod backoff;
@@ -127,13 +137,19 @@ mod node;
 pub(crate) mod options;
 pub(crate) mod outbound;
 pub(crate) mod output;
+mod peer;
 mod pending;
 pub(crate) mod routes;
 pub(crate) mod schema;
 pub(crate) mod stats;
+#[cfg(feature = "tls")]
+mod tls;
 
 pub use auth::{NodeId, NodeSecret, MAX_SECRET_BYTES, MIN_SECRET_BYTES};
 pub use node::{NameError, Node};
 pub use options::{NodeOptions, NodeOptionsBuilder};
+pub use peer::{PeerAddr, PeerAddrError};
 pub use schema::{BodySchema, DEFAULT_WIRE_CODEC};
 pub use stats::NodeStats;
+#[cfg(feature = "tls")]
+pub use tls::{NodeTls, NodeTlsBuilder, TlsError};

@@ -17,9 +17,10 @@ use crate::message::{ConsumerRef, Delivery};
 use crate::protocol::envelope::MAX_ID_BYTES;
 use crate::remote::auth::NodeId;
 use crate::remote::handshake::Local;
-use crate::remote::inbound::{listen, Exposed, ExposedConsumer};
+use crate::remote::inbound::{listen, Entry, ExposedConsumer};
 use crate::remote::options::NodeOptions;
 use crate::remote::outbound::Outbound;
+use crate::remote::peer::PeerAddr;
 use crate::remote::pending::Pending;
 use crate::remote::schema::{BodySchema, Schemas};
 use crate::remote::stats::{Counters, NodeStats, Warnings};
@@ -37,6 +38,10 @@ pub enum NameError {
     /// A consumer is exposed under this name already.
     #[error("a consumer is exposed under this name already")]
     Taken,
+    /// Identities were given, and peers of this node have none: only nodes with mutual TLS
+    /// know their peers' identities.
+    #[error("peers of this node have no identity: expose_to needs mutual TLS")]
+    NoIdentities,
 }
 
 fn check_name(name: &str) -> Result<(), NameError> {
@@ -63,14 +68,14 @@ pub(crate) struct Shared {
     pub(crate) handshakes: Mutex<Pending<CancellationToken>>,
     /// How bodies are written and read, by message type.
     pub(crate) schemas: Schemas,
-    exposed: RwLock<HashMap<String, Arc<dyn Exposed>>>,
-    outbound: Mutex<HashMap<SocketAddr, Arc<Outbound>>>,
+    exposed: RwLock<HashMap<String, Arc<Entry>>>,
+    outbound: Mutex<HashMap<PeerAddr, Arc<Outbound>>>,
     local_addr: Option<SocketAddr>,
 }
 
 impl Shared {
     /// The consumer exposed under `name`.
-    pub(crate) fn exposed(&self, name: &str) -> Option<Arc<dyn Exposed>> {
+    pub(crate) fn exposed(&self, name: &str) -> Option<Arc<Entry>> {
         let exposed = self.exposed.read().unwrap_or_else(PoisonError::into_inner);
         exposed.get(name).cloned()
     }
@@ -82,12 +87,12 @@ impl Shared {
             .unwrap_or_else(PoisonError::into_inner)
     }
 
-    fn exposed_mut(&self) -> RwLockWriteGuard<'_, HashMap<String, Arc<dyn Exposed>>> {
+    fn exposed_mut(&self) -> RwLockWriteGuard<'_, HashMap<String, Arc<Entry>>> {
         self.exposed.write().unwrap_or_else(PoisonError::into_inner)
     }
 
     /// The remote addresses this node sends to.
-    fn outbound(&self) -> MutexGuard<'_, HashMap<SocketAddr, Arc<Outbound>>> {
+    fn outbound(&self) -> MutexGuard<'_, HashMap<PeerAddr, Arc<Outbound>>> {
         self.outbound.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
@@ -118,7 +123,7 @@ impl Drop for Owner {
 /// as long as it should listen.
 ///
 /// ```no_run
-/// use actix_delivery::remote::{Node, NodeOptions, NodeSecret};
+/// use actix_delivery::remote::{Node, NodeOptions, NodeSecret, PeerAddr};
 /// use actix_delivery::{ConsumerOptions, DeliveryHandler, ProducerOptions, ReliableDelivery};
 ///
 /// # #[actix::main] async fn main() -> Result<(), Box<dyn std::error::Error>> {
@@ -142,7 +147,8 @@ impl Drop for Owner {
 ///
 /// // On the producer's machine (a node that only sends need not listen):
 /// let node = Node::start(NodeOptions::builder().secret(secret).build()?).await?;
-/// let orders = node.consumer_ref::<String>("10.0.0.7:7100".parse()?, "orders")?;
+/// // An address, or a name resolved on every connection attempt ("orders.internal:7100"):
+/// let orders = node.consumer_ref::<String>("10.0.0.7:7100".parse::<PeerAddr>()?, "orders")?;
 /// let producer = ReliableDelivery::producer(ProducerOptions::builder(orders).build()?);
 /// producer.send("espresso".to_string()).await?; // confirmed by the remote consumer
 /// # Ok(()) }
@@ -171,7 +177,7 @@ impl Node {
             max_frame_length: u32::try_from(options.max_frame_length)
                 .expect("validated: at most 16 MiB"),
         };
-        if local.secret.is_none() {
+        if options.insecure() {
             log::warn!(
                 "node {} runs WITHOUT AUTHENTICATION (insecure_no_authentication): anyone who \
                  can reach {local_addr:?} can deliver messages to its consumers, and anyone on \
@@ -226,12 +232,61 @@ impl Node {
     where
         T: DeserializeOwned + Send + 'static,
     {
+        self.expose_entry(name, consumer, None)
+    }
+
+    /// Like [`expose`](Self::expose), for peers with one of these `identities` only (DNS
+    /// names, compared without regard to ASCII case): a node with mutual TLS knows a
+    /// connecting peer's identity as the DNS names of its certificate's subject alternative
+    /// names. Deliveries from any other peer are refused, counted in
+    /// [`NodeStats::unauthorized_deliveries`](crate::remote::NodeStats), and close their
+    /// connection; none reaches the consumer. (ACKs come back only on connections this node
+    /// made, to a peer whose certificate was checked for the name connected to.)
+    ///
+    /// # Errors
+    /// [`NameError`] as for `expose`; [`NameError::NoIdentities`] if this node's peers have no
+    /// identity (it does not run mutual TLS).
+    pub fn expose_to<T, I>(
+        &self,
+        name: &str,
+        consumer: &ConsumerHandle<T>,
+        identities: I,
+    ) -> Result<(), NameError>
+    where
+        T: DeserializeOwned + Send + 'static,
+        I: IntoIterator,
+        I::Item: Into<String>,
+    {
+        #[cfg(feature = "tls")]
+        let known = self.shared().options.tls().is_some_and(|t| t.identities());
+        #[cfg(not(feature = "tls"))]
+        let known = false;
+        if !known {
+            return Err(NameError::NoIdentities);
+        }
+        let identities = identities.into_iter().map(Into::into).collect();
+        self.expose_entry(name, consumer, Some(identities))
+    }
+
+    fn expose_entry<T>(
+        &self,
+        name: &str,
+        consumer: &ConsumerHandle<T>,
+        identities: Option<Vec<String>>,
+    ) -> Result<(), NameError>
+    where
+        T: DeserializeOwned + Send + 'static,
+    {
         check_name(name)?;
         let mut exposed = self.shared().exposed_mut();
         if exposed.contains_key(name) {
             return Err(NameError::Taken);
         }
-        exposed.insert(name.to_owned(), Arc::new(ExposedConsumer(consumer.clone())));
+        let entry = Entry {
+            consumer: Box::new(ExposedConsumer(consumer.clone())),
+            identities,
+        };
+        exposed.insert(name.to_owned(), Arc::new(entry));
         Ok(())
     }
 
@@ -242,25 +297,27 @@ impl Node {
         exposed.remove(name).is_some()
     }
 
-    /// A reference to the consumer exposed as `name` by the node at `addr`, for a normal
-    /// producer. Deliveries are encoded once per message (retransmissions reuse the bytes) and
-    /// sent on one connection per address, made on the first delivery and again after a loss;
-    /// while there is none they are dropped, and the producer's retransmission covers the gap.
-    /// ACKs come back on the same connection.
+    /// A reference to the consumer exposed as `name` by the node at `addr` (a
+    /// [`SocketAddr`], or a [`PeerAddr`] such as `"orders.internal:7100".parse()?`, resolved
+    /// on every connection attempt), for a normal producer. Deliveries are encoded once per
+    /// message (retransmissions reuse the bytes) and sent on one connection per address, made
+    /// on the first delivery and again after a loss. While a connection is being made,
+    /// deliveries wait for it (up to `max_output_bytes`); while there is none (after a failed
+    /// attempt, until the next) they are dropped, and the producer's retransmission covers the
+    /// gap. ACKs come back on the same connection.
     ///
     /// # Errors
     /// [`NameError`] if the name is empty or longer than 256 bytes.
-    pub fn consumer_ref<T>(&self, addr: SocketAddr, name: &str) -> Result<ConsumerRef<T>, NameError>
+    pub fn consumer_ref<T>(
+        &self,
+        addr: impl Into<PeerAddr>,
+        name: &str,
+    ) -> Result<ConsumerRef<T>, NameError>
     where
         T: Serialize + Send + 'static,
     {
         check_name(name)?;
-        let shared = self.shared();
-        let outbound = shared
-            .outbound()
-            .entry(addr)
-            .or_insert_with(|| Arc::new(Outbound::new(addr, shared.clone())))
-            .clone();
+        let outbound = self.outbound_to(addr.into());
         let name: Arc<str> = name.into();
         // The reference is a handle too: the node runs while a producer can send through it.
         let owner = self.0.clone();
@@ -270,11 +327,29 @@ impl Node {
         }))
     }
 
+    /// The sending side of `addr`, made if new.
+    fn outbound_to(&self, addr: PeerAddr) -> Arc<Outbound> {
+        let shared = self.shared();
+        shared
+            .outbound()
+            .entry(addr.clone())
+            .or_insert_with(|| Arc::new(Outbound::new(addr, shared.clone())))
+            .clone()
+    }
+
+    /// Makes the connection to the node at `addr` now, before the first delivery needs it
+    /// (as [`consumer_ref`](Self::consumer_ref) would, and kept the same way), and waits for
+    /// the attempt: the peer's id once connected, `None` if the attempt failed (the next one
+    /// follows with backoff while references to `addr` send) or the node stopped.
+    pub async fn connect(&self, addr: impl Into<PeerAddr>) -> Option<NodeId> {
+        self.outbound_to(addr.into()).connect_now().await
+    }
+
     /// The id of the node connected at `addr` now (`None` while not connected). A node that
     /// restarted has a new id.
-    pub fn peer_id(&self, addr: SocketAddr) -> Option<NodeId> {
+    pub fn peer_id(&self, addr: impl Into<PeerAddr>) -> Option<NodeId> {
         let all = self.shared().outbound();
-        all.get(&addr).and_then(|outbound| outbound.peer())
+        all.get(&addr.into()).and_then(|outbound| outbound.peer())
     }
 
     /// Declares how bodies of `T` go over the wire from now on, for the consumers of `T`

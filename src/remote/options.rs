@@ -1,6 +1,8 @@
 //! A node's options, validated when built.
 
+use std::io;
 use std::net::SocketAddr;
+use std::sync::Arc;
 use std::time::Duration;
 
 use crate::codec::MAX_ENCODED_BYTES;
@@ -8,12 +10,29 @@ use crate::config::MAX_DURATION;
 use crate::error::OptionsError;
 use crate::remote::auth::NodeSecret;
 use crate::remote::handshake::MIN_FRAME_LENGTH;
+#[cfg(feature = "tls")]
+use crate::remote::tls::NodeTls;
 
 /// How a node authenticates its peers.
 #[derive(Clone, Debug)]
 enum Auth {
     Secret(NodeSecret),
+    #[cfg(feature = "tls")]
+    Tls(NodeTls),
     Insecure,
+}
+
+/// Resolves a host name and port to addresses (see [`NodeOptionsBuilder::resolver`]).
+pub(crate) type ResolveFn = dyn Fn(&str, u16) -> io::Result<Vec<SocketAddr>> + Send + Sync;
+
+/// The node's resolver of names: `None` is the system's (through the runtime).
+#[derive(Clone, Default)]
+pub(crate) struct Resolver(pub(crate) Option<Arc<ResolveFn>>);
+
+impl std::fmt::Debug for Resolver {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(if self.0.is_some() { "custom" } else { "system" })
+    }
 }
 
 /// Everything a [`Node`](crate::remote::Node) needs, validated. Built with
@@ -33,6 +52,7 @@ pub struct NodeOptions {
     pub(crate) idle_timeout: Duration,
     pub(crate) reconnect_min: Duration,
     pub(crate) reconnect_max: Duration,
+    pub(crate) resolver: Resolver,
 }
 
 impl NodeOptions {
@@ -55,20 +75,44 @@ impl NodeOptions {
                 idle_timeout: Duration::from_secs(10),
                 reconnect_min: Duration::from_millis(100),
                 reconnect_max: Duration::from_secs(5),
+                resolver: Resolver::default(),
             },
             auth_chosen: false,
         }
     }
 
-    /// The shared secret, or `None` in the insecure mode.
+    /// The shared secret, or `None` in the TLS and insecure modes.
     pub(crate) fn secret(&self) -> Option<&NodeSecret> {
         match &self.auth {
             Auth::Secret(secret) => Some(secret),
-            Auth::Insecure => None,
+            _ => None,
         }
     }
 
+    /// The TLS settings, in the TLS mode.
+    #[cfg(feature = "tls")]
+    pub(crate) fn tls(&self) -> Option<&NodeTls> {
+        match &self.auth {
+            Auth::Tls(tls) => Some(tls),
+            _ => None,
+        }
+    }
+
+    /// Whether the node runs without any authentication.
+    pub(crate) fn insecure(&self) -> bool {
+        matches!(self.auth, Auth::Insecure)
+    }
+
     fn validate(&self) -> Result<(), OptionsError> {
+        #[cfg(feature = "tls")]
+        if let (Some(tls), Some(_)) = (self.tls(), self.listen) {
+            if !tls.can_listen() {
+                return Err(OptionsError::new(
+                    "tls",
+                    "a listening node needs a certificate (NodeTlsBuilder::certificate)",
+                ));
+            }
+        }
         check_frame_limits(self.max_frame_length, self.max_output_bytes)?;
         for (field, value) in [
             ("max_connections", self.max_connections),
@@ -151,6 +195,30 @@ impl NodeOptionsBuilder {
         self
     }
 
+    /// Speak TLS 1.3 with these settings instead of tagging frames with a shared secret:
+    /// traffic is encrypted, the listening node is authenticated by its certificate and, with
+    /// [mutual](crate::remote::NodeTlsBuilder::mutual) TLS, the connecting one too, by an
+    /// identity that [`Node::expose_to`](crate::remote::Node::expose_to) can authorize. TLS
+    /// nodes refuse nodes of the other modes and vice versa (counted in `tls_failures`).
+    #[cfg(feature = "tls")]
+    pub fn tls(mut self, tls: NodeTls) -> Self {
+        self.options.auth = Auth::Tls(tls);
+        self.auth_chosen = true;
+        self
+    }
+
+    /// Resolve the names of [`PeerAddr`](crate::remote::PeerAddr)s with this function
+    /// instead of the system's resolver (for tests, or a service registry). It is called on
+    /// the node's arbiter on every connection attempt, and must not block for long; the
+    /// addresses it returns are tried in order.
+    pub fn resolver(
+        mut self,
+        resolve: impl Fn(&str, u16) -> io::Result<Vec<SocketAddr>> + Send + Sync + 'static,
+    ) -> Self {
+        self.options.resolver = Resolver(Some(Arc::new(resolve)));
+        self
+    }
+
     /// Run without authentication: **anyone who can reach the node's address can deliver
     /// messages to its exposed consumers, and anyone on the path can alter frames.** Only for
     /// tests and trusted networks; the node logs a warning when it starts. Nodes of this mode
@@ -179,7 +247,8 @@ impl NodeOptionsBuilder {
 
     /// Bytes of frames held per connection at most, queued or being written to the socket
     /// (default 4 MiB, at least twice `max_frame_length`); beyond, deliveries and ACKs are
-    /// dropped (and retransmitted). A frame is encoded before its size is checked, so for a
+    /// dropped (and retransmitted). Deliveries waiting for a connection being made are bounded
+    /// by about as much. A frame is encoded before its size is checked, so for a
     /// moment one more frame may be held: never more than this plus one frame.
     pub fn max_output_bytes(mut self, bytes: usize) -> Self {
         self.options.max_output_bytes = bytes;
@@ -248,13 +317,13 @@ impl NodeOptionsBuilder {
     /// Validates and returns the options.
     ///
     /// # Errors
-    /// [`OptionsError`] naming the first invalid field; `secret` if neither a secret nor the
-    /// insecure mode was chosen.
+    /// [`OptionsError`] naming the first invalid field; `secret` if no mode (a secret, TLS or
+    /// the insecure mode) was chosen; `tls` if a listening TLS node has no certificate.
     pub fn build(self) -> Result<NodeOptions, OptionsError> {
         if !self.auth_chosen {
             return Err(OptionsError::new(
                 "secret",
-                "set a secret, or choose insecure_no_authentication() explicitly",
+                "set a secret (or TLS), or choose insecure_no_authentication() explicitly",
             ));
         }
         self.options.validate()?;

@@ -1,7 +1,10 @@
-//! The sending side of one remote address: the connection made lazily on the first delivery,
-//! kept, and made again with backoff after a loss; the encoding of deliveries (each body once,
-//! reused by retransmissions); and the ACKs that come back, routed to their producers.
+//! The sending side of one remote address: the connection made lazily on the first delivery
+//! (or [`Node::connect`](crate::remote::Node::connect)), kept, and made again with backoff
+//! after a loss, a name resolved anew for every attempt; deliveries that find the connection
+//! being made wait for it (bounded); the encoding of deliveries (each body once, reused by
+//! retransmissions); and the ACKs that come back, routed to their producers.
 
+use std::io;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
@@ -9,31 +12,34 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use futures_util::FutureExt;
 use serde::Serialize;
 use tokio::net::TcpStream;
-use tokio::sync::Notify;
+use tokio::sync::{watch, Notify};
 
 use crate::message::{Delivery, ReplyTo};
 use crate::protocol::envelope::{Ack, Incarnation, ProducerId};
 use crate::remote::auth::NodeId;
 use crate::remote::backoff::Reconnect;
 use crate::remote::connection::{
-    connect_handshake, drive, next_frame, End, Established, Failure, Link,
+    connect_handshake, drive, next_frame, secure_connect, End, Established, Failure, Link,
 };
 use crate::remote::frame::Frame;
 use crate::remote::handshake::HandshakeError;
 use crate::remote::node::Shared;
 use crate::remote::output::Item;
+use crate::remote::peer::{PeerAddr, Target};
 use crate::remote::routes::{AckRefusal, AckRoute, ReplyAddress, Routes};
 use crate::remote::schema::BodySchema;
 use crate::remote::stats::{add, Warning, Warnings};
 
 /// The connection to one remote address, shared by every reference to consumers there.
 pub(crate) struct Outbound {
-    addr: SocketAddr,
+    addr: PeerAddr,
     node: Arc<Shared>,
     state: Mutex<State>,
     /// A delivery found no connection: (re)connect.
     demand: Notify,
     connector_started: AtomicBool,
+    /// Connection attempts finished (for [`connect_now`](Self::connect_now)).
+    attempts: watch::Sender<u64>,
 }
 
 struct State {
@@ -42,7 +48,16 @@ struct State {
     scratch: Vec<u8>,
     link: Option<Arc<Link>>,
     peer: Option<NodeId>,
+    /// Waiting between attempts after a failure or a loss: deliveries are dropped.
+    backing_off: bool,
+    /// Deliveries waiting for the connection being made, per consumer name.
+    waiting: Vec<(Arc<str>, Group)>,
+    /// About the bytes they take on the wire (at most `max_output_bytes`).
+    waiting_bytes: usize,
 }
+
+/// About what a delivery takes in a frame besides its body: seq, window start, lengths.
+const ITEM_OVERHEAD: usize = 24;
 
 impl ReplyAddress for ReplyTo {
     fn same_as(&self, other: &Self) -> bool {
@@ -58,7 +73,7 @@ pub(crate) struct Group {
 }
 
 impl Outbound {
-    pub(crate) fn new(addr: SocketAddr, node: Arc<Shared>) -> Self {
+    pub(crate) fn new(addr: PeerAddr, node: Arc<Shared>) -> Self {
         let routes = Routes::new(node.options.max_routes);
         Self {
             addr,
@@ -68,9 +83,38 @@ impl Outbound {
                 scratch: Vec::new(),
                 link: None,
                 peer: None,
+                backing_off: false,
+                waiting: Vec::new(),
+                waiting_bytes: 0,
             }),
             demand: Notify::new(),
             connector_started: AtomicBool::new(false),
+            attempts: watch::Sender::new(0),
+        }
+    }
+
+    fn start_connector(self: &Arc<Self>) {
+        if !self.connector_started.swap(true, Ordering::AcqRel) {
+            let this = self.clone();
+            self.node
+                .arbiter
+                .spawn(async move { this.connect_loop().await });
+        }
+    }
+
+    /// Connects now if not connected, and waits for the attempt: the peer's id, or `None`
+    /// if it failed or the node stopped.
+    pub(crate) async fn connect_now(self: &Arc<Self>) -> Option<NodeId> {
+        let mut attempts = self.attempts.subscribe();
+        attempts.mark_unchanged();
+        if let Some(peer) = self.peer() {
+            return Some(peer);
+        }
+        self.start_connector();
+        self.demand.notify_one();
+        tokio::select! {
+            () = self.node.cancel.cancelled() => None,
+            _ = attempts.changed() => self.peer(),
         }
     }
 
@@ -86,31 +130,27 @@ impl Outbound {
         (state.routes.len(), state.routes.bodies())
     }
 
-    /// Sends deliveries to the consumer `name` there; what finds no connection, or no room in
-    /// its output, is dropped and counted (the producer retransmits it).
+    /// Sends deliveries to the consumer `name` there. Without a connection they wait for the
+    /// one being made (up to `max_output_bytes`), or, while backing off after a failure, are
+    /// dropped and counted; so is what finds no room in the output (the producer retransmits
+    /// it).
     pub(crate) fn send<T: Serialize + 'static>(
         self: &Arc<Self>,
-        name: &str,
+        name: &Arc<str>,
         deliveries: Vec<Delivery<T>>,
     ) {
-        if !self.connector_started.swap(true, Ordering::AcqRel) {
-            let this = self.clone();
-            self.node
-                .arbiter
-                .spawn(async move { this.connect_loop().await });
-        }
+        self.start_connector();
         let counters = &self.node.counters;
-        let (link, groups, unsendable) = {
+        let (link, groups) = {
             let mut state = self.lock();
-            let Some(link) = state.link.clone() else {
+            if state.link.is_none() && state.backing_off {
                 drop(state);
                 add(
                     &counters.deliveries_dropped_disconnected,
                     deliveries.len() as u64,
                 );
-                self.demand.notify_one();
                 return;
-            };
+            }
             let State {
                 routes, scratch, ..
             } = &mut *state;
@@ -122,9 +162,51 @@ impl Outbound {
                 &counters.bodies_encoded,
                 &self.node.warnings,
             );
-            (link, groups, unsendable)
+            add(&counters.deliveries_unsendable, unsendable);
+            match state.link.clone() {
+                Some(link) => (link, groups),
+                None => {
+                    self.wait(&mut state, name, groups);
+                    drop(state);
+                    self.demand.notify_one();
+                    return;
+                }
+            }
         };
-        add(&counters.deliveries_unsendable, unsendable);
+        self.push(&link, name, groups);
+    }
+
+    /// Keeps `groups` for the connection being made, as far as `max_output_bytes` allows.
+    fn wait(&self, state: &mut State, name: &Arc<str>, groups: Vec<Group>) {
+        let counters = &self.node.counters;
+        let limit = self.node.options.max_output_bytes;
+        for mut group in groups {
+            let overhead = name.len() + group.producer_id.as_str().len() + ITEM_OVERHEAD;
+            let mut fit = 0;
+            for (_, _, body) in &group.items {
+                let bytes = body.as_slice().len() + ITEM_OVERHEAD;
+                if state.waiting_bytes + overhead + bytes > limit {
+                    break;
+                }
+                state.waiting_bytes += bytes;
+                fit += 1;
+            }
+            add(
+                &counters.deliveries_dropped_full,
+                (group.items.len() - fit) as u64,
+            );
+            if fit > 0 {
+                add(&counters.deliveries_waited, fit as u64);
+                state.waiting_bytes += overhead;
+                group.items.truncate(fit);
+                state.waiting.push((name.clone(), group));
+            }
+        }
+    }
+
+    /// Queues `groups` on `link`, counting what becomes of them.
+    fn push(&self, link: &Link, name: &str, groups: Vec<Group>) {
+        let counters = &self.node.counters;
         for group in groups {
             let pushed = link.with(|output| {
                 output.push_deliveries(
@@ -168,7 +250,7 @@ impl Outbound {
     }
 
     /// Connects when there is demand, runs the connection until it is lost, and again, with
-    /// backoff after failures, until the node stops.
+    /// backoff after failures and losses, until the node stops.
     async fn connect_loop(self: Arc<Self>) {
         let node = &self.node;
         let options = &node.options;
@@ -187,37 +269,88 @@ impl Outbound {
                 backoff.reset();
                 self.run(established).await;
                 self.demand.notify_one(); // reconnect without waiting for a delivery
+            } else {
+                // Nothing waits beyond a failed attempt: the producers retransmit.
+                let mut state = self.lock();
+                let dropped: usize = state.waiting.iter().map(|(_, g)| g.items.len()).sum();
+                state.waiting.clear();
+                state.waiting_bytes = 0;
+                drop(state);
+                add(
+                    &node.counters.deliveries_dropped_disconnected,
+                    dropped as u64,
+                );
+                self.attempts.send_modify(|n| *n += 1);
             }
+            self.lock().backing_off = true;
             tokio::select! {
                 biased;
                 () = node.cancel.cancelled() => return,
                 () = tokio::time::sleep(backoff.next_wait()) => {}
             }
+            self.lock().backing_off = false;
         }
+    }
+
+    /// The addresses to try: the address, or what the name resolves to now.
+    async fn resolve(&self) -> io::Result<Vec<SocketAddr>> {
+        let (host, port) = match &self.addr.0 {
+            Target::Addr(addr) => return Ok(vec![*addr]),
+            Target::Name { host, port } => (host, *port),
+        };
+        let addrs = match &self.node.options.resolver.0 {
+            Some(resolve) => resolve(host, port)?,
+            None => tokio::net::lookup_host((&**host, port)).await?.collect(),
+        };
+        if addrs.is_empty() {
+            return Err(io::Error::other("no address"));
+        }
+        Ok(addrs)
+    }
+
+    /// A TCP connection to the first of the peer's addresses that answers.
+    async fn open(&self) -> Option<TcpStream> {
+        let node = &self.node;
+        let addrs = match self.resolve().await {
+            Ok(addrs) => addrs,
+            Err(err) => {
+                add(&node.counters.resolve_failures, 1);
+                add(&node.counters.connect_failures, 1);
+                node.warnings.warn(Warning::Handshake, || {
+                    format!("{} did not resolve: {err}", self.addr)
+                });
+                return None;
+            }
+        };
+        for addr in addrs {
+            let connect = TcpStream::connect(addr);
+            if let Ok(Ok(stream)) =
+                tokio::time::timeout(node.options.connect_timeout, connect).await
+            {
+                return Some(stream);
+            }
+            log::debug!("connecting to {} at {addr} failed", self.addr);
+        }
+        add(&node.counters.connect_failures, 1);
+        None
     }
 
     async fn connect(&self) -> Option<Established> {
         let node = &self.node;
-        let options = &node.options;
-        let stream = match tokio::time::timeout(
-            options.connect_timeout,
-            TcpStream::connect(self.addr),
-        )
-        .await
-        {
-            Ok(Ok(stream)) => stream,
-            _ => {
-                add(&node.counters.connect_failures, 1);
-                log::debug!("connecting to {} failed", self.addr);
-                return None;
-            }
-        };
-        let handshake = tokio::time::timeout(
-            options.handshake_timeout,
-            connect_handshake(stream, &node.local),
-        );
+        let stream = self.open().await?;
+        let handshake = tokio::time::timeout(node.options.handshake_timeout, async {
+            connect_handshake(secure_connect(node, stream, &self.addr).await?, &node.local).await
+        });
         match handshake.await {
             Ok(Ok(established)) => Some(established),
+            Ok(Err(Failure::Tls(why))) => {
+                add(&node.counters.handshake_failures, 1);
+                add(&node.counters.tls_failures, 1);
+                node.warnings.warn(Warning::Handshake, || {
+                    format!("refused the node at {}: {why}", self.addr)
+                });
+                None
+            }
             Ok(Err(Failure::Io)) => {
                 // Closed during the handshake: the peer refused us (or went away).
                 add(&node.counters.handshake_failures, 1);
@@ -254,6 +387,7 @@ impl Outbound {
             mut reader,
             writer,
             session,
+            ..
         } = established;
         let mut opener = session.opener;
         let link = Arc::new(Link::new(
@@ -272,7 +406,13 @@ impl Outbound {
             }
             state.peer = Some(session.peer);
             state.link = Some(link.clone());
+            // What waited goes first, in its order, before anything sent from now on.
+            state.waiting_bytes = 0;
+            for (name, group) in std::mem::take(&mut state.waiting) {
+                self.push(&link, &name, vec![group]);
+            }
         }
+        self.attempts.send_modify(|n| *n += 1);
         add(&node.counters.connections_opened, 1);
         log::debug!("connected to {} (node {})", self.addr, session.peer);
         let read = async {

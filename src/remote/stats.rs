@@ -18,12 +18,21 @@ pub struct NodeStats {
     pub connections_accepted: u64,
     /// Authenticated connections open now, both ways.
     pub connections_open: u64,
-    /// Attempts to connect that failed before a handshake (refused, unreachable, timed out).
+    /// Attempts to connect that failed before a handshake (refused, unreachable, timed out,
+    /// or a name that did not resolve).
     pub connect_failures: u64,
+    /// Names of peers that did not resolve to an address (also counted in
+    /// `connect_failures`; retried with the reconnection backoff).
+    pub resolve_failures: u64,
     /// Handshakes that failed, both ways (wrong secret, mode or version, a replay, a
     /// timeout, an eviction): each closed its connection, and nothing it carried reached a
     /// consumer.
     pub handshake_failures: u64,
+    /// Handshakes that failed in TLS, both ways (also counted in `handshake_failures`): a
+    /// certificate not signed by a trusted root, expired, or not for the name connected to;
+    /// no certificate where mutual TLS requires one; or a peer that does not speak TLS to a
+    /// TLS node, or speaks it to a node that does not.
+    pub tls_failures: u64,
     /// Handshakes that took longer than `handshake_timeout`, both ways (also counted in
     /// `handshake_failures`).
     pub handshakes_timed_out: u64,
@@ -63,6 +72,10 @@ pub struct NodeStats {
     pub acks_in: u64,
     /// Deliveries received for a consumer name this node does not expose (dropped).
     pub unknown_consumer: u64,
+    /// Deliveries received from a peer whose identity the consumer is not exposed to
+    /// ([`Node::expose_to`](crate::remote::Node::expose_to)): none is handed over, and the
+    /// connection is closed.
+    pub unauthorized_deliveries: u64,
     /// ACKs received for no known producer incarnation (dropped).
     pub unroutable_acks: u64,
     /// ACKs received for a producer of which 8 192 ACKs handed to it are not known to be
@@ -73,7 +86,11 @@ pub struct NodeStats {
     pub deliveries_dropped_full: u64,
     /// ACKs dropped because their connection's output was full.
     pub acks_dropped_full: u64,
-    /// Deliveries dropped because no connection to their node was up.
+    /// Deliveries that found their connection being made and waited for it (bounded by
+    /// `max_output_bytes`); sent once it is up.
+    pub deliveries_waited: u64,
+    /// Deliveries dropped because no connection to their node was up or being made, or
+    /// because the attempt they waited for failed.
     pub deliveries_dropped_disconnected: u64,
     /// ACKs dropped because the connection their delivery came on was closed.
     pub acks_dropped_disconnected: u64,
@@ -119,7 +136,9 @@ counters!(Counters => NodeStats {
     connections_accepted,
     connections_open,
     connect_failures,
+    resolve_failures,
     handshake_failures,
+    tls_failures,
     handshakes_timed_out,
     handshakes_evicted,
     version_refusals,
@@ -134,10 +153,12 @@ counters!(Counters => NodeStats {
     acks_out,
     acks_in,
     unknown_consumer,
+    unauthorized_deliveries,
     unroutable_acks,
     acks_dropped_busy,
     deliveries_dropped_full,
     acks_dropped_full,
+    deliveries_waited,
     deliveries_dropped_disconnected,
     acks_dropped_disconnected,
     deliveries_unsendable,
@@ -163,6 +184,7 @@ pub(crate) enum Warning {
     Dropped,
     Unsendable,
     Undecodable,
+    Unauthorized,
 }
 
 /// At most one warning a minute per kind, with the count in between. Never prints peer-

@@ -1,4 +1,8 @@
 //! Support for the TCP tests: nodes on 127.0.0.1, recording consumers, waiting with a deadline.
+//!
+//! The suites of `remote_delivery`, `remote_faults` and `remote_crash` run in the mode of
+//! [`secured`]: over mutual TLS when built with the `tls` feature (the all-features pass),
+//! with the shared secret otherwise.
 #![allow(dead_code)] // each test binary uses a different subset
 
 use std::collections::HashMap;
@@ -54,18 +58,44 @@ pub fn localhost() -> SocketAddr {
     "127.0.0.1:0".parse().unwrap()
 }
 
-/// A node with the test secret listening on an ephemeral port of 127.0.0.1.
+/// [`fast`] options in the suites' mode: mutual TLS with the shared test PKI when built with
+/// the `tls` feature, the test secret otherwise.
+pub fn secured(builder: NodeOptionsBuilder) -> NodeOptionsBuilder {
+    #[cfg(feature = "tls")]
+    let builder = builder.tls(tls::shared_tls());
+    #[cfg(not(feature = "tls"))]
+    let builder = builder.secret(secret());
+    fast(builder)
+}
+
+/// What a child process needs to run in the suites' mode (the shared test PKI under TLS).
+pub fn child_env() -> Vec<(&'static str, String)> {
+    #[cfg(feature = "tls")]
+    return tls::child_env();
+    #[cfg(not(feature = "tls"))]
+    Vec::new()
+}
+
+/// A node in the suites' mode listening on an ephemeral port of 127.0.0.1.
 pub async fn listening_node() -> Node {
-    let options = fast(NodeOptions::builder().secret(secret()))
+    let options = secured(NodeOptions::builder())
         .listen(localhost())
         .build()
         .unwrap();
     Node::start(options).await.unwrap()
 }
 
-/// A node with the test secret that does not listen.
+/// A node in the suites' mode that does not listen.
 pub async fn sending_node() -> Node {
+    let options = secured(NodeOptions::builder()).build().unwrap();
+    Node::start(options).await.unwrap()
+}
+
+/// A node with the test secret listening on an ephemeral port of 127.0.0.1 (for the tests of
+/// the secret's handshake and frame tags).
+pub async fn secret_listening_node() -> Node {
     let options = fast(NodeOptions::builder().secret(secret()))
+        .listen(localhost())
         .build()
         .unwrap();
     Node::start(options).await.unwrap()
@@ -167,4 +197,6 @@ pub async fn wait_until(timeout: Duration, mut done: impl FnMut() -> bool) -> bo
 
 pub mod evolution;
 pub mod proxy;
+#[cfg(feature = "tls")]
+pub mod tls;
 pub mod wire;

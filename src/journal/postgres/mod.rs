@@ -15,9 +15,13 @@ use tokio_postgres::{Client, Config, NoTls, Statement};
 
 mod options;
 mod schema;
+#[cfg(feature = "tls")]
+mod tls;
 mod writer;
 
 pub use options::{PostgresOptions, PostgresStats};
+#[cfg(feature = "tls")]
+pub use tls::PostgresTls;
 
 use crate::codec::Manifest;
 use crate::journal::write::{WriteOp, WriteRequest};
@@ -158,11 +162,18 @@ impl PostgresJournal {
             .map_err(|err| JournalError::storage(None, format!("cannot start a runtime: {err}")))?;
         let counters = Arc::new(Counters::default());
         let sql = Arc::new(Sql::new(&options.schema));
+        #[cfg(feature = "tls")]
+        if options.tls.is_some() {
+            // Never fall back to an unencrypted connection.
+            config.ssl_mode(tokio_postgres::config::SslMode::Require);
+        }
         let connector = Connector {
             config,
             runtime: runtime.handle().clone(),
             connect_timeout: options.connect_timeout,
             sql: sql.clone(),
+            #[cfg(feature = "tls")]
+            tls: options.tls.as_ref().map(tls::PostgresTls::connector),
         };
 
         let (writes, queue) = mpsc::channel(options.queue_capacity);
@@ -480,14 +491,36 @@ struct Connector {
     runtime: Handle,
     connect_timeout: std::time::Duration,
     sql: Arc<Sql>,
+    #[cfg(feature = "tls")]
+    tls: Option<tls::MakeRustls>,
 }
 
 impl Connector {
     /// Connects; must run on the journal's runtime (which then drives the connection).
     async fn open(&self) -> Result<Client, JournalError> {
-        let connecting = tokio::time::timeout(self.connect_timeout, self.config.connect(NoTls));
+        #[cfg(feature = "tls")]
+        if let Some(tls) = &self.tls {
+            return self.open_with(tls.clone()).await;
+        }
+        self.open_with(NoTls).await
+    }
+
+    async fn open_with<T>(&self, tls: T) -> Result<Client, JournalError>
+    where
+        T: tokio_postgres::tls::MakeTlsConnect<tokio_postgres::Socket>,
+        T::Stream: Send + 'static,
+    {
+        let connecting = tokio::time::timeout(self.connect_timeout, self.config.connect(tls));
         let (client, connection) = match connecting.await {
             Ok(Ok(connected)) => connected,
+            // The client's own errors (TLS among them) say why in their source.
+            Ok(Err(err)) if err.as_db_error().is_none() && err.source().is_some() => {
+                let why = err.source().map(ToString::to_string).unwrap_or_default();
+                return Err(JournalError::storage(
+                    None,
+                    format!("cannot connect to PostgreSQL: {err}: {why}"),
+                ));
+            }
             Ok(Err(err)) => return Err(db_error(None, "cannot connect to PostgreSQL", &err)),
             Err(_) => {
                 return Err(JournalError::storage(

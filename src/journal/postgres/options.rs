@@ -42,6 +42,8 @@ pub struct PostgresOptions {
     pub(super) commit_timeout: Duration,
     pub(super) min_backoff: Duration,
     pub(super) max_backoff: Duration,
+    #[cfg(feature = "tls")]
+    pub(super) tls: Option<super::tls::PostgresTls>,
 }
 
 impl Default for PostgresOptions {
@@ -58,11 +60,24 @@ impl Default for PostgresOptions {
             commit_timeout: Duration::from_secs(30),
             min_backoff: Duration::from_millis(50),
             max_backoff: Duration::from_secs(2),
+            #[cfg(feature = "tls")]
+            tls: None,
         }
     }
 }
 
 impl PostgresOptions {
+    /// Connect over TLS (feature `tls`): [`PostgresTls::verify_full`] or
+    /// [`PostgresTls::require`] (default: no TLS, as `NoTls`).
+    ///
+    /// [`PostgresTls::verify_full`]: crate::journal::PostgresTls::verify_full
+    /// [`PostgresTls::require`]: crate::journal::PostgresTls::require
+    #[cfg(feature = "tls")]
+    pub fn tls(mut self, tls: super::tls::PostgresTls) -> Self {
+        self.tls = Some(tls);
+        self
+    }
+
     /// The PostgreSQL schema (namespace) that holds the journal's tables: 1 to 63 characters
     /// of lower-case ASCII letters, digits and `_`, not starting with a digit. Created on
     /// first connect if it does not exist (and `create_tables` is on). Separate schemas are

@@ -1,0 +1,288 @@
+//! TLS on the TCP transport (feature `tls`): a node's TLS 1.3 settings ([`NodeTls`]), with
+//! the `ring` provider, certificates checked against the given roots and the peer's name,
+//! and, when mutual, the identities of connecting peers (the DNS names of their
+//! certificates' subject alternative names), which [`Node::expose_to`] authorizes.
+//!
+//! [`Node::expose_to`]: crate::remote::Node::expose_to
+
+use std::io;
+use std::sync::Arc;
+
+use rustls::pki_types::pem::PemObject;
+use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName};
+use rustls::server::WebPkiClientVerifier;
+use rustls::{ClientConfig, RootCertStore, ServerConfig};
+use tokio::net::TcpStream;
+use tokio_rustls::{TlsAcceptor, TlsConnector};
+
+use crate::remote::connection::Identity;
+use crate::remote::peer::{PeerAddr, Target};
+
+/// Why TLS settings were refused.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum TlsError {
+    /// A PEM input holds nothing usable.
+    #[error("{what}: {why}")]
+    Pem {
+        /// Which input (`ca`, `certificate`, `key`).
+        what: &'static str,
+        /// What is wrong with it.
+        why: String,
+    },
+    /// rustls refused the settings (a key that does not match its certificate, say).
+    #[error("rustls refused the TLS settings: {0}")]
+    Rustls(#[from] rustls::Error),
+    /// The verifier of client certificates could not be built (no usable root, say).
+    #[error("the client certificate verifier: {0}")]
+    Verifier(String),
+}
+
+fn pem_error(what: &'static str) -> impl Fn(rustls::pki_types::pem::Error) -> TlsError {
+    move |err| TlsError::Pem {
+        what,
+        why: err.to_string(),
+    }
+}
+
+/// A node's TLS settings: what it trusts, what it presents, and whether peers must present a
+/// certificate too (mutual TLS). Built from PEM with [`NodeTls::builder`] or from rustls
+/// configurations with [`NodeTls::from_configs`]; set with
+/// [`NodeOptionsBuilder::tls`](crate::remote::NodeOptionsBuilder::tls). Cheap to clone.
+///
+/// Only TLS 1.3 is spoken. A connecting node checks the listening node's certificate against
+/// its roots and against the name it connects to: the host of a
+/// [`PeerAddr`](crate::remote::PeerAddr) name (`orders.internal:7100`) or, for an address,
+/// its IP (which the certificate must then name as an IP subject alternative name).
+///
+/// ```no_run
+/// use actix_delivery::remote::{NodeOptions, NodeTls};
+///
+/// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// let tls = NodeTls::builder(std::fs::read("ca.pem")?)?
+///     .certificate(std::fs::read("node.pem")?, std::fs::read("node.key")?)?
+///     .mutual()
+///     .build()?;
+/// let options = NodeOptions::builder()
+///     .tls(tls)
+///     .listen("0.0.0.0:7100".parse()?)
+///     .build()?;
+/// # Ok(()) }
+/// ```
+#[derive(Clone)]
+pub struct NodeTls {
+    server: Option<Arc<ServerConfig>>,
+    client: Arc<ClientConfig>,
+    identities: bool,
+}
+
+impl std::fmt::Debug for NodeTls {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("NodeTls")
+            .field("can_listen", &self.server.is_some())
+            .field("identities", &self.identities)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Builds [`NodeTls`] from PEM.
+pub struct NodeTlsBuilder {
+    roots: RootCertStore,
+    certificate: Option<(Vec<CertificateDer<'static>>, PrivateKeyDer<'static>)>,
+    mutual: bool,
+}
+
+impl std::fmt::Debug for NodeTlsBuilder {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("NodeTlsBuilder")
+            .field("roots", &self.roots.len())
+            .field("certificate", &self.certificate.is_some())
+            .field("mutual", &self.mutual)
+            .finish()
+    }
+}
+
+impl NodeTls {
+    /// Starts settings that trust the certificate authorities in `ca_pem` (one or more PEM
+    /// certificates): for the certificates of the nodes this one connects to, and, when
+    /// [`mutual`](NodeTlsBuilder::mutual), of the nodes that connect to it.
+    ///
+    /// # Errors
+    /// [`TlsError::Pem`] (`ca`) if `ca_pem` holds no certificate or one that is not valid.
+    pub fn builder(ca_pem: impl AsRef<[u8]>) -> Result<NodeTlsBuilder, TlsError> {
+        let mut roots = RootCertStore::empty();
+        for cert in CertificateDer::pem_slice_iter(ca_pem.as_ref()) {
+            let cert = cert.map_err(pem_error("ca"))?;
+            roots.add(cert)?;
+        }
+        if roots.is_empty() {
+            return Err(TlsError::Pem {
+                what: "ca",
+                why: "no certificate in the PEM".to_string(),
+            });
+        }
+        Ok(NodeTlsBuilder {
+            roots,
+            certificate: None,
+            mutual: false,
+        })
+    }
+
+    /// Settings from rustls configurations, for what the builder does not offer (other roots,
+    /// revocation lists, custom verifiers): `server` for listening (`None`: this node cannot
+    /// listen), `client` for connecting. Connecting peers have an identity if `server` verifies
+    /// client certificates. Use TLS 1.3 and verification as the builder does: these are used
+    /// as they are.
+    pub fn from_configs(server: Option<Arc<ServerConfig>>, client: Arc<ClientConfig>) -> Self {
+        Self {
+            server,
+            client,
+            identities: true,
+        }
+    }
+
+    /// Whether the node can listen (it has a certificate to present).
+    pub(crate) fn can_listen(&self) -> bool {
+        self.server.is_some()
+    }
+
+    /// Whether connecting peers may have identities (mutual TLS).
+    pub(crate) fn identities(&self) -> bool {
+        self.identities
+    }
+
+    /// The client side of TLS over `stream`, checking the server's certificate for `name`.
+    pub(crate) async fn connect(
+        &self,
+        name: ServerName<'static>,
+        stream: TcpStream,
+    ) -> io::Result<tokio_rustls::client::TlsStream<TcpStream>> {
+        TlsConnector::from(self.client.clone())
+            .connect(name, stream)
+            .await
+    }
+
+    /// The server side of TLS over `stream`; the client's identity if it presented a
+    /// (verified) certificate.
+    pub(crate) async fn accept(
+        &self,
+        stream: TcpStream,
+    ) -> io::Result<(tokio_rustls::server::TlsStream<TcpStream>, Option<Identity>)> {
+        let server = self
+            .server
+            .clone()
+            .ok_or_else(|| io::Error::other("no certificate to listen with"))?;
+        let stream = TlsAcceptor::from(server).accept(stream).await?;
+        let identity = stream
+            .get_ref()
+            .1
+            .peer_certificates()
+            .and_then(|chain| chain.first())
+            .map(identity);
+        Ok((stream, identity))
+    }
+}
+
+/// The DNS names among a (verified) certificate's subject alternative names.
+fn identity(cert: &CertificateDer<'_>) -> Identity {
+    let names: Vec<String> = match webpki::EndEntityCert::try_from(cert) {
+        Ok(cert) => cert.valid_dns_names().map(str::to_owned).collect(),
+        Err(_) => Vec::new(),
+    };
+    names.into()
+}
+
+impl NodeTlsBuilder {
+    /// This node's certificate chain (PEM, its own certificate first) and private key (PEM:
+    /// PKCS#8, PKCS#1 or SEC1). Required to listen, and for mutual TLS.
+    ///
+    /// # Errors
+    /// [`TlsError::Pem`] (`certificate` or `key`) if either holds nothing usable.
+    pub fn certificate(
+        mut self,
+        chain_pem: impl AsRef<[u8]>,
+        key_pem: impl AsRef<[u8]>,
+    ) -> Result<Self, TlsError> {
+        let chain = CertificateDer::pem_slice_iter(chain_pem.as_ref())
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(pem_error("certificate"))?;
+        if chain.is_empty() {
+            return Err(TlsError::Pem {
+                what: "certificate",
+                why: "no certificate in the PEM".to_string(),
+            });
+        }
+        let key = PrivateKeyDer::from_pem_slice(key_pem.as_ref()).map_err(pem_error("key"))?;
+        self.certificate = Some((chain, key));
+        Ok(self)
+    }
+
+    /// Mutual TLS: connecting nodes must present a certificate signed by one of the roots,
+    /// and this node presents its own when it connects. A connecting node's identity is then
+    /// the DNS names of its certificate's subject alternative names, which
+    /// [`Node::expose_to`](crate::remote::Node::expose_to) can authorize.
+    pub fn mutual(mut self) -> Self {
+        self.mutual = true;
+        self
+    }
+
+    /// Builds the settings.
+    ///
+    /// # Errors
+    /// [`TlsError::Pem`] (`certificate`) if mutual without a certificate;
+    /// [`TlsError::Rustls`] if the key does not fit the certificate.
+    pub fn build(self) -> Result<NodeTls, TlsError> {
+        let provider = Arc::new(rustls::crypto::ring::default_provider());
+        let roots = Arc::new(self.roots);
+        let client = ClientConfig::builder_with_provider(provider.clone())
+            .with_protocol_versions(&[&rustls::version::TLS13])?
+            .with_root_certificates(roots.clone());
+        let client = match (&self.certificate, self.mutual) {
+            (Some((chain, key)), true) => {
+                client.with_client_auth_cert(chain.clone(), key.clone_key())?
+            }
+            (None, true) => {
+                return Err(TlsError::Pem {
+                    what: "certificate",
+                    why: "mutual TLS needs this node's certificate".to_string(),
+                })
+            }
+            (_, false) => client.with_no_client_auth(),
+        };
+        let server = match self.certificate {
+            None => None,
+            Some((chain, key)) => {
+                let verifier = if self.mutual {
+                    WebPkiClientVerifier::builder_with_provider(roots, provider.clone())
+                        .build()
+                        .map_err(|err| TlsError::Verifier(err.to_string()))?
+                } else {
+                    WebPkiClientVerifier::no_client_auth()
+                };
+                let server = ServerConfig::builder_with_provider(provider)
+                    .with_protocol_versions(&[&rustls::version::TLS13])?
+                    .with_client_cert_verifier(verifier)
+                    .with_single_cert(chain, key)?;
+                Some(Arc::new(server))
+            }
+        };
+        Ok(NodeTls {
+            server,
+            client: Arc::new(client),
+            identities: self.mutual,
+        })
+    }
+}
+
+/// The name a connecting node checks the listening node's certificate for: the host of a
+/// name, or the IP of an address.
+pub(crate) fn server_name(peer: &PeerAddr, stream: &TcpStream) -> ServerName<'static> {
+    let ip = |addr: std::net::SocketAddr| ServerName::IpAddress(addr.ip().into());
+    match &peer.0 {
+        Target::Addr(addr) => ip(*addr),
+        Target::Name { host, .. } => ServerName::try_from(host.to_string())
+            .ok()
+            .or_else(|| stream.peer_addr().ok().map(ip))
+            .unwrap_or_else(|| ServerName::IpAddress(std::net::Ipv4Addr::UNSPECIFIED.into())),
+    }
+}

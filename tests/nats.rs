@@ -87,8 +87,24 @@ async fn acks_reach_the_right_producer_among_several_on_one_carrier() {
     assert_eq!(client.stats().unroutable_acks, 0);
 }
 
-/// Publishes `payload` on `subject`, asking for replies on `reply` (if any).
+/// The protocol version a NATS message starts with.
+const VERSION: u8 = 2;
+
+/// Publishes `payload` as a message of this protocol (after its version) on `subject`,
+/// asking for replies on `reply` (if any).
 async fn publish(raw: &async_nats::Client, subject: &str, reply: Option<&str>, payload: Vec<u8>) {
+    let mut message = vec![VERSION];
+    message.extend(payload);
+    publish_unversioned(raw, subject, reply, message).await;
+}
+
+/// Publishes `payload` as it is, as a carrier of protocol 1 did (the frame first).
+async fn publish_unversioned(
+    raw: &async_nats::Client,
+    subject: &str,
+    reply: Option<&str>,
+    payload: Vec<u8>,
+) {
     let subject = subject.to_string();
     match reply {
         Some(reply) => raw
@@ -194,8 +210,32 @@ async fn garbage_is_refused_and_counted_and_the_consumer_goes_on() {
         .await
         .expect("an ACK")
         .unwrap();
-    assert_eq!(ack.payload.as_ref(), &[5, 1, b'p', 0, 1, 1, 1]); // Acks: p, (0, 1), [1]
+    // Version 2, Acks: p, (0, 1), [1].
+    assert_eq!(ack.payload.as_ref(), &[VERSION, 5, 1, b'p', 0, 1, 1, 1]);
     assert_eq!(handled.total(), 1);
+    assert_eq!(server.stats().version_refusals, 0);
+
+    // The same delivery as a carrier of protocol 1 sent it (the frame first, no version):
+    // refused as another protocol's, counted, never handled.
+    let before = server.stats().decode_failures;
+    publish_unversioned(
+        &raw,
+        &subject,
+        Some(&replies),
+        deliveries_frame(&subject, &[2, 1, 8]),
+    )
+    .await;
+    raw.flush().await.unwrap();
+    assert!(
+        wait_until(Duration::from_secs(5), || {
+            let stats = server.stats();
+            stats.version_refusals == 1 && stats.decode_failures == before + 1
+        })
+        .await,
+        "{:?}",
+        server.stats()
+    );
+    assert_eq!(handled.total(), 1, "nothing of it reached the handler");
 
     // Garbage on a producer's ACK inbox (learned from a delivery's reply subject).
     let mut spy = nats_support::subscribed(&raw, &subject).await;
@@ -821,7 +861,8 @@ async fn spied_batch(spy: &mut async_nats::Subscriber) -> (String, remote::wire:
         .expect("a batch")
         .unwrap();
     let reply = seen.reply.expect("deliveries name the inbox").to_string();
-    match actix_delivery::codec::decode(&seen.payload).unwrap() {
+    assert_eq!(seen.payload[0], VERSION);
+    match actix_delivery::codec::decode(&seen.payload[1..]).unwrap() {
         remote::wire::Frame::Deliveries(batch) => (reply, batch),
         other => panic!("{other:?}"),
     }
@@ -863,7 +904,8 @@ async fn an_ack_flood_at_a_busy_producer_is_bounded_and_counted() {
             incarnation: batch.incarnation,
             seqs: (1..=PER_FRAME).collect(),
         });
-        let payload = actix_delivery::codec::encode(&acks).unwrap();
+        let mut payload = vec![VERSION];
+        payload.extend(actix_delivery::codec::encode(&acks).unwrap());
         raw.publish(inbox.clone(), payload.into()).await.unwrap();
     }
     raw.flush().await.unwrap();

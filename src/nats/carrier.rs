@@ -28,6 +28,7 @@ use super::options::NatsOptions;
 use super::publisher::Publisher;
 use super::stats::{Counters, NatsStats};
 use super::subject::{check_group, check_subject, SubjectError};
+use super::MESSAGE_VERSION;
 
 /// Why the carrier could not do what was asked.
 #[derive(Debug, thiserror::Error)]
@@ -239,12 +240,33 @@ impl Shared {
         );
     }
 
-    /// A received payload as a frame, if it is one within the limits.
+    /// A received payload as a frame, if it is one of this protocol version within the
+    /// limits. A message of another version is counted and warned about here (the caller
+    /// refuses it like any other).
     pub(crate) fn decode<'a>(&self, payload: &'a [u8]) -> Option<Frame<'a>> {
         if payload.len() > self.max_received {
             return None;
         }
-        Frame::decode(payload).ok()
+        match payload.split_first() {
+            Some((&MESSAGE_VERSION, frame)) => Frame::decode(frame).ok(),
+            Some((&first, _)) => {
+                add(&self.counters.version_refusals, 1);
+                self.warnings.warn(Warning::Version, || {
+                    // Protocol 1 put the frame first: its kinds, 4 and 5, are its first byte.
+                    let version = if matches!(first, 4 | 5) {
+                        "protocol 1 (an earlier release)".to_string()
+                    } else {
+                        format!("another protocol version (first byte {first})")
+                    };
+                    format!(
+                        "refused a NATS message of {version}; this carrier speaks protocol \
+                         {MESSAGE_VERSION}: upgrade every carrier of a deployment together"
+                    )
+                });
+                None
+            }
+            None => None,
+        }
     }
 
     /// Counts (and now and then logs) a refused message.

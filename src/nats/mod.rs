@@ -39,15 +39,18 @@
 //!
 //! # Wire format
 //!
-//! One NATS message is one frame of the TCP transport ([`remote`](crate::remote), "Wire
-//! format"), without the length prefix (NATS frames its messages) and without a tag (NATS
-//! authenticates its clients): kind 4 `Deliveries` on the consumer's subject (its consumer
-//! name is the subject), kind 5 `Acks` on the producer's inbox. Bodies carry their codec and
-//! schema version as over TCP ([`BodySchema`](crate::remote::BodySchema), declared with
-//! [`NatsCarrier::body_schema`]). NATS messages carry no protocol version (there is no
-//! handshake): carriers of protocol 1 (releases before bodies carried a codec) and 2 make dead
-//! letters of each other's bodies (or, for a type whose bincode encoding accepts any bytes,
-//! misread them), so move a NATS deployment to protocol 2 at once.
+//! One NATS message is the protocol version (one byte, 2), then one frame of the TCP transport
+//! ([`remote`](crate::remote), "Wire format"), without the length prefix (NATS frames its
+//! messages) and without a tag (NATS authenticates its clients): kind 4 `Deliveries` on the
+//! consumer's subject (its consumer name is the subject), kind 5 `Acks` on the producer's
+//! inbox. Bodies carry their codec and schema version as over TCP
+//! ([`BodySchema`](crate::remote::BodySchema), declared with [`NatsCarrier::body_schema`]).
+//! A message of another protocol version is refused, counted in
+//! [`NatsStats::version_refusals`] and warned about: protocol 1 (releases before bodies
+//! carried a codec, and before NATS messages carried a version) put the frame first, so this
+//! carrier refuses its messages, and it refuses this carrier's as frames of the wrong kind:
+//! neither misreads the other, and neither delivers to the other. Move a NATS deployment to
+//! protocol 2 at once.
 //!
 //! # Untrusted input and bounded memory
 //!
@@ -95,6 +98,9 @@
 //!   must outlive both sides' journals, be replayed by consumers that join later, or fan out
 //!   to many independent readers; this crate's durable producer and persistent consumer then
 //!   add nothing the broker does not already give.
+
+/// The protocol version every NATS message starts with: the TCP transport's.
+pub(crate) const MESSAGE_VERSION: u8 = crate::remote::frame::PROTOCOL_VERSION as u8;
 
 mod acks;
 mod carrier;

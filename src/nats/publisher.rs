@@ -17,6 +17,7 @@ use crate::remote::output::{Output, Pushed};
 use crate::remote::stats::add;
 
 use super::stats::Counters;
+use super::MESSAGE_VERSION;
 
 /// One message for the client.
 struct Publish {
@@ -65,7 +66,8 @@ impl Publisher {
     ) -> Pushed {
         let mut queue = self.lock();
         let room = self.limit.saturating_sub(queue.bytes);
-        let mut output = Output::new(room, self.max_payload, Sealer::new(None));
+        // One byte of each message is the protocol version.
+        let mut output = Output::new(room, self.max_payload - 1, Sealer::new(None));
         let pushed = push(&mut output);
         if pushed.frames == 0 {
             return pushed;
@@ -74,7 +76,7 @@ impl Publisher {
         output.take(&mut encoded);
         queue.bytes += encoded.len();
         queue.high_water = queue.high_water.max(queue.bytes);
-        for payload in payloads(Bytes::from(encoded)) {
+        for payload in payloads(encoded) {
             queue.messages.push_back(Publish {
                 subject: subject.clone(),
                 reply: reply.cloned(),
@@ -149,15 +151,23 @@ impl Publisher {
     }
 }
 
-/// The frames of an output's bytes, each without its length prefix (zero-copy slices).
-fn payloads(mut encoded: Bytes) -> impl Iterator<Item = Bytes> {
-    std::iter::from_fn(move || {
-        let prefix: [u8; LENGTH_PREFIX] = encoded.get(..LENGTH_PREFIX)?.try_into().ok()?;
-        let len = u32::from_be_bytes(prefix) as usize;
-        let frame = encoded.slice(LENGTH_PREFIX..LENGTH_PREFIX + len);
-        encoded = encoded.slice(LENGTH_PREFIX + len..);
-        Some(frame)
-    })
+/// The frames of an output's bytes, each as one message: [`MESSAGE_VERSION`], then the frame.
+/// Zero-copy: the version takes the place of the last byte of the frame's length prefix.
+fn payloads(mut encoded: Vec<u8>) -> Vec<Bytes> {
+    let mut frames = Vec::new();
+    let mut at = 0;
+    while let Some(prefix) = encoded.get(at..at + LENGTH_PREFIX) {
+        let len = u32::from_be_bytes(prefix.try_into().expect("a 4-byte prefix")) as usize;
+        let start = at + LENGTH_PREFIX - 1;
+        encoded[start] = MESSAGE_VERSION;
+        at += LENGTH_PREFIX + len;
+        frames.push(start..at);
+    }
+    let encoded = Bytes::from(encoded);
+    frames
+        .into_iter()
+        .map(|range| encoded.slice(range))
+        .collect()
 }
 
 #[cfg(test)]
@@ -192,7 +202,8 @@ mod tests {
         let mut seqs = Vec::new();
         for payload in &payloads {
             assert!(payload.len() <= 4096);
-            let Ok(Frame::Deliveries(batch)) = Frame::decode(payload) else {
+            assert_eq!(payload[0], MESSAGE_VERSION);
+            let Ok(Frame::Deliveries(batch)) = Frame::decode(&payload[1..]) else {
                 panic!("a deliveries frame");
             };
             assert_eq!((batch.consumer, batch.producer_id), ("orders", "p"));

@@ -17,6 +17,9 @@ pub struct NatsStats {
     /// they arrived, or an identifier over 256 bytes. Each is dropped whole; nothing of it
     /// reaches a consumer.
     pub decode_failures: u64,
+    /// Of the refused messages, those of another protocol version (of a carrier of an
+    /// earlier or later release, whose frames or bodies differ): dropped.
+    pub version_refusals: u64,
     /// Deliveries queued for publishing.
     pub deliveries_out: u64,
     /// Deliveries received and handed to an exposed consumer.
@@ -78,6 +81,7 @@ counters!(Counters => NatsStats {
     frames_in,
     frames_out,
     decode_failures,
+    version_refusals,
     deliveries_out,
     deliveries_in,
     undecodable_bodies,

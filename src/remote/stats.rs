@@ -185,12 +185,18 @@ pub(crate) enum Warning {
     Unsendable,
     Undecodable,
     Unauthorized,
+    Version,
+}
+
+impl Warning {
+    /// How many kinds there are.
+    const KINDS: usize = Warning::Version as usize + 1;
 }
 
 /// At most one warning a minute per kind, with the count in between. Never prints peer-
 /// supplied ids.
 #[derive(Debug, Default)]
-pub(crate) struct Warnings([Mutex<RateLimited>; 6]);
+pub(crate) struct Warnings([Mutex<RateLimited>; Warning::KINDS]);
 
 impl Warnings {
     /// Warns about `what` (one more of `kind`) if a warning of that kind is due.

@@ -150,8 +150,19 @@
 //! ([`DeliveryInfo`]), dead letters and logs see [`IncarnationId`], a one-way digest that names
 //! the incarnation without granting anything, and the token's `Debug` prints only that id.
 //! In-process code is trusted (it could as well call the handler itself); across processes
-//! only authenticated nodes may send deliveries, because anyone reading the traffic learns the
-//! token (no confidentiality without TLS).
+//! only authenticated nodes may send deliveries, because anyone reading the traffic of the
+//! secret mode learns the token (no confidentiality without TLS).
+//!
+//! ## Across processes: three modes
+//!
+//! A [`remote::Node`] runs in one of three modes, and nodes of different modes refuse each
+//! other: the **shared secret** (below), **TLS** 1.3 (feature `tls`: the server's certificate
+//! and name are verified, everything is encrypted), and **mutual TLS**, in which each node's
+//! identity is its certificate's names and `Node::expose_to` restricts a consumer to a set of
+//! identities (a delivery from any other is refused, counted and its connection closed). The
+//! README's "Security" section compares them; what follows is what the secret mode gives,
+//! which TLS gives too, plus confidentiality, and mutual TLS plus identity within the
+//! cluster.
 //!
 //! ## Across processes: what the shared secret protects
 //!
@@ -174,15 +185,16 @@
 //!
 //! - **Confidentiality.** Bodies, consumer names, producer ids and incarnation tokens travel
 //!   in clear; a reader of the traffic learns all of them (and could only use a token through
-//!   an authenticated connection, which needs the secret). Run the nodes over TLS, WireGuard
-//!   or a service mesh when the network is not private.
+//!   an authenticated connection, which needs the secret). Use the TLS modes (or WireGuard,
+//!   or a service mesh) when the network is not private.
 //! - **Availability.** An on-path attacker can drop, delay, corrupt or cut connections.
 //!   Delivery then stalls and resumes when the path is back (retransmission); nothing is lost
 //!   and nothing is confirmed that was not handled.
 //! - **Identity within the cluster.** The secret proves membership, not which node: any
 //!   holder can run a node, accept connections meant for another address (if it can redirect
 //!   them), receive what is sent to consumer names it exposes, and deliver to any exposed
-//!   consumer. Treat it as a cluster-wide credential.
+//!   consumer. Treat it as a cluster-wide credential (mutual TLS with `expose_to` closes
+//!   this).
 //! - **Protection of a weak secret.** A recorded handshake lets an attacker test guesses
 //!   offline: use 32 random bytes, not a password.
 //!

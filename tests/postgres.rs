@@ -231,8 +231,8 @@ async fn a_database_error_in_a_group_fails_only_its_own_write() {
         .await
         .execute(
             &format!(
-                "INSERT INTO {SCHEMA}.event_journal (persistence_id, seq_nr, payload) \
-                 VALUES ($1, 1, 'foreign')"
+                "INSERT INTO {SCHEMA}.event_journal (persistence_id, seq_nr, payload, \
+                 ser_codec, ser_manifest, ser_version) VALUES ($1, 1, 'foreign', 0, '', 0)"
             ),
             &[&bad.as_str()],
         )

@@ -364,6 +364,7 @@
 //! The rules live in [`protocol`], pure state machines with no Actix or Tokio in them (time is
 //! an argument); the actors are thin shells over them. Custom transports and simulations can
 //! drive the same core.
+#![cfg_attr(docsrs, feature(doc_cfg))]
 #![warn(missing_docs)]
 #![forbid(unsafe_code)]
 
@@ -382,6 +383,7 @@ mod inbox;
 pub mod journal;
 pub mod message;
 #[cfg(feature = "nats")]
+#[cfg_attr(docsrs, doc(cfg(feature = "nats")))]
 pub mod nats;
 mod options;
 pub mod persistence;

@@ -61,8 +61,10 @@ pub use error::JournalError;
 pub use id::PersistenceId;
 pub use memory::{MemoryFaults, MemoryJournal, MemoryStats};
 #[cfg(all(feature = "postgres", feature = "tls"))]
+#[cfg_attr(docsrs, doc(cfg(all(feature = "postgres", feature = "tls"))))]
 pub use postgres::PostgresTls;
 #[cfg(feature = "postgres")]
+#[cfg_attr(docsrs, doc(cfg(feature = "postgres")))]
 pub use postgres::{PostgresJournal, PostgresOptions, PostgresStats};
 pub use replay::replay_all;
 pub use sqlite::{SqliteDurability, SqliteJournal, SqliteOptions, SqliteStats};
@@ -118,6 +120,25 @@ pub type JournalFuture<'a, T> = Pin<Box<dyn Future<Output = Result<T, JournalErr
 /// the futures can run on an Actix arbiter or a current-thread Tokio runtime. An operation
 /// that has reached the storage is carried out even if its future is dropped; only its result
 /// is lost.
+///
+/// Persistent entities and durable producers use a journal themselves; direct use looks like
+/// this (the same on [`SqliteJournal`] and `PostgresJournal`):
+///
+/// ```
+/// use actix_delivery::journal::{Journal, JournalError, MemoryJournal, PersistenceId};
+///
+/// # #[actix::main] async fn main() -> Result<(), JournalError> {
+/// let journal = MemoryJournal::new();
+/// let stream = PersistenceId::new("account-17")?;
+/// journal.append(&stream, 1, vec![b"opened".to_vec(), b"deposited 5".to_vec()]).await?;
+/// // Appending at a seq that is not the next one is refused: one writer wins.
+/// let late = journal.append(&stream, 2, vec![b"deposited 7".to_vec()]).await;
+/// assert!(matches!(late, Err(JournalError::Conflict { .. })));
+/// assert_eq!(journal.highest_seq(&stream).await?, 2);
+/// let events = journal.replay(&stream, 1, u64::MAX, 100).await?;
+/// assert_eq!(events[1].payload, b"deposited 5");
+/// # Ok(()) }
+/// ```
 pub trait Journal: Send + Sync + 'static {
     /// Appends `payloads` as events `first_seq`, `first_seq + 1`, … in one atomic batch,
     /// each with `manifest` (how they were written); resolves `Ok` only after the batch is

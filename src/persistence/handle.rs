@@ -33,6 +33,48 @@ use crate::stop_signal::{wait_stopped, SubscribeStopped};
 /// `Supervisor`, once no address to it is left either). [`stop`](Self::stop) stops it
 /// earlier. The actor's [`addr`](Self::addr) does not keep it running, and a handle made with
 /// [`new`](Self::new) does not own the actor it is given.
+///
+/// ```
+/// use std::sync::Arc;
+/// use actix_delivery::journal::{MemoryJournal, PersistenceId};
+/// use actix_delivery::persistence::{Decision, EventSourced, PersistentConfig, PersistentHandle};
+/// use serde::{Deserialize, Serialize};
+///
+/// #[derive(Default, Serialize, Deserialize)]
+/// struct Counter(u64);
+///
+/// #[derive(Serialize, Deserialize)]
+/// struct Added(u64);
+///
+/// impl EventSourced for Counter {
+///     type Command = u64; // add this much
+///     type Event = Added;
+///     type Reply = u64; // the new total
+///     type Rejection = String;
+///
+///     fn decide(&self, add: &u64) -> Result<Decision<Self>, String> {
+///         let total = self.0.checked_add(*add).ok_or("overflow")?;
+///         Ok(Decision::persist([Added(*add)], total))
+///     }
+///
+///     fn apply(&mut self, Added(add): &Added) {
+///         self.0 += add;
+///     }
+/// }
+///
+/// # #[actix::main] async fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// let journal = Arc::new(MemoryJournal::new());
+/// let id = PersistenceId::new("counter-1")?;
+/// let counter = PersistentHandle::<Counter>::start(journal.clone(), id.clone(), PersistentConfig::default())?;
+/// assert_eq!(counter.ask(5).await?, 5); // resolves once `Added(5)` is committed
+/// counter.stop();
+/// counter.stopped().await;
+///
+/// // A new start recovers the state from the journal.
+/// let counter = PersistentHandle::<Counter>::start(journal, id, PersistentConfig::default())?;
+/// assert_eq!(counter.ask(2).await?, 7);
+/// # Ok(()) }
+/// ```
 pub struct PersistentHandle<E: EventSourced> {
     shared: Arc<Shared<E>>,
 }

@@ -152,4 +152,5 @@ pub use peer::{PeerAddr, PeerAddrError};
 pub use schema::{BodySchema, DEFAULT_WIRE_CODEC};
 pub use stats::NodeStats;
 #[cfg(feature = "tls")]
+#[cfg_attr(docsrs, doc(cfg(feature = "tls")))]
 pub use tls::{NodeTls, NodeTlsBuilder, TlsError};

@@ -201,6 +201,7 @@ impl NodeOptionsBuilder {
     /// identity that [`Node::expose_to`](crate::remote::Node::expose_to) can authorize. TLS
     /// nodes refuse nodes of the other modes and vice versa (counted in `tls_failures`).
     #[cfg(feature = "tls")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "tls")))]
     pub fn tls(mut self, tls: NodeTls) -> Self {
         self.options.auth = Auth::Tls(tls);
         self.auth_chosen = true;

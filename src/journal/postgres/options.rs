@@ -73,6 +73,7 @@ impl PostgresOptions {
     /// [`PostgresTls::verify_full`]: crate::journal::PostgresTls::verify_full
     /// [`PostgresTls::require`]: crate::journal::PostgresTls::require
     #[cfg(feature = "tls")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "tls")))]
     pub fn tls(mut self, tls: super::tls::PostgresTls) -> Self {
         self.tls = Some(tls);
         self

@@ -81,7 +81,7 @@ async fn durable(
 ) -> ProducerHandle<Message> {
     let journal = SqliteJournal::open(path).await.expect("open");
     let stream = PersistenceId::new("bench-out").expect("valid");
-    let durable = DurableOptions::new(Arc::new(journal), stream);
+    let durable = DurableOptions::new(Arc::new(journal), stream, "bench");
     let producer = ReliableDelivery::durable_producer(options(to), durable).expect("valid");
     while producer.stats().await.expect("running").next_message_id == 0 {
         actix::clock::sleep(Duration::from_millis(1)).await;

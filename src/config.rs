@@ -243,14 +243,16 @@ impl ConsumerConfig {
     }
 }
 
-fn positive(field: &'static str, value: usize) -> Result<(), OptionsError> {
+/// `value` is positive, or an error naming `field`.
+pub(crate) fn positive(field: &'static str, value: usize) -> Result<(), OptionsError> {
     if value == 0 {
         return Err(OptionsError::new(field, "must be positive (got 0)"));
     }
     Ok(())
 }
 
-fn duration(field: &'static str, value: Duration) -> Result<(), OptionsError> {
+/// `value` is positive and at most [`MAX_DURATION`], or an error naming `field`.
+pub(crate) fn duration(field: &'static str, value: Duration) -> Result<(), OptionsError> {
     if value.is_zero() || value > MAX_DURATION {
         return Err(OptionsError::new(
             field,
@@ -376,6 +378,8 @@ impl Visitor<'_> for MillisVisitor {
     }
 }
 
+/// Serializes and reads durations as whole numbers of milliseconds; [`millis_key!`] makes
+/// the module of one settings key (`#[serde(with = …)]`) from these.
 pub(crate) mod millis {
     use super::*;
 
@@ -385,35 +389,113 @@ pub(crate) mod millis {
             .serialize(serializer)
     }
 
-    fn read<'de, D: Deserializer<'de>>(d: D, field: &'static str) -> Result<Duration, D::Error> {
+    /// Reads a whole number of milliseconds; errors name `field`.
+    pub fn read<'de, D: Deserializer<'de>>(
+        d: D,
+        field: &'static str,
+    ) -> Result<Duration, D::Error> {
         d.deserialize_u64(MillisVisitor(field))
     }
 
-    pub mod resend_timeout_ms {
-        pub use super::serialize;
-        use super::*;
+    crate::config::millis_key!(resend_timeout_ms, "resend_timeout_ms");
+    crate::config::millis_key!(stop_timeout_ms, "stop_timeout_ms");
+    crate::config::millis_key!(max_ms, "backoff.max_ms");
+}
 
-        pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Duration, D::Error> {
-            read(d, "resend_timeout_ms")
+/// `mod $name` for `#[serde(with = "…::$name")]` on a `Duration`: a whole number of
+/// milliseconds, whose errors name the settings key `$key`. Every duration of every settings
+/// struct of the crate is read through this (one rule, one place).
+macro_rules! millis_key {
+    ($name:ident, $key:literal) => {
+        #[allow(dead_code)] // a struct may only be read or only be written
+        pub(crate) mod $name {
+            pub(crate) use $crate::config::millis::serialize;
+
+            pub(crate) fn deserialize<'de, D: serde::Deserializer<'de>>(
+                d: D,
+            ) -> Result<std::time::Duration, D::Error> {
+                $crate::config::millis::read(d, $key)
+            }
         }
+    };
+}
+pub(crate) use millis_key;
+
+/// `mod $name` for `#[serde(with = "…::$name")]` on an `Option<u64>` bound whose `None` is no
+/// bound: a whole number, or the word `"unbounded"` (for `None`, as [`Limit::Unbounded`]),
+/// with errors naming the settings key `$key`.
+macro_rules! optional_limit_key {
+    ($name:ident, $key:literal) => {
+        #[allow(dead_code)]
+        pub(crate) mod $name {
+            pub(crate) fn serialize<S: serde::Serializer>(
+                bound: &Option<u64>,
+                serializer: S,
+            ) -> Result<S::Ok, S::Error> {
+                $crate::config::optional_limit::serialize(bound, serializer)
+            }
+
+            pub(crate) fn deserialize<'de, D: serde::Deserializer<'de>>(
+                d: D,
+            ) -> Result<Option<u64>, D::Error> {
+                $crate::config::optional_limit::read(d, $key)
+            }
+        }
+    };
+}
+pub(crate) use optional_limit_key;
+
+/// What [`optional_limit_key!`] expands to.
+pub(crate) mod optional_limit {
+    use super::*;
+
+    pub fn serialize<S: Serializer>(bound: &Option<u64>, serializer: S) -> Result<S::Ok, S::Error> {
+        Limit::from_option(*bound).serialize(serializer)
     }
 
-    pub mod stop_timeout_ms {
-        pub use super::serialize;
-        use super::*;
+    pub fn read<'de, D: Deserializer<'de>>(
+        d: D,
+        field: &'static str,
+    ) -> Result<Option<u64>, D::Error> {
+        Ok(read_limit(d, field, u64::MAX, "")?.get())
+    }
+}
 
-        pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Duration, D::Error> {
-            read(d, "stop_timeout_ms")
-        }
+impl<N> Limit<N> {
+    fn from_option(bound: Option<N>) -> Self {
+        bound.map_or(Self::Unbounded, Self::At)
+    }
+}
+
+/// Values set on a builder, applied over the loaded settings when it builds: so a builder
+/// value wins over a loaded one, which wins over the default, whatever order the calls come
+/// in. Every builder of the crate that takes loaded settings keeps its values in one.
+pub(crate) struct Overrides<C>(Vec<Box<dyn FnOnce(&mut C) + Send>>);
+
+impl<C> Default for Overrides<C> {
+    fn default() -> Self {
+        Self(Vec::new())
+    }
+}
+
+impl<C> Overrides<C> {
+    /// Records a builder value.
+    pub(crate) fn set(&mut self, setter: impl FnOnce(&mut C) + Send + 'static) {
+        self.0.push(Box::new(setter));
     }
 
-    pub mod max_ms {
-        pub use super::serialize;
-        use super::*;
-
-        pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Duration, D::Error> {
-            read(d, "backoff.max_ms")
+    /// `loaded`, with the builder values over it.
+    pub(crate) fn apply(self, mut loaded: C) -> C {
+        for set in self.0 {
+            set(&mut loaded);
         }
+        loaded
+    }
+}
+
+impl<C> fmt::Debug for Overrides<C> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{} builder value(s)", self.0.len())
     }
 }
 

@@ -121,6 +121,8 @@ fn size(path: &std::path::Path) -> u64 {
 
 #[actix::main]
 async fn main() {
+    // The crate logs through `log`: show its warnings (or what RUST_LOG asks for) on stderr.
+    env_logger::Builder::from_env(env_logger::Env::default().default_filter_or("warn")).init();
     let dir = tempfile::tempdir().expect("a temporary directory");
     let (mut plain, mut one, mut durable_memory, mut both) = (vec![], vec![], vec![], vec![]);
     for run in 0..RUNS {

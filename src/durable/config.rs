@@ -26,7 +26,6 @@ use crate::error::OptionsError;
 /// version and its upcaster.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
-#[non_exhaustive]
 pub struct DurableConfig {
     /// Compact after this many messages stored and settlement records written, and no sooner
     /// than after as many as there are unsettled messages: a snapshot of the unsettled messages

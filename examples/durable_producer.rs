@@ -91,10 +91,11 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         }
         let order = format!("order-{}", run + n);
         let stored = first.store(order.clone()).await?;
-        println!("  producer: {order} stored as message {}", stored.id.0);
+        let id = stored.id.0;
+        println!("  producer: {order} stored as message {id}");
         if n < 3 {
             stored.confirmed().await?;
-            println!("  producer: message {} confirmed", stored.id.0);
+            println!("  producer: message {id} confirmed");
         } else {
             unconfirmed.push(stored);
         }
@@ -102,11 +103,9 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     first.stop(); // as a deploy would (a crash keeps them stored too)
     first.stopped().await;
     for stored in unconfirmed {
+        let id = stored.id.0;
         let outcome = stored.confirmed().await;
-        println!(
-            "  producer: message {} not confirmed in life 1 ({outcome:?}); it stays stored",
-            stored.id.0
-        );
+        println!("  producer: message {id} not confirmed in life 1 ({outcome:?}); it stays stored");
     }
 
     println!("life 2: the same stream, the consumer reachable again");

@@ -17,6 +17,61 @@
 //! assert_eq!(config.producer_idle_ttl, Limit::Unbounded);
 //! assert_eq!(config.max_out_of_order, Limit::At(1024)); // default
 //! ```
+//!
+//! # One config tree
+//!
+//! Every settings struct of the crate follows these rules, so one file can configure a whole
+//! node: [`ProducerConfig`], [`ConsumerConfig`],
+//! [`PersistentConfig`](crate::persistence::PersistentConfig),
+//! [`DurableConfig`](crate::durable::DurableConfig),
+//! [`SqliteOptions`](crate::journal::SqliteOptions), `PostgresOptions` (feature `postgres`),
+//! [`NodeConfig`](crate::remote::NodeConfig) and `NatsConfig` (feature `nats`). Each takes
+//! loaded values through its builder's `.config(…)` (the journal options are the loaded value
+//! itself, changed with their setters); a value set on the builder wins over a loaded one,
+//! which wins over the default, whatever order the calls come in; what breaks a rule is
+//! refused when the options are built (the journals: when they open), naming the key.
+//! `examples/node.toml` in the repository is such a file, with every section; an application
+//! reads it into a struct of its own:
+//!
+//! ```
+//! # use actix_delivery::{ConsumerConfig, ProducerConfig};
+//! # use actix_delivery::durable::DurableConfig;
+//! # use actix_delivery::journal::SqliteOptions;
+//! # use actix_delivery::remote::{NodeConfig, NodeOptions, NodeSecret};
+//! #[derive(serde::Deserialize)]
+//! struct Settings {
+//!     #[serde(default)]
+//!     producer: ProducerConfig,
+//!     #[serde(default)]
+//!     consumer: ConsumerConfig,
+//!     #[serde(default)]
+//!     sqlite: SqliteOptions,
+//!     #[serde(default)]
+//!     node: NodeConfig,
+//!     #[serde(default)]
+//!     durable: DurableConfig,
+//! }
+//!
+//! let settings: Settings = toml::from_str(r#"
+//!     [producer]
+//!     window_size = 64
+//!     [node]
+//!     listen = "127.0.0.1:7400"
+//!     idle_timeout_ms = 5000
+//! "#).unwrap();
+//! let node = NodeOptions::builder()
+//!     .secret(NodeSecret::new([7; 32]).unwrap()) // a secret is code, never data
+//!     .config(settings.node)
+//!     .build()
+//!     .unwrap();
+//! assert_eq!(node.config().idle_timeout, std::time::Duration::from_secs(5));
+//! assert_eq!(settings.producer.window_size, 64);
+//! ```
+//!
+//! What is not data stays in code, set on the builders only: a node's secret or TLS
+//! certificates and keys, its resolver, the PostgreSQL connection string (it holds a
+//! password) and TLS, the NATS client (its credentials), a durable producer's journal, stream,
+//! producer id, sink, message version and upcaster, and a persistent entity's versions.
 
 use std::fmt;
 use std::time::Duration;
@@ -470,7 +525,10 @@ impl<N> Limit<N> {
 /// Values set on a builder, applied over the loaded settings when it builds: so a builder
 /// value wins over a loaded one, which wins over the default, whatever order the calls come
 /// in. Every builder of the crate that takes loaded settings keeps its values in one.
-pub(crate) struct Overrides<C>(Vec<Box<dyn FnOnce(&mut C) + Send>>);
+pub(crate) struct Overrides<C>(Vec<Setter<C>>);
+
+/// One builder value: how it changes the settings.
+type Setter<C> = Box<dyn FnOnce(&mut C) + Send>;
 
 impl<C> Default for Overrides<C> {
     fn default() -> Self {

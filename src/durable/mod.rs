@@ -273,3 +273,38 @@ impl<T> std::fmt::Debug for DurableOptions<T> {
             .finish_non_exhaustive()
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::journal::MemoryJournal;
+
+    #[test]
+    fn options_take_explicit_over_loaded_over_default_in_any_order() {
+        let loaded = DurableConfig {
+            snapshot_every: 50,
+            stop_timeout: Duration::from_secs(3),
+            ..DurableConfig::default()
+        };
+        let stream = PersistenceId::new("s").unwrap();
+        let mut options = DurableOptions::<u32>::new(Arc::new(MemoryJournal::new()), stream, "p")
+            .snapshot_every(7) // explicit, set before loading
+            .config(loaded);
+        options.resolve().unwrap();
+        assert_eq!(options.config.snapshot_every, 7, "explicit wins");
+        assert_eq!(
+            options.config.stop_timeout,
+            Duration::from_secs(3),
+            "loaded"
+        );
+        assert_eq!(options.config.codec, Codec::MessagePack, "default");
+        let zero = DurableConfig {
+            snapshot_every: 0,
+            ..DurableConfig::default()
+        };
+        let stream = PersistenceId::new("s").unwrap();
+        let mut options =
+            DurableOptions::<u32>::new(Arc::new(MemoryJournal::new()), stream, "p").config(zero);
+        assert_eq!(options.resolve().unwrap_err().field, "snapshot_every");
+    }
+}

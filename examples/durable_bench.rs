@@ -81,7 +81,7 @@ async fn durable(
 ) -> ProducerHandle<Message> {
     let journal = SqliteJournal::open(path).await.expect("open");
     let stream = PersistenceId::new("bench-out").expect("valid");
-    let durable = DurableOptions::new(Arc::new(journal), stream);
+    let durable = DurableOptions::new(Arc::new(journal), stream, "bench");
     let producer = ReliableDelivery::durable_producer(options(to), durable).expect("valid");
     while producer.stats().await.expect("running").next_message_id == 0 {
         actix::clock::sleep(Duration::from_millis(1)).await;
@@ -121,6 +121,8 @@ fn size(path: &std::path::Path) -> u64 {
 
 #[actix::main]
 async fn main() {
+    // The crate logs through `log`: show its warnings (or what RUST_LOG asks for) on stderr.
+    env_logger::Builder::from_env(env_logger::Env::default().default_filter_or("warn")).init();
     let dir = tempfile::tempdir().expect("a temporary directory");
     let (mut plain, mut one, mut durable_memory, mut both) = (vec![], vec![], vec![], vec![]);
     for run in 0..RUNS {

@@ -126,6 +126,8 @@ impl Handler<Received> for BlackHole {
 
 #[actix::main]
 async fn main() {
+    // The crate logs through `log`: show its warnings (or what RUST_LOG asks for) on stderr.
+    env_logger::Builder::from_env(env_logger::Env::default().default_filter_or("warn")).init();
     println!("# actix-delivery memory figures\n");
     println!(
         "Heap = bytes requested from the allocator and not freed (no allocator overhead); \

@@ -39,6 +39,8 @@ fn url() -> String {
 }
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
+    // The crate logs through `log`: show its warnings (or what RUST_LOG asks for) on stderr.
+    env_logger::Builder::from_env(env_logger::Env::default().default_filter_or("warn")).init();
     let args: Vec<String> = std::env::args().skip(1).collect();
     match args.first().map(String::as_str) {
         Some("worker") => {

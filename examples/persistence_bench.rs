@@ -173,6 +173,8 @@ fn median(mut values: Vec<f64>) -> f64 {
 
 #[actix::main]
 async fn main() {
+    // The crate logs through `log`: show its warnings (or what RUST_LOG asks for) on stderr.
+    env_logger::Builder::from_env(env_logger::Env::default().default_filter_or("warn")).init();
     let dir = tempfile::tempdir().expect("a temporary directory");
     // Per codec: one in flight, 64 in flight, entries per append, effectively once, recovery.
     let mut measured: Vec<[Vec<f64>; 5]> = CODECS.iter().map(|_| Default::default()).collect();

@@ -55,6 +55,8 @@ impl EventSourced for Account {
 
 #[actix::main]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    // The crate logs through `log`: show its warnings (or what RUST_LOG asks for) on stderr.
+    env_logger::Builder::from_env(env_logger::Env::default().default_filter_or("warn")).init();
     let path = std::env::args().nth(1).map_or_else(
         || std::env::temp_dir().join("actix-delivery-persistent-consumer.db"),
         Into::into,

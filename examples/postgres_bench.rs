@@ -68,6 +68,8 @@ struct Measured {
 }
 
 fn main() {
+    // The crate logs through `log`: show its warnings (or what RUST_LOG asks for) on stderr.
+    env_logger::Builder::from_env(env_logger::Env::default().default_filter_or("warn")).init();
     let mut args = std::env::args().skip(1);
     let seconds: f64 = args
         .next()

@@ -47,6 +47,8 @@ impl Handler<Total> for Counter {
 
 #[actix::main]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    // The crate logs through `log`: show its warnings (or what RUST_LOG asks for) on stderr.
+    env_logger::Builder::from_env(env_logger::Env::default().default_filter_or("warn")).init();
     // 1. A consumer whose handler processes each new order; Ok(()) means "handled, ACK it".
     let consumer = ReliableDelivery::consumer(
         ConsumerOptions::builder(DeliveryHandler::from_fn(|order: Order| async move {

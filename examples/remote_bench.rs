@@ -50,6 +50,8 @@ use transport_bench::{
 };
 
 fn main() {
+    // The crate logs through `log`: show its warnings (or what RUST_LOG asks for) on stderr.
+    env_logger::Builder::from_env(env_logger::Env::default().default_filter_or("warn")).init();
     let mut args = std::env::args().skip(1);
     let n: u64 = args
         .next()

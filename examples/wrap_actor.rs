@@ -45,6 +45,8 @@ impl Handler<Reserve> for Inventory {
 
 #[actix::main]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    // The crate logs through `log`: show its warnings (or what RUST_LOG asks for) on stderr.
+    env_logger::Builder::from_env(env_logger::Env::default().default_filter_or("warn")).init();
     let inventory = Inventory { attempts: 0 }.start();
 
     let consumer = ReliableDelivery::consumer(

@@ -17,6 +17,61 @@
 //! assert_eq!(config.producer_idle_ttl, Limit::Unbounded);
 //! assert_eq!(config.max_out_of_order, Limit::At(1024)); // default
 //! ```
+//!
+//! # One config tree
+//!
+//! Every settings struct of the crate follows these rules, so one file can configure a whole
+//! node: [`ProducerConfig`], [`ConsumerConfig`],
+//! [`PersistentConfig`](crate::persistence::PersistentConfig),
+//! [`DurableConfig`](crate::durable::DurableConfig),
+//! [`SqliteOptions`](crate::journal::SqliteOptions), `PostgresOptions` (feature `postgres`),
+//! [`NodeConfig`](crate::remote::NodeConfig) and `NatsConfig` (feature `nats`). Each takes
+//! loaded values through its builder's `.config(…)` (the journal options are the loaded value
+//! itself, changed with their setters); a value set on the builder wins over a loaded one,
+//! which wins over the default, whatever order the calls come in; what breaks a rule is
+//! refused when the options are built (the journals: when they open), naming the key.
+//! `examples/node.toml` in the repository is such a file, with every section; an application
+//! reads it into a struct of its own:
+//!
+//! ```
+//! # use actix_delivery::{ConsumerConfig, ProducerConfig};
+//! # use actix_delivery::durable::DurableConfig;
+//! # use actix_delivery::journal::SqliteOptions;
+//! # use actix_delivery::remote::{NodeConfig, NodeOptions, NodeSecret};
+//! #[derive(serde::Deserialize)]
+//! struct Settings {
+//!     #[serde(default)]
+//!     producer: ProducerConfig,
+//!     #[serde(default)]
+//!     consumer: ConsumerConfig,
+//!     #[serde(default)]
+//!     sqlite: SqliteOptions,
+//!     #[serde(default)]
+//!     node: NodeConfig,
+//!     #[serde(default)]
+//!     durable: DurableConfig,
+//! }
+//!
+//! let settings: Settings = toml::from_str(r#"
+//!     [producer]
+//!     window_size = 64
+//!     [node]
+//!     listen = "127.0.0.1:7400"
+//!     idle_timeout_ms = 5000
+//! "#).unwrap();
+//! let node = NodeOptions::builder()
+//!     .secret(NodeSecret::new([7; 32]).unwrap()) // a secret is code, never data
+//!     .config(settings.node)
+//!     .build()
+//!     .unwrap();
+//! assert_eq!(node.config().idle_timeout, std::time::Duration::from_secs(5));
+//! assert_eq!(settings.producer.window_size, 64);
+//! ```
+//!
+//! What is not data stays in code, set on the builders only: a node's secret or TLS
+//! certificates and keys, its resolver, the PostgreSQL connection string (it holds a
+//! password) and TLS, the NATS client (its credentials), a durable producer's journal, stream,
+//! producer id, sink, message version and upcaster, and a persistent entity's versions.
 
 use std::fmt;
 use std::time::Duration;
@@ -243,14 +298,16 @@ impl ConsumerConfig {
     }
 }
 
-fn positive(field: &'static str, value: usize) -> Result<(), OptionsError> {
+/// `value` is positive, or an error naming `field`.
+pub(crate) fn positive(field: &'static str, value: usize) -> Result<(), OptionsError> {
     if value == 0 {
         return Err(OptionsError::new(field, "must be positive (got 0)"));
     }
     Ok(())
 }
 
-fn duration(field: &'static str, value: Duration) -> Result<(), OptionsError> {
+/// `value` is positive and at most [`MAX_DURATION`], or an error naming `field`.
+pub(crate) fn duration(field: &'static str, value: Duration) -> Result<(), OptionsError> {
     if value.is_zero() || value > MAX_DURATION {
         return Err(OptionsError::new(
             field,
@@ -376,6 +433,8 @@ impl Visitor<'_> for MillisVisitor {
     }
 }
 
+/// Serializes and reads durations as whole numbers of milliseconds; [`millis_key!`] makes
+/// the module of one settings key (`#[serde(with = …)]`) from these.
 pub(crate) mod millis {
     use super::*;
 
@@ -385,35 +444,116 @@ pub(crate) mod millis {
             .serialize(serializer)
     }
 
-    fn read<'de, D: Deserializer<'de>>(d: D, field: &'static str) -> Result<Duration, D::Error> {
+    /// Reads a whole number of milliseconds; errors name `field`.
+    pub fn read<'de, D: Deserializer<'de>>(
+        d: D,
+        field: &'static str,
+    ) -> Result<Duration, D::Error> {
         d.deserialize_u64(MillisVisitor(field))
     }
 
-    pub mod resend_timeout_ms {
-        pub use super::serialize;
-        use super::*;
+    crate::config::millis_key!(resend_timeout_ms, "resend_timeout_ms");
+    crate::config::millis_key!(stop_timeout_ms, "stop_timeout_ms");
+    crate::config::millis_key!(max_ms, "backoff.max_ms");
+}
 
-        pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Duration, D::Error> {
-            read(d, "resend_timeout_ms")
+/// `mod $name` for `#[serde(with = "…::$name")]` on a `Duration`: a whole number of
+/// milliseconds, whose errors name the settings key `$key`. Every duration of every settings
+/// struct of the crate is read through this (one rule, one place).
+macro_rules! millis_key {
+    ($name:ident, $key:literal) => {
+        #[allow(dead_code)] // a struct may only be read or only be written
+        pub(crate) mod $name {
+            pub(crate) use $crate::config::millis::serialize;
+
+            pub(crate) fn deserialize<'de, D: serde::Deserializer<'de>>(
+                d: D,
+            ) -> Result<std::time::Duration, D::Error> {
+                $crate::config::millis::read(d, $key)
+            }
         }
+    };
+}
+pub(crate) use millis_key;
+
+/// `mod $name` for `#[serde(with = "…::$name")]` on an `Option<u64>` bound whose `None` is no
+/// bound: a whole number, or the word `"unbounded"` (for `None`, as [`Limit::Unbounded`]),
+/// with errors naming the settings key `$key`.
+macro_rules! optional_limit_key {
+    ($name:ident, $key:literal) => {
+        #[allow(dead_code)]
+        pub(crate) mod $name {
+            pub(crate) fn serialize<S: serde::Serializer>(
+                bound: &Option<u64>,
+                serializer: S,
+            ) -> Result<S::Ok, S::Error> {
+                $crate::config::optional_limit::serialize(bound, serializer)
+            }
+
+            pub(crate) fn deserialize<'de, D: serde::Deserializer<'de>>(
+                d: D,
+            ) -> Result<Option<u64>, D::Error> {
+                $crate::config::optional_limit::read(d, $key)
+            }
+        }
+    };
+}
+pub(crate) use optional_limit_key;
+
+/// What [`optional_limit_key!`] expands to.
+pub(crate) mod optional_limit {
+    use super::*;
+
+    pub fn serialize<S: Serializer>(bound: &Option<u64>, serializer: S) -> Result<S::Ok, S::Error> {
+        Limit::from_option(*bound).serialize(serializer)
     }
 
-    pub mod stop_timeout_ms {
-        pub use super::serialize;
-        use super::*;
+    pub fn read<'de, D: Deserializer<'de>>(
+        d: D,
+        field: &'static str,
+    ) -> Result<Option<u64>, D::Error> {
+        Ok(read_limit(d, field, u64::MAX, "")?.get())
+    }
+}
 
-        pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Duration, D::Error> {
-            read(d, "stop_timeout_ms")
-        }
+impl<N> Limit<N> {
+    fn from_option(bound: Option<N>) -> Self {
+        bound.map_or(Self::Unbounded, Self::At)
+    }
+}
+
+/// Values set on a builder, applied over the loaded settings when it builds: so a builder
+/// value wins over a loaded one, which wins over the default, whatever order the calls come
+/// in. Every builder of the crate that takes loaded settings keeps its values in one.
+pub(crate) struct Overrides<C>(Vec<Setter<C>>);
+
+/// One builder value: how it changes the settings.
+type Setter<C> = Box<dyn FnOnce(&mut C) + Send>;
+
+impl<C> Default for Overrides<C> {
+    fn default() -> Self {
+        Self(Vec::new())
+    }
+}
+
+impl<C> Overrides<C> {
+    /// Records a builder value.
+    pub(crate) fn set(&mut self, setter: impl FnOnce(&mut C) + Send + 'static) {
+        self.0.push(Box::new(setter));
     }
 
-    pub mod max_ms {
-        pub use super::serialize;
-        use super::*;
-
-        pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Duration, D::Error> {
-            read(d, "backoff.max_ms")
+    /// `loaded`, with the builder values over it.
+    pub(crate) fn apply(self, mut loaded: C) -> C {
+        for set in self.0 {
+            set(&mut loaded);
         }
+        loaded
+    }
+}
+
+impl<C> fmt::Debug for Overrides<C> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{} builder value(s)", self.0.len())
     }
 }
 

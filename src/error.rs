@@ -21,6 +21,12 @@ pub enum DeliveryError {
     /// The producer's pending queue was full (`max_pending`); the message was never sent.
     #[error("the producer's pending queue is full; the message was not sent")]
     QueueFull,
+    /// [`ProducerHandle::send_timeout`](crate::ProducerHandle::send_timeout) or
+    /// [`store_timeout`](crate::ProducerHandle::store_timeout) found no room in the producer
+    /// (`window_size + max_pending` messages held) before its deadline. The message was never
+    /// handed to the producer: it is certainly not sent and not stored, and never will be.
+    #[error("no room in the producer before the deadline; the message was not sent")]
+    Timeout,
     /// A durable producer could not store the message (the reason, naming the stream). A
     /// message settled with this error was not stored and is not sent: when the journal's
     /// failure left that open, the restarted producer read its journal first (a producer gone

@@ -77,7 +77,8 @@ impl ReliableDelivery {
     /// See [`crate::durable`].
     ///
     /// # Errors
-    /// [`OptionsError`] if the options fix no `producer_id`.
+    /// [`OptionsError`] naming the first invalid setting of `durable`, or `producer_id` if
+    /// `options` fix another id than `durable`'s.
     pub fn durable_producer<T>(
         options: ProducerOptions<T>,
         durable: DurableOptions<T>,
@@ -96,5 +97,24 @@ impl ReliableDelivery {
         options: ProducerOptions<T>,
     ) -> ProducerHandle<T> {
         ProducerHandle::start_in_arbiter(arbiter, ProducerController::new(options))
+    }
+
+    /// Starts a **durable** producer on another arbiter (thread), under an Actix
+    /// `Supervisor`, as [`durable_producer`](Self::durable_producer) does on the current one.
+    ///
+    /// # Errors
+    /// As [`durable_producer`](Self::durable_producer).
+    pub fn durable_producer_in<T>(
+        arbiter: &ArbiterHandle,
+        options: ProducerOptions<T>,
+        durable: DurableOptions<T>,
+    ) -> Result<ProducerHandle<T>, OptionsError>
+    where
+        T: Clone + Send + Serialize + DeserializeOwned + 'static,
+    {
+        Ok(ProducerHandle::start_supervised_in_arbiter(
+            arbiter,
+            ProducerController::durable(options, durable)?,
+        ))
     }
 }

@@ -97,18 +97,44 @@ impl<T: 'static> DeliveryHandler<T> {
     }
 
     /// Forwards each new message to an existing actor and treats its `Result` reply as the
-    /// outcome, so an existing actor becomes a reliable consumer without changes. If the
-    /// actor is gone (mailbox error), the message is not ACKed.
-    pub fn forward_to<E>(recipient: Recipient<T>) -> Self
+    /// outcome, so an existing actor becomes a reliable consumer without changes: `Ok` (with
+    /// any value, which is dropped) is "handled", `Err` is "not handled" (no ACK, the message
+    /// is retransmitted). If the actor is gone (mailbox error), the message is not ACKed.
+    ///
+    /// ```
+    /// # use actix::prelude::*;
+    /// # use actix_delivery::DeliveryHandler;
+    /// #[derive(Message)]
+    /// #[rtype(result = "Result<u64, String>")] // the reserved stock, ignored by the handler
+    /// struct Reserve(u32);
+    ///
+    /// struct Inventory;
+    /// impl Actor for Inventory {
+    ///     type Context = Context<Self>;
+    /// }
+    /// impl Handler<Reserve> for Inventory {
+    ///     type Result = Result<u64, String>;
+    ///     fn handle(&mut self, Reserve(n): Reserve, _: &mut Context<Self>) -> Self::Result {
+    ///         Ok(u64::from(n))
+    ///     }
+    /// }
+    ///
+    /// # #[actix::main] async fn main() {
+    /// let handler = DeliveryHandler::forward_to(Inventory.start().recipient());
+    /// # let _: DeliveryHandler<Reserve> = handler;
+    /// # }
+    /// ```
+    pub fn forward_to<R, E>(recipient: Recipient<T>) -> Self
     where
-        T: Message<Result = Result<(), E>> + Send,
+        T: Message<Result = Result<R, E>> + Send,
+        R: Send + 'static,
         E: Display + Send + 'static,
     {
         Self::from_fn(move |body: T| {
             let reply = recipient.send(body);
             async move {
                 match reply.await {
-                    Ok(result) => result.map_err(|error| error.to_string()),
+                    Ok(result) => result.map(drop).map_err(|error| error.to_string()),
                     Err(mailbox) => Err(format!("the target actor did not answer: {mailbox}")),
                 }
             }

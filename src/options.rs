@@ -7,13 +7,11 @@ use std::time::Duration;
 
 use actix::Recipient;
 
-use crate::config::{Backoff, ConsumerConfig, Limit, ProducerConfig};
+use crate::config::{Backoff, ConsumerConfig, Limit, Overrides, ProducerConfig};
 use crate::dead_letter::DeadLetter;
 use crate::error::OptionsError;
 use crate::handler::DeliveryHandler;
 use crate::message::ConsumerRef;
-
-type Setter<C> = Box<dyn FnOnce(&mut C) + Send>;
 
 /// Everything a [`ProducerController`](crate::ProducerController) needs, validated.
 #[derive(Debug)]
@@ -29,7 +27,7 @@ impl<T: Send + 'static> ProducerOptions<T> {
         ProducerOptionsBuilder {
             consumer: consumer.into(),
             loaded: ProducerConfig::default(),
-            explicit: Vec::new(),
+            explicit: Overrides::default(),
         }
     }
 
@@ -62,7 +60,7 @@ impl<T: Send + 'static> ProducerOptions<T> {
 pub struct ProducerOptionsBuilder<T: Send + 'static> {
     consumer: ConsumerRef<T>,
     loaded: ProducerConfig,
-    explicit: Vec<Setter<ProducerConfig>>,
+    explicit: Overrides<ProducerConfig>,
 }
 
 impl<T: Send + 'static> ProducerOptionsBuilder<T> {
@@ -110,15 +108,11 @@ impl<T: Send + 'static> ProducerOptionsBuilder<T> {
     /// # Errors
     /// [`OptionsError`] naming the first invalid field.
     pub fn build(self) -> Result<ProducerOptions<T>, OptionsError> {
-        let mut config = self.loaded;
-        for set in self.explicit {
-            set(&mut config);
-        }
-        ProducerOptions::new(self.consumer, config)
+        ProducerOptions::new(self.consumer, self.explicit.apply(self.loaded))
     }
 
     fn set(mut self, setter: impl FnOnce(&mut ProducerConfig) + Send + 'static) -> Self {
-        self.explicit.push(Box::new(setter));
+        self.explicit.set(setter);
         self
     }
 }
@@ -137,7 +131,7 @@ impl<T: 'static> ConsumerOptions<T> {
         ConsumerOptionsBuilder {
             handler,
             loaded: ConsumerConfig::default(),
-            explicit: Vec::new(),
+            explicit: Overrides::default(),
             dead_letters: None,
         }
     }
@@ -175,7 +169,7 @@ impl<T: 'static> ConsumerOptions<T> {
 pub struct ConsumerOptionsBuilder<T> {
     handler: DeliveryHandler<T>,
     loaded: ConsumerConfig,
-    explicit: Vec<Setter<ConsumerConfig>>,
+    explicit: Overrides<ConsumerConfig>,
     dead_letters: Option<Recipient<DeadLetter>>,
 }
 
@@ -234,17 +228,13 @@ impl<T: 'static> ConsumerOptionsBuilder<T> {
     /// # Errors
     /// [`OptionsError`] naming the first invalid field.
     pub fn build(self) -> Result<ConsumerOptions<T>, OptionsError> {
-        let mut config = self.loaded;
-        for set in self.explicit {
-            set(&mut config);
-        }
-        let mut options = ConsumerOptions::new(self.handler, config)?;
+        let mut options = ConsumerOptions::new(self.handler, self.explicit.apply(self.loaded))?;
         options.dead_letters = self.dead_letters;
         Ok(options)
     }
 
     fn set(mut self, setter: impl FnOnce(&mut ConsumerConfig) + Send + 'static) -> Self {
-        self.explicit.push(Box::new(setter));
+        self.explicit.set(setter);
         self
     }
 }

@@ -4,6 +4,7 @@ use std::collections::VecDeque;
 use std::future::Future;
 use std::sync::Arc;
 use std::task::Poll;
+use std::time::Duration;
 
 use actix::prelude::*;
 use serde::de::DeserializeOwned;
@@ -79,37 +80,34 @@ impl<T: Clone + Send + 'static> ProducerController<T> {
     }
 
     /// A durable producer: it stores every message in `durable`'s journal stream before it
-    /// sends it, and resumes the stream's life when started (see [`crate::durable`]).
+    /// sends it, and resumes the stream's life when started (see [`crate::durable`]). Its id
+    /// is the one `durable` names.
     ///
     /// # Errors
-    /// [`OptionsError`] for `producer_id` if the options do not fix one: the stream belongs to
-    /// one producer id, across restarts.
+    /// [`OptionsError`] naming the first invalid setting of `durable`, or `producer_id` if
+    /// the id is invalid or `options` fix another one.
     pub fn durable(
         options: ProducerOptions<T>,
-        durable: DurableOptions<T>,
+        mut durable: DurableOptions<T>,
     ) -> Result<Self, OptionsError>
     where
         T: Serialize + DeserializeOwned,
     {
-        let config = options.config().clone();
-        if config.producer_id.is_none() {
+        durable.resolve()?;
+        let (consumer, mut config) = options.into_parts();
+        let id = durable.producer_id.as_str();
+        if let Some(other) = config.producer_id.as_deref().filter(|other| *other != id) {
             return Err(OptionsError::new(
                 "producer_id",
-                "a durable producer needs a fixed producer_id: its stream belongs to one id",
+                format!(
+                    "the producer options fix `{other}`, the durable options `{id}`: a durable \
+                     producer's id is its stream's, set in DurableOptions::new"
+                ),
             ));
         }
-        if durable.stop_timeout.is_zero() {
-            return Err(OptionsError::new(
-                "stop_timeout",
-                "must be positive (got 0)",
-            ));
-        }
-        if durable.message_version == 0 {
-            return Err(OptionsError::new(
-                "message_version",
-                "versions start at 1 (got 0)",
-            ));
-        }
+        config.producer_id = Some(id.to_owned());
+        let options = ProducerOptions::new(consumer, config)?;
+        let config = options.config().clone();
         let mut producer = Self::new(options);
         producer.durable = Some(Durable::new(config, durable));
         Ok(producer)
@@ -463,6 +461,19 @@ impl<T: Clone + Send + 'static> ProducerHandle<T> {
         Self::from_parts(addr, inbox, producer_id, durable)
     }
 
+    /// Starts `producer` under an Actix `Supervisor` on another arbiter (thread), as
+    /// [`start_supervised`](Self::start_supervised) does on the current one.
+    pub fn start_supervised_in_arbiter(
+        arbiter: &ArbiterHandle,
+        producer: ProducerController<T>,
+    ) -> Self {
+        let inbox = producer.inbox.clone();
+        let producer_id = producer.producer_id().clone();
+        let durable = producer.durable.is_some();
+        let addr = Supervisor::start_in_arbiter(arbiter, move |_| producer);
+        Self::from_parts(addr, inbox, producer_id, durable)
+    }
+
     fn from_parts(
         addr: Addr<ProducerController<T>>,
         inbox: Arc<Inbox<T>>,
@@ -489,6 +500,24 @@ impl<T: Clone + Send + 'static> ProducerHandle<T> {
 
     /// Hands a message to the producer without waiting. `confirm` fires exactly once with the
     /// outcome: a closure `|result: Result<(), DeliveryError>| …`, or [`Confirmation::none()`].
+    ///
+    /// # Waiting for room
+    ///
+    /// A producer holds at most `window_size + max_pending` messages (in flight or queued);
+    /// a message takes room when it is handed over and gives it back when it is settled. The
+    /// four ways of handing a message over differ only in what they do when there is none:
+    ///
+    /// | call | no room |
+    /// |---|---|
+    /// | `tell` | refused at once: [`TellError::QueueFull`] (the body back) |
+    /// | [`send`](Self::send), [`store`](Self::store) | wait for room, without limit |
+    /// | [`send_timeout`](Self::send_timeout), [`store_timeout`](Self::store_timeout) | wait for room until the deadline, then [`DeliveryError::Timeout`] |
+    ///
+    /// A refused or timed-out message was never handed to the producer: it is certainly not
+    /// sent, not stored, and never will be. A deadline bounds only the wait for room; once
+    /// the message has room it is handed over, and the call goes on to wait for its outcome
+    /// like the call without a deadline (so a message being stored at the deadline is never
+    /// reported "not stored").
     ///
     /// # Errors
     /// [`TellError::QueueFull`] when `max_pending` messages already wait for the window, and
@@ -520,12 +549,49 @@ impl<T: Clone + Send + 'static> ProducerHandle<T> {
     /// The message is queued when `send` is called, if there is room: `let f = p.send(x);
     /// p.tell(y, …)` sends `x` first, whether or not `f` was polled yet. When the pending queue
     /// is full, the returned future waits for room (backpressure) and queues the message when
-    /// it gets it; dropping the future before then drops the message.
+    /// it gets it; dropping the future before then drops the message. To bound that wait, use
+    /// [`send_timeout`](Self::send_timeout) (see [`tell`](Self::tell) for the forms).
     ///
     /// # Errors
     /// The [`DeliveryError`] that settled the message: the producer stopped, or gave the
     /// message up after `max_attempts` transmissions.
     pub fn send(&self, body: T) -> impl Future<Output = Result<(), DeliveryError>> + 'static {
+        self.send_within(body, None)
+    }
+
+    /// As [`send`](Self::send), waiting for room at most `timeout` (counted from this call):
+    /// with no room by then, the message is dropped, never sent, and the future resolves with
+    /// [`DeliveryError::Timeout`]. A message that got room in time is queued and the future
+    /// resolves with its confirmation, however long that takes (wrap the call in
+    /// `tokio::time::timeout` to stop waiting for it: the message is still delivered).
+    ///
+    /// ```
+    /// # use actix_delivery::{DeliveryError, ProducerHandle};
+    /// # use std::time::Duration;
+    /// # async fn demo(producer: ProducerHandle<String>) {
+    /// match producer.send_timeout("order-7".into(), Duration::from_millis(50)).await {
+    ///     Ok(()) => println!("confirmed"),
+    ///     Err(DeliveryError::Timeout) => println!("busy: not sent, try again later"),
+    ///     Err(error) => println!("not confirmed: {error}"),
+    /// }
+    /// # }
+    /// ```
+    ///
+    /// # Errors
+    /// [`DeliveryError::Timeout`] when no room came in time; otherwise as [`send`](Self::send).
+    pub fn send_timeout(
+        &self,
+        body: T,
+        timeout: Duration,
+    ) -> impl Future<Output = Result<(), DeliveryError>> + 'static {
+        self.send_within(body, Some(timeout))
+    }
+
+    fn send_within(
+        &self,
+        body: T,
+        timeout: Option<Duration>,
+    ) -> impl Future<Output = Result<(), DeliveryError>> + 'static {
         let (confirm, outcome) = Confirmation::channel();
         let waits_for_room = match self.shared.inbox.try_reserve() {
             // A refused hand-over drops `confirm`, which settles `outcome` as stopped.
@@ -533,13 +599,17 @@ impl<T: Clone + Send + 'static> ProducerHandle<T> {
                 let _ = self.hand_over(body, confirm);
                 None
             }
-            Err(Refusal::Full) => Some((self.clone(), body, confirm)),
+            Err(Refusal::Full) => Some((self.clone(), body, confirm, deadline_after(timeout))),
             Err(Refusal::Closed) => None,
         };
         async move {
-            if let Some((handle, body, confirm)) = waits_for_room {
-                if handle.shared.inbox.reserve().await.is_ok() {
-                    let _ = handle.hand_over(body, confirm);
+            if let Some((handle, body, confirm, deadline)) = waits_for_room {
+                match handle.reserve_until(deadline).await {
+                    Room::Reserved => {
+                        let _ = handle.hand_over(body, confirm);
+                    }
+                    Room::TimedOut => return Err(DeliveryError::Timeout),
+                    Room::Closed => {}
                 }
             }
             outcome.await.unwrap_or(Err(DeliveryError::ProducerStopped))
@@ -548,21 +618,66 @@ impl<T: Clone + Send + 'static> ProducerHandle<T> {
 
     /// Hands a message to a durable producer and resolves once it is stored: from then on the
     /// producer owns it, across crashes. [`Stored::confirmed`] then waits for the consumer's
-    /// confirmation. Waits for room like [`send`](Self::send).
+    /// confirmation. Waits for room like [`send`](Self::send); to bound that wait, use
+    /// [`store_timeout`](Self::store_timeout).
     ///
     /// # Errors
     /// [`DeliveryError::NotDurable`] for a producer without a journal; the producer stopped
     /// or its journal failed before the message was stored.
     pub fn store(&self, body: T) -> impl Future<Output = Result<Stored, DeliveryError>> + 'static {
+        self.store_within(body, None)
+    }
+
+    /// As [`store`](Self::store), waiting for room at most `timeout` (counted from this
+    /// call): with no room by then, the message is dropped, certainly not stored, and the
+    /// future resolves with [`DeliveryError::Timeout`]. A message that got room in time is
+    /// handed to the producer and the future resolves with the store's outcome, after the
+    /// deadline if the journal takes that long (bounded by the journal's own timeouts and the
+    /// producer's `stop_timeout`): a message whose store is in flight is never reported "not
+    /// stored". This is how backpressure reaches a caller that cannot wait, such as an HTTP
+    /// handler answering 503:
+    ///
+    /// ```
+    /// # use actix_delivery::{DeliveryError, ProducerHandle};
+    /// # use std::time::Duration;
+    /// # async fn demo(producer: ProducerHandle<String>) -> u16 {
+    /// match producer.store_timeout("order-7".into(), Duration::from_millis(100)).await {
+    ///     Ok(_stored) => 202, // the producer owns it, across crashes
+    ///     Err(DeliveryError::Timeout) => 503, // full: not stored, the client may retry
+    ///     Err(_) => 503, // stopped, or the journal failed: see the error
+    /// }
+    /// # }
+    /// ```
+    ///
+    /// # Errors
+    /// [`DeliveryError::Timeout`] when no room came in time; otherwise as
+    /// [`store`](Self::store).
+    pub fn store_timeout(
+        &self,
+        body: T,
+        timeout: Duration,
+    ) -> impl Future<Output = Result<Stored, DeliveryError>> + 'static {
+        self.store_within(body, Some(timeout))
+    }
+
+    fn store_within(
+        &self,
+        body: T,
+        timeout: Option<Duration>,
+    ) -> impl Future<Output = Result<Stored, DeliveryError>> + 'static {
         let handle = self.clone();
+        let deadline = deadline_after(timeout);
         async move {
             if !handle.shared.durable {
                 return Err(DeliveryError::NotDurable);
             }
             let (confirm, id, confirmed) = Confirmation::channel_with_stored();
-            if handle.shared.inbox.reserve().await.is_err()
-                || handle.hand_over(body, confirm).is_err()
-            {
+            match handle.reserve_until(deadline).await {
+                Room::Reserved => {}
+                Room::TimedOut => return Err(DeliveryError::Timeout),
+                Room::Closed => return Err(DeliveryError::ProducerStopped),
+            }
+            if handle.hand_over(body, confirm).is_err() {
                 return Err(DeliveryError::ProducerStopped);
             }
             match id.await {
@@ -573,6 +688,23 @@ impl<T: Clone + Send + 'static> ProducerHandle<T> {
                     _ => DeliveryError::ProducerStopped,
                 }),
             }
+        }
+    }
+
+    /// Takes one permit of room, waiting for it until `deadline` (`None`: without limit).
+    async fn reserve_until(&self, deadline: Option<tokio::time::Instant>) -> Room {
+        let reserved = match deadline {
+            None => self.shared.inbox.reserve().await,
+            Some(deadline) => {
+                match tokio::time::timeout_at(deadline, self.shared.inbox.reserve()).await {
+                    Ok(reserved) => reserved,
+                    Err(_) => return Room::TimedOut,
+                }
+            }
+        };
+        match reserved {
+            Ok(()) => Room::Reserved,
+            Err(_) => Room::Closed,
         }
     }
 
@@ -619,6 +751,18 @@ impl<T: Clone + Send + 'static> ProducerHandle<T> {
     pub fn addr(&self) -> &Addr<ProducerController<T>> {
         &self.shared.addr
     }
+}
+
+/// What waiting for room came to.
+enum Room {
+    Reserved,
+    TimedOut,
+    Closed,
+}
+
+/// The deadline `timeout` from now; `None` (no deadline) for none, or one too far to count.
+fn deadline_after(timeout: Option<Duration>) -> Option<tokio::time::Instant> {
+    timeout.and_then(|timeout| tokio::time::Instant::now().checked_add(timeout))
 }
 
 impl<T: Clone + Send + 'static> std::fmt::Debug for ProducerHandle<T> {

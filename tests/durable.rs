@@ -63,7 +63,11 @@ fn durable_producer(
         .resend_timeout(Duration::from_millis(100))
         .build()
         .unwrap();
-    let durable = configure(DurableOptions::new(Arc::new(journal.clone()), stream()));
+    let durable = configure(DurableOptions::new(
+        Arc::new(journal.clone()),
+        stream(),
+        "orders",
+    ));
     ReliableDelivery::durable_producer(options, durable).unwrap()
 }
 
@@ -296,7 +300,7 @@ async fn a_stream_of_another_producer_id_stops_the_producer_for_good() {
         .producer_id("invoices")
         .build()
         .unwrap();
-    let durable = DurableOptions::new(Arc::new(journal.clone()), stream());
+    let durable = DurableOptions::new(Arc::new(journal.clone()), stream(), "invoices");
     let other = ReliableDelivery::durable_producer(options, durable).unwrap();
     match other.send(2).await {
         Err(DeliveryError::Storage(reason)) => assert!(
@@ -368,7 +372,7 @@ async fn restarts_on_a_failing_journal_back_off() {
         .producer_id("orders")
         .build()
         .unwrap();
-    let durable = DurableOptions::new(Arc::new(broken.clone()), stream());
+    let durable = DurableOptions::new(Arc::new(broken.clone()), stream(), "orders");
     let producer = ReliableDelivery::durable_producer(options, durable).unwrap();
     let refused = producer.send(1).await;
     assert!(
@@ -385,20 +389,35 @@ async fn restarts_on_a_failing_journal_back_off() {
 }
 
 #[actix::test]
-async fn a_durable_producer_needs_a_fixed_id_and_a_positive_stop_timeout() {
+async fn a_durable_producer_takes_its_id_from_its_stream_and_refuses_invalid_settings() {
     let journal = MemoryJournal::new();
     let (consumer, _) = consumer();
-    let options = ProducerOptions::builder(&consumer).build().unwrap();
-    let durable = DurableOptions::new(Arc::new(journal.clone()), stream());
-    let error = ReliableDelivery::durable_producer(options, durable).unwrap_err();
-    assert_eq!(error.field, "producer_id");
-    let options = ProducerOptions::builder(&consumer)
-        .producer_id("orders")
+    let unnamed = || ProducerOptions::builder(&consumer).build().unwrap();
+    let durable = || DurableOptions::new(Arc::new(journal.clone()), stream(), "orders");
+    let producer = ReliableDelivery::durable_producer(unnamed(), durable()).unwrap();
+    assert_eq!(producer.producer_id().as_str(), "orders", "the stream's id");
+    producer.stop();
+    producer.stopped().await;
+    let other = ProducerOptions::builder(&consumer)
+        .producer_id("invoices")
         .build()
         .unwrap();
-    let durable = DurableOptions::new(Arc::new(journal), stream()).stop_timeout(Duration::ZERO);
-    let error = ReliableDelivery::durable_producer(options, durable).unwrap_err();
-    assert_eq!(error.field, "stop_timeout");
+    let error = ReliableDelivery::durable_producer(other, durable()).unwrap_err();
+    assert_eq!(error.field, "producer_id");
+    assert!(error.reason.contains("`invoices`"), "{error}");
+    let invalid = [
+        (durable().stop_timeout(Duration::ZERO), "stop_timeout_ms"),
+        (durable().snapshot_every(0), "snapshot_every"),
+        (durable().message_version(0), "message_version"),
+        (
+            DurableOptions::new(Arc::new(journal.clone()), stream(), ""),
+            "producer_id",
+        ),
+    ];
+    for (durable, field) in invalid {
+        let error = ReliableDelivery::durable_producer(unnamed(), durable).unwrap_err();
+        assert_eq!(error.field, field, "{error}");
+    }
 }
 
 #[actix::test]
@@ -462,4 +481,71 @@ async fn large_bursts_are_compacted_away_too() {
         "{} writes, {bodies} bytes kept: not compacted",
         kept.len()
     );
+}
+
+#[actix::test]
+async fn store_timeout_on_a_full_producer_times_out_and_the_message_is_neither_stored_nor_sent() {
+    tokio::time::pause();
+    let journal = MemoryJournal::new();
+    let (consumer, handled) = consumer();
+    let (to, cut, _) = link(&consumer);
+    let producer = common::durable_u32(&journal, to, 1, 1);
+    cut.store(true, Ordering::SeqCst); // nothing is confirmed: room stays taken
+    producer.store(1).await.unwrap();
+    producer.store(2).await.unwrap();
+    let timed_out = actix::spawn(producer.store_timeout(3, Duration::from_secs(1)));
+    settle_for(999).await;
+    assert!(
+        !timed_out.is_finished(),
+        "it waits for room until the deadline"
+    );
+    settle_for(2).await;
+    assert_eq!(
+        timed_out.await.unwrap().unwrap_err(),
+        DeliveryError::Timeout
+    );
+    cut.store(false, Ordering::SeqCst);
+    settle_for(1_000).await;
+    producer.idle().await;
+    assert_eq!(handled.snapshot(), [1, 2], "never sent");
+    let stats = producer.stats().await.unwrap();
+    assert_eq!((stats.stored, stats.confirmed), (2, 2), "never stored");
+    assert_eq!(stats.next_message_id, 3, "no id was given to it");
+}
+
+#[actix::test]
+async fn store_timeout_with_its_journal_write_in_flight_at_the_deadline_waits_for_the_outcome() {
+    tokio::time::pause();
+    let journal = MemoryJournal::new();
+    let (consumer, handled) = consumer();
+    let producer = durable_producer(&journal, consumer.consumer_ref(), |d| d);
+    settle().await; // open
+    journal.faults().hold_commits();
+    let store = actix::spawn(producer.store_timeout(5, Duration::from_millis(100)));
+    settle_for(1_000).await;
+    assert_eq!(
+        journal.faults().held(),
+        1,
+        "the store is in flight at the deadline"
+    );
+    assert!(
+        !store.is_finished(),
+        "not reported either way before the journal answers"
+    );
+    journal.faults().release();
+    let stored = store
+        .await
+        .unwrap()
+        .expect("it committed: reported stored, not timed out");
+    assert_eq!(stored.id, MessageId(1));
+    assert_eq!(stored.confirmed().await, Ok(()));
+    assert_eq!(handled.snapshot(), [5]);
+}
+
+#[actix::test]
+async fn store_timeout_on_a_plain_producer_is_not_durable() {
+    let (consumer, _) = consumer();
+    let plain = ReliableDelivery::producer(ProducerOptions::builder(&consumer).build().unwrap());
+    let stored = plain.store_timeout(1, Duration::from_secs(1)).await;
+    assert_eq!(stored.unwrap_err(), DeliveryError::NotDurable);
 }

@@ -85,7 +85,7 @@ fn producer(
         .build()
         .unwrap();
     let stream = PersistenceId::new("chaos-out").unwrap();
-    let durable = DurableOptions::new(Arc::new(journal.clone()), stream)
+    let durable = DurableOptions::new(Arc::new(journal.clone()), stream, "chaos")
         .snapshot_every(16)
         .stop_timeout(Duration::from_secs(1))
         .confirmations(sink.clone());

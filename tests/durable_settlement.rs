@@ -38,7 +38,7 @@ async fn a_store_reported_failed_but_committed_is_confirmed_after_the_restart() 
         .resend_timeout(Duration::from_millis(100))
         .build()
         .unwrap();
-    let durable = DurableOptions::new(Arc::new(journal.clone()), out_stream());
+    let durable = DurableOptions::new(Arc::new(journal.clone()), out_stream(), "uncertain-commit");
     let producer = ReliableDelivery::durable_producer(options, durable).unwrap();
     producer.send(1).await.unwrap();
     journal.arm(Fault::AfterCommit);
@@ -151,7 +151,7 @@ async fn the_last_confirmation_does_not_wait_for_the_resend_timeout() {
         .build()
         .unwrap();
     let stream = PersistenceId::new("orders-out").unwrap();
-    let durable = DurableOptions::new(Arc::new(journal), stream);
+    let durable = DurableOptions::new(Arc::new(journal), stream, "orders");
     let producer = ReliableDelivery::durable_producer(options, durable).unwrap();
     let start = tokio::time::Instant::now();
     let stored = producer.store(7).await.unwrap();

@@ -58,7 +58,7 @@ fn durable_producer(
         .resend_timeout(Duration::from_millis(100))
         .build()
         .unwrap();
-    let durable = configure(DurableOptions::new(journal(), stream()));
+    let durable = configure(DurableOptions::new(journal(), stream(), "stopping"));
     ReliableDelivery::durable_producer(options, durable).unwrap()
 }
 

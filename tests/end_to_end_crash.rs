@@ -192,6 +192,7 @@ async fn produce(dir: &Path, target: ConsumerRef<Transfer>) {
     let durable = DurableOptions::new(
         Arc::new(producer_journal),
         PersistenceId::new("transfers").unwrap(),
+        "bank-client",
     )
     .snapshot_every(20)
     .confirmations(Sink.start().recipient());

@@ -34,7 +34,7 @@ async fn a_burst_over_16_mib_is_stored_in_several_appends() {
         .window_size(16)
         .build()
         .unwrap();
-    let durable = DurableOptions::new(Arc::new(journal.clone()), out_stream());
+    let durable = DurableOptions::new(Arc::new(journal.clone()), out_stream(), "bulk");
     let producer = ReliableDelivery::durable_producer(options, durable).unwrap();
     settle().await; // open
     let failures = Log::default();

@@ -514,3 +514,65 @@ async fn producer_ids_default_to_random_and_can_be_chosen() {
     let chosen = producer_to(&consumer, |b| b);
     assert_eq!(chosen.producer_id(), &ProducerId::from("p"));
 }
+
+#[actix::test]
+async fn send_timeout_on_a_full_producer_times_out_and_the_message_is_never_delivered() {
+    tokio::time::pause();
+    let gate = Gate::default();
+    let (consumer, handled) = consumer(Some(gate.clone()));
+    let producer = producer_to(&consumer, |b| b.window_size(1).max_pending(1));
+    producer.tell(1, |_| ()).unwrap(); // in flight, its handler waits for the gate
+    producer.tell(2, |_| ()).unwrap(); // queued: the producer is full
+    let timed_out = actix::spawn(producer.send_timeout(3, Duration::from_secs(1)));
+    settle_for(999).await;
+    assert!(
+        !timed_out.is_finished(),
+        "it waits for room until the deadline"
+    );
+    settle_for(2).await;
+    assert_eq!(timed_out.await.unwrap(), Err(DeliveryError::Timeout));
+    gate.open();
+    settle_for(5_000).await;
+    producer.idle().await;
+    assert_eq!(
+        handled.snapshot(),
+        [1, 2],
+        "the timed-out message never reaches the consumer"
+    );
+    let stats = producer.stats().await.unwrap();
+    assert_eq!((stats.confirmed, stats.in_flight, stats.queued), (2, 0, 0));
+}
+
+#[actix::test]
+async fn send_timeout_bounds_only_the_wait_for_room_not_the_confirmation() {
+    tokio::time::pause();
+    let gate = Gate::default();
+    let (consumer, handled) = consumer(Some(gate.clone()));
+    let producer = producer_to(&consumer, |b| b.window_size(1).max_pending(1));
+    // Room at once: queued at the call, and confirmed however long the handler takes.
+    let sent = actix::spawn(producer.send_timeout(1, Duration::from_millis(1)));
+    producer.tell(2, |_| ()).unwrap(); // now full
+                                       // No room at the call, room before the deadline: queued when it comes.
+    let waited = actix::spawn(producer.send_timeout(3, Duration::from_secs(10)));
+    settle_for(5_000).await;
+    assert!(!sent.is_finished() && !waited.is_finished());
+    gate.open();
+    assert_eq!(
+        sent.await.unwrap(),
+        Ok(()),
+        "past its deadline, not timed out"
+    );
+    assert_eq!(waited.await.unwrap(), Ok(()), "got room in time");
+    assert_eq!(handled.snapshot(), [1, 2, 3]);
+}
+
+#[actix::test]
+async fn send_timeout_on_a_stopped_producer_says_stopped_not_timeout() {
+    tokio::time::pause();
+    let (consumer, _) = consumer(None);
+    let producer = producer_to(&consumer, |b| b);
+    producer.stop();
+    producer.stopped().await;
+    let sent = producer.send_timeout(1, Duration::from_secs(1)).await;
+    assert_eq!(sent, Err(DeliveryError::ProducerStopped));
+}

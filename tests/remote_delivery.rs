@@ -261,7 +261,7 @@ async fn a_durable_producer_restarted_in_the_same_process_gets_its_acks() {
             .build()
             .unwrap();
         let stream = PersistenceId::new("numbers-out").unwrap();
-        let durable = DurableOptions::new(Arc::new(journal.clone()), stream);
+        let durable = DurableOptions::new(Arc::new(journal.clone()), stream, "durable");
         ReliableDelivery::durable_producer(options, durable).unwrap()
     };
     let send = async |producer: &ProducerHandle<u64>, n: u64| {

@@ -564,7 +564,11 @@ async fn store_unconfirmed<T>(
 {
     let handler = DeliveryHandler::from_fn(|_: T| async { Err::<(), _>("not now".to_string()) });
     let consumer = ReliableDelivery::consumer(ConsumerOptions::builder(handler).build().unwrap());
-    let durable = configure(DurableOptions::new(under.journal.clone(), under.id(stream)));
+    let durable = configure(DurableOptions::new(
+        under.journal.clone(),
+        under.id(stream),
+        "orders",
+    ));
     let options = producer_options(&consumer, "orders");
     let producer = ReliableDelivery::durable_producer(options, durable).unwrap();
     for order in orders {
@@ -586,7 +590,7 @@ where
     T: Clone + Send + Serialize + DeserializeOwned + 'static,
 {
     let (consumer, handled) = recording_consumer::<T>();
-    let durable = configure(DurableOptions::new(journal.clone(), stream));
+    let durable = configure(DurableOptions::new(journal.clone(), stream, producer_id));
     let options = producer_options(&consumer, producer_id);
     let producer = ReliableDelivery::durable_producer(options, durable).unwrap();
     // Resumed messages count as told: idle once they are confirmed (or the producer stopped).
@@ -635,7 +639,7 @@ async fn a_durable_producer_resumes_messages_stored_by_an_earlier_version_of_the
         store_unconfirmed(&under, "newer", |d| d.message_version(2), newer).await;
         let highest = under.journal.highest_seq(&under.id("newer")).await.unwrap();
         let (consumer, handled) = recording_consumer::<Order>();
-        let durable = DurableOptions::new(under.journal.clone(), under.id("newer"));
+        let durable = DurableOptions::new(under.journal.clone(), under.id("newer"), "orders");
         let options = producer_options(&consumer, "orders");
         let producer = ReliableDelivery::durable_producer(options, durable).unwrap();
         tokio::time::timeout(Duration::from_secs(20), producer.stopped())
@@ -657,6 +661,7 @@ async fn a_durable_producer_refuses_version_0() {
     let durable = DurableOptions::new(
         Arc::new(MemoryJournal::new()),
         PersistenceId::new("s").unwrap(),
+        "p",
     )
     .message_version(0);
     let error =

@@ -101,3 +101,48 @@ async fn a_stopped_target_actor_means_no_ack() {
     );
     assert_eq!(consumer.stats().await.unwrap().handler_failures, 2);
 }
+
+/// A reservation whose reply carries a value (the stock left), as existing actors' replies do.
+#[derive(Clone, Debug, Message)]
+#[rtype(result = "Result<u32, String>")]
+struct Take(u32);
+
+/// Stock that refuses to go below 0, answering with what is left.
+struct Stock(u32);
+
+impl Actor for Stock {
+    type Context = Context<Self>;
+}
+
+impl Handler<Take> for Stock {
+    type Result = Result<u32, String>;
+    fn handle(&mut self, Take(n): Take, _: &mut Context<Self>) -> Self::Result {
+        self.0 = self.0.checked_sub(n).ok_or("out of stock")?;
+        Ok(self.0)
+    }
+}
+
+#[actix::test]
+async fn an_actor_replying_a_value_is_forwarded_to_its_ok_is_acked_and_its_err_retried() {
+    tokio::time::pause();
+    let consumer = ReliableDelivery::consumer(
+        ConsumerOptions::builder(DeliveryHandler::forward_to(Stock(5).start().recipient()))
+            .build()
+            .unwrap(),
+    );
+    let producer = ReliableDelivery::producer(
+        ProducerOptions::builder(consumer.recipient())
+            .max_attempts(3)
+            .build()
+            .unwrap(),
+    );
+    assert_eq!(producer.send(Take(2)).await, Ok(()), "Ok(3): handled");
+    assert_eq!(producer.send(Take(3)).await, Ok(()), "Ok(0): handled");
+    assert_eq!(
+        producer.send(Take(1)).await,
+        Err(DeliveryError::GaveUp { attempts: 3 }),
+        "Err: not ACKed, retried until given up"
+    );
+    let stats = consumer.stats().await.unwrap();
+    assert_eq!((stats.delivered, stats.handler_failures), (2, 3));
+}

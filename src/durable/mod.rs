@@ -60,6 +60,7 @@
 //!   producer for good (no restart loop), with an error naming the stream.
 //! - The journal holds the producer's incarnation token: protect it like a credential.
 
+mod config;
 mod log;
 mod producer;
 
@@ -71,9 +72,12 @@ use serde::{Deserialize, Serialize};
 use tokio::sync::oneshot;
 
 use crate::codec::{Codec, Upcast, UpcastError};
-use crate::error::DeliveryError;
+use crate::config::Overrides;
+use crate::error::{DeliveryError, OptionsError};
 use crate::journal::{Journal, PersistenceId};
+use crate::protocol::envelope::ProducerId;
 
+pub use config::DurableConfig;
 pub(crate) use producer::Durable;
 
 /// The stable id of a message of a durable producer: its seq in the producer's stream, never
@@ -121,29 +125,59 @@ pub struct DurableConfirmation {
     pub result: Result<(), DeliveryError>,
 }
 
-/// Where and how a durable producer of messages `T` stores them.
+/// Where, as whom and how a durable producer of messages `T` stores them.
+///
+/// The journal, the stream and the producer id are required (the constructor's arguments);
+/// the data settings ([`DurableConfig`]: compaction interval, stop timeout, codec) can be
+/// loaded with [`config`](Self::config) from the application's settings, and a value set here
+/// wins over a loaded one, which wins over the default, whatever order the calls come in.
+///
+/// ```
+/// # use std::sync::Arc;
+/// # use actix_delivery::durable::DurableOptions;
+/// # use actix_delivery::journal::{MemoryJournal, PersistenceId};
+/// # use actix_delivery::{ConsumerOptions, DeliveryHandler, ProducerOptions, ReliableDelivery};
+/// # #[actix::main] async fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// # let consumer = ReliableDelivery::consumer(ConsumerOptions::builder(
+/// #     DeliveryHandler::from_fn(|_: String| async { Ok::<(), String>(()) })).build()?);
+/// let journal = Arc::new(MemoryJournal::new()); // or SqliteJournal::open(path).await?
+/// let producer = ReliableDelivery::durable_producer(
+///     ProducerOptions::builder(&consumer).build()?,
+///     DurableOptions::new(journal, PersistenceId::new("orders-out")?, "orders"),
+/// )?;
+/// let stored = producer.store("order-1".to_string()).await?; // in the journal now
+/// stored.confirmed().await?; // and handled by the consumer
+/// # Ok(()) }
+/// ```
 pub struct DurableOptions<T> {
     pub(crate) journal: Arc<dyn Journal>,
     pub(crate) stream: PersistenceId,
-    pub(crate) snapshot_every: u64,
+    pub(crate) producer_id: ProducerId,
+    /// Loaded (or default) settings; with the builder values over them once resolved.
+    pub(crate) config: DurableConfig,
+    explicit: Overrides<DurableConfig>,
     pub(crate) sink: Option<actix::Recipient<DurableConfirmation>>,
-    pub(crate) stop_timeout: Duration,
-    pub(crate) codec: Codec,
     pub(crate) message_version: u32,
     pub(crate) upcast: Upcast<T>,
 }
 
 impl<T> DurableOptions<T> {
-    /// Store in stream `stream` of `journal` (one live producer per stream: the newest
-    /// opener owns it).
-    pub fn new(journal: Arc<dyn Journal>, stream: PersistenceId) -> Self {
+    /// Store in stream `stream` of `journal`, as the producer `producer_id` (one live producer
+    /// per stream: the newest opener owns it). The stream belongs to this id across restarts,
+    /// so it is fixed here: the producer options need not name it (if they do, it must be
+    /// the same).
+    pub fn new(
+        journal: Arc<dyn Journal>,
+        stream: PersistenceId,
+        producer_id: impl Into<ProducerId>,
+    ) -> Self {
         Self {
             journal,
             stream,
-            snapshot_every: 1_000,
+            producer_id: producer_id.into(),
+            config: DurableConfig::default(),
+            explicit: Overrides::default(),
             sink: None,
-            stop_timeout: Duration::from_secs(10),
-            codec: Codec::MessagePack,
             message_version: 1,
             upcast: |old| {
                 Err(UpcastError::new(format!(
@@ -154,11 +188,17 @@ impl<T> DurableOptions<T> {
         }
     }
 
-    /// The codec new messages are stored in (default [`Codec::MessagePack`], in which a field
-    /// added with `#[serde(default)]` needs no code; stored messages are read in the codec
-    /// they were stored in, whatever this says). See the README's "Changing your types".
+    /// Loaded settings (e.g. a `[durable]` section of the application's config file); values
+    /// set on these options still win.
+    pub fn config(mut self, config: DurableConfig) -> Self {
+        self.config = config;
+        self
+    }
+
+    /// The codec new messages are stored in (default [`Codec::MessagePack`]; see
+    /// [`DurableConfig::codec`]).
     pub fn codec(mut self, codec: Codec) -> Self {
-        self.codec = codec;
+        self.explicit.set(move |c| c.codec = codec);
         self
     }
 
@@ -168,7 +208,7 @@ impl<T> DurableOptions<T> {
     /// [`upcast`](Self::upcast). A stored message of a newer version than this (the code was
     /// rolled back) stops the producer for good with an error naming stream, seq and
     /// versions. At least 1: [`ReliableDelivery::durable_producer`](crate::ReliableDelivery::durable_producer)
-    /// refuses 0.
+    /// refuses 0. Code, not data: not among the loaded settings.
     pub fn message_version(mut self, version: u32) -> Self {
         self.message_version = version;
         self
@@ -184,22 +224,20 @@ impl<T> DurableOptions<T> {
     }
 
     /// How long [`ProducerHandle::stop`](crate::ProducerHandle::stop) waits for the journal to
-    /// answer the writes in flight (default 10 s). Whatever it has not answered by then is
-    /// settled [`DeliveryError::InDoubt`]: the next start of the stream settles it by what the
-    /// journal holds. Positive: [`ReliableDelivery::durable_producer`](crate::ReliableDelivery::durable_producer)
+    /// answer the writes in flight (default 10 s; see [`DurableConfig::stop_timeout`]).
+    /// Positive: [`ReliableDelivery::durable_producer`](crate::ReliableDelivery::durable_producer)
     /// refuses 0.
     pub fn stop_timeout(mut self, timeout: Duration) -> Self {
-        self.stop_timeout = timeout;
+        self.explicit.set(move |c| c.stop_timeout = timeout);
         self
     }
 
-    /// Compact after this many messages stored and settlement records written (default 1 000,
-    /// at least 1), and no sooner than after as many as there are unsettled messages: a
-    /// snapshot of the unsettled messages replaces what was written before it. The stream so
-    /// holds about the unsettled messages plus one interval, and compaction costs O(1) per
-    /// message.
+    /// Compact after this many messages stored and settlement records written (default 1 000;
+    /// see [`DurableConfig::snapshot_every`]). Positive:
+    /// [`ReliableDelivery::durable_producer`](crate::ReliableDelivery::durable_producer)
+    /// refuses 0.
     pub fn snapshot_every(mut self, writes: u64) -> Self {
-        self.snapshot_every = writes.max(1);
+        self.explicit.set(move |c| c.snapshot_every = writes);
         self
     }
 
@@ -208,16 +246,65 @@ impl<T> DurableOptions<T> {
         self.sink = Some(sink);
         self
     }
+
+    /// Applies the builder values over the loaded settings and checks every rule.
+    pub(crate) fn resolve(&mut self) -> Result<(), OptionsError> {
+        let explicit = std::mem::take(&mut self.explicit);
+        self.config = explicit.apply(std::mem::take(&mut self.config));
+        self.config.validate()?;
+        if self.message_version == 0 {
+            return Err(OptionsError::new(
+                "message_version",
+                "versions start at 1 (got 0)",
+            ));
+        }
+        Ok(())
+    }
 }
 
 impl<T> std::fmt::Debug for DurableOptions<T> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("DurableOptions")
             .field("stream", &self.stream)
-            .field("snapshot_every", &self.snapshot_every)
-            .field("stop_timeout", &self.stop_timeout)
-            .field("codec", &self.codec)
+            .field("producer_id", &self.producer_id)
+            .field("config", &self.config)
+            .field("explicit", &self.explicit)
             .field("message_version", &self.message_version)
             .finish_non_exhaustive()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::journal::MemoryJournal;
+
+    #[test]
+    fn options_take_explicit_over_loaded_over_default_in_any_order() {
+        let loaded = DurableConfig {
+            snapshot_every: 50,
+            stop_timeout: Duration::from_secs(3),
+            ..DurableConfig::default()
+        };
+        let stream = PersistenceId::new("s").unwrap();
+        let mut options = DurableOptions::<u32>::new(Arc::new(MemoryJournal::new()), stream, "p")
+            .snapshot_every(7) // explicit, set before loading
+            .config(loaded);
+        options.resolve().unwrap();
+        assert_eq!(options.config.snapshot_every, 7, "explicit wins");
+        assert_eq!(
+            options.config.stop_timeout,
+            Duration::from_secs(3),
+            "loaded"
+        );
+        assert_eq!(options.config.codec, Codec::MessagePack, "default");
+        let zero = DurableConfig {
+            snapshot_every: 0,
+            ..DurableConfig::default()
+        };
+        let stream = PersistenceId::new("s").unwrap();
+        let mut options =
+            DurableOptions::<u32>::new(Arc::new(MemoryJournal::new()), stream, "p").config(zero);
+        assert_eq!(options.resolve().unwrap_err().field, "snapshot_every");
     }
 }

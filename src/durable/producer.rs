@@ -135,7 +135,7 @@ impl<T> Durable<T> {
     fn encode(&self, body: &T) -> Result<Vec<u8>, CodecError> {
         (self.encode)(
             body,
-            self.options.codec,
+            self.options.config.codec,
             self.options.message_version,
             MAX_BODY_BYTES,
         )
@@ -281,7 +281,7 @@ impl<T: Clone + Send + 'static> ProducerController<T> {
             return;
         };
         let config = PersistentConfig {
-            snapshot_every: Some(durable.options.snapshot_every),
+            snapshot_every: Some(durable.options.config.snapshot_every),
             delete_events_on_snapshot: true,
             // The log's own records: the crate versions them (the messages in them are in
             // the options' codec).
@@ -686,7 +686,7 @@ impl<T: Clone + Send + 'static> ProducerController<T> {
         if durable.stopping.is_some() {
             return;
         }
-        durable.stopping = Some(now() + durable.options.stop_timeout);
+        durable.stopping = Some(now() + durable.options.config.stop_timeout);
         self.refuse_what_is_not_stored();
         // Confirmed in this mailbox drain: recorded before the stop.
         self.settle_polled();

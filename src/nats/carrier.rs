@@ -358,21 +358,21 @@ impl NatsCarrier {
             0 => MAX_ENCODED_BYTES as usize, // not announced
             max => max,
         };
-        if !inbox.as_str().starts_with(&options.reply_prefix) {
+        if !inbox.as_str().starts_with(&options.config.reply_prefix) {
             log::warn!(
                 "this carrier's inbox {inbox} is not under its reply_prefix {:?}: carriers \
                  with that prefix refuse its deliveries",
-                options.reply_prefix
+                options.config.reply_prefix
             );
         }
         let shared = Arc::new(Shared {
             publisher: Publisher::new(
-                options.max_output_bytes,
-                options.max_frame_length.min(server_max),
+                options.config.max_output_bytes,
+                options.config.max_frame_length.min(server_max),
             ),
             max_received: server_max,
             sending: Mutex::new(Sending {
-                routes: Routes::new(options.max_routes),
+                routes: Routes::new(options.config.max_routes),
                 scratch: Vec::new(),
             }),
             client,

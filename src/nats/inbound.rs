@@ -88,7 +88,10 @@ fn receive(
         add(&counters.deliveries_without_reply, n);
         return None;
     };
-    if !reply.as_str().starts_with(&shared.options.reply_prefix) {
+    if !reply
+        .as_str()
+        .starts_with(&shared.options.config.reply_prefix)
+    {
         add(&counters.foreign_reply_subjects, n);
         shared.warnings.warn(Warning::Decode, || {
             "refused deliveries whose reply subject is not under reply_prefix".to_string()

@@ -111,6 +111,6 @@ mod stats;
 mod subject;
 
 pub use carrier::{NatsCarrier, NatsError};
-pub use options::{NatsOptions, NatsOptionsBuilder};
+pub use options::{NatsConfig, NatsOptions, NatsOptionsBuilder};
 pub use stats::NatsStats;
 pub use subject::SubjectError;

@@ -1,22 +1,45 @@
 //! The NATS carrier's options.
 
+use serde::{Deserialize, Serialize};
+
+use crate::config::{positive, Overrides};
 use crate::error::OptionsError;
 use crate::remote::options::check_frame_limits;
 
 use super::subject::check_subject;
 
-/// How a [`NatsCarrier`](super::NatsCarrier) sends and receives. Authentication and TLS are
-/// the NATS client's: build an `async_nats::Client` with them and pass it to
+/// The settings of a [`NatsCarrier`](super::NatsCarrier): plain data, loadable with serde
+/// from the application's configuration (unknown keys refused), validated when
+/// [`NatsOptionsBuilder::build`] builds the options. `Default` gives the documented defaults;
+/// each field's meaning is that of the builder method of the same name.
+///
+/// ```
+/// # use actix_delivery::nats::{NatsConfig, NatsOptions};
+/// let config: NatsConfig = serde_json::from_str(r#"{ "max_routes": 512 }"#).unwrap();
+/// let options = NatsOptions::builder().config(config).build().unwrap();
+/// assert_eq!(options.config().max_routes, 512);
+/// assert_eq!(options.config().reply_prefix, "_INBOX."); // default
+/// ```
+///
+/// Authentication and TLS are the NATS client's, not data of these settings: build an
+/// `async_nats::Client` with them and pass it to
 /// [`NatsCarrier::with_client`](super::NatsCarrier::with_client).
-#[derive(Clone, Debug)]
-pub struct NatsOptions {
-    pub(crate) max_frame_length: usize,
-    pub(crate) max_output_bytes: usize,
-    pub(crate) max_routes: usize,
-    pub(crate) reply_prefix: String,
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct NatsConfig {
+    /// The largest message published, in bytes: default 1 MiB, 4 KiB to 16 MiB.
+    pub max_frame_length: usize,
+    /// The most bytes queued for publishing: default 4 MiB, at least twice
+    /// `max_frame_length`, at most 1 GiB.
+    pub max_output_bytes: usize,
+    /// Producer incarnations remembered for routing ACKs: default 4096; positive.
+    pub max_routes: usize,
+    /// Deliveries are accepted only with a reply subject starting with this: default
+    /// `"_INBOX."`.
+    pub reply_prefix: String,
 }
 
-impl Default for NatsOptions {
+impl Default for NatsConfig {
     fn default() -> Self {
         Self {
             max_frame_length: 1 << 20,
@@ -27,17 +50,14 @@ impl Default for NatsOptions {
     }
 }
 
-impl NatsOptions {
-    /// Starts a builder from the defaults.
-    pub fn builder() -> NatsOptionsBuilder {
-        NatsOptionsBuilder(Self::default())
-    }
-
-    fn validate(&self) -> Result<(), OptionsError> {
+impl NatsConfig {
+    /// Checks every rule; the error names the first offending settings key.
+    ///
+    /// # Errors
+    /// [`OptionsError`] naming the key and the rule it breaks.
+    pub fn validate(&self) -> Result<(), OptionsError> {
         check_frame_limits(self.max_frame_length, self.max_output_bytes)?;
-        if self.max_routes == 0 {
-            return Err(OptionsError::new("max_routes", "must be positive (got 0)"));
-        }
+        positive("max_routes", self.max_routes)?;
         if let Err(why) = check_subject(self.reply_prefix.trim_end_matches('.')) {
             return Err(OptionsError::new(
                 "reply_prefix",
@@ -48,17 +68,50 @@ impl NatsOptions {
     }
 }
 
-/// Builds [`NatsOptions`].
+/// How a [`NatsCarrier`](super::NatsCarrier) sends and receives, validated: built with
+/// [`NatsOptions::builder`] (`default()` gives the defaults).
+#[derive(Clone, Debug, Default)]
+pub struct NatsOptions {
+    pub(crate) config: NatsConfig,
+}
+
+impl NatsOptions {
+    /// Starts a builder from the defaults.
+    pub fn builder() -> NatsOptionsBuilder {
+        NatsOptionsBuilder {
+            loaded: NatsConfig::default(),
+            explicit: Overrides::default(),
+        }
+    }
+
+    /// The validated settings.
+    pub fn config(&self) -> &NatsConfig {
+        &self.config
+    }
+}
+
+/// Builds [`NatsOptions`]: a value set here wins over one [loaded](Self::config), which wins
+/// over the default, whatever order the calls come in.
 #[derive(Debug)]
-pub struct NatsOptionsBuilder(NatsOptions);
+pub struct NatsOptionsBuilder {
+    loaded: NatsConfig,
+    explicit: Overrides<NatsConfig>,
+}
 
 impl NatsOptionsBuilder {
+    /// Loaded settings (e.g. the `[nats]` section of the application's config file); values
+    /// set on the builder still win.
+    pub fn config(mut self, config: NatsConfig) -> Self {
+        self.loaded = config;
+        self
+    }
+
     /// The largest message this carrier publishes, in bytes (default 1 MiB, 4 KiB to 16 MiB;
     /// lowered to the server's `max_payload` when that is smaller): batches are split to
     /// fit. Received messages are bounded by the server's `max_payload`, whatever this says,
     /// so carriers with different values still understand each other.
     pub fn max_frame_length(mut self, bytes: usize) -> Self {
-        self.0.max_frame_length = bytes;
+        self.explicit.set(move |c| c.max_frame_length = bytes);
         self
     }
 
@@ -66,7 +119,7 @@ impl NatsOptionsBuilder {
     /// `max_frame_length`); beyond, deliveries and ACKs are dropped and counted (the producer
     /// retransmits), so a server that is away or slow costs this much memory, never more.
     pub fn max_output_bytes(mut self, bytes: usize) -> Self {
-        self.0.max_output_bytes = bytes;
+        self.explicit.set(move |c| c.max_output_bytes = bytes);
         self
     }
 
@@ -75,7 +128,7 @@ impl NatsOptionsBuilder {
     /// forgotten: its ACKs are then dropped and its messages retransmitted). Keep it at least
     /// the number of producers sending through the carrier at once.
     pub fn max_routes(mut self, n: usize) -> Self {
-        self.0.max_routes = n;
+        self.explicit.set(move |c| c.max_routes = n);
         self
     }
 
@@ -86,7 +139,8 @@ impl NatsOptionsBuilder {
     /// publish to a consumer's subject could make the consumer publish ACKs, with its
     /// credentials, to any subject.
     pub fn reply_prefix(mut self, prefix: impl Into<String>) -> Self {
-        self.0.reply_prefix = prefix.into();
+        let prefix = prefix.into();
+        self.explicit.set(move |c| c.reply_prefix = prefix);
         self
     }
 
@@ -95,8 +149,9 @@ impl NatsOptionsBuilder {
     /// # Errors
     /// [`OptionsError`] naming the first invalid field and why.
     pub fn build(self) -> Result<NatsOptions, OptionsError> {
-        self.0.validate()?;
-        Ok(self.0)
+        let config = self.explicit.apply(self.loaded);
+        config.validate()?;
+        Ok(NatsOptions { config })
     }
 }
 

@@ -153,6 +153,63 @@ impl<E: EventSourced> PersistentHandle<E> {
         Ok(Self::owning(addr))
     }
 
+    /// As [`start`](Self::start), on another arbiter (thread): the actor is made and runs
+    /// there; the handle works from anywhere.
+    ///
+    /// # Errors
+    /// [`OptionsError`] if `config` is invalid.
+    pub fn start_in(
+        arbiter: &ArbiterHandle,
+        journal: Arc<dyn Journal>,
+        id: PersistenceId,
+        config: PersistentConfig,
+    ) -> Result<Self, OptionsError> {
+        config.validate()?;
+        check_versions::<E>()?;
+        let addr = PersistentActor::start_in_arbiter(arbiter, move |_| {
+            PersistentActor::new(journal, id, config)
+        });
+        Ok(Self::owning(addr))
+    }
+
+    /// As [`start_supervised`](Self::start_supervised), on another arbiter (thread).
+    ///
+    /// # Errors
+    /// [`OptionsError`] if `config` is invalid.
+    pub fn start_supervised_in(
+        arbiter: &ArbiterHandle,
+        journal: Arc<dyn Journal>,
+        id: PersistenceId,
+        config: PersistentConfig,
+    ) -> Result<Self, OptionsError> {
+        config.validate()?;
+        check_versions::<E>()?;
+        let addr = Supervisor::start_in_arbiter(arbiter, move |_| {
+            PersistentActor::new(journal, id, config)
+        });
+        Ok(Self::owning(addr))
+    }
+
+    /// As [`start_with_outbox`](Self::start_with_outbox), on another arbiter (thread).
+    ///
+    /// # Errors
+    /// As [`start_with_outbox`](Self::start_with_outbox).
+    pub fn start_with_outbox_in(
+        arbiter: &ArbiterHandle,
+        journal: Arc<dyn Journal>,
+        id: PersistenceId,
+        config: PersistentConfig,
+        outbox: Outbox,
+    ) -> Result<Self, OptionsError> {
+        config.validate()?;
+        check_versions::<E>()?;
+        outbox.check(&id)?;
+        let addr = Supervisor::start_in_arbiter(arbiter, move |_| {
+            PersistentActor::with_outbox(journal, id, config, outbox)
+        });
+        Ok(Self::owning(addr))
+    }
+
     /// A handle for an actor started elsewhere. It does not own the actor: dropping it
     /// leaves the actor running (stop it with [`stop`](Self::stop)).
     pub fn new(addr: Addr<PersistentActor<E>>) -> Self {

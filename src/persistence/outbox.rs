@@ -96,8 +96,9 @@ fn lane_id(id: &PersistenceId, name: &str) -> String {
     format!("{id}/{name}")
 }
 
-/// One destination's lane, its message type erased.
-pub(crate) trait Lane {
+/// One destination's lane, its message type erased (`Send`: an outbox can be handed to an
+/// entity started on another arbiter).
+pub(crate) trait Lane: Send {
     fn name(&self) -> &str;
     /// (Re)starts the lane of stream `id` from what the outbox recorded.
     fn resume(

@@ -54,9 +54,13 @@ impl Link {
     /// written.
     pub(crate) fn new(node: &Shared, sealer: Sealer, peer_max_frame_length: usize) -> Self {
         let options = &node.options;
-        let max_frame = peer_max_frame_length.min(options.max_frame_length);
+        let max_frame = peer_max_frame_length.min(options.config.max_frame_length);
         Self {
-            output: Mutex::new(Output::new(options.max_output_bytes, max_frame, sealer)),
+            output: Mutex::new(Output::new(
+                options.config.max_output_bytes,
+                max_frame,
+                sealer,
+            )),
             ready: Notify::new(),
             closed: AtomicBool::new(false),
             counters: node.counters.clone(),
@@ -155,7 +159,7 @@ pub(crate) async fn drive(
     peer: &(dyn std::fmt::Display + Sync),
 ) {
     add(&node.counters.connections_open, 1);
-    let heartbeat = node.options.heartbeat_interval;
+    let heartbeat = node.options.config.heartbeat_interval;
     let end = tokio::select! {
         () = node.cancel.cancelled() => End::Closed,
         end = read => end,

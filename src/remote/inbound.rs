@@ -188,7 +188,7 @@ impl<'a> Open<'a> {
     fn take(node: &'a Shared) -> Option<Self> {
         let open = node.inbound_open.fetch_add(1, Ordering::AcqRel);
         let place = Self(node);
-        (open < node.options.max_connections).then_some(place)
+        (open < node.options.config.max_connections).then_some(place)
     }
 }
 
@@ -209,7 +209,7 @@ async fn serve(
     let peer = stream
         .peer_addr()
         .map_or_else(|_| "an unknown address".to_string(), |a| a.to_string());
-    let timed = tokio::time::timeout(node.options.handshake_timeout, async {
+    let timed = tokio::time::timeout(node.options.config.handshake_timeout, async {
         accept_handshake(secure_accept(node, stream).await?, &node.local).await
     });
     let established = tokio::select! {
@@ -283,7 +283,7 @@ async fn serve(
             tokio::select! {
                 biased;
                 Some(_) = dispatching.next(), if !dispatching.is_empty() => {}
-                frame = next_frame(&mut reader, &mut opener, node.options.idle_timeout, &node.counters),
+                frame = next_frame(&mut reader, &mut opener, node.options.config.idle_timeout, &node.counters),
                     if dispatching.len() < MAX_DISPATCHING =>
                 {
                     let frame = match frame {

@@ -147,7 +147,7 @@ mod tls;
 
 pub use auth::{NodeId, NodeSecret, MAX_SECRET_BYTES, MIN_SECRET_BYTES};
 pub use node::{NameError, Node};
-pub use options::{NodeOptions, NodeOptionsBuilder};
+pub use options::{NodeConfig, NodeOptions, NodeOptionsBuilder};
 pub use peer::{PeerAddr, PeerAddrError};
 pub use schema::{BodySchema, DEFAULT_WIRE_CODEC};
 pub use stats::NodeStats;

@@ -166,7 +166,7 @@ impl Node {
     /// # Panics
     /// Outside a running Actix system (or arbiter).
     pub async fn start(options: NodeOptions) -> io::Result<Node> {
-        let listener = match options.listen {
+        let listener = match options.config.listen {
             Some(addr) => Some(tokio::net::TcpListener::bind(addr).await?),
             None => None,
         };
@@ -174,7 +174,7 @@ impl Node {
         let local = Local {
             node_id: NodeId::random(),
             secret: options.secret().cloned(),
-            max_frame_length: u32::try_from(options.max_frame_length)
+            max_frame_length: u32::try_from(options.config.max_frame_length)
                 .expect("validated: at most 16 MiB"),
         };
         if options.insecure() {
@@ -185,7 +185,7 @@ impl Node {
                 local.node_id
             );
         }
-        let max_handshakes = options.max_handshakes;
+        let max_handshakes = options.config.max_handshakes;
         let shared = Arc::new(Shared {
             local,
             options,

@@ -5,8 +5,10 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
+use serde::{Deserialize, Serialize};
+
 use crate::codec::MAX_ENCODED_BYTES;
-use crate::config::MAX_DURATION;
+use crate::config::{duration, positive, Overrides};
 use crate::error::OptionsError;
 use crate::remote::auth::NodeSecret;
 use crate::remote::handshake::MIN_FRAME_LENGTH;
@@ -35,50 +37,156 @@ impl std::fmt::Debug for Resolver {
     }
 }
 
+/// The data settings of a [`Node`](crate::remote::Node): plain, loadable with serde from the
+/// application's configuration (durations in `_ms`, unknown keys refused), validated when
+/// [`NodeOptionsBuilder::build`] builds the options. `Default` gives the documented defaults.
+///
+/// ```
+/// # use actix_delivery::remote::{NodeConfig, NodeOptions};
+/// # use std::time::Duration;
+/// let config: NodeConfig = serde_json::from_str(
+///     r#"{ "listen": "127.0.0.1:7000", "max_connections": 32, "idle_timeout_ms": 5000 }"#,
+/// ).unwrap();
+/// let options = NodeOptions::builder()
+///     .insecure_no_authentication() // the authentication mode is code: see below
+///     .config(config)
+///     .max_connections(64) // a builder value wins over the loaded one
+///     .build()
+///     .unwrap();
+/// assert_eq!(options.config().max_connections, 64);
+/// assert_eq!(options.config().idle_timeout, Duration::from_secs(5));
+/// ```
+///
+/// What is not data is set on the builder only: the authentication mode and its secret
+/// ([`secret`](NodeOptionsBuilder::secret), [`tls`](NodeOptionsBuilder::tls) with its
+/// certificates and keys, or
+/// [`insecure_no_authentication`](NodeOptionsBuilder::insecure_no_authentication)), and the
+/// [`resolver`](NodeOptionsBuilder::resolver). Each field's meaning is that of the builder
+/// method of the same name.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct NodeConfig {
+    /// Listen on this address (`"127.0.0.1:7000"`; default: none). See
+    /// [`NodeOptionsBuilder::listen`].
+    pub listen: Option<SocketAddr>,
+    /// The largest frame accepted, in bytes: default 1 MiB, 4 KiB to 16 MiB.
+    pub max_frame_length: usize,
+    /// Bytes of frames held per connection: default 4 MiB, at least twice
+    /// `max_frame_length`, at most 1 GiB.
+    pub max_output_bytes: usize,
+    /// Authenticated incoming connections open at once: default 256; positive.
+    pub max_connections: usize,
+    /// Incoming connections in their handshake at once: default 64; positive.
+    pub max_handshakes: usize,
+    /// Producer incarnations remembered per remote address: default 1024; positive.
+    pub max_routes: usize,
+    /// Settings key `handshake_timeout_ms`: default 5 s.
+    #[serde(rename = "handshake_timeout_ms", with = "handshake_timeout_ms")]
+    pub handshake_timeout: Duration,
+    /// Settings key `connect_timeout_ms`: default 5 s.
+    #[serde(rename = "connect_timeout_ms", with = "connect_timeout_ms")]
+    pub connect_timeout: Duration,
+    /// Settings key `heartbeat_interval_ms`: default 1 s.
+    #[serde(rename = "heartbeat_interval_ms", with = "heartbeat_interval_ms")]
+    pub heartbeat_interval: Duration,
+    /// Settings key `idle_timeout_ms`: default 10 s, longer than `heartbeat_interval`.
+    #[serde(rename = "idle_timeout_ms", with = "idle_timeout_ms")]
+    pub idle_timeout: Duration,
+    /// The first wait between reconnection attempts. Settings key `reconnect_min_ms`:
+    /// default 100 ms.
+    #[serde(rename = "reconnect_min_ms", with = "reconnect_min_ms")]
+    pub reconnect_min: Duration,
+    /// The longest wait between reconnection attempts. Settings key `reconnect_max_ms`:
+    /// default 5 s, at least `reconnect_min`.
+    #[serde(rename = "reconnect_max_ms", with = "reconnect_max_ms")]
+    pub reconnect_max: Duration,
+}
+
+crate::config::millis_key!(handshake_timeout_ms, "handshake_timeout_ms");
+crate::config::millis_key!(connect_timeout_ms, "connect_timeout_ms");
+crate::config::millis_key!(heartbeat_interval_ms, "heartbeat_interval_ms");
+crate::config::millis_key!(idle_timeout_ms, "idle_timeout_ms");
+crate::config::millis_key!(reconnect_min_ms, "reconnect_min_ms");
+crate::config::millis_key!(reconnect_max_ms, "reconnect_max_ms");
+
+impl Default for NodeConfig {
+    fn default() -> Self {
+        Self {
+            listen: None,
+            max_frame_length: 1 << 20,
+            max_output_bytes: 4 << 20,
+            max_connections: 256,
+            max_handshakes: 64,
+            max_routes: 1024,
+            handshake_timeout: Duration::from_secs(5),
+            connect_timeout: Duration::from_secs(5),
+            heartbeat_interval: Duration::from_secs(1),
+            idle_timeout: Duration::from_secs(10),
+            reconnect_min: Duration::from_millis(100),
+            reconnect_max: Duration::from_secs(5),
+        }
+    }
+}
+
+impl NodeConfig {
+    /// Checks every rule; the error names the first offending settings key.
+    ///
+    /// # Errors
+    /// [`OptionsError`] naming the key and the rule it breaks.
+    pub fn validate(&self) -> Result<(), OptionsError> {
+        check_frame_limits(self.max_frame_length, self.max_output_bytes)?;
+        positive("max_connections", self.max_connections)?;
+        positive("max_handshakes", self.max_handshakes)?;
+        positive("max_routes", self.max_routes)?;
+        duration("handshake_timeout_ms", self.handshake_timeout)?;
+        duration("connect_timeout_ms", self.connect_timeout)?;
+        duration("heartbeat_interval_ms", self.heartbeat_interval)?;
+        duration("idle_timeout_ms", self.idle_timeout)?;
+        duration("reconnect_min_ms", self.reconnect_min)?;
+        duration("reconnect_max_ms", self.reconnect_max)?;
+        if self.idle_timeout <= self.heartbeat_interval {
+            return Err(OptionsError::new(
+                "idle_timeout_ms",
+                "must be longer than heartbeat_interval_ms",
+            ));
+        }
+        if self.reconnect_max < self.reconnect_min {
+            return Err(OptionsError::new(
+                "reconnect_max_ms",
+                "must be at least reconnect_min_ms",
+            ));
+        }
+        Ok(())
+    }
+}
+
 /// Everything a [`Node`](crate::remote::Node) needs, validated. Built with
 /// [`NodeOptions::builder`].
 #[derive(Clone, Debug)]
 pub struct NodeOptions {
     auth: Auth,
-    pub(crate) listen: Option<SocketAddr>,
-    pub(crate) max_frame_length: usize,
-    pub(crate) max_output_bytes: usize,
-    pub(crate) max_connections: usize,
-    pub(crate) max_handshakes: usize,
-    pub(crate) max_routes: usize,
-    pub(crate) handshake_timeout: Duration,
-    pub(crate) connect_timeout: Duration,
-    pub(crate) heartbeat_interval: Duration,
-    pub(crate) idle_timeout: Duration,
-    pub(crate) reconnect_min: Duration,
-    pub(crate) reconnect_max: Duration,
+    pub(crate) config: NodeConfig,
     pub(crate) resolver: Resolver,
 }
 
 impl NodeOptions {
-    /// Starts a builder. Choosing [`secret`](NodeOptionsBuilder::secret) or, explicitly,
+    /// Starts a builder. Choosing [`secret`](NodeOptionsBuilder::secret),
+    /// [`tls`](NodeOptionsBuilder::tls) or, explicitly,
     /// [`insecure_no_authentication`](NodeOptionsBuilder::insecure_no_authentication) is
     /// required.
     pub fn builder() -> NodeOptionsBuilder {
         NodeOptionsBuilder {
-            options: NodeOptions {
-                auth: Auth::Insecure,
-                listen: None,
-                max_frame_length: 1 << 20,
-                max_output_bytes: 4 << 20,
-                max_connections: 256,
-                max_handshakes: 64,
-                max_routes: 1024,
-                handshake_timeout: Duration::from_secs(5),
-                connect_timeout: Duration::from_secs(5),
-                heartbeat_interval: Duration::from_secs(1),
-                idle_timeout: Duration::from_secs(10),
-                reconnect_min: Duration::from_millis(100),
-                reconnect_max: Duration::from_secs(5),
-                resolver: Resolver::default(),
-            },
+            auth: Auth::Insecure,
             auth_chosen: false,
+            resolver: Resolver::default(),
+            loaded: NodeConfig::default(),
+            explicit: Overrides::default(),
         }
+    }
+
+    /// The validated data settings.
+    pub fn config(&self) -> &NodeConfig {
+        &self.config
     }
 
     /// The shared secret, or `None` in the TLS and insecure modes.
@@ -105,7 +213,7 @@ impl NodeOptions {
 
     fn validate(&self) -> Result<(), OptionsError> {
         #[cfg(feature = "tls")]
-        if let (Some(tls), Some(_)) = (self.tls(), self.listen) {
+        if let (Some(tls), Some(_)) = (self.tls(), self.config.listen) {
             if !tls.can_listen() {
                 return Err(OptionsError::new(
                     "tls",
@@ -113,44 +221,7 @@ impl NodeOptions {
                 ));
             }
         }
-        check_frame_limits(self.max_frame_length, self.max_output_bytes)?;
-        for (field, value) in [
-            ("max_connections", self.max_connections),
-            ("max_handshakes", self.max_handshakes),
-            ("max_routes", self.max_routes),
-        ] {
-            if value == 0 {
-                return Err(OptionsError::new(field, "must be positive (got 0)"));
-            }
-        }
-        for (field, value) in [
-            ("handshake_timeout", self.handshake_timeout),
-            ("connect_timeout", self.connect_timeout),
-            ("heartbeat_interval", self.heartbeat_interval),
-            ("idle_timeout", self.idle_timeout),
-            ("reconnect_min", self.reconnect_min),
-            ("reconnect_max", self.reconnect_max),
-        ] {
-            if value.is_zero() || value > MAX_DURATION {
-                return Err(OptionsError::new(
-                    field,
-                    format!("must be positive and at most 365 days (got {value:?})"),
-                ));
-            }
-        }
-        if self.idle_timeout <= self.heartbeat_interval {
-            return Err(OptionsError::new(
-                "idle_timeout",
-                "must be longer than heartbeat_interval",
-            ));
-        }
-        if self.reconnect_max < self.reconnect_min {
-            return Err(OptionsError::new(
-                "reconnect_max",
-                "must be at least reconnect_min",
-            ));
-        }
-        Ok(())
+        self.config.validate()
     }
 }
 
@@ -179,18 +250,30 @@ pub(crate) fn check_frame_limits(
     Ok(())
 }
 
-/// Builds [`NodeOptions`].
+/// Builds [`NodeOptions`]: the authentication mode and resolver, and the data settings
+/// ([`NodeConfig`]): a value set here wins over one [loaded](Self::config), which wins over
+/// the default, whatever order the calls come in.
 #[derive(Debug)]
 pub struct NodeOptionsBuilder {
-    options: NodeOptions,
+    auth: Auth,
     auth_chosen: bool,
+    resolver: Resolver,
+    loaded: NodeConfig,
+    explicit: Overrides<NodeConfig>,
 }
 
 impl NodeOptionsBuilder {
+    /// Loaded data settings (e.g. the `[node]` section of the application's config file);
+    /// values set on the builder still win.
+    pub fn config(mut self, config: NodeConfig) -> Self {
+        self.loaded = config;
+        self
+    }
+
     /// Authenticate every peer, and every frame, with this secret (shared by all nodes that
     /// talk to each other).
     pub fn secret(mut self, secret: NodeSecret) -> Self {
-        self.options.auth = Auth::Secret(secret);
+        self.auth = Auth::Secret(secret);
         self.auth_chosen = true;
         self
     }
@@ -203,7 +286,7 @@ impl NodeOptionsBuilder {
     #[cfg(feature = "tls")]
     #[cfg_attr(docsrs, doc(cfg(feature = "tls")))]
     pub fn tls(mut self, tls: NodeTls) -> Self {
-        self.options.auth = Auth::Tls(tls);
+        self.auth = Auth::Tls(tls);
         self.auth_chosen = true;
         self
     }
@@ -216,7 +299,7 @@ impl NodeOptionsBuilder {
         mut self,
         resolve: impl Fn(&str, u16) -> io::Result<Vec<SocketAddr>> + Send + Sync + 'static,
     ) -> Self {
-        self.options.resolver = Resolver(Some(Arc::new(resolve)));
+        self.resolver = Resolver(Some(Arc::new(resolve)));
         self
     }
 
@@ -225,7 +308,7 @@ impl NodeOptionsBuilder {
     /// tests and trusted networks; the node logs a warning when it starts. Nodes of this mode
     /// refuse nodes with a secret and vice versa.
     pub fn insecure_no_authentication(mut self) -> Self {
-        self.options.auth = Auth::Insecure;
+        self.auth = Auth::Insecure;
         self.auth_chosen = true;
         self
     }
@@ -234,7 +317,7 @@ impl NodeOptionsBuilder {
     /// needs no listener). Port 0 picks a free port: see
     /// [`Node::local_addr`](crate::remote::Node::local_addr).
     pub fn listen(mut self, addr: SocketAddr) -> Self {
-        self.options.listen = Some(addr);
+        self.explicit.set(move |c| c.listen = Some(addr));
         self
     }
 
@@ -242,7 +325,7 @@ impl NodeOptionsBuilder {
     /// message whose encoding does not fit a frame cannot be sent. A peer can make this node
     /// buffer up to this much per connection.
     pub fn max_frame_length(mut self, bytes: usize) -> Self {
-        self.options.max_frame_length = bytes;
+        self.explicit.set(move |c| c.max_frame_length = bytes);
         self
     }
 
@@ -252,7 +335,7 @@ impl NodeOptionsBuilder {
     /// by about as much. A frame is encoded before its size is checked, so for a
     /// moment one more frame may be held: never more than this plus one frame.
     pub fn max_output_bytes(mut self, bytes: usize) -> Self {
-        self.options.max_output_bytes = bytes;
+        self.explicit.set(move |c| c.max_output_bytes = bytes);
         self
     }
 
@@ -260,7 +343,7 @@ impl NodeOptionsBuilder {
     /// their handshake (counted in `connections_refused`). Connections still in their
     /// handshake do not count here but against [`max_handshakes`](Self::max_handshakes).
     pub fn max_connections(mut self, n: usize) -> Self {
-        self.options.max_connections = n;
+        self.explicit.set(move |c| c.max_connections = n);
         self
     }
 
@@ -270,32 +353,32 @@ impl NodeOptionsBuilder {
     /// second, a handshake has about `n / r` seconds (64 / 1 000 a second: 64 ms, many round
     /// trips), besides `handshake_timeout`.
     pub fn max_handshakes(mut self, n: usize) -> Self {
-        self.options.max_handshakes = n;
+        self.explicit.set(move |c| c.max_handshakes = n);
         self
     }
 
     /// Producer incarnations remembered per remote address for routing ACKs and reusing
     /// encoded bodies (default 1024; least recently used forgotten).
     pub fn max_routes(mut self, n: usize) -> Self {
-        self.options.max_routes = n;
+        self.explicit.set(move |c| c.max_routes = n);
         self
     }
 
     /// A connection whose handshake takes longer is closed (default 5 s).
     pub fn handshake_timeout(mut self, timeout: Duration) -> Self {
-        self.options.handshake_timeout = timeout;
+        self.explicit.set(move |c| c.handshake_timeout = timeout);
         self
     }
 
     /// A connection attempt that takes longer fails (default 5 s).
     pub fn connect_timeout(mut self, timeout: Duration) -> Self {
-        self.options.connect_timeout = timeout;
+        self.explicit.set(move |c| c.connect_timeout = timeout);
         self
     }
 
     /// Send a heartbeat after this long without sending anything (default 1 s).
     pub fn heartbeat_interval(mut self, interval: Duration) -> Self {
-        self.options.heartbeat_interval = interval;
+        self.explicit.set(move |c| c.heartbeat_interval = interval);
         self
     }
 
@@ -303,15 +386,17 @@ impl NodeOptionsBuilder {
     /// than `heartbeat_interval`): a peer or path that went silent is detected, and the
     /// connection made again.
     pub fn idle_timeout(mut self, timeout: Duration) -> Self {
-        self.options.idle_timeout = timeout;
+        self.explicit.set(move |c| c.idle_timeout = timeout);
         self
     }
 
     /// Waits between reconnection attempts double from `min` to `max` (default 100 ms to
     /// 5 s), each shortened by a random part of up to half.
     pub fn reconnect_backoff(mut self, min: Duration, max: Duration) -> Self {
-        self.options.reconnect_min = min;
-        self.options.reconnect_max = max;
+        self.explicit.set(move |c| {
+            c.reconnect_min = min;
+            c.reconnect_max = max;
+        });
         self
     }
 
@@ -327,8 +412,13 @@ impl NodeOptionsBuilder {
                 "set a secret (or TLS), or choose insecure_no_authentication() explicitly",
             ));
         }
-        self.options.validate()?;
-        Ok(self.options)
+        let options = NodeOptions {
+            auth: self.auth,
+            config: self.explicit.apply(self.loaded),
+            resolver: self.resolver,
+        };
+        options.validate()?;
+        Ok(options)
     }
 }
 
@@ -361,25 +451,25 @@ mod tests {
             ("max_handshakes", secure().max_handshakes(0)),
             ("max_routes", secure().max_routes(0)),
             (
-                "handshake_timeout",
+                "handshake_timeout_ms",
                 secure().handshake_timeout(Duration::ZERO),
             ),
             (
-                "connect_timeout",
-                secure().connect_timeout(MAX_DURATION * 2),
+                "connect_timeout_ms",
+                secure().connect_timeout(crate::config::MAX_DURATION * 2),
             ),
             (
-                "heartbeat_interval",
+                "heartbeat_interval_ms",
                 secure().heartbeat_interval(Duration::ZERO),
             ),
             (
-                "idle_timeout",
+                "idle_timeout_ms",
                 secure()
                     .heartbeat_interval(Duration::from_secs(2))
                     .idle_timeout(Duration::from_secs(2)),
             ),
             (
-                "reconnect_max",
+                "reconnect_max_ms",
                 secure().reconnect_backoff(Duration::from_secs(2), Duration::from_secs(1)),
             ),
         ];

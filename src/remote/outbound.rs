@@ -74,7 +74,7 @@ pub(crate) struct Group {
 
 impl Outbound {
     pub(crate) fn new(addr: PeerAddr, node: Arc<Shared>) -> Self {
-        let routes = Routes::new(node.options.max_routes);
+        let routes = Routes::new(node.options.config.max_routes);
         Self {
             addr,
             node,
@@ -179,7 +179,7 @@ impl Outbound {
     /// Keeps `groups` for the connection being made, as far as `max_output_bytes` allows.
     fn wait(&self, state: &mut State, name: &Arc<str>, groups: Vec<Group>) {
         let counters = &self.node.counters;
-        let limit = self.node.options.max_output_bytes;
+        let limit = self.node.options.config.max_output_bytes;
         for mut group in groups {
             let overhead = name.len() + group.producer_id.as_str().len() + ITEM_OVERHEAD;
             let mut fit = 0;
@@ -255,8 +255,8 @@ impl Outbound {
         let node = &self.node;
         let options = &node.options;
         let mut backoff = Reconnect::new(
-            options.reconnect_min,
-            options.reconnect_max,
+            options.config.reconnect_min,
+            options.config.reconnect_max,
             crate::protocol::envelope::random_u64(),
         );
         loop {
@@ -325,7 +325,7 @@ impl Outbound {
         for addr in addrs {
             let connect = TcpStream::connect(addr);
             if let Ok(Ok(stream)) =
-                tokio::time::timeout(node.options.connect_timeout, connect).await
+                tokio::time::timeout(node.options.config.connect_timeout, connect).await
             {
                 return Some(stream);
             }
@@ -338,7 +338,7 @@ impl Outbound {
     async fn connect(&self) -> Option<Established> {
         let node = &self.node;
         let stream = self.open().await?;
-        let handshake = tokio::time::timeout(node.options.handshake_timeout, async {
+        let handshake = tokio::time::timeout(node.options.config.handshake_timeout, async {
             connect_handshake(secure_connect(node, stream, &self.addr).await?, &node.local).await
         });
         match handshake.await {
@@ -420,7 +420,7 @@ impl Outbound {
                 let frame = match next_frame(
                     &mut reader,
                     &mut opener,
-                    node.options.idle_timeout,
+                    node.options.config.idle_timeout,
                     &node.counters,
                 )
                 .await

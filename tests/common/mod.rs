@@ -229,7 +229,7 @@ pub fn durable_u32(
         .resend_timeout(Duration::from_millis(100))
         .build()
         .unwrap();
-    let durable = DurableOptions::new(Arc::new(journal.clone()), out_stream());
+    let durable = DurableOptions::new(Arc::new(journal.clone()), out_stream(), "durable-producer");
     ReliableDelivery::durable_producer(options, durable).unwrap()
 }
 

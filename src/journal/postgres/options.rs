@@ -3,6 +3,8 @@
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
+use serde::{Deserialize, Serialize};
+
 use crate::journal::JournalError;
 
 /// Settings of a [`PostgresJournal`](super::PostgresJournal); start from `default()` and
@@ -28,7 +30,25 @@ use crate::journal::JournalError;
 ///
 /// A transaction closes once the next write would cross a batch bound; a single write larger
 /// than a bound goes alone.
-#[derive(Clone, Debug, PartialEq, Eq)]
+///
+/// **From settings files.** Loadable with serde (unknown keys refused) under the names of the
+/// table, with the durations in milliseconds (`connect_timeout_ms`, `commit_timeout_ms`, and
+/// `reconnect_min_ms` / `reconnect_max_ms` for `reconnect_backoff`); missing keys keep their
+/// defaults. Setters called on the loaded value win over it. Not data, so never loaded: the
+/// connection string (it holds the password; [`PostgresJournal::connect_with`]'s argument)
+/// and [`tls`](Self::tls). Invalid values are refused when the journal connects.
+///
+/// ```
+/// # use actix_delivery::journal::PostgresOptions;
+/// let loaded: PostgresOptions =
+///     serde_json::from_str(r#"{ "schema": "orders", "commit_timeout_ms": 5000 }"#).unwrap();
+/// let options = loaded.readers(4); // a setter wins over the loaded value
+/// # let _ = options;
+/// ```
+///
+/// [`PostgresJournal::connect_with`]: super::PostgresJournal::connect_with
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
 #[non_exhaustive]
 pub struct PostgresOptions {
     pub(super) schema: String,
@@ -38,13 +58,23 @@ pub struct PostgresOptions {
     pub(super) max_batch_bytes: usize,
     pub(super) queue_capacity: usize,
     pub(super) max_queued_bytes: usize,
+    #[serde(rename = "connect_timeout_ms", with = "connect_timeout_ms")]
     pub(super) connect_timeout: Duration,
+    #[serde(rename = "commit_timeout_ms", with = "commit_timeout_ms")]
     pub(super) commit_timeout: Duration,
+    #[serde(rename = "reconnect_min_ms", with = "reconnect_min_ms")]
     pub(super) min_backoff: Duration,
+    #[serde(rename = "reconnect_max_ms", with = "reconnect_max_ms")]
     pub(super) max_backoff: Duration,
     #[cfg(feature = "tls")]
+    #[serde(skip)]
     pub(super) tls: Option<super::tls::PostgresTls>,
 }
+
+crate::config::millis_key!(connect_timeout_ms, "connect_timeout_ms");
+crate::config::millis_key!(commit_timeout_ms, "commit_timeout_ms");
+crate::config::millis_key!(reconnect_min_ms, "reconnect_min_ms");
+crate::config::millis_key!(reconnect_max_ms, "reconnect_max_ms");
 
 impl Default for PostgresOptions {
     fn default() -> Self {
@@ -174,17 +204,25 @@ impl PostgresOptions {
         ];
         for (name, value) in positive {
             if value == 0 {
-                return invalid(format!("{name} must be at least 1"));
+                return invalid(format!("{name} must be at least 1 (got 0)"));
             }
         }
         if self.max_queued_bytes == 0 || u32::try_from(self.max_queued_bytes).is_err() {
             return invalid("max_queued_bytes must be 1 to u32::MAX".into());
         }
-        if self.connect_timeout.is_zero() || self.commit_timeout.is_zero() {
-            return invalid("connect_timeout and commit_timeout must be above 0".into());
+        for (name, value) in [
+            ("connect_timeout_ms", self.connect_timeout),
+            ("commit_timeout_ms", self.commit_timeout),
+        ] {
+            if value.is_zero() {
+                return invalid(format!("{name} must be above 0 (got 0)"));
+            }
         }
         if self.min_backoff.is_zero() || self.min_backoff > self.max_backoff {
-            return invalid("reconnect_backoff needs 0 < initial <= max".into());
+            return invalid(
+                "reconnect_backoff needs 0 < initial <= max (reconnect_min_ms, reconnect_max_ms)"
+                    .into(),
+            );
         }
         Ok(())
     }

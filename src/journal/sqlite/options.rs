@@ -3,6 +3,8 @@
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
+use serde::{Deserialize, Serialize};
+
 use crate::journal::JournalError;
 
 /// Settings of a [`SqliteJournal`](super::SqliteJournal); start from `default()` and change
@@ -27,7 +29,24 @@ use crate::journal::JournalError;
 /// A transaction closes once the next write would cross a batch bound; a single write larger
 /// than a bound goes alone. A caller therefore waits for at most one commit beyond its own
 /// unless more than a batch's worth is queued ahead of it.
-#[derive(Clone, Debug, PartialEq, Eq)]
+///
+/// **From settings files.** Loadable with serde (unknown keys refused) under the names of the
+/// table, with `busy_timeout_ms` in milliseconds and `max_size_bytes` a number or
+/// `"unbounded"` (the default); missing keys keep their defaults. Setters called on the
+/// loaded value win over it. The file's path is [`SqliteJournal::open_with`]'s argument.
+/// Invalid values are refused when the journal opens.
+///
+/// ```
+/// # use actix_delivery::journal::SqliteOptions;
+/// let loaded: SqliteOptions =
+///     serde_json::from_str(r#"{ "readers": 4, "busy_timeout_ms": 250 }"#).unwrap();
+/// let options = loaded.max_batch_events(1_000); // a setter wins over the loaded value
+/// # let _ = options;
+/// ```
+///
+/// [`SqliteJournal::open_with`]: super::SqliteJournal::open_with
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
 #[non_exhaustive]
 pub struct SqliteOptions {
     pub(super) max_batch_events: usize,
@@ -36,9 +55,14 @@ pub struct SqliteOptions {
     pub(super) max_queued_bytes: usize,
     pub(super) buffer_events: usize,
     pub(super) readers: usize,
+    #[serde(rename = "busy_timeout_ms", with = "busy_timeout_ms")]
     pub(super) busy_timeout: Duration,
+    #[serde(with = "max_size_bytes")]
     pub(super) max_size_bytes: Option<u64>,
 }
+
+crate::config::millis_key!(busy_timeout_ms, "busy_timeout_ms");
+crate::config::optional_limit_key!(max_size_bytes, "max_size_bytes");
 
 impl Default for SqliteOptions {
     fn default() -> Self {
@@ -124,22 +148,22 @@ impl SqliteOptions {
             })
         };
         if self.max_batch_events == 0 {
-            return invalid("max_batch_events must be at least 1");
+            return invalid("max_batch_events must be at least 1 (got 0)");
         }
         if self.max_batch_bytes == 0 {
-            return invalid("max_batch_bytes must be at least 1");
+            return invalid("max_batch_bytes must be at least 1 (got 0)");
         }
         if self.queue_capacity == 0 {
-            return invalid("queue_capacity must be at least 1");
+            return invalid("queue_capacity must be at least 1 (got 0)");
         }
         if self.max_queued_bytes == 0 || u32::try_from(self.max_queued_bytes).is_err() {
             return invalid("max_queued_bytes must be 1 to u32::MAX");
         }
         if self.buffer_events == 0 {
-            return invalid("buffer_events must be at least 1");
+            return invalid("buffer_events must be at least 1 (got 0)");
         }
         if self.readers == 0 {
-            return invalid("readers must be at least 1");
+            return invalid("readers must be at least 1 (got 0)");
         }
         Ok(())
     }

@@ -1,0 +1,145 @@
+//! The `_in(arbiter)` starts: persistent entities (plain, supervised, with an outbox) and
+//! durable producers made and run on the arbiter they are given, their handles used from
+//! here.
+
+use std::sync::Arc;
+use std::thread::{self, ThreadId};
+
+use actix::prelude::*;
+use actix_delivery::durable::DurableOptions;
+use actix_delivery::journal::{MemoryJournal, PersistenceId};
+use actix_delivery::persistence::{
+    Decision, EventSourced, Outbox, PersistentConfig, PersistentHandle,
+};
+use actix_delivery::{ConsumerRef, Delivery, ProducerConfig, ProducerOptions, ReliableDelivery};
+use serde::{Deserialize, Serialize};
+use tokio::sync::mpsc::UnboundedReceiver;
+
+/// An entity that answers with the thread it decided on, and delivers a `()` through its
+/// outbox's `probe` destination if it has one.
+#[derive(Default, Serialize, Deserialize)]
+struct Where;
+
+impl EventSourced for Where {
+    type Command = bool;
+    type Event = ();
+    type Reply = ThreadId;
+    type Rejection = String;
+
+    fn decide(&self, &deliver: &bool) -> Result<Decision<Self>, String> {
+        let decision = Decision::persist([()], thread::current().id());
+        Ok(if deliver {
+            decision.deliver("probe", &())
+        } else {
+            decision
+        })
+    }
+
+    fn apply(&mut self, (): &()) {}
+}
+
+/// The thread `arbiter` runs on.
+async fn thread_of(arbiter: &ArbiterHandle) -> ThreadId {
+    let (tx, rx) = tokio::sync::oneshot::channel();
+    assert!(arbiter.spawn(async move {
+        let _ = tx.send(thread::current().id());
+    }));
+    rx.await.unwrap()
+}
+
+/// A link that drops deliveries and reports the thread each batch was sent from.
+fn recording_threads<T: Send + 'static>() -> (ConsumerRef<T>, UnboundedReceiver<ThreadId>) {
+    let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+    let link = ConsumerRef::from_fn(move |_: Vec<Delivery<T>>| {
+        let _ = tx.send(thread::current().id());
+    });
+    (link, rx)
+}
+
+fn id(name: &str) -> PersistenceId {
+    PersistenceId::new(name).unwrap()
+}
+
+#[actix::test]
+async fn persistent_entities_started_in_an_arbiter_run_on_it() {
+    let arbiter = Arbiter::new();
+    let there = thread_of(&arbiter.handle()).await;
+    assert_ne!(there, thread::current().id());
+    let journal = Arc::new(MemoryJournal::new());
+    let config = PersistentConfig::default;
+    let plain =
+        PersistentHandle::<Where>::start_in(&arbiter.handle(), journal.clone(), id("a"), config())
+            .unwrap();
+    assert_eq!(plain.ask(false).await.unwrap(), there);
+    let supervised = PersistentHandle::<Where>::start_supervised_in(
+        &arbiter.handle(),
+        journal.clone(),
+        id("b"),
+        config(),
+    )
+    .unwrap();
+    assert_eq!(supervised.ask(false).await.unwrap(), there);
+    let (probe, mut sent_from) = recording_threads::<()>();
+    let outbox = Outbox::new()
+        .destination("probe", probe, ProducerConfig::default())
+        .unwrap();
+    let with_outbox = PersistentHandle::<Where>::start_with_outbox_in(
+        &arbiter.handle(),
+        journal.clone(),
+        id("c"),
+        config(),
+        outbox,
+    )
+    .unwrap();
+    assert_eq!(with_outbox.ask(true).await.unwrap(), there);
+    let sender = sent_from
+        .recv()
+        .await
+        .expect("the outbox sends its delivery");
+    assert_eq!(sender, there, "from the arbiter");
+    with_outbox.stop();
+    with_outbox.stopped().await;
+    let invalid = PersistentConfig {
+        replay_page: 0,
+        ..config()
+    };
+    let refused = PersistentHandle::<Where>::start_in(&arbiter.handle(), journal, id("d"), invalid);
+    assert_eq!(
+        refused.unwrap_err().field,
+        "replay_page",
+        "refused here, at once"
+    );
+    arbiter.stop();
+}
+
+#[actix::test]
+async fn a_durable_producer_started_in_an_arbiter_runs_on_it() {
+    let arbiter = Arbiter::new();
+    let there = thread_of(&arbiter.handle()).await;
+    let (to, mut sent_from) = recording_threads::<u32>();
+    let durable = DurableOptions::new(Arc::new(MemoryJournal::new()), id("out"), "p");
+    let producer = ReliableDelivery::durable_producer_in(
+        &arbiter.handle(),
+        ProducerOptions::builder(to).build().unwrap(),
+        durable,
+    )
+    .unwrap();
+    let stored = producer.store(7).await.unwrap();
+    assert_eq!(stored.id.0, 1);
+    let sender = sent_from
+        .recv()
+        .await
+        .expect("the producer sends its message");
+    assert_eq!(sender, there, "from the arbiter");
+    producer.stop();
+    producer.stopped().await;
+    let invalid = DurableOptions::new(Arc::new(MemoryJournal::new()), id("out"), "");
+    let (to, _) = recording_threads::<u32>();
+    let refused = ReliableDelivery::durable_producer_in(
+        &arbiter.handle(),
+        ProducerOptions::builder(to).build().unwrap(),
+        invalid,
+    );
+    assert_eq!(refused.unwrap_err().field, "producer_id");
+    arbiter.stop();
+}

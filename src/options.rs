@@ -20,6 +20,8 @@ type Setter<C> = Box<dyn FnOnce(&mut C) + Send>;
 pub struct ProducerOptions<T: Send + 'static> {
     consumer: ConsumerRef<T>,
     config: ProducerConfig,
+    #[cfg(feature = "metrics")]
+    metrics_label: Option<String>,
 }
 
 impl<T: Send + 'static> ProducerOptions<T> {
@@ -30,6 +32,8 @@ impl<T: Send + 'static> ProducerOptions<T> {
             consumer: consumer.into(),
             loaded: ProducerConfig::default(),
             explicit: Vec::new(),
+            #[cfg(feature = "metrics")]
+            metrics_label: None,
         }
     }
 
@@ -45,12 +49,20 @@ impl<T: Send + 'static> ProducerOptions<T> {
         Ok(Self {
             consumer: consumer.into(),
             config,
+            #[cfg(feature = "metrics")]
+            metrics_label: None,
         })
     }
 
     /// The validated settings.
     pub fn config(&self) -> &ProducerConfig {
         &self.config
+    }
+
+    /// The label of this producer's metrics, if the application chose one.
+    #[cfg(feature = "metrics")]
+    pub(crate) fn metrics_label(&self) -> Option<&str> {
+        self.metrics_label.as_deref()
     }
 
     pub(crate) fn into_parts(self) -> (ConsumerRef<T>, ProducerConfig) {
@@ -63,6 +75,8 @@ pub struct ProducerOptionsBuilder<T: Send + 'static> {
     consumer: ConsumerRef<T>,
     loaded: ProducerConfig,
     explicit: Vec<Setter<ProducerConfig>>,
+    #[cfg(feature = "metrics")]
+    metrics_label: Option<String>,
 }
 
 impl<T: Send + 'static> ProducerOptionsBuilder<T> {
@@ -114,7 +128,27 @@ impl<T: Send + 'static> ProducerOptionsBuilder<T> {
         for set in self.explicit {
             set(&mut config);
         }
-        ProducerOptions::new(self.consumer, config)
+        #[allow(unused_mut)] // without `metrics`
+        let mut options = ProducerOptions::new(self.consumer, config)?;
+        #[cfg(feature = "metrics")]
+        {
+            if let Some(label) = &self.metrics_label {
+                crate::telemetry::metrics::check_label(label)?;
+            }
+            options.metrics_label = self.metrics_label;
+        }
+        Ok(options)
+    }
+
+    /// The value of the `producer` label on this producer's metrics (feature `metrics`;
+    /// default: its fixed `producer_id`, else `"default"`). Producers sharing a label add up.
+    ///
+    /// # Errors
+    /// [`build`](Self::build) refuses an empty label.
+    #[cfg(feature = "metrics")]
+    pub fn metrics_label(mut self, label: impl Into<String>) -> Self {
+        self.metrics_label = Some(label.into());
+        self
     }
 
     fn set(mut self, setter: impl FnOnce(&mut ProducerConfig) + Send + 'static) -> Self {
@@ -129,6 +163,8 @@ pub struct ConsumerOptions<T> {
     handler: DeliveryHandler<T>,
     config: ConsumerConfig,
     dead_letters: Option<Recipient<DeadLetter>>,
+    #[cfg(feature = "metrics")]
+    metrics_label: Option<String>,
 }
 
 impl<T: 'static> ConsumerOptions<T> {
@@ -139,6 +175,8 @@ impl<T: 'static> ConsumerOptions<T> {
             loaded: ConsumerConfig::default(),
             explicit: Vec::new(),
             dead_letters: None,
+            #[cfg(feature = "metrics")]
+            metrics_label: None,
         }
     }
 
@@ -152,12 +190,20 @@ impl<T: 'static> ConsumerOptions<T> {
             handler,
             config,
             dead_letters: None,
+            #[cfg(feature = "metrics")]
+            metrics_label: None,
         })
     }
 
     /// The validated settings.
     pub fn config(&self) -> &ConsumerConfig {
         &self.config
+    }
+
+    /// The label of this consumer's metrics, if the application chose one.
+    #[cfg(feature = "metrics")]
+    pub(crate) fn metrics_label(&self) -> Option<&str> {
+        self.metrics_label.as_deref()
     }
 
     pub(crate) fn into_parts(
@@ -177,6 +223,8 @@ pub struct ConsumerOptionsBuilder<T> {
     loaded: ConsumerConfig,
     explicit: Vec<Setter<ConsumerConfig>>,
     dead_letters: Option<Recipient<DeadLetter>>,
+    #[cfg(feature = "metrics")]
+    metrics_label: Option<String>,
 }
 
 impl<T: 'static> ConsumerOptionsBuilder<T> {
@@ -240,7 +288,25 @@ impl<T: 'static> ConsumerOptionsBuilder<T> {
         }
         let mut options = ConsumerOptions::new(self.handler, config)?;
         options.dead_letters = self.dead_letters;
+        #[cfg(feature = "metrics")]
+        {
+            if let Some(label) = &self.metrics_label {
+                crate::telemetry::metrics::check_label(label)?;
+            }
+            options.metrics_label = self.metrics_label;
+        }
         Ok(options)
+    }
+
+    /// The value of the `consumer` label on this consumer's metrics (feature `metrics`;
+    /// default `"default"`). Consumers sharing a label add up.
+    ///
+    /// # Errors
+    /// [`build`](Self::build) refuses an empty label.
+    #[cfg(feature = "metrics")]
+    pub fn metrics_label(mut self, label: impl Into<String>) -> Self {
+        self.metrics_label = Some(label.into());
+        self
     }
 
     fn set(mut self, setter: impl FnOnce(&mut ConsumerConfig) + Send + 'static) -> Self {

@@ -20,7 +20,7 @@
 //! |---|---|---|
 //! | `producer` | `actix_delivery_producer_*` | `ProducerOptionsBuilder::metrics_label`; else the producer's fixed `producer_id` (a durable producer always has one); else `"default"` |
 //! | `consumer` | `actix_delivery_consumer_*` | `ConsumerOptionsBuilder::metrics_label`, else `"default"` |
-//! | `entity` | `actix_delivery_persistent_*` | `PersistentOptions::metrics_label`, else `"default"`; a durable producer's log: its producer's label |
+//! | `entity` | `actix_delivery_persistent_*` | the entity's type name (`std::any::type_name` of its `EventSourced` type: one per type, never per stream); a durable producer's log: `actix_delivery::durable::log::ProducerLog` |
 //! | `journal` | `actix_delivery_sqlite_*`, `actix_delivery_postgres_*`, `actix_delivery_memory_journal_*` | `SqliteOptions::metrics_label` / `PostgresOptions::metrics_label`, else `"default"` (a `MemoryJournal`: always `"default"`) |
 //! | `node` | `actix_delivery_node_*` | `NodeOptionsBuilder::metrics_label`, else `"default"` |
 //! | `carrier` | `actix_delivery_nats_*` | `NatsOptionsBuilder::metrics_label`, else `"default"` |
@@ -89,13 +89,13 @@
 //! | `actix_delivery_sqlite_rejected_total` | counter | `rejected` writes |
 //! | `actix_delivery_sqlite_folds_total` | counter | `folds` |
 //! | `actix_delivery_sqlite_queued` | gauge | `queued` writes |
-//! | `actix_delivery_sqlite_commit_seconds` | histogram | one writer transaction, begin to commit |
-//! | `actix_delivery_sqlite_commit_appends` | histogram | appends in one committed transaction (the group size) |
+//! | `actix_delivery_sqlite_commit_seconds` | histogram | one committed writer transaction, begin to commit |
+//! | `actix_delivery_sqlite_commit_writes` | histogram | writes (appends, snapshots, deletions) in one committed transaction: the group size |
 //!
 //! **PostgreSQL journal** ([`PostgresStats`](crate::journal::PostgresStats), feature
 //! `postgres`), label `journal`: `actix_delivery_postgres_{appends, events, transactions,
 //! rejected, reconnects}_total` (counters), `actix_delivery_postgres_queued` (gauge),
-//! `actix_delivery_postgres_commit_seconds` and `actix_delivery_postgres_commit_appends`
+//! `actix_delivery_postgres_commit_seconds` and `actix_delivery_postgres_commit_writes`
 //! (histograms, as for SQLite).
 //!
 //! **Memory journal** ([`MemoryStats`](crate::journal::MemoryStats)), label `journal`:
@@ -268,7 +268,7 @@ meter! {
         counter folds: "actix_delivery_sqlite_folds_total",
         gauge queued: "actix_delivery_sqlite_queued",
         histogram commit_seconds: "actix_delivery_sqlite_commit_seconds",
-        histogram commit_appends: "actix_delivery_sqlite_commit_appends",
+        histogram commit_writes: "actix_delivery_sqlite_commit_writes",
     }
 }
 
@@ -283,7 +283,7 @@ meter! {
         counter reconnects: "actix_delivery_postgres_reconnects_total",
         gauge queued: "actix_delivery_postgres_queued",
         histogram commit_seconds: "actix_delivery_postgres_commit_seconds",
-        histogram commit_appends: "actix_delivery_postgres_commit_appends",
+        histogram commit_writes: "actix_delivery_postgres_commit_writes",
     }
 }
 
@@ -398,3 +398,25 @@ impl ProducerMeter {
         }
     }
 }
+
+/// A journal writer's commit histograms.
+macro_rules! journal_transaction {
+    ($meter:ident, $stats:ty) => {
+        impl $meter {
+            /// After a transaction: records it if it committed (`writes` in it, taking
+            /// `took`), and publishes the counters.
+            #[allow(clippy::cast_precision_loss)]
+            pub(crate) fn transaction(&mut self, committed: Option<(usize, Duration)>, stats: &$stats) {
+                if let Some((writes, took)) = committed {
+                    record_seconds(&self.commit_seconds, took);
+                    self.commit_writes.record(writes as f64);
+                }
+                self.publish(stats);
+            }
+        }
+    };
+}
+
+journal_transaction!(SqliteMeter, crate::journal::SqliteStats);
+#[cfg(feature = "postgres")]
+journal_transaction!(PostgresMeter, crate::journal::PostgresStats);

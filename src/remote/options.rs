@@ -53,6 +53,8 @@ pub struct NodeOptions {
     pub(crate) reconnect_min: Duration,
     pub(crate) reconnect_max: Duration,
     pub(crate) resolver: Resolver,
+    #[cfg(feature = "metrics")]
+    pub(crate) metrics_label: Option<String>,
 }
 
 impl NodeOptions {
@@ -76,6 +78,8 @@ impl NodeOptions {
                 reconnect_min: Duration::from_millis(100),
                 reconnect_max: Duration::from_secs(5),
                 resolver: Resolver::default(),
+                #[cfg(feature = "metrics")]
+                metrics_label: None,
             },
             auth_chosen: false,
         }
@@ -104,6 +108,10 @@ impl NodeOptions {
     }
 
     fn validate(&self) -> Result<(), OptionsError> {
+        #[cfg(feature = "metrics")]
+        if let Some(label) = &self.metrics_label {
+            crate::telemetry::metrics::check_label(label)?;
+        }
         #[cfg(feature = "tls")]
         if let (Some(tls), Some(_)) = (self.tls(), self.listen) {
             if !tls.can_listen() {
@@ -187,6 +195,14 @@ pub struct NodeOptionsBuilder {
 }
 
 impl NodeOptionsBuilder {
+    /// The value of the `node` label on this node's metrics (feature `metrics`; default
+    /// `"default"`; not empty).
+    #[cfg(feature = "metrics")]
+    pub fn metrics_label(mut self, label: impl Into<String>) -> Self {
+        self.options.metrics_label = Some(label.into());
+        self
+    }
+
     /// Authenticate every peer, and every frame, with this secret (shared by all nodes that
     /// talk to each other).
     pub fn secret(mut self, secret: NodeSecret) -> Self {

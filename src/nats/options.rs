@@ -14,6 +14,8 @@ pub struct NatsOptions {
     pub(crate) max_output_bytes: usize,
     pub(crate) max_routes: usize,
     pub(crate) reply_prefix: String,
+    #[cfg(feature = "metrics")]
+    pub(crate) metrics_label: Option<String>,
 }
 
 impl Default for NatsOptions {
@@ -22,6 +24,8 @@ impl Default for NatsOptions {
             max_frame_length: 1 << 20,
             max_output_bytes: 4 << 20,
             max_routes: 4096,
+            #[cfg(feature = "metrics")]
+            metrics_label: None,
             reply_prefix: "_INBOX.".to_owned(),
         }
     }
@@ -34,6 +38,10 @@ impl NatsOptions {
     }
 
     fn validate(&self) -> Result<(), OptionsError> {
+        #[cfg(feature = "metrics")]
+        if let Some(label) = &self.metrics_label {
+            crate::telemetry::metrics::check_label(label)?;
+        }
         check_frame_limits(self.max_frame_length, self.max_output_bytes)?;
         if self.max_routes == 0 {
             return Err(OptionsError::new("max_routes", "must be positive (got 0)"));
@@ -53,6 +61,14 @@ impl NatsOptions {
 pub struct NatsOptionsBuilder(NatsOptions);
 
 impl NatsOptionsBuilder {
+    /// The value of the `carrier` label on this carrier's metrics (feature `metrics`; default
+    /// `"default"`; not empty).
+    #[cfg(feature = "metrics")]
+    pub fn metrics_label(mut self, label: impl Into<String>) -> Self {
+        self.0.metrics_label = Some(label.into());
+        self
+    }
+
     /// The largest message this carrier publishes, in bytes (default 1 MiB, 4 KiB to 16 MiB;
     /// lowered to the server's `max_payload` when that is smaller): batches are split to
     /// fit. Received messages are bounded by the server's `max_payload`, whatever this says,

@@ -23,7 +23,9 @@ fn snapshotter() -> &'static Snapshotter {
     SNAPSHOTTER.get_or_init(|| {
         let recorder = DebuggingRecorder::new();
         let snapshotter = recorder.snapshotter();
-        recorder.install().expect("the only recorder of this binary");
+        recorder
+            .install()
+            .expect("the only recorder of this binary");
         snapshotter
     })
 }
@@ -101,7 +103,10 @@ impl Relay {
             self.producer.get_or_insert(reply_to);
         }
         let addr = ctx.address();
-        delivery.reply_to = Some(ReplyTo::batching(addr.clone().recipient(), addr.recipient()));
+        delivery.reply_to = Some(ReplyTo::batching(
+            addr.clone().recipient(),
+            addr.recipient(),
+        ));
         let seen = self.seen.entry(delivery.seq).or_default();
         *seen += 1;
         match (delivery.seq, *seen) {
@@ -247,7 +252,10 @@ async fn producer_and_consumer_counters_equal_their_stats_and_latencies_are_reco
         let name = format!("actix_delivery_consumer_{name}_total");
         assert_eq!(counter(&metrics, &name), value, "{name}");
     }
-    assert_eq!(gauge(&metrics, "actix_delivery_consumer_tracked_producers"), 1.0);
+    assert_eq!(
+        gauge(&metrics, "actix_delivery_consumer_tracked_producers"),
+        1.0
+    );
     assert_eq!(gauge(&metrics, "actix_delivery_consumer_waiting"), 0.0);
     let runs = histogram(&metrics, "actix_delivery_consumer_handler_seconds");
     assert_eq!(runs.len(), N as usize);
@@ -268,12 +276,19 @@ async fn sqlite_commits_appear_in_the_commit_histograms() {
     let id = PersistenceId::new("account-1").unwrap();
     for append in 0..5u64 {
         journal
-            .append(&id, 1 + 2 * append, vec![b"event".to_vec(), b"event".to_vec()])
+            .append(
+                &id,
+                1 + 2 * append,
+                vec![b"event".to_vec(), b"event".to_vec()],
+            )
             .await
             .unwrap();
     }
     // A conflict: rejected, in a transaction that rolls back.
-    assert!(journal.append(&id, 3, vec![b"late".to_vec()]).await.is_err());
+    assert!(journal
+        .append(&id, 3, vec![b"late".to_vec()])
+        .await
+        .is_err());
     let stats = journal.stats();
     journal.close().await;
     let metrics = metrics_of("journal", "ledger");
@@ -379,17 +394,36 @@ async fn node_counters_equal_its_stats_over_loopback_tcp() {
             let name = format!("actix_delivery_node_{name}_total");
             assert_eq!(counter(metrics, &name), value, "{side}: {name}");
         }
-        assert_eq!(gauge(metrics, "actix_delivery_node_connections_open"), 1.0, "{side}");
+        assert_eq!(
+            gauge(metrics, "actix_delivery_node_connections_open"),
+            1.0,
+            "{side}"
+        );
         // Frames in the socket writes add up to the frames queued (heartbeats included).
         let frames = histogram(metrics, "actix_delivery_node_write_frames");
         let bytes = histogram(metrics, "actix_delivery_node_write_bytes");
         assert!(!frames.is_empty(), "{side}");
         assert_eq!(frames.len(), bytes.len(), "{side}");
-        assert!(frames.iter().sum::<f64>() <= stats.frames_out as f64, "{side}");
+        assert!(
+            frames.iter().sum::<f64>() <= stats.frames_out as f64,
+            "{side}"
+        );
         assert!(bytes.iter().all(|b| *b > 0.0), "{side}");
     }
-    assert_eq!(counter(&client_metrics, "actix_delivery_node_connections_opened_total"), 1);
-    assert_eq!(counter(&server_metrics, "actix_delivery_node_connections_accepted_total"), 1);
+    assert_eq!(
+        counter(
+            &client_metrics,
+            "actix_delivery_node_connections_opened_total"
+        ),
+        1
+    );
+    assert_eq!(
+        counter(
+            &server_metrics,
+            "actix_delivery_node_connections_accepted_total"
+        ),
+        1
+    );
     client.stop();
     server.stop();
 }

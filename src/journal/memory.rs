@@ -178,7 +178,9 @@ impl State {
         let stats = self.stats;
         self.meter
             .get_or_insert_with(|| {
-                crate::telemetry::metrics::MemoryMeter::new(crate::telemetry::metrics::DEFAULT_LABEL)
+                crate::telemetry::metrics::MemoryMeter::new(
+                    crate::telemetry::metrics::DEFAULT_LABEL,
+                )
             })
             .publish(&stats);
     }

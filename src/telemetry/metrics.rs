@@ -406,7 +406,11 @@ macro_rules! journal_transaction {
             /// After a transaction: records it if it committed (`writes` in it, taking
             /// `took`), and publishes the counters.
             #[allow(clippy::cast_precision_loss)]
-            pub(crate) fn transaction(&mut self, committed: Option<(usize, Duration)>, stats: &$stats) {
+            pub(crate) fn transaction(
+                &mut self,
+                committed: Option<(usize, Duration)>,
+                stats: &$stats,
+            ) {
                 if let Some((writes, took)) = committed {
                     record_seconds(&self.commit_seconds, took);
                     self.commit_writes.record(writes as f64);

@@ -3,7 +3,12 @@
 //! ```text
 //! cargo run --release --example bench_report                 # 10 000 messages, median of 5
 //! cargo run --release --example bench_report -- 50000 7     # messages per run, runs
+//! cargo run --release --features metrics --example bench_report  # with a recorder installed
 //! ```
+//!
+//! With the feature `metrics`, a Prometheus recorder (`metrics-exporter-prometheus`, no HTTP
+//! listener) is installed first and aggregates every metric of the run, as in production; the
+//! report ends with how many series it rendered.
 //!
 //! Every case runs in this one process, against plain Actix messaging measured alongside it:
 //! throughput (messages per second until the last is confirmed, median of the runs; the runs
@@ -125,6 +130,10 @@ impl Rigs {
 async fn main() {
     // The crate logs through `log`: show its warnings (or what RUST_LOG asks for) on stderr.
     env_logger::Builder::from_env(env_logger::Env::default().default_filter_or("warn")).init();
+    #[cfg(feature = "metrics")]
+    let prometheus = metrics_exporter_prometheus::PrometheusBuilder::new()
+        .install_recorder()
+        .expect("the only recorder of this process");
     let mut args = std::env::args().skip(1);
     let messages: u64 = args
         .next()
@@ -213,6 +222,12 @@ async fn main() {
         "\nRetransmissions during the run: {retransmissions} (non-zero means a message waited \
          longer than `resend_timeout` for its ACK: an overloaded machine)."
     );
+    #[cfg(feature = "metrics")]
+    {
+        let rendered = prometheus.render();
+        let series = rendered.lines().filter(|l| !l.starts_with('#')).count();
+        println!("\nMetrics recorded (Prometheus recorder): {series} series rendered.");
+    }
     System::current().stop();
 }
 

@@ -35,6 +35,9 @@ pub struct Confirmation {
     holds_room: bool,
     /// A durable producer stored the message under this id (ids start at 1).
     message: Option<NonZeroU64>,
+    /// When its producer took the message (for the send→confirm histogram).
+    #[cfg(feature = "metrics")]
+    taken: Option<std::time::Instant>,
 }
 
 impl Confirmation {
@@ -44,6 +47,8 @@ impl Confirmation {
             notify: Notify::Nobody,
             holds_room: false,
             message: None,
+            #[cfg(feature = "metrics")]
+            taken: None,
         }
     }
 
@@ -53,6 +58,8 @@ impl Confirmation {
             notify: Notify::Callback(Box::new(callback)),
             holds_room: false,
             message: None,
+            #[cfg(feature = "metrics")]
+            taken: None,
         }
     }
 
@@ -63,6 +70,8 @@ impl Confirmation {
             notify: Notify::Channel(sender),
             holds_room: false,
             message: None,
+            #[cfg(feature = "metrics")]
+            taken: None,
         };
         (confirmation, receiver)
     }
@@ -80,6 +89,8 @@ impl Confirmation {
             notify: Notify::StoredChannel(Some(stored), sender),
             holds_room: false,
             message: None,
+            #[cfg(feature = "metrics")]
+            taken: None,
         };
         (confirmation, id, outcome)
     }
@@ -120,6 +131,18 @@ impl Confirmation {
 
     /// Whether the message holds a permit of room, which the producer gives back (in bulk:
     /// one semaphore operation per flush, not one per message) before settling it.
+    /// Notes when the producer took the message (the first time only).
+    #[cfg(feature = "metrics")]
+    pub(crate) fn taken_at(&mut self, now: std::time::Instant) {
+        self.taken.get_or_insert(now);
+    }
+
+    /// When the producer took the message, if it noted it.
+    #[cfg(feature = "metrics")]
+    pub(crate) fn taken(&self) -> Option<std::time::Instant> {
+        self.taken
+    }
+
     pub(crate) fn holds_room(&self) -> bool {
         self.holds_room
     }

@@ -51,6 +51,8 @@ pub struct ConsumerController<T: Send + 'static> {
     handed_off: Vec<(u64, Outcome)>,
     /// The spawned ones, to cancel when the core abandons them.
     awaiting: HashMap<u64, SpawnHandle>,
+    #[cfg(feature = "metrics")]
+    meter: crate::telemetry::metrics::ConsumerMeter,
 }
 
 /// ACK buffer capacity kept between drains (a burst may grow it; it shrinks back to this).
@@ -59,6 +61,12 @@ const ACK_BUFFER_KEPT: usize = 1024;
 impl<T: Send + 'static> ConsumerController<T> {
     /// A consumer with validated options; start it like any actor.
     pub fn new(options: ConsumerOptions<T>) -> Self {
+        #[cfg(feature = "metrics")]
+        let meter = crate::telemetry::metrics::ConsumerMeter::new(
+            options
+                .metrics_label()
+                .unwrap_or(crate::telemetry::metrics::DEFAULT_LABEL),
+        );
         let (mut handler, config, dead_letters) = options.into_parts();
         // Ordered mode awaits every handler: a later message must not be confirmed before an
         // earlier one whose outcome is still open.
@@ -74,7 +82,15 @@ impl<T: Send + 'static> ConsumerController<T> {
             stop: StopSignal::default(),
             handed_off: Vec::new(),
             awaiting: HashMap::new(),
+            #[cfg(feature = "metrics")]
+            meter,
         }
+    }
+
+    /// Publishes the counters to the metrics.
+    #[cfg(feature = "metrics")]
+    fn publish(&mut self) {
+        self.meter.publish(&self.core.stats());
     }
 
     /// Makes sure the after-drain future runs (see [`after_drain`](Self::after_drain)).
@@ -140,6 +156,8 @@ impl<T: Send + 'static> ConsumerController<T> {
         }
         self.await_handed_off(ctx);
         self.flush_acks();
+        #[cfg(feature = "metrics")]
+        self.publish();
         if ctx.connected() || self.handler_pending {
             Poll::Pending
         } else {
@@ -167,6 +185,11 @@ impl<T: Send + 'static> ConsumerController<T> {
     ) -> Poll<()> {
         while let Poll::Ready(outcome) = poll {
             let now = *now.get_or_insert_with(alarm::now);
+            #[cfg(feature = "metrics")]
+            if let Some(started) = self.core.running_since() {
+                let ran = alarm::now().saturating_duration_since(started);
+                crate::telemetry::metrics::record_seconds(&self.meter.handler_seconds, ran);
+            }
             let completion = self.core.handle_outcome(&outcome, now);
             let Some(body) = self.carry_out(completion) else {
                 return Poll::Ready(());
@@ -202,6 +225,8 @@ impl<T: Send + 'static> ConsumerController<T> {
                     act.acks.push(ack);
                     act.flush_acks();
                 }
+                #[cfg(feature = "metrics")]
+                act.publish();
                 act.arm_timer(ctx);
             });
             self.awaiting.insert(id, ctx.spawn(awaited));
@@ -241,6 +266,8 @@ impl<T: Send + 'static> ConsumerController<T> {
                 }
             }
             act.await_handed_off(ctx);
+            #[cfg(feature = "metrics")]
+            act.publish();
             act.arm_timer(ctx);
         });
     }
@@ -262,10 +289,14 @@ impl<T: Send + 'static> Actor for ConsumerController<T> {
     fn stopped(&mut self, _: &mut Context<Self>) {
         // Handlers that succeeded in the last drain still get their ACKs.
         self.flush_acks();
+        #[cfg(feature = "metrics")]
+        self.publish();
         self.core.clear();
         self.handler.abandon();
         self.handed_off.clear();
         self.awaiting.clear();
+        #[cfg(feature = "metrics")]
+        self.publish(); // the cleared state: no producers tracked, nothing waiting
         self.stop.announce_if_final();
     }
 }

@@ -359,6 +359,17 @@
 //! [`journal::MemoryJournal`] has the same semantics in memory, with fault injection for
 //! tests. Payloads are bytes; [`codec`] turns typed values into them.
 //!
+//! # Metrics
+//!
+//! With the feature `metrics`, every counter of every stats struct (producer, consumer,
+//! durable producer, persistent entity, journals, node, NATS carrier), and histograms of
+//! send→confirm latency, handler run time, journal commit latency and group size, and frames
+//! and bytes per socket write, go through the [`metrics`](https://docs.rs/metrics/0.24) facade
+//! to whatever recorder the application installed (before starting the parts it measures).
+//! Names are `actix_delivery_<subsystem>_<counter>_total`, labels only names the application
+//! chose (`metrics_label` on the options). The module `telemetry::metrics` lists every name,
+//! type, label and meaning. Without the feature, none of it is compiled in.
+//!
 //! # The protocol core
 //!
 //! The rules live in [`protocol`], pure state machines with no Actix or Tokio in them (time is
@@ -391,6 +402,8 @@ mod producer;
 pub mod protocol;
 pub mod remote;
 mod stop_signal;
+#[cfg(feature = "metrics")]
+pub mod telemetry;
 
 pub use config::{Backoff, ConsumerConfig, Limit, ProducerConfig};
 pub use confirmation::Confirmation;

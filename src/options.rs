@@ -18,6 +18,8 @@ use crate::message::ConsumerRef;
 pub struct ProducerOptions<T: Send + 'static> {
     consumer: ConsumerRef<T>,
     config: ProducerConfig,
+    #[cfg(feature = "metrics")]
+    metrics_label: Option<String>,
 }
 
 impl<T: Send + 'static> ProducerOptions<T> {
@@ -28,6 +30,8 @@ impl<T: Send + 'static> ProducerOptions<T> {
             consumer: consumer.into(),
             loaded: ProducerConfig::default(),
             explicit: Overrides::default(),
+            #[cfg(feature = "metrics")]
+            metrics_label: None,
         }
     }
 
@@ -43,12 +47,20 @@ impl<T: Send + 'static> ProducerOptions<T> {
         Ok(Self {
             consumer: consumer.into(),
             config,
+            #[cfg(feature = "metrics")]
+            metrics_label: None,
         })
     }
 
     /// The validated settings.
     pub fn config(&self) -> &ProducerConfig {
         &self.config
+    }
+
+    /// The label of this producer's metrics, if the application chose one.
+    #[cfg(feature = "metrics")]
+    pub(crate) fn metrics_label(&self) -> Option<&str> {
+        self.metrics_label.as_deref()
     }
 
     pub(crate) fn into_parts(self) -> (ConsumerRef<T>, ProducerConfig) {
@@ -61,6 +73,8 @@ pub struct ProducerOptionsBuilder<T: Send + 'static> {
     consumer: ConsumerRef<T>,
     loaded: ProducerConfig,
     explicit: Overrides<ProducerConfig>,
+    #[cfg(feature = "metrics")]
+    metrics_label: Option<String>,
 }
 
 impl<T: Send + 'static> ProducerOptionsBuilder<T> {
@@ -108,7 +122,27 @@ impl<T: Send + 'static> ProducerOptionsBuilder<T> {
     /// # Errors
     /// [`OptionsError`] naming the first invalid field.
     pub fn build(self) -> Result<ProducerOptions<T>, OptionsError> {
-        ProducerOptions::new(self.consumer, self.explicit.apply(self.loaded))
+        #[allow(unused_mut)] // without `metrics`
+        let mut options = ProducerOptions::new(self.consumer, self.explicit.apply(self.loaded))?;
+        #[cfg(feature = "metrics")]
+        {
+            if let Some(label) = &self.metrics_label {
+                crate::telemetry::metrics::check_label(label)?;
+            }
+            options.metrics_label = self.metrics_label;
+        }
+        Ok(options)
+    }
+
+    /// The value of the `producer` label on this producer's metrics (feature `metrics`;
+    /// default: its fixed `producer_id`, else `"default"`). Producers sharing a label add up.
+    ///
+    /// # Errors
+    /// [`build`](Self::build) refuses an empty label.
+    #[cfg(feature = "metrics")]
+    pub fn metrics_label(mut self, label: impl Into<String>) -> Self {
+        self.metrics_label = Some(label.into());
+        self
     }
 
     fn set(mut self, setter: impl FnOnce(&mut ProducerConfig) + Send + 'static) -> Self {
@@ -123,6 +157,8 @@ pub struct ConsumerOptions<T> {
     handler: DeliveryHandler<T>,
     config: ConsumerConfig,
     dead_letters: Option<Recipient<DeadLetter>>,
+    #[cfg(feature = "metrics")]
+    metrics_label: Option<String>,
 }
 
 impl<T: 'static> ConsumerOptions<T> {
@@ -133,6 +169,8 @@ impl<T: 'static> ConsumerOptions<T> {
             loaded: ConsumerConfig::default(),
             explicit: Overrides::default(),
             dead_letters: None,
+            #[cfg(feature = "metrics")]
+            metrics_label: None,
         }
     }
 
@@ -146,12 +184,20 @@ impl<T: 'static> ConsumerOptions<T> {
             handler,
             config,
             dead_letters: None,
+            #[cfg(feature = "metrics")]
+            metrics_label: None,
         })
     }
 
     /// The validated settings.
     pub fn config(&self) -> &ConsumerConfig {
         &self.config
+    }
+
+    /// The label of this consumer's metrics, if the application chose one.
+    #[cfg(feature = "metrics")]
+    pub(crate) fn metrics_label(&self) -> Option<&str> {
+        self.metrics_label.as_deref()
     }
 
     pub(crate) fn into_parts(
@@ -171,6 +217,8 @@ pub struct ConsumerOptionsBuilder<T> {
     loaded: ConsumerConfig,
     explicit: Overrides<ConsumerConfig>,
     dead_letters: Option<Recipient<DeadLetter>>,
+    #[cfg(feature = "metrics")]
+    metrics_label: Option<String>,
 }
 
 impl<T: 'static> ConsumerOptionsBuilder<T> {
@@ -230,7 +278,25 @@ impl<T: 'static> ConsumerOptionsBuilder<T> {
     pub fn build(self) -> Result<ConsumerOptions<T>, OptionsError> {
         let mut options = ConsumerOptions::new(self.handler, self.explicit.apply(self.loaded))?;
         options.dead_letters = self.dead_letters;
+        #[cfg(feature = "metrics")]
+        {
+            if let Some(label) = &self.metrics_label {
+                crate::telemetry::metrics::check_label(label)?;
+            }
+            options.metrics_label = self.metrics_label;
+        }
         Ok(options)
+    }
+
+    /// The value of the `consumer` label on this consumer's metrics (feature `metrics`;
+    /// default `"default"`). Consumers sharing a label add up.
+    ///
+    /// # Errors
+    /// [`build`](Self::build) refuses an empty label.
+    #[cfg(feature = "metrics")]
+    pub fn metrics_label(mut self, label: impl Into<String>) -> Self {
+        self.metrics_label = Some(label.into());
+        self
     }
 
     fn set(mut self, setter: impl FnOnce(&mut ConsumerConfig) + Send + 'static) -> Self {

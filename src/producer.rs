@@ -56,11 +56,20 @@ pub struct ProducerController<T: Clone + Send + 'static> {
     pub(crate) stop: StopSignal,
     /// The journal of a durable producer.
     pub(crate) durable: Option<Durable<T>>,
+    #[cfg(feature = "metrics")]
+    meter: crate::telemetry::metrics::ProducerMeter,
 }
 
 impl<T: Clone + Send + 'static> ProducerController<T> {
     /// A producer with validated options; start it like any actor.
     pub fn new(options: ProducerOptions<T>) -> Self {
+        #[cfg(feature = "metrics")]
+        let meter = crate::telemetry::metrics::ProducerMeter::new(
+            options
+                .metrics_label()
+                .or(options.config().producer_id.as_deref())
+                .unwrap_or(crate::telemetry::metrics::DEFAULT_LABEL),
+        );
         let (consumer, config) = options.into_parts();
         let room = config.window_size.saturating_add(config.max_pending);
         Self {
@@ -76,6 +85,8 @@ impl<T: Clone + Send + 'static> ProducerController<T> {
             idle_waiters: Vec::new(),
             stop: StopSignal::default(),
             durable: None,
+            #[cfg(feature = "metrics")]
+            meter,
         }
     }
 
@@ -132,6 +143,8 @@ impl<T: Clone + Send + 'static> ProducerController<T> {
             self.consumer.do_send_all(deliveries);
         }
         self.settle_polled();
+        #[cfg(feature = "metrics")]
+        self.meter.publish(&self.stats());
         if self.core.is_idle() && self.durable.as_ref().is_none_or(Durable::is_idle) {
             if self.stop_when_idle {
                 ctx.stop();
@@ -163,7 +176,11 @@ impl<T: Clone + Send + 'static> ProducerController<T> {
         // The hot path: straight from the core's queue, room counted before the callbacks.
         let room = core.settled().filter(|c| c.holds_room()).count();
         self.inbox.release(room);
+        #[cfg(feature = "metrics")]
+        let now = now();
         while let Some((confirmation, result)) = core.poll_settled() {
+            #[cfg(feature = "metrics")]
+            self.meter.settled(&confirmation, &result, now);
             confirmation.settle(result);
         }
     }
@@ -171,9 +188,24 @@ impl<T: Clone + Send + 'static> ProducerController<T> {
     pub(crate) fn fire_settling(&mut self) {
         let room = self.settling.iter().filter(|(c, _)| c.holds_room()).count();
         self.inbox.release(room);
+        #[cfg(feature = "metrics")]
+        let now = now();
         for (confirmation, result) in self.settling.drain(..) {
+            #[cfg(feature = "metrics")]
+            self.meter.settled(&confirmation, &result, now);
             confirmation.settle(result);
         }
+    }
+
+    /// The counters, with the durable producer's.
+    fn stats(&self) -> ProducerStats {
+        let mut stats = self.core.stats();
+        if let Some(durable) = &self.durable {
+            (stats.stored, stats.resumed, stats.resumed_confirmed) = durable.counts;
+            stats.next_message_id = durable.next_message_id();
+            stats.unconfirmed = durable.unconfirmed();
+        }
+        stats
     }
 
     /// Stops taking messages and settles everything unconfirmed (including what still waits
@@ -194,6 +226,11 @@ impl<T: Clone + Send + 'static> ProducerController<T> {
     /// (handles and direct `Tell`s share it), so the core has space.
     fn take_inbox(&mut self) {
         self.inbox.take(&mut self.taken);
+        #[cfg(feature = "metrics")]
+        {
+            let now = now();
+            self.taken.iter_mut().for_each(|(_, c)| c.taken_at(now));
+        }
         match &mut self.durable {
             Some(durable) => durable.accept(&mut self.taken),
             None => self.core.handle_send_all(&mut self.taken),
@@ -232,6 +269,8 @@ impl<T: Clone + Send + 'static> Actor for ProducerController<T> {
     fn stopped(&mut self, _: &mut Context<Self>) {
         self.close_log();
         self.settle_all();
+        #[cfg(feature = "metrics")]
+        self.meter.publish(&self.stats());
         // Everything is settled: idle waiters are answered by dropping their senders.
         self.idle_waiters.clear();
         // Drop the self-reference so the actor can be freed.
@@ -291,7 +330,10 @@ impl<T: Clone + Send + 'static> Handler<Tell<T>> for ProducerController<T> {
         match self.inbox.try_reserve() {
             Ok(()) => {
                 self.dirty = true;
-                let confirm = confirm.holding_room();
+                #[allow(unused_mut)] // without `metrics`
+                let mut confirm = confirm.holding_room();
+                #[cfg(feature = "metrics")]
+                confirm.taken_at(now());
                 if let Some(durable) = &mut self.durable {
                     durable.accept(&mut VecDeque::from([(body, confirm)]));
                     return Ok(());
@@ -378,12 +420,7 @@ impl<T: Clone + Send + 'static> Handler<GetProducerStats> for ProducerController
     type Result = MessageResult<GetProducerStats>;
 
     fn handle(&mut self, _: GetProducerStats, _: &mut Context<Self>) -> Self::Result {
-        let mut stats = self.core.stats();
-        if let Some(durable) = &self.durable {
-            (stats.stored, stats.resumed, stats.resumed_confirmed) = durable.counts;
-            stats.next_message_id = durable.next_message_id();
-        }
-        MessageResult(stats)
+        MessageResult(self.stats())
     }
 }
 

@@ -152,6 +152,11 @@ impl<T> Durable<T> {
         self.next_seq.unwrap_or(0)
     }
 
+    /// Stored messages not durably settled yet.
+    pub(crate) fn unconfirmed(&self) -> usize {
+        self.unsettled.len()
+    }
+
     /// Whether the stream is open and nothing waits to be stored or recorded (before the
     /// stream is open, what it holds unsettled is not known yet).
     pub(crate) fn is_idle(&self) -> bool {

@@ -51,6 +51,9 @@ struct State {
     fail_in: Option<u64>,
     holding: bool,
     held: Vec<Held>,
+    /// The metrics of `stats` (registered at the first append).
+    #[cfg(feature = "metrics")]
+    meter: Option<crate::telemetry::metrics::MemoryMeter>,
 }
 
 /// Events `highest - events.len() + 1 ..= highest`, gapless (deletion removes from the front).
@@ -153,6 +156,8 @@ impl State {
         payloads: Vec<Vec<u8>>,
         manifest: Manifest,
     ) -> Result<(), JournalError> {
+        #[cfg(feature = "metrics")]
+        self.publish();
         let stream = self.streams.entry(id.clone()).or_default();
         check_fence(id, first_seq, stream.highest)?;
         stream.highest += payloads.len() as u64;
@@ -162,7 +167,22 @@ impl State {
                 .into_iter()
                 .map(|payload| (payload, manifest.clone())),
         );
+        #[cfg(feature = "metrics")]
+        self.publish();
         Ok(())
+    }
+
+    /// Publishes the counters to the metrics.
+    #[cfg(feature = "metrics")]
+    fn publish(&mut self) {
+        let stats = self.stats;
+        self.meter
+            .get_or_insert_with(|| {
+                crate::telemetry::metrics::MemoryMeter::new(
+                    crate::telemetry::metrics::DEFAULT_LABEL,
+                )
+            })
+            .publish(&stats);
     }
 
     fn highest(&self, id: &PersistenceId) -> u64 {
@@ -196,6 +216,8 @@ impl Journal for MemoryJournal {
                 match state.fail_in {
                     Some(1) => {
                         state.fail_in = None;
+                        #[cfg(feature = "metrics")]
+                        state.publish();
                         return Err(JournalError::storage(Some(&id), "injected append failure"));
                     }
                     Some(n) => state.fail_in = Some(n - 1),

@@ -33,6 +33,8 @@ pub(crate) async fn receive(shared: Arc<Shared>, mut inbox: Subscriber) {
         };
         let Some(message) = message else { return }; // the client closed
         receive_one(&shared, &message);
+        #[cfg(feature = "metrics")]
+        shared.publish();
     }
 }
 

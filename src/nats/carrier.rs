@@ -75,6 +75,9 @@ pub(crate) struct Shared {
     pub(crate) client: Client,
     pub(crate) options: NatsOptions,
     pub(crate) counters: Counters,
+    /// The counters' metrics, published after each message received and batch published.
+    #[cfg(feature = "metrics")]
+    pub(crate) meter: Mutex<crate::telemetry::metrics::NatsMeter>,
     pub(crate) warnings: Warnings,
     pub(crate) publisher: Publisher,
     pub(crate) cancel: CancellationToken,
@@ -129,6 +132,15 @@ pub(crate) struct Sending {
 }
 
 impl Shared {
+    /// Publishes the counters to the metrics.
+    #[cfg(feature = "metrics")]
+    pub(crate) fn publish(&self) {
+        let mut stats = self.counters.snapshot();
+        stats.output_high_water = self.publisher.high_water() as u64;
+        let mut meter = self.meter.lock().unwrap_or_else(PoisonError::into_inner);
+        meter.publish(&stats);
+    }
+
     pub(crate) fn sending(&self) -> MutexGuard<'_, Sending> {
         self.sending.lock().unwrap_or_else(PoisonError::into_inner)
     }
@@ -365,6 +377,13 @@ impl NatsCarrier {
                 options.config.reply_prefix
             );
         }
+        #[cfg(feature = "metrics")]
+        let meter = crate::telemetry::metrics::NatsMeter::new(
+            options
+                .metrics_label
+                .as_deref()
+                .unwrap_or(crate::telemetry::metrics::DEFAULT_LABEL),
+        );
         let shared = Arc::new(Shared {
             publisher: Publisher::new(
                 options.config.max_output_bytes,
@@ -378,6 +397,8 @@ impl NatsCarrier {
             client,
             options,
             counters: Counters::default(),
+            #[cfg(feature = "metrics")]
+            meter: Mutex::new(meter),
             warnings: Warnings::default(),
             cancel: CancellationToken::new(),
             arbiter: actix::Arbiter::current(),
@@ -392,7 +413,13 @@ impl NatsCarrier {
             let client = shared.client.clone();
             shared
                 .publisher
-                .run(client, &shared.counters, &shared.cancel)
+                .run(
+                    client,
+                    &shared.counters,
+                    &shared.cancel,
+                    #[cfg(feature = "metrics")]
+                    &|| shared.publish(),
+                )
                 .await;
         });
         shared

@@ -62,6 +62,8 @@ pub(crate) async fn serve(
                 if let Some(taken) = receive(&shared, &*consumer, &mut replies, message, dispatching.len()) {
                     dispatching.push(taken);
                 }
+                #[cfg(feature = "metrics")]
+                shared.publish();
             }
         }
     }

@@ -73,6 +73,8 @@ impl NatsConfig {
 #[derive(Clone, Debug, Default)]
 pub struct NatsOptions {
     pub(crate) config: NatsConfig,
+    #[cfg(feature = "metrics")]
+    pub(crate) metrics_label: Option<String>,
 }
 
 impl NatsOptions {
@@ -81,6 +83,8 @@ impl NatsOptions {
         NatsOptionsBuilder {
             loaded: NatsConfig::default(),
             explicit: Overrides::default(),
+            #[cfg(feature = "metrics")]
+            metrics_label: None,
         }
     }
 
@@ -96,6 +100,8 @@ impl NatsOptions {
 pub struct NatsOptionsBuilder {
     loaded: NatsConfig,
     explicit: Overrides<NatsConfig>,
+    #[cfg(feature = "metrics")]
+    metrics_label: Option<String>,
 }
 
 impl NatsOptionsBuilder {
@@ -103,6 +109,15 @@ impl NatsOptionsBuilder {
     /// set on the builder still win.
     pub fn config(mut self, config: NatsConfig) -> Self {
         self.loaded = config;
+        self
+    }
+
+    /// The value of the `carrier` label on this carrier's metrics (feature `metrics`; default
+    /// `"default"`; not empty).
+    #[cfg(feature = "metrics")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "metrics")))]
+    pub fn metrics_label(mut self, label: impl Into<String>) -> Self {
+        self.metrics_label = Some(label.into());
         self
     }
 
@@ -151,7 +166,15 @@ impl NatsOptionsBuilder {
     pub fn build(self) -> Result<NatsOptions, OptionsError> {
         let config = self.explicit.apply(self.loaded);
         config.validate()?;
-        Ok(NatsOptions { config })
+        #[cfg(feature = "metrics")]
+        if let Some(label) = &self.metrics_label {
+            crate::telemetry::metrics::check_label(label)?;
+        }
+        Ok(NatsOptions {
+            config,
+            #[cfg(feature = "metrics")]
+            metrics_label: self.metrics_label,
+        })
     }
 }
 

@@ -107,6 +107,7 @@ impl Publisher {
         client: Client,
         counters: &Counters,
         cancel: &CancellationToken,
+        #[cfg(feature = "metrics")] published: &(dyn Fn() + Sync),
     ) {
         loop {
             let (messages, bytes) = {
@@ -147,6 +148,11 @@ impl Publisher {
             }
             let mut queue = self.lock();
             queue.bytes -= bytes.min(queue.bytes);
+            #[cfg(feature = "metrics")]
+            {
+                drop(queue);
+                published();
+            }
         }
     }
 }

@@ -117,6 +117,8 @@ pub struct PersistentActor<E: EventSourced> {
     checking_journal: bool,
     /// Failed snapshots, warned about at most once a minute.
     snapshot_warnings: RateLimited,
+    #[cfg(feature = "metrics")]
+    meter: crate::telemetry::metrics::PersistentMeter,
 }
 
 impl<E: EventSourced> PersistentActor<E> {
@@ -156,6 +158,8 @@ impl<E: EventSourced> PersistentActor<E> {
             reply_to: None,
             alarm: Alarm::default(),
             snapshot_warnings: RateLimited::default(),
+            #[cfg(feature = "metrics")]
+            meter: crate::telemetry::metrics::PersistentMeter::new(std::any::type_name::<E>()),
         }
     }
 
@@ -344,6 +348,8 @@ impl<E: EventSourced> PersistentActor<E> {
         if let Some(append) = self.core.poll_append() {
             self.start_append(append, ctx);
         }
+        #[cfg(feature = "metrics")]
+        self.meter.publish(&self.core.stats());
         if self.core.is_idle() && (self.stop.is_final() || self.is_abandoned()) {
             self.stop.make_final();
             ctx.stop();
@@ -553,6 +559,8 @@ impl<E: EventSourced> Actor for PersistentActor<E> {
 
     fn stopped(&mut self, _: &mut Context<Self>) {
         Self::answer(self.core.stop());
+        #[cfg(feature = "metrics")]
+        self.meter.publish(&self.core.stats());
         self.stop_lanes();
         // Drop the self-reference so the actor can be freed.
         self.reply_to = None;

@@ -492,6 +492,11 @@ impl<B, R> ConsumerCore<B, R> {
         self.running.as_ref().map(|r| &r.header)
     }
 
+    /// When the running handler started, if one runs.
+    pub fn running_since(&self) -> Option<Instant> {
+        self.running.as_ref().map(|r| r.started)
+    }
+
     /// Whether a handler is running.
     pub fn is_running(&self) -> bool {
         self.running.is_some()

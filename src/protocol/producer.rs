@@ -54,6 +54,9 @@ pub struct ProducerStats {
     /// message gets (0 until its stream is open). After a restart, everything below it was
     /// stored before.
     pub next_message_id: u64,
+    /// A durable producer: stored messages not settled yet (their settlement not recorded),
+    /// right now.
+    pub unconfirmed: usize,
 }
 
 #[derive(Debug)]

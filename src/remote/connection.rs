@@ -159,11 +159,12 @@ pub(crate) async fn drive(
     peer: &(dyn std::fmt::Display + Sync),
 ) {
     add(&node.counters.connections_open, 1);
-    let heartbeat = node.options.config.heartbeat_interval;
+    #[cfg(feature = "metrics")]
+    node.publish();
     let end = tokio::select! {
         () = node.cancel.cancelled() => End::Closed,
         end = read => end,
-        () = write_loop(link, writer, heartbeat, &node.counters) => End::Closed,
+        () = write_loop(link, writer, node) => End::Closed,
     };
     end.count(&node.counters);
     if matches!(end, End::Violation) {
@@ -175,17 +176,15 @@ pub(crate) async fn drive(
     node.counters
         .connections_open
         .fetch_sub(1, Ordering::Relaxed);
+    #[cfg(feature = "metrics")]
+    node.publish();
     log::debug!("the connection with {peer} ended: {end:?}");
 }
 
 /// Drains `link` into the socket until the link closes or a write fails; sends a heartbeat
 /// after `heartbeat` without output.
-async fn write_loop(
-    link: &Link,
-    mut writer: WriteStream,
-    heartbeat: Duration,
-    counters: &Counters,
-) {
+async fn write_loop(link: &Link, mut writer: WriteStream, node: &Shared) {
+    let (heartbeat, counters) = (node.options.config.heartbeat_interval, &node.counters);
     let mut spare = Vec::new();
     loop {
         if tokio::time::timeout(heartbeat, link.ready.notified())
@@ -198,6 +197,13 @@ async fn write_loop(
         if link.closed.load(Ordering::Acquire) {
             return;
         }
+        #[cfg(feature = "metrics")]
+        let frames = {
+            let mut output = link.lock();
+            output.take(&mut spare);
+            output.take_frames()
+        };
+        #[cfg(not(feature = "metrics"))]
         link.lock().take(&mut spare);
         // Written bytes leave the output's count as they go, so it has room again at once.
         let mut done = 0;
@@ -214,6 +220,8 @@ async fn write_loop(
         if writer.flush().await.is_err() {
             return;
         }
+        #[cfg(feature = "metrics")]
+        node.written(frames, spare.len());
         spare.clear();
         if spare.capacity() > SPARE_KEPT {
             spare = Vec::new();

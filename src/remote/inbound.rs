@@ -252,6 +252,8 @@ async fn serve(
             node.warnings.warn(Warning::Handshake, || {
                 format!("refused a connection from {peer}: {why}")
             });
+            #[cfg(feature = "metrics")]
+            node.publish();
             return;
         }
     };
@@ -260,6 +262,8 @@ async fn serve(
         node.warnings.warn(Warning::Handshake, || {
             format!("closed the connection from {peer}: max_connections are open")
         });
+        #[cfg(feature = "metrics")]
+        node.publish();
         return;
     };
     let Established {
@@ -301,6 +305,8 @@ async fn serve(
                         Ok(Frame::Ping) => {}
                         _ => return End::Violation,
                     }
+                    #[cfg(feature = "metrics")]
+                    node.publish();
                 }
             }
         }

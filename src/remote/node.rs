@@ -57,6 +57,10 @@ pub(crate) struct Shared {
     pub(crate) local: Local,
     pub(crate) options: NodeOptions,
     pub(crate) counters: Arc<Counters>,
+    /// The counters' metrics, published after each socket write, received frame and
+    /// connection's start and end.
+    #[cfg(feature = "metrics")]
+    pub(crate) meter: Mutex<crate::telemetry::metrics::NodeMeter>,
     pub(crate) warnings: Warnings,
     pub(crate) cancel: CancellationToken,
     /// Where the node's tasks run: the arbiter that started it.
@@ -74,6 +78,24 @@ pub(crate) struct Shared {
 }
 
 impl Shared {
+    /// After a socket write of `frames` frames in `bytes` bytes: records them and publishes
+    /// the counters.
+    #[cfg(feature = "metrics")]
+    #[allow(clippy::cast_precision_loss)]
+    pub(crate) fn written(&self, frames: usize, bytes: usize) {
+        let mut meter = self.meter.lock().unwrap_or_else(PoisonError::into_inner);
+        meter.write_frames.record(frames as f64);
+        meter.write_bytes.record(bytes as f64);
+        meter.publish(&self.counters.snapshot());
+    }
+
+    /// Publishes the counters to the metrics.
+    #[cfg(feature = "metrics")]
+    pub(crate) fn publish(&self) {
+        let mut meter = self.meter.lock().unwrap_or_else(PoisonError::into_inner);
+        meter.publish(&self.counters.snapshot());
+    }
+
     /// The consumer exposed under `name`.
     pub(crate) fn exposed(&self, name: &str) -> Option<Arc<Entry>> {
         let exposed = self.exposed.read().unwrap_or_else(PoisonError::into_inner);
@@ -186,10 +208,19 @@ impl Node {
             );
         }
         let max_handshakes = options.config.max_handshakes;
+        #[cfg(feature = "metrics")]
+        let meter = crate::telemetry::metrics::NodeMeter::new(
+            options
+                .metrics_label
+                .as_deref()
+                .unwrap_or(crate::telemetry::metrics::DEFAULT_LABEL),
+        );
         let shared = Arc::new(Shared {
             local,
             options,
             counters: Arc::default(),
+            #[cfg(feature = "metrics")]
+            meter: Mutex::new(meter),
             warnings: Warnings::default(),
             cancel: CancellationToken::new(),
             arbiter: actix::Arbiter::current(),

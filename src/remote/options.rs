@@ -167,6 +167,8 @@ pub struct NodeOptions {
     auth: Auth,
     pub(crate) config: NodeConfig,
     pub(crate) resolver: Resolver,
+    #[cfg(feature = "metrics")]
+    pub(crate) metrics_label: Option<String>,
 }
 
 impl NodeOptions {
@@ -177,6 +179,8 @@ impl NodeOptions {
     pub fn builder() -> NodeOptionsBuilder {
         NodeOptionsBuilder {
             auth: Auth::Insecure,
+            #[cfg(feature = "metrics")]
+            metrics_label: None,
             auth_chosen: false,
             resolver: Resolver::default(),
             loaded: NodeConfig::default(),
@@ -212,6 +216,10 @@ impl NodeOptions {
     }
 
     fn validate(&self) -> Result<(), OptionsError> {
+        #[cfg(feature = "metrics")]
+        if let Some(label) = &self.metrics_label {
+            crate::telemetry::metrics::check_label(label)?;
+        }
         #[cfg(feature = "tls")]
         if let (Some(tls), Some(_)) = (self.tls(), self.config.listen) {
             if !tls.can_listen() {
@@ -260,6 +268,8 @@ pub struct NodeOptionsBuilder {
     resolver: Resolver,
     loaded: NodeConfig,
     explicit: Overrides<NodeConfig>,
+    #[cfg(feature = "metrics")]
+    metrics_label: Option<String>,
 }
 
 impl NodeOptionsBuilder {
@@ -267,6 +277,14 @@ impl NodeOptionsBuilder {
     /// values set on the builder still win.
     pub fn config(mut self, config: NodeConfig) -> Self {
         self.loaded = config;
+        self
+    }
+
+    /// The value of the `node` label on this node's metrics (feature `metrics`; default
+    /// `"default"`; not empty).
+    #[cfg(feature = "metrics")]
+    pub fn metrics_label(mut self, label: impl Into<String>) -> Self {
+        self.metrics_label = Some(label.into());
         self
     }
 
@@ -416,6 +434,8 @@ impl NodeOptionsBuilder {
             auth: self.auth,
             config: self.explicit.apply(self.loaded),
             resolver: self.resolver,
+            #[cfg(feature = "metrics")]
+            metrics_label: self.metrics_label,
         };
         options.validate()?;
         Ok(options)

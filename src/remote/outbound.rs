@@ -280,6 +280,8 @@ impl Outbound {
                     &node.counters.deliveries_dropped_disconnected,
                     dropped as u64,
                 );
+                #[cfg(feature = "metrics")]
+                node.publish();
                 self.attempts.send_modify(|n| *n += 1);
             }
             self.lock().backing_off = true;
@@ -435,6 +437,8 @@ impl Outbound {
                     Ok(Frame::Ping) => {}
                     _ => return End::Violation,
                 }
+                #[cfg(feature = "metrics")]
+                node.publish();
             }
         };
         drive(node, &link, writer, read, &self.addr).await;

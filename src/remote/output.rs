@@ -42,6 +42,9 @@ pub(crate) struct Output {
     max_frame: usize,
     sealer: Sealer,
     high_water: usize,
+    /// Frames queued since the writer last took them.
+    #[cfg(feature = "metrics")]
+    frames: usize,
 }
 
 impl Output {
@@ -55,6 +58,8 @@ impl Output {
             max_frame,
             sealer,
             high_water: 0,
+            #[cfg(feature = "metrics")]
+            frames: 0,
         }
     }
 
@@ -74,6 +79,10 @@ impl Output {
             .min(self.max_frame);
         self.reserve(LENGTH_PREFIX + estimate.min(room));
         frame.encode(&mut self.sealer, &mut self.buf, room)?;
+        #[cfg(feature = "metrics")]
+        {
+            self.frames += 1;
+        }
         self.high_water = self.high_water.max(self.held());
         Ok(())
     }
@@ -203,6 +212,12 @@ impl Output {
         debug_assert!(spare.is_empty());
         std::mem::swap(&mut self.buf, spare);
         self.writing += spare.len();
+    }
+
+    /// The frames queued since the last call (those the writer just took).
+    #[cfg(feature = "metrics")]
+    pub(crate) fn take_frames(&mut self) -> usize {
+        std::mem::take(&mut self.frames)
     }
 
     /// The writer wrote `n` more of the bytes it took: room for as many.

@@ -69,6 +69,8 @@ pub struct PostgresOptions {
     #[cfg(feature = "tls")]
     #[serde(skip)]
     pub(super) tls: Option<super::tls::PostgresTls>,
+    #[cfg(feature = "metrics")]
+    pub(super) metrics_label: Option<String>,
 }
 
 crate::config::millis_key!(connect_timeout_ms, "connect_timeout_ms");
@@ -92,11 +94,21 @@ impl Default for PostgresOptions {
             max_backoff: Duration::from_secs(2),
             #[cfg(feature = "tls")]
             tls: None,
+            #[cfg(feature = "metrics")]
+            metrics_label: None,
         }
     }
 }
 
 impl PostgresOptions {
+    /// The value of the `journal` label on this journal's metrics (feature `metrics`;
+    /// default `"default"`; not empty).
+    #[cfg(feature = "metrics")]
+    pub fn metrics_label(mut self, label: impl Into<String>) -> Self {
+        self.metrics_label = Some(label.into());
+        self
+    }
+
     /// Connect over TLS (feature `tls`): [`PostgresTls::verify_full`] or
     /// [`PostgresTls::require`] (default: no TLS, as `NoTls`).
     ///
@@ -190,6 +202,10 @@ impl PostgresOptions {
                 reason,
             })
         };
+        #[cfg(feature = "metrics")]
+        if self.metrics_label.as_deref() == Some("") {
+            return invalid("metrics_label must not be empty".to_string());
+        }
         if !is_plain_identifier(&self.schema) {
             return invalid(format!(
                 "schema {:?} must be 1 to 63 characters of a-z, 0-9 and _, not starting with a digit",

@@ -195,6 +195,13 @@ impl Writer {
         if opened.send(Ok(())).is_err() {
             return; // the opener gave up waiting
         }
+        #[cfg(feature = "metrics")]
+        let mut meter = crate::telemetry::metrics::PostgresMeter::new(
+            self.options
+                .metrics_label
+                .as_deref()
+                .unwrap_or(crate::telemetry::metrics::DEFAULT_LABEL),
+        );
         let mut carried = None;
         let (mut last_replies, mut last_commit) = (0, Duration::ZERO);
         loop {
@@ -223,9 +230,17 @@ impl Writer {
                 .await;
             }
             last_replies = group.requests.len();
+            #[cfg(feature = "metrics")]
+            let transactions = self.counters.read(0).transactions;
             let started = Instant::now();
             self.commit(group.requests).await;
             last_commit = started.elapsed();
+            #[cfg(feature = "metrics")]
+            {
+                let stats = self.counters.read(requests.len());
+                let committed = stats.transactions > transactions;
+                meter.transaction(committed.then_some((last_replies, last_commit)), &stats);
+            }
         }
     }
 

@@ -59,6 +59,8 @@ pub struct SqliteOptions {
     pub(super) busy_timeout: Duration,
     #[serde(with = "max_size_bytes")]
     pub(super) max_size_bytes: Option<u64>,
+    #[cfg(feature = "metrics")]
+    pub(super) metrics_label: Option<String>,
 }
 
 crate::config::millis_key!(busy_timeout_ms, "busy_timeout_ms");
@@ -75,11 +77,21 @@ impl Default for SqliteOptions {
             readers: 2,
             busy_timeout: Duration::from_secs(5),
             max_size_bytes: None,
+            #[cfg(feature = "metrics")]
+            metrics_label: None,
         }
     }
 }
 
 impl SqliteOptions {
+    /// The value of the `journal` label on this journal's metrics (feature `metrics`;
+    /// default `"default"`; not empty).
+    #[cfg(feature = "metrics")]
+    pub fn metrics_label(mut self, label: impl Into<String>) -> Self {
+        self.metrics_label = Some(label.into());
+        self
+    }
+
     /// At most this many events per transaction (at least 1).
     pub fn max_batch_events(mut self, events: usize) -> Self {
         self.max_batch_events = events;
@@ -147,6 +159,10 @@ impl SqliteOptions {
                 reason: reason.to_string(),
             })
         };
+        #[cfg(feature = "metrics")]
+        if self.metrics_label.as_deref() == Some("") {
+            return invalid("metrics_label must not be empty");
+        }
         if self.max_batch_events == 0 {
             return invalid("max_batch_events must be at least 1 (got 0)");
         }

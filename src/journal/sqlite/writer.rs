@@ -160,6 +160,13 @@ pub(super) fn run(
     if opened.send(Ok(durability)).is_err() {
         return; // the opener gave up waiting
     }
+    #[cfg(feature = "metrics")]
+    let mut meter = crate::telemetry::metrics::SqliteMeter::new(
+        options
+            .metrics_label
+            .as_deref()
+            .unwrap_or(crate::telemetry::metrics::DEFAULT_LABEL),
+    );
     let mut carried = None;
     let (mut last_replies, mut last_commit) = (0, Duration::ZERO);
     loop {
@@ -183,13 +190,18 @@ pub(super) fn run(
         let group = group.requests;
         last_replies = group.len();
         let started = Instant::now();
-        writer.commit(group);
+        let _committed = writer.commit(group);
         last_commit = started.elapsed();
         if writer.buffered_events >= options.buffer_events || writer.buffered_bytes >= FOLD_BYTES {
             if let Err(err) = writer.fold() {
                 log::warn!("journal: moving buffered events into event_journal failed: {err}");
             }
         }
+        #[cfg(feature = "metrics")]
+        meter.transaction(
+            _committed.then_some((last_replies, last_commit)),
+            &writer.counters.read(requests.len()),
+        );
     }
     // Leave a tidy file: every event in event_journal.
     if writer.buffered_events > 0 {
@@ -396,8 +408,8 @@ impl Writer<'_> {
         Ok(Ok(()))
     }
 
-    /// Commits `group` in one transaction and replies to each write.
-    fn commit(&mut self, group: Vec<WriteRequest>) {
+    /// Commits `group` in one transaction and replies to each write; whether it committed.
+    fn commit(&mut self, group: Vec<WriteRequest>) -> bool {
         let now = unix_millis();
         let mut appended = HashMap::new();
         let outcome = (|| {
@@ -421,7 +433,7 @@ impl Writer<'_> {
                         .reply
                         .send(Err(JournalError::storage(Some(&request.id), &err)));
                 }
-                return;
+                return false;
             }
         };
         // Committed: the buffer's new events become visible to the readers before any
@@ -454,6 +466,7 @@ impl Writer<'_> {
             // A caller that dropped its future has left; the write stands regardless.
             let _ = request.reply.send(result);
         }
+        true
     }
 
     /// Moves every buffered event into `event_journal` in one transaction.

@@ -1,0 +1,426 @@
+//! Every counter of every stats struct, and latency and size histograms, through the
+//! [`metrics`] facade (feature `metrics`). Without the feature none of this is compiled in.
+//!
+//! Install a recorder (an exporter, say `metrics-exporter-prometheus`) **before** starting
+//! producers, consumers, journals, nodes and carriers: each registers its metrics once, when it
+//! is created, with its labels fixed, and publishes to those handles afterwards (a part created
+//! with no recorder installed publishes to nothing).
+//!
+//! The stats structs stay the source of truth: each part publishes what its struct counted,
+//! as it changes (once per mailbox drain, journal commit, socket write or received frame), so
+//! a counter here equals the struct's field once the part is idle. Counters are published as
+//! increments and gauges as changes, so that parts sharing a label add up; a part that ends
+//! takes its gauges' contributions back.
+//!
+//! # Labels
+//!
+//! Only names the application chose, never anything a peer sends (ids, seqs):
+//!
+//! | label | on | value |
+//! |---|---|---|
+//! | `producer` | `actix_delivery_producer_*` | `ProducerOptionsBuilder::metrics_label`; else the producer's fixed `producer_id` (a durable producer always has one); else `"default"` |
+//! | `consumer` | `actix_delivery_consumer_*` | `ConsumerOptionsBuilder::metrics_label`, else `"default"` |
+//! | `entity` | `actix_delivery_persistent_*` | the entity's type name (`std::any::type_name` of its `EventSourced` type: one per type, never per stream); a durable producer's log: `actix_delivery::durable::log::ProducerLog` |
+//! | `journal` | `actix_delivery_sqlite_*`, `actix_delivery_postgres_*`, `actix_delivery_memory_journal_*` | `SqliteOptions::metrics_label` / `PostgresOptions::metrics_label`, else `"default"` (a `MemoryJournal`: always `"default"`) |
+//! | `node` | `actix_delivery_node_*` | `NodeOptionsBuilder::metrics_label`, else `"default"` |
+//! | `carrier` | `actix_delivery_nats_*` | `NatsOptionsBuilder::metrics_label`, else `"default"` |
+//!
+//! Parts of one kind that share a label value add up (counters and gauges alike).
+//!
+//! # Names
+//!
+//! Each counter `…_total` is the stats field of the same name (see the struct's docs for its
+//! exact meaning); gauges are the struct's current values.
+//!
+//! **Producer** ([`ProducerStats`](crate::protocol::producer::ProducerStats)), label `producer`:
+//!
+//! | name | type | meaning |
+//! |---|---|---|
+//! | `actix_delivery_producer_sent_total` | counter | `sent`: first transmissions |
+//! | `actix_delivery_producer_retransmitted_total` | counter | `retransmitted` |
+//! | `actix_delivery_producer_confirmed_total` | counter | `confirmed`: messages ACKed |
+//! | `actix_delivery_producer_ignored_acks_total` | counter | `ignored_acks` |
+//! | `actix_delivery_producer_given_up_total` | counter | `given_up` (after `max_attempts`) |
+//! | `actix_delivery_producer_refused_total` | counter | `refused`: the pending queue was full |
+//! | `actix_delivery_producer_stored_total` | counter | `stored` (durable producers) |
+//! | `actix_delivery_producer_resumed_total` | counter | `resumed` (durable producers) |
+//! | `actix_delivery_producer_resumed_confirmed_total` | counter | `resumed_confirmed` (durable producers) |
+//! | `actix_delivery_producer_in_flight` | gauge | `in_flight`: sent, not ACKed |
+//! | `actix_delivery_producer_queued` | gauge | `queued`: waiting for the window |
+//! | `actix_delivery_producer_unconfirmed` | gauge | `unconfirmed`: stored in a durable stream, not settled |
+//! | `actix_delivery_producer_next_message_id` | gauge | `next_message_id` (durable producers) |
+//! | `actix_delivery_producer_confirm_seconds` | histogram | from the producer taking a message (from a handle, or a `Tell`) to its `Ok` confirmation |
+//!
+//! **Consumer** ([`ConsumerStats`](crate::protocol::consumer::ConsumerStats)), label `consumer`:
+//!
+//! | name | type | meaning |
+//! |---|---|---|
+//! | `actix_delivery_consumer_delivered_total` | counter | `delivered`: handler succeeded |
+//! | `actix_delivery_consumer_duplicates_total` | counter | `duplicates`: re-ACKed without a run |
+//! | `actix_delivery_consumer_in_progress_total` | counter | `in_progress` |
+//! | `actix_delivery_consumer_stale_total` | counter | `stale` |
+//! | `actix_delivery_consumer_dead_letters_total` | counter | `dead_letters` |
+//! | `actix_delivery_consumer_refused_total` | counter | `refused` |
+//! | `actix_delivery_consumer_handler_failures_total` | counter | `handler_failures` |
+//! | `actix_delivery_consumer_handler_panics_total` | counter | `handler_panics` |
+//! | `actix_delivery_consumer_handler_timeouts_total` | counter | `handler_timeouts` |
+//! | `actix_delivery_consumer_evictions_total` | counter | `evictions` |
+//! | `actix_delivery_consumer_swept_total` | counter | `swept` |
+//! | `actix_delivery_consumer_replaced_incarnations_total` | counter | `replaced_incarnations` |
+//! | `actix_delivery_consumer_shared_id_messages_total` | counter | `shared_id_messages` |
+//! | `actix_delivery_consumer_tracked_producers` | gauge | `tracked_producers` |
+//! | `actix_delivery_consumer_tracked_incarnations` | gauge | `tracked_incarnations` |
+//! | `actix_delivery_consumer_waiting` | gauge | `waiting` |
+//! | `actix_delivery_consumer_deferred` | gauge | `deferred` |
+//! | `actix_delivery_consumer_handler_seconds` | histogram | one handler run, start to outcome (a pipelined handler: to its hand-off); abandoned runs are not recorded |
+//!
+//! **Persistent entity** ([`PersistentStats`](crate::persistence::PersistentStats)), label
+//! `entity`: `actix_delivery_persistent_{decided, events, entries, appends, duplicates, stale,
+//! rejected, conflicts, catch_ups, recoveries, snapshots, snapshot_failures, refused,
+//! overloaded}_total`, all counters, each the field of that name.
+//!
+//! **SQLite journal** ([`SqliteStats`](crate::journal::SqliteStats)), label `journal`:
+//!
+//! | name | type | meaning |
+//! |---|---|---|
+//! | `actix_delivery_sqlite_appends_total` | counter | `appends` committed |
+//! | `actix_delivery_sqlite_events_total` | counter | `events` committed |
+//! | `actix_delivery_sqlite_transactions_total` | counter | `transactions` (each one fsync) |
+//! | `actix_delivery_sqlite_rejected_total` | counter | `rejected` writes |
+//! | `actix_delivery_sqlite_folds_total` | counter | `folds` |
+//! | `actix_delivery_sqlite_queued` | gauge | `queued` writes |
+//! | `actix_delivery_sqlite_commit_seconds` | histogram | one committed writer transaction, begin to commit |
+//! | `actix_delivery_sqlite_commit_writes` | histogram | writes (appends, snapshots, deletions) in one committed transaction: the group size |
+//!
+//! **PostgreSQL journal** ([`PostgresStats`](crate::journal::PostgresStats), feature
+//! `postgres`), label `journal`: `actix_delivery_postgres_{appends, events, transactions,
+//! rejected, reconnects}_total` (counters), `actix_delivery_postgres_queued` (gauge),
+//! `actix_delivery_postgres_commit_seconds` and `actix_delivery_postgres_commit_writes`
+//! (histograms, as for SQLite).
+//!
+//! **Memory journal** ([`MemoryStats`](crate::journal::MemoryStats)), label `journal`:
+//! `actix_delivery_memory_journal_{appends, commits, events}_total` (counters).
+//!
+//! **TCP node** ([`NodeStats`](crate::remote::NodeStats)), label `node`: one counter
+//! `actix_delivery_node_<field>_total` for each counter field: `connections_opened`,
+//! `connections_accepted`, `connect_failures`, `resolve_failures`, `handshake_failures`,
+//! `tls_failures`, `handshakes_timed_out`, `handshakes_evicted`, `version_refusals`,
+//! `connections_refused`, `idle_timeouts`, `frames_in`, `frames_out`, `decode_failures`,
+//! `deliveries_out`, `deliveries_in`, `undecodable_bodies`, `acks_out`, `acks_in`,
+//! `unknown_consumer`, `unauthorized_deliveries`, `unroutable_acks`, `acks_dropped_busy`,
+//! `deliveries_dropped_full`, `acks_dropped_full`, `deliveries_waited`,
+//! `deliveries_dropped_disconnected`, `acks_dropped_disconnected`, `deliveries_unsendable`,
+//! `bodies_encoded`; and
+//!
+//! | name | type | meaning |
+//! |---|---|---|
+//! | `actix_delivery_node_connections_open` | gauge | `connections_open`, both ways |
+//! | `actix_delivery_node_output_high_water_bytes` | gauge | `output_high_water` |
+//! | `actix_delivery_node_write_frames` | histogram | frames in one socket write (a batch the writer took) |
+//! | `actix_delivery_node_write_bytes` | histogram | bytes in one socket write |
+//!
+//! **NATS carrier** ([`NatsStats`](crate::nats::NatsStats), feature `nats`), label `carrier`:
+//! one counter `actix_delivery_nats_<field>_total` for each counter field: `frames_in`,
+//! `frames_out`, `decode_failures`, `version_refusals`, `deliveries_out`, `deliveries_in`,
+//! `undecodable_bodies`, `deliveries_without_reply`, `foreign_reply_subjects`,
+//! `deliveries_dropped_busy`, `no_responders`, `forged_no_responders`, `acks_out`, `acks_in`,
+//! `unroutable_acks`, `acks_dropped_busy`, `deliveries_dropped_full`, `acks_dropped_full`,
+//! `deliveries_unsendable`, `publish_failures`, `bodies_encoded`; and the gauge
+//! `actix_delivery_nats_output_high_water_bytes`.
+//!
+//! The current values `routes` and `cached_bodies` of nodes and carriers are summed over
+//! their connections only when `stats()` is called, and are not exported.
+
+use std::time::Duration;
+
+use metrics::{Counter, Gauge, Histogram};
+
+/// Declares a meter: the metric handles of one stats struct, registered once with a fixed
+/// label, and `publish`, which hands them what changed since the last call.
+macro_rules! meter {
+    (
+        $(#[$doc:meta])*
+        $meter:ident($stats:ty, $label:literal) {
+            $(counter $c:ident: $cname:literal,)*
+            $(gauge $g:ident: $gname:literal,)*
+            $(histogram $h:ident: $hname:literal,)*
+        }
+    ) => {
+        $(#[$doc])*
+        pub(crate) struct $meter {
+            last: $stats,
+            $($c: Counter,)*
+            $($g: Gauge,)*
+            $(pub(crate) $h: Histogram,)*
+        }
+
+        impl $meter {
+            /// Registers the metrics, labelled `label`, with the recorder installed now.
+            pub(crate) fn new(label: &str) -> Self {
+                Self {
+                    last: <$stats>::default(),
+                    $($c: metrics::counter!($cname, $label => label.to_owned()),)*
+                    $($g: metrics::gauge!($gname, $label => label.to_owned()),)*
+                    $($h: metrics::histogram!($hname, $label => label.to_owned()),)*
+                }
+            }
+
+            /// Publishes what changed since the last call.
+            #[allow(clippy::cast_precision_loss, clippy::unnecessary_cast)]
+            pub(crate) fn publish(&mut self, stats: &$stats) {
+                $(if stats.$c > self.last.$c {
+                    self.$c.increment((stats.$c - self.last.$c) as u64);
+                })*
+                $(if stats.$g != self.last.$g {
+                    self.$g.increment(stats.$g as f64 - self.last.$g as f64);
+                })*
+                self.last = *stats;
+            }
+        }
+
+        impl Drop for $meter {
+            #[allow(clippy::cast_precision_loss, clippy::unnecessary_cast)]
+            fn drop(&mut self) {
+                // A part that ends no longer holds what its gauges said.
+                $(self.$g.decrement(self.last.$g as f64);)*
+            }
+        }
+
+        impl std::fmt::Debug for $meter {
+            fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.debug_struct(stringify!($meter)).finish_non_exhaustive()
+            }
+        }
+    };
+}
+
+meter! {
+    /// A producer's metrics.
+    ProducerMeter(crate::protocol::producer::ProducerStats, "producer") {
+        counter sent: "actix_delivery_producer_sent_total",
+        counter retransmitted: "actix_delivery_producer_retransmitted_total",
+        counter confirmed: "actix_delivery_producer_confirmed_total",
+        counter ignored_acks: "actix_delivery_producer_ignored_acks_total",
+        counter given_up: "actix_delivery_producer_given_up_total",
+        counter refused: "actix_delivery_producer_refused_total",
+        counter stored: "actix_delivery_producer_stored_total",
+        counter resumed: "actix_delivery_producer_resumed_total",
+        counter resumed_confirmed: "actix_delivery_producer_resumed_confirmed_total",
+        gauge in_flight: "actix_delivery_producer_in_flight",
+        gauge queued: "actix_delivery_producer_queued",
+        gauge unconfirmed: "actix_delivery_producer_unconfirmed",
+        gauge next_message_id: "actix_delivery_producer_next_message_id",
+        histogram confirm_seconds: "actix_delivery_producer_confirm_seconds",
+    }
+}
+
+meter! {
+    /// A consumer's metrics.
+    ConsumerMeter(crate::protocol::consumer::ConsumerStats, "consumer") {
+        counter delivered: "actix_delivery_consumer_delivered_total",
+        counter duplicates: "actix_delivery_consumer_duplicates_total",
+        counter in_progress: "actix_delivery_consumer_in_progress_total",
+        counter stale: "actix_delivery_consumer_stale_total",
+        counter dead_letters: "actix_delivery_consumer_dead_letters_total",
+        counter refused: "actix_delivery_consumer_refused_total",
+        counter handler_failures: "actix_delivery_consumer_handler_failures_total",
+        counter handler_panics: "actix_delivery_consumer_handler_panics_total",
+        counter handler_timeouts: "actix_delivery_consumer_handler_timeouts_total",
+        counter evictions: "actix_delivery_consumer_evictions_total",
+        counter swept: "actix_delivery_consumer_swept_total",
+        counter replaced_incarnations: "actix_delivery_consumer_replaced_incarnations_total",
+        counter shared_id_messages: "actix_delivery_consumer_shared_id_messages_total",
+        gauge tracked_producers: "actix_delivery_consumer_tracked_producers",
+        gauge tracked_incarnations: "actix_delivery_consumer_tracked_incarnations",
+        gauge waiting: "actix_delivery_consumer_waiting",
+        gauge deferred: "actix_delivery_consumer_deferred",
+        histogram handler_seconds: "actix_delivery_consumer_handler_seconds",
+    }
+}
+
+meter! {
+    /// A persistent entity's metrics.
+    PersistentMeter(crate::persistence::PersistentStats, "entity") {
+        counter decided: "actix_delivery_persistent_decided_total",
+        counter events: "actix_delivery_persistent_events_total",
+        counter entries: "actix_delivery_persistent_entries_total",
+        counter appends: "actix_delivery_persistent_appends_total",
+        counter duplicates: "actix_delivery_persistent_duplicates_total",
+        counter stale: "actix_delivery_persistent_stale_total",
+        counter rejected: "actix_delivery_persistent_rejected_total",
+        counter conflicts: "actix_delivery_persistent_conflicts_total",
+        counter catch_ups: "actix_delivery_persistent_catch_ups_total",
+        counter recoveries: "actix_delivery_persistent_recoveries_total",
+        counter snapshots: "actix_delivery_persistent_snapshots_total",
+        counter snapshot_failures: "actix_delivery_persistent_snapshot_failures_total",
+        counter refused: "actix_delivery_persistent_refused_total",
+        counter overloaded: "actix_delivery_persistent_overloaded_total",
+    }
+}
+
+meter! {
+    /// A SQLite journal's metrics (published by its writer thread).
+    SqliteMeter(crate::journal::SqliteStats, "journal") {
+        counter appends: "actix_delivery_sqlite_appends_total",
+        counter events: "actix_delivery_sqlite_events_total",
+        counter transactions: "actix_delivery_sqlite_transactions_total",
+        counter rejected: "actix_delivery_sqlite_rejected_total",
+        counter folds: "actix_delivery_sqlite_folds_total",
+        gauge queued: "actix_delivery_sqlite_queued",
+        histogram commit_seconds: "actix_delivery_sqlite_commit_seconds",
+        histogram commit_writes: "actix_delivery_sqlite_commit_writes",
+    }
+}
+
+#[cfg(feature = "postgres")]
+meter! {
+    /// A PostgreSQL journal's metrics (published by its writer task).
+    PostgresMeter(crate::journal::PostgresStats, "journal") {
+        counter appends: "actix_delivery_postgres_appends_total",
+        counter events: "actix_delivery_postgres_events_total",
+        counter transactions: "actix_delivery_postgres_transactions_total",
+        counter rejected: "actix_delivery_postgres_rejected_total",
+        counter reconnects: "actix_delivery_postgres_reconnects_total",
+        gauge queued: "actix_delivery_postgres_queued",
+        histogram commit_seconds: "actix_delivery_postgres_commit_seconds",
+        histogram commit_writes: "actix_delivery_postgres_commit_writes",
+    }
+}
+
+meter! {
+    /// A memory journal's metrics.
+    MemoryMeter(crate::journal::MemoryStats, "journal") {
+        counter appends: "actix_delivery_memory_journal_appends_total",
+        counter commits: "actix_delivery_memory_journal_commits_total",
+        counter events: "actix_delivery_memory_journal_events_total",
+    }
+}
+
+meter! {
+    /// A TCP node's metrics.
+    NodeMeter(crate::remote::NodeStats, "node") {
+        counter connections_opened: "actix_delivery_node_connections_opened_total",
+        counter connections_accepted: "actix_delivery_node_connections_accepted_total",
+        counter connect_failures: "actix_delivery_node_connect_failures_total",
+        counter resolve_failures: "actix_delivery_node_resolve_failures_total",
+        counter handshake_failures: "actix_delivery_node_handshake_failures_total",
+        counter tls_failures: "actix_delivery_node_tls_failures_total",
+        counter handshakes_timed_out: "actix_delivery_node_handshakes_timed_out_total",
+        counter handshakes_evicted: "actix_delivery_node_handshakes_evicted_total",
+        counter version_refusals: "actix_delivery_node_version_refusals_total",
+        counter connections_refused: "actix_delivery_node_connections_refused_total",
+        counter idle_timeouts: "actix_delivery_node_idle_timeouts_total",
+        counter frames_in: "actix_delivery_node_frames_in_total",
+        counter frames_out: "actix_delivery_node_frames_out_total",
+        counter decode_failures: "actix_delivery_node_decode_failures_total",
+        counter deliveries_out: "actix_delivery_node_deliveries_out_total",
+        counter deliveries_in: "actix_delivery_node_deliveries_in_total",
+        counter undecodable_bodies: "actix_delivery_node_undecodable_bodies_total",
+        counter acks_out: "actix_delivery_node_acks_out_total",
+        counter acks_in: "actix_delivery_node_acks_in_total",
+        counter unknown_consumer: "actix_delivery_node_unknown_consumer_total",
+        counter unauthorized_deliveries: "actix_delivery_node_unauthorized_deliveries_total",
+        counter unroutable_acks: "actix_delivery_node_unroutable_acks_total",
+        counter acks_dropped_busy: "actix_delivery_node_acks_dropped_busy_total",
+        counter deliveries_dropped_full: "actix_delivery_node_deliveries_dropped_full_total",
+        counter acks_dropped_full: "actix_delivery_node_acks_dropped_full_total",
+        counter deliveries_waited: "actix_delivery_node_deliveries_waited_total",
+        counter deliveries_dropped_disconnected:
+            "actix_delivery_node_deliveries_dropped_disconnected_total",
+        counter acks_dropped_disconnected: "actix_delivery_node_acks_dropped_disconnected_total",
+        counter deliveries_unsendable: "actix_delivery_node_deliveries_unsendable_total",
+        counter bodies_encoded: "actix_delivery_node_bodies_encoded_total",
+        gauge connections_open: "actix_delivery_node_connections_open",
+        gauge output_high_water: "actix_delivery_node_output_high_water_bytes",
+        histogram write_frames: "actix_delivery_node_write_frames",
+        histogram write_bytes: "actix_delivery_node_write_bytes",
+    }
+}
+
+#[cfg(feature = "nats")]
+meter! {
+    /// A NATS carrier's metrics.
+    NatsMeter(crate::nats::NatsStats, "carrier") {
+        counter frames_in: "actix_delivery_nats_frames_in_total",
+        counter frames_out: "actix_delivery_nats_frames_out_total",
+        counter decode_failures: "actix_delivery_nats_decode_failures_total",
+        counter version_refusals: "actix_delivery_nats_version_refusals_total",
+        counter deliveries_out: "actix_delivery_nats_deliveries_out_total",
+        counter deliveries_in: "actix_delivery_nats_deliveries_in_total",
+        counter undecodable_bodies: "actix_delivery_nats_undecodable_bodies_total",
+        counter deliveries_without_reply: "actix_delivery_nats_deliveries_without_reply_total",
+        counter foreign_reply_subjects: "actix_delivery_nats_foreign_reply_subjects_total",
+        counter deliveries_dropped_busy: "actix_delivery_nats_deliveries_dropped_busy_total",
+        counter no_responders: "actix_delivery_nats_no_responders_total",
+        counter forged_no_responders: "actix_delivery_nats_forged_no_responders_total",
+        counter acks_out: "actix_delivery_nats_acks_out_total",
+        counter acks_in: "actix_delivery_nats_acks_in_total",
+        counter unroutable_acks: "actix_delivery_nats_unroutable_acks_total",
+        counter acks_dropped_busy: "actix_delivery_nats_acks_dropped_busy_total",
+        counter deliveries_dropped_full: "actix_delivery_nats_deliveries_dropped_full_total",
+        counter acks_dropped_full: "actix_delivery_nats_acks_dropped_full_total",
+        counter deliveries_unsendable: "actix_delivery_nats_deliveries_unsendable_total",
+        counter publish_failures: "actix_delivery_nats_publish_failures_total",
+        counter bodies_encoded: "actix_delivery_nats_bodies_encoded_total",
+        gauge output_high_water: "actix_delivery_nats_output_high_water_bytes",
+    }
+}
+
+/// The label a part gets when the application gave it none.
+pub(crate) const DEFAULT_LABEL: &str = "default";
+
+/// Checks an application's `metrics_label`: a label value must not be empty.
+pub(crate) fn check_label(label: &str) -> Result<(), crate::error::OptionsError> {
+    if label.is_empty() {
+        return Err(crate::error::OptionsError::new(
+            "metrics_label",
+            "must not be empty (got \"\")",
+        ));
+    }
+    Ok(())
+}
+
+/// Records a duration in seconds.
+pub(crate) fn record_seconds(histogram: &Histogram, duration: Duration) {
+    histogram.record(duration.as_secs_f64());
+}
+
+impl ProducerMeter {
+    /// Records the send→confirm latency of a message confirmed `Ok` (settled `now`).
+    pub(crate) fn settled(
+        &self,
+        confirmation: &crate::Confirmation,
+        result: &Result<(), crate::DeliveryError>,
+        now: std::time::Instant,
+    ) {
+        if let (Ok(()), Some(taken)) = (result, confirmation.taken()) {
+            record_seconds(&self.confirm_seconds, now.saturating_duration_since(taken));
+        }
+    }
+}
+
+/// A journal writer's commit histograms.
+macro_rules! journal_transaction {
+    ($meter:ident, $stats:ty) => {
+        impl $meter {
+            /// After a transaction: records it if it committed (`writes` in it, taking
+            /// `took`), and publishes the counters.
+            #[allow(clippy::cast_precision_loss)]
+            pub(crate) fn transaction(
+                &mut self,
+                committed: Option<(usize, Duration)>,
+                stats: &$stats,
+            ) {
+                if let Some((writes, took)) = committed {
+                    record_seconds(&self.commit_seconds, took);
+                    self.commit_writes.record(writes as f64);
+                }
+                self.publish(stats);
+            }
+        }
+    };
+}
+
+journal_transaction!(SqliteMeter, crate::journal::SqliteStats);
+#[cfg(feature = "postgres")]
+journal_transaction!(PostgresMeter, crate::journal::PostgresStats);

@@ -1,0 +1,445 @@
+//! The `metrics` feature: a recording recorder sees every counter of the stats structs under
+//! its documented name and the application's label, with the struct's values, and the
+//! histograms and gauges of a scripted run.
+#![cfg(feature = "metrics")]
+
+use std::collections::HashMap;
+use std::sync::{Mutex, OnceLock};
+use std::time::Duration;
+
+use actix::prelude::*;
+use actix_delivery::journal::{Journal, PersistenceId, SqliteJournal, SqliteOptions};
+use actix_delivery::remote::{Node, NodeOptions, NodeSecret};
+use actix_delivery::{
+    Ack, Acks, ConsumerController, ConsumerOptions, Deliveries, Delivery, DeliveryHandler,
+    ProducerOptions, ReliableDelivery, ReplyTo,
+};
+use metrics_util::debugging::{DebugValue, DebuggingRecorder, Snapshotter};
+use metrics_util::CompositeKey;
+
+/// The recorder of this test binary (installed once; tests tell their metrics apart by label).
+fn snapshotter() -> &'static Snapshotter {
+    static SNAPSHOTTER: OnceLock<Snapshotter> = OnceLock::new();
+    SNAPSHOTTER.get_or_init(|| {
+        let recorder = DebuggingRecorder::new();
+        let snapshotter = recorder.snapshotter();
+        recorder
+            .install()
+            .expect("the only recorder of this binary");
+        snapshotter
+    })
+}
+
+/// Every metric labelled `key=value` (and no other label), by name, as recorded since the
+/// start. A snapshot of the debugging recorder resets what it reads (counters and gauges to 0,
+/// histograms emptied), and tests run in parallel: every snapshot is added to one total here.
+fn metrics_of(key: &str, value: &str) -> HashMap<String, DebugValue> {
+    static TOTAL: Mutex<Vec<(CompositeKey, DebugValue)>> = Mutex::new(Vec::new());
+    let mut total = TOTAL.lock().unwrap();
+    for (composite, _, _, value) in snapshotter().snapshot().into_vec() {
+        match total.iter_mut().find(|(k, _)| *k == composite) {
+            None => total.push((composite, value)),
+            Some((_, sum)) => match (sum, value) {
+                (DebugValue::Counter(sum), DebugValue::Counter(n)) => *sum += n,
+                (DebugValue::Gauge(sum), DebugValue::Gauge(n)) => *sum += n,
+                (DebugValue::Histogram(sum), DebugValue::Histogram(values)) => sum.extend(values),
+                (sum, value) => panic!("{composite:?}: {sum:?} then {value:?}"),
+            },
+        }
+    }
+    total
+        .iter()
+        .filter(|(composite, _)| {
+            let labels: Vec<_> = composite.key().labels().collect();
+            labels.len() == 1 && labels[0].key() == key && labels[0].value() == value
+        })
+        .map(|(composite, value)| {
+            let value = match value {
+                DebugValue::Counter(n) => DebugValue::Counter(*n),
+                DebugValue::Gauge(n) => DebugValue::Gauge(*n),
+                DebugValue::Histogram(values) => DebugValue::Histogram(values.clone()),
+            };
+            (composite.key().name().to_string(), value)
+        })
+        .collect()
+}
+
+fn counter(metrics: &HashMap<String, DebugValue>, name: &str) -> u64 {
+    match metrics.get(name) {
+        Some(DebugValue::Counter(value)) => *value,
+        other => panic!("{name}: not a counter: {other:?}"),
+    }
+}
+
+fn gauge(metrics: &HashMap<String, DebugValue>, name: &str) -> f64 {
+    match metrics.get(name) {
+        Some(DebugValue::Gauge(value)) => value.into_inner(),
+        other => panic!("{name}: not a gauge: {other:?}"),
+    }
+}
+
+fn histogram(metrics: &HashMap<String, DebugValue>, name: &str) -> Vec<f64> {
+    match metrics.get(name) {
+        Some(DebugValue::Histogram(values)) => values.iter().map(|v| v.into_inner()).collect(),
+        other => panic!("{name}: not a histogram: {other:?}"),
+    }
+}
+
+/// Between a producer and a consumer: delivers the first transmission of seq 1 twice and
+/// drops the first transmission of seq 2.
+struct Relay {
+    consumer: Recipient<Delivery<u32>>,
+    producer: Option<ReplyTo>,
+    seen: HashMap<u64, u32>,
+}
+
+impl Actor for Relay {
+    type Context = Context<Self>;
+}
+
+impl Relay {
+    fn forward(&mut self, mut delivery: Delivery<u32>, ctx: &mut Context<Self>) {
+        if let Some(reply_to) = delivery.reply_to.take() {
+            self.producer.get_or_insert(reply_to);
+        }
+        let addr = ctx.address();
+        delivery.reply_to = Some(ReplyTo::batching(
+            addr.clone().recipient(),
+            addr.recipient(),
+        ));
+        let seen = self.seen.entry(delivery.seq).or_default();
+        *seen += 1;
+        match (delivery.seq, *seen) {
+            (2, 1) => {} // lost
+            (1, 1) => {
+                let copy = Delivery {
+                    producer_id: delivery.producer_id.clone(),
+                    incarnation: delivery.incarnation,
+                    seq: delivery.seq,
+                    window_start: delivery.window_start,
+                    body: delivery.body,
+                    reply_to: delivery.reply_to.clone(),
+                };
+                self.consumer.do_send(delivery);
+                self.consumer.do_send(copy);
+            }
+            _ => self.consumer.do_send(delivery),
+        }
+    }
+
+    fn back(&self, ack: Ack) {
+        if let Some(producer) = &self.producer {
+            producer.do_send(ack);
+        }
+    }
+}
+
+impl Handler<Delivery<u32>> for Relay {
+    type Result = ();
+    fn handle(&mut self, delivery: Delivery<u32>, ctx: &mut Context<Self>) {
+        self.forward(delivery, ctx);
+    }
+}
+
+impl Handler<Deliveries<u32>> for Relay {
+    type Result = ();
+    fn handle(&mut self, Deliveries(batch): Deliveries<u32>, ctx: &mut Context<Self>) {
+        batch.into_iter().for_each(|d| self.forward(d, ctx));
+    }
+}
+
+impl Handler<Ack> for Relay {
+    type Result = ();
+    fn handle(&mut self, ack: Ack, _: &mut Context<Self>) {
+        self.back(ack);
+    }
+}
+
+impl Handler<Acks> for Relay {
+    type Result = ();
+    fn handle(&mut self, Acks(acks): Acks, _: &mut Context<Self>) {
+        acks.into_iter().for_each(|a| self.back(a));
+    }
+}
+
+#[actix::test]
+async fn producer_and_consumer_counters_equal_their_stats_and_latencies_are_recorded() {
+    tokio::time::pause();
+    snapshotter();
+    const N: u32 = 20;
+    let handler = DeliveryHandler::from_fn(|n: u32| async move {
+        tokio::time::sleep(Duration::from_millis(10)).await;
+        let _ = n;
+        Ok::<(), std::io::Error>(())
+    });
+    let consumer = ConsumerController::new(
+        ConsumerOptions::builder(handler)
+            .metrics_label("orders-consumer")
+            .build()
+            .unwrap(),
+    )
+    .start();
+    let relay = Relay {
+        consumer: consumer.clone().recipient(),
+        producer: None,
+        seen: HashMap::new(),
+    }
+    .start();
+    let producer = ReliableDelivery::producer(
+        ProducerOptions::builder(relay.recipient::<Delivery<u32>>())
+            .window_size(4)
+            .resend_timeout(Duration::from_millis(100))
+            .metrics_label("orders")
+            .build()
+            .unwrap(),
+    );
+    for n in 1..=N {
+        producer.send(n).await.unwrap();
+    }
+    producer.idle().await;
+    tokio::time::sleep(Duration::from_millis(50)).await; // the consumer's last drain
+    let stats = producer.stats().await.unwrap();
+    let consumed = consumer
+        .send(actix_delivery::GetConsumerStats)
+        .await
+        .unwrap();
+    assert_eq!(stats.sent, u64::from(N));
+    assert_eq!(stats.retransmitted, 1, "the lost seq 2: {stats:?}");
+    assert_eq!(consumed.delivered, u64::from(N));
+
+    let metrics = metrics_of("producer", "orders");
+    for (name, value) in [
+        ("sent", stats.sent),
+        ("retransmitted", stats.retransmitted),
+        ("confirmed", stats.confirmed),
+        ("ignored_acks", stats.ignored_acks),
+        ("given_up", stats.given_up),
+        ("refused", stats.refused),
+        ("stored", 0),
+        ("resumed", 0),
+        ("resumed_confirmed", 0),
+    ] {
+        let name = format!("actix_delivery_producer_{name}_total");
+        assert_eq!(counter(&metrics, &name), value, "{name}");
+    }
+    assert_eq!(gauge(&metrics, "actix_delivery_producer_in_flight"), 0.0);
+    assert_eq!(gauge(&metrics, "actix_delivery_producer_queued"), 0.0);
+    // One send at a time: each waits for its handler run (10 ms), the lost one also for its
+    // retransmission (100 ms).
+    let latencies = histogram(&metrics, "actix_delivery_producer_confirm_seconds");
+    assert_eq!(latencies.len(), N as usize);
+    assert!(latencies.iter().all(|s| *s >= 0.010), "{latencies:?}");
+    assert_eq!(latencies.iter().filter(|s| **s >= 0.100).count(), 1);
+
+    let metrics = metrics_of("consumer", "orders-consumer");
+    // The copy of seq 1 arrived while its handler ran.
+    assert_eq!(consumed.in_progress, 1, "{consumed:?}");
+    for (name, value) in [
+        ("delivered", consumed.delivered),
+        ("duplicates", consumed.duplicates),
+        ("in_progress", consumed.in_progress),
+        ("stale", consumed.stale),
+        ("dead_letters", consumed.dead_letters),
+        ("refused", consumed.refused),
+        ("handler_failures", consumed.handler_failures),
+        ("handler_panics", consumed.handler_panics),
+        ("handler_timeouts", consumed.handler_timeouts),
+        ("evictions", consumed.evictions),
+        ("swept", consumed.swept),
+        ("replaced_incarnations", consumed.replaced_incarnations),
+        ("shared_id_messages", consumed.shared_id_messages),
+    ] {
+        let name = format!("actix_delivery_consumer_{name}_total");
+        assert_eq!(counter(&metrics, &name), value, "{name}");
+    }
+    assert_eq!(
+        gauge(&metrics, "actix_delivery_consumer_tracked_producers"),
+        1.0
+    );
+    assert_eq!(gauge(&metrics, "actix_delivery_consumer_waiting"), 0.0);
+    let runs = histogram(&metrics, "actix_delivery_consumer_handler_seconds");
+    assert_eq!(runs.len(), N as usize);
+    // Each run sleeps 10 ms of virtual time (Tokio's timer rounds up to its next millisecond).
+    assert!(runs.iter().all(|s| (0.010..0.012).contains(s)), "{runs:?}");
+}
+
+#[actix::test]
+async fn sqlite_commits_appear_in_the_commit_histograms() {
+    snapshotter();
+    let dir = tempfile::tempdir().unwrap();
+    let journal = SqliteJournal::open_with(
+        dir.path().join("metrics.journal"),
+        SqliteOptions::default().metrics_label("ledger"),
+    )
+    .await
+    .unwrap();
+    let id = PersistenceId::new("account-1").unwrap();
+    for append in 0..5u64 {
+        journal
+            .append(
+                &id,
+                1 + 2 * append,
+                vec![b"event".to_vec(), b"event".to_vec()],
+            )
+            .await
+            .unwrap();
+    }
+    // A conflict: rejected, in a transaction that rolls back.
+    assert!(journal
+        .append(&id, 3, vec![b"late".to_vec()])
+        .await
+        .is_err());
+    let stats = journal.stats();
+    journal.close().await;
+    let metrics = metrics_of("journal", "ledger");
+    assert_eq!(stats.appends, 5);
+    for (name, value) in [
+        ("appends", stats.appends),
+        ("events", stats.events),
+        ("transactions", stats.transactions),
+        ("rejected", stats.rejected),
+        ("folds", stats.folds),
+    ] {
+        let name = format!("actix_delivery_sqlite_{name}_total");
+        assert_eq!(counter(&metrics, &name), value, "{name}");
+    }
+    assert_eq!(counter(&metrics, "actix_delivery_sqlite_events_total"), 10);
+    let writes = histogram(&metrics, "actix_delivery_sqlite_commit_writes");
+    let seconds = histogram(&metrics, "actix_delivery_sqlite_commit_seconds");
+    assert_eq!(writes.len() as u64, stats.transactions);
+    assert_eq!(seconds.len() as u64, stats.transactions);
+    // Every write was in a committed transaction (the conflict, too: refused by the fence
+    // inside one).
+    assert_eq!(writes.iter().sum::<f64>(), 6.0);
+}
+
+#[actix::test]
+async fn node_counters_equal_its_stats_over_loopback_tcp() {
+    snapshotter();
+    const N: u64 = 200;
+    let options = |label: &str| {
+        NodeOptions::builder()
+            .secret(NodeSecret::new([7; 32]).unwrap())
+            .metrics_label(label)
+    };
+    let server = Node::start(
+        options("metrics-server")
+            .listen("127.0.0.1:0".parse().unwrap())
+            .build()
+            .unwrap(),
+    )
+    .await
+    .unwrap();
+    let consumer = ReliableDelivery::consumer(
+        ConsumerOptions::builder(DeliveryHandler::from_fn(|_: u64| async {
+            Ok::<(), std::io::Error>(())
+        }))
+        .build()
+        .unwrap(),
+    );
+    server.expose("numbers", &consumer).unwrap();
+    let client = Node::start(options("metrics-client").build().unwrap())
+        .await
+        .unwrap();
+    let remote = client
+        .consumer_ref::<u64>(server.local_addr().unwrap(), "numbers")
+        .unwrap();
+    let producer = ReliableDelivery::producer(
+        ProducerOptions::builder(remote)
+            .window_size(32)
+            .build()
+            .unwrap(),
+    );
+    for n in 1..=N {
+        producer.tell(n, |_| {}).unwrap();
+    }
+    producer.idle().await;
+    // Everything queued is written, and published, soon after the last ACK.
+    let observe = |side: &str| metrics_of("node", side);
+    let mut synced = false;
+    for _ in 0..200 {
+        tokio::time::sleep(Duration::from_millis(10)).await;
+        let (c, s) = (client.stats(), server.stats());
+        let cm = observe("metrics-client");
+        let sm = observe("metrics-server");
+        if counter(&cm, "actix_delivery_node_frames_out_total") == c.frames_out
+            && counter(&sm, "actix_delivery_node_frames_out_total") == s.frames_out
+            && counter(&cm, "actix_delivery_node_acks_in_total") == c.acks_in
+        {
+            synced = true;
+            break;
+        }
+    }
+    assert!(synced, "the metrics caught up with the stats");
+    let (c, s) = (client.stats(), server.stats());
+    let client_metrics = observe("metrics-client");
+    let server_metrics = observe("metrics-server");
+    assert_eq!(c.deliveries_out, N);
+    assert_eq!(s.deliveries_in, N);
+    for (metrics, stats, side) in [
+        (&client_metrics, c, "metrics-client"),
+        (&server_metrics, s, "metrics-server"),
+    ] {
+        for (name, value) in [
+            ("connections_opened", stats.connections_opened),
+            ("connections_accepted", stats.connections_accepted),
+            ("handshake_failures", stats.handshake_failures),
+            ("deliveries_out", stats.deliveries_out),
+            ("deliveries_in", stats.deliveries_in),
+            ("acks_out", stats.acks_out),
+            ("acks_in", stats.acks_in),
+            ("bodies_encoded", stats.bodies_encoded),
+            ("decode_failures", stats.decode_failures),
+        ] {
+            let name = format!("actix_delivery_node_{name}_total");
+            assert_eq!(counter(metrics, &name), value, "{side}: {name}");
+        }
+        assert_eq!(
+            gauge(metrics, "actix_delivery_node_connections_open"),
+            1.0,
+            "{side}"
+        );
+        // Frames in the socket writes add up to the frames queued (heartbeats included).
+        let frames = histogram(metrics, "actix_delivery_node_write_frames");
+        let bytes = histogram(metrics, "actix_delivery_node_write_bytes");
+        assert!(!frames.is_empty(), "{side}");
+        assert_eq!(frames.len(), bytes.len(), "{side}");
+        assert!(
+            frames.iter().sum::<f64>() <= stats.frames_out as f64,
+            "{side}"
+        );
+        assert!(bytes.iter().all(|b| *b > 0.0), "{side}");
+    }
+    assert_eq!(
+        counter(
+            &client_metrics,
+            "actix_delivery_node_connections_opened_total"
+        ),
+        1
+    );
+    assert_eq!(
+        counter(
+            &server_metrics,
+            "actix_delivery_node_connections_accepted_total"
+        ),
+        1
+    );
+    client.stop();
+    server.stop();
+}
+
+#[actix::test]
+async fn an_empty_metrics_label_is_refused_at_construction() {
+    let handler = DeliveryHandler::from_fn(|_: u32| async { Ok::<(), std::io::Error>(()) });
+    let error = ConsumerOptions::builder(handler)
+        .metrics_label("")
+        .build()
+        .unwrap_err();
+    assert_eq!(error.field, "metrics_label");
+    let error = NodeOptions::builder()
+        .insecure_no_authentication()
+        .metrics_label("")
+        .build()
+        .unwrap_err();
+    assert_eq!(error.field, "metrics_label");
+}

@@ -22,3 +22,10 @@ fn nats_suites() {
 fn tls_tests() {
     panic!("built without the `tls` feature: run `cargo test --all-features`");
 }
+
+#[cfg(not(feature = "metrics"))]
+#[test]
+#[ignore = "skipped: the metrics tests (tests/metrics.rs, the /metrics scrape in tests/actix_web.rs) need `--features metrics`; run `cargo test --all-features`"]
+fn metrics_tests() {
+    panic!("built without the `metrics` feature: run `cargo test --all-features`");
+}

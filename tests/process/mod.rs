@@ -52,6 +52,16 @@ pub fn spawn(entry: &str, env: &[(&str, String)]) -> Child {
     }
 }
 
+impl Drop for Child {
+    /// A child outlives no test: one whose test failed before it was stopped is SIGKILLed.
+    fn drop(&mut self) {
+        if matches!(self.process.try_wait(), Ok(None)) {
+            let _ = self.process.kill();
+            let _ = self.process.wait();
+        }
+    }
+}
+
 impl Child {
     /// Writes one line to the child's stdin; false if the child is gone.
     pub fn send(&mut self, line: &str) -> bool {
@@ -116,6 +126,26 @@ impl Child {
         self.lines.iter().collect()
     }
 
+    /// Sends SIGTERM (a polite stop: the child may drain) and waits at most `timeout` for it
+    /// to exit; `None` if it is still running then (it is SIGKILLed and reaped).
+    pub fn terminate(mut self, timeout: Duration) -> Option<std::process::ExitStatus> {
+        const SIGTERM: i32 = 15;
+        let pid = i32::try_from(self.process.id()).expect("a pid fits in pid_t");
+        // SAFETY: `kill(2)` takes plain integers and touches no memory of this process.
+        unsafe {
+            kill(pid, SIGTERM);
+        }
+        let deadline = Instant::now() + timeout;
+        while Instant::now() < deadline {
+            if let Some(status) = self.process.try_wait().expect("poll the child") {
+                return Some(status);
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        self.kill();
+        None
+    }
+
     /// Closes the child's stdin and waits for it to exit on its own.
     pub fn finish(mut self) -> std::process::ExitStatus {
         self.stdin = None;
@@ -123,12 +153,13 @@ impl Child {
     }
 }
 
+unsafe extern "C" {
+    fn kill(pid: i32, sig: i32) -> i32;
+}
+
 /// SIGKILLs this process at once (for a child that dies at a moment only it can see, such as
 /// right after a journal reported a commit): no handler, no cleanup, no flush.
 pub fn sigkill_self() -> ! {
-    unsafe extern "C" {
-        fn kill(pid: i32, sig: i32) -> i32;
-    }
     const SIGKILL: i32 = 9;
     let pid = i32::try_from(std::process::id()).expect("a pid fits in pid_t");
     // SAFETY: `kill(2)` takes plain integers and touches no memory of this process.

@@ -1,0 +1,341 @@
+//! An order service on actix-web, run the way production services are: `POST /orders` stores
+//! each order through a durable producer and answers `202 Accepted` once it is stored; a
+//! persistent ledger (the effectively-once consumer) applies every stored order exactly once;
+//! backpressure reaches HTTP as `503` with `Retry-After`; `/health`, `/ready` and (with the
+//! `metrics` feature) a Prometheus `/metrics` report from the handles; SIGTERM (or Ctrl-C)
+//! drains and exits 0.
+//!
+//! ```sh
+//! cargo run --example actix_web --features metrics [-- <directory> [<listen address>]]
+//! curl -i -X POST localhost:8080/orders -H 'content-type: application/json' \
+//!      -d '{"id": "order-1", "amount": 25}'
+//! curl localhost:8080/ledger; curl localhost:8080/stats; curl localhost:8080/ready
+//! curl localhost:8080/metrics
+//! ```
+//!
+//! Both journals (SQLite) live in `<directory>` (default: a directory in the system's
+//! temporary directory). Kill the process at any moment, even with `kill -9`, and start it
+//! again: every order answered `202` is in the ledger exactly once. `tests/actix_web.rs`
+//! drives this exact service over HTTP, sends SIGTERM in the middle of a load, restarts it and
+//! checks that.
+//!
+//! Draining on SIGTERM: `/ready` turns 503 and new orders are refused; the HTTP server stops
+//! accepting and finishes the requests it has; the producer's `idle()` waits (at most
+//! [`Settings::drain_deadline`]) until the ledger confirmed every stored order; then producer
+//! and ledger `stop()` gracefully (their journal writes in flight finish) and the process
+//! exits 0. Whatever the deadline cut short is stored and is resent at the next start.
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use actix_delivery::durable::DurableOptions;
+use actix_delivery::journal::{Journal, PersistenceId, SqliteJournal};
+use actix_delivery::persistence::{Decision, EventSourced, PersistentConfig, PersistentHandle};
+use actix_delivery::ReliableDelivery;
+use actix_delivery::{ConsumerOptions, DeliveryError, ProducerHandle, ProducerOptions};
+use actix_web::http::header;
+use actix_web::{get, post, web, App, HttpResponse, HttpServer, Responder};
+use serde::{Deserialize, Serialize};
+
+/// An order, as posted and as stored.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct Order {
+    /// The client's id for the order.
+    pub id: String,
+    /// Its amount, in cents.
+    pub amount: u64,
+}
+
+/// The ledger: every order it applied, with how often (an order applied twice would show 2:
+/// the ledger does not deduplicate by order id itself, reliable delivery does).
+#[derive(Default, Serialize, Deserialize)]
+pub struct Ledger {
+    applied: BTreeMap<String, u32>,
+    total: u64,
+}
+
+/// What `GET /ledger` answers.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct LedgerView {
+    /// Order id → how many times the ledger applied it.
+    pub applied: BTreeMap<String, u32>,
+    /// The sum of the applied amounts.
+    pub total: u64,
+}
+
+/// A command to the ledger.
+pub enum LedgerCommand {
+    /// Applies an order (it arrives by reliable delivery).
+    Apply(Order),
+    /// Reads the ledger.
+    Read,
+}
+
+/// The ledger's one event.
+#[derive(Serialize, Deserialize)]
+pub struct Applied(Order);
+
+impl EventSourced for Ledger {
+    type Command = LedgerCommand;
+    type Event = Applied;
+    type Reply = Option<LedgerView>;
+    type Rejection = String;
+
+    fn decide(&self, command: &LedgerCommand) -> Result<Decision<Self>, String> {
+        Ok(match command {
+            LedgerCommand::Apply(order) => Decision::persist([Applied(order.clone())], None),
+            LedgerCommand::Read => Decision::reply(Some(LedgerView {
+                applied: self.applied.clone(),
+                total: self.total,
+            })),
+        })
+    }
+
+    fn apply(&mut self, Applied(order): &Applied) {
+        *self.applied.entry(order.id.clone()).or_default() += 1;
+        self.total += order.amount;
+    }
+}
+
+/// How the service runs.
+#[derive(Clone, Debug)]
+pub struct Settings {
+    /// Where both journals live.
+    pub dir: PathBuf,
+    /// The HTTP address.
+    pub listen: SocketAddr,
+    /// How long `POST /orders` waits for room in the producer before it answers 503.
+    pub store_timeout: Duration,
+    /// How long a drain waits for the ledger to confirm what is stored.
+    pub drain_deadline: Duration,
+}
+
+impl Settings {
+    /// The settings from the command line: `[<directory> [<listen address>]]`.
+    pub fn from_args() -> Result<Self, Box<dyn std::error::Error>> {
+        let mut args = std::env::args().skip(1);
+        let dir = args.next().map_or_else(
+            || std::env::temp_dir().join("actix-delivery-actix-web"),
+            PathBuf::from,
+        );
+        let listen = args.next().as_deref().unwrap_or("127.0.0.1:8080").parse()?;
+        Ok(Self {
+            dir,
+            listen,
+            store_timeout: Duration::from_secs(1),
+            drain_deadline: Duration::from_secs(10),
+        })
+    }
+}
+
+/// What the request handlers share.
+struct Service {
+    orders: ProducerHandle<Order>,
+    orders_journal: Arc<SqliteJournal>,
+    ledger: PersistentHandle<Ledger>,
+    draining: AtomicBool,
+    settings: Settings,
+    #[cfg(feature = "metrics")]
+    prometheus: metrics_exporter_prometheus::PrometheusHandle,
+}
+
+/// How long a health or readiness probe waits for a handle to answer.
+const PROBE_TIMEOUT: Duration = Duration::from_secs(1);
+
+fn stream() -> PersistenceId {
+    PersistenceId::new("orders").expect("a valid id")
+}
+
+/// `503 Service Unavailable` with `Retry-After`, saying why.
+fn unavailable(retry_after_secs: u32, why: impl std::fmt::Display) -> HttpResponse {
+    HttpResponse::ServiceUnavailable()
+        .insert_header((header::RETRY_AFTER, retry_after_secs.to_string()))
+        .body(why.to_string())
+}
+
+#[post("/orders")]
+async fn post_order(service: web::Data<Service>, order: web::Json<Order>) -> impl Responder {
+    if service.draining.load(Ordering::Relaxed) {
+        return unavailable(1, "draining: try another instance or later");
+    }
+    let waited = service
+        .orders
+        .store_timeout(order.into_inner(), service.settings.store_timeout)
+        .await;
+    match waited {
+        Ok(stored) => HttpResponse::Accepted().json(serde_json::json!({ "stored": stored.id.0 })),
+        // Certainly not stored: the client may try again.
+        Err(error @ (DeliveryError::Timeout | DeliveryError::QueueFull)) => unavailable(1, error),
+        Err(error @ DeliveryError::Storage(_)) => unavailable(5, error),
+        // Stored or not, the next start settles it: a blind retry could store it twice.
+        Err(error) => HttpResponse::InternalServerError().body(error.to_string()),
+    }
+}
+
+#[get("/ledger")]
+async fn get_ledger(service: web::Data<Service>) -> impl Responder {
+    match service.ledger.ask(LedgerCommand::Read).await {
+        Ok(view) => HttpResponse::Ok().json(view),
+        Err(error) => unavailable(1, error),
+    }
+}
+
+/// The handles' counters, as JSON.
+#[get("/stats")]
+async fn get_stats(service: web::Data<Service>) -> impl Responder {
+    match (service.orders.stats().await, service.ledger.stats().await) {
+        (Ok(producer), Ok(ledger)) => {
+            HttpResponse::Ok().json(serde_json::json!({ "producer": producer, "ledger": ledger }))
+        }
+        _ => unavailable(1, "a handle has stopped"),
+    }
+}
+
+/// Alive: both handles answer.
+#[get("/health")]
+async fn health(service: web::Data<Service>) -> impl Responder {
+    let producer = tokio::time::timeout(PROBE_TIMEOUT, service.orders.stats()).await;
+    let ledger = tokio::time::timeout(PROBE_TIMEOUT, service.ledger.stats()).await;
+    match (producer, ledger) {
+        (Ok(Ok(_)), Ok(Ok(_))) => HttpResponse::Ok().body("ok"),
+        _ => unavailable(1, "a handle does not answer"),
+    }
+}
+
+/// Ready for orders: not draining, the producer's stream is open, the ledger recovered, and
+/// the orders journal answers a read.
+#[get("/ready")]
+async fn ready(service: web::Data<Service>) -> impl Responder {
+    let draining = service.draining.load(Ordering::Relaxed);
+    let producer = tokio::time::timeout(PROBE_TIMEOUT, service.orders.stats()).await;
+    let stream_open = matches!(producer, Ok(Ok(stats)) if stats.next_message_id > 0);
+    let ledger = tokio::time::timeout(PROBE_TIMEOUT, service.ledger.stats()).await;
+    let recovered = matches!(ledger, Ok(Ok(stats)) if stats.recoveries > 0);
+    let stream = stream();
+    let read = tokio::time::timeout(PROBE_TIMEOUT, service.orders_journal.highest_seq(&stream));
+    let journal = matches!(read.await, Ok(Ok(_)));
+    let report = serde_json::json!({
+        "draining": draining,
+        "producer_stream_open": stream_open,
+        "ledger_recovered": recovered,
+        "journal_reachable": journal,
+    });
+    if !draining && stream_open && recovered && journal {
+        HttpResponse::Ok().json(report)
+    } else {
+        HttpResponse::ServiceUnavailable().json(report)
+    }
+}
+
+#[get("/metrics")]
+async fn metrics(service: web::Data<Service>) -> impl Responder {
+    #[cfg(feature = "metrics")]
+    let response = HttpResponse::Ok()
+        .content_type("text/plain; version=0.0.4")
+        .body(service.prometheus.render());
+    #[cfg(not(feature = "metrics"))]
+    let response = {
+        let _ = service;
+        HttpResponse::NotFound().body("built without the `metrics` feature")
+    };
+    response
+}
+
+/// Runs the service until SIGTERM or SIGINT, then drains. Returns once producer and ledger
+/// have stopped.
+pub async fn run(settings: Settings) -> Result<(), Box<dyn std::error::Error>> {
+    std::fs::create_dir_all(&settings.dir)?;
+    #[cfg(feature = "metrics")]
+    let prometheus = metrics_exporter_prometheus::PrometheusBuilder::new().install_recorder()?;
+
+    let ledger = PersistentHandle::<Ledger>::start(
+        Arc::new(SqliteJournal::open(settings.dir.join("ledger.db")).await?),
+        PersistenceId::new("ledger")?,
+        PersistentConfig::default(),
+    )?;
+    let consumer = ConsumerOptions::builder(ledger.delivery_handler(LedgerCommand::Apply));
+    #[cfg(feature = "metrics")]
+    let consumer = consumer.metrics_label("ledger");
+    let consumer = ReliableDelivery::consumer(consumer.build()?);
+    let orders_journal = Arc::new(SqliteJournal::open(settings.dir.join("orders.db")).await?);
+    let orders = ReliableDelivery::durable_producer(
+        ProducerOptions::builder(&consumer)
+            .window_size(64)
+            .max_pending(1024)
+            .build()?,
+        DurableOptions::new(orders_journal.clone(), stream(), "orders-api"),
+    )?;
+
+    let service = web::Data::new(Service {
+        orders: orders.clone(),
+        orders_journal,
+        ledger: ledger.clone(),
+        draining: AtomicBool::new(false),
+        settings: settings.clone(),
+        #[cfg(feature = "metrics")]
+        prometheus,
+    });
+    let server = HttpServer::new({
+        let service = service.clone();
+        move || {
+            App::new()
+                .app_data(service.clone())
+                .service(post_order)
+                .service(get_ledger)
+                .service(health)
+                .service(ready)
+                .service(get_stats)
+                .service(metrics)
+        }
+    })
+    .disable_signals() // this function drains on the signals itself
+    .bind(settings.listen)?
+    .run();
+    let http = server.handle();
+    let serving = actix_web::rt::spawn(server);
+    log::info!("serving on http://{}", settings.listen);
+    println!("serving on http://{}", settings.listen);
+
+    shutdown_signal().await?;
+    println!("draining");
+    // Stop taking orders, and let the requests in progress finish (they end in 202 or 503).
+    service.draining.store(true, Ordering::Relaxed);
+    http.stop(true).await;
+    serving.await??;
+    // Let the ledger confirm what is stored, for at most the deadline; what it cuts short is
+    // stored and is resent at the next start.
+    if tokio::time::timeout(settings.drain_deadline, orders.idle())
+        .await
+        .is_err()
+    {
+        println!("drain deadline passed: the unconfirmed orders are resent at the next start");
+    }
+    orders.stop();
+    orders.stopped().await;
+    ledger.stop();
+    ledger.stopped().await;
+    println!("drained");
+    Ok(())
+}
+
+/// Resolves at the first SIGTERM or SIGINT.
+async fn shutdown_signal() -> std::io::Result<()> {
+    use actix_web::rt::signal::unix::{signal, SignalKind};
+    let mut terminate = signal(SignalKind::terminate())?;
+    let mut interrupt = signal(SignalKind::interrupt())?;
+    tokio::select! {
+        _ = terminate.recv() => {}
+        _ = interrupt.recv() => {}
+    }
+    Ok(())
+}
+
+fn main() -> Result<(), Box<dyn std::error::Error>> {
+    env_logger::Builder::from_env(env_logger::Env::default().default_filter_or("warn")).init();
+    let settings = Settings::from_args()?;
+    actix_web::rt::System::new().block_on(run(settings))
+}

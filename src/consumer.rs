@@ -53,6 +53,9 @@ pub struct ConsumerController<T: Send + 'static> {
     awaiting: HashMap<u64, SpawnHandle>,
     #[cfg(feature = "metrics")]
     meter: crate::telemetry::metrics::ConsumerMeter,
+    /// Whether a handler run of this mailbox drain was recorded (one is, per drain).
+    #[cfg(feature = "metrics")]
+    handler_sampled: bool,
 }
 
 /// ACK buffer capacity kept between drains (a burst may grow it; it shrinks back to this).
@@ -84,6 +87,8 @@ impl<T: Send + 'static> ConsumerController<T> {
             awaiting: HashMap::new(),
             #[cfg(feature = "metrics")]
             meter,
+            #[cfg(feature = "metrics")]
+            handler_sampled: false,
         }
     }
 
@@ -157,7 +162,10 @@ impl<T: Send + 'static> ConsumerController<T> {
         self.await_handed_off(ctx);
         self.flush_acks();
         #[cfg(feature = "metrics")]
-        self.publish();
+        {
+            self.publish();
+            self.handler_sampled = false;
+        }
         if ctx.connected() || self.handler_pending {
             Poll::Pending
         } else {
@@ -186,7 +194,8 @@ impl<T: Send + 'static> ConsumerController<T> {
         while let Poll::Ready(outcome) = poll {
             let now = *now.get_or_insert_with(alarm::now);
             #[cfg(feature = "metrics")]
-            if let Some(started) = self.core.running_since() {
+            if let (false, Some(started)) = (self.handler_sampled, self.core.running_since()) {
+                self.handler_sampled = true;
                 let ran = alarm::now().saturating_duration_since(started);
                 crate::telemetry::metrics::record_seconds(&self.meter.handler_seconds, ran);
             }

@@ -177,10 +177,12 @@ impl<T: Clone + Send + 'static> ProducerController<T> {
         let room = core.settled().filter(|c| c.holds_room()).count();
         self.inbox.release(room);
         #[cfg(feature = "metrics")]
-        let now = now();
+        let mut sample = Some(now());
         while let Some((confirmation, result)) = core.poll_settled() {
             #[cfg(feature = "metrics")]
-            self.meter.settled(&confirmation, &result, now);
+            if let Some(now) = sample {
+                sample = self.meter.settled(&confirmation, &result, now);
+            }
             confirmation.settle(result);
         }
     }
@@ -189,10 +191,12 @@ impl<T: Clone + Send + 'static> ProducerController<T> {
         let room = self.settling.iter().filter(|(c, _)| c.holds_room()).count();
         self.inbox.release(room);
         #[cfg(feature = "metrics")]
-        let now = now();
+        let mut sample = Some(now());
         for (confirmation, result) in self.settling.drain(..) {
             #[cfg(feature = "metrics")]
-            self.meter.settled(&confirmation, &result, now);
+            if let Some(now) = sample {
+                sample = self.meter.settled(&confirmation, &result, now);
+            }
             confirmation.settle(result);
         }
     }
@@ -443,6 +447,33 @@ impl<T: Clone + Send + 'static> Handler<HandlesDropped> for ProducerController<T
 /// When the last clone is dropped, the producer finishes delivering what it holds and then
 /// stops; [`stop`](Self::stop) stops it at once. With the default unbounded `max_attempts`, a
 /// producer whose consumer is gone for good never finishes: stop it, or bound `max_attempts`.
+///
+/// ```
+/// use actix_delivery::{ConsumerOptions, DeliveryError, DeliveryHandler, ProducerOptions, ReliableDelivery};
+///
+/// # #[actix::main] async fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// let consumer = ReliableDelivery::consumer(
+///     ConsumerOptions::builder(DeliveryHandler::from_fn(|order: u32| async move {
+///         println!("handling order {order}");
+///         Ok::<(), std::io::Error>(())
+///     }))
+///     .build()?,
+/// );
+/// let producer = ReliableDelivery::producer(ProducerOptions::builder(&consumer).build()?);
+///
+/// // `tell`: hand over without waiting; the closure gets the outcome once.
+/// producer.tell(1, |outcome: Result<(), DeliveryError>| println!("order 1: {outcome:?}"))?;
+/// // `send`: wait (for room, then) for the consumer's confirmation.
+/// producer.send(2).await?;
+/// // `idle`: everything handed over so far is settled.
+/// producer.idle().await;
+/// assert_eq!(producer.stats().await?.confirmed, 2);
+/// // `stop`: for good; `stopped` says when it has.
+/// producer.stop();
+/// producer.stopped().await;
+/// assert!(matches!(producer.send(3).await, Err(DeliveryError::ProducerStopped)));
+/// # Ok(()) }
+/// ```
 pub struct ProducerHandle<T: Clone + Send + 'static> {
     shared: Arc<Shared<T>>,
 }
@@ -657,6 +688,26 @@ impl<T: Clone + Send + 'static> ProducerHandle<T> {
     /// producer owns it, across crashes. [`Stored::confirmed`] then waits for the consumer's
     /// confirmation. Waits for room like [`send`](Self::send); to bound that wait, use
     /// [`store_timeout`](Self::store_timeout).
+    ///
+    /// ```
+    /// use std::sync::Arc;
+    /// use actix_delivery::durable::DurableOptions;
+    /// use actix_delivery::journal::{MemoryJournal, PersistenceId};
+    /// use actix_delivery::{ConsumerOptions, DeliveryHandler, ProducerOptions, ReliableDelivery};
+    ///
+    /// # #[actix::main] async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// # let consumer = ReliableDelivery::consumer(ConsumerOptions::builder(
+    /// #     DeliveryHandler::from_fn(|_: String| async { Ok::<(), std::io::Error>(()) })).build()?);
+    /// let journal = Arc::new(MemoryJournal::new()); // SqliteJournal or PostgresJournal in production
+    /// let producer = ReliableDelivery::durable_producer(
+    ///     ProducerOptions::builder(&consumer).build()?,
+    ///     DurableOptions::new(journal, PersistenceId::new("orders")?, "order-service"),
+    /// )?;
+    /// let stored = producer.store("order-7".to_string()).await?; // in the journal now
+    /// println!("stored as {:?}", stored.id);
+    /// stored.confirmed().await?; // the consumer confirmed it, and that is recorded
+    /// # Ok(()) }
+    /// ```
     ///
     /// # Errors
     /// [`DeliveryError::NotDurable`] for a producer without a journal; the producer stopped

@@ -59,6 +59,47 @@
 //! - A stream whose events do not decode, or whose schema this code cannot read, stops the
 //!   producer for good (no restart loop), with an error naming the stream.
 //! - The journal holds the producer's incarnation token: protect it like a credential.
+//!
+//! ```
+//! use std::sync::atomic::{AtomicU64, Ordering};
+//! use std::sync::Arc;
+//! use actix_delivery::durable::DurableOptions;
+//! use actix_delivery::journal::{MemoryJournal, PersistenceId};
+//! use actix_delivery::{ConsumerOptions, ConsumerRef, DeliveryHandler, ProducerOptions, ReliableDelivery};
+//!
+//! # #[actix::main] async fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! let journal = Arc::new(MemoryJournal::new());
+//! let durable = || Ok::<_, Box<dyn std::error::Error>>(
+//!     DurableOptions::new(journal.clone(), PersistenceId::new("orders")?, "order-service"),
+//! );
+//!
+//! // First life: the consumer is unreachable (every delivery is lost), then the producer stops.
+//! let lost = ConsumerRef::from_fn(|_deliveries| {});
+//! let producer = ReliableDelivery::durable_producer(ProducerOptions::builder(lost).build()?, durable()?)?;
+//! for order in 1..=3u64 {
+//!     producer.store(order).await?; // stored: the producer owns it from here on
+//! }
+//! producer.stop();
+//! producer.stopped().await;
+//!
+//! // Next life (in a real application: the next process): it resends what was not confirmed.
+//! let handled = Arc::new(AtomicU64::new(0));
+//! let consumer = ReliableDelivery::consumer(
+//!     ConsumerOptions::builder(DeliveryHandler::from_fn({
+//!         let handled = handled.clone();
+//!         move |_order: u64| {
+//!             handled.fetch_add(1, Ordering::Relaxed);
+//!             async { Ok::<(), std::io::Error>(()) }
+//!         }
+//!     }))
+//!     .build()?,
+//! );
+//! let producer = ReliableDelivery::durable_producer(ProducerOptions::builder(&consumer).build()?, durable()?)?;
+//! producer.idle().await;
+//! assert_eq!(producer.stats().await?.resumed, 3);
+//! assert_eq!(handled.load(Ordering::Relaxed), 3);
+//! # Ok(()) }
+//! ```
 
 mod config;
 mod log;

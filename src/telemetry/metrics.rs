@@ -32,6 +32,10 @@
 //! Each counter `…_total` is the stats field of the same name (see the struct's docs for its
 //! exact meaning); gauges are the struct's current values.
 //!
+//! The two per-message histograms (confirm latency, handler run time) are **sampled**, one
+//! value per batch, so that their cost stays flat at millions of messages a second: a
+//! histogram's `_count` counts samples, not messages (the counters count messages).
+//!
 //! **Producer** ([`ProducerStats`](crate::protocol::producer::ProducerStats)), label `producer`:
 //!
 //! | name | type | meaning |
@@ -49,7 +53,7 @@
 //! | `actix_delivery_producer_queued` | gauge | `queued`: waiting for the window |
 //! | `actix_delivery_producer_unconfirmed` | gauge | `unconfirmed`: stored in a durable stream, not settled |
 //! | `actix_delivery_producer_next_message_id` | gauge | `next_message_id` (durable producers) |
-//! | `actix_delivery_producer_confirm_seconds` | histogram | from the producer taking a message (from a handle, or a `Tell`) to its `Ok` confirmation |
+//! | `actix_delivery_producer_confirm_seconds` | histogram | from the producer taking a message (from a handle, or a `Tell`) to its `Ok` confirmation; sampled: the first message of each batch of confirmations (every one when they come one at a time) |
 //!
 //! **Consumer** ([`ConsumerStats`](crate::protocol::consumer::ConsumerStats)), label `consumer`:
 //!
@@ -72,7 +76,7 @@
 //! | `actix_delivery_consumer_tracked_incarnations` | gauge | `tracked_incarnations` |
 //! | `actix_delivery_consumer_waiting` | gauge | `waiting` |
 //! | `actix_delivery_consumer_deferred` | gauge | `deferred` |
-//! | `actix_delivery_consumer_handler_seconds` | histogram | one handler run, start to outcome (a pipelined handler: to its hand-off); abandoned runs are not recorded |
+//! | `actix_delivery_consumer_handler_seconds` | histogram | one handler run, start to outcome (a pipelined handler: to its hand-off); abandoned runs are not recorded; sampled: the first run that ends in each mailbox drain |
 //!
 //! **Persistent entity** ([`PersistentStats`](crate::persistence::PersistentStats)), label
 //! `entity`: `actix_delivery_persistent_{decided, events, entries, appends, duplicates, stale,
@@ -386,16 +390,20 @@ pub(crate) fn record_seconds(histogram: &Histogram, duration: Duration) {
 }
 
 impl ProducerMeter {
-    /// Records the send→confirm latency of a message confirmed `Ok` (settled `now`).
+    /// Records the send→confirm latency of a message confirmed `Ok` (settled `now`), the
+    /// first of each batch of confirmations only: `None` once it recorded one, else `now`
+    /// again for the next message of the batch.
     pub(crate) fn settled(
         &self,
         confirmation: &crate::Confirmation,
         result: &Result<(), crate::DeliveryError>,
         now: std::time::Instant,
-    ) {
+    ) -> Option<std::time::Instant> {
         if let (Ok(()), Some(taken)) = (result, confirmation.taken()) {
             record_seconds(&self.confirm_seconds, now.saturating_duration_since(taken));
+            return None;
         }
+        Some(now)
     }
 }
 

@@ -403,6 +403,7 @@ pub mod protocol;
 pub mod remote;
 mod stop_signal;
 #[cfg(feature = "metrics")]
+#[cfg_attr(docsrs, doc(cfg(feature = "metrics")))]
 pub mod telemetry;
 
 pub use config::{Backoff, ConsumerConfig, Limit, ProducerConfig};

@@ -140,6 +140,7 @@ impl<T: Send + 'static> ProducerOptionsBuilder<T> {
     /// # Errors
     /// [`build`](Self::build) refuses an empty label.
     #[cfg(feature = "metrics")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "metrics")))]
     pub fn metrics_label(mut self, label: impl Into<String>) -> Self {
         self.metrics_label = Some(label.into());
         self
@@ -294,6 +295,7 @@ impl<T: 'static> ConsumerOptionsBuilder<T> {
     /// # Errors
     /// [`build`](Self::build) refuses an empty label.
     #[cfg(feature = "metrics")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "metrics")))]
     pub fn metrics_label(mut self, label: impl Into<String>) -> Self {
         self.metrics_label = Some(label.into());
         self

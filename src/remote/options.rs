@@ -283,6 +283,7 @@ impl NodeOptionsBuilder {
     /// The value of the `node` label on this node's metrics (feature `metrics`; default
     /// `"default"`; not empty).
     #[cfg(feature = "metrics")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "metrics")))]
     pub fn metrics_label(mut self, label: impl Into<String>) -> Self {
         self.metrics_label = Some(label.into());
         self

@@ -1,4 +1,5 @@
 //! Telemetry glue, each part behind its feature.
 
 #[cfg(feature = "metrics")]
+#[cfg_attr(docsrs, doc(cfg(feature = "metrics")))]
 pub mod metrics;

@@ -104,6 +104,7 @@ impl PostgresOptions {
     /// The value of the `journal` label on this journal's metrics (feature `metrics`;
     /// default `"default"`; not empty).
     #[cfg(feature = "metrics")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "metrics")))]
     pub fn metrics_label(mut self, label: impl Into<String>) -> Self {
         self.metrics_label = Some(label.into());
         self

@@ -87,6 +87,7 @@ impl SqliteOptions {
     /// The value of the `journal` label on this journal's metrics (feature `metrics`;
     /// default `"default"`; not empty).
     #[cfg(feature = "metrics")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "metrics")))]
     pub fn metrics_label(mut self, label: impl Into<String>) -> Self {
         self.metrics_label = Some(label.into());
         self

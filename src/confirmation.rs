@@ -7,6 +7,7 @@ use tokio::sync::oneshot;
 
 use crate::durable::MessageId;
 use crate::error::DeliveryError;
+use crate::protocol::trace_context::TraceContext;
 
 type Callback = Box<dyn FnOnce(Result<(), DeliveryError>) + Send>;
 
@@ -35,6 +36,8 @@ pub struct Confirmation {
     holds_room: bool,
     /// A durable producer stored the message under this id (ids start at 1).
     message: Option<NonZeroU64>,
+    /// The trace the message is sent in (carried with it to the handler).
+    trace_context: Option<TraceContext>,
 }
 
 impl Confirmation {
@@ -44,6 +47,7 @@ impl Confirmation {
             notify: Notify::Nobody,
             holds_room: false,
             message: None,
+            trace_context: None,
         }
     }
 
@@ -53,6 +57,7 @@ impl Confirmation {
             notify: Notify::Callback(Box::new(callback)),
             holds_room: false,
             message: None,
+            trace_context: None,
         }
     }
 
@@ -63,6 +68,7 @@ impl Confirmation {
             notify: Notify::Channel(sender),
             holds_room: false,
             message: None,
+            trace_context: None,
         };
         (confirmation, receiver)
     }
@@ -80,6 +86,7 @@ impl Confirmation {
             notify: Notify::StoredChannel(Some(stored), sender),
             holds_room: false,
             message: None,
+            trace_context: None,
         };
         (confirmation, id, outcome)
     }
@@ -97,6 +104,21 @@ impl Confirmation {
     /// The id a durable producer stored the message under.
     pub(crate) fn message(&self) -> Option<MessageId> {
         self.message.map(|id| MessageId(id.get()))
+    }
+
+    /// The same confirmation for a message sent in the trace `context`, which its deliveries
+    /// carry to the handler ([`DeliveryInfo::trace_context`](crate::DeliveryInfo)): for
+    /// messages told to a [`ProducerController`](crate::ProducerController) directly; a
+    /// [`ProducerHandle`](crate::ProducerHandle) sets it from its producer's
+    /// [`trace_context`](crate::ProducerOptionsBuilder::trace_context) hook.
+    pub fn with_trace_context(mut self, context: TraceContext) -> Self {
+        self.trace_context = Some(context);
+        self
+    }
+
+    /// The trace the message is sent in.
+    pub(crate) fn trace_context(&self) -> Option<TraceContext> {
+        self.trace_context
     }
 
     /// Marks the confirmation as holding one permit of its producer's room.

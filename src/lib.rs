@@ -388,6 +388,7 @@ pub mod persistence;
 mod producer;
 pub mod protocol;
 pub mod remote;
+pub mod telemetry;
 mod stop_signal;
 
 pub use config::{Backoff, ConsumerConfig, Limit, ProducerConfig};

@@ -3,6 +3,8 @@
 //! Precedence: a value set on the builder wins over one loaded with `.config(…)`, which wins
 //! over the default, whatever order the calls come in.
 
+use std::fmt;
+use std::sync::Arc;
 use std::time::Duration;
 
 use actix::Recipient;
@@ -12,14 +14,33 @@ use crate::dead_letter::DeadLetter;
 use crate::error::OptionsError;
 use crate::handler::DeliveryHandler;
 use crate::message::ConsumerRef;
+use crate::protocol::trace_context::TraceContext;
 
 type Setter<C> = Box<dyn FnOnce(&mut C) + Send>;
+
+/// A producer's [`trace_context`](ProducerOptionsBuilder::trace_context) hook.
+#[derive(Clone)]
+pub(crate) struct TraceHook(Arc<dyn Fn() -> Option<TraceContext> + Send + Sync>);
+
+impl TraceHook {
+    /// The context of a message sent now.
+    pub(crate) fn current(&self) -> Option<TraceContext> {
+        (self.0)()
+    }
+}
+
+impl fmt::Debug for TraceHook {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("TraceHook")
+    }
+}
 
 /// Everything a [`ProducerController`](crate::ProducerController) needs, validated.
 #[derive(Debug)]
 pub struct ProducerOptions<T: Send + 'static> {
     consumer: ConsumerRef<T>,
     config: ProducerConfig,
+    trace_context: Option<TraceHook>,
 }
 
 impl<T: Send + 'static> ProducerOptions<T> {
@@ -30,6 +51,7 @@ impl<T: Send + 'static> ProducerOptions<T> {
             consumer: consumer.into(),
             loaded: ProducerConfig::default(),
             explicit: Vec::new(),
+            trace_context: None,
         }
     }
 
@@ -45,6 +67,7 @@ impl<T: Send + 'static> ProducerOptions<T> {
         Ok(Self {
             consumer: consumer.into(),
             config,
+            trace_context: None,
         })
     }
 
@@ -53,8 +76,8 @@ impl<T: Send + 'static> ProducerOptions<T> {
         &self.config
     }
 
-    pub(crate) fn into_parts(self) -> (ConsumerRef<T>, ProducerConfig) {
-        (self.consumer, self.config)
+    pub(crate) fn into_parts(self) -> (ConsumerRef<T>, ProducerConfig, Option<TraceHook>) {
+        (self.consumer, self.config, self.trace_context)
     }
 }
 
@@ -63,6 +86,7 @@ pub struct ProducerOptionsBuilder<T: Send + 'static> {
     consumer: ConsumerRef<T>,
     loaded: ProducerConfig,
     explicit: Vec<Setter<ProducerConfig>>,
+    trace_context: Option<TraceHook>,
 }
 
 impl<T: Send + 'static> ProducerOptionsBuilder<T> {
@@ -105,6 +129,21 @@ impl<T: Send + 'static> ProducerOptionsBuilder<T> {
         self.set(move |c| c.backoff = backoff)
     }
 
+    /// Carries a trace context with each message (default: none): `hook` is called when a
+    /// [`ProducerHandle`](crate::ProducerHandle)'s `tell`, `send` or `store` is called, in the
+    /// caller's context (where an application reads its tracing system's current span, e.g.
+    /// OpenTelemetry's), and what it returns travels with the message, in process, over TCP
+    /// and over NATS, to [`DeliveryInfo::trace_context`](crate::DeliveryInfo) at the handler.
+    /// Not stored: a message a durable producer resends after a restart has no context. Keep
+    /// it cheap; it runs on the sending path.
+    pub fn trace_context(
+        mut self,
+        hook: impl Fn() -> Option<TraceContext> + Send + Sync + 'static,
+    ) -> Self {
+        self.trace_context = Some(TraceHook(Arc::new(hook)));
+        self
+    }
+
     /// Validates and returns the options.
     ///
     /// # Errors
@@ -114,7 +153,9 @@ impl<T: Send + 'static> ProducerOptionsBuilder<T> {
         for set in self.explicit {
             set(&mut config);
         }
-        ProducerOptions::new(self.consumer, config)
+        let mut options = ProducerOptions::new(self.consumer, config)?;
+        options.trace_context = self.trace_context;
+        Ok(options)
     }
 
     fn set(mut self, setter: impl FnOnce(&mut ProducerConfig) + Send + 'static) -> Self {
@@ -226,6 +267,14 @@ impl<T: 'static> ConsumerOptionsBuilder<T> {
     /// Where malformed deliveries are reported (they are counted and logged either way).
     pub fn dead_letters(mut self, sink: Recipient<DeadLetter>) -> Self {
         self.dead_letters = Some(sink);
+        self
+    }
+
+    /// The consumer's name in its handler spans (feature `tracing`; default `"default"`;
+    /// see [`telemetry::spans`](crate::telemetry::spans)).
+    #[cfg(feature = "tracing")]
+    pub fn name(mut self, name: &str) -> Self {
+        self.handler.set_name(name);
         self
     }
 

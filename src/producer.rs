@@ -17,7 +17,7 @@ use crate::durable::{Durable, DurableOptions, Stored};
 use crate::error::{DeliveryError, OptionsError, TellError};
 use crate::inbox::{Inbox, Refusal};
 use crate::message::{Acks, ConsumerRef, Delivery, GetProducerStats, ReplyTo, StopProducer, Tell};
-use crate::options::ProducerOptions;
+use crate::options::{ProducerOptions, TraceHook};
 use crate::protocol::envelope::{Ack, Incarnation, ProducerId};
 use crate::protocol::producer::{ProducerCore, ProducerStats};
 use crate::stop_signal::{StopSignal, SubscribeStopped};
@@ -55,12 +55,14 @@ pub struct ProducerController<T: Clone + Send + 'static> {
     pub(crate) stop: StopSignal,
     /// The journal of a durable producer.
     pub(crate) durable: Option<Durable<T>>,
+    /// Sets the trace context of messages told through handles.
+    trace_context: Option<TraceHook>,
 }
 
 impl<T: Clone + Send + 'static> ProducerController<T> {
     /// A producer with validated options; start it like any actor.
     pub fn new(options: ProducerOptions<T>) -> Self {
-        let (consumer, config) = options.into_parts();
+        let (consumer, config, trace_context) = options.into_parts();
         let room = config.window_size.saturating_add(config.max_pending);
         Self {
             core: ProducerCore::new(&config, Incarnation::random()),
@@ -75,6 +77,7 @@ impl<T: Clone + Send + 'static> ProducerController<T> {
             idle_waiters: Vec::new(),
             stop: StopSignal::default(),
             durable: None,
+            trace_context,
         }
     }
 
@@ -129,7 +132,9 @@ impl<T: Clone + Send + 'static> ProducerController<T> {
         }
         if let Some(reply_to) = &self.reply_to {
             let (now, core) = (now(), &mut self.core);
-            let deliveries = std::iter::from_fn(|| core.poll_transmit(now))
+            let deliveries = std::iter::from_fn(|| {
+                core.poll_transmit_with(now, Confirmation::trace_context)
+            })
                 .map(|transmission| Delivery::from_transmission(transmission, reply_to.clone()));
             self.consumer.do_send_all(deliveries);
         }
@@ -417,6 +422,7 @@ struct Shared<T: Clone + Send + 'static> {
     inbox: Arc<Inbox<T>>,
     producer_id: ProducerId,
     durable: bool,
+    trace_context: Option<TraceHook>,
 }
 
 impl<T: Clone + Send + 'static> Drop for Shared<T> {
@@ -439,8 +445,9 @@ impl<T: Clone + Send + 'static> ProducerHandle<T> {
         let inbox = producer.inbox.clone();
         let producer_id = producer.producer_id().clone();
         let durable = producer.durable.is_some();
+        let trace_context = producer.trace_context.clone();
         let addr = producer.start();
-        Self::from_parts(addr, inbox, producer_id, durable)
+        Self::from_parts(addr, inbox, producer_id, durable, trace_context)
     }
 
     /// Starts `producer` under an Actix `Supervisor` on the current arbiter: if it stops for a
@@ -450,8 +457,9 @@ impl<T: Clone + Send + 'static> ProducerHandle<T> {
         let inbox = producer.inbox.clone();
         let producer_id = producer.producer_id().clone();
         let durable = producer.durable.is_some();
+        let trace_context = producer.trace_context.clone();
         let addr = Supervisor::start(move |_| producer);
-        Self::from_parts(addr, inbox, producer_id, durable)
+        Self::from_parts(addr, inbox, producer_id, durable, trace_context)
     }
 
     /// Starts a producer on another arbiter (thread) and returns its handle.
@@ -459,8 +467,9 @@ impl<T: Clone + Send + 'static> ProducerHandle<T> {
         let inbox = producer.inbox.clone();
         let producer_id = producer.producer_id().clone();
         let durable = producer.durable.is_some();
+        let trace_context = producer.trace_context.clone();
         let addr = ProducerController::start_in_arbiter(arbiter, move |_| producer);
-        Self::from_parts(addr, inbox, producer_id, durable)
+        Self::from_parts(addr, inbox, producer_id, durable, trace_context)
     }
 
     fn from_parts(
@@ -468,6 +477,7 @@ impl<T: Clone + Send + 'static> ProducerHandle<T> {
         inbox: Arc<Inbox<T>>,
         producer_id: ProducerId,
         durable: bool,
+        trace_context: Option<TraceHook>,
     ) -> Self {
         Self {
             shared: Arc::new(Shared {
@@ -475,7 +485,16 @@ impl<T: Clone + Send + 'static> ProducerHandle<T> {
                 inbox,
                 producer_id,
                 durable,
+                trace_context,
             }),
+        }
+    }
+
+    /// `confirm` for a message sent now: in the trace context the hook reads, if any.
+    fn traced(&self, confirm: Confirmation) -> Confirmation {
+        match self.shared.trace_context.as_ref().and_then(TraceHook::current) {
+            Some(context) => confirm.with_trace_context(context),
+            None => confirm,
         }
     }
 
@@ -495,7 +514,7 @@ impl<T: Clone + Send + 'static> ProducerHandle<T> {
     /// [`TellError::Stopped`] when the producer has stopped; both hand the body back, and
     /// `confirm` fires with the matching [`DeliveryError`].
     pub fn tell(&self, body: T, confirm: impl Into<Confirmation>) -> Result<(), TellError<T>> {
-        let confirm = confirm.into();
+        let confirm = self.traced(confirm.into());
         let refused = match self.shared.inbox.try_reserve() {
             Ok(()) => match self.hand_over(body, confirm) {
                 Ok(()) => return Ok(()),
@@ -527,6 +546,7 @@ impl<T: Clone + Send + 'static> ProducerHandle<T> {
     /// message up after `max_attempts` transmissions.
     pub fn send(&self, body: T) -> impl Future<Output = Result<(), DeliveryError>> + 'static {
         let (confirm, outcome) = Confirmation::channel();
+        let confirm = self.traced(confirm);
         let waits_for_room = match self.shared.inbox.try_reserve() {
             // A refused hand-over drops `confirm`, which settles `outcome` as stopped.
             Ok(()) => {
@@ -555,11 +575,12 @@ impl<T: Clone + Send + 'static> ProducerHandle<T> {
     /// or its journal failed before the message was stored.
     pub fn store(&self, body: T) -> impl Future<Output = Result<Stored, DeliveryError>> + 'static {
         let handle = self.clone();
+        let (confirm, id, confirmed) = Confirmation::channel_with_stored();
+        let confirm = self.traced(confirm);
         async move {
             if !handle.shared.durable {
                 return Err(DeliveryError::NotDurable);
             }
-            let (confirm, id, confirmed) = Confirmation::channel_with_stored();
             if handle.shared.inbox.reserve().await.is_err()
                 || handle.hand_over(body, confirm).is_err()
             {

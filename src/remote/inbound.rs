@@ -97,6 +97,7 @@ impl<T: DeserializeOwned + Send + 'static> Exposed for ExposedConsumer<T> {
                 incarnation: batch.incarnation,
                 seq: item.seq,
                 window_start: item.window_start,
+                trace_context: item.trace_context,
             };
             match schema.read(item.body) {
                 Ok(body) => deliveries.push(Delivery {
@@ -104,6 +105,7 @@ impl<T: DeserializeOwned + Send + 'static> Exposed for ExposedConsumer<T> {
                     incarnation: header.incarnation,
                     seq: header.seq,
                     window_start: header.window_start,
+                    trace_context: header.trace_context,
                     body,
                     reply_to: Some(reply_to.clone()),
                 }),

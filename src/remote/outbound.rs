@@ -183,8 +183,8 @@ impl Outbound {
         for mut group in groups {
             let overhead = name.len() + group.producer_id.as_str().len() + ITEM_OVERHEAD;
             let mut fit = 0;
-            for (_, _, body) in &group.items {
-                let bytes = body.as_slice().len() + ITEM_OVERHEAD;
+            for item in &group.items {
+                let bytes = item.body.as_slice().len() + ITEM_OVERHEAD;
                 if state.waiting_bytes + overhead + bytes > limit {
                     break;
                 }
@@ -527,7 +527,12 @@ pub(crate) fn encode<T: Serialize>(
             continue;
         };
         encoded += u64::from(fresh);
-        let item = (delivery.seq, delivery.window_start, body);
+        let item = Item {
+            seq: delivery.seq,
+            window_start: delivery.window_start,
+            body,
+            trace_context: delivery.trace_context,
+        };
         match groups.last_mut() {
             Some(group)
                 if group.incarnation == delivery.incarnation

@@ -412,3 +412,4 @@ pub use protocol::envelope::{
     MAX_SEQ,
 };
 pub use protocol::producer::ProducerStats;
+pub use protocol::trace_context::TraceContext;

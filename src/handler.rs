@@ -151,8 +151,9 @@ impl<T: 'static> DeliveryHandler<T> {
             let span = crate::telemetry::spans::handler(&self.name, info);
             let poll = span.in_scope(|| self.slot.start(info, body, cx));
             // Kept while the run goes on, or for the outcome future handed off.
-            self.span = (poll.is_pending() || matches!(poll, Poll::Ready(HandlerOutcome::Deferred)))
-                .then_some(span);
+            self.span = (poll.is_pending()
+                || matches!(poll, Poll::Ready(HandlerOutcome::Deferred)))
+            .then_some(span);
             poll
         }
         #[cfg(not(feature = "tracing"))]

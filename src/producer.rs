@@ -132,10 +132,11 @@ impl<T: Clone + Send + 'static> ProducerController<T> {
         }
         if let Some(reply_to) = &self.reply_to {
             let (now, core) = (now(), &mut self.core);
-            let deliveries = std::iter::from_fn(|| {
-                core.poll_transmit_with(now, Confirmation::trace_context)
-            })
-                .map(|transmission| Delivery::from_transmission(transmission, reply_to.clone()));
+            let deliveries =
+                std::iter::from_fn(|| core.poll_transmit_with(now, Confirmation::trace_context))
+                    .map(|transmission| {
+                        Delivery::from_transmission(transmission, reply_to.clone())
+                    });
             self.consumer.do_send_all(deliveries);
         }
         self.settle_polled();
@@ -492,7 +493,12 @@ impl<T: Clone + Send + 'static> ProducerHandle<T> {
 
     /// `confirm` for a message sent now: in the trace context the hook reads, if any.
     fn traced(&self, confirm: Confirmation) -> Confirmation {
-        match self.shared.trace_context.as_ref().and_then(TraceHook::current) {
+        match self
+            .shared
+            .trace_context
+            .as_ref()
+            .and_then(TraceHook::current)
+        {
             Some(context) => confirm.with_trace_context(context),
             None => confirm,
         }

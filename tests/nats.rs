@@ -121,7 +121,7 @@ fn deliveries_frame(consumer: &str, body: &[u8]) -> Vec<u8> {
     let mut frame = vec![4, consumer.len() as u8];
     frame.extend_from_slice(consumer.as_bytes());
     frame.extend_from_slice(&[1, b'p', 0, 1]); // producer id "p", incarnation (0, 1)
-    // One item: seq 1, window start 1, no trace context (since version 3).
+                                               // One item: seq 1, window start 1, no trace context (since version 3).
     frame.extend_from_slice(&[1, 1, 1, 0, body.len() as u8]);
     frame.extend_from_slice(body);
     frame

@@ -16,8 +16,8 @@ use std::time::Duration;
 use actix_delivery::durable::DurableOptions;
 use actix_delivery::journal::{PersistenceId, SqliteJournal};
 use actix_delivery::{
-    ConsumerHandle, ConsumerOptions, ConsumerRef, DeadLetterReason, DeliveryHandler,
-    DeliveryInfo, ProducerHandle, ProducerOptions, ReliableDelivery, TraceContext,
+    ConsumerHandle, ConsumerOptions, ConsumerRef, DeadLetterReason, DeliveryHandler, DeliveryInfo,
+    ProducerHandle, ProducerOptions, ReliableDelivery, TraceContext,
 };
 use common::{dead_letter_log, Log};
 use remote::{listening_node, sending_node, wait_until};
@@ -63,7 +63,10 @@ where
         let mut span = Recorded {
             name: attrs.metadata().name(),
             fields: HashMap::new(),
-            parent: ctx.span(id).and_then(|s| s.parent()).map(|p| p.id().into_u64()),
+            parent: ctx
+                .span(id)
+                .and_then(|s| s.parent())
+                .map(|p| p.id().into_u64()),
         };
         attrs.record(&mut span);
         self.0.lock().unwrap().insert(id.into_u64(), span);
@@ -110,7 +113,7 @@ fn every_other_traced() -> impl Fn() -> Option<TraceContext> + Send + Sync + 'st
     let calls = std::sync::atomic::AtomicU8::new(0);
     move || {
         let n = calls.fetch_add(1, std::sync::atomic::Ordering::SeqCst) + 1;
-        (n % 2 == 0).then(|| context(n))
+        n.is_multiple_of(2).then(|| context(n))
     }
 }
 
@@ -122,7 +125,10 @@ fn tracing_consumer(name: &str) -> (ConsumerHandle<u8>, Log<(u8, Option<TraceCon
         log.push((body, info.trace_context));
         async { Ok::<(), String>(()) }
     });
-    let options = ConsumerOptions::builder(handler).name(name).build().unwrap();
+    let options = ConsumerOptions::builder(handler)
+        .name(name)
+        .build()
+        .unwrap();
     (ReliableDelivery::consumer(options), seen)
 }
 
@@ -140,7 +146,7 @@ fn traced_producer(to: impl Into<ConsumerRef<u8>>, id: &str) -> ProducerHandle<u
 async fn send_and_check(producer: &ProducerHandle<u8>, seen: &Log<(u8, Option<TraceContext>)>) {
     const N: u8 = 6;
     for n in 1..=N {
-        if n % 3 == 0 {
+        if n.is_multiple_of(3) {
             producer.send(n).await.unwrap();
         } else {
             producer.tell(n, |_| {}).unwrap();
@@ -151,9 +157,12 @@ async fn send_and_check(producer: &ProducerHandle<u8>, seen: &Log<(u8, Option<Tr
     runs.sort_by_key(|(body, _)| *body);
     runs.dedup_by_key(|(body, _)| *body);
     let expected: Vec<_> = (1..=N)
-        .map(|n| (n, (n % 2 == 0).then(|| context(n))))
+        .map(|n| (n, n.is_multiple_of(2).then(|| context(n))))
         .collect();
-    assert_eq!(runs, expected, "each context arrives unchanged, absence stays absent");
+    assert_eq!(
+        runs, expected,
+        "each context arrives unchanged, absence stays absent"
+    );
 }
 
 fn check_handler_spans(consumer: &str, producer_id: &str) {
@@ -164,14 +173,17 @@ fn check_handler_spans(consumer: &str, producer_id: &str) {
             .find(|s| s.field("seq") == Some(&seq.to_string()))
             .unwrap_or_else(|| panic!("no handler span for seq {seq}: {handler_spans:?}"));
         assert_eq!(span.field("producer_id"), Some(producer_id));
-        let traceparent = (seq % 2 == 0).then(|| context(seq).to_traceparent());
-        assert_eq!(span.field("traceparent"), traceparent.as_deref(), "{span:?}");
+        let traceparent = seq.is_multiple_of(2).then(|| context(seq).to_traceparent());
+        assert_eq!(
+            span.field("traceparent"),
+            traceparent.as_deref(),
+            "{span:?}"
+        );
     }
 }
 
 #[actix::test]
-async fn in_process_the_context_reaches_the_handler_and_its_span_names_consumer_producer_and_seq()
-{
+async fn in_process_the_context_reaches_the_handler_and_its_span_names_consumer_producer_and_seq() {
     spans();
     let (consumer, seen) = tracing_consumer("in-process");
     let producer = traced_producer(&consumer, "p-in-process");
@@ -180,8 +192,7 @@ async fn in_process_the_context_reaches_the_handler_and_its_span_names_consumer_
 }
 
 #[actix::test]
-async fn over_tcp_the_context_arrives_unchanged_and_connection_and_handshake_spans_name_the_peer()
-{
+async fn over_tcp_the_context_arrives_unchanged_and_connection_and_handshake_spans_name_the_peer() {
     spans();
     let server = listening_node().await;
     let (consumer, seen) = tracing_consumer("over-tcp");
@@ -263,8 +274,15 @@ async fn an_all_zero_trace_context_from_a_peer_is_a_dead_letter() {
     for n in 1..=3 {
         producer.tell(n, |_| {}).unwrap();
     }
-    assert!(wait_until(Duration::from_secs(10), || dead.len() >= 1 && seen.len() >= 2).await);
-    assert_eq!(dead.snapshot()[0].reason, DeadLetterReason::InvalidTraceContext);
+    assert!(
+        wait_until(Duration::from_secs(10), || dead.len() >= 1
+            && seen.len() >= 2)
+        .await
+    );
+    assert_eq!(
+        dead.snapshot()[0].reason,
+        DeadLetterReason::InvalidTraceContext
+    );
     assert_eq!(dead.snapshot()[0].seq, 2);
     let mut handled = seen.snapshot();
     handled.dedup();
@@ -322,7 +340,10 @@ async fn a_durable_producer_over_sqlite_has_commit_and_recovery_spans_and_recove
     };
     let durable = of("durable_producer");
     assert_eq!(durable.len(), 2, "{recoveries:?}");
-    assert!(durable.iter().any(|s| s.field("resumed") == Some("2")), "{durable:?}");
+    assert!(
+        durable.iter().any(|s| s.field("resumed") == Some("2")),
+        "{durable:?}"
+    );
     let entity = of("persistent_entity");
     assert_eq!(entity.len(), 2, "{recoveries:?}");
     assert!(
@@ -344,5 +365,8 @@ async fn over_nats_the_context_arrives_unchanged_and_the_subscription_has_a_span
     let producer = traced_producer(client.consumer_ref::<u8>(&subject).unwrap(), "p-over-nats");
     send_and_check(&producer, &seen).await;
     check_handler_spans("over-nats", "p-over-nats");
-    assert_eq!(spans_where("nats.subscription", "subject", &subject).len(), 1);
+    assert_eq!(
+        spans_where("nats.subscription", "subject", &subject).len(),
+        1
+    );
 }

@@ -342,7 +342,10 @@ pub fn admit(header: &Header, has_reply_to: bool) -> Result<(), DeadLetterReason
             seq: header.seq,
         });
     }
-    if header.trace_context.is_some_and(|context| !context.is_valid()) {
+    if header
+        .trace_context
+        .is_some_and(|context| !context.is_valid())
+    {
         return Err(DeadLetterReason::InvalidTraceContext);
     }
     Ok(())

@@ -113,7 +113,9 @@ impl fmt::Display for TraceContext {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(VERSION)?;
         f.write_str("-")?;
-        self.trace_id.iter().try_for_each(|b| write!(f, "{b:02x}"))?;
+        self.trace_id
+            .iter()
+            .try_for_each(|b| write!(f, "{b:02x}"))?;
         f.write_str("-")?;
         self.span_id.iter().try_for_each(|b| write!(f, "{b:02x}"))?;
         write!(f, "-{:02x}", self.flags)

@@ -104,7 +104,8 @@ pub fn sample_stream() -> Vec<u8> {
                     seq,
                     window_start: 1,
                     // Half of them traced, so that mutations reach a context too.
-                    trace_context: TraceContext::new([7; 16], [8; 8], 1).filter(|_| seq % 2 == 0),
+                    trace_context: TraceContext::new([7; 16], [8; 8], 1)
+                        .filter(|_| seq.is_multiple_of(2)),
                     body,
                 })
                 .collect(),

@@ -133,7 +133,12 @@ impl Output {
         while !rest.is_empty() {
             let (mut size, mut take) = (0, 0);
             for item in rest.iter().take(MAX_BATCH) {
-                let len = wire_delivery_len(item.seq, item.window_start, item.trace_context, item.body.as_slice().len());
+                let len = wire_delivery_len(
+                    item.seq,
+                    item.window_start,
+                    item.trace_context,
+                    item.body.as_slice().len(),
+                );
                 if size + len > budget {
                     break;
                 }

@@ -3,7 +3,11 @@
 //! ```text
 //! cargo run --release --example bench_report                 # 10 000 messages, median of 5
 //! cargo run --release --example bench_report -- 50000 7     # messages per run, runs
+//! cargo run --release --example bench_report --features tracing  # with spans recorded
 //! ```
+//!
+//! With the feature `tracing`, a subscriber records the crate's spans at `INFO` (a registry
+//! with a `fmt` layer, writing to a sink): the cost of the spans with a real subscriber.
 //!
 //! Every case runs in this one process, against plain Actix messaging measured alongside it:
 //! throughput (messages per second until the last is confirmed, median of the runs; the runs
@@ -131,6 +135,17 @@ async fn main() {
         .next()
         .map_or(5, |a| a.parse().expect("runs: a number"));
     assert!(messages > 0 && runs > 0);
+    #[cfg(feature = "tracing")]
+    {
+        use tracing_subscriber::layer::SubscriberExt;
+        use tracing_subscriber::Layer;
+        let layer = tracing_subscriber::fmt::layer()
+            .with_writer(std::io::sink)
+            .with_filter(tracing_subscriber::filter::LevelFilter::INFO);
+        tracing::subscriber::set_global_default(tracing_subscriber::registry().with(layer))
+            .expect("the only subscriber");
+        println!("tracing: the crate's spans at INFO recorded (registry + fmt layer to a sink)");
+    }
     let latency_samples = messages as usize;
 
     print_header(messages, runs);

@@ -112,6 +112,7 @@ pub(crate) fn handshake() -> Span {
 }
 
 /// The span of one NATS subscription's life.
+#[cfg(feature = "nats")]
 pub(crate) fn subscription(subject: &str, queue_group: Option<&str>) -> Span {
     tracing::info_span!(
         target: "actix_delivery",

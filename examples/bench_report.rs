@@ -8,6 +8,7 @@
 //!
 //! With the feature `tracing`, a subscriber records the crate's spans at `INFO` (a registry
 //! with a `fmt` layer, writing to a sink): the cost of the spans with a real subscriber.
+//! `BENCH_TRACING=debug` records `DEBUG` too, which includes a span per handler run.
 //!
 //! Every case runs in this one process, against plain Actix messaging measured alongside it:
 //! throughput (messages per second until the last is confirmed, median of the runs; the runs
@@ -139,12 +140,17 @@ async fn main() {
     {
         use tracing_subscriber::layer::SubscriberExt;
         use tracing_subscriber::Layer;
+        use tracing_subscriber::filter::LevelFilter;
+        let level = match std::env::var("BENCH_TRACING").as_deref() {
+            Ok("debug") => LevelFilter::DEBUG,
+            _ => LevelFilter::INFO,
+        };
         let layer = tracing_subscriber::fmt::layer()
             .with_writer(std::io::sink)
-            .with_filter(tracing_subscriber::filter::LevelFilter::INFO);
+            .with_filter(level);
         tracing::subscriber::set_global_default(tracing_subscriber::registry().with(layer))
             .expect("the only subscriber");
-        println!("tracing: the crate's spans at INFO recorded (registry + fmt layer to a sink)");
+        println!("tracing: the crate's spans at {level} recorded (registry + fmt layer to a sink)");
     }
     let latency_samples = messages as usize;
 

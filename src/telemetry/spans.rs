@@ -5,14 +5,16 @@
 //!
 //! | span | level | fields |
 //! |---|---|---|
-//! | `handler` | `INFO` | `consumer` (the name given to [`ConsumerOptionsBuilder::name`](crate::ConsumerOptionsBuilder::name), default `default`), `producer_id`, `seq`, `traceparent` (the delivery's [`TraceContext`], if it has one) |
+//! | `handler` | `DEBUG` | `consumer` (the name given to [`ConsumerOptionsBuilder::name`](crate::ConsumerOptionsBuilder::name), default `default`), `producer_id`, `seq`, `traceparent` (the delivery's [`TraceContext`], if it has one) |
 //! | `journal.commit` | `DEBUG` | `journal` (`sqlite`, `postgres`), `stream` (the persistence id of the group's first write), `streams`, `writes`, `events` (appended) |
 //! | `recovery` | `INFO` | `kind` (`persistent_entity`, `durable_producer`), `persistence_id` (the stream), then `events` (events replayed, a persistent entity) or `resumed` (unsettled messages sent again, a durable producer; its log's own recovery is a `persistent_entity` span of the same stream) |
 //! | `tcp.connection` | `INFO` | `direction` (`inbound`, `outbound`), `peer_addr` (the address dialed, a name or a socket address; or the socket address a connection came from), then `peer_node` (the peer's node id for its run) and `peer_identity` (its TLS names, mutual TLS) |
 //! | `tcp.handshake` | `DEBUG` | `outcome` (`established`, or why it failed), inside its connection's span |
 //! | `nats.subscription` | `INFO` | `subject`, `queue_group` |
 //!
-//! A handler span covers every poll of the handler's future (and, for a pipelined handler,
+//! The handler span is the one opened per message, so it is at `DEBUG`: a service whose
+//! subscriber records `INFO` pays one relaxed atomic load per message for it (measured by
+//! `examples/bench_report.rs --features tracing`). A handler span covers every poll of the handler's future (and, for a pipelined handler,
 //! of the outcome future it hands off); a connection span covers the connection's handshake
 //! and life; a subscription span the subscription's life.
 
@@ -29,7 +31,7 @@ pub(crate) const DEFAULT_CONSUMER: &str = "default";
 
 /// The span of one handler run.
 pub(crate) fn handler(consumer: &str, header: &Header) -> Span {
-    let span = tracing::info_span!(
+    let span = tracing::debug_span!(
         target: "actix_delivery",
         "handler",
         consumer,

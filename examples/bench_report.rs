@@ -138,9 +138,9 @@ async fn main() {
     assert!(messages > 0 && runs > 0);
     #[cfg(feature = "tracing")]
     {
+        use tracing_subscriber::filter::LevelFilter;
         use tracing_subscriber::layer::SubscriberExt;
         use tracing_subscriber::Layer;
-        use tracing_subscriber::filter::LevelFilter;
         let level = match std::env::var("BENCH_TRACING").as_deref() {
             Ok("debug") => LevelFilter::DEBUG,
             _ => LevelFilter::INFO,

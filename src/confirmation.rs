@@ -118,7 +118,7 @@ impl Confirmation {
 
     /// The trace the message is sent in.
     pub(crate) fn trace_context(&self) -> Option<TraceContext> {
-        self.trace_context
+        self.trace_context.clone()
     }
 
     /// Marks the confirmation as holding one permit of its producer's room.

@@ -218,7 +218,7 @@ fn info_of() -> impl FnMut(&Header) -> DeliveryInfo {
             incarnation,
             seq: header.seq,
             window_start: header.window_start,
-            trace_context: header.trace_context,
+            trace_context: header.trace_context.clone(),
         }
     }
 }

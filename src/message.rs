@@ -78,7 +78,7 @@ impl<T> Delivery<T> {
             incarnation: self.incarnation,
             seq: self.seq,
             window_start: self.window_start,
-            trace_context: self.trace_context,
+            trace_context: self.trace_context.clone(),
         }
     }
 

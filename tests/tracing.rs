@@ -266,7 +266,7 @@ async fn an_all_zero_trace_context_from_a_peer_is_a_dead_letter() {
         .resend_timeout(Duration::from_millis(200))
         .max_attempts(2)
         .trace_context(move || {
-            (calls.fetch_add(1, std::sync::atomic::Ordering::SeqCst) == 1).then_some(zero)
+            (calls.fetch_add(1, std::sync::atomic::Ordering::SeqCst) == 1).then(|| zero.clone())
         })
         .build()
         .unwrap();

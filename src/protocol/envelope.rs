@@ -236,7 +236,7 @@ impl From<&Header> for DeliveryInfo {
             incarnation: header.incarnation.id(),
             seq: header.seq,
             window_start: header.window_start,
-            trace_context: header.trace_context,
+            trace_context: header.trace_context.clone(),
         }
     }
 }
@@ -344,6 +344,7 @@ pub fn admit(header: &Header, has_reply_to: bool) -> Result<(), DeadLetterReason
     }
     if header
         .trace_context
+        .as_ref()
         .is_some_and(|context| !context.is_valid())
     {
         return Err(DeadLetterReason::InvalidTraceContext);

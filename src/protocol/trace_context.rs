@@ -6,19 +6,26 @@
 //! [`DeliveryInfo::trace_context`](crate::DeliveryInfo::trace_context).
 
 use std::fmt;
+use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 
 /// A W3C Trace Context `traceparent`: a 16-byte trace id, the 8-byte id of the span the
-/// message was sent in, and the trace flags (bit 0: sampled). 25 bytes, `Copy`: carrying one
-/// allocates nothing; a delivery without one carries a single byte more on the wire.
+/// message was sent in, and the trace flags (bit 0: sampled). Shared, so that the envelopes
+/// that carry it grow by one pointer only: making one allocates once, cloning it allocates
+/// nothing, and a message without one allocates nothing (and takes one byte on the wire; a
+/// context takes 26).
 ///
 /// Made through [`new`](Self::new) or [`parse_traceparent`](Self::parse_traceparent), a
 /// context is valid (neither id is all zeros, as W3C requires). One received from a peer is
 /// untrusted: admission makes a delivery whose context is not valid a dead letter
 /// ([`DeadLetterReason::InvalidTraceContext`](crate::DeadLetterReason::InvalidTraceContext)).
-#[derive(Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
-pub struct TraceContext {
+#[derive(Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct TraceContext(Arc<Parts>);
+
+/// The parts of a [`TraceContext`], as they go on the wire.
+#[derive(PartialEq, Eq, Hash, Serialize, Deserialize)]
+struct Parts {
     trace_id: [u8; 16],
     span_id: [u8; 8],
     flags: u8,
@@ -33,38 +40,39 @@ impl TraceContext {
 
     /// A context, or `None` if an id is all zeros (invalid in W3C Trace Context).
     pub fn new(trace_id: [u8; 16], span_id: [u8; 8], flags: u8) -> Option<Self> {
-        let context = Self {
+        let parts = Parts {
             trace_id,
             span_id,
             flags,
         };
-        context.is_valid().then_some(context)
+        let valid = trace_id != [0; 16] && span_id != [0; 8];
+        valid.then(|| Self(Arc::new(parts)))
     }
 
     /// The trace id.
     pub fn trace_id(&self) -> [u8; 16] {
-        self.trace_id
+        self.0.trace_id
     }
 
     /// The id of the span the message was sent in (the handler's parent).
     pub fn span_id(&self) -> [u8; 8] {
-        self.span_id
+        self.0.span_id
     }
 
     /// The trace flags.
     pub fn flags(&self) -> u8 {
-        self.flags
+        self.0.flags
     }
 
     /// Whether the sender sampled the trace (flag bit 0).
     pub fn is_sampled(&self) -> bool {
-        self.flags & Self::SAMPLED != 0
+        self.0.flags & Self::SAMPLED != 0
     }
 
     /// Whether neither id is all zeros; always true of a context made by this type's
     /// constructors, not necessarily of one decoded from a peer's bytes.
     pub fn is_valid(&self) -> bool {
-        self.trace_id != [0; 16] && self.span_id != [0; 8]
+        self.0.trace_id != [0; 16] && self.0.span_id != [0; 8]
     }
 
     /// The `traceparent` header value: `00-<32 hex trace id>-<16 hex span id>-<2 hex flags>`.
@@ -113,12 +121,16 @@ impl fmt::Display for TraceContext {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(VERSION)?;
         f.write_str("-")?;
-        self.trace_id
+        self.0
+            .trace_id
             .iter()
             .try_for_each(|b| write!(f, "{b:02x}"))?;
         f.write_str("-")?;
-        self.span_id.iter().try_for_each(|b| write!(f, "{b:02x}"))?;
-        write!(f, "-{:02x}", self.flags)
+        self.0
+            .span_id
+            .iter()
+            .try_for_each(|b| write!(f, "{b:02x}"))?;
+        write!(f, "-{:02x}", self.0.flags)
     }
 }
 

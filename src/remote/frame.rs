@@ -238,13 +238,10 @@ pub(crate) const fn bytes_len(len: usize) -> usize {
 pub(crate) const fn wire_delivery_len(
     seq: u64,
     window_start: u64,
-    trace_context: Option<TraceContext>,
+    traced: bool,
     body: usize,
 ) -> usize {
-    let trace = match trace_context {
-        Some(_) => 1 + TRACE_CONTEXT_LEN,
-        None => 1,
-    };
+    let trace = if traced { 1 + TRACE_CONTEXT_LEN } else { 1 };
     varint_len(seq) + varint_len(window_start) + trace + bytes_len(body)
 }
 
@@ -407,12 +404,13 @@ mod tests {
         ] {
             assert_eq!(varint_len(n), codec::encode(&n).unwrap().len(), "{n}");
         }
-        let traced = TraceContext::new([1; 16], [2; 8], 1);
+        let context = TraceContext::new([1; 16], [2; 8], 1);
         for (body, trace_context) in [0, 3, 250, 251, 70_000]
             .into_iter()
-            .flat_map(|body| [(body, None), (body, traced)])
+            .flat_map(|body| [(body, None), (body, context.clone())])
         {
             let bytes = vec![1u8; body];
+            let traced = trace_context.is_some();
             let item = WireDelivery {
                 seq: 300,
                 window_start: 7,
@@ -420,7 +418,7 @@ mod tests {
                 body: &bytes,
             };
             assert_eq!(
-                wire_delivery_len(300, 7, trace_context, body),
+                wire_delivery_len(300, 7, traced, body),
                 codec::encode(&item).unwrap().len()
             );
         }

@@ -111,7 +111,7 @@ impl<T: DeserializeOwned + Send + 'static> Exposed for ExposedConsumer<T> {
                 incarnation: batch.incarnation,
                 seq: item.seq,
                 window_start: item.window_start,
-                trace_context: item.trace_context,
+                trace_context: item.trace_context.clone(),
             };
             match schema.read(item.body) {
                 Ok(body) => deliveries.push(Delivery {

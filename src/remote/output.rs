@@ -136,7 +136,7 @@ impl Output {
                 let len = wire_delivery_len(
                     item.seq,
                     item.window_start,
-                    item.trace_context,
+                    item.trace_context.is_some(),
                     item.body.as_slice().len(),
                 );
                 if size + len > budget {
@@ -161,7 +161,7 @@ impl Output {
                     .map(|item| WireDelivery {
                         seq: item.seq,
                         window_start: item.window_start,
-                        trace_context: item.trace_context,
+                        trace_context: item.trace_context.clone(),
                         body: item.body.as_slice(),
                     })
                     .collect(),

@@ -53,6 +53,7 @@ impl<'a> Churn<'a> {
             incarnation: INCARNATION,
             seq,
             window_start: seq,
+            trace_context: None,
         };
         self.next += 1;
         if self.next == self.ids.len() {

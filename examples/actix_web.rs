@@ -257,10 +257,11 @@ pub async fn run(settings: Settings) -> Result<(), Box<dyn std::error::Error>> {
         PersistenceId::new("ledger")?,
         PersistentConfig::default(),
     )?;
-    let consumer = ConsumerOptions::builder(ledger.delivery_handler(LedgerCommand::Apply));
-    #[cfg(feature = "metrics")]
-    let consumer = consumer.metrics_label("ledger");
-    let consumer = ReliableDelivery::consumer(consumer.build()?);
+    let consumer = ReliableDelivery::consumer(
+        ConsumerOptions::builder(ledger.delivery_handler(LedgerCommand::Apply))
+            .name("ledger")
+            .build()?,
+    );
     let orders_journal = Arc::new(SqliteJournal::open(settings.dir.join("orders.db")).await?);
     let orders = ReliableDelivery::durable_producer(
         ProducerOptions::builder(&consumer)

@@ -4,11 +4,16 @@
 //! cargo run --release --example bench_report                 # 10 000 messages, median of 5
 //! cargo run --release --example bench_report -- 50000 7     # messages per run, runs
 //! cargo run --release --features metrics --example bench_report  # with a recorder installed
+//! cargo run --release --example bench_report --features tracing  # with spans recorded
 //! ```
 //!
 //! With the feature `metrics`, a Prometheus recorder (`metrics-exporter-prometheus`, no HTTP
 //! listener) is installed first and aggregates every metric of the run, as in production; the
 //! report ends with how many series it rendered.
+//!
+//! With the feature `tracing`, a subscriber records the crate's spans at `INFO` (a registry
+//! with a `fmt` layer, writing to a sink): the cost of the spans with a real subscriber.
+//! `BENCH_TRACING=debug` records `DEBUG` too, which includes a span per handler run.
 //!
 //! Every case runs in this one process, against plain Actix messaging measured alongside it:
 //! throughput (messages per second until the last is confirmed, median of the runs; the runs
@@ -142,6 +147,22 @@ async fn main() {
         .next()
         .map_or(5, |a| a.parse().expect("runs: a number"));
     assert!(messages > 0 && runs > 0);
+    #[cfg(feature = "tracing")]
+    {
+        use tracing_subscriber::filter::LevelFilter;
+        use tracing_subscriber::layer::SubscriberExt;
+        use tracing_subscriber::Layer;
+        let level = match std::env::var("BENCH_TRACING").as_deref() {
+            Ok("debug") => LevelFilter::DEBUG,
+            _ => LevelFilter::INFO,
+        };
+        let layer = tracing_subscriber::fmt::layer()
+            .with_writer(std::io::sink)
+            .with_filter(level);
+        tracing::subscriber::set_global_default(tracing_subscriber::registry().with(layer))
+            .expect("the only subscriber");
+        println!("tracing: the crate's spans at {level} recorded (registry + fmt layer to a sink)");
+    }
     let latency_samples = messages as usize;
 
     print_header(messages, runs);

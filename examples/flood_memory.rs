@@ -190,6 +190,7 @@ async fn actor_flood(batch: u64) {
                     window_start: 1,
                     body: i,
                     reply_to: Some(reply_to.clone()),
+                    trace_context: None,
                 });
             }
             sent = end;
@@ -251,6 +252,7 @@ fn deliver_once(core: &mut ConsumerCore<u64, ()>, id: ProducerId, i: u64, now: I
             incarnation: Incarnation::from_u128(u128::from(i) + 1),
             seq: 1,
             window_start: 1,
+            trace_context: None,
         },
         body: i,
         reply_to: Some(()),
@@ -286,6 +288,7 @@ fn per_dedup_entry() {
                 incarnation: Incarnation::from_u128(1),
                 seq: 1,
                 window_start: 1,
+                trace_context: None,
             };
             let (window, _, _) = table.window_for(
                 &header.producer_id,

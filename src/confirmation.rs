@@ -7,6 +7,7 @@ use tokio::sync::oneshot;
 
 use crate::durable::MessageId;
 use crate::error::DeliveryError;
+use crate::protocol::trace_context::TraceContext;
 
 type Callback = Box<dyn FnOnce(Result<(), DeliveryError>) + Send>;
 
@@ -38,6 +39,8 @@ pub struct Confirmation {
     /// When its producer took the message (for the send→confirm histogram).
     #[cfg(feature = "metrics")]
     taken: Option<std::time::Instant>,
+    /// The trace the message is sent in (carried with it to the handler).
+    trace_context: Option<TraceContext>,
 }
 
 impl Confirmation {
@@ -49,6 +52,7 @@ impl Confirmation {
             message: None,
             #[cfg(feature = "metrics")]
             taken: None,
+            trace_context: None,
         }
     }
 
@@ -60,6 +64,7 @@ impl Confirmation {
             message: None,
             #[cfg(feature = "metrics")]
             taken: None,
+            trace_context: None,
         }
     }
 
@@ -72,6 +77,7 @@ impl Confirmation {
             message: None,
             #[cfg(feature = "metrics")]
             taken: None,
+            trace_context: None,
         };
         (confirmation, receiver)
     }
@@ -91,6 +97,7 @@ impl Confirmation {
             message: None,
             #[cfg(feature = "metrics")]
             taken: None,
+            trace_context: None,
         };
         (confirmation, id, outcome)
     }
@@ -108,6 +115,21 @@ impl Confirmation {
     /// The id a durable producer stored the message under.
     pub(crate) fn message(&self) -> Option<MessageId> {
         self.message.map(|id| MessageId(id.get()))
+    }
+
+    /// The same confirmation for a message sent in the trace `context`, which its deliveries
+    /// carry to the handler ([`DeliveryInfo::trace_context`](crate::DeliveryInfo)): for
+    /// messages told to a [`ProducerController`](crate::ProducerController) directly; a
+    /// [`ProducerHandle`](crate::ProducerHandle) sets it from its producer's
+    /// [`trace_context`](crate::ProducerOptionsBuilder::trace_context) hook.
+    pub fn with_trace_context(mut self, context: TraceContext) -> Self {
+        self.trace_context = Some(context);
+        self
+    }
+
+    /// The trace the message is sent in.
+    pub(crate) fn trace_context(&self) -> Option<TraceContext> {
+        self.trace_context.clone()
     }
 
     /// Marks the confirmation as holding one permit of its producer's room.

@@ -67,7 +67,7 @@ impl<T: Send + 'static> ConsumerController<T> {
         #[cfg(feature = "metrics")]
         let meter = crate::telemetry::metrics::ConsumerMeter::new(
             options
-                .metrics_label()
+                .name()
                 .unwrap_or(crate::telemetry::metrics::DEFAULT_LABEL),
         );
         let (mut handler, config, dead_letters) = options.into_parts();

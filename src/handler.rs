@@ -21,7 +21,15 @@ use crate::protocol::envelope::{DeliveryInfo, Header, Incarnation, IncarnationId
 ///
 /// The consumer runs one handler at a time and polls it in a slot allocated once, so a handler
 /// whose future is ready at once costs no allocation and no task switch.
-pub struct DeliveryHandler<T>(Box<dyn Slot<T>>);
+pub struct DeliveryHandler<T> {
+    slot: Box<dyn Slot<T>>,
+    /// The consumer's name in handler spans.
+    #[cfg(feature = "tracing")]
+    name: std::sync::Arc<str>,
+    /// The span of the run in progress (or of the outcome future handed off last).
+    #[cfg(feature = "tracing")]
+    span: Option<tracing::Span>,
+}
 
 impl<T: 'static> DeliveryHandler<T> {
     /// A handler that receives the message body.
@@ -63,10 +71,26 @@ impl<T: 'static> DeliveryHandler<T> {
         Fut: Future<Output = Result<(), E>> + 'static,
         E: Display + 'static,
     {
-        Self(Box::new(FnSlot {
+        Self::of_slot(Box::new(FnSlot {
             handler,
             running: Box::pin(None),
         }))
+    }
+
+    fn of_slot(slot: Box<dyn Slot<T>>) -> Self {
+        Self {
+            slot,
+            #[cfg(feature = "tracing")]
+            name: crate::telemetry::spans::DEFAULT_CONSUMER.into(),
+            #[cfg(feature = "tracing")]
+            span: None,
+        }
+    }
+
+    /// Names the consumer in handler spans.
+    #[cfg(feature = "tracing")]
+    pub(crate) fn set_name(&mut self, name: &str) {
+        self.name = name.into();
     }
 
     /// A **pipelined** handler: `handler` is called for one message at a time, in order, and
@@ -87,7 +111,7 @@ impl<T: 'static> DeliveryHandler<T> {
         E: Display + 'static,
     {
         let mut info = info_of();
-        Self(Box::new(PipelinedSlot {
+        Self::of_slot(Box::new(PipelinedSlot {
             handler: move |header: &Header, body| handler(info(header), body),
             running: None,
             handed_off: None,
@@ -148,29 +172,58 @@ impl<T: 'static> DeliveryHandler<T> {
         body: T,
         cx: &mut Context<'_>,
     ) -> Poll<HandlerOutcome> {
-        self.0.start(info, body, cx)
+        #[cfg(feature = "tracing")]
+        {
+            let span = crate::telemetry::spans::handler(&self.name, info);
+            let poll = span.in_scope(|| self.slot.start(info, body, cx));
+            // Kept while the run goes on, or for the outcome future handed off.
+            self.span = (poll.is_pending()
+                || matches!(poll, Poll::Ready(HandlerOutcome::Deferred)))
+            .then_some(span);
+            poll
+        }
+        #[cfg(not(feature = "tracing"))]
+        self.slot.start(info, body, cx)
     }
 
     /// Polls the running handler.
     pub(crate) fn resume(&mut self, cx: &mut Context<'_>) -> Poll<HandlerOutcome> {
-        self.0.resume(cx)
+        #[cfg(feature = "tracing")]
+        if let Some(span) = &self.span {
+            let poll = span.in_scope(|| self.slot.resume(cx));
+            if poll.is_ready() {
+                self.span = None;
+            }
+            return poll;
+        }
+        self.slot.resume(cx)
     }
 
     /// Drops a running handler's future (the consumer stopped or restarted).
     pub(crate) fn abandon(&mut self) {
-        self.0.abandon();
+        #[cfg(feature = "tracing")]
+        {
+            self.span = None;
+        }
+        self.slot.abandon();
     }
 
     /// The outcome future of the message a pipelined handler just handed off (after a
     /// [`HandlerOutcome::Deferred`]).
     pub(crate) fn take_handed_off(&mut self) -> Option<Outcome> {
-        self.0.take_handed_off()
+        let outcome = self.slot.take_handed_off();
+        #[cfg(feature = "tracing")]
+        if let Some(span) = self.span.take() {
+            use tracing::Instrument;
+            return outcome.map(|outcome| -> Outcome { Box::pin(outcome.instrument(span)) });
+        }
+        outcome
     }
 
     /// Whether pipelined handlers may hand messages off (`false`: await each, for ordered
     /// mode).
     pub(crate) fn allow_pipelining(&mut self, allowed: bool) {
-        self.0.allow_pipelining(allowed);
+        self.slot.allow_pipelining(allowed);
     }
 }
 
@@ -191,6 +244,7 @@ fn info_of() -> impl FnMut(&Header) -> DeliveryInfo {
             incarnation,
             seq: header.seq,
             window_start: header.window_start,
+            trace_context: header.trace_context.clone(),
         }
     }
 }

@@ -338,7 +338,8 @@
 //!
 //! A delivery is refused as a dead letter if it has no `reply_to`, a `seq` outside
 //! `1..=2^53-1` ([`MAX_SEQ`]), a producer id that is empty or longer than 256 bytes
-//! ([`MAX_ID_BYTES`]), or a `window_start` outside `1..=seq`. A limit the sender could raise
+//! ([`MAX_ID_BYTES`]), a `window_start` outside `1..=seq`, or a trace context with an all-zero
+//! id ([`DeadLetterReason::InvalidTraceContext`]). A limit the sender could raise
 //! would be no limit.
 //!
 //! `window_start` is the lowest seq the producer still awaits an ACK for. A consumer that has no
@@ -346,6 +347,28 @@
 //! waiting for seqs that will never be sent again. A seq below the highest `window_start` seen is
 //! stale: dropped without a handler run or an ACK ([`ConsumerStats::stale`]); an honest producer
 //! never sends one again, so this costs only late copies of settled messages.
+//!
+//! # Tracing: spans and trace contexts
+//!
+//! With the feature `tracing`, the crate opens `tracing` spans for handler runs (with the
+//! consumer's name, producer id and seq as fields), journal commits, recoveries, TCP
+//! connections and handshakes, and NATS subscriptions; `telemetry::spans` lists their names
+//! and fields. Without it, nothing of it is compiled in. The crate's `log` records stay `log`
+//! records either way.
+//!
+//! A message can carry the trace it was sent in, so that a trace follows it from `send` to its
+//! handler, also on another node: give the producer a hook,
+//! [`ProducerOptionsBuilder::trace_context`], that reads the current context (say, from
+//! OpenTelemetry) as a [`TraceContext`] (the W3C `traceparent`: trace id, span id, flags;
+//! [`TraceContext::parse_traceparent`] and [`TraceContext::to_traceparent`] convert). It is
+//! called at `tell`, `send` and `store` time; the context travels in the delivery, in process,
+//! in the TCP frame and in the NATS message, and the handler reads it from
+//! [`DeliveryInfo::trace_context`] (and, with the feature, it is the handler span's
+//! `traceparent` field). This needs no feature. A message without a context costs one byte on
+//! the wire and allocates nothing; a context is 25 bytes more. Contexts are not stored: a
+//! message a durable producer sends again after a restart has none. Carrying them made the
+//! wire protocol version 3: nodes and NATS carriers of an earlier release are refused (and
+//! counted in `version_refusals`), so a deployment upgrades its nodes together.
 //!
 //! # Persistence: the journal
 //!
@@ -402,8 +425,8 @@ mod producer;
 pub mod protocol;
 pub mod remote;
 mod stop_signal;
-#[cfg(feature = "metrics")]
-#[cfg_attr(docsrs, doc(cfg(feature = "metrics")))]
+#[cfg(any(feature = "metrics", feature = "tracing"))]
+#[cfg_attr(docsrs, doc(cfg(any(feature = "metrics", feature = "tracing"))))]
 pub mod telemetry;
 
 pub use config::{Backoff, ConsumerConfig, Limit, ProducerConfig};
@@ -427,3 +450,4 @@ pub use protocol::envelope::{
     MAX_SEQ,
 };
 pub use protocol::producer::ProducerStats;
+pub use protocol::trace_context::TraceContext;

@@ -9,6 +9,7 @@ use crate::error::TellError;
 use crate::protocol::consumer::{ConsumerStats, Inbound};
 use crate::protocol::envelope::{Ack, DeadLetterReason, Header, Incarnation, ProducerId};
 use crate::protocol::producer::{ProducerStats, Transmission};
+use crate::protocol::trace_context::TraceContext;
 
 /// A message from a producer to a consumer (`ProducerController` → `ConsumerController`).
 ///
@@ -25,6 +26,8 @@ pub struct Delivery<T> {
     pub seq: u64,
     /// The lowest seq the producer has not had ACKed yet; every lower seq is settled.
     pub window_start: u64,
+    /// The trace the message was sent in, if the producer set one.
+    pub trace_context: Option<TraceContext>,
     /// The message.
     pub body: T,
     /// Where the consumer sends the [`Ack`].
@@ -50,6 +53,7 @@ impl<T> Delivery<T> {
             incarnation,
             seq,
             window_start: 1,
+            trace_context: None,
             body,
             reply_to: Some(reply_to.into()),
         }
@@ -61,6 +65,12 @@ impl<T> Delivery<T> {
         self
     }
 
+    /// The same delivery in the trace `context`.
+    pub fn with_trace_context(mut self, context: TraceContext) -> Self {
+        self.trace_context = Some(context);
+        self
+    }
+
     /// The header of this delivery.
     pub fn header(&self) -> Header {
         Header {
@@ -68,6 +78,7 @@ impl<T> Delivery<T> {
             incarnation: self.incarnation,
             seq: self.seq,
             window_start: self.window_start,
+            trace_context: self.trace_context.clone(),
         }
     }
 
@@ -78,6 +89,7 @@ impl<T> Delivery<T> {
             incarnation: header.incarnation,
             seq: header.seq,
             window_start: header.window_start,
+            trace_context: header.trace_context,
             body,
             reply_to: Some(reply_to),
         }
@@ -90,6 +102,7 @@ impl<T> Delivery<T> {
                 incarnation: self.incarnation,
                 seq: self.seq,
                 window_start: self.window_start,
+                trace_context: self.trace_context,
             },
             body: self.body,
             reply_to: self.reply_to,

@@ -3,6 +3,8 @@
 //! Precedence: a value set on the builder wins over one loaded with `.config(…)`, which wins
 //! over the default, whatever order the calls come in.
 
+use std::fmt;
+use std::sync::Arc;
 use std::time::Duration;
 
 use actix::Recipient;
@@ -12,6 +14,24 @@ use crate::dead_letter::DeadLetter;
 use crate::error::OptionsError;
 use crate::handler::DeliveryHandler;
 use crate::message::ConsumerRef;
+use crate::protocol::trace_context::TraceContext;
+
+/// A producer's [`trace_context`](ProducerOptionsBuilder::trace_context) hook.
+#[derive(Clone)]
+pub(crate) struct TraceHook(Arc<dyn Fn() -> Option<TraceContext> + Send + Sync>);
+
+impl TraceHook {
+    /// The context of a message sent now.
+    pub(crate) fn current(&self) -> Option<TraceContext> {
+        (self.0)()
+    }
+}
+
+impl fmt::Debug for TraceHook {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("TraceHook")
+    }
+}
 
 /// Everything a [`ProducerController`](crate::ProducerController) needs, validated.
 #[derive(Debug)]
@@ -20,6 +40,7 @@ pub struct ProducerOptions<T: Send + 'static> {
     config: ProducerConfig,
     #[cfg(feature = "metrics")]
     metrics_label: Option<String>,
+    trace_context: Option<TraceHook>,
 }
 
 impl<T: Send + 'static> ProducerOptions<T> {
@@ -32,6 +53,7 @@ impl<T: Send + 'static> ProducerOptions<T> {
             explicit: Overrides::default(),
             #[cfg(feature = "metrics")]
             metrics_label: None,
+            trace_context: None,
         }
     }
 
@@ -49,7 +71,16 @@ impl<T: Send + 'static> ProducerOptions<T> {
             config,
             #[cfg(feature = "metrics")]
             metrics_label: None,
+            trace_context: None,
         })
+    }
+
+    /// The same options with the producer id fixed to `id` (a durable producer's is its
+    /// stream's), validated again.
+    pub(crate) fn with_producer_id(mut self, id: &str) -> Result<Self, OptionsError> {
+        self.config.producer_id = Some(id.to_owned());
+        self.config.validate()?;
+        Ok(self)
     }
 
     /// The validated settings.
@@ -63,8 +94,8 @@ impl<T: Send + 'static> ProducerOptions<T> {
         self.metrics_label.as_deref()
     }
 
-    pub(crate) fn into_parts(self) -> (ConsumerRef<T>, ProducerConfig) {
-        (self.consumer, self.config)
+    pub(crate) fn into_parts(self) -> (ConsumerRef<T>, ProducerConfig, Option<TraceHook>) {
+        (self.consumer, self.config, self.trace_context)
     }
 }
 
@@ -75,6 +106,7 @@ pub struct ProducerOptionsBuilder<T: Send + 'static> {
     explicit: Overrides<ProducerConfig>,
     #[cfg(feature = "metrics")]
     metrics_label: Option<String>,
+    trace_context: Option<TraceHook>,
 }
 
 impl<T: Send + 'static> ProducerOptionsBuilder<T> {
@@ -117,12 +149,26 @@ impl<T: Send + 'static> ProducerOptionsBuilder<T> {
         self.set(move |c| c.backoff = backoff)
     }
 
+    /// Carries a trace context with each message (default: none): `hook` is called when a
+    /// [`ProducerHandle`](crate::ProducerHandle)'s `tell`, `send` or `store` is called, in the
+    /// caller's context (where an application reads its tracing system's current span, e.g.
+    /// OpenTelemetry's), and what it returns travels with the message, in process, over TCP
+    /// and over NATS, to [`DeliveryInfo::trace_context`](crate::DeliveryInfo) at the handler.
+    /// Not stored: a message a durable producer resends after a restart has no context. Keep
+    /// it cheap; it runs on the sending path.
+    pub fn trace_context(
+        mut self,
+        hook: impl Fn() -> Option<TraceContext> + Send + Sync + 'static,
+    ) -> Self {
+        self.trace_context = Some(TraceHook(Arc::new(hook)));
+        self
+    }
+
     /// Validates and returns the options.
     ///
     /// # Errors
     /// [`OptionsError`] naming the first invalid field.
     pub fn build(self) -> Result<ProducerOptions<T>, OptionsError> {
-        #[allow(unused_mut)] // without `metrics`
         let mut options = ProducerOptions::new(self.consumer, self.explicit.apply(self.loaded))?;
         #[cfg(feature = "metrics")]
         {
@@ -131,6 +177,7 @@ impl<T: Send + 'static> ProducerOptionsBuilder<T> {
             }
             options.metrics_label = self.metrics_label;
         }
+        options.trace_context = self.trace_context;
         Ok(options)
     }
 
@@ -158,8 +205,7 @@ pub struct ConsumerOptions<T> {
     handler: DeliveryHandler<T>,
     config: ConsumerConfig,
     dead_letters: Option<Recipient<DeadLetter>>,
-    #[cfg(feature = "metrics")]
-    metrics_label: Option<String>,
+    name: Option<String>,
 }
 
 impl<T: 'static> ConsumerOptions<T> {
@@ -170,8 +216,7 @@ impl<T: 'static> ConsumerOptions<T> {
             loaded: ConsumerConfig::default(),
             explicit: Overrides::default(),
             dead_letters: None,
-            #[cfg(feature = "metrics")]
-            metrics_label: None,
+            name: None,
         }
     }
 
@@ -185,8 +230,7 @@ impl<T: 'static> ConsumerOptions<T> {
             handler,
             config,
             dead_letters: None,
-            #[cfg(feature = "metrics")]
-            metrics_label: None,
+            name: None,
         })
     }
 
@@ -195,10 +239,10 @@ impl<T: 'static> ConsumerOptions<T> {
         &self.config
     }
 
-    /// The label of this consumer's metrics, if the application chose one.
-    #[cfg(feature = "metrics")]
-    pub(crate) fn metrics_label(&self) -> Option<&str> {
-        self.metrics_label.as_deref()
+    /// The consumer's name, if the application chose one.
+    #[cfg_attr(not(feature = "metrics"), allow(dead_code))]
+    pub(crate) fn name(&self) -> Option<&str> {
+        self.name.as_deref()
     }
 
     pub(crate) fn into_parts(
@@ -218,8 +262,7 @@ pub struct ConsumerOptionsBuilder<T> {
     loaded: ConsumerConfig,
     explicit: Overrides<ConsumerConfig>,
     dead_letters: Option<Recipient<DeadLetter>>,
-    #[cfg(feature = "metrics")]
-    metrics_label: Option<String>,
+    name: Option<String>,
 }
 
 impl<T: 'static> ConsumerOptionsBuilder<T> {
@@ -272,33 +315,32 @@ impl<T: 'static> ConsumerOptionsBuilder<T> {
         self
     }
 
+    /// The consumer's name (default `"default"`; not empty): the `consumer` label of its
+    /// metrics (feature `metrics`; consumers sharing a name add up) and the `consumer` field
+    /// of its handler spans (feature `tracing`).
+    pub fn name(mut self, name: impl Into<String>) -> Self {
+        self.name = Some(name.into());
+        self
+    }
+
     /// Validates and returns the options.
     ///
     /// # Errors
     /// [`OptionsError`] naming the first invalid field.
     pub fn build(self) -> Result<ConsumerOptions<T>, OptionsError> {
-        let mut options = ConsumerOptions::new(self.handler, self.explicit.apply(self.loaded))?;
-        options.dead_letters = self.dead_letters;
-        #[cfg(feature = "metrics")]
-        {
-            if let Some(label) = &self.metrics_label {
-                crate::telemetry::metrics::check_label(label)?;
-            }
-            options.metrics_label = self.metrics_label;
+        if self.name.as_deref() == Some("") {
+            return Err(OptionsError::new("name", "must not be empty (got \"\")"));
         }
+        #[allow(unused_mut)] // without `tracing`
+        let mut handler = self.handler;
+        #[cfg(feature = "tracing")]
+        if let Some(name) = &self.name {
+            handler.set_name(name);
+        }
+        let mut options = ConsumerOptions::new(handler, self.explicit.apply(self.loaded))?;
+        options.dead_letters = self.dead_letters;
+        options.name = self.name;
         Ok(options)
-    }
-
-    /// The value of the `consumer` label on this consumer's metrics (feature `metrics`;
-    /// default `"default"`). Consumers sharing a label add up.
-    ///
-    /// # Errors
-    /// [`build`](Self::build) refuses an empty label.
-    #[cfg(feature = "metrics")]
-    #[cfg_attr(docsrs, doc(cfg(feature = "metrics")))]
-    pub fn metrics_label(mut self, label: impl Into<String>) -> Self {
-        self.metrics_label = Some(label.into());
-        self
     }
 
     fn set(mut self, setter: impl FnOnce(&mut ConsumerConfig) + Send + 'static) -> Self {

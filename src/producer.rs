@@ -18,7 +18,7 @@ use crate::durable::{Durable, DurableOptions, Stored};
 use crate::error::{DeliveryError, OptionsError, TellError};
 use crate::inbox::{Inbox, Refusal};
 use crate::message::{Acks, ConsumerRef, Delivery, GetProducerStats, ReplyTo, StopProducer, Tell};
-use crate::options::ProducerOptions;
+use crate::options::{ProducerOptions, TraceHook};
 use crate::protocol::envelope::{Ack, Incarnation, ProducerId};
 use crate::protocol::producer::{ProducerCore, ProducerStats};
 use crate::stop_signal::{StopSignal, SubscribeStopped};
@@ -58,6 +58,8 @@ pub struct ProducerController<T: Clone + Send + 'static> {
     pub(crate) durable: Option<Durable<T>>,
     #[cfg(feature = "metrics")]
     meter: crate::telemetry::metrics::ProducerMeter,
+    /// Sets the trace context of messages told through handles.
+    trace_context: Option<TraceHook>,
 }
 
 impl<T: Clone + Send + 'static> ProducerController<T> {
@@ -70,7 +72,7 @@ impl<T: Clone + Send + 'static> ProducerController<T> {
                 .or(options.config().producer_id.as_deref())
                 .unwrap_or(crate::telemetry::metrics::DEFAULT_LABEL),
         );
-        let (consumer, config) = options.into_parts();
+        let (consumer, config, trace_context) = options.into_parts();
         let room = config.window_size.saturating_add(config.max_pending);
         Self {
             core: ProducerCore::new(&config, Incarnation::random()),
@@ -87,6 +89,7 @@ impl<T: Clone + Send + 'static> ProducerController<T> {
             durable: None,
             #[cfg(feature = "metrics")]
             meter,
+            trace_context,
         }
     }
 
@@ -105,9 +108,13 @@ impl<T: Clone + Send + 'static> ProducerController<T> {
         T: Serialize + DeserializeOwned,
     {
         durable.resolve()?;
-        let (consumer, mut config) = options.into_parts();
         let id = durable.producer_id.as_str();
-        if let Some(other) = config.producer_id.as_deref().filter(|other| *other != id) {
+        if let Some(other) = options
+            .config()
+            .producer_id
+            .as_deref()
+            .filter(|other| *other != id)
+        {
             return Err(OptionsError::new(
                 "producer_id",
                 format!(
@@ -116,8 +123,7 @@ impl<T: Clone + Send + 'static> ProducerController<T> {
                 ),
             ));
         }
-        config.producer_id = Some(id.to_owned());
-        let options = ProducerOptions::new(consumer, config)?;
+        let options = options.with_producer_id(id)?;
         let config = options.config().clone();
         let mut producer = Self::new(options);
         producer.durable = Some(Durable::new(config, durable));
@@ -138,8 +144,11 @@ impl<T: Clone + Send + 'static> ProducerController<T> {
         }
         if let Some(reply_to) = &self.reply_to {
             let (now, core) = (now(), &mut self.core);
-            let deliveries = std::iter::from_fn(|| core.poll_transmit(now))
-                .map(|transmission| Delivery::from_transmission(transmission, reply_to.clone()));
+            let deliveries =
+                std::iter::from_fn(|| core.poll_transmit_with(now, Confirmation::trace_context))
+                    .map(|transmission| {
+                        Delivery::from_transmission(transmission, reply_to.clone())
+                    });
             self.consumer.do_send_all(deliveries);
         }
         self.settle_polled();
@@ -483,6 +492,7 @@ struct Shared<T: Clone + Send + 'static> {
     inbox: Arc<Inbox<T>>,
     producer_id: ProducerId,
     durable: bool,
+    trace_context: Option<TraceHook>,
 }
 
 impl<T: Clone + Send + 'static> Drop for Shared<T> {
@@ -505,8 +515,9 @@ impl<T: Clone + Send + 'static> ProducerHandle<T> {
         let inbox = producer.inbox.clone();
         let producer_id = producer.producer_id().clone();
         let durable = producer.durable.is_some();
+        let trace_context = producer.trace_context.clone();
         let addr = producer.start();
-        Self::from_parts(addr, inbox, producer_id, durable)
+        Self::from_parts(addr, inbox, producer_id, durable, trace_context)
     }
 
     /// Starts `producer` under an Actix `Supervisor` on the current arbiter: if it stops for a
@@ -516,8 +527,9 @@ impl<T: Clone + Send + 'static> ProducerHandle<T> {
         let inbox = producer.inbox.clone();
         let producer_id = producer.producer_id().clone();
         let durable = producer.durable.is_some();
+        let trace_context = producer.trace_context.clone();
         let addr = Supervisor::start(move |_| producer);
-        Self::from_parts(addr, inbox, producer_id, durable)
+        Self::from_parts(addr, inbox, producer_id, durable, trace_context)
     }
 
     /// Starts a producer on another arbiter (thread) and returns its handle.
@@ -525,8 +537,9 @@ impl<T: Clone + Send + 'static> ProducerHandle<T> {
         let inbox = producer.inbox.clone();
         let producer_id = producer.producer_id().clone();
         let durable = producer.durable.is_some();
+        let trace_context = producer.trace_context.clone();
         let addr = ProducerController::start_in_arbiter(arbiter, move |_| producer);
-        Self::from_parts(addr, inbox, producer_id, durable)
+        Self::from_parts(addr, inbox, producer_id, durable, trace_context)
     }
 
     /// Starts `producer` under an Actix `Supervisor` on another arbiter (thread), as
@@ -538,8 +551,9 @@ impl<T: Clone + Send + 'static> ProducerHandle<T> {
         let inbox = producer.inbox.clone();
         let producer_id = producer.producer_id().clone();
         let durable = producer.durable.is_some();
+        let trace_context = producer.trace_context.clone();
         let addr = Supervisor::start_in_arbiter(arbiter, move |_| producer);
-        Self::from_parts(addr, inbox, producer_id, durable)
+        Self::from_parts(addr, inbox, producer_id, durable, trace_context)
     }
 
     fn from_parts(
@@ -547,6 +561,7 @@ impl<T: Clone + Send + 'static> ProducerHandle<T> {
         inbox: Arc<Inbox<T>>,
         producer_id: ProducerId,
         durable: bool,
+        trace_context: Option<TraceHook>,
     ) -> Self {
         Self {
             shared: Arc::new(Shared {
@@ -554,7 +569,21 @@ impl<T: Clone + Send + 'static> ProducerHandle<T> {
                 inbox,
                 producer_id,
                 durable,
+                trace_context,
             }),
+        }
+    }
+
+    /// `confirm` for a message sent now: in the trace context the hook reads, if any.
+    fn traced(&self, confirm: Confirmation) -> Confirmation {
+        match self
+            .shared
+            .trace_context
+            .as_ref()
+            .and_then(TraceHook::current)
+        {
+            Some(context) => confirm.with_trace_context(context),
+            None => confirm,
         }
     }
 
@@ -592,7 +621,7 @@ impl<T: Clone + Send + 'static> ProducerHandle<T> {
     /// [`TellError::Stopped`] when the producer has stopped; both hand the body back, and
     /// `confirm` fires with the matching [`DeliveryError`].
     pub fn tell(&self, body: T, confirm: impl Into<Confirmation>) -> Result<(), TellError<T>> {
-        let confirm = confirm.into();
+        let confirm = self.traced(confirm.into());
         let refused = match self.shared.inbox.try_reserve() {
             Ok(()) => match self.hand_over(body, confirm) {
                 Ok(()) => return Ok(()),
@@ -661,6 +690,7 @@ impl<T: Clone + Send + 'static> ProducerHandle<T> {
         timeout: Option<Duration>,
     ) -> impl Future<Output = Result<(), DeliveryError>> + 'static {
         let (confirm, outcome) = Confirmation::channel();
+        let confirm = self.traced(confirm);
         let waits_for_room = match self.shared.inbox.try_reserve() {
             // A refused hand-over drops `confirm`, which settles `outcome` as stopped.
             Ok(()) => {
@@ -755,11 +785,13 @@ impl<T: Clone + Send + 'static> ProducerHandle<T> {
     ) -> impl Future<Output = Result<Stored, DeliveryError>> + 'static {
         let handle = self.clone();
         let deadline = deadline_after(timeout);
+        // The context is the caller's, read before the future starts.
+        let (confirm, id, confirmed) = Confirmation::channel_with_stored();
+        let confirm = self.traced(confirm);
         async move {
             if !handle.shared.durable {
                 return Err(DeliveryError::NotDurable);
             }
-            let (confirm, id, confirmed) = Confirmation::channel_with_stored();
             match handle.reserve_until(deadline).await {
                 Room::Reserved => {}
                 Room::TimedOut => return Err(DeliveryError::Timeout),

@@ -89,6 +89,7 @@ impl FlakyLink {
                 window_start: delivery.window_start,
                 body: delivery.body,
                 reply_to: Some(own_reply.clone()),
+                trace_context: None,
             };
             let consumer = self.consumer.clone();
             ctx.run_later(delay, move |_, _| consumer.do_send(copy));

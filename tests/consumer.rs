@@ -22,6 +22,7 @@ fn delivery(id: &str, incarnation: u128, seq: u64, body: u32, reply_to: &ReplyTo
         window_start: 1,
         body,
         reply_to: Some(reply_to.clone()),
+        trace_context: None,
     }
 }
 
@@ -494,6 +495,7 @@ async fn handler_with_info_sees_producer_the_public_incarnation_id_and_seq() {
         incarnation: Incarnation::from_u128(9).id(),
         seq: 4,
         window_start: 1,
+        trace_context: None,
     };
     assert_eq!(seen.snapshot(), [(expected, 40)]);
     assert_ne!(

@@ -111,6 +111,7 @@ async fn snapshot_recovery_equals_full_replay_for_the_delivery_record() {
                     incarnation: IncarnationId::from_u128(rng.random_range(1..=2)),
                     seq,
                     window_start: rng.random_range(1..=seq),
+                    trace_context: None,
                 };
                 n += 1;
                 let show = |answer: Result<Outcome<i64>, CommandError<String>>| match answer {
@@ -162,6 +163,7 @@ async fn a_commit_reported_failed_is_deduplicated_on_retry_and_its_delivery_sent
         incarnation: IncarnationId::from_u128(9),
         seq: 1,
         window_start: 1,
+        trace_context: None,
     };
     journal.arm(Fault::AfterCommit);
     let failed = ledger.ask_delivered(info.clone(), Op::Apply(1)).await;

@@ -117,6 +117,7 @@ impl Relay {
                     incarnation: delivery.incarnation,
                     seq: delivery.seq,
                     window_start: delivery.window_start,
+                    trace_context: delivery.trace_context.clone(),
                     body: delivery.body,
                     reply_to: delivery.reply_to.clone(),
                 };
@@ -174,7 +175,7 @@ async fn producer_and_consumer_counters_equal_their_stats_and_latencies_are_reco
     });
     let consumer = ConsumerController::new(
         ConsumerOptions::builder(handler)
-            .metrics_label("orders-consumer")
+            .name("orders-consumer")
             .build()
             .unwrap(),
     )
@@ -432,10 +433,10 @@ async fn node_counters_equal_its_stats_over_loopback_tcp() {
 async fn an_empty_metrics_label_is_refused_at_construction() {
     let handler = DeliveryHandler::from_fn(|_: u32| async { Ok::<(), std::io::Error>(()) });
     let error = ConsumerOptions::builder(handler)
-        .metrics_label("")
+        .name("")
         .build()
         .unwrap_err();
-    assert_eq!(error.field, "metrics_label");
+    assert_eq!(error.field, "name");
     let error = NodeOptions::builder()
         .insecure_no_authentication()
         .metrics_label("")

@@ -88,7 +88,7 @@ async fn acks_reach_the_right_producer_among_several_on_one_carrier() {
 }
 
 /// The protocol version a NATS message starts with.
-const VERSION: u8 = 2;
+const VERSION: u8 = 3;
 
 /// Publishes `payload` as a message of this protocol (after its version) on `subject`,
 /// asking for replies on `reply` (if any).
@@ -121,7 +121,8 @@ fn deliveries_frame(consumer: &str, body: &[u8]) -> Vec<u8> {
     let mut frame = vec![4, consumer.len() as u8];
     frame.extend_from_slice(consumer.as_bytes());
     frame.extend_from_slice(&[1, b'p', 0, 1]); // producer id "p", incarnation (0, 1)
-    frame.extend_from_slice(&[1, 1, 1, body.len() as u8]); // one item: seq 1, window start 1
+                                               // One item: seq 1, window start 1, no trace context (since version 3).
+    frame.extend_from_slice(&[1, 1, 1, 0, body.len() as u8]);
     frame.extend_from_slice(body);
     frame
 }
@@ -210,7 +211,7 @@ async fn garbage_is_refused_and_counted_and_the_consumer_goes_on() {
         .await
         .expect("an ACK")
         .unwrap();
-    // Version 2, Acks: p, (0, 1), [1].
+    // Version 3, Acks: p, (0, 1), [1].
     assert_eq!(ack.payload.as_ref(), &[VERSION, 5, 1, b'p', 0, 1, 1, 1]);
     assert_eq!(handled.total(), 1);
     assert_eq!(server.stats().version_refusals, 0);
@@ -230,6 +231,24 @@ async fn garbage_is_refused_and_counted_and_the_consumer_goes_on() {
         wait_until(Duration::from_secs(5), || {
             let stats = server.stats();
             stats.version_refusals == 1 && stats.decode_failures == before + 1
+        })
+        .await,
+        "{:?}",
+        server.stats()
+    );
+    assert_eq!(handled.total(), 1, "nothing of it reached the handler");
+
+    // A delivery as a carrier of protocol 2 sent it (its items have no trace context byte):
+    // refused as another protocol's, counted, never handled.
+    let mut old = vec![2];
+    old.extend(deliveries_frame(&subject, &[2, 1, 8]));
+    old.remove(old.len() - 5); // the item without its trace context byte
+    publish_unversioned(&raw, &subject, Some(&replies), old).await;
+    raw.flush().await.unwrap();
+    assert!(
+        wait_until(Duration::from_secs(5), || {
+            let stats = server.stats();
+            stats.version_refusals == 2 && stats.decode_failures == before + 2
         })
         .await,
         "{:?}",
@@ -795,7 +814,7 @@ fn undecodable_frame(consumer: &str, n: u8) -> Vec<u8> {
     frame.extend_from_slice(consumer.as_bytes());
     frame.extend_from_slice(&[1, b'p', 0, 1, n]);
     for seq in 1..=n {
-        frame.extend_from_slice(&[seq, 1, 1, 255]);
+        frame.extend_from_slice(&[seq, 1, 0, 1, 255]); // seq, window start 1, no context
     }
     frame
 }

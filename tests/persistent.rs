@@ -310,6 +310,7 @@ fn info(seq: u64) -> DeliveryInfo {
         incarnation: IncarnationId::from_u128(1),
         seq,
         window_start: 1,
+        trace_context: None,
     }
 }
 

@@ -242,6 +242,7 @@ async fn a_frame_that_does_not_decode_closes_only_its_connection() {
         items: vec![Item {
             seq: 1,
             window_start: 1,
+            trace_context: None,
             body: wire::body(&1u64),
         }],
     });
@@ -293,6 +294,7 @@ async fn bad_fields_become_dead_letters_and_unknown_names_are_dropped() {
         items: vec![Item {
             seq: 1,
             window_start: 1,
+            trace_context: None,
             body: wire::body(&1u64),
         }],
     });
@@ -523,6 +525,7 @@ async fn undecodable_bodies_count_against_the_receive_bound_of_a_busy_consumer()
                 .map(|i| Item {
                     seq: frame * PER_FRAME + i,
                     window_start: 1,
+                    trace_context: None,
                     body: vec![0xff, 0xff], // not the encoding of a u64
                 })
                 .collect(),
@@ -751,32 +754,34 @@ async fn output_high_water_is_true_while_a_socket_write_blocks() {
 }
 
 /// A peer of another protocol version (a release whose frames or bodies differ, such as
-/// protocol 1, whose bodies carry no codec and version) is refused in the handshake by the
-/// side that sees its version, both as server and as client, counted in
-/// `version_refusals`; nothing it sends reaches a consumer.
+/// protocol 1, whose bodies carry no codec and version, or protocol 2, whose deliveries carry
+/// no trace context) is refused in the handshake by the side that sees its version, both as
+/// server and as client, counted in `version_refusals`; nothing it sends reaches a consumer.
 #[actix::test]
 async fn a_peer_of_another_protocol_version_is_refused_and_counted() {
     let (server, handled, _) = insecure_server().await;
-    let mut old = TcpStream::connect(server.local_addr().unwrap())
-        .await
-        .unwrap();
-    let mut hello = wire::hello(false);
-    if let Frame::Hello(hello) = &mut hello {
-        hello.version = 1;
+    for (refused, version) in [(1, 1), (2, 2)] {
+        let mut old = TcpStream::connect(server.local_addr().unwrap())
+            .await
+            .unwrap();
+        let mut hello = wire::hello(false);
+        if let Frame::Hello(hello) = &mut hello {
+            hello.version = version;
+        }
+        wire::write(&mut old, &hello).await.unwrap();
+        wire::write(&mut old, &wire::deliveries("numbers", [1]))
+            .await
+            .unwrap();
+        assert!(wire::closed_by_peer(&mut old, Duration::from_secs(5)).await);
+        assert!(
+            wait_until(Duration::from_secs(5), || server.stats().version_refusals
+                == refused)
+            .await
+        );
+        assert_eq!(server.stats().handshake_failures, refused);
     }
-    wire::write(&mut old, &hello).await.unwrap();
-    wire::write(&mut old, &wire::deliveries("numbers", [1]))
-        .await
-        .unwrap();
-    assert!(wire::closed_by_peer(&mut old, Duration::from_secs(5)).await);
-    assert!(
-        wait_until(Duration::from_secs(5), || server.stats().version_refusals
-            == 1)
-        .await
-    );
-    assert_eq!(server.stats().handshake_failures, 1);
 
-    // As a client: the server answers with a Challenge of version 1.
+    // As a client: the server answers with a Challenge of version 2.
     let listener = tokio::net::TcpListener::bind(localhost()).await.unwrap();
     let addr = listener.local_addr().unwrap();
     let old_server = actix::spawn(async move {
@@ -785,7 +790,7 @@ async fn a_peer_of_another_protocol_version_is_refused_and_counted() {
             panic!("no hello");
         };
         let challenge = wire::Challenge {
-            version: 1,
+            version: 2,
             node_id: [5; 16],
             nonce: [6; 32],
             max_frame_length: 1 << 20,

@@ -309,21 +309,36 @@ impl<T: Clone + Send + 'static> ProducerController<T> {
             message_version: durable.options.message_version,
         });
         durable.log = Some(log);
-        ctx.spawn(opened.into_actor(self).map(|reply, act, ctx| match reply {
-            Ok(LogReply::Opened {
-                epoch,
-                incarnation,
-                next_seq,
-                unsettled,
-            }) => act.resume(epoch, incarnation, next_seq, unsettled, ctx),
-            Ok(LogReply::Done) => unreachable!("Open replies Opened"),
-            Err(error) => {
-                if let (CommandError::Journal(_), Some(durable)) = (&error, &mut act.durable) {
-                    durable.unsure_opens += 1; // perhaps it committed
-                }
-                act.fail_log(&error, ctx)
-            }
-        }));
+        #[cfg(feature = "tracing")]
+        let span =
+            crate::telemetry::spans::recovery("durable_producer", durable.options.stream.as_str());
+        #[cfg(feature = "tracing")]
+        let opened = tracing::Instrument::instrument(opened, span.clone());
+        ctx.spawn(
+            opened
+                .into_actor(self)
+                .map(move |reply, act, ctx| match reply {
+                    Ok(LogReply::Opened {
+                        epoch,
+                        incarnation,
+                        next_seq,
+                        unsettled,
+                    }) => {
+                        #[cfg(feature = "tracing")]
+                        span.record("resumed", unsettled.len());
+                        act.resume(epoch, incarnation, next_seq, unsettled, ctx)
+                    }
+                    Ok(LogReply::Done) => unreachable!("Open replies Opened"),
+                    Err(error) => {
+                        if let (CommandError::Journal(_), Some(durable)) =
+                            (&error, &mut act.durable)
+                        {
+                            durable.unsure_opens += 1; // perhaps it committed
+                        }
+                        act.fail_log(&error, ctx)
+                    }
+                }),
+        );
     }
 
     /// The stream is open: the core continues the stored life and resends what is unsettled,

@@ -55,7 +55,7 @@ mod memory;
 mod postgres;
 mod replay;
 mod sqlite;
-mod write;
+pub(crate) mod write;
 
 pub use error::JournalError;
 pub use id::PersistenceId;

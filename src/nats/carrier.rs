@@ -518,9 +518,13 @@ impl NatsCarrier {
             }
         };
         let consumer = Arc::new(ExposedConsumer(consumer.clone()));
-        shared
-            .arbiter
-            .spawn(serve(shared.clone(), subscriber, consumer, serving));
+        let served = serve(shared.clone(), subscriber, consumer, serving);
+        #[cfg(feature = "tracing")]
+        let served = tracing::Instrument::instrument(
+            served,
+            crate::telemetry::spans::subscription(subject, group),
+        );
+        shared.arbiter.spawn(served);
         Ok(())
     }
 

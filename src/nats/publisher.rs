@@ -182,6 +182,7 @@ mod tests {
     use crate::protocol::envelope::{Ack, Incarnation, ProducerId};
     use crate::remote::body::Body;
     use crate::remote::frame::Frame;
+    use crate::remote::output::Item;
 
     fn drain(publisher: &Publisher) -> Vec<Bytes> {
         let mut queue = publisher.lock();
@@ -192,7 +193,7 @@ mod tests {
     fn each_frame_is_one_message_without_prefix_split_at_max_payload() {
         let publisher = Publisher::new(1 << 20, 4096);
         let items: Vec<_> = (1..=100u64)
-            .map(|seq| (seq, 1, Body::new(&[7; 100])))
+            .map(|seq| Item::new(seq, 1, Body::new(&[7; 100])))
             .collect();
         let subject = Subject::from("orders");
         let pushed = publisher.publish(&subject, None, |out| {

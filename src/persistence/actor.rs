@@ -312,7 +312,13 @@ impl<E: EventSourced> PersistentActor<E> {
             if !delay.is_zero() {
                 actix::clock::sleep(delay).await;
             }
-            recover::<E>(&*journal, &id, &config).await
+            let recovered = recover::<E>(&*journal, &id, &config);
+            #[cfg(feature = "tracing")]
+            let recovered = tracing::Instrument::instrument(
+                recovered,
+                crate::telemetry::spans::recovery("persistent_entity", id.as_str()),
+            );
+            recovered.await
         };
         ctx.spawn(recovery.into_actor(self).map(|result, act, ctx| {
             match result {
@@ -506,6 +512,7 @@ async fn recover_from<E: EventSourced>(
     let mut recovery = Recovery::<E>::new(id.clone(), config);
     let from_seq = recovery.restore_snapshot(snapshot, config)?;
     let highest_seq = journal.highest_seq(id).await?;
+    let mut replayed = 0u64;
     if from_seq <= highest_seq {
         replay_all(
             journal,
@@ -513,10 +520,16 @@ async fn recover_from<E: EventSourced>(
             from_seq,
             highest_seq,
             config.replay_page,
-            |stored| recovery.apply(stored),
+            |stored| {
+                replayed += 1;
+                recovery.apply(stored)
+            },
         )
         .await?;
     }
+    #[cfg(feature = "tracing")]
+    tracing::Span::current().record("events", replayed);
+    let _ = replayed;
     recovery.finish(highest_seq)
 }
 

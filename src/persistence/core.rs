@@ -912,6 +912,7 @@ mod tests {
                 incarnation: IncarnationId::from_u128(1),
                 seq,
                 window_start,
+                trace_context: None,
             }),
         }
     }

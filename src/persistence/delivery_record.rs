@@ -154,6 +154,7 @@ mod tests {
             incarnation: IncarnationId::from_u128(incarnation),
             seq,
             window_start,
+            trace_context: None,
         }
     }
 

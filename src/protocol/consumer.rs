@@ -671,6 +671,7 @@ mod tests {
                 incarnation: Incarnation::from_u128(incarnation),
                 seq,
                 window_start: 1,
+                trace_context: None,
             },
             body: "body",
             reply_to: Some(7),

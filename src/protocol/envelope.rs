@@ -9,6 +9,8 @@ use std::sync::Arc;
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
+use crate::protocol::trace_context::TraceContext;
+
 /// The longest producer id (in bytes) a consumer admits. Not configurable: a limit the sender
 /// could raise would be no limit.
 pub const MAX_ID_BYTES: usize = 256;
@@ -200,6 +202,9 @@ pub struct Header {
     /// producer starts its window here instead of waiting forever for seqs that will never be
     /// sent again. Always `1 <= window_start <= seq`.
     pub window_start: u64,
+    /// The trace the message was sent in, if the producer set one
+    /// ([`ProducerOptionsBuilder::trace_context`](crate::ProducerOptionsBuilder::trace_context)).
+    pub trace_context: Option<TraceContext>,
 }
 
 /// Which message a handler is running for: what an effectively-once handler records next to
@@ -216,6 +221,12 @@ pub struct DeliveryInfo {
     /// The lowest seq the producer still awaited an ACK for when it sent this message: every
     /// lower seq of the incarnation was settled (ACKed or given up) by then.
     pub window_start: u64,
+    /// The trace the message was sent in, if its producer set one
+    /// ([`ProducerOptionsBuilder::trace_context`](crate::ProducerOptionsBuilder::trace_context)):
+    /// the parent of the handler's work. Metadata, not identity: a message resent by a
+    /// recovered durable producer has none (contexts are not stored).
+    #[serde(default)]
+    pub trace_context: Option<TraceContext>,
 }
 
 impl From<&Header> for DeliveryInfo {
@@ -225,6 +236,7 @@ impl From<&Header> for DeliveryInfo {
             incarnation: header.incarnation.id(),
             seq: header.seq,
             window_start: header.window_start,
+            trace_context: header.trace_context.clone(),
         }
     }
 }
@@ -293,6 +305,10 @@ pub enum DeadLetterReason {
         /// The consumer's version of its message type.
         current: u32,
     },
+    /// The delivery carries a trace context with an all-zero trace or span id (which W3C
+    /// Trace Context forbids, and no producer of this crate sends).
+    #[error("the trace context has an all-zero id")]
+    InvalidTraceContext,
 }
 
 /// The text of [`DeadLetterReason::IncompatibleBody`].
@@ -326,6 +342,13 @@ pub fn admit(header: &Header, has_reply_to: bool) -> Result<(), DeadLetterReason
             seq: header.seq,
         });
     }
+    if header
+        .trace_context
+        .as_ref()
+        .is_some_and(|context| !context.is_valid())
+    {
+        return Err(DeadLetterReason::InvalidTraceContext);
+    }
     Ok(())
 }
 
@@ -356,6 +379,7 @@ mod tests {
             incarnation: Incarnation::from_u128(7),
             seq,
             window_start,
+            trace_context: None,
         }
     }
 
@@ -425,6 +449,33 @@ mod tests {
     }
 
     #[test]
+    fn a_trace_context_with_an_all_zero_id_is_refused_after_the_other_rules() {
+        let decoded = |bytes: [u8; 25]| -> TraceContext { crate::codec::decode(&bytes).unwrap() };
+        let mut bytes = [1; 25];
+        let mut traced = header("p", 2, 1);
+        traced.trace_context = Some(decoded(bytes));
+        assert_eq!(admit(&traced, true), Ok(()));
+        bytes[..16].fill(0);
+        traced.trace_context = Some(decoded(bytes));
+        assert_eq!(
+            admit(&traced, true),
+            Err(DeadLetterReason::InvalidTraceContext)
+        );
+        bytes = [1; 25];
+        bytes[16..24].fill(0);
+        traced.trace_context = Some(decoded(bytes));
+        assert_eq!(
+            admit(&traced, true),
+            Err(DeadLetterReason::InvalidTraceContext)
+        );
+        traced.seq = 0;
+        assert_eq!(
+            admit(&traced, true),
+            Err(DeadLetterReason::SeqOutOfRange(0))
+        );
+    }
+
+    #[test]
     fn incarnation_round_trips_its_value_and_orders_like_it() {
         let values = [0, 1, u64::MAX as u128, u64::MAX as u128 + 1, u128::MAX];
         for v in values {
@@ -451,6 +502,7 @@ mod tests {
             incarnation: token,
             seq: 1,
             window_start: 1,
+            trace_context: None,
         };
         let printed = format!("{header:?} {:?}", DeliveryInfo::from(&header));
         assert!(!printed.contains("123456789abcdef"), "{printed}");

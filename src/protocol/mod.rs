@@ -9,3 +9,4 @@ pub mod dedup;
 pub mod envelope;
 pub mod producer;
 pub mod rate_limit;
+pub mod trace_context;

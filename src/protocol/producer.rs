@@ -11,6 +11,7 @@ use serde::{Deserialize, Serialize};
 use crate::config::{Backoff, ProducerConfig};
 use crate::error::DeliveryError;
 use crate::protocol::envelope::{random_u64, Ack, Header, Incarnation, ProducerId};
+use crate::protocol::trace_context::TraceContext;
 
 /// A delivery the producer wants on the wire.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -317,6 +318,16 @@ impl<T: Clone, C> ProducerCore<T, C> {
     /// slots (numbering them and setting their deadlines from `now`), then yields first
     /// transmissions and retransmissions in order.
     pub fn poll_transmit(&mut self, now: Instant) -> Option<Transmission<T>> {
+        self.poll_transmit_with(now, |_| None)
+    }
+
+    /// [`poll_transmit`](Self::poll_transmit), with the trace context of each message read
+    /// from its confirmation token by `trace_context` (for tokens that carry one).
+    pub fn poll_transmit_with(
+        &mut self,
+        now: Instant,
+        trace_context: impl FnOnce(&C) -> Option<TraceContext>,
+    ) -> Option<Transmission<T>> {
         self.fill_window(now);
         while let Some(seq) = self.transmit.pop_front() {
             let Some(index) = self.position(seq) else {
@@ -329,6 +340,7 @@ impl<T: Clone, C> ProducerCore<T, C> {
                     incarnation: self.incarnation,
                     seq,
                     window_start: self.in_flight[0].seq.min(self.durably_settled_below),
+                    trace_context: trace_context(&message.confirm),
                 },
                 body: message.body.clone(),
                 attempt: message.attempts,

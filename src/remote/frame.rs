@@ -13,11 +13,15 @@ use serde::{Deserialize, Serialize, Serializer};
 
 use crate::codec::{self, CodecError};
 use crate::protocol::envelope::{Incarnation, MAX_ID_BYTES};
+use crate::protocol::trace_context::TraceContext;
 use crate::remote::auth::{NodeId, Nonce, Sealer};
 
-/// The protocol version this crate speaks: 2 since bodies start with their codec and schema
-/// version ([`crate::remote::schema`]); version 1 bodies were bare bincode.
-pub(crate) const PROTOCOL_VERSION: u16 = 2;
+/// The protocol version this crate speaks: 3 since each delivery may carry a trace context
+/// (one byte when it does not); 2 since bodies start with their codec and schema version
+/// ([`crate::remote::schema`]); version 1 bodies were bare bincode. Peers of another version
+/// are refused at the handshake (and NATS messages of another version are refused, counted):
+/// a deployment upgrades its nodes together.
+pub(crate) const PROTOCOL_VERSION: u16 = 3;
 
 /// The first bytes of every `Hello`.
 pub(crate) const MAGIC: [u8; 8] = *b"actixdlv";
@@ -116,6 +120,8 @@ pub(crate) struct WireDelivery<'a> {
     pub seq: u64,
     /// The producer's window start when it sent this.
     pub window_start: u64,
+    /// The trace the message was sent in: one byte when absent (version 3 on).
+    pub trace_context: Option<TraceContext>,
     /// The encoded body: its codec and schema version, then the value
     /// ([`crate::remote::schema`]).
     #[serde(serialize_with = "as_bytes")]
@@ -229,9 +235,18 @@ pub(crate) const fn bytes_len(len: usize) -> usize {
 }
 
 /// Bytes of one [`WireDelivery`] with a body of `body` bytes.
-pub(crate) const fn wire_delivery_len(seq: u64, window_start: u64, body: usize) -> usize {
-    varint_len(seq) + varint_len(window_start) + bytes_len(body)
+pub(crate) const fn wire_delivery_len(
+    seq: u64,
+    window_start: u64,
+    traced: bool,
+    body: usize,
+) -> usize {
+    let trace = if traced { 1 + TRACE_CONTEXT_LEN } else { 1 };
+    varint_len(seq) + varint_len(window_start) + trace + bytes_len(body)
 }
+
+/// Bytes of a [`TraceContext`] on the wire: trace id, span id, flags.
+const TRACE_CONTEXT_LEN: usize = 16 + 8 + 1;
 
 /// Bytes of a `Deliveries` frame's payload without its items, with a count prefix for up to
 /// [`MAX_BATCH`] items (the prefix is then 1 or 3 bytes; this counts 3).
@@ -310,6 +325,7 @@ mod tests {
                 .map(|seq| WireDelivery {
                     seq,
                     window_start: 1,
+                    trace_context: None,
                     body: b"body",
                 })
                 .collect(),
@@ -370,7 +386,7 @@ mod tests {
         let payload = payload_of(&Frame::Hello(hello()));
         assert_eq!(payload[0], 0, "Hello is kind 0");
         assert_eq!(&payload[1..9], b"actixdlv");
-        assert_eq!(payload[9], 2, "version 2");
+        assert_eq!(payload[9], 3, "version 3");
     }
 
     #[test]
@@ -388,15 +404,21 @@ mod tests {
         ] {
             assert_eq!(varint_len(n), codec::encode(&n).unwrap().len(), "{n}");
         }
-        for body in [0, 3, 250, 251, 70_000] {
+        let context = TraceContext::new([1; 16], [2; 8], 1);
+        for (body, trace_context) in [0, 3, 250, 251, 70_000]
+            .into_iter()
+            .flat_map(|body| [(body, None), (body, context.clone())])
+        {
             let bytes = vec![1u8; body];
+            let traced = trace_context.is_some();
             let item = WireDelivery {
                 seq: 300,
                 window_start: 7,
+                trace_context,
                 body: &bytes,
             };
             assert_eq!(
-                wire_delivery_len(300, 7, body),
+                wire_delivery_len(300, 7, traced, body),
                 codec::encode(&item).unwrap().len()
             );
         }
@@ -448,11 +470,13 @@ mod tests {
                 WireDelivery {
                     seq: 0,
                     window_start: 0,
+                    trace_context: None,
                     body: b"",
                 },
                 WireDelivery {
                     seq: u64::MAX,
                     window_start: u64::MAX,
+                    trace_context: None,
                     body: b"",
                 },
             ],

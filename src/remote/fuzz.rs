@@ -7,6 +7,7 @@ use tokio_util::codec::{Decoder, LengthDelimitedCodec};
 
 use crate::codec::Codec;
 use crate::protocol::envelope::Incarnation;
+use crate::protocol::trace_context::TraceContext;
 use crate::remote::auth::{NodeId, Opener, Sealer};
 use crate::remote::frame::{
     AckBatch, Challenge, DeliveryBatch, Frame, Hello, Proof, WireDelivery, MAGIC, PROTOCOL_VERSION,
@@ -102,6 +103,9 @@ pub fn sample_stream() -> Vec<u8> {
                 .map(|(body, seq)| WireDelivery {
                     seq,
                     window_start: 1,
+                    // Half of them traced, so that mutations reach a context too.
+                    trace_context: TraceContext::new([7; 16], [8; 8], 1)
+                        .filter(|_| seq.is_multiple_of(2)),
                     body,
                 })
                 .collect(),

@@ -32,6 +32,20 @@ enum Refusal {
     Evicted,
 }
 
+#[cfg(feature = "tracing")]
+impl Refusal {
+    /// The refusal in a word or two, for the handshake span.
+    fn name(&self) -> &'static str {
+        match self {
+            Refusal::Failed(Failure::Refused(_)) => "refused",
+            Refusal::Failed(Failure::Io) => "closed",
+            Refusal::Failed(Failure::Tls(_)) => "tls failed",
+            Refusal::TimedOut => "timed out",
+            Refusal::Evicted => "evicted",
+        }
+    }
+}
+
 /// Frames of one connection handed to consumers and not yet taken from their mailboxes: the
 /// reader waits beyond this, so a slow consumer slows its peers' sending (TCP flow control)
 /// instead of growing its mailbox.
@@ -97,6 +111,7 @@ impl<T: DeserializeOwned + Send + 'static> Exposed for ExposedConsumer<T> {
                 incarnation: batch.incarnation,
                 seq: item.seq,
                 window_start: item.window_start,
+                trace_context: item.trace_context.clone(),
             };
             match schema.read(item.body) {
                 Ok(body) => deliveries.push(Delivery {
@@ -104,6 +119,7 @@ impl<T: DeserializeOwned + Send + 'static> Exposed for ExposedConsumer<T> {
                     incarnation: header.incarnation,
                     seq: header.seq,
                     window_start: header.window_start,
+                    trace_context: header.trace_context,
                     body,
                     reply_to: Some(reply_to.clone()),
                 }),
@@ -158,12 +174,22 @@ pub(crate) async fn listen(node: Arc<Shared>, listener: TcpListener) {
             oldest.cancel();
         }
         let node = node.clone();
+        #[cfg(feature = "tracing")]
+        let span = crate::telemetry::spans::connection(
+            "inbound",
+            &stream
+                .peer_addr()
+                .map_or_else(|_| "an unknown address".to_string(), |a| a.to_string()),
+        );
         node.arbiter.clone().spawn(async move {
             let handshake = InHandshake {
                 node: &node,
                 ticket,
             };
-            serve(&node, stream, handshake, evicted).await;
+            let served = serve(&node, stream, handshake, evicted);
+            #[cfg(feature = "tracing")]
+            let served = tracing::Instrument::instrument(served, span);
+            served.await;
         });
     }
 }
@@ -212,6 +238,10 @@ async fn serve(
     let timed = tokio::time::timeout(node.options.config.handshake_timeout, async {
         accept_handshake(secure_accept(node, stream).await?, &node.local).await
     });
+    #[cfg(feature = "tracing")]
+    let span = crate::telemetry::spans::handshake();
+    #[cfg(feature = "tracing")]
+    let timed = tracing::Instrument::instrument(timed, span.clone());
     let established = tokio::select! {
         biased; // a handshake that completed is not evicted
         () = node.cancel.cancelled() => return,
@@ -223,6 +253,20 @@ async fn serve(
         () = evicted.cancelled() => Err(Refusal::Evicted),
     };
     drop(handshake);
+    #[cfg(feature = "tracing")]
+    match &established {
+        Ok(established) => {
+            span.record("outcome", "established");
+            crate::telemetry::spans::established(
+                &tracing::Span::current(),
+                &established.session.peer,
+                established.identity.as_deref(),
+            );
+        }
+        Err(refusal) => {
+            span.record("outcome", refusal.name());
+        }
+    }
     let counters = &node.counters;
     let established = match established {
         Ok(established) => established,

@@ -183,8 +183,8 @@ impl Outbound {
         for mut group in groups {
             let overhead = name.len() + group.producer_id.as_str().len() + ITEM_OVERHEAD;
             let mut fit = 0;
-            for (_, _, body) in &group.items {
-                let bytes = body.as_slice().len() + ITEM_OVERHEAD;
+            for item in &group.items {
+                let bytes = item.body.as_slice().len() + ITEM_OVERHEAD;
                 if state.waiting_bytes + overhead + bytes > limit {
                     break;
                 }
@@ -265,9 +265,17 @@ impl Outbound {
                 () = node.cancel.cancelled() => return,
                 () = self.demand.notified() => {}
             }
-            if let Some(established) = self.connect().await {
+            let connected = self.connect();
+            #[cfg(feature = "tracing")]
+            let span = crate::telemetry::spans::connection("outbound", &self.addr);
+            #[cfg(feature = "tracing")]
+            let connected = tracing::Instrument::instrument(connected, span.clone());
+            if let Some(established) = connected.await {
                 backoff.reset();
-                self.run(established).await;
+                let run = self.run(established);
+                #[cfg(feature = "tracing")]
+                let run = tracing::Instrument::instrument(run, span);
+                run.await;
                 self.demand.notify_one(); // reconnect without waiting for a delivery
             } else {
                 // Nothing waits beyond a failed attempt: the producers retransmit.
@@ -343,7 +351,26 @@ impl Outbound {
         let handshake = tokio::time::timeout(node.options.config.handshake_timeout, async {
             connect_handshake(secure_connect(node, stream, &self.addr).await?, &node.local).await
         });
-        match handshake.await {
+        #[cfg(feature = "tracing")]
+        let span = crate::telemetry::spans::handshake();
+        #[cfg(feature = "tracing")]
+        let handshake = tracing::Instrument::instrument(handshake, span.clone());
+        let outcome = handshake.await;
+        #[cfg(feature = "tracing")]
+        match &outcome {
+            Ok(Ok(established)) => {
+                span.record("outcome", "established");
+                let connection = tracing::Span::current();
+                crate::telemetry::spans::established(&connection, &established.session.peer, None);
+            }
+            Ok(Err(failure)) => {
+                span.record("outcome", tracing::field::debug(failure));
+            }
+            Err(_) => {
+                span.record("outcome", "timed out");
+            }
+        }
+        match outcome {
             Ok(Ok(established)) => Some(established),
             Ok(Err(Failure::Tls(why))) => {
                 add(&node.counters.handshake_failures, 1);
@@ -531,7 +558,12 @@ pub(crate) fn encode<T: Serialize>(
             continue;
         };
         encoded += u64::from(fresh);
-        let item = (delivery.seq, delivery.window_start, body);
+        let item = Item {
+            seq: delivery.seq,
+            window_start: delivery.window_start,
+            body,
+            trace_context: delivery.trace_context,
+        };
         match groups.last_mut() {
             Some(group)
                 if group.incarnation == delivery.incarnation

@@ -7,6 +7,7 @@
 //! capacity never grows beyond `limit` plus one frame. Pure: no I/O, no runtime.
 
 use crate::protocol::envelope::{Ack, Incarnation};
+use crate::protocol::trace_context::TraceContext;
 use crate::remote::auth::Sealer;
 use crate::remote::body::Body;
 use crate::remote::frame::{
@@ -30,8 +31,28 @@ pub(crate) struct Pushed {
 /// What a frame without items (a `Ping`) takes at most: kind, tag.
 const SMALL_FRAME: usize = 32;
 
-/// A delivery ready for the wire: seq, window start, encoded body.
-pub(crate) type Item = (u64, u64, Body);
+/// A delivery ready for the wire.
+#[derive(Clone, Debug)]
+pub(crate) struct Item {
+    pub(crate) seq: u64,
+    pub(crate) window_start: u64,
+    /// The encoded body.
+    pub(crate) body: Body,
+    pub(crate) trace_context: Option<TraceContext>,
+}
+
+impl Item {
+    /// An item without trace context.
+    #[cfg(test)]
+    pub(crate) fn new(seq: u64, window_start: u64, body: Body) -> Self {
+        Self {
+            seq,
+            window_start,
+            body,
+            trace_context: None,
+        }
+    }
+}
 
 /// The queue of encoded frames of one connection.
 pub(crate) struct Output {
@@ -120,8 +141,13 @@ impl Output {
         let mut rest = items;
         while !rest.is_empty() {
             let (mut size, mut take) = (0, 0);
-            for (seq, window_start, body) in rest.iter().take(MAX_BATCH) {
-                let len = wire_delivery_len(*seq, *window_start, body.as_slice().len());
+            for item in rest.iter().take(MAX_BATCH) {
+                let len = wire_delivery_len(
+                    item.seq,
+                    item.window_start,
+                    item.trace_context.is_some(),
+                    item.body.as_slice().len(),
+                );
                 if size + len > budget {
                     break;
                 }
@@ -141,10 +167,11 @@ impl Output {
                 incarnation,
                 items: chunk
                     .iter()
-                    .map(|(seq, window_start, body)| WireDelivery {
-                        seq: *seq,
-                        window_start: *window_start,
-                        body: body.as_slice(),
+                    .map(|item| WireDelivery {
+                        seq: item.seq,
+                        window_start: item.window_start,
+                        trace_context: item.trace_context.clone(),
+                        body: item.body.as_slice(),
                     })
                     .collect(),
             });
@@ -264,7 +291,7 @@ mod tests {
 
     fn items(n: u64, body: usize) -> Vec<Item> {
         (1..=n)
-            .map(|seq| (seq, 1, Body::new(&vec![seq as u8; body])))
+            .map(|seq| Item::new(seq, 1, Body::new(&vec![seq as u8; body])))
             .collect()
     }
 
@@ -307,7 +334,7 @@ mod tests {
     fn a_body_too_large_for_any_frame_is_dropped_alone() {
         let mut output = Output::new(1 << 20, 4096, Sealer::new(None));
         let mut batch = items(3, 10);
-        batch[1].2 = Body::new(&[0; 5000]);
+        batch[1].body = Body::new(&[0; 5000]);
         let pushed = output.push_deliveries("c", "p", Incarnation::from_u128(1), &batch);
         assert_eq!((pushed.queued, pushed.too_large), (2, 1));
     }
@@ -368,7 +395,7 @@ mod tests {
         for round in 0..50u64 {
             let batch: Vec<Item> = (1..=40)
                 .map(|seq| {
-                    (
+                    Item::new(
                         seq,
                         1,
                         Body::new(&vec![0; 50 + (seq * round) as usize % 900]),

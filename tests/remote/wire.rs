@@ -57,6 +57,8 @@ pub struct Deliveries {
 pub struct Item {
     pub seq: u64,
     pub window_start: u64,
+    /// Since version 3: the W3C trace context (trace id, span id, flags), if any.
+    pub trace_context: Option<([u8; 16], [u8; 8], u8)>,
     pub body: Vec<u8>,
 }
 
@@ -68,7 +70,7 @@ pub struct Acks {
 }
 
 /// The protocol version.
-pub const VERSION: u16 = 2;
+pub const VERSION: u16 = 3;
 
 /// A body as protocol 2 writes it: codec id (2: MessagePack with named fields), the schema
 /// version of its type (a bincode varint), the value.
@@ -171,6 +173,7 @@ pub fn deliveries(consumer: &str, seqs: impl IntoIterator<Item = u64>) -> Frame 
             .map(|seq| Item {
                 seq,
                 window_start: 1,
+                trace_context: None,
                 body: body(&seq),
             })
             .collect(),

@@ -298,6 +298,17 @@ impl Writer {
 
     /// Commits `group` and replies to each write.
     async fn commit(&mut self, group: Vec<WriteRequest>) {
+        #[cfg(feature = "tracing")]
+        {
+            use tracing::Instrument;
+            let span = crate::telemetry::spans::journal_commit("postgres", &group);
+            return self.commit_group(group).instrument(span).await;
+        }
+        #[cfg(not(feature = "tracing"))]
+        self.commit_group(group).await
+    }
+
+    async fn commit_group(&mut self, group: Vec<WriteRequest>) {
         if let Err(err) = self.connect().await {
             log::warn!("journal: a group of {} writes failed: {err}", group.len());
             Counters::add(&self.counters.rejected, group.len() as u64);

@@ -410,6 +410,8 @@ impl Writer<'_> {
 
     /// Commits `group` in one transaction and replies to each write; whether it committed.
     fn commit(&mut self, group: Vec<WriteRequest>) -> bool {
+        #[cfg(feature = "tracing")]
+        let _span = crate::telemetry::spans::journal_commit("sqlite", &group).entered();
         let now = unix_millis();
         let mut appended = HashMap::new();
         let outcome = (|| {

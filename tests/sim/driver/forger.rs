@@ -70,6 +70,7 @@ impl World<'_> {
                 incarnation,
                 seq: key.seq,
                 window_start: key.seq,
+                trace_context: None,
             };
             let at = self.now + BURST_SPACING * offset as u32;
             for copy in 0..forgery.copies {

@@ -29,3 +29,10 @@ fn tls_tests() {
 fn metrics_tests() {
     panic!("built without the `metrics` feature: run `cargo test --all-features`");
 }
+
+#[cfg(not(feature = "tracing"))]
+#[test]
+#[ignore = "skipped: the tracing tests (tests/tracing.rs) need `--features tracing`; run `cargo test --all-features`"]
+fn tracing_tests() {
+    panic!("built without the `tracing` feature: run `cargo test --all-features`");
+}

@@ -143,6 +143,9 @@ struct Service {
     prometheus: metrics_exporter_prometheus::PrometheusHandle,
 }
 
+/// How long `POST /orders` waits for the journal once the order has room.
+const ANSWER_TIMEOUT: Duration = Duration::from_secs(10);
+
 /// How long a health or readiness probe waits for a handle to answer.
 const PROBE_TIMEOUT: Duration = Duration::from_secs(1);
 
@@ -162,10 +165,14 @@ async fn post_order(service: web::Data<Service>, order: web::Json<Order>) -> imp
     if service.draining.load(Ordering::Relaxed) {
         return unavailable(1, "draining: try another instance or later");
     }
-    let waited = service
+    let store = service
         .orders
-        .store_timeout(order.into_inner(), service.settings.store_timeout)
-        .await;
+        .store_timeout(order.into_inner(), service.settings.store_timeout);
+    // The deadline bounds the wait for room, not the journal: bound the answer too.
+    let Ok(waited) = tokio::time::timeout(ANSWER_TIMEOUT, store).await else {
+        return HttpResponse::InternalServerError()
+            .body("no answer from the journal in time: the order may or may not be stored");
+    };
     match waited {
         Ok(stored) => HttpResponse::Accepted().json(serde_json::json!({ "stored": stored.id.0 })),
         // Certainly not stored: the client may try again.
@@ -248,9 +255,25 @@ async fn metrics(service: web::Data<Service>) -> impl Responder {
 /// Runs the service until SIGTERM or SIGINT, then drains. Returns once producer and ledger
 /// have stopped.
 pub async fn run(settings: Settings) -> Result<(), Box<dyn std::error::Error>> {
+    // First of all, so that a signal during the start is a drain too (after the start).
+    let shutdown = shutdown_signal()?;
     std::fs::create_dir_all(&settings.dir)?;
     #[cfg(feature = "metrics")]
-    let prometheus = metrics_exporter_prometheus::PrometheusBuilder::new().install_recorder()?;
+    let prometheus = {
+        let prometheus =
+            metrics_exporter_prometheus::PrometheusBuilder::new().install_recorder()?;
+        // Without a listener the exporter leaves its upkeep (draining histogram samples) to
+        // the application: without it, samples pile up between scrapes.
+        let upkeep = prometheus.clone();
+        actix_web::rt::spawn(async move {
+            let mut every = tokio::time::interval(Duration::from_secs(5));
+            loop {
+                every.tick().await;
+                upkeep.run_upkeep();
+            }
+        });
+        prometheus
+    };
 
     let ledger = PersistentHandle::<Ledger>::start(
         Arc::new(SqliteJournal::open(settings.dir.join("ledger.db")).await?),
@@ -301,7 +324,7 @@ pub async fn run(settings: Settings) -> Result<(), Box<dyn std::error::Error>> {
     log::info!("serving on http://{}", settings.listen);
     println!("serving on http://{}", settings.listen);
 
-    shutdown_signal().await?;
+    shutdown.await;
     println!("draining");
     // Stop taking orders, and let the requests in progress finish (they end in 202 or 503).
     service.draining.store(true, Ordering::Relaxed);
@@ -323,16 +346,18 @@ pub async fn run(settings: Settings) -> Result<(), Box<dyn std::error::Error>> {
     Ok(())
 }
 
-/// Resolves at the first SIGTERM or SIGINT.
-async fn shutdown_signal() -> std::io::Result<()> {
+/// Takes over SIGTERM and SIGINT now; the future resolves at the first of them (also one
+/// that came before it was polled).
+fn shutdown_signal() -> std::io::Result<impl std::future::Future<Output = ()>> {
     use actix_web::rt::signal::unix::{signal, SignalKind};
     let mut terminate = signal(SignalKind::terminate())?;
     let mut interrupt = signal(SignalKind::interrupt())?;
-    tokio::select! {
-        _ = terminate.recv() => {}
-        _ = interrupt.recv() => {}
-    }
-    Ok(())
+    Ok(async move {
+        tokio::select! {
+            _ = terminate.recv() => {}
+            _ = interrupt.recv() => {}
+        }
+    })
 }
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {

@@ -151,8 +151,6 @@ impl Confirmation {
         self.fire(result);
     }
 
-    /// Whether the message holds a permit of room, which the producer gives back (in bulk:
-    /// one semaphore operation per flush, not one per message) before settling it.
     /// Notes when the producer took the message (the first time only).
     #[cfg(feature = "metrics")]
     pub(crate) fn taken_at(&mut self, now: std::time::Instant) {
@@ -165,6 +163,8 @@ impl Confirmation {
         self.taken
     }
 
+    /// Whether the message holds a permit of room, which the producer gives back (in bulk:
+    /// one semaphore operation per flush, not one per message) before settling it.
     pub(crate) fn holds_room(&self) -> bool {
         self.holds_room
     }

@@ -5,6 +5,7 @@
 //! when the producer settles it; so `tell` can refuse synchronously and `send` can wait.
 
 use std::collections::VecDeque;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Mutex, MutexGuard, PoisonError};
 
 use tokio::sync::{Semaphore, TryAcquireError};
@@ -24,6 +25,8 @@ pub(crate) enum Refusal {
 pub(crate) struct Inbox<T> {
     state: Mutex<State<T>>,
     room: Semaphore,
+    /// Hand-overs that waited for room past their deadline.
+    timed_out: AtomicU64,
 }
 
 struct State<T> {
@@ -43,7 +46,18 @@ impl<T> Inbox<T> {
                 closed: false,
             }),
             room: Semaphore::new(room.min(Semaphore::MAX_PERMITS)),
+            timed_out: AtomicU64::new(0),
         }
+    }
+
+    /// Counts a hand-over that got no room before its deadline.
+    pub(crate) fn count_timeout(&self) {
+        self.timed_out.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Hand-overs that got no room before their deadline, so far.
+    pub(crate) fn timed_out(&self) -> u64 {
+        self.timed_out.load(Ordering::Relaxed)
     }
 
     /// Takes one permit of room without waiting.

@@ -213,6 +213,7 @@ impl<T: Clone + Send + 'static> ProducerController<T> {
     /// The counters, with the durable producer's.
     fn stats(&self) -> ProducerStats {
         let mut stats = self.core.stats();
+        stats.timed_out = self.inbox.timed_out();
         if let Some(durable) = &self.durable {
             (stats.stored, stats.resumed, stats.resumed_confirmed) = durable.counts;
             stats.next_message_id = durable.next_message_id();
@@ -239,10 +240,10 @@ impl<T: Clone + Send + 'static> ProducerController<T> {
     /// (handles and direct `Tell`s share it), so the core has space.
     fn take_inbox(&mut self) {
         self.inbox.take(&mut self.taken);
+        // The latency histogram samples the first message of each batch taken.
         #[cfg(feature = "metrics")]
-        {
-            let now = now();
-            self.taken.iter_mut().for_each(|(_, c)| c.taken_at(now));
+        if let Some((_, first)) = self.taken.iter_mut().next() {
+            first.taken_at(now());
         }
         match &mut self.durable {
             Some(durable) => durable.accept(&mut self.taken),
@@ -750,10 +751,13 @@ impl<T: Clone + Send + 'static> ProducerHandle<T> {
     /// call): with no room by then, the message is dropped, certainly not stored, and the
     /// future resolves with [`DeliveryError::Timeout`]. A message that got room in time is
     /// handed to the producer and the future resolves with the store's outcome, after the
-    /// deadline if the journal takes that long (bounded by the journal's own timeouts and the
-    /// producer's `stop_timeout`): a message whose store is in flight is never reported "not
-    /// stored". This is how backpressure reaches a caller that cannot wait, such as an HTTP
-    /// handler answering 503:
+    /// deadline if the journal takes that long: a message whose store is in flight is never
+    /// reported "not stored". The deadline does not bound the journal: a store waits for it as
+    /// long as it takes to answer (PostgreSQL's `commit_timeout`; SQLite has none, a stuck
+    /// disk is waited for). A caller that must answer by a deadline wraps the call in
+    /// `tokio::time::timeout` and, if that fires, knows only that the outcome is unknown (the
+    /// message may be stored: do not report it refused). This is how backpressure reaches a
+    /// caller that cannot wait, such as an HTTP handler answering 503:
     ///
     /// ```
     /// # use actix_delivery::{DeliveryError, ProducerHandle};
@@ -762,7 +766,8 @@ impl<T: Clone + Send + 'static> ProducerHandle<T> {
     /// match producer.store_timeout("order-7".into(), Duration::from_millis(100)).await {
     ///     Ok(_stored) => 202, // the producer owns it, across crashes
     ///     Err(DeliveryError::Timeout) => 503, // full: not stored, the client may retry
-    ///     Err(_) => 503, // stopped, or the journal failed: see the error
+    ///     Err(DeliveryError::InDoubt(_)) => 500, // may be stored: a retry could store it twice
+    ///     Err(_) => 503, // stopped, or the journal failed: not stored
     /// }
     /// # }
     /// ```
@@ -818,7 +823,10 @@ impl<T: Clone + Send + 'static> ProducerHandle<T> {
             Some(deadline) => {
                 match tokio::time::timeout_at(deadline, self.shared.inbox.reserve()).await {
                     Ok(reserved) => reserved,
-                    Err(_) => return Room::TimedOut,
+                    Err(_) => {
+                        self.shared.inbox.count_timeout();
+                        return Room::TimedOut;
+                    }
                 }
             }
         };

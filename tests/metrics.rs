@@ -444,3 +444,75 @@ async fn an_empty_metrics_label_is_refused_at_construction() {
         .unwrap_err();
     assert_eq!(error.field, "metrics_label");
 }
+
+/// A counter entity of its own type, so that its `entity` label is this test's alone.
+#[derive(Default, serde::Serialize, serde::Deserialize)]
+struct RestartedCounter(u64);
+
+#[derive(serde::Serialize, serde::Deserialize)]
+struct Added(u64);
+
+impl actix_delivery::persistence::EventSourced for RestartedCounter {
+    type Command = u64;
+    type Event = Added;
+    type Reply = u64;
+    type Rejection = String;
+
+    fn decide(&self, add: &u64) -> Result<actix_delivery::persistence::Decision<Self>, String> {
+        Ok(actix_delivery::persistence::Decision::persist(
+            [Added(*add)],
+            self.0 + add,
+        ))
+    }
+
+    fn apply(&mut self, Added(add): &Added) {
+        self.0 += add;
+    }
+}
+
+/// A supervised restart replaces the entity's core (its stats start from zero): the counters
+/// go on counting across it instead of waiting for the new stats to pass the old ones.
+#[actix::test]
+async fn counters_go_on_across_a_supervised_restart_of_a_persistent_entity() {
+    use actix_delivery::journal::MemoryJournal;
+    use actix_delivery::persistence::{PersistentConfig, PersistentHandle};
+    snapshotter();
+    let journal = MemoryJournal::new();
+    let entity = PersistentHandle::<RestartedCounter>::start_supervised(
+        std::sync::Arc::new(journal.clone()),
+        PersistenceId::new("counter-1").unwrap(),
+        PersistentConfig::default(),
+    )
+    .unwrap();
+    assert_eq!(entity.ask(1).await.unwrap(), 1);
+    assert_eq!(entity.ask(2).await.unwrap(), 3);
+    journal.faults().fail_nth_append(1);
+    assert!(
+        entity.ask(4).await.is_err(),
+        "the failed append restarts the entity"
+    );
+    assert_eq!(
+        entity.ask(8).await.unwrap(),
+        11,
+        "recovered from the journal"
+    );
+    let stats = entity.stats().await.unwrap();
+    assert_eq!(
+        (stats.recoveries, stats.appends),
+        (1, 1),
+        "the new core's own"
+    );
+    let metrics = metrics_of("entity", std::any::type_name::<RestartedCounter>());
+    assert_eq!(
+        counter(&metrics, "actix_delivery_persistent_recoveries_total"),
+        2
+    );
+    assert_eq!(
+        counter(&metrics, "actix_delivery_persistent_appends_total"),
+        3
+    );
+    assert_eq!(
+        counter(&metrics, "actix_delivery_persistent_events_total"),
+        3
+    );
+}

@@ -541,6 +541,7 @@ async fn send_timeout_on_a_full_producer_times_out_and_the_message_is_never_deli
     );
     let stats = producer.stats().await.unwrap();
     assert_eq!((stats.confirmed, stats.in_flight, stats.queued), (2, 0, 0));
+    assert_eq!(stats.timed_out, 1, "the refusal is counted");
 }
 
 #[actix::test]

@@ -39,7 +39,7 @@
 //!
 //! # Wire format
 //!
-//! One NATS message is the protocol version (one byte, 2), then one frame of the TCP transport
+//! One NATS message is the protocol version (one byte, 3), then one frame of the TCP transport
 //! ([`remote`](crate::remote), "Wire format"), without the length prefix (NATS frames its
 //! messages) and without a tag (NATS authenticates its clients): kind 4 `Deliveries` on the
 //! consumer's subject (its consumer name is the subject), kind 5 `Acks` on the producer's
@@ -49,8 +49,9 @@
 //! [`NatsStats::version_refusals`] and warned about: protocol 1 (releases before bodies
 //! carried a codec, and before NATS messages carried a version) put the frame first, so this
 //! carrier refuses its messages, and it refuses this carrier's as frames of the wrong kind:
-//! neither misreads the other, and neither delivers to the other. Move a NATS deployment to
-//! protocol 2 at once.
+//! neither misreads the other, and neither delivers to the other; protocol 2 (before deliveries
+//! could carry a trace context) is refused by its version byte. Move a NATS deployment to a
+//! new protocol at once.
 //!
 //! # Untrusted input and bounded memory
 //!

@@ -586,7 +586,11 @@ impl<E: EventSourced> Supervised for PersistentActor<E> {
         Self::answer(self.core.stop());
         self.stop_lanes();
         let id = self.core.persistence_id().clone();
+        #[cfg(feature = "metrics")]
+        self.meter.publish(&self.core.stats());
         self.core = Self::core(id, &self.config, &self.outbox);
+        #[cfg(feature = "metrics")]
+        self.meter.restarted();
         self.dirty = false;
         self.alarm = Alarm::default();
     }

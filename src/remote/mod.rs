@@ -36,19 +36,19 @@
 //!
 //! | kind | direction | fields |
 //! |---|---|---|
-//! | 0 `Hello` | client → server | magic `actixdlv`, version (2), node id, nonce (32 B), authenticated, max frame length |
+//! | 0 `Hello` | client → server | magic `actixdlv`, version (3), node id, nonce (32 B), authenticated, max frame length |
 //! | 1 `Challenge` | server → client | version, node id, nonce, max frame length, server proof |
 //! | 2 `Proof` | client → server | client proof |
 //! | 3 `Accepted` | server → client | — (the first tagged frame) |
-//! | 4 `Deliveries` | client → server | consumer name, producer id, incarnation, items (seq, window start, body bytes) |
+//! | 4 `Deliveries` | client → server | consumer name, producer id, incarnation, items (seq, window start, trace context: 0, or 1 and its 25 bytes, body bytes) |
 //! | 5 `Acks` | server → client | producer id, incarnation, seqs |
 //! | 6 `Ping` | both | — |
 //!
 //! A body is its codec's id (one byte: 1 bincode, 2 MessagePack), the schema version of its
 //! type (a varint) and the value in that codec: see [`BodySchema`] for how a receiver reads
-//! bodies of other versions of its type. Protocol 1 (releases before bodies carried them)
-//! and protocol 2 nodes refuse each other in the handshake, counted in
-//! [`NodeStats::version_refusals`].
+//! bodies of other versions of its type. Nodes of different protocol versions refuse each
+//! other in the handshake, counted in [`NodeStats::version_refusals`]: protocol 1 (before
+//! bodies carried their codec), 2 (before deliveries could carry a trace context) and 3.
 //!
 //! The handshake (see the `handshake` module source for the state machine):
 //! `proof_S = HMAC-SHA256(K, "actix-delivery/1 server proof\0" ‖ t)`, `proof_C` the same with

@@ -225,21 +225,27 @@ impl PostgresOptions {
             }
         }
         if self.max_queued_bytes == 0 || u32::try_from(self.max_queued_bytes).is_err() {
-            return invalid("max_queued_bytes must be 1 to u32::MAX".into());
+            return invalid(format!(
+                "max_queued_bytes must be 1 to u32::MAX (got {})",
+                self.max_queued_bytes
+            ));
         }
         for (name, value) in [
             ("connect_timeout_ms", self.connect_timeout),
             ("commit_timeout_ms", self.commit_timeout),
+            ("reconnect_min_ms", self.min_backoff),
+            ("reconnect_max_ms", self.max_backoff),
         ] {
-            if value.is_zero() {
-                return invalid(format!("{name} must be above 0 (got 0)"));
+            if let Err(error) = crate::config::duration(name, value) {
+                return invalid(error.to_string());
             }
         }
-        if self.min_backoff.is_zero() || self.min_backoff > self.max_backoff {
-            return invalid(
-                "reconnect_backoff needs 0 < initial <= max (reconnect_min_ms, reconnect_max_ms)"
-                    .into(),
-            );
+        if self.min_backoff > self.max_backoff {
+            return invalid(format!(
+                "reconnect_backoff needs initial <= max (reconnect_min_ms {:?}, reconnect_max_ms \
+                 {:?})",
+                self.min_backoff, self.max_backoff
+            ));
         }
         Ok(())
     }
@@ -327,6 +333,10 @@ mod tests {
             PostgresOptions::default().commit_timeout(Duration::ZERO),
             PostgresOptions::default().reconnect_backoff(Duration::ZERO, ms(1)),
             PostgresOptions::default().reconnect_backoff(ms(2), ms(1)),
+            // Beyond a year: refused, not an `Instant` overflow in the writer.
+            PostgresOptions::default().reconnect_backoff(Duration::MAX, Duration::MAX),
+            PostgresOptions::default().connect_timeout(Duration::MAX),
+            PostgresOptions::default().commit_timeout(Duration::MAX),
         ] {
             assert!(
                 matches!(

@@ -139,7 +139,8 @@ impl SqliteOptions {
     /// How long to wait for a lock held elsewhere before failing with a
     /// [`JournalError::Storage`] error: SQLite's locks ("database is locked"), and on open the
     /// journal's own lock file (held by another process, or by a journal of this one whose
-    /// last handle was dropped and which is still finishing its queue).
+    /// last handle was dropped and which is still finishing its queue). Default 5 s, at most
+    /// `i32::MAX` milliseconds (SQLite's limit).
     pub fn busy_timeout(mut self, timeout: Duration) -> Self {
         self.busy_timeout = timeout;
         self
@@ -174,7 +175,18 @@ impl SqliteOptions {
             return invalid("queue_capacity must be at least 1 (got 0)");
         }
         if self.max_queued_bytes == 0 || u32::try_from(self.max_queued_bytes).is_err() {
-            return invalid("max_queued_bytes must be 1 to u32::MAX");
+            return invalid(&format!(
+                "max_queued_bytes must be 1 to u32::MAX (got {})",
+                self.max_queued_bytes
+            ));
+        }
+        // SQLite takes the busy timeout as an i32 of milliseconds.
+        if self.busy_timeout > Duration::from_millis(i32::MAX as u64) {
+            return invalid(&format!(
+                "busy_timeout_ms must be at most {} (got {})",
+                i32::MAX,
+                self.busy_timeout.as_millis()
+            ));
         }
         if self.buffer_events == 0 {
             return invalid("buffer_events must be at least 1 (got 0)");
@@ -281,6 +293,9 @@ mod tests {
             SqliteOptions::default().readers(0),
             SqliteOptions::default().buffer_events(0),
             SqliteOptions::default().max_queued_bytes(u32::MAX as usize + 1),
+            // Beyond what SQLite takes (an i32 of milliseconds): refused, not a panic at open.
+            SqliteOptions::default().busy_timeout(Duration::from_millis(i32::MAX as u64 + 1)),
+            SqliteOptions::default().busy_timeout(Duration::MAX),
         ] {
             assert!(
                 matches!(

@@ -147,13 +147,21 @@ impl NodeConfig {
         if self.idle_timeout <= self.heartbeat_interval {
             return Err(OptionsError::new(
                 "idle_timeout_ms",
-                "must be longer than heartbeat_interval_ms",
+                format!(
+                    "must be longer than heartbeat_interval_ms (got {} ms and {} ms)",
+                    self.idle_timeout.as_millis(),
+                    self.heartbeat_interval.as_millis()
+                ),
             ));
         }
         if self.reconnect_max < self.reconnect_min {
             return Err(OptionsError::new(
                 "reconnect_max_ms",
-                "must be at least reconnect_min_ms",
+                format!(
+                    "must be at least reconnect_min_ms (got {} ms and {} ms)",
+                    self.reconnect_max.as_millis(),
+                    self.reconnect_min.as_millis()
+                ),
             ));
         }
         Ok(())

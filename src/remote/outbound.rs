@@ -59,6 +59,10 @@ struct State {
 /// About what a delivery takes in a frame besides its body: seq, window start, lengths.
 const ITEM_OVERHEAD: usize = 24;
 
+/// What a trace context adds to an item: its 16 + 8 + 1 bytes (the presence byte is in
+/// `ITEM_OVERHEAD`).
+const TRACE_CONTEXT_BYTES: usize = 25;
+
 impl ReplyAddress for ReplyTo {
     fn same_as(&self, other: &Self) -> bool {
         ReplyTo::same_as(self, other)
@@ -184,7 +188,11 @@ impl Outbound {
             let overhead = name.len() + group.producer_id.as_str().len() + ITEM_OVERHEAD;
             let mut fit = 0;
             for item in &group.items {
-                let bytes = item.body.as_slice().len() + ITEM_OVERHEAD;
+                let traced = item
+                    .trace_context
+                    .as_ref()
+                    .map_or(0, |_| TRACE_CONTEXT_BYTES);
+                let bytes = item.body.as_slice().len() + ITEM_OVERHEAD + traced;
                 if state.waiting_bytes + overhead + bytes > limit {
                     break;
                 }

@@ -69,7 +69,10 @@ pub struct PostgresOptions {
     #[cfg(feature = "tls")]
     #[serde(skip)]
     pub(super) tls: Option<super::tls::PostgresTls>,
+    /// Builder-only (like the labels of nodes and carriers), so that one settings file
+    /// loads with and without the feature.
     #[cfg(feature = "metrics")]
+    #[serde(skip)]
     pub(super) metrics_label: Option<String>,
 }
 

@@ -59,7 +59,10 @@ pub struct SqliteOptions {
     pub(super) busy_timeout: Duration,
     #[serde(with = "max_size_bytes")]
     pub(super) max_size_bytes: Option<u64>,
+    /// Builder-only (like the labels of nodes and carriers), so that one settings file
+    /// loads with and without the feature.
     #[cfg(feature = "metrics")]
+    #[serde(skip)]
     pub(super) metrics_label: Option<String>,
 }
 

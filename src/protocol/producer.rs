@@ -43,7 +43,7 @@ pub struct ProducerStats {
     pub refused: u64,
     /// [`send_timeout`](crate::ProducerHandle::send_timeout) and
     /// [`store_timeout`](crate::ProducerHandle::store_timeout) calls that got no room before
-    /// their deadline ([`DeliveryError::Timeout`](crate::DeliveryError::Timeout): not sent).
+    /// their deadline ([`DeliveryError::Timeout`]: not sent).
     pub timed_out: u64,
     /// Messages in flight right now (sent, not yet ACKed).
     pub in_flight: usize,

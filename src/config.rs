@@ -26,10 +26,11 @@
 //! [`DurableConfig`](crate::durable::DurableConfig),
 //! [`SqliteOptions`](crate::journal::SqliteOptions), `PostgresOptions` (feature `postgres`),
 //! [`NodeConfig`](crate::remote::NodeConfig) and `NatsConfig` (feature `nats`). Each takes
-//! loaded values through its builder's `.config(…)` (the journal options are the loaded value
-//! itself, changed with their setters); a value set on the builder wins over a loaded one,
-//! which wins over the default, whatever order the calls come in; what breaks a rule is
-//! refused when the options are built (the journals: when they open), naming the key.
+//! loaded values through its builder's `.config(…)`, and a value set on the builder wins over
+//! a loaded one, which wins over the default, whatever order the calls come in (the journal
+//! options are the loaded value itself: call their setters on it, after loading); what
+//! breaks a rule is refused when the options are built (the journals: when they open),
+//! naming the key.
 //! `examples/node.toml` in the repository is such a file, with every section; an application
 //! reads it into a struct of its own:
 //!

@@ -9,6 +9,7 @@ use crate::durable::DurableOptions;
 use crate::error::OptionsError;
 use crate::options::{ConsumerOptions, ProducerOptions};
 use crate::producer::{ProducerController, ProducerHandle};
+use crate::work_pulling::{WorkPullingHandle, WorkPullingOptions};
 
 /// The entry point: spawns controllers and returns their handles.
 ///
@@ -89,6 +90,34 @@ impl ReliableDelivery {
         Ok(ProducerHandle::start_supervised(
             ProducerController::durable(options, durable)?,
         ))
+    }
+
+    /// Starts a **work-pulling** producer on the current arbiter: it sends each job to one of
+    /// the workers registered in the options' [`WorkerRegistry`](crate::work_pulling::WorkerRegistry)
+    /// that has demand, re-routes the jobs of a worker that leaves, and confirms a job once a
+    /// worker confirmed it. See [`crate::work_pulling`].
+    pub fn work_pulling_producer<T: Clone + Send + 'static>(
+        options: WorkPullingOptions<T>,
+    ) -> WorkPullingHandle<T> {
+        WorkPullingHandle::start(options)
+    }
+
+    /// Starts a **durable** work-pulling producer on the current arbiter: a
+    /// [`durable_producer`](Self::durable_producer) stores each job before the pool routes
+    /// it, and after a restart sends its unconfirmed jobs again, under their ids, to the
+    /// workers present.
+    ///
+    /// # Errors
+    /// As [`durable_producer`](Self::durable_producer); `producer_id` if the stream's id is
+    /// longer than 127 bytes (it prefixes the worker streams' ids).
+    pub fn durable_work_pulling_producer<T>(
+        options: WorkPullingOptions<T>,
+        durable: DurableOptions<T>,
+    ) -> Result<WorkPullingHandle<T>, OptionsError>
+    where
+        T: Clone + Send + Serialize + DeserializeOwned + 'static,
+    {
+        WorkPullingHandle::start_durable(options, durable)
     }
 
     /// Starts a producer on another arbiter (thread).

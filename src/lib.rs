@@ -428,6 +428,7 @@ mod stop_signal;
 #[cfg(any(feature = "metrics", feature = "tracing"))]
 #[cfg_attr(docsrs, doc(cfg(any(feature = "metrics", feature = "tracing"))))]
 pub mod telemetry;
+pub mod work_pulling;
 
 pub use config::{Backoff, ConsumerConfig, Limit, ProducerConfig};
 pub use confirmation::Confirmation;

@@ -306,6 +306,23 @@ impl<E: EventSourced> PersistentHandle<E> {
         })
     }
 
+    /// The handler of an effectively-once **worker** of a work-pulling producer: as
+    /// [`delivery_handler`](Self::delivery_handler), but the processed mark is the job's
+    /// stable id ([`Job::info`](crate::work_pulling::Job)), not the worker stream's delivery.
+    /// A job re-routed from a worker that died after committing it is answered "already
+    /// processed" by any worker on this entity's journal stream, so its events are stored
+    /// once. Leave `must_follow` off: a worker sees only some of the producer's jobs.
+    pub fn job_handler<T: 'static>(
+        &self,
+        mut to_command: impl FnMut(T) -> E::Command + 'static,
+    ) -> DeliveryHandler<crate::work_pulling::Job<T>> {
+        let entity = self.clone();
+        DeliveryHandler::pipelined(move |_, job: crate::work_pulling::Job<T>| {
+            let answer = entity.ask_delivered(job.info, to_command(job.body));
+            async move { answer.await.map(drop) }
+        })
+    }
+
     /// Stops the actor for good once what it decided is stored and the confirmations its
     /// outbox received are recorded, waiting at most
     /// [`PersistentConfig::stop_timeout`] for the journal (a command whose append is unanswered

@@ -1,0 +1,299 @@
+//! The pool actor: takes the jobs of its producer, one reliable stream per worker, routes by
+//! the pure [`WorkPool`], and ACKs a job to its producer once a worker confirmed it.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::task::Poll;
+
+use actix::prelude::*;
+
+use crate::after_drain::after_each_drain;
+use crate::config::ProducerConfig;
+use crate::error::DeliveryError;
+use crate::facade::ReliableDelivery;
+use crate::message::{ConsumerRef, Deliveries, Delivery, ReplyTo};
+use crate::options::ProducerOptions;
+use crate::producer::ProducerHandle;
+use crate::protocol::envelope::{Ack, DeliveryInfo, Incarnation, ProducerId};
+use crate::work_pulling::pool::{JobKey, PoolStats, Settled, WorkPool, WorkerKey};
+use crate::work_pulling::registry::WorkersChanged;
+use crate::work_pulling::{Job, WorkerRegistry};
+
+/// A job the pool holds: what goes to a worker, and the ACK its producer waits for.
+struct Held<T> {
+    job: Job<T>,
+    ack: Ack,
+    reply_to: Option<ReplyTo>,
+}
+
+/// One worker: its name and the reliable stream to it.
+struct Worker<T: Clone + Send + 'static> {
+    name: Arc<str>,
+    stream: ProducerHandle<Job<T>>,
+}
+
+/// The outcome of a job at a worker, from the worker stream's confirmation.
+struct JobSettled {
+    worker: WorkerKey,
+    key: JobKey,
+    result: Result<(), DeliveryError>,
+}
+
+impl Message for JobSettled {
+    type Result = ();
+}
+
+/// Asks the pool for its counters.
+pub(crate) struct GetPoolStats;
+
+impl Message for GetPoolStats {
+    type Result = PoolStats;
+}
+
+/// The pool between a work-pulling producer and its workers. It is its producer's consumer
+/// (in process): it takes each job, hands it to a worker with demand over that worker's own
+/// reliable stream, and ACKs it to the producer when the worker's stream confirmed it, so the
+/// producer's confirmation means "a worker handled it". Started by
+/// [`ReliableDelivery::work_pulling_producer`](crate::ReliableDelivery::work_pulling_producer).
+pub(crate) struct WorkPullingController<T: Clone + Send + 'static> {
+    pool: WorkPool<Held<T>>,
+    /// The producer incarnation whose jobs the pool holds, and their keys by seq (a
+    /// retransmission of a held job changes nothing).
+    incarnation: Option<Incarnation>,
+    by_seq: HashMap<u64, JobKey>,
+    workers: HashMap<WorkerKey, Worker<T>>,
+    by_name: HashMap<Arc<str>, WorkerKey>,
+    next_worker: u64,
+    producer_id: ProducerId,
+    worker_config: ProducerConfig,
+    registry: WorkerRegistry<T>,
+    /// ACKs to send after this mailbox drain.
+    acks: Vec<(Option<ReplyTo>, Ack)>,
+    /// Resolves when the producer stopped: the pool stops then.
+    producer_stopped: Option<std::pin::Pin<Box<dyn std::future::Future<Output = ()>>>>,
+}
+
+impl<T: Clone + Send + 'static> WorkPullingController<T> {
+    pub(crate) fn new(
+        producer_id: ProducerId,
+        registry: WorkerRegistry<T>,
+        worker_config: ProducerConfig,
+        producer_stopped: impl std::future::Future<Output = ()> + 'static,
+    ) -> Self {
+        Self {
+            pool: WorkPool::new(crate::protocol::envelope::random_u64()),
+            incarnation: None,
+            by_seq: HashMap::new(),
+            workers: HashMap::new(),
+            by_name: HashMap::new(),
+            next_worker: 1,
+            producer_id,
+            worker_config,
+            registry,
+            acks: Vec::new(),
+            producer_stopped: Some(Box::pin(producer_stopped)),
+        }
+    }
+
+    /// The pool's consumer ref, for its producer.
+    pub(crate) fn consumer_ref(addr: &Addr<Self>) -> ConsumerRef<T> {
+        ConsumerRef::batching(addr.clone().recipient(), addr.clone().recipient())
+    }
+
+    /// Takes a job from the producer (a copy of a held one changes nothing).
+    fn take(&mut self, delivery: Delivery<T>) {
+        if self.incarnation != Some(delivery.incarnation) {
+            // A new life of the producer: it settled the previous life's jobs itself.
+            self.pool.drain_jobs().for_each(drop);
+            self.by_seq.clear();
+            self.incarnation = Some(delivery.incarnation);
+        }
+        if self.by_seq.contains_key(&delivery.seq) {
+            return;
+        }
+        let info = DeliveryInfo {
+            producer_id: delivery.producer_id.clone(),
+            incarnation: delivery.incarnation.id(),
+            seq: delivery.seq,
+            window_start: delivery.window_start,
+            trace_context: delivery.trace_context,
+        };
+        let ack = Ack {
+            producer_id: delivery.producer_id,
+            incarnation: delivery.incarnation,
+            seq: delivery.seq,
+        };
+        let seq = ack.seq;
+        let held = Held {
+            job: Job {
+                info,
+                body: delivery.body,
+            },
+            ack,
+            reply_to: delivery.reply_to,
+        };
+        let key = self.pool.push(held);
+        self.by_seq.insert(seq, key);
+    }
+
+    fn join(&mut self, name: Arc<str>, worker: ConsumerRef<Job<T>>) {
+        if let Some(previous) = self.by_name.get(&name).copied() {
+            self.leave(previous);
+        }
+        let config = ProducerConfig {
+            producer_id: Some(format!("{}/{name}", self.producer_id)),
+            ..self.worker_config.clone()
+        };
+        let options = match ProducerOptions::new(worker, config) {
+            Ok(options) => options,
+            Err(error) => {
+                log::warn!("work pulling: worker `{name}` not added: {error}");
+                return;
+            }
+        };
+        let key = WorkerKey(self.next_worker);
+        self.next_worker += 1;
+        let stream = ReliableDelivery::producer(options);
+        self.pool
+            .add_worker(key, name.clone(), self.worker_config.window_size);
+        self.by_name.insert(name.clone(), key);
+        self.workers.insert(key, Worker { name, stream });
+    }
+
+    /// Removes a worker: its stream stops, its unconfirmed jobs wait for the others.
+    fn leave(&mut self, key: WorkerKey) {
+        let Some(worker) = self.workers.remove(&key) else {
+            return;
+        };
+        if self.by_name.get(&worker.name) == Some(&key) {
+            self.by_name.remove(&worker.name);
+        }
+        self.pool.remove_worker(key);
+        worker.stream.stop();
+    }
+
+    fn settle(&mut self, settled: JobSettled) {
+        let JobSettled {
+            worker,
+            key,
+            result,
+        } = settled;
+        match self.pool.settled(worker, key, result.is_ok()) {
+            Settled::Confirmed(held) => {
+                if Some(held.ack.incarnation) == self.incarnation {
+                    self.by_seq.remove(&held.ack.seq);
+                }
+                self.acks.push((held.reply_to, held.ack));
+            }
+            Settled::Rerouted | Settled::Ignored => {}
+        }
+        if let Err(error) = result {
+            if self.workers.contains_key(&worker) {
+                // Its stream gave the job up or stopped: the worker is unreachable.
+                let name = &self.workers[&worker].name;
+                log::warn!("work pulling: worker `{name}` leaves the pool: {error}");
+                self.leave(worker);
+            }
+        }
+    }
+
+    /// Hands waiting jobs to workers with demand, and sends the ACKs of confirmed jobs.
+    fn flush(&mut self, ctx: &mut Context<Self>) {
+        while let Some(assignment) = self.pool.poll_assign() {
+            let (worker, key) = (assignment.worker, assignment.key);
+            let job = assignment.job.job.clone();
+            let pool = ctx.address();
+            let confirm = move |result| {
+                pool.do_send(JobSettled {
+                    worker,
+                    key,
+                    result,
+                })
+            };
+            let stream = &self.workers[&worker].stream;
+            if stream.tell(job, confirm).is_err() {
+                // Its stream stopped: the refusal settled the job as failed there.
+                self.leave(worker);
+            }
+        }
+        let mut acks = self.acks.drain(..).peekable();
+        while let Some((reply_to, ack)) = acks.next() {
+            let Some(reply_to) = reply_to else { continue };
+            let same = std::iter::from_fn(|| {
+                acks.next_if(|(next, _)| next.as_ref().is_some_and(|n| n.same_as(&reply_to)))
+                    .map(|(_, ack)| ack)
+            });
+            reply_to.do_send_all(std::iter::once(ack).chain(same));
+        }
+    }
+}
+
+impl<T: Clone + Send + 'static> Actor for WorkPullingController<T> {
+    type Context = Context<Self>;
+
+    fn started(&mut self, ctx: &mut Context<Self>) {
+        for (name, worker) in self.registry.watch(ctx.address().recipient()) {
+            self.join(name, worker);
+        }
+        if let Some(stopped) = self.producer_stopped.take() {
+            ctx.spawn(stopped.into_actor(self).map(|_, _, ctx| ctx.stop()));
+        }
+        after_each_drain(ctx, |act, ctx, _| {
+            act.flush(ctx);
+            Poll::Pending
+        });
+    }
+
+    fn stopped(&mut self, _: &mut Context<Self>) {
+        for worker in self.workers.values() {
+            worker.stream.stop();
+        }
+    }
+}
+
+impl<T: Clone + Send + 'static> Handler<Delivery<T>> for WorkPullingController<T> {
+    type Result = ();
+
+    fn handle(&mut self, delivery: Delivery<T>, _: &mut Context<Self>) {
+        self.take(delivery);
+    }
+}
+
+impl<T: Clone + Send + 'static> Handler<Deliveries<T>> for WorkPullingController<T> {
+    type Result = ();
+
+    fn handle(&mut self, deliveries: Deliveries<T>, _: &mut Context<Self>) {
+        deliveries.0.into_iter().for_each(|d| self.take(d));
+    }
+}
+
+impl<T: Clone + Send + 'static> Handler<JobSettled> for WorkPullingController<T> {
+    type Result = ();
+
+    fn handle(&mut self, settled: JobSettled, _: &mut Context<Self>) {
+        self.settle(settled);
+    }
+}
+
+impl<T: Clone + Send + 'static> Handler<WorkersChanged<T>> for WorkPullingController<T> {
+    type Result = ();
+
+    fn handle(&mut self, change: WorkersChanged<T>, _: &mut Context<Self>) {
+        match change {
+            WorkersChanged::Joined { name, worker } => self.join(name, worker),
+            WorkersChanged::Left { name } => {
+                if let Some(key) = self.by_name.get(&name).copied() {
+                    self.leave(key);
+                }
+            }
+        }
+    }
+}
+
+impl<T: Clone + Send + 'static> Handler<GetPoolStats> for WorkPullingController<T> {
+    type Result = MessageResult<GetPoolStats>;
+
+    fn handle(&mut self, _: GetPoolStats, _: &mut Context<Self>) -> Self::Result {
+        MessageResult(self.pool.stats())
+    }
+}

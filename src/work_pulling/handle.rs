@@ -1,0 +1,124 @@
+//! The application's side of a work-pulling producer.
+
+use std::ops::Deref;
+
+use actix::prelude::*;
+use serde::de::DeserializeOwned;
+use serde::Serialize;
+
+use crate::durable::DurableOptions;
+use crate::error::OptionsError;
+use crate::facade::ReliableDelivery;
+use crate::options::ProducerOptions;
+use crate::producer::ProducerHandle;
+use crate::work_pulling::controller::{GetPoolStats, WorkPullingController};
+use crate::work_pulling::pool::PoolStats;
+use crate::work_pulling::registry::MAX_WORKER_NAME;
+use crate::work_pulling::WorkPullingOptions;
+
+/// A work-pulling producer: `tell`, `send`, `store`, `idle`, `stop` and the confirmations are
+/// those of the [`ProducerHandle`] it dereferences to, and a confirmation `Ok` means a worker
+/// confirmed the job. Cheap to clone; when the last clone is dropped, the producer finishes
+/// what it holds and stops, and its pool with it.
+pub struct WorkPullingHandle<T: Clone + Send + 'static> {
+    producer: ProducerHandle<T>,
+    pool: Addr<WorkPullingController<T>>,
+}
+
+impl<T: Clone + Send + 'static> WorkPullingHandle<T> {
+    pub(crate) fn start(options: WorkPullingOptions<T>) -> Self {
+        let (ctx, front) = Self::front(&options);
+        let producer = ReliableDelivery::producer(front);
+        Self::run(ctx, producer, options)
+    }
+
+    pub(crate) fn start_durable(
+        options: WorkPullingOptions<T>,
+        durable: DurableOptions<T>,
+    ) -> Result<Self, OptionsError>
+    where
+        T: Serialize + DeserializeOwned,
+    {
+        let (ctx, front) = Self::front(&options);
+        let producer = ReliableDelivery::durable_producer(front, durable)?;
+        let id_room = 256 - 1 - MAX_WORKER_NAME;
+        if producer.producer_id().len() > id_room {
+            producer.stop();
+            return Err(OptionsError::new(
+                "producer_id",
+                format!(
+                    "a work-pulling producer's id prefixes its worker streams' ids: at most \
+                     {id_room} bytes (got {})",
+                    producer.producer_id().len()
+                ),
+            ));
+        }
+        Ok(Self::run(ctx, producer, options))
+    }
+
+    /// The pool's context (not started yet: its producer needs its address first) and the
+    /// options of the producer that feeds it.
+    fn front(
+        options: &WorkPullingOptions<T>,
+    ) -> (Context<WorkPullingController<T>>, ProducerOptions<T>) {
+        let ctx = Context::new();
+        let consumer = WorkPullingController::consumer_ref(&ctx.address());
+        let front = ProducerOptions::new(consumer, options.producer.clone())
+            .expect("the producer settings were validated when the options were built");
+        (ctx, front)
+    }
+
+    fn run(
+        ctx: Context<WorkPullingController<T>>,
+        producer: ProducerHandle<T>,
+        options: WorkPullingOptions<T>,
+    ) -> Self {
+        let controller = WorkPullingController::new(
+            producer.producer_id().clone(),
+            options.registry,
+            options.worker,
+            producer.stopped(),
+        );
+        let pool = ctx.run(controller);
+        Self { producer, pool }
+    }
+
+    /// The producer that feeds the pool (what this handle dereferences to).
+    pub fn producer(&self) -> &ProducerHandle<T> {
+        &self.producer
+    }
+
+    /// The pool's counters: workers, queued jobs, and per worker what it holds, confirmed
+    /// and had re-routed. (The producer's own are [`ProducerHandle::stats`].)
+    ///
+    /// # Errors
+    /// [`MailboxError`] if the pool has stopped (its producer stopped).
+    pub async fn pool_stats(&self) -> Result<PoolStats, MailboxError> {
+        self.pool.send(GetPoolStats).await
+    }
+}
+
+impl<T: Clone + Send + 'static> Deref for WorkPullingHandle<T> {
+    type Target = ProducerHandle<T>;
+
+    fn deref(&self) -> &ProducerHandle<T> {
+        &self.producer
+    }
+}
+
+impl<T: Clone + Send + 'static> Clone for WorkPullingHandle<T> {
+    fn clone(&self) -> Self {
+        Self {
+            producer: self.producer.clone(),
+            pool: self.pool.clone(),
+        }
+    }
+}
+
+impl<T: Clone + Send + 'static> std::fmt::Debug for WorkPullingHandle<T> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("WorkPullingHandle")
+            .field("producer_id", self.producer.producer_id())
+            .finish_non_exhaustive()
+    }
+}

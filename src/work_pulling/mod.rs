@@ -70,12 +70,16 @@
 //! ```
 
 mod controller;
+mod discovery;
 mod handle;
 mod job;
 mod options;
 pub mod pool;
 mod registry;
 
+pub use self::discovery::{
+    Announcement, Announcer, DiscoveryStats, WorkerDiscovery, WorkerDiscoveryHandle,
+};
 pub use self::handle::WorkPullingHandle;
 pub use self::job::Job;
 pub use self::options::{WorkPullingOptions, WorkPullingOptionsBuilder};

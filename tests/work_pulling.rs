@@ -1,0 +1,507 @@
+//! Work pulling with actors, under virtual time: jobs follow demand, a slow worker gets fewer,
+//! a worker that stops or gives up has its jobs re-routed, the registry churns, persistent
+//! workers recognise a re-routed job by its stable id, and a durable producer resends its
+//! unconfirmed jobs under their ids after a restart.
+
+mod common;
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use actix_delivery::durable::DurableOptions;
+use actix_delivery::journal::{MemoryJournal, PersistenceId};
+use actix_delivery::persistence::{recover_state, PersistentConfig, PersistentHandle};
+use actix_delivery::work_pulling::{
+    Job, RegisterError, WorkPullingHandle, WorkPullingOptions, WorkerRegistry,
+};
+use actix_delivery::{
+    ConsumerHandle, ConsumerOptions, ConsumerRef, Delivery, DeliveryError, DeliveryHandler, Limit,
+    ProducerConfig, ReliableDelivery, ReplyTo,
+};
+use common::entities::{ledger_id, Ledger, Op};
+use common::{confirm_into, settle, settle_for, Confirmations, Gate, Log};
+
+/// A worker whose handler takes `work` of virtual time and records (worker, job body).
+fn worker(
+    name: &'static str,
+    work: Duration,
+    log: &Log<(&'static str, u64)>,
+) -> ConsumerHandle<Job<u64>> {
+    let log = log.clone();
+    let handler = DeliveryHandler::from_fn(move |job: Job<u64>| {
+        let log = log.clone();
+        async move {
+            tokio::time::sleep(work).await;
+            log.push((name, job.body));
+            Ok::<(), String>(())
+        }
+    });
+    ReliableDelivery::consumer(ConsumerOptions::builder(handler).build().unwrap())
+}
+
+fn options(registry: &WorkerRegistry<u64>, worker_window: usize) -> WorkPullingOptions<u64> {
+    let worker = ProducerConfig {
+        window_size: worker_window,
+        resend_timeout: Duration::from_millis(100),
+        ..ProducerConfig::default()
+    };
+    WorkPullingOptions::builder(registry)
+        .worker(worker)
+        .build()
+        .unwrap()
+}
+
+fn tell_all(jobs: &WorkPullingHandle<u64>, range: std::ops::Range<u64>, log: &Confirmations<u64>) {
+    for n in range {
+        jobs.tell(n, confirm_into(log, n)).unwrap();
+    }
+}
+
+/// Each of `expected` confirmed exactly once, and `Ok`.
+fn assert_confirmed_once(log: &Confirmations<u64>, expected: std::ops::Range<u64>) {
+    let mut seen = BTreeMap::new();
+    for (n, result) in log.snapshot() {
+        assert_eq!(result, Ok(()), "job {n}");
+        *seen.entry(n).or_insert(0) += 1;
+    }
+    let want: BTreeMap<u64, i32> = expected.map(|n| (n, 1)).collect();
+    assert_eq!(seen, want, "every job confirmed exactly once");
+}
+
+fn count(log: &Log<(&'static str, u64)>, name: &str) -> usize {
+    log.snapshot().iter().filter(|(w, _)| *w == name).count()
+}
+
+#[actix::test]
+async fn jobs_go_to_every_worker_with_demand_and_each_is_confirmed_once() {
+    tokio::time::pause();
+    let (registry, handled, confirmed) = (WorkerRegistry::new(), Log::default(), Log::default());
+    for name in ["a", "b", "c"] {
+        registry
+            .register_consumer(name, &worker(name, Duration::from_millis(5), &handled))
+            .unwrap();
+    }
+    let jobs = ReliableDelivery::work_pulling_producer(options(&registry, 4));
+    tell_all(&jobs, 0..300, &confirmed);
+    jobs.idle().await;
+    assert_confirmed_once(&confirmed, 0..300);
+    for name in ["a", "b", "c"] {
+        assert!(
+            count(&handled, name) >= 80,
+            "{name}: {}",
+            count(&handled, name)
+        );
+    }
+    let stats = jobs.pool_stats().await.unwrap();
+    assert_eq!(
+        (stats.workers, stats.confirmed, stats.jobs, stats.rerouted),
+        (3, 300, 0, 0)
+    );
+    assert!(stats.per_worker.iter().all(|w| w.in_flight == 0));
+}
+
+#[actix::test]
+async fn a_slow_worker_gets_proportionally_fewer_jobs() {
+    tokio::time::pause();
+    let (registry, handled, confirmed) = (WorkerRegistry::new(), Log::default(), Log::default());
+    registry
+        .register_consumer("fast", &worker("fast", Duration::from_millis(5), &handled))
+        .unwrap();
+    registry
+        .register_consumer("slow", &worker("slow", Duration::from_millis(50), &handled))
+        .unwrap();
+    let jobs = ReliableDelivery::work_pulling_producer(options(&registry, 2));
+    tell_all(&jobs, 0..1_000, &confirmed);
+    jobs.idle().await;
+    assert_confirmed_once(&confirmed, 0..1_000);
+    let (fast, slow) = (count(&handled, "fast"), count(&handled, "slow"));
+    // Ten times the speed, about ten times the jobs: a job costs its sleep plus up to a
+    // millisecond of timer granularity (so 5–6 ms against 50–51 ms).
+    assert!(fast >= 7 * slow && slow >= 40, "fast {fast}, slow {slow}");
+}
+
+#[actix::test]
+async fn with_no_worker_jobs_wait_and_go_out_when_one_registers() {
+    tokio::time::pause();
+    let (registry, handled, confirmed) = (WorkerRegistry::new(), Log::default(), Log::default());
+    let jobs = ReliableDelivery::work_pulling_producer(options(&registry, 4));
+    tell_all(&jobs, 0..20, &confirmed);
+    settle_for(1_000).await;
+    assert_eq!(confirmed.len(), 0);
+    assert_eq!(jobs.pool_stats().await.unwrap().queued, 20);
+    registry
+        .register_consumer("late", &worker("late", Duration::ZERO, &handled))
+        .unwrap();
+    jobs.idle().await;
+    assert_confirmed_once(&confirmed, 0..20);
+    let order: Vec<u64> = handled.snapshot().into_iter().map(|(_, n)| n).collect();
+    assert_eq!(
+        order,
+        (0..20).collect::<Vec<_>>(),
+        "one worker sees the jobs in order"
+    );
+}
+
+#[actix::test]
+async fn the_producer_queue_is_bounded_and_send_waits_for_a_worker() {
+    tokio::time::pause();
+    let registry = WorkerRegistry::new();
+    let producer = ProducerConfig {
+        window_size: 4,
+        max_pending: 2,
+        ..WorkPullingOptions::<u64>::default_producer()
+    };
+    let options = WorkPullingOptions::builder(&registry)
+        .producer(producer)
+        .build()
+        .unwrap();
+    let jobs = ReliableDelivery::work_pulling_producer(options);
+    let confirmed = Log::default();
+    tell_all(&jobs, 0..6, &confirmed);
+    assert!(
+        jobs.tell(6, confirm_into(&confirmed, 6)).is_err(),
+        "4 in the pool + 2 queued"
+    );
+    let waiting = actix::spawn(jobs.send(7));
+    settle_for(100).await;
+    assert!(!waiting.is_finished(), "send waits for room");
+    let handled = Log::default();
+    registry
+        .register_consumer("w", &worker("w", Duration::ZERO, &handled))
+        .unwrap();
+    assert_eq!(waiting.await.unwrap(), Ok(()));
+    jobs.idle().await;
+    let refused = confirmed
+        .snapshot()
+        .into_iter()
+        .filter(|(_, r)| r.is_err())
+        .collect::<Vec<_>>();
+    assert_eq!(refused, [(6, Err(DeliveryError::QueueFull))]);
+}
+
+#[actix::test]
+async fn a_worker_stopped_mid_job_has_its_jobs_rerouted_in_order_to_the_others() {
+    tokio::time::pause();
+    let (registry, confirmed) = (WorkerRegistry::new(), Log::default());
+    // `stuck` takes jobs and never finishes one.
+    let stuck_log = Log::default();
+    let log = stuck_log.clone();
+    let gate = Gate::default();
+    let stuck = ReliableDelivery::consumer(
+        ConsumerOptions::builder(DeliveryHandler::from_fn(move |job: Job<u64>| {
+            log.push(job.body);
+            let gate = gate.clone();
+            async move {
+                gate.pass().await;
+                Ok::<(), String>(())
+            }
+        }))
+        .build()
+        .unwrap(),
+    );
+    registry.register_consumer("stuck", &stuck).unwrap();
+    let jobs = ReliableDelivery::work_pulling_producer(options(&registry, 3));
+    tell_all(&jobs, 0..3, &confirmed);
+    settle().await;
+    assert_eq!(stuck_log.snapshot(), [0], "stuck runs its first job");
+    tell_all(&jobs, 3..6, &confirmed);
+    let handled = Log::default();
+    // The new worker is busy a little while the stuck one is stopped.
+    registry
+        .register_consumer("ok", &worker("ok", Duration::from_millis(1), &handled))
+        .unwrap();
+    settle_for(50).await;
+    stuck.stop();
+    jobs.idle().await;
+    assert_confirmed_once(&confirmed, 0..6);
+    let at_ok: Vec<u64> = handled.snapshot().into_iter().map(|(_, n)| n).collect();
+    let (rerouted, rest): (Vec<u64>, Vec<u64>) = at_ok.iter().partition(|n| **n < 3);
+    assert_eq!(rerouted, [0, 1, 2], "stuck's jobs, in their order");
+    assert!(rest.iter().all(|n| *n >= 3));
+    let stats = jobs.pool_stats().await.unwrap();
+    assert_eq!((stats.workers, stats.rerouted, stats.left), (1, 3, 1));
+    assert_eq!(registry.names(), ["ok"]);
+}
+
+#[actix::test]
+async fn a_worker_whose_stream_gives_a_job_up_leaves_and_its_jobs_are_rerouted() {
+    tokio::time::pause();
+    let (registry, handled, confirmed) = (WorkerRegistry::new(), Log::default(), Log::default());
+    // Deliveries to "gone" are lost: its stream gives up after 3 transmissions.
+    registry
+        .register(
+            "gone",
+            ConsumerRef::from_fn(|_: Vec<Delivery<Job<u64>>>| {}),
+        )
+        .unwrap();
+    let worker_config = ProducerConfig {
+        window_size: 4,
+        resend_timeout: Duration::from_millis(100),
+        max_attempts: Limit::At(3),
+        ..ProducerConfig::default()
+    };
+    let options = WorkPullingOptions::builder(&registry)
+        .worker(worker_config)
+        .build()
+        .unwrap();
+    let jobs = ReliableDelivery::work_pulling_producer(options);
+    tell_all(&jobs, 0..4, &confirmed);
+    settle_for(50).await;
+    registry
+        .register_consumer("there", &worker("there", Duration::ZERO, &handled))
+        .unwrap();
+    tell_all(&jobs, 4..8, &confirmed);
+    jobs.idle().await;
+    assert_confirmed_once(&confirmed, 0..8);
+    let stats = jobs.pool_stats().await.unwrap();
+    assert_eq!(stats.workers, 1, "gone left the pool");
+    assert!(stats.rerouted >= 1, "{stats:?}");
+    assert_eq!(
+        registry.names(),
+        ["gone", "there"],
+        "the registry is the application's: a worker the pool dropped stays registered"
+    );
+}
+
+#[actix::test]
+async fn registry_churn_loses_no_job_and_confirms_each_once() {
+    tokio::time::pause();
+    let (registry, handled, confirmed) = (WorkerRegistry::new(), Log::default(), Log::default());
+    let jobs = ReliableDelivery::work_pulling_producer(options(&registry, 2));
+    let mut workers = Vec::new();
+    for round in 0..20u64 {
+        tell_all(&jobs, round * 50..(round + 1) * 50, &confirmed);
+        let name = ["a", "b", "c"][(round % 3) as usize];
+        if registry.names().iter().any(|n| n == name) {
+            registry.deregister(name);
+        } else {
+            let consumer = worker(name, Duration::from_millis(1 + round % 4), &handled);
+            registry.register_consumer(name, &consumer).unwrap();
+            workers.push(consumer);
+        }
+        settle_for(7).await;
+    }
+    if registry.names().is_empty() {
+        registry
+            .register_consumer("last", &worker("last", Duration::ZERO, &handled))
+            .unwrap();
+    }
+    jobs.idle().await;
+    assert_confirmed_once(&confirmed, 0..1_000);
+    let stats = jobs.pool_stats().await.unwrap();
+    assert!(
+        stats.left >= 5 && stats.rerouted > 0,
+        "churn re-routed jobs: {stats:?}"
+    );
+    assert!(handled.len() >= 1_000, "each job handled at least once");
+}
+
+#[test]
+fn invalid_options_and_names_are_refused_with_the_reason() {
+    let registry = WorkerRegistry::<u64>::new();
+    let bounded = ProducerConfig {
+        max_attempts: Limit::At(3),
+        ..WorkPullingOptions::<u64>::default_producer()
+    };
+    let error = WorkPullingOptions::builder(&registry)
+        .producer(bounded)
+        .build()
+        .unwrap_err();
+    assert_eq!(error.field, "max_attempts");
+    let named_worker = ProducerConfig {
+        producer_id: Some("mine".into()),
+        ..ProducerConfig::default()
+    };
+    let error = WorkPullingOptions::builder(&registry)
+        .worker(named_worker)
+        .build()
+        .unwrap_err();
+    assert_eq!(error.field, "producer_id");
+    let long_id = ProducerConfig {
+        producer_id: Some("p".repeat(128)),
+        ..WorkPullingOptions::<u64>::default_producer()
+    };
+    let error = WorkPullingOptions::builder(&registry)
+        .producer(long_id)
+        .build()
+        .unwrap_err();
+    assert!(error.reason.contains("127"), "{error}");
+
+    let lost = || ConsumerRef::from_fn(|_: Vec<Delivery<Job<u64>>>| {});
+    assert_eq!(
+        registry.register("", lost()),
+        Err(RegisterError::InvalidName(0))
+    );
+    assert_eq!(
+        registry.register(&"n".repeat(129), lost()),
+        Err(RegisterError::InvalidName(129))
+    );
+    registry.register("w", lost()).unwrap();
+    assert_eq!(
+        registry.register("w", lost()),
+        Err(RegisterError::NameTaken("w".into()))
+    );
+    assert!(registry.deregister("w"));
+    assert!(!registry.deregister("w"));
+}
+
+/// A worker applying each job to the shared ledger entity, whose ACKs can be swallowed (the
+/// worker "dies" after its commit, before its ACK gets out).
+fn ledger_worker(entity: &PersistentHandle<Ledger>, swallow_acks: bool) -> ConsumerRef<Job<u64>> {
+    let consumer = ReliableDelivery::consumer(
+        ConsumerOptions::builder(entity.job_handler(Op::Apply))
+            .build()
+            .unwrap(),
+    );
+    if !swallow_acks {
+        return consumer.consumer_ref();
+    }
+    let black_hole = ReplyTo::from_fn(|_| {});
+    let target = consumer.consumer_ref();
+    ConsumerRef::from_fn(move |deliveries: Vec<Delivery<Job<u64>>>| {
+        let _keep = &consumer;
+        target.do_send_all(deliveries.into_iter().map(|mut d| {
+            d.reply_to = Some(black_hole.clone());
+            d
+        }));
+    })
+}
+
+#[actix::test]
+async fn persistent_workers_recognise_a_rerouted_job_by_its_id_and_store_it_once() {
+    tokio::time::pause();
+    let journal = MemoryJournal::new();
+    let entity = PersistentHandle::<Ledger>::start(
+        Arc::new(journal.clone()),
+        ledger_id(),
+        PersistentConfig::default(),
+    )
+    .unwrap();
+    let (registry, confirmed) = (WorkerRegistry::new(), Log::default());
+    registry
+        .register("mute", ledger_worker(&entity, true))
+        .unwrap();
+    let jobs = ReliableDelivery::work_pulling_producer(options(&registry, 8));
+    tell_all(&jobs, 0..8, &confirmed);
+    settle_for(500).await;
+    assert_eq!(
+        confirmed.len(),
+        0,
+        "mute committed the jobs, its ACKs never came"
+    );
+    let ledger = recover_state::<Ledger>(&journal, &ledger_id())
+        .await
+        .unwrap();
+    assert_eq!(ledger.total, 8);
+    registry.deregister("mute");
+    registry
+        .register("next", ledger_worker(&entity, false))
+        .unwrap();
+    jobs.idle().await;
+    assert_confirmed_once(&confirmed, 0..8);
+    assert_eq!(jobs.pool_stats().await.unwrap().rerouted, 8);
+    let ledger = recover_state::<Ledger>(&journal, &ledger_id())
+        .await
+        .unwrap();
+    let once: BTreeMap<u64, u32> = (0..8).map(|n| (n, 1)).collect();
+    assert_eq!(ledger.applied, once, "every job's event stored once");
+}
+
+#[actix::test]
+async fn a_restarted_durable_producer_resends_its_unconfirmed_jobs_under_their_ids() {
+    tokio::time::pause();
+    let journal = MemoryJournal::new();
+    let stream = PersistenceId::new("jobs").unwrap();
+    let start = |registry: &WorkerRegistry<u64>| {
+        let durable = DurableOptions::new(Arc::new(journal.clone()), stream.clone(), "jobs");
+        ReliableDelivery::durable_work_pulling_producer(options(registry, 4), durable).unwrap()
+    };
+    // First life: no worker; five jobs stored, none confirmed.
+    let first = start(&WorkerRegistry::new());
+    for n in 0..5 {
+        assert_eq!(first.store(n).await.unwrap().id.0, n + 1);
+    }
+    let ids_before = first.pool_stats().await.unwrap();
+    assert_eq!(ids_before.queued, 5);
+    first.stop();
+    first.stopped().await;
+
+    // Second life: a worker that records the job ids it sees.
+    let (registry, seen) = (WorkerRegistry::new(), Log::default());
+    let log = seen.clone();
+    let consumer = ReliableDelivery::consumer(
+        ConsumerOptions::builder(DeliveryHandler::from_fn(move |job: Job<u64>| {
+            log.push((job.info.producer_id.to_string(), job.info.seq, job.body));
+            async { Ok::<(), String>(()) }
+        }))
+        .build()
+        .unwrap(),
+    );
+    registry.register_consumer("w", &consumer).unwrap();
+    let second = start(&registry);
+    second.idle().await;
+    let expected: Vec<_> = (0..5).map(|n| ("jobs".to_string(), n + 1, n)).collect();
+    assert_eq!(
+        seen.snapshot(),
+        expected,
+        "the stored jobs, under their seqs"
+    );
+    assert_eq!(second.pool_stats().await.unwrap().confirmed, 5);
+}
+
+#[actix::test]
+async fn announced_workers_are_registered_and_deregistered_after_a_silent_timeout() {
+    use actix_delivery::work_pulling::{Announcement, Announcer, WorkerDiscovery};
+    tokio::time::pause();
+    let (registry, handled, confirmed) = (WorkerRegistry::new(), Log::default(), Log::default());
+    // "Addresses" resolve to local consumers here (over TCP they are node addresses); the
+    // link to `a` can be cut, as by its process dying.
+    let (link_a, cut_a, _) =
+        common::cuttable(worker("a", Duration::from_millis(2), &handled).consumer_ref());
+    let b = worker("b", Duration::from_millis(2), &handled).consumer_ref();
+    let consumers = BTreeMap::from([("a".to_string(), link_a), ("b".to_string(), b)]);
+    let discovery = WorkerDiscovery::start(&registry, Duration::from_secs(3), move |a| {
+        consumers.get(&a.consumer).cloned()
+    })
+    .unwrap();
+    let announcements = ReliableDelivery::consumer(
+        ConsumerOptions::builder(discovery.handler())
+            .build()
+            .unwrap(),
+    );
+    let announce = |name: &str, consumer: &str| {
+        let announcement = Announcement {
+            name: name.into(),
+            node: None,
+            consumer: consumer.into(),
+        };
+        Announcer::start(&announcements, announcement, Duration::from_secs(1)).unwrap()
+    };
+    let a = announce("a", "a");
+    let _b = announce("b", "b");
+    let _unknown = announce("c", "nowhere");
+    settle_for(10).await;
+    assert_eq!(registry.names(), ["a", "b"]);
+    let jobs = ReliableDelivery::work_pulling_producer(options(&registry, 4));
+    tell_all(&jobs, 0..200, &confirmed);
+    settle_for(20).await;
+    // `a` dies: silent, and what was sent to it is lost. 3 s later it is deregistered and
+    // its jobs are re-routed.
+    cut_a.store(true, std::sync::atomic::Ordering::SeqCst);
+    drop(a);
+    settle_for(2_000).await;
+    assert_eq!(registry.names(), ["a", "b"], "not yet: the timeout is 3 s");
+    settle_for(2_000).await;
+    assert_eq!(registry.names(), ["b"]);
+    jobs.idle().await;
+    assert_confirmed_once(&confirmed, 0..200);
+    assert!(jobs.pool_stats().await.unwrap().rerouted >= 1);
+    let stats = discovery.stats().await.unwrap();
+    assert_eq!((stats.registered, stats.expired), (2, 1));
+    assert!(
+        stats.refused >= 2,
+        "`nowhere` resolves to nothing, every time: {stats:?}"
+    );
+    assert!(stats.announcements >= 8, "{stats:?}");
+}

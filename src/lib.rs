@@ -44,6 +44,9 @@
 //! [`ProducerHandle::idle`] waits until everything told is settled, and both handles'
 //! `stopped()` until a `stop()` took effect.
 //!
+//! One producer feeding a changing pool of workers, with re-routing when a worker leaves and
+//! stable job ids for effectively-once workers: [`work_pulling`].
+//!
 //! # Guarantees
 //!
 //! - **At least once.** Every message told to a running producer is handled by a successful

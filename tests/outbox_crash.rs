@@ -160,7 +160,7 @@ async fn start_orders(
 /// The child, by [`CHILD_ROLE`]:
 /// - `shipping`: the shipping entity behind an effectively-once consumer, exposed as
 ///   "shipping" on [`CHILD_PORT`]; prints `ready`, then `shipped <order>` once an order's
-///   shipment is stored (before its ACK is sent).
+///   shipment is stored (its ACK follows 15 ms later).
 /// - `orders`: the order service delivering to that node; prints `ready <placed>`, then
 ///   `placed <order>` once each order (and its delivery) is recorded, up to [`ORDERS`].
 /// - `probe`: recovers the order service with a destination that never ACKs and prints
@@ -194,6 +194,9 @@ fn child_process_entry() {
                     async move {
                         stored.await?;
                         println!("shipped {}", ship.order);
+                        // The ACK is held back a little, so that a kill of the order service
+                        // aimed at a shipment lands before its ACK in any build profile.
+                        actix::clock::sleep(Duration::from_millis(15)).await;
                         Ok::<(), CommandError<String>>(())
                     }
                 });

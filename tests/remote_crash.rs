@@ -7,7 +7,9 @@
 //! The in-memory child holds each message's ACK back a seeded 5–50 ms after its handler ran
 //! (`handled <n>`, then `done <n>` as the ACK goes out), so its kills land while messages are
 //! handled and not acknowledged: those are delivered again to the next life (counted, and
-//! asserted), and every confirmed message was done by some life.
+//! asserted), and every confirmed message was done by some life. The persistent child holds
+//! each ACK back the same way after the commit (`committed <n>`), and is killed after a seeded
+//! number of commits, so kills land between a commit and its ACK in any build profile.
 //!
 //! Replay a seed with `CRASH_SEED=5 cargo test --test remote_crash -- --nocapture`; set
 //! `REMOTE_CRASH_KILLS` for more kills (default 12).
@@ -38,7 +40,8 @@ const ENTRY: &str = "child_node_entry";
 const CHILD_PORT: &str = "REMOTE_CRASH_PORT";
 /// Set for the child of the persistent variant: its journal file.
 const CHILD_DB: &str = "REMOTE_CRASH_DB";
-/// Set for the in-memory child: how long each handler holds its ACK back, in ms.
+/// Set for the child: how long each handler holds its ACK back, in ms (the persistent one
+/// after its commit).
 const CHILD_ACK_DELAY: &str = "REMOTE_CRASH_ACK_DELAY_MS";
 
 const MESSAGES: u64 = 800;
@@ -100,9 +103,18 @@ fn child_node_entry() {
                     PersistentConfig::default(),
                 )
                 .unwrap();
-                ledger.delivery_handler(|n: u64| {
+                // The entity's delivery handler, with the ACK held back after the commit
+                // (`committed <n>`), so that kills land between a commit and its ACK
+                // however fast the build.
+                DeliveryHandler::pipelined(move |info, n: u64| {
                     println!("handled {n}"); // decided now, stored when the append commits
-                    n
+                    let stored = ledger.ask_delivered(info, n);
+                    async move {
+                        stored.await.map_err(|error| error.to_string())?;
+                        println!("committed {n}");
+                        actix::clock::sleep(Duration::from_millis(delay)).await;
+                        Ok::<(), String>(())
+                    }
                 })
             }
             // Pipelined: the held ACKs overlap, so messages keep flowing.
@@ -196,12 +208,10 @@ async fn run(
     };
     loop {
         let mut env = env.clone();
-        if db.is_none() {
-            env.push((
-                CHILD_ACK_DELAY,
-                [5, 20, 50][rng.random_range(0..3)].to_string(),
-            ));
-        }
+        env.push((
+            CHILD_ACK_DELAY,
+            [5, 20, 50][rng.random_range(0..3)].to_string(),
+        ));
         let child = process::spawn(ENTRY, &env);
         let mut lines = Vec::new();
         let ready = lines_until(
@@ -221,15 +231,21 @@ async fn run(
                 lines_until(&child, soon, |_| false, &mut lines).await;
             }
         } else {
-            // Kill after a seeded number of handled messages, or a seeded time.
+            // Kill after a seeded number of handled (persistent: committed) messages, or a
+            // seeded time.
             let life = Duration::from_millis(rng.random_range(50..=300));
             let handled_before_kill: usize = rng.random_range(1..=60);
+            let trigger = if db.is_some() {
+                "committed "
+            } else {
+                "handled "
+            };
             let mut handled_here = 0;
             lines_until(
                 &child,
                 Instant::now() + life,
                 |l| {
-                    handled_here += usize::from(l.starts_with("handled "));
+                    handled_here += usize::from(l.starts_with(trigger));
                     handled_here >= handled_before_kill
                 },
                 &mut lines,

@@ -26,9 +26,10 @@ struct Held<T> {
     reply_to: Option<ReplyTo>,
 }
 
-/// One worker: its name and the reliable stream to it.
+/// One worker: its name, where it takes jobs, and the reliable stream to it.
 struct Worker<T: Clone + Send + 'static> {
     name: Arc<str>,
+    target: ConsumerRef<Job<T>>,
     stream: ProducerHandle<Job<T>>,
 }
 
@@ -144,7 +145,7 @@ impl<T: Clone + Send + 'static> WorkPullingController<T> {
             producer_id: Some(format!("{}/{name}", self.producer_id)),
             ..self.worker_config.clone()
         };
-        let options = match ProducerOptions::new(worker, config) {
+        let options = match ProducerOptions::new(worker.clone(), config) {
             Ok(options) => options,
             Err(error) => {
                 log::warn!("work pulling: worker `{name}` not added: {error}");
@@ -157,7 +158,12 @@ impl<T: Clone + Send + 'static> WorkPullingController<T> {
         self.pool
             .add_worker(key, name.clone(), self.worker_config.window_size);
         self.by_name.insert(name.clone(), key);
-        self.workers.insert(key, Worker { name, stream });
+        let worker = Worker {
+            name,
+            target: worker,
+            stream,
+        };
+        self.workers.insert(key, worker);
     }
 
     /// Removes a worker: its stream stops, its unconfirmed jobs wait for the others.
@@ -188,11 +194,15 @@ impl<T: Clone + Send + 'static> WorkPullingController<T> {
             Settled::Rerouted | Settled::Ignored => {}
         }
         if let Err(error) = result {
-            if self.workers.contains_key(&worker) {
-                // Its stream gave the job up or stopped: the worker is unreachable.
-                let name = &self.workers[&worker].name;
-                log::warn!("work pulling: worker `{name}` leaves the pool: {error}");
-                self.leave(worker);
+            if let Some(Worker { name, target, .. }) = self.workers.get(&worker) {
+                // Its stream gave the job up (or stopped): its jobs go to the others, and it
+                // stays in the pool with a fresh stream while it is registered (whoever
+                // registered it decides whether it is gone).
+                let (name, target) = (name.clone(), target.clone());
+                log::warn!(
+                    "work pulling: worker `{name}` failed a job, its jobs are re-routed: {error}"
+                );
+                self.join(name, target);
             }
         }
     }

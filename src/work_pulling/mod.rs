@@ -25,11 +25,13 @@
 //! - **Confirmation.** A job is confirmed to its sender once, when the first worker's stream
 //!   confirmed it (the worker's handler succeeded). A job is never given up: it is routed
 //!   again until a worker confirms it or the producer stops.
-//! - **Workers leave.** When a worker is deregistered, its consumer stops, or its stream
-//!   gives a job up (a bounded `max_attempts` in the worker settings), the worker leaves: its
-//!   stream stops and its unconfirmed jobs are routed to the others, **in their original
-//!   order, at the front** of the waiting jobs. A job can so be handled by two workers (the
-//!   first may have handled it and lost the ACK): at least once.
+//! - **Workers leave.** When a worker is deregistered or its consumer stops, the worker
+//!   leaves: its stream stops and its unconfirmed jobs are routed to the others, **in their
+//!   original order, at the front** of the waiting jobs. When its stream gives a job up (a
+//!   bounded `max_attempts` in the worker settings), the same happens to its jobs, and it
+//!   stays in the pool with a fresh stream while it is registered (for remote workers, the
+//!   [`WorkerDiscovery`] decides when one is gone). A job can so be handled by two workers
+//!   (the first may have handled it and lost the ACK): at least once.
 //! - **Stable job ids.** Every job carries [`Job::info`]: the producer's id, incarnation and
 //!   the job's seq, the same at every worker it is routed to and, with a durable producer,
 //!   across the producer's restarts. A persistent worker records it as the processed mark

@@ -71,7 +71,7 @@ impl<T: Send + 'static> WorkPullingOptionsBuilder<T> {
     /// The settings of each worker's stream (default [`ProducerConfig`]'s): `window_size` is
     /// the most jobs one worker holds at once (its demand), `resend_timeout` and `backoff` its
     /// retransmissions; with a bounded `max_attempts`, a worker whose stream gives a job up
-    /// leaves the pool and its jobs are re-routed. `producer_id` must be unset: each stream's
+    /// has its jobs re-routed and gets a fresh stream. `producer_id` must be unset: each stream's
     /// id is the producer's, `/` and the worker's name.
     pub fn worker(mut self, config: ProducerConfig) -> Self {
         self.worker = config;

@@ -32,8 +32,8 @@ pub enum RegisterError {
 /// A worker is any consumer of [`Job<T>`]: a local [`ConsumerHandle`] (removed when it stops),
 /// or a [`ConsumerRef`] to a consumer across the network (a TCP
 /// [`Node::consumer_ref`](crate::remote::Node::consumer_ref), a NATS subject), removed by
-/// [`deregister`](Self::deregister) or when its stream gives a job up (`max_attempts` of the
-/// worker streams).
+/// [`deregister`](Self::deregister) (a [`WorkerDiscovery`](crate::work_pulling::WorkerDiscovery)
+/// does that for workers that stop announcing themselves).
 ///
 /// ```
 /// use actix_delivery::work_pulling::{Job, WorkerRegistry};

@@ -11,7 +11,7 @@ fn postgres_suites() {
 
 #[cfg(not(feature = "nats"))]
 #[test]
-#[ignore = "skipped: the NATS suites (tests/nats*.rs) need `--features nats` and a server with JetStream on 127.0.0.1:4222; run `cargo test --all-features` (see the README's Tests section)"]
+#[ignore = "skipped: the NATS suites (tests/nats*.rs, tests/work_pulling_nats.rs) need `--features nats` and a server with JetStream on 127.0.0.1:4222; run `cargo test --all-features` (see the README's Tests section)"]
 fn nats_suites() {
     panic!("built without the `nats` feature: run `cargo test --all-features`");
 }

@@ -1,11 +1,11 @@
 //! The pool actor: takes the jobs of its producer, one reliable stream per worker, routes by
 //! the pure [`WorkPool`], and ACKs a job to its producer once a worker confirmed it.
 
-use std::collections::HashMap;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, PoisonError};
 use std::task::Poll;
 
 use actix::prelude::*;
+use hashbrown::HashMap;
 
 use crate::after_drain::after_each_drain;
 use crate::config::ProducerConfig;
@@ -14,7 +14,7 @@ use crate::facade::ReliableDelivery;
 use crate::message::{ConsumerRef, Deliveries, Delivery, ReplyTo};
 use crate::options::ProducerOptions;
 use crate::producer::ProducerHandle;
-use crate::protocol::envelope::{Ack, DeliveryInfo, Incarnation, ProducerId};
+use crate::protocol::envelope::{Ack, DeliveryInfo, Incarnation, IncarnationId, ProducerId};
 use crate::work_pulling::pool::{JobKey, PoolStats, Settled, WorkPool, WorkerKey};
 use crate::work_pulling::registry::WorkersChanged;
 use crate::work_pulling::{Job, WorkerRegistry};
@@ -40,7 +40,29 @@ struct JobSettled {
     result: Result<(), DeliveryError>,
 }
 
-impl Message for JobSettled {
+/// Where the worker streams' confirmations collect until the pool takes them, so that a
+/// stream's flush of many confirmations costs the pool one message.
+#[derive(Default)]
+struct Settlements(Mutex<Vec<JobSettled>>);
+
+impl Settlements {
+    /// Adds one; `true` if the pool must be woken (the queue was empty).
+    fn push(&self, settled: JobSettled) -> bool {
+        let mut queue = self.0.lock().unwrap_or_else(PoisonError::into_inner);
+        queue.push(settled);
+        queue.len() == 1
+    }
+
+    fn take(&self, into: &mut Vec<JobSettled>) {
+        let mut queue = self.0.lock().unwrap_or_else(PoisonError::into_inner);
+        std::mem::swap(&mut *queue, into);
+    }
+}
+
+/// Wakes the pool: confirmations are waiting in its [`Settlements`].
+struct TakeSettlements;
+
+impl Message for TakeSettlements {
     type Result = ();
 }
 
@@ -57,11 +79,16 @@ impl Message for GetPoolStats {
 /// producer's confirmation means "a worker handled it". Started by
 /// [`ReliableDelivery::work_pulling_producer`](crate::ReliableDelivery::work_pulling_producer).
 pub(crate) struct WorkPullingController<T: Clone + Send + 'static> {
-    pool: WorkPool<Held<T>>,
-    /// The producer incarnation whose jobs the pool holds, and their keys by seq (a
-    /// retransmission of a held job changes nothing).
-    incarnation: Option<Incarnation>,
+    /// The jobs, boxed: an actor must be `Unpin`, and a table of unboxed `T` is only when
+    /// `T` is.
+    pool: WorkPool<Box<Held<T>>>,
+    /// The producer incarnation whose jobs the pool holds (with its public id), and their
+    /// keys by seq (a retransmission of a held job changes nothing).
+    incarnation: Option<(Incarnation, IncarnationId)>,
     by_seq: HashMap<u64, JobKey>,
+    /// The worker streams' confirmations, and the buffer they are taken into.
+    settlements: Arc<Settlements>,
+    taken: Vec<JobSettled>,
     workers: HashMap<WorkerKey, Worker<T>>,
     by_name: HashMap<Arc<str>, WorkerKey>,
     next_worker: u64,
@@ -85,6 +112,8 @@ impl<T: Clone + Send + 'static> WorkPullingController<T> {
             pool: WorkPool::new(crate::protocol::envelope::random_u64()),
             incarnation: None,
             by_seq: HashMap::new(),
+            settlements: Arc::default(),
+            taken: Vec::new(),
             workers: HashMap::new(),
             by_name: HashMap::new(),
             next_worker: 1,
@@ -103,18 +132,23 @@ impl<T: Clone + Send + 'static> WorkPullingController<T> {
 
     /// Takes a job from the producer (a copy of a held one changes nothing).
     fn take(&mut self, delivery: Delivery<T>) {
-        if self.incarnation != Some(delivery.incarnation) {
-            // A new life of the producer: it settled the previous life's jobs itself.
-            self.pool.drain_jobs().for_each(drop);
-            self.by_seq.clear();
-            self.incarnation = Some(delivery.incarnation);
-        }
+        let incarnation = match self.incarnation {
+            Some((token, id)) if token == delivery.incarnation => id,
+            _ => {
+                // A new life of the producer: it settled the previous life's jobs itself.
+                self.pool.drain_jobs().for_each(drop);
+                self.by_seq.clear();
+                let id = delivery.incarnation.id();
+                self.incarnation = Some((delivery.incarnation, id));
+                id
+            }
+        };
         if self.by_seq.contains_key(&delivery.seq) {
             return;
         }
         let info = DeliveryInfo {
             producer_id: delivery.producer_id.clone(),
-            incarnation: delivery.incarnation.id(),
+            incarnation,
             seq: delivery.seq,
             window_start: delivery.window_start,
             trace_context: delivery.trace_context,
@@ -133,7 +167,7 @@ impl<T: Clone + Send + 'static> WorkPullingController<T> {
             ack,
             reply_to: delivery.reply_to,
         };
-        let key = self.pool.push(held);
+        let key = self.pool.push(Box::new(held));
         self.by_seq.insert(seq, key);
     }
 
@@ -186,7 +220,10 @@ impl<T: Clone + Send + 'static> WorkPullingController<T> {
         } = settled;
         match self.pool.settled(worker, key, result.is_ok()) {
             Settled::Confirmed(held) => {
-                if Some(held.ack.incarnation) == self.incarnation {
+                if self
+                    .incarnation
+                    .is_some_and(|(token, _)| token == held.ack.incarnation)
+                {
                     self.by_seq.remove(&held.ack.seq);
                 }
                 self.acks.push((held.reply_to, held.ack));
@@ -209,16 +246,21 @@ impl<T: Clone + Send + 'static> WorkPullingController<T> {
 
     /// Hands waiting jobs to workers with demand, and sends the ACKs of confirmed jobs.
     fn flush(&mut self, ctx: &mut Context<Self>) {
+        let mut pool = None;
         while let Some(assignment) = self.pool.poll_assign() {
             let (worker, key) = (assignment.worker, assignment.key);
             let job = assignment.job.job.clone();
-            let pool = ctx.address();
+            let pool = pool.get_or_insert_with(|| ctx.address()).clone();
+            let settlements = self.settlements.clone();
             let confirm = move |result| {
-                pool.do_send(JobSettled {
+                let settled = JobSettled {
                     worker,
                     key,
                     result,
-                })
+                };
+                if settlements.push(settled) {
+                    pool.do_send(TakeSettlements);
+                }
             };
             let stream = &self.workers[&worker].stream;
             if stream.tell(job, confirm).is_err() {
@@ -277,11 +319,16 @@ impl<T: Clone + Send + 'static> Handler<Deliveries<T>> for WorkPullingController
     }
 }
 
-impl<T: Clone + Send + 'static> Handler<JobSettled> for WorkPullingController<T> {
+impl<T: Clone + Send + 'static> Handler<TakeSettlements> for WorkPullingController<T> {
     type Result = ();
 
-    fn handle(&mut self, settled: JobSettled, _: &mut Context<Self>) {
-        self.settle(settled);
+    fn handle(&mut self, _: TakeSettlements, _: &mut Context<Self>) {
+        let mut taken = std::mem::take(&mut self.taken);
+        self.settlements.take(&mut taken);
+        for settled in taken.drain(..) {
+            self.settle(settled);
+        }
+        self.taken = taken;
     }
 }
 

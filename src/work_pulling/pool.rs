@@ -15,6 +15,8 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
+use hashbrown::HashMap;
+
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 
@@ -110,7 +112,7 @@ impl Worker {
 
 /// The pool: jobs waiting or held by workers, and the workers.
 pub struct WorkPool<J> {
-    jobs: BTreeMap<JobKey, Slot<J>>,
+    jobs: HashMap<JobKey, Slot<J>>,
     waiting: BTreeSet<JobKey>,
     workers: BTreeMap<WorkerKey, Worker>,
     next_key: JobKey,
@@ -128,7 +130,7 @@ impl<J> WorkPool<J> {
     /// An empty pool whose tie-breaks are drawn from `seed`.
     pub fn new(seed: u64) -> Self {
         Self {
-            jobs: BTreeMap::new(),
+            jobs: HashMap::new(),
             waiting: BTreeSet::new(),
             workers: BTreeMap::new(),
             next_key: 1,

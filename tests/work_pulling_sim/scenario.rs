@@ -171,7 +171,7 @@ fn ms(millis: u64) -> Duration {
 impl Scenario {
     /// The scenario of `seed` in `class`, with `jobs` jobs.
     pub fn generate(seed: u64, class: Class, jobs: usize) -> Scenario {
-        let mut rng = SmallRng::seed_from_u64(seed ^ 0x5eed_0f_3011);
+        let mut rng = SmallRng::seed_from_u64(seed ^ 0x005e_ed0f_3011);
         let lossy = matches!(class, Class::Lossy | Class::GiveUps | Class::All);
         let some_loss = matches!(class, Class::Crashes | Class::Stalls);
         let link = if lossy {

@@ -465,7 +465,7 @@ impl<'a> World<'a> {
             }
             self.pump();
             steps += 1;
-            self.check_capacity(steps % 64 == 0);
+            self.check_capacity(steps.is_multiple_of(64));
             if self.done_at.is_none() && self.confirmed_count == self.sc.jobs() {
                 self.done_at = Some(self.now);
             }
@@ -505,7 +505,7 @@ impl<'a> World<'a> {
         }
         for proc in 0..self.procs.len() {
             let p = &mut self.procs[proc];
-            if !p.alive || !p.consumer.next_deadline().is_some_and(|d| d <= now) {
+            if !p.alive || p.consumer.next_deadline().is_none_or(|d| d > now) {
                 continue;
             }
             if let Some(completion) = p.consumer.handle_timeout(now) {

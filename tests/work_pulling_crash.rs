@@ -18,14 +18,20 @@
 //!
 //! The test tells each body to the producer once ever (a body whose store is in doubt, the
 //! producer having died before `stored`, is never sent again: that would make a second job),
-//! SIGKILLs workers at least [`WORKER_KILLS`] times, aimed a seeded 0–30 ms after a `handling`
-//! line, and restarts each after a seeded 0–2 s (same port, same name: a short pause resumes
+//! SIGKILLs workers at least [`WORKER_KILLS`] times and restarts each after a seeded 0–3 s
+//! (same port, same name: a short pause resumes
 //! its stream, a long one lets the discovery expire it and its jobs are re-routed), and
 //! SIGKILLs the producer at least [`PRODUCER_KILLS`] times (aimed after a `stored` line, or
 //! during its recovery) and restarts it: it resends its unconfirmed jobs under their ids to
 //! the workers present. Then everything settles and, **from the PostgreSQL journal**: every
 //! body reported stored is applied exactly once, no body is applied twice, every confirmed
 //! body is applied, and nothing else is.
+//!
+//! Worker kills are aimed: half the lives wrap their journal in [`Hooked`], which holds a
+//! seeded early append after its commit (its jobs are committed and their ACKs never leave), a
+//! quarter hold one before it reaches the journal (decided, never stored), and the kill comes
+//! a seeded 0–30 ms after the held append's marker; the other lives are killed 0–30 ms after a
+//! `handling` line.
 //!
 //! Coverage, counted and asserted so the test cannot pass vacuously: worker kills with jobs
 //! committed by that life and not confirmed (their ACK died with it), worker kills with jobs
@@ -60,6 +66,7 @@ use actix_delivery::work_pulling::{
     Announcement, Announcer, Job, WorkPullingOptions, WorkerDiscovery, WorkerRegistry,
 };
 use actix_delivery::{ConsumerOptions, ProducerConfig, ReliableDelivery};
+use process::hook::{Hold, Hooked};
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 use serde::{Deserialize, Serialize};
@@ -80,6 +87,10 @@ const WORKER_STREAM: &str = "WP_CRASH_STREAM";
 const WORKER_APP: &str = "WP_CRASH_APP";
 /// Set (to anything) for the planted fault: the workers use `delivery_handler`.
 const WORKER_FAULT: &str = "WP_CRASH_FAULT";
+/// Set for a worker: the append its journal holds ([`Hold::encode`]).
+const WORKER_HOLD: &str = "WP_CRASH_HOLD";
+/// The marker of the workers' journal lines.
+const MARKER: &str = "ledger-journal";
 
 const WORKERS: usize = 3;
 const WORKER_KILLS: u32 = 24;
@@ -265,6 +276,7 @@ async fn worker() {
     let addr = local(&env(WORKER_PORT));
     let journal =
         postgres_support::journal_named(&env(WORKER_APP), postgres_support::options()).await;
+    let journal = Hooked::new(journal, MARKER, Hold::parse(&env(WORKER_HOLD)));
     let stream = PersistenceId::new(env(WORKER_STREAM)).unwrap();
     let ledger =
         PersistentHandle::<Ledger>::start(Arc::new(journal), stream, PersistentConfig::default())
@@ -362,6 +374,12 @@ struct Side {
     aim: Option<Duration>,
     /// This life's kill is aimed already (or is not to be aimed).
     aimed: bool,
+    /// A worker life's held append; the appends its journal began; the last seq of the held
+    /// one once it began; whether it is held now (began, and with `After` committed).
+    hold: Hold,
+    appends: u64,
+    held_seq: Option<u64>,
+    held: bool,
     kills: u32,
     /// This life's PostgreSQL `application_name` (workers).
     app: String,
@@ -387,6 +405,10 @@ impl Side {
             restart_at: Some(Instant::now()),
             aim: None,
             aimed: false,
+            hold: Hold::Never,
+            appends: 0,
+            held_seq: None,
+            held: false,
             kills: 0,
             app: String::new(),
             handling: BTreeSet::new(),
@@ -403,10 +425,13 @@ impl Side {
         self.child.is_some() && self.ready
     }
 
-    fn start(&mut self, stream: &str, fault: bool) {
+    fn start(&mut self, stream: &str, fault: bool, hold: Hold) {
         self.life += 1;
+        self.hold = hold;
+        (self.appends, self.held_seq, self.held) = (0, None, false);
         let mut env = self.env.clone();
         if self.is_worker() {
+            env.push((WORKER_HOLD, hold.encode()));
             self.app = postgres_support::unique("wp_crash");
             env.push((WORKER_LIFE, self.life.to_string()));
             env.push((WORKER_STREAM, stream.to_string()));
@@ -533,18 +558,52 @@ impl Seen {
 
     fn worker_line(side: &mut Side, line: &str) {
         let words: Vec<&str> = line.split(' ').collect();
+        let name = side.name.clone();
         let number = |i: usize| -> u64 {
             words
                 .get(i)
                 .and_then(|w| w.parse().ok())
-                .unwrap_or_else(|| panic!("worker {} printed {line:?}", side.name))
+                .unwrap_or_else(|| panic!("worker {name} printed {line:?}"))
         };
         match words[0] {
             "ready" => side.ready = true,
             "handling" => {
                 side.handling.insert(number(1));
+                if side.hold != Hold::Never {
+                    return;
+                }
                 if let Some(aim) = side.aim.take() {
                     side.kill_at = Some(Instant::now() + aim);
+                }
+            }
+            MARKER => {
+                // `appending <last>` when an append is handed to the journal (the hold counts
+                // these), `committed <last>` once it committed (a conflict prints none: the
+                // held append's commit is the one with its last seq).
+                let last = number(2);
+                match (words[1], side.hold) {
+                    ("appending", Hold::Before(n) | Hold::After(n)) => {
+                        side.appends += 1;
+                        if side.appends == n {
+                            side.held_seq = Some(last);
+                            side.held = matches!(side.hold, Hold::Before(_));
+                        } else if side.appends > n && !side.held {
+                            // The held append conflicted (another worker wrote first): nothing
+                            // is held; the kill comes 0–30 ms after this one's start instead.
+                            if let Some(aim) = side.aim.take() {
+                                side.kill_at = Some(Instant::now() + aim);
+                            }
+                        }
+                    }
+                    ("committed", Hold::After(_)) if side.held_seq == Some(last) => {
+                        side.held = true;
+                    }
+                    _ => {}
+                }
+                if side.held {
+                    if let Some(aim) = side.aim.take() {
+                        side.kill_at = Some(Instant::now() + aim);
+                    }
                 }
             }
             "stats" => {
@@ -661,6 +720,8 @@ fn run(seed: u64, fault: bool) -> Outcome {
     // expire the worker (its jobs re-routed).
     let (mut committed_unconfirmed_kills, mut decided_uncommitted_kills) = (0, 0);
     let (mut committed_unconfirmed_jobs, mut long_pauses) = (0, 0);
+    // Worker kills while its journal held an append: after its commit, before it.
+    let (mut held_after, mut held_before) = (0, 0);
     // Producer kills: with stored-unconfirmed jobs, with jobs a worker had committed and
     // the producer had not confirmed, and during its recovery (before `ready`).
     let (mut producer_stored_unconfirmed, mut producer_committed_unconfirmed) = (0, 0);
@@ -716,7 +777,7 @@ fn run(seed: u64, fault: bool) -> Outcome {
         // The producer: restart, schedule its kill, aim it, kill.
         let now = Instant::now();
         if producer.child.is_none() && producer.restart_at.is_some_and(|at| now >= at) {
-            producer.start(&stream_name, fault);
+            producer.start(&stream_name, fault, Hold::Never);
             seen.idle = false;
             asked_idle = false;
             if producer.kills < producer_kills {
@@ -724,7 +785,7 @@ fn run(seed: u64, fault: bool) -> Outcome {
                 // resent), the others after a seeded time, aimed at a store.
                 let early = producer.kills % 4 == 3;
                 producer.aimed = early;
-                let ms = if early { 0..150 } else { 800..2_000 };
+                let ms = if early { 0..150 } else { 1_200..2_500 };
                 producer.kill_at = Some(now + Duration::from_millis(rng.random_range(ms)));
             }
         }
@@ -767,8 +828,24 @@ fn run(seed: u64, fault: bool) -> Outcome {
         for worker in &mut workers {
             let others_up = up - usize::from(worker.up());
             if worker.child.is_none() && worker.restart_at.is_some_and(|at| now >= at) {
-                worker.start(&stream_name, fault);
-                if worker.kills < per_worker {
+                // Half the lives hold a seeded early append of their journal after its commit
+                // (the kill lands with jobs committed and not ACKed), a quarter before it
+                // (decided, not stored); they are killed 0–30 ms after its marker (at the
+                // latest 5 s after the start). The others are killed 0–30 ms after a
+                // `handling` line that comes after a seeded time.
+                let kill = worker.kills < per_worker;
+                let n = rng.random_range(1..=8);
+                let hold = match rng.random_range(0..4) {
+                    0 | 1 if kill => Hold::After(n),
+                    2 if kill => Hold::Before(n),
+                    _ => Hold::Never,
+                };
+                worker.start(&stream_name, fault, hold);
+                if kill && hold != Hold::Never {
+                    worker.aimed = true;
+                    worker.aim = Some(Duration::from_millis(rng.random_range(0..=30)));
+                    worker.kill_at = Some(now + Duration::from_secs(5));
+                } else if kill {
                     let ms = rng.random_range(600..1_600);
                     worker.kill_at = Some(now + Duration::from_millis(ms));
                 }
@@ -785,6 +862,8 @@ fn run(seed: u64, fault: bool) -> Outcome {
                 for line in worker.kill() {
                     Seen::worker_line(worker, &line);
                 }
+                held_after += u32::from(matches!(worker.hold, Hold::After(_)) && worker.held);
+                held_before += u32::from(matches!(worker.hold, Hold::Before(_)) && worker.held);
                 worker.kills += 1;
                 worker.end_life();
                 let (name, life) = (worker.name.clone(), worker.life);
@@ -804,7 +883,7 @@ fn run(seed: u64, fault: bool) -> Outcome {
                         .iter()
                         .any(|b| !journaled.applied.contains_key(b)),
                 );
-                let pause = [0, 100, 300, 600, 1_500, 2_000][rng.random_range(0..6)];
+                let pause = [0, 100, 300, 600, 2_500, 3_000][rng.random_range(0..6)];
                 long_pauses += u32::from(pause > 1_200);
                 worker.restart_at = Some(Instant::now() + Duration::from_millis(pause));
             }
@@ -926,7 +1005,9 @@ fn run(seed: u64, fault: bool) -> Outcome {
     let (rerouted, left, _) = producer.totals();
     let worker_kill_counts: Vec<u32> = workers.iter().map(|w| w.kills).collect();
     let report = format!(
-        "seed {seed}{}: {} worker kills {worker_kill_counts:?} ({committed_unconfirmed_kills} \
+        "seed {seed}{}: {} worker kills {worker_kill_counts:?} ({held_after} while its journal \
+         held an append after its commit, {held_before} before it; \
+         {committed_unconfirmed_kills} \
          with jobs that life committed and the producer had not confirmed, \
          {committed_unconfirmed_jobs} such jobs; {decided_uncommitted_kills} with jobs decided \
          and not committed; {long_pauses} restarts after a pause beyond the discovery \
@@ -959,6 +1040,12 @@ fn run(seed: u64, fault: bool) -> Outcome {
     if committed_unconfirmed_kills < 5 {
         coverage.push(format!(
             "only {committed_unconfirmed_kills} worker kills with committed-unconfirmed jobs"
+        ));
+    }
+    if held_after < 2 || held_before < 1 {
+        coverage.push(format!(
+            "only {held_after} worker kills while an append was held after its commit, \
+             {held_before} before it"
         ));
     }
     if decided_uncommitted_kills < 1 {

@@ -20,6 +20,8 @@ use actix_delivery::{
     ProducerConfig, ReliableDelivery, ReplyTo,
 };
 use common::entities::{ledger_id, Ledger, Op};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+
 use common::{confirm_into, settle, settle_for, Confirmations, Gate, Log};
 
 /// A worker whose handler takes `work` of virtual time and records (worker, job body).
@@ -255,7 +257,7 @@ async fn a_worker_whose_stream_gives_a_job_up_has_its_jobs_rerouted_and_a_fresh_
     jobs.idle().await;
     assert_confirmed_once(&confirmed, 0..8);
     let stats = jobs.pool_stats().await.unwrap();
-    assert!(stats.rerouted >= 4 && stats.left >= 1, "{stats:?}");
+    assert!(stats.rerouted >= 4 && stats.left == 0, "{stats:?}");
     assert_eq!(
         stats.workers, 2,
         "the registry decides who is gone: `gone` stays, with a fresh stream"
@@ -266,6 +268,14 @@ async fn a_worker_whose_stream_gives_a_job_up_has_its_jobs_rerouted_and_a_fresh_
         .find(|w| &*w.name == "gone")
         .unwrap();
     assert_eq!(gone.confirmed, 0);
+    assert!(
+        gone.rerouted >= 4,
+        "counted at the worker, across its renewed streams: {gone:?}"
+    );
+    assert_eq!(
+        &*stats.per_worker[0].name, "gone",
+        "still first: it joined first"
+    );
 }
 
 #[actix::test]
@@ -508,4 +518,137 @@ async fn announced_workers_are_registered_and_deregistered_after_a_silent_timeou
         "`nowhere` resolves to nothing, every time: {stats:?}"
     );
     assert!(stats.announcements >= 8, "{stats:?}");
+}
+
+/// A worker leaves while it finishes a job (its ACK already on its way): the job is re-routed
+/// to `b`, then the late ACK confirms it. `b` is a persistent worker whose first copy of the
+/// job is lost; it records a later job (whose `window_start` passed the copy's seq), so the
+/// copy's retransmission is stale there: ACKed without running, and `b`'s slot comes back.
+#[actix::test]
+async fn a_late_copy_of_a_job_confirmed_elsewhere_frees_its_persistent_workers_slot() {
+    tokio::time::pause();
+    let registry = WorkerRegistry::<u64>::new();
+    let journal = MemoryJournal::new();
+    let entity = PersistentHandle::<Ledger>::start(
+        Arc::new(journal.clone()),
+        ledger_id(),
+        PersistentConfig::default(),
+    )
+    .unwrap();
+    let b = ReliableDelivery::consumer(
+        ConsumerOptions::builder(entity.job_handler(Op::Apply))
+            .build()
+            .unwrap(),
+    );
+    let b_target = b.consumer_ref();
+    let dropped_once = Arc::new(AtomicBool::new(false));
+    let copies_seen = Arc::new(AtomicU64::new(0));
+    let (d, c) = (dropped_once.clone(), copies_seen.clone());
+    let b_link = ConsumerRef::from_fn(move |ds: Vec<Delivery<Job<u64>>>| {
+        let _keep = &b;
+        let ds: Vec<_> = ds
+            .into_iter()
+            .filter(|x| {
+                if x.body.body != 0 {
+                    return true;
+                }
+                c.fetch_add(1, Ordering::SeqCst);
+                d.swap(true, Ordering::SeqCst) // drop the first transmission of job 0
+            })
+            .collect();
+        b_target.do_send_all(ds.into_iter());
+    });
+
+    let (reg, handled_a) = (registry.clone(), Log::default());
+    let la = handled_a.clone();
+    let b_slot = std::sync::Mutex::new(Some(b_link));
+    let a = ReliableDelivery::consumer(
+        ConsumerOptions::builder(DeliveryHandler::from_fn(move |job: Job<u64>| {
+            la.push(job.body);
+            if let Some(link) = b_slot.lock().unwrap().take() {
+                reg.register("b", link).unwrap();
+            }
+            reg.deregister("a");
+            async { Ok::<(), String>(()) }
+        }))
+        .build()
+        .unwrap(),
+    );
+    registry.register("a", a.consumer_ref()).unwrap();
+    let jobs = ReliableDelivery::work_pulling_producer(options(&registry, 4));
+    let confirmed = Log::default();
+    jobs.tell(0, confirm_into(&confirmed, 0)).unwrap();
+    settle_for(50).await;
+    jobs.tell(1, confirm_into(&confirmed, 1)).unwrap();
+    settle_for(10_000).await;
+    let stats = jobs.pool_stats().await.unwrap();
+    assert_eq!(confirmed.len(), 2, "both jobs confirmed to the caller");
+    assert!(
+        copies_seen.load(Ordering::SeqCst) >= 2,
+        "b got the copy again"
+    );
+    assert_eq!(
+        entity.stats().await.unwrap().stale,
+        1,
+        "the copy was stale at b"
+    );
+    let in_flight: usize = stats.per_worker.iter().map(|w| w.in_flight).sum();
+    assert_eq!(in_flight, 0, "b's slot came back: {stats:?}");
+    let ledger = recover_state::<Ledger>(&journal, &ledger_id())
+        .await
+        .unwrap();
+    // Job 0 was done by `a` (a plain worker), job 1 at b's entity; the copy ran nowhere.
+    assert_eq!(ledger.applied, BTreeMap::from([(1, 1)]));
+}
+
+#[actix::test]
+async fn a_second_announcer_of_a_name_in_force_is_refused_until_the_first_goes_silent() {
+    use actix_delivery::work_pulling::{Announcement, Announcer, WorkerDiscovery};
+    tokio::time::pause();
+    let registry = WorkerRegistry::<u64>::new();
+    let handled = Log::default();
+    let consumers = BTreeMap::from([
+        (
+            "x".to_string(),
+            worker("x", Duration::ZERO, &handled).consumer_ref(),
+        ),
+        (
+            "y".to_string(),
+            worker("y", Duration::ZERO, &handled).consumer_ref(),
+        ),
+    ]);
+    let discovery = WorkerDiscovery::start(&registry, Duration::from_secs(3), move |a| {
+        consumers.get(&a.consumer).cloned()
+    })
+    .unwrap();
+    let announcements = ReliableDelivery::consumer(
+        ConsumerOptions::builder(discovery.handler())
+            .build()
+            .unwrap(),
+    );
+    let announce = |consumer: &str| {
+        let announcement = Announcement {
+            name: "w".into(),
+            node: None,
+            consumer: consumer.into(),
+        };
+        Announcer::start(&announcements, announcement, Duration::from_secs(1)).unwrap()
+    };
+    let x = announce("x");
+    settle_for(10).await;
+    let _y = announce("y");
+    settle_for(10_000).await;
+    let stats = discovery.stats().await.unwrap();
+    assert_eq!(stats.registered, 1, "no flapping: {stats:?}");
+    assert!(stats.refused >= 9, "{stats:?}");
+    // x goes silent: after the timeout the name is y's.
+    drop(x);
+    settle_for(5_000).await;
+    let stats = discovery.stats().await.unwrap();
+    assert_eq!((stats.registered, stats.expired), (2, 1), "{stats:?}");
+    assert_eq!(registry.names(), ["w"]);
+    // Deregistered behind the discovery's back: the next announcement registers it again.
+    registry.deregister("w");
+    settle_for(1_500).await;
+    assert_eq!(registry.names(), ["w"]);
 }

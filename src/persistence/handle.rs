@@ -311,7 +311,10 @@ impl<E: EventSourced> PersistentHandle<E> {
     /// stable id ([`Job::info`](crate::work_pulling::Job)), not the worker stream's delivery.
     /// A job re-routed from a worker that died after committing it is answered "already
     /// processed" by any worker on this entity's journal stream, so its events are stored
-    /// once. Leave `must_follow` off: a worker sees only some of the producer's jobs.
+    /// once. A job below a processed job's `window_start` that this entity did not process
+    /// was confirmed by a worker elsewhere (the producer's window only passes confirmed
+    /// jobs): it is refused as stale (counted) and ACKed, which frees its worker's slot and
+    /// confirms nothing. Leave `must_follow` off: a worker sees only some of the jobs.
     pub fn job_handler<T: 'static>(
         &self,
         mut to_command: impl FnMut(T) -> E::Command + 'static,
@@ -319,7 +322,12 @@ impl<E: EventSourced> PersistentHandle<E> {
         let entity = self.clone();
         DeliveryHandler::pipelined(move |_, job: crate::work_pulling::Job<T>| {
             let answer = entity.ask_delivered(job.info, to_command(job.body));
-            async move { answer.await.map(drop) }
+            async move {
+                match answer.await {
+                    Ok(_) | Err(CommandError::Stale) => Ok(()),
+                    Err(error) => Err(error),
+                }
+            }
         })
     }
 

@@ -1,6 +1,7 @@
 //! The pool actor: takes the jobs of its producer, one reliable stream per worker, routes by
 //! the pure [`WorkPool`], and ACKs a job to its producer once a worker confirmed it.
 
+use std::collections::BTreeSet;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::task::Poll;
 
@@ -86,6 +87,9 @@ pub(crate) struct WorkPullingController<T: Clone + Send + 'static> {
     /// keys by seq (a retransmission of a held job changes nothing).
     incarnation: Option<(Incarnation, IncarnationId)>,
     by_seq: HashMap<u64, JobKey>,
+    /// Seqs of that incarnation confirmed at or above the producer's last `window_start`: a
+    /// retransmission of one that crossed its ACK is ACKed again, not taken as a new job.
+    confirmed: BTreeSet<u64>,
     /// The worker streams' confirmations, and the buffer they are taken into.
     settlements: Arc<Settlements>,
     taken: Vec<JobSettled>,
@@ -112,11 +116,12 @@ impl<T: Clone + Send + 'static> WorkPullingController<T> {
             pool: WorkPool::new(crate::protocol::envelope::random_u64()),
             incarnation: None,
             by_seq: HashMap::new(),
+            confirmed: BTreeSet::new(),
             settlements: Arc::default(),
             taken: Vec::new(),
             workers: HashMap::new(),
             by_name: HashMap::new(),
-            next_worker: 1,
+            next_worker: 0,
             producer_id,
             worker_config,
             registry,
@@ -138,11 +143,28 @@ impl<T: Clone + Send + 'static> WorkPullingController<T> {
                 // A new life of the producer: it settled the previous life's jobs itself.
                 self.pool.drain_jobs().for_each(drop);
                 self.by_seq.clear();
+                self.confirmed.clear();
                 let id = delivery.incarnation.id();
                 self.incarnation = Some((delivery.incarnation, id));
                 id
             }
         };
+        while self
+            .confirmed
+            .first()
+            .is_some_and(|&seq| seq < delivery.window_start)
+        {
+            self.confirmed.pop_first();
+        }
+        if self.confirmed.contains(&delivery.seq) {
+            let ack = Ack {
+                producer_id: delivery.producer_id,
+                incarnation: delivery.incarnation,
+                seq: delivery.seq,
+            };
+            self.acks.push((delivery.reply_to, ack));
+            return;
+        }
         if self.by_seq.contains_key(&delivery.seq) {
             return;
         }
@@ -171,33 +193,70 @@ impl<T: Clone + Send + 'static> WorkPullingController<T> {
         self.by_seq.insert(seq, key);
     }
 
-    fn join(&mut self, name: Arc<str>, worker: ConsumerRef<Job<T>>) {
+    fn join(&mut self, name: Arc<str>, target: ConsumerRef<Job<T>>) {
         if let Some(previous) = self.by_name.get(&name).copied() {
             self.leave(previous);
         }
-        let config = ProducerConfig {
-            producer_id: Some(format!("{}/{name}", self.producer_id)),
-            ..self.worker_config.clone()
+        let Some(stream) = self.stream_to(&name, &target) else {
+            return;
         };
-        let options = match ProducerOptions::new(worker.clone(), config) {
-            Ok(options) => options,
-            Err(error) => {
-                log::warn!("work pulling: worker `{name}` not added: {error}");
-                return;
-            }
-        };
-        let key = WorkerKey(self.next_worker);
-        self.next_worker += 1;
-        let stream = ReliableDelivery::producer(options);
+        let key = self.next_key();
         self.pool
             .add_worker(key, name.clone(), self.worker_config.window_size);
         self.by_name.insert(name.clone(), key);
         let worker = Worker {
             name,
-            target: worker,
+            target,
             stream,
         };
         self.workers.insert(key, worker);
+    }
+
+    /// Gives a worker whose stream failed a job a fresh stream; its jobs wait again.
+    fn renew(&mut self, key: WorkerKey, error: &DeliveryError) {
+        let Some(mut worker) = self.workers.remove(&key) else {
+            return;
+        };
+        log::warn!(
+            "work pulling: worker `{}` failed a job, its jobs are re-routed: {error}",
+            worker.name
+        );
+        worker.stream.stop();
+        let Some(stream) = self.stream_to(&worker.name, &worker.target) else {
+            self.by_name.remove(&worker.name);
+            self.pool.remove_worker(key);
+            return;
+        };
+        let renewed = self.next_key();
+        self.pool.renew_worker(key, renewed);
+        worker.stream = stream;
+        self.by_name.insert(worker.name.clone(), renewed);
+        self.workers.insert(renewed, worker);
+    }
+
+    fn next_key(&mut self) -> WorkerKey {
+        self.next_worker += 1;
+        WorkerKey(self.next_worker)
+    }
+
+    /// A reliable stream to the worker `name` at `target`; `None` (logged) if its id is
+    /// invalid.
+    fn stream_to(
+        &self,
+        name: &str,
+        target: &ConsumerRef<Job<T>>,
+    ) -> Option<ProducerHandle<Job<T>>> {
+        let config = ProducerConfig {
+            producer_id: Some(format!("{}/{name}", self.producer_id)),
+            ..self.worker_config.clone()
+        };
+        match ProducerOptions::new(target.clone(), config) {
+            Ok(options) => Some(ReliableDelivery::producer(options)),
+            Err(error) => {
+                log::warn!("work pulling: worker `{name}` not added: {error}");
+                None
+            }
+        }
     }
 
     /// Removes a worker: its stream stops, its unconfirmed jobs wait for the others.
@@ -225,21 +284,18 @@ impl<T: Clone + Send + 'static> WorkPullingController<T> {
                     .is_some_and(|(token, _)| token == held.ack.incarnation)
                 {
                     self.by_seq.remove(&held.ack.seq);
+                    self.confirmed.insert(held.ack.seq);
                 }
                 self.acks.push((held.reply_to, held.ack));
             }
             Settled::Rerouted | Settled::Ignored => {}
         }
         if let Err(error) = result {
-            if let Some(Worker { name, target, .. }) = self.workers.get(&worker) {
+            if self.workers.contains_key(&worker) {
                 // Its stream gave the job up (or stopped): its jobs go to the others, and it
                 // stays in the pool with a fresh stream while it is registered (whoever
                 // registered it decides whether it is gone).
-                let (name, target) = (name.clone(), target.clone());
-                log::warn!(
-                    "work pulling: worker `{name}` failed a job, its jobs are re-routed: {error}"
-                );
-                self.join(name, target);
+                self.renew(worker, &error);
             }
         }
     }

@@ -28,6 +28,10 @@ pub struct Announcement {
     pub consumer: String,
 }
 
+/// The most workers one discovery keeps registered; further names are refused (counted)
+/// until one expires, so a flood of announcements cannot grow the pools without bound.
+pub const MAX_ANNOUNCED_WORKERS: usize = 1024;
+
 /// Turns an announcement into the reference jobs are sent through (`None`: refused, e.g. an
 /// address that does not parse).
 type Resolve<T> = Box<dyn Fn(&Announcement) -> Option<ConsumerRef<Job<T>>>>;
@@ -55,8 +59,9 @@ pub struct WorkerDiscovery<T: Send + 'static> {
     registry: WorkerRegistry<T>,
     timeout: Duration,
     resolve: Resolve<T>,
-    /// The announcements in force, with when each was last heard.
-    heard: HashMap<String, (Announcement, std::time::Instant)>,
+    /// The announcements in force: each with its registration's id and when it was last
+    /// heard.
+    heard: HashMap<String, Heard>,
     stats: DiscoveryStats,
 }
 
@@ -69,7 +74,10 @@ pub struct DiscoveryStats {
     pub registered: u64,
     /// Workers deregistered because they went silent for the timeout.
     pub expired: u64,
-    /// Announcements refused: unresolvable, or a name another registration holds.
+    /// Announcements refused: unresolvable; a name announced with another address while
+    /// its registration is fresh (a second worker under one name: the first keeps it until
+    /// it goes silent); a name registered by someone else; or beyond
+    /// [`MAX_ANNOUNCED_WORKERS`].
     pub refused: u64,
 }
 
@@ -79,9 +87,17 @@ pub struct WorkerDiscoveryHandle<T: Send + 'static> {
     addr: Addr<WorkerDiscovery<T>>,
 }
 
-struct Heard(Announcement);
+/// An announcement in force.
+struct Heard {
+    announcement: Announcement,
+    registration: u64,
+    seen: std::time::Instant,
+}
 
-impl Message for Heard {
+/// An announcement received.
+struct Announced(Announcement);
+
+impl Message for Announced {
     type Result = ();
 }
 
@@ -120,22 +136,36 @@ impl<T: Send + 'static> WorkerDiscovery<T> {
     fn hear(&mut self, announcement: Announcement) {
         self.stats.announcements += 1;
         let now = now();
-        if let Some((known, seen)) = self.heard.get_mut(&announcement.name) {
-            if *known == announcement {
-                *seen = now;
+        if let Some(heard) = self.heard.get_mut(&announcement.name) {
+            if heard.announcement != announcement {
+                // Another address under a name in force: a second worker, or the first one
+                // restarted elsewhere; either way the name is its until it goes silent.
+                self.stats.refused += 1;
                 return;
             }
-            // The worker moved (a restart at another address): the old registration goes.
-            self.registry.deregister(&announcement.name);
+            if self.registry.holds(&announcement.name, heard.registration) {
+                heard.seen = now;
+                return;
+            }
+            // Deregistered behind the discovery's back: registered again below.
             self.heard.remove(&announcement.name);
         }
+        if self.heard.len() >= MAX_ANNOUNCED_WORKERS {
+            self.stats.refused += 1;
+            return;
+        }
         let registered = (self.resolve)(&announcement)
-            .map(|worker| self.registry.register(&announcement.name, worker));
+            .map(|worker| self.registry.register_with_id(&announcement.name, worker));
         match registered {
-            Some(Ok(())) => {
+            Some(Ok(registration)) => {
                 self.stats.registered += 1;
-                self.heard
-                    .insert(announcement.name.clone(), (announcement, now));
+                let name = announcement.name.clone();
+                let heard = Heard {
+                    announcement,
+                    registration,
+                    seen: now,
+                };
+                self.heard.insert(name, heard);
             }
             Some(Err(_)) | None => self.stats.refused += 1,
         }
@@ -145,10 +175,10 @@ impl<T: Send + 'static> WorkerDiscovery<T> {
         let (now, timeout) = (now(), self.timeout);
         let registry = &self.registry;
         let mut expired = 0;
-        self.heard.retain(|name, (_, seen)| {
-            let alive = now.duration_since(*seen) < timeout;
+        self.heard.retain(|name, heard| {
+            let alive = now.duration_since(heard.seen) < timeout;
             if !alive {
-                registry.deregister(name);
+                registry.remove(name, Some(heard.registration));
                 expired += 1;
             }
             alive
@@ -161,20 +191,21 @@ impl<T: Send + 'static> Actor for WorkerDiscovery<T> {
     type Context = Context<Self>;
 
     fn started(&mut self, ctx: &mut Context<Self>) {
-        ctx.run_interval(self.timeout / 4, |act, _| act.expire());
+        let every = (self.timeout / 4).max(Duration::from_millis(1));
+        ctx.run_interval(every, |act, _| act.expire());
     }
 
     fn stopped(&mut self, _: &mut Context<Self>) {
-        for name in self.heard.keys() {
-            self.registry.deregister(name);
+        for (name, heard) in &self.heard {
+            self.registry.remove(name, Some(heard.registration));
         }
     }
 }
 
-impl<T: Send + 'static> Handler<Heard> for WorkerDiscovery<T> {
+impl<T: Send + 'static> Handler<Announced> for WorkerDiscovery<T> {
     type Result = ();
 
-    fn handle(&mut self, Heard(announcement): Heard, _: &mut Context<Self>) {
+    fn handle(&mut self, Announced(announcement): Announced, _: &mut Context<Self>) {
         self.hear(announcement);
     }
 }
@@ -192,7 +223,7 @@ impl<T: Send + 'static> WorkerDiscoveryHandle<T> {
     pub fn handler(&self) -> DeliveryHandler<Announcement> {
         let addr = self.addr.clone();
         DeliveryHandler::from_fn(move |announcement: Announcement| {
-            let heard = addr.send(Heard(announcement));
+            let heard = addr.send(Announced(announcement));
             async move { heard.await.map_err(|_| "the discovery has stopped") }
         })
     }

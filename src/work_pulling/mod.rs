@@ -36,9 +36,11 @@
 //!   the job's seq, the same at every worker it is routed to and, with a durable producer,
 //!   across the producer's restarts. A persistent worker records it as the processed mark
 //!   ([`PersistentHandle::job_handler`](crate::persistence::PersistentHandle::job_handler)), so
-//!   a job done once is answered "already processed" wherever it comes again: with workers
-//!   that apply their jobs to entities of a shared journal, a worker's death never doubles an
-//!   effect.
+//!   a job that one entity processed is answered "already processed" when it reaches that
+//!   entity again, through any worker: with workers that apply their jobs to the same entity
+//!   (on a journal they share), a worker's death never doubles an effect. The dedup is the
+//!   entity's: a job that goes to different entities on different attempts is processed by
+//!   each, so route a job to its entity by its content.
 //! - **Order.** None across workers; each worker sees its jobs in the order they were routed
 //!   to it (with an `ordered` consumer, strictly).
 //! - **Durable.** [`ReliableDelivery::durable_work_pulling_producer`] stores each job before
@@ -81,6 +83,7 @@ mod registry;
 
 pub use self::discovery::{
     Announcement, Announcer, DiscoveryStats, WorkerDiscovery, WorkerDiscoveryHandle,
+    MAX_ANNOUNCED_WORKERS,
 };
 pub use self::handle::WorkPullingHandle;
 pub use self::job::Job;

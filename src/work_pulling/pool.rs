@@ -61,7 +61,8 @@ pub struct WorkerStats {
     pub in_flight: usize,
     /// Jobs it confirmed.
     pub confirmed: u64,
-    /// Jobs taken from it and routed to another worker (it left, its stream failed them).
+    /// Jobs taken from it to be routed again because its stream failed one (the jobs of a
+    /// worker that left are counted in [`PoolStats::rerouted`]).
     pub rerouted: u64,
 }
 
@@ -96,6 +97,8 @@ struct Slot<J> {
 
 struct Worker {
     name: Arc<str>,
+    /// When it joined (kept when its stream is renewed): the order of `per_worker`.
+    joined: u64,
     capacity: usize,
     /// The jobs its stream holds (sent, not settled), including copies of jobs that were
     /// confirmed by another worker meanwhile.
@@ -166,6 +169,7 @@ impl<J> WorkPool<J> {
         assert!(capacity > 0, "a worker takes at least one job");
         let worker = Worker {
             name: name.into(),
+            joined: self.joined,
             capacity,
             holding: BTreeSet::new(),
             confirmed: 0,
@@ -176,6 +180,40 @@ impl<J> WorkPool<J> {
             "worker keys are unique"
         );
         self.joined += 1;
+    }
+
+    /// Gives a worker a fresh stream under the key `renewed` (its stream failed a job): the
+    /// jobs it held wait again, at the front, in their order, counted as re-routed from it;
+    /// its counters stay. Late settlements of the old stream are those of a removed worker.
+    /// Returns how many were re-routed (0 for an unknown key).
+    ///
+    /// # Panics
+    /// If `renewed` is present already.
+    pub fn renew_worker(&mut self, key: WorkerKey, renewed: WorkerKey) -> usize {
+        let Some(mut worker) = self.workers.remove(&key) else {
+            return 0;
+        };
+        let rerouted = self.requeue(key, std::mem::take(&mut worker.holding));
+        worker.rerouted += rerouted as u64;
+        assert!(
+            self.workers.insert(renewed, worker).is_none(),
+            "worker keys are unique"
+        );
+        rerouted
+    }
+
+    /// The jobs of `holding` that `key` held wait again.
+    fn requeue(&mut self, key: WorkerKey, holding: BTreeSet<JobKey>) -> usize {
+        let mut rerouted = 0;
+        for job in holding {
+            if let Some(slot) = self.jobs.get_mut(&job).filter(|s| s.holder == Some(key)) {
+                slot.holder = None;
+                self.waiting.insert(job);
+                rerouted += 1;
+            }
+        }
+        self.rerouted += rerouted as u64;
+        rerouted
     }
 
     /// Whether `key` is a worker of the pool.
@@ -190,16 +228,7 @@ impl<J> WorkPool<J> {
             return 0;
         };
         self.left += 1;
-        let mut rerouted = 0;
-        for job in worker.holding {
-            if let Some(slot) = self.jobs.get_mut(&job).filter(|s| s.holder == Some(key)) {
-                slot.holder = None;
-                self.waiting.insert(job);
-                rerouted += 1;
-            }
-        }
-        self.rerouted += rerouted as u64;
-        rerouted as usize
+        self.requeue(key, worker.holding)
     }
 
     /// The next job for a worker with demand, if a job waits and a worker has demand. The
@@ -296,10 +325,10 @@ impl<J> WorkPool<J> {
     pub fn stats(&self) -> PoolStats {
         let mut per_worker: Vec<_> = self
             .workers
-            .iter()
-            .map(|(key, w)| {
+            .values()
+            .map(|w| {
                 (
-                    *key,
+                    w.joined,
                     WorkerStats {
                         name: w.name.clone(),
                         in_flight: w.holding.len(),
@@ -309,7 +338,7 @@ impl<J> WorkPool<J> {
                 )
             })
             .collect();
-        per_worker.sort_by_key(|(key, _)| *key);
+        per_worker.sort_by_key(|(joined, _)| *joined);
         PoolStats {
             workers: self.workers.len(),
             queued: self.waiting.len(),
@@ -400,6 +429,35 @@ mod tests {
         assert_eq!(order, ["1", "3", "4", "5"]);
         let stats = pool.stats();
         assert_eq!((stats.rerouted, stats.joined, stats.left), (2, 2, 1));
+    }
+
+    #[test]
+    fn a_renewed_worker_keeps_its_counters_and_place_and_its_jobs_wait_again() {
+        let mut pool = WorkPool::new(6);
+        pool.add_worker(A, "a", 2);
+        pool.add_worker(B, "b", 1);
+        let keys: Vec<_> = ["1", "2", "3"].into_iter().map(|j| pool.push(j)).collect();
+        let held_by_a: Vec<_> = std::iter::from_fn(|| assign(&mut pool))
+            .filter(|a| a.0 == A)
+            .map(|a| a.1)
+            .collect();
+        assert_eq!(held_by_a.len(), 2);
+        pool.settled(A, held_by_a[0], true);
+        assert_eq!(pool.renew_worker(A, WorkerKey(3)), 1);
+        let stats = pool.stats();
+        assert_eq!(stats.per_worker[0].name.as_ref(), "a", "still first");
+        assert_eq!(
+            (stats.per_worker[0].confirmed, stats.per_worker[0].rerouted),
+            (1, 1)
+        );
+        assert_eq!((stats.joined, stats.left, stats.queued), (2, 0, 1));
+        // The old stream's late failure is ignored, the renewed worker takes the job again.
+        assert_eq!(pool.settled(A, held_by_a[1], false), Settled::Ignored);
+        assert_eq!(
+            assign(&mut pool).map(|a| (a.0, a.1)),
+            Some((WorkerKey(3), held_by_a[1]))
+        );
+        assert!(keys.contains(&held_by_a[1]));
     }
 
     #[test]

@@ -29,11 +29,13 @@ pub enum RegisterError {
 /// `ServiceKey` with its receptionist, in one process). Cheap to clone; every clone is the
 /// same registry.
 ///
-/// A worker is any consumer of [`Job<T>`]: a local [`ConsumerHandle`] (removed when it stops),
-/// or a [`ConsumerRef`] to a consumer across the network (a TCP
-/// [`Node::consumer_ref`](crate::remote::Node::consumer_ref), a NATS subject), removed by
-/// [`deregister`](Self::deregister) (a [`WorkerDiscovery`](crate::work_pulling::WorkerDiscovery)
-/// does that for workers that stop announcing themselves).
+/// A worker is any consumer of [`Job<T>`]: a local [`ConsumerHandle`] registered with
+/// [`register_consumer`](Self::register_consumer) (removed when it stops), or any
+/// [`ConsumerRef`] registered with [`register`](Self::register) — a consumer across the
+/// network (a TCP [`Node::consumer_ref`](crate::remote::Node::consumer_ref), a NATS subject) —
+/// removed by [`deregister`](Self::deregister) (a
+/// [`WorkerDiscovery`](crate::work_pulling::WorkerDiscovery) does that for workers that stop
+/// announcing themselves).
 ///
 /// ```
 /// use actix_delivery::work_pulling::{Job, WorkerRegistry};
@@ -107,7 +109,9 @@ impl<T: Send + 'static> WorkerRegistry<T> {
     }
 
     /// Registers `worker` under `name`; the producers watching the registry start sending it
-    /// jobs.
+    /// jobs. It stays registered until [`deregister`](Self::deregister)ed, also when it is a
+    /// local consumer that stopped: register those with
+    /// [`register_consumer`](Self::register_consumer).
     ///
     /// # Errors
     /// [`RegisterError`] if the name is taken or invalid.
@@ -156,6 +160,7 @@ impl<T: Send + 'static> WorkerRegistry<T> {
         watcher: Recipient<WorkersChanged<T>>,
     ) -> Vec<(Arc<str>, ConsumerRef<Job<T>>)> {
         let mut state = self.lock();
+        state.watchers.retain(|watcher| watcher.connected());
         state.watchers.push(watcher);
         let workers = state.workers.iter();
         workers
@@ -163,7 +168,8 @@ impl<T: Send + 'static> WorkerRegistry<T> {
             .collect()
     }
 
-    fn register_with_id(
+    /// Registers as [`register`](Self::register) does and returns the registration's id.
+    pub(crate) fn register_with_id(
         &self,
         name: &str,
         worker: ConsumerRef<Job<T>>,
@@ -187,8 +193,13 @@ impl<T: Send + 'static> WorkerRegistry<T> {
         Ok(id)
     }
 
+    /// Whether `name` is registered under the registration `id`.
+    pub(crate) fn holds(&self, name: &str, id: u64) -> bool {
+        self.lock().workers.get(name).is_some_and(|r| r.id == id)
+    }
+
     /// Removes `name` if present (and, with `id`, only that registration of it).
-    fn remove(&self, name: &str, id: Option<u64>) -> bool {
+    pub(crate) fn remove(&self, name: &str, id: Option<u64>) -> bool {
         let mut state = self.lock();
         let Some((name, registered)) = state.workers.remove_entry(name) else {
             return false;

@@ -22,11 +22,12 @@
 //! (shared through `benches/support/mod.rs`); use the criterion benches for confidence
 //! intervals.
 
-use std::process::Command;
 use std::time::Duration;
 
 use actix::System;
 
+#[path = "support/report_header.rs"]
+mod report_header;
 #[path = "../benches/support/mod.rs"]
 mod support;
 #[path = "support/thousands.rs"]
@@ -260,41 +261,7 @@ fn placement_note(placement: Placement) -> &'static str {
 }
 
 fn print_header(messages: u64, runs: usize) {
-    println!("# actix-delivery benchmark report\n");
-    println!(
-        "- date: {}",
-        command("date", &["-u", "+%Y-%m-%d %H:%M:%S UTC"])
-    );
-    let cpu = std::fs::read_to_string("/proc/cpuinfo")
-        .ok()
-        .and_then(|info| {
-            info.lines()
-                .find(|line| line.starts_with("model name"))
-                .and_then(|line| line.split_once(':'))
-                .map(|(_, model)| model.trim().to_string())
-        })
-        .unwrap_or_else(|| "unknown CPU".into());
-    println!("- machine: {} CPUs (nproc), {cpu}", command("nproc", &[]));
-    if let Ok(load) = std::fs::read_to_string("/proc/loadavg") {
-        let load: Vec<&str> = load.split_whitespace().take(3).collect();
-        println!("- load average before the run: {}", load.join(" "));
-    }
-    let rustc = std::env::var("RUSTC").unwrap_or_else(|_| "rustc".into());
-    println!("- rustc: {}", command(&rustc, &["--version"]));
-    let commit = command("git", &["rev-parse", "--short", "HEAD"]);
-    let dirty = !command("git", &["status", "--porcelain", "--untracked-files=no"]).is_empty();
-    println!(
-        "- commit: {commit}{}",
-        if dirty { " (with local changes)" } else { "" }
-    );
-    println!(
-        "- build: {}",
-        if cfg!(debug_assertions) {
-            "DEBUG (numbers are meaningless: use --release)"
-        } else {
-            "release"
-        }
-    );
+    report_header::print("actix-delivery benchmark report");
     println!(
         "- method: {messages} messages per run, median of {runs} runs; reliable = N−1 × \
          `tell(_, Confirmation::none())` + one `send().await`, timed until all N are confirmed; \
@@ -303,16 +270,6 @@ fn print_header(messages: u64, runs: usize) {
 }
 
 /// The trimmed standard output of a command, or `unknown`.
-fn command(program: &str, args: &[&str]) -> String {
-    Command::new(program)
-        .args(args)
-        .output()
-        .ok()
-        .filter(|output| output.status.success())
-        .map(|output| String::from_utf8_lossy(&output.stdout).trim().to_string())
-        .unwrap_or_else(|| "unknown".into())
-}
-
 fn median(times: &mut [Duration]) -> Duration {
     times.sort_unstable();
     times[times.len() / 2]

@@ -30,7 +30,6 @@
 //! handler.
 
 use std::convert::Infallible;
-use std::process::Command;
 use std::time::{Duration, Instant};
 
 use actix::System;
@@ -41,6 +40,8 @@ use actix_delivery::{
     ProducerOptions, ReliableDelivery,
 };
 
+#[path = "support/report_header.rs"]
+mod report_header;
 #[path = "../benches/support/mod.rs"]
 mod support;
 #[path = "support/thousands.rs"]
@@ -473,41 +474,7 @@ async fn main() {
 }
 
 fn print_header(fast: u64, timer: u64, runs: usize) {
-    println!("# actix-delivery work-pulling benchmark\n");
-    println!(
-        "- date: {}",
-        command("date", &["-u", "+%Y-%m-%d %H:%M:%S UTC"])
-    );
-    let cpu = std::fs::read_to_string("/proc/cpuinfo")
-        .ok()
-        .and_then(|info| {
-            info.lines()
-                .find(|line| line.starts_with("model name"))
-                .and_then(|line| line.split_once(':'))
-                .map(|(_, model)| model.trim().to_string())
-        })
-        .unwrap_or_else(|| "unknown CPU".into());
-    println!("- machine: {} CPUs (nproc), {cpu}", command("nproc", &[]));
-    if let Ok(load) = std::fs::read_to_string("/proc/loadavg") {
-        let load: Vec<&str> = load.split_whitespace().take(3).collect();
-        println!("- load average before the run: {}", load.join(" "));
-    }
-    let rustc = std::env::var("RUSTC").unwrap_or_else(|_| "rustc".into());
-    println!("- rustc: {}", command(&rustc, &["--version"]));
-    let commit = command("git", &["rev-parse", "--short", "HEAD"]);
-    let dirty = !command("git", &["status", "--porcelain", "--untracked-files=no"]).is_empty();
-    println!(
-        "- commit: {commit}{}",
-        if dirty { " (with local changes)" } else { "" }
-    );
-    println!(
-        "- build: {}",
-        if cfg!(debug_assertions) {
-            "DEBUG (numbers are meaningless: use --release)"
-        } else {
-            "release"
-        }
-    );
+    report_header::print("actix-delivery work-pulling benchmark");
     println!(
         "- method: everything on one arbiter; a run = N × `tell(_, Confirmation::none())` at \
          once, timed until `idle()` (all N confirmed); {fast} fast jobs or max({timer}, 1 000 × \
@@ -516,15 +483,4 @@ fn print_header(fast: u64, timer: u64, runs: usize) {
          `max_pending`",
         3 * runs
     );
-}
-
-/// The trimmed standard output of a command, or `unknown`.
-fn command(program: &str, args: &[&str]) -> String {
-    Command::new(program)
-        .args(args)
-        .output()
-        .ok()
-        .filter(|output| output.status.success())
-        .map(|output| String::from_utf8_lossy(&output.stdout).trim().to_string())
-        .unwrap_or_else(|| "unknown".into())
 }

@@ -12,8 +12,8 @@ use crate::facade::ReliableDelivery;
 use crate::options::ProducerOptions;
 use crate::producer::ProducerHandle;
 use crate::work_pulling::controller::{GetPoolStats, WorkPullingController};
+use crate::work_pulling::options::check_producer_id;
 use crate::work_pulling::pool::PoolStats;
-use crate::work_pulling::registry::MAX_WORKER_NAME;
 use crate::work_pulling::WorkPullingOptions;
 
 /// A work-pulling producer: `tell`, `send`, `store`, `idle`, `stop` and the confirmations are
@@ -39,20 +39,9 @@ impl<T: Clone + Send + 'static> WorkPullingHandle<T> {
     where
         T: Serialize + DeserializeOwned,
     {
+        check_producer_id(durable.producer_id.as_str())?;
         let (ctx, front) = Self::front(&options);
         let producer = ReliableDelivery::durable_producer(front, durable)?;
-        let id_room = 256 - 1 - MAX_WORKER_NAME;
-        if producer.producer_id().len() > id_room {
-            producer.stop();
-            return Err(OptionsError::new(
-                "producer_id",
-                format!(
-                    "a work-pulling producer's id prefixes its worker streams' ids: at most \
-                     {id_room} bytes (got {})",
-                    producer.producer_id().len()
-                ),
-            ));
-        }
         Ok(Self::run(ctx, producer, options))
     }
 

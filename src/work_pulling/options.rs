@@ -92,21 +92,8 @@ impl<T: Send + 'static> WorkPullingOptionsBuilder<T> {
                  max_attempts stays unbounded: bound the worker streams' instead",
             ));
         }
-        let id_room = 256 - 1 - MAX_WORKER_NAME;
-        if let Some(id) = self
-            .producer
-            .producer_id
-            .as_deref()
-            .filter(|id| id.len() > id_room)
-        {
-            return Err(OptionsError::new(
-                "producer_id",
-                format!(
-                    "a work-pulling producer's id prefixes its worker streams' ids: at most \
-                     {id_room} bytes (got {})",
-                    id.len()
-                ),
-            ));
+        if let Some(id) = self.producer.producer_id.as_deref() {
+            check_producer_id(id)?;
         }
         if self.worker.producer_id.is_some() {
             return Err(OptionsError::new(
@@ -121,4 +108,21 @@ impl<T: Send + 'static> WorkPullingOptionsBuilder<T> {
             worker: self.worker,
         })
     }
+}
+
+/// A work-pulling producer's id prefixes its worker streams' ids (`<id>/<worker>`), which
+/// must stay within a producer id's 256 bytes: at most 127 bytes.
+pub(crate) fn check_producer_id(id: &str) -> Result<(), OptionsError> {
+    let room = 256 - 1 - MAX_WORKER_NAME;
+    if id.len() > room {
+        return Err(OptionsError::new(
+            "producer_id",
+            format!(
+                "a work-pulling producer's id prefixes its worker streams' ids: at most {room} \
+                 bytes (got {})",
+                id.len()
+            ),
+        ));
+    }
+    Ok(())
 }

@@ -156,11 +156,6 @@ impl<J> WorkPool<J> {
         key
     }
 
-    /// The job under `key`, if the pool still holds it.
-    pub fn job(&self, key: JobKey) -> Option<&J> {
-        self.jobs.get(&key).map(|slot| &slot.job)
-    }
-
     /// Adds a worker that takes up to `capacity` jobs at once.
     ///
     /// # Panics
@@ -214,11 +209,6 @@ impl<J> WorkPool<J> {
         }
         self.rerouted += rerouted as u64;
         rerouted
-    }
-
-    /// Whether `key` is a worker of the pool.
-    pub fn has_worker(&self, key: WorkerKey) -> bool {
-        self.workers.contains_key(&key)
     }
 
     /// Removes a worker; the jobs it held wait again, at the front, in their order. Returns
@@ -304,21 +294,6 @@ impl<J> WorkPool<J> {
         std::mem::take(&mut self.jobs)
             .into_values()
             .map(|slot| slot.job)
-    }
-
-    /// Jobs held (waiting or at a worker).
-    pub fn len(&self) -> usize {
-        self.jobs.len()
-    }
-
-    /// Whether the pool holds no job.
-    pub fn is_empty(&self) -> bool {
-        self.jobs.is_empty()
-    }
-
-    /// Jobs waiting for a worker.
-    pub fn queued(&self) -> usize {
-        self.waiting.len()
     }
 
     /// The pool's counters.

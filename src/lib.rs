@@ -425,6 +425,7 @@ pub mod nats;
 mod options;
 pub mod persistence;
 mod producer;
+pub mod projection;
 pub mod protocol;
 pub mod remote;
 mod stop_signal;

@@ -86,6 +86,8 @@ pub use memory::{MemoryFaults, MemoryJournal, MemoryStats};
 #[cfg_attr(docsrs, doc(cfg(all(feature = "postgres", feature = "tls"))))]
 pub use postgres::PostgresTls;
 #[cfg(feature = "postgres")]
+pub(crate) use postgres::{is_connection_lost, is_plain_identifier};
+#[cfg(feature = "postgres")]
 #[cfg_attr(docsrs, doc(cfg(feature = "postgres")))]
 pub use postgres::{PostgresJournal, PostgresOptions, PostgresStats};
 pub use replay::replay_all;

@@ -20,6 +20,7 @@ mod schema;
 mod tls;
 mod writer;
 
+pub(crate) use options::is_plain_identifier;
 pub use options::{PostgresOptions, PostgresStats};
 #[cfg(feature = "tls")]
 pub use tls::PostgresTls;
@@ -1062,7 +1063,7 @@ fn seq_from_sql(id: &PersistenceId, raw: i64, context_seq: u64) -> Result<u64, J
 /// Whether `err` means the connection is gone (rather than a statement failing on a live
 /// one): closed, an I/O error, or the server ending the session (class 57: shutdown,
 /// `pg_terminate_backend`; class 08: connection exceptions).
-fn is_connection_lost(err: &tokio_postgres::Error) -> bool {
+pub(crate) fn is_connection_lost(err: &tokio_postgres::Error) -> bool {
     if err.is_closed() {
         return true;
     }

@@ -86,14 +86,15 @@ pub fn read(path: &Path) -> Rows {
     (balances, applied)
 }
 
-/// Asserts each (account, seq) in `applied` once, each account's in seq order.
-pub fn assert_applied_once(applied: &[(String, u64, String)]) {
+/// Asserts each (account, seq) in `applied` once, each account's in seq order (`context` in
+/// the message).
+pub fn assert_applied_once(applied: &[(String, u64, String)], context: &str) {
     let mut last: BTreeMap<&str, u64> = BTreeMap::new();
     for (account, seq, _) in applied {
         let previous = last.insert(account, *seq).unwrap_or(0);
         assert!(
             *seq > previous,
-            "{account}: seq {seq} after {previous}: twice or out of order"
+            "{context}: {account}: seq {seq} after {previous}: twice or out of order"
         );
     }
 }
@@ -149,7 +150,7 @@ async fn rows_and_offset_commit_together_and_a_failed_batch_leaves_nothing_behin
         40,
         "each event once, none of a failed attempt"
     );
-    assert_applied_once(&applied);
+    assert_applied_once(&applied, "in process");
     assert_eq!(balances, bank::fold(&*journal, "", 3).await);
     projection.stop();
     projection.stopped().await.unwrap();
@@ -179,7 +180,7 @@ async fn a_restart_goes_on_and_a_rebuild_from_offset_zero_gives_the_same_read_mo
     second.stopped().await.unwrap();
     let (balances, applied) = read(&path);
     assert_eq!(applied.len(), 50);
-    assert_applied_once(&applied);
+    assert_applied_once(&applied, "in process");
     assert_eq!(balances, bank::fold(&*journal, "", 4).await);
 
     let rebuilt_path = dir.path().join("rebuilt.db");

@@ -179,7 +179,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         .collect::<Result<_, Box<dyn std::error::Error>>>()?;
     for round in 1..=ROUNDS {
         for (n, account) in accounts.iter().enumerate() {
-            let amount = if (round + n as u64) % 3 == 0 {
+            let amount = if (round + n as u64).is_multiple_of(3) {
                 -7
             } else {
                 10 + n as i64

@@ -62,23 +62,41 @@ impl PostgresReadModel {
         }
         let client = open(&config).await.map_err(ProjectionError::Store)?;
         let table = format!("\"{schema}\".projection_offset");
-        client
-            .batch_execute(&format!(
-                "BEGIN; \
-                 SELECT pg_advisory_xact_lock(hashtext('actix-delivery projection_offset {schema}')); \
-                 CREATE SCHEMA IF NOT EXISTS \"{schema}\"; \
-                 CREATE TABLE IF NOT EXISTS {table} ( \
-                     projection TEXT NOT NULL, \
-                     first_slice SMALLINT NOT NULL, \
-                     last_slice SMALLINT NOT NULL, \
-                     offset_transaction BIGINT NOT NULL, \
-                     offset_position BIGINT NOT NULL, \
-                     updated_at TIMESTAMPTZ NOT NULL DEFAULT now(), \
-                     PRIMARY KEY (projection, first_slice, last_slice)); \
-                 COMMIT;"
-            ))
+        let found = client
+            .query_one(
+                "SELECT EXISTS (SELECT 1 FROM pg_catalog.pg_namespace WHERE nspname = $1), \
+                 to_regclass($2) IS NOT NULL",
+                &[&schema, &table],
+            )
             .await
-            .map_err(|err| store("cannot create the offsets' table", &err))?;
+            .map_err(|err| store("cannot look up the offsets' table", &err))?;
+        let (schema_exists, table_exists): (bool, bool) = (found.get(0), found.get(1));
+        // Created only when missing: `IF NOT EXISTS` needs the privilege to create regardless,
+        // and a read model set up by hand may run without it.
+        if !table_exists {
+            let create_schema = if schema_exists {
+                String::new()
+            } else {
+                format!("CREATE SCHEMA IF NOT EXISTS \"{schema}\";")
+            };
+            client
+                .batch_execute(&format!(
+                    "BEGIN; \
+                     SELECT pg_advisory_xact_lock(hashtext('actix-delivery projection_offset {schema}')); \
+                     {create_schema} \
+                     CREATE TABLE IF NOT EXISTS {table} ( \
+                         projection TEXT NOT NULL, \
+                         first_slice SMALLINT NOT NULL, \
+                         last_slice SMALLINT NOT NULL, \
+                         offset_transaction BIGINT NOT NULL, \
+                         offset_position BIGINT NOT NULL, \
+                         updated_at TIMESTAMPTZ NOT NULL DEFAULT now(), \
+                         PRIMARY KEY (projection, first_slice, last_slice)); \
+                     COMMIT;"
+                ))
+                .await
+                .map_err(|err| store("cannot create the offsets' table", &err))?;
+        }
         Ok(Self {
             config,
             table,

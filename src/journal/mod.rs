@@ -243,7 +243,9 @@ pub trait Journal: Send + Sync + 'static {
     /// A tag given twice for one entry counts once.
     ///
     /// The default stores untagged appends through `append_as` and refuses tagged ones with
-    /// [`JournalError::Unsupported`] (the crate's journals store tags).
+    /// [`JournalError::Unsupported`] (the crate's journals store tags). A journal that wraps
+    /// another should forward this, [`events_by_tag`](Journal::events_by_tag) and
+    /// [`tag_notifications`](Journal::tag_notifications) to it.
     ///
     /// # Errors
     /// As [`append_as`](Journal::append_as); [`JournalError::InvalidArgument`] unless `tags`

@@ -18,7 +18,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::codec::CodecError;
 use crate::codec::Manifest;
-use crate::journal::{JournalError, PersistenceId, Snapshot, StoredEvent, Tag};
+use crate::journal::{normalized, JournalError, PersistenceId, Snapshot, StoredEvent, Tag};
 use crate::persistence::behavior::{Decision, EventSourced};
 use crate::persistence::config::PersistentConfig;
 use crate::persistence::delivery_record::{DeliveryRecord, Mark, Seen};
@@ -59,7 +59,8 @@ pub struct Append {
     pub payloads: Vec<Vec<u8>>,
     /// How they are written.
     pub manifest: Manifest,
-    /// The tags of each entry (one list per payload), or none if no entry has one.
+    /// The tags of each entry (one list per payload, sorted, without repeats), or none if no
+    /// entry has one.
     pub tags: Vec<Vec<Tag>>,
     /// A snapshot was due with this append but could not be encoded (too large, or the
     /// state's `Serialize` failed): the next one is due after another `snapshot_every`
@@ -337,10 +338,7 @@ impl<E: EventSourced, T> PersistentCore<E, T> {
             }
         }
         let payloads = std::mem::take(&mut batch.payloads);
-        let mut tags = std::mem::take(&mut batch.tags);
-        if tags.iter().all(Vec::is_empty) {
-            tags.clear();
-        }
+        let tags = normalized(std::mem::take(&mut batch.tags));
         self.in_flight = Some(batch);
         Some(Append {
             first_seq,
@@ -563,10 +561,9 @@ impl<E: EventSourced, T> PersistentCore<E, T> {
         self.pending.sent.extend(record.sent);
         self.pending.bytes += payload.len() as u64;
         self.pending.payloads.push(payload);
-        let mut tags: Vec<Tag> = entry.events.iter().flat_map(E::tags).collect();
-        tags.sort_unstable();
-        tags.dedup();
-        self.pending.tags.push(tags);
+        self.pending
+            .tags
+            .push(entry.events.iter().flat_map(E::tags).collect());
         self.pending.entries += 1;
         self.pending.events += entry.events.len() as u64;
         self.pending.decided.push(Decided {

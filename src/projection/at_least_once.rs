@@ -4,17 +4,14 @@
 //! offset are handled again: the handler must be idempotent.
 
 use std::collections::HashMap;
-use std::panic::AssertUnwindSafe;
 use std::sync::{Arc, Mutex, PoisonError};
 
 use futures_util::future::LocalBoxFuture;
-use futures_util::FutureExt;
 
-use crate::handler::panic_message;
 use crate::journal::{Offset, Slices};
 use crate::projection::core::Batch;
 use crate::projection::envelope::{Envelope, EventDecoder};
-use crate::projection::runner::{Failure, Key, Sink};
+use crate::projection::runner::{guarded, Failure, Key, Sink};
 use crate::projection::{HandlerError, Projection, ProjectionHandle};
 
 /// What a handler of events returns: a future that borrows its events.
@@ -125,19 +122,9 @@ where
     ) -> LocalBoxFuture<'a, Result<(), Failure>> {
         Box::pin(async move {
             let handler = &mut self.handler;
-            let run = std::panic::catch_unwind(AssertUnwindSafe(|| handler(batch.events())));
-            let outcome = match run {
-                Ok(future) => AssertUnwindSafe(future).catch_unwind().await,
-                Err(panic) => Err(panic),
-            };
-            match outcome {
-                Ok(Ok(())) => Ok(()),
-                Ok(Err(err)) => Err(Failure::Handler(err.to_string())),
-                Err(panic) => Err(Failure::Handler(format!(
-                    "the handler panicked: {}",
-                    panic_message(&*panic)
-                ))),
-            }
+            guarded(|| handler(batch.events()))
+                .await?
+                .map_err(|err| Failure::Handler(err.to_string()))
         })
     }
 

@@ -22,12 +22,12 @@
 //!   was read, wait, and load the offset again. A failure of the journal: wait, read again.
 
 use std::collections::VecDeque;
-use std::ops::Range;
-use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
 
 use crate::journal::{Offset, PersistenceId};
-use crate::projection::envelope::{Envelope, Item};
+pub(crate) use crate::projection::batch::Batch;
+use crate::projection::batch::InFlight;
+use crate::projection::envelope::Item;
 use crate::projection::{PoisonPolicy, ProjectionError, ProjectionOptions};
 use crate::remote::backoff::Reconnect;
 
@@ -58,35 +58,6 @@ pub struct ProjectionStats {
     pub offset: Offset,
 }
 
-/// A run of whole entries for the handler: `events[range]`, up to offset `to`.
-#[derive(Debug)]
-pub(crate) struct Batch<Ev> {
-    events: Arc<[Envelope<Ev>]>,
-    range: Range<usize>,
-    /// The last entry's offset.
-    pub to: Offset,
-    /// The newest commit time of its entries.
-    newest: SystemTime,
-}
-
-impl<Ev> Clone for Batch<Ev> {
-    fn clone(&self) -> Self {
-        Self {
-            events: self.events.clone(),
-            range: self.range.clone(),
-            to: self.to,
-            newest: self.newest,
-        }
-    }
-}
-
-impl<Ev> Batch<Ev> {
-    /// The events, in offset order.
-    pub fn events(&self) -> &[Envelope<Ev>] {
-        &self.events[self.range.clone()]
-    }
-}
-
 /// What the shell does next.
 #[derive(Debug)]
 pub(crate) enum Step<Ev> {
@@ -105,54 +76,6 @@ pub(crate) enum Step<Ev> {
     Wait(Instant),
     /// Stopped by the poison policy.
     Failed(ProjectionError),
-}
-
-/// An entry of a batch in flight: its place and its events.
-#[derive(Debug)]
-struct Entry {
-    offset: Offset,
-    persistence_id: PersistenceId,
-    seq: u64,
-    written_at: SystemTime,
-    range: Range<usize>,
-}
-
-/// Entries taken from the queue for the handler, handed out as one batch, or (after the
-/// batch kept failing) one entry at a time.
-struct InFlight<Ev> {
-    events: Arc<[Envelope<Ev>]>,
-    entries: Vec<Entry>,
-    /// The first entry not yet got past.
-    next: usize,
-    /// Handing out one entry at a time.
-    isolating: bool,
-}
-
-impl<Ev> InFlight<Ev> {
-    /// The entries the next batch holds.
-    fn current(&self) -> Range<usize> {
-        let end = if self.isolating {
-            self.next + 1
-        } else {
-            self.entries.len()
-        };
-        self.next..end
-    }
-
-    fn batch(&self) -> Batch<Ev> {
-        let entries = &self.entries[self.current()];
-        let (first, last) = (&entries[0], &entries[entries.len() - 1]);
-        Batch {
-            events: self.events.clone(),
-            range: first.range.start..last.range.end,
-            to: last.offset,
-            newest: entries
-                .iter()
-                .map(|e| e.written_at)
-                .max()
-                .unwrap_or(last.written_at),
-        }
-    }
 }
 
 enum Phase {
@@ -243,7 +166,7 @@ impl<Ev> Core<Ev> {
         }
         while let Some(front) = self.queue.front() {
             if front.events.is_ok() {
-                let in_flight = self.take_batch();
+                let in_flight = InFlight::take(&mut self.queue, self.options.batch_size);
                 let batch = in_flight.batch();
                 self.in_flight = Some(in_flight);
                 return Step::Handle(batch);
@@ -418,37 +341,6 @@ impl<Ev> Core<Ev> {
     fn earliest(&self, at: Instant) -> Instant {
         self.unsaved_since
             .map_or(at, |since| at.min(since + self.options.commit_interval))
-    }
-
-    /// Takes whole entries from the front of the queue, up to `batch_size` events (at least
-    /// one entry) and not past an entry that cannot be read.
-    fn take_batch(&mut self) -> InFlight<Ev> {
-        let mut events = Vec::new();
-        let mut entries = Vec::new();
-        while let Some(front) = self.queue.front() {
-            let fits = entries.is_empty() || events.len() + front.len() <= self.options.batch_size;
-            if front.events.is_err() || !fits {
-                break;
-            }
-            let Some(item) = self.queue.pop_front() else {
-                break;
-            };
-            let start = events.len();
-            events.extend(item.events.unwrap_or_default());
-            entries.push(Entry {
-                offset: item.offset,
-                persistence_id: item.persistence_id,
-                seq: item.seq,
-                written_at: item.written_at,
-                range: start..events.len(),
-            });
-        }
-        InFlight {
-            events: Arc::from(events),
-            entries,
-            next: 0,
-            isolating: false,
-        }
     }
 
     /// Applies the poison policy to an entry that cannot be got past; the step to return if

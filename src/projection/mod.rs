@@ -84,6 +84,7 @@
 //! blocking threads (so `D::Event` must be `Send + Sync` there).
 
 mod at_least_once;
+mod batch;
 mod core;
 mod envelope;
 mod error;

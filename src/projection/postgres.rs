@@ -2,18 +2,15 @@
 //! transaction that stores the offset), or as the offset store of an at-least-once
 //! projection.
 
-use std::panic::AssertUnwindSafe;
 use std::str::FromStr;
 
 use futures_util::future::LocalBoxFuture;
-use futures_util::FutureExt;
 use tokio_postgres::{Client, Config, NoTls, Transaction};
 
-use crate::handler::panic_message;
 use crate::journal::{is_connection_lost, is_plain_identifier, Offset, Slices};
 use crate::projection::core::Batch;
 use crate::projection::envelope::{Envelope, EventDecoder};
-use crate::projection::runner::{Failure, Key, Sink};
+use crate::projection::runner::{guarded, Failure, Key, Sink};
 use crate::projection::{
     HandlerError, HandlerFuture, OffsetStore, Projection, ProjectionError, ProjectionHandle,
 };
@@ -252,28 +249,13 @@ where
             model.reconnect_if_lost().await.map_err(Failure::Store)?;
             let store = |err: tokio_postgres::Error| Failure::Store(err.to_string());
             let transaction = model.client.transaction().await.map_err(store)?;
-            let outcome = {
-                let handler = &mut self.handler;
-                let run = std::panic::catch_unwind(AssertUnwindSafe(|| {
-                    handler(&transaction, batch.events())
-                }));
-                match run {
-                    Ok(future) => AssertUnwindSafe(future).catch_unwind().await,
-                    Err(panic) => Err(panic),
-                }
-            };
-            match outcome {
-                Ok(Ok(())) => {}
-                Ok(Err(err)) if is_storage_failure(&err) || transaction.client().is_closed() => {
+            let handler = &mut self.handler;
+            match guarded(|| handler(&transaction, batch.events())).await? {
+                Ok(()) => {}
+                Err(err) if is_storage_failure(&err) || transaction.client().is_closed() => {
                     return Err(Failure::Store(err.to_string()))
                 }
-                Ok(Err(err)) => return Err(Failure::Handler(err.to_string())),
-                Err(panic) => {
-                    return Err(Failure::Handler(format!(
-                        "the handler panicked: {}",
-                        panic_message(&*panic)
-                    )))
-                }
+                Err(err) => return Err(Failure::Handler(err.to_string())),
             }
             save(&transaction, &model.table, key, batch.to)
                 .await

@@ -1,17 +1,23 @@
 //! The shell: a task on the current arbiter that carries out what the core asks (load the
 //! offset, read the journal, run the handler, store an offset, wait) and reports back.
 
+use std::any::Any;
+use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::SystemTime;
 
 use futures_util::future::LocalBoxFuture;
+use futures_util::FutureExt;
 use tokio::sync::watch;
 
+use crate::handler::panic_message;
 use crate::journal::{Journal, Offset, Slices, TagNotifications};
 use crate::persistence::EventSourced;
 use crate::projection::core::{Batch, Core, ProjectionStats, Step};
 use crate::projection::envelope::{EntityEvents, EventDecoder, Item, RawEvents};
-use crate::projection::{ProjectionError, ProjectionHandle, ProjectionOptions};
+use crate::projection::{
+    HandlerError, HandlerFuture, ProjectionError, ProjectionHandle, ProjectionOptions,
+};
 
 /// Where a projection's offset is kept: its name and slices.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
@@ -28,6 +34,25 @@ pub(crate) enum Failure {
     /// The store failed (the transaction, the offset, the connection): the stored offset is
     /// uncertain, and no fault of the entries.
     Store(String),
+}
+
+/// A handler's panic, as the failure it counts as.
+pub(crate) fn panicked(panic: Box<dyn Any + Send>) -> Failure {
+    Failure::Handler(format!("the handler panicked: {}", panic_message(&*panic)))
+}
+
+/// Calls an async handler (`call` returns its future): what it returned, or its panic (in the
+/// call or in the future) as a [`Failure`].
+pub(crate) async fn guarded<'a>(
+    call: impl FnOnce() -> HandlerFuture<'a>,
+) -> Result<Result<(), HandlerError>, Failure> {
+    match catch_unwind(AssertUnwindSafe(call)) {
+        Ok(future) => AssertUnwindSafe(future)
+            .catch_unwind()
+            .await
+            .map_err(panicked),
+        Err(panic) => Err(panicked(panic)),
+    }
 }
 
 /// Where batches go: the handler and the offset store of one way of committing.

@@ -10,11 +10,10 @@ use rusqlite::{
     params, Connection, ErrorCode, OptionalExtension, Transaction, TransactionBehavior,
 };
 
-use crate::handler::panic_message;
 use crate::journal::{Offset, Slices};
 use crate::projection::core::Batch;
 use crate::projection::envelope::{Envelope, EventDecoder};
-use crate::projection::runner::{Failure, Key, Sink};
+use crate::projection::runner::{panicked, Failure, Key, Sink};
 use crate::projection::{HandlerError, OffsetStore, Projection, ProjectionError, ProjectionHandle};
 
 /// The offsets' table, created on open if missing.
@@ -199,16 +198,11 @@ where
     let transaction = connection
         .transaction_with_behavior(TransactionBehavior::Immediate)
         .map_err(store)?;
-    match catch_unwind(AssertUnwindSafe(|| handler(&transaction, batch.events()))) {
-        Ok(Ok(())) => {}
-        Ok(Err(err)) if is_storage_failure(&err) => return Err(Failure::Store(err.to_string())),
-        Ok(Err(err)) => return Err(Failure::Handler(err.to_string())),
-        Err(panic) => {
-            return Err(Failure::Handler(format!(
-                "the handler panicked: {}",
-                panic_message(&*panic)
-            )))
-        }
+    let ran = catch_unwind(AssertUnwindSafe(|| handler(&transaction, batch.events())));
+    match ran.map_err(panicked)? {
+        Ok(()) => {}
+        Err(err) if is_storage_failure(&err) => return Err(Failure::Store(err.to_string())),
+        Err(err) => return Err(Failure::Handler(err.to_string())),
     }
     save(&transaction, key, batch.to).map_err(store)?;
     transaction.commit().map_err(store)

@@ -2,6 +2,7 @@
 
 use super::*;
 use crate::journal::Tag;
+use crate::projection::envelope::Envelope;
 use crate::projection::ProjectionOptions;
 
 const MS: Duration = Duration::from_millis(1);

@@ -39,7 +39,7 @@ use std::time::{Duration, Instant};
 
 use actix_delivery::codec::Manifest;
 use actix_delivery::journal::{
-    Journal, Offset, PersistenceId, SqliteJournal, StoredEvent, Tag, TagQuery,
+    Journal, Offset, PersistenceId, SqliteJournal, StoredEvent, Tag, TagQuery, TaggedEvent,
 };
 use actix_delivery::persistence::{Decision, EventSourced, PersistentConfig, PersistentHandle};
 use actix_delivery::projection::{
@@ -198,6 +198,24 @@ where
     until_handled(&handle, events as u64, start).await
 }
 
+/// The events of a page of tagged entries, decoded by `decoder`, in envelopes.
+fn envelopes<D: EventDecoder>(decoder: &D, page: Vec<TaggedEvent>) -> Vec<Envelope<D::Event>> {
+    let mut events = Vec::with_capacity(page.len());
+    for tagged in page {
+        let stored = tagged.event.expect("not deleted");
+        for event in decoder.decode(&stored).unwrap() {
+            events.push(Envelope {
+                offset: tagged.offset,
+                persistence_id: tagged.persistence_id.clone(),
+                seq: tagged.seq,
+                written_at: tagged.written_at,
+                event,
+            });
+        }
+    }
+    events
+}
+
 /// The plain alternative: pages of `events_by_tag`, decoded, to the same handler.
 async fn plain_into_memory<D: EventDecoder>(
     journal: &dyn Journal,
@@ -213,20 +231,8 @@ where
     let (mut after, mut seen) = (Offset::START, 0);
     while seen < events {
         let page = journal.events_by_tag(&query, after, PAGE).await.unwrap();
-        let mut batch = Vec::with_capacity(page.len());
-        for tagged in page {
-            after = tagged.offset;
-            let stored = tagged.event.expect("not deleted");
-            for event in decoder.decode(&stored).unwrap() {
-                batch.push(Envelope {
-                    offset: tagged.offset,
-                    persistence_id: tagged.persistence_id.clone(),
-                    seq: tagged.seq,
-                    written_at: tagged.written_at,
-                    event,
-                });
-            }
-        }
+        after = page.last().map_or(after, |last| last.offset);
+        let batch = envelopes(&decoder, page);
         for chunk in batch.chunks(BATCH) {
             touch(chunk, &sum);
         }
@@ -297,19 +303,8 @@ async fn plain_into_sqlite(
     let (mut after, mut seen) = (Offset::START, 0);
     while seen < events {
         let page = journal.events_by_tag(&query, after, PAGE).await.unwrap();
-        let mut batch = Vec::with_capacity(page.len());
-        for tagged in page {
-            after = tagged.offset;
-            for event in decoder.decode(&tagged.event.unwrap()).unwrap() {
-                batch.push(Envelope {
-                    offset: tagged.offset,
-                    persistence_id: tagged.persistence_id.clone(),
-                    seq: tagged.seq,
-                    written_at: tagged.written_at,
-                    event,
-                });
-            }
-        }
+        after = page.last().map_or(after, |last| last.offset);
+        let batch = envelopes(&decoder, page);
         for chunk in batch.chunks(BATCH) {
             let transaction = connection.transaction().unwrap();
             upsert(&transaction, chunk).unwrap();

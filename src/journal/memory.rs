@@ -8,9 +8,9 @@ use tokio::sync::oneshot;
 
 use crate::codec::Manifest;
 use crate::journal::{
-    check_append, check_fence, check_max_events, check_payload, check_payloads, check_snapshot,
-    check_tags, normalized, slice_of, Journal, JournalError, JournalFuture, Offset, PersistenceId,
-    Snapshot, StoredEvent, Tag, TagNotifications, TagQuery, TagSignal, TaggedEvent,
+    check_fence, check_max_events, check_payload, check_snapshot, check_tagged_append, normalized,
+    slice_of, Journal, JournalError, JournalFuture, Offset, PersistenceId, Snapshot, StoredEvent,
+    Tag, TagNotifications, TagQuery, TagSignal, TaggedEvent,
 };
 
 /// A [`Journal`] in memory, with the same semantics as the durable ones ("committed" means
@@ -287,10 +287,15 @@ impl Journal for MemoryJournal {
     ) -> JournalFuture<'_, ()> {
         let id = id.clone();
         Box::pin(async move {
-            check_append(&id, first_seq, payloads.len())?;
-            check_tags(&id, payloads.len(), &tags)?;
+            check_tagged_append(
+                &id,
+                first_seq,
+                &payloads,
+                &tags,
+                self.max_payload(),
+                "memory",
+            )?;
             let tags = normalized(tags);
-            check_payloads(&id, &payloads, self.max_payload(), "memory")?;
             if payloads.is_empty() {
                 return Ok(());
             }

@@ -326,6 +326,22 @@ pub(crate) fn check_append(
     }
 }
 
+/// Checks an append of `payloads` tagged `tags` at `first_seq` (its seqs, one list of tags
+/// per payload or none, every payload within the `journal`'s limit of `max` bytes): what
+/// every journal checks before it writes anything.
+pub(crate) fn check_tagged_append(
+    id: &PersistenceId,
+    first_seq: u64,
+    payloads: &[Vec<u8>],
+    tags: &[Vec<Tag>],
+    max: usize,
+    journal: &str,
+) -> Result<(), JournalError> {
+    check_append(id, first_seq, payloads.len())?;
+    check_tags(id, payloads.len(), tags)?;
+    check_payloads(id, payloads, max, journal)
+}
+
 /// Checks that every payload of an append fits the journal's limit of `max` bytes
 /// (`journal` names it in the error).
 pub(crate) fn check_payloads(

@@ -279,10 +279,7 @@ impl OffsetStore for PostgresReadModel {
         projection: &'a str,
         slices: Slices,
     ) -> LocalBoxFuture<'a, Result<Offset, HandlerError>> {
-        let key = Key {
-            name: projection.to_owned(),
-            slices,
-        };
+        let key = Key::new(projection, slices);
         Box::pin(async move { Ok(self.load_offset(&key).await?) })
     }
 
@@ -292,10 +289,7 @@ impl OffsetStore for PostgresReadModel {
         slices: Slices,
         offset: Offset,
     ) -> LocalBoxFuture<'a, Result<(), HandlerError>> {
-        let key = Key {
-            name: projection.to_owned(),
-            slices,
-        };
+        let key = Key::new(projection, slices);
         Box::pin(async move { Ok(self.save_offset(&key, offset).await?) })
     }
 }

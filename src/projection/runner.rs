@@ -26,6 +26,16 @@ pub(crate) struct Key {
     pub slices: Slices,
 }
 
+impl Key {
+    /// The key of projection `name` over `slices`.
+    pub fn new(name: &str, slices: Slices) -> Self {
+        Self {
+            name: name.to_owned(),
+            slices,
+        }
+    }
+}
+
 /// Why a batch was not handled.
 #[derive(Debug)]
 pub(crate) enum Failure {
@@ -150,10 +160,7 @@ async fn run<D: EventDecoder, S: Sink<D::Event>>(
         options,
         decoder,
     } = projection;
-    let key = Key {
-        name: options.name.clone(),
-        slices: options.query.slices,
-    };
+    let key = Key::new(&options.name, options.query.slices);
     let query = options.query.clone();
     let mut notifications = options
         .notifications

@@ -274,10 +274,7 @@ impl OffsetStore for SqliteReadModel {
         projection: &'a str,
         slices: Slices,
     ) -> LocalBoxFuture<'a, Result<Offset, HandlerError>> {
-        let key = Key {
-            name: projection.to_owned(),
-            slices,
-        };
+        let key = Key::new(projection, slices);
         Box::pin(async move { Ok(self.load_offset(&key).await?) })
     }
 
@@ -287,10 +284,7 @@ impl OffsetStore for SqliteReadModel {
         slices: Slices,
         offset: Offset,
     ) -> LocalBoxFuture<'a, Result<(), HandlerError>> {
-        let key = Key {
-            name: projection.to_owned(),
-            slices,
-        };
+        let key = Key::new(projection, slices);
         Box::pin(async move { Ok(self.save_offset(&key, offset).await?) })
     }
 }

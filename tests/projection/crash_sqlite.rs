@@ -107,6 +107,38 @@ fn child_process_entry() {
     });
 }
 
+/// Ends a child's life: waits until it has killed itself (`self_kill`: its output ends), or
+/// SIGKILLs it after `life`. Returns the highest offset position it printed as
+/// `begin <position>` (the last read-model transaction it began).
+pub fn end_life(
+    child: process::Child,
+    self_kill: bool,
+    life: Duration,
+    context: &str,
+) -> Option<u64> {
+    let mut lines = Vec::new();
+    if self_kill {
+        let deadline = Instant::now() + Duration::from_secs(60);
+        while let Ok(line) = child.try_line() {
+            assert!(
+                Instant::now() < deadline,
+                "{context}: the child did not kill itself"
+            );
+            match line {
+                Some(line) => lines.push(line),
+                None => std::thread::sleep(Duration::from_millis(2)),
+            }
+        }
+    } else {
+        std::thread::sleep(life);
+    }
+    lines.extend(child.kill_collect());
+    lines
+        .iter()
+        .filter_map(|line| line.strip_prefix("begin ")?.parse::<u64>().ok())
+        .max()
+}
+
 /// The read model's stored offset position (0 if none), and its applied events.
 fn model_now(path: &Path) -> (u64, Vec<(String, u64, String)>) {
     let connection = rusqlite::Connection::open(path).unwrap();
@@ -140,28 +172,8 @@ fn a_sqlite_read_model_holds_every_event_exactly_once_across_sigkills() {
         child
             .wait_for("ready", Duration::from_secs(30))
             .unwrap_or_else(|| panic!("{context}: the child did not start"));
-        let mut lines = Vec::new();
-        if kill_at.is_some() {
-            // Until it has killed itself: its output ends.
-            let deadline = Instant::now() + Duration::from_secs(60);
-            while let Ok(line) = child.try_line() {
-                assert!(
-                    Instant::now() < deadline,
-                    "{context}: the child did not kill itself"
-                );
-                match line {
-                    Some(line) => lines.push(line),
-                    None => std::thread::sleep(Duration::from_millis(2)),
-                }
-            }
-        } else {
-            std::thread::sleep(Duration::from_millis(rng.random_range(10..=150)));
-        }
-        lines.extend(child.kill_collect());
-        let begun = lines
-            .iter()
-            .filter_map(|line| line.strip_prefix("begin ")?.parse::<u64>().ok())
-            .max();
+        let life = Duration::from_millis(rng.random_range(10..=150));
+        let begun = end_life(child, kill_at.is_some(), life, &context);
         let (stored, applied) = model_now(&model);
         sqlite::assert_applied_once(&applied, &context);
         if begun.is_some_and(|begun| begun > stored) {

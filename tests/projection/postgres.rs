@@ -23,7 +23,7 @@ use rand::{Rng, SeedableRng};
 use tokio_postgres::{Client, Transaction};
 
 use crate::bank::{self, wait_until, Account, AccountEvent};
-use crate::{postgres_support, process};
+use crate::{crash_sqlite, postgres_support, process};
 
 /// The read model's tables in `schema`: balances, and every event applied (no key: a repeat
 /// would show).
@@ -195,8 +195,6 @@ const PROJECTOR: &str = "postgres::projection_process_entry";
 const CHILD_SCHEMA: &str = "PROJECTION_PG_SCHEMA";
 /// Set for a writer: its number (its accounts are `w<n>-account-<k>`).
 const CHILD_WRITER: &str = "PROJECTION_PG_WRITER";
-/// Set for the projection's last life: catch up, say so, stop.
-const CHILD_FINISH: &str = "PROJECTION_PG_FINISH";
 /// Set for the projection: SIGKILL itself inside this handler call (counted from 1).
 const CHILD_KILL_AT: &str = "PROJECTION_PG_KILL_AT";
 const ACCOUNTS: usize = 3;
@@ -246,8 +244,8 @@ fn writer_process_entry() {
     });
 }
 
-/// The projection: follows the tag into the read model; prints `begin <position>` as each
-/// batch begins; in its last life catches up and prints `caught-up`.
+/// The projection: follows the tag into the read model until killed; prints `begin
+/// <position>` as each batch begins.
 #[test]
 fn projection_process_entry() {
     let Ok(schema) = std::env::var(CHILD_SCHEMA) else {
@@ -256,7 +254,6 @@ fn projection_process_entry() {
     if std::env::var(CHILD_WRITER).is_ok() {
         return;
     }
-    let finish = std::env::var(CHILD_FINISH).is_ok();
     let kill_at: Option<u32> = std::env::var(CHILD_KILL_AT)
         .ok()
         .map(|n| n.parse().unwrap());
@@ -265,7 +262,7 @@ fn projection_process_entry() {
         let (mut rows, mut calls) = (apply(&schema), 0);
         let options = bank::options("balances").batch_size(20).build().unwrap();
         let model = read_model(&schema).await;
-        let projection = start(&journal, options, model, move |transaction, events| {
+        let _runs_until_killed = start(&journal, options, model, move |transaction, events| {
             calls += 1;
             if let Some(last) = events.last() {
                 println!("begin {}", last.offset.parts().1);
@@ -282,32 +279,22 @@ fn projection_process_entry() {
             })
         });
         println!("ready");
-        if finish {
-            let query = TagQuery::new(bank::account_tag());
-            let all = journal
-                .events_by_tag(&query, Offset::START, usize::MAX)
-                .await
-                .unwrap();
-            let last = all.last().map_or(Offset::START, |e| e.offset);
-            while projection.stats().offset < last {
-                tokio::time::sleep(Duration::from_millis(10)).await;
-            }
-            println!("caught-up");
-            projection.stop();
-            projection.stopped().await.unwrap();
-            return;
-        }
         std::future::pending::<()>().await;
     });
 }
 
-/// A reader that follows the tag at its tail, every 2 ms, until `stop`, and returns the
-/// (account, seq) it saw: with the journal's offsets (`naive` false), or as a naive reader
-/// would, `ordering > last` on the sequence column alone (`naive` true).
+/// Where the tag ends once the writers are done: how many entries it has, and the highest
+/// `ordering`.
+type End = Arc<std::sync::Mutex<Option<(usize, i64)>>>;
+
+/// A reader that follows the tag at its tail, every 2 ms, until it has read to the `end`, and
+/// returns the (account, seq) it saw: with the journal's offsets (`naive` false: until it has
+/// as many entries as the tag), or as a naive reader would, `ordering > last` on the sequence
+/// column alone (`naive` true: until its `last` is the highest).
 fn tail_reader(
     schema: String,
     naive: bool,
-    stop: Arc<AtomicBool>,
+    end: End,
 ) -> std::thread::JoinHandle<Vec<(String, u64)>> {
     std::thread::spawn(move || {
         let runtime = tokio::runtime::Builder::new_current_thread()
@@ -323,8 +310,8 @@ fn tail_reader(
                  WHERE tag = 'account' AND ordering > $1 ORDER BY ordering"
             );
             let (mut last, mut after, mut seen) = (0i64, Offset::START, Vec::new());
+            let mut deadline = None;
             loop {
-                let done = stop.load(Ordering::Relaxed);
                 if naive {
                     for row in admin.query(&sql, &[&last]).await.unwrap() {
                         last = row.get(0);
@@ -336,8 +323,16 @@ fn tail_reader(
                         seen.push((event.persistence_id.to_string(), event.seq));
                     }
                 }
-                if done {
-                    return seen;
+                if let Some((count, highest)) = *end.lock().unwrap() {
+                    if (naive && last >= highest) || (!naive && seen.len() >= count) {
+                        return seen;
+                    }
+                    let deadline =
+                        *deadline.get_or_insert(Instant::now() + Duration::from_secs(60));
+                    assert!(
+                        Instant::now() < deadline,
+                        "a tail reader did not reach the end"
+                    );
                 }
                 tokio::time::sleep(Duration::from_millis(2)).await;
             }
@@ -370,9 +365,9 @@ fn two_writer_processes_and_a_projection_killed_20_times_every_event_exactly_onc
             .unwrap();
         admin
     });
-    let stop_readers = Arc::new(AtomicBool::new(false));
-    let naive = tail_reader(schema.clone(), true, stop_readers.clone());
-    let tail = tail_reader(schema.clone(), false, stop_readers.clone());
+    let end: End = Arc::default();
+    let naive = tail_reader(schema.clone(), true, end.clone());
+    let tail = tail_reader(schema.clone(), false, end.clone());
     let writers: Vec<process::Child> = (0..2)
         .map(|n| {
             let env = [
@@ -396,27 +391,8 @@ fn two_writer_processes_and_a_projection_killed_20_times_every_event_exactly_onc
         child
             .wait_for("ready", Duration::from_secs(30))
             .unwrap_or_else(|| panic!("{context}: the projection did not start"));
-        let mut lines = Vec::new();
-        if kill_at.is_some() {
-            let deadline = Instant::now() + Duration::from_secs(60);
-            while let Ok(line) = child.try_line() {
-                assert!(
-                    Instant::now() < deadline,
-                    "{context}: the child did not kill itself"
-                );
-                match line {
-                    Some(line) => lines.push(line),
-                    None => std::thread::sleep(Duration::from_millis(2)),
-                }
-            }
-        } else {
-            std::thread::sleep(Duration::from_millis(rng.random_range(20..=200)));
-        }
-        lines.extend(child.kill_collect());
-        let begun = lines
-            .iter()
-            .filter_map(|line| line.strip_prefix("begin ")?.parse::<u64>().ok())
-            .max();
+        let life = Duration::from_millis(rng.random_range(20..=200));
+        let begun = crash_sqlite::end_life(child, kill_at.is_some(), life, &context);
         let (stored, applied) = runtime.block_on(async {
             let stored: Option<i64> = admin
                 .query_opt(
@@ -436,34 +412,53 @@ fn two_writer_processes_and_a_projection_killed_20_times_every_event_exactly_onc
     for writer in writers {
         assert!(writer.finish().success(), "seed {seed}: a writer failed");
     }
-    let child = process::spawn(
-        PROJECTOR,
-        &[(CHILD_SCHEMA, schema.clone()), (CHILD_FINISH, "1".into())],
-    );
-    child
-        .wait_for("caught-up", Duration::from_secs(60))
-        .unwrap_or_else(|| panic!("seed {seed}: the last life did not catch up"));
-    assert!(
-        child.finish().success(),
-        "seed {seed}: the last life failed"
-    );
-    stop_readers.store(true, Ordering::Relaxed);
+    // Everything is committed: the tag's rows, counted without the horizon (which a
+    // transaction elsewhere on the server may hold back for a while).
+    let (total, highest): (i64, i64) = runtime.block_on(async {
+        let row = admin
+            .query_one(
+                &format!(
+                    "SELECT count(*), coalesce(max(ordering), 0) FROM {schema}.event_tag \
+                     WHERE tag = 'account'"
+                ),
+                &[],
+            )
+            .await
+            .unwrap();
+        (row.get(0), row.get(1))
+    });
+    *end.lock().unwrap() = Some((total as usize, highest));
+    // A last life runs until the read model holds every event.
+    let child = process::spawn(PROJECTOR, &[(CHILD_SCHEMA, schema.clone())]);
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while runtime.block_on(read(&admin, &schema)).1.len() < total as usize {
+        assert!(
+            Instant::now() < deadline,
+            "seed {seed}: the last life did not catch up"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    child.kill();
     let (naive, tail) = (naive.join().unwrap(), tail.join().unwrap());
 
     let (balances, applied, tagged) = runtime.block_on(async {
         let (balances, applied) = read(&admin, &schema).await;
         let journal = journal(&schema, "projection-check").await;
-        let mut tagged: Vec<(String, u64)> = journal
-            .events_by_tag(
-                &TagQuery::new(bank::account_tag()),
-                Offset::START,
-                usize::MAX,
-            )
-            .await
-            .unwrap()
-            .into_iter()
-            .map(|e| (e.persistence_id.to_string(), e.seq))
-            .collect();
+        let query = TagQuery::new(bank::account_tag());
+        let mut tagged: Vec<(String, u64)> = Vec::new();
+        while tagged.len() < total as usize {
+            assert!(
+                Instant::now() < deadline,
+                "seed {seed}: the journal shows every entry"
+            );
+            tagged = journal
+                .events_by_tag(&query, Offset::START, usize::MAX)
+                .await
+                .unwrap()
+                .into_iter()
+                .map(|e| (e.persistence_id.to_string(), e.seq))
+                .collect();
+        }
         tagged.sort();
         let mut folded = BTreeMap::new();
         for writer in 0..2 {

@@ -28,9 +28,9 @@ pub use tls::PostgresTls;
 use crate::codec::Manifest;
 use crate::journal::write::{WriteOp, WriteRequest};
 use crate::journal::{
-    check_append, check_max_events, check_payload, check_payloads, check_tags, normalized,
-    stored_manifest, Journal, JournalError, JournalFuture, Offset, PersistenceId, Snapshot,
-    StoredEvent, Tag, TagNotifications, TagQuery, TagSignal, TaggedEvent, MAX_SEQ,
+    check_max_events, check_payload, check_tagged_append, normalized, stored_manifest, Journal,
+    JournalError, JournalFuture, Offset, PersistenceId, Snapshot, StoredEvent, Tag,
+    TagNotifications, TagQuery, TagSignal, TaggedEvent, MAX_SEQ,
 };
 use options::Counters;
 
@@ -334,9 +334,14 @@ impl Journal for PostgresJournal {
     ) -> JournalFuture<'_, ()> {
         let id = id.clone();
         Box::pin(async move {
-            check_append(&id, first_seq, payloads.len())?;
-            check_tags(&id, payloads.len(), &tags)?;
-            check_payloads(&id, &payloads, self.max_payload(), "PostgreSQL")?;
+            check_tagged_append(
+                &id,
+                first_seq,
+                &payloads,
+                &tags,
+                self.max_payload(),
+                "PostgreSQL",
+            )?;
             if payloads.is_empty() {
                 return Ok(());
             }

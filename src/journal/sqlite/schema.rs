@@ -93,16 +93,6 @@ const CREATE: &str = "
         ser_manifest TEXT NOT NULL,
         ser_version INTEGER NOT NULL
     );
-    CREATE TABLE event_tag (
-        ordering INTEGER PRIMARY KEY AUTOINCREMENT,
-        tag TEXT NOT NULL,
-        persistence_id TEXT NOT NULL,
-        seq_nr INTEGER NOT NULL,
-        slice INTEGER NOT NULL,
-        written_at INTEGER NOT NULL,
-        buffer_row INTEGER
-    );
-    CREATE INDEX event_tag_by_tag ON event_tag (tag, ordering);
 ";
 
 /// From schema 1 to 2: the manifest columns. What was written before reads as
@@ -117,11 +107,11 @@ const MIGRATE_1_TO_2: &str = "
     ALTER TABLE event_buffer ADD COLUMN ser_codec INTEGER NOT NULL DEFAULT 1;
     ALTER TABLE event_buffer ADD COLUMN ser_manifest TEXT NOT NULL DEFAULT '';
     ALTER TABLE event_buffer ADD COLUMN ser_version INTEGER NOT NULL DEFAULT 1;
-    PRAGMA user_version = 2;
 ";
 
-/// From schema 2 to 3: the tags. Entries written before have none.
-const MIGRATE_2_TO_3: &str = "
+/// The tags of schema 3: created with the rest ([`CREATE`]), or by the migration from 2 (what
+/// was written before has none).
+const TAGS: &str = "
     CREATE TABLE event_tag (
         ordering INTEGER PRIMARY KEY AUTOINCREMENT,
         tag TEXT NOT NULL,
@@ -132,11 +122,11 @@ const MIGRATE_2_TO_3: &str = "
         buffer_row INTEGER
     );
     CREATE INDEX event_tag_by_tag ON event_tag (tag, ordering);
-    PRAGMA user_version = 3;
 ";
 
-/// The migrations, in order: `MIGRATIONS[v - 1]` takes schema `v` to `v + 1`.
-const MIGRATIONS: [&str; 2] = [MIGRATE_1_TO_2, MIGRATE_2_TO_3];
+/// The migrations, in order: `MIGRATIONS[v - 1]` takes schema `v` to `v + 1` (and then
+/// `PRAGMA user_version` is set to `v + 1`).
+const MIGRATIONS: [&str; 2] = [MIGRATE_1_TO_2, TAGS];
 
 /// The tables of every schema version.
 const TABLES: [&str; 4] = [
@@ -314,6 +304,7 @@ fn create(conn: &Connection) -> Result<(), JournalError> {
     let result = (|| {
         if let Found::Empty = inspect(conn)? {
             conn.execute_batch(CREATE).map_err(storage_error(None))?;
+            conn.execute_batch(TAGS).map_err(storage_error(None))?;
             conn.pragma_update(None, "application_id", APPLICATION_ID)
                 .map_err(storage_error(None))?;
             conn.pragma_update(None, "user_version", SCHEMA_VERSION)
@@ -336,8 +327,10 @@ fn migrate(conn: &Connection) -> Result<(), JournalError> {
     let result = (|| {
         if let Found::Older(version) = inspect(conn)? {
             from = Some(version);
-            for migration in &MIGRATIONS[(version - 1) as usize..] {
+            for (to, migration) in (version + 1..).zip(&MIGRATIONS[(version - 1) as usize..]) {
                 conn.execute_batch(migration).map_err(storage_error(None))?;
+                conn.pragma_update(None, "user_version", to)
+                    .map_err(storage_error(None))?;
             }
         }
         conn.execute_batch("COMMIT").map_err(storage_error(None))

@@ -188,7 +188,6 @@ fn a_sqlite_read_model_holds_every_event_exactly_once_across_sigkills() {
         child.finish().success(),
         "seed {seed}: the last life failed"
     );
-    println!("seed {seed}: {kills} kills, {inside_a_transaction} inside a read-model transaction");
     assert!(
         inside_a_transaction * 4 >= kills,
         "seed {seed}: only {inside_a_transaction} of {kills} kills landed inside a transaction"
@@ -207,6 +206,11 @@ fn a_sqlite_read_model_holds_every_event_exactly_once_across_sigkills() {
     assert_eq!(
         sorted, journal_events,
         "seed {seed}: every tagged event, once"
+    );
+    println!(
+        "seed {seed}: {} events, {kills} kills, {inside_a_transaction} inside a read-model \
+         transaction",
+        journal_events.len()
     );
     assert!(
         journal_events.len() > 200,

@@ -66,9 +66,4 @@ impl ProjectionHandle {
         };
         result
     }
-
-    /// Whether the projection has ended.
-    pub fn is_stopped(&self) -> bool {
-        self.inner.finished.borrow().is_some() || self.inner.finished.has_changed().is_err()
-    }
 }

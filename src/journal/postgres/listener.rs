@@ -2,9 +2,9 @@
 //!
 //! One connection of its own `LISTEN`s on the writers' channel; a notification whose payload
 //! names this journal's schema tells the journal's [`TagSignal`]. A lost connection is opened
-//! again after a backoff (100 ms, doubling up to 5 s), and the signal is told once it
-//! listens again: notifications sent meanwhile are lost, so
-//! readers look anyway. It runs until the journal's runtime ends.
+//! again after a backoff (100 ms, doubling up to 5 s), and the signal is told once it listens
+//! again: notifications sent meanwhile are lost, so readers look anyway. It runs until the
+//! journal's runtime ends.
 
 use std::sync::Arc;
 use std::time::Duration;

@@ -385,10 +385,22 @@
 //! [`journal::MemoryJournal`] has the same semantics in memory, with fault injection for
 //! tests. Payloads are bytes; [`codec`] turns typed values into them.
 //!
+//! # Projections: the read side
+//!
+//! Entities file their events under tags
+//! ([`EventSourced::tags`](persistence::EventSourced::tags)), in the append that stores them;
+//! the journals answer [`events_by_tag`](journal::Journal::events_by_tag) after an
+//! [`Offset`](journal::Offset) that never skips an event, also when several processes commit to
+//! PostgreSQL out of order. A [`projection::Projection`] follows a tag from its stored offset,
+//! live, into a read model: exactly once when the handler writes in the read model's
+//! transaction that also stores the offset (SQLite, PostgreSQL), at least once into any other
+//! sink. Failing, deleted and undecodable entries are retried and then stop the projection
+//! or are skipped, counted, as its [`PoisonPolicy`](projection::PoisonPolicy) says.
+//!
 //! # Metrics
 //!
 //! With the feature `metrics`, every counter of every stats struct (producer, consumer,
-//! durable producer, persistent entity, journals, node, NATS carrier), and histograms of
+//! durable producer, persistent entity, journals, node, NATS carrier, projection), and histograms of
 //! send→confirm latency, handler run time, journal commit latency and group size, and frames
 //! and bytes per socket write, go through the [`metrics`](https://docs.rs/metrics/0.24) facade
 //! to whatever recorder the application installed (before starting the parts it measures).
@@ -425,6 +437,7 @@ pub mod nats;
 mod options;
 pub mod persistence;
 mod producer;
+pub mod projection;
 pub mod protocol;
 pub mod remote;
 mod stop_signal;

@@ -9,9 +9,10 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use actix_delivery::codec::Manifest;
 use actix_delivery::journal::{
-    Journal, JournalError, JournalFuture, MemoryJournal, PersistenceId, Snapshot, SqliteJournal,
-    SqliteOptions,
+    slice_of, Journal, JournalError, JournalFuture, MemoryJournal, PersistenceId, Snapshot,
+    SqliteJournal, SqliteOptions, Tag,
 };
 use futures_util::future::join_all;
 use futures_util::FutureExt;
@@ -576,7 +577,7 @@ async fn open_prepared(setup: &str) -> (tempfile::TempDir, Result<SqliteJournal,
 fn schema_error(result: Result<SqliteJournal, JournalError>) -> String {
     match result {
         Err(JournalError::Schema { found, expected }) => {
-            assert!(expected.contains("schema version 2"), "{expected}");
+            assert!(expected.contains("schema version 3"), "{expected}");
             found
         }
         Err(other) => panic!("expected a schema error, got {other:?}"),
@@ -623,19 +624,19 @@ async fn sqlite_refuses_a_newer_or_foreign_schema_and_leaves_it_untouched() {
     open(&path).await.unwrap().close().await;
     rusqlite::Connection::open(&path)
         .unwrap()
-        .pragma_update(None, "user_version", 3)
+        .pragma_update(None, "user_version", 4)
         .unwrap();
     let found = schema_error(open(&path).await);
     assert!(
-        found.contains("schema version 3, written by a newer version")
-            && found.contains("reads schema versions 1 to 2"),
+        found.contains("schema version 4, written by a newer version")
+            && found.contains("reads schema versions 1 to 3"),
         "{found}"
     );
     let version: i32 = rusqlite::Connection::open(&path)
         .unwrap()
         .pragma_query_value(None, "user_version", |row| row.get(0))
         .unwrap();
-    assert_eq!(version, 3);
+    assert_eq!(version, 4);
 
     // Another application's database: refused, and not even switched to WAL.
     let (dir, result) = open_prepared("CREATE TABLE users (name TEXT);").await;
@@ -688,11 +689,44 @@ async fn sqlite_schema_has_the_documented_shape() {
     let db = sqlite(SqliteOptions::default()).await;
     let path = db.journal.path().to_path_buf();
     let a = fresh_id("shape");
-    db.journal.append(&a, 1, vec![b"x".to_vec()]).await.unwrap();
+    let tags = vec![vec![Tag::from_static("t1"), Tag::from_static("t2")]];
+    db.journal
+        .append_tagged(&a, 1, vec![b"x".to_vec()], Manifest::raw(), tags)
+        .await
+        .unwrap();
     assert_eq!(
         rows(&path, "event_buffer"),
         keyed(&a, 1..=1),
         "recent events"
+    );
+    let tag_rows = |path: &Path| -> Vec<(i64, String, String, i64, i64, Option<i64>)> {
+        let conn = rusqlite::Connection::open(path).unwrap();
+        let mut statement = conn
+            .prepare(
+                "SELECT ordering, tag, persistence_id, seq_nr, slice, buffer_row FROM event_tag \
+                 ORDER BY ordering",
+            )
+            .unwrap();
+        let rows = statement
+            .query_map([], |row| {
+                Ok((
+                    row.get(0)?,
+                    row.get(1)?,
+                    row.get(2)?,
+                    row.get(3)?,
+                    row.get(4)?,
+                    row.get(5)?,
+                ))
+            })
+            .unwrap();
+        rows.map(Result::unwrap).collect()
+    };
+    let slice = i64::from(slice_of(&a));
+    let tagged = |tag: &str, ordering| (ordering, tag.to_owned(), a.to_string(), 1, slice, Some(1));
+    assert_eq!(
+        tag_rows(&path),
+        [tagged("t1", 1), tagged("t2", 2)],
+        "one row per tag, noting the buffer's row"
     );
     db.journal.close().await;
     assert_eq!(
@@ -700,6 +734,7 @@ async fn sqlite_schema_has_the_documented_shape() {
         Vec::new(),
         "closing moves them"
     );
+    assert_eq!(tag_rows(&path).len(), 2, "the tag rows stay");
     let conn = rusqlite::Connection::open(&path).unwrap();
     let row: (String, i64, Vec<u8>, i64) = conn
         .query_row(

@@ -516,3 +516,93 @@ async fn counters_go_on_across_a_supervised_restart_of_a_persistent_entity() {
         3
     );
 }
+
+/// An entity whose entries are tagged `metered`, for the projection's metrics.
+#[derive(Default, serde::Serialize, serde::Deserialize)]
+struct Tally(u64);
+
+impl actix_delivery::persistence::EventSourced for Tally {
+    type Command = u64;
+    type Event = u64;
+    type Reply = ();
+    type Rejection = String;
+
+    fn decide(&self, n: &u64) -> Result<actix_delivery::persistence::Decision<Self>, String> {
+        Ok(actix_delivery::persistence::Decision::persist([*n], ()))
+    }
+
+    fn apply(&mut self, n: &u64) {
+        self.0 += n;
+    }
+
+    fn tags(_: &u64) -> Vec<actix_delivery::journal::Tag> {
+        vec![actix_delivery::journal::Tag::from_static("metered")]
+    }
+}
+
+#[actix::test]
+async fn projection_counters_equal_its_stats_under_its_name_and_slices() {
+    use actix_delivery::journal::{MemoryJournal, Slices, Tag};
+    use actix_delivery::persistence::{PersistentConfig, PersistentHandle};
+    use actix_delivery::projection::{
+        MemoryOffsetStore, PoisonPolicy, Projection, ProjectionOptions,
+    };
+
+    snapshotter();
+    let journal: std::sync::Arc<dyn Journal> = std::sync::Arc::new(MemoryJournal::new());
+    let tally = PersistentHandle::<Tally>::start(
+        journal.clone(),
+        PersistenceId::new("tally").unwrap(),
+        PersistentConfig::default(),
+    )
+    .unwrap();
+    for n in 0..10 {
+        tally.ask(n).await.unwrap();
+    }
+    let options = ProjectionOptions::builder("metered", Tag::from_static("metered"))
+        .slices(Slices::new(0, 1023).unwrap())
+        .max_retries(0)
+        .retry_backoff(Duration::from_millis(1), Duration::from_millis(1))
+        .poison(PoisonPolicy::Skip)
+        .commit_every(4)
+        .build()
+        .unwrap();
+    let projection = Projection::of::<Tally>(journal, options).at_least_once(
+        MemoryOffsetStore::new(),
+        |events| {
+            let poison = events.iter().any(|e| e.event == 3);
+            Box::pin(async move {
+                if poison {
+                    return Err("three".into());
+                }
+                Ok(())
+            })
+        },
+    );
+    while projection.stats().entries < 10 {
+        actix::clock::sleep(Duration::from_millis(5)).await;
+    }
+    projection.stop();
+    projection.stopped().await.unwrap();
+    let stats = projection.stats();
+    assert_eq!((stats.events, stats.skipped), (9, 1));
+    let metrics = metrics_of("projection", "metered");
+    for (name, value) in [
+        ("events", stats.events),
+        ("entries", stats.entries),
+        ("batches", stats.batches),
+        ("retries", stats.retries),
+        ("skipped", stats.skipped),
+        ("offsets_saved", stats.offsets_saved),
+        ("read_failures", stats.read_failures),
+        ("store_failures", stats.store_failures),
+    ] {
+        let metric = format!("actix_delivery_projection_{name}_total");
+        assert_eq!(counter(&metrics, &metric), value, "{metric}");
+    }
+    assert!(stats.retries > 0 && stats.offsets_saved > 0, "{stats:?}");
+    assert_eq!(
+        gauge(&metrics, "actix_delivery_projection_lag_milliseconds"),
+        stats.lag_ms as f64
+    );
+}

@@ -362,7 +362,7 @@ impl Scratch {
 fn schema_error(result: Result<PostgresJournal, JournalError>) -> String {
     match result {
         Err(JournalError::Schema { found, expected }) => {
-            assert!(expected.contains("schema version 2"), "{expected}");
+            assert!(expected.contains("schema version 3"), "{expected}");
             found
         }
         Err(other) => panic!("expected a schema error, got {other:?}"),
@@ -374,12 +374,12 @@ fn schema_error(result: Result<PostgresJournal, JournalError>) -> String {
 async fn a_newer_or_foreign_schema_is_refused_and_left_untouched() {
     let newer = Scratch::new(
         "CREATE TABLE journal_schema (application text, version int); \
-         INSERT INTO journal_schema VALUES ('actix-delivery', 3);",
+         INSERT INTO journal_schema VALUES ('actix-delivery', 4);",
     )
     .await;
     let found = schema_error(newer.open(PostgresOptions::default()).await);
     assert!(
-        found.contains("version 3") && found.contains("newer") && found.contains("1 to 2"),
+        found.contains("version 4") && found.contains("newer") && found.contains("1 to 3"),
         "{found}"
     );
     assert_eq!(newer.tables().await, ["journal_schema"], "nothing created");
@@ -435,6 +435,11 @@ async fn tables_altered_by_hand_are_a_schema_error() {
             "ALTER TABLE stream_metadata RENAME COLUMN highest_seq TO high",
             "has no column `highest_seq`",
         ),
+        (
+            "ALTER TABLE event_tag ALTER COLUMN txid DROP DEFAULT, ALTER COLUMN txid TYPE bigint USING 0",
+            "column `txid` of",
+        ),
+        ("DROP TABLE event_tag", "without its table `event_tag`"),
     ] {
         let altered = Scratch::new(&format!("{} {alter};", PostgresJournal::SCHEMA_SQL)).await;
         let found = schema_error(altered.open(PostgresOptions::default()).await);
@@ -518,6 +523,7 @@ async fn tables_are_created_on_first_connect_or_by_hand_from_the_sql_file() {
         empty.tables().await,
         [
             "event_journal",
+            "event_tag",
             "journal_schema",
             "snapshot",
             "stream_metadata"
@@ -758,7 +764,7 @@ async fn tls_verify_full_and_require_reach_the_server_and_a_wrong_ca_or_name_is_
     let ca = std::fs::read(ca).expect("the CA's PEM");
     let admin = admin().await;
     // A schema of its own: what the connection carries, not the tables, is under test.
-    let options = || options().schema("actix_delivery_tls_test");
+    let options = || options().schema("actix_delivery_tls_test_v3");
     for (mode, tls) in [
         ("verify_full", PostgresTls::verify_full(&ca).unwrap()),
         ("require", PostgresTls::require()),

@@ -1,8 +1,9 @@
 //! Schema evolution: entities, snapshots and durable producers recover from journals written by
 //! earlier versions of their types, on every journal: an added field needs no code, breaking
 //! changes one upcaster (chained over versions), a newer version than the code fails stop and
-//! writes nothing, and the journals written by the previous release (committed fixtures) are
-//! migrated on open with every event kept byte for byte.
+//! writes nothing, and the journals written by the previous releases (committed fixtures of
+//! journal schemas 1 and 2) are migrated on open with every event kept byte for byte (and no
+//! tags on what was written before tags).
 
 mod common;
 #[cfg(feature = "postgres")]
@@ -16,7 +17,8 @@ use std::time::Duration;
 use actix_delivery::codec::{Codec, Manifest, UpcastError, Written};
 use actix_delivery::durable::DurableOptions;
 use actix_delivery::journal::{
-    replay_all, Journal, JournalError, MemoryJournal, PersistenceId, SqliteJournal,
+    replay_all, Journal, JournalError, MemoryJournal, Offset, PersistenceId, SqliteJournal, Tag,
+    TagQuery,
 };
 use actix_delivery::persistence::{
     recover_state, CommandError, Decision, EventSourced, PersistentConfig, PersistentHandle,
@@ -675,12 +677,15 @@ async fn a_durable_producer_refuses_version_0() {
 const FIXTURE_ACCOUNTS: [(&str, i64, u32); 2] = [("account-1", 130, 3), ("account-2", 5, 1)];
 
 /// Checks a journal opened on a fixture: every event as the raw rows held it, with the legacy
-/// manifest; the entities recover (as version 1, and as version 3 through the upcasters, from
-/// the legacy snapshot and legacy entries); the durable producer resumes orders 2 and 3.
+/// manifest if `legacy` (schema 1) or a named one (schema 2); the entities recover (as version
+/// 1, and as version 3 through the upcasters, from the fixture's snapshot and entries); the
+/// durable producer resumes orders 2 and 3; what was written before tags has none, and a
+/// tagged append after the migration is read by its tag.
 async fn check_fixture(
     journal: Arc<dyn Journal>,
     raw: BTreeMap<(String, u64), Vec<u8>>,
     accounts: &[(&str, i64, u32)],
+    legacy: bool,
 ) {
     let mut replayed = BTreeMap::new();
     for stream in raw
@@ -690,7 +695,11 @@ async fn check_fixture(
     {
         let id = PersistenceId::new(stream.clone()).unwrap();
         replay_all(&*journal, &id, 1, u64::MAX, 100, |event| {
-            assert_eq!(event.manifest, Manifest::legacy(), "{stream} {}", event.seq);
+            if legacy {
+                assert_eq!(event.manifest, Manifest::legacy(), "{stream} {}", event.seq);
+            } else {
+                assert!(!event.manifest.name().is_empty(), "{stream} {}", event.seq);
+            }
             replayed.insert((stream.clone(), event.seq), event.payload);
             Ok::<_, JournalError>(())
         })
@@ -719,6 +728,42 @@ async fn check_fixture(
     })
     .await;
     assert!(handled.is_empty(), "confirmed the first time: {handled:?}");
+
+    let tag = Tag::from_static("account");
+    let query = TagQuery::new(tag.clone());
+    let id = PersistenceId::new(accounts[0].0).unwrap();
+    let next = journal.highest_seq(&id).await.unwrap() + 1;
+    journal
+        .append_tagged(
+            &id,
+            next,
+            vec![b"tagged".to_vec()],
+            Manifest::raw(),
+            vec![vec![tag]],
+        )
+        .await
+        .unwrap();
+    // Readable once every older transaction on the server has ended (PostgreSQL); then
+    // whatever was written before it is readable too, and has no tags.
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    let tagged = loop {
+        let tagged = journal
+            .events_by_tag(&query, Offset::START, 100)
+            .await
+            .unwrap();
+        if !tagged.is_empty() || std::time::Instant::now() > deadline {
+            break tagged;
+        }
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    };
+    assert_eq!(
+        tagged
+            .iter()
+            .map(|e| (e.persistence_id.clone(), e.seq))
+            .collect::<Vec<_>>(),
+        [(id, next)],
+        "only the entry written after the migration has a tag"
+    );
 }
 
 /// The events of a SQLite journal file as its tables hold them.
@@ -754,16 +799,30 @@ async fn the_sqlite_journal_of_the_previous_release_is_migrated_and_recovers() {
     let raw = raw_sqlite_events(&path);
     assert_eq!(raw.len(), 12, "the fixture as committed");
     let journal = SqliteJournal::open(&path).await.unwrap();
-    assert_eq!(user_version(&path), 2, "migrated on open");
-    check_fixture(Arc::new(journal), raw, &FIXTURE_ACCOUNTS).await;
+    assert_eq!(user_version(&path), 3, "migrated on open");
+    check_fixture(Arc::new(journal), raw, &FIXTURE_ACCOUNTS, true).await;
 }
 
-#[cfg(feature = "postgres")]
 #[actix::test]
-async fn the_postgres_tables_of_the_previous_release_are_migrated_and_recover() {
-    let schema = postgres_support::unique("fixture_v1");
+async fn the_sqlite_journal_of_schema_2_is_migrated_and_what_it_held_has_no_tags() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("journal-v2.sqlite");
+    std::fs::copy("tests/fixtures/journal-v2.sqlite", &path).unwrap();
+    assert_eq!(user_version(&path), 2);
+    let raw = raw_sqlite_events(&path);
+    assert_eq!(raw.len(), 12, "the fixture as committed");
+    let journal = SqliteJournal::open(&path).await.unwrap();
+    assert_eq!(user_version(&path), 3, "migrated on open");
+    check_fixture(Arc::new(journal), raw, &FIXTURE_ACCOUNTS, false).await;
+}
+
+/// Loads a PostgreSQL fixture into a schema of its own, opens the journal on it (which
+/// migrates it) and checks it; `legacy` as for [`check_fixture`].
+#[cfg(feature = "postgres")]
+async fn check_postgres_fixture(fixture: &str, legacy: bool) {
+    let schema = postgres_support::unique("fixture");
     let admin = postgres_support::admin().await;
-    let fixture = std::fs::read_to_string("tests/fixtures/journal-v1.postgres.sql").unwrap();
+    let fixture = std::fs::read_to_string(fixture).unwrap();
     admin
         .batch_execute(&format!(
             "CREATE SCHEMA {schema}; SET search_path TO {schema}; {fixture}"
@@ -782,9 +841,21 @@ async fn the_postgres_tables_of_the_previous_release_are_migrated_and_recover() 
         .map(|row| ((row.get(0), row.get::<_, i64>(1) as u64), row.get(2)))
         .collect();
     assert_eq!(raw.len(), 10, "the fixture as committed");
-    let options = actix_delivery::journal::PostgresOptions::default().schema(&schema);
+    let options = || actix_delivery::journal::PostgresOptions::default().schema(&schema);
+    let refused = actix_delivery::journal::PostgresJournal::connect_with(
+        &postgres_support::url(),
+        options().create_tables(false),
+    )
+    .await;
+    match refused {
+        Err(JournalError::Schema { found, .. }) => assert!(
+            found.contains("MIGRATE_2_TO_3_SQL") && found.contains("in one transaction"),
+            "names the migrations to run by hand: {found}"
+        ),
+        other => panic!("expected a schema error, got {:?}", other.map(drop)),
+    }
     let journal =
-        actix_delivery::journal::PostgresJournal::connect_with(&postgres_support::url(), options)
+        actix_delivery::journal::PostgresJournal::connect_with(&postgres_support::url(), options())
             .await
             .unwrap();
     let version: i32 = admin
@@ -792,10 +863,22 @@ async fn the_postgres_tables_of_the_previous_release_are_migrated_and_recover() 
         .await
         .unwrap()
         .get(0);
-    assert_eq!(version, 2, "migrated on connect");
-    check_fixture(Arc::new(journal), raw, &FIXTURE_ACCOUNTS[..1]).await;
+    assert_eq!(version, 3, "migrated on connect");
+    check_fixture(Arc::new(journal), raw, &FIXTURE_ACCOUNTS[..1], legacy).await;
     admin
         .batch_execute(&format!("DROP SCHEMA {schema} CASCADE"))
         .await
         .unwrap();
+}
+
+#[cfg(feature = "postgres")]
+#[actix::test]
+async fn the_postgres_tables_of_the_previous_release_are_migrated_and_recover() {
+    check_postgres_fixture("tests/fixtures/journal-v1.postgres.sql", true).await;
+}
+
+#[cfg(feature = "postgres")]
+#[actix::test]
+async fn the_postgres_tables_of_schema_2_are_migrated_and_what_they_held_has_no_tags() {
+    check_postgres_fixture("tests/fixtures/journal-v2.postgres.sql", false).await;
 }

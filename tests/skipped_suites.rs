@@ -4,7 +4,7 @@
 
 #[cfg(not(feature = "postgres"))]
 #[test]
-#[ignore = "skipped: the PostgreSQL suites (tests/postgres*.rs) need `--features postgres` and a server on 127.0.0.1:5432; run `cargo test --all-features` (see the README's Tests section)"]
+#[ignore = "skipped: the PostgreSQL suites (tests/postgres*.rs, the PostgreSQL part of tests/projection/) need `--features postgres` and a server on 127.0.0.1:5432; run `cargo test --all-features` (see the README's Tests section)"]
 fn postgres_suites() {
     panic!("built without the `postgres` feature: run `cargo test --all-features`");
 }

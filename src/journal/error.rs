@@ -102,6 +102,10 @@ pub enum JournalError {
     /// The journal has shut down (its last handle was dropped, or its worker thread is gone).
     #[error("the journal is closed")]
     Closed,
+    /// The journal does not do what was asked (a journal outside this crate that stores no
+    /// tags, say): nothing was written.
+    #[error("this journal does not support {0}")]
+    Unsupported(String),
 }
 
 impl JournalError {

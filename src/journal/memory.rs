@@ -2,13 +2,15 @@
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::time::SystemTime;
 
 use tokio::sync::oneshot;
 
 use crate::codec::Manifest;
 use crate::journal::{
-    check_append, check_fence, check_payload, check_payloads, check_snapshot, Journal,
-    JournalError, JournalFuture, PersistenceId, Snapshot, StoredEvent,
+    check_fence, check_max_events, check_payload, check_snapshot, check_tagged_append, normalized,
+    slice_of, Journal, JournalError, JournalFuture, Offset, PersistenceId, Snapshot, StoredEvent,
+    Tag, TagNotifications, TagQuery, TagSignal, TaggedEvent,
 };
 
 /// A [`Journal`] in memory, with the same semantics as the durable ones ("committed" means
@@ -51,6 +53,11 @@ struct State {
     fail_in: Option<u64>,
     holding: bool,
     held: Vec<Held>,
+    /// Per tag, its entries in commit order.
+    tagged: HashMap<Tag, Vec<TagRow>>,
+    /// The position of the last tagged entry.
+    position: u64,
+    signal: TagSignal,
     /// The metrics of `stats` (registered at the first append).
     #[cfg(feature = "metrics")]
     meter: Option<crate::telemetry::metrics::MemoryMeter>,
@@ -64,11 +71,22 @@ struct Stream {
     snapshot: Option<Snapshot>,
 }
 
+/// One entry filed under a tag.
+struct TagRow {
+    /// Offset `0:position`.
+    position: u64,
+    id: PersistenceId,
+    seq: u64,
+    slice: u16,
+    written_at: SystemTime,
+}
+
 struct Held {
     id: PersistenceId,
     first_seq: u64,
     payloads: Vec<Vec<u8>>,
     manifest: Manifest,
+    tags: Vec<Vec<Tag>>,
     reply: oneshot::Sender<Result<(), JournalError>>,
 }
 
@@ -118,10 +136,11 @@ impl MemoryFaults {
             first_seq,
             payloads,
             manifest,
+            tags,
             reply,
         } in held
         {
-            let result = state.commit(&id, first_seq, payloads, manifest);
+            let result = state.commit(&id, first_seq, payloads, manifest, tags);
             // The caller may have dropped its future; the append is committed regardless.
             let _ = reply.send(result);
         }
@@ -155,12 +174,29 @@ impl State {
         first_seq: u64,
         payloads: Vec<Vec<u8>>,
         manifest: Manifest,
+        tags: Vec<Vec<Tag>>,
     ) -> Result<(), JournalError> {
         #[cfg(feature = "metrics")]
         self.publish();
         let stream = self.streams.entry(id.clone()).or_default();
         check_fence(id, first_seq, stream.highest)?;
         stream.highest += payloads.len() as u64;
+        if !tags.is_empty() {
+            let (slice, written_at) = (slice_of(id), SystemTime::now());
+            for (seq, entry_tags) in (first_seq..).zip(tags) {
+                for tag in entry_tags {
+                    self.position += 1;
+                    self.tagged.entry(tag).or_default().push(TagRow {
+                        position: self.position,
+                        id: id.clone(),
+                        seq,
+                        slice,
+                        written_at,
+                    });
+                }
+            }
+            self.signal.notify();
+        }
         self.stats.events += payloads.len() as u64;
         stream.events.extend(
             payloads
@@ -195,6 +231,41 @@ fn lock(shared: &Mutex<State>) -> MutexGuard<'_, State> {
     shared.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
+impl State {
+    /// The entries of `query` after `after`, at most `max` of them.
+    fn by_tag(&self, query: &TagQuery, after: Offset, max: usize) -> Vec<TaggedEvent> {
+        let Some(rows) = self.tagged.get(&query.tag) else {
+            return Vec::new();
+        };
+        let start = rows.partition_point(|row| Offset::from_parts(0, row.position) <= after);
+        rows[start..]
+            .iter()
+            .filter(|row| (query.slices.first()..=query.slices.last()).contains(&row.slice))
+            .take(max)
+            .map(|row| TaggedEvent {
+                offset: Offset::from_parts(0, row.position),
+                persistence_id: row.id.clone(),
+                seq: row.seq,
+                written_at: row.written_at,
+                event: self.event(&row.id, row.seq),
+            })
+            .collect()
+    }
+
+    /// Event `seq` of stream `id`, unless it was deleted.
+    fn event(&self, id: &PersistenceId, seq: u64) -> Option<StoredEvent> {
+        let stream = self.streams.get(id)?;
+        let first = stream.highest + 1 - stream.events.len() as u64;
+        let index = usize::try_from(seq.checked_sub(first)?).ok()?;
+        let (payload, manifest) = stream.events.get(index)?;
+        Some(StoredEvent {
+            seq,
+            payload: payload.clone(),
+            manifest: manifest.clone(),
+        })
+    }
+}
+
 impl Journal for MemoryJournal {
     fn append_as(
         &self,
@@ -203,10 +274,28 @@ impl Journal for MemoryJournal {
         payloads: Vec<Vec<u8>>,
         manifest: Manifest,
     ) -> JournalFuture<'_, ()> {
+        self.append_tagged(id, first_seq, payloads, manifest, Vec::new())
+    }
+
+    fn append_tagged(
+        &self,
+        id: &PersistenceId,
+        first_seq: u64,
+        payloads: Vec<Vec<u8>>,
+        manifest: Manifest,
+        tags: Vec<Vec<Tag>>,
+    ) -> JournalFuture<'_, ()> {
         let id = id.clone();
         Box::pin(async move {
-            check_append(&id, first_seq, payloads.len())?;
-            check_payloads(&id, &payloads, self.max_payload(), "memory")?;
+            check_tagged_append(
+                &id,
+                first_seq,
+                &payloads,
+                &tags,
+                self.max_payload(),
+                "memory",
+            )?;
+            let tags = normalized(tags);
             if payloads.is_empty() {
                 return Ok(());
             }
@@ -225,7 +314,7 @@ impl Journal for MemoryJournal {
                 }
                 if !state.holding {
                     state.stats.commits += 1;
-                    return state.commit(&id, first_seq, payloads, manifest);
+                    return state.commit(&id, first_seq, payloads, manifest, tags);
                 }
                 let (reply, wait) = oneshot::channel();
                 state.held.push(Held {
@@ -233,6 +322,7 @@ impl Journal for MemoryJournal {
                     first_seq,
                     payloads,
                     manifest,
+                    tags,
                     reply,
                 });
                 wait
@@ -276,6 +366,23 @@ impl Journal for MemoryJournal {
     fn highest_seq(&self, id: &PersistenceId) -> JournalFuture<'_, u64> {
         let id = id.clone();
         Box::pin(async move { Ok(lock(&self.shared).highest(&id)) })
+    }
+
+    fn events_by_tag(
+        &self,
+        query: &TagQuery,
+        after: Offset,
+        max_events: usize,
+    ) -> JournalFuture<'_, Vec<TaggedEvent>> {
+        let query = query.clone();
+        Box::pin(async move {
+            check_max_events(max_events)?;
+            Ok(lock(&self.shared).by_tag(&query, after, max_events))
+        })
+    }
+
+    fn tag_notifications(&self) -> Option<TagNotifications> {
+        Some(lock(&self.shared).signal.subscribe())
     }
 
     fn delete_to(&self, id: &PersistenceId, to_seq: u64) -> JournalFuture<'_, ()> {

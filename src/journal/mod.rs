@@ -42,12 +42,31 @@
 //! | `save_snapshot` older than the current snapshot | `Ok`, the newer one is kept |
 //! | `save_snapshot` at the current snapshot's seq | `Ok`, replaces it |
 //! | any call on an unknown stream | as for an empty stream (highest seq 0) |
+//!
+//! # Tags
+//!
+//! An entry can be filed under [`Tag`]s when it is appended ([`Journal::append_tagged`]; a
+//! persistent entity tags its entries with
+//! [`EventSourced::tags`](crate::persistence::EventSourced::tags)), in the same atomic
+//! append. [`Journal::events_by_tag`] reads the entries of a tag across all streams, after
+//! an [`Offset`] that never skips (how each journal makes sure of that: [`Offset`]),
+//! optionally only those of some [`Slices`] of the streams; [`Journal::tag_notifications`]
+//! says when new ones were committed. The projections of [`crate::projection`] are built on
+//! these.
+//!
+//! - Entries written before a journal stored tags (journal schema 2 or older, migrated on
+//!   open) have none.
+//! - [`Journal::delete_to`] removes entries, never their place in a tag: a reader that comes
+//!   by afterwards gets the entry's offset, stream and seq without its event, so it knows what
+//!   it missed (a projection stops there, or skips it if told to: see
+//!   [`PoisonPolicy`](crate::projection::PoisonPolicy)). The tag rows of deleted entries stay.
 
 use std::future::Future;
 use std::pin::Pin;
 
 use crate::codec::Manifest;
 
+mod by_tag;
 mod error;
 mod id;
 mod memory;
@@ -55,8 +74,11 @@ mod memory;
 mod postgres;
 mod replay;
 mod sqlite;
+mod tag;
 pub(crate) mod write;
 
+pub(crate) use by_tag::{check_max_events, check_tags, normalized, TagSignal};
+pub use by_tag::{Offset, TagNotifications, TagQuery, TaggedEvent};
 pub use error::JournalError;
 pub use id::PersistenceId;
 pub use memory::{MemoryFaults, MemoryJournal, MemoryStats};
@@ -64,10 +86,13 @@ pub use memory::{MemoryFaults, MemoryJournal, MemoryStats};
 #[cfg_attr(docsrs, doc(cfg(all(feature = "postgres", feature = "tls"))))]
 pub use postgres::PostgresTls;
 #[cfg(feature = "postgres")]
+pub(crate) use postgres::{is_connection_lost, is_plain_identifier};
+#[cfg(feature = "postgres")]
 #[cfg_attr(docsrs, doc(cfg(feature = "postgres")))]
 pub use postgres::{PostgresJournal, PostgresOptions, PostgresStats};
 pub use replay::replay_all;
 pub use sqlite::{SqliteDurability, SqliteJournal, SqliteOptions, SqliteStats};
+pub use tag::{slice_of, Slices, Tag, MAX_TAG_BYTES, SLICES};
 
 /// The largest seq a stream can reach: `2^53 - 1`, as for deliveries (the largest integer
 /// every JSON peer represents exactly, and a comfortable fit for SQL `BIGINT`).
@@ -212,6 +237,63 @@ pub trait Journal: Send + Sync + 'static {
     /// [`JournalError::Corrupt`], [`JournalError::Storage`] or [`JournalError::Closed`].
     fn load_snapshot(&self, id: &PersistenceId) -> JournalFuture<'_, Option<Snapshot>>;
 
+    /// [`append_as`](Journal::append_as), each entry filed under its tags (`tags[i]` for
+    /// `payloads[i]`; an empty `tags` files none), in the same atomic append:
+    /// [`events_by_tag`](Journal::events_by_tag) finds an entry once the append is committed.
+    /// A tag given twice for one entry counts once.
+    ///
+    /// The default stores untagged appends through `append_as` and refuses tagged ones with
+    /// [`JournalError::Unsupported`] (the crate's journals store tags). A journal that wraps
+    /// another should forward this, [`events_by_tag`](Journal::events_by_tag) and
+    /// [`tag_notifications`](Journal::tag_notifications) to it.
+    ///
+    /// # Errors
+    /// As [`append_as`](Journal::append_as); [`JournalError::InvalidArgument`] unless `tags`
+    /// is empty or has one list per payload.
+    fn append_tagged(
+        &self,
+        id: &PersistenceId,
+        first_seq: u64,
+        payloads: Vec<Vec<u8>>,
+        manifest: Manifest,
+        tags: Vec<Vec<Tag>>,
+    ) -> JournalFuture<'_, ()> {
+        if tags.iter().all(Vec::is_empty) {
+            return self.append_as(id, first_seq, payloads, manifest);
+        }
+        Box::pin(async { Err(JournalError::Unsupported("tags".into())) })
+    }
+
+    /// The entries of `query`'s tag (in its slices) with an offset above `after`, in offset
+    /// order, at most `max_events` of them: one page of what is committed now (a *current*
+    /// query; go on from the last offset for the next page, and poll, or wait for
+    /// [`tag_notifications`](Journal::tag_notifications), to follow it *live*). An entry
+    /// deleted since it was tagged comes with no event ([`TaggedEvent::event`] `None`). The
+    /// offset never skips: an entry committed later always has a higher offset than every
+    /// entry returned before (see [`Offset`]).
+    ///
+    /// The default refuses with [`JournalError::Unsupported`].
+    ///
+    /// # Errors
+    /// [`JournalError::InvalidArgument`] if `max_events` is 0; [`JournalError::Corrupt`],
+    /// [`JournalError::Storage`] or [`JournalError::Closed`].
+    fn events_by_tag(
+        &self,
+        query: &TagQuery,
+        after: Offset,
+        max_events: usize,
+    ) -> JournalFuture<'_, Vec<TaggedEvent>> {
+        let _ = (query, after, max_events);
+        Box::pin(async { Err(JournalError::Unsupported("reading by tag".into())) })
+    }
+
+    /// A signal that tagged entries were committed, if this journal has one (the crate's
+    /// journals do; PostgreSQL's covers the commits of every process through `LISTEN/NOTIFY`).
+    /// The default has none: readers poll.
+    fn tag_notifications(&self) -> Option<TagNotifications> {
+        None
+    }
+
     /// The largest event or snapshot payload this journal stores, in bytes: an
     /// [`append`](Journal::append) with a larger event, or a larger snapshot, is refused with
     /// [`JournalError::InvalidArgument`] and writes nothing. The crate's journals all take
@@ -242,6 +324,22 @@ pub(crate) fn check_append(
         None if count > 0 => Err(JournalError::invalid(id, "seq overflow")),
         _ => Ok(()),
     }
+}
+
+/// Checks an append of `payloads` tagged `tags` at `first_seq` (its seqs, one list of tags
+/// per payload or none, every payload within the `journal`'s limit of `max` bytes): what
+/// every journal checks before it writes anything.
+pub(crate) fn check_tagged_append(
+    id: &PersistenceId,
+    first_seq: u64,
+    payloads: &[Vec<u8>],
+    tags: &[Vec<Tag>],
+    max: usize,
+    journal: &str,
+) -> Result<(), JournalError> {
+    check_append(id, first_seq, payloads.len())?;
+    check_tags(id, payloads.len(), tags)?;
+    check_payloads(id, payloads, max, journal)
 }
 
 /// Checks that every payload of an append fits the journal's limit of `max` bytes

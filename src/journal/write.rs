@@ -4,7 +4,7 @@
 use tokio::sync::{oneshot, OwnedSemaphorePermit};
 
 use crate::codec::Manifest;
-use crate::journal::{JournalError, PersistenceId, Snapshot};
+use crate::journal::{JournalError, PersistenceId, Snapshot, Tag};
 
 /// One write waiting for a journal's writer.
 pub(crate) struct WriteRequest {
@@ -21,6 +21,8 @@ pub(crate) enum WriteOp {
         first_seq: u64,
         payloads: Vec<Vec<u8>>,
         manifest: Manifest,
+        /// One list per payload (sorted, without repeats), or none at all.
+        tags: Vec<Vec<Tag>>,
     },
     DeleteTo {
         to_seq: u64,

@@ -381,6 +381,7 @@ impl<E: EventSourced> PersistentActor<E> {
             first_seq,
             payloads,
             manifest,
+            tags,
             snapshot_error,
         }: Append,
         ctx: &mut Context<Self>,
@@ -390,7 +391,11 @@ impl<E: EventSourced> PersistentActor<E> {
         }
         let journal = self.journal.clone();
         let id = self.core.persistence_id().clone();
-        let append = async move { journal.append_as(&id, first_seq, payloads, manifest).await };
+        let append = async move {
+            journal
+                .append_tagged(&id, first_seq, payloads, manifest, tags)
+                .await
+        };
         ctx.spawn(
             append
                 .into_actor(self)

@@ -6,6 +6,7 @@ use serde::de::DeserializeOwned;
 use serde::Serialize;
 
 use crate::codec::{self, CodecError, UpcastError, Written};
+use crate::journal::Tag;
 
 /// An event-sourced entity: the type is its state; commands come in, a pure
 /// [`decide`](Self::decide) turns a command and the current state into events (and a reply),
@@ -124,6 +125,19 @@ pub trait EventSourced: Default + Serialize + DeserializeOwned + 'static {
     /// Why the state cannot be read: the snapshot is then skipped as above.
     fn upcast_state(old: Written<'_>) -> Result<Self, UpcastError> {
         Err(UpcastError::missing(&old, Self::STATE_VERSION))
+    }
+
+    /// The tags `event` is filed under (default none), for the read side: a
+    /// [`projection`](crate::projection) follows every entry of a tag across all entities.
+    /// The journal entry of a command is filed under the tags of all of its events, in the
+    /// same atomic append as the events; a projection of a tag then gets every event of such
+    /// an entry (all events of the command), and ignores those it has no use for. Typically a
+    /// constant per entity type (`vec![Tag::from_static("account")]`), or per kind of event.
+    /// Entries written before their type had tags (or by an earlier version of this crate)
+    /// have none.
+    fn tags(event: &Self::Event) -> Vec<Tag> {
+        let _ = event;
+        Vec::new()
     }
 
     /// How big a snapshot of this state is, in events' worth (default 0). With

@@ -18,7 +18,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::codec::CodecError;
 use crate::codec::Manifest;
-use crate::journal::{JournalError, PersistenceId, Snapshot, StoredEvent};
+use crate::journal::{normalized, JournalError, PersistenceId, Snapshot, StoredEvent, Tag};
 use crate::persistence::behavior::{Decision, EventSourced};
 use crate::persistence::config::PersistentConfig;
 use crate::persistence::delivery_record::{DeliveryRecord, Mark, Seen};
@@ -59,6 +59,9 @@ pub struct Append {
     pub payloads: Vec<Vec<u8>>,
     /// How they are written.
     pub manifest: Manifest,
+    /// The tags of each entry (one list per payload, sorted, without repeats), or none if no
+    /// entry has one.
+    pub tags: Vec<Vec<Tag>>,
     /// A snapshot was due with this append but could not be encoded (too large, or the
     /// state's `Serialize` failed): the next one is due after another `snapshot_every`
     /// events. For the shell to warn about.
@@ -143,6 +146,8 @@ struct Decided<E: EventSourced, T> {
 /// Commands decided together, stored by one append.
 struct Batch<E: EventSourced, T> {
     payloads: Vec<Vec<u8>>,
+    /// The tags of each of `payloads`.
+    tags: Vec<Vec<Tag>>,
     /// The payloads' total length.
     bytes: u64,
     entries: u64,
@@ -161,6 +166,7 @@ impl<E: EventSourced, T> Default for Batch<E, T> {
     fn default() -> Self {
         Self {
             payloads: Vec::new(),
+            tags: Vec::new(),
             bytes: 0,
             entries: 0,
             events: 0,
@@ -296,6 +302,7 @@ impl<E: EventSourced, T> PersistentCore<E, T> {
             match entry.encode(self.config.codec) {
                 Ok(payload) => {
                     batch.payloads.push(payload);
+                    batch.tags.push(Vec::new());
                     batch.entries += 1;
                     self.outbox.apply_confirmed(&batch.confirmed, true);
                 }
@@ -331,11 +338,13 @@ impl<E: EventSourced, T> PersistentCore<E, T> {
             }
         }
         let payloads = std::mem::take(&mut batch.payloads);
+        let tags = normalized(std::mem::take(&mut batch.tags));
         self.in_flight = Some(batch);
         Some(Append {
             first_seq,
             payloads,
             manifest: self.manifests.events.clone(),
+            tags,
             snapshot_error,
         })
     }
@@ -552,6 +561,9 @@ impl<E: EventSourced, T> PersistentCore<E, T> {
         self.pending.sent.extend(record.sent);
         self.pending.bytes += payload.len() as u64;
         self.pending.payloads.push(payload);
+        self.pending
+            .tags
+            .push(entry.events.iter().flat_map(E::tags).collect());
         self.pending.entries += 1;
         self.pending.events += entry.events.len() as u64;
         self.pending.decided.push(Decided {
@@ -820,6 +832,8 @@ mod tests {
     #[derive(Debug)]
     enum Op {
         Add(i64),
+        /// Two events in one entry.
+        AddBoth(i64, i64),
         Get,
     }
 
@@ -836,6 +850,7 @@ mod tests {
             match *command {
                 Op::Add(n) if n < 0 => Err(format!("negative: {n}")),
                 Op::Add(n) => Ok(Decision::persist([Added(n)], self.total + n)),
+                Op::AddBoth(a, b) => Ok(Decision::persist([Added(a), Added(b)], a + b)),
                 Op::Get => Ok(Decision::reply(self.total)),
             }
         }
@@ -843,6 +858,15 @@ mod tests {
         fn apply(&mut self, Added(n): &Added) {
             self.total += n;
             self.adds += 1;
+        }
+
+        /// Every event is an addition; one of 100 or more is also big; 0 is untagged.
+        fn tags(Added(n): &Added) -> Vec<Tag> {
+            match *n {
+                0 => Vec::new(),
+                n if n >= 100 => vec![Tag::from_static("big"), Tag::from_static("added")],
+                _ => vec![Tag::from_static("added")],
+            }
         }
     }
 
@@ -1007,6 +1031,29 @@ mod tests {
             "a new batch"
         );
         assert_eq!(core.stats().overloaded, 1);
+    }
+
+    #[test]
+    fn an_entry_is_filed_under_the_tags_of_its_events_each_once_in_the_same_append() {
+        let stream = Stream::default();
+        let mut core = ready(&stream, PersistentConfig::default());
+        for (token, op) in [(1, Op::AddBoth(1, 200)), (2, Op::Add(0)), (3, Op::Add(5))] {
+            assert!(core.handle_command(plain(op), token).is_none());
+        }
+        let append = core.poll_append().unwrap();
+        let (added, big) = (Tag::from_static("added"), Tag::from_static("big"));
+        assert_eq!(append.payloads.len(), 3);
+        assert_eq!(
+            append.tags,
+            [vec![added.clone(), big], vec![], vec![added]],
+            "one list per entry, sorted, without repeats"
+        );
+        let mut untagged = ready(&stream, PersistentConfig::default());
+        assert!(untagged.handle_command(plain(Op::Add(0)), 1).is_none());
+        assert!(
+            untagged.poll_append().unwrap().tags.is_empty(),
+            "no tags at all: none"
+        );
     }
 
     #[test]

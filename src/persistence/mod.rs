@@ -58,7 +58,7 @@ mod behavior;
 mod config;
 mod core;
 mod delivery_record;
-mod entry;
+pub(crate) mod entry;
 mod error;
 mod handle;
 mod outbox;

@@ -123,7 +123,7 @@
 //! not.
 
 pub(crate) mod auth;
-mod backoff;
+pub(crate) mod backoff;
 pub(crate) mod body;
 mod connection;
 pub(crate) mod frame;

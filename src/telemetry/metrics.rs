@@ -24,6 +24,7 @@
 //! | `journal` | `actix_delivery_sqlite_*`, `actix_delivery_postgres_*`, `actix_delivery_memory_journal_*` | `SqliteOptions::metrics_label` / `PostgresOptions::metrics_label`, else `"default"` (a `MemoryJournal`: always `"default"`) |
 //! | `node` | `actix_delivery_node_*` | `NodeOptionsBuilder::metrics_label`, else `"default"` |
 //! | `carrier` | `actix_delivery_nats_*` | `NatsOptionsBuilder::metrics_label`, else `"default"` |
+//! | `projection` | `actix_delivery_projection_*` | the projection's name (`ProjectionOptions::builder`), followed by `/<first>-<last>` for an instance of some slices only |
 //!
 //! Parts of one kind that share a label value add up (counters and gauges alike).
 //!
@@ -132,6 +133,12 @@
 //! `unroutable_acks`, `acks_dropped_busy`, `deliveries_dropped_full`, `acks_dropped_full`,
 //! `deliveries_unsendable`, `publish_failures`, `bodies_encoded`; and the gauge
 //! `actix_delivery_nats_output_high_water_bytes`.
+//!
+//! **Projection** ([`ProjectionStats`](crate::projection::ProjectionStats)), label
+//! `projection`: `actix_delivery_projection_{events, entries, batches, retries, skipped,
+//! offsets_saved, read_failures, store_failures}_total` (counters, each the field of that
+//! name) and the gauge `actix_delivery_projection_lag_milliseconds` (`lag_ms`: for the last
+//! batch, from its newest entry's commit to the handler's success).
 //!
 //! The current values `routes` and `cached_bodies` of nodes and carriers are summed over
 //! their connections only when `stats()` is called, and are not exported.
@@ -377,6 +384,21 @@ meter! {
         counter publish_failures: "actix_delivery_nats_publish_failures_total",
         counter bodies_encoded: "actix_delivery_nats_bodies_encoded_total",
         gauge output_high_water: "actix_delivery_nats_output_high_water_bytes",
+    }
+}
+
+meter! {
+    /// A projection's metrics.
+    ProjectionMeter(crate::projection::ProjectionStats, "projection") {
+        counter events: "actix_delivery_projection_events_total",
+        counter entries: "actix_delivery_projection_entries_total",
+        counter batches: "actix_delivery_projection_batches_total",
+        counter retries: "actix_delivery_projection_retries_total",
+        counter skipped: "actix_delivery_projection_skipped_total",
+        counter offsets_saved: "actix_delivery_projection_offsets_saved_total",
+        counter read_failures: "actix_delivery_projection_read_failures_total",
+        counter store_failures: "actix_delivery_projection_store_failures_total",
+        gauge lag_ms: "actix_delivery_projection_lag_milliseconds",
     }
 }
 

@@ -26,6 +26,9 @@ use actix_delivery::journal::{
 };
 use futures_util::future::{join, join_all};
 
+pub mod tags;
+pub use tags::*;
+
 /// A journal under test, and what must live as long as it (a temporary directory, say).
 pub struct Fixture {
     pub journal: Arc<dyn Journal>,
@@ -52,6 +55,12 @@ macro_rules! journal_conformance {
             payloads_over_the_limit_are_refused,
             concurrent_appends_to_many_streams,
             manifests_round_trip,
+            entries_are_read_by_tag_in_commit_order,
+            refused_appends_leave_no_tags,
+            deleted_entries_keep_their_place_in_the_tag,
+            slices_split_a_tag_between_readers,
+            a_live_reader_sees_concurrent_appends_once,
+            notifications_follow_tagged_commits,
         );
     };
     (@cases $fixture:path; $($case:ident),* $(,)?) => {

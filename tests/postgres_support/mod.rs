@@ -24,8 +24,10 @@ use tokio_postgres::{Client, Config, NoTls};
 pub const URL_VAR: &str = "ACTIX_DELIVERY_POSTGRES";
 /// The connection string without it.
 pub const DEFAULT_URL: &str = "host=127.0.0.1 port=5432 user=postgres dbname=test";
-/// The schema the tests' journals share (every case uses fresh stream names).
-pub const SCHEMA: &str = "actix_delivery_test";
+/// The schema the tests' journals share (every case uses fresh stream names), named after
+/// the journal's schema version: code of another version (a branch, another developer's
+/// run) on the same server then never migrates, or refuses, the tables of this one.
+pub const SCHEMA: &str = "actix_delivery_test_v3";
 
 /// The connection string, checked to point at this machine.
 pub fn url() -> String {

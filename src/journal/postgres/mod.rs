@@ -13,12 +13,14 @@ use tokio::sync::{mpsc, oneshot, Semaphore};
 use tokio_postgres::types::ToSql;
 use tokio_postgres::{Client, Config, NoTls, Statement};
 
+mod listener;
 mod options;
 mod schema;
 #[cfg(feature = "tls")]
 mod tls;
 mod writer;
 
+pub(crate) use options::is_plain_identifier;
 pub use options::{PostgresOptions, PostgresStats};
 #[cfg(feature = "tls")]
 pub use tls::PostgresTls;
@@ -26,8 +28,9 @@ pub use tls::PostgresTls;
 use crate::codec::Manifest;
 use crate::journal::write::{WriteOp, WriteRequest};
 use crate::journal::{
-    check_append, check_payload, check_payloads, stored_manifest, Journal, JournalError,
-    JournalFuture, PersistenceId, Snapshot, StoredEvent, MAX_SEQ,
+    check_max_events, check_payload, check_tagged_append, normalized, stored_manifest, Journal,
+    JournalError, JournalFuture, Offset, PersistenceId, Snapshot, StoredEvent, Tag,
+    TagNotifications, TagQuery, TagSignal, TaggedEvent, MAX_SEQ,
 };
 use options::Counters;
 
@@ -82,7 +85,18 @@ use options::Counters;
 /// `max_queued_bytes` payload bytes; beyond that callers wait. Events and snapshots larger
 /// than [`PostgresJournal::MAX_PAYLOAD_BYTES`] are refused.
 ///
-/// **Reads** (`replay`, `highest_seq`, `load_snapshot`) run on separate connections
+/// **Tags.** A tagged append ([`Journal::append_tagged`]) writes an `event_tag` row per tag of
+/// each entry in its transaction, numbered by the transaction's id and a per-row number: the
+/// [`Offset`] [`Journal::events_by_tag`] reads after, which never skips an entry, also when
+/// processes commit out of order (the query reads only below `pg_snapshot_xmin`, so a
+/// transaction left open anywhere on the server holds the live tail back until it ends; see
+/// [`Offset`]). The transaction also sends a `pg_notify` (channel `actix_delivery_tags`,
+/// payload the schema's name) that [`Journal::tag_notifications`] listens for on a
+/// connection of its own (opened at its first call, connected again after a loss); every
+/// `NOTIFY` takes a lock that serialises the commits of the server's notifying transactions,
+/// which the group commit makes one per group. Needs PostgreSQL 13 or newer (`xid8`).
+///
+/// **Reads** (`replay`, `highest_seq`, `load_snapshot`, `events_by_tag`) run on separate connections
 /// (`readers`), so they never wait behind the writer's transaction. The connections' I/O runs
 /// on the journal's own thread, so the futures can be awaited on any runtime (an Actix
 /// arbiter, a current-thread Tokio runtime) and never block the caller's thread. Clones share
@@ -102,6 +116,9 @@ struct Shared {
     max_queued_bytes: u32,
     readers: Readers,
     counters: Arc<Counters>,
+    signal: Arc<TagSignal>,
+    /// Whether the listener for other processes' tagged commits was started.
+    listening: std::sync::Once,
     /// Resolves (with an error: its sender is dropped) when the journal's thread has ended.
     thread: Mutex<Option<oneshot::Receiver<()>>>,
 }
@@ -111,7 +128,7 @@ impl PostgresJournal {
     /// (PostgreSQL's own limit for a value is 1 GB).
     pub const MAX_PAYLOAD_BYTES: usize = crate::journal::MAX_PAYLOAD_BYTES;
 
-    /// The SQL that creates the journal's tables (schema version 1), also in the crate's
+    /// The SQL that creates the journal's tables (the current schema version), also in the crate's
     /// `src/journal/postgres/schema.sql`. Table names are unqualified: run it with the
     /// intended schema first in the `search_path`. The journal runs it itself on first
     /// connect unless [`PostgresOptions::create_tables`] is off.
@@ -122,6 +139,12 @@ impl PostgresJournal {
     /// connect unless [`PostgresOptions::create_tables`] is off; run it by hand (in one
     /// transaction, with the intended schema first in the `search_path`) otherwise.
     pub const MIGRATE_1_TO_2_SQL: &'static str = include_str!("migrate_1_to_2.sql");
+
+    /// The SQL that migrates the tables from schema version 2 to 3 (the tags),
+    /// `src/journal/postgres/migrate_2_to_3.sql`; run after [`MIGRATE_1_TO_2_SQL`](Self::MIGRATE_1_TO_2_SQL)
+    /// for a schema of version 1. The journal runs it itself on connect unless
+    /// [`PostgresOptions::create_tables`] is off.
+    pub const MIGRATE_2_TO_3_SQL: &'static str = include_str!("migrate_2_to_3.sql");
 
     /// Connects with default [`PostgresOptions`] (tables in `public`).
     ///
@@ -161,6 +184,7 @@ impl PostgresJournal {
             .build()
             .map_err(|err| JournalError::storage(None, format!("cannot start a runtime: {err}")))?;
         let counters = Arc::new(Counters::default());
+        let signal = Arc::new(TagSignal::default());
         let sql = Arc::new(Sql::new(&options.schema));
         #[cfg(feature = "tls")]
         if options.tls.is_some() {
@@ -179,7 +203,12 @@ impl PostgresJournal {
         let (writes, queue) = mpsc::channel(options.queue_capacity);
         let (opened, writer_ready) = oneshot::channel();
         let (alive, ended) = oneshot::channel::<()>();
-        let writer = writer::Writer::new(connector.clone(), options.clone(), counters.clone());
+        let writer = writer::Writer::new(
+            connector.clone(),
+            options.clone(),
+            counters.clone(),
+            signal.clone(),
+        );
         thread::Builder::new()
             .name("actix-delivery-postgres".to_string())
             .spawn(move || {
@@ -219,6 +248,8 @@ impl PostgresJournal {
                 max_queued_bytes,
                 readers,
                 counters,
+                signal,
+                listening: std::sync::Once::new(),
                 thread: Mutex::new(Some(ended)),
             }),
         })
@@ -290,10 +321,27 @@ impl Journal for PostgresJournal {
         payloads: Vec<Vec<u8>>,
         manifest: Manifest,
     ) -> JournalFuture<'_, ()> {
+        self.append_tagged(id, first_seq, payloads, manifest, Vec::new())
+    }
+
+    fn append_tagged(
+        &self,
+        id: &PersistenceId,
+        first_seq: u64,
+        payloads: Vec<Vec<u8>>,
+        manifest: Manifest,
+        tags: Vec<Vec<Tag>>,
+    ) -> JournalFuture<'_, ()> {
         let id = id.clone();
         Box::pin(async move {
-            check_append(&id, first_seq, payloads.len())?;
-            check_payloads(&id, &payloads, self.max_payload(), "PostgreSQL")?;
+            check_tagged_append(
+                &id,
+                first_seq,
+                &payloads,
+                &tags,
+                self.max_payload(),
+                "PostgreSQL",
+            )?;
             if payloads.is_empty() {
                 return Ok(());
             }
@@ -301,6 +349,7 @@ impl Journal for PostgresJournal {
                 first_seq,
                 payloads,
                 manifest,
+                tags: normalized(tags),
             };
             check_message(&id, &op)?;
             self.write(id, op).await
@@ -371,6 +420,32 @@ impl Journal for PostgresJournal {
         Box::pin(async move { self.shared.readers.load_snapshot(&id).await })
     }
 
+    fn events_by_tag(
+        &self,
+        query: &TagQuery,
+        after: Offset,
+        max_events: usize,
+    ) -> JournalFuture<'_, Vec<TaggedEvent>> {
+        let query = query.clone();
+        Box::pin(async move {
+            check_max_events(max_events)?;
+            self.shared.readers.by_tag(&query, after, max_events).await
+        })
+    }
+
+    fn tag_notifications(&self) -> Option<TagNotifications> {
+        let shared = &self.shared;
+        shared.listening.call_once(|| {
+            let (connector, signal) = (shared.readers.connector.clone(), shared.signal.clone());
+            shared
+                .readers
+                .connector
+                .runtime
+                .spawn(listener::listen(connector, signal));
+        });
+        Some(shared.signal.subscribe())
+    }
+
     fn max_payload(&self) -> usize {
         Self::MAX_PAYLOAD_BYTES
     }
@@ -403,6 +478,9 @@ struct Sql {
     replay: String,
     highest: String,
     load_snapshot: String,
+    by_tag: String,
+    /// What the writer's and listener's notifications carry: the schema's name.
+    schema: String,
 }
 
 impl Sql {
@@ -410,6 +488,7 @@ impl Sql {
         let events = schema::table(schema_name, "event_journal");
         let streams = schema::table(schema_name, "stream_metadata");
         let snapshots = schema::table(schema_name, "snapshot");
+        let tags = schema::table(schema_name, "event_tag");
         Self {
             // One row of $1..$3 and $7..$9 per append (at most one per stream): its stream, the
             // seq it follows, its last seq and its manifest (codec, name, version); one row of
@@ -417,7 +496,8 @@ impl Sql {
             // if it still says `prev`; the events of the appends that won are stored, the others
             // leave no trace. Returns the row numbers of the winners. (`= ANY($1)` steers the
             // planner to the primary key whatever it estimates for `unnest`: never a scan of
-            // every stream.)
+            // every stream.) One row of $10..$13 per tag of an event: the append's row number,
+            // the event's seq, the tag, the stream's slice; the winners' go into event_tag.
             append: format!(
                 "WITH input AS ( \
                      SELECT * FROM unnest($1::text[], $2::int8[], $3::int8[], $7::int2[], \
@@ -445,6 +525,12 @@ impl Sql {
                      won.manifest, won.version \
                      FROM unnest($4::int8[], $5::int8[], $6::bytea[]) AS e(n, seq_nr, payload) \
                      JOIN won ON won.n = e.n \
+                 ), tagged AS ( \
+                     INSERT INTO {tags} (tag, persistence_id, seq_nr, slice) \
+                     SELECT t.tag, won.persistence_id, t.seq_nr, t.slice \
+                     FROM unnest($10::int8[], $11::int8[], $12::text[], $13::int2[]) \
+                     WITH ORDINALITY AS t(n, seq_nr, tag, slice, i) \
+                     JOIN won ON won.n = t.n ORDER BY t.i \
                  ) \
                  SELECT n FROM won"
             ),
@@ -480,6 +566,19 @@ impl Sql {
                 "SELECT seq_nr, payload, ser_codec, ser_manifest, ser_version FROM {snapshots} \
                  WHERE persistence_id = $1"
             ),
+            // Only rows of transactions below the snapshot's horizon: see schema.sql.
+            by_tag: format!(
+                "SELECT t.txid::text::int8, t.ordering, t.persistence_id, t.seq_nr, \
+                 (extract(epoch FROM t.written_at) * 1000000)::int8, \
+                 e.payload, e.ser_codec, e.ser_manifest, e.ser_version \
+                 FROM {tags} t LEFT JOIN {events} e \
+                   ON e.persistence_id = t.persistence_id AND e.seq_nr = t.seq_nr \
+                 WHERE t.tag = $1 AND (t.txid, t.ordering) > ($2::int8::text::xid8, $3) \
+                   AND t.txid < pg_snapshot_xmin(pg_current_snapshot()) \
+                   AND t.slice BETWEEN $4 AND $5 \
+                 ORDER BY t.txid, t.ordering LIMIT $6"
+            ),
+            schema: schema_name.to_owned(),
         }
     }
 }
@@ -498,14 +597,27 @@ struct Connector {
 impl Connector {
     /// Connects; must run on the journal's runtime (which then drives the connection).
     async fn open(&self) -> Result<Client, JournalError> {
-        #[cfg(feature = "tls")]
-        if let Some(tls) = &self.tls {
-            return self.open_with(tls.clone()).await;
-        }
-        self.open_with(NoTls).await
+        self.open_forwarding(None).await
     }
 
-    async fn open_with<T>(&self, tls: T) -> Result<Client, JournalError>
+    /// Connects as [`open`](Self::open); the payloads of the notifications the connection
+    /// receives (once it `LISTEN`s) go to `notifications`, if given.
+    async fn open_forwarding(
+        &self,
+        notifications: Option<mpsc::UnboundedSender<String>>,
+    ) -> Result<Client, JournalError> {
+        #[cfg(feature = "tls")]
+        if let Some(tls) = &self.tls {
+            return self.open_with(tls.clone(), notifications).await;
+        }
+        self.open_with(NoTls, notifications).await
+    }
+
+    async fn open_with<T>(
+        &self,
+        tls: T,
+        notifications: Option<mpsc::UnboundedSender<String>>,
+    ) -> Result<Client, JournalError>
     where
         T: tokio_postgres::tls::MakeTlsConnect<tokio_postgres::Socket>,
         T::Stream: Send + 'static,
@@ -532,9 +644,28 @@ impl Connector {
                 ))
             }
         };
+        let Some(notifications) = notifications else {
+            tokio::spawn(async move {
+                if let Err(err) = connection.await {
+                    log::debug!("journal: a PostgreSQL connection ended: {err}");
+                }
+            });
+            return Ok(client);
+        };
         tokio::spawn(async move {
-            if let Err(err) = connection.await {
-                log::debug!("journal: a PostgreSQL connection ended: {err}");
+            let mut connection = connection;
+            let mut messages = futures_util::stream::poll_fn(|cx| connection.poll_message(cx));
+            while let Some(message) = futures_util::StreamExt::next(&mut messages).await {
+                match message {
+                    Ok(tokio_postgres::AsyncMessage::Notification(notification)) => {
+                        let _ = notifications.send(notification.payload().to_owned());
+                    }
+                    Ok(_) => {}
+                    Err(err) => {
+                        log::debug!("journal: a PostgreSQL connection ended: {err}");
+                        break;
+                    }
+                }
             }
         });
         Ok(client)
@@ -551,16 +682,18 @@ impl Connector {
                     client.prepare(&sql.replay).await?,
                     client.prepare(&sql.highest).await?,
                     client.prepare(&sql.load_snapshot).await?,
+                    client.prepare(&sql.by_tag).await?,
                 ))
             }
             .await;
-            let (replay, highest, load_snapshot) = prepared
+            let (replay, highest, load_snapshot, by_tag) = prepared
                 .map_err(|err| db_error(None, "cannot prepare the journal's reads", &err))?;
             Ok(ReadConnection {
                 client,
                 replay,
                 highest,
                 load_snapshot,
+                by_tag,
             })
         });
         opening.await.unwrap_or(Err(JournalError::Closed))
@@ -573,6 +706,7 @@ struct ReadConnection {
     replay: Statement,
     highest: Statement,
     load_snapshot: Statement,
+    by_tag: Statement,
 }
 
 /// The read connections: each read takes the next in turn (and pipelines with the others
@@ -624,15 +758,16 @@ impl Readers {
         }
     }
 
-    /// Runs `statement` of the next connection with `params`; once more on a new connection
-    /// if it failed because its connection was lost (reads change nothing, so a retry is
-    /// safe).
-    async fn run<T: FromRows>(
+    /// Runs `statement` of the next connection with `params` and reads its rows with
+    /// `read`; once more on a new connection if it failed because its connection was lost
+    /// (reads change nothing, so a retry is safe). Errors name stream `id`, if any.
+    async fn run<T>(
         &self,
-        id: &PersistenceId,
+        id: Option<&PersistenceId>,
         what: &str,
         statement: fn(&ReadConnection) -> &Statement,
         params: &[&(dyn ToSql + Sync)],
+        read: impl FnOnce(Vec<tokio_postgres::Row>) -> Result<T, JournalError>,
     ) -> Result<T, JournalError> {
         let slot = self.next.fetch_add(1, Ordering::Relaxed) % self.slots.len();
         let mut retried = false;
@@ -643,12 +778,12 @@ impl Readers {
                 .query(statement(&connection), params)
                 .await
             {
-                Ok(rows) => return T::from_rows(id, rows),
+                Ok(rows) => return read(rows),
                 Err(err) if !retried && is_connection_lost(&err) => {
                     self.discard(slot, &connection).await;
                     retried = true;
                 }
-                Err(err) => return Err(db_error(Some(id), what, &err)),
+                Err(err) => return Err(db_error(id, what, &err)),
             }
         }
     }
@@ -663,19 +798,26 @@ impl Readers {
         let (from, to) = (sql_bound(from_seq), sql_bound(to_seq));
         let limit = i64::try_from(max_events).unwrap_or(i64::MAX);
         let params: [&(dyn ToSql + Sync); 4] = [&id.as_str(), &from, &to, &limit];
-        let events: Replayed = self
-            .run(id, "replay failed", |c| &c.replay, &params)
+        let events = self
+            .run(
+                Some(id),
+                "replay failed",
+                |c| &c.replay,
+                &params,
+                |rows| Replayed::from_rows(id, rows),
+            )
             .await?;
         check_replayed(id, from_seq, to_seq, events.0)
     }
 
     async fn highest_seq(&self, id: &PersistenceId) -> Result<u64, JournalError> {
-        let highest: Highest = self
+        let highest = self
             .run(
-                id,
+                Some(id),
                 "reading the highest seq failed",
                 |c| &c.highest,
                 &[&id.as_str()],
+                |rows| Highest::from_rows(id, rows),
             )
             .await?;
         Ok(highest.0)
@@ -683,13 +825,104 @@ impl Readers {
 
     async fn load_snapshot(&self, id: &PersistenceId) -> Result<Option<Snapshot>, JournalError> {
         self.run(
-            id,
+            Some(id),
             "loading the snapshot failed",
             |c| &c.load_snapshot,
             &[&id.as_str()],
+            |rows| Option::<Snapshot>::from_rows(id, rows),
         )
         .await
     }
+
+    async fn by_tag(
+        &self,
+        query: &TagQuery,
+        after: Offset,
+        max_events: usize,
+    ) -> Result<Vec<TaggedEvent>, JournalError> {
+        let (transaction, position) = after.parts();
+        let (Ok(transaction), Ok(position)) = (i64::try_from(transaction), i64::try_from(position))
+        else {
+            return Err(JournalError::InvalidArgument {
+                persistence_id: None,
+                reason: format!("offset {after} is beyond any PostgreSQL offset"),
+            });
+        };
+        let (first, last) = (query.slices.first() as i16, query.slices.last() as i16);
+        let limit = i64::try_from(max_events).unwrap_or(i64::MAX);
+        let params: [&(dyn ToSql + Sync); 6] = [
+            &query.tag.as_str(),
+            &transaction,
+            &position,
+            &first,
+            &last,
+            &limit,
+        ];
+        let what = format!("reading tag `{}` failed", query.tag);
+        self.run(
+            None,
+            &what,
+            |c| &c.by_tag,
+            &params,
+            |rows| tagged_events(query, after, rows),
+        )
+        .await
+    }
+}
+
+/// The entries of a read by tag after `after`, from its rows.
+fn tagged_events(
+    query: &TagQuery,
+    after: Offset,
+    rows: Vec<tokio_postgres::Row>,
+) -> Result<Vec<TaggedEvent>, JournalError> {
+    let corrupt_row = |err: &dyn std::fmt::Display| {
+        JournalError::storage(
+            None,
+            format!("corrupt journal data: a row of tag `{}`: {err}", query.tag),
+        )
+    };
+    let mut events = Vec::with_capacity(rows.len());
+    let mut last = None;
+    let mut previous = after;
+    for row in rows {
+        let transaction: i64 = row.try_get(0).map_err(|err| corrupt_row(&err))?;
+        let position: i64 = row.try_get(1).map_err(|err| corrupt_row(&err))?;
+        let id: String = row.try_get(2).map_err(|err| corrupt_row(&err))?;
+        let id = PersistenceId::new(id).map_err(|err| corrupt_row(&err))?;
+        let raw_seq: i64 = row.try_get(3).map_err(|err| corrupt(&id, 0, &err))?;
+        let seq = seq_from_sql(&id, raw_seq, 0)?;
+        let micros: i64 = row.try_get(4).map_err(|err| corrupt(&id, seq, &err))?;
+        let written_at = std::time::UNIX_EPOCH
+            + std::time::Duration::from_micros(u64::try_from(micros).unwrap_or(0));
+        let offset = match (u64::try_from(transaction), u64::try_from(position)) {
+            (Ok(transaction), Ok(position)) => Offset::from_parts(transaction, position),
+            _ => return Err(corrupt_row(&format!("offset {transaction}:{position}"))),
+        };
+        if offset <= previous {
+            return Err(corrupt_row(&format!(
+                "offset {offset} after {previous}: out of order"
+            )));
+        }
+        previous = offset;
+        let payload: Option<Vec<u8>> = row.try_get(5).map_err(|err| corrupt(&id, seq, &err))?;
+        let event = match payload {
+            Some(payload) => Some(StoredEvent {
+                seq,
+                payload,
+                manifest: manifest_at(&row, 6, &id, seq, &mut last)?,
+            }),
+            None => None,
+        };
+        events.push(TaggedEvent {
+            offset,
+            persistence_id: id,
+            seq,
+            written_at,
+            event,
+        });
+    }
+    Ok(events)
 }
 
 /// What a read makes of its rows.
@@ -763,9 +996,24 @@ fn manifest(
     seq: u64,
     last: &mut Option<Manifest>,
 ) -> Result<Manifest, JournalError> {
-    let codec: i16 = row.try_get(2).map_err(|err| corrupt(id, seq, &err))?;
-    let name: &str = row.try_get(3).map_err(|err| corrupt(id, seq, &err))?;
-    let version: i64 = row.try_get(4).map_err(|err| corrupt(id, seq, &err))?;
+    manifest_at(row, 2, id, seq, last)
+}
+
+/// The manifest in columns `first` to `first + 2` of `row` (see [`stored_manifest`]).
+fn manifest_at(
+    row: &tokio_postgres::Row,
+    first: usize,
+    id: &PersistenceId,
+    seq: u64,
+    last: &mut Option<Manifest>,
+) -> Result<Manifest, JournalError> {
+    let codec: i16 = row.try_get(first).map_err(|err| corrupt(id, seq, &err))?;
+    let name: &str = row
+        .try_get(first + 1)
+        .map_err(|err| corrupt(id, seq, &err))?;
+    let version: i64 = row
+        .try_get(first + 2)
+        .map_err(|err| corrupt(id, seq, &err))?;
     stored_manifest(id, seq, (i64::from(codec), name, version), last)
 }
 
@@ -820,7 +1068,7 @@ fn seq_from_sql(id: &PersistenceId, raw: i64, context_seq: u64) -> Result<u64, J
 /// Whether `err` means the connection is gone (rather than a statement failing on a live
 /// one): closed, an I/O error, or the server ending the session (class 57: shutdown,
 /// `pg_terminate_backend`; class 08: connection exceptions).
-fn is_connection_lost(err: &tokio_postgres::Error) -> bool {
+pub(crate) fn is_connection_lost(err: &tokio_postgres::Error) -> bool {
     if err.is_closed() {
         return true;
     }

@@ -8,17 +8,19 @@
 //! naming what made the tables. All live in one PostgreSQL schema (`public` by default).
 //!
 //! Schema 2 adds each payload's manifest (`ser_codec`, `ser_manifest`, `ser_version`) to
-//! `event_journal` and `snapshot`.
+//! `event_journal` and `snapshot`; schema 3 the table `event_tag` (see `schema.sql` for how
+//! its offset never skips).
 //!
 //! On connect: no journal table in the schema → the tables are created (under an advisory
 //! lock, so two nodes starting at once create them once); `journal_schema` says
-//! `actix-delivery`, version 1 → migrated to 2 (`migrate_1_to_2.sql`, under the same lock and
-//! in one transaction; what version 1 wrote reads as
-//! [`Manifest::legacy`](crate::codec::Manifest::legacy)); version 2, and every table is there
-//! → used; anything else (a newer version, another application, journal tables without
-//! `journal_schema`, a column the journal uses missing or of another type) → refused with
-//! [`JournalError::Schema`], nothing changed. With `create_tables` off, a version 1 schema is
-//! refused with an error naming the migration to run by hand. Tables altered while the journal runs are reported the same way: a statement
+//! `actix-delivery`, version 1 or 2 → migrated to 3 (`migrate_1_to_2.sql`, then
+//! `migrate_2_to_3.sql`, under the same lock and in one transaction; what version 1 wrote
+//! reads as [`Manifest::legacy`](crate::codec::Manifest::legacy), and what versions 1 and 2
+//! wrote has no tags); version 3, and every table is there → used; anything else (a newer
+//! version, another application, journal tables without `journal_schema`, a column the
+//! journal uses missing or of another type) → refused with [`JournalError::Schema`], nothing
+//! changed. With `create_tables` off, an older schema is refused with an error naming the
+//! migrations to run by hand. Tables altered while the journal runs are reported the same way: a statement
 //! failing with SQLSTATE 42703, 42P01 or 42804 (undefined column or table, wrong type) is a
 //! `Schema` error with the server's message, not a transient `Storage` one.
 
@@ -30,18 +32,38 @@ use crate::journal::JournalError;
 /// What `journal_schema.application` holds.
 const APPLICATION: &str = "actix-delivery";
 /// The schema version this crate reads and writes.
-pub(super) const SCHEMA_VERSION: i32 = 2;
+pub(super) const SCHEMA_VERSION: i32 = 3;
 
-/// From schema version 1 to 2.
-const MIGRATE_1_TO_2: &str = super::PostgresJournal::MIGRATE_1_TO_2_SQL;
+/// The migrations, in order: `MIGRATIONS[v - 1]` takes version `v` to `v + 1`, named as the
+/// constants of [`PostgresJournal`](super::PostgresJournal) that hold them.
+const MIGRATIONS: [(&str, &str); 2] = [
+    (
+        "MIGRATE_1_TO_2_SQL",
+        super::PostgresJournal::MIGRATE_1_TO_2_SQL,
+    ),
+    (
+        "MIGRATE_2_TO_3_SQL",
+        super::PostgresJournal::MIGRATE_2_TO_3_SQL,
+    ),
+];
 
-/// The tables the schema consists of.
-const TABLES: [&str; 4] = [
+/// The tables of every schema version, and the one version 3 added.
+const TABLES: [&str; 5] = [
     "event_journal",
     "snapshot",
     "stream_metadata",
     "journal_schema",
+    "event_tag",
 ];
+
+/// The tables of schema `version`.
+fn tables(version: i32) -> &'static [&'static str] {
+    if version >= 3 {
+        &TABLES
+    } else {
+        &TABLES[..4]
+    }
+}
 
 /// The columns schema 2 added (see [`COLUMNS`]).
 const MANIFEST_COLUMNS: [(&str, &str, &str); 6] = [
@@ -53,8 +75,19 @@ const MANIFEST_COLUMNS: [(&str, &str, &str); 6] = [
     ("snapshot", "ser_version", "bigint"),
 ];
 
+/// The columns schema 3 added: the table `event_tag`.
+const TAG_COLUMNS: [(&str, &str, &str); 7] = [
+    ("event_tag", "tag", "text"),
+    ("event_tag", "txid", "xid8"),
+    ("event_tag", "ordering", "bigint"),
+    ("event_tag", "persistence_id", "text"),
+    ("event_tag", "seq_nr", "bigint"),
+    ("event_tag", "slice", "smallint"),
+    ("event_tag", "written_at", "timestamp with time zone"),
+];
+
 /// The columns of schema version 1, with their types as `format_type` spells them; version 2
-/// adds [`MANIFEST_COLUMNS`].
+/// adds [`MANIFEST_COLUMNS`], version 3 [`TAG_COLUMNS`].
 const COLUMNS: [(&str, &str, &str); 12] = [
     ("event_journal", "persistence_id", "text"),
     ("event_journal", "seq_nr", "bigint"),
@@ -118,14 +151,19 @@ pub(super) async fn check_or_create(
                 options.schema
             )))
         }
-        Found::Version1 if !options.create_tables => {
+        Found::Older(version) if !options.create_tables => {
+            let names: Vec<&str> = MIGRATIONS[(version - 1) as usize..]
+                .iter()
+                .map(|(name, _)| *name)
+                .collect();
             return Err(schema_error(format!(
-                "schema version 1 in schema `{}` (migrate it with \
-                 PostgresJournal::MIGRATE_1_TO_2_SQL, or allow create_tables)",
-                options.schema
-            )))
+                "schema version {version} in schema `{}` (migrate it with \
+                 PostgresJournal::{}, in one transaction, or allow create_tables)",
+                options.schema,
+                names.join(" then PostgresJournal::")
+            )));
         }
-        Found::Empty | Found::Version1 => {}
+        Found::Empty | Found::Older(_) => {}
     }
     // Serialise creators: another node may be doing the same right now.
     let create = format!(
@@ -158,13 +196,16 @@ pub(super) async fn check_or_create(
                 .batch_execute(super::PostgresJournal::SCHEMA_SQL)
                 .await
                 .map_err(|err| db_error(None, "cannot create the tables", &err))?,
-            Found::Version1 => {
-                client
-                    .batch_execute(MIGRATE_1_TO_2)
-                    .await
-                    .map_err(|err| db_error(None, "cannot migrate the tables", &err))?;
+            Found::Older(version) => {
+                for (_, migration) in &MIGRATIONS[(version - 1) as usize..] {
+                    client
+                        .batch_execute(migration)
+                        .await
+                        .map_err(|err| db_error(None, "cannot migrate the tables", &err))?;
+                }
                 log::info!(
-                    "journal in schema `{}` migrated from schema version 1 to {SCHEMA_VERSION}",
+                    "journal in schema `{}` migrated from schema version {version} to \
+                     {SCHEMA_VERSION}",
                     options.schema
                 );
             }
@@ -178,7 +219,7 @@ pub(super) async fn check_or_create(
             .batch_execute("COMMIT")
             .await
             .map_err(|err| db_error(None, "cannot commit the new tables", &err)),
-        Ok(Found::Empty | Found::Version1) => {
+        Ok(Found::Empty | Found::Older(_)) => {
             let _ = client.batch_execute("ROLLBACK").await;
             Err(schema_error(
                 "tables that vanished, or kept their version, while being created or migrated"
@@ -222,7 +263,9 @@ async fn check_columns(client: &Client, schema: &str, version: i32) -> Result<()
     } else {
         &[]
     };
-    for &(table, column, expected_type) in COLUMNS.iter().chain(manifest_columns) {
+    let tag_columns = if version >= 3 { &TAG_COLUMNS[..] } else { &[] };
+    let expected = COLUMNS.iter().chain(manifest_columns).chain(tag_columns);
+    for &(table, column, expected_type) in expected {
         let actual = found
             .iter()
             .find(|(t, c, _)| t == table && c == column)
@@ -251,8 +294,8 @@ enum Found {
     Empty,
     /// This crate's tables, current version.
     Current,
-    /// This crate's tables, version 1: to be migrated.
-    Version1,
+    /// This crate's tables, an older version: to be migrated.
+    Older(i32),
 }
 
 /// Reads which journal tables exist and what `journal_schema` says; refuses anything but
@@ -318,7 +361,7 @@ async fn inspect(client: &Client, schema: &str) -> Result<Found, JournalError> {
                     "schema version {version} in schema `{schema}`"
                 )));
             }
-            if let Some(missing) = TABLES
+            if let Some(missing) = tables(*version)
                 .iter()
                 .find(|table| !present.iter().any(|name| name == *table))
             {
@@ -327,8 +370,8 @@ async fn inspect(client: &Client, schema: &str) -> Result<Found, JournalError> {
                 )));
             }
             check_columns(client, schema, *version).await?;
-            Ok(if *version == 1 {
-                Found::Version1
+            Ok(if *version < SCHEMA_VERSION {
+                Found::Older(*version)
             } else {
                 Found::Current
             })

@@ -1,4 +1,4 @@
--- The PostgreSQL journal of actix-delivery, schema version 2.
+-- The PostgreSQL journal of actix-delivery, schema version 3 (PostgreSQL 13 or newer: xid8).
 --
 -- PostgresJournal creates these tables itself on first connect, in the schema named by
 -- PostgresOptions::schema (default `public`), unless PostgresOptions::create_tables(false).
@@ -8,8 +8,9 @@
 --   psql -v ON_ERROR_STOP=1 -c 'CREATE SCHEMA IF NOT EXISTS journal' \
 --        -c 'SET search_path TO journal' -f schema.sql "$DATABASE"
 --
--- (or without the first two -c for `public`). Names are unqualified: the tables go into the
--- first schema of the search_path.
+-- (or without the first two -c for `public`), and grant USAGE on the sequence of
+-- event_tag.ordering too. Names are unqualified: the tables go into the first schema of the
+-- search_path.
 
 -- The events: a gapless seq_nr from 1 per stream. The primary key is the last line of the
 -- single-writer fence: no seq is ever stored twice. ser_codec, ser_manifest and ser_version
@@ -44,9 +45,26 @@ CREATE TABLE stream_metadata (
     highest_seq BIGINT NOT NULL
 );
 
+-- Each entry filed under each of its tags, in the transaction that appends it. The entry's
+-- offset in the tag is (txid, ordering): the id of the transaction that wrote it, then a
+-- number per row. Readers read only rows whose txid is below pg_snapshot_xmin of their
+-- snapshot: every transaction below that horizon has ended, and any still to commit has a
+-- higher id, so an offset never skips an entry, also when several processes commit out of
+-- order. slice is the stream's slice (0..1023). Deleting events keeps their tag rows.
+CREATE TABLE event_tag (
+    tag TEXT NOT NULL,
+    txid xid8 NOT NULL DEFAULT pg_current_xact_id(),
+    ordering BIGINT GENERATED ALWAYS AS IDENTITY,
+    persistence_id TEXT NOT NULL,
+    seq_nr BIGINT NOT NULL,
+    slice SMALLINT NOT NULL,
+    written_at TIMESTAMPTZ NOT NULL DEFAULT now(),
+    PRIMARY KEY (tag, txid, ordering)
+);
+
 -- What wrote these tables, and in which version: checked on every connect.
 CREATE TABLE journal_schema (
     application TEXT NOT NULL,
     version INTEGER NOT NULL
 );
-INSERT INTO journal_schema (application, version) VALUES ('actix-delivery', 2);
+INSERT INTO journal_schema (application, version) VALUES ('actix-delivery', 3);

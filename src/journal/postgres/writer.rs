@@ -15,6 +15,11 @@
 //! one fails. A lost connection (or no answer within the commit timeout) leaves the outcome
 //! unknown: every write of the group fails with an error that says it may or may not be
 //! stored, and the next group connects anew. Replies go out after the commit's answer.
+//!
+//! A group with tagged appends also sends `pg_notify` (channel [`TAGS_CHANNEL`], the schema's
+//! name as payload) before its `COMMIT`: PostgreSQL delivers it to the listeners of every
+//! process once the transaction commits. After the commit the writer also tells this
+//! journal's [`TagSignal`] at once.
 
 use std::collections::HashMap;
 use std::future::{poll_fn, Future};
@@ -35,7 +40,11 @@ use crate::journal::postgres::{
     db_error, describe, is_connection_lost, schema, seq_from_sql, Connector, PostgresOptions,
 };
 use crate::journal::write::{WriteOp, WriteRequest};
-use crate::journal::{check_snapshot, JournalError, PersistenceId};
+use crate::journal::{check_snapshot, slice_of, JournalError, PersistenceId, TagSignal};
+
+/// The channel of the notifications that tagged entries were committed; the payload names
+/// the schema.
+pub(super) const TAGS_CHANNEL: &str = "actix_delivery_tags";
 
 /// The largest message PostgreSQL accepts from a client (since version 14; before, one it
 /// cannot buffer fails the same way): `PQ_LARGE_MESSAGE_LIMIT`, 1 GiB - 2 bytes, its length
@@ -56,12 +65,23 @@ pub(super) fn message_bytes(id: &PersistenceId, op: &WriteOp) -> usize {
     let id = 4 + id.as_str().len() + 2 * 12;
     match op {
         WriteOp::Append {
-            payloads, manifest, ..
-        } => payloads
-            .iter()
-            .fold(id + manifest_bytes(manifest), |sum, payload| {
-                sum.saturating_add(32 + payload.len())
-            }),
+            payloads,
+            manifest,
+            tags,
+            ..
+        } => {
+            // Per tag of an event: row number, seq, tag (padded to 4 bytes) and slice, each
+            // with a 4-byte length.
+            let tags = tags.iter().flatten().fold(0usize, |sum, tag| {
+                sum.saturating_add(4 + 8 + 4 + 8 + 4 + tag.as_str().len() + 4 + 4 + 2)
+            });
+            payloads
+                .iter()
+                .fold(id + manifest_bytes(manifest), |sum, payload| {
+                    sum.saturating_add(32 + payload.len())
+                })
+                .saturating_add(tags)
+        }
         WriteOp::DeleteTo { .. } => id,
         WriteOp::SaveSnapshot(snapshot) => id
             .saturating_add(manifest_bytes(&snapshot.manifest))
@@ -120,6 +140,7 @@ struct WriteConnection {
     delete_to: Statement,
     save_snapshot: Statement,
     highest_of: Statement,
+    notify: Statement,
 }
 
 /// The writer's state between groups.
@@ -127,6 +148,7 @@ pub(super) struct Writer {
     connector: Connector,
     options: PostgresOptions,
     counters: Arc<Counters>,
+    signal: Arc<TagSignal>,
     connection: Option<WriteConnection>,
     /// The wait before the next connection attempt, after a failed one.
     backoff: Duration,
@@ -162,12 +184,14 @@ impl Writer {
         connector: Connector,
         options: PostgresOptions,
         counters: Arc<Counters>,
+        signal: Arc<TagSignal>,
     ) -> Self {
         Self {
             connector,
             backoff: options.min_backoff,
             options,
             counters,
+            signal,
             connection: None,
             retry_at: None,
         }
@@ -254,6 +278,7 @@ impl Writer {
                 delete_to: client.prepare(&sql.delete_to).await?,
                 save_snapshot: client.prepare(&sql.save_snapshot).await?,
                 highest_of: client.prepare(&sql.highest_of).await?,
+                notify: client.prepare("SELECT pg_notify($1, $2)").await?,
                 client,
             })
         };
@@ -390,7 +415,11 @@ impl Writer {
             return Err(Failure::Unknown("no connection".into()));
         };
         let steps = plan(group);
-        let transaction = transact(connection, group, &steps);
+        let notify = group
+            .iter()
+            .any(|request| matches!(&request.op, WriteOp::Append { tags, .. } if !tags.is_empty()))
+            .then_some(self.connector.sql.schema.as_str());
+        let transaction = transact(connection, group, &steps, notify);
         match tokio::time::timeout(self.options.commit_timeout, transaction).await {
             Ok(result) => result,
             Err(_) => Err(Failure::Unknown(format!(
@@ -404,6 +433,12 @@ impl Writer {
     /// fence refused, so that each loser learns where its stream is.
     async fn reply(&mut self, group: Vec<WriteRequest>, outcomes: Vec<Outcome>) {
         Counters::add(&self.counters.transactions, 1);
+        let tagged = group.iter().zip(&outcomes).any(|(request, outcome)| {
+            matches!((&request.op, outcome), (WriteOp::Append { tags, .. }, Outcome::Done) if !tags.is_empty())
+        });
+        if tagged {
+            self.signal.notify();
+        }
         let refused: Vec<&str> = group
             .iter()
             .zip(&outcomes)
@@ -534,6 +569,8 @@ fn plan(group: &[WriteRequest]) -> Vec<Step> {
 }
 
 /// The parameters of one step's statement, borrowed from the group.
+// A transaction has a few steps: boxing the append's vectors would save nothing worth it.
+#[allow(clippy::large_enum_variant)]
 enum StepParams<'a> {
     /// One row per append: stream, the seq it follows, its last seq; one row per event:
     /// the append's row number (from 1), seq, payload.
@@ -547,6 +584,12 @@ enum StepParams<'a> {
         codecs: Vec<i16>,
         names: Vec<&'a str>,
         versions: Vec<i64>,
+        /// One row per tag of an event: the append's row number, the event's seq, the tag,
+        /// the stream's slice.
+        tag_rows: Vec<i64>,
+        tag_seqs: Vec<i64>,
+        tags: Vec<&'a str>,
+        slices: Vec<i16>,
     },
     DeleteTo {
         id: &'a str,
@@ -591,16 +634,29 @@ impl<'a> StepParams<'a> {
         let (mut ids, mut prevs, mut lasts) = (Vec::new(), Vec::new(), Vec::new());
         let (mut rows, mut seqs, mut payloads) = (Vec::new(), Vec::new(), Vec::new());
         let (mut codecs, mut names, mut versions) = (Vec::new(), Vec::new(), Vec::new());
+        let (mut tag_rows, mut tag_seqs) = (Vec::new(), Vec::new());
+        let (mut tag_names, mut slices) = (Vec::new(), Vec::new());
         for (row, &index) in (1i64..).zip(appends) {
             let request = &group[index];
             let WriteOp::Append {
                 first_seq,
                 payloads: events,
                 manifest,
+                tags,
             } = &request.op
             else {
                 continue; // plan() puts only appends here
             };
+            // Below SLICES (1024), so it fits an i16.
+            let slice = slice_of(&request.id) as i16;
+            for (seq, entry_tags) in (*first_seq as i64..).zip(tags) {
+                for tag in entry_tags {
+                    tag_rows.push(row);
+                    tag_seqs.push(seq);
+                    tag_names.push(tag.as_str());
+                    slices.push(slice);
+                }
+            }
             // check_append bounded every seq by MAX_SEQ, so they fit an i64.
             let first = *first_seq as i64;
             ids.push(request.id.as_str());
@@ -625,6 +681,10 @@ impl<'a> StepParams<'a> {
             codecs,
             names,
             versions,
+            tag_rows,
+            tag_seqs,
+            tags: tag_names,
+            slices,
         }
     }
 
@@ -640,8 +700,13 @@ impl<'a> StepParams<'a> {
                 codecs,
                 names,
                 versions,
+                tag_rows,
+                tag_seqs,
+                tags,
+                slices,
             } => vec![
-                ids, prevs, lasts, rows, seqs, payloads, codecs, names, versions,
+                ids, prevs, lasts, rows, seqs, payloads, codecs, names, versions, tag_rows,
+                tag_seqs, tags, slices,
             ],
             Self::DeleteTo { id, to_seq } => vec![id, to_seq],
             Self::SaveSnapshot {
@@ -667,11 +732,13 @@ enum Answer {
 
 type StepFuture<'a> = Pin<Box<dyn Future<Output = Result<Answer, tokio_postgres::Error>> + 'a>>;
 
-/// Sends `BEGIN`, the steps and `COMMIT` pipelined, and makes the answers into outcomes.
+/// Sends `BEGIN`, the steps, the notification (with `notify`'s payload, if any) and `COMMIT`
+/// pipelined, and makes the answers into outcomes.
 async fn transact(
     connection: &WriteConnection,
     group: &[WriteRequest],
     steps: &[Step],
+    notify: Option<&str>,
 ) -> Result<Vec<Outcome>, Failure> {
     let client = &connection.client;
     let params: Vec<StepParams<'_>> = steps.iter().map(|s| StepParams::new(group, s)).collect();
@@ -706,6 +773,13 @@ async fn transact(
             }),
         });
     }
+    if let Some(payload) = notify {
+        futures.push(Box::pin(async move {
+            let params: [&(dyn ToSql + Sync); 2] = [&TAGS_CHANNEL, &payload];
+            client.execute(&connection.notify, &params).await?;
+            Ok(Answer::Nothing)
+        }));
+    }
     futures.push(Box::pin(commit(connection)));
     let answers = pipeline(futures).await;
 
@@ -732,7 +806,7 @@ async fn transact(
     }
 
     let mut outcomes: Vec<Option<Outcome>> = group.iter().map(|_| None).collect();
-    // answers_ok: BEGIN, one per step, COMMIT.
+    // answers_ok: BEGIN, one per step, perhaps the notification, COMMIT.
     for (step, answer) in steps.iter().zip(answers_ok.into_iter().skip(1)) {
         match (step, answer) {
             (Step::Appends(appends), Answer::Stored(stored)) => {
@@ -919,6 +993,7 @@ mod tests {
                 first_seq: 1,
                 payloads,
                 manifest: Manifest::raw(),
+                tags: Vec::new(),
             },
             reply: oneshot::channel().0,
             _permit: permit,
@@ -955,6 +1030,15 @@ mod tests {
         assert_eq!(
             message_bytes(&request.id, &request.op),
             4 + 6 + 24 + 28 + 2 * 32 + 100
+        );
+        // Per tag of an event: 38 bytes besides the tag's name (padded to 4 bytes).
+        let mut tagged = append("stream", vec![Vec::new()]);
+        if let WriteOp::Append { tags, .. } = &mut tagged.op {
+            *tags = vec![vec![crate::journal::Tag::from_static("ab")]];
+        }
+        assert_eq!(
+            message_bytes(&tagged.id, &tagged.op),
+            4 + 6 + 24 + 28 + 32 + 38 + 2
         );
         assert!(fits_one_message(MAX_MESSAGE_BYTES - STEP_OVERHEAD));
         assert!(!fits_one_message(MAX_MESSAGE_BYTES - STEP_OVERHEAD + 1));

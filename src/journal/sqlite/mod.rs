@@ -17,8 +17,9 @@ pub use options::{SqliteDurability, SqliteOptions, SqliteStats};
 use crate::codec::Manifest;
 use crate::journal::write::{WriteOp, WriteRequest};
 use crate::journal::{
-    check_append, check_payload, check_payloads, Journal, JournalError, JournalFuture,
-    PersistenceId, Snapshot, StoredEvent, MAX_SEQ,
+    check_max_events, check_payload, check_tagged_append, normalized, Journal, JournalError,
+    JournalFuture, Offset, PersistenceId, Snapshot, StoredEvent, Tag, TagNotifications, TagQuery,
+    TagSignal, TaggedEvent, MAX_SEQ,
 };
 use options::Counters;
 use reader::ReadRequest;
@@ -55,7 +56,12 @@ const HIGHEST_SQL: &str = "SELECT max(\
 /// `max_queued_bytes` payload bytes; beyond that callers wait (backpressure, never unbounded
 /// memory). Events and snapshots larger than [`SqliteJournal::MAX_PAYLOAD_BYTES`] are refused.
 ///
-/// **Reads** (`replay`, `highest_seq`, `load_snapshot`) run on separate read-only
+/// **Tags.** A tagged append ([`Journal::append_tagged`]) writes an `event_tag` row per tag
+/// of each entry in its transaction; the single writer numbers them in commit order, which is
+/// the offset [`Journal::events_by_tag`] reads after. [`Journal::tag_notifications`] hears of
+/// every commit of tagged entries, as it happens (only this journal writes the file).
+///
+/// **Reads** (`replay`, `highest_seq`, `load_snapshot`, `events_by_tag`) run on separate read-only
 /// connections on their own threads: WAL readers see the last commit and never wait behind
 /// writes. No operation blocks the caller's thread, so the futures can be awaited on an Actix
 /// arbiter.
@@ -86,6 +92,7 @@ struct Shared {
     queued_bytes: Arc<Semaphore>,
     max_queued_bytes: u32,
     counters: Arc<Counters>,
+    signal: Arc<TagSignal>,
     durability: SqliteDurability,
     busy_timeout: std::time::Duration,
     /// Each resolves (with an error: its sender is dropped) when its thread has ended.
@@ -122,6 +129,7 @@ impl SqliteJournal {
         options.validate()?;
         let path = path.as_ref().to_path_buf();
         let counters = Arc::new(Counters::default());
+        let signal = Arc::new(TagSignal::default());
         let buffered = writer::Buffered::default();
         let mut threads = Vec::with_capacity(1 + options.readers);
 
@@ -129,8 +137,18 @@ impl SqliteJournal {
         let (opened, writer_ready) = oneshot::channel();
         threads.push(spawn("actix-delivery-journal-writer", {
             let (path, options) = (path.clone(), options.clone());
-            let (buffered, counters) = (buffered.clone(), counters.clone());
-            move || writer::run(&path, &options, write_queue, buffered, counters, opened)
+            let (buffered, counters, signal) = (buffered.clone(), counters.clone(), signal.clone());
+            move || {
+                writer::run(
+                    &path,
+                    &options,
+                    write_queue,
+                    buffered,
+                    counters,
+                    signal,
+                    opened,
+                )
+            }
         })?);
         // The writer creates the schema; readers open only after it is done.
         let durability = match writer_ready.await.unwrap_or(Err(JournalError::Closed)) {
@@ -180,6 +198,7 @@ impl SqliteJournal {
                 queued_bytes: Arc::new(Semaphore::new(max_queued_bytes as usize)),
                 max_queued_bytes,
                 counters,
+                signal,
                 durability,
                 busy_timeout: options.busy_timeout,
                 threads: Mutex::new(threads),
@@ -299,22 +318,37 @@ impl Journal for SqliteJournal {
         payloads: Vec<Vec<u8>>,
         manifest: Manifest,
     ) -> JournalFuture<'_, ()> {
+        self.append_tagged(id, first_seq, payloads, manifest, Vec::new())
+    }
+
+    fn append_tagged(
+        &self,
+        id: &PersistenceId,
+        first_seq: u64,
+        payloads: Vec<Vec<u8>>,
+        manifest: Manifest,
+        tags: Vec<Vec<Tag>>,
+    ) -> JournalFuture<'_, ()> {
         let id = id.clone();
         Box::pin(async move {
-            check_append(&id, first_seq, payloads.len())?;
-            check_payloads(&id, &payloads, self.max_payload(), "SQLite")?;
+            check_tagged_append(
+                &id,
+                first_seq,
+                &payloads,
+                &tags,
+                self.max_payload(),
+                "SQLite",
+            )?;
             if payloads.is_empty() {
                 return Ok(());
             }
-            self.write(
-                id,
-                WriteOp::Append {
-                    first_seq,
-                    payloads,
-                    manifest,
-                },
-            )
-            .await
+            let op = WriteOp::Append {
+                first_seq,
+                payloads,
+                manifest,
+                tags: normalized(tags),
+            };
+            self.write(id, op).await
         })
     }
 
@@ -370,6 +404,29 @@ impl Journal for SqliteJournal {
             self.read(|reply| ReadRequest::LoadSnapshot { id, reply })
                 .await
         })
+    }
+
+    fn events_by_tag(
+        &self,
+        query: &TagQuery,
+        after: Offset,
+        max_events: usize,
+    ) -> JournalFuture<'_, Vec<TaggedEvent>> {
+        let query = query.clone();
+        Box::pin(async move {
+            check_max_events(max_events)?;
+            self.read(|reply| ReadRequest::ByTag {
+                query,
+                after,
+                max_events,
+                reply,
+            })
+            .await
+        })
+    }
+
+    fn tag_notifications(&self) -> Option<TagNotifications> {
+        Some(self.shared.signal.subscribe())
     }
 
     fn max_payload(&self) -> usize {

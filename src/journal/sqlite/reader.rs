@@ -4,10 +4,14 @@
 //! A stream's recent events may still be in `event_buffer` (see the writer module); the
 //! writer's map of buffered streams tells which streams to look for there, so the reads of
 //! all other streams use the index alone.
+//!
+//! Reads by tag walk `event_tag` by its `(tag, ordering)` index and find each entry in
+//! `event_journal` by its key or in `event_buffer` by the rowid the tag row noted (see the
+//! schema module); an entry in neither was deleted.
 
 use std::path::Path;
 use std::sync::{Arc, Mutex, PoisonError};
-use std::time::Duration;
+use std::time::{Duration, UNIX_EPOCH};
 
 use rusqlite::Statement;
 use tokio::sync::{mpsc, oneshot};
@@ -15,7 +19,10 @@ use tokio::sync::{mpsc, oneshot};
 use crate::codec::Manifest;
 use crate::journal::sqlite::writer::Buffered;
 use crate::journal::sqlite::{schema, seq_from_sql, storage_error, HIGHEST_SQL};
-use crate::journal::{stored_manifest, JournalError, PersistenceId, Snapshot, StoredEvent};
+use crate::journal::{
+    stored_manifest, JournalError, Offset, PersistenceId, Snapshot, StoredEvent, TagQuery,
+    TaggedEvent,
+};
 
 type Reply<T> = oneshot::Sender<Result<T, JournalError>>;
 
@@ -36,6 +43,12 @@ pub(super) enum ReadRequest {
         id: PersistenceId,
         reply: Reply<Option<Snapshot>>,
     },
+    ByTag {
+        query: TagQuery,
+        after: Offset,
+        max_events: usize,
+        reply: Reply<Vec<TaggedEvent>>,
+    },
 }
 
 /// The reader threads share one queue.
@@ -46,6 +59,7 @@ struct Statements<'c> {
     replay_buffered: Statement<'c>,
     highest: Statement<'c>,
     snapshot: Statement<'c>,
+    by_tag: Statement<'c>,
     buffered: Buffered,
 }
 
@@ -85,6 +99,18 @@ pub(super) fn run(
                 "SELECT seq_nr, payload, ser_codec, ser_manifest, ser_version FROM snapshot \
                  WHERE persistence_id = ?1",
             )?,
+            by_tag: conn.prepare(
+                "SELECT t.ordering, t.persistence_id, t.seq_nr, t.written_at, \
+                 coalesce(j.payload, b.payload), coalesce(j.ser_codec, b.ser_codec), \
+                 coalesce(j.ser_manifest, b.ser_manifest), coalesce(j.ser_version, b.ser_version) \
+                 FROM event_tag t \
+                 LEFT JOIN event_journal j \
+                   ON j.persistence_id = t.persistence_id AND j.seq_nr = t.seq_nr \
+                 LEFT JOIN event_buffer b ON b.rowid = t.buffer_row \
+                   AND b.persistence_id = t.persistence_id AND b.seq_nr = t.seq_nr \
+                 WHERE t.tag = ?1 AND t.ordering > ?2 AND t.slice BETWEEN ?3 AND ?4 \
+                 ORDER BY t.ordering LIMIT ?5",
+            )?,
             buffered,
         })
     })();
@@ -121,6 +147,14 @@ pub(super) fn run(
             Some(ReadRequest::LoadSnapshot { id, reply }) => {
                 let _ = reply.send(statements.snapshot(&id));
             }
+            Some(ReadRequest::ByTag {
+                query,
+                after,
+                max_events,
+                reply,
+            }) => {
+                let _ = reply.send(statements.by_tag(&query, after, max_events));
+            }
         }
     }
 }
@@ -131,7 +165,7 @@ fn sql_bound(seq: u64) -> i64 {
 }
 
 /// A stored value that is not what the schema says (NULL, wrong type): corrupt.
-fn corrupt(id: &PersistenceId, seq: u64, err: rusqlite::Error) -> JournalError {
+fn corrupt(id: &PersistenceId, seq: u64, err: impl std::fmt::Display) -> JournalError {
     JournalError::Corrupt {
         persistence_id: id.clone(),
         seq,
@@ -187,6 +221,79 @@ impl Statements<'_> {
                 manifest,
             });
             expected = seq + 1;
+        }
+        Ok(events)
+    }
+
+    fn by_tag(
+        &mut self,
+        query: &TagQuery,
+        after: Offset,
+        max_events: usize,
+    ) -> Result<Vec<TaggedEvent>, JournalError> {
+        let (transaction, after) = after.parts();
+        if transaction != 0 {
+            return Err(JournalError::InvalidArgument {
+                persistence_id: None,
+                reason: format!(
+                    "offset {transaction}:{after} is not an offset of a SQLite journal (they \
+                     are 0:n)"
+                ),
+            });
+        }
+        let limit = i64::try_from(max_events).unwrap_or(i64::MAX);
+        let mut rows = self
+            .by_tag
+            .query(rusqlite::params![
+                query.tag.as_str(),
+                sql_bound(after),
+                query.slices.first(),
+                query.slices.last(),
+                limit
+            ])
+            .map_err(storage_error(None))?;
+        let mut events = Vec::new();
+        let mut last = None;
+        while let Some(row) = rows.next().map_err(storage_error(None))? {
+            let read = |index| row.get::<_, i64>(index);
+            let ordering = read(0).map_err(|err| corrupt_tag_row(query, err))?;
+            let id: String = row.get(1).map_err(|err| corrupt_tag_row(query, err))?;
+            let id = PersistenceId::new(id).map_err(|err| corrupt_tag_row(query, err))?;
+            let raw_seq = read(2).map_err(|err| corrupt(&id, 0, err))?;
+            let seq = seq_from_sql(&id, raw_seq, 0)?;
+            let millis = read(3).map_err(|err| corrupt(&id, seq, err))?;
+            let written_at = UNIX_EPOCH + Duration::from_millis(u64::try_from(millis).unwrap_or(0));
+            let offset = match u64::try_from(ordering) {
+                Ok(ordering) if ordering > after => Offset::from_parts(0, ordering),
+                _ => {
+                    return Err(corrupt(
+                        &id,
+                        seq,
+                        format!("a tag row's ordering of {ordering}"),
+                    ))
+                }
+            };
+            let present = row
+                .get_ref(5)
+                .map_err(|err| corrupt(&id, seq, err))?
+                .data_type()
+                != rusqlite::types::Type::Null;
+            let event = if present {
+                Some(StoredEvent {
+                    seq,
+                    payload: row.get(4).map_err(|err| corrupt(&id, seq, err))?,
+                    manifest: manifest_at(row, 5, &id, seq, &mut last)?,
+                })
+            } else {
+                None
+            };
+            events.push(TaggedEvent {
+                offset,
+                persistence_id: id,
+                seq,
+                written_at,
+                event,
+            });
         }
         Ok(events)
     }
@@ -247,11 +354,31 @@ fn manifest(
     seq: u64,
     last: &mut Option<Manifest>,
 ) -> Result<Manifest, JournalError> {
-    let codec: i64 = row.get(2).map_err(|err| corrupt(id, seq, err))?;
+    manifest_at(row, 2, id, seq, last)
+}
+
+/// The manifest in columns `first` to `first + 2` of `row` (see [`stored_manifest`]).
+fn manifest_at(
+    row: &rusqlite::Row<'_>,
+    first: usize,
+    id: &PersistenceId,
+    seq: u64,
+    last: &mut Option<Manifest>,
+) -> Result<Manifest, JournalError> {
+    let codec: i64 = row.get(first).map_err(|err| corrupt(id, seq, err))?;
     let name = row
-        .get_ref(3)
+        .get_ref(first + 1)
         .and_then(|value| Ok(value.as_str()?))
         .map_err(|err| corrupt(id, seq, err))?;
-    let version: i64 = row.get(4).map_err(|err| corrupt(id, seq, err))?;
+    let version: i64 = row.get(first + 2).map_err(|err| corrupt(id, seq, err))?;
     stored_manifest(id, seq, (codec, name, version), last)
+}
+
+/// A tag row that is not what the schema says: corrupt, reported on the tag's
+/// [`JournalError::Storage`] (it names no stream of its own).
+fn corrupt_tag_row(query: &TagQuery, err: impl std::fmt::Display) -> JournalError {
+    JournalError::storage(
+        None,
+        format!("corrupt journal data: a row of tag `{}`: {err}", query.tag),
+    )
 }

@@ -11,6 +11,9 @@
 //! stream_metadata(persistence_id TEXT PRIMARY KEY, deleted_to INTEGER)
 //! event_buffer(persistence_id TEXT, seq_nr INTEGER, payload BLOB, written_at INTEGER,
 //!              ser_codec INTEGER, ser_manifest TEXT, ser_version INTEGER)
+//! event_tag(ordering INTEGER PRIMARY KEY AUTOINCREMENT, tag TEXT, persistence_id TEXT,
+//!           seq_nr INTEGER, slice INTEGER, written_at INTEGER, buffer_row INTEGER)
+//!   with an index on (tag, ordering)
 //! ```
 //!
 //! `ser_codec`, `ser_manifest` and `ser_version` are the payload's
@@ -19,6 +22,14 @@
 //! `event_buffer` holds the most recent appends in commit order, without an index: the
 //! writer moves them into `event_journal` in bulk (see the writer module), and on open. A
 //! stream's events are those of both tables.
+//!
+//! `event_tag` files an entry under each of its tags, in the transaction that appends it:
+//! `ordering` (never reused: `AUTOINCREMENT`) is the entry's offset in the tag; the single
+//! writer commits in ordering order, so a reader sees a prefix of it. `slice` is
+//! [`slice_of`](crate::journal::slice_of) the stream. An entry appended into `event_buffer`
+//! notes that row's rowid in `buffer_row`, so a reader finds it there by rowid (checking
+//! stream and seq, as the buffer's rowids start again after each fold) until a fold moves it
+//! into `event_journal`. Deletion keeps the tag rows.
 //!
 //! `written_at` is milliseconds since the Unix epoch. A stream's highest seq is its largest
 //! `seq_nr`, or its `deleted_to` if that is larger (when deletion removed the newest events):
@@ -29,10 +40,11 @@
 //! and a write-ahead log, of its own). The file is marked with `PRAGMA application_id` and
 //! `PRAGMA user_version`; a file marked otherwise is refused and left untouched.
 //!
-//! Schema versions: 1 (actix-delivery 0.1) had no manifest columns; opening such a file
-//! migrates it to 2 in one transaction (the three columns are added, rows written before
-//! read as [`Manifest::legacy`](crate::codec::Manifest::legacy): bincode, no name, version 1).
-//! A file of a newer version than this code's is refused, naming both versions.
+//! Schema versions: 1 (actix-delivery 0.1) had no manifest columns; 2 had no `event_tag`.
+//! Opening an older file migrates it to 3 in one transaction (1 to 2: the three columns are
+//! added, rows written before read as [`Manifest::legacy`](crate::codec::Manifest::legacy):
+//! bincode, no name, version 1; 2 to 3: `event_tag` is created, entries written before have
+//! no tags). A file of a newer version than this code's is refused, naming both versions.
 
 use std::fs::{File, OpenOptions, TryLockError};
 use std::path::{Path, PathBuf};
@@ -46,7 +58,7 @@ use crate::journal::JournalError;
 /// `PRAGMA application_id` of a journal file: "adjl" (actix-delivery journal).
 pub(super) const APPLICATION_ID: i32 = 0x6164_6a6c;
 /// `PRAGMA user_version` of the schema this crate writes.
-pub(super) const SCHEMA_VERSION: i32 = 2;
+pub(super) const SCHEMA_VERSION: i32 = 3;
 
 const CREATE: &str = "
     CREATE TABLE event_journal (
@@ -95,9 +107,28 @@ const MIGRATE_1_TO_2: &str = "
     ALTER TABLE event_buffer ADD COLUMN ser_codec INTEGER NOT NULL DEFAULT 1;
     ALTER TABLE event_buffer ADD COLUMN ser_manifest TEXT NOT NULL DEFAULT '';
     ALTER TABLE event_buffer ADD COLUMN ser_version INTEGER NOT NULL DEFAULT 1;
-    PRAGMA user_version = 2;
 ";
 
+/// The tags of schema 3: created with the rest ([`CREATE`]), or by the migration from 2 (what
+/// was written before has none).
+const TAGS: &str = "
+    CREATE TABLE event_tag (
+        ordering INTEGER PRIMARY KEY AUTOINCREMENT,
+        tag TEXT NOT NULL,
+        persistence_id TEXT NOT NULL,
+        seq_nr INTEGER NOT NULL,
+        slice INTEGER NOT NULL,
+        written_at INTEGER NOT NULL,
+        buffer_row INTEGER
+    );
+    CREATE INDEX event_tag_by_tag ON event_tag (tag, ordering);
+";
+
+/// The migrations, in order: `MIGRATIONS[v - 1]` takes schema `v` to `v + 1` (and then
+/// `PRAGMA user_version` is set to `v + 1`).
+const MIGRATIONS: [&str; 2] = [MIGRATE_1_TO_2, TAGS];
+
+/// The tables of every schema version.
 const TABLES: [&str; 4] = [
     "event_journal",
     "snapshot",
@@ -111,8 +142,8 @@ enum Found {
     Empty,
     /// This crate's schema, current version.
     Current,
-    /// This crate's schema, version 1: to be migrated.
-    Version1,
+    /// This crate's schema, an older version: to be migrated.
+    Older(i32),
 }
 
 /// Opens the write connection: takes the lock file, checks (or creates) the schema, then
@@ -160,7 +191,7 @@ pub(super) fn open_writer(
     }
     match found {
         Found::Empty => create(&conn)?,
-        Found::Version1 => migrate(&conn)?,
+        Found::Older(_) => migrate(&conn)?,
         Found::Current => {}
     }
     Ok((conn, lock))
@@ -273,6 +304,7 @@ fn create(conn: &Connection) -> Result<(), JournalError> {
     let result = (|| {
         if let Found::Empty = inspect(conn)? {
             conn.execute_batch(CREATE).map_err(storage_error(None))?;
+            conn.execute_batch(TAGS).map_err(storage_error(None))?;
             conn.pragma_update(None, "application_id", APPLICATION_ID)
                 .map_err(storage_error(None))?;
             conn.pragma_update(None, "user_version", SCHEMA_VERSION)
@@ -286,23 +318,28 @@ fn create(conn: &Connection) -> Result<(), JournalError> {
     result
 }
 
-/// Migrates a schema 1 file to the current schema, in one transaction (all of it or
-/// nothing). The lock file makes this the only writer.
+/// Migrates a file of an older schema to the current one, through every version between, in
+/// one transaction (all of it or nothing). The lock file makes this the only writer.
 fn migrate(conn: &Connection) -> Result<(), JournalError> {
     conn.execute_batch("BEGIN IMMEDIATE")
         .map_err(storage_error(None))?;
+    let mut from = None;
     let result = (|| {
-        if let Found::Version1 = inspect(conn)? {
-            conn.execute_batch(MIGRATE_1_TO_2)
-                .map_err(storage_error(None))?;
+        if let Found::Older(version) = inspect(conn)? {
+            from = Some(version);
+            for (to, migration) in (version + 1..).zip(&MIGRATIONS[(version - 1) as usize..]) {
+                conn.execute_batch(migration).map_err(storage_error(None))?;
+                conn.pragma_update(None, "user_version", to)
+                    .map_err(storage_error(None))?;
+            }
         }
         conn.execute_batch("COMMIT").map_err(storage_error(None))
     })();
     if result.is_err() && !conn.is_autocommit() {
         let _ = conn.execute_batch("ROLLBACK");
     }
-    if result.is_ok() {
-        log::info!("journal migrated from schema version 1 to {SCHEMA_VERSION}");
+    if let (Ok(()), Some(version)) = (&result, from) {
+        log::info!("journal migrated from schema version {version} to {SCHEMA_VERSION}");
     }
     result
 }
@@ -338,8 +375,9 @@ fn inspect(conn: &Connection) -> Result<Found, JournalError> {
         (0, _) => Err(schema(format!(
             "a foreign database ({objects} schema objects, user_version {version}, no application_id)"
         ))),
-        (APPLICATION_ID, version @ (1 | SCHEMA_VERSION)) => {
-            for table in TABLES {
+        (APPLICATION_ID, version @ 1..=SCHEMA_VERSION) => {
+            let tags = (version >= 3).then_some("event_tag");
+            for table in TABLES.into_iter().chain(tags) {
                 let exists = conn
                     .query_row(
                         "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?1",
@@ -354,8 +392,8 @@ fn inspect(conn: &Connection) -> Result<Found, JournalError> {
                     )));
                 }
             }
-            Ok(if version == 1 {
-                Found::Version1
+            Ok(if version < SCHEMA_VERSION {
+                Found::Older(version)
             } else {
                 Found::Current
             })

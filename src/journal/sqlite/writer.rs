@@ -18,6 +18,10 @@
 //! straight to `event_journal`. The writer keeps the highest seq of every stream with events
 //! in the buffer in memory, for the fence and for the readers, which look into the buffer
 //! only for those streams.
+//!
+//! A tagged append also writes one `event_tag` row per tag of each entry, in the same
+//! transaction (see the schema module), and once it is committed the writer says so to the
+//! journal's [`TagSignal`].
 
 use std::collections::HashMap;
 use std::path::Path;
@@ -30,7 +34,9 @@ use tokio::sync::{mpsc, oneshot};
 use crate::journal::sqlite::options::{Counters, SqliteDurability};
 use crate::journal::sqlite::{schema, seq_from_sql, storage_error, SqliteOptions, HIGHEST_SQL};
 use crate::journal::write::{WriteOp, WriteRequest};
-use crate::journal::{check_fence, check_snapshot, JournalError, PersistenceId};
+use crate::journal::{
+    check_fence, check_snapshot, slice_of, JournalError, PersistenceId, TagSignal,
+};
 
 /// Fold the buffer into `event_journal` once it holds this many payload bytes (or
 /// `buffer_events` events).
@@ -58,6 +64,7 @@ struct Statements<'c> {
     delete_buffered: Statement<'c>,
     mark_deleted: Statement<'c>,
     save_snapshot: Statement<'c>,
+    tag: Statement<'c>,
 }
 
 impl<'c> Statements<'c> {
@@ -90,6 +97,10 @@ impl<'c> Statements<'c> {
                      ser_manifest = excluded.ser_manifest, ser_version = excluded.ser_version \
                  WHERE excluded.seq_nr >= snapshot.seq_nr",
             )?,
+            tag: conn.prepare(
+                "INSERT INTO event_tag (tag, persistence_id, seq_nr, slice, written_at, \
+                 buffer_row) VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
+            )?,
         })
     }
 }
@@ -104,6 +115,7 @@ struct Writer<'c> {
     buffered_events: usize,
     buffered_bytes: usize,
     counters: Arc<Counters>,
+    signal: Arc<TagSignal>,
 }
 
 /// The body of the writer thread: opens the connection, folds what a previous run left in
@@ -115,6 +127,7 @@ pub(super) fn run(
     mut requests: mpsc::Receiver<WriteRequest>,
     shared: Buffered,
     counters: Arc<Counters>,
+    signal: Arc<TagSignal>,
     opened: oneshot::Sender<Result<SqliteDurability, JournalError>>,
 ) {
     // `_lock` keeps other processes out for as long as this thread runs.
@@ -140,6 +153,7 @@ pub(super) fn run(
         buffered_events: 0,
         buffered_bytes: 0,
         counters,
+        signal,
     };
     // A crashed run may have left events in the buffer; the fence needs them indexed.
     let leftover = conn.query_row("SELECT EXISTS (SELECT 1 FROM event_buffer)", [], |row| {
@@ -345,10 +359,12 @@ impl Writer<'_> {
                 first_seq,
                 payloads,
                 manifest,
+                tags,
             } => {
                 if let Err(conflict) = check_fence(id, *first_seq, highest) {
                     return Ok(Err(conflict));
                 }
+                let slice = slice_of(id);
                 let buffered = payloads.len() < DIRECT_EVENTS;
                 let insert = if buffered {
                     &mut statements.buffer
@@ -358,7 +374,7 @@ impl Writer<'_> {
                 // check_append bounded every seq by MAX_SEQ, so they fit an i64.
                 let (codec, name, version) =
                     (manifest.codec_id(), manifest.name(), manifest.version());
-                for (seq, payload) in (*first_seq as i64..).zip(payloads) {
+                for (index, (seq, payload)) in (*first_seq as i64..).zip(payloads).enumerate() {
                     insert.execute(params![
                         id.as_str(),
                         seq,
@@ -368,6 +384,20 @@ impl Writer<'_> {
                         name,
                         version
                     ])?;
+                    let Some(entry_tags) = tags.get(index) else {
+                        continue;
+                    };
+                    let buffer_row = buffered.then(|| self.conn.last_insert_rowid());
+                    for tag in entry_tags {
+                        statements.tag.execute(params![
+                            tag.as_str(),
+                            id.as_str(),
+                            seq,
+                            slice,
+                            now,
+                            buffer_row
+                        ])?;
+                    }
                 }
                 let appended = group.entry(id.clone()).or_insert(Appended {
                     highest: 0,
@@ -452,6 +482,13 @@ impl Writer<'_> {
             .extend(buffered.iter().cloned());
         self.buffered.extend(buffered);
         Counters::add(&self.counters.transactions, 1);
+        let tagged = group.iter().zip(&results).any(|(request, result)| {
+            matches!((&request.op, result), (WriteOp::Append { tags, .. }, Ok(())) if !tags.is_empty())
+        });
+        if tagged {
+            // Before any caller hears of the commit: a reader woken now finds the entries.
+            self.signal.notify();
+        }
         for (request, result) in group.into_iter().zip(results) {
             match (&request.op, &result) {
                 (WriteOp::Append { payloads, .. }, Ok(())) => {

@@ -1,0 +1,273 @@
+//! The shell: a task on the current arbiter that carries out what the core asks (load the
+//! offset, read the journal, run the handler, store an offset, wait) and reports back.
+
+use std::any::Any;
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::SystemTime;
+
+use futures_util::future::LocalBoxFuture;
+use futures_util::FutureExt;
+use tokio::sync::watch;
+
+use crate::handler::panic_message;
+use crate::journal::{Journal, Offset, Slices, TagNotifications};
+use crate::persistence::EventSourced;
+use crate::projection::core::{Batch, Core, ProjectionStats, Step};
+use crate::projection::envelope::{EntityEvents, EventDecoder, Item, RawEvents};
+use crate::projection::{
+    HandlerError, HandlerFuture, ProjectionError, ProjectionHandle, ProjectionOptions,
+};
+
+/// Where a projection's offset is kept: its name and slices.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub(crate) struct Key {
+    pub name: String,
+    pub slices: Slices,
+}
+
+impl Key {
+    /// The key of projection `name` over `slices`.
+    pub fn new(name: &str, slices: Slices) -> Self {
+        Self {
+            name: name.to_owned(),
+            slices,
+        }
+    }
+}
+
+/// Why a batch was not handled.
+#[derive(Debug)]
+pub(crate) enum Failure {
+    /// The handler failed (or panicked): counts against the entries (retries, poison).
+    Handler(String),
+    /// The store failed (the transaction, the offset, the connection): the stored offset is
+    /// uncertain, and no fault of the entries.
+    Store(String),
+}
+
+/// A handler's panic, as the failure it counts as.
+pub(crate) fn panicked(panic: Box<dyn Any + Send>) -> Failure {
+    Failure::Handler(format!("the handler panicked: {}", panic_message(&*panic)))
+}
+
+/// Calls an async handler (`call` returns its future): what it returned, or its panic (in the
+/// call or in the future) as a [`Failure`].
+pub(crate) async fn guarded<'a>(
+    call: impl FnOnce() -> HandlerFuture<'a>,
+) -> Result<Result<(), HandlerError>, Failure> {
+    match catch_unwind(AssertUnwindSafe(call)) {
+        Ok(future) => AssertUnwindSafe(future)
+            .catch_unwind()
+            .await
+            .map_err(panicked),
+        Err(panic) => Err(panicked(panic)),
+    }
+}
+
+/// Where batches go: the handler and the offset store of one way of committing.
+pub(crate) trait Sink<Ev>: 'static {
+    /// Whether the offset is stored in the batch's own transaction (exactly once).
+    fn offset_in_transaction(&self) -> bool;
+
+    /// The stored offset ([`Offset::START`] if none).
+    fn load<'a>(&'a mut self, key: &'a Key) -> LocalBoxFuture<'a, Result<Offset, String>>;
+
+    /// Runs the handler on `batch` (exactly once: and stores `batch.to` in its transaction).
+    fn process<'a>(
+        &'a mut self,
+        key: &'a Key,
+        batch: Batch<Ev>,
+    ) -> LocalBoxFuture<'a, Result<(), Failure>>;
+
+    /// Stores `offset` on its own.
+    fn save<'a>(
+        &'a mut self,
+        key: &'a Key,
+        offset: Offset,
+    ) -> LocalBoxFuture<'a, Result<(), String>>;
+}
+
+/// A projection of the entries of one tag, before it is started with a handler and a store:
+/// [`at_least_once`](Projection::at_least_once) (offsets in any [`OffsetStore`](crate::projection::OffsetStore)),
+/// [`exactly_once_sqlite`](Projection::exactly_once_sqlite) or `exactly_once_postgres`
+/// (feature `postgres`). See the [module documentation](crate::projection).
+pub struct Projection<D: EventDecoder> {
+    pub(crate) journal: Arc<dyn Journal>,
+    pub(crate) options: ProjectionOptions,
+    pub(crate) decoder: D,
+}
+
+impl Projection<RawEvents> {
+    /// The projection of entity `E`'s events tagged as `options` says:
+    /// `Projection::of::<Account>(journal, options)`.
+    pub fn of<E: EventSourced>(
+        journal: Arc<dyn Journal>,
+        options: ProjectionOptions,
+    ) -> Projection<EntityEvents<E>> {
+        Projection {
+            journal,
+            options,
+            decoder: EntityEvents::default(),
+        }
+    }
+
+    /// The projection of the tagged entries as stored (payload and manifest).
+    pub fn raw(journal: Arc<dyn Journal>, options: ProjectionOptions) -> Self {
+        Self {
+            journal,
+            options,
+            decoder: RawEvents,
+        }
+    }
+}
+
+impl<D: EventDecoder> Projection<D> {
+    /// Runs the projection with `sink` on the current arbiter.
+    pub(crate) fn start<S: Sink<D::Event>>(self, sink: S) -> ProjectionHandle {
+        let (stop, stopping) = watch::channel(false);
+        let (done, finished) = watch::channel(None);
+        let stats = Arc::new(Mutex::new(ProjectionStats::default()));
+        let handle = ProjectionHandle::new(stats.clone(), stop, finished);
+        actix::spawn(async move {
+            let result = run(self, sink, stats, stopping).await;
+            done.send_replace(Some(result));
+        });
+        handle
+    }
+}
+
+/// The label of a projection's metrics: its name, and its slices unless it has all.
+#[cfg(feature = "metrics")]
+fn label(key: &Key) -> String {
+    if key.slices == Slices::ALL {
+        key.name.clone()
+    } else {
+        format!("{}/{}", key.name, key.slices)
+    }
+}
+
+/// The projection's life: steps until stopped or failed; then stores what at least once has
+/// handled and not stored yet.
+async fn run<D: EventDecoder, S: Sink<D::Event>>(
+    projection: Projection<D>,
+    mut sink: S,
+    stats: Arc<Mutex<ProjectionStats>>,
+    mut stopping: watch::Receiver<bool>,
+) -> Result<(), ProjectionError> {
+    let Projection {
+        journal,
+        options,
+        decoder,
+    } = projection;
+    let key = Key::new(&options.name, options.query.slices);
+    let query = options.query.clone();
+    let mut notifications = options
+        .notifications
+        .then(|| journal.tag_notifications())
+        .flatten();
+    let seed = crate::protocol::envelope::random_u64();
+    let mut core = Core::new(options, sink.offset_in_transaction(), seed);
+    #[cfg(feature = "metrics")]
+    let mut meter = crate::telemetry::metrics::ProjectionMeter::new(&label(&key));
+    #[cfg_attr(not(feature = "metrics"), allow(unused_mut))] // the meter needs it
+    let mut publish = |core: &Core<D::Event>| {
+        *stats.lock().unwrap_or_else(PoisonError::into_inner) = core.stats();
+        #[cfg(feature = "metrics")]
+        meter.publish(&core.stats());
+    };
+    let now = || tokio::time::Instant::now().into_std();
+    let mut ended = Ok(());
+    while !*stopping.borrow() {
+        match core.next_step(now()) {
+            Step::Load => match sink.load(&key).await {
+                Ok(offset) => core.handle_loaded(offset),
+                Err(err) => {
+                    log::warn!(
+                        "projection `{}`: loading its offset failed: {err}",
+                        key.name
+                    );
+                    core.handle_store_failed(now());
+                }
+            },
+            Step::Fetch { after, max } => match journal.events_by_tag(&query, after, max).await {
+                Ok(tagged) => {
+                    let full = tagged.len() >= max;
+                    let items: Vec<Item<D::Event>> = tagged
+                        .into_iter()
+                        .map(|tagged| Item::decode(&decoder, tagged))
+                        .collect();
+                    core.handle_fetched(items, full, now());
+                }
+                Err(err) => {
+                    log::warn!(
+                        "projection `{}`: reading the journal failed: {err}",
+                        key.name
+                    );
+                    core.handle_fetch_failed(now());
+                }
+            },
+            Step::Handle(batch) => match sink.process(&key, batch).await {
+                Ok(()) => core.handle_processed(now(), SystemTime::now()),
+                Err(Failure::Handler(why)) => {
+                    log::warn!("projection `{}`: the handler failed: {why}", key.name);
+                    core.handle_handler_failed(&why, now());
+                }
+                Err(Failure::Store(why)) => {
+                    log::warn!("projection `{}`: the store failed: {why}", key.name);
+                    core.handle_store_failed(now());
+                }
+            },
+            Step::Save(offset) => match sink.save(&key, offset).await {
+                Ok(()) => core.handle_saved(offset),
+                Err(why) => {
+                    log::warn!(
+                        "projection `{}`: storing its offset failed: {why}",
+                        key.name
+                    );
+                    core.handle_store_failed(now());
+                }
+            },
+            Step::Wait(until) => {
+                tokio::select! {
+                    () = tokio::time::sleep_until(until.into()) => {}
+                    () = notified(&mut notifications) => core.handle_notified(),
+                    () = stop_requested(&mut stopping) => {}
+                }
+            }
+            Step::Failed(error) => {
+                ended = Err(error);
+                break;
+            }
+        }
+        publish(&core);
+    }
+    if let Some(offset) = core.offset_to_save_at_stop() {
+        match sink.save(&key, offset).await {
+            Ok(()) => core.handle_saved(offset),
+            Err(why) => log::warn!(
+                "projection `{}`: storing its offset at the end failed (handled events \
+                 after the stored offset will be handled again): {why}",
+                key.name
+            ),
+        }
+    }
+    publish(&core);
+    ended
+}
+
+/// Resolves when a stop is asked for; never once every handle is gone (the projection then
+/// runs on).
+async fn stop_requested(stopping: &mut watch::Receiver<bool>) {
+    if stopping.changed().await.is_err() {
+        std::future::pending::<()>().await;
+    }
+}
+
+/// The next notification, or never without them.
+async fn notified(notifications: &mut Option<TagNotifications>) {
+    match notifications {
+        Some(notifications) => notifications.changed().await,
+        None => std::future::pending().await,
+    }
+}

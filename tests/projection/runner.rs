@@ -1,0 +1,413 @@
+//! The runner over a memory journal, under virtual time: every event once and in order, live;
+//! offsets stored in batches (at least once) and what a crash between them costs; restart
+//! and rebuild; retries, the poison policy, deleted entries; slices; notifications against
+//! polling.
+
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use actix_delivery::codec::Manifest;
+use actix_delivery::journal::{Journal, MemoryJournal, Offset, Slices, Tag};
+use actix_delivery::persistence::PersistentConfig;
+use actix_delivery::projection::{
+    Envelope, MemoryOffsetStore, PoisonPolicy, Projection, ProjectionError, ProjectionHandle,
+};
+
+use crate::bank::{self, wait_until, Account, AccountEvent, Balances};
+
+const MINUTE: Duration = Duration::from_secs(60);
+
+fn memory() -> Arc<dyn Journal> {
+    Arc::new(MemoryJournal::new())
+}
+
+/// Starts the at-least-once projection `name` of the accounts into `balances`.
+fn project(
+    journal: &Arc<dyn Journal>,
+    options: actix_delivery::projection::ProjectionOptionsBuilder,
+    store: &MemoryOffsetStore,
+    balances: &Balances,
+) -> ProjectionHandle {
+    Projection::of::<Account>(journal.clone(), options.build().unwrap())
+        .at_least_once(store.clone(), balances.handler())
+}
+
+#[actix::test]
+async fn every_tagged_event_is_handled_once_in_order_and_the_tag_is_followed_live() {
+    tokio::time::pause();
+    let journal = memory();
+    let accounts = bank::open(&journal, "", 4, &PersistentConfig::default());
+    bank::run(&accounts, 0..40).await;
+    let (store, balances) = (MemoryOffsetStore::new(), Balances::default());
+    let projection = project(
+        &journal,
+        bank::options("balances").batch_size(7),
+        &store,
+        &balances,
+    );
+    wait_until("the first 40", MINUTE, || projection.stats().events == 40).await;
+    bank::run(&accounts, 40..65).await;
+    wait_until("25 more, live", MINUTE, || projection.stats().events == 65).await;
+    assert_eq!(balances.accounts(), bank::fold(&*journal, "", 4).await);
+    bank::assert_each_once_in_order(&balances.handled());
+    let stats = projection.stats();
+    assert_eq!((stats.entries, stats.retries, stats.skipped), (65, 0, 0));
+    assert!(stats.batches >= 10, "batches of at most 7: {stats:?}");
+    projection.stop();
+    projection.stopped().await.unwrap();
+    let stored = store.offset("balances", Slices::ALL).unwrap();
+    assert_eq!(stored, projection.stats().offset, "stored at the stop");
+    assert!(stored > Offset::START);
+}
+
+#[actix::test]
+async fn a_restart_goes_on_from_the_stored_offset_and_a_new_name_rebuilds_the_same_model() {
+    tokio::time::pause();
+    let journal = memory();
+    let accounts = bank::open(&journal, "", 3, &PersistentConfig::default());
+    bank::run(&accounts, 0..30).await;
+    let (store, balances) = (MemoryOffsetStore::new(), Balances::default());
+    let first = project(&journal, bank::options("balances"), &store, &balances);
+    wait_until("30", MINUTE, || first.stats().events == 30).await;
+    first.stop();
+    first.stopped().await.unwrap();
+    bank::run(&accounts, 30..50).await;
+    let second = project(&journal, bank::options("balances"), &store, &balances);
+    wait_until("20 more", MINUTE, || second.stats().events == 20).await;
+    assert_eq!(
+        balances.handled().len(),
+        50,
+        "the restart handled only what was new"
+    );
+    bank::assert_each_once_in_order(&balances.handled());
+
+    let rebuilt = Balances::default();
+    let fresh = project(&journal, bank::options("balances-v2"), &store, &rebuilt);
+    wait_until("all 50 again", MINUTE, || fresh.stats().events == 50).await;
+    assert_eq!(
+        rebuilt.accounts(),
+        balances.accounts(),
+        "from offset 0: the same model"
+    );
+    assert_eq!(rebuilt.handled(), balances.handled(), "in the same order");
+    assert_eq!(rebuilt.accounts(), bank::fold(&*journal, "", 3).await);
+}
+
+#[actix::test]
+async fn at_least_once_stores_offsets_in_batches_and_a_crash_between_them_repeats_events() {
+    tokio::time::pause();
+    let journal = memory();
+    let accounts = bank::open(&journal, "", 2, &PersistentConfig::default());
+    bank::run(&accounts, 0..25).await;
+    let (store, balances) = (MemoryOffsetStore::new(), Balances::default());
+    let options = bank::options("balances")
+        .batch_size(5)
+        .commit_every(10)
+        .commit_interval(Duration::from_secs(3600));
+    // On an arbiter of its own, so that stopping the arbiter ends it without its stop: a crash.
+    let arbiter = actix::Arbiter::new();
+    let (sender, started) = tokio::sync::oneshot::channel();
+    let (journal_, store_, balances_) = (journal.clone(), store.clone(), balances.clone());
+    arbiter.spawn(async move {
+        let handle = project(&journal_, options, &store_, &balances_);
+        let _ = sender.send(handle);
+    });
+    let crashed = started.await.unwrap();
+    wait_until("25", MINUTE, || crashed.stats().events == 25).await;
+    let stored = store.offset("balances", Slices::ALL).unwrap();
+    assert_eq!(crashed.stats().offsets_saved, 2, "after 10 and 20 events");
+    arbiter.stop();
+    assert_eq!(crashed.stopped().await, Err(ProjectionError::Gone));
+    // The next life starts from the offset stored after 20 events: 5 come again.
+    let restarted = project(&journal, bank::options("balances"), &store, &balances);
+    wait_until("the last 5 again", MINUTE, || restarted.stats().events == 5).await;
+    let handled = balances.handled();
+    assert_eq!(handled.len(), 30);
+    assert_eq!(
+        handled[20..25],
+        handled[25..30],
+        "events after the stored offset, again"
+    );
+    restarted.stop();
+    restarted.stopped().await.unwrap();
+    assert!(
+        stored < store.offset("balances", Slices::ALL).unwrap(),
+        "and stored at the stop"
+    );
+}
+
+/// A handler that fails on every event of account 1's seq 3, and counts its calls.
+fn failing_on_account_1_seq_3(
+    balances: &Balances,
+    calls: &Arc<AtomicU32>,
+) -> impl for<'a> FnMut(&'a [Envelope<AccountEvent>]) -> actix_delivery::projection::HandlerFuture<'a>
+{
+    let (balances, calls) = (balances.clone(), calls.clone());
+    move |events| {
+        calls.fetch_add(1, Ordering::Relaxed);
+        let poison = events
+            .iter()
+            .any(|e| e.persistence_id.as_str() == "account-1" && e.seq == 3);
+        if !poison {
+            balances.apply(events);
+        }
+        Box::pin(async move {
+            if poison {
+                return Err("account-1's third event breaks the read model".into());
+            }
+            Ok(())
+        })
+    }
+}
+
+#[actix::test]
+async fn a_failing_entry_is_retried_then_isolated_and_stops_the_projection_naming_it() {
+    tokio::time::pause();
+    let journal = memory();
+    let accounts = bank::open(&journal, "", 2, &PersistentConfig::default());
+    bank::run(&accounts, 0..12).await;
+    let (store, balances, calls) = (
+        MemoryOffsetStore::new(),
+        Balances::default(),
+        Arc::default(),
+    );
+    let options = bank::options("balances").batch_size(100).max_retries(2);
+    let projection = Projection::of::<Account>(journal.clone(), options.build().unwrap())
+        .at_least_once(store.clone(), failing_on_account_1_seq_3(&balances, &calls));
+    let error = projection.stopped().await.unwrap_err();
+    match &error {
+        ProjectionError::Poison {
+            projection: name,
+            persistence_id,
+            seq,
+            reason,
+            ..
+        } => {
+            assert_eq!(
+                (name.as_str(), persistence_id.as_str(), *seq),
+                ("balances", "account-1", 3)
+            );
+            assert!(
+                reason.contains("failed 3 times") && reason.contains("breaks"),
+                "{reason}"
+            );
+        }
+        other => panic!("{other:?}"),
+    }
+    // The whole batch 3 times, then alone: entries before it (0:1 .. 0:5) once each, then
+    // the poison entry 3 times.
+    let stats = projection.stats();
+    assert_eq!(calls.load(Ordering::Relaxed), 3 + 5 + 3);
+    assert_eq!((stats.retries, stats.events, stats.skipped), (5, 5, 0));
+    assert_eq!(
+        balances.handled().len(),
+        5,
+        "everything before the poison entry, once"
+    );
+    assert_eq!(
+        store.offset("balances", Slices::ALL),
+        Some(stats.offset),
+        "stored before it"
+    );
+}
+
+#[actix::test]
+async fn with_skip_a_failing_entry_is_counted_and_everything_else_handled() {
+    tokio::time::pause();
+    let journal = memory();
+    let accounts = bank::open(&journal, "", 2, &PersistentConfig::default());
+    bank::run(&accounts, 0..12).await;
+    let (store, balances, calls) = (
+        MemoryOffsetStore::new(),
+        Balances::default(),
+        Arc::default(),
+    );
+    let options = bank::options("balances")
+        .max_retries(1)
+        .poison(PoisonPolicy::Skip);
+    let projection = Projection::of::<Account>(journal.clone(), options.build().unwrap())
+        .at_least_once(store, failing_on_account_1_seq_3(&balances, &calls));
+    wait_until("past the poison entry", MINUTE, || {
+        projection.stats().entries == 12
+    })
+    .await;
+    let stats = projection.stats();
+    assert_eq!((stats.events, stats.skipped), (11, 1));
+    let handled = balances.handled();
+    assert!(!handled
+        .iter()
+        .any(|(id, seq, _)| id == "account-1" && *seq == 3));
+    bank::assert_each_once_in_order(&handled);
+}
+
+#[actix::test]
+async fn a_panicking_handler_is_a_failure_like_any_other() {
+    tokio::time::pause();
+    let journal = memory();
+    let accounts = bank::open(&journal, "", 1, &PersistentConfig::default());
+    bank::run(&accounts, 0..3).await;
+    let (balances, calls) = (Balances::default(), Arc::new(AtomicU32::new(0)));
+    let projection =
+        Projection::of::<Account>(journal.clone(), bank::options("p").build().unwrap())
+            .at_least_once(MemoryOffsetStore::new(), {
+                let (balances, calls) = (balances.clone(), calls.clone());
+                move |events| {
+                    if calls.fetch_add(1, Ordering::Relaxed) < 2 {
+                        panic!("a bug in the handler");
+                    }
+                    balances.apply(events);
+                    Box::pin(async { Ok(()) })
+                }
+            });
+    wait_until("handled after two panics", MINUTE, || {
+        projection.stats().events == 3
+    })
+    .await;
+    assert_eq!(projection.stats().retries, 2);
+    assert_eq!(balances.accounts(), bank::fold(&*journal, "", 1).await);
+}
+
+#[actix::test]
+async fn entries_deleted_before_the_projection_read_them_stop_it_or_are_skipped_never_silently() {
+    tokio::time::pause();
+    let journal = memory();
+    let config = PersistentConfig {
+        snapshot_every: Some(4),
+        delete_events_on_snapshot: true,
+        ..PersistentConfig::default()
+    };
+    let accounts = bank::open(&journal, "", 1, &config);
+    bank::run(&accounts, 0..10).await;
+    tokio::time::sleep(Duration::from_millis(100)).await; // the snapshot's deletion
+    let deleted = journal
+        .replay(&bank::account_id("", 0), 1, u64::MAX, 100)
+        .await
+        .unwrap()
+        .first()
+        .map_or(0, |first| first.seq - 1);
+    assert!(
+        deleted >= 4,
+        "the entity deleted what its snapshot covers: {deleted}"
+    );
+
+    let stopping = project(
+        &journal,
+        bank::options("strict"),
+        &MemoryOffsetStore::new(),
+        &Balances::default(),
+    );
+    match stopping.stopped().await {
+        Err(ProjectionError::Poison { seq: 1, reason, .. }) => {
+            assert!(reason.contains("deleted"), "{reason}")
+        }
+        other => panic!("{other:?}"),
+    }
+    let balances = Balances::default();
+    let skipping = project(
+        &journal,
+        bank::options("lenient").poison(PoisonPolicy::Skip),
+        &MemoryOffsetStore::new(),
+        &balances,
+    );
+    wait_until("all entries", MINUTE, || skipping.stats().entries == 10).await;
+    assert_eq!(skipping.stats().skipped, deleted);
+    assert_eq!(balances.handled().len() as u64, 10 - deleted);
+}
+
+#[actix::test]
+async fn instances_of_split_slices_handle_every_event_once_between_them() {
+    tokio::time::pause();
+    let journal = memory();
+    let accounts = bank::open(&journal, "", 12, &PersistentConfig::default());
+    bank::run(&accounts, 0..60).await;
+    let balances = Balances::default();
+    let instances: Vec<ProjectionHandle> = (0..3)
+        .map(|part| {
+            let options = bank::options("balances").slices(Slices::split(3, part).unwrap());
+            project(&journal, options, &MemoryOffsetStore::new(), &balances)
+        })
+        .collect();
+    wait_until("60 between them", MINUTE, || {
+        instances.iter().map(|p| p.stats().events).sum::<u64>() == 60
+    })
+    .await;
+    assert!(
+        instances.iter().all(|p| p.stats().events > 0),
+        "each has some accounts"
+    );
+    bank::assert_each_once_in_order(&balances.handled());
+    assert_eq!(balances.accounts(), bank::fold(&*journal, "", 12).await);
+}
+
+#[actix::test]
+async fn a_notification_wakes_an_idle_projection_polling_waits_for_its_next_poll() {
+    tokio::time::pause();
+    for notifications in [true, false] {
+        let journal = memory();
+        let accounts = bank::open(&journal, "", 1, &PersistentConfig::default());
+        let options = bank::options("balances")
+            .notifications(notifications)
+            .poll_interval(Duration::from_secs(10))
+            .max_poll_interval(Duration::from_secs(10));
+        let balances = Balances::default();
+        let projection = project(&journal, options, &MemoryOffsetStore::new(), &balances);
+        let mut waits = Vec::new();
+        for k in 0..5 {
+            tokio::time::sleep(Duration::from_millis(12_345)).await; // idle between events
+            let start = tokio::time::Instant::now();
+            bank::run(&accounts, k..k + 1).await;
+            wait_until("the event", MINUTE, || projection.stats().events == k + 1).await;
+            waits.push(start.elapsed());
+        }
+        if notifications {
+            assert!(
+                waits.iter().all(|w| *w < Duration::from_millis(50)),
+                "woken: {waits:?}"
+            );
+        } else {
+            // The next poll comes within the longest interval, hardly ever at once.
+            assert!(
+                waits.iter().all(|w| *w <= Duration::from_secs(10)),
+                "{waits:?}"
+            );
+            assert!(
+                waits.iter().any(|w| *w > Duration::from_millis(100)),
+                "{waits:?}"
+            );
+        }
+    }
+}
+
+#[actix::test]
+async fn a_raw_projection_gets_entries_as_stored() {
+    tokio::time::pause();
+    let journal = memory();
+    let tag = Tag::from_static("raw");
+    let id = bank::account_id("raw-", 0);
+    journal
+        .append_tagged(
+            &id,
+            1,
+            vec![b"a".to_vec(), b"b".to_vec()],
+            Manifest::raw(),
+            vec![vec![tag.clone()]; 2],
+        )
+        .await
+        .unwrap();
+    let seen = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let options = actix_delivery::projection::ProjectionOptions::builder("raw", tag)
+        .build()
+        .unwrap();
+    let projection = Projection::raw(journal, options).at_least_once(MemoryOffsetStore::new(), {
+        let seen = seen.clone();
+        move |events| {
+            seen.lock()
+                .unwrap()
+                .extend(events.iter().map(|e| e.event.payload.clone()));
+            Box::pin(async { Ok(()) })
+        }
+    });
+    wait_until("two entries", MINUTE, || projection.stats().events == 2).await;
+    assert_eq!(*seen.lock().unwrap(), [b"a".to_vec(), b"b".to_vec()]);
+}

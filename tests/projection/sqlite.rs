@@ -1,0 +1,218 @@
+//! Exactly once into a SQLite read model, in process: rows and offset commit together, a
+//! failed batch leaves nothing, a restart goes on, offset 0 rebuilds the same model; and a
+//! SQLite file as the offset store of an at-least-once projection.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use actix_delivery::journal::{Journal, Slices, SqliteJournal};
+use actix_delivery::persistence::PersistentConfig;
+use actix_delivery::projection::{
+    Envelope, HandlerError, OffsetStore, Projection, ProjectionHandle, SqliteReadModel,
+};
+use rusqlite::Transaction;
+
+use crate::bank::{self, wait_until, Account, AccountEvent, Balances};
+
+const WITHIN: Duration = Duration::from_secs(30);
+
+/// The read model's tables: balances, and every event applied (no key: a repeat would show).
+pub const TABLES: &str = "
+    CREATE TABLE IF NOT EXISTS balances (
+        account TEXT PRIMARY KEY, balance INTEGER NOT NULL, events INTEGER NOT NULL);
+    CREATE TABLE IF NOT EXISTS applied (
+        account TEXT NOT NULL, seq INTEGER NOT NULL, event TEXT NOT NULL);";
+
+/// Applies `events` in `transaction`: the handler of the tests' SQLite read models.
+pub fn apply(
+    transaction: &Transaction<'_>,
+    events: &[Envelope<AccountEvent>],
+) -> Result<(), HandlerError> {
+    for envelope in events {
+        let delta = match envelope.event {
+            AccountEvent::Deposited(n) => n,
+            AccountEvent::Withdrew(n) => -n,
+        };
+        let account = envelope.persistence_id.as_str();
+        transaction.execute(
+            "INSERT INTO balances (account, balance, events) VALUES (?1, ?2, 1) \
+             ON CONFLICT (account) DO UPDATE SET balance = balance + ?2, events = events + 1",
+            rusqlite::params![account, delta],
+        )?;
+        transaction.execute(
+            "INSERT INTO applied (account, seq, event) VALUES (?1, ?2, ?3)",
+            rusqlite::params![
+                account,
+                envelope.seq as i64,
+                format!("{:?}", envelope.event)
+            ],
+        )?;
+    }
+    Ok(())
+}
+
+/// A read model's balances, and its applied events (account, seq, event) in order.
+pub type Rows = (BTreeMap<String, Account>, Vec<(String, u64, String)>);
+
+/// The read model's balances and applied events, read by a connection of its own.
+pub fn read(path: &Path) -> Rows {
+    let connection = rusqlite::Connection::open(path).unwrap();
+    let mut balances = BTreeMap::new();
+    let mut statement = connection
+        .prepare("SELECT account, balance, events FROM balances")
+        .unwrap();
+    let rows = statement
+        .query_map([], |row| {
+            Ok((row.get::<_, String>(0)?, row.get(1)?, row.get(2)?))
+        })
+        .unwrap();
+    for row in rows {
+        let (account, balance, events) = row.unwrap();
+        balances.insert(account, Account { balance, events });
+    }
+    let mut statement = connection
+        .prepare("SELECT account, seq, event FROM applied ORDER BY rowid")
+        .unwrap();
+    let applied = statement
+        .query_map([], |row| {
+            Ok((row.get(0)?, row.get::<_, i64>(1)? as u64, row.get(2)?))
+        })
+        .unwrap()
+        .map(Result::unwrap)
+        .collect();
+    (balances, applied)
+}
+
+/// Asserts each (account, seq) in `applied` once, each account's in seq order (`context` in
+/// the message).
+pub fn assert_applied_once(applied: &[(String, u64, String)], context: &str) {
+    let mut last: BTreeMap<&str, u64> = BTreeMap::new();
+    for (account, seq, _) in applied {
+        let previous = last.insert(account, *seq).unwrap_or(0);
+        assert!(
+            *seq > previous,
+            "{context}: {account}: seq {seq} after {previous}: twice or out of order"
+        );
+    }
+}
+
+async fn model(path: &Path) -> SqliteReadModel {
+    let mut model = SqliteReadModel::open(path).await.unwrap();
+    model.execute_batch(TABLES).await.unwrap();
+    model
+}
+
+fn project(
+    journal: &Arc<dyn Journal>,
+    name: &str,
+    model: SqliteReadModel,
+    handler: impl FnMut(&Transaction<'_>, &[Envelope<AccountEvent>]) -> Result<(), HandlerError>
+        + Send
+        + 'static,
+) -> ProjectionHandle {
+    let options = bank::options(name).batch_size(8).build().unwrap();
+    Projection::of::<Account>(journal.clone(), options).exactly_once_sqlite(model, handler)
+}
+
+async fn journal(dir: &Path) -> Arc<dyn Journal> {
+    Arc::new(SqliteJournal::open(dir.join("journal.db")).await.unwrap())
+}
+
+#[actix::test]
+async fn rows_and_offset_commit_together_and_a_failed_batch_leaves_nothing_behind() {
+    let dir = tempfile::tempdir().unwrap();
+    let journal = journal(dir.path()).await;
+    let accounts = bank::open(&journal, "", 3, &PersistentConfig::default());
+    bank::run(&accounts, 0..40).await;
+    let path = dir.path().join("model.db");
+    let calls = Arc::new(AtomicU32::new(0));
+    let handler = {
+        let calls = calls.clone();
+        move |transaction: &Transaction<'_>, events: &[Envelope<AccountEvent>]| {
+            apply(transaction, events)?;
+            // Every other call fails after writing its rows: they must be rolled back.
+            if calls.fetch_add(1, Ordering::Relaxed).is_multiple_of(2) {
+                return Err("after the rows, before the commit".into());
+            }
+            Ok(())
+        }
+    };
+    let projection = project(&journal, "balances", model(&path).await, handler);
+    wait_until("40", WITHIN, || projection.stats().events == 40).await;
+    let stats = projection.stats();
+    assert!(stats.retries >= 5, "every batch failed once: {stats:?}");
+    let (balances, applied) = read(&path);
+    assert_eq!(
+        applied.len(),
+        40,
+        "each event once, none of a failed attempt"
+    );
+    assert_applied_once(&applied, "in process");
+    assert_eq!(balances, bank::fold(&*journal, "", 3).await);
+    projection.stop();
+    projection.stopped().await.unwrap();
+    let mut reopened = SqliteReadModel::open(&path).await.unwrap();
+    let stored = reopened.load("balances", Slices::ALL).await.unwrap();
+    assert_eq!(
+        stored, stats.offset,
+        "the offset of the last committed batch"
+    );
+}
+
+#[actix::test]
+async fn a_restart_goes_on_and_a_rebuild_from_offset_zero_gives_the_same_read_model() {
+    let dir = tempfile::tempdir().unwrap();
+    let journal = journal(dir.path()).await;
+    let accounts = bank::open(&journal, "", 4, &PersistentConfig::default());
+    bank::run(&accounts, 0..30).await;
+    let path = dir.path().join("model.db");
+    let first = project(&journal, "balances", model(&path).await, apply);
+    wait_until("30", WITHIN, || first.stats().events == 30).await;
+    first.stop();
+    first.stopped().await.unwrap();
+    bank::run(&accounts, 30..50).await;
+    let second = project(&journal, "balances", model(&path).await, apply);
+    wait_until("20 more", WITHIN, || second.stats().events == 20).await;
+    second.stop();
+    second.stopped().await.unwrap();
+    let (balances, applied) = read(&path);
+    assert_eq!(applied.len(), 50);
+    assert_applied_once(&applied, "in process");
+    assert_eq!(balances, bank::fold(&*journal, "", 4).await);
+
+    let rebuilt_path = dir.path().join("rebuilt.db");
+    let rebuilt = project(&journal, "balances-v2", model(&rebuilt_path).await, apply);
+    wait_until("50 from offset 0", WITHIN, || rebuilt.stats().events == 50).await;
+    assert_eq!(
+        read(&rebuilt_path),
+        (balances, applied),
+        "the same rows, in the same order"
+    );
+}
+
+#[actix::test]
+async fn a_sqlite_file_keeps_the_offset_of_an_at_least_once_projection() {
+    let dir = tempfile::tempdir().unwrap();
+    let journal = journal(dir.path()).await;
+    let accounts = bank::open(&journal, "", 2, &PersistentConfig::default());
+    bank::run(&accounts, 0..10).await;
+    let path = dir.path().join("offsets.db");
+    let balances = Balances::default();
+    let options = bank::options("search-index").build().unwrap();
+    let projection = Projection::of::<Account>(journal.clone(), options).at_least_once(
+        SqliteReadModel::open(&path).await.unwrap(),
+        balances.handler(),
+    );
+    wait_until("10", WITHIN, || projection.stats().events == 10).await;
+    projection.stop();
+    projection.stopped().await.unwrap();
+    let mut store = SqliteReadModel::open(&path).await.unwrap();
+    assert_eq!(
+        store.load("search-index", Slices::ALL).await.unwrap(),
+        projection.stats().offset
+    );
+    assert!(projection.stats().offset > actix_delivery::journal::Offset::START);
+}

@@ -263,7 +263,7 @@ impl<E: EventSourced> PersistentHandle<E> {
     /// Queues `execute` in the actor's mailbox now, whatever its capacity (so commands asked
     /// together share appends however late they are awaited); the future keeps the actor
     /// running until the answer arrives.
-    fn queue(
+    pub(crate) fn queue(
         &self,
         execute: Execute<E>,
     ) -> impl Future<Output = Result<Outcome<E::Reply>, CommandError<E::Rejection>>> + 'static {

@@ -427,6 +427,7 @@ pub mod persistence;
 mod producer;
 pub mod protocol;
 pub mod remote;
+pub mod sharding;
 mod stop_signal;
 #[cfg(any(feature = "metrics", feature = "tracing"))]
 #[cfg_attr(docsrs, doc(cfg(any(feature = "metrics", feature = "tracing"))))]

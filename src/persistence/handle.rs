@@ -367,7 +367,7 @@ impl<E: EventSourced> std::fmt::Debug for PersistentHandle<E> {
 }
 
 /// Schema versions start at 1 (0 would make every stored entry "newer").
-fn check_versions<E: EventSourced>() -> Result<(), OptionsError> {
+pub(crate) fn check_versions<E: EventSourced>() -> Result<(), OptionsError> {
     for (field, version) in [
         ("EVENT_VERSION", E::EVENT_VERSION),
         ("STATE_VERSION", E::STATE_VERSION),

@@ -1,0 +1,28 @@
+//! What a sharded producer sends to an entity host: the body, the entity it is for, and its
+//! stable identity at the producer.
+
+use serde::{Deserialize, Serialize};
+
+use crate::protocol::envelope::DeliveryInfo;
+use crate::sharding::entity_id::EntityId;
+
+/// A message for one entity, as a sharded producer sends it through the entity's stream and
+/// an [`EntityHost`](crate::sharding::EntityHost)'s consumer receives it.
+///
+/// `origin` is the message's id at the sharded producer (the producer's id and incarnation,
+/// the message's seq there and the producer's window start): it stays the same when the
+/// message is sent again through a new stream, and, for a durable sharded producer, across
+/// the producer's restarts, so the entity records it as the processed mark. `previous` is the
+/// seq (at the same producer) of the message sent to the same entity before it, 0 for none:
+/// with `must_follow` the entity processes the message only after that one.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct EntityEnvelope<M> {
+    /// The entity the message is for.
+    pub entity_id: EntityId,
+    /// The message's stable id at its producer.
+    pub origin: DeliveryInfo,
+    /// The producer's previous message to the same entity (its seq), 0 for none.
+    pub previous: u64,
+    /// The message.
+    pub body: M,
+}

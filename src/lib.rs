@@ -427,6 +427,7 @@ pub mod persistence;
 mod producer;
 pub mod protocol;
 pub mod remote;
+mod settlements;
 pub mod sharding;
 mod stop_signal;
 #[cfg(any(feature = "metrics", feature = "tracing"))]

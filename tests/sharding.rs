@@ -278,3 +278,274 @@ async fn passivation_under_load_loses_no_command_and_applies_each_once() {
     );
     assert!(stats.activations > ENTITIES, "{stats:?}");
 }
+
+// --- the sharded producer ---------------------------------------------------------------
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Mutex;
+
+use actix_delivery::durable::DurableOptions;
+use actix_delivery::persistence::{Decision, EventSourced};
+use actix_delivery::sharding::{
+    EntityEnvelope, ShardId, ShardedProducerHandle, ShardedProducerOptions,
+};
+use actix_delivery::{ConsumerRef, Delivery, ProducerConfig, ReliableDelivery, TellError};
+use common::{confirm_into, settle_for, Confirmations};
+use serde::{Deserialize, Serialize};
+
+/// The bodies an entity applied, in the order it applied them.
+#[derive(Debug, Default, Serialize, Deserialize)]
+struct Sequence(Vec<u64>);
+
+#[derive(Serialize, Deserialize)]
+struct Appended(u64);
+
+impl EventSourced for Sequence {
+    type Command = u64;
+    type Event = Appended;
+    type Reply = ();
+    type Rejection = String;
+
+    fn decide(&self, &body: &u64) -> Result<Decision<Self>, String> {
+        Ok(Decision::persist([Appended(body)], ()))
+    }
+
+    fn apply(&mut self, Appended(body): &Appended) {
+        self.0.push(*body);
+    }
+}
+
+fn sequences(journal: Arc<dyn Journal>, persistent: PersistentConfig) -> EntityHost<Sequence> {
+    let options = EntityHostOptions::builder("seq")
+        .shards(8)
+        .persistent(persistent)
+        .build()
+        .unwrap();
+    EntityHost::start(journal, options).unwrap()
+}
+
+async fn applied(journal: &dyn Journal, entity: &EntityId) -> Vec<u64> {
+    let id = PersistenceId::new(format!("seq|{entity}")).unwrap();
+    recover_state::<Sequence>(journal, &id).await.unwrap().0
+}
+
+fn fast_streams() -> ProducerConfig {
+    ProducerConfig {
+        resend_timeout: Duration::from_millis(100),
+        ..ProducerConfig::default()
+    }
+}
+
+#[actix::test]
+async fn a_sharded_producer_opens_a_stream_per_entity_and_closes_it_once_unused() {
+    tokio::time::pause();
+    let journal: Arc<dyn Journal> = Arc::new(MemoryJournal::new());
+    let host = sequences(journal.clone(), PersistentConfig::default());
+    let consumer = host.consumer(|body: u64| body);
+    let options = ShardedProducerOptions::builder(&consumer)
+        .shards(8)
+        .cleanup_unused_after(Duration::from_secs(60))
+        .build()
+        .unwrap();
+    let producer = ReliableDelivery::sharded_producer(options);
+    for body in 0..30 {
+        producer.send(id(body % 3), body).await.unwrap();
+    }
+    let stats = producer.lane_stats().await.unwrap();
+    assert_eq!((stats.lanes, stats.opened, stats.settled), (3, 3, 30));
+    settle_for(61_000).await;
+    let stats = producer.lane_stats().await.unwrap();
+    assert_eq!((stats.lanes, stats.closed), (0, 3), "unused for 60 s");
+    producer.send(id(0), 30).await.unwrap();
+    assert_eq!(
+        producer.lane_stats().await.unwrap().opened,
+        4,
+        "opened again"
+    );
+    let expected: Vec<u64> = (0..=30).step_by(3).collect();
+    assert_eq!(applied(&*journal, &id(0)).await, expected);
+}
+
+/// Entities of `shard` among 8 shards.
+fn entities_of(shard: u32, count: usize) -> Vec<EntityId> {
+    (0..)
+        .map(id)
+        .filter(|e| e.shard(8) == ShardId(shard))
+        .take(count)
+        .collect()
+}
+
+#[actix::test]
+async fn an_entity_without_demand_holds_only_its_own_room_and_the_others_go_on() {
+    tokio::time::pause();
+    let journal: Arc<dyn Journal> = Arc::new(MemoryJournal::new());
+    let host = sequences(journal.clone(), PersistentConfig::default());
+    let consumer = host.consumer(|body: u64| body);
+    // Shard 0 is unreachable (its deliveries vanish); the others reach the host.
+    let options = ShardedProducerOptions::per_shard(move |shard| match shard {
+        ShardId(0) => ConsumerRef::from_fn(|_| {}),
+        _ => consumer.consumer_ref(),
+    })
+    .shards(8)
+    .max_pending_per_entity(5)
+    .entity_stream(fast_streams())
+    .build()
+    .unwrap();
+    let producer = ReliableDelivery::sharded_producer(options);
+    let stuck = entities_of(0, 1).remove(0);
+    let others = entities_of(1, 4);
+    let confirmed = Confirmations::default();
+    for body in 0..5 {
+        producer
+            .tell(stuck.clone(), body, confirm_into(&confirmed, body))
+            .unwrap();
+    }
+    let refused = producer.tell(stuck.clone(), 5, confirm_into(&confirmed, 5));
+    assert!(
+        matches!(refused, Err(TellError::QueueFull(5))),
+        "{refused:?}"
+    );
+    for body in 100..200 {
+        let entity = others[body as usize % 4].clone();
+        producer.send(entity, body).await.unwrap();
+    }
+    let confirmations = confirmed.snapshot();
+    assert_eq!(
+        confirmations,
+        [(5, Err(actix_delivery::DeliveryError::QueueFull))],
+        "only the refusal: the stuck entity's five are still retransmitted"
+    );
+    let stats = producer.producer().stats().await.unwrap();
+    assert_eq!(stats.in_flight, 5, "the stuck entity holds 5 of the window");
+    assert!(applied(&*journal, &stuck).await.is_empty());
+}
+
+/// A link that loses deliveries at random (seeded), counting what it dropped.
+fn lossy<T: Send + 'static>(
+    target: ConsumerRef<T>,
+    seed: u64,
+    dropped: Arc<AtomicU64>,
+) -> ConsumerRef<T> {
+    let rng = Mutex::new(SmallRng::seed_from_u64(seed));
+    ConsumerRef::from_fn(move |deliveries: Vec<Delivery<T>>| {
+        let kept: Vec<_> = deliveries
+            .into_iter()
+            .filter(|_| {
+                let keep = rng.lock().unwrap().random_bool(0.7);
+                if !keep {
+                    dropped.fetch_add(1, Ordering::Relaxed);
+                }
+                keep
+            })
+            .collect();
+        target.do_send_all(kept.into_iter());
+    })
+}
+
+/// Sends 300 bodies in order to 10 entities over a lossy link; each entity's applied order.
+async fn over_a_lossy_link(must_follow: bool) -> (BTreeMap<EntityId, Vec<u64>>, u64) {
+    let journal: Arc<dyn Journal> = Arc::new(MemoryJournal::new());
+    let persistent = PersistentConfig {
+        must_follow,
+        ..PersistentConfig::default()
+    };
+    let host = sequences(journal.clone(), persistent);
+    let consumer = host.consumer(|body: u64| body);
+    let dropped = Arc::new(AtomicU64::new(0));
+    let link = lossy(consumer.consumer_ref(), 7, dropped.clone());
+    let options = ShardedProducerOptions::builder(link)
+        .shards(8)
+        .entity_stream(fast_streams())
+        .build()
+        .unwrap();
+    let producer = ReliableDelivery::sharded_producer(options);
+    for body in 0..300 {
+        producer.tell(id(body % 10), body, |_| {}).unwrap();
+    }
+    producer.idle().await;
+    let mut orders = BTreeMap::new();
+    for n in 0..10 {
+        orders.insert(id(n), applied(&*journal, &id(n)).await);
+    }
+    (orders, dropped.load(Ordering::Relaxed))
+}
+
+#[actix::test]
+async fn with_must_follow_each_entity_applies_a_producers_messages_in_order_despite_loss() {
+    tokio::time::pause();
+    let (orders, dropped) = over_a_lossy_link(true).await;
+    assert!(dropped > 30, "the link lost {dropped}");
+    for (entity, order) in &orders {
+        let n: u64 = entity.as_str()[1..].parse().unwrap();
+        let sent: Vec<u64> = (0..300).filter(|b| b % 10 == n).collect();
+        assert_eq!(order, &sent, "{entity}: each once, in the order sent");
+    }
+    // The same without must-follow: retransmissions overtake (so the check above bites).
+    let (orders, _) = over_a_lossy_link(false).await;
+    let reordered = orders
+        .values()
+        .filter(|order| order.windows(2).any(|w| w[0] > w[1]))
+        .count();
+    assert!(
+        reordered > 0,
+        "no entity saw a reordering without must-follow"
+    );
+}
+
+#[actix::test]
+async fn a_restarted_durable_sharded_producer_resends_and_each_entity_applies_once() {
+    tokio::time::pause();
+    let journal: Arc<dyn Journal> = Arc::new(MemoryJournal::new());
+    let host = sequences(journal.clone(), PersistentConfig::default());
+    let consumer = host.consumer(|body: u64| body);
+    let producer_journal = MemoryJournal::new();
+    let stream = PersistenceId::new("orders-out").unwrap();
+    let sink = common::Sink(common::Log::default());
+    let resumed = sink.0.clone();
+    let sink = actix::Actor::start(sink).recipient();
+    let start = |target: ConsumerRef<EntityEnvelope<u64>>| -> ShardedProducerHandle<u64> {
+        let options = ShardedProducerOptions::builder(target)
+            .shards(8)
+            .entity_stream(fast_streams())
+            .build()
+            .unwrap();
+        let durable =
+            DurableOptions::new(Arc::new(producer_journal.clone()), stream.clone(), "orders")
+                .confirmations(sink.clone());
+        ReliableDelivery::durable_sharded_producer(options, durable).unwrap()
+    };
+    // First life: the entities apply every message, but no ACK comes back.
+    let target = consumer.consumer_ref();
+    let deaf = ConsumerRef::from_fn(move |deliveries: Vec<Delivery<EntityEnvelope<u64>>>| {
+        let lost_acks = deliveries.into_iter().map(|mut d| {
+            d.reply_to = Some(actix_delivery::ReplyTo::from_fn(|_| {}));
+            d
+        });
+        target.do_send_all(lost_acks);
+    });
+    let first = start(deaf);
+    for body in 0..20 {
+        first.store(id(body % 4), body).await.unwrap();
+    }
+    settle_for(1_000).await;
+    for n in 0..4 {
+        assert_eq!(
+            applied(&*journal, &id(n)).await.len(),
+            5,
+            "applied, not confirmed"
+        );
+    }
+    first.stop();
+    first.stopped().await;
+    // Second life: resends the 20 stored messages under their ids; the entities know them.
+    let second = start(consumer.consumer_ref());
+    second.idle().await;
+    settle_for(100).await;
+    assert_eq!(resumed.len(), 20, "every stored message confirmed once");
+    for n in 0..4 {
+        let sent: Vec<u64> = (0..20).filter(|b| b % 4 == n).collect();
+        assert_eq!(applied(&*journal, &id(n)).await, sent, "each applied once");
+    }
+    let refused = second.send(id(0), 99).await;
+    assert!(refused.is_ok());
+}

@@ -26,3 +26,13 @@ pub struct EntityEnvelope<M> {
     /// The message.
     pub body: M,
 }
+
+/// A message for one entity, as a sharded producer's own stream holds it (and a durable one
+/// stores it): the entity id is its qualifier.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct EntityMessage<M> {
+    /// The entity the message is for.
+    pub entity_id: EntityId,
+    /// The message.
+    pub body: M,
+}

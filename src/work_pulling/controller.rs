@@ -1,7 +1,7 @@
 //! The pool actor: takes the jobs of its producer, one reliable stream per worker, routes by
 //! the pure [`WorkPool`], and ACKs a job to its producer once a worker confirmed it.
 
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::Arc;
 use std::task::Poll;
 
 use actix::prelude::*;
@@ -16,6 +16,7 @@ use crate::options::ProducerOptions;
 use crate::producer::ProducerHandle;
 use crate::protocol::envelope::{Ack, DeliveryInfo, ProducerId};
 use crate::protocol::intake::{Intake, Taken};
+use crate::settlements::{Settlements, TakeSettlements};
 use crate::work_pulling::pool::{JobKey, PoolStats, Settled, WorkPool, WorkerKey};
 use crate::work_pulling::registry::WorkersChanged;
 use crate::work_pulling::{Job, WorkerRegistry};
@@ -41,32 +42,6 @@ struct JobSettled {
     result: Result<(), DeliveryError>,
 }
 
-/// Where the worker streams' confirmations collect until the pool takes them, so that a
-/// stream's flush of many confirmations costs the pool one message.
-#[derive(Default)]
-struct Settlements(Mutex<Vec<JobSettled>>);
-
-impl Settlements {
-    /// Adds one; `true` if the pool must be woken (the queue was empty).
-    fn push(&self, settled: JobSettled) -> bool {
-        let mut queue = self.0.lock().unwrap_or_else(PoisonError::into_inner);
-        queue.push(settled);
-        queue.len() == 1
-    }
-
-    fn take(&self, into: &mut Vec<JobSettled>) {
-        let mut queue = self.0.lock().unwrap_or_else(PoisonError::into_inner);
-        std::mem::swap(&mut *queue, into);
-    }
-}
-
-/// Wakes the pool: confirmations are waiting in its [`Settlements`].
-struct TakeSettlements;
-
-impl Message for TakeSettlements {
-    type Result = ();
-}
-
 /// Asks the pool for its counters.
 pub(crate) struct GetPoolStats;
 
@@ -87,7 +62,7 @@ pub(crate) struct WorkPullingController<T: Clone + Send + 'static> {
     /// nothing, one of a job confirmed already is ACKed again).
     intake: Intake<JobKey>,
     /// The worker streams' confirmations, and the buffer they are taken into.
-    settlements: Arc<Settlements>,
+    settlements: Arc<Settlements<JobSettled>>,
     taken: Vec<JobSettled>,
     workers: HashMap<WorkerKey, Worker<T>>,
     by_name: HashMap<Arc<str>, WorkerKey>,

@@ -549,3 +549,253 @@ async fn a_restarted_durable_sharded_producer_resends_and_each_entity_applies_on
     let refused = second.send(id(0), 99).await;
     assert!(refused.is_ok());
 }
+
+// --- the coordinator, over in-memory leases ---------------------------------------------------
+
+use std::collections::HashMap;
+
+use actix_delivery::sharding::{
+    CoordinatorOptions, CoordinatorStats, LeaseError, LeaseFuture, LeaseStore, LeaseView,
+    LocalFuture, Member, MemoryLeaseStore, ShardCoordinator, ShardTransport,
+};
+use actix_delivery::ConsumerHandle;
+
+/// Subjects in one process: a shard's deliveries go to the consumer its owner exposed, or
+/// nowhere while it has none (as over NATS).
+#[derive(Clone, Default)]
+struct Bus(Arc<Mutex<HashMap<ShardId, ConsumerRef<EntityEnvelope<u64>>>>>);
+
+impl Bus {
+    fn destination(&self) -> impl Fn(ShardId) -> ConsumerRef<EntityEnvelope<u64>> + Send + Sync {
+        let bus = self.clone();
+        move |shard| {
+            let bus = bus.clone();
+            ConsumerRef::from_fn(move |deliveries| {
+                let owner = bus.0.lock().unwrap().get(&shard).cloned();
+                if let Some(owner) = owner {
+                    owner.do_send_all(deliveries.into_iter());
+                }
+            })
+        }
+    }
+
+    fn owner_count(&self) -> usize {
+        self.0.lock().unwrap().len()
+    }
+}
+
+/// A node's exposure on the [`Bus`].
+struct OnBus(Bus, ConsumerHandle<EntityEnvelope<u64>>);
+
+impl ShardTransport for OnBus {
+    fn expose(&self, shard: ShardId) -> LocalFuture<Result<(), String>> {
+        self.0
+             .0
+            .lock()
+            .unwrap()
+            .insert(shard, self.1.consumer_ref());
+        Box::pin(std::future::ready(Ok(())))
+    }
+
+    fn unexpose(&self, shard: ShardId) {
+        self.0 .0.lock().unwrap().remove(&shard);
+    }
+}
+
+/// A lease store that one node can lose (as if its database connection broke).
+#[derive(Clone)]
+struct Partitioned {
+    inner: MemoryLeaseStore,
+    cut_off: Arc<Mutex<Option<String>>>,
+}
+
+impl Partitioned {
+    fn fails(&self, who: &str) -> bool {
+        self.cut_off
+            .lock()
+            .unwrap()
+            .as_deref()
+            .is_some_and(|node| who.starts_with(node))
+    }
+
+    fn refuse<T: Send + 'static>(&self) -> LeaseFuture<'_, T> {
+        Box::pin(std::future::ready(Err(LeaseError::Storage(
+            "cut off".into(),
+        ))))
+    }
+}
+
+impl LeaseStore for Partitioned {
+    fn heartbeat(&self, ns: &str, member: &Member, ttl: Duration) -> LeaseFuture<'_, ()> {
+        if self.fails(&member.id) {
+            return self.refuse();
+        }
+        self.inner.heartbeat(ns, member, ttl)
+    }
+
+    fn acquire(
+        &self,
+        ns: &str,
+        shards: &[ShardId],
+        owner: &str,
+        ttl: Duration,
+    ) -> LeaseFuture<'_, Vec<(ShardId, u64)>> {
+        if self.fails(owner) {
+            return self.refuse();
+        }
+        self.inner.acquire(ns, shards, owner, ttl)
+    }
+
+    fn renew(
+        &self,
+        ns: &str,
+        leases: &[(ShardId, u64)],
+        owner: &str,
+        ttl: Duration,
+    ) -> LeaseFuture<'_, Vec<ShardId>> {
+        if self.fails(owner) {
+            return self.refuse();
+        }
+        self.inner.renew(ns, leases, owner, ttl)
+    }
+
+    fn release(&self, ns: &str, leases: &[(ShardId, u64)], owner: &str) -> LeaseFuture<'_, ()> {
+        if self.fails(owner) {
+            return self.refuse();
+        }
+        self.inner.release(ns, leases, owner)
+    }
+
+    fn leave(&self, ns: &str, member: &str) -> LeaseFuture<'_, ()> {
+        self.inner.leave(ns, member)
+    }
+
+    fn view(&self, ns: &str) -> LeaseFuture<'_, LeaseView> {
+        self.inner.view(ns)
+    }
+}
+
+fn node(
+    name: &str,
+    journal: &Arc<dyn Journal>,
+    leases: &Partitioned,
+    bus: &Bus,
+) -> ShardCoordinator<Sequence> {
+    let host = EntityHostOptions::builder("seq")
+        .shards(16)
+        .persistent(PersistentConfig {
+            must_follow: true,
+            ..PersistentConfig::default()
+        })
+        .build()
+        .unwrap();
+    let options = CoordinatorOptions::builder(name)
+        .lease_ttl(Duration::from_secs(3))
+        .renew_interval(Duration::from_secs(1))
+        .max_handoffs(2)
+        .build()
+        .unwrap();
+    let bus = bus.clone();
+    ShardCoordinator::start(
+        journal.clone(),
+        host,
+        Arc::new(leases.clone()),
+        options,
+        |host| OnBus(bus, host.consumer(|body: u64| body)),
+    )
+    .unwrap()
+}
+
+async fn owned(nodes: &[&ShardCoordinator<Sequence>]) -> Vec<u64> {
+    let mut owned = Vec::new();
+    for node in nodes {
+        owned.push(node.stats().await.unwrap().shards_owned);
+    }
+    owned
+}
+
+#[actix::test]
+async fn nodes_share_the_shards_hand_off_on_join_and_leave_and_take_over_a_lost_one() {
+    tokio::time::pause();
+    let journal: Arc<dyn Journal> = Arc::new(MemoryJournal::new());
+    let leases = Partitioned {
+        inner: MemoryLeaseStore::new(),
+        cut_off: Arc::default(),
+    };
+    let bus = Bus::default();
+    let a = node("a", &journal, &leases, &bus);
+    let b = node("b", &journal, &leases, &bus);
+    settle_for(5_000).await;
+    let split = owned(&[&a, &b]).await;
+    assert_eq!(split.iter().sum::<u64>(), 16, "{split:?}");
+    assert!(split.iter().all(|&n| n >= 3), "both own some: {split:?}");
+
+    let options = ShardedProducerOptions::per_shard(bus.destination())
+        .shards(16)
+        .entity_stream(fast_streams())
+        .build()
+        .unwrap();
+    let producer = ReliableDelivery::sharded_producer(options);
+    let mut sent: BTreeMap<u64, Vec<u64>> = BTreeMap::new();
+    let mut body = 0;
+    let mut send_burst = |producer: &ShardedProducerHandle<u64>| {
+        for _ in 0..300 {
+            let entity = body % 50;
+            producer.tell(id(entity), body, |_| {}).unwrap();
+            sent.entry(entity).or_default().push(body);
+            body += 1;
+        }
+    };
+    send_burst(&producer);
+    producer.idle().await;
+
+    // c joins: the others hand it its share, two shards at a time each.
+    let handoffs = |a: CoordinatorStats, b: CoordinatorStats| a.handoffs + b.handoffs;
+    let before = handoffs(a.stats().await.unwrap(), b.stats().await.unwrap());
+    let c = node("c", &journal, &leases, &bus);
+    send_burst(&producer);
+    settle_for(10_000).await;
+    let split = owned(&[&a, &b, &c]).await;
+    assert_eq!(split.iter().sum::<u64>(), 16, "{split:?}");
+    assert!(split[2] >= 3, "c took its share: {split:?}");
+    let after = handoffs(a.stats().await.unwrap(), b.stats().await.unwrap());
+    assert_eq!(
+        after - before,
+        split[2],
+        "each of c's shards came by a handoff"
+    );
+    producer.idle().await;
+
+    // b loses the store: its leases run out here first, then in the store; a and c take its
+    // shards.
+    *leases.cut_off.lock().unwrap() = Some("b#".into());
+    send_burst(&producer);
+    settle_for(10_000).await;
+    let b_stats = b.stats().await.unwrap();
+    assert_eq!(b_stats.shards_owned, 0);
+    assert!(
+        b_stats.lost >= 1 && b_stats.renew_failures >= 1,
+        "{b_stats:?}"
+    );
+    let split = owned(&[&a, &c]).await;
+    assert_eq!(split.iter().sum::<u64>(), 16, "{split:?}");
+    producer.idle().await;
+
+    // c leaves gracefully: a takes everything.
+    c.stop();
+    send_burst(&producer);
+    c.stopped().await;
+    settle_for(10_000).await;
+    assert_eq!(owned(&[&a]).await, [16]);
+    assert!(c.host().stats().active == 0);
+    producer.idle().await;
+    assert_eq!(bus.owner_count(), 16);
+
+    for (entity, bodies) in sent {
+        assert_eq!(
+            applied(&*journal, &id(entity)).await,
+            bodies,
+            "entity {entity}: each once, in order"
+        );
+    }
+}

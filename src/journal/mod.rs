@@ -60,6 +60,8 @@ pub(crate) mod write;
 pub use error::JournalError;
 pub use id::PersistenceId;
 pub use memory::{MemoryFaults, MemoryJournal, MemoryStats};
+#[cfg(feature = "postgres")]
+pub(crate) use postgres::is_plain_identifier;
 #[cfg(all(feature = "postgres", feature = "tls"))]
 #[cfg_attr(docsrs, doc(cfg(all(feature = "postgres", feature = "tls"))))]
 pub use postgres::PostgresTls;

@@ -19,6 +19,7 @@ mod schema;
 mod tls;
 mod writer;
 
+pub(crate) use options::is_plain_identifier;
 pub use options::{PostgresOptions, PostgresStats};
 #[cfg(feature = "tls")]
 pub use tls::PostgresTls;

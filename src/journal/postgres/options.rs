@@ -256,7 +256,7 @@ impl PostgresOptions {
 
 /// An identifier that needs no quoting in SQL: lower-case ASCII, digits, `_`, at most 63
 /// bytes (PostgreSQL's limit), not starting with a digit.
-fn is_plain_identifier(name: &str) -> bool {
+pub(crate) fn is_plain_identifier(name: &str) -> bool {
     let mut bytes = name.bytes();
     matches!(bytes.next(), Some(b'a'..=b'z' | b'_'))
         && bytes.all(|b| matches!(b, b'a'..=b'z' | b'0'..=b'9' | b'_'))

@@ -299,11 +299,15 @@ impl<E: EventSourced> EntityHost<E> {
             self.owner.0.do_send(Rearm);
         }
         async move {
-            let _answered = routed?;
-            match answer.await {
+            let answered = routed?;
+            let answer = match answer.await {
                 Ok(answer) => answer.map_err(HostError::Command),
                 Err(_) => Err(HostError::Command(CommandError::Stopped)),
+            };
+            if let Ok(Outcome::AlreadyProcessed) = answer {
+                answered.inner.core().note_already_processed();
             }
+            answer
         }
     }
 

@@ -140,6 +140,9 @@ pub struct HostStats {
     pub refused_full: u64,
     /// Commands refused because their shard is not hosted here.
     pub refused_not_hosted: u64,
+    /// Commands whose delivery the entity had processed before (a redelivery: after a
+    /// failover, the producer sends again what the old owner did not confirm).
+    pub already_processed: u64,
 }
 
 struct Running<A> {
@@ -267,6 +270,11 @@ impl<A, W> HostCore<A, W> {
                 self.in_flight.remove(entity);
             }
         }
+    }
+
+    /// A command was answered "already processed".
+    pub fn note_already_processed(&mut self) {
+        self.stats.already_processed += 1;
     }
 
     fn is_busy(&self, entity: &EntityId) -> bool {

@@ -144,10 +144,7 @@ async fn a_command_sent_while_its_entity_stops_waits_and_runs_on_the_next_instan
         "in order, after e1's first"
     );
     let stats = ledger.stats();
-    assert_eq!(
-        (stats.held_total, stats.refused_full, stats.held),
-        (2, 1, 0)
-    );
+    assert_eq!((stats.waited, stats.refused_full, stats.held), (2, 1, 0));
     let state = recover_state::<Ledger>(&*journal, &stream(1))
         .await
         .unwrap();

@@ -165,6 +165,8 @@ impl<E: EventSourced> ShardCoordinator<E> {
             alarm: Alarm::default(),
             stop: StopSignal::default(),
             stats: CoordinatorStats::default(),
+            #[cfg(feature = "metrics")]
+            meter: crate::telemetry::metrics::CoordinatorMeter::new(host.entity_type()),
         };
         Ok(Self {
             host,
@@ -229,6 +231,8 @@ struct Coordinator {
     alarm: Alarm,
     stop: StopSignal,
     stats: CoordinatorStats,
+    #[cfg(feature = "metrics")]
+    meter: crate::telemetry::metrics::CoordinatorMeter,
 }
 
 /// What one round read from the store.
@@ -277,6 +281,8 @@ impl Coordinator {
         ctx.spawn(read.into_actor(self).map(move |read, act, ctx| {
             act.stats.rounds += 1;
             act.after_read(read, sent_at, ctx);
+            #[cfg(feature = "metrics")]
+            act.meter.publish(&act.stats());
         }));
     }
 
@@ -472,6 +478,15 @@ impl Coordinator {
     }
 }
 
+impl Coordinator {
+    fn stats(&self) -> CoordinatorStats {
+        CoordinatorStats {
+            shards_owned: self.book.len() as u64,
+            ..self.stats
+        }
+    }
+}
+
 impl Actor for Coordinator {
     type Context = Context<Self>;
 
@@ -481,6 +496,8 @@ impl Actor for Coordinator {
     }
 
     fn stopped(&mut self, _: &mut Context<Self>) {
+        #[cfg(feature = "metrics")]
+        self.meter.publish(&self.stats());
         self.stop.announce_if_final();
     }
 }
@@ -496,10 +513,7 @@ impl Handler<GetCoordinatorStats> for Coordinator {
     type Result = MessageResult<GetCoordinatorStats>;
 
     fn handle(&mut self, _: GetCoordinatorStats, _: &mut Context<Self>) -> Self::Result {
-        MessageResult(CoordinatorStats {
-            shards_owned: self.book.len() as u64,
-            ..self.stats
-        })
+        MessageResult(self.stats())
     }
 }
 

@@ -223,6 +223,8 @@ impl<E: EventSourced> EntityHost<E> {
             shell: ctx.address().downgrade(),
         });
         let shell = HostShell {
+            #[cfg(feature = "metrics")]
+            meter: crate::telemetry::metrics::EntityHostMeter::new(&inner.options.entity_type),
             inner: inner.clone(),
             alarm: Alarm::default(),
             gone: Vec::new(),
@@ -439,6 +441,8 @@ struct HostShell<E: EventSourced> {
     /// Waiting for shards to be gone.
     gone: Vec<(ShardId, oneshot::Sender<()>)>,
     stop: StopSignal,
+    #[cfg(feature = "metrics")]
+    meter: crate::telemetry::metrics::EntityHostMeter,
 }
 
 impl<E: EventSourced> HostShell<E> {
@@ -473,7 +477,19 @@ impl<E: EventSourced> HostShell<E> {
 impl<E: EventSourced> Actor for HostShell<E> {
     type Context = Context<Self>;
 
+    #[cfg_attr(not(feature = "metrics"), allow(unused_variables))]
+    fn started(&mut self, ctx: &mut Context<Self>) {
+        // Commands change the counters without a message to this actor: publish them at a
+        // steady pace.
+        #[cfg(feature = "metrics")]
+        ctx.run_interval(std::time::Duration::from_secs(1), |act, _| {
+            act.meter.publish(&act.inner.core().stats());
+        });
+    }
+
     fn stopped(&mut self, _: &mut Context<Self>) {
+        #[cfg(feature = "metrics")]
+        self.meter.publish(&self.inner.core().stats());
         self.stop.announce_if_final();
     }
 }

@@ -135,7 +135,7 @@ pub struct HostStats {
     /// Commands routed to an instance.
     pub routed: u64,
     /// Commands that waited for a stopping instance.
-    pub held_total: u64,
+    pub waited: u64,
     /// Commands refused because `max_held_commands` waited already.
     pub refused_full: u64,
     /// Commands refused because their shard is not hosted here.
@@ -219,7 +219,7 @@ impl<A, W> HostCore<A, W> {
             }
             stopping.waiting.push_back(waiting);
             self.held += 1;
-            self.stats.held_total += 1;
+            self.stats.waited += 1;
             *self.in_flight.entry(entity.clone()).or_default() += 1;
             return Routing::Held;
         }

@@ -83,6 +83,7 @@ impl<T: Clone + Send + 'static> ShardedProducerHandle<T> {
             cleanup_after: options.config.cleanup_unused_after,
             entity_stream: options.entity_stream,
             rooms: rooms.clone(),
+            label: options.producer.producer_id.clone(),
         };
         let router = ShardRouter::new(
             producer.producer_id().clone(),

@@ -63,6 +63,8 @@ pub(crate) struct ShardRouter<T: Clone + Send + 'static> {
     alarm: Alarm,
     /// Resolves when the producer stopped: the router stops then.
     producer_stopped: Option<Pin<Box<dyn Future<Output = ()>>>>,
+    #[cfg(feature = "metrics")]
+    meter: crate::telemetry::metrics::LanesMeter,
 }
 
 impl<T: Clone + Send + 'static> ShardRouter<T> {
@@ -72,6 +74,13 @@ impl<T: Clone + Send + 'static> ShardRouter<T> {
         producer_stopped: impl Future<Output = ()> + 'static,
     ) -> Self {
         Self {
+            #[cfg(feature = "metrics")]
+            meter: crate::telemetry::metrics::LanesMeter::new(
+                options
+                    .label
+                    .as_deref()
+                    .unwrap_or(crate::telemetry::metrics::DEFAULT_LABEL),
+            ),
             intake: Intake::default(),
             lanes: Lanes::new(options.cleanup_after),
             destination: options.destination,
@@ -214,6 +223,8 @@ impl<T: Clone + Send + 'static> ShardRouter<T> {
             act.alarm.fired();
             act.flush(ctx);
         });
+        #[cfg(feature = "metrics")]
+        self.meter.publish(&self.lanes.stats());
     }
 }
 
@@ -224,6 +235,9 @@ pub(crate) struct RouterOptions<T: Send + 'static> {
     pub(crate) cleanup_after: std::time::Duration,
     pub(crate) entity_stream: ProducerConfig,
     pub(crate) rooms: Arc<Rooms>,
+    /// The label of its metrics: the producer's fixed id.
+    #[cfg_attr(not(feature = "metrics"), allow(dead_code))]
+    pub(crate) label: Option<String>,
 }
 
 impl<T: Clone + Send + 'static> Actor for ShardRouter<T> {

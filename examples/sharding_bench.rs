@@ -1,0 +1,475 @@
+//! What sharding costs, printed as the markdown `benches/README.md` quotes.
+//!
+//! ```text
+//! cargo run --release --example sharding_bench                             # SQLite cases
+//! cargo run --release --features postgres,nats --example sharding_bench    # and 2 nodes over NATS
+//! SHARDING_BENCH_RUNS=5 cargo run --release --example sharding_bench       # more runs
+//! ```
+//!
+//! One process (the entities on one arbiter), an SQLite journal in a temporary directory,
+//! entities whose events carry a 100-byte note (as in `persistence_bench`):
+//!
+//! 1. **one entity** (`persistence_bench`'s figure, in the same run): 64 callers, each with one
+//!    command in flight, to one persistent actor;
+//! 2. **10 000 entities, asked**: [`EntityHost::ask`] from 512 callers, each with one command
+//!    in flight, to random entities (all already running);
+//! 3. **10 000 entities, effectively once**: a sharded producer to the host's consumer, in
+//!    process: every command a delivery on its entity's stream, its processed mark stored with
+//!    its event, confirmed once stored;
+//! 4. **activation**: a new host, one read command to each of 2 000 entities of 100 events
+//!    each, 64 callers: each command starts its entity, which recovers its 100 events.
+//!
+//! With the features `postgres` and `nats` (servers from `ACTIX_DELIVERY_POSTGRES`,
+//! `ACTIX_DELIVERY_NATS_URL`, as for the tests): **2 node processes** (this example re-run)
+//! share the 10 000 entities, with their journal and leases in PostgreSQL; this process sends
+//! through a sharded producer over NATS (a subject per shard), commands confirmed per second.
+//!
+//! Each case runs `SHARDING_BENCH_RUNS` times (default 3; a fresh journal each time); the
+//! table gives the median and the spread.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use actix_delivery::journal::{Journal, PersistenceId, SqliteJournal};
+use actix_delivery::persistence::{Decision, EventSourced, PersistentConfig, PersistentHandle};
+use actix_delivery::sharding::{
+    EntityHost, EntityHostOptions, EntityId, ShardedProducerHandle, ShardedProducerOptions,
+};
+use actix_delivery::ReliableDelivery;
+use rand::rngs::SmallRng;
+use rand::{Rng, SeedableRng};
+use serde::{Deserialize, Serialize};
+
+#[path = "support/report_header.rs"]
+mod report_header;
+#[path = "support/thousands.rs"]
+mod thousands;
+
+use thousands::thousands;
+
+const ENTITIES: u64 = 10_000;
+const ASKED: u64 = 200_000;
+const ASK_CALLERS: u64 = 512;
+const DELIVERED: u64 = 100_000;
+const SINGLE: u64 = 64_000;
+const SINGLE_CALLERS: u64 = 64;
+const RECOVERED_ENTITIES: u64 = 2_000;
+const EVENTS_PER_ENTITY: u64 = 100;
+const ACTIVATION_CALLERS: u64 = 64;
+
+/// A counter whose events carry a 100-byte note, so entries are of a realistic size.
+#[derive(Default, Serialize, Deserialize)]
+struct Counter {
+    count: u64,
+}
+
+#[derive(Serialize, Deserialize)]
+struct Counted {
+    by: u64,
+    note: String,
+}
+
+impl EventSourced for Counter {
+    type Command = u64;
+    type Event = Counted;
+    type Reply = u64;
+    type Rejection = String;
+
+    fn decide(&self, &by: &u64) -> Result<Decision<Self>, String> {
+        if by == 0 {
+            return Ok(Decision::reply(self.count)); // a read
+        }
+        let note = "x".repeat(100);
+        Ok(Decision::persist([Counted { by, note }], self.count + by))
+    }
+
+    fn apply(&mut self, event: &Counted) {
+        self.count += event.by;
+    }
+}
+
+fn entity(n: u64) -> EntityId {
+    EntityId::new(format!("counter-{n}")).expect("a valid id")
+}
+
+async fn sqlite(dir: &tempfile::TempDir, name: &str) -> Arc<dyn Journal> {
+    let path = dir.path().join(format!("{name}.db"));
+    Arc::new(SqliteJournal::open(path).await.expect("open the journal"))
+}
+
+fn host(journal: Arc<dyn Journal>) -> EntityHost<Counter> {
+    let options = EntityHostOptions::builder("counter")
+        .max_active_entities(2 * ENTITIES as usize)
+        .build()
+        .expect("valid settings");
+    EntityHost::start(journal, options).expect("valid versions")
+}
+
+/// `callers` tasks, each sending `per_caller` commands one at a time through `ask`.
+async fn from_callers<F, Fut>(callers: u64, per_caller: u64, ask: F)
+where
+    F: Fn(u64, &mut SmallRng) -> Fut + Clone + 'static,
+    Fut: std::future::Future<Output = ()>,
+{
+    let tasks = (0..callers).map(|caller| {
+        let ask = ask.clone();
+        actix::spawn(async move {
+            let mut rng = SmallRng::seed_from_u64(caller);
+            for n in 0..per_caller {
+                ask(caller * per_caller + n, &mut rng).await;
+            }
+        })
+    });
+    futures_util::future::join_all(tasks).await;
+}
+
+/// Case 1: one entity, 64 callers.
+async fn single(dir: &tempfile::TempDir, run: usize) -> f64 {
+    let journal = sqlite(dir, &format!("single-{run}")).await;
+    let id = PersistenceId::new("counter").expect("valid");
+    let counter = PersistentHandle::<Counter>::start(journal, id, PersistentConfig::default())
+        .expect("valid settings");
+    counter.ask(0).await.expect("recovered");
+    let start = Instant::now();
+    from_callers(SINGLE_CALLERS, SINGLE / SINGLE_CALLERS, move |_, _| {
+        let answer = counter.ask(1);
+        async move {
+            answer.await.expect("stored");
+        }
+    })
+    .await;
+    SINGLE as f64 / start.elapsed().as_secs_f64()
+}
+
+/// Starts every entity of `host` (a read each).
+async fn warm(host: &EntityHost<Counter>) {
+    let host = host.clone();
+    from_callers(ASK_CALLERS, ENTITIES / ASK_CALLERS + 1, move |n, _| {
+        let answer = host.ask(entity(n % ENTITIES), 0);
+        async move {
+            answer.await.expect("read");
+        }
+    })
+    .await;
+}
+
+/// Case 2: 10 000 running entities, asked by 512 callers.
+async fn asked(dir: &tempfile::TempDir, run: usize) -> f64 {
+    let host = host(sqlite(dir, &format!("asked-{run}")).await);
+    warm(&host).await;
+    let start = Instant::now();
+    let asking = host.clone();
+    from_callers(ASK_CALLERS, ASKED / ASK_CALLERS, move |_, rng| {
+        let answer = asking.ask(entity(rng.random_range(0..ENTITIES)), 1);
+        async move {
+            answer.await.expect("stored");
+        }
+    })
+    .await;
+    let rate = ASKED as f64 / start.elapsed().as_secs_f64();
+    host.stop();
+    host.stopped().await;
+    rate
+}
+
+/// Sends `count` commands to random entities and waits until all are confirmed.
+async fn deliver(producer: &ShardedProducerHandle<u64>, count: u64, seed: u64) -> f64 {
+    let mut rng = SmallRng::seed_from_u64(seed);
+    let start = Instant::now();
+    for _ in 0..count {
+        let target = entity(rng.random_range(0..ENTITIES));
+        let mut body = 1;
+        // The producer holds 100 000 messages (`max_pending`): wait for room beyond.
+        while let Err(refused) = producer.tell(target.clone(), body, |_| {}) {
+            body = refused.into_body();
+            actix::clock::sleep(Duration::from_millis(1)).await;
+        }
+    }
+    producer.idle().await;
+    count as f64 / start.elapsed().as_secs_f64()
+}
+
+/// Case 3: a sharded producer to the host's consumer, in process.
+async fn delivered(dir: &tempfile::TempDir, run: usize) -> f64 {
+    let host = host(sqlite(dir, &format!("delivered-{run}")).await);
+    warm(&host).await;
+    let consumer = host.consumer(|by: u64| by);
+    let options = ShardedProducerOptions::builder(&consumer)
+        .build()
+        .expect("valid settings");
+    let producer = ReliableDelivery::sharded_producer(options);
+    let rate = deliver(&producer, DELIVERED, run as u64).await;
+    producer.stop();
+    producer.stopped().await;
+    host.stop();
+    host.stopped().await;
+    rate
+}
+
+/// Case 4: activations of entities of 100 events each.
+async fn activations(dir: &tempfile::TempDir, run: usize) -> f64 {
+    let journal = sqlite(dir, &format!("activations-{run}")).await;
+    let writer = host(journal.clone());
+    let writing = writer.clone();
+    from_callers(
+        ACTIVATION_CALLERS * 4,
+        RECOVERED_ENTITIES / (ACTIVATION_CALLERS * 4),
+        move |n, _| {
+            let writing = writing.clone();
+            async move {
+                for _ in 0..EVENTS_PER_ENTITY {
+                    writing.ask(entity(n), 1).await.expect("stored");
+                }
+            }
+        },
+    )
+    .await;
+    writer.stop();
+    writer.stopped().await;
+    let reader = host(journal);
+    let start = Instant::now();
+    let reading = reader.clone();
+    from_callers(
+        ACTIVATION_CALLERS,
+        RECOVERED_ENTITIES / ACTIVATION_CALLERS,
+        move |n, _| {
+            let answer = reading.ask(entity(n), 0);
+            async move {
+                assert_eq!(answer.await.expect("recovered"), EVENTS_PER_ENTITY);
+            }
+        },
+    )
+    .await;
+    let rate = RECOVERED_ENTITIES as f64 / start.elapsed().as_secs_f64();
+    assert_eq!(reader.stats().activations, RECOVERED_ENTITIES);
+    rate
+}
+
+fn spread(mut values: Vec<f64>) -> (f64, f64, f64) {
+    values.sort_by(f64::total_cmp);
+    (
+        values[values.len() / 2],
+        values[0],
+        values[values.len() - 1],
+    )
+}
+
+fn row(case: &str, values: Vec<f64>, baseline: f64) {
+    let (median, min, max) = spread(values);
+    println!(
+        "| {case} | {} | {}–{} | {:.2}× |",
+        thousands(median),
+        thousands(min),
+        thousands(max),
+        median / baseline
+    );
+}
+
+fn main() {
+    #[cfg(all(feature = "postgres", feature = "nats"))]
+    if std::env::args().nth(1).as_deref() == Some("--node") {
+        return over_nats::node();
+    }
+    env_logger::Builder::from_env(env_logger::Env::default().default_filter_or("warn")).init();
+    let runs: usize =
+        std::env::var("SHARDING_BENCH_RUNS").map_or(3, |r| r.parse().expect("a number"));
+    actix::System::new().block_on(async move {
+        report_header::print("Sharding: entities hosted on demand");
+        let dir = tempfile::tempdir().expect("a temporary directory");
+        let mut measured: [Vec<f64>; 4] = Default::default();
+        for run in 0..runs {
+            measured[0].push(single(&dir, run).await);
+            measured[1].push(asked(&dir, run).await);
+            measured[2].push(delivered(&dir, run).await);
+            measured[3].push(activations(&dir, run).await);
+        }
+        let single = spread(measured[0].clone()).0;
+        println!("\nSQLite journal, one process, medians of {runs} runs:\n");
+        println!("| case | per second | spread | vs one entity |");
+        println!("|---|---:|---:|---:|");
+        let [one, asked, delivered, activated] = measured;
+        row("one entity, 64 callers (`persistence_bench`'s case), commands", one, single);
+        row("10 000 entities, `EntityHost::ask` from 512 callers, commands", asked, single);
+        row(
+            "10 000 entities, sharded producer → host consumer (effectively once), commands confirmed",
+            delivered,
+            single,
+        );
+        row(
+            "activations of 100-event entities (recovery + one read), 64 callers",
+            activated,
+            single,
+        );
+        #[cfg(all(feature = "postgres", feature = "nats"))]
+        over_nats::run(runs).await;
+        #[cfg(not(all(feature = "postgres", feature = "nats")))]
+        println!("\n(2 nodes over NATS with PostgreSQL: build with `--features postgres,nats`)");
+    });
+}
+
+/// The case over NATS with PostgreSQL: node processes and the producer.
+#[cfg(all(feature = "postgres", feature = "nats"))]
+mod over_nats {
+    use std::io::BufRead;
+    use std::process::{Child, Command, Stdio};
+
+    use actix_delivery::journal::{PostgresJournal, PostgresOptions};
+    use actix_delivery::nats::{NatsCarrier, NatsOptions};
+    use actix_delivery::sharding::{
+        CoordinatorOptions, LeaseStore, NatsShards, PostgresLeaseStore, ShardCoordinator,
+    };
+
+    use super::*;
+
+    const SHARDS: u32 = 64;
+    const SCHEMA: &str = "actix_delivery_bench";
+    const COMMANDS: u64 = 50_000;
+
+    fn postgres() -> String {
+        std::env::var("ACTIX_DELIVERY_POSTGRES")
+            .unwrap_or_else(|_| "host=127.0.0.1 port=5432 user=postgres dbname=test".into())
+    }
+
+    fn nats() -> String {
+        std::env::var("ACTIX_DELIVERY_NATS_URL").unwrap_or_else(|_| "nats://127.0.0.1:4222".into())
+    }
+
+    async fn leases() -> PostgresLeaseStore {
+        PostgresLeaseStore::connect(&postgres(), SCHEMA, Duration::from_secs(5))
+            .await
+            .expect("the lease store (is PostgreSQL running?)")
+    }
+
+    /// A node: `--node <name> <entity type> <subject prefix>`; prints `ready`, runs until
+    /// its stdin closes.
+    pub fn node() {
+        let args: Vec<String> = std::env::args().collect();
+        let (name, entity_type, prefix) = (args[2].clone(), args[3].clone(), args[4].clone());
+        actix::System::new().block_on(async move {
+            let journal = PostgresJournal::connect_with(
+                &postgres(),
+                PostgresOptions::default().schema(SCHEMA),
+            )
+            .await
+            .expect("the journal");
+            let carrier = NatsCarrier::connect(&nats(), NatsOptions::default())
+                .await
+                .expect("NATS");
+            let host = EntityHostOptions::builder(entity_type)
+                .shards(SHARDS)
+                .max_active_entities(2 * ENTITIES as usize)
+                .build()
+                .expect("valid settings");
+            let options = CoordinatorOptions::builder(name).build().expect("valid");
+            let _node = ShardCoordinator::<Counter>::start(
+                Arc::new(journal),
+                host,
+                Arc::new(leases().await),
+                options,
+                |host| {
+                    NatsShards::new(&carrier, &prefix, host.consumer(|by: u64| by))
+                        .expect("a subject")
+                },
+            )
+            .expect("valid versions");
+            println!("ready");
+            // Until the benchmark closes our stdin (or dies).
+            tokio::task::spawn_blocking(|| {
+                let mut line = String::new();
+                while std::io::stdin()
+                    .lock()
+                    .read_line(&mut line)
+                    .is_ok_and(|n| n > 0)
+                {}
+            })
+            .await
+            .expect("stdin");
+        });
+    }
+
+    fn spawn(name: &str, entity_type: &str, prefix: &str) -> Child {
+        let mut child = Command::new(std::env::current_exe().expect("this example"))
+            .args(["--node", name, entity_type, prefix])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .spawn()
+            .expect("a node process");
+        let stdout = child.stdout.take().expect("piped");
+        let mut line = String::new();
+        std::io::BufReader::new(stdout)
+            .read_line(&mut line)
+            .expect("the node starts");
+        assert_eq!(line.trim(), "ready", "the node did not start");
+        child
+    }
+
+    /// One run: 2 fresh nodes, a warm-up (one command per entity), then `COMMANDS` timed.
+    async fn once(run: usize) -> (f64, f64) {
+        let stamp = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .expect("after 1970")
+            .as_millis();
+        let entity_type = format!("bench_{}_{stamp}_{run}", std::process::id());
+        let prefix = format!("actix-delivery-bench.{entity_type}");
+        let store = leases().await;
+        let nodes = [
+            spawn("a", &entity_type, &prefix),
+            spawn("b", &entity_type, &prefix),
+        ];
+        while store.view(&entity_type).await.expect("a view").leases.len() < SHARDS as usize {
+            actix::clock::sleep(Duration::from_millis(50)).await;
+        }
+        let carrier = NatsCarrier::connect(&nats(), NatsOptions::default())
+            .await
+            .expect("NATS");
+        let destination = NatsShards::<u64>::destination(&carrier, &prefix).expect("a subject");
+        let options = ShardedProducerOptions::per_shard(destination)
+            .shards(SHARDS)
+            .build()
+            .expect("valid settings");
+        let producer = ReliableDelivery::sharded_producer(options);
+        let start = Instant::now();
+        for n in 0..ENTITIES {
+            producer.tell(entity(n), 0, |_| {}).expect("room");
+        }
+        producer.idle().await;
+        let activations = ENTITIES as f64 / start.elapsed().as_secs_f64();
+        let rate = deliver(&producer, COMMANDS, run as u64).await;
+        producer.stop();
+        for mut node in nodes {
+            drop(node.stdin.take());
+            let _ = node.wait();
+        }
+        (rate, activations)
+    }
+
+    pub async fn run(runs: usize) {
+        let (mut rates, mut warmups) = (Vec::new(), Vec::new());
+        for run in 0..runs {
+            let (rate, warmup) = once(run).await;
+            rates.push(rate);
+            warmups.push(warmup);
+        }
+        println!(
+            "\n2 node processes, journal and leases in PostgreSQL, a sharded producer over NATS \
+             (64 shards), medians of {runs} runs:\n"
+        );
+        println!("| case | per second | spread |");
+        println!("|---|---:|---:|");
+        for (case, values) in [
+            (
+                "first command to each of 10 000 entities (activation over PostgreSQL)",
+                warmups,
+            ),
+            ("10 000 running entities, commands confirmed", rates),
+        ] {
+            let (median, min, max) = spread(values);
+            println!(
+                "| {case} | {} | {}–{} |",
+                thousands(median),
+                thousands(min),
+                thousands(max)
+            );
+        }
+    }
+}

@@ -796,3 +796,88 @@ async fn nodes_share_the_shards_hand_off_on_join_and_leave_and_take_over_a_lost_
         );
     }
 }
+
+// --- over TCP: owners found in the lease table ----------------------------------------------
+
+use actix_delivery::remote::{Node, NodeOptions, NodeSecret};
+use actix_delivery::sharding::{NoTransport, ShardDirectory};
+
+async fn tcp_node() -> Node {
+    let options = NodeOptions::builder()
+        .secret(NodeSecret::new([7; 32]).unwrap())
+        .listen("127.0.0.1:0".parse().unwrap())
+        .build()
+        .unwrap();
+    Node::start(options).await.unwrap()
+}
+
+/// A node over TCP: its host's consumer exposed as "seq", its address in the lease table.
+async fn tcp_member(
+    name: &str,
+    journal: &Arc<dyn Journal>,
+    leases: &MemoryLeaseStore,
+) -> (ShardCoordinator<Sequence>, Node) {
+    let node = tcp_node().await;
+    let host = EntityHostOptions::builder("seq").shards(8).build().unwrap();
+    let options = CoordinatorOptions::builder(name)
+        .address(node.local_addr().unwrap().to_string())
+        .lease_ttl(Duration::from_millis(600))
+        .renew_interval(Duration::from_millis(200))
+        .build()
+        .unwrap();
+    let exposing = node.clone();
+    let coordinator = ShardCoordinator::start(
+        journal.clone(),
+        host,
+        Arc::new(leases.clone()),
+        options,
+        |host| {
+            exposing
+                .expose("seq", &host.consumer(|body: u64| body))
+                .unwrap();
+            NoTransport
+        },
+    )
+    .unwrap();
+    (coordinator, node)
+}
+
+#[actix::test]
+async fn over_tcp_a_sender_finds_each_shards_owner_in_the_lease_table_also_after_a_handoff() {
+    // Real sockets: real time.
+    let journal: Arc<dyn Journal> = Arc::new(MemoryJournal::new());
+    let leases = MemoryLeaseStore::new();
+    let (a, _a_node) = tcp_member("a", &journal, &leases).await;
+    let (b, _b_node) = tcp_member("b", &journal, &leases).await;
+    let directory =
+        ShardDirectory::start(Arc::new(leases.clone()), "seq", Duration::from_millis(100));
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while (0..8).any(|s| directory.owner(ShardId(s)).is_none()) {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the shards were not all taken"
+        );
+        actix::clock::sleep(Duration::from_millis(20)).await;
+    }
+    let sender = tcp_node().await;
+    let options = ShardedProducerOptions::per_shard(directory.destination(&sender, "seq"))
+        .shards(8)
+        .entity_stream(fast_streams())
+        .build()
+        .unwrap();
+    let producer = ReliableDelivery::sharded_producer(options);
+    for body in 0..100 {
+        producer.send(id(body % 10), body).await.unwrap();
+    }
+    // a leaves: b owns every shard, and the sender follows.
+    a.stop();
+    a.stopped().await;
+    for body in 100..200 {
+        producer.send(id(body % 10), body).await.unwrap();
+    }
+    assert_eq!(b.stats().await.unwrap().shards_owned, 8);
+    for n in 0..10 {
+        let sent: Vec<u64> = (0..200).filter(|b| b % 10 == n).collect();
+        assert_eq!(applied(&*journal, &id(n)).await, sent, "entity {n}");
+    }
+}

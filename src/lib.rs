@@ -45,7 +45,10 @@
 //! `stopped()` until a `stop()` took effect.
 //!
 //! One producer feeding a changing pool of workers, with re-routing when a worker leaves and
-//! stable job ids for effectively-once workers: [`work_pulling`].
+//! stable job ids for effectively-once workers: [`work_pulling`]. Many persistent entities,
+//! started on demand, addressed by id, passivated when idle, and spread over nodes (shards
+//! owned through leases in PostgreSQL, delivered over NATS or TCP), effectively once across
+//! failovers: [`sharding`].
 //!
 //! # Guarantees
 //!

@@ -95,9 +95,9 @@ impl<K: Copy> Intake<K> {
     /// copy of it is ACKed again. Returns whether it is of the current incarnation (an ACK
     /// for an earlier one's still goes out: its producer ignores it).
     pub fn confirm(&mut self, incarnation: Incarnation, seq: u64) -> bool {
-        if !self
+        if self
             .incarnation
-            .is_some_and(|(token, _)| token == incarnation)
+            .is_none_or(|(token, _)| token != incarnation)
         {
             return false;
         }

@@ -26,7 +26,7 @@ pub struct Plan {
 }
 
 /// The live member that should own `shard` (highest rendezvous score), if any.
-pub fn desired_owner<'a>(shard: ShardId, members: &'a BTreeSet<String>) -> Option<&'a str> {
+pub fn desired_owner(shard: ShardId, members: &BTreeSet<String>) -> Option<&str> {
     members
         .iter()
         .max_by_key(|member| score(member, shard))

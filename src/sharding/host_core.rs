@@ -363,10 +363,10 @@ impl<A, W> HostCore<A, W> {
             self.forget(shard);
             return Stopped::Done;
         }
-        if !self
+        if self
             .stopping
             .get(entity)
-            .is_some_and(|s| s.generation == generation)
+            .is_none_or(|s| s.generation != generation)
         {
             return Stopped::Done; // a stale report
         }

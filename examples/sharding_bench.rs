@@ -16,7 +16,7 @@
 //! 3. **10 000 entities, effectively once**: a sharded producer to the host's consumer, in
 //!    process: every command a delivery on its entity's stream, its processed mark stored with
 //!    its event, confirmed once stored;
-//! 4. **activation**: a new host, one read command to each of 2 000 entities of 100 events
+//! 4. **activation**: a new host, one read command to each of 2 048 entities of 100 events
 //!    each, 64 callers: each command starts its entity, which recovers its 100 events.
 //!
 //! With the features `postgres` and `nats` (servers from `ACTIX_DELIVERY_POSTGRES`,
@@ -48,12 +48,12 @@ mod thousands;
 use thousands::thousands;
 
 const ENTITIES: u64 = 10_000;
-const ASKED: u64 = 200_000;
+const ASKED: u64 = 204_800;
 const ASK_CALLERS: u64 = 512;
 const DELIVERED: u64 = 100_000;
 const SINGLE: u64 = 64_000;
 const SINGLE_CALLERS: u64 = 64;
-const RECOVERED_ENTITIES: u64 = 2_000;
+const RECOVERED_ENTITIES: u64 = 2_048;
 const EVENTS_PER_ENTITY: u64 = 100;
 const ACTIVATION_CALLERS: u64 = 64;
 
@@ -282,6 +282,7 @@ fn main() {
             measured[1].push(asked(&dir, run).await);
             measured[2].push(delivered(&dir, run).await);
             measured[3].push(activations(&dir, run).await);
+            eprintln!("run {run}: {:?}", measured.each_ref().map(|m| m[run] as u64));
         }
         let single = spread(measured[0].clone()).0;
         println!("\nSQLite journal, one process, medians of {runs} runs:\n");

@@ -9,6 +9,8 @@
 //! One process (the entities on one arbiter), an SQLite journal in a temporary directory,
 //! entities whose events carry a 100-byte note (as in `persistence_bench`):
 //!
+//! 0. **the journal alone** (the plain alternative): 512 appenders on 10 000 streams, one
+//!    event of an entity's size per append, each awaited before the next;
 //! 1. **one entity** (`persistence_bench`'s figure, in the same run): 64 callers, each with one
 //!    command in flight, to one persistent actor;
 //! 2. **10 000 entities, asked**: [`EntityHost::ask`] from 512 callers, each with one command
@@ -121,6 +123,37 @@ where
         })
     });
     futures_util::future::join_all(tasks).await;
+}
+
+/// The plain alternative: the journal alone, 512 appenders on the 10 000 streams (each its
+/// own share of them), one event of an entity's size per append.
+async fn journal_alone(dir: &tempfile::TempDir, run: usize) -> f64 {
+    let journal = sqlite(dir, &format!("journal-{run}")).await;
+    let payload = vec![7u8; 130]; // about a `Counted` entry: the 100-byte note and the rest
+    let per_appender = ASKED / ASK_CALLERS;
+    let start = Instant::now();
+    let appenders = (0..ASK_CALLERS).map(|appender| {
+        let (journal, payload) = (journal.clone(), payload.clone());
+        actix::spawn(async move {
+            let mut rng = SmallRng::seed_from_u64(appender);
+            let streams: Vec<PersistenceId> = (appender..ENTITIES)
+                .step_by(ASK_CALLERS as usize)
+                .map(|n| PersistenceId::new(format!("counter|{}", entity(n))).expect("valid"))
+                .collect();
+            let mut next = vec![1u64; streams.len()];
+            for _ in 0..per_appender {
+                let pick = rng.random_range(0..streams.len());
+                let seq = next[pick];
+                next[pick] += 1;
+                journal
+                    .append(&streams[pick], seq, vec![payload.clone()])
+                    .await
+                    .expect("appended");
+            }
+        })
+    });
+    futures_util::future::join_all(appenders).await;
+    (per_appender * ASK_CALLERS) as f64 / start.elapsed().as_secs_f64()
 }
 
 /// Case 1: one entity, 64 callers.
@@ -254,14 +287,15 @@ fn spread(mut values: Vec<f64>) -> (f64, f64, f64) {
     )
 }
 
-fn row(case: &str, values: Vec<f64>, baseline: f64) {
+fn row(case: &str, values: Vec<f64>, single: f64, journal: f64) {
     let (median, min, max) = spread(values);
     println!(
-        "| {case} | {} | {}–{} | {:.2}× |",
+        "| {case} | {} | {}–{} | {:.2}× | {:.2}× |",
         thousands(median),
         thousands(min),
         thousands(max),
-        median / baseline
+        median / single,
+        median / journal
     );
 }
 
@@ -276,31 +310,55 @@ fn main() {
     actix::System::new().block_on(async move {
         report_header::print("Sharding: entities hosted on demand");
         let dir = tempfile::tempdir().expect("a temporary directory");
-        let mut measured: [Vec<f64>; 4] = Default::default();
+        let mut measured: [Vec<f64>; 5] = Default::default();
+        // One case alone (for profiling): `SHARDING_BENCH_ONLY=asked` (or `journal`,
+        // `single`, `delivered`, `activations`).
+        let only = std::env::var("SHARDING_BENCH_ONLY").ok();
+        let wanted = |case: &str| only.as_deref().is_none_or(|only| only == case);
         for run in 0..runs {
-            measured[0].push(single(&dir, run).await);
-            measured[1].push(asked(&dir, run).await);
-            measured[2].push(delivered(&dir, run).await);
-            measured[3].push(activations(&dir, run).await);
-            eprintln!("run {run}: {:?}", measured.each_ref().map(|m| m[run] as u64));
+            let mut rates = [0.0; 5];
+            if wanted("journal") {
+                rates[4] = journal_alone(&dir, run).await;
+            }
+            if wanted("single") {
+                rates[0] = single(&dir, run).await;
+            }
+            if wanted("asked") {
+                rates[1] = asked(&dir, run).await;
+            }
+            if wanted("delivered") {
+                rates[2] = delivered(&dir, run).await;
+            }
+            if wanted("activations") {
+                rates[3] = activations(&dir, run).await;
+            }
+            eprintln!("run {run}: {:?}", rates.map(|r| r as u64));
+            for (values, rate) in measured.iter_mut().zip(rates) {
+                values.push(rate);
+            }
+        }
+        if only.is_some() {
+            return;
         }
         let single = spread(measured[0].clone()).0;
+        let journal = spread(measured[4].clone()).0;
         println!("\nSQLite journal, one process, medians of {runs} runs:\n");
-        println!("| case | per second | spread | vs one entity |");
-        println!("|---|---:|---:|---:|");
-        let [one, asked, delivered, activated] = measured;
-        row("one entity, 64 callers (`persistence_bench`'s case), commands", one, single);
-        row("10 000 entities, `EntityHost::ask` from 512 callers, commands", asked, single);
-        row(
-            "10 000 entities, sharded producer → host consumer (effectively once), commands confirmed",
-            delivered,
-            single,
-        );
-        row(
-            "activations of 100-event entities (recovery + one read), 64 callers",
-            activated,
-            single,
-        );
+        println!("| case | per second | spread | vs one entity | vs the journal alone |");
+        println!("|---|---:|---:|---:|---:|");
+        let [one, asked, delivered, activated, alone] = measured;
+        let cases = [
+            ("the journal alone: 512 appenders, 10 000 streams, one event each, appends", alone),
+            ("one entity, 64 callers (`persistence_bench`'s case), commands", one),
+            ("10 000 entities, `EntityHost::ask` from 512 callers, commands", asked),
+            (
+                "10 000 entities, sharded producer → host consumer (effectively once), commands confirmed",
+                delivered,
+            ),
+            ("activations of 100-event entities (recovery + one read), 64 callers", activated),
+        ];
+        for (case, values) in cases {
+            row(case, values, single, journal);
+        }
         #[cfg(all(feature = "postgres", feature = "nats"))]
         over_nats::run(runs).await;
         #[cfg(not(all(feature = "postgres", feature = "nats")))]

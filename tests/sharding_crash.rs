@@ -23,9 +23,12 @@
 //! joiner gets shards by handoff and hands them back when it leaves.
 //!
 //! Needs both servers (features `nats` and `postgres`, run by `.ci/run`). Replay a seed with
-//! `SHARD_CRASH_SEED=5`; `SHARD_CRASH_KILLS` raises the kills (default 20). The planted fault
-//! (`--ignored`) runs the nodes with a consumer that asks the entities without the delivery
-//! (no processed mark), and shows that the check finds commands stored twice.
+//! `SHARD_CRASH_SEED=5`; `SHARD_CRASH_KILLS` raises the kills (default 20). Two planted faults
+//! (`--ignored`): nodes with a consumer that asks the entities without the delivery (no
+//! processed mark), which the check catches with commands stored twice; and nodes that also
+//! serve every shard, leases or not (up to four instances of an entity at once), which the
+//! steady-state conflict check catches (thousands of appends refused by the fence) while,
+//! thanks to that fence, nothing is stored twice or out of order.
 #![cfg(all(feature = "nats", feature = "postgres"))]
 
 mod common;
@@ -38,7 +41,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use actix_delivery::journal::{Journal, PersistenceId};
+use actix_delivery::journal::{Journal, PersistenceId, PostgresJournal};
 use actix_delivery::persistence::{recover_state, Decision, EventSourced, PersistentConfig};
 use actix_delivery::sharding::{
     CoordinatorOptions, EntityEnvelope, EntityHost, EntityHostOptions, EntityId, NatsShards,
@@ -56,7 +59,8 @@ const NODE_NAME: &str = "SHARD_CRASH_NODE";
 const ENTITY_TYPE: &str = "SHARD_CRASH_TYPE";
 const PREFIX: &str = "SHARD_CRASH_PREFIX";
 const APP: &str = "SHARD_CRASH_APP";
-/// Set (to anything) for the planted fault.
+/// Set for a planted fault: `unmarked` (no processed marks) or `everywhere` (every node
+/// also serves every shard, leases or not).
 const FAULT: &str = "SHARD_CRASH_FAULT";
 
 const SHARDS: u32 = 32;
@@ -148,23 +152,25 @@ fn child_entry() {
             .build()
             .unwrap();
         let prefix = env(PREFIX);
-        let fault = std::env::var(FAULT).is_ok();
+        let fault = std::env::var(FAULT).unwrap_or_default();
         let journal = Arc::new(journal);
         let coordinator = ShardCoordinator::<Ledger>::start(
             journal.clone(),
-            host,
+            host.clone(),
             Arc::new(leases),
             coordinator_options,
             |host| {
-                let consumer = if fault {
-                    unmarked(host)
-                } else {
-                    host.consumer(|c: u64| c)
+                let consumer = match fault.as_str() {
+                    "unmarked" => unmarked(host),
+                    _ => host.consumer(|c: u64| c),
                 };
                 NatsShards::new(&carrier, &prefix, consumer).unwrap()
             },
         )
         .unwrap();
+        if fault == "everywhere" {
+            serve_every_shard(journal.clone(), host, &prefix).await;
+        }
         println!("ready {}", coordinator.member());
         loop {
             tokio::time::sleep(Duration::from_millis(100)).await;
@@ -188,6 +194,23 @@ fn child_entry() {
             );
         }
     });
+}
+
+/// The second planted fault: a host of every shard, on the same journal, receiving every
+/// shard's subject (with a carrier of its own), beside the coordinator's: each delivery is
+/// processed by up to four instances of its entity at once, and the journal's fence sorts
+/// them out.
+async fn serve_every_shard(journal: Arc<PostgresJournal>, host: EntityHostOptions, prefix: &str) {
+    let rogue = EntityHost::<Ledger>::start(journal, host).unwrap();
+    let consumer = rogue.consumer(|c: u64| c);
+    let carrier = nats_support::carrier().await;
+    for shard in 0..SHARDS {
+        carrier
+            .expose(&format!("{prefix}.{shard}"), &consumer)
+            .await
+            .unwrap();
+    }
+    std::mem::forget((rogue, carrier)); // for the life of the process
 }
 
 /// The planted fault: a consumer that asks the entities without the delivery, so no
@@ -249,7 +272,7 @@ impl Counters {
 struct Setup {
     entity_type: String,
     prefix: String,
-    fault: bool,
+    fault: Option<&'static str>,
 }
 
 /// One node process and its latest counters.
@@ -271,8 +294,8 @@ impl Node {
             (PREFIX, setup.prefix.clone()),
             (APP, app.clone()),
         ];
-        if setup.fault {
-            env.push((FAULT, "1".into()));
+        if let Some(fault) = setup.fault {
+            env.push((FAULT, fault.into()));
         }
         let child = process::spawn("child_entry", &env);
         let deadline = Instant::now() + Duration::from_secs(30);
@@ -409,7 +432,7 @@ impl Traffic {
     }
 }
 
-async fn run(fault: bool) -> Report {
+async fn run(fault: Option<&'static str>) -> Report {
     let seed: u64 = std::env::var("SHARD_CRASH_SEED").map_or(3, |s| s.parse().unwrap());
     let kills: u32 = std::env::var("SHARD_CRASH_KILLS").map_or(20, |s| s.parse().unwrap());
     let mut rng = SmallRng::seed_from_u64(seed);
@@ -642,7 +665,7 @@ fn median(mut values: Vec<Duration>) -> Duration {
 
 #[actix::test]
 async fn killed_restarted_joining_and_leaving_nodes_lose_no_command_and_store_none_twice() {
-    let report = run(false).await;
+    let report = run(None).await;
     let seed = report.seed;
     let entities = ENTITIES;
     println!(
@@ -700,7 +723,7 @@ async fn killed_restarted_joining_and_leaving_nodes_lose_no_command_and_store_no
 #[actix::test]
 #[ignore = "a planted fault: shows the check catching commands stored twice"]
 async fn planted_fault_without_processed_marks_redeliveries_are_stored_twice() {
-    let report = run(true).await;
+    let report = run(Some("unmarked")).await;
     println!(
         "planted fault, seed {}: {} entities with a command stored twice",
         report.seed,
@@ -709,5 +732,26 @@ async fn planted_fault_without_processed_marks_redeliveries_are_stored_twice() {
     assert!(
         !report.doubled.is_empty(),
         "the check missed the planted fault"
+    );
+}
+
+#[actix::test]
+#[ignore = "a planted fault: shows the steady-state conflict check catching several owners"]
+async fn planted_fault_every_node_serving_every_shard_conflicts_at_the_fence_yet_stores_once() {
+    let report = run(Some("everywhere")).await;
+    println!(
+        "planted fault, seed {}: {} appends refused by the fence in {STEADY} steady commands; \
+         {} entities with a command stored twice",
+        report.seed,
+        report.steady_conflicts,
+        report.doubled.len()
+    );
+    assert!(
+        report.steady_conflicts * 100 >= STEADY as u64,
+        "the conflict check missed the planted fault"
+    );
+    assert!(
+        report.doubled.is_empty() && report.wrong.is_empty(),
+        "several owners at once stored something twice or out of order"
     );
 }

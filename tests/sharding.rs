@@ -881,3 +881,51 @@ async fn over_tcp_a_sender_finds_each_shards_owner_in_the_lease_table_also_after
         assert_eq!(applied(&*journal, &id(n)).await, sent, "entity {n}");
     }
 }
+
+#[actix::test]
+async fn a_host_refuses_envelopes_whose_origin_is_out_of_range_and_counts_them() {
+    use actix_delivery::{DeliveryInfo, Incarnation, IncarnationId, ProducerId};
+    tokio::time::pause();
+    let journal: Arc<dyn Journal> = Arc::new(MemoryJournal::new());
+    let host = sequences(journal.clone(), PersistentConfig::default());
+    let consumer = host.consumer(|body: u64| body);
+    let (reply_to, acks) = common::ack_probe();
+    let envelope = |producer: &str, seq, window_start, previous| EntityEnvelope {
+        entity_id: id(1),
+        origin: DeliveryInfo {
+            producer_id: ProducerId::from(producer),
+            incarnation: IncarnationId::from_u128(9),
+            seq,
+            window_start,
+            trace_context: None,
+        },
+        previous,
+        body: seq,
+    };
+    let hostile = [
+        envelope("p", 0, 1, 0),              // seq 0
+        envelope("p", 5, 6, 0),              // window start beyond the seq
+        envelope("p", 5, 1, 5),              // a predecessor not before it
+        envelope(&"p".repeat(257), 5, 1, 0), // an id over 256 bytes
+    ];
+    let stream = Incarnation::from_u128(3);
+    for (n, body) in hostile.into_iter().enumerate() {
+        let delivery = Delivery::new("stream", stream, n as u64 + 1, body, reply_to.clone());
+        consumer.recipient().do_send(delivery);
+    }
+    settle_for(10).await;
+    assert_eq!(host.stats().refused_malformed, 4);
+    assert!(acks.snapshot().is_empty(), "none acknowledged");
+    let fine = Delivery::new(
+        "stream",
+        stream,
+        5,
+        envelope("p", 7, 1, 0),
+        reply_to.clone(),
+    );
+    consumer.recipient().do_send(fine);
+    settle_for(10).await;
+    assert_eq!(acks.len(), 1, "the well-formed one");
+    assert_eq!(applied(&*journal, &id(1)).await, [7]);
+    assert_eq!(host.stats().activations, 1, "no entity ran for the others");
+}

@@ -113,8 +113,9 @@ pub struct CoordinatorStats {
 /// paused past its lease), the journal's fence keeps the entities' streams consistent: one
 /// writer loses, catches up and decides again.
 ///
-/// Cheap to clone. [`stop`](Self::stop) leaves the cluster gracefully: every shard is handed
-/// off, the member removed, the host stopped.
+/// Cheap to clone. The node runs until [`stop`](Self::stop), which leaves the cluster
+/// gracefully: the member is removed, every shard handed off, the host stopped (dropping the
+/// handles does not stop it: a node leaves by handing its shards off).
 pub struct ShardCoordinator<E: EventSourced> {
     host: EntityHost<E>,
     addr: Addr<Coordinator>,
@@ -345,6 +346,9 @@ impl Coordinator {
                 Ok(acquired) => {
                     for (shard, token) in acquired {
                         act.acquired(shard, token, sent_at, ctx);
+                        if act.leaving {
+                            act.hand_off(shard, ctx); // acquired as the node began to leave
+                        }
                     }
                 }
                 Err(error) => log::warn!("sharding `{}`: acquiring failed: {error}", act.namespace),
@@ -531,6 +535,22 @@ impl Handler<Leave> for Coordinator {
         if std::mem::replace(&mut self.leaving, true) {
             return;
         }
+        // Out of the members first, so that the others plan without this node and take each
+        // shard as soon as it is released (its leases are still renewed meanwhile).
+        let (store, namespace, member) = (
+            self.store.clone(),
+            self.namespace.clone(),
+            self.member.id.clone(),
+        );
+        let left = async move { store.leave(&namespace, &member).await };
+        ctx.spawn(left.into_actor(self).map(|left, act, _| {
+            if let Err(error) = left {
+                log::warn!(
+                    "sharding `{}`: leaving failed (retried at the end): {error}",
+                    act.namespace
+                );
+            }
+        }));
         let shards: Vec<ShardId> = self.book.shards().collect();
         for shard in shards {
             self.hand_off(shard, ctx);

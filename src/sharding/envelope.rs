@@ -3,7 +3,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::protocol::envelope::DeliveryInfo;
+use crate::protocol::envelope::{check_producer_id, DeadLetterReason, DeliveryInfo, MAX_SEQ};
 use crate::sharding::entity_id::EntityId;
 
 /// A message for one entity, as a sharded producer sends it through the entity's stream and
@@ -25,6 +25,29 @@ pub struct EntityEnvelope<M> {
     pub previous: u64,
     /// The message.
     pub body: M,
+}
+
+impl<M> EntityEnvelope<M> {
+    /// Checks the origin as a consumer admits a delivery (its fields come from the sender):
+    /// a producer id of 1 to 256 bytes, a seq in `1..=2^53-1`, a window start in `1..=seq`,
+    /// and a predecessor before the seq.
+    ///
+    /// # Errors
+    /// The [`DeadLetterReason`] of the first field out of range.
+    pub fn check(&self) -> Result<(), DeadLetterReason> {
+        let origin = &self.origin;
+        check_producer_id(origin.producer_id.as_str())?;
+        if origin.seq == 0 || origin.seq > MAX_SEQ || self.previous >= origin.seq {
+            return Err(DeadLetterReason::SeqOutOfRange(origin.seq));
+        }
+        if origin.window_start == 0 || origin.window_start > origin.seq {
+            return Err(DeadLetterReason::WindowStartOutOfRange {
+                window_start: origin.window_start,
+                seq: origin.seq,
+            });
+        }
+        Ok(())
+    }
 }
 
 /// A message for one entity, as a sharded producer's own stream holds it (and a durable one

@@ -41,6 +41,10 @@ pub enum HostError<R: Display> {
     /// another node): nothing was run.
     #[error("shard {0} is not hosted here")]
     NotHosted(ShardId),
+    /// A delivered envelope whose origin is out of range (a sender that does not follow the
+    /// protocol): refused, not run, not acknowledged.
+    #[error("a malformed envelope: {0}")]
+    Malformed(crate::protocol::envelope::DeadLetterReason),
     /// `max_held_commands` commands wait for stopping instances already: nothing was run
     /// (retry soon).
     #[error("the entity host holds {held} commands for stopping entities, the most allowed")]
@@ -320,7 +324,8 @@ impl<E: EventSourced> EntityHost<E> {
     /// entity (for `must_follow`). The message is ACKed once the entity's reply says the
     /// command is durable, or that it was processed before; a message its producer declared
     /// settled that the entity did not process is stale (counted by the entity) and ACKed
-    /// too. The handler is pipelined: messages reach their entities in delivery order without
+    /// too. An envelope whose origin is out of range is refused (counted in
+    /// [`HostStats::refused_malformed`], never ACKed). The handler is pipelined: messages reach their entities in delivery order without
     /// waiting for each other's commit.
     pub fn delivery_handler<M: 'static>(
         &self,
@@ -328,6 +333,12 @@ impl<E: EventSourced> EntityHost<E> {
     ) -> DeliveryHandler<EntityEnvelope<M>> {
         let host = self.clone();
         DeliveryHandler::pipelined(move |_, envelope: EntityEnvelope<M>| {
+            if let Err(reason) = envelope.check() {
+                host.inner.core().note_malformed();
+                return futures_util::future::Either::Left(std::future::ready(Err(
+                    HostError::Malformed(reason),
+                )));
+            }
             let EntityEnvelope {
                 entity_id,
                 origin,
@@ -336,12 +347,12 @@ impl<E: EventSourced> EntityHost<E> {
             } = envelope;
             let execute = Execute::following(origin, previous, to_command(body));
             let answer = host.execute(entity_id, execute);
-            async move {
+            futures_util::future::Either::Right(async move {
                 match answer.await {
                     Ok(_) | Err(HostError::Command(CommandError::Stale)) => Ok(()),
                     Err(error) => Err(error),
                 }
-            }
+            })
         })
     }
 

@@ -143,6 +143,8 @@ pub struct HostStats {
     /// Commands whose delivery the entity had processed before (a redelivery: after a
     /// failover, the producer sends again what the old owner did not confirm).
     pub already_processed: u64,
+    /// Delivered envelopes refused because their origin was out of range.
+    pub refused_malformed: u64,
 }
 
 struct Running<A> {
@@ -275,6 +277,11 @@ impl<A, W> HostCore<A, W> {
     /// A command was answered "already processed".
     pub fn note_already_processed(&mut self) {
         self.stats.already_processed += 1;
+    }
+
+    /// A delivered envelope was refused as malformed.
+    pub fn note_malformed(&mut self) {
+        self.stats.refused_malformed += 1;
     }
 
     fn is_busy(&self, entity: &EntityId) -> bool {

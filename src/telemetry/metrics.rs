@@ -140,7 +140,8 @@
 //! type's name, from its options), published once a second: one counter
 //! `actix_delivery_entity_host_<field>_total` for each counter field: `activations`,
 //! `passivated_idle`, `passivated_over_limit`, `stopped_shard_left`, `stopped_unasked`,
-//! `routed`, `waited`, `refused_full`, `refused_not_hosted`, `already_processed`; and the
+//! `routed`, `waited`, `refused_full`, `refused_not_hosted`, `already_processed`,
+//! `refused_malformed`; and the
 //! gauges `actix_delivery_entity_host_{active, stopping, held}`.
 //!
 //! **Shard coordinator** ([`CoordinatorStats`](crate::sharding::CoordinatorStats)), label
@@ -412,6 +413,7 @@ meter! {
         counter refused_full: "actix_delivery_entity_host_refused_full_total",
         counter refused_not_hosted: "actix_delivery_entity_host_refused_not_hosted_total",
         counter already_processed: "actix_delivery_entity_host_already_processed_total",
+        counter refused_malformed: "actix_delivery_entity_host_refused_malformed_total",
         gauge active: "actix_delivery_entity_host_active",
         gauge stopping: "actix_delivery_entity_host_stopping",
         gauge held: "actix_delivery_entity_host_held",

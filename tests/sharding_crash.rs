@@ -17,10 +17,14 @@
 //!   no timing assertions here); an entity of such a shard recovers from the journal on its
 //!   next command (activations are measured in the benchmark).
 //!
-//! Coverage, asserted so the test cannot pass vacuously: every kill lands with commands
-//! unconfirmed; redeliveries after failovers are answered from the entities' records
-//! ("already processed") on the new owners; leases are lost or taken over after kills; the
-//! joiner gets shards by handoff and hands them back when it leaves.
+//! Kills are aimed: every other node life wraps its journal in [`Hooked`], which holds a
+//! seeded early append after its commit (its commands stored, their ACKs never sent), and the
+//! kill comes 0–30 ms after that append's marker; nodes still holding one at the end are
+//! killed too. Coverage, asserted so the test cannot pass vacuously: every kill lands with
+//! commands unconfirmed; at least a fifth of the kills land after a held commit;
+//! redeliveries after failovers are answered from the entities' records ("already
+//! processed") on the new owners; killed nodes' shards are taken over; the joiner gets shards
+//! by handoff and hands them back when it leaves.
 //!
 //! Needs both servers (features `nats` and `postgres`, run by `.ci/run`). Replay a seed with
 //! `SHARD_CRASH_SEED=5`; `SHARD_CRASH_KILLS` raises the kills (default 20). Two planted faults
@@ -49,6 +53,7 @@ use actix_delivery::sharding::{
 };
 use actix_delivery::{ConsumerOptions, DeliveryHandler, ProducerConfig, ReliableDelivery};
 use common::{confirm_into, Confirmations};
+use process::hook::{Hold, Hooked, Markers};
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 use serde::{Deserialize, Serialize};
@@ -62,6 +67,10 @@ const APP: &str = "SHARD_CRASH_APP";
 /// Set for a planted fault: `unmarked` (no processed marks) or `everywhere` (every node
 /// also serves every shard, leases or not).
 const FAULT: &str = "SHARD_CRASH_FAULT";
+/// The append a node's journal holds after its commit ([`Hold::encode`]).
+const HOLD: &str = "SHARD_CRASH_HOLD";
+/// The marker of the nodes' journal lines.
+const MARKER: &str = "journal";
 
 const SHARDS: u32 = 32;
 const ENTITIES: u64 = 10_000;
@@ -154,8 +163,11 @@ fn child_entry() {
         let prefix = env(PREFIX);
         let fault = std::env::var(FAULT).unwrap_or_default();
         let journal = Arc::new(journal);
+        // Commits one seeded append and never answers it: the kill that follows lands with
+        // its commands stored and unconfirmed.
+        let hooked = Hooked::new((*journal).clone(), MARKER, Hold::parse(&env(HOLD)));
         let coordinator = ShardCoordinator::<Ledger>::start(
-            journal.clone(),
+            Arc::new(hooked),
             host.clone(),
             Arc::new(leases),
             coordinator_options,
@@ -282,13 +294,16 @@ struct Node {
     app: String,
     child: process::Child,
     last: Counters,
+    hold: Hold,
+    markers: Markers,
 }
 
 impl Node {
     /// Starts one and waits (without blocking the runtime) for its `ready`.
-    async fn start(name: &str, setup: &Setup) -> Self {
+    async fn start(name: &str, setup: &Setup, hold: Hold) -> Self {
         let app = postgres_support::unique("shard-node");
         let mut env = vec![
+            (HOLD, hold.encode()),
             (NODE_NAME, name.to_string()),
             (ENTITY_TYPE, setup.entity_type.clone()),
             (PREFIX, setup.prefix.clone()),
@@ -309,6 +324,8 @@ impl Node {
                             app,
                             child,
                             last: Counters::default(),
+                            hold,
+                            markers: Markers::default(),
                         };
                     }
                 }
@@ -328,6 +345,7 @@ impl Node {
             if let Some(counters) = Counters::parse(&line) {
                 self.last = counters;
             }
+            self.markers.take(&line, MARKER);
             left |= line == "left";
         }
         left
@@ -394,6 +412,7 @@ struct Report {
     takeovers: Vec<Duration>,
     steady_conflicts: u64,
     totals: Counters,
+    aimed: u32,
     doubled: Vec<(EntityId, Vec<u64>)>,
     wrong: Vec<(EntityId, Vec<u64>, Vec<u64>)>,
     joiner_handoffs: u64,
@@ -432,27 +451,117 @@ impl Traffic {
     }
 }
 
+/// What a run keeps while it goes.
+struct Run {
+    seed: u64,
+    rng: SmallRng,
+    setup: Setup,
+    admin: tokio_postgres::Client,
+    traffic: Traffic,
+    nodes: Vec<Node>,
+    totals: Counters,
+    unconfirmed_at_kills: Vec<usize>,
+    pending: Vec<Takeover>,
+    takeovers: Vec<Duration>,
+    aimed: u32,
+    started: Instant,
+}
+
+impl Run {
+    /// Keeps the traffic going and reads the nodes; records the takeovers that completed.
+    async fn watch(&mut self) {
+        self.traffic.top_up();
+        for node in &mut self.nodes {
+            node.poll();
+        }
+        let live = leases(&self.admin, &self.setup.entity_type).await;
+        let takeovers = &mut self.takeovers;
+        self.pending.retain(|t| {
+            let taken = t
+                .shards
+                .iter()
+                .all(|s| live.get(s).is_some_and(|owner| *owner != t.member));
+            if taken {
+                takeovers.push(t.killed_at.elapsed());
+            }
+            !taken
+        });
+        assert!(
+            self.started.elapsed() < Duration::from_secs(300),
+            "seed {}: no progress",
+            self.seed
+        );
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+
+    /// SIGKILLs the node at `index` (aimed: once its held append committed, and a seeded
+    /// 0–30 ms later) and starts it again, a new member holding `hold`.
+    async fn kill(&mut self, index: usize, hold: Hold) {
+        let mut victim = self.nodes.remove(index);
+        if victim.hold != Hold::Never {
+            let deadline = Instant::now() + Duration::from_secs(5);
+            while !victim.hold.is_held(&victim.markers) && Instant::now() < deadline {
+                self.traffic.top_up();
+                victim.poll();
+                tokio::time::sleep(Duration::from_millis(2)).await;
+            }
+            if victim.hold.is_held(&victim.markers) {
+                self.aimed += 1;
+            }
+            let pause = self.rng.random_range(0..=30);
+            tokio::time::sleep(Duration::from_millis(pause)).await;
+        }
+        let owned: BTreeSet<u32> = leases(&self.admin, &self.setup.entity_type)
+            .await
+            .into_iter()
+            .filter(|(_, owner)| *owner == victim.member)
+            .map(|(s, _)| s)
+            .collect();
+        self.unconfirmed_at_kills.push(self.traffic.unconfirmed());
+        let (name, member) = (victim.name.clone(), victim.member.clone());
+        let killed_at = Instant::now();
+        self.totals.add(victim.kill(&self.admin).await);
+        if !owned.is_empty() {
+            self.pending.push(Takeover {
+                killed_at,
+                member,
+                shards: owned,
+            });
+        }
+        self.nodes.push(Node::start(&name, &self.setup, hold).await);
+    }
+
+    /// The sum of the nodes' appends refused by the fence.
+    fn refused(&mut self) -> u64 {
+        self.nodes
+            .iter_mut()
+            .map(|n| {
+                n.poll();
+                n.last.refused
+            })
+            .sum()
+    }
+}
+
 async fn run(fault: Option<&'static str>) -> Report {
     let seed: u64 = std::env::var("SHARD_CRASH_SEED").map_or(3, |s| s.parse().unwrap());
     let kills: u32 = std::env::var("SHARD_CRASH_KILLS").map_or(20, |s| s.parse().unwrap());
-    let mut rng = SmallRng::seed_from_u64(seed);
     let setup = Setup {
         entity_type: postgres_support::unique("ledger"),
         prefix: nats_support::unique("shards"),
         fault,
     };
     let admin = postgres_support::admin().await;
-    // The lease tables exist once a store connected (the nodes' stores create them).
     let mut nodes = Vec::new();
     for name in ["n0", "n1", "n2"] {
-        nodes.push(Node::start(name, &setup).await);
+        nodes.push(Node::start(name, &setup, Hold::Never).await);
     }
+    // The lease tables exist once a store connected (the nodes' stores create them).
     let deadline = Instant::now() + Duration::from_secs(30);
     while leases(&admin, &setup.entity_type).await.len() < SHARDS as usize {
         assert!(Instant::now() < deadline, "the shards were not all taken");
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
-
     let carrier = nats_support::carrier().await;
     let destination = NatsShards::<u64>::destination::<u64>(&carrier, &setup.prefix).unwrap();
     let options = ShardedProducerOptions::per_shard(destination)
@@ -463,42 +572,35 @@ async fn run(fault: Option<&'static str>) -> Report {
         })
         .build()
         .unwrap();
-    let mut traffic = Traffic {
-        rng: SmallRng::seed_from_u64(seed + 1),
-        producer: ReliableDelivery::sharded_producer(options),
-        confirmations: Confirmations::default(),
-        sent: BTreeMap::new(),
-        next: 0,
+    let mut run = Run {
+        seed,
+        rng: SmallRng::seed_from_u64(seed),
+        traffic: Traffic {
+            rng: SmallRng::seed_from_u64(seed + 1),
+            producer: ReliableDelivery::sharded_producer(options),
+            confirmations: Confirmations::default(),
+            sent: BTreeMap::new(),
+            next: 0,
+        },
+        setup,
+        admin,
+        nodes,
+        totals: Counters::default(),
+        unconfirmed_at_kills: Vec::new(),
+        pending: Vec::new(),
+        takeovers: Vec::new(),
+        aimed: 0,
+        started: Instant::now(),
     };
-    let mut totals = Counters::default();
-    let mut unconfirmed_at_kills = Vec::new();
-    let (mut pending, mut takeovers) = (Vec::<Takeover>::new(), Vec::new());
     let (mut joiner, mut joiner_handoffs) = (None::<Node>, 0);
-    let started = Instant::now();
     for kill in 1..=kills {
-        // Traffic for a seeded while, watching the takeovers.
-        let until = Instant::now() + Duration::from_millis(rng.random_range(700..=1300));
+        let until = Instant::now() + Duration::from_millis(run.rng.random_range(700..=1300));
         while Instant::now() < until {
-            traffic.top_up();
-            nodes.iter_mut().for_each(|n| {
-                n.poll();
-            });
-            let live = leases(&admin, &setup.entity_type).await;
-            pending.retain(|t: &Takeover| {
-                let taken = t
-                    .shards
-                    .iter()
-                    .all(|s| live.get(s).is_some_and(|owner| *owner != t.member));
-                if taken {
-                    takeovers.push(t.killed_at.elapsed());
-                }
-                !taken
-            });
-            tokio::time::sleep(Duration::from_millis(25)).await;
+            run.watch().await;
         }
         // The joiner comes at a third of the kills and leaves at two thirds.
         if kill == kills / 3 {
-            joiner = Some(Node::start("n3", &setup).await);
+            joiner = Some(Node::start("n3", &run.setup, Hold::Never).await);
         }
         if kill == 2 * kills / 3 {
             let mut node = joiner.take().expect("the joiner");
@@ -512,95 +614,55 @@ async fn run(fault: Option<&'static str>) -> Report {
             let deadline = Instant::now() + Duration::from_secs(30);
             while !node.poll() {
                 assert!(Instant::now() < deadline, "the joiner did not leave");
-                traffic.top_up();
-                tokio::time::sleep(Duration::from_millis(25)).await;
+                run.watch().await;
             }
             joiner_handoffs = node.last.handoffs.max(joiner_handoffs);
-            totals.add(node.last);
+            run.totals.add(node.last);
             assert!(node.child.finish().success(), "the joiner ended badly");
         }
-        let victim = nodes.remove(rng.random_range(0..nodes.len()));
-        let owned: BTreeSet<u32> = leases(&admin, &setup.entity_type)
-            .await
-            .into_iter()
-            .filter(|(_, owner)| *owner == victim.member)
-            .map(|(s, _)| s)
-            .collect();
-        unconfirmed_at_kills.push(traffic.unconfirmed());
-        let (name, member) = (victim.name.clone(), victim.member.clone());
-        let killed_at = Instant::now();
-        totals.add(victim.kill(&admin).await);
-        if !owned.is_empty() {
-            pending.push(Takeover {
-                killed_at,
-                member,
-                shards: owned,
-            });
-        }
-        nodes.push(Node::start(&name, &setup).await);
-        assert!(
-            started.elapsed() < Duration::from_secs(240),
-            "seed {seed}: no progress"
-        );
+        // Every other life holds one of its first appends after the commit.
+        let hold = if run.rng.random_bool(0.5) {
+            Hold::After(run.rng.random_range(20..=200))
+        } else {
+            Hold::Never
+        };
+        let victim = run.rng.random_range(0..run.nodes.len());
+        run.kill(victim, hold).await;
+    }
+    // A node still holding an append would hold its commands for good: it is killed too.
+    while let Some(held) = run.nodes.iter().position(|n| n.hold != Hold::Never) {
+        run.kill(held, Hold::Never).await;
     }
 
     // Steady: every node up, the shards settled; conflicts counted over STEADY commands.
     let settle = Instant::now() + Duration::from_secs(4);
-    while Instant::now() < settle || !pending.is_empty() {
-        traffic.top_up();
-        nodes.iter_mut().for_each(|n| {
-            n.poll();
-        });
-        let live = leases(&admin, &setup.entity_type).await;
-        pending.retain(|t| {
-            let taken = t
-                .shards
-                .iter()
-                .all(|s| live.get(s).is_some_and(|o| *o != t.member));
-            if taken {
-                takeovers.push(t.killed_at.elapsed());
-            }
-            !taken
-        });
-        assert!(
-            started.elapsed() < Duration::from_secs(300),
-            "seed {seed}: stuck"
-        );
-        tokio::time::sleep(Duration::from_millis(25)).await;
+    while Instant::now() < settle || !run.pending.is_empty() {
+        run.watch().await;
     }
     let deadline = Instant::now() + Duration::from_secs(60);
-    while traffic.unconfirmed() > 0 {
+    while run.traffic.unconfirmed() > 0 {
         assert!(
             Instant::now() < deadline,
             "seed {seed}: {} commands unconfirmed before the steady phase",
-            traffic.unconfirmed()
+            run.traffic.unconfirmed()
         );
         tokio::time::sleep(Duration::from_millis(25)).await;
     }
     tokio::time::sleep(Duration::from_millis(300)).await;
-    let refused = |nodes: &mut Vec<Node>| {
-        nodes
-            .iter_mut()
-            .map(|n| {
-                n.poll();
-                n.last.refused
-            })
-            .sum::<u64>()
-    };
-    let before = refused(&mut nodes);
-    let steady_end = traffic.next + STEADY as u64;
-    while traffic.next < steady_end {
-        traffic.top_up();
+    let before = run.refused();
+    let steady_end = run.traffic.next + STEADY as u64;
+    while run.traffic.next < steady_end {
+        run.traffic.top_up();
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
-    traffic.producer.idle().await;
+    run.traffic.producer.idle().await;
     tokio::time::sleep(Duration::from_millis(300)).await;
-    let steady_conflicts = refused(&mut nodes) - before;
+    let steady_conflicts = run.refused() - before;
 
     // Every command confirmed once.
-    let commands = traffic.next;
+    let commands = run.traffic.next;
     let mut confirmed: BTreeMap<u64, u32> = BTreeMap::new();
-    for (command, result) in traffic.confirmations.snapshot() {
+    for (command, result) in run.traffic.confirmations.snapshot() {
         assert_eq!(result, Ok(()), "seed {seed}: command {command}");
         *confirmed.entry(command).or_default() += 1;
     }
@@ -613,21 +675,20 @@ async fn run(fault: Option<&'static str>) -> Report {
         confirmed.values().all(|&n| n == 1),
         "seed {seed}: confirmed twice"
     );
-    for mut node in nodes {
+    for mut node in std::mem::take(&mut run.nodes) {
         node.poll();
-        totals.add(node.last);
+        run.totals.add(node.last);
         node.child.kill();
     }
 
     // From the journal: each entity applied what was sent to it, once, in order.
     let journal = postgres_support::journal().await;
     let (mut doubled, mut wrong) = (Vec::new(), Vec::new());
-    let sent: Vec<(u64, Vec<u64>)> = traffic.sent.into_iter().collect();
+    let sent: Vec<(u64, Vec<u64>)> = std::mem::take(&mut run.traffic.sent).into_iter().collect();
     for chunk in sent.chunks(64) {
         let states = futures_util::future::join_all(chunk.iter().map(|(account, _)| {
-            let id =
-                PersistenceId::new(format!("{}|{}", setup.entity_type, entity(*account))).unwrap();
-            let journal = &journal;
+            let name = format!("{}|{}", run.setup.entity_type, entity(*account));
+            let (id, journal) = (PersistenceId::new(name).unwrap(), &journal);
             async move {
                 recover_state::<Ledger>(journal as &dyn Journal, &id)
                     .await
@@ -646,12 +707,13 @@ async fn run(fault: Option<&'static str>) -> Report {
     }
     Report {
         seed,
-        kills,
+        kills: run.unconfirmed_at_kills.len() as u32,
         commands,
-        unconfirmed_at_kills,
-        takeovers,
+        unconfirmed_at_kills: run.unconfirmed_at_kills,
+        takeovers: run.takeovers,
         steady_conflicts,
-        totals,
+        totals: run.totals,
+        aimed: run.aimed,
         doubled,
         wrong,
         joiner_handoffs,
@@ -669,12 +731,14 @@ async fn killed_restarted_joining_and_leaving_nodes_lose_no_command_and_store_no
     let seed = report.seed;
     let entities = ENTITIES;
     println!(
-        "seed {seed}: {} kills, {} commands to {entities} entities; shards taken over after a \
-         kill in {:?} (median) / {:?} (max) with a lease TTL of {LEASE_TTL:?}; {} redeliveries \
+        "seed {seed}: {} kills ({} aimed after a held commit), {} commands to {entities} \
+         entities; shards taken over after a kill in {:?} (median) / {:?} (max) with a lease \
+         TTL of {LEASE_TTL:?}; {} redeliveries \
          answered from the entities' records, {} activations, {} leases lost, {} handoffs \
          ({} by the joiner); {} appends refused by the fence in the steady phase ({STEADY} \
          commands)",
         report.kills,
+        report.aimed,
         report.commands,
         median(report.takeovers.clone()),
         report.takeovers.iter().max().copied().unwrap_or_default(),
@@ -704,6 +768,11 @@ async fn killed_restarted_joining_and_leaving_nodes_lose_no_command_and_store_no
         report.unconfirmed_at_kills.iter().all(|&n| n > 0),
         "seed {seed}: a kill without commands in flight: {:?}",
         report.unconfirmed_at_kills
+    );
+    assert!(
+        report.aimed >= report.kills / 5,
+        "seed {seed}: only {} kills landed after a held commit",
+        report.aimed
     );
     assert!(
         report.totals.already_processed > 0,

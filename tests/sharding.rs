@@ -711,6 +711,21 @@ async fn owned(nodes: &[&ShardCoordinator<Sequence>]) -> Vec<u64> {
     owned
 }
 
+/// How many of the 16 shards the rendezvous allocation gives each of `nodes`.
+fn desired(nodes: &[&ShardCoordinator<Sequence>]) -> Vec<u64> {
+    use actix_delivery::sharding::allocation::desired_owner;
+    let members: std::collections::BTreeSet<String> =
+        nodes.iter().map(|n| n.member().to_owned()).collect();
+    nodes
+        .iter()
+        .map(|node| {
+            (0..16)
+                .filter(|&s| desired_owner(ShardId(s), &members) == Some(node.member()))
+                .count() as u64
+        })
+        .collect()
+}
+
 #[actix::test]
 async fn nodes_share_the_shards_hand_off_on_join_and_leave_and_take_over_a_lost_one() {
     tokio::time::pause();
@@ -722,10 +737,13 @@ async fn nodes_share_the_shards_hand_off_on_join_and_leave_and_take_over_a_lost_
     let bus = Bus::default();
     let a = node("a", &journal, &leases, &bus);
     let b = node("b", &journal, &leases, &bus);
-    settle_for(5_000).await;
+    settle_for(10_000).await;
     let split = owned(&[&a, &b]).await;
-    assert_eq!(split.iter().sum::<u64>(), 16, "{split:?}");
-    assert!(split.iter().all(|&n| n >= 3), "both own some: {split:?}");
+    assert_eq!(
+        split,
+        desired(&[&a, &b]),
+        "each owns what the allocation gives it"
+    );
 
     let options = ShardedProducerOptions::per_shard(bus.destination())
         .shards(16)
@@ -753,8 +771,7 @@ async fn nodes_share_the_shards_hand_off_on_join_and_leave_and_take_over_a_lost_
     send_burst(&producer);
     settle_for(10_000).await;
     let split = owned(&[&a, &b, &c]).await;
-    assert_eq!(split.iter().sum::<u64>(), 16, "{split:?}");
-    assert!(split[2] >= 3, "c took its share: {split:?}");
+    assert_eq!(split, desired(&[&a, &b, &c]), "c took its share");
     let after = handoffs(a.stats().await.unwrap(), b.stats().await.unwrap());
     assert_eq!(
         after - before,
@@ -775,7 +792,11 @@ async fn nodes_share_the_shards_hand_off_on_join_and_leave_and_take_over_a_lost_
         "{b_stats:?}"
     );
     let split = owned(&[&a, &c]).await;
-    assert_eq!(split.iter().sum::<u64>(), 16, "{split:?}");
+    assert_eq!(
+        split,
+        desired(&[&a, &c]),
+        "b's shards went to their new owners"
+    );
     producer.idle().await;
 
     // c leaves gracefully: a takes everything.

@@ -51,7 +51,7 @@ use thousands::thousands;
 
 const ENTITIES: u64 = 10_000;
 const ASKED: u64 = 204_800;
-const ASK_CALLERS: u64 = 512;
+const ASK_CALLERS: u64 = 2048;
 const DELIVERED: u64 = 100_000;
 const SINGLE: u64 = 64_000;
 const SINGLE_CALLERS: u64 = 64;

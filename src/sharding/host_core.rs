@@ -19,9 +19,10 @@
 //!   its instances stop whether busy or not (their commands in flight finish first), and the
 //!   shard is gone from the host once all of them have stopped.
 
-use std::collections::{HashMap, HashSet, VecDeque};
+use std::collections::VecDeque;
 use std::time::{Duration, Instant};
 
+use hashbrown::{DefaultHashBuilder, HashMap, HashSet};
 use hashlink::LinkedHashMap;
 use serde::{Deserialize, Serialize};
 
@@ -163,7 +164,7 @@ struct Stopping<W> {
 pub struct HostCore<A, W> {
     limits: HostLimits,
     /// Running instances, least recently used first.
-    running: LinkedHashMap<EntityId, Running<A>>,
+    running: LinkedHashMap<EntityId, Running<A>, DefaultHashBuilder>,
     stopping: HashMap<EntityId, Stopping<W>>,
     /// Shards hosted; `None`: all.
     hosted: Option<HashSet<ShardId>>,
@@ -181,7 +182,7 @@ impl<A, W> HostCore<A, W> {
     pub fn new(limits: HostLimits) -> Self {
         Self {
             limits,
-            running: LinkedHashMap::new(),
+            running: LinkedHashMap::default(),
             stopping: HashMap::new(),
             hosted: None,
             in_flight: HashMap::new(),

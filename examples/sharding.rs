@@ -12,8 +12,7 @@
 //! `nats://127.0.0.1:4222`).
 
 use std::collections::BTreeMap;
-use std::io::BufRead;
-use std::process::{Child, Command, Stdio};
+use std::process::Child;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -27,6 +26,11 @@ use actix_delivery::sharding::{
 };
 use actix_delivery::{ProducerConfig, ReliableDelivery};
 use serde::{Deserialize, Serialize};
+
+#[path = "support/cluster.rs"]
+mod cluster;
+
+use cluster::{nats, postgres, spawn_node, until_stdin_closes};
 
 const SHARDS: u32 = 16;
 const ACCOUNTS: u64 = 200;
@@ -55,15 +59,6 @@ impl EventSourced for Account {
     fn apply(&mut self, Deposited(deposit): &Deposited) {
         self.deposits.push(*deposit);
     }
-}
-
-fn postgres() -> String {
-    std::env::var("ACTIX_DELIVERY_POSTGRES")
-        .unwrap_or_else(|_| "host=127.0.0.1 port=5432 user=postgres dbname=test".into())
-}
-
-fn nats() -> String {
-    std::env::var("ACTIX_DELIVERY_NATS_URL").unwrap_or_else(|_| "nats://127.0.0.1:4222".into())
 }
 
 async fn leases() -> PostgresLeaseStore {
@@ -112,16 +107,7 @@ fn node(name: String, entity_type: String, prefix: String) {
         )
         .expect("valid versions");
         println!("ready {}", node.member());
-        tokio::task::spawn_blocking(|| {
-            let mut line = String::new();
-            while std::io::stdin()
-                .lock()
-                .read_line(&mut line)
-                .is_ok_and(|n| n > 0)
-            {}
-        })
-        .await
-        .expect("stdin");
+        until_stdin_closes().await;
         node.stop(); // hand the shards off, leave
         node.stopped().await;
     });
@@ -129,21 +115,8 @@ fn node(name: String, entity_type: String, prefix: String) {
 
 /// Starts a node process; its member id once it is ready.
 fn spawn(name: &str, entity_type: &str, prefix: &str) -> (Child, String) {
-    let mut child = Command::new(std::env::current_exe().expect("this example"))
-        .args(["--node", name, entity_type, prefix])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .spawn()
-        .expect("a node process");
-    let mut line = String::new();
-    std::io::BufReader::new(child.stdout.take().expect("piped"))
-        .read_line(&mut line)
-        .expect("the node starts");
-    let member = line
-        .trim()
-        .strip_prefix("ready ")
-        .expect("ready")
-        .to_owned();
+    let (child, ready) = spawn_node(&["--node", name, entity_type, prefix]);
+    let member = ready.strip_prefix("ready ").expect("ready").to_owned();
     println!("node {name} is up (member {member})");
     (child, member)
 }

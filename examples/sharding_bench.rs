@@ -33,20 +33,25 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use actix_delivery::journal::{Journal, PersistenceId, SqliteJournal};
-use actix_delivery::persistence::{Decision, EventSourced, PersistentConfig, PersistentHandle};
+use actix_delivery::persistence::{PersistentConfig, PersistentHandle};
 use actix_delivery::sharding::{
     EntityHost, EntityHostOptions, EntityId, ShardedProducerHandle, ShardedProducerOptions,
 };
 use actix_delivery::ReliableDelivery;
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
-use serde::{Deserialize, Serialize};
 
+#[cfg(all(feature = "postgres", feature = "nats"))]
+#[path = "support/cluster.rs"]
+mod cluster;
+#[path = "support/counter.rs"]
+mod counter;
 #[path = "support/report_header.rs"]
 mod report_header;
 #[path = "support/thousands.rs"]
 mod thousands;
 
+use counter::Counter;
 use thousands::thousands;
 
 const ENTITIES: u64 = 10_000;
@@ -58,37 +63,6 @@ const SINGLE_CALLERS: u64 = 64;
 const RECOVERED_ENTITIES: u64 = 2_048;
 const EVENTS_PER_ENTITY: u64 = 100;
 const ACTIVATION_CALLERS: u64 = 64;
-
-/// A counter whose events carry a 100-byte note, so entries are of a realistic size.
-#[derive(Default, Serialize, Deserialize)]
-struct Counter {
-    count: u64,
-}
-
-#[derive(Serialize, Deserialize)]
-struct Counted {
-    by: u64,
-    note: String,
-}
-
-impl EventSourced for Counter {
-    type Command = u64;
-    type Event = Counted;
-    type Reply = u64;
-    type Rejection = String;
-
-    fn decide(&self, &by: &u64) -> Result<Decision<Self>, String> {
-        if by == 0 {
-            return Ok(Decision::reply(self.count)); // a read
-        }
-        let note = "x".repeat(100);
-        Ok(Decision::persist([Counted { by, note }], self.count + by))
-    }
-
-    fn apply(&mut self, event: &Counted) {
-        self.count += event.by;
-    }
-}
 
 fn entity(n: u64) -> EntityId {
     EntityId::new(format!("counter-{n}")).expect("a valid id")
@@ -369,8 +343,7 @@ fn main() {
 /// The case over NATS with PostgreSQL: node processes and the producer.
 #[cfg(all(feature = "postgres", feature = "nats"))]
 mod over_nats {
-    use std::io::BufRead;
-    use std::process::{Child, Command, Stdio};
+    use std::process::Child;
 
     use actix_delivery::journal::{PostgresJournal, PostgresOptions};
     use actix_delivery::nats::{NatsCarrier, NatsOptions};
@@ -378,20 +351,12 @@ mod over_nats {
         CoordinatorOptions, LeaseStore, NatsShards, PostgresLeaseStore, ShardCoordinator,
     };
 
+    use super::cluster::{nats, postgres, spawn_node, until_stdin_closes};
     use super::*;
 
     const SHARDS: u32 = 64;
     const SCHEMA: &str = "actix_delivery_bench";
     const COMMANDS: u64 = 50_000;
-
-    fn postgres() -> String {
-        std::env::var("ACTIX_DELIVERY_POSTGRES")
-            .unwrap_or_else(|_| "host=127.0.0.1 port=5432 user=postgres dbname=test".into())
-    }
-
-    fn nats() -> String {
-        std::env::var("ACTIX_DELIVERY_NATS_URL").unwrap_or_else(|_| "nats://127.0.0.1:4222".into())
-    }
 
     async fn leases() -> PostgresLeaseStore {
         PostgresLeaseStore::connect(&postgres(), SCHEMA, Duration::from_secs(5))
@@ -432,33 +397,13 @@ mod over_nats {
             )
             .expect("valid versions");
             println!("ready");
-            // Until the benchmark closes our stdin (or dies).
-            tokio::task::spawn_blocking(|| {
-                let mut line = String::new();
-                while std::io::stdin()
-                    .lock()
-                    .read_line(&mut line)
-                    .is_ok_and(|n| n > 0)
-                {}
-            })
-            .await
-            .expect("stdin");
+            until_stdin_closes().await; // the benchmark closes it (or dies)
         });
     }
 
     fn spawn(name: &str, entity_type: &str, prefix: &str) -> Child {
-        let mut child = Command::new(std::env::current_exe().expect("this example"))
-            .args(["--node", name, entity_type, prefix])
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .spawn()
-            .expect("a node process");
-        let stdout = child.stdout.take().expect("piped");
-        let mut line = String::new();
-        std::io::BufReader::new(stdout)
-            .read_line(&mut line)
-            .expect("the node starts");
-        assert_eq!(line.trim(), "ready", "the node did not start");
+        let (child, ready) = spawn_node(&["--node", name, entity_type, prefix]);
+        assert_eq!(ready, "ready", "the node did not start");
         child
     }
 

@@ -124,9 +124,11 @@ mod envelope;
 mod host;
 pub mod host_core;
 mod host_options;
+mod host_shell;
 pub mod lanes;
 pub mod lease;
 mod lease_store;
+mod leaseholder;
 #[cfg(feature = "nats")]
 mod nats_shards;
 #[cfg(feature = "postgres")]
@@ -135,10 +137,9 @@ mod producer;
 mod producer_options;
 mod rooms;
 mod router;
+mod transport;
 
-pub use self::coordinator::{
-    CoordinatorStats, LocalFuture, NoTransport, ShardCoordinator, ShardTransport,
-};
+pub use self::coordinator::{CoordinatorStats, ShardCoordinator};
 pub use self::coordinator_options::{
     CoordinatorConfig, CoordinatorOptions, CoordinatorOptionsBuilder, MAX_NODE_NAME,
 };
@@ -165,3 +166,4 @@ pub use self::producer_options::{
     ShardedProducerConfig, ShardedProducerOptions, ShardedProducerOptionsBuilder,
     MAX_SHARDED_PRODUCER_ID,
 };
+pub use self::transport::{LocalFuture, NoTransport, ShardTransport};

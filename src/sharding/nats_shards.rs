@@ -7,9 +7,9 @@ use serde::Serialize;
 use crate::consumer::ConsumerHandle;
 use crate::message::ConsumerRef;
 use crate::nats::{NatsCarrier, NatsError};
-use crate::sharding::coordinator::{LocalFuture, ShardTransport};
 use crate::sharding::entity_id::ShardId;
 use crate::sharding::envelope::EntityEnvelope;
+use crate::sharding::transport::{LocalFuture, ShardTransport};
 
 /// The [`ShardTransport`] over NATS: the owner of shard `s` exposes its host's consumer on
 /// the subject `<prefix>.<s>` (and unsubscribes when it gives the shard up); senders publish

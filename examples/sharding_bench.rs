@@ -9,11 +9,11 @@
 //! One process (the entities on one arbiter), an SQLite journal in a temporary directory,
 //! entities whose events carry a 100-byte note (as in `persistence_bench`):
 //!
-//! 0. **the journal alone** (the plain alternative): 512 appenders on 10 000 streams, one
+//! 0. **the journal alone** (the plain alternative): 2 048 appenders on 10 000 streams, one
 //!    event of an entity's size per append, each awaited before the next;
 //! 1. **one entity** (`persistence_bench`'s figure, in the same run): 64 callers, each with one
 //!    command in flight, to one persistent actor;
-//! 2. **10 000 entities, asked**: [`EntityHost::ask`] from 512 callers, each with one command
+//! 2. **10 000 entities, asked**: [`EntityHost::ask`] from 2 048 callers, each with one command
 //!    in flight, to random entities (all already running);
 //! 3. **10 000 entities, effectively once**: a sharded producer to the host's consumer, in
 //!    process: every command a delivery on its entity's stream, its processed mark stored with
@@ -99,7 +99,7 @@ where
     futures_util::future::join_all(tasks).await;
 }
 
-/// The plain alternative: the journal alone, 512 appenders on the 10 000 streams (each its
+/// The plain alternative: the journal alone, 2 048 appenders on the 10 000 streams (each its
 /// own share of them), one event of an entity's size per append.
 async fn journal_alone(dir: &tempfile::TempDir, run: usize) -> f64 {
     let journal = sqlite(dir, &format!("journal-{run}")).await;
@@ -160,7 +160,7 @@ async fn warm(host: &EntityHost<Counter>) {
     .await;
 }
 
-/// Case 2: 10 000 running entities, asked by 512 callers.
+/// Case 2: 10 000 running entities, asked by 2 048 callers.
 async fn asked(dir: &tempfile::TempDir, run: usize) -> f64 {
     let host = host(sqlite(dir, &format!("asked-{run}")).await);
     warm(&host).await;
@@ -321,9 +321,9 @@ fn main() {
         println!("|---|---:|---:|---:|---:|");
         let [one, asked, delivered, activated, alone] = measured;
         let cases = [
-            ("the journal alone: 512 appenders, 10 000 streams, one event each, appends", alone),
+            ("the journal alone: 2 048 appenders, 10 000 streams, one event each, appends", alone),
             ("one entity, 64 callers (`persistence_bench`'s case), commands", one),
-            ("10 000 entities, `EntityHost::ask` from 512 callers, commands", asked),
+            ("10 000 entities, `EntityHost::ask` from 2 048 callers, commands", asked),
             (
                 "10 000 entities, sharded producer → host consumer (effectively once), commands confirmed",
                 delivered,

@@ -254,8 +254,8 @@ impl<E: EventSourced> EntityHost<E> {
     /// command is durable, or that it was processed before; a message its producer declared
     /// settled that the entity did not process is stale (counted by the entity) and ACKed
     /// too. An envelope whose origin is out of range is refused (counted in
-    /// [`HostStats::refused_malformed`], never ACKed). The handler is pipelined: messages reach their entities in delivery order without
-    /// waiting for each other's commit.
+    /// [`HostStats::refused_malformed`], never ACKed). The handler is pipelined: messages
+    /// reach their entities in delivery order without waiting for each other's commit.
     pub fn delivery_handler<M: 'static>(
         &self,
         mut to_command: impl FnMut(M) -> E::Command + 'static,

@@ -457,11 +457,6 @@ impl<A, W> HostCore<A, W> {
         self.per_shard.is_empty()
     }
 
-    /// The running instances (for statistics over them).
-    pub fn instances(&self) -> impl Iterator<Item = &A> {
-        self.running.values().map(|r| &r.instance)
-    }
-
     /// The counters and gauges.
     pub fn stats(&self) -> HostStats {
         HostStats {

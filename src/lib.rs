@@ -391,7 +391,8 @@
 //! # Metrics
 //!
 //! With the feature `metrics`, every counter of every stats struct (producer, consumer,
-//! durable producer, persistent entity, journals, node, NATS carrier), and histograms of
+//! durable producer, persistent entity, journals, node, NATS carrier, entity host, shard
+//! coordinator, sharded producer), and histograms of
 //! send→confirm latency, handler run time, journal commit latency and group size, and frames
 //! and bytes per socket write, go through the [`metrics`](https://docs.rs/metrics/0.24) facade
 //! to whatever recorder the application installed (before starting the parts it measures).

@@ -18,14 +18,16 @@ use std::time::Instant;
 
 use actix_delivery::codec::Codec;
 use actix_delivery::journal::{Journal, PersistenceId, SqliteJournal};
-use actix_delivery::persistence::{
-    recover_state, Decision, EventSourced, PersistentConfig, PersistentHandle,
-};
+use actix_delivery::persistence::{recover_state, PersistentConfig, PersistentHandle};
 use actix_delivery::{
     Confirmation, ConsumerOptions, DeliveryHandler, ProducerHandle, ProducerOptions,
     ReliableDelivery,
 };
-use serde::{Deserialize, Serialize};
+
+#[path = "support/counter.rs"]
+mod counter;
+
+use counter::Counter;
 
 const RUNS: usize = 5;
 const SEQUENTIAL: u64 = 1_000;
@@ -35,34 +37,6 @@ const DELIVERED: u64 = 50_000;
 const WINDOW: usize = 64;
 const RECOVERED: u64 = 1_000_000;
 const CODECS: [Codec; 2] = [Codec::Bincode, Codec::MessagePack];
-
-/// A counter whose events carry a 100-byte note, so entries are of a realistic size.
-#[derive(Default, Serialize, Deserialize)]
-struct Counter {
-    count: u64,
-}
-
-#[derive(Serialize, Deserialize)]
-struct Counted {
-    by: u64,
-    note: String,
-}
-
-impl EventSourced for Counter {
-    type Command = u64;
-    type Event = Counted;
-    type Reply = u64;
-    type Rejection = String;
-
-    fn decide(&self, &by: &u64) -> Result<Decision<Self>, String> {
-        let note = "x".repeat(100);
-        Ok(Decision::persist([Counted { by, note }], self.count + by))
-    }
-
-    fn apply(&mut self, event: &Counted) {
-        self.count += event.by;
-    }
-}
 
 async fn open(dir: &tempfile::TempDir, run: usize) -> Arc<dyn Journal> {
     let journal = SqliteJournal::open(dir.path().join(format!("run-{run}.db")))

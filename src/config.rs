@@ -559,7 +559,7 @@ impl<C> fmt::Debug for Overrides<C> {
 }
 
 /// Deserializers of the duration limits, one per settings key so that errors name it.
-mod limit_millis {
+pub(crate) mod limit_millis {
     use super::*;
 
     pub fn serialize<S: Serializer>(
@@ -599,6 +599,15 @@ mod limit_millis {
 
         pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Limit<Duration>, D::Error> {
             read(d, "handler_timeout_ms")
+        }
+    }
+
+    pub mod idle_timeout_ms {
+        pub use super::serialize;
+        use super::*;
+
+        pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Limit<Duration>, D::Error> {
+            read(d, "idle_timeout_ms")
         }
     }
 }

@@ -1,10 +1,14 @@
 //! The consumer actor and its handle.
 
 use std::collections::HashMap;
+use std::future::Future;
+use std::pin::Pin;
 use std::task::{Context as TaskContext, Poll, Waker};
 use std::time::Instant;
 
 use actix::prelude::*;
+use futures_util::future::{AbortHandle, Abortable};
+use futures_util::stream::{FuturesUnordered, StreamExt};
 
 use crate::after_drain::after_each_drain;
 use crate::alarm::{self, Alarm};
@@ -47,16 +51,24 @@ pub struct ConsumerController<T: Send + 'static> {
     after_drain_spawned: bool,
     /// Stopped for good ([`StopConsumer`]); a supervised restart leaves it inert.
     stop: StopSignal,
-    /// Outcomes of messages a pipelined handler handed off, to spawn on the context.
+    /// Outcomes of messages a pipelined handler handed off, to await.
     handed_off: Vec<(u64, Outcome)>,
-    /// The spawned ones, to cancel when the core abandons them.
-    awaiting: HashMap<u64, SpawnHandle>,
+    /// The awaited ones, polled after each drain: only those woken are polled again, so
+    /// thousands awaited at once cost nothing per message (one future spawned on the
+    /// context each would have every wake-up poll them all).
+    outcomes: FuturesUnordered<Awaited>,
+    /// How to abandon an awaited one (the core gave it up: `handler_timeout`).
+    awaiting: HashMap<u64, AbortHandle>,
     #[cfg(feature = "metrics")]
     meter: crate::telemetry::metrics::ConsumerMeter,
     /// Whether a handler run of this mailbox drain was recorded (one is, per drain).
     #[cfg(feature = "metrics")]
     handler_sampled: bool,
 }
+
+/// A handed-off outcome being awaited: the message's id, and its outcome (`None`:
+/// abandoned).
+type Awaited = Pin<Box<dyn Future<Output = (u64, Option<HandlerOutcome>)>>>;
 
 /// ACK buffer capacity kept between drains (a burst may grow it; it shrinks back to this).
 const ACK_BUFFER_KEPT: usize = 1024;
@@ -84,6 +96,7 @@ impl<T: Send + 'static> ConsumerController<T> {
             after_drain_spawned: false,
             stop: StopSignal::default(),
             handed_off: Vec::new(),
+            outcomes: FuturesUnordered::new(),
             awaiting: HashMap::new(),
             #[cfg(feature = "metrics")]
             meter,
@@ -159,14 +172,15 @@ impl<T: Send + 'static> ConsumerController<T> {
             let poll = self.handler.resume(cx);
             self.handler_pending = self.settle(poll, None, cx).is_pending();
         }
-        self.await_handed_off(ctx);
+        self.await_handed_off();
+        self.poll_outcomes(ctx, cx);
         self.flush_acks();
         #[cfg(feature = "metrics")]
         {
             self.publish();
             self.handler_sampled = false;
         }
-        if ctx.connected() || self.handler_pending {
+        if ctx.connected() || self.handler_pending || !self.outcomes.is_empty() {
             Poll::Pending
         } else {
             self.after_drain_spawned = false;
@@ -224,21 +238,34 @@ impl<T: Send + 'static> ConsumerController<T> {
         completion.next
     }
 
-    /// Spawns the outcomes pipelined handlers handed off: each ACKs its message when it
-    /// resolves `Ok`.
-    fn await_handed_off(&mut self, ctx: &mut Context<Self>) {
-        for (id, outcome) in std::mem::take(&mut self.handed_off) {
-            let awaited = outcome.into_actor(self).map(move |outcome, act, ctx| {
-                act.awaiting.remove(&id);
-                if let Some(ack) = act.core.handle_deferred(id, &outcome, alarm::now()) {
-                    act.acks.push(ack);
-                    act.flush_acks();
-                }
-                #[cfg(feature = "metrics")]
-                act.publish();
-                act.arm_timer(ctx);
-            });
-            self.awaiting.insert(id, ctx.spawn(awaited));
+    /// Awaits the outcomes pipelined handlers handed off (polled after the drain, by
+    /// [`poll_outcomes`](Self::poll_outcomes)).
+    fn await_handed_off(&mut self) {
+        for (id, outcome) in self.handed_off.drain(..) {
+            let (abort, registration) = AbortHandle::new_pair();
+            let awaited = Abortable::new(outcome, registration);
+            self.outcomes
+                .push(Box::pin(async move { (id, awaited.await.ok()) }));
+            self.awaiting.insert(id, abort);
+        }
+    }
+
+    /// Acts on the handed-off outcomes that resolved: each ACKs its message when it resolved
+    /// `Ok` (the ACKs go out with the drain's).
+    fn poll_outcomes(&mut self, ctx: &mut Context<Self>, cx: &mut TaskContext<'_>) {
+        let mut resolved = false;
+        while let Poll::Ready(Some((id, outcome))) = self.outcomes.poll_next_unpin(cx) {
+            let Some(outcome) = outcome else {
+                continue; // abandoned
+            };
+            self.awaiting.remove(&id);
+            if let Some(ack) = self.core.handle_deferred(id, &outcome, alarm::now()) {
+                self.acks.push(ack);
+            }
+            resolved = true;
+        }
+        if resolved {
+            self.arm_timer(ctx);
         }
     }
 
@@ -270,11 +297,11 @@ impl<T: Send + 'static> ConsumerController<T> {
                 }
             }
             while let Some(id) = act.core.poll_expired() {
-                if let Some(handle) = act.awaiting.remove(&id) {
-                    ctx.cancel_future(handle);
+                if let Some(abort) = act.awaiting.remove(&id) {
+                    abort.abort();
                 }
             }
-            act.await_handed_off(ctx);
+            act.await_handed_off();
             #[cfg(feature = "metrics")]
             act.publish();
             act.arm_timer(ctx);
@@ -303,6 +330,7 @@ impl<T: Send + 'static> Actor for ConsumerController<T> {
         self.core.clear();
         self.handler.abandon();
         self.handed_off.clear();
+        self.outcomes.clear();
         self.awaiting.clear();
         #[cfg(feature = "metrics")]
         self.publish(); // the cleared state: no producers tracked, nothing waiting
@@ -316,6 +344,7 @@ impl<T: Send + 'static> Supervised for ConsumerController<T> {
         self.core.clear();
         self.handler.abandon();
         self.handed_off.clear();
+        self.outcomes.clear();
         self.awaiting.clear();
         self.handler_pending = false;
         self.alarm = Alarm::default();
@@ -331,7 +360,7 @@ impl<T: Send + 'static> Handler<Delivery<T>> for ConsumerController<T> {
         }
         self.ensure_after_drain(ctx);
         self.receive(delivery, alarm::now());
-        self.await_handed_off(ctx);
+        self.await_handed_off();
         self.arm_timer(ctx);
     }
 }
@@ -348,7 +377,7 @@ impl<T: Send + 'static> Handler<Deliveries<T>> for ConsumerController<T> {
         for delivery in deliveries {
             self.receive(delivery, now);
         }
-        self.await_handed_off(ctx);
+        self.await_handed_off();
         self.arm_timer(ctx);
     }
 }

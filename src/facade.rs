@@ -9,6 +9,7 @@ use crate::durable::DurableOptions;
 use crate::error::OptionsError;
 use crate::options::{ConsumerOptions, ProducerOptions};
 use crate::producer::{ProducerController, ProducerHandle};
+use crate::sharding::{EntityMessage, ShardedProducerHandle, ShardedProducerOptions};
 use crate::work_pulling::{WorkPullingHandle, WorkPullingOptions};
 
 /// The entry point: spawns controllers and returns their handles.
@@ -118,6 +119,34 @@ impl ReliableDelivery {
         T: Clone + Send + Serialize + DeserializeOwned + 'static,
     {
         WorkPullingHandle::start_durable(options, durable)
+    }
+
+    /// Starts a **sharded** producer on the current arbiter: it sends each message to the
+    /// entity it names, over one reliable stream per entity, through the options' destination
+    /// (an [`EntityHost`](crate::sharding::EntityHost)'s consumer, or one per shard), and
+    /// confirms a message once its entity did. See [`crate::sharding`].
+    pub fn sharded_producer<T: Clone + Send + 'static>(
+        options: ShardedProducerOptions<T>,
+    ) -> ShardedProducerHandle<T> {
+        ShardedProducerHandle::start(options)
+    }
+
+    /// Starts a **durable** sharded producer on the current arbiter: one
+    /// [`durable_producer`](Self::durable_producer) stream stores every message with the
+    /// entity it is for; after a restart its unconfirmed messages are sent again, under their
+    /// ids, and each entity recognises the ones it processed before.
+    ///
+    /// # Errors
+    /// As [`durable_producer`](Self::durable_producer); `producer_id` if the stream's id is
+    /// longer than 127 bytes (it prefixes the entity streams' ids).
+    pub fn durable_sharded_producer<T>(
+        options: ShardedProducerOptions<T>,
+        durable: DurableOptions<EntityMessage<T>>,
+    ) -> Result<ShardedProducerHandle<T>, OptionsError>
+    where
+        T: Clone + Send + Serialize + DeserializeOwned + 'static,
+    {
+        ShardedProducerHandle::start_durable(options, durable)
     }
 
     /// Starts a producer on another arbiter (thread).

@@ -45,7 +45,10 @@
 //! `stopped()` until a `stop()` took effect.
 //!
 //! One producer feeding a changing pool of workers, with re-routing when a worker leaves and
-//! stable job ids for effectively-once workers: [`work_pulling`].
+//! stable job ids for effectively-once workers: [`work_pulling`]. Many persistent entities,
+//! started on demand, addressed by id, passivated when idle, and spread over nodes (shards
+//! owned through leases in PostgreSQL, delivered over NATS or TCP), effectively once across
+//! failovers: [`sharding`].
 //!
 //! # Guarantees
 //!
@@ -400,7 +403,8 @@
 //! # Metrics
 //!
 //! With the feature `metrics`, every counter of every stats struct (producer, consumer,
-//! durable producer, persistent entity, journals, node, NATS carrier, projection), and histograms of
+//! durable producer, persistent entity, journals, node, NATS carrier, projection, entity host,
+//! shard coordinator, sharded producer), and histograms of
 //! send→confirm latency, handler run time, journal commit latency and group size, and frames
 //! and bytes per socket write, go through the [`metrics`](https://docs.rs/metrics/0.24) facade
 //! to whatever recorder the application installed (before starting the parts it measures).
@@ -440,6 +444,8 @@ mod producer;
 pub mod projection;
 pub mod protocol;
 pub mod remote;
+mod settlements;
+pub mod sharding;
 mod stop_signal;
 #[cfg(any(feature = "metrics", feature = "tracing"))]
 #[cfg_attr(docsrs, doc(cfg(any(feature = "metrics", feature = "tracing"))))]

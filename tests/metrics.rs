@@ -606,3 +606,88 @@ async fn projection_counters_equal_its_stats_under_its_name_and_slices() {
         stats.lag_ms as f64
     );
 }
+
+/// The sharding parts publish their stats structs: an entity host (label: its entity type),
+/// a sharded producer's entity streams (label: the producer's id) and a shard coordinator.
+#[actix::test]
+async fn entity_host_coordinator_and_sharded_producer_counters_equal_their_stats() {
+    use std::sync::Arc;
+
+    use actix_delivery::journal::MemoryJournal;
+    use actix_delivery::sharding::{
+        CoordinatorOptions, EntityHost, EntityHostOptions, EntityId, MemoryLeaseStore, NoTransport,
+        ShardCoordinator, ShardedProducerOptions,
+    };
+    use actix_delivery::ProducerConfig;
+    tokio::time::pause();
+    snapshotter();
+    let journal = Arc::new(MemoryJournal::new());
+    let options = EntityHostOptions::builder("metrics_counters")
+        .build()
+        .unwrap();
+    let host = EntityHost::<RestartedCounter>::start(journal.clone(), options).unwrap();
+    let consumer = host.consumer(|n: u64| n);
+    let front = ProducerConfig {
+        producer_id: Some("metrics-sharded".into()),
+        ..ShardedProducerOptions::<u64>::default_producer()
+    };
+    let options = ShardedProducerOptions::builder(&consumer)
+        .producer(front)
+        .build()
+        .unwrap();
+    let producer = ReliableDelivery::sharded_producer(options);
+    for n in 0..10 {
+        let entity = EntityId::new(format!("c{}", n % 3)).unwrap();
+        producer.send(entity, 1).await.unwrap();
+    }
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let stats = host.stats();
+    let metrics = metrics_of("entity_type", "metrics_counters");
+    assert_eq!(stats.routed, 10);
+    let host_counters = [
+        ("routed", stats.routed),
+        ("activations", stats.activations),
+        ("waited", stats.waited),
+    ];
+    for (field, value) in host_counters {
+        let name = format!("actix_delivery_entity_host_{field}_total");
+        assert_eq!(counter(&metrics, &name), value, "{name}");
+    }
+    assert_eq!(gauge(&metrics, "actix_delivery_entity_host_active"), 3.0);
+    let lanes = producer.lane_stats().await.unwrap();
+    let metrics = metrics_of("producer", "metrics-sharded");
+    assert_eq!(
+        counter(&metrics, "actix_delivery_sharded_producer_settled_total"),
+        lanes.settled
+    );
+    assert_eq!(lanes.settled, 10);
+    assert_eq!(
+        gauge(&metrics, "actix_delivery_sharded_producer_lanes"),
+        3.0
+    );
+
+    let options = EntityHostOptions::builder("metrics_coordinated")
+        .shards(4)
+        .build()
+        .unwrap();
+    let coordinator = ShardCoordinator::<RestartedCounter>::start(
+        journal,
+        options,
+        Arc::new(MemoryLeaseStore::new()),
+        CoordinatorOptions::builder("node").build().unwrap(),
+        |_| NoTransport,
+    )
+    .unwrap();
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    let stats = coordinator.stats().await.unwrap();
+    let metrics = metrics_of("entity_type", "metrics_coordinated");
+    assert_eq!(stats.acquired, 4);
+    for (field, value) in [("acquired", stats.acquired), ("rounds", stats.rounds)] {
+        let name = format!("actix_delivery_shard_coordinator_{field}_total");
+        assert_eq!(counter(&metrics, &name), value, "{name}");
+    }
+    assert_eq!(
+        gauge(&metrics, "actix_delivery_shard_coordinator_shards_owned"),
+        4.0
+    );
+}

@@ -114,4 +114,5 @@ mod subject;
 pub use carrier::{NatsCarrier, NatsError};
 pub use options::{NatsConfig, NatsOptions, NatsOptionsBuilder};
 pub use stats::NatsStats;
+pub(crate) use subject::check_subject;
 pub use subject::SubjectError;

@@ -34,6 +34,10 @@ pub struct Execute<E: EventSourced> {
     /// a delivery processed before is answered [`Outcome::AlreadyProcessed`](crate::persistence::Outcome)
     /// without deciding.
     pub delivery: Option<DeliveryInfo>,
+    /// With [`must_follow`](crate::persistence::PersistentConfig::must_follow): the seq of the
+    /// delivery from the same producer that must be processed first (0 for none), when the
+    /// producer's stream does not go to this entity alone; `None`: the previous seq.
+    pub previous: Option<u64>,
 }
 
 impl<E: EventSourced> Execute<E> {
@@ -42,6 +46,7 @@ impl<E: EventSourced> Execute<E> {
         Self {
             command,
             delivery: None,
+            previous: None,
         }
     }
 
@@ -50,6 +55,20 @@ impl<E: EventSourced> Execute<E> {
         Self {
             command,
             delivery: Some(info),
+            previous: None,
+        }
+    }
+
+    /// A command that came from the delivery `info` of a producer whose previous delivery to
+    /// this entity was seq `previous` (0: none). With must-follow, it is refused until that
+    /// one is processed (or settled by the producer), so the producer's order to this entity
+    /// holds even when its stream also carries deliveries to other entities (as a sharded
+    /// producer's does).
+    pub fn following(info: DeliveryInfo, previous: u64, command: E::Command) -> Self {
+        Self {
+            command,
+            delivery: Some(info),
+            previous: Some(previous),
         }
     }
 }
@@ -607,6 +626,7 @@ impl<E: EventSourced> PersistentActor<E> {
         let command = Command {
             command: execute.command,
             delivery: execute.delivery,
+            previous: execute.previous,
         };
         let now = if self.stop.is_final() {
             Some((responder, Err(CommandError::Stopped)))

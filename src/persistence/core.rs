@@ -35,6 +35,10 @@ pub struct Command<C> {
     pub command: C,
     /// The delivery it came from, if any.
     pub delivery: Option<DeliveryInfo>,
+    /// With must-follow: the seq of the delivery from the same producer that must be
+    /// processed first (0 for none); `None` means the previous seq (`seq - 1`), as when the
+    /// producer's stream goes to this entity alone.
+    pub previous: Option<u64>,
 }
 
 /// What a command achieved.
@@ -499,7 +503,11 @@ impl<E: EventSourced, T> PersistentCore<E, T> {
     fn decide(&mut self, command: Command<E::Command>, token: T) -> Option<(T, Answer<E>)> {
         self.stats.decided += 1;
         if let Some(info) = &command.delivery {
-            match self.record.seen(info, self.config.must_follow) {
+            let follows = self
+                .config
+                .must_follow
+                .then(|| command.previous.unwrap_or(info.seq.saturating_sub(1)));
+            match self.record.seen(info, follows) {
                 Seen::New => {}
                 Seen::OutOfOrder { expected } => {
                     self.stats.refused += 1;
@@ -925,6 +933,7 @@ mod tests {
         Command {
             command: op,
             delivery: None,
+            previous: None,
         }
     }
 
@@ -938,6 +947,7 @@ mod tests {
                 window_start,
                 trace_context: None,
             }),
+            previous: None,
         }
     }
 
@@ -1151,6 +1161,36 @@ mod tests {
         ));
         assert_eq!(stream.entries.len(), 1, "the event is stored once");
         assert_eq!(core.stats().duplicates, 2);
+    }
+
+    #[test]
+    fn with_must_follow_a_delivery_waits_for_its_explicit_predecessor_not_seq_minus_one() {
+        let config = PersistentConfig {
+            must_follow: true,
+            ..Default::default()
+        };
+        let mut stream = Stream::default();
+        let mut core = ready(&stream, config);
+        // The producer's seqs 2 and 5 came to this entity (the others went elsewhere).
+        let following = |seq, previous| Command {
+            previous: Some(previous),
+            ..delivered(Op::Add(1), seq, 1)
+        };
+        let early = core.handle_command(following(5, 2), 1);
+        assert!(matches!(
+            early,
+            Some((1, Err(CommandError::OutOfOrder { expected: 2 })))
+        ));
+        assert!(
+            core.handle_command(following(2, 0), 2).is_none(),
+            "no predecessor"
+        );
+        assert!(
+            core.handle_command(following(5, 2), 3).is_none(),
+            "2 is decided"
+        );
+        assert_eq!(done(&commit(&mut core, &mut stream)), [(2, 1), (3, 2)]);
+        assert_eq!(core.stats().refused, 1);
     }
 
     #[test]

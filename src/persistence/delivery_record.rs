@@ -73,10 +73,11 @@ impl DeliveryRecord {
         }
     }
 
-    /// Whether `info`'s delivery was processed, is stale, or is new; with `must_follow`, a new
-    /// one whose predecessor was not processed (or given up by the producer: its
-    /// `window_start` moved past it) is out of order. Changes nothing.
-    pub fn seen(&self, info: &DeliveryInfo, must_follow: bool) -> Seen {
+    /// Whether `info`'s delivery was processed, is stale, or is new. With `follows`
+    /// (must-follow: the seq of the producer's delivery that must come first, 0 for none), a
+    /// new one whose predecessor was neither processed nor settled by the producer (given up:
+    /// its `window_start` moved past it) is out of order. Changes nothing.
+    pub fn seen(&self, info: &DeliveryInfo, follows: Option<u64>) -> Seen {
         let window = self.table.peek(info.producer_id.as_str(), info.incarnation);
         if let Some(window) = window {
             if window.is_handled(info.seq) {
@@ -86,10 +87,14 @@ impl DeliveryRecord {
                 return Seen::Stale;
             }
         }
-        let settled = window.map_or(0, |w| w.contiguous());
-        let expected = settled.max(info.window_start.saturating_sub(1)) + 1;
-        if must_follow && info.seq != expected {
-            return Seen::OutOfOrder { expected };
+        if let Some(previous) = follows {
+            let settled = window
+                .map_or(0, |w| w.contiguous())
+                .max(info.window_start.saturating_sub(1));
+            let processed = previous <= settled || window.is_some_and(|w| w.is_handled(previous));
+            if !processed {
+                return Seen::OutOfOrder { expected: previous };
+            }
         }
         Seen::New
     }
@@ -124,15 +129,15 @@ mod tests {
 
     impl DeliveryRecord {
         fn seen_now(&self, info: &DeliveryInfo) -> Seen {
-            self.seen(info, false)
+            self.seen(info, None)
         }
     }
 
     #[test]
     fn with_must_follow_only_the_successor_of_what_was_processed_or_settled_is_new() {
         let mut record = DeliveryRecord::new(8);
-        let follow = |record: &DeliveryRecord, seq, window_start| {
-            record.seen(&info("p", 1, seq, window_start), true)
+        let follow = |record: &DeliveryRecord, seq: u64, window_start| {
+            record.seen(&info("p", 1, seq, window_start), Some(seq - 1))
         };
         assert_eq!(follow(&record, 1, 1), Seen::New);
         assert_eq!(follow(&record, 2, 1), Seen::OutOfOrder { expected: 1 });
@@ -146,6 +151,31 @@ mod tests {
             "no deadlock on a given-up seq"
         );
         assert_eq!(follow(&record, 1, 1), Seen::Duplicate);
+    }
+
+    #[test]
+    fn with_an_explicit_predecessor_a_delivery_follows_that_seq_not_seq_minus_one() {
+        // One producer's deliveries to this entity are seqs 3, 7 and 8 of its stream (the
+        // others went elsewhere): 7 follows 3, 8 follows 7, 3 follows none (0).
+        let mut record = DeliveryRecord::new(8);
+        let seen = |record: &DeliveryRecord, seq, previous| {
+            record.seen(&info("p", 1, seq, 1), Some(previous))
+        };
+        assert_eq!(seen(&record, 7, 3), Seen::OutOfOrder { expected: 3 });
+        assert_eq!(seen(&record, 3, 0), Seen::New, "no predecessor");
+        record.record(&Mark::from(&info("p", 1, 3, 1)));
+        assert_eq!(
+            seen(&record, 7, 3),
+            Seen::New,
+            "3 processed, above contiguous"
+        );
+        assert_eq!(seen(&record, 8, 7), Seen::OutOfOrder { expected: 7 });
+        // 7 was given up: the producer's window start moved past it.
+        assert_eq!(
+            record.seen(&info("p", 1, 8, 8), Some(7)),
+            Seen::New,
+            "settled at the producer"
+        );
     }
 
     fn info(id: &str, incarnation: u128, seq: u64, window_start: u64) -> DeliveryInfo {

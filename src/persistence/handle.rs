@@ -263,7 +263,7 @@ impl<E: EventSourced> PersistentHandle<E> {
     /// Queues `execute` in the actor's mailbox now, whatever its capacity (so commands asked
     /// together share appends however late they are awaited); the future keeps the actor
     /// running until the answer arrives.
-    fn queue(
+    pub(crate) fn queue(
         &self,
         execute: Execute<E>,
     ) -> impl Future<Output = Result<Outcome<E::Reply>, CommandError<E::Rejection>>> + 'static {
@@ -367,7 +367,7 @@ impl<E: EventSourced> std::fmt::Debug for PersistentHandle<E> {
 }
 
 /// Schema versions start at 1 (0 would make every stored entry "newer").
-fn check_versions<E: EventSourced>() -> Result<(), OptionsError> {
+pub(crate) fn check_versions<E: EventSourced>() -> Result<(), OptionsError> {
     for (field, version) in [
         ("EVENT_VERSION", E::EVENT_VERSION),
         ("STATE_VERSION", E::STATE_VERSION),

@@ -64,12 +64,15 @@ mod handle;
 mod outbox;
 mod outbox_state;
 
+pub(crate) use self::actor::Ask;
 pub use self::actor::{
     recover_state, Execute, GetPersistentStats, PersistentActor, StopPersistent,
 };
 pub use self::behavior::{Decision, EventSourced};
 pub use self::config::PersistentConfig;
+pub(crate) use self::core::Answer;
 pub use self::core::{Outcome, PersistentStats};
 pub use self::error::CommandError;
+pub(crate) use self::handle::check_versions;
 pub use self::handle::PersistentHandle;
 pub use self::outbox::Outbox;

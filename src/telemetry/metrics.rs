@@ -142,6 +142,26 @@
 //!
 //! The current values `routes` and `cached_bodies` of nodes and carriers are summed over
 //! their connections only when `stats()` is called, and are not exported.
+//!
+//! **Entity host** ([`HostStats`](crate::sharding::HostStats)), label `entity_type` (the
+//! type's name, from its options), published once a second: one counter
+//! `actix_delivery_entity_host_<field>_total` for each counter field: `activations`,
+//! `passivated_idle`, `passivated_over_limit`, `stopped_shard_left`, `stopped_unasked`,
+//! `routed`, `waited`, `refused_full`, `refused_not_hosted`, `already_processed`,
+//! `refused_malformed`; and the
+//! gauges `actix_delivery_entity_host_{active, stopping, held}`.
+//!
+//! **Shard coordinator** ([`CoordinatorStats`](crate::sharding::CoordinatorStats)), label
+//! `entity_type`, published after each round: `actix_delivery_shard_coordinator_{rounds,
+//! acquired, renewals, renew_failures, lost, handoffs_started, handoffs,
+//! expose_failures}_total` (counters) and `actix_delivery_shard_coordinator_{shards_owned,
+//! members}` (gauges).
+//!
+//! **Sharded producer's entity streams** ([`LaneStats`](crate::sharding::LaneStats)), label
+//! `producer` (its fixed `producer_id`, else `"default"`), published after each mailbox
+//! drain of its router: `actix_delivery_sharded_producer_{opened, closed, routed,
+//! settled}_total` (counters) and `actix_delivery_sharded_producer_{lanes, in_flight}`
+//! (gauges).
 
 use std::time::Duration;
 
@@ -399,6 +419,54 @@ meter! {
         counter read_failures: "actix_delivery_projection_read_failures_total",
         counter store_failures: "actix_delivery_projection_store_failures_total",
         gauge lag_ms: "actix_delivery_projection_lag_milliseconds",
+    }
+}
+
+meter! {
+    /// An entity host's metrics.
+    EntityHostMeter(crate::sharding::HostStats, "entity_type") {
+        counter activations: "actix_delivery_entity_host_activations_total",
+        counter passivated_idle: "actix_delivery_entity_host_passivated_idle_total",
+        counter passivated_over_limit: "actix_delivery_entity_host_passivated_over_limit_total",
+        counter stopped_shard_left: "actix_delivery_entity_host_stopped_shard_left_total",
+        counter stopped_unasked: "actix_delivery_entity_host_stopped_unasked_total",
+        counter routed: "actix_delivery_entity_host_routed_total",
+        counter waited: "actix_delivery_entity_host_waited_total",
+        counter refused_full: "actix_delivery_entity_host_refused_full_total",
+        counter refused_not_hosted: "actix_delivery_entity_host_refused_not_hosted_total",
+        counter already_processed: "actix_delivery_entity_host_already_processed_total",
+        counter refused_malformed: "actix_delivery_entity_host_refused_malformed_total",
+        gauge active: "actix_delivery_entity_host_active",
+        gauge stopping: "actix_delivery_entity_host_stopping",
+        gauge held: "actix_delivery_entity_host_held",
+    }
+}
+
+meter! {
+    /// A shard coordinator's metrics.
+    CoordinatorMeter(crate::sharding::CoordinatorStats, "entity_type") {
+        counter rounds: "actix_delivery_shard_coordinator_rounds_total",
+        counter acquired: "actix_delivery_shard_coordinator_acquired_total",
+        counter renewals: "actix_delivery_shard_coordinator_renewals_total",
+        counter renew_failures: "actix_delivery_shard_coordinator_renew_failures_total",
+        counter lost: "actix_delivery_shard_coordinator_lost_total",
+        counter handoffs_started: "actix_delivery_shard_coordinator_handoffs_started_total",
+        counter handoffs: "actix_delivery_shard_coordinator_handoffs_total",
+        counter expose_failures: "actix_delivery_shard_coordinator_expose_failures_total",
+        gauge shards_owned: "actix_delivery_shard_coordinator_shards_owned",
+        gauge members: "actix_delivery_shard_coordinator_members",
+    }
+}
+
+meter! {
+    /// A sharded producer's entity streams' metrics.
+    LanesMeter(crate::sharding::LaneStats, "producer") {
+        counter opened: "actix_delivery_sharded_producer_opened_total",
+        counter closed: "actix_delivery_sharded_producer_closed_total",
+        counter routed: "actix_delivery_sharded_producer_routed_total",
+        counter settled: "actix_delivery_sharded_producer_settled_total",
+        gauge lanes: "actix_delivery_sharded_producer_lanes",
+        gauge in_flight: "actix_delivery_sharded_producer_in_flight",
     }
 }
 

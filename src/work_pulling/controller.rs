@@ -1,8 +1,7 @@
 //! The pool actor: takes the jobs of its producer, one reliable stream per worker, routes by
 //! the pure [`WorkPool`], and ACKs a job to its producer once a worker confirmed it.
 
-use std::collections::BTreeSet;
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::Arc;
 use std::task::Poll;
 
 use actix::prelude::*;
@@ -15,7 +14,9 @@ use crate::facade::ReliableDelivery;
 use crate::message::{ConsumerRef, Deliveries, Delivery, ReplyTo};
 use crate::options::ProducerOptions;
 use crate::producer::ProducerHandle;
-use crate::protocol::envelope::{Ack, DeliveryInfo, Incarnation, IncarnationId, ProducerId};
+use crate::protocol::envelope::{Ack, DeliveryInfo, ProducerId};
+use crate::protocol::intake::{Intake, Taken};
+use crate::settlements::{Settlements, TakeSettlements};
 use crate::work_pulling::pool::{JobKey, PoolStats, Settled, WorkPool, WorkerKey};
 use crate::work_pulling::registry::WorkersChanged;
 use crate::work_pulling::{Job, WorkerRegistry};
@@ -41,32 +42,6 @@ struct JobSettled {
     result: Result<(), DeliveryError>,
 }
 
-/// Where the worker streams' confirmations collect until the pool takes them, so that a
-/// stream's flush of many confirmations costs the pool one message.
-#[derive(Default)]
-struct Settlements(Mutex<Vec<JobSettled>>);
-
-impl Settlements {
-    /// Adds one; `true` if the pool must be woken (the queue was empty).
-    fn push(&self, settled: JobSettled) -> bool {
-        let mut queue = self.0.lock().unwrap_or_else(PoisonError::into_inner);
-        queue.push(settled);
-        queue.len() == 1
-    }
-
-    fn take(&self, into: &mut Vec<JobSettled>) {
-        let mut queue = self.0.lock().unwrap_or_else(PoisonError::into_inner);
-        std::mem::swap(&mut *queue, into);
-    }
-}
-
-/// Wakes the pool: confirmations are waiting in its [`Settlements`].
-struct TakeSettlements;
-
-impl Message for TakeSettlements {
-    type Result = ();
-}
-
 /// Asks the pool for its counters.
 pub(crate) struct GetPoolStats;
 
@@ -83,15 +58,11 @@ pub(crate) struct WorkPullingController<T: Clone + Send + 'static> {
     /// The jobs, boxed: an actor must be `Unpin`, and a table of unboxed `T` is only when
     /// `T` is.
     pool: WorkPool<Box<Held<T>>>,
-    /// The producer incarnation whose jobs the pool holds (with its public id), and their
-    /// keys by seq (a retransmission of a held job changes nothing).
-    incarnation: Option<(Incarnation, IncarnationId)>,
-    by_seq: HashMap<u64, JobKey>,
-    /// Seqs of that incarnation confirmed at or above the producer's last `window_start`: a
-    /// retransmission of one that crossed its ACK is ACKed again, not taken as a new job.
-    confirmed: BTreeSet<u64>,
+    /// The producer's jobs held by the pool, by seq (a retransmission of a held job changes
+    /// nothing, one of a job confirmed already is ACKed again).
+    intake: Intake<JobKey>,
     /// The worker streams' confirmations, and the buffer they are taken into.
-    settlements: Arc<Settlements>,
+    settlements: Arc<Settlements<JobSettled>>,
     taken: Vec<JobSettled>,
     workers: HashMap<WorkerKey, Worker<T>>,
     by_name: HashMap<Arc<str>, WorkerKey>,
@@ -114,9 +85,7 @@ impl<T: Clone + Send + 'static> WorkPullingController<T> {
     ) -> Self {
         Self {
             pool: WorkPool::new(crate::protocol::envelope::random_u64()),
-            incarnation: None,
-            by_seq: HashMap::new(),
-            confirmed: BTreeSet::new(),
+            intake: Intake::default(),
             settlements: Arc::default(),
             taken: Vec::new(),
             workers: HashMap::new(),
@@ -137,37 +106,31 @@ impl<T: Clone + Send + 'static> WorkPullingController<T> {
 
     /// Takes a job from the producer (a copy of a held one changes nothing).
     fn take(&mut self, delivery: Delivery<T>) {
-        let incarnation = match self.incarnation {
-            Some((token, id)) if token == delivery.incarnation => id,
-            _ => {
-                // A new life of the producer: it settled the previous life's jobs itself.
-                self.pool.drain_jobs().for_each(drop);
-                self.by_seq.clear();
-                self.confirmed.clear();
-                let id = delivery.incarnation.id();
-                self.incarnation = Some((delivery.incarnation, id));
-                id
+        let taken = self
+            .intake
+            .take(delivery.incarnation, delivery.seq, delivery.window_start);
+        let incarnation = match taken {
+            Taken::New {
+                incarnation,
+                restarted,
+            } => {
+                if restarted {
+                    // A new life of the producer: it settled the previous life's jobs itself.
+                    self.pool.drain_jobs().for_each(drop);
+                }
+                incarnation
+            }
+            Taken::Copy => return,
+            Taken::AckAgain => {
+                let ack = Ack {
+                    producer_id: delivery.producer_id,
+                    incarnation: delivery.incarnation,
+                    seq: delivery.seq,
+                };
+                self.acks.push((delivery.reply_to, ack));
+                return;
             }
         };
-        while self
-            .confirmed
-            .first()
-            .is_some_and(|&seq| seq < delivery.window_start)
-        {
-            self.confirmed.pop_first();
-        }
-        if self.confirmed.contains(&delivery.seq) {
-            let ack = Ack {
-                producer_id: delivery.producer_id,
-                incarnation: delivery.incarnation,
-                seq: delivery.seq,
-            };
-            self.acks.push((delivery.reply_to, ack));
-            return;
-        }
-        if self.by_seq.contains_key(&delivery.seq) {
-            return;
-        }
         let info = DeliveryInfo {
             producer_id: delivery.producer_id.clone(),
             incarnation,
@@ -190,7 +153,7 @@ impl<T: Clone + Send + 'static> WorkPullingController<T> {
             reply_to: delivery.reply_to,
         };
         let key = self.pool.push(Box::new(held));
-        self.by_seq.insert(seq, key);
+        self.intake.hold(seq, key);
     }
 
     fn join(&mut self, name: Arc<str>, target: ConsumerRef<Job<T>>) {
@@ -279,13 +242,7 @@ impl<T: Clone + Send + 'static> WorkPullingController<T> {
         } = settled;
         match self.pool.settled(worker, key, result.is_ok()) {
             Settled::Confirmed(held) => {
-                if self
-                    .incarnation
-                    .is_some_and(|(token, _)| token == held.ack.incarnation)
-                {
-                    self.by_seq.remove(&held.ack.seq);
-                    self.confirmed.insert(held.ack.seq);
-                }
+                self.intake.confirm(held.ack.incarnation, held.ack.seq);
                 self.acks.push((held.reply_to, held.ack));
             }
             Settled::Rerouted | Settled::Ignored => {}

@@ -1,0 +1,151 @@
+//! The shard coordinator: one per node and sharded type, the application's handle of the
+//! node's [`EntityHost`] and of its [leaseholder](crate::sharding::lease): the actor that keeps
+//! the node's leases in a [`LeaseStore`], takes the shards the
+//! [allocation](crate::sharding::allocation) gives it and hands off the others.
+
+use std::future::Future;
+use std::sync::Arc;
+
+use actix::prelude::*;
+use serde::{Deserialize, Serialize};
+
+use crate::error::OptionsError;
+use crate::journal::Journal;
+use crate::persistence::EventSourced;
+use crate::protocol::envelope::random_u64;
+use crate::sharding::coordinator_options::CoordinatorOptions;
+use crate::sharding::host::EntityHost;
+use crate::sharding::host_options::EntityHostOptions;
+use crate::sharding::lease_store::{LeaseStore, Member};
+use crate::sharding::leaseholder::{GetCoordinatorStats, Leaseholder, Leave};
+use crate::sharding::transport::ShardTransport;
+use crate::stop_signal::{wait_stopped, SubscribeStopped};
+
+/// Counters and gauges of a shard coordinator.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[non_exhaustive]
+pub struct CoordinatorStats {
+    /// Shards whose lease the node holds now (handoffs in progress included).
+    pub shards_owned: u64,
+    /// Live members the last look at the table saw.
+    pub members: u64,
+    /// Rounds (renewal, heartbeat, look at the table) finished.
+    pub rounds: u64,
+    /// Leases acquired.
+    pub acquired: u64,
+    /// Leases renewed (one per shard and renewal).
+    pub renewals: u64,
+    /// Rounds whose renewal failed (the store could not be reached).
+    pub renew_failures: u64,
+    /// Leases lost: a renewal did not return them, or they ran out before one returned.
+    pub lost: u64,
+    /// Handoffs started (a shard given up to its desired owner, or on leaving).
+    pub handoffs_started: u64,
+    /// Handoffs finished: the shard's entities stopped and its lease released (rebalances).
+    pub handoffs: u64,
+    /// Shards the transport could not expose (given up again).
+    pub expose_failures: u64,
+}
+
+/// A node of a sharded type: its [`EntityHost`] runs the entities of the shards the node
+/// owns, and its coordinator keeps those shards' leases in a [`LeaseStore`] (PostgreSQL for
+/// several processes), takes free shards the allocation gives the node, hands off the others
+/// (the old owner stops the shard's entities, then releases; the new owner acquires and its
+/// entities recover on their next command), and exposes the owned shards on a
+/// [`ShardTransport`]. A node that dies (SIGKILL) holds its shards until their leases expire
+/// (`lease_ttl`); then the others take them. If two nodes act on a shard at once (a node
+/// paused past its lease), the journal's fence keeps the entities' streams consistent: one
+/// writer loses, catches up and decides again.
+///
+/// Cheap to clone. The node runs until [`stop`](Self::stop), which leaves the cluster
+/// gracefully: the member is removed, every shard handed off, the host stopped (dropping the
+/// handles does not stop it: a node leaves by handing its shards off).
+pub struct ShardCoordinator<E: EventSourced> {
+    host: EntityHost<E>,
+    addr: Addr<Leaseholder>,
+    member: Arc<str>,
+}
+
+impl<E: EventSourced> Clone for ShardCoordinator<E> {
+    fn clone(&self) -> Self {
+        Self {
+            host: self.host.clone(),
+            addr: self.addr.clone(),
+            member: self.member.clone(),
+        }
+    }
+}
+
+impl<E: EventSourced> ShardCoordinator<E> {
+    /// Starts a node of the type `host` describes, on the current arbiter: a host of no shard
+    /// yet over `journal`, its coordinator over `leases`, and the transport `transport` makes
+    /// from the host (a NATS exposure of the host's consumer, say).
+    ///
+    /// # Errors
+    /// [`OptionsError`] if the entity type's versions are invalid.
+    pub fn start<T: ShardTransport>(
+        journal: Arc<dyn Journal>,
+        host: EntityHostOptions,
+        leases: Arc<dyn LeaseStore>,
+        options: CoordinatorOptions,
+        transport: impl FnOnce(&EntityHost<E>) -> T,
+    ) -> Result<Self, OptionsError> {
+        let host = EntityHost::<E>::start_hosting(journal, host, false)?;
+        let transport = transport(&host);
+        let member = Member {
+            id: format!("{}#{:016x}", options.node_name, random_u64()),
+            address: options.address,
+        };
+        let leaseholder = Leaseholder::new(
+            &host,
+            member.clone(),
+            options.config,
+            leases,
+            Box::new(transport),
+        );
+        Ok(Self {
+            host,
+            addr: leaseholder.start(),
+            member: member.id.into(),
+        })
+    }
+
+    /// The node's host: ask its entities directly (commands for shards the node does not own
+    /// are refused, [`HostError::NotHosted`](crate::sharding::HostError::NotHosted)).
+    pub fn host(&self) -> &EntityHost<E> {
+        &self.host
+    }
+
+    /// The node's member id in the lease store.
+    pub fn member(&self) -> &str {
+        &self.member
+    }
+
+    /// The coordinator's counters.
+    ///
+    /// # Errors
+    /// [`MailboxError`] if it has stopped.
+    pub async fn stats(&self) -> Result<CoordinatorStats, MailboxError> {
+        self.addr.send(GetCoordinatorStats).await
+    }
+
+    /// Leaves the cluster gracefully: hands off every shard (its entities stop, what they
+    /// decided stored; then its lease is released for the next owner), removes the member,
+    /// stops the host.
+    pub fn stop(&self) {
+        self.addr.do_send(Leave);
+    }
+
+    /// Resolves once the node has left and its host has stopped.
+    pub fn stopped(&self) -> impl Future<Output = ()> + 'static {
+        wait_stopped(self.addr.send(SubscribeStopped))
+    }
+}
+
+impl<E: EventSourced> std::fmt::Debug for ShardCoordinator<E> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ShardCoordinator")
+            .field("member", &self.member)
+            .finish_non_exhaustive()
+    }
+}

@@ -1,0 +1,61 @@
+//! What a sharded producer sends to an entity host: the body, the entity it is for, and its
+//! stable identity at the producer.
+
+use serde::{Deserialize, Serialize};
+
+use crate::protocol::envelope::{check_producer_id, DeadLetterReason, DeliveryInfo, MAX_SEQ};
+use crate::sharding::entity_id::EntityId;
+
+/// A message for one entity, as a sharded producer sends it through the entity's stream and
+/// an [`EntityHost`](crate::sharding::EntityHost)'s consumer receives it.
+///
+/// `origin` is the message's id at the sharded producer (the producer's id and incarnation,
+/// the message's seq there and the producer's window start): it stays the same when the
+/// message is sent again through a new stream, and, for a durable sharded producer, across
+/// the producer's restarts, so the entity records it as the processed mark. `previous` is the
+/// seq (at the same producer) of the message sent to the same entity before it, 0 for none:
+/// with `must_follow` the entity processes the message only after that one.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct EntityEnvelope<M> {
+    /// The entity the message is for.
+    pub entity_id: EntityId,
+    /// The message's stable id at its producer.
+    pub origin: DeliveryInfo,
+    /// The producer's previous message to the same entity (its seq), 0 for none.
+    pub previous: u64,
+    /// The message.
+    pub body: M,
+}
+
+impl<M> EntityEnvelope<M> {
+    /// Checks the origin as a consumer admits a delivery (its fields come from the sender):
+    /// a producer id of 1 to 256 bytes, a seq in `1..=2^53-1`, a window start in `1..=seq`,
+    /// and a predecessor before the seq.
+    ///
+    /// # Errors
+    /// The [`DeadLetterReason`] of the first field out of range.
+    pub fn check(&self) -> Result<(), DeadLetterReason> {
+        let origin = &self.origin;
+        check_producer_id(origin.producer_id.as_str())?;
+        if origin.seq == 0 || origin.seq > MAX_SEQ || self.previous >= origin.seq {
+            return Err(DeadLetterReason::SeqOutOfRange(origin.seq));
+        }
+        if origin.window_start == 0 || origin.window_start > origin.seq {
+            return Err(DeadLetterReason::WindowStartOutOfRange {
+                window_start: origin.window_start,
+                seq: origin.seq,
+            });
+        }
+        Ok(())
+    }
+}
+
+/// A message for one entity, as a sharded producer's own stream holds it (and a durable one
+/// stores it): the entity id is its qualifier.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct EntityMessage<M> {
+    /// The entity the message is for.
+    pub entity_id: EntityId,
+    /// The message.
+    pub body: M,
+}

@@ -1,0 +1,375 @@
+//! The entity host: persistent entities of one type, started on their first command, found by
+//! id, passivated when idle or beyond the limit. The pure [`HostCore`] decides; this shell
+//! starts and stops the [`PersistentActor`](crate::persistence::PersistentActor)s it names.
+
+use std::fmt::Display;
+use std::future::Future;
+use std::sync::{Arc, Mutex};
+
+use actix::prelude::*;
+use tokio::sync::oneshot;
+
+use crate::alarm::{self, Alarm};
+use crate::config::{ConsumerConfig, Limit};
+use crate::consumer::ConsumerHandle;
+use crate::error::OptionsError;
+use crate::facade::ReliableDelivery;
+use crate::handler::DeliveryHandler;
+use crate::journal::Journal;
+use crate::options::ConsumerOptions;
+use crate::persistence::{check_versions, CommandError, EventSourced, Execute, Outcome};
+use crate::sharding::entity_id::{EntityId, ShardId};
+use crate::sharding::envelope::EntityEnvelope;
+use crate::sharding::host_core::{HostCore, HostStats, Refusal, Routing};
+use crate::sharding::host_options::EntityHostOptions;
+use crate::sharding::host_shell::{Held, HostShell, Inner, Rearm, StopHost, WaitGone};
+use crate::stop_signal::{wait_stopped, StopSignal, SubscribeStopped};
+
+/// Why a command sent to an [`EntityHost`] got no reply of its own. `R` is the entity's
+/// rejection type.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum HostError<R: Display> {
+    /// The entity's answer (rejected, the journal failed, …). A command that waited for a
+    /// stopping instance of its entity while the entity's shard left the host is answered
+    /// [`CommandError::Stopped`]: it was not run here.
+    #[error(transparent)]
+    Command(CommandError<R>),
+    /// The entity's shard is not hosted here (the host stopped, or the shard moved to
+    /// another node): nothing was run.
+    #[error("shard {0} is not hosted here")]
+    NotHosted(ShardId),
+    /// A delivered envelope whose origin is out of range (a sender that does not follow the
+    /// protocol): refused, not run, not acknowledged.
+    #[error("a malformed envelope: {0}")]
+    Malformed(crate::protocol::envelope::DeadLetterReason),
+    /// `max_held_commands` commands wait for stopping instances already: nothing was run
+    /// (retry soon).
+    #[error("the entity host holds {held} commands for stopping entities, the most allowed")]
+    Full {
+        /// How many wait.
+        held: usize,
+    },
+}
+
+impl<R: Display> From<Refusal> for HostError<R> {
+    fn from(refusal: Refusal) -> Self {
+        match refusal {
+            Refusal::NotHosted(shard) => Self::NotHosted(shard),
+            Refusal::Full { held } => Self::Full { held },
+        }
+    }
+}
+
+/// Hosts the persistent entities of one [`EventSourced`] type over a journal: an entity's
+/// instance (a [`PersistentActor`](crate::persistence::PersistentActor) of stream
+/// `<type>|<id>`) starts on the entity's first command and recovers from the journal;
+/// commands are routed to it by [`EntityId`]; an instance idle for `idle_timeout`, or the
+/// least recently used beyond `max_active_entities`, is passivated (stopped gracefully: its
+/// journal writes finish first). A command that arrives while its entity's instance stops
+/// waits and goes to the next instance, in order (bounded: `max_held_commands`); one that
+/// arrives while the instance recovers waits in the instance (`max_recovery_buffer`). Cheap
+/// to clone; the clones (and the handlers and consumers made from it) own the host: when the
+/// last is dropped it stops its entities and ends.
+///
+/// ```
+/// use std::sync::Arc;
+/// use actix_delivery::journal::MemoryJournal;
+/// use actix_delivery::persistence::{Decision, EventSourced};
+/// use actix_delivery::sharding::{EntityHost, EntityHostOptions, EntityId};
+/// # #[derive(Default, serde::Serialize, serde::Deserialize)] struct Account { balance: u64 }
+/// # #[derive(serde::Serialize, serde::Deserialize)] struct Deposited(u64);
+/// # impl EventSourced for Account {
+/// #     type Command = u64; type Event = Deposited; type Reply = u64; type Rejection = String;
+/// #     fn decide(&self, n: &u64) -> Result<Decision<Self>, String> {
+/// #         Ok(Decision::persist([Deposited(*n)], self.balance + n)) }
+/// #     fn apply(&mut self, Deposited(n): &Deposited) { self.balance += n; }
+/// # }
+///
+/// # #[actix::main] async fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// let accounts = EntityHost::<Account>::start(
+///     Arc::new(MemoryJournal::new()),
+///     EntityHostOptions::builder("account").build()?,
+/// )?;
+/// let alice: EntityId = "alice".parse()?;
+/// assert_eq!(accounts.ask(alice.clone(), 5).await?, 5); // started, stored, answered
+/// assert_eq!(accounts.ask(alice, 2).await?, 7);
+/// assert_eq!(accounts.stats().activations, 1);
+/// # Ok(()) }
+/// ```
+pub struct EntityHost<E: EventSourced> {
+    inner: Arc<Inner<E>>,
+    owner: Arc<Owner<E>>,
+}
+
+/// Dropping the last handle stops the host.
+struct Owner<E: EventSourced>(Addr<HostShell<E>>);
+
+impl<E: EventSourced> Drop for Owner<E> {
+    fn drop(&mut self) {
+        self.0.do_send(StopHost);
+    }
+}
+
+impl<E: EventSourced> Clone for EntityHost<E> {
+    fn clone(&self) -> Self {
+        Self {
+            inner: self.inner.clone(),
+            owner: self.owner.clone(),
+        }
+    }
+}
+
+impl<E: EventSourced> EntityHost<E> {
+    /// Starts a host of every shard of the type on the current arbiter.
+    ///
+    /// # Errors
+    /// [`OptionsError`] if the entity type's versions are invalid (they start at 1).
+    pub fn start(
+        journal: Arc<dyn Journal>,
+        options: EntityHostOptions,
+    ) -> Result<Self, OptionsError> {
+        Self::start_hosting(journal, options, true)
+    }
+
+    /// Starts a host of no shard yet (a coordinator gives it the shards it owns).
+    pub(crate) fn start_hosting(
+        journal: Arc<dyn Journal>,
+        options: EntityHostOptions,
+        all_shards: bool,
+    ) -> Result<Self, OptionsError> {
+        check_versions::<E>()?;
+        let core = HostCore::new(options.config.limits());
+        let core = if all_shards {
+            core
+        } else {
+            core.with_no_shards()
+        };
+        let ctx = Context::<HostShell<E>>::new();
+        let inner = Arc::new(Inner {
+            core: Mutex::new(core),
+            journal,
+            arbiter: options.arbiter.clone().unwrap_or_else(Arbiter::current),
+            options,
+            shell: ctx.address().downgrade(),
+        });
+        let shell = HostShell {
+            #[cfg(feature = "metrics")]
+            meter: crate::telemetry::metrics::EntityHostMeter::new(&inner.options.entity_type),
+            inner: inner.clone(),
+            alarm: Alarm::default(),
+            gone: Vec::new(),
+            stop: StopSignal::default(),
+        };
+        let addr = ctx.run(shell);
+        Ok(Self {
+            inner,
+            owner: Arc::new(Owner(addr)),
+        })
+    }
+
+    /// Sends `command` to entity `entity`; resolves with the reply once its events are durable.
+    ///
+    /// # Errors
+    /// [`HostError`]: the entity's [`CommandError`], the shard is not hosted here, or too many
+    /// commands wait for stopping entities.
+    pub fn ask(
+        &self,
+        entity: EntityId,
+        command: E::Command,
+    ) -> impl Future<Output = Result<E::Reply, HostError<E::Rejection>>> + 'static {
+        let answer = self.execute(entity, Execute::new(command));
+        async move {
+            match answer.await? {
+                Outcome::Done(reply) => Ok(reply),
+                Outcome::AlreadyProcessed => {
+                    unreachable!("only a command with a delivery can have been processed before")
+                }
+            }
+        }
+    }
+
+    /// Sends `execute` (a command, perhaps with the delivery it came from) to entity
+    /// `entity`: routed now (the entity's commands reach it in the order they were routed),
+    /// answered as
+    /// [`PersistentHandle::ask_delivered`](crate::persistence::PersistentHandle::ask_delivered)
+    /// answers.
+    ///
+    /// # Errors
+    /// As [`ask`](Self::ask).
+    pub fn execute(
+        &self,
+        entity: EntityId,
+        execute: Execute<E>,
+    ) -> impl Future<Output = Result<Outcome<E::Reply>, HostError<E::Rejection>>> + 'static {
+        let (responder, answer) = oneshot::channel();
+        let held = Held { execute, responder };
+        let now = alarm::now();
+        let mut core = self.inner.core();
+        let mut started = false;
+        let routed = match core.route(&entity, held, now, |e, g| self.inner.start(e, g)) {
+            Routing::Run {
+                instance,
+                waiting,
+                started: s,
+            } => {
+                // Under the lock: before any stop a passivation sends it.
+                waiting.run_on(instance);
+                started = s;
+                Ok(Answered {
+                    inner: self.inner.clone(),
+                    entity,
+                })
+            }
+            Routing::Held => Ok(Answered {
+                inner: self.inner.clone(),
+                entity,
+            }),
+            Routing::Refused(_, refusal) => Err(HostError::from(refusal)),
+        };
+        let due: Vec<_> = std::iter::from_fn(|| core.poll_passivation(now)).collect();
+        drop(core);
+        Inner::stop(due);
+        if started {
+            self.owner.0.do_send(Rearm);
+        }
+        async move {
+            let answered = routed?;
+            let answer = match answer.await {
+                Ok(answer) => answer.map_err(HostError::Command),
+                Err(_) => Err(HostError::Command(CommandError::Stopped)),
+            };
+            if let Ok(Outcome::AlreadyProcessed) = answer {
+                answered.inner.core().note_already_processed();
+            }
+            answer
+        }
+    }
+
+    /// The handler of an **effectively-once consumer** for the entities of this host: each
+    /// message is an [`EntityEnvelope`] (what a sharded producer sends); its body becomes a
+    /// command (`to_command`) for the entity it names, carrying the message's stable id at
+    /// its producer as the delivery (the processed mark) and its predecessor to the same
+    /// entity (for `must_follow`). The message is ACKed once the entity's reply says the
+    /// command is durable, or that it was processed before; a message its producer declared
+    /// settled that the entity did not process is stale (counted by the entity) and ACKed
+    /// too. An envelope whose origin is out of range is refused (counted in
+    /// [`HostStats::refused_malformed`], never ACKed). The handler is pipelined: messages
+    /// reach their entities in delivery order without waiting for each other's commit.
+    pub fn delivery_handler<M: 'static>(
+        &self,
+        mut to_command: impl FnMut(M) -> E::Command + 'static,
+    ) -> DeliveryHandler<EntityEnvelope<M>> {
+        let host = self.clone();
+        DeliveryHandler::pipelined(move |_, envelope: EntityEnvelope<M>| {
+            if let Err(reason) = envelope.check() {
+                host.inner.core().note_malformed();
+                return futures_util::future::Either::Left(std::future::ready(Err(
+                    HostError::Malformed(reason),
+                )));
+            }
+            let EntityEnvelope {
+                entity_id,
+                origin,
+                previous,
+                body,
+            } = envelope;
+            let execute = Execute::following(origin, previous, to_command(body));
+            let answer = host.execute(entity_id, execute);
+            futures_util::future::Either::Right(async move {
+                match answer.await {
+                    Ok(_) | Err(HostError::Command(CommandError::Stale)) => Ok(()),
+                    Err(error) => Err(error),
+                }
+            })
+        })
+    }
+
+    /// A consumer whose handler is [`delivery_handler`](Self::delivery_handler), with the
+    /// settings [`consumer_config`](Self::consumer_config) suggests: the host's one consumer,
+    /// for a sharded producer to send to (in process, or exposed on a transport).
+    pub fn consumer<M: Send + 'static>(
+        &self,
+        to_command: impl FnMut(M) -> E::Command + 'static,
+    ) -> ConsumerHandle<EntityEnvelope<M>> {
+        let options =
+            ConsumerOptions::new(self.delivery_handler(to_command), Self::consumer_config())
+                .expect("valid settings");
+        ReliableDelivery::consumer(options)
+    }
+
+    /// The settings of a host's consumer: the defaults, but 100 000 producer ids in its
+    /// duplicate filter (a sharded producer opens one stream per entity, so a host's consumer
+    /// sees one producer id per sending process and entity). A stream it forgets costs a
+    /// duplicate handler run that the entity answers from its record.
+    pub fn consumer_config() -> ConsumerConfig {
+        ConsumerConfig {
+            max_producers: Limit::At(100_000),
+            ..ConsumerConfig::default()
+        }
+    }
+
+    /// Hosts `shard` from now on.
+    pub(crate) fn host_shard(&self, shard: ShardId) {
+        self.inner.core().host(shard);
+    }
+
+    /// Stops hosting `shard`: its commands are refused from now on, its entities stop
+    /// (gracefully); resolves once all of them have stopped.
+    pub(crate) fn release_shard(&self, shard: ShardId) -> impl Future<Output = ()> + 'static {
+        let due = self.inner.core().unhost(shard);
+        Inner::stop(due);
+        let gone = self.owner.0.send(WaitGone(shard));
+        async move {
+            if let Ok(gone) = gone.await {
+                let _ = gone.await;
+            }
+        }
+    }
+
+    /// The counters and gauges.
+    pub fn stats(&self) -> HostStats {
+        self.inner.core().stats()
+    }
+
+    /// The entity type.
+    pub fn entity_type(&self) -> &str {
+        &self.inner.options.entity_type
+    }
+
+    /// The type's shard count.
+    pub fn shards(&self) -> u32 {
+        self.inner.options.config.shards
+    }
+
+    /// Stops the host for good: every entity stops (gracefully: what it decided is stored
+    /// first), and commands are refused from now on ([`HostError::NotHosted`]).
+    pub fn stop(&self) {
+        self.owner.0.do_send(StopHost);
+    }
+
+    /// Resolves once the host has stopped and each of its entities with it.
+    pub fn stopped(&self) -> impl Future<Output = ()> + 'static {
+        wait_stopped(self.owner.0.send(SubscribeStopped))
+    }
+}
+
+impl<E: EventSourced> std::fmt::Debug for EntityHost<E> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("EntityHost")
+            .field("entity_type", &self.inner.options.entity_type)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Reports a command answered (or given up by its caller) when dropped.
+struct Answered<E: EventSourced> {
+    inner: Arc<Inner<E>>,
+    entity: EntityId,
+}
+
+impl<E: EventSourced> Drop for Answered<E> {
+    fn drop(&mut self) {
+        self.inner.core().handle_answered(&self.entity);
+    }
+}

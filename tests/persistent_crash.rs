@@ -1,8 +1,8 @@
 //! Effectively once across real crashes: a child process runs an effectively-once consumer
 //! (a persistent ledger over a SQLite journal, snapshots with deletion on) fed through its
 //! stdin by this test, which plays a producer that survives the child's crashes. The test
-//! SIGKILLs the child at seeded moments (its ACKs are delayed, so kills land between commit
-//! and ACK too), restarts it, and resends, with the same producer id, incarnation and seq,
+//! SIGKILLs the child at seeded moments (its ACKs are delayed, and a kill is aimed into the
+//! delay after a window is sent again, so kills land between commit and ACK), restarts it, and resends, with the same producer id, incarnation and seq,
 //! every message it has not seen ACKed. After each kill, and at the end, it reads the journal:
 //! every ACKed message is stored, none twice, each child recovered exactly the state the journal
 //! held when it started (compared entry by entry: which messages, how often each), and at the
@@ -193,7 +193,7 @@ fn every_message_is_stored_exactly_once_across_sigkills() {
     let mut acks_collected_at_kills = 0;
     let started = Instant::now();
     loop {
-        let delay = [0, 20, 60][rng.random_range(0..3)];
+        let delay: u64 = [0, 20, 60][rng.random_range(0..3)];
         let env = [
             (CHILD_DB, path.display().to_string()),
             (CHILD_ACK_DELAY, delay.to_string()),
@@ -235,6 +235,17 @@ fn every_message_is_stored_exactly_once_across_sigkills() {
                 started.elapsed() < Duration::from_secs(240),
                 "no progress (seed {seed})"
             );
+        }
+        // Aim the kill between a commit and its ACK: a consumer ACKs all it committed
+        // together in one batch, held back `delay` ms, so a kill right after an ACK batch
+        // finds nothing committed and unacknowledged. Send what is left once more and kill
+        // three quarters of the hold later: after the commit, before the ACK leaves.
+        if kills < KILLS && delay > 0 && !unacked.is_empty() {
+            let window_start = *unacked.first().unwrap();
+            for seq in unacked.iter().take(WINDOW) {
+                child.send(&format!("d {seq} {window_start}"));
+            }
+            std::thread::sleep(Duration::from_millis(delay * 3 / 4));
         }
         // What the child printed before it died counts: an ACK sent is an ACK given.
         for line in child.kill_collect() {

@@ -79,6 +79,7 @@ impl<T> Delivery<T> {
             seq: self.seq,
             window_start: self.window_start,
             trace_context: self.trace_context.clone(),
+            chunk: None,
         }
     }
 
@@ -103,6 +104,7 @@ impl<T> Delivery<T> {
                 seq: self.seq,
                 window_start: self.window_start,
                 trace_context: self.trace_context,
+                chunk: None,
             },
             body: self.body,
             reply_to: self.reply_to,

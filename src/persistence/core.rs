@@ -913,6 +913,7 @@ mod tests {
                 seq,
                 window_start,
                 trace_context: None,
+                first_seq: None,
             }),
         }
     }

@@ -155,6 +155,7 @@ mod tests {
             seq,
             window_start,
             trace_context: None,
+            first_seq: None,
         }
     }
 

@@ -672,6 +672,7 @@ mod tests {
                 seq,
                 window_start: 1,
                 trace_context: None,
+                chunk: None,
             },
             body: "body",
             reply_to: Some(7),

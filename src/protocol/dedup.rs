@@ -39,6 +39,9 @@ pub struct ProducerWindow<K = Incarnation> {
     contiguous: u64,
     /// Seqs up to this one were declared settled by the producer (`window_start - 1`).
     floor: u64,
+    /// The last seq of the newest message admitted to the handler (running, waiting or handed
+    /// off): in ordered mode the next message starts right after it (or after `contiguous`).
+    admitted: u64,
     last_seen: Instant,
     /// Unique within the table: tells this window from a later one of the same incarnation.
     generation: u64,
@@ -63,6 +66,7 @@ impl<K: Copy> ProducerWindow<K> {
             incarnation,
             contiguous: 0,
             floor: 0,
+            admitted: 0,
             last_seen: now,
             generation,
             beyond: None,
@@ -172,6 +176,47 @@ impl<K: Copy> ProducerWindow<K> {
         }
     }
 
+    /// The handler for the message that took every seq from `first` through `last` (a chunked
+    /// message) succeeded: record them all, so that `contiguous` passes them and none stays
+    /// above it.
+    pub fn complete_range(&mut self, first: u64, last: u64) {
+        if first >= last {
+            return self.complete(last);
+        }
+        if last <= self.contiguous {
+            return;
+        }
+        if first <= self.contiguous + 1 {
+            self.contiguous = last;
+            if let Some(beyond) = &mut self.beyond {
+                if !beyond.above.is_empty() {
+                    beyond.above.retain(|&seq| seq > last);
+                }
+            }
+            self.slide();
+        } else {
+            let above = &mut self.beyond.get_or_insert_default().above;
+            above.extend(first..=last);
+        }
+    }
+
+    /// Where the next message must start in ordered mode: right after the newest message
+    /// admitted to the handler, or after `contiguous`.
+    pub fn next_in_order(&self) -> u64 {
+        self.contiguous.max(self.admitted) + 1
+    }
+
+    /// A message ending at `last` was admitted to the handler (it runs or waits).
+    pub fn note_admitted_through(&mut self, last: u64) {
+        self.admitted = self.admitted.max(last);
+    }
+
+    /// Nothing of this producer incarnation is admitted any more (ordered mode dropped what
+    /// waited behind a failed run): the next message starts after `contiguous`.
+    pub fn reset_admitted(&mut self) {
+        self.admitted = 0;
+    }
+
     /// The producer says every seq below `window_start` is settled: raises the floor (it never
     /// moves down). Returns how many waiting seqs became stale (they must not run).
     pub fn advance_to(&mut self, window_start: u64) -> usize {
@@ -265,10 +310,19 @@ impl Orphaned {
 
 /// Where a window lives: finds it again without a lookup, and finds nothing once that window
 /// was evicted, swept or replaced.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct WindowRef {
     slot: usize,
     generation: u64,
+}
+
+impl WindowRef {
+    /// Whether both windows are (or were) of the same producer id: another incarnation's, or
+    /// the same window. (A slot of an evicted id may be taken by another id later: its windows
+    /// are gone by then.)
+    pub fn same_producer(self, other: WindowRef) -> bool {
+        self.slot == other.slot
+    }
 }
 
 /// The windows of one producer id, most recently used first.

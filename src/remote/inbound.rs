@@ -112,6 +112,7 @@ impl<T: DeserializeOwned + Send + 'static> Exposed for ExposedConsumer<T> {
                 seq: item.seq,
                 window_start: item.window_start,
                 trace_context: item.trace_context.clone(),
+                chunk: None,
             };
             match schema.read(item.body) {
                 Ok(body) => deliveries.push(Delivery {

@@ -806,6 +806,33 @@ mod tests {
     }
 
     #[test]
+    fn a_range_is_marked_whole_and_closes_the_gap_below_it() {
+        let mut table = Table::new(None, None);
+        let window = win(&mut table, "p", 1);
+        window.complete_range(4, 6);
+        assert_eq!((window.contiguous(), window.out_of_order()), (0, 3));
+        assert!((4..=6).all(|seq| window.is_handled(seq)) && !window.is_handled(3));
+        window.complete(8);
+        window.complete_range(1, 3);
+        assert_eq!(
+            (window.contiguous(), window.out_of_order()),
+            (6, 1),
+            "slid over the range above, up to the next gap"
+        );
+        window.complete_range(5, 7);
+        assert_eq!((window.contiguous(), window.out_of_order()), (8, 0));
+        assert_eq!(window.next_in_order(), 9);
+        window.note_admitted_through(12);
+        assert_eq!(
+            window.next_in_order(),
+            13,
+            "after the newest admitted message"
+        );
+        window.reset_admitted();
+        assert_eq!(window.next_in_order(), 9);
+    }
+
+    #[test]
     fn waiting_seqs_are_neither_handled_nor_forgotten() {
         let mut table = Table::new(None, None);
         let window = win(&mut table, "p", 1);

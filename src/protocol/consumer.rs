@@ -207,8 +207,9 @@ pub struct ConsumerCore<B, R> {
     next_deferred: u64,
     /// Deferred outcomes abandoned after `handler_timeout`, for the shell to cancel.
     expired: VecDeque<u64>,
-    /// Chunks of large messages, per producer window, until their message is whole.
-    chunks: Reassembly<WindowRef>,
+    /// Chunks of large messages, per producer (its slot in the table) and incarnation window,
+    /// until their message is whole.
+    chunks: Reassembly<usize, WindowRef>,
     max_message_bytes: u64,
     stats: ConsumerStats,
     warnings: Warnings,

@@ -317,11 +317,11 @@ pub struct WindowRef {
 }
 
 impl WindowRef {
-    /// Whether both windows are (or were) of the same producer id: another incarnation's, or
-    /// the same window. (A slot of an evicted id may be taken by another id later: its windows
-    /// are gone by then.)
-    pub fn same_producer(self, other: WindowRef) -> bool {
-        self.slot == other.slot
+    /// Where the window's producer id is kept: the same for every incarnation window of an
+    /// id while the id is tracked (a slot of an evicted id may be taken by another id later,
+    /// whose windows are new ones).
+    pub fn producer_slot(self) -> usize {
+        self.slot
     }
 }
 

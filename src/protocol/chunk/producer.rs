@@ -10,10 +10,12 @@
 //!   forgets its other chunks (in flight or not yet sent).
 //! - `window_start` never passes the first seq of a message that is not settled, so a
 //!   consumer that lost the message's chunks (it starts a fresh window) still admits them.
-//! - A **round**: when the last chunk is retransmitted (no ACK within `resend_timeout`) while
-//!   every other chunk of its message was ACKed, the consumer may have lost them (a restart,
-//!   an eviction, a failed handler): every other chunk is sent again, under its seq, through
-//!   the window, before anything newer. Rounds are bounded by the last chunk's `max_attempts`.
+//! - A **round**: when the last chunk is due for retransmission (no ACK within
+//!   `resend_timeout`) while every other chunk of its message was ACKed, the consumer may have
+//!   lost them (a restart, an eviction, a failed handler): the whole message is sent again,
+//!   every chunk under its seq, from the first, through the window, before anything newer (the
+//!   last chunk gives its slot up for that, so a window of one slot cannot deadlock). With
+//!   `max_attempts`, a message sent whole that many times is given up.
 //! - A chunk given up after `max_attempts` gives its whole message up; stopping settles each
 //!   message once.
 
@@ -46,6 +48,8 @@ struct Message<C> {
     confirm: C,
     /// Chunks other than the last that are numbered and not ACKed (in flight or queued).
     outstanding: u32,
+    /// Times the message was sent whole (1, then one more per round).
+    sendings: u32,
 }
 
 /// A message not started yet; `first` if a durable producer numbered it already.
@@ -78,6 +82,7 @@ pub struct ChunkedProducer<C> {
     inner: ProducerCore<Part, u64>,
     chunk_size: usize,
     room: usize,
+    max_attempts: Option<u32>,
     /// Started messages, ascending by first seq.
     messages: VecDeque<Message<C>>,
     pending: VecDeque<Pending<C>>,
@@ -137,6 +142,7 @@ impl<C> ChunkedProducer<C> {
             inner,
             chunk_size: chunk_size.max(1),
             room: config.window_size.saturating_add(config.max_pending),
+            max_attempts: config.max_attempts.get(),
             messages: VecDeque::new(),
             pending: VecDeque::new(),
             settled: VecDeque::new(),
@@ -270,8 +276,8 @@ impl<C> ChunkedProducer<C> {
                 attempt,
             }) = transmitted
             {
-                if attempt > 1 && body.header.is_last(header.seq) {
-                    self.round(header.seq);
+                if attempt > 1 && body.header.is_last(header.seq) && self.round(header.seq) {
+                    continue; // sent again from the first chunk instead
                 }
                 header.chunk = Some(body.header);
                 return Some(Transmission {
@@ -372,6 +378,7 @@ impl<C> ChunkedProducer<C> {
         self.messages.push_back(Message {
             header,
             outstanding: header.chunks - 1,
+            sendings: 1,
             chunks: pending.chunks,
             confirm: pending.confirm,
         });
@@ -379,28 +386,55 @@ impl<C> ChunkedProducer<C> {
         true
     }
 
-    /// Sends every chunk of the message whose last chunk is `last` again, unless one of them
-    /// is still unacknowledged.
-    fn round(&mut self, last: u64) {
+    /// Sends the message whose last chunk `last` is due for retransmission again, whole,
+    /// from the first chunk (the last one gives its window slot up and goes last again),
+    /// unless one of its chunks is still unacknowledged; gives it up after `max_attempts`
+    /// sendings. Whether the last chunk's retransmission was replaced.
+    fn round(&mut self, last: u64) -> bool {
         let Some(index) = find(&self.messages, last) else {
-            return;
+            return false;
         };
         let message = &mut self.messages[index];
         if message.outstanding > 0 || message.header.chunks == 1 {
-            return;
+            return false;
         }
+        if self.max_attempts.is_some_and(|max| message.sendings >= max) {
+            let attempts = message.sendings;
+            self.settle(index, Err(DeliveryError::GaveUp { attempts }));
+            return true;
+        }
+        self.inner.forget(last);
         let header = message.header;
-        for (seq, bytes) in (header.first_seq..last).zip(&message.chunks) {
+        for (seq, bytes) in (header.first_seq..).zip(&message.chunks) {
             let part = Part {
                 header,
                 bytes: bytes.clone(),
             };
             if self.inner.handle_again(seq, part, seq).is_ok() {
-                message.outstanding += 1;
                 self.counts.resent += 1;
             }
         }
+        message.outstanding = header.chunks - 1;
+        message.sendings += 1;
         self.counts.rounds += 1;
+        true
+    }
+
+    /// Settles message `index` (forgetting its chunks still held).
+    fn settle(&mut self, index: usize, result: Result<(), DeliveryError>) {
+        let Some(message) = self.messages.remove(index) else {
+            return;
+        };
+        for seq in message.header.first_seq..=message.header.last_seq() {
+            self.inner.forget(seq);
+        }
+        match &result {
+            Ok(()) => self.counts.confirmed += 1,
+            Err(DeliveryError::GaveUp { .. }) => self.counts.given_up += 1,
+            Err(_) => {}
+        }
+        self.settled.push_back((message.confirm, result));
+        self.hold_window_start();
     }
 
     /// Groups what the inner core settled into messages.
@@ -414,17 +448,7 @@ impl<C> ChunkedProducer<C> {
                 message.outstanding = message.outstanding.saturating_sub(1);
                 continue;
             }
-            let message = self.messages.remove(index).expect("found above");
-            for other in message.header.first_seq..=message.header.last_seq() {
-                self.inner.forget(other);
-            }
-            match &result {
-                Ok(()) => self.counts.confirmed += 1,
-                Err(DeliveryError::GaveUp { .. }) => self.counts.given_up += 1,
-                Err(_) => {}
-            }
-            self.settled.push_back((message.confirm, result));
-            self.hold_window_start();
+            self.settle(index, result);
         }
     }
 
@@ -587,12 +611,16 @@ mod tests {
         let round: Vec<(u64, u64)> = round.iter().map(|(s, w, ..)| (*s, *w)).collect();
         assert_eq!(
             round,
-            [(3, 1), (1, 1)],
-            "the last chunk, then from the first chunk"
+            [(1, 1), (2, 1)],
+            "the whole message again, from its first chunk"
         );
         assert_eq!(p.stats().chunk_rounds, 1);
         p.handle_ack(&ack(1));
-        assert_eq!(seqs(&mut p, t1), [2], "through the window");
+        assert_eq!(
+            seqs(&mut p, t1),
+            [3],
+            "the last chunk last, through the window"
+        );
         // While a chunk of the round is unACKed, another timeout is no new round.
         let t2 = t1 + TIMEOUT;
         p.handle_timeout(t2);
@@ -602,7 +630,35 @@ mod tests {
         p.handle_ack(&ack(3));
         assert_eq!(settled(&mut p), [(1, Ok(()))]);
         let stats = p.stats();
-        assert_eq!((stats.sent, stats.retransmitted), (3, 5));
+        assert_eq!((stats.sent, stats.retransmitted), (3, 6));
+    }
+
+    #[test]
+    fn a_round_through_a_window_of_one_slot_does_not_deadlock_and_max_attempts_bounds_rounds() {
+        let config = ProducerConfig {
+            max_attempts: Limit::At(2),
+            ..config(1)
+        };
+        let mut p = Producer::new(&config, 1, INCARNATION);
+        let mut now = Instant::now();
+        p.handle_send(message(3, 1), 1).unwrap();
+        for _ in 0..2 {
+            for seq in 1..=2 {
+                assert_eq!(seqs(&mut p, now), [seq]);
+                p.handle_ack(&ack(seq));
+            }
+            assert_eq!(seqs(&mut p, now), [3], "the last chunk holds the only slot");
+            now += TIMEOUT;
+            p.handle_timeout(now);
+        }
+        assert!(seqs(&mut p, now).is_empty(), "no third sending");
+        assert_eq!(p.stats().chunk_rounds, 1);
+        assert_eq!(
+            settled(&mut p),
+            [(1, Err(DeliveryError::GaveUp { attempts: 2 }))],
+            "sent whole twice"
+        );
+        assert!(p.is_idle());
     }
 
     #[test]
@@ -615,7 +671,7 @@ mod tests {
         for _ in 0..3 {
             now += TIMEOUT;
             p.handle_timeout(now);
-            assert_eq!(seqs(&mut p, now), [2, 1]);
+            assert_eq!(seqs(&mut p, now), [1, 2]);
             p.handle_ack(&ack(1)); // the consumer holds the message: it ACKs the chunk
         }
         p.handle_ack(&ack(2));

@@ -3,10 +3,15 @@
 //!
 //! # The rules
 //!
-//! - **One partial message per producer incarnation** (per key). Its chunks arrive in any
-//!   order; one of a message *older* than the partial one (a lower first seq) replaces it
-//!   (dropped, counted: its producer sends it again), one of a *newer* message is refused
-//!   (counted; its producer retransmits it): the oldest message always gets through.
+//! - **One partial message per producer** (per key), of one of its incarnations (its
+//!   *owner*, the dedup window). Its chunks arrive in any order; one of a message *older* than
+//!   the partial one (a lower first seq) replaces it (dropped, counted: its producer sends it
+//!   again), one of a *newer* message is refused (counted; its producer retransmits it): the
+//!   oldest message always gets through. A chunk of another incarnation of the producer
+//!   replaces the partial message too: a restarted producer's earlier life settled its
+//!   messages as stopped, so a partial one of it (a straggler's) could only hold memory.
+//!   (Two live producers that share an id would keep replacing each other's partial
+//!   messages: ids must be unique.)
 //! - **Bytes are bounded in total** (`max_bytes`), counting the chunks of partial messages and
 //!   the completed messages handed out and not released yet (messages waiting for the
 //!   handler). A partial message is charged its bytes, and at least
@@ -74,7 +79,8 @@ pub struct ReassemblyStats {
 }
 
 #[derive(Debug)]
-struct Partial {
+struct Partial<W> {
+    owner: W,
     header: ChunkHeader,
     parts: BTreeMap<u32, Bytes>,
     received: u64,
@@ -83,7 +89,7 @@ struct Partial {
     touched: Instant,
 }
 
-impl Partial {
+impl<W> Partial<W> {
     fn charge(&self) -> u64 {
         charge(self.received, self.parts.len())
     }
@@ -94,10 +100,11 @@ fn charge(received: u64, parts: usize) -> u64 {
     received.max(parts as u64 * MIN_PART_CHARGE)
 }
 
-/// The partial messages of every key (producer incarnation), bounded in bytes.
+/// The partial messages of every key (producer), each of an owner (one of its incarnations),
+/// bounded in bytes.
 #[derive(Debug)]
-pub struct Reassembly<K> {
-    partials: HashMap<K, Partial>,
+pub struct Reassembly<K, W> {
+    partials: HashMap<K, Partial<W>>,
     /// Partial messages' charges plus the completed ones not released.
     charged: u64,
     max_bytes: u64,
@@ -106,7 +113,7 @@ pub struct Reassembly<K> {
     stats: ReassemblyStats,
 }
 
-impl<K: Copy + Eq + Hash> Reassembly<K> {
+impl<K: Copy + Eq + Hash, W: Copy + Eq> Reassembly<K, W> {
     /// At most `max_bytes` charged at once; partial messages idle for `idle_ttl` dropped at
     /// the next sweep (`None`: never).
     pub fn new(max_bytes: u64, idle_ttl: Option<Duration>) -> Self {
@@ -121,9 +128,9 @@ impl<K: Copy + Eq + Hash> Reassembly<K> {
     }
 
     /// Whether [`insert`](Self::insert) of chunk `index` of `chunk`'s message under `key`
-    /// would complete the message (if there is room for it).
-    pub fn completes(&self, key: K, chunk: &ChunkHeader, index: u32) -> bool {
-        match self.partials.get(&key) {
+    /// and `owner` would complete the message (if there is room for it).
+    pub fn completes(&self, key: K, owner: W, chunk: &ChunkHeader, index: u32) -> bool {
+        match self.partials.get(&key).filter(|p| p.owner == owner) {
             Some(p) if p.header.first_seq == chunk.first_seq => {
                 p.header == *chunk
                     && !p.parts.contains_key(&index)
@@ -135,18 +142,23 @@ impl<K: Copy + Eq + Hash> Reassembly<K> {
     }
 
     /// Buffers chunk `index` (of a header that passed [`check`](super::check)) of `chunk`'s
-    /// message under `key`. `is_live` says whether a key still exists (partial messages of
-    /// keys that are gone make room first).
+    /// message under `key`, of `owner`. `is_live` says whether an owner still exists (partial
+    /// messages of owners that are gone make room first).
+    #[allow(clippy::too_many_arguments)] // one chunk and where it goes; all of them needed
     pub fn insert(
         &mut self,
         key: K,
+        owner: W,
         chunk: ChunkHeader,
         index: u32,
         bytes: Bytes,
         now: Instant,
-        is_live: impl FnMut(&K) -> bool,
+        is_live: impl FnMut(&W) -> bool,
     ) -> Inserted {
         let mut age = self.next_age;
+        if self.partials.get(&key).is_some_and(|p| p.owner != owner) {
+            self.drop_partial(&key); // another incarnation's: its producer's earlier life
+        }
         if let Some(p) = self.partials.get(&key) {
             if p.header.first_seq == chunk.first_seq {
                 if p.header != chunk {
@@ -182,6 +194,7 @@ impl<K: Copy + Eq + Hash> Reassembly<K> {
             self.next_age += 1;
         }
         let partial = self.partials.entry(key).or_insert_with(|| Partial {
+            owner,
             header: chunk,
             parts: BTreeMap::new(),
             received: 0,
@@ -215,43 +228,29 @@ impl<K: Copy + Eq + Hash> Reassembly<K> {
         self.charged = self.charged.saturating_sub(charge);
     }
 
-    /// Drops `key`'s partial message if its first seq is at or below `floor` (its producer
-    /// declared it settled: it will never complete). Returns whether it did.
-    pub fn drop_settled(&mut self, key: K, floor: u64) -> bool {
+    /// Drops `key`'s partial message of `owner` if its first seq is at or below `floor` (its
+    /// producer declared it settled: it will never complete). Returns whether it did.
+    pub fn drop_settled(&mut self, key: K, owner: W, floor: u64) -> bool {
         let settled = self
             .partials
             .get(&key)
-            .is_some_and(|p| p.header.first_seq <= floor);
+            .is_some_and(|p| p.owner == owner && p.header.first_seq <= floor);
         if settled {
             self.drop_partial(&key);
         }
         settled
     }
 
-    /// Drops the partial messages of the keys `pred` picks; how many.
-    pub fn drop_where(&mut self, mut pred: impl FnMut(&K) -> bool) -> usize {
-        let keys: Vec<K> = self.partials.keys().copied().filter(|k| pred(k)).collect();
-        for key in &keys {
-            self.drop_partial(key);
-        }
-        keys.len()
+    /// Drops the partial messages whose owners `pred` picks; how many.
+    pub fn drop_where(&mut self, mut pred: impl FnMut(&W) -> bool) -> usize {
+        self.drop_partials(|p| pred(&p.owner))
     }
 
-    /// Drops the partial messages idle for `idle_ttl` at `now`, and those of keys that are
+    /// Drops the partial messages idle for `idle_ttl` at `now`, and those whose owners are
     /// gone; how many.
-    pub fn sweep(&mut self, now: Instant, mut is_live: impl FnMut(&K) -> bool) -> usize {
+    pub fn sweep(&mut self, now: Instant, mut is_live: impl FnMut(&W) -> bool) -> usize {
         let ttl = self.idle_ttl;
-        let expired = |p: &Partial| ttl.is_some_and(|ttl| now >= p.touched + ttl);
-        let keys: Vec<K> = self
-            .partials
-            .iter()
-            .filter(|(key, p)| expired(p) || !is_live(key))
-            .map(|(key, _)| *key)
-            .collect();
-        for key in &keys {
-            self.drop_partial(key);
-        }
-        keys.len()
+        self.drop_partials(|p| ttl.is_some_and(|ttl| now >= p.touched + ttl) || !is_live(&p.owner))
     }
 
     /// When the oldest idle partial message expires (`None`: none, or no `idle_ttl`).
@@ -286,6 +285,20 @@ impl<K: Copy + Eq + Hash> Reassembly<K> {
         self.charged = 0;
     }
 
+    /// Drops the partial messages `pred` picks; how many.
+    fn drop_partials(&mut self, mut pred: impl FnMut(&Partial<W>) -> bool) -> usize {
+        let keys: Vec<K> = self
+            .partials
+            .iter()
+            .filter(|(_, p)| pred(p))
+            .map(|(key, _)| *key)
+            .collect();
+        for key in &keys {
+            self.drop_partial(key);
+        }
+        keys.len()
+    }
+
     fn drop_partial(&mut self, key: &K) {
         if let Some(partial) = self.partials.remove(key) {
             self.charged -= partial.charge();
@@ -295,13 +308,13 @@ impl<K: Copy + Eq + Hash> Reassembly<K> {
 
     /// Makes room for `charge` more bytes for a message of `age`: drops the partial messages
     /// of keys that are gone, then younger ones, youngest first. Whether it fits now.
-    fn make_room(&mut self, charge: u64, age: u64, mut is_live: impl FnMut(&K) -> bool) -> bool {
+    fn make_room(&mut self, charge: u64, age: u64, mut is_live: impl FnMut(&W) -> bool) -> bool {
         let max = self.max_bytes;
         let fits = |charged: u64| charged.saturating_add(charge) <= max;
         if fits(self.charged) {
             return true;
         }
-        self.drop_where(|key| !is_live(key));
+        self.drop_where(|owner| !is_live(owner));
         let mut younger: Vec<(u64, K)> = self
             .partials
             .iter()
@@ -325,7 +338,8 @@ mod tests {
 
     use super::*;
 
-    type Table = Reassembly<u8>;
+    /// Keys and owners are numbers; the owner is the key unless a test says otherwise.
+    type Table = Reassembly<u8, u8>;
 
     fn header(first_seq: u64, chunks: u32, message_len: u64) -> ChunkHeader {
         ChunkHeader {
@@ -340,7 +354,7 @@ mod tests {
     }
 
     fn insert(t: &mut Table, key: u8, h: ChunkHeader, index: u32, b: Bytes) -> Inserted {
-        t.insert(key, h, index, b, Instant::now(), |_| true)
+        t.insert(key, key, h, index, b, Instant::now(), |_| true)
     }
 
     fn read(message: Assembled) -> Vec<u8> {
@@ -366,8 +380,12 @@ mod tests {
             insert(&mut t, 1, h, 2, bytes(500, 3)),
             Inserted::Duplicate
         ));
-        assert!(t.completes(1, &h, 1));
-        assert!(!t.completes(1, &h, 0), "a duplicate completes nothing");
+        assert!(t.completes(1, 1, &h, 1));
+        assert!(!t.completes(1, 1, &h, 0), "a duplicate completes nothing");
+        assert!(
+            !t.completes(1, 2, &h, 1),
+            "another owner's chunk starts anew"
+        );
         let Inserted::Completed { message, charge } = insert(&mut t, 1, h, 1, bytes(1000, 2))
         else {
             panic!("completed");
@@ -398,7 +416,7 @@ mod tests {
             Inserted::Refused
         ));
         assert!(
-            !t.completes(1, &header(20, 1, 5), 0),
+            !t.completes(1, 1, &header(20, 1, 5), 0),
             "refused, so not completing"
         );
         assert!(matches!(
@@ -406,6 +424,20 @@ mod tests {
             Inserted::Buffered
         ));
         assert_eq!((t.len(), t.stats().refused), (2, 1), "keys are separate");
+    }
+
+    #[test]
+    fn a_chunk_of_another_incarnation_replaces_the_partial_message() {
+        let mut t = Table::new(1000, None);
+        let h = header(1, 2, 20);
+        let now = Instant::now();
+        t.insert(1, 10, h, 0, bytes(10, 0), now, |_| true);
+        // The producer restarted: its new life's first message replaces the old one's.
+        let inserted = t.insert(1, 11, header(1, 3, 30), 0, bytes(10, 0), now, |_| true);
+        assert!(matches!(inserted, Inserted::Buffered));
+        assert_eq!((t.len(), t.stats().dropped), (1, 1));
+        assert!(!t.drop_settled(1, 10, 5), "not the owner's");
+        assert!(t.drop_settled(1, 11, 1));
     }
 
     #[test]
@@ -474,9 +506,11 @@ mod tests {
     fn partial_messages_of_keys_that_are_gone_make_room_first() {
         let mut t = Table::new(2000, None);
         let h = header(1, 2, 2000);
-        t.insert(1, h, 0, bytes(1000, 0), Instant::now(), |_| true);
-        t.insert(2, h, 0, bytes(1000, 0), Instant::now(), |_| true);
-        let inserted = t.insert(3, h, 0, bytes(1000, 0), Instant::now(), |key| *key != 1);
+        t.insert(1, 1, h, 0, bytes(1000, 0), Instant::now(), |_| true);
+        t.insert(2, 2, h, 0, bytes(1000, 0), Instant::now(), |_| true);
+        let inserted = t.insert(3, 3, h, 0, bytes(1000, 0), Instant::now(), |owner| {
+            *owner != 1
+        });
         assert!(matches!(inserted, Inserted::Buffered));
         assert_eq!((t.len(), t.stats().dropped), (2, 1));
     }
@@ -503,13 +537,21 @@ mod tests {
         let ttl = Duration::from_secs(10);
         let mut t = Table::new(1000, Some(ttl));
         let t0 = Instant::now();
-        t.insert(1, header(5, 2, 20), 0, bytes(10, 0), t0, |_| true);
-        t.insert(2, header(5, 2, 20), 0, bytes(10, 0), t0 + ttl / 2, |_| true);
+        t.insert(1, 1, header(5, 2, 20), 0, bytes(10, 0), t0, |_| true);
+        t.insert(
+            2,
+            2,
+            header(5, 2, 20),
+            0,
+            bytes(10, 0),
+            t0 + ttl / 2,
+            |_| true,
+        );
         assert_eq!(t.next_deadline(), Some(t0 + ttl));
         assert_eq!(t.sweep(t0 + ttl, |_| true), 1);
         assert_eq!(t.next_deadline(), Some(t0 + ttl / 2 + ttl));
-        assert!(!t.drop_settled(2, 4));
-        assert!(t.drop_settled(2, 5));
+        assert!(!t.drop_settled(2, 2, 4));
+        assert!(t.drop_settled(2, 2, 5));
         assert_eq!((t.len(), t.charged(), t.stats().dropped), (0, 0, 2));
     }
 
@@ -542,7 +584,7 @@ mod tests {
                     *entry = (h, BTreeMap::new());
                 }
                 entry.1.entry(index).or_insert_with(|| b.clone());
-                match t.insert(key, h, index, b, now, |k| *k != 3) {
+                match t.insert(key, key, h, index, b, now, |k| *k != 3) {
                     Inserted::Completed { message, charge } => {
                         let (expected_h, parts) = &model[&(key, first)];
                         proptest::prop_assert_eq!(*expected_h, h);

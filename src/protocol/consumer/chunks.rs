@@ -12,7 +12,7 @@ use crate::protocol::chunk::{self, Assembled, ChunkFault};
 use crate::protocol::consumer::{
     admissible, count_lookup, ConsumerCore, Inbound, Running, Step, Waiting,
 };
-use crate::protocol::dedup::{Lookup, WindowRef};
+use crate::protocol::dedup::WindowRef;
 use crate::protocol::envelope::{admit, Ack, DeadLetterReason, Header};
 
 /// What to do about one chunk of a large message ([`ConsumerCore::handle_chunk`]).
@@ -111,12 +111,8 @@ impl<B, R> ConsumerCore<B, R> {
             now,
         );
         count_lookup(&mut self.stats, &mut self.warnings, lookup, now);
-        if matches!(lookup, Lookup::NewIncarnation { .. }) {
-            // A restarted producer's earlier life settled its partial messages as stopped.
-            self.chunks
-                .drop_where(|key| key.same_producer(at) && *key != at);
-        }
-        self.chunks.drop_settled(at, window.floor());
+        let key = at.producer_slot();
+        self.chunks.drop_settled(key, at, window.floor());
         if window.is_stale(first) {
             self.stats.stale += 1;
             return ChunkStep::hold();
@@ -146,7 +142,7 @@ impl<B, R> ConsumerCore<B, R> {
             };
         }
         let index = u32::try_from(seq - first).expect("checked: one of its message's chunks");
-        if self.chunks.completes(at, &chunk, index)
+        if self.chunks.completes(key, at, &chunk, index)
             && !admissible(
                 window,
                 at,
@@ -162,7 +158,9 @@ impl<B, R> ConsumerCore<B, R> {
         let table = &mut self.table;
         let inserted = self
             .chunks
-            .insert(at, chunk, index, bytes, now, |key| table.is_live(*key));
+            .insert(key, at, chunk, index, bytes, now, |owner| {
+                table.is_live(*owner)
+            });
         let buffered = || {
             if seq == last {
                 ChunkStep::hold()

@@ -7,7 +7,7 @@ use std::io::Read;
 use std::time::{Duration, Instant};
 
 use actix_delivery::protocol::chunk::producer::ChunkedProducer;
-use actix_delivery::protocol::chunk::Assembled;
+use actix_delivery::protocol::chunk::{split, Assembled};
 use actix_delivery::protocol::consumer::{ConsumerCore, HandlerOutcome, Inbound, Step};
 use actix_delivery::protocol::envelope::{Ack, Header, Incarnation};
 use actix_delivery::{ConsumerConfig, DeliveryError, Limit, ProducerConfig};
@@ -161,12 +161,8 @@ impl World {
                     ..Default::default()
                 };
                 let incarnation = p as u128 * 1000;
-                let core = ChunkedProducer::new(
-                    &config,
-                    spec.chunk_size,
-                    Incarnation::from_u128(incarnation),
-                )
-                .with_jitter_seed(rng.random());
+                let core = ChunkedProducer::new(&config, Incarnation::from_u128(incarnation))
+                    .with_jitter_seed(rng.random());
                 Producer {
                     core,
                     window: spec.window,
@@ -274,7 +270,8 @@ impl World {
             Event::Submit { producer, id } => {
                 let p = &mut self.producers[producer];
                 let bytes = Bytes::from(content(producer, id, p.lens[id as usize]));
-                if p.core.handle_send(bytes, id).is_err() {
+                let chunks = split(&bytes, self.sc.producers[producer].chunk_size);
+                if p.core.handle_send(chunks, id).is_err() {
                     self.violations
                         .push(format!("p{producer} refused message {id}"));
                 }

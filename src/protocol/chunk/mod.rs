@@ -31,7 +31,7 @@ pub mod producer;
 pub mod reassembly;
 
 use std::collections::VecDeque;
-use std::io::{self, Read};
+use std::io::{self, Read, Write};
 
 use bytes::{Buf, Bytes};
 use serde::{Deserialize, Serialize};
@@ -135,21 +135,78 @@ pub fn check(
     Ok(())
 }
 
-/// How many chunks of `chunk_size` bytes an encoding of `len` bytes takes (at least one), if
-/// that fits a [`ChunkHeader`].
-pub fn chunk_count(len: usize, chunk_size: usize) -> Option<u32> {
-    let count = len.div_ceil(chunk_size.max(1)).max(1);
-    u32::try_from(count).ok()
+/// `message` split into chunks of `chunk_size` bytes (positive), the last one shorter: views
+/// of the same bytes, not copies. An empty message is one empty chunk.
+pub fn split(message: &Bytes, chunk_size: usize) -> Vec<Bytes> {
+    if message.is_empty() {
+        return vec![Bytes::new()];
+    }
+    (0..message.len())
+        .step_by(chunk_size.max(1))
+        .map(|start| message.slice(start..(start + chunk_size).min(message.len())))
+        .collect()
 }
 
-/// Chunk `index` of `message` split into chunks of `chunk_size` bytes: a view of the same
-/// bytes, not a copy.
-pub fn chunk_of(message: &Bytes, index: u32, chunk_size: usize) -> Bytes {
-    let start = (index as usize)
-        .saturating_mul(chunk_size)
-        .min(message.len());
-    let end = start.saturating_add(chunk_size).min(message.len());
-    message.slice(start..end)
+/// Where a message is encoded to be sent in chunks: every chunk is its own buffer of exactly
+/// `chunk_size` bytes (the last one shorter), filled as the encoder writes, so a message is
+/// never held in one growing buffer (which would double its memory while it grows).
+#[derive(Debug)]
+pub struct ChunkWriter {
+    chunk_size: usize,
+    chunks: Vec<Bytes>,
+    current: Vec<u8>,
+    len: u64,
+}
+
+impl ChunkWriter {
+    /// Chunks of `chunk_size` bytes (positive).
+    pub fn new(chunk_size: usize) -> Self {
+        Self {
+            chunk_size: chunk_size.max(1),
+            chunks: Vec::new(),
+            current: Vec::new(),
+            len: 0,
+        }
+    }
+
+    /// Bytes written so far.
+    pub fn len(&self) -> u64 {
+        self.len
+    }
+
+    /// Whether nothing was written.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// The chunks written (at least one).
+    pub fn finish(mut self) -> Vec<Bytes> {
+        if !self.current.is_empty() || self.chunks.is_empty() {
+            self.chunks
+                .push(Bytes::from(std::mem::take(&mut self.current)));
+        }
+        self.chunks
+    }
+}
+
+impl Write for ChunkWriter {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        if self.current.capacity() == 0 {
+            self.current.reserve_exact(self.chunk_size);
+        }
+        let n = buf.len().min(self.chunk_size - self.current.len());
+        self.current.extend_from_slice(&buf[..n]);
+        self.len += n as u64;
+        if self.current.len() == self.chunk_size {
+            self.chunks
+                .push(Bytes::from(std::mem::take(&mut self.current)));
+        }
+        Ok(n)
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        Ok(())
+    }
 }
 
 /// A reassembled message: its chunks in order, read as one stream of bytes. Each chunk is
@@ -279,21 +336,38 @@ mod tests {
     #[test]
     fn splitting_makes_views_of_chunk_size_bytes_the_last_one_shorter() {
         let message = Bytes::from((0..10u8).collect::<Vec<_>>());
-        assert_eq!(chunk_count(10, 4), Some(3));
-        assert_eq!(chunk_count(8, 4), Some(2));
-        assert_eq!(chunk_count(0, 4), Some(1), "an empty encoding is one chunk");
-        let chunks: Vec<Bytes> = (0..3).map(|i| chunk_of(&message, i, 4)).collect();
+        let chunks = split(&message, 4);
         assert_eq!(chunks, [&[0, 1, 2, 3][..], &[4, 5, 6, 7], &[8, 9]]);
         assert_eq!(
             chunks[1].as_ptr(),
             message[4..].as_ptr(),
             "a view, not a copy"
         );
+        assert_eq!(split(&message, 5).len(), 2);
+        assert_eq!(split(&Bytes::new(), 4), [Bytes::new()], "one empty chunk");
         let header = chunk(10, 3, 10);
         assert_eq!(header.last_seq(), 12);
         assert_eq!(header.index_of(11), Some(1));
         assert_eq!(header.index_of(13), None);
         assert_eq!(header.index_of(9), None);
+    }
+
+    #[test]
+    fn a_chunk_writer_fills_buffers_of_exactly_chunk_size_bytes() {
+        let mut writer = ChunkWriter::new(4);
+        writer.write_all(b"ab").unwrap();
+        writer.write_all(b"cdefghij").unwrap();
+        assert_eq!(writer.len(), 10);
+        let chunks = writer.finish();
+        assert_eq!(chunks, [&b"abcd"[..], b"efgh", b"ij"]);
+        let mut exact = ChunkWriter::new(4);
+        exact.write_all(b"abcd").unwrap();
+        assert_eq!(
+            exact.finish(),
+            [&b"abcd"[..]],
+            "no empty chunk after a full one"
+        );
+        assert_eq!(ChunkWriter::new(4).finish(), [Bytes::new()]);
     }
 
     #[test]

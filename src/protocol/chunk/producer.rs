@@ -26,7 +26,7 @@ use bytes::Bytes;
 
 use crate::config::ProducerConfig;
 use crate::error::DeliveryError;
-use crate::protocol::chunk::{chunk_count, chunk_of, ChunkHeader};
+use crate::protocol::chunk::ChunkHeader;
 use crate::protocol::envelope::{Ack, Incarnation, ProducerId};
 use crate::protocol::producer::{ProducerCore, ProducerStats, Transmission};
 use crate::protocol::trace_context::TraceContext;
@@ -80,7 +80,6 @@ struct Counts {
 #[derive(Debug)]
 pub struct ChunkedProducer<C> {
     inner: ProducerCore<Part, u64>,
-    chunk_size: usize,
     room: usize,
     max_attempts: Option<u32>,
     /// Started messages, ascending by first seq.
@@ -94,10 +93,9 @@ pub struct ChunkedProducer<C> {
 }
 
 impl<C> ChunkedProducer<C> {
-    /// A producer of chunks of `chunk_size` bytes (positive) with the given (validated)
-    /// settings and incarnation.
-    pub fn new(config: &ProducerConfig, chunk_size: usize, incarnation: Incarnation) -> Self {
-        Self::around(ProducerCore::new(config, incarnation), config, chunk_size)
+    /// A producer with the given (validated) settings and incarnation.
+    pub fn new(config: &ProducerConfig, incarnation: Incarnation) -> Self {
+        Self::around(ProducerCore::new(config, incarnation), config)
     }
 
     /// A durable producer's new life (see [`ProducerCore::resume`]): it keeps `incarnation`,
@@ -108,13 +106,12 @@ impl<C> ChunkedProducer<C> {
     /// If a resumed message has no chunks, overlaps the one before, or reaches `next_seq`.
     pub fn resume(
         config: &ProducerConfig,
-        chunk_size: usize,
         incarnation: Incarnation,
         next_seq: u64,
         resumed: impl IntoIterator<Item = (u64, Vec<Bytes>, C)>,
     ) -> Self {
         let inner = ProducerCore::resume(config, incarnation, next_seq, []);
-        let mut producer = Self::around(inner, config, chunk_size);
+        let mut producer = Self::around(inner, config);
         let mut end = 1;
         for (first, chunks, confirm) in resumed {
             assert!(
@@ -136,11 +133,10 @@ impl<C> ChunkedProducer<C> {
         producer
     }
 
-    fn around(inner: ProducerCore<Part, u64>, config: &ProducerConfig, chunk_size: usize) -> Self {
+    fn around(inner: ProducerCore<Part, u64>, config: &ProducerConfig) -> Self {
         Self {
             next_stored: inner.next_seq(),
             inner,
-            chunk_size: chunk_size.max(1),
             room: config.window_size.saturating_add(config.max_pending),
             max_attempts: config.max_attempts.get(),
             messages: VecDeque::new(),
@@ -157,35 +153,38 @@ impl<C> ChunkedProducer<C> {
         self
     }
 
-    /// Accepts an encoded message, to be split into chunks and sent after those before it.
+    /// Accepts an encoded message in its chunks (see [`ChunkWriter`](super::ChunkWriter)), to
+    /// be sent after those before it.
     ///
     /// # Errors
-    /// The bytes are handed back (and `confirm` settled with [`DeliveryError::QueueFull`])
-    /// when `window_size + max_pending` messages are held already. A message that would take
-    /// more than `u32::MAX` chunks is settled with [`DeliveryError::Unencodable`].
-    pub fn handle_send(&mut self, bytes: Bytes, confirm: C) -> Result<(), Bytes> {
+    /// The chunks are handed back (and `confirm` settled with [`DeliveryError::QueueFull`])
+    /// when `window_size + max_pending` messages are held already. A message of no chunks, or
+    /// of more than `u32::MAX`, is settled with [`DeliveryError::Unencodable`].
+    pub fn handle_send(&mut self, chunks: Vec<Bytes>, confirm: C) -> Result<(), Vec<Bytes>> {
         if self.messages.len() + self.pending.len() >= self.room {
             self.counts.refused += 1;
             self.settled
                 .push_back((confirm, Err(DeliveryError::QueueFull)));
-            return Err(bytes);
+            return Err(chunks);
         }
-        let Some(count) = chunk_count(bytes.len(), self.chunk_size) else {
-            let why = format!("{} bytes take more than 2^32 chunks", bytes.len());
-            self.settled
-                .push_back((confirm, Err(DeliveryError::Unencodable(why))));
+        if chunks.is_empty() || u32::try_from(chunks.len()).is_err() {
+            let why = format!("a message of {} chunks", chunks.len());
+            self.handle_unsendable(confirm, DeliveryError::Unencodable(why));
             return Ok(());
-        };
-        let chunks = (0..count)
-            .map(|i| chunk_of(&bytes, i, self.chunk_size))
-            .collect();
+        }
         self.pending.push_back(Pending {
             first: None,
-            len: bytes.len() as u64,
+            len: chunks.iter().map(|c| c.len() as u64).sum(),
             chunks,
             confirm,
         });
         Ok(())
+    }
+
+    /// A message that cannot be sent (its encoding failed): settled with `error`, in order
+    /// with the others.
+    pub fn handle_unsendable(&mut self, confirm: C, error: DeliveryError) {
+        self.settled.push_back((confirm, Err(error)));
     }
 
     /// Accepts a message a durable producer stored, chunk by chunk, under the seqs from
@@ -482,6 +481,7 @@ mod tests {
 
     use super::*;
     use crate::config::Limit;
+    use crate::protocol::chunk::split;
 
     type Producer = ChunkedProducer<u32>;
 
@@ -496,8 +496,35 @@ mod tests {
         }
     }
 
-    fn producer(window_size: usize, chunk_size: usize) -> Producer {
-        ChunkedProducer::new(&config(window_size), chunk_size, INCARNATION)
+    /// A producer whose messages the tests split into chunks of `chunk_size` bytes.
+    struct Split(Producer, usize);
+
+    impl std::ops::Deref for Split {
+        type Target = Producer;
+        fn deref(&self) -> &Producer {
+            &self.0
+        }
+    }
+
+    impl std::ops::DerefMut for Split {
+        fn deref_mut(&mut self) -> &mut Producer {
+            &mut self.0
+        }
+    }
+
+    impl Split {
+        fn send(&mut self, message: Bytes, token: u32) -> Result<(), Vec<Bytes>> {
+            let chunks = split(&message, self.1);
+            self.0.handle_send(chunks, token)
+        }
+    }
+
+    fn producer(window_size: usize, chunk_size: usize) -> Split {
+        with_config(&config(window_size), chunk_size)
+    }
+
+    fn with_config(config: &ProducerConfig, chunk_size: usize) -> Split {
+        Split(ChunkedProducer::new(config, INCARNATION), chunk_size)
     }
 
     fn ack(seq: u64) -> Ack {
@@ -509,7 +536,7 @@ mod tests {
     }
 
     /// (seq, window_start, chunk index, bytes) of what goes on the wire at `now`.
-    fn sent(p: &mut Producer, now: Instant) -> Vec<(u64, u64, u32, Vec<u8>)> {
+    fn sent(p: &mut Split, now: Instant) -> Vec<(u64, u64, u32, Vec<u8>)> {
         std::iter::from_fn(|| p.poll_transmit(now))
             .map(|t| {
                 let chunk = t.header.chunk.expect("every delivery is a chunk");
@@ -519,11 +546,11 @@ mod tests {
             .collect()
     }
 
-    fn seqs(p: &mut Producer, now: Instant) -> Vec<u64> {
+    fn seqs(p: &mut Split, now: Instant) -> Vec<u64> {
         sent(p, now).into_iter().map(|(seq, ..)| seq).collect()
     }
 
-    fn settled(p: &mut Producer) -> Vec<(u32, Result<(), DeliveryError>)> {
+    fn settled(p: &mut Split) -> Vec<(u32, Result<(), DeliveryError>)> {
         std::iter::from_fn(|| p.poll_settled()).collect()
     }
 
@@ -535,8 +562,8 @@ mod tests {
     fn a_message_takes_consecutive_seqs_one_chunk_per_window_slot() {
         let mut p = producer(2, 4);
         let now = Instant::now();
-        p.handle_send(Bytes::from_static(b"abcdefghij"), 1).unwrap();
-        p.handle_send(message(3, 7), 2).unwrap();
+        p.send(Bytes::from_static(b"abcdefghij"), 1).unwrap();
+        p.send(message(3, 7), 2).unwrap();
         let first = sent(&mut p, now);
         assert_eq!(
             first,
@@ -563,7 +590,7 @@ mod tests {
     fn a_window_smaller_than_the_chunk_count_does_not_deadlock() {
         let mut p = producer(1, 1);
         let now = Instant::now();
-        p.handle_send(message(5, 1), 1).unwrap();
+        p.send(message(5, 1), 1).unwrap();
         for seq in 1..=5 {
             assert_eq!(seqs(&mut p, now), [seq]);
             assert!(p.handle_ack(&ack(seq)));
@@ -575,8 +602,8 @@ mod tests {
     fn the_last_chunks_ack_confirms_once_and_forgets_the_other_chunks() {
         let mut p = producer(4, 1);
         let now = Instant::now();
-        p.handle_send(message(3, 1), 1).unwrap();
-        p.handle_send(message(1, 2), 2).unwrap();
+        p.send(message(3, 1), 1).unwrap();
+        p.send(message(1, 2), 2).unwrap();
         assert_eq!(seqs(&mut p, now), [1, 2, 3, 4]);
         // The consumer completed the message from an earlier copy: the last ACK comes first.
         assert!(p.handle_ack(&ack(3)));
@@ -599,7 +626,7 @@ mod tests {
     fn an_unconfirmed_last_chunk_sends_the_acked_chunks_again_in_a_round() {
         let mut p = producer(2, 1);
         let t0 = Instant::now();
-        p.handle_send(message(3, 1), 1).unwrap();
+        p.send(message(3, 1), 1).unwrap();
         assert_eq!(seqs(&mut p, t0), [1, 2]);
         p.handle_ack(&ack(1));
         p.handle_ack(&ack(2));
@@ -639,9 +666,9 @@ mod tests {
             max_attempts: Limit::At(2),
             ..config(1)
         };
-        let mut p = Producer::new(&config, 1, INCARNATION);
+        let mut p = with_config(&config, 1);
         let mut now = Instant::now();
-        p.handle_send(message(3, 1), 1).unwrap();
+        p.send(message(3, 1), 1).unwrap();
         for _ in 0..2 {
             for seq in 1..=2 {
                 assert_eq!(seqs(&mut p, now), [seq]);
@@ -665,7 +692,7 @@ mod tests {
     fn a_slow_handler_costs_a_round_per_resend_timeout_never_a_second_confirmation() {
         let mut p = producer(4, 1);
         let mut now = Instant::now();
-        p.handle_send(message(2, 1), 1).unwrap();
+        p.send(message(2, 1), 1).unwrap();
         assert_eq!(seqs(&mut p, now), [1, 2]);
         p.handle_ack(&ack(1));
         for _ in 0..3 {
@@ -685,10 +712,10 @@ mod tests {
             max_attempts: Limit::At(2),
             ..config(4)
         };
-        let mut p = Producer::new(&config, 1, INCARNATION);
+        let mut p = with_config(&config, 1);
         let t0 = Instant::now();
-        p.handle_send(message(3, 1), 1).unwrap();
-        p.handle_send(message(1, 2), 2).unwrap();
+        p.send(message(3, 1), 1).unwrap();
+        p.send(message(1, 2), 2).unwrap();
         assert_eq!(seqs(&mut p, t0), [1, 2, 3, 4]);
         p.handle_ack(&ack(1));
         p.handle_ack(&ack(4));
@@ -714,11 +741,11 @@ mod tests {
             max_pending: 1,
             ..config(1)
         };
-        let mut p = Producer::new(&config, 1, INCARNATION);
+        let mut p = with_config(&config, 1);
         let now = Instant::now();
-        p.handle_send(message(3, 1), 1).unwrap();
-        p.handle_send(message(3, 2), 2).unwrap();
-        assert_eq!(p.handle_send(message(1, 3), 3), Err(message(1, 3)));
+        p.send(message(3, 1), 1).unwrap();
+        p.send(message(3, 2), 2).unwrap();
+        assert_eq!(p.send(message(1, 3), 3), Err(vec![message(1, 3)]));
         assert_eq!(seqs(&mut p, now), [1]);
         p.stop();
         assert_eq!(
@@ -735,7 +762,10 @@ mod tests {
     #[test]
     fn a_resumed_life_sends_stored_messages_whole_under_their_seqs() {
         let chunks = |n: usize| (0..n).map(|i| message(1, i as u8)).collect::<Vec<_>>();
-        let mut p = Producer::resume(&config(8), 1, INCARNATION, 20, [(5, chunks(2), 1)]);
+        let mut p = Split(
+            Producer::resume(&config(8), INCARNATION, 20, [(5, chunks(2), 1)]),
+            1,
+        );
         assert_eq!(
             p.handle_stored(9, chunks(1), 2),
             Err((chunks(1), 2)),

@@ -425,6 +425,7 @@ pub mod nats;
 mod options;
 pub mod persistence;
 mod producer;
+mod producer_core;
 pub mod protocol;
 pub mod remote;
 mod stop_signal;
@@ -441,8 +442,8 @@ pub use error::{DeliveryError, OptionsError, TellError};
 pub use facade::ReliableDelivery;
 pub use handler::DeliveryHandler;
 pub use message::{
-    Acks, ConsumerRef, Deliveries, Delivery, GetConsumerStats, GetOutOfOrder, GetProducerStats,
-    ReplyTo, StopConsumer, StopProducer, Tell,
+    Acks, ChunkDeliveries, ChunkDelivery, ConsumerRef, Deliveries, Delivery, GetConsumerStats,
+    GetOutOfOrder, GetProducerStats, ReplyTo, StopConsumer, StopProducer, Tell,
 };
 pub use options::{
     ConsumerOptions, ConsumerOptionsBuilder, ProducerOptions, ProducerOptionsBuilder,

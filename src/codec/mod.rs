@@ -49,6 +49,8 @@ use bincode::Options;
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 
+use crate::protocol::chunk::Assembled;
+
 /// The default limit for one encoded value: 16 MiB.
 ///
 /// Large enough for any event, snapshot or envelope this crate is meant to carry (they are
@@ -311,7 +313,7 @@ impl Codec {
     }
 
     /// Writes the encoding of `value` to `out` in one pass.
-    fn write<T: Serialize + ?Sized>(
+    pub(crate) fn write<T: Serialize + ?Sized>(
         self,
         value: &T,
         mut out: impl std::io::Write,
@@ -365,6 +367,38 @@ impl Codec {
     }
 }
 
+impl Codec {
+    /// Decodes a `T` from exactly the bytes of a reassembled chunked message. Bincode reads
+    /// straight from the chunks, releasing each once read, every length checked against the
+    /// bytes left before anything is allocated for it. MessagePack is read from the message
+    /// in one buffer (a copy of the chunks), as its reader would otherwise reserve what a
+    /// length claims before finding the bytes missing.
+    ///
+    /// # Errors
+    /// As [`decode`](Self::decode).
+    pub(crate) fn decode_assembled<T: DeserializeOwned>(
+        self,
+        mut message: Assembled,
+    ) -> Result<T, CodecError> {
+        let limit = message.len();
+        match self {
+            Self::Bincode => {
+                let value = unlimited()
+                    .with_limit(limit)
+                    .deserialize_from(&mut message)
+                    .map_err(|err| decode_error(*err, limit))?;
+                if !message.is_empty() {
+                    return Err(CodecError::Malformed {
+                        reason: "trailing bytes after the value".into(),
+                    });
+                }
+                Ok(value)
+            }
+            Self::MessagePack => self.decode(&message.into_bytes(), limit),
+        }
+    }
+}
+
 impl std::fmt::Display for Codec {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str(self.name())
@@ -386,6 +420,20 @@ pub(crate) fn decode_prefix<T: DeserializeOwned>(
         .deserialize_from(&mut rest)
         .map_err(|err| decode_error(*err, limit))?;
     Ok((value, rest))
+}
+
+/// As [`decode_prefix`], from the front of `reader`, which it leaves after the value.
+pub(crate) fn decode_prefix_from<T: DeserializeOwned>(
+    reader: &mut impl std::io::Read,
+    limit: u64,
+) -> Result<T, CodecError> {
+    bincode::DefaultOptions::new()
+        .with_little_endian()
+        .with_varint_encoding()
+        .allow_trailing_bytes()
+        .with_limit(limit)
+        .deserialize_from(reader)
+        .map_err(|err| decode_error(*err, limit))
 }
 
 /// The crate's bincode options. Every setting is spelled out, so none depends on what a

@@ -21,6 +21,7 @@ use crate::error::DeliveryError;
 use crate::journal::{JournalError, PersistenceId};
 use crate::persistence::{CommandError, PersistentConfig, PersistentHandle};
 use crate::producer::ProducerController;
+use crate::producer_core::Core;
 use crate::protocol::envelope::Incarnation;
 use crate::protocol::producer::ProducerCore;
 
@@ -469,7 +470,12 @@ impl<T: Clone + Send + 'static> ProducerController<T> {
         durable.next_seq = Some(next_seq);
         // The log checked that its seqs ascend below its next seq.
         let stopping = durable.stopping.is_some();
-        self.core = ProducerCore::resume(&durable.config, incarnation, next_seq, resumed);
+        self.core = Core::Whole(ProducerCore::resume(
+            &durable.config,
+            incarnation,
+            next_seq,
+            resumed,
+        ));
         if stopping {
             // Opened only to settle what was in doubt: what it holds is sent by the next start.
             self.core.stop();
@@ -577,7 +583,10 @@ impl<T: Clone + Send + 'static> ProducerController<T> {
                         .push((confirm, Err(DeliveryError::ProducerStopped)));
                     continue;
                 }
-                if let Err((body, confirm)) = act.core.handle_stored(seq, body, confirm) {
+                let Core::Whole(core) = &mut act.core else {
+                    unreachable!("chunked durable producers store chunks")
+                };
+                if let Err((body, confirm)) = core.handle_stored(seq, body, confirm) {
                     // Unreachable: the core numbers from the same next seq. Stored, so the
                     // restart sends it (and tells its caller).
                     let reason = format!("stored message {seq} is not the core's next seq");

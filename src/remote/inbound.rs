@@ -6,6 +6,7 @@ use std::pin::Pin;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
+use bytes::Bytes;
 use futures_util::stream::FuturesUnordered;
 use futures_util::StreamExt;
 use serde::de::DeserializeOwned;
@@ -13,7 +14,9 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio_util::sync::CancellationToken;
 
 use crate::consumer::ConsumerHandle;
-use crate::message::{Deliveries, Delivery, ReplyTo, Undecodable};
+use crate::message::{
+    ChunkDeliveries, ChunkDelivery, Decode, Deliveries, Delivery, ReplyTo, Undecodable,
+};
 use crate::protocol::envelope::{Ack, Header, ProducerId};
 use crate::remote::connection::{
     accept_handshake, drive, next_frame, secure_accept, End, Established, Failure, Identity, Link,
@@ -103,6 +106,8 @@ impl<T: DeserializeOwned + Send + 'static> Exposed for ExposedConsumer<T> {
         let schema = schemas.of::<T>();
         let producer_id = ProducerId::from(batch.producer_id);
         let mut deliveries = Vec::with_capacity(batch.items.len());
+        let mut chunks = Vec::new();
+        let mut decode: Option<Decode<T>> = None;
         let mut undecodable = Vec::new();
         let mut why = None;
         for item in &batch.items {
@@ -112,8 +117,18 @@ impl<T: DeserializeOwned + Send + 'static> Exposed for ExposedConsumer<T> {
                 seq: item.seq,
                 window_start: item.window_start,
                 trace_context: item.trace_context.clone(),
-                chunk: None,
+                chunk: item.chunk,
             };
+            if item.chunk.is_some() {
+                // Buffered as its bytes; the whole message is read once reassembled.
+                let decode = decode.get_or_insert_with(|| {
+                    std::sync::Arc::new(move |message| schema.read_assembled(message))
+                });
+                let bytes = Bytes::copy_from_slice(item.body);
+                let reply_to = Some(reply_to.clone());
+                chunks.extend(ChunkDelivery::new(header, bytes, reply_to, decode.clone()));
+                continue;
+            }
             match schema.read(item.body) {
                 Ok(body) => deliveries.push(Delivery {
                     producer_id: header.producer_id,
@@ -134,14 +149,28 @@ impl<T: DeserializeOwned + Send + 'static> Exposed for ExposedConsumer<T> {
         let addr = self.0.addr();
         // Dead letters count against the same bound as deliveries: a batch is taken once the
         // last of its messages is (a mailbox is first in, first out).
-        let taken = if deliveries.is_empty() {
-            (dead > 0).then(|| dispatched(addr.send(Undecodable(undecodable))))
-        } else {
-            if dead > 0 {
-                addr.do_send(Undecodable(undecodable));
+        // The last message is awaited (`send`); the ones before it go with `do_send`, as a
+        // message whose `send` future is dropped is skipped.
+        let (more_deliveries, more_chunks) = (!deliveries.is_empty(), !chunks.is_empty());
+        let mut taken = None;
+        if dead > 0 {
+            let dead = Undecodable(undecodable);
+            if more_deliveries || more_chunks {
+                addr.do_send(dead);
+            } else {
+                taken = Some(dispatched(addr.send(dead)));
             }
-            Some(dispatched(addr.send(Deliveries(deliveries))))
-        };
+        }
+        if more_deliveries {
+            if more_chunks {
+                addr.do_send(Deliveries(deliveries));
+            } else {
+                taken = Some(dispatched(addr.send(Deliveries(deliveries))));
+            }
+        }
+        if more_chunks {
+            taken = Some(dispatched(addr.send(ChunkDeliveries(chunks))));
+        }
         Handed {
             taken,
             undecodable: dead,

@@ -4,17 +4,19 @@
 //! smaller than a message's chunk count).
 
 mod common;
+mod remote;
 
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::Arc;
 use std::time::Duration;
 
+use actix_delivery::codec::Codec;
+use actix_delivery::remote::{BodySchema, Node, NodeOptions};
 use actix_delivery::{
-    ChunkDelivery, ConsumerHandle, ConsumerOptions, ConsumerOptionsBuilder, ConsumerRef,
-    DeliveryError, DeliveryHandler, DeliveryInfo, Limit, ProducerHandle, ProducerOptions,
-    ReliableDelivery,
+    ConsumerHandle, ConsumerOptions, ConsumerOptionsBuilder, ConsumerRef, DeliveryHandler,
+    DeliveryInfo, ProducerHandle, ProducerOptions, ReliableDelivery,
 };
-use common::{settle_for, Log};
+use bytes::Bytes;
+use common::Log;
+use remote::proxy::{Faults, Injected, Proxy};
 
 /// A message of `len` bytes whose content says which it is.
 fn message(id: u8, len: usize) -> Vec<u8> {
@@ -83,4 +85,103 @@ async fn a_large_message_runs_the_handler_once_whole_through_a_window_smaller_th
         Some(0),
         "the message's whole range is marked"
     );
+}
+
+/// A body of `len` bytes (a multiple of 8) that says which it is, and its checksum.
+fn blob(seed: u64, len: usize) -> (Bytes, u64) {
+    let mut x = seed | 1;
+    let mut bytes = vec![0u8; len];
+    for word in bytes.chunks_exact_mut(8) {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        word.copy_from_slice(&x.to_le_bytes());
+    }
+    let sum = checksum(&bytes);
+    (Bytes::from(bytes), sum)
+}
+
+/// A checksum of whole 8-byte words, position-dependent.
+fn checksum(bytes: &[u8]) -> u64 {
+    bytes.chunks_exact(8).fold(0u64, |sum, word| {
+        let word = u64::from_le_bytes(word.try_into().expect("8 bytes"));
+        sum.rotate_left(5) ^ word
+    }) ^ bytes.len() as u64
+}
+
+/// A consumer of blobs that records (length, checksum) of each message handled.
+fn blob_consumer(max_message_bytes: u64) -> (ConsumerHandle<Bytes>, Log<(usize, u64)>) {
+    let handled = Log::default();
+    let log = handled.clone();
+    let handler = DeliveryHandler::from_fn(move |body: Bytes| {
+        log.push((body.len(), checksum(&body)));
+        async { Ok::<(), String>(()) }
+    });
+    let options = ConsumerOptions::builder(handler)
+        .max_message_bytes(max_message_bytes)
+        .max_reassembly_bytes(2 * max_message_bytes)
+        .build()
+        .unwrap();
+    (ReliableDelivery::consumer(options), handled)
+}
+
+/// 64 MiB over TCP through a proxy that corrupts streams (the tags catch it: the connection
+/// closes), cuts and stalls connections and delays bytes: the message arrives whole, once,
+/// and is confirmed once; the consumer holds nothing afterwards.
+#[actix::test]
+async fn sixty_four_mib_over_tcp_through_a_lossy_proxy_arrive_whole_once() {
+    const LEN: usize = 64 << 20;
+    let schema = || BodySchema::<Bytes>::new().codec(Codec::Bincode);
+    let server = remote::listening_node().await;
+    server.body_schema(schema());
+    let (consumer, handled) = blob_consumer(LEN as u64 + 1024);
+    server.expose("blobs", &consumer).unwrap();
+    let faults = Faults {
+        drop_chunk: 0.0007,
+        delay: 0.05,
+        max_delay: Duration::from_millis(5),
+        cut: 0.0007,
+        stall: 0.0007,
+        stall_for: Duration::from_millis(100),
+        ..Faults::default()
+    };
+    let proxy = Proxy::start(server.local_addr().unwrap(), faults, 7).await;
+    let options = remote::secured(NodeOptions::builder())
+        .max_output_bytes(16 << 20)
+        .build()
+        .unwrap();
+    let client = Node::start(options).await.unwrap();
+    client.body_schema(schema());
+    let target = client.consumer_ref::<Bytes>(proxy.addr, "blobs").unwrap();
+    let producer = ReliableDelivery::producer(
+        ProducerOptions::builder(target)
+            .window_size(8)
+            .resend_timeout(Duration::from_millis(200))
+            .chunk_size(512 << 10)
+            .build()
+            .unwrap(),
+    );
+    let (body, sum) = blob(64, LEN);
+    let sent = tokio::time::timeout(Duration::from_secs(120), producer.send(body)).await;
+    assert_eq!(sent, Ok(Ok(())), "confirmed within the time limit");
+    assert_eq!(handled.snapshot(), [(LEN, sum)], "handled once, whole");
+    let injected = &proxy.injected;
+    let faults = Injected::get(&injected.dropped_chunks)
+        + Injected::get(&injected.cuts)
+        + Injected::get(&injected.stalls);
+    println!(
+        "{injected:?}\nclient {:?}\nserver {:?}",
+        client.stats(),
+        server.stats()
+    );
+    assert!(faults > 0, "the proxy injected faults: {injected:?}");
+    let stats = consumer.stats().await.unwrap();
+    assert_eq!((stats.assembled, stats.delivered), (1, 1));
+    assert_eq!((stats.partial_messages, stats.reassembly_bytes), (0, 0));
+    assert_eq!(
+        client.stats().bodies_encoded,
+        0,
+        "chunks go out as their bytes"
+    );
+    proxy.stop();
 }

@@ -4,6 +4,8 @@
 //! smaller than a message's chunk count).
 
 mod common;
+#[cfg(feature = "nats")]
+mod nats_support;
 mod remote;
 
 use std::time::Duration;
@@ -184,4 +186,52 @@ async fn sixty_four_mib_over_tcp_through_a_lossy_proxy_arrive_whole_once() {
         "chunks go out as their bytes"
     );
     proxy.stop();
+}
+
+/// Over NATS, whose server refuses messages over its `max_payload` (1 MiB by default): a
+/// producer whose chunks would not fit is refused when built; 64 MiB in chunks that fit
+/// arrive whole, once, and are confirmed once.
+#[cfg(feature = "nats")]
+#[actix::test]
+async fn sixty_four_mib_over_nats_arrive_whole_once_in_chunks_that_fit_max_payload() {
+    use actix_delivery::nats::NatsOptions;
+
+    const LEN: usize = 64 << 20;
+    let subject = nats_support::unique("chunks");
+    let schema = || BodySchema::<Bytes>::new().codec(Codec::Bincode);
+    let server = nats_support::carrier().await;
+    server.body_schema(schema());
+    let (consumer, handled) = blob_consumer(LEN as u64 + 1024);
+    server.expose(&subject, &consumer).await.unwrap();
+    let options = NatsOptions::builder()
+        .max_output_bytes(16 << 20)
+        .build()
+        .unwrap();
+    let client = nats_support::carrier_at(&nats_support::url(), options).await;
+    client.body_schema(schema());
+    let max_payload = client.client().server_info().max_payload;
+    let target = || client.consumer_ref::<Bytes>(&subject).unwrap();
+    let too_large = ProducerOptions::builder(target())
+        .chunk_size(max_payload)
+        .build()
+        .unwrap_err();
+    assert_eq!(too_large.field, "chunk_size", "{too_large}");
+    let producer = ReliableDelivery::producer(
+        ProducerOptions::builder(target())
+            .window_size(8)
+            .resend_timeout(Duration::from_millis(500))
+            .chunk_size(max_payload / 2)
+            .build()
+            .unwrap(),
+    );
+    let (body, sum) = blob(65, LEN);
+    let sent = tokio::time::timeout(Duration::from_secs(120), producer.send(body)).await;
+    assert_eq!(sent, Ok(Ok(())), "confirmed within the time limit");
+    assert_eq!(handled.snapshot(), [(LEN, sum)], "handled once, whole");
+    let stats = consumer.stats().await.unwrap();
+    assert_eq!((stats.assembled, stats.delivered), (1, 1));
+    assert_eq!((stats.partial_messages, stats.reassembly_bytes), (0, 0));
+    let sent = client.stats();
+    assert!(sent.deliveries_out as usize >= LEN / (max_payload / 2), "{sent:?}");
+    assert_eq!(sent.deliveries_unsendable, 0, "{sent:?}");
 }

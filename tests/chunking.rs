@@ -8,17 +8,84 @@ mod common;
 mod nats_support;
 mod remote;
 
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use actix_delivery::codec::Codec;
+use actix_delivery::journal::MemoryJournal;
+use actix_delivery::persistence::{PersistentConfig, PersistentHandle};
 use actix_delivery::remote::{BodySchema, Node, NodeOptions};
 use actix_delivery::{
-    ConsumerHandle, ConsumerOptions, ConsumerOptionsBuilder, ConsumerRef, DeliveryHandler,
-    DeliveryInfo, ProducerHandle, ProducerOptions, ReliableDelivery,
+    Ack, ChunkDeliveries, ChunkDelivery, ConsumerHandle, ConsumerOptions, ConsumerOptionsBuilder,
+    ConsumerRef, DeadLetterReason, DeliveryError, DeliveryHandler, DeliveryInfo, ProducerHandle,
+    ProducerOptions, ReliableDelivery, ReplyTo,
 };
 use bytes::Bytes;
-use common::Log;
+use common::entities::{ledger_id, Ledger, Op};
+use common::{confirm_into, settle_for, Confirmations, Log};
 use remote::proxy::{Faults, Injected, Proxy};
+
+/// What a [`Link`] does with a chunk: forwards it (to the consumer of the moment), or drops it.
+type ChunkPolicy = Box<dyn FnMut(&ChunkDelivery<Vec<u8>>) -> bool + Send>;
+
+/// What a [`Link`] does with an ACK on its way back: lets it through, or drops it.
+type AckPolicy = Arc<Mutex<Box<dyn FnMut(&Ack) -> bool + Send>>>;
+
+/// A link from producers to a consumer the test can switch (a restart that lost everything),
+/// with policies for chunks and for their ACKs.
+#[derive(Clone)]
+struct Link {
+    to: Arc<Mutex<ConsumerHandle<Vec<u8>>>>,
+    chunks: Arc<Mutex<ChunkPolicy>>,
+    acks: AckPolicy,
+}
+
+impl Link {
+    fn new(to: &ConsumerHandle<Vec<u8>>) -> Self {
+        Self {
+            to: Arc::new(Mutex::new(to.clone())),
+            chunks: Arc::new(Mutex::new(Box::new(|_| true))),
+            acks: Arc::new(Mutex::new(Box::new(|_| true))),
+        }
+    }
+
+    fn switch_to(&self, to: &ConsumerHandle<Vec<u8>>) {
+        *self.to.lock().unwrap() = to.clone();
+    }
+
+    fn chunks(&self, policy: impl FnMut(&ChunkDelivery<Vec<u8>>) -> bool + Send + 'static) {
+        *self.chunks.lock().unwrap() = Box::new(policy);
+    }
+
+    fn acks(&self, policy: impl FnMut(&Ack) -> bool + Send + 'static) {
+        *self.acks.lock().unwrap() = Box::new(policy);
+    }
+
+    fn consumer_ref(&self) -> ConsumerRef<Vec<u8>> {
+        let link = self.clone();
+        ConsumerRef::from_fn(|_| unreachable!("a chunked producer sends chunks")).with_chunks(
+            move |chunks| {
+                let kept: Vec<ChunkDelivery<Vec<u8>>> = chunks
+                    .into_iter()
+                    .filter(|chunk| (link.chunks.lock().unwrap())(chunk))
+                    .map(|mut chunk| {
+                        let (to, acks) = (chunk.reply_to.take().unwrap(), link.acks.clone());
+                        chunk.reply_to = Some(ReplyTo::from_fn(move |batch| {
+                            let kept = batch.into_iter().filter(|ack| (acks.lock().unwrap())(ack));
+                            to.do_send_all(kept);
+                        }));
+                        chunk
+                    })
+                    .collect();
+                link.to
+                    .lock()
+                    .unwrap()
+                    .addr()
+                    .do_send(ChunkDeliveries(kept));
+            },
+        )
+    }
+}
 
 /// A message of `len` bytes whose content says which it is.
 fn message(id: u8, len: usize) -> Vec<u8> {
@@ -232,6 +299,235 @@ async fn sixty_four_mib_over_nats_arrive_whole_once_in_chunks_that_fit_max_paylo
     assert_eq!((stats.assembled, stats.delivered), (1, 1));
     assert_eq!((stats.partial_messages, stats.reassembly_bytes), (0, 0));
     let sent = client.stats();
-    assert!(sent.deliveries_out as usize >= LEN / (max_payload / 2), "{sent:?}");
+    assert!(
+        sent.deliveries_out as usize >= LEN / (max_payload / 2),
+        "{sent:?}"
+    );
     assert_eq!(sent.deliveries_unsendable, 0, "{sent:?}");
+}
+
+/// The hard case: the consumer loses a message's chunks after ACKing them (a restart; here a
+/// fresh consumer behind the same link). The producer's last chunk goes unconfirmed, so it
+/// sends the whole message again (a round), and the message runs once, whole, at the new
+/// consumer; never on a part.
+#[actix::test]
+async fn a_consumer_that_lost_acked_chunks_gets_the_whole_message_again_and_runs_it_once() {
+    tokio::time::pause();
+    let (first, first_runs) = consumer(|b| b);
+    let link = Link::new(&first);
+    let producer = producer(link.consumer_ref(), 4, 1024);
+    let body = message(3, 10_000);
+    // The first consumer gets every chunk but the last: it ACKs and buffers them.
+    link.chunks(|chunk| chunk.seq < chunk.chunk.first_seq + u64::from(chunk.chunk.chunks) - 1);
+    let confirmations = Confirmations::<u8>::default();
+    producer
+        .tell(body.clone(), confirm_into(&confirmations, 3))
+        .unwrap();
+    settle_for(100).await;
+    assert_eq!(first.stats().await.unwrap().partial_messages, 1);
+    // It is gone with what it held; a fresh consumer takes its place.
+    let (second, second_runs) = consumer(|b| b);
+    link.switch_to(&second);
+    link.chunks(|_| true);
+    first.stop();
+    settle_for(3_000).await;
+    assert!(first_runs.snapshot().is_empty());
+    let runs = second_runs.snapshot();
+    assert_eq!(runs.len(), 1, "once, whole");
+    assert_eq!(runs[0].0, body);
+    assert_eq!(confirmations.snapshot(), [(3, Ok(()))]);
+    let stats = producer.stats().await.unwrap();
+    assert!(stats.chunk_rounds >= 1, "{stats:?}");
+}
+
+/// A producer that stops mid-message (its message settled as stopped) and a new producer of
+/// the same id (a new incarnation): the consumer drops the partial message of the earlier
+/// life, never runs it, holds nothing of it afterwards, and runs the new life's messages.
+#[actix::test]
+async fn a_producer_restart_mid_message_drops_its_partial_message_never_runs_a_part() {
+    tokio::time::pause();
+    let (consumer, runs) = consumer(|b| b);
+    let link = Link::new(&consumer);
+    let options = |to| {
+        ProducerOptions::builder(to)
+            .producer_id("restarting")
+            .chunk_size(1024)
+            .build()
+            .unwrap()
+    };
+    let earlier = ReliableDelivery::producer(options(link.consumer_ref()));
+    link.chunks(|chunk| chunk.seq < chunk.chunk.first_seq + 3);
+    let lost = earlier.send(message(1, 10_000));
+    settle_for(100).await;
+    assert!(consumer.stats().await.unwrap().reassembly_bytes > 0);
+    earlier.stop();
+    assert_eq!(lost.await, Err(DeliveryError::ProducerStopped));
+    link.chunks(|_| true);
+    let later = ReliableDelivery::producer(options(link.consumer_ref()));
+    later.send(message(2, 5_000)).await.unwrap();
+    let runs = runs.snapshot();
+    assert_eq!(runs.len(), 1);
+    assert_eq!(runs[0].0, message(2, 5_000));
+    let stats = consumer.stats().await.unwrap();
+    assert_eq!(stats.partial_messages_dropped, 1, "{stats:?}");
+    assert_eq!((stats.partial_messages, stats.reassembly_bytes), (0, 0));
+}
+
+/// Several chunked messages through an ordered consumer, and an unordered one, with the
+/// link reversing each batch of chunks: each runs once, whole, and the ordered consumer runs
+/// them in the producer's order.
+#[actix::test]
+async fn ordered_and_unordered_consumers_run_each_chunked_message_once_whole() {
+    tokio::time::pause();
+    for ordered in [true, false] {
+        let (consumer, runs) = consumer(|b| b.ordered(ordered));
+        let target = consumer.clone();
+        let reversing = ConsumerRef::from_fn(|_| unreachable!()).with_chunks(move |mut chunks| {
+            chunks.reverse();
+            target.addr().do_send(ChunkDeliveries(chunks));
+        });
+        let producer = producer(reversing, 6, 1024);
+        let bodies: Vec<Vec<u8>> = (0..5u8)
+            .map(|id| message(id, 2_000 + 1_500 * id as usize))
+            .collect();
+        let sends: Vec<_> = bodies.iter().map(|b| producer.send(b.clone())).collect();
+        for send in sends {
+            send.await.unwrap();
+        }
+        let ran: Vec<Vec<u8>> = runs.snapshot().into_iter().map(|(body, _)| body).collect();
+        assert_eq!(ran.len(), bodies.len(), "ordered: {ordered}");
+        if ordered {
+            assert_eq!(ran, bodies, "in the producer's order");
+        } else {
+            let mut sorted = ran.clone();
+            sorted.sort();
+            let mut expected = bodies.clone();
+            expected.sort();
+            assert_eq!(sorted, expected);
+        }
+    }
+}
+
+/// A message longer than `max_message_bytes` is a dead letter (counted, reported, no ACK) and
+/// never runs; with `max_attempts` its producer gives it up.
+#[actix::test]
+async fn a_message_over_max_message_bytes_is_a_dead_letter_and_its_producer_gives_it_up() {
+    tokio::time::pause();
+    let (sink, dead) = common::dead_letter_log();
+    let (consumer, runs) = consumer(|b| b.max_message_bytes(8 << 10).dead_letters(sink));
+    let producer = ReliableDelivery::producer(
+        ProducerOptions::builder(&consumer)
+            .chunk_size(1024)
+            .max_attempts(3)
+            .build()
+            .unwrap(),
+    );
+    let refused = producer.send(message(1, 20_000)).await;
+    assert!(
+        matches!(refused, Err(DeliveryError::GaveUp { .. })),
+        "{refused:?}"
+    );
+    producer.send(message(2, 4_000)).await.unwrap();
+    assert_eq!(runs.len(), 1, "only the message that fits");
+    let reasons: Vec<DeadLetterReason> = dead.snapshot().iter().map(|d| d.reason).collect();
+    assert!(!reasons.is_empty());
+    assert!(reasons.iter().all(|r| *r
+        == DeadLetterReason::MessageTooLarge {
+            len: 20_005,
+            max: 8 << 10
+        }));
+    let stats = consumer.stats().await.unwrap();
+    assert_eq!(stats.dead_letters, reasons.len() as u64);
+    assert_eq!(stats.reassembly_bytes, 0);
+}
+
+/// Three producers of messages that each take most of `max_reassembly_bytes`: the bound
+/// holds at every moment, chunks beyond it are refused (and counted), and every message still
+/// runs once, whole (the oldest partial message always gets through).
+#[actix::test]
+async fn reassembly_stays_within_max_reassembly_bytes_and_every_message_still_runs() {
+    tokio::time::pause();
+    const BOUND: u64 = 12 << 10;
+    let (consumer, runs) = consumer(|b| {
+        b.max_message_bytes(BOUND)
+            .max_reassembly_bytes(BOUND)
+            .max_out_of_order(1)
+    });
+    let producers: Vec<_> = (0..3).map(|_| producer(&consumer, 4, 1024)).collect();
+    let mut sends = Vec::new();
+    for round in 0..3u8 {
+        for (p, producer) in producers.iter().enumerate() {
+            sends.push(producer.send(message(round * 3 + p as u8, 10_000)));
+        }
+    }
+    let mut highest = 0;
+    let mut all = futures_util::future::join_all(sends);
+    loop {
+        tokio::select! {
+            results = &mut all => {
+                assert!(results.iter().all(Result::is_ok), "{results:?}");
+                break;
+            }
+            () = tokio::time::sleep(Duration::from_millis(5)) => {
+                highest = highest.max(consumer.stats().await.unwrap().reassembly_bytes);
+            }
+        }
+    }
+    assert_eq!(runs.len(), 9, "every message once");
+    assert!(highest > 0 && highest <= BOUND, "{highest}");
+    let stats = consumer.stats().await.unwrap();
+    assert!(
+        stats.chunks_refused > 0,
+        "the bound refused chunks: {stats:?}"
+    );
+    assert_eq!(stats.assembled, 9);
+}
+
+/// The effectively-once consumer: the processed mark is the message's. The ACK of a message's
+/// last chunk is lost after the entity committed it, and the consumer restarts: the round
+/// that follows is answered "already processed" from the entity's journal, the message is
+/// confirmed, and its events are stored once.
+#[actix::test]
+async fn an_effectively_once_consumer_stores_a_chunked_messages_events_once_across_a_restart() {
+    tokio::time::pause();
+    let journal = Arc::new(MemoryJournal::new());
+    let ledger = PersistentHandle::<Ledger>::start(
+        journal.clone(),
+        ledger_id(),
+        PersistentConfig::default(),
+    )
+    .unwrap();
+    let effectively_once = |ledger: &PersistentHandle<Ledger>| {
+        let handler = ledger.delivery_handler(|body: Vec<u8>| Op::Apply(u64::from(body[0])));
+        ReliableDelivery::consumer(ConsumerOptions::builder(handler).build().unwrap())
+    };
+    let first = effectively_once(&ledger);
+    let link = Link::new(&first);
+    let producer = producer(link.consumer_ref(), 4, 1024);
+    producer.send(message(7, 6_000)).await.unwrap();
+    // Message 9 (seqs 7 to 12): its last chunk's ACK is lost once, after the entity
+    // committed it; its consumer restarts before the round comes.
+    let lost = Arc::new(Mutex::new(false));
+    let once = lost.clone();
+    link.acks(move |ack| {
+        let mut lost = once.lock().unwrap();
+        let drop = ack.seq == 12 && !*lost;
+        *lost |= drop;
+        !drop
+    });
+    let confirmations = Confirmations::<u8>::default();
+    producer
+        .tell(message(9, 6_000), confirm_into(&confirmations, 9))
+        .unwrap();
+    settle_for(100).await;
+    assert!(*lost.lock().unwrap(), "the last chunk's ACK was lost");
+    let second = effectively_once(&ledger);
+    link.switch_to(&second);
+    first.stop();
+    settle_for(3_000).await;
+    assert_eq!(confirmations.snapshot(), [(9, Ok(()))]);
+    let ledger_stats = ledger.stats().await.unwrap();
+    assert_eq!(ledger_stats.duplicates, 1, "{ledger_stats:?}");
+    let total = ledger.ask(Op::Total).await.unwrap();
+    assert_eq!(total, 2, "each message's event stored once");
 }

@@ -14,7 +14,7 @@ use tokio::sync::oneshot;
 use crate::after_drain::after_each_drain;
 use crate::alarm::{now, Alarm};
 use crate::confirmation::Confirmation;
-use crate::durable::{Durable, DurableOptions, Stored};
+use crate::durable::{Durable, DurableOptions, Stored, MAX_BODY_BYTES};
 use crate::error::{DeliveryError, OptionsError, TellError};
 use crate::inbox::{Inbox, Refusal};
 use crate::message::{Acks, ConsumerRef, GetProducerStats, ReplyTo, StopProducer, Tell};
@@ -125,6 +125,15 @@ impl<T: Clone + Send + 'static> ProducerController<T> {
             ));
         }
         let options = options.with_producer_id(id)?;
+        if let Some(size) = options.chunk_size().filter(|&s| s as u64 > MAX_BODY_BYTES) {
+            return Err(OptionsError::new(
+                "chunk_size",
+                format!(
+                    "a durable producer stores each chunk in one journal entry: at most \
+                     {MAX_BODY_BYTES} bytes (got {size})"
+                ),
+            ));
+        }
         let config = options.config().clone();
         let mut producer = Self::new(options);
         producer.durable = Some(Durable::new(config, durable));
@@ -210,7 +219,10 @@ impl<T: Clone + Send + 'static> ProducerController<T> {
         let mut stats = self.core.stats();
         stats.timed_out = self.inbox.timed_out();
         if let Some(durable) = &self.durable {
-            (stats.stored, stats.resumed, stats.resumed_confirmed) = durable.counts;
+            let (stored, resumed, resumed_confirmed, partially_stored) = durable.counts;
+            (stats.stored, stats.resumed, stats.resumed_confirmed) =
+                (stored, resumed, resumed_confirmed);
+            stats.partially_stored = partially_stored;
             stats.next_message_id = durable.next_message_id();
             stats.unconfirmed = durable.unconfirmed();
         }

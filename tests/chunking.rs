@@ -11,8 +11,10 @@ mod remote;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use actix::prelude::*;
 use actix_delivery::codec::Codec;
-use actix_delivery::journal::MemoryJournal;
+use actix_delivery::durable::{DurableConfirmation, DurableOptions, MessageId};
+use actix_delivery::journal::{MemoryJournal, PersistenceId};
 use actix_delivery::persistence::{PersistentConfig, PersistentHandle};
 use actix_delivery::remote::{BodySchema, Node, NodeOptions};
 use actix_delivery::{
@@ -530,4 +532,109 @@ async fn an_effectively_once_consumer_stores_a_chunked_messages_events_once_acro
     assert_eq!(ledger_stats.duplicates, 1, "{ledger_stats:?}");
     let total = ledger.ask(Op::Total).await.unwrap();
     assert_eq!(total, 2, "each message's event stored once");
+}
+
+/// A durable producer with `chunk_size`: a message is stored chunk by chunk before any of it
+/// is sent, `store()` resolves once all are (its id is its last chunk's seq), and after a
+/// restart the stored, unconfirmed message is sent again whole, its confirmation going to the
+/// sink.
+#[actix::test]
+async fn a_durable_producer_resends_a_message_stored_whole_after_a_restart() {
+    tokio::time::pause();
+    let journal = Arc::new(MemoryJournal::new());
+    let (sink, confirmed) = durable_sink();
+    let durable = || {
+        DurableOptions::new(journal.clone(), PersistenceId::new("big").unwrap(), "big")
+            .confirmations(sink.clone())
+    };
+    let options = |to| {
+        ProducerOptions::builder(to)
+            .chunk_size(1024)
+            .build()
+            .unwrap()
+    };
+    let nowhere = ConsumerRef::from_fn(|_| {}).with_chunks(|_| {});
+    let first = ReliableDelivery::durable_producer(options(nowhere), durable()).unwrap();
+    let body = message(5, 10_000);
+    let stored = first.store(body.clone()).await.unwrap();
+    let chunks = 10_005u64.div_ceil(1024);
+    assert_eq!(
+        stored.id,
+        MessageId(chunks),
+        "its id is its last chunk's seq"
+    );
+    first.stop();
+    first.stopped().await;
+    let (consumer, runs) = consumer(|b| b);
+    let second =
+        ReliableDelivery::durable_producer(options((&consumer).into()), durable()).unwrap();
+    second.idle().await;
+    let runs = runs.snapshot();
+    assert_eq!(runs.len(), 1);
+    assert_eq!(runs[0].0, body);
+    assert_eq!(runs[0].1.seqs(), 1..=chunks);
+    let stats = second.stats().await.unwrap();
+    assert_eq!((stats.resumed, stats.resumed_confirmed), (1, 1));
+    settle_for(10).await;
+    assert_eq!(confirmed.snapshot(), [(MessageId(chunks), Ok(()))]);
+}
+
+/// The journal fails while a message's chunks are being stored, after some of them were
+/// committed: the producer restarts, its opening finds the message partly stored and drops
+/// it (never sent: no handler runs on a part), its caller hears "not stored", and the next
+/// message goes through.
+#[actix::test]
+async fn a_message_partly_stored_when_the_journal_failed_is_dropped_never_half_delivered() {
+    tokio::time::pause();
+    let journal = Arc::new(MemoryJournal::new());
+    let (consumer, runs) = blob_consumer(32 << 20);
+    let producer = ReliableDelivery::durable_producer(
+        ProducerOptions::builder(&consumer)
+            .chunk_size(1 << 20)
+            .build()
+            .unwrap(),
+        DurableOptions::new(journal.clone(), PersistenceId::new("big").unwrap(), "big"),
+    )
+    .unwrap();
+    producer.idle().await; // open
+                           // 17 MiB in chunks of 1 MiB: two journal entries; the second one fails.
+    journal.faults().fail_nth_append(2);
+    let lost = producer.store(blob(1, 17 << 20).0).await;
+    assert!(
+        matches!(&lost, Err(DeliveryError::Storage(why)) if why.contains("only some")),
+        "{lost:?}"
+    );
+    let (next, sum) = blob(2, 3 << 20);
+    producer.send(next).await.unwrap();
+    assert_eq!(
+        runs.snapshot(),
+        [(3 << 20, sum)],
+        "the partly stored message never ran"
+    );
+    let stats = producer.stats().await.unwrap();
+    assert_eq!(stats.partially_stored, 1, "{stats:?}");
+    let c = consumer.stats().await.unwrap();
+    assert_eq!(
+        (c.assembled, c.partial_messages, c.reassembly_bytes),
+        (1, 0, 0)
+    );
+}
+
+/// The sink of a durable producer's confirmations after a restart.
+fn durable_sink() -> (
+    Recipient<DurableConfirmation>,
+    Log<(MessageId, Result<(), DeliveryError>)>,
+) {
+    struct Sink(Log<(MessageId, Result<(), DeliveryError>)>);
+    impl Actor for Sink {
+        type Context = Context<Self>;
+    }
+    impl Handler<DurableConfirmation> for Sink {
+        type Result = ();
+        fn handle(&mut self, confirmation: DurableConfirmation, _: &mut Context<Self>) {
+            self.0.push((confirmation.id, confirmation.result));
+        }
+    }
+    let log = Log::default();
+    (Sink(log.clone()).start().recipient(), log)
 }

@@ -67,6 +67,10 @@ pub struct ProducerStats {
     /// was ACKed (the consumer may have lost the chunks: a restart, an eviction, a failed
     /// handler). `sent`, `retransmitted` and `in_flight` count chunks there.
     pub chunk_rounds: u64,
+    /// A durable producer with `chunk_size`: messages found partly stored when its stream was
+    /// opened (the producer had ended while storing their chunks): dropped, never sent,
+    /// reported to the sink as not stored.
+    pub partially_stored: u64,
 }
 
 #[derive(Debug)]

@@ -86,6 +86,7 @@ pub(crate) enum LogEvent {
     /// One message (an event each, so compaction counts messages).
     Stored {
         seq: u64,
+        #[serde(with = "bytes_field")]
         body: Vec<u8>,
     },
     Settled {
@@ -95,6 +96,7 @@ pub(crate) enum LogEvent {
     StoredChunk {
         seq: u64,
         chunk: ChunkHeader,
+        #[serde(with = "bytes_field")]
         body: Vec<u8>,
     },
 }
@@ -514,6 +516,49 @@ pub(crate) fn decode_body<T: DeserializeOwned>(
         .map_err(|err| err.to_string())
 }
 
+/// A body as bytes, not as a sequence of numbers: in bincode (the log's codec) the very same
+/// encoding (a length, then the bytes), written and read at once rather than byte by byte.
+mod bytes_field {
+    use serde::de::{Deserializer, SeqAccess, Visitor};
+    use serde::Serializer;
+
+    pub(super) fn serialize<S: Serializer>(body: &[u8], serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.serialize_bytes(body)
+    }
+
+    pub(super) fn deserialize<'de, D: Deserializer<'de>>(
+        deserializer: D,
+    ) -> Result<Vec<u8>, D::Error> {
+        struct Bytes;
+
+        impl<'de> Visitor<'de> for Bytes {
+            type Value = Vec<u8>;
+
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("bytes")
+            }
+
+            fn visit_bytes<E>(self, bytes: &[u8]) -> Result<Vec<u8>, E> {
+                Ok(bytes.to_vec())
+            }
+
+            fn visit_byte_buf<E>(self, bytes: Vec<u8>) -> Result<Vec<u8>, E> {
+                Ok(bytes)
+            }
+
+            fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Vec<u8>, A::Error> {
+                let mut bytes = Vec::with_capacity(seq.size_hint().unwrap_or(0).min(4096));
+                while let Some(byte) = seq.next_element()? {
+                    bytes.push(byte);
+                }
+                Ok(bytes)
+            }
+        }
+
+        deserializer.deserialize_byte_buf(Bytes)
+    }
+}
+
 /// A body as version 1 of the log stored it (bare bincode, no header), with its header.
 fn legacy_body(bytes: Vec<u8>) -> Vec<u8> {
     let mut out = Vec::with_capacity(bytes.len() + 2);
@@ -575,6 +620,7 @@ mod tests {
                 incarnation,
                 next_seq,
                 unsettled,
+                ..
             } => {
                 assert_eq!(epoch, 2);
                 assert_eq!(
@@ -602,6 +648,26 @@ mod tests {
             chunk,
             bodies: (0..n).map(|b| vec![b]).collect(),
         }
+    }
+
+    #[test]
+    fn bodies_are_written_as_bytes_in_the_encoding_of_a_sequence_of_numbers() {
+        #[derive(Serialize)]
+        enum Before {
+            _Created,
+            _Opened,
+            Stored { seq: u64, body: Vec<u8> },
+        }
+        let body = vec![1, 2, 250, 251, 255];
+        let before = codec::encode(&Before::Stored {
+            seq: 7,
+            body: body.clone(),
+        })
+        .unwrap();
+        let now = LogEvent::Stored { seq: 7, body };
+        assert_eq!(codec::encode(&now).unwrap(), before, "the same bytes");
+        let read: LogEvent = codec::decode(&before).unwrap();
+        assert!(matches!(read, LogEvent::Stored { seq: 7, body } if body == [1, 2, 250, 251, 255]));
     }
 
     #[test]

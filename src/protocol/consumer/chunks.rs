@@ -636,4 +636,84 @@ mod tests {
             (0, 1, 0)
         );
     }
+
+    #[test]
+    fn a_flood_of_first_chunks_keeps_one_partial_message_per_producer_within_the_bound() {
+        let mut c = core(ConsumerConfig {
+            max_message_bytes: 1 << 20,
+            max_reassembly_bytes: 1 << 20,
+            ..Default::default()
+        });
+        let now = Instant::now();
+        let big: &'static [u8] = &[7; 4096];
+        // Thousands of messages started and never finished, by two producers, newest first
+        // and oldest first.
+        for n in 0..2000u64 {
+            let (first, id) = if n % 2 == 0 {
+                (1 + 2 * (2000 - n), "down")
+            } else {
+                (1 + 2 * n, "up")
+            };
+            let chunk = chunk_in(id, 1, first, &[big, big], first, 1);
+            let step = offer(&mut c, chunk, now);
+            assert!(step.step.is_hold(), "no message runs on one chunk");
+            let s = stats(&c);
+            assert!(s.partial_messages <= 2, "one per producer: {s:?}");
+            assert!(s.reassembly_bytes <= 2 * 4096, "{s:?}");
+        }
+        let s = stats(&c);
+        assert_eq!((s.assembled, s.delivered), (0, 0));
+        assert!(s.partial_messages_dropped > 900, "the oldest kept, the rest dropped: {s:?}");
+        assert!(s.chunks_refused > 900, "newer ones refused: {s:?}");
+    }
+
+    proptest::proptest! {
+        /// Arbitrary chunk deliveries (headers, seqs, window starts, lengths, producers), as a
+        /// hostile peer could send them: nothing panics, the bound holds, and a message runs
+        /// only whole (its body as long as its header says, made of chunks that all
+        /// announced it).
+        #[test]
+        fn whatever_chunks_arrive_only_whole_messages_run_and_the_bound_holds(
+            chunks in proptest::collection::vec(
+                (0u8..3, 1u128..3, 1u64..12, 1u32..5, 0u64..6, 0u64..12, 0usize..300, 1u64..700),
+                1..300,
+            ),
+        ) {
+            let max = 2048;
+            let mut c = core(ConsumerConfig {
+                max_message_bytes: 1024,
+                max_reassembly_bytes: max,
+                max_out_of_order: Limit::At(3),
+                ..Default::default()
+            });
+            let now = Instant::now();
+            for (producer, incarnation, first, count, offset, window_start, len, message_len) in chunks {
+                // Every chunk's bytes name the message it announces.
+                let tag = (first as u8) ^ (count as u8).rotate_left(3) ^ (message_len as u8).rotate_left(5);
+                let header = Header {
+                    producer_id: ProducerId::from(format!("p{producer}").as_str()),
+                    incarnation: Incarnation::from_u128(incarnation),
+                    seq: first + offset,
+                    window_start: window_start.max(1),
+                    trace_context: None,
+                    chunk: Some(ChunkHeader { first_seq: first, chunks: count, message_len }),
+                };
+                let inbound = Inbound { header, body: Bytes::from(vec![tag; len]), reply_to: Some(7) };
+                let step = offer(&mut c, inbound, now);
+                if let Step::Run(body) = step.step {
+                    let running = c.running().expect("it runs").clone();
+                    let announced = running.chunk.expect("a chunked message");
+                    proptest::prop_assert_eq!(body.len() as u64, announced.message_len);
+                    let tag = (announced.first_seq as u8)
+                        ^ (announced.chunks as u8).rotate_left(3)
+                        ^ (announced.message_len as u8).rotate_left(5);
+                    proptest::prop_assert!(body.iter().all(|b| *b == tag), "chunks of one message");
+                    c.handle_outcome(&HandlerOutcome::Succeeded, now);
+                }
+                let s = stats(&c);
+                proptest::prop_assert!(s.reassembly_bytes <= max, "{:?}", s);
+                proptest::prop_assert!(s.partial_messages <= 3, "{:?}", s);
+            }
+        }
+    }
 }

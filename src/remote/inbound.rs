@@ -74,8 +74,16 @@ pub(crate) struct Handed {
 pub(crate) trait Exposed: Send + Sync {
     /// Hands the batch's deliveries to the consumer, with `reply_to` for their ACKs, reading
     /// their bodies as the consumer's type declares in `schemas`; a delivery whose body
-    /// cannot be read becomes a dead letter there (the others are delivered as usual).
-    fn deliver(&self, batch: &DeliveryBatch<'_>, reply_to: &ReplyTo, schemas: &Schemas) -> Handed;
+    /// cannot be read becomes a dead letter there (the others are delivered as usual). The
+    /// batch was decoded from `frame`: a chunk of a large message is handed over as its view
+    /// of it, not a copy.
+    fn deliver(
+        &self,
+        frame: &Bytes,
+        batch: &DeliveryBatch<'_>,
+        reply_to: &ReplyTo,
+        schemas: &Schemas,
+    ) -> Handed;
 }
 
 /// An exposed consumer and who may deliver to it.
@@ -98,11 +106,30 @@ impl Entry {
     }
 }
 
+/// A chunk's bytes as the consumer keeps them until its message is reassembled: a view of
+/// `frame` if the chunk is at least half of it, else a copy. A view keeps the whole frame
+/// alive, and reassembly charges only the chunk, so a view of a small chunk in a large frame
+/// (beside stale chunks or other deliveries) would let a sender pin far more memory than the
+/// bound counts; this way a kept frame is at most twice what is charged for it.
+fn chunk_bytes(frame: &Bytes, body: &[u8]) -> Bytes {
+    if body.len().saturating_mul(2) >= frame.len() {
+        frame.slice_ref(body)
+    } else {
+        Bytes::copy_from_slice(body)
+    }
+}
+
 /// A [`ConsumerHandle`] as an [`Exposed`] consumer.
 pub(crate) struct ExposedConsumer<T: Send + 'static>(pub ConsumerHandle<T>);
 
 impl<T: DeserializeOwned + Send + 'static> Exposed for ExposedConsumer<T> {
-    fn deliver(&self, batch: &DeliveryBatch<'_>, reply_to: &ReplyTo, schemas: &Schemas) -> Handed {
+    fn deliver(
+        &self,
+        frame: &Bytes,
+        batch: &DeliveryBatch<'_>,
+        reply_to: &ReplyTo,
+        schemas: &Schemas,
+    ) -> Handed {
         let schema = schemas.of::<T>();
         let producer_id = ProducerId::from(batch.producer_id);
         let mut deliveries = Vec::with_capacity(batch.items.len());
@@ -124,7 +151,7 @@ impl<T: DeserializeOwned + Send + 'static> Exposed for ExposedConsumer<T> {
                 let decode = decode.get_or_insert_with(|| {
                     std::sync::Arc::new(move |message| schema.read_assembled(message))
                 });
-                let bytes = Bytes::copy_from_slice(item.body);
+                let bytes = chunk_bytes(frame, item.body);
                 let reply_to = Some(reply_to.clone());
                 chunks.extend(ChunkDelivery::new(header, bytes, reply_to, decode.clone()));
                 continue;
@@ -365,12 +392,12 @@ async fn serve(
                     if dispatching.len() < MAX_DISPATCHING =>
                 {
                     let frame = match frame {
-                        Ok(frame) => frame,
+                        Ok(frame) => frame.freeze(),
                         Err(end) => return end,
                     };
                     match Frame::decode(&frame) {
                         Ok(Frame::Deliveries(batch)) => {
-                            match dispatch(node, &batch, &reply_to, identity.as_ref()) {
+                            match dispatch(node, &frame, &batch, &reply_to, identity.as_ref()) {
                                 Ok(Some(taken)) => dispatching.push(taken),
                                 Ok(None) => {}
                                 Err(Unauthorized) => return End::Unauthorized,
@@ -399,6 +426,7 @@ struct Unauthorized;
 /// that do not include the peer's.
 fn dispatch(
     node: &Shared,
+    frame: &Bytes,
     batch: &DeliveryBatch<'_>,
     reply_to: &ReplyTo,
     identity: Option<&Identity>,
@@ -425,7 +453,9 @@ fn dispatch(
         });
         return Err(Unauthorized);
     }
-    let handed = exposed.consumer.deliver(batch, reply_to, &node.schemas);
+    let handed = exposed
+        .consumer
+        .deliver(frame, batch, reply_to, &node.schemas);
     add(&node.counters.deliveries_in, n - handed.undecodable);
     add(&node.counters.undecodable_bodies, handed.undecodable);
     if let Some(why) = handed.why {
@@ -452,4 +482,20 @@ fn reply_to(node: &Shared, link: &Arc<Link>) -> ReplyTo {
             None => add(&counters.acks_dropped_disconnected, n),
         }
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_chunk_is_kept_as_a_view_of_its_frame_only_if_it_is_at_least_half_of_it() {
+        let frame = Bytes::from(vec![1u8; 100]);
+        let within = |kept: &Bytes| frame.as_ptr_range().contains(&kept.as_ptr());
+        let large = chunk_bytes(&frame, &frame[10..60]);
+        assert!(within(&large), "a view: no copy");
+        let small = chunk_bytes(&frame, &frame[10..59]);
+        assert!(!within(&small), "a copy: the frame is not pinned by it");
+        assert_eq!((&large[..], &small[..]), (&frame[10..60], &frame[10..59]));
+    }
 }

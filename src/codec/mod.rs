@@ -38,6 +38,7 @@
 //! slice too, growing its buffers with the bytes actually read, never with a claimed length; its
 //! nesting depth is limited to [`MAX_DEPTH`] levels.
 
+mod assembled;
 mod manifest;
 mod upcast;
 
@@ -48,8 +49,6 @@ pub use upcast::{Upcast, UpcastError, Written};
 use bincode::Options;
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
-
-use crate::protocol::chunk::Assembled;
 
 /// The default limit for one encoded value: 16 MiB.
 ///
@@ -363,38 +362,6 @@ impl Codec {
                     }),
                 }
             }
-        }
-    }
-}
-
-impl Codec {
-    /// Decodes a `T` from exactly the bytes of a reassembled chunked message. Bincode reads
-    /// straight from the chunks, releasing each once read, every length checked against the
-    /// bytes left before anything is allocated for it. MessagePack is read from the message
-    /// in one buffer (a copy of the chunks), as its reader would otherwise reserve what a
-    /// length claims before finding the bytes missing.
-    ///
-    /// # Errors
-    /// As [`decode`](Self::decode).
-    pub(crate) fn decode_assembled<T: DeserializeOwned>(
-        self,
-        mut message: Assembled,
-    ) -> Result<T, CodecError> {
-        let limit = message.len();
-        match self {
-            Self::Bincode => {
-                let value = unlimited()
-                    .with_limit(limit)
-                    .deserialize_from(&mut message)
-                    .map_err(|err| decode_error(*err, limit))?;
-                if !message.is_empty() {
-                    return Err(CodecError::Malformed {
-                        reason: "trailing bytes after the value".into(),
-                    });
-                }
-                Ok(value)
-            }
-            Self::MessagePack => self.decode(&message.into_bytes(), limit),
         }
     }
 }

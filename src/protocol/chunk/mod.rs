@@ -236,6 +236,41 @@ impl Assembled {
         self.len == 0
     }
 
+    /// The next `length` bytes as a view, read, if they are all in the current chunk.
+    pub fn front(&mut self, length: usize) -> Option<Bytes> {
+        let front = self.parts.front_mut()?;
+        if length > front.len() {
+            return None;
+        }
+        let bytes = front.split_to(length);
+        self.consumed(length);
+        Some(bytes)
+    }
+
+    /// Reads the next `length` bytes (at most what is left) onto the end of `out`.
+    pub fn read_into(&mut self, length: usize, out: &mut Vec<u8>) {
+        let mut left = length;
+        while left > 0 {
+            let Some(front) = self.parts.front_mut() else {
+                return;
+            };
+            let n = left.min(front.len());
+            out.extend_from_slice(&front[..n]);
+            front.advance(n);
+            self.consumed(n);
+            left -= n;
+        }
+    }
+
+    /// Accounts for `n` bytes read from the current chunk, releasing it once it is all read
+    /// (decoding holds no chunk it has read).
+    fn consumed(&mut self, n: usize) {
+        if self.parts.front().is_some_and(Bytes::is_empty) {
+            self.parts.pop_front();
+        }
+        self.len -= n as u64;
+    }
+
     /// The bytes not read yet, in one buffer (a copy, unless they are in one chunk).
     pub fn into_bytes(mut self) -> Bytes {
         match self.parts.len() {
@@ -260,10 +295,7 @@ impl Read for Assembled {
         let n = buf.len().min(front.len());
         buf[..n].copy_from_slice(&front[..n]);
         front.advance(n);
-        if front.is_empty() {
-            self.parts.pop_front(); // released: decoding holds no chunk it has read
-        }
-        self.len -= n as u64;
+        self.consumed(n);
         Ok(n)
     }
 }
@@ -383,5 +415,20 @@ mod tests {
         assert_eq!((&first[..3], &rest[..]), (&b"abc"[..], &b"de"[..]));
         assert!(assembled.is_empty());
         assert_eq!(&Assembled::new(parts).into_bytes()[..], b"abcde");
+    }
+
+    #[test]
+    fn an_assembled_message_lends_bytes_within_a_chunk_and_gathers_them_across_chunks() {
+        let parts = [Bytes::from_static(b"abc"), Bytes::from_static(b"defg")];
+        let mut assembled = Assembled::new(parts);
+        assert_eq!(assembled.front(2).as_deref(), Some(&b"ab"[..]));
+        assert_eq!(assembled.front(2), None, "not all in the current chunk");
+        let mut out = b"x".to_vec();
+        assembled.read_into(3, &mut out);
+        assert_eq!((&out[..], assembled.len()), (&b"xcde"[..], 2));
+        assert_eq!(assembled.parts.len(), 1, "the first chunk is released");
+        assembled.read_into(5, &mut out);
+        assert_eq!(&out[..], b"xcdefg", "at most what is left");
+        assert!(assembled.is_empty() && assembled.parts.is_empty());
     }
 }

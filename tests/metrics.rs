@@ -253,7 +253,10 @@ async fn producer_and_consumer_counters_equal_their_stats_and_latencies_are_reco
         ("shared_id_messages", consumed.shared_id_messages),
         ("assembled", consumed.assembled),
         ("chunks_refused", consumed.chunks_refused),
-        ("partial_messages_dropped", consumed.partial_messages_dropped),
+        (
+            "partial_messages_dropped",
+            consumed.partial_messages_dropped,
+        ),
     ] {
         let name = format!("actix_delivery_consumer_{name}_total");
         assert_eq!(counter(&metrics, &name), value, "{name}");

@@ -663,7 +663,10 @@ mod tests {
         }
         let s = stats(&c);
         assert_eq!((s.assembled, s.delivered), (0, 0));
-        assert!(s.partial_messages_dropped > 900, "the oldest kept, the rest dropped: {s:?}");
+        assert!(
+            s.partial_messages_dropped > 900,
+            "the oldest kept, the rest dropped: {s:?}"
+        );
         assert!(s.chunks_refused > 900, "newer ones refused: {s:?}");
     }
 

@@ -45,6 +45,7 @@ impl<T> std::fmt::Debug for Chunking<T> {
 }
 
 /// A producer's core: whole messages, or chunked ones.
+#[allow(clippy::large_enum_variant)] // one per producer actor, which it never leaves
 pub(crate) enum Core<T> {
     Whole(ProducerCore<T, Confirmation>),
     Chunked(ChunkedProducer<Confirmation>, Chunking<T>),

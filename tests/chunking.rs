@@ -95,10 +95,13 @@ fn message(id: u8, len: usize) -> Vec<u8> {
     (0..len).map(|i| (i as u8).wrapping_mul(7) ^ id).collect()
 }
 
+/// The messages a consumer handled, with their delivery info.
+type Handled = Log<(Vec<u8>, DeliveryInfo)>;
+
 /// A consumer that records each message (its first byte's id, length, delivery info).
 fn consumer(
     configure: impl FnOnce(ConsumerOptionsBuilder<Vec<u8>>) -> ConsumerOptionsBuilder<Vec<u8>>,
-) -> (ConsumerHandle<Vec<u8>>, Log<(Vec<u8>, DeliveryInfo)>) {
+) -> (ConsumerHandle<Vec<u8>>, Handled) {
     let handled = Log::default();
     let log = handled.clone();
     let handler = DeliveryHandler::from_fn_with_info(move |info, body: Vec<u8>| {
@@ -621,12 +624,12 @@ async fn a_message_partly_stored_when_the_journal_failed_is_dropped_never_half_d
     );
 }
 
+/// What a durable producer's sink was told.
+type Reported = Log<(MessageId, Result<(), DeliveryError>)>;
+
 /// The sink of a durable producer's confirmations after a restart.
-fn durable_sink() -> (
-    Recipient<DurableConfirmation>,
-    Log<(MessageId, Result<(), DeliveryError>)>,
-) {
-    struct Sink(Log<(MessageId, Result<(), DeliveryError>)>);
+fn durable_sink() -> (Recipient<DurableConfirmation>, Reported) {
+    struct Sink(Reported);
     impl Actor for Sink {
         type Context = Context<Self>;
     }
@@ -704,8 +707,9 @@ fn chunking_crash_child() {
 }
 
 /// A durable producer of 16 MiB messages (two journal entries each), SIGKILLed while it
-/// stores them: before a message's second entry reaches the journal, after its first one
-/// committed, after both (before it hears), or at a random moment. Whichever: every message
+/// stores them: after a message's first entry committed (its second held), before its second
+/// entry reaches the journal, after both committed (before it hears), or right after it
+/// reported a message stored. Whichever: every message
 /// reported stored is delivered once, whole, when the stream is opened with a consumer;
 /// every message found stored in part is dropped (reported, never sent), and no handler runs
 /// on a part. The kills land mid-message (partly stored messages are found).

@@ -304,6 +304,16 @@ impl EventSourced for ProducerLog {
     }
 }
 
+/// What an opening finds unsettled in the stream.
+struct Unsettled {
+    /// Whole messages, by seq.
+    whole: Vec<(u64, Vec<u8>)>,
+    /// Chunked messages with every chunk stored.
+    chunked: Vec<StoredChunks>,
+    /// Chunked messages with chunks missing, with the seqs of those stored.
+    partial: Vec<(ChunkHeader, Vec<u64>)>,
+}
+
 impl ProducerLog {
     /// Applies a stored message or chunk (`chunk`) under `seq`.
     fn store(&mut self, seq: u64, body: &[u8], chunk: Option<ChunkHeader>) {
@@ -334,15 +344,8 @@ impl ProducerLog {
         Ok(())
     }
 
-    /// The unsettled messages: whole ones, chunked ones with every chunk stored, and the
-    /// headers of chunked ones with chunks missing (with their stored seqs).
-    fn unsettled_messages(
-        &self,
-    ) -> (
-        Vec<(u64, Vec<u8>)>,
-        Vec<StoredChunks>,
-        Vec<(ChunkHeader, Vec<u64>)>,
-    ) {
+    /// The unsettled messages, sorted by how much of them is stored.
+    fn unsettled_messages(&self) -> Unsettled {
         let (mut whole, mut chunked, mut partial) = (Vec::new(), Vec::new(), Vec::new());
         let mut current: Option<(ChunkHeader, Vec<u64>)> = None;
         let mut flush = |message: Option<(ChunkHeader, Vec<u64>)>| {
@@ -372,7 +375,11 @@ impl ProducerLog {
             }
         }
         flush(current);
-        (whole, chunked, partial)
+        Unsettled {
+            whole,
+            chunked,
+            partial,
+        }
     }
 
     /// Opens the stream for `producer_id`, creating it if it is new: the opening takes the
@@ -408,7 +415,11 @@ impl ProducerLog {
                 producer_id: producer_id.to_owned(),
             }),
             Some((_, incarnation)) => {
-                let (unsettled, chunked, partial) = self.unsettled_messages();
+                let Unsettled {
+                    whole: unsettled,
+                    chunked,
+                    partial,
+                } = self.unsettled_messages();
                 let dropped_seqs: Vec<u64> = partial
                     .iter()
                     .flat_map(|(_, seqs)| seqs.iter().copied())
@@ -601,6 +612,16 @@ mod tests {
         }
     }
 
+    /// The command that opens the stream of "p" again, after its first opening (epoch 1).
+    fn reopen_first() -> LogCommand {
+        LogCommand::Open {
+            producer_id: "p".into(),
+            incarnation: Incarnation::from_u128(2),
+            reopening: Some((1, 0)),
+            message_version: 1,
+        }
+    }
+
     #[test]
     fn a_stream_keeps_its_incarnation_and_hands_back_what_is_unsettled() {
         let mut log = ProducerLog::default();
@@ -608,13 +629,7 @@ mod tests {
         replay(&mut log, &store(1, 1, 3)).unwrap();
         let settle = |seqs| LogCommand::Settle { epoch: 1, seqs };
         replay(&mut log, &settle(vec![2, 99])).unwrap();
-        let reopened = LogCommand::Open {
-            producer_id: "p".into(),
-            incarnation: Incarnation::from_u128(2),
-            reopening: Some((1, 0)),
-            message_version: 1,
-        };
-        match replay(&mut log, &reopened).unwrap() {
+        match replay(&mut log, &reopen_first()).unwrap() {
             LogReply::Opened {
                 epoch,
                 incarnation,
@@ -687,13 +702,7 @@ mod tests {
             message_len: 4,
         };
         replay(&mut log, &store_chunks(1, 4, partial, 2)).unwrap();
-        let reopened = LogCommand::Open {
-            producer_id: "p".into(),
-            incarnation: Incarnation::from_u128(2),
-            reopening: Some((1, 0)),
-            message_version: 1,
-        };
-        match replay(&mut log, &reopened).unwrap() {
+        match replay(&mut log, &reopen_first()).unwrap() {
             LogReply::Opened {
                 next_seq,
                 unsettled,

@@ -302,13 +302,8 @@ impl<B, R> ConsumerCore<B, R> {
             };
             return Step::Ack(reply_to, ack);
         }
-        let running = self.running.as_ref().filter(|r| {
-            r.header.incarnation == header.incarnation && r.header.producer_id == header.producer_id
-        });
-        if window.is_waiting(seq)
-            || window.is_deferred(seq)
-            || running.is_some_and(|r| r.header.seq == seq)
-        {
+        let running = running_of(&self.running, &header);
+        if in_hand(window, running, seq) {
             self.stats.in_progress += 1;
             return Step::Hold;
         }
@@ -719,6 +714,21 @@ fn count_lookup(stats: &mut ConsumerStats, warnings: &mut Warnings, lookup: Look
         }
         Lookup::NewIncarnation { replaced: true } => stats.replaced_incarnations += 1,
     }
+}
+
+/// The running message, if it is of `header`'s producer incarnation.
+fn running_of<'a, R>(running: &'a Option<Running<R>>, header: &Header) -> Option<&'a Running<R>> {
+    running.as_ref().filter(|r| {
+        r.header.incarnation == header.incarnation && r.header.producer_id == header.producer_id
+    })
+}
+
+/// Whether the message of (last) seq `seq` is in hand: waiting, deferred or running (`running`
+/// as [`running_of`] gives it). Its ACK follows the handler.
+fn in_hand<R>(window: &ProducerWindow, running: Option<&Running<R>>, seq: u64) -> bool {
+    window.is_waiting(seq)
+        || window.is_deferred(seq)
+        || running.is_some_and(|r| r.header.seq == seq)
 }
 
 /// Whether a new message starting at `first` may run or wait now: in ordered mode only the

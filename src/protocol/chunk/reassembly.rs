@@ -321,7 +321,7 @@ impl<K: Copy + Eq + Hash, W: Copy + Eq> Reassembly<K, W> {
             .filter(|(_, p)| p.age > age)
             .map(|(key, p)| (p.age, *key))
             .collect();
-        younger.sort_unstable_by(|a, b| b.0.cmp(&a.0));
+        younger.sort_unstable_by_key(|young| std::cmp::Reverse(young.0));
         for (_, key) in younger {
             if fits(self.charged) {
                 break;

@@ -10,7 +10,7 @@ use bytes::Bytes;
 use crate::protocol::chunk::reassembly::Inserted;
 use crate::protocol::chunk::{self, Assembled, ChunkFault};
 use crate::protocol::consumer::{
-    admissible, count_lookup, ConsumerCore, Inbound, Running, Step, Waiting,
+    admissible, count_lookup, in_hand, running_of, ConsumerCore, Inbound, Running, Step, Waiting,
 };
 use crate::protocol::dedup::WindowRef;
 use crate::protocol::envelope::{admit, Ack, DeadLetterReason, Header};
@@ -48,7 +48,7 @@ impl<B, R> From<Step<B, R>> for ChunkStep<B, R> {
 
 impl<B, R> ConsumerCore<B, R> {
     /// Admission, dedup and reassembly for one chunk of a large message (its header's
-    /// `chunk` says where it sits; see [`chunk`](crate::protocol::chunk) for the rules). The
+    /// `chunk` says where it sits; see [`chunk`] for the rules). The
     /// chunk is checked, then judged by its message (its last seq is the message's identity,
     /// its first seq its place in the window): a chunk of a handled message is ACKed again, of
     /// a message in hand ACKed (the last chunk held: its ACK follows the handler), of a new
@@ -126,14 +126,9 @@ impl<B, R> ConsumerCore<B, R> {
             self.stats.duplicates += 1;
             return ChunkStep::ack(reply_to, ack);
         }
-        let running = self.running.as_ref().filter(|r| {
-            r.header.incarnation == header.incarnation && r.header.producer_id == header.producer_id
-        });
-        if window.is_waiting(last)
-            || window.is_deferred(last)
-            || running.is_some_and(|r| r.header.seq == last)
-        {
-            // The message is in hand: the last chunk's ACK follows the handler.
+        let running = running_of(&self.running, &header);
+        if in_hand(window, running, last) {
+            // The last chunk's ACK follows the handler.
             self.stats.in_progress += 1;
             return if seq == last {
                 ChunkStep::hold()
@@ -321,6 +316,16 @@ mod tests {
         c.stats()
     }
 
+    /// Partial messages held, partial messages dropped, reassembly bytes held.
+    fn partials(c: &Core) -> (usize, u64, u64) {
+        let s = c.stats();
+        (
+            s.partial_messages,
+            s.partial_messages_dropped,
+            s.reassembly_bytes,
+        )
+    }
+
     #[test]
     fn chunks_are_acked_as_buffered_and_the_last_only_after_the_handler_ran_once_on_the_whole() {
         let mut c = core(ConsumerConfig::default());
@@ -491,15 +496,7 @@ mod tests {
             other.step,
             Step::DeadLetter(DeadLetterReason::InvalidChunk(ChunkFault::Conflicting), _)
         ));
-        let s = stats(&c);
-        assert_eq!(
-            (
-                s.partial_messages,
-                s.partial_messages_dropped,
-                s.reassembly_bytes
-            ),
-            (0, 1, 0)
-        );
+        assert_eq!(partials(&c), (0, 1, 0));
     }
 
     #[test]
@@ -626,15 +623,7 @@ mod tests {
         offer(&mut c, abc(1, 1), t0);
         assert_eq!(c.next_deadline(), Some(t0 + ttl));
         c.handle_timeout(t0 + ttl);
-        let s = stats(&c);
-        assert_eq!(
-            (
-                s.partial_messages,
-                s.partial_messages_dropped,
-                s.reassembly_bytes
-            ),
-            (0, 1, 0)
-        );
+        assert_eq!(partials(&c), (0, 1, 0));
     }
 
     #[test]

@@ -72,7 +72,9 @@
 //! What is not data stays in code, set on the builders only: a node's secret or TLS
 //! certificates and keys, its resolver, the PostgreSQL connection string (it holds a
 //! password) and TLS, the NATS client (its credentials), a durable producer's journal, stream,
-//! producer id, sink, message version and upcaster, and a persistent entity's versions.
+//! producer id, sink, message version and upcaster, and a persistent entity's versions. A
+//! producer's `chunk_size` is set on its builder too, though it is a number: it needs
+//! `T: Serialize + DeserializeOwned`, which a loaded configuration cannot promise.
 
 use std::fmt;
 use std::time::Duration;

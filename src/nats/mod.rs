@@ -20,6 +20,12 @@
 //! - **ACKs** go back, batched, to the reply subject their delivery named; the carrier routes
 //!   them to the producer by its id and incarnation. A body is encoded once per message and
 //!   kept for retransmissions until it is ACKed or the producer's window moves past it.
+//! - **Messages beyond `max_payload`** go in chunks
+//!   ([`chunk_size`](crate::ProducerOptionsBuilder::chunk_size), at most the server's
+//!   `max_payload` less 1 KiB of headers: a producer with larger chunks is refused when it is
+//!   built), each chunk sent as its bytes. With a queue group, a message's chunks are spread over the
+//!   members, and the message completes only in a round whose chunks all reach the same one:
+//!   send chunked messages to a subject with one consumer, not to a queue group.
 //! - **Reconnection is the client's** (`async-nats` reconnects with backoff by itself, and
 //!   subscribes again). A batch counts against `max_output_bytes` until the client has
 //!   written it to its socket, so while the server is away the carrier's queue fills to
@@ -39,7 +45,7 @@
 //!
 //! # Wire format
 //!
-//! One NATS message is the protocol version (one byte, 3), then one frame of the TCP transport
+//! One NATS message is the protocol version (one byte, 4), then one frame of the TCP transport
 //! ([`remote`](crate::remote), "Wire format"), without the length prefix (NATS frames its
 //! messages) and without a tag (NATS authenticates its clients): kind 4 `Deliveries` on the
 //! consumer's subject (its consumer name is the subject), kind 5 `Acks` on the producer's
@@ -49,8 +55,9 @@
 //! [`NatsStats::version_refusals`] and warned about: protocol 1 (releases before bodies
 //! carried a codec, and before NATS messages carried a version) put the frame first, so this
 //! carrier refuses its messages, and it refuses this carrier's as frames of the wrong kind:
-//! neither misreads the other, and neither delivers to the other; protocol 2 (before deliveries
-//! could carry a trace context) is refused by its version byte. Move a NATS deployment to a
+//! neither misreads the other, and neither delivers to the other; protocols 2 (before deliveries
+//! could carry a trace context) and 3 (before they could carry a chunk header) are refused by
+//! their version byte. Move a NATS deployment to a
 //! new protocol at once.
 //!
 //! # Untrusted input and bounded memory

@@ -16,7 +16,7 @@ use crate::codec::MAX_ENCODED_BYTES;
 use crate::consumer::ConsumerHandle;
 use crate::message::{ChunkDelivery, ConsumerRef, Delivery, ReplyTo};
 use crate::protocol::envelope::Ack;
-use crate::remote::frame::{Frame, CHUNK_FRAME_OVERHEAD};
+use crate::remote::frame::{Frame, CHUNK_FRAME_OVERHEAD, PROTOCOL_VERSION};
 use crate::remote::inbound::ExposedConsumer;
 use crate::remote::outbound::{encode, encode_chunks, Group};
 use crate::remote::routes::Routes;
@@ -292,7 +292,7 @@ impl Shared {
                     };
                     format!(
                         "refused a NATS message of {version}; this carrier speaks protocol \
-                         {MESSAGE_VERSION}: upgrade every carrier of a deployment together"
+                         {PROTOCOL_VERSION}: upgrade every carrier of a deployment together"
                     )
                 });
                 None

@@ -96,7 +96,7 @@ const MODES: [Mode; 2] = [
 fn node_options(mode: Mode) -> NodeOptionsBuilder {
     (mode.options)()
         .max_frame_length(MAX_FRAME)
-        .max_output_bytes(4 * WINDOW * MAX_FRAME)
+        .max_output_bytes((4 * WINDOW * MAX_FRAME).min(1 << 30))
 }
 
 /// A message of `len` bytes (their content does not matter to the transport).

@@ -356,9 +356,10 @@
 //!   end: a 256 MiB message peaked at 2.0× its size in process (the chunks are shared) and
 //!   3.0× over TCP with both nodes in one process. Received chunks that fill at least half a
 //!   frame are kept as views of the frame, not copied. 16 MiB messages over TCP loopback ran
-//!   at 51–82 % of a plain framed send of the same bytes (chunks of 256 KiB to 4 MiB; the
-//!   smaller, the faster), and at the speed of a plain send that tags its frames as the
-//!   shared-secret mode does: `benches/README.md`, "Large messages".
+//!   at about half the rate of a plain framed send of the same bytes (median 54 % with chunks
+//!   of 256 KiB or 1 MiB, 42 % with 4 MiB chunks); in the shared-secret mode the HMAC
+//!   dominates (a quarter of the untagged plain send, the rate of a plain send that tags its
+//!   frames too): `benches/README.md`, "Large messages".
 //! - **Limits.** In process the encoding is bincode, whose schema is fixed: a durable
 //!   producer's stored chunks must be read by the same `T` (across processes the node's
 //!   [`remote::BodySchema`] versions bodies). A durable stream holds whole or chunked messages

@@ -108,9 +108,10 @@ impl Entry {
 
 /// A chunk's bytes as the consumer keeps them until its message is reassembled: a view of
 /// `frame` if the chunk is at least half of it, else a copy. A view keeps the whole frame
-/// alive, and reassembly charges only the chunk, so a view of a small chunk in a large frame
-/// (beside stale chunks or other deliveries) would let a sender pin far more memory than the
-/// bound counts; this way a kept frame is at most twice what is charged for it.
+/// alive (the read buffer it was split from: about the frame), and reassembly charges only
+/// the chunk, so a view of a small chunk in a large frame (beside stale chunks or other
+/// deliveries) would let a sender pin far more memory than the bound counts; this way a kept
+/// frame is about twice what is charged for it at most.
 fn chunk_bytes(frame: &Bytes, body: &[u8]) -> Bytes {
     if body.len().saturating_mul(2) >= frame.len() {
         frame.slice_ref(body)

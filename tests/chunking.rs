@@ -1,8 +1,12 @@
 //! Chunked delivery of large messages through the actors, in process, under virtual time:
 //! the handler runs once on the whole message, the last chunk's ACK confirms it, and the
 //! consumer's bounds hold (a consumer restart, a producer restart, tight bounds, a window
-//! smaller than a message's chunk count).
+//! smaller than a message's chunk count); over TCP through a lossy proxy and over NATS; a
+//! durable producer killed with SIGKILL mid-message. The seeded simulator of the pure cores
+//! is the module `chunking_sim` (one test binary for the area).
 
+#[path = "chunking_sim/mod.rs"]
+mod chunking_sim;
 mod common;
 #[cfg(feature = "nats")]
 mod nats_support;

@@ -362,10 +362,10 @@
 //!   frames too): `benches/README.md`, "Large messages".
 //! - **Limits.** In process the encoding is bincode, whose schema is fixed: a durable
 //!   producer's stored chunks must be read by the same `T` (across processes the node's
-//!   [`remote::BodySchema`] versions bodies). A durable stream holds whole or chunked messages
-//!   for good: a producer without `chunk_size` refuses to open a stream of chunked messages,
-//!   and one with it a stream of whole messages. Producer ids must be
-//!   unique: two live producers sharing one would keep displacing each other's partial
+//!   [`remote::BodySchema`] versions bodies). A durable producer without `chunk_size` stops
+//!   (for good, saying why) on a stream that holds unsettled chunked messages, and one with it
+//!   on a stream that holds unsettled whole messages: switch once the stream's messages are
+//!   confirmed. Producer ids must be unique: two live producers sharing one would keep displacing each other's partial
 //!   messages. Over NATS, a queue group spreads a message's chunks over its members: send
 //!   chunked messages to a subject with one consumer. The outbox and work pulling send whole
 //!   messages.

@@ -628,6 +628,61 @@ async fn a_message_partly_stored_when_the_journal_failed_is_dropped_never_half_d
     );
 }
 
+/// A durable stream that holds unsettled whole messages is not opened by a producer with
+/// `chunk_size`, nor one that holds unsettled chunked messages by a producer without: the
+/// producer stops for good and a store hears why; the stream's message waits for a producer
+/// configured as the stream was written, which sends it.
+#[actix::test]
+async fn a_durable_producer_refuses_a_stream_holding_unsettled_messages_of_the_other_kind() {
+    tokio::time::pause();
+    let journal = Arc::new(MemoryJournal::new());
+    let durable = |stream: &str| {
+        DurableOptions::new(journal.clone(), PersistenceId::new(stream).unwrap(), stream)
+    };
+    let options = |chunks: bool, to: ConsumerRef<Vec<u8>>| {
+        let builder = ProducerOptions::builder(to);
+        let builder = if chunks {
+            builder.chunk_size(1024)
+        } else {
+            builder
+        };
+        builder.build().unwrap()
+    };
+    let nowhere = || ConsumerRef::from_fn(|_| {}).with_chunks(|_| {});
+    for (stream, written_in_chunks) in [("whole", false), ("chunked", true)] {
+        let first = ReliableDelivery::durable_producer(
+            options(written_in_chunks, nowhere()),
+            durable(stream),
+        )
+        .unwrap();
+        first.store(message(1, 3000)).await.unwrap();
+        first.stop();
+        first.stopped().await;
+        let other = ReliableDelivery::durable_producer(
+            options(!written_in_chunks, nowhere()),
+            durable(stream),
+        )
+        .unwrap();
+        let refused = other.store(message(2, 10)).await;
+        assert!(
+            matches!(&refused, Err(DeliveryError::Storage(why)) if why.contains("holds unsettled")),
+            "{stream}: {refused:?}"
+        );
+        other.stopped().await;
+        let (consumer, runs) = consumer(|b| b);
+        let same = ReliableDelivery::durable_producer(
+            options(written_in_chunks, (&consumer).into()),
+            durable(stream),
+        )
+        .unwrap();
+        same.idle().await;
+        let runs = runs.snapshot();
+        assert_eq!(runs.len(), 1, "{stream}");
+        assert_eq!(runs[0].0, message(1, 3000), "{stream}");
+        assert_eq!(runs[0].1.first_seq.is_some(), written_in_chunks, "{stream}");
+    }
+}
+
 /// What a durable producer's sink was told.
 type Reported = Log<(MessageId, Result<(), DeliveryError>)>;
 

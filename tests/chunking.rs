@@ -24,8 +24,8 @@ use actix_delivery::persistence::{PersistentConfig, PersistentHandle};
 use actix_delivery::remote::{BodySchema, Node, NodeOptions};
 use actix_delivery::{
     Ack, ChunkDeliveries, ChunkDelivery, ConsumerHandle, ConsumerOptions, ConsumerOptionsBuilder,
-    ConsumerRef, DeadLetterReason, DeliveryError, DeliveryHandler, DeliveryInfo, ProducerHandle,
-    ProducerOptions, ReliableDelivery, ReplyTo,
+    ConsumerRef, DeadLetterReason, Delivery, DeliveryError, DeliveryHandler, DeliveryInfo,
+    OptionsError, ProducerHandle, ProducerOptions, ReliableDelivery, ReplyTo, MIN_CHUNK_SIZE,
 };
 use bytes::Bytes;
 use common::entities::{ledger_id, Ledger, Op};
@@ -416,6 +416,66 @@ async fn ordered_and_unordered_consumers_run_each_chunked_message_once_whole() {
             assert_eq!(sorted, expected);
         }
     }
+}
+
+/// `chunk_size` is refused when the producer is built, naming the field and why: below
+/// `MIN_CHUNK_SIZE`, for a reference that takes no chunks, beyond what a node's frames carry,
+/// and for a durable producer beyond what one journal entry holds.
+#[actix::test]
+async fn a_chunk_size_that_cannot_work_is_refused_when_the_producer_is_built() {
+    let (consumer, _) = consumer(|b| b);
+    let refused = |options: Result<ProducerOptions<Vec<u8>>, OptionsError>, why: &str| {
+        let error = options.unwrap_err();
+        assert_eq!(error.field, "chunk_size", "{error}");
+        assert!(error.to_string().contains(why), "{error}");
+    };
+    let below = MIN_CHUNK_SIZE - 1;
+    refused(
+        ProducerOptions::builder(&consumer)
+            .chunk_size(below)
+            .build(),
+        "must be at least",
+    );
+    let single: Recipient<Delivery<Vec<u8>>> = consumer.addr().clone().recipient();
+    refused(
+        ProducerOptions::builder(single).chunk_size(4096).build(),
+        "takes no chunks",
+    );
+    let no_chunks = ConsumerRef::<Vec<u8>>::from_fn(|_| {});
+    refused(
+        ProducerOptions::builder(no_chunks).chunk_size(4096).build(),
+        "takes no chunks",
+    );
+    let node = remote::sending_node().await; // frames of at most 1 MiB (the default)
+    let far = node
+        .consumer_ref::<Vec<u8>>(
+            "127.0.0.1:9".parse::<std::net::SocketAddr>().unwrap(),
+            "far",
+        )
+        .unwrap();
+    refused(
+        ProducerOptions::builder(far.clone())
+            .chunk_size(1 << 20)
+            .build(),
+        "do not fit the transport's frames",
+    );
+    assert!(ProducerOptions::builder(far)
+        .chunk_size(512 << 10)
+        .build()
+        .is_ok());
+    let durable = DurableOptions::new(
+        Arc::new(MemoryJournal::new()),
+        PersistenceId::new("too-large").unwrap(),
+        "too-large",
+    );
+    let options = ProducerOptions::builder(&consumer)
+        .chunk_size(16 << 20)
+        .build()
+        .unwrap();
+    let error = ReliableDelivery::durable_producer(options, durable).unwrap_err();
+    assert_eq!(error.field, "chunk_size", "{error}");
+    assert!(error.to_string().contains("one journal entry"), "{error}");
+    node.stop();
 }
 
 /// A message longer than `max_message_bytes` is a dead letter (counted, reported, no ACK) and

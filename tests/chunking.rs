@@ -478,6 +478,46 @@ async fn a_chunk_size_that_cannot_work_is_refused_when_the_producer_is_built() {
     node.stop();
 }
 
+/// A message whose encoding fails is settled `Unencodable` (nothing of it sent), and the
+/// producer goes on with the next one.
+#[actix::test]
+async fn a_message_that_does_not_encode_is_settled_unencodable_and_the_next_one_goes_through() {
+    tokio::time::pause();
+    /// A body whose zero does not encode.
+    #[derive(Clone, Debug, PartialEq, serde::Deserialize)]
+    struct Body(u8);
+    impl serde::Serialize for Body {
+        fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+            match self.0 {
+                0 => Err(serde::ser::Error::custom("zero does not encode")),
+                n => s.serialize_newtype_struct("Body", &n),
+            }
+        }
+    }
+    let handled = Log::default();
+    let log = handled.clone();
+    let handler = DeliveryHandler::from_fn(move |body: Body| {
+        log.push(body);
+        async { Ok::<(), String>(()) }
+    });
+    let consumer = ReliableDelivery::consumer(ConsumerOptions::builder(handler).build().unwrap());
+    let producer = ReliableDelivery::producer(
+        ProducerOptions::builder(&consumer)
+            .chunk_size(1024)
+            .build()
+            .unwrap(),
+    );
+    let refused = producer.send(Body(0)).await;
+    assert!(
+        matches!(&refused, Err(DeliveryError::Unencodable(why)) if why.contains("zero")),
+        "{refused:?}"
+    );
+    producer.send(Body(7)).await.unwrap();
+    assert_eq!(handled.snapshot(), [Body(7)]);
+    let stats = consumer.stats().await.unwrap();
+    assert_eq!((stats.delivered, stats.dead_letters), (1, 0));
+}
+
 /// A message longer than `max_message_bytes` is a dead letter (counted, reported, no ACK) and
 /// never runs; with `max_attempts` its producer gives it up.
 #[actix::test]

@@ -54,6 +54,7 @@ impl<'a> Churn<'a> {
             seq,
             window_start: seq,
             trace_context: None,
+            chunk: None,
         };
         self.next += 1;
         if self.next == self.ids.len() {

@@ -253,6 +253,7 @@ fn deliver_once(core: &mut ConsumerCore<u64, ()>, id: ProducerId, i: u64, now: I
             seq: 1,
             window_start: 1,
             trace_context: None,
+            chunk: None,
         },
         body: i,
         reply_to: Some(()),
@@ -289,6 +290,7 @@ fn per_dedup_entry() {
                 seq: 1,
                 window_start: 1,
                 trace_context: None,
+                chunk: None,
             };
             let (window, _, _) = table.window_for(
                 &header.producer_id,

@@ -72,7 +72,9 @@
 //! What is not data stays in code, set on the builders only: a node's secret or TLS
 //! certificates and keys, its resolver, the PostgreSQL connection string (it holds a
 //! password) and TLS, the NATS client (its credentials), a durable producer's journal, stream,
-//! producer id, sink, message version and upcaster, and a persistent entity's versions.
+//! producer id, sink, message version and upcaster, and a persistent entity's versions. A
+//! producer's `chunk_size` is set on its builder too, though it is a number: it needs
+//! `T: Serialize + DeserializeOwned`, which a loaded configuration cannot promise.
 
 use std::fmt;
 use std::time::Duration;
@@ -263,6 +265,15 @@ pub struct ConsumerConfig {
         with = "limit_millis::handler_timeout_ms"
     )]
     pub handler_timeout: Limit<Duration>,
+    /// The longest chunked message accepted, in bytes (as its producer encoded it); longer
+    /// ones are dead letters. Default 64 MiB; positive. See
+    /// [`chunk`](crate::protocol::chunk).
+    pub max_message_bytes: u64,
+    /// The most bytes of chunked messages held at once, over all producers: the chunks of
+    /// messages being reassembled and reassembled messages waiting for the handler. Beyond,
+    /// chunks are refused (their producers retransmit them). Default 256 MiB; at least
+    /// `max_message_bytes`.
+    pub max_reassembly_bytes: u64,
 }
 
 impl Default for ConsumerConfig {
@@ -273,6 +284,8 @@ impl Default for ConsumerConfig {
             max_out_of_order: Limit::At(1024),
             ordered: false,
             handler_timeout: Limit::At(Duration::from_secs(30)),
+            max_message_bytes: 64 << 20,
+            max_reassembly_bytes: 256 << 20,
         }
     }
 }
@@ -294,6 +307,22 @@ impl ConsumerConfig {
         }
         if let Limit::At(timeout) = self.handler_timeout {
             duration("handler_timeout_ms", timeout)?;
+        }
+        if self.max_message_bytes == 0 {
+            return Err(OptionsError::new(
+                "max_message_bytes",
+                "must be positive (got 0)",
+            ));
+        }
+        if self.max_reassembly_bytes < self.max_message_bytes {
+            return Err(OptionsError::new(
+                "max_reassembly_bytes",
+                format!(
+                    "must be at least max_message_bytes ({}), or a message of that size could \
+                     never be reassembled (got {})",
+                    self.max_message_bytes, self.max_reassembly_bytes
+                ),
+            ));
         }
         Ok(())
     }
@@ -776,6 +805,21 @@ mod tests {
                 },
                 "max_out_of_order",
             ),
+            (
+                ConsumerConfig {
+                    max_message_bytes: 0,
+                    ..base()
+                },
+                "max_message_bytes",
+            ),
+            (
+                ConsumerConfig {
+                    max_message_bytes: 1000,
+                    max_reassembly_bytes: 999,
+                    ..base()
+                },
+                "max_reassembly_bytes",
+            ),
         ];
         for (config, field) in cases {
             assert_eq!(config.validate().unwrap_err().field, field);
@@ -786,6 +830,8 @@ mod tests {
             max_out_of_order: Limit::Unbounded,
             ordered: true,
             handler_timeout: Limit::Unbounded,
+            max_message_bytes: 1,
+            max_reassembly_bytes: 1,
         };
         assert_eq!(unbounded.validate(), Ok(()));
     }

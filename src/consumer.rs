@@ -15,8 +15,8 @@ use crate::alarm::{self, Alarm};
 use crate::dead_letter::DeadLetter;
 use crate::handler::{DeliveryHandler, Outcome};
 use crate::message::{
-    ConsumerRef, Deliveries, Delivery, GetConsumerStats, GetOutOfOrder, ReplyTo, StopConsumer,
-    Undecodable,
+    ChunkDeliveries, ChunkDelivery, ConsumerRef, Deliveries, Delivery, GetConsumerStats,
+    GetOutOfOrder, ReplyTo, StopConsumer, Undecodable,
 };
 use crate::options::ConsumerOptions;
 use crate::protocol::consumer::{Completion, ConsumerCore, ConsumerStats, HandlerOutcome, Step};
@@ -122,6 +122,26 @@ impl<T: Send + 'static> ConsumerController<T> {
     fn receive(&mut self, delivery: Delivery<T>, now: Instant) {
         let step = self.core.handle_delivery(delivery.into_inbound(), now);
         self.carry_out_step(step, now);
+    }
+
+    /// Admission, dedup and reassembly for one chunk of a large message, carried out: its ACK
+    /// queued, its message run if the chunk completed it.
+    fn receive_chunk(&mut self, chunk: ChunkDelivery<T>, now: Instant) {
+        let (inbound, decode) = chunk.into_inbound();
+        let step = self.core.handle_chunk(
+            inbound,
+            |message| {
+                decode(message).map_err(|unread| {
+                    log::debug!("a reassembled message does not decode: {}", unread.why);
+                    unread.reason
+                })
+            },
+            now,
+        );
+        if let Some(ack) = step.ack {
+            self.acks.push(ack);
+        }
+        self.carry_out_step(step.step, now);
     }
 
     /// Carries out what the core decided for one delivery.
@@ -382,6 +402,23 @@ impl<T: Send + 'static> Handler<Deliveries<T>> for ConsumerController<T> {
     }
 }
 
+impl<T: Send + 'static> Handler<ChunkDeliveries<T>> for ConsumerController<T> {
+    type Result = ();
+
+    fn handle(&mut self, ChunkDeliveries(chunks): ChunkDeliveries<T>, ctx: &mut Context<Self>) {
+        if self.stop.is_final() {
+            return;
+        }
+        self.ensure_after_drain(ctx);
+        let now = alarm::now();
+        for chunk in chunks {
+            self.receive_chunk(chunk, now);
+        }
+        self.await_handed_off();
+        self.arm_timer(ctx);
+    }
+}
+
 impl<T: Send + 'static> Handler<Undecodable> for ConsumerController<T> {
     type Result = ();
 
@@ -510,7 +547,8 @@ impl<T: Send + 'static> ConsumerHandle<T> {
 
 impl<T: Send + 'static> From<Addr<ConsumerController<T>>> for ConsumerRef<T> {
     fn from(addr: Addr<ConsumerController<T>>) -> Self {
-        ConsumerRef::batching(addr.clone().recipient(), addr.recipient())
+        let single = addr.clone().recipient();
+        ConsumerRef::of_consumer(single, addr.clone().recipient(), addr.recipient())
     }
 }
 

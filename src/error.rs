@@ -42,6 +42,10 @@ pub enum DeliveryError {
     /// stored, unrecorded message is sent again and its confirmation goes to the sink.
     #[error("the outcome is in doubt: {0}")]
     InDoubt(String),
+    /// A producer with [`chunk_size`](crate::ProducerOptionsBuilder::chunk_size) could not
+    /// encode the message (the reason); it was not sent.
+    #[error("the message cannot be encoded: {0}")]
+    Unencodable(String),
     /// [`ProducerHandle::store`](crate::ProducerHandle::store) on a producer that has no
     /// journal; the message was not sent.
     #[error("the producer is not durable: it stores nothing")]

@@ -245,6 +245,7 @@ fn info_of() -> impl FnMut(&Header) -> DeliveryInfo {
             seq: header.seq,
             window_start: header.window_start,
             trace_context: header.trace_context.clone(),
+            first_seq: header.chunk.map(|chunk| chunk.first_seq),
         }
     }
 }

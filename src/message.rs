@@ -3,13 +3,17 @@
 use std::sync::Arc;
 
 use actix::{Message, Recipient};
+use bytes::Bytes;
 
+use crate::codec::CodecError;
 use crate::confirmation::Confirmation;
 use crate::error::TellError;
+use crate::protocol::chunk::{Assembled, ChunkHeader};
 use crate::protocol::consumer::{ConsumerStats, Inbound};
 use crate::protocol::envelope::{Ack, DeadLetterReason, Header, Incarnation, ProducerId};
 use crate::protocol::producer::{ProducerStats, Transmission};
 use crate::protocol::trace_context::TraceContext;
+use crate::remote::schema::Unread;
 
 /// A message from a producer to a consumer (`ProducerController` → `ConsumerController`).
 ///
@@ -79,6 +83,7 @@ impl<T> Delivery<T> {
             seq: self.seq,
             window_start: self.window_start,
             trace_context: self.trace_context.clone(),
+            chunk: None,
         }
     }
 
@@ -103,11 +108,120 @@ impl<T> Delivery<T> {
                 seq: self.seq,
                 window_start: self.window_start,
                 trace_context: self.trace_context,
+                chunk: None,
             },
             body: self.body,
             reply_to: self.reply_to,
         }
     }
+}
+
+/// How a reassembled message becomes the consumer's `T` (carried by its chunks: the
+/// producer's codec in process, the receiving node's or carrier's schema across processes).
+pub(crate) type Decode<T> = Arc<dyn Fn(Assembled) -> Result<T, Unread> + Send + Sync>;
+
+/// How a message of `T` is encoded into chunks of a given size (a transport's schema).
+pub(crate) type Encode<T> = Arc<dyn Fn(&T, usize) -> Result<Vec<Bytes>, CodecError> + Send + Sync>;
+
+/// One chunk of a large message (producer → consumer): what a producer with
+/// [`chunk_size`](crate::ProducerOptionsBuilder::chunk_size) sends, one per seq of the
+/// message. The consumer buffers the chunks and runs the handler once on the reassembled
+/// message (see [`chunk`](crate::protocol::chunk)). Made by producers and transports only.
+pub struct ChunkDelivery<T> {
+    /// The sending producer's id.
+    pub producer_id: ProducerId,
+    /// The sending producer's current incarnation.
+    pub incarnation: Incarnation,
+    /// This chunk's seq.
+    pub seq: u64,
+    /// The lowest seq the producer has not had ACKed yet (never past the message's first).
+    pub window_start: u64,
+    /// The trace the message was sent in, if the producer set one.
+    pub trace_context: Option<TraceContext>,
+    /// Where the chunk sits in its message.
+    pub chunk: ChunkHeader,
+    /// The chunk's bytes.
+    pub bytes: Bytes,
+    /// Where the consumer sends the [`Ack`].
+    pub reply_to: Option<ReplyTo>,
+    decode: Decode<T>,
+}
+
+impl<T> ChunkDelivery<T> {
+    /// The chunk of `header` (whose `chunk` is set), decoded as `decode` says once whole.
+    pub(crate) fn new(
+        header: Header,
+        bytes: Bytes,
+        reply_to: Option<ReplyTo>,
+        decode: Decode<T>,
+    ) -> Option<Self> {
+        Some(Self {
+            chunk: header.chunk?,
+            producer_id: header.producer_id,
+            incarnation: header.incarnation,
+            seq: header.seq,
+            window_start: header.window_start,
+            trace_context: header.trace_context,
+            bytes,
+            reply_to,
+            decode,
+        })
+    }
+
+    /// The header of this chunk.
+    pub fn header(&self) -> Header {
+        Header {
+            producer_id: self.producer_id.clone(),
+            incarnation: self.incarnation,
+            seq: self.seq,
+            window_start: self.window_start,
+            trace_context: self.trace_context.clone(),
+            chunk: Some(self.chunk),
+        }
+    }
+
+    pub(crate) fn into_inbound(self) -> (Inbound<Bytes, ReplyTo>, Decode<T>) {
+        let inbound = Inbound {
+            header: self.header(),
+            body: self.bytes,
+            reply_to: self.reply_to,
+        };
+        (inbound, self.decode)
+    }
+}
+
+impl<T> Clone for ChunkDelivery<T> {
+    fn clone(&self) -> Self {
+        Self {
+            producer_id: self.producer_id.clone(),
+            incarnation: self.incarnation,
+            seq: self.seq,
+            window_start: self.window_start,
+            trace_context: self.trace_context.clone(),
+            chunk: self.chunk,
+            bytes: self.bytes.clone(),
+            reply_to: self.reply_to.clone(),
+            decode: self.decode.clone(),
+        }
+    }
+}
+
+impl<T> std::fmt::Debug for ChunkDelivery<T> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ChunkDelivery")
+            .field("header", &self.header())
+            .field("bytes", &self.bytes.len())
+            .finish_non_exhaustive()
+    }
+}
+
+/// The chunks of large messages one producer flush sends to one consumer, in one actor
+/// message. Each is buffered (and ACKed) exactly as if it had arrived alone.
+#[derive(Debug)]
+pub struct ChunkDeliveries<T>(pub Vec<ChunkDelivery<T>>);
+
+impl<T: Send + 'static> Message for ChunkDeliveries<T> {
+    type Result = ();
 }
 
 /// Several deliveries from one producer in one actor message: what a
@@ -327,10 +441,16 @@ fn send_collected<M>(send: &(dyn Fn(Vec<M>) + Send + Sync), items: impl Iterator
 
 /// Where a producer sends deliveries (the consumer's "ref"). Built from a
 /// [`ConsumerHandle`](crate::ConsumerHandle) or a `ConsumerController`'s `Addr`, it also takes
-/// [`Deliveries`] batches; built from any `Recipient<Delivery<T>>`, it receives one message per
-/// delivery; a proxy, a test link or a network transport can be one closure that receives
-/// every batch ([`ConsumerRef::from_fn`]).
-pub struct ConsumerRef<T: Send + 'static>(Target<T>);
+/// [`Deliveries`] batches and the [`ChunkDeliveries`] of large messages; built from any
+/// `Recipient<Delivery<T>>`, it receives one message per delivery; a proxy, a test link or a
+/// network transport can be one closure that receives every batch
+/// ([`ConsumerRef::from_fn`]), and one more for chunks ([`ConsumerRef::with_chunks`]).
+pub struct ConsumerRef<T: Send + 'static> {
+    target: Target<T>,
+    chunks: Option<ChunkSink<T>>,
+    /// Set by a transport: the largest chunk its frames carry, and how it encodes messages.
+    transport: Option<(usize, Encode<T>)>,
+}
 
 enum Target<T: Send + 'static> {
     Actor {
@@ -340,10 +460,23 @@ enum Target<T: Send + 'static> {
     Fn(Arc<dyn Fn(Vec<Delivery<T>>) + Send + Sync>),
 }
 
+enum ChunkSink<T: Send + 'static> {
+    Actor(Recipient<ChunkDeliveries<T>>),
+    Fn(Arc<dyn Fn(Vec<ChunkDelivery<T>>) + Send + Sync>),
+}
+
 impl<T: Send + 'static> ConsumerRef<T> {
+    fn of(target: Target<T>) -> Self {
+        Self {
+            target,
+            chunks: None,
+            transport: None,
+        }
+    }
+
     /// A reference that accepts both single deliveries and batches.
     pub fn batching(single: Recipient<Delivery<T>>, batch: Recipient<Deliveries<T>>) -> Self {
-        Self(Target::Actor {
+        Self::of(Target::Actor {
             single,
             batch: Some(batch),
         })
@@ -352,46 +485,111 @@ impl<T: Send + 'static> ConsumerRef<T> {
     /// A reference that hands every batch of deliveries (one or more, in the producer's order)
     /// to `send`, fire-and-forget. A delivery it drops is retransmitted by the producer.
     pub fn from_fn(send: impl Fn(Vec<Delivery<T>>) + Send + Sync + 'static) -> Self {
-        Self(Target::Fn(Arc::new(send)))
+        Self::of(Target::Fn(Arc::new(send)))
+    }
+
+    /// The same reference, handing the chunks of large messages (a producer with
+    /// [`chunk_size`](crate::ProducerOptionsBuilder::chunk_size)) to `send`, every batch of
+    /// them (one or more, in the producer's order), fire-and-forget. A chunk it drops is
+    /// retransmitted by the producer.
+    pub fn with_chunks(
+        mut self,
+        send: impl Fn(Vec<ChunkDelivery<T>>) + Send + Sync + 'static,
+    ) -> Self {
+        self.chunks = Some(ChunkSink::Fn(Arc::new(send)));
+        self
+    }
+
+    /// Whether chunked messages can be sent through this reference.
+    pub fn takes_chunks(&self) -> bool {
+        self.chunks.is_some()
+    }
+
+    /// The reference of a transport whose frames carry chunks of at most `max_chunk` bytes,
+    /// and which writes messages as `encode` does (its schema for `T`).
+    pub(crate) fn with_transport(mut self, max_chunk: usize, encode: Encode<T>) -> Self {
+        self.transport = Some((max_chunk, encode));
+        self
+    }
+
+    /// The largest chunk the transport carries, and how it encodes messages (`None` in
+    /// process).
+    pub(crate) fn transport(&self) -> Option<&(usize, Encode<T>)> {
+        self.transport.as_ref()
     }
 
     /// Sends deliveries, batched where the consumer accepts batches.
     pub fn do_send_all(&self, deliveries: impl Iterator<Item = Delivery<T>>) {
-        match &self.0 {
+        match &self.target {
             Target::Actor { single, batch } => {
                 send_batched(single, batch.as_ref(), deliveries, Deliveries);
             }
             Target::Fn(send) => send_collected(&**send, deliveries),
         }
     }
+
+    /// Sends chunks (in one message), if the reference takes them; otherwise drops them (a
+    /// producer with `chunk_size` is refused such a reference when it is built).
+    pub(crate) fn send_chunks(&self, chunks: impl Iterator<Item = ChunkDelivery<T>>) {
+        let chunks: Vec<ChunkDelivery<T>> = chunks.collect();
+        if chunks.is_empty() {
+            return;
+        }
+        match &self.chunks {
+            Some(ChunkSink::Actor(recipient)) => recipient.do_send(ChunkDeliveries(chunks)),
+            Some(ChunkSink::Fn(send)) => send(chunks),
+            None => {}
+        }
+    }
 }
 
 impl<T: Send + 'static> Clone for ConsumerRef<T> {
     fn clone(&self) -> Self {
-        Self(match &self.0 {
-            Target::Actor { single, batch } => Target::Actor {
-                single: single.clone(),
-                batch: batch.clone(),
+        Self {
+            target: match &self.target {
+                Target::Actor { single, batch } => Target::Actor {
+                    single: single.clone(),
+                    batch: batch.clone(),
+                },
+                Target::Fn(send) => Target::Fn(send.clone()),
             },
-            Target::Fn(send) => Target::Fn(send.clone()),
-        })
+            chunks: self.chunks.as_ref().map(|sink| match sink {
+                ChunkSink::Actor(recipient) => ChunkSink::Actor(recipient.clone()),
+                ChunkSink::Fn(send) => ChunkSink::Fn(send.clone()),
+            }),
+            transport: self.transport.clone(),
+        }
     }
 }
 
 impl<T: Send + 'static> From<Recipient<Delivery<T>>> for ConsumerRef<T> {
     fn from(single: Recipient<Delivery<T>>) -> Self {
-        Self(Target::Actor {
+        Self::of(Target::Actor {
             single,
             batch: None,
         })
     }
 }
 
+impl<T: Send + 'static> ConsumerRef<T> {
+    /// A reference that takes single deliveries, batches and chunks (a consumer's).
+    pub(crate) fn of_consumer(
+        single: Recipient<Delivery<T>>,
+        batch: Recipient<Deliveries<T>>,
+        chunks: Recipient<ChunkDeliveries<T>>,
+    ) -> Self {
+        let mut reference = Self::batching(single, batch);
+        reference.chunks = Some(ChunkSink::Actor(chunks));
+        reference
+    }
+}
+
 impl<T: Send + 'static> std::fmt::Debug for ConsumerRef<T> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let batches = !matches!(self.0, Target::Actor { batch: None, .. });
+        let batches = !matches!(self.target, Target::Actor { batch: None, .. });
         f.debug_struct("ConsumerRef")
             .field("batches", &batches)
+            .field("chunks", &self.takes_chunks())
             .finish_non_exhaustive()
     }
 }

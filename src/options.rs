@@ -8,13 +8,21 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use actix::Recipient;
+use serde::de::DeserializeOwned;
+use serde::Serialize;
 
+use crate::codec::Codec;
 use crate::config::{Backoff, ConsumerConfig, Limit, Overrides, ProducerConfig};
 use crate::dead_letter::DeadLetter;
 use crate::error::OptionsError;
 use crate::handler::DeliveryHandler;
 use crate::message::ConsumerRef;
+use crate::producer_core::Chunking;
 use crate::protocol::trace_context::TraceContext;
+use crate::remote::BodySchema;
+
+/// The smallest `chunk_size`: below, a chunk's bookkeeping would cost more than its bytes.
+pub const MIN_CHUNK_SIZE: usize = 1024;
 
 /// A producer's [`trace_context`](ProducerOptionsBuilder::trace_context) hook.
 #[derive(Clone)]
@@ -41,6 +49,7 @@ pub struct ProducerOptions<T: Send + 'static> {
     #[cfg(feature = "metrics")]
     metrics_label: Option<String>,
     trace_context: Option<TraceHook>,
+    chunking: Option<Chunking<T>>,
 }
 
 impl<T: Send + 'static> ProducerOptions<T> {
@@ -54,6 +63,7 @@ impl<T: Send + 'static> ProducerOptions<T> {
             #[cfg(feature = "metrics")]
             metrics_label: None,
             trace_context: None,
+            chunking: None,
         }
     }
 
@@ -72,6 +82,7 @@ impl<T: Send + 'static> ProducerOptions<T> {
             #[cfg(feature = "metrics")]
             metrics_label: None,
             trace_context: None,
+            chunking: None,
         })
     }
 
@@ -94,8 +105,25 @@ impl<T: Send + 'static> ProducerOptions<T> {
         self.metrics_label.as_deref()
     }
 
-    pub(crate) fn into_parts(self) -> (ConsumerRef<T>, ProducerConfig, Option<TraceHook>) {
-        (self.consumer, self.config, self.trace_context)
+    /// The size of the chunks messages are sent in, if they are.
+    pub fn chunk_size(&self) -> Option<usize> {
+        self.chunking.as_ref().map(|chunking| chunking.chunk_size)
+    }
+
+    pub(crate) fn into_parts(
+        self,
+    ) -> (
+        ConsumerRef<T>,
+        ProducerConfig,
+        Option<TraceHook>,
+        Option<Chunking<T>>,
+    ) {
+        (
+            self.consumer,
+            self.config,
+            self.trace_context,
+            self.chunking,
+        )
     }
 }
 
@@ -107,6 +135,7 @@ pub struct ProducerOptionsBuilder<T: Send + 'static> {
     #[cfg(feature = "metrics")]
     metrics_label: Option<String>,
     trace_context: Option<TraceHook>,
+    chunking: Option<Chunking<T>>,
 }
 
 impl<T: Send + 'static> ProducerOptionsBuilder<T> {
@@ -164,12 +193,44 @@ impl<T: Send + 'static> ProducerOptionsBuilder<T> {
         self
     }
 
+    /// Sends each message in chunks of `chunk_size` bytes (default: whole): large messages,
+    /// beyond what a transport's frame (`max_frame_length`, NATS's `max_payload`) or a
+    /// journal entry holds, with bounded memory at the consumer. The message is encoded once
+    /// (serde, in bincode in process; across processes in the transport's
+    /// [`BodySchema`](crate::remote::BodySchema) for `T`), which is what `T` needs
+    /// `Serialize + DeserializeOwned` for; the consumer decodes it once whole. Each chunk is a
+    /// delivery of its own: a seq, a window slot, retransmission; the last chunk's ACK, sent
+    /// after the handler ran on the whole message, confirms it. Every message is then sent as
+    /// chunks (a small one as one chunk), so `tell` and `send` encode each. See
+    /// [`protocol::chunk`](crate::protocol::chunk) for the rules, the crate docs ("Large
+    /// messages") for the costs.
+    ///
+    /// # Errors
+    /// [`build`](Self::build) refuses a `chunk_size` below [`MIN_CHUNK_SIZE`], one beyond
+    /// what the consumer reference's transport carries in a frame, and a consumer reference
+    /// that takes no chunks (a plain `Recipient<Delivery<T>>`, a
+    /// [`ConsumerRef::from_fn`] without [`ConsumerRef::with_chunks`]).
+    pub fn chunk_size(mut self, chunk_size: usize) -> Self
+    where
+        T: Serialize + DeserializeOwned,
+    {
+        let schema = BodySchema::<T>::new().codec(Codec::Bincode);
+        self.chunking = Some(Chunking {
+            chunk_size,
+            encode: Arc::new(move |body: &T, size| schema.write_chunks(body, size)),
+            decode: Arc::new(move |message| schema.read_assembled(message)),
+        });
+        self
+    }
+
     /// Validates and returns the options.
     ///
     /// # Errors
     /// [`OptionsError`] naming the first invalid field.
     pub fn build(self) -> Result<ProducerOptions<T>, OptionsError> {
+        let chunking = checked_chunking(self.chunking, &self.consumer)?;
         let mut options = ProducerOptions::new(self.consumer, self.explicit.apply(self.loaded))?;
+        options.chunking = chunking;
         #[cfg(feature = "metrics")]
         {
             if let Some(label) = &self.metrics_label {
@@ -197,6 +258,46 @@ impl<T: Send + 'static> ProducerOptionsBuilder<T> {
         self.explicit.set(setter);
         self
     }
+}
+
+/// The chunking of a producer whose options are being built, checked against its consumer
+/// reference (and taking its transport's encoding).
+fn checked_chunking<T: Send + 'static>(
+    chunking: Option<Chunking<T>>,
+    consumer: &ConsumerRef<T>,
+) -> Result<Option<Chunking<T>>, OptionsError> {
+    let Some(mut chunking) = chunking else {
+        return Ok(None);
+    };
+    let size = chunking.chunk_size;
+    if size < MIN_CHUNK_SIZE {
+        return Err(OptionsError::new(
+            "chunk_size",
+            format!("must be at least {MIN_CHUNK_SIZE} bytes (got {size})"),
+        ));
+    }
+    if !consumer.takes_chunks() {
+        return Err(OptionsError::new(
+            "chunk_size",
+            "the consumer reference takes no chunks: use a ConsumerHandle, a \
+             ConsumerController's Addr, Node::consumer_ref, NatsCarrier::consumer_ref, or \
+             ConsumerRef::with_chunks",
+        ));
+    }
+    if let Some((max, encode)) = consumer.transport() {
+        if size > *max {
+            return Err(OptionsError::new(
+                "chunk_size",
+                format!(
+                    "{size} bytes do not fit the transport's frames: at most {max} bytes per \
+                     chunk (its max_frame_length, or the NATS server's max_payload, less the \
+                     frame's headers)"
+                ),
+            ));
+        }
+        chunking.encode = encode.clone();
+    }
+    Ok(Some(chunking))
 }
 
 /// Everything a [`ConsumerController`](crate::ConsumerController) needs, validated.
@@ -278,6 +379,20 @@ impl<T: 'static> ConsumerOptionsBuilder<T> {
     pub fn max_producers(self, max_producers: impl Into<Limit<usize>>) -> Self {
         let max_producers = max_producers.into();
         self.set(move |c| c.max_producers = max_producers)
+    }
+
+    /// The longest chunked message accepted, in bytes as encoded (default 64 MiB): a message
+    /// announced longer is a dead letter ([`DeadLetterReason::MessageTooLarge`](crate::DeadLetterReason::MessageTooLarge)).
+    pub fn max_message_bytes(self, bytes: u64) -> Self {
+        self.set(move |c| c.max_message_bytes = bytes)
+    }
+
+    /// The most bytes of chunked messages held at once (default 256 MiB; at least
+    /// `max_message_bytes`): chunks of messages being reassembled, and reassembled messages
+    /// waiting for the handler. Beyond, chunks are refused (and retransmitted by their
+    /// producers); see [`protocol::chunk`](crate::protocol::chunk).
+    pub fn max_reassembly_bytes(self, bytes: u64) -> Self {
+        self.set(move |c| c.max_reassembly_bytes = bytes)
     }
 
     /// Sweep a producer's windows after this long without a delivery (default 300 s;

@@ -14,13 +14,14 @@ use tokio::sync::oneshot;
 use crate::after_drain::after_each_drain;
 use crate::alarm::{now, Alarm};
 use crate::confirmation::Confirmation;
-use crate::durable::{Durable, DurableOptions, Stored};
+use crate::durable::{Durable, DurableOptions, Stored, MAX_BODY_BYTES};
 use crate::error::{DeliveryError, OptionsError, TellError};
 use crate::inbox::{Inbox, Refusal};
-use crate::message::{Acks, ConsumerRef, Delivery, GetProducerStats, ReplyTo, StopProducer, Tell};
+use crate::message::{Acks, ConsumerRef, GetProducerStats, ReplyTo, StopProducer, Tell};
 use crate::options::{ProducerOptions, TraceHook};
+use crate::producer_core::Core;
 use crate::protocol::envelope::{Ack, Incarnation, ProducerId};
-use crate::protocol::producer::{ProducerCore, ProducerStats};
+use crate::protocol::producer::ProducerStats;
 use crate::stop_signal::{StopSignal, SubscribeStopped};
 
 /// The sending side of reliable delivery: numbers messages, keeps at most `window_size` of them
@@ -38,7 +39,7 @@ use crate::stop_signal::{StopSignal, SubscribeStopped};
 /// good, supervised or not: a supervised producer then stays as an inert actor that refuses
 /// every message (Actix restarts supervised actors while an address exists).
 pub struct ProducerController<T: Clone + Send + 'static> {
-    pub(crate) core: ProducerCore<T, Confirmation>,
+    pub(crate) core: Core<T>,
     consumer: ConsumerRef<T>,
     reply_to: Option<ReplyTo>,
     alarm: Alarm,
@@ -72,10 +73,10 @@ impl<T: Clone + Send + 'static> ProducerController<T> {
                 .or(options.config().producer_id.as_deref())
                 .unwrap_or(crate::telemetry::metrics::DEFAULT_LABEL),
         );
-        let (consumer, config, trace_context) = options.into_parts();
+        let (consumer, config, trace_context, chunking) = options.into_parts();
         let room = config.window_size.saturating_add(config.max_pending);
         Self {
-            core: ProducerCore::new(&config, Incarnation::random()),
+            core: Core::new(&config, Incarnation::random(), chunking),
             consumer,
             reply_to: None,
             alarm: Alarm::default(),
@@ -124,6 +125,15 @@ impl<T: Clone + Send + 'static> ProducerController<T> {
             ));
         }
         let options = options.with_producer_id(id)?;
+        if let Some(size) = options.chunk_size().filter(|&s| s as u64 > MAX_BODY_BYTES) {
+            return Err(OptionsError::new(
+                "chunk_size",
+                format!(
+                    "a durable producer stores each chunk in one journal entry: at most \
+                     {MAX_BODY_BYTES} bytes (got {size})"
+                ),
+            ));
+        }
         let config = options.config().clone();
         let mut producer = Self::new(options);
         producer.durable = Some(Durable::new(config, durable));
@@ -143,13 +153,7 @@ impl<T: Clone + Send + 'static> ProducerController<T> {
             self.flush_durable(ctx);
         }
         if let Some(reply_to) = &self.reply_to {
-            let (now, core) = (now(), &mut self.core);
-            let deliveries =
-                std::iter::from_fn(|| core.poll_transmit_with(now, Confirmation::trace_context))
-                    .map(|transmission| {
-                        Delivery::from_transmission(transmission, reply_to.clone())
-                    });
-            self.consumer.do_send_all(deliveries);
+            self.core.transmit(now(), &self.consumer, reply_to);
         }
         self.settle_polled();
         #[cfg(feature = "metrics")]
@@ -183,7 +187,7 @@ impl<T: Clone + Send + 'static> ProducerController<T> {
             return self.fire_settling();
         }
         // The hot path: straight from the core's queue, room counted before the callbacks.
-        let room = core.settled().filter(|c| c.holds_room()).count();
+        let room = core.settled_room();
         self.inbox.release(room);
         #[cfg(feature = "metrics")]
         let mut sample = Some(now());
@@ -215,7 +219,10 @@ impl<T: Clone + Send + 'static> ProducerController<T> {
         let mut stats = self.core.stats();
         stats.timed_out = self.inbox.timed_out();
         if let Some(durable) = &self.durable {
-            (stats.stored, stats.resumed, stats.resumed_confirmed) = durable.counts;
+            let (stored, resumed, resumed_confirmed, partially_stored) = durable.counts;
+            (stats.stored, stats.resumed, stats.resumed_confirmed) =
+                (stored, resumed, resumed_confirmed);
+            stats.partially_stored = partially_stored;
             stats.next_message_id = durable.next_message_id();
             stats.unconfirmed = durable.unconfirmed();
         }

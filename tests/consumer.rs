@@ -496,6 +496,7 @@ async fn handler_with_info_sees_producer_the_public_incarnation_id_and_seq() {
         seq: 4,
         window_start: 1,
         trace_context: None,
+        first_seq: None,
     };
     assert_eq!(seen.snapshot(), [(expected, 40)]);
     assert_ne!(

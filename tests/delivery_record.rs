@@ -112,6 +112,7 @@ async fn snapshot_recovery_equals_full_replay_for_the_delivery_record() {
                     seq,
                     window_start: rng.random_range(1..=seq),
                     trace_context: None,
+                    first_seq: None,
                 };
                 n += 1;
                 let show = |answer: Result<Outcome<i64>, CommandError<String>>| match answer {
@@ -164,6 +165,7 @@ async fn a_commit_reported_failed_is_deduplicated_on_retry_and_its_delivery_sent
         seq: 1,
         window_start: 1,
         trace_context: None,
+        first_seq: None,
     };
     journal.arm(Fault::AfterCommit);
     let failed = ledger.ask_delivered(info.clone(), Op::Apply(1)).await;

@@ -219,6 +219,8 @@ async fn producer_and_consumer_counters_equal_their_stats_and_latencies_are_reco
         ("stored", 0),
         ("resumed", 0),
         ("resumed_confirmed", 0),
+        ("chunk_rounds", stats.chunk_rounds),
+        ("partially_stored", stats.partially_stored),
     ] {
         let name = format!("actix_delivery_producer_{name}_total");
         assert_eq!(counter(&metrics, &name), value, "{name}");
@@ -249,6 +251,12 @@ async fn producer_and_consumer_counters_equal_their_stats_and_latencies_are_reco
         ("swept", consumed.swept),
         ("replaced_incarnations", consumed.replaced_incarnations),
         ("shared_id_messages", consumed.shared_id_messages),
+        ("assembled", consumed.assembled),
+        ("chunks_refused", consumed.chunks_refused),
+        (
+            "partial_messages_dropped",
+            consumed.partial_messages_dropped,
+        ),
     ] {
         let name = format!("actix_delivery_consumer_{name}_total");
         assert_eq!(counter(&metrics, &name), value, "{name}");

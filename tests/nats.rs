@@ -87,8 +87,9 @@ async fn acks_reach_the_right_producer_among_several_on_one_carrier() {
     assert_eq!(client.stats().unroutable_acks, 0);
 }
 
-/// The protocol version a NATS message starts with.
-const VERSION: u8 = 3;
+/// The byte a NATS message of this protocol (4) starts with: not 4, which a message of
+/// protocol 1 (its frame first) starts with.
+const VERSION: u8 = 7;
 
 /// Publishes `payload` as a message of this protocol (after its version) on `subject`,
 /// asking for replies on `reply` (if any).
@@ -120,9 +121,10 @@ async fn publish_unversioned(
 fn deliveries_frame(consumer: &str, body: &[u8]) -> Vec<u8> {
     let mut frame = vec![4, consumer.len() as u8];
     frame.extend_from_slice(consumer.as_bytes());
-    frame.extend_from_slice(&[1, b'p', 0, 1]); // producer id "p", incarnation (0, 1)
-                                               // One item: seq 1, window start 1, no trace context (since version 3).
-    frame.extend_from_slice(&[1, 1, 1, 0, body.len() as u8]);
+    // Producer id "p", incarnation (0, 1); one item: seq 1, window start 1, no trace context
+    // (since version 3), not a chunk (since version 4).
+    frame.extend_from_slice(&[1, b'p', 0, 1]);
+    frame.extend_from_slice(&[1, 1, 1, 0, 0, body.len() as u8]);
     frame.extend_from_slice(body);
     frame
 }
@@ -211,7 +213,7 @@ async fn garbage_is_refused_and_counted_and_the_consumer_goes_on() {
         .await
         .expect("an ACK")
         .unwrap();
-    // Version 3, Acks: p, (0, 1), [1].
+    // Protocol 4, Acks: p, (0, 1), [1].
     assert_eq!(ack.payload.as_ref(), &[VERSION, 5, 1, b'p', 0, 1, 1, 1]);
     assert_eq!(handled.total(), 1);
     assert_eq!(server.stats().version_refusals, 0);
@@ -238,23 +240,29 @@ async fn garbage_is_refused_and_counted_and_the_consumer_goes_on() {
     );
     assert_eq!(handled.total(), 1, "nothing of it reached the handler");
 
-    // A delivery as a carrier of protocol 2 sent it (its items have no trace context byte):
-    // refused as another protocol's, counted, never handled.
-    let mut old = vec![2];
-    old.extend(deliveries_frame(&subject, &[2, 1, 8]));
-    old.remove(old.len() - 5); // the item without its trace context byte
-    publish_unversioned(&raw, &subject, Some(&replies), old).await;
-    raw.flush().await.unwrap();
-    assert!(
-        wait_until(Duration::from_secs(5), || {
-            let stats = server.stats();
-            stats.version_refusals == 2 && stats.decode_failures == before + 2
-        })
-        .await,
-        "{:?}",
-        server.stats()
-    );
-    assert_eq!(handled.total(), 1, "nothing of it reached the handler");
+    // Deliveries as carriers of protocols 2 and 3 sent them (protocol 2's items have no trace
+    // context byte, neither have a chunk byte): refused as another protocol's, counted, never
+    // handled.
+    for (version, refused) in [(2, 2), (3, 3)] {
+        let mut old = vec![version];
+        old.extend(deliveries_frame(&subject, &[2, 1, 8]));
+        old.remove(old.len() - 5); // the item without its chunk byte
+        if version == 2 {
+            old.remove(old.len() - 5); // nor its trace context byte
+        }
+        publish_unversioned(&raw, &subject, Some(&replies), old).await;
+        raw.flush().await.unwrap();
+        assert!(
+            wait_until(Duration::from_secs(5), || {
+                let stats = server.stats();
+                stats.version_refusals == refused && stats.decode_failures == before + refused
+            })
+            .await,
+            "{:?}",
+            server.stats()
+        );
+        assert_eq!(handled.total(), 1, "nothing of it reached the handler");
+    }
 
     // Garbage on a producer's ACK inbox (learned from a delivery's reply subject).
     let mut spy = nats_support::subscribed(&raw, &subject).await;
@@ -814,7 +822,8 @@ fn undecodable_frame(consumer: &str, n: u8) -> Vec<u8> {
     frame.extend_from_slice(consumer.as_bytes());
     frame.extend_from_slice(&[1, b'p', 0, 1, n]);
     for seq in 1..=n {
-        frame.extend_from_slice(&[seq, 1, 0, 1, 255]); // seq, window start 1, no context
+        // Seq, window start 1, no trace context, not a chunk, a body of one byte.
+        frame.extend_from_slice(&[seq, 1, 0, 0, 1, 255]);
     }
     frame
 }

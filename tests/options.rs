@@ -163,6 +163,8 @@ fn the_example_node_file_loads_into_every_section_with_its_values() {
             max_out_of_order: Limit::At(1024),
             ordered: false,
             handler_timeout: Limit::At(ms(10_000)),
+            max_message_bytes: 64 << 20,
+            max_reassembly_bytes: 256 << 20,
         }
     );
     assert_eq!(

@@ -311,6 +311,7 @@ fn info(seq: u64) -> DeliveryInfo {
         seq,
         window_start: 1,
         trace_context: None,
+        first_seq: None,
     }
 }
 

@@ -243,6 +243,7 @@ async fn a_frame_that_does_not_decode_closes_only_its_connection() {
             seq: 1,
             window_start: 1,
             trace_context: None,
+            chunk: None,
             body: wire::body(&1u64),
         }],
     });
@@ -295,6 +296,7 @@ async fn bad_fields_become_dead_letters_and_unknown_names_are_dropped() {
             seq: 1,
             window_start: 1,
             trace_context: None,
+            chunk: None,
             body: wire::body(&1u64),
         }],
     });
@@ -526,6 +528,7 @@ async fn undecodable_bodies_count_against_the_receive_bound_of_a_busy_consumer()
                     seq: frame * PER_FRAME + i,
                     window_start: 1,
                     trace_context: None,
+                    chunk: None,
                     body: vec![0xff, 0xff], // not the encoding of a u64
                 })
                 .collect(),
@@ -754,13 +757,14 @@ async fn output_high_water_is_true_while_a_socket_write_blocks() {
 }
 
 /// A peer of another protocol version (a release whose frames or bodies differ, such as
-/// protocol 1, whose bodies carry no codec and version, or protocol 2, whose deliveries carry
-/// no trace context) is refused in the handshake by the side that sees its version, both as
-/// server and as client, counted in `version_refusals`; nothing it sends reaches a consumer.
+/// protocol 1, whose bodies carry no codec and version, protocol 2, whose deliveries carry
+/// no trace context, or protocol 3, whose deliveries cannot be chunks) is refused in the
+/// handshake by the side that sees its version, both as server and as client, counted in
+/// `version_refusals`; nothing it sends reaches a consumer.
 #[actix::test]
 async fn a_peer_of_another_protocol_version_is_refused_and_counted() {
     let (server, handled, _) = insecure_server().await;
-    for (refused, version) in [(1, 1), (2, 2)] {
+    for (refused, version) in [(1, 1), (2, 2), (3, 3)] {
         let mut old = TcpStream::connect(server.local_addr().unwrap())
             .await
             .unwrap();
@@ -781,7 +785,7 @@ async fn a_peer_of_another_protocol_version_is_refused_and_counted() {
         assert_eq!(server.stats().handshake_failures, refused);
     }
 
-    // As a client: the server answers with a Challenge of version 2.
+    // As a client: the server answers with a Challenge of version 3.
     let listener = tokio::net::TcpListener::bind(localhost()).await.unwrap();
     let addr = listener.local_addr().unwrap();
     let old_server = actix::spawn(async move {
@@ -790,7 +794,7 @@ async fn a_peer_of_another_protocol_version_is_refused_and_counted() {
             panic!("no hello");
         };
         let challenge = wire::Challenge {
-            version: 2,
+            version: 3,
             node_id: [5; 16],
             nonce: [6; 32],
             max_frame_length: 1 << 20,

@@ -919,11 +919,20 @@ async fn a_host_refuses_envelopes_whose_origin_is_out_of_range_and_counts_them()
             seq,
             window_start,
             trace_context: None,
+            first_seq: None,
         },
         previous,
         body: seq,
     };
+    let ranged = EntityEnvelope {
+        origin: DeliveryInfo {
+            first_seq: Some(1),
+            ..envelope("p", 5, 1, 0).origin
+        },
+        ..envelope("p", 5, 1, 0)
+    };
     let hostile = [
+        ranged,                              // a range of seqs: 1..=4 would be marked
         envelope("p", 0, 1, 0),              // seq 0
         envelope("p", 5, 6, 0),              // window start beyond the seq
         envelope("p", 5, 1, 5),              // a predecessor not before it
@@ -935,12 +944,12 @@ async fn a_host_refuses_envelopes_whose_origin_is_out_of_range_and_counts_them()
         consumer.recipient().do_send(delivery);
     }
     settle_for(10).await;
-    assert_eq!(host.stats().refused_malformed, 4);
+    assert_eq!(host.stats().refused_malformed, 5);
     assert!(acks.snapshot().is_empty(), "none acknowledged");
     let fine = Delivery::new(
         "stream",
         stream,
-        5,
+        6,
         envelope("p", 7, 1, 0),
         reply_to.clone(),
     );

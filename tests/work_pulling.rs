@@ -652,3 +652,51 @@ async fn a_second_announcer_of_a_name_in_force_is_refused_until_the_first_goes_s
     settle_for(1_500).await;
     assert_eq!(registry.names(), ["w"]);
 }
+
+/// A job's id names one message of its producer: a sender that writes a range of seqs into it
+/// (a chunked message's `first_seq`) does not get the other seqs of the range recorded as
+/// processed, so the jobs of those seqs are still applied.
+#[actix::test]
+async fn a_job_id_claiming_a_range_of_seqs_marks_only_its_own() {
+    use actix_delivery::{DeliveryInfo, Incarnation, IncarnationId, ProducerId};
+    tokio::time::pause();
+    let journal = MemoryJournal::new();
+    let entity = PersistentHandle::<Ledger>::start(
+        Arc::new(journal.clone()),
+        ledger_id(),
+        PersistentConfig::default(),
+    )
+    .unwrap();
+    let worker = ReliableDelivery::consumer(
+        ConsumerOptions::builder(entity.job_handler(Op::Apply))
+            .build()
+            .unwrap(),
+    );
+    let (reply_to, acks) = common::ack_probe();
+    let job = |seq: u64, first_seq| Job {
+        info: DeliveryInfo {
+            producer_id: ProducerId::from("jobs"),
+            incarnation: IncarnationId::from_u128(7),
+            seq,
+            window_start: 1,
+            trace_context: None,
+            first_seq,
+        },
+        body: seq,
+    };
+    let stream = Incarnation::from_u128(3);
+    for (n, body) in [job(5, Some(1)), job(2, None)].into_iter().enumerate() {
+        let delivery = Delivery::new("pool", stream, n as u64 + 1, body, reply_to.clone());
+        worker.recipient().do_send(delivery);
+    }
+    settle_for(100).await;
+    assert_eq!(acks.len(), 2);
+    let ledger = recover_state::<Ledger>(&journal, &ledger_id())
+        .await
+        .unwrap();
+    let applied: BTreeMap<u64, u32> = [(2, 1), (5, 1)].into();
+    assert_eq!(
+        ledger.applied, applied,
+        "job 2 applied, not taken as processed"
+    );
+}

@@ -11,6 +11,7 @@ struct Counting;
 
 static LIVE_BYTES: AtomicUsize = AtomicUsize::new(0);
 static LIVE_BLOCKS: AtomicUsize = AtomicUsize::new(0);
+static PEAK_BYTES: AtomicUsize = AtomicUsize::new(0);
 
 // SAFETY: every method forwards to `System` with the caller's arguments unchanged, so it upholds
 // exactly the contract `System` does; the counters are only statistics.
@@ -36,7 +37,8 @@ unsafe impl GlobalAlloc for Counting {
         // SAFETY: forwarded as is (see the impl).
         let new = unsafe { SystemAllocator.realloc(ptr, layout, new_size) };
         if !new.is_null() {
-            LIVE_BYTES.fetch_add(new_size, Ordering::Relaxed);
+            let live = LIVE_BYTES.fetch_add(new_size, Ordering::Relaxed) + new_size;
+            PEAK_BYTES.fetch_max(live, Ordering::Relaxed);
             LIVE_BYTES.fetch_sub(layout.size(), Ordering::Relaxed);
         }
         new
@@ -46,7 +48,8 @@ unsafe impl GlobalAlloc for Counting {
 /// Counts a fresh block (if the allocation succeeded) and passes it through.
 fn counted(ptr: *mut u8, layout: Layout) -> *mut u8 {
     if !ptr.is_null() {
-        LIVE_BYTES.fetch_add(layout.size(), Ordering::Relaxed);
+        let live = LIVE_BYTES.fetch_add(layout.size(), Ordering::Relaxed) + layout.size();
+        PEAK_BYTES.fetch_max(live, Ordering::Relaxed);
         LIVE_BLOCKS.fetch_add(1, Ordering::Relaxed);
     }
     ptr
@@ -63,6 +66,17 @@ pub fn live_bytes() -> usize {
 /// Blocks allocated and not freed, process-wide.
 pub fn live_blocks() -> usize {
     LIVE_BLOCKS.load(Ordering::Relaxed)
+}
+
+/// The most bytes allocated at once since the last [`reset_peak`] (or the start). A
+/// reallocation counts its new size before the old one is freed, as a copy would hold both.
+pub fn peak_bytes() -> usize {
+    PEAK_BYTES.load(Ordering::Relaxed)
+}
+
+/// Starts measuring the peak afresh, from what is allocated now.
+pub fn reset_peak() {
+    PEAK_BYTES.store(live_bytes(), Ordering::Relaxed);
 }
 
 /// Heap bytes allocated since `baseline` (signed: memory may have been freed).

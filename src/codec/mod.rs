@@ -38,6 +38,7 @@
 //! slice too, growing its buffers with the bytes actually read, never with a claimed length; its
 //! nesting depth is limited to [`MAX_DEPTH`] levels.
 
+mod assembled;
 mod manifest;
 mod upcast;
 
@@ -311,7 +312,7 @@ impl Codec {
     }
 
     /// Writes the encoding of `value` to `out` in one pass.
-    fn write<T: Serialize + ?Sized>(
+    pub(crate) fn write<T: Serialize + ?Sized>(
         self,
         value: &T,
         mut out: impl std::io::Write,
@@ -386,6 +387,20 @@ pub(crate) fn decode_prefix<T: DeserializeOwned>(
         .deserialize_from(&mut rest)
         .map_err(|err| decode_error(*err, limit))?;
     Ok((value, rest))
+}
+
+/// As [`decode_prefix`], from the front of `reader`, which it leaves after the value.
+pub(crate) fn decode_prefix_from<T: DeserializeOwned>(
+    reader: &mut impl std::io::Read,
+    limit: u64,
+) -> Result<T, CodecError> {
+    bincode::DefaultOptions::new()
+        .with_little_endian()
+        .with_varint_encoding()
+        .allow_trailing_bytes()
+        .with_limit(limit)
+        .deserialize_from(reader)
+        .map_err(|err| decode_error(*err, limit))
 }
 
 /// The crate's bincode options. Every setting is spelled out, so none depends on what a

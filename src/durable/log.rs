@@ -9,13 +9,17 @@ use serde::{Deserialize, Serialize};
 
 use crate::codec::{self, Codec, CodecError, Manifest, UpcastError, Written};
 use crate::persistence::{Decision, EventSourced};
+use crate::protocol::chunk::ChunkHeader;
 use crate::protocol::envelope::Incarnation;
 
 /// A durable producer's journal state: who it is, which opening of the stream owns it, the
 /// next seq, and the messages stored but not yet settled (their stored bodies, see
 /// [`encode_body`]). A snapshot of it is O(unsettled).
 ///
-/// Version 2 of its events and state: bodies start with their codec and the message type's
+/// Version 3 of its events and state: a message of a producer with `chunk_size` is stored
+/// chunk by chunk, each under its seq with its message's chunk header (a message is whole
+/// once all its chunks are stored; opening the stream drops one that is not, see
+/// [`LogReply::Opened`]). Version 2: bodies start with their codec and the message type's
 /// version. Version 1 (before manifests) stored bare bincode bodies; [`ProducerLog`]'s
 /// upcasters add the header bincode, version 1 to them.
 #[derive(Debug, Default, Serialize, Deserialize)]
@@ -26,6 +30,8 @@ pub(crate) struct ProducerLog {
     /// The seq the next stored message gets (from 1).
     next_seq: u64,
     unsettled: BTreeMap<u64, Vec<u8>>,
+    /// The chunk header of each unsettled seq that is a chunk of a message.
+    chunks: BTreeMap<u64, ChunkHeader>,
     /// What a recovered event contradicted: the stream is corrupt, every command is refused
     /// (so nothing is written, and no snapshot carries it).
     #[serde(skip)]
@@ -54,7 +60,16 @@ pub(crate) enum LogCommand {
         first_seq: u64,
         bodies: Vec<Vec<u8>>,
     },
-    /// Records messages settled (confirmed or given up): they are not resent.
+    /// Stores chunks `first_seq..` of the message of `chunk`, as `Store` stores messages (a
+    /// message's chunks may take several).
+    StoreChunks {
+        epoch: u64,
+        first_seq: u64,
+        chunk: ChunkHeader,
+        bodies: Vec<Vec<u8>>,
+    },
+    /// Records messages settled (confirmed or given up): they are not resent. A chunked
+    /// message is named by its last seq, and settled with all its chunks.
     Settle { epoch: u64, seqs: Vec<u64> },
 }
 
@@ -71,23 +86,38 @@ pub(crate) enum LogEvent {
     /// One message (an event each, so compaction counts messages).
     Stored {
         seq: u64,
+        #[serde(with = "bytes_field")]
         body: Vec<u8>,
     },
     Settled {
         seqs: Vec<u64>,
     },
+    /// One chunk of a message (version 3 on).
+    StoredChunk {
+        seq: u64,
+        chunk: ChunkHeader,
+        #[serde(with = "bytes_field")]
+        body: Vec<u8>,
+    },
 }
+
+/// A chunked message as stored: its header and its chunks.
+pub(crate) type StoredChunks = (ChunkHeader, Vec<Vec<u8>>);
 
 /// What the log answers.
 #[derive(Debug)]
 pub(crate) enum LogReply {
     /// The stream is open: the producer's incarnation, its next seq, and the messages to send
-    /// again (ascending).
+    /// again (ascending): whole ones, and chunked ones with every chunk stored. A chunked
+    /// message of which only some chunks were stored (the producer ended while storing it)
+    /// was never sent: the opening records it settled and names it in `dropped`.
     Opened {
         epoch: u64,
         incarnation: Incarnation,
         next_seq: u64,
         unsettled: Vec<(u64, Vec<u8>)>,
+        chunked: Vec<StoredChunks>,
+        dropped: Vec<ChunkHeader>,
     },
     /// Stored or recorded.
     Done,
@@ -122,25 +152,46 @@ impl EventSourced for ProducerLog {
     type Reply = LogReply;
     type Rejection = LogRefusal;
 
-    const EVENT_VERSION: u32 = 2;
-    const STATE_VERSION: u32 = 2;
+    const EVENT_VERSION: u32 = 3;
+    const STATE_VERSION: u32 = 3;
 
+    /// Versions 1 and 2 have the events of version 3 but `StoredChunk`; version 1's bodies
+    /// get their header.
     fn upcast_events(old: Written<'_>) -> Result<Vec<LogEvent>, UpcastError> {
+        let legacy = old.version() == 1;
         let mut events: Vec<LogEvent> = old.decode()?;
         for event in &mut events {
-            if let LogEvent::Stored { body, .. } = event {
+            if let (LogEvent::Stored { body, .. }, true) = (event, legacy) {
                 *body = legacy_body(std::mem::take(body));
             }
         }
         Ok(events)
     }
 
+    /// Versions 1 and 2 have the state of version 3 but the chunks; version 1's bodies get
+    /// their header.
     fn upcast_state(old: Written<'_>) -> Result<Self, UpcastError> {
-        let mut log: Self = old.decode()?;
-        for body in log.unsettled.values_mut() {
-            *body = legacy_body(std::mem::take(body));
+        #[derive(Deserialize)]
+        struct Before3 {
+            identity: Option<(String, Incarnation)>,
+            epoch: u64,
+            next_seq: u64,
+            unsettled: BTreeMap<u64, Vec<u8>>,
         }
-        Ok(log)
+        let legacy = old.version() == 1;
+        let mut log: Before3 = old.decode()?;
+        if legacy {
+            for body in log.unsettled.values_mut() {
+                *body = legacy_body(std::mem::take(body));
+            }
+        }
+        Ok(Self {
+            identity: log.identity,
+            epoch: log.epoch,
+            next_seq: log.next_seq,
+            unsettled: log.unsettled,
+            ..Self::default()
+        })
     }
 
     fn decide(&self, command: &LogCommand) -> Result<Decision<Self>, LogRefusal> {
@@ -168,14 +219,7 @@ impl EventSourced for ProducerLog {
                 first_seq,
                 bodies,
             } => {
-                self.check_owner(*epoch)?;
-                if *first_seq != self.next_seq {
-                    return Err(LogRefusal::Refused(format!(
-                        "the producer lost track of its seqs: the stream stored up to seq {}, \
-                         the producer expected to store seq {first_seq} next",
-                        self.next_seq - 1
-                    )));
-                }
+                self.check_store(*epoch, *first_seq)?;
                 let events = (*first_seq..)
                     .zip(bodies)
                     .map(|(seq, body)| LogEvent::Stored {
@@ -184,11 +228,30 @@ impl EventSourced for ProducerLog {
                     });
                 Ok(Decision::persist(events, LogReply::Done))
             }
+            LogCommand::StoreChunks {
+                epoch,
+                first_seq,
+                chunk,
+                bodies,
+            } => {
+                self.check_store(*epoch, *first_seq)?;
+                let events = (*first_seq..)
+                    .zip(bodies)
+                    .map(|(seq, body)| LogEvent::StoredChunk {
+                        seq,
+                        chunk: *chunk,
+                        body: body.clone(),
+                    });
+                Ok(Decision::persist(events, LogReply::Done))
+            }
             LogCommand::Settle { epoch, seqs } => {
                 self.check_owner(*epoch)?;
                 let seqs: Vec<u64> = seqs
                     .iter()
-                    .copied()
+                    .flat_map(|&seq| match self.chunks.get(&seq) {
+                        Some(chunk) => chunk.first_seq..=chunk.last_seq(),
+                        None => seq..=seq,
+                    })
                     .filter(|seq| self.unsettled.contains_key(seq))
                     .collect();
                 if seqs.is_empty() {
@@ -229,27 +292,96 @@ impl EventSourced for ProducerLog {
                 }
                 self.epoch = *epoch;
             }
-            LogEvent::Stored { seq, body } => {
-                if self.identity.is_none() || *seq != self.next_seq {
-                    let found = format!(
-                        "stored message {seq} follows message {}",
-                        self.next_seq.saturating_sub(1)
-                    );
-                    return self.contradicted(found);
-                }
-                self.unsettled.insert(*seq, body.clone());
-                self.next_seq = seq + 1;
-            }
+            LogEvent::Stored { seq, body } => self.store(*seq, body, None),
+            LogEvent::StoredChunk { seq, chunk, body } => self.store(*seq, body, Some(*chunk)),
             LogEvent::Settled { seqs } => {
                 for seq in seqs {
                     self.unsettled.remove(seq);
+                    self.chunks.remove(seq);
                 }
             }
         }
     }
 }
 
+/// What an opening finds unsettled in the stream.
+struct Unsettled {
+    /// Whole messages, by seq.
+    whole: Vec<(u64, Vec<u8>)>,
+    /// Chunked messages with every chunk stored.
+    chunked: Vec<StoredChunks>,
+    /// Chunked messages with chunks missing, with the seqs of those stored.
+    partial: Vec<(ChunkHeader, Vec<u64>)>,
+}
+
 impl ProducerLog {
+    /// Applies a stored message or chunk (`chunk`) under `seq`.
+    fn store(&mut self, seq: u64, body: &[u8], chunk: Option<ChunkHeader>) {
+        if self.identity.is_none() || seq != self.next_seq {
+            let found = format!(
+                "stored message {seq} follows message {}",
+                self.next_seq.saturating_sub(1)
+            );
+            return self.contradicted(found);
+        }
+        self.unsettled.insert(seq, body.to_vec());
+        if let Some(chunk) = chunk {
+            self.chunks.insert(seq, chunk);
+        }
+        self.next_seq = seq + 1;
+    }
+
+    /// Whether the opening `epoch` may store from `first_seq` on.
+    fn check_store(&self, epoch: u64, first_seq: u64) -> Result<(), LogRefusal> {
+        self.check_owner(epoch)?;
+        if first_seq != self.next_seq {
+            return Err(LogRefusal::Refused(format!(
+                "the producer lost track of its seqs: the stream stored up to seq {}, the \
+                 producer expected to store seq {first_seq} next",
+                self.next_seq - 1
+            )));
+        }
+        Ok(())
+    }
+
+    /// The unsettled messages, sorted by how much of them is stored.
+    fn unsettled_messages(&self) -> Unsettled {
+        let (mut whole, mut chunked, mut partial) = (Vec::new(), Vec::new(), Vec::new());
+        let mut current: Option<(ChunkHeader, Vec<u64>)> = None;
+        let mut flush = |message: Option<(ChunkHeader, Vec<u64>)>| {
+            if let Some((header, seqs)) = message {
+                if seqs.len() == header.chunks as usize {
+                    let bodies = seqs.iter().map(|seq| self.unsettled[seq].clone());
+                    chunked.push((header, bodies.collect()));
+                } else {
+                    partial.push((header, seqs));
+                }
+            }
+        };
+        for (&seq, body) in &self.unsettled {
+            let Some(&header) = self.chunks.get(&seq) else {
+                flush(current.take());
+                whole.push((seq, body.clone()));
+                continue;
+            };
+            match &mut current {
+                Some((of, seqs)) if *of == header && header.index_of(seq).is_some() => {
+                    seqs.push(seq);
+                }
+                _ => {
+                    flush(current.take());
+                    current = Some((header, vec![seq]));
+                }
+            }
+        }
+        flush(current);
+        Unsettled {
+            whole,
+            chunked,
+            partial,
+        }
+    }
+
     /// Opens the stream for `producer_id`, creating it if it is new: the opening takes the
     /// stream over (a process cannot tell a live predecessor from a dead one, so the newest
     /// opener wins and the one before it is refused at its next write).
@@ -274,32 +406,53 @@ impl ProducerLog {
                     incarnation,
                     next_seq: 1,
                     unsettled: Vec::new(),
+                    chunked: Vec::new(),
+                    dropped: Vec::new(),
                 },
             )),
             Some((owner, _)) if owner != producer_id => Err(LogRefusal::OtherProducer {
                 owner: owner.clone(),
                 producer_id: producer_id.to_owned(),
             }),
-            Some((_, incarnation)) => Ok(Decision::persist(
-                [opened],
-                LogReply::Opened {
-                    epoch,
-                    incarnation: *incarnation,
-                    next_seq: self.next_seq,
-                    unsettled: self
-                        .unsettled
-                        .iter()
-                        .map(|(&s, b)| (s, b.clone()))
-                        .collect(),
-                },
-            )),
+            Some((_, incarnation)) => {
+                let Unsettled {
+                    whole: unsettled,
+                    chunked,
+                    partial,
+                } = self.unsettled_messages();
+                let dropped_seqs: Vec<u64> = partial
+                    .iter()
+                    .flat_map(|(_, seqs)| seqs.iter().copied())
+                    .collect();
+                let mut events = vec![opened];
+                if !dropped_seqs.is_empty() {
+                    events.push(LogEvent::Settled { seqs: dropped_seqs });
+                }
+                Ok(Decision::persist(
+                    events,
+                    LogReply::Opened {
+                        epoch,
+                        incarnation: *incarnation,
+                        next_seq: self.next_seq,
+                        unsettled,
+                        chunked,
+                        dropped: partial.into_iter().map(|(header, _)| header).collect(),
+                    },
+                ))
+            }
         }
     }
 
     /// Refuses a stream holding an unsettled message stored at a newer version than
     /// `current` (a rollback): opening it would take it over from the newer producer.
     fn check_versions(&self, current: u32) -> Result<(), LogRefusal> {
-        for (seq, body) in &self.unsettled {
+        // Chunked messages are resent as their bytes, never read here: the consumer's schema
+        // reads them.
+        let whole = self
+            .unsettled
+            .iter()
+            .filter(|(seq, _)| !self.chunks.contains_key(seq));
+        for (seq, body) in whole {
             if let Ok(((codec, version), _)) =
                 codec::decode_prefix::<(u8, u32)>(body, body.len() as u64)
             {
@@ -374,6 +527,49 @@ pub(crate) fn decode_body<T: DeserializeOwned>(
         .map_err(|err| err.to_string())
 }
 
+/// A body as bytes, not as a sequence of numbers: in bincode (the log's codec) the very same
+/// encoding (a length, then the bytes), written and read at once rather than byte by byte.
+mod bytes_field {
+    use serde::de::{Deserializer, SeqAccess, Visitor};
+    use serde::Serializer;
+
+    pub(super) fn serialize<S: Serializer>(body: &[u8], serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.serialize_bytes(body)
+    }
+
+    pub(super) fn deserialize<'de, D: Deserializer<'de>>(
+        deserializer: D,
+    ) -> Result<Vec<u8>, D::Error> {
+        struct Bytes;
+
+        impl<'de> Visitor<'de> for Bytes {
+            type Value = Vec<u8>;
+
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("bytes")
+            }
+
+            fn visit_bytes<E>(self, bytes: &[u8]) -> Result<Vec<u8>, E> {
+                Ok(bytes.to_vec())
+            }
+
+            fn visit_byte_buf<E>(self, bytes: Vec<u8>) -> Result<Vec<u8>, E> {
+                Ok(bytes)
+            }
+
+            fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Vec<u8>, A::Error> {
+                let mut bytes = Vec::with_capacity(seq.size_hint().unwrap_or(0).min(4096));
+                while let Some(byte) = seq.next_element()? {
+                    bytes.push(byte);
+                }
+                Ok(bytes)
+            }
+        }
+
+        deserializer.deserialize_byte_buf(Bytes)
+    }
+}
+
 /// A body as version 1 of the log stored it (bare bincode, no header), with its header.
 fn legacy_body(bytes: Vec<u8>) -> Vec<u8> {
     let mut out = Vec::with_capacity(bytes.len() + 2);
@@ -416,6 +612,16 @@ mod tests {
         }
     }
 
+    /// The command that opens the stream of "p" again, after its first opening (epoch 1).
+    fn reopen_first() -> LogCommand {
+        LogCommand::Open {
+            producer_id: "p".into(),
+            incarnation: Incarnation::from_u128(2),
+            reopening: Some((1, 0)),
+            message_version: 1,
+        }
+    }
+
     #[test]
     fn a_stream_keeps_its_incarnation_and_hands_back_what_is_unsettled() {
         let mut log = ProducerLog::default();
@@ -423,18 +629,13 @@ mod tests {
         replay(&mut log, &store(1, 1, 3)).unwrap();
         let settle = |seqs| LogCommand::Settle { epoch: 1, seqs };
         replay(&mut log, &settle(vec![2, 99])).unwrap();
-        let reopened = LogCommand::Open {
-            producer_id: "p".into(),
-            incarnation: Incarnation::from_u128(2),
-            reopening: Some((1, 0)),
-            message_version: 1,
-        };
-        match replay(&mut log, &reopened).unwrap() {
+        match replay(&mut log, &reopen_first()).unwrap() {
             LogReply::Opened {
                 epoch,
                 incarnation,
                 next_seq,
                 unsettled,
+                ..
             } => {
                 assert_eq!(epoch, 2);
                 assert_eq!(
@@ -453,6 +654,84 @@ mod tests {
             seqs: vec![2],
         });
         assert!(nothing.unwrap().events.is_empty());
+    }
+
+    fn store_chunks(epoch: u64, first_seq: u64, chunk: ChunkHeader, n: u8) -> LogCommand {
+        LogCommand::StoreChunks {
+            epoch,
+            first_seq,
+            chunk,
+            bodies: (0..n).map(|b| vec![b]).collect(),
+        }
+    }
+
+    #[test]
+    fn bodies_are_written_as_bytes_in_the_encoding_of_a_sequence_of_numbers() {
+        #[derive(Serialize)]
+        enum Before {
+            _Created,
+            _Opened,
+            Stored { seq: u64, body: Vec<u8> },
+        }
+        let body = vec![1, 2, 250, 251, 255];
+        let before = codec::encode(&Before::Stored {
+            seq: 7,
+            body: body.clone(),
+        })
+        .unwrap();
+        let now = LogEvent::Stored { seq: 7, body };
+        assert_eq!(codec::encode(&now).unwrap(), before, "the same bytes");
+        let read: LogEvent = codec::decode(&before).unwrap();
+        assert!(matches!(read, LogEvent::Stored { seq: 7, body } if body == [1, 2, 250, 251, 255]));
+    }
+
+    #[test]
+    fn a_chunked_message_is_resent_whole_or_if_partly_stored_dropped_and_named() {
+        let mut log = ProducerLog::default();
+        open(&mut log, "p", 1).unwrap();
+        let whole = ChunkHeader {
+            first_seq: 1,
+            chunks: 3,
+            message_len: 3,
+        };
+        replay(&mut log, &store_chunks(1, 1, whole, 2)).unwrap();
+        replay(&mut log, &store_chunks(1, 3, whole, 1)).unwrap();
+        let partial = ChunkHeader {
+            first_seq: 4,
+            chunks: 4,
+            message_len: 4,
+        };
+        replay(&mut log, &store_chunks(1, 4, partial, 2)).unwrap();
+        match replay(&mut log, &reopen_first()).unwrap() {
+            LogReply::Opened {
+                next_seq,
+                unsettled,
+                chunked,
+                dropped,
+                ..
+            } => {
+                assert_eq!(next_seq, 6, "seqs 6 and 7 were never stored nor sent");
+                assert!(unsettled.is_empty());
+                assert_eq!(chunked, [(whole, vec![vec![0], vec![1], vec![0]])]);
+                assert_eq!(dropped, [partial]);
+            }
+            other => panic!("{other:?}"),
+        }
+        assert_eq!(
+            log.unsettled.keys().copied().collect::<Vec<_>>(),
+            [1, 2, 3],
+            "the partly stored message is recorded settled by the opening"
+        );
+        // Settled by its last seq: all its chunks go.
+        replay(
+            &mut log,
+            &LogCommand::Settle {
+                epoch: 2,
+                seqs: vec![3],
+            },
+        )
+        .unwrap();
+        assert!(log.unsettled.is_empty() && log.chunks.is_empty());
     }
 
     #[test]

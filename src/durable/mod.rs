@@ -119,7 +119,7 @@ use crate::journal::{Journal, PersistenceId};
 use crate::protocol::envelope::ProducerId;
 
 pub use config::DurableConfig;
-pub(crate) use producer::Durable;
+pub(crate) use producer::{Durable, MAX_BODY_BYTES};
 
 /// The stable id of a message of a durable producer: its seq in the producer's stream, never
 /// reused.

@@ -21,8 +21,13 @@ use crate::error::DeliveryError;
 use crate::journal::{JournalError, PersistenceId};
 use crate::persistence::{CommandError, PersistentConfig, PersistentHandle};
 use crate::producer::ProducerController;
+use crate::producer_core::Core;
 use crate::protocol::envelope::Incarnation;
 use crate::protocol::producer::ProducerCore;
+
+mod chunks;
+
+use chunks::{ChunkDoubt, ChunkedStore};
 
 type Settlement = (Confirmation, Result<(), DeliveryError>);
 /// Encodes a message as stored: body, codec, version, limit (see `encode_body`).
@@ -35,8 +40,8 @@ type DecodeBody<T> = fn(&[u8], u32, Upcast<T>) -> Result<T, String>;
 const MAX_STORE_BYTES: usize = MAX_ENCODED_BYTES as usize - 4096;
 /// What one message adds to its entry besides its body (an event tag, its seq and length).
 const EVENT_OVERHEAD: usize = 32;
-/// The largest body a durable producer stores: one that fills a store alone.
-const MAX_BODY_BYTES: u64 = (MAX_STORE_BYTES - EVENT_OVERHEAD) as u64;
+/// The largest body a durable producer stores: one that fills a store alone (a chunk too).
+pub(crate) const MAX_BODY_BYTES: u64 = (MAX_STORE_BYTES - EVENT_OVERHEAD) as u64;
 /// How long a producer restarted after a journal failure waits before it opens its stream
 /// again, doubling per consecutive failure up to the maximum: a failing journal is not
 /// hammered by restarts.
@@ -83,6 +88,13 @@ pub(crate) struct Durable<T> {
     /// The store in flight: its first seq and its messages (kept here, not in the reply's
     /// future, so that whatever ends the actor finds them).
     storing: Option<(u64, Vec<(T, Confirmation)>)>,
+    /// The chunked message being stored, chunk by chunk (`chunk_size`).
+    storing_chunks: Option<ChunkedStore>,
+    /// Chunked messages whose store's outcome is open, kept across the restart that settles
+    /// them.
+    chunk_doubts: Vec<ChunkDoubt>,
+    /// The first seq of each unsettled chunked message, by its id (its last seq).
+    spans: BTreeMap<u64, u64>,
     /// Stored and not durably settled.
     unsettled: BTreeSet<u64>,
     /// Settled, waiting for the record (their confirmations fire after it).
@@ -100,8 +112,9 @@ pub(crate) struct Durable<T> {
     /// finish (a journal failure meanwhile restarts the producer under its `Supervisor`, which
     /// settles them from the journal), then the actor stops for good.
     stopping: Option<Instant>,
-    /// Messages stored; resumed after a restart; confirmations of resumed ones.
-    pub(crate) counts: (u64, u64, u64),
+    /// Messages stored; resumed after a restart; confirmations of resumed ones; chunked
+    /// messages found partly stored at an opening (dropped).
+    pub(crate) counts: (u64, u64, u64, u64),
 }
 
 impl<T: Serialize + DeserializeOwned> Durable<T> {
@@ -118,6 +131,9 @@ impl<T: Serialize + DeserializeOwned> Durable<T> {
             next_seq: None,
             to_store: VecDeque::new(),
             storing: None,
+            storing_chunks: None,
+            chunk_doubts: Vec::new(),
+            spans: BTreeMap::new(),
             unsettled: BTreeSet::new(),
             to_record: Vec::new(),
             recording: None,
@@ -125,7 +141,7 @@ impl<T: Serialize + DeserializeOwned> Durable<T> {
             in_doubt: Vec::new(),
             carried: Vec::new(),
             stopping: None,
-            counts: (0, 0, 0),
+            counts: (0, 0, 0, 0),
         }
     }
 }
@@ -163,6 +179,7 @@ impl<T> Durable<T> {
         self.next_seq.is_some()
             && self.to_store.is_empty()
             && self.storing.is_none()
+            && !self.is_storing_chunks()
             && self.to_record.is_empty()
             && self.recording.is_none()
     }
@@ -172,8 +189,15 @@ impl<T> Durable<T> {
     /// earlier life wait for the next opening to settle them.
     fn is_writing(&self) -> bool {
         let opening = self.next_seq.is_none()
-            && (self.log.is_some() || !self.in_doubt.is_empty() || !self.carried.is_empty());
-        opening || self.storing.is_some() || self.recording.is_some() || !self.to_record.is_empty()
+            && (self.log.is_some()
+                || !self.in_doubt.is_empty()
+                || !self.chunk_doubts.is_empty()
+                || !self.carried.is_empty());
+        opening
+            || self.storing.is_some()
+            || self.is_storing_chunks()
+            || self.recording.is_some()
+            || !self.to_record.is_empty()
     }
 
     /// Keeps back the settlements that must be recorded first (of stored messages, confirmed
@@ -205,6 +229,7 @@ impl<T> Durable<T> {
     /// The log closes: the store in flight becomes in doubt and the settlements not yet
     /// recorded are carried, so that the next open settles both by what the journal holds.
     fn carry_unanswered(&mut self) {
+        self.carry_chunks_unanswered();
         if let Some((first_seq, batch)) = self.storing.take() {
             let doubts = (first_seq..)
                 .zip(batch)
@@ -259,7 +284,9 @@ impl<T> Durable<T> {
             );
             (confirm, Err(DeliveryError::InDoubt(reason)))
         });
-        stores.chain(records).collect()
+        let mut abandoned: Vec<Settlement> = stores.chain(records).collect();
+        abandoned.extend(self.abandon_chunk_doubts());
+        abandoned
     }
 }
 
@@ -323,10 +350,17 @@ impl<T: Clone + Send + 'static> ProducerController<T> {
                         incarnation,
                         next_seq,
                         unsettled,
+                        chunked,
+                        dropped,
                     }) => {
                         #[cfg(feature = "tracing")]
-                        span.record("resumed", unsettled.len());
-                        act.resume(epoch, incarnation, next_seq, unsettled, ctx)
+                        span.record("resumed", unsettled.len() + chunked.len());
+                        let stored = Unsettled {
+                            whole: unsettled,
+                            chunked,
+                            dropped,
+                        };
+                        act.resume(epoch, incarnation, next_seq, stored, ctx)
                     }
                     Ok(LogReply::Done) => unreachable!("Open replies Opened"),
                     Err(error) => {
@@ -348,12 +382,33 @@ impl<T: Clone + Send + 'static> ProducerController<T> {
         epoch: u64,
         incarnation: Incarnation,
         next_seq: u64,
-        unsettled: Vec<(u64, Vec<u8>)>,
+        stored: Unsettled,
         ctx: &mut Context<Self>,
     ) {
+        let chunking = self.core.chunking().cloned();
         let Some(durable) = &mut self.durable else {
             return;
         };
+        let Unsettled {
+            whole: unsettled,
+            chunked,
+            dropped,
+        } = stored;
+        let mixed = match &chunking {
+            Some(_) if !unsettled.is_empty() => Some("whole messages, and this producer chunks"),
+            None if !chunked.is_empty() || !dropped.is_empty() => {
+                Some("chunked messages, and this producer has no chunk_size")
+            }
+            _ => None,
+        };
+        if let Some(mixed) = mixed {
+            let reason = format!(
+                "stream `{}` holds unsettled {mixed}: open it as it was written until its \
+                 messages are confirmed",
+                durable.options.stream
+            );
+            return self.fail_for_good(reason, ctx);
+        }
         let mut in_doubt: BTreeMap<u64, InDoubt<T>> =
             durable.in_doubt.drain(..).map(|d| (d.seq, d)).collect();
         let mut carried: BTreeMap<u64, Carried> =
@@ -414,11 +469,19 @@ impl<T: Clone + Send + 'static> ProducerController<T> {
             durable.resumed.insert(seq);
             resumed.push((seq, body, confirm));
         }
+        let mut resumed_chunks = self.resume_chunks(chunked, dropped, &mut carried);
+        let Some(durable) = &mut self.durable else {
+            return;
+        };
         // Resent messages hold room like new ones, so the core never holds more than its
         // room (as far as the room allows: a smaller room than the last life's holds them all).
         let mut room = self.inbox.take_room(durable.resumed.len());
-        for (seq, _, confirm) in &mut resumed {
-            if room > 0 && durable.resumed.contains(seq) {
+        let resent = resumed.iter_mut().map(|(seq, _, confirm)| (*seq, confirm));
+        let resent_chunks = resumed_chunks
+            .iter_mut()
+            .map(|(first, chunks, confirm)| (*first + chunks.len() as u64 - 1, confirm));
+        for (id, confirm) in resent.chain(resent_chunks) {
+            if room > 0 && durable.resumed.contains(&id) {
                 *confirm = std::mem::replace(confirm, Confirmation::none()).holding_room();
                 room -= 1;
             }
@@ -456,11 +519,11 @@ impl<T: Clone + Send + 'static> ProducerController<T> {
         });
         self.settling.extend(recorded);
         durable.counts.1 += durable.resumed.len() as u64;
-        if !resumed.is_empty() {
+        let resending = resumed.len() + resumed_chunks.len();
+        if resending > 0 {
             log::info!(
-                "durable producer `{}`: sending {} stored message(s) again",
+                "durable producer `{}`: sending {resending} stored message(s) again",
                 self.core.id(),
-                resumed.len()
             );
         }
         durable.epoch = epoch;
@@ -469,7 +532,19 @@ impl<T: Clone + Send + 'static> ProducerController<T> {
         durable.next_seq = Some(next_seq);
         // The log checked that its seqs ascend below its next seq.
         let stopping = durable.stopping.is_some();
-        self.core = ProducerCore::resume(&durable.config, incarnation, next_seq, resumed);
+        self.core = match chunking {
+            None => Core::Whole(ProducerCore::resume(
+                &durable.config,
+                incarnation,
+                next_seq,
+                resumed,
+            )),
+            Some(chunking) => {
+                let config = &durable.config;
+                let core = Self::resume_chunked_core(config, incarnation, next_seq, resumed_chunks);
+                Core::Chunked(core, chunking)
+            }
+        };
         if stopping {
             // Opened only to settle what was in doubt: what it holds is sent by the next start.
             self.core.stop();
@@ -494,6 +569,9 @@ impl<T: Clone + Send + 'static> ProducerController<T> {
     }
 
     fn start_store(&mut self, ctx: &mut Context<Self>) {
+        if self.core.chunking().is_some() {
+            return self.start_store_chunks(ctx);
+        }
         let Some(durable) = &mut self.durable else {
             return;
         };
@@ -577,7 +655,10 @@ impl<T: Clone + Send + 'static> ProducerController<T> {
                         .push((confirm, Err(DeliveryError::ProducerStopped)));
                     continue;
                 }
-                if let Err((body, confirm)) = act.core.handle_stored(seq, body, confirm) {
+                let Core::Whole(core) = &mut act.core else {
+                    unreachable!("chunked durable producers store chunks")
+                };
+                if let Err((body, confirm)) = core.handle_stored(seq, body, confirm) {
                     // Unreachable: the core numbers from the same next seq. Stored, so the
                     // restart sends it (and tells its caller).
                     let reason = format!("stored message {seq} is not the core's next seq");
@@ -628,11 +709,16 @@ impl<T: Clone + Send + 'static> ProducerController<T> {
             }
             for (seq, (_, result)) in &batch {
                 durable.unsettled.remove(seq);
+                durable.spans.remove(seq);
                 if durable.resumed.remove(seq) && result.is_ok() {
                     durable.counts.2 += 1;
                 }
             }
-            let below = durable.unsettled.first().copied().or(durable.next_seq);
+            let below = durable
+                .unsettled
+                .first()
+                .map(|&id| durable.first_seq_of(id));
+            let below = below.or(durable.next_seq);
             if let Some(below) = below {
                 act.core.set_durably_settled_below(below);
             }
@@ -769,6 +855,7 @@ impl<T: Clone + Send + 'static> ProducerController<T> {
             }
             durable.next_seq = None;
             durable.unsettled.clear();
+            durable.spans.clear();
             durable.resumed.clear();
             self.settling.extend(unstored);
         }
@@ -782,6 +869,14 @@ impl<T: Clone + Send + 'static> ProducerController<T> {
             self.fire_settling();
         }
     }
+}
+
+/// What an opening found unsettled: whole messages, chunked ones stored whole, and the
+/// headers of chunked ones only partly stored (dropped by the opening).
+struct Unsettled {
+    whole: Vec<(u64, Vec<u8>)>,
+    chunked: Vec<crate::durable::log::StoredChunks>,
+    dropped: Vec<crate::protocol::chunk::ChunkHeader>,
 }
 
 /// A confirmation that tells the sink (for a message resumed after a restart).

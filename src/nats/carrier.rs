@@ -14,11 +14,11 @@ use tokio_util::sync::CancellationToken;
 
 use crate::codec::MAX_ENCODED_BYTES;
 use crate::consumer::ConsumerHandle;
-use crate::message::{ConsumerRef, Delivery, ReplyTo};
+use crate::message::{ChunkDelivery, ConsumerRef, Delivery, ReplyTo};
 use crate::protocol::envelope::Ack;
-use crate::remote::frame::Frame;
+use crate::remote::frame::{Frame, CHUNK_FRAME_OVERHEAD, PROTOCOL_VERSION};
 use crate::remote::inbound::ExposedConsumer;
-use crate::remote::outbound::encode;
+use crate::remote::outbound::{encode, encode_chunks, Group};
 use crate::remote::routes::Routes;
 use crate::remote::schema::{BodySchema, Schemas};
 use crate::remote::stats::{add, Warning, Warnings};
@@ -89,6 +89,8 @@ pub(crate) struct Shared {
     destinations: Mutex<HashMap<String, Arc<Destination>>>,
     /// The largest message the server lets anyone publish: what a received one may be.
     max_received: usize,
+    /// The largest message this carrier publishes.
+    max_published: usize,
     sending: Mutex<Sending>,
     exposed: Mutex<Exposures>,
     /// How bodies are written and read, by message type.
@@ -188,7 +190,6 @@ impl Shared {
         destination: &Destination,
         deliveries: Vec<Delivery<T>>,
     ) {
-        let subject = &destination.subject;
         let counters = &self.counters;
         if self.cancel.is_cancelled() {
             add(&counters.deliveries_unsendable, deliveries.len() as u64);
@@ -205,6 +206,25 @@ impl Shared {
                 &self.warnings,
             )
         };
+        self.publish_groups(destination, groups, unsendable);
+    }
+
+    /// Publishes the chunks of large messages to a destination, as [`send`](Self::send)
+    /// publishes deliveries (a chunk goes out as its bytes).
+    fn send_chunks<T>(&self, destination: &Destination, chunks: Vec<ChunkDelivery<T>>) {
+        if self.cancel.is_cancelled() {
+            add(&self.counters.deliveries_unsendable, chunks.len() as u64);
+            return;
+        }
+        let (groups, unsendable) = encode_chunks(&mut self.sending().routes, chunks);
+        self.publish_groups(destination, groups, unsendable);
+    }
+
+    /// Publishes encoded groups of deliveries to a destination, counting what becomes of them
+    /// (and `unsendable` ones that could not be encoded).
+    fn publish_groups(&self, destination: &Destination, groups: Vec<Group>, unsendable: u64) {
+        let subject = &destination.subject;
+        let counters = &self.counters;
         add(&counters.deliveries_unsendable, unsendable);
         for group in groups {
             let pushed = self
@@ -272,7 +292,7 @@ impl Shared {
                     };
                     format!(
                         "refused a NATS message of {version}; this carrier speaks protocol \
-                         {MESSAGE_VERSION}: upgrade every carrier of a deployment together"
+                         {PROTOCOL_VERSION}: upgrade every carrier of a deployment together"
                     )
                 });
                 None
@@ -384,12 +404,11 @@ impl NatsCarrier {
                 .as_deref()
                 .unwrap_or(crate::telemetry::metrics::DEFAULT_LABEL),
         );
+        let max_published = options.config.max_frame_length.min(server_max);
         let shared = Arc::new(Shared {
-            publisher: Publisher::new(
-                options.config.max_output_bytes,
-                options.config.max_frame_length.min(server_max),
-            ),
+            publisher: Publisher::new(options.config.max_output_bytes, max_published),
             max_received: server_max,
+            max_published,
             sending: Mutex::new(Sending {
                 routes: Routes::new(options.config.max_routes),
                 scratch: Vec::new(),
@@ -559,13 +578,29 @@ impl NatsCarrier {
             .destinations()
             .insert(destination.reply.to_string(), destination.clone());
         // The reference is a handle too: the carrier runs while a producer can send through it.
-        let reference = Reference {
+        let reference = Arc::new(Reference {
             owner: self.0.clone(),
             destination,
-        };
+        });
+        let chunks_to = reference.clone();
+        // One byte of each message is the protocol version.
+        let max_chunk = shared
+            .max_published
+            .saturating_sub(1 + CHUNK_FRAME_OVERHEAD);
+        let encoding = shared.clone();
         Ok(ConsumerRef::from_fn(move |deliveries: Vec<Delivery<T>>| {
             reference.owner.0.send(&reference.destination, deliveries);
-        }))
+        })
+        .with_chunks(move |chunks| {
+            chunks_to
+                .owner
+                .0
+                .send_chunks(&chunks_to.destination, chunks);
+        })
+        .with_transport(
+            max_chunk,
+            Arc::new(move |body: &T, size| encoding.schemas.of::<T>().write_chunks(body, size)),
+        ))
     }
 
     /// Declares how bodies of `T` go over NATS from now on, for the consumers of `T` this

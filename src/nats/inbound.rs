@@ -117,7 +117,7 @@ fn receive(
             reply_to
         }
     };
-    let handed = consumer.deliver(&batch, &reply_to, &shared.schemas);
+    let handed = consumer.deliver(&message.payload, &batch, &reply_to, &shared.schemas);
     add(&counters.deliveries_in, n - handed.undecodable);
     add(&counters.undecodable_bodies, handed.undecodable);
     if let Some(why) = handed.why {

@@ -20,6 +20,12 @@
 //! - **ACKs** go back, batched, to the reply subject their delivery named; the carrier routes
 //!   them to the producer by its id and incarnation. A body is encoded once per message and
 //!   kept for retransmissions until it is ACKed or the producer's window moves past it.
+//! - **Messages beyond `max_payload`** go in chunks
+//!   ([`chunk_size`](crate::ProducerOptionsBuilder::chunk_size), at most the server's
+//!   `max_payload` less 1 KiB of headers: a producer with larger chunks is refused when it is
+//!   built), each chunk sent as its bytes. With a queue group, a message's chunks are spread over the
+//!   members, and the message completes only in a round whose chunks all reach the same one:
+//!   send chunked messages to a subject with one consumer, not to a queue group.
 //! - **Reconnection is the client's** (`async-nats` reconnects with backoff by itself, and
 //!   subscribes again). A batch counts against `max_output_bytes` until the client has
 //!   written it to its socket, so while the server is away the carrier's queue fills to
@@ -39,7 +45,8 @@
 //!
 //! # Wire format
 //!
-//! One NATS message is the protocol version (one byte, 3), then one frame of the TCP transport
+//! One NATS message is the protocol's version byte (7, for protocol 4: see below), then one
+//! frame of the TCP transport
 //! ([`remote`](crate::remote), "Wire format"), without the length prefix (NATS frames its
 //! messages) and without a tag (NATS authenticates its clients): kind 4 `Deliveries` on the
 //! consumer's subject (its consumer name is the subject), kind 5 `Acks` on the producer's
@@ -49,8 +56,10 @@
 //! [`NatsStats::version_refusals`] and warned about: protocol 1 (releases before bodies
 //! carried a codec, and before NATS messages carried a version) put the frame first, so this
 //! carrier refuses its messages, and it refuses this carrier's as frames of the wrong kind:
-//! neither misreads the other, and neither delivers to the other; protocol 2 (before deliveries
-//! could carry a trace context) is refused by its version byte. Move a NATS deployment to a
+//! neither misreads the other, and neither delivers to the other; protocols 2 (before deliveries
+//! could carry a trace context) and 3 (before they could carry a chunk header) are refused by
+//! their version bytes, 2 and 3. Protocol 4's byte is 7, not 4: 4 and 5 are the first bytes of
+//! protocol 1's messages (the kinds of its frames). Move a NATS deployment to a
 //! new protocol at once.
 //!
 //! # Untrusted input and bounded memory
@@ -100,8 +109,16 @@
 //!   to many independent readers; this crate's durable producer and persistent consumer then
 //!   add nothing the broker does not already give.
 
-/// The protocol version every NATS message starts with: the TCP transport's.
-pub(crate) const MESSAGE_VERSION: u8 = crate::remote::frame::PROTOCOL_VERSION as u8;
+/// The byte every NATS message of this protocol (the TCP transport's version 4) starts with.
+/// Protocols 2 and 3 used their number; protocol 4 uses 7, because a message of protocol 1
+/// starts with its frame's kind, and 4 and 5 (deliveries, ACKs) are kinds: a message of
+/// protocol 1 and one starting with 4 or 5 could not be told apart, by this carrier or by one
+/// of protocol 1. The next protocol takes 8.
+pub(crate) const MESSAGE_VERSION: u8 = 7;
+const _: () = assert!(
+    crate::remote::frame::PROTOCOL_VERSION == 4,
+    "a new protocol needs a new MESSAGE_VERSION"
+);
 
 mod acks;
 mod carrier;

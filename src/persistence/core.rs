@@ -503,10 +503,11 @@ impl<E: EventSourced, T> PersistentCore<E, T> {
     fn decide(&mut self, command: Command<E::Command>, token: T) -> Option<(T, Answer<E>)> {
         self.stats.decided += 1;
         if let Some(info) = &command.delivery {
-            let follows = self
-                .config
-                .must_follow
-                .then(|| command.previous.unwrap_or(info.seq.saturating_sub(1)));
+            let follows = self.config.must_follow.then(|| {
+                command
+                    .previous
+                    .unwrap_or(info.seqs().start().saturating_sub(1))
+            });
             match self.record.seen(info, follows) {
                 Seen::New => {}
                 Seen::OutOfOrder { expected } => {
@@ -946,6 +947,7 @@ mod tests {
                 seq,
                 window_start,
                 trace_context: None,
+                first_seq: None,
             }),
             previous: None,
         }

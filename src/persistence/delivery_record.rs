@@ -21,6 +21,16 @@ pub struct Mark {
     pub seq: u64,
     /// The delivery's window start: seqs below it were settled at the producer.
     pub window_start: u64,
+    /// Of a chunked message: the seq of its first chunk; the mark covers every seq from it
+    /// through `seq` (see [`DeliveryInfo::first_seq`]).
+    pub first_seq: Option<u64>,
+}
+
+impl Mark {
+    /// The first seq the mark covers: `first_seq`, or `seq` alone.
+    pub fn first(&self) -> u64 {
+        self.first_seq.unwrap_or(self.seq)
+    }
 }
 
 impl From<&DeliveryInfo> for Mark {
@@ -30,6 +40,7 @@ impl From<&DeliveryInfo> for Mark {
             incarnation: info.incarnation,
             seq: info.seq,
             window_start: info.window_start,
+            first_seq: info.first_seq,
         }
     }
 }
@@ -76,14 +87,16 @@ impl DeliveryRecord {
     /// Whether `info`'s delivery was processed, is stale, or is new. With `follows`
     /// (must-follow: the seq of the producer's delivery that must come first, 0 for none), a
     /// new one whose predecessor was neither processed nor settled by the producer (given up:
-    /// its `window_start` moved past it) is out of order. Changes nothing.
+    /// its `window_start` moved past it) is out of order. A chunked message is judged by its
+    /// seqs: processed by its last, stale by its first. Changes nothing.
     pub fn seen(&self, info: &DeliveryInfo, follows: Option<u64>) -> Seen {
+        let first = *info.seqs().start();
         let window = self.table.peek(info.producer_id.as_str(), info.incarnation);
         if let Some(window) = window {
             if window.is_handled(info.seq) {
                 return Seen::Duplicate;
             }
-            if window.is_stale(info.seq) {
+            if window.is_stale(first) {
                 return Seen::Stale;
             }
         }
@@ -99,7 +112,8 @@ impl DeliveryRecord {
         Seen::New
     }
 
-    /// Records a mark (of a decided command, or of a replayed journal entry).
+    /// Records a mark (of a decided command, or of a replayed journal entry): every seq it
+    /// covers, so that the record's `contiguous` mark passes a chunked message's seqs.
     pub fn record(&mut self, mark: &Mark) {
         let (window, _, _) = self.table.window_for(
             &mark.producer_id,
@@ -107,7 +121,7 @@ impl DeliveryRecord {
             mark.window_start,
             self.epoch,
         );
-        window.complete(mark.seq);
+        window.complete_range(mark.first(), mark.seq);
     }
 
     /// The record's content, for a snapshot.
@@ -185,6 +199,7 @@ mod tests {
             seq,
             window_start,
             trace_context: None,
+            first_seq: None,
         }
     }
 
@@ -211,6 +226,30 @@ mod tests {
         );
         assert_eq!(record.seen_now(&info("p", 1, 10, 2)), Seen::Duplicate);
         assert_eq!(record.seen_now(&info("p", 1, 11, 10)), Seen::New);
+    }
+
+    #[test]
+    fn a_chunked_messages_mark_covers_its_range_and_it_is_judged_by_its_seqs() {
+        let mut record = DeliveryRecord::new(8);
+        let chunked = |first, last, window_start| DeliveryInfo {
+            first_seq: Some(first),
+            ..info("p", 1, last, window_start)
+        };
+        assert_eq!(record.seen(&chunked(1, 4, 1), Some(0)), Seen::New);
+        assert_eq!(
+            record.seen(&chunked(5, 7, 1), Some(4)),
+            Seen::OutOfOrder { expected: 4 },
+            "must follow: its first seq follows the previous message's last"
+        );
+        record.record(&Mark::from(&chunked(1, 4, 1)));
+        assert_eq!(record.seen(&chunked(5, 7, 1), Some(4)), Seen::New);
+        assert_eq!(record.seen(&chunked(1, 4, 1), None), Seen::Duplicate);
+        record.record(&Mark::from(&chunked(5, 7, 1)));
+        let window = record.table.peek("p", IncarnationId::from_u128(1)).unwrap();
+        assert_eq!((window.contiguous(), window.out_of_order()), (7, 0));
+        // The producer settled 8..=9 (given up): a chunked message of them is stale.
+        record.record(&Mark::from(&info("p", 1, 10, 10)));
+        assert_eq!(record.seen(&chunked(8, 9, 8), None), Seen::Stale);
     }
 
     #[test]

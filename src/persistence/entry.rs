@@ -8,13 +8,16 @@
 //! decoded by an upcaster rather than misread. A leading format byte tells the layouts apart:
 //!
 //! ```text
-//! format 2 (current):   2 · crate part (bincode) · application part (manifest's codec)
+//! format 3 (current):   3 · crate part (bincode) · application part (manifest's codec)
+//! format 2 (read only): 2 · crate part (bincode) · application part (manifest's codec)
 //! format 1 (journal schema 1, read only):
 //!                       1 · application part (bincode) · crate part (bincode)
 //! ```
 //!
-//! The crate part has the same fields in both, so format 1 is read by decoding the
-//! application part first (bincode tells where it ends) and the crate part from the rest.
+//! Format 3's processed mark names the first seq of a chunked message (the mark covers its
+//! range); formats 1 and 2 have the same crate part without it, so format 1 is read by
+//! decoding the application part first (bincode tells where it ends) and the crate part from
+//! the rest. A snapshot's crate part is the same in all three.
 
 use std::cell::Cell;
 
@@ -46,7 +49,9 @@ impl Manifests {
 }
 
 /// The layout this version writes.
-const FORMAT: u8 = 2;
+const FORMAT: u8 = 3;
+/// The layout before marks could cover a chunked message's seqs, still read.
+const FORMAT_2: u8 = 2;
 /// The layout of journal schema 1 (before manifests), still read.
 const LEGACY: u8 = 1;
 
@@ -67,6 +72,41 @@ pub(crate) struct EntryRecord {
     pub confirmed: Vec<(String, u64)>,
     /// The outbox's incarnation, in the entry of its first delivery.
     pub outbox_incarnation: Option<Incarnation>,
+}
+
+/// The crate's part of an entry in formats 1 and 2: its mark covers one seq.
+#[derive(Deserialize)]
+struct EntryRecordV2 {
+    processed: Option<MarkV2>,
+    sent: Vec<Sent>,
+    confirmed: Vec<(String, u64)>,
+    outbox_incarnation: Option<Incarnation>,
+}
+
+/// A processed mark in formats 1 and 2.
+#[derive(Deserialize)]
+struct MarkV2 {
+    producer_id: crate::protocol::envelope::ProducerId,
+    incarnation: IncarnationId,
+    seq: u64,
+    window_start: u64,
+}
+
+impl From<EntryRecordV2> for EntryRecord {
+    fn from(old: EntryRecordV2) -> Self {
+        Self {
+            processed: old.processed.map(|mark| Mark {
+                producer_id: mark.producer_id,
+                incarnation: mark.incarnation,
+                seq: mark.seq,
+                window_start: mark.window_start,
+                first_seq: None,
+            }),
+            sent: old.sent,
+            confirmed: old.confirmed,
+            outbox_incarnation: old.outbox_incarnation,
+        }
+    }
 }
 
 impl<Ev: Serialize + DeserializeOwned> Entry<Ev> {
@@ -100,7 +140,8 @@ impl<Ev: Serialize + DeserializeOwned> Entry<Ev> {
         current: u32,
         upcast: fn(Written<'_>) -> Result<Vec<Ev>, UpcastError>,
     ) -> Result<Self, Unreadable> {
-        let (events, record) = decode(bytes, manifest, current, upcast)?;
+        let (events, record) =
+            decode::<Vec<Ev>, EntryRecord, EntryRecordV2>(bytes, manifest, current, upcast)?;
         Ok(Self { events, record })
     }
 }
@@ -170,7 +211,8 @@ impl<S: DeserializeOwned> SnapshotIn<S> {
         current: u32,
         upcast: fn(Written<'_>) -> Result<S, UpcastError>,
     ) -> Result<Self, Unreadable> {
-        let (state, record) = decode::<S, SnapshotRecordIn>(bytes, manifest, current, upcast)?;
+        let (state, record) =
+            decode::<S, SnapshotRecordIn, SnapshotRecordIn>(bytes, manifest, current, upcast)?;
         Ok(Self {
             state,
             delivered: record.delivered,
@@ -200,9 +242,9 @@ fn encode<R: Serialize, V: Serialize + ?Sized>(
     Ok(out)
 }
 
-/// Reads either layout: the application's value `V` (at `current`, or through `upcast`) and
-/// the crate's record `R`.
-fn decode<V: DeserializeOwned, R: DeserializeOwned>(
+/// Reads any layout: the application's value `V` (at `current`, or through `upcast`) and the
+/// crate's record `R` (`L` in formats 1 and 2).
+fn decode<V: DeserializeOwned, R: DeserializeOwned, L: DeserializeOwned + Into<R>>(
     bytes: &[u8],
     manifest: &Manifest,
     current: u32,
@@ -220,6 +262,11 @@ fn decode<V: DeserializeOwned, R: DeserializeOwned>(
             let value = Written::new(manifest, value, limit).read(current, upcast)?;
             Ok((value, record))
         }
+        FORMAT_2 => {
+            let (record, value) = codec::decode_prefix::<L>(body, limit).map_err(corrupt)?;
+            let value = Written::new(manifest, value, limit).read(current, upcast)?;
+            Ok((value, record.into()))
+        }
         LEGACY => {
             // Only actix-delivery 0.1 wrote format 1, always as bincode version 1: whatever the
             // columns say (a 0.1 node saving a snapshot over a newer one leaves the newer
@@ -235,11 +282,11 @@ fn decode<V: DeserializeOwned, R: DeserializeOwned>(
                         .into(),
                 )
             })?;
-            let record = codec::decode_with_limit(rest, limit).map_err(corrupt)?;
-            Ok((value, record))
+            let record = codec::decode_with_limit::<L>(rest, limit).map_err(corrupt)?;
+            Ok((value, record.into()))
         }
         other => Err(Unreadable::Corrupt(format!(
-            "written in format {other}, this version reads formats {LEGACY} and {FORMAT}"
+            "written in format {other}, this version reads formats {LEGACY} to {FORMAT}"
         ))),
     }
 }
@@ -259,6 +306,25 @@ mod tests {
             incarnation: IncarnationId::from_u128(3),
             seq: 7,
             window_start: 5,
+            first_seq: None,
+        }
+    }
+
+    /// A mark as formats 1 and 2 wrote it.
+    #[derive(Serialize)]
+    struct V2Mark {
+        producer_id: ProducerId,
+        incarnation: IncarnationId,
+        seq: u64,
+        window_start: u64,
+    }
+
+    fn v2_mark() -> V2Mark {
+        V2Mark {
+            producer_id: ProducerId::from("p"),
+            incarnation: IncarnationId::from_u128(3),
+            seq: 7,
+            window_start: 5,
         }
     }
 
@@ -268,27 +334,59 @@ mod tests {
 
     #[test]
     fn entries_round_trip_with_their_mark_in_both_codecs() {
+        let chunked = Mark {
+            first_seq: Some(3),
+            ..mark()
+        };
         for codec in [Codec::Bincode, Codec::MessagePack] {
-            let bytes = Entry::new(vec![1u32, 2], Some(mark()))
-                .encode(codec)
-                .unwrap();
-            assert_eq!(bytes[0], FORMAT);
-            let entry = Entry::<u32>::decode(&bytes, &manifest(codec, 1), 1, no_upcast).unwrap();
-            assert_eq!(
-                (entry.events, entry.record.processed),
-                (vec![1, 2], Some(mark()))
-            );
+            for mark in [mark(), chunked.clone()] {
+                let bytes = Entry::new(vec![1u32, 2], Some(mark.clone()))
+                    .encode(codec)
+                    .unwrap();
+                assert_eq!(bytes[0], FORMAT);
+                let entry =
+                    Entry::<u32>::decode(&bytes, &manifest(codec, 1), 1, no_upcast).unwrap();
+                assert_eq!(
+                    (entry.events, entry.record.processed),
+                    (vec![1, 2], Some(mark))
+                );
+            }
         }
+    }
+
+    #[test]
+    fn format_2_entries_are_read_with_their_single_seq_marks() {
+        #[derive(Serialize)]
+        struct V2Record {
+            processed: Option<V2Mark>,
+            sent: Vec<Sent>,
+            confirmed: Vec<(String, u64)>,
+            outbox_incarnation: Option<Incarnation>,
+        }
+        let record = V2Record {
+            processed: Some(v2_mark()),
+            sent: Vec::new(),
+            confirmed: vec![("shipping".into(), 4)],
+            outbox_incarnation: None,
+        };
+        let mut bytes = vec![FORMAT_2];
+        bytes.extend(codec::encode(&record).unwrap());
+        bytes.extend(rmp_serde::to_vec_named(&vec![9u32]).unwrap());
+        let manifest = manifest(Codec::MessagePack, 1);
+        let entry = Entry::<u32>::decode(&bytes, &manifest, 1, no_upcast).unwrap();
+        assert_eq!(entry.events, [9]);
+        assert_eq!(entry.record.processed, Some(mark()));
+        assert_eq!(entry.record.confirmed, [("shipping".to_string(), 4)]);
     }
 
     /// An entry as journal schema 1 wrote it: `Entry { format: 1, events, processed, sent,
     /// confirmed, outbox_incarnation }` in bincode, whole.
-    fn legacy_entry(events: Vec<u32>, processed: Option<Mark>) -> Vec<u8> {
+    fn legacy_entry(events: Vec<u32>, processed: Option<V2Mark>) -> Vec<u8> {
         #[derive(Serialize)]
         struct V1 {
             format: u8,
             events: Vec<u32>,
-            processed: Option<Mark>,
+            processed: Option<V2Mark>,
             sent: Vec<Sent>,
             confirmed: Vec<(String, u64)>,
             outbox_incarnation: Option<Incarnation>,
@@ -306,7 +404,7 @@ mod tests {
 
     #[test]
     fn legacy_entries_are_read_directly_at_version_1_and_through_the_upcaster_after() {
-        let bytes = legacy_entry(vec![4, 5], Some(mark()));
+        let bytes = legacy_entry(vec![4, 5], Some(v2_mark()));
         let entry = Entry::<u32>::decode(&bytes, &Manifest::legacy(), 1, no_upcast).unwrap();
         assert_eq!(entry.events, [4, 5]);
         assert_eq!(entry.record.processed, Some(mark()));
@@ -362,11 +460,11 @@ mod tests {
         let err = incompatible(Manifest::from_stored(9, "u32", 1), 1);
         assert!(err.contains("unknown codec 9"), "{err}");
         let mut foreign = bytes.clone();
-        foreign[0] = 3;
+        foreign[0] = 4;
         let err = Entry::<u32>::decode(&foreign, &manifest(Codec::MessagePack, 1), 1, no_upcast)
             .unwrap_err();
         assert!(
-            matches!(&err, Unreadable::Corrupt(r) if r.contains("format 3")),
+            matches!(&err, Unreadable::Corrupt(r) if r.contains("format 4")),
             "{err}"
         );
         assert!(Entry::<u32>::decode(&[], &Manifest::legacy(), 1, no_upcast).is_err());

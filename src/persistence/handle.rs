@@ -321,7 +321,13 @@ impl<E: EventSourced> PersistentHandle<E> {
     ) -> DeliveryHandler<crate::work_pulling::Job<T>> {
         let entity = self.clone();
         DeliveryHandler::pipelined(move |_, job: crate::work_pulling::Job<T>| {
-            let answer = entity.ask_delivered(job.info, to_command(job.body));
+            // A job is one message of its producer: its mark covers its seq alone, whatever
+            // range a sender wrote into the id (which would mark seqs no job processed).
+            let info = DeliveryInfo {
+                first_seq: None,
+                ..job.info
+            };
+            let answer = entity.ask_delivered(info, to_command(job.body));
             async move {
                 match answer.await {
                     Ok(_) | Err(CommandError::Stale) => Ok(()),

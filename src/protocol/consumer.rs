@@ -1,5 +1,6 @@
 //! The consumer's protocol: admission → dedup → decide (run the handler, re-ACK, or hold), one
-//! handler at a time, and what a handler's outcome means.
+//! handler at a time, and what a handler's outcome means; chunks of large messages are
+//! reassembled first (see [`chunk`](crate::protocol::chunk) for their rules).
 
 use std::collections::VecDeque;
 use std::time::{Duration, Instant};
@@ -7,9 +8,14 @@ use std::time::{Duration, Instant};
 use serde::{Deserialize, Serialize};
 
 use crate::config::ConsumerConfig;
-use crate::protocol::dedup::{DedupTable, Lookup, WindowRef};
+use crate::protocol::chunk::reassembly::Reassembly;
+use crate::protocol::dedup::{DedupTable, Lookup, ProducerWindow, WindowRef};
 use crate::protocol::envelope::{admit, Ack, DeadLetterReason, Header};
 use crate::protocol::rate_limit::RateLimited;
+
+mod chunks;
+
+pub use chunks::ChunkStep;
 
 /// A delivery as it reaches the consumer. `B` is the body, `R` the address ACKs go to.
 #[derive(Debug)]
@@ -36,6 +42,13 @@ pub enum Step<B, R> {
     Hold,
     /// A malformed delivery: record it as a dead letter. No handler, no ACK.
     DeadLetter(DeadLetterReason, Header),
+}
+
+impl<B, R> Step<B, R> {
+    /// Whether nothing is to be done now.
+    pub fn is_hold(&self) -> bool {
+        matches!(self, Step::Hold)
+    }
 }
 
 /// What became of a handler run.
@@ -111,6 +124,22 @@ pub struct ConsumerStats {
     pub waiting: usize,
     /// Messages handed off by a pipelined handler, awaiting their outcome right now.
     pub deferred: usize,
+    /// Chunked messages reassembled whole (each runs the handler once, or is a dead letter
+    /// if it does not decode).
+    pub assembled: u64,
+    /// Chunks not buffered: one of a newer message while an older one of the same producer
+    /// is being reassembled, or no room within `max_reassembly_bytes` (their producers
+    /// retransmit them).
+    pub chunks_refused: u64,
+    /// Partial messages dropped: for an older message of their producer, for room, idle for
+    /// `producer_idle_ttl`, with their producer's window, settled by their producer, or
+    /// contradicted by a chunk. Their producers send them again.
+    pub partial_messages_dropped: u64,
+    /// Messages being reassembled right now.
+    pub partial_messages: usize,
+    /// Bytes of chunked messages held right now: chunks of partial messages, and reassembled
+    /// messages waiting for the handler.
+    pub reassembly_bytes: u64,
 }
 
 #[derive(Debug)]
@@ -139,6 +168,9 @@ struct Waiting<B, R> {
     body: B,
     reply_to: R,
     window: WindowRef,
+    /// What a reassembled message holds of `max_reassembly_bytes` until it runs (0 for
+    /// others).
+    charge: u64,
 }
 
 /// Rate limiters, one per kind of warning.
@@ -175,6 +207,10 @@ pub struct ConsumerCore<B, R> {
     next_deferred: u64,
     /// Deferred outcomes abandoned after `handler_timeout`, for the shell to cancel.
     expired: VecDeque<u64>,
+    /// Chunks of large messages, per producer (its slot in the table) and incarnation window,
+    /// until their message is whole.
+    chunks: Reassembly<usize, WindowRef>,
+    max_message_bytes: u64,
     stats: ConsumerStats,
     warnings: Warnings,
 }
@@ -196,6 +232,8 @@ impl<B, R> ConsumerCore<B, R> {
             deferred: VecDeque::new(),
             next_deferred: 0,
             expired: VecDeque::new(),
+            chunks: Reassembly::new(config.max_reassembly_bytes, config.producer_idle_ttl.get()),
+            max_message_bytes: config.max_message_bytes,
             stats: ConsumerStats::default(),
             warnings: Warnings::default(),
         }
@@ -249,22 +287,7 @@ impl<B, R> ConsumerCore<B, R> {
             header.window_start,
             now,
         );
-        match lookup {
-            Lookup::Existing
-            | Lookup::Created { evicted: false }
-            | Lookup::NewIncarnation { replaced: false } => {}
-            Lookup::Created { evicted: true } => {
-                self.stats.evictions += 1;
-                if let Some(n) = self.warnings.evictions.record(now, 1) {
-                    log::warn!(
-                        "evicted {n} producer(s) from the dedup table to stay within \
-                         max_producers; a retransmit from an evicted producer may run its \
-                         handler twice"
-                    );
-                }
-            }
-            Lookup::NewIncarnation { replaced: true } => self.stats.replaced_incarnations += 1,
-        }
+        count_lookup(&mut self.stats, &mut self.warnings, lookup, now);
         let seq = header.seq;
         if window.is_stale(seq) {
             self.stats.stale += 1;
@@ -279,37 +302,23 @@ impl<B, R> ConsumerCore<B, R> {
             };
             return Step::Ack(reply_to, ack);
         }
-        let running = self.running.as_ref().filter(|r| {
-            r.header.incarnation == header.incarnation && r.header.producer_id == header.producer_id
-        });
-        if window.is_waiting(seq)
-            || window.is_deferred(seq)
-            || running.is_some_and(|r| r.header.seq == seq)
-        {
+        let running = running_of(&self.running, &header);
+        if in_hand(window, running, seq) {
             self.stats.in_progress += 1;
             return Step::Hold;
         }
-        // The running message counts as retained above the mark only in its own window (not
-        // in a fresh one that replaced a dropped window), and only while above the mark
-        // (`window_start` may have moved past it).
-        let running_above =
-            running.is_some_and(|r| r.window == at && r.header.seq > window.contiguous());
-        let in_progress = window.waiting() + window.deferred() + usize::from(running_above);
-        let gap_closing = seq == window.contiguous() + 1;
-        let in_sequence = !self.ordered || seq == window.contiguous() + 1 + in_progress as u64;
-        let within_bound = self
-            .max_out_of_order
-            .is_none_or(|max| window.out_of_order() + in_progress < max);
-        if !(in_sequence && (gap_closing || within_bound)) {
-            self.stats.refused += 1;
-            if let Some(n) = self.warnings.refusals.record(now, 1) {
-                log::warn!(
-                    "refused {n} out-of-order deliveries (max_out_of_order or ordered mode); \
-                     their producers will retransmit them"
-                );
-            }
+        if !admissible(
+            window,
+            at,
+            running,
+            seq,
+            self.ordered,
+            self.max_out_of_order,
+        ) {
+            self.refuse(now);
             return Step::Hold;
         }
+        window.note_admitted_through(seq);
         let step = if self.running.is_none() {
             self.running = Some(Running {
                 header,
@@ -325,9 +334,29 @@ impl<B, R> ConsumerCore<B, R> {
                 body,
                 reply_to,
                 window: at,
+                charge: 0,
             });
             Step::Hold
         };
+        self.note_admitted(at, now);
+        step
+    }
+
+    /// Counts (and now and then warns about) a delivery refused by the out-of-order bound or
+    /// ordered mode.
+    fn refuse(&mut self, now: Instant) {
+        self.stats.refused += 1;
+        if let Some(n) = self.warnings.refusals.record(now, 1) {
+            log::warn!(
+                "refused {n} out-of-order deliveries (max_out_of_order or ordered mode); \
+                 their producers will retransmit them"
+            );
+        }
+    }
+
+    /// Notes that the window `at` admitted a new message, and warns when several live
+    /// producers seem to share its id.
+    fn note_admitted(&mut self, at: WindowRef, now: Instant) {
         if self.table.note_admitted(at, now) {
             self.stats.shared_id_messages += 1;
             if let Some(n) = self.warnings.shared_ids.record(now, 1) {
@@ -338,7 +367,6 @@ impl<B, R> ConsumerCore<B, R> {
                 );
             }
         }
-        step
     }
 
     /// Records how the running handler ended and says what follows: the ACK on success, and
@@ -377,7 +405,7 @@ impl<B, R> ConsumerCore<B, R> {
                 // A window evicted or replaced meanwhile is not recreated: the ACK still goes
                 // out, the worst case is one more handler run for a late retransmit.
                 if let Some(window) = self.table.window(running.window) {
-                    window.complete(running.header.seq);
+                    window.complete_range(running.header.first_seq(), running.header.seq);
                 }
                 self.stats.delivered += 1;
                 Some((running.reply_to, Ack::from(running.header)))
@@ -385,7 +413,7 @@ impl<B, R> ConsumerCore<B, R> {
             HandlerOutcome::Deferred => unreachable!("handled above"),
             HandlerOutcome::Failed(_) | HandlerOutcome::Panicked(_) => {
                 self.count_failure(outcome);
-                self.not_handled(&running.header, &describe(outcome), now);
+                self.not_handled(&running.header, running.window, &describe(outcome), now);
                 None
             }
         };
@@ -413,7 +441,7 @@ impl<B, R> ConsumerCore<B, R> {
         if *outcome == HandlerOutcome::Succeeded {
             if let Some(window) = window {
                 window.end_deferred(seq);
-                window.complete(seq);
+                window.complete_range(deferred.header.first_seq(), seq);
             }
             self.stats.delivered += 1;
             return Some((deferred.reply_to, Ack::from(deferred.header)));
@@ -422,7 +450,7 @@ impl<B, R> ConsumerCore<B, R> {
             window.end_deferred(seq);
         }
         self.count_failure(outcome);
-        self.not_handled(&deferred.header, &describe(outcome), now);
+        self.not_handled(&deferred.header, deferred.window, &describe(outcome), now);
         None
     }
 
@@ -441,6 +469,11 @@ impl<B, R> ConsumerCore<B, R> {
             self.stats.swept += swept as u64;
             log::debug!("swept {swept} idle producer dedup window(s)");
         }
+        let table = &mut self.table;
+        let dropped = self.chunks.sweep(now, |key| table.is_live(*key));
+        if dropped > 0 {
+            log::debug!("dropped {dropped} idle partial message(s)");
+        }
         while let Some(front) = self.deferred.front() {
             if front.deadline.is_none_or(|deadline| now < deadline) {
                 break;
@@ -450,7 +483,8 @@ impl<B, R> ConsumerCore<B, R> {
                 window.end_deferred(expired.header.seq);
             }
             self.stats.handler_timeouts += 1;
-            self.not_handled(&expired.header, "timed out (handler_timeout)", now);
+            let (header, window) = (&expired.header, expired.window);
+            self.not_handled(header, window, "timed out (handler_timeout)", now);
             self.expired.push_back(expired.id);
         }
         let expired = self
@@ -459,7 +493,8 @@ impl<B, R> ConsumerCore<B, R> {
         let completion = expired.then(|| {
             let running = self.running.take().expect("checked above");
             self.stats.handler_timeouts += 1;
-            self.not_handled(&running.header, "timed out (handler_timeout)", now);
+            let timed_out = "timed out (handler_timeout)";
+            self.not_handled(&running.header, running.window, timed_out, now);
             Completion {
                 ack: None,
                 next: self.start_next(now),
@@ -475,7 +510,8 @@ impl<B, R> ConsumerCore<B, R> {
     pub fn next_deadline(&self) -> Option<Instant> {
         let running = self.running_deadline();
         let deferred = self.deferred.front().and_then(|d| d.deadline);
-        [self.table.next_sweep(), running, deferred]
+        let partial = self.chunks.next_deadline();
+        [self.table.next_sweep(), running, deferred, partial]
             .into_iter()
             .flatten()
             .min()
@@ -516,11 +552,17 @@ impl<B, R> ConsumerCore<B, R> {
     /// Counters since start, with the current `tracked_producers`, `tracked_incarnations` and
     /// `waiting`.
     pub fn stats(&self) -> ConsumerStats {
+        let chunks = self.chunks.stats();
         ConsumerStats {
             tracked_producers: self.table.len(),
             tracked_incarnations: self.table.windows(),
             waiting: self.waiting.len() - self.orphans,
             deferred: self.deferred.len(),
+            assembled: chunks.assembled,
+            chunks_refused: chunks.refused,
+            partial_messages_dropped: chunks.dropped,
+            partial_messages: self.chunks.len(),
+            reassembly_bytes: self.chunks.charged(),
             ..self.stats
         }
     }
@@ -528,6 +570,7 @@ impl<B, R> ConsumerCore<B, R> {
     /// Forgets all dedup state and waiting messages (the consumer stopped).
     pub fn clear(&mut self) {
         self.table.clear();
+        self.chunks.clear();
         self.waiting.clear();
         self.orphans = 0;
         self.running = None;
@@ -545,7 +588,7 @@ impl<B, R> ConsumerCore<B, R> {
 
     /// A run ended without success: warn (rate-limited), and in ordered mode drop the waiting
     /// successors of the message (they must not overtake it; all are retransmitted).
-    fn not_handled(&mut self, failed: &Header, what: &str, now: Instant) {
+    fn not_handled(&mut self, failed: &Header, at: WindowRef, what: &str, now: Instant) {
         if let Some(n) = self.warnings.failures.record(now, 1) {
             log::warn!(
                 "{n} handler run(s) failed and were not ACKed (latest: {what}); their producers \
@@ -556,19 +599,27 @@ impl<B, R> ConsumerCore<B, R> {
             return;
         }
         self.collect_orphans();
-        let (before, table) = (self.waiting.len(), &mut self.table);
+        if let Some(window) = self.table.window(at) {
+            window.reset_admitted();
+        }
+        let (before, table, chunks) = (self.waiting.len(), &mut self.table, &mut self.chunks);
         let mut orphans_removed = 0;
         self.waiting.retain(|w| {
             let same = w.header.producer_id == failed.producer_id
                 && w.header.incarnation == failed.incarnation;
-            if same
-                && !table
-                    .window(w.window)
-                    .is_some_and(|win| win.end_waiting(w.header.seq))
-            {
+            if !same {
+                return true;
+            }
+            chunks.release(w.charge);
+            let window = table.window(w.window);
+            let was_waiting = window.is_some_and(|win| {
+                win.reset_admitted();
+                win.end_waiting(w.header.seq)
+            });
+            if !was_waiting {
                 orphans_removed += 1;
             }
-            !same
+            false
         });
         self.orphans -= orphans_removed;
         self.stats.refused += (before - self.waiting.len() - orphans_removed) as u64;
@@ -579,6 +630,7 @@ impl<B, R> ConsumerCore<B, R> {
     fn start_next(&mut self, now: Instant) -> Option<B> {
         self.purge_orphans();
         while let Some(w) = self.waiting.pop_front() {
+            self.chunks.release(w.charge);
             let was_waiting = self
                 .table
                 .window(w.window)
@@ -606,11 +658,15 @@ impl<B, R> ConsumerCore<B, R> {
         if self.orphans == 0 || self.orphans * 2 < self.waiting.len() {
             return;
         }
-        let (before, table) = (self.waiting.len(), &mut self.table);
+        let (before, table, chunks) = (self.waiting.len(), &mut self.table, &mut self.chunks);
         self.waiting.retain(|w| {
-            table
+            let keep = table
                 .window(w.window)
-                .is_some_and(|window| window.is_waiting(w.header.seq))
+                .is_some_and(|window| window.is_waiting(w.header.seq));
+            if !keep {
+                chunks.release(w.charge);
+            }
+            keep
         });
         debug_assert_eq!(before - self.waiting.len(), self.orphans, "counted exactly");
         self.orphans = 0;
@@ -637,6 +693,67 @@ impl<B, R> ConsumerCore<B, R> {
         }
         Step::DeadLetter(reason, header)
     }
+}
+
+/// Counts what a dedup lookup did: an eviction (warned about, rate-limited), a replaced
+/// incarnation.
+fn count_lookup(stats: &mut ConsumerStats, warnings: &mut Warnings, lookup: Lookup, now: Instant) {
+    match lookup {
+        Lookup::Existing
+        | Lookup::Created { evicted: false }
+        | Lookup::NewIncarnation { replaced: false } => {}
+        Lookup::Created { evicted: true } => {
+            stats.evictions += 1;
+            if let Some(n) = warnings.evictions.record(now, 1) {
+                log::warn!(
+                    "evicted {n} producer(s) from the dedup table to stay within \
+                     max_producers; a retransmit from an evicted producer may run its \
+                     handler twice"
+                );
+            }
+        }
+        Lookup::NewIncarnation { replaced: true } => stats.replaced_incarnations += 1,
+    }
+}
+
+/// The running message, if it is of `header`'s producer incarnation.
+fn running_of<'a, R>(running: &'a Option<Running<R>>, header: &Header) -> Option<&'a Running<R>> {
+    running.as_ref().filter(|r| {
+        r.header.incarnation == header.incarnation && r.header.producer_id == header.producer_id
+    })
+}
+
+/// Whether the message of (last) seq `seq` is in hand: waiting, deferred or running (`running`
+/// as [`running_of`] gives it). Its ACK follows the handler.
+fn in_hand<R>(window: &ProducerWindow, running: Option<&Running<R>>, seq: u64) -> bool {
+    window.is_waiting(seq)
+        || window.is_deferred(seq)
+        || running.is_some_and(|r| r.header.seq == seq)
+}
+
+/// Whether a new message starting at `first` may run or wait now: in ordered mode only the
+/// next one in order; otherwise the gap-closing one always, others while the producer's
+/// handled-above-contiguous plus in-progress messages stay below `max_out_of_order`.
+#[inline]
+fn admissible<R>(
+    window: &ProducerWindow,
+    at: WindowRef,
+    running: Option<&Running<R>>,
+    first: u64,
+    ordered: bool,
+    max_out_of_order: Option<usize>,
+) -> bool {
+    if ordered && first != window.next_in_order() {
+        return false;
+    }
+    // The running message counts as retained above the mark only in its own window (not in
+    // a fresh one that replaced a dropped window), and only while above the mark
+    // (`window_start` may have moved past it).
+    let running_above =
+        running.is_some_and(|r| r.window == at && r.header.seq > window.contiguous());
+    let in_progress = window.waiting() + window.deferred() + usize::from(running_above);
+    first == window.contiguous() + 1
+        || max_out_of_order.is_none_or(|max| window.out_of_order() + in_progress < max)
 }
 
 fn describe(outcome: &HandlerOutcome) -> String {
@@ -672,6 +789,7 @@ mod tests {
                 seq,
                 window_start: 1,
                 trace_context: None,
+                chunk: None,
             },
             body: "body",
             reply_to: Some(7),

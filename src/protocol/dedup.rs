@@ -39,6 +39,9 @@ pub struct ProducerWindow<K = Incarnation> {
     contiguous: u64,
     /// Seqs up to this one were declared settled by the producer (`window_start - 1`).
     floor: u64,
+    /// The last seq of the newest message admitted to the handler (running, waiting or handed
+    /// off): in ordered mode the next message starts right after it (or after `contiguous`).
+    admitted: u64,
     last_seen: Instant,
     /// Unique within the table: tells this window from a later one of the same incarnation.
     generation: u64,
@@ -63,6 +66,7 @@ impl<K: Copy> ProducerWindow<K> {
             incarnation,
             contiguous: 0,
             floor: 0,
+            admitted: 0,
             last_seen: now,
             generation,
             beyond: None,
@@ -172,6 +176,47 @@ impl<K: Copy> ProducerWindow<K> {
         }
     }
 
+    /// The handler for the message that took every seq from `first` through `last` (a chunked
+    /// message) succeeded: record them all, so that `contiguous` passes them and none stays
+    /// above it.
+    pub fn complete_range(&mut self, first: u64, last: u64) {
+        if first >= last {
+            return self.complete(last);
+        }
+        if last <= self.contiguous {
+            return;
+        }
+        if first <= self.contiguous + 1 {
+            self.contiguous = last;
+            if let Some(beyond) = &mut self.beyond {
+                if !beyond.above.is_empty() {
+                    beyond.above.retain(|&seq| seq > last);
+                }
+            }
+            self.slide();
+        } else {
+            let above = &mut self.beyond.get_or_insert_default().above;
+            above.extend(first..=last);
+        }
+    }
+
+    /// Where the next message must start in ordered mode: right after the newest message
+    /// admitted to the handler, or after `contiguous`.
+    pub fn next_in_order(&self) -> u64 {
+        self.contiguous.max(self.admitted) + 1
+    }
+
+    /// A message ending at `last` was admitted to the handler (it runs or waits).
+    pub fn note_admitted_through(&mut self, last: u64) {
+        self.admitted = self.admitted.max(last);
+    }
+
+    /// Nothing of this producer incarnation is admitted any more (ordered mode dropped what
+    /// waited behind a failed run): the next message starts after `contiguous`.
+    pub fn reset_admitted(&mut self) {
+        self.admitted = 0;
+    }
+
     /// The producer says every seq below `window_start` is settled: raises the floor (it never
     /// moves down). Returns how many waiting seqs became stale (they must not run).
     pub fn advance_to(&mut self, window_start: u64) -> usize {
@@ -265,10 +310,19 @@ impl Orphaned {
 
 /// Where a window lives: finds it again without a lookup, and finds nothing once that window
 /// was evicted, swept or replaced.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct WindowRef {
     slot: usize,
     generation: u64,
+}
+
+impl WindowRef {
+    /// Where the window's producer id is kept: the same for every incarnation window of an
+    /// id while the id is tracked (a slot of an evicted id may be taken by another id later,
+    /// whose windows are new ones).
+    pub fn producer_slot(self) -> usize {
+        self.slot
+    }
 }
 
 /// The windows of one producer id, most recently used first.
@@ -749,6 +803,33 @@ mod tests {
         assert_eq!((window.contiguous(), window.out_of_order()), (3, 0));
         window.complete(2);
         assert_eq!((window.contiguous(), window.out_of_order()), (3, 0));
+    }
+
+    #[test]
+    fn a_range_is_marked_whole_and_closes_the_gap_below_it() {
+        let mut table = Table::new(None, None);
+        let window = win(&mut table, "p", 1);
+        window.complete_range(4, 6);
+        assert_eq!((window.contiguous(), window.out_of_order()), (0, 3));
+        assert!((4..=6).all(|seq| window.is_handled(seq)) && !window.is_handled(3));
+        window.complete(8);
+        window.complete_range(1, 3);
+        assert_eq!(
+            (window.contiguous(), window.out_of_order()),
+            (6, 1),
+            "slid over the range above, up to the next gap"
+        );
+        window.complete_range(5, 7);
+        assert_eq!((window.contiguous(), window.out_of_order()), (8, 0));
+        assert_eq!(window.next_in_order(), 9);
+        window.note_admitted_through(12);
+        assert_eq!(
+            window.next_in_order(),
+            13,
+            "after the newest admitted message"
+        );
+        window.reset_admitted();
+        assert_eq!(window.next_in_order(), 9);
     }
 
     #[test]

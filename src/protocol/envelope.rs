@@ -9,6 +9,7 @@ use std::sync::Arc;
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
+use crate::protocol::chunk::{ChunkFault, ChunkHeader};
 use crate::protocol::trace_context::TraceContext;
 
 /// The longest producer id (in bytes) a consumer admits. Not configurable: a limit the sender
@@ -205,6 +206,18 @@ pub struct Header {
     /// The trace the message was sent in, if the producer set one
     /// ([`ProducerOptionsBuilder::trace_context`](crate::ProducerOptionsBuilder::trace_context)).
     pub trace_context: Option<TraceContext>,
+    /// Set when the delivery is one chunk of a large message (a producer with
+    /// [`chunk_size`](crate::ProducerOptionsBuilder::chunk_size)): where it sits in its
+    /// message. For a reassembled message (what a handler runs for), `seq` is its last chunk's.
+    #[serde(default)]
+    pub chunk: Option<ChunkHeader>,
+}
+
+impl Header {
+    /// The seq of the message's first chunk: `seq` itself unless the message was chunked.
+    pub fn first_seq(&self) -> u64 {
+        self.chunk.map_or(self.seq, |chunk| chunk.first_seq)
+    }
 }
 
 /// Which message a handler is running for: what an effectively-once handler records next to
@@ -216,7 +229,8 @@ pub struct DeliveryInfo {
     pub producer_id: ProducerId,
     /// The public id of the producer's incarnation when it sent the message.
     pub incarnation: IncarnationId,
-    /// The message's sequence number within that incarnation.
+    /// The message's sequence number within that incarnation (of a chunked message: its last
+    /// chunk's, whose ACK confirms it).
     pub seq: u64,
     /// The lowest seq the producer still awaited an ACK for when it sent this message: every
     /// lower seq of the incarnation was settled (ACKed or given up) by then.
@@ -227,6 +241,19 @@ pub struct DeliveryInfo {
     /// recovered durable producer has none (contexts are not stored).
     #[serde(default)]
     pub trace_context: Option<TraceContext>,
+    /// `Some(first)` when the message was sent in chunks
+    /// ([`chunk_size`](crate::ProducerOptionsBuilder::chunk_size)): it took every seq from
+    /// `first` through `seq`, and an effectively-once record marks them all (see
+    /// [`seqs`](Self::seqs)). `None`: it took `seq` alone.
+    #[serde(default)]
+    pub first_seq: Option<u64>,
+}
+
+impl DeliveryInfo {
+    /// Every seq the message took: `seq` alone, or, for a chunked message, its chunks'.
+    pub fn seqs(&self) -> std::ops::RangeInclusive<u64> {
+        self.first_seq.unwrap_or(self.seq)..=self.seq
+    }
 }
 
 impl From<&Header> for DeliveryInfo {
@@ -237,6 +264,7 @@ impl From<&Header> for DeliveryInfo {
             seq: header.seq,
             window_start: header.window_start,
             trace_context: header.trace_context.clone(),
+            first_seq: header.chunk.map(|chunk| chunk.first_seq),
         }
     }
 }
@@ -309,6 +337,19 @@ pub enum DeadLetterReason {
     /// Trace Context forbids, and no producer of this crate sends).
     #[error("the trace context has an all-zero id")]
     InvalidTraceContext,
+    /// A chunk of a large message whose chunk header is impossible, or contradicts the chunks
+    /// of its message received before (see [`ChunkFault`]).
+    #[error("invalid chunk: {0}")]
+    InvalidChunk(ChunkFault),
+    /// A chunked message longer than the consumer's `max_message_bytes`: it can never be
+    /// handled (no ACK: its producer retransmits it until it gives up).
+    #[error("the message is {len} bytes, more than max_message_bytes ({max})")]
+    MessageTooLarge {
+        /// The message's length, as its chunks announce it.
+        len: u64,
+        /// The consumer's `max_message_bytes`.
+        max: u64,
+    },
 }
 
 /// The text of [`DeadLetterReason::IncompatibleBody`].
@@ -380,6 +421,7 @@ mod tests {
             seq,
             window_start,
             trace_context: None,
+            chunk: None,
         }
     }
 
@@ -503,6 +545,7 @@ mod tests {
             seq: 1,
             window_start: 1,
             trace_context: None,
+            chunk: None,
         };
         let printed = format!("{header:?} {:?}", DeliveryInfo::from(&header));
         assert!(!printed.contains("123456789abcdef"), "{printed}");

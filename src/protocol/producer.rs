@@ -62,6 +62,15 @@ pub struct ProducerStats {
     /// A durable producer: stored messages not settled yet (their settlement not recorded),
     /// right now.
     pub unconfirmed: usize,
+    /// A producer with `chunk_size`: chunked messages sent again from their first chunk,
+    /// because their last chunk went unconfirmed for `resend_timeout` after every other chunk
+    /// was ACKed (the consumer may have lost the chunks: a restart, an eviction, a failed
+    /// handler). `sent`, `retransmitted` and `in_flight` count chunks there.
+    pub chunk_rounds: u64,
+    /// A durable producer with `chunk_size`: messages found partly stored when its stream was
+    /// opened (the producer had ended while storing their chunks): dropped, never sent,
+    /// reported to the sink as not stored.
+    pub partially_stored: u64,
 }
 
 #[derive(Debug)]
@@ -170,11 +179,51 @@ impl<T: Clone, C> ProducerCore<T, C> {
         core
     }
 
-    /// Every seq below `seq` is durably settled now (a durable producer recorded them): the
-    /// `window_start` of later transmissions may reach it, but never a seq the core has not
-    /// been given yet (a store still in flight may be settled in nobody's journal).
+    /// Every seq below `seq` is settled for good now (a durable producer recorded them; the
+    /// chunks of a large message are settled with their message, see
+    /// [`chunk`](crate::protocol::chunk)): the `window_start` of later transmissions may reach
+    /// it, never pass it, and never a seq the core has not been given yet (a store still in
+    /// flight may be settled in nobody's journal).
     pub fn set_durably_settled_below(&mut self, seq: u64) {
         self.durably_settled_below = seq.min(self.next_seq);
+    }
+
+    /// The seq the next message numbered by the core gets (or that
+    /// [`handle_stored`](Self::handle_stored) expects).
+    pub fn next_seq(&self) -> u64 {
+        self.next_seq
+    }
+
+    /// Takes `seq` back, in flight or queued for dispatch, without settling it: its token is
+    /// handed back and nothing is counted (a message made of several seqs was settled as a
+    /// whole). `None` if the core does not hold it.
+    pub fn forget(&mut self, seq: u64) -> Option<(T, C)> {
+        if let Some(index) = self.position(seq) {
+            let m = self.in_flight.remove(index)?;
+            return Some((m.body, m.confirm));
+        }
+        let index = self.numbered.iter().position(|(s, _, _)| *s == seq)?;
+        self.numbered
+            .remove(index)
+            .map(|(_, body, confirm)| (body, confirm))
+    }
+
+    /// Sends `seq` again, under its own seq, through the window (before anything numbered
+    /// after it): a seq the core numbered and settled (its ACK came) that its owner needs
+    /// transmitted once more. Hold `window_start` at or below it
+    /// ([`set_durably_settled_below`](Self::set_durably_settled_below)) or the consumer takes
+    /// it as stale.
+    ///
+    /// # Errors
+    /// The message is handed back if `seq` was never numbered, or the core holds it still.
+    pub fn handle_again(&mut self, seq: u64, body: T, confirm: C) -> Result<(), (T, C)> {
+        let held = self.position(seq).is_some() || self.numbered.iter().any(|(s, _, _)| *s == seq);
+        if seq == 0 || seq >= self.next_seq || held {
+            return Err((body, confirm));
+        }
+        let at = self.numbered.partition_point(|(s, _, _)| *s < seq);
+        self.numbered.insert(at, (seq, body, confirm));
+        Ok(())
     }
 
     /// Seeds the retransmission jitter (by default from the OS CSPRNG), for reproducible
@@ -345,6 +394,7 @@ impl<T: Clone, C> ProducerCore<T, C> {
                     seq,
                     window_start: self.in_flight[0].seq.min(self.durably_settled_below),
                     trace_context: trace_context(&message.confirm),
+                    chunk: None,
                 },
                 body: message.body.clone(),
                 attempt: message.attempts,
@@ -441,13 +491,20 @@ impl<T: Clone, C> ProducerCore<T, C> {
     fn dispatch(&mut self, seq: u64, body: T, confirm: C, now: Instant) {
         let deadline = now + retry_interval(self.resend_timeout, self.backoff, 1, &mut self.jitter);
         self.earliest_deadline = Some(self.earliest_deadline.map_or(deadline, |e| e.min(deadline)));
-        self.in_flight.push_back(InFlight {
+        let entry = InFlight {
             seq,
             body,
             confirm,
             attempts: 1,
             deadline,
-        });
+        };
+        if self.in_flight.back().is_some_and(|last| last.seq > seq) {
+            // Sent again (`handle_again`): in flight stays in seq order.
+            let at = self.in_flight.partition_point(|m| m.seq < seq);
+            self.in_flight.insert(at, entry);
+        } else {
+            self.in_flight.push_back(entry);
+        }
         self.transmit.push_back(seq);
         self.stats.sent += 1;
     }
@@ -917,6 +974,53 @@ mod tests {
         assert_eq!(c.handle_stored(8, 81, 81), Err((81, 81)), "not mixed");
         assert_eq!(c.poll_transmit(now).map(|t| t.header.seq), Some(8));
     }
+    #[test]
+    fn a_settled_seq_is_sent_again_in_order_and_a_forgotten_one_settles_nothing() {
+        let mut c = window(2);
+        let now = Instant::now();
+        for body in 1..=3 {
+            c.handle_send(body, body).unwrap();
+        }
+        assert_eq!(transmitted(&mut c, now), [(1, 1), (2, 2)]);
+        assert!(c.handle_ack(&ack(1)));
+        assert_eq!(transmitted(&mut c, now), [(3, 3)]);
+        assert_eq!(c.handle_again(1, 10, 10), Ok(()));
+        assert_eq!(c.handle_again(2, 20, 20), Err((20, 20)), "in flight still");
+        assert_eq!(c.handle_again(4, 40, 40), Err((40, 40)), "never numbered");
+        assert!(c.handle_ack(&ack(2)));
+        assert_eq!(transmitted(&mut c, now), [(1, 10)], "through the window");
+        assert_eq!(c.forget(3), Some((3, 3)));
+        assert_eq!(c.forget(3), None);
+        assert!(!c.handle_ack(&ack(3)), "forgotten: not in flight");
+        assert!(c.handle_ack(&ack(1)));
+        assert_eq!(
+            settled(&mut c),
+            [(1, Ok(())), (2, Ok(())), (10, Ok(()))],
+            "the forgotten seq settles nothing"
+        );
+        assert_eq!(c.stats().confirmed, 3);
+        assert!(c.is_idle());
+    }
+
+    #[test]
+    fn a_seq_sent_again_below_those_in_flight_keeps_them_in_seq_order() {
+        let mut c = window(4);
+        let now = Instant::now();
+        for body in 1..=3 {
+            c.handle_send(body, body).unwrap();
+        }
+        transmitted(&mut c, now);
+        assert!(c.handle_ack(&ack(1)));
+        c.handle_again(1, 10, 10).unwrap();
+        assert_eq!(transmitted(&mut c, now), [(1, 10)]);
+        // Found again by seq: ACKs in any order settle the right tokens.
+        for seq in [3, 1, 2] {
+            assert!(c.handle_ack(&ack(seq)));
+        }
+        let tokens: Vec<u32> = settled(&mut c).into_iter().map(|(t, _)| t).collect();
+        assert_eq!(tokens, [1, 3, 10, 2]);
+    }
+
     /// (seq, window_start) of what the core puts on the wire at `now`.
     fn transmitted_starts(c: &mut Core, now: Instant) -> Vec<(u64, u64)> {
         std::iter::from_fn(|| c.poll_transmit(now))

@@ -6,6 +6,8 @@
 use std::collections::VecDeque;
 use std::sync::Arc;
 
+use bytes::Bytes;
+
 /// Bodies up to this many bytes are stored inline.
 const INLINE: usize = 30;
 
@@ -16,6 +18,8 @@ pub(crate) enum Body {
     Inline { len: u8, bytes: [u8; INLINE] },
     /// Long: shared between the store and the frames being built.
     Shared(Arc<[u8]>),
+    /// A chunk of a large message: shared with its producer, never kept in [`Bodies`].
+    Chunk(Bytes),
 }
 
 impl Body {
@@ -36,6 +40,7 @@ impl Body {
         match self {
             Body::Inline { len, bytes } => &bytes[..usize::from(*len)],
             Body::Shared(bytes) => bytes,
+            Body::Chunk(bytes) => bytes,
         }
     }
 }

@@ -12,16 +12,18 @@ use serde::de::{Deserializer, SeqAccess, Visitor};
 use serde::{Deserialize, Serialize, Serializer};
 
 use crate::codec::{self, CodecError};
+use crate::protocol::chunk::ChunkHeader;
 use crate::protocol::envelope::{Incarnation, MAX_ID_BYTES};
 use crate::protocol::trace_context::TraceContext;
 use crate::remote::auth::{NodeId, Nonce, Sealer};
 
-/// The protocol version this crate speaks: 3 since each delivery may carry a trace context
-/// (one byte when it does not); 2 since bodies start with their codec and schema version
+/// The protocol version this crate speaks: 4 since a delivery may be one chunk of a large
+/// message (one byte when it is not); 3 since each delivery may carry a trace context (one
+/// byte when it does not); 2 since bodies start with their codec and schema version
 /// ([`crate::remote::schema`]); version 1 bodies were bare bincode. Peers of another version
 /// are refused at the handshake (and NATS messages of another version are refused, counted):
 /// a deployment upgrades its nodes together.
-pub(crate) const PROTOCOL_VERSION: u16 = 3;
+pub(crate) const PROTOCOL_VERSION: u16 = 4;
 
 /// The first bytes of every `Hello`.
 pub(crate) const MAGIC: [u8; 8] = *b"actixdlv";
@@ -122,8 +124,11 @@ pub(crate) struct WireDelivery<'a> {
     pub window_start: u64,
     /// The trace the message was sent in: one byte when absent (version 3 on).
     pub trace_context: Option<TraceContext>,
+    /// Set when the delivery is one chunk of a large message: where it sits in its message
+    /// (one byte when absent; version 4 on). Checked by the consumer's admission.
+    pub chunk: Option<ChunkHeader>,
     /// The encoded body: its codec and schema version, then the value
-    /// ([`crate::remote::schema`]).
+    /// ([`crate::remote::schema`]); of a chunk, the chunk's bytes of its message's encoding.
     #[serde(serialize_with = "as_bytes")]
     pub body: &'a [u8],
 }
@@ -239,11 +244,25 @@ pub(crate) const fn wire_delivery_len(
     seq: u64,
     window_start: u64,
     traced: bool,
+    chunk: Option<ChunkHeader>,
     body: usize,
 ) -> usize {
     let trace = if traced { 1 + TRACE_CONTEXT_LEN } else { 1 };
-    varint_len(seq) + varint_len(window_start) + trace + bytes_len(body)
+    let chunk = match chunk {
+        Some(chunk) => {
+            1 + varint_len(chunk.first_seq)
+                + varint_len(chunk.chunks as u64)
+                + varint_len(chunk.message_len)
+        }
+        None => 1,
+    };
+    varint_len(seq) + varint_len(window_start) + trace + chunk + bytes_len(body)
 }
+
+/// The most a `Deliveries` frame of one chunk takes besides the chunk's bytes (ids at their
+/// longest, a trace context, the chunk header, the tag and the length prefix, with room to
+/// spare): a node's references carry chunks of up to `max_frame_length` less this.
+pub(crate) const CHUNK_FRAME_OVERHEAD: usize = 1024;
 
 /// Bytes of a [`TraceContext`] on the wire: trace id, span id, flags.
 const TRACE_CONTEXT_LEN: usize = 16 + 8 + 1;
@@ -326,6 +345,11 @@ mod tests {
                     seq,
                     window_start: 1,
                     trace_context: None,
+                    chunk: (seq == 2).then_some(ChunkHeader {
+                        first_seq: 2,
+                        chunks: 1,
+                        message_len: 4,
+                    }),
                     body: b"body",
                 })
                 .collect(),
@@ -386,7 +410,7 @@ mod tests {
         let payload = payload_of(&Frame::Hello(hello()));
         assert_eq!(payload[0], 0, "Hello is kind 0");
         assert_eq!(&payload[1..9], b"actixdlv");
-        assert_eq!(payload[9], 3, "version 3");
+        assert_eq!(payload[9], 4, "version 4");
     }
 
     #[test]
@@ -405,9 +429,14 @@ mod tests {
             assert_eq!(varint_len(n), codec::encode(&n).unwrap().len(), "{n}");
         }
         let context = TraceContext::new([1; 16], [2; 8], 1);
-        for (body, trace_context) in [0, 3, 250, 251, 70_000]
+        let chunk = ChunkHeader {
+            first_seq: 70_000,
+            chunks: 300,
+            message_len: 1 << 33,
+        };
+        for (body, trace_context, chunk) in [0, 3, 250, 251, 70_000]
             .into_iter()
-            .flat_map(|body| [(body, None), (body, context.clone())])
+            .flat_map(|body| [(body, None, None), (body, context.clone(), Some(chunk))])
         {
             let bytes = vec![1u8; body];
             let traced = trace_context.is_some();
@@ -415,10 +444,11 @@ mod tests {
                 seq: 300,
                 window_start: 7,
                 trace_context,
+                chunk,
                 body: &bytes,
             };
             assert_eq!(
-                wire_delivery_len(300, 7, traced, body),
+                wire_delivery_len(300, 7, traced, chunk, body),
                 codec::encode(&item).unwrap().len()
             );
         }
@@ -471,12 +501,18 @@ mod tests {
                     seq: 0,
                     window_start: 0,
                     trace_context: None,
+                    chunk: None,
                     body: b"",
                 },
                 WireDelivery {
                     seq: u64::MAX,
                     window_start: u64::MAX,
                     trace_context: None,
+                    chunk: Some(ChunkHeader {
+                        first_seq: 0,
+                        chunks: 0,
+                        message_len: 0,
+                    }),
                     body: b"",
                 },
             ],

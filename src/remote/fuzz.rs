@@ -6,6 +6,7 @@ use bytes::BytesMut;
 use tokio_util::codec::{Decoder, LengthDelimitedCodec};
 
 use crate::codec::Codec;
+use crate::protocol::chunk::ChunkHeader;
 use crate::protocol::envelope::Incarnation;
 use crate::protocol::trace_context::TraceContext;
 use crate::remote::auth::{NodeId, Opener, Sealer};
@@ -106,6 +107,12 @@ pub fn sample_stream() -> Vec<u8> {
                     // Half of them traced, so that mutations reach a context too.
                     trace_context: TraceContext::new([7; 16], [8; 8], 1)
                         .filter(|_| seq.is_multiple_of(2)),
+                    // One is a chunk, so that mutations reach a chunk header too.
+                    chunk: (seq == 300).then_some(ChunkHeader {
+                        first_seq: 300,
+                        chunks: 2,
+                        message_len: 64,
+                    }),
                     body,
                 })
                 .collect(),

@@ -6,6 +6,7 @@ use std::pin::Pin;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
+use bytes::Bytes;
 use futures_util::stream::FuturesUnordered;
 use futures_util::StreamExt;
 use serde::de::DeserializeOwned;
@@ -13,7 +14,9 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio_util::sync::CancellationToken;
 
 use crate::consumer::ConsumerHandle;
-use crate::message::{Deliveries, Delivery, ReplyTo, Undecodable};
+use crate::message::{
+    ChunkDeliveries, ChunkDelivery, Decode, Deliveries, Delivery, ReplyTo, Undecodable,
+};
 use crate::protocol::envelope::{Ack, Header, ProducerId};
 use crate::remote::connection::{
     accept_handshake, drive, next_frame, secure_accept, End, Established, Failure, Identity, Link,
@@ -71,8 +74,16 @@ pub(crate) struct Handed {
 pub(crate) trait Exposed: Send + Sync {
     /// Hands the batch's deliveries to the consumer, with `reply_to` for their ACKs, reading
     /// their bodies as the consumer's type declares in `schemas`; a delivery whose body
-    /// cannot be read becomes a dead letter there (the others are delivered as usual).
-    fn deliver(&self, batch: &DeliveryBatch<'_>, reply_to: &ReplyTo, schemas: &Schemas) -> Handed;
+    /// cannot be read becomes a dead letter there (the others are delivered as usual). The
+    /// batch was decoded from `frame`: a chunk of a large message is handed over as its view
+    /// of it, not a copy.
+    fn deliver(
+        &self,
+        frame: &Bytes,
+        batch: &DeliveryBatch<'_>,
+        reply_to: &ReplyTo,
+        schemas: &Schemas,
+    ) -> Handed;
 }
 
 /// An exposed consumer and who may deliver to it.
@@ -95,14 +106,36 @@ impl Entry {
     }
 }
 
+/// A chunk's bytes as the consumer keeps them until its message is reassembled: a view of
+/// `frame` if the chunk is at least half of it, else a copy. A view keeps the whole frame
+/// alive (the read buffer it was split from: about the frame), and reassembly charges only
+/// the chunk, so a view of a small chunk in a large frame (beside stale chunks or other
+/// deliveries) would let a sender pin far more memory than the bound counts; this way a kept
+/// frame is about twice what is charged for it at most.
+fn chunk_bytes(frame: &Bytes, body: &[u8]) -> Bytes {
+    if body.len().saturating_mul(2) >= frame.len() {
+        frame.slice_ref(body)
+    } else {
+        Bytes::copy_from_slice(body)
+    }
+}
+
 /// A [`ConsumerHandle`] as an [`Exposed`] consumer.
 pub(crate) struct ExposedConsumer<T: Send + 'static>(pub ConsumerHandle<T>);
 
 impl<T: DeserializeOwned + Send + 'static> Exposed for ExposedConsumer<T> {
-    fn deliver(&self, batch: &DeliveryBatch<'_>, reply_to: &ReplyTo, schemas: &Schemas) -> Handed {
+    fn deliver(
+        &self,
+        frame: &Bytes,
+        batch: &DeliveryBatch<'_>,
+        reply_to: &ReplyTo,
+        schemas: &Schemas,
+    ) -> Handed {
         let schema = schemas.of::<T>();
         let producer_id = ProducerId::from(batch.producer_id);
         let mut deliveries = Vec::with_capacity(batch.items.len());
+        let mut chunks = Vec::new();
+        let mut decode: Option<Decode<T>> = None;
         let mut undecodable = Vec::new();
         let mut why = None;
         for item in &batch.items {
@@ -112,7 +145,18 @@ impl<T: DeserializeOwned + Send + 'static> Exposed for ExposedConsumer<T> {
                 seq: item.seq,
                 window_start: item.window_start,
                 trace_context: item.trace_context.clone(),
+                chunk: item.chunk,
             };
+            if item.chunk.is_some() {
+                // Buffered as its bytes; the whole message is read once reassembled.
+                let decode = decode.get_or_insert_with(|| {
+                    std::sync::Arc::new(move |message| schema.read_assembled(message))
+                });
+                let bytes = chunk_bytes(frame, item.body);
+                let reply_to = Some(reply_to.clone());
+                chunks.extend(ChunkDelivery::new(header, bytes, reply_to, decode.clone()));
+                continue;
+            }
             match schema.read(item.body) {
                 Ok(body) => deliveries.push(Delivery {
                     producer_id: header.producer_id,
@@ -133,14 +177,28 @@ impl<T: DeserializeOwned + Send + 'static> Exposed for ExposedConsumer<T> {
         let addr = self.0.addr();
         // Dead letters count against the same bound as deliveries: a batch is taken once the
         // last of its messages is (a mailbox is first in, first out).
-        let taken = if deliveries.is_empty() {
-            (dead > 0).then(|| dispatched(addr.send(Undecodable(undecodable))))
-        } else {
-            if dead > 0 {
-                addr.do_send(Undecodable(undecodable));
+        // The last message is awaited (`send`); the ones before it go with `do_send`, as a
+        // message whose `send` future is dropped is skipped.
+        let (more_deliveries, more_chunks) = (!deliveries.is_empty(), !chunks.is_empty());
+        let mut taken = None;
+        if dead > 0 {
+            let dead = Undecodable(undecodable);
+            if more_deliveries || more_chunks {
+                addr.do_send(dead);
+            } else {
+                taken = Some(dispatched(addr.send(dead)));
             }
-            Some(dispatched(addr.send(Deliveries(deliveries))))
-        };
+        }
+        if more_deliveries {
+            if more_chunks {
+                addr.do_send(Deliveries(deliveries));
+            } else {
+                taken = Some(dispatched(addr.send(Deliveries(deliveries))));
+            }
+        }
+        if more_chunks {
+            taken = Some(dispatched(addr.send(ChunkDeliveries(chunks))));
+        }
         Handed {
             taken,
             undecodable: dead,
@@ -335,12 +393,12 @@ async fn serve(
                     if dispatching.len() < MAX_DISPATCHING =>
                 {
                     let frame = match frame {
-                        Ok(frame) => frame,
+                        Ok(frame) => frame.freeze(),
                         Err(end) => return end,
                     };
                     match Frame::decode(&frame) {
                         Ok(Frame::Deliveries(batch)) => {
-                            match dispatch(node, &batch, &reply_to, identity.as_ref()) {
+                            match dispatch(node, &frame, &batch, &reply_to, identity.as_ref()) {
                                 Ok(Some(taken)) => dispatching.push(taken),
                                 Ok(None) => {}
                                 Err(Unauthorized) => return End::Unauthorized,
@@ -369,6 +427,7 @@ struct Unauthorized;
 /// that do not include the peer's.
 fn dispatch(
     node: &Shared,
+    frame: &Bytes,
     batch: &DeliveryBatch<'_>,
     reply_to: &ReplyTo,
     identity: Option<&Identity>,
@@ -395,7 +454,9 @@ fn dispatch(
         });
         return Err(Unauthorized);
     }
-    let handed = exposed.consumer.deliver(batch, reply_to, &node.schemas);
+    let handed = exposed
+        .consumer
+        .deliver(frame, batch, reply_to, &node.schemas);
     add(&node.counters.deliveries_in, n - handed.undecodable);
     add(&node.counters.undecodable_bodies, handed.undecodable);
     if let Some(why) = handed.why {
@@ -422,4 +483,20 @@ fn reply_to(node: &Shared, link: &Arc<Link>) -> ReplyTo {
             None => add(&counters.acks_dropped_disconnected, n),
         }
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_chunk_is_kept_as_a_view_of_its_frame_only_if_it_is_at_least_half_of_it() {
+        let frame = Bytes::from(vec![1u8; 100]);
+        let within = |kept: &Bytes| frame.as_ptr_range().contains(&kept.as_ptr());
+        let large = chunk_bytes(&frame, &frame[10..60]);
+        assert!(within(&large), "a view: no copy");
+        let small = chunk_bytes(&frame, &frame[10..59]);
+        assert!(!within(&small), "a copy: the frame is not pinned by it");
+        assert_eq!((&large[..], &small[..]), (&frame[10..60], &frame[10..59]));
+    }
 }

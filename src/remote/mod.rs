@@ -36,11 +36,11 @@
 //!
 //! | kind | direction | fields |
 //! |---|---|---|
-//! | 0 `Hello` | client → server | magic `actixdlv`, version (3), node id, nonce (32 B), authenticated, max frame length |
+//! | 0 `Hello` | client → server | magic `actixdlv`, version (4), node id, nonce (32 B), authenticated, max frame length |
 //! | 1 `Challenge` | server → client | version, node id, nonce, max frame length, server proof |
 //! | 2 `Proof` | client → server | client proof |
 //! | 3 `Accepted` | server → client | — (the first tagged frame) |
-//! | 4 `Deliveries` | client → server | consumer name, producer id, incarnation, items (seq, window start, trace context: 0, or 1 and its 25 bytes, body bytes) |
+//! | 4 `Deliveries` | client → server | consumer name, producer id, incarnation, items (seq, window start, trace context: 0, or 1 and its 25 bytes, chunk header: 0, or 1 and the message's first seq, chunk count and length, body bytes) |
 //! | 5 `Acks` | server → client | producer id, incarnation, seqs |
 //! | 6 `Ping` | both | — |
 //!
@@ -48,7 +48,13 @@
 //! type (a varint) and the value in that codec: see [`BodySchema`] for how a receiver reads
 //! bodies of other versions of its type. Nodes of different protocol versions refuse each
 //! other in the handshake, counted in [`NodeStats::version_refusals`]: protocol 1 (before
-//! bodies carried their codec), 2 (before deliveries could carry a trace context) and 3.
+//! bodies carried their codec), 2 (before deliveries could carry a trace context) and 3
+//! (before they could carry a chunk header).
+//!
+//! A chunk of a large message ([`ProducerOptionsBuilder::chunk_size`](crate::ProducerOptionsBuilder::chunk_size))
+//! is a delivery whose body is the chunk's bytes of its message's encoding (the message, as a
+//! body above, cut into chunks), with a chunk header; the receiving node hands the chunks to
+//! the consumer, which decodes the message with the node's schema once it is whole.
 //!
 //! The handshake (see the `handshake` module source for the state machine):
 //! `proof_S = HMAC-SHA256(K, "actix-delivery/1 server proof\0" ‖ t)`, `proof_C` the same with

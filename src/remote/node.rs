@@ -16,6 +16,7 @@ use crate::consumer::ConsumerHandle;
 use crate::message::{ConsumerRef, Delivery};
 use crate::protocol::envelope::MAX_ID_BYTES;
 use crate::remote::auth::NodeId;
+use crate::remote::frame::CHUNK_FRAME_OVERHEAD;
 use crate::remote::handshake::Local;
 use crate::remote::inbound::{listen, Entry, ExposedConsumer};
 use crate::remote::options::NodeOptions;
@@ -352,10 +353,22 @@ impl Node {
         let name: Arc<str> = name.into();
         // The reference is a handle too: the node runs while a producer can send through it.
         let owner = self.0.clone();
+        let (chunks_to, chunks_owner) = (outbound.clone(), owner.clone());
+        let chunks_name = name.clone();
+        let shared = self.shared().clone();
+        let max_chunk = shared.options.config.max_frame_length - CHUNK_FRAME_OVERHEAD;
         Ok(ConsumerRef::from_fn(move |deliveries: Vec<Delivery<T>>| {
             let _owner = &owner;
             outbound.send(&name, deliveries);
-        }))
+        })
+        .with_chunks(move |chunks| {
+            let _owner = &chunks_owner;
+            chunks_to.send_chunks(&chunks_name, chunks);
+        })
+        .with_transport(
+            max_chunk,
+            Arc::new(move |body: &T, size| shared.schemas.of::<T>().write_chunks(body, size)),
+        ))
     }
 
     /// The sending side of `addr`, made if new.

@@ -14,10 +14,11 @@ use serde::Serialize;
 use tokio::net::TcpStream;
 use tokio::sync::{watch, Notify};
 
-use crate::message::{Delivery, ReplyTo};
+use crate::message::{ChunkDelivery, Delivery, ReplyTo};
 use crate::protocol::envelope::{Ack, Incarnation, ProducerId};
 use crate::remote::auth::NodeId;
 use crate::remote::backoff::Reconnect;
+use crate::remote::body::Body;
 use crate::remote::connection::{
     connect_handshake, drive, next_frame, secure_connect, End, Established, Failure, Link,
 };
@@ -143,29 +144,50 @@ impl Outbound {
         name: &Arc<str>,
         deliveries: Vec<Delivery<T>>,
     ) {
+        let (n, node) = (deliveries.len(), &self.node);
+        let schema = node.schemas.of::<T>();
+        self.send_encoded(name, n, |routes, scratch| {
+            let counters = &node.counters;
+            encode(
+                routes,
+                scratch,
+                deliveries,
+                &schema,
+                &counters.bodies_encoded,
+                &node.warnings,
+            )
+        });
+    }
+
+    /// Sends the chunks of large messages to the consumer `name` there, as
+    /// [`send`](Self::send) sends deliveries (a chunk goes out as its bytes: nothing is
+    /// encoded or kept).
+    pub(crate) fn send_chunks<T>(self: &Arc<Self>, name: &Arc<str>, chunks: Vec<ChunkDelivery<T>>) {
+        let n = chunks.len();
+        self.send_encoded(name, n, |routes, _| encode_chunks(routes, chunks));
+    }
+
+    /// Sends `n` deliveries that `encode` turns into groups of items (with the routes of their
+    /// producers, and a buffer to encode into), as [`send`](Self::send) says.
+    fn send_encoded(
+        self: &Arc<Self>,
+        name: &Arc<str>,
+        n: usize,
+        encode: impl FnOnce(&mut Routes<ReplyTo>, &mut Vec<u8>) -> (Vec<Group>, u64),
+    ) {
         self.start_connector();
         let counters = &self.node.counters;
         let (link, groups) = {
             let mut state = self.lock();
             if state.link.is_none() && state.backing_off {
                 drop(state);
-                add(
-                    &counters.deliveries_dropped_disconnected,
-                    deliveries.len() as u64,
-                );
+                add(&counters.deliveries_dropped_disconnected, n as u64);
                 return;
             }
             let State {
                 routes, scratch, ..
             } = &mut *state;
-            let (groups, unsendable) = encode(
-                routes,
-                scratch,
-                deliveries,
-                &self.node.schemas.of::<T>(),
-                &counters.bodies_encoded,
-                &self.node.warnings,
-            );
+            let (groups, unsendable) = encode(routes, scratch);
             add(&counters.deliveries_unsendable, unsendable);
             match state.link.clone() {
                 Some(link) => (link, groups),
@@ -571,21 +593,58 @@ pub(crate) fn encode<T: Serialize>(
             window_start: delivery.window_start,
             body,
             trace_context: delivery.trace_context,
+            chunk: None,
         };
-        match groups.last_mut() {
-            Some(group)
-                if group.incarnation == delivery.incarnation
-                    && group.producer_id == delivery.producer_id =>
-            {
-                group.items.push(item);
-            }
-            _ => groups.push(Group {
-                producer_id: delivery.producer_id,
-                incarnation: delivery.incarnation,
-                items: vec![item],
-            }),
-        }
+        group(
+            &mut groups,
+            delivery.producer_id,
+            delivery.incarnation,
+            item,
+        );
     }
     add(bodies_encoded, encoded);
     (groups, unsendable)
+}
+
+/// The chunks of large messages as items, grouped by producer incarnation, their producers'
+/// routes made or refreshed (for the ACKs): a chunk goes out as its bytes (shared with its
+/// producer, not kept). Returns the groups and the number of chunks that cannot be sent.
+/// Shared by the TCP and NATS carriers.
+pub(crate) fn encode_chunks<T>(
+    routes: &mut Routes<ReplyTo>,
+    chunks: Vec<ChunkDelivery<T>>,
+) -> (Vec<Group>, u64) {
+    let mut groups: Vec<Group> = Vec::new();
+    let mut unsendable = 0;
+    for chunk in chunks {
+        let Some(reply_to) = &chunk.reply_to else {
+            unsendable += 1;
+            continue;
+        };
+        routes.route(&chunk.producer_id, chunk.incarnation, reply_to);
+        let item = Item {
+            seq: chunk.seq,
+            window_start: chunk.window_start,
+            body: Body::Chunk(chunk.bytes),
+            trace_context: chunk.trace_context,
+            chunk: Some(chunk.chunk),
+        };
+        group(&mut groups, chunk.producer_id, chunk.incarnation, item);
+    }
+    (groups, unsendable)
+}
+
+/// Appends `item` to the last group if it is of the same producer incarnation, else to a new
+/// one.
+fn group(groups: &mut Vec<Group>, producer_id: ProducerId, incarnation: Incarnation, item: Item) {
+    match groups.last_mut() {
+        Some(group) if group.incarnation == incarnation && group.producer_id == producer_id => {
+            group.items.push(item);
+        }
+        _ => groups.push(Group {
+            producer_id,
+            incarnation,
+            items: vec![item],
+        }),
+    }
 }

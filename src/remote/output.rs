@@ -6,6 +6,7 @@
 //! most the peer's frame limit) may be held, then dropped if it does not fit; the buffer's
 //! capacity never grows beyond `limit` plus one frame. Pure: no I/O, no runtime.
 
+use crate::protocol::chunk::ChunkHeader;
 use crate::protocol::envelope::{Ack, Incarnation};
 use crate::protocol::trace_context::TraceContext;
 use crate::remote::auth::Sealer;
@@ -39,6 +40,8 @@ pub(crate) struct Item {
     /// The encoded body.
     pub(crate) body: Body,
     pub(crate) trace_context: Option<TraceContext>,
+    /// Where the delivery sits in its message, if it is a chunk of one.
+    pub(crate) chunk: Option<ChunkHeader>,
 }
 
 impl Item {
@@ -50,6 +53,7 @@ impl Item {
             window_start,
             body,
             trace_context: None,
+            chunk: None,
         }
     }
 }
@@ -146,6 +150,7 @@ impl Output {
                     item.seq,
                     item.window_start,
                     item.trace_context.is_some(),
+                    item.chunk,
                     item.body.as_slice().len(),
                 );
                 if size + len > budget {
@@ -171,6 +176,7 @@ impl Output {
                         seq: item.seq,
                         window_start: item.window_start,
                         trace_context: item.trace_context.clone(),
+                        chunk: item.chunk,
                         body: item.body.as_slice(),
                     })
                     .collect(),

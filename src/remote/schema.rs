@@ -11,10 +11,14 @@ use std::collections::HashMap;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::{PoisonError, RwLock};
 
+use std::io::Write;
+
+use bytes::Bytes;
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 
 use crate::codec::{self, Codec, CodecError, Manifest, Unreadable, UpcastError, Written};
+use crate::protocol::chunk::{Assembled, ChunkWriter};
 use crate::protocol::envelope::DeadLetterReason;
 
 /// The codec bodies are written in when their type has no [`BodySchema`]: MessagePack, so
@@ -136,6 +140,60 @@ impl<T> BodySchema<T> {
             out.truncate(start);
         }
         result
+    }
+
+    /// Writes a message to be sent in chunks (a producer with `chunk_size`): header first, as
+    /// [`write`](Self::write) does, without the one-body limit, into chunks of `chunk_size`
+    /// bytes.
+    pub(crate) fn write_chunks(
+        &self,
+        value: &T,
+        chunk_size: usize,
+    ) -> Result<Vec<Bytes>, CodecError>
+    where
+        T: Serialize,
+    {
+        let mut chunks = ChunkWriter::new(chunk_size);
+        let header = codec::encode(&(self.codec.id(), self.version))?;
+        chunks.write_all(&header).expect("writing to memory");
+        self.codec.write(value, &mut chunks, u64::MAX)?;
+        Ok(chunks.finish())
+    }
+
+    /// Reads a reassembled chunked message as a `T`, as [`read`](Self::read) reads a body:
+    /// at this version straight from its chunks, at another through the upcaster.
+    ///
+    /// # Errors
+    /// As [`read`](Self::read). Never panics, whatever the bytes (or the upcaster) do.
+    pub(crate) fn read_assembled(&self, mut message: Assembled) -> Result<T, Unread>
+    where
+        T: DeserializeOwned,
+    {
+        let len = message.len();
+        let Ok((codec, version)) = codec::decode_prefix_from::<(u8, u32)>(&mut message, len) else {
+            return Err(Unread {
+                reason: DeadLetterReason::UndecodableBody,
+                why: "the message has no codec and version header".to_owned(),
+            });
+        };
+        if let (true, Some(known)) = (version == self.version, Codec::from_id(codec)) {
+            let decoded = catch_unwind(AssertUnwindSafe(|| known.decode_assembled(message)));
+            return match decoded {
+                Ok(Ok(value)) => Ok(value),
+                Ok(Err(error)) => Err(Unread {
+                    reason: DeadLetterReason::UndecodableBody,
+                    why: error.to_string(),
+                }),
+                Err(_) => Err(Unread {
+                    reason: DeadLetterReason::UndecodableBody,
+                    why: "decoding it panicked".to_owned(),
+                }),
+            };
+        }
+        // Another codec or version (rare): the upcaster reads it from one buffer.
+        let mut body = codec::encode(&(codec, version)).expect("a header encodes");
+        body.extend_from_slice(&message.into_bytes());
+        self.read(&body)
     }
 
     /// Reads a received body as a `T`: directly if it was written at this version, through

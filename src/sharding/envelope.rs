@@ -30,14 +30,19 @@ pub struct EntityEnvelope<M> {
 impl<M> EntityEnvelope<M> {
     /// Checks the origin as a consumer admits a delivery (its fields come from the sender):
     /// a producer id of 1 to 256 bytes, a seq in `1..=2^53-1`, a window start in `1..=seq`,
-    /// and a predecessor before the seq.
+    /// a predecessor before the seq, and no range of seqs (a sharded producer's messages are
+    /// whole: a range would record seqs as processed that no entity processed).
     ///
     /// # Errors
     /// The [`DeadLetterReason`] of the first field out of range.
     pub fn check(&self) -> Result<(), DeadLetterReason> {
         let origin = &self.origin;
         check_producer_id(origin.producer_id.as_str())?;
-        if origin.seq == 0 || origin.seq > MAX_SEQ || self.previous >= origin.seq {
+        if origin.seq == 0
+            || origin.seq > MAX_SEQ
+            || self.previous >= origin.seq
+            || origin.first_seq.is_some()
+        {
             return Err(DeadLetterReason::SeqOutOfRange(origin.seq));
         }
         if origin.window_start == 0 || origin.window_start > origin.seq {

@@ -132,6 +132,7 @@ impl<T: Clone + Send + 'static> ShardRouter<T> {
             seq,
             window_start: delivery.window_start,
             trace_context: delivery.trace_context,
+            first_seq: None,
         };
         let Self {
             lanes,

@@ -51,6 +51,8 @@
 //! | `actix_delivery_producer_stored_total` | counter | `stored` (durable producers) |
 //! | `actix_delivery_producer_resumed_total` | counter | `resumed` (durable producers) |
 //! | `actix_delivery_producer_resumed_confirmed_total` | counter | `resumed_confirmed` (durable producers) |
+//! | `actix_delivery_producer_chunk_rounds_total` | counter | `chunk_rounds`: chunked messages sent again whole (`chunk_size`) |
+//! | `actix_delivery_producer_partially_stored_total` | counter | `partially_stored`: chunked messages found partly stored at an opening, dropped (durable producers) |
 //! | `actix_delivery_producer_in_flight` | gauge | `in_flight`: sent, not ACKed |
 //! | `actix_delivery_producer_queued` | gauge | `queued`: waiting for the window |
 //! | `actix_delivery_producer_unconfirmed` | gauge | `unconfirmed`: stored in a durable stream, not settled |
@@ -74,10 +76,15 @@
 //! | `actix_delivery_consumer_swept_total` | counter | `swept` |
 //! | `actix_delivery_consumer_replaced_incarnations_total` | counter | `replaced_incarnations` |
 //! | `actix_delivery_consumer_shared_id_messages_total` | counter | `shared_id_messages` |
+//! | `actix_delivery_consumer_assembled_total` | counter | `assembled`: chunked messages reassembled |
+//! | `actix_delivery_consumer_chunks_refused_total` | counter | `chunks_refused`: chunks refused by the reassembly bounds |
+//! | `actix_delivery_consumer_partial_messages_dropped_total` | counter | `partial_messages_dropped` |
 //! | `actix_delivery_consumer_tracked_producers` | gauge | `tracked_producers` |
 //! | `actix_delivery_consumer_tracked_incarnations` | gauge | `tracked_incarnations` |
 //! | `actix_delivery_consumer_waiting` | gauge | `waiting` |
 //! | `actix_delivery_consumer_deferred` | gauge | `deferred` |
+//! | `actix_delivery_consumer_partial_messages` | gauge | `partial_messages`: being reassembled |
+//! | `actix_delivery_consumer_reassembly_bytes` | gauge | `reassembly_bytes`: held for reassembly |
 //! | `actix_delivery_consumer_handler_seconds` | histogram | one handler run, start to outcome (a pipelined handler: to its hand-off); abandoned runs are not recorded; sampled: the first run that ends in each mailbox drain |
 //!
 //! **Persistent entity** ([`PersistentStats`](crate::persistence::PersistentStats)), label
@@ -247,6 +254,8 @@ meter! {
         counter stored: "actix_delivery_producer_stored_total",
         counter resumed: "actix_delivery_producer_resumed_total",
         counter resumed_confirmed: "actix_delivery_producer_resumed_confirmed_total",
+        counter chunk_rounds: "actix_delivery_producer_chunk_rounds_total",
+        counter partially_stored: "actix_delivery_producer_partially_stored_total",
         gauge in_flight: "actix_delivery_producer_in_flight",
         gauge queued: "actix_delivery_producer_queued",
         gauge unconfirmed: "actix_delivery_producer_unconfirmed",
@@ -271,10 +280,15 @@ meter! {
         counter swept: "actix_delivery_consumer_swept_total",
         counter replaced_incarnations: "actix_delivery_consumer_replaced_incarnations_total",
         counter shared_id_messages: "actix_delivery_consumer_shared_id_messages_total",
+        counter assembled: "actix_delivery_consumer_assembled_total",
+        counter chunks_refused: "actix_delivery_consumer_chunks_refused_total",
+        counter partial_messages_dropped: "actix_delivery_consumer_partial_messages_dropped_total",
         gauge tracked_producers: "actix_delivery_consumer_tracked_producers",
         gauge tracked_incarnations: "actix_delivery_consumer_tracked_incarnations",
         gauge waiting: "actix_delivery_consumer_waiting",
         gauge deferred: "actix_delivery_consumer_deferred",
+        gauge partial_messages: "actix_delivery_consumer_partial_messages",
+        gauge reassembly_bytes: "actix_delivery_consumer_reassembly_bytes",
         histogram handler_seconds: "actix_delivery_consumer_handler_seconds",
     }
 }

@@ -137,6 +137,7 @@ impl<T: Clone + Send + 'static> WorkPullingController<T> {
             seq: delivery.seq,
             window_start: delivery.window_start,
             trace_context: delivery.trace_context,
+            first_seq: None,
         };
         let ack = Ack {
             producer_id: delivery.producer_id,

@@ -59,6 +59,9 @@ pub struct Item {
     pub window_start: u64,
     /// Since version 3: the W3C trace context (trace id, span id, flags), if any.
     pub trace_context: Option<([u8; 16], [u8; 8], u8)>,
+    /// Since version 4: of a chunk of a large message, its message's first seq, number of
+    /// chunks and length in bytes.
+    pub chunk: Option<(u64, u32, u64)>,
     pub body: Vec<u8>,
 }
 
@@ -70,7 +73,7 @@ pub struct Acks {
 }
 
 /// The protocol version.
-pub const VERSION: u16 = 3;
+pub const VERSION: u16 = 4;
 
 /// A body as protocol 2 writes it: codec id (2: MessagePack with named fields), the schema
 /// version of its type (a bincode varint), the value.
@@ -174,6 +177,7 @@ pub fn deliveries(consumer: &str, seqs: impl IntoIterator<Item = u64>) -> Frame 
                 seq,
                 window_start: 1,
                 trace_context: None,
+                chunk: None,
                 body: body(&seq),
             })
             .collect(),

@@ -71,6 +71,7 @@ impl World<'_> {
                 seq: key.seq,
                 window_start: key.seq,
                 trace_context: None,
+                chunk: None,
             };
             let at = self.now + BURST_SPACING * offset as u32;
             for copy in 0..forgery.copies {

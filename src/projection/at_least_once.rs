@@ -106,18 +106,19 @@ where
         false
     }
 
-    fn load<'a>(&'a mut self, key: &'a Key) -> LocalBoxFuture<'a, Result<Offset, String>> {
+    fn load<'a>(&'a mut self, key: &'a Key) -> LocalBoxFuture<'a, Result<Offset, Failure>> {
         Box::pin(async move {
             self.store
                 .load(&key.name, key.slices)
                 .await
-                .map_err(|err| err.to_string())
+                .map_err(|err| Failure::Store(err.to_string()))
         })
     }
 
     fn process<'a>(
         &'a mut self,
         _: &'a Key,
+        _: Offset,
         batch: Batch<Ev>,
     ) -> LocalBoxFuture<'a, Result<(), Failure>> {
         Box::pin(async move {
@@ -131,13 +132,14 @@ where
     fn save<'a>(
         &'a mut self,
         key: &'a Key,
+        _: Offset,
         offset: Offset,
-    ) -> LocalBoxFuture<'a, Result<(), String>> {
+    ) -> LocalBoxFuture<'a, Result<(), Failure>> {
         Box::pin(async move {
             self.store
                 .save(&key.name, key.slices, offset)
                 .await
-                .map_err(|err| err.to_string())
+                .map_err(|err| Failure::Store(err.to_string()))
         })
     }
 }

@@ -51,6 +51,10 @@ pub struct ProjectionStats {
     pub read_failures: u64,
     /// Failures of the read model or offset store (the offset was loaded again).
     pub store_failures: u64,
+    /// Batches (or skips) rolled back because the stored offset was no longer the one they
+    /// built on: another instance of this projection, with the same name and slices, had
+    /// stored its own (the offset was loaded again; nothing was handled twice).
+    pub conflicts: u64,
     /// For the last batch: from its newest entry's commit to the handler's success, in ms
     /// (clocks of the journal and this process).
     pub lag_ms: u64,
@@ -302,6 +306,32 @@ impl<Ev> Core<Ev> {
     /// stored offset is uncertain, so load it again after a wait.
     pub fn handle_store_failed(&mut self, now: Instant) {
         self.stats.store_failures += 1;
+        self.reload(now);
+    }
+
+    /// Exactly once: the stored offset was not [`stored`](Self::stored) any more (another
+    /// instance moved it), and the batch or skip was rolled back: load it again after a wait.
+    pub fn handle_conflict(&mut self, now: Instant) {
+        self.stats.conflicts += 1;
+        self.reload(now);
+    }
+
+    /// The projection cannot go on (its stored offset does not fit the journal or its
+    /// slices, or the journal cannot be read): stop with `error`.
+    pub fn handle_refused(&mut self, error: ProjectionError) {
+        self.queue.clear();
+        self.in_flight = None;
+        self.phase = Phase::Failed(error);
+    }
+
+    /// The stored offset as far as this core knows: what an exactly-once batch or skip builds
+    /// on, and stores only if it is still the stored one.
+    pub fn stored(&self) -> Offset {
+        self.stats.offset
+    }
+
+    /// Drops what was read and loads the offset again after a wait.
+    fn reload(&mut self, now: Instant) {
         self.phase = Phase::Loading;
         self.queue.clear();
         self.in_flight = None;

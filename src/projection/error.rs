@@ -1,6 +1,6 @@
 //! Why a projection stopped, or could not start.
 
-use crate::journal::{Offset, PersistenceId};
+use crate::journal::{JournalError, Offset, PersistenceId};
 
 /// The error a handler returns: any error (a `rusqlite::Error`, a `tokio_postgres::Error`, a
 /// `String`…) converts with `?`. A failing handler is retried; see
@@ -30,6 +30,28 @@ pub enum ProjectionError {
         seq: u64,
         /// Why it could not be got past.
         reason: String,
+    },
+    /// The stored offsets do not fit this projection, which therefore handles nothing: the
+    /// read model has offsets of the same name under other slices (a change of slicing,
+    /// which would handle their events again: rebuild instead, under a new name or after
+    /// deleting the name's rows from `projection_offset`), or the stored offset is beyond
+    /// everything the journal has committed (the read model belongs to another journal, or
+    /// the journal was reset or restored: every new entry would be skipped).
+    #[error("projection `{projection}` cannot start: {reason}")]
+    Refused {
+        /// The projection's name.
+        projection: String,
+        /// What does not fit, and what to do.
+        reason: String,
+    },
+    /// Reading the journal failed in a way no retry mends (corrupt or incompatible data, a
+    /// journal that cannot read by tag). Failures of the storage itself are retried.
+    #[error("projection `{projection}` cannot read the journal: {error}")]
+    Journal {
+        /// The projection's name.
+        projection: String,
+        /// The journal's error.
+        error: JournalError,
     },
     /// The read model or offset store could not be opened or set up.
     #[error("the read model failed: {0}")]

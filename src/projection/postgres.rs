@@ -3,14 +3,17 @@
 //! projection.
 
 use std::str::FromStr;
+use std::time::Duration;
 
 use futures_util::future::LocalBoxFuture;
+use tokio_postgres::error::SqlState;
 use tokio_postgres::{Client, Config, NoTls, Transaction};
 
 use crate::journal::{is_connection_lost, is_plain_identifier, Offset, Slices};
 use crate::projection::core::Batch;
 use crate::projection::envelope::{Envelope, EventDecoder};
 use crate::projection::runner::{guarded, Failure, Key, Sink};
+use crate::projection::sqlite::other_slicings;
 use crate::projection::{
     HandlerError, HandlerFuture, OffsetStore, Projection, ProjectionError, ProjectionHandle,
 };
@@ -25,13 +28,24 @@ use crate::projection::{
 /// broke) is no problem: the projection connects again and loads the offset, which says
 /// whether it went through. The read model may live in the journal's database or another.
 /// Plain connections only (no TLS).
+///
+/// Every call on the database is bounded by a [timeout](Self::with_timeout) (30 s by
+/// default): a batch (handler, offset and commit), loading or storing an offset, connecting.
+/// One that runs over is cancelled on the server, its connection dropped, and the projection
+/// connects again and loads its offset, as after any failure of the read model.
 #[derive(Debug)]
 pub struct PostgresReadModel {
     config: Config,
     /// `"schema".projection_offset`.
     table: String,
     client: Client,
+    timeout: Duration,
+    /// A call ran over its timeout: connect again before the next.
+    abandoned: bool,
 }
+
+/// The default [`PostgresReadModel::with_timeout`].
+const DEFAULT_TIMEOUT: Duration = Duration::from_secs(30);
 
 impl PostgresReadModel {
     /// Connects to the database `config` names (as `PostgresJournal::connect` takes it) and
@@ -56,6 +70,9 @@ impl PostgresReadModel {
                 "schema {schema:?} must be 1 to 63 characters of a-z, 0-9 and _, not starting \
                  with a digit"
             )));
+        }
+        if config.get_connect_timeout().is_none() {
+            config.connect_timeout(DEFAULT_TIMEOUT);
         }
         let client = open(&config).await.map_err(ProjectionError::Store)?;
         let table = format!("\"{schema}\".projection_offset");
@@ -98,7 +115,26 @@ impl PostgresReadModel {
             config,
             table,
             client,
+            timeout: DEFAULT_TIMEOUT,
+            abandoned: false,
         })
+    }
+
+    /// Bounds each call on the database by `timeout` (30 s by default): a batch (the
+    /// handler's work, the offset and the commit), loading or storing an offset, and a
+    /// connection attempt unless the connection string sets `connect_timeout`. Make it
+    /// longer than the slowest batch the handler takes.
+    ///
+    /// # Errors
+    /// [`ProjectionError::Store`] for a zero `timeout`.
+    pub fn with_timeout(mut self, timeout: Duration) -> Result<Self, ProjectionError> {
+        if timeout.is_zero() {
+            return Err(ProjectionError::Store(
+                "a read model's timeout must be longer than zero".into(),
+            ));
+        }
+        self.timeout = timeout;
+        Ok(self)
     }
 
     /// The connection (for setting up the read model's tables and reading them).
@@ -106,12 +142,32 @@ impl PostgresReadModel {
         &self.client
     }
 
-    /// Connects again if the connection was lost.
+    /// Connects again if the connection was lost or abandoned.
     async fn reconnect_if_lost(&mut self) -> Result<(), String> {
-        if self.client.is_closed() {
+        if self.abandoned || self.client.is_closed() {
             self.client = open(&self.config).await?;
+            self.abandoned = false;
         }
         Ok(())
+    }
+
+    /// What a call bounded by [`timeout`](Self::with_timeout) returned, or an error if it
+    /// ran over: then its query is cancelled on the server and its connection dropped.
+    fn settle<T>(
+        &mut self,
+        outcome: Result<Result<T, Failure>, tokio::time::error::Elapsed>,
+    ) -> Result<T, Failure> {
+        outcome.unwrap_or_else(|_| {
+            self.abandoned = true;
+            let cancel = self.client.cancel_token();
+            tokio::spawn(async move {
+                let _ = cancel.cancel_query(NoTls).await;
+            });
+            Err(Failure::Store(format!(
+                "PostgreSQL did not answer within {:?}",
+                self.timeout
+            )))
+        })
     }
 
     async fn load_offset(&mut self, key: &Key) -> Result<Offset, String> {
@@ -148,6 +204,91 @@ impl PostgresReadModel {
             .await
             .map_err(|err| err.to_string())
     }
+}
+
+impl PostgresReadModel {
+    /// Exactly once: the stored offset of `key`, unless the table holds offsets of the same
+    /// name under slices that overlap `key`'s but are not the same (a change of slicing).
+    async fn load_exactly_once(&mut self, key: &Key) -> Result<Offset, Failure> {
+        self.reconnect_if_lost().await.map_err(Failure::Store)?;
+        let others = self
+            .client
+            .query(
+                &format!(
+                    "SELECT first_slice, last_slice FROM {} WHERE projection = $1 \
+                     AND first_slice <= $3 AND last_slice >= $2 \
+                     AND NOT (first_slice = $2 AND last_slice = $3) ORDER BY first_slice",
+                    self.table
+                ),
+                &[
+                    &key.name,
+                    &slice(key.slices.first()),
+                    &slice(key.slices.last()),
+                ],
+            )
+            .await
+            .map_err(|err| Failure::Store(err.to_string()))?;
+        if !others.is_empty() {
+            let others: Vec<(u16, u16)> = others
+                .iter()
+                .map(|row| (row.get::<_, i16>(0) as u16, row.get::<_, i16>(1) as u16))
+                .collect();
+            return Err(Failure::Refused(other_slicings(key, &others)));
+        }
+        self.load_offset(key).await.map_err(Failure::Store)
+    }
+}
+
+/// Exactly once: stores `offset` as `key`'s in `table` if the stored one is still `stored`
+/// (nothing stored counts as [`Offset::START`]); `false` if another instance moved it. A
+/// concurrent writer's row lock makes this wait for its commit, then see its offset.
+async fn advance(
+    client: &impl tokio_postgres::GenericClient,
+    table: &str,
+    key: &Key,
+    stored: Offset,
+    offset: Offset,
+) -> Result<bool, tokio_postgres::Error> {
+    let [stored_transaction, stored_position, transaction, position] = [
+        stored.parts().0,
+        stored.parts().1,
+        offset.parts().0,
+        offset.parts().1,
+    ]
+    .map(|n| i64::try_from(n).unwrap_or(i64::MAX));
+    let (first, last) = (slice(key.slices.first()), slice(key.slices.last()));
+    let changed = if stored == Offset::START {
+        client
+            .execute(
+                &format!(
+                    "INSERT INTO {table} (projection, first_slice, last_slice, \
+                     offset_transaction, offset_position) VALUES ($1, $2, $3, $4, $5) \
+                     ON CONFLICT (projection, first_slice, last_slice) DO NOTHING"
+                ),
+                &[&key.name, &first, &last, &transaction, &position],
+            )
+            .await?
+    } else {
+        client
+            .execute(
+                &format!(
+                    "UPDATE {table} SET offset_transaction = $4, offset_position = $5, \
+                     updated_at = now() WHERE projection = $1 AND first_slice = $2 \
+                     AND last_slice = $3 AND offset_transaction = $6 AND offset_position = $7"
+                ),
+                &[
+                    &key.name,
+                    &first,
+                    &last,
+                    &transaction,
+                    &position,
+                    &stored_transaction,
+                    &stored_position,
+                ],
+            )
+            .await?
+    };
+    Ok(changed == 1)
 }
 
 /// A slice number as the table's SMALLINT (slices are below 1024).
@@ -203,10 +344,15 @@ async fn save(
     Ok(())
 }
 
-/// Whether a handler's error is the database failing rather than the events: a lost
-/// connection, a serialization failure or deadlock (class 40), the server short of resources
-/// (53) or shutting down (57). Then the offset is loaded again, and the entries are not
-/// blamed.
+/// Whether a handler's error is the read model failing rather than the events: a lost
+/// connection (class 08), refused authorization (28), a missing database or schema (3D,
+/// 3F), a serialization failure or deadlock (40), a missing table or column, a syntax error
+/// or a missing privilege (42: the read model's schema or the handler's SQL), the server short
+/// of resources (53), an object not in the state needed (55, a lock not available), shutting
+/// down (57), a system or internal error (58, XX). Then the offset is loaded again and the
+/// batch retried, and the entries are not blamed (no retry counts against them, no poison:
+/// a broken read model never makes [`PoisonPolicy::Skip`](crate::projection::PoisonPolicy::Skip)
+/// skip events). Data and constraint errors (22, 23) are the events'.
 fn is_storage_failure(err: &HandlerError) -> bool {
     let Some(err) = err.downcast_ref::<tokio_postgres::Error>() else {
         return false;
@@ -214,9 +360,11 @@ fn is_storage_failure(err: &HandlerError) -> bool {
     is_connection_lost(err)
         || err.code().is_some_and(|code| {
             let code = code.code();
-            ["40", "53", "57"]
-                .iter()
-                .any(|class| code.starts_with(class))
+            [
+                "08", "28", "3D", "3F", "40", "42", "53", "55", "57", "58", "XX",
+            ]
+            .iter()
+            .any(|class| code.starts_with(class))
         })
 }
 
@@ -235,42 +383,77 @@ where
         true
     }
 
-    fn load<'a>(&'a mut self, key: &'a Key) -> LocalBoxFuture<'a, Result<Offset, String>> {
-        Box::pin(self.model.load_offset(key))
+    fn load<'a>(&'a mut self, key: &'a Key) -> LocalBoxFuture<'a, Result<Offset, Failure>> {
+        Box::pin(async move {
+            let model = &mut self.model;
+            let outcome = tokio::time::timeout(model.timeout, model.load_exactly_once(key)).await;
+            model.settle(outcome)
+        })
     }
 
     fn process<'a>(
         &'a mut self,
         key: &'a Key,
+        stored: Offset,
         batch: Batch<Ev>,
     ) -> LocalBoxFuture<'a, Result<(), Failure>> {
         Box::pin(async move {
-            let model = &mut self.model;
-            model.reconnect_if_lost().await.map_err(Failure::Store)?;
-            let store = |err: tokio_postgres::Error| Failure::Store(err.to_string());
-            let transaction = model.client.transaction().await.map_err(store)?;
-            let handler = &mut self.handler;
-            match guarded(|| handler(&transaction, batch.events())).await? {
-                Ok(()) => {}
-                Err(err) if is_storage_failure(&err) || transaction.client().is_closed() => {
-                    return Err(Failure::Store(err.to_string()))
+            let (model, handler) = (&mut self.model, &mut self.handler);
+            let timeout = model.timeout;
+            let outcome = tokio::time::timeout(timeout, async {
+                model.reconnect_if_lost().await.map_err(Failure::Store)?;
+                let store = |err: tokio_postgres::Error| Failure::Store(err.to_string());
+                let transaction = model.client.transaction().await.map_err(store)?;
+                match guarded(|| handler(&transaction, batch.events())).await? {
+                    Ok(()) => {}
+                    Err(err) if is_storage_failure(&err) || transaction.client().is_closed() => {
+                        return Err(Failure::Store(err.to_string()))
+                    }
+                    Err(err) => return Err(Failure::Handler(err.to_string())),
                 }
-                Err(err) => return Err(Failure::Handler(err.to_string())),
-            }
-            save(&transaction, &model.table, key, batch.to)
-                .await
-                .map_err(Failure::Store)?;
-            transaction.commit().await.map_err(store)
+                match advance(&transaction, &model.table, key, stored, batch.to).await {
+                    Ok(true) => {}
+                    Ok(false) => return Err(moved(stored)),
+                    Err(err) if err.code() == Some(&SqlState::IN_FAILED_SQL_TRANSACTION) => {
+                        return Err(Failure::Handler(format!(
+                            "the handler returned Ok from a transaction in which a statement \
+                             had failed: {err}"
+                        )))
+                    }
+                    Err(err) => return Err(store(err)),
+                }
+                transaction.commit().await.map_err(store)
+            })
+            .await;
+            model.settle(outcome)
         })
     }
 
     fn save<'a>(
         &'a mut self,
         key: &'a Key,
+        stored: Offset,
         offset: Offset,
-    ) -> LocalBoxFuture<'a, Result<(), String>> {
-        Box::pin(self.model.save_offset(key, offset))
+    ) -> LocalBoxFuture<'a, Result<(), Failure>> {
+        Box::pin(async move {
+            let model = &mut self.model;
+            let outcome = tokio::time::timeout(model.timeout, async {
+                model.reconnect_if_lost().await.map_err(Failure::Store)?;
+                match advance(&model.client, &model.table, key, stored, offset).await {
+                    Ok(true) => Ok(()),
+                    Ok(false) => Err(moved(stored)),
+                    Err(err) => Err(Failure::Store(err.to_string())),
+                }
+            })
+            .await;
+            model.settle(outcome)
+        })
     }
+}
+
+/// The failure of a batch or skip that found the stored offset moved from `stored`.
+fn moved(stored: Offset) -> Failure {
+    Failure::Conflict(format!("the stored offset is no longer {stored}"))
 }
 
 impl OffsetStore for PostgresReadModel {
@@ -280,7 +463,12 @@ impl OffsetStore for PostgresReadModel {
         slices: Slices,
     ) -> LocalBoxFuture<'a, Result<Offset, HandlerError>> {
         let key = Key::new(projection, slices);
-        Box::pin(async move { Ok(self.load_offset(&key).await?) })
+        Box::pin(async move {
+            let timeout = self.timeout;
+            let loading = async { self.load_offset(&key).await.map_err(Failure::Store) };
+            let outcome = tokio::time::timeout(timeout, loading).await;
+            Ok(self.settle(outcome)?)
+        })
     }
 
     fn save<'a>(
@@ -290,7 +478,12 @@ impl OffsetStore for PostgresReadModel {
         offset: Offset,
     ) -> LocalBoxFuture<'a, Result<(), HandlerError>> {
         let key = Key::new(projection, slices);
-        Box::pin(async move { Ok(self.save_offset(&key, offset).await?) })
+        Box::pin(async move {
+            let timeout = self.timeout;
+            let saving = async { self.save_offset(&key, offset).await.map_err(Failure::Store) };
+            let outcome = tokio::time::timeout(timeout, saving).await;
+            Ok(self.settle(outcome)?)
+        })
     }
 }
 

@@ -11,7 +11,7 @@ use futures_util::FutureExt;
 use tokio::sync::watch;
 
 use crate::handler::panic_message;
-use crate::journal::{Journal, Offset, Slices, TagNotifications};
+use crate::journal::{Journal, JournalError, Offset, Slices, TagNotifications};
 use crate::persistence::EventSourced;
 use crate::projection::core::{Batch, Core, ProjectionStats, Step};
 use crate::projection::envelope::{EntityEvents, EventDecoder, Item, RawEvents};
@@ -36,14 +36,23 @@ impl Key {
     }
 }
 
-/// Why a batch was not handled.
-#[derive(Debug)]
+/// Why a batch was not handled, or an offset not loaded or stored.
+#[derive(Debug, thiserror::Error)]
 pub(crate) enum Failure {
     /// The handler failed (or panicked): counts against the entries (retries, poison).
+    #[error("{0}")]
     Handler(String),
     /// The store failed (the transaction, the offset, the connection): the stored offset is
     /// uncertain, and no fault of the entries.
+    #[error("{0}")]
     Store(String),
+    /// Exactly once: the stored offset was no longer the one the batch built on (another
+    /// instance stored its own); the batch was rolled back.
+    #[error("{0}")]
+    Conflict(String),
+    /// The stored offsets do not fit this projection: it stops.
+    #[error("{0}")]
+    Refused(String),
 }
 
 /// A handler's panic, as the failure it counts as.
@@ -70,22 +79,26 @@ pub(crate) trait Sink<Ev>: 'static {
     /// Whether the offset is stored in the batch's own transaction (exactly once).
     fn offset_in_transaction(&self) -> bool;
 
-    /// The stored offset ([`Offset::START`] if none).
-    fn load<'a>(&'a mut self, key: &'a Key) -> LocalBoxFuture<'a, Result<Offset, String>>;
+    /// The stored offset ([`Offset::START`] if none): or [`Failure::Store`], or
+    /// [`Failure::Refused`] if the stored offsets do not fit `key`.
+    fn load<'a>(&'a mut self, key: &'a Key) -> LocalBoxFuture<'a, Result<Offset, Failure>>;
 
-    /// Runs the handler on `batch` (exactly once: and stores `batch.to` in its transaction).
+    /// Runs the handler on `batch`; exactly once: and stores `batch.to` in its transaction
+    /// if `stored` is still the stored offset ([`Failure::Conflict`] if not).
     fn process<'a>(
         &'a mut self,
         key: &'a Key,
+        stored: Offset,
         batch: Batch<Ev>,
     ) -> LocalBoxFuture<'a, Result<(), Failure>>;
 
-    /// Stores `offset` on its own.
+    /// Stores `offset` on its own; exactly once: if `stored` is still the stored offset.
     fn save<'a>(
         &'a mut self,
         key: &'a Key,
+        stored: Offset,
         offset: Offset,
-    ) -> LocalBoxFuture<'a, Result<(), String>>;
+    ) -> LocalBoxFuture<'a, Result<(), Failure>>;
 }
 
 /// A projection of the entries of one tag, before it is started with a handler and a store:
@@ -182,13 +195,7 @@ async fn run<D: EventDecoder, S: Sink<D::Event>>(
         match core.next_step(now()) {
             Step::Load => match sink.load(&key).await {
                 Ok(offset) => core.handle_loaded(offset),
-                Err(err) => {
-                    log::warn!(
-                        "projection `{}`: loading its offset failed: {err}",
-                        key.name
-                    );
-                    core.handle_store_failed(now());
-                }
+                Err(failure) => store_failed(&mut core, &key.name, "loading its offset", failure),
             },
             Step::Fetch { after, max } => match journal.events_by_tag(&query, after, max).await {
                 Ok(tagged) => {
@@ -199,34 +206,29 @@ async fn run<D: EventDecoder, S: Sink<D::Event>>(
                         .collect();
                     core.handle_fetched(items, full, now());
                 }
-                Err(err) => {
+                Err(err @ JournalError::Storage { .. }) => {
                     log::warn!(
                         "projection `{}`: reading the journal failed: {err}",
                         key.name
                     );
                     core.handle_fetch_failed(now());
                 }
+                Err(error) => {
+                    let projection = key.name.clone();
+                    core.handle_refused(ProjectionError::Journal { projection, error });
+                }
             },
-            Step::Handle(batch) => match sink.process(&key, batch).await {
+            Step::Handle(batch) => match sink.process(&key, core.stored(), batch).await {
                 Ok(()) => core.handle_processed(now(), SystemTime::now()),
                 Err(Failure::Handler(why)) => {
                     log::warn!("projection `{}`: the handler failed: {why}", key.name);
                     core.handle_handler_failed(&why, now());
                 }
-                Err(Failure::Store(why)) => {
-                    log::warn!("projection `{}`: the store failed: {why}", key.name);
-                    core.handle_store_failed(now());
-                }
+                Err(failure) => store_failed(&mut core, &key.name, "handling a batch", failure),
             },
-            Step::Save(offset) => match sink.save(&key, offset).await {
+            Step::Save(offset) => match sink.save(&key, core.stored(), offset).await {
                 Ok(()) => core.handle_saved(offset),
-                Err(why) => {
-                    log::warn!(
-                        "projection `{}`: storing its offset failed: {why}",
-                        key.name
-                    );
-                    core.handle_store_failed(now());
-                }
+                Err(failure) => store_failed(&mut core, &key.name, "storing its offset", failure),
             },
             Step::Wait(until) => {
                 tokio::select! {
@@ -243,7 +245,7 @@ async fn run<D: EventDecoder, S: Sink<D::Event>>(
         publish(&core);
     }
     if let Some(offset) = core.offset_to_save_at_stop() {
-        match sink.save(&key, offset).await {
+        match sink.save(&key, core.stored(), offset).await {
             Ok(()) => core.handle_saved(offset),
             Err(why) => log::warn!(
                 "projection `{}`: storing its offset at the end failed (handled events \
@@ -254,6 +256,34 @@ async fn run<D: EventDecoder, S: Sink<D::Event>>(
     }
     publish(&core);
     ended
+}
+
+/// Tells `core` that `doing` failed for a reason other than the handler: the store failed
+/// (load the offset again), another instance moved the offset (the same, counted as a
+/// conflict), or the stored offsets do not fit (stop).
+fn store_failed<Ev>(core: &mut Core<Ev>, projection: &str, doing: &str, failure: Failure) {
+    let now = tokio::time::Instant::now().into_std();
+    match failure {
+        Failure::Store(why) | Failure::Handler(why) => {
+            log::warn!("projection `{projection}`: {doing} failed: {why}");
+            core.handle_store_failed(now);
+        }
+        Failure::Conflict(why) => {
+            log::warn!(
+                "projection `{projection}`: {doing} rolled back, another instance of it moved \
+                 its offset (two instances of one projection and slices handle nothing twice, \
+                 but waste their work): {why}"
+            );
+            core.handle_conflict(now);
+        }
+        Failure::Refused(reason) => {
+            log::error!("projection `{projection}` cannot start: {reason}");
+            core.handle_refused(ProjectionError::Refused {
+                projection: projection.to_owned(),
+                reason,
+            });
+        }
+    }
 }
 
 /// Resolves when a stop is asked for; never once every handle is gone (the projection then

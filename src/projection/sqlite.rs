@@ -152,9 +152,73 @@ fn save(connection: &Connection, key: &Key, offset: Offset) -> rusqlite::Result<
     Ok(())
 }
 
-/// Whether a handler's error is the database failing rather than the events: a full disk,
-/// an I/O error, a lock held too long. Then the offset is loaded again, and the entries are
-/// not blamed (no retry counts against them, no poison).
+/// Exactly once: stores `offset` as `key`'s if the stored one is still `stored` (nothing
+/// stored counts as [`Offset::START`]); `false` if another instance moved it. In the batch's
+/// `IMMEDIATE` transaction, which no other writer interleaves with.
+fn advance(
+    connection: &Connection,
+    key: &Key,
+    stored: Offset,
+    offset: Offset,
+) -> Result<bool, String> {
+    let current = load(connection, key).map_err(|err| err.to_string())?;
+    if current != stored {
+        return Ok(false);
+    }
+    save(connection, key, offset).map_err(|err| err.to_string())?;
+    Ok(true)
+}
+
+/// Exactly once: the stored offset of `key`, unless the read model holds offsets of the same
+/// name under slices that overlap `key`'s but are not the same (a change of slicing: their
+/// events would be handled again).
+fn load_exactly_once(connection: &Connection, key: &Key) -> Result<Offset, Failure> {
+    let store = |err: rusqlite::Error| Failure::Store(err.to_string());
+    let mut statement = connection
+        .prepare(
+            "SELECT first_slice, last_slice FROM projection_offset WHERE projection = ?1 \
+             AND first_slice <= ?3 AND last_slice >= ?2 \
+             AND NOT (first_slice = ?2 AND last_slice = ?3) ORDER BY first_slice",
+        )
+        .map_err(store)?;
+    let others = statement
+        .query_map(
+            params![key.name, key.slices.first(), key.slices.last()],
+            |row| Ok((row.get::<_, u16>(0)?, row.get::<_, u16>(1)?)),
+        )
+        .map_err(store)?
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(store)?;
+    if !others.is_empty() {
+        return Err(Failure::Refused(other_slicings(key, &others)));
+    }
+    load(connection, key).map_err(store)
+}
+
+/// Why a projection whose name has offsets under overlapping `others` slices is refused.
+pub(crate) fn other_slicings(key: &Key, others: &[(u16, u16)]) -> String {
+    let others: Vec<String> = others
+        .iter()
+        .map(|(first, last)| format!("{first}-{last}"))
+        .collect();
+    format!(
+        "the read model holds offsets of `{}` for slices {}, which overlap this instance's \
+         slices {}-{}: the slices of an exactly-once projection cannot change (the events \
+         behind those offsets would be handled again); rebuild it under a new name, or \
+         delete its rows from projection_offset together with what it wrote",
+        key.name,
+        others.join(", "),
+        key.slices.first(),
+        key.slices.last()
+    )
+}
+
+/// Whether a handler's error is the read model failing rather than the events: a full disk,
+/// an I/O error, a lock held too long, a file it may not write, a table or column that is
+/// not there (SQLite's generic error, also a syntax error: the read model's schema or the
+/// handler's SQL). Then the offset is loaded again and the batch retried, and the entries
+/// are not blamed (no retry counts against them, no poison: a broken read model never makes
+/// [`PoisonPolicy::Skip`](crate::projection::PoisonPolicy::Skip) skip events).
 fn is_storage_failure(err: &HandlerError) -> bool {
     let Some(rusqlite::Error::SqliteFailure(failure, _)) = err.downcast_ref::<rusqlite::Error>()
     else {
@@ -170,6 +234,13 @@ fn is_storage_failure(err: &HandlerError) -> bool {
             | ErrorCode::ReadOnly
             | ErrorCode::OutOfMemory
             | ErrorCode::DatabaseCorrupt
+            | ErrorCode::NotADatabase
+            | ErrorCode::PermissionDenied
+            | ErrorCode::AuthorizationForStatementDenied
+            | ErrorCode::FileLockingProtocolFailed
+            | ErrorCode::NoLargeFileSupport
+            | ErrorCode::SchemaChanged
+            | ErrorCode::Unknown
     )
 }
 
@@ -180,10 +251,12 @@ struct ExactlyOnce<F> {
     handler: Option<F>,
 }
 
-/// One batch: the handler and the offset in one transaction.
+/// One batch: the handler and the offset in one transaction, if the stored offset is still
+/// `stored`.
 fn transact<Ev, F>(
     connection: &mut Connection,
     key: &Key,
+    stored: Offset,
     batch: &Batch<Ev>,
     handler: &mut F,
 ) -> Result<(), Failure>
@@ -204,8 +277,23 @@ where
         Err(err) if is_storage_failure(&err) => return Err(Failure::Store(err.to_string())),
         Err(err) => return Err(Failure::Handler(err.to_string())),
     }
-    save(&transaction, key, batch.to).map_err(store)?;
+    if transaction.is_autocommit() {
+        // SQLite would commit the offset on its own, without the batch's rows.
+        return Err(Failure::Handler(
+            "the handler ended the projection's transaction (a COMMIT or ROLLBACK of its own, \
+             or an error on which SQLite rolled back); what it wrote after that is not undone"
+                .into(),
+        ));
+    }
+    if !advance(&transaction, key, stored, batch.to).map_err(Failure::Store)? {
+        return Err(moved(stored));
+    }
     transaction.commit().map_err(store)
+}
+
+/// The failure of a batch or skip that found the stored offset moved from `stored`.
+fn moved(stored: Offset) -> Failure {
+    Failure::Conflict(format!("the stored offset is no longer {stored}"))
 }
 
 impl<Ev, F> Sink<Ev> for ExactlyOnce<F>
@@ -217,13 +305,20 @@ where
         true
     }
 
-    fn load<'a>(&'a mut self, key: &'a Key) -> LocalBoxFuture<'a, Result<Offset, String>> {
-        Box::pin(self.model.load_offset(key))
+    fn load<'a>(&'a mut self, key: &'a Key) -> LocalBoxFuture<'a, Result<Offset, Failure>> {
+        let key = key.clone();
+        Box::pin(async move {
+            self.model
+                .blocking(move |connection| Ok(load_exactly_once(connection, &key)))
+                .await
+                .map_err(Failure::Store)?
+        })
     }
 
     fn process<'a>(
         &'a mut self,
         key: &'a Key,
+        stored: Offset,
         batch: Batch<Ev>,
     ) -> LocalBoxFuture<'a, Result<(), Failure>> {
         Box::pin(async move {
@@ -235,7 +330,7 @@ where
             let outcome = self
                 .model
                 .blocking(move |connection| {
-                    let result = transact(connection, &key, &batch, &mut handler);
+                    let result = transact(connection, &key, stored, &batch, &mut handler);
                     Ok((handler, result))
                 })
                 .await;
@@ -248,9 +343,29 @@ where
     fn save<'a>(
         &'a mut self,
         key: &'a Key,
+        stored: Offset,
         offset: Offset,
-    ) -> LocalBoxFuture<'a, Result<(), String>> {
-        Box::pin(self.model.save_offset(key, offset))
+    ) -> LocalBoxFuture<'a, Result<(), Failure>> {
+        let key = key.clone();
+        Box::pin(async move {
+            let advanced = self
+                .model
+                .blocking(move |connection| {
+                    let transaction = connection
+                        .transaction_with_behavior(TransactionBehavior::Immediate)
+                        .map_err(|err| err.to_string())?;
+                    let advanced = advance(&transaction, &key, stored, offset)?;
+                    transaction.commit().map_err(|err| err.to_string())?;
+                    Ok(advanced)
+                })
+                .await
+                .map_err(Failure::Store)?;
+            if advanced {
+                Ok(())
+            } else {
+                Err(moved(stored))
+            }
+        })
     }
 }
 

@@ -11,7 +11,8 @@ use std::time::Duration;
 use actix_delivery::journal::{Journal, Slices, SqliteJournal};
 use actix_delivery::persistence::PersistentConfig;
 use actix_delivery::projection::{
-    Envelope, HandlerError, OffsetStore, Projection, ProjectionHandle, SqliteReadModel,
+    Envelope, HandlerError, OffsetStore, PoisonPolicy, Projection, ProjectionError,
+    ProjectionHandle, SqliteReadModel,
 };
 use rusqlite::Transaction;
 
@@ -215,4 +216,144 @@ async fn a_sqlite_file_keeps_the_offset_of_an_at_least_once_projection() {
         projection.stats().offset
     );
     assert!(projection.stats().offset > actix_delivery::journal::Offset::START);
+}
+
+#[actix::test]
+async fn a_handler_that_ends_the_transaction_itself_never_gets_the_offset_stored_without_its_rows()
+{
+    let dir = tempfile::tempdir().unwrap();
+    let journal = journal(dir.path()).await;
+    let accounts = bank::open(&journal, "", 2, &PersistentConfig::default());
+    bank::run(&accounts, 0..10).await;
+    let path = dir.path().join("model.db");
+    let options = bank::options("balances")
+        .max_retries(0)
+        .retry_backoff(Duration::from_millis(1), Duration::from_millis(1))
+        .build()
+        .unwrap();
+    let projection = Projection::of::<Account>(journal.clone(), options).exactly_once_sqlite(
+        model(&path).await,
+        |transaction: &Transaction<'_>, events: &[Envelope<AccountEvent>]| {
+            apply(transaction, events)?;
+            // Ends the projection's transaction: in autocommit, the offset alone would commit.
+            transaction.execute_batch("ROLLBACK")?;
+            Ok(())
+        },
+    );
+    let stopped = tokio::time::timeout(WITHIN, projection.stopped())
+        .await
+        .expect("the projection stops at the first entry");
+    let error = stopped.unwrap_err().to_string();
+    assert!(
+        error.contains("the handler ended the projection's transaction"),
+        "{error}"
+    );
+    let mut reopened = SqliteReadModel::open(&path).await.unwrap();
+    assert_eq!(
+        reopened.load("balances", Slices::ALL).await.unwrap(),
+        actix_delivery::journal::Offset::START,
+        "no offset stored"
+    );
+    assert!(read(&path).1.is_empty(), "no rows");
+}
+
+#[actix::test]
+async fn two_instances_of_one_projection_on_one_read_model_apply_each_event_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let journal = journal(dir.path()).await;
+    let accounts = bank::open(&journal, "", 5, &PersistentConfig::default());
+    bank::run(&accounts, 0..300).await;
+    let path = dir.path().join("model.db");
+    let (first, second) = (model(&path).await, model(&path).await);
+    let instances = [
+        project(&journal, "balances", first, apply),
+        project(&journal, "balances", second, apply),
+    ];
+    wait_until("300 applied", WITHIN, || read(&path).1.len() >= 300).await;
+    for instance in &instances {
+        instance.stop();
+    }
+    for instance in &instances {
+        instance.stopped().await.unwrap();
+    }
+    let (balances, applied) = read(&path);
+    assert_eq!(applied.len(), 300, "each event once");
+    assert_applied_once(&applied, "two instances");
+    assert_eq!(balances, bank::fold(&*journal, "", 5).await);
+    let conflicts: u64 = instances.iter().map(|p| p.stats().conflicts).sum();
+    assert!(conflicts > 0, "the instances raced for the offset");
+    let events: u64 = instances.iter().map(|p| p.stats().events).sum();
+    assert_eq!(
+        events, 300,
+        "each batch counted by the instance that committed it"
+    );
+}
+
+#[actix::test]
+async fn a_change_of_slices_is_refused_instead_of_handling_events_again() {
+    let dir = tempfile::tempdir().unwrap();
+    let journal = journal(dir.path()).await;
+    let accounts = bank::open(&journal, "", 4, &PersistentConfig::default());
+    bank::run(&accounts, 0..20).await;
+    let path = dir.path().join("model.db");
+    let whole = project(&journal, "balances", model(&path).await, apply);
+    wait_until("20", WITHIN, || whole.stats().events == 20).await;
+    whole.stop();
+    whole.stopped().await.unwrap();
+    let before = read(&path);
+    for part in 0..2 {
+        let options = bank::options("balances")
+            .slices(Slices::split(2, part).unwrap())
+            .build()
+            .unwrap();
+        let half = Projection::of::<Account>(journal.clone(), options)
+            .exactly_once_sqlite(model(&path).await, apply);
+        let error = tokio::time::timeout(WITHIN, half.stopped())
+            .await
+            .expect("refused at once")
+            .unwrap_err();
+        assert!(matches!(error, ProjectionError::Refused { .. }), "{error}");
+        assert!(error.to_string().contains("slices 0-1023"), "{error}");
+    }
+    assert_eq!(read(&path), before, "nothing handled again");
+}
+
+#[actix::test]
+async fn a_read_model_missing_its_table_is_retried_never_skipped_as_poison() {
+    let dir = tempfile::tempdir().unwrap();
+    let journal = journal(dir.path()).await;
+    let accounts = bank::open(&journal, "", 2, &PersistentConfig::default());
+    bank::run(&accounts, 0..10).await;
+    let path = dir.path().join("model.db");
+    let options = bank::options("balances")
+        .max_retries(0)
+        .poison(PoisonPolicy::Skip)
+        .build()
+        .unwrap();
+    // Writes into a table created only later: the read model's fault, not the events'.
+    let projection = Projection::of::<Account>(journal.clone(), options).exactly_once_sqlite(
+        SqliteReadModel::open(&path).await.unwrap(),
+        |transaction: &Transaction<'_>, events: &[Envelope<AccountEvent>]| {
+            for envelope in events {
+                transaction.execute(
+                    "INSERT INTO applied (account, seq, event) VALUES (?1, ?2, '')",
+                    rusqlite::params![envelope.persistence_id.as_str(), envelope.seq as i64],
+                )?;
+            }
+            Ok(())
+        },
+    );
+    wait_until("failing on the missing table", WITHIN, || {
+        projection.stats().store_failures >= 2
+    })
+    .await;
+    rusqlite::Connection::open(&path)
+        .unwrap()
+        .execute_batch(TABLES)
+        .unwrap();
+    wait_until("10", WITHIN, || projection.stats().events == 10).await;
+    assert_eq!(projection.stats().skipped, 0, "no event blamed");
+    let (_, applied) = read(&path);
+    assert_eq!(applied.len(), 10);
+    assert_applied_once(&applied, "after the table appeared");
 }

@@ -15,7 +15,8 @@ use std::time::{Duration, Instant};
 use actix_delivery::journal::{Journal, Offset, PostgresJournal, TagQuery};
 use actix_delivery::persistence::PersistentConfig;
 use actix_delivery::projection::{
-    Envelope, HandlerFuture, PostgresReadModel, Projection, ProjectionHandle,
+    Envelope, HandlerFuture, PoisonPolicy, PostgresReadModel, Projection, ProjectionError,
+    ProjectionHandle,
 };
 use futures_util::future::join_all;
 use rand::rngs::SmallRng;
@@ -184,6 +185,166 @@ where
         + 'static,
 {
     Projection::of::<Account>(journal.clone(), options).exactly_once_postgres(model, handler)
+}
+
+/// Starts the accounts' events of a fresh schema: the schema, the journal with `events`
+/// commands of `accounts` accounts in it, and the admin connection.
+async fn bank_in(accounts: usize, events: u64) -> (String, Arc<dyn Journal>, Client) {
+    let schema = postgres_support::unique("projection");
+    let journal: Arc<dyn Journal> = Arc::new(journal(&schema, "projection-test").await);
+    let handles = bank::open(&journal, "", accounts, &PersistentConfig::default());
+    bank::run(&handles, 0..events).await;
+    (schema, journal, postgres_support::admin().await)
+}
+
+async fn drop_schema(admin: &Client, schema: &str) {
+    admin
+        .batch_execute(&format!("DROP SCHEMA {schema} CASCADE"))
+        .await
+        .unwrap();
+}
+
+#[actix::test]
+async fn a_handler_that_swallows_a_failed_statement_is_blamed_not_retried_forever() {
+    let (schema, journal, admin) = bank_in(2, 6).await;
+    let options = bank::options("balances").max_retries(1).build().unwrap();
+    let projection = start(
+        &journal,
+        options,
+        read_model(&schema).await,
+        |transaction, _| {
+            Box::pin(async move {
+                // Fails, and aborts the transaction; the handler goes on as if not.
+                let _ = transaction.execute("SELECT 1 / 0", &[]).await;
+                Ok(())
+            })
+        },
+    );
+    let error = tokio::time::timeout(Duration::from_secs(20), projection.stopped())
+        .await
+        .expect("the poison policy stops it")
+        .unwrap_err()
+        .to_string();
+    assert!(error.contains("a statement had failed"), "{error}");
+    drop_schema(&admin, &schema).await;
+}
+
+#[actix::test]
+async fn a_batch_the_database_does_not_answer_in_time_is_abandoned_and_done_again() {
+    let (schema, journal, admin) = bank_in(2, 10).await;
+    let model = read_model(&schema)
+        .await
+        .with_timeout(Duration::from_millis(500))
+        .unwrap();
+    let (hung, mut rows) = (AtomicBool::new(false), apply(&schema));
+    let projection = start(
+        &journal,
+        bank::options("balances").build().unwrap(),
+        model,
+        move |transaction, events| {
+            let hang = !hung.swap(true, Ordering::Relaxed);
+            let applying = rows(transaction, events);
+            Box::pin(async move {
+                applying.await?;
+                if hang {
+                    // As a server that stopped answering: far longer than the timeout.
+                    transaction.execute("SELECT pg_sleep(60)", &[]).await?;
+                }
+                Ok(())
+            })
+        },
+    );
+    wait_until("10", Duration::from_secs(20), || {
+        projection.stats().events == 10
+    })
+    .await;
+    assert!(
+        projection.stats().store_failures >= 1,
+        "{:?}",
+        projection.stats()
+    );
+    let (_, applied) = read(&admin, &schema).await;
+    assert_eq!(applied.len(), 10);
+    assert_once(&applied, "after a timeout");
+    projection.stop();
+    projection.stopped().await.unwrap();
+    drop_schema(&admin, &schema).await;
+}
+
+#[actix::test]
+async fn two_instances_of_one_projection_on_postgres_apply_each_event_once() {
+    let (schema, journal, admin) = bank_in(5, 300).await;
+    let options = || bank::options("balances").batch_size(4).build().unwrap();
+    let instances = [
+        start(
+            &journal,
+            options(),
+            read_model(&schema).await,
+            apply(&schema),
+        ),
+        start(
+            &journal,
+            options(),
+            read_model(&schema).await,
+            apply(&schema),
+        ),
+    ];
+    wait_until("300 between them", Duration::from_secs(30), || {
+        instances.iter().map(|p| p.stats().events).sum::<u64>() >= 300
+    })
+    .await;
+    for instance in &instances {
+        instance.stop();
+        instance.stopped().await.unwrap();
+    }
+    let (balances, applied) = read(&admin, &schema).await;
+    assert_eq!(applied.len(), 300, "each event once");
+    assert_once(&applied, "two instances");
+    assert_eq!(balances, bank::fold(&*journal, "", 5).await);
+    let conflicts: u64 = instances.iter().map(|p| p.stats().conflicts).sum();
+    assert!(conflicts > 0, "the instances raced for the offset");
+    drop_schema(&admin, &schema).await;
+}
+
+#[actix::test]
+async fn on_postgres_a_missing_table_is_retried_and_a_change_of_slices_refused() {
+    let (schema, journal, admin) = bank_in(3, 12).await;
+    let model = PostgresReadModel::connect(&postgres_support::url(), &schema)
+        .await
+        .unwrap();
+    let options = bank::options("balances")
+        .max_retries(0)
+        .poison(PoisonPolicy::Skip)
+        .build()
+        .unwrap();
+    // The tables come only later: the read model's fault, not the events'.
+    let whole = start(&journal, options, model, apply(&schema));
+    wait_until(
+        "failing on the missing tables",
+        Duration::from_secs(20),
+        || whole.stats().store_failures >= 2,
+    )
+    .await;
+    admin.batch_execute(&tables(&schema)).await.unwrap();
+    wait_until("12", Duration::from_secs(20), || whole.stats().events == 12).await;
+    assert_eq!(whole.stats().skipped, 0, "no event blamed");
+    whole.stop();
+    whole.stopped().await.unwrap();
+    let before = read(&admin, &schema).await;
+    assert_eq!(before.1.len(), 12);
+
+    let options = bank::options("balances")
+        .slices(actix_delivery::journal::Slices::split(2, 1).unwrap())
+        .build()
+        .unwrap();
+    let half = start(&journal, options, read_model(&schema).await, apply(&schema));
+    let error = tokio::time::timeout(Duration::from_secs(20), half.stopped())
+        .await
+        .expect("refused at once")
+        .unwrap_err();
+    assert!(matches!(error, ProjectionError::Refused { .. }), "{error}");
+    assert_eq!(read(&admin, &schema).await, before, "nothing handled again");
+    drop_schema(&admin, &schema).await;
 }
 
 // --- two writer processes, a projection process killed again and again ------------------

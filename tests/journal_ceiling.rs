@@ -1,0 +1,166 @@
+//! `Journal::offset_ceiling`: every committed tagged entry's offset is at or below it, so an
+//! offset above it (stored by a projection of another, reset or restored journal) is told
+//! apart; and the PostgreSQL journal's refusal to open tag rows of transaction ids its server
+//! has not reached (a logical restore into another cluster), with the re-numbering that
+//! lifts it. The PostgreSQL cases (feature `postgres`) need a server: `ACTIX_DELIVERY_POSTGRES`,
+//! see `tests/postgres_support`; each uses a schema of its own.
+
+use actix_delivery::codec::Manifest;
+use actix_delivery::journal::{
+    Journal, MemoryJournal, Offset, PersistenceId, SqliteJournal, Tag, TagQuery,
+};
+
+fn id(name: &str) -> PersistenceId {
+    PersistenceId::new(name).unwrap()
+}
+
+fn tag(name: &str) -> Tag {
+    Tag::new(name).unwrap()
+}
+
+/// Appends `count` entries to `stream` from `first`, each filed under `tags`.
+async fn append(
+    journal: &dyn Journal,
+    stream: &PersistenceId,
+    first: u64,
+    count: u64,
+    tags: &[Tag],
+) {
+    let payloads = (first..first + count)
+        .map(|seq| format!("{stream}:{seq}").into_bytes())
+        .collect();
+    let tags = (0..count).map(|_| tags.to_vec()).collect();
+    journal
+        .append_tagged(stream, first, payloads, Manifest::raw(), tags)
+        .await
+        .unwrap();
+}
+
+/// The offsets of every entry of `tag`.
+async fn offsets(journal: &dyn Journal, tag: &Tag) -> Vec<Offset> {
+    let events = journal
+        .events_by_tag(&TagQuery::new(tag.clone()), Offset::START, 1000)
+        .await
+        .unwrap();
+    events.iter().map(|event| event.offset).collect()
+}
+
+/// For the journals whose offsets are `0:n`, numbered across all tags: the ceiling is the
+/// offset of the last tagged entry committed, in any tag (not the last of one tag), so an
+/// offset above it is one the journal never gave; untagged appends leave it alone; the next
+/// tagged entry comes above it.
+async fn ceiling_is_the_last_offset_in_any_tag(journal: &dyn Journal) {
+    assert_eq!(journal.offset_ceiling().await.unwrap(), Offset::START);
+    let (red, blue) = (tag("red"), tag("blue"));
+    let (a, b) = (id("a"), id("b"));
+    append(journal, &a, 1, 3, std::slice::from_ref(&red)).await;
+    append(journal, &b, 1, 2, &[red.clone(), blue.clone()]).await;
+    append(journal, &a, 4, 1, std::slice::from_ref(&red)).await;
+    journal
+        .append(&b, 3, vec![b"untagged".to_vec()])
+        .await
+        .unwrap();
+
+    let ceiling = journal.offset_ceiling().await.unwrap();
+    let (reds, blues) = (offsets(journal, &red).await, offsets(journal, &blue).await);
+    assert_eq!((reds.len(), blues.len()), (6, 2));
+    let all: Vec<Offset> = reds.iter().chain(&blues).copied().collect();
+    assert!(
+        all.iter().all(|offset| *offset <= ceiling),
+        "{all:?} vs {ceiling}"
+    );
+    // Tight: the last entry committed (red's, after blue's last) is at the ceiling itself.
+    assert_eq!(Some(&ceiling), all.iter().max());
+    assert!(
+        *blues.iter().max().unwrap() < ceiling,
+        "the ceiling spans all tags"
+    );
+    assert_eq!(
+        ceiling,
+        Offset::from_parts(0, 8),
+        "8 tag rows, numbered 1 to 8"
+    );
+
+    // What a projection would have stored had it read another journal further: detectable.
+    let foreign = Offset::from_parts(0, ceiling.parts().1 + 1);
+    assert!(foreign > ceiling);
+
+    append(journal, &b, 4, 1, std::slice::from_ref(&blue)).await;
+    let newest = *offsets(journal, &blue).await.last().unwrap();
+    assert!(newest > ceiling, "{newest} after the old ceiling {ceiling}");
+    assert_eq!(journal.offset_ceiling().await.unwrap(), newest);
+}
+
+#[tokio::test]
+async fn memory_ceiling_is_the_last_offset_in_any_tag() {
+    ceiling_is_the_last_offset_in_any_tag(&MemoryJournal::new()).await;
+}
+
+/// A projection paired with a new (reset) journal: its stored offset is above the new
+/// journal's ceiling.
+#[tokio::test]
+async fn memory_offsets_of_a_previous_journal_are_above_a_new_ones_ceiling() {
+    let old = MemoryJournal::new();
+    append(&old, &id("s"), 1, 5, &[tag("t")]).await;
+    let stored = *offsets(&old, &tag("t")).await.last().unwrap();
+    let new = MemoryJournal::new();
+    append(&new, &id("s"), 1, 2, &[tag("t")]).await;
+    let ceiling = new.offset_ceiling().await.unwrap();
+    assert!(stored > ceiling, "{stored} vs {ceiling}");
+    // Held commits count once they are committed, not before.
+    new.faults().hold_commits();
+    let held = new.append_tagged(
+        &id("s"),
+        3,
+        vec![b"x".to_vec()],
+        Manifest::raw(),
+        vec![vec![tag("t")]],
+    );
+    let mut held = Box::pin(held);
+    assert!(futures_util::FutureExt::now_or_never(&mut held).is_none());
+    assert_eq!(new.offset_ceiling().await.unwrap(), ceiling);
+    new.faults().release();
+    held.await.unwrap();
+    assert_eq!(
+        new.offset_ceiling().await.unwrap(),
+        Offset::from_parts(0, 3)
+    );
+}
+
+#[tokio::test]
+async fn sqlite_ceiling_is_the_last_offset_in_any_tag() {
+    let dir = tempfile::tempdir().unwrap();
+    let journal = SqliteJournal::open(dir.path().join("journal.db"))
+        .await
+        .unwrap();
+    ceiling_is_the_last_offset_in_any_tag(&journal).await;
+}
+
+/// The ceiling survives a reopen (it is the file's, not the process's), and a journal on a
+/// new file has a lower one than offsets read from the old file.
+#[tokio::test]
+async fn sqlite_ceiling_survives_reopen_and_a_new_file_starts_below_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("journal.db");
+    let journal = SqliteJournal::open(&path).await.unwrap();
+    append(&journal, &id("s"), 1, 4, &[tag("t"), tag("u")]).await;
+    let ceiling = journal.offset_ceiling().await.unwrap();
+    assert_eq!(ceiling, Offset::from_parts(0, 8));
+    journal.close().await;
+
+    let reopened = SqliteJournal::open(&path).await.unwrap();
+    assert_eq!(reopened.offset_ceiling().await.unwrap(), ceiling);
+    append(&reopened, &id("s"), 5, 1, &[tag("t")]).await;
+    assert_eq!(
+        reopened.offset_ceiling().await.unwrap(),
+        Offset::from_parts(0, 9)
+    );
+
+    let other = SqliteJournal::open(dir.path().join("other.db"))
+        .await
+        .unwrap();
+    append(&other, &id("s"), 1, 2, &[tag("t")]).await;
+    let stored = *offsets(&reopened, &tag("t")).await.last().unwrap();
+    let other_ceiling = other.offset_ceiling().await.unwrap();
+    assert!(stored > other_ceiling, "{stored} vs {other_ceiling}");
+}

@@ -164,3 +164,148 @@ async fn sqlite_ceiling_survives_reopen_and_a_new_file_starts_below_it() {
     let other_ceiling = other.offset_ceiling().await.unwrap();
     assert!(stored > other_ceiling, "{stored} vs {other_ceiling}");
 }
+
+#[cfg(feature = "postgres")]
+mod postgres_support;
+
+#[cfg(feature = "postgres")]
+mod postgres {
+    use super::postgres_support::{admin, unique, url};
+    use super::{append, id, tag, Offset};
+    use actix_delivery::journal::{
+        Journal, JournalError, PersistenceId, PostgresJournal, PostgresOptions,
+    };
+    use tokio_postgres::Client;
+
+    /// A schema of the case's own, dropped when the case ends well.
+    struct Schema {
+        name: String,
+        admin: Client,
+    }
+
+    impl Schema {
+        async fn new(prefix: &str) -> Self {
+            Self {
+                name: unique(prefix),
+                admin: admin().await,
+            }
+        }
+
+        async fn connect(&self) -> Result<PostgresJournal, JournalError> {
+            PostgresJournal::connect_with(&url(), PostgresOptions::default().schema(&self.name))
+                .await
+        }
+
+        /// `(txid, ordering)` of every tag row: every committed entry's offset.
+        async fn committed(&self) -> Vec<Offset> {
+            let rows = self
+                .admin
+                .query(
+                    &format!(
+                        "SELECT txid::text::int8, ordering FROM \"{}\".event_tag",
+                        self.name
+                    ),
+                    &[],
+                )
+                .await
+                .unwrap();
+            rows.iter()
+                .map(|row| {
+                    let (txid, ordering): (i64, i64) = (row.get(0), row.get(1));
+                    Offset::from_parts(txid as u64, ordering as u64)
+                })
+                .collect()
+        }
+
+        /// `(stream, seq)` of `tag`'s rows in offset order.
+        async fn in_offset_order(&self, tag: &str) -> Vec<(String, i64)> {
+            let rows = self
+                .admin
+                .query(
+                    &format!(
+                        "SELECT persistence_id, seq_nr FROM \"{}\".event_tag WHERE tag = $1 \
+                         ORDER BY txid, ordering",
+                        self.name
+                    ),
+                    &[&tag],
+                )
+                .await
+                .unwrap();
+            rows.iter().map(|row| (row.get(0), row.get(1))).collect()
+        }
+
+        /// A transaction id the server assigns now.
+        async fn new_transaction_id(&self) -> u64 {
+            let row = self
+                .admin
+                .query_one("SELECT pg_current_xact_id()::text::int8", &[])
+                .await
+                .unwrap();
+            row.get::<_, i64>(0) as u64
+        }
+
+        async fn drop(self) {
+            self.admin
+                .batch_execute(&format!("DROP SCHEMA \"{}\" CASCADE", self.name))
+                .await
+                .unwrap();
+        }
+    }
+
+    fn stream(name: &str) -> PersistenceId {
+        id(&unique(name))
+    }
+
+    /// Every committed entry's offset (read from the table, not through the journal's
+    /// horizon) is at or below the ceiling; a transaction id the server assigns afterwards,
+    /// and one a million ahead (another cluster's), are above it.
+    #[tokio::test]
+    async fn postgres_ceiling_bounds_every_committed_offset() {
+        let schema = Schema::new("jceil").await;
+        let journal = schema.connect().await.unwrap();
+        let empty = journal.offset_ceiling().await.unwrap();
+        assert!(empty.parts().0 > 0);
+        let (a, b, c) = (stream("a"), stream("b"), stream("c"));
+        // Concurrent appends: several entries per transaction of the group commit, and
+        // several transactions.
+        futures_util::future::join3(
+            append(&journal, &a, 1, 3, &[tag("red")]),
+            append(&journal, &b, 1, 2, &[tag("red"), tag("blue")]),
+            append(&journal, &c, 1, 1, &[tag("blue")]),
+        )
+        .await;
+        append(&journal, &a, 4, 2, &[tag("blue")]).await;
+
+        let ceiling = journal.offset_ceiling().await.unwrap();
+        assert!(ceiling >= empty);
+        let committed = schema.committed().await;
+        assert_eq!(committed.len(), 3 + 4 + 1 + 2);
+        for offset in &committed {
+            assert!(
+                *offset <= ceiling,
+                "committed {offset} above the ceiling {ceiling}"
+            );
+        }
+        // A usable offset of this journal (its position a BIGINT): reading after it is
+        // accepted, and finds nothing committed so far.
+        let after = journal
+            .events_by_tag(
+                &actix_delivery::journal::TagQuery::new(tag("red")),
+                ceiling,
+                10,
+            )
+            .await
+            .unwrap();
+        assert!(after.is_empty());
+
+        let next = schema.new_transaction_id().await;
+        assert!(
+            Offset::from_parts(next, 0) > ceiling,
+            "transaction {next}, assigned after the call, is above {ceiling}"
+        );
+        let foreign = Offset::from_parts(next + 1_000_000, 1);
+        assert!(foreign > ceiling);
+        journal.close().await;
+        schema.drop().await;
+    }
+}

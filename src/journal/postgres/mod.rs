@@ -446,6 +446,16 @@ impl Journal for PostgresJournal {
         Some(shared.signal.subscribe())
     }
 
+    /// `x-1:2^63-1`, `x` being `pg_snapshot_xmax(pg_current_snapshot())` on a read
+    /// connection: the server's first transaction id not yet assigned. Every entry committed
+    /// before the call was written by a transaction with a lower id (`x - 1` at most), at a
+    /// position that is a `BIGINT`; an offset whose transaction is `x` or higher names a
+    /// transaction this server has not run (yet): it comes from another cluster, or from
+    /// this schema before a logical restore. Takes no transaction id.
+    fn offset_ceiling(&self) -> JournalFuture<'_, Offset> {
+        Box::pin(async move { self.shared.readers.ceiling().await })
+    }
+
     fn max_payload(&self) -> usize {
         Self::MAX_PAYLOAD_BYTES
     }
@@ -479,6 +489,7 @@ struct Sql {
     highest: String,
     load_snapshot: String,
     by_tag: String,
+    ceiling: String,
     /// What the writer's and listener's notifications carry: the schema's name.
     schema: String,
 }
@@ -578,6 +589,7 @@ impl Sql {
                    AND t.slice BETWEEN $4 AND $5 \
                  ORDER BY t.txid, t.ordering LIMIT $6"
             ),
+            ceiling: "SELECT pg_snapshot_xmax(pg_current_snapshot())::text::int8".to_owned(),
             schema: schema_name.to_owned(),
         }
     }
@@ -683,10 +695,11 @@ impl Connector {
                     client.prepare(&sql.highest).await?,
                     client.prepare(&sql.load_snapshot).await?,
                     client.prepare(&sql.by_tag).await?,
+                    client.prepare(&sql.ceiling).await?,
                 ))
             }
             .await;
-            let (replay, highest, load_snapshot, by_tag) = prepared
+            let (replay, highest, load_snapshot, by_tag, ceiling) = prepared
                 .map_err(|err| db_error(None, "cannot prepare the journal's reads", &err))?;
             Ok(ReadConnection {
                 client,
@@ -694,6 +707,7 @@ impl Connector {
                 highest,
                 load_snapshot,
                 by_tag,
+                ceiling,
             })
         });
         opening.await.unwrap_or(Err(JournalError::Closed))
@@ -707,6 +721,7 @@ struct ReadConnection {
     highest: Statement,
     load_snapshot: Statement,
     by_tag: Statement,
+    ceiling: Statement,
 }
 
 /// The read connections: each read takes the next in turn (and pipelines with the others
@@ -868,6 +883,39 @@ impl Readers {
         )
         .await
     }
+}
+
+impl Readers {
+    /// See [`PostgresJournal::offset_ceiling`](Journal::offset_ceiling).
+    async fn ceiling(&self) -> Result<Offset, JournalError> {
+        let xmax = self
+            .run(
+                None,
+                "reading the offset ceiling failed",
+                |c| &c.ceiling,
+                &[],
+                |rows| {
+                    let xmax: Option<i64> = match rows.first() {
+                        Some(row) => row.try_get(0).map_err(|err| {
+                            JournalError::storage(None, format!("reading xmax: {err}"))
+                        })?,
+                        None => None,
+                    };
+                    xmax.and_then(|xmax| u64::try_from(xmax).ok())
+                        .ok_or_else(|| {
+                            JournalError::storage(None, "no xmax in pg_current_snapshot")
+                        })
+                },
+            )
+            .await?;
+        Ok(ceiling_below(xmax))
+    }
+}
+
+/// The offset ceiling of a server whose first unassigned transaction id is `xmax`: the
+/// highest offset a committed entry can have (positions are `BIGINT`s).
+fn ceiling_below(xmax: u64) -> Offset {
+    Offset::from_parts(xmax.saturating_sub(1), i64::MAX as u64)
 }
 
 /// The entries of a read by tag after `after`, from its rows.

@@ -308,4 +308,90 @@ mod postgres {
         journal.close().await;
         schema.drop().await;
     }
+
+    /// A tag row of a transaction id the server has not reached (as after a logical restore
+    /// into another cluster) makes the journal refuse to open, saying why and what to do;
+    /// after `RENUMBER_TAGS_SQL` it opens, the old entries keep each stream's order, and a new
+    /// entry sorts after all of them.
+    #[tokio::test]
+    async fn postgres_refuses_tag_rows_of_transactions_the_server_has_not_run() {
+        let schema = Schema::new("jceil_restore").await;
+        let journal = schema.connect().await.unwrap();
+        let (a, b) = (stream("a"), stream("b"));
+        let red = tag("red");
+        append(&journal, &a, 1, 2, std::slice::from_ref(&red)).await;
+        append(&journal, &b, 1, 1, std::slice::from_ref(&red)).await;
+        append(&journal, &a, 3, 1, std::slice::from_ref(&red)).await;
+        journal.close().await;
+        // Opening is fine while every row is of a transaction the server ran.
+        schema.connect().await.unwrap().close().await;
+
+        // One row "from another cluster": a transaction id a million ahead.
+        let updated = schema
+            .admin
+            .execute(
+                &format!(
+                    "UPDATE \"{}\".event_tag SET txid = \
+                     (pg_current_xact_id()::text::int8 + 1000000)::text::xid8 \
+                     WHERE persistence_id = $1 AND seq_nr = 2",
+                    schema.name
+                ),
+                &[&a.as_str()],
+            )
+            .await
+            .unwrap();
+        assert_eq!(updated, 1);
+        let refused = schema.connect().await;
+        match &refused {
+            Err(JournalError::Schema { found, expected }) => {
+                let message = refused.as_ref().unwrap_err().to_string();
+                for part in [
+                    "has not reached that transaction id",
+                    "logical dump",
+                    "sort before those rows",
+                    "would miss them",
+                ] {
+                    assert!(found.contains(part), "{part:?} not in {message}");
+                }
+                for part in ["pg_basebackup", "pg_upgrade", "RENUMBER_TAGS_SQL"] {
+                    assert!(expected.contains(part), "{part:?} not in {message}");
+                }
+                assert!(message.contains(&schema.name), "{message}");
+            }
+            other => panic!("expected a refusal, got {:?}", other.as_ref().map(|_| ())),
+        }
+
+        // Re-numbered, it opens; each stream's entries keep their order, new ones come last.
+        let before = schema.in_offset_order(red.as_str()).await;
+        schema
+            .admin
+            .batch_execute(&format!(
+                "BEGIN; SET LOCAL search_path TO \"{}\"; {} COMMIT;",
+                schema.name,
+                PostgresJournal::RENUMBER_TAGS_SQL
+            ))
+            .await
+            .unwrap();
+        let journal = schema.connect().await.unwrap();
+        append(&journal, &b, 2, 1, std::slice::from_ref(&red)).await;
+        let after = schema.in_offset_order(red.as_str()).await;
+        assert_eq!(after.len(), 5);
+        assert_eq!(after.last(), Some(&(b.as_str().to_owned(), 2)));
+        let of = |rows: &[(String, i64)], s: &PersistenceId| -> Vec<i64> {
+            rows.iter()
+                .filter(|(p, _)| p == s.as_str())
+                .map(|(_, seq)| *seq)
+                .collect()
+        };
+        assert_eq!(of(&after, &a), vec![1, 2, 3]);
+        assert_eq!(of(&after, &b), vec![1, 2]);
+        // What the restore did before: a's seq 2 sorted after everything.
+        assert_eq!(of(&before, &a), vec![1, 3, 2]);
+        let ceiling = journal.offset_ceiling().await.unwrap();
+        for offset in schema.committed().await {
+            assert!(offset <= ceiling, "{offset} above {ceiling}");
+        }
+        journal.close().await;
+        schema.drop().await;
+    }
 }

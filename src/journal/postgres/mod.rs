@@ -146,6 +146,20 @@ impl PostgresJournal {
     /// [`PostgresOptions::create_tables`] is off.
     pub const MIGRATE_2_TO_3_SQL: &'static str = include_str!("migrate_2_to_3.sql");
 
+    /// The SQL that re-numbers the tag rows after a logical restore (`pg_dump`/`pg_restore`)
+    /// into a cluster whose transaction ids are lower than those that wrote them,
+    /// `src/journal/postgres/renumber_tags.sql`; [`connect_with`](Self::connect_with) refuses
+    /// such a schema and names it. Every tag row gets the id of the transaction that runs it,
+    /// keeping its `ordering`, which then orders the entries alone: each stream's entries stay
+    /// in seq order, entries of different streams written concurrently may change places,
+    /// and every entry appended afterwards sorts after them all. Offsets stored before mean
+    /// nothing afterwards: reset the projections (read model and offset) to read from
+    /// [`Offset::START`]. A physical copy (`pg_basebackup`, a file-system snapshot,
+    /// `pg_upgrade`) keeps the transaction ids and needs none of this. Run it in one
+    /// transaction, with the journal's schema first in the `search_path` and no journal
+    /// connected.
+    pub const RENUMBER_TAGS_SQL: &'static str = include_str!("renumber_tags.sql");
+
     /// Connects with default [`PostgresOptions`] (tables in `public`).
     ///
     /// # Errors
@@ -162,7 +176,10 @@ impl PostgresJournal {
     /// # Errors
     /// [`JournalError::InvalidArgument`] for a `config` that does not parse or an invalid
     /// option; [`JournalError::Schema`] if the schema holds a newer or foreign version of the
-    /// tables (nothing is changed), or none while `create_tables` is off;
+    /// tables (nothing is changed), or none while `create_tables` is off, or tag rows written
+    /// under transaction ids this server has not reached (a logical restore into another
+    /// cluster: new entries would sort before them; see
+    /// [`RENUMBER_TAGS_SQL`](Self::RENUMBER_TAGS_SQL));
     /// [`JournalError::Storage`] if the server cannot be reached, refuses the login, or
     /// refuses to create the tables (privileges), or the journal's thread cannot start.
     pub async fn connect_with(

@@ -15,7 +15,10 @@ use crate::journal::{JournalError, PersistenceId, Slices, StoredEvent, Tag};
 ///
 /// Two numbers: the committing transaction's position (PostgreSQL: its transaction id; 0 for
 /// SQLite and memory journals, whose commits are numbered by the second) and the entry's
-/// position after it. A projection stores its offset as these two numbers.
+/// position after it. A projection stores its offset as these two numbers; whether a stored
+/// one can have come from a journal at all, [`Journal::offset_ceiling`] tells.
+///
+/// [`Journal::offset_ceiling`]: crate::journal::Journal::offset_ceiling
 ///
 /// # It never skips
 ///

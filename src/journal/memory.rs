@@ -385,6 +385,11 @@ impl Journal for MemoryJournal {
         Some(lock(&self.shared).signal.subscribe())
     }
 
+    /// `0:n`, `n` the position of the last tagged entry committed, in any tag.
+    fn offset_ceiling(&self) -> JournalFuture<'_, Offset> {
+        Box::pin(async move { Ok(Offset::from_parts(0, lock(&self.shared).position)) })
+    }
+
     fn delete_to(&self, id: &PersistenceId, to_seq: u64) -> JournalFuture<'_, ()> {
         let id = id.clone();
         Box::pin(async move {

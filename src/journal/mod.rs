@@ -294,6 +294,37 @@ pub trait Journal: Send + Sync + 'static {
         None
     }
 
+    /// The offset ceiling: an offset that no tagged entry committed so far exceeds. Every
+    /// entry committed before this call has an offset `<=` it (later ones may have higher
+    /// offsets), so an offset above it cannot have come from this journal: it was read from
+    /// another journal, from this one before it was reset or replaced, or (PostgreSQL) from
+    /// the database before it was restored by a logical dump into another cluster. A reader
+    /// that stored such an offset would wait forever for entries "after" it and skip every
+    /// new one; a [projection](crate::projection) can compare its stored offset with this
+    /// before it resumes and stop instead.
+    ///
+    /// Not a tight bound in general (the crate's journals document what theirs is):
+    ///
+    /// - [`MemoryJournal`] and [`SqliteJournal`]: `0:n`, where `n` is the highest position
+    ///   ever given to a tagged entry, in any tag (the offset of the last tagged entry
+    ///   committed; [`Offset::START`] before the first). Tight: the next one gets a higher
+    ///   offset.
+    /// - `PostgresJournal`: `x-1:2^63-1`, where `x` is `pg_snapshot_xmax` of the server's
+    ///   current snapshot (its first transaction id not yet assigned). Every committed entry
+    ///   was written by a transaction with an id below `x`, and its position is a `BIGINT`;
+    ///   an offset whose transaction is `x` or higher names a transaction this server has
+    ///   not run yet.
+    ///
+    /// The default refuses with [`JournalError::Unsupported`] (a caller then skips its
+    /// check). A journal that wraps another should forward this to it.
+    ///
+    /// # Errors
+    /// [`JournalError::Unsupported`] if the journal cannot tell; [`JournalError::Storage`] or
+    /// [`JournalError::Closed`].
+    fn offset_ceiling(&self) -> JournalFuture<'_, Offset> {
+        Box::pin(async { Err(JournalError::Unsupported("an offset ceiling".into())) })
+    }
+
     /// The largest event or snapshot payload this journal stores, in bytes: an
     /// [`append`](Journal::append) with a larger event, or a larger snapshot, is refused with
     /// [`JournalError::InvalidArgument`] and writes nothing. The crate's journals all take

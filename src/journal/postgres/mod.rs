@@ -146,6 +146,20 @@ impl PostgresJournal {
     /// [`PostgresOptions::create_tables`] is off.
     pub const MIGRATE_2_TO_3_SQL: &'static str = include_str!("migrate_2_to_3.sql");
 
+    /// The SQL that re-numbers the tag rows after a logical restore (`pg_dump`/`pg_restore`)
+    /// into a cluster whose transaction ids are lower than those that wrote them,
+    /// `src/journal/postgres/renumber_tags.sql`; [`connect_with`](Self::connect_with) refuses
+    /// such a schema and names it. Every tag row gets the id of the transaction that runs it,
+    /// keeping its `ordering`, which then orders the entries alone: each stream's entries stay
+    /// in seq order, entries of different streams written concurrently may change places,
+    /// and every entry appended afterwards sorts after them all. Offsets stored before mean
+    /// nothing afterwards: reset the projections (read model and offset) to read from
+    /// [`Offset::START`]. A physical copy (`pg_basebackup`, a file-system snapshot,
+    /// `pg_upgrade`) keeps the transaction ids and needs none of this. Run it in one
+    /// transaction, with the journal's schema first in the `search_path` and no journal
+    /// connected.
+    pub const RENUMBER_TAGS_SQL: &'static str = include_str!("renumber_tags.sql");
+
     /// Connects with default [`PostgresOptions`] (tables in `public`).
     ///
     /// # Errors
@@ -162,7 +176,10 @@ impl PostgresJournal {
     /// # Errors
     /// [`JournalError::InvalidArgument`] for a `config` that does not parse or an invalid
     /// option; [`JournalError::Schema`] if the schema holds a newer or foreign version of the
-    /// tables (nothing is changed), or none while `create_tables` is off;
+    /// tables (nothing is changed), or none while `create_tables` is off, or tag rows written
+    /// under transaction ids this server has not reached (a logical restore into another
+    /// cluster: new entries would sort before them; see
+    /// [`RENUMBER_TAGS_SQL`](Self::RENUMBER_TAGS_SQL));
     /// [`JournalError::Storage`] if the server cannot be reached, refuses the login, or
     /// refuses to create the tables (privileges), or the journal's thread cannot start.
     pub async fn connect_with(
@@ -446,6 +463,16 @@ impl Journal for PostgresJournal {
         Some(shared.signal.subscribe())
     }
 
+    /// `x-1:2^63-1`, `x` being `pg_snapshot_xmax(pg_current_snapshot())` on a read
+    /// connection: the server's first transaction id not yet assigned. Every entry committed
+    /// before the call was written by a transaction with a lower id (`x - 1` at most), at a
+    /// position that is a `BIGINT`; an offset whose transaction is `x` or higher names a
+    /// transaction this server has not run (yet): it comes from another cluster, or from
+    /// this schema before a logical restore. Takes no transaction id.
+    fn offset_ceiling(&self) -> JournalFuture<'_, Offset> {
+        Box::pin(async move { self.shared.readers.ceiling().await })
+    }
+
     fn max_payload(&self) -> usize {
         Self::MAX_PAYLOAD_BYTES
     }
@@ -479,6 +506,7 @@ struct Sql {
     highest: String,
     load_snapshot: String,
     by_tag: String,
+    ceiling: String,
     /// What the writer's and listener's notifications carry: the schema's name.
     schema: String,
 }
@@ -578,6 +606,7 @@ impl Sql {
                    AND t.slice BETWEEN $4 AND $5 \
                  ORDER BY t.txid, t.ordering LIMIT $6"
             ),
+            ceiling: "SELECT pg_snapshot_xmax(pg_current_snapshot())::text::int8".to_owned(),
             schema: schema_name.to_owned(),
         }
     }
@@ -683,10 +712,11 @@ impl Connector {
                     client.prepare(&sql.highest).await?,
                     client.prepare(&sql.load_snapshot).await?,
                     client.prepare(&sql.by_tag).await?,
+                    client.prepare(&sql.ceiling).await?,
                 ))
             }
             .await;
-            let (replay, highest, load_snapshot, by_tag) = prepared
+            let (replay, highest, load_snapshot, by_tag, ceiling) = prepared
                 .map_err(|err| db_error(None, "cannot prepare the journal's reads", &err))?;
             Ok(ReadConnection {
                 client,
@@ -694,6 +724,7 @@ impl Connector {
                 highest,
                 load_snapshot,
                 by_tag,
+                ceiling,
             })
         });
         opening.await.unwrap_or(Err(JournalError::Closed))
@@ -707,6 +738,7 @@ struct ReadConnection {
     highest: Statement,
     load_snapshot: Statement,
     by_tag: Statement,
+    ceiling: Statement,
 }
 
 /// The read connections: each read takes the next in turn (and pipelines with the others
@@ -868,6 +900,39 @@ impl Readers {
         )
         .await
     }
+}
+
+impl Readers {
+    /// See [`PostgresJournal::offset_ceiling`](Journal::offset_ceiling).
+    async fn ceiling(&self) -> Result<Offset, JournalError> {
+        let xmax = self
+            .run(
+                None,
+                "reading the offset ceiling failed",
+                |c| &c.ceiling,
+                &[],
+                |rows| {
+                    let xmax: Option<i64> = match rows.first() {
+                        Some(row) => row.try_get(0).map_err(|err| {
+                            JournalError::storage(None, format!("reading xmax: {err}"))
+                        })?,
+                        None => None,
+                    };
+                    xmax.and_then(|xmax| u64::try_from(xmax).ok())
+                        .ok_or_else(|| {
+                            JournalError::storage(None, "no xmax in pg_current_snapshot")
+                        })
+                },
+            )
+            .await?;
+        Ok(ceiling_below(xmax))
+    }
+}
+
+/// The offset ceiling of a server whose first unassigned transaction id is `xmax`: the
+/// highest offset a committed entry can have (positions are `BIGINT`s).
+fn ceiling_below(xmax: u64) -> Offset {
+    Offset::from_parts(xmax.saturating_sub(1), i64::MAX as u64)
 }
 
 /// The entries of a read by tag after `after`, from its rows.

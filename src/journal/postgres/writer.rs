@@ -207,6 +207,7 @@ impl Writer {
         let first = async {
             let client = self.connector.open().await?;
             schema::check_or_create(&client, &self.options).await?;
+            schema::check_transaction_ids(&client, &self.options.schema).await?;
             self.prepare(client).await
         };
         match first.await {

@@ -429,6 +429,12 @@ impl Journal for SqliteJournal {
         Some(self.shared.signal.subscribe())
     }
 
+    /// `0:n`, `n` the highest ordering a tag row was ever given (`event_tag`'s
+    /// `AUTOINCREMENT` counter), read on a read connection like every read.
+    fn offset_ceiling(&self) -> JournalFuture<'_, Offset> {
+        Box::pin(async move { self.read(|reply| ReadRequest::Ceiling { reply }).await })
+    }
+
     fn max_payload(&self) -> usize {
         Self::MAX_PAYLOAD_BYTES
     }

@@ -49,6 +49,9 @@ pub(super) enum ReadRequest {
         max_events: usize,
         reply: Reply<Vec<TaggedEvent>>,
     },
+    Ceiling {
+        reply: Reply<Offset>,
+    },
 }
 
 /// The reader threads share one queue.
@@ -60,6 +63,7 @@ struct Statements<'c> {
     highest: Statement<'c>,
     snapshot: Statement<'c>,
     by_tag: Statement<'c>,
+    ceiling: Statement<'c>,
     buffered: Buffered,
 }
 
@@ -111,6 +115,12 @@ pub(super) fn run(
                  WHERE t.tag = ?1 AND t.ordering > ?2 AND t.slice BETWEEN ?3 AND ?4 \
                  ORDER BY t.ordering LIMIT ?5",
             )?,
+            // The highest ordering ever given: `AUTOINCREMENT` keeps it in `sqlite_sequence`
+            // (tag rows are never deleted, but a row deleted by hand keeps its number there).
+            ceiling: conn.prepare(
+                "SELECT max(coalesce((SELECT max(ordering) FROM event_tag), 0), \
+                 coalesce((SELECT seq FROM sqlite_sequence WHERE name = 'event_tag'), 0))",
+            )?,
             buffered,
         })
     })();
@@ -154,6 +164,9 @@ pub(super) fn run(
                 reply,
             }) => {
                 let _ = reply.send(statements.by_tag(&query, after, max_events));
+            }
+            Some(ReadRequest::Ceiling { reply }) => {
+                let _ = reply.send(statements.ceiling());
             }
         }
     }
@@ -296,6 +309,21 @@ impl Statements<'_> {
             });
         }
         Ok(events)
+    }
+
+    /// `0:n`, `n` the highest ordering a tag row was ever given (0 if none).
+    fn ceiling(&mut self) -> Result<Offset, JournalError> {
+        let raw: i64 = self
+            .ceiling
+            .query_row([], |row| row.get(0))
+            .map_err(storage_error(None))?;
+        let position = u64::try_from(raw).map_err(|_| {
+            JournalError::storage(
+                None,
+                format!("corrupt journal data: a tag row's ordering of {raw}"),
+            )
+        })?;
+        Ok(Offset::from_parts(0, position))
     }
 
     fn is_buffered(&self, id: &PersistenceId) -> bool {

@@ -604,6 +604,7 @@ async fn projection_counters_equal_its_stats_under_its_name_and_slices() {
         ("offsets_saved", stats.offsets_saved),
         ("read_failures", stats.read_failures),
         ("store_failures", stats.store_failures),
+        ("conflicts", stats.conflicts),
     ] {
         let metric = format!("actix_delivery_projection_{name}_total");
         assert_eq!(counter(&metrics, &metric), value, "{metric}");

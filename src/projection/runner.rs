@@ -193,7 +193,7 @@ async fn run<D: EventDecoder, S: Sink<D::Event>>(
     let mut ended = Ok(());
     while !*stopping.borrow() {
         match core.next_step(now()) {
-            Step::Load => match sink.load(&key).await {
+            Step::Load => match load(&mut sink, &*journal, &key).await {
                 Ok(offset) => core.handle_loaded(offset),
                 Err(failure) => store_failed(&mut core, &key.name, "loading its offset", failure),
             },
@@ -256,6 +256,31 @@ async fn run<D: EventDecoder, S: Sink<D::Event>>(
     }
     publish(&core);
     ended
+}
+
+/// The stored offset, unless it is beyond everything `journal` has committed (see
+/// [`Journal::offset_ceiling`]; a journal without a ceiling is not checked).
+async fn load<Ev, S: Sink<Ev>>(
+    sink: &mut S,
+    journal: &dyn Journal,
+    key: &Key,
+) -> Result<Offset, Failure> {
+    let offset = sink.load(key).await?;
+    if offset == Offset::START {
+        return Ok(offset);
+    }
+    match journal.offset_ceiling().await {
+        Ok(ceiling) if offset > ceiling => Err(Failure::Refused(format!(
+            "its stored offset {offset} is beyond everything the journal has committed (up \
+             to {ceiling}): the offset belongs to another journal, or the journal was reset \
+             or restored from a logical dump, and every new entry would be skipped; rebuild \
+             the read model, under a new name or after deleting the name's offsets"
+        ))),
+        Ok(_) | Err(JournalError::Unsupported(_)) => Ok(offset),
+        Err(err) => Err(Failure::Store(format!(
+            "checking the stored offset {offset} against the journal: {err}"
+        ))),
+    }
 }
 
 /// Tells `core` that `doing` failed for a reason other than the handler: the store failed

@@ -143,7 +143,7 @@
 //!
 //! **Projection** ([`ProjectionStats`](crate::projection::ProjectionStats)), label
 //! `projection`: `actix_delivery_projection_{events, entries, batches, retries, skipped,
-//! offsets_saved, read_failures, store_failures}_total` (counters, each the field of that
+//! offsets_saved, read_failures, store_failures, conflicts}_total` (counters, each the field of that
 //! name) and the gauge `actix_delivery_projection_lag_milliseconds` (`lag_ms`: for the last
 //! batch, from its newest entry's commit to the handler's success).
 //!
@@ -432,6 +432,7 @@ meter! {
         counter offsets_saved: "actix_delivery_projection_offsets_saved_total",
         counter read_failures: "actix_delivery_projection_read_failures_total",
         counter store_failures: "actix_delivery_projection_store_failures_total",
+        counter conflicts: "actix_delivery_projection_conflicts_total",
         gauge lag_ms: "actix_delivery_projection_lag_milliseconds",
     }
 }

@@ -8,10 +8,14 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use actix_delivery::codec::Manifest;
-use actix_delivery::journal::{Journal, MemoryJournal, Offset, Slices, Tag};
+use actix_delivery::journal::{
+    Journal, JournalError, JournalFuture, MemoryJournal, Offset, PersistenceId, Slices, Snapshot,
+    StoredEvent, Tag,
+};
 use actix_delivery::persistence::PersistentConfig;
 use actix_delivery::projection::{
-    Envelope, MemoryOffsetStore, PoisonPolicy, Projection, ProjectionError, ProjectionHandle,
+    Envelope, MemoryOffsetStore, OffsetStore, PoisonPolicy, Projection, ProjectionError,
+    ProjectionHandle,
 };
 
 use crate::bank::{self, wait_until, Account, AccountEvent, Balances};
@@ -410,4 +414,88 @@ async fn a_raw_projection_gets_entries_as_stored() {
     });
     wait_until("two entries", MINUTE, || projection.stats().events == 2).await;
     assert_eq!(*seen.lock().unwrap(), [b"a".to_vec(), b"b".to_vec()]);
+}
+
+#[actix::test]
+async fn a_stored_offset_beyond_the_journal_is_refused_not_waited_on_forever() {
+    tokio::time::pause();
+    let journal = memory();
+    let accounts = bank::open(&journal, "", 2, &PersistentConfig::default());
+    bank::run(&accounts, 0..10).await;
+    // As if the offsets came from another journal, or this one was reset.
+    let mut store = MemoryOffsetStore::new();
+    store
+        .save("balances", Slices::ALL, Offset::from_parts(0, 1_000))
+        .await
+        .unwrap();
+    let balances = Balances::default();
+    let projection = project(&journal, bank::options("balances"), &store, &balances);
+    let error = tokio::time::timeout(MINUTE, projection.stopped())
+        .await
+        .expect("refused at once")
+        .unwrap_err();
+    assert!(matches!(error, ProjectionError::Refused { .. }), "{error}");
+    assert!(error.to_string().contains("beyond everything"), "{error}");
+    assert!(balances.handled().is_empty());
+}
+
+/// A journal outside the crate that stores no tags: each call fails, reading by tag is
+/// unsupported (the trait's default).
+struct Untagged;
+
+impl Journal for Untagged {
+    fn append_as(
+        &self,
+        _: &PersistenceId,
+        _: u64,
+        _: Vec<Vec<u8>>,
+        _: Manifest,
+    ) -> JournalFuture<'_, ()> {
+        Box::pin(async { Err(JournalError::Closed) })
+    }
+    fn replay(
+        &self,
+        _: &PersistenceId,
+        _: u64,
+        _: u64,
+        _: usize,
+    ) -> JournalFuture<'_, Vec<StoredEvent>> {
+        Box::pin(async { Err(JournalError::Closed) })
+    }
+    fn highest_seq(&self, _: &PersistenceId) -> JournalFuture<'_, u64> {
+        Box::pin(async { Err(JournalError::Closed) })
+    }
+    fn delete_to(&self, _: &PersistenceId, _: u64) -> JournalFuture<'_, ()> {
+        Box::pin(async { Err(JournalError::Closed) })
+    }
+    fn save_snapshot(&self, _: &PersistenceId, _: Snapshot) -> JournalFuture<'_, ()> {
+        Box::pin(async { Err(JournalError::Closed) })
+    }
+    fn load_snapshot(&self, _: &PersistenceId) -> JournalFuture<'_, Option<Snapshot>> {
+        Box::pin(async { Err(JournalError::Closed) })
+    }
+}
+
+#[actix::test]
+async fn a_journal_read_no_retry_can_mend_stops_the_projection_with_the_journals_error() {
+    tokio::time::pause();
+    let journal: Arc<dyn Journal> = Arc::new(Untagged);
+    let balances = Balances::default();
+    let store = MemoryOffsetStore::new();
+    let projection = project(&journal, bank::options("balances"), &store, &balances);
+    let error = tokio::time::timeout(MINUTE, projection.stopped())
+        .await
+        .expect("stopped at once")
+        .unwrap_err();
+    assert!(
+        matches!(
+            error,
+            ProjectionError::Journal {
+                error: JournalError::Unsupported(_),
+                ..
+            }
+        ),
+        "{error}"
+    );
+    assert_eq!(projection.stats().read_failures, 0, "not retried");
 }

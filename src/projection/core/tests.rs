@@ -372,3 +372,34 @@ fn a_failed_read_is_tried_again_after_a_wait() {
     ));
     assert_eq!(core.stats().read_failures, 1);
 }
+
+#[test]
+fn a_batch_built_on_an_offset_another_instance_moved_is_counted_and_the_offset_loaded_again() {
+    let now = Instant::now();
+    let mut core = running(true, vec![item(1, 1), item(2, 1)], now);
+    assert_eq!(core.stored(), Offset::START, "the batch builds on the loaded offset");
+    handle(&mut core, now);
+    core.handle_conflict(now);
+    let Step::Wait(at) = core.next_step(now) else {
+        panic!("a wait first");
+    };
+    assert!(matches!(core.next_step(at), Step::Load));
+    core.handle_loaded(Offset::from_parts(0, 2));
+    assert_eq!(core.stored(), Offset::from_parts(0, 2));
+    assert_eq!((core.stats().conflicts, core.stats().store_failures), (1, 0));
+}
+
+#[test]
+fn a_refused_projection_stops_with_the_reason_and_does_nothing_more() {
+    let now = Instant::now();
+    let mut core = core(true, options());
+    assert!(matches!(core.next_step(now), Step::Load));
+    let error = ProjectionError::Refused {
+        projection: "p".into(),
+        reason: "slices".into(),
+    };
+    core.handle_refused(error.clone());
+    for _ in 0..2 {
+        assert!(matches!(core.next_step(now), Step::Failed(e) if e == error));
+    }
+}

@@ -105,7 +105,8 @@ fn read_model(path: &Path) -> rusqlite::Result<Vec<(String, i64, i64)>> {
     rows.collect()
 }
 
-/// Waits until the projection has handled every tagged entry committed so far.
+/// Waits until the projection has handled every tagged entry committed so far; its error if
+/// it stops first (an entry it cannot get past, a read model that does not fit the journal).
 async fn catch_up(
     journal: &dyn Journal,
     projection: &ProjectionHandle,
@@ -119,10 +120,18 @@ async fn catch_up(
             None => break,
         }
     }
-    while projection.stats().offset < last {
-        actix::clock::sleep(Duration::from_millis(20)).await;
+    let caught_up = async {
+        while projection.stats().offset < last {
+            actix::clock::sleep(Duration::from_millis(20)).await;
+        }
+    };
+    tokio::select! {
+        () = caught_up => Ok(()),
+        stopped = projection.stopped() => Err(match stopped {
+            Err(error) => error.into(),
+            Ok(()) => "the projection stopped before catching up".into(),
+        }),
     }
-    Ok(())
 }
 
 /// Compares the read model with the journal: each account's state as the entity recovers it.

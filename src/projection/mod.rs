@@ -68,16 +68,35 @@
 //!   before the projection read them (a snapshot with `delete_events_on_snapshot`), or that
 //!   does not decode, goes to the [`PoisonPolicy`]: stop there (the default; the stored
 //!   offset stays before it and [`ProjectionHandle::stopped`] names it), or skip it, counted
-//!   and logged. A failure of the read model itself (a lost connection, a full disk, a commit
-//!   whose answer was lost) is no fault of the events: the projection loads its offset again,
-//!   which says whether the last commit went through, and goes on from there.
-//! - **Slices:** N instances of one name, each with [`Slices::split`](crate::journal::Slices::split)`(n, i)`,
-//!   follow disjoint sets of streams and together every stream of the tag; each stores its
-//!   own offset. Each still reads the tag's index and skips the other slices' rows, so this
-//!   spreads the handlers' work, not the journal's reads. Leasing slices to instances across
-//!   nodes, as shards are, is left to the sharding layer.
+//!   and logged. A failure of the read model itself is no fault of the events: a lost
+//!   connection, a full disk, a commit whose answer was lost or did not come within the
+//!   timeout (`PostgresReadModel::with_timeout`), and also a table or column that is not
+//!   there, a syntax error or a missing privilege (the read model's schema or the handler's
+//!   SQL). Then the projection loads its offset again, which says whether the last commit
+//!   went through, and goes on from there, retrying for as long as it takes (counted as
+//!   `store_failures`), so a broken read model never makes `Skip` skip events. A failing
+//!   read of the journal is retried the same way, unless no retry can mend it (corrupt or
+//!   incompatible data, a journal that cannot read by tag): then it stops with
+//!   [`ProjectionError::Journal`].
+//! - **A handler keeps to its transaction:** one that ends it (a `COMMIT` or `ROLLBACK` of
+//!   its own) or returns `Ok` after one of its statements failed has its batch counted as
+//!   failed, and the offset is not stored; what it committed on its own is beyond the
+//!   projection's reach.
+//! - **One instance per name and slices:** with exactly once, a batch stores its offset only
+//!   if the stored one is still the one it started from. A second instance running by
+//!   mistake (or an old one not yet gone) therefore never applies a batch twice: the loser's
+//!   transaction rolls back, it loads the offset again (counted as `conflicts`), and the two
+//!   only waste each other's work.
+//! - **Refused starts:** an exactly-once projection whose read model holds offsets of the
+//!   same name under other, overlapping slices (the slicing changed: the events behind them
+//!   would be handled again), and any projection whose stored offset is beyond everything
+//!   the journal has committed ([`Journal::offset_ceiling`](crate::journal::Journal::offset_ceiling):
+//!   a read model of another journal, or a journal reset or restored from a logical dump),
+//!   stop at once with [`ProjectionError::Refused`] instead of handling events twice or
+//!   skipping new ones. To change the slices, rebuild: under a new name, or after deleting
+//!   the name's rows from `projection_offset` together with what the projection wrote.
 //! - **Stats:** [`ProjectionHandle::stats`] (events, entries, batches, retries, skipped,
-//!   offsets stored, failures of the journal and of the store, lag, offset); with the
+//!   offsets stored, failures of the journal and of the store, conflicts, lag, offset); with the
 //!   `metrics` feature also as `actix_delivery_projection_*` metrics.
 //!
 //! It runs as a task on the arbiter that started it; the SQLite handler runs on Tokio's

@@ -377,7 +377,11 @@ fn a_failed_read_is_tried_again_after_a_wait() {
 fn a_batch_built_on_an_offset_another_instance_moved_is_counted_and_the_offset_loaded_again() {
     let now = Instant::now();
     let mut core = running(true, vec![item(1, 1), item(2, 1)], now);
-    assert_eq!(core.stored(), Offset::START, "the batch builds on the loaded offset");
+    assert_eq!(
+        core.stored(),
+        Offset::START,
+        "the batch builds on the loaded offset"
+    );
     handle(&mut core, now);
     core.handle_conflict(now);
     let Step::Wait(at) = core.next_step(now) else {
@@ -386,7 +390,10 @@ fn a_batch_built_on_an_offset_another_instance_moved_is_counted_and_the_offset_l
     assert!(matches!(core.next_step(at), Step::Load));
     core.handle_loaded(Offset::from_parts(0, 2));
     assert_eq!(core.stored(), Offset::from_parts(0, 2));
-    assert_eq!((core.stats().conflicts, core.stats().store_failures), (1, 0));
+    assert_eq!(
+        (core.stats().conflicts, core.stats().store_failures),
+        (1, 0)
+    );
 }
 
 #[test]

@@ -13,7 +13,6 @@ use crate::journal::{is_connection_lost, is_plain_identifier, Offset, Slices};
 use crate::projection::core::Batch;
 use crate::projection::envelope::{Envelope, EventDecoder};
 use crate::projection::runner::{guarded, Failure, Key, Sink};
-use crate::projection::sqlite::other_slicings;
 use crate::projection::{
     HandlerError, HandlerFuture, OffsetStore, Projection, ProjectionError, ProjectionHandle,
 };
@@ -233,7 +232,7 @@ impl PostgresReadModel {
                 .iter()
                 .map(|row| (row.get::<_, i16>(0) as u16, row.get::<_, i16>(1) as u16))
                 .collect();
-            return Err(Failure::Refused(other_slicings(key, &others)));
+            return Err(Failure::resliced(key, &others));
         }
         self.load_offset(key).await.map_err(Failure::Store)
     }
@@ -413,7 +412,7 @@ where
                 }
                 match advance(&transaction, &model.table, key, stored, batch.to).await {
                     Ok(true) => {}
-                    Ok(false) => return Err(moved(stored)),
+                    Ok(false) => return Err(Failure::moved(stored)),
                     Err(err) if err.code() == Some(&SqlState::IN_FAILED_SQL_TRANSACTION) => {
                         return Err(Failure::Handler(format!(
                             "the handler returned Ok from a transaction in which a statement \
@@ -441,7 +440,7 @@ where
                 model.reconnect_if_lost().await.map_err(Failure::Store)?;
                 match advance(&model.client, &model.table, key, stored, offset).await {
                     Ok(true) => Ok(()),
-                    Ok(false) => Err(moved(stored)),
+                    Ok(false) => Err(Failure::moved(stored)),
                     Err(err) => Err(Failure::Store(err.to_string())),
                 }
             })
@@ -449,11 +448,6 @@ where
             model.settle(outcome)
         })
     }
-}
-
-/// The failure of a batch or skip that found the stored offset moved from `stored`.
-fn moved(stored: Offset) -> Failure {
-    Failure::Conflict(format!("the stored offset is no longer {stored}"))
 }
 
 impl OffsetStore for PostgresReadModel {

@@ -55,6 +55,32 @@ pub(crate) enum Failure {
     Refused(String),
 }
 
+impl Failure {
+    /// Exactly once: the stored offset was no longer `stored`.
+    pub fn moved(stored: Offset) -> Self {
+        Self::Conflict(format!("the stored offset is no longer {stored}"))
+    }
+
+    /// Exactly once: the read model holds offsets of `key`'s name under the slices `others`,
+    /// which overlap `key`'s (a change of slicing).
+    pub fn resliced(key: &Key, others: &[(u16, u16)]) -> Self {
+        let others: Vec<String> = others
+            .iter()
+            .map(|(first, last)| format!("{first}-{last}"))
+            .collect();
+        Self::Refused(format!(
+            "the read model holds offsets of `{}` for slices {}, which overlap this instance's \
+             slices {}-{}: the slices of an exactly-once projection cannot change (the events \
+             behind those offsets would be handled again); rebuild it under a new name, or \
+             delete its rows from projection_offset together with what it wrote",
+            key.name,
+            others.join(", "),
+            key.slices.first(),
+            key.slices.last()
+        ))
+    }
+}
+
 /// A handler's panic, as the failure it counts as.
 pub(crate) fn panicked(panic: Box<dyn Any + Send>) -> Failure {
     Failure::Handler(format!("the handler panicked: {}", panic_message(&*panic)))

@@ -190,27 +190,9 @@ fn load_exactly_once(connection: &Connection, key: &Key) -> Result<Offset, Failu
         .collect::<Result<Vec<_>, _>>()
         .map_err(store)?;
     if !others.is_empty() {
-        return Err(Failure::Refused(other_slicings(key, &others)));
+        return Err(Failure::resliced(key, &others));
     }
     load(connection, key).map_err(store)
-}
-
-/// Why a projection whose name has offsets under overlapping `others` slices is refused.
-pub(crate) fn other_slicings(key: &Key, others: &[(u16, u16)]) -> String {
-    let others: Vec<String> = others
-        .iter()
-        .map(|(first, last)| format!("{first}-{last}"))
-        .collect();
-    format!(
-        "the read model holds offsets of `{}` for slices {}, which overlap this instance's \
-         slices {}-{}: the slices of an exactly-once projection cannot change (the events \
-         behind those offsets would be handled again); rebuild it under a new name, or \
-         delete its rows from projection_offset together with what it wrote",
-        key.name,
-        others.join(", "),
-        key.slices.first(),
-        key.slices.last()
-    )
 }
 
 /// Whether a handler's error is the read model failing rather than the events: a full disk,
@@ -286,14 +268,9 @@ where
         ));
     }
     if !advance(&transaction, key, stored, batch.to).map_err(Failure::Store)? {
-        return Err(moved(stored));
+        return Err(Failure::moved(stored));
     }
     transaction.commit().map_err(store)
-}
-
-/// The failure of a batch or skip that found the stored offset moved from `stored`.
-fn moved(stored: Offset) -> Failure {
-    Failure::Conflict(format!("the stored offset is no longer {stored}"))
 }
 
 impl<Ev, F> Sink<Ev> for ExactlyOnce<F>
@@ -363,7 +340,7 @@ where
             if advanced {
                 Ok(())
             } else {
-                Err(moved(stored))
+                Err(Failure::moved(stored))
             }
         })
     }

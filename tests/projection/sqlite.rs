@@ -3,7 +3,7 @@
 //! SQLite file as the offset store of an at-least-once projection.
 
 use std::collections::BTreeMap;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
@@ -122,13 +122,20 @@ async fn journal(dir: &Path) -> Arc<dyn Journal> {
     Arc::new(SqliteJournal::open(dir.join("journal.db")).await.unwrap())
 }
 
-#[actix::test]
-async fn rows_and_offset_commit_together_and_a_failed_batch_leaves_nothing_behind() {
+/// A directory with a journal in which `accounts` accounts ran `commands` commands, and the
+/// path of a read model beside it.
+async fn bank_in(accounts: usize, commands: u64) -> (tempfile::TempDir, Arc<dyn Journal>, PathBuf) {
     let dir = tempfile::tempdir().unwrap();
     let journal = journal(dir.path()).await;
-    let accounts = bank::open(&journal, "", 3, &PersistentConfig::default());
-    bank::run(&accounts, 0..40).await;
+    let handles = bank::open(&journal, "", accounts, &PersistentConfig::default());
+    bank::run(&handles, 0..commands).await;
     let path = dir.path().join("model.db");
+    (dir, journal, path)
+}
+
+#[actix::test]
+async fn rows_and_offset_commit_together_and_a_failed_batch_leaves_nothing_behind() {
+    let (_dir, journal, path) = bank_in(3, 40).await;
     let calls = Arc::new(AtomicU32::new(0));
     let handler = {
         let calls = calls.clone();
@@ -196,11 +203,7 @@ async fn a_restart_goes_on_and_a_rebuild_from_offset_zero_gives_the_same_read_mo
 
 #[actix::test]
 async fn a_sqlite_file_keeps_the_offset_of_an_at_least_once_projection() {
-    let dir = tempfile::tempdir().unwrap();
-    let journal = journal(dir.path()).await;
-    let accounts = bank::open(&journal, "", 2, &PersistentConfig::default());
-    bank::run(&accounts, 0..10).await;
-    let path = dir.path().join("offsets.db");
+    let (_dir, journal, path) = bank_in(2, 10).await;
     let balances = Balances::default();
     let options = bank::options("search-index").build().unwrap();
     let projection = Projection::of::<Account>(journal.clone(), options).at_least_once(
@@ -221,11 +224,7 @@ async fn a_sqlite_file_keeps_the_offset_of_an_at_least_once_projection() {
 #[actix::test]
 async fn a_handler_that_ends_the_transaction_itself_never_gets_the_offset_stored_without_its_rows()
 {
-    let dir = tempfile::tempdir().unwrap();
-    let journal = journal(dir.path()).await;
-    let accounts = bank::open(&journal, "", 2, &PersistentConfig::default());
-    bank::run(&accounts, 0..10).await;
-    let path = dir.path().join("model.db");
+    let (_dir, journal, path) = bank_in(2, 10).await;
     let options = bank::options("balances")
         .max_retries(0)
         .retry_backoff(Duration::from_millis(1), Duration::from_millis(1))
@@ -259,11 +258,7 @@ async fn a_handler_that_ends_the_transaction_itself_never_gets_the_offset_stored
 
 #[actix::test]
 async fn two_instances_of_one_projection_on_one_read_model_apply_each_event_once() {
-    let dir = tempfile::tempdir().unwrap();
-    let journal = journal(dir.path()).await;
-    let accounts = bank::open(&journal, "", 5, &PersistentConfig::default());
-    bank::run(&accounts, 0..300).await;
-    let path = dir.path().join("model.db");
+    let (_dir, journal, path) = bank_in(5, 300).await;
     let (first, second) = (model(&path).await, model(&path).await);
     let instances = [
         project(&journal, "balances", first, apply),
@@ -291,11 +286,7 @@ async fn two_instances_of_one_projection_on_one_read_model_apply_each_event_once
 
 #[actix::test]
 async fn a_change_of_slices_is_refused_instead_of_handling_events_again() {
-    let dir = tempfile::tempdir().unwrap();
-    let journal = journal(dir.path()).await;
-    let accounts = bank::open(&journal, "", 4, &PersistentConfig::default());
-    bank::run(&accounts, 0..20).await;
-    let path = dir.path().join("model.db");
+    let (_dir, journal, path) = bank_in(4, 20).await;
     let whole = project(&journal, "balances", model(&path).await, apply);
     wait_until("20", WITHIN, || whole.stats().events == 20).await;
     whole.stop();
@@ -320,11 +311,7 @@ async fn a_change_of_slices_is_refused_instead_of_handling_events_again() {
 
 #[actix::test]
 async fn a_read_model_missing_its_table_is_retried_never_skipped_as_poison() {
-    let dir = tempfile::tempdir().unwrap();
-    let journal = journal(dir.path()).await;
-    let accounts = bank::open(&journal, "", 2, &PersistentConfig::default());
-    bank::run(&accounts, 0..10).await;
-    let path = dir.path().join("model.db");
+    let (_dir, journal, path) = bank_in(2, 10).await;
     let options = bank::options("balances")
         .max_retries(0)
         .poison(PoisonPolicy::Skip)

@@ -260,9 +260,12 @@ async fn advance(
         client
             .execute(
                 &format!(
-                    "INSERT INTO {table} (projection, first_slice, last_slice, \
+                    "INSERT INTO {table} AS stored (projection, first_slice, last_slice, \
                      offset_transaction, offset_position) VALUES ($1, $2, $3, $4, $5) \
-                     ON CONFLICT (projection, first_slice, last_slice) DO NOTHING"
+                     ON CONFLICT (projection, first_slice, last_slice) DO UPDATE SET \
+                     offset_transaction = excluded.offset_transaction, \
+                     offset_position = excluded.offset_position, updated_at = now() \
+                     WHERE stored.offset_transaction = 0 AND stored.offset_position = 0"
                 ),
                 &[&key.name, &first, &last, &transaction, &position],
             )

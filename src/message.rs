@@ -182,7 +182,14 @@ impl<T> ChunkDelivery<T> {
 
     pub(crate) fn into_inbound(self) -> (Inbound<Bytes, ReplyTo>, Decode<T>) {
         let inbound = Inbound {
-            header: self.header(),
+            header: Header {
+                producer_id: self.producer_id,
+                incarnation: self.incarnation,
+                seq: self.seq,
+                window_start: self.window_start,
+                trace_context: self.trace_context,
+                chunk: Some(self.chunk),
+            },
             body: self.bytes,
             reply_to: self.reply_to,
         };

@@ -379,13 +379,7 @@ pub(crate) fn decode_prefix<T: DeserializeOwned>(
     limit: u64,
 ) -> Result<(T, &[u8]), CodecError> {
     let mut rest = bytes;
-    let value = bincode::DefaultOptions::new()
-        .with_little_endian()
-        .with_varint_encoding()
-        .allow_trailing_bytes()
-        .with_limit(limit)
-        .deserialize_from(&mut rest)
-        .map_err(|err| decode_error(*err, limit))?;
+    let value = decode_prefix_from(&mut rest, limit)?;
     Ok((value, rest))
 }
 

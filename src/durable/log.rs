@@ -4,6 +4,7 @@
 
 use std::collections::BTreeMap;
 
+use bytes::Bytes;
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 
@@ -66,7 +67,7 @@ pub(crate) enum LogCommand {
         epoch: u64,
         first_seq: u64,
         chunk: ChunkHeader,
-        bodies: Vec<Vec<u8>>,
+        bodies: Vec<Bytes>,
     },
     /// Records messages settled (confirmed or given up): they are not resent. A chunked
     /// message is named by its last seq, and settled with all its chunks.
@@ -240,7 +241,7 @@ impl EventSourced for ProducerLog {
                     .map(|(seq, body)| LogEvent::StoredChunk {
                         seq,
                         chunk: *chunk,
-                        body: body.clone(),
+                        body: body.to_vec(),
                     });
                 Ok(Decision::persist(events, LogReply::Done))
             }
@@ -661,7 +662,7 @@ mod tests {
             epoch,
             first_seq,
             chunk,
-            bodies: (0..n).map(|b| vec![b]).collect(),
+            bodies: (0..n).map(|b| Bytes::from(vec![b])).collect(),
         }
     }
 

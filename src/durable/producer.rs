@@ -22,6 +22,7 @@ use crate::journal::{JournalError, PersistenceId};
 use crate::persistence::{CommandError, PersistentConfig, PersistentHandle};
 use crate::producer::ProducerController;
 use crate::producer_core::Core;
+use crate::protocol::chunk::producer::ChunkedProducer;
 use crate::protocol::envelope::Incarnation;
 use crate::protocol::producer::ProducerCore;
 
@@ -541,7 +542,7 @@ impl<T: Clone + Send + 'static> ProducerController<T> {
             )),
             Some(chunking) => {
                 let config = &durable.config;
-                let core = Self::resume_chunked_core(config, incarnation, next_seq, resumed_chunks);
+                let core = ChunkedProducer::resume(config, incarnation, next_seq, resumed_chunks);
                 Core::Chunked(core, chunking)
             }
         };

@@ -247,12 +247,9 @@ impl<B, R> ConsumerCore<B, R> {
             body,
             reply_to,
         } = inbound;
-        let reply_to = match (admit(&header, reply_to.is_some()), reply_to) {
-            (Ok(()), Some(reply_to)) => reply_to,
-            (result, _) => {
-                let reason = result.err().unwrap_or(DeadLetterReason::MissingReplyTo);
-                return self.dead_letter(reason, header, now);
-            }
+        let reply_to = match admitted(&header, reply_to) {
+            Ok(reply_to) => reply_to,
+            Err(reason) => return self.dead_letter(reason, header, now),
         };
         let step = self.decide(header, body, reply_to, now);
         // The lookup may have orphaned waiting messages (made stale, or their window dropped).
@@ -319,7 +316,22 @@ impl<B, R> ConsumerCore<B, R> {
             return Step::Hold;
         }
         window.note_admitted_through(seq);
+        self.start_or_wait(header, body, reply_to, at, 0, now)
+    }
+
+    /// An admitted message (`header.seq` its last seq) runs now or waits for the running
+    /// handler, holding `charge` of the reassembly bound (chunked messages) until it runs.
+    fn start_or_wait(
+        &mut self,
+        header: Header,
+        body: B,
+        reply_to: R,
+        at: WindowRef,
+        charge: u64,
+        now: Instant,
+    ) -> Step<B, R> {
         let step = if self.running.is_none() {
+            self.chunks.release(charge);
             self.running = Some(Running {
                 header,
                 reply_to,
@@ -328,13 +340,15 @@ impl<B, R> ConsumerCore<B, R> {
             });
             Step::Run(body)
         } else {
-            window.begin_waiting(seq);
+            if let Some(window) = self.table.window(at) {
+                window.begin_waiting(header.seq);
+            }
             self.waiting.push_back(Waiting {
                 header,
                 body,
                 reply_to,
                 window: at,
-                charge: 0,
+                charge,
             });
             Step::Hold
         };
@@ -714,6 +728,13 @@ fn count_lookup(stats: &mut ConsumerStats, warnings: &mut Warnings, lookup: Look
         }
         Lookup::NewIncarnation { replaced: true } => stats.replaced_incarnations += 1,
     }
+}
+
+/// Where to ACK a delivery whose header is admitted; why not, if it is not (or has nowhere
+/// to ACK).
+fn admitted<R>(header: &Header, reply_to: Option<R>) -> Result<R, DeadLetterReason> {
+    admit(header, reply_to.is_some())?;
+    reply_to.ok_or(DeadLetterReason::MissingReplyTo)
 }
 
 /// The running message, if it is of `header`'s producer incarnation.

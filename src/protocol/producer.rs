@@ -202,7 +202,11 @@ impl<T: Clone, C> ProducerCore<T, C> {
             let m = self.in_flight.remove(index)?;
             return Some((m.body, m.confirm));
         }
-        let index = self.numbered.iter().position(|(s, _, _)| *s == seq)?;
+        // `numbered` ascends by seq.
+        let index = self
+            .numbered
+            .binary_search_by_key(&seq, |(s, _, _)| *s)
+            .ok()?;
         self.numbered
             .remove(index)
             .map(|(_, body, confirm)| (body, confirm))
@@ -217,13 +221,14 @@ impl<T: Clone, C> ProducerCore<T, C> {
     /// # Errors
     /// The message is handed back if `seq` was never numbered, or the core holds it still.
     pub fn handle_again(&mut self, seq: u64, body: T, confirm: C) -> Result<(), (T, C)> {
-        let held = self.position(seq).is_some() || self.numbered.iter().any(|(s, _, _)| *s == seq);
-        if seq == 0 || seq >= self.next_seq || held {
-            return Err((body, confirm));
+        let queued = self.numbered.binary_search_by_key(&seq, |(s, _, _)| *s);
+        match queued {
+            Err(at) if seq != 0 && seq < self.next_seq && self.position(seq).is_none() => {
+                self.numbered.insert(at, (seq, body, confirm));
+                Ok(())
+            }
+            _ => Err((body, confirm)),
         }
-        let at = self.numbered.partition_point(|(s, _, _)| *s < seq);
-        self.numbered.insert(at, (seq, body, confirm));
-        Ok(())
     }
 
     /// Seeds the retransmission jitter (by default from the OS CSPRNG), for reproducible

@@ -10,7 +10,6 @@ use bytes::Bytes;
 
 use super::*;
 use crate::durable::log::StoredChunks;
-use crate::protocol::chunk::producer::ChunkedProducer;
 use crate::protocol::chunk::ChunkHeader;
 
 /// A chunked message on its way into the journal.
@@ -134,7 +133,7 @@ impl<T: Clone + Send + 'static> ProducerController<T> {
                 break;
             }
             bytes += size;
-            bodies.push(chunk.to_vec());
+            bodies.push(chunk.clone());
         }
         store.storing = bodies.len();
         let stored = log.ask(LogCommand::StoreChunks {
@@ -293,15 +292,5 @@ impl<T: Clone + Send + 'static> ProducerController<T> {
             self.settling.push((doubt.confirm, Err(error)));
         }
         resumed
-    }
-
-    /// The chunked core of a resumed life.
-    pub(super) fn resume_chunked_core(
-        config: &ProducerConfig,
-        incarnation: Incarnation,
-        next_seq: u64,
-        resumed: Vec<(u64, Vec<Bytes>, Confirmation)>,
-    ) -> ChunkedProducer<Confirmation> {
-        ChunkedProducer::resume(config, incarnation, next_seq, resumed)
     }
 }

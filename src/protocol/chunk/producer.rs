@@ -57,7 +57,6 @@ struct Message<C> {
 struct Pending<C> {
     first: Option<u64>,
     chunks: Vec<Bytes>,
-    len: u64,
     confirm: C,
 }
 
@@ -122,7 +121,6 @@ impl<C> ChunkedProducer<C> {
             assert!(end <= next_seq, "resumed messages lie below next_seq");
             producer.pending.push_back(Pending {
                 first: Some(first),
-                len: chunks.iter().map(|c| c.len() as u64).sum(),
                 chunks,
                 confirm,
             });
@@ -174,7 +172,6 @@ impl<C> ChunkedProducer<C> {
         }
         self.pending.push_back(Pending {
             first: None,
-            len: chunks.iter().map(|c| c.len() as u64).sum(),
             chunks,
             confirm,
         });
@@ -206,7 +203,6 @@ impl<C> ChunkedProducer<C> {
         self.next_stored += chunks.len() as u64;
         self.pending.push_back(Pending {
             first: Some(first),
-            len: chunks.iter().map(|c| c.len() as u64).sum(),
             chunks,
             confirm,
         });
@@ -358,7 +354,7 @@ impl<C> ChunkedProducer<C> {
         let header = ChunkHeader {
             first_seq: first,
             chunks: pending.chunks.len() as u32,
-            message_len: pending.len,
+            message_len: pending.chunks.iter().map(|c| c.len() as u64).sum(),
         };
         for (seq, bytes) in (first..).zip(&pending.chunks) {
             let part = Part {

@@ -8,12 +8,11 @@ use std::time::Instant;
 use bytes::Bytes;
 
 use crate::protocol::chunk::reassembly::Inserted;
-use crate::protocol::chunk::{self, Assembled, ChunkFault};
+use crate::protocol::chunk::{self, Assembled, ChunkFault, ChunkHeader};
 use crate::protocol::consumer::{
-    admissible, count_lookup, in_hand, running_of, ConsumerCore, Inbound, Running, Step, Waiting,
+    admissible, admitted, count_lookup, in_hand, running_of, ConsumerCore, Inbound, Step,
 };
-use crate::protocol::dedup::WindowRef;
-use crate::protocol::envelope::{admit, Ack, DeadLetterReason, Header};
+use crate::protocol::envelope::{Ack, DeadLetterReason, Header};
 
 /// What to do about one chunk of a large message ([`ConsumerCore::handle_chunk`]).
 #[derive(Debug)]
@@ -71,29 +70,30 @@ impl<B, R> ConsumerCore<B, R> {
             body: bytes,
             reply_to,
         } = inbound;
-        let reply_to = match (admit(&header, reply_to.is_some()), reply_to) {
-            (Ok(()), Some(reply_to)) => reply_to,
-            (result, _) => {
-                let reason = result.err().unwrap_or(DeadLetterReason::MissingReplyTo);
-                return self.dead_letter(reason, header, now).into();
-            }
+        let reply_to = match admitted(&header, reply_to) {
+            Ok(reply_to) => reply_to,
+            Err(reason) => return self.dead_letter(reason, header, now).into(),
         };
         let checked = header
             .chunk
             .ok_or(DeadLetterReason::InvalidChunk(ChunkFault::NoChunks))
-            .and_then(|c| chunk::check(&header, &c, bytes.len(), self.max_message_bytes));
-        if let Err(reason) = checked {
-            return self.dead_letter(reason, header, now).into();
-        }
-        let step = self.decide_chunk(header, bytes, reply_to, decode, now);
+            .and_then(|c| {
+                chunk::check(&header, &c, bytes.len(), self.max_message_bytes).map(|()| c)
+            });
+        let chunk = match checked {
+            Ok(chunk) => chunk,
+            Err(reason) => return self.dead_letter(reason, header, now).into(),
+        };
+        let step = self.decide_chunk(header, chunk, bytes, reply_to, decode, now);
         self.collect_orphans();
         step
     }
 
-    /// Dedup and reassembly for an admitted chunk.
+    /// Dedup and reassembly for an admitted chunk (`chunk` its checked chunk header).
     fn decide_chunk(
         &mut self,
         header: Header,
+        chunk: ChunkHeader,
         bytes: Bytes,
         reply_to: R,
         decode: impl FnOnce(Assembled) -> Result<B, DeadLetterReason>,
@@ -102,7 +102,6 @@ impl<B, R> ConsumerCore<B, R> {
     where
         R: Clone,
     {
-        let chunk = header.chunk.expect("checked by handle_chunk");
         let (seq, first, last) = (header.seq, chunk.first_seq, chunk.last_seq());
         let (window, at, lookup) = self.table.window_for(
             &header.producer_id,
@@ -177,7 +176,12 @@ impl<B, R> ConsumerCore<B, R> {
                     ..header
                 };
                 let step = match decode(message) {
-                    Ok(body) => self.start_or_wait(header, body, reply_to, at, charge, now),
+                    Ok(body) => {
+                        if let Some(window) = self.table.window(at) {
+                            window.note_admitted_through(last);
+                        }
+                        self.start_or_wait(header, body, reply_to, at, charge, now)
+                    }
                     Err(reason) => {
                         self.chunks.release(charge);
                         self.dead_letter(reason, header, now)
@@ -189,47 +193,6 @@ impl<B, R> ConsumerCore<B, R> {
                 }
             }
         }
-    }
-
-    /// A reassembled message (`header.seq` its last chunk's) runs now or waits for the
-    /// running handler, holding `charge` of the reassembly bound until it runs.
-    fn start_or_wait(
-        &mut self,
-        header: Header,
-        body: B,
-        reply_to: R,
-        at: WindowRef,
-        charge: u64,
-        now: Instant,
-    ) -> Step<B, R> {
-        let seq = header.seq;
-        let step = if self.running.is_none() {
-            self.chunks.release(charge);
-            self.running = Some(Running {
-                header,
-                reply_to,
-                window: at,
-                started: now,
-            });
-            Step::Run(body)
-        } else {
-            if let Some(window) = self.table.window(at) {
-                window.begin_waiting(seq);
-            }
-            self.waiting.push_back(Waiting {
-                header,
-                body,
-                reply_to,
-                window: at,
-                charge,
-            });
-            Step::Hold
-        };
-        if let Some(window) = self.table.window(at) {
-            window.note_admitted_through(seq);
-        }
-        self.note_admitted(at, now);
-        step
     }
 }
 

@@ -15,7 +15,7 @@ use actix_delivery::journal::{
 };
 use actix_delivery::persistence::{recover_state, CommandError, PersistentConfig};
 use actix_delivery::sharding::{EntityHost, EntityHostOptions, EntityId, HostError};
-use common::entities::{Ledger, Op};
+use common::entities::{Ledger, Op, Sequence};
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 
@@ -282,35 +282,11 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;
 
 use actix_delivery::durable::DurableOptions;
-use actix_delivery::persistence::{Decision, EventSourced};
 use actix_delivery::sharding::{
     EntityEnvelope, ShardId, ShardedProducerHandle, ShardedProducerOptions,
 };
 use actix_delivery::{ConsumerRef, Delivery, ProducerConfig, ReliableDelivery, TellError};
 use common::{confirm_into, settle_for, Confirmations};
-use serde::{Deserialize, Serialize};
-
-/// The bodies an entity applied, in the order it applied them.
-#[derive(Debug, Default, Serialize, Deserialize)]
-struct Sequence(Vec<u64>);
-
-#[derive(Serialize, Deserialize)]
-struct Appended(u64);
-
-impl EventSourced for Sequence {
-    type Command = u64;
-    type Event = Appended;
-    type Reply = ();
-    type Rejection = String;
-
-    fn decide(&self, &body: &u64) -> Result<Decision<Self>, String> {
-        Ok(Decision::persist([Appended(body)], ()))
-    }
-
-    fn apply(&mut self, Appended(body): &Appended) {
-        self.0.push(*body);
-    }
-}
 
 fn sequences(journal: Arc<dyn Journal>, persistent: PersistentConfig) -> EntityHost<Sequence> {
     let options = EntityHostOptions::builder("seq")

@@ -46,17 +46,17 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use actix_delivery::journal::{Journal, PersistenceId, PostgresJournal};
-use actix_delivery::persistence::{recover_state, Decision, EventSourced, PersistentConfig};
+use actix_delivery::persistence::{recover_state, PersistentConfig};
 use actix_delivery::sharding::{
     CoordinatorOptions, EntityEnvelope, EntityHost, EntityHostOptions, EntityId, NatsShards,
     PostgresLeaseStore, ShardCoordinator, ShardedProducerOptions,
 };
 use actix_delivery::{ConsumerOptions, DeliveryHandler, ProducerConfig, ReliableDelivery};
+use common::entities::Sequence;
 use common::{confirm_into, Confirmations};
 use process::hook::{Hold, Hooked, Markers};
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
-use serde::{Deserialize, Serialize};
 
 /// Set for a child: the node's name.
 const NODE_NAME: &str = "SHARD_CRASH_NODE";
@@ -80,32 +80,6 @@ const RENEW_INTERVAL: Duration = Duration::from_millis(500);
 const OUTSTANDING: usize = 600;
 /// Commands in the steady phase.
 const STEADY: usize = 3000;
-
-// --- the entity ---------------------------------------------------------------------------
-
-/// The commands applied, in order.
-#[derive(Debug, Default, Serialize, Deserialize)]
-struct Ledger {
-    applied: Vec<u64>,
-}
-
-#[derive(Debug, Serialize, Deserialize)]
-struct Applied(u64);
-
-impl EventSourced for Ledger {
-    type Command = u64;
-    type Event = Applied;
-    type Reply = ();
-    type Rejection = String;
-
-    fn decide(&self, &command: &u64) -> Result<Decision<Self>, String> {
-        Ok(Decision::persist([Applied(command)], ()))
-    }
-
-    fn apply(&mut self, Applied(command): &Applied) {
-        self.applied.push(*command);
-    }
-}
 
 fn env(key: &str) -> String {
     std::env::var(key).unwrap_or_else(|_| panic!("{key} is set for the child"))
@@ -166,7 +140,7 @@ fn child_entry() {
         // Commits one seeded append and never answers it: the kill that follows lands with
         // its commands stored and unconfirmed.
         let hooked = Hooked::new((*journal).clone(), MARKER, Hold::parse(&env(HOLD)));
-        let coordinator = ShardCoordinator::<Ledger>::start(
+        let coordinator = ShardCoordinator::<Sequence>::start(
             Arc::new(hooked),
             host.clone(),
             Arc::new(leases),
@@ -213,7 +187,7 @@ fn child_entry() {
 /// processed by up to four instances of its entity at once, and the journal's fence sorts
 /// them out.
 async fn serve_every_shard(journal: Arc<PostgresJournal>, host: EntityHostOptions, prefix: &str) {
-    let rogue = EntityHost::<Ledger>::start(journal, host).unwrap();
+    let rogue = EntityHost::<Sequence>::start(journal, host).unwrap();
     let consumer = rogue.consumer(|c: u64| c);
     let carrier = nats_support::carrier().await;
     for shard in 0..SHARDS {
@@ -227,14 +201,14 @@ async fn serve_every_shard(journal: Arc<PostgresJournal>, host: EntityHostOption
 
 /// The planted fault: a consumer that asks the entities without the delivery, so no
 /// processed mark is stored and a redelivery is applied again.
-fn unmarked(host: &EntityHost<Ledger>) -> actix_delivery::ConsumerHandle<EntityEnvelope<u64>> {
+fn unmarked(host: &EntityHost<Sequence>) -> actix_delivery::ConsumerHandle<EntityEnvelope<u64>> {
     let host = host.clone();
     let handler = DeliveryHandler::pipelined(move |_, envelope: EntityEnvelope<u64>| {
         let answer = host.ask(envelope.entity_id, envelope.body);
         async move { answer.await.map(drop) }
     });
     ReliableDelivery::consumer(
-        ConsumerOptions::new(handler, EntityHost::<Ledger>::consumer_config()).unwrap(),
+        ConsumerOptions::new(handler, EntityHost::<Sequence>::consumer_config()).unwrap(),
     )
 }
 
@@ -563,7 +537,7 @@ async fn run(fault: Option<&'static str>) -> Report {
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
     let carrier = nats_support::carrier().await;
-    let destination = NatsShards::<u64>::destination::<u64>(&carrier, &setup.prefix).unwrap();
+    let destination = NatsShards::<u64>::destination(&carrier, &setup.prefix).unwrap();
     let options = ShardedProducerOptions::per_shard(destination)
         .shards(SHARDS)
         .entity_stream(ProducerConfig {
@@ -690,18 +664,18 @@ async fn run(fault: Option<&'static str>) -> Report {
             let name = format!("{}|{}", run.setup.entity_type, entity(*account));
             let (id, journal) = (PersistenceId::new(name).unwrap(), &journal);
             async move {
-                recover_state::<Ledger>(journal as &dyn Journal, &id)
+                recover_state::<Sequence>(journal as &dyn Journal, &id)
                     .await
                     .unwrap()
             }
         }))
         .await;
         for ((account, commands), state) in chunk.iter().zip(states) {
-            let unique: BTreeSet<u64> = state.applied.iter().copied().collect();
-            if unique.len() < state.applied.len() {
-                doubled.push((entity(*account), state.applied.clone()));
-            } else if &state.applied != commands {
-                wrong.push((entity(*account), commands.clone(), state.applied));
+            let unique: BTreeSet<u64> = state.0.iter().copied().collect();
+            if unique.len() < state.0.len() {
+                doubled.push((entity(*account), state.0.clone()));
+            } else if &state.0 != commands {
+                wrong.push((entity(*account), commands.clone(), state.0));
             }
         }
     }

@@ -362,6 +362,16 @@ fn invalid_options_and_names_are_refused_with_the_reason() {
 
 /// A worker applying each job to the shared ledger entity, whose ACKs can be swallowed (the
 /// worker "dies" after its commit, before its ACK gets out).
+/// The ledger entity on `journal`.
+fn start_ledger(journal: &MemoryJournal) -> PersistentHandle<Ledger> {
+    PersistentHandle::start(
+        Arc::new(journal.clone()),
+        ledger_id(),
+        PersistentConfig::default(),
+    )
+    .unwrap()
+}
+
 fn ledger_worker(entity: &PersistentHandle<Ledger>, swallow_acks: bool) -> ConsumerRef<Job<u64>> {
     let consumer = ReliableDelivery::consumer(
         ConsumerOptions::builder(entity.job_handler(Op::Apply))
@@ -386,12 +396,7 @@ fn ledger_worker(entity: &PersistentHandle<Ledger>, swallow_acks: bool) -> Consu
 async fn persistent_workers_recognise_a_rerouted_job_by_its_id_and_store_it_once() {
     tokio::time::pause();
     let journal = MemoryJournal::new();
-    let entity = PersistentHandle::<Ledger>::start(
-        Arc::new(journal.clone()),
-        ledger_id(),
-        PersistentConfig::default(),
-    )
-    .unwrap();
+    let entity = start_ledger(&journal);
     let (registry, confirmed) = (WorkerRegistry::new(), Log::default());
     registry
         .register("mute", ledger_worker(&entity, true))
@@ -529,12 +534,7 @@ async fn a_late_copy_of_a_job_confirmed_elsewhere_frees_its_persistent_workers_s
     tokio::time::pause();
     let registry = WorkerRegistry::<u64>::new();
     let journal = MemoryJournal::new();
-    let entity = PersistentHandle::<Ledger>::start(
-        Arc::new(journal.clone()),
-        ledger_id(),
-        PersistentConfig::default(),
-    )
-    .unwrap();
+    let entity = start_ledger(&journal);
     let b = ReliableDelivery::consumer(
         ConsumerOptions::builder(entity.job_handler(Op::Apply))
             .build()
@@ -661,12 +661,7 @@ async fn a_job_id_claiming_a_range_of_seqs_marks_only_its_own() {
     use actix_delivery::{DeliveryInfo, Incarnation, IncarnationId, ProducerId};
     tokio::time::pause();
     let journal = MemoryJournal::new();
-    let entity = PersistentHandle::<Ledger>::start(
-        Arc::new(journal.clone()),
-        ledger_id(),
-        PersistentConfig::default(),
-    )
-    .unwrap();
+    let entity = start_ledger(&journal);
     let worker = ReliableDelivery::consumer(
         ConsumerOptions::builder(entity.job_handler(Op::Apply))
             .build()

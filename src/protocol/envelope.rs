@@ -373,22 +373,28 @@ pub fn admit(header: &Header, has_reply_to: bool) -> Result<(), DeadLetterReason
     if !has_reply_to {
         return Err(DeadLetterReason::MissingReplyTo);
     }
-    if header.seq == 0 || header.seq > MAX_SEQ {
-        return Err(DeadLetterReason::SeqOutOfRange(header.seq));
-    }
+    check_numbers(header.seq, header.window_start)?;
     check_producer_id(header.producer_id.as_str())?;
-    if header.window_start == 0 || header.window_start > header.seq {
-        return Err(DeadLetterReason::WindowStartOutOfRange {
-            window_start: header.window_start,
-            seq: header.seq,
-        });
-    }
     if header
         .trace_context
         .as_ref()
         .is_some_and(|context| !context.is_valid())
     {
         return Err(DeadLetterReason::InvalidTraceContext);
+    }
+    Ok(())
+}
+
+/// The numbers of a delivery: a seq in `1..=`[`MAX_SEQ`], a window start in `1..=seq`.
+///
+/// # Errors
+/// [`DeadLetterReason::SeqOutOfRange`] or [`DeadLetterReason::WindowStartOutOfRange`].
+pub(crate) fn check_numbers(seq: u64, window_start: u64) -> Result<(), DeadLetterReason> {
+    if seq == 0 || seq > MAX_SEQ {
+        return Err(DeadLetterReason::SeqOutOfRange(seq));
+    }
+    if window_start == 0 || window_start > seq {
+        return Err(DeadLetterReason::WindowStartOutOfRange { window_start, seq });
     }
     Ok(())
 }

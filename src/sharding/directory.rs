@@ -86,22 +86,21 @@ impl ShardDirectory {
                     return; // moving: retransmitted once it has an owner
                 };
                 let mut refs = refs.lock().unwrap_or_else(PoisonError::into_inner);
-                if !refs.contains_key(&address) {
-                    let target = address
-                        .parse::<PeerAddr>()
-                        .map_err(|e| e.to_string())
-                        .and_then(|peer| node.consumer_ref(peer, &name).map_err(|e| e.to_string()));
-                    match target {
-                        Ok(target) => {
-                            refs.insert(address.clone(), target);
-                        }
-                        Err(error) => {
-                            log::warn!("shard {shard}: owner address {address:?}: {error}");
-                            return;
-                        }
-                    }
+                if let Some(target) = refs.get(&address) {
+                    target.do_send_all(deliveries.into_iter());
+                    return;
                 }
-                refs[&address].do_send_all(deliveries.into_iter());
+                let target = address
+                    .parse::<PeerAddr>()
+                    .map_err(|e| e.to_string())
+                    .and_then(|peer| node.consumer_ref(peer, &name).map_err(|e| e.to_string()));
+                match target {
+                    Ok(target) => {
+                        target.do_send_all(deliveries.into_iter());
+                        refs.insert(address, target);
+                    }
+                    Err(error) => log::warn!("shard {shard}: owner address {address:?}: {error}"),
+                }
             })
         }
     }

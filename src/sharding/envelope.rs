@@ -3,7 +3,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::protocol::envelope::{check_producer_id, DeadLetterReason, DeliveryInfo, MAX_SEQ};
+use crate::protocol::envelope::{check_numbers, check_producer_id, DeadLetterReason, DeliveryInfo};
 use crate::sharding::entity_id::EntityId;
 
 /// A message for one entity, as a sharded producer sends it through the entity's stream and
@@ -38,18 +38,9 @@ impl<M> EntityEnvelope<M> {
     pub fn check(&self) -> Result<(), DeadLetterReason> {
         let origin = &self.origin;
         check_producer_id(origin.producer_id.as_str())?;
-        if origin.seq == 0
-            || origin.seq > MAX_SEQ
-            || self.previous >= origin.seq
-            || origin.first_seq.is_some()
-        {
+        check_numbers(origin.seq, origin.window_start)?;
+        if self.previous >= origin.seq || origin.first_seq.is_some() {
             return Err(DeadLetterReason::SeqOutOfRange(origin.seq));
-        }
-        if origin.window_start == 0 || origin.window_start > origin.seq {
-            return Err(DeadLetterReason::WindowStartOutOfRange {
-                window_start: origin.window_start,
-                seq: origin.seq,
-            });
         }
         Ok(())
     }

@@ -71,16 +71,19 @@ impl<S> Lanes<S> {
     /// Routes message `seq` to `entity`'s lane (`open` makes one if there is none): the
     /// lane's stream and the message's predecessor to the entity (0 for none).
     pub fn route(&mut self, entity: &EntityId, seq: u64, open: impl FnOnce() -> S) -> (&S, u64) {
-        self.unused.remove(entity);
-        let opened = &mut self.stats.opened;
-        let lane = self.lanes.entry(entity.clone()).or_insert_with(|| {
-            *opened += 1;
-            Lane {
+        if !self.lanes.contains_key(entity) {
+            self.stats.opened += 1;
+            let lane = Lane {
                 stream: open(),
                 last_seq: 0,
                 in_flight: 0,
-            }
-        });
+            };
+            self.lanes.insert(entity.clone(), lane);
+        }
+        let lane = self.lanes.get_mut(entity).expect("made above");
+        if lane.in_flight == 0 {
+            self.unused.remove(entity); // in use again
+        }
         let previous = std::mem::replace(&mut lane.last_seq, seq);
         lane.in_flight += 1;
         self.in_flight += 1;

@@ -13,7 +13,7 @@
 //! - a lease being handed off is still renewed (nobody else may take the shard before its
 //!   entities have stopped) until it is released.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::time::{Duration, Instant};
 
 use crate::sharding::entity_id::ShardId;
@@ -76,6 +76,7 @@ impl LeaseBook {
         requested_at: Instant,
     ) -> Vec<(ShardId, u64)> {
         let valid_until = self.valid_after(requested_at);
+        let renewed: BTreeSet<ShardId> = renewed.iter().copied().collect();
         let mut lost = Vec::new();
         for &(shard, token) in asked {
             let Some(held) = self.held.get_mut(&shard) else {

@@ -113,18 +113,21 @@ impl Leaseholder {
         let ttl = self.config.lease_ttl;
         let leaving = self.leaving;
         let read = async move {
+            // Leaving, it renews what it still holds, and neither announces itself nor
+            // looks for shards to take.
             let heartbeat = if leaving {
-                Ok(())
+                None
             } else {
-                store.heartbeat(&namespace, &member, ttl).await
+                Some(store.heartbeat(&namespace, &member, ttl).await)
             };
             let renewed = store.renew(&namespace, &asked, &member.id, ttl).await;
             let view = match heartbeat {
-                Ok(()) => store.view(&namespace).await.ok(),
-                Err(error) => {
+                Some(Ok(())) => store.view(&namespace).await.ok(),
+                Some(Err(error)) => {
                     log::warn!("sharding `{namespace}`: heartbeat failed: {error}");
                     None
                 }
+                None => None,
             };
             Read {
                 asked,

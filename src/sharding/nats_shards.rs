@@ -42,16 +42,16 @@ impl<M: DeserializeOwned + Send + 'static> NatsShards<M> {
     }
 }
 
-impl<M: Send + 'static> NatsShards<M> {
+impl<M: Serialize + Send + 'static> NatsShards<M> {
     /// Where a sharded producer reaches shard `s`'s entities: the subject `<prefix>.<s>` on
     /// `carrier` (for [`ShardedProducerOptions::per_shard`](crate::sharding::ShardedProducerOptions::per_shard)).
     ///
     /// # Errors
     /// [`NatsError::InvalidSubject`] if `<prefix>.0` is no valid subject.
-    pub fn destination<T: Serialize + Send + 'static>(
+    pub fn destination(
         carrier: &NatsCarrier,
         prefix: &str,
-    ) -> Result<impl Fn(ShardId) -> ConsumerRef<EntityEnvelope<T>> + Send + Sync + 'static, NatsError>
+    ) -> Result<impl Fn(ShardId) -> ConsumerRef<EntityEnvelope<M>> + Send + Sync + 'static, NatsError>
     {
         check_prefix(prefix)?;
         let (carrier, prefix) = (carrier.clone(), prefix.to_owned());

@@ -196,8 +196,22 @@ impl PostgresLeaseStore {
     }
 }
 
-/// Creates the tables if missing, serialised with other nodes doing the same.
+/// Creates the schema and tables if missing, serialised with other nodes doing the same.
+/// Only when missing: `IF NOT EXISTS` needs the privilege to create regardless, and tables set
+/// up by an administrator may be used without it.
 async fn create_tables(client: &Client, schema: &str) -> Result<(), tokio_postgres::Error> {
+    let found = client
+        .query_one(
+            "SELECT to_regclass($1) IS NOT NULL AND to_regclass($2) IS NOT NULL",
+            &[
+                &format!("\"{schema}\".shard_lease"),
+                &format!("\"{schema}\".shard_member"),
+            ],
+        )
+        .await?;
+    if found.get::<_, bool>(0) {
+        return Ok(());
+    }
     let create = format!(
         "BEGIN; \
          SELECT pg_advisory_xact_lock(hashtext('actix-delivery shard leases {schema}')); \

@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
-use crate::config::{millis_key, positive, Limit, Overrides, ProducerConfig, MAX_DURATION};
+use crate::config::{millis_key, positive, Limit, Overrides, ProducerConfig};
 use crate::error::OptionsError;
 use crate::message::ConsumerRef;
 use crate::sharding::entity_id::{ShardId, MAX_ENTITY_ID};
@@ -54,15 +54,7 @@ impl ShardedProducerConfig {
     /// [`OptionsError`] naming the field and the rule it breaks.
     pub fn validate(&self) -> Result<(), OptionsError> {
         positive("max_pending_per_entity", self.max_pending_per_entity)?;
-        if self.cleanup_unused_after.is_zero() || self.cleanup_unused_after > MAX_DURATION {
-            return Err(OptionsError::new(
-                "cleanup_unused_after_ms",
-                format!(
-                    "must be positive and at most 365 days (got {:?})",
-                    self.cleanup_unused_after
-                ),
-            ));
-        }
+        crate::config::duration("cleanup_unused_after_ms", self.cleanup_unused_after)?;
         check_shards(self.shards)
     }
 }

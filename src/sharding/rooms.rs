@@ -68,12 +68,16 @@ impl Rooms {
         let Some(count) = used.get_mut(entity) else {
             return;
         };
+        // Only an entity that was full can have waiters.
+        let was_full = *count >= self.per_entity;
         *count -= 1;
         if *count == 0 {
             used.remove(entity);
         }
         drop(used);
-        self.freed.notify_waiters();
+        if was_full {
+            self.freed.notify_waiters();
+        }
     }
 }
 

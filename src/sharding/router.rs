@@ -105,8 +105,9 @@ impl<T: Clone + Send + 'static> ShardRouter<T> {
 
     /// Takes a message from the producer (a copy of a held one changes nothing) and hands it
     /// to its entity's stream.
-    fn take(&mut self, delivery: Delivery<EntityMessage<T>>, ctx: &mut Context<Self>) {
+    fn take(&mut self, delivery: Delivery<EntityMessage<T>>, router: &Addr<Self>) {
         let (incarnation, seq) = (delivery.incarnation, delivery.seq);
+        self.reply_to = delivery.reply_to.or(self.reply_to.take());
         let id = match self.intake.take(incarnation, seq, delivery.window_start) {
             Taken::New {
                 incarnation,
@@ -119,12 +120,10 @@ impl<T: Clone + Send + 'static> ShardRouter<T> {
             }
             Taken::Copy => return,
             Taken::AckAgain => {
-                self.reply_to = delivery.reply_to.or(self.reply_to.take());
                 self.acks.push(self.ack(incarnation, seq));
                 return;
             }
         };
-        self.reply_to = delivery.reply_to.or(self.reply_to.take());
         let EntityMessage { entity_id, body } = delivery.body;
         let origin = DeliveryInfo {
             producer_id: delivery.producer_id,
@@ -159,7 +158,7 @@ impl<T: Clone + Send + 'static> ShardRouter<T> {
         };
         let (stream, previous) = lanes.route(&entity_id, seq, open);
         let settlements = self.settlements.clone();
-        let router = ctx.address();
+        let router = router.clone();
         let entity = entity_id.clone();
         let confirm = move |result| {
             let settled = LaneSettled {
@@ -265,7 +264,7 @@ impl<T: Clone + Send + 'static> Handler<Delivery<EntityMessage<T>>> for ShardRou
     type Result = ();
 
     fn handle(&mut self, delivery: Delivery<EntityMessage<T>>, ctx: &mut Context<Self>) {
-        self.take(delivery, ctx);
+        self.take(delivery, &ctx.address());
     }
 }
 
@@ -273,8 +272,9 @@ impl<T: Clone + Send + 'static> Handler<Deliveries<EntityMessage<T>>> for ShardR
     type Result = ();
 
     fn handle(&mut self, deliveries: Deliveries<EntityMessage<T>>, ctx: &mut Context<Self>) {
+        let router = ctx.address();
         for delivery in deliveries.0 {
-            self.take(delivery, ctx);
+            self.take(delivery, &router);
         }
     }
 }

@@ -77,3 +77,25 @@ impl EventSourced for Orders {
 pub fn orders_id() -> PersistenceId {
     PersistenceId::new("orders").unwrap()
 }
+
+/// The commands an entity applied, in the order it applied them.
+#[derive(Debug, Default, Serialize, Deserialize)]
+pub struct Sequence(pub Vec<u64>);
+
+#[derive(Debug, Serialize, Deserialize)]
+pub struct Appended(pub u64);
+
+impl EventSourced for Sequence {
+    type Command = u64;
+    type Event = Appended;
+    type Reply = ();
+    type Rejection = String;
+
+    fn decide(&self, &command: &u64) -> Result<Decision<Self>, String> {
+        Ok(Decision::persist([Appended(command)], ()))
+    }
+
+    fn apply(&mut self, Appended(command): &Appended) {
+        self.0.push(*command);
+    }
+}

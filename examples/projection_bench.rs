@@ -451,7 +451,6 @@ fn main() {
         fill_raw(&*journal, events).await;
         let entity_events = events / 4;
         fill_entities(&journal, entity_events).await;
-        let eo_events = entity_events;
 
         println!("\n## Catch-up from offset 0 (events per second)\n");
         println!("| case | events | projection runner | plain loop over `events_by_tag` | plain ÷ runner |");
@@ -480,16 +479,16 @@ fn main() {
             |run| {
                 let path = dir.path().join(format!("runner-model-{run}.db"));
                 let journal = journal.clone();
-                async move { runner_into_sqlite(&journal, &path, eo_events).await }
+                async move { runner_into_sqlite(&journal, &path, entity_events).await }
             },
             |run| {
                 let path = dir.path().join(format!("plain-model-{run}.db"));
                 let journal = journal.clone();
-                async move { plain_into_sqlite(&*journal, &path, eo_events).await }
+                async move { plain_into_sqlite(&*journal, &path, entity_events).await }
             },
         )
         .await;
-        row("SQLite → SQLite read model, exactly once", eo_events, &mut a, &mut b);
+        row("SQLite → SQLite read model, exactly once", entity_events, &mut a, &mut b);
         #[cfg(feature = "postgres")]
         let postgres = postgres::Bench::new(events / 2).await;
         #[cfg(feature = "postgres")]

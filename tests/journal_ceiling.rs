@@ -81,10 +81,6 @@ async fn ceiling_is_the_last_offset_in_any_tag(journal: &dyn Journal) {
         "8 tag rows, numbered 1 to 8"
     );
 
-    // What a projection would have stored had it read another journal further: detectable.
-    let foreign = Offset::from_parts(0, ceiling.parts().1 + 1);
-    assert!(foreign > ceiling);
-
     append(journal, &b, 4, 1, std::slice::from_ref(&blue)).await;
     let newest = *offsets(journal, &blue).await.last().unwrap();
     assert!(newest > ceiling, "{newest} after the old ceiling {ceiling}");
@@ -257,8 +253,8 @@ mod postgres {
     }
 
     /// Every committed entry's offset (read from the table, not through the journal's
-    /// horizon) is at or below the ceiling; a transaction id the server assigns afterwards,
-    /// and one a million ahead (another cluster's), are above it.
+    /// horizon) is at or below the ceiling; a transaction id the server assigns afterwards is
+    /// above it.
     #[tokio::test]
     async fn postgres_ceiling_bounds_every_committed_offset() {
         let schema = Schema::new("jceil").await;
@@ -303,8 +299,6 @@ mod postgres {
             Offset::from_parts(next, 0) > ceiling,
             "transaction {next}, assigned after the call, is above {ceiling}"
         );
-        let foreign = Offset::from_parts(next + 1_000_000, 1);
-        assert!(foreign > ceiling);
         journal.close().await;
         schema.drop().await;
     }

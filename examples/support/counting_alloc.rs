@@ -37,8 +37,7 @@ unsafe impl GlobalAlloc for Counting {
         // SAFETY: forwarded as is (see the impl).
         let new = unsafe { SystemAllocator.realloc(ptr, layout, new_size) };
         if !new.is_null() {
-            let live = LIVE_BYTES.fetch_add(new_size, Ordering::Relaxed) + new_size;
-            PEAK_BYTES.fetch_max(live, Ordering::Relaxed);
+            raise_peak(LIVE_BYTES.fetch_add(new_size, Ordering::Relaxed) + new_size);
             LIVE_BYTES.fetch_sub(layout.size(), Ordering::Relaxed);
         }
         new
@@ -48,11 +47,18 @@ unsafe impl GlobalAlloc for Counting {
 /// Counts a fresh block (if the allocation succeeded) and passes it through.
 fn counted(ptr: *mut u8, layout: Layout) -> *mut u8 {
     if !ptr.is_null() {
-        let live = LIVE_BYTES.fetch_add(layout.size(), Ordering::Relaxed) + layout.size();
-        PEAK_BYTES.fetch_max(live, Ordering::Relaxed);
+        raise_peak(LIVE_BYTES.fetch_add(layout.size(), Ordering::Relaxed) + layout.size());
         LIVE_BLOCKS.fetch_add(1, Ordering::Relaxed);
     }
     ptr
+}
+
+/// Records `live` as the peak if it is one: a plain load in the usual case, not a locked
+/// read-modify-write on every allocation.
+fn raise_peak(live: usize) {
+    if live > PEAK_BYTES.load(Ordering::Relaxed) {
+        PEAK_BYTES.fetch_max(live, Ordering::Relaxed);
+    }
 }
 
 #[global_allocator]

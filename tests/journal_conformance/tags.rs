@@ -257,7 +257,7 @@ pub async fn slices_split_a_tag_between_readers(journal: Arc<dyn Journal>) {
     for id in &ids {
         journal
             .append_tagged(
-                &id.clone(),
+                id,
                 1,
                 vec![payload("s", 1)],
                 Manifest::raw(),
@@ -356,16 +356,5 @@ pub async fn notifications_follow_tagged_commits(journal: Arc<dyn Journal>) {
     })
     .await;
     appended.unwrap();
-    let query = TagQuery::new(tag);
-    let deadline = std::time::Instant::now() + Duration::from_secs(10);
-    while read_all(&*journal, &query, Offset::START, 10)
-        .await
-        .is_empty()
-    {
-        assert!(
-            std::time::Instant::now() < deadline,
-            "the entry is readable"
-        );
-        tokio::time::sleep(Duration::from_millis(5)).await;
-    }
+    read_settled(&*journal, &TagQuery::new(tag), Offset::START, 10, 1).await;
 }

@@ -1,7 +1,6 @@
 //! The bank the projection tests project: accounts whose events are tagged `account` (and a
 //! withdrawal also `withdrawal`), a read model of balances, and how to check it against the
 //! journal.
-#![allow(dead_code)] // each module uses a part
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
@@ -155,16 +154,25 @@ impl Balances {
     }
 }
 
-/// Asserts that `handled` holds each (stream, seq) once, each stream's in seq order.
-pub fn assert_each_once_in_order(handled: &[(String, u64, AccountEvent)]) {
+/// Asserts that `keys` holds each (stream, seq) once, each stream's in seq order (`context`
+/// in the message).
+pub fn assert_once_in_order<'a>(keys: impl IntoIterator<Item = (&'a str, u64)>, context: &str) {
     let mut last: BTreeMap<&str, u64> = BTreeMap::new();
-    for (id, seq, _) in handled {
-        let previous = last.insert(id, *seq).unwrap_or(0);
+    for (id, seq) in keys {
+        let previous = last.insert(id, seq).unwrap_or(0);
         assert!(
-            *seq > previous,
-            "{id}: seq {seq} after {previous}: twice or out of order"
+            seq > previous,
+            "{context}: {id}: seq {seq} after {previous}: twice or out of order"
         );
     }
+}
+
+/// Asserts that `handled` holds each (stream, seq) once, each stream's in seq order.
+pub fn assert_each_once_in_order(handled: &[(String, u64, AccountEvent)]) {
+    assert_once_in_order(
+        handled.iter().map(|(id, seq, _)| (id.as_str(), *seq)),
+        "handled",
+    );
 }
 
 /// Projection options for the tests: short waits.

@@ -104,14 +104,7 @@ async fn read(admin: &Client, schema: &str) -> (BTreeMap<String, Account>, Vec<(
 
 /// Asserts each (account, seq) once, each account's in seq order.
 fn assert_once(applied: &[(String, u64)], context: &str) {
-    let mut last: BTreeMap<&str, u64> = BTreeMap::new();
-    for (account, seq) in applied {
-        let previous = last.insert(account, *seq).unwrap_or(0);
-        assert!(
-            *seq > previous,
-            "{context}: {account}: seq {seq} after {previous}: twice or out of order"
-        );
-    }
+    bank::assert_once_in_order(applied.iter().map(|(a, seq)| (a.as_str(), *seq)), context);
 }
 
 async fn journal(schema: &str, application_name: &str) -> PostgresJournal {
@@ -129,10 +122,7 @@ async fn read_model(schema: &str) -> PostgresReadModel {
 
 #[actix::test]
 async fn exactly_once_into_postgres_keeps_rows_and_offset_together_across_failed_batches() {
-    let schema = postgres_support::unique("projection");
-    let journal: Arc<dyn Journal> = Arc::new(journal(&schema, "projection-test").await);
-    let accounts = bank::open(&journal, "", 3, &PersistentConfig::default());
-    bank::run(&accounts, 0..40).await;
+    let (schema, journal, admin) = bank_in(3, 40).await;
     let (calls, mut rows) = (AtomicU32::new(0), apply(&schema));
     let options = bank::options("balances").batch_size(8).build().unwrap();
     let projection = start(
@@ -157,7 +147,6 @@ async fn exactly_once_into_postgres_keeps_rows_and_offset_together_across_failed
     })
     .await;
     assert!(projection.stats().retries >= 5, "{:?}", projection.stats());
-    let admin = postgres_support::admin().await;
     let (balances, applied) = read(&admin, &schema).await;
     assert_eq!(
         applied.len(),
@@ -168,10 +157,7 @@ async fn exactly_once_into_postgres_keeps_rows_and_offset_together_across_failed
     assert_eq!(balances, bank::fold(&*journal, "", 3).await);
     projection.stop();
     projection.stopped().await.unwrap();
-    admin
-        .batch_execute(&format!("DROP SCHEMA {schema} CASCADE"))
-        .await
-        .unwrap();
+    drop_schema(&admin, &schema).await;
 }
 
 fn start<F>(
@@ -661,10 +647,5 @@ fn two_writer_processes_and_a_projection_killed_20_times_every_event_exactly_onc
         missed > 0,
         "seed {seed}: the writers never committed out of order: the test proved nothing"
     );
-    runtime.block_on(async {
-        admin
-            .batch_execute(&format!("DROP SCHEMA {schema} CASCADE"))
-            .await
-            .unwrap();
-    });
+    runtime.block_on(drop_schema(&admin, &schema));
 }

@@ -12,7 +12,7 @@ use actix_delivery::journal::{
     Journal, JournalError, JournalFuture, MemoryJournal, Offset, PersistenceId, Slices, Snapshot,
     StoredEvent, Tag,
 };
-use actix_delivery::persistence::PersistentConfig;
+use actix_delivery::persistence::{PersistentConfig, PersistentHandle};
 use actix_delivery::projection::{
     Envelope, MemoryOffsetStore, OffsetStore, PoisonPolicy, Projection, ProjectionError,
     ProjectionHandle,
@@ -24,6 +24,18 @@ const MINUTE: Duration = Duration::from_secs(60);
 
 fn memory() -> Arc<dyn Journal> {
     Arc::new(MemoryJournal::new())
+}
+
+/// Under virtual time, a memory journal in which `accounts` accounts ran `commands` commands.
+async fn bank_in(
+    accounts: usize,
+    commands: u64,
+) -> (Arc<dyn Journal>, Vec<PersistentHandle<Account>>) {
+    tokio::time::pause();
+    let journal = memory();
+    let handles = bank::open(&journal, "", accounts, &PersistentConfig::default());
+    bank::run(&handles, 0..commands).await;
+    (journal, handles)
 }
 
 /// Starts the at-least-once projection `name` of the accounts into `balances`.
@@ -39,10 +51,7 @@ fn project(
 
 #[actix::test]
 async fn every_tagged_event_is_handled_once_in_order_and_the_tag_is_followed_live() {
-    tokio::time::pause();
-    let journal = memory();
-    let accounts = bank::open(&journal, "", 4, &PersistentConfig::default());
-    bank::run(&accounts, 0..40).await;
+    let (journal, accounts) = bank_in(4, 40).await;
     let (store, balances) = (MemoryOffsetStore::new(), Balances::default());
     let projection = project(
         &journal,
@@ -67,10 +76,7 @@ async fn every_tagged_event_is_handled_once_in_order_and_the_tag_is_followed_liv
 
 #[actix::test]
 async fn a_restart_goes_on_from_the_stored_offset_and_a_new_name_rebuilds_the_same_model() {
-    tokio::time::pause();
-    let journal = memory();
-    let accounts = bank::open(&journal, "", 3, &PersistentConfig::default());
-    bank::run(&accounts, 0..30).await;
+    let (journal, accounts) = bank_in(3, 30).await;
     let (store, balances) = (MemoryOffsetStore::new(), Balances::default());
     let first = project(&journal, bank::options("balances"), &store, &balances);
     wait_until("30", MINUTE, || first.stats().events == 30).await;
@@ -100,10 +106,7 @@ async fn a_restart_goes_on_from_the_stored_offset_and_a_new_name_rebuilds_the_sa
 
 #[actix::test]
 async fn at_least_once_stores_offsets_in_batches_and_a_crash_between_them_repeats_events() {
-    tokio::time::pause();
-    let journal = memory();
-    let accounts = bank::open(&journal, "", 2, &PersistentConfig::default());
-    bank::run(&accounts, 0..25).await;
+    let (journal, _accounts) = bank_in(2, 25).await;
     let (store, balances) = (MemoryOffsetStore::new(), Balances::default());
     let options = bank::options("balances")
         .batch_size(5)
@@ -167,10 +170,7 @@ fn failing_on_account_1_seq_3(
 
 #[actix::test]
 async fn a_failing_entry_is_retried_then_isolated_and_stops_the_projection_naming_it() {
-    tokio::time::pause();
-    let journal = memory();
-    let accounts = bank::open(&journal, "", 2, &PersistentConfig::default());
-    bank::run(&accounts, 0..12).await;
+    let (journal, _accounts) = bank_in(2, 12).await;
     let (store, balances, calls) = (
         MemoryOffsetStore::new(),
         Balances::default(),
@@ -218,10 +218,7 @@ async fn a_failing_entry_is_retried_then_isolated_and_stops_the_projection_namin
 
 #[actix::test]
 async fn with_skip_a_failing_entry_is_counted_and_everything_else_handled() {
-    tokio::time::pause();
-    let journal = memory();
-    let accounts = bank::open(&journal, "", 2, &PersistentConfig::default());
-    bank::run(&accounts, 0..12).await;
+    let (journal, _accounts) = bank_in(2, 12).await;
     let (store, balances, calls) = (
         MemoryOffsetStore::new(),
         Balances::default(),
@@ -247,10 +244,7 @@ async fn with_skip_a_failing_entry_is_counted_and_everything_else_handled() {
 
 #[actix::test]
 async fn a_panicking_handler_is_a_failure_like_any_other() {
-    tokio::time::pause();
-    let journal = memory();
-    let accounts = bank::open(&journal, "", 1, &PersistentConfig::default());
-    bank::run(&accounts, 0..3).await;
+    let (journal, _accounts) = bank_in(1, 3).await;
     let (balances, calls) = (Balances::default(), Arc::new(AtomicU32::new(0)));
     let projection =
         Projection::of::<Account>(journal.clone(), bank::options("p").build().unwrap())
@@ -321,10 +315,7 @@ async fn entries_deleted_before_the_projection_read_them_stop_it_or_are_skipped_
 
 #[actix::test]
 async fn instances_of_split_slices_handle_every_event_once_between_them() {
-    tokio::time::pause();
-    let journal = memory();
-    let accounts = bank::open(&journal, "", 12, &PersistentConfig::default());
-    bank::run(&accounts, 0..60).await;
+    let (journal, _accounts) = bank_in(12, 60).await;
     let balances = Balances::default();
     let instances: Vec<ProjectionHandle> = (0..3)
         .map(|part| {
@@ -418,10 +409,7 @@ async fn a_raw_projection_gets_entries_as_stored() {
 
 #[actix::test]
 async fn a_stored_offset_beyond_the_journal_is_refused_not_waited_on_forever() {
-    tokio::time::pause();
-    let journal = memory();
-    let accounts = bank::open(&journal, "", 2, &PersistentConfig::default());
-    bank::run(&accounts, 0..10).await;
+    let (journal, _accounts) = bank_in(2, 10).await;
     // As if the offsets came from another journal, or this one was reset.
     let mut store = MemoryOffsetStore::new();
     store

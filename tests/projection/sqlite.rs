@@ -90,14 +90,10 @@ pub fn read(path: &Path) -> Rows {
 /// Asserts each (account, seq) in `applied` once, each account's in seq order (`context` in
 /// the message).
 pub fn assert_applied_once(applied: &[(String, u64, String)], context: &str) {
-    let mut last: BTreeMap<&str, u64> = BTreeMap::new();
-    for (account, seq, _) in applied {
-        let previous = last.insert(account, *seq).unwrap_or(0);
-        assert!(
-            *seq > previous,
-            "{context}: {account}: seq {seq} after {previous}: twice or out of order"
-        );
-    }
+    bank::assert_once_in_order(
+        applied.iter().map(|(a, seq, _)| (a.as_str(), *seq)),
+        context,
+    );
 }
 
 async fn model(path: &Path) -> SqliteReadModel {

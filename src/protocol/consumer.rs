@@ -316,11 +316,15 @@ impl<B, R> ConsumerCore<B, R> {
             return Step::Hold;
         }
         window.note_admitted_through(seq);
+        if self.running.is_some() {
+            window.begin_waiting(seq);
+        }
         self.start_or_wait(header, body, reply_to, at, 0, now)
     }
 
-    /// An admitted message (`header.seq` its last seq) runs now or waits for the running
-    /// handler, holding `charge` of the reassembly bound (chunked messages) until it runs.
+    /// An admitted message (`header.seq` its last seq; its window told it is admitted, and
+    /// waiting if a handler runs) runs now or waits for the running handler, holding `charge`
+    /// of the reassembly bound (chunked messages) until it runs.
     fn start_or_wait(
         &mut self,
         header: Header,
@@ -340,9 +344,6 @@ impl<B, R> ConsumerCore<B, R> {
             });
             Step::Run(body)
         } else {
-            if let Some(window) = self.table.window(at) {
-                window.begin_waiting(header.seq);
-            }
             self.waiting.push_back(Waiting {
                 header,
                 body,

@@ -179,6 +179,9 @@ impl<B, R> ConsumerCore<B, R> {
                     Ok(body) => {
                         if let Some(window) = self.table.window(at) {
                             window.note_admitted_through(last);
+                            if self.running.is_some() {
+                                window.begin_waiting(last);
+                            }
                         }
                         self.start_or_wait(header, body, reply_to, at, charge, now)
                     }

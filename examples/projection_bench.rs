@@ -203,7 +203,7 @@ fn envelopes<D: EventDecoder>(decoder: &D, page: Vec<TaggedEvent>) -> Vec<Envelo
     let mut events = Vec::with_capacity(page.len());
     for tagged in page {
         let stored = tagged.event.expect("not deleted");
-        for event in decoder.decode(&stored).unwrap() {
+        for event in decoder.decode(stored).unwrap() {
             events.push(Envelope {
                 offset: tagged.offset,
                 persistence_id: tagged.persistence_id.clone(),

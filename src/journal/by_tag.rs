@@ -66,6 +66,14 @@ impl Offset {
     pub const fn parts(&self) -> (u64, u64) {
         (self.transaction, self.position)
     }
+
+    /// The two numbers as SQL `BIGINT`s, if both fit.
+    pub(crate) fn to_bigints(self) -> Option<(i64, i64)> {
+        Some((
+            i64::try_from(self.transaction).ok()?,
+            i64::try_from(self.position).ok()?,
+        ))
+    }
 }
 
 impl fmt::Display for Offset {
@@ -196,6 +204,15 @@ pub(crate) fn check_max_events(max_events: usize) -> Result<(), JournalError> {
         });
     }
     Ok(())
+}
+
+/// A tag row that is not what the schema says: corrupt, reported on the tag's
+/// [`JournalError::Storage`] (it names no stream of its own).
+pub(crate) fn corrupt_tag_row(query: &TagQuery, err: impl fmt::Display) -> JournalError {
+    JournalError::storage(
+        None,
+        format!("corrupt journal data: a row of tag `{}`: {err}", query.tag),
+    )
 }
 
 #[cfg(test)]

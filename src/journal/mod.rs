@@ -91,6 +91,7 @@ pub(crate) use postgres::{is_connection_lost, is_plain_identifier};
 #[cfg_attr(docsrs, doc(cfg(feature = "postgres")))]
 pub use postgres::{PostgresJournal, PostgresOptions, PostgresStats};
 pub use replay::replay_all;
+pub(crate) use sqlite::unix_millis;
 pub use sqlite::{SqliteDurability, SqliteJournal, SqliteOptions, SqliteStats};
 pub use tag::{slice_of, Slices, Tag, MAX_TAG_BYTES, SLICES};
 

@@ -31,6 +31,11 @@ pub(crate) enum WriteOp {
 }
 
 impl WriteOp {
+    /// Whether it is an append of tagged events (its commit wakes the readers by tag).
+    pub(crate) fn is_tagged(&self) -> bool {
+        matches!(self, Self::Append { tags, .. } if !tags.is_empty())
+    }
+
     /// Events, for the batch bound (a delete or a snapshot counts as one).
     pub(crate) fn events(&self) -> usize {
         match self {

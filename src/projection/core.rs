@@ -395,9 +395,7 @@ impl<Ev> Core<Ev> {
                     seq,
                     reason,
                 };
-                self.phase = Phase::Failed(error.clone());
-                self.queue.clear();
-                self.in_flight = None;
+                self.handle_refused(error.clone());
                 Some(Step::Failed(error))
             }
             PoisonPolicy::Skip => {

@@ -35,7 +35,7 @@ pub trait EventDecoder: 'static {
     /// # Errors
     /// A reason, if the entry does not decode (written in a version this code cannot read,
     /// or corrupt).
-    fn decode(&self, stored: &StoredEvent) -> Result<Vec<Self::Event>, String>;
+    fn decode(&self, stored: StoredEvent) -> Result<Vec<Self::Event>, String>;
 }
 
 /// The events of a persistent entity `E`: each entry is decoded as the entity's recovery
@@ -52,7 +52,7 @@ impl<E> Default for EntityEvents<E> {
 impl<E: EventSourced> EventDecoder for EntityEvents<E> {
     type Event = E::Event;
 
-    fn decode(&self, stored: &StoredEvent) -> Result<Vec<E::Event>, String> {
+    fn decode(&self, stored: StoredEvent) -> Result<Vec<E::Event>, String> {
         Entry::<E::Event>::decode(
             &stored.payload,
             &stored.manifest,
@@ -73,8 +73,8 @@ pub struct RawEvents;
 impl EventDecoder for RawEvents {
     type Event = StoredEvent;
 
-    fn decode(&self, stored: &StoredEvent) -> Result<Vec<StoredEvent>, String> {
-        Ok(vec![stored.clone()])
+    fn decode(&self, stored: StoredEvent) -> Result<Vec<StoredEvent>, String> {
+        Ok(vec![stored])
     }
 }
 
@@ -103,7 +103,7 @@ impl<Ev> Item<Ev> {
             None => Err(
                 "its events were deleted (`delete_to`) before the projection read them".to_owned(),
             ),
-            Some(stored) => decoder.decode(&stored).map(|events| {
+            Some(stored) => decoder.decode(stored).map(|events| {
                 events
                     .into_iter()
                     .map(|event| Envelope {

@@ -2,6 +2,7 @@
 
 use std::time::Duration;
 
+use crate::config::{duration, positive};
 use crate::error::OptionsError;
 use crate::journal::{Slices, Tag, TagQuery};
 
@@ -180,8 +181,8 @@ impl ProjectionOptionsBuilder {
     ///
     /// # Errors
     /// [`OptionsError`] naming the setting: an empty name or one longer than
-    /// [`MAX_PROJECTION_NAME`] bytes, a size or count of 0, a zero interval or wait, a longest
-    /// wait below the first.
+    /// [`MAX_PROJECTION_NAME`] bytes, a size or count of 0, an interval or wait of zero or
+    /// beyond 365 days, a longest wait below the first.
     pub fn build(self) -> Result<ProjectionOptions, OptionsError> {
         let o = &self.options;
         if o.name.is_empty() || o.name.len() > MAX_PROJECTION_NAME {
@@ -193,24 +194,14 @@ impl ProjectionOptionsBuilder {
                 ),
             ));
         }
-        for (field, value) in [
-            ("batch_size", o.batch_size),
-            ("fetch_size", o.fetch_size),
-            ("commit_every", o.commit_every),
-        ] {
-            if value == 0 {
-                return Err(OptionsError::new(field, "must be at least 1 (got 0)"));
-            }
-        }
-        for (field, value) in [
-            ("poll_interval", o.poll_interval),
-            ("retry_backoff", o.retry_backoff.0),
-            ("commit_interval", o.commit_interval),
-        ] {
-            if value.is_zero() {
-                return Err(OptionsError::new(field, "must be positive (got 0)"));
-            }
-        }
+        positive("batch_size", o.batch_size)?;
+        positive("fetch_size", o.fetch_size)?;
+        positive("commit_every", o.commit_every)?;
+        duration("poll_interval", o.poll_interval)?;
+        duration("max_poll_interval", o.max_poll_interval)?;
+        duration("retry_backoff", o.retry_backoff.0)?;
+        duration("retry_backoff", o.retry_backoff.1)?;
+        duration("commit_interval", o.commit_interval)?;
         for (field, first, max) in [
             ("max_poll_interval", o.poll_interval, o.max_poll_interval),
             ("retry_backoff", o.retry_backoff.0, o.retry_backoff.1),
@@ -268,5 +259,11 @@ mod tests {
         assert!(error.reason.contains("below the first"), "{error}");
         let zero = builder().retry_backoff(Duration::ZERO, Duration::from_secs(1));
         assert_eq!(field(zero), "retry_backoff");
+        let century = Duration::from_secs(100 * 365 * 24 * 3600);
+        assert_eq!(field(builder().commit_interval(century)), "commit_interval");
+        assert_eq!(
+            field(builder().max_poll_interval(century)),
+            "max_poll_interval"
+        );
     }
 }

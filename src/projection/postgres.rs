@@ -239,22 +239,24 @@ impl PostgresReadModel {
 }
 
 /// Exactly once: stores `offset` as `key`'s in `table` if the stored one is still `stored`
-/// (nothing stored counts as [`Offset::START`]); `false` if another instance moved it. A
-/// concurrent writer's row lock makes this wait for its commit, then see its offset.
+/// (nothing stored counts as [`Offset::START`]); [`Failure::Conflict`] if another instance
+/// moved it, [`Failure::Handler`] if the transaction had failed before (a handler went on
+/// after an error). A concurrent writer's row lock makes this wait for its commit, then see
+/// its offset.
 async fn advance(
     client: &impl tokio_postgres::GenericClient,
     table: &str,
     key: &Key,
     stored: Offset,
     offset: Offset,
-) -> Result<bool, tokio_postgres::Error> {
-    let [stored_transaction, stored_position, transaction, position] = [
-        stored.parts().0,
-        stored.parts().1,
-        offset.parts().0,
-        offset.parts().1,
-    ]
-    .map(|n| i64::try_from(n).unwrap_or(i64::MAX));
+) -> Result<(), Failure> {
+    let (Some((stored_transaction, stored_position)), Some((transaction, position))) =
+        (stored.to_bigints(), offset.to_bigints())
+    else {
+        return Err(Failure::Store(format!(
+            "offset {offset} does not fit BIGINTs"
+        )));
+    };
     let (first, last) = (slice(key.slices.first()), slice(key.slices.last()));
     let changed = if stored == Offset::START {
         client
@@ -269,7 +271,7 @@ async fn advance(
                 ),
                 &[&key.name, &first, &last, &transaction, &position],
             )
-            .await?
+            .await
     } else {
         client
             .execute(
@@ -288,9 +290,19 @@ async fn advance(
                     &stored_position,
                 ],
             )
-            .await?
+            .await
     };
-    Ok(changed == 1)
+    match changed {
+        Ok(1) => Ok(()),
+        Ok(_) => Err(Failure::moved(stored)),
+        Err(err) if err.code() == Some(&SqlState::IN_FAILED_SQL_TRANSACTION) => {
+            Err(Failure::Handler(format!(
+                "the handler returned Ok from a transaction in which a statement had failed: \
+                 {err}"
+            )))
+        }
+        Err(err) => Err(Failure::Store(err.to_string())),
+    }
 }
 
 /// A slice number as the table's SMALLINT (slices are below 1024).
@@ -319,9 +331,7 @@ async fn save(
     key: &Key,
     offset: Offset,
 ) -> Result<(), String> {
-    let (transaction, position) = offset.parts();
-    let (Ok(transaction), Ok(position)) = (i64::try_from(transaction), i64::try_from(position))
-    else {
+    let Some((transaction, position)) = offset.to_bigints() else {
         return Err(format!("offset {offset} does not fit BIGINTs"));
     };
     client
@@ -413,17 +423,7 @@ where
                     }
                     Err(err) => return Err(Failure::Handler(err.to_string())),
                 }
-                match advance(&transaction, &model.table, key, stored, batch.to).await {
-                    Ok(true) => {}
-                    Ok(false) => return Err(Failure::moved(stored)),
-                    Err(err) if err.code() == Some(&SqlState::IN_FAILED_SQL_TRANSACTION) => {
-                        return Err(Failure::Handler(format!(
-                            "the handler returned Ok from a transaction in which a statement \
-                             had failed: {err}"
-                        )))
-                    }
-                    Err(err) => return Err(store(err)),
-                }
+                advance(&transaction, &model.table, key, stored, batch.to).await?;
                 transaction.commit().await.map_err(store)
             })
             .await;
@@ -441,11 +441,7 @@ where
             let model = &mut self.model;
             let outcome = tokio::time::timeout(model.timeout, async {
                 model.reconnect_if_lost().await.map_err(Failure::Store)?;
-                match advance(&model.client, &model.table, key, stored, offset).await {
-                    Ok(true) => Ok(()),
-                    Ok(false) => Err(Failure::moved(stored)),
-                    Err(err) => Err(Failure::Store(err.to_string())),
-                }
+                advance(&model.client, &model.table, key, stored, offset).await
             })
             .await;
             model.settle(outcome)

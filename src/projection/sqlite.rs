@@ -3,14 +3,13 @@
 
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::path::{Path, PathBuf};
-use std::time::{SystemTime, UNIX_EPOCH};
 
 use futures_util::future::LocalBoxFuture;
 use rusqlite::{
     params, Connection, ErrorCode, OptionalExtension, Transaction, TransactionBehavior,
 };
 
-use crate::journal::{Offset, Slices};
+use crate::journal::{unix_millis, Offset, Slices};
 use crate::projection::core::Batch;
 use crate::projection::envelope::{Envelope, EventDecoder};
 use crate::projection::runner::{panicked, Failure, Key, Sink};
@@ -98,7 +97,15 @@ impl SqliteReadModel {
             .take()
             .ok_or("the read model's connection was lost")?;
         let (connection, result) = tokio::task::spawn_blocking(move || {
-            let result = work(&mut connection);
+            // A rollback that did not go through: never build on a half transaction.
+            let settled = if connection.is_autocommit() {
+                Ok(())
+            } else {
+                connection.execute_batch("ROLLBACK")
+            };
+            let result = settled
+                .map_err(|err| err.to_string())
+                .and_then(|()| work(&mut connection));
             (connection, result)
         })
         .await
@@ -126,14 +133,10 @@ fn load(connection: &Connection, key: &Key) -> rusqlite::Result<Offset> {
 
 /// Stores `offset` as `key`'s.
 fn save(connection: &Connection, key: &Key, offset: Offset) -> rusqlite::Result<()> {
-    let (transaction, position) = offset.parts();
-    let (Ok(transaction), Ok(position)) = (i64::try_from(transaction), i64::try_from(position))
-    else {
+    let Some((transaction, position)) = offset.to_bigints() else {
         return Err(rusqlite::Error::IntegralValueOutOfRange(3, 0));
     };
-    let now = SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX));
+    let now = unix_millis();
     connection.execute(
         "INSERT INTO projection_offset (projection, first_slice, last_slice, \
          offset_transaction, offset_position, updated_at) VALUES (?1, ?2, ?3, ?4, ?5, ?6) \
@@ -246,10 +249,6 @@ where
     F: FnMut(&Transaction<'_>, &[Envelope<Ev>]) -> Result<(), HandlerError>,
 {
     let store = |err: rusqlite::Error| Failure::Store(err.to_string());
-    if !connection.is_autocommit() {
-        // A rollback that did not go through: never build on a half transaction.
-        connection.execute_batch("ROLLBACK").map_err(store)?;
-    }
     let transaction = connection
         .transaction_with_behavior(TransactionBehavior::Immediate)
         .map_err(store)?;

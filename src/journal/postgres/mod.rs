@@ -26,6 +26,7 @@ pub use options::{PostgresOptions, PostgresStats};
 pub use tls::PostgresTls;
 
 use crate::codec::Manifest;
+use crate::journal::by_tag::corrupt_tag_row;
 use crate::journal::write::{WriteOp, WriteRequest};
 use crate::journal::{
     check_max_events, check_payload, check_tagged_append, normalized, stored_manifest, Journal,
@@ -872,9 +873,7 @@ impl Readers {
         after: Offset,
         max_events: usize,
     ) -> Result<Vec<TaggedEvent>, JournalError> {
-        let (transaction, position) = after.parts();
-        let (Ok(transaction), Ok(position)) = (i64::try_from(transaction), i64::try_from(position))
-        else {
+        let Some((transaction, position)) = after.to_bigints() else {
             return Err(JournalError::InvalidArgument {
                 persistence_id: None,
                 reason: format!("offset {after} is beyond any PostgreSQL offset"),
@@ -941,12 +940,7 @@ fn tagged_events(
     after: Offset,
     rows: Vec<tokio_postgres::Row>,
 ) -> Result<Vec<TaggedEvent>, JournalError> {
-    let corrupt_row = |err: &dyn std::fmt::Display| {
-        JournalError::storage(
-            None,
-            format!("corrupt journal data: a row of tag `{}`: {err}", query.tag),
-        )
-    };
+    let corrupt_row = |err: &dyn std::fmt::Display| corrupt_tag_row(query, err);
     let mut events = Vec::with_capacity(rows.len());
     let mut last = None;
     let mut previous = after;

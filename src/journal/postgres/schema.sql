@@ -8,9 +8,8 @@
 --   psql -v ON_ERROR_STOP=1 -c 'CREATE SCHEMA IF NOT EXISTS journal' \
 --        -c 'SET search_path TO journal' -f schema.sql "$DATABASE"
 --
--- (or without the first two -c for `public`), and grant USAGE on the sequence of
--- event_tag.ordering too. Names are unqualified: the tables go into the first schema of the
--- search_path.
+-- (or without the first two -c for `public`). Names are unqualified: the tables go into the
+-- first schema of the search_path.
 
 -- The events: a gapless seq_nr from 1 per stream. The primary key is the last line of the
 -- single-writer fence: no seq is ever stored twice. ser_codec, ser_manifest and ser_version

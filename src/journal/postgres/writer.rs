@@ -418,7 +418,7 @@ impl Writer {
         let steps = plan(group);
         let notify = group
             .iter()
-            .any(|request| matches!(&request.op, WriteOp::Append { tags, .. } if !tags.is_empty()))
+            .any(|request| request.op.is_tagged())
             .then_some(self.connector.sql.schema.as_str());
         let transaction = transact(connection, group, &steps, notify);
         match tokio::time::timeout(self.options.commit_timeout, transaction).await {
@@ -434,9 +434,10 @@ impl Writer {
     /// fence refused, so that each loser learns where its stream is.
     async fn reply(&mut self, group: Vec<WriteRequest>, outcomes: Vec<Outcome>) {
         Counters::add(&self.counters.transactions, 1);
-        let tagged = group.iter().zip(&outcomes).any(|(request, outcome)| {
-            matches!((&request.op, outcome), (WriteOp::Append { tags, .. }, Outcome::Done) if !tags.is_empty())
-        });
+        let tagged = group
+            .iter()
+            .zip(&outcomes)
+            .any(|(request, outcome)| request.op.is_tagged() && matches!(outcome, Outcome::Done));
         if tagged {
             self.signal.notify();
         }

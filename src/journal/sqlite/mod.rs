@@ -11,6 +11,7 @@ mod options;
 mod reader;
 mod schema;
 mod writer;
+pub(crate) use writer::unix_millis;
 
 pub use options::{SqliteDurability, SqliteOptions, SqliteStats};
 

@@ -17,6 +17,7 @@ use rusqlite::Statement;
 use tokio::sync::{mpsc, oneshot};
 
 use crate::codec::Manifest;
+use crate::journal::by_tag::corrupt_tag_row;
 use crate::journal::sqlite::writer::Buffered;
 use crate::journal::sqlite::{schema, seq_from_sql, storage_error, HIGHEST_SQL};
 use crate::journal::{
@@ -286,19 +287,14 @@ impl Statements<'_> {
                     ))
                 }
             };
-            let present = row
-                .get_ref(5)
-                .map_err(|err| corrupt(&id, seq, err))?
-                .data_type()
-                != rusqlite::types::Type::Null;
-            let event = if present {
-                Some(StoredEvent {
+            let payload: Option<Vec<u8>> = row.get(4).map_err(|err| corrupt(&id, seq, err))?;
+            let event = match payload {
+                Some(payload) => Some(StoredEvent {
                     seq,
-                    payload: row.get(4).map_err(|err| corrupt(&id, seq, err))?,
+                    payload,
                     manifest: manifest_at(row, 5, &id, seq, &mut last)?,
-                })
-            } else {
-                None
+                }),
+                None => None, // deleted
             };
             events.push(TaggedEvent {
                 offset,
@@ -400,13 +396,4 @@ fn manifest_at(
         .map_err(|err| corrupt(id, seq, err))?;
     let version: i64 = row.get(first + 2).map_err(|err| corrupt(id, seq, err))?;
     stored_manifest(id, seq, (codec, name, version), last)
-}
-
-/// A tag row that is not what the schema says: corrupt, reported on the tag's
-/// [`JournalError::Storage`] (it names no stream of its own).
-fn corrupt_tag_row(query: &TagQuery, err: impl std::fmt::Display) -> JournalError {
-    JournalError::storage(
-        None,
-        format!("corrupt journal data: a row of tag `{}`: {err}", query.tag),
-    )
 }

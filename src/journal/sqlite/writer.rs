@@ -482,9 +482,10 @@ impl Writer<'_> {
             .extend(buffered.iter().cloned());
         self.buffered.extend(buffered);
         Counters::add(&self.counters.transactions, 1);
-        let tagged = group.iter().zip(&results).any(|(request, result)| {
-            matches!((&request.op, result), (WriteOp::Append { tags, .. }, Ok(())) if !tags.is_empty())
-        });
+        let tagged = group
+            .iter()
+            .zip(&results)
+            .any(|(request, result)| request.op.is_tagged() && result.is_ok());
         if tagged {
             // Before any caller hears of the commit: a reader woken now finds the entries.
             self.signal.notify();
@@ -539,7 +540,7 @@ impl Writer<'_> {
 }
 
 /// Milliseconds since the Unix epoch (0 for a clock set before it).
-fn unix_millis() -> i64 {
+pub(crate) fn unix_millis() -> i64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map_or(0, |elapsed| {

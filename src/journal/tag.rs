@@ -19,8 +19,41 @@ pub const SLICES: u16 = 1024;
 /// A name entries are filed under (say `"account"`, or `"order-shipped"`): non-empty, at most
 /// [`MAX_TAG_BYTES`] bytes of UTF-8, without NUL characters; checked whenever one is made,
 /// deserialized included. Cheap to clone.
-#[derive(Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct Tag(Arc<str>);
+#[derive(Clone)]
+pub struct Tag(Repr);
+
+/// A literal is kept as it is (no allocation per use); a tag made at run time is shared.
+#[derive(Clone)]
+enum Repr {
+    Static(&'static str),
+    Shared(Arc<str>),
+}
+
+impl PartialEq for Tag {
+    fn eq(&self, other: &Self) -> bool {
+        self.as_str() == other.as_str()
+    }
+}
+
+impl Eq for Tag {}
+
+impl std::hash::Hash for Tag {
+    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+        self.as_str().hash(state);
+    }
+}
+
+impl PartialOrd for Tag {
+    fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(other))
+    }
+}
+
+impl Ord for Tag {
+    fn cmp(&self, other: &Self) -> std::cmp::Ordering {
+        self.as_str().cmp(other.as_str())
+    }
+}
 
 impl Tag {
     /// Checks and wraps `tag`.
@@ -31,7 +64,7 @@ impl Tag {
     pub fn new(tag: impl Into<String>) -> Result<Self, JournalError> {
         let tag = tag.into();
         check(&tag)?;
-        Ok(Self(Arc::from(tag)))
+        Ok(Self(Repr::Shared(Arc::from(tag))))
     }
 
     /// A tag the program spells out, as in `Tag::from_static("account")`.
@@ -41,14 +74,17 @@ impl Tag {
     /// is used.
     pub fn from_static(tag: &'static str) -> Self {
         match check(tag) {
-            Ok(()) => Self(Arc::from(tag)),
+            Ok(()) => Self(Repr::Static(tag)),
             Err(err) => panic!("`{tag}` is not a valid tag: {err}"),
         }
     }
 
     /// The tag as a string slice.
     pub fn as_str(&self) -> &str {
-        &self.0
+        match &self.0 {
+            Repr::Static(tag) => tag,
+            Repr::Shared(tag) => tag,
+        }
     }
 }
 
@@ -71,19 +107,19 @@ fn check(tag: &str) -> Result<(), JournalError> {
 
 impl fmt::Debug for Tag {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        fmt::Debug::fmt(&*self.0, f)
+        fmt::Debug::fmt(self.as_str(), f)
     }
 }
 
 impl fmt::Display for Tag {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&self.0)
+        f.write_str(self.as_str())
     }
 }
 
 impl Serialize for Tag {
     fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
-        serializer.serialize_str(&self.0)
+        serializer.serialize_str(self.as_str())
     }
 }
 

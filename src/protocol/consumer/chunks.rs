@@ -10,8 +10,10 @@ use bytes::Bytes;
 use crate::protocol::chunk::reassembly::Inserted;
 use crate::protocol::chunk::{self, Assembled, ChunkFault, ChunkHeader};
 use crate::protocol::consumer::{
-    admissible, admitted, count_lookup, in_hand, running_of, ConsumerCore, Inbound, Step,
+    admissible, admitted, count_lookup, in_hand, running_of, ConsumerCore, Inbound, Running, Step,
+    Waiting,
 };
+use crate::protocol::dedup::WindowRef;
 use crate::protocol::envelope::{Ack, DeadLetterReason, Header};
 
 /// What to do about one chunk of a large message ([`ConsumerCore::handle_chunk`]).
@@ -76,10 +78,10 @@ impl<B, R> ConsumerCore<B, R> {
         };
         let checked = header
             .chunk
-            .ok_or(DeadLetterReason::InvalidChunk(ChunkFault::NoChunks))
-            .and_then(|c| {
-                chunk::check(&header, &c, bytes.len(), self.max_message_bytes).map(|()| c)
-            });
+            .ok_or(DeadLetterReason::InvalidChunk(ChunkFault::NoChunks));
+        let checked = checked.and_then(|c| {
+            chunk::check(&header, &c, bytes.len(), self.max_message_bytes).map(|()| c)
+        });
         let chunk = match checked {
             Ok(chunk) => chunk,
             Err(reason) => return self.dead_letter(reason, header, now).into(),
@@ -176,15 +178,7 @@ impl<B, R> ConsumerCore<B, R> {
                     ..header
                 };
                 let step = match decode(message) {
-                    Ok(body) => {
-                        if let Some(window) = self.table.window(at) {
-                            window.note_admitted_through(last);
-                            if self.running.is_some() {
-                                window.begin_waiting(last);
-                            }
-                        }
-                        self.start_or_wait(header, body, reply_to, at, charge, now)
-                    }
+                    Ok(body) => self.start_or_wait(header, body, reply_to, at, charge, now),
                     Err(reason) => {
                         self.chunks.release(charge);
                         self.dead_letter(reason, header, now)
@@ -196,6 +190,47 @@ impl<B, R> ConsumerCore<B, R> {
                 }
             }
         }
+    }
+
+    /// A reassembled message (`header.seq` its last chunk's) runs now or waits for the
+    /// running handler, holding `charge` of the reassembly bound until it runs.
+    fn start_or_wait(
+        &mut self,
+        header: Header,
+        body: B,
+        reply_to: R,
+        at: WindowRef,
+        charge: u64,
+        now: Instant,
+    ) -> Step<B, R> {
+        let seq = header.seq;
+        let step = if self.running.is_none() {
+            self.chunks.release(charge);
+            self.running = Some(Running {
+                header,
+                reply_to,
+                window: at,
+                started: now,
+            });
+            Step::Run(body)
+        } else {
+            if let Some(window) = self.table.window(at) {
+                window.begin_waiting(seq);
+            }
+            self.waiting.push_back(Waiting {
+                header,
+                body,
+                reply_to,
+                window: at,
+                charge,
+            });
+            Step::Hold
+        };
+        if let Some(window) = self.table.window(at) {
+            window.note_admitted_through(seq);
+        }
+        self.note_admitted(at, now);
+        step
     }
 }
 

@@ -19,7 +19,11 @@
 //!    process: every command a delivery on its entity's stream, its processed mark stored with
 //!    its event, confirmed once stored;
 //! 4. **activation**: a new host, one read command to each of 2 048 entities of 100 events
-//!    each, 64 callers: each command starts its entity, which recovers its 100 events.
+//!    each, 64 callers: each command starts its entity, which recovers its 100 events;
+//! 5. **an open entity stream's memory**: a sharded producer sends one message to each of
+//!    25 000 entities (a destination that ACKs at once, so that only the producer holds
+//!    anything); the heap bytes still allocated once all are confirmed, while the 25 000
+//!    streams stay open (`cleanup_unused_after`), divided by 25 000.
 //!
 //! With the features `postgres` and `nats` (servers from `ACTIX_DELIVERY_POSTGRES`,
 //! `ACTIX_DELIVERY_NATS_URL`, as for the tests): **2 node processes** (this example re-run)
@@ -46,6 +50,8 @@ use rand::{Rng, SeedableRng};
 mod cluster;
 #[path = "support/counter.rs"]
 mod counter;
+#[path = "support/counting_alloc.rs"]
+mod counting_alloc;
 #[path = "support/report_header.rs"]
 mod report_header;
 #[path = "support/thousands.rs"]
@@ -252,6 +258,45 @@ async fn activations(dir: &tempfile::TempDir, run: usize) -> f64 {
     rate
 }
 
+/// Case 5: the heap bytes an open entity stream holds with nothing in flight.
+async fn lane_bytes() -> f64 {
+    use actix_delivery::sharding::EntityEnvelope;
+    use actix_delivery::{Ack, ConsumerRef, Delivery};
+    const LANES: u64 = 25_000;
+    // ACKs every delivery at once: nothing is held beyond the producer.
+    let acking = ConsumerRef::from_fn(|deliveries: Vec<Delivery<EntityEnvelope<u64>>>| {
+        for delivery in deliveries {
+            if let Some(reply_to) = &delivery.reply_to {
+                reply_to.do_send(Ack {
+                    producer_id: delivery.producer_id.clone(),
+                    incarnation: delivery.incarnation,
+                    seq: delivery.seq,
+                });
+            }
+        }
+    });
+    let options = ShardedProducerOptions::builder(acking)
+        .max_open_lanes(LANES as usize + 1)
+        .build()
+        .expect("valid settings");
+    let producer = ReliableDelivery::sharded_producer(options);
+    producer.send(entity(u64::MAX), 0).await.expect("confirmed"); // warm up
+    let before = counting_alloc::live_bytes();
+    for n in 0..LANES {
+        producer.tell(entity(n), n, |_| {}).expect("room");
+        if n % 1024 == 1023 {
+            producer.idle().await;
+        }
+    }
+    producer.idle().await;
+    let stats = producer.lane_stats().await.expect("running");
+    assert_eq!(stats.lanes, LANES + 1, "every stream still open");
+    let held = counting_alloc::live_bytes().saturating_sub(before);
+    producer.stop();
+    producer.stopped().await;
+    held as f64 / LANES as f64
+}
+
 fn spread(mut values: Vec<f64>) -> (f64, f64, f64) {
     values.sort_by(f64::total_cmp);
     (
@@ -286,7 +331,7 @@ fn main() {
         let dir = tempfile::tempdir().expect("a temporary directory");
         let mut measured: [Vec<f64>; 5] = Default::default();
         // One case alone (for profiling): `SHARDING_BENCH_ONLY=asked` (or `journal`,
-        // `single`, `delivered`, `activations`).
+        // `single`, `delivered`, `activations`, `memory`).
         let only = std::env::var("SHARDING_BENCH_ONLY").ok();
         let wanted = |case: &str| only.as_deref().is_none_or(|only| only == case);
         for run in 0..runs {
@@ -310,6 +355,11 @@ fn main() {
             for (values, rate) in measured.iter_mut().zip(rates) {
                 values.push(rate);
             }
+        }
+        if wanted("memory") {
+            let bytes = lane_bytes().await;
+            println!("\n| memory | bytes |\n|---|---:|");
+            println!("| an open entity stream, nothing in flight | {bytes:.0} |");
         }
         if only.is_some() {
             return;

@@ -234,6 +234,9 @@ impl<T: Send + 'static> ConsumerController<T> {
                 crate::telemetry::metrics::record_seconds(&self.meter.handler_seconds, ran);
             }
             let completion = self.core.handle_outcome(&outcome, now);
+            if let HandlerOutcome::Refused(_) = outcome {
+                self.send_refused();
+            }
             let Some(body) = self.carry_out(completion) else {
                 return Poll::Ready(());
             };
@@ -282,10 +285,20 @@ impl<T: Send + 'static> ConsumerController<T> {
             if let Some(ack) = self.core.handle_deferred(id, &outcome, alarm::now()) {
                 self.acks.push(ack);
             }
+            if let HandlerOutcome::Refused(_) = outcome {
+                self.send_refused();
+            }
             resolved = true;
         }
         if resolved {
             self.arm_timer(ctx);
+        }
+    }
+
+    /// Hands the messages the handler refused to the dead-letter sink.
+    fn send_refused(&mut self) {
+        while let Some((reason, header)) = self.core.poll_refused() {
+            self.dead_letter(reason, header);
         }
     }
 

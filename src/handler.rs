@@ -9,7 +9,9 @@ use std::task::{Context, Poll};
 use actix::{Message, Recipient};
 
 use crate::protocol::consumer::HandlerOutcome;
-use crate::protocol::envelope::{DeliveryInfo, Header, Incarnation, IncarnationId};
+use crate::protocol::envelope::{
+    DeadLetterReason, DeliveryInfo, Header, Incarnation, IncarnationId,
+};
 
 /// What a consumer runs for each new message: a closure returning a future of
 /// `Result<(), E>`, or an existing actor's `Recipient`.
@@ -199,6 +201,23 @@ impl<T: 'static> DeliveryHandler<T> {
         self.slot.resume(cx)
     }
 
+    /// This handler behind a check of each message's body against the delivery carrying it
+    /// (a rule admission cannot check: the body's type is the handler's business). A message
+    /// the check refuses is a dead letter ([`HandlerOutcome::Refused`]): the handler is not
+    /// called, no ACK is sent.
+    pub(crate) fn admitting(
+        self,
+        check: impl FnMut(&Header, &T) -> Result<(), DeadLetterReason> + 'static,
+    ) -> Self {
+        Self {
+            slot: Box::new(AdmittingSlot {
+                check,
+                inner: self.slot,
+            }),
+            ..self
+        }
+    }
+
     /// Drops a running handler's future (the consumer stopped or restarted).
     pub(crate) fn abandon(&mut self) {
         #[cfg(feature = "tracing")]
@@ -355,6 +374,41 @@ where
 
     fn allow_pipelining(&mut self, allowed: bool) {
         self.pipelining = allowed;
+    }
+}
+
+/// A handler behind a check of each message (see [`DeliveryHandler::admitting`]).
+struct AdmittingSlot<T, F> {
+    check: F,
+    inner: Box<dyn Slot<T>>,
+}
+
+impl<T, F> Slot<T> for AdmittingSlot<T, F>
+where
+    F: FnMut(&Header, &T) -> Result<(), DeadLetterReason>,
+{
+    fn start(&mut self, info: &Header, body: T, cx: &mut Context<'_>) -> Poll<HandlerOutcome> {
+        match catch_unwind(AssertUnwindSafe(|| (self.check)(info, &body))) {
+            Ok(Ok(())) => self.inner.start(info, body, cx),
+            Ok(Err(reason)) => Poll::Ready(HandlerOutcome::Refused(reason)),
+            Err(panic) => Poll::Ready(HandlerOutcome::Panicked(panic_message(&*panic))),
+        }
+    }
+
+    fn resume(&mut self, cx: &mut Context<'_>) -> Poll<HandlerOutcome> {
+        self.inner.resume(cx)
+    }
+
+    fn abandon(&mut self) {
+        self.inner.abandon();
+    }
+
+    fn take_handed_off(&mut self) -> Option<Outcome> {
+        self.inner.take_handed_off()
+    }
+
+    fn allow_pipelining(&mut self, allowed: bool) {
+        self.inner.allow_pipelining(allowed);
     }
 }
 

@@ -155,6 +155,14 @@
 //! So the token leaves the producer only on its own deliveries; handlers
 //! ([`DeliveryInfo`]), dead letters and logs see [`IncarnationId`], a one-way digest that names
 //! the incarnation without granting anything, and the token's `Debug` prints only that id.
+//!
+//! A public id grants nothing anywhere, including where a body names a producer's message (a
+//! sharded producer's [`EntityEnvelope`](sharding::EntityEnvelope) origin, a work-pulling
+//! [`Job`](work_pulling::Job) id), which an effectively-once receiver records as processed:
+//! the pool's streams carry tokens derived from the producer's
+//! ([`protocol::origin`]), the named id must be the public id of the token the delivery
+//! carries, and any other is a dead letter ([`DeadLetterReason::ForeignOrigin`]) that runs
+//! nothing and moves no window.
 //! In-process code is trusted (it could as well call the handler itself); across processes
 //! only authenticated nodes may send deliveries, because anyone reading the traffic of the
 //! secret mode learns the token (no confidentiality without TLS).

@@ -34,19 +34,7 @@ fn snapshotter() -> &'static Snapshotter {
 /// start. A snapshot of the debugging recorder resets what it reads (counters and gauges to 0,
 /// histograms emptied), and tests run in parallel: every snapshot is added to one total here.
 fn metrics_of(key: &str, value: &str) -> HashMap<String, DebugValue> {
-    static TOTAL: Mutex<Vec<(CompositeKey, DebugValue)>> = Mutex::new(Vec::new());
-    let mut total = TOTAL.lock().unwrap();
-    for (composite, _, _, value) in snapshotter().snapshot().into_vec() {
-        match total.iter_mut().find(|(k, _)| *k == composite) {
-            None => total.push((composite, value)),
-            Some((_, sum)) => match (sum, value) {
-                (DebugValue::Counter(sum), DebugValue::Counter(n)) => *sum += n,
-                (DebugValue::Gauge(sum), DebugValue::Gauge(n)) => *sum += n,
-                (DebugValue::Histogram(sum), DebugValue::Histogram(values)) => sum.extend(values),
-                (sum, value) => panic!("{composite:?}: {sum:?} then {value:?}"),
-            },
-        }
-    }
+    let total = recorded();
     total
         .iter()
         .filter(|(composite, _)| {
@@ -62,6 +50,33 @@ fn metrics_of(key: &str, value: &str) -> HashMap<String, DebugValue> {
             (composite.key().name().to_string(), value)
         })
         .collect()
+}
+
+/// How many series (a name and its labels) were registered so far with a label value that
+/// `matches`.
+fn series_count(matches: impl Fn(&str) -> bool) -> usize {
+    recorded()
+        .iter()
+        .filter(|(composite, _)| composite.key().labels().any(|l| matches(l.value())))
+        .count()
+}
+
+/// Everything recorded since the start, with the latest snapshot added.
+fn recorded() -> std::sync::MutexGuard<'static, Vec<(CompositeKey, DebugValue)>> {
+    static TOTAL: Mutex<Vec<(CompositeKey, DebugValue)>> = Mutex::new(Vec::new());
+    let mut total = TOTAL.lock().unwrap();
+    for (composite, _, _, value) in snapshotter().snapshot().into_vec() {
+        match total.iter_mut().find(|(k, _)| *k == composite) {
+            None => total.push((composite, value)),
+            Some((_, sum)) => match (sum, value) {
+                (DebugValue::Counter(sum), DebugValue::Counter(n)) => *sum += n,
+                (DebugValue::Gauge(sum), DebugValue::Gauge(n)) => *sum += n,
+                (DebugValue::Histogram(sum), DebugValue::Histogram(values)) => sum.extend(values),
+                (sum, value) => panic!("{composite:?}: {sum:?} then {value:?}"),
+            },
+        }
+    }
+    total
 }
 
 fn counter(metrics: &HashMap<String, DebugValue>, name: &str) -> u64 {
@@ -699,4 +714,61 @@ async fn entity_host_coordinator_and_sharded_producer_counters_equal_their_stats
         gauge(&metrics, "actix_delivery_shard_coordinator_shards_owned"),
         4.0
     );
+}
+
+/// A sharded producer exports one set of series under the label its application chose,
+/// however many entities it sends to: entity ids (often user input) never become labels.
+#[actix::test]
+async fn a_sharded_producers_series_do_not_grow_with_the_entities_it_sends_to() {
+    use std::sync::Arc;
+
+    use actix_delivery::journal::MemoryJournal;
+    use actix_delivery::sharding::{
+        EntityHost, EntityHostOptions, EntityId, ShardedProducerOptions,
+    };
+    use actix_delivery::ProducerConfig;
+    tokio::time::pause();
+    snapshotter();
+    let host = EntityHost::<RestartedCounter>::start(
+        Arc::new(MemoryJournal::new()),
+        EntityHostOptions::builder("churned").build().unwrap(),
+    )
+    .unwrap();
+    let consumer = host.consumer(|n: u64| n);
+    let front = ProducerConfig {
+        producer_id: Some("churning".into()),
+        ..ShardedProducerOptions::<u64>::default_producer()
+    };
+    let options = ShardedProducerOptions::builder(&consumer)
+        .producer(front)
+        .cleanup_unused_after(Duration::from_millis(1)) // lanes close and open again
+        .build()
+        .unwrap();
+    let producer = ReliableDelivery::sharded_producer(options);
+    let ours = |value: &str| value.starts_with("churning");
+    let send = |range: std::ops::Range<u64>| {
+        let producer = producer.clone();
+        async move {
+            for n in range {
+                let entity = EntityId::new(format!("user-{n}")).unwrap();
+                producer.tell(entity, n, |_| {}).unwrap();
+            }
+            producer.idle().await;
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    };
+    send(0..100).await;
+    let after_100 = series_count(ours);
+    send(100..10_100).await;
+    let after_10_100 = series_count(ours);
+    assert!(after_100 > 0, "the producer and its lanes export");
+    assert_eq!(after_10_100, after_100, "entity ids never become series");
+    assert_eq!(
+        series_count(|value| value.contains("user-")),
+        0,
+        "no label holds an entity id"
+    );
+    let lanes = producer.lane_stats().await.unwrap();
+    assert_eq!(lanes.opened, 10_100);
+    assert!(lanes.closed >= 10_000, "{lanes:?}");
 }

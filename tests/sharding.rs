@@ -276,6 +276,39 @@ async fn passivation_under_load_loses_no_command_and_applies_each_once() {
     assert!(stats.activations > ENTITIES, "{stats:?}");
 }
 
+#[actix::test]
+async fn under_a_burst_no_more_than_max_active_entities_run_and_the_others_wait_for_room() {
+    tokio::time::pause();
+    let journal = Arc::new(MemoryJournal::new());
+    let ledger = host(
+        journal.clone(),
+        options().max_active_entities(5).build().unwrap(),
+    );
+    // 200 commands to 50 entities at once: every running entity busy while the others ask.
+    let asks: Vec<_> = (0..200u64)
+        .map(|n| ledger.ask(id(n % 50), Op::Apply(n)))
+        .collect();
+    for (n, answer) in futures_util::future::join_all(asks)
+        .await
+        .into_iter()
+        .enumerate()
+    {
+        assert_eq!(answer.unwrap(), n as i64 / 50 + 1, "command {n}");
+    }
+    let stats = ledger.stats();
+    assert_eq!(stats.peak_active, 5, "{stats:?}");
+    assert!(stats.active <= 5);
+    assert!(stats.waited_for_room >= 150, "{stats:?}");
+    assert_eq!((stats.activations, stats.held), (50, 0), "{stats:?}");
+    for entity in 0..50 {
+        let state = recover_state::<Ledger>(&*journal, &stream(entity))
+            .await
+            .unwrap();
+        let expected: Vec<u64> = (0..4).map(|k| entity + 50 * k).collect();
+        assert_eq!(state.applied.keys().copied().collect::<Vec<_>>(), expected);
+    }
+}
+
 // --- the sharded producer ---------------------------------------------------------------
 
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -881,17 +914,18 @@ async fn over_tcp_a_sender_finds_each_shards_owner_in_the_lease_table_also_after
 
 #[actix::test]
 async fn a_host_refuses_envelopes_whose_origin_is_out_of_range_and_counts_them() {
-    use actix_delivery::{DeliveryInfo, Incarnation, IncarnationId, ProducerId};
+    use actix_delivery::{DeliveryInfo, Incarnation, ProducerId};
     tokio::time::pause();
     let journal: Arc<dyn Journal> = Arc::new(MemoryJournal::new());
     let host = sequences(journal.clone(), PersistentConfig::default());
     let consumer = host.consumer(|body: u64| body);
     let (reply_to, acks) = common::ack_probe();
+    let stream = Incarnation::from_u128(3);
     let envelope = |producer: &str, seq, window_start, previous| EntityEnvelope {
         entity_id: id(1),
         origin: DeliveryInfo {
             producer_id: ProducerId::from(producer),
-            incarnation: IncarnationId::from_u128(9),
+            incarnation: stream.id(),
             seq,
             window_start,
             trace_context: None,
@@ -914,16 +948,15 @@ async fn a_host_refuses_envelopes_whose_origin_is_out_of_range_and_counts_them()
         envelope("p", 5, 1, 5),              // a predecessor not before it
         envelope(&"p".repeat(257), 5, 1, 0), // an id over 256 bytes
     ];
-    let stream = Incarnation::from_u128(3);
     for (n, body) in hostile.into_iter().enumerate() {
-        let delivery = Delivery::new("stream", stream, n as u64 + 1, body, reply_to.clone());
+        let delivery = Delivery::new("p/lane", stream, n as u64 + 1, body, reply_to.clone());
         consumer.recipient().do_send(delivery);
     }
     settle_for(10).await;
     assert_eq!(host.stats().refused_malformed, 5);
     assert!(acks.snapshot().is_empty(), "none acknowledged");
     let fine = Delivery::new(
-        "stream",
+        "p/lane",
         stream,
         6,
         envelope("p", 7, 1, 0),
@@ -934,4 +967,133 @@ async fn a_host_refuses_envelopes_whose_origin_is_out_of_range_and_counts_them()
     assert_eq!(acks.len(), 1, "the well-formed one");
     assert_eq!(applied(&*journal, &id(1)).await, [7]);
     assert_eq!(host.stats().activations, 1, "no entity ran for the others");
+}
+
+#[actix::test]
+async fn an_envelope_naming_another_producers_origin_is_a_dead_letter_and_moves_no_window() {
+    use actix_delivery::{ConsumerOptions, DeadLetterReason, DeliveryInfo, Incarnation};
+    tokio::time::pause();
+    let journal: Arc<dyn Journal> = Arc::new(MemoryJournal::new());
+    let host = sequences(journal.clone(), PersistentConfig::default());
+    let (sink, dead_letters) = common::dead_letter_log();
+    let consumer = ReliableDelivery::consumer(
+        ConsumerOptions::builder(host.delivery_handler(|body: u64| body))
+            .config(EntityHost::<Sequence>::consumer_config())
+            .dead_letters(sink)
+            .build()
+            .unwrap(),
+    );
+    // The genuine producer's deliveries pass a tap that keeps their origin: what anyone who
+    // may read the shard's subject, or a log, learns (the public incarnation id).
+    let seen: Arc<Mutex<Option<DeliveryInfo>>> = Arc::default();
+    let tap = {
+        let (seen, target) = (seen.clone(), ConsumerRef::from(&consumer));
+        ConsumerRef::from_fn(move |deliveries: Vec<Delivery<EntityEnvelope<u64>>>| {
+            *seen.lock().unwrap() = Some(deliveries[0].body.origin.clone());
+            target.do_send_all(deliveries.into_iter());
+        })
+    };
+    let options = ShardedProducerOptions::per_shard(move |_| tap.clone())
+        .shards(8)
+        .entity_stream(fast_streams())
+        .build()
+        .unwrap();
+    let producer = ReliableDelivery::sharded_producer(options);
+    producer.send(id(1), 1).await.unwrap();
+    let genuine = seen
+        .lock()
+        .unwrap()
+        .clone()
+        .expect("the tap saw the delivery");
+
+    // A sender that holds its own token names the genuine origin, far ahead, on a stream
+    // whose id looks like one of the producer's.
+    let (reply_to, acks) = common::ack_probe();
+    let forged = EntityEnvelope {
+        entity_id: id(1),
+        origin: DeliveryInfo {
+            seq: 1_000_000,
+            window_start: 1_000_000,
+            ..genuine.clone()
+        },
+        previous: 0,
+        body: 999,
+    };
+    let carrier = format!("{}/0000000000000001", genuine.producer_id);
+    let delivery = Delivery::new(carrier, Incarnation::from_u128(666), 1, forged, reply_to);
+    consumer.recipient().do_send(delivery);
+    settle_for(10).await;
+
+    for body in 2..=5 {
+        producer.send(id(1), body).await.unwrap();
+    }
+    assert_eq!(
+        applied(&*journal, &id(1)).await,
+        [1, 2, 3, 4, 5],
+        "every genuine message applied, the forged one never"
+    );
+    assert!(
+        acks.snapshot().is_empty(),
+        "the forged delivery is not ACKed"
+    );
+    assert_eq!(host.stats().refused_foreign, 1);
+    let letters = dead_letters.snapshot();
+    assert_eq!(letters.len(), 1);
+    assert_eq!(letters[0].reason, DeadLetterReason::ForeignOrigin);
+    assert_eq!(consumer.stats().await.unwrap().dead_letters, 1);
+}
+
+#[actix::test]
+async fn at_max_open_lanes_a_new_entity_waits_for_an_idle_lane_and_tell_refuses_once_the_window_is_full(
+) {
+    tokio::time::pause();
+    let journal: Arc<dyn Journal> = Arc::new(MemoryJournal::new());
+    let host = sequences(journal.clone(), PersistentConfig::default());
+    let consumer = host.consumer(|body: u64| body);
+    let (link, cut, _) = common::cuttable(ConsumerRef::from(&consumer));
+    cut.store(true, Ordering::SeqCst); // every lane stays busy: nothing is confirmed
+    let options = ShardedProducerOptions::per_shard(move |_| link.clone())
+        .shards(8)
+        .max_open_lanes(2)
+        .entity_stream(fast_streams())
+        .producer(ProducerConfig {
+            window_size: 4,
+            max_pending: 1,
+            ..ShardedProducerOptions::<u64>::default_producer()
+        })
+        .build()
+        .unwrap();
+    let producer = ReliableDelivery::sharded_producer(options);
+    let confirmed = Confirmations::default();
+    for n in 1..=5 {
+        producer
+            .tell(id(n), n, confirm_into(&confirmed, n))
+            .unwrap();
+    }
+    let refused = producer.tell(id(6), 6, confirm_into(&confirmed, 6));
+    assert!(
+        matches!(refused, Err(TellError::QueueFull(6))),
+        "the window holds 4 (2 on lanes, 2 waiting for one), the queue 1"
+    );
+    settle_for(1_000).await;
+    let stats = producer.lane_stats().await.unwrap();
+    assert_eq!(
+        (stats.lanes, stats.in_flight, stats.waiting, stats.waited),
+        (2, 2, 2, 2)
+    );
+    assert!(stats.retransmitted > 0, "the cut link lost them");
+
+    cut.store(false, Ordering::SeqCst);
+    producer.idle().await;
+    let mut results = confirmed.snapshot();
+    results.sort_by_key(|(n, _)| *n);
+    let expected: Vec<_> = (1..=6).map(|n| (n, n != 6)).collect();
+    let got: Vec<_> = results.iter().map(|(n, r)| (*n, r.is_ok())).collect();
+    assert_eq!(got, expected, "1-5 confirmed, 6 refused");
+    for n in 1..=5 {
+        assert_eq!(applied(&*journal, &id(n)).await, [n]);
+    }
+    let stats = producer.lane_stats().await.unwrap();
+    assert_eq!((stats.lanes, stats.waiting, stats.evicted), (2, 0, 3));
+    assert_eq!((stats.opened, stats.closed), (5, 3));
 }

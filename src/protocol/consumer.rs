@@ -64,6 +64,11 @@ pub enum HandlerOutcome {
     /// message's own outcome follows through
     /// [`handle_deferred`](ConsumerCore::handle_deferred) (only in unordered mode).
     Deferred,
+    /// The handler refused the message before running anything: its body breaks a rule that
+    /// admission could not check (it names an origin that is not its sender's, see
+    /// [`check_origin`](crate::protocol::origin::check_origin)). A dead letter: counted, no
+    /// ACK, handed out by [`poll_refused`](ConsumerCore::poll_refused).
+    Refused(DeadLetterReason),
 }
 
 /// The consequences of a finished (or abandoned) handler run.
@@ -207,6 +212,8 @@ pub struct ConsumerCore<B, R> {
     next_deferred: u64,
     /// Deferred outcomes abandoned after `handler_timeout`, for the shell to cancel.
     expired: VecDeque<u64>,
+    /// Messages the handler refused as dead letters, for the shell's dead-letter sink.
+    refused: VecDeque<(DeadLetterReason, Header)>,
     /// Chunks of large messages, per producer (its slot in the table) and incarnation window,
     /// until their message is whole.
     chunks: Reassembly<usize, WindowRef>,
@@ -232,6 +239,7 @@ impl<B, R> ConsumerCore<B, R> {
             deferred: VecDeque::new(),
             next_deferred: 0,
             expired: VecDeque::new(),
+            refused: VecDeque::new(),
             chunks: Reassembly::new(config.max_reassembly_bytes, config.producer_idle_ttl.get()),
             max_message_bytes: config.max_message_bytes,
             stats: ConsumerStats::default(),
@@ -410,6 +418,10 @@ impl<B, R> ConsumerCore<B, R> {
                 Some((running.reply_to, Ack::from(running.header)))
             }
             HandlerOutcome::Deferred => unreachable!("handled above"),
+            HandlerOutcome::Refused(reason) => {
+                self.refuse_as_dead_letter(*reason, running.header, running.window, now);
+                None
+            }
             HandlerOutcome::Failed(_) | HandlerOutcome::Panicked(_) => {
                 self.count_failure(outcome);
                 self.not_handled(&running.header, running.window, &describe(outcome), now);
@@ -448,9 +460,18 @@ impl<B, R> ConsumerCore<B, R> {
         if let Some(window) = window {
             window.end_deferred(seq);
         }
+        if let HandlerOutcome::Refused(reason) = outcome {
+            self.refuse_as_dead_letter(*reason, deferred.header, deferred.window, now);
+            return None;
+        }
         self.count_failure(outcome);
         self.not_handled(&deferred.header, deferred.window, &describe(outcome), now);
         None
+    }
+
+    /// The next message the handler refused as a dead letter, for the shell's sink.
+    pub fn poll_refused(&mut self) -> Option<(DeadLetterReason, Header)> {
+        self.refused.pop_front()
     }
 
     /// A deferred outcome abandoned after `handler_timeout` (its id): cancel its future.
@@ -575,6 +596,7 @@ impl<B, R> ConsumerCore<B, R> {
         self.running = None;
         self.deferred.clear();
         self.expired.clear();
+        self.refused.clear();
     }
 
     fn count_failure(&mut self, outcome: &HandlerOutcome) {
@@ -594,6 +616,29 @@ impl<B, R> ConsumerCore<B, R> {
                  will retransmit"
             );
         }
+        self.drop_successors(failed, at);
+    }
+
+    /// The handler refused a message as a dead letter: counted and warned about like the
+    /// dead letters of admission, queued for the sink, not ACKed, nothing recorded.
+    fn refuse_as_dead_letter(
+        &mut self,
+        reason: DeadLetterReason,
+        header: Header,
+        at: WindowRef,
+        now: Instant,
+    ) {
+        self.stats.dead_letters += 1;
+        if let Some(n) = self.warnings.dead_letters.record(now, 1) {
+            log::warn!("refused {n} deliveries as dead letters (latest: {reason})");
+        }
+        self.drop_successors(&header, at);
+        self.refused.push_back((reason, header));
+    }
+
+    /// In ordered mode, drops the waiting successors of a message that was not handled (they
+    /// must not overtake it; all are retransmitted).
+    fn drop_successors(&mut self, failed: &Header, at: WindowRef) {
         if !self.ordered {
             return;
         }
@@ -768,6 +813,7 @@ fn describe(outcome: &HandlerOutcome) -> String {
         HandlerOutcome::Failed(error) => format!("error: {error}"),
         HandlerOutcome::Panicked(panic) => format!("panic: {panic}"),
         HandlerOutcome::Deferred => "deferred".into(),
+        HandlerOutcome::Refused(reason) => format!("refused: {reason}"),
     }
 }
 

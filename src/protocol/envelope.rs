@@ -350,6 +350,13 @@ pub enum DeadLetterReason {
         /// The consumer's `max_message_bytes`.
         max: u64,
     },
+    /// The body names an origin (a producer's stable message id: a sharded producer's entity
+    /// envelope, a work-pulling job) that is not the sending stream's own: the delivery's
+    /// token does not have the origin's public incarnation id, or its producer id is not the
+    /// origin's followed by `/` (see [`check_origin`](crate::protocol::origin::check_origin)).
+    /// Nothing was run and no window moved.
+    #[error("the body names an origin that is not the sending stream's own")]
+    ForeignOrigin,
 }
 
 /// The text of [`DeadLetterReason::IncompatibleBody`].

@@ -9,6 +9,7 @@ pub mod consumer;
 pub mod dedup;
 pub mod envelope;
 pub mod intake;
+pub mod origin;
 pub mod producer;
 pub mod rate_limit;
 pub mod trace_context;

@@ -444,6 +444,16 @@ impl<T: Clone, C> ProducerCore<T, C> {
             && self.settled.is_empty()
     }
 
+    /// Gives back the memory its queues keep from their largest size (a core that is idle
+    /// now holds nothing in them): for the owner of many cores, most of them idle.
+    pub fn shrink_to_fit(&mut self) {
+        self.in_flight.shrink_to_fit();
+        self.numbered.shrink_to_fit();
+        self.pending.shrink_to_fit();
+        self.transmit.shrink_to_fit();
+        self.settled.shrink_to_fit();
+    }
+
     /// Counters since start, with current `in_flight` and `queued`.
     pub fn stats(&self) -> ProducerStats {
         ProducerStats {

@@ -18,6 +18,7 @@ use crate::handler::DeliveryHandler;
 use crate::journal::Journal;
 use crate::options::ConsumerOptions;
 use crate::persistence::{check_versions, CommandError, EventSourced, Execute, Outcome};
+use crate::protocol::origin::check_origin;
 use crate::sharding::entity_id::{EntityId, ShardId};
 use crate::sharding::envelope::EntityEnvelope;
 use crate::sharding::host_core::{HostCore, HostStats, Refusal, Routing};
@@ -39,10 +40,6 @@ pub enum HostError<R: Display> {
     /// another node): nothing was run.
     #[error("shard {0} is not hosted here")]
     NotHosted(ShardId),
-    /// A delivered envelope whose origin is out of range (a sender that does not follow the
-    /// protocol): refused, not run, not acknowledged.
-    #[error("a malformed envelope: {0}")]
-    Malformed(crate::protocol::envelope::DeadLetterReason),
     /// `max_held_commands` commands wait for stopping instances already: nothing was run
     /// (retry soon).
     #[error("the entity host holds {held} commands for stopping entities, the most allowed")]
@@ -65,7 +62,8 @@ impl<R: Display> From<Refusal> for HostError<R> {
 /// instance (a [`PersistentActor`](crate::persistence::PersistentActor) of stream
 /// `<type>|<id>`) starts on the entity's first command and recovers from the journal;
 /// commands are routed to it by [`EntityId`]; an instance idle for `idle_timeout`, or the
-/// least recently used beyond `max_active_entities`, is passivated (stopped gracefully: its
+/// least recently used idle one when `max_active_entities` run and another must start, is
+/// passivated (stopped gracefully: its
 /// journal writes finish first). A command that arrives while its entity's instance stops
 /// waits and goes to the next instance, in order (bounded: `max_held_commands`); one that
 /// arrives while the instance recovers waits in the instance (`max_recovery_buffer`). Cheap
@@ -253,21 +251,22 @@ impl<E: EventSourced> EntityHost<E> {
     /// entity (for `must_follow`). The message is ACKed once the entity's reply says the
     /// command is durable, or that it was processed before; a message its producer declared
     /// settled that the entity did not process is stale (counted by the entity) and ACKed
-    /// too. An envelope whose origin is out of range is refused (counted in
-    /// [`HostStats::refused_malformed`], never ACKed). The handler is pipelined: messages
-    /// reach their entities in delivery order without waiting for each other's commit.
+    /// too. The handler is pipelined: messages reach their entities in delivery order without
+    /// waiting for each other's commit.
+    ///
+    /// An envelope is a dead letter of the consumer (counted there and in [`HostStats`], sent
+    /// to its dead-letter sink, never run nor ACKed) when its origin is out of range
+    /// ([`HostStats::refused_malformed`]), or is not the sending stream's own
+    /// ([`HostStats::refused_foreign`]: the delivery's token must have the origin's public
+    /// incarnation id, see [`check_origin`](crate::protocol::origin::check_origin)): only the
+    /// producer's own streams can name its origins, so no sender can move another producer's
+    /// window at an entity, whatever it knows of that producer.
     pub fn delivery_handler<M: 'static>(
         &self,
         mut to_command: impl FnMut(M) -> E::Command + 'static,
     ) -> DeliveryHandler<EntityEnvelope<M>> {
         let host = self.clone();
-        DeliveryHandler::pipelined(move |_, envelope: EntityEnvelope<M>| {
-            if let Err(reason) = envelope.check() {
-                host.inner.core().note_malformed();
-                return futures_util::future::Either::Left(std::future::ready(Err(
-                    HostError::Malformed(reason),
-                )));
-            }
+        let handler = DeliveryHandler::pipelined(move |_, envelope: EntityEnvelope<M>| {
             let EntityEnvelope {
                 entity_id,
                 origin,
@@ -276,12 +275,20 @@ impl<E: EventSourced> EntityHost<E> {
             } = envelope;
             let execute = Execute::following(origin, previous, to_command(body));
             let answer = host.execute(entity_id, execute);
-            futures_util::future::Either::Right(async move {
+            async move {
                 match answer.await {
                     Ok(_) | Err(HostError::Command(CommandError::Stale)) => Ok(()),
                     Err(error) => Err(error),
                 }
-            })
+            }
+        });
+        let inner = self.inner.clone();
+        handler.admitting(move |carrier, envelope: &EntityEnvelope<M>| {
+            if let Err(reason) = envelope.check() {
+                inner.core().note_malformed();
+                return Err(reason);
+            }
+            check_origin(carrier, &envelope.origin).inspect_err(|_| inner.core().note_foreign())
         })
     }
 
@@ -319,6 +326,7 @@ impl<E: EventSourced> EntityHost<E> {
     pub(crate) fn release_shard(&self, shard: ShardId) -> impl Future<Output = ()> + 'static {
         let due = self.inner.core().unhost(shard);
         Inner::stop(due);
+        self.inner.admit_waiting(); // refuses the shard's commands that waited for room
         let gone = self.owner.0.send(WaitGone(shard));
         async move {
             if let Ok(gone) = gone.await {
@@ -370,6 +378,15 @@ struct Answered<E: EventSourced> {
 
 impl<E: EventSourced> Drop for Answered<E> {
     fn drop(&mut self) {
-        self.inner.core().handle_answered(&self.entity);
+        let mut core = self.inner.core();
+        core.handle_answered(&self.entity);
+        let awaiting = core.is_awaiting_room();
+        drop(core);
+        // Its entity may be idle now: room for an entity that waits.
+        if awaiting && self.inner.admit_waiting() {
+            if let Some(shell) = self.inner.shell.upgrade() {
+                shell.do_send(Rearm);
+            }
+        }
     }
 }

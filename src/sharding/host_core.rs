@@ -9,12 +9,15 @@
 //!   answered;
 //! - an entity idle for `idle_timeout` (no command routed to it, none in flight) is
 //!   passivated: its instance is asked to stop (gracefully: what it decided is stored first);
-//! - beyond `max_active` running instances, the least recently used ones with no command in
-//!   flight are passivated (a busy one is passed over, so the count may exceed the limit by
-//!   the entities busy at that moment, until they are done);
-//! - while an instance stops, commands for its entity wait here, in order (at most `max_held`
-//!   over all entities; beyond, they are refused); once it has stopped, a new instance starts
-//!   and gets them first;
+//! - at most `max_active` instances run: a command that would start one more passivates the
+//!   least recently used instance with no command in flight, or, when every running instance
+//!   has one, **waits for room** (counted; in order, and the later commands for its entity
+//!   behind it), until an instance has answered its commands; instances being passivated
+//!   finish their journal writes beside the running ones (they take no commands);
+//! - while an instance stops, commands for its entity wait here, in order; once it has
+//!   stopped, a new instance starts (as room allows) and gets them first; commands waiting
+//!   for a stopping instance or for room are at most `max_held` over all entities (beyond,
+//!   they are refused);
 //! - commands for entities of shards this host does not host are refused; when a shard leaves,
 //!   its instances stop whether busy or not (their commands in flight finish first), and the
 //!   shard is gone from the host once all of them have stopped.
@@ -26,22 +29,18 @@ use hashbrown::{DefaultHashBuilder, HashMap, HashSet};
 use hashlink::LinkedHashMap;
 use serde::{Deserialize, Serialize};
 
+use crate::sharding::capacity;
 use crate::sharding::entity_id::{EntityId, ShardId};
-
-/// How far an over-limit pass looks for an entity without commands in flight.
-const LRU_SCAN: usize = 64;
-
-/// How soon an over-limit host whose least recently used entities are all busy looks again.
-pub const BUSY_RETRY: Duration = Duration::from_millis(100);
 
 /// The settings the core decides by (validated by the host's options).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct HostLimits {
     /// Passivate an entity after this long without a command; `None`: never.
     pub idle_timeout: Option<Duration>,
-    /// At most this many running instances (see the module docs for busy ones).
+    /// At most this many running instances.
     pub max_active: usize,
-    /// At most this many commands wait for stopping instances, over all entities.
+    /// At most this many commands wait for stopping instances or for room, over all
+    /// entities.
     pub max_held: usize,
     /// The type's shard count.
     pub shards: u32,
@@ -52,7 +51,7 @@ pub struct HostLimits {
 pub enum Refusal {
     /// Its entity's shard is not hosted here.
     NotHosted(ShardId),
-    /// `max_held` commands wait for stopping instances already.
+    /// `max_held` commands wait for stopping instances or for room already.
     Full {
         /// How many wait.
         held: usize,
@@ -71,7 +70,8 @@ pub enum Routing<'a, A, W> {
         /// Whether the instance was started for it.
         started: bool,
     },
-    /// It waits until the entity's stopping instance has stopped.
+    /// It waits until the entity's stopping instance has stopped, or for room to start one
+    /// ([`poll_admitted`](HostCore::poll_admitted) hands it out then).
     Held,
     /// Refused, handed back.
     Refused(W, Refusal),
@@ -120,13 +120,16 @@ pub struct HostStats {
     pub active: u64,
     /// Instances asked to stop that have not stopped yet.
     pub stopping: u64,
-    /// Commands waiting for a stopping instance now.
+    /// Commands waiting for a stopping instance, or for room to start one, now.
     pub held: u64,
+    /// The most instances that ran at once (never above `max_active_entities`).
+    pub peak_active: u64,
     /// Instances started (each recovers its entity from the journal).
     pub activations: u64,
     /// Instances passivated because they were idle for `idle_timeout`.
     pub passivated_idle: u64,
-    /// Instances passivated as the least recently used beyond `max_active_entities`.
+    /// Instances passivated, the least recently used without a command in flight, to make
+    /// room for another at `max_active_entities`.
     pub passivated_over_limit: u64,
     /// Instances stopped because their shard left the host.
     pub stopped_shard_left: u64,
@@ -137,6 +140,9 @@ pub struct HostStats {
     pub routed: u64,
     /// Commands that waited for a stopping instance.
     pub waited: u64,
+    /// Commands that waited for room: their entity was to start at `max_active_entities`
+    /// while every running instance had a command in flight.
+    pub waited_for_room: u64,
     /// Commands refused because `max_held_commands` waited already.
     pub refused_full: u64,
     /// Commands refused because their shard is not hosted here.
@@ -146,6 +152,9 @@ pub struct HostStats {
     pub already_processed: u64,
     /// Delivered envelopes refused because their origin was out of range.
     pub refused_malformed: u64,
+    /// Delivered envelopes refused because their origin was not their sender's own (see
+    /// [`check_origin`](crate::protocol::origin::check_origin)): dead letters, nothing run.
+    pub refused_foreign: u64,
 }
 
 struct Running<A> {
@@ -165,7 +174,16 @@ pub struct HostCore<A, W> {
     limits: HostLimits,
     /// Running instances, least recently used first.
     running: LinkedHashMap<EntityId, Running<A>, DefaultHashBuilder>,
+    /// Running instances without a command in flight, least recently used first: the ones
+    /// passivated for room.
+    idle: LinkedHashMap<EntityId, (), DefaultHashBuilder>,
     stopping: HashMap<EntityId, Stopping<W>>,
+    /// Entities waiting for room to start, in order, with their commands.
+    awaiting_room: LinkedHashMap<EntityId, VecDeque<W>, DefaultHashBuilder>,
+    /// Passivations decided when a command made room, for [`poll_passivation`](Self::poll_passivation).
+    due: VecDeque<ToStop<A>>,
+    /// Commands refused when their shard left while they waited for room.
+    refused: Vec<(W, ShardId)>,
     /// Shards hosted; `None`: all.
     hosted: Option<HashSet<ShardId>>,
     /// Commands routed or held and not answered yet, per entity.
@@ -183,7 +201,11 @@ impl<A, W> HostCore<A, W> {
         Self {
             limits,
             running: LinkedHashMap::default(),
+            idle: LinkedHashMap::default(),
             stopping: HashMap::new(),
+            awaiting_room: LinkedHashMap::default(),
+            due: VecDeque::new(),
+            refused: Vec::new(),
             hosted: None,
             in_flight: HashMap::new(),
             per_shard: HashMap::new(),
@@ -214,20 +236,35 @@ impl<A, W> HostCore<A, W> {
             self.stats.refused_not_hosted += 1;
             return Routing::Refused(waiting, Refusal::NotHosted(shard));
         }
-        if let Some(stopping) = self.stopping.get_mut(entity) {
+        let stopping = self.stopping.contains_key(entity);
+        let awaiting = self.awaiting_room.contains_key(entity);
+        let must_wait =
+            stopping || awaiting || (!self.running.contains_key(entity) && !self.make_room(true));
+        if must_wait {
             if self.held >= self.limits.max_held {
                 self.stats.refused_full += 1;
                 let held = self.held;
                 return Routing::Refused(waiting, Refusal::Full { held });
             }
-            stopping.waiting.push_back(waiting);
+            if let Some(stopping) = self.stopping.get_mut(entity) {
+                stopping.waiting.push_back(waiting);
+                self.stats.waited += 1;
+            } else {
+                if let Some(queue) = self.awaiting_room.get_mut(entity) {
+                    queue.push_back(waiting);
+                } else {
+                    self.awaiting_room
+                        .insert(entity.clone(), VecDeque::from([waiting]));
+                }
+                self.stats.waited_for_room += 1;
+            }
             self.held += 1;
-            self.stats.waited += 1;
             *self.in_flight.entry(entity.clone()).or_default() += 1;
             return Routing::Held;
         }
         self.stats.routed += 1;
         *self.in_flight.entry(entity.clone()).or_default() += 1;
+        self.idle.remove(entity);
         let started = !self.running.contains_key(entity);
         if started {
             self.start(entity.clone(), shard, now, start);
@@ -262,6 +299,57 @@ impl<A, W> HostCore<A, W> {
             last_used: now,
         };
         self.running.insert(entity, running);
+        self.stats.peak_active = self.stats.peak_active.max(self.running.len() as u64);
+    }
+
+    /// Whether one more instance may run now: below `max_active`, or after passivating the
+    /// least recently used idle one (queued in `due`). `first_come`: only if no entity waits
+    /// for room already (they come first).
+    fn make_room(&mut self, first_come: bool) -> bool {
+        if first_come && !self.awaiting_room.is_empty() {
+            return false;
+        }
+        if self.running.len() < self.limits.max_active {
+            return true;
+        }
+        let Some((victim, ())) = self.idle.pop_front() else {
+            return false;
+        };
+        self.stats.passivated_over_limit += 1;
+        let stop = self.passivate(&victim, Passivation::OverLimit);
+        self.due.push_back(stop);
+        true
+    }
+
+    /// The first entity that waited for room, started now that there is room (an idle
+    /// instance passivated for it if need be), with its commands to run on it in order.
+    /// Call until `None` after commands were answered and instances stopped.
+    pub fn poll_admitted(
+        &mut self,
+        now: Instant,
+        start: impl FnOnce(&EntityId, u64) -> A,
+    ) -> Option<(&A, Vec<W>)> {
+        self.awaiting_room.front()?;
+        if !self.make_room(false) {
+            return None;
+        }
+        let (entity, waiting) = self.awaiting_room.pop_front().expect("looked at above");
+        self.held -= waiting.len();
+        self.stats.routed += waiting.len() as u64;
+        let shard = entity.shard(self.limits.shards);
+        self.start(entity.clone(), shard, now, start);
+        let running = self.running.get(&entity).expect("started above");
+        Some((&running.instance, waiting.into()))
+    }
+
+    /// Whether commands wait for room (see [`poll_admitted`](Self::poll_admitted)).
+    pub fn is_awaiting_room(&self) -> bool {
+        !self.awaiting_room.is_empty()
+    }
+
+    /// Commands refused because their shard left while they waited for room.
+    pub fn drain_refused(&mut self) -> impl Iterator<Item = (W, ShardId)> + '_ {
+        self.refused.drain(..)
     }
 
     /// A command [`route`](Self::route) ran or held for `entity` was answered (or its caller
@@ -271,6 +359,10 @@ impl<A, W> HostCore<A, W> {
             *count -= 1;
             if *count == 0 {
                 self.in_flight.remove(entity);
+                capacity::shrink_map(&mut self.in_flight);
+                if self.running.contains_key(entity) {
+                    self.idle.insert(entity.clone(), ());
+                }
             }
         }
     }
@@ -285,25 +377,20 @@ impl<A, W> HostCore<A, W> {
         self.stats.refused_malformed += 1;
     }
 
+    /// A delivered envelope was refused: its origin was not its sender's own.
+    pub fn note_foreign(&mut self) {
+        self.stats.refused_foreign += 1;
+    }
+
     fn is_busy(&self, entity: &EntityId) -> bool {
         self.in_flight.contains_key(entity)
     }
 
-    /// The next instance to passivate now, if any: the least recently used beyond
-    /// `max_active` without a command in flight, else one idle for `idle_timeout` (a busy
-    /// idle one counts as used now). Call until `None`.
+    /// The next instance to passivate now, if any: one passivated to make room, else one
+    /// idle for `idle_timeout` (a busy idle one counts as used now). Call until `None`.
     pub fn poll_passivation(&mut self, now: Instant) -> Option<ToStop<A>> {
-        if self.running.len() > self.limits.max_active {
-            let victim = self
-                .running
-                .keys()
-                .take(LRU_SCAN)
-                .find(|entity| !self.is_busy(entity))
-                .cloned();
-            if let Some(entity) = victim {
-                self.stats.passivated_over_limit += 1;
-                return Some(self.passivate(&entity, Passivation::OverLimit));
-            }
+        if let Some(stop) = self.due.pop_front() {
+            return Some(stop);
         }
         let idle_timeout = self.limits.idle_timeout?;
         loop {
@@ -326,6 +413,9 @@ impl<A, W> HostCore<A, W> {
 
     fn passivate(&mut self, entity: &EntityId, why: Passivation) -> ToStop<A> {
         let (entity, running) = self.running.remove_entry(entity).expect("a running entity");
+        self.idle.remove(&entity);
+        capacity::shrink_linked(&mut self.running);
+        capacity::shrink_linked(&mut self.idle);
         let stopping = Stopping {
             generation: running.generation,
             waiting: VecDeque::new(),
@@ -339,15 +429,11 @@ impl<A, W> HostCore<A, W> {
         }
     }
 
-    /// When to poll for passivations next: the least recently used entity's idle deadline,
-    /// or soon while over the limit.
-    pub fn next_deadline(&self, now: Instant) -> Option<Instant> {
-        let idle = self
-            .limits
+    /// When to poll for passivations next: the least recently used entity's idle deadline.
+    pub fn next_deadline(&self) -> Option<Instant> {
+        self.limits
             .idle_timeout
-            .and_then(|timeout| Some(self.running.front()?.1.last_used + timeout));
-        let busy = (self.running.len() > self.limits.max_active).then(|| now + BUSY_RETRY);
-        idle.into_iter().chain(busy).min()
+            .and_then(|timeout| Some(self.running.front()?.1.last_used + timeout))
     }
 
     /// Instance `generation` of `entity` has stopped; `start` makes a new one if commands
@@ -367,6 +453,7 @@ impl<A, W> HostCore<A, W> {
         {
             // Not asked to stop: it failed. The next command starts it again.
             self.running.remove(entity);
+            self.idle.remove(entity);
             self.stats.stopped_unasked += 1;
             self.forget(shard);
             return Stopped::Done;
@@ -379,16 +466,24 @@ impl<A, W> HostCore<A, W> {
             return Stopped::Done; // a stale report
         }
         let stopping = self.stopping.remove(entity).expect("checked above");
+        capacity::shrink_map(&mut self.stopping);
         self.forget(shard);
-        self.held -= stopping.waiting.len();
-        let waiting: Vec<W> = stopping.waiting.into();
-        if waiting.is_empty() {
+        if stopping.waiting.is_empty() {
             return Stopped::Done;
         }
         if !self.is_hosted(shard) {
+            self.held -= stopping.waiting.len();
+            let waiting: Vec<W> = stopping.waiting.into();
             self.stats.refused_not_hosted += waiting.len() as u64;
             return Stopped::Refused(waiting, shard);
         }
+        if !self.make_room(true) {
+            // No room: its commands wait for room (still held), after those that wait already.
+            self.awaiting_room.insert(entity.clone(), stopping.waiting);
+            return Stopped::Done;
+        }
+        self.held -= stopping.waiting.len();
+        let waiting: Vec<W> = stopping.waiting.into();
         self.stats.routed += waiting.len() as u64;
         self.start(entity.clone(), shard, now, start);
         let running = self.running.get(entity).expect("started above");
@@ -429,6 +524,19 @@ impl<A, W> HostCore<A, W> {
     }
 
     fn stop_where(&mut self, matches: impl Fn(&EntityId) -> bool) -> Vec<ToStop<A>> {
+        let left: Vec<EntityId> = self
+            .awaiting_room
+            .keys()
+            .filter(|entity| matches(entity))
+            .cloned()
+            .collect();
+        for entity in left {
+            let waiting = self.awaiting_room.remove(&entity).unwrap_or_default();
+            let shard = entity.shard(self.limits.shards);
+            self.held -= waiting.len();
+            self.stats.refused_not_hosted += waiting.len() as u64;
+            self.refused.extend(waiting.into_iter().map(|w| (w, shard)));
+        }
         let entities: Vec<EntityId> = self
             .running
             .keys()
@@ -542,7 +650,7 @@ mod tests {
         route(&mut core, 1, 1, t0); // in flight until answered
         answered(&mut core, 2, 2, t0 + Duration::from_secs(5));
         assert_eq!(
-            core.next_deadline(t0),
+            core.next_deadline(),
             Some(t0 + Duration::from_secs(10)),
             "e1's idle deadline"
         );
@@ -569,7 +677,7 @@ mod tests {
     }
 
     #[test]
-    fn beyond_the_limit_the_least_recently_used_idle_entity_is_passivated() {
+    fn at_the_limit_a_new_entity_passivates_the_least_recently_used_idle_one() {
         let now = Instant::now();
         let mut core = Core::new(HostLimits {
             max_active: 2,
@@ -586,17 +694,73 @@ mod tests {
             "e2 is the least recently used"
         );
         assert!(core.poll_passivation(now).is_none());
-        // All busy: passed over, and looked at again soon.
-        route(&mut core, 1, 5, now);
-        route(&mut core, 3, 6, now);
-        route(&mut core, 4, 7, now);
-        assert!(core.poll_passivation(now).is_none());
-        assert_eq!(core.stats().active, 3, "over the limit while busy");
-        assert_eq!(core.next_deadline(now), Some(now + BUSY_RETRY));
-        core.handle_answered(&id(1));
+        let stats = core.stats();
+        assert_eq!(
+            (stats.active, stats.peak_active),
+            (2, 2),
+            "never above the limit"
+        );
+    }
+
+    #[test]
+    fn at_the_limit_with_every_instance_busy_a_new_entity_waits_for_room_in_order() {
+        let now = Instant::now();
+        let mut core = Core::new(HostLimits {
+            max_active: 2,
+            max_held: 3,
+            ..limits()
+        });
+        route(&mut core, 1, 1, now); // busy
+        route(&mut core, 2, 2, now); // busy
+        assert_eq!(route(&mut core, 3, 3, now), None, "no room: waits");
+        assert_eq!(route(&mut core, 4, 4, now), None, "behind e3");
+        assert_eq!(route(&mut core, 3, 5, now), None, "behind e3's first");
+        assert!(matches!(
+            core.route(&id(5), 6, now, start),
+            Routing::Refused(6, Refusal::Full { held: 3 })
+        ));
+        assert_eq!(route(&mut core, 1, 7, now), Some((1, false)), "e1 runs");
+        assert!(core.poll_admitted(now, start).is_none(), "all still busy");
+        let stats = core.stats();
+        assert_eq!((stats.active, stats.held, stats.waited_for_room), (2, 3, 3));
+        // e2 answers: it is idle now, passivated for e3, whose commands run in order.
+        core.handle_answered(&id(2));
+        let (instance, waiting) = core.poll_admitted(now, start).unwrap();
+        assert_eq!((instance.entity.as_str(), waiting), ("e3", vec![3, 5]));
+        assert!(core.poll_admitted(now, start).is_none(), "e1 and e3 busy");
         let stop = core.poll_passivation(now).unwrap();
-        assert_eq!(stop.entity, id(1), "answered: no longer busy");
-        assert_eq!(core.stats().passivated_over_limit, 2);
+        assert_eq!((stop.entity, stop.why), (id(2), Passivation::OverLimit));
+        core.handle_answered(&id(1));
+        core.handle_answered(&id(1));
+        let (instance, waiting) = core.poll_admitted(now, start).unwrap();
+        assert_eq!((instance.entity.as_str(), waiting), ("e4", vec![4]));
+        let stats = core.stats();
+        assert_eq!(
+            (
+                stats.active,
+                stats.peak_active,
+                stats.held,
+                stats.passivated_over_limit
+            ),
+            (2, 2, 0, 2)
+        );
+    }
+
+    #[test]
+    fn commands_waiting_for_room_are_refused_when_their_shard_leaves() {
+        let now = Instant::now();
+        let mut core = Core::new(HostLimits {
+            max_active: 1,
+            ..limits()
+        });
+        route(&mut core, 1, 1, now);
+        assert_eq!(route(&mut core, 2, 2, now), None);
+        let shard = id(2).shard(8);
+        core.unhost(shard);
+        let refused: Vec<_> = core.drain_refused().collect();
+        assert_eq!(refused, [(2, shard)]);
+        assert_eq!(core.stats().held, 0);
+        assert!(!core.is_awaiting_room());
     }
 
     #[test]

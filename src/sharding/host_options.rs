@@ -28,11 +28,16 @@ pub struct EntityHostConfig {
     /// positive or `Unbounded` (never).
     #[serde(rename = "idle_timeout_ms", with = "limit_millis::idle_timeout_ms")]
     pub idle_timeout: Limit<Duration>,
-    /// At most this many entities run at once; beyond, the least recently used one without a
-    /// command in flight is passivated. Default 10 000; positive.
+    /// At most this many entities run at once: a command for one more passivates the least
+    /// recently used one without a command in flight, or, when every running one has a
+    /// command in flight, waits until one has answered its commands (counted in
+    /// [`HostStats::waited_for_room`](crate::sharding::HostStats::waited_for_room), and held
+    /// against `max_held_commands`). Passivated instances finish their journal writes beside
+    /// the running ones. Default 10 000; positive.
     pub max_active_entities: usize,
-    /// Commands for entities whose instance is stopping wait for its successor, at most this
-    /// many over all entities; more are refused
+    /// Commands for entities whose instance is stopping wait for its successor, and commands
+    /// for entities that wait for room to start, at most this many over all entities; more
+    /// are refused
     /// ([`HostError::Full`](crate::sharding::HostError::Full): a delivery is then not
     /// acknowledged and comes again). Default 10 000; positive.
     pub max_held_commands: usize,
@@ -163,7 +168,7 @@ impl EntityHostOptionsBuilder {
         self.set(move |c| c.max_active_entities = max)
     }
 
-    /// At most this many commands wait for stopping instances (default 10 000).
+    /// At most this many commands wait for stopping instances or for room (default 10 000).
     pub fn max_held_commands(self, max: usize) -> Self {
         self.set(move |c| c.max_held_commands = max)
     }

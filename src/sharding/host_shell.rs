@@ -77,6 +77,27 @@ impl<E: EventSourced> Inner<E> {
         }
     }
 
+    /// Starts the entities that waited for room, as far as there is room now, and runs their
+    /// commands; passivates what that made due; refuses the commands whose shard left while
+    /// they waited. Whether it started any (the passivation timer then needs re-arming).
+    pub(super) fn admit_waiting(&self) -> bool {
+        let now = alarm::now();
+        let mut core = self.core();
+        let mut started = false;
+        while let Some((instance, waiting)) = core.poll_admitted(now, |e, g| self.start(e, g)) {
+            waiting.into_iter().for_each(|held| held.run_on(instance));
+            started = true;
+        }
+        let due: Vec<_> = std::iter::from_fn(|| core.poll_passivation(now)).collect();
+        let refused: Vec<_> = core.drain_refused().collect();
+        drop(core);
+        Self::stop(due);
+        for (held, _) in refused {
+            let _ = held.responder.send(Err(CommandError::Stopped));
+        }
+        started
+    }
+
     /// Passivates what is due now.
     fn passivate_due(&self) {
         let now = alarm::now();
@@ -102,7 +123,7 @@ impl<E: EventSourced> HostShell<E> {
     /// Passivates what is due and arms the timer for the next deadline.
     fn rearm(&mut self, ctx: &mut Context<Self>) {
         self.inner.passivate_due();
-        let deadline = self.inner.core().next_deadline(alarm::now());
+        let deadline = self.inner.core().next_deadline();
         self.alarm.arm(deadline, ctx, |act, ctx| {
             act.alarm.fired();
             act.rearm(ctx);
@@ -181,7 +202,8 @@ impl<E: EventSourced> Handler<InstanceStopped> for HostShell<E> {
             }
         }
         drop(core);
-        if restarted {
+        // An instance that stopped unasked made room.
+        if self.inner.admit_waiting() || restarted {
             self.rearm(ctx);
         }
         self.settle(ctx);
@@ -237,6 +259,7 @@ impl<E: EventSourced> Handler<StopHost> for HostShell<E> {
         }
         let due = self.inner.core().unhost_all();
         Inner::stop(due);
+        self.inner.admit_waiting(); // refuses the commands that waited for room
         self.settle(ctx);
     }
 }

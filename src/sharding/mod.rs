@@ -16,7 +16,9 @@
 //! of stream `<type>|<id>`, started on its first command (it recovers from the journal;
 //! commands sent meanwhile wait in it, up to `max_recovery_buffer`), found by [`EntityId`],
 //! and **passivated** (stopped gracefully: what it decided is stored first) when idle for
-//! `idle_timeout`, or as the least recently used one beyond `max_active_entities`. A command
+//! `idle_timeout`, or as the least recently used idle one when `max_active_entities` run and
+//! another must start (when all of them are busy, the other's commands wait for room: at most
+//! `max_active_entities` ever run at once). A command
 //! that arrives while its entity stops waits and goes to the next instance, in order (at most
 //! `max_held_commands` wait over all entities; beyond, [`HostError::Full`]).
 //!
@@ -98,11 +100,12 @@
 //! | setting | on | default | |
 //! |---|---|---|---|
 //! | `idle_timeout_ms` | [`EntityHostConfig`] | 120 s | passivate an entity idle this long (`"unbounded"`: never) |
-//! | `max_active_entities` | [`EntityHostConfig`] | 10 000 | beyond, passivate the least recently used idle one |
+//! | `max_active_entities` | [`EntityHostConfig`] | 10 000 | at most this many run; one more passivates the least recently used idle one, or waits |
 //! | `max_held_commands` | [`EntityHostConfig`] | 10 000 | commands waiting for stopping entities |
 //! | `shards` | all | 64 | fixed per type: every node and producer must agree |
 //! | `max_pending_per_entity` | [`ShardedProducerConfig`] | 1 000 | unconfirmed messages per entity |
 //! | `cleanup_unused_after_ms` | [`ShardedProducerConfig`] | 120 s | close an entity's stream unused this long |
+//! | `max_open_lanes` | [`ShardedProducerConfig`] | 10 000 | entity streams open at once (about 1 KiB each) |
 //! | `lease_ttl_ms` | [`CoordinatorConfig`] | 10 s | a dead node's shards move after this |
 //! | `renew_interval_ms` | [`CoordinatorConfig`] | 2 s | renewals, heartbeats, looks at the table |
 //! | `max_handoffs` | [`CoordinatorConfig`] | 4 | shards handed off at once |
@@ -114,8 +117,21 @@
 //! - An entity's dedup record keeps, per producer incarnation, the messages at or above the
 //!   producer's window start: bounded by the producer's `window_size`, at most
 //!   `max_producers` producers (persistent config) per entity.
+//! - Memory: a host's and a producer's tables give back their capacity when they drain (under
+//!   a quarter full, beyond 1 024 entries, a table shrinks to twice what it holds), so a
+//!   burst of entities does not pin memory for good.
+//!
+//! # Trust
+//!
+//! An envelope's origin names a producer's message; an entity records it as processed. Only
+//! the producer's own streams can name its origins: a stream's token is derived from the
+//! producer's token and the entity id, the origin carries that token's public id, and a host
+//! refuses (a dead letter, [`HostStats::refused_foreign`]) an envelope whose delivery does not
+//! hold that very token. Knowing a producer's id and public
+//! [`IncarnationId`](crate::IncarnationId) (safe to log) grants nothing.
 
 pub mod allocation;
+mod capacity;
 mod coordinator;
 mod coordinator_options;
 mod directory;

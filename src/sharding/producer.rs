@@ -28,11 +28,18 @@ use crate::sharding::router::{GetLaneStats, RouterOptions, ShardRouter};
 /// stops, and its streams with it.
 ///
 /// Inside, an ordinary producer (plain, or [durable](crate::durable)) numbers the messages
-/// and holds them (`window_size`, then `max_pending`), and its router, in process, opens a
-/// stream per entity (id `<producer id>/<entity id>`) on the entity's first message and closes
-/// it after `cleanup_unused_after` without one in flight. Each message carries its stable id
-/// at the producer ([`EntityEnvelope::origin`](crate::sharding::EntityEnvelope)), which the
-/// entity records as processed, and its predecessor to the same entity (for `must_follow`).
+/// and holds them (`window_size`, then `max_pending`), and its router, in process, drives a
+/// stream per entity (a protocol core, not an actor: about 1 KiB while nothing is in flight),
+/// opened on the entity's first message and closed after `cleanup_unused_after` without one
+/// in flight; at most `max_open_lanes` are open (see
+/// [`ShardedProducerConfig::max_open_lanes`](crate::sharding::ShardedProducerConfig)). A
+/// stream's id is `<producer id>/<lane number>`, and its token is derived from the producer's
+/// and the entity id ([`sub_stream_token`](crate::protocol::origin::sub_stream_token)). Each
+/// message carries its stable id at the producer
+/// ([`EntityEnvelope::origin`](crate::sharding::EntityEnvelope)), bound to that token, which
+/// the entity records as processed, and its predecessor to the same entity (for
+/// `must_follow`). Its metrics are one set of series under the producer's fixed id (or
+/// `"default"`), whatever the number of entities.
 pub struct ShardedProducerHandle<T: Clone + Send + 'static> {
     producer: ProducerHandle<EntityMessage<T>>,
     router: Addr<ShardRouter<T>>,
@@ -80,6 +87,7 @@ impl<T: Clone + Send + 'static> ShardedProducerHandle<T> {
         let router_options = RouterOptions {
             destination: options.destination,
             shards: options.config.shards,
+            max_lanes: options.config.max_open_lanes,
             cleanup_after: options.config.cleanup_unused_after,
             entity_stream: options.entity_stream,
             rooms: rooms.clone(),

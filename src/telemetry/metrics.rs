@@ -154,9 +154,9 @@
 //! type's name, from its options), published once a second: one counter
 //! `actix_delivery_entity_host_<field>_total` for each counter field: `activations`,
 //! `passivated_idle`, `passivated_over_limit`, `stopped_shard_left`, `stopped_unasked`,
-//! `routed`, `waited`, `refused_full`, `refused_not_hosted`, `already_processed`,
-//! `refused_malformed`; and the
-//! gauges `actix_delivery_entity_host_{active, stopping, held}`.
+//! `routed`, `waited`, `waited_for_room`, `refused_full`, `refused_not_hosted`,
+//! `already_processed`, `refused_malformed`, `refused_foreign`; and the
+//! gauges `actix_delivery_entity_host_{active, stopping, held, peak_active}`.
 //!
 //! **Shard coordinator** ([`CoordinatorStats`](crate::sharding::CoordinatorStats)), label
 //! `entity_type`, published after each round: `actix_delivery_shard_coordinator_{rounds,
@@ -165,10 +165,11 @@
 //! members}` (gauges).
 //!
 //! **Sharded producer's entity streams** ([`LaneStats`](crate::sharding::LaneStats)), label
-//! `producer` (its fixed `producer_id`, else `"default"`), published after each mailbox
-//! drain of its router: `actix_delivery_sharded_producer_{opened, closed, routed,
-//! settled}_total` (counters) and `actix_delivery_sharded_producer_{lanes, in_flight}`
-//! (gauges).
+//! `producer` (its fixed `producer_id`, else `"default"`): one set of series per sharded
+//! producer, whatever the number of entities (per-entity detail is not exported), published
+//! after each mailbox drain of its router: `actix_delivery_sharded_producer_{opened, closed,
+//! evicted, waited, routed, settled, retransmitted, ignored_acks}_total` (counters) and
+//! `actix_delivery_sharded_producer_{lanes, in_flight, waiting}` (gauges).
 
 use std::time::Duration;
 
@@ -447,13 +448,16 @@ meter! {
         counter stopped_unasked: "actix_delivery_entity_host_stopped_unasked_total",
         counter routed: "actix_delivery_entity_host_routed_total",
         counter waited: "actix_delivery_entity_host_waited_total",
+        counter waited_for_room: "actix_delivery_entity_host_waited_for_room_total",
         counter refused_full: "actix_delivery_entity_host_refused_full_total",
         counter refused_not_hosted: "actix_delivery_entity_host_refused_not_hosted_total",
         counter already_processed: "actix_delivery_entity_host_already_processed_total",
         counter refused_malformed: "actix_delivery_entity_host_refused_malformed_total",
+        counter refused_foreign: "actix_delivery_entity_host_refused_foreign_total",
         gauge active: "actix_delivery_entity_host_active",
         gauge stopping: "actix_delivery_entity_host_stopping",
         gauge held: "actix_delivery_entity_host_held",
+        gauge peak_active: "actix_delivery_entity_host_peak_active",
     }
 }
 
@@ -480,8 +484,13 @@ meter! {
         counter closed: "actix_delivery_sharded_producer_closed_total",
         counter routed: "actix_delivery_sharded_producer_routed_total",
         counter settled: "actix_delivery_sharded_producer_settled_total",
+        counter evicted: "actix_delivery_sharded_producer_evicted_total",
+        counter waited: "actix_delivery_sharded_producer_waited_total",
+        counter retransmitted: "actix_delivery_sharded_producer_retransmitted_total",
+        counter ignored_acks: "actix_delivery_sharded_producer_ignored_acks_total",
         gauge lanes: "actix_delivery_sharded_producer_lanes",
         gauge in_flight: "actix_delivery_sharded_producer_in_flight",
+        gauge waiting: "actix_delivery_sharded_producer_waiting",
     }
 }
 

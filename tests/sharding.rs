@@ -933,6 +933,7 @@ async fn a_host_refuses_envelopes_whose_origin_is_out_of_range_and_counts_them()
         },
         previous,
         body: seq,
+        shards: 8,
     };
     let ranged = EntityEnvelope {
         origin: DeliveryInfo {
@@ -1018,6 +1019,7 @@ async fn an_envelope_naming_another_producers_origin_is_a_dead_letter_and_moves_
         },
         previous: 0,
         body: 999,
+        shards: 8,
     };
     let carrier = format!("{}/0000000000000001", genuine.producer_id);
     let delivery = Delivery::new(carrier, Incarnation::from_u128(666), 1, forged, reply_to);
@@ -1096,4 +1098,45 @@ async fn at_max_open_lanes_a_new_entity_waits_for_an_idle_lane_and_tell_refuses_
     let stats = producer.lane_stats().await.unwrap();
     assert_eq!((stats.lanes, stats.waiting, stats.evicted), (2, 0, 3));
     assert_eq!((stats.opened, stats.closed), (5, 3));
+}
+
+#[actix::test]
+async fn a_host_refuses_messages_routed_by_another_shard_count_naming_both_counts() {
+    use actix_delivery::{ConsumerOptions, DeadLetterReason};
+    tokio::time::pause();
+    let journal: Arc<dyn Journal> = Arc::new(MemoryJournal::new());
+    let host = sequences(journal.clone(), PersistentConfig::default()); // 8 shards
+    let (sink, dead_letters) = common::dead_letter_log();
+    let consumer = ReliableDelivery::consumer(
+        ConsumerOptions::builder(host.delivery_handler(|body: u64| body))
+            .dead_letters(sink)
+            .build()
+            .unwrap(),
+    );
+    let options = ShardedProducerOptions::builder(&consumer)
+        .shards(16)
+        .entity_stream(fast_streams())
+        .build()
+        .unwrap();
+    let producer = ReliableDelivery::sharded_producer(options);
+    let confirmed = Confirmations::default();
+    producer
+        .tell(id(1), 1, confirm_into(&confirmed, 1))
+        .unwrap();
+    settle_for(1_000).await;
+    assert!(confirmed.snapshot().is_empty(), "never confirmed");
+    assert!(applied(&*journal, &id(1)).await.is_empty(), "never applied");
+    let refused = host.stats().refused_shard_count;
+    assert!(refused >= 2, "refused at each retransmission: {refused}");
+    let letter = &dead_letters.snapshot()[0];
+    let reason = DeadLetterReason::ShardCountMismatch {
+        sent: 16,
+        hosted: 8,
+    };
+    assert_eq!(letter.reason, reason);
+    assert_eq!(
+        reason.to_string(),
+        "the sender routes by 16 shards, this host by 8: the shard counts of an entity type \
+         must agree"
+    );
 }

@@ -357,6 +357,16 @@ pub enum DeadLetterReason {
     /// Nothing was run and no window moved.
     #[error("the body names an origin that is not the sending stream's own")]
     ForeignOrigin,
+    /// A sharded producer routed the message by another shard count than the receiving
+    /// entity host's: the two disagree on which shard (and so which node) an entity belongs
+    /// to. Every producer, host and coordinator of an entity type must use one count.
+    #[error("the sender routes by {sent} shards, this host by {hosted}: the shard counts of an entity type must agree")]
+    ShardCountMismatch {
+        /// The sender's shard count.
+        sent: u32,
+        /// The host's.
+        hosted: u32,
+    },
 }
 
 /// The text of [`DeadLetterReason::IncompatibleBody`].

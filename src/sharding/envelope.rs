@@ -25,6 +25,10 @@ pub struct EntityEnvelope<M> {
     pub previous: u64,
     /// The message.
     pub body: M,
+    /// The shard count the producer routed the message by (0: not said): a host of another
+    /// count refuses it ([`DeadLetterReason::ShardCountMismatch`]).
+    #[serde(default)]
+    pub shards: u32,
 }
 
 impl<M> EntityEnvelope<M> {

@@ -18,6 +18,7 @@ use crate::handler::DeliveryHandler;
 use crate::journal::Journal;
 use crate::options::ConsumerOptions;
 use crate::persistence::{check_versions, CommandError, EventSourced, Execute, Outcome};
+use crate::protocol::envelope::DeadLetterReason;
 use crate::protocol::origin::check_origin;
 use crate::sharding::entity_id::{EntityId, ShardId};
 use crate::sharding::envelope::EntityEnvelope;
@@ -260,7 +261,9 @@ impl<E: EventSourced> EntityHost<E> {
     /// ([`HostStats::refused_foreign`]: the delivery's token must have the origin's public
     /// incarnation id, see [`check_origin`](crate::protocol::origin::check_origin)): only the
     /// producer's own streams can name its origins, so no sender can move another producer's
-    /// window at an entity, whatever it knows of that producer.
+    /// window at an entity, whatever it knows of that producer; or when its producer routes by
+    /// another shard count than this host's ([`HostStats::refused_shard_count`]; the consumer's
+    /// warning names both counts).
     pub fn delivery_handler<M: 'static>(
         &self,
         mut to_command: impl FnMut(M) -> E::Command + 'static,
@@ -272,6 +275,7 @@ impl<E: EventSourced> EntityHost<E> {
                 origin,
                 previous,
                 body,
+                ..
             } = envelope;
             let execute = Execute::following(origin, previous, to_command(body));
             let answer = host.execute(entity_id, execute);
@@ -288,7 +292,16 @@ impl<E: EventSourced> EntityHost<E> {
                 inner.core().note_malformed();
                 return Err(reason);
             }
-            check_origin(carrier, &envelope.origin).inspect_err(|_| inner.core().note_foreign())
+            check_origin(carrier, &envelope.origin).inspect_err(|_| inner.core().note_foreign())?;
+            let mut core = inner.core();
+            let hosted = core.shards();
+            match envelope.shards {
+                sent if sent == 0 || sent == hosted => Ok(()),
+                sent => {
+                    core.note_shard_count_mismatch();
+                    Err(DeadLetterReason::ShardCountMismatch { sent, hosted })
+                }
+            }
         })
     }
 

@@ -155,6 +155,9 @@ pub struct HostStats {
     /// Delivered envelopes refused because their origin was not their sender's own (see
     /// [`check_origin`](crate::protocol::origin::check_origin)): dead letters, nothing run.
     pub refused_foreign: u64,
+    /// Delivered envelopes refused because their producer routes by another shard count
+    /// (a misconfiguration: see [`DeadLetterReason::ShardCountMismatch`](crate::DeadLetterReason)).
+    pub refused_shard_count: u64,
 }
 
 struct Running<A> {
@@ -380,6 +383,16 @@ impl<A, W> HostCore<A, W> {
     /// A delivered envelope was refused: its origin was not its sender's own.
     pub fn note_foreign(&mut self) {
         self.stats.refused_foreign += 1;
+    }
+
+    /// A delivered envelope was refused: its sender routes by another shard count.
+    pub fn note_shard_count_mismatch(&mut self) {
+        self.stats.refused_shard_count += 1;
+    }
+
+    /// The type's shard count.
+    pub fn shards(&self) -> u32 {
+        self.limits.shards
     }
 
     fn is_busy(&self, entity: &EntityId) -> bool {

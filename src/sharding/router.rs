@@ -200,13 +200,14 @@ impl<T: Clone + Send + 'static> ShardRouter<T> {
             )
         };
         if let Some(routed) = lanes.route(entity_id, seq, held, open) {
-            Self::hand_to_lane(producer_id, dirty, routed);
+            Self::hand_to_lane(producer_id, *shards, dirty, routed);
         }
     }
 
     /// Puts a routed message on its lane.
     fn hand_to_lane(
         producer_id: &ProducerId,
+        shards: u32,
         dirty: &mut Vec<u64>,
         routed: Routed<'_, Lane<T>, Held<T>>,
     ) {
@@ -231,6 +232,7 @@ impl<T: Clone + Send + 'static> ShardRouter<T> {
             origin,
             previous,
             body: message.body,
+            shards,
         };
         let confirm = Origin {
             token: message.token,
@@ -371,7 +373,7 @@ impl<T: Clone + Send + 'static> ShardRouter<T> {
             let Some(routed) = lanes.poll_waiting(open) else {
                 break;
             };
-            Self::hand_to_lane(producer_id, dirty, routed);
+            Self::hand_to_lane(producer_id, *shards, dirty, routed);
         }
     }
 

@@ -155,7 +155,7 @@
 //! `actix_delivery_entity_host_<field>_total` for each counter field: `activations`,
 //! `passivated_idle`, `passivated_over_limit`, `stopped_shard_left`, `stopped_unasked`,
 //! `routed`, `waited`, `waited_for_room`, `refused_full`, `refused_not_hosted`,
-//! `already_processed`, `refused_malformed`, `refused_foreign`; and the
+//! `already_processed`, `refused_malformed`, `refused_foreign`, `refused_shard_count`; and the
 //! gauges `actix_delivery_entity_host_{active, stopping, held, peak_active}`.
 //!
 //! **Shard coordinator** ([`CoordinatorStats`](crate::sharding::CoordinatorStats)), label
@@ -454,6 +454,7 @@ meter! {
         counter already_processed: "actix_delivery_entity_host_already_processed_total",
         counter refused_malformed: "actix_delivery_entity_host_refused_malformed_total",
         counter refused_foreign: "actix_delivery_entity_host_refused_foreign_total",
+        counter refused_shard_count: "actix_delivery_entity_host_refused_shard_count_total",
         gauge active: "actix_delivery_entity_host_active",
         gauge stopping: "actix_delivery_entity_host_stopping",
         gauge held: "actix_delivery_entity_host_held",

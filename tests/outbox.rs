@@ -397,3 +397,77 @@ async fn the_last_handle_dropped_stops_the_entity_once_its_outbox_is_confirmed()
     settle().await;
     assert_eq!(shipped.snapshot(), [1, 2], "the confirmation was recorded");
 }
+
+/// An outbox lane's public incarnation id (in every `DeliveryInfo`, log and dead letter)
+/// grants nothing: a sender that knows it and the lane's id, and sends far ahead under a
+/// token of its own, gets a window of its own at the receiver, and the lane's genuine
+/// deliveries go on being applied, each once.
+#[actix::test]
+async fn a_forged_delivery_under_an_outbox_lanes_id_moves_not_the_lanes_window() {
+    use actix_delivery::{DeliveryInfo, Incarnation};
+    tokio::time::pause();
+    let journal = MemoryJournal::new();
+    let warehouse_id = PersistenceId::new("warehouse").unwrap();
+    let warehouse = PersistentHandle::<Warehouse>::start(
+        Arc::new(journal.clone()),
+        warehouse_id.clone(),
+        PersistentConfig::default(),
+    )
+    .unwrap();
+    let consumer = ReliableDelivery::consumer(
+        ConsumerOptions::builder(warehouse.delivery_handler(|Ship(order)| order))
+            .build()
+            .unwrap(),
+    );
+    // What the lane's deliveries show anyone who reads them or the logs: its id and the
+    // public id of its token.
+    let seen: Arc<std::sync::Mutex<Option<DeliveryInfo>>> = Arc::default();
+    let tap = {
+        let (seen, target) = (seen.clone(), consumer.consumer_ref());
+        ConsumerRef::from_fn(move |deliveries: Vec<Delivery<Ship>>| {
+            let first = &deliveries[0];
+            *seen.lock().unwrap() = Some(DeliveryInfo {
+                producer_id: first.producer_id.clone(),
+                incarnation: first.incarnation.id(),
+                seq: first.seq,
+                window_start: first.window_start,
+                trace_context: None,
+                first_seq: None,
+            });
+            target.do_send_all(deliveries.into_iter());
+        })
+    };
+    let orders = start_orders(&journal, tap, PersistentConfig::default());
+    orders.ask(OrderCommand::Place(1)).await.unwrap();
+    settle_for(1_000).await;
+    let lane = seen.lock().unwrap().clone().expect("the lane delivered");
+    let (reply_to, _acks) = common::ack_probe();
+    let mut forged = Delivery::new(
+        lane.producer_id.clone(),
+        Incarnation::from_u128(666),
+        1_000_000,
+        Ship(999),
+        reply_to,
+    );
+    forged.window_start = 1_000_000;
+    consumer.recipient().do_send(forged);
+    settle_for(10).await;
+    for order in 2..=5 {
+        orders.ask(OrderCommand::Place(order)).await.unwrap();
+    }
+    settle_for(1_000).await;
+    let state = recover_state::<Warehouse>(&journal, &warehouse_id)
+        .await
+        .unwrap();
+    let genuine: Vec<u64> = state
+        .shipped
+        .iter()
+        .copied()
+        .filter(|&o| o != 999)
+        .collect();
+    assert_eq!(
+        genuine,
+        [1, 2, 3, 4, 5],
+        "every genuine delivery applied once"
+    );
+}

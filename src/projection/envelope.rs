@@ -23,6 +23,26 @@ pub struct Envelope<Ev> {
     pub event: Ev,
 }
 
+impl<Ev> Envelope<Ev> {
+    /// The entity id of a sharded entity's stream (`<type>|<id>`, as an
+    /// [`EntityHost`](crate::sharding::EntityHost) names them): what follows the first `|`
+    /// (entity types hold none, entity ids may). `None` for a stream without `|`.
+    pub fn entity_id(&self) -> Option<&str> {
+        self.persistence_id
+            .as_str()
+            .split_once('|')
+            .map(|(_, id)| id)
+    }
+
+    /// The entity type of a sharded entity's stream: what precedes the first `|`.
+    pub fn entity_type(&self) -> Option<&str> {
+        self.persistence_id
+            .as_str()
+            .split_once('|')
+            .map(|(kind, _)| kind)
+    }
+}
+
 /// How a projection turns the stored entries of its tag into events: [`EntityEvents`] for the
 /// entries of a persistent entity, [`RawEvents`] for entries as stored. Implemented by those
 /// two.
@@ -223,5 +243,23 @@ mod tests {
         };
         let item = Item::decode(&RawEvents, tagged(Some(stored.clone())));
         assert_eq!(item.events.unwrap()[0].event, stored);
+    }
+
+    #[test]
+    fn an_envelope_names_the_entity_of_a_sharded_stream_split_at_the_first_bar() {
+        let envelope = |stream: &str| Envelope {
+            offset: Offset::from_parts(0, 1),
+            persistence_id: PersistenceId::new(stream).unwrap(),
+            seq: 1,
+            written_at: SystemTime::UNIX_EPOCH,
+            event: (),
+        };
+        let sharded = envelope("customer|cust-3");
+        assert_eq!(
+            (sharded.entity_type(), sharded.entity_id()),
+            (Some("customer"), Some("cust-3"))
+        );
+        assert_eq!(envelope("customer|a|b").entity_id(), Some("a|b"));
+        assert_eq!(envelope("plain").entity_id(), None);
     }
 }

@@ -13,7 +13,9 @@ pub const MAX_ENTITY_ID: usize = 128;
 
 /// The id of one entity of a sharded type: non-empty, at most [`MAX_ENTITY_ID`] bytes of
 /// UTF-8, without NUL characters; checked whenever one is made, deserialized included. Cheap
-/// to clone (a shared string).
+/// to clone (a shared string). It may hold `|`: an entity's journal stream is
+/// `<type>|<id>`, which splits at its first `|` (entity types hold none), as
+/// [`Envelope::entity_id`](crate::projection::Envelope::entity_id) does.
 #[derive(Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct EntityId(Arc<str>);
 
@@ -163,6 +165,8 @@ mod tests {
         let encoded = crate::codec::encode(&id).unwrap();
         assert_eq!(crate::codec::decode::<EntityId>(&encoded).unwrap(), id);
         assert_eq!(format!("{id} {id:?}"), "account-7 \"account-7\"");
+        // `|` is allowed: stream names split at their first `|`, and types hold none.
+        assert_eq!(EntityId::new("a|b").unwrap().as_str(), "a|b");
     }
 
     #[test]

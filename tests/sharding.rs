@@ -1,9 +1,12 @@
 //! Sharding in one process, under `tokio::time::pause()`: the entity host (activation,
 //! passivation when idle and by LRU, commands during passivation and recovery), the sharded
 //! producer (one stream per entity, cleanup, bounds, the durable variant) and the shard
-//! coordinator over in-memory leases (acquire, renew, expire, hand off).
+//! coordinator over in-memory leases (acquire, renew, expire, hand off); and (feature
+//! `postgres`) the PostgreSQL lease store's errors.
 
 mod common;
+#[cfg(feature = "postgres")]
+mod postgres_support;
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -934,4 +937,82 @@ async fn a_host_refuses_envelopes_whose_origin_is_out_of_range_and_counts_them()
     assert_eq!(acks.len(), 1, "the well-formed one");
     assert_eq!(applied(&*journal, &id(1)).await, [7]);
     assert_eq!(host.stats().activations, 1, "no entity ran for the others");
+}
+
+// --- the lease stores ------------------------------------------------------------------------
+
+#[cfg(feature = "postgres")]
+mod postgres_leases {
+    use actix_delivery::sharding::PostgresLeaseStore;
+
+    use super::*;
+
+    /// A store in a schema of its own, and the admin connection that drops it.
+    async fn store() -> (PostgresLeaseStore, String, tokio_postgres::Client) {
+        let schema = postgres_support::unique("leases");
+        let store =
+            PostgresLeaseStore::connect(&postgres_support::url(), &schema, Duration::from_secs(10))
+                .await
+                .unwrap();
+        (store, schema, postgres_support::admin().await)
+    }
+
+    /// The server's message (with its detail) and SQLSTATE reach the error, not tokio-postgres's
+    /// "db error"; a refused connection says why.
+    #[actix::test]
+    async fn the_postgres_lease_store_errors_name_the_servers_message_and_sqlstate() {
+        let (store, schema, admin) = store().await;
+        let ttl = Duration::from_secs(60);
+        admin
+            .batch_execute(&format!(
+                "ALTER TABLE {schema}.shard_lease ADD CONSTRAINT not_7 CHECK (shard <> 7); \
+                 DROP TABLE {schema}.shard_member"
+            ))
+            .await
+            .unwrap();
+        let error = store
+            .acquire("t", &[ShardId(7)], "a", ttl)
+            .await
+            .unwrap_err()
+            .to_string();
+        for expected in [
+            "ERROR: new row for relation \"shard_lease\" violates check constraint \"not_7\"",
+            "(SQLSTATE 23514)",
+            "DETAIL: Failing row contains (t, 7, a, 1, ",
+        ] {
+            assert!(error.contains(expected), "{expected:?} in {error}");
+        }
+        let member = Member {
+            id: "a".into(),
+            address: None,
+        };
+        let error = store
+            .heartbeat("t", &member, ttl)
+            .await
+            .unwrap_err()
+            .to_string();
+        assert!(
+            error.contains(&format!(
+                "relation \"{schema}.shard_member\" does not exist"
+            )) && error.contains("(SQLSTATE 42P01)"),
+            "{error}"
+        );
+        // Port 1 on loopback: nothing listens there.
+        let refused = PostgresLeaseStore::connect(
+            "host=127.0.0.1 port=1 user=postgres dbname=test",
+            &schema,
+            ttl,
+        )
+        .await
+        .unwrap_err()
+        .to_string();
+        assert!(
+            refused.contains("Connection refused (os error 111)"),
+            "{refused}"
+        );
+        admin
+            .batch_execute(&format!("DROP SCHEMA {schema} CASCADE"))
+            .await
+            .unwrap();
+    }
 }

@@ -19,7 +19,8 @@ pub type LeaseFuture<'a, T> = Pin<Box<dyn Future<Output = Result<T, LeaseError>>
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]
 pub enum LeaseError {
-    /// The store could not be reached, or refused the operation.
+    /// The store could not be reached, or refused the operation: why (for PostgreSQL, the
+    /// server's message and SQLSTATE, or the cause of a failed connection).
     #[error("the lease store failed: {0}")]
     Storage(String),
 }

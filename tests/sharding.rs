@@ -1,8 +1,8 @@
 //! Sharding in one process, under `tokio::time::pause()`: the entity host (activation,
 //! passivation when idle and by LRU, commands during passivation and recovery), the sharded
 //! producer (one stream per entity, cleanup, bounds, the durable variant) and the shard
-//! coordinator over in-memory leases (acquire, renew, expire, hand off); and (feature
-//! `postgres`) the PostgreSQL lease store's errors.
+//! coordinator over in-memory leases (acquire, renew, expire, hand off); the lease stores'
+//! shared contract, and (feature `postgres`) the PostgreSQL store's errors.
 
 mod common;
 #[cfg(feature = "postgres")]
@@ -941,6 +941,34 @@ async fn a_host_refuses_envelopes_whose_origin_is_out_of_range_and_counts_them()
 
 // --- the lease stores ------------------------------------------------------------------------
 
+/// What every lease store does with a shard named twice in one call: takes it once, renews it
+/// once and answers it once, as if it were named once.
+async fn a_shard_named_twice_counts_once(store: &dyn LeaseStore, namespace: &str) {
+    let ttl = Duration::from_secs(60);
+    let mut acquired = store
+        .acquire(namespace, &[ShardId(3), ShardId(3), ShardId(4)], "a", ttl)
+        .await
+        .unwrap();
+    acquired.sort();
+    assert_eq!(acquired, [(ShardId(3), 1), (ShardId(4), 1)]);
+    let renewed = store
+        .renew(namespace, &[(ShardId(3), 1), (ShardId(3), 1)], "a", ttl)
+        .await
+        .unwrap();
+    assert_eq!(renewed, [ShardId(3)]);
+    store
+        .release(namespace, &[(ShardId(4), 1), (ShardId(4), 1)], "a")
+        .await
+        .unwrap();
+    let view = store.view(namespace).await.unwrap();
+    assert_eq!(view.leases.keys().collect::<Vec<_>>(), [&ShardId(3)]);
+}
+
+#[actix::test]
+async fn the_memory_lease_store_counts_a_shard_named_twice_once() {
+    a_shard_named_twice_counts_once(&MemoryLeaseStore::new(), "dup").await;
+}
+
 #[cfg(feature = "postgres")]
 mod postgres_leases {
     use actix_delivery::sharding::PostgresLeaseStore;
@@ -955,6 +983,16 @@ mod postgres_leases {
                 .await
                 .unwrap();
         (store, schema, postgres_support::admin().await)
+    }
+
+    #[actix::test]
+    async fn the_postgres_lease_store_counts_a_shard_named_twice_once() {
+        let (store, schema, admin) = store().await;
+        a_shard_named_twice_counts_once(&store, "dup").await;
+        admin
+            .batch_execute(&format!("DROP SCHEMA {schema} CASCADE"))
+            .await
+            .unwrap();
     }
 
     /// The server's message (with its detail) and SQLSTATE reach the error, not tokio-postgres's

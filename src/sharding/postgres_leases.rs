@@ -267,7 +267,10 @@ impl LeaseStore for PostgresLeaseStore {
         ttl: Duration,
     ) -> LeaseFuture<'_, Vec<(ShardId, u64)>> {
         let (namespace, owner) = (namespace.to_owned(), owner.to_owned());
-        let shards = shard_numbers(shards.iter().copied());
+        let mut shards = shard_numbers(shards.iter().copied());
+        // Each once: PostgreSQL refuses a statement that would take one row twice (21000).
+        shards.sort_unstable();
+        shards.dedup();
         Box::pin(async move {
             if shards.is_empty() {
                 return Ok(Vec::new());

@@ -1,11 +1,13 @@
 //! How a durable producer settles what it stored: a store whose outcome the journal left
 //! unknown is settled by the restart that reads the journal, the `window_start` cap set when a
-//! settlement record commits never passes a store in flight, and the last settlement of a
-//! burst is recorded at once. See also
+//! settlement record commits never passes a store in flight, the last settlement of a burst is
+//! recorded at once, and a settlement record of unknown outcome is settled `InDoubt` only when
+//! the journal cannot prove who recorded it. See also
 //! `a_caught_up_durable_producer_with_the_shipped_cap_never_stalls` in `tests/simulator.rs`.
 
 mod common;
 
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -15,11 +17,11 @@ use actix_delivery::protocol::consumer::{ConsumerCore, HandlerOutcome, Inbound, 
 use actix_delivery::protocol::envelope::Incarnation;
 use actix_delivery::protocol::producer::{ProducerCore, Transmission};
 use actix_delivery::{
-    ConsumerConfig, ConsumerOptions, DeliveryHandler, ProducerConfig, ProducerOptions,
-    ReliableDelivery,
+    ConsumerConfig, ConsumerOptions, DeliveryError, DeliveryHandler, ProducerConfig,
+    ProducerOptions, ReliableDelivery,
 };
 use common::journals::{Fault, Faulty};
-use common::{out_stream, recording_consumer, settle_for};
+use common::{cuttable, out_stream, recording_consumer, settle_for};
 
 /// A store whose commit reached the disk but was reported failed has an unknown outcome; the
 /// supervised producer restarts in the same process, finds the message in its journal and sends
@@ -160,5 +162,94 @@ async fn the_last_confirmation_does_not_wait_for_the_resend_timeout() {
     assert!(
         waited < Duration::from_secs(1),
         "confirmed {waited:?} after it was stored, with nothing lost on the way"
+    );
+}
+
+/// A settlement record that commits but is reported failed leaves its outcome open: the
+/// supervised producer restarts, and its next opening of the stream settles it from the
+/// journal. Here the first reopening fails too, and `fault` says how. Returns what the
+/// message's caller heard, what the consumer handled, and the producer's `resumed` and
+/// `resumed_confirmed` counts.
+async fn confirm_through_a_lost_record_and_a_failed_reopening(
+    fault: Fault,
+) -> (Result<(), DeliveryError>, Vec<u32>, (u64, u64)) {
+    tokio::time::pause();
+    let journal = Faulty::new(MemoryJournal::new());
+    let (consumer, handled) = recording_consumer::<u32>();
+    let (link, cut, _) = cuttable(consumer.consumer_ref());
+    let options = ProducerOptions::builder(link)
+        .producer_id("lost-record")
+        .resend_timeout(Duration::from_millis(100))
+        .build()
+        .unwrap();
+    let durable = DurableOptions::new(Arc::new(journal.clone()), out_stream(), "lost-record");
+    let producer = ReliableDelivery::durable_producer(options, durable).unwrap();
+    cut.store(true, Ordering::SeqCst);
+    let stored = producer.store(1).await.unwrap();
+    // The next append is the settlement record of message 1, after its resend gets through.
+    journal.arm(Fault::AfterCommit);
+    cut.store(false, Ordering::SeqCst);
+    for _ in 0..500 {
+        if journal.injected(Fault::AfterCommit) == 1 {
+            break;
+        }
+        settle_for(1).await;
+    }
+    assert_eq!(
+        journal.injected(Fault::AfterCommit),
+        1,
+        "the record was lost"
+    );
+    // The restart waits 100 ms before it reopens: its opening is the next append.
+    journal.arm(fault);
+    let outcome = stored.confirmed().await;
+    let reopenings_failed = match fault {
+        Fault::AfterCommit => journal.injected(fault) - 1, // the first was the record's
+        _ => journal.injected(fault),
+    };
+    assert_eq!(reopenings_failed, 1, "the first reopening failed as armed");
+    settle_for(1_000).await;
+    let stats = producer.stats().await.unwrap();
+    (
+        outcome,
+        handled.snapshot(),
+        (stats.resumed, stats.resumed_confirmed),
+    )
+}
+
+/// The stream's openings are numbered. When the restart's first reopening failed before it
+/// wrote, the one that succeeds is exactly the next number after the producer's last opening:
+/// no other opening came in between, so nobody but this producer can have recorded (and
+/// reported) the settlement the journal holds, and its caller hears `Ok`.
+#[actix::test]
+async fn a_lost_record_is_confirmed_when_the_journal_proves_no_opening_came_between() {
+    let (outcome, handled, resumed) =
+        confirm_through_a_lost_record_and_a_failed_reopening(Fault::BeforeCommit).await;
+    assert_eq!(outcome, Ok(()));
+    assert_eq!(handled, [1], "handled once");
+    assert_eq!(
+        resumed,
+        (0, 0),
+        "settled: nothing sent again, nothing for the sink"
+    );
+}
+
+/// When the failed reopening did commit, the stream shows an opening between the producer's
+/// last one and its new one that it cannot tell from another producer's (which may have
+/// recorded and reported the settlement): in doubt.
+#[actix::test]
+async fn a_lost_record_is_in_doubt_when_an_opening_of_unknown_origin_came_between() {
+    let (outcome, handled, resumed) =
+        confirm_through_a_lost_record_and_a_failed_reopening(Fault::AfterCommit).await;
+    assert!(
+        matches!(&outcome, Err(DeliveryError::InDoubt(reason))
+            if reason.contains("another producer opened the stream meanwhile")),
+        "{outcome:?}"
+    );
+    assert_eq!(handled, [1], "handled once");
+    assert_eq!(
+        resumed,
+        (0, 0),
+        "settled: nothing sent again, nothing for the sink"
     );
 }

@@ -606,6 +606,46 @@ async fn bad_connection_strings_and_unreachable_servers_are_errors() {
     }
 }
 
+/// The server's message, with its detail, and its SQLSTATE reach the journal's errors, not
+/// tokio-postgres's "db error"; a refused connection says why.
+#[tokio::test]
+async fn the_journals_errors_name_the_servers_message_and_sqlstate() {
+    let scratch = Scratch::new(&format!(
+        "{} ALTER TABLE event_journal ADD CONSTRAINT not_7 CHECK (seq_nr <> 7);",
+        PostgresJournal::SCHEMA_SQL
+    ))
+    .await;
+    let journal = scratch.open(PostgresOptions::default()).await.unwrap();
+    let id = fresh_id("check");
+    journal.append(&id, 1, one(1)).await.unwrap();
+    let error = journal.append(&id, 2, vec![vec![2]; 6]).await.unwrap_err();
+    let error = error.to_string();
+    for expected in [
+        "ERROR: new row for relation \"event_journal\" violates check constraint \"not_7\"",
+        "(SQLSTATE 23514)",
+        &format!("DETAIL: Failing row contains ({id}, 7, "),
+    ] {
+        assert!(error.contains(expected), "{expected:?} in {error}");
+    }
+    assert_eq!(
+        journal.highest_seq(&id).await,
+        Ok(1),
+        "nothing of it stored"
+    );
+    journal.close().await;
+    scratch.drop().await;
+    // Port 1 on loopback: nothing listens there.
+    let refused = PostgresJournal::connect("host=127.0.0.1 port=1 user=postgres dbname=test")
+        .await
+        .map(drop)
+        .unwrap_err()
+        .to_string();
+    assert!(
+        refused.contains("Connection refused (os error 111)"),
+        "{refused}"
+    );
+}
+
 #[tokio::test]
 async fn close_commits_what_was_queued_even_if_its_callers_left() {
     let name = unique("close");

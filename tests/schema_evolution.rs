@@ -803,6 +803,28 @@ async fn the_sqlite_journal_of_the_previous_release_is_migrated_and_recovers() {
     check_fixture(Arc::new(journal), raw, &FIXTURE_ACCOUNTS, true).await;
 }
 
+/// A type changed without a new version fails stop on the previous release's entries with the
+/// same hint as on its own: raise the version and read the old one in an upcaster. In their
+/// layout the application's part comes first, so the changed type reads past its end and it is
+/// the crate's part after it that does not decode.
+#[actix::test]
+async fn an_entry_of_the_previous_release_read_by_a_changed_type_says_to_raise_the_version() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("journal-v1.sqlite");
+    std::fs::copy("tests/fixtures/journal-v1.sqlite", &path).unwrap();
+    let journal = SqliteJournal::open(&path).await.unwrap();
+    let id = PersistenceId::new("account-2").unwrap();
+    let error = recover_state::<v1_added::Account>(&journal, &id)
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(&error, JournalError::Corrupt { seq: 1, reason, .. }
+            if reason.contains("the type changed without a new version: raise the version and \
+                read the old one in an upcaster")),
+        "{error}"
+    );
+}
+
 #[actix::test]
 async fn the_sqlite_journal_of_schema_2_is_migrated_and_what_it_held_has_no_tags() {
     let dir = tempfile::tempdir().unwrap();

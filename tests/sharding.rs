@@ -1,9 +1,12 @@
 //! Sharding in one process, under `tokio::time::pause()`: the entity host (activation,
 //! passivation when idle and by LRU, commands during passivation and recovery), the sharded
 //! producer (one stream per entity, cleanup, bounds, the durable variant) and the shard
-//! coordinator over in-memory leases (acquire, renew, expire, hand off).
+//! coordinator over in-memory leases (acquire, renew, expire, hand off); the lease stores'
+//! shared contract, and (feature `postgres`) the PostgreSQL store's errors.
 
 mod common;
+#[cfg(feature = "postgres")]
+mod postgres_support;
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -1139,4 +1142,120 @@ async fn a_host_refuses_messages_routed_by_another_shard_count_naming_both_count
         "the sender routes by 16 shards, this host by 8: the shard counts of an entity type \
          must agree"
     );
+}
+
+// --- the lease stores ------------------------------------------------------------------------
+
+/// What every lease store does with a shard named twice in one call: takes it once, renews it
+/// once and answers it once, as if it were named once.
+async fn a_shard_named_twice_counts_once(store: &dyn LeaseStore, namespace: &str) {
+    let ttl = Duration::from_secs(60);
+    let mut acquired = store
+        .acquire(namespace, &[ShardId(3), ShardId(3), ShardId(4)], "a", ttl)
+        .await
+        .unwrap();
+    acquired.sort();
+    assert_eq!(acquired, [(ShardId(3), 1), (ShardId(4), 1)]);
+    let renewed = store
+        .renew(namespace, &[(ShardId(3), 1), (ShardId(3), 1)], "a", ttl)
+        .await
+        .unwrap();
+    assert_eq!(renewed, [ShardId(3)]);
+    store
+        .release(namespace, &[(ShardId(4), 1), (ShardId(4), 1)], "a")
+        .await
+        .unwrap();
+    let view = store.view(namespace).await.unwrap();
+    assert_eq!(view.leases.keys().collect::<Vec<_>>(), [&ShardId(3)]);
+}
+
+#[actix::test]
+async fn the_memory_lease_store_counts_a_shard_named_twice_once() {
+    a_shard_named_twice_counts_once(&MemoryLeaseStore::new(), "dup").await;
+}
+
+#[cfg(feature = "postgres")]
+mod postgres_leases {
+    use actix_delivery::sharding::PostgresLeaseStore;
+
+    use super::*;
+
+    /// A store in a schema of its own, and the admin connection that drops it.
+    async fn store() -> (PostgresLeaseStore, String, tokio_postgres::Client) {
+        let schema = postgres_support::unique("leases");
+        let store =
+            PostgresLeaseStore::connect(&postgres_support::url(), &schema, Duration::from_secs(10))
+                .await
+                .unwrap();
+        (store, schema, postgres_support::admin().await)
+    }
+
+    #[actix::test]
+    async fn the_postgres_lease_store_counts_a_shard_named_twice_once() {
+        let (store, schema, admin) = store().await;
+        a_shard_named_twice_counts_once(&store, "dup").await;
+        admin
+            .batch_execute(&format!("DROP SCHEMA {schema} CASCADE"))
+            .await
+            .unwrap();
+    }
+
+    /// The server's message (with its detail) and SQLSTATE reach the error, not tokio-postgres's
+    /// "db error"; a refused connection says why.
+    #[actix::test]
+    async fn the_postgres_lease_store_errors_name_the_servers_message_and_sqlstate() {
+        let (store, schema, admin) = store().await;
+        let ttl = Duration::from_secs(60);
+        admin
+            .batch_execute(&format!(
+                "ALTER TABLE {schema}.shard_lease ADD CONSTRAINT not_7 CHECK (shard <> 7); \
+                 DROP TABLE {schema}.shard_member"
+            ))
+            .await
+            .unwrap();
+        let error = store
+            .acquire("t", &[ShardId(7)], "a", ttl)
+            .await
+            .unwrap_err()
+            .to_string();
+        for expected in [
+            "ERROR: new row for relation \"shard_lease\" violates check constraint \"not_7\"",
+            "(SQLSTATE 23514)",
+            "DETAIL: Failing row contains (t, 7, a, 1, ",
+        ] {
+            assert!(error.contains(expected), "{expected:?} in {error}");
+        }
+        let member = Member {
+            id: "a".into(),
+            address: None,
+        };
+        let error = store
+            .heartbeat("t", &member, ttl)
+            .await
+            .unwrap_err()
+            .to_string();
+        assert!(
+            error.contains(&format!(
+                "relation \"{schema}.shard_member\" does not exist"
+            )) && error.contains("(SQLSTATE 42P01)"),
+            "{error}"
+        );
+        // Port 1 on loopback: nothing listens there.
+        let refused = PostgresLeaseStore::connect(
+            "host=127.0.0.1 port=1 user=postgres dbname=test",
+            &schema,
+            ttl,
+        )
+        .await
+        .unwrap_err()
+        .to_string();
+        assert!(
+            refused.contains("Connection refused (os error 111)"),
+            "{refused}"
+        );
+        admin
+            .batch_execute(&format!("DROP SCHEMA {schema} CASCADE"))
+            .await
+            .unwrap();
+    }
 }

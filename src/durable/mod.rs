@@ -24,10 +24,13 @@
 //!   supervised restart), the writes it had in flight are kept and settled by the next opening
 //!   of the stream from what the journal holds. Two exceptions: a process that dies between the
 //!   record's commit and the callback loses the report (the message is settled), and a
-//!   producer that cannot tell what the journal holds from another producer's doing (another
-//!   opening of its stream came in between, or its own opening's outcome was unknown) settles
-//!   such a message [`DeliveryError::InDoubt`]: its outcome
-//!   then reaches the other producer's party once, or no one.
+//!   producer that cannot tell what the journal holds from another producer's doing settles
+//!   such a message [`DeliveryError::InDoubt`]: its outcome then reaches the other producer's
+//!   party once, or no one. It cannot tell when the stream was opened between its last
+//!   opening and its new one, by another producer or by a failed opening of its own that
+//!   committed after all. Openings are numbered, so a new opening numbered right after its
+//!   last one proves that none came in between (a failed one that did not commit took no
+//!   number): then the settlement the journal holds is its own, and its caller hears it.
 //! - **The newest opener owns the stream.** Each start of a durable producer opens its stream
 //!   and takes it over (a process cannot tell a live predecessor from a dead one: refusing
 //!   newcomers would block every failover). A producer whose stream was taken over is refused

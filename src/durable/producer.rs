@@ -414,9 +414,10 @@ impl<T: Clone + Send + 'static> ProducerController<T> {
             durable.in_doubt.drain(..).map(|d| (d.seq, d)).collect();
         let mut carried: BTreeMap<u64, Carried> =
             durable.carried.drain(..).map(|c| (c.seq, c)).collect();
-        // No other opening came between the last one of this producer and this one: what the
-        // stream holds settled was settled by this producer.
-        let alone = durable.unsure_opens == 0 && epoch == durable.epoch + 1;
+        // No other opening came between the last one of this producer and this one (openings
+        // are numbered; a failed opening of its own that did not commit took no number): what
+        // the stream holds settled was settled by this producer.
+        let alone = epoch == durable.epoch + 1;
         let mut resumed = Vec::with_capacity(unsettled.len());
         for (seq, bytes) in unsettled {
             // A store of unknown outcome that committed: its caller hears of it after all.

@@ -17,7 +17,10 @@
 //! Format 3's processed mark names the first seq of a chunked message (the mark covers its
 //! range); formats 1 and 2 have the same crate part without it, so format 1 is read by
 //! decoding the application part first (bincode tells where it ends) and the crate part from
-//! the rest. A snapshot's crate part is the same in all three.
+//! the rest. A snapshot's crate part is the same in all three. In format 1 an application
+//! part decoded as another layout than it was written in (a type changed without a new
+//! version) can end in the wrong place, and then the crate part is what fails: its error
+//! gives the same hint as a value that does not decode itself.
 
 use std::cell::Cell;
 
@@ -25,7 +28,9 @@ use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 
 pub(crate) use crate::codec::Unreadable;
-use crate::codec::{self, Codec, CodecError, Manifest, UpcastError, Written};
+use crate::codec::{
+    self, Codec, CodecError, Manifest, UpcastError, Written, CHANGED_WITHOUT_VERSION,
+};
 use crate::persistence::delivery_record::Mark;
 use crate::persistence::outbox_state::{OutboxState, Sent};
 use crate::protocol::dedup::WindowRecord;
@@ -282,7 +287,20 @@ fn decode<V: DeserializeOwned, R: DeserializeOwned, L: DeserializeOwned + Into<R
                         .into(),
                 )
             })?;
-            let record = codec::decode_with_limit::<L>(rest, limit).map_err(corrupt)?;
+            // Where the application's part ends is known only by decoding it: decoded as
+            // another layout than the one written, it ends elsewhere, and the crate's part
+            // after it is what fails.
+            let misread = if current == manifest.version() {
+                CHANGED_WITHOUT_VERSION
+            } else {
+                "corrupt, or the upcaster decoded version 1 as another type than it was \
+                 written as"
+            };
+            let record = codec::decode_with_limit::<L>(rest, limit).map_err(|err| {
+                Unreadable::Corrupt(format!(
+                    "the crate's part does not decode: {err} ({misread})"
+                ))
+            })?;
             Ok((value, record.into()))
         }
         other => Err(Unreadable::Corrupt(format!(
@@ -433,6 +451,28 @@ mod tests {
             .unwrap_err();
         assert!(
             matches!(&err, Unreadable::Incompatible(r) if r.contains("must decode them")),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn a_legacy_entry_decoded_as_another_layout_says_what_probably_happened() {
+        // A field added to the events: they end inside the crate's part.
+        type Added = (u32, Option<u8>);
+        let bytes = legacy_entry(vec![4, 0], Some(v2_mark()));
+        let err = Entry::<Added>::decode(&bytes, &Manifest::legacy(), 1, no_upcast).unwrap_err();
+        assert!(
+            matches!(&err, Unreadable::Corrupt(r)
+                if r.contains("crate's part") && r.contains(CHANGED_WITHOUT_VERSION)),
+            "{err}"
+        );
+        fn as_added(old: Written<'_>) -> Result<Vec<Added>, UpcastError> {
+            old.decode()
+        }
+        let err = Entry::<Added>::decode(&bytes, &Manifest::legacy(), 2, as_added).unwrap_err();
+        assert!(
+            matches!(&err, Unreadable::Corrupt(r)
+                if r.contains("the upcaster decoded version 1 as another type")),
             "{err}"
         );
     }

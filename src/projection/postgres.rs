@@ -9,6 +9,7 @@ use futures_util::future::LocalBoxFuture;
 use tokio_postgres::error::SqlState;
 use tokio_postgres::{Client, Config, NoTls, Transaction};
 
+use crate::error::ErrorChain;
 use crate::journal::{is_connection_lost, is_plain_identifier, Offset, Slices};
 use crate::projection::core::Batch;
 use crate::projection::envelope::{Envelope, EventDecoder};
@@ -82,7 +83,7 @@ impl PostgresReadModel {
                 &[&schema, &table],
             )
             .await
-            .map_err(|err| store("cannot look up the offsets' table", &err))?;
+            .map_err(|err| store("cannot look up the offsets' table", &ErrorChain(&err)))?;
         let (schema_exists, table_exists): (bool, bool) = (found.get(0), found.get(1));
         // Created only when missing: `IF NOT EXISTS` needs the privilege to create regardless,
         // and a read model set up by hand may run without it.
@@ -108,7 +109,7 @@ impl PostgresReadModel {
                      COMMIT;"
                 ))
                 .await
-                .map_err(|err| store("cannot create the offsets' table", &err))?;
+                .map_err(|err| store("cannot create the offsets' table", &ErrorChain(&err)))?;
         }
         Ok(Self {
             config,
@@ -186,7 +187,7 @@ impl PostgresReadModel {
                 ],
             )
             .await
-            .map_err(|err| err.to_string())?;
+            .map_err(|err| ErrorChain(&err).to_string())?;
         let Some(row) = row else {
             return Ok(Offset::START);
         };
@@ -199,9 +200,7 @@ impl PostgresReadModel {
 
     async fn save_offset(&mut self, key: &Key, offset: Offset) -> Result<(), String> {
         self.reconnect_if_lost().await?;
-        save(&self.client, &self.table, key, offset)
-            .await
-            .map_err(|err| err.to_string())
+        save(&self.client, &self.table, key, offset).await
     }
 }
 
@@ -226,7 +225,7 @@ impl PostgresReadModel {
                 ],
             )
             .await
-            .map_err(|err| Failure::Store(err.to_string()))?;
+            .map_err(|err| Failure::Store(ErrorChain(&err).to_string()))?;
         if !others.is_empty() {
             let others: Vec<(u16, u16)> = others
                 .iter()
@@ -298,10 +297,11 @@ async fn advance(
         Err(err) if err.code() == Some(&SqlState::IN_FAILED_SQL_TRANSACTION) => {
             Err(Failure::Handler(format!(
                 "the handler returned Ok from a transaction in which a statement had failed: \
-                 {err}"
+                 {}",
+                ErrorChain(&err)
             )))
         }
-        Err(err) => Err(Failure::Store(err.to_string())),
+        Err(err) => Err(Failure::Store(ErrorChain(&err).to_string())),
     }
 }
 
@@ -315,10 +315,13 @@ async fn open(config: &Config) -> Result<Client, String> {
     let (client, connection) = config
         .connect(NoTls)
         .await
-        .map_err(|err| format!("cannot connect to PostgreSQL: {err}"))?;
+        .map_err(|err| format!("cannot connect to PostgreSQL: {}", ErrorChain(&err)))?;
     tokio::spawn(async move {
         if let Err(err) = connection.await {
-            log::debug!("projection: a PostgreSQL connection ended: {err}");
+            log::debug!(
+                "projection: a PostgreSQL connection ended: {}",
+                ErrorChain(&err)
+            );
         }
     });
     Ok(client)
@@ -352,7 +355,7 @@ async fn save(
             ],
         )
         .await
-        .map_err(|err| err.to_string())?;
+        .map_err(|err| ErrorChain(&err).to_string())?;
     Ok(())
 }
 
@@ -414,14 +417,15 @@ where
             let timeout = model.timeout;
             let outcome = tokio::time::timeout(timeout, async {
                 model.reconnect_if_lost().await.map_err(Failure::Store)?;
-                let store = |err: tokio_postgres::Error| Failure::Store(err.to_string());
+                let store =
+                    |err: tokio_postgres::Error| Failure::Store(ErrorChain(&err).to_string());
                 let transaction = model.client.transaction().await.map_err(store)?;
                 match guarded(|| handler(&transaction, batch.events())).await? {
                     Ok(()) => {}
                     Err(err) if is_storage_failure(&err) || transaction.client().is_closed() => {
-                        return Err(Failure::Store(err.to_string()))
+                        return Err(Failure::Store(ErrorChain(&*err).to_string()))
                     }
-                    Err(err) => return Err(Failure::Handler(err.to_string())),
+                    Err(err) => return Err(Failure::Handler(ErrorChain(&*err).to_string())),
                 }
                 advance(&transaction, &model.table, key, stored, batch.to).await?;
                 transaction.commit().await.map_err(store)

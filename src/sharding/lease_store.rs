@@ -19,7 +19,8 @@ pub type LeaseFuture<'a, T> = Pin<Box<dyn Future<Output = Result<T, LeaseError>>
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]
 pub enum LeaseError {
-    /// The store could not be reached, or refused the operation.
+    /// The store could not be reached, or refused the operation: why (for PostgreSQL, the
+    /// server's message and SQLSTATE, or the cause of a failed connection).
     #[error("the lease store failed: {0}")]
     Storage(String),
 }
@@ -57,7 +58,9 @@ pub struct LeaseView {
 /// A store of shard leases with fencing tokens: one owner per shard at a time, as long as it
 /// renews its lease before the lease's TTL ends; and of members, each live as long as it
 /// renews its heartbeat. Every operation names the sharded type (`namespace`: its entity
-/// type), so that types share a store. Expiry is judged by the store's clock alone.
+/// type), so that types share a store. Expiry is judged by the store's clock alone. A shard
+/// (or lease) named more than once in one call counts as named once: it is taken, renewed or
+/// released once and answered once.
 pub trait LeaseStore: Send + Sync + 'static {
     /// Makes `member` live for `ttl` (again).
     fn heartbeat(&self, namespace: &str, member: &Member, ttl: Duration) -> LeaseFuture<'_, ()>;
@@ -184,16 +187,16 @@ impl LeaseStore for MemoryLeaseStore {
         ttl: Duration,
     ) -> LeaseFuture<'_, Vec<ShardId>> {
         self.run(move |state, now| {
-            let mut renewed = Vec::new();
+            let mut renewed = BTreeSet::new();
             for &(shard, token) in leases {
                 if let Some(lease) = state.leases.get_mut(&(namespace.to_owned(), shard)) {
                     if lease.0 == owner && lease.1 == token {
                         lease.2 = now + ttl;
-                        renewed.push(shard);
+                        renewed.insert(shard);
                     }
                 }
             }
-            renewed
+            renewed.into_iter().collect()
         })
     }
 

@@ -8,6 +8,7 @@ use std::time::Duration;
 
 use tokio_postgres::{Client, Config, NoTls};
 
+use crate::error::ErrorChain;
 use crate::sharding::entity_id::ShardId;
 use crate::sharding::lease_store::{Lease, LeaseError, LeaseFuture, LeaseStore, LeaseView, Member};
 
@@ -161,10 +162,10 @@ impl PostgresLeaseStore {
         let (client, connection) = tokio::time::timeout(self.0.timeout, connect)
             .await
             .map_err(|_| LeaseError::Storage("connecting timed out".into()))?
-            .map_err(|err| LeaseError::Storage(format!("cannot connect: {err}")))?;
+            .map_err(|err| LeaseError::Storage(format!("cannot connect: {}", ErrorChain(&err))))?;
         tokio::spawn(async move {
             if let Err(err) = connection.await {
-                log::warn!("the lease store's connection ended: {err}");
+                log::warn!("the lease store's connection ended: {}", ErrorChain(&err));
             }
         });
         let client = Arc::new(client);
@@ -180,7 +181,7 @@ impl PostgresLeaseStore {
     ) -> Result<T, LeaseError> {
         match tokio::time::timeout(self.0.timeout, operation).await {
             Ok(Ok(value)) => Ok(value),
-            Ok(Err(err)) => Err(LeaseError::Storage(err.to_string())),
+            Ok(Err(err)) => Err(LeaseError::Storage(ErrorChain(&err).to_string())),
             Err(_) => {
                 self.0
                     .client
@@ -266,7 +267,10 @@ impl LeaseStore for PostgresLeaseStore {
         ttl: Duration,
     ) -> LeaseFuture<'_, Vec<(ShardId, u64)>> {
         let (namespace, owner) = (namespace.to_owned(), owner.to_owned());
-        let shards = shard_numbers(shards.iter().copied());
+        let mut shards = shard_numbers(shards.iter().copied());
+        // Each once: PostgreSQL refuses a statement that would take one row twice (21000).
+        shards.sort_unstable();
+        shards.dedup();
         Box::pin(async move {
             if shards.is_empty() {
                 return Ok(Vec::new());

@@ -215,6 +215,46 @@ async fn a_handler_that_swallows_a_failed_statement_is_blamed_not_retried_foreve
     drop_schema(&admin, &schema).await;
 }
 
+/// The server's message, with its detail, and its SQLSTATE reach the errors of the read model,
+/// not tokio-postgres's "db error": a handler's statement that a CHECK constraint refuses stops
+/// the projection with them, and a refused connection says why.
+#[actix::test]
+async fn the_read_models_errors_name_the_servers_message_and_sqlstate() {
+    let (schema, journal, admin) = bank_in(2, 4).await;
+    let model = read_model(&schema).await;
+    admin
+        .batch_execute(&format!(
+            "ALTER TABLE {schema}.balances ADD CONSTRAINT no_rows CHECK (events < 0)"
+        ))
+        .await
+        .unwrap();
+    let options = bank::options("balances").max_retries(1).build().unwrap();
+    let projection = start(&journal, options, model, apply(&schema));
+    let error = tokio::time::timeout(Duration::from_secs(20), projection.stopped())
+        .await
+        .expect("the poison policy stops it")
+        .unwrap_err()
+        .to_string();
+    for expected in [
+        "ERROR: new row for relation \"balances\" violates check constraint \"no_rows\"",
+        "(SQLSTATE 23514)",
+        "DETAIL: Failing row contains (",
+    ] {
+        assert!(error.contains(expected), "{expected:?} in {error}");
+    }
+    // Port 1 on loopback: nothing listens there.
+    let refused =
+        PostgresReadModel::connect("host=127.0.0.1 port=1 user=postgres dbname=test", &schema)
+            .await
+            .unwrap_err()
+            .to_string();
+    assert!(
+        refused.contains("Connection refused (os error 111)"),
+        "{refused}"
+    );
+    drop_schema(&admin, &schema).await;
+}
+
 #[actix::test]
 async fn a_batch_the_database_does_not_answer_in_time_is_abandoned_and_done_again() {
     let (schema, journal, admin) = bank_in(2, 10).await;

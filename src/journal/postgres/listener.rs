@@ -11,6 +11,7 @@ use std::time::Duration;
 
 use tokio::sync::mpsc;
 
+use crate::error::ErrorChain;
 use crate::journal::postgres::writer::TAGS_CHANNEL;
 use crate::journal::postgres::Connector;
 use crate::journal::TagSignal;
@@ -31,7 +32,7 @@ pub(super) async fn listen(connector: Connector, signal: Arc<TagSignal>) {
             client
                 .batch_execute(&format!("LISTEN {TAGS_CHANNEL}"))
                 .await
-                .map_err(|err| err.to_string())?;
+                .map_err(|err| ErrorChain(&err).to_string())?;
             Ok::<_, String>(client)
         };
         match listening.await {

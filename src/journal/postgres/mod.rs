@@ -26,6 +26,7 @@ pub use options::{PostgresOptions, PostgresStats};
 pub use tls::PostgresTls;
 
 use crate::codec::Manifest;
+use crate::error::ErrorChain;
 use crate::journal::by_tag::corrupt_tag_row;
 use crate::journal::write::{WriteOp, WriteRequest};
 use crate::journal::{
@@ -655,14 +656,6 @@ impl Connector {
         let connecting = tokio::time::timeout(self.connect_timeout, self.config.connect(tls));
         let (client, connection) = match connecting.await {
             Ok(Ok(connected)) => connected,
-            // The client's own errors (TLS among them) say why in their source.
-            Ok(Err(err)) if err.as_db_error().is_none() && err.source().is_some() => {
-                let why = err.source().map(ToString::to_string).unwrap_or_default();
-                return Err(JournalError::storage(
-                    None,
-                    format!("cannot connect to PostgreSQL: {err}: {why}"),
-                ));
-            }
             Ok(Err(err)) => return Err(db_error(None, "cannot connect to PostgreSQL", &err)),
             Err(_) => {
                 return Err(JournalError::storage(
@@ -677,7 +670,10 @@ impl Connector {
         let Some(notifications) = notifications else {
             tokio::spawn(async move {
                 if let Err(err) = connection.await {
-                    log::debug!("journal: a PostgreSQL connection ended: {err}");
+                    log::debug!(
+                        "journal: a PostgreSQL connection ended: {}",
+                        ErrorChain(&err)
+                    );
                 }
             });
             return Ok(client);
@@ -692,7 +688,10 @@ impl Connector {
                     }
                     Ok(_) => {}
                     Err(err) => {
-                        log::debug!("journal: a PostgreSQL connection ended: {err}");
+                        log::debug!(
+                            "journal: a PostgreSQL connection ended: {}",
+                            ErrorChain(&err)
+                        );
                         break;
                     }
                 }
@@ -913,7 +912,10 @@ impl Readers {
                 |rows| {
                     let xmax: Option<i64> = match rows.first() {
                         Some(row) => row.try_get(0).map_err(|err| {
-                            JournalError::storage(None, format!("reading xmax: {err}"))
+                            JournalError::storage(
+                                None,
+                                format!("reading xmax: {}", ErrorChain(&err)),
+                            )
                         })?,
                         None => None,
                     };
@@ -945,9 +947,15 @@ fn tagged_events(
     let mut last = None;
     let mut previous = after;
     for row in rows {
-        let transaction: i64 = row.try_get(0).map_err(|err| corrupt_row(&err))?;
-        let position: i64 = row.try_get(1).map_err(|err| corrupt_row(&err))?;
-        let id: String = row.try_get(2).map_err(|err| corrupt_row(&err))?;
+        let transaction: i64 = row
+            .try_get(0)
+            .map_err(|err| corrupt_row(&ErrorChain(&err)))?;
+        let position: i64 = row
+            .try_get(1)
+            .map_err(|err| corrupt_row(&ErrorChain(&err)))?;
+        let id: String = row
+            .try_get(2)
+            .map_err(|err| corrupt_row(&ErrorChain(&err)))?;
         let id = PersistenceId::new(id).map_err(|err| corrupt_row(&err))?;
         let raw_seq: i64 = row.try_get(3).map_err(|err| corrupt(&id, 0, &err))?;
         let seq = seq_from_sql(&id, raw_seq, 0)?;
@@ -1107,7 +1115,7 @@ fn corrupt(id: &PersistenceId, seq: u64, err: &tokio_postgres::Error) -> Journal
     JournalError::Corrupt {
         persistence_id: id.clone(),
         seq,
-        reason: err.to_string(),
+        reason: ErrorChain(err).to_string(),
     }
 }
 
@@ -1139,18 +1147,11 @@ pub(crate) fn is_connection_lost(err: &tokio_postgres::Error) -> bool {
         .is_some_and(|source| source.downcast_ref::<std::io::Error>().is_some())
 }
 
-/// A [`JournalError::Storage`] for a failed database operation: `what`, then
-/// [`describe`]`(err)`; or a [`JournalError::Schema`] if the error says the tables were
-/// altered (an undefined column or table, a wrong type).
+/// A [`JournalError::Storage`] for a failed database operation: `what`, then the error with
+/// its causes ([`ErrorChain`]: the server's message and SQLSTATE); or a
+/// [`JournalError::Schema`] if the error says the tables were altered (an undefined column or
+/// table, a wrong type).
 fn db_error(id: Option<&PersistenceId>, what: &str, err: &tokio_postgres::Error) -> JournalError {
     schema::altered(what, err)
-        .unwrap_or_else(|| JournalError::storage(id, format!("{what}: {}", describe(err))))
-}
-
-/// PostgreSQL's message with its SQLSTATE, or the client's error.
-fn describe(err: &tokio_postgres::Error) -> String {
-    match err.as_db_error() {
-        Some(db) => format!("{} (SQLSTATE {})", db.message(), db.code().code()),
-        None => err.to_string(),
-    }
+        .unwrap_or_else(|| JournalError::storage(id, format!("{what}: {}", ErrorChain(err))))
 }

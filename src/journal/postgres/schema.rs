@@ -30,6 +30,7 @@
 
 use tokio_postgres::Client;
 
+use crate::error::ErrorChain;
 use crate::journal::postgres::{db_error, PostgresOptions};
 use crate::journal::JournalError;
 
@@ -115,12 +116,11 @@ const ALTERED: [&str; 3] = ["42703", "42P01", "42804"];
 /// A [`JournalError::Schema`] for `err` if it says the tables were altered (see
 /// [`ALTERED`]), keeping what failed (`what`) and the server's message.
 pub(super) fn altered(what: &str, err: &tokio_postgres::Error) -> Option<JournalError> {
-    let db = err.as_db_error()?;
-    let code = db.code().code();
+    let code = err.code()?.code();
     ALTERED.contains(&code).then(|| {
         schema_error(format!(
-            "tables altered by hand: {what}: {} (SQLSTATE {code})",
-            db.message()
+            "tables altered by hand: {what}: {}",
+            ErrorChain(err)
         ))
     })
 }
@@ -400,7 +400,8 @@ async fn inspect(client: &Client, schema: &str) -> Result<Found, JournalError> {
         .map_err(|err| match err.code() {
             // Columns of other names or types: somebody else's table.
             Some(_) => schema_error(format!(
-                "a journal_schema table in schema `{schema}` of another shape ({err})"
+                "a journal_schema table in schema `{schema}` of another shape ({})",
+                ErrorChain(&err)
             )),
             None => db_error(None, "cannot read journal_schema", &err),
         })?;

@@ -35,9 +35,10 @@ use tokio_postgres::types::ToSql;
 use tokio_postgres::{Client, Statement};
 
 use crate::codec::Manifest;
+use crate::error::ErrorChain;
 use crate::journal::postgres::options::Counters;
 use crate::journal::postgres::{
-    db_error, describe, is_connection_lost, schema, seq_from_sql, Connector, PostgresOptions,
+    db_error, is_connection_lost, schema, seq_from_sql, Connector, PostgresOptions,
 };
 use crate::journal::write::{WriteOp, WriteRequest};
 use crate::journal::{check_snapshot, slice_of, JournalError, PersistenceId, TagSignal};
@@ -355,7 +356,7 @@ impl Writer {
                 log::warn!(
                     "journal: a group of {} writes was rolled back ({}); retrying them one by one",
                     group.len(),
-                    describe(&err)
+                    ErrorChain(&err)
                 );
                 for request in group {
                     let single = vec![request];
@@ -388,7 +389,7 @@ impl Writer {
             Failure::RolledBack(err) => {
                 format!(
                     "not stored, the transaction was rolled back: {}",
-                    describe(err)
+                    ErrorChain(err)
                 )
             }
             Failure::Unknown(cause) => {
@@ -795,7 +796,7 @@ async fn transact(
             Err(err) if is_connection_lost(&err) || err.as_db_error().is_none() => {
                 return Err(Failure::Unknown(format!(
                     "the connection to PostgreSQL failed: {}",
-                    describe(&err)
+                    ErrorChain(&err)
                 )));
             }
             Err(err) => {

@@ -1045,4 +1045,64 @@ mod tls {
             Err(NameError::NoIdentities)
         );
     }
+
+    /// A client whose resolver sends every name to the listener on 127.0.0.1, as a member
+    /// that can steer name resolution would.
+    async fn client_resolving_everything_to_localhost(tls: NodeTls) -> Node {
+        client_with(
+            fast(NodeOptions::builder().tls(tls))
+                .resolver(|_, port| Ok(vec![SocketAddr::from(([127, 0, 0, 1], port))]))
+                .build()
+                .unwrap(),
+        )
+        .await
+    }
+
+    #[actix::test]
+    async fn a_host_that_is_not_a_dns_name_is_refused_and_never_checked_as_its_ip() {
+        let ca = Ca::new("ours");
+        // As the demo certificates do, the listener's certificate names its IP too.
+        let server = tls_node(ca.mutual(&["node.test", "127.0.0.1"]), true).await;
+        let (consumer, handled) = recording_consumer::<u64>();
+        server.expose("numbers", &consumer).unwrap();
+        let port = server.local_addr().unwrap().port();
+        let client = client_resolving_everything_to_localhost(ca.mutual(&["client.test"])).await;
+        let long_label = format!("{}.test", "a".repeat(64));
+        for (host, why) in [
+            ("orders.0", "the last label is a number"),
+            ("orders.7100", "the last label is a number"),
+            ("0x1f", "the last label is a number"),
+            ("orders-.test", "a label starts or ends with '-'"),
+            ("orders..test", "an empty label"),
+            (long_label.as_str(), "more than 63 characters"),
+        ] {
+            let input = format!("{host}:{port}");
+            match input.parse::<PeerAddr>() {
+                Err(refused) => assert!(refused.to_string().contains(why), "{input}: {refused}"),
+                Ok(addr) => {
+                    let target = client.consumer_ref::<u64>(addr, "numbers").unwrap();
+                    let producer = remote::producer(target, 8, 50);
+                    producer.tell(1, |_| {}).unwrap();
+                    wait_until(Duration::from_secs(5), || handled.total() > 0).await;
+                    panic!(
+                        "{input} was taken as a name; {} message(s) delivered to a certificate \
+                         that names 127.0.0.1, the IP it resolved to",
+                        handled.total()
+                    );
+                }
+            }
+            let refused = PeerAddr::name(host, port).unwrap_err();
+            assert!(refused.to_string().contains(why), "{host}: {refused}");
+        }
+        // A DNS name the certificate carries is reached, over the same resolver.
+        let name: PeerAddr = format!("node.test:{port}").parse().unwrap();
+        let target = client.consumer_ref::<u64>(name, "numbers").unwrap();
+        let producer = remote::producer(target, 8, 50);
+        let confirmations = Confirmations::<u64>::default();
+        for n in 1..=10 {
+            producer.tell(n, confirm_into(&confirmations, n)).unwrap();
+        }
+        assert!(wait_until(Duration::from_secs(5), || confirmations.len() == 10).await);
+        assert_eq!(handled.total(), 10);
+    }
 }

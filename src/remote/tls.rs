@@ -9,7 +9,7 @@ use std::io;
 use std::sync::Arc;
 
 use rustls::pki_types::pem::PemObject;
-use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName};
+use rustls::pki_types::{CertificateDer, DnsName, PrivateKeyDer, ServerName};
 use rustls::server::WebPkiClientVerifier;
 use rustls::{ClientConfig, RootCertStore, ServerConfig};
 use tokio::net::TcpStream;
@@ -275,14 +275,13 @@ impl NodeTlsBuilder {
 }
 
 /// The name a connecting node checks the listening node's certificate for: the host of a
-/// name, or the IP of an address.
-pub(crate) fn server_name(peer: &PeerAddr, stream: &TcpStream) -> ServerName<'static> {
-    let ip = |addr: std::net::SocketAddr| ServerName::IpAddress(addr.ip().into());
+/// name (never the IP it resolved to), or the IP of an address. A host that rustls does not
+/// take for a DNS name (which [`PeerAddr::name`] refuses already) fails the attempt.
+pub(crate) fn server_name(peer: &PeerAddr) -> Result<ServerName<'static>, String> {
     match &peer.0 {
-        Target::Addr(addr) => ip(*addr),
-        Target::Name { host, .. } => ServerName::try_from(host.to_string())
-            .ok()
-            .or_else(|| stream.peer_addr().ok().map(ip))
-            .unwrap_or_else(|| ServerName::IpAddress(std::net::Ipv4Addr::UNSPECIFIED.into())),
+        Target::Addr(addr) => Ok(ServerName::IpAddress(addr.ip().into())),
+        Target::Name { host, .. } => DnsName::try_from(host.to_string())
+            .map(ServerName::DnsName)
+            .map_err(|_| format!("`{host}` is not a DNS name a certificate can be checked for")),
     }
 }

@@ -1105,4 +1105,69 @@ mod tls {
         assert!(wait_until(Duration::from_secs(5), || confirmations.len() == 10).await);
         assert_eq!(handled.total(), 10);
     }
+
+    /// rustls configurations for a node with a certificate of `ca` for node.test and
+    /// 127.0.0.1: its server side checking client certificates with `verifier`, its client
+    /// side presenting none.
+    fn configs(
+        ca: &Ca,
+        verifier: Arc<dyn rustls::server::danger::ClientCertVerifier>,
+    ) -> (Arc<rustls::ServerConfig>, Arc<rustls::ClientConfig>) {
+        use rustls::pki_types::pem::PemObject;
+        use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+        let (cert, key) = ca.issue(&["node.test", "127.0.0.1"]);
+        let chain = vec![CertificateDer::from_pem_slice(cert.as_bytes()).unwrap()];
+        let key = PrivateKeyDer::from_pem_slice(key.as_bytes()).unwrap();
+        let provider = Arc::new(rustls::crypto::ring::default_provider());
+        let server = rustls::ServerConfig::builder_with_provider(provider.clone())
+            .with_protocol_versions(&[&rustls::version::TLS13])
+            .unwrap()
+            .with_client_cert_verifier(verifier)
+            .with_single_cert(chain, key)
+            .unwrap();
+        let client = rustls::ClientConfig::builder_with_provider(provider)
+            .with_protocol_versions(&[&rustls::version::TLS13])
+            .unwrap()
+            .with_root_certificates(roots(ca))
+            .with_no_client_auth();
+        (Arc::new(server), Arc::new(client))
+    }
+
+    fn roots(ca: &Ca) -> Arc<rustls::RootCertStore> {
+        use rustls::pki_types::pem::PemObject;
+        let mut roots = rustls::RootCertStore::empty();
+        roots
+            .add(rustls::pki_types::CertificateDer::from_pem_slice(ca.pem.as_bytes()).unwrap())
+            .unwrap();
+        Arc::new(roots)
+    }
+
+    #[actix::test]
+    async fn a_node_from_configs_knows_identities_only_if_its_server_checks_client_certificates() {
+        let ca = Ca::new("ours");
+        let (consumer, handled) = recording_consumer::<u64>();
+        let no_client_auth = rustls::server::WebPkiClientVerifier::no_client_auth();
+        let (server, client) = configs(&ca, no_client_auth);
+        let one_way = tls_node(NodeTls::from_configs(Some(server), client).unwrap(), true).await;
+        assert_eq!(
+            one_way.expose_to("numbers", &consumer, ["client.test"]),
+            Err(NameError::NoIdentities)
+        );
+        // A server side that checks client certificates: peers have identities, and an
+        // authorized one delivers.
+        let provider = Arc::new(rustls::crypto::ring::default_provider());
+        let verifier =
+            rustls::server::WebPkiClientVerifier::builder_with_provider(roots(&ca), provider)
+                .build()
+                .unwrap();
+        let (server, client) = configs(&ca, verifier);
+        let mutual = tls_node(NodeTls::from_configs(Some(server), client).unwrap(), true).await;
+        mutual
+            .expose_to("numbers", &consumer, ["client.test"])
+            .unwrap();
+        let sender = tls_node(ca.mutual(&["client.test"]), false).await;
+        let (_producer, confirmations) = produce(&sender, mutual.local_addr().unwrap(), 5);
+        assert!(wait_until(Duration::from_secs(5), || confirmations.len() == 5).await);
+        assert_eq!(handled.total(), 5);
+    }
 }

@@ -1170,4 +1170,51 @@ mod tls {
         assert!(wait_until(Duration::from_secs(5), || confirmations.len() == 5).await);
         assert_eq!(handled.total(), 5);
     }
+
+    #[actix::test]
+    async fn a_mutual_tls_node_delivers_to_a_one_way_listener_and_a_mutual_listener_refuses_a_one_way_node(
+    ) {
+        let ca = Ca::new("ours");
+        // A one-way listener asks for no certificate: a mutual-TLS node delivers to it (its
+        // certificate is not asked for, so it has no identity there).
+        let (cert, key) = ca.issue(&["node.test", "127.0.0.1"]);
+        let one_way = NodeTls::builder(&ca.pem)
+            .unwrap()
+            .certificate(cert, key)
+            .unwrap()
+            .build()
+            .unwrap();
+        let one_way_server = tls_node(one_way, true).await;
+        let (consumer, handled) = recording_consumer::<u64>();
+        one_way_server.expose("numbers", &consumer).unwrap();
+        let mutual_client = tls_node(ca.mutual(&["client.test"]), false).await;
+        let (_producer, confirmations) =
+            produce(&mutual_client, one_way_server.local_addr().unwrap(), 10);
+        assert!(wait_until(Duration::from_secs(5), || confirmations.len() == 10).await);
+        assert_eq!(handled.total(), 10);
+        assert_eq!(mutual_client.stats().tls_failures, 0);
+        // A mutual listener refuses a one-way node, even one with a certificate of the CA:
+        // it presents none when it connects.
+        let (mutual_server, mutual_handled) = tls_server(&ca, None).await;
+        let (cert, key) = ca.issue(&["client.test"]);
+        let one_way = NodeTls::builder(&ca.pem)
+            .unwrap()
+            .certificate(cert, key)
+            .unwrap()
+            .build()
+            .unwrap();
+        let one_way_client = tls_node(one_way, false).await;
+        let (_producer, refused) = produce(&one_way_client, mutual_server.local_addr().unwrap(), 5);
+        assert!(
+            wait_until(Duration::from_secs(5), || mutual_server
+                .stats()
+                .tls_failures
+                >= 2)
+            .await,
+            "{:?}",
+            mutual_server.stats()
+        );
+        assert_eq!((refused.len(), mutual_handled.total()), (0, 0));
+        assert_eq!(one_way_client.stats().connections_opened, 0);
+    }
 }

@@ -67,8 +67,15 @@ fn pem_error(what: &'static str) -> impl Fn(rustls::pki_types::pem::Error) -> Tl
 ///
 /// Only TLS 1.3 is spoken. A connecting node checks the listening node's certificate against
 /// its roots and against the name it connects to: the host of a
-/// [`PeerAddr`](crate::remote::PeerAddr) name (`orders.internal:7100`) or, for an address,
-/// its IP (which the certificate must then name as an IP subject alternative name).
+/// [`PeerAddr`](crate::remote::PeerAddr) name (`orders.internal:7100`; never the IP the name
+/// resolved to) or, for an address, its IP (which the certificate must then name as an IP
+/// subject alternative name).
+///
+/// Between TLS nodes the listener decides whether the connecting node needs a certificate: a
+/// mutual listener refuses a node that presents none (one built without
+/// [`mutual`](NodeTlsBuilder::mutual), even with a certificate of its own), while a listener
+/// without `mutual` asks for none, so a mutual node connects to it and delivers, without an
+/// identity there.
 ///
 /// ```no_run
 /// use actix_delivery::remote::{NodeOptions, NodeTls};

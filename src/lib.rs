@@ -169,13 +169,15 @@
 //!
 //! ## Across processes: three modes
 //!
-//! A [`remote::Node`] runs in one of three modes, and nodes of different modes refuse each
-//! other: the **shared secret** (below), **TLS** 1.3 (feature `tls`: the server's certificate
-//! and name are verified, everything is encrypted), and **mutual TLS**, in which each node's
-//! identity is its certificate's names and `Node::expose_to` restricts a consumer to a set of
-//! identities (a delivery from any other is refused, counted and its connection closed). The
-//! README's "Security" section compares them; what follows is what the secret mode gives,
-//! which TLS gives too, plus confidentiality, and mutual TLS plus identity within the
+//! A [`remote::Node`] runs in one of three modes: the **shared secret** (below), **TLS** 1.3
+//! (feature `tls`: the server's certificate and name are verified, everything is encrypted),
+//! and **mutual TLS**, in which each node's identity is its certificate's names and
+//! `Node::expose_to` restricts a consumer to a set of identities (a delivery from any other is
+//! refused, counted and its connection closed). A TLS node and a node without TLS refuse each
+//! other; between TLS nodes the listener decides: a mutual listener refuses a node that
+//! presents no certificate, while a one-way listener asks for none, so a mutual node delivers
+//! to it. The README's "Security" section compares them; what follows is what the secret mode
+//! gives, which TLS gives too, plus confidentiality, and mutual TLS plus identity within the
 //! cluster.
 //!
 //! ## Across processes: what the shared secret protects

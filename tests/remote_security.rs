@@ -974,8 +974,11 @@ mod tls {
         // A node with the secret speaks no TLS: the TLS node refuses it.
         let plain = secret_sending_node().await;
         let (_p, c) = produce(&plain, server.local_addr().unwrap(), 5);
-        assert!(wait_until(Duration::from_secs(5), || server.stats().tls_failures >= 2).await);
-        assert!(plain.stats().handshake_failures >= 2);
+        assert!(
+            wait_until(Duration::from_secs(5), || server.stats().tls_failures >= 2
+                && plain.stats().handshake_failures >= 2)
+            .await
+        );
         assert_eq!(c.len(), 0);
         // A TLS node speaking to a node with the secret: that node refuses it.
         let (secret_server, secret_handled) = super::server().await;
@@ -984,10 +987,10 @@ mod tls {
             wait_until(Duration::from_secs(5), || secret_server
                 .stats()
                 .tls_failures
-                >= 2)
+                >= 2
+                && honest.stats().tls_failures >= 2)
             .await
         );
-        assert!(honest.stats().tls_failures >= 2);
         assert_eq!((c.len(), secret_handled.total()), (0, 0));
         // A TLS client without a certificate is refused by a mutual TLS server.
         let anonymous = NodeTls::builder(&ca.pem).unwrap().build().unwrap();
@@ -1044,5 +1047,177 @@ mod tls {
                 .expose_to("n", &consumer, ["producer-a.test"]),
             Err(NameError::NoIdentities)
         );
+    }
+
+    /// A client whose resolver sends every name to the listener on 127.0.0.1, as a member
+    /// that can steer name resolution would.
+    async fn client_resolving_everything_to_localhost(tls: NodeTls) -> Node {
+        client_with(
+            fast(NodeOptions::builder().tls(tls))
+                .resolver(|_, port| Ok(vec![SocketAddr::from(([127, 0, 0, 1], port))]))
+                .build()
+                .unwrap(),
+        )
+        .await
+    }
+
+    #[actix::test]
+    async fn a_host_that_is_not_a_dns_name_is_refused_and_never_checked_as_its_ip() {
+        let ca = Ca::new("ours");
+        // As the demo certificates do, the listener's certificate names its IP too.
+        let server = tls_node(ca.mutual(&["node.test", "127.0.0.1"]), true).await;
+        let (consumer, handled) = recording_consumer::<u64>();
+        server.expose("numbers", &consumer).unwrap();
+        let port = server.local_addr().unwrap().port();
+        let client = client_resolving_everything_to_localhost(ca.mutual(&["client.test"])).await;
+        let long_label = format!("{}.test", "a".repeat(64));
+        for (host, why) in [
+            ("orders.0", "the last label is a number"),
+            ("orders.7100", "the last label is a number"),
+            ("0x1f", "the last label is a number"),
+            ("orders-.test", "a label starts or ends with '-'"),
+            ("orders..test", "an empty label"),
+            (long_label.as_str(), "more than 63 characters"),
+        ] {
+            let input = format!("{host}:{port}");
+            match input.parse::<PeerAddr>() {
+                Err(refused) => assert!(refused.to_string().contains(why), "{input}: {refused}"),
+                Ok(addr) => {
+                    let target = client.consumer_ref::<u64>(addr, "numbers").unwrap();
+                    let producer = remote::producer(target, 8, 50);
+                    producer.tell(1, |_| {}).unwrap();
+                    wait_until(Duration::from_secs(5), || handled.total() > 0).await;
+                    panic!(
+                        "{input} was taken as a name; {} message(s) delivered to a certificate \
+                         that names 127.0.0.1, the IP it resolved to",
+                        handled.total()
+                    );
+                }
+            }
+            let refused = PeerAddr::name(host, port).unwrap_err();
+            assert!(refused.to_string().contains(why), "{host}: {refused}");
+        }
+        // A DNS name the certificate carries is reached, over the same resolver.
+        let name: PeerAddr = format!("node.test:{port}").parse().unwrap();
+        let target = client.consumer_ref::<u64>(name, "numbers").unwrap();
+        let producer = remote::producer(target, 8, 50);
+        let confirmations = Confirmations::<u64>::default();
+        for n in 1..=10 {
+            producer.tell(n, confirm_into(&confirmations, n)).unwrap();
+        }
+        assert!(wait_until(Duration::from_secs(5), || confirmations.len() == 10).await);
+        assert_eq!(handled.total(), 10);
+    }
+
+    /// rustls configurations for a node with a certificate of `ca` for node.test and
+    /// 127.0.0.1: its server side checking client certificates with `verifier`, its client
+    /// side presenting none.
+    fn configs(
+        ca: &Ca,
+        verifier: Arc<dyn rustls::server::danger::ClientCertVerifier>,
+    ) -> (Arc<rustls::ServerConfig>, Arc<rustls::ClientConfig>) {
+        use rustls::pki_types::pem::PemObject;
+        use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+        let (cert, key) = ca.issue(&["node.test", "127.0.0.1"]);
+        let chain = vec![CertificateDer::from_pem_slice(cert.as_bytes()).unwrap()];
+        let key = PrivateKeyDer::from_pem_slice(key.as_bytes()).unwrap();
+        let provider = Arc::new(rustls::crypto::ring::default_provider());
+        let server = rustls::ServerConfig::builder_with_provider(provider.clone())
+            .with_protocol_versions(&[&rustls::version::TLS13])
+            .unwrap()
+            .with_client_cert_verifier(verifier)
+            .with_single_cert(chain, key)
+            .unwrap();
+        let client = rustls::ClientConfig::builder_with_provider(provider)
+            .with_protocol_versions(&[&rustls::version::TLS13])
+            .unwrap()
+            .with_root_certificates(roots(ca))
+            .with_no_client_auth();
+        (Arc::new(server), Arc::new(client))
+    }
+
+    fn roots(ca: &Ca) -> Arc<rustls::RootCertStore> {
+        use rustls::pki_types::pem::PemObject;
+        let mut roots = rustls::RootCertStore::empty();
+        roots
+            .add(rustls::pki_types::CertificateDer::from_pem_slice(ca.pem.as_bytes()).unwrap())
+            .unwrap();
+        Arc::new(roots)
+    }
+
+    #[actix::test]
+    async fn a_node_from_configs_knows_identities_only_if_its_server_checks_client_certificates() {
+        let ca = Ca::new("ours");
+        let (consumer, handled) = recording_consumer::<u64>();
+        let no_client_auth = rustls::server::WebPkiClientVerifier::no_client_auth();
+        let (server, client) = configs(&ca, no_client_auth);
+        let one_way = tls_node(NodeTls::from_configs(Some(server), client).unwrap(), true).await;
+        assert_eq!(
+            one_way.expose_to("numbers", &consumer, ["client.test"]),
+            Err(NameError::NoIdentities)
+        );
+        // A server side that checks client certificates: peers have identities, and an
+        // authorized one delivers.
+        let provider = Arc::new(rustls::crypto::ring::default_provider());
+        let verifier =
+            rustls::server::WebPkiClientVerifier::builder_with_provider(roots(&ca), provider)
+                .build()
+                .unwrap();
+        let (server, client) = configs(&ca, verifier);
+        let mutual = tls_node(NodeTls::from_configs(Some(server), client).unwrap(), true).await;
+        mutual
+            .expose_to("numbers", &consumer, ["client.test"])
+            .unwrap();
+        let sender = tls_node(ca.mutual(&["client.test"]), false).await;
+        let (_producer, confirmations) = produce(&sender, mutual.local_addr().unwrap(), 5);
+        assert!(wait_until(Duration::from_secs(5), || confirmations.len() == 5).await);
+        assert_eq!(handled.total(), 5);
+    }
+
+    #[actix::test]
+    async fn a_mutual_tls_node_delivers_to_a_one_way_listener_and_a_mutual_listener_refuses_a_one_way_node(
+    ) {
+        let ca = Ca::new("ours");
+        // A one-way listener asks for no certificate: a mutual-TLS node delivers to it (its
+        // certificate is not asked for, so it has no identity there).
+        let (cert, key) = ca.issue(&["node.test", "127.0.0.1"]);
+        let one_way = NodeTls::builder(&ca.pem)
+            .unwrap()
+            .certificate(cert, key)
+            .unwrap()
+            .build()
+            .unwrap();
+        let one_way_server = tls_node(one_way, true).await;
+        let (consumer, handled) = recording_consumer::<u64>();
+        one_way_server.expose("numbers", &consumer).unwrap();
+        let mutual_client = tls_node(ca.mutual(&["client.test"]), false).await;
+        let (_producer, confirmations) =
+            produce(&mutual_client, one_way_server.local_addr().unwrap(), 10);
+        assert!(wait_until(Duration::from_secs(5), || confirmations.len() == 10).await);
+        assert_eq!(handled.total(), 10);
+        assert_eq!(mutual_client.stats().tls_failures, 0);
+        // A mutual listener refuses a one-way node, even one with a certificate of the CA:
+        // it presents none when it connects.
+        let (mutual_server, mutual_handled) = tls_server(&ca, None).await;
+        let (cert, key) = ca.issue(&["client.test"]);
+        let one_way = NodeTls::builder(&ca.pem)
+            .unwrap()
+            .certificate(cert, key)
+            .unwrap()
+            .build()
+            .unwrap();
+        let one_way_client = tls_node(one_way, false).await;
+        let (_producer, refused) = produce(&one_way_client, mutual_server.local_addr().unwrap(), 5);
+        assert!(
+            wait_until(Duration::from_secs(5), || mutual_server
+                .stats()
+                .tls_failures
+                >= 2)
+            .await,
+            "{:?}",
+            mutual_server.stats()
+        );
+        assert_eq!((refused.len(), mutual_handled.total()), (0, 0));
+        assert_eq!(one_way_client.stats().connections_opened, 0);
     }
 }

@@ -1,8 +1,10 @@
 //! The ACK inbox: batches of ACKs for this carrier's producers, routed by producer id and
-//! incarnation, and the server's "no responders" notices. The inbox is `<inbox>.*`: each
-//! destination's batches name a reply subject of their own, so a notice is counted only on
-//! the reply subject of a destination, at most once per batch published there; a status any
-//! other client publishes elsewhere to the inbox is counted apart and ignored.
+//! incarnation, the server's "no responders" notices, and the carrier's own probes. The inbox
+//! is `<inbox>.*`: each destination's batches name a reply subject of their own, so a notice
+//! is counted only on the reply subject of a destination, at most once per batch published
+//! there and only while that batch may still be answered, which the probes behind the
+//! batches tell (see `notices`); a status any other client publishes to the inbox otherwise
+//! is counted apart and ignored.
 //!
 //! Read continuously, and bounded like deliveries, by the rule the TCP transport follows
 //! ([`Routes::admit_acks`](crate::remote::routes::Routes::admit_acks)): per producer
@@ -54,6 +56,9 @@ fn receive_one(shared: &Shared, message: &Message) {
             });
         }
         return;
+    }
+    if let Some(before) = shared.read_probe(&message.payload) {
+        return shared.probe_back(message.subject.as_str(), before);
     }
     let Some(Frame::Acks(batch)) = shared.decode(&message.payload) else {
         return shared.refuse("the ACK inbox");

@@ -2,8 +2,8 @@
 //! publish to subjects, and the ACK inbox that routes ACKs back to their producers.
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::time::Instant;
 
 use actix::ArbiterHandle;
 use async_nats::{Client, Subject};
@@ -15,7 +15,7 @@ use tokio_util::sync::CancellationToken;
 use crate::codec::MAX_ENCODED_BYTES;
 use crate::consumer::ConsumerHandle;
 use crate::message::{ChunkDelivery, ConsumerRef, Delivery, ReplyTo};
-use crate::protocol::envelope::Ack;
+use crate::protocol::envelope::{random_u64, Ack};
 use crate::remote::frame::{Frame, CHUNK_FRAME_OVERHEAD, PROTOCOL_VERSION};
 use crate::remote::inbound::ExposedConsumer;
 use crate::remote::outbound::{encode, encode_chunks, Group};
@@ -24,8 +24,9 @@ use crate::remote::schema::{BodySchema, Schemas};
 use crate::remote::stats::{add, Warning, Warnings};
 
 use super::inbound::{serve, Serving};
+use super::notices::Notices;
 use super::options::NatsOptions;
-use super::publisher::Publisher;
+use super::publisher::{Held, Publisher};
 use super::stats::{Counters, NatsStats};
 use super::subject::{check_group, check_subject, SubjectError};
 use super::MESSAGE_VERSION;
@@ -85,6 +86,8 @@ pub(crate) struct Shared {
     /// Where this carrier's deliveries ask for their ACKs: `<inbox>.<token>`, one token per
     /// destination.
     inbox: Subject,
+    /// What this carrier's probes start with (random: another client cannot make one).
+    probe_key: u64,
     /// The destinations by their reply subject.
     destinations: Mutex<HashMap<String, Arc<Destination>>>,
     /// The largest message the server lets anyone publish: what a received one may be.
@@ -98,12 +101,18 @@ pub(crate) struct Shared {
 }
 
 /// Where one [`NatsCarrier::consumer_ref`] sends: its subject, the reply subject its batches
-/// name (of this carrier's inbox, with a random token of its own), and how many of its
-/// batches the server may still answer with a "no responders" notice (one each at most).
+/// name (of this carrier's inbox, with a random token of its own), and which of its batches
+/// the server may still answer with a "no responders" notice.
 struct Destination {
     subject: Subject,
     reply: Subject,
-    unanswered: AtomicU64,
+    notices: Mutex<Notices>,
+}
+
+impl Destination {
+    fn notices(&self) -> MutexGuard<'_, Notices> {
+        self.notices.lock().unwrap_or_else(PoisonError::into_inner)
+    }
 }
 
 /// A destination while a reference to it lives.
@@ -153,18 +162,56 @@ impl Shared {
             .unwrap_or_else(PoisonError::into_inner)
     }
 
-    /// A "no responders" status arrived on `reply`: whether it answers a batch this carrier
-    /// published there and no other status answered yet. Any client may publish a status to
-    /// an inbox; the server answers only a batch published with that reply subject.
+    fn destination(&self, reply: &str) -> Option<Arc<Destination>> {
+        self.destinations().get(reply).cloned()
+    }
+
+    /// A "no responders" status arrived on `reply`: whether it can answer a batch this carrier
+    /// published there (see [`Notices`]). Any client may publish a status to an inbox; the
+    /// server answers only a batch published with that reply subject, and only at once.
     pub(crate) fn is_answering(&self, reply: &str) -> bool {
-        let destination = self.destinations().get(reply).cloned();
-        destination.is_some_and(|destination| {
-            let answered =
-                destination
-                    .unanswered
-                    .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| n.checked_sub(1));
-            answered.is_ok()
-        })
+        self.destination(reply)
+            .is_some_and(|destination| destination.notices().status())
+    }
+
+    /// The number of batches before it that a probe of this carrier carries, if `payload` is
+    /// one: the carrier's probe key, then that number (little endian).
+    pub(crate) fn read_probe(&self, payload: &[u8]) -> Option<u64> {
+        let (key, before) = payload.split_first_chunk::<8>()?;
+        let before: [u8; 8] = before.try_into().ok()?;
+        (u64::from_le_bytes(*key) == self.probe_key).then_some(u64::from_le_bytes(before))
+    }
+
+    /// A probe of this carrier came back on `reply`, behind the first `before` batches
+    /// published there: the server can no longer answer those. Probes again if later batches
+    /// are open.
+    pub(crate) fn probe_back(&self, reply: &str, before: u64) {
+        if let Some(destination) = self.destination(reply) {
+            let mut queue = self.publisher.hold();
+            self.probe_if_due(&mut queue, &destination, |notices| {
+                notices.probe_back(before)
+            });
+        }
+    }
+
+    /// Changes `destination`'s notices, then queues a probe to its reply subject behind what
+    /// `queue` holds if one is due.
+    fn probe_if_due(
+        &self,
+        queue: &mut Held<'_>,
+        destination: &Destination,
+        change: impl FnOnce(&mut Notices),
+    ) {
+        let mut notices = destination.notices();
+        change(&mut notices);
+        let now = Instant::now();
+        if let Some(before) = notices.probe_due(now) {
+            let payload = [self.probe_key.to_le_bytes(), before.to_le_bytes()].concat();
+            if queue.publish_payload(&destination.reply, payload.into()) {
+                add(&self.counters.frames_out, 1);
+                notices.probe_queued(before, now);
+            }
+        }
     }
 
     fn exposed(&self) -> MutexGuard<'_, Exposures> {
@@ -220,27 +267,28 @@ impl Shared {
         self.publish_groups(destination, groups, unsendable);
     }
 
-    /// Publishes encoded groups of deliveries to a destination, counting what becomes of them
-    /// (and `unsendable` ones that could not be encoded).
+    /// Publishes encoded groups of deliveries to a destination, each followed by a probe when
+    /// one is due (see [`Notices`]), counting what becomes of them (and `unsendable` ones that
+    /// could not be encoded).
     fn publish_groups(&self, destination: &Destination, groups: Vec<Group>, unsendable: u64) {
         let subject = &destination.subject;
         let counters = &self.counters;
         add(&counters.deliveries_unsendable, unsendable);
         for group in groups {
-            let pushed = self
-                .publisher
-                .publish(subject, Some(&destination.reply), |output| {
-                    output.push_deliveries(
-                        subject,
-                        group.producer_id.as_str(),
-                        group.incarnation,
-                        &group.items,
-                    )
-                });
+            let mut queue = self.publisher.hold();
+            let pushed = queue.publish(subject, Some(&destination.reply), |output| {
+                output.push_deliveries(
+                    subject,
+                    group.producer_id.as_str(),
+                    group.incarnation,
+                    &group.items,
+                )
+            });
+            self.probe_if_due(&mut queue, destination, |notices| {
+                notices.published(pushed.frames)
+            });
+            drop(queue);
             add(&counters.frames_out, pushed.frames);
-            destination
-                .unanswered
-                .fetch_add(pushed.frames, Ordering::Relaxed);
             add(&counters.deliveries_out, pushed.queued);
             add(&counters.deliveries_dropped_full, pushed.full);
             add(&counters.deliveries_unsendable, pushed.too_large);
@@ -422,6 +470,7 @@ impl NatsCarrier {
             cancel: CancellationToken::new(),
             arbiter: actix::Arbiter::current(),
             inbox,
+            probe_key: random_u64(),
             destinations: Mutex::default(),
             exposed: Mutex::default(),
             schemas: Schemas::default(),
@@ -568,11 +617,11 @@ impl NatsCarrier {
     {
         let subject = checked(subject)?;
         let shared = self.shared();
-        let token = crate::protocol::envelope::random_u64();
+        let token = random_u64();
         let destination = Arc::new(Destination {
             subject,
             reply: Subject::from(format!("{}.{token:016x}", shared.inbox)),
-            unanswered: AtomicU64::new(0),
+            notices: Mutex::default(),
         });
         shared
             .destinations()

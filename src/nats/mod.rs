@@ -15,8 +15,13 @@
 //!   flush hands over, split to fit the server's `max_payload` and at most 1024 deliveries),
 //!   with a reply subject under the carrier's own inbox, one per
 //!   [`consumer_ref`](NatsCarrier::consumer_ref) (`_INBOX.<inbox>.<random token>`). The
-//!   server's "no responders" notice for a batch comes back on that subject; a status another
-//!   client publishes to the inbox is counted apart ([`NatsStats::forged_no_responders`]).
+//!   server's "no responders" notice for a batch comes back on that subject, at once; a
+//!   status another client publishes to the inbox is counted apart
+//!   ([`NatsStats::forged_no_responders`]). Whether a batch may still be answered is known
+//!   from a probe: a message of the carrier's own (a random key and the number of batches
+//!   before it) published to the reply subject behind its batches, at most one in flight per
+//!   reference (one second taken as lost): when it comes back through the server, every
+//!   notice for the batches before it has come, so a status for them is another client's.
 //! - **ACKs** go back, batched, to the reply subject their delivery named; the carrier routes
 //!   them to the producer by its id and incarnation. A body is encoded once per message and
 //!   kept for retransmissions until it is ACKed or the producer's window moves past it.
@@ -123,6 +128,7 @@ const _: () = assert!(
 mod acks;
 mod carrier;
 mod inbound;
+mod notices;
 mod options;
 mod publisher;
 mod stats;

@@ -1,7 +1,8 @@
 //! The carrier's way out: batches of deliveries and ACKs encoded into NATS payloads (the TCP
 //! transport's frames, one per NATS message, without length prefix or tag: NATS frames its
-//! messages and authenticates its clients itself) and queued, at most `max_output_bytes`
-//! until the client has written them, for one task that hands them to the client in order.
+//! messages and authenticates its clients itself), and the carrier's probes, queued, at most
+//! `max_output_bytes` until the client has written them, for one task that hands them to the
+//! client in order.
 
 use std::collections::VecDeque;
 use std::sync::{Mutex, MutexGuard, PoisonError};
@@ -56,36 +57,24 @@ impl Publisher {
         }
     }
 
-    /// Encodes what `push` gives the output (frames that fit the room left, split at
-    /// `max_payload`) and queues each frame as one message to `subject`.
+    /// Encodes what `push` gives the output and queues it, as [`Held::publish`].
     pub(crate) fn publish(
         &self,
         subject: &Subject,
         reply: Option<&Subject>,
         push: impl FnOnce(&mut Output) -> Pushed,
     ) -> Pushed {
-        let mut queue = self.lock();
-        let room = self.limit.saturating_sub(queue.bytes);
-        // One byte of each message is the protocol version.
-        let mut output = Output::new(room, self.max_payload - 1, Sealer::new(None));
-        let pushed = push(&mut output);
-        if pushed.frames == 0 {
-            return pushed;
+        self.hold().publish(subject, reply, push)
+    }
+
+    /// The queue, held until the guard is dropped: what is queued through it goes out in that
+    /// order, with nothing of another caller in between.
+    pub(crate) fn hold(&self) -> Held<'_> {
+        Held {
+            publisher: self,
+            queue: self.lock(),
+            queued: false,
         }
-        let mut encoded = Vec::new();
-        output.take(&mut encoded);
-        queue.bytes += encoded.len();
-        queue.high_water = queue.high_water.max(queue.bytes);
-        for payload in payloads(encoded) {
-            queue.messages.push_back(Publish {
-                subject: subject.clone(),
-                reply: reply.cloned(),
-                payload,
-            });
-        }
-        drop(queue);
-        self.wake.notify_one();
-        pushed
     }
 
     /// The most bytes ever queued at once.
@@ -157,6 +146,79 @@ impl Publisher {
     }
 }
 
+/// The publishing queue, held (see [`Publisher::hold`]); the task is woken when it is let go.
+pub(crate) struct Held<'a> {
+    publisher: &'a Publisher,
+    queue: MutexGuard<'a, Queue>,
+    /// Whether anything was queued through it.
+    queued: bool,
+}
+
+impl Held<'_> {
+    /// Encodes what `push` gives the output (frames that fit the room left, split at
+    /// `max_payload`) and queues each frame as one message to `subject`.
+    pub(crate) fn publish(
+        &mut self,
+        subject: &Subject,
+        reply: Option<&Subject>,
+        push: impl FnOnce(&mut Output) -> Pushed,
+    ) -> Pushed {
+        let room = self.room();
+        // One byte of each message is the protocol version.
+        let max_payload = self.publisher.max_payload - 1;
+        let mut output = Output::new(room, max_payload, Sealer::new(None));
+        let pushed = push(&mut output);
+        if pushed.frames == 0 {
+            return pushed;
+        }
+        let mut encoded = Vec::new();
+        output.take(&mut encoded);
+        self.count(encoded.len());
+        for payload in payloads(encoded) {
+            self.queue.messages.push_back(Publish {
+                subject: subject.clone(),
+                reply: reply.cloned(),
+                payload,
+            });
+        }
+        pushed
+    }
+
+    /// Queues `payload` as one message to `subject` (no reply subject) if it fits the room
+    /// left; whether it did.
+    pub(crate) fn publish_payload(&mut self, subject: &Subject, payload: Bytes) -> bool {
+        if payload.len() > self.room() {
+            return false;
+        }
+        self.count(payload.len());
+        self.queue.messages.push_back(Publish {
+            subject: subject.clone(),
+            reply: None,
+            payload,
+        });
+        true
+    }
+
+    fn room(&self) -> usize {
+        self.publisher.limit.saturating_sub(self.queue.bytes)
+    }
+
+    /// `bytes` more are queued.
+    fn count(&mut self, bytes: usize) {
+        self.queue.bytes += bytes;
+        self.queue.high_water = self.queue.high_water.max(self.queue.bytes);
+        self.queued = true;
+    }
+}
+
+impl Drop for Held<'_> {
+    fn drop(&mut self) {
+        if self.queued {
+            self.publisher.wake.notify_one();
+        }
+    }
+}
+
 /// The frames of an output's bytes, each as one message: [`MESSAGE_VERSION`], then the frame.
 /// Zero-copy: the version takes the place of the last byte of the frame's length prefix.
 fn payloads(mut encoded: Vec<u8>) -> Vec<Bytes> {
@@ -217,6 +279,29 @@ mod tests {
             seqs.extend(batch.items.iter().map(|item| item.seq));
         }
         assert_eq!(seqs, (1..=100).collect::<Vec<_>>());
+    }
+
+    #[test]
+    fn a_payload_goes_out_behind_what_was_queued_before_it_and_only_if_it_fits() {
+        let publisher = Publisher::new(256, 4096);
+        let (subject, reply) = (Subject::from("orders"), Subject::from("_INBOX.x.1"));
+        let mut queue = publisher.hold();
+        let item = Item::new(1, 1, Body::new(&[7; 8]));
+        let pushed = queue.publish(&subject, Some(&reply), |out| {
+            out.push_deliveries("orders", "p", Incarnation::from_u128(9), &[item])
+        });
+        assert_eq!(pushed.frames, 1);
+        assert!(queue.publish_payload(&reply, Bytes::from_static(&[1; 16])));
+        assert!(
+            !queue.publish_payload(&reply, Bytes::from(vec![2; 256])),
+            "beyond the limit"
+        );
+        drop(queue);
+        let payloads = drain(&publisher);
+        assert_eq!(payloads.len(), 2);
+        assert_eq!(payloads[0][0], MESSAGE_VERSION);
+        assert_eq!(payloads[1], Bytes::from_static(&[1; 16]));
+        assert!(publisher.high_water() <= 256);
     }
 
     #[test]

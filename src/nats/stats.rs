@@ -9,9 +9,10 @@ use crate::remote::stats::counters;
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[non_exhaustive]
 pub struct NatsStats {
-    /// Messages received on exposed subjects and on the ACK inbox.
+    /// Messages received on exposed subjects and on the ACK inbox (the carrier's probes
+    /// included: see `no_responders`).
     pub frames_in: u64,
-    /// Messages queued for publishing (batches of deliveries or ACKs).
+    /// Messages queued for publishing (batches of deliveries or ACKs, and probes).
     pub frames_out: u64,
     /// Messages refused: too long, not a frame of this protocol, the wrong kind for where
     /// they arrived, or an identifier over 256 bytes. Each is dropped whole; nothing of it
@@ -41,11 +42,17 @@ pub struct NatsStats {
     pub deliveries_dropped_busy: u64,
     /// "No responders" notices the server sent to the ACK inbox: a batch was published to
     /// a subject nobody listened on at that moment (the producer retransmits it). Counted
-    /// only on the reply subject the batch named, at most once per batch.
+    /// only on the reply subject the batch named, at most once per batch, and only while
+    /// the batch may still be answered: the server answers at once, so a batch is closed once
+    /// a probe that the carrier publishes to that reply subject behind it has come back
+    /// through the server (within a round trip to the server, or a second if the probe is
+    /// lost). A status another client publishes while a batch is open cannot be told from
+    /// the server's, at most one per open batch.
     pub no_responders: u64,
     /// "No responders" statuses on the ACK inbox that answer no batch this carrier published
-    /// (not on a destination's reply subject, or more than one per batch published there):
-    /// any client may publish to an inbox, so these are another client's, and ignored.
+    /// (not on a destination's reply subject, or while no batch published there is open:
+    /// each was answered already, or delivered, which its probe showed): any client may
+    /// publish to an inbox, so these are another client's, and ignored.
     pub forged_no_responders: u64,
     /// ACKs queued for publishing.
     pub acks_out: u64,

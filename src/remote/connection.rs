@@ -317,8 +317,9 @@ pub(crate) async fn secure_connect(
     let _ = stream.set_nodelay(true);
     #[cfg(feature = "tls")]
     if let Some(tls) = node.options.tls() {
+        let name = crate::remote::tls::server_name(name).map_err(Failure::Tls)?;
         let stream = tls
-            .connect(crate::remote::tls::server_name(name, &stream), stream)
+            .connect(name, stream)
             .await
             .map_err(|err| Failure::Tls(format!("TLS: {err}")))?;
         return Ok(Halves::tls(stream, None));

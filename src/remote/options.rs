@@ -309,7 +309,9 @@ impl NodeOptionsBuilder {
     /// traffic is encrypted, the listening node is authenticated by its certificate and, with
     /// [mutual](crate::remote::NodeTlsBuilder::mutual) TLS, the connecting one too, by an
     /// identity that [`Node::expose_to`](crate::remote::Node::expose_to) can authorize. TLS
-    /// nodes refuse nodes of the other modes and vice versa (counted in `tls_failures`).
+    /// nodes and nodes without TLS refuse each other (counted in `tls_failures`), and a mutual
+    /// listener refuses a TLS node that presents no certificate (see
+    /// [`NodeTls`](crate::remote::NodeTls) for which way round holds).
     #[cfg(feature = "tls")]
     #[cfg_attr(docsrs, doc(cfg(feature = "tls")))]
     pub fn tls(mut self, tls: NodeTls) -> Self {

@@ -6,12 +6,19 @@
 //! [`Node::expose_to`]: crate::remote::Node::expose_to
 
 use std::io;
+use std::net::Ipv4Addr;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
+use rustls::client::ResolvesClientCert;
 use rustls::pki_types::pem::PemObject;
-use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName};
+use rustls::pki_types::{CertificateDer, DnsName, PrivateKeyDer, ServerName};
 use rustls::server::WebPkiClientVerifier;
-use rustls::{ClientConfig, RootCertStore, ServerConfig};
+use rustls::sign::CertifiedKey;
+use rustls::{
+    ClientConfig, ClientConnection, Connection, RootCertStore, ServerConfig, ServerConnection,
+    SignatureScheme,
+};
 use tokio::net::TcpStream;
 use tokio_rustls::{TlsAcceptor, TlsConnector};
 
@@ -36,6 +43,14 @@ pub enum TlsError {
     /// The verifier of client certificates could not be built (no usable root, say).
     #[error("the client certificate verifier: {0}")]
     Verifier(String),
+    /// The server configuration given to [`NodeTls::from_configs`] did not take a TLS 1.3
+    /// handshake from a client that names no server up to its certificate (it has no TLS 1.3,
+    /// or no certificate for such a client, say), so whether it asks connecting peers for
+    /// certificates could not be found out.
+    #[error(
+        "the server configuration did not take a TLS 1.3 handshake up to its certificate: {0}"
+    )]
+    ServerConfig(rustls::Error),
 }
 
 fn pem_error(what: &'static str) -> impl Fn(rustls::pki_types::pem::Error) -> TlsError {
@@ -52,8 +67,15 @@ fn pem_error(what: &'static str) -> impl Fn(rustls::pki_types::pem::Error) -> Tl
 ///
 /// Only TLS 1.3 is spoken. A connecting node checks the listening node's certificate against
 /// its roots and against the name it connects to: the host of a
-/// [`PeerAddr`](crate::remote::PeerAddr) name (`orders.internal:7100`) or, for an address,
-/// its IP (which the certificate must then name as an IP subject alternative name).
+/// [`PeerAddr`](crate::remote::PeerAddr) name (`orders.internal:7100`; never the IP the name
+/// resolved to) or, for an address, its IP (which the certificate must then name as an IP
+/// subject alternative name).
+///
+/// Between TLS nodes the listener decides whether the connecting node needs a certificate: a
+/// mutual listener refuses a node that presents none (one built without
+/// [`mutual`](NodeTlsBuilder::mutual), even with a certificate of its own), while a listener
+/// without `mutual` asks for none, so a mutual node connects to it and delivers, without an
+/// identity there.
 ///
 /// ```no_run
 /// use actix_delivery::remote::{NodeOptions, NodeTls};
@@ -130,15 +152,32 @@ impl NodeTls {
 
     /// Settings from rustls configurations, for what the builder does not offer (other roots,
     /// revocation lists, custom verifiers): `server` for listening (`None`: this node cannot
-    /// listen), `client` for connecting. Connecting peers have an identity if `server` verifies
-    /// client certificates. Use TLS 1.3 and verification as the builder does: these are used
-    /// as they are.
-    pub fn from_configs(server: Option<Arc<ServerConfig>>, client: Arc<ClientConfig>) -> Self {
-        Self {
+    /// listen), `client` for connecting. Use TLS 1.3 and verification as the builder does:
+    /// these are used as they are.
+    ///
+    /// Connecting peers have identities (for [`Node::expose_to`]) if `server` asks them for
+    /// certificates. rustls does not say whether a configuration does, so this finds out by
+    /// a TLS 1.3 handshake in memory, from a client that names no server (as a node dialing an
+    /// address does), up to the server's certificate.
+    ///
+    /// # Errors
+    /// [`TlsError::ServerConfig`] if `server` does not take that handshake up to its
+    /// certificate (no TLS 1.3, or no certificate for a client that names no server).
+    ///
+    /// [`Node::expose_to`]: crate::remote::Node::expose_to
+    pub fn from_configs(
+        server: Option<Arc<ServerConfig>>,
+        client: Arc<ClientConfig>,
+    ) -> Result<Self, TlsError> {
+        let identities = match &server {
+            Some(server) => asks_for_client_certificates(server.clone())?,
+            None => false,
+        };
+        Ok(Self {
             server,
             client,
-            identities: true,
-        }
+            identities,
+        })
     }
 
     /// Whether the node can listen (it has a certificate to present).
@@ -180,6 +219,67 @@ impl NodeTls {
             .and_then(|chain| chain.first())
             .map(identity);
         Ok((stream, identity))
+    }
+}
+
+/// Whether `server` asks a connecting client for a certificate (rustls keeps a server
+/// configuration's client verifier to itself): a TLS 1.3 handshake in memory with a client
+/// that trusts no certificate, presents none, and notes whether it was asked. A server asks
+/// before it presents its certificate, at which the client stops.
+fn asks_for_client_certificates(server: Arc<ServerConfig>) -> Result<bool, TlsError> {
+    let asked = Arc::new(AskedForCertificate::default());
+    let client = ClientConfig::builder_with_provider(server.crypto_provider().clone())
+        .with_protocol_versions(&[&rustls::version::TLS13])?
+        .with_root_certificates(RootCertStore::empty())
+        .with_client_cert_resolver(asked.clone());
+    // An IP as the name: the client names no server (sends no SNI).
+    let name = ServerName::IpAddress(Ipv4Addr::LOCALHOST.into());
+    let mut client = Connection::Client(ClientConnection::new(Arc::new(client), name)?);
+    let mut server = Connection::Server(ServerConnection::new(server)?);
+    // ClientHello, the server's flight (and, after a retry request, both again).
+    let mut ended = rustls::Error::General("the handshake did not end".to_string());
+    for _ in 0..2 {
+        let round = pass(&mut client, &mut server).and_then(|()| pass(&mut server, &mut client));
+        if let Err(err) = round {
+            ended = err;
+            break;
+        }
+    }
+    match ended {
+        // At the server's certificate: whatever the server asked for came before it.
+        rustls::Error::InvalidCertificate(_) => Ok(asked.0.load(Ordering::Relaxed)),
+        other => Err(TlsError::ServerConfig(other)),
+    }
+}
+
+/// Hands what `from` has to send to `to`, which processes it.
+fn pass(from: &mut Connection, to: &mut Connection) -> Result<(), rustls::Error> {
+    let io = |err: io::Error| rustls::Error::General(err.to_string());
+    let mut wire = Vec::new();
+    while from.wants_write() {
+        from.write_tls(&mut wire).map_err(io)?;
+    }
+    let mut rest = wire.as_slice();
+    while !rest.is_empty() {
+        to.read_tls(&mut rest).map_err(io)?;
+        to.process_new_packets()?;
+    }
+    Ok(())
+}
+
+/// A client's certificate resolver that presents no certificate and notes whether the server
+/// asked for one.
+#[derive(Debug, Default)]
+struct AskedForCertificate(AtomicBool);
+
+impl ResolvesClientCert for AskedForCertificate {
+    fn resolve(&self, _: &[&[u8]], _: &[SignatureScheme]) -> Option<Arc<CertifiedKey>> {
+        self.0.store(true, Ordering::Relaxed);
+        None
+    }
+
+    fn has_certs(&self) -> bool {
+        true
     }
 }
 
@@ -275,14 +375,90 @@ impl NodeTlsBuilder {
 }
 
 /// The name a connecting node checks the listening node's certificate for: the host of a
-/// name, or the IP of an address.
-pub(crate) fn server_name(peer: &PeerAddr, stream: &TcpStream) -> ServerName<'static> {
-    let ip = |addr: std::net::SocketAddr| ServerName::IpAddress(addr.ip().into());
+/// name (never the IP it resolved to), or the IP of an address. A host that rustls does not
+/// take for a DNS name (which [`PeerAddr::name`] refuses already) fails the attempt.
+pub(crate) fn server_name(peer: &PeerAddr) -> Result<ServerName<'static>, String> {
     match &peer.0 {
-        Target::Addr(addr) => ip(*addr),
-        Target::Name { host, .. } => ServerName::try_from(host.to_string())
-            .ok()
-            .or_else(|| stream.peer_addr().ok().map(ip))
-            .unwrap_or_else(|| ServerName::IpAddress(std::net::Ipv4Addr::UNSPECIFIED.into())),
+        Target::Addr(addr) => Ok(ServerName::IpAddress(addr.ip().into())),
+        Target::Name { host, .. } => DnsName::try_from(host.to_string())
+            .map(ServerName::DnsName)
+            .map_err(|_| format!("`{host}` is not a DNS name a certificate can be checked for")),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use rustls::server::{ResolvesServerCertUsingSni, WebPkiClientVerifier};
+
+    use super::*;
+
+    /// A self-signed certificate for node.test, as its own root: (chain, key, roots).
+    fn certificate() -> (
+        Vec<CertificateDer<'static>>,
+        PrivateKeyDer<'static>,
+        Arc<RootCertStore>,
+    ) {
+        let made = rcgen::generate_simple_self_signed(vec!["node.test".to_string()]).unwrap();
+        let cert = made.cert.der().clone();
+        let key = PrivateKeyDer::try_from(made.signing_key.serialize_der()).unwrap();
+        let mut roots = RootCertStore::empty();
+        roots.add(cert.clone()).unwrap();
+        (vec![cert], key, Arc::new(roots))
+    }
+
+    fn server_checking_with(
+        verifier: Arc<dyn rustls::server::danger::ClientCertVerifier>,
+    ) -> Arc<ServerConfig> {
+        let (chain, key, _) = certificate();
+        let provider = Arc::new(rustls::crypto::ring::default_provider());
+        let server = ServerConfig::builder_with_provider(provider)
+            .with_protocol_versions(&[&rustls::version::TLS13])
+            .unwrap()
+            .with_client_cert_verifier(verifier)
+            .with_single_cert(chain, key)
+            .unwrap();
+        Arc::new(server)
+    }
+
+    #[test]
+    fn a_server_configuration_is_asked_whether_it_wants_client_certificates() {
+        let none = server_checking_with(WebPkiClientVerifier::no_client_auth());
+        assert!(!asks_for_client_certificates(none).unwrap());
+        let (_, _, roots) = certificate();
+        let provider = Arc::new(rustls::crypto::ring::default_provider());
+        let required = WebPkiClientVerifier::builder_with_provider(roots.clone(), provider.clone())
+            .build()
+            .unwrap();
+        assert!(asks_for_client_certificates(server_checking_with(required)).unwrap());
+        let optional = WebPkiClientVerifier::builder_with_provider(roots, provider)
+            .allow_unauthenticated()
+            .build()
+            .unwrap();
+        assert!(asks_for_client_certificates(server_checking_with(optional)).unwrap());
+    }
+
+    #[test]
+    fn a_server_configuration_without_a_certificate_for_a_nameless_client_is_refused() {
+        let provider = Arc::new(rustls::crypto::ring::default_provider());
+        let by_name_only = ServerConfig::builder_with_provider(provider)
+            .with_protocol_versions(&[&rustls::version::TLS13])
+            .unwrap()
+            .with_no_client_auth()
+            .with_cert_resolver(Arc::new(ResolvesServerCertUsingSni::new()));
+        let refused = NodeTls::from_configs(Some(Arc::new(by_name_only)), client()).unwrap_err();
+        assert!(matches!(refused, TlsError::ServerConfig(_)), "{refused}");
+        // Without a server side there is nothing to ask: no identities.
+        assert!(!NodeTls::from_configs(None, client()).unwrap().identities());
+    }
+
+    fn client() -> Arc<ClientConfig> {
+        let (_, _, roots) = certificate();
+        let provider = Arc::new(rustls::crypto::ring::default_provider());
+        let client = ClientConfig::builder_with_provider(provider)
+            .with_protocol_versions(&[&rustls::version::TLS13])
+            .unwrap()
+            .with_root_certificates(roots)
+            .with_no_client_auth();
+        Arc::new(client)
     }
 }

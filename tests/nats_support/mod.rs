@@ -70,16 +70,21 @@ pub async fn publish_status_503(url: &str, subject: &str, count: usize) {
     }
 }
 
-/// Subscribes `raw` to `subject` and waits until the server has the subscription (`flush`
-/// only writes to the socket): a probe published after it comes back.
+/// Subscribes `raw` to `subject` and waits until the server has the subscription.
 pub async fn subscribed(raw: &async_nats::Client, subject: &str) -> async_nats::Subscriber {
-    use futures_util::StreamExt;
     let subscriber = raw.subscribe(subject.to_string()).await.unwrap();
+    round_trip(raw).await;
+    subscriber
+}
+
+/// Waits until the server has processed everything `raw` sent before (`flush` only writes to
+/// the socket): a probe published after it comes back.
+pub async fn round_trip(raw: &async_nats::Client) {
+    use futures_util::StreamExt;
     let probe = raw.new_inbox();
     let mut echo = raw.subscribe(probe.clone()).await.unwrap();
     raw.publish(probe, bytes::Bytes::new()).await.unwrap();
     tokio::time::timeout(Duration::from_secs(5), echo.next())
         .await
         .expect("the server echoes the probe");
-    subscriber
 }

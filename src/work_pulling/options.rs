@@ -29,7 +29,7 @@ impl<T: Send + 'static> WorkPullingOptions<T> {
             registry: registry.clone(),
             producer: Self::default_producer(),
             worker: Self::default_worker(),
-            give_up_after: Limit::Unbounded,
+            give_up_after: None,
             dead_letters: None,
         }
     }
@@ -82,7 +82,7 @@ pub struct WorkPullingOptionsBuilder<T: Send + 'static> {
     registry: WorkerRegistry<T>,
     producer: ProducerConfig,
     worker: ProducerConfig,
-    give_up_after: Limit<u32>,
+    give_up_after: Option<u32>,
     dead_letters: Option<Recipient<GivenUpJob<T>>>,
 }
 
@@ -119,7 +119,7 @@ impl<T: Send + 'static> WorkPullingOptionsBuilder<T> {
     /// work (it fails everything) costs each job sent to it one failure: deregister such
     /// workers, and leave room in `failures` for them. Positive.
     pub fn give_up_after(mut self, failures: u32) -> Self {
-        self.give_up_after = Limit::At(failures);
+        self.give_up_after = Some(failures);
         self
     }
 
@@ -143,8 +143,8 @@ impl<T: Send + 'static> WorkPullingOptionsBuilder<T> {
         if self.producer.max_attempts != Limit::Unbounded {
             return Err(OptionsError::new(
                 "max_attempts",
-                "a work-pulling producer's jobs are given up by its pool: set give_up_after \
-                 (or bound the worker streams' max_attempts) instead",
+                "a work-pulling producer's pool decides when a job is given up: set \
+                 give_up_after instead",
             ));
         }
         if let Some(id) = self.producer.producer_id.as_deref() {
@@ -157,13 +157,13 @@ impl<T: Send + 'static> WorkPullingOptionsBuilder<T> {
                  unset in the worker settings",
             ));
         }
-        let give_up_after =
-            match self.give_up_after {
-                Limit::Unbounded => None,
-                Limit::At(failures) => Some(NonZeroU32::new(failures).ok_or_else(|| {
-                    OptionsError::new("give_up_after", "must be positive (got 0)")
-                })?),
-            };
+        let give_up_after = self
+            .give_up_after
+            .map(|failures| {
+                NonZeroU32::new(failures)
+                    .ok_or_else(|| OptionsError::new("give_up_after", "must be positive (got 0)"))
+            })
+            .transpose()?;
         Ok(WorkPullingOptions {
             registry: self.registry,
             producer: self.producer,

@@ -615,9 +615,8 @@ impl<T: Send + 'static> Message for Tell<T> {
 }
 
 /// Stops a `ProducerController` for good: every in-flight and queued message is settled with
-/// [`DeliveryError::ProducerStopped`](crate::DeliveryError::ProducerStopped). A durable one
-/// first finishes its journal writes in flight (see
-/// [`ProducerHandle::stop`](crate::ProducerHandle::stop)).
+/// [`DeliveryError::ProducerStopped`]. A durable one first finishes its journal writes in
+/// flight (see [`ProducerHandle::stop`](crate::ProducerHandle::stop)).
 #[derive(Clone, Copy, Debug, Message)]
 #[rtype(result = "()")]
 pub struct StopProducer;

@@ -1,7 +1,9 @@
 //! Work pulling with actors, under virtual time: jobs follow demand, a slow worker gets fewer,
-//! a worker that stops or gives up has its jobs re-routed, the registry churns, persistent
-//! workers recognise a re-routed job by its stable id, and a durable producer resends its
-//! unconfirmed jobs under their ids after a restart.
+//! a worker that stops has its jobs re-routed, a job that fails at a worker moves on while
+//! the worker rests, a job that fails everywhere is given up (and, with a durable producer,
+//! stays given up across restarts), the registry churns, persistent workers recognise a
+//! re-routed job by its stable id, and a durable producer resends its unconfirmed jobs under
+//! their ids after a restart.
 
 mod common;
 

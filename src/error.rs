@@ -26,6 +26,20 @@ pub enum DeliveryError {
         /// How many times the message was transmitted.
         attempts: u32,
     },
+    /// Its consumers gave the message up after `attempts` failed attempts at handling it (a
+    /// work-pulling pool's [`give_up_after`](crate::work_pulling::WorkPullingOptionsBuilder::give_up_after)):
+    /// it is not sent again, by this producer or, for a durable one, after a restart. No
+    /// handler confirmed it: each attempt ended with the handler failing, or without a
+    /// confirmation within the worker stream's `max_attempts` (a handler that outran them, or
+    /// whose ACK was lost, may still have done the work: workers that record the job's id say
+    /// so). `last_error` describes the last attempt's failure.
+    #[error("handling failed {attempts} times, the message was given up: {last_error}")]
+    HandlingFailed {
+        /// How many attempts failed.
+        attempts: u32,
+        /// The last attempt's failure.
+        last_error: String,
+    },
     /// The producer's pending queue was full (`max_pending`); the message was never sent.
     #[error("the producer's pending queue is full; the message was not sent")]
     QueueFull,

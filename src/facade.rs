@@ -95,8 +95,9 @@ impl ReliableDelivery {
 
     /// Starts a **work-pulling** producer on the current arbiter: it sends each job to one of
     /// the workers registered in the options' [`WorkerRegistry`](crate::work_pulling::WorkerRegistry)
-    /// that has demand, re-routes the jobs of a worker that leaves, and confirms a job once a
-    /// worker confirmed it. See [`crate::work_pulling`].
+    /// that has demand, re-routes the jobs of a worker that leaves or fails them, and confirms
+    /// a job once a worker confirmed it (or, with `give_up_after`, settles it given up). See
+    /// [`crate::work_pulling`].
     pub fn work_pulling_producer<T: Clone + Send + 'static>(
         options: WorkPullingOptions<T>,
     ) -> WorkPullingHandle<T> {

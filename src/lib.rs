@@ -55,7 +55,8 @@
 //! - **At least once.** Every message told to a running producer is handled by a successful
 //!   handler run at least once, or its confirmation reports why not
 //!   ([`DeliveryError::ProducerStopped`], [`DeliveryError::GaveUp`] after `max_attempts`,
-//!   [`DeliveryError::QueueFull`]). Lost deliveries and lost ACKs are recovered by
+//!   [`DeliveryError::QueueFull`], [`DeliveryError::HandlingFailed`] when a work-pulling pool
+//!   gave a job up). Lost deliveries and lost ACKs are recovered by
 //!   retransmission every `resend_timeout`.
 //! - **Duplicates suppressed while the consumer lives.** The consumer remembers, per producer id
 //!   and incarnation, which seqs were handled; a retransmission or duplicated delivery of a

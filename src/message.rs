@@ -7,7 +7,7 @@ use bytes::Bytes;
 
 use crate::codec::CodecError;
 use crate::confirmation::Confirmation;
-use crate::error::TellError;
+use crate::error::{DeliveryError, TellError};
 use crate::protocol::chunk::{Assembled, ChunkHeader};
 use crate::protocol::consumer::{ConsumerStats, Inbound};
 use crate::protocol::envelope::{Ack, DeadLetterReason, Header, Incarnation, ProducerId};
@@ -615,12 +615,23 @@ impl<T: Send + 'static> Message for Tell<T> {
 }
 
 /// Stops a `ProducerController` for good: every in-flight and queued message is settled with
-/// [`DeliveryError::ProducerStopped`](crate::DeliveryError::ProducerStopped). A durable one
-/// first finishes its journal writes in flight (see
-/// [`ProducerHandle::stop`](crate::ProducerHandle::stop)).
+/// [`DeliveryError::ProducerStopped`]. A durable one first finishes its journal writes in
+/// flight (see [`ProducerHandle::stop`](crate::ProducerHandle::stop)).
 #[derive(Clone, Copy, Debug, Message)]
 #[rtype(result = "()")]
 pub struct StopProducer;
+
+/// An in-process consumer gave up the message `ack` names (a work-pulling pool's
+/// `give_up_after`): its producer settles it with `error` and never sends it again. Checked as
+/// an ACK is; crate-internal, so only the pool that holds the producer's jobs can send it.
+#[derive(Clone, Debug, Message)]
+#[rtype(result = "()")]
+pub(crate) struct GiveUp {
+    /// Names the message, as its ACK would.
+    pub(crate) ack: Ack,
+    /// What its confirmation reports.
+    pub(crate) error: DeliveryError,
+}
 
 /// Asks a `ProducerController` for its [`ProducerStats`].
 #[derive(Clone, Copy, Debug, Message)]

@@ -17,7 +17,7 @@ use crate::confirmation::Confirmation;
 use crate::durable::{Durable, DurableOptions, Stored, MAX_BODY_BYTES};
 use crate::error::{DeliveryError, OptionsError, TellError};
 use crate::inbox::{Inbox, Refusal};
-use crate::message::{Acks, ConsumerRef, GetProducerStats, ReplyTo, StopProducer, Tell};
+use crate::message::{Acks, ConsumerRef, GetProducerStats, GiveUp, ReplyTo, StopProducer, Tell};
 use crate::options::{ProducerOptions, TraceHook};
 use crate::producer_core::Core;
 use crate::protocol::envelope::{Ack, Incarnation, ProducerId};
@@ -399,6 +399,16 @@ impl<T: Clone + Send + 'static> Handler<Acks> for ProducerController<T> {
     }
 }
 
+impl<T: Clone + Send + 'static> Handler<GiveUp> for ProducerController<T> {
+    type Result = ();
+
+    fn handle(&mut self, GiveUp { ack, error }: GiveUp, _: &mut Context<Self>) {
+        if self.core.handle_given_up(&ack, error) {
+            self.dirty = true;
+        }
+    }
+}
+
 impl<T: Clone + Send + 'static> Handler<StopProducer> for ProducerController<T> {
     type Result = ();
 
@@ -658,8 +668,8 @@ impl<T: Clone + Send + 'static> ProducerHandle<T> {
     /// [`send_timeout`](Self::send_timeout) (see [`tell`](Self::tell) for the forms).
     ///
     /// # Errors
-    /// The [`DeliveryError`] that settled the message: the producer stopped, or gave the
-    /// message up after `max_attempts` transmissions.
+    /// The [`DeliveryError`] that settled the message: the producer stopped, gave the
+    /// message up after `max_attempts` transmissions, or its work-pulling pool gave it up.
     pub fn send(&self, body: T) -> impl Future<Output = Result<(), DeliveryError>> + 'static {
         self.send_within(body, None)
     }

@@ -107,6 +107,15 @@ impl<T: Clone> Core<T> {
         }
     }
 
+    /// See [`ProducerCore::handle_given_up`]. Only a work-pulling pool gives messages up, and
+    /// its producer does not chunk: a chunked core ignores it.
+    pub(crate) fn handle_given_up(&mut self, ack: &Ack, error: DeliveryError) -> bool {
+        match self {
+            Self::Whole(core) => core.handle_given_up(ack, error),
+            Self::Chunked(..) => false,
+        }
+    }
+
     pub(crate) fn stop(&mut self) {
         match self {
             Self::Whole(core) => core.stop(),

@@ -1,7 +1,9 @@
 //! Work pulling with actors, under virtual time: jobs follow demand, a slow worker gets fewer,
-//! a worker that stops or gives up has its jobs re-routed, the registry churns, persistent
-//! workers recognise a re-routed job by its stable id, and a durable producer resends its
-//! unconfirmed jobs under their ids after a restart.
+//! a worker that stops has its jobs re-routed, a job that fails at a worker moves on while
+//! the worker rests, a job that fails everywhere is given up (and, with a durable producer,
+//! stays given up across restarts), the registry churns, persistent workers recognise a
+//! re-routed job by its stable id, and a durable producer resends its unconfirmed jobs under
+//! their ids after a restart.
 
 mod common;
 
@@ -13,7 +15,7 @@ use actix_delivery::durable::DurableOptions;
 use actix_delivery::journal::{MemoryJournal, PersistenceId};
 use actix_delivery::persistence::{recover_state, PersistentConfig, PersistentHandle};
 use actix_delivery::work_pulling::{
-    Job, RegisterError, WorkPullingHandle, WorkPullingOptions, WorkerRegistry,
+    GivenUpJob, Job, RegisterError, WorkPullingHandle, WorkPullingOptions, WorkerRegistry,
 };
 use actix_delivery::{
     ConsumerHandle, ConsumerOptions, ConsumerRef, Delivery, DeliveryError, DeliveryHandler, Limit,
@@ -40,6 +42,11 @@ fn worker(
         }
     });
     ReliableDelivery::consumer(ConsumerOptions::builder(handler).build().unwrap())
+}
+
+/// The default options of a pool of `registry`'s workers.
+fn options_for(registry: &WorkerRegistry<u64>) -> WorkPullingOptions<u64> {
+    WorkPullingOptions::builder(registry).build().unwrap()
 }
 
 fn options(registry: &WorkerRegistry<u64>, worker_window: usize) -> WorkPullingOptions<u64> {
@@ -227,10 +234,10 @@ async fn a_worker_stopped_mid_job_has_its_jobs_rerouted_in_order_to_the_others()
 }
 
 #[actix::test]
-async fn a_worker_whose_stream_gives_a_job_up_has_its_jobs_rerouted_and_a_fresh_stream() {
+async fn a_worker_whose_stream_gives_jobs_up_rests_keeps_its_place_and_its_jobs_move_on() {
     tokio::time::pause();
     let (registry, handled, confirmed) = (WorkerRegistry::new(), Log::default(), Log::default());
-    // Deliveries to "gone" are lost: its stream gives up after 3 transmissions.
+    // Deliveries to "gone" are lost: its stream gives each job up after 3 transmissions.
     registry
         .register(
             "gone",
@@ -257,25 +264,204 @@ async fn a_worker_whose_stream_gives_a_job_up_has_its_jobs_rerouted_and_a_fresh_
     jobs.idle().await;
     assert_confirmed_once(&confirmed, 0..8);
     let stats = jobs.pool_stats().await.unwrap();
-    assert!(stats.rerouted >= 4 && stats.left == 0, "{stats:?}");
     assert_eq!(
-        stats.workers, 2,
-        "the registry decides who is gone: `gone` stays, with a fresh stream"
+        (
+            stats.workers,
+            stats.left,
+            stats.rerouted,
+            stats.failed,
+            stats.rests
+        ),
+        (2, 0, 4, 4, 1),
+        "the registry decides who is gone: `gone` stays"
     );
-    let gone = stats
-        .per_worker
-        .iter()
-        .find(|w| &*w.name == "gone")
+    let gone = &stats.per_worker[0];
+    assert_eq!(&*gone.name, "gone", "still first: it joined first");
+    assert_eq!(
+        (
+            gone.confirmed,
+            gone.failed,
+            gone.failing,
+            gone.rests,
+            gone.resting
+        ),
+        (0, 4, 4, 1, true),
+        "its four jobs failed at once: one rest (of 8 s)"
+    );
+    assert_eq!(count(&handled, "there"), 8);
+}
+
+/// A worker whose handler fails every run, counting its runs.
+fn failing_worker(runs: &Arc<AtomicU64>) -> ConsumerHandle<Job<u64>> {
+    let runs = runs.clone();
+    let handler = DeliveryHandler::from_fn(move |_: Job<u64>| {
+        runs.fetch_add(1, Ordering::SeqCst);
+        async { Err::<(), String>("the database is down".into()) }
+    });
+    ReliableDelivery::consumer(ConsumerOptions::builder(handler).build().unwrap())
+}
+
+/// With the default settings, a job that fails at one worker moves on: its stream gives it up
+/// after 6 transmissions (31.5 s with the default backoff), and the job goes to a worker
+/// that does not fail.
+#[actix::test]
+async fn by_default_a_failing_workers_jobs_move_to_a_healthy_worker() {
+    tokio::time::pause();
+    let (registry, handled, confirmed) = (WorkerRegistry::new(), Log::default(), Log::default());
+    let runs = Arc::new(AtomicU64::new(0));
+    registry
+        .register_consumer("broken", &failing_worker(&runs))
         .unwrap();
-    assert_eq!(gone.confirmed, 0);
+    registry
+        .register_consumer(
+            "healthy",
+            &worker("healthy", Duration::from_millis(5), &handled),
+        )
+        .unwrap();
+    let jobs = ReliableDelivery::work_pulling_producer(options_for(&registry));
+    tell_all(&jobs, 0..40, &confirmed);
+    let idle = tokio::time::timeout(Duration::from_secs(600), jobs.idle()).await;
     assert!(
-        gone.rerouted >= 4,
-        "counted at the worker, across its renewed streams: {gone:?}"
+        idle.is_ok(),
+        "after 10 minutes {} of 40 jobs are confirmed",
+        confirmed.len()
     );
+    assert_confirmed_once(&confirmed, 0..40);
+    assert_eq!(count(&handled, "healthy"), 40);
+    // `broken` took its 16 (its window), ran each 6 times, and rested after they failed:
+    // meanwhile `healthy` got every job.
+    let stats = jobs.pool_stats().await.unwrap();
+    let broken = &stats.per_worker[0];
     assert_eq!(
-        &*stats.per_worker[0].name, "gone",
-        "still first: it joined first"
+        (
+            broken.confirmed,
+            broken.failed,
+            broken.failing,
+            broken.rests
+        ),
+        (0, 16, 16, 1)
     );
+    assert_eq!(runs.load(Ordering::SeqCst), 16 * 6);
+    assert_eq!((stats.failed, stats.rerouted, stats.given_up), (16, 16, 0));
+}
+
+/// Records the jobs a pool gave up.
+struct Graveyard(Log<GivenUpJob<u64>>);
+
+impl actix::Actor for Graveyard {
+    type Context = actix::Context<Self>;
+}
+
+impl actix::Handler<GivenUpJob<u64>> for Graveyard {
+    type Result = ();
+
+    fn handle(&mut self, job: GivenUpJob<u64>, _: &mut actix::Context<Self>) {
+        self.0.push(job);
+    }
+}
+
+/// A dead-letter sink for given-up jobs, and what it received.
+fn graveyard() -> (actix::Recipient<GivenUpJob<u64>>, Log<GivenUpJob<u64>>) {
+    use actix::Actor;
+    let log = Log::default();
+    (Graveyard(log.clone()).start().recipient(), log)
+}
+
+/// A worker whose handler fails job 13 (counting those runs) and records the others.
+fn worker_failing_13(
+    name: &'static str,
+    runs: &Arc<AtomicU64>,
+    log: &Log<(&'static str, u64)>,
+) -> ConsumerHandle<Job<u64>> {
+    let (runs, log) = (runs.clone(), log.clone());
+    let handler = DeliveryHandler::from_fn(move |job: Job<u64>| {
+        let result = if job.body == 13 {
+            runs.fetch_add(1, Ordering::SeqCst);
+            Err(format!("job {} cannot be parsed", job.body))
+        } else {
+            log.push((name, job.body));
+            Ok(())
+        };
+        async move { result }
+    });
+    ReliableDelivery::consumer(ConsumerOptions::builder(handler).build().unwrap())
+}
+
+/// Worker streams that give a job up after 2 transmissions, 100 ms apart.
+fn impatient_workers() -> ProducerConfig {
+    ProducerConfig {
+        window_size: 2,
+        resend_timeout: Duration::from_millis(100),
+        max_attempts: Limit::At(2),
+        ..ProducerConfig::default()
+    }
+}
+
+/// A job that fails at every worker is given up after `give_up_after` failures: its sender
+/// hears `HandlingFailed`, the dead-letter sink gets it with its id, and no worker sees it
+/// again; the producer is idle again.
+#[actix::test]
+async fn a_job_that_fails_everywhere_is_given_up_dead_lettered_and_never_sent_again() {
+    tokio::time::pause();
+    let (registry, handled, confirmed) = (WorkerRegistry::new(), Log::default(), Log::default());
+    let runs = Arc::new(AtomicU64::new(0));
+    for name in ["a", "b"] {
+        registry
+            .register_consumer(name, &worker_failing_13(name, &runs, &handled))
+            .unwrap();
+    }
+    let (sink, dead) = graveyard();
+    let options = WorkPullingOptions::builder(&registry)
+        .worker(impatient_workers())
+        .give_up_after(3)
+        .dead_letters(sink)
+        .build()
+        .unwrap();
+    let jobs = ReliableDelivery::work_pulling_producer(options);
+    let poison = jobs.send(13);
+    tell_all(&jobs, 0..10, &confirmed);
+    let outcome = tokio::time::timeout(Duration::from_secs(600), poison)
+        .await
+        .expect("job 13 is settled");
+    let Err(DeliveryError::HandlingFailed {
+        attempts,
+        last_error,
+    }) = outcome
+    else {
+        panic!("job 13: {outcome:?}");
+    };
+    assert_eq!(attempts, 3);
+    assert!(
+        last_error.contains("did not confirm it in 2 transmissions"),
+        "{last_error}"
+    );
+    assert!(last_error.starts_with("worker `"), "{last_error}");
+    jobs.idle().await;
+    settle_for(600_000).await;
+    assert_eq!(runs.load(Ordering::SeqCst), 3 * 2, "never sent again");
+    assert_confirmed_once(&confirmed, 0..10);
+    let dead = dead.snapshot();
+    assert_eq!(dead.len(), 1);
+    assert_eq!((dead[0].job.body, dead[0].attempts), (13, 3));
+    assert_eq!(dead[0].last_error, last_error);
+    assert_eq!(
+        (&dead[0].job.info.producer_id, dead[0].job.info.seq),
+        (jobs.producer_id(), 1),
+        "its stable id"
+    );
+    let stats = jobs.pool_stats().await.unwrap();
+    assert_eq!(
+        (
+            stats.given_up,
+            stats.failed,
+            stats.rerouted,
+            stats.confirmed,
+            stats.jobs
+        ),
+        (1, 3, 2, 10, 0)
+    );
+    let producer = jobs.stats().await.unwrap();
+    assert_eq!((producer.given_up, producer.confirmed), (1, 10));
 }
 
 #[actix::test]
@@ -323,6 +509,12 @@ fn invalid_options_and_names_are_refused_with_the_reason() {
         .build()
         .unwrap_err();
     assert_eq!(error.field, "max_attempts");
+    assert!(error.reason.contains("give_up_after"), "{error}");
+    let error = WorkPullingOptions::builder(&registry)
+        .give_up_after(0)
+        .build()
+        .unwrap_err();
+    assert_eq!(error.field, "give_up_after");
     let named_worker = ProducerConfig {
         producer_id: Some("mine".into()),
         ..ProducerConfig::default()
@@ -467,6 +659,115 @@ async fn a_restarted_durable_producer_resends_its_unconfirmed_jobs_under_their_i
         "the stored jobs, under their seqs"
     );
     assert_eq!(second.pool_stats().await.unwrap().confirmed, 5);
+}
+
+/// A durable work-pulling producer records a given-up job as settled: its caller hears
+/// `HandlingFailed` once the record is in the journal, and the next start of the stream does
+/// not send it again.
+#[actix::test]
+async fn a_durable_producer_records_a_given_up_job_and_a_restart_does_not_send_it_again() {
+    tokio::time::pause();
+    let journal = MemoryJournal::new();
+    let durable = || {
+        let stream = PersistenceId::new("jobs").unwrap();
+        DurableOptions::new(Arc::new(journal.clone()), stream, "jobs")
+    };
+    // First life: every worker fails job 13.
+    let (registry, handled, runs) = (WorkerRegistry::new(), Log::default(), Arc::default());
+    for name in ["a", "b"] {
+        registry
+            .register_consumer(name, &worker_failing_13(name, &runs, &handled))
+            .unwrap();
+    }
+    let options = WorkPullingOptions::builder(&registry)
+        .worker(impatient_workers())
+        .give_up_after(2)
+        .build()
+        .unwrap();
+    let first = ReliableDelivery::durable_work_pulling_producer(options, durable()).unwrap();
+    let stored = first.store(13).await.unwrap();
+    let outcome = tokio::time::timeout(Duration::from_secs(600), stored.confirmed())
+        .await
+        .expect("job 13 is settled");
+    assert!(
+        matches!(
+            outcome,
+            Err(DeliveryError::HandlingFailed { attempts: 2, .. })
+        ),
+        "{outcome:?}"
+    );
+    let stats = first.stats().await.unwrap();
+    assert_eq!(
+        (stats.given_up, stats.unconfirmed),
+        (1, 0),
+        "recorded settled"
+    );
+    first.stop();
+    first.stopped().await;
+
+    // Second life: a worker that handles everything it gets.
+    let (registry, seen) = (WorkerRegistry::new(), Log::default());
+    registry
+        .register_consumer("w", &worker("w", Duration::ZERO, &seen))
+        .unwrap();
+    let second =
+        ReliableDelivery::durable_work_pulling_producer(options_for(&registry), durable()).unwrap();
+    second.send(14).await.unwrap();
+    second.idle().await;
+    assert_eq!(seen.snapshot(), [("w", 14)], "job 13 is not sent again");
+    assert_eq!(second.stats().await.unwrap().resumed, 0);
+    assert_eq!(runs.load(Ordering::SeqCst), 2 * 2);
+}
+
+/// A durable producer whose record of a give-up failed restarts and sends the job again (it
+/// cannot know that the record did not commit): the pool answers the copy given up again, so
+/// the caller hears `HandlingFailed`, never `Ok`, and no worker runs the job again.
+#[actix::test]
+async fn a_given_up_job_sent_again_after_a_failed_record_is_given_up_again_not_confirmed() {
+    use common::journals::{Fault, Faulty};
+    tokio::time::pause();
+    let journal = Faulty::new(MemoryJournal::new());
+    let stream = PersistenceId::new("jobs").unwrap();
+    let (registry, handled, runs) = (WorkerRegistry::new(), Log::default(), Arc::default());
+    for name in ["a", "b"] {
+        registry
+            .register_consumer(name, &worker_failing_13(name, &runs, &handled))
+            .unwrap();
+    }
+    let options = WorkPullingOptions::builder(&registry)
+        .worker(impatient_workers())
+        .give_up_after(2)
+        .build()
+        .unwrap();
+    let durable = DurableOptions::new(Arc::new(journal.clone()), stream, "jobs");
+    let jobs = ReliableDelivery::durable_work_pulling_producer(options, durable).unwrap();
+    let stored = jobs.store(13).await.unwrap();
+    // The next append is the record of the give-up: it fails, nothing is written.
+    journal.arm(Fault::BeforeCommit);
+    let outcome = tokio::time::timeout(Duration::from_secs(600), stored.confirmed())
+        .await
+        .expect("job 13 is settled");
+    assert_eq!(journal.injected(Fault::BeforeCommit), 1);
+    assert!(
+        matches!(
+            outcome,
+            Err(DeliveryError::HandlingFailed { attempts: 2, .. })
+        ),
+        "{outcome:?}"
+    );
+    jobs.idle().await;
+    let stats = jobs.stats().await.unwrap();
+    assert_eq!(
+        (
+            stats.resumed,
+            stats.given_up,
+            stats.confirmed,
+            stats.unconfirmed
+        ),
+        (0, 1, 0, 0),
+        "sent again to its own confirmation, given up again and recorded: {stats:?}"
+    );
+    assert_eq!(runs.load(Ordering::SeqCst), 2 * 2, "no worker ran it again");
 }
 
 #[actix::test]

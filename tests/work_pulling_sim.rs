@@ -9,17 +9,18 @@
 //! pool directly (the shell's upstream producer is in process and lossless), job `n` under
 //! key `n`; `poll_assign` hands a job to a worker's stream (`handle_send` with the token
 //! (worker, job)); a settled token goes back to the pool through a mailbox
-//! (`pool.settled(worker, key, ok)`), and an error settlement of a worker still in the pool
-//! makes it leave (`remove_worker`, then its stream stops; `stop()` settles the rest as
-//! `ProducerStopped`, fed back too). Each registration is a new `WorkerKey` and a stream with a
+//! (`pool.settled(worker, key, ok, now)`): a job its stream gave up failed there (the pool
+//! re-routes it or gives it up, and rests the worker; `next_deadline` / `handle_timeout` end
+//! the rests); a worker that leaves is removed (`remove_worker`, then its stream stops;
+//! `stop()` settles the rest as `ProducerStopped`, fed back too). Each registration is a new `WorkerKey` and a stream with a
 //! fresh seeded incarnation, id `pool/<name>`, window = the worker's capacity. Links in both
 //! directions lose, duplicate and delay (so reorder) messages. Handlers take virtual time,
 //! fail before or after their effect (no ACK: retransmission), and stall for seconds to a
 //! minute (some beyond `handler_timeout`). Churn: workers join, leave gracefully
 //! (deregistration), crash (consumer state and runs lost, messages in flight to and from them
 //! dropped; the registry deregisters them only after a detection delay) and restart under
-//! the same name (a new worker of the pool); streams with a bounded `max_attempts` give up,
-//! their worker leaves and registers again later. Handlers apply their effect to a shared
+//! the same name (a new worker of the pool); streams with a bounded `max_attempts` give jobs
+//! up, and in half of those runs the pool gives a job up after 2–5 failures. Handlers apply their effect to a shared
 //! store that records the job's stable id atomically with the effect; a run for a recorded
 //! id is a no-op success (as `PersistentHandle::job_handler`). Raw runs are counted too.
 //! After `heal_at`, churn ends, links lose nothing, handlers succeed in normal time, and every
@@ -31,14 +32,17 @@
 //! # Invariants
 //!
 //! As the run goes: every answer of the pool equals a reference model's (`model.rs`): the
-//! first waiting job goes to a worker with demand holding the fewest jobs, re-routed jobs
-//! (of a leaving worker, or failed) are assigned before any job never assigned, settlements
-//! confirm, re-route or are ignored as the rules say; `ProducerStopped` settlements of a
-//! stopped stream change nothing; a worker's stream never holds more than its capacity, and
-//! the pool's count of it equals what the stream holds once settlements are delivered; a job
-//! is confirmed to the caller at most once, only if pushed, and only with its effect
-//! recorded; no effect is applied twice. After the run: every job confirmed exactly once,
-//! handled at least once, its effect applied exactly once, and the last confirmation within
+//! first waiting job goes to a worker with demand holding the fewest jobs (a resting worker
+//! has none, a failing one room for one job), re-routed jobs (of a leaving worker, or
+//! failed) are assigned before any job never assigned, settlements confirm, re-route, give
+//! up (exactly at the `give_up_after`-th failure) or are ignored as the rules say, and rests
+//! begin and end as they say; `ProducerStopped` settlements of a stopped stream change
+//! nothing; a worker's stream never holds more than its capacity, and the pool's count of it
+//! equals what the stream holds once settlements are delivered; a job is settled to the
+//! caller (confirmed or given up) at most once, only if pushed, and confirmed only with its
+//! effect recorded; no effect is applied twice. After the run: every job settled exactly
+//! once, a confirmed one handled at least once, its effect applied exactly once, and the
+//! last settlement within
 //! [`liveness_bound`](work_pulling_sim::scenario::Scenario::liveness_bound) of the heal
 //! (liveness). Per class, the faults of the class were injected (counters > 0), so nothing
 //! passes vacuously. Two planted faults (a store that does not deduplicate, a wiring that
@@ -101,7 +105,7 @@ fn jobs_are_confirmed_once_with_one_effect_under_churn_loss_and_crashes() {
 }
 
 #[test]
-fn jobs_are_confirmed_once_with_one_effect_under_stalls_give_ups_and_everything() {
+fn each_job_is_settled_once_with_at_most_one_effect_under_stalls_give_ups_and_everything() {
     run_classes(&[Class::Stalls, Class::GiveUps, Class::All]);
 }
 

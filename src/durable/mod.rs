@@ -165,7 +165,8 @@ impl Stored {
 pub struct DurableConfirmation {
     /// The message.
     pub id: MessageId,
-    /// Its outcome: `Ok` when confirmed, or [`DeliveryError::GaveUp`].
+    /// Its outcome: `Ok` when confirmed, or why it was given up ([`DeliveryError::GaveUp`],
+    /// or [`DeliveryError::HandlingFailed`] from a work-pulling pool).
     pub result: Result<(), DeliveryError>,
 }
 

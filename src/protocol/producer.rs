@@ -37,7 +37,8 @@ pub struct ProducerStats {
     /// ACKs ignored: wrong producer id, wrong incarnation, or a seq not in flight (including
     /// duplicate ACKs).
     pub ignored_acks: u64,
-    /// Messages given up after `max_attempts` transmissions.
+    /// Messages given up: after `max_attempts` transmissions, or by an in-process consumer
+    /// (a work-pulling pool's `give_up_after`).
     pub given_up: u64,
     /// Sends refused because the pending queue was full.
     pub refused: u64,
@@ -293,23 +294,45 @@ impl<T: Clone, C> ProducerCore<T, C> {
     /// acknowledges a seq in flight: confirms that message and frees its window slot. Anything
     /// else is ignored (and counted). Returns whether the ACK was acted on.
     pub fn handle_ack(&mut self, ack: &Ack) -> bool {
+        let Some(message) = self.take_acknowledged(ack) else {
+            return false;
+        };
+        self.stats.confirmed += 1;
+        self.settled.push_back((message.confirm, Ok(())));
+        true
+    }
+
+    /// Acts on the word of an in-process consumer that gave the message `ack` names up (a
+    /// work-pulling pool's `give_up_after`): the message is settled with `error`, counted in
+    /// `given_up`, and never sent again. Validated as an ACK is (see
+    /// [`handle_ack`](Self::handle_ack)); returns whether it was acted on.
+    pub fn handle_given_up(&mut self, ack: &Ack, error: DeliveryError) -> bool {
+        let Some(message) = self.take_acknowledged(ack) else {
+            return false;
+        };
+        self.stats.given_up += 1;
+        self.settled.push_back((message.confirm, Err(error)));
+        true
+    }
+
+    /// Takes the in-flight message `ack` names, if it names this producer, mirrors its current
+    /// incarnation and a seq in flight; counts it ignored otherwise.
+    #[inline]
+    fn take_acknowledged(&mut self, ack: &Ack) -> Option<InFlight<T, C>> {
         let index = (ack.producer_id == self.id && ack.incarnation == self.incarnation)
             .then(|| self.position(ack.seq))
             .flatten();
         let Some(index) = index else {
             self.stats.ignored_acks += 1;
             log::debug!("ignored an ACK that does not match a message in flight");
-            return false;
+            return None;
         };
         let message = if index == 0 {
             self.in_flight.pop_front()
         } else {
             self.in_flight.remove(index)
-        }
-        .expect("position() returned an index in bounds");
-        self.stats.confirmed += 1;
-        self.settled.push_back((message.confirm, Ok(())));
-        true
+        };
+        Some(message.expect("position() returned an index in bounds"))
     }
 
     /// Retransmits every message whose deadline has passed, or gives it up after
@@ -812,6 +835,37 @@ mod tests {
         );
         assert_eq!(transmitted(&mut c, t0 + 2 * TIMEOUT), [(2, 2)]);
         assert_eq!(c.stats().given_up, 1);
+    }
+
+    #[test]
+    fn a_message_given_up_by_its_consumer_is_settled_with_the_error_once_and_never_resent() {
+        let mut c = window(1);
+        let t0 = Instant::now();
+        c.handle_send(1, 1).unwrap();
+        c.handle_send(2, 2).unwrap();
+        assert_eq!(transmitted(&mut c, t0), [(1, 1)]);
+        let error = DeliveryError::HandlingFailed {
+            attempts: 3,
+            last_error: "no".into(),
+        };
+        let other_life = Ack {
+            incarnation: Incarnation::from_u128(7),
+            ..ack(1)
+        };
+        assert!(!c.handle_given_up(&other_life, error.clone()));
+        assert!(!c.handle_given_up(&ack(2), error.clone()), "not in flight");
+        assert!(c.handle_given_up(&ack(1), error.clone()));
+        assert!(!c.handle_given_up(&ack(1), error.clone()), "settled once");
+        assert!(!c.handle_ack(&ack(1)), "a late ACK changes nothing");
+        assert_eq!(settled(&mut c), [(1, Err(error))]);
+        c.handle_timeout(t0 + TIMEOUT);
+        assert_eq!(
+            transmitted(&mut c, t0 + TIMEOUT),
+            [(2, 2)],
+            "1 is not resent"
+        );
+        let stats = c.stats();
+        assert_eq!((stats.given_up, stats.ignored_acks), (1, 4));
     }
 
     #[test]

@@ -45,7 +45,7 @@
 //! | `actix_delivery_producer_retransmitted_total` | counter | `retransmitted` |
 //! | `actix_delivery_producer_confirmed_total` | counter | `confirmed`: messages ACKed |
 //! | `actix_delivery_producer_ignored_acks_total` | counter | `ignored_acks` |
-//! | `actix_delivery_producer_given_up_total` | counter | `given_up` (after `max_attempts`) |
+//! | `actix_delivery_producer_given_up_total` | counter | `given_up` (after `max_attempts`, or by a work-pulling pool) |
 //! | `actix_delivery_producer_refused_total` | counter | `refused`: the pending queue was full |
 //! | `actix_delivery_producer_timed_out_total` | counter | `timed_out`: `send_timeout` / `store_timeout` got no room in time |
 //! | `actix_delivery_producer_stored_total` | counter | `stored` (durable producers) |

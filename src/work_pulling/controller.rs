@@ -1,17 +1,22 @@
 //! The pool actor: takes the jobs of its producer, one reliable stream per worker, routes by
-//! the pure [`WorkPool`], and ACKs a job to its producer once a worker confirmed it.
+//! the pure [`WorkPool`], ACKs a job to its producer once a worker confirmed it, and settles
+//! it as given up with its producer (and hands it to the dead-letter sink) when the pool gave
+//! it up.
 
+use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::task::Poll;
+use std::time::Instant;
 
 use actix::prelude::*;
 use hashbrown::HashMap;
 
 use crate::after_drain::after_each_drain;
+use crate::alarm::{now, Alarm};
 use crate::config::ProducerConfig;
 use crate::error::DeliveryError;
 use crate::facade::ReliableDelivery;
-use crate::message::{ConsumerRef, Deliveries, Delivery, ReplyTo};
+use crate::message::{ConsumerRef, Deliveries, Delivery, GiveUp, ReplyTo};
 use crate::options::ProducerOptions;
 use crate::producer::ProducerHandle;
 use crate::protocol::envelope::{Ack, DeliveryInfo, ProducerId};
@@ -19,7 +24,7 @@ use crate::protocol::intake::{Intake, Taken};
 use crate::settlements::{Settlements, TakeSettlements};
 use crate::work_pulling::pool::{JobKey, PoolStats, Settled, WorkPool, WorkerKey};
 use crate::work_pulling::registry::WorkersChanged;
-use crate::work_pulling::{Job, WorkerRegistry};
+use crate::work_pulling::{GivenUpJob, Job, WorkPullingOptions, WorkerRegistry};
 
 /// A job the pool holds: what goes to a worker, and the ACK its producer waits for.
 struct Held<T> {
@@ -28,10 +33,9 @@ struct Held<T> {
     reply_to: Option<ReplyTo>,
 }
 
-/// One worker: its name, where it takes jobs, and the reliable stream to it.
+/// One worker: its name and the reliable stream to it.
 struct Worker<T: Clone + Send + 'static> {
     name: Arc<str>,
-    target: ConsumerRef<Job<T>>,
     stream: ProducerHandle<Job<T>>,
 }
 
@@ -72,30 +76,44 @@ pub(crate) struct WorkPullingController<T: Clone + Send + 'static> {
     registry: WorkerRegistry<T>,
     /// ACKs to send after this mailbox drain.
     acks: Vec<(Option<ReplyTo>, Ack)>,
+    /// The producer, told which jobs were given up.
+    producer: Recipient<GiveUp>,
+    /// The given-up jobs of the producer's current life at or above its last `window_start`,
+    /// by seq: a copy of one (a durable producer that restarted before it recorded the give
+    /// up sends it again) is answered given up again.
+    given_up: BTreeMap<u64, DeliveryError>,
+    dead_letters: Option<Recipient<GivenUpJob<T>>>,
+    /// Wakes the pool when a worker's rest ends.
+    alarm: Alarm,
     /// Resolves when the producer stopped: the pool stops then.
     producer_stopped: Option<std::pin::Pin<Box<dyn std::future::Future<Output = ()>>>>,
 }
 
 impl<T: Clone + Send + 'static> WorkPullingController<T> {
-    pub(crate) fn new(
-        producer_id: ProducerId,
-        registry: WorkerRegistry<T>,
-        worker_config: ProducerConfig,
-        producer_stopped: impl std::future::Future<Output = ()> + 'static,
-    ) -> Self {
+    /// The pool of `producer`, with the workers, worker settings and give-up rules of
+    /// `options`.
+    pub(crate) fn new(producer: &ProducerHandle<T>, options: WorkPullingOptions<T>) -> Self {
+        let mut pool = WorkPool::new(crate::protocol::envelope::random_u64());
+        if let Some(failures) = options.give_up_after {
+            pool = pool.give_up_after(failures);
+        }
         Self {
-            pool: WorkPool::new(crate::protocol::envelope::random_u64()),
+            pool,
             intake: Intake::default(),
             settlements: Arc::default(),
             taken: Vec::new(),
             workers: HashMap::new(),
             by_name: HashMap::new(),
             next_worker: 0,
-            producer_id,
-            worker_config,
-            registry,
+            producer_id: producer.producer_id().clone(),
+            worker_config: options.worker,
+            registry: options.registry,
             acks: Vec::new(),
-            producer_stopped: Some(Box::pin(producer_stopped)),
+            producer: producer.addr().clone().recipient(),
+            given_up: BTreeMap::new(),
+            dead_letters: options.dead_letters,
+            alarm: Alarm::default(),
+            producer_stopped: Some(Box::pin(producer.stopped())),
         }
     }
 
@@ -109,6 +127,13 @@ impl<T: Clone + Send + 'static> WorkPullingController<T> {
         let taken = self
             .intake
             .take(delivery.incarnation, delivery.seq, delivery.window_start);
+        // Below its window start the producer never sends a seq again.
+        while let Some(entry) = self.given_up.first_entry() {
+            if *entry.key() >= delivery.window_start {
+                break;
+            }
+            entry.remove();
+        }
         let incarnation = match taken {
             Taken::New {
                 incarnation,
@@ -117,6 +142,7 @@ impl<T: Clone + Send + 'static> WorkPullingController<T> {
                 if restarted {
                     // A new life of the producer: it settled the previous life's jobs itself.
                     self.pool.drain_jobs().for_each(drop);
+                    self.given_up.clear();
                 }
                 incarnation
             }
@@ -127,7 +153,13 @@ impl<T: Clone + Send + 'static> WorkPullingController<T> {
                     incarnation: delivery.incarnation,
                     seq: delivery.seq,
                 };
-                self.acks.push((delivery.reply_to, ack));
+                match self.given_up.get(&delivery.seq) {
+                    Some(error) => self.producer.do_send(GiveUp {
+                        ack,
+                        error: error.clone(),
+                    }),
+                    None => self.acks.push((delivery.reply_to, ack)),
+                }
                 return;
             }
         };
@@ -168,34 +200,7 @@ impl<T: Clone + Send + 'static> WorkPullingController<T> {
         self.pool
             .add_worker(key, name.clone(), self.worker_config.window_size);
         self.by_name.insert(name.clone(), key);
-        let worker = Worker {
-            name,
-            target,
-            stream,
-        };
-        self.workers.insert(key, worker);
-    }
-
-    /// Gives a worker whose stream failed a job a fresh stream; its jobs wait again.
-    fn renew(&mut self, key: WorkerKey, error: &DeliveryError) {
-        let Some(mut worker) = self.workers.remove(&key) else {
-            return;
-        };
-        log::warn!(
-            "work pulling: worker `{}` failed a job, its jobs are re-routed: {error}",
-            worker.name
-        );
-        worker.stream.stop();
-        let Some(stream) = self.stream_to(&worker.name, &worker.target) else {
-            self.by_name.remove(&worker.name);
-            self.pool.remove_worker(key);
-            return;
-        };
-        let renewed = self.next_key();
-        self.pool.renew_worker(key, renewed);
-        worker.stream = stream;
-        self.by_name.insert(worker.name.clone(), renewed);
-        self.workers.insert(renewed, worker);
+        self.workers.insert(key, Worker { name, stream });
     }
 
     fn next_key(&mut self) -> WorkerKey {
@@ -235,26 +240,70 @@ impl<T: Clone + Send + 'static> WorkPullingController<T> {
         worker.stream.stop();
     }
 
-    fn settle(&mut self, settled: JobSettled) {
+    /// Takes a worker stream's settlement of a job at `now`. A job its stream gave up failed
+    /// at the worker (the pool re-routes it or gives it up, and rests the worker); any other
+    /// error means the stream itself stopped (only `leave` stops it otherwise): the worker
+    /// leaves, and its jobs did not fail.
+    fn settle(&mut self, settled: JobSettled, now: Instant) {
         let JobSettled {
             worker,
             key,
             result,
         } = settled;
-        match self.pool.settled(worker, key, result.is_ok()) {
-            Settled::Confirmed(held) => {
+        let outcome = match result {
+            Ok(()) => Ok(()),
+            Err(DeliveryError::GaveUp { attempts }) => Err(attempts),
+            Err(error) => {
+                if self.workers.contains_key(&worker) {
+                    log::warn!("work pulling: a worker's stream stopped, it leaves: {error}");
+                    self.leave(worker);
+                }
+                return;
+            }
+        };
+        match (
+            self.pool.settled(worker, key, outcome.is_ok(), now),
+            outcome,
+        ) {
+            (Settled::Confirmed(held), _) => {
                 self.intake.confirm(held.ack.incarnation, held.ack.seq);
                 self.acks.push((held.reply_to, held.ack));
             }
-            Settled::Rerouted | Settled::Ignored => {}
-        }
-        if let Err(error) = result {
-            if self.workers.contains_key(&worker) {
-                // Its stream gave the job up (or stopped): its jobs go to the others, and it
-                // stays in the pool with a fresh stream while it is registered (whoever
-                // registered it decides whether it is gone).
-                self.renew(worker, &error);
+            (Settled::GivenUp { job, attempts }, Err(transmissions)) => {
+                // A job is given up when it failed at the worker that held it: present.
+                let name = &self.workers.get(&worker).expect("the job's worker").name;
+                let last_error =
+                    format!("worker `{name}` did not confirm it in {transmissions} transmissions");
+                self.give_up(*job, attempts, last_error);
             }
+            _ => {}
+        }
+    }
+
+    /// Settles a job the pool gave up with its producer, and hands it to the dead-letter
+    /// sink.
+    fn give_up(&mut self, held: Held<T>, attempts: u32, last_error: String) {
+        log::warn!(
+            "work pulling: job {} given up after {attempts} failures; the last: {last_error}",
+            held.ack.seq
+        );
+        let error = DeliveryError::HandlingFailed {
+            attempts,
+            last_error: last_error.clone(),
+        };
+        if self.intake.confirm(held.ack.incarnation, held.ack.seq) {
+            self.given_up.insert(held.ack.seq, error.clone());
+        }
+        self.producer.do_send(GiveUp {
+            ack: held.ack,
+            error,
+        });
+        if let Some(sink) = &self.dead_letters {
+            sink.do_send(GivenUpJob {
+                job: held.job,
+                attempts,
+                last_error,
+            });
         }
     }
 
@@ -291,6 +340,11 @@ impl<T: Clone + Send + 'static> WorkPullingController<T> {
             });
             reply_to.do_send_all(std::iter::once(ack).chain(same));
         }
+        self.alarm.arm(self.pool.next_deadline(), ctx, |act, ctx| {
+            act.alarm.fired();
+            act.pool.handle_timeout(now());
+            act.flush(ctx);
+        });
     }
 }
 
@@ -339,8 +393,9 @@ impl<T: Clone + Send + 'static> Handler<TakeSettlements> for WorkPullingControll
     fn handle(&mut self, _: TakeSettlements, _: &mut Context<Self>) {
         let mut taken = std::mem::take(&mut self.taken);
         self.settlements.take(&mut taken);
+        let now = now();
         for settled in taken.drain(..) {
-            self.settle(settled);
+            self.settle(settled, now);
         }
         self.taken = taken;
     }

@@ -62,13 +62,7 @@ impl<T: Clone + Send + 'static> WorkPullingHandle<T> {
         producer: ProducerHandle<T>,
         options: WorkPullingOptions<T>,
     ) -> Self {
-        let controller = WorkPullingController::new(
-            producer.producer_id().clone(),
-            options.registry,
-            options.worker,
-            producer.stopped(),
-        );
-        let pool = ctx.run(controller);
+        let pool = ctx.run(WorkPullingController::new(&producer, options));
         Self { producer, pool }
     }
 

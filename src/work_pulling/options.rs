@@ -1,19 +1,25 @@
 //! Validated options of a work-pulling producer.
 
+use std::num::NonZeroU32;
 use std::time::Duration;
 
-use crate::config::{Limit, ProducerConfig};
+use actix::Recipient;
+
+use crate::config::{Backoff, Limit, ProducerConfig};
 use crate::error::OptionsError;
 use crate::work_pulling::registry::MAX_WORKER_NAME;
-use crate::work_pulling::WorkerRegistry;
+use crate::work_pulling::{GivenUpJob, WorkerRegistry};
 
 /// Everything a work-pulling producer needs, validated: the registry it takes its workers
-/// from, its own settings and the settings of each worker's stream.
+/// from, its own settings, the settings of each worker's stream, when a job is given up and
+/// where it then goes.
 #[derive(Debug)]
 pub struct WorkPullingOptions<T: Send + 'static> {
     pub(crate) registry: WorkerRegistry<T>,
     pub(crate) producer: ProducerConfig,
     pub(crate) worker: ProducerConfig,
+    pub(crate) give_up_after: Option<NonZeroU32>,
+    pub(crate) dead_letters: Option<Recipient<GivenUpJob<T>>>,
 }
 
 impl<T: Send + 'static> WorkPullingOptions<T> {
@@ -22,7 +28,9 @@ impl<T: Send + 'static> WorkPullingOptions<T> {
         WorkPullingOptionsBuilder {
             registry: registry.clone(),
             producer: Self::default_producer(),
-            worker: ProducerConfig::default(),
+            worker: Self::default_worker(),
+            give_up_after: None,
+            dead_letters: None,
         }
     }
 
@@ -34,6 +42,25 @@ impl<T: Send + 'static> WorkPullingOptions<T> {
         ProducerConfig {
             window_size: 1024,
             resend_timeout: Duration::from_secs(30),
+            ..ProducerConfig::default()
+        }
+    }
+
+    /// The settings of each worker's stream by default: [`ProducerConfig`]'s, but a bounded
+    /// `max_attempts` of 6 with an exponential `backoff` (doubling from the 500 ms
+    /// `resend_timeout`, at most 30 s, no jitter): a job that a worker does not confirm within
+    /// 31.5 s of its first transmission (0.5 + 1 + 2 + 4 + 8 + 16 s; its handler failing 6
+    /// times, or the job waiting that long behind the others the worker holds) fails there and
+    /// goes to another worker. With handlers that take longer than about 2 s, lower
+    /// `window_size` (16: the jobs a worker holds at once) or raise `max_attempts`.
+    pub fn default_worker() -> ProducerConfig {
+        ProducerConfig {
+            max_attempts: Limit::At(6),
+            backoff: Backoff::Exponential {
+                multiplier: 2.0,
+                max: Duration::from_secs(30),
+                jitter: 0.0,
+            },
             ..ProducerConfig::default()
         }
     }
@@ -55,6 +82,8 @@ pub struct WorkPullingOptionsBuilder<T: Send + 'static> {
     registry: WorkerRegistry<T>,
     producer: ProducerConfig,
     worker: ProducerConfig,
+    give_up_after: Option<u32>,
+    dead_letters: Option<Recipient<GivenUpJob<T>>>,
 }
 
 impl<T: Send + 'static> WorkPullingOptionsBuilder<T> {
@@ -62,19 +91,45 @@ impl<T: Send + 'static> WorkPullingOptionsBuilder<T> {
     /// `producer_id` (at most 127 bytes: it prefixes the worker streams' ids), `window_size`
     /// (jobs held by the pool at once: waiting for a worker or at one), `max_pending` (jobs
     /// waiting beyond; then `tell` refuses and `send` waits). `max_attempts` must stay
-    /// unbounded: a job is re-routed until a worker confirms it.
+    /// unbounded: the pool decides when a job is given up ([`give_up_after`](Self::give_up_after)).
     pub fn producer(mut self, config: ProducerConfig) -> Self {
         self.producer = config;
         self
     }
 
-    /// The settings of each worker's stream (default [`ProducerConfig`]'s): `window_size` is
-    /// the most jobs one worker holds at once (its demand), `resend_timeout` and `backoff` its
-    /// retransmissions; with a bounded `max_attempts`, a worker whose stream gives a job up
-    /// has its jobs re-routed and gets a fresh stream. `producer_id` must be unset: each stream's
-    /// id is the producer's, `/` and the worker's name.
+    /// The settings of each worker's stream (default [`WorkPullingOptions::default_worker`]):
+    /// `window_size` is the most jobs one worker holds at once (its demand), `resend_timeout`
+    /// and `backoff` its retransmissions, and `max_attempts` how many transmissions a job gets
+    /// at one worker: a job its stream gives up failed there, and goes to another worker (or
+    /// is given up, see [`give_up_after`](Self::give_up_after)), and the worker rests (see
+    /// [`pool`](crate::work_pulling::pool)). With `max_attempts` unbounded a job stays with
+    /// its worker until the worker confirms it or leaves. `producer_id` must be unset: each
+    /// stream's id is the producer's, `/` and the worker's name.
     pub fn worker(mut self, config: ProducerConfig) -> Self {
         self.worker = config;
+        self
+    }
+
+    /// Gives a job up once it failed `failures` times in all, at any workers (default:
+    /// never). A given-up job is settled with
+    /// [`DeliveryError::HandlingFailed`](crate::DeliveryError::HandlingFailed) (a durable
+    /// producer records it, so it is not sent again after a restart), handed to the
+    /// [`dead_letters`](Self::dead_letters) sink, and never sent to a worker again. A job
+    /// whose worker left did not fail; but a worker that stays registered while it cannot
+    /// work (it fails everything) costs each job sent to it one failure: deregister such
+    /// workers, and leave room in `failures` for them. Positive.
+    pub fn give_up_after(mut self, failures: u32) -> Self {
+        self.give_up_after = Some(failures);
+        self
+    }
+
+    /// Where given-up jobs go ([`give_up_after`](Self::give_up_after)): each with its body,
+    /// its stable id, how many times it failed and the last failure. The sink hears of a job
+    /// when the pool gives it up; a durable producer records the give-up after that, so a
+    /// crash in between sends the job again after the restart (and it may reach the sink
+    /// again: its stable id tells).
+    pub fn dead_letters(mut self, sink: Recipient<GivenUpJob<T>>) -> Self {
+        self.dead_letters = Some(sink);
         self
     }
 
@@ -88,8 +143,8 @@ impl<T: Send + 'static> WorkPullingOptionsBuilder<T> {
         if self.producer.max_attempts != Limit::Unbounded {
             return Err(OptionsError::new(
                 "max_attempts",
-                "a work-pulling producer re-routes a job until a worker confirms it, so its \
-                 max_attempts stays unbounded: bound the worker streams' instead",
+                "a work-pulling producer's pool decides when a job is given up: set \
+                 give_up_after instead",
             ));
         }
         if let Some(id) = self.producer.producer_id.as_deref() {
@@ -102,10 +157,19 @@ impl<T: Send + 'static> WorkPullingOptionsBuilder<T> {
                  unset in the worker settings",
             ));
         }
+        let give_up_after = self
+            .give_up_after
+            .map(|failures| {
+                NonZeroU32::new(failures)
+                    .ok_or_else(|| OptionsError::new("give_up_after", "must be positive (got 0)"))
+            })
+            .transpose()?;
         Ok(WorkPullingOptions {
             registry: self.registry,
             producer: self.producer,
             worker: self.worker,
+            give_up_after,
+            dead_letters: self.dead_letters,
         })
     }
 }

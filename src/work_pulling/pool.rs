@@ -1,24 +1,42 @@
-//! The pure core of work pulling: which worker gets the next job, and where the jobs of a
-//! worker that left go. No actor, no timer, no I/O: the shell feeds it jobs, workers and
-//! settlements, and sends what [`WorkPool::poll_assign`] hands out.
+//! The pure core of work pulling: which worker gets the next job, where the jobs of a
+//! worker that left go, which workers rest after failures and which jobs are given up. No
+//! actor, no timer, no I/O: the shell feeds it jobs, workers, settlements and the time, sends
+//! what [`WorkPool::poll_assign`] hands out, and calls [`WorkPool::handle_timeout`] at
+//! [`WorkPool::next_deadline`].
 //!
 //! Rules:
-//! - a job goes to a worker with demand (fewer jobs held than its capacity), the one holding
+//! - a job goes to a worker with demand (fewer jobs held than it takes now), the one holding
 //!   the fewest, ties broken at random (seeded);
 //! - jobs wait in arrival order; a job whose worker left or failed it waits again **at the
 //!   front**, and several such jobs keep their original order (the waiting queue is ordered
 //!   by arrival);
 //! - a job is confirmed once, by the first worker that confirms it; a worker still holding a
 //!   copy of a job confirmed elsewhere keeps its slot until its own settlement arrives, so the
-//!   pool's count of what a worker holds is what the worker's stream holds.
+//!   pool's count of what a worker holds is what the worker's stream holds;
+//! - **a failing worker gets fewer jobs**: each job that fails at a worker (its stream gave it
+//!   up) puts the worker to rest, taking no new job for [`REST_FIRST`], doubling with each
+//!   failure since its last confirmation up to [`REST_MAX`]; after the rest it takes one job
+//!   at a time until it confirms one, then its whole capacity again. What it holds meanwhile
+//!   stays with it;
+//! - with [`give_up_after(n)`](WorkPool::give_up_after), a job that failed `n` times, at any
+//!   workers, is given up: it leaves the pool and is never assigned again. Jobs of a worker
+//!   that left are not failures (they did not fail, their worker went away).
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::num::NonZeroU32;
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use hashbrown::HashMap;
 
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
+
+/// How long a worker rests after a failure that follows a confirmation (or its start): it
+/// takes no new job meanwhile. Each further failure before a confirmation doubles it.
+pub const REST_FIRST: Duration = Duration::from_secs(1);
+/// The longest rest.
+pub const REST_MAX: Duration = Duration::from_secs(60);
 
 /// A worker's key in the pool: unique per registration, so a worker that leaves and comes
 /// back under the same name is a new worker, and a late settlement of its old stream is
@@ -48,6 +66,14 @@ pub enum Settled<J> {
     Confirmed(J),
     /// The job failed at this worker and waits for another one (at the front).
     Rerouted,
+    /// The job failed for the `attempts`-th time (the pool's `give_up_after`): it left the
+    /// pool and is never assigned again; settle it as given up with its sender.
+    GivenUp {
+        /// The job.
+        job: J,
+        /// How many times it failed.
+        attempts: u32,
+    },
     /// Nothing: the job was confirmed before, or is no longer this worker's.
     Ignored,
 }
@@ -61,9 +87,16 @@ pub struct WorkerStats {
     pub in_flight: usize,
     /// Jobs it confirmed.
     pub confirmed: u64,
-    /// Jobs taken from it to be routed again because its stream failed one (the jobs of a
-    /// worker that left are counted in [`PoolStats::rerouted`]).
-    pub rerouted: u64,
+    /// Jobs that failed at it (its stream gave them up): each went to another worker, or was
+    /// given up.
+    pub failed: u64,
+    /// Its failures since its last confirmation; while not 0 it takes one job at a time
+    /// (after a rest).
+    pub failing: u32,
+    /// Rests it began: spells after a failure in which it took no new job.
+    pub rests: u64,
+    /// Whether it rests now.
+    pub resting: bool,
 }
 
 /// The pool's counters.
@@ -79,11 +112,17 @@ pub struct PoolStats {
     pub assigned: u64,
     /// Jobs confirmed.
     pub confirmed: u64,
-    /// Jobs re-routed.
+    /// Jobs re-routed: held by a worker that left, or failed at one and not given up.
     pub rerouted: u64,
+    /// Failures of jobs at workers (a job failing twice counts twice).
+    pub failed: u64,
+    /// Jobs given up (`give_up_after`).
+    pub given_up: u64,
+    /// Rests begun by workers after a failure.
+    pub rests: u64,
     /// Workers that joined.
     pub joined: u64,
-    /// Workers that left (deregistered, stopped, failed).
+    /// Workers that left (deregistered, stopped).
     pub left: u64,
     /// Per worker, in the order they joined.
     pub per_worker: Vec<WorkerStats>,
@@ -93,23 +132,52 @@ struct Slot<J> {
     job: J,
     /// The worker that holds it now; `None` while it waits.
     holder: Option<WorkerKey>,
+    /// How many times it failed at a worker.
+    failures: u32,
 }
 
 struct Worker {
     name: Arc<str>,
-    /// When it joined (kept when its stream is renewed): the order of `per_worker`.
+    /// When it joined: the order of `per_worker`.
     joined: u64,
     capacity: usize,
     /// The jobs its stream holds (sent, not settled), including copies of jobs that were
     /// confirmed by another worker meanwhile.
     holding: BTreeSet<JobKey>,
+    /// Failures since its last confirmation.
+    failing: u32,
+    /// It takes no new job before this.
+    resting_until: Option<Instant>,
     confirmed: u64,
-    rerouted: u64,
+    failed: u64,
+    rests: u64,
 }
 
 impl Worker {
+    /// How many jobs it takes now: none while it rests, one while it is failing, else its
+    /// capacity.
+    fn demand(&self) -> usize {
+        match (self.resting_until, self.failing) {
+            (Some(_), _) => 0,
+            (None, 0) => self.capacity,
+            (None, _) => 1,
+        }
+    }
+
     fn has_demand(&self) -> bool {
-        self.holding.len() < self.capacity
+        self.holding.len() < self.demand()
+    }
+
+    /// A job failed at it at `now`: it rests (longer), and returns whether a rest began.
+    fn fail(&mut self, now: Instant) -> bool {
+        self.failed += 1;
+        self.failing = self.failing.saturating_add(1);
+        let doubled = REST_FIRST.saturating_mul(1 << (self.failing - 1).min(16));
+        let until = now + doubled.min(REST_MAX);
+        let began = self.resting_until.is_none();
+        self.resting_until = Some(self.resting_until.map_or(until, |u| u.max(until)));
+        self.rests += u64::from(began);
+        began
     }
 }
 
@@ -122,15 +190,19 @@ pub struct WorkPool<J> {
     rng: SmallRng,
     /// Workers tied for the fewest held jobs (reused buffer of `poll_assign`).
     ties: Vec<WorkerKey>,
+    give_up_after: Option<NonZeroU32>,
     assigned: u64,
     confirmed: u64,
     rerouted: u64,
+    failed: u64,
+    given_up: u64,
+    rests: u64,
     joined: u64,
     left: u64,
 }
 
 impl<J> WorkPool<J> {
-    /// An empty pool whose tie-breaks are drawn from `seed`.
+    /// An empty pool whose tie-breaks are drawn from `seed`; it never gives a job up.
     pub fn new(seed: u64) -> Self {
         Self {
             jobs: HashMap::new(),
@@ -139,19 +211,34 @@ impl<J> WorkPool<J> {
             next_key: 1,
             rng: SmallRng::seed_from_u64(seed),
             ties: Vec::new(),
+            give_up_after: None,
             assigned: 0,
             confirmed: 0,
             rerouted: 0,
+            failed: 0,
+            given_up: 0,
+            rests: 0,
             joined: 0,
             left: 0,
         }
+    }
+
+    /// Gives a job up once it failed `failures` times (at any workers).
+    pub fn give_up_after(mut self, failures: NonZeroU32) -> Self {
+        self.give_up_after = Some(failures);
+        self
     }
 
     /// Adds a job behind the waiting ones; returns its key.
     pub fn push(&mut self, job: J) -> JobKey {
         let key = self.next_key;
         self.next_key += 1;
-        self.jobs.insert(key, Slot { job, holder: None });
+        let slot = Slot {
+            job,
+            holder: None,
+            failures: 0,
+        };
+        self.jobs.insert(key, slot);
         self.waiting.insert(key);
         key
     }
@@ -167,48 +254,17 @@ impl<J> WorkPool<J> {
             joined: self.joined,
             capacity,
             holding: BTreeSet::new(),
+            failing: 0,
+            resting_until: None,
             confirmed: 0,
-            rerouted: 0,
+            failed: 0,
+            rests: 0,
         };
         assert!(
             self.workers.insert(key, worker).is_none(),
             "worker keys are unique"
         );
         self.joined += 1;
-    }
-
-    /// Gives a worker a fresh stream under the key `renewed` (its stream failed a job): the
-    /// jobs it held wait again, at the front, in their order, counted as re-routed from it;
-    /// its counters stay. Late settlements of the old stream are those of a removed worker.
-    /// Returns how many were re-routed (0 for an unknown key).
-    ///
-    /// # Panics
-    /// If `renewed` is present already.
-    pub fn renew_worker(&mut self, key: WorkerKey, renewed: WorkerKey) -> usize {
-        let Some(mut worker) = self.workers.remove(&key) else {
-            return 0;
-        };
-        let rerouted = self.requeue(key, std::mem::take(&mut worker.holding));
-        worker.rerouted += rerouted as u64;
-        assert!(
-            self.workers.insert(renewed, worker).is_none(),
-            "worker keys are unique"
-        );
-        rerouted
-    }
-
-    /// The jobs of `holding` that `key` held wait again.
-    fn requeue(&mut self, key: WorkerKey, holding: BTreeSet<JobKey>) -> usize {
-        let mut rerouted = 0;
-        for job in holding {
-            if let Some(slot) = self.jobs.get_mut(&job).filter(|s| s.holder == Some(key)) {
-                slot.holder = None;
-                self.waiting.insert(job);
-                rerouted += 1;
-            }
-        }
-        self.rerouted += rerouted as u64;
-        rerouted
     }
 
     /// Removes a worker; the jobs it held wait again, at the front, in their order. Returns
@@ -218,7 +274,16 @@ impl<J> WorkPool<J> {
             return 0;
         };
         self.left += 1;
-        self.requeue(key, worker.holding)
+        let mut rerouted = 0;
+        for job in worker.holding {
+            if let Some(slot) = self.jobs.get_mut(&job).filter(|s| s.holder == Some(key)) {
+                slot.holder = None;
+                self.waiting.insert(job);
+                rerouted += 1;
+            }
+        }
+        self.rerouted += rerouted as u64;
+        rerouted
     }
 
     /// The next job for a worker with demand, if a job waits and a worker has demand. The
@@ -255,36 +320,71 @@ impl<J> WorkPool<J> {
         })
     }
 
-    /// Reports the outcome of job `key` at `worker`: `ok` when the worker's stream confirmed
-    /// it, else it failed there (its stream stopped or gave it up). A confirmation counts
+    /// Reports the outcome of job `key` at `worker`, at `now`: `ok` when the worker's stream
+    /// confirmed it, else it failed there (its stream gave it up). A confirmation counts
     /// whoever sends it (a worker that was removed, a copy held by a worker the job was
-    /// re-routed from); a failure re-routes the job only if `worker` holds it now.
-    pub fn settled(&mut self, worker: WorkerKey, key: JobKey, ok: bool) -> Settled<J> {
+    /// re-routed from) and ends the worker's failing; a failure puts a present worker that
+    /// held the job to rest, and re-routes the job (or gives it up) only if `worker` holds
+    /// it now.
+    pub fn settled(
+        &mut self,
+        worker: WorkerKey,
+        key: JobKey,
+        ok: bool,
+        now: Instant,
+    ) -> Settled<J> {
         let present = self.workers.get_mut(&worker);
-        let held = present.map(|w| (w.holding.remove(&key), w));
         if ok {
-            let Some(slot) = self.jobs.remove(&key) else {
+            let confirmed = self.jobs.remove(&key);
+            if let Some(worker) = present {
+                worker.holding.remove(&key);
+                worker.failing = 0;
+                worker.confirmed += u64::from(confirmed.is_some());
+            }
+            let Some(slot) = confirmed else {
                 return Settled::Ignored;
             };
             self.waiting.remove(&key);
-            if let Some((_, worker)) = held {
-                worker.confirmed += 1;
-            }
             self.confirmed += 1;
             return Settled::Confirmed(slot.job);
         }
-        match self.jobs.get_mut(&key) {
-            Some(slot) if slot.holder == Some(worker) => {
-                slot.holder = None;
-                self.waiting.insert(key);
-                if let Some((_, worker)) = held {
-                    worker.rerouted += 1;
-                }
-                self.rerouted += 1;
-                Settled::Rerouted
+        if let Some(worker) = present {
+            if worker.holding.remove(&key) {
+                self.rests += u64::from(worker.fail(now));
+                self.failed += 1;
             }
-            _ => Settled::Ignored,
         }
+        let Some(slot) = self.jobs.get_mut(&key).filter(|s| s.holder == Some(worker)) else {
+            return Settled::Ignored;
+        };
+        slot.failures += 1;
+        if self.give_up_after.is_some_and(|n| slot.failures >= n.get()) {
+            let slot = self.jobs.remove(&key).expect("looked at it");
+            self.given_up += 1;
+            return Settled::GivenUp {
+                job: slot.job,
+                attempts: slot.failures,
+            };
+        }
+        slot.holder = None;
+        self.waiting.insert(key);
+        self.rerouted += 1;
+        Settled::Rerouted
+    }
+
+    /// Ends the rests due by `now`.
+    pub fn handle_timeout(&mut self, now: Instant) {
+        for worker in self.workers.values_mut() {
+            if worker.resting_until.is_some_and(|until| until <= now) {
+                worker.resting_until = None;
+            }
+        }
+    }
+
+    /// When the next rest ends ([`handle_timeout`](Self::handle_timeout) is due); `None`: no
+    /// worker rests.
+    pub fn next_deadline(&self) -> Option<Instant> {
+        self.workers.values().filter_map(|w| w.resting_until).min()
     }
 
     /// Drops every job (their senders settled them otherwise), keeping the workers and what
@@ -308,7 +408,10 @@ impl<J> WorkPool<J> {
                         name: w.name.clone(),
                         in_flight: w.holding.len(),
                         confirmed: w.confirmed,
-                        rerouted: w.rerouted,
+                        failed: w.failed,
+                        failing: w.failing,
+                        rests: w.rests,
+                        resting: w.resting_until.is_some(),
                     },
                 )
             })
@@ -321,6 +424,9 @@ impl<J> WorkPool<J> {
             assigned: self.assigned,
             confirmed: self.confirmed,
             rerouted: self.rerouted,
+            failed: self.failed,
+            given_up: self.given_up,
+            rests: self.rests,
             joined: self.joined,
             left: self.left,
             per_worker: per_worker.into_iter().map(|(_, s)| s).collect(),
@@ -330,10 +436,20 @@ impl<J> WorkPool<J> {
 
 #[cfg(test)]
 mod tests {
+    use std::sync::LazyLock;
+
     use super::*;
 
     const A: WorkerKey = WorkerKey(1);
     const B: WorkerKey = WorkerKey(2);
+
+    /// The tests' start of time.
+    static START: LazyLock<Instant> = LazyLock::new(Instant::now);
+
+    /// `ms` milliseconds after the start.
+    fn at(ms: u64) -> Instant {
+        *START + Duration::from_millis(ms)
+    }
 
     fn assign(pool: &mut WorkPool<&'static str>) -> Option<(WorkerKey, JobKey, &'static str)> {
         pool.poll_assign().map(|a| (a.worker, a.key, *a.job))
@@ -348,7 +464,7 @@ mod tests {
         pool.add_worker(A, "a", 1);
         assert_eq!(assign(&mut pool), Some((A, first, "a")));
         assert_eq!(assign(&mut pool), None, "A is full");
-        assert_eq!(pool.settled(A, first, true), Settled::Confirmed("a"));
+        assert_eq!(pool.settled(A, first, true, at(0)), Settled::Confirmed("a"));
         assert_eq!(assign(&mut pool).map(|a| a.2), Some("b"));
         assert_eq!(pool.stats().queued, 0);
     }
@@ -366,7 +482,7 @@ mod tests {
         assert_ne!(a.0, b.0, "the second job goes to the idle worker");
         // A now confirms its job: it holds fewer, so it gets the third.
         let (held_by_a, _) = if a.0 == A { (a, b) } else { (b, a) };
-        pool.settled(A, held_by_a.1, true);
+        pool.settled(A, held_by_a.1, true, at(0));
         assert_eq!(assign(&mut pool).unwrap().0, A);
 
         // Ties: over many rounds both workers get first picks.
@@ -396,7 +512,7 @@ mod tests {
             assert_eq!(assign(&mut pool).unwrap().0, A);
         }
         // 2 confirmed, 1 and 3 are still at A; 4 and 5 wait.
-        pool.settled(A, keys[1], true);
+        pool.settled(A, keys[1], true, at(0));
         assert_eq!(pool.remove_worker(A), 2);
         assert_eq!(pool.remove_worker(A), 0, "removing twice re-routes nothing");
         pool.add_worker(B, "b", 8);
@@ -407,49 +523,150 @@ mod tests {
     }
 
     #[test]
-    fn a_renewed_worker_keeps_its_counters_and_place_and_its_jobs_wait_again() {
-        let mut pool = WorkPool::new(6);
-        pool.add_worker(A, "a", 2);
-        pool.add_worker(B, "b", 1);
-        let keys: Vec<_> = ["1", "2", "3"].into_iter().map(|j| pool.push(j)).collect();
-        let held_by_a: Vec<_> = std::iter::from_fn(|| assign(&mut pool))
-            .filter(|a| a.0 == A)
-            .map(|a| a.1)
-            .collect();
-        assert_eq!(held_by_a.len(), 2);
-        pool.settled(A, held_by_a[0], true);
-        assert_eq!(pool.renew_worker(A, WorkerKey(3)), 1);
-        let stats = pool.stats();
-        assert_eq!(stats.per_worker[0].name.as_ref(), "a", "still first");
-        assert_eq!(
-            (stats.per_worker[0].confirmed, stats.per_worker[0].rerouted),
-            (1, 1)
-        );
-        assert_eq!((stats.joined, stats.left, stats.queued), (2, 0, 1));
-        // The old stream's late failure is ignored, the renewed worker takes the job again.
-        assert_eq!(pool.settled(A, held_by_a[1], false), Settled::Ignored);
-        assert_eq!(
-            assign(&mut pool).map(|a| (a.0, a.1)),
-            Some((WorkerKey(3), held_by_a[1]))
-        );
-        assert!(keys.contains(&held_by_a[1]));
-    }
-
-    #[test]
     fn a_failed_job_waits_at_the_front_and_a_late_settlement_changes_nothing() {
         let mut pool = WorkPool::new(5);
         pool.add_worker(A, "a", 1);
         let one = pool.push("1");
         pool.push("2");
         assert_eq!(assign(&mut pool).unwrap().1, one);
-        assert_eq!(pool.settled(A, one, false), Settled::Rerouted);
+        assert_eq!(pool.settled(A, one, false, at(0)), Settled::Rerouted);
         assert_eq!(
-            pool.settled(A, one, false),
+            pool.settled(A, one, false, at(0)),
             Settled::Ignored,
             "a second failure of a job A no longer holds"
         );
-        assert_eq!(assign(&mut pool).unwrap().2, "1", "at the front");
-        assert_eq!(pool.stats().per_worker[0].rerouted, 1);
+        pool.add_worker(B, "b", 1);
+        assert_eq!(
+            assign(&mut pool).map(|a| (a.0, a.2)),
+            Some((B, "1")),
+            "at the front, to the worker that does not rest"
+        );
+        let stats = pool.stats();
+        assert_eq!((stats.rerouted, stats.failed), (1, 1));
+        assert_eq!(stats.per_worker[0].failed, 1);
+    }
+
+    #[test]
+    fn a_failing_worker_rests_then_takes_one_job_until_it_confirms_one() {
+        let mut pool = WorkPool::new(11);
+        pool.add_worker(A, "a", 4);
+        let keys: Vec<_> = ["1", "2", "3", "4", "5"]
+            .into_iter()
+            .map(|j| pool.push(j))
+            .collect();
+        let held: Vec<_> = std::iter::from_fn(|| assign(&mut pool))
+            .map(|a| a.1)
+            .collect();
+        assert_eq!(held, keys[..4]);
+        // Two of its jobs fail a moment apart: one rest, doubled by the second failure.
+        assert_eq!(pool.settled(A, keys[0], false, at(0)), Settled::Rerouted);
+        assert_eq!(pool.next_deadline(), Some(at(1_000)));
+        assert_eq!(pool.settled(A, keys[1], false, at(100)), Settled::Rerouted);
+        assert_eq!(pool.next_deadline(), Some(at(2_100)));
+        let stats = pool.stats();
+        let a = &stats.per_worker[0];
+        assert_eq!((a.failed, a.failing, a.rests, a.resting), (2, 2, 1, true));
+        assert_eq!((stats.failed, stats.rests, stats.queued), (2, 1, 3));
+        // What it holds stays with it; it takes nothing new while it rests, also after one
+        // of its jobs is confirmed.
+        assert_eq!(
+            pool.settled(A, keys[2], true, at(200)),
+            Settled::Confirmed("3")
+        );
+        assert_eq!(assign(&mut pool), None);
+        pool.handle_timeout(at(2_099));
+        assert_eq!(assign(&mut pool), None, "still resting");
+        pool.handle_timeout(at(2_100));
+        assert_eq!(pool.next_deadline(), None);
+        // The confirmation ended its failing: its whole capacity again (it holds job 4).
+        let taken: Vec<_> = std::iter::from_fn(|| assign(&mut pool))
+            .map(|a| a.2)
+            .collect();
+        assert_eq!(taken, ["1", "2", "5"]);
+
+        // Failing again: a rest of one second, then one job at a time.
+        for key in [keys[0], keys[1], keys[4]] {
+            pool.settled(A, key, true, at(2_500));
+        }
+        assert_eq!(
+            pool.settled(A, keys[3], false, at(3_000)),
+            Settled::Rerouted
+        );
+        assert_eq!(pool.next_deadline(), Some(at(4_000)));
+        pool.handle_timeout(at(4_000));
+        let next = pool.push("6");
+        assert_eq!(
+            assign(&mut pool).map(|a| a.2),
+            Some("4"),
+            "the re-routed job"
+        );
+        assert_eq!(assign(&mut pool), None, "one at a time while failing");
+        pool.settled(A, keys[3], true, at(4_500));
+        assert_eq!(assign(&mut pool).map(|a| a.1), Some(next));
+        assert_eq!(pool.stats().per_worker[0].failing, 0);
+    }
+
+    #[test]
+    fn rests_double_with_each_failure_up_to_the_longest() {
+        let mut pool = WorkPool::new(12);
+        pool.add_worker(A, "a", 1);
+        let job = pool.push("j");
+        let mut now = at(0);
+        let mut rests = Vec::new();
+        for _ in 0..9 {
+            pool.handle_timeout(now);
+            assert_eq!(assign(&mut pool).map(|a| a.1), Some(job));
+            pool.settled(A, job, false, now);
+            let until = pool.next_deadline().unwrap();
+            rests.push((until - now).as_secs());
+            now = until;
+        }
+        assert_eq!(rests, [1, 2, 4, 8, 16, 32, 60, 60, 60]);
+        assert_eq!(pool.stats().per_worker[0].rests, 9);
+    }
+
+    #[test]
+    fn a_job_that_failed_give_up_after_times_is_given_up_and_never_assigned_again() {
+        let mut pool = WorkPool::new(13).give_up_after(NonZeroU32::new(3).unwrap());
+        pool.add_worker(A, "a", 1);
+        pool.add_worker(B, "b", 1);
+        let poison = pool.push("poison");
+        let mut now = at(0);
+        for failure in 1..=3 {
+            pool.handle_timeout(now);
+            let (worker, key, _) = assign(&mut pool).unwrap();
+            assert_eq!(key, poison);
+            let settled = pool.settled(worker, key, false, now);
+            if failure < 3 {
+                assert_eq!(settled, Settled::Rerouted);
+            } else {
+                assert_eq!(
+                    settled,
+                    Settled::GivenUp {
+                        job: "poison",
+                        attempts: 3
+                    }
+                );
+            }
+            now += REST_MAX;
+        }
+        pool.handle_timeout(now);
+        assert_eq!(assign(&mut pool), None, "never again");
+        let stats = pool.stats();
+        assert_eq!(
+            (stats.failed, stats.given_up, stats.rerouted, stats.jobs),
+            (3, 1, 2, 0)
+        );
+        // A job whose worker left did not fail: that counts nothing against it.
+        let job = pool.push("j");
+        for fresh in 3..6 {
+            let (holder, _, _) = assign(&mut pool).unwrap();
+            pool.remove_worker(holder);
+            pool.add_worker(WorkerKey(fresh), "fresh", 1);
+        }
+        let (holder, _, _) = assign(&mut pool).unwrap();
+        assert_eq!(pool.settled(holder, job, false, now), Settled::Rerouted);
+        assert_eq!(pool.stats().given_up, 1);
     }
 
     #[test]
@@ -462,8 +679,8 @@ mod tests {
         pool.add_worker(B, "b", 1);
         assert_eq!(assign(&mut pool).unwrap().0, B);
         // A's ACK was in flight: A (removed) confirms first.
-        assert_eq!(pool.settled(A, job, true), Settled::Confirmed("j"));
-        assert_eq!(pool.settled(B, job, true), Settled::Ignored);
+        assert_eq!(pool.settled(A, job, true, at(0)), Settled::Confirmed("j"));
+        assert_eq!(pool.settled(B, job, true, at(0)), Settled::Ignored);
         let stats = pool.stats();
         assert_eq!((stats.confirmed, stats.jobs), (1, 0));
         assert_eq!(stats.per_worker[0].in_flight, 0, "B's slot came back");
@@ -480,7 +697,7 @@ mod tests {
         pool.add_worker(B, "b", 1);
         assign(&mut pool); // j again, now at B
         pool.add_worker(WorkerKey(3), "a2", 1);
-        assert_eq!(pool.settled(A, job, true), Settled::Confirmed("j"));
+        assert_eq!(pool.settled(A, job, true, at(0)), Settled::Confirmed("j"));
         // B's stream still holds its copy of j: B has no demand for k.
         let next = assign(&mut pool).unwrap();
         assert_eq!(
@@ -488,7 +705,7 @@ mod tests {
             (WorkerKey(3), "k"),
             "k goes to the worker with demand"
         );
-        assert_eq!(pool.settled(B, job, false), Settled::Ignored);
+        assert_eq!(pool.settled(B, job, false, at(0)), Settled::Ignored);
         assert_eq!(
             pool.stats().per_worker[0].in_flight,
             0,
@@ -506,7 +723,7 @@ mod tests {
         assert_eq!(pool.drain_jobs().count(), 2);
         let next = pool.push("l");
         assert_eq!(assign(&mut pool), None, "A still holds j's copy");
-        assert_eq!(pool.settled(A, job, true), Settled::Ignored);
+        assert_eq!(pool.settled(A, job, true, at(0)), Settled::Ignored);
         assert_eq!(assign(&mut pool).map(|a| a.1), Some(next));
     }
 }

@@ -35,10 +35,11 @@ pub fn run(sc: &Scenario, with_digest: bool) -> (Outcome, Vec<String>) {
     let mut broken = outcome.broken.clone();
     let jobs = sc.jobs();
     for job in 1..=jobs {
-        let confirmed = outcome.confirmed[job];
-        if confirmed != 1 && outcome.stuck.iter().all(|(j, _)| *j != job as u64) {
+        let (confirmed, given_up) = (outcome.confirmed[job], outcome.given_up[job]);
+        if confirmed + given_up != 1 && outcome.stuck.iter().all(|(j, _)| *j != job as u64) {
             broken.push(format!(
-                "job {job} confirmed {confirmed} times (exactly once)"
+                "job {job} confirmed {confirmed} and given up {given_up} times (one of them, \
+                 once)"
             ));
         }
         if confirmed > 0 && outcome.runs[job] == 0 {
@@ -67,14 +68,14 @@ pub fn run(sc: &Scenario, with_digest: bool) -> (Outcome, Vec<String>) {
     match outcome.done_at {
         Some(done) if done <= bound => {}
         Some(done) => broken.push(format!(
-            "liveness: the last job confirmed at {} ms, after the bound {} ms",
+            "liveness: the last job settled at {} ms, after the bound {} ms",
             done.as_millis(),
             bound.as_millis()
         )),
         None => {
             let some: Vec<_> = outcome.stuck.iter().take(12).collect();
             broken.push(format!(
-                "liveness: {} job(s) never confirmed by {} ms (heal at {} ms, bound {} ms), \
+                "liveness: {} job(s) never settled by {} ms (heal at {} ms, bound {} ms), \
                  e.g. {some:?}",
                 outcome.stuck.len(),
                 outcome.ended_at.as_millis(),

@@ -1,9 +1,10 @@
 //! What one run simulates, drawn from its seed: the jobs and when they arrive, the workers
 //! (capacity, bounded or unbounded retransmission), the links, the handlers' failures and
-//! stalls, the churn, and when everything heals.
+//! stalls, the churn, when the pool gives a job up, and when everything heals.
 
 use std::time::Duration;
 
+use actix_delivery::work_pulling::pool::REST_MAX;
 use actix_delivery::Backoff;
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
@@ -20,8 +21,9 @@ pub enum Class {
     Crashes,
     /// Handlers stall for seconds to a minute, some beyond `handler_timeout`.
     Stalls,
-    /// Bounded `max_attempts` on most worker streams over lossy links: streams give up and
-    /// their workers leave, then register again.
+    /// Bounded `max_attempts` on most worker streams over lossy links: streams give jobs up,
+    /// the pool re-routes them and rests their workers; in half the runs it gives a job up
+    /// after 2–5 failures.
     GiveUps,
     /// Everything at once.
     All,
@@ -154,8 +156,8 @@ pub struct Scenario {
     pub detect_max: Duration,
     /// A crashed worker restarts after this long (if it does before the heal).
     pub restart_max: Duration,
-    /// A worker whose stream gave up registers again after up to this long.
-    pub rejoin_max: Duration,
+    /// The pool gives a job up after this many failures (`None`: never).
+    pub give_up_after: Option<u32>,
     /// Churn ends, links and handlers heal, every worker is restarted and registered.
     pub heal_at: Duration,
     /// The store of the effects.
@@ -290,6 +292,7 @@ impl Scenario {
         }
         pushes.sort();
         let heal_at = push_until + ms(rng.random_range(5_000..20_000));
+        let give_up_after = (bounded && rng.random_bool(0.5)).then(|| rng.random_range(2..=5));
         Scenario {
             seed,
             class,
@@ -304,7 +307,7 @@ impl Scenario {
             detect_min: ms(300),
             detect_max: ms(rng.random_range(1_000..6_000)),
             restart_max: ms(8_000),
-            rejoin_max: ms(5_000),
+            give_up_after,
             heal_at,
             store: Store::Dedup,
             wiring: Wiring::Shell,
@@ -323,9 +326,9 @@ impl Scenario {
         self.pushes.len()
     }
 
-    /// After the heal every job must be confirmed within this long: a stall running at the
-    /// heal ends, a crash is detected, then one worker alone handles every job in its
-    /// longest normal time, with a minute of retransmission margin.
+    /// After the heal every job must be settled within this long: a stall running at the
+    /// heal ends, a crash is detected, a worker's rest ends, then one worker alone handles
+    /// every job in its longest normal time, with a minute of retransmission margin.
     pub fn liveness_bound(&self) -> Duration {
         let run_max = self
             .workers
@@ -335,6 +338,7 @@ impl Scenario {
             .unwrap_or_default();
         self.handler.stall_max
             + self.detect_max
+            + REST_MAX
             + run_max * u32::try_from(self.jobs()).expect("few jobs")
             + ms(60_000)
     }

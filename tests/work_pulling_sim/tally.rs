@@ -54,8 +54,15 @@ tally! {
     handler_failures,
     /// Handler runs abandoned after `handler_timeout`.
     handler_timeouts,
-    /// Worker streams that gave a job up while their worker was in the pool (it left).
+    /// Worker streams that gave a job up while their worker was in the pool (the job failed
+    /// there).
     give_ups,
+    /// Rests begun by failing workers.
+    rests,
+    /// Assignments made while a worker that was resting or failing had room by its capacity.
+    rest_checks,
+    /// Jobs the pool gave up (`give_up_after`).
+    jobs_given_up,
     /// Jobs re-routed by the pool.
     reroutes,
     /// Assignments decided by the ordering rule (a re-routed job before a later one).
@@ -140,7 +147,13 @@ impl ClassTotals {
                     ("stalls", t.stalls),
                     ("handler_timeouts", t.handler_timeouts),
                 ]),
-                Class::GiveUps => wanted.extend([("give_ups", t.give_ups), ("losses", t.losses)]),
+                Class::GiveUps => wanted.extend([
+                    ("give_ups", t.give_ups),
+                    ("losses", t.losses),
+                    ("rests", t.rests),
+                    ("rest_checks", t.rest_checks),
+                    ("jobs_given_up", t.jobs_given_up),
+                ]),
                 Class::All => wanted.extend(
                     t.fields()
                         .into_iter()

@@ -167,7 +167,6 @@ enum Ev {
         reg: u64,
     },
     Restart(usize),
-    Rejoin(usize),
     Heal,
 }
 
@@ -229,13 +228,15 @@ struct Proc {
 pub struct Outcome {
     /// Per job (index = job id, 0 unused): confirmations to the caller.
     pub confirmed: Vec<u32>,
+    /// Per job: give-ups reported to the caller.
+    pub given_up: Vec<u32>,
     /// Per job: effects applied.
     pub effects: Vec<u32>,
     /// Per job: handler runs that succeeded.
     pub ok_runs: Vec<u32>,
     /// Per job: handler runs that reached their end.
     pub runs: Vec<u32>,
-    /// When the last job was confirmed (all of them were), from the start.
+    /// When the last job was settled (all of them were), from the start.
     pub done_at: Option<Duration>,
     /// When the run ended.
     pub ended_at: Duration,
@@ -245,7 +246,7 @@ pub struct Outcome {
     pub tally: Tally,
     /// The trace tail.
     pub trace: VecDeque<TraceLine>,
-    /// Where each unconfirmed job is.
+    /// Where each unsettled job is.
     pub stuck: Vec<(u64, String)>,
     /// A digest of the whole trace (determinism check).
     pub digest: u64,
@@ -282,7 +283,9 @@ pub struct World<'a> {
     ok_runs: Vec<u32>,
     runs: Vec<u32>,
     confirmed: Vec<u32>,
-    confirmed_count: usize,
+    given_up: Vec<u32>,
+    /// Jobs confirmed or given up.
+    settled_count: usize,
     done_at: Option<Duration>,
     broken: Vec<String>,
     tally: Tally,
@@ -297,7 +300,7 @@ impl<'a> World<'a> {
     /// digest of the whole trace).
     pub fn new(sc: &'a Scenario, trace_cap: usize, with_digest: bool) -> Self {
         let mut rng = SmallRng::seed_from_u64(sc.seed);
-        let pool = CheckedPool::new(rng.random());
+        let pool = CheckedPool::new(rng.random(), sc.give_up_after);
         let consumer_config = ConsumerConfig {
             handler_timeout: sc.handler_timeout.map_or(Limit::Unbounded, Limit::At),
             ..ConsumerConfig::default()
@@ -339,7 +342,8 @@ impl<'a> World<'a> {
             ok_runs: vec![0; jobs + 1],
             runs: vec![0; jobs + 1],
             confirmed: vec![0; jobs + 1],
-            confirmed_count: 0,
+            given_up: vec![0; jobs + 1],
+            settled_count: 0,
             done_at: None,
             broken: Vec::new(),
             tally: Tally {
@@ -466,7 +470,7 @@ impl<'a> World<'a> {
             self.pump();
             steps += 1;
             self.check_capacity(steps.is_multiple_of(64));
-            if self.done_at.is_none() && self.confirmed_count == self.sc.jobs() {
+            if self.done_at.is_none() && self.settled_count == self.sc.jobs() {
                 self.done_at = Some(self.now);
             }
         }
@@ -479,7 +483,8 @@ impl<'a> World<'a> {
         self.ms(mean / 4, mean * 7 / 4)
     }
 
-    fn next_timer(&self) -> Option<Duration> {
+    fn next_timer(&mut self) -> Option<Duration> {
+        let pool = self.pool.next_deadline();
         let streams = self
             .streams
             .values()
@@ -492,12 +497,16 @@ impl<'a> World<'a> {
             .filter_map(|p| p.consumer.next_deadline());
         streams
             .chain(consumers)
+            .chain(pool)
             .min()
             .map(|t| t.saturating_duration_since(self.base))
     }
 
     fn fire_timers(&mut self) {
         let now = self.at();
+        if self.pool.next_deadline().is_some_and(|d| d <= now) {
+            self.pool.handle_timeout(now);
+        }
         for stream in self.streams.values_mut().chain(self.stopping.values_mut()) {
             if stream.core.next_deadline().is_some_and(|d| d <= now) {
                 stream.core.handle_timeout(now);
@@ -562,11 +571,6 @@ impl<'a> World<'a> {
                 }
             }
             Ev::Restart(proc) => self.restart(proc),
-            Ev::Rejoin(proc) => {
-                if !self.healed && self.procs[proc].alive && !self.by_name.contains_key(&proc) {
-                    self.register(proc);
-                }
-            }
             Ev::Heal => {
                 self.healed = true;
                 self.trace(Trace::Heal);
@@ -741,7 +745,8 @@ impl<'a> World<'a> {
             return; // the planted fault
         }
         let present = self.streams.contains_key(&worker);
-        let settled = self.pool.settled(worker, key, result.is_ok());
+        let now = self.at();
+        let settled = self.pool.settled(worker, key, result.is_ok(), now);
         self.trace(Trace::Settle {
             worker,
             job: key,
@@ -749,6 +754,7 @@ impl<'a> World<'a> {
             settled: match settled {
                 Settled::Confirmed(_) => "confirmed",
                 Settled::Rerouted => "rerouted",
+                Settled::GivenUp { .. } => "given up",
                 Settled::Ignored => "ignored",
             },
         });
@@ -761,22 +767,37 @@ impl<'a> World<'a> {
                 ));
             }
         }
-        if let Settled::Confirmed(job) = settled {
-            self.confirmed(worker, key, job, present);
+        if present && matches!(result, Err(DeliveryError::GaveUp { .. })) {
+            self.tally.give_ups += 1;
         }
-        if let Err(error) = result {
-            if present {
-                if matches!(error, DeliveryError::GaveUp { .. }) {
-                    self.tally.give_ups += 1;
-                    if !self.healed {
-                        let proc = self.streams[&worker].proc;
-                        let delay = self.ms(Duration::from_millis(200), self.sc.rejoin_max);
-                        self.schedule(delay, Ev::Rejoin(proc));
-                    }
-                }
-                self.leave(worker, "its stream failed a job");
-            }
+        match settled {
+            Settled::Confirmed(job) => self.confirmed(worker, key, job, present),
+            Settled::GivenUp { job, attempts } => self.given_up(key, job, attempts),
+            Settled::Rerouted | Settled::Ignored => {}
         }
+    }
+
+    fn given_up(&mut self, key: JobKey, job: u64, attempts: u32) {
+        if job != key {
+            self.fail(format!("giving key {key} up gave job {job} up"));
+        }
+        if Some(attempts) != self.sc.give_up_after {
+            let after = self.sc.give_up_after;
+            self.fail(format!(
+                "job {job} given up after {attempts} failures, not {after:?}"
+            ));
+        }
+        let Some(count) = self.given_up.get_mut(job as usize).filter(|_| job > 0) else {
+            self.fail(format!("job {job} given up, but no such job was pushed"));
+            return;
+        };
+        *count += 1;
+        if *count > 1 || self.confirmed[job as usize] > 0 {
+            self.fail(format!("job {job} given up after it was settled"));
+            return;
+        }
+        self.settled_count += 1;
+        self.tally.jobs_given_up += 1;
     }
 
     fn confirmed(&mut self, worker: WorkerKey, key: JobKey, job: u64, present: bool) {
@@ -789,11 +810,13 @@ impl<'a> World<'a> {
         };
         *count += 1;
         let count = *count;
-        if count > 1 {
-            self.fail(format!("job {job} confirmed to the caller {count} times"));
+        if count > 1 || self.given_up[job as usize] > 0 {
+            self.fail(format!(
+                "job {job} confirmed to the caller after it was settled"
+            ));
             return;
         }
-        self.confirmed_count += 1;
+        self.settled_count += 1;
         if !self.store.contains(&job) {
             self.fail(format!(
                 "job {job} confirmed by {worker:?} with no effect recorded"
@@ -1172,17 +1195,20 @@ impl<'a> World<'a> {
         self.tally.reroutes = self.pool.rerouted;
         self.tally.front_checks = self.pool.front_checks;
         self.tally.confirmed_elsewhere = self.pool.confirmed_elsewhere;
+        self.tally.rest_checks = self.pool.rest_checks;
+        self.tally.rests = self.pool.pool.stats().rests;
         if let Some(done) = self.done_at {
             self.tally.heal_to_done_ms = done.saturating_sub(self.sc.heal_at).as_millis() as u64;
         }
         let mut broken = std::mem::take(&mut self.pool.broken);
         broken.append(&mut self.broken);
         let stuck = (1..=self.sc.jobs() as u64)
-            .filter(|&j| self.confirmed[j as usize] == 0)
+            .filter(|&j| self.confirmed[j as usize] + self.given_up[j as usize] == 0)
             .map(|j| (j, self.pool.whereabouts(j)))
             .collect();
         Outcome {
             confirmed: self.confirmed,
+            given_up: self.given_up,
             effects: self.effects,
             ok_runs: self.ok_runs,
             runs: self.runs,

@@ -111,7 +111,7 @@ impl ReliableDelivery {
     ///
     /// # Errors
     /// As [`durable_producer`](Self::durable_producer); `producer_id` if the stream's id is
-    /// longer than 127 bytes (it prefixes the worker streams' ids).
+    /// longer than 239 bytes (it prefixes the worker streams' ids).
     pub fn durable_work_pulling_producer<T>(
         options: WorkPullingOptions<T>,
         durable: DurableOptions<T>,
@@ -139,7 +139,7 @@ impl ReliableDelivery {
     ///
     /// # Errors
     /// As [`durable_producer`](Self::durable_producer); `producer_id` if the stream's id is
-    /// longer than 127 bytes (it prefixes the entity streams' ids).
+    /// longer than 239 bytes (it prefixes the entity streams' ids).
     pub fn durable_sharded_producer<T>(
         options: ShardedProducerOptions<T>,
         durable: DurableOptions<EntityMessage<T>>,

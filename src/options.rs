@@ -18,6 +18,7 @@ use crate::error::OptionsError;
 use crate::handler::DeliveryHandler;
 use crate::message::ConsumerRef;
 use crate::producer_core::Chunking;
+use crate::protocol::envelope::Incarnation;
 use crate::protocol::trace_context::TraceContext;
 use crate::remote::BodySchema;
 
@@ -50,6 +51,8 @@ pub struct ProducerOptions<T: Send + 'static> {
     metrics_label: Option<String>,
     trace_context: Option<TraceHook>,
     chunking: Option<Chunking<T>>,
+    /// The token of a pool's stream (derived from its producer's); `None`: a random one.
+    incarnation: Option<Incarnation>,
 }
 
 impl<T: Send + 'static> ProducerOptions<T> {
@@ -83,7 +86,22 @@ impl<T: Send + 'static> ProducerOptions<T> {
             metrics_label: None,
             trace_context: None,
             chunking: None,
+            incarnation: None,
         })
+    }
+
+    /// The same options for a stream a pool opens on its producer's behalf: under `token`
+    /// (derived from the producer's, see [`protocol::origin`](crate::protocol::origin))
+    /// instead of a random one, and exported under the pool's metrics `label`.
+    pub(crate) fn for_sub_stream(mut self, token: Incarnation, label: &str) -> Self {
+        self.incarnation = Some(token);
+        #[cfg(feature = "metrics")]
+        {
+            self.metrics_label = Some(label.to_owned());
+        }
+        #[cfg(not(feature = "metrics"))]
+        let _ = label;
+        self
     }
 
     /// The same options with the producer id fixed to `id` (a durable producer's is its
@@ -110,21 +128,25 @@ impl<T: Send + 'static> ProducerOptions<T> {
         self.chunking.as_ref().map(|chunking| chunking.chunk_size)
     }
 
-    pub(crate) fn into_parts(
-        self,
-    ) -> (
-        ConsumerRef<T>,
-        ProducerConfig,
-        Option<TraceHook>,
-        Option<Chunking<T>>,
-    ) {
-        (
-            self.consumer,
-            self.config,
-            self.trace_context,
-            self.chunking,
-        )
+    pub(crate) fn into_parts(self) -> ProducerParts<T> {
+        ProducerParts {
+            consumer: self.consumer,
+            config: self.config,
+            trace_context: self.trace_context,
+            chunking: self.chunking,
+            incarnation: self.incarnation,
+        }
     }
+}
+
+/// What a producer is made of, taken out of its options.
+pub(crate) struct ProducerParts<T: Send + 'static> {
+    pub(crate) consumer: ConsumerRef<T>,
+    pub(crate) config: ProducerConfig,
+    pub(crate) trace_context: Option<TraceHook>,
+    pub(crate) chunking: Option<Chunking<T>>,
+    /// The token of a pool's stream; `None`: a random one.
+    pub(crate) incarnation: Option<Incarnation>,
 }
 
 /// Builds [`ProducerOptions`]; see [`ProducerConfig`] for each setting's default and rule.

@@ -18,7 +18,7 @@ use crate::durable::{Durable, DurableOptions, Stored, MAX_BODY_BYTES};
 use crate::error::{DeliveryError, OptionsError, TellError};
 use crate::inbox::{Inbox, Refusal};
 use crate::message::{Acks, ConsumerRef, GetProducerStats, GiveUp, ReplyTo, StopProducer, Tell};
-use crate::options::{ProducerOptions, TraceHook};
+use crate::options::{ProducerOptions, ProducerParts, TraceHook};
 use crate::producer_core::Core;
 use crate::protocol::envelope::{Ack, Incarnation, ProducerId};
 use crate::protocol::producer::ProducerStats;
@@ -73,10 +73,17 @@ impl<T: Clone + Send + 'static> ProducerController<T> {
                 .or(options.config().producer_id.as_deref())
                 .unwrap_or(crate::telemetry::metrics::DEFAULT_LABEL),
         );
-        let (consumer, config, trace_context, chunking) = options.into_parts();
+        let ProducerParts {
+            consumer,
+            config,
+            trace_context,
+            chunking,
+            incarnation,
+        } = options.into_parts();
         let room = config.window_size.saturating_add(config.max_pending);
+        let incarnation = incarnation.unwrap_or_else(Incarnation::random);
         Self {
-            core: Core::new(&config, Incarnation::random(), chunking),
+            core: Core::new(&config, incarnation, chunking),
             consumer,
             reply_to: None,
             alarm: Alarm::default(),

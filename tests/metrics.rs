@@ -772,3 +772,45 @@ async fn a_sharded_producers_series_do_not_grow_with_the_entities_it_sends_to() 
     assert_eq!(lanes.opened, 10_100);
     assert!(lanes.closed >= 10_000, "{lanes:?}");
 }
+
+/// A work-pulling producer's worker streams export under its one label, however many workers
+/// come and go: worker names (announced by peers) never become labels.
+#[actix::test]
+async fn a_work_pulling_producers_series_do_not_grow_with_the_workers_that_come_and_go() {
+    use actix_delivery::work_pulling::{Job, WorkPullingOptions, WorkerRegistry};
+    use actix_delivery::ProducerConfig;
+    tokio::time::pause();
+    snapshotter();
+    let registry = WorkerRegistry::new();
+    let front = ProducerConfig {
+        producer_id: Some("pulling".into()),
+        ..WorkPullingOptions::<u64>::default_producer()
+    };
+    let options = WorkPullingOptions::builder(&registry)
+        .producer(front)
+        .build()
+        .unwrap();
+    let jobs = ReliableDelivery::work_pulling_producer(options);
+    let handler = || DeliveryHandler::from_fn(|_: Job<u64>| async { Ok::<(), String>(()) });
+    let churn = |range: std::ops::Range<u64>| {
+        let (jobs, registry) = (jobs.clone(), registry.clone());
+        async move {
+            for n in range {
+                let name = format!("peer-{n}");
+                let worker = ReliableDelivery::consumer(
+                    ConsumerOptions::builder(handler()).build().unwrap(),
+                );
+                registry.register_consumer(&name, &worker).unwrap();
+                jobs.send(n).await.unwrap();
+                registry.deregister(&name);
+            }
+        }
+    };
+    churn(0..10).await;
+    let after_10 = series_count(|value| value.starts_with("pulling"));
+    churn(10..1_010).await;
+    let after_1_010 = series_count(|value| value.starts_with("pulling"));
+    assert!(after_10 > 0, "the producer and its worker streams export");
+    assert_eq!(after_1_010, after_10, "worker names never become series");
+    assert_eq!(series_count(|value| value.contains("peer-")), 0);
+}

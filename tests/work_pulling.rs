@@ -525,14 +525,14 @@ fn invalid_options_and_names_are_refused_with_the_reason() {
         .unwrap_err();
     assert_eq!(error.field, "producer_id");
     let long_id = ProducerConfig {
-        producer_id: Some("p".repeat(128)),
+        producer_id: Some("p".repeat(240)),
         ..WorkPullingOptions::<u64>::default_producer()
     };
     let error = WorkPullingOptions::builder(&registry)
         .producer(long_id)
         .build()
         .unwrap_err();
-    assert!(error.reason.contains("127"), "{error}");
+    assert!(error.reason.contains("239"), "{error}");
 
     let lost = || ConsumerRef::from_fn(|_: Vec<Delivery<Job<u64>>>| {});
     assert_eq!(
@@ -959,10 +959,11 @@ async fn a_second_announcer_of_a_name_in_force_is_refused_until_the_first_goes_s
 /// processed, so the jobs of those seqs are still applied.
 #[actix::test]
 async fn a_job_id_claiming_a_range_of_seqs_marks_only_its_own() {
-    use actix_delivery::{DeliveryInfo, Incarnation, IncarnationId, ProducerId};
+    use actix_delivery::{DeliveryInfo, Incarnation, ProducerId};
     tokio::time::pause();
     let journal = MemoryJournal::new();
     let entity = start_ledger(&journal);
+    let stream = Incarnation::from_u128(3);
     let worker = ReliableDelivery::consumer(
         ConsumerOptions::builder(entity.job_handler(Op::Apply))
             .build()
@@ -972,7 +973,7 @@ async fn a_job_id_claiming_a_range_of_seqs_marks_only_its_own() {
     let job = |seq: u64, first_seq| Job {
         info: DeliveryInfo {
             producer_id: ProducerId::from("jobs"),
-            incarnation: IncarnationId::from_u128(7),
+            incarnation: stream.id(),
             seq,
             window_start: 1,
             trace_context: None,
@@ -980,9 +981,8 @@ async fn a_job_id_claiming_a_range_of_seqs_marks_only_its_own() {
         },
         body: seq,
     };
-    let stream = Incarnation::from_u128(3);
     for (n, body) in [job(5, Some(1)), job(2, None)].into_iter().enumerate() {
-        let delivery = Delivery::new("pool", stream, n as u64 + 1, body, reply_to.clone());
+        let delivery = Delivery::new("jobs/1", stream, n as u64 + 1, body, reply_to.clone());
         worker.recipient().do_send(delivery);
     }
     settle_for(100).await;
@@ -995,4 +995,70 @@ async fn a_job_id_claiming_a_range_of_seqs_marks_only_its_own() {
         ledger.applied, applied,
         "job 2 applied, not taken as processed"
     );
+}
+
+/// A job's stable id is bound to the worker stream that carries it: a sender that knows a
+/// producer's id and the public id of its jobs' token (in every `Job::info`, log and dead
+/// letter) and names them in a job of its own, far ahead, gets a dead letter, not a window
+/// moved at the persistent worker, and the producer's genuine jobs go on being applied.
+#[actix::test]
+async fn a_job_naming_another_producers_id_is_a_dead_letter_and_moves_no_window() {
+    use actix_delivery::{DeadLetterReason, DeliveryInfo, Incarnation};
+    tokio::time::pause();
+    let journal = MemoryJournal::new();
+    let entity = start_ledger(&journal);
+    let (sink, dead_letters) = common::dead_letter_log();
+    let consumer = ReliableDelivery::consumer(
+        ConsumerOptions::builder(entity.job_handler(Op::Apply))
+            .dead_letters(sink)
+            .build()
+            .unwrap(),
+    );
+    let seen: Arc<std::sync::Mutex<Option<DeliveryInfo>>> = Arc::default();
+    let tap = {
+        let (seen, target) = (seen.clone(), consumer.consumer_ref());
+        ConsumerRef::from_fn(move |deliveries: Vec<Delivery<Job<u64>>>| {
+            *seen.lock().unwrap() = Some(deliveries[0].body.info.clone());
+            target.do_send_all(deliveries.into_iter());
+        })
+    };
+    let (registry, confirmed) = (WorkerRegistry::new(), Log::default());
+    registry.register("ledger", tap).unwrap();
+    let jobs = ReliableDelivery::work_pulling_producer(options(&registry, 8));
+    tell_all(&jobs, 0..1, &confirmed);
+    jobs.idle().await;
+    let genuine = seen.lock().unwrap().clone().expect("the tap saw the job");
+
+    let (reply_to, acks) = common::ack_probe();
+    let forged = Job {
+        info: DeliveryInfo {
+            seq: 1_000_000,
+            window_start: 1_000_000,
+            ..genuine.clone()
+        },
+        body: 999,
+    };
+    let carrier = format!("{}/0000000000000001", genuine.producer_id);
+    let delivery = Delivery::new(carrier, Incarnation::from_u128(666), 1, forged, reply_to);
+    consumer.recipient().do_send(delivery);
+    settle_for(10).await;
+
+    tell_all(&jobs, 1..5, &confirmed);
+    jobs.idle().await;
+    assert_confirmed_once(&confirmed, 0..5);
+    let ledger = recover_state::<Ledger>(&journal, &ledger_id())
+        .await
+        .unwrap();
+    let once: BTreeMap<u64, u32> = (0..5).map(|n| (n, 1)).collect();
+    assert_eq!(
+        ledger.applied, once,
+        "every genuine job applied, the forged one never"
+    );
+    assert!(
+        acks.snapshot().is_empty(),
+        "the forged delivery is not ACKed"
+    );
+    let letters = dead_letters.snapshot();
+    assert_eq!(letters.len(), 1);
+    assert_eq!(letters[0].reason, DeadLetterReason::ForeignOrigin);
 }

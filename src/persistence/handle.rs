@@ -315,12 +315,19 @@ impl<E: EventSourced> PersistentHandle<E> {
     /// was confirmed by a worker elsewhere (the producer's window only passes confirmed
     /// jobs): it is refused as stale (counted) and ACKed, which frees its worker's slot and
     /// confirms nothing. Leave `must_follow` off: a worker sees only some of the jobs.
+    ///
+    /// A job whose id is not the sending worker stream's own (its token does not have the
+    /// id's public incarnation id, see [`check_origin`](crate::protocol::origin::check_origin))
+    /// is a dead letter of the consumer ([`DeadLetterReason::ForeignOrigin`]): never run nor
+    /// ACKed, and no window of the entity's record moves.
+    ///
+    /// [`DeadLetterReason::ForeignOrigin`]: crate::DeadLetterReason::ForeignOrigin
     pub fn job_handler<T: 'static>(
         &self,
         mut to_command: impl FnMut(T) -> E::Command + 'static,
     ) -> DeliveryHandler<crate::work_pulling::Job<T>> {
         let entity = self.clone();
-        DeliveryHandler::pipelined(move |_, job: crate::work_pulling::Job<T>| {
+        let handler = DeliveryHandler::pipelined(move |_, job: crate::work_pulling::Job<T>| {
             // A job is one message of its producer: its mark covers its seq alone, whatever
             // range a sender wrote into the id (which would mark seqs no job processed).
             let info = DeliveryInfo {
@@ -334,6 +341,9 @@ impl<E: EventSourced> PersistentHandle<E> {
                     Err(error) => Err(error),
                 }
             }
+        });
+        handler.admitting(|carrier, job: &crate::work_pulling::Job<T>| {
+            crate::protocol::origin::check_origin(carrier, &job.info)
         })
     }
 

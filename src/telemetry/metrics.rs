@@ -18,7 +18,7 @@
 //!
 //! | label | on | value |
 //! |---|---|---|
-//! | `producer` | `actix_delivery_producer_*` | `ProducerOptionsBuilder::metrics_label`; else the producer's fixed `producer_id` (a durable producer always has one); else `"default"` |
+//! | `producer` | `actix_delivery_producer_*` | `ProducerOptionsBuilder::metrics_label`; else the producer's fixed `producer_id` (a durable producer always has one); else `"default"`. A work-pulling producer's worker streams add up under its label (never a worker's name); a sharded producer's entity streams have their own series (`actix_delivery_sharded_producer_*`, below), never one per entity |
 //! | `consumer` | `actix_delivery_consumer_*` | `ConsumerOptionsBuilder::name`, else `"default"` |
 //! | `entity` | `actix_delivery_persistent_*` | the entity's type name (`std::any::type_name` of its `EventSourced` type: one per type, never per stream); a durable producer's log: `actix_delivery::durable::log::ProducerLog` |
 //! | `journal` | `actix_delivery_sqlite_*`, `actix_delivery_postgres_*`, `actix_delivery_memory_journal_*` | `SqliteOptions::metrics_label` / `PostgresOptions::metrics_label`, else `"default"` (a `MemoryJournal`: always `"default"`) |

@@ -2,6 +2,13 @@
 //! the pure [`WorkPool`], ACKs a job to its producer once a worker confirmed it, and settles
 //! it as given up with its producer (and hands it to the dead-letter sink) when the pool gave
 //! it up.
+//!
+//! The worker streams of one producer life share a token derived from the producer's
+//! ([`sub_stream_token`]); a job's stable id ([`Job::info`]) names the producer's id and that
+//! token's public id, so that a worker can check that the id is the sending stream's own
+//! ([`check_origin`](crate::protocol::origin::check_origin)). Each stream has an id of its
+//! own, `<producer id>/<stream number>`, opened when its worker gets its first job of a
+//! producer life.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -19,8 +26,9 @@ use crate::facade::ReliableDelivery;
 use crate::message::{ConsumerRef, Deliveries, Delivery, GiveUp, ReplyTo};
 use crate::options::ProducerOptions;
 use crate::producer::ProducerHandle;
-use crate::protocol::envelope::{Ack, DeliveryInfo, ProducerId};
+use crate::protocol::envelope::{random_u64, Ack, DeliveryInfo, Incarnation, ProducerId};
 use crate::protocol::intake::{Intake, Taken};
+use crate::protocol::origin::sub_stream_token;
 use crate::settlements::{Settlements, TakeSettlements};
 use crate::work_pulling::pool::{JobKey, PoolStats, Settled, WorkPool, WorkerKey};
 use crate::work_pulling::registry::WorkersChanged;
@@ -33,10 +41,15 @@ struct Held<T> {
     reply_to: Option<ReplyTo>,
 }
 
-/// One worker: its name and the reliable stream to it.
+/// The purpose the worker streams' token is derived for ([`sub_stream_token`]).
+pub(crate) const JOBS_TOKEN_PURPOSE: &str = "work-pulling jobs";
+
+/// One worker: its name, where it takes jobs, and the reliable stream to it (opened with its
+/// first job of the producer's life).
 struct Worker<T: Clone + Send + 'static> {
     name: Arc<str>,
-    stream: ProducerHandle<Job<T>>,
+    target: ConsumerRef<Job<T>>,
+    stream: Option<ProducerHandle<Job<T>>>,
 }
 
 /// The outcome of a job at a worker, from the worker stream's confirmation.
@@ -72,6 +85,13 @@ pub(crate) struct WorkPullingController<T: Clone + Send + 'static> {
     by_name: HashMap<Arc<str>, WorkerKey>,
     next_worker: u64,
     producer_id: ProducerId,
+    /// The producer's current token and the worker streams' token derived from it.
+    tokens: Option<(Incarnation, Incarnation)>,
+    /// The number of the next worker stream (from a random start: the ids of two lives
+    /// never meet).
+    next_stream: u64,
+    /// The label of the worker streams' metrics: the pool's.
+    label: String,
     worker_config: ProducerConfig,
     registry: WorkerRegistry<T>,
     /// ACKs to send after this mailbox drain.
@@ -92,7 +112,11 @@ pub(crate) struct WorkPullingController<T: Clone + Send + 'static> {
 impl<T: Clone + Send + 'static> WorkPullingController<T> {
     /// The pool of `producer`, with the workers, worker settings and give-up rules of
     /// `options`.
-    pub(crate) fn new(producer: &ProducerHandle<T>, options: WorkPullingOptions<T>) -> Self {
+    pub(crate) fn new(
+        producer: &ProducerHandle<T>,
+        options: WorkPullingOptions<T>,
+        label: String,
+    ) -> Self {
         let mut pool = WorkPool::new(crate::protocol::envelope::random_u64());
         if let Some(failures) = options.give_up_after {
             pool = pool.give_up_after(failures);
@@ -106,6 +130,9 @@ impl<T: Clone + Send + 'static> WorkPullingController<T> {
             by_name: HashMap::new(),
             next_worker: 0,
             producer_id: producer.producer_id().clone(),
+            tokens: None,
+            next_stream: random_u64(),
+            label,
             worker_config: options.worker,
             registry: options.registry,
             acks: Vec::new(),
@@ -134,17 +161,14 @@ impl<T: Clone + Send + 'static> WorkPullingController<T> {
             }
             entry.remove();
         }
-        let incarnation = match taken {
-            Taken::New {
-                incarnation,
-                restarted,
-            } => {
+        let jobs_token = match taken {
+            Taken::New { restarted, .. } => {
                 if restarted {
                     // A new life of the producer: it settled the previous life's jobs itself.
                     self.pool.drain_jobs().for_each(drop);
                     self.given_up.clear();
                 }
-                incarnation
+                self.jobs_token(delivery.incarnation)
             }
             Taken::Copy => return,
             Taken::AckAgain => {
@@ -165,7 +189,7 @@ impl<T: Clone + Send + 'static> WorkPullingController<T> {
         };
         let info = DeliveryInfo {
             producer_id: delivery.producer_id.clone(),
-            incarnation,
+            incarnation: jobs_token.id(),
             seq: delivery.seq,
             window_start: delivery.window_start,
             trace_context: delivery.trace_context,
@@ -189,18 +213,39 @@ impl<T: Clone + Send + 'static> WorkPullingController<T> {
         self.intake.hold(seq, key);
     }
 
+    /// The worker streams' token for the producer's `token`: the same for every job of its
+    /// life. A new life's token closes the streams of the previous one (their jobs are the
+    /// previous life's, which the producer settled itself).
+    fn jobs_token(&mut self, token: Incarnation) -> Incarnation {
+        match self.tokens {
+            Some((parent, derived)) if parent == token => derived,
+            _ => {
+                for worker in self.workers.values_mut() {
+                    if let Some(stream) = worker.stream.take() {
+                        stream.stop();
+                    }
+                }
+                let derived = sub_stream_token(token, JOBS_TOKEN_PURPOSE, b"");
+                self.tokens = Some((token, derived));
+                derived
+            }
+        }
+    }
+
     fn join(&mut self, name: Arc<str>, target: ConsumerRef<Job<T>>) {
         if let Some(previous) = self.by_name.get(&name).copied() {
             self.leave(previous);
         }
-        let Some(stream) = self.stream_to(&name, &target) else {
-            return;
-        };
         let key = self.next_key();
         self.pool
             .add_worker(key, name.clone(), self.worker_config.window_size);
         self.by_name.insert(name.clone(), key);
-        self.workers.insert(key, Worker { name, stream });
+        let worker = Worker {
+            name,
+            target,
+            stream: None,
+        };
+        self.workers.insert(key, worker);
     }
 
     fn next_key(&mut self) -> WorkerKey {
@@ -208,24 +253,22 @@ impl<T: Clone + Send + 'static> WorkPullingController<T> {
         WorkerKey(self.next_worker)
     }
 
-    /// A reliable stream to the worker `name` at `target`; `None` (logged) if its id is
-    /// invalid.
+    /// A new reliable stream to `target`, under the worker streams' `token`.
     fn stream_to(
-        &self,
-        name: &str,
+        &mut self,
         target: &ConsumerRef<Job<T>>,
-    ) -> Option<ProducerHandle<Job<T>>> {
+        token: Incarnation,
+    ) -> ProducerHandle<Job<T>> {
+        let number = self.next_stream;
+        self.next_stream = self.next_stream.wrapping_add(1);
         let config = ProducerConfig {
-            producer_id: Some(format!("{}/{name}", self.producer_id)),
+            producer_id: Some(format!("{}/{number:016x}", self.producer_id)),
             ..self.worker_config.clone()
         };
-        match ProducerOptions::new(target.clone(), config) {
-            Ok(options) => Some(ReliableDelivery::producer(options)),
-            Err(error) => {
-                log::warn!("work pulling: worker `{name}` not added: {error}");
-                None
-            }
-        }
+        let options = ProducerOptions::new(target.clone(), config)
+            .expect("the producer id's length and the settings were checked with the options")
+            .for_sub_stream(token, &self.label);
+        ReliableDelivery::producer(options)
     }
 
     /// Removes a worker: its stream stops, its unconfirmed jobs wait for the others.
@@ -237,7 +280,9 @@ impl<T: Clone + Send + 'static> WorkPullingController<T> {
             self.by_name.remove(&worker.name);
         }
         self.pool.remove_worker(key);
-        worker.stream.stop();
+        if let Some(stream) = worker.stream {
+            stream.stop();
+        }
     }
 
     /// Takes a worker stream's settlement of a job at `now`. A job its stream gave up failed
@@ -325,7 +370,16 @@ impl<T: Clone + Send + 'static> WorkPullingController<T> {
                     pool.do_send(TakeSettlements);
                 }
             };
-            let stream = &self.workers[&worker].stream;
+            if self.workers[&worker].stream.is_none() {
+                let token = self.tokens.expect("a job was taken: the token is known").1;
+                let target = self.workers[&worker].target.clone();
+                let stream = self.stream_to(&target, token);
+                self.workers
+                    .get_mut(&worker)
+                    .expect("assigned a job")
+                    .stream = Some(stream);
+            }
+            let stream = self.workers[&worker].stream.as_ref().expect("opened above");
             if stream.tell(job, confirm).is_err() {
                 // Its stream stopped: the refusal settled the job as failed there.
                 self.leave(worker);
@@ -365,8 +419,8 @@ impl<T: Clone + Send + 'static> Actor for WorkPullingController<T> {
     }
 
     fn stopped(&mut self, _: &mut Context<Self>) {
-        for worker in self.workers.values() {
-            worker.stream.stop();
+        for stream in self.workers.values().filter_map(|w| w.stream.as_ref()) {
+            stream.stop();
         }
     }
 }

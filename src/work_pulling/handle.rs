@@ -16,6 +16,9 @@ use crate::work_pulling::options::check_producer_id;
 use crate::work_pulling::pool::PoolStats;
 use crate::work_pulling::WorkPullingOptions;
 
+/// The label of a pool's metrics when its producer has no fixed id.
+const DEFAULT_LABEL: &str = "default";
+
 /// A work-pulling producer: `tell`, `send`, `store`, `idle`, `stop` and the confirmations are
 /// those of the [`ProducerHandle`] it dereferences to, and a confirmation `Ok` means a worker
 /// confirmed the job. Cheap to clone; when the last clone is dropped, the producer finishes
@@ -29,7 +32,8 @@ impl<T: Clone + Send + 'static> WorkPullingHandle<T> {
     pub(crate) fn start(options: WorkPullingOptions<T>) -> Self {
         let (ctx, front) = Self::front(&options);
         let producer = ReliableDelivery::producer(front);
-        Self::run(ctx, producer, options)
+        let label = options.producer.producer_id.clone();
+        Self::run(ctx, producer, options, label)
     }
 
     pub(crate) fn start_durable(
@@ -41,8 +45,9 @@ impl<T: Clone + Send + 'static> WorkPullingHandle<T> {
     {
         check_producer_id(durable.producer_id.as_str())?;
         let (ctx, front) = Self::front(&options);
+        let label = Some(durable.producer_id.to_string());
         let producer = ReliableDelivery::durable_producer(front, durable)?;
-        Ok(Self::run(ctx, producer, options))
+        Ok(Self::run(ctx, producer, options, label))
     }
 
     /// The pool's context (not started yet: its producer needs its address first) and the
@@ -57,12 +62,16 @@ impl<T: Clone + Send + 'static> WorkPullingHandle<T> {
         (ctx, front)
     }
 
+    /// Starts the pool; its worker streams' metrics go under `label` (the producer's fixed
+    /// id, else `"default"`), never under a worker's name.
     fn run(
         ctx: Context<WorkPullingController<T>>,
         producer: ProducerHandle<T>,
         options: WorkPullingOptions<T>,
+        label: Option<String>,
     ) -> Self {
-        let pool = ctx.run(WorkPullingController::new(&producer, options));
+        let label = label.unwrap_or_else(|| DEFAULT_LABEL.to_owned());
+        let pool = ctx.run(WorkPullingController::new(&producer, options, label));
         Self { producer, pool }
     }
 

@@ -6,11 +6,13 @@ use crate::protocol::envelope::DeliveryInfo;
 
 /// A job as a worker's handler sees it: the body, and the job's stable identity.
 ///
-/// `info` is the job's id: the work-pulling producer's id, its incarnation and the job's seq
-/// there. It stays the same however often the job is re-routed and to whichever worker, and,
-/// for a durable work-pulling producer, across the producer's restarts: a persistent worker
-/// records it as the processed mark ([`PersistentHandle::job_handler`]), so a job done once
-/// is recognised under any worker's stream. (The worker stream's own delivery info, which
+/// `info` is the job's id: the work-pulling producer's id, the public id of the token its
+/// worker streams carry (derived from the producer's incarnation, see
+/// [`protocol::origin`](crate::protocol::origin)) and the job's seq at the producer. It stays
+/// the same however often the job is re-routed and to whichever worker, and, for a durable
+/// work-pulling producer, across the producer's restarts: a persistent worker records it as
+/// the processed mark ([`PersistentHandle::job_handler`]), so a job done once is recognised
+/// under any worker's stream, and refuses a job whose id is not the carrying stream's own. (The worker stream's own delivery info, which
 /// [`DeliveryHandler::from_fn_with_info`](crate::DeliveryHandler::from_fn_with_info) shows,
 /// changes with every re-routing.)
 ///

@@ -7,7 +7,6 @@ use actix::Recipient;
 
 use crate::config::{Backoff, Limit, ProducerConfig};
 use crate::error::OptionsError;
-use crate::work_pulling::registry::MAX_WORKER_NAME;
 use crate::work_pulling::{GivenUpJob, WorkerRegistry};
 
 /// Everything a work-pulling producer needs, validated: the registry it takes its workers
@@ -104,7 +103,8 @@ impl<T: Send + 'static> WorkPullingOptionsBuilder<T> {
     /// is given up, see [`give_up_after`](Self::give_up_after)), and the worker rests (see
     /// [`pool`](crate::work_pulling::pool)). With `max_attempts` unbounded a job stays with
     /// its worker until the worker confirms it or leaves. `producer_id` must be unset: each
-    /// stream's id is the producer's, `/` and the worker's name.
+    /// stream's id is the producer's, `/` and a stream number. The streams' metrics go under
+    /// the producer's label (its fixed id, else `"default"`), never under a worker's name.
     pub fn worker(mut self, config: ProducerConfig) -> Self {
         self.worker = config;
         self
@@ -153,7 +153,7 @@ impl<T: Send + 'static> WorkPullingOptionsBuilder<T> {
         if self.worker.producer_id.is_some() {
             return Err(OptionsError::new(
                 "producer_id",
-                "a worker stream's id is the producer's, `/` and the worker's name: leave it \
+                "a worker stream's id is the producer's, `/` and the stream's number: leave it \
                  unset in the worker settings",
             ));
         }
@@ -174,10 +174,10 @@ impl<T: Send + 'static> WorkPullingOptionsBuilder<T> {
     }
 }
 
-/// A work-pulling producer's id prefixes its worker streams' ids (`<id>/<worker>`), which
-/// must stay within a producer id's 256 bytes: at most 127 bytes.
+/// A work-pulling producer's id prefixes its worker streams' ids (`<id>/<stream number, 16
+/// hex digits>`), which must stay within a producer id's 256 bytes: at most 239 bytes.
 pub(crate) fn check_producer_id(id: &str) -> Result<(), OptionsError> {
-    let room = 256 - 1 - MAX_WORKER_NAME;
+    let room = 256 - 1 - 16;
     if id.len() > room {
         return Err(OptionsError::new(
             "producer_id",

@@ -209,12 +209,19 @@ impl<T: 'static> DeliveryHandler<T> {
         self,
         check: impl FnMut(&Header, &T) -> Result<(), DeadLetterReason> + 'static,
     ) -> Self {
+        let Self {
+            slot,
+            #[cfg(feature = "tracing")]
+            name,
+            #[cfg(feature = "tracing")]
+            span,
+        } = self;
         Self {
-            slot: Box::new(AdmittingSlot {
-                check,
-                inner: self.slot,
-            }),
-            ..self
+            slot: Box::new(AdmittingSlot { check, inner: slot }),
+            #[cfg(feature = "tracing")]
+            name,
+            #[cfg(feature = "tracing")]
+            span,
         }
     }
 

@@ -58,7 +58,7 @@ pub struct ProducerController<T: Clone + Send + 'static> {
     /// The journal of a durable producer.
     pub(crate) durable: Option<Durable<T>>,
     #[cfg(feature = "metrics")]
-    meter: crate::telemetry::metrics::ProducerMeter,
+    meter: crate::telemetry::metrics::ProducerMeters,
     /// Sets the trace context of messages told through handles.
     trace_context: Option<TraceHook>,
 }
@@ -67,11 +67,9 @@ impl<T: Clone + Send + 'static> ProducerController<T> {
     /// A producer with validated options; start it like any actor.
     pub fn new(options: ProducerOptions<T>) -> Self {
         #[cfg(feature = "metrics")]
-        let meter = crate::telemetry::metrics::ProducerMeter::new(
-            options
-                .metrics_label()
-                .or(options.config().producer_id.as_deref())
-                .unwrap_or(crate::telemetry::metrics::DEFAULT_LABEL),
+        let meter = crate::telemetry::metrics::ProducerMeters::new(
+            Self::metrics_label(&options),
+            options.chunk_size().is_some(),
         );
         let ProducerParts {
             consumer,
@@ -142,9 +140,22 @@ impl<T: Clone + Send + 'static> ProducerController<T> {
             ));
         }
         let config = options.config().clone();
+        #[cfg(feature = "metrics")]
+        let label = Self::metrics_label(&options).to_owned();
         let mut producer = Self::new(options);
         producer.durable = Some(Durable::new(config, durable));
+        #[cfg(feature = "metrics")]
+        producer.meter.durable(&label);
         Ok(producer)
+    }
+
+    /// The label of the producer's metrics: the application's, else its fixed id.
+    #[cfg(feature = "metrics")]
+    fn metrics_label(options: &ProducerOptions<T>) -> &str {
+        options
+            .metrics_label()
+            .or(options.config().producer_id.as_deref())
+            .unwrap_or(crate::telemetry::metrics::DEFAULT_LABEL)
     }
 
     /// This producer's id.
@@ -201,7 +212,7 @@ impl<T: Clone + Send + 'static> ProducerController<T> {
         while let Some((confirmation, result)) = core.poll_settled() {
             #[cfg(feature = "metrics")]
             if let Some(now) = sample {
-                sample = self.meter.settled(&confirmation, &result, now);
+                sample = self.meter.base.settled(&confirmation, &result, now);
             }
             confirmation.settle(result);
         }
@@ -215,7 +226,7 @@ impl<T: Clone + Send + 'static> ProducerController<T> {
         for (confirmation, result) in self.settling.drain(..) {
             #[cfg(feature = "metrics")]
             if let Some(now) = sample {
-                sample = self.meter.settled(&confirmation, &result, now);
+                sample = self.meter.base.settled(&confirmation, &result, now);
             }
             confirmation.settle(result);
         }

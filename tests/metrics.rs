@@ -231,15 +231,22 @@ async fn producer_and_consumer_counters_equal_their_stats_and_latencies_are_reco
         ("ignored_acks", stats.ignored_acks),
         ("given_up", stats.given_up),
         ("refused", stats.refused),
-        ("stored", 0),
-        ("resumed", 0),
-        ("resumed_confirmed", 0),
-        ("chunk_rounds", stats.chunk_rounds),
-        ("partially_stored", stats.partially_stored),
     ] {
         let name = format!("actix_delivery_producer_{name}_total");
         assert_eq!(counter(&metrics, &name), value, "{name}");
     }
+    // Neither durable nor chunking: what only those have is not exported.
+    for name in [
+        "stored",
+        "resumed",
+        "resumed_confirmed",
+        "chunk_rounds",
+        "partially_stored",
+    ] {
+        let name = format!("actix_delivery_producer_{name}_total");
+        assert!(!metrics.contains_key(&name), "{name}");
+    }
+    assert!(!metrics.contains_key("actix_delivery_producer_unconfirmed"));
     assert_eq!(gauge(&metrics, "actix_delivery_producer_in_flight"), 0.0);
     assert_eq!(gauge(&metrics, "actix_delivery_producer_queued"), 0.0);
     // One send at a time: each waits for its handler run (10 ms), the lost one also for its
@@ -504,7 +511,10 @@ async fn counters_go_on_across_a_supervised_restart_of_a_persistent_entity() {
     let entity = PersistentHandle::<RestartedCounter>::start_supervised(
         std::sync::Arc::new(journal.clone()),
         PersistenceId::new("counter-1").unwrap(),
-        PersistentConfig::default(),
+        PersistentConfig {
+            metrics_label: Some("restarted".into()),
+            ..PersistentConfig::default()
+        },
     )
     .unwrap();
     assert_eq!(entity.ask(1).await.unwrap(), 1);
@@ -525,7 +535,7 @@ async fn counters_go_on_across_a_supervised_restart_of_a_persistent_entity() {
         (1, 1),
         "the new core's own"
     );
-    let metrics = metrics_of("entity", std::any::type_name::<RestartedCounter>());
+    let metrics = metrics_of("entity", "restarted");
     assert_eq!(
         counter(&metrics, "actix_delivery_persistent_recoveries_total"),
         2
@@ -813,4 +823,42 @@ async fn a_work_pulling_producers_series_do_not_grow_with_the_workers_that_come_
     assert!(after_10 > 0, "the producer and its worker streams export");
     assert_eq!(after_1_010, after_10, "worker names never become series");
     assert_eq!(series_count(|value| value.contains("peer-")), 0);
+}
+
+/// A durable producer exports what it stored under its label, and its own log is no entity:
+/// no `entity` series names a type of the crate's.
+#[actix::test]
+async fn a_durable_producer_exports_what_it_stored_and_its_log_is_no_entity() {
+    use actix_delivery::durable::DurableOptions;
+    use actix_delivery::journal::MemoryJournal;
+    tokio::time::pause();
+    snapshotter();
+    let consumer = ReliableDelivery::consumer(
+        ConsumerOptions::builder(DeliveryHandler::from_fn(|_: u32| async {
+            Ok::<(), String>(())
+        }))
+        .build()
+        .unwrap(),
+    );
+    let producer = ReliableDelivery::durable_producer(
+        ProducerOptions::builder(&consumer).build().unwrap(),
+        DurableOptions::new(
+            std::sync::Arc::new(MemoryJournal::new()),
+            PersistenceId::new("metered-durable").unwrap(),
+            "metered-durable",
+        ),
+    )
+    .unwrap();
+    for n in 0..5 {
+        producer.store(n).await.unwrap().confirmed().await.unwrap();
+    }
+    producer.stop();
+    producer.stopped().await;
+    let metrics = metrics_of("producer", "metered-durable");
+    assert_eq!(counter(&metrics, "actix_delivery_producer_stored_total"), 5);
+    assert_eq!(
+        series_count(|value| value.contains("ProducerLog") || value.contains("::")),
+        0,
+        "no label is a type path"
+    );
 }

@@ -323,7 +323,7 @@ impl<T: Clone + Send + 'static> ProducerController<T> {
         };
         let journal = Arc::clone(&durable.options.journal);
         let stream = durable.options.stream.clone();
-        let log = match PersistentHandle::start(journal, stream, config) {
+        let log = match PersistentHandle::start_unmetered(journal, stream, config) {
             Ok(log) => log,
             Err(error) => return self.fail_durable(error.to_string(), ctx),
         };

@@ -137,7 +137,8 @@ pub struct PersistentActor<E: EventSourced> {
     /// Failed snapshots, warned about at most once a minute.
     snapshot_warnings: RateLimited,
     #[cfg(feature = "metrics")]
-    meter: crate::telemetry::metrics::PersistentMeter,
+    /// `None` for the crate's own logs (a durable producer's), which are no entities.
+    meter: Option<crate::telemetry::metrics::PersistentMeter>,
 }
 
 impl<E: EventSourced> PersistentActor<E> {
@@ -164,6 +165,13 @@ impl<E: EventSourced> PersistentActor<E> {
         if let Err(error) = config.validate().and_then(|()| outbox.check(&id)) {
             panic!("{error}");
         }
+        #[cfg(feature = "metrics")]
+        let meter = Some(crate::telemetry::metrics::PersistentMeter::new(
+            config
+                .metrics_label
+                .as_deref()
+                .unwrap_or(crate::telemetry::metrics::DEFAULT_LABEL),
+        ));
         Self {
             core: Self::core(id, &config, &outbox),
             journal,
@@ -178,8 +186,18 @@ impl<E: EventSourced> PersistentActor<E> {
             alarm: Alarm::default(),
             snapshot_warnings: RateLimited::default(),
             #[cfg(feature = "metrics")]
-            meter: crate::telemetry::metrics::PersistentMeter::new(std::any::type_name::<E>()),
+            meter,
         }
+    }
+
+    /// The same actor without metrics: for the crate's own logs (a durable producer's), whose
+    /// owner exports what they hold.
+    #[cfg_attr(not(feature = "metrics"), allow(clippy::unused_self))]
+    pub(crate) fn unmetered(self) -> Self {
+        #[cfg(feature = "metrics")]
+        return Self { meter: None, ..self };
+        #[cfg(not(feature = "metrics"))]
+        self
     }
 
     fn core(
@@ -374,7 +392,9 @@ impl<E: EventSourced> PersistentActor<E> {
             self.start_append(append, ctx);
         }
         #[cfg(feature = "metrics")]
-        self.meter.publish(&self.core.stats());
+        if let Some(meter) = &mut self.meter {
+            meter.publish(&self.core.stats());
+        }
         if self.core.is_idle() && (self.stop.is_final() || self.is_abandoned()) {
             self.stop.make_final();
             ctx.stop();
@@ -597,7 +617,9 @@ impl<E: EventSourced> Actor for PersistentActor<E> {
     fn stopped(&mut self, _: &mut Context<Self>) {
         Self::answer(self.core.stop());
         #[cfg(feature = "metrics")]
-        self.meter.publish(&self.core.stats());
+        if let Some(meter) = &mut self.meter {
+            meter.publish(&self.core.stats());
+        }
         self.stop_lanes();
         // Drop the self-reference so the actor can be freed.
         self.reply_to = None;
@@ -611,10 +633,14 @@ impl<E: EventSourced> Supervised for PersistentActor<E> {
         self.stop_lanes();
         let id = self.core.persistence_id().clone();
         #[cfg(feature = "metrics")]
-        self.meter.publish(&self.core.stats());
+        if let Some(meter) = &mut self.meter {
+            meter.publish(&self.core.stats());
+        }
         self.core = Self::core(id, &self.config, &self.outbox);
         #[cfg(feature = "metrics")]
-        self.meter.restarted();
+        if let Some(meter) = &mut self.meter {
+            meter.restarted();
+        }
         self.dirty = false;
         self.alarm = Alarm::default();
     }

@@ -81,6 +81,11 @@ pub struct PersistentConfig {
     /// needs an upcaster for every change of the types (see the README's "Changing your
     /// types"). Settings key `codec`: `"msgpack"` or `"bincode"`.
     pub codec: Codec,
+    /// The value of the `entity` label on the entity's metrics (feature `metrics`): a name the
+    /// application chose, the same for all entities of a kind, never one per stream. Default:
+    /// an [`EntityHost`](crate::sharding::EntityHost)'s entity type for its entities, else
+    /// `"default"`; not empty.
+    pub metrics_label: Option<String>,
 }
 
 impl Default for PersistentConfig {
@@ -99,6 +104,7 @@ impl Default for PersistentConfig {
             warn_after_attempts: 5,
             stop_timeout: Duration::from_secs(10),
             codec: Codec::MessagePack,
+            metrics_label: None,
         }
     }
 }
@@ -109,6 +115,12 @@ impl PersistentConfig {
     /// # Errors
     /// [`OptionsError`] naming the field and the rule it breaks.
     pub fn validate(&self) -> Result<(), OptionsError> {
+        if self.metrics_label.as_deref() == Some("") {
+            return Err(OptionsError::new(
+                "metrics_label",
+                "must not be empty (got \"\")",
+            ));
+        }
         if self.snapshot_every == Some(0) {
             return Err(OptionsError::new(
                 "snapshot_every",

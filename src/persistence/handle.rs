@@ -117,6 +117,21 @@ impl<E: EventSourced> PersistentHandle<E> {
         Ok(Self::owning(addr))
     }
 
+    /// As [`start`](Self::start), without metrics: a log of the crate's own (a durable
+    /// producer's) is no entity of the application's.
+    pub(crate) fn start_unmetered(
+        journal: Arc<dyn Journal>,
+        id: PersistenceId,
+        config: PersistentConfig,
+    ) -> Result<Self, OptionsError> {
+        config.validate()?;
+        check_versions::<E>()?;
+        let addr = PersistentActor::new(journal, id, config)
+            .unmetered()
+            .start();
+        Ok(Self::owning(addr))
+    }
+
     /// Starts the entity under an Actix `Supervisor`: after a failed append it restarts and
     /// recovers from the journal. [`stop`](Self::stop) still stops it for good.
     ///

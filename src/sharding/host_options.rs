@@ -180,7 +180,8 @@ impl EntityHostOptionsBuilder {
 
     /// The settings of each entity (default [`PersistentConfig::default`]). With
     /// `must_follow`, each producer's order to each entity holds across crashes (the sharded
-    /// producer names each message's predecessor to the same entity).
+    /// producer names each message's predecessor to the same entity). Without a
+    /// `metrics_label` of their own, the entities' metrics are labelled with the entity type.
     pub fn persistent(mut self, config: PersistentConfig) -> Self {
         self.persistent = config;
         self
@@ -200,11 +201,16 @@ impl EntityHostOptionsBuilder {
         check_entity_type(&self.entity_type)?;
         let config = self.explicit.apply(self.loaded);
         config.validate()?;
-        self.persistent.validate()?;
+        let mut persistent = self.persistent;
+        persistent.validate()?;
+        // The entities' metrics go under the type's name, unless the settings chose another.
+        persistent
+            .metrics_label
+            .get_or_insert_with(|| self.entity_type.clone());
         Ok(EntityHostOptions {
             entity_type: self.entity_type,
             config,
-            persistent: self.persistent,
+            persistent,
             arbiter: self.arbiter,
         })
     }

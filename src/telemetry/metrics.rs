@@ -20,7 +20,7 @@
 //! |---|---|---|
 //! | `producer` | `actix_delivery_producer_*` | `ProducerOptionsBuilder::metrics_label`; else the producer's fixed `producer_id` (a durable producer always has one); else `"default"`. A work-pulling producer's worker streams add up under its label (never a worker's name); a sharded producer's entity streams have their own series (`actix_delivery_sharded_producer_*`, below), never one per entity |
 //! | `consumer` | `actix_delivery_consumer_*` | `ConsumerOptionsBuilder::name`, else `"default"` |
-//! | `entity` | `actix_delivery_persistent_*` | the entity's type name (`std::any::type_name` of its `EventSourced` type: one per type, never per stream); a durable producer's log: `actix_delivery::durable::log::ProducerLog` |
+//! | `entity` | `actix_delivery_persistent_*` | `PersistentConfig::metrics_label`; else, for an `EntityHost`'s entities, its entity type; else `"default"` (one per kind of entity, never per stream; a durable producer's log exports nothing here: its producer's series say what it holds) |
 //! | `journal` | `actix_delivery_sqlite_*`, `actix_delivery_postgres_*`, `actix_delivery_memory_journal_*` | `SqliteOptions::metrics_label` / `PostgresOptions::metrics_label`, else `"default"` (a `MemoryJournal`: always `"default"`) |
 //! | `node` | `actix_delivery_node_*` | `NodeOptionsBuilder::metrics_label`, else `"default"` |
 //! | `carrier` | `actix_delivery_nats_*` | `NatsOptionsBuilder::metrics_label`, else `"default"` |
@@ -37,7 +37,9 @@
 //! value per batch, so that their cost stays flat at millions of messages a second: a
 //! histogram's `_count` counts samples, not messages (the counters count messages).
 //!
-//! **Producer** ([`ProducerStats`](crate::protocol::producer::ProducerStats)), label `producer`:
+//! **Producer** ([`ProducerStats`](crate::protocol::producer::ProducerStats)), label `producer`;
+//! a producer exports only what applies to it (the rows marked durable only when it is
+//! durable, `chunk_rounds` only with `chunk_size`):
 //!
 //! | name | type | meaning |
 //! |---|---|---|
@@ -55,7 +57,7 @@
 //! | `actix_delivery_producer_partially_stored_total` | counter | `partially_stored`: chunked messages found partly stored at an opening, dropped (durable producers) |
 //! | `actix_delivery_producer_in_flight` | gauge | `in_flight`: sent, not ACKed |
 //! | `actix_delivery_producer_queued` | gauge | `queued`: waiting for the window |
-//! | `actix_delivery_producer_unconfirmed` | gauge | `unconfirmed`: stored in a durable stream, not settled |
+//! | `actix_delivery_producer_unconfirmed` | gauge | `unconfirmed`: stored in a durable stream, not settled (durable producers) |
 //! | `actix_delivery_producer_next_message_id` | gauge | `next_message_id` (durable producers) |
 //! | `actix_delivery_producer_confirm_seconds` | histogram | from the producer taking a message (from a handle, or a `Tell`) to its `Ok` confirmation; sampled: the first message of each batch the producer takes from its handles, at most one per batch of confirmations (every message when they come one at a time) |
 //!
@@ -252,16 +254,63 @@ meter! {
         counter given_up: "actix_delivery_producer_given_up_total",
         counter refused: "actix_delivery_producer_refused_total",
         counter timed_out: "actix_delivery_producer_timed_out_total",
+        gauge in_flight: "actix_delivery_producer_in_flight",
+        gauge queued: "actix_delivery_producer_queued",
+        histogram confirm_seconds: "actix_delivery_producer_confirm_seconds",
+    }
+}
+
+meter! {
+    /// What only a durable producer has to say.
+    DurableProducerMeter(crate::protocol::producer::ProducerStats, "producer") {
         counter stored: "actix_delivery_producer_stored_total",
         counter resumed: "actix_delivery_producer_resumed_total",
         counter resumed_confirmed: "actix_delivery_producer_resumed_confirmed_total",
-        counter chunk_rounds: "actix_delivery_producer_chunk_rounds_total",
         counter partially_stored: "actix_delivery_producer_partially_stored_total",
-        gauge in_flight: "actix_delivery_producer_in_flight",
-        gauge queued: "actix_delivery_producer_queued",
         gauge unconfirmed: "actix_delivery_producer_unconfirmed",
         gauge next_message_id: "actix_delivery_producer_next_message_id",
-        histogram confirm_seconds: "actix_delivery_producer_confirm_seconds",
+    }
+}
+
+meter! {
+    /// What only a producer with `chunk_size` has to say.
+    ChunkingProducerMeter(crate::protocol::producer::ProducerStats, "producer") {
+        counter chunk_rounds: "actix_delivery_producer_chunk_rounds_total",
+    }
+}
+
+/// A producer's meters: those of every producer, and those of what it is (durable,
+/// chunking), so that it exports only what applies to it.
+pub(crate) struct ProducerMeters {
+    pub(crate) base: ProducerMeter,
+    durable: Option<DurableProducerMeter>,
+    chunking: Option<ChunkingProducerMeter>,
+}
+
+impl ProducerMeters {
+    /// The meters of a producer labelled `label`, chunking or not.
+    pub(crate) fn new(label: &str, chunking: bool) -> Self {
+        Self {
+            base: ProducerMeter::new(label),
+            durable: None,
+            chunking: chunking.then(|| ChunkingProducerMeter::new(label)),
+        }
+    }
+
+    /// The producer is durable.
+    pub(crate) fn durable(&mut self, label: &str) {
+        self.durable = Some(DurableProducerMeter::new(label));
+    }
+
+    /// Publishes what changed since the last call.
+    pub(crate) fn publish(&mut self, stats: &crate::protocol::producer::ProducerStats) {
+        self.base.publish(stats);
+        if let Some(durable) = &mut self.durable {
+            durable.publish(stats);
+        }
+        if let Some(chunking) = &mut self.chunking {
+            chunking.publish(stats);
+        }
     }
 }
 

@@ -305,8 +305,8 @@
 //! consumer below does not. The first deliveries to an address wait for its connection: they
 //! are dropped while it is made and go out with the next retransmission.
 //!
-//! With the feature `nats`, [`nats`] carries the same frames through a NATS server instead:
-//! a [`nats::NatsCarrier`] per process exposes consumers on subjects (optionally in a queue
+//! With the feature `nats`, the `nats` module carries the same frames through a NATS server
+//! instead: a `nats::NatsCarrier` per process exposes consumers on subjects (optionally in a queue
 //! group, so that another process takes over when one dies) and hands out [`ConsumerRef`]s
 //! for subjects; deliveries name the carrier's inbox as their reply subject for the ACKs.
 //!

@@ -118,7 +118,7 @@
 //! # Security
 //!
 //! Three modes: the shared secret (the handshake and tags above), TLS 1.3 and mutual TLS
-//! (feature `tls`: [`NodeOptionsBuilder::tls`] with a `NodeTls`; the frames are the same,
+//! (feature `tls`: `NodeOptionsBuilder::tls` with a `NodeTls`; the frames are the same,
 //! inside TLS and untagged, the inner handshake then exchanging node ids and frame limits
 //! only). A TLS node and a node without TLS refuse each other: a TLS node reads a plain
 //! peer's first byte (a frame's length prefix starts with 0, a TLS record with 0x16) and vice

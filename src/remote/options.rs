@@ -58,7 +58,7 @@ impl std::fmt::Debug for Resolver {
 /// ```
 ///
 /// What is not data is set on the builder only: the authentication mode and its secret
-/// ([`secret`](NodeOptionsBuilder::secret), [`tls`](NodeOptionsBuilder::tls) with its
+/// ([`secret`](NodeOptionsBuilder::secret), `tls` (feature `tls`) with its
 /// certificates and keys, or
 /// [`insecure_no_authentication`](NodeOptionsBuilder::insecure_no_authentication)), and the
 /// [`resolver`](NodeOptionsBuilder::resolver). Each field's meaning is that of the builder
@@ -181,7 +181,7 @@ pub struct NodeOptions {
 
 impl NodeOptions {
     /// Starts a builder. Choosing [`secret`](NodeOptionsBuilder::secret),
-    /// [`tls`](NodeOptionsBuilder::tls) or, explicitly,
+    /// `tls` (feature `tls`) or, explicitly,
     /// [`insecure_no_authentication`](NodeOptionsBuilder::insecure_no_authentication) is
     /// required.
     pub fn builder() -> NodeOptionsBuilder {

@@ -31,7 +31,7 @@ pub const DEFAULT_WIRE_CODEC: Codec = Codec::MessagePack;
 
 /// How the bodies of one message type `T` go over the wire, declared per node
 /// ([`Node::body_schema`](crate::remote::Node::body_schema),
-/// [`NatsCarrier::body_schema`](crate::nats::NatsCarrier::body_schema)) for every consumer of
+/// `NatsCarrier::body_schema` with the feature `nats`) for every consumer of
 /// `T` it exposes and every reference to consumers of `T` it hands out.
 ///
 /// Every body carries its codec and the schema version of its type, so a receiver knows how it

@@ -69,7 +69,7 @@
 //!
 //! An entity belongs to one of a fixed number of **shards**: [`ShardId::of`] its id (FNV-1a,
 //! modulo `shards`). A [`ShardCoordinator`] per node and type owns shards through **leases**
-//! in a [`LeaseStore`] ([`PostgresLeaseStore`] in the shared journal's database, feature
+//! in a [`LeaseStore`] (`PostgresLeaseStore` in the shared journal's database, feature
 //! `postgres`; [`MemoryLeaseStore`] in one process): acquired only once free or expired, with
 //! a **fencing token** that grows with every acquisition; renewed every `renew_interval`;
 //! valid here for nine tenths of `lease_ttl` after the renewal was sent, judged by the store's
@@ -90,7 +90,7 @@
 //!   the journal's fence decides; an entity instance whose append conflicts catches up from the
 //!   journal and decides again, so nothing is stored twice. The old owner stops acting on its
 //!   shards when its lease is no longer valid here, before the store gives them away.
-//! - **Transport.** Deliveries reach the owner over NATS ([`NatsShards`], feature `nats`: a
+//! - **Transport.** Deliveries reach the owner over NATS (`NatsShards`, feature `nats`: a
 //!   subject per shard, subscribed by its owner only), over TCP (each node exposes its host's
 //!   consumer on its [`Node`](crate::remote::Node); senders find a shard's owner in the lease
 //!   table through a [`ShardDirectory`]), or any [`ShardTransport`].

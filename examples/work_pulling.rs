@@ -1,8 +1,9 @@
 //! A pool of workers that come and go while jobs flow: one work-pulling producer, workers
 //! started and stopped (mid-job) at random, each job confirmed exactly once to its sender,
-//! and, because the workers are persistent (they apply jobs to one ledger entity and record
-//! each job's stable id with its event), every job applied exactly once although some ran
-//! twice.
+//! and, because the workers are effectively once (each applies a job to the ledger entity
+//! of the account it names, hosted by an `EntityHost`, which records the job's stable id
+//! with its event: `EntityHost::job_handler`), every job applied exactly once although some
+//! ran twice.
 //!
 //! Run with `cargo run --example work_pulling`.
 
@@ -12,9 +13,8 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use actix_delivery::journal::{MemoryJournal, PersistenceId};
-use actix_delivery::persistence::{
-    recover_state, Decision, EventSourced, PersistentConfig, PersistentHandle,
-};
+use actix_delivery::persistence::{recover_state, Decision, EventSourced};
+use actix_delivery::sharding::{EntityHost, EntityHostOptions, EntityId};
 use actix_delivery::work_pulling::{WorkPullingOptions, WorkerRegistry};
 use actix_delivery::{
     ConsumerHandle, ConsumerOptions, DeliveryError, ProducerConfig, ReliableDelivery,
@@ -24,8 +24,10 @@ use serde::{Deserialize, Serialize};
 
 const JOBS: u64 = 20_000;
 const WORKERS: usize = 4;
+const ACCOUNTS: u64 = 16;
 
-/// The ledger the workers apply jobs to: how often each job was applied.
+/// The ledger of one account, which the workers apply jobs to: how often each job was
+/// applied.
 #[derive(Debug, Default, Serialize, Deserialize)]
 struct Ledger {
     applied: BTreeMap<u64, u32>,
@@ -53,11 +55,9 @@ impl EventSourced for Ledger {
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
     env_logger::Builder::from_env(env_logger::Env::default().default_filter_or("error")).init();
     let journal = MemoryJournal::new();
-    let ledger_id = PersistenceId::new("ledger")?;
-    let ledger = PersistentHandle::<Ledger>::start(
+    let ledgers = EntityHost::<Ledger>::start(
         Arc::new(journal.clone()),
-        ledger_id.clone(),
-        PersistentConfig::default(),
+        EntityHostOptions::builder("ledger").build()?,
     )?;
     let registry = WorkerRegistry::new();
     let worker_settings = ProducerConfig {
@@ -85,8 +85,13 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
 
     // Workers come and go: every 20 ms one of the slots is (re)started or stopped, mid-job.
     let start_worker = |n: usize| -> Result<ConsumerHandle<_>, Box<dyn std::error::Error>> {
+        // Job n is for account n % ACCOUNTS.
+        let to_account = |job: u64| {
+            let account = EntityId::new(format!("account-{}", job % ACCOUNTS));
+            (account.expect("a valid id"), job)
+        };
         let worker = ReliableDelivery::consumer(
-            ConsumerOptions::builder(ledger.job_handler(|job: u64| job))
+            ConsumerOptions::builder(ledgers.job_handler(to_account))
                 .name(format!("worker-{n}"))
                 .build()?,
         );
@@ -117,7 +122,11 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
 
     let stats = jobs.pool_stats().await?;
     let confirmed_once = confirmations.lock().unwrap().values().all(|&n| n == 1);
-    let applied = recover_state::<Ledger>(&journal, &ledger_id).await?.applied;
+    let mut applied = BTreeMap::new();
+    for account in 0..ACCOUNTS {
+        let id = PersistenceId::new(format!("ledger|account-{account}"))?;
+        applied.extend(recover_state::<Ledger>(&journal, &id).await?.applied);
+    }
     let applied_once = applied.len() == JOBS as usize && applied.values().all(|&n| n == 1);
     println!("{JOBS} jobs, {WORKERS} worker slots: {started} workers started, {stopped} stopped mid-stream");
     println!(
@@ -128,7 +137,9 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         "every job confirmed exactly once: {confirmed_once} ({} failed)",
         failed.load(Ordering::Relaxed)
     );
-    println!("every job applied to the ledger exactly once (from the journal): {applied_once}");
+    println!(
+        "every job applied to its account's ledger exactly once (from the journal): {applied_once}"
+    );
     if !(confirmed_once && applied_once) {
         return Err("a job was lost or doubled".into());
     }

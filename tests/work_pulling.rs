@@ -1062,3 +1062,86 @@ async fn a_job_naming_another_producers_id_is_a_dead_letter_and_moves_no_window(
     assert_eq!(letters.len(), 1);
     assert_eq!(letters[0].reason, DeadLetterReason::ForeignOrigin);
 }
+
+/// Jobs into sharded entities: a worker on an entity host applies each job to the entity it
+/// names and dies after the entity's commit, before its ACKs leave; a worker on a new host
+/// over the same journal (another process would recover from it just so) gets the jobs
+/// re-routed, and the entities answer them "already processed": each job's event is stored
+/// once.
+#[actix::test]
+async fn jobs_into_sharded_entities_are_stored_once_when_a_worker_dies_after_the_commit() {
+    use actix_delivery::sharding::{EntityHost, EntityHostOptions, EntityId};
+    tokio::time::pause();
+    let journal = MemoryJournal::new();
+    let account = |n: u64| EntityId::new(format!("a{}", n % 4)).unwrap();
+    let start_host = || {
+        EntityHost::<Ledger>::start(
+            Arc::new(journal.clone()),
+            EntityHostOptions::builder("ledger").build().unwrap(),
+        )
+        .unwrap()
+    };
+    let worker = |host: &EntityHost<Ledger>| {
+        ReliableDelivery::consumer(
+            ConsumerOptions::builder(host.job_handler(move |n: u64| (account(n), Op::Apply(n))))
+                .build()
+                .unwrap(),
+        )
+    };
+    let applied = |entity: u64| {
+        let journal = journal.clone();
+        async move {
+            let id = PersistenceId::new(format!("ledger|a{entity}")).unwrap();
+            recover_state::<Ledger>(&journal, &id)
+                .await
+                .unwrap()
+                .applied
+        }
+    };
+    let first_host = start_host();
+    let dying = worker(&first_host);
+    let (registry, confirmed) = (WorkerRegistry::new(), Log::default());
+    let black_hole = ReplyTo::from_fn(|_| {});
+    let target = dying.consumer_ref();
+    let mute = ConsumerRef::from_fn(move |deliveries: Vec<Delivery<Job<u64>>>| {
+        target.do_send_all(deliveries.into_iter().map(|mut d| {
+            d.reply_to = Some(black_hole.clone()); // its ACKs die with it
+            d
+        }));
+    });
+    registry.register("dying", mute).unwrap();
+    let jobs = ReliableDelivery::work_pulling_producer(options(&registry, 8));
+    tell_all(&jobs, 0..8, &confirmed);
+    settle_for(200).await;
+    assert_eq!(confirmed.len(), 0, "committed, never ACKed");
+    for entity in 0..4 {
+        assert_eq!(
+            applied(entity).await.len(),
+            2,
+            "a{entity} committed its jobs"
+        );
+    }
+    // The worker dies with its host; another host on the same journal takes its place.
+    registry.deregister("dying");
+    dying.stop();
+    first_host.stop();
+    first_host.stopped().await;
+    let second_host = start_host();
+    let next = worker(&second_host);
+    registry.register_consumer("next", &next).unwrap();
+    jobs.idle().await;
+    assert_confirmed_once(&confirmed, 0..8);
+    assert_eq!(
+        second_host.stats().already_processed,
+        8,
+        "answered from the record"
+    );
+    for entity in 0..4 {
+        let once: BTreeMap<u64, u32> = (0..8).filter(|n| n % 4 == entity).map(|n| (n, 1)).collect();
+        assert_eq!(
+            applied(entity).await,
+            once,
+            "a{entity}: each job's event stored once"
+        );
+    }
+}

@@ -195,7 +195,10 @@ impl<E: EventSourced> PersistentActor<E> {
     #[cfg_attr(not(feature = "metrics"), allow(clippy::unused_self))]
     pub(crate) fn unmetered(self) -> Self {
         #[cfg(feature = "metrics")]
-        return Self { meter: None, ..self };
+        return Self {
+            meter: None,
+            ..self
+        };
         #[cfg(not(feature = "metrics"))]
         self
     }

@@ -18,7 +18,7 @@ use crate::handler::DeliveryHandler;
 use crate::journal::Journal;
 use crate::options::ConsumerOptions;
 use crate::persistence::{check_versions, CommandError, EventSourced, Execute, Outcome};
-use crate::protocol::envelope::DeadLetterReason;
+use crate::protocol::envelope::{DeadLetterReason, DeliveryInfo};
 use crate::protocol::origin::check_origin;
 use crate::sharding::entity_id::{EntityId, ShardId};
 use crate::sharding::envelope::EntityEnvelope;
@@ -26,6 +26,7 @@ use crate::sharding::host_core::{HostCore, HostStats, Refusal, Routing};
 use crate::sharding::host_options::EntityHostOptions;
 use crate::sharding::host_shell::{Held, HostShell, Inner, Rearm, StopHost, WaitGone};
 use crate::stop_signal::{wait_stopped, StopSignal, SubscribeStopped};
+use crate::work_pulling::Job;
 
 /// Why a command sent to an [`EntityHost`] got no reply of its own. `R` is the entity's
 /// rejection type.
@@ -302,6 +303,79 @@ impl<E: EventSourced> EntityHost<E> {
                     Err(DeadLetterReason::ShardCountMismatch { sent, hosted })
                 }
             }
+        })
+    }
+
+    /// The handler of an effectively-once **worker** of a work-pulling producer whose jobs go
+    /// to this host's entities: `route` names each job's entity and turns its body into a
+    /// command; the job's stable id ([`Job::info`](crate::work_pulling::Job)) is the
+    /// command's delivery, so the entity records it as processed with its events. A job
+    /// re-routed from a worker that died after the entity's commit (before its ACK left) is
+    /// answered "already processed" by whichever worker on this host (or another host on the
+    /// same journal) gets it: its events are stored once. Like
+    /// [`PersistentHandle::job_handler`](crate::persistence::PersistentHandle::job_handler):
+    /// a job below a processed job's `window_start` that its entity did not process was
+    /// confirmed by a worker elsewhere and is ACKed without running; a job whose id is not
+    /// the sending worker stream's own is a dead letter ([`HostStats::refused_foreign`]).
+    /// Leave `must_follow` off: an entity sees only some of the jobs.
+    ///
+    /// ```
+    /// # use std::sync::Arc;
+    /// # use actix_delivery::journal::MemoryJournal;
+    /// # use actix_delivery::persistence::{Decision, EventSourced};
+    /// # use actix_delivery::sharding::{EntityHost, EntityHostOptions, EntityId};
+    /// # use actix_delivery::work_pulling::{WorkPullingOptions, WorkerRegistry};
+    /// # use actix_delivery::{ConsumerOptions, ReliableDelivery};
+    /// # #[derive(Default, serde::Serialize, serde::Deserialize)] struct Account { balance: u64 }
+    /// # #[derive(serde::Serialize, serde::Deserialize)] struct Deposited(u64);
+    /// # impl EventSourced for Account {
+    /// #     type Command = u64; type Event = Deposited; type Reply = u64; type Rejection = String;
+    /// #     fn decide(&self, n: &u64) -> Result<Decision<Self>, String> {
+    /// #         Ok(Decision::persist([Deposited(*n)], self.balance + n)) }
+    /// #     fn apply(&mut self, Deposited(n): &Deposited) { self.balance += n; }
+    /// # }
+    /// # #[actix::main] async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// let accounts = EntityHost::<Account>::start(
+    ///     Arc::new(MemoryJournal::new()),
+    ///     EntityHostOptions::builder("account").build()?,
+    /// )?;
+    /// let registry = WorkerRegistry::new();
+    /// // A deposit job is (account, amount): each worker applies it to the account's entity.
+    /// let worker = ReliableDelivery::consumer(
+    ///     ConsumerOptions::builder(accounts.job_handler(|(account, amount): (String, u64)| {
+    ///         (account.parse().expect("a valid id"), amount)
+    ///     }))
+    ///     .build()?,
+    /// );
+    /// registry.register_consumer("worker-1", &worker)?;
+    /// let jobs = ReliableDelivery::work_pulling_producer(WorkPullingOptions::builder(&registry).build()?);
+    /// jobs.send(("alice".to_string(), 5)).await?; // confirmed once alice stored it
+    /// assert_eq!(accounts.ask("alice".parse()?, 0).await?, 5);
+    /// # Ok(()) }
+    /// ```
+    pub fn job_handler<M: 'static>(
+        &self,
+        mut route: impl FnMut(M) -> (EntityId, E::Command) + 'static,
+    ) -> DeliveryHandler<Job<M>> {
+        let host = self.clone();
+        let handler = DeliveryHandler::pipelined(move |_, job: Job<M>| {
+            // A job is one message of its producer: its mark covers its seq alone.
+            let info = DeliveryInfo {
+                first_seq: None,
+                ..job.info
+            };
+            let (entity, command) = route(job.body);
+            let answer = host.execute(entity, Execute::delivered(info, command));
+            async move {
+                match answer.await {
+                    Ok(_) | Err(HostError::Command(CommandError::Stale)) => Ok(()),
+                    Err(error) => Err(error),
+                }
+            }
+        });
+        let inner = self.inner.clone();
+        handler.admitting(move |carrier, job: &Job<M>| {
+            check_origin(carrier, &job.info).inspect_err(|_| inner.core().note_foreign())
         })
     }
 

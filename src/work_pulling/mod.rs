@@ -48,15 +48,20 @@
 //!   original order, at the front** of the waiting jobs (they did not fail: nothing counts
 //!   against them). A job can so be handled by two workers (the first may have handled it
 //!   and lost the ACK, or still run it when its stream gave it up): at least once.
-//! - **Stable job ids.** Every job carries [`Job::info`]: the producer's id, incarnation and
-//!   the job's seq, the same at every worker it is routed to and, with a durable producer,
-//!   across the producer's restarts. A persistent worker records it as the processed mark
-//!   ([`PersistentHandle::job_handler`](crate::persistence::PersistentHandle::job_handler)), so
-//!   a job that one entity processed is answered "already processed" when it reaches that
-//!   entity again, through any worker: with workers that apply their jobs to the same entity
-//!   (on a journal they share), a worker's death never doubles an effect. The dedup is the
-//!   entity's: a job that goes to different entities on different attempts is processed by
-//!   each, so route a job to its entity by its content.
+//! - **Stable job ids.** Every job carries [`Job::info`]: the producer's id, the public id of
+//!   the worker streams' token (derived from the producer's incarnation) and the job's seq,
+//!   the same at every worker it is routed to and, with a durable producer, across the
+//!   producer's restarts. A persistent worker records it as the processed mark, so a job that
+//!   one entity processed is answered "already processed" when it reaches that entity again,
+//!   through any worker: a worker's death never doubles an effect. Two handlers do this:
+//!   [`PersistentHandle::job_handler`](crate::persistence::PersistentHandle::job_handler), for
+//!   workers that apply jobs to one entity (on a journal they share), and
+//!   [`EntityHost::job_handler`](crate::sharding::EntityHost::job_handler), for jobs into
+//!   sharded entities: each job names its entity (an account, a customer), which the host
+//!   starts on demand (`examples/work_pulling.rs`). The dedup is the entity's: a job that goes
+//!   to different entities on different attempts is processed by each, so route a job to its
+//!   entity by its content. Both refuse a job whose id is not the sending stream's own (a
+//!   dead letter): knowing a producer's public ids grants nothing.
 //! - **Order.** None across workers; each worker sees its jobs in the order they were routed
 //!   to it (with an `ordered` consumer, strictly).
 //! - **Durable.** [`ReliableDelivery::durable_work_pulling_producer`] stores each job before

@@ -3,11 +3,8 @@
 
 use std::fmt;
 
-// Needs no feature itself; only the PostgreSQL parts use it so far.
-#[cfg(feature = "postgres")]
 mod chain;
 
-#[cfg(feature = "postgres")]
 pub(crate) use chain::ErrorChain;
 
 /// Why a message was not confirmed. Passed to confirmation callbacks and returned by

@@ -112,12 +112,12 @@
 //! - **A producer in memory loses what it holds when it stops.** Unconfirmed messages of a
 //!   stopped producer are settled with [`DeliveryError::StoppedUnconfirmed`] if it had sent
 //!   them (the consumer may or may not have handled them), with
-//!   [`DeliveryError::ProducerStopped`] if not. A restarted producer uses a new incarnation, so its reused
-//!   seqs are never mistaken for duplicates. A [`durable`] producer stores its messages first
-//!   and resends them after a restart under the same incarnation and seqs; its `stop()` is
-//!   graceful (the journal writes in flight finish first), and each message's outcome reaches
-//!   its callback or, after the next start, the sink, once ([`DeliveryError::InDoubt`] where
-//!   the producer cannot know).
+//!   [`DeliveryError::ProducerStopped`] if not. A restarted producer uses a new incarnation,
+//!   so its reused seqs are never mistaken for duplicates. A [`durable`] producer stores its
+//!   messages first and resends them after a restart under the same incarnation and seqs; its
+//!   `stop()` is graceful (the journal writes in flight finish first), and each message's
+//!   outcome reaches its callback or, after the next start, the sink, once
+//!   ([`DeliveryError::InDoubt`] where the producer cannot know).
 //! - **Don't swallow errors in the handler.** The handler's result *is* the acknowledgement.
 //!   This handler ACKs a message whose processing failed, and it is never retried:
 //!

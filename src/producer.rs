@@ -36,9 +36,9 @@ use crate::stop_signal::{StopSignal, SubscribeStopped};
 /// Every start and every restart (under a `Supervisor`) draws a fresh 128-bit incarnation from
 /// the OS CSPRNG and numbers messages from 1 again; messages not yet confirmed when it stops or
 /// restarts are settled with [`DeliveryError::StoppedUnconfirmed`] if it had sent them (or, a
-/// durable one, stored them), with [`DeliveryError::ProducerStopped`] if not. [`StopProducer`] stops it for
-/// good, supervised or not: a supervised producer then stays as an inert actor that refuses
-/// every message (Actix restarts supervised actors while an address exists).
+/// durable one, stored them), with [`DeliveryError::ProducerStopped`] if not. [`StopProducer`]
+/// stops it for good, supervised or not: a supervised producer then stays as an inert actor
+/// that refuses every message (Actix restarts supervised actors while an address exists).
 pub struct ProducerController<T: Clone + Send + 'static> {
     pub(crate) core: Core<T>,
     consumer: ConsumerRef<T>,

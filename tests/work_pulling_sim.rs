@@ -12,9 +12,10 @@
 //! (`pool.settled(worker, key, ok, now)`): a job its stream gave up failed there (the pool
 //! re-routes it or gives it up, and rests the worker; `next_deadline` / `handle_timeout` end
 //! the rests); a worker that leaves is removed (`remove_worker`, then its stream stops;
-//! `stop()` settles the rest as stopped, fed back too). Each registration is a new `WorkerKey` and a stream with a
-//! fresh seeded incarnation, id `pool/<name>`, window = the worker's capacity. Links in both
-//! directions lose, duplicate and delay (so reorder) messages. Handlers take virtual time,
+//! `stop()` settles the rest as stopped, fed back too). Each registration is a new
+//! `WorkerKey` and a stream with a fresh seeded incarnation, id `pool/<name>`, window = the
+//! worker's capacity. Links in both directions lose, duplicate and delay (so reorder)
+//! messages. Handlers take virtual time,
 //! fail before or after their effect (no ACK: retransmission), and stall for seconds to a
 //! minute (some beyond `handler_timeout`). Churn: workers join, leave gracefully
 //! (deregistration), crash (consumer state and runs lost, messages in flight to and from them

@@ -36,7 +36,7 @@ use actix_delivery::durable::DurableOptions;
 use actix_delivery::journal::{Journal, PersistenceId, SqliteJournal};
 use actix_delivery::persistence::{Decision, EventSourced, PersistentConfig, PersistentHandle};
 use actix_delivery::ReliableDelivery;
-use actix_delivery::{ConsumerOptions, DeliveryError, ProducerHandle, ProducerOptions};
+use actix_delivery::{ConsumerOptions, Happened, ProducerHandle, ProducerOptions};
 use actix_web::http::header;
 use actix_web::{get, post, web, App, HttpResponse, HttpServer, Responder};
 use serde::{Deserialize, Serialize};
@@ -175,11 +175,15 @@ async fn post_order(service: web::Data<Service>, order: web::Json<Order>) -> imp
     };
     match waited {
         Ok(stored) => HttpResponse::Accepted().json(serde_json::json!({ "stored": stored.id.0 })),
-        // Certainly not stored: the client may try again.
-        Err(error @ (DeliveryError::Timeout | DeliveryError::QueueFull)) => unavailable(1, error),
-        Err(error @ DeliveryError::Storage(_)) => unavailable(5, error),
-        // Stored or not, the next start settles it: a blind retry could store it twice.
-        Err(error) => HttpResponse::InternalServerError().body(error.to_string()),
+        Err(error) => match error.happened() {
+            // Certainly not stored (no room, stopping, the journal failed): the client may
+            // try again.
+            Happened::CertainlyNot => unavailable(1, error),
+            // Stored or not, the next start settles it: a blind retry could store it twice.
+            Happened::InDoubt | Happened::FailedAfter => {
+                HttpResponse::InternalServerError().body(error.to_string())
+            }
+        },
     }
 }
 

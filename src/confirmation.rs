@@ -24,9 +24,12 @@ enum Notify {
 
 /// How the sender of a message learns its outcome. Fires exactly once: `Ok(())` when the
 /// consumer's ACK reached the producer, an error when the producer stopped, gave the message up
-/// or refused it. If it is dropped unsettled (say, with the mailbox of a stopped producer), it
-/// fires [`DeliveryError::ProducerStopped`]. A panicking callback is caught and logged; it
+/// or refused it. If it is dropped unsettled (say, with the mailbox of a stopped producer, which
+/// never took it), it fires [`DeliveryError::ProducerStopped`] ([`StoppedUnconfirmed`] if a
+/// durable producer had stored its message). A panicking callback is caught and logged; it
 /// never takes the producer down.
+///
+/// [`StoppedUnconfirmed`]: DeliveryError::StoppedUnconfirmed
 ///
 /// Any `FnOnce(Result<(), DeliveryError>) + Send + 'static` converts into a `Confirmation`.
 pub struct Confirmation {
@@ -191,7 +194,11 @@ impl Drop for Confirmation {
     fn drop(&mut self) {
         // Settled, or `Confirmation::none()`: nothing to fire (see `settle`).
         if !matches!(self.notify, Notify::Nobody) {
-            self.fire(Err(DeliveryError::ProducerStopped));
+            let stopped = match self.message {
+                Some(_) => DeliveryError::StoppedUnconfirmed, // stored: it stays stored
+                None => DeliveryError::ProducerStopped,
+            };
+            self.fire(Err(stopped));
         }
     }
 }

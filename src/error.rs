@@ -3,22 +3,46 @@
 
 use std::fmt;
 
-// Needs no feature itself; only the PostgreSQL parts use it so far.
-#[cfg(feature = "postgres")]
 mod chain;
 
-#[cfg(feature = "postgres")]
 pub(crate) use chain::ErrorChain;
 
 /// Why a message was not confirmed. Passed to confirmation callbacks and returned by
-/// [`ProducerHandle::send`](crate::ProducerHandle::send).
+/// [`ProducerHandle::send`](crate::ProducerHandle::send) and
+/// [`store`](crate::ProducerHandle::store) (and [`Stored::confirmed`](crate::durable::Stored)).
+///
+/// Each error says which of three it is, [`happened`](Self::happened): the message certainly
+/// was not stored or sent (a retry is safe), it is in doubt (the journal settles it later), or
+/// it was stored or sent and failed after that (a retry stores or sends it again):
+///
+/// | error | [`Happened`] | what became of the message |
+/// |---|---|---|
+/// | [`QueueFull`](Self::QueueFull), [`Timeout`](Self::Timeout) | `CertainlyNot` | refused for want of room |
+/// | [`ProducerStopped`](Self::ProducerStopped) | `CertainlyNot` | the producer stopped before it stored or sent it |
+/// | [`Storage`](Self::Storage) | `CertainlyNot` | the journal failed, it was not stored |
+/// | [`NotDurable`](Self::NotDurable), [`Unencodable`](Self::Unencodable) | `CertainlyNot` | refused: a retry fails the same way |
+/// | [`InDoubt`](Self::InDoubt) | `InDoubt` | perhaps stored: the next start of the stream settles it (its sink reports it) |
+/// | [`StoppedUnconfirmed`](Self::StoppedUnconfirmed) | `FailedAfter` | sent (a durable producer: stored), then the producer stopped |
+/// | [`GaveUp`](Self::GaveUp), [`HandlingFailed`](Self::HandlingFailed) | `FailedAfter` | sent (a durable producer: stored), then given up |
+///
+/// `store` resolves `Ok` as soon as the message is stored, so it never fails `FailedAfter`:
+/// an HTTP handler answers `503` (retry) for `CertainlyNot` and `500` for `InDoubt`.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]
 pub enum DeliveryError {
-    /// The producer stopped (or restarted) before the consumer acknowledged the message. The
-    /// consumer may or may not have handled it.
-    #[error("the producer stopped before the message was confirmed")]
+    /// The producer had stopped, or stopped, before it stored (a durable producer) or sent the
+    /// message: it certainly was not, and never will be. Retrying it is safe.
+    #[error("the producer stopped before the message was stored or sent; it never will be")]
     ProducerStopped,
+    /// The producer stopped (or restarted) after it started sending the message (a durable
+    /// producer: after it stored it), before the consumer confirmed it. The consumer may or may
+    /// not have handled it. A durable producer keeps it stored: the next start of its stream
+    /// sends it again and reports its confirmation to its sink.
+    #[error(
+        "the producer stopped after sending the message (a durable producer: after storing \
+         it), before its confirmation"
+    )]
+    StoppedUnconfirmed,
     /// The message was transmitted `max_attempts` times without an ACK and was given up. The
     /// consumer may or may not have handled it.
     #[error("no confirmation after {attempts} transmissions; the message was given up")]
@@ -74,8 +98,53 @@ pub enum DeliveryError {
     NotDurable,
 }
 
+impl DeliveryError {
+    /// Which of three the error is (see the table above): whether the message certainly was
+    /// not stored or sent, is in doubt, or was stored or sent and failed after that.
+    pub fn happened(&self) -> Happened {
+        match self {
+            Self::ProducerStopped
+            | Self::QueueFull
+            | Self::Timeout
+            | Self::Storage(_)
+            | Self::Unencodable(_)
+            | Self::NotDurable => Happened::CertainlyNot,
+            Self::InDoubt(_) => Happened::InDoubt,
+            Self::StoppedUnconfirmed | Self::GaveUp { .. } | Self::HandlingFailed { .. } => {
+                Happened::FailedAfter
+            }
+        }
+    }
+
+    /// Whether the producer stopped before the message's outcome (a settlement that ends
+    /// nothing: a durable producer's stored message stays stored, and is not recorded settled).
+    pub(crate) fn is_stop(&self) -> bool {
+        matches!(self, Self::ProducerStopped | Self::StoppedUnconfirmed)
+    }
+}
+
+/// What a [`DeliveryError`] says of its message ([`DeliveryError::happened`]): what an
+/// application that must answer its own caller needs, such as an HTTP handler choosing between
+/// `503` (retry) and `500`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Happened {
+    /// Certainly not: the message was not stored (by a durable producer) and not sent, and
+    /// never will be. Retrying it is safe.
+    CertainlyNot,
+    /// Perhaps: a durable producer ended before its journal answered whether it stored the
+    /// message (or recorded its confirmation). The next start of its stream settles it from
+    /// the journal, as the error's reason says: a stored message is sent and its confirmation
+    /// goes to the sink. A retry may store it twice.
+    InDoubt,
+    /// It happened, then failed: the message was sent (by a durable producer: stored) and
+    /// not confirmed; the consumer may or may not have handled it. A retry stores or sends it
+    /// again, as a new message.
+    FailedAfter,
+}
+
 /// A message that [`ProducerHandle::tell`](crate::ProducerHandle::tell) could not accept; the
-/// body is handed back.
+/// body is handed back. Either way it certainly was not stored or sent
+/// ([`Happened::CertainlyNot`]).
 #[derive(thiserror::Error)]
 #[non_exhaustive]
 pub enum TellError<T> {

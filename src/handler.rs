@@ -19,7 +19,10 @@ use crate::protocol::envelope::{
 /// `Ok(())` means "handled": the consumer records the seq and ACKs it. An error (or a panic)
 /// means "not handled": no ACK, and the producer retransmits later. A handler that swallows its
 /// own failure and returns `Ok(())` gets its message ACKed and never retried; see the crate
-/// docs.
+/// docs. The error need only be `Display` (a `String` will do), so the consumer's warning
+/// about failed runs writes it by its `Display` alone: return one that says why (an error
+/// whose cause is only in its `source()`, such as tokio-postgres's "db error", says nothing
+/// more there).
 ///
 /// The consumer runs one handler at a time and polls it in a slot allocated once, so a handler
 /// whose future is ready at once costs no allocation and no task switch.

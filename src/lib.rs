@@ -56,8 +56,9 @@
 //!   handler run at least once, or its confirmation reports why not
 //!   ([`DeliveryError::ProducerStopped`], [`DeliveryError::GaveUp`] after `max_attempts`,
 //!   [`DeliveryError::QueueFull`], [`DeliveryError::HandlingFailed`] when a work-pulling pool
-//!   gave a job up). Lost deliveries and lost ACKs are recovered by
-//!   retransmission every `resend_timeout`.
+//!   gave a job up, …), and [`DeliveryError::happened`] says whether the message certainly
+//!   was not stored or sent (a retry is safe), is in doubt, or was sent and failed after.
+//!   Lost deliveries and lost ACKs are recovered by retransmission every `resend_timeout`.
 //! - **Duplicates suppressed while the consumer lives.** The consumer remembers, per producer id
 //!   and incarnation, which seqs were handled; a retransmission or duplicated delivery of a
 //!   handled seq is re-ACKed without running the handler, and a retransmission of a seq whose
@@ -109,13 +110,14 @@
 //!   window (eviction, sweep, restart), a late copy of an earlier message, or of one its
 //!   producer already gave up or settled as stopped, can run after later ones.
 //! - **A producer in memory loses what it holds when it stops.** Unconfirmed messages of a
-//!   stopped producer are settled with [`DeliveryError::ProducerStopped`]; the consumer may or
-//!   may not have handled them. A restarted producer uses a new incarnation, so its reused
-//!   seqs are never mistaken for duplicates. A [`durable`] producer stores its messages first
-//!   and resends them after a restart under the same incarnation and seqs; its `stop()` is
-//!   graceful (the journal writes in flight finish first), and each message's outcome reaches
-//!   its callback or, after the next start, the sink, once ([`DeliveryError::InDoubt`] where
-//!   the producer cannot know).
+//!   stopped producer are settled with [`DeliveryError::StoppedUnconfirmed`] if it had sent
+//!   them (the consumer may or may not have handled them), with
+//!   [`DeliveryError::ProducerStopped`] if not. A restarted producer uses a new incarnation,
+//!   so its reused seqs are never mistaken for duplicates. A [`durable`] producer stores its
+//!   messages first and resends them after a restart under the same incarnation and seqs; its
+//!   `stop()` is graceful (the journal writes in flight finish first), and each message's
+//!   outcome reaches its callback or, after the next start, the sink, once
+//!   ([`DeliveryError::InDoubt`] where the producer cannot know).
 //! - **Don't swallow errors in the handler.** The handler's result *is* the acknowledgement.
 //!   This handler ACKs a message whose processing failed, and it is never retried:
 //!
@@ -544,7 +546,7 @@ pub use config::{Backoff, ConsumerConfig, Limit, ProducerConfig};
 pub use confirmation::Confirmation;
 pub use consumer::{ConsumerController, ConsumerHandle};
 pub use dead_letter::DeadLetter;
-pub use error::{DeliveryError, OptionsError, TellError};
+pub use error::{DeliveryError, Happened, OptionsError, TellError};
 pub use facade::ReliableDelivery;
 pub use handler::DeliveryHandler;
 pub use message::{

@@ -614,9 +614,9 @@ impl<T: Send + 'static> Message for Tell<T> {
     type Result = Result<(), TellError<T>>;
 }
 
-/// Stops a `ProducerController` for good: every in-flight and queued message is settled with
-/// [`DeliveryError::ProducerStopped`]. A durable one first finishes its journal writes in
-/// flight (see [`ProducerHandle::stop`](crate::ProducerHandle::stop)).
+/// Stops a `ProducerController` for good, as [`ProducerHandle::stop`](crate::ProducerHandle::stop)
+/// does: every in-flight and queued message is settled, and a durable one first finishes its
+/// journal writes in flight.
 #[derive(Clone, Copy, Debug, Message)]
 #[rtype(result = "()")]
 pub struct StopProducer;

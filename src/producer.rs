@@ -35,9 +35,10 @@ use crate::stop_signal::{StopSignal, SubscribeStopped};
 ///
 /// Every start and every restart (under a `Supervisor`) draws a fresh 128-bit incarnation from
 /// the OS CSPRNG and numbers messages from 1 again; messages not yet confirmed when it stops or
-/// restarts are settled with [`DeliveryError::ProducerStopped`]. [`StopProducer`] stops it for
-/// good, supervised or not: a supervised producer then stays as an inert actor that refuses
-/// every message (Actix restarts supervised actors while an address exists).
+/// restarts are settled with [`DeliveryError::StoppedUnconfirmed`] if it had sent them (or, a
+/// durable one, stored them), with [`DeliveryError::ProducerStopped`] if not. [`StopProducer`]
+/// stops it for good, supervised or not: a supervised producer then stays as an inert actor
+/// that refuses every message (Actix restarts supervised actors while an address exists).
 pub struct ProducerController<T: Clone + Send + 'static> {
     pub(crate) core: Core<T>,
     consumer: ConsumerRef<T>,
@@ -247,8 +248,8 @@ impl<T: Clone + Send + 'static> ProducerController<T> {
         stats
     }
 
-    /// Stops taking messages and settles everything unconfirmed (including what still waits
-    /// in the inbox) with `ProducerStopped`.
+    /// Stops taking messages and settles everything unconfirmed, including what still waits
+    /// in the inbox (`ProducerStopped`, or `StoppedUnconfirmed` for what was sent).
     fn settle_all(&mut self) {
         let stopped = self
             .inbox
@@ -558,7 +559,7 @@ impl<T: Clone + Send + 'static> ProducerHandle<T> {
 
     /// Starts `producer` under an Actix `Supervisor` on the current arbiter: if it stops for a
     /// reason other than [`stop`](Self::stop), it restarts with a new incarnation (its
-    /// unconfirmed messages are settled with [`DeliveryError::ProducerStopped`]).
+    /// unconfirmed messages are settled as at a [`stop`](Self::stop)).
     pub fn start_supervised(producer: ProducerController<T>) -> Self {
         let inbox = producer.inbox.clone();
         let producer_id = producer.producer_id().clone();
@@ -687,7 +688,8 @@ impl<T: Clone + Send + 'static> ProducerHandle<T> {
     ///
     /// # Errors
     /// The [`DeliveryError`] that settled the message: the producer stopped, gave the
-    /// message up after `max_attempts` transmissions, or its work-pulling pool gave it up.
+    /// message up after `max_attempts` transmissions, or its work-pulling pool gave it up;
+    /// [`DeliveryError::happened`] says whether it was sent (or stored) before.
     pub fn send(&self, body: T) -> impl Future<Output = Result<(), DeliveryError>> + 'static {
         self.send_within(body, None)
     }
@@ -777,7 +779,9 @@ impl<T: Clone + Send + 'static> ProducerHandle<T> {
     ///
     /// # Errors
     /// [`DeliveryError::NotDurable`] for a producer without a journal; the producer stopped
-    /// or its journal failed before the message was stored.
+    /// or its journal failed before the message was stored; or [`DeliveryError::InDoubt`]:
+    /// the producer ended before its journal answered. Never an error of
+    /// [`Happened::FailedAfter`](crate::Happened::FailedAfter): once stored, it resolves `Ok`.
     pub fn store(&self, body: T) -> impl Future<Output = Result<Stored, DeliveryError>> + 'static {
         self.store_within(body, None)
     }
@@ -795,14 +799,17 @@ impl<T: Clone + Send + 'static> ProducerHandle<T> {
     /// caller that cannot wait, such as an HTTP handler answering 503:
     ///
     /// ```
-    /// # use actix_delivery::{DeliveryError, ProducerHandle};
+    /// # use actix_delivery::{Happened, ProducerHandle};
     /// # use std::time::Duration;
     /// # async fn demo(producer: ProducerHandle<String>) -> u16 {
     /// match producer.store_timeout("order-7".into(), Duration::from_millis(100)).await {
     ///     Ok(_stored) => 202, // the producer owns it, across crashes
-    ///     Err(DeliveryError::Timeout) => 503, // full: not stored, the client may retry
-    ///     Err(DeliveryError::InDoubt(_)) => 500, // may be stored: a retry could store it twice
-    ///     Err(_) => 503, // stopped, or the journal failed: not stored
+    ///     Err(error) => match error.happened() {
+    ///         // Full, stopped, or the journal failed: not stored, the client may retry.
+    ///         Happened::CertainlyNot => 503,
+    ///         // May be stored: a retry could store it twice.
+    ///         Happened::InDoubt | Happened::FailedAfter => 500,
+    ///     },
     /// }
     /// # }
     /// ```
@@ -872,7 +879,9 @@ impl<T: Clone + Send + 'static> ProducerHandle<T> {
     }
 
     /// Stops the producer now, for good (supervised or not); every unconfirmed message is
-    /// settled with [`DeliveryError::ProducerStopped`]. Await [`stopped`](Self::stopped) to
+    /// settled: with [`DeliveryError::StoppedUnconfirmed`] if it was sent (by a durable
+    /// producer: stored, and the next start of the stream sends it again), with
+    /// [`DeliveryError::ProducerStopped`] if not. Await [`stopped`](Self::stopped) to
     /// know when that happened. A durable producer stops gracefully: it first finishes the
     /// journal writes in flight and records the confirmations it received (at most
     /// [`DurableOptions::stop_timeout`](crate::durable::DurableOptions::stop_timeout); see

@@ -371,7 +371,11 @@ async fn a_producer_restart_mid_message_drops_its_partial_message_never_runs_a_p
     settle_for(100).await;
     assert!(consumer.stats().await.unwrap().reassembly_bytes > 0);
     earlier.stop();
-    assert_eq!(lost.await, Err(DeliveryError::ProducerStopped));
+    assert_eq!(
+        lost.await,
+        Err(DeliveryError::StoppedUnconfirmed),
+        "partly sent"
+    );
     link.chunks(|_| true);
     let later = ReliableDelivery::producer(options(link.consumer_ref()));
     later.send(message(2, 5_000)).await.unwrap();

@@ -1,6 +1,6 @@
 //! Durable producers over a MemoryJournal, under virtual time: write-ahead, batching of stores
 //! and settlement records, resuming a stream (same incarnation, same seqs), compaction, the
-//! fence against a second producer, and journal failures.
+//! fence against a second producer, and journal failures (over SQLite: with their cause).
 
 mod common;
 
@@ -12,11 +12,12 @@ use actix::prelude::*;
 use actix_delivery::codec::Manifest;
 use actix_delivery::durable::{DurableOptions, MessageId};
 use actix_delivery::journal::{
-    Journal, JournalError, JournalFuture, MemoryJournal, PersistenceId, Snapshot, StoredEvent,
+    Journal, JournalError, JournalFuture, MemoryJournal, PersistenceId, Snapshot, SqliteJournal,
+    StoredEvent,
 };
 use actix_delivery::{
     ConsumerHandle, ConsumerOptions, ConsumerRef, Delivery, DeliveryError, DeliveryHandler,
-    ProducerHandle, ProducerOptions, ReliableDelivery,
+    ProducerController, ProducerHandle, ProducerOptions, ReliableDelivery,
 };
 use common::{settle, settle_for, Log, Sink};
 
@@ -285,6 +286,41 @@ async fn a_failed_store_reaches_the_caller_and_the_restarted_producer_resumes() 
     }
     producer.send(3).await.unwrap();
     assert_eq!(handled.snapshot(), [1, 3], "2 was never stored, never sent");
+}
+
+/// A journal failure reaches the log and the caller with its cause: a durable producer
+/// (unsupervised, so it stops at the first failure) whose SQLite journal refuses its store
+/// (a trigger) logs why it stops down to SQLite's result code, and the store's caller hears
+/// the same in `InDoubt`. Before, both said only the trigger's message.
+#[actix::test]
+async fn a_journal_failure_reaches_the_log_and_the_caller_with_its_cause() {
+    common::logs::keep();
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("journal.db");
+    let journal = SqliteJournal::open(&path).await.unwrap();
+    let (consumer, handled) = consumer();
+    let options = ProducerOptions::builder(&consumer).build().unwrap();
+    let durable = DurableOptions::new(Arc::new(journal), stream(), "causes");
+    let producer = ProducerHandle::start(ProducerController::durable(options, durable).unwrap());
+    producer.store(1).await.unwrap().confirmed().await.unwrap();
+    rusqlite::Connection::open(&path)
+        .unwrap()
+        .execute_batch(
+            "CREATE TRIGGER quota BEFORE INSERT ON event_buffer \
+             BEGIN SELECT RAISE(ABORT, 'quota exceeded'); END",
+        )
+        .unwrap();
+    let error = producer.store(2).await.unwrap_err();
+    let cause = "storage error on stream `orders-out`: quota exceeded: Error code 1811: \
+                 constraint failed";
+    assert!(matches!(error, DeliveryError::InDoubt(_)), "{error:?}");
+    assert!(error.to_string().contains(cause), "{error}");
+    let logged = common::logs::lines_containing(&[
+        "durable producer `causes` stops: its journal failed: stream `orders-out`",
+        cause,
+    ]);
+    assert_eq!(logged.len(), 1, "{logged:?}");
+    assert_eq!(handled.snapshot(), [1]);
 }
 
 #[actix::test]

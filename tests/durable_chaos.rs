@@ -239,7 +239,8 @@ fn check(
     for (id, result) in heard.confirmed.lock().unwrap().iter() {
         match result {
             Ok(()) => *outcomes.entry(*id).or_default() += 1,
-            Err(DeliveryError::ProducerStopped) => {}
+            // Stored: the next start sends it again.
+            Err(DeliveryError::StoppedUnconfirmed) => {}
             Err(DeliveryError::InDoubt(_)) if ambiguous => {
                 in_doubt.insert(*id);
             }

@@ -20,8 +20,8 @@ use actix_delivery::persistence::{
     Decision, EventSourced, Outbox, PersistentConfig, PersistentHandle,
 };
 use actix_delivery::{
-    Ack, ConsumerRef, Delivery, DeliveryError, ProducerConfig, ProducerHandle, ProducerOptions,
-    ReliableDelivery,
+    Ack, ConsumerRef, Delivery, DeliveryError, Happened, ProducerConfig, ProducerHandle,
+    ProducerOptions, ReliableDelivery,
 };
 use common::{recording_consumer, settle, settle_for, Gate, Log, Sink};
 use serde::{Deserialize, Serialize};
@@ -103,10 +103,11 @@ async fn stop_while_a_store_is_in_flight_reports_it_stored_and_the_next_start_se
     journal.faults().release();
     let stored = store.await.unwrap().expect("it committed: reported stored");
     assert_eq!(stored.id, MessageId(1));
+    let unconfirmed = stored.confirmed().await.unwrap_err();
     assert_eq!(
-        stored.confirmed().await,
-        Err(DeliveryError::ProducerStopped),
-        "not confirmed in this life"
+        (unconfirmed.clone(), unconfirmed.happened()),
+        (DeliveryError::StoppedUnconfirmed, Happened::FailedAfter),
+        "stored, not confirmed in this life"
     );
     producer.stopped().await;
     let (handled, heard) = next_start(&journal).await;
@@ -137,6 +138,7 @@ async fn a_store_unanswered_at_the_stop_timeout_is_in_doubt_and_settled_by_the_n
         matches!(&outcome, Err(DeliveryError::InDoubt(reason)) if reason.contains("may have been stored")),
         "{outcome:?}"
     );
+    assert_eq!(outcome.unwrap_err().happened(), Happened::InDoubt);
     producer.stopped().await;
     journal.faults().release(); // the commit lands after all
     let (handled, heard) = next_start(&journal).await;
@@ -213,7 +215,11 @@ async fn a_stream_with_an_undecodable_event_stops_the_producer_for_good() {
     );
     settle_for(600_000).await;
     let error = producer.store(2).await.unwrap_err();
-    assert_eq!(error, DeliveryError::ProducerStopped);
+    assert_eq!(
+        (error.clone(), error.happened()),
+        (DeliveryError::ProducerStopped, Happened::CertainlyNot),
+        "a store on a stopped producer certainly stored nothing"
+    );
 }
 
 /// A MemoryJournal whose next recovery (its first read, `load_snapshot`) waits until released:

@@ -4,6 +4,8 @@
 
 #[macro_use]
 mod journal_conformance;
+#[path = "common/logs.rs"]
+mod logs;
 
 use std::path::Path;
 use std::sync::Arc;
@@ -293,6 +295,38 @@ async fn sqlite_a_refused_write_in_a_group_leaves_the_others_committed() {
     assert_eq!(
         journal.load_snapshot(&s2).await,
         Ok(Some(Snapshot::new(3, b"s2@3".to_vec())))
+    );
+}
+
+/// A write SQLite refuses says why down to SQLite's extended result code (which tells a
+/// trigger's refusal from a full disk or a failed fsync), in the error its caller gets and
+/// in the writer's log line; before, both said only the trigger's message.
+#[tokio::test]
+async fn sqlite_a_refused_write_names_its_cause_in_the_error_and_the_log_line() {
+    logs::keep();
+    let db = sqlite(SqliteOptions::default()).await;
+    let stream = fresh_id("quota");
+    db.journal.append(&stream, 1, one(1)).await.unwrap();
+    rusqlite::Connection::open(db.journal.path())
+        .unwrap()
+        .execute_batch(&format!(
+            "CREATE TRIGGER quota BEFORE INSERT ON event_buffer \
+             WHEN NEW.persistence_id = '{stream}' AND NEW.seq_nr = 2 \
+             BEGIN SELECT RAISE(ABORT, 'quota exceeded'); END"
+        ))
+        .unwrap();
+    let error = db.journal.append(&stream, 2, one(2)).await.unwrap_err();
+    let cause = "quota exceeded: Error code 1811: constraint failed";
+    assert_eq!(
+        error.to_string(),
+        format!("storage error on stream `{stream}`: {cause}")
+    );
+    let logged = logs::lines_containing(&["journal: a group of 1 writes failed", cause]);
+    assert_eq!(logged.len(), 1, "{logged:?}");
+    assert_eq!(
+        db.journal.highest_seq(&stream).await,
+        Ok(1),
+        "nothing of it stored"
     );
 }
 

@@ -417,6 +417,23 @@ async fn a_queue_group_shares_the_load_and_takes_over_from_a_member_that_leaves(
     );
 }
 
+/// A connection that cannot be made says why, down to the socket's error.
+#[actix::test]
+async fn a_refused_connection_says_why() {
+    // Port 1 on loopback: nothing listens there.
+    let error = NatsCarrier::connect("nats://127.0.0.1:1", NatsOptions::default())
+        .await
+        .map(drop)
+        .unwrap_err();
+    assert!(matches!(error, NatsError::Connect(_)), "{error:?}");
+    let error = error.to_string();
+    assert!(
+        error.starts_with("cannot connect to NATS: ")
+            && error.contains("Connection refused (os error 111)"),
+        "{error}"
+    );
+}
+
 #[actix::test]
 async fn invalid_subjects_and_groups_are_refused_with_the_reason() {
     let carrier = carrier().await;

@@ -6,6 +6,8 @@
 //! `ACTIX_DELIVERY_POSTGRES`, see `tests/postgres_support`.
 #![cfg(feature = "postgres")]
 
+#[path = "common/logs.rs"]
+mod logs;
 mod postgres_support;
 
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -606,10 +608,11 @@ async fn bad_connection_strings_and_unreachable_servers_are_errors() {
     }
 }
 
-/// The server's message, with its detail, and its SQLSTATE reach the journal's errors, not
-/// tokio-postgres's "db error"; a refused connection says why.
+/// The server's message, with its detail, and its SQLSTATE reach the journal's errors and
+/// the writer's log line, not tokio-postgres's "db error"; a refused connection says why.
 #[tokio::test]
 async fn the_journals_errors_name_the_servers_message_and_sqlstate() {
+    logs::keep();
     let scratch = Scratch::new(&format!(
         "{} ALTER TABLE event_journal ADD CONSTRAINT not_7 CHECK (seq_nr <> 7);",
         PostgresJournal::SCHEMA_SQL
@@ -620,13 +623,19 @@ async fn the_journals_errors_name_the_servers_message_and_sqlstate() {
     journal.append(&id, 1, one(1)).await.unwrap();
     let error = journal.append(&id, 2, vec![vec![2]; 6]).await.unwrap_err();
     let error = error.to_string();
-    for expected in [
-        "ERROR: new row for relation \"event_journal\" violates check constraint \"not_7\"",
-        "(SQLSTATE 23514)",
-        &format!("DETAIL: Failing row contains ({id}, 7, "),
-    ] {
+    let violation =
+        "ERROR: new row for relation \"event_journal\" violates check constraint \"not_7\"";
+    let detail = format!("DETAIL: Failing row contains ({id}, 7, ");
+    for expected in [violation, "(SQLSTATE 23514)", &detail] {
         assert!(error.contains(expected), "{expected:?} in {error}");
     }
+    let logged = logs::lines_containing(&[
+        "journal: a group of 1 writes failed: not stored, the transaction was rolled back",
+        violation,
+        "(SQLSTATE 23514)",
+        &detail,
+    ]);
+    assert_eq!(logged.len(), 1, "{logged:?}");
     assert_eq!(
         journal.highest_seq(&id).await,
         Ok(1),

@@ -10,8 +10,8 @@ use std::time::Duration;
 
 use actix::prelude::*;
 use actix_delivery::{
-    Ack, ConsumerHandle, ConsumerOptions, ConsumerRef, DeliveryError, DeliveryHandler, Incarnation,
-    ProducerHandle, ProducerId, ProducerOptions, ReliableDelivery, Tell, TellError,
+    Ack, ConsumerHandle, ConsumerOptions, ConsumerRef, DeliveryError, DeliveryHandler, Happened,
+    Incarnation, ProducerHandle, ProducerId, ProducerOptions, ReliableDelivery, Tell, TellError,
 };
 use common::{confirm_into, settle, settle_for, Confirmations, Gate, Link, Log};
 
@@ -180,8 +180,12 @@ async fn forged_acks_change_nothing_and_retransmission_continues() {
     assert_eq!(confirmations.snapshot(), [(1, Ok(()))]);
 }
 
+/// `stop` settles each message once and says which were sent: the two in flight (the window)
+/// `StoppedUnconfirmed`, which happened and failed after (the consumer may have handled
+/// them), the queued ones and those told afterwards `ProducerStopped`, which certainly did not
+/// (a retry is safe). Before, all were `ProducerStopped`, which said "may or may not".
 #[actix::test]
-async fn stop_settles_every_in_flight_and_queued_message_once() {
+async fn stop_settles_each_message_once_saying_whether_it_was_sent() {
     tokio::time::pause();
     let (consumer, _) = consumer(Some(Gate::default())); // never opens
     let producer = producer_to(&consumer, |b| b.window_size(2));
@@ -199,11 +203,25 @@ async fn stop_settles_every_in_flight_and_queued_message_once() {
     let mut settled = confirmations.snapshot();
     settled.sort_by_key(|(b, _)| *b);
     let expected: Vec<_> = (0..5)
-        .map(|b| (b, Err(DeliveryError::ProducerStopped)))
+        .map(|b| match b {
+            0 | 1 => (b, Err(DeliveryError::StoppedUnconfirmed)),
+            _ => (b, Err(DeliveryError::ProducerStopped)),
+        })
+        .collect();
+    assert_eq!(settled, expected, "each message settled exactly once");
+    let happened: Vec<_> = settled
+        .iter()
+        .map(|(_, result)| result.as_ref().unwrap_err().happened())
         .collect();
     assert_eq!(
-        settled, expected,
-        "each message settled exactly once with ProducerStopped"
+        happened,
+        [
+            Happened::FailedAfter,
+            Happened::FailedAfter,
+            Happened::CertainlyNot,
+            Happened::CertainlyNot,
+            Happened::CertainlyNot
+        ]
     );
     let late = Confirmations::default();
     assert!(matches!(
@@ -211,6 +229,8 @@ async fn stop_settles_every_in_flight_and_queued_message_once() {
         Err(TellError::Stopped(9))
     ));
     assert_eq!(late.snapshot(), [(9, Err(DeliveryError::ProducerStopped))]);
+    let refused = producer.send(10).await.unwrap_err();
+    assert_eq!(refused.happened(), Happened::CertainlyNot);
 }
 
 #[actix::test]
@@ -305,7 +325,7 @@ async fn stop_stops_a_supervised_producer_for_good_and_stopped_says_when() {
     producer.stopped().await;
     assert_eq!(
         confirmations.snapshot(),
-        [(1, Err(DeliveryError::ProducerStopped))],
+        [(1, Err(DeliveryError::StoppedUnconfirmed))],
         "settled before stopped() resolved"
     );
     gate.open();

@@ -206,6 +206,31 @@ async fn a_gone_node_costs_bounded_memory_and_delivery_resumes_when_it_returns()
     assert!(client.stats().connections_opened >= 2);
 }
 
+/// A connection that cannot be made is warned about with its cause, once a minute at most
+/// (before, it was a debug line without the cause).
+#[actix::test]
+async fn a_connection_that_cannot_be_made_is_logged_with_its_cause() {
+    common::logs::keep();
+    let client = sending_node().await;
+    // An address nobody listens on.
+    let addr = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap();
+    let producer = remote::producer(client.consumer_ref::<u64>(addr, "numbers").unwrap(), 8, 20);
+    producer.tell(1, |_| {}).unwrap();
+    let refused = format!("cannot connect to {addr} ({addr}: Connection refused (os error 111))");
+    assert!(
+        wait_until(Duration::from_secs(10), || client.stats().connect_failures
+            >= 3)
+        .await,
+        "{:?}",
+        client.stats()
+    );
+    let logged = common::logs::lines_containing(&[&refused]);
+    assert_eq!(logged.len(), 1, "three failures, one warning: {logged:?}");
+}
+
 #[actix::test]
 async fn a_node_that_never_returns_lets_the_producer_give_up_with_bounded_memory() {
     let client = sending_node().await;

@@ -1200,6 +1200,48 @@ mod postgres_leases {
             .unwrap();
     }
 
+    /// A coordinator whose lease store fails logs why, with the server's message and
+    /// SQLSTATE: each round's heartbeat to a store whose member table was dropped.
+    #[actix::test]
+    async fn a_coordinator_logs_its_lease_stores_failure_with_the_servers_message() {
+        crate::common::logs::keep();
+        let (store, schema, admin) = store().await;
+        admin
+            .batch_execute(&format!("DROP TABLE {schema}.shard_member"))
+            .await
+            .unwrap();
+        let journal: Arc<dyn Journal> = Arc::new(MemoryJournal::new());
+        let host = EntityHostOptions::builder("seq").shards(4).build().unwrap();
+        let options = CoordinatorOptions::builder("lonely")
+            .lease_ttl(Duration::from_secs(3))
+            .renew_interval(Duration::from_secs(1))
+            .build()
+            .unwrap();
+        let coordinator =
+            ShardCoordinator::<Sequence>::start(journal, host, Arc::new(store), options, |host| {
+                OnBus(Bus::default(), host.consumer(|body: u64| body))
+            })
+            .unwrap();
+        let failed = [
+            "sharding `seq`: heartbeat failed: the lease store failed: ERROR: relation",
+            &format!("\"{schema}.shard_member\" does not exist (SQLSTATE 42P01)"),
+        ];
+        let deadline = std::time::Instant::now() + Duration::from_secs(20);
+        while crate::common::logs::lines_containing(&failed).is_empty() {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "no heartbeat failure logged"
+            );
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        coordinator.stop();
+        coordinator.stopped().await;
+        admin
+            .batch_execute(&format!("DROP SCHEMA {schema} CASCADE"))
+            .await
+            .unwrap();
+    }
+
     /// The server's message (with its detail) and SQLSTATE reach the error, not tokio-postgres's
     /// "db error"; a refused connection says why.
     #[actix::test]

@@ -12,9 +12,10 @@
 //! (`pool.settled(worker, key, ok, now)`): a job its stream gave up failed there (the pool
 //! re-routes it or gives it up, and rests the worker; `next_deadline` / `handle_timeout` end
 //! the rests); a worker that leaves is removed (`remove_worker`, then its stream stops;
-//! `stop()` settles the rest as `ProducerStopped`, fed back too). Each registration is a new `WorkerKey` and a stream with a
-//! fresh seeded incarnation, id `pool/<name>`, window = the worker's capacity. Links in both
-//! directions lose, duplicate and delay (so reorder) messages. Handlers take virtual time,
+//! `stop()` settles the rest as stopped, fed back too). Each registration is a new
+//! `WorkerKey` and a stream with a fresh seeded incarnation, id `pool/<name>`, window = the
+//! worker's capacity. Links in both directions lose, duplicate and delay (so reorder)
+//! messages. Handlers take virtual time,
 //! fail before or after their effect (no ACK: retransmission), and stall for seconds to a
 //! minute (some beyond `handler_timeout`). Churn: workers join, leave gracefully
 //! (deregistration), crash (consumer state and runs lost, messages in flight to and from them
@@ -36,7 +37,7 @@
 //! has none, a failing one room for one job), re-routed jobs (of a leaving worker, or
 //! failed) are assigned before any job never assigned, settlements confirm, re-route, give
 //! up (exactly at the `give_up_after`-th failure) or are ignored as the rules say, and rests
-//! begin and end as they say; `ProducerStopped` settlements of a stopped stream change
+//! begin and end as they say; the stopped settlements of a stopped stream change
 //! nothing; a worker's stream never holds more than its capacity, and the pool's count of it
 //! equals what the stream holds once settlements are delivered; a job is settled to the
 //! caller (confirmed or given up) at most once, only if pushed, and confirmed only with its

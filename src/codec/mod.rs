@@ -50,6 +50,8 @@ use bincode::Options;
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 
+use crate::error::ErrorChain;
+
 /// The default limit for one encoded value: 16 MiB.
 ///
 /// Large enough for any event, snapshot or envelope this crate is meant to carry (they are
@@ -324,7 +326,7 @@ impl Codec {
                 .map_err(|err| encode_error(*err, limit)),
             Self::MessagePack => rmp_serde::encode::write_named(&mut out, value).map_err(|err| {
                 CodecError::Unencodable {
-                    reason: err.to_string(),
+                    reason: ErrorChain(&err).to_string(),
                 }
             }),
         }
@@ -347,7 +349,7 @@ impl Codec {
                 let mut de = rmp_serde::Deserializer::from_read_ref(bytes);
                 de.set_max_depth(MAX_DEPTH);
                 let value = T::deserialize(&mut de).map_err(|err| CodecError::Malformed {
-                    reason: err.to_string(),
+                    reason: ErrorChain(&err).to_string(),
                 })?;
                 // The borrowing reader does not tell where it stopped: the input is exactly
                 // one value if nothing more can be read after it.
@@ -421,7 +423,7 @@ fn decode_error(err: bincode::ErrorKind, limit: u64) -> CodecError {
             }
         }
         other => CodecError::Malformed {
-            reason: other.to_string(),
+            reason: ErrorChain(&other).to_string(),
         },
     }
 }
@@ -430,7 +432,7 @@ fn encode_error(err: bincode::ErrorKind, limit: u64) -> CodecError {
     match err {
         bincode::ErrorKind::SizeLimit => CodecError::TooLarge { limit },
         other => CodecError::Unencodable {
-            reason: other.to_string(),
+            reason: ErrorChain(&other).to_string(),
         },
     }
 }

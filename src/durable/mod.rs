@@ -57,7 +57,7 @@
 //!   journal failure meanwhile restarts it under its `Supervisor` and the stop goes on. The
 //!   wait is bounded by [`DurableOptions::stop_timeout`] (10 s): what the journal has not
 //!   answered by then is settled `InDoubt`. Stored, unconfirmed messages are settled
-//!   `ProducerStopped` (not an outcome: the sink hears nothing of it) and sent again by the
+//!   `StoppedUnconfirmed` (not an outcome: the sink hears nothing of it) and sent again by the
 //!   next start of the stream, whose sink reports them.
 //! - A stream whose events do not decode, or whose schema this code cannot read, stops the
 //!   producer for good (no restart loop), with an error naming the stream.
@@ -148,13 +148,13 @@ impl Stored {
     /// Resolves once the message is confirmed and the confirmation recorded.
     ///
     /// # Errors
-    /// Why it was not: the producer stopped (the message stays stored and is sent again by the
-    /// next start, whose sink reports it), gave it up, or could not learn whether its record
-    /// was stored ([`DeliveryError::InDoubt`]).
+    /// Why it was not: the producer stopped ([`DeliveryError::StoppedUnconfirmed`]: the
+    /// message stays stored and is sent again by the next start, whose sink reports it), gave
+    /// it up, or could not learn whether its record was stored ([`DeliveryError::InDoubt`]).
     pub async fn confirmed(self) -> Result<(), DeliveryError> {
         self.confirmed
             .await
-            .unwrap_or(Err(DeliveryError::ProducerStopped))
+            .unwrap_or(Err(DeliveryError::StoppedUnconfirmed))
     }
 }
 

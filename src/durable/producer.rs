@@ -207,10 +207,9 @@ impl<T> Durable<T> {
     pub(crate) fn hold_back(&mut self, settling: &mut Vec<Settlement>) {
         let mut index = 0;
         while index < settling.len() {
-            let recorded = settling[index]
-                .0
-                .message()
-                .filter(|_| !matches!(settling[index].1, Err(DeliveryError::ProducerStopped)));
+            let (confirm, result) = &settling[index];
+            let stopped = result.as_ref().is_err_and(DeliveryError::is_stop);
+            let recorded = confirm.message().filter(|_| !stopped);
             match recorded {
                 Some(MessageId(seq)) => self.to_record.push((seq, settling.swap_remove(index))),
                 None => index += 1,
@@ -275,7 +274,8 @@ impl<T> Durable<T> {
         let records = self.carried.drain(..).map(|carried| {
             let (confirm, _) = carried.settlement;
             if !carried.attempted {
-                return (confirm, Err(DeliveryError::ProducerStopped));
+                // Stored, its settlement not recorded: the next start sends it again.
+                return (confirm, Err(DeliveryError::StoppedUnconfirmed));
             }
             let reason = format!(
                 "stream `{stream}`: the consumer confirmed message {}, but the producer ended \
@@ -654,7 +654,7 @@ impl<T: Clone + Send + 'static> ProducerController<T> {
                 if durable.stopping.is_some() {
                     // Stored, not sent: the next start of the stream sends it.
                     act.settling
-                        .push((confirm, Err(DeliveryError::ProducerStopped)));
+                        .push((confirm, Err(DeliveryError::StoppedUnconfirmed)));
                     continue;
                 }
                 let Core::Whole(core) = &mut act.core else {
@@ -885,7 +885,7 @@ struct Unsettled {
 fn sink_confirmation(sink: Recipient<DurableConfirmation>, id: MessageId) -> Confirmation {
     Confirmation::callback(move |result| {
         // Not an outcome: the message stays stored, and the next start reports it.
-        if result != Err(DeliveryError::ProducerStopped) {
+        if !result.as_ref().is_err_and(DeliveryError::is_stop) {
             sink.do_send(DurableConfirmation { id, result });
         }
     })

@@ -1,15 +1,19 @@
-//! An error with its whole cause chain, on one line: how the crate writes an error of a
-//! library it uses into the errors it returns and the lines it logs.
+//! An error with its whole cause chain, on one line: how the crate writes every error it logs,
+//! and every error of another library (or of an application's handler) it wraps into its own.
 //!
 //! The `Display` of most errors says only what failed at their own level ("db error",
-//! "error connecting to server") and leaves the why to [`Error::source`]. [`ErrorChain`]
-//! writes the error and each of its sources, joined by `: ` (a source whose text the one
-//! before already holds is not repeated). A PostgreSQL server error (feature `postgres`) is
-//! written with its whole meaning, `ERROR: <message> (SQLSTATE <code>); DETAIL: …; HINT: …`,
-//! in place of tokio-postgres's bare "db error"; any other error of tokio-postgres through its
-//! sources, e.g. `error connecting to server: Connection refused (os error 111)`. Neither
-//! tokio-postgres's errors of a connection or a statement nor the server's messages hold the
-//! connection's password, so none is written.
+//! "error connecting to server", a SQLite message without its extended result code) and
+//! leaves the why to [`Error::source`]. [`ErrorChain`] writes the error and each of its
+//! sources, joined by `: ` (a source whose text the one before already holds is not
+//! repeated, so an error whose `Display` includes its source is written once). A PostgreSQL
+//! server error (feature `postgres`) is written with its whole meaning, `ERROR: <message>
+//! (SQLSTATE <code>); DETAIL: …; HINT: …`, in place of tokio-postgres's bare "db error"; any
+//! other error of tokio-postgres through its sources, e.g. `error connecting to server:
+//! Connection refused (os error 111)`. Neither tokio-postgres's errors of a connection or a
+//! statement nor the server's messages hold the connection's password, so none is written.
+//!
+//! The crate's own errors keep what they wrap written this way, so their `Display` carries
+//! the whole chain too: what an application prints of them, or the crate logs, is complete.
 
 use std::error::Error;
 use std::fmt;

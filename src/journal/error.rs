@@ -58,7 +58,8 @@ pub enum JournalError {
     Storage {
         /// The stream the failed operation concerned, if any.
         persistence_id: Option<PersistenceId>,
-        /// What the storage reported.
+        /// What the storage reported, with its causes (SQLite's extended result code,
+        /// PostgreSQL's message, detail and SQLSTATE, an I/O error's).
         message: String,
     },
     /// A stored event or snapshot that cannot be read back as written (a missing seq in the

@@ -14,6 +14,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::codec::MAX_ENCODED_BYTES;
 use crate::consumer::ConsumerHandle;
+use crate::error::ErrorChain;
 use crate::message::{ChunkDelivery, ConsumerRef, Delivery, ReplyTo};
 use crate::protocol::envelope::{random_u64, Ack};
 use crate::remote::frame::{Frame, CHUNK_FRAME_OVERHEAD, PROTOCOL_VERSION};
@@ -35,11 +36,12 @@ use super::MESSAGE_VERSION;
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum NatsError {
-    /// Connecting to the server failed.
-    #[error("cannot connect to NATS: {0}")]
+    /// Connecting to the server failed (the client's error, with its causes in the message).
+    #[error("cannot connect to NATS: {}", ErrorChain(&**.0))]
     Connect(#[source] Box<dyn std::error::Error + Send + Sync>),
-    /// The server refused a subscription, or did not confirm it.
-    #[error("cannot subscribe to {subject:?}: {source}")]
+    /// The server refused a subscription, or did not confirm it (the client's error, with its
+    /// causes in the message).
+    #[error("cannot subscribe to {subject:?}: {}", ErrorChain(&**.source))]
     Subscribe {
         /// The subject.
         subject: String,

@@ -244,7 +244,7 @@ where
             );
         }
         while let Some((seq, result)) = core.poll_settled() {
-            if !matches!(result, Err(DeliveryError::ProducerStopped)) {
+            if !result.as_ref().is_err_and(DeliveryError::is_stop) {
                 settled.push(seq);
             }
         }

@@ -8,6 +8,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 
 use futures_util::future::LocalBoxFuture;
 
+use crate::error::ErrorChain;
 use crate::journal::{Offset, Slices};
 use crate::projection::core::Batch;
 use crate::projection::envelope::{Envelope, EventDecoder};
@@ -111,7 +112,7 @@ where
             self.store
                 .load(&key.name, key.slices)
                 .await
-                .map_err(|err| Failure::Store(err.to_string()))
+                .map_err(|err| Failure::Store(ErrorChain(&*err).to_string()))
         })
     }
 
@@ -125,7 +126,7 @@ where
             let handler = &mut self.handler;
             guarded(|| handler(batch.events()))
                 .await?
-                .map_err(|err| Failure::Handler(err.to_string()))
+                .map_err(|err| Failure::Handler(ErrorChain(&*err).to_string()))
         })
     }
 
@@ -139,7 +140,7 @@ where
             self.store
                 .save(&key.name, key.slices, offset)
                 .await
-                .map_err(|err| Failure::Store(err.to_string()))
+                .map_err(|err| Failure::Store(ErrorChain(&*err).to_string()))
         })
     }
 }

@@ -9,6 +9,7 @@ use rusqlite::{
     params, Connection, ErrorCode, OptionalExtension, Transaction, TransactionBehavior,
 };
 
+use crate::error::ErrorChain;
 use crate::journal::{unix_millis, Offset, Slices};
 use crate::projection::core::Batch;
 use crate::projection::envelope::{Envelope, EventDecoder};
@@ -63,8 +64,10 @@ impl SqliteReadModel {
             Ok::<_, rusqlite::Error>(connection)
         })
         .await
-        .map_err(|err| ProjectionError::Store(err.to_string()))?
-        .map_err(|err| ProjectionError::Store(format!("{}: {err}", path.display())))?;
+        .map_err(|err| ProjectionError::Store(ErrorChain(&err).to_string()))?
+        .map_err(|err| {
+            ProjectionError::Store(format!("{}: {}", path.display(), ErrorChain(&err)))
+        })?;
         Ok(Self {
             path,
             connection: Some(connection),
@@ -82,9 +85,13 @@ impl SqliteReadModel {
     /// [`ProjectionError::Store`] with SQLite's message.
     pub async fn execute_batch(&mut self, sql: &str) -> Result<(), ProjectionError> {
         let sql = sql.to_owned();
-        self.blocking(move |connection| connection.execute_batch(&sql).map_err(|e| e.to_string()))
-            .await
-            .map_err(ProjectionError::Store)
+        self.blocking(move |connection| {
+            connection
+                .execute_batch(&sql)
+                .map_err(|e| ErrorChain(&e).to_string())
+        })
+        .await
+        .map_err(ProjectionError::Store)
     }
 
     /// Runs `work` on the connection on a blocking thread.
@@ -104,12 +111,12 @@ impl SqliteReadModel {
                 connection.execute_batch("ROLLBACK")
             };
             let result = settled
-                .map_err(|err| err.to_string())
+                .map_err(|err| ErrorChain(&err).to_string())
                 .and_then(|()| work(&mut connection));
             (connection, result)
         })
         .await
-        .map_err(|err| format!("the read model's thread failed: {err}"))?;
+        .map_err(|err| format!("the read model's thread failed: {}", ErrorChain(&err)))?;
         self.connection = Some(connection);
         result
     }
@@ -164,11 +171,11 @@ fn advance(
     stored: Offset,
     offset: Offset,
 ) -> Result<bool, String> {
-    let current = load(connection, key).map_err(|err| err.to_string())?;
+    let current = load(connection, key).map_err(|err| ErrorChain(&err).to_string())?;
     if current != stored {
         return Ok(false);
     }
-    save(connection, key, offset).map_err(|err| err.to_string())?;
+    save(connection, key, offset).map_err(|err| ErrorChain(&err).to_string())?;
     Ok(true)
 }
 
@@ -176,7 +183,7 @@ fn advance(
 /// name under slices that overlap `key`'s but are not the same (a change of slicing: their
 /// events would be handled again).
 fn load_exactly_once(connection: &Connection, key: &Key) -> Result<Offset, Failure> {
-    let store = |err: rusqlite::Error| Failure::Store(err.to_string());
+    let store = |err: rusqlite::Error| Failure::Store(ErrorChain(&err).to_string());
     let mut statement = connection
         .prepare(
             "SELECT first_slice, last_slice FROM projection_offset WHERE projection = ?1 \
@@ -248,15 +255,17 @@ fn transact<Ev, F>(
 where
     F: FnMut(&Transaction<'_>, &[Envelope<Ev>]) -> Result<(), HandlerError>,
 {
-    let store = |err: rusqlite::Error| Failure::Store(err.to_string());
+    let store = |err: rusqlite::Error| Failure::Store(ErrorChain(&err).to_string());
     let transaction = connection
         .transaction_with_behavior(TransactionBehavior::Immediate)
         .map_err(store)?;
     let ran = catch_unwind(AssertUnwindSafe(|| handler(&transaction, batch.events())));
     match ran.map_err(panicked)? {
         Ok(()) => {}
-        Err(err) if is_storage_failure(&err) => return Err(Failure::Store(err.to_string())),
-        Err(err) => return Err(Failure::Handler(err.to_string())),
+        Err(err) if is_storage_failure(&err) => {
+            return Err(Failure::Store(ErrorChain(&*err).to_string()))
+        }
+        Err(err) => return Err(Failure::Handler(ErrorChain(&*err).to_string())),
     }
     if transaction.is_autocommit() {
         // SQLite would commit the offset on its own, without the batch's rows.
@@ -329,9 +338,11 @@ where
                 .blocking(move |connection| {
                     let transaction = connection
                         .transaction_with_behavior(TransactionBehavior::Immediate)
-                        .map_err(|err| err.to_string())?;
+                        .map_err(|err| ErrorChain(&err).to_string())?;
                     let advanced = advance(&transaction, &key, stored, offset)?;
-                    transaction.commit().map_err(|err| err.to_string())?;
+                    transaction
+                        .commit()
+                        .map_err(|err| ErrorChain(&err).to_string())?;
                     Ok(advanced)
                 })
                 .await
@@ -348,14 +359,18 @@ where
 impl SqliteReadModel {
     async fn load_offset(&mut self, key: &Key) -> Result<Offset, String> {
         let key = key.clone();
-        self.blocking(move |connection| load(connection, &key).map_err(|e| e.to_string()))
-            .await
+        self.blocking(move |connection| {
+            load(connection, &key).map_err(|e| ErrorChain(&e).to_string())
+        })
+        .await
     }
 
     async fn save_offset(&mut self, key: &Key, offset: Offset) -> Result<(), String> {
         let key = key.clone();
-        self.blocking(move |connection| save(connection, &key, offset).map_err(|e| e.to_string()))
-            .await
+        self.blocking(move |connection| {
+            save(connection, &key, offset).map_err(|e| ErrorChain(&e).to_string())
+        })
+        .await
     }
 }
 

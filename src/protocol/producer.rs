@@ -372,16 +372,20 @@ impl<T: Clone, C> ProducerCore<T, C> {
         self.earliest_deadline = earliest;
     }
 
-    /// Settles every in-flight and queued message with [`DeliveryError::ProducerStopped`].
+    /// Settles every in-flight and queued message: those sent, and those numbered by the caller
+    /// (stored by a durable producer, or chunks of a started message), with
+    /// [`DeliveryError::StoppedUnconfirmed`]; those never sent with
+    /// [`DeliveryError::ProducerStopped`].
     pub fn stop(&mut self) {
         self.transmit.clear();
         self.earliest_deadline = None;
-        for m in self.in_flight.drain(..) {
-            self.settled
-                .push_back((m.confirm, Err(DeliveryError::ProducerStopped)));
-        }
+        let in_flight = self.in_flight.drain(..).map(|m| m.confirm);
         let numbered = self.numbered.drain(..).map(|(_, _, confirm)| confirm);
-        for confirm in numbered.chain(self.pending.drain(..).map(|(_, confirm)| confirm)) {
+        for confirm in in_flight.chain(numbered) {
+            self.settled
+                .push_back((confirm, Err(DeliveryError::StoppedUnconfirmed)));
+        }
+        for (_, confirm) in self.pending.drain(..) {
             self.settled
                 .push_back((confirm, Err(DeliveryError::ProducerStopped)));
         }
@@ -911,23 +915,28 @@ mod tests {
     }
 
     #[test]
-    fn stop_settles_every_in_flight_and_queued_message() {
+    fn stop_settles_what_was_sent_or_stored_unconfirmed_and_the_rest_stopped() {
         let mut c = window(2);
         let now = Instant::now();
+        c.handle_stored(1, 10, 10).unwrap(); // numbered by a durable producer: stored
         for body in 0..5 {
             c.handle_send(body, body).unwrap();
         }
-        transmitted(&mut c, now);
+        assert_eq!(transmitted(&mut c, now), [(1, 10), (2, 0)]);
         c.stop();
-        let mut stopped: Vec<u32> = settled(&mut c)
-            .into_iter()
-            .map(|(body, result)| {
-                assert_eq!(result, Err(DeliveryError::ProducerStopped));
-                body
-            })
-            .collect();
-        stopped.sort_unstable();
-        assert_eq!(stopped, [0, 1, 2, 3, 4]);
+        let unconfirmed = Err(DeliveryError::StoppedUnconfirmed);
+        let stopped = Err(DeliveryError::ProducerStopped);
+        assert_eq!(
+            settled(&mut c),
+            [
+                (10, unconfirmed.clone()),
+                (0, unconfirmed),
+                (1, stopped.clone()),
+                (2, stopped.clone()),
+                (3, stopped.clone()),
+                (4, stopped)
+            ]
+        );
         assert!(c.is_idle());
         assert_eq!(c.next_deadline(), None);
     }
@@ -939,7 +948,10 @@ mod tests {
         c.handle_send(1, 1).unwrap();
         transmitted(&mut c, now);
         c.restart(Incarnation::from_u128(43));
-        assert_eq!(settled(&mut c), [(1, Err(DeliveryError::ProducerStopped))]);
+        assert_eq!(
+            settled(&mut c),
+            [(1, Err(DeliveryError::StoppedUnconfirmed))]
+        );
         c.handle_send(2, 2).unwrap();
         let t = c.poll_transmit(now).unwrap();
         assert_eq!(

@@ -14,6 +14,7 @@ use tokio::net::TcpStream;
 use tokio::sync::Notify;
 use tokio_util::codec::{FramedRead, LengthDelimitedCodec};
 
+use crate::error::ErrorChain;
 use crate::remote::auth::{random_nonce, Opener, Sealer};
 use crate::remote::frame::{Frame, HANDSHAKE_MAX_FRAME};
 use crate::remote::handshake::{Client, HandshakeError, Local, Server, Session};
@@ -321,7 +322,7 @@ pub(crate) async fn secure_connect(
         let stream = tls
             .connect(name, stream)
             .await
-            .map_err(|err| Failure::Tls(format!("TLS: {err}")))?;
+            .map_err(|err| Failure::Tls(format!("TLS: {}", ErrorChain(&err))))?;
         return Ok(Halves::tls(stream, None));
     }
     let _ = (node, name);
@@ -347,7 +348,7 @@ pub(crate) async fn secure_accept(node: &Shared, stream: TcpStream) -> Result<Ha
         let (stream, identity) = tls
             .accept(stream)
             .await
-            .map_err(|err| Failure::Tls(format!("TLS: {err}")))?;
+            .map_err(|err| Failure::Tls(format!("TLS: {}", ErrorChain(&err))))?;
         return Ok(Halves::tls(stream, identity));
     }
     let _ = node;

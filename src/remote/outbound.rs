@@ -14,6 +14,7 @@ use serde::Serialize;
 use tokio::net::TcpStream;
 use tokio::sync::{watch, Notify};
 
+use crate::error::ErrorChain;
 use crate::message::{ChunkDelivery, Delivery, ReplyTo};
 use crate::protocol::envelope::{Ack, Incarnation, ProducerId};
 use crate::remote::auth::NodeId;
@@ -357,21 +358,24 @@ impl Outbound {
                 add(&node.counters.resolve_failures, 1);
                 add(&node.counters.connect_failures, 1);
                 node.warnings.warn(Warning::Handshake, || {
-                    format!("{} did not resolve: {err}", self.addr)
+                    format!("{} did not resolve: {}", self.addr, ErrorChain(&err))
                 });
                 return None;
             }
         };
+        let timeout = node.options.config.connect_timeout;
+        let mut failures = Vec::with_capacity(addrs.len());
         for addr in addrs {
-            let connect = TcpStream::connect(addr);
-            if let Ok(Ok(stream)) =
-                tokio::time::timeout(node.options.config.connect_timeout, connect).await
-            {
-                return Some(stream);
+            match tokio::time::timeout(timeout, TcpStream::connect(addr)).await {
+                Ok(Ok(stream)) => return Some(stream),
+                Ok(Err(err)) => failures.push(format!("{addr}: {}", ErrorChain(&err))),
+                Err(_) => failures.push(format!("{addr}: no answer within {timeout:?}")),
             }
-            log::debug!("connecting to {} at {addr} failed", self.addr);
         }
         add(&node.counters.connect_failures, 1);
+        node.warnings.warn(Warning::Handshake, || {
+            format!("cannot connect to {} ({})", self.addr, failures.join("; "))
+        });
         None
     }
 

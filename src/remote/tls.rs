@@ -22,6 +22,7 @@ use rustls::{
 use tokio::net::TcpStream;
 use tokio_rustls::{TlsAcceptor, TlsConnector};
 
+use crate::error::ErrorChain;
 use crate::remote::connection::Identity;
 use crate::remote::peer::{PeerAddr, Target};
 
@@ -56,7 +57,7 @@ pub enum TlsError {
 fn pem_error(what: &'static str) -> impl Fn(rustls::pki_types::pem::Error) -> TlsError {
     move |err| TlsError::Pem {
         what,
-        why: err.to_string(),
+        why: ErrorChain(&err).to_string(),
     }
 }
 
@@ -254,7 +255,7 @@ fn asks_for_client_certificates(server: Arc<ServerConfig>) -> Result<bool, TlsEr
 
 /// Hands what `from` has to send to `to`, which processes it.
 fn pass(from: &mut Connection, to: &mut Connection) -> Result<(), rustls::Error> {
-    let io = |err: io::Error| rustls::Error::General(err.to_string());
+    let io = |err: io::Error| rustls::Error::General(ErrorChain(&err).to_string());
     let mut wire = Vec::new();
     while from.wants_write() {
         from.write_tls(&mut wire).map_err(io)?;
@@ -355,7 +356,7 @@ impl NodeTlsBuilder {
                 let verifier = if self.mutual {
                     WebPkiClientVerifier::builder_with_provider(roots, provider.clone())
                         .build()
-                        .map_err(|err| TlsError::Verifier(err.to_string()))?
+                        .map_err(|err| TlsError::Verifier(ErrorChain(&err).to_string()))?
                 } else {
                     WebPkiClientVerifier::no_client_auth()
                 };

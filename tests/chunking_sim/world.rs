@@ -386,7 +386,7 @@ impl World {
                 }
             }
             // A restart settled it: its caller hands it over again.
-            Err(DeliveryError::ProducerStopped) => {
+            Err(DeliveryError::ProducerStopped | DeliveryError::StoppedUnconfirmed) => {
                 self.at(self.now, Event::Submit { producer: p, id })
             }
             Err(other) => self

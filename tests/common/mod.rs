@@ -169,6 +169,7 @@ impl Gate {
 
 pub mod entities;
 pub mod journals;
+pub mod logs;
 
 /// A consumer of `T` recording each body its handler runs for.
 pub fn recording_consumer<T>() -> (actix_delivery::ConsumerHandle<T>, Log<T>)

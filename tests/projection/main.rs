@@ -11,6 +11,8 @@
 //!   writer processes, a projection process killed again and again, and a naive reader that
 //!   shows the skip the offset design avoids.
 
+#[path = "../common/logs.rs"]
+mod logs;
 #[cfg(feature = "postgres")]
 #[path = "../postgres_support/mod.rs"]
 mod postgres_support;

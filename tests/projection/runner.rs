@@ -242,6 +242,53 @@ async fn with_skip_a_failing_entry_is_counted_and_everything_else_handled() {
     bank::assert_each_once_in_order(&handled);
 }
 
+/// A handler's error whose cause is in its `source()`.
+#[derive(Debug)]
+struct CannotApply(std::io::Error);
+
+impl std::fmt::Display for CannotApply {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("cannot apply the event")
+    }
+}
+
+impl std::error::Error for CannotApply {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        Some(&self.0)
+    }
+}
+
+/// A handler's error is written with its causes (its `source()` chain), in the log line of
+/// each failure and in the error that stops the projection; before, both said only "cannot
+/// apply the event".
+#[actix::test]
+async fn a_handlers_error_is_logged_and_reported_with_its_causes() {
+    crate::logs::keep();
+    let (journal, _accounts) = bank_in(1, 3).await;
+    let options = bank::options("causes").max_retries(1).build().unwrap();
+    let projection = Projection::of::<Account>(journal.clone(), options).at_least_once(
+        MemoryOffsetStore::new(),
+        |_| {
+            Box::pin(async {
+                let quota = std::io::Error::other("the read model's disk quota is exceeded");
+                Err(CannotApply(quota).into())
+            })
+        },
+    );
+    let error = projection.stopped().await.unwrap_err().to_string();
+    let cause = "cannot apply the event: the read model's disk quota is exceeded";
+    assert!(
+        error.contains(&format!("its handler failed 2 times: {cause}")),
+        "{error}"
+    );
+    let logged = crate::logs::lines_containing(&["projection `causes`: the handler failed", cause]);
+    assert_eq!(
+        logged.len(),
+        4,
+        "the batch twice, then its first entry alone twice: {logged:?}"
+    );
+}
+
 #[actix::test]
 async fn a_panicking_handler_is_a_failure_like_any_other() {
     let (journal, _accounts) = bank_in(1, 3).await;

@@ -307,6 +307,7 @@ async fn a_change_of_slices_is_refused_instead_of_handling_events_again() {
 
 #[actix::test]
 async fn a_read_model_missing_its_table_is_retried_never_skipped_as_poison() {
+    crate::logs::keep();
     let (_dir, journal, path) = bank_in(2, 10).await;
     let options = bank::options("balances")
         .max_retries(0)
@@ -339,4 +340,14 @@ async fn a_read_model_missing_its_table_is_retried_never_skipped_as_poison() {
     let (_, applied) = read(&path);
     assert_eq!(applied.len(), 10);
     assert_applied_once(&applied, "after the table appeared");
+    // Each failure is logged with SQLite's result code below its message.
+    let logged = crate::logs::lines_containing(&[
+        "projection `balances`: handling a batch failed: no such table: applied: Error code 1: \
+         SQL logic error",
+    ]);
+    assert_eq!(
+        logged.len() as u64,
+        projection.stats().store_failures,
+        "{logged:?}"
+    );
 }

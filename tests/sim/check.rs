@@ -130,7 +130,8 @@ fn disruptions_happened(scenario: &Scenario, run: &Run, broken: &mut Broken) {
 }
 
 /// Every message is settled exactly once for good: `Ok`, or `GaveUp` when attempts are
-/// bounded; `ProducerStopped` only through a producer restart (and then re-sent).
+/// bounded; stopped (`ProducerStopped`, `StoppedUnconfirmed`) only through a producer restart
+/// (and then re-sent).
 fn settlements(scenario: &Scenario, run: &Run, broken: &mut Broken) {
     let bodies = &run.observations.bodies;
     if bodies.len() != scenario.messages {

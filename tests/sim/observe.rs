@@ -85,7 +85,7 @@ pub struct BodyRecord {
     pub producer: usize,
     /// Confirmations with `Ok`.
     pub ok: u32,
-    /// Settlements with `ProducerStopped` (each followed by a re-send).
+    /// Settlements as stopped (each followed by a re-send).
     pub stopped: u32,
     /// Settlements with `GaveUp`.
     pub gave_up: u32,
@@ -98,6 +98,8 @@ pub struct BodyRecord {
     pub acked: u32,
     /// Times a producer transmitted it (first transmissions and retransmissions).
     pub transmissions: u32,
+    /// `transmissions` when it was last handed to a producer core as a new message.
+    pub transmissions_before: u32,
     /// Durable: confirmations `Ok` that went to the sink (the message was resumed after a
     /// restart; `ok` counts those that reached the callback of the life that stored it).
     pub sink: u32,
@@ -113,7 +115,7 @@ pub struct BodyRecord {
 }
 
 impl BodyRecord {
-    /// Final settlements (re-sent `ProducerStopped` ones are not final; a durable message's
+    /// Final settlements (re-sent stopped ones are not final; a durable message's
     /// loss with an uncommitted store is).
     pub fn finals(&self) -> u32 {
         self.ok + self.sink + self.gave_up + self.other + self.never_stored

@@ -45,7 +45,7 @@ pub struct Tally {
     pub replaced: u64,
     /// Producer restarts.
     pub producer_restarts: u64,
-    /// Messages settled `ProducerStopped` by a restart (and re-sent).
+    /// Messages settled as stopped by a restart (and re-sent).
     pub stopped: u64,
     /// Consumer restarts.
     pub consumer_restarts: u64,

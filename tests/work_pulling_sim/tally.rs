@@ -73,7 +73,7 @@ tally! {
     late_confirmations,
     /// Jobs confirmed by one worker while another held a copy.
     confirmed_elsewhere,
-    /// `ProducerStopped` settlements of stopped streams fed back to the pool.
+    /// Stopped settlements of stopped streams fed back to the pool.
     stopped_settlements,
     /// Handler runs of an already recorded job (no-op successes).
     dedup_hits,

@@ -740,7 +740,10 @@ impl<'a> World<'a> {
         if let Some(n) = self.pending_settlements.get_mut(&worker) {
             *n -= 1;
         }
-        let stopped = result == Err(DeliveryError::ProducerStopped);
+        let stopped = matches!(
+            result,
+            Err(DeliveryError::ProducerStopped | DeliveryError::StoppedUnconfirmed)
+        );
         if stopped && self.sc.wiring == Wiring::DropLeaving {
             return; // the planted fault
         }
@@ -762,7 +765,7 @@ impl<'a> World<'a> {
             self.tally.stopped_settlements += 1;
             if present || settled != Settled::Ignored {
                 self.fail(format!(
-                    "{worker:?} (in the pool: {present}) settled job {key} as ProducerStopped: \
+                    "{worker:?} (in the pool: {present}) settled job {key} as stopped: \
                      {settled:?}, expected Ignored"
                 ));
             }

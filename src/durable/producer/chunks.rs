@@ -203,7 +203,7 @@ impl<T: Clone + Send + 'static> ProducerController<T> {
         if durable.stopping.is_some() {
             // Stored, not sent: the next start of the stream sends it.
             self.settling
-                .push((confirm, Err(DeliveryError::ProducerStopped)));
+                .push((confirm, Err(DeliveryError::StoppedUnconfirmed)));
         } else if let Core::Chunked(core, _) = &mut self.core {
             if let Err((_, confirm)) = core.handle_stored(first, chunks, confirm) {
                 // Unreachable: the core numbers from the same next seq. Stored, so the restart

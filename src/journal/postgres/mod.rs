@@ -201,7 +201,12 @@ impl PostgresJournal {
         let runtime = tokio::runtime::Builder::new_current_thread()
             .enable_all()
             .build()
-            .map_err(|err| JournalError::storage(None, format!("cannot start a runtime: {err}")))?;
+            .map_err(|err| {
+                JournalError::storage(
+                    None,
+                    format!("cannot start a runtime: {}", ErrorChain(&err)),
+                )
+            })?;
         let counters = Arc::new(Counters::default());
         let signal = Arc::new(TagSignal::default());
         let sql = Arc::new(Sql::new(&options.schema));
@@ -235,7 +240,9 @@ impl PostgresJournal {
                 runtime.block_on(writer.run(queue, opened));
                 // Dropping the runtime ends the read connections' tasks.
             })
-            .map_err(|err| JournalError::storage(None, format!("cannot start a thread: {err}")))?;
+            .map_err(|err| {
+                JournalError::storage(None, format!("cannot start a thread: {}", ErrorChain(&err)))
+            })?;
         // The writer checks (or creates) the schema; readers connect only after it is done.
         if let Err(err) = writer_ready.await.unwrap_or(Err(JournalError::Closed)) {
             drop(writes);

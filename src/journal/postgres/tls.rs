@@ -17,6 +17,7 @@ use rustls::{ClientConfig, DigitallySignedStruct, RootCertStore, SignatureScheme
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio_postgres::tls::{ChannelBinding, MakeTlsConnect, TlsConnect, TlsStream};
 
+use crate::error::ErrorChain;
 use crate::journal::JournalError;
 
 /// TLS to the PostgreSQL server (features `postgres` and `tls`), set with
@@ -45,10 +46,10 @@ impl PostgresTls {
         };
         let mut roots = RootCertStore::empty();
         for cert in CertificateDer::pem_slice_iter(ca_pem.as_ref()) {
-            let cert = cert.map_err(|err| invalid(format!("the CA PEM: {err}")))?;
+            let cert = cert.map_err(|err| invalid(format!("the CA PEM: {}", ErrorChain(&err))))?;
             roots
                 .add(cert)
-                .map_err(|err| invalid(format!("a CA certificate: {err}")))?;
+                .map_err(|err| invalid(format!("a CA certificate: {}", ErrorChain(&err))))?;
         }
         if roots.is_empty() {
             return Err(invalid("no certificate in the CA PEM".to_string()));

@@ -22,6 +22,7 @@ use std::time::{Duration, Instant};
 use rusqlite::backup::{Backup, StepResult};
 use rusqlite::Connection;
 
+use crate::error::ErrorChain;
 use crate::journal::sqlite::{schema, storage_error};
 use crate::journal::JournalError;
 
@@ -30,7 +31,8 @@ const STEP_PAGES: i32 = 256;
 
 /// Copies the journal file at `source` to the new file `dest`.
 pub(super) fn run(source: &Path, dest: &Path, busy_timeout: Duration) -> Result<(), JournalError> {
-    let cannot = |what: &str, err: &dyn std::fmt::Display| {
+    let cannot = |what: &str, err: &std::io::Error| {
+        let err = ErrorChain(err);
         JournalError::storage(None, format!("backup to {}: {what}: {err}", dest.display()))
     };
     if dest.exists() {

@@ -16,6 +16,7 @@ pub(crate) use writer::unix_millis;
 pub use options::{SqliteDurability, SqliteOptions, SqliteStats};
 
 use crate::codec::Manifest;
+use crate::error::ErrorChain;
 use crate::journal::write::{WriteOp, WriteRequest};
 use crate::journal::{
     check_max_events, check_payload, check_tagged_append, normalized, Journal, JournalError,
@@ -453,13 +454,16 @@ fn spawn(
             let _alive = alive; // dropped when the body returns (or unwinds)
             body();
         })
-        .map_err(|err| JournalError::storage(None, format!("cannot start a thread: {err}")))?;
+        .map_err(|err| {
+            JournalError::storage(None, format!("cannot start a thread: {}", ErrorChain(&err)))
+        })?;
     Ok(ended)
 }
 
-/// Maps a SQLite error to [`JournalError::Storage`] for `id`.
+/// Maps a SQLite error to [`JournalError::Storage`] for `id`, with its cause (the extended
+/// result code, which tells a failed fsync from a full disk).
 fn storage_error(id: Option<&PersistenceId>) -> impl Fn(rusqlite::Error) -> JournalError + '_ {
-    move |err| JournalError::storage(id, err)
+    move |err| JournalError::storage(id, ErrorChain(&err))
 }
 
 /// A seq read from the database: must be within `0..=MAX_SEQ`, else the data is corrupt

@@ -17,6 +17,7 @@ use rusqlite::Statement;
 use tokio::sync::{mpsc, oneshot};
 
 use crate::codec::Manifest;
+use crate::error::ErrorChain;
 use crate::journal::by_tag::corrupt_tag_row;
 use crate::journal::sqlite::writer::Buffered;
 use crate::journal::sqlite::{schema, seq_from_sql, storage_error, HIGHEST_SQL};
@@ -218,7 +219,9 @@ impl Statements<'_> {
         let mut expected = from_seq.max(1);
         let mut last: Option<Manifest> = None;
         while let Some(row) = rows.next().map_err(storage_error(Some(id)))? {
-            let raw: i64 = row.get(0).map_err(|err| corrupt(id, expected, err))?;
+            let raw: i64 = row
+                .get(0)
+                .map_err(|err| corrupt(id, expected, ErrorChain(&err)))?;
             let seq = seq_from_sql(id, raw, expected)?;
             if seq < expected || seq > to_seq {
                 return Err(JournalError::Corrupt {
@@ -227,7 +230,9 @@ impl Statements<'_> {
                     reason: format!("out of order: expected seq {expected} or later"),
                 });
             }
-            let payload: Vec<u8> = row.get(1).map_err(|err| corrupt(id, seq, err))?;
+            let payload: Vec<u8> = row
+                .get(1)
+                .map_err(|err| corrupt(id, seq, ErrorChain(&err)))?;
             let manifest = manifest(row, id, seq, &mut last)?;
             events.push(StoredEvent {
                 seq,
@@ -270,12 +275,15 @@ impl Statements<'_> {
         let mut last = None;
         while let Some(row) = rows.next().map_err(storage_error(None))? {
             let read = |index| row.get::<_, i64>(index);
-            let ordering = read(0).map_err(|err| corrupt_tag_row(query, err))?;
-            let id: String = row.get(1).map_err(|err| corrupt_tag_row(query, err))?;
-            let id = PersistenceId::new(id).map_err(|err| corrupt_tag_row(query, err))?;
-            let raw_seq = read(2).map_err(|err| corrupt(&id, 0, err))?;
+            let ordering = read(0).map_err(|err| corrupt_tag_row(query, ErrorChain(&err)))?;
+            let id: String = row
+                .get(1)
+                .map_err(|err| corrupt_tag_row(query, ErrorChain(&err)))?;
+            let id =
+                PersistenceId::new(id).map_err(|err| corrupt_tag_row(query, ErrorChain(&err)))?;
+            let raw_seq = read(2).map_err(|err| corrupt(&id, 0, ErrorChain(&err)))?;
             let seq = seq_from_sql(&id, raw_seq, 0)?;
-            let millis = read(3).map_err(|err| corrupt(&id, seq, err))?;
+            let millis = read(3).map_err(|err| corrupt(&id, seq, ErrorChain(&err)))?;
             let written_at = UNIX_EPOCH + Duration::from_millis(u64::try_from(millis).unwrap_or(0));
             let offset = match u64::try_from(ordering) {
                 Ok(ordering) if ordering > after => Offset::from_parts(0, ordering),
@@ -287,7 +295,9 @@ impl Statements<'_> {
                     ))
                 }
             };
-            let payload: Option<Vec<u8>> = row.get(4).map_err(|err| corrupt(&id, seq, err))?;
+            let payload: Option<Vec<u8>> = row
+                .get(4)
+                .map_err(|err| corrupt(&id, seq, ErrorChain(&err)))?;
             let event = match payload {
                 Some(payload) => Some(StoredEvent {
                     seq,
@@ -352,7 +362,7 @@ impl Statements<'_> {
         let Some(row) = rows.next().map_err(storage_error(Some(id)))? else {
             return Ok(None);
         };
-        let raw_seq: i64 = row.get(0).map_err(|err| corrupt(id, 0, err))?;
+        let raw_seq: i64 = row.get(0).map_err(|err| corrupt(id, 0, ErrorChain(&err)))?;
         let seq = seq_from_sql(id, raw_seq, 0)?;
         if seq == 0 {
             return Err(JournalError::Corrupt {
@@ -361,7 +371,9 @@ impl Statements<'_> {
                 reason: "a snapshot at seq 0".into(),
             });
         }
-        let payload = row.get(1).map_err(|err| corrupt(id, seq, err))?;
+        let payload = row
+            .get(1)
+            .map_err(|err| corrupt(id, seq, ErrorChain(&err)))?;
         let manifest = manifest(row, id, seq, &mut None)?;
         Ok(Some(Snapshot {
             seq,
@@ -389,11 +401,15 @@ fn manifest_at(
     seq: u64,
     last: &mut Option<Manifest>,
 ) -> Result<Manifest, JournalError> {
-    let codec: i64 = row.get(first).map_err(|err| corrupt(id, seq, err))?;
+    let codec: i64 = row
+        .get(first)
+        .map_err(|err| corrupt(id, seq, ErrorChain(&err)))?;
     let name = row
         .get_ref(first + 1)
         .and_then(|value| Ok(value.as_str()?))
-        .map_err(|err| corrupt(id, seq, err))?;
-    let version: i64 = row.get(first + 2).map_err(|err| corrupt(id, seq, err))?;
+        .map_err(|err| corrupt(id, seq, ErrorChain(&err)))?;
+    let version: i64 = row
+        .get(first + 2)
+        .map_err(|err| corrupt(id, seq, ErrorChain(&err)))?;
     stored_manifest(id, seq, (codec, name, version), last)
 }

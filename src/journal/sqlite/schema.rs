@@ -52,6 +52,7 @@ use std::time::{Duration, Instant};
 
 use rusqlite::{Connection, OpenFlags, OptionalExtension, MAIN_DB};
 
+use crate::error::ErrorChain;
 use crate::journal::sqlite::{storage_error, SqliteOptions};
 use crate::journal::JournalError;
 
@@ -221,7 +222,7 @@ fn take_lock(path: &Path, busy_timeout: Duration) -> Result<File, JournalError> 
         .truncate(false)
         .write(true)
         .open(&lock_path)
-        .map_err(|err| cannot(&err))?;
+        .map_err(|err| cannot(&ErrorChain(&err)))?;
     let deadline = Instant::now() + busy_timeout;
     loop {
         match file.try_lock() {
@@ -234,7 +235,7 @@ fn take_lock(path: &Path, busy_timeout: Duration) -> Result<File, JournalError> 
                     &"the journal is open elsewhere (in another process, or not yet closed here)",
                 ))
             }
-            Err(TryLockError::Error(err)) => return Err(cannot(&err)),
+            Err(TryLockError::Error(err)) => return Err(cannot(&ErrorChain(&err))),
         }
     }
 }
@@ -244,6 +245,7 @@ fn take_lock(path: &Path, busy_timeout: Duration) -> Result<File, JournalError> 
 /// to it resolves as well.
 fn canonical_name(path: &Path) -> Result<PathBuf, JournalError> {
     let cannot = |err: std::io::Error| {
+        let err = ErrorChain(&err);
         JournalError::storage(None, format!("cannot open {}: {err}", path.display()))
     };
     match std::fs::canonicalize(path) {
@@ -267,6 +269,7 @@ fn canonical_name(path: &Path) -> Result<PathBuf, JournalError> {
 fn check_one_name(path: &Path) -> Result<(), JournalError> {
     use std::os::unix::fs::MetadataExt;
     let metadata = std::fs::metadata(path).map_err(|err| {
+        let err = ErrorChain(&err);
         JournalError::storage(None, format!("cannot open {}: {err}", path.display()))
     })?;
     match metadata.nlink() {

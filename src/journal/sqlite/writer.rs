@@ -31,6 +31,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use rusqlite::{params, Connection, Statement};
 use tokio::sync::{mpsc, oneshot};
 
+use crate::error::ErrorChain;
 use crate::journal::sqlite::options::{Counters, SqliteDurability};
 use crate::journal::sqlite::{schema, seq_from_sql, storage_error, SqliteOptions, HIGHEST_SQL};
 use crate::journal::write::{WriteOp, WriteRequest};
@@ -208,7 +209,10 @@ pub(super) fn run(
         last_commit = started.elapsed();
         if writer.buffered_events >= options.buffer_events || writer.buffered_bytes >= FOLD_BYTES {
             if let Err(err) = writer.fold() {
-                log::warn!("journal: moving buffered events into event_journal failed: {err}");
+                log::warn!(
+                    "journal: moving buffered events into event_journal failed: {}",
+                    ErrorChain(&err)
+                );
             }
         }
         #[cfg(feature = "metrics")]
@@ -220,7 +224,10 @@ pub(super) fn run(
     // Leave a tidy file: every event in event_journal.
     if writer.buffered_events > 0 {
         if let Err(err) = writer.fold() {
-            log::warn!("journal: moving buffered events into event_journal failed: {err}");
+            log::warn!(
+                "journal: moving buffered events into event_journal failed: {}",
+                ErrorChain(&err)
+            );
         }
     }
 }
@@ -459,6 +466,7 @@ impl Writer<'_> {
                 let err: rusqlite::Error = err;
                 rollback(self.conn);
                 Counters::add(&self.counters.rejected, group.len() as u64);
+                let err = ErrorChain(&err);
                 log::warn!("journal: a group of {} writes failed: {err}", group.len());
                 for request in group {
                     let _ = request

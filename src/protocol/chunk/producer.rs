@@ -232,13 +232,18 @@ impl<C> ChunkedProducer<C> {
         self.drain_inner();
     }
 
-    /// Settles every message held with [`DeliveryError::ProducerStopped`].
+    /// Settles every message held: those started (some chunk numbered or sent) and those
+    /// stored by a durable producer with [`DeliveryError::StoppedUnconfirmed`], the others with
+    /// [`DeliveryError::ProducerStopped`].
     pub fn stop(&mut self) {
         self.inner.stop();
         self.drain_inner();
         for pending in self.pending.drain(..) {
-            self.settled
-                .push_back((pending.confirm, Err(DeliveryError::ProducerStopped)));
+            let error = match pending.first {
+                Some(_) => DeliveryError::StoppedUnconfirmed,
+                None => DeliveryError::ProducerStopped,
+            };
+            self.settled.push_back((pending.confirm, Err(error)));
         }
     }
 
@@ -748,7 +753,7 @@ mod tests {
             settled(&mut p),
             [
                 (3, Err(DeliveryError::QueueFull)),
-                (1, Err(DeliveryError::ProducerStopped)),
+                (1, Err(DeliveryError::StoppedUnconfirmed)),
                 (2, Err(DeliveryError::ProducerStopped))
             ]
         );

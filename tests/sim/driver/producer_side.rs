@@ -58,6 +58,9 @@ impl World<'_> {
 
     /// Gives `body` to the producer core (which must accept it: the pending queue is large).
     fn hand_over(&mut self, producer: usize, body: Body) {
+        if let Some(record) = self.obs.bodies.get_mut(&body) {
+            record.transmissions_before = record.transmissions;
+        }
         if self.producers[producer]
             .core
             .handle_send(body, body)
@@ -165,6 +168,7 @@ impl World<'_> {
         let text = match &result {
             Ok(()) => "ok",
             Err(DeliveryError::ProducerStopped) => "producer stopped",
+            Err(DeliveryError::StoppedUnconfirmed) => "producer stopped, unconfirmed",
             Err(DeliveryError::GaveUp { .. }) => "gave up",
             Err(_) => "refused",
         };
@@ -193,8 +197,16 @@ impl World<'_> {
                 self.trigger_producer_restart(producer);
                 false
             }
-            Err(DeliveryError::ProducerStopped) => {
+            Err(stopped @ (DeliveryError::ProducerStopped | DeliveryError::StoppedUnconfirmed)) => {
                 record.stopped += 1;
+                let sent = record.transmissions > record.transmissions_before;
+                if sent && stopped == DeliveryError::ProducerStopped {
+                    self.obs.violation(
+                        "stopped before it was sent",
+                        self.step,
+                        format!("p{producer} body {body:#x}: sent, then settled ProducerStopped"),
+                    );
+                }
                 true
             }
             Err(DeliveryError::GaveUp { attempts }) => {

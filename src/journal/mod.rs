@@ -304,17 +304,16 @@ pub trait Journal: Send + Sync + 'static {
     /// new one; a [projection](crate::projection) can compare its stored offset with this
     /// before it resumes and stop instead.
     ///
-    /// Not a tight bound in general (the crate's journals document what theirs is):
+    /// The crate's journals return the highest offset of their own committed tagged
+    /// entries, in any tag ([`Offset::START`] before the first):
     ///
-    /// - [`MemoryJournal`] and [`SqliteJournal`]: `0:n`, where `n` is the highest position
-    ///   ever given to a tagged entry, in any tag (the offset of the last tagged entry
-    ///   committed; [`Offset::START`] before the first). Tight: the next one gets a higher
-    ///   offset.
-    /// - `PostgresJournal`: `x-1:2^63-1`, where `x` is `pg_snapshot_xmax` of the server's
-    ///   current snapshot (its first transaction id not yet assigned). Every committed entry
-    ///   was written by a transaction with an id below `x`, and its position is a `BIGINT`;
-    ///   an offset whose transaction is `x` or higher names a transaction this server has
-    ///   not run yet.
+    /// - [`MemoryJournal`] and [`SqliteJournal`]: `0:n`, `n` the position of the last
+    ///   tagged entry committed; the next one gets a higher offset.
+    /// - `PostgresJournal`: the highest `txid:ordering` of its own tag rows. An entry
+    ///   committed later may get a lower offset (its transaction began earlier; see
+    ///   [`Offset`]). The server's transaction ids, which every transaction on the server
+    ///   raises, do not count: an offset read from another journal in the same database is
+    ///   above the ceiling unless that journal's entries are older than this one's.
     ///
     /// The default refuses with [`JournalError::Unsupported`] (a caller then skips its
     /// check). A journal that wraps another should forward this to it.

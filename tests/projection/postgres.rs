@@ -373,6 +373,86 @@ async fn on_postgres_a_missing_table_is_retried_and_a_change_of_slices_refused()
     drop_schema(&admin, &schema).await;
 }
 
+/// The offset of the last entry of the accounts' tag in `journal`.
+async fn last_offset(journal: &dyn Journal) -> Offset {
+    let entries = journal
+        .events_by_tag(&TagQuery::new(bank::account_tag()), Offset::START, 1000)
+        .await
+        .unwrap();
+    entries.last().expect("tagged entries").offset
+}
+
+/// The server's next transaction id: what every transaction on it, in any schema, raises.
+async fn next_transaction_id(admin: &Client) -> u64 {
+    let row = admin
+        .query_one(
+            "SELECT pg_snapshot_xmax(pg_current_snapshot())::text::int8",
+            &[],
+        )
+        .await
+        .unwrap();
+    row.get::<_, i64>(0) as u64
+}
+
+/// The case of issue 33: a read model whose stored offset came from another journal in the
+/// same database (its entries written after this journal's, so at higher transaction ids),
+/// stored as the previous release stored offsets (no record of the journal followed). Every
+/// entry of this journal is below the offset, while the server's next transaction id, which
+/// all activity on the server raises, is above it: the projection is refused at once, not
+/// left running with nothing to do.
+#[actix::test]
+async fn a_read_model_offset_from_another_journal_in_the_database_is_refused_not_left_idle() {
+    let (schema, journal, admin) = bank_in(2, 6).await;
+    let other_schema = postgres_support::unique("projection_other");
+    let other: Arc<dyn Journal> = Arc::new(self::journal(&other_schema, "projection-test").await);
+    let accounts = bank::open(&other, "other-", 2, &PersistentConfig::default());
+    bank::run(&accounts, 0..6).await;
+    let stored = last_offset(&*other).await;
+    let own = last_offset(&*journal).await;
+    assert!(
+        own < stored,
+        "this journal's entries ({own}) are below {stored}"
+    );
+    assert!(
+        Offset::from_parts(next_transaction_id(&admin).await, 0) > stored,
+        "the server has gone past {stored}"
+    );
+
+    let model = read_model(&schema).await;
+    let (transaction, position) = (stored.parts().0 as i64, stored.parts().1 as i64);
+    admin
+        .execute(
+            &format!(
+                "INSERT INTO {schema}.projection_offset (projection, first_slice, last_slice, \
+                 offset_transaction, offset_position) VALUES ('balances', 0, 1023, $1, $2)"
+            ),
+            &[&transaction, &position],
+        )
+        .await
+        .unwrap();
+    let projection = start(
+        &journal,
+        bank::options("balances").build().unwrap(),
+        model,
+        apply(&schema),
+    );
+    let error = tokio::time::timeout(Duration::from_secs(20), projection.stopped())
+        .await
+        .unwrap_or_else(|_| panic!("not refused: {:?}", projection.stats()))
+        .unwrap_err();
+    assert!(matches!(error, ProjectionError::Refused { .. }), "{error}");
+    let message = error.to_string();
+    assert!(
+        message.contains(&format!("stored offset {stored}")),
+        "{message}"
+    );
+    assert!(message.contains(&format!("up to {own}")), "{message}");
+    assert_eq!(projection.stats().events, 0);
+    assert!(read(&admin, &schema).await.1.is_empty());
+    drop_schema(&admin, &schema).await;
+    drop_schema(&admin, &other_schema).await;
+}
+
 // --- two writer processes, a projection process killed again and again ------------------
 
 /// The children (they do nothing unless [`CHILD_SCHEMA`] is set).

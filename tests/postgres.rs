@@ -524,11 +524,13 @@ async fn tables_are_created_on_first_connect_or_by_hand_from_the_sql_file() {
         [
             "event_journal",
             "event_tag",
+            "journal_identity",
             "journal_schema",
             "snapshot",
             "stream_metadata"
         ]
     );
+    assert!(journal.journal_id().is_some());
     let id = fresh_id("created");
     journal.append(&id, 1, one(1)).await.unwrap();
     journal.close().await;
@@ -543,6 +545,7 @@ async fn tables_are_created_on_first_connect_or_by_hand_from_the_sql_file() {
         .open(PostgresOptions::default().create_tables(false))
         .await
         .unwrap();
+    assert!(journal.journal_id().is_some(), "SCHEMA_SQL gives the id");
     journal.append(&id, 1, one(1)).await.unwrap();
     journal.close().await;
     by_hand.drop().await;
@@ -565,7 +568,7 @@ async fn tables_are_created_on_first_connect_or_by_hand_from_the_sql_file() {
 }
 
 #[tokio::test]
-async fn nodes_starting_at_once_create_the_tables_once() {
+async fn nodes_starting_at_once_create_the_tables_and_the_journal_id_once() {
     let schema = unique("actix_delivery_race");
     let url = postgres_support::url();
     let opened =
@@ -573,9 +576,14 @@ async fn nodes_starting_at_once_create_the_tables_once() {
             PostgresJournal::connect_with(&url, PostgresOptions::default().schema(&schema))
         }))
         .await;
+    let mut ids = Vec::new();
     for journal in opened {
-        journal.expect("every node opens the journal").close().await;
+        let journal = journal.expect("every node opens the journal");
+        ids.push(journal.journal_id().expect("an id"));
+        journal.close().await;
     }
+    ids.dedup();
+    assert_eq!(ids.len(), 1, "one journal, one id: {ids:?}");
     admin()
         .await
         .batch_execute(&format!("DROP SCHEMA {schema} CASCADE"))

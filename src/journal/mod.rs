@@ -69,6 +69,7 @@ use crate::codec::Manifest;
 mod by_tag;
 mod error;
 mod id;
+mod journal_id;
 mod memory;
 #[cfg(feature = "postgres")]
 mod postgres;
@@ -81,6 +82,7 @@ pub(crate) use by_tag::{check_max_events, check_tags, normalized, TagSignal};
 pub use by_tag::{Offset, TagNotifications, TagQuery, TaggedEvent};
 pub use error::JournalError;
 pub use id::PersistenceId;
+pub use journal_id::JournalId;
 pub use memory::{MemoryFaults, MemoryJournal, MemoryStats};
 #[cfg(all(feature = "postgres", feature = "tls"))]
 #[cfg_attr(docsrs, doc(cfg(all(feature = "postgres", feature = "tls"))))]
@@ -313,7 +315,8 @@ pub trait Journal: Send + Sync + 'static {
     ///   committed later may get a lower offset (its transaction began earlier; see
     ///   [`Offset`]). The server's transaction ids, which every transaction on the server
     ///   raises, do not count: an offset read from another journal in the same database is
-    ///   above the ceiling unless that journal's entries are older than this one's.
+    ///   above the ceiling unless that journal's entries are older than this one's
+    ///   ([`journal_id`](Journal::journal_id) tells those apart).
     ///
     /// The default refuses with [`JournalError::Unsupported`] (a caller then skips its
     /// check). A journal that wraps another should forward this to it.
@@ -323,6 +326,21 @@ pub trait Journal: Send + Sync + 'static {
     /// [`JournalError::Closed`].
     fn offset_ceiling(&self) -> JournalFuture<'_, Offset> {
         Box::pin(async { Err(JournalError::Unsupported("an offset ceiling".into())) })
+    }
+
+    /// This journal's identity, given to its storage when it was created: a
+    /// [projection](crate::projection) records it in its read model and refuses to go on
+    /// with a journal of another identity, whatever its stored offset (an offset of another
+    /// journal can lie within this one's, and every entry below it would be skipped; only an
+    /// offset above [`offset_ceiling`](Journal::offset_ceiling) shows itself). The crate's
+    /// journals all have one: [`MemoryJournal`] per journal made, [`SqliteJournal`] in its
+    /// file, `PostgresJournal` in its schema (unless the schema lacks the table and
+    /// `create_tables` is off: see `PostgresJournal::IDENTITY_SQL`).
+    ///
+    /// The default: `None`, and readers check nothing. A journal that wraps another should
+    /// forward this to it.
+    fn journal_id(&self) -> Option<JournalId> {
+        None
     }
 
     /// The largest event or snapshot payload this journal stores, in bytes: an

@@ -449,8 +449,67 @@ async fn a_read_model_offset_from_another_journal_in_the_database_is_refused_not
     assert!(message.contains(&format!("up to {own}")), "{message}");
     assert_eq!(projection.stats().events, 0);
     assert!(read(&admin, &schema).await.1.is_empty());
+    let recorded = admin
+        .query(&format!("SELECT 1 FROM {schema}.projection_journal"), &[])
+        .await
+        .unwrap();
+    assert!(recorded.is_empty(), "a refused start records no journal");
     drop_schema(&admin, &schema).await;
     drop_schema(&admin, &other_schema).await;
+}
+
+/// A read model that followed one journal, pointed at another journal in the same database
+/// whose entries were written before and after the first one's (so its offset is within
+/// them, and no ceiling tells): refused at once, nothing handled, where it would have
+/// skipped the entries below its offset and handled the rest.
+#[actix::test]
+async fn a_read_model_that_followed_one_journal_refuses_another_in_the_same_database() {
+    let (schema, journal, admin) = bank_in(2, 6).await;
+    let followed_schema = postgres_support::unique("projection_followed");
+    let followed: Arc<dyn Journal> =
+        Arc::new(self::journal(&followed_schema, "projection-test").await);
+    let accounts = bank::open(&followed, "followed-", 2, &PersistentConfig::default());
+    bank::run(&accounts, 0..6).await;
+    let own = bank::open(&journal, "", 2, &PersistentConfig::default());
+    bank::run(&own, 6..12).await;
+    let first = start(
+        &followed,
+        bank::options("balances").build().unwrap(),
+        read_model(&schema).await,
+        apply(&schema),
+    );
+    wait_until("6", Duration::from_secs(20), || first.stats().events == 6).await;
+    first.stop();
+    first.stopped().await.unwrap();
+    let before = read(&admin, &schema).await;
+    assert!(first.stats().offset < last_offset(&*journal).await);
+
+    let projection = start(
+        &journal,
+        bank::options("balances").build().unwrap(),
+        read_model(&schema).await,
+        apply(&schema),
+    );
+    let error = tokio::time::timeout(Duration::from_secs(20), projection.stopped())
+        .await
+        .unwrap_or_else(|_| panic!("not refused: {:?}", projection.stats()))
+        .unwrap_err();
+    assert!(matches!(error, ProjectionError::Refused { .. }), "{error}");
+    let (followed, own) = (
+        followed.journal_id().unwrap(),
+        journal.journal_id().unwrap(),
+    );
+    assert_ne!(followed, own);
+    assert!(
+        error
+            .to_string()
+            .contains(&format!("follows journal {followed}, not this one ({own})")),
+        "{error}"
+    );
+    assert_eq!(projection.stats().events, 0);
+    assert_eq!(read(&admin, &schema).await, before, "nothing handled");
+    drop_schema(&admin, &schema).await;
+    drop_schema(&admin, &followed_schema).await;
 }
 
 // --- two writer processes, a projection process killed again and again ------------------

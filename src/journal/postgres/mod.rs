@@ -31,7 +31,7 @@ use crate::journal::by_tag::corrupt_tag_row;
 use crate::journal::write::{WriteOp, WriteRequest};
 use crate::journal::{
     check_max_events, check_payload, check_tagged_append, normalized, stored_manifest, Journal,
-    JournalError, JournalFuture, Offset, PersistenceId, Snapshot, StoredEvent, Tag,
+    JournalError, JournalFuture, JournalId, Offset, PersistenceId, Snapshot, StoredEvent, Tag,
     TagNotifications, TagQuery, TagSignal, TaggedEvent, MAX_SEQ,
 };
 use options::Counters;
@@ -119,6 +119,8 @@ struct Shared {
     readers: Readers,
     counters: Arc<Counters>,
     signal: Arc<TagSignal>,
+    /// The journal's identity, if its schema has one.
+    id: Option<JournalId>,
     /// Whether the listener for other processes' tagged commits was started.
     listening: std::sync::Once,
     /// Resolves (with an error: its sender is dropped) when the journal's thread has ended.
@@ -147,6 +149,15 @@ impl PostgresJournal {
     /// for a schema of version 1. The journal runs it itself on connect unless
     /// [`PostgresOptions::create_tables`] is off.
     pub const MIGRATE_2_TO_3_SQL: &'static str = include_str!("migrate_2_to_3.sql");
+
+    /// The SQL that gives a journal schema its identity, [`Journal::journal_id`], if it has
+    /// none (a schema made before ids existed), `src/journal/postgres/identity.sql`: a table
+    /// `journal_identity` of one row, a random id. [`SCHEMA_SQL`](Self::SCHEMA_SQL) holds it
+    /// too, and the journal runs it itself on connect unless
+    /// [`PostgresOptions::create_tables`] is off (then a schema without it is used without
+    /// an id, and read models cannot tell it from another journal). It changes neither the
+    /// schema version nor another table, so the previous release still reads the journal.
+    pub const IDENTITY_SQL: &'static str = include_str!("identity.sql");
 
     /// The SQL that re-numbers the tag rows after a logical restore (`pg_dump`/`pg_restore`)
     /// into a cluster whose transaction ids are lower than those that wrote them,
@@ -237,11 +248,14 @@ impl PostgresJournal {
             })
             .map_err(|err| JournalError::storage(None, format!("cannot start a thread: {err}")))?;
         // The writer checks (or creates) the schema; readers connect only after it is done.
-        if let Err(err) = writer_ready.await.unwrap_or(Err(JournalError::Closed)) {
-            drop(writes);
-            let _ = ended.await;
-            return Err(err);
-        }
+        let id = match writer_ready.await.unwrap_or(Err(JournalError::Closed)) {
+            Ok(id) => id,
+            Err(err) => {
+                drop(writes);
+                let _ = ended.await;
+                return Err(err);
+            }
+        };
 
         let readers = Readers {
             slots: (0..options.readers)
@@ -268,6 +282,7 @@ impl PostgresJournal {
                 readers,
                 counters,
                 signal,
+                id,
                 listening: std::sync::Once::new(),
                 thread: Mutex::new(Some(ended)),
             }),
@@ -474,6 +489,13 @@ impl Journal for PostgresJournal {
     /// two index probes per distinct tag. Takes no transaction id.
     fn offset_ceiling(&self) -> JournalFuture<'_, Offset> {
         Box::pin(async move { self.shared.readers.ceiling().await })
+    }
+
+    /// The schema's, from its table `journal_identity` (see
+    /// [`IDENTITY_SQL`](PostgresJournal::IDENTITY_SQL)): `None` only for a schema without
+    /// one while `create_tables` is off.
+    fn journal_id(&self) -> Option<JournalId> {
+        self.shared.id.clone()
     }
 
     fn max_payload(&self) -> usize {

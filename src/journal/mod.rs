@@ -88,7 +88,7 @@ pub use memory::{MemoryFaults, MemoryJournal, MemoryStats};
 #[cfg_attr(docsrs, doc(cfg(all(feature = "postgres", feature = "tls"))))]
 pub use postgres::PostgresTls;
 #[cfg(feature = "postgres")]
-pub(crate) use postgres::{is_connection_lost, is_plain_identifier};
+pub(crate) use postgres::{is_connection_lost, is_plain_identifier, parse_config};
 #[cfg(feature = "postgres")]
 #[cfg_attr(docsrs, doc(cfg(feature = "postgres")))]
 pub use postgres::{PostgresJournal, PostgresOptions, PostgresStats};

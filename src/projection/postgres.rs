@@ -2,7 +2,6 @@
 //! transaction that stores the offset), or as the offset store of an at-least-once
 //! projection.
 
-use std::str::FromStr;
 use std::time::Duration;
 
 use futures_util::future::LocalBoxFuture;
@@ -10,7 +9,9 @@ use tokio_postgres::error::SqlState;
 use tokio_postgres::{Client, Config, NoTls, Transaction};
 
 use crate::error::ErrorChain;
-use crate::journal::{is_connection_lost, is_plain_identifier, JournalId, Offset, Slices};
+use crate::journal::{
+    is_connection_lost, is_plain_identifier, parse_config, JournalId, Offset, Slices,
+};
 use crate::projection::core::Batch;
 use crate::projection::envelope::{Envelope, EventDecoder};
 use crate::projection::runner::{guarded, recorded_journal, Failure, Key, Sink};
@@ -56,19 +57,19 @@ const DEFAULT_TIMEOUT: Duration = Duration::from_secs(30);
 
 impl PostgresReadModel {
     /// Connects to the database `config` names (as `PostgresJournal::connect` takes it) and
-    /// creates `schema` and the offsets' table in it if they are missing. Its connection's I/O
-    /// runs on the current Tokio runtime (an Actix arbiter's).
+    /// creates `schema` and the read model's tables in it if they are missing. Its
+    /// connection's I/O runs on the current Tokio runtime (an Actix arbiter's).
     ///
     /// # Errors
-    /// [`ProjectionError::Store`] for a `config` that does not parse, a `schema` that is not
-    /// a plain identifier (1 to 63 of `a-z`, `0-9`, `_`, not starting with a digit), a
-    /// server that cannot be reached, or tables that cannot be created.
+    /// [`ProjectionError::Store`] for a `config` that does not parse (saying what did not,
+    /// never the password), a `schema` that is not a plain identifier (1 to 63 of `a-z`,
+    /// `0-9`, `_`, not starting with a digit), a server that cannot be reached, or tables
+    /// that cannot be created.
     pub async fn connect(config: &str, schema: &str) -> Result<Self, ProjectionError> {
         let store = |what: &str, err: &dyn std::fmt::Display| {
             ProjectionError::Store(format!("{what}: {err}"))
         };
-        let mut config = Config::from_str(config)
-            .map_err(|err| store("a connection string that does not parse", &err))?;
+        let mut config = parse_config(config).map_err(ProjectionError::Store)?;
         if config.get_application_name().is_none() {
             config.application_name("actix-delivery projection");
         }

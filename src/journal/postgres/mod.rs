@@ -3,7 +3,6 @@
 
 use std::error::Error as _;
 use std::fmt;
-use std::str::FromStr;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread;
@@ -13,6 +12,7 @@ use tokio::sync::{mpsc, oneshot, Semaphore};
 use tokio_postgres::types::ToSql;
 use tokio_postgres::{Client, Config, NoTls, Statement};
 
+mod connection_string;
 mod listener;
 mod options;
 mod schema;
@@ -20,6 +20,7 @@ mod schema;
 mod tls;
 mod writer;
 
+pub(crate) use connection_string::parse_config;
 pub(crate) use options::is_plain_identifier;
 pub use options::{PostgresOptions, PostgresStats};
 #[cfg(feature = "tls")]
@@ -187,8 +188,8 @@ impl PostgresJournal {
     /// Connections without an `application_name` get `actix-delivery journal`.
     ///
     /// # Errors
-    /// [`JournalError::InvalidArgument`] for a `config` that does not parse or an invalid
-    /// option; [`JournalError::Schema`] if the schema holds a newer or foreign version of the
+    /// [`JournalError::InvalidArgument`] for a `config` that does not parse (saying what did
+    /// not, never the password) or an invalid option; [`JournalError::Schema`] if the schema holds a newer or foreign version of the
     /// tables (nothing is changed), or none while `create_tables` is off, or tag rows written
     /// under transaction ids this server has not reached (a logical restore into another
     /// cluster: new entries would sort before them; see
@@ -200,9 +201,9 @@ impl PostgresJournal {
         options: PostgresOptions,
     ) -> Result<Self, JournalError> {
         options.validate()?;
-        let mut config = Config::from_str(config).map_err(|err| JournalError::InvalidArgument {
+        let mut config = parse_config(config).map_err(|reason| JournalError::InvalidArgument {
             persistence_id: None,
-            reason: format!("a PostgreSQL connection string that does not parse: {err}"),
+            reason,
         })?;
         if config.get_application_name().is_none() {
             config.application_name("actix-delivery journal");

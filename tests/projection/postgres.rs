@@ -396,7 +396,8 @@ async fn next_transaction_id(admin: &Client) -> u64 {
 
 /// The case of issue 33: a read model whose stored offset came from another journal in the
 /// same database (its entries written after this journal's, so at higher transaction ids),
-/// stored as the previous release stored offsets (no record of the journal followed). Every
+/// left by the previous release (its offsets' table alone, no record of the journal
+/// followed, which this release adds on connect). Every
 /// entry of this journal is below the offset, while the server's next transaction id, which
 /// all activity on the server raises, is above it: the projection is refused at once, not
 /// left running with nothing to do.
@@ -418,7 +419,12 @@ async fn a_read_model_offset_from_another_journal_in_the_database_is_refused_not
         "the server has gone past {stored}"
     );
 
-    let model = read_model(&schema).await;
+    // The read model as the previous release left it: its offsets' table alone.
+    drop(read_model(&schema).await);
+    admin
+        .batch_execute(&format!("DROP TABLE {schema}.projection_journal"))
+        .await
+        .unwrap();
     let (transaction, position) = (stored.parts().0 as i64, stored.parts().1 as i64);
     admin
         .execute(
@@ -430,6 +436,7 @@ async fn a_read_model_offset_from_another_journal_in_the_database_is_refused_not
         )
         .await
         .unwrap();
+    let model = read_model(&schema).await;
     let projection = start(
         &journal,
         bank::options("balances").build().unwrap(),

@@ -24,9 +24,10 @@ use crate::projection::{
 /// and `<schema>.projection_journal(projection, journal_id)`, created (with the schema) on
 /// connect if missing. The latter records the [journal](crate::journal::Journal::journal_id)
 /// each projection follows, at its first start; a start on another journal (another schema,
-/// or another database) is refused. (A read model set up by hand by the previous release, for
-/// a role that may not create tables, needs `projection_journal` created by hand too: the
-/// connect error says so.)
+/// or another database) is refused. A read model whose tables are made by hand (for a role
+/// that may not create tables) needs both: one of the previous release needs
+/// `projection_journal (projection TEXT PRIMARY KEY, journal_id TEXT NOT NULL)` added, and
+/// until then connecting fails naming the tables.
 ///
 /// With [`Projection::exactly_once_postgres`] the handler gets the `tokio_postgres`
 /// [`Transaction`] in which the projection then stores its offset: the read model's rows and

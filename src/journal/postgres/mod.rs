@@ -189,8 +189,9 @@ impl PostgresJournal {
     ///
     /// # Errors
     /// [`JournalError::InvalidArgument`] for a `config` that does not parse (saying what did
-    /// not, never the password) or an invalid option; [`JournalError::Schema`] if the schema holds a newer or foreign version of the
-    /// tables (nothing is changed), or none while `create_tables` is off, or tag rows written
+    /// not, never the password) or an invalid option; [`JournalError::Schema`] if the schema
+    /// holds a newer or foreign version of the tables (nothing is changed), or none while
+    /// `create_tables` is off, or more than one journal id, or tag rows written
     /// under transaction ids this server has not reached (a logical restore into another
     /// cluster: new entries would sort before them; see
     /// [`RENUMBER_TAGS_SQL`](Self::RENUMBER_TAGS_SQL));

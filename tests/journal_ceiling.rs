@@ -252,15 +252,15 @@ mod postgres {
         id(&unique(name))
     }
 
-    /// Every committed entry's offset (read from the table, not through the journal's
-    /// horizon) is at or below the ceiling; a transaction id the server assigns afterwards is
-    /// above it.
+    /// The ceiling is the highest offset of the journal's own entries (read from the table,
+    /// not through the journal's horizon), across its tags: [`Offset::START`] while it has
+    /// none, and no activity elsewhere on the server (another journal's appends, any other
+    /// transaction) raises it, where the server's next transaction id goes up with all of it.
     #[tokio::test]
-    async fn postgres_ceiling_bounds_every_committed_offset() {
+    async fn postgres_ceiling_is_the_highest_offset_of_its_own_entries_not_the_servers() {
         let schema = Schema::new("jceil").await;
         let journal = schema.connect().await.unwrap();
-        let empty = journal.offset_ceiling().await.unwrap();
-        assert!(empty.parts().0 > 0);
+        assert_eq!(journal.offset_ceiling().await.unwrap(), Offset::START);
         let (a, b, c) = (stream("a"), stream("b"), stream("c"));
         // Concurrent appends: several entries per transaction of the group commit, and
         // several transactions.
@@ -273,17 +273,14 @@ mod postgres {
         append(&journal, &a, 4, 2, &[tag("blue")]).await;
 
         let ceiling = journal.offset_ceiling().await.unwrap();
-        assert!(ceiling >= empty);
         let committed = schema.committed().await;
         assert_eq!(committed.len(), 3 + 4 + 1 + 2);
-        for offset in &committed {
-            assert!(
-                *offset <= ceiling,
-                "committed {offset} above the ceiling {ceiling}"
-            );
-        }
-        // A usable offset of this journal (its position a BIGINT): reading after it is
-        // accepted, and finds nothing committed so far.
+        assert_eq!(
+            Some(&ceiling),
+            committed.iter().max(),
+            "tight: its newest entry"
+        );
+        // Reading after it finds nothing committed so far.
         let after = journal
             .events_by_tag(
                 &actix_delivery::journal::TagQuery::new(tag("red")),
@@ -294,13 +291,25 @@ mod postgres {
             .unwrap();
         assert!(after.is_empty());
 
+        // Another journal on the server, and transactions of no journal at all.
+        let other = Schema::new("jceil_other").await;
+        let elsewhere = other.connect().await.unwrap();
+        append(&elsewhere, &stream("d"), 1, 3, &[tag("red")]).await;
         let next = schema.new_transaction_id().await;
+        assert!(Offset::from_parts(next, 0) > ceiling);
+        assert_eq!(journal.offset_ceiling().await.unwrap(), ceiling);
+
+        append(&journal, &c, 2, 1, &[tag("green")]).await;
+        let newest = journal.offset_ceiling().await.unwrap();
         assert!(
-            Offset::from_parts(next, 0) > ceiling,
-            "transaction {next}, assigned after the call, is above {ceiling}"
+            newest > Offset::from_parts(next, 0),
+            "{newest} vs transaction {next}"
         );
+        assert_eq!(Some(&newest), schema.committed().await.iter().max());
         journal.close().await;
+        elsewhere.close().await;
         schema.drop().await;
+        other.drop().await;
     }
 
     /// A tag row of a transaction id the server has not reached (as after a logical restore

@@ -526,11 +526,13 @@ async fn tables_are_created_on_first_connect_or_by_hand_from_the_sql_file() {
         [
             "event_journal",
             "event_tag",
+            "journal_identity",
             "journal_schema",
             "snapshot",
             "stream_metadata"
         ]
     );
+    assert!(journal.journal_id().is_some());
     let id = fresh_id("created");
     journal.append(&id, 1, one(1)).await.unwrap();
     journal.close().await;
@@ -545,6 +547,7 @@ async fn tables_are_created_on_first_connect_or_by_hand_from_the_sql_file() {
         .open(PostgresOptions::default().create_tables(false))
         .await
         .unwrap();
+    assert!(journal.journal_id().is_some(), "SCHEMA_SQL gives the id");
     journal.append(&id, 1, one(1)).await.unwrap();
     journal.close().await;
     by_hand.drop().await;
@@ -567,7 +570,7 @@ async fn tables_are_created_on_first_connect_or_by_hand_from_the_sql_file() {
 }
 
 #[tokio::test]
-async fn nodes_starting_at_once_create_the_tables_once() {
+async fn nodes_starting_at_once_create_the_tables_and_the_journal_id_once() {
     let schema = unique("actix_delivery_race");
     let url = postgres_support::url();
     let opened =
@@ -575,14 +578,83 @@ async fn nodes_starting_at_once_create_the_tables_once() {
             PostgresJournal::connect_with(&url, PostgresOptions::default().schema(&schema))
         }))
         .await;
+    let mut ids = Vec::new();
     for journal in opened {
-        journal.expect("every node opens the journal").close().await;
+        let journal = journal.expect("every node opens the journal");
+        ids.push(journal.journal_id().expect("an id"));
+        journal.close().await;
     }
+    ids.dedup();
+    assert_eq!(ids.len(), 1, "one journal, one id: {ids:?}");
     admin()
         .await
         .batch_execute(&format!("DROP SCHEMA {schema} CASCADE"))
         .await
         .unwrap();
+}
+
+/// A connection string that does not parse is refused by the journal, the read model and the
+/// lease store with what did not parse (the option, or where the string broke off), and
+/// never with its password: not when the password itself is what breaks it (a space in it,
+/// unquoted), not when the URL's scheme is misspelt (the whole URL reads as one option's name).
+#[tokio::test]
+async fn a_connection_string_that_does_not_parse_says_what_without_the_password() {
+    const PASSWORD: &str = "s3cr3t-Pa55";
+    let cases = [
+        (
+            format!("postgresql://postgres:{PASSWORD}@127.0.0.1:5432/test?conect_timeout=5"),
+            "unknown option `conect_timeout`",
+        ),
+        (
+            format!("postgresql://postgres:{PASSWORD}@127.0.0.1:54x2/test"),
+            "invalid value for option `port`",
+        ),
+        (
+            format!("postgresql://postgres:{PASSWORD}@127.0.0.1/test?sslmode=requir"),
+            "invalid value for option `sslmode`",
+        ),
+        (
+            format!("postgressql://postgres:{PASSWORD}@127.0.0.1/test?sslmode=require"),
+            "postgresql://",
+        ),
+        (
+            format!("host=127.0.0.1 password={PASSWORD} dbname test"),
+            "expected `=` at byte 43",
+        ),
+        // A password with a space, unquoted: its second part reads as an option.
+        (
+            "host=127.0.0.1 password=s3cr3t Pa55=x dbname=test".to_owned(),
+            "unknown option",
+        ),
+        (
+            format!("host=127.0.0.1 password='{PASSWORD} dbname=test"),
+            "a quoted value without its closing quote",
+        ),
+    ];
+    for (config, expected) in &cases {
+        let journal = match PostgresJournal::connect(config).await {
+            Err(error @ JournalError::InvalidArgument { .. }) => error.to_string(),
+            other => panic!("{config}: expected an invalid argument, got {other:?}"),
+        };
+        let model = actix_delivery::projection::PostgresReadModel::connect(config, "model")
+            .await
+            .unwrap_err()
+            .to_string();
+        let leases = actix_delivery::sharding::PostgresLeaseStore::connect(
+            config,
+            "leases",
+            Duration::from_secs(1),
+        )
+        .await
+        .expect_err("refused")
+        .to_string();
+        for message in [journal, model, leases] {
+            assert!(message.contains("does not parse"), "{config}: {message}");
+            assert!(message.contains(expected), "{config}: {message}");
+            assert!(!message.contains("s3cr3t"), "{config}: {message}");
+            assert!(!message.contains("Pa55"), "{config}: {message}");
+        }
+    }
 }
 
 #[tokio::test]

@@ -790,6 +790,20 @@ fn user_version(path: &Path) -> i32 {
         .unwrap()
 }
 
+/// The journal id a migrated SQLite file holds: the one its journal reports, its only row.
+fn sqlite_journal_ids(path: &Path) -> Vec<String> {
+    let connection = rusqlite::Connection::open(path).unwrap();
+    let mut statement = connection
+        .prepare("SELECT journal_id FROM journal_identity")
+        .unwrap();
+    let ids = statement
+        .query_map([], |row| row.get(0))
+        .unwrap()
+        .map(Result::unwrap)
+        .collect();
+    ids
+}
+
 #[actix::test]
 async fn the_sqlite_journal_of_the_previous_release_is_migrated_and_recovers() {
     let dir = tempfile::tempdir().unwrap();
@@ -800,6 +814,8 @@ async fn the_sqlite_journal_of_the_previous_release_is_migrated_and_recovers() {
     assert_eq!(raw.len(), 12, "the fixture as committed");
     let journal = SqliteJournal::open(&path).await.unwrap();
     assert_eq!(user_version(&path), 3, "migrated on open");
+    let id = journal.journal_id().expect("given an id on open");
+    assert_eq!(sqlite_journal_ids(&path), [id.as_str().to_owned()]);
     check_fixture(Arc::new(journal), raw, &FIXTURE_ACCOUNTS, true).await;
 }
 
@@ -835,6 +851,8 @@ async fn the_sqlite_journal_of_schema_2_is_migrated_and_what_it_held_has_no_tags
     assert_eq!(raw.len(), 12, "the fixture as committed");
     let journal = SqliteJournal::open(&path).await.unwrap();
     assert_eq!(user_version(&path), 3, "migrated on open");
+    let id = journal.journal_id().expect("given an id on open");
+    assert_eq!(sqlite_journal_ids(&path), [id.as_str().to_owned()]);
     check_fixture(Arc::new(journal), raw, &FIXTURE_ACCOUNTS, false).await;
 }
 
@@ -886,6 +904,20 @@ async fn check_postgres_fixture(fixture: &str, legacy: bool) {
         .unwrap()
         .get(0);
     assert_eq!(version, 3, "migrated on connect");
+    let id = journal
+        .journal_id()
+        .expect("given an id with the migration");
+    let ids: Vec<String> = admin
+        .query(
+            &format!("SELECT journal_id FROM {schema}.journal_identity"),
+            &[],
+        )
+        .await
+        .unwrap()
+        .iter()
+        .map(|row| row.get(0))
+        .collect();
+    assert_eq!(ids, [id.as_str().to_owned()]);
     check_fixture(Arc::new(journal), raw, &FIXTURE_ACCOUNTS[..1], legacy).await;
     admin
         .batch_execute(&format!("DROP SCHEMA {schema} CASCADE"))

@@ -9,8 +9,8 @@ use tokio::sync::oneshot;
 use crate::codec::Manifest;
 use crate::journal::{
     check_fence, check_max_events, check_payload, check_snapshot, check_tagged_append, normalized,
-    slice_of, Journal, JournalError, JournalFuture, Offset, PersistenceId, Snapshot, StoredEvent,
-    Tag, TagNotifications, TagQuery, TagSignal, TaggedEvent,
+    slice_of, Journal, JournalError, JournalFuture, JournalId, Offset, PersistenceId, Snapshot,
+    StoredEvent, Tag, TagNotifications, TagQuery, TagSignal, TaggedEvent,
 };
 
 /// A [`Journal`] in memory, with the same semantics as the durable ones ("committed" means
@@ -20,9 +20,22 @@ use crate::journal::{
 /// [`MemoryJournal::faults`] injects failures: fail the Nth append, hold commits until
 /// released, crash. [`MemoryJournal::stats`] counts appends and commits, so a test can see
 /// from above how a caller batches its writes.
-#[derive(Clone, Default)]
+///
+/// Each new journal has a [`JournalId`] of its own ([`JournalId::random`]), shared by its
+/// clones.
+#[derive(Clone)]
 pub struct MemoryJournal {
     shared: Arc<Mutex<State>>,
+    id: JournalId,
+}
+
+impl Default for MemoryJournal {
+    fn default() -> Self {
+        Self {
+            shared: Arc::default(),
+            id: JournalId::random(),
+        }
+    }
 }
 
 /// Counters of a [`MemoryJournal`], from its creation.
@@ -388,6 +401,10 @@ impl Journal for MemoryJournal {
     /// `0:n`, `n` the position of the last tagged entry committed, in any tag.
     fn offset_ceiling(&self) -> JournalFuture<'_, Offset> {
         Box::pin(async move { Ok(Offset::from_parts(0, lock(&self.shared).position)) })
+    }
+
+    fn journal_id(&self) -> Option<JournalId> {
+        Some(self.id.clone())
     }
 
     fn delete_to(&self, id: &PersistenceId, to_seq: u64) -> JournalFuture<'_, ()> {

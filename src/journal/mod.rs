@@ -69,6 +69,7 @@ use crate::codec::Manifest;
 mod by_tag;
 mod error;
 mod id;
+mod journal_id;
 mod memory;
 #[cfg(feature = "postgres")]
 mod postgres;
@@ -81,12 +82,13 @@ pub(crate) use by_tag::{check_max_events, check_tags, normalized, TagSignal};
 pub use by_tag::{Offset, TagNotifications, TagQuery, TaggedEvent};
 pub use error::JournalError;
 pub use id::PersistenceId;
+pub use journal_id::JournalId;
 pub use memory::{MemoryFaults, MemoryJournal, MemoryStats};
 #[cfg(all(feature = "postgres", feature = "tls"))]
 #[cfg_attr(docsrs, doc(cfg(all(feature = "postgres", feature = "tls"))))]
 pub use postgres::PostgresTls;
 #[cfg(feature = "postgres")]
-pub(crate) use postgres::{is_connection_lost, is_plain_identifier};
+pub(crate) use postgres::{is_connection_lost, is_plain_identifier, parse_config};
 #[cfg(feature = "postgres")]
 #[cfg_attr(docsrs, doc(cfg(feature = "postgres")))]
 pub use postgres::{PostgresJournal, PostgresOptions, PostgresStats};
@@ -304,17 +306,17 @@ pub trait Journal: Send + Sync + 'static {
     /// new one; a [projection](crate::projection) can compare its stored offset with this
     /// before it resumes and stop instead.
     ///
-    /// Not a tight bound in general (the crate's journals document what theirs is):
+    /// The crate's journals return the highest offset of their own committed tagged
+    /// entries, in any tag ([`Offset::START`] before the first):
     ///
-    /// - [`MemoryJournal`] and [`SqliteJournal`]: `0:n`, where `n` is the highest position
-    ///   ever given to a tagged entry, in any tag (the offset of the last tagged entry
-    ///   committed; [`Offset::START`] before the first). Tight: the next one gets a higher
-    ///   offset.
-    /// - `PostgresJournal`: `x-1:2^63-1`, where `x` is `pg_snapshot_xmax` of the server's
-    ///   current snapshot (its first transaction id not yet assigned). Every committed entry
-    ///   was written by a transaction with an id below `x`, and its position is a `BIGINT`;
-    ///   an offset whose transaction is `x` or higher names a transaction this server has
-    ///   not run yet.
+    /// - [`MemoryJournal`] and [`SqliteJournal`]: `0:n`, `n` the position of the last
+    ///   tagged entry committed; the next one gets a higher offset.
+    /// - `PostgresJournal`: the highest `txid:ordering` of its own tag rows. An entry
+    ///   committed later may get a lower offset (its transaction began earlier; see
+    ///   [`Offset`]). The server's transaction ids, which every transaction on the server
+    ///   raises, do not count: an offset read from another journal in the same database is
+    ///   above the ceiling unless that journal's entries are older than this one's
+    ///   ([`journal_id`](Journal::journal_id) tells those apart).
     ///
     /// The default refuses with [`JournalError::Unsupported`] (a caller then skips its
     /// check). A journal that wraps another should forward this to it.
@@ -324,6 +326,21 @@ pub trait Journal: Send + Sync + 'static {
     /// [`JournalError::Closed`].
     fn offset_ceiling(&self) -> JournalFuture<'_, Offset> {
         Box::pin(async { Err(JournalError::Unsupported("an offset ceiling".into())) })
+    }
+
+    /// This journal's identity, given to its storage when it was created: a
+    /// [projection](crate::projection) records it in its read model and refuses to go on
+    /// with a journal of another identity, whatever its stored offset (an offset of another
+    /// journal can lie within this one's, and every entry below it would be skipped; only an
+    /// offset above [`offset_ceiling`](Journal::offset_ceiling) shows itself). The crate's
+    /// journals all have one: [`MemoryJournal`] per journal made, [`SqliteJournal`] in its
+    /// file, `PostgresJournal` in its schema (unless the schema lacks the table and
+    /// `create_tables` is off: see `PostgresJournal::IDENTITY_SQL`).
+    ///
+    /// The default: `None`, and readers check nothing. A journal that wraps another should
+    /// forward this to it.
+    fn journal_id(&self) -> Option<JournalId> {
+        None
     }
 
     /// The largest event or snapshot payload this journal stores, in bytes: an

@@ -9,7 +9,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 use futures_util::future::LocalBoxFuture;
 
 use crate::error::ErrorChain;
-use crate::journal::{Offset, Slices};
+use crate::journal::{JournalId, Offset, Slices};
 use crate::projection::core::Batch;
 use crate::projection::envelope::{Envelope, EventDecoder};
 use crate::projection::runner::{guarded, Failure, Key, Sink};
@@ -42,6 +42,26 @@ pub trait OffsetStore: 'static {
         slices: Slices,
         offset: Offset,
     ) -> LocalBoxFuture<'a, Result<(), HandlerError>>;
+
+    /// Records `journal` as the journal `projection` follows, unless the store records one
+    /// already, and returns the one it records: the projection starts only if that is its
+    /// journal's ([`Journal::journal_id`](crate::journal::Journal::journal_id)), so that
+    /// offsets of one journal are never read after in another. Called at each start, before
+    /// [`load`](Self::load), by a projection whose journal has an id.
+    ///
+    /// The default records nothing and returns `journal`: a store of its own checks nothing
+    /// unless it implements this.
+    ///
+    /// # Errors
+    /// Why it cannot be read or recorded: the projection waits and tries again.
+    fn follow<'a>(
+        &'a mut self,
+        projection: &'a str,
+        journal: &'a JournalId,
+    ) -> LocalBoxFuture<'a, Result<JournalId, HandlerError>> {
+        let _ = projection;
+        Box::pin(async move { Ok(journal.clone()) })
+    }
 }
 
 /// Offsets in memory (clones share them): for tests, and for projections that rebuild from
@@ -49,6 +69,8 @@ pub trait OffsetStore: 'static {
 #[derive(Clone, Debug, Default)]
 pub struct MemoryOffsetStore {
     offsets: Arc<Mutex<HashMap<(String, Slices), Offset>>>,
+    /// The journal each projection follows.
+    journals: Arc<Mutex<HashMap<String, JournalId>>>,
 }
 
 impl MemoryOffsetStore {
@@ -89,6 +111,21 @@ impl OffsetStore for MemoryOffsetStore {
             .insert((projection.to_owned(), slices), offset);
         Box::pin(async { Ok(()) })
     }
+
+    fn follow<'a>(
+        &'a mut self,
+        projection: &'a str,
+        journal: &'a JournalId,
+    ) -> LocalBoxFuture<'a, Result<JournalId, HandlerError>> {
+        let followed = self
+            .journals
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .entry(projection.to_owned())
+            .or_insert_with(|| journal.clone())
+            .clone();
+        Box::pin(async move { Ok(followed) })
+    }
 }
 
 /// The handler and offset store of an at-least-once projection.
@@ -105,6 +142,19 @@ where
 {
     fn offset_in_transaction(&self) -> bool {
         false
+    }
+
+    fn follow<'a>(
+        &'a mut self,
+        key: &'a Key,
+        journal: &'a JournalId,
+    ) -> LocalBoxFuture<'a, Result<JournalId, Failure>> {
+        Box::pin(async move {
+            self.store
+                .follow(&key.name, journal)
+                .await
+                .map_err(|err| Failure::Store(ErrorChain(&*err).to_string()))
+        })
     }
 
     fn load<'a>(&'a mut self, key: &'a Key) -> LocalBoxFuture<'a, Result<Offset, Failure>> {

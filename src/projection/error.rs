@@ -31,12 +31,14 @@ pub enum ProjectionError {
         /// Why it could not be got past.
         reason: String,
     },
-    /// The stored offsets do not fit this projection, which therefore handles nothing: the
-    /// read model has offsets of the same name under other slices (a change of slicing,
-    /// which would handle their events again: rebuild instead, under a new name or after
-    /// deleting the name's rows from `projection_offset`), or the stored offset is beyond
-    /// everything the journal has committed (the read model belongs to another journal, or
-    /// the journal was reset or restored: every new entry would be skipped).
+    /// The read model does not fit this projection, which therefore handles nothing: it has
+    /// offsets of the same name under other slices (a change of slicing, which would handle
+    /// their events again: rebuild instead, under a new name or after deleting the name's
+    /// rows from `projection_offset` and `projection_journal`), its stored offset is beyond
+    /// everything the journal has committed (the journal was reset or restored, or the
+    /// offset is another journal's: every new entry would be skipped), or it follows another
+    /// journal (see [`Journal::journal_id`](crate::journal::Journal::journal_id); the reason
+    /// names both ids).
     #[error("projection `{projection}` cannot start: {reason}")]
     Refused {
         /// The projection's name.

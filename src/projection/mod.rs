@@ -91,10 +91,16 @@
 //!   same name under other, overlapping slices (the slicing changed: the events behind them
 //!   would be handled again), and any projection whose stored offset is beyond everything
 //!   the journal has committed ([`Journal::offset_ceiling`](crate::journal::Journal::offset_ceiling):
-//!   a read model of another journal, or a journal reset or restored from a logical dump),
-//!   stop at once with [`ProjectionError::Refused`] instead of handling events twice or
-//!   skipping new ones. To change the slices, rebuild: under a new name, or after deleting
-//!   the name's rows from `projection_offset` together with what the projection wrote.
+//!   a journal reset or restored from a logical dump, or another journal) or whose read model
+//!   follows another journal, stop at once with [`ProjectionError::Refused`] instead of
+//!   handling events twice or skipping new ones. The read model records the
+//!   [journal's id](crate::journal::Journal::journal_id) at the projection's first start
+//!   (in `projection_journal`; an [`OffsetStore`] through [`OffsetStore::follow`]), once its
+//!   offset passed the ceiling (a refused start records nothing), and compares it at every
+//!   start: an offset of another journal can lie within this one's, where no ceiling shows
+//!   it. To change the slices or the journal, rebuild: under a new name, or after deleting
+//!   the name's rows from `projection_offset` and `projection_journal` together with what the
+//!   projection wrote.
 //! - **Stats:** [`ProjectionHandle::stats`] (events, entries, batches, retries, skipped,
 //!   offsets stored, failures of the journal and of the store, conflicts, lag, offset); with the
 //!   `metrics` feature also as `actix_delivery_projection_*` metrics.

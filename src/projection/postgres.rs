@@ -2,7 +2,6 @@
 //! transaction that stores the offset), or as the offset store of an at-least-once
 //! projection.
 
-use std::str::FromStr;
 use std::time::Duration;
 
 use futures_util::future::LocalBoxFuture;
@@ -10,17 +9,25 @@ use tokio_postgres::error::SqlState;
 use tokio_postgres::{Client, Config, NoTls, Transaction};
 
 use crate::error::ErrorChain;
-use crate::journal::{is_connection_lost, is_plain_identifier, Offset, Slices};
+use crate::journal::{
+    is_connection_lost, is_plain_identifier, parse_config, JournalId, Offset, Slices,
+};
 use crate::projection::core::Batch;
 use crate::projection::envelope::{Envelope, EventDecoder};
-use crate::projection::runner::{guarded, Failure, Key, Sink};
+use crate::projection::runner::{guarded, recorded_journal, Failure, Key, Sink};
 use crate::projection::{
     HandlerError, HandlerFuture, OffsetStore, Projection, ProjectionError, ProjectionHandle,
 };
 
-/// A read model in a PostgreSQL database, with the table `<schema>.projection_offset
-/// (projection, first_slice, last_slice, offset_transaction, offset_position, updated_at)`,
-/// created (with the schema) on connect if missing.
+/// A read model in a PostgreSQL database, with the tables `<schema>.projection_offset
+/// (projection, first_slice, last_slice, offset_transaction, offset_position, updated_at)`
+/// and `<schema>.projection_journal(projection, journal_id)`, created (with the schema) on
+/// connect if missing. The latter records the [journal](crate::journal::Journal::journal_id)
+/// each projection follows, at its first start; a start on another journal (another schema,
+/// or another database) is refused. A read model whose tables are made by hand (for a role
+/// that may not create tables) needs both: one of the previous release needs
+/// `projection_journal (projection TEXT PRIMARY KEY, journal_id TEXT NOT NULL)` added, and
+/// until then connecting fails naming the tables.
 ///
 /// With [`Projection::exactly_once_postgres`] the handler gets the `tokio_postgres`
 /// [`Transaction`] in which the projection then stores its offset: the read model's rows and
@@ -38,6 +45,8 @@ pub struct PostgresReadModel {
     config: Config,
     /// `"schema".projection_offset`.
     table: String,
+    /// `"schema".projection_journal`.
+    journals: String,
     client: Client,
     timeout: Duration,
     /// A call ran over its timeout: connect again before the next.
@@ -49,19 +58,19 @@ const DEFAULT_TIMEOUT: Duration = Duration::from_secs(30);
 
 impl PostgresReadModel {
     /// Connects to the database `config` names (as `PostgresJournal::connect` takes it) and
-    /// creates `schema` and the offsets' table in it if they are missing. Its connection's I/O
-    /// runs on the current Tokio runtime (an Actix arbiter's).
+    /// creates `schema` and the read model's tables in it if they are missing. Its
+    /// connection's I/O runs on the current Tokio runtime (an Actix arbiter's).
     ///
     /// # Errors
-    /// [`ProjectionError::Store`] for a `config` that does not parse, a `schema` that is not
-    /// a plain identifier (1 to 63 of `a-z`, `0-9`, `_`, not starting with a digit), a
-    /// server that cannot be reached, or tables that cannot be created.
+    /// [`ProjectionError::Store`] for a `config` that does not parse (saying what did not,
+    /// never the password), a `schema` that is not a plain identifier (1 to 63 of `a-z`,
+    /// `0-9`, `_`, not starting with a digit), a server that cannot be reached, or tables
+    /// that cannot be created.
     pub async fn connect(config: &str, schema: &str) -> Result<Self, ProjectionError> {
         let store = |what: &str, err: &dyn std::fmt::Display| {
             ProjectionError::Store(format!("{what}: {err}"))
         };
-        let mut config = Config::from_str(config)
-            .map_err(|err| store("a connection string that does not parse", &err))?;
+        let mut config = parse_config(config).map_err(ProjectionError::Store)?;
         if config.get_application_name().is_none() {
             config.application_name("actix-delivery projection");
         }
@@ -76,18 +85,19 @@ impl PostgresReadModel {
         }
         let client = open(&config).await.map_err(ProjectionError::Store)?;
         let table = format!("\"{schema}\".projection_offset");
+        let journals = format!("\"{schema}\".projection_journal");
         let found = client
             .query_one(
                 "SELECT EXISTS (SELECT 1 FROM pg_catalog.pg_namespace WHERE nspname = $1), \
-                 to_regclass($2) IS NOT NULL",
-                &[&schema, &table],
+                 to_regclass($2) IS NOT NULL AND to_regclass($3) IS NOT NULL",
+                &[&schema, &table, &journals],
             )
             .await
-            .map_err(|err| store("cannot look up the offsets' table", &ErrorChain(&err)))?;
-        let (schema_exists, table_exists): (bool, bool) = (found.get(0), found.get(1));
+            .map_err(|err| store("cannot look up the read model's tables", &ErrorChain(&err)))?;
+        let (schema_exists, tables_exist): (bool, bool) = (found.get(0), found.get(1));
         // Created only when missing: `IF NOT EXISTS` needs the privilege to create regardless,
         // and a read model set up by hand may run without it.
-        if !table_exists {
+        if !tables_exist {
             let create_schema = if schema_exists {
                 String::new()
             } else {
@@ -106,14 +116,23 @@ impl PostgresReadModel {
                          offset_position BIGINT NOT NULL, \
                          updated_at TIMESTAMPTZ NOT NULL DEFAULT now(), \
                          PRIMARY KEY (projection, first_slice, last_slice)); \
+                     CREATE TABLE IF NOT EXISTS {journals} ( \
+                         projection TEXT PRIMARY KEY, \
+                         journal_id TEXT NOT NULL); \
                      COMMIT;"
                 ))
                 .await
-                .map_err(|err| store("cannot create the offsets' table", &ErrorChain(&err)))?;
+                .map_err(|err| {
+                    store(
+                        &format!("cannot create the read model's tables {table} and {journals}"),
+                        &ErrorChain(&err),
+                    )
+                })?;
         }
         Ok(Self {
             config,
             table,
+            journals,
             client,
             timeout: DEFAULT_TIMEOUT,
             abandoned: false,
@@ -201,6 +220,53 @@ impl PostgresReadModel {
     async fn save_offset(&mut self, key: &Key, offset: Offset) -> Result<(), String> {
         self.reconnect_if_lost().await?;
         save(&self.client, &self.table, key, offset).await
+    }
+
+    /// Records `journal` as the one `projection` follows unless one is recorded: the one
+    /// recorded, as stored.
+    async fn follow(&mut self, projection: &str, journal: &JournalId) -> Result<String, String> {
+        self.reconnect_if_lost().await?;
+        // The row inserted, or else the one there before; none only if another instance
+        // inserted one after this statement's snapshot was taken (then go again).
+        let rows = self
+            .client
+            .query(
+                &format!(
+                    "WITH recorded AS ( \
+                         INSERT INTO {journals} (projection, journal_id) VALUES ($1, $2) \
+                         ON CONFLICT (projection) DO NOTHING RETURNING journal_id \
+                     ) \
+                     SELECT journal_id FROM recorded \
+                     UNION ALL SELECT journal_id FROM {journals} WHERE projection = $1",
+                    journals = self.journals
+                ),
+                &[&projection, &journal.as_str()],
+            )
+            .await
+            .map_err(|err| ErrorChain(&err).to_string())?;
+        match rows.first() {
+            Some(row) => row.try_get(0).map_err(|err| ErrorChain(&err).to_string()),
+            None => Err(format!(
+                "the journal of projection `{projection}` was recorded by another instance \
+                 meanwhile"
+            )),
+        }
+    }
+
+    /// [`follow`](Self::follow) within the [timeout](Self::with_timeout).
+    async fn follow_in_time(
+        &mut self,
+        projection: &str,
+        journal: &JournalId,
+    ) -> Result<String, Failure> {
+        let timeout = self.timeout;
+        let following = async {
+            self.follow(projection, journal)
+                .await
+                .map_err(Failure::Store)
+        };
+        let outcome = tokio::time::timeout(timeout, following).await;
+        self.settle(outcome)
     }
 }
 
@@ -398,6 +464,17 @@ where
         true
     }
 
+    fn follow<'a>(
+        &'a mut self,
+        key: &'a Key,
+        journal: &'a JournalId,
+    ) -> LocalBoxFuture<'a, Result<JournalId, Failure>> {
+        Box::pin(async move {
+            let recorded = self.model.follow_in_time(&key.name, journal).await?;
+            recorded_journal(recorded)
+        })
+    }
+
     fn load<'a>(&'a mut self, key: &'a Key) -> LocalBoxFuture<'a, Result<Offset, Failure>> {
         Box::pin(async move {
             let model = &mut self.model;
@@ -480,6 +557,17 @@ impl OffsetStore for PostgresReadModel {
             let saving = async { self.save_offset(&key, offset).await.map_err(Failure::Store) };
             let outcome = tokio::time::timeout(timeout, saving).await;
             Ok(self.settle(outcome)?)
+        })
+    }
+
+    fn follow<'a>(
+        &'a mut self,
+        projection: &'a str,
+        journal: &'a JournalId,
+    ) -> LocalBoxFuture<'a, Result<JournalId, HandlerError>> {
+        Box::pin(async move {
+            let recorded = self.follow_in_time(projection, journal).await?;
+            Ok(JournalId::new(recorded)?)
         })
     }
 }

@@ -11,7 +11,7 @@ use futures_util::FutureExt;
 use tokio::sync::watch;
 
 use crate::handler::panic_message;
-use crate::journal::{Journal, JournalError, Offset, Slices, TagNotifications};
+use crate::journal::{Journal, JournalError, JournalId, Offset, Slices, TagNotifications};
 use crate::persistence::EventSourced;
 use crate::projection::core::{Batch, Core, ProjectionStats, Step};
 use crate::projection::envelope::{EntityEvents, EventDecoder, Item, RawEvents};
@@ -81,6 +81,16 @@ impl Failure {
     }
 }
 
+/// The journal a read model records for a projection (`recorded`, as stored): refused if it
+/// is no journal id at all (the table was written by hand).
+pub(crate) fn recorded_journal(recorded: String) -> Result<JournalId, Failure> {
+    JournalId::new(recorded.as_str()).map_err(|err| {
+        Failure::Refused(format!(
+            "the read model records {recorded:?} as the journal it follows: {err}"
+        ))
+    })
+}
+
 /// A handler's panic, as the failure it counts as.
 pub(crate) fn panicked(panic: Box<dyn Any + Send>) -> Failure {
     Failure::Handler(format!("the handler panicked: {}", panic_message(&*panic)))
@@ -104,6 +114,14 @@ pub(crate) async fn guarded<'a>(
 pub(crate) trait Sink<Ev>: 'static {
     /// Whether the offset is stored in the batch's own transaction (exactly once).
     fn offset_in_transaction(&self) -> bool;
+
+    /// Records `journal` as the journal `key`'s projection follows, unless the read model
+    /// records one already: the one it records ([`Failure::Store`] if it cannot tell).
+    fn follow<'a>(
+        &'a mut self,
+        key: &'a Key,
+        journal: &'a JournalId,
+    ) -> LocalBoxFuture<'a, Result<JournalId, Failure>>;
 
     /// The stored offset ([`Offset::START`] if none): or [`Failure::Store`], or
     /// [`Failure::Refused`] if the stored offsets do not fit `key`.
@@ -285,28 +303,49 @@ async fn run<D: EventDecoder, S: Sink<D::Event>>(
 }
 
 /// The stored offset, unless it is beyond everything `journal` has committed (see
-/// [`Journal::offset_ceiling`]; a journal without a ceiling is not checked).
+/// [`Journal::offset_ceiling`]; a journal without a ceiling is not checked) or the read model
+/// follows another journal (see [`Journal::journal_id`]; a journal without an id is not
+/// checked). A read model that records no journal yet records this one, once the offset
+/// passed: a refused start records nothing.
 async fn load<Ev, S: Sink<Ev>>(
     sink: &mut S,
     journal: &dyn Journal,
     key: &Key,
 ) -> Result<Offset, Failure> {
+    const REBUILD: &str = "rebuild the read model, under a new name or after deleting the \
+                           name's rows from projection_offset and projection_journal together \
+                           with what it wrote";
     let offset = sink.load(key).await?;
-    if offset == Offset::START {
-        return Ok(offset);
+    if offset != Offset::START {
+        match journal.offset_ceiling().await {
+            Ok(ceiling) if offset > ceiling => {
+                return Err(Failure::Refused(format!(
+                    "its stored offset {offset} is beyond everything the journal has committed \
+                     (up to {ceiling}): the offset belongs to another journal, or the journal \
+                     was reset or restored from a logical dump, and every new entry would be \
+                     skipped; {REBUILD}"
+                )))
+            }
+            Ok(_) | Err(JournalError::Unsupported(_)) => {}
+            Err(err) => {
+                return Err(Failure::Store(format!(
+                    "checking the stored offset {offset} against the journal: {err}"
+                )))
+            }
+        }
     }
-    match journal.offset_ceiling().await {
-        Ok(ceiling) if offset > ceiling => Err(Failure::Refused(format!(
-            "its stored offset {offset} is beyond everything the journal has committed (up \
-             to {ceiling}): the offset belongs to another journal, or the journal was reset \
-             or restored from a logical dump, and every new entry would be skipped; rebuild \
-             the read model, under a new name or after deleting the name's offsets"
-        ))),
-        Ok(_) | Err(JournalError::Unsupported(_)) => Ok(offset),
-        Err(err) => Err(Failure::Store(format!(
-            "checking the stored offset {offset} against the journal: {err}"
-        ))),
+    if let Some(id) = journal.journal_id() {
+        let followed = sink.follow(key, &id).await?;
+        if followed != id {
+            return Err(Failure::Refused(format!(
+                "the read model follows journal {followed}, not this one ({id}): its offset \
+                 and rows come from that journal (or from this journal's storage before it \
+                 was replaced), and going on would skip this journal's entries below the \
+                 offset; start the projection on the journal it follows, or {REBUILD}"
+            )));
+        }
     }
+    Ok(offset)
 }
 
 /// Tells `core` that `doing` failed for a reason other than the handler: the store failed

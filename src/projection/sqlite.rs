@@ -10,13 +10,15 @@ use rusqlite::{
 };
 
 use crate::error::ErrorChain;
-use crate::journal::{unix_millis, Offset, Slices};
+use crate::journal::{unix_millis, JournalId, Offset, Slices};
 use crate::projection::core::Batch;
 use crate::projection::envelope::{Envelope, EventDecoder};
-use crate::projection::runner::{panicked, Failure, Key, Sink};
+use crate::projection::runner::{panicked, recorded_journal, Failure, Key, Sink};
 use crate::projection::{HandlerError, OffsetStore, Projection, ProjectionError, ProjectionHandle};
 
-/// The offsets' table, created on open if missing.
+/// The offsets' table and the journals' (added since, on its own: a read model of the
+/// previous release keeps its offsets, and that release still opens it), created on open if
+/// missing.
 const CREATE: &str = "CREATE TABLE IF NOT EXISTS projection_offset (
     projection TEXT NOT NULL,
     first_slice INTEGER NOT NULL,
@@ -25,11 +27,17 @@ const CREATE: &str = "CREATE TABLE IF NOT EXISTS projection_offset (
     offset_position INTEGER NOT NULL,
     updated_at INTEGER NOT NULL,
     PRIMARY KEY (projection, first_slice, last_slice)
+);
+CREATE TABLE IF NOT EXISTS projection_journal (
+    projection TEXT PRIMARY KEY NOT NULL,
+    journal_id TEXT NOT NULL
 )";
 
 /// A read model in one SQLite file (WAL, `synchronous=FULL`: a commit is on disk when it
-/// returns), with the table `projection_offset(projection, first_slice, last_slice,
-/// offset_transaction, offset_position, updated_at)`.
+/// returns), with the tables `projection_offset(projection, first_slice, last_slice,
+/// offset_transaction, offset_position, updated_at)` and `projection_journal(projection,
+/// journal_id)`: the [journal](crate::journal::Journal::journal_id) each projection follows,
+/// recorded at its first start; a start on another journal is refused.
 ///
 /// With [`Projection::exactly_once_sqlite`] the handler gets the `rusqlite` [`Transaction`]
 /// in which the projection then stores its offset: the read model's rows and the offset
@@ -136,6 +144,25 @@ fn load(connection: &Connection, key: &Key) -> rusqlite::Result<Offset> {
         // Written from u64s below 2^63 by `save`.
         Offset::from_parts(transaction as u64, position as u64)
     }))
+}
+
+/// Records `journal` as the one `projection` follows unless one is recorded: the one
+/// recorded, as stored.
+fn follow(
+    connection: &Connection,
+    projection: &str,
+    journal: &JournalId,
+) -> rusqlite::Result<String> {
+    connection.execute(
+        "INSERT INTO projection_journal (projection, journal_id) VALUES (?1, ?2) \
+         ON CONFLICT (projection) DO NOTHING",
+        params![projection, journal.as_str()],
+    )?;
+    connection.query_row(
+        "SELECT journal_id FROM projection_journal WHERE projection = ?1",
+        params![projection],
+        |row| row.get(0),
+    )
 }
 
 /// Stores `offset` as `key`'s.
@@ -290,6 +317,17 @@ where
         true
     }
 
+    fn follow<'a>(
+        &'a mut self,
+        key: &'a Key,
+        journal: &'a JournalId,
+    ) -> LocalBoxFuture<'a, Result<JournalId, Failure>> {
+        Box::pin(async move {
+            let recorded = self.model.follow(&key.name, journal).await;
+            recorded_journal(recorded.map_err(Failure::Store)?)
+        })
+    }
+
     fn load<'a>(&'a mut self, key: &'a Key) -> LocalBoxFuture<'a, Result<Offset, Failure>> {
         let key = key.clone();
         Box::pin(async move {
@@ -372,6 +410,14 @@ impl SqliteReadModel {
         })
         .await
     }
+
+    async fn follow(&mut self, projection: &str, journal: &JournalId) -> Result<String, String> {
+        let (projection, journal) = (projection.to_owned(), journal.clone());
+        self.blocking(move |connection| {
+            follow(connection, &projection, &journal).map_err(|e| e.to_string())
+        })
+        .await
+    }
 }
 
 impl OffsetStore for SqliteReadModel {
@@ -392,6 +438,14 @@ impl OffsetStore for SqliteReadModel {
     ) -> LocalBoxFuture<'a, Result<(), HandlerError>> {
         let key = Key::new(projection, slices);
         Box::pin(async move { Ok(self.save_offset(&key, offset).await?) })
+    }
+
+    fn follow<'a>(
+        &'a mut self,
+        projection: &'a str,
+        journal: &'a JournalId,
+    ) -> LocalBoxFuture<'a, Result<JournalId, HandlerError>> {
+        Box::pin(async move { Ok(JournalId::new(self.follow(projection, journal).await?)?) })
     }
 }
 

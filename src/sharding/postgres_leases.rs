@@ -2,7 +2,6 @@
 //! connect, in the schema the application names (the shared journal's database, typically).
 
 use std::future::Future;
-use std::str::FromStr;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
@@ -113,8 +112,9 @@ impl PostgresLeaseStore {
     /// `0-9`, `_`) if they are missing. Each operation waits at most `timeout`.
     ///
     /// # Errors
-    /// [`LeaseError::Storage`] for a `config` that does not parse, an invalid schema name, a
-    /// server that cannot be reached, or tables that cannot be created.
+    /// [`LeaseError::Storage`] for a `config` that does not parse (saying what did not, never
+    /// the password), an invalid schema name, a server that cannot be reached, or tables
+    /// that cannot be created.
     pub async fn connect(
         config: &str,
         schema: &str,
@@ -126,9 +126,7 @@ impl PostgresLeaseStore {
                  with a digit"
             )));
         }
-        let mut config = Config::from_str(config).map_err(|err| {
-            LeaseError::Storage(format!("a connection string that does not parse: {err}"))
-        })?;
+        let mut config = crate::journal::parse_config(config).map_err(LeaseError::Storage)?;
         if config.get_application_name().is_none() {
             config.application_name("actix-delivery leases");
         }

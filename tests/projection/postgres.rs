@@ -373,6 +373,152 @@ async fn on_postgres_a_missing_table_is_retried_and_a_change_of_slices_refused()
     drop_schema(&admin, &schema).await;
 }
 
+/// The offset of the last entry of the accounts' tag in `journal`.
+async fn last_offset(journal: &dyn Journal) -> Offset {
+    let entries = journal
+        .events_by_tag(&TagQuery::new(bank::account_tag()), Offset::START, 1000)
+        .await
+        .unwrap();
+    entries.last().expect("tagged entries").offset
+}
+
+/// The server's next transaction id: what every transaction on it, in any schema, raises.
+async fn next_transaction_id(admin: &Client) -> u64 {
+    let row = admin
+        .query_one(
+            "SELECT pg_snapshot_xmax(pg_current_snapshot())::text::int8",
+            &[],
+        )
+        .await
+        .unwrap();
+    row.get::<_, i64>(0) as u64
+}
+
+/// The case of issue 33: a read model whose stored offset came from another journal in the
+/// same database (its entries written after this journal's, so at higher transaction ids),
+/// left by the previous release (its offsets' table alone, no record of the journal
+/// followed, which this release adds on connect). Every
+/// entry of this journal is below the offset, while the server's next transaction id, which
+/// all activity on the server raises, is above it: the projection is refused at once, not
+/// left running with nothing to do.
+#[actix::test]
+async fn a_read_model_offset_from_another_journal_in_the_database_is_refused_not_left_idle() {
+    let (schema, journal, admin) = bank_in(2, 6).await;
+    let other_schema = postgres_support::unique("projection_other");
+    let other: Arc<dyn Journal> = Arc::new(self::journal(&other_schema, "projection-test").await);
+    let accounts = bank::open(&other, "other-", 2, &PersistentConfig::default());
+    bank::run(&accounts, 0..6).await;
+    let stored = last_offset(&*other).await;
+    let own = last_offset(&*journal).await;
+    assert!(
+        own < stored,
+        "this journal's entries ({own}) are below {stored}"
+    );
+    assert!(
+        Offset::from_parts(next_transaction_id(&admin).await, 0) > stored,
+        "the server has gone past {stored}"
+    );
+
+    // The read model as the previous release left it: its offsets' table alone.
+    drop(read_model(&schema).await);
+    admin
+        .batch_execute(&format!("DROP TABLE {schema}.projection_journal"))
+        .await
+        .unwrap();
+    let (transaction, position) = (stored.parts().0 as i64, stored.parts().1 as i64);
+    admin
+        .execute(
+            &format!(
+                "INSERT INTO {schema}.projection_offset (projection, first_slice, last_slice, \
+                 offset_transaction, offset_position) VALUES ('balances', 0, 1023, $1, $2)"
+            ),
+            &[&transaction, &position],
+        )
+        .await
+        .unwrap();
+    let model = read_model(&schema).await;
+    let projection = start(
+        &journal,
+        bank::options("balances").build().unwrap(),
+        model,
+        apply(&schema),
+    );
+    let error = tokio::time::timeout(Duration::from_secs(20), projection.stopped())
+        .await
+        .unwrap_or_else(|_| panic!("not refused: {:?}", projection.stats()))
+        .unwrap_err();
+    assert!(matches!(error, ProjectionError::Refused { .. }), "{error}");
+    let message = error.to_string();
+    assert!(
+        message.contains(&format!("stored offset {stored}")),
+        "{message}"
+    );
+    assert!(message.contains(&format!("up to {own}")), "{message}");
+    assert_eq!(projection.stats().events, 0);
+    assert!(read(&admin, &schema).await.1.is_empty());
+    let recorded = admin
+        .query(&format!("SELECT 1 FROM {schema}.projection_journal"), &[])
+        .await
+        .unwrap();
+    assert!(recorded.is_empty(), "a refused start records no journal");
+    drop_schema(&admin, &schema).await;
+    drop_schema(&admin, &other_schema).await;
+}
+
+/// A read model that followed one journal, pointed at another journal in the same database
+/// whose entries were written before and after the first one's (so its offset is within
+/// them, and no ceiling tells): refused at once, nothing handled, where it would have
+/// skipped the entries below its offset and handled the rest.
+#[actix::test]
+async fn a_read_model_that_followed_one_journal_refuses_another_in_the_same_database() {
+    let (schema, journal, admin) = bank_in(2, 6).await;
+    let followed_schema = postgres_support::unique("projection_followed");
+    let followed: Arc<dyn Journal> =
+        Arc::new(self::journal(&followed_schema, "projection-test").await);
+    let accounts = bank::open(&followed, "followed-", 2, &PersistentConfig::default());
+    bank::run(&accounts, 0..6).await;
+    let own = bank::open(&journal, "", 2, &PersistentConfig::default());
+    bank::run(&own, 6..12).await;
+    let first = start(
+        &followed,
+        bank::options("balances").build().unwrap(),
+        read_model(&schema).await,
+        apply(&schema),
+    );
+    wait_until("6", Duration::from_secs(20), || first.stats().events == 6).await;
+    first.stop();
+    first.stopped().await.unwrap();
+    let before = read(&admin, &schema).await;
+    assert!(first.stats().offset < last_offset(&*journal).await);
+
+    let projection = start(
+        &journal,
+        bank::options("balances").build().unwrap(),
+        read_model(&schema).await,
+        apply(&schema),
+    );
+    let error = tokio::time::timeout(Duration::from_secs(20), projection.stopped())
+        .await
+        .unwrap_or_else(|_| panic!("not refused: {:?}", projection.stats()))
+        .unwrap_err();
+    assert!(matches!(error, ProjectionError::Refused { .. }), "{error}");
+    let (followed, own) = (
+        followed.journal_id().unwrap(),
+        journal.journal_id().unwrap(),
+    );
+    assert_ne!(followed, own);
+    assert!(
+        error
+            .to_string()
+            .contains(&format!("follows journal {followed}, not this one ({own})")),
+        "{error}"
+    );
+    assert_eq!(projection.stats().events, 0);
+    assert_eq!(read(&admin, &schema).await, before, "nothing handled");
+    drop_schema(&admin, &schema).await;
+    drop_schema(&admin, &followed_schema).await;
+}
+
 // --- two writer processes, a projection process killed again and again ------------------
 
 /// The children (they do nothing unless [`CHILD_SCHEMA`] is set).

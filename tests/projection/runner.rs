@@ -474,6 +474,37 @@ async fn a_stored_offset_beyond_the_journal_is_refused_not_waited_on_forever() {
     assert!(balances.handled().is_empty());
 }
 
+/// An offset store that followed one journal, given another whose entries go on past its
+/// offset (so no ceiling tells): refused at once, nothing handled.
+#[actix::test]
+async fn an_offset_store_that_followed_one_journal_refuses_another() {
+    let (followed, _accounts) = bank_in(2, 4).await;
+    let (store, balances) = (MemoryOffsetStore::new(), Balances::default());
+    let first = project(&followed, bank::options("balances"), &store, &balances);
+    wait_until("4", MINUTE, || first.stats().events == 4).await;
+    first.stop();
+    first.stopped().await.unwrap();
+
+    let other = memory();
+    let accounts = bank::open(&other, "", 2, &PersistentConfig::default());
+    bank::run(&accounts, 0..10).await;
+    let projection = project(&other, bank::options("balances"), &store, &balances);
+    let error = tokio::time::timeout(MINUTE, projection.stopped())
+        .await
+        .expect("refused at once")
+        .unwrap_err();
+    assert!(matches!(error, ProjectionError::Refused { .. }), "{error}");
+    let (followed, other) = (followed.journal_id().unwrap(), other.journal_id().unwrap());
+    assert!(
+        error.to_string().contains(&format!(
+            "follows journal {followed}, not this one ({other})"
+        )),
+        "{error}"
+    );
+    assert_eq!(projection.stats().events, 0);
+    assert_eq!(balances.handled().len(), 4, "only the first journal's");
+}
+
 /// A journal outside the crate that stores no tags: each call fails, reading by tag is
 /// unsupported (the trait's default).
 struct Untagged;

@@ -305,6 +305,44 @@ async fn a_change_of_slices_is_refused_instead_of_handling_events_again() {
     assert_eq!(read(&path), before, "nothing handled again");
 }
 
+/// A read model file that followed one journal file, pointed at another (whose entries go
+/// on past its offset, so no ceiling tells): refused at once, nothing handled, where it
+/// would have skipped the other journal's first entries and handled the rest.
+#[actix::test]
+async fn a_read_model_of_one_journal_file_pointed_at_another_is_refused() {
+    let (dir, followed, path) = bank_in(2, 6).await;
+    let first = project(&followed, "balances", model(&path).await, apply);
+    wait_until("6", WITHIN, || first.stats().events == 6).await;
+    first.stop();
+    first.stopped().await.unwrap();
+    let before = read(&path);
+
+    let other: Arc<dyn Journal> = Arc::new(
+        SqliteJournal::open(dir.path().join("other.db"))
+            .await
+            .unwrap(),
+    );
+    let accounts = bank::open(&other, "other-", 2, &PersistentConfig::default());
+    bank::run(&accounts, 0..10).await;
+    let projection = project(&other, "balances", model(&path).await, apply);
+    let error = tokio::time::timeout(WITHIN, projection.stopped())
+        .await
+        .unwrap_or_else(|_| panic!("not refused: {:?}", projection.stats()))
+        .unwrap_err();
+    assert!(matches!(error, ProjectionError::Refused { .. }), "{error}");
+    let message = error.to_string();
+    let (followed, other) = (followed.journal_id().unwrap(), other.journal_id().unwrap());
+    assert_ne!(followed, other);
+    assert!(
+        message.contains(&format!(
+            "follows journal {followed}, not this one ({other})"
+        )),
+        "{message}"
+    );
+    assert_eq!(projection.stats().events, 0);
+    assert_eq!(read(&path), before, "nothing of the other journal handled");
+}
+
 #[actix::test]
 async fn a_read_model_missing_its_table_is_retried_never_skipped_as_poison() {
     crate::logs::keep();

@@ -3,7 +3,6 @@
 
 use std::error::Error as _;
 use std::fmt;
-use std::str::FromStr;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread;
@@ -13,6 +12,7 @@ use tokio::sync::{mpsc, oneshot, Semaphore};
 use tokio_postgres::types::ToSql;
 use tokio_postgres::{Client, Config, NoTls, Statement};
 
+mod connection_string;
 mod listener;
 mod options;
 mod schema;
@@ -20,6 +20,7 @@ mod schema;
 mod tls;
 mod writer;
 
+pub(crate) use connection_string::parse_config;
 pub(crate) use options::is_plain_identifier;
 pub use options::{PostgresOptions, PostgresStats};
 #[cfg(feature = "tls")]
@@ -31,7 +32,7 @@ use crate::journal::by_tag::corrupt_tag_row;
 use crate::journal::write::{WriteOp, WriteRequest};
 use crate::journal::{
     check_max_events, check_payload, check_tagged_append, normalized, stored_manifest, Journal,
-    JournalError, JournalFuture, Offset, PersistenceId, Snapshot, StoredEvent, Tag,
+    JournalError, JournalFuture, JournalId, Offset, PersistenceId, Snapshot, StoredEvent, Tag,
     TagNotifications, TagQuery, TagSignal, TaggedEvent, MAX_SEQ,
 };
 use options::Counters;
@@ -119,6 +120,8 @@ struct Shared {
     readers: Readers,
     counters: Arc<Counters>,
     signal: Arc<TagSignal>,
+    /// The journal's identity, if its schema has one.
+    id: Option<JournalId>,
     /// Whether the listener for other processes' tagged commits was started.
     listening: std::sync::Once,
     /// Resolves (with an error: its sender is dropped) when the journal's thread has ended.
@@ -148,6 +151,15 @@ impl PostgresJournal {
     /// [`PostgresOptions::create_tables`] is off.
     pub const MIGRATE_2_TO_3_SQL: &'static str = include_str!("migrate_2_to_3.sql");
 
+    /// The SQL that gives a journal schema its identity, [`Journal::journal_id`], if it has
+    /// none (a schema made before ids existed), `src/journal/postgres/identity.sql`: a table
+    /// `journal_identity` of one row, a random id. [`SCHEMA_SQL`](Self::SCHEMA_SQL) holds it
+    /// too, and the journal runs it itself on connect unless
+    /// [`PostgresOptions::create_tables`] is off (then a schema without it is used without
+    /// an id, and read models cannot tell it from another journal). It changes neither the
+    /// schema version nor another table, so the previous release still reads the journal.
+    pub const IDENTITY_SQL: &'static str = include_str!("identity.sql");
+
     /// The SQL that re-numbers the tag rows after a logical restore (`pg_dump`/`pg_restore`)
     /// into a cluster whose transaction ids are lower than those that wrote them,
     /// `src/journal/postgres/renumber_tags.sql`; [`connect_with`](Self::connect_with) refuses
@@ -176,9 +188,10 @@ impl PostgresJournal {
     /// Connections without an `application_name` get `actix-delivery journal`.
     ///
     /// # Errors
-    /// [`JournalError::InvalidArgument`] for a `config` that does not parse or an invalid
-    /// option; [`JournalError::Schema`] if the schema holds a newer or foreign version of the
-    /// tables (nothing is changed), or none while `create_tables` is off, or tag rows written
+    /// [`JournalError::InvalidArgument`] for a `config` that does not parse (saying what did
+    /// not, never the password) or an invalid option; [`JournalError::Schema`] if the schema
+    /// holds a newer or foreign version of the tables (nothing is changed), or none while
+    /// `create_tables` is off, or more than one journal id, or tag rows written
     /// under transaction ids this server has not reached (a logical restore into another
     /// cluster: new entries would sort before them; see
     /// [`RENUMBER_TAGS_SQL`](Self::RENUMBER_TAGS_SQL));
@@ -189,9 +202,9 @@ impl PostgresJournal {
         options: PostgresOptions,
     ) -> Result<Self, JournalError> {
         options.validate()?;
-        let mut config = Config::from_str(config).map_err(|err| JournalError::InvalidArgument {
+        let mut config = parse_config(config).map_err(|reason| JournalError::InvalidArgument {
             persistence_id: None,
-            reason: format!("a PostgreSQL connection string that does not parse: {err}"),
+            reason,
         })?;
         if config.get_application_name().is_none() {
             config.application_name("actix-delivery journal");
@@ -244,11 +257,14 @@ impl PostgresJournal {
                 JournalError::storage(None, format!("cannot start a thread: {}", ErrorChain(&err)))
             })?;
         // The writer checks (or creates) the schema; readers connect only after it is done.
-        if let Err(err) = writer_ready.await.unwrap_or(Err(JournalError::Closed)) {
-            drop(writes);
-            let _ = ended.await;
-            return Err(err);
-        }
+        let id = match writer_ready.await.unwrap_or(Err(JournalError::Closed)) {
+            Ok(id) => id,
+            Err(err) => {
+                drop(writes);
+                let _ = ended.await;
+                return Err(err);
+            }
+        };
 
         let readers = Readers {
             slots: (0..options.readers)
@@ -275,6 +291,7 @@ impl PostgresJournal {
                 readers,
                 counters,
                 signal,
+                id,
                 listening: std::sync::Once::new(),
                 thread: Mutex::new(Some(ended)),
             }),
@@ -472,14 +489,22 @@ impl Journal for PostgresJournal {
         Some(shared.signal.subscribe())
     }
 
-    /// `x-1:2^63-1`, `x` being `pg_snapshot_xmax(pg_current_snapshot())` on a read
-    /// connection: the server's first transaction id not yet assigned. Every entry committed
-    /// before the call was written by a transaction with a lower id (`x - 1` at most), at a
-    /// position that is a `BIGINT`; an offset whose transaction is `x` or higher names a
-    /// transaction this server has not run (yet): it comes from another cluster, or from
-    /// this schema before a logical restore. Takes no transaction id.
+    /// The highest offset of this journal's own tag rows, in any tag ([`Offset::START`]
+    /// while it has none), read on a read connection: every entry committed before the call
+    /// is visible to its statement, so none has a higher offset. An offset above it was not
+    /// given by this journal: it comes from another journal (in this database or another),
+    /// from this schema before it was reset, or from before a logical restore. Activity
+    /// elsewhere on the server (other schemas, other applications) does not raise it. Cheap:
+    /// two index probes per distinct tag. Takes no transaction id.
     fn offset_ceiling(&self) -> JournalFuture<'_, Offset> {
         Box::pin(async move { self.shared.readers.ceiling().await })
+    }
+
+    /// The schema's, from its table `journal_identity` (see
+    /// [`IDENTITY_SQL`](PostgresJournal::IDENTITY_SQL)): `None` only for a schema without
+    /// one while `create_tables` is off.
+    fn journal_id(&self) -> Option<JournalId> {
+        self.shared.id.clone()
     }
 
     fn max_payload(&self) -> usize {
@@ -615,7 +640,7 @@ impl Sql {
                    AND t.slice BETWEEN $4 AND $5 \
                  ORDER BY t.txid, t.ordering LIMIT $6"
             ),
-            ceiling: "SELECT pg_snapshot_xmax(pg_current_snapshot())::text::int8".to_owned(),
+            ceiling: schema::highest_offset_sql(schema_name),
             schema: schema_name.to_owned(),
         }
     }
@@ -910,37 +935,43 @@ impl Readers {
 impl Readers {
     /// See [`PostgresJournal::offset_ceiling`](Journal::offset_ceiling).
     async fn ceiling(&self) -> Result<Offset, JournalError> {
-        let xmax = self
-            .run(
-                None,
-                "reading the offset ceiling failed",
-                |c| &c.ceiling,
-                &[],
-                |rows| {
-                    let xmax: Option<i64> = match rows.first() {
-                        Some(row) => row.try_get(0).map_err(|err| {
+        self.run(
+            None,
+            "reading the offset ceiling failed",
+            |c| &c.ceiling,
+            &[],
+            |rows| {
+                let Some(row) = rows.first() else {
+                    return Ok(Offset::START);
+                };
+                let read =
+                    (|| Ok::<_, tokio_postgres::Error>((row.try_get(0)?, row.try_get(1)?)))();
+                match read {
+                    Ok((transaction, position)) => {
+                        offset_of(transaction, position).ok_or_else(|| {
                             JournalError::storage(
                                 None,
-                                format!("reading xmax: {}", ErrorChain(&err)),
+                                format!("a tag row at offset {transaction}:{position}"),
                             )
-                        })?,
-                        None => None,
-                    };
-                    xmax.and_then(|xmax| u64::try_from(xmax).ok())
-                        .ok_or_else(|| {
-                            JournalError::storage(None, "no xmax in pg_current_snapshot")
                         })
-                },
-            )
-            .await?;
-        Ok(ceiling_below(xmax))
+                    }
+                    Err(err) => Err(JournalError::storage(
+                        None,
+                        format!("reading the offset ceiling: {}", ErrorChain(&err)),
+                    )),
+                }
+            },
+        )
+        .await
     }
 }
 
-/// The offset ceiling of a server whose first unassigned transaction id is `xmax`: the
-/// highest offset a committed entry can have (positions are `BIGINT`s).
-fn ceiling_below(xmax: u64) -> Offset {
-    Offset::from_parts(xmax.saturating_sub(1), i64::MAX as u64)
+/// The offset of a tag row's `txid` and `ordering`, unless one of them is negative.
+fn offset_of(transaction: i64, position: i64) -> Option<Offset> {
+    match (u64::try_from(transaction), u64::try_from(position)) {
+        (Ok(transaction), Ok(position)) => Some(Offset::from_parts(transaction, position)),
+        _ => None,
+    }
 }
 
 /// The entries of a read by tag after `after`, from its rows.
@@ -969,9 +1000,8 @@ fn tagged_events(
         let micros: i64 = row.try_get(4).map_err(|err| corrupt(&id, seq, &err))?;
         let written_at = std::time::UNIX_EPOCH
             + std::time::Duration::from_micros(u64::try_from(micros).unwrap_or(0));
-        let offset = match (u64::try_from(transaction), u64::try_from(position)) {
-            (Ok(transaction), Ok(position)) => Offset::from_parts(transaction, position),
-            _ => return Err(corrupt_row(&format!("offset {transaction}:{position}"))),
+        let Some(offset) = offset_of(transaction, position) else {
+            return Err(corrupt_row(&format!("offset {transaction}:{position}")));
         };
         if offset <= previous {
             return Err(corrupt_row(&format!(

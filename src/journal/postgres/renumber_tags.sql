@@ -23,8 +23,8 @@
 -- Offsets stored before mean nothing afterwards: reset every projection of the schema (its
 -- read model and its offset) so that it reads the tags again from the start. One that is not
 -- reset either reads every entry again (its offset's transaction id is below this
--- transaction's) or is above Journal::offset_ceiling, until the server's transaction ids pass
--- it, after which it would skip entries: it never resumes correctly.
+-- transaction's) or is above Journal::offset_ceiling (refused), until entries appended
+-- afterwards pass it, after which it would skip entries: it never resumes correctly.
 SET LOCAL lock_timeout = '10s';
 LOCK TABLE event_tag IN EXCLUSIVE MODE;
 UPDATE event_tag SET txid = pg_current_xact_id();

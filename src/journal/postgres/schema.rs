@@ -11,6 +11,13 @@
 //! `event_journal` and `snapshot`; schema 3 the table `event_tag` (see `schema.sql` for how
 //! its offset never skips).
 //!
+//! `journal_identity` holds one row, the journal's [`JournalId`] (`identity.sql`, also
+//! [`PostgresJournal::IDENTITY_SQL`](super::PostgresJournal::IDENTITY_SQL)): created with the
+//! tables, and for a schema made before ids existed on connect (under the same lock, in the
+//! transaction that migrates, if one does). It changes no version: the previous release does
+//! not know the table and leaves it alone, so it still reads the journal. With
+//! `create_tables` off a schema without it is used without an id (logged).
+//!
 //! On connect: no journal table in the schema → the tables are created (under an advisory
 //! lock, so two nodes starting at once create them once); `journal_schema` says
 //! `actix-delivery`, version 1 or 2 → migrated to 3 (`migrate_1_to_2.sql`, then
@@ -32,7 +39,7 @@ use tokio_postgres::Client;
 
 use crate::error::ErrorChain;
 use crate::journal::postgres::{db_error, PostgresOptions};
-use crate::journal::JournalError;
+use crate::journal::{JournalError, JournalId};
 
 /// What `journal_schema.application` holds.
 const APPLICATION: &str = "actix-delivery";
@@ -141,13 +148,28 @@ fn schema_error(found: String) -> JournalError {
     }
 }
 
-/// Checks the schema, creating the tables if there are none (and the options allow it).
+/// Checks the schema, creating the tables if there are none, migrating older ones and giving
+/// the journal its identity if it has none (as far as the options allow); returns the
+/// journal's id.
 pub(super) async fn check_or_create(
     client: &Client,
     options: &PostgresOptions,
-) -> Result<(), JournalError> {
-    match inspect(client, &options.schema).await? {
-        Found::Current => return Ok(()),
+) -> Result<Option<JournalId>, JournalError> {
+    let schema = &options.schema;
+    match inspect(client, schema).await? {
+        Found::Current => match identity(client, schema).await? {
+            Some(id) => return Ok(Some(id)),
+            None if !options.create_tables => {
+                log::warn!(
+                    "journal in schema `{schema}` has no identity (no row in \
+                     journal_identity, and create_tables is off): read models of it cannot \
+                     tell it from another journal; give it one with \
+                     PostgresJournal::IDENTITY_SQL"
+                );
+                return Ok(None);
+            }
+            None => {}
+        },
         Found::Empty if !options.create_tables => {
             return Err(schema_error(format!(
                 "no journal tables in schema `{}` (create them with PostgresJournal::SCHEMA_SQL, \
@@ -215,15 +237,29 @@ pub(super) async fn check_or_create(
             }
             Found::Current => {}
         }
-        inspect(client, &options.schema).await
+        client
+            .batch_execute(super::PostgresJournal::IDENTITY_SQL)
+            .await
+            .map_err(|err| db_error(None, "cannot give the journal its identity", &err))?;
+        Ok((
+            inspect(client, &options.schema).await?,
+            identity(client, &options.schema).await?,
+        ))
     }
     .await;
     match result {
-        Ok(Found::Current) => client
+        Ok((Found::Current, Some(id))) => client
             .batch_execute("COMMIT")
             .await
+            .map(|()| Some(id))
             .map_err(|err| db_error(None, "cannot commit the new tables", &err)),
-        Ok(Found::Empty | Found::Older(_)) => {
+        Ok((Found::Current, None)) => {
+            let _ = client.batch_execute("ROLLBACK").await;
+            Err(schema_error(
+                "no row in journal_identity after one was given".into(),
+            ))
+        }
+        Ok((Found::Empty | Found::Older(_), _)) => {
             let _ = client.batch_execute("ROLLBACK").await;
             Err(schema_error(
                 "tables that vanished, or kept their version, while being created or migrated"
@@ -237,42 +273,51 @@ pub(super) async fn check_or_create(
     }
 }
 
+/// The highest offset `(txid, ordering)` of any tag row in `schema`: one row, or none while
+/// there are no tag rows. The newest row of each tag through the primary key `(tag, txid,
+/// ordering)`, tag after tag (a loose index scan: two index probes per distinct tag, where
+/// `max` would read every row), then the highest of those.
+pub(super) fn highest_offset_sql(schema: &str) -> String {
+    let tags = table(schema, "event_tag");
+    format!(
+        "WITH RECURSIVE tags AS ( \
+             (SELECT tag FROM {tags} ORDER BY tag LIMIT 1) \
+             UNION ALL \
+             SELECT (SELECT t.tag FROM {tags} t WHERE t.tag > tags.tag ORDER BY t.tag LIMIT 1) \
+             FROM tags WHERE tags.tag IS NOT NULL \
+         ) \
+         SELECT newest.txid::text::int8, newest.ordering FROM tags CROSS JOIN LATERAL ( \
+             SELECT t.txid, t.ordering FROM {tags} t WHERE t.tag = tags.tag \
+             ORDER BY t.txid DESC, t.ordering DESC LIMIT 1 \
+         ) newest \
+         ORDER BY newest.txid DESC, newest.ordering DESC LIMIT 1"
+    )
+}
+
 /// Refuses a schema whose tag rows carry a transaction id this server has not assigned yet
-/// (at or above `pg_snapshot_xmax` of the statement's snapshot): the tables were restored from
-/// a logical dump into another cluster, whose ids are lower. An entry's offset is `(txid,
-/// ordering)`, so what is appended now would sort before those rows, and a tag reader that
-/// has read past them would never see it.
-///
-/// Cheap: the highest `txid` of each tag through the primary key `(tag, txid, ordering)`, tag
-/// after tag (a loose index scan: two index probes per distinct tag; 0.3 ms for 100 000 rows
-/// in 10 tags, where `max(txid)` scans the table in 9 ms; 140 ms for 20 000 tags).
+/// (at or above `pg_snapshot_xmax` of a snapshot taken after they were read): the tables were
+/// restored from a logical dump into another cluster, whose ids are lower. An entry's offset
+/// is `(txid, ordering)`, so what is appended now would sort before those rows, and a tag
+/// reader that has read past them would never see it. Reads the highest offset as
+/// [`highest_offset_sql`] does.
 pub(super) async fn check_transaction_ids(
     client: &Client,
     schema: &str,
 ) -> Result<(), JournalError> {
-    let tags = table(schema, "event_tag");
-    let row = client
-        .query_one(
-            &format!(
-                "WITH RECURSIVE tags AS ( \
-                     (SELECT tag FROM {tags} ORDER BY tag LIMIT 1) \
-                     UNION ALL \
-                     SELECT (SELECT t.tag FROM {tags} t WHERE t.tag > tags.tag \
-                             ORDER BY t.tag LIMIT 1) \
-                     FROM tags WHERE tags.tag IS NOT NULL \
-                 ) \
-                 SELECT (SELECT max((SELECT t.txid FROM {tags} t WHERE t.tag = tags.tag \
-                                     ORDER BY t.txid DESC LIMIT 1)) \
-                         FROM tags WHERE tags.tag IS NOT NULL)::text::int8, \
-                        pg_snapshot_xmax(pg_current_snapshot())::text::int8"
-            ),
-            &[],
-        )
+    let failed = |err| db_error(None, "cannot check the transaction ids of the tags", &err);
+    let newest = client
+        .query_opt(&highest_offset_sql(schema), &[])
         .await
-        .map_err(|err| db_error(None, "cannot check the transaction ids of the tags", &err))?;
-    let read = (|| Ok::<_, tokio_postgres::Error>((row.try_get(0)?, row.try_get(1)?)))();
-    let (highest, xmax): (Option<i64>, i64) =
-        read.map_err(|err| db_error(None, "cannot check the transaction ids of the tags", &err))?;
+        .map_err(failed)?;
+    let highest: Option<i64> = newest
+        .map(|row| row.try_get(0))
+        .transpose()
+        .map_err(failed)?;
+    let xmax: i64 = client
+        .query_one(NEXT_TRANSACTION_SQL, &[])
+        .await
+        .and_then(|row| row.try_get(0))
+        .map_err(failed)?;
     match highest {
         Some(highest) if highest >= xmax => Err(JournalError::Schema {
             found: format!(
@@ -294,6 +339,10 @@ pub(super) async fn check_transaction_ids(
         _ => Ok(()),
     }
 }
+
+/// The server's first transaction id not yet assigned (`pg_snapshot_xmax` of the current
+/// snapshot).
+const NEXT_TRANSACTION_SQL: &str = "SELECT pg_snapshot_xmax(pg_current_snapshot())::text::int8";
 
 /// Checks that every column the journal uses is there, with its type: a table altered by
 /// hand (a column dropped, renamed or retyped) is refused on connect rather than failing
@@ -348,6 +397,37 @@ async fn check_columns(client: &Client, schema: &str, version: i32) -> Result<()
         }
     }
     Ok(())
+}
+
+/// The journal's id, from `journal_identity`: `None` without the table or a row.
+async fn identity(client: &Client, schema: &str) -> Result<Option<JournalId>, JournalError> {
+    let identity = table(schema, "journal_identity");
+    let failed = |err| db_error(None, "cannot read journal_identity", &err);
+    let exists: bool = client
+        .query_one("SELECT to_regclass($1) IS NOT NULL", &[&identity])
+        .await
+        .and_then(|row| row.try_get(0))
+        .map_err(failed)?;
+    if !exists {
+        return Ok(None);
+    }
+    let rows = client
+        .query(&format!("SELECT journal_id::text FROM {identity}"), &[])
+        .await
+        .map_err(failed)?;
+    match rows.as_slice() {
+        [] => Ok(None),
+        [row] => {
+            let id: String = row.try_get(0).map_err(failed)?;
+            JournalId::new(id).map(Some).map_err(|err| {
+                schema_error(format!("journal_identity in schema `{schema}` holds {err}"))
+            })
+        }
+        more => Err(schema_error(format!(
+            "journal_identity in schema `{schema}` with {} rows instead of one",
+            more.len()
+        ))),
+    }
 }
 
 /// What the schema holds.

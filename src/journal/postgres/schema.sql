@@ -67,3 +67,9 @@ CREATE TABLE journal_schema (
     version INTEGER NOT NULL
 );
 INSERT INTO journal_schema (application, version) VALUES ('actix-delivery', 3);
+
+-- Which journal this is: one row, a random id given once (see identity.sql).
+CREATE TABLE journal_identity (
+    journal_id TEXT NOT NULL
+);
+INSERT INTO journal_identity (journal_id) VALUES (gen_random_uuid()::text);

@@ -41,7 +41,7 @@ use crate::journal::postgres::{
     db_error, is_connection_lost, schema, seq_from_sql, Connector, PostgresOptions,
 };
 use crate::journal::write::{WriteOp, WriteRequest};
-use crate::journal::{check_snapshot, slice_of, JournalError, PersistenceId, TagSignal};
+use crate::journal::{check_snapshot, slice_of, JournalError, JournalId, PersistenceId, TagSignal};
 
 /// The channel of the notifications that tagged entries were committed; the payload names
 /// the schema.
@@ -199,26 +199,29 @@ impl Writer {
     }
 
     /// The writer's life: connects, checks (or creates) the schema, reports through
-    /// `opened`, then commits groups until every sender is gone and the queue is empty.
+    /// `opened` (with the journal's id), then commits groups until every sender is gone and the queue is empty.
     pub(super) async fn run(
         mut self,
         mut requests: mpsc::Receiver<WriteRequest>,
-        opened: oneshot::Sender<Result<(), JournalError>>,
+        opened: oneshot::Sender<Result<Option<JournalId>, JournalError>>,
     ) {
         let first = async {
             let client = self.connector.open().await?;
-            schema::check_or_create(&client, &self.options).await?;
+            let id = schema::check_or_create(&client, &self.options).await?;
             schema::check_transaction_ids(&client, &self.options.schema).await?;
-            self.prepare(client).await
+            Ok::<_, JournalError>((self.prepare(client).await?, id))
         };
-        match first.await {
-            Ok(connection) => self.connection = Some(connection),
+        let id = match first.await {
+            Ok((connection, id)) => {
+                self.connection = Some(connection);
+                id
+            }
             Err(err) => {
                 let _ = opened.send(Err(err));
                 return;
             }
-        }
-        if opened.send(Ok(())).is_err() {
+        };
+        if opened.send(Ok(id)).is_err() {
             return; // the opener gave up waiting
         }
         #[cfg(feature = "metrics")]

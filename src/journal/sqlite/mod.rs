@@ -20,8 +20,8 @@ use crate::error::ErrorChain;
 use crate::journal::write::{WriteOp, WriteRequest};
 use crate::journal::{
     check_max_events, check_payload, check_tagged_append, normalized, Journal, JournalError,
-    JournalFuture, Offset, PersistenceId, Snapshot, StoredEvent, Tag, TagNotifications, TagQuery,
-    TagSignal, TaggedEvent, MAX_SEQ,
+    JournalFuture, JournalId, Offset, PersistenceId, Snapshot, StoredEvent, Tag, TagNotifications,
+    TagQuery, TagSignal, TaggedEvent, MAX_SEQ,
 };
 use options::Counters;
 use reader::ReadRequest;
@@ -96,6 +96,8 @@ struct Shared {
     counters: Arc<Counters>,
     signal: Arc<TagSignal>,
     durability: SqliteDurability,
+    /// The file's identity.
+    id: JournalId,
     busy_timeout: std::time::Duration,
     /// Each resolves (with an error: its sender is dropped) when its thread has ended.
     threads: Mutex<Vec<oneshot::Receiver<()>>>,
@@ -153,8 +155,8 @@ impl SqliteJournal {
             }
         })?);
         // The writer creates the schema; readers open only after it is done.
-        let durability = match writer_ready.await.unwrap_or(Err(JournalError::Closed)) {
-            Ok(durability) => durability,
+        let (durability, id) = match writer_ready.await.unwrap_or(Err(JournalError::Closed)) {
+            Ok(opened) => opened,
             Err(err) => {
                 for thread in threads {
                     let _ = thread.await; // the writer has let go of the file
@@ -202,6 +204,7 @@ impl SqliteJournal {
                 counters,
                 signal,
                 durability,
+                id,
                 busy_timeout: options.busy_timeout,
                 threads: Mutex::new(threads),
             }),
@@ -435,6 +438,12 @@ impl Journal for SqliteJournal {
     /// `AUTOINCREMENT` counter), read on a read connection like every read.
     fn offset_ceiling(&self) -> JournalFuture<'_, Offset> {
         Box::pin(async move { self.read(|reply| ReadRequest::Ceiling { reply }).await })
+    }
+
+    /// The file's, from its table `journal_identity`: a copy or backup of the file has the
+    /// same one.
+    fn journal_id(&self) -> Option<JournalId> {
+        Some(self.shared.id.clone())
     }
 
     fn max_payload(&self) -> usize {

@@ -40,6 +40,12 @@
 //! and a write-ahead log, of its own). The file is marked with `PRAGMA application_id` and
 //! `PRAGMA user_version`; a file marked otherwise is refused and left untouched.
 //!
+//! `journal_identity` holds one row, the file's [`JournalId`]: random, given to the file when
+//! it is created, and to a file made before ids existed on its first open by this version.
+//! Read models record it (see [`Journal::journal_id`](crate::journal::Journal::journal_id)).
+//! Adding it changes no version: the previous release does not know the table and leaves it
+//! alone, so it still opens the file.
+//!
 //! Schema versions: 1 (actix-delivery 0.1) had no manifest columns; 2 had no `event_tag`.
 //! Opening an older file migrates it to 3 in one transaction (1 to 2: the three columns are
 //! added, rows written before read as [`Manifest::legacy`](crate::codec::Manifest::legacy):
@@ -54,7 +60,7 @@ use rusqlite::{Connection, OpenFlags, OptionalExtension, MAIN_DB};
 
 use crate::error::ErrorChain;
 use crate::journal::sqlite::{storage_error, SqliteOptions};
-use crate::journal::JournalError;
+use crate::journal::{JournalError, JournalId};
 
 /// `PRAGMA application_id` of a journal file: "adjl" (actix-delivery journal).
 pub(super) const APPLICATION_ID: i32 = 0x6164_6a6c;
@@ -125,6 +131,14 @@ const TAGS: &str = "
     CREATE INDEX event_tag_by_tag ON event_tag (tag, ordering);
 ";
 
+/// The file's identity: one row, a random id, given once (by the first open of a version
+/// that knows ids).
+const IDENTITY: &str = "
+    CREATE TABLE IF NOT EXISTS journal_identity (journal_id TEXT NOT NULL);
+    INSERT INTO journal_identity (journal_id)
+        SELECT lower(hex(randomblob(16))) WHERE NOT EXISTS (SELECT 1 FROM journal_identity);
+";
+
 /// The migrations, in order: `MIGRATIONS[v - 1]` takes schema `v` to `v + 1` (and then
 /// `PRAGMA user_version` is set to `v + 1`).
 const MIGRATIONS: [&str; 2] = [MIGRATE_1_TO_2, TAGS];
@@ -147,13 +161,13 @@ enum Found {
     Older(i32),
 }
 
-/// Opens the write connection: takes the lock file, checks (or creates) the schema, then
-/// WAL and `synchronous=FULL`. Refuses a foreign or newer file without changing it. The
-/// returned file holds the lock until it is dropped.
+/// Opens the write connection: takes the lock file, checks (or creates) the schema and the
+/// file's identity, then WAL and `synchronous=FULL`. Refuses a foreign or newer file without
+/// changing it. The returned file holds the lock until it is dropped.
 pub(super) fn open_writer(
     path: &Path,
     options: &SqliteOptions,
-) -> Result<(Connection, File), JournalError> {
+) -> Result<(Connection, File, JournalId), JournalError> {
     let lock = take_lock(path, options.busy_timeout)?;
     let flags = OpenFlags::SQLITE_OPEN_READ_WRITE
         | OpenFlags::SQLITE_OPEN_CREATE
@@ -195,7 +209,65 @@ pub(super) fn open_writer(
         Found::Older(_) => migrate(&conn)?,
         Found::Current => {}
     }
-    Ok((conn, lock))
+    let id = identity(&conn)?;
+    Ok((conn, lock, id))
+}
+
+/// The file's [`JournalId`], given to it now (in a transaction of its own) if it has none.
+fn identity(conn: &Connection) -> Result<JournalId, JournalError> {
+    if let Some(id) = read_identity(conn)? {
+        return Ok(id);
+    }
+    conn.execute_batch("BEGIN IMMEDIATE")
+        .map_err(storage_error(None))?;
+    let result = conn
+        .execute_batch(IDENTITY)
+        .and_then(|()| conn.execute_batch("COMMIT"))
+        .map_err(storage_error(None));
+    if result.is_err() && !conn.is_autocommit() {
+        let _ = conn.execute_batch("ROLLBACK");
+    }
+    result?;
+    read_identity(conn)?.ok_or_else(|| JournalError::Schema {
+        found: "no row in journal_identity after one was given".into(),
+        expected: expected(),
+    })
+}
+
+/// What `journal_identity` holds: `None` without the table or a row.
+fn read_identity(conn: &Connection) -> Result<Option<JournalId>, JournalError> {
+    let table = conn
+        .query_row(
+            "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'journal_identity'",
+            [],
+            |_| Ok(()),
+        )
+        .optional()
+        .map_err(storage_error(None))?;
+    if table.is_none() {
+        return Ok(None);
+    }
+    let mut statement = conn
+        .prepare("SELECT journal_id FROM journal_identity")
+        .map_err(storage_error(None))?;
+    let ids = statement
+        .query_map([], |row| row.get::<_, String>(0))
+        .and_then(|rows| rows.collect::<Result<Vec<_>, _>>())
+        .map_err(storage_error(None))?;
+    let schema = |found: String| JournalError::Schema {
+        found,
+        expected: expected(),
+    };
+    match ids.as_slice() {
+        [] => Ok(None),
+        [id] => JournalId::new(id.as_str())
+            .map(Some)
+            .map_err(|err| schema(format!("journal_identity holds {err}"))),
+        more => Err(schema(format!(
+            "journal_identity with {} rows instead of one",
+            more.len()
+        ))),
+    }
 }
 
 /// Takes an exclusive lock on `<canonical path>-lock` (created if needed), waiting up to

@@ -36,7 +36,7 @@ use crate::journal::sqlite::options::{Counters, SqliteDurability};
 use crate::journal::sqlite::{schema, seq_from_sql, storage_error, SqliteOptions, HIGHEST_SQL};
 use crate::journal::write::{WriteOp, WriteRequest};
 use crate::journal::{
-    check_fence, check_snapshot, slice_of, JournalError, PersistenceId, TagSignal,
+    check_fence, check_snapshot, slice_of, JournalError, JournalId, PersistenceId, TagSignal,
 };
 
 /// Fold the buffer into `event_journal` once it holds this many payload bytes (or
@@ -120,8 +120,9 @@ struct Writer<'c> {
 }
 
 /// The body of the writer thread: opens the connection, folds what a previous run left in
-/// the buffer, reports through `opened` (with the connection's durability settings), then commits groups until every sender is gone and
-/// the queue is empty, and folds once more.
+/// the buffer, reports through `opened` (with the connection's durability settings and the
+/// file's journal id), then commits groups until every sender is gone and the queue is empty,
+/// and folds once more.
 pub(super) fn run(
     path: &Path,
     options: &SqliteOptions,
@@ -129,10 +130,10 @@ pub(super) fn run(
     shared: Buffered,
     counters: Arc<Counters>,
     signal: Arc<TagSignal>,
-    opened: oneshot::Sender<Result<SqliteDurability, JournalError>>,
+    opened: oneshot::Sender<Result<(SqliteDurability, JournalId), JournalError>>,
 ) {
     // `_lock` keeps other processes out for as long as this thread runs.
-    let (conn, _lock) = match schema::open_writer(path, options) {
+    let (conn, _lock, id) = match schema::open_writer(path, options) {
         Ok(opened) => opened,
         Err(err) => {
             let _ = opened.send(Err(err));
@@ -172,7 +173,7 @@ pub(super) fn run(
             return;
         }
     };
-    if opened.send(Ok(durability)).is_err() {
+    if opened.send(Ok((durability, id))).is_err() {
         return; // the opener gave up waiting
     }
     #[cfg(feature = "metrics")]

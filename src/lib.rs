@@ -318,10 +318,11 @@
 //! - **What it needs.** `T: Serialize + DeserializeOwned`; a consumer reference that takes
 //!   chunks (a [`ConsumerHandle`], a `ConsumerController`'s `Addr`, `Node::consumer_ref`,
 //!   `NatsCarrier::consumer_ref`, or [`ConsumerRef::with_chunks`]); a `chunk_size` of at
-//!   least [`MIN_CHUNK_SIZE`] that fits the transport's frame, less 1 KiB of headers (the
-//!   builder refuses anything else). Over TCP, give the sending node room for a window of
-//!   chunks (`max_output_bytes` ≥ `window_size` × `chunk_size`): what does not fit the output
-//!   is dropped and waits for its retransmission. Every node of a cluster needs the same
+//!   least [`MIN_CHUNK_SIZE`] and at most [`MAX_CHUNK_SIZE`] (16 MiB) that fits the
+//!   transport's frame, less 1 KiB of headers (the builder refuses anything else; a small
+//!   message takes only what it needs of a chunk). Over TCP, give the sending node room for a
+//!   window of chunks (`max_output_bytes` ≥ `window_size` × `chunk_size`): what does not fit
+//!   the output is dropped and waits for its retransmission. Every node of a cluster needs the same
 //!   `max_frame_length` (a chunk too large for the receiver's frames is never delivered), and
 //!   the wire protocol version 4 that chunk headers came with: nodes and NATS carriers of an
 //!   earlier release are refused (counted in `version_refusals`).
@@ -542,7 +543,7 @@ pub use message::{
 };
 pub use options::{
     ConsumerOptions, ConsumerOptionsBuilder, ProducerOptions, ProducerOptionsBuilder,
-    MIN_CHUNK_SIZE,
+    MAX_CHUNK_SIZE, MIN_CHUNK_SIZE,
 };
 pub use producer::{ProducerController, ProducerHandle};
 pub use protocol::consumer::ConsumerStats;

@@ -11,7 +11,7 @@ use actix::Recipient;
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 
-use crate::codec::Codec;
+use crate::codec::{Codec, MAX_ENCODED_BYTES};
 use crate::config::{Backoff, ConsumerConfig, Limit, Overrides, ProducerConfig};
 use crate::dead_letter::DeadLetter;
 use crate::error::OptionsError;
@@ -23,6 +23,10 @@ use crate::remote::BodySchema;
 
 /// The smallest `chunk_size`: below, a chunk's bookkeeping would cost more than its bytes.
 pub const MIN_CHUNK_SIZE: usize = 1024;
+
+/// The largest `chunk_size`: the most the crate carries in one piece (a frame's
+/// `max_frame_length`, NATS's `max_payload`, a journal entry), 16 MiB.
+pub const MAX_CHUNK_SIZE: usize = MAX_ENCODED_BYTES as usize;
 
 /// A producer's [`trace_context`](ProducerOptionsBuilder::trace_context) hook.
 #[derive(Clone)]
@@ -206,10 +210,11 @@ impl<T: Send + 'static> ProducerOptionsBuilder<T> {
     /// messages") for the costs.
     ///
     /// # Errors
-    /// [`build`](Self::build) refuses a `chunk_size` below [`MIN_CHUNK_SIZE`], one beyond
-    /// what the consumer reference's transport carries in a frame, and a consumer reference
-    /// that takes no chunks (a plain `Recipient<Delivery<T>>`, a
-    /// [`ConsumerRef::from_fn`] without [`ConsumerRef::with_chunks`]).
+    /// [`build`](Self::build) refuses a `chunk_size` below [`MIN_CHUNK_SIZE`] or above
+    /// [`MAX_CHUNK_SIZE`], one beyond what the consumer reference's transport carries in a
+    /// frame, and a consumer reference that takes no chunks (a plain
+    /// `Recipient<Delivery<T>>`, a [`ConsumerRef::from_fn`] without
+    /// [`ConsumerRef::with_chunks`]).
     pub fn chunk_size(mut self, chunk_size: usize) -> Self
     where
         T: Serialize + DeserializeOwned,
@@ -274,6 +279,12 @@ fn checked_chunking<T: Send + 'static>(
         return Err(OptionsError::new(
             "chunk_size",
             format!("must be at least {MIN_CHUNK_SIZE} bytes (got {size})"),
+        ));
+    }
+    if size > MAX_CHUNK_SIZE {
+        return Err(OptionsError::new(
+            "chunk_size",
+            format!("must be at most {MAX_CHUNK_SIZE} bytes (got {size})"),
         ));
     }
     if !consumer.takes_chunks() {

@@ -463,6 +463,14 @@ async fn a_chunk_size_that_cannot_work_is_refused_when_the_producer_is_built() {
         .chunk_size(512 << 10)
         .build()
         .is_ok());
+    // Beyond anything a chunk is carried in: refused, not a panic at the first send (nor an
+    // abort of the process).
+    for size in [usize::MAX, 1 << 44, (16 << 20) + 1] {
+        refused(
+            ProducerOptions::builder(&consumer).chunk_size(size).build(),
+            "must be at most",
+        );
+    }
     let durable = DurableOptions::new(
         Arc::new(MemoryJournal::new()),
         PersistenceId::new("too-large").unwrap(),

@@ -149,7 +149,9 @@ pub fn split(message: &Bytes, chunk_size: usize) -> Vec<Bytes> {
 
 /// Where a message is encoded to be sent in chunks: every chunk is its own buffer of exactly
 /// `chunk_size` bytes (the last one shorter), filled as the encoder writes, so a message is
-/// never held in one growing buffer (which would double its memory while it grows).
+/// never held in one growing buffer (which would double its memory while it grows). The first
+/// chunk grows as it is written (a small message takes what it needs, not a whole chunk);
+/// once one is full, the next ones are allocated whole.
 #[derive(Debug)]
 pub struct ChunkWriter {
     chunk_size: usize,
@@ -191,10 +193,16 @@ impl ChunkWriter {
 
 impl Write for ChunkWriter {
     fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
-        if self.current.capacity() == 0 {
-            self.current.reserve_exact(self.chunk_size);
-        }
         let n = buf.len().min(self.chunk_size - self.current.len());
+        let len = self.current.len();
+        if self.current.capacity() - len < n {
+            let grown = (len + n).max(2 * self.current.capacity());
+            let want = match self.chunks.is_empty() {
+                true => grown.min(self.chunk_size),
+                false => self.chunk_size,
+            };
+            self.current.reserve_exact(want - len);
+        }
         self.current.extend_from_slice(&buf[..n]);
         self.len += n as u64;
         if self.current.len() == self.chunk_size {
@@ -415,6 +423,26 @@ mod tests {
         assert_eq!((&first[..3], &rest[..]), (&b"abc"[..], &b"de"[..]));
         assert!(assembled.is_empty());
         assert_eq!(&Assembled::new(parts).into_bytes()[..], b"abcde");
+    }
+
+    #[test]
+    fn a_chunk_writer_reserves_no_whole_chunk_for_a_small_message() {
+        let mut small = ChunkWriter::new(16 << 20);
+        small.write_all(&[7; 100]).unwrap();
+        assert!(
+            small.current.capacity() < 1024,
+            "{} bytes reserved for 100",
+            small.current.capacity()
+        );
+        assert_eq!(small.finish(), [vec![7; 100]]);
+        let mut large = ChunkWriter::new(4096);
+        for _ in 0..10 {
+            large.write_all(&[1; 1000]).unwrap();
+            assert!(large.current.capacity() <= 4096, "never beyond a chunk");
+        }
+        let chunks = large.finish();
+        let lens: Vec<usize> = chunks.iter().map(Bytes::len).collect();
+        assert_eq!(lens, [4096, 4096, 1808]);
     }
 
     #[test]

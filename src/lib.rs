@@ -346,14 +346,21 @@
 //!   length its chunks announce) is a dead letter ([`DeadLetterReason::MessageTooLarge`]);
 //!   the bytes held for chunked messages, over all producers, partial and waiting for the
 //!   handler, stay within `max_reassembly_bytes` (default 256 MiB). A producer (incarnation)
-//!   has at most one partial message; the oldest message always gets through (a chunk of a
-//!   newer one is refused, and retransmitted later); a chunk that does not fit the bound is
-//!   refused, or displaces the youngest partial messages; tiny chunks are charged at least 128
-//!   bytes; a partial message that gets no chunk for `producer_idle_ttl` is dropped. Impossible
-//!   or contradictory headers are dead letters ([`DeadLetterReason::InvalidChunk`]) or drop
-//!   the partial message. Everything refused or dropped is counted ([`ConsumerStats`]:
-//!   `chunks_refused`, `partial_messages_dropped`; `partial_messages` and `reassembly_bytes`
-//!   say what is held).
+//!   has one message at a time being reassembled or waiting for room; a chunk of a newer one
+//!   is refused (and retransmitted later). A message reserves its whole length (at least 128
+//!   bytes a chunk) with its first chunk, so once started it can always complete, and lives at
+//!   most `reassembly_grace` (5 s) plus its length at `min_reassembly_rate` (1 MiB/s) from its
+//!   first chunk, whatever arrives later: a producer that stopped, or one that trickles chunks
+//!   to keep its room, holds it no longer. Room goes to messages in the order they were first
+//!   seen (a refused message keeps its place while its producer retransmits it), and at once
+//!   to one within its share of the room; a message waits at most until the messages seen
+//!   before it reach their lifetime ([`reassembly`](protocol::chunk::reassembly) derives the
+//!   bound). Set `min_reassembly_rate` below what your producers achieve (`window_size` ×
+//!   `chunk_size` per round trip): a slower message never completes. Impossible or
+//!   contradictory headers are dead letters ([`DeadLetterReason::InvalidChunk`]) or drop the
+//!   partial message. Everything refused or dropped is counted ([`ConsumerStats`]:
+//!   `chunks_refused`, `partial_messages_dropped`; `partial_messages`,
+//!   `messages_waiting_for_room` and `reassembly_bytes` say what is held).
 //! - **Costs.** Every message of such a producer is encoded, a small one as one chunk. A
 //!   message's chunks are held by the producer until it is confirmed (a round needs them),
 //!   by the consumer until the message is decoded, and the decoded value is a third copy at the
@@ -412,6 +419,8 @@
 //! | `backoff` | fixed | dead-letter sink | none |
 //! | `chunk_size` | none (whole messages) | `max_message_bytes` | 64 MiB |
 //! | | | `max_reassembly_bytes` | 256 MiB |
+//! | | | `reassembly_grace` | 5 s |
+//! | | | `min_reassembly_rate` | 1 MiB/s |
 //!
 //! Keep `producer_idle_ttl` well above the longest gap between a producer's retransmissions:
 //! `resend_timeout`, or with exponential backoff up to `backoff.max`. A window swept while its

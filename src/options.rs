@@ -399,11 +399,25 @@ impl<T: 'static> ConsumerOptionsBuilder<T> {
     }
 
     /// The most bytes of chunked messages held at once (default 256 MiB; at least
-    /// `max_message_bytes`): chunks of messages being reassembled, and reassembled messages
-    /// waiting for the handler. Beyond, chunks are refused (and retransmitted by their
-    /// producers); see [`protocol::chunk`](crate::protocol::chunk).
+    /// `max_message_bytes`): reserved for messages being reassembled (each its whole length),
+    /// and held by reassembled messages waiting for the handler. Beyond, chunks are refused
+    /// (and retransmitted by their producers), their messages waiting in line; see
+    /// [`reassembly`](crate::protocol::chunk::reassembly).
     pub fn max_reassembly_bytes(self, bytes: u64) -> Self {
         self.set(move |c| c.max_reassembly_bytes = bytes)
+    }
+
+    /// What every message being reassembled gets of its lifetime, whatever its length
+    /// (default 5 s): it is dropped this long, plus its length at `min_reassembly_rate`, after
+    /// its first chunk was buffered. See [`ConsumerConfig::reassembly_grace`].
+    pub fn reassembly_grace(self, grace: Duration) -> Self {
+        self.set(move |c| c.reassembly_grace = grace)
+    }
+
+    /// The slowest rate, in bytes per second, at which a chunked message is expected to
+    /// arrive (default 1 MiB/s): see [`ConsumerConfig::min_reassembly_rate`].
+    pub fn min_reassembly_rate(self, bytes_per_second: u64) -> Self {
+        self.set(move |c| c.min_reassembly_rate = bytes_per_second)
     }
 
     /// Sweep a producer's windows after this long without a delivery (default 300 s;

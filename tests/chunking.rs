@@ -559,18 +559,30 @@ async fn a_message_over_max_message_bytes_is_a_dead_letter_and_its_producer_give
     assert_eq!(stats.reassembly_bytes, 0);
 }
 
-/// Three producers of messages that each take most of `max_reassembly_bytes`: the bound
+/// Three producers of messages that each take most of `max_reassembly_bytes`, to a handler
+/// that takes 20 ms (a reassembled message holds its bytes while it waits for it): the bound
 /// holds at every moment, chunks beyond it are refused (and counted), and every message still
-/// runs once, whole (the oldest partial message always gets through).
+/// runs once, whole (each in its turn).
 #[actix::test]
 async fn reassembly_stays_within_max_reassembly_bytes_and_every_message_still_runs() {
     tokio::time::pause();
     const BOUND: u64 = 12 << 10;
-    let (consumer, runs) = consumer(|b| {
-        b.max_message_bytes(BOUND)
-            .max_reassembly_bytes(BOUND)
-            .max_out_of_order(1)
+    let runs = Log::default();
+    let log = runs.clone();
+    let handler = DeliveryHandler::from_fn(move |body: Vec<u8>| {
+        log.push(body);
+        async {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+            Ok::<(), String>(())
+        }
     });
+    let options = ConsumerOptions::builder(handler)
+        .max_message_bytes(BOUND)
+        .max_reassembly_bytes(BOUND)
+        .max_out_of_order(1)
+        .build()
+        .unwrap();
+    let consumer = ReliableDelivery::consumer(options);
     let producers: Vec<_> = (0..3).map(|_| producer(&consumer, 4, 1024)).collect();
     let mut sends = Vec::new();
     for round in 0..3u8 {
@@ -599,6 +611,98 @@ async fn reassembly_stays_within_max_reassembly_bytes_and_every_message_still_ru
         "the bound refused chunks: {stats:?}"
     );
     assert_eq!(stats.assembled, 9);
+}
+
+/// A patient sender through the actors (issue 32): 32 forged producer ids each start a
+/// message of 128 KiB with a first chunk of 126 KiB, together filling `max_reassembly_bytes`
+/// (4 MiB), and add a one-byte chunk to each every 300 ms, never finishing one. An honest
+/// 100 KiB message (within its share) is confirmed at once; an honest 1 MiB message waits
+/// only until the attackers' messages, seen before it, reach their lifetime (5.125 s from
+/// their first chunk, swept by the consumer's timer) and its next retransmission; the bound
+/// holds throughout, and every partial message dropped is counted.
+#[actix::test]
+async fn a_patient_sender_keeps_no_honest_chunked_message_out_for_longer_than_the_documented_bound()
+{
+    tokio::time::pause();
+    const BOUND: u64 = 4 << 20;
+    let (consumer, runs) = consumer(|b| b.max_message_bytes(1 << 20).max_reassembly_bytes(BOUND));
+    // A real chunk, to forge the attackers' from.
+    let template = Arc::new(Mutex::new(None));
+    let capture = template.clone();
+    let capturing = ConsumerRef::from_fn(|_| {}).with_chunks(move |chunks| {
+        capture.lock().unwrap().get_or_insert(chunks[0].clone());
+    });
+    let capturer = producer(capturing, 1, 1024);
+    capturer.tell(vec![1], |_| {}).unwrap();
+    settle_for(1).await;
+    let template: ChunkDelivery<Vec<u8>> = template.lock().unwrap().clone().unwrap();
+    let forged = move |attacker: usize, index: u32, len: usize| {
+        let mut chunk = template.clone();
+        chunk.producer_id = format!("attacker-{attacker}").as_str().into();
+        chunk.seq = 1 + u64::from(index);
+        chunk.window_start = 1;
+        chunk.chunk = actix_delivery::protocol::chunk::ChunkHeader {
+            first_seq: 1,
+            chunks: 1024,
+            message_len: 128 << 10,
+        };
+        chunk.bytes = Bytes::from(vec![0xa; len]);
+        chunk.reply_to = Some(ReplyTo::from_fn(|_| {}));
+        chunk
+    };
+    let fill = (0..32)
+        .map(|attacker| forged(attacker, 0, 126 << 10))
+        .collect();
+    consumer.addr().do_send(ChunkDeliveries(fill));
+    let trickle = consumer.addr().clone();
+    let start = tokio::time::Instant::now();
+    actix::spawn(async move {
+        let tick = Duration::from_millis(300);
+        let mut every = tokio::time::interval_at(start + tick, tick);
+        for index in 1.. {
+            every.tick().await;
+            let chunks = (0..32).map(|attacker| forged(attacker, index, 1)).collect();
+            trickle.do_send(ChunkDeliveries(chunks));
+        }
+    });
+    tokio::time::sleep_until(start + Duration::from_secs(1)).await;
+    assert_eq!(
+        consumer.stats().await.unwrap().reassembly_bytes,
+        BOUND,
+        "filled"
+    );
+    let honest = producer(&consumer, 16, 16 << 10);
+    let within = |send| {
+        let consumer = consumer.clone();
+        async move {
+            let sent = tokio::time::Instant::now();
+            let confirmed = tokio::time::timeout(Duration::from_secs(60), send).await;
+            let stats = consumer.stats().await.unwrap();
+            assert!(confirmed.is_ok(), "not confirmed in a minute: {stats:?}");
+            sent.elapsed()
+        }
+    };
+    let waited = within(honest.send(message(1, 100 << 10))).await;
+    assert_eq!(waited, Duration::ZERO, "within its share: at once");
+    // Encoded (a header and a length first) just below 1 MiB.
+    let waited = within(honest.send(message(2, (1 << 20) - 64))).await;
+    let lifetime = Duration::from_millis(5125); // 5 s, and 128 KiB at 1 MiB/s
+    let bound = lifetime - Duration::from_secs(1) + Duration::from_millis(500);
+    assert!(
+        waited > lifetime - Duration::from_secs(1) - Duration::from_millis(1) && waited <= bound,
+        "waited {waited:?}, bound {bound:?}"
+    );
+    assert_eq!(runs.len(), 2);
+    let stats = consumer.stats().await.unwrap();
+    assert!(stats.reassembly_bytes <= BOUND, "{stats:?}");
+    // One attacker gave way to the 100 KiB message, all 32 reached their lifetime, and the
+    // youngest 8 of those the trickle started again gave way to the 1 MiB message.
+    assert_eq!(stats.partial_messages_dropped, 1 + 32 + 8, "{stats:?}");
+    assert_eq!(
+        stats.chunks_refused,
+        9 * 16,
+        "the 1 MiB message's window, 9 times"
+    );
 }
 
 /// The effectively-once consumer: the processed mark is the message's. The ACK of a message's

@@ -128,17 +128,21 @@ pub struct ConsumerStats {
     /// if it does not decode).
     pub assembled: u64,
     /// Chunks not buffered: one of a newer message while an older one of the same producer
-    /// is being reassembled, or no room within `max_reassembly_bytes` (their producers
-    /// retransmit them).
+    /// is being reassembled or waits, or no room within `max_reassembly_bytes` (their
+    /// producers retransmit them; see [`reassembly`](crate::protocol::chunk::reassembly)).
     pub chunks_refused: u64,
-    /// Partial messages dropped: for an older message of their producer, for room, idle for
-    /// `producer_idle_ttl`, with their producer's window, settled by their producer, or
+    /// Partial messages dropped: for an older message of their producer, for room (they keep
+    /// their place in line), at the end of their lifetime (`reassembly_grace` + their length
+    /// at `min_reassembly_rate`), with their producer's window, settled by their producer, or
     /// contradicted by a chunk. Their producers send them again.
     pub partial_messages_dropped: u64,
     /// Messages being reassembled right now.
     pub partial_messages: usize,
-    /// Bytes of chunked messages held right now: chunks of partial messages, and reassembled
-    /// messages waiting for the handler.
+    /// Chunked messages refused for room that keep their place in line right now.
+    pub messages_waiting_for_room: usize,
+    /// Bytes of chunked messages held right now: reserved by partial messages (each its whole
+    /// length, at least 128 bytes a chunk), and held by reassembled messages waiting for the
+    /// handler.
     pub reassembly_bytes: u64,
 }
 
@@ -232,7 +236,7 @@ impl<B, R> ConsumerCore<B, R> {
             deferred: VecDeque::new(),
             next_deferred: 0,
             expired: VecDeque::new(),
-            chunks: Reassembly::new(config.max_reassembly_bytes, config.producer_idle_ttl.get()),
+            chunks: Reassembly::new(config.max_reassembly_bytes, config.reassembly_lifetime()),
             max_message_bytes: config.max_message_bytes,
             stats: ConsumerStats::default(),
             warnings: Warnings::default(),
@@ -471,7 +475,7 @@ impl<B, R> ConsumerCore<B, R> {
         let table = &mut self.table;
         let dropped = self.chunks.sweep(now, |key| table.is_live(*key));
         if dropped > 0 {
-            log::debug!("dropped {dropped} idle partial message(s)");
+            log::debug!("dropped {dropped} partial message(s) at the end of their lifetime");
         }
         while let Some(front) = self.deferred.front() {
             if front.deadline.is_none_or(|deadline| now < deadline) {
@@ -561,6 +565,7 @@ impl<B, R> ConsumerCore<B, R> {
             chunks_refused: chunks.refused,
             partial_messages_dropped: chunks.dropped,
             partial_messages: self.chunks.len(),
+            messages_waiting_for_room: self.chunks.waiting(),
             reassembly_bytes: self.chunks.charged(),
             ..self.stats
         }

@@ -12,8 +12,10 @@
 //!
 //! - **Consumer.** A chunk is admitted only if its header is possible ([`check`]); a message
 //!   longer than `max_message_bytes` is a dead letter. Chunks are buffered per producer
-//!   incarnation, one partial message at a time ([`reassembly`]), bounded in bytes per message
-//!   and in total. A buffered chunk that is not the last is ACKed at once (so a window smaller
+//!   incarnation, one message at a time ([`reassembly`]): a message reserves its room with its
+//!   first chunk (bounded per message and in total), lives at most `reassembly_grace` plus its
+//!   length at `min_reassembly_rate`, and gets room in the order it was first seen, or at once
+//!   within its share. A buffered chunk that is not the last is ACKed at once (so a window smaller
 //!   than a message's chunk count cannot deadlock); the last chunk is ACKed only when the
 //!   handler succeeded on the whole message, so **its ACK confirms the message**. The handler
 //!   runs once, on the reassembled body, never on a part. On success every seq of the message
@@ -92,11 +94,15 @@ pub enum ChunkFault {
     /// length, or the bytes they add up to): the partial message is dropped too.
     #[error("it contradicts the chunks of its message received before")]
     Conflicting,
+    /// Its message has so many chunks that its [`reservation`](reassembly::reservation)
+    /// (at least 128 bytes a chunk) exceeds `max_reassembly_bytes`: it could never be held.
+    #[error("its message has more chunks than max_reassembly_bytes can hold")]
+    TooManyChunks,
 }
 
 /// Checks a chunk's header (of a delivery that passed
 /// [`admit`](crate::protocol::envelope::admit)) and its length against the consumer's
-/// `max_message_bytes`.
+/// `max_message_bytes` and `max_reassembly_bytes`.
 ///
 /// # Errors
 /// [`DeadLetterReason::InvalidChunk`] naming the first broken rule, or
@@ -106,6 +112,7 @@ pub fn check(
     chunk: &ChunkHeader,
     len: usize,
     max_message_bytes: u64,
+    max_reassembly_bytes: u64,
 ) -> Result<(), DeadLetterReason> {
     let fault = if chunk.chunks == 0 {
         Some(ChunkFault::NoChunks)
@@ -131,6 +138,9 @@ pub fn check(
             len: chunk.message_len,
             max: max_message_bytes,
         });
+    }
+    if reassembly::reservation(chunk) > max_reassembly_bytes {
+        return Err(DeadLetterReason::InvalidChunk(ChunkFault::TooManyChunks));
     }
     Ok(())
 }
@@ -334,7 +344,7 @@ mod tests {
     }
 
     fn fault(seq: u64, window_start: u64, c: ChunkHeader, len: usize) -> Option<ChunkFault> {
-        match check(&header(seq, window_start), &c, len, 1000) {
+        match check(&header(seq, window_start), &c, len, 1000, 4096) {
             Ok(()) => None,
             Err(DeadLetterReason::InvalidChunk(fault)) => Some(fault),
             Err(other) => panic!("{other:?}"),
@@ -359,18 +369,27 @@ mod tests {
         let beyond = chunk(MAX_SEQ - 1, 3, 30);
         assert_eq!(fault(MAX_SEQ - 1, 1, beyond, 10), Some(OutsideMessage));
         assert_eq!(fault(MAX_SEQ, 1, chunk(MAX_SEQ - 2, 3, 30), 10), None);
+        assert_eq!(
+            fault(1, 1, chunk(1, 32, 1000), 10),
+            None,
+            "32 × 128 bytes fit"
+        );
+        assert_eq!(fault(1, 1, chunk(1, 33, 1000), 10), Some(TooManyChunks));
     }
 
     #[test]
     fn a_message_over_max_message_bytes_is_refused_by_its_announced_length() {
         assert_eq!(
-            check(&header(1, 1), &chunk(1, 2, 1001), 10, 1000),
+            check(&header(1, 1), &chunk(1, 2, 1001), 10, 1000, 1000),
             Err(DeadLetterReason::MessageTooLarge {
                 len: 1001,
                 max: 1000
             })
         );
-        assert_eq!(check(&header(1, 1), &chunk(1, 2, 1000), 10, 1000), Ok(()));
+        assert_eq!(
+            check(&header(1, 1), &chunk(1, 2, 1000), 10, 1000, 1000),
+            Ok(())
+        );
     }
 
     #[test]

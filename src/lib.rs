@@ -371,15 +371,20 @@
 //!   of 256 KiB or 1 MiB, 42 % with 4 MiB chunks); in the shared-secret mode the HMAC
 //!   dominates (a quarter of the untagged plain send, the rate of a plain send that tags its
 //!   frames too): `benches/README.md`, "Large messages".
-//! - **Limits.** In process the encoding is bincode, whose schema is fixed: a durable
-//!   producer's stored chunks must be read by the same `T` (across processes the node's
-//!   [`remote::BodySchema`] versions bodies). A durable producer without `chunk_size` stops
-//!   (for good, saying why) on a stream that holds unsettled chunked messages, and one with it
-//!   on a stream that holds unsettled whole messages: switch once the stream's messages are
-//!   confirmed. Producer ids must be unique: two live producers sharing one would keep displacing each other's partial
-//!   messages. Over NATS, a queue group spreads a message's chunks over its members: send
-//!   chunked messages to a subject with one consumer. The outbox and work pulling send whole
-//!   messages.
+//! - **Limits.** In process the encoding is bincode, whose schema is fixed; a [`durable`]
+//!   producer writes its chunks, which it stores, as its durable options say (codec, message
+//!   version), across processes in the node's [`remote::BodySchema`]. At its start it reads
+//!   every stored message as its type, as it does whole ones: one of an older version goes
+//!   through the upcaster and is sent written again at today's, split anew over its own seqs;
+//!   one it cannot read (a newer version, a type changed without a new version) or that no
+//!   longer fits its seqs stops the producer for good, naming the stream, the message and the
+//!   versions, and stays stored for a producer that can read it. A durable producer without
+//!   `chunk_size` stops (for good, saying why) on a stream that holds unsettled chunked
+//!   messages, and one with it on a stream that holds unsettled whole messages: switch once the
+//!   stream's messages are confirmed. Producer ids must be unique: two live producers sharing
+//!   one would keep displacing each other's partial messages. Over NATS, a queue group spreads
+//!   a message's chunks over its members: send chunked messages to a subject with one
+//!   consumer. The outbox and work pulling send whole messages.
 //!
 //! # Running the handler
 //!

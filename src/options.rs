@@ -90,6 +90,13 @@ impl<T: Send + 'static> ProducerOptions<T> {
         })
     }
 
+    /// The same options, writing chunks in process as `schema` says (see
+    /// [`Chunking::stored_as`]).
+    pub(crate) fn with_chunks_stored_as(mut self, schema: BodySchema<T>) -> Self {
+        self.chunking = self.chunking.map(|chunking| chunking.stored_as(schema));
+        self
+    }
+
     /// The same options with the producer id fixed to `id` (a durable producer's is its
     /// stream's), validated again.
     pub(crate) fn with_producer_id(mut self, id: &str) -> Result<Self, OptionsError> {
@@ -219,12 +226,8 @@ impl<T: Send + 'static> ProducerOptionsBuilder<T> {
     where
         T: Serialize + DeserializeOwned,
     {
-        let schema = BodySchema::<T>::new().codec(Codec::Bincode);
-        self.chunking = Some(Chunking {
-            chunk_size,
-            encode: Arc::new(move |body: &T, size| schema.write_chunks(body, size)),
-            decode: Arc::new(move |message| schema.read_assembled(message)),
-        });
+        let in_process = BodySchema::<T>::new().codec(Codec::Bincode);
+        self.chunking = Some(Chunking::new(chunk_size, in_process));
         self
     }
 
@@ -295,7 +298,7 @@ fn checked_chunking<T: Send + 'static>(
              ConsumerRef::with_chunks",
         ));
     }
-    if let Some((max, encode)) = consumer.transport() {
+    if let Some((max, schema)) = consumer.transport() {
         if size > *max {
             return Err(OptionsError::new(
                 "chunk_size",
@@ -306,7 +309,7 @@ fn checked_chunking<T: Send + 'static>(
                 ),
             ));
         }
-        chunking.encode = encode.clone();
+        chunking = chunking.carried_in(schema.clone());
     }
     Ok(Some(chunking))
 }

@@ -22,6 +22,7 @@ use crate::options::{ProducerOptions, TraceHook};
 use crate::producer_core::Core;
 use crate::protocol::envelope::{Ack, Incarnation, ProducerId};
 use crate::protocol::producer::ProducerStats;
+use crate::remote::BodySchema;
 use crate::stop_signal::{StopSignal, SubscribeStopped};
 
 /// The sending side of reliable delivery: numbers messages, keeps at most `window_size` of them
@@ -124,7 +125,15 @@ impl<T: Clone + Send + 'static> ProducerController<T> {
                 ),
             ));
         }
-        let options = options.with_producer_id(id)?;
+        // Its chunks are what it stores: in process they are written as the durable options
+        // say (across processes in the transport's schema, which reads them back).
+        let stored_as = BodySchema::new()
+            .codec(durable.config.codec)
+            .version(durable.message_version)
+            .upcast(durable.upcast);
+        let options = options
+            .with_producer_id(id)?
+            .with_chunks_stored_as(stored_as);
         if let Some(size) = options.chunk_size().filter(|&s| s as u64 > MAX_BODY_BYTES) {
             return Err(OptionsError::new(
                 "chunk_size",

@@ -765,6 +765,7 @@ async fn a_durable_producer_resends_a_message_stored_whole_after_a_restart() {
     let (sink, confirmed) = durable_sink();
     let durable = || {
         DurableOptions::new(journal.clone(), PersistenceId::new("big").unwrap(), "big")
+            .codec(Codec::Bincode) // its size below: a length and the bytes
             .confirmations(sink.clone())
     };
     let options = |to| {
@@ -893,6 +894,205 @@ async fn a_durable_producer_refuses_a_stream_holding_unsettled_messages_of_the_o
         assert_eq!(runs[0].0, message(1, 3000), "{stream}");
         assert_eq!(runs[0].1.first_seq.is_some(), written_in_chunks, "{stream}");
     }
+}
+
+/// A report as the first release of an application sent it, in chunks.
+#[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
+struct ReportV1 {
+    id: u64,
+    text: String,
+}
+
+/// The same report after a field was added with a default (no new version).
+#[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
+struct ReportV2 {
+    id: u64,
+    text: String,
+    #[serde(default)]
+    pages: Option<u32>,
+}
+
+/// Version 2 of the report, a breaking change: its text became lines.
+#[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
+struct ReportV3 {
+    id: u64,
+    lines: Vec<String>,
+}
+
+/// Reads version 1 reports as version 2 (`ReportV3`).
+fn report_upcast(
+    old: actix_delivery::codec::Written<'_>,
+) -> Result<ReportV3, actix_delivery::codec::UpcastError> {
+    let v1: ReportV1 = old.decode()?;
+    Ok(ReportV3 {
+        id: v1.id,
+        lines: v1.text.lines().map(str::to_owned).collect(),
+    })
+}
+
+/// Report `id` of version 1: 2 729 bytes of text in lines, three chunks of 1 KiB.
+fn report(id: u64) -> ReportV1 {
+    let line = format!("report {id:03} ").repeat(7);
+    ReportV1 {
+        id,
+        text: vec![line; 35].join("\n"),
+    }
+}
+
+/// A consumer of `T` that records what it handled, and a durable producer of `T` to it with
+/// chunks of 1 KiB and at most three attempts per message, on `stream` of `journal`.
+fn report_pipeline<T>(
+    journal: &Arc<MemoryJournal>,
+    stream: &str,
+    durable: impl FnOnce(DurableOptions<T>) -> DurableOptions<T>,
+) -> (ProducerHandle<T>, Log<T>, Reported)
+where
+    T: Clone + Send + Unpin + serde::Serialize + serde::de::DeserializeOwned + 'static,
+{
+    let handled = Log::default();
+    let log = handled.clone();
+    let handler = DeliveryHandler::from_fn(move |body: T| {
+        log.push(body);
+        async { Ok::<(), String>(()) }
+    });
+    let consumer = ReliableDelivery::consumer(ConsumerOptions::builder(handler).build().unwrap());
+    let (sink, reported) = durable_sink();
+    let options = ProducerOptions::builder(&consumer)
+        .chunk_size(1024)
+        .max_attempts(3)
+        .build()
+        .unwrap();
+    let stream = PersistenceId::new(stream).unwrap();
+    let durable = durable(DurableOptions::new(
+        journal.clone(),
+        stream.clone(),
+        stream.as_str(),
+    ));
+    let producer =
+        ReliableDelivery::durable_producer(options, durable.confirmations(sink)).unwrap();
+    (producer, handled, reported)
+}
+
+/// Waits until `producer` has nothing left to send, for at most a minute of virtual time.
+async fn idle_within_a_minute<T: Clone + Send + 'static>(producer: &ProducerHandle<T>) {
+    let idle = tokio::time::timeout(Duration::from_secs(60), producer.idle()).await;
+    assert!(
+        idle.is_ok(),
+        "still sending after a minute: {:?}",
+        producer.stats().await
+    );
+}
+
+/// Stores reports 1 and 2 of version 1 on `stream` (written as `durable` says), unsent.
+async fn store_reports(
+    journal: &Arc<MemoryJournal>,
+    stream: &str,
+    durable: impl FnOnce(DurableOptions<ReportV1>) -> DurableOptions<ReportV1>,
+) {
+    let nowhere = ConsumerRef::from_fn(|_| {}).with_chunks(|_| {});
+    let options = ProducerOptions::builder(nowhere)
+        .chunk_size(1024)
+        .build()
+        .unwrap();
+    let stream = PersistenceId::new(stream).unwrap();
+    let durable = durable(DurableOptions::new(
+        journal.clone(),
+        stream.clone(),
+        stream.as_str(),
+    ));
+    let first = ReliableDelivery::durable_producer(options, durable).unwrap();
+    for id in 1..=2 {
+        let stored = first.store(report(id)).await.unwrap();
+        assert_eq!(stored.id, MessageId(3 * id), "three chunks each");
+    }
+    first.stop();
+    first.stopped().await;
+}
+
+/// A durable producer's stored chunked messages after a change of their type: with a field
+/// added (a default, no new version) they are read as the new type; after a breaking change
+/// with a new version they go through the upcaster; either way they arrive and are
+/// confirmed, never given up because the new code sends them as the old one stored them.
+#[actix::test]
+async fn a_durable_producers_chunked_messages_arrive_after_their_type_changed() {
+    tokio::time::pause();
+    let journal = Arc::new(MemoryJournal::new());
+    store_reports(&journal, "added", |d| d).await;
+    let (producer, handled, reported) = report_pipeline::<ReportV2>(&journal, "added", |d| d);
+    idle_within_a_minute(&producer).await;
+    let expected: Vec<ReportV2> = (1..=2)
+        .map(|id| ReportV2 {
+            id,
+            text: report(id).text,
+            pages: None,
+        })
+        .collect();
+    assert_eq!(handled.snapshot(), expected, "read as the new type");
+    settle_for(10).await;
+    assert_eq!(
+        reported.snapshot(),
+        [(MessageId(3), Ok(())), (MessageId(6), Ok(()))]
+    );
+    store_reports(&journal, "upcast", |d| d).await;
+    let (producer, handled, reported) = report_pipeline::<ReportV3>(&journal, "upcast", |d| {
+        d.message_version(2).upcast(report_upcast)
+    });
+    idle_within_a_minute(&producer).await;
+    let upcast: Vec<ReportV3> = (1..=2)
+        .map(|id| ReportV3 {
+            id,
+            lines: report(id).text.lines().map(str::to_owned).collect(),
+        })
+        .collect();
+    assert_eq!(handled.snapshot(), upcast, "through the upcaster");
+    let newer = ReportV3 {
+        id: 3,
+        lines: vec!["written at version 2".into()],
+    };
+    producer.send(newer.clone()).await.unwrap();
+    assert_eq!(handled.snapshot()[2], newer);
+    settle_for(10).await;
+    assert_eq!(
+        reported.snapshot(),
+        [(MessageId(3), Ok(())), (MessageId(6), Ok(()))]
+    );
+}
+
+/// A durable producer that cannot read its stored chunked messages (bincode, and the type
+/// changed without a new version) stops for good before it sends anything, saying which
+/// stream, message and versions; the messages stay stored, and the type rolled back sends
+/// them.
+#[actix::test]
+async fn a_durable_producer_that_cannot_read_its_stored_chunked_messages_stops_and_keeps_them() {
+    tokio::time::pause();
+    let journal = Arc::new(MemoryJournal::new());
+    let bincode = |d: DurableOptions<ReportV1>| d.codec(Codec::Bincode);
+    store_reports(&journal, "bincode", bincode).await;
+    let (producer, handled, _) =
+        report_pipeline::<ReportV2>(&journal, "bincode", |d| d.codec(Codec::Bincode));
+    let refused = producer
+        .store(ReportV2 {
+            id: 3,
+            text: "new".into(),
+            pages: Some(1),
+        })
+        .await;
+    let Err(DeliveryError::Storage(why)) = &refused else {
+        panic!("{refused:?}");
+    };
+    for part in ["stream `bincode`", "stored message 3", "version 1"] {
+        assert!(why.contains(part), "{part}: {why}");
+    }
+    producer.stopped().await;
+    assert!(handled.snapshot().is_empty(), "nothing sent");
+    let (producer, handled, reported) = report_pipeline::<ReportV1>(&journal, "bincode", bincode);
+    idle_within_a_minute(&producer).await;
+    assert_eq!(handled.snapshot(), [report(1), report(2)], "rolled back");
+    settle_for(10).await;
+    assert_eq!(
+        reported.snapshot(),
+        [(MessageId(3), Ok(())), (MessageId(6), Ok(()))]
+    );
 }
 
 /// What a durable producer's sink was told.

@@ -157,6 +157,26 @@ pub fn split(message: &Bytes, chunk_size: usize) -> Vec<Bytes> {
         .collect()
 }
 
+/// `message` split into exactly `chunks` chunks, none empty, none longer than `max_chunk`,
+/// their lengths differing by one at most: views of the same bytes, not copies. `None` when
+/// it cannot be (the message is shorter than `chunks` bytes, or longer than `chunks` ×
+/// `max_chunk`).
+pub fn split_into(message: &Bytes, chunks: u32, max_chunk: usize) -> Option<Vec<Bytes>> {
+    let (len, count) = (message.len(), chunks as usize);
+    if count == 0 || len < count || len.div_ceil(count) > max_chunk {
+        return None;
+    }
+    let (short, longer) = (len / count, len % count);
+    let mut start = 0;
+    let pieces = (0..count).map(|index| {
+        let end = start + short + usize::from(index < longer);
+        let piece = message.slice(start..end);
+        start = end;
+        piece
+    });
+    Some(pieces.collect())
+}
+
 /// Where a message is encoded to be sent in chunks: every chunk is its own buffer of exactly
 /// `chunk_size` bytes (the last one shorter), filled as the encoder writes, so a message is
 /// never held in one growing buffer (which would double its memory while it grows). The first
@@ -412,6 +432,18 @@ mod tests {
     }
 
     #[test]
+    fn splitting_into_a_given_number_of_chunks_spreads_the_bytes_evenly_or_says_it_cannot() {
+        let message = Bytes::from((0..10u8).collect::<Vec<_>>());
+        let chunks = split_into(&message, 3, 4).unwrap();
+        assert_eq!(chunks, [&[0, 1, 2, 3][..], &[4, 5, 6], &[7, 8, 9]]);
+        assert_eq!(chunks[1].as_ptr(), message[4..].as_ptr(), "views");
+        assert_eq!(split_into(&message, 10, 1).unwrap().len(), 10);
+        assert_eq!(split_into(&message, 2, 4), None, "longer than 2 × 4");
+        assert_eq!(split_into(&message, 11, 4), None, "an empty chunk");
+        assert_eq!(split_into(&message, 0, 4), None);
+    }
+
+    #[test]
     fn a_chunk_writer_fills_buffers_of_exactly_chunk_size_bytes() {
         let mut writer = ChunkWriter::new(4);
         writer.write_all(b"ab").unwrap();
@@ -427,21 +459,6 @@ mod tests {
             "no empty chunk after a full one"
         );
         assert_eq!(ChunkWriter::new(4).finish(), [Bytes::new()]);
-    }
-
-    #[test]
-    fn an_assembled_message_reads_its_chunks_in_order_and_releases_each_once_read() {
-        let parts = [Bytes::from_static(b"abc"), Bytes::from_static(b"de")];
-        let mut assembled = Assembled::new(parts.clone());
-        assert_eq!(assembled.len(), 5);
-        let mut first = [0; 4];
-        assert_eq!(assembled.read(&mut first).unwrap(), 3, "one chunk per read");
-        assert_eq!(assembled.parts.len(), 1, "the first chunk is released");
-        let mut rest = Vec::new();
-        assembled.read_to_end(&mut rest).unwrap();
-        assert_eq!((&first[..3], &rest[..]), (&b"abc"[..], &b"de"[..]));
-        assert!(assembled.is_empty());
-        assert_eq!(&Assembled::new(parts).into_bytes()[..], b"abcde");
     }
 
     #[test]
@@ -462,6 +479,21 @@ mod tests {
         let chunks = large.finish();
         let lens: Vec<usize> = chunks.iter().map(Bytes::len).collect();
         assert_eq!(lens, [4096, 4096, 1808]);
+    }
+
+    #[test]
+    fn an_assembled_message_reads_its_chunks_in_order_and_releases_each_once_read() {
+        let parts = [Bytes::from_static(b"abc"), Bytes::from_static(b"de")];
+        let mut assembled = Assembled::new(parts.clone());
+        assert_eq!(assembled.len(), 5);
+        let mut first = [0; 4];
+        assert_eq!(assembled.read(&mut first).unwrap(), 3, "one chunk per read");
+        assert_eq!(assembled.parts.len(), 1, "the first chunk is released");
+        let mut rest = Vec::new();
+        assembled.read_to_end(&mut rest).unwrap();
+        assert_eq!((&first[..3], &rest[..]), (&b"abc"[..], &b"de"[..]));
+        assert!(assembled.is_empty());
+        assert_eq!(&Assembled::new(parts).into_bytes()[..], b"abcde");
     }
 
     #[test]

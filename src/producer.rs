@@ -165,6 +165,11 @@ impl<T: Clone + Send + 'static> ProducerController<T> {
             self.core.transmit(now(), &self.consumer, reply_to);
         }
         self.settle_polled();
+        if self.durable.is_some() {
+            // A chunked message given up while transmitting (a round beyond `max_attempts`)
+            // is recorded now: nothing else may come to flush again.
+            self.start_record(ctx);
+        }
         #[cfg(feature = "metrics")]
         self.meter.publish(&self.stats());
         if self.core.is_idle() && self.durable.as_ref().is_none_or(Durable::is_idle) {

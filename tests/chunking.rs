@@ -1095,6 +1095,70 @@ async fn a_durable_producer_that_cannot_read_its_stored_chunked_messages_stops_a
     );
 }
 
+/// A durable producer's chunked message that is given up by a round (its last chunk never
+/// confirmed: the consumer cannot decode it; `max_attempts` 2) is recorded and reported like
+/// any give-up: its `send` hears `GaveUp`, a resumed one's sink does, and the producer goes
+/// idle, nothing left unsettled.
+#[actix::test]
+async fn a_durable_chunked_message_given_up_by_a_round_is_recorded_and_reported() {
+    tokio::time::pause();
+    let journal = Arc::new(MemoryJournal::new());
+    let (consumer, runs) = consumer(|b| b);
+    let target = consumer.clone();
+    // The first chunk's header byte spoiled: the whole message does not decode.
+    let spoiling = ConsumerRef::from_fn(|_| {}).with_chunks(move |mut chunks| {
+        for chunk in &mut chunks {
+            let chunk: &mut ChunkDelivery<Vec<u8>> = chunk;
+            if chunk.seq == chunk.chunk.first_seq {
+                let mut bytes = chunk.bytes.to_vec();
+                bytes[0] = 99;
+                chunk.bytes = Bytes::from(bytes);
+            }
+        }
+        target.addr().do_send(ChunkDeliveries(chunks));
+    });
+    let durable = |stream: &str| {
+        DurableOptions::new(journal.clone(), PersistenceId::new(stream).unwrap(), stream)
+    };
+    let options = |to: ConsumerRef<Vec<u8>>| {
+        ProducerOptions::builder(to)
+            .chunk_size(1024)
+            .max_attempts(2)
+            .build()
+            .unwrap()
+    };
+    let producer =
+        ReliableDelivery::durable_producer(options(spoiling.clone()), durable("sent")).unwrap();
+    let sent = tokio::time::timeout(Duration::from_secs(60), producer.send(message(1, 5000))).await;
+    assert_eq!(sent, Ok(Err(DeliveryError::GaveUp { attempts: 2 })));
+    idle_within_a_minute(&producer).await;
+    assert_eq!(producer.stats().await.unwrap().unconfirmed, 0);
+    let nowhere = ConsumerRef::from_fn(|_| {}).with_chunks(|_| {});
+    let first = ReliableDelivery::durable_producer(options(nowhere), durable("resumed")).unwrap();
+    first.store(message(2, 5000)).await.unwrap();
+    first.stop();
+    first.stopped().await;
+    let (sink, reported) = durable_sink();
+    let resumed = ReliableDelivery::durable_producer(
+        options(spoiling),
+        durable("resumed").confirmations(sink),
+    )
+    .unwrap();
+    idle_within_a_minute(&resumed).await;
+    assert_eq!(resumed.stats().await.unwrap().unconfirmed, 0);
+    settle_for(10).await;
+    assert_eq!(
+        reported.snapshot(),
+        [(MessageId(8), Err(DeliveryError::GaveUp { attempts: 2 }))] // 8 chunks
+    );
+    assert!(runs.snapshot().is_empty());
+    assert_eq!(
+        consumer.stats().await.unwrap().dead_letters,
+        4,
+        "two sendings each"
+    );
+}
+
 /// What a durable producer's sink was told.
 type Reported = Log<(MessageId, Result<(), DeliveryError>)>;
 

@@ -692,7 +692,8 @@ impl<T: Clone + Send + 'static> ProducerController<T> {
         }));
     }
 
-    fn start_record(&mut self, ctx: &mut Context<Self>) {
+    /// Records what was settled (one record in flight at a time).
+    pub(crate) fn start_record(&mut self, ctx: &mut Context<Self>) {
         let Some(durable) = &mut self.durable else {
             return;
         };

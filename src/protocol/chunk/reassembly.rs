@@ -227,13 +227,6 @@ impl<K: Copy + Eq + Hash, W: Copy + Eq> Reassembly<K, W> {
         if self.partials.get(&key).is_some_and(|p| p.owner != owner) {
             self.drop_partial(&key); // another incarnation's: its producer's earlier life
         }
-        if self
-            .waiting
-            .get(&key)
-            .is_some_and(|w| w.owner != owner || now >= w.expires)
-        {
-            self.waiting.remove(&key); // another incarnation's, or its time is up
-        }
         if let Some(p) = self.partials.get(&key) {
             if p.header.first_seq == chunk.first_seq {
                 if p.header != chunk {
@@ -250,6 +243,14 @@ impl<K: Copy + Eq + Hash, W: Copy + Eq> Reassembly<K, W> {
                 return Inserted::Refused;
             }
             self.drop_partial(&key); // a newer message's: the older one goes first
+        }
+        // No partial message: the key's message may wait (a key has one or the other).
+        if self
+            .waiting
+            .get(&key)
+            .is_some_and(|w| w.owner != owner || now >= w.expires)
+        {
+            self.waiting.remove(&key); // another incarnation's, or its time is up
         }
         let (mut age, mut ends) = (None, None);
         if let Some(w) = self.waiting.get(&key) {
@@ -459,7 +460,8 @@ impl<K: Copy + Eq + Hash, W: Copy + Eq> Reassembly<K, W> {
         if self.fits(need) {
             return true;
         }
-        self.waiting.retain(|_, w| is_live(&w.owner));
+        self.waiting
+            .retain(|_, w| now < w.expires && is_live(&w.owner));
         self.drop_partials(|p| !is_live(&p.owner));
         let others = self.partials.iter().map(|(k, p)| (p.age, *k));
         let waiting = self.waiting.iter().map(|(k, w)| (w.age, *k));
@@ -467,14 +469,14 @@ impl<K: Copy + Eq + Hash, W: Copy + Eq> Reassembly<K, W> {
             .chain(waiting)
             .filter(|(_, k)| *k != key)
             .min_by_key(|(age, _)| *age);
-        let victims: Vec<(u64, K)> = match oldest {
+        let victims: Vec<K> = match oldest {
             None => Vec::new(),
             Some((oldest_age, _)) if age < oldest_age => {
                 // The oldest message: younger ones give way, the youngest first.
                 let mut younger: Vec<(u64, K)> =
                     self.partials.iter().map(|(k, p)| (p.age, *k)).collect();
                 younger.sort_unstable_by_key(|(age, _)| std::cmp::Reverse(*age));
-                younger
+                younger.into_iter().map(|(_, k)| k).collect()
             }
             Some((_, oldest_key)) => {
                 // Within its share, from those over theirs, the largest first.
@@ -496,10 +498,10 @@ impl<K: Copy + Eq + Hash, W: Copy + Eq> Reassembly<K, W> {
                 over.sort_unstable_by_key(|(reserved, age, _)| {
                     std::cmp::Reverse((*reserved, *age))
                 });
-                over.into_iter().map(|(_, age, k)| (age, k)).collect()
+                over.into_iter().map(|(.., k)| k).collect()
             }
         };
-        for (_, victim) in victims {
+        for victim in victims {
             if self.fits(need) {
                 break;
             }

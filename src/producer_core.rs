@@ -10,7 +10,7 @@ use bytes::Bytes;
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 
-use crate::codec::{self, CodecError, Manifest};
+use crate::codec::{self, CodecError, Manifest, TYPE_CHANGED};
 use crate::config::ProducerConfig;
 use crate::confirmation::Confirmation;
 use crate::error::DeliveryError;
@@ -304,19 +304,17 @@ impl<T> Chunking<T> {
         let Ok((codec, version)) = codec::decode_prefix_from::<(u8, u32)>(&mut message, len) else {
             return Err("it has no codec and version header".to_owned());
         };
-        let body =
-            (self.read)(&schema, Assembled::new(stored.iter().cloned())).map_err(|unread| {
-                if version != current {
-                    return unread.why; // names both versions
-                }
+        let body = match (self.read)(&schema, Assembled::new(stored.iter().cloned())) {
+            Ok(body) => body,
+            Err(unread) if version != current => return Err(unread.why), // names both versions
+            Err(unread) => {
                 let written = Manifest::from_stored(codec, std::any::type_name::<T>(), version);
-                format!(
-                    "written as {written}, it does not decode: {} (corrupt, or the type changed \
-                 without a new version: raise the version and read the old one in an \
-                 upcaster)",
-                    unread.why
-                )
-            })?;
+                let why = unread.why;
+                return Err(format!(
+                    "written as {written}, it does not decode: {why} {TYPE_CHANGED}"
+                ));
+            }
+        };
         if version == current && stored.iter().all(|chunk| chunk.len() <= self.chunk_size) {
             return Ok(stored);
         }

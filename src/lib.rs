@@ -307,14 +307,14 @@
 //! [`chunk_size`](ProducerOptionsBuilder::chunk_size) sends messages of any size up to the
 //! consumer's `max_message_bytes`, in chunks:
 //!
-//! - **What it does.** Each message is encoded once (serde: in bincode in process, across
-//!   processes in the node's [`remote::BodySchema`] for `T`), straight into buffers of
-//!   `chunk_size` bytes. Each chunk is a delivery of its own: a seq (a message of `n` chunks
-//!   takes `n` consecutive seqs), a window slot, retransmission. The consumer buffers a
-//!   message's chunks (in any order), ACKs each one but the last at once, decodes the message
-//!   once it is whole, runs the handler on it once, and only then ACKs the last chunk: that ACK
-//!   confirms the message. [`DeliveryInfo::seq`] is the last chunk's seq,
-//!   [`DeliveryInfo::first_seq`] the first's.
+//! - **What it does.** Each message is encoded once (serde: in bincode in process, or as its
+//!   [`durable::DurableOptions`] say for a durable producer; across processes in the node's
+//!   [`remote::BodySchema`] for `T`), straight into buffers of `chunk_size` bytes. Each chunk is a
+//!   delivery of its own: a seq (a message of `n` chunks takes `n` consecutive seqs), a window
+//!   slot, retransmission. The consumer buffers a message's chunks (in any order), ACKs each one
+//!   but the last at once, decodes the message once it is whole, runs the handler on it once, and
+//!   only then ACKs the last chunk: that ACK confirms the message. [`DeliveryInfo::seq`] is the
+//!   last chunk's seq, [`DeliveryInfo::first_seq`] the first's.
 //! - **What it needs.** `T: Serialize + DeserializeOwned`; a consumer reference that takes
 //!   chunks (a [`ConsumerHandle`], a `ConsumerController`'s `Addr`, `Node::consumer_ref`,
 //!   `NatsCarrier::consumer_ref`, or [`ConsumerRef::with_chunks`]); a `chunk_size` of at

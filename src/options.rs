@@ -204,16 +204,16 @@ impl<T: Send + 'static> ProducerOptionsBuilder<T> {
         self
     }
 
-    /// Sends each message in chunks of `chunk_size` bytes (default: whole): large messages,
-    /// beyond what a transport's frame (`max_frame_length`, NATS's `max_payload`) or a
-    /// journal entry holds, with bounded memory at the consumer. The message is encoded once
-    /// (serde, in bincode in process; across processes in the transport's
-    /// [`BodySchema`](crate::remote::BodySchema) for `T`), which is what `T` needs
-    /// `Serialize + DeserializeOwned` for; the consumer decodes it once whole. Each chunk is a
-    /// delivery of its own: a seq, a window slot, retransmission; the last chunk's ACK, sent
-    /// after the handler ran on the whole message, confirms it. Every message is then sent as
-    /// chunks (a small one as one chunk), so `tell` and `send` encode each. See
-    /// [`protocol::chunk`](crate::protocol::chunk) for the rules, the crate docs ("Large
+    /// Sends each message in chunks of `chunk_size` bytes (default: whole): large messages, beyond
+    /// what a transport's frame (`max_frame_length`, NATS's `max_payload`) or a journal entry
+    /// holds, with bounded memory at the consumer. The message is encoded once (serde, in bincode
+    /// in process, or as its [`DurableOptions`](crate::durable::DurableOptions) say for a durable
+    /// producer; across processes in the transport's [`BodySchema`](crate::remote::BodySchema) for
+    /// `T`), which is what `T` needs `Serialize + DeserializeOwned` for; the consumer decodes it
+    /// once whole. Each chunk is a delivery of its own: a seq, a window slot, retransmission; the
+    /// last chunk's ACK, sent after the handler ran on the whole message, confirms it. Every
+    /// message is then sent as chunks (a small one as one chunk), so `tell` and `send` encode each.
+    /// See [`protocol::chunk`](crate::protocol::chunk) for the rules, the crate docs ("Large
     /// messages") for the costs.
     ///
     /// # Errors

@@ -10,17 +10,17 @@
 //! carries a [`ChunkHeader`]: its message's first seq, its number of chunks and its length in
 //! bytes. The chunk of seq `s` is the message's chunk `s - first_seq`.
 //!
-//! - **Consumer.** A chunk is admitted only if its header is possible ([`check`]); a message
-//!   longer than `max_message_bytes` is a dead letter. Chunks are buffered per producer
-//!   incarnation, one message at a time ([`reassembly`]): a message reserves its room with its
-//!   first chunk (bounded per message and in total), lives at most `reassembly_grace` plus its
-//!   length at `min_reassembly_rate`, and gets room in the order it was first seen, or at once
-//!   within its share. A buffered chunk that is not the last is ACKed at once (so a window smaller
-//!   than a message's chunk count cannot deadlock); the last chunk is ACKed only when the
-//!   handler succeeded on the whole message, so **its ACK confirms the message**. The handler
-//!   runs once, on the reassembled body, never on a part. On success every seq of the message
-//!   is recorded as handled (a range), so the dedup window's `contiguous` mark passes the
-//!   chunk seqs and nothing of them stays above it.
+//! - **Consumer.** A chunk is admitted only if its header is possible ([`check`]); a message longer
+//!   than `max_message_bytes` is a dead letter. Chunks are buffered per producer incarnation, one
+//!   message at a time ([`reassembly`]): a message reserves its room with its first chunk (bounded
+//!   per message and in total), lives at most `reassembly_grace` plus its length at
+//!   `min_reassembly_rate`, and gets room in the order it was first seen, or at once within its
+//!   share. A buffered chunk that is not the last is ACKed at once (so a window smaller than a
+//!   message's chunk count cannot deadlock); the last chunk is ACKed only when the handler
+//!   succeeded on the whole message, so **its ACK confirms the message**. The handler runs once, on
+//!   the reassembled body, never on a part. On success every seq of the message is recorded as
+//!   handled (a range), so the dedup window's `contiguous` mark passes the chunk seqs and nothing
+//!   of them stays above it.
 //! - **Producer** ([`producer`]). A message is confirmed once, by its last chunk's ACK. Its
 //!   `window_start` never passes its first seq before then, so a consumer that starts a fresh
 //!   window (a restart, an eviction) still admits every chunk of it. When the last chunk goes

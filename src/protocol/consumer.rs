@@ -462,9 +462,9 @@ impl<B, R> ConsumerCore<B, R> {
         self.expired.pop_front()
     }
 
-    /// Runs what is due at `now`: the idle sweep, and the abandonment of a handler run (or a
-    /// deferred outcome, see [`poll_expired`](Self::poll_expired)) older than
-    /// `handler_timeout`. `Some` when the running handler was abandoned: drop its future and
+    /// Runs what is due at `now`: the idle sweep, the end of partial messages' lifetimes (and
+    /// of waiting ones' places), and the abandonment of a handler run (or a deferred outcome,
+    /// see [`poll_expired`](Self::poll_expired)) older than `handler_timeout`. `Some` when the running handler was abandoned: drop its future and
     /// carry out the completion (it has no ACK: the producer retransmits the message).
     pub fn handle_timeout(&mut self, now: Instant) -> Option<Completion<B, R>> {
         let swept = self.table.sweep(now);

@@ -270,10 +270,11 @@ pub struct ConsumerConfig {
     /// ones are dead letters. Default 64 MiB; positive. See
     /// [`chunk`](crate::protocol::chunk).
     pub max_message_bytes: u64,
-    /// The most bytes of chunked messages held at once, over all producers: the chunks of
-    /// messages being reassembled and reassembled messages waiting for the handler. Beyond,
-    /// chunks are refused (their producers retransmit them). Default 256 MiB; at least
-    /// `max_message_bytes` and [`MIN_PART_CHARGE`].
+    /// The most bytes of chunked messages held at once, over all producers: reserved by
+    /// messages being reassembled (each its whole length, at least [`MIN_PART_CHARGE`] a
+    /// chunk) and held by reassembled messages waiting for the handler. Beyond, chunks are
+    /// refused (their producers retransmit them; see `reassembly_grace` for who gets room
+    /// first). Default 256 MiB; at least `max_message_bytes` and [`MIN_PART_CHARGE`].
     pub max_reassembly_bytes: u64,
     /// What every partial message gets of its lifetime, whatever its length: a message being
     /// reassembled is dropped `reassembly_grace + its length / min_reassembly_rate` after its

@@ -83,6 +83,7 @@ use serde::de::{self, Unexpected, Visitor};
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
 use crate::error::OptionsError;
+use crate::protocol::chunk::reassembly::{Lifetime, MIN_PART_CHARGE};
 use crate::protocol::envelope::check_producer_id;
 
 /// The longest duration any option accepts: keeps deadline arithmetic far from overflow.
@@ -269,11 +270,26 @@ pub struct ConsumerConfig {
     /// ones are dead letters. Default 64 MiB; positive. See
     /// [`chunk`](crate::protocol::chunk).
     pub max_message_bytes: u64,
-    /// The most bytes of chunked messages held at once, over all producers: the chunks of
-    /// messages being reassembled and reassembled messages waiting for the handler. Beyond,
-    /// chunks are refused (their producers retransmit them). Default 256 MiB; at least
-    /// `max_message_bytes`.
+    /// The most bytes of chunked messages held at once, over all producers: reserved by
+    /// messages being reassembled (each its whole length, at least [`MIN_PART_CHARGE`] a
+    /// chunk) and held by reassembled messages waiting for the handler. Beyond, chunks are
+    /// refused (their producers retransmit them; see `reassembly_grace` for who gets room
+    /// first). Default 256 MiB; at least `max_message_bytes` and [`MIN_PART_CHARGE`].
     pub max_reassembly_bytes: u64,
+    /// What every partial message gets of its lifetime, whatever its length: a message being
+    /// reassembled is dropped `reassembly_grace + its length / min_reassembly_rate` after its
+    /// first chunk was buffered, whatever arrives later (so neither a producer that stopped
+    /// nor one that trickles chunks holds room for longer). A message refused for room keeps
+    /// its place in line while its producer retransmits it at least once per grace. Settings
+    /// key `reassembly_grace_ms`; default 5 s; positive, at most 365 days. See
+    /// [`reassembly`](crate::protocol::chunk::reassembly).
+    #[serde(rename = "reassembly_grace_ms", with = "millis::reassembly_grace_ms")]
+    pub reassembly_grace: Duration,
+    /// The slowest rate, in bytes per second, at which a chunked message is expected to
+    /// arrive (see `reassembly_grace`): a message of 64 MiB gets 64 s more than the grace at
+    /// the default 1 MiB/s. Positive; the lifetime of a message of `max_message_bytes` must
+    /// be at most 365 days.
+    pub min_reassembly_rate: u64,
 }
 
 impl Default for ConsumerConfig {
@@ -286,6 +302,8 @@ impl Default for ConsumerConfig {
             handler_timeout: Limit::At(Duration::from_secs(30)),
             max_message_bytes: 64 << 20,
             max_reassembly_bytes: 256 << 20,
+            reassembly_grace: Duration::from_secs(5),
+            min_reassembly_rate: 1 << 20,
         }
     }
 }
@@ -314,17 +332,43 @@ impl ConsumerConfig {
                 "must be positive (got 0)",
             ));
         }
-        if self.max_reassembly_bytes < self.max_message_bytes {
+        let least = self.max_message_bytes.max(MIN_PART_CHARGE);
+        if self.max_reassembly_bytes < least {
             return Err(OptionsError::new(
                 "max_reassembly_bytes",
                 format!(
-                    "must be at least max_message_bytes ({}), or a message of that size could \
-                     never be reassembled (got {})",
-                    self.max_message_bytes, self.max_reassembly_bytes
+                    "must be at least max_message_bytes and {MIN_PART_CHARGE} ({least}), or a \
+                     message of that size could never be reassembled (got {})",
+                    self.max_reassembly_bytes
+                ),
+            ));
+        }
+        duration("reassembly_grace_ms", self.reassembly_grace)?;
+        if self.min_reassembly_rate == 0 {
+            return Err(OptionsError::new(
+                "min_reassembly_rate",
+                "must be positive (got 0)",
+            ));
+        }
+        let longest = self.reassembly_lifetime().of(self.max_message_bytes);
+        if longest > MAX_DURATION {
+            return Err(OptionsError::new(
+                "min_reassembly_rate",
+                format!(
+                    "a message of max_message_bytes would be given {longest:?} to arrive at \
+                     this rate: at most 365 days"
                 ),
             ));
         }
         Ok(())
+    }
+
+    /// How long a partial message may take to arrive.
+    pub(crate) fn reassembly_lifetime(&self) -> Lifetime {
+        Lifetime {
+            grace: self.reassembly_grace,
+            min_rate: self.min_reassembly_rate,
+        }
     }
 }
 
@@ -485,6 +529,7 @@ pub(crate) mod millis {
     crate::config::millis_key!(resend_timeout_ms, "resend_timeout_ms");
     crate::config::millis_key!(stop_timeout_ms, "stop_timeout_ms");
     crate::config::millis_key!(max_ms, "backoff.max_ms");
+    crate::config::millis_key!(reassembly_grace_ms, "reassembly_grace_ms");
 }
 
 /// `mod $name` for `#[serde(with = "…::$name")]` on a `Duration`: a whole number of
@@ -672,6 +717,13 @@ mod tests {
         assert_eq!(c.producer_idle_ttl, Limit::At(Duration::from_secs(300)));
         assert_eq!(c.max_out_of_order, Limit::At(1024));
         assert!(!c.ordered);
+        assert_eq!(c.reassembly_grace, Duration::from_secs(5));
+        assert_eq!(c.min_reassembly_rate, 1 << 20);
+        assert_eq!(
+            c.reassembly_lifetime().of(c.max_message_bytes),
+            Duration::from_secs(69),
+            "a message of max_message_bytes"
+        );
         assert_eq!(c.validate(), Ok(()));
     }
 
@@ -820,6 +872,37 @@ mod tests {
                 },
                 "max_reassembly_bytes",
             ),
+            (
+                ConsumerConfig {
+                    max_message_bytes: 1,
+                    max_reassembly_bytes: MIN_PART_CHARGE - 1,
+                    ..base()
+                },
+                "max_reassembly_bytes",
+            ),
+            (
+                ConsumerConfig {
+                    reassembly_grace: Duration::ZERO,
+                    ..base()
+                },
+                "reassembly_grace_ms",
+            ),
+            (
+                ConsumerConfig {
+                    min_reassembly_rate: 0,
+                    ..base()
+                },
+                "min_reassembly_rate",
+            ),
+            (
+                ConsumerConfig {
+                    max_message_bytes: u64::MAX,
+                    max_reassembly_bytes: u64::MAX,
+                    min_reassembly_rate: 1,
+                    ..base()
+                },
+                "min_reassembly_rate",
+            ),
         ];
         for (config, field) in cases {
             assert_eq!(config.validate().unwrap_err().field, field);
@@ -831,7 +914,9 @@ mod tests {
             ordered: true,
             handler_timeout: Limit::Unbounded,
             max_message_bytes: 1,
-            max_reassembly_bytes: 1,
+            max_reassembly_bytes: MIN_PART_CHARGE,
+            reassembly_grace: MAX_DURATION - Duration::from_secs(1),
+            min_reassembly_rate: 1,
         };
         assert_eq!(unbounded.validate(), Ok(()));
     }
@@ -850,10 +935,15 @@ mod tests {
         assert!(
             matches!(p.backoff, Backoff::Exponential { max, .. } if max == Duration::from_secs(4))
         );
-        let c: ConsumerConfig =
-            serde_json::from_str(r#"{"max_out_of_order": "unbounded", "ordered": true}"#).unwrap();
+        let c: ConsumerConfig = serde_json::from_str(
+            r#"{"max_out_of_order": "unbounded", "ordered": true, "reassembly_grace_ms": 2000,
+                "min_reassembly_rate": 4096}"#,
+        )
+        .unwrap();
         assert_eq!(c.max_out_of_order, Limit::Unbounded);
         assert!(c.ordered);
+        assert_eq!(c.reassembly_grace, Duration::from_secs(2));
+        assert_eq!(c.min_reassembly_rate, 4096);
         assert_eq!(c.max_producers, Limit::At(1024));
     }
 
@@ -958,6 +1048,16 @@ mod tests {
             .validate(),
             ConsumerConfig {
                 handler_timeout: Limit::At(Duration::ZERO),
+                ..Default::default()
+            }
+            .validate(),
+            ConsumerConfig {
+                reassembly_grace: Duration::ZERO,
+                ..Default::default()
+            }
+            .validate(),
+            ConsumerConfig {
+                min_reassembly_rate: 0,
                 ..Default::default()
             }
             .validate(),

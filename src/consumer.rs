@@ -313,7 +313,8 @@ impl<T: Send + 'static> ConsumerController<T> {
         }
     }
 
-    /// Arms the timer for the idle sweep and the running handler's `handler_timeout`.
+    /// Arms the timer for the idle sweep, the partial messages' lifetimes and the running
+    /// handler's `handler_timeout`.
     fn arm_timer(&mut self, ctx: &mut Context<Self>) {
         self.alarm.arm(self.core.next_deadline(), ctx, |act, ctx| {
             act.alarm.fired();

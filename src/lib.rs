@@ -320,21 +320,22 @@
 //! [`chunk_size`](ProducerOptionsBuilder::chunk_size) sends messages of any size up to the
 //! consumer's `max_message_bytes`, in chunks:
 //!
-//! - **What it does.** Each message is encoded once (serde: in bincode in process, across
-//!   processes in the node's [`remote::BodySchema`] for `T`), straight into buffers of
-//!   `chunk_size` bytes. Each chunk is a delivery of its own: a seq (a message of `n` chunks
-//!   takes `n` consecutive seqs), a window slot, retransmission. The consumer buffers a
-//!   message's chunks (in any order), ACKs each one but the last at once, decodes the message
-//!   once it is whole, runs the handler on it once, and only then ACKs the last chunk: that ACK
-//!   confirms the message. [`DeliveryInfo::seq`] is the last chunk's seq,
-//!   [`DeliveryInfo::first_seq`] the first's.
+//! - **What it does.** Each message is encoded once (serde: in bincode in process, or as its
+//!   [`durable::DurableOptions`] say for a durable producer; across processes in the node's
+//!   [`remote::BodySchema`] for `T`), straight into buffers of `chunk_size` bytes. Each chunk is a
+//!   delivery of its own: a seq (a message of `n` chunks takes `n` consecutive seqs), a window
+//!   slot, retransmission. The consumer buffers a message's chunks (in any order), ACKs each one
+//!   but the last at once, decodes the message once it is whole, runs the handler on it once, and
+//!   only then ACKs the last chunk: that ACK confirms the message. [`DeliveryInfo::seq`] is the
+//!   last chunk's seq, [`DeliveryInfo::first_seq`] the first's.
 //! - **What it needs.** `T: Serialize + DeserializeOwned`; a consumer reference that takes
 //!   chunks (a [`ConsumerHandle`], a `ConsumerController`'s `Addr`, `Node::consumer_ref`,
 //!   `NatsCarrier::consumer_ref`, or [`ConsumerRef::with_chunks`]); a `chunk_size` of at
-//!   least [`MIN_CHUNK_SIZE`] that fits the transport's frame, less 1 KiB of headers (the
-//!   builder refuses anything else). Over TCP, give the sending node room for a window of
-//!   chunks (`max_output_bytes` ≥ `window_size` × `chunk_size`): what does not fit the output
-//!   is dropped and waits for its retransmission. Every node of a cluster needs the same
+//!   least [`MIN_CHUNK_SIZE`] and at most [`MAX_CHUNK_SIZE`] (16 MiB) that fits the
+//!   transport's frame, less 1 KiB of headers (the builder refuses anything else; a small
+//!   message takes only what it needs of a chunk). Over TCP, give the sending node room for a
+//!   window of chunks (`max_output_bytes` ≥ `window_size` × `chunk_size`): what does not fit
+//!   the output is dropped and waits for its retransmission. Every node of a cluster needs the same
 //!   `max_frame_length` (a chunk too large for the receiver's frames is never delivered), and
 //!   the wire protocol version 4 that chunk headers came with: nodes and NATS carriers of an
 //!   earlier release are refused (counted in `version_refusals`).
@@ -358,14 +359,21 @@
 //!   length its chunks announce) is a dead letter ([`DeadLetterReason::MessageTooLarge`]);
 //!   the bytes held for chunked messages, over all producers, partial and waiting for the
 //!   handler, stay within `max_reassembly_bytes` (default 256 MiB). A producer (incarnation)
-//!   has at most one partial message; the oldest message always gets through (a chunk of a
-//!   newer one is refused, and retransmitted later); a chunk that does not fit the bound is
-//!   refused, or displaces the youngest partial messages; tiny chunks are charged at least 128
-//!   bytes; a partial message that gets no chunk for `producer_idle_ttl` is dropped. Impossible
-//!   or contradictory headers are dead letters ([`DeadLetterReason::InvalidChunk`]) or drop
-//!   the partial message. Everything refused or dropped is counted ([`ConsumerStats`]:
-//!   `chunks_refused`, `partial_messages_dropped`; `partial_messages` and `reassembly_bytes`
-//!   say what is held).
+//!   has one message at a time being reassembled or waiting for room; a chunk of a newer one
+//!   is refused (and retransmitted later). A message reserves its whole length (at least 128
+//!   bytes a chunk) with its first chunk, so once started it can always complete, and lives at
+//!   most `reassembly_grace` (5 s) plus its length at `min_reassembly_rate` (1 MiB/s) from its
+//!   first chunk, whatever arrives later: a producer that stopped, or one that trickles chunks
+//!   to keep its room, holds it no longer. Room goes to messages in the order they were first
+//!   seen (a refused message keeps its place while its producer retransmits it), and at once
+//!   to one within its share of the room; a message waits at most until the messages seen
+//!   before it reach their lifetime ([`reassembly`](protocol::chunk::reassembly) derives the
+//!   bound). Set `min_reassembly_rate` below what your producers achieve (`window_size` ×
+//!   `chunk_size` per round trip): a slower message never completes. Impossible or
+//!   contradictory headers are dead letters ([`DeadLetterReason::InvalidChunk`]) or drop the
+//!   partial message. Everything refused or dropped is counted ([`ConsumerStats`]:
+//!   `chunks_refused`, `partial_messages_dropped`; `partial_messages`,
+//!   `messages_waiting_for_room` and `reassembly_bytes` say what is held).
 //! - **Costs.** Every message of such a producer is encoded, a small one as one chunk. A
 //!   message's chunks are held by the producer until it is confirmed (a round needs them),
 //!   by the consumer until the message is decoded, and the decoded value is a third copy at the
@@ -376,15 +384,20 @@
 //!   of 256 KiB or 1 MiB, 42 % with 4 MiB chunks); in the shared-secret mode the HMAC
 //!   dominates (a quarter of the untagged plain send, the rate of a plain send that tags its
 //!   frames too): `benches/README.md`, "Large messages".
-//! - **Limits.** In process the encoding is bincode, whose schema is fixed: a durable
-//!   producer's stored chunks must be read by the same `T` (across processes the node's
-//!   [`remote::BodySchema`] versions bodies). A durable producer without `chunk_size` stops
-//!   (for good, saying why) on a stream that holds unsettled chunked messages, and one with it
-//!   on a stream that holds unsettled whole messages: switch once the stream's messages are
-//!   confirmed. Producer ids must be unique: two live producers sharing one would keep displacing each other's partial
-//!   messages. Over NATS, a queue group spreads a message's chunks over its members: send
-//!   chunked messages to a subject with one consumer. The outbox and work pulling send whole
-//!   messages.
+//! - **Limits.** In process the encoding is bincode, whose schema is fixed; a [`durable`]
+//!   producer writes its chunks, which it stores, as its durable options say (codec, message
+//!   version), across processes in the node's [`remote::BodySchema`]. At its start it reads
+//!   every stored message as its type, as it does whole ones: one of an older version goes
+//!   through the upcaster and is sent written again at today's, split anew over its own seqs;
+//!   one it cannot read (a newer version, a type changed without a new version) or that no
+//!   longer fits its seqs stops the producer for good, naming the stream, the message and the
+//!   versions, and stays stored for a producer that can read it. A durable producer without
+//!   `chunk_size` stops (for good, saying why) on a stream that holds unsettled chunked
+//!   messages, and one with it on a stream that holds unsettled whole messages: switch once the
+//!   stream's messages are confirmed. Producer ids must be unique: two live producers sharing
+//!   one would keep displacing each other's partial messages. Over NATS, a queue group spreads
+//!   a message's chunks over its members: send chunked messages to a subject with one
+//!   consumer. The outbox and work pulling send whole messages.
 //!
 //! # Running the handler
 //!
@@ -424,6 +437,8 @@
 //! | `backoff` | fixed | dead-letter sink | none |
 //! | `chunk_size` | none (whole messages) | `max_message_bytes` | 64 MiB |
 //! | | | `max_reassembly_bytes` | 256 MiB |
+//! | | | `reassembly_grace` | 5 s |
+//! | | | `min_reassembly_rate` | 1 MiB/s |
 //!
 //! Keep `producer_idle_ttl` well above the longest gap between a producer's retransmissions:
 //! `resend_timeout`, or with exponential backoff up to `backoff.max`. A window swept while its
@@ -555,7 +570,7 @@ pub use message::{
 };
 pub use options::{
     ConsumerOptions, ConsumerOptionsBuilder, ProducerOptions, ProducerOptionsBuilder,
-    MIN_CHUNK_SIZE,
+    MAX_CHUNK_SIZE, MIN_CHUNK_SIZE,
 };
 pub use producer::{ProducerController, ProducerHandle};
 pub use protocol::consumer::ConsumerStats;

@@ -5,7 +5,6 @@ use std::sync::Arc;
 use actix::{Message, Recipient};
 use bytes::Bytes;
 
-use crate::codec::CodecError;
 use crate::confirmation::Confirmation;
 use crate::error::{DeliveryError, TellError};
 use crate::protocol::chunk::{Assembled, ChunkHeader};
@@ -14,6 +13,7 @@ use crate::protocol::envelope::{Ack, DeadLetterReason, Header, Incarnation, Prod
 use crate::protocol::producer::{ProducerStats, Transmission};
 use crate::protocol::trace_context::TraceContext;
 use crate::remote::schema::Unread;
+use crate::remote::BodySchema;
 
 /// A message from a producer to a consumer (`ProducerController` → `ConsumerController`).
 ///
@@ -120,8 +120,9 @@ impl<T> Delivery<T> {
 /// producer's codec in process, the receiving node's or carrier's schema across processes).
 pub(crate) type Decode<T> = Arc<dyn Fn(Assembled) -> Result<T, Unread> + Send + Sync>;
 
-/// How a message of `T` is encoded into chunks of a given size (a transport's schema).
-pub(crate) type Encode<T> = Arc<dyn Fn(&T, usize) -> Result<Vec<Bytes>, CodecError> + Send + Sync>;
+/// The schema a transport writes messages of `T` in, looked up when it is used (a node may
+/// declare it after the reference was made).
+pub(crate) type SchemaOf<T> = Arc<dyn Fn() -> BodySchema<T> + Send + Sync>;
 
 /// One chunk of a large message (producer → consumer): what a producer with
 /// [`chunk_size`](crate::ProducerOptionsBuilder::chunk_size) sends, one per seq of the
@@ -455,8 +456,9 @@ fn send_collected<M>(send: &(dyn Fn(Vec<M>) + Send + Sync), items: impl Iterator
 pub struct ConsumerRef<T: Send + 'static> {
     target: Target<T>,
     chunks: Option<ChunkSink<T>>,
-    /// Set by a transport: the largest chunk its frames carry, and how it encodes messages.
-    transport: Option<(usize, Encode<T>)>,
+    /// Set by a transport: the largest chunk its frames carry, and the schema it writes
+    /// messages in.
+    transport: Option<(usize, SchemaOf<T>)>,
 }
 
 enum Target<T: Send + 'static> {
@@ -513,15 +515,15 @@ impl<T: Send + 'static> ConsumerRef<T> {
     }
 
     /// The reference of a transport whose frames carry chunks of at most `max_chunk` bytes,
-    /// and which writes messages as `encode` does (its schema for `T`).
-    pub(crate) fn with_transport(mut self, max_chunk: usize, encode: Encode<T>) -> Self {
-        self.transport = Some((max_chunk, encode));
+    /// and which writes messages in `schema` (its schema for `T`).
+    pub(crate) fn with_transport(mut self, max_chunk: usize, schema: SchemaOf<T>) -> Self {
+        self.transport = Some((max_chunk, schema));
         self
     }
 
-    /// The largest chunk the transport carries, and how it encodes messages (`None` in
-    /// process).
-    pub(crate) fn transport(&self) -> Option<&(usize, Encode<T>)> {
+    /// The largest chunk the transport carries, and the schema it writes messages in (`None`
+    /// in process).
+    pub(crate) fn transport(&self) -> Option<&(usize, SchemaOf<T>)> {
         self.transport.as_ref()
     }
 

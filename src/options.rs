@@ -11,7 +11,7 @@ use actix::Recipient;
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 
-use crate::codec::Codec;
+use crate::codec::{Codec, MAX_ENCODED_BYTES};
 use crate::config::{Backoff, ConsumerConfig, Limit, Overrides, ProducerConfig};
 use crate::dead_letter::DeadLetter;
 use crate::error::OptionsError;
@@ -24,6 +24,10 @@ use crate::remote::BodySchema;
 
 /// The smallest `chunk_size`: below, a chunk's bookkeeping would cost more than its bytes.
 pub const MIN_CHUNK_SIZE: usize = 1024;
+
+/// The largest `chunk_size`: the most the crate carries in one piece (a frame's
+/// `max_frame_length`, NATS's `max_payload`, a journal entry), 16 MiB.
+pub const MAX_CHUNK_SIZE: usize = MAX_ENCODED_BYTES as usize;
 
 /// A producer's [`trace_context`](ProducerOptionsBuilder::trace_context) hook.
 #[derive(Clone)]
@@ -101,6 +105,13 @@ impl<T: Send + 'static> ProducerOptions<T> {
         }
         #[cfg(not(feature = "metrics"))]
         let _ = label;
+        self
+    }
+
+    /// The same options, writing chunks in process as `schema` says (see
+    /// [`Chunking::stored_as`]).
+    pub(crate) fn with_chunks_stored_as(mut self, schema: BodySchema<T>) -> Self {
+        self.chunking = self.chunking.map(|chunking| chunking.stored_as(schema));
         self
     }
 
@@ -215,33 +226,30 @@ impl<T: Send + 'static> ProducerOptionsBuilder<T> {
         self
     }
 
-    /// Sends each message in chunks of `chunk_size` bytes (default: whole): large messages,
-    /// beyond what a transport's frame (`max_frame_length`, NATS's `max_payload`) or a
-    /// journal entry holds, with bounded memory at the consumer. The message is encoded once
-    /// (serde, in bincode in process; across processes in the transport's
-    /// [`BodySchema`](crate::remote::BodySchema) for `T`), which is what `T` needs
-    /// `Serialize + DeserializeOwned` for; the consumer decodes it once whole. Each chunk is a
-    /// delivery of its own: a seq, a window slot, retransmission; the last chunk's ACK, sent
-    /// after the handler ran on the whole message, confirms it. Every message is then sent as
-    /// chunks (a small one as one chunk), so `tell` and `send` encode each. See
-    /// [`protocol::chunk`](crate::protocol::chunk) for the rules, the crate docs ("Large
+    /// Sends each message in chunks of `chunk_size` bytes (default: whole): large messages, beyond
+    /// what a transport's frame (`max_frame_length`, NATS's `max_payload`) or a journal entry
+    /// holds, with bounded memory at the consumer. The message is encoded once (serde, in bincode
+    /// in process, or as its [`DurableOptions`](crate::durable::DurableOptions) say for a durable
+    /// producer; across processes in the transport's [`BodySchema`](crate::remote::BodySchema) for
+    /// `T`), which is what `T` needs `Serialize + DeserializeOwned` for; the consumer decodes it
+    /// once whole. Each chunk is a delivery of its own: a seq, a window slot, retransmission; the
+    /// last chunk's ACK, sent after the handler ran on the whole message, confirms it. Every
+    /// message is then sent as chunks (a small one as one chunk), so `tell` and `send` encode each.
+    /// See [`protocol::chunk`](crate::protocol::chunk) for the rules, the crate docs ("Large
     /// messages") for the costs.
     ///
     /// # Errors
-    /// [`build`](Self::build) refuses a `chunk_size` below [`MIN_CHUNK_SIZE`], one beyond
-    /// what the consumer reference's transport carries in a frame, and a consumer reference
-    /// that takes no chunks (a plain `Recipient<Delivery<T>>`, a
-    /// [`ConsumerRef::from_fn`] without [`ConsumerRef::with_chunks`]).
+    /// [`build`](Self::build) refuses a `chunk_size` below [`MIN_CHUNK_SIZE`] or above
+    /// [`MAX_CHUNK_SIZE`], one beyond what the consumer reference's transport carries in a
+    /// frame, and a consumer reference that takes no chunks (a plain
+    /// `Recipient<Delivery<T>>`, a [`ConsumerRef::from_fn`] without
+    /// [`ConsumerRef::with_chunks`]).
     pub fn chunk_size(mut self, chunk_size: usize) -> Self
     where
         T: Serialize + DeserializeOwned,
     {
-        let schema = BodySchema::<T>::new().codec(Codec::Bincode);
-        self.chunking = Some(Chunking {
-            chunk_size,
-            encode: Arc::new(move |body: &T, size| schema.write_chunks(body, size)),
-            decode: Arc::new(move |message| schema.read_assembled(message)),
-        });
+        let in_process = BodySchema::<T>::new().codec(Codec::Bincode);
+        self.chunking = Some(Chunking::new(chunk_size, in_process));
         self
     }
 
@@ -298,6 +306,12 @@ fn checked_chunking<T: Send + 'static>(
             format!("must be at least {MIN_CHUNK_SIZE} bytes (got {size})"),
         ));
     }
+    if size > MAX_CHUNK_SIZE {
+        return Err(OptionsError::new(
+            "chunk_size",
+            format!("must be at most {MAX_CHUNK_SIZE} bytes (got {size})"),
+        ));
+    }
     if !consumer.takes_chunks() {
         return Err(OptionsError::new(
             "chunk_size",
@@ -306,7 +320,7 @@ fn checked_chunking<T: Send + 'static>(
              ConsumerRef::with_chunks",
         ));
     }
-    if let Some((max, encode)) = consumer.transport() {
+    if let Some((max, schema)) = consumer.transport() {
         if size > *max {
             return Err(OptionsError::new(
                 "chunk_size",
@@ -317,7 +331,7 @@ fn checked_chunking<T: Send + 'static>(
                 ),
             ));
         }
-        chunking.encode = encode.clone();
+        chunking = chunking.carried_in(schema.clone());
     }
     Ok(Some(chunking))
 }
@@ -410,11 +424,25 @@ impl<T: 'static> ConsumerOptionsBuilder<T> {
     }
 
     /// The most bytes of chunked messages held at once (default 256 MiB; at least
-    /// `max_message_bytes`): chunks of messages being reassembled, and reassembled messages
-    /// waiting for the handler. Beyond, chunks are refused (and retransmitted by their
-    /// producers); see [`protocol::chunk`](crate::protocol::chunk).
+    /// `max_message_bytes`): reserved for messages being reassembled (each its whole length),
+    /// and held by reassembled messages waiting for the handler. Beyond, chunks are refused
+    /// (and retransmitted by their producers), their messages waiting in line; see
+    /// [`reassembly`](crate::protocol::chunk::reassembly).
     pub fn max_reassembly_bytes(self, bytes: u64) -> Self {
         self.set(move |c| c.max_reassembly_bytes = bytes)
+    }
+
+    /// What every message being reassembled gets of its lifetime, whatever its length
+    /// (default 5 s): it is dropped this long, plus its length at `min_reassembly_rate`, after
+    /// its first chunk was buffered. See [`ConsumerConfig::reassembly_grace`].
+    pub fn reassembly_grace(self, grace: Duration) -> Self {
+        self.set(move |c| c.reassembly_grace = grace)
+    }
+
+    /// The slowest rate, in bytes per second, at which a chunked message is expected to
+    /// arrive (default 1 MiB/s): see [`ConsumerConfig::min_reassembly_rate`].
+    pub fn min_reassembly_rate(self, bytes_per_second: u64) -> Self {
+        self.set(move |c| c.min_reassembly_rate = bytes_per_second)
     }
 
     /// Sweep a producer's windows after this long without a delivery (default 300 s;

@@ -22,6 +22,7 @@ use crate::options::{ProducerOptions, ProducerParts, TraceHook};
 use crate::producer_core::Core;
 use crate::protocol::envelope::{Ack, Incarnation, ProducerId};
 use crate::protocol::producer::ProducerStats;
+use crate::remote::BodySchema;
 use crate::stop_signal::{StopSignal, SubscribeStopped};
 
 /// The sending side of reliable delivery: numbers messages, keeps at most `window_size` of them
@@ -130,7 +131,15 @@ impl<T: Clone + Send + 'static> ProducerController<T> {
                 ),
             ));
         }
-        let options = options.with_producer_id(id)?;
+        // Its chunks are what it stores: in process they are written as the durable options
+        // say (across processes in the transport's schema, which reads them back).
+        let stored_as = BodySchema::new()
+            .codec(durable.config.codec)
+            .version(durable.message_version)
+            .upcast(durable.upcast);
+        let options = options
+            .with_producer_id(id)?
+            .with_chunks_stored_as(stored_as);
         if let Some(size) = options.chunk_size().filter(|&s| s as u64 > MAX_BODY_BYTES) {
             return Err(OptionsError::new(
                 "chunk_size",
@@ -175,6 +184,11 @@ impl<T: Clone + Send + 'static> ProducerController<T> {
             self.core.transmit(now(), &self.consumer, reply_to);
         }
         self.settle_polled();
+        if self.durable.is_some() {
+            // A chunked message given up while transmitting (a round beyond `max_attempts`)
+            // is recorded now: nothing else may come to flush again.
+            self.start_record(ctx);
+        }
         #[cfg(feature = "metrics")]
         self.meter.publish(&self.stats());
         if self.core.is_idle() && self.durable.as_ref().is_none_or(Durable::is_idle) {

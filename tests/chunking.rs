@@ -467,6 +467,14 @@ async fn a_chunk_size_that_cannot_work_is_refused_when_the_producer_is_built() {
         .chunk_size(512 << 10)
         .build()
         .is_ok());
+    // Beyond anything a chunk is carried in: refused, not a panic at the first send (nor an
+    // abort of the process).
+    for size in [usize::MAX, 1 << 44, (16 << 20) + 1] {
+        refused(
+            ProducerOptions::builder(&consumer).chunk_size(size).build(),
+            "must be at most",
+        );
+    }
     let durable = DurableOptions::new(
         Arc::new(MemoryJournal::new()),
         PersistenceId::new("too-large").unwrap(),
@@ -555,18 +563,30 @@ async fn a_message_over_max_message_bytes_is_a_dead_letter_and_its_producer_give
     assert_eq!(stats.reassembly_bytes, 0);
 }
 
-/// Three producers of messages that each take most of `max_reassembly_bytes`: the bound
+/// Three producers of messages that each take most of `max_reassembly_bytes`, to a handler
+/// that takes 20 ms (a reassembled message holds its bytes while it waits for it): the bound
 /// holds at every moment, chunks beyond it are refused (and counted), and every message still
-/// runs once, whole (the oldest partial message always gets through).
+/// runs once, whole (each in its turn).
 #[actix::test]
 async fn reassembly_stays_within_max_reassembly_bytes_and_every_message_still_runs() {
     tokio::time::pause();
     const BOUND: u64 = 12 << 10;
-    let (consumer, runs) = consumer(|b| {
-        b.max_message_bytes(BOUND)
-            .max_reassembly_bytes(BOUND)
-            .max_out_of_order(1)
+    let runs = Log::default();
+    let log = runs.clone();
+    let handler = DeliveryHandler::from_fn(move |body: Vec<u8>| {
+        log.push(body);
+        async {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+            Ok::<(), String>(())
+        }
     });
+    let options = ConsumerOptions::builder(handler)
+        .max_message_bytes(BOUND)
+        .max_reassembly_bytes(BOUND)
+        .max_out_of_order(1)
+        .build()
+        .unwrap();
+    let consumer = ReliableDelivery::consumer(options);
     let producers: Vec<_> = (0..3).map(|_| producer(&consumer, 4, 1024)).collect();
     let mut sends = Vec::new();
     for round in 0..3u8 {
@@ -595,6 +615,98 @@ async fn reassembly_stays_within_max_reassembly_bytes_and_every_message_still_ru
         "the bound refused chunks: {stats:?}"
     );
     assert_eq!(stats.assembled, 9);
+}
+
+/// A patient sender through the actors (issue 32): 32 forged producer ids each start a
+/// message of 128 KiB with a first chunk of 126 KiB, together filling `max_reassembly_bytes`
+/// (4 MiB), and add a one-byte chunk to each every 300 ms, never finishing one. An honest
+/// 100 KiB message (within its share) is confirmed at once; an honest 1 MiB message waits
+/// only until the attackers' messages, seen before it, reach their lifetime (5.125 s from
+/// their first chunk, swept by the consumer's timer) and its next retransmission; the bound
+/// holds throughout, and every partial message dropped is counted.
+#[actix::test]
+async fn a_patient_sender_keeps_no_honest_chunked_message_out_for_longer_than_the_documented_bound()
+{
+    tokio::time::pause();
+    const BOUND: u64 = 4 << 20;
+    let (consumer, runs) = consumer(|b| b.max_message_bytes(1 << 20).max_reassembly_bytes(BOUND));
+    // A real chunk, to forge the attackers' from.
+    let template = Arc::new(Mutex::new(None));
+    let capture = template.clone();
+    let capturing = ConsumerRef::from_fn(|_| {}).with_chunks(move |chunks| {
+        capture.lock().unwrap().get_or_insert(chunks[0].clone());
+    });
+    let capturer = producer(capturing, 1, 1024);
+    capturer.tell(vec![1], |_| {}).unwrap();
+    settle_for(1).await;
+    let template: ChunkDelivery<Vec<u8>> = template.lock().unwrap().clone().unwrap();
+    let forged = move |attacker: usize, index: u32, len: usize| {
+        let mut chunk = template.clone();
+        chunk.producer_id = format!("attacker-{attacker}").as_str().into();
+        chunk.seq = 1 + u64::from(index);
+        chunk.window_start = 1;
+        chunk.chunk = actix_delivery::protocol::chunk::ChunkHeader {
+            first_seq: 1,
+            chunks: 1024,
+            message_len: 128 << 10,
+        };
+        chunk.bytes = Bytes::from(vec![0xa; len]);
+        chunk.reply_to = Some(ReplyTo::from_fn(|_| {}));
+        chunk
+    };
+    let fill = (0..32)
+        .map(|attacker| forged(attacker, 0, 126 << 10))
+        .collect();
+    consumer.addr().do_send(ChunkDeliveries(fill));
+    let trickle = consumer.addr().clone();
+    let start = tokio::time::Instant::now();
+    actix::spawn(async move {
+        let tick = Duration::from_millis(300);
+        let mut every = tokio::time::interval_at(start + tick, tick);
+        for index in 1.. {
+            every.tick().await;
+            let chunks = (0..32).map(|attacker| forged(attacker, index, 1)).collect();
+            trickle.do_send(ChunkDeliveries(chunks));
+        }
+    });
+    tokio::time::sleep_until(start + Duration::from_secs(1)).await;
+    assert_eq!(
+        consumer.stats().await.unwrap().reassembly_bytes,
+        BOUND,
+        "filled"
+    );
+    let honest = producer(&consumer, 16, 16 << 10);
+    let within = |send| {
+        let consumer = consumer.clone();
+        async move {
+            let sent = tokio::time::Instant::now();
+            let confirmed = tokio::time::timeout(Duration::from_secs(60), send).await;
+            let stats = consumer.stats().await.unwrap();
+            assert!(confirmed.is_ok(), "not confirmed in a minute: {stats:?}");
+            sent.elapsed()
+        }
+    };
+    let waited = within(honest.send(message(1, 100 << 10))).await;
+    assert_eq!(waited, Duration::ZERO, "within its share: at once");
+    // Encoded (a header and a length first) just below 1 MiB.
+    let waited = within(honest.send(message(2, (1 << 20) - 64))).await;
+    let lifetime = Duration::from_millis(5125); // 5 s, and 128 KiB at 1 MiB/s
+    let bound = lifetime - Duration::from_secs(1) + Duration::from_millis(500);
+    assert!(
+        waited > lifetime - Duration::from_secs(1) - Duration::from_millis(1) && waited <= bound,
+        "waited {waited:?}, bound {bound:?}"
+    );
+    assert_eq!(runs.len(), 2);
+    let stats = consumer.stats().await.unwrap();
+    assert!(stats.reassembly_bytes <= BOUND, "{stats:?}");
+    // One attacker gave way to the 100 KiB message, all 32 reached their lifetime, and the
+    // youngest 8 of those the trickle started again gave way to the 1 MiB message.
+    assert_eq!(stats.partial_messages_dropped, 1 + 32 + 8, "{stats:?}");
+    assert_eq!(
+        stats.chunks_refused,
+        9 * 16,
+        "the 1 MiB message's window, 9 times"
+    );
 }
 
 /// The effectively-once consumer: the processed mark is the message's. The ACK of a message's
@@ -657,6 +769,7 @@ async fn a_durable_producer_resends_a_message_stored_whole_after_a_restart() {
     let (sink, confirmed) = durable_sink();
     let durable = || {
         DurableOptions::new(journal.clone(), PersistenceId::new("big").unwrap(), "big")
+            .codec(Codec::Bincode) // its size below: a length and the bytes
             .confirmations(sink.clone())
     };
     let options = |to| {
@@ -785,6 +898,269 @@ async fn a_durable_producer_refuses_a_stream_holding_unsettled_messages_of_the_o
         assert_eq!(runs[0].0, message(1, 3000), "{stream}");
         assert_eq!(runs[0].1.first_seq.is_some(), written_in_chunks, "{stream}");
     }
+}
+
+/// A report as the first release of an application sent it, in chunks.
+#[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
+struct ReportV1 {
+    id: u64,
+    text: String,
+}
+
+/// The same report after a field was added with a default (no new version).
+#[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
+struct ReportV2 {
+    id: u64,
+    text: String,
+    #[serde(default)]
+    pages: Option<u32>,
+}
+
+/// Version 2 of the report, a breaking change: its text became lines.
+#[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
+struct ReportV3 {
+    id: u64,
+    lines: Vec<String>,
+}
+
+/// Reads version 1 reports as version 2 (`ReportV3`).
+fn report_upcast(
+    old: actix_delivery::codec::Written<'_>,
+) -> Result<ReportV3, actix_delivery::codec::UpcastError> {
+    let v1: ReportV1 = old.decode()?;
+    Ok(ReportV3 {
+        id: v1.id,
+        lines: v1.text.lines().map(str::to_owned).collect(),
+    })
+}
+
+/// Report `id` of version 1: 2 729 bytes of text in lines, three chunks of 1 KiB.
+fn report(id: u64) -> ReportV1 {
+    let line = format!("report {id:03} ").repeat(7);
+    ReportV1 {
+        id,
+        text: vec![line; 35].join("\n"),
+    }
+}
+
+/// A consumer of `T` that records what it handled, and a durable producer of `T` to it with
+/// chunks of 1 KiB and at most three attempts per message, on `stream` of `journal`.
+fn report_pipeline<T>(
+    journal: &Arc<MemoryJournal>,
+    stream: &str,
+    durable: impl FnOnce(DurableOptions<T>) -> DurableOptions<T>,
+) -> (ProducerHandle<T>, Log<T>, Reported)
+where
+    T: Clone + Send + Unpin + serde::Serialize + serde::de::DeserializeOwned + 'static,
+{
+    let handled = Log::default();
+    let log = handled.clone();
+    let handler = DeliveryHandler::from_fn(move |body: T| {
+        log.push(body);
+        async { Ok::<(), String>(()) }
+    });
+    let consumer = ReliableDelivery::consumer(ConsumerOptions::builder(handler).build().unwrap());
+    let (sink, reported) = durable_sink();
+    let options = ProducerOptions::builder(&consumer)
+        .chunk_size(1024)
+        .max_attempts(3)
+        .build()
+        .unwrap();
+    let stream = PersistenceId::new(stream).unwrap();
+    let durable = durable(DurableOptions::new(
+        journal.clone(),
+        stream.clone(),
+        stream.as_str(),
+    ));
+    let producer =
+        ReliableDelivery::durable_producer(options, durable.confirmations(sink)).unwrap();
+    (producer, handled, reported)
+}
+
+/// Waits until `producer` has nothing left to send, for at most a minute of virtual time.
+async fn idle_within_a_minute<T: Clone + Send + 'static>(producer: &ProducerHandle<T>) {
+    let idle = tokio::time::timeout(Duration::from_secs(60), producer.idle()).await;
+    assert!(
+        idle.is_ok(),
+        "still sending after a minute: {:?}",
+        producer.stats().await
+    );
+}
+
+/// Stores reports 1 and 2 of version 1 on `stream` (written as `durable` says), unsent.
+async fn store_reports(
+    journal: &Arc<MemoryJournal>,
+    stream: &str,
+    durable: impl FnOnce(DurableOptions<ReportV1>) -> DurableOptions<ReportV1>,
+) {
+    let nowhere = ConsumerRef::from_fn(|_| {}).with_chunks(|_| {});
+    let options = ProducerOptions::builder(nowhere)
+        .chunk_size(1024)
+        .build()
+        .unwrap();
+    let stream = PersistenceId::new(stream).unwrap();
+    let durable = durable(DurableOptions::new(
+        journal.clone(),
+        stream.clone(),
+        stream.as_str(),
+    ));
+    let first = ReliableDelivery::durable_producer(options, durable).unwrap();
+    for id in 1..=2 {
+        let stored = first.store(report(id)).await.unwrap();
+        assert_eq!(stored.id, MessageId(3 * id), "three chunks each");
+    }
+    first.stop();
+    first.stopped().await;
+}
+
+/// A durable producer's stored chunked messages after a change of their type: with a field
+/// added (a default, no new version) they are read as the new type; after a breaking change
+/// with a new version they go through the upcaster; either way they arrive and are
+/// confirmed, never given up because the new code sends them as the old one stored them.
+#[actix::test]
+async fn a_durable_producers_chunked_messages_arrive_after_their_type_changed() {
+    tokio::time::pause();
+    let journal = Arc::new(MemoryJournal::new());
+    store_reports(&journal, "added", |d| d).await;
+    let (producer, handled, reported) = report_pipeline::<ReportV2>(&journal, "added", |d| d);
+    idle_within_a_minute(&producer).await;
+    let expected: Vec<ReportV2> = (1..=2)
+        .map(|id| ReportV2 {
+            id,
+            text: report(id).text,
+            pages: None,
+        })
+        .collect();
+    assert_eq!(handled.snapshot(), expected, "read as the new type");
+    settle_for(10).await;
+    assert_eq!(
+        reported.snapshot(),
+        [(MessageId(3), Ok(())), (MessageId(6), Ok(()))]
+    );
+    store_reports(&journal, "upcast", |d| d).await;
+    let (producer, handled, reported) = report_pipeline::<ReportV3>(&journal, "upcast", |d| {
+        d.message_version(2).upcast(report_upcast)
+    });
+    idle_within_a_minute(&producer).await;
+    let upcast: Vec<ReportV3> = (1..=2)
+        .map(|id| ReportV3 {
+            id,
+            lines: report(id).text.lines().map(str::to_owned).collect(),
+        })
+        .collect();
+    assert_eq!(handled.snapshot(), upcast, "through the upcaster");
+    let newer = ReportV3 {
+        id: 3,
+        lines: vec!["written at version 2".into()],
+    };
+    producer.send(newer.clone()).await.unwrap();
+    assert_eq!(handled.snapshot()[2], newer);
+    settle_for(10).await;
+    assert_eq!(
+        reported.snapshot(),
+        [(MessageId(3), Ok(())), (MessageId(6), Ok(()))]
+    );
+}
+
+/// A durable producer that cannot read its stored chunked messages (bincode, and the type
+/// changed without a new version) stops for good before it sends anything, saying which
+/// stream, message and versions; the messages stay stored, and the type rolled back sends
+/// them.
+#[actix::test]
+async fn a_durable_producer_that_cannot_read_its_stored_chunked_messages_stops_and_keeps_them() {
+    tokio::time::pause();
+    let journal = Arc::new(MemoryJournal::new());
+    let bincode = |d: DurableOptions<ReportV1>| d.codec(Codec::Bincode);
+    store_reports(&journal, "bincode", bincode).await;
+    let (producer, handled, _) =
+        report_pipeline::<ReportV2>(&journal, "bincode", |d| d.codec(Codec::Bincode));
+    let refused = producer
+        .store(ReportV2 {
+            id: 3,
+            text: "new".into(),
+            pages: Some(1),
+        })
+        .await;
+    let Err(DeliveryError::Storage(why)) = &refused else {
+        panic!("{refused:?}");
+    };
+    for part in ["stream `bincode`", "stored message 3", "version 1"] {
+        assert!(why.contains(part), "{part}: {why}");
+    }
+    producer.stopped().await;
+    assert!(handled.snapshot().is_empty(), "nothing sent");
+    let (producer, handled, reported) = report_pipeline::<ReportV1>(&journal, "bincode", bincode);
+    idle_within_a_minute(&producer).await;
+    assert_eq!(handled.snapshot(), [report(1), report(2)], "rolled back");
+    settle_for(10).await;
+    assert_eq!(
+        reported.snapshot(),
+        [(MessageId(3), Ok(())), (MessageId(6), Ok(()))]
+    );
+}
+
+/// A durable producer's chunked message that is given up by a round (its last chunk never
+/// confirmed: the consumer cannot decode it; `max_attempts` 2) is recorded and reported like
+/// any give-up: its `send` hears `GaveUp`, a resumed one's sink does, and the producer goes
+/// idle, nothing left unsettled.
+#[actix::test]
+async fn a_durable_chunked_message_given_up_by_a_round_is_recorded_and_reported() {
+    tokio::time::pause();
+    let journal = Arc::new(MemoryJournal::new());
+    let (consumer, runs) = consumer(|b| b);
+    let target = consumer.clone();
+    // The first chunk's header byte spoiled: the whole message does not decode.
+    let spoiling = ConsumerRef::from_fn(|_| {}).with_chunks(move |mut chunks| {
+        for chunk in &mut chunks {
+            let chunk: &mut ChunkDelivery<Vec<u8>> = chunk;
+            if chunk.seq == chunk.chunk.first_seq {
+                let mut bytes = chunk.bytes.to_vec();
+                bytes[0] = 99;
+                chunk.bytes = Bytes::from(bytes);
+            }
+        }
+        target.addr().do_send(ChunkDeliveries(chunks));
+    });
+    let durable = |stream: &str| {
+        DurableOptions::new(journal.clone(), PersistenceId::new(stream).unwrap(), stream)
+    };
+    let options = |to: ConsumerRef<Vec<u8>>| {
+        ProducerOptions::builder(to)
+            .chunk_size(1024)
+            .max_attempts(2)
+            .build()
+            .unwrap()
+    };
+    let producer =
+        ReliableDelivery::durable_producer(options(spoiling.clone()), durable("sent")).unwrap();
+    let sent = tokio::time::timeout(Duration::from_secs(60), producer.send(message(1, 5000))).await;
+    assert_eq!(sent, Ok(Err(DeliveryError::GaveUp { attempts: 2 })));
+    idle_within_a_minute(&producer).await;
+    assert_eq!(producer.stats().await.unwrap().unconfirmed, 0);
+    let nowhere = ConsumerRef::from_fn(|_| {}).with_chunks(|_| {});
+    let first = ReliableDelivery::durable_producer(options(nowhere), durable("resumed")).unwrap();
+    first.store(message(2, 5000)).await.unwrap();
+    first.stop();
+    first.stopped().await;
+    let (sink, reported) = durable_sink();
+    let resumed = ReliableDelivery::durable_producer(
+        options(spoiling),
+        durable("resumed").confirmations(sink),
+    )
+    .unwrap();
+    idle_within_a_minute(&resumed).await;
+    assert_eq!(resumed.stats().await.unwrap().unconfirmed, 0);
+    settle_for(10).await;
+    assert_eq!(
+        reported.snapshot(),
+        [(MessageId(8), Err(DeliveryError::GaveUp { attempts: 2 }))] // 8 chunks
+    );
+    assert!(runs.snapshot().is_empty());
+    assert_eq!(
+        consumer.stats().await.unwrap().dead_letters,
+        4,
+        "two sendings each"
+    );
 }
 
 /// What a durable producer's sink was told.

@@ -165,6 +165,8 @@ fn the_example_node_file_loads_into_every_section_with_its_values() {
             handler_timeout: Limit::At(ms(10_000)),
             max_message_bytes: 64 << 20,
             max_reassembly_bytes: 256 << 20,
+            reassembly_grace: ms(5000),
+            min_reassembly_rate: 1 << 20,
         }
     );
     assert_eq!(

@@ -43,7 +43,7 @@ mod manifest;
 mod upcast;
 
 pub use manifest::Manifest;
-pub(crate) use upcast::{Unreadable, CHANGED_WITHOUT_VERSION};
+pub(crate) use upcast::{Unreadable, TYPE_CHANGED};
 pub use upcast::{Upcast, UpcastError, Written};
 
 use bincode::Options;

@@ -126,7 +126,7 @@ impl<'a> Written<'a> {
         if version == current {
             catch_unwind(AssertUnwindSafe(|| self.decode()))
                 .map_err(panicked)?
-                .map_err(|err| Unreadable::Corrupt(format!("{err} ({CHANGED_WITHOUT_VERSION})")))
+                .map_err(|err| Unreadable::Corrupt(format!("{err} {TYPE_CHANGED}")))
         } else if version < current {
             catch_unwind(AssertUnwindSafe(|| upcast(self)))
                 .map_err(panicked)?
@@ -141,9 +141,9 @@ impl<'a> Written<'a> {
     }
 }
 
-/// What a value that does not decode at its own version of the type may mean.
-pub(crate) const CHANGED_WITHOUT_VERSION: &str = "corrupt, or the type changed without a new \
-     version: raise the version and read the old one in an upcaster";
+/// What a value at today's version that does not decode may mean.
+pub(crate) const TYPE_CHANGED: &str = "(corrupt, or the type changed without a new version: \
+                                       raise the version and read the old one in an upcaster)";
 
 /// Why a stored value could not be read as today's type.
 #[derive(Debug, PartialEq, Eq)]

@@ -50,9 +50,11 @@ pub(crate) enum LogCommand {
         producer_id: String,
         incarnation: Incarnation,
         reopening: Option<(u64, u64)>,
-        /// The version of the messages the producer reads: a stream holding newer ones (the
-        /// code was rolled back) is refused before anything is written.
+        /// The version of the whole messages the producer reads, and of the chunked ones if
+        /// it chunks: a stream holding newer ones (the code was rolled back) is refused before
+        /// anything is written.
         message_version: u32,
+        chunk_version: Option<u32>,
     },
     /// Stores messages `first_seq..`, for the opening `epoch` (refused once another opening
     /// took the stream over).
@@ -205,8 +207,9 @@ impl EventSourced for ProducerLog {
                 incarnation,
                 reopening,
                 message_version,
+                chunk_version,
             } => {
-                self.check_versions(*message_version)?;
+                self.check_versions(*message_version, *chunk_version)?;
                 if let Some((ours, unsure)) = *reopening {
                     if self.epoch < ours || self.epoch - ours > unsure {
                         let current = self.epoch;
@@ -444,24 +447,35 @@ impl ProducerLog {
         }
     }
 
-    /// Refuses a stream holding an unsettled message stored at a newer version than
-    /// `current` (a rollback): opening it would take it over from the newer producer.
-    fn check_versions(&self, current: u32) -> Result<(), LogRefusal> {
-        // Chunked messages are resent as their bytes, never read here: the consumer's schema
-        // reads them.
-        let whole = self
-            .unsettled
-            .iter()
-            .filter(|(seq, _)| !self.chunks.contains_key(seq));
-        for (seq, body) in whole {
+    /// Refuses a stream holding an unsettled message stored at a newer version than it is
+    /// read at (a rollback): `current` for whole messages, `chunked` for chunked ones (their
+    /// version is in their first chunk; not checked for a producer that does not chunk, which
+    /// refuses them anyway). Opening it would take it over from the newer producer.
+    fn check_versions(&self, current: u32, chunked: Option<u32>) -> Result<(), LogRefusal> {
+        for (seq, body) in &self.unsettled {
+            let (current, named) = match self.chunks.get(seq) {
+                None => (current, format!("stored message {seq}")),
+                Some(chunk) if chunk.first_seq == *seq => match chunked {
+                    Some(chunked) => (
+                        chunked,
+                        format!(
+                            "stored message {} (chunks {seq} to {})",
+                            chunk.last_seq(),
+                            chunk.last_seq()
+                        ),
+                    ),
+                    None => continue,
+                },
+                Some(_) => continue, // not the first chunk: no header
+            };
             if let Ok(((codec, version), _)) =
                 codec::decode_prefix::<(u8, u32)>(body, body.len() as u64)
             {
                 if version > current {
                     let manifest = Manifest::from_stored(codec, "", version);
                     return Err(LogRefusal::Newer(format!(
-                        "stored message {seq} is written as {manifest}, newer than this code's \
-                         version {current} (was the code rolled back?)"
+                        "{named} is written as {manifest}, newer than this code's version \
+                         {current} (was the code rolled back?)"
                     )));
                 }
             }
@@ -598,6 +612,7 @@ mod tests {
             incarnation: Incarnation::from_u128(incarnation),
             reopening: None,
             message_version: 1,
+            chunk_version: Some(1),
         };
         match replay(log, &command)? {
             LogReply::Opened { epoch, .. } => Ok(epoch),
@@ -620,6 +635,7 @@ mod tests {
             incarnation: Incarnation::from_u128(2),
             reopening: Some((1, 0)),
             message_version: 1,
+            chunk_version: Some(1),
         }
     }
 
@@ -736,6 +752,47 @@ mod tests {
     }
 
     #[test]
+    fn a_stream_holding_chunked_messages_of_a_newer_version_is_refused_before_it_is_opened() {
+        let mut log = ProducerLog::default();
+        open(&mut log, "p", 1).unwrap();
+        let chunk = ChunkHeader {
+            first_seq: 1,
+            chunks: 3,
+            message_len: 30,
+        };
+        let mut first = codec::encode(&(Codec::MessagePack.id(), 3u32)).unwrap();
+        first.extend([0; 8]);
+        let store = LogCommand::StoreChunks {
+            epoch: 1,
+            first_seq: 1,
+            chunk,
+            bodies: vec![
+                Bytes::from(first),
+                Bytes::from(vec![9; 10]),
+                Bytes::from(vec![9; 10]),
+            ],
+        };
+        replay(&mut log, &store).unwrap();
+        let reopen = |chunk_version| LogCommand::Open {
+            producer_id: "p".into(),
+            incarnation: Incarnation::from_u128(1),
+            reopening: Some((1, 0)),
+            message_version: 1,
+            chunk_version,
+        };
+        let refused = log.decide(&reopen(Some(2))).err().map(|e| e.to_string());
+        let refused = refused.expect("newer than version 2");
+        for part in ["stored message 3 (chunks 1 to 3)", "version 3", "version 2"] {
+            assert!(refused.contains(part), "{part}: {refused}");
+        }
+        assert!(log.decide(&reopen(Some(3))).is_ok());
+        assert!(
+            log.decide(&reopen(None)).is_ok(),
+            "a producer without chunks refuses the stream for holding chunks, later"
+        );
+    }
+
+    #[test]
     fn the_newest_opener_owns_the_stream_and_another_producer_id_is_refused() {
         let mut log = ProducerLog::default();
         let first = open(&mut log, "p", 1).unwrap();
@@ -765,6 +822,7 @@ mod tests {
             incarnation: Incarnation::from_u128(1),
             reopening: Some((first, unsure)),
             message_version: 1,
+            chunk_version: None,
         };
         let error = replay(&mut log, &reopening(0)).unwrap_err();
         assert!(

@@ -253,7 +253,11 @@ impl<T> DurableOptions<T> {
     /// [`upcast`](Self::upcast). A stored message of a newer version than this (the code was
     /// rolled back) stops the producer for good with an error naming stream, seq and
     /// versions. At least 1: [`ReliableDelivery::durable_producer`](crate::ReliableDelivery::durable_producer)
-    /// refuses 0. Code, not data: not among the loaded settings.
+    /// refuses 0. Code, not data: not among the loaded settings. With
+    /// [`chunk_size`](crate::ProducerOptionsBuilder::chunk_size) in process, the chunks the
+    /// producer sends (and stores) are written at this version and in this codec too, and
+    /// read with the upcaster; across processes they are written in the node's
+    /// [`BodySchema`](crate::remote::BodySchema), which reads them back.
     pub fn message_version(mut self, version: u32) -> Self {
         self.message_version = version;
         self

@@ -28,7 +28,7 @@ use crate::protocol::producer::ProducerCore;
 
 mod chunks;
 
-use chunks::{ChunkDoubt, ChunkedStore};
+use chunks::{restore_chunked, ChunkDoubt, ChunkedStore};
 
 type Settlement = (Confirmation, Result<(), DeliveryError>);
 /// Encodes a message as stored: body, codec, version, limit (see `encode_body`).
@@ -328,6 +328,10 @@ impl<T: Clone + Send + 'static> ProducerController<T> {
             Err(error) => return self.fail_durable(error.to_string(), ctx),
         };
         let producer_id = self.core.id().to_string();
+        let chunk_version = self
+            .core
+            .chunking()
+            .map(|chunking| chunking.schema().current_version());
         // A restart reopens as the opening it was: if another opened the stream since, it
         // was taken over and stops for good (it does not take the stream back).
         let opened = log.ask(LogCommand::Open {
@@ -335,6 +339,7 @@ impl<T: Clone + Send + 'static> ProducerController<T> {
             incarnation: Incarnation::random(),
             reopening: (durable.epoch > 0).then_some((durable.epoch, durable.unsure_opens)),
             message_version: durable.options.message_version,
+            chunk_version,
         });
         durable.log = Some(log);
         #[cfg(feature = "tracing")]
@@ -410,6 +415,14 @@ impl<T: Clone + Send + 'static> ProducerController<T> {
             );
             return self.fail_for_good(reason, ctx);
         }
+        let chunked = match &chunking {
+            Some(chunking) => restore_chunked(chunking, &durable.options.stream, chunked),
+            None => Ok(Vec::new()),
+        };
+        let chunked = match chunked {
+            Ok(chunked) => chunked,
+            Err(reason) => return self.fail_for_good(reason, ctx),
+        };
         let mut in_doubt: BTreeMap<u64, InDoubt<T>> =
             durable.in_doubt.drain(..).map(|d| (d.seq, d)).collect();
         let mut carried: BTreeMap<u64, Carried> =
@@ -680,7 +693,8 @@ impl<T: Clone + Send + 'static> ProducerController<T> {
         }));
     }
 
-    fn start_record(&mut self, ctx: &mut Context<Self>) {
+    /// Records what was settled (one record in flight at a time).
+    pub(crate) fn start_record(&mut self, ctx: &mut Context<Self>) {
         let Some(durable) = &mut self.durable else {
             return;
         };

@@ -648,10 +648,7 @@ impl NatsCarrier {
                 .0
                 .send_chunks(&chunks_to.destination, chunks);
         })
-        .with_transport(
-            max_chunk,
-            Arc::new(move |body: &T, size| encoding.schemas.of::<T>().write_chunks(body, size)),
-        ))
+        .with_transport(max_chunk, Arc::new(move || encoding.schemas.of::<T>())))
     }
 
     /// Declares how bodies of `T` go over NATS from now on, for the consumers of `T` this

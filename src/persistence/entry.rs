@@ -29,7 +29,7 @@ use serde::{Deserialize, Serialize};
 
 pub(crate) use crate::codec::Unreadable;
 use crate::codec::{
-    self, Codec, CodecError, Manifest, UpcastError, Written, CHANGED_WITHOUT_VERSION,
+    self, Codec, CodecError, Manifest, UpcastError, Written, TYPE_CHANGED,
 };
 use crate::persistence::delivery_record::Mark;
 use crate::persistence::outbox_state::{OutboxState, Sent};
@@ -291,14 +291,14 @@ fn decode<V: DeserializeOwned, R: DeserializeOwned, L: DeserializeOwned + Into<R
             // another layout than the one written, it ends elsewhere, and the crate's part
             // after it is what fails.
             let misread = if current == manifest.version() {
-                CHANGED_WITHOUT_VERSION
+                TYPE_CHANGED
             } else {
-                "corrupt, or the upcaster decoded version 1 as another type than it was \
-                 written as"
+                "(corrupt, or the upcaster decoded version 1 as another type than it was \
+                 written as)"
             };
             let record = codec::decode_with_limit::<L>(rest, limit).map_err(|err| {
                 Unreadable::Corrupt(format!(
-                    "the crate's part does not decode: {err} ({misread})"
+                    "the crate's part does not decode: {err} {misread}"
                 ))
             })?;
             Ok((value, record.into()))
@@ -463,7 +463,7 @@ mod tests {
         let err = Entry::<Added>::decode(&bytes, &Manifest::legacy(), 1, no_upcast).unwrap_err();
         assert!(
             matches!(&err, Unreadable::Corrupt(r)
-                if r.contains("crate's part") && r.contains(CHANGED_WITHOUT_VERSION)),
+                if r.contains("crate's part") && r.contains(TYPE_CHANGED)),
             "{err}"
         );
         fn as_added(old: Written<'_>) -> Result<Vec<Added>, UpcastError> {

@@ -133,17 +133,21 @@ pub struct ConsumerStats {
     /// if it does not decode).
     pub assembled: u64,
     /// Chunks not buffered: one of a newer message while an older one of the same producer
-    /// is being reassembled, or no room within `max_reassembly_bytes` (their producers
-    /// retransmit them).
+    /// is being reassembled or waits, or no room within `max_reassembly_bytes` (their
+    /// producers retransmit them; see [`reassembly`](crate::protocol::chunk::reassembly)).
     pub chunks_refused: u64,
-    /// Partial messages dropped: for an older message of their producer, for room, idle for
-    /// `producer_idle_ttl`, with their producer's window, settled by their producer, or
+    /// Partial messages dropped: for an older message of their producer, for room (they keep
+    /// their place in line), at the end of their lifetime (`reassembly_grace` + their length
+    /// at `min_reassembly_rate`), with their producer's window, settled by their producer, or
     /// contradicted by a chunk. Their producers send them again.
     pub partial_messages_dropped: u64,
     /// Messages being reassembled right now.
     pub partial_messages: usize,
-    /// Bytes of chunked messages held right now: chunks of partial messages, and reassembled
-    /// messages waiting for the handler.
+    /// Chunked messages refused for room that keep their place in line right now.
+    pub messages_waiting_for_room: usize,
+    /// Bytes of chunked messages held right now: reserved by partial messages (each its whole
+    /// length, at least 128 bytes a chunk), and held by reassembled messages waiting for the
+    /// handler.
     pub reassembly_bytes: u64,
 }
 
@@ -240,7 +244,7 @@ impl<B, R> ConsumerCore<B, R> {
             next_deferred: 0,
             expired: VecDeque::new(),
             refused: VecDeque::new(),
-            chunks: Reassembly::new(config.max_reassembly_bytes, config.producer_idle_ttl.get()),
+            chunks: Reassembly::new(config.max_reassembly_bytes, config.reassembly_lifetime()),
             max_message_bytes: config.max_message_bytes,
             stats: ConsumerStats::default(),
             warnings: Warnings::default(),
@@ -479,9 +483,9 @@ impl<B, R> ConsumerCore<B, R> {
         self.expired.pop_front()
     }
 
-    /// Runs what is due at `now`: the idle sweep, and the abandonment of a handler run (or a
-    /// deferred outcome, see [`poll_expired`](Self::poll_expired)) older than
-    /// `handler_timeout`. `Some` when the running handler was abandoned: drop its future and
+    /// Runs what is due at `now`: the idle sweep, the end of partial messages' lifetimes (and
+    /// of waiting ones' places), and the abandonment of a handler run (or a deferred outcome,
+    /// see [`poll_expired`](Self::poll_expired)) older than `handler_timeout`. `Some` when the running handler was abandoned: drop its future and
     /// carry out the completion (it has no ACK: the producer retransmits the message).
     pub fn handle_timeout(&mut self, now: Instant) -> Option<Completion<B, R>> {
         let swept = self.table.sweep(now);
@@ -492,7 +496,7 @@ impl<B, R> ConsumerCore<B, R> {
         let table = &mut self.table;
         let dropped = self.chunks.sweep(now, |key| table.is_live(*key));
         if dropped > 0 {
-            log::debug!("dropped {dropped} idle partial message(s)");
+            log::debug!("dropped {dropped} partial message(s) at the end of their lifetime");
         }
         while let Some(front) = self.deferred.front() {
             if front.deadline.is_none_or(|deadline| now < deadline) {
@@ -582,6 +586,7 @@ impl<B, R> ConsumerCore<B, R> {
             chunks_refused: chunks.refused,
             partial_messages_dropped: chunks.dropped,
             partial_messages: self.chunks.len(),
+            messages_waiting_for_room: self.chunks.waiting(),
             reassembly_bytes: self.chunks.charged(),
             ..self.stats
         }

@@ -365,10 +365,7 @@ impl Node {
             let _owner = &chunks_owner;
             chunks_to.send_chunks(&chunks_name, chunks);
         })
-        .with_transport(
-            max_chunk,
-            Arc::new(move |body: &T, size| shared.schemas.of::<T>().write_chunks(body, size)),
-        ))
+        .with_transport(max_chunk, Arc::new(move || shared.schemas.of::<T>())))
     }
 
     /// The sending side of `addr`, made if new.

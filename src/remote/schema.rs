@@ -128,6 +128,11 @@ impl<T> BodySchema<T> {
         self
     }
 
+    /// The version this schema writes (and reads directly).
+    pub(crate) fn current_version(&self) -> u32 {
+        self.version
+    }
+
     /// Appends the body of `value`, header first, to `out`; on error `out` is left as it was.
     pub(crate) fn write(&self, value: &T, out: &mut Vec<u8>) -> Result<(), CodecError>
     where

@@ -86,7 +86,8 @@
 //! | `actix_delivery_consumer_waiting` | gauge | `waiting` |
 //! | `actix_delivery_consumer_deferred` | gauge | `deferred` |
 //! | `actix_delivery_consumer_partial_messages` | gauge | `partial_messages`: being reassembled |
-//! | `actix_delivery_consumer_reassembly_bytes` | gauge | `reassembly_bytes`: held for reassembly |
+//! | `actix_delivery_consumer_messages_waiting_for_room` | gauge | `messages_waiting_for_room`: chunked messages refused for room, in line |
+//! | `actix_delivery_consumer_reassembly_bytes` | gauge | `reassembly_bytes`: reserved for reassembly |
 //! | `actix_delivery_consumer_handler_seconds` | histogram | one handler run, start to outcome (a pipelined handler: to its hand-off); abandoned runs are not recorded; sampled: the first run that ends in each mailbox drain |
 //!
 //! **Persistent entity** ([`PersistentStats`](crate::persistence::PersistentStats)), label
@@ -338,6 +339,7 @@ meter! {
         gauge waiting: "actix_delivery_consumer_waiting",
         gauge deferred: "actix_delivery_consumer_deferred",
         gauge partial_messages: "actix_delivery_consumer_partial_messages",
+        gauge messages_waiting_for_room: "actix_delivery_consumer_messages_waiting_for_room",
         gauge reassembly_bytes: "actix_delivery_consumer_reassembly_bytes",
         histogram handler_seconds: "actix_delivery_consumer_handler_seconds",
     }

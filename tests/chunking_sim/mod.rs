@@ -12,7 +12,10 @@
 //! incarnation: what they held is settled as stopped and handed to them again). In the tight
 //! class, several producers share a `max_reassembly_bytes` of one to two largest messages,
 //! with a `max_out_of_order` of 1 to 4. After `heal_at` links lose nothing, handlers succeed
-//! and nothing restarts.
+//! and nothing restarts. The consumer expects messages at half the slowest producer's pace
+//! once healed (`min_reassembly_rate`: a window of chunks per round trip), as a deployment
+//! must (before the heal, a message may outlive its lifetime: it is dropped, and sent again
+//! in a round).
 //!
 //! Six classes (seed `s` is of class `s % 6`): lossy, ordered, consumer restarts, producer
 //! restarts, tight, all together.

@@ -172,4 +172,14 @@ impl Scenario {
     pub fn liveness_bound(&self) -> Duration {
         Duration::from_secs(120)
     }
+
+    /// The consumer's `min_reassembly_rate`, as a deployment must set it (below what its
+    /// producers achieve): half the slowest producer's pace once healed, a window of chunks
+    /// per round trip.
+    pub fn min_reassembly_rate(&self) -> u64 {
+        let round_trip_ms = 2 * self.max_latency.as_millis() as u64;
+        let pace = |p: &ProducerSpec| (p.window * p.chunk_size) as u64 * 1000 / round_trip_ms;
+        let slowest = self.producers.iter().map(pace).min().unwrap_or(1);
+        (slowest / 2).max(1)
+    }
 }

@@ -147,6 +147,7 @@ impl World {
             max_reassembly_bytes: sc.max_reassembly_bytes,
             max_out_of_order: sc.max_out_of_order,
             handler_timeout: Limit::Unbounded,
+            min_reassembly_rate: sc.min_reassembly_rate(),
             ..Default::default()
         };
         let producers = sc

@@ -5,12 +5,61 @@
 //! of which only some are (the producer ended while storing it): never sent, so never
 //! half-delivered; its caller, if it is still waiting, hears "not stored", otherwise the sink
 //! does.
+//!
+//! A message stored whole is first read as the producer's type, as whole messages are: one
+//! stored at an older version of its schema goes through the upcaster and is sent written
+//! again at today's, split anew over its own seqs ([`Chunking::restore`]); one that cannot be
+//! read (a newer version, the type changed without a new version) or no longer fits its seqs
+//! stops the producer for good, naming the stream, the message and the versions, before
+//! anything is sent. It stays stored for a producer that can read it: it is never sent in a
+//! form its own producer cannot read, nor given up for it.
 
 use bytes::Bytes;
 
 use super::*;
 use crate::durable::log::StoredChunks;
+use crate::producer_core::Chunking;
 use crate::protocol::chunk::ChunkHeader;
+
+/// A chunked message an opening found stored whole: its header, its chunks as stored, and
+/// as they are sent now.
+pub(super) struct Restored {
+    header: ChunkHeader,
+    stored: Vec<Bytes>,
+    chunks: Vec<Bytes>,
+}
+
+/// The chunked messages stored whole in `stream`, as `chunking` sends them (see
+/// [`Chunking::restore`]).
+///
+/// # Errors
+/// Why one of them cannot be sent, naming the stream, the message and the versions.
+pub(super) fn restore_chunked<T>(
+    chunking: &Chunking<T>,
+    stream: &PersistenceId,
+    chunked: Vec<StoredChunks>,
+) -> Result<Vec<Restored>, String> {
+    chunked
+        .into_iter()
+        .map(|(header, bodies)| {
+            let stored: Vec<Bytes> = bodies.into_iter().map(Bytes::from).collect();
+            match chunking.restore(header, stored.clone()) {
+                Ok(chunks) => Ok(Restored {
+                    header,
+                    stored,
+                    chunks,
+                }),
+                Err(why) => Err(format!(
+                    "stream `{stream}`: stored message {} (chunks {} to {}) cannot be sent: \
+                     {why}",
+                    header.last_seq(),
+                    header.first_seq,
+                    header.last_seq()
+                )),
+            }
+        })
+        .collect()
+}
 
 /// A chunked message on its way into the journal.
 pub(super) struct ChunkedStore {
@@ -225,7 +274,7 @@ impl<T: Clone + Send + 'static> ProducerController<T> {
     /// opening (their caller, or the sink, hears "not stored"). Returns what to resend.
     pub(super) fn resume_chunks(
         &mut self,
-        chunked: Vec<StoredChunks>,
+        chunked: Vec<Restored>,
         dropped: Vec<ChunkHeader>,
         carried: &mut BTreeMap<u64, Carried>,
     ) -> Vec<(u64, Vec<Bytes>, Confirmation)> {
@@ -238,14 +287,18 @@ impl<T: Clone + Send + 'static> ProducerController<T> {
             .map(|d| (d.header.first_seq, d))
             .collect();
         let mut resumed = Vec::with_capacity(chunked.len());
-        for (header, bodies) in chunked {
+        for Restored {
+            header,
+            stored,
+            chunks,
+        } in chunked
+        {
             let (first, last) = (header.first_seq, header.last_seq());
-            let chunks: Vec<Bytes> = bodies.into_iter().map(Bytes::from).collect();
             durable.unsettled.insert(last);
             durable.spans.insert(last, first);
             let committed = doubts
                 .remove(&first)
-                .filter(|doubt| doubt.header == header && doubt.chunks == chunks);
+                .filter(|doubt| doubt.header == header && doubt.chunks == stored);
             let confirm = if let Some(mut doubt) = committed {
                 doubt.confirm.notify_stored(MessageId(last));
                 durable.counts.0 += 1; // stored after all

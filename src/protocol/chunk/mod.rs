@@ -10,15 +10,17 @@
 //! carries a [`ChunkHeader`]: its message's first seq, its number of chunks and its length in
 //! bytes. The chunk of seq `s` is the message's chunk `s - first_seq`.
 //!
-//! - **Consumer.** A chunk is admitted only if its header is possible ([`check`]); a message
-//!   longer than `max_message_bytes` is a dead letter. Chunks are buffered per producer
-//!   incarnation, one partial message at a time ([`reassembly`]), bounded in bytes per message
-//!   and in total. A buffered chunk that is not the last is ACKed at once (so a window smaller
-//!   than a message's chunk count cannot deadlock); the last chunk is ACKed only when the
-//!   handler succeeded on the whole message, so **its ACK confirms the message**. The handler
-//!   runs once, on the reassembled body, never on a part. On success every seq of the message
-//!   is recorded as handled (a range), so the dedup window's `contiguous` mark passes the
-//!   chunk seqs and nothing of them stays above it.
+//! - **Consumer.** A chunk is admitted only if its header is possible ([`check`]); a message longer
+//!   than `max_message_bytes` is a dead letter. Chunks are buffered per producer incarnation, one
+//!   message at a time ([`reassembly`]): a message reserves its room with its first chunk (bounded
+//!   per message and in total), lives at most `reassembly_grace` plus its length at
+//!   `min_reassembly_rate`, and gets room in the order it was first seen, or at once within its
+//!   share. A buffered chunk that is not the last is ACKed at once (so a window smaller than a
+//!   message's chunk count cannot deadlock); the last chunk is ACKed only when the handler
+//!   succeeded on the whole message, so **its ACK confirms the message**. The handler runs once, on
+//!   the reassembled body, never on a part. On success every seq of the message is recorded as
+//!   handled (a range), so the dedup window's `contiguous` mark passes the chunk seqs and nothing
+//!   of them stays above it.
 //! - **Producer** ([`producer`]). A message is confirmed once, by its last chunk's ACK. Its
 //!   `window_start` never passes its first seq before then, so a consumer that starts a fresh
 //!   window (a restart, an eviction) still admits every chunk of it. When the last chunk goes
@@ -92,11 +94,15 @@ pub enum ChunkFault {
     /// length, or the bytes they add up to): the partial message is dropped too.
     #[error("it contradicts the chunks of its message received before")]
     Conflicting,
+    /// Its message has so many chunks that its [`reservation`](reassembly::reservation)
+    /// (at least 128 bytes a chunk) exceeds `max_reassembly_bytes`: it could never be held.
+    #[error("its message has more chunks than max_reassembly_bytes can hold")]
+    TooManyChunks,
 }
 
 /// Checks a chunk's header (of a delivery that passed
 /// [`admit`](crate::protocol::envelope::admit)) and its length against the consumer's
-/// `max_message_bytes`.
+/// `max_message_bytes` and `max_reassembly_bytes`.
 ///
 /// # Errors
 /// [`DeadLetterReason::InvalidChunk`] naming the first broken rule, or
@@ -106,6 +112,7 @@ pub fn check(
     chunk: &ChunkHeader,
     len: usize,
     max_message_bytes: u64,
+    max_reassembly_bytes: u64,
 ) -> Result<(), DeadLetterReason> {
     let fault = if chunk.chunks == 0 {
         Some(ChunkFault::NoChunks)
@@ -132,6 +139,9 @@ pub fn check(
             max: max_message_bytes,
         });
     }
+    if reassembly::reservation(chunk) > max_reassembly_bytes {
+        return Err(DeadLetterReason::InvalidChunk(ChunkFault::TooManyChunks));
+    }
     Ok(())
 }
 
@@ -147,9 +157,31 @@ pub fn split(message: &Bytes, chunk_size: usize) -> Vec<Bytes> {
         .collect()
 }
 
+/// `message` split into exactly `chunks` chunks, none empty, none longer than `max_chunk`,
+/// their lengths differing by one at most: views of the same bytes, not copies. `None` when
+/// it cannot be (the message is shorter than `chunks` bytes, or longer than `chunks` ×
+/// `max_chunk`).
+pub fn split_into(message: &Bytes, chunks: u32, max_chunk: usize) -> Option<Vec<Bytes>> {
+    let (len, count) = (message.len(), chunks as usize);
+    if count == 0 || len < count || len.div_ceil(count) > max_chunk {
+        return None;
+    }
+    let (short, longer) = (len / count, len % count);
+    let mut start = 0;
+    let pieces = (0..count).map(|index| {
+        let end = start + short + usize::from(index < longer);
+        let piece = message.slice(start..end);
+        start = end;
+        piece
+    });
+    Some(pieces.collect())
+}
+
 /// Where a message is encoded to be sent in chunks: every chunk is its own buffer of exactly
 /// `chunk_size` bytes (the last one shorter), filled as the encoder writes, so a message is
-/// never held in one growing buffer (which would double its memory while it grows).
+/// never held in one growing buffer (which would double its memory while it grows). The first
+/// chunk grows as it is written (a small message takes what it needs, not a whole chunk);
+/// once one is full, the next ones are allocated whole.
 #[derive(Debug)]
 pub struct ChunkWriter {
     chunk_size: usize,
@@ -191,10 +223,16 @@ impl ChunkWriter {
 
 impl Write for ChunkWriter {
     fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
-        if self.current.capacity() == 0 {
-            self.current.reserve_exact(self.chunk_size);
-        }
         let n = buf.len().min(self.chunk_size - self.current.len());
+        let len = self.current.len();
+        if self.current.capacity() - len < n {
+            let grown = (len + n).max(2 * self.current.capacity());
+            let want = match self.chunks.is_empty() {
+                true => grown.min(self.chunk_size),
+                false => self.chunk_size,
+            };
+            self.current.reserve_exact(want - len);
+        }
         self.current.extend_from_slice(&buf[..n]);
         self.len += n as u64;
         if self.current.len() == self.chunk_size {
@@ -326,7 +364,7 @@ mod tests {
     }
 
     fn fault(seq: u64, window_start: u64, c: ChunkHeader, len: usize) -> Option<ChunkFault> {
-        match check(&header(seq, window_start), &c, len, 1000) {
+        match check(&header(seq, window_start), &c, len, 1000, 4096) {
             Ok(()) => None,
             Err(DeadLetterReason::InvalidChunk(fault)) => Some(fault),
             Err(other) => panic!("{other:?}"),
@@ -351,18 +389,27 @@ mod tests {
         let beyond = chunk(MAX_SEQ - 1, 3, 30);
         assert_eq!(fault(MAX_SEQ - 1, 1, beyond, 10), Some(OutsideMessage));
         assert_eq!(fault(MAX_SEQ, 1, chunk(MAX_SEQ - 2, 3, 30), 10), None);
+        assert_eq!(
+            fault(1, 1, chunk(1, 32, 1000), 10),
+            None,
+            "32 × 128 bytes fit"
+        );
+        assert_eq!(fault(1, 1, chunk(1, 33, 1000), 10), Some(TooManyChunks));
     }
 
     #[test]
     fn a_message_over_max_message_bytes_is_refused_by_its_announced_length() {
         assert_eq!(
-            check(&header(1, 1), &chunk(1, 2, 1001), 10, 1000),
+            check(&header(1, 1), &chunk(1, 2, 1001), 10, 1000, 1000),
             Err(DeadLetterReason::MessageTooLarge {
                 len: 1001,
                 max: 1000
             })
         );
-        assert_eq!(check(&header(1, 1), &chunk(1, 2, 1000), 10, 1000), Ok(()));
+        assert_eq!(
+            check(&header(1, 1), &chunk(1, 2, 1000), 10, 1000, 1000),
+            Ok(())
+        );
     }
 
     #[test]
@@ -385,6 +432,18 @@ mod tests {
     }
 
     #[test]
+    fn splitting_into_a_given_number_of_chunks_spreads_the_bytes_evenly_or_says_it_cannot() {
+        let message = Bytes::from((0..10u8).collect::<Vec<_>>());
+        let chunks = split_into(&message, 3, 4).unwrap();
+        assert_eq!(chunks, [&[0, 1, 2, 3][..], &[4, 5, 6], &[7, 8, 9]]);
+        assert_eq!(chunks[1].as_ptr(), message[4..].as_ptr(), "views");
+        assert_eq!(split_into(&message, 10, 1).unwrap().len(), 10);
+        assert_eq!(split_into(&message, 2, 4), None, "longer than 2 × 4");
+        assert_eq!(split_into(&message, 11, 4), None, "an empty chunk");
+        assert_eq!(split_into(&message, 0, 4), None);
+    }
+
+    #[test]
     fn a_chunk_writer_fills_buffers_of_exactly_chunk_size_bytes() {
         let mut writer = ChunkWriter::new(4);
         writer.write_all(b"ab").unwrap();
@@ -400,6 +459,26 @@ mod tests {
             "no empty chunk after a full one"
         );
         assert_eq!(ChunkWriter::new(4).finish(), [Bytes::new()]);
+    }
+
+    #[test]
+    fn a_chunk_writer_reserves_no_whole_chunk_for_a_small_message() {
+        let mut small = ChunkWriter::new(16 << 20);
+        small.write_all(&[7; 100]).unwrap();
+        assert!(
+            small.current.capacity() < 1024,
+            "{} bytes reserved for 100",
+            small.current.capacity()
+        );
+        assert_eq!(small.finish(), [vec![7; 100]]);
+        let mut large = ChunkWriter::new(4096);
+        for _ in 0..10 {
+            large.write_all(&[1; 1000]).unwrap();
+            assert!(large.current.capacity() <= 4096, "never beyond a chunk");
+        }
+        let chunks = large.finish();
+        let lens: Vec<usize> = chunks.iter().map(Bytes::len).collect();
+        assert_eq!(lens, [4096, 4096, 1808]);
     }
 
     #[test]

@@ -79,8 +79,9 @@ impl<B, R> ConsumerCore<B, R> {
         let checked = header
             .chunk
             .ok_or(DeadLetterReason::InvalidChunk(ChunkFault::NoChunks));
+        let max_held = self.chunks.max_bytes();
         let checked = checked.and_then(|c| {
-            chunk::check(&header, &c, bytes.len(), self.max_message_bytes).map(|()| c)
+            chunk::check(&header, &c, bytes.len(), self.max_message_bytes, max_held).map(|()| c)
         });
         let chunk = match checked {
             Ok(chunk) => chunk,
@@ -240,9 +241,10 @@ mod tests {
     use std::time::Duration;
 
     use super::*;
-    use crate::config::{ConsumerConfig, Limit};
+    use crate::config::{ConsumerConfig, Limit, ProducerConfig};
+    use crate::protocol::chunk::producer::ChunkedProducer;
     use crate::protocol::chunk::reassembly::MIN_PART_CHARGE;
-    use crate::protocol::chunk::ChunkHeader;
+    use crate::protocol::chunk::{split, ChunkHeader};
     use crate::protocol::consumer::{ConsumerStats, HandlerOutcome};
     use crate::protocol::envelope::{DeliveryInfo, Incarnation, ProducerId};
 
@@ -608,23 +610,34 @@ mod tests {
         assert!(refused.ack.is_none() && refused.step.is_hold());
         let s = stats(&c);
         assert_eq!(
-            (s.chunks_refused, s.reassembly_bytes, s.partial_messages),
-            (1, 200, 1)
+            (
+                s.chunks_refused,
+                s.reassembly_bytes,
+                s.partial_messages,
+                s.messages_waiting_for_room
+            ),
+            (1, 2 * MIN_PART_CHARGE, 1, 1),
+            "p's whole message is reserved (250 bytes, at least 128 a chunk); q's waits"
         );
     }
 
     #[test]
-    fn a_partial_message_without_new_chunks_for_producer_idle_ttl_is_dropped() {
-        let ttl = Duration::from_secs(60);
+    fn a_partial_message_is_dropped_at_the_end_of_its_lifetime_whatever_arrives_meanwhile() {
         let mut c = core(ConsumerConfig {
-            producer_idle_ttl: Limit::At(ttl),
+            producer_idle_ttl: Limit::Unbounded,
+            reassembly_grace: Duration::from_secs(2),
+            min_reassembly_rate: 1,
             ..Default::default()
         });
         let t0 = Instant::now();
         offer(&mut c, abc(1, 1), t0);
-        assert_eq!(c.next_deadline(), Some(t0 + ttl));
-        c.handle_timeout(t0 + ttl);
+        let end = t0 + Duration::from_secs(2 + 5); // 5 bytes at one a second
+        assert_eq!(c.next_deadline(), Some(end));
+        offer(&mut c, abc(1, 3), end - Duration::from_millis(1));
+        assert_eq!(c.next_deadline(), Some(end), "not extended");
+        c.handle_timeout(end);
         assert_eq!(partials(&c), (0, 1, 0));
+        assert_eq!(c.next_deadline(), None);
     }
 
     #[test]
@@ -649,7 +662,7 @@ mod tests {
             assert!(step.step.is_hold(), "no message runs on one chunk");
             let s = stats(&c);
             assert!(s.partial_messages <= 2, "one per producer: {s:?}");
-            assert!(s.reassembly_bytes <= 2 * 4096, "{s:?}");
+            assert!(s.reassembly_bytes <= 2 * 8192, "{s:?}");
         }
         let s = stats(&c);
         assert_eq!((s.assembled, s.delivered), (0, 0));
@@ -658,6 +671,261 @@ mod tests {
             "the oldest kept, the rest dropped: {s:?}"
         );
         assert!(s.chunks_refused > 900, "newer ones refused: {s:?}");
+    }
+
+    /// The siege of issue 32: `ATTACKERS` forged producer ids each start a message of
+    /// `ATTACK_LEN` bytes (announced in `ATTACK_CHUNKS` chunks) with a first chunk of 126 KiB,
+    /// together filling `SIEGE_BOUND` of `max_reassembly_bytes`, and never finish it; in the
+    /// trickle each adds a one-byte chunk every `TRICKLE`, in the burst they fall silent.
+    /// Honest producers send through their own cores (chunks of 16 KiB, a window of 16,
+    /// `resend_timeout` 500 ms) meanwhile; time is virtual.
+    struct Siege {
+        core: Core,
+        now: Instant,
+        trickle: Option<Instant>,
+        /// The chunk each attacker sends next.
+        next_index: u32,
+        honest: Vec<Honest>,
+        /// The most `reassembly_bytes` ever were.
+        most_held: u64,
+    }
+
+    /// An honest producer of the siege, and when its message was confirmed.
+    struct Honest {
+        producer: ChunkedProducer<()>,
+        sent: Instant,
+        confirmed: Option<Duration>,
+    }
+
+    const ATTACKERS: usize = 32;
+    const SIEGE_BOUND: u64 = 4 << 20;
+    const ATTACK_LEN: u64 = 128 << 10;
+    const ATTACK_CHUNKS: u32 = 1024;
+    const TRICKLE: Duration = Duration::from_millis(300);
+    const RESEND: Duration = Duration::from_millis(500);
+
+    /// Chunk `index` of attacker `attacker`'s message: `len` bytes.
+    fn forged(attacker: usize, index: u32, len: usize) -> Inbound<Bytes, u32> {
+        Inbound {
+            header: Header {
+                producer_id: ProducerId::from(format!("attacker-{attacker}").as_str()),
+                incarnation: Incarnation::from_u128(7),
+                seq: 1 + u64::from(index),
+                window_start: 1,
+                trace_context: None,
+                chunk: Some(ChunkHeader {
+                    first_seq: 1,
+                    chunks: ATTACK_CHUNKS,
+                    message_len: ATTACK_LEN,
+                }),
+            },
+            body: Bytes::from(vec![0xa; len]),
+            reply_to: Some(u32::MAX),
+        }
+    }
+
+    impl Siege {
+        fn new(trickle: bool) -> Self {
+            let mut core = core(ConsumerConfig {
+                max_message_bytes: 1 << 20,
+                max_reassembly_bytes: SIEGE_BOUND,
+                ..Default::default()
+            });
+            let start = Instant::now();
+            for attacker in 0..ATTACKERS {
+                let step = offer(&mut core, forged(attacker, 0, 126 << 10), start);
+                assert_eq!(acked(&step), Some(1), "the attack is buffered");
+            }
+            let mut siege = Self {
+                core,
+                now: start,
+                trickle: trickle.then_some(start + TRICKLE),
+                next_index: 1,
+                honest: Vec::new(),
+                most_held: 0,
+            };
+            siege.note_held();
+            siege
+        }
+
+        /// An honest producer sends a message of `len` bytes now.
+        fn send(&mut self, id: &str, len: usize) {
+            let config = ProducerConfig {
+                producer_id: Some(id.into()),
+                window_size: 16,
+                resend_timeout: RESEND,
+                ..Default::default()
+            };
+            let mut producer = ChunkedProducer::new(&config, Incarnation::from_u128(1));
+            let message = Bytes::from(vec![0x5; len]);
+            producer.handle_send(split(&message, 16 << 10), ()).unwrap();
+            self.honest.push(Honest {
+                producer,
+                sent: self.now,
+                confirmed: None,
+            });
+            self.exchange();
+        }
+
+        fn note_held(&mut self) {
+            let held = self.core.stats().reassembly_bytes;
+            assert!(held <= SIEGE_BOUND, "{held} bytes held");
+            self.most_held = self.most_held.max(held);
+        }
+
+        /// Delivers what the honest producers transmit, and the ACKs back, until quiet.
+        fn exchange(&mut self) {
+            loop {
+                let mut acks = Vec::new();
+                for (to, honest) in self.honest.iter_mut().enumerate() {
+                    while let Some(t) = honest.producer.poll_transmit(self.now) {
+                        let inbound = Inbound {
+                            header: t.header,
+                            body: t.body,
+                            reply_to: Some(to as u32),
+                        };
+                        let step = self.core.handle_chunk(inbound, read_all, self.now);
+                        acks.extend(step.ack);
+                        let mut running = matches!(step.step, Step::Run(_));
+                        while running {
+                            let done = self
+                                .core
+                                .handle_outcome(&HandlerOutcome::Succeeded, self.now);
+                            acks.extend(done.ack);
+                            running = done.next.is_some();
+                        }
+                    }
+                }
+                self.note_held();
+                if acks.is_empty() {
+                    return;
+                }
+                for (to, ack) in acks {
+                    self.honest[to as usize].producer.handle_ack(&ack);
+                }
+                for honest in &mut self.honest {
+                    while let Some(((), result)) = honest.producer.poll_settled() {
+                        assert_eq!(result, Ok(()));
+                        honest.confirmed = Some(self.now - honest.sent);
+                    }
+                }
+            }
+        }
+
+        /// Runs the siege for `span` of virtual time: timers, the trickle, the exchange.
+        fn run_for(&mut self, span: Duration) {
+            let end = self.now + span;
+            loop {
+                let producers = self
+                    .honest
+                    .iter()
+                    .filter_map(|h| h.producer.next_deadline());
+                let next = [self.core.next_deadline(), self.trickle]
+                    .into_iter()
+                    .flatten()
+                    .chain(producers)
+                    .min()
+                    .filter(|next| *next <= end);
+                let Some(next) = next else {
+                    self.now = end;
+                    return;
+                };
+                self.now = self.now.max(next);
+                let now = self.now;
+                if self.core.next_deadline().is_some_and(|at| at <= now) {
+                    self.core.handle_timeout(now);
+                }
+                if self.trickle.is_some_and(|at| at <= now) {
+                    for attacker in 0..ATTACKERS {
+                        offer(&mut self.core, forged(attacker, self.next_index, 1), now);
+                    }
+                    self.next_index += 1;
+                    self.trickle = Some(now + TRICKLE);
+                }
+                for honest in &mut self.honest {
+                    if honest.producer.next_deadline().is_some_and(|at| at <= now) {
+                        honest.producer.handle_timeout(now);
+                    }
+                }
+                self.note_held();
+                self.exchange();
+            }
+        }
+    }
+
+    /// Partial messages, waiting ones, partial messages dropped, chunks refused.
+    fn siege_counts(c: &Core) -> (usize, usize, u64, u64) {
+        let s = stats(c);
+        (
+            s.partial_messages,
+            s.messages_waiting_for_room,
+            s.partial_messages_dropped,
+            s.chunks_refused,
+        )
+    }
+
+    /// An honest message within its share (100 KiB of the 4 MiB shared by 33 producers less
+    /// the oldest's 128 KiB: 124 KiB) is buffered at once, whatever the attackers hold, and
+    /// confirmed at once. One attacker's message gives way (the youngest of the largest). In
+    /// the trickle the others are dropped at the end of their lifetime (5.125 s), the one
+    /// that gave way 5.125 s after it was started again with its next chunk (1.2 s); in the
+    /// burst it is never retransmitted and loses its place after the grace.
+    #[test]
+    fn a_patient_sender_keeps_no_honest_message_within_its_share_out() {
+        // Partial messages held at the end, and dropped: by the honest one, at their lifetime.
+        for (trickle, held, dropped) in [(true, 32, 1 + 32), (false, 0, 1 + 31)] {
+            let mut siege = Siege::new(trickle);
+            siege.run_for(Duration::from_secs(1));
+            siege.send("honest", 100 << 10);
+            assert_eq!(siege.honest[0].confirmed, Some(Duration::ZERO), "{trickle}");
+            siege.run_for(Duration::from_secs(9));
+            assert_eq!(
+                siege_counts(&siege.core),
+                (held, 0, dropped, 0),
+                "trickle {trickle}: {:?}",
+                stats(&siege.core)
+            );
+            assert_eq!(siege.most_held, SIEGE_BOUND, "never beyond it");
+        }
+    }
+
+    /// An honest message beyond its share (1 MiB) waits until it is the oldest: the attackers'
+    /// messages, seen before it, reach their lifetime 4.125 s after it was sent, and its next
+    /// retransmission (every 500 ms) is buffered, whatever the attackers started since (the
+    /// trickle restarts them at 5.4 s: they are younger, and the youngest 8 give way to its
+    /// 1 MiB). Meanwhile its window of 16 chunks is refused 9 times. The documented bound: its
+    /// wait is at most the attackers' lifetime and one retransmission interval.
+    #[test]
+    fn a_patient_sender_keeps_a_larger_honest_message_out_no_longer_than_its_partial_messages_live()
+    {
+        let lifetime = ConsumerConfig::default()
+            .reassembly_lifetime()
+            .of(ATTACK_LEN);
+        assert_eq!(
+            lifetime,
+            Duration::from_millis(5125),
+            "5 s, and 128 KiB at 1 MiB/s"
+        );
+        // Partial messages held at the end (the trickle started them again, and those that
+        // gave way once more after the honest message ran), and dropped: at their lifetime,
+        // and for the honest one.
+        for (trickle, held, dropped) in [(true, 32, 32 + 8), (false, 0, 32)] {
+            let mut siege = Siege::new(trickle);
+            siege.run_for(Duration::from_secs(1));
+            siege.send("honest", 1 << 20);
+            siege.run_for(Duration::from_secs(9));
+            let confirmed = siege.honest[0].confirmed.expect("confirmed");
+            assert_eq!(confirmed, Duration::from_millis(4500), "trickle {trickle}");
+            let bound = lifetime - Duration::from_secs(1) + RESEND;
+            assert!(confirmed <= bound, "{confirmed:?} beyond {bound:?}");
+            assert_eq!(
+                siege_counts(&siege.core),
+                (held, 0, dropped, 9 * 16),
+                "trickle {trickle}: {:?}",
+                stats(&siege.core)
+            );
+            assert_eq!(siege.most_held, SIEGE_BOUND, "never beyond it");
+        }
     }
 
     proptest::proptest! {

@@ -883,4 +883,32 @@ mod tests {
         assert_eq!(core.stats().activations, 1);
         assert!(core.is_empty());
     }
+
+    #[test]
+    fn tables_that_drained_give_their_memory_back() {
+        let now = Instant::now();
+        let mut core = Core::new(HostLimits {
+            max_active: 1 << 20,
+            ..limits()
+        });
+        for n in 0..100_000 {
+            answered(&mut core, n, n, now);
+        }
+        let high = core.running.capacity();
+        let later = now + Duration::from_secs(10);
+        let stops: Vec<_> = std::iter::from_fn(|| core.poll_passivation(later)).collect();
+        assert_eq!(stops.len(), 100_000);
+        for stop in stops {
+            core.handle_stopped(&stop.entity, stop.generation, later, start);
+        }
+        assert!(core.is_empty());
+        for capacity in [
+            core.running.capacity(),
+            core.idle.capacity(),
+            core.stopping.capacity(),
+            core.in_flight.capacity(),
+        ] {
+            assert!(capacity <= 2 * capacity::KEPT, "{capacity} of {high}");
+        }
+    }
 }

@@ -544,7 +544,7 @@ pub use config::{Backoff, ConsumerConfig, Limit, ProducerConfig};
 pub use confirmation::Confirmation;
 pub use consumer::{ConsumerController, ConsumerHandle};
 pub use dead_letter::DeadLetter;
-pub use error::{DeliveryError, OptionsError, TellError};
+pub use error::{DeliveryError, Failure, OptionsError, StartError, TellError};
 pub use facade::ReliableDelivery;
 pub use handler::DeliveryHandler;
 pub use message::{

@@ -672,7 +672,7 @@ async fn a_durable_producer_resends_a_message_stored_whole_after_a_restart() {
         "its id is its last chunk's seq"
     );
     first.stop();
-    first.stopped().await;
+    first.stopped().await.unwrap();
     let (consumer, runs) = consumer(|b| b);
     let second =
         ReliableDelivery::durable_producer(options((&consumer).into()), durable()).unwrap();
@@ -757,7 +757,7 @@ async fn a_durable_producer_refuses_a_stream_holding_unsettled_messages_of_the_o
         .unwrap();
         first.store(message(1, 3000)).await.unwrap();
         first.stop();
-        first.stopped().await;
+        first.stopped().await.unwrap();
         let other = ReliableDelivery::durable_producer(
             options(!written_in_chunks, nowhere()),
             durable(stream),
@@ -768,7 +768,7 @@ async fn a_durable_producer_refuses_a_stream_holding_unsettled_messages_of_the_o
             matches!(&refused, Err(DeliveryError::Storage(why)) if why.contains("holds unsettled")),
             "{stream}: {refused:?}"
         );
-        other.stopped().await;
+        other.stopped().await.unwrap();
         let (consumer, runs) = consumer(|b| b);
         let same = ReliableDelivery::durable_producer(
             options(written_in_chunks, (&consumer).into()),

@@ -16,7 +16,7 @@ use actix_delivery::journal::{
 };
 use actix_delivery::{
     ConsumerHandle, ConsumerOptions, ConsumerRef, Delivery, DeliveryError, DeliveryHandler,
-    ProducerHandle, ProducerOptions, ReliableDelivery,
+    Failure, ProducerHandle, ProducerOptions, ReliableDelivery, StartError,
 };
 use common::{settle, settle_for, Log, Sink};
 
@@ -130,7 +130,7 @@ async fn a_restarted_producer_keeps_its_incarnation_and_resends_what_is_unsettle
         first.store(body).await.unwrap();
     }
     first.stop();
-    first.stopped().await; // a crash would do the same: nothing unsettled is lost
+    first.stopped().await.unwrap(); // a crash would do the same: nothing unsettled is lost
     let before = seen.snapshot();
     let incarnation = before[0].0;
     cut.store(false, Ordering::SeqCst);
@@ -182,7 +182,7 @@ async fn a_consumer_that_lived_through_the_crash_recognises_what_it_handled() {
     }
     settle_for(50).await;
     first.stop();
-    first.stopped().await;
+    first.stopped().await.unwrap();
     assert_eq!(handled.snapshot(), [1, 2, 3]);
     let second = durable_producer(&journal, consumer.consumer_ref(), |d| d);
     second.idle().await;
@@ -205,7 +205,7 @@ async fn starting_on_an_empty_or_fully_settled_stream_just_works() {
         assert_eq!(producer.stats().await.unwrap().resumed, 0, "round {round}");
         producer.send(round).await.unwrap();
         producer.stop();
-        producer.stopped().await;
+        producer.stopped().await.unwrap();
     }
     assert_eq!(handled.snapshot(), [0, 1, 2]);
 }
@@ -229,9 +229,13 @@ async fn of_two_producers_opening_one_stream_the_newest_owns_it_and_the_other_st
             && reason.contains("the newest opener owns the stream"),
         "{reason}"
     );
-    tokio::time::timeout(Duration::from_secs(10), first.stopped())
+    let stopped = tokio::time::timeout(Duration::from_secs(10), first.stopped())
         .await
         .expect("stopped for good, not restarted");
+    assert!(
+        matches!(&stopped, Err(Failure::TakenOver(reason)) if reason.contains("the newest opener owns the stream")),
+        "{stopped:?}"
+    );
     second.send(2).await.unwrap();
     assert_eq!(handled.snapshot(), [2]);
 }
@@ -309,9 +313,99 @@ async fn a_stream_of_another_producer_id_stops_the_producer_for_good() {
         ),
         refused => panic!("{refused:?}"),
     }
-    tokio::time::timeout(Duration::from_secs(10), other.stopped())
+    let stopped = tokio::time::timeout(Duration::from_secs(10), other.stopped())
         .await
         .expect("stopped for good: restarting cannot help");
+    let expected = "stream `orders-out`: the stream belongs to producer `orders`, not `invoices`";
+    assert_eq!(stopped, Err(Failure::Error(expected.into())));
+    assert_eq!(
+        other.opened().await,
+        Err(StartError::Failed(Failure::Error(expected.into()))),
+        "it never opened, and says why"
+    );
+}
+
+/// What the handle says of the start: a durable producer is opened once its stream is open
+/// (not when it is started), a producer without a journal at once; a stop asked for is `Ok`.
+#[actix::test]
+async fn opened_resolves_once_the_stream_is_open_and_stopped_says_a_requested_stop_is_ok() {
+    tokio::time::pause();
+    let journal = MemoryJournal::new();
+    let (consumer, _) = consumer();
+    let plain = ReliableDelivery::producer(ProducerOptions::builder(&consumer).build().unwrap());
+    assert_eq!(plain.opened().await, Ok(()), "nothing to open");
+    journal.faults().hold_commits(); // the opening's write waits
+    let producer = durable_producer(&journal, consumer.consumer_ref(), |d| d);
+    let opened = actix::spawn(producer.opened());
+    settle_for(5_000).await;
+    assert!(
+        !opened.is_finished(),
+        "not open before its opening committed"
+    );
+    assert_eq!(producer.stats().await.unwrap().next_message_id, 0);
+    journal.faults().release();
+    assert_eq!(opened.await.unwrap(), Ok(()));
+    assert_eq!(producer.stats().await.unwrap().next_message_id, 1, "open");
+    producer.stop();
+    assert_eq!(
+        producer.stopped().await,
+        Ok(()),
+        "asked to stop: no failure"
+    );
+    assert_eq!(producer.opened().await, Ok(()), "it did open");
+}
+
+/// A producer stopped while its opening waits for the journal never opened, and says so.
+#[actix::test]
+async fn a_producer_stopped_before_its_stream_opened_says_it_was_stopped() {
+    tokio::time::pause();
+    let journal = MemoryJournal::new();
+    let (consumer, _) = consumer();
+    journal.faults().hold_commits();
+    let producer = durable_producer(&journal, consumer.consumer_ref(), |d| {
+        d.stop_timeout(Duration::from_secs(1))
+    });
+    settle().await;
+    producer.stop();
+    settle_for(2_000).await; // past the stop timeout: the opening is left unanswered
+    assert_eq!(producer.opened().await, Err(StartError::Stopped));
+    assert_eq!(producer.stopped().await, Ok(()));
+    journal.faults().release();
+}
+
+/// The issue's service: a durable work-pulling producer renamed from `orders-api` to
+/// `orders-service` started on its old stream. The start returns `Ok` (opening is
+/// asynchronous), and `opened()` says why the stream did not open.
+#[actix::test]
+async fn a_renamed_durable_work_pulling_producer_says_at_opened_whose_stream_it_is() {
+    tokio::time::pause();
+    let journal = MemoryJournal::new();
+    let (consumer, _) = consumer();
+    let old = ProducerOptions::builder(&consumer).build().unwrap();
+    let durable = DurableOptions::new(Arc::new(journal.clone()), stream(), "orders-api");
+    let old = ReliableDelivery::durable_producer(old, durable).unwrap();
+    old.send(1).await.unwrap();
+    old.stop();
+    old.stopped().await.unwrap();
+    let registry = actix_delivery::work_pulling::WorkerRegistry::<u32>::new();
+    let options = actix_delivery::work_pulling::WorkPullingOptions::builder(&registry)
+        .build()
+        .unwrap();
+    let durable = DurableOptions::new(Arc::new(journal.clone()), stream(), "orders-service");
+    let renamed = ReliableDelivery::durable_work_pulling_producer(options, durable)
+        .expect("the start does not open the stream");
+    let why = "stream `orders-out`: the stream belongs to producer `orders-api`, not \
+               `orders-service`";
+    assert_eq!(
+        renamed.opened().await,
+        Err(StartError::Failed(Failure::Error(why.into())))
+    );
+    assert_eq!(renamed.stopped().await, Err(Failure::Error(why.into())));
+    assert_eq!(
+        renamed.send(2).await,
+        Err(DeliveryError::ProducerStopped),
+        "stopped for good"
+    );
 }
 
 /// A journal whose every operation fails, counting them.
@@ -397,7 +491,7 @@ async fn a_durable_producer_takes_its_id_from_its_stream_and_refuses_invalid_set
     let producer = ReliableDelivery::durable_producer(unnamed(), durable()).unwrap();
     assert_eq!(producer.producer_id().as_str(), "orders", "the stream's id");
     producer.stop();
-    producer.stopped().await;
+    producer.stopped().await.unwrap();
     let other = ProducerOptions::builder(&consumer)
         .producer_id("invoices")
         .build()

@@ -325,7 +325,7 @@ impl Under {
             entity.ask(command).await.unwrap();
         }
         entity.stop();
-        entity.stopped().await;
+        entity.stopped().await.unwrap();
     }
 
     fn start<E: EventSourced>(
@@ -496,7 +496,7 @@ async fn a_journal_of_a_newer_version_fails_stop_naming_stream_seq_and_versions_
             }
             other => panic!("{name}: {other:?}"),
         }
-        entity.stopped().await;
+        entity.stopped().await.unwrap();
         let after = under.journal.highest_seq(&id).await.unwrap();
         assert_eq!(after, highest, "{name}: nothing written");
         // A snapshot of a newer state version: the same, not a silent replay.
@@ -577,7 +577,7 @@ async fn store_unconfirmed<T>(
         producer.store(order).await.unwrap();
     }
     producer.stop();
-    producer.stopped().await;
+    producer.stopped().await.unwrap();
 }
 
 /// Resumes durable producer `producer_id` of `stream` with messages `T` (`configure`d), and
@@ -601,7 +601,7 @@ where
         .await
         .expect("settled");
     producer.stop();
-    producer.stopped().await;
+    producer.stopped().await.unwrap();
     handled.snapshot()
 }
 
@@ -644,9 +644,13 @@ async fn a_durable_producer_resumes_messages_stored_by_an_earlier_version_of_the
         let durable = DurableOptions::new(under.journal.clone(), under.id("newer"), "orders");
         let options = producer_options(&consumer, "orders");
         let producer = ReliableDelivery::durable_producer(options, durable).unwrap();
-        tokio::time::timeout(Duration::from_secs(20), producer.stopped())
+        let stopped = tokio::time::timeout(Duration::from_secs(20), producer.stopped())
             .await
             .expect("stopped for good");
+        assert!(
+            matches!(&stopped, Err(actix_delivery::Failure::Error(reason)) if reason.contains("newer")),
+            "{stopped:?}"
+        );
         settle_for(100).await;
         assert!(handled.snapshot().is_empty(), "{name}");
         let after = under.journal.highest_seq(&under.id("newer")).await.unwrap();

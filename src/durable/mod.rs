@@ -83,7 +83,7 @@
 //!     producer.store(order).await?; // stored: the producer owns it from here on
 //! }
 //! producer.stop();
-//! producer.stopped().await;
+//! producer.stopped().await?;
 //!
 //! // Next life (in a real application: the next process): it resends what was not confirmed.
 //! let handled = Arc::new(AtomicU64::new(0));

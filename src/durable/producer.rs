@@ -17,7 +17,7 @@ use crate::durable::log::{
     decode_body, encode_body, LogCommand, LogRefusal, LogReply, ProducerLog,
 };
 use crate::durable::{DurableConfirmation, DurableOptions, MessageId};
-use crate::error::DeliveryError;
+use crate::error::{DeliveryError, ErrorChain, Failure};
 use crate::journal::{JournalError, PersistenceId};
 use crate::persistence::{CommandError, PersistentConfig, PersistentHandle};
 use crate::producer::ProducerController;
@@ -325,7 +325,7 @@ impl<T: Clone + Send + 'static> ProducerController<T> {
         let stream = durable.options.stream.clone();
         let log = match PersistentHandle::start(journal, stream, config) {
             Ok(log) => log,
-            Err(error) => return self.fail_durable(error.to_string(), ctx),
+            Err(error) => return self.fail_durable(Failure::Error(error.to_string()), ctx),
         };
         let producer_id = self.core.id().to_string();
         // A restart reopens as the opening it was: if another opened the stream since, it
@@ -408,7 +408,7 @@ impl<T: Clone + Send + 'static> ProducerController<T> {
                  messages are confirmed",
                 durable.options.stream
             );
-            return self.fail_for_good(reason, ctx);
+            return self.fail_for_good(Failure::Error(reason), ctx);
         }
         let mut in_doubt: BTreeMap<u64, InDoubt<T>> =
             durable.in_doubt.drain(..).map(|d| (d.seq, d)).collect();
@@ -452,7 +452,7 @@ impl<T: Clone + Send + 'static> ProducerController<T> {
                         "stream `{}`: stored message {seq} cannot be read: {error}",
                         durable.options.stream
                     );
-                    return self.fail_for_good(reason, ctx);
+                    return self.fail_for_good(Failure::Error(reason), ctx);
                 }
             };
             // A settlement whose record did not commit: its message is sent again, and its
@@ -532,6 +532,7 @@ impl<T: Clone + Send + 'static> ProducerController<T> {
         durable.unsure_opens = 0;
         durable.failures = 0;
         durable.next_seq = Some(next_seq);
+        self.stop.opened();
         // The log checked that its seqs ascend below its next seq.
         let stopping = durable.stopping.is_some();
         self.core = match chunking {
@@ -671,7 +672,7 @@ impl<T: Clone + Send + 'static> ProducerController<T> {
                         reason: reason.clone(),
                     };
                     durable.in_doubt.push(doubt);
-                    return act.fail_durable(reason, ctx);
+                    return act.fail_durable(Failure::Error(reason), ctx);
                 }
             }
             act.fire_settling();
@@ -741,42 +742,44 @@ impl<T: Clone + Send + 'static> ProducerController<T> {
         };
         let reason = log_error(&durable.options.stream, error);
         match error {
+            CommandError::Rejected(LogRefusal::TakenOver { .. }) => {
+                self.fail_for_good(Failure::TakenOver(reason), ctx);
+            }
             CommandError::Rejected(
-                LogRefusal::TakenOver { .. }
-                | LogRefusal::OtherProducer { .. }
-                | LogRefusal::Corrupt(_)
-                | LogRefusal::Newer(_),
+                LogRefusal::OtherProducer { .. } | LogRefusal::Corrupt(_) | LogRefusal::Newer(_),
             )
             | CommandError::Recovery(
                 JournalError::Corrupt { .. }
                 | JournalError::Incompatible { .. }
                 | JournalError::Schema { .. },
             ) => {
-                self.fail_for_good(reason, ctx);
+                self.fail_for_good(Failure::Error(reason), ctx);
             }
-            _ => self.fail_durable(reason, ctx),
+            _ => self.fail_durable(Failure::Error(reason), ctx),
         }
     }
 
     /// As [`fail_durable`](Self::fail_durable), and the producer stays stopped.
-    fn fail_for_good(&mut self, reason: String, ctx: &mut Context<Self>) {
+    fn fail_for_good(&mut self, failure: Failure, ctx: &mut Context<Self>) {
         self.stop.make_final();
-        self.fail_durable(reason, ctx);
+        self.fail_durable(failure, ctx);
     }
 
-    /// The journal failed: settle what was not stored with the error, and stop (a
-    /// `Supervisor` restarts the producer on what the journal holds, which settles the writes
-    /// that were unanswered).
-    fn fail_durable(&mut self, reason: String, ctx: &mut Context<Self>) {
+    /// The journal failed (or refused): settle what was not stored with the reason, and
+    /// stop (a `Supervisor` restarts the producer on what the journal holds, which settles
+    /// the writes that were unanswered). The handles' `stopped()` says why if it stays
+    /// stopped.
+    fn fail_durable(&mut self, failure: Failure, ctx: &mut Context<Self>) {
         log::error!(
-            "durable producer `{}` stops: its journal failed: {reason}",
+            "durable producer `{}` stops: its journal failed: {failure}",
             self.core.id()
         );
         if let Some(durable) = &mut self.durable {
             durable.failures = durable.failures.saturating_add(1);
-            let unstored = durable.drain_unstored(&DeliveryError::Storage(reason));
+            let unstored = durable.drain_unstored(&DeliveryError::Storage(failure.to_string()));
             self.settling.extend(unstored);
         }
+        self.stop.fail(failure);
         self.fire_settling();
         ctx.stop();
     }
@@ -895,6 +898,6 @@ fn sink_confirmation(sink: Recipient<DurableConfirmation>, id: MessageId) -> Con
 fn log_error(stream: &PersistenceId, error: &CommandError<LogRefusal>) -> String {
     match error {
         CommandError::Rejected(reason) => format!("stream `{stream}`: {reason}"),
-        other => format!("stream `{stream}`: {other}"),
+        other => format!("stream `{stream}`: {}", ErrorChain(other)),
     }
 }

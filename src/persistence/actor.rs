@@ -10,6 +10,7 @@ use tokio::sync::oneshot;
 
 use crate::after_drain::after_each_drain;
 use crate::alarm::{self, Alarm};
+use crate::error::ErrorChain;
 use crate::journal::{replay_all, Journal, JournalError, PersistenceId, Snapshot};
 use crate::message::{Acks, ReplyTo};
 use crate::persistence::behavior::EventSourced;
@@ -182,6 +183,12 @@ impl<E: EventSourced> PersistentActor<E> {
         }
     }
 
+    /// The actor announces its life on `stop` (what its handles subscribed to).
+    pub(crate) fn with_stop_signal(mut self, stop: StopSignal) -> Self {
+        self.stop = stop;
+        self
+    }
+
     fn core(
         id: PersistenceId,
         config: &PersistentConfig,
@@ -305,6 +312,12 @@ impl<E: EventSourced> PersistentActor<E> {
         }
     }
 
+    /// Records why the actor stops, for the handles' `stopped()` and `opened()`.
+    fn record_failure(&mut self, error: &JournalError) {
+        let reason = ErrorChain(error).to_string();
+        self.stop.fail(crate::error::Failure::Error(reason));
+    }
+
     fn stop_lanes(&mut self) {
         for lane in &mut self.outbox.lanes {
             lane.stop();
@@ -343,6 +356,7 @@ impl<E: EventSourced> PersistentActor<E> {
             match result {
                 Ok(recovered) => {
                     act.failed_recoveries = 0;
+                    act.stop.opened();
                     // From what is committed, before the waiting commands are decided: their
                     // deliveries go out only once they are committed too.
                     act.resume_lanes(recovered.outbox());
@@ -353,6 +367,7 @@ impl<E: EventSourced> PersistentActor<E> {
                     log::error!("{error}; the persistent actor stops");
                     act.failed_recoveries = act.failed_recoveries.saturating_add(1);
                     Self::answer(act.core.fail_recovery(&error));
+                    act.record_failure(&error);
                     if matches!(
                         error,
                         JournalError::Corrupt { .. }
@@ -437,6 +452,7 @@ impl<E: EventSourced> PersistentActor<E> {
                         Failure::Stopped(answers) => {
                             log::error!("{error}; the persistent actor stops");
                             Self::answer(answers);
+                            act.record_failure(&error);
                             ctx.stop();
                         }
                     },
@@ -607,6 +623,7 @@ impl<E: EventSourced> Actor for PersistentActor<E> {
 
 impl<E: EventSourced> Supervised for PersistentActor<E> {
     fn restarting(&mut self, _: &mut Context<Self>) {
+        self.stop.restarting();
         Self::answer(self.core.stop());
         self.stop_lanes();
         let id = self.core.persistence_id().clone();

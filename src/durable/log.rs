@@ -9,6 +9,7 @@ use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 
 use crate::codec::{self, Codec, CodecError, Manifest, UpcastError, Written};
+use crate::persistence::type_names::TypeNames;
 use crate::persistence::{Decision, EventSourced};
 use crate::protocol::chunk::ChunkHeader;
 use crate::protocol::envelope::Incarnation;
@@ -37,6 +38,29 @@ pub(crate) struct ProducerLog {
     /// (so nothing is written, and no snapshot carries it).
     #[serde(skip)]
     corrupt: Option<String>,
+}
+
+/// The type names the log's entries and snapshots were stored under before they named the
+/// producer's message type ([`std::any::type_name`] of [`LogEvent`] and [`ProducerLog`] then):
+/// whose messages such a stream holds is unknown, so it is read.
+const LOG_EVENTS: &str = "actix_delivery::durable::log::LogEvent";
+const LOG_STATE: &str = "actix_delivery::durable::log::ProducerLog";
+
+/// The names of the log of a producer of messages of type `message` (its
+/// [`std::any::type_name`]): `<log type><message type>`, so that the stream says whose
+/// messages it holds and a producer of another type is refused. It reads its own, those of
+/// its messages' `former` names, and those written before the names held the message type.
+pub(crate) fn type_names(message: &str, former: &[String]) -> TypeNames {
+    let named = |log: &str, message: &str| format!("{log}<{message}>");
+    let former_names = former
+        .iter()
+        .flat_map(|old| [named(LOG_EVENTS, old), named(LOG_STATE, old)])
+        .chain([LOG_EVENTS.to_owned(), LOG_STATE.to_owned()]);
+    TypeNames::new(
+        named(LOG_EVENTS, message),
+        named(LOG_STATE, message),
+        former_names,
+    )
 }
 
 /// What the producer asks of its log.

@@ -204,6 +204,8 @@ pub struct DurableOptions<T> {
     pub(crate) sink: Option<actix::Recipient<DurableConfirmation>>,
     pub(crate) message_version: u32,
     pub(crate) upcast: Upcast<T>,
+    /// Names `T` was stored under before (a rename or a move).
+    pub(crate) former_type_names: Vec<String>,
 }
 
 impl<T> DurableOptions<T> {
@@ -224,6 +226,7 @@ impl<T> DurableOptions<T> {
             explicit: Overrides::default(),
             sink: None,
             message_version: 1,
+            former_type_names: Vec::new(),
             upcast: |old| {
                 Err(UpcastError::new(format!(
                     "written as {}, and the producer has no upcaster (DurableOptions::upcast)",
@@ -265,6 +268,18 @@ impl<T> DurableOptions<T> {
     /// stops the producer for good with an error naming it.
     pub fn upcast(mut self, upcast: Upcast<T>) -> Self {
         self.upcast = upcast;
+        self
+    }
+
+    /// A name `T` was stored under before: the type was moved to another module or crate, or
+    /// renamed. The stream records the [`std::any::type_name`] of the messages it holds, and a
+    /// producer of another type is refused its stream (another application's messages are not
+    /// sent as this one's): its [`opened`](crate::ProducerHandle::opened) fails with
+    /// [`JournalError::ForeignType`](crate::journal::JournalError::ForeignType)'s text, naming
+    /// both names. Each name given here is read as `T`'s own (call it once per former name).
+    /// Code, not data: not among the loaded settings.
+    pub fn accept_type_name(mut self, name: impl Into<String>) -> Self {
+        self.former_type_names.push(name.into());
         self
     }
 
@@ -315,6 +330,7 @@ impl<T> std::fmt::Debug for DurableOptions<T> {
             .field("config", &self.config)
             .field("explicit", &self.explicit)
             .field("message_version", &self.message_version)
+            .field("former_type_names", &self.former_type_names)
             .finish_non_exhaustive()
     }
 }

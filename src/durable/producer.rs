@@ -14,11 +14,12 @@ use crate::codec::{Codec, CodecError, Upcast, MAX_ENCODED_BYTES};
 use crate::config::ProducerConfig;
 use crate::confirmation::Confirmation;
 use crate::durable::log::{
-    decode_body, encode_body, LogCommand, LogRefusal, LogReply, ProducerLog,
+    decode_body, encode_body, type_names, LogCommand, LogRefusal, LogReply, ProducerLog,
 };
 use crate::durable::{DurableConfirmation, DurableOptions, MessageId};
 use crate::error::{DeliveryError, ErrorChain, Failure};
 use crate::journal::{JournalError, PersistenceId};
+use crate::persistence::type_names::TypeNames;
 use crate::persistence::{CommandError, PersistentConfig, PersistentHandle};
 use crate::producer::ProducerController;
 use crate::producer_core::Core;
@@ -72,6 +73,8 @@ struct Carried {
 pub(crate) struct Durable<T> {
     config: ProducerConfig,
     options: DurableOptions<T>,
+    /// The names its log is written under and reads (its message type's).
+    names: TypeNames,
     encode: EncodeBody<T>,
     decode: DecodeBody<T>,
     log: Option<PersistentHandle<ProducerLog>>,
@@ -120,9 +123,11 @@ pub(crate) struct Durable<T> {
 
 impl<T: Serialize + DeserializeOwned> Durable<T> {
     pub(crate) fn new(config: ProducerConfig, options: DurableOptions<T>) -> Self {
+        let names = type_names(std::any::type_name::<T>(), &options.former_type_names);
         Self {
             config,
             options,
+            names,
             encode: encode_body::<T>,
             decode: decode_body::<T>,
             log: None,
@@ -323,7 +328,8 @@ impl<T: Clone + Send + 'static> ProducerController<T> {
         };
         let journal = Arc::clone(&durable.options.journal);
         let stream = durable.options.stream.clone();
-        let log = match PersistentHandle::start(journal, stream, config) {
+        let names = durable.names.clone();
+        let log = match PersistentHandle::start_named(journal, stream, config, names) {
             Ok(log) => log,
             Err(error) => return self.fail_durable(Failure::Error(error.to_string()), ctx),
         };
@@ -751,6 +757,7 @@ impl<T: Clone + Send + 'static> ProducerController<T> {
             | CommandError::Recovery(
                 JournalError::Corrupt { .. }
                 | JournalError::Incompatible { .. }
+                | JournalError::ForeignType { .. }
                 | JournalError::Schema { .. },
             ) => {
                 self.fail_for_good(Failure::Error(reason), ctx);

@@ -21,6 +21,7 @@ use crate::persistence::core::{
 use crate::persistence::error::CommandError;
 use crate::persistence::outbox::Outbox;
 use crate::persistence::outbox_state::{OutboxState, Sent};
+use crate::persistence::type_names::TypeNames;
 use crate::protocol::envelope::{Ack, DeliveryInfo, Incarnation};
 use crate::protocol::rate_limit::RateLimited;
 use crate::stop_signal::{StopSignal, SubscribeStopped};
@@ -118,6 +119,8 @@ type Responder<E> = oneshot::Sender<Answer<E>>;
 pub struct PersistentActor<E: EventSourced> {
     core: PersistentCore<E, Responder<E>>,
     journal: Arc<dyn Journal>,
+    /// The names its entries and snapshots are written under, and those it reads.
+    names: TypeNames,
     config: PersistentConfig,
     /// The core may have an append to start (checked after the mailbox drain).
     dirty: bool,
@@ -165,9 +168,11 @@ impl<E: EventSourced> PersistentActor<E> {
         if let Err(error) = config.validate().and_then(|()| outbox.check(&id)) {
             panic!("{error}");
         }
+        let names = TypeNames::of::<E>();
         Self {
-            core: Self::core(id, &config, &outbox),
+            core: Self::core(id, &config, &outbox, &names),
             journal,
+            names,
             config,
             dirty: false,
             failed_recoveries: 0,
@@ -189,12 +194,23 @@ impl<E: EventSourced> PersistentActor<E> {
         self
     }
 
+    /// The actor writes and reads its stream under `names` instead of `E`'s own type names
+    /// (a durable producer's log: its message type's).
+    pub(crate) fn with_type_names(mut self, names: TypeNames) -> Self {
+        self.core = self.core.with_type_names(&names);
+        self.names = names;
+        self
+    }
+
     fn core(
         id: PersistenceId,
         config: &PersistentConfig,
         outbox: &Outbox,
+        names: &TypeNames,
     ) -> PersistentCore<E, Responder<E>> {
-        PersistentCore::new(id, config.clone()).with_outbox(outbox.names(), Incarnation::random())
+        PersistentCore::new(id, config.clone())
+            .with_type_names(names)
+            .with_outbox(outbox.names(), Incarnation::random())
     }
 
     /// Restarts every lane from the recovered outbox: they send again what is unconfirmed.
@@ -340,11 +356,12 @@ impl<E: EventSourced> PersistentActor<E> {
         let journal = self.journal.clone();
         let id = self.core.persistence_id().clone();
         let config = self.config.clone();
+        let names = self.names.clone();
         let recovery = async move {
             if !delay.is_zero() {
                 actix::clock::sleep(delay).await;
             }
-            let recovered = recover::<E>(&*journal, &id, &config);
+            let recovered = recover::<E>(&*journal, &id, &config, &names);
             #[cfg(feature = "tracing")]
             let recovered = tracing::Instrument::instrument(
                 recovered,
@@ -372,6 +389,7 @@ impl<E: EventSourced> PersistentActor<E> {
                         error,
                         JournalError::Corrupt { .. }
                             | JournalError::Incompatible { .. }
+                            | JournalError::ForeignType { .. }
                             | JournalError::Schema { .. }
                     ) {
                         act.stop.make_final(); // retrying cannot help
@@ -519,12 +537,13 @@ pub(crate) async fn recover<E: EventSourced>(
     journal: &dyn Journal,
     id: &PersistenceId,
     config: &PersistentConfig,
+    names: &TypeNames,
 ) -> Result<Recovered<E>, JournalError> {
     let mut snapshot = journal.load_snapshot(id).await?;
     let mut retries = 0;
     loop {
         let used = snapshot.as_ref().map(|s| s.seq);
-        let error = match recover_from::<E>(journal, id, config, snapshot).await {
+        let error = match recover_from::<E>(journal, id, config, names, snapshot).await {
             Err(error @ JournalError::Corrupt { .. }) if retries < SNAPSHOT_RACE_RETRIES => error,
             result => return result,
         };
@@ -547,9 +566,10 @@ async fn recover_from<E: EventSourced>(
     journal: &dyn Journal,
     id: &PersistenceId,
     config: &PersistentConfig,
+    names: &TypeNames,
     snapshot: Option<Snapshot>,
 ) -> Result<Recovered<E>, JournalError> {
-    let mut recovery = Recovery::<E>::new(id.clone(), config);
+    let mut recovery = Recovery::<E>::new(id.clone(), config, names.clone());
     let from_seq = recovery.restore_snapshot(snapshot, config)?;
     let highest_seq = journal.highest_seq(id).await?;
     let mut replayed = 0u64;
@@ -577,13 +597,15 @@ async fn recover_from<E: EventSourced>(
 /// recover it (for tools, tests and read models).
 ///
 /// # Errors
-/// As for recovery: the journal's errors, or [`JournalError::Corrupt`] naming stream and seq.
+/// As for recovery: the journal's errors, [`JournalError::Corrupt`] naming stream and seq,
+/// [`JournalError::ForeignType`] for a stream of another type.
 pub async fn recover_state<E: EventSourced>(
     journal: &dyn Journal,
     id: &PersistenceId,
 ) -> Result<E, JournalError> {
     let config = PersistentConfig::default();
-    Ok(recover::<E>(journal, id, &config).await?.state)
+    let names = TypeNames::of::<E>();
+    Ok(recover::<E>(journal, id, &config, &names).await?.state)
 }
 
 // The actor is never structurally pinned.
@@ -629,7 +651,7 @@ impl<E: EventSourced> Supervised for PersistentActor<E> {
         let id = self.core.persistence_id().clone();
         #[cfg(feature = "metrics")]
         self.meter.publish(&self.core.stats());
-        self.core = Self::core(id, &self.config, &self.outbox);
+        self.core = Self::core(id, &self.config, &self.outbox, &self.names);
         #[cfg(feature = "metrics")]
         self.meter.restarted();
         self.dirty = false;

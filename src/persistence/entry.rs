@@ -33,6 +33,7 @@ use crate::codec::{
 };
 use crate::persistence::delivery_record::Mark;
 use crate::persistence::outbox_state::{OutboxState, Sent};
+use crate::persistence::type_names::TypeNames;
 use crate::protocol::dedup::WindowRecord;
 use crate::protocol::envelope::{Incarnation, IncarnationId};
 
@@ -44,11 +45,11 @@ pub(crate) struct Manifests {
 }
 
 impl Manifests {
-    /// For entity `E`, written in `codec`.
-    pub fn of<E: crate::persistence::EventSourced>(codec: Codec) -> Self {
+    /// For entity `E`, under `names`, written in `codec`.
+    pub fn of<E: crate::persistence::EventSourced>(names: &TypeNames, codec: Codec) -> Self {
         Self {
-            events: Manifest::new(codec, std::any::type_name::<E::Event>(), E::EVENT_VERSION),
-            state: Manifest::new(codec, std::any::type_name::<E>(), E::STATE_VERSION),
+            events: Manifest::new(codec, names.events(), E::EVENT_VERSION),
+            state: Manifest::new(codec, names.state(), E::STATE_VERSION),
         }
     }
 }

@@ -17,6 +17,7 @@ use crate::persistence::config::PersistentConfig;
 use crate::persistence::core::{Outcome, PersistentStats};
 use crate::persistence::error::CommandError;
 use crate::persistence::outbox::Outbox;
+use crate::persistence::type_names::TypeNames;
 use crate::protocol::envelope::DeliveryInfo;
 use crate::stop_signal::{
     subscribe, wait_for_stop, wait_opened, Life, StopSignal, SubscribeStopped,
@@ -116,10 +117,22 @@ impl<E: EventSourced> PersistentHandle<E> {
         id: PersistenceId,
         config: PersistentConfig,
     ) -> Result<Self, OptionsError> {
+        Self::start_named(journal, id, config, TypeNames::of::<E>())
+    }
+
+    /// As [`start`](Self::start), writing and reading its stream under `names` instead of
+    /// `E`'s own type names.
+    pub(crate) fn start_named(
+        journal: Arc<dyn Journal>,
+        id: PersistenceId,
+        config: PersistentConfig,
+        names: TypeNames,
+    ) -> Result<Self, OptionsError> {
         config.validate()?;
         check_versions::<E>()?;
         let (signal, life) = signal();
         let addr = PersistentActor::new(journal, id, config)
+            .with_type_names(names)
             .with_stop_signal(signal)
             .start();
         Ok(Self::owning(addr, life))

@@ -63,6 +63,7 @@ mod error;
 mod handle;
 mod outbox;
 mod outbox_state;
+pub(crate) mod type_names;
 
 pub(crate) use self::actor::Ask;
 pub use self::actor::{

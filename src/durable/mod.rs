@@ -61,6 +61,13 @@
 //!   next start of the stream, whose sink reports them.
 //! - A stream whose events do not decode, or whose schema this code cannot read, stops the
 //!   producer for good (no restart loop), with an error naming the stream.
+//! - **A stream holds one application's messages.** Its entries record the name of the message
+//!   type ([`std::any::type_name`] of `T`): a producer of another type (another application
+//!   with the same stream and producer names) does not open it, and its
+//!   [`opened`](crate::ProducerHandle::opened) says so, naming both types, instead of sending
+//!   the other application's stored messages to its own consumer. A `T` moved or renamed
+//!   declares its former name ([`DurableOptions::accept_type_name`]). Streams written before
+//!   the names held the message type are read by any producer.
 //! - The journal holds the producer's incarnation token: protect it like a credential.
 //!
 //! ```

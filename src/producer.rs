@@ -223,6 +223,7 @@ impl<T: Clone + Send + 'static> ProducerController<T> {
             (stats.stored, stats.resumed, stats.resumed_confirmed) =
                 (stored, resumed, resumed_confirmed);
             stats.partially_stored = partially_stored;
+            stats.takeovers = durable.takeovers;
             stats.next_message_id = durable.next_message_id();
             stats.unconfirmed = durable.unconfirmed();
         }

@@ -238,6 +238,60 @@ async fn of_two_producers_opening_one_stream_the_newest_owns_it_and_the_other_st
     );
     second.send(2).await.unwrap();
     assert_eq!(handled.snapshot(), [2]);
+    let takeovers = second.stats().await.unwrap().takeovers;
+    assert_eq!(takeovers, 1, "the second opening took the stream over");
+}
+
+/// With a lease a second instance does not take a stream over from a live owner, even an
+/// idle one (it renews the lease); a start after the owner is gone opens it after one lease.
+#[actix::test]
+async fn with_a_lease_a_live_owner_keeps_its_stream_and_a_gone_ones_is_taken_after_one_lease() {
+    tokio::time::pause();
+    const LEASE: Duration = Duration::from_secs(3);
+    let journal = MemoryJournal::new();
+    let (consumer, handled) = consumer();
+    let first = durable_producer(&journal, consumer.consumer_ref(), |d| d.lease(LEASE));
+    assert_eq!(
+        first.opened().await,
+        Ok(()),
+        "a new stream: nothing to watch"
+    );
+    first.send(1).await.unwrap();
+    let written = journal.stats().appends;
+    settle_for(3_100).await;
+    let renewals = journal.stats().appends - written;
+    assert_eq!(renewals, 3, "an idle owner writes every third of its lease");
+
+    let second = durable_producer(&journal, consumer.consumer_ref(), |d| d.lease(LEASE));
+    let opened = actix::spawn(second.opened());
+    settle_for(2_900).await;
+    assert!(!opened.is_finished(), "it watches the stream for a lease");
+    settle_for(200).await;
+    let opened = opened.await.unwrap();
+    let Err(StartError::Failed(Failure::InUse(reason))) = &opened else {
+        panic!("{opened:?}");
+    };
+    assert!(
+        reason.contains("stream `orders-out`: another producer wrote to it within the lease"),
+        "{reason}"
+    );
+    first.send(2).await.unwrap();
+    assert_eq!(first.stats().await.unwrap().takeovers, 0);
+
+    // The owner is gone (stopped here; a crashed one writes nothing either): the next start
+    // opens the stream once it watched it for a lease, and no sooner.
+    first.stop();
+    first.stopped().await.unwrap();
+    let third = durable_producer(&journal, consumer.consumer_ref(), |d| d.lease(LEASE));
+    third.tell(3, |_| ()).unwrap();
+    let opened = actix::spawn(third.opened());
+    settle_for(2_900).await;
+    assert!(!opened.is_finished(), "it watches the stream for a lease");
+    settle_for(200).await;
+    assert_eq!(opened.await.unwrap(), Ok(()));
+    third.idle().await;
+    assert_eq!(third.stats().await.unwrap().takeovers, 1);
+    assert_eq!(handled.snapshot(), [1, 2, 3]);
 }
 
 #[actix::test]

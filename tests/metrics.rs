@@ -236,6 +236,7 @@ async fn producer_and_consumer_counters_equal_their_stats_and_latencies_are_reco
         ("resumed_confirmed", 0),
         ("chunk_rounds", stats.chunk_rounds),
         ("partially_stored", stats.partially_stored),
+        ("takeovers", stats.takeovers),
     ] {
         let name = format!("actix_delivery_producer_{name}_total");
         assert_eq!(counter(&metrics, &name), value, "{name}");

@@ -96,6 +96,10 @@ pub(crate) enum LogCommand {
     /// Records messages settled (confirmed or given up): they are not resent. A chunked
     /// message is named by its last seq, and settled with all its chunks.
     Settle { epoch: u64, seqs: Vec<u64> },
+    /// Writes to the stream, to show that the opening `epoch` is alive (a lease): an empty
+    /// settlement, which every version of the log reads. Refused once another opening took
+    /// the stream over.
+    Renew { epoch: u64 },
 }
 
 #[derive(Clone, Debug, Serialize, Deserialize)]
@@ -286,6 +290,11 @@ impl EventSourced for ProducerLog {
                     [LogEvent::Settled { seqs }],
                     LogReply::Done,
                 ))
+            }
+            LogCommand::Renew { epoch } => {
+                self.check_owner(*epoch)?;
+                let renewal = LogEvent::Settled { seqs: Vec::new() };
+                Ok(Decision::persist([renewal], LogReply::Done))
             }
         }
     }
@@ -757,6 +766,28 @@ mod tests {
         )
         .unwrap();
         assert!(log.unsettled.is_empty() && log.chunks.is_empty());
+    }
+
+    #[test]
+    fn a_renewal_is_an_empty_settlement_written_by_the_owner_only() {
+        let mut log = ProducerLog::default();
+        let first = open(&mut log, "p", 1).unwrap();
+        replay(&mut log, &store(first, 1, 2)).unwrap();
+        let renewal = log.decide(&LogCommand::Renew { epoch: first }).unwrap();
+        assert!(
+            matches!(&renewal.events[..], [LogEvent::Settled { seqs }] if seqs.is_empty()),
+            "{:?}",
+            renewal.events
+        );
+        replay(&mut log, &LogCommand::Renew { epoch: first }).unwrap();
+        assert_eq!(log.unsettled.len(), 2, "it settles nothing");
+        let second = open(&mut log, "p", 1).unwrap();
+        let error = replay(&mut log, &LogCommand::Renew { epoch: first }).unwrap_err();
+        assert!(
+            error.contains("opened this stream after this one"),
+            "{error}"
+        );
+        assert!(replay(&mut log, &LogCommand::Renew { epoch: second }).is_ok());
     }
 
     #[test]

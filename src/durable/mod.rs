@@ -33,10 +33,18 @@
 //!   number): then the settlement the journal holds is its own, and its caller hears it.
 //! - **The newest opener owns the stream.** Each start of a durable producer opens its stream
 //!   and takes it over (a process cannot tell a live predecessor from a dead one: refusing
-//!   newcomers would block every failover). A producer whose stream was taken over is refused
-//!   at its next write by the journal's fence ([`crate::DeliveryError::Storage`], "the newest
-//!   opener owns the stream") and stops for good: it does not fight back. A stream whose events
-//!   contradict each other (corrupt) stops the producer for good too, with an error naming it.
+//!   newcomers would block every failover), and counts it
+//!   ([`ProducerStats::takeovers`](crate::ProducerStats::takeovers)). A producer whose stream
+//!   was taken over is refused at its next write by the journal's fence
+//!   ([`crate::DeliveryError::Storage`], "the newest opener owns the stream") and stops for
+//!   good: it does not fight back, and its [`stopped`](crate::ProducerHandle::stopped) says
+//!   [`Failure::TakenOver`](crate::Failure::TakenOver). A second instance of the application
+//!   started by mistake does this to the healthy one; with a
+//!   [`lease`](DurableOptions::lease) a start watches the stream for one lease first and
+//!   refuses it ([`Failure::InUse`](crate::Failure::InUse)) if its owner wrote meanwhile (an
+//!   owner renews at least every third of the lease, also when idle; a crashed one does not,
+//!   so its restart waits one lease at most). A stream whose events contradict each other
+//!   (corrupt) stops the producer for good too, with an error naming it.
 //! - **A store of unknown outcome waits for the truth.** When the journal fails in a way that
 //!   leaves open whether a store committed (a storage error), the producer restarts (under its
 //!   `Supervisor`) and reads the journal: a committed message is resent and its caller hears
@@ -216,10 +224,21 @@ pub struct DurableOptions<T> {
 }
 
 impl<T> DurableOptions<T> {
-    /// Store in stream `stream` of `journal`, as the producer `producer_id` (one live producer
-    /// per stream: the newest opener owns it). The stream belongs to this id across restarts,
-    /// so it is fixed here: the producer options need not name it (if they do, it must be
-    /// the same).
+    /// Store in stream `stream` of `journal`, as the producer `producer_id`. The stream belongs
+    /// to this id across restarts, so it is fixed here: the producer options need not name it
+    /// (if they do, it must be the same).
+    ///
+    /// **One live producer per stream: the newest opener owns it.** Each start opens the
+    /// stream and takes it over, which is what a restarted process needs (its predecessor may
+    /// be dead or only paused; the journal's fence keeps the two apart). It is also what a
+    /// second instance of the application started by mistake on the same stream does: it
+    /// takes the stream, and the healthy instance's producer stops for good at its next write,
+    /// its [`stopped`](crate::ProducerHandle::stopped) saying
+    /// [`Failure::TakenOver`](crate::Failure::TakenOver). Openings that took the stream over
+    /// from an earlier one are counted
+    /// ([`ProducerStats::takeovers`](crate::ProducerStats::takeovers)). To refuse a stream
+    /// whose owner is alive instead, give every producer of the stream a
+    /// [`lease`](Self::lease).
     pub fn new(
         journal: Arc<dyn Journal>,
         stream: PersistenceId,
@@ -296,6 +315,16 @@ impl<T> DurableOptions<T> {
     /// refuses 0.
     pub fn stop_timeout(mut self, timeout: Duration) -> Self {
         self.explicit.set(move |c| c.stop_timeout = timeout);
+        self
+    }
+
+    /// Refuse to take the stream over from a live producer: watch it for `lease` before
+    /// opening it, and write to it at least every third of `lease` while owning it (default
+    /// none; see [`DurableConfig::lease`]). Positive:
+    /// [`ReliableDelivery::durable_producer`](crate::ReliableDelivery::durable_producer)
+    /// refuses 0.
+    pub fn lease(mut self, lease: Duration) -> Self {
+        self.explicit.set(move |c| c.lease = Some(lease));
         self
     }
 

@@ -85,6 +85,13 @@ pub(crate) struct Durable<T> {
     unsure_opens: u64,
     /// Journal failures since the stream was last opened.
     failures: u32,
+    /// With a lease: the stream was watched for a lease before this producer's first opening,
+    /// and nobody wrote to it.
+    watched: bool,
+    /// A renewal (with a lease) is on its way to the journal.
+    renewing: bool,
+    /// Openings that took the stream over from an earlier opening.
+    pub(crate) takeovers: u64,
     /// The seq the next stored message gets, once the log is open.
     next_seq: Option<u64>,
     /// Handed over, not stored yet.
@@ -134,6 +141,9 @@ impl<T: Serialize + DeserializeOwned> Durable<T> {
             epoch: 0,
             unsure_opens: 0,
             failures: 0,
+            watched: false,
+            renewing: false,
+            takeovers: 0,
             next_seq: None,
             to_store: VecDeque::new(),
             storing: None,
@@ -318,6 +328,12 @@ impl<T: Clone + Send + 'static> ProducerController<T> {
         let Some(durable) = &mut self.durable else {
             return;
         };
+        if let Some(lease) = durable.options.config.lease {
+            // A first opening watches the stream first; a reopening is of the owner itself.
+            if durable.epoch == 0 && !durable.watched {
+                return self.watch(lease, ctx);
+            }
+        }
         let config = PersistentConfig {
             snapshot_every: Some(durable.options.config.snapshot_every),
             delete_events_on_snapshot: true,
@@ -380,6 +396,78 @@ impl<T: Clone + Send + 'static> ProducerController<T> {
                     }
                 }),
         );
+    }
+
+    /// With a lease: opens the stream once nobody wrote to it for `lease` (it is new, or its
+    /// owner is gone); stops for good if somebody did (its owner is alive).
+    fn watch(&mut self, lease: Duration, ctx: &mut Context<Self>) {
+        let Some(durable) = &self.durable else {
+            return;
+        };
+        let journal = Arc::clone(&durable.options.journal);
+        let stream = durable.options.stream.clone();
+        let watched = async move {
+            let before = journal.highest_seq(&stream).await?;
+            if before == 0 {
+                return Ok((0, 0)); // a new stream: nobody to watch
+            }
+            actix::clock::sleep(lease).await;
+            Ok::<_, JournalError>((before, journal.highest_seq(&stream).await?))
+        };
+        ctx.spawn(watched.into_actor(self).map(move |watched, act, ctx| {
+            let Some(durable) = &mut act.durable else {
+                return;
+            };
+            let stream = &durable.options.stream;
+            match watched {
+                Ok((before, after)) if before == after => {
+                    durable.watched = true;
+                    act.open_now(ctx);
+                }
+                Ok((before, after)) => {
+                    let reason = format!(
+                        "stream `{stream}`: another producer wrote to it within the lease ({} \
+                         entries in {lease:?}, up to seq {after}): it is alive, and this one \
+                         does not take the stream over",
+                        after - before
+                    );
+                    act.fail_for_good(Failure::InUse(reason), ctx);
+                }
+                Err(error) => {
+                    let reason = format!("stream `{stream}`: {}", ErrorChain(&error));
+                    act.fail_durable(Failure::Error(reason), ctx);
+                }
+            }
+        }));
+    }
+
+    /// With a lease: writes to the stream every third of `lease`, so that a producer watching
+    /// it before it opens sees this owner alive. A renewal the log refuses (the stream was
+    /// taken over after all) stops the producer as a refused store would.
+    fn renew_every(&mut self, lease: Duration, ctx: &mut Context<Self>) {
+        ctx.run_interval(lease / 3, |act, ctx| {
+            let Some(durable) = &mut act.durable else {
+                return;
+            };
+            let Some(log) = &durable.log else {
+                return;
+            };
+            if durable.renewing || durable.stopping.is_some() || durable.next_seq.is_none() {
+                return;
+            }
+            durable.renewing = true;
+            let renewed = log.ask(LogCommand::Renew {
+                epoch: durable.epoch,
+            });
+            ctx.spawn(renewed.into_actor(act).map(|reply, act, ctx| {
+                if let Some(durable) = &mut act.durable {
+                    durable.renewing = false;
+                }
+                if let Err(error) = reply {
+                    act.fail_log(&error, ctx);
+                }
+            }));
+        });
     }
 
     /// The stream is open: the core continues the stored life and resends what is unsettled,
@@ -534,10 +622,24 @@ impl<T: Clone + Send + 'static> ProducerController<T> {
                 self.core.id(),
             );
         }
+        if durable.epoch == 0 && epoch > 1 {
+            // Its first opening, of a stream opened before: taken from the opening before it,
+            // whether that one's producer is gone (a restart) or alive (a second instance,
+            // which stops at its next write).
+            durable.takeovers += 1;
+            log::info!(
+                "durable producer `{}` took stream `{}` over from opening {} (the newest opener \
+                 owns a stream)",
+                self.core.id(),
+                durable.options.stream,
+                epoch - 1
+            );
+        }
         durable.epoch = epoch;
         durable.unsure_opens = 0;
         durable.failures = 0;
         durable.next_seq = Some(next_seq);
+        let lease = durable.options.config.lease;
         self.stop.opened();
         // The log checked that its seqs ascend below its next seq.
         let stopping = durable.stopping.is_some();
@@ -557,6 +659,9 @@ impl<T: Clone + Send + 'static> ProducerController<T> {
         if stopping {
             // Opened only to settle what was in doubt: what it holds is sent by the next start.
             self.core.stop();
+        }
+        if let Some(lease) = lease {
+            self.renew_every(lease, ctx);
         }
         self.fire_settling();
         self.dirty = true;

@@ -24,7 +24,7 @@ use actix_delivery::persistence::{PersistentConfig, PersistentHandle};
 use actix_delivery::remote::{BodySchema, Node, NodeOptions};
 use actix_delivery::{
     Ack, ChunkDeliveries, ChunkDelivery, ConsumerHandle, ConsumerOptions, ConsumerOptionsBuilder,
-    ConsumerRef, DeadLetterReason, Delivery, DeliveryError, DeliveryHandler, DeliveryInfo,
+    ConsumerRef, DeadLetterReason, Delivery, DeliveryError, DeliveryHandler, DeliveryInfo, Failure,
     OptionsError, ProducerHandle, ProducerOptions, ReliableDelivery, ReplyTo, MIN_CHUNK_SIZE,
 };
 use bytes::Bytes;
@@ -768,7 +768,11 @@ async fn a_durable_producer_refuses_a_stream_holding_unsettled_messages_of_the_o
             matches!(&refused, Err(DeliveryError::Storage(why)) if why.contains("holds unsettled")),
             "{stream}: {refused:?}"
         );
-        other.stopped().await.unwrap();
+        let stopped = other.stopped().await;
+        assert!(
+            matches!(&stopped, Err(Failure::Error(why)) if why.contains("holds unsettled")),
+            "{stream}: {stopped:?}"
+        );
         let (consumer, runs) = consumer(|b| b);
         let same = ReliableDelivery::durable_producer(
             options(written_in_chunks, (&consumer).into()),

@@ -133,19 +133,12 @@ pub(crate) async fn wait_for_stop(mut life: watch::Receiver<Life>) -> Result<(),
     }
 }
 
-/// The life a handle made from a bare address learns through the mailbox: none once the
-/// controller is gone (why it stopped is then unknown to the handle).
-pub(crate) async fn subscribe(
-    subscription: impl Future<Output = Result<watch::Receiver<Life>, MailboxError>>,
-) -> Option<watch::Receiver<Life>> {
-    subscription.await.ok()
-}
-
 /// Resolves once the controller behind `subscription` has stopped for good or is gone.
 pub(crate) async fn wait_stopped(
     subscription: impl Future<Output = Result<watch::Receiver<Life>, MailboxError>>,
 ) {
-    if let Some(life) = subscribe(subscription).await {
+    // A closed mailbox: the controller is gone.
+    if let Ok(life) = subscription.await {
         let _ = wait_for_stop(life).await;
     }
 }

@@ -85,8 +85,8 @@ pub(crate) struct Durable<T> {
     unsure_opens: u64,
     /// Journal failures since the stream was last opened.
     failures: u32,
-    /// With a lease: the stream was watched for a lease before this producer's first opening,
-    /// and nobody wrote to it.
+    /// With a lease: the stream was just watched for a lease, and nobody wrote to it: the
+    /// first opening may follow.
     watched: bool,
     /// A renewal (with a lease) is on its way to the journal.
     renewing: bool,
@@ -329,8 +329,9 @@ impl<T: Clone + Send + 'static> ProducerController<T> {
             return;
         };
         if let Some(lease) = durable.options.config.lease {
-            // A first opening watches the stream first; a reopening is of the owner itself.
-            if durable.epoch == 0 && !durable.watched {
+            // A first opening watches the stream right before it (again after a failed one);
+            // a reopening is of the owner itself.
+            if durable.epoch == 0 && !std::mem::take(&mut durable.watched) {
                 return self.watch(lease, ctx);
             }
         }

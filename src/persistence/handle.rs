@@ -19,9 +19,7 @@ use crate::persistence::error::CommandError;
 use crate::persistence::outbox::Outbox;
 use crate::persistence::type_names::TypeNames;
 use crate::protocol::envelope::DeliveryInfo;
-use crate::stop_signal::{
-    subscribe, wait_for_stop, wait_opened, Life, StopSignal, SubscribeStopped,
-};
+use crate::stop_signal::{wait_for_stop, wait_opened, Life, StopSignal, SubscribeStopped};
 
 /// The application's side of a [`PersistentActor`]: ask it commands, stop it. Cheap to clone.
 ///
@@ -270,7 +268,7 @@ impl<E: EventSourced> PersistentHandle<E> {
             .then(|| self.shared.addr.send(SubscribeStopped));
         async move {
             match asked {
-                Some(asked) => subscribe(asked).await,
+                Some(asked) => asked.await.ok(), // none once the actor is gone
                 None => known,
             }
         }

@@ -297,6 +297,10 @@ pub async fn run(settings: Settings) -> Result<(), Box<dyn std::error::Error>> {
             .build()?,
         DurableOptions::new(orders_journal.clone(), stream(), "orders-api"),
     )?;
+    // Serve only once both streams are open: one that cannot be (another producer's stream,
+    // another application's data, a corrupt file) ends the start here, saying why.
+    ledger.opened().await?;
+    orders.opened().await?;
 
     let service = web::Data::new(Service {
         orders: orders.clone(),
@@ -343,9 +347,9 @@ pub async fn run(settings: Settings) -> Result<(), Box<dyn std::error::Error>> {
         println!("drain deadline passed: the unconfirmed orders are resent at the next start");
     }
     orders.stop();
-    orders.stopped().await;
+    orders.stopped().await?;
     ledger.stop();
-    ledger.stopped().await;
+    ledger.stopped().await?;
     println!("drained");
     Ok(())
 }

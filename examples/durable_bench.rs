@@ -136,7 +136,7 @@ async fn main() {
         }
         one.push(ONE_BY_ONE as f64 / start.elapsed().as_secs_f64());
         producer.stop();
-        producer.stopped().await;
+        producer.stopped().await.expect("stopped on request");
 
         let producer = durable(&consumer, &dir.path().join(format!("stream-{run}.db"))).await;
         durable_memory.push(stream(&producer, MESSAGES).await);
@@ -200,7 +200,7 @@ async fn main() {
     }
     let full = size(&path);
     producer.stop();
-    producer.stopped().await;
+    producer.stopped().await.expect("stopped on request");
     println!(
         "\njournal bytes per unconfirmed message (100-byte bodies): {:.0}",
         (full - empty) as f64 / 10_000.0

@@ -101,7 +101,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         }
     }
     first.stop(); // as a deploy would (a crash keeps them stored too)
-    first.stopped().await;
+    first.stopped().await?;
     for stored in unconfirmed {
         let id = stored.id.0;
         let outcome = stored.confirmed().await;
@@ -121,7 +121,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     second.store(order.clone()).await?.confirmed().await?;
     println!("  producer: {order} stored and confirmed in life 2");
     second.stop();
-    second.stopped().await;
+    second.stopped().await?;
     println!("done: every stored order was handled, none was lost");
     Ok(())
 }

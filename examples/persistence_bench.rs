@@ -102,7 +102,7 @@ async fn recovery_stream(dir: &tempfile::TempDir, run: usize, codec: Codec) -> A
     let counter = counter_on(journal.clone(), codec).await;
     write(&counter, RECOVERED).await;
     counter.stop();
-    counter.stopped().await;
+    counter.stopped().await.expect("stopped on request");
     journal
 }
 

@@ -134,7 +134,7 @@ async fn fill_entities(journal: &Arc<dyn Journal>, events: usize) {
     }
     for account in &accounts {
         account.stop();
-        account.stopped().await;
+        account.stopped().await.expect("stopped on request");
     }
 }
 

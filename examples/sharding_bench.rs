@@ -213,7 +213,7 @@ async fn delivered(dir: &tempfile::TempDir, run: usize) -> f64 {
     let producer = ReliableDelivery::sharded_producer(options);
     let rate = deliver(&producer, DELIVERED, run as u64).await;
     producer.stop();
-    producer.stopped().await;
+    producer.stopped().await.expect("stopped on request");
     host.stop();
     host.stopped().await;
     rate
@@ -293,7 +293,7 @@ async fn lane_bytes() -> f64 {
     assert_eq!(stats.lanes, LANES + 1, "every stream still open");
     let held = counting_alloc::live_bytes().saturating_sub(before);
     producer.stop();
-    producer.stopped().await;
+    producer.stopped().await.expect("stopped on request");
     held as f64 / LANES as f64
 }
 

@@ -530,6 +530,7 @@ pub(crate) mod millis {
     crate::config::millis_key!(stop_timeout_ms, "stop_timeout_ms");
     crate::config::millis_key!(max_ms, "backoff.max_ms");
     crate::config::millis_key!(reassembly_grace_ms, "reassembly_grace_ms");
+    crate::config::optional_millis_key!(lease_ms, "lease_ms");
 }
 
 /// `mod $name` for `#[serde(with = "…::$name")]` on a `Duration`: a whole number of
@@ -550,6 +551,33 @@ macro_rules! millis_key {
     };
 }
 pub(crate) use millis_key;
+
+/// `mod $name` for `#[serde(with = "…::$name")]` on an `Option<Duration>` that is off (`None`)
+/// when its key is absent (with `#[serde(default, skip_serializing_if = "Option::is_none")]`):
+/// a whole number of milliseconds, whose errors name the settings key `$key`.
+macro_rules! optional_millis_key {
+    ($name:ident, $key:literal) => {
+        #[allow(dead_code)]
+        pub(crate) mod $name {
+            pub(crate) fn serialize<S: serde::Serializer>(
+                duration: &Option<std::time::Duration>,
+                serializer: S,
+            ) -> Result<S::Ok, S::Error> {
+                match duration {
+                    Some(duration) => $crate::config::millis::serialize(duration, serializer),
+                    None => serializer.serialize_none(),
+                }
+            }
+
+            pub(crate) fn deserialize<'de, D: serde::Deserializer<'de>>(
+                d: D,
+            ) -> Result<Option<std::time::Duration>, D::Error> {
+                $crate::config::millis::read(d, $key).map(Some)
+            }
+        }
+    };
+}
+pub(crate) use optional_millis_key;
 
 /// `mod $name` for `#[serde(with = "…::$name")]` on an `Option<u64>` bound whose `None` is no
 /// bound: a whole number, or the word `"unbounded"` (for `None`, as [`Limit::Unbounded`]),

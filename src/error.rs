@@ -1,11 +1,14 @@
-//! Error types: one enum per layer; and (crate-internal) how the crate writes the errors of
-//! the libraries it uses, with their whole cause chain, into its own.
+//! Error types: one enum per layer; what the handles say of a part's start and end
+//! ([`Failure`], [`StartError`]); and (crate-internal) how the crate writes the errors of the
+//! libraries it uses, with their whole cause chain, into its own.
 
 use std::fmt;
 
 mod chain;
+mod lifecycle;
 
 pub(crate) use chain::ErrorChain;
+pub use lifecycle::{Failure, StartError};
 
 /// Why a message was not confirmed. Passed to confirmation callbacks and returned by
 /// [`ProducerHandle::send`](crate::ProducerHandle::send) and

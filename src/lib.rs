@@ -561,7 +561,7 @@ pub use config::{Backoff, ConsumerConfig, Limit, ProducerConfig};
 pub use confirmation::Confirmation;
 pub use consumer::{ConsumerController, ConsumerHandle};
 pub use dead_letter::DeadLetter;
-pub use error::{DeliveryError, Happened, OptionsError, TellError};
+pub use error::{DeliveryError, Failure, Happened, OptionsError, StartError, TellError};
 pub use facade::ReliableDelivery;
 pub use handler::DeliveryHandler;
 pub use message::{

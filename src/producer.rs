@@ -9,13 +9,13 @@ use std::time::Duration;
 use actix::prelude::*;
 use serde::de::DeserializeOwned;
 use serde::Serialize;
-use tokio::sync::oneshot;
+use tokio::sync::{oneshot, watch};
 
 use crate::after_drain::after_each_drain;
 use crate::alarm::{now, Alarm};
 use crate::confirmation::Confirmation;
 use crate::durable::{Durable, DurableOptions, Stored, MAX_BODY_BYTES};
-use crate::error::{DeliveryError, OptionsError, TellError};
+use crate::error::{DeliveryError, Failure, OptionsError, StartError, TellError};
 use crate::inbox::{Inbox, Refusal};
 use crate::message::{Acks, ConsumerRef, GetProducerStats, GiveUp, ReplyTo, StopProducer, Tell};
 use crate::options::{ProducerOptions, ProducerParts, TraceHook};
@@ -23,7 +23,7 @@ use crate::producer_core::Core;
 use crate::protocol::envelope::{Ack, Incarnation, ProducerId};
 use crate::protocol::producer::ProducerStats;
 use crate::remote::BodySchema;
-use crate::stop_signal::{StopSignal, SubscribeStopped};
+use crate::stop_signal::{wait_for_stop, wait_opened, Life, StopSignal, SubscribeStopped};
 
 /// The sending side of reliable delivery: numbers messages, keeps at most `window_size` of them
 /// in flight to the consumer, queues the rest (up to `max_pending`), retransmits each until
@@ -256,6 +256,7 @@ impl<T: Clone + Send + 'static> ProducerController<T> {
             (stats.stored, stats.resumed, stats.resumed_confirmed) =
                 (stored, resumed, resumed_confirmed);
             stats.partially_stored = partially_stored;
+            stats.takeovers = durable.takeovers;
             stats.next_message_id = durable.next_message_id();
             stats.unconfirmed = durable.unconfirmed();
         }
@@ -315,6 +316,9 @@ impl<T: Clone + Send + 'static> Actor for ProducerController<T> {
             }
             Poll::Pending
         });
+        if self.durable.is_none() {
+            self.stop.opened(); // nothing to open
+        }
         self.open_log(ctx);
         self.arm_stop_deadline(ctx); // restarted while stopping: the stop goes on
         self.flush(ctx);
@@ -346,6 +350,7 @@ impl<T: Clone + Send + 'static> Supervised for ProducerController<T> {
         self.close_log();
         self.settle_all();
         self.alarm = Alarm::default();
+        self.stop.restarting();
         if self.stop.is_final() {
             self.inbox.shut();
             self.abandon_in_doubt();
@@ -530,7 +535,7 @@ impl<T: Clone + Send + 'static> Handler<HandlesDropped> for ProducerController<T
 /// assert_eq!(producer.stats().await?.confirmed, 2);
 /// // `stop`: for good; `stopped` says when it has.
 /// producer.stop();
-/// producer.stopped().await;
+/// producer.stopped().await?;
 /// assert!(matches!(producer.send(3).await, Err(DeliveryError::ProducerStopped)));
 /// # Ok(()) }
 /// ```
@@ -540,10 +545,34 @@ pub struct ProducerHandle<T: Clone + Send + 'static> {
 
 struct Shared<T: Clone + Send + 'static> {
     addr: Addr<ProducerController<T>>,
+    life: watch::Receiver<Life>,
     inbox: Arc<Inbox<T>>,
     producer_id: ProducerId,
     durable: bool,
     trace_context: Option<TraceHook>,
+}
+
+impl<T: Clone + Send + 'static> Shared<T> {
+    /// What the handles of `producer` share, once it runs at the address given.
+    fn of(
+        producer: &ProducerController<T>,
+    ) -> impl FnOnce(Addr<ProducerController<T>>) -> ProducerHandle<T> {
+        let life = producer.stop.subscribe();
+        let inbox = producer.inbox.clone();
+        let producer_id = producer.producer_id().clone();
+        let durable = producer.durable.is_some();
+        let trace_context = producer.trace_context.clone();
+        move |addr| ProducerHandle {
+            shared: Arc::new(Shared {
+                addr,
+                life,
+                inbox,
+                producer_id,
+                durable,
+                trace_context,
+            }),
+        }
+    }
 }
 
 impl<T: Clone + Send + 'static> Drop for Shared<T> {
@@ -563,34 +592,24 @@ impl<T: Clone + Send + 'static> Clone for ProducerHandle<T> {
 impl<T: Clone + Send + 'static> ProducerHandle<T> {
     /// Starts `producer` on the current arbiter and returns its handle.
     pub fn start(producer: ProducerController<T>) -> Self {
-        let inbox = producer.inbox.clone();
-        let producer_id = producer.producer_id().clone();
-        let durable = producer.durable.is_some();
-        let trace_context = producer.trace_context.clone();
-        let addr = producer.start();
-        Self::from_parts(addr, inbox, producer_id, durable, trace_context)
+        let shared = Shared::of(&producer);
+        shared(producer.start())
     }
 
     /// Starts `producer` under an Actix `Supervisor` on the current arbiter: if it stops for a
     /// reason other than [`stop`](Self::stop), it restarts with a new incarnation (its
     /// unconfirmed messages are settled as at a [`stop`](Self::stop)).
     pub fn start_supervised(producer: ProducerController<T>) -> Self {
-        let inbox = producer.inbox.clone();
-        let producer_id = producer.producer_id().clone();
-        let durable = producer.durable.is_some();
-        let trace_context = producer.trace_context.clone();
-        let addr = Supervisor::start(move |_| producer);
-        Self::from_parts(addr, inbox, producer_id, durable, trace_context)
+        let shared = Shared::of(&producer);
+        shared(Supervisor::start(move |_| producer))
     }
 
     /// Starts a producer on another arbiter (thread) and returns its handle.
     pub fn start_in_arbiter(arbiter: &ArbiterHandle, producer: ProducerController<T>) -> Self {
-        let inbox = producer.inbox.clone();
-        let producer_id = producer.producer_id().clone();
-        let durable = producer.durable.is_some();
-        let trace_context = producer.trace_context.clone();
-        let addr = ProducerController::start_in_arbiter(arbiter, move |_| producer);
-        Self::from_parts(addr, inbox, producer_id, durable, trace_context)
+        let shared = Shared::of(&producer);
+        shared(ProducerController::start_in_arbiter(arbiter, move |_| {
+            producer
+        }))
     }
 
     /// Starts `producer` under an Actix `Supervisor` on another arbiter (thread), as
@@ -599,30 +618,8 @@ impl<T: Clone + Send + 'static> ProducerHandle<T> {
         arbiter: &ArbiterHandle,
         producer: ProducerController<T>,
     ) -> Self {
-        let inbox = producer.inbox.clone();
-        let producer_id = producer.producer_id().clone();
-        let durable = producer.durable.is_some();
-        let trace_context = producer.trace_context.clone();
-        let addr = Supervisor::start_in_arbiter(arbiter, move |_| producer);
-        Self::from_parts(addr, inbox, producer_id, durable, trace_context)
-    }
-
-    fn from_parts(
-        addr: Addr<ProducerController<T>>,
-        inbox: Arc<Inbox<T>>,
-        producer_id: ProducerId,
-        durable: bool,
-        trace_context: Option<TraceHook>,
-    ) -> Self {
-        Self {
-            shared: Arc::new(Shared {
-                addr,
-                inbox,
-                producer_id,
-                durable,
-                trace_context,
-            }),
-        }
+        let shared = Shared::of(&producer);
+        shared(Supervisor::start_in_arbiter(arbiter, move |_| producer))
     }
 
     /// `confirm` for a message sent now: in the trace context the hook reads, if any.
@@ -904,10 +901,36 @@ impl<T: Clone + Send + 'static> ProducerHandle<T> {
         self.shared.addr.do_send(StopProducer);
     }
 
-    /// Resolves once the producer has stopped for good (after [`stop`](Self::stop)) and every
-    /// message it held is settled.
-    pub fn stopped(&self) -> impl Future<Output = ()> + 'static {
-        crate::stop_signal::wait_stopped(self.shared.addr.send(SubscribeStopped))
+    /// Resolves once the producer has opened: at once for a producer without a journal; for
+    /// a durable one once its stream is open (its stored messages read, ready to store), at
+    /// once if it was before. Await it before serving: a producer that cannot open its
+    /// stream says why here, not only in the log.
+    ///
+    /// A journal that cannot be reached is not a reason: the durable producer (under its
+    /// `Supervisor`) opens again after a growing delay, logging each failure, and this waits
+    /// on (bound it with `tokio::time::timeout`).
+    ///
+    /// # Errors
+    /// [`StartError::Failed`] with why the producer stopped for good before its stream
+    /// opened: the stream belongs to another producer id ([`Failure::Error`]), holds
+    /// messages of another type, is corrupt or of a newer schema, another producer opened it
+    /// meanwhile ([`Failure::TakenOver`]), or another one is alive on it
+    /// ([`Failure::InUse`], with a [`lease`](crate::durable::DurableOptions::lease)).
+    /// [`StartError::Stopped`] if it was stopped before it opened.
+    pub fn opened(&self) -> impl Future<Output = Result<(), StartError>> + 'static {
+        wait_opened(self.shared.life.clone())
+    }
+
+    /// Resolves once the producer has stopped for good and every message it held is
+    /// settled: after [`stop`](Self::stop), or after a failure that no restart mends.
+    ///
+    /// # Errors
+    /// The [`Failure`] that stopped it, when it was not asked to stop: a durable producer
+    /// whose stream another producer took over ([`Failure::TakenOver`]), or whose stream
+    /// turned out corrupt, foreign or of a newer schema; a producer without a `Supervisor`
+    /// whose journal failed.
+    pub fn stopped(&self) -> impl Future<Output = Result<(), Failure>> + 'static {
+        wait_for_stop(self.shared.life.clone())
     }
 
     /// Resolves once the producer holds nothing unsettled: every message handed to it so far

@@ -2,7 +2,8 @@
 //! child process, driven over real HTTP: SIGTERM in the middle of a load drains it and it exits
 //! 0; SIGKILL in the middle of a load leaves stored orders unconfirmed, which the next life
 //! resends; after the restarts, every order it answered `202 Accepted` is in the ledger exactly
-//! once.
+//! once. And started on another application's orders journal, it refuses to start, naming
+//! both order types, with nothing delivered into its ledger.
 
 #[allow(dead_code)] // `main` and the command line are the example's
 #[path = "../examples/actix_web.rs"]
@@ -14,8 +15,12 @@ use std::cell::RefCell;
 use std::collections::BTreeMap;
 use std::net::{SocketAddr, TcpListener};
 use std::rc::Rc;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use actix_delivery::durable::DurableOptions;
+use actix_delivery::journal::{Journal, PersistenceId, SqliteJournal};
+use actix_delivery::{ConsumerRef, ProducerOptions, ReliableDelivery};
 use actix_web::http::StatusCode;
 
 /// Set (to the journals' directory) in the child that runs the service.
@@ -266,4 +271,79 @@ async fn every_order_answered_202_is_in_the_ledger_once_after_sigterm_drains_and
     }
     let status = terminate(child).await;
     assert!(status.success(), "the last life exits 0, not {status}");
+}
+
+/// Another application: its orders, of the shape of the example's, under another type name.
+mod newcomer_app {
+    /// An order of the other application.
+    #[derive(Clone, Debug, serde::Serialize, serde::Deserialize)]
+    pub struct Order {
+        pub id: String,
+        pub amount: u64,
+    }
+}
+
+/// The example started on the orders journal of another application that uses the same
+/// stream (`orders`) and producer (`orders-api`) names and left 3 orders unconfirmed. The
+/// example took the stream over and delivered those orders into its own ledger; its start
+/// now fails instead, naming both order types, and its ledger stays empty.
+#[actix_web::test]
+async fn started_on_another_applications_journal_the_service_refuses_it_naming_both_types() {
+    if std::env::var(CHILD_DIR).is_ok() {
+        return; // the child runs `service_child` only
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let stream = || PersistenceId::new("orders").unwrap();
+    let theirs = Arc::new(
+        SqliteJournal::open(dir.path().join("orders.db"))
+            .await
+            .unwrap(),
+    );
+    let unreachable = ConsumerRef::from_fn(|_| {});
+    let producer = ReliableDelivery::durable_producer(
+        ProducerOptions::builder(unreachable).build().unwrap(),
+        DurableOptions::new(theirs, stream(), "orders-api"),
+    )
+    .unwrap();
+    for n in 1..=3 {
+        let order = newcomer_app::Order {
+            id: format!("theirs-{n}"),
+            amount: n,
+        };
+        producer.store(order).await.unwrap();
+    }
+    producer.stop();
+    let _ = producer.stopped().await;
+    drop(producer);
+
+    let listen = free_address();
+    let settings = service::Settings {
+        dir: dir.path().into(),
+        listen,
+        store_timeout: Duration::from_secs(1),
+        drain_deadline: Duration::from_secs(1),
+    };
+    let service = actix_web::rt::spawn(service::run(settings));
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !service.is_finished() && Instant::now() < deadline {
+        actix_web::rt::time::sleep(Duration::from_millis(50)).await;
+    }
+    if !service.is_finished() {
+        let applied = ledger(&format!("http://{listen}")).await.applied;
+        panic!("the service serves on another application's journal, its ledger holds {applied:?}");
+    }
+    let error = service.await.unwrap().expect_err("refused").to_string();
+    assert!(
+        error.contains("newcomer_app::Order") && error.contains("service::Order"),
+        "{error}"
+    );
+    let ledger = SqliteJournal::open(dir.path().join("ledger.db"))
+        .await
+        .unwrap();
+    let applied = ledger.highest_seq(&PersistenceId::new("ledger").unwrap());
+    assert_eq!(
+        applied.await.unwrap(),
+        0,
+        "nothing of theirs reached the ledger"
+    );
 }

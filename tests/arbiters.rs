@@ -98,7 +98,7 @@ async fn persistent_entities_started_in_an_arbiter_run_on_it() {
         .expect("the outbox sends its delivery");
     assert_eq!(sender, there, "from the arbiter");
     with_outbox.stop();
-    with_outbox.stopped().await;
+    with_outbox.stopped().await.unwrap();
     let invalid = PersistentConfig {
         replay_page: 0,
         ..config()
@@ -132,7 +132,7 @@ async fn a_durable_producer_started_in_an_arbiter_runs_on_it() {
         .expect("the producer sends its message");
     assert_eq!(sender, there, "from the arbiter");
     producer.stop();
-    producer.stopped().await;
+    producer.stopped().await.unwrap();
     let invalid = DurableOptions::new(Arc::new(MemoryJournal::new()), id("out"), "");
     let (to, _) = recording_threads::<u32>();
     let refused = ReliableDelivery::durable_producer_in(

@@ -24,7 +24,7 @@ use actix_delivery::persistence::{PersistentConfig, PersistentHandle};
 use actix_delivery::remote::{BodySchema, Node, NodeOptions};
 use actix_delivery::{
     Ack, ChunkDeliveries, ChunkDelivery, ConsumerHandle, ConsumerOptions, ConsumerOptionsBuilder,
-    ConsumerRef, DeadLetterReason, Delivery, DeliveryError, DeliveryHandler, DeliveryInfo,
+    ConsumerRef, DeadLetterReason, Delivery, DeliveryError, DeliveryHandler, DeliveryInfo, Failure,
     OptionsError, ProducerHandle, ProducerOptions, ReliableDelivery, ReplyTo, MIN_CHUNK_SIZE,
 };
 use bytes::Bytes;
@@ -789,7 +789,7 @@ async fn a_durable_producer_resends_a_message_stored_whole_after_a_restart() {
         "its id is its last chunk's seq"
     );
     first.stop();
-    first.stopped().await;
+    first.stopped().await.unwrap();
     let (consumer, runs) = consumer(|b| b);
     let second =
         ReliableDelivery::durable_producer(options((&consumer).into()), durable()).unwrap();
@@ -874,7 +874,7 @@ async fn a_durable_producer_refuses_a_stream_holding_unsettled_messages_of_the_o
         .unwrap();
         first.store(message(1, 3000)).await.unwrap();
         first.stop();
-        first.stopped().await;
+        first.stopped().await.unwrap();
         let other = ReliableDelivery::durable_producer(
             options(!written_in_chunks, nowhere()),
             durable(stream),
@@ -885,7 +885,11 @@ async fn a_durable_producer_refuses_a_stream_holding_unsettled_messages_of_the_o
             matches!(&refused, Err(DeliveryError::Storage(why)) if why.contains("holds unsettled")),
             "{stream}: {refused:?}"
         );
-        other.stopped().await;
+        let stopped = other.stopped().await;
+        assert!(
+            matches!(&stopped, Err(Failure::Error(why)) if why.contains("holds unsettled")),
+            "{stream}: {stopped:?}"
+        );
         let (consumer, runs) = consumer(|b| b);
         let same = ReliableDelivery::durable_producer(
             options(written_in_chunks, (&consumer).into()),
@@ -1010,7 +1014,7 @@ async fn store_reports(
         assert_eq!(stored.id, MessageId(3 * id), "three chunks each");
     }
     first.stop();
-    first.stopped().await;
+    first.stopped().await.unwrap();
 }
 
 /// A durable producer's stored chunked messages after a change of their type: with a field
@@ -1087,7 +1091,7 @@ async fn a_durable_producer_that_cannot_read_its_stored_chunked_messages_stops_a
     for part in ["stream `bincode`", "stored message 3", "version 1"] {
         assert!(why.contains(part), "{part}: {why}");
     }
-    producer.stopped().await;
+    assert!(producer.stopped().await.is_err(), "stopped for good");
     assert!(handled.snapshot().is_empty(), "nothing sent");
     let (producer, handled, reported) = report_pipeline::<ReportV1>(&journal, "bincode", bincode);
     idle_within_a_minute(&producer).await;
@@ -1141,7 +1145,7 @@ async fn a_durable_chunked_message_given_up_by_a_round_is_recorded_and_reported(
     let first = ReliableDelivery::durable_producer(options(nowhere), durable("resumed")).unwrap();
     first.store(message(2, 5000)).await.unwrap();
     first.stop();
-    first.stopped().await;
+    first.stopped().await.unwrap();
     let (sink, reported) = durable_sink();
     let resumed = ReliableDelivery::durable_producer(
         options(spoiling),

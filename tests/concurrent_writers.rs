@@ -47,9 +47,13 @@ async fn a_second_durable_producer_takes_the_stream_over_and_the_first_stops() {
         }
         other => panic!("the superseded producer stored: {other:?}"),
     }
-    tokio::time::timeout(Duration::from_secs(10), first.stopped())
+    let stopped = tokio::time::timeout(Duration::from_secs(10), first.stopped())
         .await
         .expect("the superseded producer stops for good");
+    assert!(
+        matches!(stopped, Err(actix_delivery::Failure::TakenOver(_))),
+        "{stopped:?}"
+    );
     assert_eq!(second.send(3).await, Ok(()));
     settle_for(1_000).await;
     assert!(first.send(4).await.is_err(), "it does not fight back");

@@ -130,8 +130,8 @@ async fn snapshot_recovery_equals_full_replay_for_the_delivery_record() {
             }
             a.stop();
             b.stop();
-            a.stopped().await;
-            b.stopped().await;
+            a.stopped().await.unwrap();
+            b.stopped().await.unwrap();
         }
         assert!(with_snapshots
             .load_snapshot(&ledger_id())

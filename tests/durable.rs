@@ -17,7 +17,7 @@ use actix_delivery::journal::{
 };
 use actix_delivery::{
     ConsumerHandle, ConsumerOptions, ConsumerRef, Delivery, DeliveryError, DeliveryHandler,
-    ProducerController, ProducerHandle, ProducerOptions, ReliableDelivery,
+    Failure, ProducerController, ProducerHandle, ProducerOptions, ReliableDelivery, StartError,
 };
 use common::{settle, settle_for, Log, Sink};
 
@@ -131,7 +131,7 @@ async fn a_restarted_producer_keeps_its_incarnation_and_resends_what_is_unsettle
         first.store(body).await.unwrap();
     }
     first.stop();
-    first.stopped().await; // a crash would do the same: nothing unsettled is lost
+    first.stopped().await.unwrap(); // a crash would do the same: nothing unsettled is lost
     let before = seen.snapshot();
     let incarnation = before[0].0;
     cut.store(false, Ordering::SeqCst);
@@ -183,7 +183,7 @@ async fn a_consumer_that_lived_through_the_crash_recognises_what_it_handled() {
     }
     settle_for(50).await;
     first.stop();
-    first.stopped().await;
+    first.stopped().await.unwrap();
     assert_eq!(handled.snapshot(), [1, 2, 3]);
     let second = durable_producer(&journal, consumer.consumer_ref(), |d| d);
     second.idle().await;
@@ -206,7 +206,7 @@ async fn starting_on_an_empty_or_fully_settled_stream_just_works() {
         assert_eq!(producer.stats().await.unwrap().resumed, 0, "round {round}");
         producer.send(round).await.unwrap();
         producer.stop();
-        producer.stopped().await;
+        producer.stopped().await.unwrap();
     }
     assert_eq!(handled.snapshot(), [0, 1, 2]);
 }
@@ -230,11 +230,69 @@ async fn of_two_producers_opening_one_stream_the_newest_owns_it_and_the_other_st
             && reason.contains("the newest opener owns the stream"),
         "{reason}"
     );
-    tokio::time::timeout(Duration::from_secs(10), first.stopped())
+    let stopped = tokio::time::timeout(Duration::from_secs(10), first.stopped())
         .await
         .expect("stopped for good, not restarted");
+    assert!(
+        matches!(&stopped, Err(Failure::TakenOver(reason)) if reason.contains("the newest opener owns the stream")),
+        "{stopped:?}"
+    );
     second.send(2).await.unwrap();
     assert_eq!(handled.snapshot(), [2]);
+    let takeovers = second.stats().await.unwrap().takeovers;
+    assert_eq!(takeovers, 1, "the second opening took the stream over");
+}
+
+/// With a lease a second instance does not take a stream over from a live owner, even an
+/// idle one (it renews the lease); a start after the owner is gone opens it after one lease.
+#[actix::test]
+async fn with_a_lease_a_live_owner_keeps_its_stream_and_a_gone_ones_is_taken_after_one_lease() {
+    tokio::time::pause();
+    const LEASE: Duration = Duration::from_secs(3);
+    let journal = MemoryJournal::new();
+    let (consumer, handled) = consumer();
+    let first = durable_producer(&journal, consumer.consumer_ref(), |d| d.lease(LEASE));
+    assert_eq!(
+        first.opened().await,
+        Ok(()),
+        "a new stream: nothing to watch"
+    );
+    first.send(1).await.unwrap();
+    let written = journal.stats().appends;
+    settle_for(3_100).await;
+    let renewals = journal.stats().appends - written;
+    assert_eq!(renewals, 3, "an idle owner writes every third of its lease");
+
+    let second = durable_producer(&journal, consumer.consumer_ref(), |d| d.lease(LEASE));
+    let opened = actix::spawn(second.opened());
+    settle_for(2_900).await;
+    assert!(!opened.is_finished(), "it watches the stream for a lease");
+    settle_for(200).await;
+    let opened = opened.await.unwrap();
+    let Err(StartError::Failed(Failure::InUse(reason))) = &opened else {
+        panic!("{opened:?}");
+    };
+    assert!(
+        reason.contains("stream `orders-out`: another producer wrote to it within the lease"),
+        "{reason}"
+    );
+    first.send(2).await.unwrap();
+    assert_eq!(first.stats().await.unwrap().takeovers, 0);
+
+    // The owner is gone (stopped here; a crashed one writes nothing either): the next start
+    // opens the stream once it watched it for a lease, and no sooner.
+    first.stop();
+    first.stopped().await.unwrap();
+    let third = durable_producer(&journal, consumer.consumer_ref(), |d| d.lease(LEASE));
+    third.tell(3, |_| ()).unwrap();
+    let opened = actix::spawn(third.opened());
+    settle_for(2_900).await;
+    assert!(!opened.is_finished(), "it watches the stream for a lease");
+    settle_for(200).await;
+    assert_eq!(opened.await.unwrap(), Ok(()));
+    third.idle().await;
+    assert_eq!(third.stats().await.unwrap().takeovers, 1);
+    assert_eq!(handled.snapshot(), [1, 2, 3]);
 }
 
 #[actix::test]
@@ -345,9 +403,99 @@ async fn a_stream_of_another_producer_id_stops_the_producer_for_good() {
         ),
         refused => panic!("{refused:?}"),
     }
-    tokio::time::timeout(Duration::from_secs(10), other.stopped())
+    let stopped = tokio::time::timeout(Duration::from_secs(10), other.stopped())
         .await
         .expect("stopped for good: restarting cannot help");
+    let expected = "stream `orders-out`: the stream belongs to producer `orders`, not `invoices`";
+    assert_eq!(stopped, Err(Failure::Error(expected.into())));
+    assert_eq!(
+        other.opened().await,
+        Err(StartError::Failed(Failure::Error(expected.into()))),
+        "it never opened, and says why"
+    );
+}
+
+/// What the handle says of the start: a durable producer is opened once its stream is open
+/// (not when it is started), a producer without a journal at once; a stop asked for is `Ok`.
+#[actix::test]
+async fn opened_resolves_once_the_stream_is_open_and_stopped_says_a_requested_stop_is_ok() {
+    tokio::time::pause();
+    let journal = MemoryJournal::new();
+    let (consumer, _) = consumer();
+    let plain = ReliableDelivery::producer(ProducerOptions::builder(&consumer).build().unwrap());
+    assert_eq!(plain.opened().await, Ok(()), "nothing to open");
+    journal.faults().hold_commits(); // the opening's write waits
+    let producer = durable_producer(&journal, consumer.consumer_ref(), |d| d);
+    let opened = actix::spawn(producer.opened());
+    settle_for(5_000).await;
+    assert!(
+        !opened.is_finished(),
+        "not open before its opening committed"
+    );
+    assert_eq!(producer.stats().await.unwrap().next_message_id, 0);
+    journal.faults().release();
+    assert_eq!(opened.await.unwrap(), Ok(()));
+    assert_eq!(producer.stats().await.unwrap().next_message_id, 1, "open");
+    producer.stop();
+    assert_eq!(
+        producer.stopped().await,
+        Ok(()),
+        "asked to stop: no failure"
+    );
+    assert_eq!(producer.opened().await, Ok(()), "it did open");
+}
+
+/// A producer stopped while its opening waits for the journal never opened, and says so.
+#[actix::test]
+async fn a_producer_stopped_before_its_stream_opened_says_it_was_stopped() {
+    tokio::time::pause();
+    let journal = MemoryJournal::new();
+    let (consumer, _) = consumer();
+    journal.faults().hold_commits();
+    let producer = durable_producer(&journal, consumer.consumer_ref(), |d| {
+        d.stop_timeout(Duration::from_secs(1))
+    });
+    settle().await;
+    producer.stop();
+    settle_for(2_000).await; // past the stop timeout: the opening is left unanswered
+    assert_eq!(producer.opened().await, Err(StartError::Stopped));
+    assert_eq!(producer.stopped().await, Ok(()));
+    journal.faults().release();
+}
+
+/// The issue's service: a durable work-pulling producer renamed from `orders-api` to
+/// `orders-service` started on its old stream. The start returns `Ok` (opening is
+/// asynchronous), and `opened()` says why the stream did not open.
+#[actix::test]
+async fn a_renamed_durable_work_pulling_producer_says_at_opened_whose_stream_it_is() {
+    tokio::time::pause();
+    let journal = MemoryJournal::new();
+    let (consumer, _) = consumer();
+    let old = ProducerOptions::builder(&consumer).build().unwrap();
+    let durable = DurableOptions::new(Arc::new(journal.clone()), stream(), "orders-api");
+    let old = ReliableDelivery::durable_producer(old, durable).unwrap();
+    old.send(1).await.unwrap();
+    old.stop();
+    old.stopped().await.unwrap();
+    let registry = actix_delivery::work_pulling::WorkerRegistry::<u32>::new();
+    let options = actix_delivery::work_pulling::WorkPullingOptions::builder(&registry)
+        .build()
+        .unwrap();
+    let durable = DurableOptions::new(Arc::new(journal.clone()), stream(), "orders-service");
+    let renamed = ReliableDelivery::durable_work_pulling_producer(options, durable)
+        .expect("the start does not open the stream");
+    let why = "stream `orders-out`: the stream belongs to producer `orders-api`, not \
+               `orders-service`";
+    assert_eq!(
+        renamed.opened().await,
+        Err(StartError::Failed(Failure::Error(why.into())))
+    );
+    assert_eq!(renamed.stopped().await, Err(Failure::Error(why.into())));
+    assert_eq!(
+        renamed.send(2).await,
+        Err(DeliveryError::ProducerStopped),
+        "stopped for good"
+    );
 }
 
 /// A journal whose every operation fails, counting them.
@@ -433,7 +581,7 @@ async fn a_durable_producer_takes_its_id_from_its_stream_and_refuses_invalid_set
     let producer = ReliableDelivery::durable_producer(unnamed(), durable()).unwrap();
     assert_eq!(producer.producer_id().as_str(), "orders", "the stream's id");
     producer.stop();
-    producer.stopped().await;
+    producer.stopped().await.unwrap();
     let other = ProducerOptions::builder(&consumer)
         .producer_id("invoices")
         .build()

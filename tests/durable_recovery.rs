@@ -30,7 +30,7 @@ async fn messages_stored_after_a_restart_wait_for_room_and_are_sent_under_their_
         first.store(body).await.unwrap();
     }
     first.stop();
-    first.stopped().await;
+    first.stopped().await.unwrap();
 
     // The producer's process restarts while the consumer is still unreachable.
     let second = durable_u32(&journal, to, 1, 1);
@@ -101,7 +101,7 @@ async fn a_corrupt_stream_stops_the_producer_with_an_error_naming_it() {
     first.store(1).await.unwrap();
     first.store(2).await.unwrap();
     first.stop();
-    first.stopped().await;
+    first.stopped().await.unwrap();
     let events = journal
         .replay(&out_stream(), 1, u64::MAX, 100)
         .await

@@ -6,24 +6,22 @@
 
 mod common;
 
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
 use actix::prelude::*;
 use actix_delivery::codec::Manifest;
 use actix_delivery::durable::{DurableConfirmation, DurableOptions, MessageId};
-use actix_delivery::journal::{
-    Journal, JournalFuture, MemoryJournal, PersistenceId, Snapshot, StoredEvent,
-};
+use actix_delivery::journal::{Journal, MemoryJournal, PersistenceId};
 use actix_delivery::persistence::{
     Decision, EventSourced, Outbox, PersistentConfig, PersistentHandle,
 };
 use actix_delivery::{
-    Ack, ConsumerRef, Delivery, DeliveryError, Happened, ProducerConfig, ProducerHandle,
+    Ack, ConsumerRef, Delivery, DeliveryError, Failure, Happened, ProducerConfig, ProducerHandle,
     ProducerOptions, ReliableDelivery,
 };
-use common::{recording_consumer, settle, settle_for, Gate, Log, Sink};
+use common::journals::SlowRecovery;
+use common::{recording_consumer, settle, settle_for, Log, Sink};
 use serde::{Deserialize, Serialize};
 
 fn stream() -> PersistenceId {
@@ -78,7 +76,7 @@ async fn next_start(journal: &MemoryJournal) -> (Vec<u32>, Vec<DurableConfirmati
     producer.idle().await;
     settle().await;
     producer.stop();
-    producer.stopped().await;
+    producer.stopped().await.unwrap();
     (handled.snapshot(), heard.snapshot())
 }
 
@@ -109,7 +107,7 @@ async fn stop_while_a_store_is_in_flight_reports_it_stored_and_the_next_start_se
         (DeliveryError::StoppedUnconfirmed, Happened::FailedAfter),
         "stored, not confirmed in this life"
     );
-    producer.stopped().await;
+    producer.stopped().await.unwrap();
     let (handled, heard) = next_start(&journal).await;
     assert_eq!(handled, [1], "the next start sends it");
     let ok = DurableConfirmation {
@@ -139,7 +137,7 @@ async fn a_store_unanswered_at_the_stop_timeout_is_in_doubt_and_settled_by_the_n
         "{outcome:?}"
     );
     assert_eq!(outcome.unwrap_err().happened(), Happened::InDoubt);
-    producer.stopped().await;
+    producer.stopped().await.unwrap();
     journal.faults().release(); // the commit lands after all
     let (handled, heard) = next_start(&journal).await;
     assert_eq!(handled, [1]);
@@ -160,7 +158,7 @@ async fn an_ack_in_the_same_mailbox_drain_as_stop_is_recorded_and_reported_once(
     // One drain: the ACK, then the stop.
     producer.addr().do_send(ack);
     producer.stop();
-    producer.stopped().await;
+    producer.stopped().await.unwrap();
     assert_eq!(confirmed.snapshot(), [Ok(())]);
     let (handled, heard) = next_start(&journal).await;
     assert_eq!(handled, Vec::<u32>::new(), "its settlement was recorded");
@@ -190,7 +188,7 @@ async fn stop_while_a_settlement_record_is_in_flight_waits_for_it() {
         "nothing is said before the record's outcome"
     );
     journal.faults().release();
-    producer.stopped().await;
+    producer.stopped().await.unwrap();
     assert_eq!(confirmed.snapshot(), [Ok(())]);
     let (handled, heard) = next_start(&journal).await;
     assert_eq!((handled, heard), (Vec::new(), Vec::new()));
@@ -208,10 +206,12 @@ async fn a_stream_with_an_undecodable_event_stops_the_producer_for_good() {
     let producer = durable_producer(&memory(&journal), to, |d| d);
     let error = producer.store(1).await.unwrap_err();
     assert!(matches!(error, DeliveryError::Storage(_)), "{error:?}");
-    let stopped = tokio::time::timeout(Duration::from_secs(60), producer.stopped()).await;
+    let stopped = tokio::time::timeout(Duration::from_secs(60), producer.stopped())
+        .await
+        .expect("a corrupt stream stops the producer for good");
     assert!(
-        stopped.is_ok(),
-        "a corrupt stream stops the producer for good"
+        matches!(&stopped, Err(Failure::Error(reason)) if reason.contains("corrupt")),
+        "{stopped:?}"
     );
     settle_for(600_000).await;
     let error = producer.store(2).await.unwrap_err();
@@ -222,73 +222,6 @@ async fn a_stream_with_an_undecodable_event_stops_the_producer_for_good() {
     );
 }
 
-/// A MemoryJournal whose next recovery (its first read, `load_snapshot`) waits until released:
-/// a journal slow to answer one opening's reads.
-#[derive(Clone)]
-struct SlowRecovery {
-    inner: MemoryJournal,
-    hold_next: Arc<AtomicBool>,
-    gate: Gate,
-}
-
-impl SlowRecovery {
-    fn new(inner: MemoryJournal) -> Self {
-        Self {
-            inner,
-            hold_next: Arc::new(AtomicBool::new(false)),
-            gate: Gate::default(),
-        }
-    }
-}
-
-impl Journal for SlowRecovery {
-    fn append_as(
-        &self,
-        id: &PersistenceId,
-        first: u64,
-        p: Vec<Vec<u8>>,
-        m: Manifest,
-    ) -> JournalFuture<'_, ()> {
-        self.inner.append_as(id, first, p, m)
-    }
-
-    fn replay(
-        &self,
-        id: &PersistenceId,
-        from_seq: u64,
-        to_seq: u64,
-        max_events: usize,
-    ) -> JournalFuture<'_, Vec<StoredEvent>> {
-        self.inner.replay(id, from_seq, to_seq, max_events)
-    }
-
-    fn highest_seq(&self, id: &PersistenceId) -> JournalFuture<'_, u64> {
-        self.inner.highest_seq(id)
-    }
-
-    fn delete_to(&self, id: &PersistenceId, to_seq: u64) -> JournalFuture<'_, ()> {
-        self.inner.delete_to(id, to_seq)
-    }
-
-    fn save_snapshot(&self, id: &PersistenceId, snapshot: Snapshot) -> JournalFuture<'_, ()> {
-        self.inner.save_snapshot(id, snapshot)
-    }
-
-    fn load_snapshot(&self, id: &PersistenceId) -> JournalFuture<'_, Option<Snapshot>> {
-        let id = id.clone();
-        Box::pin(async move {
-            if self.hold_next.swap(false, Ordering::SeqCst) {
-                self.gate.pass().await;
-            }
-            self.inner.load_snapshot(&id).await
-        })
-    }
-
-    fn max_payload(&self) -> usize {
-        self.inner.max_payload()
-    }
-}
-
 /// A producer stopped before its stream opened, whose stop timed out while its journal was
 /// slow, is stopped for good once `stopped()` resolves: nothing of it writes to the stream
 /// afterwards, so a producer started on the stream after it keeps the stream.
@@ -297,7 +230,7 @@ async fn a_producer_stopped_at_its_timeout_before_it_opened_never_takes_the_stre
     tokio::time::pause();
     let journal = MemoryJournal::new();
     let slow = SlowRecovery::new(journal.clone());
-    slow.hold_next.store(true, Ordering::SeqCst);
+    slow.hold_next();
     let (to, _) = black_hole();
     let slow_journal = slow.clone();
     let first = durable_producer(&move || Arc::new(slow_journal.clone()), to, |d| {
@@ -315,7 +248,7 @@ async fn a_producer_stopped_at_its_timeout_before_it_opened_never_takes_the_stre
     assert_eq!(stored.id, MessageId(1));
 
     // The journal answers the stopped producer's reads now.
-    slow.gate.open();
+    slow.release();
     settle_for(100).await;
 
     let next = second.store(2).await.map(|stored| stored.id);
@@ -372,7 +305,7 @@ async fn an_outbox_ack_in_the_same_mailbox_drain_as_stop_is_recorded() {
     // One drain: the destination's ACK, then the stop.
     orders.addr().do_send(ack);
     orders.stop();
-    orders.stopped().await;
+    orders.stopped().await.unwrap();
     // The next start resends only what is unconfirmed: nothing.
     let (again, seen_again) = black_hole::<Ship>();
     let restarted = start_orders(&journal, again);

@@ -853,7 +853,7 @@ async fn a_durable_producer_exports_what_it_stored_and_its_log_is_no_entity() {
         producer.store(n).await.unwrap().confirmed().await.unwrap();
     }
     producer.stop();
-    producer.stopped().await;
+    producer.stopped().await.unwrap();
     let metrics = metrics_of("producer", "metered-durable");
     assert_eq!(counter(&metrics, "actix_delivery_producer_stored_total"), 5);
     assert_eq!(

@@ -236,6 +236,7 @@ fn the_example_node_file_loads_into_every_section_with_its_values() {
             snapshot_every: 2000,
             stop_timeout: ms(5000),
             codec: Codec::MessagePack,
+            lease: Some(ms(15000)),
         }
     );
     // Every section is valid as it stands.

@@ -172,7 +172,7 @@ async fn unconfirmed_deliveries_are_sent_again_after_a_recovery() {
     settle_for(1_000).await;
     assert!(shipped.snapshot().is_empty());
     orders.stop();
-    orders.stopped().await;
+    orders.stopped().await.unwrap();
     cut.store(false, Ordering::SeqCst);
     let again = start_orders(&journal, to, PersistentConfig::default());
     again.ask(OrderCommand::Place(6)).await.unwrap();
@@ -185,7 +185,7 @@ async fn unconfirmed_deliveries_are_sent_again_after_a_recovery() {
     // Confirmations are recorded, in batches: a third life sends nothing again.
     let appends = journal.stats().appends;
     again.stop();
-    again.stopped().await;
+    again.stopped().await.unwrap();
     let third = start_orders(
         &journal,
         consumer.consumer_ref(),
@@ -249,7 +249,7 @@ async fn snapshots_keep_the_outbox() {
     }
     settle().await;
     orders.stop();
-    orders.stopped().await;
+    orders.stopped().await.unwrap();
     cut.store(false, Ordering::SeqCst);
     let _again = start_orders(&journal, to, config);
     settle_for(1_000).await;

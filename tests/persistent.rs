@@ -16,9 +16,10 @@ use actix_delivery::persistence::{
     PersistentHandle,
 };
 use actix_delivery::{
-    ConsumerHandle, ConsumerOptions, ConsumerRef, Delivery, DeliveryInfo, IncarnationId,
-    ProducerId, ProducerOptions, ReliableDelivery, ReplyTo,
+    ConsumerHandle, ConsumerOptions, ConsumerRef, Delivery, DeliveryInfo, Failure, IncarnationId,
+    ProducerId, ProducerOptions, ReliableDelivery, ReplyTo, StartError,
 };
+use common::journals::SlowRecovery;
 use common::{settle, settle_for};
 use serde::{Deserialize, Serialize};
 
@@ -142,7 +143,7 @@ async fn commands_sent_during_recovery_wait_and_run_in_order_and_a_restart_recov
         .collect();
     assert_eq!(totals, [1, 2, 3]);
     ledger.stop();
-    ledger.stopped().await;
+    ledger.stopped().await.unwrap();
     assert!(matches!(
         ledger.ask(Op::Total).await,
         Err(CommandError::Stopped)
@@ -184,7 +185,12 @@ async fn a_failed_append_answers_every_waiting_command_with_the_error_and_stops(
             "{answer:?}"
         );
     }
-    ledger.stopped().await;
+    // Without a Supervisor the failure ends it, and its handle says so.
+    let stopped = ledger.stopped().await;
+    assert!(
+        matches!(&stopped, Err(Failure::Error(reason)) if reason.contains("storage error")),
+        "{stopped:?}"
+    );
     assert!(!ledger.addr().connected() || ledger.stats().await.is_err());
     assert_exactly_once(&durable(&journal).await, [1]);
 }
@@ -214,6 +220,34 @@ async fn under_a_supervisor_a_failed_append_restarts_the_actor_on_the_durable_st
     assert_eq!(stats.recoveries, 1, "counters restart with the actor");
 }
 
+/// An entity is opened once it recovered, at once afterwards; a stop it was asked for is `Ok`.
+#[actix::test]
+async fn opened_resolves_once_the_entity_recovered_and_a_requested_stop_is_ok() {
+    tokio::time::pause();
+    let journal = MemoryJournal::new();
+    start(&journal, PersistentConfig::default())
+        .ask(apply(1))
+        .await
+        .unwrap();
+    let slow = SlowRecovery::new(journal.clone());
+    slow.hold_next();
+    let ledger = PersistentHandle::<Ledger>::start(
+        Arc::new(slow.clone()),
+        id(),
+        PersistentConfig::default(),
+    )
+    .unwrap();
+    let opened = actix::spawn(ledger.opened());
+    settle_for(5_000).await;
+    assert!(!opened.is_finished(), "not opened while recovering");
+    slow.release();
+    assert_eq!(opened.await.unwrap(), Ok(()));
+    assert_eq!(ledger.stats().await.unwrap().recoveries, 1, "recovered");
+    assert_eq!(ledger.opened().await, Ok(()), "at once afterwards");
+    ledger.stop();
+    assert_eq!(ledger.stopped().await, Ok(()));
+}
+
 #[actix::test]
 async fn a_corrupt_stream_fails_recovery_naming_stream_and_seq_and_stops_for_good() {
     tokio::time::pause();
@@ -236,7 +270,13 @@ async fn a_corrupt_stream_fails_recovery_naming_stream_and_seq_and_stops_for_goo
         error.to_string().contains("stream `ledger-1`, seq 1"),
         "{error}"
     );
-    ledger.stopped().await; // no restart loop: corrupt data stays corrupt
+    // No restart loop: corrupt data stays corrupt, and the handle says so.
+    let stopped = ledger.stopped().await.unwrap_err();
+    assert!(
+        stopped.to_string().contains("stream `ledger-1`, seq 1"),
+        "{stopped}"
+    );
+    assert_eq!(ledger.opened().await, Err(StartError::Failed(stopped)));
     assert!(matches!(
         ledger.ask(Op::Total).await,
         Err(CommandError::Stopped)
@@ -288,7 +328,7 @@ async fn snapshots_keep_recovery_and_the_journal_small_and_a_lost_snapshot_costs
     );
     assert_eq!(journal.highest_seq(&id()).await.unwrap(), 25);
     ledger.stop();
-    ledger.stopped().await;
+    ledger.stopped().await.unwrap();
     let again = start(&journal, config.clone());
     assert_eq!(again.ask(Op::Total).await.unwrap(), 25);
     assert_exactly_once(&durable(&journal).await, 1..=25);
@@ -297,7 +337,7 @@ async fn snapshots_keep_recovery_and_the_journal_small_and_a_lost_snapshot_costs
         again.ask(apply(n)).await.unwrap();
     }
     again.stop();
-    again.stopped().await;
+    again.stopped().await.unwrap();
     assert_eq!(journal.load_snapshot(&id()).await.unwrap().unwrap().seq, 30);
     let third = start(&journal, config);
     assert_eq!(third.ask(Op::Total).await.unwrap(), 30);
@@ -467,7 +507,11 @@ async fn the_last_handle_dropped_stops_the_actor_after_what_it_decided() {
     );
     journal.faults().release();
     assert_eq!(pending.await.unwrap().unwrap().unwrap(), Outcome::Done(1));
-    stopped.await.unwrap();
+    assert_eq!(
+        stopped.await.unwrap(),
+        Ok(()),
+        "left by its handles: no failure"
+    );
     settle().await;
     assert!(weak.upgrade().is_none(), "the actor is freed");
     assert_exactly_once(&durable(&journal).await, [1]);

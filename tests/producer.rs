@@ -297,7 +297,7 @@ async fn every_start_draws_a_fresh_incarnation_and_numbers_from_one() {
     let first = producer_to(link.clone().recipient(), |b| b);
     first.send(1).await.unwrap();
     first.stop();
-    first.stopped().await;
+    first.stopped().await.unwrap();
     let second = producer_to(link.clone().recipient(), |b| b);
     second.send(2).await.unwrap();
     let seen = seen.snapshot();
@@ -322,7 +322,7 @@ async fn stop_stops_a_supervised_producer_for_good_and_stopped_says_when() {
     producer.tell(1, confirm_into(&confirmations, 1)).unwrap();
     settle().await;
     producer.stop();
-    producer.stopped().await;
+    producer.stopped().await.unwrap();
     assert_eq!(
         confirmations.snapshot(),
         [(1, Err(DeliveryError::StoppedUnconfirmed))],
@@ -344,7 +344,7 @@ async fn stop_stops_a_supervised_producer_for_good_and_stopped_says_when() {
         .await
         .unwrap();
     assert!(matches!(direct, Err(TellError::Stopped(4))), "no restart");
-    producer.stopped().await; // resolves again at once
+    producer.stopped().await.unwrap(); // resolves again at once
 }
 
 #[actix::test]
@@ -593,7 +593,7 @@ async fn send_timeout_on_a_stopped_producer_says_stopped_not_timeout() {
     let (consumer, _) = consumer(None);
     let producer = producer_to(&consumer, |b| b);
     producer.stop();
-    producer.stopped().await;
+    producer.stopped().await.unwrap();
     let sent = producer.send_timeout(1, Duration::from_secs(1)).await;
     assert_eq!(sent, Err(DeliveryError::ProducerStopped));
 }

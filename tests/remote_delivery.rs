@@ -309,7 +309,7 @@ async fn a_durable_producer_restarted_in_the_same_process_gets_its_acks() {
     }
     // A new producer on the same stream: a new actor under the same incarnation.
     first.stop();
-    first.stopped().await;
+    first.stopped().await.unwrap();
     let second = start();
     for n in 11..=15 {
         send(&second, n).await.unwrap();

@@ -23,10 +23,43 @@ use actix_delivery::journal::{
 use actix_delivery::persistence::{
     recover_state, CommandError, Decision, EventSourced, PersistentConfig, PersistentHandle,
 };
-use actix_delivery::{ConsumerOptions, DeliveryHandler, ProducerOptions, ReliableDelivery};
+use actix_delivery::{
+    ConsumerOptions, DeliveryHandler, Failure, ProducerOptions, ReliableDelivery, StartError,
+};
 use common::{recording_consumer, settle_for};
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
+
+/// The names the versions of the account were stored under. In an application a type keeps
+/// its name across versions; here each version is a module of its own (and the fixtures were
+/// written by a program of their own), so each version declares the others' names as its
+/// former ones.
+const ACCOUNT_TYPES: &[&str] = &[
+    "make_fixture_v2::Account",
+    "make_fixture_v2::AccountEvent",
+    "schema_evolution::v1::Account",
+    "schema_evolution::v1::AccountEvent",
+    "schema_evolution::v1_added::Account",
+    "schema_evolution::v1_added::AccountEvent",
+    "schema_evolution::v2::Entity",
+    "schema_evolution::v2::AccountEvent",
+    "schema_evolution::v3::Account",
+    "schema_evolution::v3::AccountEvent",
+];
+
+/// The names the versions of the order were stored under (as [`ACCOUNT_TYPES`]).
+const ORDER_TYPES: [&str; 3] = [
+    "schema_evolution::Order",
+    "schema_evolution::OrderWithNote",
+    "schema_evolution::OrderV2",
+];
+
+/// `durable` reading every version of the order as its own.
+fn reading_every_order_version<T>(durable: DurableOptions<T>) -> DurableOptions<T> {
+    ORDER_TYPES
+        .iter()
+        .fold(durable, |durable, name| durable.accept_type_name(*name))
+}
 
 /// Version 1 of an account: as the fixture journals were written (`Audited` added since,
 /// at the end, which keeps the fixture's bincode as it was).
@@ -51,6 +84,7 @@ mod v1 {
         type Event = AccountEvent;
         type Reply = i64;
         type Rejection = String;
+        const FORMER_TYPE_NAMES: &'static [&'static str] = super::ACCOUNT_TYPES;
 
         fn decide(&self, &amount: &i64) -> Result<Decision<Self>, String> {
             let event = match amount {
@@ -105,6 +139,7 @@ mod v1_added {
         type Event = AccountEvent;
         type Reply = i64;
         type Rejection = String;
+        const FORMER_TYPE_NAMES: &'static [&'static str] = super::ACCOUNT_TYPES;
 
         fn decide(&self, &amount: &i64) -> Result<Decision<Self>, String> {
             let event = match amount {
@@ -164,6 +199,7 @@ mod v2 {
         type Event = AccountEvent;
         type Reply = i64;
         type Rejection = String;
+        const FORMER_TYPE_NAMES: &'static [&'static str] = super::ACCOUNT_TYPES;
         const EVENT_VERSION: u32 = 2;
 
         fn decide(&self, &amount: &i64) -> Result<Decision<Self>, String> {
@@ -237,6 +273,7 @@ mod v3 {
         type Event = AccountEvent;
         type Reply = i64;
         type Rejection = String;
+        const FORMER_TYPE_NAMES: &'static [&'static str] = super::ACCOUNT_TYPES;
         const EVENT_VERSION: u32 = 3;
         const STATE_VERSION: u32 = 2;
 
@@ -325,7 +362,7 @@ impl Under {
             entity.ask(command).await.unwrap();
         }
         entity.stop();
-        entity.stopped().await;
+        entity.stopped().await.unwrap();
     }
 
     fn start<E: EventSourced>(
@@ -496,7 +533,10 @@ async fn a_journal_of_a_newer_version_fails_stop_naming_stream_seq_and_versions_
             }
             other => panic!("{name}: {other:?}"),
         }
-        entity.stopped().await;
+        assert!(
+            entity.stopped().await.is_err(),
+            "{name}: stopped by its failure"
+        );
         let after = under.journal.highest_seq(&id).await.unwrap();
         assert_eq!(after, highest, "{name}: nothing written");
         // A snapshot of a newer state version: the same, not a silent replay.
@@ -577,7 +617,7 @@ async fn store_unconfirmed<T>(
         producer.store(order).await.unwrap();
     }
     producer.stop();
-    producer.stopped().await;
+    producer.stopped().await.unwrap();
 }
 
 /// Resumes durable producer `producer_id` of `stream` with messages `T` (`configure`d), and
@@ -592,7 +632,11 @@ where
     T: Clone + Send + Serialize + DeserializeOwned + 'static,
 {
     let (consumer, handled) = recording_consumer::<T>();
-    let durable = configure(DurableOptions::new(journal.clone(), stream, producer_id));
+    let durable = configure(reading_every_order_version(DurableOptions::new(
+        journal.clone(),
+        stream,
+        producer_id,
+    )));
     let options = producer_options(&consumer, producer_id);
     let producer = ReliableDelivery::durable_producer(options, durable).unwrap();
     // Resumed messages count as told: idle once they are confirmed (or the producer stopped).
@@ -601,7 +645,7 @@ where
         .await
         .expect("settled");
     producer.stop();
-    producer.stopped().await;
+    producer.stopped().await.unwrap();
     handled.snapshot()
 }
 
@@ -641,12 +685,20 @@ async fn a_durable_producer_resumes_messages_stored_by_an_earlier_version_of_the
         store_unconfirmed(&under, "newer", |d| d.message_version(2), newer).await;
         let highest = under.journal.highest_seq(&under.id("newer")).await.unwrap();
         let (consumer, handled) = recording_consumer::<Order>();
-        let durable = DurableOptions::new(under.journal.clone(), under.id("newer"), "orders");
+        let durable = reading_every_order_version(DurableOptions::new(
+            under.journal.clone(),
+            under.id("newer"),
+            "orders",
+        ));
         let options = producer_options(&consumer, "orders");
         let producer = ReliableDelivery::durable_producer(options, durable).unwrap();
-        tokio::time::timeout(Duration::from_secs(20), producer.stopped())
+        let stopped = tokio::time::timeout(Duration::from_secs(20), producer.stopped())
             .await
             .expect("stopped for good");
+        assert!(
+            matches!(&stopped, Err(Failure::Error(reason)) if reason.contains("newer")),
+            "{stopped:?}"
+        );
         settle_for(100).await;
         assert!(handled.snapshot().is_empty(), "{name}");
         let after = under.journal.highest_seq(&under.id("newer")).await.unwrap();
@@ -654,6 +706,150 @@ async fn a_durable_producer_resumes_messages_stored_by_an_earlier_version_of_the
             after, highest,
             "{name}: nothing written, not even the opening"
         );
+    }
+}
+
+/// Another application's types, of the very shapes of this one's: decoding its data as this
+/// application's would succeed, so only the names stored with it tell them apart.
+mod other_app {
+    use super::*;
+
+    #[derive(Debug, Default, Clone, PartialEq, Serialize, Deserialize)]
+    pub struct Account {
+        pub balance: i64,
+        pub deposits: u32,
+    }
+
+    #[derive(Debug, Clone, Serialize, Deserialize)]
+    pub enum AccountEvent {
+        Deposited { amount: i64 },
+        Withdrew { amount: i64 },
+        Audited,
+    }
+
+    impl EventSourced for Account {
+        type Command = i64;
+        type Event = AccountEvent;
+        type Reply = i64;
+        type Rejection = String;
+
+        fn decide(&self, &amount: &i64) -> Result<Decision<Self>, String> {
+            let event = match amount {
+                0 => AccountEvent::Audited,
+                1.. => AccountEvent::Deposited { amount },
+                _ => AccountEvent::Withdrew { amount: -amount },
+            };
+            Ok(Decision::persist([event], self.balance + amount))
+        }
+
+        fn apply(&mut self, event: &AccountEvent) {
+            match *event {
+                AccountEvent::Deposited { amount } => {
+                    self.balance += amount;
+                    self.deposits += 1;
+                }
+                AccountEvent::Withdrew { amount } => self.balance -= amount,
+                AccountEvent::Audited => {}
+            }
+        }
+    }
+
+    /// An order of the other application.
+    #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+    pub struct Order {
+        pub id: u64,
+        pub total: u64,
+    }
+}
+
+#[actix::test]
+async fn an_entitys_stream_of_another_type_is_refused_naming_both_unless_its_name_is_declared() {
+    for under in journals().await {
+        let name = under.name;
+        for (stream, snapshot_every) in [("foreign-entries", None), ("foreign-snapshot", Some(2))] {
+            let config = || config(Codec::MessagePack, snapshot_every);
+            under.run::<v1::Account>(stream, config(), &COMMANDS).await;
+            let highest = under.journal.highest_seq(&under.id(stream)).await.unwrap();
+            // The snapshot is read first, when there is one: it is what names the other type.
+            let (stored, expected) = match snapshot_every {
+                None => ("v1::AccountEvent", "other_app::AccountEvent"),
+                Some(_) => ("v1::Account", "other_app::Account"),
+            };
+            let error = under.state::<other_app::Account>(stream).await.unwrap_err();
+            let JournalError::ForeignType {
+                stored: found,
+                expected: read,
+                ..
+            } = &error
+            else {
+                panic!("{name}, {stream}: {error}");
+            };
+            assert_eq!(found, &format!("schema_evolution::{stored}"), "{name}");
+            assert_eq!(read, &format!("schema_evolution::{expected}"), "{name}");
+            let entity = under.start::<other_app::Account>(stream, config());
+            let opened = entity.opened().await.unwrap_err().to_string();
+            assert!(
+                opened.contains(stored) && opened.contains(expected),
+                "{name}, {stream}: {opened}"
+            );
+            assert!(
+                matches!(entity.ask(1).await, Err(CommandError::Stopped)),
+                "{name}: stopped for good"
+            );
+            let after = under.journal.highest_seq(&under.id(stream)).await.unwrap();
+            assert_eq!(after, highest, "{name}, {stream}: nothing written");
+            // A type that declares the other's names as its former ones reads the stream.
+            let renamed = under.state::<v1_added::Account>(stream).await.unwrap();
+            assert_eq!(renamed.balance, 130, "{name}, {stream}");
+        }
+    }
+}
+
+#[actix::test]
+async fn a_durable_producers_stream_of_another_message_type_is_refused_unless_its_name_is_accepted()
+{
+    for under in journals().await {
+        let name = under.name;
+        let theirs = |id| other_app::Order { id, total: 5 };
+        store_unconfirmed(&under, "foreign", |d| d, vec![theirs(1), theirs(2)]).await;
+        let highest = under
+            .journal
+            .highest_seq(&under.id("foreign"))
+            .await
+            .unwrap();
+        let (consumer, handled) = recording_consumer::<Order>();
+        let durable = DurableOptions::new(under.journal.clone(), under.id("foreign"), "orders");
+        let options = producer_options(&consumer, "orders");
+        let producer = ReliableDelivery::durable_producer(options, durable).unwrap();
+        let Err(StartError::Failed(Failure::Error(reason))) = producer.opened().await else {
+            panic!("{name}: opened");
+        };
+        assert!(
+            reason.contains("<schema_evolution::other_app::Order>")
+                && reason.contains("<schema_evolution::Order>"),
+            "{name}: {reason}"
+        );
+        assert_eq!(producer.stopped().await, Err(Failure::Error(reason)));
+        settle_for(100).await;
+        assert!(
+            handled.snapshot().is_empty(),
+            "{name}: nothing of theirs sent"
+        );
+        let after = under
+            .journal
+            .highest_seq(&under.id("foreign"))
+            .await
+            .unwrap();
+        assert_eq!(
+            after, highest,
+            "{name}: nothing written, not even the opening"
+        );
+        // The same type under its former name (a move or a rename): it is read.
+        let handled = resume::<Order>(&under.journal, under.id("foreign"), "orders", |d| {
+            d.accept_type_name("schema_evolution::other_app::Order")
+        })
+        .await;
+        assert_eq!(handled, [1, 2].map(|id| Order { id, total: 5 }), "{name}");
     }
 }
 

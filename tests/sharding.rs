@@ -545,7 +545,7 @@ async fn a_restarted_durable_sharded_producer_resends_and_each_entity_applies_on
         );
     }
     first.stop();
-    first.stopped().await;
+    first.stopped().await.unwrap();
     // Second life: resends the 20 stored messages under their ids; the entities know them.
     let second = start(consumer.consumer_ref());
     second.idle().await;

@@ -317,7 +317,7 @@ async fn a_durable_producer_over_sqlite_has_commit_and_recovery_spans_and_recove
         producer.store(n).await.unwrap();
     }
     producer.stop();
-    producer.stopped().await;
+    producer.stopped().await.unwrap();
     let commits = spans_where("journal.commit", "stream", stream);
     assert!(!commits.is_empty());
     assert!(commits.iter().all(|s| s.field("journal") == Some("sqlite")));
@@ -333,7 +333,7 @@ async fn a_durable_producer_over_sqlite_has_commit_and_recovery_spans_and_recove
     runs.dedup();
     assert_eq!(runs, [(1, None), (2, None)]);
     producer.stop();
-    producer.stopped().await;
+    producer.stopped().await.unwrap();
     let recoveries = spans_where("recovery", "persistence_id", stream);
     let of = |kind: &str| -> Vec<&Recorded> {
         recoveries

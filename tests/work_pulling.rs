@@ -636,7 +636,7 @@ async fn a_restarted_durable_producer_resends_its_unconfirmed_jobs_under_their_i
     let ids_before = first.pool_stats().await.unwrap();
     assert_eq!(ids_before.queued, 5);
     first.stop();
-    first.stopped().await;
+    first.stopped().await.unwrap();
 
     // Second life: a worker that records the job ids it sees.
     let (registry, seen) = (WorkerRegistry::new(), Log::default());
@@ -703,7 +703,7 @@ async fn a_durable_producer_records_a_given_up_job_and_a_restart_does_not_send_i
         "recorded settled"
     );
     first.stop();
-    first.stopped().await;
+    first.stopped().await.unwrap();
 
     // Second life: a worker that handles everything it gets.
     let (registry, seen) = (WorkerRegistry::new(), Log::default());

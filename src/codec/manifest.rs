@@ -13,9 +13,14 @@ const RAW: u8 = 0;
 /// columns of their own), so a reader knows how to decode an entry before it tries.
 ///
 /// The name is the writer's description of the type (the crate records
-/// [`std::any::type_name`]): it is shown in errors and to upcasters, and never checked on
-/// read, so moving or renaming a type does not break recovery. The version is what an
-/// upcaster dispatches on.
+/// [`std::any::type_name`]): it is shown in errors and to upcasters, and it says whose data
+/// an entry is. A persistent entity or durable producer reads only entries of its own type's
+/// name (or of none, written before names were recorded): a stream of another name is another
+/// application's, refused with [`JournalError::ForeignType`](crate::journal::JournalError::ForeignType)
+/// rather than decoded as this one's. A type moved or renamed declares its former name
+/// ([`EventSourced::FORMER_TYPE_NAMES`](crate::persistence::EventSourced::FORMER_TYPE_NAMES),
+/// [`DurableOptions::accept_type_name`](crate::durable::DurableOptions::accept_type_name)). The
+/// version is what an upcaster dispatches on.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct Manifest {
     codec: u8,

@@ -47,6 +47,26 @@ pub struct DurableConfig {
     /// with `#[serde(default)]` needs no code; see the README's "Changing your types".
     /// Settings key `codec`: `"msgpack"` or `"bincode"`.
     pub codec: Codec,
+    /// With a lease, a producer does not take over a stream another producer is alive on
+    /// (default `None`: the newest opener owns the stream, see
+    /// [`DurableOptions::new`](super::DurableOptions::new)). Before it opens a stream that
+    /// was opened before, a producer watches it for this long: if another producer wrote to
+    /// it meanwhile, that one is alive, and this one stops for good with
+    /// [`Failure::InUse`](crate::Failure::InUse) (its `opened()` says so). While it owns the
+    /// stream, a producer writes to it at least every third of this (an empty record when it
+    /// has nothing else to write), so that a live owner is seen. A producer that crashed
+    /// writes nothing: its stream is taken over by the next start after one lease, its own
+    /// restart included. Every producer of the stream should set the same lease (one without
+    /// it does not write when idle, and is taken over). The price: every start on an existing
+    /// stream waits one lease before it opens. Settings key `lease_ms`; positive, at most 365
+    /// days; absent for none.
+    #[serde(
+        rename = "lease_ms",
+        default,
+        skip_serializing_if = "Option::is_none",
+        with = "crate::config::millis::lease_ms"
+    )]
+    pub lease: Option<Duration>,
 }
 
 impl Default for DurableConfig {
@@ -55,6 +75,7 @@ impl Default for DurableConfig {
             snapshot_every: 1_000,
             stop_timeout: Duration::from_secs(10),
             codec: Codec::MessagePack,
+            lease: None,
         }
     }
 }
@@ -71,7 +92,11 @@ impl DurableConfig {
                 "must be positive (got 0)",
             ));
         }
-        duration("stop_timeout_ms", self.stop_timeout)
+        duration("stop_timeout_ms", self.stop_timeout)?;
+        match self.lease {
+            Some(lease) => duration("lease_ms", lease),
+            None => Ok(()),
+        }
     }
 }
 
@@ -92,19 +117,33 @@ mod tests {
             ..DurableConfig::default()
         };
         assert_eq!(zero.validate().unwrap_err().field, "stop_timeout_ms");
+        let zero = DurableConfig {
+            lease: Some(Duration::ZERO),
+            ..DurableConfig::default()
+        };
+        assert_eq!(zero.validate().unwrap_err().field, "lease_ms");
     }
 
     #[test]
     fn settings_round_trip_and_a_wrong_duration_names_its_key() {
-        let config = DurableConfig {
-            codec: Codec::Bincode,
-            ..DurableConfig::default()
-        };
-        let json = serde_json::to_string(&config).unwrap();
-        assert_eq!(
-            serde_json::from_str::<DurableConfig>(&json).unwrap(),
-            config
-        );
+        for lease in [None, Some(Duration::from_secs(15))] {
+            let config = DurableConfig {
+                codec: Codec::Bincode,
+                lease,
+                ..DurableConfig::default()
+            };
+            let json = serde_json::to_string(&config).unwrap();
+            assert_eq!(
+                serde_json::from_str::<DurableConfig>(&json).unwrap(),
+                config
+            );
+        }
+        let loaded: DurableConfig = serde_json::from_str(r#"{"lease_ms": 15000}"#).unwrap();
+        assert_eq!(loaded.lease, Some(Duration::from_secs(15)));
+        let error = serde_json::from_str::<DurableConfig>(r#"{"lease_ms": "long"}"#)
+            .unwrap_err()
+            .to_string();
+        assert!(error.contains("`lease_ms`"), "{error}");
         let error = serde_json::from_str::<DurableConfig>(r#"{"stop_timeout_ms": "soon"}"#)
             .unwrap_err()
             .to_string();

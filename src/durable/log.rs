@@ -9,6 +9,7 @@ use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 
 use crate::codec::{self, Codec, CodecError, Manifest, UpcastError, Written};
+use crate::persistence::type_names::TypeNames;
 use crate::persistence::{Decision, EventSourced};
 use crate::protocol::chunk::ChunkHeader;
 use crate::protocol::envelope::Incarnation;
@@ -37,6 +38,29 @@ pub(crate) struct ProducerLog {
     /// (so nothing is written, and no snapshot carries it).
     #[serde(skip)]
     corrupt: Option<String>,
+}
+
+/// The type names the log's entries and snapshots were stored under before they named the
+/// producer's message type ([`std::any::type_name`] of [`LogEvent`] and [`ProducerLog`] then):
+/// whose messages such a stream holds is unknown, so it is read.
+const LOG_EVENTS: &str = "actix_delivery::durable::log::LogEvent";
+const LOG_STATE: &str = "actix_delivery::durable::log::ProducerLog";
+
+/// The names of the log of a producer of messages of type `message` (its
+/// [`std::any::type_name`]): `<log type><message type>`, so that the stream says whose
+/// messages it holds and a producer of another type is refused. It reads its own, those of
+/// its messages' `former` names, and those written before the names held the message type.
+pub(crate) fn type_names(message: &str, former: &[String]) -> TypeNames {
+    let named = |log: &str, message: &str| format!("{log}<{message}>");
+    let former_names = former
+        .iter()
+        .flat_map(|old| [named(LOG_EVENTS, old), named(LOG_STATE, old)])
+        .chain([LOG_EVENTS.to_owned(), LOG_STATE.to_owned()]);
+    TypeNames::new(
+        named(LOG_EVENTS, message),
+        named(LOG_STATE, message),
+        former_names,
+    )
 }
 
 /// What the producer asks of its log.
@@ -74,6 +98,10 @@ pub(crate) enum LogCommand {
     /// Records messages settled (confirmed or given up): they are not resent. A chunked
     /// message is named by its last seq, and settled with all its chunks.
     Settle { epoch: u64, seqs: Vec<u64> },
+    /// Writes to the stream, to show that the opening `epoch` is alive (a lease): an empty
+    /// settlement, which every version of the log reads. Refused once another opening took
+    /// the stream over.
+    Renew { epoch: u64 },
 }
 
 #[derive(Clone, Debug, Serialize, Deserialize)]
@@ -265,6 +293,11 @@ impl EventSourced for ProducerLog {
                     [LogEvent::Settled { seqs }],
                     LogReply::Done,
                 ))
+            }
+            LogCommand::Renew { epoch } => {
+                self.check_owner(*epoch)?;
+                let renewal = LogEvent::Settled { seqs: Vec::new() };
+                Ok(Decision::persist([renewal], LogReply::Done))
             }
         }
     }
@@ -790,6 +823,28 @@ mod tests {
             log.decide(&reopen(None)).is_ok(),
             "a producer without chunks refuses the stream for holding chunks, later"
         );
+    }
+
+    #[test]
+    fn a_renewal_is_an_empty_settlement_written_by_the_owner_only() {
+        let mut log = ProducerLog::default();
+        let first = open(&mut log, "p", 1).unwrap();
+        replay(&mut log, &store(first, 1, 2)).unwrap();
+        let renewal = log.decide(&LogCommand::Renew { epoch: first }).unwrap();
+        assert!(
+            matches!(&renewal.events[..], [LogEvent::Settled { seqs }] if seqs.is_empty()),
+            "{:?}",
+            renewal.events
+        );
+        replay(&mut log, &LogCommand::Renew { epoch: first }).unwrap();
+        assert_eq!(log.unsettled.len(), 2, "it settles nothing");
+        let second = open(&mut log, "p", 1).unwrap();
+        let error = replay(&mut log, &LogCommand::Renew { epoch: first }).unwrap_err();
+        assert!(
+            error.contains("opened this stream after this one"),
+            "{error}"
+        );
+        assert!(replay(&mut log, &LogCommand::Renew { epoch: second }).is_ok());
     }
 
     #[test]

@@ -33,10 +33,18 @@
 //!   number): then the settlement the journal holds is its own, and its caller hears it.
 //! - **The newest opener owns the stream.** Each start of a durable producer opens its stream
 //!   and takes it over (a process cannot tell a live predecessor from a dead one: refusing
-//!   newcomers would block every failover). A producer whose stream was taken over is refused
-//!   at its next write by the journal's fence ([`crate::DeliveryError::Storage`], "the newest
-//!   opener owns the stream") and stops for good: it does not fight back. A stream whose events
-//!   contradict each other (corrupt) stops the producer for good too, with an error naming it.
+//!   newcomers would block every failover), and counts it
+//!   ([`ProducerStats::takeovers`](crate::ProducerStats::takeovers)). A producer whose stream
+//!   was taken over is refused at its next write by the journal's fence
+//!   ([`crate::DeliveryError::Storage`], "the newest opener owns the stream") and stops for
+//!   good: it does not fight back, and its [`stopped`](crate::ProducerHandle::stopped) says
+//!   [`Failure::TakenOver`](crate::Failure::TakenOver). A second instance of the application
+//!   started by mistake does this to the healthy one; with a
+//!   [`lease`](DurableOptions::lease) a start watches the stream for one lease first and
+//!   refuses it ([`Failure::InUse`](crate::Failure::InUse)) if its owner wrote meanwhile (an
+//!   owner renews at least every third of the lease, also when idle; a crashed one does not,
+//!   so its restart waits one lease at most). A stream whose events contradict each other
+//!   (corrupt) stops the producer for good too, with an error naming it.
 //! - **A store of unknown outcome waits for the truth.** When the journal fails in a way that
 //!   leaves open whether a store committed (a storage error), the producer restarts (under its
 //!   `Supervisor`) and reads the journal: a committed message is resent and its caller hears
@@ -61,6 +69,13 @@
 //!   next start of the stream, whose sink reports them.
 //! - A stream whose events do not decode, or whose schema this code cannot read, stops the
 //!   producer for good (no restart loop), with an error naming the stream.
+//! - **A stream holds one application's messages.** Its entries record the name of the message
+//!   type ([`std::any::type_name`] of `T`): a producer of another type (another application
+//!   with the same stream and producer names) does not open it, and its
+//!   [`opened`](crate::ProducerHandle::opened) says so, naming both types, instead of sending
+//!   the other application's stored messages to its own consumer. A `T` moved or renamed
+//!   declares its former name ([`DurableOptions::accept_type_name`]). Streams written before
+//!   the names held the message type are read by any producer.
 //! - The journal holds the producer's incarnation token: protect it like a credential.
 //!
 //! ```
@@ -83,7 +98,7 @@
 //!     producer.store(order).await?; // stored: the producer owns it from here on
 //! }
 //! producer.stop();
-//! producer.stopped().await;
+//! producer.stopped().await?;
 //!
 //! // Next life (in a real application: the next process): it resends what was not confirmed.
 //! let handled = Arc::new(AtomicU64::new(0));
@@ -204,13 +219,26 @@ pub struct DurableOptions<T> {
     pub(crate) sink: Option<actix::Recipient<DurableConfirmation>>,
     pub(crate) message_version: u32,
     pub(crate) upcast: Upcast<T>,
+    /// Names `T` was stored under before (a rename or a move).
+    pub(crate) former_type_names: Vec<String>,
 }
 
 impl<T> DurableOptions<T> {
-    /// Store in stream `stream` of `journal`, as the producer `producer_id` (one live producer
-    /// per stream: the newest opener owns it). The stream belongs to this id across restarts,
-    /// so it is fixed here: the producer options need not name it (if they do, it must be
-    /// the same).
+    /// Store in stream `stream` of `journal`, as the producer `producer_id`. The stream belongs
+    /// to this id across restarts, so it is fixed here: the producer options need not name it
+    /// (if they do, it must be the same).
+    ///
+    /// **One live producer per stream: the newest opener owns it.** Each start opens the
+    /// stream and takes it over, which is what a restarted process needs (its predecessor may
+    /// be dead or only paused; the journal's fence keeps the two apart). It is also what a
+    /// second instance of the application started by mistake on the same stream does: it
+    /// takes the stream, and the healthy instance's producer stops for good at its next write,
+    /// its [`stopped`](crate::ProducerHandle::stopped) saying
+    /// [`Failure::TakenOver`](crate::Failure::TakenOver). Openings that took the stream over
+    /// from an earlier one are counted
+    /// ([`ProducerStats::takeovers`](crate::ProducerStats::takeovers)). To refuse a stream
+    /// whose owner is alive instead, give every producer of the stream a
+    /// [`lease`](Self::lease).
     pub fn new(
         journal: Arc<dyn Journal>,
         stream: PersistenceId,
@@ -224,6 +252,7 @@ impl<T> DurableOptions<T> {
             explicit: Overrides::default(),
             sink: None,
             message_version: 1,
+            former_type_names: Vec::new(),
             upcast: |old| {
                 Err(UpcastError::new(format!(
                     "written as {}, and the producer has no upcaster (DurableOptions::upcast)",
@@ -272,12 +301,34 @@ impl<T> DurableOptions<T> {
         self
     }
 
+    /// A name `T` was stored under before: the type was moved to another module or crate, or
+    /// renamed. The stream records the [`std::any::type_name`] of the messages it holds, and a
+    /// producer of another type is refused its stream (another application's messages are not
+    /// sent as this one's): its [`opened`](crate::ProducerHandle::opened) fails with
+    /// [`JournalError::ForeignType`](crate::journal::JournalError::ForeignType)'s text, naming
+    /// both names. Each name given here is read as `T`'s own (call it once per former name).
+    /// Code, not data: not among the loaded settings.
+    pub fn accept_type_name(mut self, name: impl Into<String>) -> Self {
+        self.former_type_names.push(name.into());
+        self
+    }
+
     /// How long [`ProducerHandle::stop`](crate::ProducerHandle::stop) waits for the journal to
     /// answer the writes in flight (default 10 s; see [`DurableConfig::stop_timeout`]).
     /// Positive: [`ReliableDelivery::durable_producer`](crate::ReliableDelivery::durable_producer)
     /// refuses 0.
     pub fn stop_timeout(mut self, timeout: Duration) -> Self {
         self.explicit.set(move |c| c.stop_timeout = timeout);
+        self
+    }
+
+    /// Refuse to take the stream over from a live producer: watch it for `lease` before
+    /// opening it, and write to it at least every third of `lease` while owning it (default
+    /// none; see [`DurableConfig::lease`]). Positive:
+    /// [`ReliableDelivery::durable_producer`](crate::ReliableDelivery::durable_producer)
+    /// refuses 0.
+    pub fn lease(mut self, lease: Duration) -> Self {
+        self.explicit.set(move |c| c.lease = Some(lease));
         self
     }
 
@@ -319,6 +370,7 @@ impl<T> std::fmt::Debug for DurableOptions<T> {
             .field("config", &self.config)
             .field("explicit", &self.explicit)
             .field("message_version", &self.message_version)
+            .field("former_type_names", &self.former_type_names)
             .finish_non_exhaustive()
     }
 }

@@ -14,11 +14,12 @@ use crate::codec::{Codec, CodecError, Upcast, MAX_ENCODED_BYTES};
 use crate::config::ProducerConfig;
 use crate::confirmation::Confirmation;
 use crate::durable::log::{
-    decode_body, encode_body, LogCommand, LogRefusal, LogReply, ProducerLog,
+    decode_body, encode_body, type_names, LogCommand, LogRefusal, LogReply, ProducerLog,
 };
 use crate::durable::{DurableConfirmation, DurableOptions, MessageId};
-use crate::error::DeliveryError;
+use crate::error::{DeliveryError, ErrorChain, Failure};
 use crate::journal::{JournalError, PersistenceId};
+use crate::persistence::type_names::TypeNames;
 use crate::persistence::{CommandError, PersistentConfig, PersistentHandle};
 use crate::producer::ProducerController;
 use crate::producer_core::Core;
@@ -72,6 +73,8 @@ struct Carried {
 pub(crate) struct Durable<T> {
     config: ProducerConfig,
     options: DurableOptions<T>,
+    /// The names its log is written under and reads (its message type's).
+    names: TypeNames,
     encode: EncodeBody<T>,
     decode: DecodeBody<T>,
     log: Option<PersistentHandle<ProducerLog>>,
@@ -82,6 +85,13 @@ pub(crate) struct Durable<T> {
     unsure_opens: u64,
     /// Journal failures since the stream was last opened.
     failures: u32,
+    /// With a lease: the stream was just watched for a lease, and nobody wrote to it: the
+    /// first opening may follow.
+    watched: bool,
+    /// A renewal (with a lease) is on its way to the journal.
+    renewing: bool,
+    /// Openings that took the stream over from an earlier opening.
+    pub(crate) takeovers: u64,
     /// The seq the next stored message gets, once the log is open.
     next_seq: Option<u64>,
     /// Handed over, not stored yet.
@@ -120,15 +130,20 @@ pub(crate) struct Durable<T> {
 
 impl<T: Serialize + DeserializeOwned> Durable<T> {
     pub(crate) fn new(config: ProducerConfig, options: DurableOptions<T>) -> Self {
+        let names = type_names(std::any::type_name::<T>(), &options.former_type_names);
         Self {
             config,
             options,
+            names,
             encode: encode_body::<T>,
             decode: decode_body::<T>,
             log: None,
             epoch: 0,
             unsure_opens: 0,
             failures: 0,
+            watched: false,
+            renewing: false,
+            takeovers: 0,
             next_seq: None,
             to_store: VecDeque::new(),
             storing: None,
@@ -313,6 +328,13 @@ impl<T: Clone + Send + 'static> ProducerController<T> {
         let Some(durable) = &mut self.durable else {
             return;
         };
+        if let Some(lease) = durable.options.config.lease {
+            // A first opening watches the stream right before it (again after a failed one);
+            // a reopening is of the owner itself.
+            if durable.epoch == 0 && !std::mem::take(&mut durable.watched) {
+                return self.watch(lease, ctx);
+            }
+        }
         let config = PersistentConfig {
             snapshot_every: Some(durable.options.config.snapshot_every),
             delete_events_on_snapshot: true,
@@ -323,9 +345,10 @@ impl<T: Clone + Send + 'static> ProducerController<T> {
         };
         let journal = Arc::clone(&durable.options.journal);
         let stream = durable.options.stream.clone();
-        let log = match PersistentHandle::start_unmetered(journal, stream, config) {
+        let names = durable.names.clone();
+        let log = match PersistentHandle::start_log(journal, stream, config, names) {
             Ok(log) => log,
-            Err(error) => return self.fail_durable(error.to_string(), ctx),
+            Err(error) => return self.fail_durable(Failure::Error(error.to_string()), ctx),
         };
         let producer_id = self.core.id().to_string();
         let chunk_version = self
@@ -381,6 +404,78 @@ impl<T: Clone + Send + 'static> ProducerController<T> {
         );
     }
 
+    /// With a lease: opens the stream once nobody wrote to it for `lease` (it is new, or its
+    /// owner is gone); stops for good if somebody did (its owner is alive).
+    fn watch(&mut self, lease: Duration, ctx: &mut Context<Self>) {
+        let Some(durable) = &self.durable else {
+            return;
+        };
+        let journal = Arc::clone(&durable.options.journal);
+        let stream = durable.options.stream.clone();
+        let watched = async move {
+            let before = journal.highest_seq(&stream).await?;
+            if before == 0 {
+                return Ok((0, 0)); // a new stream: nobody to watch
+            }
+            actix::clock::sleep(lease).await;
+            Ok::<_, JournalError>((before, journal.highest_seq(&stream).await?))
+        };
+        ctx.spawn(watched.into_actor(self).map(move |watched, act, ctx| {
+            let Some(durable) = &mut act.durable else {
+                return;
+            };
+            let stream = &durable.options.stream;
+            match watched {
+                Ok((before, after)) if before == after => {
+                    durable.watched = true;
+                    act.open_now(ctx);
+                }
+                Ok((before, after)) => {
+                    let reason = format!(
+                        "stream `{stream}`: another producer wrote to it within the lease ({} \
+                         entries in {lease:?}, up to seq {after}): it is alive, and this one \
+                         does not take the stream over",
+                        after - before
+                    );
+                    act.fail_for_good(Failure::InUse(reason), ctx);
+                }
+                Err(error) => {
+                    let reason = format!("stream `{stream}`: {}", ErrorChain(&error));
+                    act.fail_durable(Failure::Error(reason), ctx);
+                }
+            }
+        }));
+    }
+
+    /// With a lease: writes to the stream every third of `lease`, so that a producer watching
+    /// it before it opens sees this owner alive. A renewal the log refuses (the stream was
+    /// taken over after all) stops the producer as a refused store would.
+    fn renew_every(&mut self, lease: Duration, ctx: &mut Context<Self>) {
+        ctx.run_interval(lease / 3, |act, ctx| {
+            let Some(durable) = &mut act.durable else {
+                return;
+            };
+            let Some(log) = &durable.log else {
+                return;
+            };
+            if durable.renewing || durable.stopping.is_some() || durable.next_seq.is_none() {
+                return;
+            }
+            durable.renewing = true;
+            let renewed = log.ask(LogCommand::Renew {
+                epoch: durable.epoch,
+            });
+            ctx.spawn(renewed.into_actor(act).map(|reply, act, ctx| {
+                if let Some(durable) = &mut act.durable {
+                    durable.renewing = false;
+                }
+                if let Err(error) = reply {
+                    act.fail_log(&error, ctx);
+                }
+            }));
+        });
+    }
+
     /// The stream is open: the core continues the stored life and resends what is unsettled,
     /// and the stores of unknown outcome are settled by what the journal holds.
     fn resume(
@@ -413,7 +508,7 @@ impl<T: Clone + Send + 'static> ProducerController<T> {
                  messages are confirmed",
                 durable.options.stream
             );
-            return self.fail_for_good(reason, ctx);
+            return self.fail_for_good(Failure::Error(reason), ctx);
         }
         let chunked = match &chunking {
             Some(chunking) => restore_chunked(chunking, &durable.options.stream, chunked),
@@ -421,7 +516,7 @@ impl<T: Clone + Send + 'static> ProducerController<T> {
         };
         let chunked = match chunked {
             Ok(chunked) => chunked,
-            Err(reason) => return self.fail_for_good(reason, ctx),
+            Err(reason) => return self.fail_for_good(Failure::Error(reason), ctx),
         };
         let mut in_doubt: BTreeMap<u64, InDoubt<T>> =
             durable.in_doubt.drain(..).map(|d| (d.seq, d)).collect();
@@ -465,7 +560,7 @@ impl<T: Clone + Send + 'static> ProducerController<T> {
                         "stream `{}`: stored message {seq} cannot be read: {error}",
                         durable.options.stream
                     );
-                    return self.fail_for_good(reason, ctx);
+                    return self.fail_for_good(Failure::Error(reason), ctx);
                 }
             };
             // A settlement whose record did not commit: its message is sent again, and its
@@ -541,10 +636,25 @@ impl<T: Clone + Send + 'static> ProducerController<T> {
                 self.core.id(),
             );
         }
+        if durable.epoch == 0 && epoch > 1 {
+            // Its first opening, of a stream opened before: taken from the opening before it,
+            // whether that one's producer is gone (a restart) or alive (a second instance,
+            // which stops at its next write).
+            durable.takeovers += 1;
+            log::info!(
+                "durable producer `{}` took stream `{}` over from opening {} (the newest opener \
+                 owns a stream)",
+                self.core.id(),
+                durable.options.stream,
+                epoch - 1
+            );
+        }
         durable.epoch = epoch;
         durable.unsure_opens = 0;
         durable.failures = 0;
         durable.next_seq = Some(next_seq);
+        let lease = durable.options.config.lease;
+        self.stop.opened();
         // The log checked that its seqs ascend below its next seq.
         let stopping = durable.stopping.is_some();
         self.core = match chunking {
@@ -563,6 +673,9 @@ impl<T: Clone + Send + 'static> ProducerController<T> {
         if stopping {
             // Opened only to settle what was in doubt: what it holds is sent by the next start.
             self.core.stop();
+        }
+        if let Some(lease) = lease {
+            self.renew_every(lease, ctx);
         }
         self.fire_settling();
         self.dirty = true;
@@ -684,7 +797,7 @@ impl<T: Clone + Send + 'static> ProducerController<T> {
                         reason: reason.clone(),
                     };
                     durable.in_doubt.push(doubt);
-                    return act.fail_durable(reason, ctx);
+                    return act.fail_durable(Failure::Error(reason), ctx);
                 }
             }
             act.fire_settling();
@@ -755,42 +868,45 @@ impl<T: Clone + Send + 'static> ProducerController<T> {
         };
         let reason = log_error(&durable.options.stream, error);
         match error {
+            CommandError::Rejected(LogRefusal::TakenOver { .. }) => {
+                self.fail_for_good(Failure::TakenOver(reason), ctx);
+            }
             CommandError::Rejected(
-                LogRefusal::TakenOver { .. }
-                | LogRefusal::OtherProducer { .. }
-                | LogRefusal::Corrupt(_)
-                | LogRefusal::Newer(_),
+                LogRefusal::OtherProducer { .. } | LogRefusal::Corrupt(_) | LogRefusal::Newer(_),
             )
             | CommandError::Recovery(
                 JournalError::Corrupt { .. }
                 | JournalError::Incompatible { .. }
+                | JournalError::ForeignType { .. }
                 | JournalError::Schema { .. },
             ) => {
-                self.fail_for_good(reason, ctx);
+                self.fail_for_good(Failure::Error(reason), ctx);
             }
-            _ => self.fail_durable(reason, ctx),
+            _ => self.fail_durable(Failure::Error(reason), ctx),
         }
     }
 
     /// As [`fail_durable`](Self::fail_durable), and the producer stays stopped.
-    fn fail_for_good(&mut self, reason: String, ctx: &mut Context<Self>) {
+    fn fail_for_good(&mut self, failure: Failure, ctx: &mut Context<Self>) {
         self.stop.make_final();
-        self.fail_durable(reason, ctx);
+        self.fail_durable(failure, ctx);
     }
 
-    /// The journal failed: settle what was not stored with the error, and stop (a
-    /// `Supervisor` restarts the producer on what the journal holds, which settles the writes
-    /// that were unanswered).
-    fn fail_durable(&mut self, reason: String, ctx: &mut Context<Self>) {
+    /// The journal failed (or refused): settle what was not stored with the reason, and
+    /// stop (a `Supervisor` restarts the producer on what the journal holds, which settles
+    /// the writes that were unanswered). The handles' `stopped()` says why if it stays
+    /// stopped.
+    fn fail_durable(&mut self, failure: Failure, ctx: &mut Context<Self>) {
         log::error!(
-            "durable producer `{}` stops: its journal failed: {reason}",
+            "durable producer `{}` stops: its journal failed: {failure}",
             self.core.id()
         );
         if let Some(durable) = &mut self.durable {
             durable.failures = durable.failures.saturating_add(1);
-            let unstored = durable.drain_unstored(&DeliveryError::Storage(reason));
+            let unstored = durable.drain_unstored(&DeliveryError::Storage(failure.to_string()));
             self.settling.extend(unstored);
         }
+        self.stop.fail(failure);
         self.fire_settling();
         ctx.stop();
     }
@@ -909,6 +1025,6 @@ fn sink_confirmation(sink: Recipient<DurableConfirmation>, id: MessageId) -> Con
 fn log_error(stream: &PersistenceId, error: &CommandError<LogRefusal>) -> String {
     match error {
         CommandError::Rejected(reason) => format!("stream `{stream}`: {reason}"),
-        other => format!("stream `{stream}`: {other}"),
+        other => format!("stream `{stream}`: {}", ErrorChain(other)),
     }
 }

@@ -88,6 +88,28 @@ pub enum JournalError {
         /// The versions involved and what is wrong.
         reason: String,
     },
+    /// A stored event or snapshot of another type than the reader's, by the type name stored
+    /// with it (its [`Manifest`](crate::codec::Manifest)): the stream belongs to another
+    /// application, or the type was moved or renamed and its former name not declared
+    /// ([`EventSourced::FORMER_TYPE_NAMES`](crate::persistence::EventSourced::FORMER_TYPE_NAMES),
+    /// [`DurableOptions::accept_type_name`](crate::durable::DurableOptions::accept_type_name)).
+    /// Fail-stop: nothing of it is read, nothing is written; start the right application on
+    /// it, or declare the former name.
+    #[error(
+        "stream `{persistence_id}`, seq {seq}: stored as `{stored}`, and this code reads \
+         `{expected}`: another application's data is refused (a type moved or renamed reads \
+         its stream once its former name is declared)"
+    )]
+    ForeignType {
+        /// The stream.
+        persistence_id: PersistenceId,
+        /// The seq of the event (or snapshot).
+        seq: u64,
+        /// The type name stored.
+        stored: String,
+        /// The type name the reader reads.
+        expected: String,
+    },
     /// The database was written by a newer version of this crate, or by something else, or
     /// its tables were altered by hand (a column or table missing, a column of another type;
     /// `found` keeps the server's message): it is left untouched, and retrying does not help.

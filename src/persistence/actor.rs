@@ -10,6 +10,7 @@ use tokio::sync::oneshot;
 
 use crate::after_drain::after_each_drain;
 use crate::alarm::{self, Alarm};
+use crate::error::ErrorChain;
 use crate::journal::{replay_all, Journal, JournalError, PersistenceId, Snapshot};
 use crate::message::{Acks, ReplyTo};
 use crate::persistence::behavior::EventSourced;
@@ -20,6 +21,7 @@ use crate::persistence::core::{
 use crate::persistence::error::CommandError;
 use crate::persistence::outbox::Outbox;
 use crate::persistence::outbox_state::{OutboxState, Sent};
+use crate::persistence::type_names::TypeNames;
 use crate::protocol::envelope::{Ack, DeliveryInfo, Incarnation};
 use crate::protocol::rate_limit::RateLimited;
 use crate::stop_signal::{StopSignal, SubscribeStopped};
@@ -117,6 +119,8 @@ type Responder<E> = oneshot::Sender<Answer<E>>;
 pub struct PersistentActor<E: EventSourced> {
     core: PersistentCore<E, Responder<E>>,
     journal: Arc<dyn Journal>,
+    /// The names its entries and snapshots are written under, and those it reads.
+    names: TypeNames,
     config: PersistentConfig,
     /// The core may have an append to start (checked after the mailbox drain).
     dirty: bool,
@@ -172,9 +176,11 @@ impl<E: EventSourced> PersistentActor<E> {
                 .as_deref()
                 .unwrap_or(crate::telemetry::metrics::DEFAULT_LABEL),
         ));
+        let names = TypeNames::of::<E>();
         Self {
-            core: Self::core(id, &config, &outbox),
+            core: Self::core(id, &config, &outbox, &names),
             journal,
+            names,
             config,
             dirty: false,
             failed_recoveries: 0,
@@ -203,12 +209,29 @@ impl<E: EventSourced> PersistentActor<E> {
         self
     }
 
+    /// The actor announces its life on `stop` (what its handles subscribed to).
+    pub(crate) fn with_stop_signal(mut self, stop: StopSignal) -> Self {
+        self.stop = stop;
+        self
+    }
+
+    /// The actor writes and reads its stream under `names` instead of `E`'s own type names
+    /// (a durable producer's log: its message type's).
+    pub(crate) fn with_type_names(mut self, names: TypeNames) -> Self {
+        self.core = self.core.with_type_names(&names);
+        self.names = names;
+        self
+    }
+
     fn core(
         id: PersistenceId,
         config: &PersistentConfig,
         outbox: &Outbox,
+        names: &TypeNames,
     ) -> PersistentCore<E, Responder<E>> {
-        PersistentCore::new(id, config.clone()).with_outbox(outbox.names(), Incarnation::random())
+        PersistentCore::new(id, config.clone())
+            .with_type_names(names)
+            .with_outbox(outbox.names(), Incarnation::random())
     }
 
     /// Restarts every lane from the recovered outbox: they send again what is unconfirmed.
@@ -326,6 +349,12 @@ impl<E: EventSourced> PersistentActor<E> {
         }
     }
 
+    /// Records why the actor stops, for the handles' `stopped()` and `opened()`.
+    fn record_failure(&mut self, error: &JournalError) {
+        let reason = ErrorChain(error).to_string();
+        self.stop.fail(crate::error::Failure::Error(reason));
+    }
+
     fn stop_lanes(&mut self) {
         for lane in &mut self.outbox.lanes {
             lane.stop();
@@ -348,11 +377,12 @@ impl<E: EventSourced> PersistentActor<E> {
         let journal = self.journal.clone();
         let id = self.core.persistence_id().clone();
         let config = self.config.clone();
+        let names = self.names.clone();
         let recovery = async move {
             if !delay.is_zero() {
                 actix::clock::sleep(delay).await;
             }
-            let recovered = recover::<E>(&*journal, &id, &config);
+            let recovered = recover::<E>(&*journal, &id, &config, &names);
             #[cfg(feature = "tracing")]
             let recovered = tracing::Instrument::instrument(
                 recovered,
@@ -364,6 +394,7 @@ impl<E: EventSourced> PersistentActor<E> {
             match result {
                 Ok(recovered) => {
                     act.failed_recoveries = 0;
+                    act.stop.opened();
                     // From what is committed, before the waiting commands are decided: their
                     // deliveries go out only once they are committed too.
                     act.resume_lanes(recovered.outbox());
@@ -374,10 +405,12 @@ impl<E: EventSourced> PersistentActor<E> {
                     log::error!("{error}; the persistent actor stops");
                     act.failed_recoveries = act.failed_recoveries.saturating_add(1);
                     Self::answer(act.core.fail_recovery(&error));
+                    act.record_failure(&error);
                     if matches!(
                         error,
                         JournalError::Corrupt { .. }
                             | JournalError::Incompatible { .. }
+                            | JournalError::ForeignType { .. }
                             | JournalError::Schema { .. }
                     ) {
                         act.stop.make_final(); // retrying cannot help
@@ -460,6 +493,7 @@ impl<E: EventSourced> PersistentActor<E> {
                         Failure::Stopped(answers) => {
                             log::error!("{error}; the persistent actor stops");
                             Self::answer(answers);
+                            act.record_failure(&error);
                             ctx.stop();
                         }
                     },
@@ -526,12 +560,13 @@ pub(crate) async fn recover<E: EventSourced>(
     journal: &dyn Journal,
     id: &PersistenceId,
     config: &PersistentConfig,
+    names: &TypeNames,
 ) -> Result<Recovered<E>, JournalError> {
     let mut snapshot = journal.load_snapshot(id).await?;
     let mut retries = 0;
     loop {
         let used = snapshot.as_ref().map(|s| s.seq);
-        let error = match recover_from::<E>(journal, id, config, snapshot).await {
+        let error = match recover_from::<E>(journal, id, config, names, snapshot).await {
             Err(error @ JournalError::Corrupt { .. }) if retries < SNAPSHOT_RACE_RETRIES => error,
             result => return result,
         };
@@ -554,9 +589,10 @@ async fn recover_from<E: EventSourced>(
     journal: &dyn Journal,
     id: &PersistenceId,
     config: &PersistentConfig,
+    names: &TypeNames,
     snapshot: Option<Snapshot>,
 ) -> Result<Recovered<E>, JournalError> {
-    let mut recovery = Recovery::<E>::new(id.clone(), config);
+    let mut recovery = Recovery::<E>::new(id.clone(), config, names.clone());
     let from_seq = recovery.restore_snapshot(snapshot, config)?;
     let highest_seq = journal.highest_seq(id).await?;
     let mut replayed = 0u64;
@@ -584,13 +620,15 @@ async fn recover_from<E: EventSourced>(
 /// recover it (for tools, tests and read models).
 ///
 /// # Errors
-/// As for recovery: the journal's errors, or [`JournalError::Corrupt`] naming stream and seq.
+/// As for recovery: the journal's errors, [`JournalError::Corrupt`] naming stream and seq,
+/// [`JournalError::ForeignType`] for a stream of another type.
 pub async fn recover_state<E: EventSourced>(
     journal: &dyn Journal,
     id: &PersistenceId,
 ) -> Result<E, JournalError> {
     let config = PersistentConfig::default();
-    Ok(recover::<E>(journal, id, &config).await?.state)
+    let names = TypeNames::of::<E>();
+    Ok(recover::<E>(journal, id, &config, &names).await?.state)
 }
 
 // The actor is never structurally pinned.
@@ -632,6 +670,7 @@ impl<E: EventSourced> Actor for PersistentActor<E> {
 
 impl<E: EventSourced> Supervised for PersistentActor<E> {
     fn restarting(&mut self, _: &mut Context<Self>) {
+        self.stop.restarting();
         Self::answer(self.core.stop());
         self.stop_lanes();
         let id = self.core.persistence_id().clone();
@@ -639,7 +678,7 @@ impl<E: EventSourced> Supervised for PersistentActor<E> {
         if let Some(meter) = &mut self.meter {
             meter.publish(&self.core.stats());
         }
-        self.core = Self::core(id, &self.config, &self.outbox);
+        self.core = Self::core(id, &self.config, &self.outbox, &self.names);
         #[cfg(feature = "metrics")]
         if let Some(meter) = &mut self.meter {
             meter.restarted();

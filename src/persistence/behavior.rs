@@ -97,6 +97,18 @@ pub trait EventSourced: Default + Serialize + DeserializeOwned + 'static {
     /// [`EVENT_VERSION`](Self::EVENT_VERSION), for [`upcast_state`](Self::upcast_state).
     const STATE_VERSION: u32 = 1;
 
+    /// The names its events or its state were stored under before (default none): each
+    /// entry and snapshot records the [`std::any::type_name`] of what it holds (`my_app::Event`,
+    /// `my_app::Account`), and a stream of entries named otherwise is another application's:
+    /// its recovery fails with
+    /// [`JournalError::ForeignType`](crate::journal::JournalError::ForeignType), naming both
+    /// names, instead of reading another application's data as this one's. When a type moves
+    /// to another module or crate, or is renamed, list its former name here (say
+    /// `&["orders::v1::Event", "orders::v1::Order"]`), and its stream reads on; the compiler's
+    /// spelling of a name changing would be mended the same way. Entries written before names
+    /// were recorded (actix-delivery 0.1) have none and are read.
+    const FORMER_TYPE_NAMES: &'static [&'static str] = &[];
+
     /// Turns the events of one stored entry written at an older
     /// [`EVENT_VERSION`](Self::EVENT_VERSION) into today's events: an entry holds the events
     /// of one command, so decode them as `Vec<OldEvent>` with [`Written::decode`], then map,

@@ -25,6 +25,7 @@ use crate::persistence::delivery_record::{DeliveryRecord, Mark, Seen};
 use crate::persistence::entry::{Entry, Manifests, SnapshotIn, SnapshotOut, Unreadable};
 use crate::persistence::error::CommandError;
 use crate::persistence::outbox_state::{OutboxState, Sent};
+use crate::persistence::type_names::TypeNames;
 use crate::protocol::envelope::{DeliveryInfo, Incarnation};
 
 /// A command as the actor receives it: possibly from a delivery, whose processed mark is then
@@ -223,9 +224,15 @@ impl<E: EventSourced, T> PersistentCore<E, T> {
             destinations: BTreeSet::new(),
             fresh_incarnation: Incarnation::from_u128(0),
             stats: PersistentStats::default(),
-            manifests: Manifests::of::<E>(config.codec),
+            manifests: Manifests::of::<E>(&TypeNames::of::<E>(), config.codec),
             config,
         }
+    }
+
+    /// Writes entries and snapshots under `names` (instead of `E`'s own).
+    pub fn with_type_names(mut self, names: &TypeNames) -> Self {
+        self.manifests = Manifests::of::<E>(names, self.config.codec);
+        self
     }
 
     /// Lets decisions deliver to `destinations`; an outbox that has none yet sends under
@@ -666,6 +673,8 @@ impl<E> Recovered<E> {
 /// order. Pure: the caller reads the journal.
 pub struct Recovery<E> {
     id: PersistenceId,
+    /// The stored names it reads as its own: others are another application's, refused.
+    names: TypeNames,
     state: E,
     record: DeliveryRecord,
     outbox: OutboxState,
@@ -675,10 +684,12 @@ pub struct Recovery<E> {
 }
 
 impl<E: EventSourced> Recovery<E> {
-    /// A recovery of stream `id`, starting from the empty state.
-    pub fn new(id: PersistenceId, config: &PersistentConfig) -> Self {
+    /// A recovery of stream `id`, starting from the empty state, reading what is stored under
+    /// `names`.
+    pub fn new(id: PersistenceId, config: &PersistentConfig, names: TypeNames) -> Self {
         Self {
             id,
+            names,
             state: E::default(),
             record: DeliveryRecord::new(config.max_producers),
             outbox: OutboxState::default(),
@@ -695,7 +706,8 @@ impl<E: EventSourced> Recovery<E> {
     ///
     /// # Errors
     /// [`JournalError::Incompatible`] for a snapshot of a newer version of the state than
-    /// this code's (a rollback): fail-stop, never a silent skip.
+    /// this code's (a rollback), [`JournalError::ForeignType`] for one of another type:
+    /// fail-stop, never a silent skip.
     pub fn restore_snapshot(
         &mut self,
         snapshot: Option<Snapshot>,
@@ -704,6 +716,7 @@ impl<E: EventSourced> Recovery<E> {
         let Some(snapshot) = snapshot else {
             return Ok(1);
         };
+        self.check_name(&snapshot.manifest, snapshot.seq, true)?;
         if snapshot.manifest.version() > E::STATE_VERSION {
             return Err(JournalError::Incompatible {
                 persistence_id: self.id.clone(),
@@ -745,7 +758,7 @@ impl<E: EventSourced> Recovery<E> {
     /// # Errors
     /// [`JournalError::Corrupt`], naming the stream and seq, if the entry does not decode or
     /// is not the next one (events missing, for instance deleted before a snapshot that no
-    /// longer decodes).
+    /// longer decodes); [`JournalError::ForeignType`] if it is another type's.
     pub fn apply(&mut self, stored: StoredEvent) -> Result<(), JournalError> {
         if stored.seq != self.last_seq + 1 {
             return Err(self.corrupt(
@@ -757,6 +770,7 @@ impl<E: EventSourced> Recovery<E> {
                 ),
             ));
         }
+        self.check_name(&stored.manifest, stored.seq, false)?;
         let entry = Entry::<E::Event>::decode(
             &stored.payload,
             &stored.manifest,
@@ -802,6 +816,23 @@ impl<E: EventSourced> Recovery<E> {
             highest_seq,
             events_since_snapshot: self.events,
         })
+    }
+
+    /// Refuses an entry (or, `snapshot`, a snapshot) stored under another type's name.
+    fn check_name(
+        &self,
+        manifest: &Manifest,
+        seq: u64,
+        snapshot: bool,
+    ) -> Result<(), JournalError> {
+        self.names
+            .check(manifest, snapshot)
+            .map_err(|foreign| JournalError::ForeignType {
+                persistence_id: self.id.clone(),
+                seq,
+                stored: foreign.stored,
+                expected: foreign.expected,
+            })
     }
 
     fn unreadable(&self, seq: u64, unreadable: Unreadable) -> JournalError {
@@ -902,7 +933,7 @@ mod tests {
         }
 
         fn recover(&self, config: &PersistentConfig) -> Result<Recovered<Counter>, JournalError> {
-            let mut recovery = Recovery::new(id(), config);
+            let mut recovery = Recovery::new(id(), config, TypeNames::of::<Counter>());
             let from = recovery.restore_snapshot(self.snapshot.clone(), config)?;
             for (index, (payload, manifest)) in self.entries.iter().enumerate() {
                 let seq = index as u64 + 1;

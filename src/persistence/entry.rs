@@ -28,11 +28,10 @@ use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 
 pub(crate) use crate::codec::Unreadable;
-use crate::codec::{
-    self, Codec, CodecError, Manifest, UpcastError, Written, TYPE_CHANGED,
-};
+use crate::codec::{self, Codec, CodecError, Manifest, UpcastError, Written, TYPE_CHANGED};
 use crate::persistence::delivery_record::Mark;
 use crate::persistence::outbox_state::{OutboxState, Sent};
+use crate::persistence::type_names::TypeNames;
 use crate::protocol::dedup::WindowRecord;
 use crate::protocol::envelope::{Incarnation, IncarnationId};
 
@@ -44,11 +43,11 @@ pub(crate) struct Manifests {
 }
 
 impl Manifests {
-    /// For entity `E`, written in `codec`.
-    pub fn of<E: crate::persistence::EventSourced>(codec: Codec) -> Self {
+    /// For entity `E`, under `names`, written in `codec`.
+    pub fn of<E: crate::persistence::EventSourced>(names: &TypeNames, codec: Codec) -> Self {
         Self {
-            events: Manifest::new(codec, std::any::type_name::<E::Event>(), E::EVENT_VERSION),
-            state: Manifest::new(codec, std::any::type_name::<E>(), E::STATE_VERSION),
+            events: Manifest::new(codec, names.events(), E::EVENT_VERSION),
+            state: Manifest::new(codec, names.state(), E::STATE_VERSION),
         }
     }
 }
@@ -297,9 +296,7 @@ fn decode<V: DeserializeOwned, R: DeserializeOwned, L: DeserializeOwned + Into<R
                  written as)"
             };
             let record = codec::decode_with_limit::<L>(rest, limit).map_err(|err| {
-                Unreadable::Corrupt(format!(
-                    "the crate's part does not decode: {err} {misread}"
-                ))
+                Unreadable::Corrupt(format!("the crate's part does not decode: {err} {misread}"))
             })?;
             Ok((value, record.into()))
         }

@@ -4,9 +4,9 @@ use std::future::Future;
 use std::sync::Arc;
 
 use actix::prelude::*;
-use tokio::sync::oneshot;
+use tokio::sync::{oneshot, watch};
 
-use crate::error::OptionsError;
+use crate::error::{Failure, OptionsError, StartError};
 use crate::handler::DeliveryHandler;
 use crate::journal::{Journal, PersistenceId};
 use crate::persistence::actor::{
@@ -17,8 +17,9 @@ use crate::persistence::config::PersistentConfig;
 use crate::persistence::core::{Outcome, PersistentStats};
 use crate::persistence::error::CommandError;
 use crate::persistence::outbox::Outbox;
+use crate::persistence::type_names::TypeNames;
 use crate::protocol::envelope::DeliveryInfo;
-use crate::stop_signal::{wait_stopped, SubscribeStopped};
+use crate::stop_signal::{wait_for_stop, wait_opened, Life, StopSignal, SubscribeStopped};
 
 /// The application's side of a [`PersistentActor`]: ask it commands, stop it. Cheap to clone.
 ///
@@ -68,7 +69,7 @@ use crate::stop_signal::{wait_stopped, SubscribeStopped};
 /// let counter = PersistentHandle::<Counter>::start(journal.clone(), id.clone(), PersistentConfig::default())?;
 /// assert_eq!(counter.ask(5).await?, 5); // resolves once `Added(5)` is committed
 /// counter.stop();
-/// counter.stopped().await;
+/// counter.stopped().await?;
 ///
 /// // A new start recovers the state from the journal.
 /// let counter = PersistentHandle::<Counter>::start(journal, id, PersistentConfig::default())?;
@@ -83,6 +84,9 @@ pub struct PersistentHandle<E: EventSourced> {
 struct Shared<E: EventSourced> {
     addr: Addr<PersistentActor<E>>,
     owns: bool,
+    /// The actor's life, subscribed to before it started (`None` for a handle made from a
+    /// bare address).
+    life: Option<watch::Receiver<Life>>,
 }
 
 impl<E: EventSourced> Drop for Shared<E> {
@@ -111,25 +115,37 @@ impl<E: EventSourced> PersistentHandle<E> {
         id: PersistenceId,
         config: PersistentConfig,
     ) -> Result<Self, OptionsError> {
-        config.validate()?;
-        check_versions::<E>()?;
-        let addr = PersistentActor::new(journal, id, config).start();
-        Ok(Self::owning(addr))
+        Self::start_shaped(journal, id, config, |actor| actor)
     }
 
-    /// As [`start`](Self::start), without metrics: a log of the crate's own (a durable
-    /// producer's) is no entity of the application's.
-    pub(crate) fn start_unmetered(
+    /// A log of the crate's own (a durable producer's): its stream written and read under
+    /// `names` (its owner's types) instead of `E`'s, and no entity of the application's in
+    /// the metrics (its owner exports what it holds).
+    pub(crate) fn start_log(
         journal: Arc<dyn Journal>,
         id: PersistenceId,
         config: PersistentConfig,
+        names: TypeNames,
+    ) -> Result<Self, OptionsError> {
+        Self::start_shaped(journal, id, config, |actor| {
+            actor.with_type_names(names).unmetered()
+        })
+    }
+
+    /// Starts the actor `shape` makes of the entity's on the current arbiter.
+    fn start_shaped(
+        journal: Arc<dyn Journal>,
+        id: PersistenceId,
+        config: PersistentConfig,
+        shape: impl FnOnce(PersistentActor<E>) -> PersistentActor<E>,
     ) -> Result<Self, OptionsError> {
         config.validate()?;
         check_versions::<E>()?;
-        let addr = PersistentActor::new(journal, id, config)
-            .unmetered()
+        let (signal, life) = signal();
+        let addr = shape(PersistentActor::new(journal, id, config))
+            .with_stop_signal(signal)
             .start();
-        Ok(Self::owning(addr))
+        Ok(Self::owning(addr, life))
     }
 
     /// Starts the entity under an Actix `Supervisor`: after a failed append it restarts and
@@ -144,8 +160,11 @@ impl<E: EventSourced> PersistentHandle<E> {
     ) -> Result<Self, OptionsError> {
         config.validate()?;
         check_versions::<E>()?;
-        let addr = Supervisor::start(move |_| PersistentActor::new(journal, id, config));
-        Ok(Self::owning(addr))
+        let (signal, life) = signal();
+        let addr = Supervisor::start(move |_| {
+            PersistentActor::new(journal, id, config).with_stop_signal(signal)
+        });
+        Ok(Self::owning(addr, life))
     }
 
     /// Starts the entity under an Actix `Supervisor` with an outbox: its decisions may deliver
@@ -163,9 +182,11 @@ impl<E: EventSourced> PersistentHandle<E> {
         config.validate()?;
         check_versions::<E>()?;
         outbox.check(&id)?;
-        let addr =
-            Supervisor::start(move |_| PersistentActor::with_outbox(journal, id, config, outbox));
-        Ok(Self::owning(addr))
+        let (signal, life) = signal();
+        let addr = Supervisor::start(move |_| {
+            PersistentActor::with_outbox(journal, id, config, outbox).with_stop_signal(signal)
+        });
+        Ok(Self::owning(addr, life))
     }
 
     /// As [`start`](Self::start), on another arbiter (thread): the actor is made and runs
@@ -181,10 +202,11 @@ impl<E: EventSourced> PersistentHandle<E> {
     ) -> Result<Self, OptionsError> {
         config.validate()?;
         check_versions::<E>()?;
+        let (signal, life) = signal();
         let addr = PersistentActor::start_in_arbiter(arbiter, move |_| {
-            PersistentActor::new(journal, id, config)
+            PersistentActor::new(journal, id, config).with_stop_signal(signal)
         });
-        Ok(Self::owning(addr))
+        Ok(Self::owning(addr, life))
     }
 
     /// As [`start_supervised`](Self::start_supervised), on another arbiter (thread).
@@ -199,10 +221,11 @@ impl<E: EventSourced> PersistentHandle<E> {
     ) -> Result<Self, OptionsError> {
         config.validate()?;
         check_versions::<E>()?;
+        let (signal, life) = signal();
         let addr = Supervisor::start_in_arbiter(arbiter, move |_| {
-            PersistentActor::new(journal, id, config)
+            PersistentActor::new(journal, id, config).with_stop_signal(signal)
         });
-        Ok(Self::owning(addr))
+        Ok(Self::owning(addr, life))
     }
 
     /// As [`start_with_outbox`](Self::start_with_outbox), on another arbiter (thread).
@@ -219,23 +242,47 @@ impl<E: EventSourced> PersistentHandle<E> {
         config.validate()?;
         check_versions::<E>()?;
         outbox.check(&id)?;
+        let (signal, life) = signal();
         let addr = Supervisor::start_in_arbiter(arbiter, move |_| {
-            PersistentActor::with_outbox(journal, id, config, outbox)
+            PersistentActor::with_outbox(journal, id, config, outbox).with_stop_signal(signal)
         });
-        Ok(Self::owning(addr))
+        Ok(Self::owning(addr, life))
     }
 
     /// A handle for an actor started elsewhere. It does not own the actor: dropping it
     /// leaves the actor running (stop it with [`stop`](Self::stop)).
     pub fn new(addr: Addr<PersistentActor<E>>) -> Self {
         Self {
-            shared: Arc::new(Shared { addr, owns: false }),
+            shared: Arc::new(Shared {
+                addr,
+                owns: false,
+                life: None,
+            }),
         }
     }
 
-    fn owning(addr: Addr<PersistentActor<E>>) -> Self {
+    fn owning(addr: Addr<PersistentActor<E>>, life: watch::Receiver<Life>) -> Self {
         Self {
-            shared: Arc::new(Shared { addr, owns: true }),
+            shared: Arc::new(Shared {
+                addr,
+                owns: true,
+                life: Some(life),
+            }),
+        }
+    }
+
+    /// The actor's life: subscribed to at the start, or asked of the actor (`None` if it is
+    /// gone: why it stopped is unknown then).
+    fn life(&self) -> impl Future<Output = Option<watch::Receiver<Life>>> + 'static {
+        let known = self.shared.life.clone();
+        let asked = known
+            .is_none()
+            .then(|| self.shared.addr.send(SubscribeStopped));
+        async move {
+            match asked {
+                Some(asked) => asked.await.ok(), // none once the actor is gone
+                None => known,
+            }
         }
     }
 
@@ -371,10 +418,47 @@ impl<E: EventSourced> PersistentHandle<E> {
         self.shared.addr.do_send(StopPersistent);
     }
 
+    /// Resolves once the entity has recovered its state (at once if it did before), or has
+    /// stopped for good before it could. Await it before serving: a stream the entity cannot
+    /// read says why here, not only in the log.
+    ///
+    /// Under a `Supervisor`, a journal that cannot be reached is not a reason: the actor
+    /// recovers again after a growing delay (up to 10 s), logging each failure, and this waits
+    /// on (bound it with `tokio::time::timeout`); without one, the actor stops.
+    ///
+    /// # Errors
+    /// [`StartError::Failed`] with why the recovery failed for good: the stream is corrupt,
+    /// of a newer schema, or holds another type's entries (another application's stream, or a
+    /// type renamed without its former name in
+    /// [`EventSourced::FORMER_TYPE_NAMES`](crate::persistence::EventSourced::FORMER_TYPE_NAMES));
+    /// without a `Supervisor`, the journal failed. [`StartError::Stopped`] if it was stopped
+    /// before it recovered.
+    pub fn opened(&self) -> impl Future<Output = Result<(), StartError>> + 'static {
+        // Does not keep the actor running.
+        let life = self.life();
+        async move {
+            match life.await {
+                Some(life) => wait_opened(life).await,
+                None => Err(StartError::Failed(gone())),
+            }
+        }
+    }
+
     /// Resolves once the actor has stopped for good.
-    pub fn stopped(&self) -> impl Future<Output = ()> + 'static {
+    ///
+    /// # Errors
+    /// The [`Failure`] that stopped it, when it was not asked to stop (nor passivated, nor
+    /// left by its handles): a recovery that failed for good (see [`opened`](Self::opened)),
+    /// or, without a `Supervisor`, a journal failure.
+    pub fn stopped(&self) -> impl Future<Output = Result<(), Failure>> + 'static {
         // Does not keep the actor running: it may be waiting for exactly that.
-        wait_stopped(self.shared.addr.send(SubscribeStopped))
+        let life = self.life();
+        async move {
+            match life.await {
+                Some(life) => wait_for_stop(life).await,
+                None => Err(gone()),
+            }
+        }
     }
 
     /// The actor's counters.
@@ -395,6 +479,18 @@ impl<E: EventSourced> std::fmt::Debug for PersistentHandle<E> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("PersistentHandle").finish_non_exhaustive()
     }
+}
+
+/// A stop signal for an actor about to start, and its handles' subscription to it.
+fn signal() -> (StopSignal, watch::Receiver<Life>) {
+    let signal = StopSignal::default();
+    let life = signal.subscribe();
+    (signal, life)
+}
+
+/// What a handle made from a bare address knows of an actor that is gone.
+fn gone() -> Failure {
+    Failure::Error("the actor had stopped before this handle asked it how it ended".into())
 }
 
 /// Schema versions start at 1 (0 would make every stored entry "newer").

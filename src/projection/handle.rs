@@ -5,6 +5,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 
 use tokio::sync::watch;
 
+use crate::error::StartError;
 use crate::projection::{ProjectionError, ProjectionStats};
 
 /// A running projection. Clones share it; dropping them all leaves it running (until its
@@ -18,6 +19,8 @@ pub struct ProjectionHandle {
 struct Inner {
     stats: Arc<Mutex<ProjectionStats>>,
     stop: watch::Sender<bool>,
+    /// Turns true once the stored offset is loaded and fits the projection.
+    opened: watch::Receiver<bool>,
     finished: watch::Receiver<Option<Result<(), ProjectionError>>>,
 }
 
@@ -25,14 +28,44 @@ impl ProjectionHandle {
     pub(crate) fn new(
         stats: Arc<Mutex<ProjectionStats>>,
         stop: watch::Sender<bool>,
+        opened: watch::Receiver<bool>,
         finished: watch::Receiver<Option<Result<(), ProjectionError>>>,
     ) -> Self {
         Self {
             inner: Arc::new(Inner {
                 stats,
                 stop,
+                opened,
                 finished,
             }),
+        }
+    }
+
+    /// Resolves once the projection has loaded its stored offset and found that it fits (at
+    /// once if it did before), or has ended without getting there. Await it before relying on
+    /// the read model: a projection that cannot start says why here, not only in the log.
+    /// An offset store or journal that cannot be reached is not a reason: the projection
+    /// tries again after a growing delay, and this waits on (bound it with
+    /// `tokio::time::timeout`).
+    ///
+    /// # Errors
+    /// [`StartError::Failed`] with the [`ProjectionError`] that ended it first
+    /// ([`ProjectionError::Refused`]: its stored offsets do not fit; [`ProjectionError::Journal`],
+    /// [`ProjectionError::Gone`]); [`StartError::Stopped`] if it was stopped first.
+    pub async fn opened(&self) -> Result<(), StartError<ProjectionError>> {
+        let mut opened = self.inner.opened.clone();
+        let mut finished = self.inner.finished.clone();
+        tokio::select! {
+            biased;
+            Ok(_) = opened.wait_for(|&opened| opened) => return Ok(()),
+            _ = finished.wait_for(Option::is_some) => {}
+        }
+        if *opened.borrow() {
+            return Ok(());
+        }
+        match self.stopped().await {
+            Ok(()) => Err(StartError::Stopped),
+            Err(error) => Err(StartError::Failed(error)),
         }
     }
 

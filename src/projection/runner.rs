@@ -183,11 +183,12 @@ impl<D: EventDecoder> Projection<D> {
     /// Runs the projection with `sink` on the current arbiter.
     pub(crate) fn start<S: Sink<D::Event>>(self, sink: S) -> ProjectionHandle {
         let (stop, stopping) = watch::channel(false);
+        let (loaded, opened) = watch::channel(false);
         let (done, finished) = watch::channel(None);
         let stats = Arc::new(Mutex::new(ProjectionStats::default()));
-        let handle = ProjectionHandle::new(stats.clone(), stop, finished);
+        let handle = ProjectionHandle::new(stats.clone(), stop, opened, finished);
         actix::spawn(async move {
-            let result = run(self, sink, stats, stopping).await;
+            let result = run(self, sink, stats, stopping, loaded).await;
             done.send_replace(Some(result));
         });
         handle
@@ -211,6 +212,7 @@ async fn run<D: EventDecoder, S: Sink<D::Event>>(
     mut sink: S,
     stats: Arc<Mutex<ProjectionStats>>,
     mut stopping: watch::Receiver<bool>,
+    loaded: watch::Sender<bool>,
 ) -> Result<(), ProjectionError> {
     let Projection {
         journal,
@@ -238,7 +240,10 @@ async fn run<D: EventDecoder, S: Sink<D::Event>>(
     while !*stopping.borrow() {
         match core.next_step(now()) {
             Step::Load => match load(&mut sink, &*journal, &key).await {
-                Ok(offset) => core.handle_loaded(offset),
+                Ok(offset) => {
+                    core.handle_loaded(offset);
+                    loaded.send_replace(true); // its stored offset fits: it runs
+                }
                 Err(failure) => store_failed(&mut core, &key.name, "loading its offset", failure),
             },
             Step::Fetch { after, max } => match journal.events_by_tag(&query, after, max).await {

@@ -72,6 +72,12 @@ pub struct ProducerStats {
     /// opened (the producer had ended while storing their chunks): dropped, never sent,
     /// reported to the sink as not stored.
     pub partially_stored: u64,
+    /// A durable producer: openings of its stream that took it over from an earlier opening
+    /// (its first opening, of a stream opened before). One per start of a restarted process;
+    /// one more means a second instance, whose producer then stops with
+    /// [`Failure::TakenOver`](crate::Failure::TakenOver) (see
+    /// [`DurableOptions::new`](crate::durable::DurableOptions::new)).
+    pub takeovers: u64,
 }
 
 #[derive(Debug)]

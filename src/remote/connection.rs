@@ -14,6 +14,7 @@ use tokio::net::TcpStream;
 use tokio::sync::Notify;
 use tokio_util::codec::{FramedRead, LengthDelimitedCodec};
 
+#[cfg(feature = "tls")]
 use crate::error::ErrorChain;
 use crate::remote::auth::{random_nonce, Opener, Sealer};
 use crate::remote::frame::{Frame, HANDSHAKE_MAX_FRAME};

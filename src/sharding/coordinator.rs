@@ -136,7 +136,10 @@ impl<E: EventSourced> ShardCoordinator<E> {
         self.addr.do_send(Leave);
     }
 
-    /// Resolves once the node has left and its host has stopped.
+    /// Resolves once the node has left and its host has stopped. A coordinator opens nothing
+    /// that can fail for good when it starts, so it has no `opened()` and stops only when
+    /// asked to: a lease store it cannot reach is tried again every round (its failed
+    /// renewals counted in [`CoordinatorStats::renew_failures`]).
     pub fn stopped(&self) -> impl Future<Output = ()> + 'static {
         wait_stopped(self.addr.send(SubscribeStopped))
     }

@@ -62,7 +62,7 @@ impl<E: EventSourced> Inner<E> {
         let shell = self.shell.clone();
         let entity = entity.clone();
         self.arbiter.spawn(async move {
-            stopped.await;
+            let _ = stopped.await; // how it ended is the instance's to log
             if let Some(shell) = shell.upgrade() {
                 shell.do_send(InstanceStopped { entity, generation });
             }

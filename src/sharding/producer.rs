@@ -5,12 +5,13 @@ use std::sync::Arc;
 
 use actix::prelude::*;
 use futures_util::future::Either;
+use futures_util::FutureExt;
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 
 use crate::confirmation::Confirmation;
 use crate::durable::{DurableOptions, Stored};
-use crate::error::{DeliveryError, OptionsError, TellError};
+use crate::error::{DeliveryError, Failure, OptionsError, StartError, TellError};
 use crate::facade::ReliableDelivery;
 use crate::options::ProducerOptions;
 use crate::producer::ProducerHandle;
@@ -96,7 +97,7 @@ impl<T: Clone + Send + 'static> ShardedProducerHandle<T> {
         let router = ShardRouter::new(
             producer.producer_id().clone(),
             router_options,
-            producer.stopped(),
+            FutureExt::map(producer.stopped(), drop), // how it ended is the handle's to tell
         );
         let router = ctx.run(router);
         Self {
@@ -212,8 +213,20 @@ impl<T: Clone + Send + 'static> ShardedProducerHandle<T> {
         self.producer.stop();
     }
 
-    /// Resolves once the producer has stopped.
-    pub fn stopped(&self) -> impl Future<Output = ()> + 'static {
+    /// Resolves once the producer has opened (a durable one: its stream); see
+    /// [`ProducerHandle::opened`].
+    ///
+    /// # Errors
+    /// As [`ProducerHandle::opened`].
+    pub fn opened(&self) -> impl Future<Output = Result<(), StartError>> + 'static {
+        self.producer.opened()
+    }
+
+    /// Resolves once the producer has stopped for good; see [`ProducerHandle::stopped`].
+    ///
+    /// # Errors
+    /// As [`ProducerHandle::stopped`]: the failure that stopped it, if it was not asked to.
+    pub fn stopped(&self) -> impl Future<Output = Result<(), Failure>> + 'static {
         self.producer.stopped()
     }
 

@@ -55,6 +55,7 @@
 //! | `actix_delivery_producer_resumed_confirmed_total` | counter | `resumed_confirmed` (durable producers) |
 //! | `actix_delivery_producer_chunk_rounds_total` | counter | `chunk_rounds`: chunked messages sent again whole (`chunk_size`) |
 //! | `actix_delivery_producer_partially_stored_total` | counter | `partially_stored`: chunked messages found partly stored at an opening, dropped (durable producers) |
+//! | `actix_delivery_producer_takeovers_total` | counter | `takeovers`: openings that took the stream over from an earlier one (durable producers) |
 //! | `actix_delivery_producer_in_flight` | gauge | `in_flight`: sent, not ACKed |
 //! | `actix_delivery_producer_queued` | gauge | `queued`: waiting for the window |
 //! | `actix_delivery_producer_unconfirmed` | gauge | `unconfirmed`: stored in a durable stream, not settled (durable producers) |
@@ -268,6 +269,7 @@ meter! {
         counter resumed: "actix_delivery_producer_resumed_total",
         counter resumed_confirmed: "actix_delivery_producer_resumed_confirmed_total",
         counter partially_stored: "actix_delivery_producer_partially_stored_total",
+        counter takeovers: "actix_delivery_producer_takeovers_total",
         gauge unconfirmed: "actix_delivery_producer_unconfirmed",
         gauge next_message_id: "actix_delivery_producer_next_message_id",
     }

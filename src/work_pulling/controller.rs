@@ -16,6 +16,7 @@ use std::task::Poll;
 use std::time::Instant;
 
 use actix::prelude::*;
+use futures_util::FutureExt;
 use hashbrown::HashMap;
 
 use crate::after_drain::after_each_drain;
@@ -140,7 +141,8 @@ impl<T: Clone + Send + 'static> WorkPullingController<T> {
             given_up: BTreeMap::new(),
             dead_letters: options.dead_letters,
             alarm: Alarm::default(),
-            producer_stopped: Some(Box::pin(producer.stopped())),
+            // How the producer ended is its handles' to tell: the pool only follows it.
+            producer_stopped: Some(Box::pin(FutureExt::map(producer.stopped(), drop))),
         }
     }
 

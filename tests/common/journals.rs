@@ -1,12 +1,14 @@
 //! Journal doubles shared by the persistence tests.
 
-use std::sync::atomic::{AtomicU8, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
 use std::sync::Arc;
 
 use actix_delivery::codec::Manifest;
 use actix_delivery::journal::{
     Journal, JournalError, JournalFuture, MemoryJournal, PersistenceId, Snapshot, StoredEvent,
 };
+
+use super::Gate;
 
 /// What the next append of a [`Faulty`] journal does.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -107,6 +109,83 @@ impl Journal for Faulty {
 
     fn load_snapshot(&self, id: &PersistenceId) -> JournalFuture<'_, Option<Snapshot>> {
         self.inner.load_snapshot(id)
+    }
+
+    fn max_payload(&self) -> usize {
+        self.inner.max_payload()
+    }
+}
+
+/// A MemoryJournal whose next recovery (its first read, `load_snapshot`) waits until released:
+/// a journal slow to answer one opening's reads.
+#[derive(Clone)]
+pub struct SlowRecovery {
+    inner: MemoryJournal,
+    hold_next: Arc<AtomicBool>,
+    gate: Gate,
+}
+
+impl SlowRecovery {
+    pub fn new(inner: MemoryJournal) -> Self {
+        Self {
+            inner,
+            hold_next: Arc::new(AtomicBool::new(false)),
+            gate: Gate::default(),
+        }
+    }
+
+    /// The next recovery waits until [`release`](Self::release).
+    pub fn hold_next(&self) {
+        self.hold_next.store(true, Ordering::SeqCst);
+    }
+
+    /// Lets the held recovery (and every later one) go on.
+    pub fn release(&self) {
+        self.gate.open();
+    }
+}
+
+impl Journal for SlowRecovery {
+    fn append_as(
+        &self,
+        id: &PersistenceId,
+        first: u64,
+        p: Vec<Vec<u8>>,
+        m: Manifest,
+    ) -> JournalFuture<'_, ()> {
+        self.inner.append_as(id, first, p, m)
+    }
+
+    fn replay(
+        &self,
+        id: &PersistenceId,
+        from_seq: u64,
+        to_seq: u64,
+        max_events: usize,
+    ) -> JournalFuture<'_, Vec<StoredEvent>> {
+        self.inner.replay(id, from_seq, to_seq, max_events)
+    }
+
+    fn highest_seq(&self, id: &PersistenceId) -> JournalFuture<'_, u64> {
+        self.inner.highest_seq(id)
+    }
+
+    fn delete_to(&self, id: &PersistenceId, to_seq: u64) -> JournalFuture<'_, ()> {
+        self.inner.delete_to(id, to_seq)
+    }
+
+    fn save_snapshot(&self, id: &PersistenceId, snapshot: Snapshot) -> JournalFuture<'_, ()> {
+        self.inner.save_snapshot(id, snapshot)
+    }
+
+    fn load_snapshot(&self, id: &PersistenceId) -> JournalFuture<'_, Option<Snapshot>> {
+        let id = id.clone();
+        Box::pin(async move {
+            if self.hold_next.swap(false, Ordering::SeqCst) {
+                self.gate.pass().await;
+            }
+            self.inner.load_snapshot(&id).await
+        })
     }
 
     fn max_payload(&self) -> usize {

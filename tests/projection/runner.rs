@@ -17,6 +17,7 @@ use actix_delivery::projection::{
     Envelope, MemoryOffsetStore, OffsetStore, PoisonPolicy, Projection, ProjectionError,
     ProjectionHandle,
 };
+use actix_delivery::StartError;
 
 use crate::bank::{self, wait_until, Account, AccountEvent, Balances};
 
@@ -59,6 +60,11 @@ async fn every_tagged_event_is_handled_once_in_order_and_the_tag_is_followed_liv
         &store,
         &balances,
     );
+    assert_eq!(
+        projection.opened().await,
+        Ok(()),
+        "its offset loaded and fits"
+    );
     wait_until("the first 40", MINUTE, || projection.stats().events == 40).await;
     bank::run(&accounts, 40..65).await;
     wait_until("25 more, live", MINUTE, || projection.stats().events == 65).await;
@@ -69,6 +75,7 @@ async fn every_tagged_event_is_handled_once_in_order_and_the_tag_is_followed_liv
     assert!(stats.batches >= 10, "batches of at most 7: {stats:?}");
     projection.stop();
     projection.stopped().await.unwrap();
+    assert_eq!(projection.opened().await, Ok(()), "it did open");
     let stored = store.offset("balances", Slices::ALL).unwrap();
     assert_eq!(stored, projection.stats().offset, "stored at the stop");
     assert!(stored > Offset::START);
@@ -465,12 +472,15 @@ async fn a_stored_offset_beyond_the_journal_is_refused_not_waited_on_forever() {
         .unwrap();
     let balances = Balances::default();
     let projection = project(&journal, bank::options("balances"), &store, &balances);
-    let error = tokio::time::timeout(MINUTE, projection.stopped())
+    let opened = tokio::time::timeout(MINUTE, projection.opened())
         .await
-        .expect("refused at once")
-        .unwrap_err();
+        .expect("refused at once");
+    let Err(StartError::Failed(error)) = opened else {
+        panic!("opened: {opened:?}");
+    };
     assert!(matches!(error, ProjectionError::Refused { .. }), "{error}");
     assert!(error.to_string().contains("beyond everything"), "{error}");
+    assert_eq!(projection.stopped().await, Err(error));
     assert!(balances.handled().is_empty());
 }
 

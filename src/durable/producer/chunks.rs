@@ -260,7 +260,7 @@ impl<T: Clone + Send + 'static> ProducerController<T> {
                 let reason = format!("stored message {first} is not the core's next seq");
                 self.settling
                     .push((confirm, Err(DeliveryError::InDoubt(reason.clone()))));
-                return self.fail_durable(reason, ctx);
+                return self.fail_durable(Failure::Error(reason), ctx);
             }
         }
         self.fire_settling();

@@ -306,7 +306,8 @@ impl<T> DurableOptions<T> {
     /// producer of another type is refused its stream (another application's messages are not
     /// sent as this one's): its [`opened`](crate::ProducerHandle::opened) fails with
     /// [`JournalError::ForeignType`](crate::journal::JournalError::ForeignType)'s text, naming
-    /// both names. Each name given here is read as `T`'s own (call it once per former name).
+    /// both names. Each name given here is read as `T`'s own (call it once per former name);
+    /// the compiler's spelling of a name changing would be mended the same way.
     /// Code, not data: not among the loaded settings.
     pub fn accept_type_name(mut self, name: impl Into<String>) -> Self {
         self.former_type_names.push(name.into());

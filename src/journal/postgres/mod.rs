@@ -120,8 +120,9 @@ use statements::Sql;
 /// one journal; when the last handle is dropped (or [`close`](Self::close)d), the writer
 /// finishes the writes already queued, replies to each, and the connections close.
 ///
-/// The tables and their version check: [`PostgresJournal::SCHEMA_SQL`]. TLS is not
-/// supported: connect over a trusted network or a Unix socket.
+/// The tables and their version check: [`PostgresJournal::SCHEMA_SQL`]. TLS needs the feature
+/// `tls` (`PostgresOptions::tls`: `sslmode=require` or `verify-full`); without it, connect over
+/// a trusted network or a Unix socket.
 #[derive(Clone)]
 pub struct PostgresJournal {
     shared: Arc<Shared>,

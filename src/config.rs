@@ -24,7 +24,7 @@
 //! node: [`ProducerConfig`], [`ConsumerConfig`],
 //! [`PersistentConfig`](crate::persistence::PersistentConfig),
 //! [`DurableConfig`](crate::durable::DurableConfig),
-//! [`SqliteOptions`](crate::journal::SqliteOptions), `PostgresOptions` (feature `postgres`),
+//! `SqliteOptions` (feature `sqlite`, on by default), `PostgresOptions` (feature `postgres`),
 //! [`NodeConfig`](crate::remote::NodeConfig) and `NatsConfig` (feature `nats`). Each takes
 //! loaded values through its builder's `.config(…)`, and a value set on the builder wins over
 //! a loaded one, which wins over the default, whatever order the calls come in (the journal
@@ -581,7 +581,9 @@ pub(crate) use optional_millis_key;
 
 /// `mod $name` for `#[serde(with = "…::$name")]` on an `Option<u64>` bound whose `None` is no
 /// bound: a whole number, or the word `"unbounded"` (for `None`, as [`Limit::Unbounded`]),
-/// with errors naming the settings key `$key`.
+/// with errors naming the settings key `$key`. Only the SQLite journal's options have such a
+/// bound (feature `sqlite`).
+#[cfg(feature = "sqlite")]
 macro_rules! optional_limit_key {
     ($name:ident, $key:literal) => {
         #[allow(dead_code)]
@@ -601,9 +603,11 @@ macro_rules! optional_limit_key {
         }
     };
 }
+#[cfg(feature = "sqlite")]
 pub(crate) use optional_limit_key;
 
-/// What [`optional_limit_key!`] expands to.
+/// What [`optional_limit_key!`] expands to (feature `sqlite`).
+#[cfg(feature = "sqlite")]
 pub(crate) mod optional_limit {
     use super::*;
 
@@ -619,6 +623,8 @@ pub(crate) mod optional_limit {
     }
 }
 
+// Only the SQLite journal's options keep bounds as `Option`s (feature `sqlite`).
+#[cfg(feature = "sqlite")]
 impl<N> Limit<N> {
     fn from_option(bound: Option<N>) -> Self {
         bound.map_or(Self::Unbounded, Self::At)

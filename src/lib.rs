@@ -232,12 +232,13 @@
 //!
 //! # Effectively once
 //!
-//! [`journal`] stores streams of events durably: [`journal::SqliteJournal`] (embedded, one file,
-//! group commit: many appends per fsync) or [`journal::MemoryJournal`] (tests). [`persistence`]
-//! runs event-sourced entities over it: a [`persistence::PersistentActor`] answers a command
-//! only once its events are committed, and batches everything decided while one write is in
-//! flight into the next. Given a message's [`DeliveryInfo`], it stores the processed mark in
-//! the same journal entry as the events, and recognises the delivery after any crash:
+//! [`journal`] stores streams of events durably: `journal::SqliteJournal` (feature `sqlite`,
+//! on by default; embedded, one file, group commit: many appends per fsync),
+//! `journal::PostgresJournal` (feature `postgres`) or [`journal::MemoryJournal`] (tests).
+//! [`persistence`] runs event-sourced entities over it: a [`persistence::PersistentActor`] answers
+//! a command only once its events are committed, and batches everything decided while one write is
+//! in flight into the next. Given a message's [`DeliveryInfo`], it stores the processed mark in the
+//! same journal entry as the events, and recognises the delivery after any crash:
 //!
 //! ```no_run
 //! # use std::sync::Arc;
@@ -487,8 +488,9 @@
 //! current snapshot per stream. An append resolves `Ok` only once its batch is committed, and
 //! only if it continues the stream exactly: a second writer of the same stream gets
 //! [`journal::JournalError::Conflict`] and writes nothing, so duplicates and split brains are
-//! harmless. [`journal::SqliteJournal`] is the embedded durable default (one SQLite file, WAL,
-//! `synchronous=FULL`, group commit: many appends from many streams per fsync);
+//! harmless. `journal::SqliteJournal` (feature `sqlite`, on by default) is the embedded
+//! durable default (one SQLite file, WAL, `synchronous=FULL`, group commit: many appends from
+//! many streams per fsync);
 //! [`journal::MemoryJournal`] has the same semantics in memory, with fault injection for
 //! tests. Payloads are bytes; [`codec`] turns typed values into them.
 //!
@@ -521,6 +523,21 @@
 //! The rules live in [`protocol`], pure state machines with no Actix or Tokio in them (time is
 //! an argument); the actors are thin shells over them. Custom transports and simulations can
 //! drive the same core.
+//!
+//! # Features
+//!
+//! | feature | default | what it adds |
+//! |---|---|---|
+//! | `sqlite` | on | `journal::SqliteJournal` and `projection::SqliteReadModel`: SQLite compiled in (`rusqlite`, bundled), no server |
+//! | `postgres` | off | `journal::PostgresJournal`, `projection::PostgresReadModel`, `sharding::PostgresLeaseStore`: one database shared by the nodes |
+//! | `nats` | off | the `nats` module: delivery through a NATS server |
+//! | `tls` | off | TLS 1.3 on the TCP transport (`remote::NodeTls`), and with `postgres` to PostgreSQL |
+//! | `metrics` | off | every stats counter and the latency histograms through the `metrics` facade (`telemetry::metrics`) |
+//! | `tracing` | off | `tracing` spans (`telemetry::spans`) |
+//!
+//! An application whose nodes share PostgreSQL compiles no SQLite with
+//! `actix-delivery = { version = "0.1", default-features = false, features = ["postgres"] }`;
+//! [`journal::MemoryJournal`] and every in-process and TCP part need no feature.
 #![cfg_attr(docsrs, feature(doc_cfg))]
 #![warn(missing_docs)]
 #![forbid(unsafe_code)]

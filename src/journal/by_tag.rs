@@ -68,6 +68,7 @@ impl Offset {
     }
 
     /// The two numbers as SQL `BIGINT`s, if both fit.
+    #[cfg(any(feature = "sqlite", feature = "postgres"))]
     pub(crate) fn to_bigints(self) -> Option<(i64, i64)> {
         Some((
             i64::try_from(self.transaction).ok()?,
@@ -208,6 +209,7 @@ pub(crate) fn check_max_events(max_events: usize) -> Result<(), JournalError> {
 
 /// A tag row that is not what the schema says: corrupt, reported on the tag's
 /// [`JournalError::Storage`] (it names no stream of its own).
+#[cfg(any(feature = "sqlite", feature = "postgres"))]
 pub(crate) fn corrupt_tag_row(query: &TagQuery, err: impl fmt::Display) -> JournalError {
     JournalError::storage(
         None,

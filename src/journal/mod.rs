@@ -8,9 +8,10 @@
 //! schema version), so that a reader can decode entries written by earlier versions of its
 //! types (see the README's "Changing your types"). Implementations:
 //!
-//! - [`SqliteJournal`]: the embedded durable default. One SQLite file in WAL mode with
-//!   `synchronous=FULL`; a single writer thread commits every append that arrived while the
-//!   previous commit ran in one transaction (group commit: many appends, one fsync).
+//! - `SqliteJournal` (feature `sqlite`, on by default): the embedded durable default. One
+//!   SQLite file in WAL mode with `synchronous=FULL`; a single writer thread commits every
+//!   append that arrived while the previous commit ran in one transaction (group commit: many
+//!   appends, one fsync).
 //! - `PostgresJournal` (feature `postgres`): one database shared by the nodes of an
 //!   application. Group commit through one writer connection (one pipelined transaction for
 //!   all the appends that arrived meanwhile); the fence is a conditional update in the
@@ -74,8 +75,10 @@ mod memory;
 #[cfg(feature = "postgres")]
 mod postgres;
 mod replay;
+#[cfg(feature = "sqlite")]
 mod sqlite;
 mod tag;
+#[cfg(any(feature = "sqlite", feature = "postgres"))]
 pub(crate) mod write;
 
 pub(crate) use by_tag::{check_max_events, check_tags, normalized, TagSignal};
@@ -93,7 +96,10 @@ pub(crate) use postgres::{is_connection_lost, is_plain_identifier, parse_config}
 #[cfg_attr(docsrs, doc(cfg(feature = "postgres")))]
 pub use postgres::{PostgresJournal, PostgresOptions, PostgresStats};
 pub use replay::replay_all;
+#[cfg(feature = "sqlite")]
 pub(crate) use sqlite::unix_millis;
+#[cfg(feature = "sqlite")]
+#[cfg_attr(docsrs, doc(cfg(feature = "sqlite")))]
 pub use sqlite::{SqliteDurability, SqliteJournal, SqliteOptions, SqliteStats};
 pub use tag::{slice_of, Slices, Tag, MAX_TAG_BYTES, SLICES};
 
@@ -150,7 +156,7 @@ pub type JournalFuture<'a, T> = Pin<Box<dyn Future<Output = Result<T, JournalErr
 /// is lost.
 ///
 /// Persistent entities and durable producers use a journal themselves; direct use looks like
-/// this (the same on [`SqliteJournal`] and `PostgresJournal`):
+/// this (the same on `SqliteJournal` and `PostgresJournal`):
 ///
 /// ```
 /// use actix_delivery::journal::{Journal, JournalError, MemoryJournal, PersistenceId};
@@ -309,7 +315,7 @@ pub trait Journal: Send + Sync + 'static {
     /// The crate's journals return the highest offset of their own committed tagged
     /// entries, in any tag ([`Offset::START`] before the first):
     ///
-    /// - [`MemoryJournal`] and [`SqliteJournal`]: `0:n`, `n` the position of the last
+    /// - [`MemoryJournal`] and `SqliteJournal`: `0:n`, `n` the position of the last
     ///   tagged entry committed; the next one gets a higher offset.
     /// - `PostgresJournal`: the highest `txid:ordering` of its own tag rows. An entry
     ///   committed later may get a lower offset (its transaction began earlier; see
@@ -333,7 +339,7 @@ pub trait Journal: Send + Sync + 'static {
     /// with a journal of another identity, whatever its stored offset (an offset of another
     /// journal can lie within this one's, and every entry below it would be skipped; only an
     /// offset above [`offset_ceiling`](Journal::offset_ceiling) shows itself). The crate's
-    /// journals all have one: [`MemoryJournal`] per journal made, [`SqliteJournal`] in its
+    /// journals all have one: [`MemoryJournal`] per journal made, `SqliteJournal` in its
     /// file, `PostgresJournal` in its schema (unless the schema lacks the table and
     /// `create_tables` is off: see `PostgresJournal::IDENTITY_SQL`).
     ///
@@ -429,6 +435,7 @@ pub(crate) fn check_payload(
 ///
 /// # Errors
 /// [`JournalError::Corrupt`] for a codec id or version out of range.
+#[cfg(any(feature = "sqlite", feature = "postgres"))]
 pub(crate) fn stored_manifest(
     id: &PersistenceId,
     seq: u64,

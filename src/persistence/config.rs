@@ -23,7 +23,7 @@ pub struct PersistentConfig {
     /// ([`PersistentStats::snapshot_failures`](crate::persistence::PersistentStats)), warned
     /// about at most once a minute, and tried again after another `snapshot_every` events.
     /// The journal may refuse large payloads as well
-    /// ([`SqliteJournal::MAX_PAYLOAD_BYTES`](crate::journal::SqliteJournal::MAX_PAYLOAD_BYTES),
+    /// (the crate's journals at [`MAX_PAYLOAD_BYTES`](crate::journal::MAX_PAYLOAD_BYTES),
     /// 512 MiB). Default 256 MiB; positive.
     pub max_snapshot_bytes: u64,
     /// After a snapshot is saved, delete the events it covers, so the journal holds one

@@ -19,7 +19,7 @@ use crate::projection::{HandlerError, Projection, ProjectionHandle};
 pub type HandlerFuture<'a> = LocalBoxFuture<'a, Result<(), HandlerError>>;
 
 /// Where an at-least-once projection keeps its offset, per projection name and slices:
-/// [`MemoryOffsetStore`], [`SqliteReadModel`](crate::projection::SqliteReadModel), or
+/// [`MemoryOffsetStore`], `SqliteReadModel` (feature `sqlite`, on by default), or
 /// `PostgresReadModel` (feature `postgres`), or an application's own.
 pub trait OffsetStore: 'static {
     /// The stored offset of `projection` over `slices`; [`Offset::START`] if none.

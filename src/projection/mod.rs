@@ -9,7 +9,7 @@
 //!
 //! | start with | the handler gets | the offset is stored | after a crash |
 //! |---|---|---|---|
-//! | [`Projection::exactly_once_sqlite`] | each batch, with the `rusqlite` transaction | in that transaction, in the read model's file | every event in the read model exactly once |
+//! | `Projection::exactly_once_sqlite` (feature `sqlite`, on by default) | each batch, with the `rusqlite` transaction | in that transaction, in the read model's file | every event in the read model exactly once |
 //! | `Projection::exactly_once_postgres` (feature `postgres`) | each batch, with the `tokio_postgres` transaction | in that transaction | every event in the read model exactly once |
 //! | [`Projection::at_least_once`] | each batch | in an [`OffsetStore`] after the handler succeeded, every `commit_every` events or `commit_interval` (and at a stop) | the events after the stored offset again: make the handler idempotent |
 //!
@@ -118,6 +118,7 @@ mod options;
 #[cfg(feature = "postgres")]
 mod postgres;
 mod runner;
+#[cfg(feature = "sqlite")]
 mod sqlite;
 
 pub use self::core::ProjectionStats;
@@ -130,4 +131,6 @@ pub use options::{PoisonPolicy, ProjectionOptions, ProjectionOptionsBuilder, MAX
 #[cfg_attr(docsrs, doc(cfg(feature = "postgres")))]
 pub use postgres::PostgresReadModel;
 pub use runner::Projection;
+#[cfg(feature = "sqlite")]
+#[cfg_attr(docsrs, doc(cfg(feature = "sqlite")))]
 pub use sqlite::SqliteReadModel;

@@ -47,7 +47,9 @@ pub(crate) enum Failure {
     #[error("{0}")]
     Store(String),
     /// Exactly once: the stored offset was no longer the one the batch built on (another
-    /// instance stored its own); the batch was rolled back.
+    /// instance stored its own); the batch was rolled back. Only the exactly-once read
+    /// models (features `sqlite`, `postgres`) report it.
+    #[cfg_attr(not(any(feature = "sqlite", feature = "postgres")), allow(dead_code))]
     #[error("{0}")]
     Conflict(String),
     /// The stored offsets do not fit this projection: it stops.
@@ -55,6 +57,8 @@ pub(crate) enum Failure {
     Refused(String),
 }
 
+// Exactly once: the read models of features `sqlite` and `postgres`.
+#[cfg(any(feature = "sqlite", feature = "postgres"))]
 impl Failure {
     /// Exactly once: the stored offset was no longer `stored`.
     pub fn moved(stored: Offset) -> Self {
@@ -83,6 +87,7 @@ impl Failure {
 
 /// The journal a read model records for a projection (`recorded`, as stored): refused if it
 /// is no journal id at all (the table was written by hand).
+#[cfg(any(feature = "sqlite", feature = "postgres"))]
 pub(crate) fn recorded_journal(recorded: String) -> Result<JournalId, Failure> {
     JournalId::new(recorded.as_str()).map_err(|err| {
         Failure::Refused(format!(
@@ -147,7 +152,7 @@ pub(crate) trait Sink<Ev>: 'static {
 
 /// A projection of the entries of one tag, before it is started with a handler and a store:
 /// [`at_least_once`](Projection::at_least_once) (offsets in any [`OffsetStore`](crate::projection::OffsetStore)),
-/// [`exactly_once_sqlite`](Projection::exactly_once_sqlite) or `exactly_once_postgres`
+/// `exactly_once_sqlite` (feature `sqlite`, on by default) or `exactly_once_postgres`
 /// (feature `postgres`). See the [module documentation](crate::projection).
 pub struct Projection<D: EventDecoder> {
     pub(crate) journal: Arc<dyn Journal>,

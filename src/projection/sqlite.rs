@@ -1,5 +1,6 @@
 //! A read model in a SQLite file: exactly once (the handler writes in the transaction that
-//! stores the offset), or as the offset store of an at-least-once projection.
+//! stores the offset), or as the offset store of an at-least-once projection (feature
+//! `sqlite`, on by default).
 
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::path::{Path, PathBuf};
@@ -33,9 +34,10 @@ CREATE TABLE IF NOT EXISTS projection_journal (
     journal_id TEXT NOT NULL
 )";
 
-/// A read model in one SQLite file (WAL, `synchronous=FULL`: a commit is on disk when it
-/// returns), with the tables `projection_offset(projection, first_slice, last_slice,
-/// offset_transaction, offset_position, updated_at)` and `projection_journal(projection,
+/// A read model in one SQLite file (feature `sqlite`, on by default; WAL,
+/// `synchronous=FULL`: a commit is on disk when it returns), with the tables
+/// `projection_offset(projection, first_slice, last_slice, offset_transaction,
+/// offset_position, updated_at)` and `projection_journal(projection,
 /// journal_id)`: the [journal](crate::journal::Journal::journal_id) each projection follows,
 /// recorded at its first start; a start on another journal is refused.
 ///
@@ -453,11 +455,11 @@ impl<D: EventDecoder> Projection<D>
 where
     D::Event: Send + Sync,
 {
-    /// Starts the projection exactly once into the SQLite read model `model`, on the current
-    /// arbiter: `handler` gets each batch of events with the transaction in which the
-    /// projection then stores the batch's offset (an error or a panic rolls both back, and the
-    /// batch is retried). So after any crash the read model holds every event exactly once.
-    /// The handler runs on a blocking thread.
+    /// Starts the projection exactly once into the SQLite read model `model` (feature
+    /// `sqlite`, on by default), on the current arbiter: `handler` gets each batch of events
+    /// with the transaction in which the projection then stores the batch's offset (an error
+    /// or a panic rolls both back, and the batch is retried). So after any crash the read model
+    /// holds every event exactly once. The handler runs on a blocking thread.
     ///
     /// # Panics
     /// Outside an Actix system.

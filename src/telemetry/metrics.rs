@@ -96,7 +96,7 @@
 //! rejected, conflicts, catch_ups, recoveries, snapshots, snapshot_failures, refused,
 //! overloaded}_total`, all counters, each the field of that name.
 //!
-//! **SQLite journal** ([`SqliteStats`](crate::journal::SqliteStats)), label `journal`:
+//! **SQLite journal** (`SqliteStats`, feature `sqlite`), label `journal`:
 //!
 //! | name | type | meaning |
 //! |---|---|---|
@@ -367,6 +367,7 @@ meter! {
     }
 }
 
+#[cfg(feature = "sqlite")]
 meter! {
     /// A SQLite journal's metrics (published by its writer thread).
     SqliteMeter(crate::journal::SqliteStats, "journal") {
@@ -585,7 +586,8 @@ impl ProducerMeter {
     }
 }
 
-/// A journal writer's commit histograms.
+/// A journal writer's commit histograms (the journals of features `sqlite` and `postgres`).
+#[cfg(any(feature = "sqlite", feature = "postgres"))]
 macro_rules! journal_transaction {
     ($meter:ident, $stats:ty) => {
         impl $meter {
@@ -607,6 +609,7 @@ macro_rules! journal_transaction {
     };
 }
 
+#[cfg(feature = "sqlite")]
 journal_transaction!(SqliteMeter, crate::journal::SqliteStats);
 #[cfg(feature = "postgres")]
 journal_transaction!(PostgresMeter, crate::journal::PostgresStats);

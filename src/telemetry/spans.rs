@@ -21,6 +21,7 @@
 use tracing::field::Empty;
 use tracing::Span;
 
+#[cfg(any(feature = "sqlite", feature = "postgres"))]
 use crate::journal::write::{WriteOp, WriteRequest};
 use crate::protocol::envelope::Header;
 #[cfg(doc)]
@@ -45,7 +46,9 @@ pub(crate) fn handler(consumer: &str, header: &Header) -> Span {
     span
 }
 
-/// The span of the transaction that commits `group` in `journal`.
+/// The span of the transaction that commits `group` in `journal` (the journals of features
+/// `sqlite` and `postgres`).
+#[cfg(any(feature = "sqlite", feature = "postgres"))]
 pub(crate) fn journal_commit(journal: &'static str, group: &[WriteRequest]) -> Span {
     if !tracing::enabled!(target: "actix_delivery", tracing::Level::DEBUG) {
         return Span::none();

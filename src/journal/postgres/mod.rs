@@ -1,26 +1,38 @@
 //! The shared journal: PostgreSQL through `tokio-postgres`, group commit, fenced by the
 //! database (feature `postgres`).
+//!
+//! The module map: [`PostgresJournal`] here (its handle, its queue and the [`Journal`]
+//! calls), then one file per part:
+//!
+//! - `options`: [`PostgresOptions`] and [`PostgresStats`] (and the counters behind them);
+//! - `connection_string`: parsing a connection string without ever echoing its password;
+//! - `connector`: opening connections on the journal's runtime, and what a lost one is;
+//! - `tls`: TLS to the server (feature `tls`);
+//! - `schema`: the tables, their version check, creation and migrations (`*.sql`);
+//! - `statements`: the SQL of the writer's and readers' statements for one schema;
+//! - `writer`: the write connection and its group commit;
+//! - `reader`: the read connections and what the reads make of their rows;
+//! - `listener`: hearing of every process's tagged commits (`LISTEN/NOTIFY`).
 
-use std::error::Error as _;
 use std::fmt;
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread;
 
-use tokio::runtime::Handle;
 use tokio::sync::{mpsc, oneshot, Semaphore};
-use tokio_postgres::types::ToSql;
-use tokio_postgres::{Client, Config, NoTls, Statement};
 
 mod connection_string;
+mod connector;
 mod listener;
 mod options;
+mod reader;
 mod schema;
+mod statements;
 #[cfg(feature = "tls")]
 mod tls;
 mod writer;
 
 pub(crate) use connection_string::parse_config;
+pub(crate) use connector::is_connection_lost;
 pub(crate) use options::is_plain_identifier;
 pub use options::{PostgresOptions, PostgresStats};
 #[cfg(feature = "tls")]
@@ -28,14 +40,16 @@ pub use tls::PostgresTls;
 
 use crate::codec::Manifest;
 use crate::error::ErrorChain;
-use crate::journal::by_tag::corrupt_tag_row;
 use crate::journal::write::{WriteOp, WriteRequest};
 use crate::journal::{
-    check_max_events, check_payload, check_tagged_append, normalized, stored_manifest, Journal,
-    JournalError, JournalFuture, JournalId, Offset, PersistenceId, Snapshot, StoredEvent, Tag,
-    TagNotifications, TagQuery, TagSignal, TaggedEvent, MAX_SEQ,
+    check_max_events, check_payload, check_tagged_append, normalized, Journal, JournalError,
+    JournalFuture, JournalId, Offset, PersistenceId, Snapshot, StoredEvent, Tag, TagNotifications,
+    TagQuery, TagSignal, TaggedEvent, MAX_SEQ,
 };
+use connector::Connector;
 use options::Counters;
+use reader::Readers;
+use statements::Sql;
 
 /// The [`Journal`] for applications whose nodes share one database: PostgreSQL, through
 /// `tokio-postgres` (feature `postgres`). A commit is durable when PostgreSQL says it is
@@ -106,8 +120,9 @@ use options::Counters;
 /// one journal; when the last handle is dropped (or [`close`](Self::close)d), the writer
 /// finishes the writes already queued, replies to each, and the connections close.
 ///
-/// The tables and their version check: [`PostgresJournal::SCHEMA_SQL`]. TLS is not
-/// supported: connect over a trusted network or a Unix socket.
+/// The tables and their version check: [`PostgresJournal::SCHEMA_SQL`]. TLS needs the feature
+/// `tls` (`PostgresOptions::tls`: `sslmode=require` or `verify-full`); without it, connect over
+/// a trusted network or a Unix socket.
 #[derive(Clone)]
 pub struct PostgresJournal {
     shared: Arc<Shared>,
@@ -266,14 +281,7 @@ impl PostgresJournal {
             }
         };
 
-        let readers = Readers {
-            slots: (0..options.readers)
-                .map(|_| tokio::sync::Mutex::new(Slot::default()))
-                .collect(),
-            next: AtomicUsize::new(0),
-            connector,
-            counters: counters.clone(),
-        };
+        let readers = Readers::new(options.readers, connector, counters.clone());
         for slot in 0..options.readers {
             if let Err(err) = readers.connection(slot).await {
                 drop((writes, readers));
@@ -394,7 +402,7 @@ impl Journal for PostgresJournal {
                 manifest,
                 tags: normalized(tags),
             };
-            check_message(&id, &op)?;
+            writer::check_message(&id, &op)?;
             self.write(id, op).await
         })
     }
@@ -512,650 +520,6 @@ impl Journal for PostgresJournal {
     }
 }
 
-/// Refuses a write too large for one protocol message, before it is sent: the server would
-/// drop the connection, leaving its outcome unknown (though nothing would be stored).
-fn check_message(id: &PersistenceId, op: &WriteOp) -> Result<(), JournalError> {
-    let bytes = writer::message_bytes(id, op);
-    if writer::fits_one_message(bytes) {
-        return Ok(());
-    }
-    Err(JournalError::invalid(
-        id,
-        format!(
-            "an append of {} payload bytes needs a message of about {bytes} bytes, more than \
-             the {} PostgreSQL accepts in one (send it in smaller appends)",
-            op.bytes(),
-            writer::MAX_MESSAGE_BYTES
-        ),
-    ))
-}
-
-/// The SQL of the journal's statements, for one schema.
-struct Sql {
-    append: String,
-    delete_to: String,
-    save_snapshot: String,
-    highest_of: String,
-    replay: String,
-    highest: String,
-    load_snapshot: String,
-    by_tag: String,
-    ceiling: String,
-    /// What the writer's and listener's notifications carry: the schema's name.
-    schema: String,
-}
-
-impl Sql {
-    fn new(schema_name: &str) -> Self {
-        let events = schema::table(schema_name, "event_journal");
-        let streams = schema::table(schema_name, "stream_metadata");
-        let snapshots = schema::table(schema_name, "snapshot");
-        let tags = schema::table(schema_name, "event_tag");
-        Self {
-            // One row of $1..$3 and $7..$9 per append (at most one per stream): its stream, the
-            // seq it follows, its last seq and its manifest (codec, name, version); one row of
-            // $4..$6 per event: the append's row number, seq and payload. A new stream's row is inserted, a known one advanced, each only
-            // if it still says `prev`; the events of the appends that won are stored, the others
-            // leave no trace. Returns the row numbers of the winners. (`= ANY($1)` steers the
-            // planner to the primary key whatever it estimates for `unnest`: never a scan of
-            // every stream.) One row of $10..$13 per tag of an event: the append's row number,
-            // the event's seq, the tag, the stream's slice; the winners' go into event_tag.
-            append: format!(
-                "WITH input AS ( \
-                     SELECT * FROM unnest($1::text[], $2::int8[], $3::int8[], $7::int2[], \
-                     $8::text[], $9::int8[]) \
-                     WITH ORDINALITY AS i(persistence_id, prev, last, codec, manifest, version, n) \
-                 ), created AS ( \
-                     INSERT INTO {streams} AS m (persistence_id, highest_seq) \
-                     SELECT persistence_id, last FROM input WHERE prev = 0 \
-                     ON CONFLICT (persistence_id) DO UPDATE SET highest_seq = excluded.highest_seq \
-                     WHERE m.highest_seq = 0 \
-                     RETURNING m.persistence_id \
-                 ), advanced AS ( \
-                     UPDATE {streams} AS m SET highest_seq = input.last FROM input \
-                     WHERE m.persistence_id = ANY($1) AND m.persistence_id = input.persistence_id \
-                       AND input.prev > 0 AND m.highest_seq = input.prev \
-                     RETURNING m.persistence_id \
-                 ), won AS ( \
-                     SELECT input.n, input.persistence_id, input.codec, input.manifest, \
-                     input.version FROM input WHERE input.persistence_id IN \
-                     (SELECT persistence_id FROM created UNION ALL SELECT persistence_id FROM advanced) \
-                 ), stored AS ( \
-                     INSERT INTO {events} (persistence_id, seq_nr, payload, written_at, \
-                     ser_codec, ser_manifest, ser_version) \
-                     SELECT won.persistence_id, e.seq_nr, e.payload, now(), won.codec, \
-                     won.manifest, won.version \
-                     FROM unnest($4::int8[], $5::int8[], $6::bytea[]) AS e(n, seq_nr, payload) \
-                     JOIN won ON won.n = e.n \
-                 ), tagged AS ( \
-                     INSERT INTO {tags} (tag, persistence_id, seq_nr, slice) \
-                     SELECT t.tag, won.persistence_id, t.seq_nr, t.slice \
-                     FROM unnest($10::int8[], $11::int8[], $12::text[], $13::int2[]) \
-                     WITH ORDINALITY AS t(n, seq_nr, tag, slice, i) \
-                     JOIN won ON won.n = t.n ORDER BY t.i \
-                 ) \
-                 SELECT n FROM won"
-            ),
-            delete_to: format!("DELETE FROM {events} WHERE persistence_id = $1 AND seq_nr <= $2"),
-            // Stores the snapshot unless it is beyond the highest seq or older than the
-            // current one; returns the highest seq (to tell the first case).
-            save_snapshot: format!(
-                "WITH h AS ( \
-                     SELECT coalesce((SELECT highest_seq FROM {streams} WHERE persistence_id = $1), 0) \
-                     AS highest \
-                 ), saved AS ( \
-                     INSERT INTO {snapshots} AS s (persistence_id, seq_nr, payload, written_at, \
-                     ser_codec, ser_manifest, ser_version) \
-                     SELECT $1, $2, $3, now(), $4, $5, $6 FROM h WHERE $2 <= h.highest \
-                     ON CONFLICT (persistence_id) DO UPDATE \
-                     SET seq_nr = excluded.seq_nr, payload = excluded.payload, \
-                         written_at = excluded.written_at, ser_codec = excluded.ser_codec, \
-                         ser_manifest = excluded.ser_manifest, ser_version = excluded.ser_version \
-                     WHERE excluded.seq_nr >= s.seq_nr \
-                 ) \
-                 SELECT highest FROM h"
-            ),
-            highest_of: format!(
-                "SELECT persistence_id, highest_seq FROM {streams} WHERE persistence_id = ANY($1)"
-            ),
-            replay: format!(
-                "SELECT seq_nr, payload, ser_codec, ser_manifest, ser_version FROM {events} \
-                 WHERE persistence_id = $1 AND seq_nr >= $2 AND seq_nr <= $3 \
-                 ORDER BY seq_nr LIMIT $4"
-            ),
-            highest: format!("SELECT highest_seq FROM {streams} WHERE persistence_id = $1"),
-            load_snapshot: format!(
-                "SELECT seq_nr, payload, ser_codec, ser_manifest, ser_version FROM {snapshots} \
-                 WHERE persistence_id = $1"
-            ),
-            // Only rows of transactions below the snapshot's horizon: see schema.sql.
-            by_tag: format!(
-                "SELECT t.txid::text::int8, t.ordering, t.persistence_id, t.seq_nr, \
-                 (extract(epoch FROM t.written_at) * 1000000)::int8, \
-                 e.payload, e.ser_codec, e.ser_manifest, e.ser_version \
-                 FROM {tags} t LEFT JOIN {events} e \
-                   ON e.persistence_id = t.persistence_id AND e.seq_nr = t.seq_nr \
-                 WHERE t.tag = $1 AND (t.txid, t.ordering) > ($2::int8::text::xid8, $3) \
-                   AND t.txid < pg_snapshot_xmin(pg_current_snapshot()) \
-                   AND t.slice BETWEEN $4 AND $5 \
-                 ORDER BY t.txid, t.ordering LIMIT $6"
-            ),
-            ceiling: schema::highest_offset_sql(schema_name),
-            schema: schema_name.to_owned(),
-        }
-    }
-}
-
-/// Opens connections, on the journal's runtime.
-#[derive(Clone)]
-struct Connector {
-    config: Config,
-    runtime: Handle,
-    connect_timeout: std::time::Duration,
-    sql: Arc<Sql>,
-    #[cfg(feature = "tls")]
-    tls: Option<tls::MakeRustls>,
-}
-
-impl Connector {
-    /// Connects; must run on the journal's runtime (which then drives the connection).
-    async fn open(&self) -> Result<Client, JournalError> {
-        self.open_forwarding(None).await
-    }
-
-    /// Connects as [`open`](Self::open); the payloads of the notifications the connection
-    /// receives (once it `LISTEN`s) go to `notifications`, if given.
-    async fn open_forwarding(
-        &self,
-        notifications: Option<mpsc::UnboundedSender<String>>,
-    ) -> Result<Client, JournalError> {
-        #[cfg(feature = "tls")]
-        if let Some(tls) = &self.tls {
-            return self.open_with(tls.clone(), notifications).await;
-        }
-        self.open_with(NoTls, notifications).await
-    }
-
-    async fn open_with<T>(
-        &self,
-        tls: T,
-        notifications: Option<mpsc::UnboundedSender<String>>,
-    ) -> Result<Client, JournalError>
-    where
-        T: tokio_postgres::tls::MakeTlsConnect<tokio_postgres::Socket>,
-        T::Stream: Send + 'static,
-    {
-        let connecting = tokio::time::timeout(self.connect_timeout, self.config.connect(tls));
-        let (client, connection) = match connecting.await {
-            Ok(Ok(connected)) => connected,
-            Ok(Err(err)) => return Err(db_error(None, "cannot connect to PostgreSQL", &err)),
-            Err(_) => {
-                return Err(JournalError::storage(
-                    None,
-                    format!(
-                        "cannot connect to PostgreSQL: no answer within {:?}",
-                        self.connect_timeout
-                    ),
-                ))
-            }
-        };
-        let Some(notifications) = notifications else {
-            tokio::spawn(async move {
-                if let Err(err) = connection.await {
-                    log::debug!(
-                        "journal: a PostgreSQL connection ended: {}",
-                        ErrorChain(&err)
-                    );
-                }
-            });
-            return Ok(client);
-        };
-        tokio::spawn(async move {
-            let mut connection = connection;
-            let mut messages = futures_util::stream::poll_fn(|cx| connection.poll_message(cx));
-            while let Some(message) = futures_util::StreamExt::next(&mut messages).await {
-                match message {
-                    Ok(tokio_postgres::AsyncMessage::Notification(notification)) => {
-                        let _ = notifications.send(notification.payload().to_owned());
-                    }
-                    Ok(_) => {}
-                    Err(err) => {
-                        log::debug!(
-                            "journal: a PostgreSQL connection ended: {}",
-                            ErrorChain(&err)
-                        );
-                        break;
-                    }
-                }
-            }
-        });
-        Ok(client)
-    }
-
-    /// Opens a read connection with its statements prepared; from any runtime.
-    async fn open_reader(&self) -> Result<ReadConnection, JournalError> {
-        let connector = self.clone();
-        let opening = self.runtime.spawn(async move {
-            let client = connector.open().await?;
-            let sql = &connector.sql;
-            let prepared = async {
-                Ok::<_, tokio_postgres::Error>((
-                    client.prepare(&sql.replay).await?,
-                    client.prepare(&sql.highest).await?,
-                    client.prepare(&sql.load_snapshot).await?,
-                    client.prepare(&sql.by_tag).await?,
-                    client.prepare(&sql.ceiling).await?,
-                ))
-            }
-            .await;
-            let (replay, highest, load_snapshot, by_tag, ceiling) = prepared
-                .map_err(|err| db_error(None, "cannot prepare the journal's reads", &err))?;
-            Ok(ReadConnection {
-                client,
-                replay,
-                highest,
-                load_snapshot,
-                by_tag,
-                ceiling,
-            })
-        });
-        opening.await.unwrap_or(Err(JournalError::Closed))
-    }
-}
-
-/// A read connection and its prepared statements.
-struct ReadConnection {
-    client: Client,
-    replay: Statement,
-    highest: Statement,
-    load_snapshot: Statement,
-    by_tag: Statement,
-    ceiling: Statement,
-}
-
-/// The read connections: each read takes the next in turn (and pipelines with the others
-/// on it); a lost one is replaced by the next read that comes to it.
-struct Readers {
-    slots: Vec<tokio::sync::Mutex<Slot>>,
-    next: AtomicUsize,
-    connector: Connector,
-    counters: Arc<Counters>,
-}
-
-/// One read connection's place.
-#[derive(Default)]
-struct Slot {
-    connection: Option<Arc<ReadConnection>>,
-    /// Whether it ever had one (so that the next one counts as a reconnect).
-    opened: bool,
-}
-
-impl Readers {
-    /// The connection of `slot`, connecting if it has none or lost it.
-    async fn connection(&self, slot: usize) -> Result<Arc<ReadConnection>, JournalError> {
-        let mut held = self.slots[slot].lock().await;
-        if let Some(connection) = &held.connection {
-            if !connection.client.is_closed() {
-                return Ok(connection.clone());
-            }
-        }
-        let connection = Arc::new(self.connector.open_reader().await?);
-        if held.opened {
-            Counters::add(&self.counters.reconnects, 1);
-        }
-        *held = Slot {
-            connection: Some(connection.clone()),
-            opened: true,
-        };
-        Ok(connection)
-    }
-
-    /// Forgets `slot`'s connection if it is still `lost`.
-    async fn discard(&self, slot: usize, lost: &Arc<ReadConnection>) {
-        let mut held = self.slots[slot].lock().await;
-        if held
-            .connection
-            .as_ref()
-            .is_some_and(|c| Arc::ptr_eq(c, lost))
-        {
-            held.connection = None;
-        }
-    }
-
-    /// Runs `statement` of the next connection with `params` and reads its rows with
-    /// `read`; once more on a new connection if it failed because its connection was lost
-    /// (reads change nothing, so a retry is safe). Errors name stream `id`, if any.
-    async fn run<T>(
-        &self,
-        id: Option<&PersistenceId>,
-        what: &str,
-        statement: fn(&ReadConnection) -> &Statement,
-        params: &[&(dyn ToSql + Sync)],
-        read: impl FnOnce(Vec<tokio_postgres::Row>) -> Result<T, JournalError>,
-    ) -> Result<T, JournalError> {
-        let slot = self.next.fetch_add(1, Ordering::Relaxed) % self.slots.len();
-        let mut retried = false;
-        loop {
-            let connection = self.connection(slot).await?;
-            match connection
-                .client
-                .query(statement(&connection), params)
-                .await
-            {
-                Ok(rows) => return read(rows),
-                Err(err) if !retried && is_connection_lost(&err) => {
-                    self.discard(slot, &connection).await;
-                    retried = true;
-                }
-                Err(err) => return Err(db_error(id, what, &err)),
-            }
-        }
-    }
-
-    async fn replay(
-        &self,
-        id: &PersistenceId,
-        from_seq: u64,
-        to_seq: u64,
-        max_events: usize,
-    ) -> Result<Vec<StoredEvent>, JournalError> {
-        let (from, to) = (sql_bound(from_seq), sql_bound(to_seq));
-        let limit = i64::try_from(max_events).unwrap_or(i64::MAX);
-        let params: [&(dyn ToSql + Sync); 4] = [&id.as_str(), &from, &to, &limit];
-        let events = self
-            .run(
-                Some(id),
-                "replay failed",
-                |c| &c.replay,
-                &params,
-                |rows| Replayed::from_rows(id, rows),
-            )
-            .await?;
-        check_replayed(id, from_seq, to_seq, events.0)
-    }
-
-    async fn highest_seq(&self, id: &PersistenceId) -> Result<u64, JournalError> {
-        let highest = self
-            .run(
-                Some(id),
-                "reading the highest seq failed",
-                |c| &c.highest,
-                &[&id.as_str()],
-                |rows| Highest::from_rows(id, rows),
-            )
-            .await?;
-        Ok(highest.0)
-    }
-
-    async fn load_snapshot(&self, id: &PersistenceId) -> Result<Option<Snapshot>, JournalError> {
-        self.run(
-            Some(id),
-            "loading the snapshot failed",
-            |c| &c.load_snapshot,
-            &[&id.as_str()],
-            |rows| Option::<Snapshot>::from_rows(id, rows),
-        )
-        .await
-    }
-
-    async fn by_tag(
-        &self,
-        query: &TagQuery,
-        after: Offset,
-        max_events: usize,
-    ) -> Result<Vec<TaggedEvent>, JournalError> {
-        let Some((transaction, position)) = after.to_bigints() else {
-            return Err(JournalError::InvalidArgument {
-                persistence_id: None,
-                reason: format!("offset {after} is beyond any PostgreSQL offset"),
-            });
-        };
-        let (first, last) = (query.slices.first() as i16, query.slices.last() as i16);
-        let limit = i64::try_from(max_events).unwrap_or(i64::MAX);
-        let params: [&(dyn ToSql + Sync); 6] = [
-            &query.tag.as_str(),
-            &transaction,
-            &position,
-            &first,
-            &last,
-            &limit,
-        ];
-        let what = format!("reading tag `{}` failed", query.tag);
-        self.run(
-            None,
-            &what,
-            |c| &c.by_tag,
-            &params,
-            |rows| tagged_events(query, after, rows),
-        )
-        .await
-    }
-}
-
-impl Readers {
-    /// See [`PostgresJournal::offset_ceiling`](Journal::offset_ceiling).
-    async fn ceiling(&self) -> Result<Offset, JournalError> {
-        self.run(
-            None,
-            "reading the offset ceiling failed",
-            |c| &c.ceiling,
-            &[],
-            |rows| {
-                let Some(row) = rows.first() else {
-                    return Ok(Offset::START);
-                };
-                let read =
-                    (|| Ok::<_, tokio_postgres::Error>((row.try_get(0)?, row.try_get(1)?)))();
-                match read {
-                    Ok((transaction, position)) => {
-                        offset_of(transaction, position).ok_or_else(|| {
-                            JournalError::storage(
-                                None,
-                                format!("a tag row at offset {transaction}:{position}"),
-                            )
-                        })
-                    }
-                    Err(err) => Err(JournalError::storage(
-                        None,
-                        format!("reading the offset ceiling: {}", ErrorChain(&err)),
-                    )),
-                }
-            },
-        )
-        .await
-    }
-}
-
-/// The offset of a tag row's `txid` and `ordering`, unless one of them is negative.
-fn offset_of(transaction: i64, position: i64) -> Option<Offset> {
-    match (u64::try_from(transaction), u64::try_from(position)) {
-        (Ok(transaction), Ok(position)) => Some(Offset::from_parts(transaction, position)),
-        _ => None,
-    }
-}
-
-/// The entries of a read by tag after `after`, from its rows.
-fn tagged_events(
-    query: &TagQuery,
-    after: Offset,
-    rows: Vec<tokio_postgres::Row>,
-) -> Result<Vec<TaggedEvent>, JournalError> {
-    let corrupt_row = |err: &dyn std::fmt::Display| corrupt_tag_row(query, err);
-    let mut events = Vec::with_capacity(rows.len());
-    let mut last = None;
-    let mut previous = after;
-    for row in rows {
-        let transaction: i64 = row
-            .try_get(0)
-            .map_err(|err| corrupt_row(&ErrorChain(&err)))?;
-        let position: i64 = row
-            .try_get(1)
-            .map_err(|err| corrupt_row(&ErrorChain(&err)))?;
-        let id: String = row
-            .try_get(2)
-            .map_err(|err| corrupt_row(&ErrorChain(&err)))?;
-        let id = PersistenceId::new(id).map_err(|err| corrupt_row(&err))?;
-        let raw_seq: i64 = row.try_get(3).map_err(|err| corrupt(&id, 0, &err))?;
-        let seq = seq_from_sql(&id, raw_seq, 0)?;
-        let micros: i64 = row.try_get(4).map_err(|err| corrupt(&id, seq, &err))?;
-        let written_at = std::time::UNIX_EPOCH
-            + std::time::Duration::from_micros(u64::try_from(micros).unwrap_or(0));
-        let Some(offset) = offset_of(transaction, position) else {
-            return Err(corrupt_row(&format!("offset {transaction}:{position}")));
-        };
-        if offset <= previous {
-            return Err(corrupt_row(&format!(
-                "offset {offset} after {previous}: out of order"
-            )));
-        }
-        previous = offset;
-        let payload: Option<Vec<u8>> = row.try_get(5).map_err(|err| corrupt(&id, seq, &err))?;
-        let event = match payload {
-            Some(payload) => Some(StoredEvent {
-                seq,
-                payload,
-                manifest: manifest_at(&row, 6, &id, seq, &mut last)?,
-            }),
-            None => None,
-        };
-        events.push(TaggedEvent {
-            offset,
-            persistence_id: id,
-            seq,
-            written_at,
-            event,
-        });
-    }
-    Ok(events)
-}
-
-/// What a read makes of its rows.
-trait FromRows: Sized {
-    fn from_rows(id: &PersistenceId, rows: Vec<tokio_postgres::Row>) -> Result<Self, JournalError>;
-}
-
-struct Replayed(Vec<StoredEvent>);
-
-impl FromRows for Replayed {
-    fn from_rows(id: &PersistenceId, rows: Vec<tokio_postgres::Row>) -> Result<Self, JournalError> {
-        let mut events = Vec::with_capacity(rows.len());
-        let mut last = None;
-        for row in rows {
-            let raw: i64 = row.try_get(0).map_err(|err| corrupt(id, 0, &err))?;
-            let seq = seq_from_sql(id, raw, 0)?;
-            let payload: Vec<u8> = row.try_get(1).map_err(|err| corrupt(id, seq, &err))?;
-            let manifest = manifest(&row, id, seq, &mut last)?;
-            events.push(StoredEvent {
-                seq,
-                payload,
-                manifest,
-            });
-        }
-        Ok(Self(events))
-    }
-}
-
-struct Highest(u64);
-
-impl FromRows for Highest {
-    fn from_rows(id: &PersistenceId, rows: Vec<tokio_postgres::Row>) -> Result<Self, JournalError> {
-        match rows.first() {
-            None => Ok(Self(0)),
-            Some(row) => {
-                let raw: i64 = row.try_get(0).map_err(|err| corrupt(id, 0, &err))?;
-                Ok(Self(seq_from_sql(id, raw, 0)?))
-            }
-        }
-    }
-}
-
-impl FromRows for Option<Snapshot> {
-    fn from_rows(id: &PersistenceId, rows: Vec<tokio_postgres::Row>) -> Result<Self, JournalError> {
-        let Some(row) = rows.first() else {
-            return Ok(None);
-        };
-        let raw: i64 = row.try_get(0).map_err(|err| corrupt(id, 0, &err))?;
-        let seq = seq_from_sql(id, raw, 0)?;
-        if seq == 0 {
-            return Err(JournalError::Corrupt {
-                persistence_id: id.clone(),
-                seq,
-                reason: "a snapshot at seq 0".into(),
-            });
-        }
-        let payload: Vec<u8> = row.try_get(1).map_err(|err| corrupt(id, seq, &err))?;
-        let manifest = manifest(row, id, seq, &mut None)?;
-        Ok(Some(Snapshot {
-            seq,
-            payload,
-            manifest,
-        }))
-    }
-}
-
-/// The manifest in columns 2 to 4 of `row` (see [`stored_manifest`]).
-fn manifest(
-    row: &tokio_postgres::Row,
-    id: &PersistenceId,
-    seq: u64,
-    last: &mut Option<Manifest>,
-) -> Result<Manifest, JournalError> {
-    manifest_at(row, 2, id, seq, last)
-}
-
-/// The manifest in columns `first` to `first + 2` of `row` (see [`stored_manifest`]).
-fn manifest_at(
-    row: &tokio_postgres::Row,
-    first: usize,
-    id: &PersistenceId,
-    seq: u64,
-    last: &mut Option<Manifest>,
-) -> Result<Manifest, JournalError> {
-    let codec: i16 = row.try_get(first).map_err(|err| corrupt(id, seq, &err))?;
-    let name: &str = row
-        .try_get(first + 1)
-        .map_err(|err| corrupt(id, seq, &err))?;
-    let version: i64 = row
-        .try_get(first + 2)
-        .map_err(|err| corrupt(id, seq, &err))?;
-    stored_manifest(id, seq, (i64::from(codec), name, version), last)
-}
-
-/// Checks that replayed events are ascending and within the range asked for.
-fn check_replayed(
-    id: &PersistenceId,
-    from_seq: u64,
-    to_seq: u64,
-    events: Vec<StoredEvent>,
-) -> Result<Vec<StoredEvent>, JournalError> {
-    let mut expected = from_seq.max(1);
-    for event in &events {
-        if event.seq < expected || event.seq > to_seq {
-            return Err(JournalError::Corrupt {
-                persistence_id: id.clone(),
-                seq: event.seq,
-                reason: format!("out of order: expected seq {expected} or later"),
-            });
-        }
-        expected = event.seq + 1;
-    }
-    Ok(events)
-}
-
-/// SQL integers are `i64`; a bound above `i64::MAX` means "no bound".
-fn sql_bound(seq: u64) -> i64 {
-    i64::try_from(seq).unwrap_or(i64::MAX)
-}
-
-/// A stored value that is not what the schema says.
-fn corrupt(id: &PersistenceId, seq: u64, err: &tokio_postgres::Error) -> JournalError {
-    JournalError::Corrupt {
-        persistence_id: id.clone(),
-        seq,
-        reason: ErrorChain(err).to_string(),
-    }
-}
-
 /// A seq read from the database: must be within `0..=MAX_SEQ`, else the data is corrupt
 /// (reported at `context_seq`).
 fn seq_from_sql(id: &PersistenceId, raw: i64, context_seq: u64) -> Result<u64, JournalError> {
@@ -1167,21 +531,6 @@ fn seq_from_sql(id: &PersistenceId, raw: i64, context_seq: u64) -> Result<u64, J
             reason: format!("a stored seq_nr of {raw} is out of range"),
         }),
     }
-}
-
-/// Whether `err` means the connection is gone (rather than a statement failing on a live
-/// one): closed, an I/O error, or the server ending the session (class 57: shutdown,
-/// `pg_terminate_backend`; class 08: connection exceptions).
-pub(crate) fn is_connection_lost(err: &tokio_postgres::Error) -> bool {
-    if err.is_closed() {
-        return true;
-    }
-    if let Some(code) = err.code() {
-        let code = code.code();
-        return code.starts_with("57P") || code.starts_with("08");
-    }
-    err.source()
-        .is_some_and(|source| source.downcast_ref::<std::io::Error>().is_some())
 }
 
 /// A [`JournalError::Storage`] for a failed database operation: `what`, then the error with

@@ -36,7 +36,7 @@ use crate::journal::JournalError;
 /// `reconnect_min_ms` / `reconnect_max_ms` for `reconnect_backoff`); missing keys keep their
 /// defaults. Setters called on the loaded value win over it. Not data, so never loaded: the
 /// connection string (it holds the password; [`PostgresJournal::connect_with`]'s argument)
-/// and [`tls`](Self::tls). Invalid values are refused when the journal connects.
+/// and `tls` (feature `tls`). Invalid values are refused when the journal connects.
 ///
 /// ```
 /// # use actix_delivery::journal::PostgresOptions;

@@ -51,7 +51,7 @@ pub(super) const TAGS_CHANNEL: &str = "actix_delivery_tags";
 /// cannot buffer fails the same way): `PQ_LARGE_MESSAGE_LIMIT`, 1 GiB - 2 bytes, its length
 /// word included. A larger one makes the server drop the connection, so a write that would
 /// need one must never be sent: its outcome would be unknown, though nothing was stored.
-pub(super) const MAX_MESSAGE_BYTES: usize = (1 << 30) - 2;
+const MAX_MESSAGE_BYTES: usize = (1 << 30) - 2;
 /// A bound on the message bytes of an append step beyond its appends (the Bind message's
 /// header, statement name, formats and nine array headers).
 const STEP_OVERHEAD: usize = 1024;
@@ -62,7 +62,7 @@ const STEP_OVERHEAD: usize = 1024;
 /// array element with a 4-byte length; per event its row number, seq and payload likewise
 /// (the payload also padded to 4 bytes in the server's array). A delete or a snapshot is a
 /// step of its own, of about its payload.
-pub(super) fn message_bytes(id: &PersistenceId, op: &WriteOp) -> usize {
+fn message_bytes(id: &PersistenceId, op: &WriteOp) -> usize {
     let id = 4 + id.as_str().len() + 2 * 12;
     match op {
         WriteOp::Append {
@@ -97,7 +97,7 @@ fn manifest_bytes(manifest: &Manifest) -> usize {
 }
 
 /// Whether a step of `bytes` (from [`message_bytes`]) fits one message.
-pub(super) fn fits_one_message(bytes: usize) -> bool {
+fn fits_one_message(bytes: usize) -> bool {
     bytes.saturating_add(STEP_OVERHEAD) <= MAX_MESSAGE_BYTES
 }
 
@@ -981,6 +981,24 @@ impl Group {
         self.requests.push(request);
         None
     }
+}
+
+/// Refuses a write too large for one protocol message, before it is sent: the server would
+/// drop the connection, leaving its outcome unknown (though nothing would be stored).
+pub(super) fn check_message(id: &PersistenceId, op: &WriteOp) -> Result<(), JournalError> {
+    let bytes = message_bytes(id, op);
+    if fits_one_message(bytes) {
+        return Ok(());
+    }
+    Err(JournalError::invalid(
+        id,
+        format!(
+            "an append of {} payload bytes needs a message of about {bytes} bytes, more than \
+             the {} PostgreSQL accepts in one (send it in smaller appends)",
+            op.bytes(),
+            MAX_MESSAGE_BYTES
+        ),
+    ))
 }
 
 #[cfg(test)]

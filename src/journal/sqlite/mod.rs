@@ -1,4 +1,5 @@
-//! The embedded durable journal: one SQLite file, WAL, `synchronous=FULL`, group commit.
+//! The embedded durable journal: one SQLite file, WAL, `synchronous=FULL`, group commit
+//! (feature `sqlite`, on by default).
 
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
@@ -34,7 +35,8 @@ const HIGHEST_SQL: &str = "SELECT max(\
 
 /// The embedded durable [`Journal`]: one SQLite file (plus its `-wal`, `-shm` and `-lock`
 /// companions) in WAL mode with `synchronous=FULL`, so a commit is on disk when it returns.
-/// No server, no system library (SQLite is compiled in).
+/// No server, no system library (SQLite is compiled in: feature `sqlite`, on by default; an
+/// application that only uses PostgreSQL turns it off and compiles no SQLite).
 ///
 /// ```no_run
 /// use actix_delivery::journal::{Journal, PersistenceId, SqliteJournal};

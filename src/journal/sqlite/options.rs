@@ -7,8 +7,8 @@ use serde::{Deserialize, Serialize};
 
 use crate::journal::JournalError;
 
-/// Settings of a [`SqliteJournal`](super::SqliteJournal); start from `default()` and change
-/// what you need:
+/// Settings of a [`SqliteJournal`](super::SqliteJournal) (feature `sqlite`, on by default);
+/// start from `default()` and change what you need:
 ///
 /// ```
 /// # use actix_delivery::journal::SqliteOptions;
@@ -201,7 +201,8 @@ impl SqliteOptions {
     }
 }
 
-/// Counters of a [`SqliteJournal`](super::SqliteJournal) since it was opened.
+/// Counters of a [`SqliteJournal`](super::SqliteJournal) since it was opened (feature
+/// `sqlite`, on by default).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct SqliteStats {
@@ -220,7 +221,8 @@ pub struct SqliteStats {
     pub queued: usize,
 }
 
-/// How durable a [`SqliteJournal`](super::SqliteJournal)'s commits are: the settings of its
+/// How durable a [`SqliteJournal`](super::SqliteJournal)'s commits are (feature `sqlite`, on
+/// by default): the settings of its
 /// write connection, read back from that connection once it is set up (they are per
 /// connection, so another connection to the file may report otherwise). A journal commits
 /// durably with `synchronous` FULL (2), so that a commit is on disk when it returns, and

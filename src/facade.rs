@@ -4,11 +4,11 @@ use actix::{Actor, ArbiterHandle, Supervisor};
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 
-use crate::consumer::{ConsumerController, ConsumerHandle};
+use crate::delivery::consumer::{ConsumerController, ConsumerHandle};
+use crate::delivery::options::{ConsumerOptions, ProducerOptions};
+use crate::delivery::producer::{ProducerController, ProducerHandle};
 use crate::durable::DurableOptions;
 use crate::error::OptionsError;
-use crate::options::{ConsumerOptions, ProducerOptions};
-use crate::producer::{ProducerController, ProducerHandle};
 use crate::sharding::{EntityMessage, ShardedProducerHandle, ShardedProducerOptions};
 use crate::work_pulling::{WorkPullingHandle, WorkPullingOptions};
 

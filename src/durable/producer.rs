@@ -9,10 +9,11 @@ use actix::prelude::*;
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 
-use crate::alarm::now;
 use crate::codec::{Codec, CodecError, Upcast, MAX_ENCODED_BYTES};
 use crate::config::ProducerConfig;
-use crate::confirmation::Confirmation;
+use crate::delivery::confirmation::Confirmation;
+use crate::delivery::producer::ProducerController;
+use crate::delivery::producer_core::Core;
 use crate::durable::log::{
     decode_body, encode_body, type_names, LogCommand, LogRefusal, LogReply, ProducerLog,
 };
@@ -21,11 +22,10 @@ use crate::error::{DeliveryError, ErrorChain, Failure};
 use crate::journal::{JournalError, PersistenceId};
 use crate::persistence::type_names::TypeNames;
 use crate::persistence::{CommandError, PersistentConfig, PersistentHandle};
-use crate::producer::ProducerController;
-use crate::producer_core::Core;
 use crate::protocol::chunk::producer::ChunkedProducer;
 use crate::protocol::envelope::Incarnation;
 use crate::protocol::producer::ProducerCore;
+use crate::runtime::alarm::now;
 
 mod chunks;
 

@@ -66,6 +66,7 @@ use std::future::Future;
 use std::pin::Pin;
 
 use crate::codec::Manifest;
+use crate::runtime::random::random_u64;
 
 mod by_tag;
 mod error;
@@ -495,6 +496,14 @@ pub(crate) fn check_snapshot(
         ));
     }
     Ok(())
+}
+
+impl JournalId {
+    /// A new random id: 128 bits from the OS's random number generator, as 32 hex digits.
+    pub fn random() -> Self {
+        let high = random_u64();
+        Self::from_draws(high, random_u64())
+    }
 }
 
 #[cfg(test)]

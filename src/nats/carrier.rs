@@ -13,16 +13,17 @@ use serde::Serialize;
 use tokio_util::sync::CancellationToken;
 
 use crate::codec::MAX_ENCODED_BYTES;
-use crate::consumer::ConsumerHandle;
+use crate::delivery::consumer::ConsumerHandle;
+use crate::delivery::message::{ChunkDelivery, ConsumerRef, Delivery, ReplyTo};
 use crate::error::ErrorChain;
-use crate::message::{ChunkDelivery, ConsumerRef, Delivery, ReplyTo};
-use crate::protocol::envelope::{random_u64, Ack};
+use crate::protocol::envelope::Ack;
 use crate::remote::frame::{Frame, CHUNK_FRAME_OVERHEAD, PROTOCOL_VERSION};
 use crate::remote::inbound::ExposedConsumer;
 use crate::remote::outbound::{encode, encode_chunks, Group};
 use crate::remote::routes::Routes;
 use crate::remote::schema::{BodySchema, Schemas};
 use crate::remote::stats::{add, Warning, Warnings};
+use crate::runtime::random::random_u64;
 
 use super::inbound::{serve, Serving};
 use super::notices::Notices;

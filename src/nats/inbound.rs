@@ -9,7 +9,7 @@ use futures_util::StreamExt;
 use hashlink::LruCache;
 use tokio_util::sync::CancellationToken;
 
-use crate::message::ReplyTo;
+use crate::delivery::message::ReplyTo;
 use crate::remote::frame::Frame;
 use crate::remote::inbound::{Dispatched, Exposed};
 use crate::remote::stats::{add, Warning};

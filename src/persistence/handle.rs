@@ -6,8 +6,8 @@ use std::sync::Arc;
 use actix::prelude::*;
 use tokio::sync::{oneshot, watch};
 
+use crate::delivery::handler::DeliveryHandler;
 use crate::error::{Failure, OptionsError, StartError};
-use crate::handler::DeliveryHandler;
 use crate::journal::{Journal, PersistenceId};
 use crate::persistence::actor::{
     Ask, Execute, GetPersistentStats, HandlesDropped, PersistentActor, StopPersistent,
@@ -19,7 +19,7 @@ use crate::persistence::error::CommandError;
 use crate::persistence::outbox::Outbox;
 use crate::persistence::type_names::TypeNames;
 use crate::protocol::envelope::DeliveryInfo;
-use crate::stop_signal::{wait_for_stop, wait_opened, Life, StopSignal, SubscribeStopped};
+use crate::runtime::stop_signal::{wait_for_stop, wait_opened, Life, StopSignal, SubscribeStopped};
 
 /// The application's side of a [`PersistentActor`]: ask it commands, stop it. Cheap to clone.
 ///

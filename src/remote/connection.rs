@@ -16,12 +16,13 @@ use tokio_util::codec::{FramedRead, LengthDelimitedCodec};
 
 #[cfg(feature = "tls")]
 use crate::error::ErrorChain;
-use crate::remote::auth::{random_nonce, Opener, Sealer};
+use crate::remote::auth::{Nonce, Opener, Sealer};
 use crate::remote::frame::{Frame, HANDSHAKE_MAX_FRAME};
 use crate::remote::handshake::{Client, HandshakeError, Local, Server, Session};
 use crate::remote::node::Shared;
 use crate::remote::output::Output;
 use crate::remote::stats::{add, Counters, Warning};
+use crate::runtime::random::random_bytes;
 
 /// The reading half of a connection (a socket's, or its TLS stream's).
 pub(crate) type ReadStream = Box<dyn AsyncRead + Send + Unpin>;
@@ -422,4 +423,9 @@ pub(crate) async fn accept_handshake(
     writer.write_all(&accepted).await.map_err(|_| Failure::Io)?;
     writer.flush().await.map_err(|_| Failure::Io)?;
     Ok(established(halves, local, session))
+}
+
+/// A fresh handshake nonce from the OS CSPRNG.
+fn random_nonce() -> Nonce {
+    random_bytes()
 }

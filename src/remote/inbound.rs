@@ -13,8 +13,8 @@ use serde::de::DeserializeOwned;
 use tokio::net::{TcpListener, TcpStream};
 use tokio_util::sync::CancellationToken;
 
-use crate::consumer::ConsumerHandle;
-use crate::message::{
+use crate::delivery::consumer::ConsumerHandle;
+use crate::delivery::message::{
     ChunkDeliveries, ChunkDelivery, Decode, Deliveries, Delivery, ReplyTo, Undecodable,
 };
 use crate::protocol::envelope::{Ack, Header, ProducerId};

@@ -12,8 +12,8 @@ use serde::de::DeserializeOwned;
 use serde::Serialize;
 use tokio_util::sync::CancellationToken;
 
-use crate::consumer::ConsumerHandle;
-use crate::message::{ConsumerRef, Delivery};
+use crate::delivery::consumer::ConsumerHandle;
+use crate::delivery::message::{ConsumerRef, Delivery};
 use crate::protocol::envelope::MAX_ID_BYTES;
 use crate::remote::auth::NodeId;
 use crate::remote::frame::CHUNK_FRAME_OVERHEAD;
@@ -25,6 +25,7 @@ use crate::remote::peer::PeerAddr;
 use crate::remote::pending::Pending;
 use crate::remote::schema::{BodySchema, Schemas};
 use crate::remote::stats::{Counters, NodeStats, Warnings};
+use crate::runtime::random::random_bytes;
 
 /// Why a consumer name was refused.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
@@ -420,6 +421,16 @@ impl Node {
     /// handed out drop their deliveries from now on.
     pub fn stop(&self) {
         self.shared().shut_down();
+    }
+}
+
+impl NodeId {
+    /// A fresh id from the OS CSPRNG.
+    ///
+    /// # Panics
+    /// If the operating system cannot provide randomness.
+    pub fn random() -> Self {
+        Self::from_bytes(random_bytes())
     }
 }
 

@@ -14,8 +14,8 @@ use serde::Serialize;
 use tokio::net::TcpStream;
 use tokio::sync::{watch, Notify};
 
+use crate::delivery::message::{ChunkDelivery, Delivery, ReplyTo};
 use crate::error::ErrorChain;
-use crate::message::{ChunkDelivery, Delivery, ReplyTo};
 use crate::protocol::envelope::{Ack, Incarnation, ProducerId};
 use crate::remote::auth::NodeId;
 use crate::remote::backoff::Reconnect;
@@ -288,7 +288,7 @@ impl Outbound {
         let mut backoff = Reconnect::new(
             options.config.reconnect_min,
             options.config.reconnect_max,
-            crate::protocol::envelope::random_u64(),
+            crate::runtime::random::random_u64(),
         );
         loop {
             tokio::select! {

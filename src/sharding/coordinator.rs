@@ -12,14 +12,14 @@ use serde::{Deserialize, Serialize};
 use crate::error::OptionsError;
 use crate::journal::Journal;
 use crate::persistence::EventSourced;
-use crate::protocol::envelope::random_u64;
+use crate::runtime::random::random_u64;
+use crate::runtime::stop_signal::{wait_stopped, SubscribeStopped};
 use crate::sharding::coordinator_options::CoordinatorOptions;
 use crate::sharding::host::EntityHost;
 use crate::sharding::host_options::EntityHostOptions;
 use crate::sharding::lease_store::{LeaseStore, Member};
 use crate::sharding::leaseholder::{GetCoordinatorStats, Leaseholder, Leave};
 use crate::sharding::transport::ShardTransport;
-use crate::stop_signal::{wait_stopped, SubscribeStopped};
 
 /// Counters and gauges of a shard coordinator.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]

@@ -8,8 +8,9 @@ use std::sync::Arc;
 
 use actix::prelude::*;
 
-use crate::alarm::{self, Alarm};
 use crate::persistence::EventSourced;
+use crate::runtime::alarm::{self, Alarm};
+use crate::runtime::stop_signal::{StopSignal, SubscribeStopped};
 use crate::sharding::allocation::plan;
 use crate::sharding::coordinator::CoordinatorStats;
 use crate::sharding::coordinator_options::CoordinatorConfig;
@@ -18,7 +19,6 @@ use crate::sharding::host::EntityHost;
 use crate::sharding::lease::LeaseBook;
 use crate::sharding::lease_store::{LeaseStore, LeaseView, Member};
 use crate::sharding::transport::{LocalFuture, ShardTransport};
-use crate::stop_signal::{StopSignal, SubscribeStopped};
 
 /// What the coordinator needs of its host.
 trait HostShards: 'static {

@@ -9,12 +9,12 @@ use futures_util::FutureExt;
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 
-use crate::confirmation::Confirmation;
+use crate::delivery::confirmation::Confirmation;
+use crate::delivery::options::ProducerOptions;
+use crate::delivery::producer::ProducerHandle;
 use crate::durable::{DurableOptions, Stored};
 use crate::error::{DeliveryError, Failure, OptionsError, StartError, TellError};
 use crate::facade::ReliableDelivery;
-use crate::options::ProducerOptions;
-use crate::producer::ProducerHandle;
 use crate::sharding::entity_id::EntityId;
 use crate::sharding::envelope::EntityMessage;
 use crate::sharding::lanes::LaneStats;

@@ -6,11 +6,11 @@ use actix::prelude::*;
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 
+use crate::delivery::options::ProducerOptions;
+use crate::delivery::producer::ProducerHandle;
 use crate::durable::DurableOptions;
 use crate::error::OptionsError;
 use crate::facade::ReliableDelivery;
-use crate::options::ProducerOptions;
-use crate::producer::ProducerHandle;
 use crate::work_pulling::controller::{GetPoolStats, WorkPullingController};
 use crate::work_pulling::options::check_producer_id;
 use crate::work_pulling::pool::PoolStats;

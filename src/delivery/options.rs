@@ -13,11 +13,11 @@ use serde::Serialize;
 
 use crate::codec::{Codec, MAX_ENCODED_BYTES};
 use crate::config::{Backoff, ConsumerConfig, Limit, Overrides, ProducerConfig};
-use crate::dead_letter::DeadLetter;
+use crate::delivery::dead_letter::DeadLetter;
+use crate::delivery::handler::DeliveryHandler;
+use crate::delivery::message::ConsumerRef;
+use crate::delivery::producer_core::Chunking;
 use crate::error::OptionsError;
-use crate::handler::DeliveryHandler;
-use crate::message::ConsumerRef;
-use crate::producer_core::Chunking;
 use crate::protocol::envelope::Incarnation;
 use crate::protocol::trace_context::TraceContext;
 use crate::remote::BodySchema;

@@ -5,7 +5,7 @@ use std::sync::Arc;
 use actix::{Message, Recipient};
 use bytes::Bytes;
 
-use crate::confirmation::Confirmation;
+use crate::delivery::confirmation::Confirmation;
 use crate::error::{DeliveryError, TellError};
 use crate::protocol::chunk::{Assembled, ChunkHeader};
 use crate::protocol::consumer::{ConsumerStats, Inbound};

@@ -10,18 +10,18 @@ use actix::prelude::*;
 use futures_util::future::{AbortHandle, Abortable};
 use futures_util::stream::{FuturesUnordered, StreamExt};
 
-use crate::after_drain::after_each_drain;
-use crate::alarm::{self, Alarm};
-use crate::dead_letter::DeadLetter;
-use crate::handler::{DeliveryHandler, Outcome};
-use crate::message::{
+use crate::delivery::dead_letter::DeadLetter;
+use crate::delivery::handler::{DeliveryHandler, Outcome};
+use crate::delivery::message::{
     ChunkDeliveries, ChunkDelivery, ConsumerRef, Deliveries, Delivery, GetConsumerStats,
     GetOutOfOrder, ReplyTo, StopConsumer, Undecodable,
 };
-use crate::options::ConsumerOptions;
+use crate::delivery::options::ConsumerOptions;
 use crate::protocol::consumer::{Completion, ConsumerCore, ConsumerStats, HandlerOutcome, Step};
 use crate::protocol::envelope::{Ack, DeadLetterReason, Header, ProducerId};
-use crate::stop_signal::{StopSignal, SubscribeStopped};
+use crate::runtime::after_drain::after_each_drain;
+use crate::runtime::alarm::{self, Alarm};
+use crate::runtime::stop_signal::{StopSignal, SubscribeStopped};
 
 /// The receiving side of reliable delivery: admits each [`Delivery`], suppresses duplicates
 /// per producer, runs the handler for each new message (one at a time), and ACKs a message only
@@ -555,7 +555,7 @@ impl<T: Send + 'static> ConsumerHandle<T> {
     /// Resolves once the consumer has stopped for good (after [`stop`](Self::stop)): its last
     /// ACKs are sent and its state is dropped.
     pub fn stopped(&self) -> impl std::future::Future<Output = ()> + 'static {
-        crate::stop_signal::wait_stopped(self.addr.send(SubscribeStopped))
+        crate::runtime::stop_signal::wait_stopped(self.addr.send(SubscribeStopped))
     }
 }
 

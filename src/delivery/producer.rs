@@ -11,19 +11,21 @@ use serde::de::DeserializeOwned;
 use serde::Serialize;
 use tokio::sync::{oneshot, watch};
 
-use crate::after_drain::after_each_drain;
-use crate::alarm::{now, Alarm};
-use crate::confirmation::Confirmation;
+use crate::delivery::confirmation::Confirmation;
+use crate::delivery::inbox::{Inbox, Refusal};
+use crate::delivery::message::{
+    Acks, ConsumerRef, GetProducerStats, GiveUp, ReplyTo, StopProducer, Tell,
+};
+use crate::delivery::options::{ProducerOptions, ProducerParts, TraceHook};
+use crate::delivery::producer_core::Core;
 use crate::durable::{Durable, DurableOptions, Stored, MAX_BODY_BYTES};
 use crate::error::{DeliveryError, Failure, OptionsError, StartError, TellError};
-use crate::inbox::{Inbox, Refusal};
-use crate::message::{Acks, ConsumerRef, GetProducerStats, GiveUp, ReplyTo, StopProducer, Tell};
-use crate::options::{ProducerOptions, ProducerParts, TraceHook};
-use crate::producer_core::Core;
 use crate::protocol::envelope::{Ack, Incarnation, ProducerId};
 use crate::protocol::producer::ProducerStats;
 use crate::remote::BodySchema;
-use crate::stop_signal::{wait_for_stop, wait_opened, Life, StopSignal, SubscribeStopped};
+use crate::runtime::after_drain::after_each_drain;
+use crate::runtime::alarm::{now, Alarm};
+use crate::runtime::stop_signal::{wait_for_stop, wait_opened, Life, StopSignal, SubscribeStopped};
 
 /// The sending side of reliable delivery: numbers messages, keeps at most `window_size` of them
 /// in flight to the consumer, queues the rest (up to `max_pending`), retransmits each until

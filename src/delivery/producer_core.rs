@@ -12,9 +12,9 @@ use serde::Serialize;
 
 use crate::codec::{self, CodecError, Manifest, TYPE_CHANGED};
 use crate::config::ProducerConfig;
-use crate::confirmation::Confirmation;
+use crate::delivery::confirmation::Confirmation;
+use crate::delivery::message::{ChunkDelivery, ConsumerRef, Decode, Delivery, ReplyTo, SchemaOf};
 use crate::error::DeliveryError;
-use crate::message::{ChunkDelivery, ConsumerRef, Decode, Delivery, ReplyTo, SchemaOf};
 use crate::protocol::chunk::producer::ChunkedProducer;
 use crate::protocol::chunk::{split_into, Assembled, ChunkHeader};
 use crate::protocol::envelope::{Ack, Incarnation, ProducerId};

@@ -131,6 +131,7 @@ mod inbound;
 mod notices;
 mod options;
 mod publisher;
+mod shared;
 mod stats;
 mod subject;
 

@@ -9,7 +9,7 @@ use std::sync::Arc;
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
-use crate::protocol::chunk::{ChunkFault, ChunkHeader};
+use crate::protocol::chunk::header::{ChunkFault, ChunkHeader};
 use crate::protocol::trace_context::TraceContext;
 
 /// The longest producer id (in bytes) a consumer admits. Not configurable: a limit the sender

@@ -8,17 +8,44 @@ use std::sync::Arc;
 
 use actix::prelude::*;
 
+use serde::{Deserialize, Serialize};
+
 use crate::persistence::EventSourced;
 use crate::runtime::alarm::{self, Alarm};
 use crate::runtime::stop_signal::{StopSignal, SubscribeStopped};
 use crate::sharding::allocation::plan;
-use crate::sharding::coordinator::CoordinatorStats;
 use crate::sharding::coordinator_options::CoordinatorConfig;
 use crate::sharding::entity_id::ShardId;
 use crate::sharding::host::EntityHost;
 use crate::sharding::lease::LeaseBook;
 use crate::sharding::lease_store::{LeaseStore, LeaseView, Member};
 use crate::sharding::transport::{LocalFuture, ShardTransport};
+
+/// Counters and gauges of a shard coordinator.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[non_exhaustive]
+pub struct CoordinatorStats {
+    /// Shards whose lease the node holds now (handoffs in progress included).
+    pub shards_owned: u64,
+    /// Live members the last look at the table saw.
+    pub members: u64,
+    /// Rounds (renewal, heartbeat, look at the table) finished.
+    pub rounds: u64,
+    /// Leases acquired.
+    pub acquired: u64,
+    /// Leases renewed (one per shard and renewal).
+    pub renewals: u64,
+    /// Rounds whose renewal failed (the store could not be reached).
+    pub renew_failures: u64,
+    /// Leases lost: a renewal did not return them, or they ran out before one returned.
+    pub lost: u64,
+    /// Handoffs started (a shard given up to its desired owner, or on leaving).
+    pub handoffs_started: u64,
+    /// Handoffs finished: the shard's entities stopped and its lease released (rebalances).
+    pub handoffs: u64,
+    /// Shards the transport could not expose (given up again).
+    pub expose_failures: u64,
+}
 
 /// What the coordinator needs of its host.
 trait HostShards: 'static {

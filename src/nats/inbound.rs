@@ -10,7 +10,7 @@ use hashlink::LruCache;
 
 use crate::delivery::message::ReplyTo;
 use crate::remote::frame::Frame;
-use crate::remote::inbound::{Dispatched, Exposed};
+use crate::remote::registry::{Dispatched, Exposed};
 use crate::remote::stats::{add, Warning};
 
 use super::shared::{Serving, Shared};

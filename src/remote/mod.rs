@@ -138,6 +138,7 @@ pub(crate) mod auth;
 pub(crate) mod backoff;
 pub(crate) mod body;
 mod connection;
+pub(crate) mod context;
 pub(crate) mod frame;
 // Private test hook (feature `__fuzz`, which only this crate's tests enable).
 #[cfg(feature = "__fuzz")]
@@ -151,6 +152,7 @@ pub(crate) mod outbound;
 pub(crate) mod output;
 mod peer;
 mod pending;
+pub(crate) mod registry;
 pub(crate) mod routes;
 pub(crate) mod schema;
 pub(crate) mod stats;

@@ -23,7 +23,7 @@ use tokio::net::TcpStream;
 use tokio_rustls::{TlsAcceptor, TlsConnector};
 
 use crate::error::ErrorChain;
-use crate::remote::connection::Identity;
+use crate::remote::peer::Identity;
 use crate::remote::peer::{PeerAddr, Target};
 
 /// Why TLS settings were refused.

@@ -40,6 +40,7 @@
 
 mod assembled;
 mod manifest;
+pub(crate) mod schema;
 mod upcast;
 
 pub use manifest::Manifest;

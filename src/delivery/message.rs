@@ -12,8 +12,8 @@ use crate::protocol::consumer::{ConsumerStats, Inbound};
 use crate::protocol::envelope::{Ack, DeadLetterReason, Header, Incarnation, ProducerId};
 use crate::protocol::producer::{ProducerStats, Transmission};
 use crate::protocol::trace_context::TraceContext;
-use crate::remote::schema::Unread;
-use crate::remote::BodySchema;
+use crate::codec::schema::Unread;
+use crate::codec::schema::BodySchema;
 
 /// A message from a producer to a consumer (`ProducerController` → `ConsumerController`).
 ///

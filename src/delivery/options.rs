@@ -20,7 +20,7 @@ use crate::delivery::producer_core::Chunking;
 use crate::error::OptionsError;
 use crate::protocol::envelope::Incarnation;
 use crate::protocol::trace_context::TraceContext;
-use crate::remote::BodySchema;
+use crate::codec::schema::BodySchema;
 
 /// The smallest `chunk_size`: below, a chunk's bookkeeping would cost more than its bytes.
 pub const MIN_CHUNK_SIZE: usize = 1024;

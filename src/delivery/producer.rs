@@ -22,7 +22,7 @@ use crate::durable::{Durable, DurableOptions, Stored, MAX_BODY_BYTES};
 use crate::error::{DeliveryError, Failure, OptionsError, StartError, TellError};
 use crate::protocol::envelope::{Ack, Incarnation, ProducerId};
 use crate::protocol::producer::ProducerStats;
-use crate::remote::BodySchema;
+use crate::codec::schema::BodySchema;
 use crate::runtime::after_drain::after_each_drain;
 use crate::runtime::alarm::{now, Alarm};
 use crate::runtime::stop_signal::{wait_for_stop, wait_opened, Life, StopSignal, SubscribeStopped};

@@ -19,8 +19,8 @@ use crate::protocol::chunk::producer::ChunkedProducer;
 use crate::protocol::chunk::{split_into, Assembled, ChunkHeader};
 use crate::protocol::envelope::{Ack, Incarnation, ProducerId};
 use crate::protocol::producer::{ProducerCore, ProducerStats};
-use crate::remote::schema::Unread;
-use crate::remote::BodySchema;
+use crate::codec::schema::Unread;
+use crate::codec::schema::BodySchema;
 
 /// How a schema writes a message of `T` into chunks of a given size.
 type WriteChunks<T> = fn(&BodySchema<T>, &T, usize) -> Result<Vec<Bytes>, CodecError>;

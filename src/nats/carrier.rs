@@ -16,7 +16,7 @@ use crate::error::ErrorChain;
 use crate::remote::frame::CHUNK_FRAME_OVERHEAD;
 use crate::remote::inbound::ExposedConsumer;
 use crate::remote::routes::Routes;
-use crate::remote::schema::{BodySchema, Schemas};
+use crate::codec::schema::{BodySchema, Schemas};
 use crate::remote::stats::Warnings;
 use crate::runtime::random::random_u64;
 

@@ -16,7 +16,7 @@ use crate::protocol::envelope::Ack;
 use crate::remote::frame::{Frame, PROTOCOL_VERSION};
 use crate::remote::outbound::{encode, encode_chunks, Group};
 use crate::remote::routes::Routes;
-use crate::remote::schema::Schemas;
+use crate::codec::schema::Schemas;
 use crate::remote::stats::{add, Warning, Warnings};
 
 use super::notices::Notices;

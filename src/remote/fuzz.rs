@@ -13,7 +13,7 @@ use crate::remote::auth::{NodeId, Opener, Sealer};
 use crate::remote::frame::{
     AckBatch, Challenge, DeliveryBatch, Frame, Hello, Proof, WireDelivery, MAGIC, PROTOCOL_VERSION,
 };
-use crate::remote::schema::BodySchema;
+use crate::codec::schema::BodySchema;
 
 /// Feeds `bytes` to what a node runs on received bytes, without authentication so that every
 /// byte reaches the decoders: the length-delimited codec limited to `max_frame_length`, the

@@ -27,7 +27,7 @@ use crate::remote::handshake::HandshakeError;
 use crate::remote::peer::Identity;
 use crate::remote::pending::Ticket;
 use crate::remote::registry::{Dispatched, Exposed, Handed};
-use crate::remote::schema::Schemas;
+use crate::codec::schema::Schemas;
 use crate::remote::stats::{add, Warning};
 
 /// Why an incoming handshake did not complete.

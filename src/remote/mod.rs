@@ -154,7 +154,7 @@ mod peer;
 mod pending;
 pub(crate) mod registry;
 pub(crate) mod routes;
-pub(crate) mod schema;
+
 pub(crate) mod stats;
 #[cfg(feature = "tls")]
 mod tls;
@@ -163,7 +163,7 @@ pub use auth::{NodeId, NodeSecret, MAX_SECRET_BYTES, MIN_SECRET_BYTES};
 pub use node::{NameError, Node};
 pub use options::{NodeConfig, NodeOptions, NodeOptionsBuilder};
 pub use peer::{PeerAddr, PeerAddrError};
-pub use schema::{BodySchema, DEFAULT_WIRE_CODEC};
+pub use crate::codec::schema::{BodySchema, DEFAULT_WIRE_CODEC};
 pub use stats::NodeStats;
 #[cfg(feature = "tls")]
 #[cfg_attr(docsrs, doc(cfg(feature = "tls")))]

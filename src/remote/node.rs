@@ -24,7 +24,7 @@ use crate::remote::outbound::Outbound;
 use crate::remote::peer::PeerAddr;
 use crate::remote::pending::Pending;
 use crate::remote::registry::{Entry, Registry};
-use crate::remote::schema::{BodySchema, Schemas};
+use crate::codec::schema::{BodySchema, Schemas};
 use crate::remote::stats::{NodeStats, Warnings};
 use crate::runtime::random::random_bytes;
 

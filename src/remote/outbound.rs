@@ -29,7 +29,7 @@ use crate::remote::handshake::HandshakeError;
 use crate::remote::output::Item;
 use crate::remote::peer::{PeerAddr, Target};
 use crate::remote::routes::{AckRefusal, AckRoute, ReplyAddress, Routes};
-use crate::remote::schema::BodySchema;
+use crate::codec::schema::BodySchema;
 use crate::remote::stats::{add, Warning, Warnings};
 
 /// The connection to one remote address, shared by every reference to consumers there.

@@ -12,7 +12,7 @@ use bytes::Bytes;
 use crate::delivery::message::ReplyTo;
 use crate::remote::frame::DeliveryBatch;
 use crate::remote::peer::Identity;
-use crate::remote::schema::Schemas;
+use crate::codec::schema::Schemas;
 
 /// Resolves when the consumer has taken a batch from its mailbox: `true`, or `false` if the
 /// consumer is gone (stopped for good: the batch is lost, and retransmitted).

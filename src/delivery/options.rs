@@ -11,6 +11,7 @@ use actix::Recipient;
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 
+use crate::codec::schema::BodySchema;
 use crate::codec::{Codec, MAX_ENCODED_BYTES};
 use crate::config::{Backoff, ConsumerConfig, Limit, Overrides, ProducerConfig};
 use crate::delivery::dead_letter::DeadLetter;
@@ -20,7 +21,6 @@ use crate::delivery::producer_core::Chunking;
 use crate::error::OptionsError;
 use crate::protocol::envelope::Incarnation;
 use crate::protocol::trace_context::TraceContext;
-use crate::codec::schema::BodySchema;
 
 /// The smallest `chunk_size`: below, a chunk's bookkeeping would cost more than its bytes.
 pub const MIN_CHUNK_SIZE: usize = 1024;

@@ -11,6 +11,7 @@ use serde::de::DeserializeOwned;
 use serde::Serialize;
 use tokio::sync::{oneshot, watch};
 
+use crate::codec::schema::BodySchema;
 use crate::delivery::confirmation::Confirmation;
 use crate::delivery::inbox::{Inbox, Refusal};
 use crate::delivery::message::{
@@ -22,7 +23,6 @@ use crate::durable::{Durable, DurableOptions, Stored, MAX_BODY_BYTES};
 use crate::error::{DeliveryError, Failure, OptionsError, StartError, TellError};
 use crate::protocol::envelope::{Ack, Incarnation, ProducerId};
 use crate::protocol::producer::ProducerStats;
-use crate::codec::schema::BodySchema;
 use crate::runtime::after_drain::after_each_drain;
 use crate::runtime::alarm::{now, Alarm};
 use crate::runtime::stop_signal::{wait_for_stop, wait_opened, Life, StopSignal, SubscribeStopped};

@@ -10,6 +10,8 @@ use bytes::Bytes;
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 
+use crate::codec::schema::BodySchema;
+use crate::codec::schema::Unread;
 use crate::codec::{self, CodecError, Manifest, TYPE_CHANGED};
 use crate::config::ProducerConfig;
 use crate::delivery::confirmation::Confirmation;
@@ -19,8 +21,6 @@ use crate::protocol::chunk::producer::ChunkedProducer;
 use crate::protocol::chunk::{split_into, Assembled, ChunkHeader};
 use crate::protocol::envelope::{Ack, Incarnation, ProducerId};
 use crate::protocol::producer::{ProducerCore, ProducerStats};
-use crate::codec::schema::Unread;
-use crate::codec::schema::BodySchema;
 
 /// How a schema writes a message of `T` into chunks of a given size.
 type WriteChunks<T> = fn(&BodySchema<T>, &T, usize) -> Result<Vec<Bytes>, CodecError>;

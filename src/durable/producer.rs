@@ -12,12 +12,13 @@ use serde::Serialize;
 use crate::codec::{Codec, CodecError, Upcast, MAX_ENCODED_BYTES};
 use crate::config::ProducerConfig;
 use crate::delivery::confirmation::Confirmation;
+use crate::delivery::confirmation::MessageId;
 use crate::delivery::producer::ProducerController;
 use crate::delivery::producer_core::Core;
 use crate::durable::log::{
     decode_body, encode_body, type_names, LogCommand, LogRefusal, LogReply, ProducerLog,
 };
-use crate::durable::{DurableConfirmation, DurableOptions, MessageId};
+use crate::durable::{DurableConfirmation, DurableOptions};
 use crate::error::{DeliveryError, ErrorChain, Failure};
 use crate::journal::{JournalError, PersistenceId};
 use crate::persistence::type_names::TypeNames;

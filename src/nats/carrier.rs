@@ -9,6 +9,7 @@ use serde::de::DeserializeOwned;
 use serde::Serialize;
 use tokio_util::sync::CancellationToken;
 
+use crate::codec::schema::{BodySchema, Schemas};
 use crate::codec::MAX_ENCODED_BYTES;
 use crate::delivery::consumer::ConsumerHandle;
 use crate::delivery::message::{ConsumerRef, Delivery};
@@ -16,7 +17,6 @@ use crate::error::ErrorChain;
 use crate::remote::frame::CHUNK_FRAME_OVERHEAD;
 use crate::remote::inbound::ExposedConsumer;
 use crate::remote::routes::Routes;
-use crate::codec::schema::{BodySchema, Schemas};
 use crate::remote::stats::Warnings;
 use crate::runtime::random::random_u64;
 

@@ -11,12 +11,12 @@ use async_nats::{Client, Subject};
 use serde::Serialize;
 use tokio_util::sync::CancellationToken;
 
+use crate::codec::schema::Schemas;
 use crate::delivery::message::{ChunkDelivery, Delivery, ReplyTo};
 use crate::protocol::envelope::Ack;
 use crate::remote::frame::{Frame, PROTOCOL_VERSION};
 use crate::remote::outbound::{encode, encode_chunks, Group};
 use crate::remote::routes::Routes;
-use crate::codec::schema::Schemas;
 use crate::remote::stats::{add, Warning, Warnings};
 
 use super::notices::Notices;

@@ -7,11 +7,11 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use actix::ArbiterHandle;
 use tokio_util::sync::CancellationToken;
 
+use crate::codec::schema::Schemas;
 use crate::remote::handshake::Local;
 use crate::remote::options::NodeOptions;
 use crate::remote::pending::Pending;
 use crate::remote::registry::Registry;
-use crate::codec::schema::Schemas;
 use crate::remote::stats::{Counters, Warnings};
 
 /// What the node's tasks share: its identity, options, counters, budgets and schemas, and

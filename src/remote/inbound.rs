@@ -13,6 +13,7 @@ use serde::de::DeserializeOwned;
 use tokio::net::{TcpListener, TcpStream};
 use tokio_util::sync::CancellationToken;
 
+use crate::codec::schema::Schemas;
 use crate::delivery::consumer::ConsumerHandle;
 use crate::delivery::message::{
     ChunkDeliveries, ChunkDelivery, Decode, Deliveries, Delivery, ReplyTo, Undecodable,
@@ -27,7 +28,6 @@ use crate::remote::handshake::HandshakeError;
 use crate::remote::peer::Identity;
 use crate::remote::pending::Ticket;
 use crate::remote::registry::{Dispatched, Exposed, Handed};
-use crate::codec::schema::Schemas;
 use crate::remote::stats::{add, Warning};
 
 /// Why an incoming handshake did not complete.

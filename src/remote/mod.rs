@@ -159,11 +159,11 @@ pub(crate) mod stats;
 #[cfg(feature = "tls")]
 mod tls;
 
+pub use crate::codec::schema::{BodySchema, DEFAULT_WIRE_CODEC};
 pub use auth::{NodeId, NodeSecret, MAX_SECRET_BYTES, MIN_SECRET_BYTES};
 pub use node::{NameError, Node};
 pub use options::{NodeConfig, NodeOptions, NodeOptionsBuilder};
 pub use peer::{PeerAddr, PeerAddrError};
-pub use crate::codec::schema::{BodySchema, DEFAULT_WIRE_CODEC};
 pub use stats::NodeStats;
 #[cfg(feature = "tls")]
 #[cfg_attr(docsrs, doc(cfg(feature = "tls")))]

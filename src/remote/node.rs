@@ -11,6 +11,7 @@ use serde::de::DeserializeOwned;
 use serde::Serialize;
 use tokio_util::sync::CancellationToken;
 
+use crate::codec::schema::{BodySchema, Schemas};
 use crate::delivery::consumer::ConsumerHandle;
 use crate::delivery::message::{ConsumerRef, Delivery};
 use crate::protocol::envelope::MAX_ID_BYTES;
@@ -24,7 +25,6 @@ use crate::remote::outbound::Outbound;
 use crate::remote::peer::PeerAddr;
 use crate::remote::pending::Pending;
 use crate::remote::registry::{Entry, Registry};
-use crate::codec::schema::{BodySchema, Schemas};
 use crate::remote::stats::{NodeStats, Warnings};
 use crate::runtime::random::random_bytes;
 

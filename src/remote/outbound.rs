@@ -14,6 +14,7 @@ use serde::Serialize;
 use tokio::net::TcpStream;
 use tokio::sync::{watch, Notify};
 
+use crate::codec::schema::BodySchema;
 use crate::delivery::message::{ChunkDelivery, Delivery, ReplyTo};
 use crate::error::ErrorChain;
 use crate::protocol::envelope::{Ack, Incarnation, ProducerId};
@@ -29,7 +30,6 @@ use crate::remote::handshake::HandshakeError;
 use crate::remote::output::Item;
 use crate::remote::peer::{PeerAddr, Target};
 use crate::remote::routes::{AckRefusal, AckRoute, ReplyAddress, Routes};
-use crate::codec::schema::BodySchema;
 use crate::remote::stats::{add, Warning, Warnings};
 
 /// The connection to one remote address, shared by every reference to consumers there.

@@ -577,3 +577,11 @@ impl<T: Send + 'static> std::fmt::Debug for ConsumerHandle<T> {
         f.debug_struct("ConsumerHandle").finish_non_exhaustive()
     }
 }
+
+/// Starts a consumer on the current arbiter: what [`ReliableDelivery::consumer`] does, and how
+/// the subsystems below the facade start theirs.
+///
+/// [`ReliableDelivery::consumer`]: crate::ReliableDelivery::consumer
+pub(crate) fn start_consumer<T: Send + 'static>(options: ConsumerOptions<T>) -> ConsumerHandle<T> {
+    ConsumerHandle::new(ConsumerController::new(options).start())
+}

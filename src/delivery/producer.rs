@@ -983,3 +983,13 @@ impl<T: Clone + Send + 'static> std::fmt::Debug for ProducerHandle<T> {
             .finish_non_exhaustive()
     }
 }
+
+/// Starts a producer on the current arbiter: what [`ReliableDelivery::producer`] does, and how
+/// the subsystems below the facade start theirs.
+///
+/// [`ReliableDelivery::producer`]: crate::ReliableDelivery::producer
+pub(crate) fn start_producer<T: Clone + Send + 'static>(
+    options: ProducerOptions<T>,
+) -> ProducerHandle<T> {
+    ProducerHandle::start(ProducerController::new(options))
+}

@@ -121,7 +121,7 @@
 
 mod config;
 mod log;
-mod producer;
+pub(crate) mod producer;
 
 use std::sync::Arc;
 use std::time::Duration;

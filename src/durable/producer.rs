@@ -13,13 +13,14 @@ use crate::codec::{Codec, CodecError, Upcast, MAX_ENCODED_BYTES};
 use crate::config::ProducerConfig;
 use crate::delivery::confirmation::Confirmation;
 use crate::delivery::confirmation::MessageId;
-use crate::delivery::producer::ProducerController;
+use crate::delivery::options::ProducerOptions;
+use crate::delivery::producer::{ProducerController, ProducerHandle};
 use crate::delivery::producer_core::Core;
 use crate::durable::log::{
     decode_body, encode_body, type_names, LogCommand, LogRefusal, LogReply, ProducerLog,
 };
 use crate::durable::{DurableConfirmation, DurableOptions};
-use crate::error::{DeliveryError, ErrorChain, Failure};
+use crate::error::{DeliveryError, ErrorChain, Failure, OptionsError};
 use crate::journal::{JournalError, PersistenceId};
 use crate::persistence::type_names::TypeNames;
 use crate::persistence::{CommandError, PersistentConfig, PersistentHandle};
@@ -1028,4 +1029,24 @@ fn log_error(stream: &PersistenceId, error: &CommandError<LogRefusal>) -> String
         CommandError::Rejected(reason) => format!("stream `{stream}`: {reason}"),
         other => format!("stream `{stream}`: {}", ErrorChain(other)),
     }
+}
+
+/// Starts a durable producer on the current arbiter, supervised: what
+/// [`ReliableDelivery::durable_producer`] does, and how the subsystems below the facade start
+/// theirs.
+///
+/// # Errors
+/// As [`ProducerController::durable`].
+///
+/// [`ReliableDelivery::durable_producer`]: crate::ReliableDelivery::durable_producer
+pub(crate) fn start_durable_producer<T>(
+    options: ProducerOptions<T>,
+    durable: DurableOptions<T>,
+) -> Result<ProducerHandle<T>, OptionsError>
+where
+    T: Clone + Send + Serialize + DeserializeOwned + 'static,
+{
+    Ok(ProducerHandle::start_supervised(
+        ProducerController::durable(options, durable)?,
+    ))
 }

@@ -10,11 +10,11 @@ use actix::prelude::*;
 use tokio::sync::oneshot;
 
 use crate::config::{ConsumerConfig, Limit};
+use crate::delivery::consumer::start_consumer;
 use crate::delivery::consumer::ConsumerHandle;
 use crate::delivery::handler::DeliveryHandler;
 use crate::delivery::options::ConsumerOptions;
 use crate::error::OptionsError;
-use crate::facade::ReliableDelivery;
 use crate::journal::Journal;
 use crate::persistence::{check_versions, CommandError, EventSourced, Execute, Outcome};
 use crate::protocol::envelope::{DeadLetterReason, DeliveryInfo};
@@ -341,7 +341,7 @@ impl<E: EventSourced> EntityHost<E> {
     /// )?;
     /// let registry = WorkerRegistry::new();
     /// // A deposit job is (account, amount): each worker applies it to the account's entity.
-    /// let worker = ReliableDelivery::consumer(
+    /// let worker = start_consumer(
     ///     ConsumerOptions::builder(accounts.job_handler(|(account, amount): (String, u64)| {
     ///         (account.parse().expect("a valid id"), amount)
     ///     }))
@@ -389,7 +389,7 @@ impl<E: EventSourced> EntityHost<E> {
         let options =
             ConsumerOptions::new(self.delivery_handler(to_command), Self::consumer_config())
                 .expect("valid settings");
-        ReliableDelivery::consumer(options)
+        start_consumer(options)
     }
 
     /// The settings of a host's consumer: the defaults, but 100 000 producer ids in its

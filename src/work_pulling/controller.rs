@@ -22,9 +22,9 @@ use hashbrown::HashMap;
 use crate::config::ProducerConfig;
 use crate::delivery::message::{ConsumerRef, Deliveries, Delivery, GiveUp, ReplyTo};
 use crate::delivery::options::ProducerOptions;
+use crate::delivery::producer::start_producer;
 use crate::delivery::producer::ProducerHandle;
 use crate::error::DeliveryError;
-use crate::facade::ReliableDelivery;
 use crate::protocol::envelope::{Ack, DeliveryInfo, Incarnation, ProducerId};
 use crate::protocol::intake::{Intake, Taken};
 use crate::protocol::origin::sub_stream_token;
@@ -271,7 +271,7 @@ impl<T: Clone + Send + 'static> WorkPullingController<T> {
         let options = ProducerOptions::new(target.clone(), config)
             .expect("the producer id's length and the settings were checked with the options")
             .for_sub_stream(token, &self.label);
-        ReliableDelivery::producer(options)
+        start_producer(options)
     }
 
     /// Removes a worker: its stream stops, its unconfirmed jobs wait for the others.

@@ -60,7 +60,7 @@ pub struct ConsumerController<T: Send + 'static> {
     /// How to abandon an awaited one (the core gave it up: `handler_timeout`).
     awaiting: HashMap<u64, AbortHandle>,
     #[cfg(feature = "metrics")]
-    meter: crate::telemetry::metrics::ConsumerMeter,
+    meter: crate::delivery::metrics::ConsumerMeter,
     /// Whether a handler run of this mailbox drain was recorded (one is, per drain).
     #[cfg(feature = "metrics")]
     handler_sampled: bool,
@@ -77,7 +77,7 @@ impl<T: Send + 'static> ConsumerController<T> {
     /// A consumer with validated options; start it like any actor.
     pub fn new(options: ConsumerOptions<T>) -> Self {
         #[cfg(feature = "metrics")]
-        let meter = crate::telemetry::metrics::ConsumerMeter::new(
+        let meter = crate::delivery::metrics::ConsumerMeter::new(
             options
                 .name()
                 .unwrap_or(crate::telemetry::metrics::DEFAULT_LABEL),

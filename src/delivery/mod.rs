@@ -9,6 +9,8 @@ pub(crate) mod dead_letter;
 pub(crate) mod handler;
 pub(crate) mod inbox;
 pub mod message;
+#[cfg(feature = "metrics")]
+pub(crate) mod metrics;
 pub(crate) mod options;
 pub(crate) mod producer;
 pub(crate) mod producer_core;

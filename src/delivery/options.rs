@@ -264,7 +264,7 @@ impl<T: Send + 'static> ProducerOptionsBuilder<T> {
         #[cfg(feature = "metrics")]
         {
             if let Some(label) = &self.metrics_label {
-                crate::telemetry::metrics::check_label(label)?;
+                crate::config::check_label(label)?;
             }
             options.metrics_label = self.metrics_label;
         }

@@ -62,7 +62,7 @@ pub struct ProducerController<T: Clone + Send + 'static> {
     /// The journal of a durable producer.
     pub(crate) durable: Option<Durable<T>>,
     #[cfg(feature = "metrics")]
-    meter: crate::telemetry::metrics::ProducerMeters,
+    meter: crate::delivery::metrics::ProducerMeters,
     /// Sets the trace context of messages told through handles.
     trace_context: Option<TraceHook>,
 }
@@ -71,7 +71,7 @@ impl<T: Clone + Send + 'static> ProducerController<T> {
     /// A producer with validated options; start it like any actor.
     pub fn new(options: ProducerOptions<T>) -> Self {
         #[cfg(feature = "metrics")]
-        let meter = crate::telemetry::metrics::ProducerMeters::new(
+        let meter = crate::delivery::metrics::ProducerMeters::new(
             Self::metrics_label(&options),
             options.chunk_size().is_some(),
         );

@@ -73,6 +73,8 @@ mod error;
 mod id;
 mod journal_id;
 mod memory;
+#[cfg(all(feature = "metrics", any(feature = "sqlite", feature = "postgres")))]
+pub(crate) mod metrics;
 #[cfg(feature = "postgres")]
 mod postgres;
 mod replay;

@@ -169,7 +169,7 @@ impl NatsCarrier {
             );
         }
         #[cfg(feature = "metrics")]
-        let meter = crate::telemetry::metrics::NatsMeter::new(
+        let meter = crate::nats::metrics::NatsMeter::new(
             options
                 .metrics_label
                 .as_deref()

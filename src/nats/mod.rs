@@ -128,6 +128,8 @@ const _: () = assert!(
 mod acks;
 mod carrier;
 mod inbound;
+#[cfg(feature = "metrics")]
+pub(crate) mod metrics;
 mod notices;
 mod options;
 mod publisher;

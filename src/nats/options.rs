@@ -168,7 +168,7 @@ impl NatsOptionsBuilder {
         config.validate()?;
         #[cfg(feature = "metrics")]
         if let Some(label) = &self.metrics_label {
-            crate::telemetry::metrics::check_label(label)?;
+            crate::config::check_label(label)?;
         }
         Ok(NatsOptions {
             config,

@@ -40,7 +40,7 @@ pub(crate) struct Shared {
     pub(crate) counters: Counters,
     /// The counters' metrics, published after each message received and batch published.
     #[cfg(feature = "metrics")]
-    pub(crate) meter: Mutex<crate::telemetry::metrics::NatsMeter>,
+    pub(crate) meter: Mutex<crate::nats::metrics::NatsMeter>,
     pub(crate) warnings: Warnings,
     pub(crate) publisher: Publisher,
     pub(crate) cancel: CancellationToken,

@@ -142,7 +142,7 @@ pub struct PersistentActor<E: EventSourced> {
     snapshot_warnings: RateLimited,
     #[cfg(feature = "metrics")]
     /// `None` for the crate's own logs (a durable producer's), which are no entities.
-    meter: Option<crate::telemetry::metrics::PersistentMeter>,
+    meter: Option<crate::persistence::metrics::PersistentMeter>,
 }
 
 impl<E: EventSourced> PersistentActor<E> {
@@ -170,7 +170,7 @@ impl<E: EventSourced> PersistentActor<E> {
             panic!("{error}");
         }
         #[cfg(feature = "metrics")]
-        let meter = Some(crate::telemetry::metrics::PersistentMeter::new(
+        let meter = Some(crate::persistence::metrics::PersistentMeter::new(
             config
                 .metrics_label
                 .as_deref()

@@ -65,6 +65,8 @@ mod delivery_record;
 pub(crate) mod entry;
 mod error;
 mod handle;
+#[cfg(feature = "metrics")]
+pub(crate) mod metrics;
 mod outbox;
 mod outbox_state;
 pub(crate) mod type_names;

@@ -233,7 +233,7 @@ async fn run<D: EventDecoder, S: Sink<D::Event>>(
     let seed = crate::runtime::random::random_u64();
     let mut core = Core::new(options, sink.offset_in_transaction(), seed);
     #[cfg(feature = "metrics")]
-    let mut meter = crate::telemetry::metrics::ProjectionMeter::new(&label(&key));
+    let mut meter = crate::projection::metrics::ProjectionMeter::new(&label(&key));
     #[cfg_attr(not(feature = "metrics"), allow(unused_mut))] // the meter needs it
     let mut publish = |core: &Core<D::Event>| {
         *stats.lock().unwrap_or_else(PoisonError::into_inner) = core.stats();

@@ -23,7 +23,7 @@ pub(crate) struct Context {
     /// The counters' metrics, published after each socket write, received frame and
     /// connection's start and end.
     #[cfg(feature = "metrics")]
-    pub(crate) meter: Mutex<crate::telemetry::metrics::NodeMeter>,
+    pub(crate) meter: Mutex<crate::remote::metrics::NodeMeter>,
     pub(crate) warnings: Warnings,
     pub(crate) cancel: CancellationToken,
     /// Where the node's tasks run: the arbiter that started it.

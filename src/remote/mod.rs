@@ -155,6 +155,8 @@ mod pending;
 pub(crate) mod registry;
 pub(crate) mod routes;
 
+#[cfg(feature = "metrics")]
+pub(crate) mod metrics;
 pub(crate) mod stats;
 #[cfg(feature = "tls")]
 mod tls;

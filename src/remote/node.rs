@@ -167,7 +167,7 @@ impl Node {
         }
         let max_handshakes = options.config.max_handshakes;
         #[cfg(feature = "metrics")]
-        let meter = crate::telemetry::metrics::NodeMeter::new(
+        let meter = crate::remote::metrics::NodeMeter::new(
             options
                 .metrics_label
                 .as_deref()

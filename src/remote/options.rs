@@ -226,7 +226,7 @@ impl NodeOptions {
     fn validate(&self) -> Result<(), OptionsError> {
         #[cfg(feature = "metrics")]
         if let Some(label) = &self.metrics_label {
-            crate::telemetry::metrics::check_label(label)?;
+            crate::config::check_label(label)?;
         }
         #[cfg(feature = "tls")]
         if let (Some(tls), Some(_)) = (self.tls(), self.config.listen) {

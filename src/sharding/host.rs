@@ -155,7 +155,7 @@ impl<E: EventSourced> EntityHost<E> {
         });
         let shell = HostShell {
             #[cfg(feature = "metrics")]
-            meter: crate::telemetry::metrics::EntityHostMeter::new(&inner.options.entity_type),
+            meter: crate::sharding::metrics::EntityHostMeter::new(&inner.options.entity_type),
             inner: inner.clone(),
             alarm: Alarm::default(),
             gone: Vec::new(),

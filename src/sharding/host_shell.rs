@@ -116,7 +116,7 @@ pub(super) struct HostShell<E: EventSourced> {
     pub(super) gone: Vec<(ShardId, oneshot::Sender<()>)>,
     pub(super) stop: StopSignal,
     #[cfg(feature = "metrics")]
-    pub(super) meter: crate::telemetry::metrics::EntityHostMeter,
+    pub(super) meter: crate::sharding::metrics::EntityHostMeter,
 }
 
 impl<E: EventSourced> HostShell<E> {

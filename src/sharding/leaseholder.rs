@@ -86,7 +86,7 @@ pub(super) struct Leaseholder {
     stop: StopSignal,
     stats: CoordinatorStats,
     #[cfg(feature = "metrics")]
-    meter: crate::telemetry::metrics::CoordinatorMeter,
+    meter: CoordinatorMeter,
 }
 
 /// What one round read from the store.
@@ -120,7 +120,7 @@ impl Leaseholder {
             stop: StopSignal::default(),
             stats: CoordinatorStats::default(),
             #[cfg(feature = "metrics")]
-            meter: crate::telemetry::metrics::CoordinatorMeter::new(host.entity_type()),
+            meter: CoordinatorMeter::new(host.entity_type()),
         }
     }
 
@@ -447,5 +447,22 @@ impl Handler<SubscribeStopped> for Leaseholder {
 
     fn handle(&mut self, _: SubscribeStopped, _: &mut Context<Self>) -> Self::Result {
         MessageResult(self.stop.subscribe())
+    }
+}
+
+#[cfg(feature = "metrics")]
+crate::telemetry::metrics::meter! {
+    /// A shard coordinator's metrics.
+    CoordinatorMeter(CoordinatorStats, "entity_type") {
+        counter rounds: "actix_delivery_shard_coordinator_rounds_total",
+        counter acquired: "actix_delivery_shard_coordinator_acquired_total",
+        counter renewals: "actix_delivery_shard_coordinator_renewals_total",
+        counter renew_failures: "actix_delivery_shard_coordinator_renew_failures_total",
+        counter lost: "actix_delivery_shard_coordinator_lost_total",
+        counter handoffs_started: "actix_delivery_shard_coordinator_handoffs_started_total",
+        counter handoffs: "actix_delivery_shard_coordinator_handoffs_total",
+        counter expose_failures: "actix_delivery_shard_coordinator_expose_failures_total",
+        gauge shards_owned: "actix_delivery_shard_coordinator_shards_owned",
+        gauge members: "actix_delivery_shard_coordinator_members",
     }
 }

@@ -145,6 +145,8 @@ pub mod lanes;
 pub mod lease;
 mod lease_store;
 mod leaseholder;
+#[cfg(feature = "metrics")]
+pub(crate) mod metrics;
 #[cfg(feature = "nats")]
 mod nats_shards;
 #[cfg(feature = "postgres")]

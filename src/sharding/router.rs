@@ -108,7 +108,7 @@ pub(crate) struct ShardRouter<T: Clone + Send + 'static> {
     /// Resolves when the producer stopped: the router stops then.
     producer_stopped: Option<Pin<Box<dyn Future<Output = ()>>>>,
     #[cfg(feature = "metrics")]
-    meter: crate::telemetry::metrics::LanesMeter,
+    meter: crate::sharding::metrics::LanesMeter,
 }
 
 impl<T: Clone + Send + 'static> ShardRouter<T> {
@@ -119,7 +119,7 @@ impl<T: Clone + Send + 'static> ShardRouter<T> {
     ) -> Self {
         Self {
             #[cfg(feature = "metrics")]
-            meter: crate::telemetry::metrics::LanesMeter::new(
+            meter: crate::sharding::metrics::LanesMeter::new(
                 options
                     .label
                     .as_deref()

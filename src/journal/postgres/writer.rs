@@ -225,7 +225,7 @@ impl Writer {
             return; // the opener gave up waiting
         }
         #[cfg(feature = "metrics")]
-        let mut meter = crate::telemetry::metrics::PostgresMeter::new(
+        let mut meter = crate::journal::metrics::PostgresMeter::new(
             self.options
                 .metrics_label
                 .as_deref()
@@ -331,7 +331,7 @@ impl Writer {
         #[cfg(feature = "tracing")]
         {
             use tracing::Instrument;
-            let span = crate::telemetry::spans::journal_commit("postgres", &group);
+            let span = crate::journal::write::journal_commit("postgres", &group);
             return self.commit_group(group).instrument(span).await;
         }
         #[cfg(not(feature = "tracing"))]

@@ -177,7 +177,7 @@ pub(super) fn run(
         return; // the opener gave up waiting
     }
     #[cfg(feature = "metrics")]
-    let mut meter = crate::telemetry::metrics::SqliteMeter::new(
+    let mut meter = crate::journal::metrics::SqliteMeter::new(
         options
             .metrics_label
             .as_deref()
@@ -449,7 +449,7 @@ impl Writer<'_> {
     /// Commits `group` in one transaction and replies to each write; whether it committed.
     fn commit(&mut self, group: Vec<WriteRequest>) -> bool {
         #[cfg(feature = "tracing")]
-        let _span = crate::telemetry::spans::journal_commit("sqlite", &group).entered();
+        let _span = crate::journal::write::journal_commit("sqlite", &group).entered();
         let now = unix_millis();
         let mut appended = HashMap::new();
         let outcome = (|| {

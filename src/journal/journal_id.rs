@@ -3,7 +3,7 @@
 use std::fmt;
 use std::sync::Arc;
 
-use crate::journal::JournalError;
+use crate::journal::error::JournalError;
 
 /// The identity of one journal's storage (a SQLite file, a PostgreSQL schema, a
 /// [`MemoryJournal`](crate::journal::MemoryJournal)): random, given once when the storage is

@@ -4,7 +4,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::config::{positive, Overrides};
 use crate::error::OptionsError;
-use crate::remote::options::check_frame_limits;
+use crate::remote::handshake::check_frame_limits;
 
 use super::subject::check_subject;
 

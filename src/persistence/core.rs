@@ -19,7 +19,11 @@ use serde::{Deserialize, Serialize};
 
 use crate::codec::CodecError;
 use crate::codec::Manifest;
-use crate::journal::{normalized, JournalError, PersistenceId, Snapshot, StoredEvent, Tag};
+use crate::journal::by_tag::normalized;
+use crate::journal::error::JournalError;
+use crate::journal::event::{Snapshot, StoredEvent};
+use crate::journal::id::PersistenceId;
+use crate::journal::tag::Tag;
 use crate::persistence::behavior::{Decision, EventSourced};
 use crate::persistence::config::PersistentConfig;
 use crate::persistence::delivery_record::{DeliveryRecord, Mark, Seen};

@@ -58,12 +58,12 @@
 //! other instance processed is then answered as already processed.
 
 mod actor;
-mod behavior;
+pub(crate) mod behavior;
 mod config;
 mod core;
 mod delivery_record;
 pub(crate) mod entry;
-mod error;
+pub(crate) mod error;
 mod handle;
 #[cfg(feature = "metrics")]
 pub(crate) mod metrics;

@@ -341,7 +341,7 @@ impl<E: EventSourced> EntityHost<E> {
     /// )?;
     /// let registry = WorkerRegistry::new();
     /// // A deposit job is (account, amount): each worker applies it to the account's entity.
-    /// let worker = start_consumer(
+    /// let worker = ReliableDelivery::consumer(
     ///     ConsumerOptions::builder(accounts.job_handler(|(account, amount): (String, u64)| {
     ///         (account.parse().expect("a valid id"), amount)
     ///     }))

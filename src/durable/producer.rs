@@ -20,7 +20,7 @@ use crate::durable::log::{
     decode_body, encode_body, type_names, LogCommand, LogRefusal, LogReply, ProducerLog,
 };
 use crate::durable::{DurableConfirmation, DurableOptions};
-use crate::error::{DeliveryError, ErrorChain, Failure, OptionsError};
+use crate::error::{DeliveryError, Failure, OptionsError};
 use crate::journal::{JournalError, PersistenceId};
 use crate::persistence::type_names::TypeNames;
 use crate::persistence::{CommandError, PersistentConfig, PersistentHandle};
@@ -28,6 +28,7 @@ use crate::protocol::chunk::producer::ChunkedProducer;
 use crate::protocol::envelope::Incarnation;
 use crate::protocol::producer::ProducerCore;
 use crate::runtime::alarm::now;
+use crate::runtime::error_chain::ErrorChain;
 
 mod chunks;
 

@@ -13,11 +13,11 @@ use crate::codec::schema::{BodySchema, Schemas};
 use crate::codec::MAX_ENCODED_BYTES;
 use crate::delivery::consumer::ConsumerHandle;
 use crate::delivery::message::{ConsumerRef, Delivery};
-use crate::error::ErrorChain;
 use crate::remote::frame::CHUNK_FRAME_OVERHEAD;
 use crate::remote::inbound::ExposedConsumer;
 use crate::remote::routes::Routes;
 use crate::remote::stats::Warnings;
+use crate::runtime::error_chain::ErrorChain;
 use crate::runtime::random::random_u64;
 
 use super::inbound::serve;

@@ -9,7 +9,6 @@ use actix::prelude::*;
 use tokio::sync::oneshot;
 
 use crate::delivery::message::{Acks, ReplyTo};
-use crate::error::ErrorChain;
 use crate::journal::{replay_all, Journal, JournalError, PersistenceId, Snapshot};
 use crate::persistence::behavior::EventSourced;
 use crate::persistence::config::PersistentConfig;
@@ -24,6 +23,7 @@ use crate::protocol::envelope::{Ack, DeliveryInfo, Incarnation};
 use crate::protocol::rate_limit::RateLimited;
 use crate::runtime::after_drain::after_each_drain;
 use crate::runtime::alarm::{self, Alarm};
+use crate::runtime::error_chain::ErrorChain;
 use crate::runtime::stop_signal::{StopSignal, SubscribeStopped};
 
 /// A command for a [`PersistentActor`]: `addr.send(Execute::new(command)).await` resolves once

@@ -14,8 +14,6 @@ use tokio::net::TcpStream;
 use tokio::sync::Notify;
 use tokio_util::codec::{FramedRead, LengthDelimitedCodec};
 
-#[cfg(feature = "tls")]
-use crate::error::ErrorChain;
 use crate::remote::auth::{Nonce, Opener, Sealer};
 use crate::remote::context::Context;
 use crate::remote::frame::{Frame, HANDSHAKE_MAX_FRAME};
@@ -23,6 +21,8 @@ use crate::remote::handshake::{Client, HandshakeError, Local, Server, Session};
 use crate::remote::output::Output;
 use crate::remote::peer::Identity;
 use crate::remote::stats::{add, Counters, Warning};
+#[cfg(feature = "tls")]
+use crate::runtime::error_chain::ErrorChain;
 use crate::runtime::random::random_bytes;
 
 /// The reading half of a connection (a socket's, or its TLS stream's).

@@ -16,7 +16,6 @@ use tokio::sync::{watch, Notify};
 
 use crate::codec::schema::BodySchema;
 use crate::delivery::message::{ChunkDelivery, Delivery, ReplyTo};
-use crate::error::ErrorChain;
 use crate::protocol::envelope::{Ack, Incarnation, ProducerId};
 use crate::remote::auth::NodeId;
 use crate::remote::backoff::Reconnect;
@@ -31,6 +30,7 @@ use crate::remote::output::Item;
 use crate::remote::peer::{PeerAddr, Target};
 use crate::remote::routes::{AckRefusal, AckRoute, ReplyAddress, Routes};
 use crate::remote::stats::{add, Warning, Warnings};
+use crate::runtime::error_chain::ErrorChain;
 
 /// The connection to one remote address, shared by every reference to consumers there.
 pub(crate) struct Outbound {

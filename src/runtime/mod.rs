@@ -4,6 +4,7 @@
 
 pub(crate) mod after_drain;
 pub(crate) mod alarm;
+pub(crate) mod error_chain;
 pub(crate) mod random;
 pub(crate) mod settlements;
 pub(crate) mod stop_signal;

@@ -31,13 +31,13 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use rusqlite::{params, Connection, Statement};
 use tokio::sync::{mpsc, oneshot};
 
-use crate::error::ErrorChain;
 use crate::journal::sqlite::options::{Counters, SqliteDurability};
 use crate::journal::sqlite::{schema, seq_from_sql, storage_error, SqliteOptions, HIGHEST_SQL};
 use crate::journal::write::{WriteOp, WriteRequest};
 use crate::journal::{
     check_fence, check_snapshot, slice_of, JournalError, JournalId, PersistenceId, TagSignal,
 };
+use crate::runtime::error_chain::ErrorChain;
 
 /// Fold the buffer into `event_journal` once it holds this many payload bytes (or
 /// `buffer_events` events).

@@ -176,7 +176,7 @@
 //! `actix_delivery_sharded_producer_{lanes, in_flight, waiting}` (gauges).
 //!
 //! Each meter is declared beside the stats it exports (`metrics.rs` of the subsystem's folder,
-//! with [`meter!`]); this module keeps the catalogue above and the helpers, and imports
+//! with `meter!`); this module keeps the catalogue above and the helpers, and imports
 //! nothing of the subsystems (telemetry is a leaf).
 
 use std::time::Duration;

@@ -29,7 +29,7 @@
 //!   sent again, from the first, through the window (a *round*). A chunk given up after
 //!   `max_attempts` gives its whole message up.
 
-pub mod header;
+pub(crate) mod header;
 pub mod producer;
 pub mod reassembly;
 

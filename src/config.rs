@@ -372,6 +372,19 @@ impl ConsumerConfig {
     }
 }
 
+/// Checks an application's `metrics_label` (feature `metrics`): a label value must not be
+/// empty.
+#[cfg(feature = "metrics")]
+pub(crate) fn check_label(label: &str) -> Result<(), OptionsError> {
+    if label.is_empty() {
+        return Err(OptionsError::new(
+            "metrics_label",
+            "must not be empty (got \"\")",
+        ));
+    }
+    Ok(())
+}
+
 /// `value` is positive, or an error naming `field`.
 pub(crate) fn positive(field: &'static str, value: usize) -> Result<(), OptionsError> {
     if value == 0 {

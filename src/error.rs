@@ -4,10 +4,10 @@
 
 use std::fmt;
 
-mod chain;
+pub(crate) mod chain;
 mod lifecycle;
 
-pub(crate) use chain::ErrorChain;
+pub(crate) use chain::PlainChain;
 pub use lifecycle::{Failure, StartError};
 
 /// Why a message was not confirmed. Passed to confirmation callbacks and returned by

@@ -4,11 +4,12 @@ use actix::{Actor, ArbiterHandle, Supervisor};
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 
-use crate::consumer::{ConsumerController, ConsumerHandle};
+use crate::delivery::consumer::{start_consumer, ConsumerController, ConsumerHandle};
+use crate::delivery::options::{ConsumerOptions, ProducerOptions};
+use crate::delivery::producer::{start_producer, ProducerController, ProducerHandle};
+use crate::durable::producer::start_durable_producer;
 use crate::durable::DurableOptions;
 use crate::error::OptionsError;
-use crate::options::{ConsumerOptions, ProducerOptions};
-use crate::producer::{ProducerController, ProducerHandle};
 use crate::sharding::{EntityMessage, ShardedProducerHandle, ShardedProducerOptions};
 use crate::work_pulling::{WorkPullingHandle, WorkPullingOptions};
 
@@ -35,7 +36,7 @@ pub struct ReliableDelivery;
 impl ReliableDelivery {
     /// Starts a consumer on the current arbiter.
     pub fn consumer<T: Send + 'static>(options: ConsumerOptions<T>) -> ConsumerHandle<T> {
-        ConsumerHandle::new(ConsumerController::new(options).start())
+        start_consumer(options)
     }
 
     /// Starts a consumer under an Actix `Supervisor` on the current arbiter.
@@ -61,7 +62,7 @@ impl ReliableDelivery {
 
     /// Starts a producer on the current arbiter.
     pub fn producer<T: Clone + Send + 'static>(options: ProducerOptions<T>) -> ProducerHandle<T> {
-        ProducerHandle::start(ProducerController::new(options))
+        start_producer(options)
     }
 
     /// Starts a producer under an Actix `Supervisor` on the current arbiter (see
@@ -88,9 +89,7 @@ impl ReliableDelivery {
     where
         T: Clone + Send + Serialize + DeserializeOwned + 'static,
     {
-        Ok(ProducerHandle::start_supervised(
-            ProducerController::durable(options, durable)?,
-        ))
+        start_durable_producer(options, durable)
     }
 
     /// Starts a **work-pulling** producer on the current arbiter: it sends each job to one of

@@ -542,54 +542,45 @@
 #![warn(missing_docs)]
 #![forbid(unsafe_code)]
 
-mod after_drain;
-mod alarm;
 pub mod codec;
 pub mod config;
-mod confirmation;
-mod consumer;
-mod dead_letter;
+mod delivery;
 pub mod durable;
 pub mod error;
 mod facade;
-mod handler;
-mod inbox;
 pub mod journal;
-pub mod message;
 #[cfg(feature = "nats")]
 #[cfg_attr(docsrs, doc(cfg(feature = "nats")))]
 pub mod nats;
-mod options;
 pub mod persistence;
-mod producer;
-mod producer_core;
 pub mod projection;
 pub mod protocol;
 pub mod remote;
-mod settlements;
+mod runtime;
 pub mod sharding;
-mod stop_signal;
 #[cfg(any(feature = "metrics", feature = "tracing"))]
 #[cfg_attr(docsrs, doc(cfg(any(feature = "metrics", feature = "tracing"))))]
 pub mod telemetry;
 pub mod work_pulling;
 
+pub use delivery::message;
+
 pub use config::{Backoff, ConsumerConfig, Limit, ProducerConfig};
-pub use confirmation::Confirmation;
-pub use consumer::{ConsumerController, ConsumerHandle};
-pub use dead_letter::DeadLetter;
-pub use error::{DeliveryError, Failure, Happened, OptionsError, StartError, TellError};
-pub use facade::ReliableDelivery;
-pub use handler::DeliveryHandler;
-pub use message::{
+pub use delivery::confirmation::Confirmation;
+pub use delivery::consumer::{ConsumerController, ConsumerHandle};
+pub use delivery::dead_letter::DeadLetter;
+pub use delivery::handler::DeliveryHandler;
+pub use delivery::message::{
     Acks, ChunkDeliveries, ChunkDelivery, ConsumerRef, Deliveries, Delivery, GetConsumerStats,
     GetOutOfOrder, GetProducerStats, ReplyTo, StopConsumer, StopProducer, Tell,
 };
-pub use options::{
+pub use delivery::options::{
     ConsumerOptions, ConsumerOptionsBuilder, ProducerOptions, ProducerOptionsBuilder,
     MAX_CHUNK_SIZE, MIN_CHUNK_SIZE,
 };
-pub use producer::{ProducerController, ProducerHandle};
+pub use delivery::producer::{ProducerController, ProducerHandle};
+pub use error::{DeliveryError, Failure, Happened, OptionsError, StartError, TellError};
+pub use facade::ReliableDelivery;
 pub use protocol::consumer::ConsumerStats;
 pub use protocol::envelope::{
     Ack, DeadLetterReason, DeliveryInfo, Incarnation, IncarnationId, ProducerId, MAX_ID_BYTES,

@@ -40,6 +40,7 @@
 
 mod assembled;
 mod manifest;
+pub(crate) mod schema;
 mod upcast;
 
 pub use manifest::Manifest;
@@ -50,7 +51,7 @@ use bincode::Options;
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 
-use crate::error::ErrorChain;
+use crate::error::PlainChain;
 
 /// The default limit for one encoded value: 16 MiB.
 ///
@@ -326,7 +327,7 @@ impl Codec {
                 .map_err(|err| encode_error(*err, limit)),
             Self::MessagePack => rmp_serde::encode::write_named(&mut out, value).map_err(|err| {
                 CodecError::Unencodable {
-                    reason: ErrorChain(&err).to_string(),
+                    reason: PlainChain(&err).to_string(),
                 }
             }),
         }
@@ -349,7 +350,7 @@ impl Codec {
                 let mut de = rmp_serde::Deserializer::from_read_ref(bytes);
                 de.set_max_depth(MAX_DEPTH);
                 let value = T::deserialize(&mut de).map_err(|err| CodecError::Malformed {
-                    reason: ErrorChain(&err).to_string(),
+                    reason: PlainChain(&err).to_string(),
                 })?;
                 // The borrowing reader does not tell where it stopped: the input is exactly
                 // one value if nothing more can be read after it.
@@ -423,7 +424,7 @@ fn decode_error(err: bincode::ErrorKind, limit: u64) -> CodecError {
             }
         }
         other => CodecError::Malformed {
-            reason: ErrorChain(&other).to_string(),
+            reason: PlainChain(&other).to_string(),
         },
     }
 }
@@ -432,7 +433,7 @@ fn encode_error(err: bincode::ErrorKind, limit: u64) -> CodecError {
     match err {
         bincode::ErrorKind::SizeLimit => CodecError::TooLarge { limit },
         other => CodecError::Unencodable {
-            reason: ErrorChain(&other).to_string(),
+            reason: PlainChain(&other).to_string(),
         },
     }
 }

@@ -9,8 +9,8 @@ use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 
 use crate::codec::{self, Codec, CodecError, Manifest, UpcastError, Written};
+use crate::persistence::behavior::{Decision, EventSourced};
 use crate::persistence::type_names::TypeNames;
-use crate::persistence::{Decision, EventSourced};
 use crate::protocol::chunk::ChunkHeader;
 use crate::protocol::envelope::Incarnation;
 

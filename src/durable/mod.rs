@@ -121,13 +121,12 @@
 
 mod config;
 mod log;
-mod producer;
+pub(crate) mod producer;
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use actix::Message;
-use serde::{Deserialize, Serialize};
 use tokio::sync::oneshot;
 
 use crate::codec::{Codec, Upcast, UpcastError};
@@ -136,13 +135,9 @@ use crate::error::{DeliveryError, OptionsError};
 use crate::journal::{Journal, PersistenceId};
 use crate::protocol::envelope::ProducerId;
 
+pub use crate::delivery::confirmation::MessageId;
 pub use config::DurableConfig;
 pub(crate) use producer::{Durable, MAX_BODY_BYTES};
-
-/// The stable id of a message of a durable producer: its seq in the producer's stream, never
-/// reused.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
-pub struct MessageId(pub u64);
 
 /// A message stored by a durable producer ([`ProducerHandle::store`](crate::ProducerHandle::store)).
 #[derive(Debug)]

@@ -9,23 +9,26 @@ use actix::prelude::*;
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 
-use crate::alarm::now;
 use crate::codec::{Codec, CodecError, Upcast, MAX_ENCODED_BYTES};
 use crate::config::ProducerConfig;
-use crate::confirmation::Confirmation;
+use crate::delivery::confirmation::Confirmation;
+use crate::delivery::confirmation::MessageId;
+use crate::delivery::options::ProducerOptions;
+use crate::delivery::producer::{ProducerController, ProducerHandle};
+use crate::delivery::producer_core::Core;
 use crate::durable::log::{
     decode_body, encode_body, type_names, LogCommand, LogRefusal, LogReply, ProducerLog,
 };
-use crate::durable::{DurableConfirmation, DurableOptions, MessageId};
-use crate::error::{DeliveryError, ErrorChain, Failure};
+use crate::durable::{DurableConfirmation, DurableOptions};
+use crate::error::{DeliveryError, Failure, OptionsError};
 use crate::journal::{JournalError, PersistenceId};
 use crate::persistence::type_names::TypeNames;
 use crate::persistence::{CommandError, PersistentConfig, PersistentHandle};
-use crate::producer::ProducerController;
-use crate::producer_core::Core;
 use crate::protocol::chunk::producer::ChunkedProducer;
 use crate::protocol::envelope::Incarnation;
 use crate::protocol::producer::ProducerCore;
+use crate::runtime::alarm::now;
+use crate::runtime::error_chain::ErrorChain;
 
 mod chunks;
 
@@ -1027,4 +1030,24 @@ fn log_error(stream: &PersistenceId, error: &CommandError<LogRefusal>) -> String
         CommandError::Rejected(reason) => format!("stream `{stream}`: {reason}"),
         other => format!("stream `{stream}`: {}", ErrorChain(other)),
     }
+}
+
+/// Starts a durable producer on the current arbiter, supervised: what
+/// [`ReliableDelivery::durable_producer`] does, and how the subsystems below the facade start
+/// theirs.
+///
+/// # Errors
+/// As [`ProducerController::durable`].
+///
+/// [`ReliableDelivery::durable_producer`]: crate::ReliableDelivery::durable_producer
+pub(crate) fn start_durable_producer<T>(
+    options: ProducerOptions<T>,
+    durable: DurableOptions<T>,
+) -> Result<ProducerHandle<T>, OptionsError>
+where
+    T: Clone + Send + Serialize + DeserializeOwned + 'static,
+{
+    Ok(ProducerHandle::start_supervised(
+        ProducerController::durable(options, durable)?,
+    ))
 }

@@ -3,14 +3,11 @@
 //!
 //! The `Display` of most errors says only what failed at their own level ("db error",
 //! "error connecting to server", a SQLite message without its extended result code) and
-//! leaves the why to [`Error::source`]. [`ErrorChain`] writes the error and each of its
+//! leaves the why to [`Error::source`]. [`PlainChain`] writes the error and each of its
 //! sources, joined by `: ` (a source whose text the one before already holds is not
-//! repeated, so an error whose `Display` includes its source is written once). A PostgreSQL
-//! server error (feature `postgres`) is written with its whole meaning, `ERROR: <message>
-//! (SQLSTATE <code>); DETAIL: …; HINT: …`, in place of tokio-postgres's bare "db error"; any
-//! other error of tokio-postgres through its sources, e.g. `error connecting to server:
-//! Connection refused (os error 111)`. Neither tokio-postgres's errors of a connection or a
-//! statement nor the server's messages hold the connection's password, so none is written.
+//! repeated, so an error whose `Display` includes its source is written once). The shells'
+//! chain (`runtime::error_chain`) also writes a PostgreSQL server error in full; this core
+//! file names no database crate.
 //!
 //! The crate's own errors keep what they wrap written this way, so their `Display` carries
 //! the whole chain too: what an application prints of them, or the crate logs, is complete.
@@ -18,64 +15,47 @@
 use std::error::Error;
 use std::fmt;
 
-/// An error and its sources, on one line (see the module docs).
-pub(crate) struct ErrorChain<'a>(pub(crate) &'a (dyn Error + 'static));
+/// An error and its sources, on one line (see the module docs), each link as its `Display`
+/// says it: what the core writes (its errors are the codecs'). The shells write theirs with
+/// `runtime::error_chain::ErrorChain`, which also spells out a PostgreSQL server's error.
+pub(crate) struct PlainChain<'a>(pub(crate) &'a (dyn Error + 'static));
 
-impl fmt::Display for ErrorChain<'_> {
+impl fmt::Display for PlainChain<'_> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let mut written = String::new();
-        let mut link = Some(self.0);
-        while let Some(error) = link {
-            link = error.source();
-            let Some(text) = own_text(error) else {
-                continue;
-            };
-            if written.contains(&text) {
-                continue;
-            }
-            if !written.is_empty() {
-                f.write_str(": ")?;
-            }
-            f.write_str(&text)?;
-            written = text;
-        }
-        Ok(())
+        write_chain(f, self.0, plain_text)
     }
 }
 
-/// What one link of a chain says; `None` for one that says nothing its source does not.
-fn own_text(error: &(dyn Error + 'static)) -> Option<String> {
-    #[cfg(feature = "postgres")]
-    {
-        if let Some(server) = error.downcast_ref::<tokio_postgres::error::DbError>() {
-            return Some(server_error(server));
+/// Writes `error` and its sources joined by `: `, each link as `own_text` says it (`None`: a
+/// link that says nothing its source does not), a link whose text the one before already
+/// holds not repeated.
+pub(crate) fn write_chain(
+    f: &mut fmt::Formatter<'_>,
+    error: &(dyn Error + 'static),
+    own_text: fn(&(dyn Error + 'static)) -> Option<String>,
+) -> fmt::Result {
+    let mut written = String::new();
+    let mut link = Some(error);
+    while let Some(error) = link {
+        link = error.source();
+        let Some(text) = own_text(error) else {
+            continue;
+        };
+        if written.contains(&text) {
+            continue;
         }
-        let client = error.downcast_ref::<tokio_postgres::Error>();
-        if client.is_some_and(|client| client.as_db_error().is_some()) {
-            return None; // "db error": its source is the server's error
+        if !written.is_empty() {
+            f.write_str(": ")?;
         }
+        f.write_str(&text)?;
+        written = text;
     }
+    Ok(())
+}
+
+/// What one link of a chain says, plainly: its `Display`.
+fn plain_text(error: &(dyn Error + 'static)) -> Option<String> {
     Some(error.to_string())
-}
-
-/// A PostgreSQL server error: severity, message, SQLSTATE, then its detail and hint if any.
-#[cfg(feature = "postgres")]
-fn server_error(error: &tokio_postgres::error::DbError) -> String {
-    let mut text = format!(
-        "{}: {} (SQLSTATE {})",
-        error.severity(),
-        error.message(),
-        error.code().code()
-    );
-    if let Some(detail) = error.detail() {
-        text.push_str("; DETAIL: ");
-        text.push_str(detail);
-    }
-    if let Some(hint) = error.hint() {
-        text.push_str("; HINT: ");
-        text.push_str(hint);
-    }
-    text
 }
 
 #[cfg(test)]
@@ -107,12 +87,12 @@ mod tests {
     fn each_source_follows_its_error_and_one_it_already_says_is_not_repeated() {
         let error = chain(&["cannot connect", "error connecting to server", "refused"]);
         assert_eq!(
-            ErrorChain(&error).to_string(),
+            PlainChain(&error).to_string(),
             "cannot connect: error connecting to server: refused"
         );
         let repeated = chain(&["a failed: refused", "refused"]);
-        assert_eq!(ErrorChain(&repeated).to_string(), "a failed: refused");
+        assert_eq!(PlainChain(&repeated).to_string(), "a failed: refused");
         let io = std::io::Error::from(std::io::ErrorKind::ConnectionRefused);
-        assert_eq!(ErrorChain(&io).to_string(), "connection refused");
+        assert_eq!(PlainChain(&io).to_string(), "connection refused");
     }
 }

@@ -2,7 +2,7 @@
 
 use std::fmt;
 
-use crate::journal::PersistenceId;
+use crate::journal::id::PersistenceId;
 
 /// Why a [`Journal`](crate::journal::Journal) operation failed. Names the stream and seq
 /// where they apply. `Clone`, so one failure can be handed to every caller it concerns.
@@ -91,7 +91,7 @@ pub enum JournalError {
     /// A stored event or snapshot of another type than the reader's, by the type name stored
     /// with it (its [`Manifest`](crate::codec::Manifest)): the stream belongs to another
     /// application, or the type was moved or renamed and its former name not declared
-    /// ([`EventSourced::FORMER_TYPE_NAMES`](crate::persistence::EventSourced::FORMER_TYPE_NAMES),
+    /// ([`EventSourced::FORMER_TYPE_NAMES`](crate::persistence::behavior::EventSourced::FORMER_TYPE_NAMES),
     /// [`DurableOptions::accept_type_name`](crate::durable::DurableOptions::accept_type_name)).
     /// Fail-stop: nothing of it is read, nothing is written; start the right application on
     /// it, or declare the former name.

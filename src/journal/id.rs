@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
-use crate::journal::JournalError;
+use crate::journal::error::JournalError;
 use crate::protocol::envelope::MAX_ID_BYTES;
 
 /// The name of one stream of events in a [`Journal`](crate::journal::Journal): non-empty,

@@ -3,8 +3,7 @@
 use std::fmt;
 use std::sync::Arc;
 
-use crate::journal::JournalError;
-use crate::protocol::envelope::random_u64;
+use crate::journal::error::JournalError;
 
 /// The identity of one journal's storage (a SQLite file, a PostgreSQL schema, a
 /// [`MemoryJournal`](crate::journal::MemoryJournal)): random, given once when the storage is
@@ -44,13 +43,10 @@ impl JournalId {
         Ok(Self(Arc::from(id)))
     }
 
-    /// A new random id: 128 bits from the OS's random number generator, as 32 hex digits.
-    pub fn random() -> Self {
-        Self(Arc::from(format!(
-            "{:016x}{:016x}",
-            random_u64(),
-            random_u64()
-        )))
+    /// An id of 32 hex digits from two 64-bit draws (the shells draw them from the OS:
+    /// [`random`](Self::random)).
+    pub(crate) fn from_draws(high: u64, low: u64) -> Self {
+        Self(Arc::from(format!("{high:016x}{low:016x}")))
     }
 
     /// The id as a string slice.

@@ -73,7 +73,7 @@ struct State {
     signal: TagSignal,
     /// The metrics of `stats` (registered at the first append).
     #[cfg(feature = "metrics")]
-    meter: Option<crate::telemetry::metrics::MemoryMeter>,
+    meter: Option<MemoryMeter>,
 }
 
 /// Events `highest - events.len() + 1 ..= highest`, gapless (deletion removes from the front).
@@ -226,11 +226,7 @@ impl State {
     fn publish(&mut self) {
         let stats = self.stats;
         self.meter
-            .get_or_insert_with(|| {
-                crate::telemetry::metrics::MemoryMeter::new(
-                    crate::telemetry::metrics::DEFAULT_LABEL,
-                )
-            })
+            .get_or_insert_with(|| MemoryMeter::new(crate::telemetry::metrics::DEFAULT_LABEL))
             .publish(&stats);
     }
 
@@ -449,6 +445,16 @@ impl Journal for MemoryJournal {
                 .get(&id)
                 .and_then(|stream| stream.snapshot.clone()))
         })
+    }
+}
+
+#[cfg(feature = "metrics")]
+crate::telemetry::metrics::meter! {
+    /// A memory journal's metrics.
+    MemoryMeter(MemoryStats, "journal") {
+        counter appends: "actix_delivery_memory_journal_appends_total",
+        counter commits: "actix_delivery_memory_journal_commits_total",
+        counter events: "actix_delivery_memory_journal_events_total",
     }
 }
 

@@ -66,27 +66,35 @@ use std::future::Future;
 use std::pin::Pin;
 
 use crate::codec::Manifest;
+use crate::runtime::random::random_u64;
 
-mod by_tag;
-mod error;
-mod id;
-mod journal_id;
+pub(crate) mod by_tag;
+pub(crate) mod error;
+pub(crate) mod event;
+pub(crate) mod id;
+pub(crate) mod journal_id;
 mod memory;
+#[cfg(all(feature = "metrics", any(feature = "sqlite", feature = "postgres")))]
+pub(crate) mod metrics;
+mod notifications;
 #[cfg(feature = "postgres")]
 mod postgres;
 mod replay;
 #[cfg(feature = "sqlite")]
 mod sqlite;
-mod tag;
+pub(crate) mod tag;
 #[cfg(any(feature = "sqlite", feature = "postgres"))]
 pub(crate) mod write;
 
-pub(crate) use by_tag::{check_max_events, check_tags, normalized, TagSignal};
-pub use by_tag::{Offset, TagNotifications, TagQuery, TaggedEvent};
+pub(crate) use by_tag::{check_max_events, check_tags, normalized};
+pub use by_tag::{Offset, TagQuery, TaggedEvent};
 pub use error::JournalError;
+pub use event::{Snapshot, StoredEvent, MAX_PAYLOAD_BYTES, MAX_SEQ};
 pub use id::PersistenceId;
 pub use journal_id::JournalId;
 pub use memory::{MemoryFaults, MemoryJournal, MemoryStats};
+pub use notifications::TagNotifications;
+pub(crate) use notifications::TagSignal;
 #[cfg(all(feature = "postgres", feature = "tls"))]
 #[cfg_attr(docsrs, doc(cfg(all(feature = "postgres", feature = "tls"))))]
 pub use postgres::PostgresTls;
@@ -102,48 +110,6 @@ pub(crate) use sqlite::unix_millis;
 #[cfg_attr(docsrs, doc(cfg(feature = "sqlite")))]
 pub use sqlite::{SqliteDurability, SqliteJournal, SqliteOptions, SqliteStats};
 pub use tag::{slice_of, Slices, Tag, MAX_TAG_BYTES, SLICES};
-
-/// The largest seq a stream can reach: `2^53 - 1`, as for deliveries (the largest integer
-/// every JSON peer represents exactly, and a comfortable fit for SQL `BIGINT`).
-pub const MAX_SEQ: u64 = crate::protocol::envelope::MAX_SEQ;
-
-/// The largest event or snapshot payload the crate's journals store: 512 MiB (SQLite's and
-/// PostgreSQL's own limits for one value are about 1 GB). What [`Journal::max_payload`]
-/// returns unless a journal says otherwise.
-pub const MAX_PAYLOAD_BYTES: usize = 512 << 20;
-
-/// One stored event of a stream.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct StoredEvent {
-    /// Its seq in the stream, from 1.
-    pub seq: u64,
-    /// The bytes appended.
-    pub payload: Vec<u8>,
-    /// How they were written (as given to [`Journal::append_as`]).
-    pub manifest: Manifest,
-}
-
-/// A stream's snapshot: the state as of event `seq`, encoded by the layer above.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Snapshot {
-    /// The seq of the last event the state includes.
-    pub seq: u64,
-    /// The encoded state.
-    pub payload: Vec<u8>,
-    /// How it was written.
-    pub manifest: Manifest,
-}
-
-impl Snapshot {
-    /// The state `payload` as of event `seq`, of [`Manifest::raw`] bytes.
-    pub fn new(seq: u64, payload: Vec<u8>) -> Self {
-        Self {
-            seq,
-            payload,
-            manifest: Manifest::raw(),
-        }
-    }
-}
 
 /// The future every [`Journal`] operation returns: `Send`, boxed so the trait is object safe.
 pub type JournalFuture<'a, T> = Pin<Box<dyn Future<Output = Result<T, JournalError>> + Send + 'a>>;
@@ -495,6 +461,14 @@ pub(crate) fn check_snapshot(
         ));
     }
     Ok(())
+}
+
+impl JournalId {
+    /// A new random id: 128 bits from the OS's random number generator, as 32 hex digits.
+    pub fn random() -> Self {
+        let high = random_u64();
+        Self::from_draws(high, random_u64())
+    }
 }
 
 #[cfg(test)]

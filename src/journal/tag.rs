@@ -7,7 +7,9 @@ use std::sync::Arc;
 
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
-use crate::journal::{JournalError, PersistenceId};
+use crate::journal::error::JournalError;
+
+use crate::journal::id::PersistenceId;
 
 /// The longest tag, in bytes.
 pub const MAX_TAG_BYTES: usize = 128;

@@ -53,3 +53,34 @@ impl WriteOp {
         }
     }
 }
+
+/// The span of the transaction that commits `group` in `journal` (the journals of features
+/// `sqlite` and `postgres`).
+#[cfg(feature = "tracing")]
+pub(crate) fn journal_commit(journal: &'static str, group: &[WriteRequest]) -> tracing::Span {
+    if !tracing::enabled!(target: "actix_delivery", tracing::Level::DEBUG) {
+        return tracing::Span::none();
+    }
+    let stream = group.first().map_or("", |request| request.id.as_str());
+    let mut ids: Vec<&str> = group.iter().map(|request| request.id.as_str()).collect();
+    ids.sort_unstable();
+    ids.dedup();
+    let streams = ids.len();
+    let writes = group.len();
+    let events: usize = group
+        .iter()
+        .map(|request| match &request.op {
+            WriteOp::Append { payloads, .. } => payloads.len(),
+            _ => 0,
+        })
+        .sum();
+    tracing::debug_span!(
+        target: "actix_delivery",
+        "journal.commit",
+        journal,
+        stream,
+        streams,
+        writes,
+        events,
+    )
+}

@@ -23,7 +23,7 @@ use crate::remote::outbound::hand_acks;
 use crate::remote::routes::AckRefusal;
 use crate::remote::stats::{add, Warning};
 
-use super::carrier::Shared;
+use super::shared::Shared;
 
 /// Receives on the inbox until the carrier stops or the client closes.
 pub(crate) async fn receive(shared: Arc<Shared>, mut inbox: Subscriber) {

@@ -7,14 +7,13 @@ use async_nats::{Message, Subject, Subscriber};
 use futures_util::stream::FuturesUnordered;
 use futures_util::StreamExt;
 use hashlink::LruCache;
-use tokio_util::sync::CancellationToken;
 
-use crate::message::ReplyTo;
+use crate::delivery::message::ReplyTo;
 use crate::remote::frame::Frame;
-use crate::remote::inbound::{Dispatched, Exposed};
+use crate::remote::registry::{Dispatched, Exposed};
 use crate::remote::stats::{add, Warning};
 
-use super::carrier::Shared;
+use super::shared::{Serving, Shared};
 
 /// Batches handed to the consumer and not yet taken from its mailbox; beyond, deliveries are
 /// dropped (and counted): NATS has no flow control towards the publisher, so waiting would
@@ -24,14 +23,6 @@ const MAX_DISPATCHING: usize = 16;
 /// Reply addresses kept per exposed subject (one per producer carrier that sends there, in
 /// practice); the least recently used is made again when needed.
 const MAX_REPLY_SUBJECTS: usize = 1024;
-
-/// One exposed subject being served.
-pub(crate) struct Serving {
-    pub(crate) subject: String,
-    /// Tells this exposure from a later one of the same subject.
-    pub(crate) generation: u64,
-    pub(crate) stop: CancellationToken,
-}
 
 /// Receives on `subscriber` until `stop`, the carrier stops, or the consumer is gone
 /// (stopped for good), then unsubscribes, so that a queue group's other members take its

@@ -128,9 +128,12 @@ const _: () = assert!(
 mod acks;
 mod carrier;
 mod inbound;
+#[cfg(feature = "metrics")]
+pub(crate) mod metrics;
 mod notices;
 mod options;
 mod publisher;
+mod shared;
 mod stats;
 mod subject;
 

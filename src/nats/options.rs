@@ -4,7 +4,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::config::{positive, Overrides};
 use crate::error::OptionsError;
-use crate::remote::options::check_frame_limits;
+use crate::remote::handshake::check_frame_limits;
 
 use super::subject::check_subject;
 
@@ -168,7 +168,7 @@ impl NatsOptionsBuilder {
         config.validate()?;
         #[cfg(feature = "metrics")]
         if let Some(label) = &self.metrics_label {
-            crate::telemetry::metrics::check_label(label)?;
+            crate::config::check_label(label)?;
         }
         Ok(NatsOptions {
             config,

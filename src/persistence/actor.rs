@@ -3,16 +3,13 @@
 
 use std::sync::Arc;
 use std::task::Poll;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use actix::prelude::*;
 use tokio::sync::oneshot;
 
-use crate::after_drain::after_each_drain;
-use crate::alarm::{self, Alarm};
-use crate::error::ErrorChain;
+use crate::delivery::message::{Acks, ReplyTo};
 use crate::journal::{replay_all, Journal, JournalError, PersistenceId, Snapshot};
-use crate::message::{Acks, ReplyTo};
 use crate::persistence::behavior::EventSourced;
 use crate::persistence::config::PersistentConfig;
 use crate::persistence::core::{
@@ -24,7 +21,10 @@ use crate::persistence::outbox_state::{OutboxState, Sent};
 use crate::persistence::type_names::TypeNames;
 use crate::protocol::envelope::{Ack, DeliveryInfo, Incarnation};
 use crate::protocol::rate_limit::RateLimited;
-use crate::stop_signal::{StopSignal, SubscribeStopped};
+use crate::runtime::after_drain::after_each_drain;
+use crate::runtime::alarm::{self, Alarm};
+use crate::runtime::error_chain::ErrorChain;
+use crate::runtime::stop_signal::{StopSignal, SubscribeStopped};
 
 /// A command for a [`PersistentActor`]: `addr.send(Execute::new(command)).await` resolves once
 /// the command's events are durable (or with why not). [`PersistentHandle`](crate::persistence::PersistentHandle)
@@ -142,7 +142,7 @@ pub struct PersistentActor<E: EventSourced> {
     snapshot_warnings: RateLimited,
     #[cfg(feature = "metrics")]
     /// `None` for the crate's own logs (a durable producer's), which are no entities.
-    meter: Option<crate::telemetry::metrics::PersistentMeter>,
+    meter: Option<crate::persistence::metrics::PersistentMeter>,
 }
 
 impl<E: EventSourced> PersistentActor<E> {
@@ -170,7 +170,7 @@ impl<E: EventSourced> PersistentActor<E> {
             panic!("{error}");
         }
         #[cfg(feature = "metrics")]
-        let meter = Some(crate::telemetry::metrics::PersistentMeter::new(
+        let meter = Some(crate::persistence::metrics::PersistentMeter::new(
             config
                 .metrics_label
                 .as_deref()
@@ -229,7 +229,7 @@ impl<E: EventSourced> PersistentActor<E> {
         outbox: &Outbox,
         names: &TypeNames,
     ) -> PersistentCore<E, Responder<E>> {
-        PersistentCore::new(id, config.clone())
+        PersistentCore::new(id, config.clone(), Instant::now())
             .with_type_names(names)
             .with_outbox(outbox.names(), Incarnation::random())
     }
@@ -592,7 +592,7 @@ async fn recover_from<E: EventSourced>(
     names: &TypeNames,
     snapshot: Option<Snapshot>,
 ) -> Result<Recovered<E>, JournalError> {
-    let mut recovery = Recovery::<E>::new(id.clone(), config, names.clone());
+    let mut recovery = Recovery::<E>::new(id.clone(), config, names.clone(), Instant::now());
     let from_seq = recovery.restore_snapshot(snapshot, config)?;
     let highest_seq = journal.highest_seq(id).await?;
     let mut replayed = 0u64;

@@ -6,7 +6,7 @@ use serde::de::DeserializeOwned;
 use serde::Serialize;
 
 use crate::codec::{self, CodecError, UpcastError, Written};
-use crate::journal::Tag;
+use crate::journal::tag::Tag;
 
 /// An event-sourced entity: the type is its state; commands come in, a pure
 /// [`decide`](Self::decide) turns a command and the current state into events (and a reply),
@@ -101,7 +101,7 @@ pub trait EventSourced: Default + Serialize + DeserializeOwned + 'static {
     /// entry and snapshot records the [`std::any::type_name`] of what it holds (`my_app::Event`,
     /// `my_app::Account`), and a stream of entries named otherwise is another application's:
     /// its recovery fails with
-    /// [`JournalError::ForeignType`](crate::journal::JournalError::ForeignType), naming both
+    /// [`JournalError::ForeignType`](crate::journal::error::JournalError::ForeignType), naming both
     /// names, instead of reading another application's data as this one's. When a type moves
     /// to another module or crate, or is renamed, list its former name here (say
     /// `&["orders::v1::Event", "orders::v1::Order"]`), and its stream reads on; the compiler's
@@ -119,7 +119,7 @@ pub trait EventSourced: Default + Serialize + DeserializeOwned + 'static {
     /// stream, seq and versions), as does an error returned here.
     ///
     /// The default has no upcaster: an older entry fails the recovery with
-    /// [`JournalError::Incompatible`](crate::journal::JournalError::Incompatible).
+    /// [`JournalError::Incompatible`](crate::journal::error::JournalError::Incompatible).
     ///
     /// # Errors
     /// Why the entry cannot be read: the recovery stops with it.

@@ -13,12 +13,17 @@
 //! to recovery, after which the same commands are decided again on the caught-up state.
 
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
+use std::time::Instant;
 
 use serde::{Deserialize, Serialize};
 
 use crate::codec::CodecError;
 use crate::codec::Manifest;
-use crate::journal::{normalized, JournalError, PersistenceId, Snapshot, StoredEvent, Tag};
+use crate::journal::by_tag::normalized;
+use crate::journal::error::JournalError;
+use crate::journal::event::{Snapshot, StoredEvent};
+use crate::journal::id::PersistenceId;
+use crate::journal::tag::Tag;
 use crate::persistence::behavior::{Decision, EventSourced};
 use crate::persistence::config::PersistentConfig;
 use crate::persistence::delivery_record::{DeliveryRecord, Mark, Seen};
@@ -208,10 +213,11 @@ pub struct PersistentCore<E: EventSourced, T> {
 }
 
 impl<E: EventSourced, T> PersistentCore<E, T> {
-    /// A core about to recover stream `id`.
-    pub fn new(id: PersistenceId, config: PersistentConfig) -> Self {
+    /// A core about to recover stream `id`. `epoch` is any instant (its delivery record ignores
+    /// time; the shell reads the clock).
+    pub fn new(id: PersistenceId, config: PersistentConfig, epoch: Instant) -> Self {
         Self {
-            record: DeliveryRecord::new(config.max_producers),
+            record: DeliveryRecord::new(config.max_producers, epoch),
             id,
             state: E::default(),
             durable_seq: 0,
@@ -685,13 +691,18 @@ pub struct Recovery<E> {
 
 impl<E: EventSourced> Recovery<E> {
     /// A recovery of stream `id`, starting from the empty state, reading what is stored under
-    /// `names`.
-    pub fn new(id: PersistenceId, config: &PersistentConfig, names: TypeNames) -> Self {
+    /// `names`. `epoch` is any instant (its delivery record ignores time).
+    pub fn new(
+        id: PersistenceId,
+        config: &PersistentConfig,
+        names: TypeNames,
+        epoch: Instant,
+    ) -> Self {
         Self {
             id,
             names,
             state: E::default(),
-            record: DeliveryRecord::new(config.max_producers),
+            record: DeliveryRecord::new(config.max_producers, epoch),
             outbox: OutboxState::default(),
             from_seq: 1,
             last_seq: 0,
@@ -738,7 +749,11 @@ impl<E: EventSourced> Recovery<E> {
         match decoded {
             Ok(decoded) => {
                 self.state = decoded.state;
-                self.record = DeliveryRecord::from_records(config.max_producers, decoded.delivered);
+                self.record = DeliveryRecord::from_records(
+                    config.max_producers,
+                    decoded.delivered,
+                    self.record.epoch(),
+                );
                 self.outbox = decoded.outbox;
                 self.from_seq = snapshot.seq + 1;
                 self.last_seq = snapshot.seq;
@@ -933,7 +948,8 @@ mod tests {
         }
 
         fn recover(&self, config: &PersistentConfig) -> Result<Recovered<Counter>, JournalError> {
-            let mut recovery = Recovery::new(id(), config, TypeNames::of::<Counter>());
+            let mut recovery =
+                Recovery::new(id(), config, TypeNames::of::<Counter>(), Instant::now());
             let from = recovery.restore_snapshot(self.snapshot.clone(), config)?;
             for (index, (payload, manifest)) in self.entries.iter().enumerate() {
                 let seq = index as u64 + 1;
@@ -954,7 +970,7 @@ mod tests {
     }
 
     fn ready(stream: &Stream, config: PersistentConfig) -> Core {
-        let mut core = Core::new(id(), config.clone());
+        let mut core = Core::new(id(), config.clone(), Instant::now());
         assert!(core
             .finish_recovery(stream.recover(&config).unwrap())
             .is_empty());
@@ -1007,7 +1023,7 @@ mod tests {
             max_recovery_buffer: 2,
             ..Default::default()
         };
-        let mut core = Core::new(id(), config.clone());
+        let mut core = Core::new(id(), config.clone(), Instant::now());
         assert!(core.handle_command(plain(Op::Add(1)), 1).is_none());
         assert!(core.handle_command(plain(Op::Add(2)), 2).is_none());
         let refused = core.handle_command(plain(Op::Add(3)), 3).unwrap();
@@ -1431,7 +1447,7 @@ mod tests {
             error.to_string().contains("stream `counter`, seq 2"),
             "{error}"
         );
-        let mut waiting = Core::new(id(), config);
+        let mut waiting = Core::new(id(), config, Instant::now());
         waiting.handle_command(plain(Op::Get), 7);
         let answers = waiting.fail_recovery(&error);
         assert!(matches!(answers[..], [(7, Err(CommandError::Recovery(_)))]));

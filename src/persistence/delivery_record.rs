@@ -73,14 +73,15 @@ pub struct DeliveryRecord {
 }
 
 impl DeliveryRecord {
-    /// An empty record for at most `max_producers` producer ids.
+    /// An empty record for at most `max_producers` producer ids. `epoch` is the one instant
+    /// its table is given (it ignores time; the shell that makes the record reads the clock).
     ///
     /// # Panics
     /// If `max_producers` is 0 (options validation rejects it).
-    pub fn new(max_producers: usize) -> Self {
+    pub fn new(max_producers: usize, epoch: Instant) -> Self {
         Self {
             table: DedupTable::new(Some(max_producers), None),
-            epoch: Instant::now(),
+            epoch,
         }
     }
 
@@ -124,14 +125,23 @@ impl DeliveryRecord {
         window.complete_range(mark.first(), mark.seq);
     }
 
+    /// The instant its table was given when the record was made.
+    pub fn epoch(&self) -> Instant {
+        self.epoch
+    }
+
     /// The record's content, for a snapshot.
     pub fn to_records(&self) -> Vec<WindowRecord<IncarnationId>> {
         self.table.records()
     }
 
     /// A record rebuilt from a snapshot's content.
-    pub fn from_records(max_producers: usize, records: Vec<WindowRecord<IncarnationId>>) -> Self {
-        let mut record = Self::new(max_producers);
+    pub fn from_records(
+        max_producers: usize,
+        records: Vec<WindowRecord<IncarnationId>>,
+        epoch: Instant,
+    ) -> Self {
+        let mut record = Self::new(max_producers, epoch);
         record.table.restore(records, record.epoch);
         record
     }
@@ -149,7 +159,7 @@ mod tests {
 
     #[test]
     fn with_must_follow_only_the_successor_of_what_was_processed_or_settled_is_new() {
-        let mut record = DeliveryRecord::new(8);
+        let mut record = DeliveryRecord::new(8, Instant::now());
         let follow = |record: &DeliveryRecord, seq: u64, window_start| {
             record.seen(&info("p", 1, seq, window_start), Some(seq - 1))
         };
@@ -171,7 +181,7 @@ mod tests {
     fn with_an_explicit_predecessor_a_delivery_follows_that_seq_not_seq_minus_one() {
         // One producer's deliveries to this entity are seqs 3, 7 and 8 of its stream (the
         // others went elsewhere): 7 follows 3, 8 follows 7, 3 follows none (0).
-        let mut record = DeliveryRecord::new(8);
+        let mut record = DeliveryRecord::new(8, Instant::now());
         let seen = |record: &DeliveryRecord, seq, previous| {
             record.seen(&info("p", 1, seq, 1), Some(previous))
         };
@@ -205,7 +215,7 @@ mod tests {
 
     #[test]
     fn recorded_marks_are_duplicates_others_new_and_below_the_window_stale() {
-        let mut record = DeliveryRecord::new(8);
+        let mut record = DeliveryRecord::new(8, Instant::now());
         assert_eq!(record.seen_now(&info("p", 1, 1, 1)), Seen::New);
         record.record(&Mark::from(&info("p", 1, 1, 1)));
         record.record(&Mark::from(&info("p", 1, 3, 1)));
@@ -230,7 +240,7 @@ mod tests {
 
     #[test]
     fn a_chunked_messages_mark_covers_its_range_and_it_is_judged_by_its_seqs() {
-        let mut record = DeliveryRecord::new(8);
+        let mut record = DeliveryRecord::new(8, Instant::now());
         let chunked = |first, last, window_start| DeliveryInfo {
             first_seq: Some(first),
             ..info("p", 1, last, window_start)
@@ -254,12 +264,12 @@ mod tests {
 
     #[test]
     fn seeing_does_not_change_the_record_and_its_snapshot_restores_it() {
-        let mut record = DeliveryRecord::new(2);
+        let mut record = DeliveryRecord::new(2, Instant::now());
         record.record(&Mark::from(&info("a", 1, 1, 1)));
         record.record(&Mark::from(&info("b", 1, 1, 1)));
         // A duplicate of a's does not make a the most recent: c evicts a.
         assert_eq!(record.seen_now(&info("a", 1, 1, 1)), Seen::Duplicate);
-        let restored = DeliveryRecord::from_records(2, record.to_records());
+        let restored = DeliveryRecord::from_records(2, record.to_records(), Instant::now());
         for mut r in [record, restored] {
             r.record(&Mark::from(&info("c", 1, 1, 1)));
             assert_eq!(r.seen_now(&info("a", 1, 1, 1)), Seen::New, "evicted");

@@ -44,7 +44,10 @@ pub(crate) struct Manifests {
 
 impl Manifests {
     /// For entity `E`, under `names`, written in `codec`.
-    pub fn of<E: crate::persistence::EventSourced>(names: &TypeNames, codec: Codec) -> Self {
+    pub fn of<E: crate::persistence::behavior::EventSourced>(
+        names: &TypeNames,
+        codec: Codec,
+    ) -> Self {
         Self {
             events: Manifest::new(codec, names.events(), E::EVENT_VERSION),
             state: Manifest::new(codec, names.state(), E::STATE_VERSION),

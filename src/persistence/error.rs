@@ -3,7 +3,7 @@
 use std::fmt::Display;
 
 use crate::codec::CodecError;
-use crate::journal::JournalError;
+use crate::journal::error::JournalError;
 
 /// Why a command sent to a [`PersistentActor`](crate::persistence::PersistentActor) did not
 /// get its reply. `R` is the entity's rejection type.

@@ -6,8 +6,8 @@ use std::sync::Arc;
 use actix::prelude::*;
 use tokio::sync::{oneshot, watch};
 
+use crate::delivery::handler::DeliveryHandler;
 use crate::error::{Failure, OptionsError, StartError};
-use crate::handler::DeliveryHandler;
 use crate::journal::{Journal, PersistenceId};
 use crate::persistence::actor::{
     Ask, Execute, GetPersistentStats, HandlesDropped, PersistentActor, StopPersistent,
@@ -19,7 +19,7 @@ use crate::persistence::error::CommandError;
 use crate::persistence::outbox::Outbox;
 use crate::persistence::type_names::TypeNames;
 use crate::protocol::envelope::DeliveryInfo;
-use crate::stop_signal::{wait_for_stop, wait_opened, Life, StopSignal, SubscribeStopped};
+use crate::runtime::stop_signal::{wait_for_stop, wait_opened, Life, StopSignal, SubscribeStopped};
 
 /// The application's side of a [`PersistentActor`]: ask it commands, stop it. Cheap to clone.
 ///
@@ -365,47 +365,6 @@ impl<E: EventSourced> PersistentHandle<E> {
         DeliveryHandler::pipelined(move |info: DeliveryInfo, body: T| {
             let answer = entity.ask_delivered(info, to_command(body));
             async move { answer.await.map(drop) }
-        })
-    }
-
-    /// The handler of an effectively-once **worker** of a work-pulling producer: as
-    /// [`delivery_handler`](Self::delivery_handler), but the processed mark is the job's
-    /// stable id ([`Job::info`](crate::work_pulling::Job)), not the worker stream's delivery.
-    /// A job re-routed from a worker that died after committing it is answered "already
-    /// processed" by any worker on this entity's journal stream, so its events are stored
-    /// once. A job below a processed job's `window_start` that this entity did not process
-    /// was confirmed by a worker elsewhere (the producer's window only passes confirmed
-    /// jobs): it is refused as stale (counted) and ACKed, which frees its worker's slot and
-    /// confirms nothing. Leave `must_follow` off: a worker sees only some of the jobs.
-    ///
-    /// A job whose id is not the sending worker stream's own (its token does not have the
-    /// id's public incarnation id, see [`check_origin`](crate::protocol::origin::check_origin))
-    /// is a dead letter of the consumer ([`DeadLetterReason::ForeignOrigin`]): never run nor
-    /// ACKed, and no window of the entity's record moves.
-    ///
-    /// [`DeadLetterReason::ForeignOrigin`]: crate::DeadLetterReason::ForeignOrigin
-    pub fn job_handler<T: 'static>(
-        &self,
-        mut to_command: impl FnMut(T) -> E::Command + 'static,
-    ) -> DeliveryHandler<crate::work_pulling::Job<T>> {
-        let entity = self.clone();
-        let handler = DeliveryHandler::pipelined(move |_, job: crate::work_pulling::Job<T>| {
-            // A job is one message of its producer: its mark covers its seq alone, whatever
-            // range a sender wrote into the id (which would mark seqs no job processed).
-            let info = DeliveryInfo {
-                first_seq: None,
-                ..job.info
-            };
-            let answer = entity.ask_delivered(info, to_command(job.body));
-            async move {
-                match answer.await {
-                    Ok(_) | Err(CommandError::Stale) => Ok(()),
-                    Err(error) => Err(error),
-                }
-            }
-        });
-        handler.admitting(|carrier, job: &crate::work_pulling::Job<T>| {
-            crate::protocol::origin::check_origin(carrier, &job.info)
         })
     }
 

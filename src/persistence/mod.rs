@@ -58,13 +58,15 @@
 //! other instance processed is then answered as already processed.
 
 mod actor;
-mod behavior;
+pub(crate) mod behavior;
 mod config;
 mod core;
 mod delivery_record;
 pub(crate) mod entry;
-mod error;
+pub(crate) mod error;
 mod handle;
+#[cfg(feature = "metrics")]
+pub(crate) mod metrics;
 mod outbox;
 mod outbox_state;
 pub(crate) mod type_names;

@@ -9,14 +9,14 @@ use serde::Serialize;
 
 use crate::codec::{self, CodecError};
 use crate::config::ProducerConfig;
+use crate::delivery::message::{ConsumerRef, Delivery, ReplyTo};
+use crate::error::DeliveryError;
 use crate::error::OptionsError;
 use crate::journal::PersistenceId;
-use crate::message::{ConsumerRef, Delivery, ReplyTo};
 use crate::persistence::outbox_state::LaneState;
 use crate::protocol::envelope::{check_producer_id, Ack, Incarnation, ProducerId};
 use crate::protocol::producer::ProducerCore;
 use crate::protocol::rate_limit::RateLimited;
-use crate::DeliveryError;
 
 /// Where a persistent entity's decisions deliver to
 /// ([`Decision::deliver`](crate::persistence::Decision::deliver)): named destinations, each a

@@ -7,7 +7,7 @@
 use std::sync::Arc;
 
 use crate::codec::Manifest;
-use crate::persistence::EventSourced;
+use crate::persistence::behavior::EventSourced;
 
 /// The names a reader writes its entries and snapshots under, and the stored names it reads as
 /// its own: those, the empty name (entries written before names were recorded: whose they are

@@ -8,12 +8,12 @@ use std::sync::{Arc, Mutex, PoisonError};
 
 use futures_util::future::LocalBoxFuture;
 
-use crate::error::ErrorChain;
 use crate::journal::{JournalId, Offset, Slices};
 use crate::projection::core::Batch;
 use crate::projection::envelope::{Envelope, EventDecoder};
 use crate::projection::runner::{guarded, Failure, Key, Sink};
 use crate::projection::{HandlerError, Projection, ProjectionHandle};
+use crate::runtime::error_chain::ErrorChain;
 
 /// What a handler of events returns: a future that borrows its events.
 pub type HandlerFuture<'a> = LocalBoxFuture<'a, Result<(), HandlerError>>;

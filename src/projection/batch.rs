@@ -6,7 +6,9 @@ use std::ops::Range;
 use std::sync::Arc;
 use std::time::SystemTime;
 
-use crate::journal::{Offset, PersistenceId};
+use crate::journal::by_tag::Offset;
+
+use crate::journal::id::PersistenceId;
 use crate::projection::envelope::{Envelope, Item};
 
 /// A run of whole entries for the handler: `events[range]`, up to offset `to`.

@@ -24,11 +24,14 @@
 use std::collections::VecDeque;
 use std::time::{Duration, Instant, SystemTime};
 
-use crate::journal::{Offset, PersistenceId};
+use crate::journal::by_tag::Offset;
+
+use crate::journal::id::PersistenceId;
 pub(crate) use crate::projection::batch::Batch;
 use crate::projection::batch::InFlight;
 use crate::projection::envelope::Item;
-use crate::projection::{PoisonPolicy, ProjectionError, ProjectionOptions};
+use crate::projection::error::ProjectionError;
+use crate::projection::options::{PoisonPolicy, ProjectionOptions};
 use crate::remote::backoff::Reconnect;
 
 /// What a projection has done since it started.

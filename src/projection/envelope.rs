@@ -4,9 +4,13 @@
 use std::marker::PhantomData;
 use std::time::SystemTime;
 
-use crate::journal::{Offset, PersistenceId, StoredEvent, TaggedEvent};
+use crate::journal::by_tag::{Offset, TaggedEvent};
+
+use crate::journal::event::StoredEvent;
+
+use crate::journal::id::PersistenceId;
+use crate::persistence::behavior::EventSourced;
 use crate::persistence::entry::Entry;
-use crate::persistence::EventSourced;
 
 /// One event as a projection's handler gets it, with where it comes from.
 #[derive(Clone, Debug, PartialEq)]
@@ -157,7 +161,7 @@ mod tests {
 
     use super::*;
     use crate::codec::{Codec, Manifest};
-    use crate::persistence::Decision;
+    use crate::persistence::behavior::Decision;
 
     #[derive(Default, Serialize, Deserialize)]
     struct Counter(i64);

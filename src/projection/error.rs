@@ -1,17 +1,21 @@
 //! Why a projection stopped, or could not start.
 
-use crate::journal::{JournalError, Offset, PersistenceId};
+use crate::journal::by_tag::Offset;
+
+use crate::journal::error::JournalError;
+
+use crate::journal::id::PersistenceId;
 
 /// The error a handler returns: any error (a `rusqlite::Error`, a `tokio_postgres::Error`, a
 /// `String`…) converts with `?`. A failing handler is retried; see
-/// [`PoisonPolicy`](crate::projection::PoisonPolicy).
+/// [`PoisonPolicy`](crate::projection::options::PoisonPolicy).
 pub type HandlerError = Box<dyn std::error::Error + Send + Sync>;
 
 /// Why a projection stopped on its own, or a read model could not be opened.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]
 pub enum ProjectionError {
-    /// With [`PoisonPolicy::Stop`](crate::projection::PoisonPolicy): an entry could not be got
+    /// With [`PoisonPolicy::Stop`](crate::projection::options::PoisonPolicy): an entry could not be got
     /// past (its handler kept failing, its events were deleted before the projection read
     /// them, or it does not decode). The stored offset is the one before it: fix the cause
     /// and start the projection again, and it goes on from there.

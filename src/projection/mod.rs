@@ -114,6 +114,8 @@ mod core;
 mod envelope;
 mod error;
 mod handle;
+#[cfg(feature = "metrics")]
+pub(crate) mod metrics;
 mod options;
 #[cfg(feature = "postgres")]
 mod postgres;

@@ -4,7 +4,8 @@ use std::time::Duration;
 
 use crate::config::{duration, positive};
 use crate::error::OptionsError;
-use crate::journal::{Slices, Tag, TagQuery};
+use crate::journal::by_tag::TagQuery;
+use crate::journal::tag::{Slices, Tag};
 
 /// The longest projection name, in bytes.
 pub const MAX_PROJECTION_NAME: usize = 128;

@@ -8,7 +8,6 @@ use futures_util::future::LocalBoxFuture;
 use tokio_postgres::error::SqlState;
 use tokio_postgres::{Client, Config, NoTls, Transaction};
 
-use crate::error::ErrorChain;
 use crate::journal::{
     is_connection_lost, is_plain_identifier, parse_config, JournalId, Offset, Slices,
 };
@@ -18,6 +17,7 @@ use crate::projection::runner::{guarded, recorded_journal, Failure, Key, Sink};
 use crate::projection::{
     HandlerError, HandlerFuture, OffsetStore, Projection, ProjectionError, ProjectionHandle,
 };
+use crate::runtime::error_chain::ErrorChain;
 
 /// A read model in a PostgreSQL database, with the tables `<schema>.projection_offset
 /// (projection, first_slice, last_slice, offset_transaction, offset_position, updated_at)`

@@ -10,7 +10,7 @@ use futures_util::future::LocalBoxFuture;
 use futures_util::FutureExt;
 use tokio::sync::watch;
 
-use crate::handler::panic_message;
+use crate::delivery::handler::panic_message;
 use crate::journal::{Journal, JournalError, JournalId, Offset, Slices, TagNotifications};
 use crate::persistence::EventSourced;
 use crate::projection::core::{Batch, Core, ProjectionStats, Step};
@@ -230,10 +230,10 @@ async fn run<D: EventDecoder, S: Sink<D::Event>>(
         .notifications
         .then(|| journal.tag_notifications())
         .flatten();
-    let seed = crate::protocol::envelope::random_u64();
+    let seed = crate::runtime::random::random_u64();
     let mut core = Core::new(options, sink.offset_in_transaction(), seed);
     #[cfg(feature = "metrics")]
-    let mut meter = crate::telemetry::metrics::ProjectionMeter::new(&label(&key));
+    let mut meter = crate::projection::metrics::ProjectionMeter::new(&label(&key));
     #[cfg_attr(not(feature = "metrics"), allow(unused_mut))] // the meter needs it
     let mut publish = |core: &Core<D::Event>| {
         *stats.lock().unwrap_or_else(PoisonError::into_inner) = core.stats();

@@ -10,12 +10,12 @@ use rusqlite::{
     params, Connection, ErrorCode, OptionalExtension, Transaction, TransactionBehavior,
 };
 
-use crate::error::ErrorChain;
 use crate::journal::{unix_millis, JournalId, Offset, Slices};
 use crate::projection::core::Batch;
 use crate::projection::envelope::{Envelope, EventDecoder};
 use crate::projection::runner::{panicked, recorded_journal, Failure, Key, Sink};
 use crate::projection::{HandlerError, OffsetStore, Projection, ProjectionError, ProjectionHandle};
+use crate::runtime::error_chain::ErrorChain;
 
 /// The offsets' table and the journals' (added since, on its own: a read model of the
 /// previous release keeps its offsets, and that release still opens it), created on open if

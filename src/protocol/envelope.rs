@@ -9,7 +9,7 @@ use std::sync::Arc;
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
-use crate::protocol::chunk::{ChunkFault, ChunkHeader};
+use crate::protocol::chunk::header::{ChunkFault, ChunkHeader};
 use crate::protocol::trace_context::TraceContext;
 
 /// The longest producer id (in bytes) a consumer admits. Not configurable: a limit the sender
@@ -29,11 +29,6 @@ pub const MAX_SEQ: u64 = (1 << 53) - 1;
 pub struct ProducerId(Arc<str>);
 
 impl ProducerId {
-    /// A fresh id of the form `producer-` followed by 16 hex digits from the OS CSPRNG.
-    pub fn random() -> Self {
-        Self::from(format!("producer-{:016x}", random_u64()))
-    }
-
     /// The id as a string slice.
     pub fn as_str(&self) -> &str {
         &self.0
@@ -113,17 +108,6 @@ pub struct Incarnation {
 }
 
 impl Incarnation {
-    /// A fresh token from the OS CSPRNG.
-    ///
-    /// # Panics
-    /// If the operating system cannot provide randomness (a broken platform; continuing with a
-    /// guessable token would silently weaken ACK validation).
-    pub fn random() -> Self {
-        let mut bytes = [0u8; 16];
-        getrandom::fill(&mut bytes).expect("the OS random number generator failed");
-        Self::from_u128(u128::from_le_bytes(bytes))
-    }
-
     /// A token with a chosen value, for tests, simulations and wire decoding.
     pub const fn from_u128(value: u128) -> Self {
         Self {
@@ -428,11 +412,6 @@ pub fn check_producer_id(id: &str) -> Result<(), DeadLetterReason> {
     }
 }
 
-/// A 64-bit value from the OS CSPRNG.
-pub(crate) fn random_u64() -> u64 {
-    getrandom::u64().expect("the OS random number generator failed")
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -585,14 +564,5 @@ mod tests {
         assert_eq!(a, a.clone());
         assert_eq!(a, ProducerId::from("same".to_string()));
         assert_ne!(a, ProducerId::from("other"));
-    }
-
-    #[test]
-    fn random_ids_and_incarnations_differ_and_have_the_documented_shape() {
-        let id = ProducerId::random();
-        assert!(id.as_str().starts_with("producer-"));
-        assert_eq!(id.len(), "producer-".len() + 16);
-        assert_ne!(ProducerId::random(), id);
-        assert_ne!(Incarnation::random(), Incarnation::random());
     }
 }

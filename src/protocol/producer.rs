@@ -10,7 +10,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::config::{Backoff, ProducerConfig};
 use crate::error::DeliveryError;
-use crate::protocol::envelope::{random_u64, Ack, Header, Incarnation, ProducerId};
+use crate::protocol::envelope::{Ack, Header, Incarnation, ProducerId};
 use crate::protocol::trace_context::TraceContext;
 
 /// A delivery the producer wants on the wire.
@@ -126,13 +126,19 @@ pub struct ProducerCore<T, C> {
 }
 
 impl<T: Clone, C> ProducerCore<T, C> {
-    /// A producer with the given (validated) settings and incarnation. The id is
-    /// `config.producer_id`, or a random one.
-    pub fn new(config: &ProducerConfig, incarnation: Incarnation) -> Self {
-        let id = config
-            .producer_id
-            .as_deref()
-            .map_or_else(ProducerId::random, ProducerId::from);
+    /// A producer with the given (validated) settings and incarnation, its randomness drawn
+    /// from `random` (the core reads no OS randomness: the shells pass it in; `new`, in the
+    /// shell, passes the OS CSPRNG). The id is `config.producer_id`, or `producer-` and 16 hex
+    /// digits of one draw; the retransmission jitter is seeded by the next draw.
+    pub fn seeded(
+        config: &ProducerConfig,
+        incarnation: Incarnation,
+        mut random: impl FnMut() -> u64,
+    ) -> Self {
+        let id = config.producer_id.as_deref().map_or_else(
+            || ProducerId::from(format!("producer-{:016x}", random())),
+            ProducerId::from,
+        );
         Self {
             id,
             incarnation,
@@ -150,7 +156,7 @@ impl<T: Clone, C> ProducerCore<T, C> {
             transmit: VecDeque::new(),
             settled: VecDeque::new(),
             // Not derived from the incarnation: retransmission timing must not reveal it.
-            jitter: SmallRng::seed_from_u64(random_u64()),
+            jitter: SmallRng::seed_from_u64(random()),
             stats: ProducerStats::default(),
         }
     }

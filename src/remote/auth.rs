@@ -27,14 +27,6 @@ pub const MAX_SECRET_BYTES: usize = 1024;
 pub struct NodeId([u8; 16]);
 
 impl NodeId {
-    /// A fresh id from the OS CSPRNG.
-    ///
-    /// # Panics
-    /// If the operating system cannot provide randomness.
-    pub fn random() -> Self {
-        Self(random_bytes())
-    }
-
     /// An id with a chosen value (tests).
     pub const fn from_bytes(bytes: [u8; 16]) -> Self {
         Self(bytes)
@@ -124,17 +116,6 @@ impl fmt::Debug for NodeSecret {
 
 /// A handshake nonce: 256 fresh random bits per side and connection.
 pub(crate) type Nonce = [u8; 32];
-
-/// A fresh nonce from the OS CSPRNG.
-pub(crate) fn random_nonce() -> Nonce {
-    random_bytes()
-}
-
-fn random_bytes<const N: usize>() -> [u8; N] {
-    let mut bytes = [0u8; N];
-    getrandom::fill(&mut bytes).expect("the OS random number generator failed");
-    bytes
-}
 
 /// What both sides' MACs cover: everything the two sides announced in the handshake (see
 /// the `handshake` module), in an unambiguous encoding.

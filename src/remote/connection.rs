@@ -14,14 +14,16 @@ use tokio::net::TcpStream;
 use tokio::sync::Notify;
 use tokio_util::codec::{FramedRead, LengthDelimitedCodec};
 
-#[cfg(feature = "tls")]
-use crate::error::ErrorChain;
-use crate::remote::auth::{random_nonce, Opener, Sealer};
+use crate::remote::auth::{Nonce, Opener, Sealer};
+use crate::remote::context::Context;
 use crate::remote::frame::{Frame, HANDSHAKE_MAX_FRAME};
 use crate::remote::handshake::{Client, HandshakeError, Local, Server, Session};
-use crate::remote::node::Shared;
 use crate::remote::output::Output;
+use crate::remote::peer::Identity;
 use crate::remote::stats::{add, Counters, Warning};
+#[cfg(feature = "tls")]
+use crate::runtime::error_chain::ErrorChain;
+use crate::runtime::random::random_bytes;
 
 /// The reading half of a connection (a socket's, or its TLS stream's).
 pub(crate) type ReadStream = Box<dyn AsyncRead + Send + Unpin>;
@@ -29,10 +31,6 @@ pub(crate) type ReadStream = Box<dyn AsyncRead + Send + Unpin>;
 pub(crate) type WriteStream = Box<dyn AsyncWrite + Send + Unpin>;
 /// Frames read from a connection.
 pub(crate) type Reader = FramedRead<ReadStream, LengthDelimitedCodec>;
-/// A connecting peer's identity under mutual TLS: the DNS names of its certificate's subject
-/// alternative names.
-pub(crate) type Identity = Arc<[String]>;
-
 /// The first byte of a TLS record carrying a handshake (a ClientHello); a frame before the
 /// handshake starts with its length prefix's high byte, 0.
 const TLS_HANDSHAKE_RECORD: u8 = 0x16;
@@ -54,7 +52,7 @@ impl Link {
     /// The link of an authenticated connection: frames tagged by `sealer`, at most the smaller
     /// of the peer's and this node's frame limit, at most `max_output_bytes` queued or being
     /// written.
-    pub(crate) fn new(node: &Shared, sealer: Sealer, peer_max_frame_length: usize) -> Self {
+    pub(crate) fn new(node: &Context, sealer: Sealer, peer_max_frame_length: usize) -> Self {
         let options = &node.options;
         let max_frame = peer_max_frame_length.min(options.config.max_frame_length);
         Self {
@@ -154,7 +152,7 @@ pub(crate) async fn next_frame(
 /// writer of `link`; then closes the link and counts how it ended. `peer` names the other end
 /// in logs.
 pub(crate) async fn drive(
-    node: &Shared,
+    node: &Context,
     link: &Link,
     writer: WriteStream,
     read: impl std::future::Future<Output = End>,
@@ -185,7 +183,7 @@ pub(crate) async fn drive(
 
 /// Drains `link` into the socket until the link closes or a write fails; sends a heartbeat
 /// after `heartbeat` without output.
-async fn write_loop(link: &Link, mut writer: WriteStream, node: &Shared) {
+async fn write_loop(link: &Link, mut writer: WriteStream, node: &Context) {
     let (heartbeat, counters) = (node.options.config.heartbeat_interval, &node.counters);
     let mut spare = Vec::new();
     loop {
@@ -311,7 +309,7 @@ impl Halves {
 /// The connecting side's transport: TLS over `stream` in the TLS mode (the listening node's
 /// certificate checked for `name`), the socket itself otherwise.
 pub(crate) async fn secure_connect(
-    node: &Shared,
+    node: &Context,
     stream: TcpStream,
     name: &crate::remote::peer::PeerAddr,
 ) -> Result<Halves, Failure> {
@@ -332,7 +330,7 @@ pub(crate) async fn secure_connect(
 
 /// The accepting side's transport: TLS in the TLS mode, the socket itself otherwise. A peer
 /// of the other kind is refused by its first byte, with a clear reason.
-pub(crate) async fn secure_accept(node: &Shared, stream: TcpStream) -> Result<Halves, Failure> {
+pub(crate) async fn secure_accept(node: &Context, stream: TcpStream) -> Result<Halves, Failure> {
     let _ = stream.set_nodelay(true);
     let mut first = [0; 1];
     let speaks_tls = match stream.peek(&mut first).await {
@@ -422,4 +420,9 @@ pub(crate) async fn accept_handshake(
     writer.write_all(&accepted).await.map_err(|_| Failure::Io)?;
     writer.flush().await.map_err(|_| Failure::Io)?;
     Ok(established(halves, local, session))
+}
+
+/// A fresh handshake nonce from the OS CSPRNG.
+fn random_nonce() -> Nonce {
+    random_bytes()
 }

@@ -5,6 +5,7 @@
 use bytes::BytesMut;
 use tokio_util::codec::{Decoder, LengthDelimitedCodec};
 
+use crate::codec::schema::BodySchema;
 use crate::codec::Codec;
 use crate::protocol::chunk::ChunkHeader;
 use crate::protocol::envelope::Incarnation;
@@ -13,7 +14,6 @@ use crate::remote::auth::{NodeId, Opener, Sealer};
 use crate::remote::frame::{
     AckBatch, Challenge, DeliveryBatch, Frame, Hello, Proof, WireDelivery, MAGIC, PROTOCOL_VERSION,
 };
-use crate::remote::schema::BodySchema;
 
 /// Feeds `bytes` to what a node runs on received bytes, without authentication so that every
 /// byte reaches the decoders: the length-delimited codec limited to `max_frame_length`, the

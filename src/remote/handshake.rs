@@ -30,7 +30,8 @@
 //! a node of one mode refuses a peer of the other, so a misconfiguration never degrades a
 //! secured cluster silently.
 
-use crate::codec;
+use crate::codec::{self, MAX_ENCODED_BYTES};
+use crate::error::OptionsError;
 use crate::remote::auth::{NodeId, NodeSecret, Nonce, Opener, Role, Sealer, Transcript};
 use crate::remote::frame::{Challenge, Frame, FrameError, Hello, Proof, MAGIC, PROTOCOL_VERSION};
 
@@ -345,6 +346,31 @@ impl Server {
             self.client_max,
         ))
     }
+}
+
+/// The frame and output limits every carrier has: a frame of 4 KiB to 16 MiB, an output of
+/// at least two frames and at most 1 GiB.
+pub(crate) fn check_frame_limits(
+    max_frame_length: usize,
+    max_output_bytes: usize,
+) -> Result<(), OptionsError> {
+    let max_frame = MAX_ENCODED_BYTES as usize;
+    if !(MIN_FRAME_LENGTH..=max_frame).contains(&max_frame_length) {
+        return Err(OptionsError::new(
+            "max_frame_length",
+            format!(
+                "must lie between {MIN_FRAME_LENGTH} and {max_frame} bytes (got \
+                 {max_frame_length})"
+            ),
+        ));
+    }
+    if max_output_bytes < 2 * max_frame_length || max_output_bytes > 1 << 30 {
+        return Err(OptionsError::new(
+            "max_output_bytes",
+            format!("must lie between twice max_frame_length and 1 GiB (got {max_output_bytes})"),
+        ));
+    }
+    Ok(())
 }
 
 #[cfg(test)]

@@ -2,7 +2,7 @@
 //! carries handed to exposed consumers, whose ACKs go back on the same connection.
 
 use std::future::Future;
-use std::pin::Pin;
+
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
@@ -13,19 +13,21 @@ use serde::de::DeserializeOwned;
 use tokio::net::{TcpListener, TcpStream};
 use tokio_util::sync::CancellationToken;
 
-use crate::consumer::ConsumerHandle;
-use crate::message::{
+use crate::codec::schema::Schemas;
+use crate::delivery::consumer::ConsumerHandle;
+use crate::delivery::message::{
     ChunkDeliveries, ChunkDelivery, Decode, Deliveries, Delivery, ReplyTo, Undecodable,
 };
 use crate::protocol::envelope::{Ack, Header, ProducerId};
 use crate::remote::connection::{
-    accept_handshake, drive, next_frame, secure_accept, End, Established, Failure, Identity, Link,
+    accept_handshake, drive, next_frame, secure_accept, End, Established, Failure, Link,
 };
+use crate::remote::context::Context;
 use crate::remote::frame::{DeliveryBatch, Frame};
 use crate::remote::handshake::HandshakeError;
-use crate::remote::node::Shared;
+use crate::remote::peer::Identity;
 use crate::remote::pending::Ticket;
-use crate::remote::schema::Schemas;
+use crate::remote::registry::{Dispatched, Exposed, Handed};
 use crate::remote::stats::{add, Warning};
 
 /// Why an incoming handshake did not complete.
@@ -53,58 +55,6 @@ impl Refusal {
 /// reader waits beyond this, so a slow consumer slows its peers' sending (TCP flow control)
 /// instead of growing its mailbox.
 const MAX_DISPATCHING: usize = 8;
-
-/// Resolves when the consumer has taken a batch from its mailbox: `true`, or `false` if the
-/// consumer is gone (stopped for good: the batch is lost, and retransmitted).
-pub(crate) type Dispatched = Pin<Box<dyn Future<Output = bool> + Send>>;
-
-/// What became of a batch handed to an exposed consumer.
-pub(crate) struct Handed {
-    /// Resolves once the consumer took the batch from its mailbox, its dead letters too
-    /// (`None`: the batch was empty).
-    pub taken: Option<Dispatched>,
-    /// Deliveries whose body did not decode: handed over as dead letters, which count
-    /// against the same bound as deliveries.
-    pub undecodable: u64,
-    /// Why the first of them did not decode, for the log.
-    pub why: Option<String>,
-}
-
-/// A consumer exposed under a name: decodes the bodies of a batch into its message type.
-pub(crate) trait Exposed: Send + Sync {
-    /// Hands the batch's deliveries to the consumer, with `reply_to` for their ACKs, reading
-    /// their bodies as the consumer's type declares in `schemas`; a delivery whose body
-    /// cannot be read becomes a dead letter there (the others are delivered as usual). The
-    /// batch was decoded from `frame`: a chunk of a large message is handed over as its view
-    /// of it, not a copy.
-    fn deliver(
-        &self,
-        frame: &Bytes,
-        batch: &DeliveryBatch<'_>,
-        reply_to: &ReplyTo,
-        schemas: &Schemas,
-    ) -> Handed;
-}
-
-/// An exposed consumer and who may deliver to it.
-pub(crate) struct Entry {
-    pub(crate) consumer: Box<dyn Exposed>,
-    /// `None`: every peer the node accepts; otherwise peers with one of these identities.
-    pub(crate) identities: Option<Vec<String>>,
-}
-
-impl Entry {
-    /// Whether a peer with `identity` may deliver here.
-    fn admits(&self, identity: Option<&Identity>) -> bool {
-        match (&self.identities, identity) {
-            (None, _) => true,
-            (Some(allowed), Some(names)) => names
-                .iter()
-                .any(|name| allowed.iter().any(|a| a.eq_ignore_ascii_case(name))),
-            (Some(_), None) => false,
-        }
-    }
-}
 
 /// A chunk's bytes as the consumer keeps them until its message is reassembled: a view of
 /// `frame` if the chunk is at least half of it, else a copy. A view keeps the whole frame
@@ -215,7 +165,7 @@ fn dispatched(
 }
 
 /// Accepts connections until the node stops.
-pub(crate) async fn listen(node: Arc<Shared>, listener: TcpListener) {
+pub(crate) async fn listen(node: Arc<Context>, listener: TcpListener) {
     loop {
         let accepted = tokio::select! {
             () = node.cancel.cancelled() => return,
@@ -254,7 +204,7 @@ pub(crate) async fn listen(node: Arc<Shared>, listener: TcpListener) {
 
 /// An incoming connection's place in the handshake budget, given back when dropped.
 struct InHandshake<'a> {
-    node: &'a Shared,
+    node: &'a Context,
     ticket: Ticket,
 }
 
@@ -266,10 +216,10 @@ impl Drop for InHandshake<'_> {
 
 /// An authenticated incoming connection's place in `max_connections`, given back when
 /// dropped.
-struct Open<'a>(&'a Shared);
+struct Open<'a>(&'a Context);
 
 impl<'a> Open<'a> {
-    fn take(node: &'a Shared) -> Option<Self> {
+    fn take(node: &'a Context) -> Option<Self> {
         let open = node.inbound_open.fetch_add(1, Ordering::AcqRel);
         let place = Self(node);
         (open < node.options.config.max_connections).then_some(place)
@@ -285,7 +235,7 @@ impl Drop for Open<'_> {
 /// Runs an incoming connection: its handshake (in the handshake budget, closed when
 /// `evicted`), then, if a place in `max_connections` is free, its frames.
 async fn serve(
-    node: &Shared,
+    node: &Context,
     stream: TcpStream,
     handshake: InHandshake<'_>,
     evicted: CancellationToken,
@@ -426,14 +376,14 @@ struct Unauthorized;
 /// [`Unauthorized`] (counted, nothing handed over) if the consumer is exposed to identities
 /// that do not include the peer's.
 fn dispatch(
-    node: &Shared,
+    node: &Context,
     frame: &Bytes,
     batch: &DeliveryBatch<'_>,
     reply_to: &ReplyTo,
     identity: Option<&Identity>,
 ) -> Result<Option<Dispatched>, Unauthorized> {
     let n = batch.items.len() as u64;
-    let Some(exposed) = node.exposed(batch.consumer) else {
+    let Some(exposed) = node.registry.exposed(batch.consumer) else {
         add(&node.counters.unknown_consumer, n);
         node.warnings.warn(Warning::UnknownConsumer, || {
             "dropped deliveries for a consumer name this node does not expose".to_string()
@@ -469,7 +419,7 @@ fn dispatch(
 
 /// The reply address of every delivery of one connection: ACKs go back on it, or are dropped
 /// (and counted) once it is closed or its output is full.
-fn reply_to(node: &Shared, link: &Arc<Link>) -> ReplyTo {
+fn reply_to(node: &Context, link: &Arc<Link>) -> ReplyTo {
     let link = link.clone();
     let counters = node.counters.clone();
     ReplyTo::from_fn(move |acks: Vec<Ack>| {

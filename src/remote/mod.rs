@@ -138,6 +138,7 @@ pub(crate) mod auth;
 pub(crate) mod backoff;
 pub(crate) mod body;
 mod connection;
+pub(crate) mod context;
 pub(crate) mod frame;
 // Private test hook (feature `__fuzz`, which only this crate's tests enable).
 #[cfg(feature = "__fuzz")]
@@ -151,17 +152,20 @@ pub(crate) mod outbound;
 pub(crate) mod output;
 mod peer;
 mod pending;
+pub(crate) mod registry;
 pub(crate) mod routes;
-pub(crate) mod schema;
+
+#[cfg(feature = "metrics")]
+pub(crate) mod metrics;
 pub(crate) mod stats;
 #[cfg(feature = "tls")]
 mod tls;
 
+pub use crate::codec::schema::{BodySchema, DEFAULT_WIRE_CODEC};
 pub use auth::{NodeId, NodeSecret, MAX_SECRET_BYTES, MIN_SECRET_BYTES};
 pub use node::{NameError, Node};
 pub use options::{NodeConfig, NodeOptions, NodeOptionsBuilder};
 pub use peer::{PeerAddr, PeerAddrError};
-pub use schema::{BodySchema, DEFAULT_WIRE_CODEC};
 pub use stats::NodeStats;
 #[cfg(feature = "tls")]
 #[cfg_attr(docsrs, doc(cfg(feature = "tls")))]

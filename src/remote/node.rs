@@ -5,26 +5,28 @@ use std::collections::HashMap;
 use std::io;
 use std::net::SocketAddr;
 use std::sync::atomic::AtomicUsize;
-use std::sync::{Arc, Mutex, MutexGuard, PoisonError, RwLock, RwLockWriteGuard};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
-use actix::ArbiterHandle;
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 use tokio_util::sync::CancellationToken;
 
-use crate::consumer::ConsumerHandle;
-use crate::message::{ConsumerRef, Delivery};
+use crate::codec::schema::{BodySchema, Schemas};
+use crate::delivery::consumer::ConsumerHandle;
+use crate::delivery::message::{ConsumerRef, Delivery};
 use crate::protocol::envelope::MAX_ID_BYTES;
 use crate::remote::auth::NodeId;
+use crate::remote::context::Context;
 use crate::remote::frame::CHUNK_FRAME_OVERHEAD;
 use crate::remote::handshake::Local;
-use crate::remote::inbound::{listen, Entry, ExposedConsumer};
+use crate::remote::inbound::{listen, ExposedConsumer};
 use crate::remote::options::NodeOptions;
 use crate::remote::outbound::Outbound;
 use crate::remote::peer::PeerAddr;
 use crate::remote::pending::Pending;
-use crate::remote::schema::{BodySchema, Schemas};
-use crate::remote::stats::{Counters, NodeStats, Warnings};
+use crate::remote::registry::{Entry, Registry};
+use crate::remote::stats::{NodeStats, Warnings};
+use crate::runtime::random::random_bytes;
 
 /// Why a consumer name was refused.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
@@ -53,74 +55,29 @@ fn check_name(name: &str) -> Result<(), NameError> {
     }
 }
 
-/// What the node's tasks share.
+/// What the node's handles share besides the [`Context`] its tasks hold: the remote
+/// addresses it sends to, and the address it listens on.
 pub(crate) struct Shared {
-    pub(crate) local: Local,
-    pub(crate) options: NodeOptions,
-    pub(crate) counters: Arc<Counters>,
-    /// The counters' metrics, published after each socket write, received frame and
-    /// connection's start and end.
-    #[cfg(feature = "metrics")]
-    pub(crate) meter: Mutex<crate::telemetry::metrics::NodeMeter>,
-    pub(crate) warnings: Warnings,
-    pub(crate) cancel: CancellationToken,
-    /// Where the node's tasks run: the arbiter that started it.
-    pub(crate) arbiter: ArbiterHandle,
-    /// Authenticated incoming connections open now (at most `max_connections`).
-    pub(crate) inbound_open: AtomicUsize,
-    /// Incoming connections in their handshake (at most `max_handshakes`), each with what
-    /// closes it when evicted.
-    pub(crate) handshakes: Mutex<Pending<CancellationToken>>,
-    /// How bodies are written and read, by message type.
-    pub(crate) schemas: Schemas,
-    exposed: RwLock<HashMap<String, Arc<Entry>>>,
+    context: Arc<Context>,
     outbound: Mutex<HashMap<PeerAddr, Arc<Outbound>>>,
     local_addr: Option<SocketAddr>,
 }
 
+impl std::ops::Deref for Shared {
+    type Target = Context;
+
+    fn deref(&self) -> &Context {
+        &self.context
+    }
+}
+
 impl Shared {
-    /// After a socket write of `frames` frames in `bytes` bytes: records them and publishes
-    /// the counters.
-    #[cfg(feature = "metrics")]
-    #[allow(clippy::cast_precision_loss)]
-    pub(crate) fn written(&self, frames: usize, bytes: usize) {
-        let mut meter = self.meter.lock().unwrap_or_else(PoisonError::into_inner);
-        meter.write_frames.record(frames as f64);
-        meter.write_bytes.record(bytes as f64);
-        meter.publish(&self.counters.snapshot());
-    }
-
-    /// Publishes the counters to the metrics.
-    #[cfg(feature = "metrics")]
-    pub(crate) fn publish(&self) {
-        let mut meter = self.meter.lock().unwrap_or_else(PoisonError::into_inner);
-        meter.publish(&self.counters.snapshot());
-    }
-
-    /// The consumer exposed under `name`.
-    pub(crate) fn exposed(&self, name: &str) -> Option<Arc<Entry>> {
-        let exposed = self.exposed.read().unwrap_or_else(PoisonError::into_inner);
-        exposed.get(name).cloned()
-    }
-
-    /// The incoming handshakes in progress.
-    pub(crate) fn handshakes(&self) -> MutexGuard<'_, Pending<CancellationToken>> {
-        self.handshakes
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-    }
-
-    fn exposed_mut(&self) -> RwLockWriteGuard<'_, HashMap<String, Arc<Entry>>> {
-        self.exposed.write().unwrap_or_else(PoisonError::into_inner)
-    }
-
     /// The remote addresses this node sends to.
     fn outbound(&self) -> MutexGuard<'_, HashMap<PeerAddr, Arc<Outbound>>> {
         self.outbound.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    /// Closes the listener and every connection, and lets go of the remote addresses (each
-    /// holds a share of this, so the node's memory is freed once its tasks are done).
+    /// Closes the listener and every connection, and lets go of the remote addresses.
     fn shut_down(&self) {
         self.cancel.cancel();
         self.outbound().clear();
@@ -210,13 +167,13 @@ impl Node {
         }
         let max_handshakes = options.config.max_handshakes;
         #[cfg(feature = "metrics")]
-        let meter = crate::telemetry::metrics::NodeMeter::new(
+        let meter = crate::remote::metrics::NodeMeter::new(
             options
                 .metrics_label
                 .as_deref()
                 .unwrap_or(crate::telemetry::metrics::DEFAULT_LABEL),
         );
-        let shared = Arc::new(Shared {
+        let context = Arc::new(Context {
             local,
             options,
             counters: Arc::default(),
@@ -228,13 +185,18 @@ impl Node {
             inbound_open: AtomicUsize::new(0),
             handshakes: Mutex::new(Pending::new(max_handshakes)),
             schemas: Schemas::default(),
-            exposed: RwLock::default(),
+            registry: Registry::default(),
+        });
+        let shared = Arc::new(Shared {
+            context,
             outbound: Mutex::default(),
             local_addr,
         });
         if let Some(listener) = listener {
             log::info!("node {} listens on {local_addr:?}", shared.local.node_id);
-            shared.arbiter.spawn(listen(shared.clone(), listener));
+            shared
+                .arbiter
+                .spawn(listen(shared.context.clone(), listener));
         }
         Ok(Node(Arc::new(Owner(shared))))
     }
@@ -310,7 +272,7 @@ impl Node {
         T: DeserializeOwned + Send + 'static,
     {
         check_name(name)?;
-        let mut exposed = self.shared().exposed_mut();
+        let mut exposed = self.shared().registry.exposed_mut();
         if exposed.contains_key(name) {
             return Err(NameError::Taken);
         }
@@ -325,7 +287,7 @@ impl Node {
     /// Stops exposing the consumer under `name` (its deliveries are then counted as unknown);
     /// whether one was exposed.
     pub fn unexpose(&self, name: &str) -> bool {
-        let mut exposed = self.shared().exposed_mut();
+        let mut exposed = self.shared().registry.exposed_mut();
         exposed.remove(name).is_some()
     }
 
@@ -374,7 +336,7 @@ impl Node {
         shared
             .outbound()
             .entry(addr.clone())
-            .or_insert_with(|| Arc::new(Outbound::new(addr, shared.clone())))
+            .or_insert_with(|| Arc::new(Outbound::new(addr, shared.context.clone())))
             .clone()
     }
 
@@ -420,6 +382,16 @@ impl Node {
     /// handed out drop their deliveries from now on.
     pub fn stop(&self) {
         self.shared().shut_down();
+    }
+}
+
+impl NodeId {
+    /// A fresh id from the OS CSPRNG.
+    ///
+    /// # Panics
+    /// If the operating system cannot provide randomness.
+    pub fn random() -> Self {
+        Self::from_bytes(random_bytes())
     }
 }
 

@@ -7,11 +7,10 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
-use crate::codec::MAX_ENCODED_BYTES;
 use crate::config::{duration, positive, Overrides};
 use crate::error::OptionsError;
 use crate::remote::auth::NodeSecret;
-use crate::remote::handshake::MIN_FRAME_LENGTH;
+use crate::remote::handshake::check_frame_limits;
 #[cfg(feature = "tls")]
 use crate::remote::tls::NodeTls;
 
@@ -226,7 +225,7 @@ impl NodeOptions {
     fn validate(&self) -> Result<(), OptionsError> {
         #[cfg(feature = "metrics")]
         if let Some(label) = &self.metrics_label {
-            crate::telemetry::metrics::check_label(label)?;
+            crate::config::check_label(label)?;
         }
         #[cfg(feature = "tls")]
         if let (Some(tls), Some(_)) = (self.tls(), self.config.listen) {
@@ -239,31 +238,6 @@ impl NodeOptions {
         }
         self.config.validate()
     }
-}
-
-/// The frame and output limits every carrier has: a frame of 4 KiB to 16 MiB, an output of
-/// at least two frames and at most 1 GiB.
-pub(crate) fn check_frame_limits(
-    max_frame_length: usize,
-    max_output_bytes: usize,
-) -> Result<(), OptionsError> {
-    let max_frame = MAX_ENCODED_BYTES as usize;
-    if !(MIN_FRAME_LENGTH..=max_frame).contains(&max_frame_length) {
-        return Err(OptionsError::new(
-            "max_frame_length",
-            format!(
-                "must lie between {MIN_FRAME_LENGTH} and {max_frame} bytes (got \
-                 {max_frame_length})"
-            ),
-        ));
-    }
-    if max_output_bytes < 2 * max_frame_length || max_output_bytes > 1 << 30 {
-        return Err(OptionsError::new(
-            "max_output_bytes",
-            format!("must lie between twice max_frame_length and 1 GiB (got {max_output_bytes})"),
-        ));
-    }
-    Ok(())
 }
 
 /// Builds [`NodeOptions`]: the authentication mode and resolver, and the data settings

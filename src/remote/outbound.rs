@@ -14,8 +14,8 @@ use serde::Serialize;
 use tokio::net::TcpStream;
 use tokio::sync::{watch, Notify};
 
-use crate::error::ErrorChain;
-use crate::message::{ChunkDelivery, Delivery, ReplyTo};
+use crate::codec::schema::BodySchema;
+use crate::delivery::message::{ChunkDelivery, Delivery, ReplyTo};
 use crate::protocol::envelope::{Ack, Incarnation, ProducerId};
 use crate::remote::auth::NodeId;
 use crate::remote::backoff::Reconnect;
@@ -23,19 +23,19 @@ use crate::remote::body::Body;
 use crate::remote::connection::{
     connect_handshake, drive, next_frame, secure_connect, End, Established, Failure, Link,
 };
+use crate::remote::context::Context;
 use crate::remote::frame::Frame;
 use crate::remote::handshake::HandshakeError;
-use crate::remote::node::Shared;
 use crate::remote::output::Item;
 use crate::remote::peer::{PeerAddr, Target};
 use crate::remote::routes::{AckRefusal, AckRoute, ReplyAddress, Routes};
-use crate::remote::schema::BodySchema;
 use crate::remote::stats::{add, Warning, Warnings};
+use crate::runtime::error_chain::ErrorChain;
 
 /// The connection to one remote address, shared by every reference to consumers there.
 pub(crate) struct Outbound {
     addr: PeerAddr,
-    node: Arc<Shared>,
+    node: Arc<Context>,
     state: Mutex<State>,
     /// A delivery found no connection: (re)connect.
     demand: Notify,
@@ -79,7 +79,7 @@ pub(crate) struct Group {
 }
 
 impl Outbound {
-    pub(crate) fn new(addr: PeerAddr, node: Arc<Shared>) -> Self {
+    pub(crate) fn new(addr: PeerAddr, node: Arc<Context>) -> Self {
         let routes = Routes::new(node.options.config.max_routes);
         Self {
             addr,
@@ -288,7 +288,7 @@ impl Outbound {
         let mut backoff = Reconnect::new(
             options.config.reconnect_min,
             options.config.reconnect_max,
-            crate::protocol::envelope::random_u64(),
+            crate::runtime::random::random_u64(),
         );
         loop {
             tokio::select! {
@@ -535,7 +535,7 @@ impl Outbound {
 
 /// Hands ACKs that [`Routes::admit_acks`] admitted to their producer. If their last message
 /// is the route's probe, a task of the current arbiter waits until the producer took it and
-/// then releases what the probe covers. Shared by the TCP and NATS carriers.
+/// then releases what the probe covers. Context by the TCP and NATS carriers.
 pub(crate) fn hand_acks(route: AckRoute<ReplyTo>, incarnation: Incarnation, seqs: &[u64]) {
     let AckRoute {
         producer_id,
@@ -564,7 +564,7 @@ pub(crate) fn hand_acks(route: AckRoute<ReplyTo>, incarnation: Incarnation, seqs
 /// Looks up (or encodes as `schema` says, and caches) each delivery's body, grouped by
 /// producer incarnation,
 /// counting fresh encodings in `bodies_encoded`. Returns the groups and the number of
-/// deliveries that cannot be sent. Shared by the TCP and NATS carriers.
+/// deliveries that cannot be sent. Context by the TCP and NATS carriers.
 pub(crate) fn encode<T: Serialize>(
     routes: &mut Routes<ReplyTo>,
     scratch: &mut Vec<u8>,
@@ -613,7 +613,7 @@ pub(crate) fn encode<T: Serialize>(
 /// The chunks of large messages as items, grouped by producer incarnation, their producers'
 /// routes made or refreshed (for the ACKs): a chunk goes out as its bytes (shared with its
 /// producer, not kept). Returns the groups and the number of chunks that cannot be sent.
-/// Shared by the TCP and NATS carriers.
+/// Context by the TCP and NATS carriers.
 pub(crate) fn encode_chunks<T>(
     routes: &mut Routes<ReplyTo>,
     chunks: Vec<ChunkDelivery<T>>,

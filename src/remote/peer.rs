@@ -8,6 +8,10 @@ use std::net::SocketAddr;
 use std::str::FromStr;
 use std::sync::Arc;
 
+/// A connecting peer's identity under mutual TLS: the DNS names of its certificate's subject
+/// alternative names.
+pub(crate) type Identity = Arc<[String]>;
+
 /// The longest host name accepted (DNS: 253 characters).
 const MAX_HOST: usize = 253;
 

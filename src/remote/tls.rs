@@ -22,9 +22,9 @@ use rustls::{
 use tokio::net::TcpStream;
 use tokio_rustls::{TlsAcceptor, TlsConnector};
 
-use crate::error::ErrorChain;
-use crate::remote::connection::Identity;
+use crate::remote::peer::Identity;
 use crate::remote::peer::{PeerAddr, Target};
+use crate::runtime::error_chain::ErrorChain;
 
 /// Why TLS settings were refused.
 #[derive(Debug, thiserror::Error)]

@@ -7,45 +7,18 @@ use std::future::Future;
 use std::sync::Arc;
 
 use actix::prelude::*;
-use serde::{Deserialize, Serialize};
 
 use crate::error::OptionsError;
 use crate::journal::Journal;
 use crate::persistence::EventSourced;
-use crate::protocol::envelope::random_u64;
+use crate::runtime::random::random_u64;
+use crate::runtime::stop_signal::{wait_stopped, SubscribeStopped};
 use crate::sharding::coordinator_options::CoordinatorOptions;
 use crate::sharding::host::EntityHost;
 use crate::sharding::host_options::EntityHostOptions;
 use crate::sharding::lease_store::{LeaseStore, Member};
-use crate::sharding::leaseholder::{GetCoordinatorStats, Leaseholder, Leave};
+use crate::sharding::leaseholder::{CoordinatorStats, GetCoordinatorStats, Leaseholder, Leave};
 use crate::sharding::transport::ShardTransport;
-use crate::stop_signal::{wait_stopped, SubscribeStopped};
-
-/// Counters and gauges of a shard coordinator.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
-#[non_exhaustive]
-pub struct CoordinatorStats {
-    /// Shards whose lease the node holds now (handoffs in progress included).
-    pub shards_owned: u64,
-    /// Live members the last look at the table saw.
-    pub members: u64,
-    /// Rounds (renewal, heartbeat, look at the table) finished.
-    pub rounds: u64,
-    /// Leases acquired.
-    pub acquired: u64,
-    /// Leases renewed (one per shard and renewal).
-    pub renewals: u64,
-    /// Rounds whose renewal failed (the store could not be reached).
-    pub renew_failures: u64,
-    /// Leases lost: a renewal did not return them, or they ran out before one returned.
-    pub lost: u64,
-    /// Handoffs started (a shard given up to its desired owner, or on leaving).
-    pub handoffs_started: u64,
-    /// Handoffs finished: the shard's entities stopped and its lease released (rebalances).
-    pub handoffs: u64,
-    /// Shards the transport could not expose (given up again).
-    pub expose_failures: u64,
-}
 
 /// A node of a sharded type: its [`EntityHost`] runs the entities of the shards the node
 /// owns, and its coordinator keeps those shards' leases in a [`LeaseStore`] (PostgreSQL for

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use serde::Serialize;
 
-use crate::message::ConsumerRef;
+use crate::delivery::message::ConsumerRef;
 use crate::remote::{Node, PeerAddr};
 use crate::sharding::entity_id::ShardId;
 use crate::sharding::envelope::EntityEnvelope;

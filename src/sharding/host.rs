@@ -9,23 +9,23 @@ use std::sync::{Arc, Mutex};
 use actix::prelude::*;
 use tokio::sync::oneshot;
 
-use crate::alarm::{self, Alarm};
 use crate::config::{ConsumerConfig, Limit};
-use crate::consumer::ConsumerHandle;
+use crate::delivery::consumer::start_consumer;
+use crate::delivery::consumer::ConsumerHandle;
+use crate::delivery::handler::DeliveryHandler;
+use crate::delivery::options::ConsumerOptions;
 use crate::error::OptionsError;
-use crate::facade::ReliableDelivery;
-use crate::handler::DeliveryHandler;
 use crate::journal::Journal;
-use crate::options::ConsumerOptions;
 use crate::persistence::{check_versions, CommandError, EventSourced, Execute, Outcome};
 use crate::protocol::envelope::{DeadLetterReason, DeliveryInfo};
 use crate::protocol::origin::check_origin;
+use crate::runtime::alarm::{self, Alarm};
+use crate::runtime::stop_signal::{wait_stopped, StopSignal, SubscribeStopped};
 use crate::sharding::entity_id::{EntityId, ShardId};
 use crate::sharding::envelope::EntityEnvelope;
 use crate::sharding::host_core::{HostCore, HostStats, Refusal, Routing};
 use crate::sharding::host_options::EntityHostOptions;
 use crate::sharding::host_shell::{Held, HostShell, Inner, Rearm, StopHost, WaitGone};
-use crate::stop_signal::{wait_stopped, StopSignal, SubscribeStopped};
 use crate::work_pulling::Job;
 
 /// Why a command sent to an [`EntityHost`] got no reply of its own. `R` is the entity's
@@ -155,7 +155,7 @@ impl<E: EventSourced> EntityHost<E> {
         });
         let shell = HostShell {
             #[cfg(feature = "metrics")]
-            meter: crate::telemetry::metrics::EntityHostMeter::new(&inner.options.entity_type),
+            meter: crate::sharding::metrics::EntityHostMeter::new(&inner.options.entity_type),
             inner: inner.clone(),
             alarm: Alarm::default(),
             gone: Vec::new(),
@@ -389,7 +389,7 @@ impl<E: EventSourced> EntityHost<E> {
         let options =
             ConsumerOptions::new(self.delivery_handler(to_command), Self::consumer_config())
                 .expect("valid settings");
-        ReliableDelivery::consumer(options)
+        start_consumer(options)
     }
 
     /// The settings of a host's consumer: the defaults, but 100 000 producer ids in its

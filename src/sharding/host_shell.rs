@@ -8,13 +8,13 @@ use actix::prelude::*;
 use actix::WeakAddr;
 use tokio::sync::oneshot;
 
-use crate::alarm::{self, Alarm};
 use crate::journal::{Journal, PersistenceId};
 use crate::persistence::{Answer, Ask, CommandError, EventSourced, Execute, PersistentHandle};
+use crate::runtime::alarm::{self, Alarm};
+use crate::runtime::stop_signal::{StopSignal, SubscribeStopped};
 use crate::sharding::entity_id::{EntityId, ShardId};
 use crate::sharding::host_core::{HostCore, Stopped, ToStop};
 use crate::sharding::host_options::EntityHostOptions;
-use crate::stop_signal::{StopSignal, SubscribeStopped};
 
 /// A command waiting for a stopping instance of its entity.
 pub(super) struct Held<E: EventSourced> {
@@ -116,7 +116,7 @@ pub(super) struct HostShell<E: EventSourced> {
     pub(super) gone: Vec<(ShardId, oneshot::Sender<()>)>,
     pub(super) stop: StopSignal,
     #[cfg(feature = "metrics")]
-    pub(super) meter: crate::telemetry::metrics::EntityHostMeter,
+    pub(super) meter: crate::sharding::metrics::EntityHostMeter,
 }
 
 impl<E: EventSourced> HostShell<E> {

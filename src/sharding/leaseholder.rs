@@ -8,17 +8,44 @@ use std::sync::Arc;
 
 use actix::prelude::*;
 
-use crate::alarm::{self, Alarm};
+use serde::{Deserialize, Serialize};
+
 use crate::persistence::EventSourced;
+use crate::runtime::alarm::{self, Alarm};
+use crate::runtime::stop_signal::{StopSignal, SubscribeStopped};
 use crate::sharding::allocation::plan;
-use crate::sharding::coordinator::CoordinatorStats;
 use crate::sharding::coordinator_options::CoordinatorConfig;
 use crate::sharding::entity_id::ShardId;
 use crate::sharding::host::EntityHost;
 use crate::sharding::lease::LeaseBook;
 use crate::sharding::lease_store::{LeaseStore, LeaseView, Member};
 use crate::sharding::transport::{LocalFuture, ShardTransport};
-use crate::stop_signal::{StopSignal, SubscribeStopped};
+
+/// Counters and gauges of a shard coordinator.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[non_exhaustive]
+pub struct CoordinatorStats {
+    /// Shards whose lease the node holds now (handoffs in progress included).
+    pub shards_owned: u64,
+    /// Live members the last look at the table saw.
+    pub members: u64,
+    /// Rounds (renewal, heartbeat, look at the table) finished.
+    pub rounds: u64,
+    /// Leases acquired.
+    pub acquired: u64,
+    /// Leases renewed (one per shard and renewal).
+    pub renewals: u64,
+    /// Rounds whose renewal failed (the store could not be reached).
+    pub renew_failures: u64,
+    /// Leases lost: a renewal did not return them, or they ran out before one returned.
+    pub lost: u64,
+    /// Handoffs started (a shard given up to its desired owner, or on leaving).
+    pub handoffs_started: u64,
+    /// Handoffs finished: the shard's entities stopped and its lease released (rebalances).
+    pub handoffs: u64,
+    /// Shards the transport could not expose (given up again).
+    pub expose_failures: u64,
+}
 
 /// What the coordinator needs of its host.
 trait HostShards: 'static {
@@ -59,7 +86,7 @@ pub(super) struct Leaseholder {
     stop: StopSignal,
     stats: CoordinatorStats,
     #[cfg(feature = "metrics")]
-    meter: crate::telemetry::metrics::CoordinatorMeter,
+    meter: CoordinatorMeter,
 }
 
 /// What one round read from the store.
@@ -93,7 +120,7 @@ impl Leaseholder {
             stop: StopSignal::default(),
             stats: CoordinatorStats::default(),
             #[cfg(feature = "metrics")]
-            meter: crate::telemetry::metrics::CoordinatorMeter::new(host.entity_type()),
+            meter: CoordinatorMeter::new(host.entity_type()),
         }
     }
 
@@ -420,5 +447,22 @@ impl Handler<SubscribeStopped> for Leaseholder {
 
     fn handle(&mut self, _: SubscribeStopped, _: &mut Context<Self>) -> Self::Result {
         MessageResult(self.stop.subscribe())
+    }
+}
+
+#[cfg(feature = "metrics")]
+crate::telemetry::metrics::meter! {
+    /// A shard coordinator's metrics.
+    CoordinatorMeter(CoordinatorStats, "entity_type") {
+        counter rounds: "actix_delivery_shard_coordinator_rounds_total",
+        counter acquired: "actix_delivery_shard_coordinator_acquired_total",
+        counter renewals: "actix_delivery_shard_coordinator_renewals_total",
+        counter renew_failures: "actix_delivery_shard_coordinator_renew_failures_total",
+        counter lost: "actix_delivery_shard_coordinator_lost_total",
+        counter handoffs_started: "actix_delivery_shard_coordinator_handoffs_started_total",
+        counter handoffs: "actix_delivery_shard_coordinator_handoffs_total",
+        counter expose_failures: "actix_delivery_shard_coordinator_expose_failures_total",
+        gauge shards_owned: "actix_delivery_shard_coordinator_shards_owned",
+        gauge members: "actix_delivery_shard_coordinator_members",
     }
 }

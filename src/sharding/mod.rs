@@ -145,6 +145,8 @@ pub mod lanes;
 pub mod lease;
 mod lease_store;
 mod leaseholder;
+#[cfg(feature = "metrics")]
+pub(crate) mod metrics;
 #[cfg(feature = "nats")]
 mod nats_shards;
 #[cfg(feature = "postgres")]
@@ -155,7 +157,7 @@ mod rooms;
 mod router;
 mod transport;
 
-pub use self::coordinator::{CoordinatorStats, ShardCoordinator};
+pub use self::coordinator::ShardCoordinator;
 pub use self::coordinator_options::{
     CoordinatorConfig, CoordinatorOptions, CoordinatorOptionsBuilder, MAX_NODE_NAME,
 };
@@ -171,6 +173,7 @@ pub use self::lanes::LaneStats;
 pub use self::lease_store::{
     Lease, LeaseError, LeaseFuture, LeaseStore, LeaseView, Member, MemoryLeaseStore,
 };
+pub use self::leaseholder::CoordinatorStats;
 #[cfg(feature = "nats")]
 #[cfg_attr(docsrs, doc(cfg(feature = "nats")))]
 pub use self::nats_shards::NatsShards;

@@ -4,8 +4,8 @@
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 
-use crate::consumer::ConsumerHandle;
-use crate::message::ConsumerRef;
+use crate::delivery::consumer::ConsumerHandle;
+use crate::delivery::message::ConsumerRef;
 use crate::nats::{NatsCarrier, NatsError};
 use crate::sharding::entity_id::ShardId;
 use crate::sharding::envelope::EntityEnvelope;

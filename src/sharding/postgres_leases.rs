@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use tokio_postgres::{Client, Config, NoTls};
 
-use crate::error::ErrorChain;
+use crate::runtime::error_chain::ErrorChain;
 use crate::sharding::entity_id::ShardId;
 use crate::sharding::lease_store::{Lease, LeaseError, LeaseFuture, LeaseStore, LeaseView, Member};
 

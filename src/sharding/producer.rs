@@ -9,12 +9,13 @@ use futures_util::FutureExt;
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 
-use crate::confirmation::Confirmation;
+use crate::delivery::confirmation::Confirmation;
+use crate::delivery::options::ProducerOptions;
+use crate::delivery::producer::start_producer;
+use crate::delivery::producer::ProducerHandle;
+use crate::durable::producer::start_durable_producer;
 use crate::durable::{DurableOptions, Stored};
 use crate::error::{DeliveryError, Failure, OptionsError, StartError, TellError};
-use crate::facade::ReliableDelivery;
-use crate::options::ProducerOptions;
-use crate::producer::ProducerHandle;
 use crate::sharding::entity_id::EntityId;
 use crate::sharding::envelope::EntityMessage;
 use crate::sharding::lanes::LaneStats;
@@ -50,7 +51,7 @@ pub struct ShardedProducerHandle<T: Clone + Send + 'static> {
 impl<T: Clone + Send + 'static> ShardedProducerHandle<T> {
     pub(crate) fn start(options: ShardedProducerOptions<T>) -> Self {
         let (ctx, front) = Self::front(&options);
-        let producer = ReliableDelivery::producer(front);
+        let producer = start_producer(front);
         Self::run(ctx, producer, options)
     }
 
@@ -63,7 +64,7 @@ impl<T: Clone + Send + 'static> ShardedProducerHandle<T> {
     {
         check_sharded_producer_id(durable.producer_id.as_str())?;
         let (ctx, front) = Self::front(&options);
-        let producer = ReliableDelivery::durable_producer(front, durable)?;
+        let producer = start_durable_producer(front, durable)?;
         Ok(Self::run(ctx, producer, options))
     }
 

@@ -6,8 +6,8 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 
 use crate::config::{millis_key, positive, Limit, Overrides, ProducerConfig};
+use crate::delivery::message::ConsumerRef;
 use crate::error::OptionsError;
-use crate::message::ConsumerRef;
 use crate::sharding::entity_id::ShardId;
 use crate::sharding::envelope::EntityEnvelope;
 use crate::sharding::host_options::check_shards;

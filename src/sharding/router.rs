@@ -22,17 +22,16 @@ use hashbrown::HashMap;
 use rand::rngs::SmallRng;
 use rand::{RngCore, SeedableRng};
 
-use crate::after_drain::after_each_drain;
-use crate::alarm::{self, Alarm};
 use crate::config::ProducerConfig;
-use crate::message::{Acks, ConsumerRef, Deliveries, Delivery, ReplyTo};
-use crate::protocol::envelope::{
-    random_u64, Ack, DeliveryInfo, Incarnation, IncarnationId, ProducerId,
-};
+use crate::delivery::message::{Acks, ConsumerRef, Deliveries, Delivery, ReplyTo};
+use crate::protocol::envelope::{Ack, DeliveryInfo, Incarnation, IncarnationId, ProducerId};
 use crate::protocol::intake::{Intake, Taken};
 use crate::protocol::origin::sub_stream_token;
 use crate::protocol::producer::ProducerCore;
 use crate::protocol::trace_context::TraceContext;
+use crate::runtime::after_drain::after_each_drain;
+use crate::runtime::alarm::{self, Alarm};
+use crate::runtime::random::random_u64;
 use crate::sharding::capacity;
 use crate::sharding::entity_id::{EntityId, ShardId};
 use crate::sharding::envelope::{EntityEnvelope, EntityMessage};
@@ -109,7 +108,7 @@ pub(crate) struct ShardRouter<T: Clone + Send + 'static> {
     /// Resolves when the producer stopped: the router stops then.
     producer_stopped: Option<Pin<Box<dyn Future<Output = ()>>>>,
     #[cfg(feature = "metrics")]
-    meter: crate::telemetry::metrics::LanesMeter,
+    meter: crate::sharding::metrics::LanesMeter,
 }
 
 impl<T: Clone + Send + 'static> ShardRouter<T> {
@@ -120,7 +119,7 @@ impl<T: Clone + Send + 'static> ShardRouter<T> {
     ) -> Self {
         Self {
             #[cfg(feature = "metrics")]
-            meter: crate::telemetry::metrics::LanesMeter::new(
+            meter: crate::sharding::metrics::LanesMeter::new(
                 options
                     .label
                     .as_deref()

@@ -174,10 +174,14 @@
 //! after each mailbox drain of its router: `actix_delivery_sharded_producer_{opened, closed,
 //! evicted, waited, routed, settled, retransmitted, ignored_acks}_total` (counters) and
 //! `actix_delivery_sharded_producer_{lanes, in_flight, waiting}` (gauges).
+//!
+//! Each meter is declared beside the stats it exports (`metrics.rs` of the subsystem's folder,
+//! with `meter!`); this module keeps the catalogue above and the helpers, and imports
+//! nothing of the subsystems (telemetry is a leaf).
 
 use std::time::Duration;
 
-use metrics::{Counter, Gauge, Histogram};
+use metrics::Histogram;
 
 /// Declares a meter: the metric handles of one stats struct, registered once with a fixed
 /// label, and `publish`, which hands them what changed since the last call.
@@ -193,9 +197,9 @@ macro_rules! meter {
         $(#[$doc])*
         pub(crate) struct $meter {
             last: $stats,
-            $($c: Counter,)*
-            $($g: Gauge,)*
-            $(pub(crate) $h: Histogram,)*
+            $($c: ::metrics::Counter,)*
+            $($g: ::metrics::Gauge,)*
+            $(pub(crate) $h: ::metrics::Histogram,)*
         }
 
         impl $meter {
@@ -203,9 +207,9 @@ macro_rules! meter {
             pub(crate) fn new(label: &str) -> Self {
                 Self {
                     last: <$stats>::default(),
-                    $($c: metrics::counter!($cname, $label => label.to_owned()),)*
-                    $($g: metrics::gauge!($gname, $label => label.to_owned()),)*
-                    $($h: metrics::histogram!($hname, $label => label.to_owned()),)*
+                    $($c: ::metrics::counter!($cname, $label => label.to_owned()),)*
+                    $($g: ::metrics::gauge!($gname, $label => label.to_owned()),)*
+                    $($h: ::metrics::histogram!($hname, $label => label.to_owned()),)*
                 }
             }
 
@@ -246,370 +250,12 @@ macro_rules! meter {
     };
 }
 
-meter! {
-    /// A producer's metrics.
-    ProducerMeter(crate::protocol::producer::ProducerStats, "producer") {
-        counter sent: "actix_delivery_producer_sent_total",
-        counter retransmitted: "actix_delivery_producer_retransmitted_total",
-        counter confirmed: "actix_delivery_producer_confirmed_total",
-        counter ignored_acks: "actix_delivery_producer_ignored_acks_total",
-        counter given_up: "actix_delivery_producer_given_up_total",
-        counter refused: "actix_delivery_producer_refused_total",
-        counter timed_out: "actix_delivery_producer_timed_out_total",
-        gauge in_flight: "actix_delivery_producer_in_flight",
-        gauge queued: "actix_delivery_producer_queued",
-        histogram confirm_seconds: "actix_delivery_producer_confirm_seconds",
-    }
-}
-
-meter! {
-    /// What only a durable producer has to say.
-    DurableProducerMeter(crate::protocol::producer::ProducerStats, "producer") {
-        counter stored: "actix_delivery_producer_stored_total",
-        counter resumed: "actix_delivery_producer_resumed_total",
-        counter resumed_confirmed: "actix_delivery_producer_resumed_confirmed_total",
-        counter partially_stored: "actix_delivery_producer_partially_stored_total",
-        counter takeovers: "actix_delivery_producer_takeovers_total",
-        gauge unconfirmed: "actix_delivery_producer_unconfirmed",
-        gauge next_message_id: "actix_delivery_producer_next_message_id",
-    }
-}
-
-meter! {
-    /// What only a producer with `chunk_size` has to say.
-    ChunkingProducerMeter(crate::protocol::producer::ProducerStats, "producer") {
-        counter chunk_rounds: "actix_delivery_producer_chunk_rounds_total",
-    }
-}
-
-/// A producer's meters: those of every producer, and those of what it is (durable,
-/// chunking), so that it exports only what applies to it.
-pub(crate) struct ProducerMeters {
-    pub(crate) base: ProducerMeter,
-    durable: Option<DurableProducerMeter>,
-    chunking: Option<ChunkingProducerMeter>,
-}
-
-impl ProducerMeters {
-    /// The meters of a producer labelled `label`, chunking or not.
-    pub(crate) fn new(label: &str, chunking: bool) -> Self {
-        Self {
-            base: ProducerMeter::new(label),
-            durable: None,
-            chunking: chunking.then(|| ChunkingProducerMeter::new(label)),
-        }
-    }
-
-    /// The producer is durable.
-    pub(crate) fn durable(&mut self, label: &str) {
-        self.durable = Some(DurableProducerMeter::new(label));
-    }
-
-    /// Publishes what changed since the last call.
-    pub(crate) fn publish(&mut self, stats: &crate::protocol::producer::ProducerStats) {
-        self.base.publish(stats);
-        if let Some(durable) = &mut self.durable {
-            durable.publish(stats);
-        }
-        if let Some(chunking) = &mut self.chunking {
-            chunking.publish(stats);
-        }
-    }
-}
-
-meter! {
-    /// A consumer's metrics.
-    ConsumerMeter(crate::protocol::consumer::ConsumerStats, "consumer") {
-        counter delivered: "actix_delivery_consumer_delivered_total",
-        counter duplicates: "actix_delivery_consumer_duplicates_total",
-        counter in_progress: "actix_delivery_consumer_in_progress_total",
-        counter stale: "actix_delivery_consumer_stale_total",
-        counter dead_letters: "actix_delivery_consumer_dead_letters_total",
-        counter refused: "actix_delivery_consumer_refused_total",
-        counter handler_failures: "actix_delivery_consumer_handler_failures_total",
-        counter handler_panics: "actix_delivery_consumer_handler_panics_total",
-        counter handler_timeouts: "actix_delivery_consumer_handler_timeouts_total",
-        counter evictions: "actix_delivery_consumer_evictions_total",
-        counter swept: "actix_delivery_consumer_swept_total",
-        counter replaced_incarnations: "actix_delivery_consumer_replaced_incarnations_total",
-        counter shared_id_messages: "actix_delivery_consumer_shared_id_messages_total",
-        counter assembled: "actix_delivery_consumer_assembled_total",
-        counter chunks_refused: "actix_delivery_consumer_chunks_refused_total",
-        counter partial_messages_dropped: "actix_delivery_consumer_partial_messages_dropped_total",
-        gauge tracked_producers: "actix_delivery_consumer_tracked_producers",
-        gauge tracked_incarnations: "actix_delivery_consumer_tracked_incarnations",
-        gauge waiting: "actix_delivery_consumer_waiting",
-        gauge deferred: "actix_delivery_consumer_deferred",
-        gauge partial_messages: "actix_delivery_consumer_partial_messages",
-        gauge messages_waiting_for_room: "actix_delivery_consumer_messages_waiting_for_room",
-        gauge reassembly_bytes: "actix_delivery_consumer_reassembly_bytes",
-        histogram handler_seconds: "actix_delivery_consumer_handler_seconds",
-    }
-}
-
-meter! {
-    /// A persistent entity's metrics.
-    PersistentMeter(crate::persistence::PersistentStats, "entity") {
-        counter decided: "actix_delivery_persistent_decided_total",
-        counter events: "actix_delivery_persistent_events_total",
-        counter entries: "actix_delivery_persistent_entries_total",
-        counter appends: "actix_delivery_persistent_appends_total",
-        counter duplicates: "actix_delivery_persistent_duplicates_total",
-        counter stale: "actix_delivery_persistent_stale_total",
-        counter rejected: "actix_delivery_persistent_rejected_total",
-        counter conflicts: "actix_delivery_persistent_conflicts_total",
-        counter catch_ups: "actix_delivery_persistent_catch_ups_total",
-        counter recoveries: "actix_delivery_persistent_recoveries_total",
-        counter snapshots: "actix_delivery_persistent_snapshots_total",
-        counter snapshot_failures: "actix_delivery_persistent_snapshot_failures_total",
-        counter refused: "actix_delivery_persistent_refused_total",
-        counter overloaded: "actix_delivery_persistent_overloaded_total",
-    }
-}
-
-#[cfg(feature = "sqlite")]
-meter! {
-    /// A SQLite journal's metrics (published by its writer thread).
-    SqliteMeter(crate::journal::SqliteStats, "journal") {
-        counter appends: "actix_delivery_sqlite_appends_total",
-        counter events: "actix_delivery_sqlite_events_total",
-        counter transactions: "actix_delivery_sqlite_transactions_total",
-        counter rejected: "actix_delivery_sqlite_rejected_total",
-        counter folds: "actix_delivery_sqlite_folds_total",
-        gauge queued: "actix_delivery_sqlite_queued",
-        histogram commit_seconds: "actix_delivery_sqlite_commit_seconds",
-        histogram commit_writes: "actix_delivery_sqlite_commit_writes",
-    }
-}
-
-#[cfg(feature = "postgres")]
-meter! {
-    /// A PostgreSQL journal's metrics (published by its writer task).
-    PostgresMeter(crate::journal::PostgresStats, "journal") {
-        counter appends: "actix_delivery_postgres_appends_total",
-        counter events: "actix_delivery_postgres_events_total",
-        counter transactions: "actix_delivery_postgres_transactions_total",
-        counter rejected: "actix_delivery_postgres_rejected_total",
-        counter reconnects: "actix_delivery_postgres_reconnects_total",
-        gauge queued: "actix_delivery_postgres_queued",
-        histogram commit_seconds: "actix_delivery_postgres_commit_seconds",
-        histogram commit_writes: "actix_delivery_postgres_commit_writes",
-    }
-}
-
-meter! {
-    /// A memory journal's metrics.
-    MemoryMeter(crate::journal::MemoryStats, "journal") {
-        counter appends: "actix_delivery_memory_journal_appends_total",
-        counter commits: "actix_delivery_memory_journal_commits_total",
-        counter events: "actix_delivery_memory_journal_events_total",
-    }
-}
-
-meter! {
-    /// A TCP node's metrics.
-    NodeMeter(crate::remote::NodeStats, "node") {
-        counter connections_opened: "actix_delivery_node_connections_opened_total",
-        counter connections_accepted: "actix_delivery_node_connections_accepted_total",
-        counter connect_failures: "actix_delivery_node_connect_failures_total",
-        counter resolve_failures: "actix_delivery_node_resolve_failures_total",
-        counter handshake_failures: "actix_delivery_node_handshake_failures_total",
-        counter tls_failures: "actix_delivery_node_tls_failures_total",
-        counter handshakes_timed_out: "actix_delivery_node_handshakes_timed_out_total",
-        counter handshakes_evicted: "actix_delivery_node_handshakes_evicted_total",
-        counter version_refusals: "actix_delivery_node_version_refusals_total",
-        counter connections_refused: "actix_delivery_node_connections_refused_total",
-        counter idle_timeouts: "actix_delivery_node_idle_timeouts_total",
-        counter frames_in: "actix_delivery_node_frames_in_total",
-        counter frames_out: "actix_delivery_node_frames_out_total",
-        counter decode_failures: "actix_delivery_node_decode_failures_total",
-        counter deliveries_out: "actix_delivery_node_deliveries_out_total",
-        counter deliveries_in: "actix_delivery_node_deliveries_in_total",
-        counter undecodable_bodies: "actix_delivery_node_undecodable_bodies_total",
-        counter acks_out: "actix_delivery_node_acks_out_total",
-        counter acks_in: "actix_delivery_node_acks_in_total",
-        counter unknown_consumer: "actix_delivery_node_unknown_consumer_total",
-        counter unauthorized_deliveries: "actix_delivery_node_unauthorized_deliveries_total",
-        counter unroutable_acks: "actix_delivery_node_unroutable_acks_total",
-        counter acks_dropped_busy: "actix_delivery_node_acks_dropped_busy_total",
-        counter deliveries_dropped_full: "actix_delivery_node_deliveries_dropped_full_total",
-        counter acks_dropped_full: "actix_delivery_node_acks_dropped_full_total",
-        counter deliveries_waited: "actix_delivery_node_deliveries_waited_total",
-        counter deliveries_dropped_disconnected:
-            "actix_delivery_node_deliveries_dropped_disconnected_total",
-        counter acks_dropped_disconnected: "actix_delivery_node_acks_dropped_disconnected_total",
-        counter deliveries_unsendable: "actix_delivery_node_deliveries_unsendable_total",
-        counter bodies_encoded: "actix_delivery_node_bodies_encoded_total",
-        gauge connections_open: "actix_delivery_node_connections_open",
-        gauge output_high_water: "actix_delivery_node_output_high_water_bytes",
-        histogram write_frames: "actix_delivery_node_write_frames",
-        histogram write_bytes: "actix_delivery_node_write_bytes",
-    }
-}
-
-#[cfg(feature = "nats")]
-meter! {
-    /// A NATS carrier's metrics.
-    NatsMeter(crate::nats::NatsStats, "carrier") {
-        counter frames_in: "actix_delivery_nats_frames_in_total",
-        counter frames_out: "actix_delivery_nats_frames_out_total",
-        counter decode_failures: "actix_delivery_nats_decode_failures_total",
-        counter version_refusals: "actix_delivery_nats_version_refusals_total",
-        counter deliveries_out: "actix_delivery_nats_deliveries_out_total",
-        counter deliveries_in: "actix_delivery_nats_deliveries_in_total",
-        counter undecodable_bodies: "actix_delivery_nats_undecodable_bodies_total",
-        counter deliveries_without_reply: "actix_delivery_nats_deliveries_without_reply_total",
-        counter foreign_reply_subjects: "actix_delivery_nats_foreign_reply_subjects_total",
-        counter deliveries_dropped_busy: "actix_delivery_nats_deliveries_dropped_busy_total",
-        counter no_responders: "actix_delivery_nats_no_responders_total",
-        counter forged_no_responders: "actix_delivery_nats_forged_no_responders_total",
-        counter acks_out: "actix_delivery_nats_acks_out_total",
-        counter acks_in: "actix_delivery_nats_acks_in_total",
-        counter unroutable_acks: "actix_delivery_nats_unroutable_acks_total",
-        counter acks_dropped_busy: "actix_delivery_nats_acks_dropped_busy_total",
-        counter deliveries_dropped_full: "actix_delivery_nats_deliveries_dropped_full_total",
-        counter acks_dropped_full: "actix_delivery_nats_acks_dropped_full_total",
-        counter deliveries_unsendable: "actix_delivery_nats_deliveries_unsendable_total",
-        counter publish_failures: "actix_delivery_nats_publish_failures_total",
-        counter bodies_encoded: "actix_delivery_nats_bodies_encoded_total",
-        gauge output_high_water: "actix_delivery_nats_output_high_water_bytes",
-    }
-}
-
-meter! {
-    /// A projection's metrics.
-    ProjectionMeter(crate::projection::ProjectionStats, "projection") {
-        counter events: "actix_delivery_projection_events_total",
-        counter entries: "actix_delivery_projection_entries_total",
-        counter batches: "actix_delivery_projection_batches_total",
-        counter retries: "actix_delivery_projection_retries_total",
-        counter skipped: "actix_delivery_projection_skipped_total",
-        counter offsets_saved: "actix_delivery_projection_offsets_saved_total",
-        counter read_failures: "actix_delivery_projection_read_failures_total",
-        counter store_failures: "actix_delivery_projection_store_failures_total",
-        counter conflicts: "actix_delivery_projection_conflicts_total",
-        gauge lag_ms: "actix_delivery_projection_lag_milliseconds",
-    }
-}
-
-meter! {
-    /// An entity host's metrics.
-    EntityHostMeter(crate::sharding::HostStats, "entity_type") {
-        counter activations: "actix_delivery_entity_host_activations_total",
-        counter passivated_idle: "actix_delivery_entity_host_passivated_idle_total",
-        counter passivated_over_limit: "actix_delivery_entity_host_passivated_over_limit_total",
-        counter stopped_shard_left: "actix_delivery_entity_host_stopped_shard_left_total",
-        counter stopped_unasked: "actix_delivery_entity_host_stopped_unasked_total",
-        counter routed: "actix_delivery_entity_host_routed_total",
-        counter waited: "actix_delivery_entity_host_waited_total",
-        counter waited_for_room: "actix_delivery_entity_host_waited_for_room_total",
-        counter refused_full: "actix_delivery_entity_host_refused_full_total",
-        counter refused_not_hosted: "actix_delivery_entity_host_refused_not_hosted_total",
-        counter already_processed: "actix_delivery_entity_host_already_processed_total",
-        counter refused_malformed: "actix_delivery_entity_host_refused_malformed_total",
-        counter refused_foreign: "actix_delivery_entity_host_refused_foreign_total",
-        counter refused_shard_count: "actix_delivery_entity_host_refused_shard_count_total",
-        gauge active: "actix_delivery_entity_host_active",
-        gauge stopping: "actix_delivery_entity_host_stopping",
-        gauge held: "actix_delivery_entity_host_held",
-        gauge peak_active: "actix_delivery_entity_host_peak_active",
-    }
-}
-
-meter! {
-    /// A shard coordinator's metrics.
-    CoordinatorMeter(crate::sharding::CoordinatorStats, "entity_type") {
-        counter rounds: "actix_delivery_shard_coordinator_rounds_total",
-        counter acquired: "actix_delivery_shard_coordinator_acquired_total",
-        counter renewals: "actix_delivery_shard_coordinator_renewals_total",
-        counter renew_failures: "actix_delivery_shard_coordinator_renew_failures_total",
-        counter lost: "actix_delivery_shard_coordinator_lost_total",
-        counter handoffs_started: "actix_delivery_shard_coordinator_handoffs_started_total",
-        counter handoffs: "actix_delivery_shard_coordinator_handoffs_total",
-        counter expose_failures: "actix_delivery_shard_coordinator_expose_failures_total",
-        gauge shards_owned: "actix_delivery_shard_coordinator_shards_owned",
-        gauge members: "actix_delivery_shard_coordinator_members",
-    }
-}
-
-meter! {
-    /// A sharded producer's entity streams' metrics.
-    LanesMeter(crate::sharding::LaneStats, "producer") {
-        counter opened: "actix_delivery_sharded_producer_opened_total",
-        counter closed: "actix_delivery_sharded_producer_closed_total",
-        counter routed: "actix_delivery_sharded_producer_routed_total",
-        counter settled: "actix_delivery_sharded_producer_settled_total",
-        counter evicted: "actix_delivery_sharded_producer_evicted_total",
-        counter waited: "actix_delivery_sharded_producer_waited_total",
-        counter retransmitted: "actix_delivery_sharded_producer_retransmitted_total",
-        counter ignored_acks: "actix_delivery_sharded_producer_ignored_acks_total",
-        gauge lanes: "actix_delivery_sharded_producer_lanes",
-        gauge in_flight: "actix_delivery_sharded_producer_in_flight",
-        gauge waiting: "actix_delivery_sharded_producer_waiting",
-    }
-}
+pub(crate) use meter;
 
 /// The label a part gets when the application gave it none.
 pub(crate) const DEFAULT_LABEL: &str = "default";
-
-/// Checks an application's `metrics_label`: a label value must not be empty.
-pub(crate) fn check_label(label: &str) -> Result<(), crate::error::OptionsError> {
-    if label.is_empty() {
-        return Err(crate::error::OptionsError::new(
-            "metrics_label",
-            "must not be empty (got \"\")",
-        ));
-    }
-    Ok(())
-}
 
 /// Records a duration in seconds.
 pub(crate) fn record_seconds(histogram: &Histogram, duration: Duration) {
     histogram.record(duration.as_secs_f64());
 }
-
-impl ProducerMeter {
-    /// Records the send→confirm latency of a message confirmed `Ok` (settled `now`), the
-    /// first of each batch of confirmations only: `None` once it recorded one, else `now`
-    /// again for the next message of the batch.
-    pub(crate) fn settled(
-        &self,
-        confirmation: &crate::Confirmation,
-        result: &Result<(), crate::DeliveryError>,
-        now: std::time::Instant,
-    ) -> Option<std::time::Instant> {
-        if let (Ok(()), Some(taken)) = (result, confirmation.taken()) {
-            record_seconds(&self.confirm_seconds, now.saturating_duration_since(taken));
-            return None;
-        }
-        Some(now)
-    }
-}
-
-/// A journal writer's commit histograms (the journals of features `sqlite` and `postgres`).
-#[cfg(any(feature = "sqlite", feature = "postgres"))]
-macro_rules! journal_transaction {
-    ($meter:ident, $stats:ty) => {
-        impl $meter {
-            /// After a transaction: records it if it committed (`writes` in it, taking
-            /// `took`), and publishes the counters.
-            #[allow(clippy::cast_precision_loss)]
-            pub(crate) fn transaction(
-                &mut self,
-                committed: Option<(usize, Duration)>,
-                stats: &$stats,
-            ) {
-                if let Some((writes, took)) = committed {
-                    record_seconds(&self.commit_seconds, took);
-                    self.commit_writes.record(writes as f64);
-                }
-                self.publish(stats);
-            }
-        }
-    };
-}
-
-#[cfg(feature = "sqlite")]
-journal_transaction!(SqliteMeter, crate::journal::SqliteStats);
-#[cfg(feature = "postgres")]
-journal_transaction!(PostgresMeter, crate::journal::PostgresStats);

@@ -12,6 +12,9 @@
 //! | `tcp.handshake` | `DEBUG` | `outcome` (`established`, or why it failed), inside its connection's span |
 //! | `nats.subscription` | `INFO` | `subject`, `queue_group` |
 //!
+//! Each span is made here but one: `journal.commit` is made beside the journals' writes
+//! (`journal::write`), so that telemetry imports nothing of the subsystems (a leaf).
+//!
 //! The handler span is the one opened per message, so it is at `DEBUG`: a service whose
 //! subscriber records `INFO` pays one relaxed atomic load per message for it (measured by
 //! `examples/bench_report.rs --features tracing`). A handler span covers every poll of the handler's future (and, for a pipelined handler,
@@ -21,8 +24,6 @@
 use tracing::field::Empty;
 use tracing::Span;
 
-#[cfg(any(feature = "sqlite", feature = "postgres"))]
-use crate::journal::write::{WriteOp, WriteRequest};
 use crate::protocol::envelope::Header;
 #[cfg(doc)]
 use crate::protocol::trace_context::TraceContext;
@@ -44,37 +45,6 @@ pub(crate) fn handler(consumer: &str, header: &Header) -> Span {
         span.record("traceparent", tracing::field::display(context));
     }
     span
-}
-
-/// The span of the transaction that commits `group` in `journal` (the journals of features
-/// `sqlite` and `postgres`).
-#[cfg(any(feature = "sqlite", feature = "postgres"))]
-pub(crate) fn journal_commit(journal: &'static str, group: &[WriteRequest]) -> Span {
-    if !tracing::enabled!(target: "actix_delivery", tracing::Level::DEBUG) {
-        return Span::none();
-    }
-    let stream = group.first().map_or("", |request| request.id.as_str());
-    let mut ids: Vec<&str> = group.iter().map(|request| request.id.as_str()).collect();
-    ids.sort_unstable();
-    ids.dedup();
-    let streams = ids.len();
-    let writes = group.len();
-    let events: usize = group
-        .iter()
-        .map(|request| match &request.op {
-            WriteOp::Append { payloads, .. } => payloads.len(),
-            _ => 0,
-        })
-        .sum();
-    tracing::debug_span!(
-        target: "actix_delivery",
-        "journal.commit",
-        journal,
-        stream,
-        streams,
-        writes,
-        events,
-    )
 }
 
 /// The span of a recovery (`kind`: what recovers); record `events` (a persistent entity's

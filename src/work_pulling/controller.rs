@@ -19,18 +19,19 @@ use actix::prelude::*;
 use futures_util::FutureExt;
 use hashbrown::HashMap;
 
-use crate::after_drain::after_each_drain;
-use crate::alarm::{now, Alarm};
 use crate::config::ProducerConfig;
+use crate::delivery::message::{ConsumerRef, Deliveries, Delivery, GiveUp, ReplyTo};
+use crate::delivery::options::ProducerOptions;
+use crate::delivery::producer::start_producer;
+use crate::delivery::producer::ProducerHandle;
 use crate::error::DeliveryError;
-use crate::facade::ReliableDelivery;
-use crate::message::{ConsumerRef, Deliveries, Delivery, GiveUp, ReplyTo};
-use crate::options::ProducerOptions;
-use crate::producer::ProducerHandle;
-use crate::protocol::envelope::{random_u64, Ack, DeliveryInfo, Incarnation, ProducerId};
+use crate::protocol::envelope::{Ack, DeliveryInfo, Incarnation, ProducerId};
 use crate::protocol::intake::{Intake, Taken};
 use crate::protocol::origin::sub_stream_token;
-use crate::settlements::{Settlements, TakeSettlements};
+use crate::runtime::after_drain::after_each_drain;
+use crate::runtime::alarm::{now, Alarm};
+use crate::runtime::random::random_u64;
+use crate::runtime::settlements::{Settlements, TakeSettlements};
 use crate::work_pulling::pool::{JobKey, PoolStats, Settled, WorkPool, WorkerKey};
 use crate::work_pulling::registry::WorkersChanged;
 use crate::work_pulling::{GivenUpJob, Job, WorkPullingOptions, WorkerRegistry};
@@ -118,7 +119,7 @@ impl<T: Clone + Send + 'static> WorkPullingController<T> {
         options: WorkPullingOptions<T>,
         label: String,
     ) -> Self {
-        let mut pool = WorkPool::new(crate::protocol::envelope::random_u64());
+        let mut pool = WorkPool::new(crate::runtime::random::random_u64());
         if let Some(failures) = options.give_up_after {
             pool = pool.give_up_after(failures);
         }
@@ -270,7 +271,7 @@ impl<T: Clone + Send + 'static> WorkPullingController<T> {
         let options = ProducerOptions::new(target.clone(), config)
             .expect("the producer id's length and the settings were checked with the options")
             .for_sub_stream(token, &self.label);
-        ReliableDelivery::producer(options)
+        start_producer(options)
     }
 
     /// Removes a worker: its stream stops, its unconfirmed jobs wait for the others.

@@ -7,14 +7,14 @@ use std::time::Duration;
 use actix::prelude::*;
 use serde::{Deserialize, Serialize};
 
-use crate::alarm::now;
-use crate::confirmation::Confirmation;
+use crate::delivery::confirmation::Confirmation;
+use crate::delivery::handler::DeliveryHandler;
+use crate::delivery::message::ConsumerRef;
+use crate::delivery::options::ProducerOptions;
+use crate::delivery::producer::start_producer;
+use crate::delivery::producer::ProducerHandle;
 use crate::error::OptionsError;
-use crate::facade::ReliableDelivery;
-use crate::handler::DeliveryHandler;
-use crate::message::ConsumerRef;
-use crate::options::ProducerOptions;
-use crate::producer::ProducerHandle;
+use crate::runtime::alarm::now;
 use crate::work_pulling::{Job, WorkerRegistry};
 
 /// A worker saying where it takes jobs: sent every few seconds by its [`Announcer`].
@@ -285,7 +285,7 @@ impl Announcer {
             .max_pending(1)
             .resend_timeout(interval)
             .build()?;
-        let producer = ReliableDelivery::producer(options);
+        let producer = start_producer(options);
         let announcing = producer.clone();
         let task = actix::spawn(async move {
             loop {

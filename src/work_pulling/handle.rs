@@ -6,11 +6,12 @@ use actix::prelude::*;
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 
+use crate::delivery::options::ProducerOptions;
+use crate::delivery::producer::start_producer;
+use crate::delivery::producer::ProducerHandle;
+use crate::durable::producer::start_durable_producer;
 use crate::durable::DurableOptions;
 use crate::error::OptionsError;
-use crate::facade::ReliableDelivery;
-use crate::options::ProducerOptions;
-use crate::producer::ProducerHandle;
 use crate::work_pulling::controller::{GetPoolStats, WorkPullingController};
 use crate::work_pulling::options::check_producer_id;
 use crate::work_pulling::pool::PoolStats;
@@ -31,7 +32,7 @@ pub struct WorkPullingHandle<T: Clone + Send + 'static> {
 impl<T: Clone + Send + 'static> WorkPullingHandle<T> {
     pub(crate) fn start(options: WorkPullingOptions<T>) -> Self {
         let (ctx, front) = Self::front(&options);
-        let producer = ReliableDelivery::producer(front);
+        let producer = start_producer(front);
         let label = options.producer.producer_id.clone();
         Self::run(ctx, producer, options, label)
     }
@@ -46,7 +47,7 @@ impl<T: Clone + Send + 'static> WorkPullingHandle<T> {
         check_producer_id(durable.producer_id.as_str())?;
         let (ctx, front) = Self::front(&options);
         let label = Some(durable.producer_id.to_string());
-        let producer = ReliableDelivery::durable_producer(front, durable)?;
+        let producer = start_durable_producer(front, durable)?;
         Ok(Self::run(ctx, producer, options, label))
     }
 

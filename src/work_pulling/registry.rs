@@ -5,8 +5,8 @@ use std::sync::{Arc, Mutex, PoisonError};
 
 use actix::{Message, Recipient};
 
-use crate::consumer::ConsumerHandle;
-use crate::message::ConsumerRef;
+use crate::delivery::consumer::ConsumerHandle;
+use crate::delivery::message::ConsumerRef;
 use crate::work_pulling::Job;
 
 /// The longest worker name: with the producer id (at most 127 bytes) and a `/`, a worker

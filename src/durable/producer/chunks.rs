@@ -17,8 +17,8 @@
 use bytes::Bytes;
 
 use super::*;
+use crate::delivery::producer_core::Chunking;
 use crate::durable::log::StoredChunks;
-use crate::producer_core::Chunking;
 use crate::protocol::chunk::ChunkHeader;
 
 /// A chunked message an opening found stored whole: its header, its chunks as stored, and

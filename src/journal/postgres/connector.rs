@@ -9,12 +9,12 @@ use tokio::runtime::Handle;
 use tokio::sync::mpsc;
 use tokio_postgres::{Client, Config, NoTls};
 
-use crate::error::ErrorChain;
 use crate::journal::postgres::db_error;
 use crate::journal::postgres::statements::Sql;
 #[cfg(feature = "tls")]
 use crate::journal::postgres::tls;
 use crate::journal::JournalError;
+use crate::runtime::error_chain::ErrorChain;
 
 /// Opens connections, on the journal's runtime.
 #[derive(Clone)]

@@ -11,10 +11,10 @@ use std::time::Duration;
 
 use tokio::sync::mpsc;
 
-use crate::error::ErrorChain;
 use crate::journal::postgres::writer::TAGS_CHANNEL;
 use crate::journal::postgres::Connector;
 use crate::journal::TagSignal;
+use crate::runtime::error_chain::ErrorChain;
 
 /// The first wait before opening a lost connection again, and the longest.
 const BACKOFF: (Duration, Duration) = (Duration::from_millis(100), Duration::from_secs(5));

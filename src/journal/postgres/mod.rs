@@ -39,13 +39,13 @@ pub use options::{PostgresOptions, PostgresStats};
 pub use tls::PostgresTls;
 
 use crate::codec::Manifest;
-use crate::error::ErrorChain;
 use crate::journal::write::{WriteOp, WriteRequest};
 use crate::journal::{
     check_max_events, check_payload, check_tagged_append, normalized, Journal, JournalError,
     JournalFuture, JournalId, Offset, PersistenceId, Snapshot, StoredEvent, Tag, TagNotifications,
     TagQuery, TagSignal, TaggedEvent, MAX_SEQ,
 };
+use crate::runtime::error_chain::ErrorChain;
 use connector::Connector;
 use options::Counters;
 use reader::Readers;

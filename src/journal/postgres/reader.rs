@@ -12,7 +12,6 @@ use tokio_postgres::types::ToSql;
 use tokio_postgres::{Client, Statement};
 
 use crate::codec::Manifest;
-use crate::error::ErrorChain;
 use crate::journal::by_tag::corrupt_tag_row;
 use crate::journal::postgres::connector::{is_connection_lost, Connector};
 use crate::journal::postgres::options::Counters;
@@ -21,6 +20,7 @@ use crate::journal::{
     stored_manifest, JournalError, Offset, PersistenceId, Snapshot, StoredEvent, TagQuery,
     TaggedEvent,
 };
+use crate::runtime::error_chain::ErrorChain;
 
 impl Connector {
     /// Opens a read connection with its statements prepared; from any runtime.

@@ -37,9 +37,9 @@
 
 use tokio_postgres::Client;
 
-use crate::error::ErrorChain;
 use crate::journal::postgres::{db_error, PostgresOptions};
 use crate::journal::{JournalError, JournalId};
+use crate::runtime::error_chain::ErrorChain;
 
 /// What `journal_schema.application` holds.
 const APPLICATION: &str = "actix-delivery";

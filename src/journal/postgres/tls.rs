@@ -17,8 +17,8 @@ use rustls::{ClientConfig, DigitallySignedStruct, RootCertStore, SignatureScheme
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio_postgres::tls::{ChannelBinding, MakeTlsConnect, TlsConnect, TlsStream};
 
-use crate::error::ErrorChain;
 use crate::journal::JournalError;
+use crate::runtime::error_chain::ErrorChain;
 
 /// TLS to the PostgreSQL server (features `postgres` and `tls`), set with
 /// [`PostgresOptions::tls`](crate::journal::PostgresOptions::tls): TLS 1.3 through rustls

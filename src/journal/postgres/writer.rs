@@ -35,13 +35,13 @@ use tokio_postgres::types::ToSql;
 use tokio_postgres::{Client, Statement};
 
 use crate::codec::Manifest;
-use crate::error::ErrorChain;
 use crate::journal::postgres::options::Counters;
 use crate::journal::postgres::{
     db_error, is_connection_lost, schema, seq_from_sql, Connector, PostgresOptions,
 };
 use crate::journal::write::{WriteOp, WriteRequest};
 use crate::journal::{check_snapshot, slice_of, JournalError, JournalId, PersistenceId, TagSignal};
+use crate::runtime::error_chain::ErrorChain;
 
 /// The channel of the notifications that tagged entries were committed; the payload names
 /// the schema.
@@ -225,7 +225,7 @@ impl Writer {
             return; // the opener gave up waiting
         }
         #[cfg(feature = "metrics")]
-        let mut meter = crate::telemetry::metrics::PostgresMeter::new(
+        let mut meter = crate::journal::metrics::PostgresMeter::new(
             self.options
                 .metrics_label
                 .as_deref()
@@ -331,7 +331,7 @@ impl Writer {
         #[cfg(feature = "tracing")]
         {
             use tracing::Instrument;
-            let span = crate::telemetry::spans::journal_commit("postgres", &group);
+            let span = crate::journal::write::journal_commit("postgres", &group);
             return self.commit_group(group).instrument(span).await;
         }
         #[cfg(not(feature = "tracing"))]

@@ -22,9 +22,9 @@ use std::time::{Duration, Instant};
 use rusqlite::backup::{Backup, StepResult};
 use rusqlite::Connection;
 
-use crate::error::ErrorChain;
 use crate::journal::sqlite::{schema, storage_error};
 use crate::journal::JournalError;
+use crate::runtime::error_chain::ErrorChain;
 
 /// Pages copied per step (1 MiB at SQLite's default page size of 4 KiB).
 const STEP_PAGES: i32 = 256;

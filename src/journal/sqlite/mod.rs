@@ -17,13 +17,13 @@ pub(crate) use writer::unix_millis;
 pub use options::{SqliteDurability, SqliteOptions, SqliteStats};
 
 use crate::codec::Manifest;
-use crate::error::ErrorChain;
 use crate::journal::write::{WriteOp, WriteRequest};
 use crate::journal::{
     check_max_events, check_payload, check_tagged_append, normalized, Journal, JournalError,
     JournalFuture, JournalId, Offset, PersistenceId, Snapshot, StoredEvent, Tag, TagNotifications,
     TagQuery, TagSignal, TaggedEvent, MAX_SEQ,
 };
+use crate::runtime::error_chain::ErrorChain;
 use options::Counters;
 use reader::ReadRequest;
 

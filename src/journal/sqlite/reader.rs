@@ -17,7 +17,6 @@ use rusqlite::Statement;
 use tokio::sync::{mpsc, oneshot};
 
 use crate::codec::Manifest;
-use crate::error::ErrorChain;
 use crate::journal::by_tag::corrupt_tag_row;
 use crate::journal::sqlite::writer::Buffered;
 use crate::journal::sqlite::{schema, seq_from_sql, storage_error, HIGHEST_SQL};
@@ -25,6 +24,7 @@ use crate::journal::{
     stored_manifest, JournalError, Offset, PersistenceId, Snapshot, StoredEvent, TagQuery,
     TaggedEvent,
 };
+use crate::runtime::error_chain::ErrorChain;
 
 type Reply<T> = oneshot::Sender<Result<T, JournalError>>;
 

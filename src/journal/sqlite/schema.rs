@@ -58,9 +58,9 @@ use std::time::{Duration, Instant};
 
 use rusqlite::{Connection, OpenFlags, OptionalExtension, MAIN_DB};
 
-use crate::error::ErrorChain;
 use crate::journal::sqlite::{storage_error, SqliteOptions};
 use crate::journal::{JournalError, JournalId};
+use crate::runtime::error_chain::ErrorChain;
 
 /// `PRAGMA application_id` of a journal file: "adjl" (actix-delivery journal).
 pub(super) const APPLICATION_ID: i32 = 0x6164_6a6c;

@@ -31,13 +31,13 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use rusqlite::{params, Connection, Statement};
 use tokio::sync::{mpsc, oneshot};
 
-use crate::error::ErrorChain;
 use crate::journal::sqlite::options::{Counters, SqliteDurability};
 use crate::journal::sqlite::{schema, seq_from_sql, storage_error, SqliteOptions, HIGHEST_SQL};
 use crate::journal::write::{WriteOp, WriteRequest};
 use crate::journal::{
     check_fence, check_snapshot, slice_of, JournalError, JournalId, PersistenceId, TagSignal,
 };
+use crate::runtime::error_chain::ErrorChain;
 
 /// Fold the buffer into `event_journal` once it holds this many payload bytes (or
 /// `buffer_events` events).
@@ -177,7 +177,7 @@ pub(super) fn run(
         return; // the opener gave up waiting
     }
     #[cfg(feature = "metrics")]
-    let mut meter = crate::telemetry::metrics::SqliteMeter::new(
+    let mut meter = crate::journal::metrics::SqliteMeter::new(
         options
             .metrics_label
             .as_deref()
@@ -449,7 +449,7 @@ impl Writer<'_> {
     /// Commits `group` in one transaction and replies to each write; whether it committed.
     fn commit(&mut self, group: Vec<WriteRequest>) -> bool {
         #[cfg(feature = "tracing")]
-        let _span = crate::telemetry::spans::journal_commit("sqlite", &group).entered();
+        let _span = crate::journal::write::journal_commit("sqlite", &group).entered();
         let now = unix_millis();
         let mut appended = HashMap::new();
         let outcome = (|| {

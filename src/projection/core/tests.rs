@@ -1,13 +1,13 @@
 //! The rules of the projection core, each as a small test.
 
 use super::*;
-use crate::journal::Tag;
+use crate::journal::tag::Tag;
 use crate::projection::envelope::Envelope;
-use crate::projection::ProjectionOptions;
+use crate::projection::options::ProjectionOptions;
 
 const MS: Duration = Duration::from_millis(1);
 
-fn options() -> crate::projection::ProjectionOptionsBuilder {
+fn options() -> crate::projection::options::ProjectionOptionsBuilder {
     ProjectionOptions::builder("p", Tag::from_static("t"))
         .batch_size(4)
         .fetch_size(10)
@@ -21,7 +21,7 @@ fn options() -> crate::projection::ProjectionOptionsBuilder {
 
 fn core(
     offset_in_transaction: bool,
-    options: crate::projection::ProjectionOptionsBuilder,
+    options: crate::projection::options::ProjectionOptionsBuilder,
 ) -> Core<u32> {
     Core::new(options.build().unwrap(), offset_in_transaction, 7)
 }

@@ -92,9 +92,14 @@ pub struct ChunkedProducer<C> {
 }
 
 impl<C> ChunkedProducer<C> {
-    /// A producer with the given (validated) settings and incarnation.
-    pub fn new(config: &ProducerConfig, incarnation: Incarnation) -> Self {
-        Self::around(ProducerCore::new(config, incarnation), config)
+    /// A producer with the given (validated) settings and incarnation, its randomness drawn
+    /// from `random` (see [`ProducerCore::seeded`]; `new`, in the shell, passes the OS CSPRNG).
+    pub fn seeded(
+        config: &ProducerConfig,
+        incarnation: Incarnation,
+        random: impl FnMut() -> u64,
+    ) -> Self {
+        Self::around(ProducerCore::seeded(config, incarnation, random), config)
     }
 
     /// A durable producer's new life (see [`ProducerCore::resume`]): it keeps `incarnation`,

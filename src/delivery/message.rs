@@ -5,15 +5,15 @@ use std::sync::Arc;
 use actix::{Message, Recipient};
 use bytes::Bytes;
 
-use crate::confirmation::Confirmation;
+use crate::codec::schema::BodySchema;
+use crate::codec::schema::Unread;
+use crate::delivery::confirmation::Confirmation;
 use crate::error::{DeliveryError, TellError};
 use crate::protocol::chunk::{Assembled, ChunkHeader};
 use crate::protocol::consumer::{ConsumerStats, Inbound};
 use crate::protocol::envelope::{Ack, DeadLetterReason, Header, Incarnation, ProducerId};
 use crate::protocol::producer::{ProducerStats, Transmission};
 use crate::protocol::trace_context::TraceContext;
-use crate::remote::schema::Unread;
-use crate::remote::BodySchema;
 
 /// A message from a producer to a consumer (`ProducerController` → `ConsumerController`).
 ///

@@ -11,16 +11,16 @@ use actix::Recipient;
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 
+use crate::codec::schema::BodySchema;
 use crate::codec::{Codec, MAX_ENCODED_BYTES};
 use crate::config::{Backoff, ConsumerConfig, Limit, Overrides, ProducerConfig};
-use crate::dead_letter::DeadLetter;
+use crate::delivery::dead_letter::DeadLetter;
+use crate::delivery::handler::DeliveryHandler;
+use crate::delivery::message::ConsumerRef;
+use crate::delivery::producer_core::Chunking;
 use crate::error::OptionsError;
-use crate::handler::DeliveryHandler;
-use crate::message::ConsumerRef;
-use crate::producer_core::Chunking;
 use crate::protocol::envelope::Incarnation;
 use crate::protocol::trace_context::TraceContext;
-use crate::remote::BodySchema;
 
 /// The smallest `chunk_size`: below, a chunk's bookkeeping would cost more than its bytes.
 pub const MIN_CHUNK_SIZE: usize = 1024;
@@ -264,7 +264,7 @@ impl<T: Send + 'static> ProducerOptionsBuilder<T> {
         #[cfg(feature = "metrics")]
         {
             if let Some(label) = &self.metrics_label {
-                crate::telemetry::metrics::check_label(label)?;
+                crate::config::check_label(label)?;
             }
             options.metrics_label = self.metrics_label;
         }

@@ -3,9 +3,9 @@
 use std::num::NonZeroU64;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 
+use serde::{Deserialize, Serialize};
 use tokio::sync::oneshot;
 
-use crate::durable::MessageId;
 use crate::error::DeliveryError;
 use crate::protocol::trace_context::TraceContext;
 
@@ -21,6 +21,11 @@ enum Notify {
         oneshot::Sender<Result<(), DeliveryError>>,
     ),
 }
+
+/// The stable id of a message of a durable producer: its seq in the producer's stream, never
+/// reused.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+pub struct MessageId(pub u64);
 
 /// How the sender of a message learns its outcome. Fires exactly once: `Ok(())` when the
 /// consumer's ACK reached the producer, an error when the producer stopped, gave the message up

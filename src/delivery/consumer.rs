@@ -10,18 +10,18 @@ use actix::prelude::*;
 use futures_util::future::{AbortHandle, Abortable};
 use futures_util::stream::{FuturesUnordered, StreamExt};
 
-use crate::after_drain::after_each_drain;
-use crate::alarm::{self, Alarm};
-use crate::dead_letter::DeadLetter;
-use crate::handler::{DeliveryHandler, Outcome};
-use crate::message::{
+use crate::delivery::dead_letter::DeadLetter;
+use crate::delivery::handler::{DeliveryHandler, Outcome};
+use crate::delivery::message::{
     ChunkDeliveries, ChunkDelivery, ConsumerRef, Deliveries, Delivery, GetConsumerStats,
     GetOutOfOrder, ReplyTo, StopConsumer, Undecodable,
 };
-use crate::options::ConsumerOptions;
+use crate::delivery::options::ConsumerOptions;
 use crate::protocol::consumer::{Completion, ConsumerCore, ConsumerStats, HandlerOutcome, Step};
 use crate::protocol::envelope::{Ack, DeadLetterReason, Header, ProducerId};
-use crate::stop_signal::{StopSignal, SubscribeStopped};
+use crate::runtime::after_drain::after_each_drain;
+use crate::runtime::alarm::{self, Alarm};
+use crate::runtime::stop_signal::{StopSignal, SubscribeStopped};
 
 /// The receiving side of reliable delivery: admits each [`Delivery`], suppresses duplicates
 /// per producer, runs the handler for each new message (one at a time), and ACKs a message only
@@ -60,7 +60,7 @@ pub struct ConsumerController<T: Send + 'static> {
     /// How to abandon an awaited one (the core gave it up: `handler_timeout`).
     awaiting: HashMap<u64, AbortHandle>,
     #[cfg(feature = "metrics")]
-    meter: crate::telemetry::metrics::ConsumerMeter,
+    meter: crate::delivery::metrics::ConsumerMeter,
     /// Whether a handler run of this mailbox drain was recorded (one is, per drain).
     #[cfg(feature = "metrics")]
     handler_sampled: bool,
@@ -77,7 +77,7 @@ impl<T: Send + 'static> ConsumerController<T> {
     /// A consumer with validated options; start it like any actor.
     pub fn new(options: ConsumerOptions<T>) -> Self {
         #[cfg(feature = "metrics")]
-        let meter = crate::telemetry::metrics::ConsumerMeter::new(
+        let meter = crate::delivery::metrics::ConsumerMeter::new(
             options
                 .name()
                 .unwrap_or(crate::telemetry::metrics::DEFAULT_LABEL),
@@ -555,7 +555,7 @@ impl<T: Send + 'static> ConsumerHandle<T> {
     /// Resolves once the consumer has stopped for good (after [`stop`](Self::stop)): its last
     /// ACKs are sent and its state is dropped.
     pub fn stopped(&self) -> impl std::future::Future<Output = ()> + 'static {
-        crate::stop_signal::wait_stopped(self.addr.send(SubscribeStopped))
+        crate::runtime::stop_signal::wait_stopped(self.addr.send(SubscribeStopped))
     }
 }
 
@@ -576,4 +576,12 @@ impl<T: Send + 'static> std::fmt::Debug for ConsumerHandle<T> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("ConsumerHandle").finish_non_exhaustive()
     }
+}
+
+/// Starts a consumer on the current arbiter: what [`ReliableDelivery::consumer`] does, and how
+/// the subsystems below the facade start theirs.
+///
+/// [`ReliableDelivery::consumer`]: crate::ReliableDelivery::consumer
+pub(crate) fn start_consumer<T: Send + 'static>(options: ConsumerOptions<T>) -> ConsumerHandle<T> {
+    ConsumerHandle::new(ConsumerController::new(options).start())
 }

@@ -10,7 +10,7 @@ use std::sync::{Mutex, MutexGuard, PoisonError};
 
 use tokio::sync::{Semaphore, TryAcquireError};
 
-use crate::confirmation::Confirmation;
+use crate::delivery::confirmation::Confirmation;
 
 /// Why the inbox did not take a message.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -11,19 +11,21 @@ use serde::de::DeserializeOwned;
 use serde::Serialize;
 use tokio::sync::{oneshot, watch};
 
-use crate::after_drain::after_each_drain;
-use crate::alarm::{now, Alarm};
-use crate::confirmation::Confirmation;
+use crate::codec::schema::BodySchema;
+use crate::delivery::confirmation::Confirmation;
+use crate::delivery::inbox::{Inbox, Refusal};
+use crate::delivery::message::{
+    Acks, ConsumerRef, GetProducerStats, GiveUp, ReplyTo, StopProducer, Tell,
+};
+use crate::delivery::options::{ProducerOptions, ProducerParts, TraceHook};
+use crate::delivery::producer_core::Core;
 use crate::durable::{Durable, DurableOptions, Stored, MAX_BODY_BYTES};
 use crate::error::{DeliveryError, Failure, OptionsError, StartError, TellError};
-use crate::inbox::{Inbox, Refusal};
-use crate::message::{Acks, ConsumerRef, GetProducerStats, GiveUp, ReplyTo, StopProducer, Tell};
-use crate::options::{ProducerOptions, ProducerParts, TraceHook};
-use crate::producer_core::Core;
 use crate::protocol::envelope::{Ack, Incarnation, ProducerId};
 use crate::protocol::producer::ProducerStats;
-use crate::remote::BodySchema;
-use crate::stop_signal::{wait_for_stop, wait_opened, Life, StopSignal, SubscribeStopped};
+use crate::runtime::after_drain::after_each_drain;
+use crate::runtime::alarm::{now, Alarm};
+use crate::runtime::stop_signal::{wait_for_stop, wait_opened, Life, StopSignal, SubscribeStopped};
 
 /// The sending side of reliable delivery: numbers messages, keeps at most `window_size` of them
 /// in flight to the consumer, queues the rest (up to `max_pending`), retransmits each until
@@ -60,7 +62,7 @@ pub struct ProducerController<T: Clone + Send + 'static> {
     /// The journal of a durable producer.
     pub(crate) durable: Option<Durable<T>>,
     #[cfg(feature = "metrics")]
-    meter: crate::telemetry::metrics::ProducerMeters,
+    meter: crate::delivery::metrics::ProducerMeters,
     /// Sets the trace context of messages told through handles.
     trace_context: Option<TraceHook>,
 }
@@ -69,7 +71,7 @@ impl<T: Clone + Send + 'static> ProducerController<T> {
     /// A producer with validated options; start it like any actor.
     pub fn new(options: ProducerOptions<T>) -> Self {
         #[cfg(feature = "metrics")]
-        let meter = crate::telemetry::metrics::ProducerMeters::new(
+        let meter = crate::delivery::metrics::ProducerMeters::new(
             Self::metrics_label(&options),
             options.chunk_size().is_some(),
         );
@@ -980,4 +982,14 @@ impl<T: Clone + Send + 'static> std::fmt::Debug for ProducerHandle<T> {
             .field("producer_id", &self.shared.producer_id)
             .finish_non_exhaustive()
     }
+}
+
+/// Starts a producer on the current arbiter: what [`ReliableDelivery::producer`] does, and how
+/// the subsystems below the facade start theirs.
+///
+/// [`ReliableDelivery::producer`]: crate::ReliableDelivery::producer
+pub(crate) fn start_producer<T: Clone + Send + 'static>(
+    options: ProducerOptions<T>,
+) -> ProducerHandle<T> {
+    ProducerHandle::start(ProducerController::new(options))
 }

@@ -10,17 +10,17 @@ use bytes::Bytes;
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 
+use crate::codec::schema::BodySchema;
+use crate::codec::schema::Unread;
 use crate::codec::{self, CodecError, Manifest, TYPE_CHANGED};
 use crate::config::ProducerConfig;
-use crate::confirmation::Confirmation;
+use crate::delivery::confirmation::Confirmation;
+use crate::delivery::message::{ChunkDelivery, ConsumerRef, Decode, Delivery, ReplyTo, SchemaOf};
 use crate::error::DeliveryError;
-use crate::message::{ChunkDelivery, ConsumerRef, Decode, Delivery, ReplyTo, SchemaOf};
 use crate::protocol::chunk::producer::ChunkedProducer;
 use crate::protocol::chunk::{split_into, Assembled, ChunkHeader};
 use crate::protocol::envelope::{Ack, Incarnation, ProducerId};
 use crate::protocol::producer::{ProducerCore, ProducerStats};
-use crate::remote::schema::Unread;
-use crate::remote::BodySchema;
 
 /// How a schema writes a message of `T` into chunks of a given size.
 type WriteChunks<T> = fn(&BodySchema<T>, &T, usize) -> Result<Vec<Bytes>, CodecError>;

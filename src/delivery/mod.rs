@@ -1,0 +1,16 @@
+//! In-process reliable delivery: the producer and consumer actors (the shells around the
+//! protocol cores of [`crate::protocol`]), their handles, options, messages, confirmations and
+//! dead letters. Every subsystem above (journals excepted) builds on these; they import only
+//! the core, telemetry and [`runtime`](crate::runtime) plumbing.
+
+pub(crate) mod confirmation;
+pub(crate) mod consumer;
+pub(crate) mod dead_letter;
+pub(crate) mod handler;
+pub(crate) mod inbox;
+pub mod message;
+#[cfg(feature = "metrics")]
+pub(crate) mod metrics;
+pub(crate) mod options;
+pub(crate) mod producer;
+pub(crate) mod producer_core;

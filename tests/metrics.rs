@@ -1,6 +1,9 @@
 //! The `metrics` feature: a recording recorder sees every counter of the stats structs under
 //! its documented name and the application's label, with the struct's values, and the
 //! histograms and gauges of a scripted run.
+//!
+//! A test binary of its own: the recorder is the process's, and beside other suites it would
+//! count their producers, journals and nodes too, under labels they share (`orders`).
 #![cfg(feature = "metrics")]
 
 use std::collections::HashMap;

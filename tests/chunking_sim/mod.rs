@@ -37,7 +37,8 @@
 //!
 //! # Replay
 //!
-//! `CHUNK_SIM_SEED=17 cargo test --test chunking chunking_sim -- --nocapture` runs one seed;
+//! `CHUNK_SIM_SEED=17 cargo test --test processes chunking::chunking_sim -- --nocapture` runs
+//! one seed;
 //! `CHUNK_SIM_SEEDS=1000` runs more seeds per class (default 40).
 
 mod scenario;

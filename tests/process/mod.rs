@@ -17,9 +17,22 @@ pub struct Child {
     lines: Receiver<String>,
 }
 
-/// Runs the test `entry` of this test binary as a child, with `env` set (the entry checks it
-/// to know it is the child).
+/// The name libtest gives the test at `path` (`concat!(module_path!(), "::name")`): the path
+/// without the test binary's name, as `--exact` matches it. The tests of several areas share
+/// one binary, so a child's entry is named by its module too.
+///
+/// # Panics
+/// If `path` names no module (a bare test name would select nothing, or the wrong test).
+pub fn test_name(path: &str) -> &str {
+    path.split_once("::")
+        .map(|(_binary, name)| name)
+        .unwrap_or_else(|| panic!("{path:?}: a test's full path expected (module_path!())"))
+}
+
+/// Runs the test at `entry` (its full path: `concat!(module_path!(), "::name")`) of this
+/// test binary as a child, with `env` set (the entry checks it to know it is the child).
 pub fn spawn(entry: &str, env: &[(&str, String)]) -> Child {
+    let entry = test_name(entry);
     let mut command = Command::new(std::env::current_exe().expect("the test binary"));
     command
         .args([entry, "--exact", "--nocapture", "--test-threads=1"])

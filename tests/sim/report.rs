@@ -80,8 +80,8 @@ fn failure(scenario: &Scenario, broken: &[String], run: Option<(&Run, &Tally)>) 
     }
     let _ = writeln!(
         out,
-        "replay: SIM_SEED={} SIM_TRACE_TAIL=100000 cargo test --test simulator -- <test> \
-         --nocapture\nscenario: {scenario:#?}",
+        "replay: SIM_SEED={} SIM_TRACE_TAIL=100000 cargo test --test in_process \
+         simulator::<test> -- --nocapture\nscenario: {scenario:#?}",
         scenario.seed
     );
     if let Some((run, tally)) = run {

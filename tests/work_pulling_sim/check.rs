@@ -119,8 +119,8 @@ pub fn report(sc: &Scenario, outcome: &Outcome, broken: &[String]) -> String {
     }
     let _ = writeln!(
         out,
-        "replay: SIM_SEED={} SIM_TRACE_TAIL=100000 cargo test --test work_pulling_sim -- \
-         --nocapture",
+        "replay: SIM_SEED={} SIM_TRACE_TAIL=100000 cargo test --test in_process \
+         work_pulling_sim:: -- --nocapture",
         sc.seed
     );
     out

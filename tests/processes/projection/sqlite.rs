@@ -4,11 +4,15 @@
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use actix_delivery::journal::{Journal, Slices, SqliteJournal};
+use actix_delivery::codec::Manifest;
+use actix_delivery::journal::{
+    Journal, JournalFuture, JournalId, Offset, PersistenceId, Slices, Snapshot, SqliteJournal,
+    StoredEvent, TagNotifications, TagQuery, TaggedEvent,
+};
 use actix_delivery::persistence::PersistentConfig;
 use actix_delivery::projection::{
     Envelope, HandlerError, OffsetStore, PoisonPolicy, Projection, ProjectionError,
@@ -214,7 +218,7 @@ async fn a_sqlite_file_keeps_the_offset_of_an_at_least_once_projection() {
         store.load("search-index", Slices::ALL).await.unwrap(),
         projection.stats().offset
     );
-    assert!(projection.stats().offset > actix_delivery::journal::Offset::START);
+    assert!(projection.stats().offset > Offset::START);
 }
 
 #[actix::test]
@@ -246,19 +250,98 @@ async fn a_handler_that_ends_the_transaction_itself_never_gets_the_offset_stored
     let mut reopened = SqliteReadModel::open(&path).await.unwrap();
     assert_eq!(
         reopened.load("balances", Slices::ALL).await.unwrap(),
-        actix_delivery::journal::Offset::START,
+        Offset::START,
         "no offset stored"
     );
     assert!(read(&path).1.is_empty(), "no rows");
+}
+
+/// A journal whose first read by tag waits until the other instance's first read has come
+/// too: both instances have loaded the stored offset, and both handle the same first batch.
+struct FirstReadsMeet {
+    inner: Arc<dyn Journal>,
+    meeting: Arc<tokio::sync::Barrier>,
+    met: AtomicBool,
+}
+
+impl FirstReadsMeet {
+    /// One journal per instance, all forwarding to `inner`.
+    fn pair(inner: &Arc<dyn Journal>) -> [Arc<dyn Journal>; 2] {
+        let meeting = Arc::new(tokio::sync::Barrier::new(2));
+        [(); 2].map(|()| {
+            Arc::new(Self {
+                inner: inner.clone(),
+                meeting: meeting.clone(),
+                met: AtomicBool::new(false),
+            }) as Arc<dyn Journal>
+        })
+    }
+}
+
+impl Journal for FirstReadsMeet {
+    fn append_as(
+        &self,
+        id: &PersistenceId,
+        first_seq: u64,
+        payloads: Vec<Vec<u8>>,
+        manifest: Manifest,
+    ) -> JournalFuture<'_, ()> {
+        self.inner.append_as(id, first_seq, payloads, manifest)
+    }
+    fn replay(
+        &self,
+        id: &PersistenceId,
+        from_seq: u64,
+        to_seq: u64,
+        max_events: usize,
+    ) -> JournalFuture<'_, Vec<StoredEvent>> {
+        self.inner.replay(id, from_seq, to_seq, max_events)
+    }
+    fn highest_seq(&self, id: &PersistenceId) -> JournalFuture<'_, u64> {
+        self.inner.highest_seq(id)
+    }
+    fn delete_to(&self, id: &PersistenceId, to_seq: u64) -> JournalFuture<'_, ()> {
+        self.inner.delete_to(id, to_seq)
+    }
+    fn save_snapshot(&self, id: &PersistenceId, snapshot: Snapshot) -> JournalFuture<'_, ()> {
+        self.inner.save_snapshot(id, snapshot)
+    }
+    fn load_snapshot(&self, id: &PersistenceId) -> JournalFuture<'_, Option<Snapshot>> {
+        self.inner.load_snapshot(id)
+    }
+    fn events_by_tag(
+        &self,
+        query: &TagQuery,
+        after: Offset,
+        max_events: usize,
+    ) -> JournalFuture<'_, Vec<TaggedEvent>> {
+        let query = query.clone();
+        Box::pin(async move {
+            if !self.met.swap(true, Ordering::SeqCst) {
+                self.meeting.wait().await;
+            }
+            self.inner.events_by_tag(&query, after, max_events).await
+        })
+    }
+    fn tag_notifications(&self) -> Option<TagNotifications> {
+        self.inner.tag_notifications()
+    }
+    fn offset_ceiling(&self) -> JournalFuture<'_, Offset> {
+        self.inner.offset_ceiling()
+    }
+    fn journal_id(&self) -> Option<JournalId> {
+        self.inner.journal_id()
+    }
 }
 
 #[actix::test]
 async fn two_instances_of_one_projection_on_one_read_model_apply_each_event_once() {
     let (_dir, journal, path) = bank_in(5, 300).await;
     let (first, second) = (model(&path).await, model(&path).await);
+    let [to_first, to_second] = FirstReadsMeet::pair(&journal);
     let instances = [
-        project(&journal, "balances", first, apply),
-        project(&journal, "balances", second, apply),
+        project(&to_first, "balances", first, apply),
+        project(&to_second, "balances", second, apply),
     ];
     wait_until("300 applied", WITHIN, || read(&path).1.len() >= 300).await;
     for instance in &instances {
@@ -272,7 +355,10 @@ async fn two_instances_of_one_projection_on_one_read_model_apply_each_event_once
     assert_applied_once(&applied, "two instances");
     assert_eq!(balances, bank::fold(&*journal, "", 5).await);
     let conflicts: u64 = instances.iter().map(|p| p.stats().conflicts).sum();
-    assert!(conflicts > 0, "the instances raced for the offset");
+    assert!(
+        conflicts > 0,
+        "both handled the first batch from the same offset: one of them must roll it back"
+    );
     let events: u64 = instances.iter().map(|p| p.stats().events).sum();
     assert_eq!(
         events, 300,

@@ -1,12 +1,12 @@
 //! `ReliableDelivery`: spawn a producer or a consumer in one call.
 
-use actix::{Actor, ArbiterHandle, Supervisor};
+use actix::{Actor, ArbiterHandle};
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 
 use crate::delivery::consumer::{start_consumer, ConsumerController, ConsumerHandle};
 use crate::delivery::options::{ConsumerOptions, ProducerOptions};
-use crate::delivery::producer::{start_producer, ProducerController, ProducerHandle};
+use crate::delivery::producer::{start_producer, ProducerHandle};
 use crate::durable::producer::start_durable_producer;
 use crate::durable::DurableOptions;
 use crate::error::OptionsError;
@@ -39,16 +39,9 @@ impl ReliableDelivery {
         start_consumer(options)
     }
 
-    /// Starts a consumer under an Actix `Supervisor` on the current arbiter.
-    /// [`ConsumerHandle::stop`] still stops it for good.
-    pub fn supervised_consumer<T: Send + 'static>(
-        options: ConsumerOptions<T>,
-    ) -> ConsumerHandle<T> {
-        ConsumerHandle::new(Supervisor::start(move |_| ConsumerController::new(options)))
-    }
-
     /// Starts a consumer on another arbiter (thread). The options are built there, by
-    /// `options`, because a handler's future need not be `Send`.
+    /// `options`, because a handler need not be `Send`: the one start function that places a
+    /// part itself (a producer's options place it: [`arbiter`](crate::ProducerOptionsBuilder::arbiter)).
     pub fn consumer_in<T, F>(arbiter: &ArbiterHandle, options: F) -> ConsumerHandle<T>
     where
         T: Send + 'static,
@@ -60,20 +53,14 @@ impl ReliableDelivery {
         ConsumerHandle::new(addr)
     }
 
-    /// Starts a producer on the current arbiter.
+    /// Starts a producer on the current arbiter, or on the one its options name
+    /// ([`arbiter`](crate::ProducerOptionsBuilder::arbiter)).
     pub fn producer<T: Clone + Send + 'static>(options: ProducerOptions<T>) -> ProducerHandle<T> {
         start_producer(options)
     }
 
-    /// Starts a producer under an Actix `Supervisor` on the current arbiter (see
-    /// [`ProducerHandle::start_supervised`]).
-    pub fn supervised_producer<T: Clone + Send + 'static>(
-        options: ProducerOptions<T>,
-    ) -> ProducerHandle<T> {
-        ProducerHandle::start_supervised(ProducerController::new(options))
-    }
-
-    /// Starts a **durable** producer on the current arbiter, under an Actix `Supervisor`: it
+    /// Starts a **durable** producer on the current arbiter (or the one its options name),
+    /// under an Actix `Supervisor`: it
     /// stores every message in `durable`'s journal stream before sending it, resumes the
     /// stream's life (incarnation, seq, unsettled messages) when it starts, and after a journal
     /// failure restarts on what the journal holds. [`ProducerHandle::stop`] stops it for good.
@@ -147,32 +134,5 @@ impl ReliableDelivery {
         T: Clone + Send + Serialize + DeserializeOwned + 'static,
     {
         ShardedProducerHandle::start_durable(options, durable)
-    }
-
-    /// Starts a producer on another arbiter (thread).
-    pub fn producer_in<T: Clone + Send + 'static>(
-        arbiter: &ArbiterHandle,
-        options: ProducerOptions<T>,
-    ) -> ProducerHandle<T> {
-        ProducerHandle::start_in_arbiter(arbiter, ProducerController::new(options))
-    }
-
-    /// Starts a **durable** producer on another arbiter (thread), under an Actix
-    /// `Supervisor`, as [`durable_producer`](Self::durable_producer) does on the current one.
-    ///
-    /// # Errors
-    /// As [`durable_producer`](Self::durable_producer).
-    pub fn durable_producer_in<T>(
-        arbiter: &ArbiterHandle,
-        options: ProducerOptions<T>,
-        durable: DurableOptions<T>,
-    ) -> Result<ProducerHandle<T>, OptionsError>
-    where
-        T: Clone + Send + Serialize + DeserializeOwned + 'static,
-    {
-        Ok(ProducerHandle::start_supervised_in_arbiter(
-            arbiter,
-            ProducerController::durable(options, durable)?,
-        ))
     }
 }

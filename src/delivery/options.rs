@@ -7,7 +7,7 @@ use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 
-use actix::Recipient;
+use actix::{ArbiterHandle, Recipient};
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 
@@ -21,6 +21,7 @@ use crate::delivery::producer_core::Chunking;
 use crate::error::OptionsError;
 use crate::protocol::envelope::Incarnation;
 use crate::protocol::trace_context::TraceContext;
+use crate::runtime::placement::Placement;
 
 /// The smallest `chunk_size`: below, a chunk's bookkeeping would cost more than its bytes.
 pub const MIN_CHUNK_SIZE: usize = 1024;
@@ -57,6 +58,7 @@ pub struct ProducerOptions<T: Send + 'static> {
     chunking: Option<Chunking<T>>,
     /// The token of a pool's stream (derived from its producer's); `None`: a random one.
     incarnation: Option<Incarnation>,
+    placement: Placement,
 }
 
 impl<T: Send + 'static> ProducerOptions<T> {
@@ -71,14 +73,13 @@ impl<T: Send + 'static> ProducerOptions<T> {
             metrics_label: None,
             trace_context: None,
             chunking: None,
+            placement: Placement::default(),
         }
     }
 
-    /// Options from a plain config struct.
-    ///
-    /// # Errors
-    /// [`OptionsError`] naming the first invalid field.
-    pub fn new(
+    /// Options from a config alone, validated: how the parts built on producers (work
+    /// pulling, sharding) make their streams' options.
+    pub(crate) fn from_config(
         consumer: impl Into<ConsumerRef<T>>,
         config: ProducerConfig,
     ) -> Result<Self, OptionsError> {
@@ -91,7 +92,13 @@ impl<T: Send + 'static> ProducerOptions<T> {
             trace_context: None,
             chunking: None,
             incarnation: None,
+            placement: Placement::default(),
         })
+    }
+
+    /// Where the producer runs.
+    pub(crate) fn placement(&self) -> &Placement {
+        &self.placement
     }
 
     /// The same options for a stream a pool opens on its producer's behalf: under `token`
@@ -169,6 +176,7 @@ pub struct ProducerOptionsBuilder<T: Send + 'static> {
     metrics_label: Option<String>,
     trace_context: Option<TraceHook>,
     chunking: Option<Chunking<T>>,
+    placement: Placement,
 }
 
 impl<T: Send + 'static> ProducerOptionsBuilder<T> {
@@ -176,6 +184,13 @@ impl<T: Send + 'static> ProducerOptionsBuilder<T> {
     /// still win.
     pub fn config(mut self, config: ProducerConfig) -> Self {
         self.loaded = config;
+        self
+    }
+
+    /// Runs the producer on `arbiter` (another thread) instead of the arbiter that starts it;
+    /// its handle works from anywhere.
+    pub fn arbiter(mut self, arbiter: &ArbiterHandle) -> Self {
+        self.placement.arbiter = Some(arbiter.clone());
         self
     }
 
@@ -259,8 +274,10 @@ impl<T: Send + 'static> ProducerOptionsBuilder<T> {
     /// [`OptionsError`] naming the first invalid field.
     pub fn build(self) -> Result<ProducerOptions<T>, OptionsError> {
         let chunking = checked_chunking(self.chunking, &self.consumer)?;
-        let mut options = ProducerOptions::new(self.consumer, self.explicit.apply(self.loaded))?;
+        let mut options =
+            ProducerOptions::from_config(self.consumer, self.explicit.apply(self.loaded))?;
         options.chunking = chunking;
+        options.placement = self.placement;
         #[cfg(feature = "metrics")]
         {
             if let Some(label) = &self.metrics_label {
@@ -357,11 +374,12 @@ impl<T: 'static> ConsumerOptions<T> {
         }
     }
 
-    /// Options from a plain config struct (no dead-letter sink).
-    ///
-    /// # Errors
-    /// [`OptionsError`] naming the first invalid field.
-    pub fn new(handler: DeliveryHandler<T>, config: ConsumerConfig) -> Result<Self, OptionsError> {
+    /// Options from a config alone, validated: how the parts built on consumers (sharding)
+    /// make their consumers' options.
+    pub(crate) fn from_config(
+        handler: DeliveryHandler<T>,
+        config: ConsumerConfig,
+    ) -> Result<Self, OptionsError> {
         config.validate()?;
         Ok(Self {
             handler,
@@ -502,7 +520,7 @@ impl<T: 'static> ConsumerOptionsBuilder<T> {
         if let Some(name) = &self.name {
             handler.set_name(name);
         }
-        let mut options = ConsumerOptions::new(handler, self.explicit.apply(self.loaded))?;
+        let mut options = ConsumerOptions::from_config(handler, self.explicit.apply(self.loaded))?;
         options.dead_letters = self.dead_letters;
         options.name = self.name;
         Ok(options)

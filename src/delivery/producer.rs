@@ -25,6 +25,7 @@ use crate::protocol::envelope::{Ack, Incarnation, ProducerId};
 use crate::protocol::producer::ProducerStats;
 use crate::runtime::after_drain::after_each_drain;
 use crate::runtime::alarm::{now, Alarm};
+use crate::runtime::placement::Placement;
 use crate::runtime::stop_signal::{wait_for_stop, wait_opened, Life, StopSignal, SubscribeStopped};
 
 /// The sending side of reliable delivery: numbers messages, keeps at most `window_size` of them
@@ -68,8 +69,8 @@ pub struct ProducerController<T: Clone + Send + 'static> {
 }
 
 impl<T: Clone + Send + 'static> ProducerController<T> {
-    /// A producer with validated options; start it like any actor.
-    pub fn new(options: ProducerOptions<T>) -> Self {
+    /// A producer with validated options.
+    pub(crate) fn new(options: ProducerOptions<T>) -> Self {
         #[cfg(feature = "metrics")]
         let meter = crate::delivery::metrics::ProducerMeters::new(
             Self::metrics_label(&options),
@@ -110,7 +111,7 @@ impl<T: Clone + Send + 'static> ProducerController<T> {
     /// # Errors
     /// [`OptionsError`] naming the first invalid setting of `durable`, or `producer_id` if
     /// the id is invalid or `options` fix another one.
-    pub fn durable(
+    pub(crate) fn durable(
         options: ProducerOptions<T>,
         mut durable: DurableOptions<T>,
     ) -> Result<Self, OptionsError>
@@ -592,36 +593,10 @@ impl<T: Clone + Send + 'static> Clone for ProducerHandle<T> {
 }
 
 impl<T: Clone + Send + 'static> ProducerHandle<T> {
-    /// Starts `producer` on the current arbiter and returns its handle.
-    pub fn start(producer: ProducerController<T>) -> Self {
+    /// Starts `producer` where `placement` says and returns its handle.
+    pub(crate) fn start(producer: ProducerController<T>, placement: &Placement) -> Self {
         let shared = Shared::of(&producer);
-        shared(producer.start())
-    }
-
-    /// Starts `producer` under an Actix `Supervisor` on the current arbiter: if it stops for a
-    /// reason other than [`stop`](Self::stop), it restarts with a new incarnation (its
-    /// unconfirmed messages are settled as at a [`stop`](Self::stop)).
-    pub fn start_supervised(producer: ProducerController<T>) -> Self {
-        let shared = Shared::of(&producer);
-        shared(Supervisor::start(move |_| producer))
-    }
-
-    /// Starts a producer on another arbiter (thread) and returns its handle.
-    pub fn start_in_arbiter(arbiter: &ArbiterHandle, producer: ProducerController<T>) -> Self {
-        let shared = Shared::of(&producer);
-        shared(ProducerController::start_in_arbiter(arbiter, move |_| {
-            producer
-        }))
-    }
-
-    /// Starts `producer` under an Actix `Supervisor` on another arbiter (thread), as
-    /// [`start_supervised`](Self::start_supervised) does on the current one.
-    pub fn start_supervised_in_arbiter(
-        arbiter: &ArbiterHandle,
-        producer: ProducerController<T>,
-    ) -> Self {
-        let shared = Shared::of(&producer);
-        shared(Supervisor::start_in_arbiter(arbiter, move |_| producer))
+        shared(placement.start(producer))
     }
 
     /// `confirm` for a message sent now: in the trace context the hook reads, if any.
@@ -984,12 +959,13 @@ impl<T: Clone + Send + 'static> std::fmt::Debug for ProducerHandle<T> {
     }
 }
 
-/// Starts a producer on the current arbiter: what [`ReliableDelivery::producer`] does, and how
-/// the subsystems below the facade start theirs.
+/// Starts a producer where its options place it: what [`ReliableDelivery::producer`] does, and
+/// how the subsystems below the facade start theirs.
 ///
 /// [`ReliableDelivery::producer`]: crate::ReliableDelivery::producer
 pub(crate) fn start_producer<T: Clone + Send + 'static>(
     options: ProducerOptions<T>,
 ) -> ProducerHandle<T> {
-    ProducerHandle::start(ProducerController::new(options))
+    let placement = options.placement().clone();
+    ProducerHandle::start(ProducerController::new(options), &placement)
 }

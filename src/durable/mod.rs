@@ -51,9 +51,10 @@
 //!   "stored" and "confirmed" as usual; one that was not committed is settled
 //!   `DeliveryError::Storage` ("it was not stored") and never sent. A restart reopens the
 //!   stream only as the opening it was: if another producer opened it since, the restarted one
-//!   was taken over and stops for good. A producer that does not restart settles the store
-//!   [`DeliveryError::InDoubt`]: if it was stored, the next start
-//!   sends it and its sink reports it.
+//!   was taken over and stops for good. A producer that does not restart
+//!   ([`DurableOptions::stop_on_journal_failure`]) settles the store
+//!   [`DeliveryError::InDoubt`]: if it was stored, the next start sends it and its sink
+//!   reports it.
 //! - **Bursts are split, not refused.** One store writes as many waiting messages as fit in one
 //!   journal entry (the codec's 16 MiB); a message that cannot fit any entry is refused alone.
 //!   Resent messages hold room in the producer like new ones (`window_size + max_pending`),
@@ -216,6 +217,8 @@ pub struct DurableOptions<T> {
     pub(crate) upcast: Upcast<T>,
     /// Names `T` was stored under before (a rename or a move).
     pub(crate) former_type_names: Vec<String>,
+    /// Restarted by a supervisor after a journal failure (the default), or stopped for good.
+    pub(crate) restart_on_failure: bool,
 }
 
 impl<T> DurableOptions<T> {
@@ -248,6 +251,7 @@ impl<T> DurableOptions<T> {
             sink: None,
             message_version: 1,
             former_type_names: Vec::new(),
+            restart_on_failure: true,
             upcast: |old| {
                 Err(UpcastError::new(format!(
                     "written as {}, and the producer has no upcaster (DurableOptions::upcast)",
@@ -337,6 +341,16 @@ impl<T> DurableOptions<T> {
         self
     }
 
+    /// Stops the producer for good at its first journal failure, its
+    /// [`stopped`](crate::ProducerHandle::stopped) saying why, for an application that would
+    /// rather fail than wait (its orchestrator restarts it). By default an Actix `Supervisor`
+    /// restarts the producer on what the journal holds, after a backoff that doubles per
+    /// consecutive failure (100 ms up to 10 s), for as long as the journal fails.
+    pub fn stop_on_journal_failure(mut self) -> Self {
+        self.restart_on_failure = false;
+        self
+    }
+
     /// Where confirmations of messages sent again after a restart go.
     pub fn confirmations(mut self, sink: actix::Recipient<DurableConfirmation>) -> Self {
         self.sink = Some(sink);
@@ -367,6 +381,7 @@ impl<T> std::fmt::Debug for DurableOptions<T> {
             .field("explicit", &self.explicit)
             .field("message_version", &self.message_version)
             .field("former_type_names", &self.former_type_names)
+            .field("restart_on_failure", &self.restart_on_failure)
             .finish_non_exhaustive()
     }
 }

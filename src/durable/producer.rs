@@ -29,6 +29,7 @@ use crate::protocol::envelope::Incarnation;
 use crate::protocol::producer::ProducerCore;
 use crate::runtime::alarm::now;
 use crate::runtime::error_chain::ErrorChain;
+use crate::runtime::placement::Placement;
 
 mod chunks;
 
@@ -1032,7 +1033,8 @@ fn log_error(stream: &PersistenceId, error: &CommandError<LogRefusal>) -> String
     }
 }
 
-/// Starts a durable producer on the current arbiter, supervised: what
+/// Starts a durable producer where its options place it, supervised unless its durable
+/// options say to stop on a journal failure: what
 /// [`ReliableDelivery::durable_producer`] does, and how the subsystems below the facade start
 /// theirs.
 ///
@@ -1047,7 +1049,12 @@ pub(crate) fn start_durable_producer<T>(
 where
     T: Clone + Send + Serialize + DeserializeOwned + 'static,
 {
-    Ok(ProducerHandle::start_supervised(
+    let placement = Placement {
+        supervised: durable.restart_on_failure,
+        ..options.placement().clone()
+    };
+    Ok(ProducerHandle::start(
         ProducerController::durable(options, durable)?,
+        &placement,
     ))
 }

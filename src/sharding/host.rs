@@ -386,9 +386,11 @@ impl<E: EventSourced> EntityHost<E> {
         &self,
         to_command: impl FnMut(M) -> E::Command + 'static,
     ) -> ConsumerHandle<EntityEnvelope<M>> {
-        let options =
-            ConsumerOptions::new(self.delivery_handler(to_command), Self::consumer_config())
-                .expect("valid settings");
+        let options = ConsumerOptions::from_config(
+            self.delivery_handler(to_command),
+            Self::consumer_config(),
+        )
+        .expect("valid settings");
         start_consumer(options)
     }
 

@@ -75,7 +75,7 @@ impl<T: Clone + Send + 'static> ShardedProducerHandle<T> {
     ) -> (Context<ShardRouter<T>>, ProducerOptions<EntityMessage<T>>) {
         let ctx = Context::new();
         let consumer = ShardRouter::consumer_ref(&ctx.address());
-        let front = ProducerOptions::new(consumer, options.producer.clone())
+        let front = ProducerOptions::from_config(consumer, options.producer.clone())
             .expect("the producer settings were validated when the options were built");
         (ctx, front)
     }

@@ -268,7 +268,7 @@ impl<T: Clone + Send + 'static> WorkPullingController<T> {
             producer_id: Some(format!("{}/{number:016x}", self.producer_id)),
             ..self.worker_config.clone()
         };
-        let options = ProducerOptions::new(target.clone(), config)
+        let options = ProducerOptions::from_config(target.clone(), config)
             .expect("the producer id's length and the settings were checked with the options")
             .for_sub_stream(token, &self.label);
         start_producer(options)

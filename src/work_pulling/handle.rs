@@ -58,7 +58,7 @@ impl<T: Clone + Send + 'static> WorkPullingHandle<T> {
     ) -> (Context<WorkPullingController<T>>, ProducerOptions<T>) {
         let ctx = Context::new();
         let consumer = WorkPullingController::consumer_ref(&ctx.address());
-        let front = ProducerOptions::new(consumer, options.producer.clone())
+        let front = ProducerOptions::from_config(consumer, options.producer.clone())
             .expect("the producer settings were validated when the options were built");
         (ctx, front)
     }

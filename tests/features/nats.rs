@@ -924,10 +924,10 @@ async fn an_ack_flood_at_a_busy_producer_is_bounded_and_counted() {
     let mut spy = nats_support::subscribed(&raw, &subject).await;
     // The producer on a thread of its own, which the test then blocks.
     let arbiter = actix::Arbiter::new();
-    let producer = ReliableDelivery::producer_in(
-        &arbiter.handle(),
+    let producer = ReliableDelivery::producer(
         actix_delivery::ProducerOptions::builder(client.consumer_ref::<u64>(&subject).unwrap())
             .window_size(16)
+            .arbiter(&arbiter.handle())
             .build()
             .unwrap(),
     );

@@ -63,7 +63,9 @@ async fn invalid_producer_options_fail_at_build_naming_the_field() {
         ..Default::default()
     };
     assert_eq!(
-        ProducerOptions::new(consumer.recipient(), plain)
+        ProducerOptions::builder(consumer.recipient())
+            .config(plain)
+            .build()
             .unwrap_err()
             .field,
         "window_size"

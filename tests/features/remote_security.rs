@@ -584,10 +584,10 @@ async fn an_ack_flood_at_a_busy_producer_is_bounded_and_counted() {
     .await;
     let arbiter = actix::Arbiter::new();
     let target = node.consumer_ref::<u64>(addr, "numbers").unwrap();
-    let producer = ReliableDelivery::producer_in(
-        &arbiter.handle(),
+    let producer = ReliableDelivery::producer(
         ProducerOptions::builder(target)
             .resend_timeout(Duration::from_millis(50))
+            .arbiter(&arbiter.handle())
             .build()
             .unwrap(),
     );

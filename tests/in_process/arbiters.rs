@@ -1,6 +1,6 @@
-//! The `_in(arbiter)` starts: persistent entities (plain, supervised, with an outbox) and
-//! durable producers made and run on the arbiter they are given, their handles used from
-//! here.
+//! Parts run on the arbiter they are given: persistent entities (plain, supervised, with an
+//! outbox) started `_in(arbiter)`, and producers, durable or not, whose options name an
+//! arbiter; their handles used from here.
 
 use std::sync::Arc;
 use std::thread::{self, ThreadId};
@@ -113,14 +113,39 @@ async fn persistent_entities_started_in_an_arbiter_run_on_it() {
 }
 
 #[actix::test]
-async fn a_durable_producer_started_in_an_arbiter_runs_on_it() {
+async fn a_producer_whose_options_name_an_arbiter_runs_on_it() {
+    let arbiter = Arbiter::new();
+    let there = thread_of(&arbiter.handle()).await;
+    let (to, mut sent_from) = recording_threads::<u32>();
+    let producer = ReliableDelivery::producer(
+        ProducerOptions::builder(to)
+            .arbiter(&arbiter.handle())
+            .build()
+            .unwrap(),
+    );
+    producer.tell(7, |_| ()).unwrap();
+    let sender = sent_from
+        .recv()
+        .await
+        .expect("the producer sends its message");
+    assert_eq!(sender, there, "from the arbiter");
+    assert_ne!(sender, thread::current().id());
+    producer.stop();
+    producer.stopped().await.unwrap();
+    arbiter.stop();
+}
+
+#[actix::test]
+async fn a_durable_producer_whose_options_name_an_arbiter_runs_on_it() {
     let arbiter = Arbiter::new();
     let there = thread_of(&arbiter.handle()).await;
     let (to, mut sent_from) = recording_threads::<u32>();
     let durable = DurableOptions::new(Arc::new(MemoryJournal::new()), id("out"), "p");
-    let producer = ReliableDelivery::durable_producer_in(
-        &arbiter.handle(),
-        ProducerOptions::builder(to).build().unwrap(),
+    let producer = ReliableDelivery::durable_producer(
+        ProducerOptions::builder(to)
+            .arbiter(&arbiter.handle())
+            .build()
+            .unwrap(),
         durable,
     )
     .unwrap();
@@ -135,9 +160,11 @@ async fn a_durable_producer_started_in_an_arbiter_runs_on_it() {
     producer.stopped().await.unwrap();
     let invalid = DurableOptions::new(Arc::new(MemoryJournal::new()), id("out"), "");
     let (to, _) = recording_threads::<u32>();
-    let refused = ReliableDelivery::durable_producer_in(
-        &arbiter.handle(),
-        ProducerOptions::builder(to).build().unwrap(),
+    let refused = ReliableDelivery::durable_producer(
+        ProducerOptions::builder(to)
+            .arbiter(&arbiter.handle())
+            .build()
+            .unwrap(),
         invalid,
     );
     assert_eq!(refused.unwrap_err().field, "producer_id");

@@ -9,8 +9,9 @@ use std::time::Duration;
 use actix::prelude::*;
 use actix_delivery::protocol::envelope::MAX_SEQ;
 use actix_delivery::{
-    Ack, Acks, ConsumerHandle, ConsumerOptions, DeadLetter, DeadLetterReason, Deliveries, Delivery,
-    DeliveryHandler, DeliveryInfo, Incarnation, Limit, ProducerId, ReliableDelivery, ReplyTo,
+    Ack, Acks, ConsumerController, ConsumerHandle, ConsumerOptions, DeadLetter, DeadLetterReason,
+    Deliveries, Delivery, DeliveryHandler, DeliveryInfo, Incarnation, Limit, ProducerId,
+    ReliableDelivery, ReplyTo,
 };
 use common::{ack_probe, settle, settle_for, Gate, Log};
 
@@ -630,8 +631,9 @@ async fn stop_stops_a_supervised_consumer_for_good_and_stopped_says_when() {
         log.push(body);
         async { Ok::<(), String>(()) }
     });
+    let options = ConsumerOptions::builder(handler).build().unwrap();
     let consumer =
-        ReliableDelivery::supervised_consumer(ConsumerOptions::builder(handler).build().unwrap());
+        ConsumerHandle::new(Supervisor::start(move |_| ConsumerController::new(options)));
     let (reply_to, acks) = ack_probe();
     consumer.addr().do_send(delivery("p", 1, 1, 1, &reply_to));
     settle().await;

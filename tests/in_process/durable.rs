@@ -17,7 +17,7 @@ use actix_delivery::journal::{
 };
 use actix_delivery::{
     ConsumerHandle, ConsumerOptions, ConsumerRef, Delivery, DeliveryError, DeliveryHandler,
-    Failure, ProducerController, ProducerHandle, ProducerOptions, ReliableDelivery, StartError,
+    Failure, ProducerHandle, ProducerOptions, ReliableDelivery, StartError,
 };
 use common::{settle, settle_for, Log, Sink};
 
@@ -347,7 +347,7 @@ async fn a_failed_store_reaches_the_caller_and_the_restarted_producer_resumes() 
 }
 
 /// A journal failure reaches the log and the caller with its cause: a durable producer
-/// (unsupervised, so it stops at the first failure) whose SQLite journal refuses its store
+/// (told to stop at the first failure) whose SQLite journal refuses its store
 /// (a trigger) logs why it stops down to SQLite's result code, and the store's caller hears
 /// the same in `InDoubt`. Before, both said only the trigger's message.
 #[actix::test]
@@ -358,8 +358,9 @@ async fn a_journal_failure_reaches_the_log_and_the_caller_with_its_cause() {
     let journal = SqliteJournal::open(&path).await.unwrap();
     let (consumer, handled) = consumer();
     let options = ProducerOptions::builder(&consumer).build().unwrap();
-    let durable = DurableOptions::new(Arc::new(journal), stream(), "causes");
-    let producer = ProducerHandle::start(ProducerController::durable(options, durable).unwrap());
+    let durable =
+        DurableOptions::new(Arc::new(journal), stream(), "causes").stop_on_journal_failure();
+    let producer = ReliableDelivery::durable_producer(options, durable).unwrap();
     producer.store(1).await.unwrap().confirmed().await.unwrap();
     rusqlite::Connection::open(&path)
         .unwrap()

@@ -312,12 +312,11 @@ async fn every_start_draws_a_fresh_incarnation_and_numbers_from_one() {
 }
 
 #[actix::test]
-async fn stop_stops_a_supervised_producer_for_good_and_stopped_says_when() {
+async fn stop_stops_a_producer_for_good_and_stopped_says_when() {
     tokio::time::pause();
     let gate = Gate::default();
     let (consumer, _) = consumer(Some(gate.clone()));
-    let producer =
-        ReliableDelivery::supervised_producer(ProducerOptions::builder(&consumer).build().unwrap());
+    let producer = ReliableDelivery::producer(ProducerOptions::builder(&consumer).build().unwrap());
     let confirmations = Confirmations::default();
     producer.tell(1, confirm_into(&confirmations, 1)).unwrap();
     settle().await;
@@ -341,9 +340,8 @@ async fn stop_stops_a_supervised_producer_for_good_and_stopped_says_when() {
             body: 4,
             confirm: actix_delivery::Confirmation::none(),
         })
-        .await
-        .unwrap();
-    assert!(matches!(direct, Err(TellError::Stopped(4))), "no restart");
+        .await;
+    assert!(direct.is_err(), "the actor is gone: {direct:?}");
     producer.stopped().await.unwrap(); // resolves again at once
 }
 

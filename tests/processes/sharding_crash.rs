@@ -207,7 +207,10 @@ fn unmarked(host: &EntityHost<Sequence>) -> actix_delivery::ConsumerHandle<Entit
         async move { answer.await.map(drop) }
     });
     ReliableDelivery::consumer(
-        ConsumerOptions::new(handler, EntityHost::<Sequence>::consumer_config()).unwrap(),
+        ConsumerOptions::builder(handler)
+            .config(EntityHost::<Sequence>::consumer_config())
+            .build()
+            .unwrap(),
     )
 }
 

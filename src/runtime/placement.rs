@@ -1,0 +1,30 @@
+//! Where a part's actor runs, and whether an Actix `Supervisor` restarts it: the placement
+//! options ([`arbiter`](crate::ProducerOptionsBuilder::arbiter),
+//! [`supervised`](crate::ProducerOptionsBuilder::supervised)) of the parts the facade starts.
+
+use actix::{Actor, Addr, ArbiterHandle, Context, Supervised, Supervisor};
+
+/// Where an actor runs and whether it is supervised.
+#[derive(Clone, Debug, Default)]
+pub(crate) struct Placement {
+    /// Another arbiter (thread); `None`: the arbiter that starts it.
+    pub(crate) arbiter: Option<ArbiterHandle>,
+    /// Under an Actix `Supervisor`: restarted when it stops for a reason other than a stop
+    /// for good.
+    pub(crate) supervised: bool,
+}
+
+impl Placement {
+    /// Starts `actor` where this placement says, supervised if it says so.
+    pub(crate) fn start<A>(&self, actor: A) -> Addr<A>
+    where
+        A: Actor<Context = Context<A>> + Supervised + Send,
+    {
+        match (&self.arbiter, self.supervised) {
+            (None, false) => actor.start(),
+            (None, true) => Supervisor::start(move |_| actor),
+            (Some(arbiter), false) => A::start_in_arbiter(arbiter, move |_| actor),
+            (Some(arbiter), true) => Supervisor::start_in_arbiter(arbiter, move |_| actor),
+        }
+    }
+}

@@ -34,7 +34,7 @@ use std::time::Duration;
 
 use actix_delivery::durable::DurableOptions;
 use actix_delivery::journal::{Journal, PersistenceId, SqliteJournal};
-use actix_delivery::persistence::{Decision, EventSourced, PersistentConfig, PersistentHandle};
+use actix_delivery::persistence::{Decision, EventSourced, PersistentHandle, PersistentOptions};
 use actix_delivery::ReliableDelivery;
 use actix_delivery::{ConsumerOptions, Happened, ProducerHandle, ProducerOptions};
 use actix_web::http::header;
@@ -279,11 +279,10 @@ pub async fn run(settings: Settings) -> Result<(), Box<dyn std::error::Error>> {
         prometheus
     };
 
-    let ledger = PersistentHandle::<Ledger>::start(
+    let ledger = PersistentHandle::<Ledger>::start(PersistentOptions::new(
         Arc::new(SqliteJournal::open(settings.dir.join("ledger.db")).await?),
         PersistenceId::new("ledger")?,
-        PersistentConfig::default(),
-    )?;
+    ))?;
     let consumer = ReliableDelivery::consumer(
         ConsumerOptions::builder(ledger.delivery_handler(LedgerCommand::Apply))
             .name("ledger")

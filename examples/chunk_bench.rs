@@ -26,7 +26,7 @@ use std::time::{Duration, Instant};
 
 use actix::{Arbiter, System};
 use actix_delivery::codec::{self, Codec};
-use actix_delivery::remote::{BodySchema, Node, NodeOptions, NodeOptionsBuilder, NodeSecret};
+use actix_delivery::tcp::{BodySchema, NodeHandle, NodeOptions, NodeOptionsBuilder, NodeSecret};
 use actix_delivery::{
     Confirmation, ConsumerHandle, ConsumerOptions, ConsumerRef, DeliveryHandler, ProducerHandle,
     ProducerOptions, ReliableDelivery,
@@ -203,13 +203,17 @@ async fn nodes(
     arbiter: &Arbiter,
     mode: Mode,
     max: usize,
-) -> (Node, std::net::SocketAddr, (Node, ConsumerHandle<Bytes>)) {
+) -> (
+    NodeHandle,
+    std::net::SocketAddr,
+    (NodeHandle, ConsumerHandle<Bytes>),
+) {
     let (addr, server) = on(arbiter, move || async move {
         let options = node_options(mode)
             .listen("127.0.0.1:0".parse().expect("an address"))
             .build()
             .expect("valid options");
-        let node = Node::start(options).await.expect("bind");
+        let node = NodeHandle::start(options).await.expect("bind");
         node.body_schema(schema());
         let consumer = consumer(max);
         node.expose("blobs", &consumer).expect("a name");
@@ -217,15 +221,15 @@ async fn nodes(
     })
     .await;
     let options = node_options(mode).build().expect("valid");
-    let client = Node::start(options).await.expect("a node");
+    let client = NodeHandle::start(options).await.expect("a node");
     client.body_schema(schema());
-    client.connect(addr).await.expect("connected");
+    client.dial(addr).await.expect("connected");
     (client, addr, server)
 }
 
 /// The reliable chunked sends over TCP in `mode`, one producer per chunk size.
 struct Chunked {
-    _nodes: (Node, (Node, ConsumerHandle<Bytes>)),
+    _nodes: (NodeHandle, (NodeHandle, ConsumerHandle<Bytes>)),
     producers: Vec<ProducerHandle<Bytes>>,
 }
 

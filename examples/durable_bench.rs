@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 
 use actix_delivery::durable::DurableOptions;
 use actix_delivery::journal::{PersistenceId, SqliteJournal};
-use actix_delivery::persistence::{Decision, EventSourced, PersistentConfig, PersistentHandle};
+use actix_delivery::persistence::{Decision, EventSourced, PersistentHandle, PersistentOptions};
 use actix_delivery::{
     Confirmation, ConsumerHandle, ConsumerOptions, ConsumerRef, DeliveryHandler, ProducerHandle,
     ProducerOptions, ReliableDelivery,
@@ -145,11 +145,10 @@ async fn main() {
         let journal = SqliteJournal::open(dir.path().join(format!("counter-{run}.db")))
             .await
             .expect("open");
-        let counter = PersistentHandle::<Counter>::start(
+        let counter = PersistentHandle::<Counter>::start(PersistentOptions::new(
             Arc::new(journal),
             PersistenceId::new("counter").expect("valid"),
-            PersistentConfig::default(),
-        )
+        ))
         .expect("valid");
         let persistent = ReliableDelivery::consumer(
             ConsumerOptions::builder(counter.delivery_handler(|m: Message| m.n))

@@ -14,7 +14,7 @@
 use std::cell::Cell;
 use std::time::{Duration, Instant};
 
-use actix_delivery::journal::{Journal, PersistenceId, SqliteJournal, SqliteOptions};
+use actix_delivery::journal::{Journal, PersistenceId, SqliteConfig, SqliteJournal};
 use futures_util::FutureExt;
 
 #[path = "support/counting_alloc.rs"]
@@ -180,7 +180,7 @@ async fn memory_per_queued_append() {
     let dir = tempfile::tempdir().expect("a temporary directory");
     let journal = SqliteJournal::open_with(
         dir.path().join("memory.db"),
-        SqliteOptions::default().queue_capacity(QUEUED + 1),
+        SqliteConfig::default().queue_capacity(QUEUED + 1),
     )
     .await
     .expect("open the journal");

@@ -26,7 +26,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use actix_delivery::nats::{NatsCarrier, NatsOptions};
+use actix_delivery::nats::{NatsCarrierHandle, NatsOptions};
 use actix_delivery::{
     ConsumerOptions, DeliveryError, DeliveryHandler, ProducerOptions, ReliableDelivery,
 };
@@ -58,7 +58,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
 
 /// A worker: one member of the queue group "workers" on the orders subject.
 async fn worker(name: String) -> Result<(), Box<dyn std::error::Error>> {
-    let carrier = NatsCarrier::connect(&url(), NatsOptions::default()).await?;
+    let carrier = NatsCarrierHandle::connect(&url(), NatsOptions::default()).await?;
     let me = name.clone();
     let orders = ReliableDelivery::consumer(
         ConsumerOptions::builder(DeliveryHandler::from_fn(move |order: String| {
@@ -82,7 +82,7 @@ fn start_worker(name: &str) -> std::io::Result<Child> {
 /// Sends `MESSAGES` orders to the subject, one every 30 ms. With `workers`, kills the first
 /// after a third of them.
 async fn producer(mut workers: Option<[Child; 2]>) -> Result<(), Box<dyn std::error::Error>> {
-    let carrier = NatsCarrier::connect(&url(), NatsOptions::default()).await?;
+    let carrier = NatsCarrierHandle::connect(&url(), NatsOptions::default()).await?;
     if workers.is_some() {
         tokio::time::sleep(Duration::from_millis(500)).await; // let the workers subscribe
     }

@@ -34,7 +34,7 @@ use std::time::{Duration, Instant};
 
 use actix::{Arbiter, System};
 use actix_delivery::codec;
-use actix_delivery::nats::{NatsCarrier, NatsOptions};
+use actix_delivery::nats::{NatsCarrierHandle, NatsOptions};
 use bytes::Bytes;
 use futures_util::StreamExt;
 use tokio::sync::oneshot;
@@ -285,7 +285,7 @@ async fn report(n: u64, runs: usize) {
     let subject = format!("actix-delivery-bench.numbers.{}", std::process::id());
     let exposed = subject.clone();
     let _server = on(&arbiter, move || async move {
-        let carrier = NatsCarrier::with_client(client().await, NatsOptions::default())
+        let carrier = NatsCarrierHandle::with_client(client().await, NatsOptions::default())
             .await
             .expect("a carrier");
         let consumer = ready_consumer();
@@ -296,7 +296,7 @@ async fn report(n: u64, runs: usize) {
         (carrier, consumer)
     })
     .await;
-    let sending = NatsCarrier::with_client(client().await, NatsOptions::default())
+    let sending = NatsCarrierHandle::with_client(client().await, NatsOptions::default())
         .await
         .expect("a carrier");
     let plain = client().await;

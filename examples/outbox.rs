@@ -18,7 +18,7 @@ use std::time::Duration;
 
 use actix_delivery::journal::{PersistenceId, SqliteJournal};
 use actix_delivery::persistence::{
-    Decision, EventSourced, Outbox, Outcome, PersistentConfig, PersistentHandle,
+    Decision, EventSourced, Outbox, Outcome, PersistentConfig, PersistentHandle, PersistentOptions,
 };
 use actix_delivery::{
     ConsumerOptions, DeliveryHandler, DeliveryInfo, ProducerConfig, ReliableDelivery,
@@ -110,12 +110,14 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     std::fs::create_dir_all(&dir)?;
 
     let shipping = PersistentHandle::<Shipping>::start(
-        Arc::new(SqliteJournal::open(dir.join("shipping.db")).await?),
-        PersistenceId::new("shipping")?,
-        PersistentConfig {
+        PersistentOptions::new(
+            Arc::new(SqliteJournal::open(dir.join("shipping.db")).await?),
+            PersistenceId::new("shipping")?,
+        )
+        .config(PersistentConfig {
             must_follow: true,
             ..Default::default()
-        },
+        }),
     )?;
     // `shipping.delivery_handler(…)` does this without the printing: hand each delivery to
     // the entity in order (pipelined), ACK once its reply says the shipment is stored.
@@ -136,11 +138,13 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     });
     let consumer = ReliableDelivery::consumer(ConsumerOptions::builder(handler).build()?);
     let outbox = Outbox::new().destination("shipping", &consumer, ProducerConfig::default())?;
-    let orders = PersistentHandle::<Orders>::start_with_outbox(
-        Arc::new(SqliteJournal::open(dir.join("orders.db")).await?),
-        PersistenceId::new("orders")?,
-        PersistentConfig::default(),
-        outbox,
+    let orders = PersistentHandle::<Orders>::start(
+        PersistentOptions::new(
+            Arc::new(SqliteJournal::open(dir.join("orders.db")).await?),
+            PersistenceId::new("orders")?,
+        )
+        .outbox(outbox)
+        .supervised(),
     )?;
 
     let placed = orders.ask(OrderCommand::Count).await?;

@@ -18,7 +18,9 @@ use std::time::Instant;
 
 use actix_delivery::codec::Codec;
 use actix_delivery::journal::{Journal, PersistenceId, SqliteJournal};
-use actix_delivery::persistence::{recover_state, PersistentConfig, PersistentHandle};
+use actix_delivery::persistence::{
+    recover_state, PersistentConfig, PersistentHandle, PersistentOptions,
+};
 use actix_delivery::{
     Confirmation, ConsumerOptions, DeliveryHandler, ProducerHandle, ProducerOptions,
     ReliableDelivery,
@@ -54,7 +56,9 @@ async fn counter_on(journal: Arc<dyn Journal>, codec: Codec) -> PersistentHandle
         codec,
         ..PersistentConfig::default()
     };
-    let counter = PersistentHandle::start(journal, counter_id(), config).expect("valid settings");
+    let counter =
+        PersistentHandle::start(PersistentOptions::new(journal, counter_id()).config(config))
+            .expect("valid settings");
     counter.ask(0).await.expect("recovered");
     counter
 }

@@ -11,7 +11,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use actix_delivery::journal::{PersistenceId, SqliteJournal};
-use actix_delivery::persistence::{Decision, EventSourced, PersistentConfig, PersistentHandle};
+use actix_delivery::persistence::{
+    Decision, EventSourced, PersistentConfig, PersistentHandle, PersistentOptions,
+};
 use actix_delivery::{ConsumerOptions, ProducerOptions, ReliableDelivery};
 use serde::{Deserialize, Serialize};
 
@@ -63,12 +65,12 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     );
     let journal = SqliteJournal::open(&path).await?;
     let account = PersistentHandle::<Account>::start(
-        Arc::new(journal),
-        PersistenceId::new("account-42")?,
-        PersistentConfig {
-            snapshot_every: Some(100),
-            ..Default::default()
-        },
+        PersistentOptions::new(Arc::new(journal), PersistenceId::new("account-42")?).config(
+            PersistentConfig {
+                snapshot_every: Some(100),
+                ..Default::default()
+            },
+        ),
     )?;
     let (balance, deposits) = account.ask(Command::Balance).await?;
     println!(

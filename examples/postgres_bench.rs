@@ -18,7 +18,7 @@ use std::rc::Rc;
 use std::time::{Duration, Instant};
 
 use actix_delivery::journal::{
-    Journal, PersistenceId, PostgresJournal, PostgresOptions, SqliteJournal,
+    Journal, PersistenceId, PostgresConfig, PostgresJournal, SqliteJournal,
 };
 
 #[path = "support/thousands.rs"]
@@ -84,7 +84,7 @@ fn main() {
     let postgres = runtime
         .block_on(PostgresJournal::connect_with(
             &url,
-            PostgresOptions::default().schema(&schema),
+            PostgresConfig::default().schema(&schema),
         ))
         .unwrap_or_else(|err| panic!("cannot connect ({URL_VAR}, default {DEFAULT_URL:?}): {err}"));
     let mut results: Vec<Vec<Measured>> = CASES.iter().map(|_| Vec::new()).collect();

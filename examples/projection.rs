@@ -17,7 +17,7 @@ use std::time::Duration;
 
 use actix_delivery::journal::{Journal, Offset, PersistenceId, SqliteJournal, Tag, TagQuery};
 use actix_delivery::persistence::{
-    recover_state, Decision, EventSourced, PersistentConfig, PersistentHandle,
+    recover_state, Decision, EventSourced, PersistentHandle, PersistentOptions,
 };
 use actix_delivery::projection::{
     Envelope, HandlerError, Projection, ProjectionHandle, ProjectionOptions, SqliteReadModel,
@@ -179,11 +179,10 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let accounts: Vec<PersistentHandle<Account>> = (0..ACCOUNTS)
         .map(|n| {
             let id = PersistenceId::new(format!("account-{n}"))?;
-            Ok(PersistentHandle::start(
+            Ok(PersistentHandle::start(PersistentOptions::new(
                 journal.clone(),
                 id,
-                PersistentConfig::default(),
-            )?)
+            ))?)
         })
         .collect::<Result<_, Box<dyn std::error::Error>>>()?;
     for round in 1..=ROUNDS {

@@ -41,7 +41,7 @@ use actix_delivery::codec::Manifest;
 use actix_delivery::journal::{
     Journal, Offset, PersistenceId, SqliteJournal, StoredEvent, Tag, TagQuery, TaggedEvent,
 };
-use actix_delivery::persistence::{Decision, EventSourced, PersistentConfig, PersistentHandle};
+use actix_delivery::persistence::{Decision, EventSourced, PersistentHandle, PersistentOptions};
 use actix_delivery::projection::{
     EntityEvents, Envelope, EventDecoder, MemoryOffsetStore, Projection, ProjectionHandle,
     ProjectionOptions, RawEvents, SqliteReadModel,
@@ -121,7 +121,7 @@ async fn fill_entities(journal: &Arc<dyn Journal>, events: usize) {
     let accounts: Vec<PersistentHandle<Account>> = (0..STREAMS)
         .map(|n| {
             let id = PersistenceId::new(format!("account-{n}")).unwrap();
-            PersistentHandle::start(journal.clone(), id, PersistentConfig::default()).unwrap()
+            PersistentHandle::start(PersistentOptions::new(journal.clone(), id)).unwrap()
         })
         .collect();
     for chunk in (0..events).collect::<Vec<_>>().chunks(20_000) {
@@ -525,7 +525,7 @@ mod postgres {
 
     use std::sync::Arc;
 
-    use actix_delivery::journal::{Journal, PostgresJournal, PostgresOptions};
+    use actix_delivery::journal::{Journal, PostgresConfig, PostgresJournal};
 
     pub struct Bench {
         pub events: usize,
@@ -541,7 +541,7 @@ mod postgres {
     impl Bench {
         pub async fn new(events: usize) -> Self {
             let schema = format!("projection_bench_{}", std::process::id());
-            let options = PostgresOptions::default().schema(&schema);
+            let options = PostgresConfig::default().schema(&schema);
             let journal = Arc::new(
                 PostgresJournal::connect_with(&url(), options)
                     .await
@@ -560,7 +560,7 @@ mod postgres {
         }
 
         pub async fn second_journal(&self) -> Arc<dyn Journal> {
-            let options = PostgresOptions::default().schema(&self.schema);
+            let options = PostgresConfig::default().schema(&self.schema);
             Arc::new(
                 PostgresJournal::connect_with(&url(), options)
                     .await

@@ -31,7 +31,7 @@
 use std::time::{Duration, Instant};
 
 use actix::{Arbiter, System};
-use actix_delivery::remote::{Node, NodeOptions, NodeOptionsBuilder, NodeSecret};
+use actix_delivery::tcp::{NodeHandle, NodeOptions, NodeOptionsBuilder, NodeSecret};
 use actix_delivery::{codec, ProducerOptions, ReliableDelivery};
 use bytes::Bytes;
 use futures_util::{SinkExt, StreamExt};
@@ -160,7 +160,7 @@ fn tls() -> NodeOptionsBuilder {
             .expect("a certificate");
         (ca, cert.pem(), key.serialize_pem())
     });
-    let tls = actix_delivery::remote::NodeTls::builder(ca)
+    let tls = actix_delivery::tcp::NodeTls::builder(ca)
         .and_then(|b| b.certificate(cert, key))
         .and_then(|b| b.mutual().build())
         .expect("TLS settings");
@@ -286,16 +286,16 @@ async fn measure(
             .listen("127.0.0.1:0".parse().expect("an address"))
             .build()
             .expect("valid options");
-        let node = Node::start(options).await.expect("bind");
+        let node = NodeHandle::start(options).await.expect("bind");
         let consumer = ready_consumer();
         node.expose("numbers", &consumer).expect("a name");
         (node.local_addr().expect("listens"), (node, consumer))
     })
     .await;
-    let client = Node::start(options().build().expect("valid"))
+    let client = NodeHandle::start(options().build().expect("valid"))
         .await
         .expect("a node");
-    client.connect(server_addr).await.expect("connected");
+    client.dial(server_addr).await.expect("connected");
     let remote: Vec<_> = WINDOWS
         .iter()
         .map(|&w| {
@@ -351,7 +351,7 @@ async fn measure(
     // The first send of a new node: connection, handshake(s), delivery and ACK.
     let mut first = Vec::with_capacity(FIRST_SENDS);
     for _ in 0..FIRST_SENDS {
-        let fresh = Node::start(options().build().expect("valid"))
+        let fresh = NodeHandle::start(options().build().expect("valid"))
             .await
             .expect("a node");
         let target = fresh

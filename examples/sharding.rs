@@ -17,12 +17,12 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use actix_delivery::journal::{PersistenceId, PostgresJournal, PostgresOptions};
-use actix_delivery::nats::{NatsCarrier, NatsOptions};
+use actix_delivery::journal::{PersistenceId, PostgresConfig, PostgresJournal};
+use actix_delivery::nats::{NatsCarrierHandle, NatsOptions};
 use actix_delivery::persistence::{recover_state, Decision, EventSourced, PersistentConfig};
 use actix_delivery::sharding::{
     CoordinatorOptions, EntityHostOptions, EntityId, LeaseStore, NatsShards, PostgresLeaseStore,
-    ShardCoordinator, ShardedProducerOptions,
+    ShardCoordinatorHandle, ShardedProducerOptions,
 };
 use actix_delivery::{ProducerConfig, ReliableDelivery};
 use serde::{Deserialize, Serialize};
@@ -75,11 +75,11 @@ fn account(n: u64) -> EntityId {
 /// closes, then leaves the cluster gracefully.
 fn node(name: String, entity_type: String, prefix: String) {
     actix::System::new().block_on(async move {
-        let options = PostgresOptions::default().schema(SCHEMA);
+        let options = PostgresConfig::default().schema(SCHEMA);
         let journal = PostgresJournal::connect_with(&postgres(), options)
             .await
             .expect("the journal");
-        let carrier = NatsCarrier::connect(&nats(), NatsOptions::default())
+        let carrier = NatsCarrierHandle::connect(&nats(), NatsOptions::default())
             .await
             .expect("NATS (is it running?)");
         let host = EntityHostOptions::builder(entity_type)
@@ -95,7 +95,7 @@ fn node(name: String, entity_type: String, prefix: String) {
             .renew_interval(Duration::from_secs(1))
             .build()
             .expect("valid settings");
-        let node = ShardCoordinator::<Account>::start(
+        let node = ShardCoordinatorHandle::<Account>::start(
             Arc::new(journal),
             host,
             Arc::new(leases().await),
@@ -147,7 +147,7 @@ async fn demo() {
     }
     println!("all {SHARDS} shards are owned");
 
-    let carrier = NatsCarrier::connect(&nats(), NatsOptions::default())
+    let carrier = NatsCarrierHandle::connect(&nats(), NatsOptions::default())
         .await
         .expect("NATS");
     let destination = NatsShards::<u64>::destination(&carrier, &prefix).expect("a subject");
@@ -217,7 +217,7 @@ async fn demo() {
     );
 
     let journal =
-        PostgresJournal::connect_with(&postgres(), PostgresOptions::default().schema(SCHEMA))
+        PostgresJournal::connect_with(&postgres(), PostgresConfig::default().schema(SCHEMA))
             .await
             .expect("the journal");
     let mut applied = 0;

@@ -13,7 +13,7 @@
 //!    event of an entity's size per append, each awaited before the next;
 //! 1. **one entity** (`persistence_bench`'s figure, in the same run): 64 callers, each with one
 //!    command in flight, to one persistent actor;
-//! 2. **10 000 entities, asked**: [`EntityHost::ask`] from 2 048 callers, each with one command
+//! 2. **10 000 entities, asked**: [`EntityHostHandle::ask`] from 2 048 callers, each with one command
 //!    in flight, to random entities (all already running);
 //! 3. **10 000 entities, effectively once**: a sharded producer to the host's consumer, in
 //!    process: every command a delivery on its entity's stream, its processed mark stored with
@@ -37,9 +37,9 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use actix_delivery::journal::{Journal, PersistenceId, SqliteJournal};
-use actix_delivery::persistence::{PersistentConfig, PersistentHandle};
+use actix_delivery::persistence::{PersistentHandle, PersistentOptions};
 use actix_delivery::sharding::{
-    EntityHost, EntityHostOptions, EntityId, ShardedProducerHandle, ShardedProducerOptions,
+    EntityHostHandle, EntityHostOptions, EntityId, ShardedProducerHandle, ShardedProducerOptions,
 };
 use actix_delivery::ReliableDelivery;
 use rand::rngs::SmallRng;
@@ -79,12 +79,12 @@ async fn sqlite(dir: &tempfile::TempDir, name: &str) -> Arc<dyn Journal> {
     Arc::new(SqliteJournal::open(path).await.expect("open the journal"))
 }
 
-fn host(journal: Arc<dyn Journal>) -> EntityHost<Counter> {
+fn host(journal: Arc<dyn Journal>) -> EntityHostHandle<Counter> {
     let options = EntityHostOptions::builder("counter")
         .max_active_entities(2 * ENTITIES as usize)
         .build()
         .expect("valid settings");
-    EntityHost::start(journal, options).expect("valid versions")
+    EntityHostHandle::start(journal, options).expect("valid versions")
 }
 
 /// `callers` tasks, each sending `per_caller` commands one at a time through `ask`.
@@ -140,7 +140,7 @@ async fn journal_alone(dir: &tempfile::TempDir, run: usize) -> f64 {
 async fn single(dir: &tempfile::TempDir, run: usize) -> f64 {
     let journal = sqlite(dir, &format!("single-{run}")).await;
     let id = PersistenceId::new("counter").expect("valid");
-    let counter = PersistentHandle::<Counter>::start(journal, id, PersistentConfig::default())
+    let counter = PersistentHandle::<Counter>::start(PersistentOptions::new(journal, id))
         .expect("valid settings");
     counter.ask(0).await.expect("recovered");
     let start = Instant::now();
@@ -155,7 +155,7 @@ async fn single(dir: &tempfile::TempDir, run: usize) -> f64 {
 }
 
 /// Starts every entity of `host` (a read each).
-async fn warm(host: &EntityHost<Counter>) {
+async fn warm(host: &EntityHostHandle<Counter>) {
     let host = host.clone();
     from_callers(ASK_CALLERS, ENTITIES / ASK_CALLERS + 1, move |n, _| {
         let answer = host.ask(entity(n % ENTITIES), 0);
@@ -373,7 +373,7 @@ fn main() {
         let cases = [
             ("the journal alone: 2 048 appenders, 10 000 streams, one event each, appends", alone),
             ("one entity, 64 callers (`persistence_bench`'s case), commands", one),
-            ("10 000 entities, `EntityHost::ask` from 2 048 callers, commands", asked),
+            ("10 000 entities, `EntityHostHandle::ask` from 2 048 callers, commands", asked),
             (
                 "10 000 entities, sharded producer → host consumer (effectively once), commands confirmed",
                 delivered,
@@ -395,10 +395,10 @@ fn main() {
 mod over_nats {
     use std::process::Child;
 
-    use actix_delivery::journal::{PostgresJournal, PostgresOptions};
-    use actix_delivery::nats::{NatsCarrier, NatsOptions};
+    use actix_delivery::journal::{PostgresConfig, PostgresJournal};
+    use actix_delivery::nats::{NatsCarrierHandle, NatsOptions};
     use actix_delivery::sharding::{
-        CoordinatorOptions, LeaseStore, NatsShards, PostgresLeaseStore, ShardCoordinator,
+        CoordinatorOptions, LeaseStore, NatsShards, PostgresLeaseStore, ShardCoordinatorHandle,
     };
 
     use super::cluster::{nats, postgres, spawn_node, until_stdin_closes};
@@ -422,11 +422,11 @@ mod over_nats {
         actix::System::new().block_on(async move {
             let journal = PostgresJournal::connect_with(
                 &postgres(),
-                PostgresOptions::default().schema(SCHEMA),
+                PostgresConfig::default().schema(SCHEMA),
             )
             .await
             .expect("the journal");
-            let carrier = NatsCarrier::connect(&nats(), NatsOptions::default())
+            let carrier = NatsCarrierHandle::connect(&nats(), NatsOptions::default())
                 .await
                 .expect("NATS");
             let host = EntityHostOptions::builder(entity_type)
@@ -435,7 +435,7 @@ mod over_nats {
                 .build()
                 .expect("valid settings");
             let options = CoordinatorOptions::builder(name).build().expect("valid");
-            let _node = ShardCoordinator::<Counter>::start(
+            let _node = ShardCoordinatorHandle::<Counter>::start(
                 Arc::new(journal),
                 host,
                 Arc::new(leases().await),
@@ -473,7 +473,7 @@ mod over_nats {
         while store.view(&entity_type).await.expect("a view").leases.len() < SHARDS as usize {
             actix::clock::sleep(Duration::from_millis(50)).await;
         }
-        let carrier = NatsCarrier::connect(&nats(), NatsOptions::default())
+        let carrier = NatsCarrierHandle::connect(&nats(), NatsOptions::default())
             .await
             .expect("NATS");
         let destination = NatsShards::<u64>::destination(&carrier, &prefix).expect("a subject");

@@ -37,7 +37,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use actix_delivery::remote::{Node, NodeOptions, NodeSecret};
+use actix_delivery::tcp::{NodeHandle, NodeOptions, NodeSecret};
 use actix_delivery::{
     ConsumerOptions, DeliveryError, DeliveryHandler, ProducerOptions, ReliableDelivery,
 };
@@ -56,7 +56,7 @@ static TLS: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(f
 /// The options of the node of `role` ("consumer" or "producer") in the chosen mode.
 fn options(
     role: &str,
-) -> Result<actix_delivery::remote::NodeOptionsBuilder, Box<dyn std::error::Error>> {
+) -> Result<actix_delivery::tcp::NodeOptionsBuilder, Box<dyn std::error::Error>> {
     if !TLS.load(Ordering::Relaxed) {
         return Ok(NodeOptions::builder().secret(secret()));
     }
@@ -64,7 +64,7 @@ fn options(
     {
         let dir = tls_files()?;
         let read = |name: String| std::fs::read(dir.join(name));
-        let tls = actix_delivery::remote::NodeTls::builder(read("ca.pem".into())?)?
+        let tls = actix_delivery::tcp::NodeTls::builder(read("ca.pem".into())?)?
             .certificate(read(format!("{role}.pem"))?, read(format!("{role}.key"))?)?
             .mutual()
             .build()?;
@@ -147,7 +147,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
 /// The consumer's node: listens on `addr` and exposes an "orders" consumer.
 async fn consumer(addr: SocketAddr) -> Result<(), Box<dyn std::error::Error>> {
     let options = options("consumer")?.listen(addr).build()?;
-    let node = Node::start(options).await?;
+    let node = NodeHandle::start(options).await?;
     let orders = ReliableDelivery::consumer(
         ConsumerOptions::builder(DeliveryHandler::from_fn(|order: String| async move {
             println!("  [consumer] handled {order}");
@@ -180,7 +180,7 @@ async fn producer(
     addr: SocketAddr,
     mut child: Option<Child>,
 ) -> Result<(), Box<dyn std::error::Error>> {
-    let node = Node::start(options("producer")?.build()?).await?;
+    let node = NodeHandle::start(options("producer")?.build()?).await?;
     let orders = node.consumer_ref::<String>(addr, "orders")?;
     let producer = ReliableDelivery::producer(
         ProducerOptions::builder(orders)

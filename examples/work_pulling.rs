@@ -1,8 +1,8 @@
 //! A pool of workers that come and go while jobs flow: one work-pulling producer, workers
 //! started and stopped (mid-job) at random, each job confirmed exactly once to its sender,
 //! and, because the workers are effectively once (each applies a job to the ledger entity
-//! of the account it names, hosted by an `EntityHost`, which records the job's stable id
-//! with its event: `EntityHost::job_handler`), every job applied exactly once although some
+//! of the account it names, hosted by an `EntityHostHandle`, which records the job's stable id
+//! with its event: `EntityHostHandle::job_handler`), every job applied exactly once although some
 //! ran twice.
 //!
 //! Run with `cargo run --example work_pulling`.
@@ -14,7 +14,7 @@ use std::time::Duration;
 
 use actix_delivery::journal::{MemoryJournal, PersistenceId};
 use actix_delivery::persistence::{recover_state, Decision, EventSourced};
-use actix_delivery::sharding::{EntityHost, EntityHostOptions, EntityId};
+use actix_delivery::sharding::{EntityHostHandle, EntityHostOptions, EntityId};
 use actix_delivery::work_pulling::{WorkPullingOptions, WorkerRegistry};
 use actix_delivery::{
     ConsumerHandle, ConsumerOptions, DeliveryError, ProducerConfig, ReliableDelivery,
@@ -55,7 +55,7 @@ impl EventSourced for Ledger {
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
     env_logger::Builder::from_env(env_logger::Env::default().default_filter_or("error")).init();
     let journal = MemoryJournal::new();
-    let ledgers = EntityHost::<Ledger>::start(
+    let ledgers = EntityHostHandle::<Ledger>::start(
         Arc::new(journal.clone()),
         EntityHostOptions::builder("ledger").build()?,
     )?;

@@ -24,8 +24,8 @@
 //! node: [`ProducerConfig`], [`ConsumerConfig`],
 //! [`PersistentConfig`](crate::persistence::PersistentConfig),
 //! [`DurableConfig`](crate::durable::DurableConfig),
-//! `SqliteOptions` (feature `sqlite`, on by default), `PostgresOptions` (feature `postgres`),
-//! [`NodeConfig`](crate::remote::NodeConfig) and `NatsConfig` (feature `nats`). Each takes
+//! `SqliteConfig` (feature `sqlite`, on by default), `PostgresConfig` (feature `postgres`),
+//! [`NodeConfig`](crate::tcp::NodeConfig) and `NatsConfig` (feature `nats`). Each takes
 //! loaded values through its builder's `.config(…)`, and a value set on the builder wins over
 //! a loaded one, which wins over the default, whatever order the calls come in (the journal
 //! options are the loaded value itself: call their setters on it, after loading); what
@@ -37,8 +37,8 @@
 //! ```
 //! # use actix_delivery::{ConsumerConfig, ProducerConfig};
 //! # use actix_delivery::durable::DurableConfig;
-//! # use actix_delivery::journal::SqliteOptions;
-//! # use actix_delivery::remote::{NodeConfig, NodeOptions, NodeSecret};
+//! # use actix_delivery::journal::SqliteConfig;
+//! # use actix_delivery::tcp::{NodeConfig, NodeOptions, NodeSecret};
 //! #[derive(serde::Deserialize)]
 //! struct Settings {
 //!     #[serde(default)]
@@ -46,7 +46,7 @@
 //!     #[serde(default)]
 //!     consumer: ConsumerConfig,
 //!     #[serde(default)]
-//!     sqlite: SqliteOptions,
+//!     sqlite: SqliteConfig,
 //!     #[serde(default)]
 //!     node: NodeConfig,
 //!     #[serde(default)]

@@ -110,7 +110,7 @@ impl ReliableDelivery {
 
     /// Starts a **sharded** producer on the current arbiter: it sends each message to the
     /// entity it names, over one reliable stream per entity, through the options' destination
-    /// (an [`EntityHost`](crate::sharding::EntityHost)'s consumer, or one per shard), and
+    /// (an [`EntityHostHandle`](crate::sharding::EntityHostHandle)'s consumer, or one per shard), and
     /// confirms a message once its entity did. See [`crate::sharding`].
     pub fn sharded_producer<T: Clone + Send + 'static>(
         options: ShardedProducerOptions<T>,

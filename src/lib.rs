@@ -172,10 +172,10 @@
 //!
 //! ## Across processes: three modes
 //!
-//! A [`remote::Node`] runs in one of three modes: the **shared secret** (below), **TLS** 1.3
+//! A [`tcp::NodeHandle`] runs in one of three modes: the **shared secret** (below), **TLS** 1.3
 //! (feature `tls`: the server's certificate and name are verified, everything is encrypted),
 //! and **mutual TLS**, in which each node's identity is its certificate's names and
-//! `Node::expose_to` restricts a consumer to a set of identities (a delivery from any other is
+//! `NodeHandle::expose_to` restricts a consumer to a set of identities (a delivery from any other is
 //! refused, counted and its connection closed). A TLS node and a node without TLS refuse each
 //! other; between TLS nodes the listener decides: a mutual listener refuses a node that
 //! presents no certificate, while a one-way listener asks for none, so a mutual node delivers
@@ -185,7 +185,7 @@
 //!
 //! ## Across processes: what the shared secret protects
 //!
-//! [`remote::Node`]s authenticate each other with a shared [`remote::NodeSecret`]: an
+//! [`tcp::NodeHandle`]s authenticate each other with a shared [`tcp::NodeSecret`]: an
 //! HMAC-SHA256 challenge–response over everything both sides announced (fresh nonces, node
 //! ids, versions, frame limits: a value altered on the path fails the handshake; the secret
 //! never crosses the wire), then a 128-bit HMAC tag under a per-connection,
@@ -227,7 +227,7 @@
 //! undecodable bodies included, and hand at most 8 192 ACKs to a producer that has not taken
 //! them yet (beyond, dropped and counted); what it delivers is bounded by the consumer's own
 //! limits (admission, `max_producers`, `max_out_of_order`).
-//! [`remote::NodeOptionsBuilder::insecure_no_authentication`] gives up all of the above and
+//! [`tcp::NodeOptionsBuilder::insecure_no_authentication`] gives up all of the above and
 //! is logged as a warning at start.
 //!
 //! # Effectively once
@@ -243,7 +243,7 @@
 //! ```no_run
 //! # use std::sync::Arc;
 //! # use actix_delivery::journal::{PersistenceId, SqliteJournal};
-//! # use actix_delivery::persistence::{Decision, EventSourced, PersistentConfig, PersistentHandle};
+//! # use actix_delivery::persistence::{Decision, EventSourced, PersistentHandle, PersistentOptions};
 //! # use actix_delivery::{ConsumerOptions, ReliableDelivery};
 //! # #[derive(Default, serde::Serialize, serde::Deserialize)] struct Account { balance: u64 }
 //! # #[derive(serde::Serialize, serde::Deserialize)] struct Deposited(u64);
@@ -255,11 +255,10 @@
 //! # }
 //! # #[actix::main] async fn main() -> Result<(), Box<dyn std::error::Error>> {
 //! let journal = Arc::new(SqliteJournal::open("accounts.db").await?);
-//! let account = PersistentHandle::<Account>::start(
+//! let account = PersistentHandle::<Account>::start(PersistentOptions::new(
 //!     journal,
 //!     PersistenceId::new("account-42")?,
-//!     PersistentConfig::default(),
-//! )?;
+//! ))?;
 //! // Each message becomes a command; it is ACKed once its events and mark are committed.
 //! let consumer = ReliableDelivery::consumer(
 //!     ConsumerOptions::builder(account.delivery_handler(|amount: u64| amount)).build()?,
@@ -278,7 +277,7 @@
 //!
 //! # Across processes
 //!
-//! [`remote`] carries deliveries and ACKs over TCP: a [`remote::Node`] per process listens,
+//! [`tcp`] carries deliveries and ACKs over TCP: a [`tcp::NodeHandle`] per process listens,
 //! exposes local consumers under names, and hands out [`ConsumerRef`]s to consumers on other
 //! nodes that an unchanged producer sends to; ACKs come back on the same connection. A node
 //! runs until it is stopped or its last handle is dropped (the references it handed out count
@@ -286,10 +285,10 @@
 //!
 //! ```no_run
 //! # use std::net::SocketAddr;
-//! # use actix_delivery::remote::{Node, NodeOptions, NodeSecret};
+//! # use actix_delivery::tcp::{NodeHandle, NodeOptions, NodeSecret};
 //! # use actix_delivery::{ProducerOptions, ReliableDelivery};
 //! # #[actix::main] async fn main() -> Result<(), Box<dyn std::error::Error>> {
-//! let node = Node::start(
+//! let node = NodeHandle::start(
 //!     NodeOptions::builder()
 //!         .secret(NodeSecret::new(std::env::var("CLUSTER_SECRET")?)?)
 //!         .build()?,
@@ -309,7 +308,7 @@
 //! are dropped while it is made and go out with the next retransmission.
 //!
 //! With the feature `nats`, the `nats` module carries the same frames through a NATS server
-//! instead: a `nats::NatsCarrier` per process exposes consumers on subjects (optionally in a queue
+//! instead: a `nats::NatsCarrierHandle` per process exposes consumers on subjects (optionally in a queue
 //! group, so that another process takes over when one dies) and hands out [`ConsumerRef`]s
 //! for subjects; deliveries name the carrier's inbox as their reply subject for the ACKs.
 //!
@@ -323,15 +322,15 @@
 //!
 //! - **What it does.** Each message is encoded once (serde: in bincode in process, or as its
 //!   [`durable::DurableOptions`] say for a durable producer; across processes in the node's
-//!   [`remote::BodySchema`] for `T`), straight into buffers of `chunk_size` bytes. Each chunk is a
+//!   [`tcp::BodySchema`] for `T`), straight into buffers of `chunk_size` bytes. Each chunk is a
 //!   delivery of its own: a seq (a message of `n` chunks takes `n` consecutive seqs), a window
 //!   slot, retransmission. The consumer buffers a message's chunks (in any order), ACKs each one
 //!   but the last at once, decodes the message once it is whole, runs the handler on it once, and
 //!   only then ACKs the last chunk: that ACK confirms the message. [`DeliveryInfo::seq`] is the
 //!   last chunk's seq, [`DeliveryInfo::first_seq`] the first's.
 //! - **What it needs.** `T: Serialize + DeserializeOwned`; a consumer reference that takes
-//!   chunks (a [`ConsumerHandle`], a `ConsumerController`'s `Addr`, `Node::consumer_ref`,
-//!   `NatsCarrier::consumer_ref`, or [`ConsumerRef::with_chunks`]); a `chunk_size` of at
+//!   chunks (a [`ConsumerHandle`], a `ConsumerController`'s `Addr`, `NodeHandle::consumer_ref`,
+//!   `NatsCarrierHandle::consumer_ref`, or [`ConsumerRef::with_chunks`]); a `chunk_size` of at
 //!   least [`MIN_CHUNK_SIZE`] and at most [`MAX_CHUNK_SIZE`] (16 MiB) that fits the
 //!   transport's frame, less 1 KiB of headers (the builder refuses anything else; a small
 //!   message takes only what it needs of a chunk). Over TCP, give the sending node room for a
@@ -387,7 +386,7 @@
 //!   frames too): `benches/README.md`, "Large messages".
 //! - **Limits.** In process the encoding is bincode, whose schema is fixed; a [`durable`]
 //!   producer writes its chunks, which it stores, as its durable options say (codec, message
-//!   version), across processes in the node's [`remote::BodySchema`]. At its start it reads
+//!   version), across processes in the node's [`tcp::BodySchema`]. At its start it reads
 //!   every stored message as its type, as it does whole ones: one of an older version goes
 //!   through the upcaster and is sent written again at today's, split anew over its own seqs;
 //!   one it cannot read (a newer version, a type changed without a new version) or that no
@@ -531,7 +530,7 @@
 //! | `sqlite` | on | `journal::SqliteJournal` and `projection::SqliteReadModel`: SQLite compiled in (`rusqlite`, bundled), no server |
 //! | `postgres` | off | `journal::PostgresJournal`, `projection::PostgresReadModel`, `sharding::PostgresLeaseStore`: one database shared by the nodes |
 //! | `nats` | off | the `nats` module: delivery through a NATS server |
-//! | `tls` | off | TLS 1.3 on the TCP transport (`remote::NodeTls`), and with `postgres` to PostgreSQL |
+//! | `tls` | off | TLS 1.3 on the TCP transport (`tcp::NodeTls`), and with `postgres` to PostgreSQL |
 //! | `metrics` | off | every stats counter and the latency histograms through the `metrics` facade (`telemetry::metrics`) |
 //! | `tracing` | off | `tracing` spans (`telemetry::spans`) |
 //!
@@ -555,9 +554,9 @@ pub mod nats;
 pub mod persistence;
 pub mod projection;
 pub mod protocol;
-pub mod remote;
 mod runtime;
 pub mod sharding;
+pub mod tcp;
 #[cfg(any(feature = "metrics", feature = "tracing"))]
 #[cfg_attr(docsrs, doc(cfg(any(feature = "metrics", feature = "tracing"))))]
 pub mod telemetry;

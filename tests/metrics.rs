@@ -11,8 +11,8 @@ use std::sync::{Mutex, OnceLock};
 use std::time::Duration;
 
 use actix::prelude::*;
-use actix_delivery::journal::{Journal, PersistenceId, SqliteJournal, SqliteOptions};
-use actix_delivery::remote::{Node, NodeOptions, NodeSecret};
+use actix_delivery::journal::{Journal, PersistenceId, SqliteConfig, SqliteJournal};
+use actix_delivery::tcp::{NodeHandle, NodeOptions, NodeSecret};
 use actix_delivery::{
     Ack, Acks, ConsumerController, ConsumerOptions, Deliveries, Delivery, DeliveryHandler,
     ProducerOptions, ReliableDelivery, ReplyTo,
@@ -303,7 +303,7 @@ async fn sqlite_commits_appear_in_the_commit_histograms() {
     let dir = tempfile::tempdir().unwrap();
     let journal = SqliteJournal::open_with(
         dir.path().join("metrics.journal"),
-        SqliteOptions::default().metrics_label("ledger"),
+        SqliteConfig::default().metrics_label("ledger"),
     )
     .await
     .unwrap();
@@ -356,7 +356,7 @@ async fn node_counters_equal_its_stats_over_loopback_tcp() {
             .secret(NodeSecret::new([7; 32]).unwrap())
             .metrics_label(label)
     };
-    let server = Node::start(
+    let server = NodeHandle::start(
         options("metrics-server")
             .listen("127.0.0.1:0".parse().unwrap())
             .build()
@@ -372,7 +372,7 @@ async fn node_counters_equal_its_stats_over_loopback_tcp() {
         .unwrap(),
     );
     server.expose("numbers", &consumer).unwrap();
-    let client = Node::start(options("metrics-client").build().unwrap())
+    let client = NodeHandle::start(options("metrics-client").build().unwrap())
         .await
         .unwrap();
     let remote = client
@@ -508,16 +508,19 @@ impl actix_delivery::persistence::EventSourced for RestartedCounter {
 #[actix::test]
 async fn counters_go_on_across_a_supervised_restart_of_a_persistent_entity() {
     use actix_delivery::journal::MemoryJournal;
-    use actix_delivery::persistence::{PersistentConfig, PersistentHandle};
+    use actix_delivery::persistence::{PersistentConfig, PersistentHandle, PersistentOptions};
     snapshotter();
     let journal = MemoryJournal::new();
-    let entity = PersistentHandle::<RestartedCounter>::start_supervised(
-        std::sync::Arc::new(journal.clone()),
-        PersistenceId::new("counter-1").unwrap(),
-        PersistentConfig {
+    let entity = PersistentHandle::<RestartedCounter>::start(
+        PersistentOptions::new(
+            std::sync::Arc::new(journal.clone()),
+            PersistenceId::new("counter-1").unwrap(),
+        )
+        .config(PersistentConfig {
             metrics_label: Some("restarted".into()),
             ..PersistentConfig::default()
-        },
+        })
+        .supervised(),
     )
     .unwrap();
     assert_eq!(entity.ask(1).await.unwrap(), 1);
@@ -579,18 +582,17 @@ impl actix_delivery::persistence::EventSourced for Tally {
 #[actix::test]
 async fn projection_counters_equal_its_stats_under_its_name_and_slices() {
     use actix_delivery::journal::{MemoryJournal, Slices, Tag};
-    use actix_delivery::persistence::{PersistentConfig, PersistentHandle};
+    use actix_delivery::persistence::{PersistentHandle, PersistentOptions};
     use actix_delivery::projection::{
         MemoryOffsetStore, PoisonPolicy, Projection, ProjectionOptions,
     };
 
     snapshotter();
     let journal: std::sync::Arc<dyn Journal> = std::sync::Arc::new(MemoryJournal::new());
-    let tally = PersistentHandle::<Tally>::start(
+    let tally = PersistentHandle::<Tally>::start(PersistentOptions::new(
         journal.clone(),
         PersistenceId::new("tally").unwrap(),
-        PersistentConfig::default(),
-    )
+    ))
     .unwrap();
     for n in 0..10 {
         tally.ask(n).await.unwrap();
@@ -652,8 +654,8 @@ async fn entity_host_coordinator_and_sharded_producer_counters_equal_their_stats
 
     use actix_delivery::journal::MemoryJournal;
     use actix_delivery::sharding::{
-        CoordinatorOptions, EntityHost, EntityHostOptions, EntityId, MemoryLeaseStore, NoTransport,
-        ShardCoordinator, ShardedProducerOptions,
+        CoordinatorOptions, EntityHostHandle, EntityHostOptions, EntityId, MemoryLeaseStore,
+        NoTransport, ShardCoordinatorHandle, ShardedProducerOptions,
     };
     use actix_delivery::ProducerConfig;
     tokio::time::pause();
@@ -662,7 +664,7 @@ async fn entity_host_coordinator_and_sharded_producer_counters_equal_their_stats
     let options = EntityHostOptions::builder("metrics_counters")
         .build()
         .unwrap();
-    let host = EntityHost::<RestartedCounter>::start(journal.clone(), options).unwrap();
+    let host = EntityHostHandle::<RestartedCounter>::start(journal.clone(), options).unwrap();
     let consumer = host.consumer(|n: u64| n);
     let front = ProducerConfig {
         producer_id: Some("metrics-sharded".into()),
@@ -707,7 +709,7 @@ async fn entity_host_coordinator_and_sharded_producer_counters_equal_their_stats
         .shards(4)
         .build()
         .unwrap();
-    let coordinator = ShardCoordinator::<RestartedCounter>::start(
+    let coordinator = ShardCoordinatorHandle::<RestartedCounter>::start(
         journal,
         options,
         Arc::new(MemoryLeaseStore::new()),
@@ -737,12 +739,12 @@ async fn a_sharded_producers_series_do_not_grow_with_the_entities_it_sends_to() 
 
     use actix_delivery::journal::MemoryJournal;
     use actix_delivery::sharding::{
-        EntityHost, EntityHostOptions, EntityId, ShardedProducerOptions,
+        EntityHostHandle, EntityHostOptions, EntityId, ShardedProducerOptions,
     };
     use actix_delivery::ProducerConfig;
     tokio::time::pause();
     snapshotter();
-    let host = EntityHost::<RestartedCounter>::start(
+    let host = EntityHostHandle::<RestartedCounter>::start(
         Arc::new(MemoryJournal::new()),
         EntityHostOptions::builder("churned").build().unwrap(),
     )

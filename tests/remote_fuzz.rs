@@ -14,7 +14,7 @@
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::cell::Cell;
 
-use actix_delivery::remote::fuzz::{read_body, receive, sample_bodies, sample_stream};
+use actix_delivery::tcp::fuzz::{read_body, receive, sample_bodies, sample_stream};
 use proptest::prelude::*;
 
 /// Counts this thread's live heap bytes and their peak.

@@ -2,7 +2,7 @@
 //! two [`Codec`]s, and what a stored value records of how it was written ([`Manifest`]).
 //!
 //! Everything this crate stores or sends is encoded here: journal payloads written by the
-//! persistence layer, and the frames of the TCP transport ([`crate::remote`]). One module, one
+//! persistence layer, and the frames of the TCP transport ([`crate::tcp`]). One module, one
 //! set of options per codec, so a change of format is a change of this module.
 //!
 //! # The two codecs

@@ -30,8 +30,8 @@ use crate::protocol::envelope::DeadLetterReason;
 pub const DEFAULT_WIRE_CODEC: Codec = Codec::MessagePack;
 
 /// How the bodies of one message type `T` go over the wire, declared per node
-/// ([`Node::body_schema`](crate::remote::Node::body_schema),
-/// `NatsCarrier::body_schema` with the feature `nats`) for every consumer of
+/// ([`NodeHandle::body_schema`](crate::tcp::NodeHandle::body_schema),
+/// `NatsCarrierHandle::body_schema` with the feature `nats`) for every consumer of
 /// `T` it exposes and every reference to consumers of `T` it hands out.
 ///
 /// Every body carries its codec and the schema version of its type, so a receiver knows how it
@@ -47,7 +47,7 @@ pub const DEFAULT_WIRE_CODEC: Codec = Codec::MessagePack;
 ///
 /// ```no_run
 /// use actix_delivery::codec::{UpcastError, Written};
-/// use actix_delivery::remote::{BodySchema, Node, NodeOptions, NodeSecret};
+/// use actix_delivery::tcp::{BodySchema, NodeHandle, NodeOptions, NodeSecret};
 /// use serde::{Deserialize, Serialize};
 ///
 /// /// Version 2: `total` became `total_cents`.
@@ -78,7 +78,7 @@ pub const DEFAULT_WIRE_CODEC: Codec = Codec::MessagePack;
 ///
 /// # #[actix::main] async fn main() -> Result<(), Box<dyn std::error::Error>> {
 /// let secret = NodeSecret::new(std::env::var("CLUSTER_SECRET")?)?;
-/// let node = Node::start(NodeOptions::builder().secret(secret).build()?).await?;
+/// let node = NodeHandle::start(NodeOptions::builder().secret(secret).build()?).await?;
 /// // Before exposing consumers of `Order` or sending `Order`s:
 /// node.body_schema(BodySchema::<Order>::new().version(2).upcast(upcast));
 /// # Ok(()) }

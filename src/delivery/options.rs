@@ -245,7 +245,7 @@ impl<T: Send + 'static> ProducerOptionsBuilder<T> {
     /// what a transport's frame (`max_frame_length`, NATS's `max_payload`) or a journal entry
     /// holds, with bounded memory at the consumer. The message is encoded once (serde, in bincode
     /// in process, or as its [`DurableOptions`](crate::durable::DurableOptions) say for a durable
-    /// producer; across processes in the transport's [`BodySchema`](crate::remote::BodySchema) for
+    /// producer; across processes in the transport's [`BodySchema`](crate::tcp::BodySchema) for
     /// `T`), which is what `T` needs `Serialize + DeserializeOwned` for; the consumer decodes it
     /// once whole. Each chunk is a delivery of its own: a seq, a window slot, retransmission; the
     /// last chunk's ACK, sent after the handler ran on the whole message, confirms it. Every
@@ -333,7 +333,7 @@ fn checked_chunking<T: Send + 'static>(
         return Err(OptionsError::new(
             "chunk_size",
             "the consumer reference takes no chunks: use a ConsumerHandle, a \
-             ConsumerController's Addr, Node::consumer_ref, NatsCarrier::consumer_ref, or \
+             ConsumerController's Addr, NodeHandle::consumer_ref, NatsCarrierHandle::consumer_ref, or \
              ConsumerRef::with_chunks",
         ));
     }

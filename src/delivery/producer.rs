@@ -596,7 +596,7 @@ impl<T: Clone + Send + 'static> ProducerHandle<T> {
     /// Starts `producer` where `placement` says and returns its handle.
     pub(crate) fn start(producer: ProducerController<T>, placement: &Placement) -> Self {
         let shared = Shared::of(&producer);
-        shared(placement.start(producer))
+        shared(placement.start(move || producer))
     }
 
     /// `confirm` for a message sent now: in the trace context the hook reads, if any.

@@ -285,7 +285,7 @@ impl<T> DurableOptions<T> {
     /// [`chunk_size`](crate::ProducerOptionsBuilder::chunk_size) in process, the chunks the
     /// producer sends (and stores) are written at this version and in this codec too, and
     /// read with the upcaster; across processes they are written in the node's
-    /// [`BodySchema`](crate::remote::BodySchema), which reads them back.
+    /// [`BodySchema`](crate::tcp::BodySchema), which reads them back.
     pub fn message_version(mut self, version: u32) -> Self {
         self.message_version = version;
         self

@@ -7,7 +7,7 @@
 //! is counted apart and ignored.
 //!
 //! Read continuously, and bounded like deliveries, by the rule the TCP transport follows
-//! ([`Routes::admit_acks`](crate::remote::routes::Routes::admit_acks)): per producer
+//! ([`Routes::admit_acks`](crate::tcp::routes::Routes::admit_acks)): per producer
 //! incarnation, at most 8 full frames of ACKs not known to be taken from the producer's
 //! mailbox; beyond, its ACKs are dropped (and counted), so a client flooding ACKs at a busy
 //! producer costs bounded memory. A dropped ACK is not lost: the producer retransmits, and the
@@ -18,10 +18,10 @@ use std::sync::Arc;
 use async_nats::{Message, StatusCode, Subscriber};
 use futures_util::StreamExt;
 
-use crate::remote::frame::Frame;
-use crate::remote::outbound::hand_acks;
-use crate::remote::routes::AckRefusal;
-use crate::remote::stats::{add, Warning};
+use crate::tcp::frame::Frame;
+use crate::tcp::outbound::hand_acks;
+use crate::tcp::routes::AckRefusal;
+use crate::tcp::stats::{add, Warning};
 
 use super::shared::Shared;
 

@@ -13,12 +13,12 @@ use crate::codec::schema::{BodySchema, Schemas};
 use crate::codec::MAX_ENCODED_BYTES;
 use crate::delivery::consumer::ConsumerHandle;
 use crate::delivery::message::{ConsumerRef, Delivery};
-use crate::remote::frame::CHUNK_FRAME_OVERHEAD;
-use crate::remote::inbound::ExposedConsumer;
-use crate::remote::routes::Routes;
-use crate::remote::stats::Warnings;
 use crate::runtime::error_chain::ErrorChain;
 use crate::runtime::random::random_u64;
+use crate::tcp::frame::CHUNK_FRAME_OVERHEAD;
+use crate::tcp::inbound::ExposedConsumer;
+use crate::tcp::routes::Routes;
+use crate::tcp::stats::Warnings;
 
 use super::inbound::serve;
 use super::options::NatsOptions;
@@ -82,7 +82,7 @@ impl Drop for Reference {
 }
 
 /// What the carrier's handles share: when the last handle, and the last reference from
-/// [`NatsCarrier::consumer_ref`], is dropped, the carrier stops.
+/// [`NatsCarrierHandle::consumer_ref`], is dropped, the carrier stops.
 struct Owner(Arc<Shared>);
 
 impl Drop for Owner {
@@ -93,18 +93,18 @@ impl Drop for Owner {
 
 /// A process's endpoint for reliable delivery over NATS. Cheap to clone.
 ///
-/// It runs until [`stop`](NatsCarrier::stop), until the arbiter that started it stops, or
+/// It runs until [`stop`](NatsCarrierHandle::stop), until the arbiter that started it stops, or
 /// until its last handle is dropped: its clones and the [`ConsumerRef`]s from
-/// [`consumer_ref`](NatsCarrier::consumer_ref). Consumers exposed on it do not keep it
+/// [`consumer_ref`](NatsCarrierHandle::consumer_ref). Consumers exposed on it do not keep it
 /// running.
 ///
 /// ```no_run
-/// use actix_delivery::nats::{NatsCarrier, NatsOptions};
+/// use actix_delivery::nats::{NatsCarrierHandle, NatsOptions};
 /// use actix_delivery::{ConsumerOptions, DeliveryHandler, ProducerOptions, ReliableDelivery};
 ///
 /// # #[actix::main] async fn main() -> Result<(), Box<dyn std::error::Error>> {
 /// // On every machine, one carrier per process:
-/// let carrier = NatsCarrier::connect("nats://127.0.0.1:4222", NatsOptions::default()).await?;
+/// let carrier = NatsCarrierHandle::connect("nats://127.0.0.1:4222", NatsOptions::default()).await?;
 ///
 /// // Where orders are handled (any number of processes, one queue group):
 /// let consumer = ReliableDelivery::consumer(
@@ -123,9 +123,9 @@ impl Drop for Owner {
 /// # Ok(()) }
 /// ```
 #[derive(Clone)]
-pub struct NatsCarrier(Arc<Owner>);
+pub struct NatsCarrierHandle(Arc<Owner>);
 
-impl NatsCarrier {
+impl NatsCarrierHandle {
     /// Connects to the server(s) at `url` (e.g. `nats://127.0.0.1:4222`, or several,
     /// comma-separated) without credentials, and starts the carrier on the current arbiter.
     /// For credentials, TLS or other client settings use [`with_client`](Self::with_client).
@@ -376,7 +376,7 @@ impl NatsCarrier {
     /// carrier exposes and the references to consumers of `T` it hands out: the codec they
     /// are written in, their schema version, and the upcaster of older versions (see
     /// [`BodySchema`], with an example). Without one, `T` is written in
-    /// [`DEFAULT_WIRE_CODEC`](crate::remote::DEFAULT_WIRE_CODEC) at version 1. Declare it
+    /// [`DEFAULT_WIRE_CODEC`](crate::tcp::DEFAULT_WIRE_CODEC) at version 1. Declare it
     /// before the first delivery (bodies kept for retransmission are sent as they were
     /// encoded); a second declaration replaces the first.
     pub fn body_schema<T: 'static>(&self, schema: BodySchema<T>) {

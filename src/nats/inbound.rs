@@ -9,9 +9,9 @@ use futures_util::StreamExt;
 use hashlink::LruCache;
 
 use crate::delivery::message::ReplyTo;
-use crate::remote::frame::Frame;
-use crate::remote::registry::{Dispatched, Exposed};
-use crate::remote::stats::{add, Warning};
+use crate::tcp::frame::Frame;
+use crate::tcp::registry::{Dispatched, Exposed};
+use crate::tcp::stats::{add, Warning};
 
 use super::shared::{Serving, Shared};
 

@@ -1,8 +1,8 @@
 //! Reliable delivery over NATS (feature `nats`): consumers are found by subject instead of by
 //! address, and a queue group lets several processes share a consumer and take over from
-//! each other. A [`NatsCarrier`] per process exposes local consumers on subjects
-//! ([`NatsCarrier::expose`], [`NatsCarrier::expose_in_group`]) and hands out
-//! [`ConsumerRef`](crate::ConsumerRef)s for subjects ([`NatsCarrier::consumer_ref`]) that an
+//! each other. A [`NatsCarrierHandle`] per process exposes local consumers on subjects
+//! ([`NatsCarrierHandle::expose`], [`NatsCarrierHandle::expose_in_group`]) and hands out
+//! [`ConsumerRef`](crate::ConsumerRef)s for subjects ([`NatsCarrierHandle::consumer_ref`]) that an
 //! unchanged [`ProducerController`](crate::ProducerController) sends to.
 //!
 //! NATS core delivers at most once: a message published while nobody listens, or while the
@@ -14,7 +14,7 @@
 //! - **Deliveries** are published to the consumer's subject in batches (what one producer
 //!   flush hands over, split to fit the server's `max_payload` and at most 1024 deliveries),
 //!   with a reply subject under the carrier's own inbox, one per
-//!   [`consumer_ref`](NatsCarrier::consumer_ref) (`_INBOX.<inbox>.<random token>`). The
+//!   [`consumer_ref`](NatsCarrierHandle::consumer_ref) (`_INBOX.<inbox>.<random token>`). The
 //!   server's "no responders" notice for a batch comes back on that subject, at once; a
 //!   status another client publishes to the inbox is counted apart
 //!   ([`NatsStats::forged_no_responders`]). Whether a batch may still be answered is known
@@ -52,11 +52,11 @@
 //!
 //! One NATS message is the protocol's version byte (7, for protocol 4: see below), then one
 //! frame of the TCP transport
-//! ([`remote`](crate::remote), "Wire format"), without the length prefix (NATS frames its
+//! ([`tcp`](crate::tcp), "Wire format"), without the length prefix (NATS frames its
 //! messages) and without a tag (NATS authenticates its clients): kind 4 `Deliveries` on the
 //! consumer's subject (its consumer name is the subject), kind 5 `Acks` on the producer's
 //! inbox. Bodies carry their codec and schema version as over TCP
-//! ([`BodySchema`](crate::remote::BodySchema), declared with [`NatsCarrier::body_schema`]).
+//! ([`BodySchema`](crate::tcp::BodySchema), declared with [`NatsCarrierHandle::body_schema`]).
 //! A message of another protocol version is refused, counted in
 //! [`NatsStats::version_refusals`] and warned about: protocol 1 (releases before bodies
 //! carried a codec, and before NATS messages carried a version) put the frame first, so this
@@ -96,7 +96,7 @@
 //! Authentication and TLS are the NATS server's and client's: connect the client with
 //! credentials (`async_nats::ConnectOptions::with_credentials_file`, `user_and_password`,
 //! `token`, NKeys; `require_tls(true)` and root certificates for TLS) and pass it to
-//! [`NatsCarrier::with_client`]; restrict with the server's permissions who may publish to
+//! [`NatsCarrierHandle::with_client`]; restrict with the server's permissions who may publish to
 //! a consumer's subject and subscribe to `_INBOX.>`, and let consumer processes publish
 //! only to `_INBOX.>` (their ACKs). Anyone who may publish to a consumer's
 //! subject can deliver messages to it and, knowing a producer's incarnation, speak for that
@@ -105,7 +105,7 @@
 //!
 //! # When to choose TCP, NATS, or a broker with its own persistence
 //!
-//! - **TCP** ([`remote`](crate::remote)): a few nodes that know each other's addresses, no
+//! - **TCP** ([`tcp`](crate::tcp)): a few nodes that know each other's addresses, no
 //!   server to run, the lowest latency, authentication built in.
 //! - **NATS**: many nodes, consumers found by subject, failover and load sharing by queue
 //!   group, one server (cluster) to run. Persistence is ours (journals), not the server's.
@@ -121,7 +121,7 @@
 /// of protocol 1. The next protocol takes 8.
 pub(crate) const MESSAGE_VERSION: u8 = 7;
 const _: () = assert!(
-    crate::remote::frame::PROTOCOL_VERSION == 4,
+    crate::tcp::frame::PROTOCOL_VERSION == 4,
     "a new protocol needs a new MESSAGE_VERSION"
 );
 
@@ -137,7 +137,7 @@ mod shared;
 mod stats;
 mod subject;
 
-pub use carrier::{NatsCarrier, NatsError};
+pub use carrier::{NatsCarrierHandle, NatsError};
 pub use options::{NatsConfig, NatsOptions, NatsOptionsBuilder};
 pub use stats::NatsStats;
 pub(crate) use subject::check_subject;

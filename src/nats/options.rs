@@ -4,11 +4,11 @@ use serde::{Deserialize, Serialize};
 
 use crate::config::{positive, Overrides};
 use crate::error::OptionsError;
-use crate::remote::handshake::check_frame_limits;
+use crate::tcp::handshake::check_frame_limits;
 
 use super::subject::check_subject;
 
-/// The settings of a [`NatsCarrier`](super::NatsCarrier): plain data, loadable with serde
+/// The settings of a [`NatsCarrierHandle`](super::NatsCarrierHandle): plain data, loadable with serde
 /// from the application's configuration (unknown keys refused), validated when
 /// [`NatsOptionsBuilder::build`] builds the options. `Default` gives the documented defaults;
 /// each field's meaning is that of the builder method of the same name.
@@ -23,7 +23,7 @@ use super::subject::check_subject;
 ///
 /// Authentication and TLS are the NATS client's, not data of these settings: build an
 /// `async_nats::Client` with them and pass it to
-/// [`NatsCarrier::with_client`](super::NatsCarrier::with_client).
+/// [`NatsCarrierHandle::with_client`](super::NatsCarrierHandle::with_client).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct NatsConfig {
@@ -68,7 +68,7 @@ impl NatsConfig {
     }
 }
 
-/// How a [`NatsCarrier`](super::NatsCarrier) sends and receives, validated: built with
+/// How a [`NatsCarrierHandle`](super::NatsCarrierHandle) sends and receives, validated: built with
 /// [`NatsOptions::builder`] (`default()` gives the defaults).
 #[derive(Clone, Debug, Default)]
 pub struct NatsOptions {

@@ -12,10 +12,10 @@ use bytes::Bytes;
 use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 
-use crate::remote::auth::Sealer;
-use crate::remote::frame::LENGTH_PREFIX;
-use crate::remote::output::{Output, Pushed};
-use crate::remote::stats::add;
+use crate::tcp::auth::Sealer;
+use crate::tcp::frame::LENGTH_PREFIX;
+use crate::tcp::output::{Output, Pushed};
+use crate::tcp::stats::add;
 
 use super::stats::Counters;
 use super::MESSAGE_VERSION;
@@ -242,9 +242,9 @@ fn payloads(mut encoded: Vec<u8>) -> Vec<Bytes> {
 mod tests {
     use super::*;
     use crate::protocol::envelope::{Ack, Incarnation, ProducerId};
-    use crate::remote::body::Body;
-    use crate::remote::frame::Frame;
-    use crate::remote::output::Item;
+    use crate::tcp::body::Body;
+    use crate::tcp::frame::Frame;
+    use crate::tcp::output::Item;
 
     fn drain(publisher: &Publisher) -> Vec<Bytes> {
         let mut queue = publisher.lock();

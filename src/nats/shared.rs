@@ -14,10 +14,10 @@ use tokio_util::sync::CancellationToken;
 use crate::codec::schema::Schemas;
 use crate::delivery::message::{ChunkDelivery, Delivery, ReplyTo};
 use crate::protocol::envelope::Ack;
-use crate::remote::frame::{Frame, PROTOCOL_VERSION};
-use crate::remote::outbound::{encode, encode_chunks, Group};
-use crate::remote::routes::Routes;
-use crate::remote::stats::{add, Warning, Warnings};
+use crate::tcp::frame::{Frame, PROTOCOL_VERSION};
+use crate::tcp::outbound::{encode, encode_chunks, Group};
+use crate::tcp::routes::Routes;
+use crate::tcp::stats::{add, Warning, Warnings};
 
 use super::notices::Notices;
 use super::options::NatsOptions;
@@ -62,7 +62,7 @@ pub(crate) struct Shared {
     pub(crate) schemas: Schemas,
 }
 
-/// Where one [`NatsCarrier::consumer_ref`] sends: its subject, the reply subject its batches
+/// Where one [`NatsCarrierHandle::consumer_ref`] sends: its subject, the reply subject its batches
 /// name (of this carrier's inbox, with a random token of its own), and which of its batches
 /// the server may still answer with a "no responders" notice.
 pub(super) struct Destination {

@@ -2,9 +2,9 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::remote::stats::counters;
+use crate::tcp::stats::counters;
 
-/// What a [`NatsCarrier`](super::NatsCarrier) did since it started (`routes` and
+/// What a [`NatsCarrierHandle`](super::NatsCarrierHandle) did since it started (`routes` and
 /// `cached_bodies` are current values).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[non_exhaustive]

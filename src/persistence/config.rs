@@ -83,7 +83,7 @@ pub struct PersistentConfig {
     pub codec: Codec,
     /// The value of the `entity` label on the entity's metrics (feature `metrics`): a name the
     /// application chose, the same for all entities of a kind, never one per stream. Default:
-    /// an [`EntityHost`](crate::sharding::EntityHost)'s entity type for its entities, else
+    /// an [`EntityHostHandle`](crate::sharding::EntityHostHandle)'s entity type for its entities, else
     /// `"default"`; not empty.
     pub metrics_label: Option<String>,
 }

@@ -16,16 +16,15 @@ use crate::persistence::behavior::EventSourced;
 use crate::persistence::config::PersistentConfig;
 use crate::persistence::core::{Outcome, PersistentStats};
 use crate::persistence::error::CommandError;
-use crate::persistence::outbox::Outbox;
+use crate::persistence::options::PersistentOptions;
 use crate::persistence::type_names::TypeNames;
 use crate::protocol::envelope::DeliveryInfo;
 use crate::runtime::stop_signal::{wait_for_stop, wait_opened, Life, StopSignal, SubscribeStopped};
 
 /// The application's side of a [`PersistentActor`]: ask it commands, stop it. Cheap to clone.
 ///
-/// **The handles own the actor.** The handle [`start`](Self::start),
-/// [`start_supervised`](Self::start_supervised) or
-/// [`start_with_outbox`](Self::start_with_outbox) returns, and every clone of it, keep the
+/// **The handles own the actor.** The handle [`start`](Self::start) returns, and every clone
+/// of it, keep the
 /// actor running; so do the clones inside [`delivery_handler`](Self::delivery_handler)s (an
 /// entity lives as long as a consumer feeding it) and an [`ask`](Self::ask) whose answer is
 /// still awaited. When the last one is dropped, the actor finishes what it decided (commits,
@@ -38,7 +37,7 @@ use crate::runtime::stop_signal::{wait_for_stop, wait_opened, Life, StopSignal, 
 /// ```
 /// use std::sync::Arc;
 /// use actix_delivery::journal::{MemoryJournal, PersistenceId};
-/// use actix_delivery::persistence::{Decision, EventSourced, PersistentConfig, PersistentHandle};
+/// use actix_delivery::persistence::{Decision, EventSourced, PersistentHandle, PersistentOptions};
 /// use serde::{Deserialize, Serialize};
 ///
 /// #[derive(Default, Serialize, Deserialize)]
@@ -66,13 +65,13 @@ use crate::runtime::stop_signal::{wait_for_stop, wait_opened, Life, StopSignal, 
 /// # #[actix::main] async fn main() -> Result<(), Box<dyn std::error::Error>> {
 /// let journal = Arc::new(MemoryJournal::new());
 /// let id = PersistenceId::new("counter-1")?;
-/// let counter = PersistentHandle::<Counter>::start(journal.clone(), id.clone(), PersistentConfig::default())?;
+/// let counter = PersistentHandle::<Counter>::start(PersistentOptions::new(journal.clone(), id.clone()))?;
 /// assert_eq!(counter.ask(5).await?, 5); // resolves once `Added(5)` is committed
 /// counter.stop();
 /// counter.stopped().await?;
 ///
 /// // A new start recovers the state from the journal.
-/// let counter = PersistentHandle::<Counter>::start(journal, id, PersistentConfig::default())?;
+/// let counter = PersistentHandle::<Counter>::start(PersistentOptions::new(journal, id))?;
 /// assert_eq!(counter.ask(2).await?, 7);
 /// # Ok(()) }
 /// ```
@@ -106,16 +105,33 @@ impl<E: EventSourced> Clone for PersistentHandle<E> {
 }
 
 impl<E: EventSourced> PersistentHandle<E> {
-    /// Starts the entity of stream `id` on the current arbiter; it recovers its state first.
+    /// Starts the entity `options` name where they place it; it recovers its state first.
     ///
     /// # Errors
-    /// [`OptionsError`] if `config` is invalid.
-    pub fn start(
-        journal: Arc<dyn Journal>,
-        id: PersistenceId,
-        config: PersistentConfig,
-    ) -> Result<Self, OptionsError> {
-        Self::start_shaped(journal, id, config, |actor| actor)
+    /// [`OptionsError`] if the settings are invalid, a lane's producer id (`<id>/<name>`) of
+    /// the outbox is longer than 256 bytes, or `E`'s event or snapshot version is 0.
+    pub fn start(options: PersistentOptions) -> Result<Self, OptionsError> {
+        let PersistentOptions {
+            journal,
+            id,
+            config,
+            outbox,
+            placement,
+        } = options;
+        config.validate()?;
+        check_versions::<E>()?;
+        if let Some(outbox) = &outbox {
+            outbox.check(&id)?;
+        }
+        let (signal, life) = signal();
+        let addr = placement.start(move || {
+            match outbox {
+                Some(outbox) => PersistentActor::with_outbox(journal, id, config, outbox),
+                None => PersistentActor::new(journal, id, config),
+            }
+            .with_stop_signal(signal)
+        });
+        Ok(Self::owning(addr, life))
     }
 
     /// A log of the crate's own (a durable producer's): its stream written and read under
@@ -127,125 +143,14 @@ impl<E: EventSourced> PersistentHandle<E> {
         config: PersistentConfig,
         names: TypeNames,
     ) -> Result<Self, OptionsError> {
-        Self::start_shaped(journal, id, config, |actor| {
-            actor.with_type_names(names).unmetered()
-        })
-    }
-
-    /// Starts the actor `shape` makes of the entity's on the current arbiter.
-    fn start_shaped(
-        journal: Arc<dyn Journal>,
-        id: PersistenceId,
-        config: PersistentConfig,
-        shape: impl FnOnce(PersistentActor<E>) -> PersistentActor<E>,
-    ) -> Result<Self, OptionsError> {
         config.validate()?;
         check_versions::<E>()?;
         let (signal, life) = signal();
-        let addr = shape(PersistentActor::new(journal, id, config))
+        let addr = PersistentActor::new(journal, id, config)
+            .with_type_names(names)
+            .unmetered()
             .with_stop_signal(signal)
             .start();
-        Ok(Self::owning(addr, life))
-    }
-
-    /// Starts the entity under an Actix `Supervisor`: after a failed append it restarts and
-    /// recovers from the journal. [`stop`](Self::stop) still stops it for good.
-    ///
-    /// # Errors
-    /// [`OptionsError`] if `config` is invalid.
-    pub fn start_supervised(
-        journal: Arc<dyn Journal>,
-        id: PersistenceId,
-        config: PersistentConfig,
-    ) -> Result<Self, OptionsError> {
-        config.validate()?;
-        check_versions::<E>()?;
-        let (signal, life) = signal();
-        let addr = Supervisor::start(move |_| {
-            PersistentActor::new(journal, id, config).with_stop_signal(signal)
-        });
-        Ok(Self::owning(addr, life))
-    }
-
-    /// Starts the entity under an Actix `Supervisor` with an outbox: its decisions may deliver
-    /// to `outbox`'s destinations ([`Decision::deliver`](crate::persistence::Decision::deliver)).
-    ///
-    /// # Errors
-    /// [`OptionsError`] if `config` is invalid or a lane's producer id (`<id>/<name>`) is
-    /// longer than 256 bytes.
-    pub fn start_with_outbox(
-        journal: Arc<dyn Journal>,
-        id: PersistenceId,
-        config: PersistentConfig,
-        outbox: Outbox,
-    ) -> Result<Self, OptionsError> {
-        config.validate()?;
-        check_versions::<E>()?;
-        outbox.check(&id)?;
-        let (signal, life) = signal();
-        let addr = Supervisor::start(move |_| {
-            PersistentActor::with_outbox(journal, id, config, outbox).with_stop_signal(signal)
-        });
-        Ok(Self::owning(addr, life))
-    }
-
-    /// As [`start`](Self::start), on another arbiter (thread): the actor is made and runs
-    /// there; the handle works from anywhere.
-    ///
-    /// # Errors
-    /// [`OptionsError`] if `config` is invalid.
-    pub fn start_in(
-        arbiter: &ArbiterHandle,
-        journal: Arc<dyn Journal>,
-        id: PersistenceId,
-        config: PersistentConfig,
-    ) -> Result<Self, OptionsError> {
-        config.validate()?;
-        check_versions::<E>()?;
-        let (signal, life) = signal();
-        let addr = PersistentActor::start_in_arbiter(arbiter, move |_| {
-            PersistentActor::new(journal, id, config).with_stop_signal(signal)
-        });
-        Ok(Self::owning(addr, life))
-    }
-
-    /// As [`start_supervised`](Self::start_supervised), on another arbiter (thread).
-    ///
-    /// # Errors
-    /// [`OptionsError`] if `config` is invalid.
-    pub fn start_supervised_in(
-        arbiter: &ArbiterHandle,
-        journal: Arc<dyn Journal>,
-        id: PersistenceId,
-        config: PersistentConfig,
-    ) -> Result<Self, OptionsError> {
-        config.validate()?;
-        check_versions::<E>()?;
-        let (signal, life) = signal();
-        let addr = Supervisor::start_in_arbiter(arbiter, move |_| {
-            PersistentActor::new(journal, id, config).with_stop_signal(signal)
-        });
-        Ok(Self::owning(addr, life))
-    }
-
-    /// As [`start_with_outbox`](Self::start_with_outbox), on another arbiter (thread).
-    ///
-    /// # Errors
-    /// As [`start_with_outbox`](Self::start_with_outbox).
-    pub fn start_with_outbox_in(
-        arbiter: &ArbiterHandle,
-        journal: Arc<dyn Journal>,
-        id: PersistenceId,
-        config: PersistentConfig,
-        outbox: Outbox,
-    ) -> Result<Self, OptionsError> {
-        config.validate()?;
-        check_versions::<E>()?;
-        outbox.check(&id)?;
-        let (signal, life) = signal();
-        let addr = Supervisor::start_in_arbiter(arbiter, move |_| {
-            PersistentActor::with_outbox(journal, id, config, outbox).with_stop_signal(signal)
-        });
         Ok(Self::owning(addr, life))
     }
 

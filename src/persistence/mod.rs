@@ -67,6 +67,7 @@ pub(crate) mod error;
 mod handle;
 #[cfg(feature = "metrics")]
 pub(crate) mod metrics;
+mod options;
 mod outbox;
 mod outbox_state;
 pub(crate) mod type_names;
@@ -82,4 +83,5 @@ pub use self::core::{Outcome, PersistentStats};
 pub use self::error::CommandError;
 pub(crate) use self::handle::check_versions;
 pub use self::handle::PersistentHandle;
+pub use self::options::PersistentOptions;
 pub use self::outbox::Outbox;

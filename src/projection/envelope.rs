@@ -29,7 +29,7 @@ pub struct Envelope<Ev> {
 
 impl<Ev> Envelope<Ev> {
     /// The entity id of a sharded entity's stream (`<type>|<id>`, as an
-    /// [`EntityHost`](crate::sharding::EntityHost) names them): what follows the first `|`
+    /// [`EntityHostHandle`](crate::sharding::EntityHostHandle) names them): what follows the first `|`
     /// (entity types hold none, entity ids may). `None` for a stream without `|`.
     pub fn entity_id(&self) -> Option<&str> {
         self.persistence_id

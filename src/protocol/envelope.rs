@@ -306,7 +306,7 @@ pub enum DeadLetterReason {
     /// The body arrived encoded in a way the consumer's version of its message type cannot
     /// read: a codec this version of the crate does not know, a schema version newer than
     /// the consumer's (the sender runs newer code), or an older one that no upcaster turned
-    /// into today's type (see [`BodySchema`](crate::remote::BodySchema)).
+    /// into today's type (see [`BodySchema`](crate::tcp::BodySchema)).
     #[error("{}", incompatible(*codec, *version, *current))]
     IncompatibleBody {
         /// The id of the codec the body was written in

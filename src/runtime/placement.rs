@@ -15,16 +15,17 @@ pub(crate) struct Placement {
 }
 
 impl Placement {
-    /// Starts `actor` where this placement says, supervised if it says so.
-    pub(crate) fn start<A>(&self, actor: A) -> Addr<A>
+    /// Starts the actor `make` makes (on the arbiter it runs on) where this placement says,
+    /// supervised if it says so.
+    pub(crate) fn start<A>(&self, make: impl FnOnce() -> A + Send + 'static) -> Addr<A>
     where
-        A: Actor<Context = Context<A>> + Supervised + Send,
+        A: Actor<Context = Context<A>> + Supervised,
     {
         match (&self.arbiter, self.supervised) {
-            (None, false) => actor.start(),
-            (None, true) => Supervisor::start(move |_| actor),
-            (Some(arbiter), false) => A::start_in_arbiter(arbiter, move |_| actor),
-            (Some(arbiter), true) => Supervisor::start_in_arbiter(arbiter, move |_| actor),
+            (None, false) => make().start(),
+            (None, true) => Supervisor::start(move |_| make()),
+            (Some(arbiter), false) => A::start_in_arbiter(arbiter, move |_| make()),
+            (Some(arbiter), true) => Supervisor::start_in_arbiter(arbiter, move |_| make()),
         }
     }
 }

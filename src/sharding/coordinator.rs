@@ -1,5 +1,5 @@
 //! The shard coordinator: one per node and sharded type, the application's handle of the
-//! node's [`EntityHost`] and of its [leaseholder](crate::sharding::lease): the actor that keeps
+//! node's [`EntityHostHandle`] and of its [leaseholder](crate::sharding::lease): the actor that keeps
 //! the node's leases in a [`LeaseStore`], takes the shards the
 //! [allocation](crate::sharding::allocation) gives it and hands off the others.
 
@@ -14,13 +14,13 @@ use crate::persistence::EventSourced;
 use crate::runtime::random::random_u64;
 use crate::runtime::stop_signal::{wait_stopped, SubscribeStopped};
 use crate::sharding::coordinator_options::CoordinatorOptions;
-use crate::sharding::host::EntityHost;
+use crate::sharding::host::EntityHostHandle;
 use crate::sharding::host_options::EntityHostOptions;
 use crate::sharding::lease_store::{LeaseStore, Member};
 use crate::sharding::leaseholder::{CoordinatorStats, GetCoordinatorStats, Leaseholder, Leave};
 use crate::sharding::transport::ShardTransport;
 
-/// A node of a sharded type: its [`EntityHost`] runs the entities of the shards the node
+/// A node of a sharded type: its [`EntityHostHandle`] runs the entities of the shards the node
 /// owns, and its coordinator keeps those shards' leases in a [`LeaseStore`] (PostgreSQL for
 /// several processes), takes free shards the allocation gives the node, hands off the others
 /// (the old owner stops the shard's entities, then releases; the new owner acquires and its
@@ -33,13 +33,13 @@ use crate::sharding::transport::ShardTransport;
 /// Cheap to clone. The node runs until [`stop`](Self::stop), which leaves the cluster
 /// gracefully: the member is removed, every shard handed off, the host stopped (dropping the
 /// handles does not stop it: a node leaves by handing its shards off).
-pub struct ShardCoordinator<E: EventSourced> {
-    host: EntityHost<E>,
+pub struct ShardCoordinatorHandle<E: EventSourced> {
+    host: EntityHostHandle<E>,
     addr: Addr<Leaseholder>,
     member: Arc<str>,
 }
 
-impl<E: EventSourced> Clone for ShardCoordinator<E> {
+impl<E: EventSourced> Clone for ShardCoordinatorHandle<E> {
     fn clone(&self) -> Self {
         Self {
             host: self.host.clone(),
@@ -49,7 +49,7 @@ impl<E: EventSourced> Clone for ShardCoordinator<E> {
     }
 }
 
-impl<E: EventSourced> ShardCoordinator<E> {
+impl<E: EventSourced> ShardCoordinatorHandle<E> {
     /// Starts a node of the type `host` describes, on the current arbiter: a host of no shard
     /// yet over `journal`, its coordinator over `leases`, and the transport `transport` makes
     /// from the host (a NATS exposure of the host's consumer, say).
@@ -61,9 +61,9 @@ impl<E: EventSourced> ShardCoordinator<E> {
         host: EntityHostOptions,
         leases: Arc<dyn LeaseStore>,
         options: CoordinatorOptions,
-        transport: impl FnOnce(&EntityHost<E>) -> T,
+        transport: impl FnOnce(&EntityHostHandle<E>) -> T,
     ) -> Result<Self, OptionsError> {
-        let host = EntityHost::<E>::start_hosting(journal, host, false)?;
+        let host = EntityHostHandle::<E>::start_hosting(journal, host, false)?;
         let transport = transport(&host);
         let member = Member {
             id: format!("{}#{:016x}", options.node_name, random_u64()),
@@ -85,7 +85,7 @@ impl<E: EventSourced> ShardCoordinator<E> {
 
     /// The node's host: ask its entities directly (commands for shards the node does not own
     /// are refused, [`HostError::NotHosted`](crate::sharding::HostError::NotHosted)).
-    pub fn host(&self) -> &EntityHost<E> {
+    pub fn host(&self) -> &EntityHostHandle<E> {
         &self.host
     }
 
@@ -118,9 +118,9 @@ impl<E: EventSourced> ShardCoordinator<E> {
     }
 }
 
-impl<E: EventSourced> std::fmt::Debug for ShardCoordinator<E> {
+impl<E: EventSourced> std::fmt::Debug for ShardCoordinatorHandle<E> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("ShardCoordinator")
+        f.debug_struct("ShardCoordinatorHandle")
             .field("member", &self.member)
             .finish_non_exhaustive()
     }

@@ -8,16 +8,16 @@ use std::time::Duration;
 use serde::Serialize;
 
 use crate::delivery::message::ConsumerRef;
-use crate::remote::{Node, PeerAddr};
 use crate::sharding::entity_id::ShardId;
 use crate::sharding::envelope::EntityEnvelope;
 use crate::sharding::lease_store::LeaseStore;
+use crate::tcp::{NodeHandle, PeerAddr};
 
 /// Where each shard's owner is reached, as a [`LeaseStore`] says: read again every
 /// `refresh`, on the arbiter that started it, as long as a clone of it (or a destination made
 /// from it) lives. For senders over TCP: host nodes expose their
-/// [`EntityHost::consumer`](crate::sharding::EntityHost::consumer) on their
-/// [`Node`](crate::remote::Node) under one name and publish their address
+/// [`EntityHostHandle::consumer`](crate::sharding::EntityHostHandle::consumer) on their
+/// [`NodeHandle`](crate::tcp::NodeHandle) under one name and publish their address
 /// ([`CoordinatorOptionsBuilder::address`](crate::sharding::CoordinatorOptionsBuilder::address));
 /// the coordinator needs no transport then ([`NoTransport`](crate::sharding::NoTransport)):
 /// a host refuses deliveries for shards it does not own (no ACK), and they are retransmitted
@@ -73,7 +73,7 @@ impl ShardDirectory {
     /// dropped (and retransmitted by its stream).
     pub fn destination<T: Serialize + Send + 'static>(
         &self,
-        node: &Node,
+        node: &NodeHandle,
         name: &str,
     ) -> impl Fn(ShardId) -> ConsumerRef<EntityEnvelope<T>> + Send + Sync + 'static {
         let refs: Arc<Mutex<HashMap<String, ConsumerRef<EntityEnvelope<T>>>>> = Arc::default();

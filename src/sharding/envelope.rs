@@ -7,7 +7,7 @@ use crate::protocol::envelope::{check_numbers, check_producer_id, DeadLetterReas
 use crate::sharding::entity_id::EntityId;
 
 /// A message for one entity, as a sharded producer sends it through the entity's stream and
-/// an [`EntityHost`](crate::sharding::EntityHost)'s consumer receives it.
+/// an [`EntityHostHandle`](crate::sharding::EntityHostHandle)'s consumer receives it.
 ///
 /// `origin` is the message's id at the sharded producer (the producer's id and incarnation,
 /// the message's seq there and the producer's window start): it stays the same when the

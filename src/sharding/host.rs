@@ -28,7 +28,7 @@ use crate::sharding::host_options::EntityHostOptions;
 use crate::sharding::host_shell::{Held, HostShell, Inner, Rearm, StopHost, WaitGone};
 use crate::work_pulling::Job;
 
-/// Why a command sent to an [`EntityHost`] got no reply of its own. `R` is the entity's
+/// Why a command sent to an [`EntityHostHandle`] got no reply of its own. `R` is the entity's
 /// rejection type.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
@@ -76,7 +76,7 @@ impl<R: Display> From<Refusal> for HostError<R> {
 /// use std::sync::Arc;
 /// use actix_delivery::journal::MemoryJournal;
 /// use actix_delivery::persistence::{Decision, EventSourced};
-/// use actix_delivery::sharding::{EntityHost, EntityHostOptions, EntityId};
+/// use actix_delivery::sharding::{EntityHostHandle, EntityHostOptions, EntityId};
 /// # #[derive(Default, serde::Serialize, serde::Deserialize)] struct Account { balance: u64 }
 /// # #[derive(serde::Serialize, serde::Deserialize)] struct Deposited(u64);
 /// # impl EventSourced for Account {
@@ -87,7 +87,7 @@ impl<R: Display> From<Refusal> for HostError<R> {
 /// # }
 ///
 /// # #[actix::main] async fn main() -> Result<(), Box<dyn std::error::Error>> {
-/// let accounts = EntityHost::<Account>::start(
+/// let accounts = EntityHostHandle::<Account>::start(
 ///     Arc::new(MemoryJournal::new()),
 ///     EntityHostOptions::builder("account").build()?,
 /// )?;
@@ -97,7 +97,7 @@ impl<R: Display> From<Refusal> for HostError<R> {
 /// assert_eq!(accounts.stats().activations, 1);
 /// # Ok(()) }
 /// ```
-pub struct EntityHost<E: EventSourced> {
+pub struct EntityHostHandle<E: EventSourced> {
     inner: Arc<Inner<E>>,
     owner: Arc<Owner<E>>,
 }
@@ -111,7 +111,7 @@ impl<E: EventSourced> Drop for Owner<E> {
     }
 }
 
-impl<E: EventSourced> Clone for EntityHost<E> {
+impl<E: EventSourced> Clone for EntityHostHandle<E> {
     fn clone(&self) -> Self {
         Self {
             inner: self.inner.clone(),
@@ -120,7 +120,7 @@ impl<E: EventSourced> Clone for EntityHost<E> {
     }
 }
 
-impl<E: EventSourced> EntityHost<E> {
+impl<E: EventSourced> EntityHostHandle<E> {
     /// Starts a host of every shard of the type on the current arbiter.
     ///
     /// # Errors
@@ -323,7 +323,7 @@ impl<E: EventSourced> EntityHost<E> {
     /// # use std::sync::Arc;
     /// # use actix_delivery::journal::MemoryJournal;
     /// # use actix_delivery::persistence::{Decision, EventSourced};
-    /// # use actix_delivery::sharding::{EntityHost, EntityHostOptions, EntityId};
+    /// # use actix_delivery::sharding::{EntityHostHandle, EntityHostOptions, EntityId};
     /// # use actix_delivery::work_pulling::{WorkPullingOptions, WorkerRegistry};
     /// # use actix_delivery::{ConsumerOptions, ReliableDelivery};
     /// # #[derive(Default, serde::Serialize, serde::Deserialize)] struct Account { balance: u64 }
@@ -335,7 +335,7 @@ impl<E: EventSourced> EntityHost<E> {
     /// #     fn apply(&mut self, Deposited(n): &Deposited) { self.balance += n; }
     /// # }
     /// # #[actix::main] async fn main() -> Result<(), Box<dyn std::error::Error>> {
-    /// let accounts = EntityHost::<Account>::start(
+    /// let accounts = EntityHostHandle::<Account>::start(
     ///     Arc::new(MemoryJournal::new()),
     ///     EntityHostOptions::builder("account").build()?,
     /// )?;
@@ -455,9 +455,9 @@ impl<E: EventSourced> EntityHost<E> {
     }
 }
 
-impl<E: EventSourced> std::fmt::Debug for EntityHost<E> {
+impl<E: EventSourced> std::fmt::Debug for EntityHostHandle<E> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("EntityHost")
+        f.debug_struct("EntityHostHandle")
             .field("entity_type", &self.inner.options.entity_type)
             .finish_non_exhaustive()
     }

@@ -18,7 +18,7 @@ pub const MAX_ENTITY_TYPE: usize = 256 - 1 - MAX_ENTITY_ID;
 /// The most shards a sharded type may have.
 pub const MAX_SHARDS: u32 = 65_536;
 
-/// Numeric settings of an [`EntityHost`](crate::sharding::EntityHost), loadable with serde
+/// Numeric settings of an [`EntityHostHandle`](crate::sharding::EntityHostHandle), loadable with serde
 /// like the other settings structs (durations in milliseconds, `"unbounded"` for no limit).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
@@ -101,7 +101,7 @@ pub(crate) fn check_shards(shards: u32) -> Result<(), OptionsError> {
     Ok(())
 }
 
-/// Everything an [`EntityHost`](crate::sharding::EntityHost) needs, validated.
+/// Everything an [`EntityHostHandle`](crate::sharding::EntityHostHandle) needs, validated.
 #[derive(Clone, Debug)]
 pub struct EntityHostOptions {
     pub(crate) entity_type: String,

@@ -9,7 +9,9 @@ use actix::WeakAddr;
 use tokio::sync::oneshot;
 
 use crate::journal::{Journal, PersistenceId};
-use crate::persistence::{Answer, Ask, CommandError, EventSourced, Execute, PersistentHandle};
+use crate::persistence::{
+    Answer, Ask, CommandError, EventSourced, Execute, PersistentHandle, PersistentOptions,
+};
 use crate::runtime::alarm::{self, Alarm};
 use crate::runtime::stop_signal::{StopSignal, SubscribeStopped};
 use crate::sharding::entity_id::{EntityId, ShardId};
@@ -51,11 +53,10 @@ impl<E: EventSourced> Inner<E> {
     pub(super) fn start(&self, entity: &EntityId, generation: u64) -> PersistentHandle<E> {
         let id = format!("{}|{entity}", self.options.entity_type);
         let id = PersistenceId::new(id).expect("type and id lengths were checked");
-        let instance = PersistentHandle::start_in(
-            &self.arbiter,
-            self.journal.clone(),
-            id,
-            self.options.persistent.clone(),
+        let instance = PersistentHandle::start(
+            PersistentOptions::new(self.journal.clone(), id)
+                .config(self.options.persistent.clone())
+                .arbiter(&self.arbiter),
         )
         .expect("the settings were validated when the host was built");
         let stopped = instance.stopped();

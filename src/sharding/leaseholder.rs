@@ -1,4 +1,4 @@
-//! The leaseholder: the actor of a [`ShardCoordinator`](crate::sharding::ShardCoordinator).
+//! The leaseholder: the actor of a [`ShardCoordinatorHandle`](crate::sharding::ShardCoordinatorHandle).
 //! Every `renew_interval` it renews the node's leases and heartbeat and looks at the table;
 //! then it drops what it lost, hands off and acquires as the pure [`plan`] says, keeps the
 //! node's [`LeaseBook`], and tells the host and the transport which shards are the node's.
@@ -16,7 +16,7 @@ use crate::runtime::stop_signal::{StopSignal, SubscribeStopped};
 use crate::sharding::allocation::plan;
 use crate::sharding::coordinator_options::CoordinatorConfig;
 use crate::sharding::entity_id::ShardId;
-use crate::sharding::host::EntityHost;
+use crate::sharding::host::EntityHostHandle;
 use crate::sharding::lease::LeaseBook;
 use crate::sharding::lease_store::{LeaseStore, LeaseView, Member};
 use crate::sharding::transport::{LocalFuture, ShardTransport};
@@ -54,7 +54,7 @@ trait HostShards: 'static {
     fn stop(&self) -> LocalFuture<()>;
 }
 
-impl<E: EventSourced> HostShards for EntityHost<E> {
+impl<E: EventSourced> HostShards for EntityHostHandle<E> {
     fn host(&self, shard: ShardId) {
         self.host_shard(shard);
     }
@@ -64,7 +64,7 @@ impl<E: EventSourced> HostShards for EntityHost<E> {
     }
 
     fn stop(&self) -> LocalFuture<()> {
-        EntityHost::stop(self);
+        EntityHostHandle::stop(self);
         Box::pin(self.stopped())
     }
 }
@@ -99,7 +99,7 @@ struct Read {
 impl Leaseholder {
     /// The leaseholder of node `member` for `host`'s type.
     pub(super) fn new<E: EventSourced>(
-        host: &EntityHost<E>,
+        host: &EntityHostHandle<E>,
         member: Member,
         config: CoordinatorConfig,
         store: Arc<dyn LeaseStore>,

@@ -11,7 +11,7 @@
 //!
 //! # On one node
 //!
-//! An [`EntityHost`] runs the entities of one [`EventSourced`](crate::persistence::EventSourced)
+//! An [`EntityHostHandle`] runs the entities of one [`EventSourced`](crate::persistence::EventSourced)
 //! type over a journal. An entity is a [`PersistentActor`](crate::persistence::PersistentActor)
 //! of stream `<type>|<id>`, started on its first command (it recovers from the journal;
 //! commands sent meanwhile wait in it, up to `max_recovery_buffer`), found by [`EntityId`],
@@ -29,7 +29,7 @@
 //! one slow entity does not hold the others back, and an entity without demand holds at most
 //! `max_pending_per_entity` of the producer's window. Each message carries its stable id at
 //! the producer and its predecessor to the same entity ([`EntityEnvelope`]); the host's
-//! consumer ([`EntityHost::consumer`]) stores that id as the command's processed mark with
+//! consumer ([`EntityHostHandle::consumer`]) stores that id as the command's processed mark with
 //! its events and ACKs once they are committed: **every message's events are stored once**,
 //! across crashes of the host, and with a durable producer
 //! ([`ReliableDelivery::durable_sharded_producer`](crate::ReliableDelivery::durable_sharded_producer):
@@ -40,7 +40,7 @@
 //! use std::sync::Arc;
 //! use actix_delivery::journal::MemoryJournal;
 //! use actix_delivery::persistence::{Decision, EventSourced};
-//! use actix_delivery::sharding::{EntityHost, EntityHostOptions, EntityId, ShardedProducerOptions};
+//! use actix_delivery::sharding::{EntityHostHandle, EntityHostOptions, EntityId, ShardedProducerOptions};
 //! use actix_delivery::ReliableDelivery;
 //! # #[derive(Default, serde::Serialize, serde::Deserialize)] struct Account { balance: u64 }
 //! # #[derive(serde::Serialize, serde::Deserialize)] struct Deposited(u64);
@@ -52,7 +52,7 @@
 //! # }
 //!
 //! # #[actix::main] async fn main() -> Result<(), Box<dyn std::error::Error>> {
-//! let accounts = EntityHost::<Account>::start(
+//! let accounts = EntityHostHandle::<Account>::start(
 //!     Arc::new(MemoryJournal::new()), // SqliteJournal, PostgresJournal in production
 //!     EntityHostOptions::builder("account").build()?,
 //! )?;
@@ -68,7 +68,7 @@
 //! # Across nodes
 //!
 //! An entity belongs to one of a fixed number of **shards**: [`ShardId::of`] its id (FNV-1a,
-//! modulo `shards`). A [`ShardCoordinator`] per node and type owns shards through **leases**
+//! modulo `shards`). A [`ShardCoordinatorHandle`] per node and type owns shards through **leases**
 //! in a [`LeaseStore`] (`PostgresLeaseStore` in the shared journal's database, feature
 //! `postgres`; [`MemoryLeaseStore`] in one process): acquired only once free or expired, with
 //! a **fencing token** that grows with every acquisition; renewed every `renew_interval`;
@@ -81,7 +81,7 @@
 //! - **Joining and leaving: handoff.** A node holding a shard another member should own hands
 //!   it off, at most `max_handoffs` at a time: it stops receiving the shard's deliveries, stops
 //!   the shard's entities (gracefully), then releases the lease; the new owner acquires it and
-//!   its entities recover on their next command. [`ShardCoordinator::stop`] hands off every
+//!   its entities recover on their next command. [`ShardCoordinatorHandle::stop`] hands off every
 //!   shard and leaves.
 //! - **Crashes.** A SIGKILLed node's leases expire after `lease_ttl`; the others take its
 //!   shards. Deliveries in flight to it are retransmitted and reach the new owner, whose
@@ -92,7 +92,7 @@
 //!   shards when its lease is no longer valid here, before the store gives them away.
 //! - **Transport.** Deliveries reach the owner over NATS (`NatsShards`, feature `nats`: a
 //!   subject per shard, subscribed by its owner only), over TCP (each node exposes its host's
-//!   consumer on its [`Node`](crate::remote::Node); senders find a shard's owner in the lease
+//!   consumer on its [`NodeHandle`](crate::tcp::NodeHandle); senders find a shard's owner in the lease
 //!   table through a [`ShardDirectory`]), or any [`ShardTransport`].
 //!
 //! # Settings
@@ -157,14 +157,14 @@ mod rooms;
 mod router;
 mod transport;
 
-pub use self::coordinator::ShardCoordinator;
+pub use self::coordinator::ShardCoordinatorHandle;
 pub use self::coordinator_options::{
     CoordinatorConfig, CoordinatorOptions, CoordinatorOptionsBuilder, MAX_NODE_NAME,
 };
 pub use self::directory::ShardDirectory;
 pub use self::entity_id::{EntityId, EntityIdError, ShardId, MAX_ENTITY_ID};
 pub use self::envelope::{EntityEnvelope, EntityMessage};
-pub use self::host::{EntityHost, HostError};
+pub use self::host::{EntityHostHandle, HostError};
 pub use self::host_core::HostStats;
 pub use self::host_options::{
     EntityHostConfig, EntityHostOptions, EntityHostOptionsBuilder, MAX_ENTITY_TYPE, MAX_SHARDS,

@@ -6,7 +6,7 @@ use serde::Serialize;
 
 use crate::delivery::consumer::ConsumerHandle;
 use crate::delivery::message::ConsumerRef;
-use crate::nats::{NatsCarrier, NatsError};
+use crate::nats::{NatsCarrierHandle, NatsError};
 use crate::sharding::entity_id::ShardId;
 use crate::sharding::envelope::EntityEnvelope;
 use crate::sharding::transport::{LocalFuture, ShardTransport};
@@ -17,19 +17,19 @@ use crate::sharding::transport::{LocalFuture, ShardTransport};
 /// shard moves, nobody subscribes: deliveries are lost there and retransmitted, and reach the
 /// new owner once it has the subject.
 pub struct NatsShards<M: Send + 'static> {
-    carrier: NatsCarrier,
+    carrier: NatsCarrierHandle,
     prefix: String,
     consumer: ConsumerHandle<EntityEnvelope<M>>,
 }
 
 impl<M: DeserializeOwned + Send + 'static> NatsShards<M> {
-    /// Exposes `consumer` (an [`EntityHost`](crate::sharding::EntityHost)'s) on `carrier`, on
+    /// Exposes `consumer` (an [`EntityHostHandle`](crate::sharding::EntityHostHandle)'s) on `carrier`, on
     /// the subjects `<prefix>.<shard>` of the shards its node owns.
     ///
     /// # Errors
     /// [`NatsError::InvalidSubject`] if `<prefix>.0` is no valid subject.
     pub fn new(
-        carrier: &NatsCarrier,
+        carrier: &NatsCarrierHandle,
         prefix: &str,
         consumer: ConsumerHandle<EntityEnvelope<M>>,
     ) -> Result<Self, NatsError> {
@@ -49,7 +49,7 @@ impl<M: Serialize + Send + 'static> NatsShards<M> {
     /// # Errors
     /// [`NatsError::InvalidSubject`] if `<prefix>.0` is no valid subject.
     pub fn destination(
-        carrier: &NatsCarrier,
+        carrier: &NatsCarrierHandle,
         prefix: &str,
     ) -> Result<impl Fn(ShardId) -> ConsumerRef<EntityEnvelope<M>> + Send + Sync + 'static, NatsError>
     {

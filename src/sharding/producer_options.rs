@@ -83,7 +83,7 @@ pub struct ShardedProducerOptions<T: Send + 'static> {
 
 impl<T: Send + 'static> ShardedProducerOptions<T> {
     /// Starts a builder for a producer whose messages all go to `consumer` (an
-    /// [`EntityHost`](crate::sharding::EntityHost)'s consumer in this process, or a reference
+    /// [`EntityHostHandle`](crate::sharding::EntityHostHandle)'s consumer in this process, or a reference
     /// to one on another node).
     pub fn builder(
         consumer: impl Into<ConsumerRef<EntityEnvelope<T>>>,

@@ -14,16 +14,16 @@ use tokio::net::TcpStream;
 use tokio::sync::Notify;
 use tokio_util::codec::{FramedRead, LengthDelimitedCodec};
 
-use crate::remote::auth::{Nonce, Opener, Sealer};
-use crate::remote::context::Context;
-use crate::remote::frame::{Frame, HANDSHAKE_MAX_FRAME};
-use crate::remote::handshake::{Client, HandshakeError, Local, Server, Session};
-use crate::remote::output::Output;
-use crate::remote::peer::Identity;
-use crate::remote::stats::{add, Counters, Warning};
 #[cfg(feature = "tls")]
 use crate::runtime::error_chain::ErrorChain;
 use crate::runtime::random::random_bytes;
+use crate::tcp::auth::{Nonce, Opener, Sealer};
+use crate::tcp::context::Context;
+use crate::tcp::frame::{Frame, HANDSHAKE_MAX_FRAME};
+use crate::tcp::handshake::{Client, HandshakeError, Local, Server, Session};
+use crate::tcp::output::Output;
+use crate::tcp::peer::Identity;
+use crate::tcp::stats::{add, Counters, Warning};
 
 /// The reading half of a connection (a socket's, or its TLS stream's).
 pub(crate) type ReadStream = Box<dyn AsyncRead + Send + Unpin>;
@@ -311,13 +311,13 @@ impl Halves {
 pub(crate) async fn secure_connect(
     node: &Context,
     stream: TcpStream,
-    name: &crate::remote::peer::PeerAddr,
+    name: &crate::tcp::peer::PeerAddr,
 ) -> Result<Halves, Failure> {
     // Latency matters more than packet count: batches are formed above the socket already.
     let _ = stream.set_nodelay(true);
     #[cfg(feature = "tls")]
     if let Some(tls) = node.options.tls() {
-        let name = crate::remote::tls::server_name(name).map_err(Failure::Tls)?;
+        let name = crate::tcp::tls::server_name(name).map_err(Failure::Tls)?;
         let stream = tls
             .connect(name, stream)
             .await

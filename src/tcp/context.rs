@@ -8,11 +8,11 @@ use actix::ArbiterHandle;
 use tokio_util::sync::CancellationToken;
 
 use crate::codec::schema::Schemas;
-use crate::remote::handshake::Local;
-use crate::remote::options::NodeOptions;
-use crate::remote::pending::Pending;
-use crate::remote::registry::Registry;
-use crate::remote::stats::{Counters, Warnings};
+use crate::tcp::handshake::Local;
+use crate::tcp::options::NodeOptions;
+use crate::tcp::pending::Pending;
+use crate::tcp::registry::Registry;
+use crate::tcp::stats::{Counters, Warnings};
 
 /// What the node's tasks share: its identity, options, counters, budgets and schemas, and
 /// the registry of exposed consumers.
@@ -23,7 +23,7 @@ pub(crate) struct Context {
     /// The counters' metrics, published after each socket write, received frame and
     /// connection's start and end.
     #[cfg(feature = "metrics")]
-    pub(crate) meter: Mutex<crate::remote::metrics::NodeMeter>,
+    pub(crate) meter: Mutex<crate::tcp::metrics::NodeMeter>,
     pub(crate) warnings: Warnings,
     pub(crate) cancel: CancellationToken,
     /// Where the node's tasks run: the arbiter that started it.

@@ -15,12 +15,12 @@ use crate::codec::{self, CodecError};
 use crate::protocol::chunk::ChunkHeader;
 use crate::protocol::envelope::{Incarnation, MAX_ID_BYTES};
 use crate::protocol::trace_context::TraceContext;
-use crate::remote::auth::{NodeId, Nonce, Sealer};
+use crate::tcp::auth::{NodeId, Nonce, Sealer};
 
 /// The protocol version this crate speaks: 4 since a delivery may be one chunk of a large
 /// message (one byte when it is not); 3 since each delivery may carry a trace context (one
 /// byte when it does not); 2 since bodies start with their codec and schema version
-/// ([`crate::remote::schema`]); version 1 bodies were bare bincode. Peers of another version
+/// ([`crate::tcp::schema`]); version 1 bodies were bare bincode. Peers of another version
 /// are refused at the handshake (and NATS messages of another version are refused, counted):
 /// a deployment upgrades its nodes together.
 pub(crate) const PROTOCOL_VERSION: u16 = 4;
@@ -128,7 +128,7 @@ pub(crate) struct WireDelivery<'a> {
     /// (one byte when absent; version 4 on). Checked by the consumer's admission.
     pub chunk: Option<ChunkHeader>,
     /// The encoded body: its codec and schema version, then the value
-    /// ([`crate::remote::schema`]); of a chunk, the chunk's bytes of its message's encoding.
+    /// ([`crate::tcp::schema`]); of a chunk, the chunk's bytes of its message's encoding.
     #[serde(serialize_with = "as_bytes")]
     pub body: &'a [u8],
 }
@@ -574,7 +574,7 @@ mod tests {
         // The refused frame was not counted: the next one opens as frame 0.
         frame.encode(&mut sealer, &mut out, len).unwrap();
         assert_eq!(out.len(), 1 + LENGTH_PREFIX + len);
-        let mut opener = crate::remote::auth::Opener::new(Some(&key));
+        let mut opener = crate::tcp::auth::Opener::new(Some(&key));
         let payload = opener.open(&out[1 + LENGTH_PREFIX..]).expect("frame 0");
         assert_eq!(Frame::decode(payload).unwrap(), frame);
     }

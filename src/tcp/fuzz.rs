@@ -10,8 +10,8 @@ use crate::codec::Codec;
 use crate::protocol::chunk::ChunkHeader;
 use crate::protocol::envelope::Incarnation;
 use crate::protocol::trace_context::TraceContext;
-use crate::remote::auth::{NodeId, Opener, Sealer};
-use crate::remote::frame::{
+use crate::tcp::auth::{NodeId, Opener, Sealer};
+use crate::tcp::frame::{
     AckBatch, Challenge, DeliveryBatch, Frame, Hello, Proof, WireDelivery, MAGIC, PROTOCOL_VERSION,
 };
 

@@ -32,8 +32,8 @@
 
 use crate::codec::{self, MAX_ENCODED_BYTES};
 use crate::error::OptionsError;
-use crate::remote::auth::{NodeId, NodeSecret, Nonce, Opener, Role, Sealer, Transcript};
-use crate::remote::frame::{Challenge, Frame, FrameError, Hello, Proof, MAGIC, PROTOCOL_VERSION};
+use crate::tcp::auth::{NodeId, NodeSecret, Nonce, Opener, Role, Sealer, Transcript};
+use crate::tcp::frame::{Challenge, Frame, FrameError, Hello, Proof, MAGIC, PROTOCOL_VERSION};
 
 /// The smallest `max_frame_length` a node may announce.
 pub(crate) const MIN_FRAME_LENGTH: usize = 4096;

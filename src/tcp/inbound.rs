@@ -19,16 +19,16 @@ use crate::delivery::message::{
     ChunkDeliveries, ChunkDelivery, Decode, Deliveries, Delivery, ReplyTo, Undecodable,
 };
 use crate::protocol::envelope::{Ack, Header, ProducerId};
-use crate::remote::connection::{
+use crate::tcp::connection::{
     accept_handshake, drive, next_frame, secure_accept, End, Established, Failure, Link,
 };
-use crate::remote::context::Context;
-use crate::remote::frame::{DeliveryBatch, Frame};
-use crate::remote::handshake::HandshakeError;
-use crate::remote::peer::Identity;
-use crate::remote::pending::Ticket;
-use crate::remote::registry::{Dispatched, Exposed, Handed};
-use crate::remote::stats::{add, Warning};
+use crate::tcp::context::Context;
+use crate::tcp::frame::{DeliveryBatch, Frame};
+use crate::tcp::handshake::HandshakeError;
+use crate::tcp::peer::Identity;
+use crate::tcp::pending::Ticket;
+use crate::tcp::registry::{Dispatched, Exposed, Handed};
+use crate::tcp::stats::{add, Warning};
 
 /// Why an incoming handshake did not complete.
 enum Refusal {

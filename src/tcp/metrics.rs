@@ -1,6 +1,6 @@
 //! A TCP node's meter (feature `metrics`; the catalogue of names is in `telemetry::metrics`).
 
-use crate::remote::stats::NodeStats;
+use crate::tcp::stats::NodeStats;
 use crate::telemetry::metrics::meter;
 
 meter! {

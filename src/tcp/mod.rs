@@ -1,13 +1,13 @@
-//! Reliable delivery across processes and machines, over TCP: a [`Node`] per process listens
-//! for peers, exposes local consumers under names ([`Node::expose`]) and hands out
+//! Reliable delivery across processes and machines, over TCP: a [`NodeHandle`] per process listens
+//! for peers, exposes local consumers under names ([`NodeHandle::expose`]) and hands out
 //! [`ConsumerRef`](crate::ConsumerRef)s to consumers of other nodes
-//! ([`Node::consumer_ref`]) that an unchanged [`ProducerController`](crate::ProducerController)
+//! ([`NodeHandle::consumer_ref`]) that an unchanged [`ProducerController`](crate::ProducerController)
 //! sends to. ACKs come back on the connection their delivery came on.
 //!
 //! # How it works
 //!
 //! - **One connection per remote address** ([`PeerAddr`]: an address, or a name resolved on
-//!   every attempt), made on the first delivery (or [`Node::connect`]), kept, and made again
+//!   every attempt), made on the first delivery (or [`NodeHandle::dial`]), kept, and made again
 //!   after a loss with exponential backoff (with jitter). Deliveries that find it being made
 //!   wait for it (up to `max_output_bytes`); after a failed attempt and while backing off they
 //!   are dropped (counted), and the producer's retransmission covers the gap, so nothing is
@@ -23,9 +23,9 @@
 //!   1024 deliveries each), and a write drains everything queued for its connection in one
 //!   system call. The receiver hands a frame to its consumer as one actor message.
 //! - **A restart is visible**: each node draws a random [`NodeId`] at start, exchanged in the
-//!   handshake ([`Node::peer_id`]).
-//! - **Lifetime.** A node runs until [`Node::stop`] or until its last handle is dropped: its
-//!   clones and the references from [`Node::consumer_ref`]. Then its listener and connections
+//!   handshake ([`NodeHandle::peer_id`]).
+//! - **Lifetime.** A node runs until [`NodeHandle::stop`] or until its last handle is dropped: its
+//!   clones and the references from [`NodeHandle::consumer_ref`]. Then its listener and connections
 //!   close.
 //!
 //! # Wire format
@@ -127,7 +127,7 @@
 //! mutual TLS, even with a certificate of its own), while a one-way listener asks for none,
 //! so a mutual node connects to it and delivers (without an identity there). Under mutual TLS
 //! a connecting peer's identity is the DNS names of its certificate's subject alternative
-//! names, which [`Node::expose_to`] authorizes per consumer. A connecting node checks the
+//! names, which [`NodeHandle::expose_to`] authorizes per consumer. A connecting node checks the
 //! listener's certificate for the host of a [`PeerAddr`] name, never for the IP it resolved
 //! to: a host that is not a DNS name a certificate can be checked for is refused when the
 //! `PeerAddr` is made. See the README's Security section and the crate documentation,
@@ -163,7 +163,7 @@ mod tls;
 
 pub use crate::codec::schema::{BodySchema, DEFAULT_WIRE_CODEC};
 pub use auth::{NodeId, NodeSecret, MAX_SECRET_BYTES, MIN_SECRET_BYTES};
-pub use node::{NameError, Node};
+pub use node::{NameError, NodeHandle};
 pub use options::{NodeConfig, NodeOptions, NodeOptionsBuilder};
 pub use peer::{PeerAddr, PeerAddrError};
 pub use stats::NodeStats;

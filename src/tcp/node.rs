@@ -15,18 +15,18 @@ use crate::codec::schema::{BodySchema, Schemas};
 use crate::delivery::consumer::ConsumerHandle;
 use crate::delivery::message::{ConsumerRef, Delivery};
 use crate::protocol::envelope::MAX_ID_BYTES;
-use crate::remote::auth::NodeId;
-use crate::remote::context::Context;
-use crate::remote::frame::CHUNK_FRAME_OVERHEAD;
-use crate::remote::handshake::Local;
-use crate::remote::inbound::{listen, ExposedConsumer};
-use crate::remote::options::NodeOptions;
-use crate::remote::outbound::Outbound;
-use crate::remote::peer::PeerAddr;
-use crate::remote::pending::Pending;
-use crate::remote::registry::{Entry, Registry};
-use crate::remote::stats::{NodeStats, Warnings};
 use crate::runtime::random::random_bytes;
+use crate::tcp::auth::NodeId;
+use crate::tcp::context::Context;
+use crate::tcp::frame::CHUNK_FRAME_OVERHEAD;
+use crate::tcp::handshake::Local;
+use crate::tcp::inbound::{listen, ExposedConsumer};
+use crate::tcp::options::NodeOptions;
+use crate::tcp::outbound::Outbound;
+use crate::tcp::peer::PeerAddr;
+use crate::tcp::pending::Pending;
+use crate::tcp::registry::{Entry, Registry};
+use crate::tcp::stats::{NodeStats, Warnings};
 
 /// Why a consumer name was refused.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
@@ -85,7 +85,7 @@ impl Shared {
 }
 
 /// What the node's handles share (the node's tasks hold only [`Shared`]): when the last
-/// handle, and the last reference from [`Node::consumer_ref`], is dropped, the node stops.
+/// handle, and the last reference from [`NodeHandle::consumer_ref`], is dropped, the node stops.
 struct Owner(Arc<Shared>);
 
 impl Drop for Owner {
@@ -96,20 +96,20 @@ impl Drop for Owner {
 
 /// A process's endpoint for reliable delivery over TCP. Cheap to clone.
 ///
-/// It runs until [`stop`](Node::stop), until the arbiter that started it stops, or until its
+/// It runs until [`stop`](NodeHandle::stop), until the arbiter that started it stops, or until its
 /// last handle is dropped, like an actor whose last `Addr` is gone: the clones of this handle
-/// and the [`ConsumerRef`]s from [`consumer_ref`](Node::consumer_ref) (a producer's reference
+/// and the [`ConsumerRef`]s from [`consumer_ref`](NodeHandle::consumer_ref) (a producer's reference
 /// keeps its node running). Consumers exposed on it do not keep it running: keep a handle for
 /// as long as it should listen.
 ///
 /// ```no_run
-/// use actix_delivery::remote::{Node, NodeOptions, NodeSecret, PeerAddr};
+/// use actix_delivery::tcp::{NodeHandle, NodeOptions, NodeSecret, PeerAddr};
 /// use actix_delivery::{ConsumerOptions, DeliveryHandler, ProducerOptions, ReliableDelivery};
 ///
 /// # #[actix::main] async fn main() -> Result<(), Box<dyn std::error::Error>> {
 /// let secret = NodeSecret::new(std::env::var("CLUSTER_SECRET")?)?;
 /// // On the consumer's machine:
-/// let node = Node::start(
+/// let node = NodeHandle::start(
 ///     NodeOptions::builder()
 ///         .secret(secret.clone())
 ///         .listen("0.0.0.0:7100".parse()?)
@@ -126,7 +126,7 @@ impl Drop for Owner {
 /// node.expose("orders", &consumer)?;
 ///
 /// // On the producer's machine (a node that only sends need not listen):
-/// let node = Node::start(NodeOptions::builder().secret(secret).build()?).await?;
+/// let node = NodeHandle::start(NodeOptions::builder().secret(secret).build()?).await?;
 /// // An address, or a name resolved on every connection attempt ("orders.internal:7100"):
 /// let orders = node.consumer_ref::<String>("10.0.0.7:7100".parse::<PeerAddr>()?, "orders")?;
 /// let producer = ReliableDelivery::producer(ProducerOptions::builder(orders).build()?);
@@ -134,9 +134,9 @@ impl Drop for Owner {
 /// # Ok(()) }
 /// ```
 #[derive(Clone)]
-pub struct Node(Arc<Owner>);
+pub struct NodeHandle(Arc<Owner>);
 
-impl Node {
+impl NodeHandle {
     /// Starts a node on the current arbiter: binds the listener (if the options name an
     /// address) and runs the node's connections on this arbiter from now on.
     ///
@@ -145,7 +145,7 @@ impl Node {
     ///
     /// # Panics
     /// Outside a running Actix system (or arbiter).
-    pub async fn start(options: NodeOptions) -> io::Result<Node> {
+    pub async fn start(options: NodeOptions) -> io::Result<NodeHandle> {
         let listener = match options.config.listen {
             Some(addr) => Some(tokio::net::TcpListener::bind(addr).await?),
             None => None,
@@ -167,7 +167,7 @@ impl Node {
         }
         let max_handshakes = options.config.max_handshakes;
         #[cfg(feature = "metrics")]
-        let meter = crate::remote::metrics::NodeMeter::new(
+        let meter = crate::tcp::metrics::NodeMeter::new(
             options
                 .metrics_label
                 .as_deref()
@@ -198,7 +198,7 @@ impl Node {
                 .arbiter
                 .spawn(listen(shared.context.clone(), listener));
         }
-        Ok(Node(Arc::new(Owner(shared))))
+        Ok(NodeHandle(Arc::new(Owner(shared))))
     }
 
     fn shared(&self) -> &Arc<Shared> {
@@ -218,7 +218,7 @@ impl Node {
     /// Makes `consumer` reachable by peers under `name`. Bodies arrive encoded and are decoded
     /// as `T` on arrival; a delivery whose body does not decode becomes a dead letter at the
     /// consumer ([`DeadLetterReason::UndecodableBody`](crate::DeadLetterReason), no ACK),
-    /// counted in [`NodeStats::undecodable_bodies`](crate::remote::NodeStats).
+    /// counted in [`NodeStats::undecodable_bodies`](crate::tcp::NodeStats).
     ///
     /// # Errors
     /// [`NameError`] if the name is empty, longer than 256 bytes, or taken.
@@ -233,7 +233,7 @@ impl Node {
     /// names, compared without regard to ASCII case): a node with mutual TLS knows a
     /// connecting peer's identity as the DNS names of its certificate's subject alternative
     /// names. Deliveries from any other peer are refused, counted in
-    /// [`NodeStats::unauthorized_deliveries`](crate::remote::NodeStats), and close their
+    /// [`NodeStats::unauthorized_deliveries`](crate::tcp::NodeStats), and close their
     /// connection; none reaches the consumer. (ACKs come back only on connections this node
     /// made, to a peer whose certificate was checked for the name connected to.)
     ///
@@ -344,7 +344,7 @@ impl Node {
     /// (as [`consumer_ref`](Self::consumer_ref) would, and kept the same way), and waits for
     /// the attempt: the peer's id once connected, `None` if the attempt failed (the next one
     /// follows with backoff while references to `addr` send) or the node stopped.
-    pub async fn connect(&self, addr: impl Into<PeerAddr>) -> Option<NodeId> {
+    pub async fn dial(&self, addr: impl Into<PeerAddr>) -> Option<NodeId> {
         self.outbound_to(addr.into()).connect_now().await
     }
 
@@ -359,7 +359,7 @@ impl Node {
     /// this node exposes and the references to consumers of `T` it hands out: the codec they
     /// are written in, their schema version, and the upcaster of older versions (see
     /// [`BodySchema`], with an example). Without one, `T` is written in
-    /// [`DEFAULT_WIRE_CODEC`](crate::remote::DEFAULT_WIRE_CODEC) at version 1. Declare it
+    /// [`DEFAULT_WIRE_CODEC`](crate::tcp::DEFAULT_WIRE_CODEC) at version 1. Declare it
     /// before the first delivery (bodies kept for retransmission are sent as they were
     /// encoded); a second declaration replaces the first.
     pub fn body_schema<T: 'static>(&self, schema: BodySchema<T>) {
@@ -395,9 +395,9 @@ impl NodeId {
     }
 }
 
-impl std::fmt::Debug for Node {
+impl std::fmt::Debug for NodeHandle {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Node")
+        f.debug_struct("NodeHandle")
             .field("id", &self.shared().local.node_id)
             .field("local_addr", &self.shared().local_addr)
             .finish_non_exhaustive()

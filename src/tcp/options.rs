@@ -9,10 +9,10 @@ use serde::{Deserialize, Serialize};
 
 use crate::config::{duration, positive, Overrides};
 use crate::error::OptionsError;
-use crate::remote::auth::NodeSecret;
-use crate::remote::handshake::check_frame_limits;
+use crate::tcp::auth::NodeSecret;
+use crate::tcp::handshake::check_frame_limits;
 #[cfg(feature = "tls")]
-use crate::remote::tls::NodeTls;
+use crate::tcp::tls::NodeTls;
 
 /// How a node authenticates its peers.
 #[derive(Clone, Debug)]
@@ -36,12 +36,12 @@ impl std::fmt::Debug for Resolver {
     }
 }
 
-/// The data settings of a [`Node`](crate::remote::Node): plain, loadable with serde from the
+/// The data settings of a [`NodeHandle`](crate::tcp::NodeHandle): plain, loadable with serde from the
 /// application's configuration (durations in `_ms`, unknown keys refused), validated when
 /// [`NodeOptionsBuilder::build`] builds the options. `Default` gives the documented defaults.
 ///
 /// ```
-/// # use actix_delivery::remote::{NodeConfig, NodeOptions};
+/// # use actix_delivery::tcp::{NodeConfig, NodeOptions};
 /// # use std::time::Duration;
 /// let config: NodeConfig = serde_json::from_str(
 ///     r#"{ "listen": "127.0.0.1:7000", "max_connections": 32, "idle_timeout_ms": 5000 }"#,
@@ -167,7 +167,7 @@ impl NodeConfig {
     }
 }
 
-/// Everything a [`Node`](crate::remote::Node) needs, validated. Built with
+/// Everything a [`NodeHandle`](crate::tcp::NodeHandle) needs, validated. Built with
 /// [`NodeOptions::builder`].
 #[derive(Clone, Debug)]
 pub struct NodeOptions {
@@ -281,11 +281,11 @@ impl NodeOptionsBuilder {
 
     /// Speak TLS 1.3 with these settings instead of tagging frames with a shared secret:
     /// traffic is encrypted, the listening node is authenticated by its certificate and, with
-    /// [mutual](crate::remote::NodeTlsBuilder::mutual) TLS, the connecting one too, by an
-    /// identity that [`Node::expose_to`](crate::remote::Node::expose_to) can authorize. TLS
+    /// [mutual](crate::tcp::NodeTlsBuilder::mutual) TLS, the connecting one too, by an
+    /// identity that [`NodeHandle::expose_to`](crate::tcp::NodeHandle::expose_to) can authorize. TLS
     /// nodes and nodes without TLS refuse each other (counted in `tls_failures`), and a mutual
     /// listener refuses a TLS node that presents no certificate (see
-    /// [`NodeTls`](crate::remote::NodeTls) for which way round holds).
+    /// [`NodeTls`](crate::tcp::NodeTls) for which way round holds).
     #[cfg(feature = "tls")]
     #[cfg_attr(docsrs, doc(cfg(feature = "tls")))]
     pub fn tls(mut self, tls: NodeTls) -> Self {
@@ -294,7 +294,7 @@ impl NodeOptionsBuilder {
         self
     }
 
-    /// Resolve the names of [`PeerAddr`](crate::remote::PeerAddr)s with this function
+    /// Resolve the names of [`PeerAddr`](crate::tcp::PeerAddr)s with this function
     /// instead of the system's resolver (for tests, or a service registry). It is called on
     /// the node's arbiter on every connection attempt, and must not block for long; the
     /// addresses it returns are tried in order.
@@ -318,7 +318,7 @@ impl NodeOptionsBuilder {
 
     /// Listen on this address for peers (default: do not listen; a node that only sends
     /// needs no listener). Port 0 picks a free port: see
-    /// [`Node::local_addr`](crate::remote::Node::local_addr).
+    /// [`NodeHandle::local_addr`](crate::tcp::NodeHandle::local_addr).
     pub fn listen(mut self, addr: SocketAddr) -> Self {
         self.explicit.set(move |c| c.listen = Some(addr));
         self

@@ -1,5 +1,5 @@
 //! The sending side of one remote address: the connection made lazily on the first delivery
-//! (or [`Node::connect`](crate::remote::Node::connect)), kept, and made again with backoff
+//! (or [`NodeHandle::dial`](crate::tcp::NodeHandle::dial)), kept, and made again with backoff
 //! after a loss, a name resolved anew for every attempt; deliveries that find the connection
 //! being made wait for it (bounded); the encoding of deliveries (each body once, reused by
 //! retransmissions); and the ACKs that come back, routed to their producers.
@@ -17,20 +17,20 @@ use tokio::sync::{watch, Notify};
 use crate::codec::schema::BodySchema;
 use crate::delivery::message::{ChunkDelivery, Delivery, ReplyTo};
 use crate::protocol::envelope::{Ack, Incarnation, ProducerId};
-use crate::remote::auth::NodeId;
-use crate::remote::backoff::Reconnect;
-use crate::remote::body::Body;
-use crate::remote::connection::{
+use crate::runtime::error_chain::ErrorChain;
+use crate::tcp::auth::NodeId;
+use crate::tcp::backoff::Reconnect;
+use crate::tcp::body::Body;
+use crate::tcp::connection::{
     connect_handshake, drive, next_frame, secure_connect, End, Established, Failure, Link,
 };
-use crate::remote::context::Context;
-use crate::remote::frame::Frame;
-use crate::remote::handshake::HandshakeError;
-use crate::remote::output::Item;
-use crate::remote::peer::{PeerAddr, Target};
-use crate::remote::routes::{AckRefusal, AckRoute, ReplyAddress, Routes};
-use crate::remote::stats::{add, Warning, Warnings};
-use crate::runtime::error_chain::ErrorChain;
+use crate::tcp::context::Context;
+use crate::tcp::frame::Frame;
+use crate::tcp::handshake::HandshakeError;
+use crate::tcp::output::Item;
+use crate::tcp::peer::{PeerAddr, Target};
+use crate::tcp::routes::{AckRefusal, AckRoute, ReplyAddress, Routes};
+use crate::tcp::stats::{add, Warning, Warnings};
 
 /// The connection to one remote address, shared by every reference to consumers there.
 pub(crate) struct Outbound {

@@ -9,9 +9,9 @@
 use crate::protocol::chunk::ChunkHeader;
 use crate::protocol::envelope::{Ack, Incarnation};
 use crate::protocol::trace_context::TraceContext;
-use crate::remote::auth::Sealer;
-use crate::remote::body::Body;
-use crate::remote::frame::{
+use crate::tcp::auth::Sealer;
+use crate::tcp::body::Body;
+use crate::tcp::frame::{
     bytes_len, deliveries_overhead, varint_len, wire_delivery_len, AckBatch, DeliveryBatch, Frame,
     FrameError, WireDelivery, LENGTH_PREFIX, MAX_BATCH,
 };
@@ -278,7 +278,7 @@ mod tests {
 
     use super::*;
     use crate::protocol::envelope::ProducerId;
-    use crate::remote::auth::Opener;
+    use crate::tcp::auth::Opener;
 
     const KEY: [u8; 32] = [3; 32];
 

@@ -11,8 +11,8 @@ use bytes::Bytes;
 
 use crate::codec::schema::Schemas;
 use crate::delivery::message::ReplyTo;
-use crate::remote::frame::DeliveryBatch;
-use crate::remote::peer::Identity;
+use crate::tcp::frame::DeliveryBatch;
+use crate::tcp::peer::Identity;
 
 /// Resolves when the consumer has taken a batch from its mailbox: `true`, or `false` if the
 /// consumer is gone (stopped for good: the batch is lost, and retransmitted).

@@ -31,8 +31,8 @@ use hashlink::linked_hash_map::RawEntryMut;
 use hashlink::LruCache;
 
 use crate::protocol::envelope::{Incarnation, ProducerId};
-use crate::remote::body::{Bodies, Body};
-use crate::remote::frame::MAX_BATCH;
+use crate::tcp::body::{Bodies, Body};
+use crate::tcp::frame::MAX_BATCH;
 
 /// Where a route's ACKs go, and whether two such places are the same one (for a
 /// [`ReplyTo`](crate::ReplyTo): [`ReplyTo::same_as`](crate::ReplyTo::same_as)).

@@ -73,7 +73,7 @@ pub struct NodeStats {
     /// Deliveries received for a consumer name this node does not expose (dropped).
     pub unknown_consumer: u64,
     /// Deliveries received from a peer whose identity the consumer is not exposed to
-    /// ([`Node::expose_to`](crate::remote::Node::expose_to)): none is handed over, and the
+    /// ([`NodeHandle::expose_to`](crate::tcp::NodeHandle::expose_to)): none is handed over, and the
     /// connection is closed.
     pub unauthorized_deliveries: u64,
     /// ACKs received for no known producer incarnation (dropped).

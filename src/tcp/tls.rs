@@ -1,9 +1,9 @@
 //! TLS on the TCP transport (feature `tls`): a node's TLS 1.3 settings ([`NodeTls`]), with
 //! the `ring` provider, certificates checked against the given roots and the peer's name,
 //! and, when mutual, the identities of connecting peers (the DNS names of their
-//! certificates' subject alternative names), which [`Node::expose_to`] authorizes.
+//! certificates' subject alternative names), which [`NodeHandle::expose_to`] authorizes.
 //!
-//! [`Node::expose_to`]: crate::remote::Node::expose_to
+//! [`NodeHandle::expose_to`]: crate::tcp::NodeHandle::expose_to
 
 use std::io;
 use std::net::Ipv4Addr;
@@ -22,9 +22,9 @@ use rustls::{
 use tokio::net::TcpStream;
 use tokio_rustls::{TlsAcceptor, TlsConnector};
 
-use crate::remote::peer::Identity;
-use crate::remote::peer::{PeerAddr, Target};
 use crate::runtime::error_chain::ErrorChain;
+use crate::tcp::peer::Identity;
+use crate::tcp::peer::{PeerAddr, Target};
 
 /// Why TLS settings were refused.
 #[derive(Debug, thiserror::Error)]
@@ -64,11 +64,11 @@ fn pem_error(what: &'static str) -> impl Fn(rustls::pki_types::pem::Error) -> Tl
 /// A node's TLS settings: what it trusts, what it presents, and whether peers must present a
 /// certificate too (mutual TLS). Built from PEM with [`NodeTls::builder`] or from rustls
 /// configurations with [`NodeTls::from_configs`]; set with
-/// [`NodeOptionsBuilder::tls`](crate::remote::NodeOptionsBuilder::tls). Cheap to clone.
+/// [`NodeOptionsBuilder::tls`](crate::tcp::NodeOptionsBuilder::tls). Cheap to clone.
 ///
 /// Only TLS 1.3 is spoken. A connecting node checks the listening node's certificate against
 /// its roots and against the name it connects to: the host of a
-/// [`PeerAddr`](crate::remote::PeerAddr) name (`orders.internal:7100`; never the IP the name
+/// [`PeerAddr`](crate::tcp::PeerAddr) name (`orders.internal:7100`; never the IP the name
 /// resolved to) or, for an address, its IP (which the certificate must then name as an IP
 /// subject alternative name).
 ///
@@ -79,7 +79,7 @@ fn pem_error(what: &'static str) -> impl Fn(rustls::pki_types::pem::Error) -> Tl
 /// identity there.
 ///
 /// ```no_run
-/// use actix_delivery::remote::{NodeOptions, NodeTls};
+/// use actix_delivery::tcp::{NodeOptions, NodeTls};
 ///
 /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
 /// let tls = NodeTls::builder(std::fs::read("ca.pem")?)?
@@ -156,7 +156,7 @@ impl NodeTls {
     /// listen), `client` for connecting. Use TLS 1.3 and verification as the builder does:
     /// these are used as they are.
     ///
-    /// Connecting peers have identities (for [`Node::expose_to`]) if `server` asks them for
+    /// Connecting peers have identities (for [`NodeHandle::expose_to`]) if `server` asks them for
     /// certificates. rustls does not say whether a configuration does, so this finds out by
     /// a TLS 1.3 handshake in memory, from a client that names no server (as a node dialing an
     /// address does), up to the server's certificate.
@@ -165,7 +165,7 @@ impl NodeTls {
     /// [`TlsError::ServerConfig`] if `server` does not take that handshake up to its
     /// certificate (no TLS 1.3, or no certificate for a client that names no server).
     ///
-    /// [`Node::expose_to`]: crate::remote::Node::expose_to
+    /// [`NodeHandle::expose_to`]: crate::tcp::NodeHandle::expose_to
     pub fn from_configs(
         server: Option<Arc<ServerConfig>>,
         client: Arc<ClientConfig>,
@@ -321,7 +321,7 @@ impl NodeTlsBuilder {
     /// Mutual TLS: connecting nodes must present a certificate signed by one of the roots,
     /// and this node presents its own when it connects. A connecting node's identity is then
     /// the DNS names of its certificate's subject alternative names, which
-    /// [`Node::expose_to`](crate::remote::Node::expose_to) can authorize.
+    /// [`NodeHandle::expose_to`](crate::tcp::NodeHandle::expose_to) can authorize.
     pub fn mutual(mut self) -> Self {
         self.mutual = true;
         self

@@ -17,7 +17,7 @@ use crate::error::OptionsError;
 use crate::runtime::alarm::now;
 use crate::work_pulling::{Job, WorkerRegistry};
 
-/// A worker saying where it takes jobs: sent every few seconds by its [`Announcer`].
+/// A worker saying where it takes jobs: sent every few seconds by its [`AnnouncerHandle`].
 #[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub struct Announcement {
     /// Its name in the registry (unique among the workers).
@@ -38,15 +38,15 @@ type Resolve<T> = Box<dyn Fn(&Announcement) -> Option<ConsumerRef<Job<T>>>>;
 
 /// Registers the workers that announce themselves, and deregisters one when no announcement
 /// of it came for `timeout` (its jobs are then re-routed). Expose its
-/// [`handler`](WorkerDiscoveryHandle::handler) as a consumer where the workers' [`Announcer`]s
-/// send: on a TCP [`Node`](crate::remote::Node) or a NATS subject.
+/// [`handler`](WorkerDiscoveryHandle::handler) as a consumer where the workers' [`AnnouncerHandle`]s
+/// send: on a TCP [`NodeHandle`](crate::tcp::NodeHandle) or a NATS subject.
 ///
 /// ```no_run
-/// # use actix_delivery::remote::Node;
+/// # use actix_delivery::tcp::NodeHandle;
 /// # use actix_delivery::work_pulling::{Job, WorkerDiscovery, WorkerRegistry};
 /// # use actix_delivery::{ConsumerOptions, ReliableDelivery};
 /// # use std::time::Duration;
-/// # fn demo(node: Node, registry: WorkerRegistry<String>) -> Result<(), Box<dyn std::error::Error>> {
+/// # fn demo(node: NodeHandle, registry: WorkerRegistry<String>) -> Result<(), Box<dyn std::error::Error>> {
 /// let resolver = node.clone();
 /// let discovery = WorkerDiscovery::start(&registry, Duration::from_secs(3), move |a| {
 ///     resolver.consumer_ref::<Job<String>>(a.node.as_deref()?.parse::<std::net::SocketAddr>().ok()?, &a.consumer).ok()
@@ -260,12 +260,12 @@ impl<T: Send + 'static> Handler<StopDiscovery> for WorkerDiscovery<T> {
 /// the discovery's timeout or less), over an ordinary producer. Dropping it (or
 /// [`stop`](Self::stop)) ends the announcements; the discovery deregisters the worker after
 /// its timeout.
-pub struct Announcer {
+pub struct AnnouncerHandle {
     producer: ProducerHandle<Announcement>,
     task: tokio::task::JoinHandle<()>,
 }
 
-impl Announcer {
+impl AnnouncerHandle {
     /// Starts announcing `announcement` to `discovery` every `interval`, on the current
     /// arbiter.
     ///
@@ -303,15 +303,15 @@ impl Announcer {
     }
 }
 
-impl Drop for Announcer {
+impl Drop for AnnouncerHandle {
     fn drop(&mut self) {
         self.stop();
     }
 }
 
-impl std::fmt::Debug for Announcer {
+impl std::fmt::Debug for AnnouncerHandle {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Announcer").finish_non_exhaustive()
+        f.debug_struct("AnnouncerHandle").finish_non_exhaustive()
     }
 }
 

@@ -56,7 +56,7 @@
 //!   through any worker: a worker's death never doubles an effect. Two handlers do this:
 //!   [`PersistentHandle::job_handler`](crate::persistence::PersistentHandle::job_handler), for
 //!   workers that apply jobs to one entity (on a journal they share), and
-//!   [`EntityHost::job_handler`](crate::sharding::EntityHost::job_handler), for jobs into
+//!   [`EntityHostHandle::job_handler`](crate::sharding::EntityHostHandle::job_handler), for jobs into
 //!   sharded entities: each job names its entity (an account, a customer), which the host
 //!   starts on demand (`examples/work_pulling.rs`). The dedup is the entity's: a job that goes
 //!   to different entities on different attempts is processed by each, so route a job to its
@@ -106,7 +106,7 @@ pub mod pool;
 mod registry;
 
 pub use self::discovery::{
-    Announcement, Announcer, DiscoveryStats, WorkerDiscovery, WorkerDiscoveryHandle,
+    Announcement, AnnouncerHandle, DiscoveryStats, WorkerDiscovery, WorkerDiscoveryHandle,
     MAX_ANNOUNCED_WORKERS,
 };
 pub use self::given_up::GivenUpJob;

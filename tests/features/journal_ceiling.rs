@@ -169,7 +169,7 @@ mod postgres {
     use super::postgres_support::{admin, unique, url};
     use super::{append, id, tag, Offset};
     use actix_delivery::journal::{
-        Journal, JournalError, PersistenceId, PostgresJournal, PostgresOptions,
+        Journal, JournalError, PersistenceId, PostgresConfig, PostgresJournal,
     };
     use tokio_postgres::Client;
 
@@ -188,7 +188,7 @@ mod postgres {
         }
 
         async fn connect(&self) -> Result<PostgresJournal, JournalError> {
-            PostgresJournal::connect_with(&url(), PostgresOptions::default().schema(&self.name))
+            PostgresJournal::connect_with(&url(), PostgresConfig::default().schema(&self.name))
                 .await
         }
 

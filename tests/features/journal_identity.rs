@@ -94,7 +94,7 @@ use crate::postgres_support;
 mod postgres {
     use super::postgres_support::{admin, unique, url};
     use actix_delivery::journal::{
-        Journal, JournalError, JournalId, PostgresJournal, PostgresOptions,
+        Journal, JournalError, JournalId, PostgresConfig, PostgresJournal,
     };
     use tokio_postgres::Client;
 
@@ -112,8 +112,8 @@ mod postgres {
             }
         }
 
-        fn options(&self) -> PostgresOptions {
-            PostgresOptions::default().schema(&self.name)
+        fn options(&self) -> PostgresConfig {
+            PostgresConfig::default().schema(&self.name)
         }
 
         async fn connect(&self) -> Result<PostgresJournal, JournalError> {

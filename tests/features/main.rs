@@ -1,6 +1,6 @@
 //! The in-process suites that a feature changes or needs: the journals (PostgreSQL besides
 //! memory and SQLite), PostgreSQL itself, NATS, TLS (the TCP suites run over mutual TLS with
-//! `tls`: see `remote::tls`), tracing, the settings of gated parts, and sharding and schema
+//! `tls`: see `tcp::tls`), tracing, the settings of gated parts, and sharding and schema
 //! evolution on PostgreSQL. `cargo test` runs what needs no feature and no server;
 //! `cargo test --all-features` runs everything (servers as `tests/README.md` says).
 //!

@@ -8,7 +8,7 @@ use crate::remote;
 
 use std::time::Duration;
 
-use actix_delivery::nats::{NatsCarrier, NatsError, NatsOptions, SubjectError};
+use actix_delivery::nats::{NatsCarrierHandle, NatsError, NatsOptions, SubjectError};
 use actix_delivery::{ConsumerOptions, DeliveryHandler, ReliableDelivery};
 use bytes::Bytes;
 use common::{confirm_into, Confirmations};
@@ -358,7 +358,7 @@ async fn a_subject_nobody_listens_on_costs_bounded_memory_until_a_consumer_comes
 async fn group_of_two(
     subject: &str,
 ) -> (
-    [NatsCarrier; 3],
+    [NatsCarrierHandle; 3],
     [actix_delivery::ConsumerHandle<u64>; 2],
     [remote::Handled<u64>; 2],
 ) {
@@ -420,7 +420,7 @@ async fn a_queue_group_shares_the_load_and_takes_over_from_a_member_that_leaves(
 #[actix::test]
 async fn a_refused_connection_says_why() {
     // Port 1 on loopback: nothing listens there.
-    let error = NatsCarrier::connect("nats://127.0.0.1:1", NatsOptions::default())
+    let error = NatsCarrierHandle::connect("nats://127.0.0.1:1", NatsOptions::default())
         .await
         .map(drop)
         .unwrap_err();
@@ -471,7 +471,8 @@ async fn invalid_subjects_and_groups_are_refused_with_the_reason() {
     assert!(matches!(err, NatsError::Taken(_)), "{err}");
     assert!(carrier.unexpose(&subject));
     assert!(!carrier.unexpose(&subject));
-    let unreachable = NatsCarrier::connect("nats://127.0.0.1:1", NatsOptions::default()).await;
+    let unreachable =
+        NatsCarrierHandle::connect("nats://127.0.0.1:1", NatsOptions::default()).await;
     assert!(matches!(unreachable, Err(NatsError::Connect(_))));
 }
 
@@ -1083,7 +1084,7 @@ impl actix_delivery::persistence::EventSourced for TwoLanes {
 #[actix::test]
 async fn two_outbox_lanes_sharing_an_incarnation_each_get_their_own_acks() {
     use actix_delivery::journal::{MemoryJournal, PersistenceId};
-    use actix_delivery::persistence::{Outbox, PersistentConfig, PersistentHandle};
+    use actix_delivery::persistence::{Outbox, PersistentHandle, PersistentOptions};
     const N: u64 = 100;
     let (subject_a, subject_b) = (unique("lane-a"), unique("lane-b"));
     let (server, client) = (carrier().await, carrier().await);
@@ -1101,11 +1102,13 @@ async fn two_outbox_lanes_sharing_an_incarnation_each_get_their_own_acks() {
         .unwrap()
         .destination("b", client.consumer_ref::<u64>(&subject_b).unwrap(), lane())
         .unwrap();
-    let entity = PersistentHandle::<TwoLanes>::start_with_outbox(
-        std::sync::Arc::new(MemoryJournal::new()),
-        PersistenceId::new("two-lanes").unwrap(),
-        PersistentConfig::default(),
-        outbox,
+    let entity = PersistentHandle::<TwoLanes>::start(
+        PersistentOptions::new(
+            std::sync::Arc::new(MemoryJournal::new()),
+            PersistenceId::new("two-lanes").unwrap(),
+        )
+        .outbox(outbox)
+        .supervised(),
     )
     .unwrap();
     for order in 1..=N {
@@ -1134,7 +1137,7 @@ async fn two_outbox_lanes_sharing_an_incarnation_each_get_their_own_acks() {
 /// letter naming codec and versions; its version 2 bodies are dead letters at the old one.
 #[actix::test]
 async fn old_and_new_carriers_read_each_others_bodies_and_breaking_changes_need_an_upcaster() {
-    use actix_delivery::remote::BodySchema;
+    use actix_delivery::tcp::BodySchema;
     use actix_delivery::DeadLetterReason;
     use remote::evolution::{
         assert_dead_letters, assert_read_both_ways, consumer, send, upcast, v1, v2, Exchanged,

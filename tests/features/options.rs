@@ -5,9 +5,9 @@ use std::time::Duration;
 
 use actix_delivery::codec::Codec;
 use actix_delivery::durable::DurableConfig;
-use actix_delivery::journal::{SqliteJournal, SqliteOptions};
+use actix_delivery::journal::{SqliteConfig, SqliteJournal};
 use actix_delivery::persistence::PersistentConfig;
-use actix_delivery::remote::{NodeConfig, NodeOptions, NodeSecret};
+use actix_delivery::tcp::{NodeConfig, NodeOptions, NodeSecret};
 use actix_delivery::{
     Backoff, ConsumerConfig, ConsumerOptions, DeliveryHandler, Limit, ProducerConfig,
     ProducerOptions, ReliableDelivery,
@@ -129,9 +129,9 @@ struct NodeFile {
 
 #[derive(Debug, serde::Deserialize)]
 struct JournalSections {
-    sqlite: SqliteOptions,
+    sqlite: SqliteConfig,
     #[cfg(feature = "postgres")]
-    postgres: actix_delivery::journal::PostgresOptions,
+    postgres: actix_delivery::journal::PostgresConfig,
 }
 
 const NODE_TOML: &str = include_str!("../../examples/node.toml");
@@ -184,7 +184,7 @@ fn the_example_node_file_loads_into_every_section_with_its_values() {
     );
     assert_eq!(
         file.journal.sqlite,
-        SqliteOptions::default()
+        SqliteConfig::default()
             .max_batch_events(5000)
             .max_batch_bytes(8 << 20)
             .queue_capacity(4096)
@@ -195,7 +195,7 @@ fn the_example_node_file_loads_into_every_section_with_its_values() {
     #[cfg(feature = "postgres")]
     assert_eq!(
         file.journal.postgres,
-        actix_delivery::journal::PostgresOptions::default()
+        actix_delivery::journal::PostgresConfig::default()
             .schema("orders")
             .create_tables(true)
             .readers(4)
@@ -280,16 +280,16 @@ fn a_wrong_value_in_each_new_section_names_its_key_what_was_found_and_what_is_ex
             "unknown field `max_conections`",
         ),
         (
-            toml_error::<SqliteOptions>("busy_timeout_ms = 1.5"),
+            toml_error::<SqliteConfig>("busy_timeout_ms = 1.5"),
             "invalid type: floating point `1.5`, expected for `busy_timeout_ms` a whole number \
              of milliseconds",
         ),
         (
-            toml_error::<SqliteOptions>("max_size_bytes = \"huge\""),
+            toml_error::<SqliteConfig>("max_size_bytes = \"huge\""),
             "invalid value: string \"huge\", expected for `max_size_bytes` a whole number from \
              0 to 18446744073709551615 or \"unbounded\"",
         ),
-        (toml_error::<SqliteOptions>("readers = -2"), "readers = -2"),
+        (toml_error::<SqliteConfig>("readers = -2"), "readers = -2"),
         (
             toml_error::<DurableConfig>("stop_timeout_ms = \"10s\""),
             "invalid type: string \"10s\", expected for `stop_timeout_ms` a whole number of \
@@ -318,13 +318,13 @@ fn a_wrong_value_in_each_new_section_names_its_key_what_was_found_and_what_is_ex
 #[cfg(feature = "postgres")]
 #[test]
 fn a_wrong_value_in_the_postgres_section_names_its_key() {
-    use actix_delivery::journal::PostgresOptions;
-    let error = toml_error::<PostgresOptions>("commit_timeout_ms = \"long\"");
+    use actix_delivery::journal::PostgresConfig;
+    let error = toml_error::<PostgresConfig>("commit_timeout_ms = \"long\"");
     assert!(
         error.contains("expected for `commit_timeout_ms` a whole number of milliseconds"),
         "{error}"
     );
-    let error = toml_error::<PostgresOptions>("tls = true");
+    let error = toml_error::<PostgresConfig>("tls = true");
     assert!(
         error.contains("unknown field `tls`"),
         "TLS is code: {error}"
@@ -400,7 +400,7 @@ fn node_builder_takes_explicit_over_loaded_over_default_and_validates_loaded_val
 #[test]
 fn invalid_loaded_journal_settings_are_refused_when_the_journal_opens_naming_the_key() {
     let dir = tempfile::tempdir().unwrap();
-    let loaded: SqliteOptions = toml::from_str("readers = 0").unwrap();
+    let loaded: SqliteConfig = toml::from_str("readers = 0").unwrap();
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()

@@ -12,7 +12,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use actix_delivery::journal::{
-    Journal, JournalError, JournalFuture, PersistenceId, PostgresJournal, PostgresOptions, Snapshot,
+    Journal, JournalError, JournalFuture, PersistenceId, PostgresConfig, PostgresJournal, Snapshot,
 };
 use futures_util::future::join_all;
 use futures_util::FutureExt;
@@ -335,7 +335,7 @@ impl Scratch {
         Self { admin, schema }
     }
 
-    async fn open(&self, options: PostgresOptions) -> Result<PostgresJournal, JournalError> {
+    async fn open(&self, options: PostgresConfig) -> Result<PostgresJournal, JournalError> {
         PostgresJournal::connect_with(&postgres_support::url(), options.schema(&self.schema)).await
     }
 
@@ -377,7 +377,7 @@ async fn a_newer_or_foreign_schema_is_refused_and_left_untouched() {
          INSERT INTO journal_schema VALUES ('actix-delivery', 4);",
     )
     .await;
-    let found = schema_error(newer.open(PostgresOptions::default()).await);
+    let found = schema_error(newer.open(PostgresConfig::default()).await);
     assert!(
         found.contains("version 4") && found.contains("newer") && found.contains("1 to 3"),
         "{found}"
@@ -386,7 +386,7 @@ async fn a_newer_or_foreign_schema_is_refused_and_left_untouched() {
     newer.drop().await;
 
     let foreign = Scratch::new("CREATE TABLE event_journal (id serial, body text);").await;
-    let found = schema_error(foreign.open(PostgresOptions::default()).await);
+    let found = schema_error(foreign.open(PostgresConfig::default()).await);
     assert!(
         found.contains("event_journal") && found.contains("not made by"),
         "{found}"
@@ -399,7 +399,7 @@ async fn a_newer_or_foreign_schema_is_refused_and_left_untouched() {
          INSERT INTO journal_schema VALUES ('someone-else', 1);",
     )
     .await;
-    let found = schema_error(other_app.open(PostgresOptions::default()).await);
+    let found = schema_error(other_app.open(PostgresConfig::default()).await);
     assert!(found.contains("someone-else"), "{found}");
     other_app.drop().await;
 
@@ -408,7 +408,7 @@ async fn a_newer_or_foreign_schema_is_refused_and_left_untouched() {
             .replace("CREATE TABLE snapshot (", "CREATE TABLE not_the_snapshot ("),
     )
     .await;
-    let found = schema_error(incomplete.open(PostgresOptions::default()).await);
+    let found = schema_error(incomplete.open(PostgresConfig::default()).await);
     assert!(found.contains("without its table `snapshot`"), "{found}");
     incomplete.drop().await;
 }
@@ -442,13 +442,13 @@ async fn tables_altered_by_hand_are_a_schema_error() {
         ("DROP TABLE event_tag", "without its table `event_tag`"),
     ] {
         let altered = Scratch::new(&format!("{} {alter};", PostgresJournal::SCHEMA_SQL)).await;
-        let found = schema_error(altered.open(PostgresOptions::default()).await);
+        let found = schema_error(altered.open(PostgresConfig::default()).await);
         assert!(found.contains(expected), "{alter}: {found}");
         altered.drop().await;
     }
 
     let scratch = Scratch::new(PostgresJournal::SCHEMA_SQL).await;
-    let journal = scratch.open(PostgresOptions::default()).await.unwrap();
+    let journal = scratch.open(PostgresConfig::default()).await.unwrap();
     let id = fresh_id("altered");
     journal.append(&id, 1, one(1)).await.unwrap();
     let schema = &scratch.schema;
@@ -513,12 +513,12 @@ async fn tables_are_created_on_first_connect_or_by_hand_from_the_sql_file() {
     let empty = Scratch::new("").await;
     let found = schema_error(
         empty
-            .open(PostgresOptions::default().create_tables(false))
+            .open(PostgresConfig::default().create_tables(false))
             .await,
     );
     assert!(found.contains("no journal tables"), "{found}");
     assert_eq!(empty.tables().await, Vec::<String>::new());
-    let journal = empty.open(PostgresOptions::default()).await.unwrap();
+    let journal = empty.open(PostgresConfig::default()).await.unwrap();
     assert_eq!(
         empty.tables().await,
         [
@@ -535,14 +535,14 @@ async fn tables_are_created_on_first_connect_or_by_hand_from_the_sql_file() {
     journal.append(&id, 1, one(1)).await.unwrap();
     journal.close().await;
     // Opening again finds the current schema and the data.
-    let journal = empty.open(PostgresOptions::default()).await.unwrap();
+    let journal = empty.open(PostgresConfig::default()).await.unwrap();
     assert_eq!(journal.highest_seq(&id).await, Ok(1));
     journal.close().await;
     empty.drop().await;
 
     let by_hand = Scratch::new(PostgresJournal::SCHEMA_SQL).await;
     let journal = by_hand
-        .open(PostgresOptions::default().create_tables(false))
+        .open(PostgresConfig::default().create_tables(false))
         .await
         .unwrap();
     assert!(journal.journal_id().is_some(), "SCHEMA_SQL gives the id");
@@ -554,7 +554,7 @@ async fn tables_are_created_on_first_connect_or_by_hand_from_the_sql_file() {
     let schema = unique("actix_delivery_new");
     let journal = PostgresJournal::connect_with(
         &postgres_support::url(),
-        PostgresOptions::default().schema(&schema),
+        PostgresConfig::default().schema(&schema),
     )
     .await
     .unwrap();
@@ -573,7 +573,7 @@ async fn nodes_starting_at_once_create_the_tables_and_the_journal_id_once() {
     let url = postgres_support::url();
     let opened =
         join_all((0..4).map(|_| {
-            PostgresJournal::connect_with(&url, PostgresOptions::default().schema(&schema))
+            PostgresJournal::connect_with(&url, PostgresConfig::default().schema(&schema))
         }))
         .await;
     let mut ids = Vec::new();
@@ -688,7 +688,7 @@ async fn the_journals_errors_name_the_servers_message_and_sqlstate() {
         PostgresJournal::SCHEMA_SQL
     ))
     .await;
-    let journal = scratch.open(PostgresOptions::default()).await.unwrap();
+    let journal = scratch.open(PostgresConfig::default()).await.unwrap();
     let id = fresh_id("check");
     journal.append(&id, 1, one(1)).await.unwrap();
     let error = journal.append(&id, 2, vec![vec![2]; 6]).await.unwrap_err();

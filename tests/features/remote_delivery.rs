@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use actix_delivery::durable::DurableOptions;
 use actix_delivery::journal::{MemoryJournal, PersistenceId};
-use actix_delivery::remote::{Node, NodeOptions};
+use actix_delivery::tcp::{NodeHandle, NodeOptions};
 use actix_delivery::{
     ConsumerOptions, DeliveryError, DeliveryHandler, ProducerHandle, ProducerOptions,
     ReliableDelivery,
@@ -135,7 +135,7 @@ async fn a_gone_node_costs_bounded_memory_and_delivery_resumes_when_it_returns()
         .listen(addr)
         .build()
         .unwrap();
-    let first = Node::start(options.clone()).await.unwrap();
+    let first = NodeHandle::start(options.clone()).await.unwrap();
     // The first life handles the first 300 messages only (the rest get no ACK), so the node
     // leaves with messages unconfirmed however fast the build.
     const FIRST_LIFE: u64 = 300;
@@ -191,7 +191,7 @@ async fn a_gone_node_costs_bounded_memory_and_delivery_resumes_when_it_returns()
     assert_eq!(client.peer_id(addr), None);
 
     // It returns (a new process would be the same: a new node on the same address).
-    let second = Node::start(options).await.unwrap();
+    let second = NodeHandle::start(options).await.unwrap();
     let (consumer, handled_second) = recording_consumer::<u64>();
     second.expose("numbers", &consumer).unwrap();
     assert!(wait_until(Duration::from_secs(20), || confirmations.len() as u64 == N).await);
@@ -497,7 +497,7 @@ async fn old_and_new_nodes_read_each_others_bodies_after_an_added_field() {
 /// to the old node are dead letters there (newer than its version 1).
 #[actix::test]
 async fn a_breaking_change_is_read_through_its_upcaster_or_is_a_dead_letter_naming_the_version() {
-    use actix_delivery::remote::BodySchema;
+    use actix_delivery::tcp::BodySchema;
     use actix_delivery::DeadLetterReason;
     use remote::evolution::{assert_dead_letters, consumer, send, upcast, v1, Order, OrderV1};
     const N: u64 = 50;
@@ -573,7 +573,7 @@ async fn a_breaking_change_is_read_through_its_upcaster_or_is_a_dead_letter_nami
 
 /// The first messages to a node find no connection yet: they wait for the one being made and
 /// go out on it, with no round of retransmission (the resend timeout here is far beyond the
-/// test's patience); `Node::connect` makes the connection before any message.
+/// test's patience); `NodeHandle::dial` makes the connection before any message.
 #[actix::test]
 async fn the_first_messages_wait_for_the_connection_being_made() {
     let server = listening_node().await;
@@ -600,10 +600,10 @@ async fn the_first_messages_wait_for_the_connection_being_made() {
 
     // Warming: connected before the first message; nobody at an address: None.
     let warm = sending_node().await;
-    assert_eq!(warm.connect(addr).await, Some(server.id()));
+    assert_eq!(warm.dial(addr).await, Some(server.id()));
     assert_eq!(warm.peer_id(addr), Some(server.id()));
     assert_eq!(
-        warm.connect(addr).await,
+        warm.dial(addr).await,
         Some(server.id()),
         "connected already"
     );
@@ -611,7 +611,7 @@ async fn the_first_messages_wait_for_the_connection_being_made() {
         .unwrap()
         .local_addr()
         .unwrap();
-    assert_eq!(warm.connect(nobody).await, None);
+    assert_eq!(warm.dial(nobody).await, None);
     assert_eq!(warm.stats().connections_opened, 1);
 }
 
@@ -624,7 +624,7 @@ async fn deliveries_waiting_for_a_connection_are_bounded_and_dropped_when_it_fai
     // Accepts TCP connections (the backlog) and never answers.
     let silent = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let addr = silent.local_addr().unwrap();
-    let client = Node::start(
+    let client = NodeHandle::start(
         remote::secured(NodeOptions::builder())
             .max_frame_length(4096)
             .max_output_bytes(LIMIT)
@@ -673,7 +673,7 @@ async fn deliveries_waiting_for_a_connection_are_bounded_and_dropped_when_it_fai
 async fn a_name_is_resolved_again_on_every_reconnection() {
     let current: Arc<std::sync::Mutex<Option<std::net::SocketAddr>>> = Arc::default();
     let lookup = current.clone();
-    let client = Node::start(
+    let client = NodeHandle::start(
         remote::secured(NodeOptions::builder())
             .resolver(move |host, port| {
                 assert_eq!((host, port), ("node.test", 7100));
@@ -687,7 +687,7 @@ async fn a_name_is_resolved_again_on_every_reconnection() {
     )
     .await
     .unwrap();
-    let name: actix_delivery::remote::PeerAddr = "node.test:7100".parse().unwrap();
+    let name: actix_delivery::tcp::PeerAddr = "node.test:7100".parse().unwrap();
     let producer = remote::producer(
         client.consumer_ref::<u64>(name.clone(), "numbers").unwrap(),
         8,

@@ -10,7 +10,7 @@ use crate::remote;
 
 use std::time::Duration;
 
-use actix_delivery::remote::{Node, NodeOptions};
+use actix_delivery::tcp::{NodeHandle, NodeOptions};
 use common::{confirm_into, Confirmations};
 use remote::proxy::{Faults, Injected, Proxy};
 use remote::{listening_node, recording_consumer, wait_until};
@@ -44,7 +44,7 @@ async fn run(seed: u64) -> [u64; 6] {
         .idle_timeout(Duration::from_millis(200))
         .build()
         .unwrap();
-    let client = Node::start(options).await.unwrap();
+    let client = NodeHandle::start(options).await.unwrap();
     let producer = remote::producer(
         client.consumer_ref::<u64>(proxy.addr, "numbers").unwrap(),
         WINDOW,

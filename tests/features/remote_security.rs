@@ -12,7 +12,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use actix_delivery::remote::{Node, NodeOptions, NodeSecret};
+use actix_delivery::tcp::{NodeHandle, NodeOptions, NodeSecret};
 use actix_delivery::{
     ConsumerOptions, DeadLetter, DeadLetterReason, DeliveryHandler, Incarnation, ProducerHandle,
     ProducerOptions, ReliableDelivery,
@@ -25,19 +25,19 @@ use tokio::io::AsyncWriteExt;
 use tokio::net::TcpStream;
 
 /// A secure server exposing a recording `u64` consumer as "numbers".
-async fn server() -> (Node, Handled<u64>) {
+async fn server() -> (NodeHandle, Handled<u64>) {
     let node = secret_listening_node().await;
     let (consumer, handled) = recording_consumer::<u64>();
     node.expose("numbers", &consumer).unwrap();
     (node, handled)
 }
 
-async fn insecure_server() -> (Node, Handled<u64>, Log<DeadLetter>) {
+async fn insecure_server() -> (NodeHandle, Handled<u64>, Log<DeadLetter>) {
     let options = fast(NodeOptions::builder().insecure_no_authentication())
         .listen(localhost())
         .build()
         .unwrap();
-    let node = Node::start(options).await.unwrap();
+    let node = NodeHandle::start(options).await.unwrap();
     let handled = Handled::<u64>(Default::default());
     let record = handled.clone();
     let (sink, dead) = common::dead_letter_log();
@@ -55,7 +55,11 @@ async fn insecure_server() -> (Node, Handled<u64>, Log<DeadLetter>) {
 }
 
 /// A producer on `node` sending 1..=n to "numbers" at `addr`, retransmitting every 50 ms.
-fn produce(node: &Node, addr: SocketAddr, n: u64) -> (ProducerHandle<u64>, Confirmations<u64>) {
+fn produce(
+    node: &NodeHandle,
+    addr: SocketAddr,
+    n: u64,
+) -> (ProducerHandle<u64>, Confirmations<u64>) {
     let target = node.consumer_ref::<u64>(addr, "numbers").unwrap();
     let producer = ReliableDelivery::producer(
         ProducerOptions::builder(target)
@@ -70,12 +74,12 @@ fn produce(node: &Node, addr: SocketAddr, n: u64) -> (ProducerHandle<u64>, Confi
     (producer, confirmations)
 }
 
-async fn client_with(options: NodeOptions) -> Node {
-    Node::start(options).await.unwrap()
+async fn client_with(options: NodeOptions) -> NodeHandle {
+    NodeHandle::start(options).await.unwrap()
 }
 
 /// A node with the test secret that does not listen.
-async fn secret_sending_node() -> Node {
+async fn secret_sending_node() -> NodeHandle {
     client_with(
         fast(NodeOptions::builder().secret(remote::secret()))
             .build()
@@ -503,7 +507,7 @@ async fn undecodable_bodies_count_against_the_receive_bound_of_a_busy_consumer()
         .listen(localhost())
         .build()
         .unwrap();
-    let server = Node::start(options).await.unwrap();
+    let server = NodeHandle::start(options).await.unwrap();
     let arbiter = actix::Arbiter::new();
     let (sink, dead) = common::dead_letter_log();
     let consumer = ReliableDelivery::consumer_in(&arbiter.handle(), move || {
@@ -660,7 +664,7 @@ async fn a_connection_flood_without_the_secret_does_not_lock_out_an_honest_node(
         .handshake_timeout(Duration::from_secs(60))
         .build()
         .unwrap();
-    let server = Node::start(options).await.unwrap();
+    let server = NodeHandle::start(options).await.unwrap();
     let (consumer, handled) = recording_consumer::<u64>();
     server.expose("numbers", &consumer).unwrap();
     let addr = server.local_addr().unwrap();
@@ -829,10 +833,10 @@ async fn a_peer_of_another_protocol_version_is_refused_and_counted() {
 #[cfg(feature = "tls")]
 mod tls {
     use super::*;
-    use actix_delivery::remote::{NameError, NodeTls, PeerAddr};
+    use actix_delivery::tcp::{NameError, NodeTls, PeerAddr};
     use remote::tls::Ca;
 
-    async fn tls_node(tls: NodeTls, listen: bool) -> Node {
+    async fn tls_node(tls: NodeTls, listen: bool) -> NodeHandle {
         let builder = fast(NodeOptions::builder().tls(tls));
         let builder = if listen {
             builder.listen(localhost())
@@ -844,7 +848,7 @@ mod tls {
 
     /// A mutual-TLS server of `ca` (certificate for node.test and 127.0.0.1) exposing a
     /// recording "numbers", to `identities` only if given.
-    async fn tls_server(ca: &Ca, identities: Option<&[&str]>) -> (Node, Handled<u64>) {
+    async fn tls_server(ca: &Ca, identities: Option<&[&str]>) -> (NodeHandle, Handled<u64>) {
         let node = tls_node(ca.mutual(&["node.test", "127.0.0.1"]), true).await;
         let (consumer, handled) = recording_consumer::<u64>();
         match identities {
@@ -858,7 +862,12 @@ mod tls {
     /// `bad` sends 10 messages to `server`: none is handled or confirmed, both sides count
     /// the failure in `tls_failures` (the side that found it at least: `refusers`), and an
     /// `honest` client is served meanwhile.
-    async fn refused(server: &Node, handled: &Handled<u64>, bad: &Node, honest: &Node) {
+    async fn refused(
+        server: &NodeHandle,
+        handled: &Handled<u64>,
+        bad: &NodeHandle,
+        honest: &NodeHandle,
+    ) {
         let addr = server.local_addr().unwrap();
         let (producer, confirmations) = produce(bad, addr, 10);
         let failures = || bad.stats().tls_failures + server.stats().tls_failures;
@@ -1051,7 +1060,7 @@ mod tls {
 
     /// A client whose resolver sends every name to the listener on 127.0.0.1, as a member
     /// that can steer name resolution would.
-    async fn client_resolving_everything_to_localhost(tls: NodeTls) -> Node {
+    async fn client_resolving_everything_to_localhost(tls: NodeTls) -> NodeHandle {
         client_with(
             fast(NodeOptions::builder().tls(tls))
                 .resolver(|_, port| Ok(vec![SocketAddr::from(([127, 0, 0, 1], port))]))

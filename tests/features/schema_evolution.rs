@@ -22,6 +22,7 @@ use actix_delivery::journal::{
 };
 use actix_delivery::persistence::{
     recover_state, CommandError, Decision, EventSourced, PersistentConfig, PersistentHandle,
+    PersistentOptions,
 };
 use actix_delivery::{
     ConsumerOptions, DeliveryHandler, Failure, ProducerOptions, ReliableDelivery, StartError,
@@ -370,7 +371,10 @@ impl Under {
         stream: &str,
         config: PersistentConfig,
     ) -> PersistentHandle<E> {
-        PersistentHandle::start(self.journal.clone(), self.id(stream), config).unwrap()
+        PersistentHandle::start(
+            PersistentOptions::new(self.journal.clone(), self.id(stream)).config(config),
+        )
+        .unwrap()
     }
 
     /// The state entity `E` recovers from `stream`.
@@ -1077,7 +1081,7 @@ async fn check_postgres_fixture(fixture: &str, legacy: bool) {
         .map(|row| ((row.get(0), row.get::<_, i64>(1) as u64), row.get(2)))
         .collect();
     assert_eq!(raw.len(), 10, "the fixture as committed");
-    let options = || actix_delivery::journal::PostgresOptions::default().schema(&schema);
+    let options = || actix_delivery::journal::PostgresConfig::default().schema(&schema);
     let refused = actix_delivery::journal::PostgresJournal::connect_with(
         &postgres_support::url(),
         options().create_tables(false),

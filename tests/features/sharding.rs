@@ -17,7 +17,7 @@ use actix_delivery::journal::{
     Journal, JournalFuture, MemoryJournal, PersistenceId, Snapshot, StoredEvent,
 };
 use actix_delivery::persistence::{recover_state, CommandError, PersistentConfig};
-use actix_delivery::sharding::{EntityHost, EntityHostOptions, EntityId, HostError};
+use actix_delivery::sharding::{EntityHostHandle, EntityHostOptions, EntityId, HostError};
 use common::entities::{Ledger, Op, Sequence};
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
@@ -30,8 +30,8 @@ fn stream(n: u64) -> PersistenceId {
     PersistenceId::new(format!("ledger|e{n}")).unwrap()
 }
 
-fn host(journal: Arc<dyn Journal>, options: EntityHostOptions) -> EntityHost<Ledger> {
-    EntityHost::start(journal, options).unwrap()
+fn host(journal: Arc<dyn Journal>, options: EntityHostOptions) -> EntityHostHandle<Ledger> {
+    EntityHostHandle::start(journal, options).unwrap()
 }
 
 fn options() -> actix_delivery::sharding::EntityHostOptionsBuilder {
@@ -324,13 +324,16 @@ use actix_delivery::sharding::{
 use actix_delivery::{ConsumerRef, Delivery, ProducerConfig, ReliableDelivery, TellError};
 use common::{confirm_into, settle_for, Confirmations};
 
-fn sequences(journal: Arc<dyn Journal>, persistent: PersistentConfig) -> EntityHost<Sequence> {
+fn sequences(
+    journal: Arc<dyn Journal>,
+    persistent: PersistentConfig,
+) -> EntityHostHandle<Sequence> {
     let options = EntityHostOptions::builder("seq")
         .shards(8)
         .persistent(persistent)
         .build()
         .unwrap();
-    EntityHost::start(journal, options).unwrap()
+    EntityHostHandle::start(journal, options).unwrap()
 }
 
 async fn applied(journal: &dyn Journal, entity: &EntityId) -> Vec<u64> {
@@ -565,7 +568,7 @@ use std::collections::HashMap;
 
 use actix_delivery::sharding::{
     CoordinatorOptions, CoordinatorStats, LeaseError, LeaseFuture, LeaseStore, LeaseView,
-    LocalFuture, Member, MemoryLeaseStore, ShardCoordinator, ShardTransport,
+    LocalFuture, Member, MemoryLeaseStore, ShardCoordinatorHandle, ShardTransport,
 };
 use actix_delivery::ConsumerHandle;
 
@@ -689,7 +692,7 @@ fn node(
     journal: &Arc<dyn Journal>,
     leases: &Partitioned,
     bus: &Bus,
-) -> ShardCoordinator<Sequence> {
+) -> ShardCoordinatorHandle<Sequence> {
     let host = EntityHostOptions::builder("seq")
         .shards(16)
         .persistent(PersistentConfig {
@@ -705,7 +708,7 @@ fn node(
         .build()
         .unwrap();
     let bus = bus.clone();
-    ShardCoordinator::start(
+    ShardCoordinatorHandle::start(
         journal.clone(),
         host,
         Arc::new(leases.clone()),
@@ -715,7 +718,7 @@ fn node(
     .unwrap()
 }
 
-async fn owned(nodes: &[&ShardCoordinator<Sequence>]) -> Vec<u64> {
+async fn owned(nodes: &[&ShardCoordinatorHandle<Sequence>]) -> Vec<u64> {
     let mut owned = Vec::new();
     for node in nodes {
         owned.push(node.stats().await.unwrap().shards_owned);
@@ -724,7 +727,7 @@ async fn owned(nodes: &[&ShardCoordinator<Sequence>]) -> Vec<u64> {
 }
 
 /// How many of the 16 shards the rendezvous allocation gives each of `nodes`.
-fn desired(nodes: &[&ShardCoordinator<Sequence>]) -> Vec<u64> {
+fn desired(nodes: &[&ShardCoordinatorHandle<Sequence>]) -> Vec<u64> {
     use actix_delivery::sharding::allocation::desired_owner;
     let members: std::collections::BTreeSet<String> =
         nodes.iter().map(|n| n.member().to_owned()).collect();
@@ -832,16 +835,16 @@ async fn nodes_share_the_shards_hand_off_on_join_and_leave_and_take_over_a_lost_
 
 // --- over TCP: owners found in the lease table ----------------------------------------------
 
-use actix_delivery::remote::{Node, NodeOptions, NodeSecret};
 use actix_delivery::sharding::{NoTransport, ShardDirectory};
+use actix_delivery::tcp::{NodeHandle, NodeOptions, NodeSecret};
 
-async fn tcp_node() -> Node {
+async fn tcp_node() -> NodeHandle {
     let options = NodeOptions::builder()
         .secret(NodeSecret::new([7; 32]).unwrap())
         .listen("127.0.0.1:0".parse().unwrap())
         .build()
         .unwrap();
-    Node::start(options).await.unwrap()
+    NodeHandle::start(options).await.unwrap()
 }
 
 /// A node over TCP: its host's consumer exposed as "seq", its address in the lease table.
@@ -849,7 +852,7 @@ async fn tcp_member(
     name: &str,
     journal: &Arc<dyn Journal>,
     leases: &MemoryLeaseStore,
-) -> (ShardCoordinator<Sequence>, Node) {
+) -> (ShardCoordinatorHandle<Sequence>, NodeHandle) {
     let node = tcp_node().await;
     let host = EntityHostOptions::builder("seq").shards(8).build().unwrap();
     let options = CoordinatorOptions::builder(name)
@@ -859,7 +862,7 @@ async fn tcp_member(
         .build()
         .unwrap();
     let exposing = node.clone();
-    let coordinator = ShardCoordinator::start(
+    let coordinator = ShardCoordinatorHandle::start(
         journal.clone(),
         host,
         Arc::new(leases.clone()),
@@ -982,7 +985,7 @@ async fn an_envelope_naming_another_producers_origin_is_a_dead_letter_and_moves_
     let (sink, dead_letters) = common::dead_letter_log();
     let consumer = ReliableDelivery::consumer(
         ConsumerOptions::builder(host.delivery_handler(|body: u64| body))
-            .config(EntityHost::<Sequence>::consumer_config())
+            .config(EntityHostHandle::<Sequence>::consumer_config())
             .dead_letters(sink)
             .build()
             .unwrap(),
@@ -1217,11 +1220,14 @@ mod postgres_leases {
             .renew_interval(Duration::from_secs(1))
             .build()
             .unwrap();
-        let coordinator =
-            ShardCoordinator::<Sequence>::start(journal, host, Arc::new(store), options, |host| {
-                OnBus(Bus::default(), host.consumer(|body: u64| body))
-            })
-            .unwrap();
+        let coordinator = ShardCoordinatorHandle::<Sequence>::start(
+            journal,
+            host,
+            Arc::new(store),
+            options,
+            |host| OnBus(Bus::default(), host.consumer(|body: u64| body)),
+        )
+        .unwrap();
         let failed = [
             "sharding `seq`: heartbeat failed: the lease store failed: ERROR: relation",
             &format!("\"{schema}.shard_member\" does not exist (SQLSTATE 42P01)"),

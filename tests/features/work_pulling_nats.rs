@@ -9,9 +9,9 @@ use crate::remote;
 
 use std::time::Duration;
 
-use actix_delivery::nats::NatsCarrier;
+use actix_delivery::nats::NatsCarrierHandle;
 use actix_delivery::work_pulling::{
-    Announcement, Announcer, Job, WorkPullingOptions, WorkerDiscovery, WorkerRegistry,
+    Announcement, AnnouncerHandle, Job, WorkPullingOptions, WorkerDiscovery, WorkerRegistry,
 };
 use actix_delivery::{ConsumerOptions, DeliveryHandler, ProducerConfig, ReliableDelivery};
 use common::{confirm_into, Confirmations, Log};
@@ -24,7 +24,7 @@ async fn worker(
     name: &str,
     registration: &str,
     handled: &Log<(String, u64)>,
-) -> (NatsCarrier, Announcer) {
+) -> (NatsCarrierHandle, AnnouncerHandle) {
     let carrier = carrier().await;
     let (log, me) = (handled.clone(), name.to_string());
     let handler = DeliveryHandler::from_fn(move |job: Job<u64>| {
@@ -43,7 +43,7 @@ async fn worker(
         consumer: subject,
     };
     let to = carrier.consumer_ref::<Announcement>(registration).unwrap();
-    let announcer = Announcer::start(to, announcement, Duration::from_millis(200)).unwrap();
+    let announcer = AnnouncerHandle::start(to, announcement, Duration::from_millis(200)).unwrap();
     (carrier, announcer)
 }
 

@@ -1,6 +1,5 @@
-//! Parts run on the arbiter they are given: persistent entities (plain, supervised, with an
-//! outbox) started `_in(arbiter)`, and producers, durable or not, whose options name an
-//! arbiter; their handles used from here.
+//! Parts run on the arbiter their options name: persistent entities (plain, supervised, with
+//! an outbox) and producers (durable or not); their handles used from here.
 
 use std::sync::Arc;
 use std::thread::{self, ThreadId};
@@ -9,7 +8,7 @@ use actix::prelude::*;
 use actix_delivery::durable::DurableOptions;
 use actix_delivery::journal::{MemoryJournal, PersistenceId};
 use actix_delivery::persistence::{
-    Decision, EventSourced, Outbox, PersistentConfig, PersistentHandle,
+    Decision, EventSourced, Outbox, PersistentConfig, PersistentHandle, PersistentOptions,
 };
 use actix_delivery::{ConsumerRef, Delivery, ProducerConfig, ProducerOptions, ReliableDelivery};
 use serde::{Deserialize, Serialize};
@@ -61,21 +60,24 @@ fn id(name: &str) -> PersistenceId {
 }
 
 #[actix::test]
-async fn persistent_entities_started_in_an_arbiter_run_on_it() {
+async fn persistent_entities_whose_options_name_an_arbiter_run_on_it() {
     let arbiter = Arbiter::new();
     let there = thread_of(&arbiter.handle()).await;
     assert_ne!(there, thread::current().id());
     let journal = Arc::new(MemoryJournal::new());
     let config = PersistentConfig::default;
-    let plain =
-        PersistentHandle::<Where>::start_in(&arbiter.handle(), journal.clone(), id("a"), config())
-            .unwrap();
+    let plain = PersistentHandle::<Where>::start(
+        PersistentOptions::new(journal.clone(), id("a"))
+            .config(config())
+            .arbiter(&arbiter.handle()),
+    )
+    .unwrap();
     assert_eq!(plain.ask(false).await.unwrap(), there);
-    let supervised = PersistentHandle::<Where>::start_supervised_in(
-        &arbiter.handle(),
-        journal.clone(),
-        id("b"),
-        config(),
+    let supervised = PersistentHandle::<Where>::start(
+        PersistentOptions::new(journal.clone(), id("b"))
+            .config(config())
+            .supervised()
+            .arbiter(&arbiter.handle()),
     )
     .unwrap();
     assert_eq!(supervised.ask(false).await.unwrap(), there);
@@ -83,12 +85,12 @@ async fn persistent_entities_started_in_an_arbiter_run_on_it() {
     let outbox = Outbox::new()
         .destination("probe", probe, ProducerConfig::default())
         .unwrap();
-    let with_outbox = PersistentHandle::<Where>::start_with_outbox_in(
-        &arbiter.handle(),
-        journal.clone(),
-        id("c"),
-        config(),
-        outbox,
+    let with_outbox = PersistentHandle::<Where>::start(
+        PersistentOptions::new(journal.clone(), id("c"))
+            .config(config())
+            .outbox(outbox)
+            .supervised()
+            .arbiter(&arbiter.handle()),
     )
     .unwrap();
     assert_eq!(with_outbox.ask(true).await.unwrap(), there);
@@ -103,7 +105,11 @@ async fn persistent_entities_started_in_an_arbiter_run_on_it() {
         replay_page: 0,
         ..config()
     };
-    let refused = PersistentHandle::<Where>::start_in(&arbiter.handle(), journal, id("d"), invalid);
+    let refused = PersistentHandle::<Where>::start(
+        PersistentOptions::new(journal, id("d"))
+            .config(invalid)
+            .arbiter(&arbiter.handle()),
+    );
     assert_eq!(
         refused.unwrap_err().field,
         "replay_page",

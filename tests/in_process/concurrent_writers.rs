@@ -15,6 +15,7 @@ use actix_delivery::journal::{
 };
 use actix_delivery::persistence::{
     recover_state, Decision, EventSourced, Outbox, PersistentConfig, PersistentHandle,
+    PersistentOptions,
 };
 use actix_delivery::{
     ConsumerOptions, ConsumerRef, Delivery, DeliveryError, ProducerConfig, ReliableDelivery,
@@ -133,9 +134,10 @@ async fn a_recovery_racing_another_writers_snapshot_and_delete_recovers_from_the
         delete_events_on_snapshot: true,
         ..PersistentConfig::default()
     };
-    let old =
-        PersistentHandle::<Ledger>::start(Arc::new(memory.clone()), ledger_id(), config.clone())
-            .unwrap();
+    let old = PersistentHandle::<Ledger>::start(
+        PersistentOptions::new(Arc::new(memory.clone()), ledger_id()).config(config.clone()),
+    )
+    .unwrap();
     for n in 1..=3 {
         old.ask(Op::Apply(n)).await.unwrap();
     }
@@ -147,9 +149,12 @@ async fn a_recovery_racing_another_writers_snapshot_and_delete_recovers_from_the
         waiting: Arc::new(AtomicU64::new(0)),
     };
     // The failover's new instance starts while the old one still runs.
-    let new =
-        PersistentHandle::<Ledger>::start_supervised(Arc::new(gated.clone()), ledger_id(), config)
-            .unwrap();
+    let new = PersistentHandle::<Ledger>::start(
+        PersistentOptions::new(Arc::new(gated.clone()), ledger_id())
+            .config(config)
+            .supervised(),
+    )
+    .unwrap();
     settle().await;
     assert_eq!(
         gated.waiting.load(Ordering::SeqCst),
@@ -185,14 +190,14 @@ async fn a_recovery_racing_another_writers_snapshot_and_delete_recovers_from_the
 /// fails; one that opened would have to get `Conflict`.
 #[actix::test]
 async fn a_second_sqlite_writer_through_a_symlink_cannot_commit_under_a_taken_seq() {
-    use actix_delivery::journal::{SqliteJournal, SqliteOptions};
+    use actix_delivery::journal::{SqliteConfig, SqliteJournal};
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("journal.db");
     let alias = dir.path().join("alias.db");
     let first = SqliteJournal::open(&path).await.unwrap();
     std::os::unix::fs::symlink(&path, &alias).unwrap();
     // Refused after waiting this long for the first to let go.
-    let waiting = SqliteOptions::default().busy_timeout(Duration::from_millis(50));
+    let waiting = SqliteConfig::default().busy_timeout(Duration::from_millis(50));
     let second = SqliteJournal::open_with(&alias, waiting).await;
     let Ok(second) = second else {
         return; // refused: sound
@@ -241,11 +246,10 @@ async fn two_outbox_instances_racing_deliver_each_once_and_go_quiet() {
     tokio::time::pause();
     let journal = MemoryJournal::new();
     let warehouse_id = PersistenceId::new("warehouse").unwrap();
-    let warehouse = PersistentHandle::<Warehouse>::start(
+    let warehouse = PersistentHandle::<Warehouse>::start(PersistentOptions::new(
         Arc::new(journal.clone()),
         warehouse_id.clone(),
-        PersistentConfig::default(),
-    )
+    ))
     .unwrap();
     let receiver = ReliableDelivery::consumer(
         ConsumerOptions::builder(warehouse.delivery_handler(|Ship(order)| order))
@@ -265,11 +269,10 @@ async fn two_outbox_instances_racing_deliver_each_once_and_go_quiet() {
             ..ProducerConfig::default()
         };
         let outbox = Outbox::new().destination("shipping", link, lane).unwrap();
-        PersistentHandle::<Orders>::start_with_outbox(
-            Arc::new(journal.clone()),
-            orders_id(),
-            PersistentConfig::default(),
-            outbox,
+        PersistentHandle::<Orders>::start(
+            PersistentOptions::new(Arc::new(journal.clone()), orders_id())
+                .outbox(outbox)
+                .supervised(),
         )
         .unwrap()
     };
@@ -322,11 +325,10 @@ async fn two_outbox_instances_racing_deliver_each_once_and_go_quiet() {
 async fn an_idle_second_outbox_instance_catches_up_and_stops_resending() {
     tokio::time::pause();
     let journal = MemoryJournal::new();
-    let warehouse = PersistentHandle::<Warehouse>::start(
+    let warehouse = PersistentHandle::<Warehouse>::start(PersistentOptions::new(
         Arc::new(journal.clone()),
         PersistenceId::new("warehouse").unwrap(),
-        PersistentConfig::default(),
-    )
+    ))
     .unwrap();
     let receiver = ReliableDelivery::consumer(
         ConsumerOptions::builder(warehouse.delivery_handler(|Ship(order)| order))
@@ -340,11 +342,10 @@ async fn an_idle_second_outbox_instance_catches_up_and_stops_resending() {
             ..ProducerConfig::default()
         };
         let outbox = Outbox::new().destination("shipping", link, lane).unwrap();
-        PersistentHandle::<Orders>::start_with_outbox(
-            Arc::new(journal.clone()),
-            orders_id(),
-            PersistentConfig::default(),
-            outbox,
+        PersistentHandle::<Orders>::start(
+            PersistentOptions::new(Arc::new(journal.clone()), orders_id())
+                .outbox(outbox)
+                .supervised(),
         )
         .unwrap()
     };

@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use actix_delivery::journal::{Journal, MemoryJournal};
 use actix_delivery::persistence::{
-    recover_state, CommandError, Outbox, PersistentConfig, PersistentHandle,
+    recover_state, CommandError, Outbox, PersistentConfig, PersistentHandle, PersistentOptions,
 };
 use actix_delivery::{ConsumerOptions, ProducerConfig, ProducerOptions, ReliableDelivery};
 use common::entities::{ledger_id, orders_id, Ledger, Op, Orders, Ship};
@@ -26,11 +26,10 @@ use common::{recording_consumer, settle_for};
 async fn a_delivery_retransmitted_while_its_commit_is_held_is_applied_once() {
     tokio::time::pause();
     let journal = MemoryJournal::new();
-    let ledger = PersistentHandle::<Ledger>::start(
+    let ledger = PersistentHandle::<Ledger>::start(PersistentOptions::new(
         Arc::new(journal.clone()),
         ledger_id(),
-        PersistentConfig::default(),
-    )
+    ))
     .unwrap();
     ledger.ask(Op::Total).await.unwrap();
     let handler = ledger.delivery_handler(Op::Apply);
@@ -96,8 +95,11 @@ async fn snapshot_recovery_equals_full_replay_for_the_delivery_record() {
             ..PersistentConfig::default()
         };
         let start = |journal: &MemoryJournal, every| {
-            PersistentHandle::<Ledger>::start(Arc::new(journal.clone()), ledger_id(), config(every))
-                .unwrap()
+            PersistentHandle::<Ledger>::start(
+                PersistentOptions::new(Arc::new(journal.clone()), ledger_id())
+                    .config(config(every)),
+            )
+            .unwrap()
         };
         let mut n = 0u64;
         let mut kinds: BTreeMap<String, u32> = BTreeMap::new();
@@ -153,10 +155,8 @@ async fn a_commit_reported_failed_is_deduplicated_on_retry_and_its_delivery_sent
     tokio::time::pause();
     let memory = MemoryJournal::new();
     let journal = Faulty::new(memory.clone());
-    let ledger = PersistentHandle::<Ledger>::start_supervised(
-        Arc::new(journal.clone()),
-        ledger_id(),
-        PersistentConfig::default(),
+    let ledger = PersistentHandle::<Ledger>::start(
+        PersistentOptions::new(Arc::new(journal.clone()), ledger_id()).supervised(),
     )
     .unwrap();
     let info = DeliveryInfo {
@@ -191,11 +191,10 @@ async fn a_commit_reported_failed_is_deduplicated_on_retry_and_its_delivery_sent
             ProducerConfig::default(),
         )
         .unwrap();
-    let orders = PersistentHandle::<Orders>::start_with_outbox(
-        Arc::new(journal.clone()),
-        orders_id(),
-        PersistentConfig::default(),
-        outbox,
+    let orders = PersistentHandle::<Orders>::start(
+        PersistentOptions::new(Arc::new(journal.clone()), orders_id())
+            .outbox(outbox)
+            .supervised(),
     )
     .unwrap();
     journal.arm(Fault::AfterCommit);

@@ -23,7 +23,7 @@ use std::time::Duration;
 use actix::prelude::*;
 use actix_delivery::durable::{DurableConfirmation, DurableOptions, MessageId};
 use actix_delivery::journal::{MemoryJournal, PersistenceId};
-use actix_delivery::persistence::{recover_state, PersistentConfig, PersistentHandle};
+use actix_delivery::persistence::{recover_state, PersistentHandle, PersistentOptions};
 use actix_delivery::{
     ConsumerHandle, ConsumerOptions, ConsumerRef, Delivery, DeliveryError, ProducerHandle,
     ProducerOptions, ReliableDelivery,
@@ -43,10 +43,8 @@ struct Ledgers {
 
 impl Ledgers {
     fn start(journal: Faulty) -> Self {
-        let entity = PersistentHandle::<Ledger>::start_supervised(
-            Arc::new(journal.clone()),
-            ledger_id(),
-            PersistentConfig::default(),
+        let entity = PersistentHandle::<Ledger>::start(
+            PersistentOptions::new(Arc::new(journal.clone()), ledger_id()).supervised(),
         )
         .unwrap();
         let handler = entity.delivery_handler(Op::Apply);

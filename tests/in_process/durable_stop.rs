@@ -14,7 +14,7 @@ use actix_delivery::codec::Manifest;
 use actix_delivery::durable::{DurableConfirmation, DurableOptions, MessageId};
 use actix_delivery::journal::{Journal, MemoryJournal, PersistenceId};
 use actix_delivery::persistence::{
-    Decision, EventSourced, Outbox, PersistentConfig, PersistentHandle,
+    Decision, EventSourced, Outbox, PersistentConfig, PersistentHandle, PersistentOptions,
 };
 use actix_delivery::{
     Ack, ConsumerRef, Delivery, DeliveryError, Failure, Happened, ProducerConfig, ProducerHandle,
@@ -290,7 +290,13 @@ fn start_orders(journal: &MemoryJournal, to: ConsumerRef<Ship>) -> PersistentHan
     let outbox = Outbox::new().destination("shipping", to, lane).unwrap();
     let id = PersistenceId::new("orders").unwrap();
     let config = PersistentConfig::default();
-    PersistentHandle::start_with_outbox(Arc::new(journal.clone()), id, config, outbox).unwrap()
+    PersistentHandle::start(
+        PersistentOptions::new(Arc::new(journal.clone()), id)
+            .config(config)
+            .outbox(outbox)
+            .supervised(),
+    )
+    .unwrap()
 }
 
 #[actix::test]

@@ -9,7 +9,8 @@ use std::time::Duration;
 
 use actix_delivery::journal::{MemoryJournal, PersistenceId};
 use actix_delivery::persistence::{
-    recover_state, CommandError, Decision, EventSourced, Outbox, PersistentConfig, PersistentHandle,
+    recover_state, CommandError, Decision, EventSourced, Outbox, PersistentConfig,
+    PersistentHandle, PersistentOptions,
 };
 use actix_delivery::{
     ConsumerHandle, ConsumerOptions, ConsumerRef, Delivery, DeliveryHandler, ProducerConfig,
@@ -103,8 +104,13 @@ fn start_orders(
     config: PersistentConfig,
 ) -> PersistentHandle<Orders> {
     let outbox = Outbox::new().destination("shipping", to, lane()).unwrap();
-    PersistentHandle::start_with_outbox(Arc::new(journal.clone()), orders_id(), config, outbox)
-        .unwrap()
+    PersistentHandle::start(
+        PersistentOptions::new(Arc::new(journal.clone()), orders_id())
+            .config(config)
+            .outbox(outbox)
+            .supervised(),
+    )
+    .unwrap()
 }
 
 #[actix::test]
@@ -286,12 +292,12 @@ async fn with_must_follow_the_receiver_applies_in_send_order_exactly_once_despit
     let journal = MemoryJournal::new();
     let warehouse_id = PersistenceId::new("warehouse").unwrap();
     let warehouse = PersistentHandle::<Warehouse>::start(
-        Arc::new(journal.clone()),
-        warehouse_id.clone(),
-        PersistentConfig {
-            must_follow: true,
-            ..Default::default()
-        },
+        PersistentOptions::new(Arc::new(journal.clone()), warehouse_id.clone()).config(
+            PersistentConfig {
+                must_follow: true,
+                ..Default::default()
+            },
+        ),
     )
     .unwrap();
     let consumer = ReliableDelivery::consumer(
@@ -408,11 +414,10 @@ async fn a_forged_delivery_under_an_outbox_lanes_id_moves_not_the_lanes_window()
     tokio::time::pause();
     let journal = MemoryJournal::new();
     let warehouse_id = PersistenceId::new("warehouse").unwrap();
-    let warehouse = PersistentHandle::<Warehouse>::start(
+    let warehouse = PersistentHandle::<Warehouse>::start(PersistentOptions::new(
         Arc::new(journal.clone()),
         warehouse_id.clone(),
-        PersistentConfig::default(),
-    )
+    ))
     .unwrap();
     let consumer = ReliableDelivery::consumer(
         ConsumerOptions::builder(warehouse.delivery_handler(|Ship(order)| order))

@@ -11,7 +11,8 @@ use std::time::Duration;
 use actix_delivery::durable::DurableOptions;
 use actix_delivery::journal::{Journal, MemoryJournal, PersistenceId};
 use actix_delivery::persistence::{
-    recover_state, CommandError, Decision, EventSourced, Outbox, PersistentConfig, PersistentHandle,
+    recover_state, CommandError, Decision, EventSourced, Outbox, PersistentConfig,
+    PersistentHandle, PersistentOptions,
 };
 use actix_delivery::{DeliveryError, ProducerConfig, ProducerOptions, ReliableDelivery};
 use common::entities::{ledger_id, orders_id, Ledger, Op, Orders, Ship};
@@ -85,11 +86,11 @@ async fn outbox_deliveries_beyond_the_lane_room_keep_their_recorded_seqs() {
         ..ProducerConfig::default()
     };
     let outbox = Outbox::new().destination("shipping", to, lane).unwrap();
-    let orders = PersistentHandle::<Orders>::start_with_outbox(
-        Arc::new(journal.clone()),
-        orders_id(),
-        PersistentConfig::default(), // max_unconfirmed 10 000
-        outbox,
+    // The default settings: max_unconfirmed 10 000.
+    let orders = PersistentHandle::<Orders>::start(
+        PersistentOptions::new(Arc::new(journal.clone()), orders_id())
+            .outbox(outbox)
+            .supervised(),
     )
     .unwrap();
     cut.store(true, Ordering::SeqCst);
@@ -130,8 +131,10 @@ async fn commands_beyond_max_pending_commands_are_refused_overloaded_while_an_ap
         max_recovery_buffer: 100,
         ..PersistentConfig::default()
     };
-    let ledger =
-        PersistentHandle::<Ledger>::start(Arc::new(journal.clone()), ledger_id(), config).unwrap();
+    let ledger = PersistentHandle::<Ledger>::start(
+        PersistentOptions::new(Arc::new(journal.clone()), ledger_id()).config(config),
+    )
+    .unwrap();
     ledger.ask(Op::Total).await.unwrap();
     journal.faults().hold_commits();
     let first = actix::spawn(ledger.ask(Op::Apply(0)));
@@ -177,12 +180,9 @@ async fn commands_beyond_max_pending_commands_are_refused_overloaded_while_an_ap
 async fn dropping_the_last_persistent_handle_frees_the_actor_and_its_journal() {
     tokio::time::pause();
     let journal: Arc<dyn Journal> = Arc::new(MemoryJournal::new());
-    let ledger = PersistentHandle::<Ledger>::start(
-        journal.clone(),
-        ledger_id(),
-        PersistentConfig::default(),
-    )
-    .unwrap();
+    let ledger =
+        PersistentHandle::<Ledger>::start(PersistentOptions::new(journal.clone(), ledger_id()))
+            .unwrap();
     ledger.ask(Op::Apply(1)).await.unwrap();
     let weak = ledger.addr().downgrade();
     drop(ledger);
@@ -273,9 +273,11 @@ async fn a_snapshot_over_16_mib_is_serialized_once_per_snapshot_every_and_compac
         ..PersistentConfig::default()
     };
     let big = PersistentHandle::<Big>::start(
-        Arc::new(journal.clone()),
-        PersistenceId::new("big").unwrap(),
-        config,
+        PersistentOptions::new(
+            Arc::new(journal.clone()),
+            PersistenceId::new("big").unwrap(),
+        )
+        .config(config),
     )
     .unwrap();
     for _ in 0..100 {

@@ -13,7 +13,7 @@ use actix_delivery::codec::Manifest;
 use actix_delivery::journal::{Journal, MemoryJournal, PersistenceId};
 use actix_delivery::persistence::{
     recover_state, CommandError, Decision, EventSourced, Execute, Outcome, PersistentConfig,
-    PersistentHandle,
+    PersistentHandle, PersistentOptions,
 };
 use actix_delivery::{
     ConsumerHandle, ConsumerOptions, ConsumerRef, Delivery, DeliveryInfo, Failure, IncarnationId,
@@ -70,7 +70,8 @@ fn id() -> PersistenceId {
 }
 
 fn start(journal: &MemoryJournal, config: PersistentConfig) -> PersistentHandle<Ledger> {
-    PersistentHandle::start(Arc::new(journal.clone()), id(), config).unwrap()
+    PersistentHandle::start(PersistentOptions::new(Arc::new(journal.clone()), id()).config(config))
+        .unwrap()
 }
 
 fn apply(id: u64) -> Op {
@@ -199,10 +200,8 @@ async fn a_failed_append_answers_every_waiting_command_with_the_error_and_stops(
 async fn under_a_supervisor_a_failed_append_restarts_the_actor_on_the_durable_state() {
     tokio::time::pause();
     let journal = MemoryJournal::new();
-    let ledger = PersistentHandle::<Ledger>::start_supervised(
-        Arc::new(journal.clone()),
-        id(),
-        PersistentConfig::default(),
+    let ledger = PersistentHandle::<Ledger>::start(
+        PersistentOptions::new(Arc::new(journal.clone()), id()).supervised(),
     )
     .unwrap();
     ledger.ask(apply(1)).await.unwrap();
@@ -231,12 +230,9 @@ async fn opened_resolves_once_the_entity_recovered_and_a_requested_stop_is_ok() 
         .unwrap();
     let slow = SlowRecovery::new(journal.clone());
     slow.hold_next();
-    let ledger = PersistentHandle::<Ledger>::start(
-        Arc::new(slow.clone()),
-        id(),
-        PersistentConfig::default(),
-    )
-    .unwrap();
+    let ledger =
+        PersistentHandle::<Ledger>::start(PersistentOptions::new(Arc::new(slow.clone()), id()))
+            .unwrap();
     let opened = actix::spawn(ledger.opened());
     settle_for(5_000).await;
     assert!(!opened.is_finished(), "not opened while recovering");
@@ -256,10 +252,8 @@ async fn a_corrupt_stream_fails_recovery_naming_stream_and_seq_and_stops_for_goo
         .append_as(&id(), 1, vec![vec![1, 0xff]], Manifest::legacy())
         .await
         .unwrap();
-    let ledger = PersistentHandle::<Ledger>::start_supervised(
-        Arc::new(journal.clone()),
-        id(),
-        PersistentConfig::default(),
+    let ledger = PersistentHandle::<Ledger>::start(
+        PersistentOptions::new(Arc::new(journal.clone()), id()).supervised(),
     )
     .unwrap();
     let answer = ledger.ask(Op::Total).await;
@@ -556,11 +550,10 @@ async fn asks_are_queued_when_called_so_commands_awaited_in_turn_share_appends()
     tokio::time::pause();
     let journal = MemoryJournal::new();
     let id = PersistenceId::new("asked-in-turn").unwrap();
-    let ledger = PersistentHandle::<common::entities::Ledger>::start(
+    let ledger = PersistentHandle::<common::entities::Ledger>::start(PersistentOptions::new(
         Arc::new(journal.clone()),
         id,
-        PersistentConfig::default(),
-    )
+    ))
     .unwrap();
     ledger.ask(common::entities::Op::Total).await.unwrap(); // recovered
     let before = journal.stats().appends;

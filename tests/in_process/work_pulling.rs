@@ -13,7 +13,7 @@ use std::time::Duration;
 
 use actix_delivery::durable::DurableOptions;
 use actix_delivery::journal::{MemoryJournal, PersistenceId};
-use actix_delivery::persistence::{recover_state, PersistentConfig, PersistentHandle};
+use actix_delivery::persistence::{recover_state, PersistentHandle, PersistentOptions};
 use actix_delivery::work_pulling::{
     GivenUpJob, Job, RegisterError, WorkPullingHandle, WorkPullingOptions, WorkerRegistry,
 };
@@ -556,11 +556,10 @@ fn invalid_options_and_names_are_refused_with_the_reason() {
 /// worker "dies" after its commit, before its ACK gets out).
 /// The ledger entity on `journal`.
 fn start_ledger(journal: &MemoryJournal) -> PersistentHandle<Ledger> {
-    PersistentHandle::start(
+    PersistentHandle::start(PersistentOptions::new(
         Arc::new(journal.clone()),
         ledger_id(),
-        PersistentConfig::default(),
-    )
+    ))
     .unwrap()
 }
 
@@ -772,7 +771,7 @@ async fn a_given_up_job_sent_again_after_a_failed_record_is_given_up_again_not_c
 
 #[actix::test]
 async fn announced_workers_are_registered_and_deregistered_after_a_silent_timeout() {
-    use actix_delivery::work_pulling::{Announcement, Announcer, WorkerDiscovery};
+    use actix_delivery::work_pulling::{Announcement, AnnouncerHandle, WorkerDiscovery};
     tokio::time::pause();
     let (registry, handled, confirmed) = (WorkerRegistry::new(), Log::default(), Log::default());
     // "Addresses" resolve to local consumers here (over TCP they are node addresses); the
@@ -796,7 +795,7 @@ async fn announced_workers_are_registered_and_deregistered_after_a_silent_timeou
             node: None,
             consumer: consumer.into(),
         };
-        Announcer::start(&announcements, announcement, Duration::from_secs(1)).unwrap()
+        AnnouncerHandle::start(&announcements, announcement, Duration::from_secs(1)).unwrap()
     };
     let a = announce("a", "a");
     let _b = announce("b", "b");
@@ -904,7 +903,7 @@ async fn a_late_copy_of_a_job_confirmed_elsewhere_frees_its_persistent_workers_s
 
 #[actix::test]
 async fn a_second_announcer_of_a_name_in_force_is_refused_until_the_first_goes_silent() {
-    use actix_delivery::work_pulling::{Announcement, Announcer, WorkerDiscovery};
+    use actix_delivery::work_pulling::{Announcement, AnnouncerHandle, WorkerDiscovery};
     tokio::time::pause();
     let registry = WorkerRegistry::<u64>::new();
     let handled = Log::default();
@@ -933,7 +932,7 @@ async fn a_second_announcer_of_a_name_in_force_is_refused_until_the_first_goes_s
             node: None,
             consumer: consumer.into(),
         };
-        Announcer::start(&announcements, announcement, Duration::from_secs(1)).unwrap()
+        AnnouncerHandle::start(&announcements, announcement, Duration::from_secs(1)).unwrap()
     };
     let x = announce("x");
     settle_for(10).await;
@@ -1070,18 +1069,18 @@ async fn a_job_naming_another_producers_id_is_a_dead_letter_and_moves_no_window(
 /// once.
 #[actix::test]
 async fn jobs_into_sharded_entities_are_stored_once_when_a_worker_dies_after_the_commit() {
-    use actix_delivery::sharding::{EntityHost, EntityHostOptions, EntityId};
+    use actix_delivery::sharding::{EntityHostHandle, EntityHostOptions, EntityId};
     tokio::time::pause();
     let journal = MemoryJournal::new();
     let account = |n: u64| EntityId::new(format!("a{}", n % 4)).unwrap();
     let start_host = || {
-        EntityHost::<Ledger>::start(
+        EntityHostHandle::<Ledger>::start(
             Arc::new(journal.clone()),
             EntityHostOptions::builder("ledger").build().unwrap(),
         )
         .unwrap()
     };
-    let worker = |host: &EntityHost<Ledger>| {
+    let worker = |host: &EntityHostHandle<Ledger>| {
         ReliableDelivery::consumer(
             ConsumerOptions::builder(host.job_handler(move |n: u64| (account(n), Op::Apply(n))))
                 .build()

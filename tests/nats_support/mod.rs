@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use actix_delivery::nats::{NatsCarrier, NatsOptions};
+use actix_delivery::nats::{NatsCarrierHandle, NatsOptions};
 
 /// The server the tests use: `ACTIX_DELIVERY_NATS_URL`, by default the one on 127.0.0.1.
 pub fn url() -> String {
@@ -29,12 +29,12 @@ pub async fn client(url: &str) -> async_nats::Client {
 }
 
 /// A carrier on the test server.
-pub async fn carrier() -> NatsCarrier {
+pub async fn carrier() -> NatsCarrierHandle {
     carrier_at(&url(), NatsOptions::default()).await
 }
 
-pub async fn carrier_at(url: &str, options: NatsOptions) -> NatsCarrier {
-    NatsCarrier::with_client(client(url).await, options)
+pub async fn carrier_at(url: &str, options: NatsOptions) -> NatsCarrierHandle {
+    NatsCarrierHandle::with_client(client(url).await, options)
         .await
         .unwrap()
 }

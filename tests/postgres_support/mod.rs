@@ -15,7 +15,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use actix_delivery::journal::{
-    Journal, JournalError, PersistenceId, PostgresJournal, PostgresOptions,
+    Journal, JournalError, PersistenceId, PostgresConfig, PostgresJournal,
 };
 use tokio_postgres::config::Host;
 use tokio_postgres::{Client, Config, NoTls};
@@ -78,8 +78,8 @@ pub fn unique(prefix: &str) -> String {
 }
 
 /// The options of the tests' journals: the tests' schema.
-pub fn options() -> PostgresOptions {
-    PostgresOptions::default().schema(SCHEMA)
+pub fn options() -> PostgresConfig {
+    PostgresConfig::default().schema(SCHEMA)
 }
 
 /// A journal on the tests' schema.
@@ -92,7 +92,7 @@ pub async fn journal() -> PostgresJournal {
 }
 
 /// A journal whose connections carry `application_name`.
-pub async fn journal_named(application_name: &str, options: PostgresOptions) -> PostgresJournal {
+pub async fn journal_named(application_name: &str, options: PostgresConfig) -> PostgresJournal {
     PostgresJournal::connect_with(&url_named(application_name), options)
         .await
         .unwrap_or_else(|err| panic!("cannot open the PostgreSQL journal: {err}"))

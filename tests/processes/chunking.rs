@@ -20,8 +20,8 @@ use actix::prelude::*;
 use actix_delivery::codec::Codec;
 use actix_delivery::durable::{DurableConfirmation, DurableOptions, MessageId};
 use actix_delivery::journal::{MemoryJournal, PersistenceId};
-use actix_delivery::persistence::{PersistentConfig, PersistentHandle};
-use actix_delivery::remote::{BodySchema, Node, NodeOptions};
+use actix_delivery::persistence::{PersistentHandle, PersistentOptions};
+use actix_delivery::tcp::{BodySchema, NodeHandle, NodeOptions};
 use actix_delivery::{
     Ack, ChunkDeliveries, ChunkDelivery, ConsumerHandle, ConsumerOptions, ConsumerOptionsBuilder,
     ConsumerRef, DeadLetterReason, Delivery, DeliveryError, DeliveryHandler, DeliveryInfo, Failure,
@@ -229,7 +229,7 @@ async fn sixty_four_mib_over_tcp_through_a_lossy_proxy_arrive_whole_once() {
         .max_output_bytes(16 << 20)
         .build()
         .unwrap();
-    let client = Node::start(options).await.unwrap();
+    let client = NodeHandle::start(options).await.unwrap();
     client.body_schema(schema());
     let target = client.consumer_ref::<Bytes>(proxy.addr, "blobs").unwrap();
     let producer = ReliableDelivery::producer(
@@ -717,12 +717,9 @@ async fn a_patient_sender_keeps_no_honest_chunked_message_out_for_longer_than_th
 async fn an_effectively_once_consumer_stores_a_chunked_messages_events_once_across_a_restart() {
     tokio::time::pause();
     let journal = Arc::new(MemoryJournal::new());
-    let ledger = PersistentHandle::<Ledger>::start(
-        journal.clone(),
-        ledger_id(),
-        PersistentConfig::default(),
-    )
-    .unwrap();
+    let ledger =
+        PersistentHandle::<Ledger>::start(PersistentOptions::new(journal.clone(), ledger_id()))
+            .unwrap();
     let effectively_once = |ledger: &PersistentHandle<Ledger>| {
         let handler = ledger.delivery_handler(|body: Vec<u8>| Op::Apply(u64::from(body[0])));
         ReliableDelivery::consumer(ConsumerOptions::builder(handler).build().unwrap())

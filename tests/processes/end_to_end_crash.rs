@@ -17,7 +17,7 @@
 //! append the bank's journal reported committed is in it.
 //!
 //! The two-process variant runs the durable producer and the bank in two child processes, each
-//! with its own SQLite journal, connected over TCP (`remote::Node`, 127.0.0.1), and SIGKILLs
+//! with its own SQLite journal, connected over TCP (`tcp::NodeHandle`, 127.0.0.1), and SIGKILLs
 //! each of them on its own seeded schedule (`E2E_TWO_PROCESS_KILLS` kills each, default 12),
 //! restarting it at once. The same invariants hold after every kill of the bank, and at the
 //! end; the kills land with transfers applied but not confirmed and stored but not applied on
@@ -38,9 +38,9 @@ use actix::prelude::*;
 use actix_delivery::durable::{DurableConfirmation, DurableOptions};
 use actix_delivery::journal::{Journal, PersistenceId};
 use actix_delivery::persistence::{
-    recover_state, Decision, EventSourced, PersistentConfig, PersistentHandle,
+    recover_state, Decision, EventSourced, PersistentConfig, PersistentHandle, PersistentOptions,
 };
-use actix_delivery::remote::{Node, NodeOptions};
+use actix_delivery::tcp::{NodeHandle, NodeOptions};
 use actix_delivery::{
     ConsumerHandle, ConsumerOptions, ConsumerRef, Delivery, DeliveryHandler, ProducerOptions,
     ReliableDelivery, ReplyTo,
@@ -149,7 +149,10 @@ impl Handler<DurableConfirmation> for Sink {
 async fn start_bank(dir: &Path, hold: Hold) -> PersistentHandle<Bank> {
     let journal = process::open_journal(dir.join("bank.db")).await.unwrap();
     let journal = process::hook::Hooked::new(journal, MARKER, hold);
-    PersistentHandle::<Bank>::start(Arc::new(journal), bank_id(), snapshots()).unwrap()
+    PersistentHandle::<Bank>::start(
+        PersistentOptions::new(Arc::new(journal), bank_id()).config(snapshots()),
+    )
+    .unwrap()
 }
 
 /// `target` with every ACK held back `delay` ms, so that kills land between the bank's commit
@@ -279,7 +282,7 @@ fn child_process_entry() {
                     .listen(consumer_addr())
                     .build()
                     .unwrap();
-                let node = Node::start(options).await.expect("bind the port");
+                let node = NodeHandle::start(options).await.expect("bind the port");
                 node.expose("bank", &consumer).unwrap();
                 println!("ready");
                 std::future::pending::<()>().await;
@@ -288,7 +291,7 @@ fn child_process_entry() {
                 let options = remote::fast(NodeOptions::builder().secret(remote::secret()))
                     .build()
                     .unwrap();
-                let node = Node::start(options).await.unwrap();
+                let node = NodeHandle::start(options).await.unwrap();
                 let bank = node
                     .consumer_ref::<Transfer>(consumer_addr(), "bank")
                     .unwrap();

@@ -19,7 +19,7 @@ use std::time::{Duration, Instant};
 
 use actix_delivery::journal::PersistenceId;
 use actix_delivery::persistence::{
-    recover_state, Decision, EventSourced, PersistentConfig, PersistentHandle,
+    recover_state, Decision, EventSourced, PersistentConfig, PersistentHandle, PersistentOptions,
 };
 use actix_delivery::{ConsumerOptions, ReliableDelivery};
 use common::{confirm_into, Confirmations};
@@ -86,7 +86,10 @@ fn member_child() {
             ..Default::default()
         };
         let id = PersistenceId::new(stream).unwrap();
-        let ledger = PersistentHandle::<Ledger>::start(Arc::new(journal), id, config).unwrap();
+        let ledger = PersistentHandle::<Ledger>::start(
+            PersistentOptions::new(Arc::new(journal), id).config(config),
+        )
+        .unwrap();
         ledger.ask(Op::Count).await.expect("the ledger recovers");
         let consumer = ReliableDelivery::consumer(
             ConsumerOptions::builder(ledger.delivery_handler(Op::Apply))

@@ -1,7 +1,7 @@
 //! The outbox across real crashes of both sides: one child process runs an order service
 //! whose decisions deliver shipments through its outbox (`Decision::deliver`, SQLite journal,
 //! snapshots with compaction), another runs the shipping entity (its own SQLite journal,
-//! must-follow on) behind an effectively-once consumer, exposed over TCP (`remote::Node`,
+//! must-follow on) behind an effectively-once consumer, exposed over TCP (`tcp::NodeHandle`,
 //! 127.0.0.1). The test SIGKILLs the order service, the shipping side, or both (shipping first,
 //! the order service 0–30 ms later), at seeded moments aimed by what they print: right after
 //! an order is recorded (its delivery in flight) or right after a shipment is stored (its ACK
@@ -32,9 +32,10 @@ use std::time::{Duration, Instant};
 
 use actix_delivery::journal::PersistenceId;
 use actix_delivery::persistence::{
-    recover_state, CommandError, Decision, EventSourced, Outbox, PersistentConfig, PersistentHandle,
+    recover_state, CommandError, Decision, EventSourced, Outbox, PersistentConfig,
+    PersistentHandle, PersistentOptions,
 };
-use actix_delivery::remote::{Node, NodeOptions};
+use actix_delivery::tcp::{NodeHandle, NodeOptions};
 use actix_delivery::{
     ConsumerOptions, ConsumerRef, Delivery, DeliveryHandler, ProducerConfig, ReliableDelivery,
 };
@@ -153,8 +154,13 @@ async fn start_orders(
     let outbox = Outbox::new()
         .destination("shipping", shipping, lane)
         .unwrap();
-    PersistentHandle::start_with_outbox(Arc::new(journal), orders_id(), compacting(), outbox)
-        .unwrap()
+    PersistentHandle::start(
+        PersistentOptions::new(Arc::new(journal), orders_id())
+            .config(compacting())
+            .outbox(outbox)
+            .supervised(),
+    )
+    .unwrap()
 }
 
 /// The child, by [`CHILD_ROLE`]:
@@ -186,9 +192,10 @@ fn child_process_entry() {
                     must_follow: true,
                     ..compacting()
                 };
-                let shipping =
-                    PersistentHandle::<Shipping>::start(Arc::new(journal), shipping_id(), config)
-                        .unwrap();
+                let shipping = PersistentHandle::<Shipping>::start(
+                    PersistentOptions::new(Arc::new(journal), shipping_id()).config(config),
+                )
+                .unwrap();
                 let handler = DeliveryHandler::pipelined(move |info, ship: Ship| {
                     let stored = shipping.ask_delivered(info, ship.order);
                     async move {
@@ -206,7 +213,7 @@ fn child_process_entry() {
                     .listen(shipping_addr())
                     .build()
                     .unwrap();
-                let node = Node::start(options).await.expect("bind the port");
+                let node = NodeHandle::start(options).await.expect("bind the port");
                 node.expose("shipping", &consumer).unwrap();
                 println!("ready");
                 std::future::pending::<()>().await;
@@ -215,7 +222,7 @@ fn child_process_entry() {
                 let options = remote::fast(NodeOptions::builder().secret(remote::secret()))
                     .build()
                     .unwrap();
-                let node = Node::start(options).await.unwrap();
+                let node = NodeHandle::start(options).await.unwrap();
                 let shipping = node
                     .consumer_ref::<Ship>(shipping_addr(), "shipping")
                     .unwrap();

@@ -22,7 +22,7 @@ use std::time::{Duration, Instant};
 
 use actix_delivery::journal::PersistenceId;
 use actix_delivery::persistence::{
-    recover_state, Decision, EventSourced, PersistentConfig, PersistentHandle,
+    recover_state, Decision, EventSourced, PersistentConfig, PersistentHandle, PersistentOptions,
 };
 use actix_delivery::{ConsumerOptions, Delivery, Incarnation, ReliableDelivery, ReplyTo};
 use rand::rngs::SmallRng;
@@ -101,7 +101,10 @@ fn child_process_entry() {
         let journal = process::open_journal(&path)
             .await
             .expect("open the journal");
-        let ledger = PersistentHandle::<Ledger>::start(Arc::new(journal), id(), config()).unwrap();
+        let ledger = PersistentHandle::<Ledger>::start(
+            PersistentOptions::new(Arc::new(journal), id()).config(config()),
+        )
+        .unwrap();
         let recovered = ledger.ask(Op::State).await.expect("the ledger recovers");
         let recovered = encode(&recovered.unwrap_or_default());
         let consumer = ReliableDelivery::consumer(

@@ -24,7 +24,7 @@ use std::time::{Duration, Instant};
 
 use actix_delivery::journal::{Journal, JournalError, PersistenceId};
 use actix_delivery::persistence::{
-    recover_state, Decision, EventSourced, PersistentConfig, PersistentHandle,
+    recover_state, Decision, EventSourced, PersistentConfig, PersistentHandle, PersistentOptions,
 };
 use actix_delivery::{ConsumerOptions, Delivery, Incarnation, ReliableDelivery, ReplyTo};
 use futures_util::future::join_all;
@@ -263,7 +263,10 @@ fn entity_child() {
     actix::System::new().block_on(async move {
         let journal = postgres_support::journal_named(&app, postgres_support::options()).await;
         let id = PersistenceId::new(stream).unwrap();
-        let ledger = PersistentHandle::<Ledger>::start(Arc::new(journal), id, config()).unwrap();
+        let ledger = PersistentHandle::<Ledger>::start(
+            PersistentOptions::new(Arc::new(journal), id).config(config()),
+        )
+        .unwrap();
         let recovered = ledger.ask(Op::Count).await.expect("the ledger recovers");
         let consumer = ReliableDelivery::consumer(
             ConsumerOptions::builder(ledger.delivery_handler(Op::Apply))

@@ -25,9 +25,9 @@ use std::time::{Duration, Instant};
 
 use actix_delivery::journal::PersistenceId;
 use actix_delivery::persistence::{
-    recover_state, Decision, EventSourced, PersistentConfig, PersistentHandle,
+    recover_state, Decision, EventSourced, PersistentHandle, PersistentOptions,
 };
-use actix_delivery::remote::{Node, NodeOptions};
+use actix_delivery::tcp::{NodeHandle, NodeOptions};
 use actix_delivery::{ConsumerOptions, DeliveryHandler, ProducerHandle, ReliableDelivery};
 use common::{confirm_into, Confirmations};
 use rand::rngs::SmallRng;
@@ -91,17 +91,16 @@ fn child_node_entry() {
             .listen(addr)
             .build()
             .unwrap();
-        let node = Node::start(options).await.expect("bind the port");
+        let node = NodeHandle::start(options).await.expect("bind the port");
         let handler = match journal {
             Some(path) => {
                 let journal = process::open_journal(&path)
                     .await
                     .expect("open the journal");
-                let ledger = PersistentHandle::<Ledger>::start(
+                let ledger = PersistentHandle::<Ledger>::start(PersistentOptions::new(
                     Arc::new(journal),
                     ledger_id(),
-                    PersistentConfig::default(),
-                )
+                ))
                 .unwrap();
                 // The entity's delivery handler, with the ACK held back after the commit
                 // (`committed <n>`), so that kills land between a commit and its ACK

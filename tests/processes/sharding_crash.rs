@@ -47,8 +47,8 @@ use std::time::{Duration, Instant};
 use actix_delivery::journal::{Journal, PersistenceId, PostgresJournal};
 use actix_delivery::persistence::{recover_state, PersistentConfig};
 use actix_delivery::sharding::{
-    CoordinatorOptions, EntityEnvelope, EntityHost, EntityHostOptions, EntityId, NatsShards,
-    PostgresLeaseStore, ShardCoordinator, ShardedProducerOptions,
+    CoordinatorOptions, EntityEnvelope, EntityHostHandle, EntityHostOptions, EntityId, NatsShards,
+    PostgresLeaseStore, ShardCoordinatorHandle, ShardedProducerOptions,
 };
 use actix_delivery::{ConsumerOptions, DeliveryHandler, ProducerConfig, ReliableDelivery};
 use common::entities::Sequence;
@@ -139,7 +139,7 @@ fn child_entry() {
         // Commits one seeded append and never answers it: the kill that follows lands with
         // its commands stored and unconfirmed.
         let hooked = Hooked::new((*journal).clone(), MARKER, Hold::parse(&env(HOLD)));
-        let coordinator = ShardCoordinator::<Sequence>::start(
+        let coordinator = ShardCoordinatorHandle::<Sequence>::start(
             Arc::new(hooked),
             host.clone(),
             Arc::new(leases),
@@ -186,7 +186,7 @@ fn child_entry() {
 /// processed by up to four instances of its entity at once, and the journal's fence sorts
 /// them out.
 async fn serve_every_shard(journal: Arc<PostgresJournal>, host: EntityHostOptions, prefix: &str) {
-    let rogue = EntityHost::<Sequence>::start(journal, host).unwrap();
+    let rogue = EntityHostHandle::<Sequence>::start(journal, host).unwrap();
     let consumer = rogue.consumer(|c: u64| c);
     let carrier = nats_support::carrier().await;
     for shard in 0..SHARDS {
@@ -200,7 +200,9 @@ async fn serve_every_shard(journal: Arc<PostgresJournal>, host: EntityHostOption
 
 /// The planted fault: a consumer that asks the entities without the delivery, so no
 /// processed mark is stored and a redelivery is applied again.
-fn unmarked(host: &EntityHost<Sequence>) -> actix_delivery::ConsumerHandle<EntityEnvelope<u64>> {
+fn unmarked(
+    host: &EntityHostHandle<Sequence>,
+) -> actix_delivery::ConsumerHandle<EntityEnvelope<u64>> {
     let host = host.clone();
     let handler = DeliveryHandler::pipelined(move |_, envelope: EntityEnvelope<u64>| {
         let answer = host.ask(envelope.entity_id, envelope.body);
@@ -208,7 +210,7 @@ fn unmarked(host: &EntityHost<Sequence>) -> actix_delivery::ConsumerHandle<Entit
     });
     ReliableDelivery::consumer(
         ConsumerOptions::builder(handler)
-            .config(EntityHost::<Sequence>::consumer_config())
+            .config(EntityHostHandle::<Sequence>::consumer_config())
             .build()
             .unwrap(),
     )
@@ -264,7 +266,7 @@ struct Setup {
 }
 
 /// One node process and its latest counters.
-struct Node {
+struct NodeHandle {
     name: String,
     member: String,
     app: String,
@@ -274,7 +276,7 @@ struct Node {
     markers: Markers,
 }
 
-impl Node {
+impl NodeHandle {
     /// Starts one and waits (without blocking the runtime) for its `ready`.
     async fn start(name: &str, setup: &Setup, hold: Hold) -> Self {
         let app = postgres_support::unique("shard-node");
@@ -434,7 +436,7 @@ struct Run {
     setup: Setup,
     admin: tokio_postgres::Client,
     traffic: Traffic,
-    nodes: Vec<Node>,
+    nodes: Vec<NodeHandle>,
     totals: Counters,
     unconfirmed_at_kills: Vec<usize>,
     pending: Vec<Takeover>,
@@ -504,7 +506,8 @@ impl Run {
                 shards: owned,
             });
         }
-        self.nodes.push(Node::start(&name, &self.setup, hold).await);
+        self.nodes
+            .push(NodeHandle::start(&name, &self.setup, hold).await);
     }
 
     /// The sum of the nodes' appends refused by the fence.
@@ -530,7 +533,7 @@ async fn run(fault: Option<&'static str>) -> Report {
     let admin = postgres_support::admin().await;
     let mut nodes = Vec::new();
     for name in ["n0", "n1", "n2"] {
-        nodes.push(Node::start(name, &setup, Hold::Never).await);
+        nodes.push(NodeHandle::start(name, &setup, Hold::Never).await);
     }
     // The lease tables exist once a store connected (the nodes' stores create them).
     let deadline = Instant::now() + Duration::from_secs(30);
@@ -568,7 +571,7 @@ async fn run(fault: Option<&'static str>) -> Report {
         aimed: 0,
         started: Instant::now(),
     };
-    let (mut joiner, mut joiner_handoffs) = (None::<Node>, 0);
+    let (mut joiner, mut joiner_handoffs) = (None::<NodeHandle>, 0);
     for kill in 1..=kills {
         let until = Instant::now() + Duration::from_millis(run.rng.random_range(700..=1300));
         while Instant::now() < until {
@@ -576,7 +579,7 @@ async fn run(fault: Option<&'static str>) -> Report {
         }
         // The joiner comes at a third of the kills and leaves at two thirds.
         if kill == kills / 3 {
-            joiner = Some(Node::start("n3", &run.setup, Hold::Never).await);
+            joiner = Some(NodeHandle::start("n3", &run.setup, Hold::Never).await);
         }
         if kill == 2 * kills / 3 {
             let mut node = joiner.take().expect("the joiner");

@@ -58,11 +58,11 @@ use actix::prelude::*;
 use actix_delivery::durable::{DurableConfirmation, DurableOptions};
 use actix_delivery::journal::PersistenceId;
 use actix_delivery::persistence::{
-    recover_state, Decision, EventSourced, PersistentConfig, PersistentHandle,
+    recover_state, Decision, EventSourced, PersistentHandle, PersistentOptions,
 };
-use actix_delivery::remote::{Node, NodeOptions};
+use actix_delivery::tcp::{NodeHandle, NodeOptions};
 use actix_delivery::work_pulling::{
-    Announcement, Announcer, Job, WorkPullingOptions, WorkerDiscovery, WorkerRegistry,
+    Announcement, AnnouncerHandle, Job, WorkPullingOptions, WorkerDiscovery, WorkerRegistry,
 };
 use actix_delivery::{ConsumerOptions, ProducerConfig, ReliableDelivery};
 use process::hook::{Hold, Hooked};
@@ -178,7 +178,7 @@ async fn producer() {
         .listen(addr)
         .build()
         .unwrap();
-    let node = Node::start(options)
+    let node = NodeHandle::start(options)
         .await
         .expect("bind the producer's port");
     let registry = WorkerRegistry::<u64>::new();
@@ -278,7 +278,7 @@ async fn worker() {
     let journal = Hooked::new(journal, MARKER, Hold::parse(&env(WORKER_HOLD)));
     let stream = PersistenceId::new(env(WORKER_STREAM)).unwrap();
     let ledger =
-        PersistentHandle::<Ledger>::start(Arc::new(journal), stream, PersistentConfig::default())
+        PersistentHandle::<Ledger>::start(PersistentOptions::new(Arc::new(journal), stream))
             .unwrap();
     let worker_name = name.clone();
     let command = move |body: u64| {
@@ -301,7 +301,9 @@ async fn worker() {
         .listen(addr)
         .build()
         .unwrap();
-    let node = Node::start(options).await.expect("bind the worker's port");
+    let node = NodeHandle::start(options)
+        .await
+        .expect("bind the worker's port");
     node.expose("jobs", &consumer).unwrap();
     let discovery = node
         .consumer_ref::<Announcement>(local(&env(PRODUCER_PORT)), "workers")
@@ -311,7 +313,7 @@ async fn worker() {
         node: Some(addr.to_string()),
         consumer: "jobs".into(),
     };
-    let _announcer = Announcer::start(discovery, announcement, ANNOUNCE_EVERY).unwrap();
+    let _announcer = AnnouncerHandle::start(discovery, announcement, ANNOUNCE_EVERY).unwrap();
     println!("ready");
     loop {
         if let Ok(s) = ledger.stats().await {

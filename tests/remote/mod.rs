@@ -10,7 +10,7 @@ use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use actix_delivery::remote::{Node, NodeOptions, NodeOptionsBuilder, NodeSecret};
+use actix_delivery::tcp::{NodeHandle, NodeOptions, NodeOptionsBuilder, NodeSecret};
 use actix_delivery::{
     ConsumerHandle, ConsumerOptions, ConsumerRef, DeliveryHandler, ProducerHandle, ProducerOptions,
     ReliableDelivery,
@@ -77,28 +77,28 @@ pub fn child_env() -> Vec<(&'static str, String)> {
 }
 
 /// A node in the suites' mode listening on an ephemeral port of 127.0.0.1.
-pub async fn listening_node() -> Node {
+pub async fn listening_node() -> NodeHandle {
     let options = secured(NodeOptions::builder())
         .listen(localhost())
         .build()
         .unwrap();
-    Node::start(options).await.unwrap()
+    NodeHandle::start(options).await.unwrap()
 }
 
 /// A node in the suites' mode that does not listen.
-pub async fn sending_node() -> Node {
+pub async fn sending_node() -> NodeHandle {
     let options = secured(NodeOptions::builder()).build().unwrap();
-    Node::start(options).await.unwrap()
+    NodeHandle::start(options).await.unwrap()
 }
 
 /// A node with the test secret listening on an ephemeral port of 127.0.0.1 (for the tests of
 /// the secret's handshake and frame tags).
-pub async fn secret_listening_node() -> Node {
+pub async fn secret_listening_node() -> NodeHandle {
     let options = fast(NodeOptions::builder().secret(secret()))
         .listen(localhost())
         .build()
         .unwrap();
-    Node::start(options).await.unwrap()
+    NodeHandle::start(options).await.unwrap()
 }
 
 /// A producer sending to `target` with this window, retransmitting every `resend_ms`.

@@ -4,7 +4,7 @@
 
 use std::sync::OnceLock;
 
-use actix_delivery::remote::NodeTls;
+use actix_delivery::tcp::NodeTls;
 use rcgen::{BasicConstraints, CertificateParams, DnType, IsCa, Issuer, KeyPair};
 
 /// A certificate authority.

@@ -11,8 +11,8 @@ use crate::journal::JournalError;
 /// change what you need:
 ///
 /// ```
-/// # use actix_delivery::journal::PostgresOptions;
-/// let options = PostgresOptions::default().schema("orders").readers(4);
+/// # use actix_delivery::journal::PostgresConfig;
+/// let options = PostgresConfig::default().schema("orders").readers(4);
 /// ```
 ///
 /// | setting | default | what it does |
@@ -39,8 +39,8 @@ use crate::journal::JournalError;
 /// and `tls` (feature `tls`). Invalid values are refused when the journal connects.
 ///
 /// ```
-/// # use actix_delivery::journal::PostgresOptions;
-/// let loaded: PostgresOptions =
+/// # use actix_delivery::journal::PostgresConfig;
+/// let loaded: PostgresConfig =
 ///     serde_json::from_str(r#"{ "schema": "orders", "commit_timeout_ms": 5000 }"#).unwrap();
 /// let options = loaded.readers(4); // a setter wins over the loaded value
 /// # let _ = options;
@@ -50,7 +50,7 @@ use crate::journal::JournalError;
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 #[non_exhaustive]
-pub struct PostgresOptions {
+pub struct PostgresConfig {
     pub(super) schema: String,
     pub(super) create_tables: bool,
     pub(super) readers: usize,
@@ -81,7 +81,7 @@ crate::config::millis_key!(commit_timeout_ms, "commit_timeout_ms");
 crate::config::millis_key!(reconnect_min_ms, "reconnect_min_ms");
 crate::config::millis_key!(reconnect_max_ms, "reconnect_max_ms");
 
-impl Default for PostgresOptions {
+impl Default for PostgresConfig {
     fn default() -> Self {
         Self {
             schema: "public".to_string(),
@@ -103,7 +103,7 @@ impl Default for PostgresOptions {
     }
 }
 
-impl PostgresOptions {
+impl PostgresConfig {
     /// The value of the `journal` label on this journal's metrics (feature `metrics`;
     /// default `"default"`; not empty).
     #[cfg(feature = "metrics")]
@@ -314,32 +314,32 @@ mod tests {
 
     #[test]
     fn invalid_options_are_refused() {
-        assert!(PostgresOptions::default().validate().is_ok());
-        assert!(PostgresOptions::default()
+        assert!(PostgresConfig::default().validate().is_ok());
+        assert!(PostgresConfig::default()
             .schema("journal_2")
             .validate()
             .is_ok());
         let ms = Duration::from_millis;
         for options in [
-            PostgresOptions::default().schema(""),
-            PostgresOptions::default().schema("Orders"),
-            PostgresOptions::default().schema("2nd"),
-            PostgresOptions::default().schema("a; DROP TABLE x"),
-            PostgresOptions::default().schema("x".repeat(64)),
-            PostgresOptions::default().readers(0),
-            PostgresOptions::default().max_batch_events(0),
-            PostgresOptions::default().max_batch_bytes(0),
-            PostgresOptions::default().queue_capacity(0),
-            PostgresOptions::default().max_queued_bytes(0),
-            PostgresOptions::default().max_queued_bytes(u32::MAX as usize + 1),
-            PostgresOptions::default().connect_timeout(Duration::ZERO),
-            PostgresOptions::default().commit_timeout(Duration::ZERO),
-            PostgresOptions::default().reconnect_backoff(Duration::ZERO, ms(1)),
-            PostgresOptions::default().reconnect_backoff(ms(2), ms(1)),
+            PostgresConfig::default().schema(""),
+            PostgresConfig::default().schema("Orders"),
+            PostgresConfig::default().schema("2nd"),
+            PostgresConfig::default().schema("a; DROP TABLE x"),
+            PostgresConfig::default().schema("x".repeat(64)),
+            PostgresConfig::default().readers(0),
+            PostgresConfig::default().max_batch_events(0),
+            PostgresConfig::default().max_batch_bytes(0),
+            PostgresConfig::default().queue_capacity(0),
+            PostgresConfig::default().max_queued_bytes(0),
+            PostgresConfig::default().max_queued_bytes(u32::MAX as usize + 1),
+            PostgresConfig::default().connect_timeout(Duration::ZERO),
+            PostgresConfig::default().commit_timeout(Duration::ZERO),
+            PostgresConfig::default().reconnect_backoff(Duration::ZERO, ms(1)),
+            PostgresConfig::default().reconnect_backoff(ms(2), ms(1)),
             // Beyond a year: refused, not an `Instant` overflow in the writer.
-            PostgresOptions::default().reconnect_backoff(Duration::MAX, Duration::MAX),
-            PostgresOptions::default().connect_timeout(Duration::MAX),
-            PostgresOptions::default().commit_timeout(Duration::MAX),
+            PostgresConfig::default().reconnect_backoff(Duration::MAX, Duration::MAX),
+            PostgresConfig::default().connect_timeout(Duration::MAX),
+            PostgresConfig::default().commit_timeout(Duration::MAX),
         ] {
             assert!(
                 matches!(

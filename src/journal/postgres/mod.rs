@@ -4,7 +4,7 @@
 //! The module map: [`PostgresJournal`] here (its handle, its queue and the [`Journal`]
 //! calls), then one file per part:
 //!
-//! - `options`: [`PostgresOptions`] and [`PostgresStats`] (and the counters behind them);
+//! - `options`: [`PostgresConfig`] and [`PostgresStats`] (and the counters behind them);
 //! - `connection_string`: parsing a connection string without ever echoing its password;
 //! - `connector`: opening connections on the journal's runtime, and what a lost one is;
 //! - `tls`: TLS to the server (feature `tls`);
@@ -20,10 +20,10 @@ use std::thread;
 
 use tokio::sync::{mpsc, oneshot, Semaphore};
 
+mod config;
 mod connection_string;
 mod connector;
 mod listener;
-mod options;
 mod reader;
 mod schema;
 mod statements;
@@ -31,10 +31,10 @@ mod statements;
 mod tls;
 mod writer;
 
+pub(crate) use config::is_plain_identifier;
+pub use config::{PostgresConfig, PostgresStats};
 pub(crate) use connection_string::parse_config;
 pub(crate) use connector::is_connection_lost;
-pub(crate) use options::is_plain_identifier;
-pub use options::{PostgresOptions, PostgresStats};
 #[cfg(feature = "tls")]
 pub use tls::PostgresTls;
 
@@ -46,8 +46,8 @@ use crate::journal::{
     TagQuery, TagSignal, TaggedEvent, MAX_SEQ,
 };
 use crate::runtime::error_chain::ErrorChain;
+use config::Counters;
 use connector::Connector;
-use options::Counters;
 use reader::Readers;
 use statements::Sql;
 
@@ -57,12 +57,12 @@ use statements::Sql;
 /// flush).
 ///
 /// ```no_run
-/// use actix_delivery::journal::{Journal, PersistenceId, PostgresJournal, PostgresOptions};
+/// use actix_delivery::journal::{Journal, PersistenceId, PostgresJournal, PostgresConfig};
 ///
 /// # async fn demo() -> Result<(), actix_delivery::journal::JournalError> {
 /// let journal = PostgresJournal::connect_with(
 ///     "host=127.0.0.1 user=postgres dbname=orders",
-///     PostgresOptions::default().schema("journal"),
+///     PostgresConfig::default().schema("journal"),
 /// )
 /// .await?; // creates the tables on first connect
 /// let id = PersistenceId::new("order-4711")?;
@@ -81,7 +81,7 @@ use statements::Sql;
 /// is ever stored twice.
 ///
 /// **Group commit.** One writer connection takes every write that arrived while its previous
-/// transaction ran, from all streams (up to the batch bounds of [`PostgresOptions`]), and
+/// transaction ran, from all streams (up to the batch bounds of [`PostgresConfig`]), and
 /// sends them as one pipelined transaction: `BEGIN`, one set-based statement for all the
 /// appends (one more for each further append to a stream already in it), the deletes and
 /// snapshots, `COMMIT`, in one round trip. A conflict is not an error inside the transaction
@@ -94,7 +94,7 @@ use statements::Sql;
 /// says the write *may or may not* be stored (the commit may have been applied before its
 /// answer was lost): re-read the stream before going on. Nothing is ever reported `Ok` that
 /// PostgreSQL did not confirm. The writer connects again on the next write (with backoff
-/// after failed attempts, [`PostgresOptions::reconnect_backoff`]); while the server cannot
+/// after failed attempts, [`PostgresConfig::reconnect_backoff`]); while the server cannot
 /// be reached, writes fail with `Storage` errors. Reads use their own connections, which are
 /// replaced the same way; a read whose connection broke is retried once on a new one.
 ///
@@ -121,7 +121,7 @@ use statements::Sql;
 /// finishes the writes already queued, replies to each, and the connections close.
 ///
 /// The tables and their version check: [`PostgresJournal::SCHEMA_SQL`]. TLS needs the feature
-/// `tls` (`PostgresOptions::tls`: `sslmode=require` or `verify-full`); without it, connect over
+/// `tls` (`PostgresConfig::tls`: `sslmode=require` or `verify-full`); without it, connect over
 /// a trusted network or a Unix socket.
 #[derive(Clone)]
 pub struct PostgresJournal {
@@ -151,26 +151,26 @@ impl PostgresJournal {
     /// The SQL that creates the journal's tables (the current schema version), also in the crate's
     /// `src/journal/postgres/schema.sql`. Table names are unqualified: run it with the
     /// intended schema first in the `search_path`. The journal runs it itself on first
-    /// connect unless [`PostgresOptions::create_tables`] is off.
+    /// connect unless [`PostgresConfig::create_tables`] is off.
     pub const SCHEMA_SQL: &'static str = include_str!("schema.sql");
 
     /// The SQL that migrates the tables from schema version 1 (actix-delivery 0.1) to the
     /// current one, `src/journal/postgres/migrate_1_to_2.sql`. The journal runs it itself on
-    /// connect unless [`PostgresOptions::create_tables`] is off; run it by hand (in one
+    /// connect unless [`PostgresConfig::create_tables`] is off; run it by hand (in one
     /// transaction, with the intended schema first in the `search_path`) otherwise.
     pub const MIGRATE_1_TO_2_SQL: &'static str = include_str!("migrate_1_to_2.sql");
 
     /// The SQL that migrates the tables from schema version 2 to 3 (the tags),
     /// `src/journal/postgres/migrate_2_to_3.sql`; run after [`MIGRATE_1_TO_2_SQL`](Self::MIGRATE_1_TO_2_SQL)
     /// for a schema of version 1. The journal runs it itself on connect unless
-    /// [`PostgresOptions::create_tables`] is off.
+    /// [`PostgresConfig::create_tables`] is off.
     pub const MIGRATE_2_TO_3_SQL: &'static str = include_str!("migrate_2_to_3.sql");
 
     /// The SQL that gives a journal schema its identity, [`Journal::journal_id`], if it has
     /// none (a schema made before ids existed), `src/journal/postgres/identity.sql`: a table
     /// `journal_identity` of one row, a random id. [`SCHEMA_SQL`](Self::SCHEMA_SQL) holds it
     /// too, and the journal runs it itself on connect unless
-    /// [`PostgresOptions::create_tables`] is off (then a schema without it is used without
+    /// [`PostgresConfig::create_tables`] is off (then a schema without it is used without
     /// an id, and read models cannot tell it from another journal). It changes neither the
     /// schema version nor another table, so the previous release still reads the journal.
     pub const IDENTITY_SQL: &'static str = include_str!("identity.sql");
@@ -189,12 +189,12 @@ impl PostgresJournal {
     /// connected.
     pub const RENUMBER_TAGS_SQL: &'static str = include_str!("renumber_tags.sql");
 
-    /// Connects with default [`PostgresOptions`] (tables in `public`).
+    /// Connects with default [`PostgresConfig`] (tables in `public`).
     ///
     /// # Errors
     /// As [`connect_with`](Self::connect_with).
     pub async fn connect(config: &str) -> Result<Self, JournalError> {
-        Self::connect_with(config, PostgresOptions::default()).await
+        Self::connect_with(config, PostgresConfig::default()).await
     }
 
     /// Connects to the database that `config` names (a libpq-style `key=value` string or a
@@ -212,10 +212,7 @@ impl PostgresJournal {
     /// [`RENUMBER_TAGS_SQL`](Self::RENUMBER_TAGS_SQL));
     /// [`JournalError::Storage`] if the server cannot be reached, refuses the login, or
     /// refuses to create the tables (privileges), or the journal's thread cannot start.
-    pub async fn connect_with(
-        config: &str,
-        options: PostgresOptions,
-    ) -> Result<Self, JournalError> {
+    pub async fn connect_with(config: &str, options: PostgresConfig) -> Result<Self, JournalError> {
         options.validate()?;
         let mut config = parse_config(config).map_err(|reason| JournalError::InvalidArgument {
             persistence_id: None,

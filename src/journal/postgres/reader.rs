@@ -13,8 +13,8 @@ use tokio_postgres::{Client, Statement};
 
 use crate::codec::Manifest;
 use crate::journal::by_tag::corrupt_tag_row;
+use crate::journal::postgres::config::Counters;
 use crate::journal::postgres::connector::{is_connection_lost, Connector};
-use crate::journal::postgres::options::Counters;
 use crate::journal::postgres::{db_error, seq_from_sql};
 use crate::journal::{
     stored_manifest, JournalError, Offset, PersistenceId, Snapshot, StoredEvent, TagQuery,

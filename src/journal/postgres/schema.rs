@@ -37,7 +37,7 @@
 
 use tokio_postgres::Client;
 
-use crate::journal::postgres::{db_error, PostgresOptions};
+use crate::journal::postgres::{db_error, PostgresConfig};
 use crate::journal::{JournalError, JournalId};
 use crate::runtime::error_chain::ErrorChain;
 
@@ -153,7 +153,7 @@ fn schema_error(found: String) -> JournalError {
 /// journal's id.
 pub(super) async fn check_or_create(
     client: &Client,
-    options: &PostgresOptions,
+    options: &PostgresConfig,
 ) -> Result<Option<JournalId>, JournalError> {
     let schema = &options.schema;
     match inspect(client, schema).await? {

@@ -1,7 +1,7 @@
 -- The PostgreSQL journal of actix-delivery, schema version 3 (PostgreSQL 13 or newer: xid8).
 --
 -- PostgresJournal creates these tables itself on first connect, in the schema named by
--- PostgresOptions::schema (default `public`), unless PostgresOptions::create_tables(false).
+-- PostgresConfig::schema (default `public`), unless PostgresConfig::create_tables(false).
 -- To create them by hand instead (the journal's role then needs only SELECT, INSERT, UPDATE
 -- and DELETE on them):
 --

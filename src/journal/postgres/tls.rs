@@ -21,7 +21,7 @@ use crate::journal::JournalError;
 use crate::runtime::error_chain::ErrorChain;
 
 /// TLS to the PostgreSQL server (features `postgres` and `tls`), set with
-/// [`PostgresOptions::tls`](crate::journal::PostgresOptions::tls): TLS 1.3 through rustls
+/// [`PostgresConfig::tls`](crate::journal::PostgresConfig::tls): TLS 1.3 through rustls
 /// (the `ring` provider). With it the journal never falls back to an unencrypted connection,
 /// whatever `sslmode` the connection string names.
 #[derive(Clone)]

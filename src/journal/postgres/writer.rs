@@ -35,9 +35,9 @@ use tokio_postgres::types::ToSql;
 use tokio_postgres::{Client, Statement};
 
 use crate::codec::Manifest;
-use crate::journal::postgres::options::Counters;
+use crate::journal::postgres::config::Counters;
 use crate::journal::postgres::{
-    db_error, is_connection_lost, schema, seq_from_sql, Connector, PostgresOptions,
+    db_error, is_connection_lost, schema, seq_from_sql, Connector, PostgresConfig,
 };
 use crate::journal::write::{WriteOp, WriteRequest};
 use crate::journal::{check_snapshot, slice_of, JournalError, JournalId, PersistenceId, TagSignal};
@@ -147,7 +147,7 @@ struct WriteConnection {
 /// The writer's state between groups.
 pub(super) struct Writer {
     connector: Connector,
-    options: PostgresOptions,
+    options: PostgresConfig,
     counters: Arc<Counters>,
     signal: Arc<TagSignal>,
     connection: Option<WriteConnection>,
@@ -183,7 +183,7 @@ enum Step {
 impl Writer {
     pub(super) fn new(
         connector: Connector,
-        options: PostgresOptions,
+        options: PostgresConfig,
         counters: Arc<Counters>,
         signal: Arc<TagSignal>,
     ) -> Self {
@@ -952,7 +952,7 @@ struct Group {
 }
 
 impl Group {
-    fn new(first: WriteRequest, options: &PostgresOptions) -> Self {
+    fn new(first: WriteRequest, options: &PostgresConfig) -> Self {
         Self {
             events: first.op.events(),
             bytes: first.op.bytes(),
@@ -1027,7 +1027,7 @@ mod tests {
     #[test]
     fn a_group_never_needs_a_message_larger_than_the_server_accepts() {
         // Batch bounds far above the message limit: only the message bound splits.
-        let options = PostgresOptions::default()
+        let options = PostgresConfig::default()
             .max_batch_bytes(usize::MAX)
             .max_batch_events(usize::MAX);
         // Zeroed memory the allocator maps lazily: nothing of it is written.
@@ -1041,7 +1041,7 @@ mod tests {
         assert!(fits_one_message(group.message_bytes));
         assert!(group.push(append("d", vec![vec![0u8; 30 << 20]])).is_some());
         // Small appends group by the batch bounds as before.
-        let mut small = Group::new(append("a", vec![vec![1]]), &PostgresOptions::default());
+        let mut small = Group::new(append("a", vec![vec![1]]), &PostgresConfig::default());
         assert!(small.push(append("b", vec![vec![2]; 5])).is_none());
         assert_eq!((small.events, small.bytes), (6, 6));
     }

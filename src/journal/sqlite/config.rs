@@ -11,8 +11,8 @@ use crate::journal::JournalError;
 /// start from `default()` and change what you need:
 ///
 /// ```
-/// # use actix_delivery::journal::SqliteOptions;
-/// let options = SqliteOptions::default().max_batch_events(1_000).readers(1);
+/// # use actix_delivery::journal::SqliteConfig;
+/// let options = SqliteConfig::default().max_batch_events(1_000).readers(1);
 /// ```
 ///
 /// | setting | default | what it bounds |
@@ -37,8 +37,8 @@ use crate::journal::JournalError;
 /// Invalid values are refused when the journal opens.
 ///
 /// ```
-/// # use actix_delivery::journal::SqliteOptions;
-/// let loaded: SqliteOptions =
+/// # use actix_delivery::journal::SqliteConfig;
+/// let loaded: SqliteConfig =
 ///     serde_json::from_str(r#"{ "readers": 4, "busy_timeout_ms": 250 }"#).unwrap();
 /// let options = loaded.max_batch_events(1_000); // a setter wins over the loaded value
 /// # let _ = options;
@@ -48,7 +48,7 @@ use crate::journal::JournalError;
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 #[non_exhaustive]
-pub struct SqliteOptions {
+pub struct SqliteConfig {
     pub(super) max_batch_events: usize,
     pub(super) max_batch_bytes: usize,
     pub(super) queue_capacity: usize,
@@ -69,7 +69,7 @@ pub struct SqliteOptions {
 crate::config::millis_key!(busy_timeout_ms, "busy_timeout_ms");
 crate::config::optional_limit_key!(max_size_bytes, "max_size_bytes");
 
-impl Default for SqliteOptions {
+impl Default for SqliteConfig {
     fn default() -> Self {
         Self {
             max_batch_events: 10_000,
@@ -86,7 +86,7 @@ impl Default for SqliteOptions {
     }
 }
 
-impl SqliteOptions {
+impl SqliteConfig {
     /// The value of the `journal` label on this journal's metrics (feature `metrics`;
     /// default `"default"`; not empty).
     #[cfg(feature = "metrics")]
@@ -289,18 +289,18 @@ mod tests {
 
     #[test]
     fn zero_bounds_are_refused() {
-        assert!(SqliteOptions::default().validate().is_ok());
+        assert!(SqliteConfig::default().validate().is_ok());
         for options in [
-            SqliteOptions::default().max_batch_events(0),
-            SqliteOptions::default().max_batch_bytes(0),
-            SqliteOptions::default().queue_capacity(0),
-            SqliteOptions::default().max_queued_bytes(0),
-            SqliteOptions::default().readers(0),
-            SqliteOptions::default().buffer_events(0),
-            SqliteOptions::default().max_queued_bytes(u32::MAX as usize + 1),
+            SqliteConfig::default().max_batch_events(0),
+            SqliteConfig::default().max_batch_bytes(0),
+            SqliteConfig::default().queue_capacity(0),
+            SqliteConfig::default().max_queued_bytes(0),
+            SqliteConfig::default().readers(0),
+            SqliteConfig::default().buffer_events(0),
+            SqliteConfig::default().max_queued_bytes(u32::MAX as usize + 1),
             // Beyond what SQLite takes (an i32 of milliseconds): refused, not a panic at open.
-            SqliteOptions::default().busy_timeout(Duration::from_millis(i32::MAX as u64 + 1)),
-            SqliteOptions::default().busy_timeout(Duration::MAX),
+            SqliteConfig::default().busy_timeout(Duration::from_millis(i32::MAX as u64 + 1)),
+            SqliteConfig::default().busy_timeout(Duration::MAX),
         ] {
             assert!(
                 matches!(

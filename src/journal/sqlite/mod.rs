@@ -8,13 +8,13 @@ use std::thread;
 use tokio::sync::{mpsc, oneshot, Semaphore};
 
 mod backup;
-mod options;
+mod config;
 mod reader;
 mod schema;
 mod writer;
 pub(crate) use writer::unix_millis;
 
-pub use options::{SqliteDurability, SqliteOptions, SqliteStats};
+pub use config::{SqliteConfig, SqliteDurability, SqliteStats};
 
 use crate::codec::Manifest;
 use crate::journal::write::{WriteOp, WriteRequest};
@@ -24,7 +24,7 @@ use crate::journal::{
     TagQuery, TagSignal, TaggedEvent, MAX_SEQ,
 };
 use crate::runtime::error_chain::ErrorChain;
-use options::Counters;
+use config::Counters;
 use reader::ReadRequest;
 
 /// A stream's highest seq: its largest stored seq, or how far it was deleted if that is
@@ -51,7 +51,7 @@ const HIGHEST_SQL: &str = "SELECT max(\
 ///
 /// **Group commit.** One writer thread owns the write connection. It takes every write that
 /// arrived while the previous commit ran, from all streams, up to the batch bounds of
-/// [`SqliteOptions`], and commits them in one transaction (one fsync); each caller's future
+/// [`SqliteConfig`], and commits them in one transaction (one fsync); each caller's future
 /// resolves after that commit. Inside the transaction each write is fenced on its own, so a
 /// conflicting append is refused alone and the rest of the group commits. A storage error
 /// fails the whole group: nothing is reported durable that was not committed.
@@ -110,12 +110,12 @@ impl SqliteJournal {
     /// own limit for a value is just under 1 GB).
     pub const MAX_PAYLOAD_BYTES: usize = crate::journal::MAX_PAYLOAD_BYTES;
 
-    /// Opens (or creates) the journal at `path` with default [`SqliteOptions`].
+    /// Opens (or creates) the journal at `path` with default [`SqliteConfig`].
     ///
     /// # Errors
     /// As [`open_with`](Self::open_with).
     pub async fn open(path: impl AsRef<Path>) -> Result<Self, JournalError> {
-        Self::open_with(path, SqliteOptions::default()).await
+        Self::open_with(path, SqliteConfig::default()).await
     }
 
     /// Opens (or creates) the journal at `path`. A new file gets the schema; an existing one
@@ -130,7 +130,7 @@ impl SqliteJournal {
     /// [`JournalError::InvalidArgument`] for an option of 0.
     pub async fn open_with(
         path: impl AsRef<Path>,
-        options: SqliteOptions,
+        options: SqliteConfig,
     ) -> Result<Self, JournalError> {
         options.validate()?;
         let path = path.as_ref().to_path_buf();

@@ -58,7 +58,7 @@ use std::time::{Duration, Instant};
 
 use rusqlite::{Connection, OpenFlags, OptionalExtension, MAIN_DB};
 
-use crate::journal::sqlite::{storage_error, SqliteOptions};
+use crate::journal::sqlite::{storage_error, SqliteConfig};
 use crate::journal::{JournalError, JournalId};
 use crate::runtime::error_chain::ErrorChain;
 
@@ -166,7 +166,7 @@ enum Found {
 /// changing it. The returned file holds the lock until it is dropped.
 pub(super) fn open_writer(
     path: &Path,
-    options: &SqliteOptions,
+    options: &SqliteConfig,
 ) -> Result<(Connection, File, JournalId), JournalError> {
     let lock = take_lock(path, options.busy_timeout)?;
     let flags = OpenFlags::SQLITE_OPEN_READ_WRITE

@@ -31,8 +31,8 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use rusqlite::{params, Connection, Statement};
 use tokio::sync::{mpsc, oneshot};
 
-use crate::journal::sqlite::options::{Counters, SqliteDurability};
-use crate::journal::sqlite::{schema, seq_from_sql, storage_error, SqliteOptions, HIGHEST_SQL};
+use crate::journal::sqlite::config::{Counters, SqliteDurability};
+use crate::journal::sqlite::{schema, seq_from_sql, storage_error, SqliteConfig, HIGHEST_SQL};
 use crate::journal::write::{WriteOp, WriteRequest};
 use crate::journal::{
     check_fence, check_snapshot, slice_of, JournalError, JournalId, PersistenceId, TagSignal,
@@ -125,7 +125,7 @@ struct Writer<'c> {
 /// and folds once more.
 pub(super) fn run(
     path: &Path,
-    options: &SqliteOptions,
+    options: &SqliteConfig,
     mut requests: mpsc::Receiver<WriteRequest>,
     shared: Buffered,
     counters: Arc<Counters>,
@@ -243,7 +243,7 @@ struct Group {
 }
 
 impl Group {
-    fn new(first: WriteRequest, options: &SqliteOptions) -> Self {
+    fn new(first: WriteRequest, options: &SqliteConfig) -> Self {
         Self {
             events: first.op.events(),
             bytes: first.op.bytes(),

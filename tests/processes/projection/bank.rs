@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use actix_delivery::journal::{Journal, PersistenceId, Tag};
 use actix_delivery::persistence::{
-    recover_state, Decision, EventSourced, PersistentConfig, PersistentHandle,
+    recover_state, Decision, EventSourced, PersistentConfig, PersistentHandle, PersistentOptions,
 };
 use actix_delivery::projection::{Envelope, HandlerFuture, ProjectionOptions};
 use serde::{Deserialize, Serialize};
@@ -86,7 +86,11 @@ pub fn open(
 ) -> Vec<PersistentHandle<Account>> {
     (0..count)
         .map(|n| {
-            PersistentHandle::start(journal.clone(), account_id(prefix, n), config.clone()).unwrap()
+            PersistentHandle::start(
+                PersistentOptions::new(journal.clone(), account_id(prefix, n))
+                    .config(config.clone()),
+            )
+            .unwrap()
         })
         .collect()
 }

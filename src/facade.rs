@@ -60,7 +60,8 @@ impl ReliableDelivery {
     }
 
     /// Starts a **durable** producer on the current arbiter (or the one its options name),
-    /// under an Actix `Supervisor`: it
+    /// under an Actix `Supervisor` (unless
+    /// [`stop_on_journal_failure`](crate::durable::DurableOptions::stop_on_journal_failure)): it
     /// stores every message in `durable`'s journal stream before sending it, resumes the
     /// stream's life (incarnation, seq, unsettled messages) when it starts, and after a journal
     /// failure restarts on what the journal holds. [`ProducerHandle::stop`] stops it for good.

@@ -32,17 +32,18 @@ use crate::runtime::stop_signal::{wait_for_stop, wait_opened, Life, StopSignal, 
 /// in flight to the consumer, queues the rest (up to `max_pending`), retransmits each until
 /// it is ACKed, and settles each message's [`Confirmation`] exactly once.
 ///
-/// Usually started through [`ReliableDelivery::producer`](crate::ReliableDelivery::producer),
-/// which returns a [`ProducerHandle`]. Started directly, feed it [`Tell`] messages and stop it
-/// with [`StopProducer`] (it holds its own reply address, so it does not stop by itself when
-/// other addresses are dropped).
+/// Started through [`ReliableDelivery::producer`](crate::ReliableDelivery::producer) (or
+/// `durable_producer`), which returns a [`ProducerHandle`]; its [`addr`](ProducerHandle::addr)
+/// also takes [`Tell`] and [`StopProducer`] messages (it holds its own reply address, so it
+/// does not stop by itself when other addresses are dropped).
 ///
-/// Every start and every restart (under a `Supervisor`) draws a fresh 128-bit incarnation from
-/// the OS CSPRNG and numbers messages from 1 again; messages not yet confirmed when it stops or
-/// restarts are settled with [`DeliveryError::StoppedUnconfirmed`] if it had sent them (or, a
-/// durable one, stored them), with [`DeliveryError::ProducerStopped`] if not. [`StopProducer`]
-/// stops it for good, supervised or not: a supervised producer then stays as an inert actor
-/// that refuses every message (Actix restarts supervised actors while an address exists).
+/// Every start, and every restart of a durable one (under its `Supervisor`, after a journal
+/// failure), draws a fresh 128-bit incarnation from the OS CSPRNG and numbers messages from 1
+/// again; messages not yet confirmed when it stops or restarts are settled with
+/// [`DeliveryError::StoppedUnconfirmed`] if it had sent them (or, a durable one, stored them),
+/// with [`DeliveryError::ProducerStopped`] if not. [`StopProducer`] stops it for good: a
+/// supervised one then stays as an inert actor that refuses every message (Actix restarts
+/// supervised actors while an address exists).
 pub struct ProducerController<T: Clone + Send + 'static> {
     pub(crate) core: Core<T>,
     consumer: ConsumerRef<T>,
@@ -885,7 +886,9 @@ impl<T: Clone + Send + 'static> ProducerHandle<T> {
     ///
     /// A journal that cannot be reached is not a reason: the durable producer (under its
     /// `Supervisor`) opens again after a growing delay, logging each failure, and this waits
-    /// on (bound it with `tokio::time::timeout`).
+    /// on (bound it with `tokio::time::timeout`); one told to
+    /// [`stop_on_journal_failure`](crate::durable::DurableOptions::stop_on_journal_failure)
+    /// stops instead, and this says why.
     ///
     /// # Errors
     /// [`StartError::Failed`] with why the producer stopped for good before its stream

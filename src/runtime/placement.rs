@@ -1,6 +1,6 @@
-//! Where a part's actor runs, and whether an Actix `Supervisor` restarts it: the placement
-//! options ([`arbiter`](crate::ProducerOptionsBuilder::arbiter),
-//! [`supervised`](crate::ProducerOptionsBuilder::supervised)) of the parts the facade starts.
+//! Where a part's actor runs, and whether an Actix `Supervisor` restarts it: what
+//! `ProducerOptionsBuilder::arbiter`, `PersistentOptions::{arbiter, supervised}` and
+//! `DurableOptions::stop_on_journal_failure` set.
 
 use actix::{Actor, Addr, ArbiterHandle, Context, Supervised, Supervisor};
 

@@ -1,4 +1,4 @@
-//! NodeHandle identities, the shared secret, and the MACs built from it: the handshake's proofs, the
+//! Node identities, the shared secret, and the MACs built from it: the handshake's proofs, the
 //! session keys, and the tag on every frame after the handshake. Pure: no I/O, no runtime.
 
 use std::fmt;

@@ -81,6 +81,18 @@ async fn persistent_entities_whose_options_name_an_arbiter_run_on_it() {
     )
     .unwrap();
     assert_eq!(supervised.ask(false).await.unwrap(), there);
+    // After a failed append the supervised one restarts, on the arbiter still; the plain one
+    // stops for good.
+    journal.faults().fail_nth_append(1);
+    assert!(supervised.ask(false).await.is_err());
+    assert_eq!(
+        supervised.ask(false).await.unwrap(),
+        there,
+        "restarted there"
+    );
+    journal.faults().fail_nth_append(1);
+    assert!(plain.ask(false).await.is_err());
+    assert!(plain.stopped().await.is_err(), "not supervised: stopped");
     let (probe, mut sent_from) = recording_threads::<()>();
     let outbox = Outbox::new()
         .destination("probe", probe, ProducerConfig::default())

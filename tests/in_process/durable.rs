@@ -382,6 +382,36 @@ async fn a_journal_failure_reaches_the_log_and_the_caller_with_its_cause() {
     assert_eq!(handled.snapshot(), [1]);
 }
 
+/// After a journal failure a durable producer restarts (its supervisor) on what the journal
+/// holds and stores again; one told to `stop_on_journal_failure` stops for good instead, and
+/// `stopped()` says why.
+#[actix::test]
+async fn a_durable_producer_restarts_after_a_journal_failure_unless_told_to_stop() {
+    tokio::time::pause();
+    for stop in [false, true] {
+        let journal = MemoryJournal::new();
+        let (consumer, handled) = consumer();
+        let options = ProducerOptions::builder(&consumer).build().unwrap();
+        let mut durable = DurableOptions::new(Arc::new(journal.clone()), stream(), "restarts");
+        if stop {
+            durable = durable.stop_on_journal_failure();
+        }
+        let producer = ReliableDelivery::durable_producer(options, durable).unwrap();
+        producer.opened().await.unwrap();
+        journal.faults().fail_nth_append(1);
+        let failed = producer.store(1).await;
+        assert!(failed.is_err(), "stop {stop}: {failed:?}");
+        let stopped = tokio::time::timeout(Duration::from_secs(60), producer.stopped()).await;
+        if stop {
+            assert!(matches!(stopped, Ok(Err(Failure::Error(_)))), "{stopped:?}");
+        } else {
+            assert!(stopped.is_err(), "supervised, it runs on: {stopped:?}");
+            producer.store(2).await.unwrap().confirmed().await.unwrap();
+            assert_eq!(handled.snapshot(), [2], "1 was never stored");
+        }
+    }
+}
+
 #[actix::test]
 async fn a_stream_of_another_producer_id_stops_the_producer_for_good() {
     tokio::time::pause();

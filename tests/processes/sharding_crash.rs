@@ -266,7 +266,7 @@ struct Setup {
 }
 
 /// One node process and its latest counters.
-struct NodeHandle {
+struct NodeProcess {
     name: String,
     member: String,
     app: String,
@@ -276,7 +276,7 @@ struct NodeHandle {
     markers: Markers,
 }
 
-impl NodeHandle {
+impl NodeProcess {
     /// Starts one and waits (without blocking the runtime) for its `ready`.
     async fn start(name: &str, setup: &Setup, hold: Hold) -> Self {
         let app = postgres_support::unique("shard-node");
@@ -436,7 +436,7 @@ struct Run {
     setup: Setup,
     admin: tokio_postgres::Client,
     traffic: Traffic,
-    nodes: Vec<NodeHandle>,
+    nodes: Vec<NodeProcess>,
     totals: Counters,
     unconfirmed_at_kills: Vec<usize>,
     pending: Vec<Takeover>,
@@ -507,7 +507,7 @@ impl Run {
             });
         }
         self.nodes
-            .push(NodeHandle::start(&name, &self.setup, hold).await);
+            .push(NodeProcess::start(&name, &self.setup, hold).await);
     }
 
     /// The sum of the nodes' appends refused by the fence.
@@ -533,7 +533,7 @@ async fn run(fault: Option<&'static str>) -> Report {
     let admin = postgres_support::admin().await;
     let mut nodes = Vec::new();
     for name in ["n0", "n1", "n2"] {
-        nodes.push(NodeHandle::start(name, &setup, Hold::Never).await);
+        nodes.push(NodeProcess::start(name, &setup, Hold::Never).await);
     }
     // The lease tables exist once a store connected (the nodes' stores create them).
     let deadline = Instant::now() + Duration::from_secs(30);
@@ -571,7 +571,7 @@ async fn run(fault: Option<&'static str>) -> Report {
         aimed: 0,
         started: Instant::now(),
     };
-    let (mut joiner, mut joiner_handoffs) = (None::<NodeHandle>, 0);
+    let (mut joiner, mut joiner_handoffs) = (None::<NodeProcess>, 0);
     for kill in 1..=kills {
         let until = Instant::now() + Duration::from_millis(run.rng.random_range(700..=1300));
         while Instant::now() < until {
@@ -579,7 +579,7 @@ async fn run(fault: Option<&'static str>) -> Report {
         }
         // The joiner comes at a third of the kills and leaves at two thirds.
         if kill == kills / 3 {
-            joiner = Some(NodeHandle::start("n3", &run.setup, Hold::Never).await);
+            joiner = Some(NodeProcess::start("n3", &run.setup, Hold::Never).await);
         }
         if kill == 2 * kills / 3 {
             let mut node = joiner.take().expect("the joiner");

@@ -4,7 +4,7 @@
 //! The module map: [`PostgresJournal`] here (its handle, its queue and the [`Journal`]
 //! calls), then one file per part:
 //!
-//! - `options`: [`PostgresConfig`] and [`PostgresStats`] (and the counters behind them);
+//! - `config`: [`PostgresConfig`] and [`PostgresStats`] (and the counters behind them);
 //! - `connection_string`: parsing a connection string without ever echoing its password;
 //! - `connector`: opening connections on the journal's runtime, and what a lost one is;
 //! - `tls`: TLS to the server (feature `tls`);
@@ -193,17 +193,17 @@ impl PostgresJournal {
     ///
     /// # Errors
     /// As [`connect_with`](Self::connect_with).
-    pub async fn connect(config: &str) -> Result<Self, JournalError> {
-        Self::connect_with(config, PostgresConfig::default()).await
+    pub async fn connect(connection: &str) -> Result<Self, JournalError> {
+        Self::connect_with(connection, PostgresConfig::default()).await
     }
 
-    /// Connects to the database that `config` names (a libpq-style `key=value` string or a
+    /// Connects to the database that `connection` names (a libpq-style `key=value` string or a
     /// `postgresql://` URL, as `tokio_postgres::Config` parses them), checks the schema, or
     /// creates the tables if there are none, and opens the writer and the read connections.
     /// Connections without an `application_name` get `actix-delivery journal`.
     ///
     /// # Errors
-    /// [`JournalError::InvalidArgument`] for a `config` that does not parse (saying what did
+    /// [`JournalError::InvalidArgument`] for a `connection` that does not parse (saying what did
     /// not, never the password) or an invalid option; [`JournalError::Schema`] if the schema
     /// holds a newer or foreign version of the tables (nothing is changed), or none while
     /// `create_tables` is off, or more than one journal id, or tag rows written
@@ -212,16 +212,20 @@ impl PostgresJournal {
     /// [`RENUMBER_TAGS_SQL`](Self::RENUMBER_TAGS_SQL));
     /// [`JournalError::Storage`] if the server cannot be reached, refuses the login, or
     /// refuses to create the tables (privileges), or the journal's thread cannot start.
-    pub async fn connect_with(config: &str, options: PostgresConfig) -> Result<Self, JournalError> {
-        options.validate()?;
-        let mut config = parse_config(config).map_err(|reason| JournalError::InvalidArgument {
-            persistence_id: None,
-            reason,
-        })?;
-        if config.get_application_name().is_none() {
-            config.application_name("actix-delivery journal");
+    pub async fn connect_with(
+        connection: &str,
+        config: PostgresConfig,
+    ) -> Result<Self, JournalError> {
+        config.validate()?;
+        let mut server =
+            parse_config(connection).map_err(|reason| JournalError::InvalidArgument {
+                persistence_id: None,
+                reason,
+            })?;
+        if server.get_application_name().is_none() {
+            server.application_name("actix-delivery journal");
         }
-        config.connect_timeout(options.connect_timeout);
+        server.connect_timeout(config.connect_timeout);
 
         let runtime = tokio::runtime::Builder::new_current_thread()
             .enable_all()
@@ -234,27 +238,27 @@ impl PostgresJournal {
             })?;
         let counters = Arc::new(Counters::default());
         let signal = Arc::new(TagSignal::default());
-        let sql = Arc::new(Sql::new(&options.schema));
+        let sql = Arc::new(Sql::new(&config.schema));
         #[cfg(feature = "tls")]
-        if options.tls.is_some() {
+        if config.tls.is_some() {
             // Never fall back to an unencrypted connection.
-            config.ssl_mode(tokio_postgres::config::SslMode::Require);
+            server.ssl_mode(tokio_postgres::config::SslMode::Require);
         }
         let connector = Connector {
-            config,
+            config: server,
             runtime: runtime.handle().clone(),
-            connect_timeout: options.connect_timeout,
+            connect_timeout: config.connect_timeout,
             sql: sql.clone(),
             #[cfg(feature = "tls")]
-            tls: options.tls.as_ref().map(tls::PostgresTls::connector),
+            tls: config.tls.as_ref().map(tls::PostgresTls::connector),
         };
 
-        let (writes, queue) = mpsc::channel(options.queue_capacity);
+        let (writes, queue) = mpsc::channel(config.queue_capacity);
         let (opened, writer_ready) = oneshot::channel();
         let (alive, ended) = oneshot::channel::<()>();
         let writer = writer::Writer::new(
             connector.clone(),
-            options.clone(),
+            config.clone(),
             counters.clone(),
             signal.clone(),
         );
@@ -278,8 +282,8 @@ impl PostgresJournal {
             }
         };
 
-        let readers = Readers::new(options.readers, connector, counters.clone());
-        for slot in 0..options.readers {
+        let readers = Readers::new(config.readers, connector, counters.clone());
+        for slot in 0..config.readers {
             if let Err(err) = readers.connection(slot).await {
                 drop((writes, readers));
                 let _ = ended.await;
@@ -287,7 +291,7 @@ impl PostgresJournal {
             }
         }
         // Validated: fits a u32.
-        let max_queued_bytes = u32::try_from(options.max_queued_bytes).unwrap_or(u32::MAX);
+        let max_queued_bytes = u32::try_from(config.max_queued_bytes).unwrap_or(u32::MAX);
         Ok(Self {
             shared: Arc::new(Shared {
                 writes,

@@ -127,27 +127,27 @@ impl SqliteJournal {
     /// [`JournalError::Storage`] if the file cannot be opened for writing (missing
     /// directory, read-only file, I/O error), is open in another journal (this process or
     /// another), or a thread cannot be started;
-    /// [`JournalError::InvalidArgument`] for an option of 0.
+    /// [`JournalError::InvalidArgument`] for a setting of 0.
     pub async fn open_with(
         path: impl AsRef<Path>,
-        options: SqliteConfig,
+        config: SqliteConfig,
     ) -> Result<Self, JournalError> {
-        options.validate()?;
+        config.validate()?;
         let path = path.as_ref().to_path_buf();
         let counters = Arc::new(Counters::default());
         let signal = Arc::new(TagSignal::default());
         let buffered = writer::Buffered::default();
-        let mut threads = Vec::with_capacity(1 + options.readers);
+        let mut threads = Vec::with_capacity(1 + config.readers);
 
-        let (writes, write_queue) = mpsc::channel(options.queue_capacity);
+        let (writes, write_queue) = mpsc::channel(config.queue_capacity);
         let (opened, writer_ready) = oneshot::channel();
         threads.push(spawn("actix-delivery-journal-writer", {
-            let (path, options) = (path.clone(), options.clone());
+            let (path, config) = (path.clone(), config.clone());
             let (buffered, counters, signal) = (buffered.clone(), counters.clone(), signal.clone());
             move || {
                 writer::run(
                     &path,
-                    &options,
+                    &config,
                     write_queue,
                     buffered,
                     counters,
@@ -167,16 +167,16 @@ impl SqliteJournal {
             }
         };
 
-        let (reads, read_queue) = mpsc::channel(options.queue_capacity);
+        let (reads, read_queue) = mpsc::channel(config.queue_capacity);
         let read_queue: reader::SharedQueue = Arc::new(Mutex::new(read_queue));
         let readers = async {
-            let mut readers_ready = Vec::with_capacity(options.readers);
-            for _ in 0..options.readers {
+            let mut readers_ready = Vec::with_capacity(config.readers);
+            for _ in 0..config.readers {
                 let (opened, ready) = oneshot::channel();
                 readers_ready.push(ready);
                 threads.push(spawn("actix-delivery-journal-reader", {
                     let (path, queue) = (path.clone(), read_queue.clone());
-                    let (buffered, busy_timeout) = (buffered.clone(), options.busy_timeout);
+                    let (buffered, busy_timeout) = (buffered.clone(), config.busy_timeout);
                     move || reader::run(&path, busy_timeout, queue, buffered, opened)
                 })?);
             }
@@ -195,7 +195,7 @@ impl SqliteJournal {
         }
 
         // Validated: fits a u32.
-        let max_queued_bytes = u32::try_from(options.max_queued_bytes).unwrap_or(u32::MAX);
+        let max_queued_bytes = u32::try_from(config.max_queued_bytes).unwrap_or(u32::MAX);
         Ok(Self {
             shared: Arc::new(Shared {
                 path,
@@ -207,7 +207,7 @@ impl SqliteJournal {
                 signal,
                 durability,
                 id,
-                busy_timeout: options.busy_timeout,
+                busy_timeout: config.busy_timeout,
                 threads: Mutex::new(threads),
             }),
         })

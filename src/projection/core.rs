@@ -32,7 +32,7 @@ use crate::projection::batch::InFlight;
 use crate::projection::envelope::Item;
 use crate::projection::error::ProjectionError;
 use crate::projection::options::{PoisonPolicy, ProjectionOptions};
-use crate::tcp::backoff::Reconnect;
+use crate::runtime::backoff::Reconnect;
 
 /// What a projection has done since it started.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]

@@ -1,10 +1,12 @@
 //! Actor plumbing that every subsystem's shell uses: timers (`alarm`), draining before a stop
 //! (`after_drain`), the stop signal that handles await, the settlements queue that lets one
-//! actor collect the confirmations of many streams, and where an actor runs (`placement`). No
-//! delivery logic lives here.
+//! actor collect the confirmations of many streams, where an actor runs (`placement`), and
+//! the one backoff every reconnection waits by (`backoff`, pure). No delivery logic lives
+//! here.
 
 pub(crate) mod after_drain;
 pub(crate) mod alarm;
+pub(crate) mod backoff;
 pub(crate) mod error_chain;
 pub(crate) mod placement;
 pub(crate) mod random;

@@ -135,7 +135,6 @@
 //! not.
 
 pub(crate) mod auth;
-pub(crate) mod backoff;
 pub(crate) mod body;
 mod connection;
 pub(crate) mod context;

@@ -17,9 +17,9 @@ use tokio::sync::{watch, Notify};
 use crate::codec::schema::BodySchema;
 use crate::delivery::message::{ChunkDelivery, Delivery, ReplyTo};
 use crate::protocol::envelope::{Ack, Incarnation, ProducerId};
+use crate::runtime::backoff::Reconnect;
 use crate::runtime::error_chain::ErrorChain;
 use crate::tcp::auth::NodeId;
-use crate::tcp::backoff::Reconnect;
 use crate::tcp::body::Body;
 use crate::tcp::connection::{
     connect_handshake, drive, next_frame, secure_connect, End, Established, Failure, Link,

@@ -26,7 +26,7 @@ use crate::journal::JournalError;
 /// | `max_queued_bytes` | 64 MiB | payload bytes waiting for the writer; callers beyond wait |
 /// | `connect_timeout` | 5 s | one connection attempt |
 /// | `commit_timeout` | 30 s | one group's transaction, from sending it to its commit's answer |
-/// | `reconnect_backoff` | 50 ms, doubling to 2 s | the writer's wait between failed connection attempts |
+/// | `reconnect_backoff` | 50 ms, doubling to 2 s, each wait shortened by a random part of up to half | the writer's wait between failed connection attempts |
 ///
 /// A transaction closes once the next write would cross a batch bound; a single write larger
 /// than a bound goes alone.
@@ -63,9 +63,9 @@ pub struct PostgresConfig {
     #[serde(rename = "commit_timeout_ms", with = "commit_timeout_ms")]
     pub(super) commit_timeout: Duration,
     #[serde(rename = "reconnect_min_ms", with = "reconnect_min_ms")]
-    pub(super) min_backoff: Duration,
+    pub(super) reconnect_min: Duration,
     #[serde(rename = "reconnect_max_ms", with = "reconnect_max_ms")]
-    pub(super) max_backoff: Duration,
+    pub(super) reconnect_max: Duration,
     #[cfg(feature = "tls")]
     #[serde(skip)]
     pub(super) tls: Option<super::tls::PostgresTls>,
@@ -93,8 +93,8 @@ impl Default for PostgresConfig {
             max_queued_bytes: 64 << 20,
             connect_timeout: Duration::from_secs(5),
             commit_timeout: Duration::from_secs(30),
-            min_backoff: Duration::from_millis(50),
-            max_backoff: Duration::from_secs(2),
+            reconnect_min: Duration::from_millis(50),
+            reconnect_max: Duration::from_secs(2),
             #[cfg(feature = "tls")]
             tls: None,
             #[cfg(feature = "metrics")]
@@ -190,12 +190,15 @@ impl PostgresConfig {
         self
     }
 
-    /// After a failed connection attempt the writer waits `initial` before the next one,
-    /// doubling the wait after each further failure up to `max` (`0 < initial <= max`).
-    /// Writes queued meanwhile wait; each group then gets one attempt.
-    pub fn reconnect_backoff(mut self, initial: Duration, max: Duration) -> Self {
-        self.min_backoff = initial;
-        self.max_backoff = max;
+    /// After a failed connection attempt the writer waits `min` before the next one,
+    /// doubling the wait after each further failure up to `max` (`0 < min <= max`), each
+    /// wait shortened by a random part of up to half (as a TCP node's
+    /// [`reconnect_backoff`](crate::tcp::NodeOptionsBuilder::reconnect_backoff): many
+    /// processes that lost one server do not come back in lockstep). Writes queued meanwhile
+    /// wait; each group then gets one attempt.
+    pub fn reconnect_backoff(mut self, min: Duration, max: Duration) -> Self {
+        self.reconnect_min = min;
+        self.reconnect_max = max;
         self
     }
 
@@ -236,18 +239,18 @@ impl PostgresConfig {
         for (name, value) in [
             ("connect_timeout_ms", self.connect_timeout),
             ("commit_timeout_ms", self.commit_timeout),
-            ("reconnect_min_ms", self.min_backoff),
-            ("reconnect_max_ms", self.max_backoff),
+            ("reconnect_min_ms", self.reconnect_min),
+            ("reconnect_max_ms", self.reconnect_max),
         ] {
             if let Err(error) = crate::config::duration(name, value) {
                 return invalid(error.to_string());
             }
         }
-        if self.min_backoff > self.max_backoff {
+        if self.reconnect_min > self.reconnect_max {
             return invalid(format!(
-                "reconnect_backoff needs initial <= max (reconnect_min_ms {:?}, reconnect_max_ms \
+                "reconnect_backoff needs min <= max (reconnect_min_ms {:?}, reconnect_max_ms \
                  {:?})",
-                self.min_backoff, self.max_backoff
+                self.reconnect_min, self.reconnect_max
             ));
         }
         Ok(())

@@ -41,7 +41,9 @@ use crate::journal::postgres::{
 };
 use crate::journal::write::{WriteOp, WriteRequest};
 use crate::journal::{check_snapshot, slice_of, JournalError, JournalId, PersistenceId, TagSignal};
+use crate::runtime::backoff::Reconnect;
 use crate::runtime::error_chain::ErrorChain;
+use crate::runtime::random::random_u64;
 
 /// The channel of the notifications that tagged entries were committed; the payload names
 /// the schema.
@@ -151,8 +153,8 @@ pub(super) struct Writer {
     counters: Arc<Counters>,
     signal: Arc<TagSignal>,
     connection: Option<WriteConnection>,
-    /// The wait before the next connection attempt, after a failed one.
-    backoff: Duration,
+    /// The waits between connection attempts.
+    backoff: Reconnect,
     retry_at: Option<Instant>,
 }
 
@@ -189,7 +191,7 @@ impl Writer {
     ) -> Self {
         Self {
             connector,
-            backoff: options.min_backoff,
+            backoff: Reconnect::new(options.reconnect_min, options.reconnect_max, random_u64()),
             options,
             counters,
             signal,
@@ -314,13 +316,12 @@ impl Writer {
                 Counters::add(&self.counters.reconnects, 1);
                 log::info!("journal: connected to PostgreSQL again");
                 self.connection = Some(connection);
-                self.backoff = self.options.min_backoff;
+                self.backoff.reset();
                 self.retry_at = None;
                 Ok(())
             }
             Err(err) => {
-                self.retry_at = Some(Instant::now() + self.backoff);
-                self.backoff = (self.backoff * 2).min(self.options.max_backoff);
+                self.retry_at = Some(Instant::now() + self.backoff.next_wait());
                 Err(err)
             }
         }

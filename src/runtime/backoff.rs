@@ -1,5 +1,7 @@
-//! The wait between reconnection attempts: doubling from `min` to `max`, each wait randomly
-//! shortened by up to half (so that many nodes do not reconnect in lockstep). Pure.
+//! The wait between reconnection attempts, of every part that reconnects (the TCP transport,
+//! the PostgreSQL journal's writer, projections): doubling from `min` to `max`, each wait
+//! randomly shortened by up to half (so that many nodes do not reconnect in lockstep). Pure:
+//! the shells pass the seed.
 
 use std::time::Duration;
 

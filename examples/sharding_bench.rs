@@ -9,21 +9,21 @@
 //! One process (the entities on one arbiter), an SQLite journal in a temporary directory,
 //! entities whose events carry a 100-byte note (as in `persistence_bench`):
 //!
-//! 0. **the journal alone** (the plain alternative): 2 048 appenders on 10 000 streams, one
-//!    event of an entity's size per append, each awaited before the next;
+//! 0. **the journal alone** (the plain alternative): 2 048 appenders on 10 000 streams, one event
+//!    of an entity's size per append, each awaited before the next;
 //! 1. **one entity** (`persistence_bench`'s figure, in the same run): 64 callers, each with one
 //!    command in flight, to one persistent actor;
-//! 2. **10 000 entities, asked**: [`EntityHostHandle::ask`] from 2 048 callers, each with one command
-//!    in flight, to random entities (all already running);
-//! 3. **10 000 entities, effectively once**: a sharded producer to the host's consumer, in
-//!    process: every command a delivery on its entity's stream, its processed mark stored with
-//!    its event, confirmed once stored;
-//! 4. **activation**: a new host, one read command to each of 2 048 entities of 100 events
-//!    each, 64 callers: each command starts its entity, which recovers its 100 events;
-//! 5. **an open entity stream's memory**: a sharded producer sends one message to each of
-//!    25 000 entities (a destination that ACKs at once, so that only the producer holds
-//!    anything); the heap bytes still allocated once all are confirmed, while the 25 000
-//!    streams stay open (`cleanup_unused_after`), divided by 25 000.
+//! 2. **10 000 entities, asked**: [`EntityHostHandle::ask`] from 2 048 callers, each with one
+//!    command in flight, to random entities (all already running);
+//! 3. **10 000 entities, effectively once**: a sharded producer to the host's consumer, in process:
+//!    every command a delivery on its entity's stream, its processed mark stored with its event,
+//!    confirmed once stored;
+//! 4. **activation**: a new host, one read command to each of 2 048 entities of 100 events each, 64
+//!    callers: each command starts its entity, which recovers its 100 events;
+//! 5. **an open entity stream's memory**: a sharded producer sends one message to each of 25 000
+//!    entities (a destination that ACKs at once, so that only the producer holds anything); the
+//!    heap bytes still allocated once all are confirmed, while the 25 000 streams stay open
+//!    (`cleanup_unused_after`), divided by 25 000.
 //!
 //! With the features `postgres` and `nats` (servers from `ACTIX_DELIVERY_POSTGRES`,
 //! `ACTIX_DELIVERY_NATS_URL`, as for the tests): **2 node processes** (this example re-run)

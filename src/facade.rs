@@ -41,7 +41,8 @@ impl ReliableDelivery {
 
     /// Starts a consumer on another arbiter (thread). The options are built there, by
     /// `options`, because a handler need not be `Send`: the one start function that places a
-    /// part itself (a producer's options place it: [`arbiter`](crate::ProducerOptionsBuilder::arbiter)).
+    /// part itself (a producer's options place it:
+    /// [`arbiter`](crate::ProducerOptionsBuilder::arbiter)).
     pub fn consumer_in<T, F>(arbiter: &ArbiterHandle, options: F) -> ConsumerHandle<T>
     where
         T: Send + 'static,
@@ -80,10 +81,10 @@ impl ReliableDelivery {
         start_durable_producer(options, durable)
     }
 
-    /// Starts a **work-pulling** producer on the current arbiter: it sends each job to one of
-    /// the workers registered in the options' [`WorkerRegistry`](crate::work_pulling::WorkerRegistry)
-    /// that has demand, re-routes the jobs of a worker that leaves or fails them, and confirms
-    /// a job once a worker confirmed it (or, with `give_up_after`, settles it given up). See
+    /// Starts a **work-pulling** producer on the current arbiter: it sends each job to one of the
+    /// workers registered in the options' [`WorkerRegistry`](crate::work_pulling::WorkerRegistry)
+    /// that has demand, re-routes the jobs of a worker that leaves or fails them, and confirms a
+    /// job once a worker confirmed it (or, with `give_up_after`, settles it given up). See
     /// [`crate::work_pulling`].
     pub fn work_pulling_producer<T: Clone + Send + 'static>(
         options: WorkPullingOptions<T>,
@@ -109,9 +110,9 @@ impl ReliableDelivery {
         WorkPullingHandle::start_durable(options, durable)
     }
 
-    /// Starts a **sharded** producer on the current arbiter: it sends each message to the
-    /// entity it names, over one reliable stream per entity, through the options' destination
-    /// (an [`EntityHostHandle`](crate::sharding::EntityHostHandle)'s consumer, or one per shard), and
+    /// Starts a **sharded** producer on the current arbiter: it sends each message to the entity it
+    /// names, over one reliable stream per entity, through the options' destination (an
+    /// [`EntityHostHandle`](crate::sharding::EntityHostHandle)'s consumer, or one per shard), and
     /// confirms a message once its entity did. See [`crate::sharding`].
     pub fn sharded_producer<T: Clone + Send + 'static>(
         options: ShardedProducerOptions<T>,

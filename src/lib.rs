@@ -173,15 +173,14 @@
 //! ## Across processes: three modes
 //!
 //! A [`tcp::NodeHandle`] runs in one of three modes: the **shared secret** (below), **TLS** 1.3
-//! (feature `tls`: the server's certificate and name are verified, everything is encrypted),
-//! and **mutual TLS**, in which each node's identity is its certificate's names and
-//! `NodeHandle::expose_to` restricts a consumer to a set of identities (a delivery from any other is
-//! refused, counted and its connection closed). A TLS node and a node without TLS refuse each
-//! other; between TLS nodes the listener decides: a mutual listener refuses a node that
-//! presents no certificate, while a one-way listener asks for none, so a mutual node delivers
-//! to it. The README's "Security" section compares them; what follows is what the secret mode
-//! gives, which TLS gives too, plus confidentiality, and mutual TLS plus identity within the
-//! cluster.
+//! (feature `tls`: the server's certificate and name are verified, everything is encrypted), and
+//! **mutual TLS**, in which each node's identity is its certificate's names and
+//! `NodeHandle::expose_to` restricts a consumer to a set of identities (a delivery from any other
+//! is refused, counted and its connection closed). A TLS node and a node without TLS refuse each
+//! other; between TLS nodes the listener decides: a mutual listener refuses a node that presents no
+//! certificate, while a one-way listener asks for none, so a mutual node delivers to it. The
+//! README's "Security" section compares them; what follows is what the secret mode gives, which TLS
+//! gives too, plus confidentiality, and mutual TLS plus identity within the cluster.
 //!
 //! ## Across processes: what the shared secret protects
 //!
@@ -308,8 +307,8 @@
 //! are dropped while it is made and go out with the next retransmission.
 //!
 //! With the feature `nats`, the `nats` module carries the same frames through a NATS server
-//! instead: a `nats::NatsCarrierHandle` per process exposes consumers on subjects (optionally in a queue
-//! group, so that another process takes over when one dies) and hands out [`ConsumerRef`]s
+//! instead: a `nats::NatsCarrierHandle` per process exposes consumers on subjects (optionally in a
+//! queue group, so that another process takes over when one dies) and hands out [`ConsumerRef`]s
 //! for subjects; deliveries name the carrier's inbox as their reply subject for the ACKs.
 //!
 //! # Large messages: chunks

@@ -7,7 +7,8 @@
 //! for each sequence whose length prefix claims that much (`Vec<u8>` in the body type here),
 //! freed when the bytes turn out to be missing. Found by this test; documented in `remote`.
 //!
-//! `ACTIX_DELIVERY_FUZZ_CASES` sets the number of cases per property (default 4 000; CI runs 100 000).
+//! `ACTIX_DELIVERY_FUZZ_CASES` sets the number of cases per property (default 4 000; CI runs 100
+//! 000).
 //!
 //! A test binary of its own: the counting allocator is the process's global allocator.
 

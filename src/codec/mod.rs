@@ -60,9 +60,9 @@ use crate::error::PlainChain;
 /// decoder reserve more than a few pages of a 16 MiB budget per value.
 pub const MAX_ENCODED_BYTES: u64 = 16 * 1024 * 1024;
 
-/// How deeply a MessagePack value may nest: arrays and maps within each other fewer than 128
-/// levels deep decode, deeper input is malformed; without a bound a hostile value would overflow the stack (each
-/// level is a recursive call of the decoder).
+/// How deeply a MessagePack value may nest: arrays and maps within each other fewer than 128 levels
+/// deep decode, deeper input is malformed; without a bound a hostile value would overflow the stack
+/// (each level is a recursive call of the decoder).
 pub const MAX_DEPTH: usize = 128;
 
 /// Why a value could not be encoded or decoded.

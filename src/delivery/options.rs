@@ -436,7 +436,8 @@ impl<T: 'static> ConsumerOptionsBuilder<T> {
     }
 
     /// The longest chunked message accepted, in bytes as encoded (default 64 MiB): a message
-    /// announced longer is a dead letter ([`DeadLetterReason::MessageTooLarge`](crate::DeadLetterReason::MessageTooLarge)).
+    /// announced longer is a dead letter
+    /// ([`DeadLetterReason::MessageTooLarge`](crate::DeadLetterReason::MessageTooLarge)).
     pub fn max_message_bytes(self, bytes: u64) -> Self {
         self.set(move |c| c.max_message_bytes = bytes)
     }

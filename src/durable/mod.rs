@@ -140,7 +140,8 @@ pub use crate::delivery::confirmation::MessageId;
 pub use config::DurableConfig;
 pub(crate) use producer::{Durable, MAX_BODY_BYTES};
 
-/// A message stored by a durable producer ([`ProducerHandle::store`](crate::ProducerHandle::store)).
+/// A message stored by a durable producer
+/// ([`ProducerHandle::store`](crate::ProducerHandle::store)).
 #[derive(Debug)]
 pub struct Stored {
     /// Its id.
@@ -275,26 +276,27 @@ impl<T> DurableOptions<T> {
         self
     }
 
-    /// The schema version of `T` this code stores (default 1; messages stored before
-    /// versions were recorded are version 1). Raise it with a change of `T` that cannot
-    /// decode what the previous version stored, and read the older versions with
-    /// [`upcast`](Self::upcast). A stored message of a newer version than this (the code was
-    /// rolled back) stops the producer for good with an error naming stream, seq and
-    /// versions. At least 1: [`ReliableDelivery::durable_producer`](crate::ReliableDelivery::durable_producer)
-    /// refuses 0. Code, not data: not among the loaded settings. With
+    /// The schema version of `T` this code stores (default 1; messages stored before versions were
+    /// recorded are version 1). Raise it with a change of `T` that cannot decode what the previous
+    /// version stored, and read the older versions with [`upcast`](Self::upcast). A stored message
+    /// of a newer version than this (the code was rolled back) stops the producer for good with an
+    /// error naming stream, seq and versions. At least 1:
+    /// [`ReliableDelivery::durable_producer`](crate::ReliableDelivery::durable_producer) refuses 0.
+    /// Code, not data: not among the loaded settings. With
     /// [`chunk_size`](crate::ProducerOptionsBuilder::chunk_size) in process, the chunks the
-    /// producer sends (and stores) are written at this version and in this codec too, and
-    /// read with the upcaster; across processes they are written in the node's
+    /// producer sends (and stores) are written at this version and in this codec too, and read with
+    /// the upcaster; across processes they are written in the node's
     /// [`BodySchema`](crate::tcp::BodySchema), which reads them back.
     pub fn message_version(mut self, version: u32) -> Self {
         self.message_version = version;
         self
     }
 
-    /// How a message stored at an older [`message_version`](Self::message_version) becomes
-    /// a `T` when the stream is resumed: decode it as the type it was stored as with
-    /// [`Written::decode`](crate::codec::Written::decode), dispatching on [`Written::version`](crate::codec::Written::version). Without one, such a message
-    /// stops the producer for good with an error naming it.
+    /// How a message stored at an older [`message_version`](Self::message_version) becomes a `T`
+    /// when the stream is resumed: decode it as the type it was stored as with
+    /// [`Written::decode`](crate::codec::Written::decode), dispatching on
+    /// [`Written::version`](crate::codec::Written::version). Without one, such a message stops the
+    /// producer for good with an error naming it.
     pub fn upcast(mut self, upcast: Upcast<T>) -> Self {
         self.upcast = upcast;
         self

@@ -325,12 +325,12 @@ impl NatsCarrierHandle {
         exposure.map(|(_, stop)| stop.cancel()).is_some()
     }
 
-    /// A reference to the consumer(s) exposed on `subject`, for a normal producer.
-    /// Deliveries are encoded once per message (retransmissions reuse the bytes), published
-    /// in batches that fit the server's `max_payload`, with a reply subject of this carrier's
-    /// inbox for their ACKs, one of this reference's own. When nobody listens on the subject they are lost (counted in
-    /// [`NatsStats::no_responders`] when the server says so), and the producer retransmits
-    /// them; once the carrier stopped, they are dropped and counted as unsendable.
+    /// A reference to the consumer(s) exposed on `subject`, for a normal producer. Deliveries are
+    /// encoded once per message (retransmissions reuse the bytes), published in batches that fit
+    /// the server's `max_payload`, with a reply subject of this carrier's inbox for their ACKs, one
+    /// of this reference's own. When nobody listens on the subject they are lost (counted in
+    /// [`NatsStats::no_responders`] when the server says so), and the producer retransmits them;
+    /// once the carrier stopped, they are dropped and counted as unsendable.
     ///
     /// # Errors
     /// [`NatsError::InvalidSubject`].

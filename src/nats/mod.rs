@@ -11,42 +11,41 @@
 //!
 //! # How it works
 //!
-//! - **Deliveries** are published to the consumer's subject in batches (what one producer
-//!   flush hands over, split to fit the server's `max_payload` and at most 1024 deliveries),
-//!   with a reply subject under the carrier's own inbox, one per
+//! - **Deliveries** are published to the consumer's subject in batches (what one producer flush
+//!   hands over, split to fit the server's `max_payload` and at most 1024 deliveries), with a reply
+//!   subject under the carrier's own inbox, one per
 //!   [`consumer_ref`](NatsCarrierHandle::consumer_ref) (`_INBOX.<inbox>.<random token>`). The
-//!   server's "no responders" notice for a batch comes back on that subject, at once; a
-//!   status another client publishes to the inbox is counted apart
-//!   ([`NatsStats::forged_no_responders`]). Whether a batch may still be answered is known
-//!   from a probe: a message of the carrier's own (a random key and the number of batches
-//!   before it) published to the reply subject behind its batches, at most one in flight per
-//!   reference (one second taken as lost): when it comes back through the server, every
-//!   notice for the batches before it has come, so a status for them is another client's.
-//! - **ACKs** go back, batched, to the reply subject their delivery named; the carrier routes
-//!   them to the producer by its id and incarnation. A body is encoded once per message and
-//!   kept for retransmissions until it is ACKed or the producer's window moves past it.
+//!   server's "no responders" notice for a batch comes back on that subject, at once; a status
+//!   another client publishes to the inbox is counted apart ([`NatsStats::forged_no_responders`]).
+//!   Whether a batch may still be answered is known from a probe: a message of the carrier's own (a
+//!   random key and the number of batches before it) published to the reply subject behind its
+//!   batches, at most one in flight per reference (one second taken as lost): when it comes back
+//!   through the server, every notice for the batches before it has come, so a status for them is
+//!   another client's.
+//! - **ACKs** go back, batched, to the reply subject their delivery named; the carrier routes them
+//!   to the producer by its id and incarnation. A body is encoded once per message and kept for
+//!   retransmissions until it is ACKed or the producer's window moves past it.
 //! - **Messages beyond `max_payload`** go in chunks
-//!   ([`chunk_size`](crate::ProducerOptionsBuilder::chunk_size), at most the server's
-//!   `max_payload` less 1 KiB of headers: a producer with larger chunks is refused when it is
-//!   built), each chunk sent as its bytes. With a queue group, a message's chunks are spread over the
-//!   members, and the message completes only in a round whose chunks all reach the same one:
-//!   send chunked messages to a subject with one consumer, not to a queue group.
+//!   ([`chunk_size`](crate::ProducerOptionsBuilder::chunk_size), at most the server's `max_payload`
+//!   less 1 KiB of headers: a producer with larger chunks is refused when it is built), each chunk
+//!   sent as its bytes. With a queue group, a message's chunks are spread over the members, and the
+//!   message completes only in a round whose chunks all reach the same one: send chunked messages
+//!   to a subject with one consumer, not to a queue group.
 //! - **Reconnection is the client's** (`async-nats` reconnects with backoff by itself, and
-//!   subscribes again). A batch counts against `max_output_bytes` until the client has
-//!   written it to its socket, so while the server is away the carrier's queue fills to
-//!   that limit and drops the rest (counted); the producers retransmit it all.
-//! - **Queue groups**: the server hands each batch to one member. When a member dies, the
-//!   messages it had not ACKed are retransmitted, and reach a live member. Because a
-//!   producer's batches are spread over the members, each member's duplicate filter sees
-//!   only part of the stream: a retransmission that reaches another member than the first
-//!   copy runs the handler again (at-least-once). Ordered mode still holds (a member refuses
-//!   a message until the producer's window start shows its predecessor confirmed), at the
-//!   cost of refusals and retransmissions. A member whose consumer stops for good leaves the
-//!   group (its carrier unsubscribes), so its share goes to the others. For
-//!   effectively-once across members, give each member a persistent consumer
-//!   ([`persistence`](crate::persistence)) of the same entity on a shared journal (the
-//!   PostgreSQL journal, feature `postgres`): the journal's record of processed deliveries
-//!   answers the second copy, and its fence decides between two members writing at once.
+//!   subscribes again). A batch counts against `max_output_bytes` until the client has written it
+//!   to its socket, so while the server is away the carrier's queue fills to that limit and drops
+//!   the rest (counted); the producers retransmit it all.
+//! - **Queue groups**: the server hands each batch to one member. When a member dies, the messages
+//!   it had not ACKed are retransmitted, and reach a live member. Because a producer's batches are
+//!   spread over the members, each member's duplicate filter sees only part of the stream: a
+//!   retransmission that reaches another member than the first copy runs the handler again
+//!   (at-least-once). Ordered mode still holds (a member refuses a message until the producer's
+//!   window start shows its predecessor confirmed), at the cost of refusals and retransmissions. A
+//!   member whose consumer stops for good leaves the group (its carrier unsubscribes), so its share
+//!   goes to the others. For effectively-once across members, give each member a persistent
+//!   consumer ([`persistence`](crate::persistence)) of the same entity on a shared journal (the
+//!   PostgreSQL journal, feature `postgres`): the journal's record of processed deliveries answers
+//!   the second copy, and its fence decides between two members writing at once.
 //!
 //! # Wire format
 //!
@@ -79,17 +78,16 @@
 //! only to inboxes, never to a subject a sender names. The consumer's name inside a batch is
 //! not checked: the subject it arrived on is the address.
 //!
-//! The carrier reads its subscriptions continuously: at most 16 batches per exposed subject
-//! wait for the consumer to take them from its mailbox (a batch's dead letters of bodies that
-//! do not decode wait there too, and count alike), and beyond, deliveries are dropped
-//! (counted in [`NatsStats::deliveries_dropped_busy`]) rather than left to pile up in the
-//! client's buffer, which is bounded in messages, not bytes. The ACK inbox is bounded alike:
-//! at most 8 full frames of ACKs (8 × 1024) per producer incarnation not known to be taken
-//! by the producer (as over TCP), and beyond, ACKs are dropped (counted in [`NatsStats::acks_dropped_busy`]; the producer
-//! retransmits and is ACKed again), so an ACK flood at a busy producer cannot grow its
-//! mailbox. At most `max_output_bytes` wait
-//! to be published or written, and at most `max_routes` producer incarnations (over the
-//! whole carrier) are remembered with their unconfirmed bodies.
+//! The carrier reads its subscriptions continuously: at most 16 batches per exposed subject wait
+//! for the consumer to take them from its mailbox (a batch's dead letters of bodies that do not
+//! decode wait there too, and count alike), and beyond, deliveries are dropped (counted in
+//! [`NatsStats::deliveries_dropped_busy`]) rather than left to pile up in the client's buffer,
+//! which is bounded in messages, not bytes. The ACK inbox is bounded alike: at most 8 full frames
+//! of ACKs (8 × 1024) per producer incarnation not known to be taken by the producer (as over TCP),
+//! and beyond, ACKs are dropped (counted in [`NatsStats::acks_dropped_busy`]; the producer
+//! retransmits and is ACKed again), so an ACK flood at a busy producer cannot grow its mailbox. At
+//! most `max_output_bytes` wait to be published or written, and at most `max_routes` producer
+//! incarnations (over the whole carrier) are remembered with their unconfirmed bodies.
 //!
 //! # Security
 //!

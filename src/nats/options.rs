@@ -8,10 +8,10 @@ use crate::tcp::handshake::check_frame_limits;
 
 use super::subject::check_subject;
 
-/// The settings of a [`NatsCarrierHandle`](super::NatsCarrierHandle): plain data, loadable with serde
-/// from the application's configuration (unknown keys refused), validated when
-/// [`NatsOptionsBuilder::build`] builds the options. `Default` gives the documented defaults;
-/// each field's meaning is that of the builder method of the same name.
+/// The settings of a [`NatsCarrierHandle`](super::NatsCarrierHandle): plain data, loadable with
+/// serde from the application's configuration (unknown keys refused), validated when
+/// [`NatsOptionsBuilder::build`] builds the options. `Default` gives the documented defaults; each
+/// field's meaning is that of the builder method of the same name.
 ///
 /// ```
 /// # use actix_delivery::nats::{NatsConfig, NatsOptions};

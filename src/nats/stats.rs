@@ -60,9 +60,9 @@ pub struct NatsStats {
     pub acks_in: u64,
     /// ACKs received for no known producer incarnation (dropped).
     pub unroutable_acks: u64,
-    /// ACKs received while 8 full frames of ACKs (8 × 1024) handed to their producer were not
-    /// known to be taken from its mailbox (a busy producer, or a flood): dropped, so that its mailbox does not grow; the producer
-    /// retransmits those messages and is ACKed again.
+    /// ACKs received while 8 full frames of ACKs (8 × 1024) handed to their producer were not known
+    /// to be taken from its mailbox (a busy producer, or a flood): dropped, so that its mailbox
+    /// does not grow; the producer retransmits those messages and is ACKed again.
     pub acks_dropped_busy: u64,
     /// Deliveries dropped because the publishing queue was full (`max_output_bytes`).
     pub deliveries_dropped_full: u64,

@@ -51,15 +51,17 @@ pub struct PersistentConfig {
     pub max_producers: usize,
     /// Recovery reads the journal this many events at a time. Default 1024; positive.
     pub replay_page: usize,
-    /// Must follow: a command from a delivery whose predecessor from the same producer was
-    /// not processed is refused ([`CommandError::OutOfOrder`](crate::persistence::CommandError::OutOfOrder):
-    /// no ACK, it is retransmitted), so each producer's order holds across crashes of either
-    /// side. A predecessor the producer gave up (`max_attempts`) is skipped: the producer's
-    /// window start moves past it. Default false.
+    /// Must follow: a command from a delivery whose predecessor from the same producer was not
+    /// processed is refused
+    /// ([`CommandError::OutOfOrder`](crate::persistence::CommandError::OutOfOrder): no ACK, it is
+    /// retransmitted), so each producer's order holds across crashes of either side. A predecessor
+    /// the producer gave up (`max_attempts`) is skipped: the producer's window start moves past it.
+    /// Default false.
     pub must_follow: bool,
     /// Outbox: a decision that would leave more than this many deliveries to one destination
-    /// unconfirmed is refused ([`CommandError::OutboxFull`](crate::persistence::CommandError::OutboxFull)).
-    /// Default 10 000; positive.
+    /// unconfirmed is refused
+    /// ([`CommandError::OutboxFull`](crate::persistence::CommandError::OutboxFull)). Default 10
+    /// 000; positive.
     pub max_unconfirmed: usize,
     /// Outbox: warn (rate-limited) when a delivery is sent this many times without a
     /// confirmation. Default 5; positive.
@@ -82,8 +84,8 @@ pub struct PersistentConfig {
     /// types"). Settings key `codec`: `"msgpack"` or `"bincode"`.
     pub codec: Codec,
     /// The value of the `entity` label on the entity's metrics (feature `metrics`): a name the
-    /// application chose, the same for all entities of a kind, never one per stream. Default:
-    /// an [`EntityHostHandle`](crate::sharding::EntityHostHandle)'s entity type for its entities, else
+    /// application chose, the same for all entities of a kind, never one per stream. Default: an
+    /// [`EntityHostHandle`](crate::sharding::EntityHostHandle)'s entity type for its entities, else
     /// `"default"`; not empty.
     pub metrics_label: Option<String>,
 }

@@ -23,16 +23,15 @@ use crate::runtime::stop_signal::{wait_for_stop, wait_opened, Life, StopSignal, 
 
 /// The application's side of a [`PersistentActor`]: ask it commands, stop it. Cheap to clone.
 ///
-/// **The handles own the actor.** The handle [`start`](Self::start) returns, and every clone
-/// of it, keep the
-/// actor running; so do the clones inside [`delivery_handler`](Self::delivery_handler)s (an
-/// entity lives as long as a consumer feeding it) and an [`ask`](Self::ask) whose answer is
+/// **The handles own the actor.** The handle [`start`](Self::start) returns, and every clone of it,
+/// keep the actor running; so do the clones inside [`delivery_handler`](Self::delivery_handler)s
+/// (an entity lives as long as a consumer feeding it) and an [`ask`](Self::ask) whose answer is
 /// still awaited. When the last one is dropped, the actor finishes what it decided (commits,
-/// replies) and, with an outbox, delivers until every recorded delivery is confirmed (or
-/// given up, `max_attempts`); then it stops for good and releases its journal (under a
-/// `Supervisor`, once no address to it is left either). [`stop`](Self::stop) stops it
-/// earlier. The actor's [`addr`](Self::addr) does not keep it running, and a handle made with
-/// [`new`](Self::new) does not own the actor it is given.
+/// replies) and, with an outbox, delivers until every recorded delivery is confirmed (or given up,
+/// `max_attempts`); then it stops for good and releases its journal (under a `Supervisor`, once no
+/// address to it is left either). [`stop`](Self::stop) stops it earlier. The actor's
+/// [`addr`](Self::addr) does not keep it running, and a handle made with [`new`](Self::new) does
+/// not own the actor it is given.
 ///
 /// ```
 /// use std::sync::Arc;

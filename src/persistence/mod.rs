@@ -37,18 +37,18 @@
 //!
 //! # Changing the types
 //!
-//! Entries and snapshots record their codec, the name of their type and its version, and are
-//! read in the codec they were written in. The name says whose data a stream is: a stream of
-//! another type's name is another application's, and its recovery fails with
+//! Entries and snapshots record their codec, the name of their type and its version, and are read
+//! in the codec they were written in. The name says whose data a stream is: a stream of another
+//! type's name is another application's, and its recovery fails with
 //! [`JournalError::ForeignType`](crate::journal::JournalError::ForeignType) naming both names,
 //! rather than reading it as this entity's; a type moved or renamed lists its former names in
-//! [`EventSourced::FORMER_TYPE_NAMES`]. With the default [`Codec::MessagePack`](crate::codec::Codec) a
-//! field added with `#[serde(default)]` needs no code; a breaking change raises
-//! [`EventSourced::EVENT_VERSION`] (or [`STATE_VERSION`](EventSourced::STATE_VERSION)) and
-//! reads the older versions in [`EventSourced::upcast_events`] (or
-//! [`upcast_state`](EventSourced::upcast_state)); see [`crate::codec`]. The README's section
-//! "Changing your types" gives the recipe for each classic change (add a field, rename a
-//! field, remove or split an event, change the snapshot type).
+//! [`EventSourced::FORMER_TYPE_NAMES`]. With the default
+//! [`Codec::MessagePack`](crate::codec::Codec) a field added with `#[serde(default)]` needs no
+//! code; a breaking change raises [`EventSourced::EVENT_VERSION`] (or
+//! [`STATE_VERSION`](EventSourced::STATE_VERSION)) and reads the older versions in
+//! [`EventSourced::upcast_events`] (or [`upcast_state`](EventSourced::upcast_state)); see
+//! [`crate::codec`]. The README's section "Changing your types" gives the recipe for each classic
+//! change (add a field, rename a field, remove or split an event, change the snapshot type).
 //!
 //! # Two instances of one entity
 //!

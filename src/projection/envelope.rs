@@ -29,8 +29,8 @@ pub struct Envelope<Ev> {
 
 impl<Ev> Envelope<Ev> {
     /// The entity id of a sharded entity's stream (`<type>|<id>`, as an
-    /// [`EntityHostHandle`](crate::sharding::EntityHostHandle) names them): what follows the first `|`
-    /// (entity types hold none, entity ids may). `None` for a stream without `|`.
+    /// [`EntityHostHandle`](crate::sharding::EntityHostHandle) names them): what follows the first
+    /// `|` (entity types hold none, entity ids may). `None` for a stream without `|`.
     pub fn entity_id(&self) -> Option<&str> {
         self.persistence_id
             .as_str()

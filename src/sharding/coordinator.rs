@@ -1,6 +1,6 @@
-//! The shard coordinator: one per node and sharded type, the application's handle of the
-//! node's [`EntityHostHandle`] and of its [leaseholder](crate::sharding::lease): the actor that keeps
-//! the node's leases in a [`LeaseStore`], takes the shards the
+//! The shard coordinator: one per node and sharded type, the application's handle of the node's
+//! [`EntityHostHandle`] and of its [leaseholder](crate::sharding::lease): the actor that keeps the
+//! node's leases in a [`LeaseStore`], takes the shards the
 //! [allocation](crate::sharding::allocation) gives it and hands off the others.
 
 use std::future::Future;

@@ -13,8 +13,8 @@ millis_key!(renew_interval_ms, "renew_interval_ms");
 /// The longest node name, in bytes (a member id is `<name>#<16 hex digits>`).
 pub const MAX_NODE_NAME: usize = 128;
 
-/// Numeric settings of a [`ShardCoordinatorHandle`](crate::sharding::ShardCoordinatorHandle), loadable
-/// with serde like the other settings structs.
+/// Numeric settings of a [`ShardCoordinatorHandle`](crate::sharding::ShardCoordinatorHandle),
+/// loadable with serde like the other settings structs.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct CoordinatorConfig {
@@ -72,7 +72,8 @@ impl CoordinatorConfig {
     }
 }
 
-/// Everything a [`ShardCoordinatorHandle`](crate::sharding::ShardCoordinatorHandle) needs, validated.
+/// Everything a [`ShardCoordinatorHandle`](crate::sharding::ShardCoordinatorHandle) needs,
+/// validated.
 #[derive(Clone, Debug)]
 pub struct CoordinatorOptions {
     pub(crate) node_name: String,

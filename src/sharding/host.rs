@@ -445,11 +445,11 @@ impl<E: EventSourced> EntityHostHandle<E> {
         self.owner.0.do_send(StopHost);
     }
 
-    /// Resolves once the host has stopped and each of its entities with it. A host opens
-    /// nothing when it starts, so it has no `opened()` and stops only when asked to: each
-    /// entity recovers on its first command, and one that cannot (a corrupt stream, another
-    /// application's: see [`PersistentHandle::opened`](crate::persistence::PersistentHandle::opened))
-    /// answers that command [`CommandError::Recovery`] with why.
+    /// Resolves once the host has stopped and each of its entities with it. A host opens nothing
+    /// when it starts, so it has no `opened()` and stops only when asked to: each entity recovers
+    /// on its first command, and one that cannot (a corrupt stream, another application's: see
+    /// [`PersistentHandle::opened`](crate::persistence::PersistentHandle::opened)) answers that
+    /// command [`CommandError::Recovery`] with why.
     pub fn stopped(&self) -> impl Future<Output = ()> + 'static {
         wait_stopped(self.owner.0.send(SubscribeStopped))
     }

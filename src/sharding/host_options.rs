@@ -18,8 +18,8 @@ pub const MAX_ENTITY_TYPE: usize = 256 - 1 - MAX_ENTITY_ID;
 /// The most shards a sharded type may have.
 pub const MAX_SHARDS: u32 = 65_536;
 
-/// Numeric settings of an [`EntityHostHandle`](crate::sharding::EntityHostHandle), loadable with serde
-/// like the other settings structs (durations in milliseconds, `"unbounded"` for no limit).
+/// Numeric settings of an [`EntityHostHandle`](crate::sharding::EntityHostHandle), loadable with
+/// serde like the other settings structs (durations in milliseconds, `"unbounded"` for no limit).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct EntityHostConfig {

@@ -1,7 +1,8 @@
-//! The leaseholder: the actor of a [`ShardCoordinatorHandle`](crate::sharding::ShardCoordinatorHandle).
-//! Every `renew_interval` it renews the node's leases and heartbeat and looks at the table;
-//! then it drops what it lost, hands off and acquires as the pure [`plan`] says, keeps the
-//! node's [`LeaseBook`], and tells the host and the transport which shards are the node's.
+//! The leaseholder: the actor of a
+//! [`ShardCoordinatorHandle`](crate::sharding::ShardCoordinatorHandle). Every `renew_interval` it
+//! renews the node's leases and heartbeat and looks at the table; then it drops what it lost, hands
+//! off and acquires as the pure [`plan`] says, keeps the node's [`LeaseBook`], and tells the host
+//! and the transport which shards are the node's.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;

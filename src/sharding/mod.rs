@@ -11,15 +11,15 @@
 //!
 //! # On one node
 //!
-//! An [`EntityHostHandle`] runs the entities of one [`EventSourced`](crate::persistence::EventSourced)
-//! type over a journal. An entity is a [`PersistentActor`](crate::persistence::PersistentActor)
-//! of stream `<type>|<id>`, started on its first command (it recovers from the journal;
-//! commands sent meanwhile wait in it, up to `max_recovery_buffer`), found by [`EntityId`],
-//! and **passivated** (stopped gracefully: what it decided is stored first) when idle for
-//! `idle_timeout`, or as the least recently used idle one when `max_active_entities` run and
-//! another must start (when all of them are busy, the other's commands wait for room: at most
-//! `max_active_entities` ever run at once). A command
-//! that arrives while its entity stops waits and goes to the next instance, in order (at most
+//! An [`EntityHostHandle`] runs the entities of one
+//! [`EventSourced`](crate::persistence::EventSourced) type over a journal. An entity is a
+//! [`PersistentActor`](crate::persistence::PersistentActor) of stream `<type>|<id>`, started on its
+//! first command (it recovers from the journal; commands sent meanwhile wait in it, up to
+//! `max_recovery_buffer`), found by [`EntityId`], and **passivated** (stopped gracefully: what it
+//! decided is stored first) when idle for `idle_timeout`, or as the least recently used idle one
+//! when `max_active_entities` run and another must start (when all of them are busy, the other's
+//! commands wait for room: at most `max_active_entities` ever run at once). A command that arrives
+//! while its entity stops waits and goes to the next instance, in order (at most
 //! `max_held_commands` wait over all entities; beyond, [`HostError::Full`]).
 //!
 //! A [`ShardedProducerHandle`] (from [`ReliableDelivery::sharded_producer`](crate::ReliableDelivery::sharded_producer))
@@ -75,25 +75,25 @@
 //! valid here for nine tenths of `lease_ttl` after the renewal was sent, judged by the store's
 //! clock over there. No consensus of our own: the store decides who holds a lease.
 //!
-//! - **Who owns what.** Each shard's desired owner is the live member with the highest
-//!   rendezvous score ([`allocation`]): every node computes the same answer from the table.
-//!   A node acquires the free shards it should own.
-//! - **Joining and leaving: handoff.** A node holding a shard another member should own hands
-//!   it off, at most `max_handoffs` at a time: it stops receiving the shard's deliveries, stops
-//!   the shard's entities (gracefully), then releases the lease; the new owner acquires it and
-//!   its entities recover on their next command. [`ShardCoordinatorHandle::stop`] hands off every
-//!   shard and leaves.
-//! - **Crashes.** A SIGKILLed node's leases expire after `lease_ttl`; the others take its
-//!   shards. Deliveries in flight to it are retransmitted and reach the new owner, whose
-//!   entities answer those they had stored (the processed marks) without applying them again.
-//! - **Two owners at once** (a node paused beyond its lease, a network split from the store):
-//!   the journal's fence decides; an entity instance whose append conflicts catches up from the
-//!   journal and decides again, so nothing is stored twice. The old owner stops acting on its
-//!   shards when its lease is no longer valid here, before the store gives them away.
-//! - **Transport.** Deliveries reach the owner over NATS (`NatsShards`, feature `nats`: a
-//!   subject per shard, subscribed by its owner only), over TCP (each node exposes its host's
-//!   consumer on its [`NodeHandle`](crate::tcp::NodeHandle); senders find a shard's owner in the lease
-//!   table through a [`ShardDirectory`]), or any [`ShardTransport`].
+//! - **Who owns what.** Each shard's desired owner is the live member with the highest rendezvous
+//!   score ([`allocation`]): every node computes the same answer from the table. A node acquires
+//!   the free shards it should own.
+//! - **Joining and leaving: handoff.** A node holding a shard another member should own hands it
+//!   off, at most `max_handoffs` at a time: it stops receiving the shard's deliveries, stops the
+//!   shard's entities (gracefully), then releases the lease; the new owner acquires it and its
+//!   entities recover on their next command. [`ShardCoordinatorHandle::stop`] hands off every shard
+//!   and leaves.
+//! - **Crashes.** A SIGKILLed node's leases expire after `lease_ttl`; the others take its shards.
+//!   Deliveries in flight to it are retransmitted and reach the new owner, whose entities answer
+//!   those they had stored (the processed marks) without applying them again.
+//! - **Two owners at once** (a node paused beyond its lease, a network split from the store): the
+//!   journal's fence decides; an entity instance whose append conflicts catches up from the journal
+//!   and decides again, so nothing is stored twice. The old owner stops acting on its shards when
+//!   its lease is no longer valid here, before the store gives them away.
+//! - **Transport.** Deliveries reach the owner over NATS (`NatsShards`, feature `nats`: a subject
+//!   per shard, subscribed by its owner only), over TCP (each node exposes its host's consumer on
+//!   its [`NodeHandle`](crate::tcp::NodeHandle); senders find a shard's owner in the lease table
+//!   through a [`ShardDirectory`]), or any [`ShardTransport`].
 //!
 //! # Settings
 //!

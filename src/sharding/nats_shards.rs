@@ -23,8 +23,8 @@ pub struct NatsShards<M: Send + 'static> {
 }
 
 impl<M: DeserializeOwned + Send + 'static> NatsShards<M> {
-    /// Exposes `consumer` (an [`EntityHostHandle`](crate::sharding::EntityHostHandle)'s) on `carrier`, on
-    /// the subjects `<prefix>.<shard>` of the shards its node owns.
+    /// Exposes `consumer` (an [`EntityHostHandle`](crate::sharding::EntityHostHandle)'s) on
+    /// `carrier`, on the subjects `<prefix>.<shard>` of the shards its node owns.
     ///
     /// # Errors
     /// [`NatsError::InvalidSubject`] if `<prefix>.0` is no valid subject.
@@ -44,7 +44,8 @@ impl<M: DeserializeOwned + Send + 'static> NatsShards<M> {
 
 impl<M: Serialize + Send + 'static> NatsShards<M> {
     /// Where a sharded producer reaches shard `s`'s entities: the subject `<prefix>.<s>` on
-    /// `carrier` (for [`ShardedProducerOptions::per_shard`](crate::sharding::ShardedProducerOptions::per_shard)).
+    /// `carrier` (for
+    /// [`ShardedProducerOptions::per_shard`](crate::sharding::ShardedProducerOptions::per_shard)).
     ///
     /// # Errors
     /// [`NatsError::InvalidSubject`] if `<prefix>.0` is no valid subject.

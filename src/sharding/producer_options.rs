@@ -32,16 +32,16 @@ pub struct ShardedProducerConfig {
     /// by the entity's next message). Default 120 s; positive.
     #[serde(rename = "cleanup_unused_after_ms", with = "cleanup_unused_after_ms")]
     pub cleanup_unused_after: Duration,
-    /// Entity streams open at once, at most: a message for an entity without one when this
-    /// many are open closes the least recently used stream with nothing in flight, or, when
-    /// every stream has a message in flight, waits for one (counted in
-    /// [`LaneStats::waited`](crate::sharding::LaneStats::waited)); meanwhile the producer's
-    /// window fills, and then `tell` refuses and `send`/`store` wait. An open stream with
-    /// nothing in flight costs about 1 KiB (943 bytes measured by `sharding_bench`). Default 10 000 (more than the default producer
-    /// window, so that a message never waits with the defaults); positive.
+    /// Entity streams open at once, at most: a message for an entity without one when this many are
+    /// open closes the least recently used stream with nothing in flight, or, when every stream has
+    /// a message in flight, waits for one (counted in
+    /// [`LaneStats::waited`](crate::sharding::LaneStats::waited)); meanwhile the producer's window
+    /// fills, and then `tell` refuses and `send`/`store` wait. An open stream with nothing in
+    /// flight costs about 1 KiB (943 bytes measured by `sharding_bench`). Default 10 000 (more than
+    /// the default producer window, so that a message never waits with the defaults); positive.
     pub max_open_lanes: usize,
-    /// The sharded type's shard count (see [`EntityHostConfig::shards`](crate::sharding::EntityHostConfig)).
-    /// Default 64.
+    /// The sharded type's shard count (see
+    /// [`EntityHostConfig::shards`](crate::sharding::EntityHostConfig)). Default 64.
     pub shards: u32,
 }
 
@@ -83,8 +83,8 @@ pub struct ShardedProducerOptions<T: Send + 'static> {
 
 impl<T: Send + 'static> ShardedProducerOptions<T> {
     /// Starts a builder for a producer whose messages all go to `consumer` (an
-    /// [`EntityHostHandle`](crate::sharding::EntityHostHandle)'s consumer in this process, or a reference
-    /// to one on another node).
+    /// [`EntityHostHandle`](crate::sharding::EntityHostHandle)'s consumer in this process, or a
+    /// reference to one on another node).
     pub fn builder(
         consumer: impl Into<ConsumerRef<EntityEnvelope<T>>>,
     ) -> ShardedProducerOptionsBuilder<T> {

@@ -22,8 +22,9 @@ pub trait ShardTransport: 'static {
     fn unexpose(&self, shard: ShardId);
 }
 
-/// A transport that does nothing: for hosts asked directly ([`EntityHostHandle::ask`](crate::sharding::EntityHostHandle::ask)), or whose
-/// senders look the owner up themselves.
+/// A transport that does nothing: for hosts asked directly
+/// ([`EntityHostHandle::ask`](crate::sharding::EntityHostHandle::ask)), or whose senders look the
+/// owner up themselves.
 #[derive(Clone, Copy, Debug, Default)]
 pub struct NoTransport;
 

@@ -1,8 +1,8 @@
 //! Reliable delivery across processes and machines, over TCP: a [`NodeHandle`] per process listens
 //! for peers, exposes local consumers under names ([`NodeHandle::expose`]) and hands out
-//! [`ConsumerRef`](crate::ConsumerRef)s to consumers of other nodes
-//! ([`NodeHandle::consumer_ref`]) that an unchanged [`ProducerController`](crate::ProducerController)
-//! sends to. ACKs come back on the connection their delivery came on.
+//! [`ConsumerRef`](crate::ConsumerRef)s to consumers of other nodes ([`NodeHandle::consumer_ref`])
+//! that an unchanged [`ProducerController`](crate::ProducerController) sends to. ACKs come back on
+//! the connection their delivery came on.
 //!
 //! # How it works
 //!
@@ -51,10 +51,11 @@
 //! bodies carried their codec), 2 (before deliveries could carry a trace context) and 3
 //! (before they could carry a chunk header).
 //!
-//! A chunk of a large message ([`ProducerOptionsBuilder::chunk_size`](crate::ProducerOptionsBuilder::chunk_size))
-//! is a delivery whose body is the chunk's bytes of its message's encoding (the message, as a
-//! body above, cut into chunks), with a chunk header; the receiving node hands the chunks to
-//! the consumer, which decodes the message with the node's schema once it is whole.
+//! A chunk of a large message
+//! ([`ProducerOptionsBuilder::chunk_size`](crate::ProducerOptionsBuilder::chunk_size)) is a
+//! delivery whose body is the chunk's bytes of its message's encoding (the message, as a body
+//! above, cut into chunks), with a chunk header; the receiving node hands the chunks to the
+//! consumer, which decodes the message with the node's schema once it is whole.
 //!
 //! The handshake (see the `handshake` module source for the state machine):
 //! `proof_S = HMAC-SHA256(K, "actix-delivery/1 server proof\0" ‖ t)`, `proof_C` the same with

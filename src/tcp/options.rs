@@ -36,8 +36,8 @@ impl std::fmt::Debug for Resolver {
     }
 }
 
-/// The data settings of a [`NodeHandle`](crate::tcp::NodeHandle): plain, loadable with serde from the
-/// application's configuration (durations in `_ms`, unknown keys refused), validated when
+/// The data settings of a [`NodeHandle`](crate::tcp::NodeHandle): plain, loadable with serde from
+/// the application's configuration (durations in `_ms`, unknown keys refused), validated when
 /// [`NodeOptionsBuilder::build`] builds the options. `Default` gives the documented defaults.
 ///
 /// ```
@@ -279,13 +279,13 @@ impl NodeOptionsBuilder {
         self
     }
 
-    /// Speak TLS 1.3 with these settings instead of tagging frames with a shared secret:
-    /// traffic is encrypted, the listening node is authenticated by its certificate and, with
-    /// [mutual](crate::tcp::NodeTlsBuilder::mutual) TLS, the connecting one too, by an
-    /// identity that [`NodeHandle::expose_to`](crate::tcp::NodeHandle::expose_to) can authorize. TLS
-    /// nodes and nodes without TLS refuse each other (counted in `tls_failures`), and a mutual
-    /// listener refuses a TLS node that presents no certificate (see
-    /// [`NodeTls`](crate::tcp::NodeTls) for which way round holds).
+    /// Speak TLS 1.3 with these settings instead of tagging frames with a shared secret: traffic is
+    /// encrypted, the listening node is authenticated by its certificate and, with
+    /// [mutual](crate::tcp::NodeTlsBuilder::mutual) TLS, the connecting one too, by an identity
+    /// that [`NodeHandle::expose_to`](crate::tcp::NodeHandle::expose_to) can authorize. TLS nodes
+    /// and nodes without TLS refuse each other (counted in `tls_failures`), and a mutual listener
+    /// refuses a TLS node that presents no certificate (see [`NodeTls`](crate::tcp::NodeTls) for
+    /// which way round holds).
     #[cfg(feature = "tls")]
     #[cfg_attr(docsrs, doc(cfg(feature = "tls")))]
     pub fn tls(mut self, tls: NodeTls) -> Self {

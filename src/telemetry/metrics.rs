@@ -145,11 +145,11 @@
 //! `deliveries_unsendable`, `publish_failures`, `bodies_encoded`; and the gauge
 //! `actix_delivery_nats_output_high_water_bytes`.
 //!
-//! **Projection** ([`ProjectionStats`](crate::projection::ProjectionStats)), label
-//! `projection`: `actix_delivery_projection_{events, entries, batches, retries, skipped,
-//! offsets_saved, read_failures, store_failures, conflicts}_total` (counters, each the field of that
-//! name) and the gauge `actix_delivery_projection_lag_milliseconds` (`lag_ms`: for the last
-//! batch, from its newest entry's commit to the handler's success).
+//! **Projection** ([`ProjectionStats`](crate::projection::ProjectionStats)), label `projection`:
+//! `actix_delivery_projection_{events, entries, batches, retries, skipped, offsets_saved,
+//! read_failures, store_failures, conflicts}_total` (counters, each the field of that name) and the
+//! gauge `actix_delivery_projection_lag_milliseconds` (`lag_ms`: for the last batch, from its
+//! newest entry's commit to the handler's success).
 //!
 //! The current values `routes` and `cached_bodies` of nodes and carriers are summed over
 //! their connections only when `stats()` is called, and are not exported.

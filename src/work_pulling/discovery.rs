@@ -36,10 +36,10 @@ pub const MAX_ANNOUNCED_WORKERS: usize = 1024;
 /// address that does not parse).
 type Resolve<T> = Box<dyn Fn(&Announcement) -> Option<ConsumerRef<Job<T>>>>;
 
-/// Registers the workers that announce themselves, and deregisters one when no announcement
-/// of it came for `timeout` (its jobs are then re-routed). Expose its
-/// [`handler`](WorkerDiscoveryHandle::handler) as a consumer where the workers' [`AnnouncerHandle`]s
-/// send: on a TCP [`NodeHandle`](crate::tcp::NodeHandle) or a NATS subject.
+/// Registers the workers that announce themselves, and deregisters one when no announcement of it
+/// came for `timeout` (its jobs are then re-routed). Expose its
+/// [`handler`](WorkerDiscoveryHandle::handler) as a consumer where the workers'
+/// [`AnnouncerHandle`]s send: on a TCP [`NodeHandle`](crate::tcp::NodeHandle) or a NATS subject.
 ///
 /// ```no_run
 /// # use actix_delivery::tcp::NodeHandle;

@@ -30,12 +30,11 @@ pub enum RegisterError {
 /// same registry.
 ///
 /// A worker is any consumer of [`Job<T>`]: a local [`ConsumerHandle`] registered with
-/// [`register_consumer`](Self::register_consumer) (removed when it stops), or any
-/// [`ConsumerRef`] registered with [`register`](Self::register) — a consumer across the
-/// network (a TCP [`NodeHandle::consumer_ref`](crate::tcp::NodeHandle::consumer_ref), a NATS subject) —
-/// removed by [`deregister`](Self::deregister) (a
-/// [`WorkerDiscovery`](crate::work_pulling::WorkerDiscovery) does that for workers that stop
-/// announcing themselves).
+/// [`register_consumer`](Self::register_consumer) (removed when it stops), or any [`ConsumerRef`]
+/// registered with [`register`](Self::register) — a consumer across the network (a TCP
+/// [`NodeHandle::consumer_ref`](crate::tcp::NodeHandle::consumer_ref), a NATS subject) — removed by
+/// [`deregister`](Self::deregister) (a [`WorkerDiscovery`](crate::work_pulling::WorkerDiscovery)
+/// does that for workers that stop announcing themselves).
 ///
 /// ```
 /// use actix_delivery::work_pulling::{Job, WorkerRegistry};

@@ -179,15 +179,15 @@ async fn a_recovery_racing_another_writers_snapshot_and_delete_recovers_from_the
 }
 
 /// The SQLite journal's fence trusts the writer's in-memory map of buffered streams (the writer
-/// consults `event_buffer` only for streams in it), and the one-writer rule rests on a lock
-/// file. Were the lock file named after the path as given (`<path>-lock`), the same database
-/// reached through another name (a symlink or hard link to the file) would get another lock
-/// file: two journals would open it as writers, each fencing against its own map only, and both
-/// would acknowledge an append at seq 1, two different events committed under one seq (the
-/// documented "a loser gets `Conflict`" would fail). The lock file is named after the canonical
-/// path and a file with several hard links is refused (see
-/// `sqlite_a_file_is_one_journal_whatever_its_name` in `tests/features/journal.rs`), so the second open
-/// fails; one that opened would have to get `Conflict`.
+/// consults `event_buffer` only for streams in it), and the one-writer rule rests on a lock file.
+/// Were the lock file named after the path as given (`<path>-lock`), the same database reached
+/// through another name (a symlink or hard link to the file) would get another lock file: two
+/// journals would open it as writers, each fencing against its own map only, and both would
+/// acknowledge an append at seq 1, two different events committed under one seq (the documented "a
+/// loser gets `Conflict`" would fail). The lock file is named after the canonical path and a file
+/// with several hard links is refused (see `sqlite_a_file_is_one_journal_whatever_its_name` in
+/// `tests/features/journal.rs`), so the second open fails; one that opened would have to get
+/// `Conflict`.
 #[actix::test]
 async fn a_second_sqlite_writer_through_a_symlink_cannot_commit_under_a_taken_seq() {
     use actix_delivery::journal::{SqliteConfig, SqliteJournal};

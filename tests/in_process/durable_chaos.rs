@@ -1,7 +1,7 @@
-//! A durable producer sends through a lossy link (retransmissions duplicate) to an effectively-once consumer (a persistent
-//! ledger) while, at seeded moments, either side is restarted abruptly or gracefully and
-//! either journal fails an append (before its commit, or after it: the outcome is then
-//! unknown to the writer). Every path that ends a life (`stop()`, a journal failure, a
+//! A durable producer sends through a lossy link (retransmissions duplicate) to an effectively-once
+//! consumer (a persistent ledger) while, at seeded moments, either side is restarted abruptly or
+//! gracefully and either journal fails an append (before its commit, or after it: the outcome is
+//! then unknown to the writer). Every path that ends a life (`stop()`, a journal failure, a
 //! supervised restart) must settle the writes it had in flight by what the journal holds.
 //!
 //! Exact invariants per seed, checked against the ledger's journal at the end:

@@ -199,9 +199,9 @@ fn batch_of(payload: &[u8]) -> Option<(u64, u64)> {
     Some((fields.next()??, fields.next()??))
 }
 
-/// Checks what [`run_appenders`] left: each stream gapless from 1, every acknowledged batch
-/// stored byte for byte, every stored event from a batch that was appended (acknowledged or
-/// failed), every stored batch whole, none said to be not stored. Returns how many failed batches turned out to be
+/// Checks what [`run_appenders`] left: each stream gapless from 1, every acknowledged batch stored
+/// byte for byte, every stored event from a batch that was appended (acknowledged or failed), every
+/// stored batch whole, none said to be not stored. Returns how many failed batches turned out to be
 /// stored (committed, but the answer was lost).
 pub async fn check_appended(
     journal: &impl Journal,

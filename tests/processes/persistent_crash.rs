@@ -1,14 +1,14 @@
-//! Effectively once across real crashes: a child process runs an effectively-once consumer
-//! (a persistent ledger over a SQLite journal, snapshots with deletion on) fed through its
-//! stdin by this test, which plays a producer that survives the child's crashes. The test
-//! SIGKILLs the child at seeded moments (its ACKs are delayed, and a kill is aimed into the
-//! delay after a window is sent again, so kills land between commit and ACK), restarts it, and resends, with the same producer id, incarnation and seq,
-//! every message it has not seen ACKed. After each kill, and at the end, it reads the journal:
-//! every ACKed message is stored, none twice, each child recovered exactly the state the journal
-//! held when it started (compared entry by entry: which messages, how often each), and at the
-//! end all messages are stored exactly once. At each kill the ACKs the child printed before it
-//! died are collected from the pipe too: the last ACKs are the ones most likely to outrun a
-//! commit.
+//! Effectively once across real crashes: a child process runs an effectively-once consumer (a
+//! persistent ledger over a SQLite journal, snapshots with deletion on) fed through its stdin by
+//! this test, which plays a producer that survives the child's crashes. The test SIGKILLs the child
+//! at seeded moments (its ACKs are delayed, and a kill is aimed into the delay after a window is
+//! sent again, so kills land between commit and ACK), restarts it, and resends, with the same
+//! producer id, incarnation and seq, every message it has not seen ACKed. After each kill, and at
+//! the end, it reads the journal: every ACKed message is stored, none twice, each child recovered
+//! exactly the state the journal held when it started (compared entry by entry: which messages, how
+//! often each), and at the end all messages are stored exactly once. At each kill the ACKs the
+//! child printed before it died are collected from the pipe too: the last ACKs are the ones most
+//! likely to outrun a commit.
 //!
 //! Replay a seed with `CRASH_SEED=5 cargo test --test processes persistent_crash:: -- --nocapture`.
 

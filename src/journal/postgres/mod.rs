@@ -113,12 +113,12 @@ use statements::Sql;
 /// `NOTIFY` takes a lock that serialises the commits of the server's notifying transactions,
 /// which the group commit makes one per group. Needs PostgreSQL 13 or newer (`xid8`).
 ///
-/// **Reads** (`replay`, `highest_seq`, `load_snapshot`, `events_by_tag`) run on separate connections
-/// (`readers`), so they never wait behind the writer's transaction. The connections' I/O runs
-/// on the journal's own thread, so the futures can be awaited on any runtime (an Actix
-/// arbiter, a current-thread Tokio runtime) and never block the caller's thread. Clones share
-/// one journal; when the last handle is dropped (or [`close`](Self::close)d), the writer
-/// finishes the writes already queued, replies to each, and the connections close.
+/// **Reads** (`replay`, `highest_seq`, `load_snapshot`, `events_by_tag`) run on separate
+/// connections (`readers`), so they never wait behind the writer's transaction. The connections'
+/// I/O runs on the journal's own thread, so the futures can be awaited on any runtime (an Actix
+/// arbiter, a current-thread Tokio runtime) and never block the caller's thread. Clones share one
+/// journal; when the last handle is dropped (or [`close`](Self::close)d), the writer finishes the
+/// writes already queued, replies to each, and the connections close.
 ///
 /// The tables and their version check: [`PostgresJournal::SCHEMA_SQL`]. TLS needs the feature
 /// `tls` (`PostgresConfig::tls`: `sslmode=require` or `verify-full`); without it, connect over
@@ -161,9 +161,9 @@ impl PostgresJournal {
     pub const MIGRATE_1_TO_2_SQL: &'static str = include_str!("migrate_1_to_2.sql");
 
     /// The SQL that migrates the tables from schema version 2 to 3 (the tags),
-    /// `src/journal/postgres/migrate_2_to_3.sql`; run after [`MIGRATE_1_TO_2_SQL`](Self::MIGRATE_1_TO_2_SQL)
-    /// for a schema of version 1. The journal runs it itself on connect unless
-    /// [`PostgresConfig::create_tables`] is off.
+    /// `src/journal/postgres/migrate_2_to_3.sql`; run after
+    /// [`MIGRATE_1_TO_2_SQL`](Self::MIGRATE_1_TO_2_SQL) for a schema of version 1. The journal runs
+    /// it itself on connect unless [`PostgresConfig::create_tables`] is off.
     pub const MIGRATE_2_TO_3_SQL: &'static str = include_str!("migrate_2_to_3.sql");
 
     /// The SQL that gives a journal schema its identity, [`Journal::journal_id`], if it has

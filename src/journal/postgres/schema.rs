@@ -1,11 +1,12 @@
 //! The tables, and the check that a database holds this crate's schema in its version.
 //!
-//! The tables (see `schema.sql`, also [`PostgresJournal::SCHEMA_SQL`](super::PostgresJournal::SCHEMA_SQL))
-//! have the shape Akka Persistence JDBC/R2DBC users know: `event_journal(persistence_id,
-//! seq_nr, payload, written_at)` keyed by `(persistence_id, seq_nr)`, `snapshot`, plus
-//! `stream_metadata(persistence_id, highest_seq)`, which keeps each stream's highest seq
-//! across deletions and is the fence, and `journal_schema(application, version)`, one row
-//! naming what made the tables. All live in one PostgreSQL schema (`public` by default).
+//! The tables (see `schema.sql`, also
+//! [`PostgresJournal::SCHEMA_SQL`](super::PostgresJournal::SCHEMA_SQL)) have the shape Akka
+//! Persistence JDBC/R2DBC users know: `event_journal(persistence_id, seq_nr, payload, written_at)`
+//! keyed by `(persistence_id, seq_nr)`, `snapshot`, plus `stream_metadata(persistence_id,
+//! highest_seq)`, which keeps each stream's highest seq across deletions and is the fence, and
+//! `journal_schema(application, version)`, one row naming what made the tables. All live in one
+//! PostgreSQL schema (`public` by default).
 //!
 //! Schema 2 adds each payload's manifest (`ser_codec`, `ser_manifest`, `ser_version`) to
 //! `event_journal` and `snapshot`; schema 3 the table `event_tag` (see `schema.sql` for how
@@ -18,22 +19,22 @@
 //! not know the table and leaves it alone, so it still reads the journal. With
 //! `create_tables` off a schema without it is used without an id (logged).
 //!
-//! On connect: no journal table in the schema → the tables are created (under an advisory
-//! lock, so two nodes starting at once create them once); `journal_schema` says
-//! `actix-delivery`, version 1 or 2 → migrated to 3 (`migrate_1_to_2.sql`, then
-//! `migrate_2_to_3.sql`, under the same lock and in one transaction; what version 1 wrote
-//! reads as [`Manifest::legacy`](crate::codec::Manifest::legacy), and what versions 1 and 2
-//! wrote has no tags); version 3, and every table is there → used; anything else (a newer
-//! version, another application, journal tables without `journal_schema`, a column the
-//! journal uses missing or of another type) → refused with [`JournalError::Schema`], nothing
-//! changed. With `create_tables` off, an older schema is refused with an error naming the
-//! migrations to run by hand. Then every tag row must be of a transaction the server has run
-//! (`txid` below its next one): tag rows restored from a logical dump into another cluster,
-//! with lower transaction ids, are refused with a [`JournalError::Schema`] that names
+//! On connect: no journal table in the schema → the tables are created (under an advisory lock, so
+//! two nodes starting at once create them once); `journal_schema` says `actix-delivery`, version 1
+//! or 2 → migrated to 3 (`migrate_1_to_2.sql`, then `migrate_2_to_3.sql`, under the same lock and
+//! in one transaction; what version 1 wrote reads as
+//! [`Manifest::legacy`](crate::codec::Manifest::legacy), and what versions 1 and 2 wrote has no
+//! tags); version 3, and every table is there → used; anything else (a newer version, another
+//! application, journal tables without `journal_schema`, a column the journal uses missing or of
+//! another type) → refused with [`JournalError::Schema`], nothing changed. With `create_tables`
+//! off, an older schema is refused with an error naming the migrations to run by hand. Then every
+//! tag row must be of a transaction the server has run (`txid` below its next one): tag rows
+//! restored from a logical dump into another cluster, with lower transaction ids, are refused with
+//! a [`JournalError::Schema`] that names
 //! [`PostgresJournal::RENUMBER_TAGS_SQL`](super::PostgresJournal::RENUMBER_TAGS_SQL) (see
-//! [`check_transaction_ids`]). Tables altered while the journal runs are reported the same way: a statement
-//! failing with SQLSTATE 42703, 42P01 or 42804 (undefined column or table, wrong type) is a
-//! `Schema` error with the server's message, not a transient `Storage` one.
+//! [`check_transaction_ids`]). Tables altered while the journal runs are reported the same way: a
+//! statement failing with SQLSTATE 42703, 42P01 or 42804 (undefined column or table, wrong type) is
+//! a `Schema` error with the server's message, not a transient `Storage` one.
 
 use tokio_postgres::Client;
 

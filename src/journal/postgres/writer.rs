@@ -200,8 +200,8 @@ impl Writer {
         }
     }
 
-    /// The writer's life: connects, checks (or creates) the schema, reports through
-    /// `opened` (with the journal's id), then commits groups until every sender is gone and the queue is empty.
+    /// The writer's life: connects, checks (or creates) the schema, reports through `opened` (with
+    /// the journal's id), then commits groups until every sender is gone and the queue is empty.
     pub(super) async fn run(
         mut self,
         mut requests: mpsc::Receiver<WriteRequest>,

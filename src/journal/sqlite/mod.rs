@@ -76,14 +76,14 @@ const HIGHEST_SQL: &str = "SELECT max(\
 /// highest seqs see both tables as one.
 ///
 /// **One journal per file.** The writer keeps the highest seq of recently written streams in
-/// memory, so a file is open in one `SqliteJournal` at a time, across processes: opening it
-/// again waits up to `busy_timeout` for the other to let go (a dropped journal does once its
-/// queue is drained; [`close`](Self::close) waits for that; a killed process does at once),
-/// then fails with a [`JournalError::Storage`] error. The lock belongs to the file, not to
-/// the name it is opened under: a symlink or a relative path reaches the same lock, and a
-/// file with more than one hard link is refused (on Unix). Clones share one journal. When the last handle is dropped
-/// (or closed), the threads finish the writes already queued, reply to each, and close the
-/// file. Applications whose nodes share a journal need a server database.
+/// memory, so a file is open in one `SqliteJournal` at a time, across processes: opening it again
+/// waits up to `busy_timeout` for the other to let go (a dropped journal does once its queue is
+/// drained; [`close`](Self::close) waits for that; a killed process does at once), then fails with
+/// a [`JournalError::Storage`] error. The lock belongs to the file, not to the name it is opened
+/// under: a symlink or a relative path reaches the same lock, and a file with more than one hard
+/// link is refused (on Unix). Clones share one journal. When the last handle is dropped (or
+/// closed), the threads finish the writes already queued, reply to each, and close the file.
+/// Applications whose nodes share a journal need a server database.
 #[derive(Clone)]
 pub struct SqliteJournal {
     shared: Arc<Shared>,

@@ -1,11 +1,11 @@
 //! The writer thread: owns the write connection and commits in groups.
 //!
 //! It blocks until a write arrives, then takes every write already queued behind it (from any
-//! stream, up to the batch bounds) and commits them in one transaction: one fsync for the
-//! group. If the last commit answered several writers, it first [`linger`]s briefly for them
-//! to come back, so that they share one commit. Each write is checked on its own inside the transaction (the fence, a snapshot's
-//! seq) before it writes anything, so a refused write changes nothing and the others of the
-//! group commit. A storage error (I/O, full disk, busy lock) aborts the transaction: every
+//! stream, up to the batch bounds) and commits them in one transaction: one fsync for the group. If
+//! the last commit answered several writers, it first [`linger`]s briefly for them to come back, so
+//! that they share one commit. Each write is checked on its own inside the transaction (the fence,
+//! a snapshot's seq) before it writes anything, so a refused write changes nothing and the others
+//! of the group commit. A storage error (I/O, full disk, busy lock) aborts the transaction: every
 //! write of the group gets the error, none is reported done. Replies go out after the commit.
 //!
 //! Appended events go to `event_buffer` first, a table without a secondary index, so a

@@ -151,8 +151,9 @@ impl Confirmation {
     pub fn settle(mut self, result: Result<(), DeliveryError>) {
         // Fire-and-forget (`Confirmation::none()`, the common case of a burst of `tell`s): no
         // one to notify, so nothing to take, match or drop. `Nobody` owns nothing and the
-        // other fields are `Copy`, so skipping `Drop` leaks nothing.
-        if matches!(self.notify, Notify::Nobody) {
+        // other fields but the trace context are `Copy`, so skipping `Drop` leaks nothing
+        // unless the message carries a context (a shared allocation: it must be dropped).
+        if matches!(self.notify, Notify::Nobody) && self.trace_context.is_none() {
             std::mem::forget(self);
             return;
         }
@@ -264,6 +265,20 @@ mod tests {
     fn a_confirmation_knows_whether_it_holds_room() {
         assert!(Confirmation::none().holding_room().holds_room());
         assert!(!Confirmation::none().holds_room());
+    }
+
+    #[test]
+    fn a_settled_fire_and_forget_confirmation_releases_its_trace_context() {
+        let context = TraceContext::new([1; 16], [2; 8], TraceContext::SAMPLED).unwrap();
+        Confirmation::none()
+            .with_trace_context(context.clone())
+            .settle(Ok(()));
+        assert_eq!(context.holders(), 1, "the confirmation's copy was dropped");
+        Confirmation::from(|_| ())
+            .with_trace_context(context.clone())
+            .settle(Ok(()));
+        drop(Confirmation::none().with_trace_context(context.clone()));
+        assert_eq!(context.holders(), 1);
     }
 
     #[test]

@@ -38,6 +38,12 @@ impl TraceContext {
     /// The sampled flag (W3C `trace-flags` bit 0).
     pub const SAMPLED: u8 = 0x01;
 
+    /// How many values share this context's allocation (a test's leak check).
+    #[cfg(test)]
+    pub(crate) fn holders(&self) -> usize {
+        Arc::strong_count(&self.0)
+    }
+
     /// A context, or `None` if an id is all zeros (invalid in W3C Trace Context).
     pub fn new(trace_id: [u8; 16], span_id: [u8; 8], flags: u8) -> Option<Self> {
         let parts = Parts {

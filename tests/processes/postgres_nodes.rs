@@ -76,6 +76,11 @@ fn race_child() {
                 let mut conflicts = 0u64;
                 let mut next = journal.highest_seq(id).await.unwrap() + 1;
                 let mut round = 0;
+                // A pause of up to 2 ms after each won append lets the other node in: without
+                // it, one node's writers can win every seq after the first few (seen in an
+                // optimized build), and the test would show no race.
+                let mut pauses =
+                    SmallRng::seed_from_u64(w as u64 + u64::from(node.as_bytes()[0]) * 7);
                 while next <= RACE_TARGET {
                     let last = next + (round + w as u64) % 3;
                     round += 1;
@@ -86,6 +91,8 @@ fn race_child() {
                         Ok(()) => {
                             say(format_args!("ack {w} {next} {last}"));
                             next = last + 1;
+                            let pause = pauses.random_range(0..2_000);
+                            tokio::time::sleep(Duration::from_micros(pause)).await;
                         }
                         Err(JournalError::Conflict { highest_seq, .. }) => {
                             conflicts += 1;

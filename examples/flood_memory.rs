@@ -25,7 +25,7 @@ use actix_delivery::protocol::producer::{ProducerCore, Transmission};
 use actix_delivery::{
     Ack, Confirmation, ConsumerConfig, ConsumerOptions, Delivery, DeliveryHandler, DeliveryInfo,
     Incarnation, Limit, ProducerConfig, ProducerId, ProducerOptions, ReliableDelivery, ReplyTo,
-    Tell,
+    SingleAck, Tell,
 };
 
 #[path = "support/counting_alloc.rs"]
@@ -81,10 +81,10 @@ impl Actor for AckSink {
     type Context = Context<Self>;
 }
 
-impl Handler<Ack> for AckSink {
+impl Handler<SingleAck> for AckSink {
     type Result = ();
 
-    fn handle(&mut self, _: Ack, _: &mut Context<Self>) {
+    fn handle(&mut self, _: SingleAck, _: &mut Context<Self>) {
         self.0 += 1;
     }
 }
@@ -154,7 +154,7 @@ async fn actor_flood(batch: u64) {
          round trip.\n"
     );
     let sink = AckSink::default().start();
-    let reply_to = ReplyTo::from(sink.clone().recipient::<Ack>());
+    let reply_to = ReplyTo::from(sink.clone().recipient::<SingleAck>());
     // Let the sink start, then take the baseline.
     sink.send(Received).await.expect("the sink runs");
     let reset = reset_peak_rss();
@@ -392,7 +392,7 @@ async fn per_message_in_producer() {
         (1, "`ProducerCore<u64, ()>`, queued"),
     ] {
         let baseline = live_bytes();
-        let mut core: ProducerCore<u64, ()> = ProducerCore::new(
+        let mut core: ProducerCore<u64, ()> = ProducerCore::seeded(
             &ProducerConfig {
                 window_size: window,
                 max_pending: N,
@@ -400,6 +400,7 @@ async fn per_message_in_producer() {
                 ..ProducerConfig::default()
             },
             Incarnation::from_u128(1),
+            || 1,
         );
         let now = Instant::now();
         for body in 0..N as u64 {

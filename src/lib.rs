@@ -552,7 +552,7 @@ pub mod journal;
 pub mod nats;
 pub mod persistence;
 pub mod projection;
-pub mod protocol;
+pub use actix_delivery_proto::protocol;
 mod runtime;
 pub mod sharding;
 pub mod tcp;
@@ -570,7 +570,7 @@ pub use delivery::dead_letter::DeadLetter;
 pub use delivery::handler::DeliveryHandler;
 pub use delivery::message::{
     Acks, ChunkDeliveries, ChunkDelivery, ConsumerRef, Deliveries, Delivery, GetConsumerStats,
-    GetOutOfOrder, GetProducerStats, ReplyTo, StopConsumer, StopProducer, Tell,
+    GetOutOfOrder, GetProducerStats, ReplyTo, SingleAck, StopConsumer, StopProducer, Tell,
 };
 pub use delivery::options::{
     ConsumerOptions, ConsumerOptionsBuilder, ProducerOptions, ProducerOptionsBuilder,

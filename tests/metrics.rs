@@ -15,7 +15,7 @@ use actix_delivery::journal::{Journal, PersistenceId, SqliteConfig, SqliteJourna
 use actix_delivery::tcp::{NodeHandle, NodeOptions, NodeSecret};
 use actix_delivery::{
     Ack, Acks, ConsumerController, ConsumerOptions, Deliveries, Delivery, DeliveryHandler,
-    ProducerOptions, ReliableDelivery, ReplyTo,
+    ProducerOptions, ReliableDelivery, ReplyTo, SingleAck,
 };
 use metrics_util::debugging::{DebugValue, DebuggingRecorder, Snapshotter};
 use metrics_util::CompositeKey;
@@ -167,9 +167,9 @@ impl Handler<Deliveries<u32>> for Relay {
     }
 }
 
-impl Handler<Ack> for Relay {
+impl Handler<SingleAck> for Relay {
     type Result = ();
-    fn handle(&mut self, ack: Ack, _: &mut Context<Self>) {
+    fn handle(&mut self, SingleAck(ack): SingleAck, _: &mut Context<Self>) {
         self.back(ack);
     }
 }

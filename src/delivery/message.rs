@@ -254,7 +254,13 @@ impl Message for Undecodable {
     type Result = ();
 }
 
-impl Message for Ack {
+/// One ACK as an actor message: what a [`ReplyTo`] made from a `Recipient<SingleAck>`
+/// receives (several at once go as [`Acks`] where the address accepts them). The protocol's
+/// [`Ack`] is the sans-IO core's, which knows no actors.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SingleAck(pub Ack);
+
+impl Message for SingleAck {
     type Result = ();
 }
 
@@ -273,20 +279,21 @@ impl Message for Acks {
 /// of the L1 data misses in glibc's large-chunk paths).
 const BATCH_BYTES: usize = 1024;
 
-/// Sends `items` one message each, or, where a batch recipient exists, in batch messages of up
-/// to [`BATCH_BYTES`] (a lone item still goes as a single message).
-fn send_batched<M, B>(
+/// Sends `items` one message each (`one`), or, where a batch recipient exists, in batch
+/// messages of up to [`BATCH_BYTES`] (`wrap`; a lone item still goes as a single message).
+fn send_batched<I, M, B>(
     single: &Recipient<M>,
     batch: Option<&Recipient<B>>,
-    items: impl Iterator<Item = M>,
-    wrap: fn(Vec<M>) -> B,
+    items: impl Iterator<Item = I>,
+    one: fn(I) -> M,
+    wrap: fn(Vec<I>) -> B,
 ) where
     M: Message + Send + 'static,
     M::Result: Send,
     B: Message + Send + 'static,
     B::Result: Send,
 {
-    match (send_all_but_last(single, batch, items, wrap), batch) {
+    match (send_all_but_last(single, batch, items, one, wrap), batch) {
         (Some(Last::Single(item)), _) => single.do_send(item),
         (Some(Last::Batch(items)), Some(batch)) => batch.do_send(items),
         _ => {} // nothing left (a batch is only made for a batch recipient)
@@ -300,11 +307,12 @@ enum Last<M, B> {
 }
 
 /// Sends what [`send_batched`] would, except its last message, which it returns.
-fn send_all_but_last<M, B>(
+fn send_all_but_last<I, M, B>(
     single: &Recipient<M>,
     batch: Option<&Recipient<B>>,
-    items: impl Iterator<Item = M>,
-    wrap: fn(Vec<M>) -> B,
+    items: impl Iterator<Item = I>,
+    one: fn(I) -> M,
+    wrap: fn(Vec<I>) -> B,
 ) -> Option<Last<M, B>>
 where
     M: Message + Send + 'static,
@@ -316,20 +324,20 @@ where
     let Some(batch) = batch else {
         while let Some(item) = items.next() {
             if items.peek().is_none() {
-                return Some(Last::Single(item));
+                return Some(Last::Single(one(item)));
             }
-            single.do_send(item);
+            single.do_send(one(item));
         }
         return None;
     };
-    let most = (BATCH_BYTES / std::mem::size_of::<M>().max(1)).max(2);
+    let most = (BATCH_BYTES / std::mem::size_of::<I>().max(1)).max(2);
     let mut last = None;
     while let Some(first) = items.next() {
         if let Some(Last::Batch(chunk)) = last.take() {
             batch.do_send(chunk);
         }
         if items.peek().is_none() {
-            return Some(Last::Single(first));
+            return Some(Last::Single(one(first)));
         }
         let mut chunk = Vec::with_capacity(most);
         chunk.push(first);
@@ -340,14 +348,15 @@ where
 }
 
 /// Where a consumer sends ACKs: cheap to clone onto every delivery. Built from any
-/// `Recipient<Ack>`; a `ProducerController`'s own reply address also accepts [`Acks`] batches;
+/// `Recipient<SingleAck>`; a `ProducerController`'s own reply address also accepts [`Acks`]
+/// batches;
 /// a proxy or transport can be one closure ([`ReplyTo::from_fn`]).
 #[derive(Clone)]
 pub struct ReplyTo(Arc<AckSink>);
 
 enum AckSink {
     Actor {
-        single: Recipient<Ack>,
+        single: Recipient<SingleAck>,
         batch: Option<Recipient<Acks>>,
     },
     Fn(Box<dyn Fn(Vec<Ack>) + Send + Sync>),
@@ -357,7 +366,7 @@ impl ReplyTo {
     /// Sends an ACK, fire-and-forget (a lost ACK is recovered by retransmission).
     pub fn do_send(&self, ack: Ack) {
         match &*self.0 {
-            AckSink::Actor { single, .. } => single.do_send(ack),
+            AckSink::Actor { single, .. } => single.do_send(SingleAck(ack)),
             AckSink::Fn(send) => send(vec![ack]),
         }
     }
@@ -365,7 +374,9 @@ impl ReplyTo {
     /// Sends several ACKs, batched where the recipient accepts [`Acks`].
     pub fn do_send_all(&self, acks: impl Iterator<Item = Ack>) {
         match &*self.0 {
-            AckSink::Actor { single, batch } => send_batched(single, batch.as_ref(), acks, Acks),
+            AckSink::Actor { single, batch } => {
+                send_batched(single, batch.as_ref(), acks, SingleAck, Acks)
+            }
             AckSink::Fn(send) => send_collected(send, acks),
         }
     }
@@ -382,7 +393,10 @@ impl ReplyTo {
         use futures_util::future::{ready, Either, FutureExt};
         match &*self.0 {
             AckSink::Actor { single, batch } => {
-                match (send_all_but_last(single, batch.as_ref(), acks, Acks), batch) {
+                match (
+                    send_all_but_last(single, batch.as_ref(), acks, SingleAck, Acks),
+                    batch,
+                ) {
                     (Some(Last::Single(ack)), _) => {
                         Either::Left(single.send(ack).map(|r| r.is_ok()))
                     }
@@ -413,7 +427,7 @@ impl ReplyTo {
 
     /// A reply address that takes single ACKs and [`Acks`] batches (as a `ProducerController`
     /// does).
-    pub fn batching(single: Recipient<Ack>, batch: Recipient<Acks>) -> Self {
+    pub fn batching(single: Recipient<SingleAck>, batch: Recipient<Acks>) -> Self {
         Self(Arc::new(AckSink::Actor {
             single,
             batch: Some(batch),
@@ -421,8 +435,8 @@ impl ReplyTo {
     }
 }
 
-impl From<Recipient<Ack>> for ReplyTo {
-    fn from(single: Recipient<Ack>) -> Self {
+impl From<Recipient<SingleAck>> for ReplyTo {
+    fn from(single: Recipient<SingleAck>) -> Self {
         Self(Arc::new(AckSink::Actor {
             single,
             batch: None,
@@ -531,7 +545,7 @@ impl<T: Send + 'static> ConsumerRef<T> {
     pub fn do_send_all(&self, deliveries: impl Iterator<Item = Delivery<T>>) {
         match &self.target {
             Target::Actor { single, batch } => {
-                send_batched(single, batch.as_ref(), deliveries, Deliveries);
+                send_batched(single, batch.as_ref(), deliveries, |d| d, Deliveries);
             }
             Target::Fn(send) => send_collected(&**send, deliveries),
         }

@@ -15,17 +15,18 @@ use crate::codec::schema::BodySchema;
 use crate::delivery::confirmation::Confirmation;
 use crate::delivery::inbox::{Inbox, Refusal};
 use crate::delivery::message::{
-    Acks, ConsumerRef, GetProducerStats, GiveUp, ReplyTo, StopProducer, Tell,
+    Acks, ConsumerRef, GetProducerStats, GiveUp, ReplyTo, SingleAck, StopProducer, Tell,
 };
 use crate::delivery::options::{ProducerOptions, ProducerParts, TraceHook};
 use crate::delivery::producer_core::Core;
 use crate::durable::{Durable, DurableOptions, Stored, MAX_BODY_BYTES};
 use crate::error::{DeliveryError, Failure, OptionsError, StartError, TellError};
-use crate::protocol::envelope::{Ack, Incarnation, ProducerId};
+use crate::protocol::envelope::ProducerId;
 use crate::protocol::producer::ProducerStats;
 use crate::runtime::after_drain::after_each_drain;
 use crate::runtime::alarm::{now, Alarm};
 use crate::runtime::placement::Placement;
+use crate::runtime::random::random_incarnation;
 use crate::runtime::stop_signal::{wait_for_stop, wait_opened, Life, StopSignal, SubscribeStopped};
 
 /// The sending side of reliable delivery: numbers messages, keeps at most `window_size` of them
@@ -85,7 +86,7 @@ impl<T: Clone + Send + 'static> ProducerController<T> {
             incarnation,
         } = options.into_parts();
         let room = config.window_size.saturating_add(config.max_pending);
-        let incarnation = incarnation.unwrap_or_else(Incarnation::random);
+        let incarnation = incarnation.unwrap_or_else(random_incarnation);
         Self {
             core: Core::new(&config, incarnation, chunking),
             consumer,
@@ -361,7 +362,7 @@ impl<T: Clone + Send + 'static> Supervised for ProducerController<T> {
             return;
         }
         self.stop_when_idle = false;
-        self.core.restart(Incarnation::random());
+        self.core.restart(random_incarnation());
         if !self.is_stopping() {
             self.inbox.reopen();
         }
@@ -417,10 +418,10 @@ impl<T: Clone + Send + 'static> Handler<Tell<T>> for ProducerController<T> {
     }
 }
 
-impl<T: Clone + Send + 'static> Handler<Ack> for ProducerController<T> {
+impl<T: Clone + Send + 'static> Handler<SingleAck> for ProducerController<T> {
     type Result = ();
 
-    fn handle(&mut self, ack: Ack, _: &mut Context<Self>) {
+    fn handle(&mut self, SingleAck(ack): SingleAck, _: &mut Context<Self>) {
         if self.core.handle_ack(&ack) {
             self.dirty = true;
         }

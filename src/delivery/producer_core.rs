@@ -21,6 +21,7 @@ use crate::protocol::chunk::producer::ChunkedProducer;
 use crate::protocol::chunk::{split_into, Assembled, ChunkHeader};
 use crate::protocol::envelope::{Ack, Incarnation, ProducerId};
 use crate::protocol::producer::{ProducerCore, ProducerStats};
+use crate::runtime::random::random_u64;
 
 /// How a schema writes a message of `T` into chunks of a given size.
 type WriteChunks<T> = fn(&BodySchema<T>, &T, usize) -> Result<Vec<Bytes>, CodecError>;
@@ -80,8 +81,11 @@ impl<T: Clone> Core<T> {
         chunking: Option<Chunking<T>>,
     ) -> Self {
         match chunking {
-            Some(chunking) => Self::Chunked(ChunkedProducer::new(config, incarnation), chunking),
-            None => Self::Whole(ProducerCore::new(config, incarnation)),
+            Some(chunking) => Self::Chunked(
+                ChunkedProducer::seeded(config, incarnation, random_u64),
+                chunking,
+            ),
+            None => Self::Whole(ProducerCore::seeded(config, incarnation, random_u64)),
         }
     }
 

@@ -37,10 +37,7 @@ pub struct DurableConfig {
     /// [`DeliveryError::InDoubt`](crate::DeliveryError::InDoubt), and the next start of the
     /// stream settles it by what the journal holds. Settings key `stop_timeout_ms`; default
     /// 10 s; positive, at most 365 days.
-    #[serde(
-        rename = "stop_timeout_ms",
-        with = "crate::config::millis::stop_timeout_ms"
-    )]
+    #[serde(rename = "stop_timeout_ms", with = "stop_timeout_ms")]
     pub stop_timeout: Duration,
     /// The codec new messages are stored in (stored messages are read in the codec they were
     /// stored in, whatever this says). Default [`Codec::MessagePack`], in which a field added
@@ -64,10 +61,13 @@ pub struct DurableConfig {
         rename = "lease_ms",
         default,
         skip_serializing_if = "Option::is_none",
-        with = "crate::config::millis::lease_ms"
+        with = "lease_ms"
     )]
     pub lease: Option<Duration>,
 }
+
+crate::config::millis_key!(stop_timeout_ms, "stop_timeout_ms");
+crate::config::optional_millis_key!(lease_ms, "lease_ms");
 
 impl Default for DurableConfig {
     fn default() -> Self {

@@ -121,7 +121,7 @@
 //! ```
 
 mod config;
-mod log;
+use actix_delivery_proto::durable::log;
 pub(crate) mod producer;
 
 use std::sync::Arc;

@@ -30,6 +30,7 @@ use crate::protocol::producer::ProducerCore;
 use crate::runtime::alarm::now;
 use crate::runtime::error_chain::ErrorChain;
 use crate::runtime::placement::Placement;
+use crate::runtime::random::{random_incarnation, random_u64};
 
 mod chunks;
 
@@ -363,7 +364,7 @@ impl<T: Clone + Send + 'static> ProducerController<T> {
         // was taken over and stops for good (it does not take the stream back).
         let opened = log.ask(LogCommand::Open {
             producer_id,
-            incarnation: Incarnation::random(),
+            incarnation: random_incarnation(),
             reopening: (durable.epoch > 0).then_some((durable.epoch, durable.unsure_opens)),
             message_version: durable.options.message_version,
             chunk_version,
@@ -667,10 +668,17 @@ impl<T: Clone + Send + 'static> ProducerController<T> {
                 incarnation,
                 next_seq,
                 resumed,
+                random_u64,
             )),
             Some(chunking) => {
                 let config = &durable.config;
-                let core = ChunkedProducer::resume(config, incarnation, next_seq, resumed_chunks);
+                let core = ChunkedProducer::resume(
+                    config,
+                    incarnation,
+                    next_seq,
+                    resumed_chunks,
+                    random_u64,
+                );
                 Core::Chunked(core, chunking)
             }
         };

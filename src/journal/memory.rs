@@ -12,6 +12,7 @@ use crate::journal::{
     slice_of, Journal, JournalError, JournalFuture, JournalId, Offset, PersistenceId, Snapshot,
     StoredEvent, Tag, TagNotifications, TagQuery, TagSignal, TaggedEvent,
 };
+use crate::runtime::random::random_u64;
 
 /// A [`Journal`] in memory, with the same semantics as the durable ones ("committed" means
 /// stored in this process), their payload limit ([`MAX_PAYLOAD_BYTES`](crate::journal::MAX_PAYLOAD_BYTES)) included. Clones
@@ -21,7 +22,7 @@ use crate::journal::{
 /// released, crash. [`MemoryJournal::stats`] counts appends and commits, so a test can see
 /// from above how a caller batches its writes.
 ///
-/// Each new journal has a [`JournalId`] of its own ([`JournalId::random`]), shared by its
+/// Each new journal has a [`JournalId`] of its own (128 random bits), shared by its
 /// clones.
 #[derive(Clone)]
 pub struct MemoryJournal {
@@ -33,7 +34,7 @@ impl Default for MemoryJournal {
     fn default() -> Self {
         Self {
             shared: Arc::default(),
-            id: JournalId::random(),
+            id: JournalId::from_draws(random_u64(), random_u64()),
         }
     }
 }

@@ -66,13 +66,12 @@ use std::future::Future;
 use std::pin::Pin;
 
 use crate::codec::Manifest;
-use crate::runtime::random::random_u64;
 
-pub(crate) mod by_tag;
-pub(crate) mod error;
-pub(crate) mod event;
-pub(crate) mod id;
-pub(crate) mod journal_id;
+pub(crate) use actix_delivery_proto::journal::by_tag;
+pub(crate) use actix_delivery_proto::journal::error;
+pub(crate) use actix_delivery_proto::journal::event;
+pub(crate) use actix_delivery_proto::journal::id;
+pub(crate) use actix_delivery_proto::journal::journal_id;
 mod memory;
 #[cfg(all(feature = "metrics", any(feature = "sqlite", feature = "postgres")))]
 pub(crate) mod metrics;
@@ -82,7 +81,7 @@ mod postgres;
 mod replay;
 #[cfg(feature = "sqlite")]
 mod sqlite;
-pub(crate) mod tag;
+pub(crate) use actix_delivery_proto::journal::tag;
 #[cfg(any(feature = "sqlite", feature = "postgres"))]
 pub(crate) mod write;
 
@@ -461,14 +460,6 @@ pub(crate) fn check_snapshot(
         ));
     }
     Ok(())
-}
-
-impl JournalId {
-    /// A new random id: 128 bits from the OS's random number generator, as 32 hex digits.
-    pub fn random() -> Self {
-        let high = random_u64();
-        Self::from_draws(high, random_u64())
-    }
 }
 
 #[cfg(test)]

@@ -128,12 +128,12 @@ mod carrier;
 mod inbound;
 #[cfg(feature = "metrics")]
 pub(crate) mod metrics;
-mod notices;
+use actix_delivery_proto::nats::notices;
 mod options;
 mod publisher;
 mod shared;
 mod stats;
-mod subject;
+use actix_delivery_proto::nats::subject;
 
 pub use carrier::{NatsCarrierHandle, NatsError};
 pub use options::{NatsConfig, NatsOptions, NatsOptionsBuilder};

@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 use actix::prelude::*;
 use tokio::sync::oneshot;
 
-use crate::delivery::message::{Acks, ReplyTo};
+use crate::delivery::message::{Acks, ReplyTo, SingleAck};
 use crate::journal::{replay_all, Journal, JournalError, PersistenceId, Snapshot};
 use crate::persistence::behavior::EventSourced;
 use crate::persistence::config::PersistentConfig;
@@ -19,7 +19,7 @@ use crate::persistence::error::CommandError;
 use crate::persistence::outbox::Outbox;
 use crate::persistence::outbox_state::{OutboxState, Sent};
 use crate::persistence::type_names::TypeNames;
-use crate::protocol::envelope::{Ack, DeliveryInfo, Incarnation};
+use crate::protocol::envelope::{Ack, DeliveryInfo};
 use crate::protocol::rate_limit::RateLimited;
 use crate::runtime::after_drain::after_each_drain;
 use crate::runtime::alarm::{self, Alarm};
@@ -231,7 +231,7 @@ impl<E: EventSourced> PersistentActor<E> {
     ) -> PersistentCore<E, Responder<E>> {
         PersistentCore::new(id, config.clone(), Instant::now())
             .with_type_names(names)
-            .with_outbox(outbox.names(), Incarnation::random())
+            .with_outbox(outbox.names(), crate::runtime::random::random_incarnation())
     }
 
     /// Restarts every lane from the recovered outbox: they send again what is unconfirmed.
@@ -737,10 +737,10 @@ impl<E: EventSourced> Handler<Ask<E>> for PersistentActor<E> {
     }
 }
 
-impl<E: EventSourced> Handler<Ack> for PersistentActor<E> {
+impl<E: EventSourced> Handler<SingleAck> for PersistentActor<E> {
     type Result = ();
 
-    fn handle(&mut self, ack: Ack, _: &mut Context<Self>) {
+    fn handle(&mut self, SingleAck(ack): SingleAck, _: &mut Context<Self>) {
         self.handle_acks([&ack]);
     }
 }

@@ -58,19 +58,17 @@
 //! other instance processed is then answered as already processed.
 
 mod actor;
-pub(crate) mod behavior;
-mod config;
-mod core;
-mod delivery_record;
-pub(crate) mod entry;
-pub(crate) mod error;
+pub(crate) use actix_delivery_proto::persistence::behavior;
+use actix_delivery_proto::persistence::config;
+use actix_delivery_proto::persistence::core;
+pub(crate) use actix_delivery_proto::persistence::error;
 mod handle;
 #[cfg(feature = "metrics")]
 pub(crate) mod metrics;
 mod options;
 mod outbox;
-mod outbox_state;
-pub(crate) mod type_names;
+use actix_delivery_proto::persistence::outbox_state;
+pub(crate) use actix_delivery_proto::persistence::type_names;
 
 pub(crate) use self::actor::Ask;
 pub use self::actor::{

@@ -169,6 +169,7 @@ where
             incarnation,
             next_seq,
             resumed,
+            crate::runtime::random::random_u64,
         ));
         Ok(())
     }

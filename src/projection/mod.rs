@@ -109,14 +109,13 @@
 //! blocking threads (so `D::Event` must be `Send + Sync` there).
 
 mod at_least_once;
-mod batch;
-mod core;
-mod envelope;
-mod error;
+use actix_delivery_proto::projection::core;
+use actix_delivery_proto::projection::envelope;
+use actix_delivery_proto::projection::error;
 mod handle;
 #[cfg(feature = "metrics")]
 pub(crate) mod metrics;
-mod options;
+use actix_delivery_proto::projection::options;
 #[cfg(feature = "postgres")]
 mod postgres;
 mod runner;

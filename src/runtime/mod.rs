@@ -6,7 +6,7 @@
 
 pub(crate) mod after_drain;
 pub(crate) mod alarm;
-pub(crate) mod backoff;
+pub(crate) use actix_delivery_proto::runtime::backoff;
 pub(crate) mod error_chain;
 pub(crate) mod placement;
 pub(crate) mod random;

@@ -130,19 +130,19 @@
 //! hold that very token. Knowing a producer's id and public
 //! [`IncarnationId`](crate::IncarnationId) (safe to log) grants nothing.
 
-pub mod allocation;
-mod capacity;
+pub use actix_delivery_proto::sharding::allocation;
+use actix_delivery_proto::sharding::capacity;
 mod coordinator;
 mod coordinator_options;
 mod directory;
-mod entity_id;
+use actix_delivery_proto::sharding::entity_id;
 mod envelope;
 mod host;
-pub mod host_core;
+pub use actix_delivery_proto::sharding::host_core;
 mod host_options;
 mod host_shell;
-pub mod lanes;
-pub mod lease;
+pub use actix_delivery_proto::sharding::lanes;
+pub use actix_delivery_proto::sharding::lease;
 mod lease_store;
 mod leaseholder;
 #[cfg(feature = "metrics")]

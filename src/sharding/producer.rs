@@ -133,10 +133,7 @@ impl<T: Clone + Send + 'static> ShardedProducerHandle<T> {
         };
         self.producer.tell(message, confirm).map_err(|refused| {
             self.rooms.release(&entity);
-            match refused {
-                TellError::QueueFull(message) => TellError::QueueFull(message.body),
-                TellError::Stopped(message) => TellError::Stopped(message.body),
-            }
+            refused.map(|message| message.body)
         })
     }
 

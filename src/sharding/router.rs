@@ -23,7 +23,7 @@ use rand::rngs::SmallRng;
 use rand::{RngCore, SeedableRng};
 
 use crate::config::ProducerConfig;
-use crate::delivery::message::{Acks, ConsumerRef, Deliveries, Delivery, ReplyTo};
+use crate::delivery::message::{Acks, ConsumerRef, Deliveries, Delivery, ReplyTo, SingleAck};
 use crate::protocol::envelope::{Ack, DeliveryInfo, Incarnation, IncarnationId, ProducerId};
 use crate::protocol::intake::{Intake, Taken};
 use crate::protocol::origin::sub_stream_token;
@@ -458,7 +458,8 @@ fn open_lane<T: Clone>(
         ..entity_stream.clone()
     };
     Lane {
-        core: ProducerCore::new(&config, lane_token).with_jitter_seed(rng.next_u64()),
+        core: ProducerCore::seeded(&config, lane_token, random_u64)
+            .with_jitter_seed(rng.next_u64()),
         origin_id: lane_token.id(),
         shard: entity.shard(shards),
         scheduled: None,
@@ -524,10 +525,10 @@ impl<T: Clone + Send + 'static> Handler<Deliveries<EntityMessage<T>>> for ShardR
     }
 }
 
-impl<T: Clone + Send + 'static> Handler<Ack> for ShardRouter<T> {
+impl<T: Clone + Send + 'static> Handler<SingleAck> for ShardRouter<T> {
     type Result = ();
 
-    fn handle(&mut self, ack: Ack, _: &mut Context<Self>) {
+    fn handle(&mut self, SingleAck(ack): SingleAck, _: &mut Context<Self>) {
         self.handle_ack(&ack);
     }
 }

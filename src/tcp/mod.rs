@@ -92,7 +92,7 @@
 //! bytes missing and fails (freed at once). A peer can therefore make a node reserve up to
 //! 1 MiB per sequence nested in the body type, for the moment one body is decoded. Bodies
 //! with `serde_bytes` fields or strings are not affected (their length is checked against the
-//! bytes first). The fuzz test (`tests/remote_fuzz.rs`) measures both bounds.
+//! bytes first). The fuzz test (`actix-delivery-proto/tests/fuzz`) measures both bounds.
 //!
 //! # Bounded memory
 //!
@@ -135,25 +135,21 @@
 //! "Trust: the incarnation is a capability", for what each mode protects and what it does
 //! not.
 
-pub(crate) mod auth;
-pub(crate) mod body;
+pub(crate) use actix_delivery_proto::tcp::auth;
+pub(crate) use actix_delivery_proto::tcp::body;
 mod connection;
 pub(crate) mod context;
-pub(crate) mod frame;
-// Private test hook (feature `__fuzz`, which only this crate's tests enable).
-#[cfg(feature = "__fuzz")]
-#[doc(hidden)]
-pub mod fuzz;
-pub(crate) mod handshake;
+pub(crate) use actix_delivery_proto::tcp::frame;
+pub(crate) use actix_delivery_proto::tcp::handshake;
 pub(crate) mod inbound;
 mod node;
 pub(crate) mod options;
 pub(crate) mod outbound;
-pub(crate) mod output;
-mod peer;
-mod pending;
+pub(crate) use actix_delivery_proto::tcp::output;
+use actix_delivery_proto::tcp::peer;
+use actix_delivery_proto::tcp::pending;
 pub(crate) mod registry;
-pub(crate) mod routes;
+pub(crate) use actix_delivery_proto::tcp::routes;
 
 #[cfg(feature = "metrics")]
 pub(crate) mod metrics;

@@ -152,7 +152,7 @@ impl NodeHandle {
         };
         let local_addr = listener.as_ref().map(|l| l.local_addr()).transpose()?;
         let local = Local {
-            node_id: NodeId::random(),
+            node_id: NodeId::from_bytes(random_bytes()),
             secret: options.secret().cloned(),
             max_frame_length: u32::try_from(options.config.max_frame_length)
                 .expect("validated: at most 16 MiB"),
@@ -358,10 +358,49 @@ impl NodeHandle {
     /// Declares how bodies of `T` go over the wire from now on, for the consumers of `T`
     /// this node exposes and the references to consumers of `T` it hands out: the codec they
     /// are written in, their schema version, and the upcaster of older versions (see
-    /// [`BodySchema`], with an example). Without one, `T` is written in
+    /// [`BodySchema`]). Without one, `T` is written in
     /// [`DEFAULT_WIRE_CODEC`](crate::tcp::DEFAULT_WIRE_CODEC) at version 1. Declare it
     /// before the first delivery (bodies kept for retransmission are sent as they were
     /// encoded); a second declaration replaces the first.
+    ///
+    /// ```no_run
+    /// use actix_delivery::codec::{UpcastError, Written};
+    /// use actix_delivery::tcp::{BodySchema, NodeHandle, NodeOptions, NodeSecret};
+    /// use serde::{Deserialize, Serialize};
+    ///
+    /// /// Version 2: `total` became `total_cents`.
+    /// #[derive(Serialize, Deserialize)]
+    /// struct Order {
+    ///     id: u64,
+    ///     total_cents: u64,
+    ///     #[serde(default)] // added without a new version: old nodes ignore it
+    ///     currency: Option<String>,
+    /// }
+    ///
+    /// /// What version 1 nodes send.
+    /// #[derive(Deserialize)]
+    /// struct OrderV1 {
+    ///     id: u64,
+    ///     total: u64,
+    /// }
+    ///
+    /// fn upcast(old: Written<'_>) -> Result<Order, UpcastError> {
+    ///     match old.version() {
+    ///         1 => {
+    ///             let v1: OrderV1 = old.decode()?;
+    ///             Ok(Order { id: v1.id, total_cents: v1.total * 100, currency: None })
+    ///         }
+    ///         other => Err(UpcastError::new(format!("no upcaster from version {other}"))),
+    ///     }
+    /// }
+    ///
+    /// # #[actix::main] async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// let secret = NodeSecret::new(std::env::var("CLUSTER_SECRET")?)?;
+    /// let node = NodeHandle::start(NodeOptions::builder().secret(secret).build()?).await?;
+    /// // Before exposing consumers of `Order` or sending `Order`s:
+    /// node.body_schema(BodySchema::<Order>::new().version(2).upcast(upcast));
+    /// # Ok(()) }
+    /// ```
     pub fn body_schema<T: 'static>(&self, schema: BodySchema<T>) {
         self.shared().schemas.declare(schema);
     }
@@ -382,16 +421,6 @@ impl NodeHandle {
     /// handed out drop their deliveries from now on.
     pub fn stop(&self) {
         self.shared().shut_down();
-    }
-}
-
-impl NodeId {
-    /// A fresh id from the OS CSPRNG.
-    ///
-    /// # Panics
-    /// If the operating system cannot provide randomness.
-    pub fn random() -> Self {
-        Self::from_bytes(random_bytes())
     }
 }
 

@@ -335,7 +335,7 @@ impl Outbound {
 
     /// The addresses to try: the address, or what the name resolves to now.
     async fn resolve(&self) -> io::Result<Vec<SocketAddr>> {
-        let (host, port) = match &self.addr.0 {
+        let (host, port) = match self.addr.target() {
             Target::Addr(addr) => return Ok(vec![*addr]),
             Target::Name { host, port } => (host, *port),
         };

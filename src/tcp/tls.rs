@@ -379,7 +379,7 @@ impl NodeTlsBuilder {
 /// name (never the IP it resolved to), or the IP of an address. A host that rustls does not
 /// take for a DNS name (which [`PeerAddr::name`] refuses already) fails the attempt.
 pub(crate) fn server_name(peer: &PeerAddr) -> Result<ServerName<'static>, String> {
-    match &peer.0 {
+    match peer.target() {
         Target::Addr(addr) => Ok(ServerName::IpAddress(addr.ip().into())),
         Target::Name { host, .. } => DnsName::try_from(host.to_string())
             .map(ServerName::DnsName)

@@ -6,7 +6,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use actix::prelude::*;
-use actix_delivery::{Ack, DeadLetter, Delivery, DeliveryError, ReplyTo};
+use actix_delivery::{Ack, DeadLetter, Delivery, DeliveryError, ReplyTo, SingleAck};
 
 /// A shared, cloneable log of values.
 #[derive(Debug)]
@@ -69,9 +69,9 @@ impl Actor for AckProbe {
     type Context = Context<Self>;
 }
 
-impl Handler<Ack> for AckProbe {
+impl Handler<SingleAck> for AckProbe {
     type Result = ();
-    fn handle(&mut self, ack: Ack, _: &mut Context<Self>) {
+    fn handle(&mut self, SingleAck(ack): SingleAck, _: &mut Context<Self>) {
         self.0.push(ack);
     }
 }

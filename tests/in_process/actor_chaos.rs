@@ -13,7 +13,7 @@ use std::time::Duration;
 use actix::prelude::*;
 use actix_delivery::{
     Ack, Acks, ConsumerOptions, ConsumerRef, Deliveries, Delivery, DeliveryError, DeliveryHandler,
-    ProducerHandle, ProducerOptions, ReliableDelivery, ReplyTo,
+    ProducerHandle, ProducerOptions, ReliableDelivery, ReplyTo, SingleAck,
 };
 use common::{settle_for, Log};
 use rand::rngs::SmallRng;
@@ -123,9 +123,9 @@ impl Handler<Deliveries<u32>> for FlakyLink {
     }
 }
 
-impl Handler<Ack> for FlakyLink {
+impl Handler<SingleAck> for FlakyLink {
     type Result = ();
-    fn handle(&mut self, ack: Ack, ctx: &mut Context<Self>) {
+    fn handle(&mut self, SingleAck(ack): SingleAck, ctx: &mut Context<Self>) {
         self.forward_ack(ack, ctx);
     }
 }

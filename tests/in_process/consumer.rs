@@ -9,9 +9,9 @@ use std::time::Duration;
 use actix::prelude::*;
 use actix_delivery::protocol::envelope::MAX_SEQ;
 use actix_delivery::{
-    Ack, Acks, ConsumerController, ConsumerHandle, ConsumerOptions, DeadLetter, DeadLetterReason,
+    Acks, ConsumerController, ConsumerHandle, ConsumerOptions, DeadLetter, DeadLetterReason,
     Deliveries, Delivery, DeliveryHandler, DeliveryInfo, Incarnation, Limit, ProducerId,
-    ReliableDelivery, ReplyTo,
+    ReliableDelivery, ReplyTo, SingleAck,
 };
 use common::{ack_probe, settle, settle_for, Gate, Log};
 
@@ -196,9 +196,9 @@ impl Handler<Acks> for BatchProbe {
     }
 }
 
-impl Handler<Ack> for BatchProbe {
+impl Handler<SingleAck> for BatchProbe {
     type Result = ();
-    fn handle(&mut self, ack: Ack, _: &mut Context<Self>) {
+    fn handle(&mut self, SingleAck(ack): SingleAck, _: &mut Context<Self>) {
         self.singles.push(ack.seq);
     }
 }

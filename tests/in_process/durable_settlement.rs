@@ -96,7 +96,7 @@ fn a_cap_set_while_a_store_is_in_flight_never_strands_a_resend() {
             Step::DeadLetter(..) => "dead letter",
         }
     };
-    let mut producer = ProducerCore::<u32, u32>::resume(&config, incarnation, 1, []);
+    let mut producer = ProducerCore::<u32, u32>::resume(&config, incarnation, 1, [], || 7);
     // Seq 1 is stored, sent, handled and ACKed; its record starts (from the stale timer).
     producer.handle_send(1, 1).unwrap();
     let first = producer.poll_transmit(t0).unwrap();
@@ -125,7 +125,7 @@ fn a_cap_set_while_a_store_is_in_flight_never_strands_a_resend() {
     assert_eq!(resent.header.seq, 3);
     deliver(resent);
     // The process crashes before the record of 2 commits: 2 and 3 are stored, unsettled.
-    let mut producer = ProducerCore::resume(&config, incarnation, 4, [(2, 2, 2), (3, 3, 3)]);
+    let mut producer = ProducerCore::resume(&config, incarnation, 4, [(2, 2, 2), (3, 3, 3)], || 7);
     let stranded = producer.poll_transmit(later).unwrap();
     assert_eq!(stranded.header.seq, 2);
     assert_eq!(

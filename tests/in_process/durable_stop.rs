@@ -18,7 +18,7 @@ use actix_delivery::persistence::{
 };
 use actix_delivery::{
     Ack, ConsumerRef, Delivery, DeliveryError, Failure, Happened, ProducerConfig, ProducerHandle,
-    ProducerOptions, ReliableDelivery,
+    ProducerOptions, ReliableDelivery, SingleAck,
 };
 use common::journals::SlowRecovery;
 use common::{recording_consumer, settle, settle_for, Log, Sink};
@@ -156,7 +156,7 @@ async fn an_ack_in_the_same_mailbox_drain_as_stop_is_recorded_and_reported_once(
     settle().await;
     let (ack, _) = seen.snapshot()[0].clone();
     // One drain: the ACK, then the stop.
-    producer.addr().do_send(ack);
+    producer.addr().do_send(SingleAck(ack));
     producer.stop();
     producer.stopped().await.unwrap();
     assert_eq!(confirmed.snapshot(), [Ok(())]);
@@ -177,7 +177,7 @@ async fn stop_while_a_settlement_record_is_in_flight_waits_for_it() {
     settle().await;
     let (ack, _) = seen.snapshot()[0].clone();
     journal.faults().hold_commits();
-    producer.addr().do_send(ack);
+    producer.addr().do_send(SingleAck(ack));
     settle().await;
     assert_eq!(journal.faults().held(), 1, "the record is in flight");
     producer.stop();
@@ -309,7 +309,7 @@ async fn an_outbox_ack_in_the_same_mailbox_drain_as_stop_is_recorded() {
     settle().await;
     let (ack, _) = seen.snapshot()[0].clone();
     // One drain: the destination's ACK, then the stop.
-    orders.addr().do_send(ack);
+    orders.addr().do_send(SingleAck(ack));
     orders.stop();
     orders.stopped().await.unwrap();
     // The next start resends only what is unconfirmed: nothing.

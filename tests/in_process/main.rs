@@ -9,9 +9,6 @@
 
 #[path = "../common/mod.rs"]
 mod common;
-/// The simulator's world (its modules name each other from the crate root).
-#[path = "../sim/mod.rs"]
-mod sim;
 
 mod actor_chaos;
 mod arbiters;
@@ -27,7 +24,5 @@ mod outbox;
 mod persistence_limits;
 mod persistent;
 mod producer;
-mod simulator;
 mod work_pulling;
-mod work_pulling_sim;
 mod wrap_actor;

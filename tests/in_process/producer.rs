@@ -11,7 +11,8 @@ use std::time::Duration;
 use actix::prelude::*;
 use actix_delivery::{
     Ack, ConsumerHandle, ConsumerOptions, ConsumerRef, DeliveryError, DeliveryHandler, Happened,
-    Incarnation, ProducerHandle, ProducerId, ProducerOptions, ReliableDelivery, Tell, TellError,
+    Incarnation, ProducerHandle, ProducerId, ProducerOptions, ReliableDelivery, SingleAck, Tell,
+    TellError,
 };
 use common::{confirm_into, settle, settle_for, Confirmations, Gate, Link, Log};
 
@@ -165,7 +166,7 @@ async fn forged_acks_change_nothing_and_retransmission_continues() {
         },
     ];
     for ack in forged {
-        producer.addr().do_send(ack);
+        producer.addr().do_send(SingleAck(ack));
     }
     settle_for(510).await; // one resend timeout (plus Tokio's 1 ms timer tick)
     assert_eq!(confirmations.len(), 0, "a forged ACK must not confirm");

@@ -2,11 +2,9 @@
 //! the handler runs once on the whole message, the last chunk's ACK confirms it, and the
 //! consumer's bounds hold (a consumer restart, a producer restart, tight bounds, a window
 //! smaller than a message's chunk count); over TCP through a lossy proxy and over NATS; a
-//! durable producer killed with SIGKILL mid-message. The seeded simulator of the pure cores
-//! is the module `chunking_sim` (one module for the area).
+//! durable producer killed with SIGKILL mid-message. The seeded simulator of chunking in
+//! the pure cores is in the core crate (`actix-delivery-proto/tests/simulations`).
 
-#[path = "../chunking_sim/mod.rs"]
-mod chunking_sim;
 use crate::common;
 #[cfg(feature = "nats")]
 use crate::nats_support;

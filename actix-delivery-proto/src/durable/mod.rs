@@ -1,0 +1,3 @@
+//! The durable producer's log: what it stores in its journal stream, and how it resumes.
+
+pub mod log;

@@ -1,0 +1,3 @@
+//! The reconnection backoff the shells wait by.
+
+pub mod backoff;

@@ -1,0 +1,3 @@
+//! The work-pulling pool: which worker gets which job.
+
+pub mod pool;

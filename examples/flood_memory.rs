@@ -18,15 +18,15 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use actix::prelude::*;
-use actix_delivery::protocol::consumer::{ConsumerCore, HandlerOutcome, Inbound, Step};
-use actix_delivery::protocol::dedup::{DedupTable, ProducerWindow};
-use actix_delivery::protocol::envelope::Header;
-use actix_delivery::protocol::producer::{ProducerCore, Transmission};
 use actix_delivery::{
     Ack, Confirmation, ConsumerConfig, ConsumerOptions, Delivery, DeliveryHandler, DeliveryInfo,
     Incarnation, Limit, ProducerConfig, ProducerId, ProducerOptions, ReliableDelivery, ReplyTo,
     SingleAck, Tell,
 };
+use actix_delivery_proto::protocol::consumer::{ConsumerCore, HandlerOutcome, Inbound, Step};
+use actix_delivery_proto::protocol::dedup::{DedupTable, ProducerWindow};
+use actix_delivery_proto::protocol::envelope::Header;
+use actix_delivery_proto::protocol::producer::{ProducerCore, Transmission};
 
 #[path = "support/counting_alloc.rs"]
 mod counting_alloc;

@@ -33,8 +33,8 @@ use std::convert::Infallible;
 use std::time::{Duration, Instant};
 
 use actix::System;
-use actix_delivery::config::ProducerConfig;
 use actix_delivery::work_pulling::{Job, WorkPullingHandle, WorkPullingOptions, WorkerRegistry};
+use actix_delivery::ProducerConfig;
 use actix_delivery::{
     Confirmation, ConsumerHandle, ConsumerOptions, DeliveryHandler, ProducerHandle,
     ProducerOptions, ReliableDelivery,

@@ -1,10 +1,4 @@
-//! The errors of delivery ([`DeliveryError`], [`TellError`]), of options ([`OptionsError`]),
-//! and what the handles say of a part's start and end ([`Failure`], [`StartError`]); each says
-//! whether what failed certainly did not happen ([`Happened`]). The journals', transports' and
-//! subsystems' errors live in their modules.
+//! The errors of delivery, of options and of a part's start and end (the core's), with its
+//! error chain for the shells' own errors.
 
-pub use actix_delivery_proto::error::{
-    DeliveryError, Failure, Happened, OptionsError, StartError, TellError,
-};
-// The core's error chain, for the shells' errors.
 pub(crate) use actix_delivery_proto::error::*;

@@ -443,6 +443,64 @@
 //! `resend_timeout`, or with exponential backoff up to `backoff.max`. A window swept while its
 //! producer still retransmits costs a duplicate handler run.
 //!
+//! ## One config tree
+//!
+//! Every settings struct of the crate follows these rules, so one file can configure a whole
+//! node: [`ProducerConfig`], [`ConsumerConfig`],
+//! [`PersistentConfig`](crate::persistence::PersistentConfig),
+//! [`DurableConfig`](crate::durable::DurableConfig),
+//! `SqliteConfig` (feature `sqlite`, on by default), `PostgresConfig` (feature `postgres`),
+//! [`NodeConfig`](crate::tcp::NodeConfig) and `NatsConfig` (feature `nats`). Each takes
+//! loaded values through its builder's `.config(…)`, and a value set on the builder wins over
+//! a loaded one, which wins over the default, whatever order the calls come in (the journal
+//! options are the loaded value itself: call their setters on it, after loading); what
+//! breaks a rule is refused when the options are built (the journals: when they open),
+//! naming the key.
+//! `examples/node.toml` in the repository is such a file, with every section; an application
+//! reads it into a struct of its own:
+//!
+//! ```
+//! # use actix_delivery::{ConsumerConfig, ProducerConfig};
+//! # use actix_delivery::durable::DurableConfig;
+//! # use actix_delivery::journal::SqliteConfig;
+//! # use actix_delivery::tcp::{NodeConfig, NodeOptions, NodeSecret};
+//! #[derive(serde::Deserialize)]
+//! struct Settings {
+//!     #[serde(default)]
+//!     producer: ProducerConfig,
+//!     #[serde(default)]
+//!     consumer: ConsumerConfig,
+//!     #[serde(default)]
+//!     sqlite: SqliteConfig,
+//!     #[serde(default)]
+//!     node: NodeConfig,
+//!     #[serde(default)]
+//!     durable: DurableConfig,
+//! }
+//!
+//! let settings: Settings = toml::from_str(r#"
+//!     [producer]
+//!     window_size = 64
+//!     [node]
+//!     listen = "127.0.0.1:7400"
+//!     idle_timeout_ms = 5000
+//! "#).unwrap();
+//! let node = NodeOptions::builder()
+//!     .secret(NodeSecret::new([7; 32]).unwrap()) // a secret is code, never data
+//!     .config(settings.node)
+//!     .build()
+//!     .unwrap();
+//! assert_eq!(node.config().idle_timeout, std::time::Duration::from_secs(5));
+//! assert_eq!(settings.producer.window_size, 64);
+//! ```
+//!
+//! What is not data stays in code, set on the builders only: a node's secret or TLS
+//! certificates and keys, its resolver, the PostgreSQL connection string (it holds a
+//! password) and TLS, the NATS client (its credentials), a durable producer's journal, stream,
+//! producer id, sink, message version and upcaster, and a persistent entity's versions. A
+//! producer's `chunk_size` is set on its builder too, though it is a number: it needs
+//! `T: Serialize + DeserializeOwned`, which a loaded configuration cannot promise.
+//!
 //! # Wire limits (not configurable)
 //!
 //! A delivery is refused as a dead letter if it has no `reply_to`, a `seq` outside
@@ -541,10 +599,10 @@
 #![forbid(unsafe_code)]
 
 pub mod codec;
-pub mod config;
+mod config;
 mod delivery;
 pub mod durable;
-pub mod error;
+mod error;
 mod facade;
 pub mod journal;
 #[cfg(feature = "nats")]
@@ -552,7 +610,7 @@ pub mod journal;
 pub mod nats;
 pub mod persistence;
 pub mod projection;
-pub use actix_delivery_proto::protocol;
+pub(crate) use actix_delivery_proto::protocol;
 mod runtime;
 pub mod sharding;
 pub mod tcp;
@@ -561,9 +619,12 @@ pub mod tcp;
 pub mod telemetry;
 pub mod work_pulling;
 
-pub use delivery::message;
-
-pub use config::{Backoff, ConsumerConfig, Limit, ProducerConfig};
+pub use actix_delivery_proto::config::{
+    Backoff, ConsumerConfig, Limit, ProducerConfig, MAX_DURATION,
+};
+pub use actix_delivery_proto::error::{
+    DeliveryError, Failure, Happened, OptionsError, StartError, TellError,
+};
 pub use delivery::confirmation::Confirmation;
 pub use delivery::consumer::{ConsumerController, ConsumerHandle};
 pub use delivery::dead_letter::DeadLetter;
@@ -577,12 +638,12 @@ pub use delivery::options::{
     MAX_CHUNK_SIZE, MIN_CHUNK_SIZE,
 };
 pub use delivery::producer::{ProducerController, ProducerHandle};
-pub use error::{DeliveryError, Failure, Happened, OptionsError, StartError, TellError};
 pub use facade::ReliableDelivery;
+pub use protocol::chunk::ChunkHeader;
 pub use protocol::consumer::ConsumerStats;
 pub use protocol::envelope::{
-    Ack, DeadLetterReason, DeliveryInfo, Incarnation, IncarnationId, ProducerId, MAX_ID_BYTES,
-    MAX_SEQ,
+    Ack, DeadLetterReason, DeliveryInfo, Header, Incarnation, IncarnationId, ProducerId,
+    MAX_ID_BYTES, MAX_SEQ,
 };
 pub use protocol::producer::ProducerStats;
 pub use protocol::trace_context::TraceContext;

@@ -130,7 +130,7 @@
 //! hold that very token. Knowing a producer's id and public
 //! [`IncarnationId`](crate::IncarnationId) (safe to log) grants nothing.
 
-pub use actix_delivery_proto::sharding::allocation;
+use actix_delivery_proto::sharding::allocation;
 use actix_delivery_proto::sharding::capacity;
 mod coordinator;
 mod coordinator_options;
@@ -138,11 +138,11 @@ mod directory;
 use actix_delivery_proto::sharding::entity_id;
 mod envelope;
 mod host;
-pub use actix_delivery_proto::sharding::host_core;
+use actix_delivery_proto::sharding::host_core;
 mod host_options;
 mod host_shell;
-pub use actix_delivery_proto::sharding::lanes;
-pub use actix_delivery_proto::sharding::lease;
+use actix_delivery_proto::sharding::lanes;
+use actix_delivery_proto::sharding::lease;
 mod lease_store;
 mod leaseholder;
 #[cfg(feature = "metrics")]

@@ -100,7 +100,7 @@ mod given_up;
 mod handle;
 mod job;
 mod options;
-pub use actix_delivery_proto::work_pulling::pool;
+use actix_delivery_proto::work_pulling::pool;
 mod registry;
 
 pub use self::discovery::{

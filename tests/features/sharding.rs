@@ -728,7 +728,7 @@ async fn owned(nodes: &[&ShardCoordinatorHandle<Sequence>]) -> Vec<u64> {
 
 /// How many of the 16 shards the rendezvous allocation gives each of `nodes`.
 fn desired(nodes: &[&ShardCoordinatorHandle<Sequence>]) -> Vec<u64> {
-    use actix_delivery::sharding::allocation::desired_owner;
+    use actix_delivery_proto::sharding::allocation::desired_owner;
     let members: std::collections::BTreeSet<String> =
         nodes.iter().map(|n| n.member().to_owned()).collect();
     nodes

@@ -7,12 +7,12 @@ use std::rc::Rc;
 use std::time::Duration;
 
 use actix::prelude::*;
-use actix_delivery::protocol::envelope::MAX_SEQ;
 use actix_delivery::{
     Acks, ConsumerController, ConsumerHandle, ConsumerOptions, DeadLetter, DeadLetterReason,
     Deliveries, Delivery, DeliveryHandler, DeliveryInfo, Incarnation, Limit, ProducerId,
     ReliableDelivery, ReplyTo, SingleAck,
 };
+use actix_delivery_proto::protocol::envelope::MAX_SEQ;
 use common::{ack_probe, settle, settle_for, Gate, Log};
 
 fn delivery(id: &str, incarnation: u128, seq: u64, body: u32, reply_to: &ReplyTo) -> Delivery<u32> {

@@ -13,13 +13,13 @@ use std::time::{Duration, Instant};
 
 use actix_delivery::durable::DurableOptions;
 use actix_delivery::journal::{MemoryJournal, PersistenceId};
-use actix_delivery::protocol::consumer::{ConsumerCore, HandlerOutcome, Inbound, Step};
-use actix_delivery::protocol::envelope::Incarnation;
-use actix_delivery::protocol::producer::{ProducerCore, Transmission};
 use actix_delivery::{
     ConsumerConfig, ConsumerOptions, DeliveryError, DeliveryHandler, ProducerConfig,
     ProducerOptions, ReliableDelivery,
 };
+use actix_delivery_proto::protocol::consumer::{ConsumerCore, HandlerOutcome, Inbound, Step};
+use actix_delivery_proto::protocol::envelope::Incarnation;
+use actix_delivery_proto::protocol::producer::{ProducerCore, Transmission};
 use common::journals::{Fault, Faulty};
 use common::{cuttable, out_stream, recording_consumer, settle_for};
 
@@ -100,7 +100,7 @@ fn a_cap_set_while_a_store_is_in_flight_never_strands_a_resend() {
     // Seq 1 is stored, sent, handled and ACKed; its record starts (from the stale timer).
     producer.handle_send(1, 1).unwrap();
     let first = producer.poll_transmit(t0).unwrap();
-    let ack = |seq| actix_delivery::protocol::envelope::Ack {
+    let ack = |seq| actix_delivery_proto::protocol::envelope::Ack {
         producer_id: "p".into(),
         incarnation,
         seq,

@@ -643,7 +643,7 @@ async fn a_patient_sender_keeps_no_honest_chunked_message_out_for_longer_than_th
         chunk.producer_id = format!("attacker-{attacker}").as_str().into();
         chunk.seq = 1 + u64::from(index);
         chunk.window_start = 1;
-        chunk.chunk = actix_delivery::protocol::chunk::ChunkHeader {
+        chunk.chunk = actix_delivery_proto::protocol::chunk::ChunkHeader {
             first_seq: 1,
             chunks: 1024,
             message_len: 128 << 10,

@@ -14,3 +14,4 @@ pub(crate) mod metrics;
 pub(crate) mod options;
 pub(crate) mod producer;
 pub(crate) mod producer_core;
+pub(crate) mod stored;

@@ -19,7 +19,8 @@ use crate::delivery::message::{
 };
 use crate::delivery::options::{ProducerOptions, ProducerParts, TraceHook};
 use crate::delivery::producer_core::Core;
-use crate::durable::{Durable, DurableOptions, Stored, MAX_BODY_BYTES};
+use crate::delivery::stored::Stored;
+use crate::durable::{Durable, DurableOptions, MAX_BODY_BYTES};
 use crate::error::{DeliveryError, Failure, OptionsError, StartError, TellError};
 use crate::protocol::envelope::{Ack, Incarnation, ProducerId};
 use crate::protocol::producer::ProducerStats;

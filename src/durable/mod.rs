@@ -138,7 +138,6 @@ use crate::protocol::envelope::ProducerId;
 pub use crate::delivery::confirmation::MessageId;
 pub use crate::delivery::stored::Stored;
 pub use config::DurableConfig;
-pub(crate) use producer::{Durable, MAX_BODY_BYTES};
 
 /// The confirmation of a message a durable producer sent again after a restart: its callback
 /// died with the previous process, so it goes to the sink instead.

@@ -248,7 +248,9 @@ impl<T: Clone + Send + 'static> ProducerController<T> {
     }
 
     /// Calls the storage with the producer it drives, then does what the call asked for:
-    /// schedules its work, fires what it settled, stops the actor or flushes.
+    /// schedules its work, fires what it settled, stops the actor or flushes. Never inlined:
+    /// it would swell the hot path of a producer without storage (`flush`), which never runs it.
+    #[inline(never)]
     fn call_storage(
         &mut self,
         ctx: &mut Context<Self>,

@@ -1,11 +1,12 @@
-//! The durable side of a producer: its log (a persistent actor), the messages on their way into
-//! it, and the settlements on their way into it.
+//! The durable side of a producer, the storage it holds ([`ProducerStorage`]): its log (a
+//! persistent actor), the messages on their way into it, and the settlements on their way
+//! into it; and the start of a durable producer.
 
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use actix::prelude::*;
+use actix::Recipient;
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 

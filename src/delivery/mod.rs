@@ -14,3 +14,5 @@ pub(crate) mod metrics;
 pub(crate) mod options;
 pub(crate) mod producer;
 pub(crate) mod producer_core;
+pub(crate) mod storage;
+pub(crate) mod stored;

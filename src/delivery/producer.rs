@@ -7,11 +7,8 @@ use std::task::Poll;
 use std::time::Duration;
 
 use actix::prelude::*;
-use serde::de::DeserializeOwned;
-use serde::Serialize;
 use tokio::sync::{oneshot, watch};
 
-use crate::codec::schema::BodySchema;
 use crate::delivery::confirmation::Confirmation;
 use crate::delivery::inbox::{Inbox, Refusal};
 use crate::delivery::message::{
@@ -19,8 +16,9 @@ use crate::delivery::message::{
 };
 use crate::delivery::options::{ProducerOptions, ProducerParts, TraceHook};
 use crate::delivery::producer_core::Core;
-use crate::durable::{Durable, DurableOptions, Stored, MAX_BODY_BYTES};
-use crate::error::{DeliveryError, Failure, OptionsError, StartError, TellError};
+use crate::delivery::storage::{Producer, ProducerStorage, Settlement, Work};
+use crate::delivery::stored::Stored;
+use crate::error::{DeliveryError, Failure, StartError, TellError};
 use crate::protocol::envelope::ProducerId;
 use crate::protocol::producer::ProducerStats;
 use crate::runtime::after_drain::after_each_drain;
@@ -46,24 +44,24 @@ use crate::runtime::stop_signal::{wait_for_stop, wait_opened, Life, StopSignal, 
 /// supervised one then stays as an inert actor that refuses every message (Actix restarts
 /// supervised actors while an address exists).
 pub struct ProducerController<T: Clone + Send + 'static> {
-    pub(crate) core: Core<T>,
+    core: Core<T>,
     consumer: ConsumerRef<T>,
     reply_to: Option<ReplyTo>,
     alarm: Alarm,
     /// The core has output to send, settle or schedule (flushed after the mailbox drain).
-    pub(crate) dirty: bool,
+    dirty: bool,
     /// Where handles leave messages; shared with them.
-    pub(crate) inbox: Arc<Inbox<T>>,
+    inbox: Arc<Inbox<T>>,
     /// Buffer swapped with the inbox's queue and the core's (kept for its capacity).
     taken: VecDeque<(T, Confirmation)>,
     /// Settled confirmations of one flush, fired after their room was given back.
-    pub(crate) settling: Vec<(Confirmation, Result<(), DeliveryError>)>,
+    settling: Vec<Settlement>,
     stop_when_idle: bool,
     /// Waiting for the producer to hold nothing unsettled ([`ProducerHandle::idle`]).
     idle_waiters: Vec<oneshot::Sender<()>>,
-    pub(crate) stop: StopSignal,
-    /// The journal of a durable producer.
-    pub(crate) durable: Option<Durable<T>>,
+    stop: StopSignal,
+    /// Where a durable producer keeps its messages before it sends them (its journal).
+    storage: Option<Box<dyn ProducerStorage<T>>>,
     #[cfg(feature = "metrics")]
     meter: crate::delivery::metrics::ProducerMeters,
     /// Sets the trace context of messages told through handles.
@@ -99,69 +97,26 @@ impl<T: Clone + Send + 'static> ProducerController<T> {
             stop_when_idle: false,
             idle_waiters: Vec::new(),
             stop: StopSignal::default(),
-            durable: None,
+            storage: None,
             #[cfg(feature = "metrics")]
             meter,
             trace_context,
         }
     }
 
-    /// A durable producer: it stores every message in `durable`'s journal stream before it
-    /// sends it, and resumes the stream's life when started (see [`crate::durable`]). Its id
-    /// is the one `durable` names.
-    ///
-    /// # Errors
-    /// [`OptionsError`] naming the first invalid setting of `durable`, or `producer_id` if
-    /// the id is invalid or `options` fix another one.
-    pub(crate) fn durable(
+    /// A producer that keeps the messages handed to it in `storage` before it sends them (a
+    /// durable producer: see [`crate::durable`]), with validated options.
+    pub(crate) fn stored_in(
         options: ProducerOptions<T>,
-        mut durable: DurableOptions<T>,
-    ) -> Result<Self, OptionsError>
-    where
-        T: Serialize + DeserializeOwned,
-    {
-        durable.resolve()?;
-        let id = durable.producer_id.as_str();
-        if let Some(other) = options
-            .config()
-            .producer_id
-            .as_deref()
-            .filter(|other| *other != id)
-        {
-            return Err(OptionsError::new(
-                "producer_id",
-                format!(
-                    "the producer options fix `{other}`, the durable options `{id}`: a durable \
-                     producer's id is its stream's, set in DurableOptions::new"
-                ),
-            ));
-        }
-        // Its chunks are what it stores: in process they are written as the durable options
-        // say (across processes in the transport's schema, which reads them back).
-        let stored_as = BodySchema::new()
-            .codec(durable.config.codec)
-            .version(durable.message_version)
-            .upcast(durable.upcast);
-        let options = options
-            .with_producer_id(id)?
-            .with_chunks_stored_as(stored_as);
-        if let Some(size) = options.chunk_size().filter(|&s| s as u64 > MAX_BODY_BYTES) {
-            return Err(OptionsError::new(
-                "chunk_size",
-                format!(
-                    "a durable producer stores each chunk in one journal entry: at most \
-                     {MAX_BODY_BYTES} bytes (got {size})"
-                ),
-            ));
-        }
-        let config = options.config().clone();
+        storage: Box<dyn ProducerStorage<T>>,
+    ) -> Self {
         #[cfg(feature = "metrics")]
         let label = Self::metrics_label(&options).to_owned();
         let mut producer = Self::new(options);
-        producer.durable = Some(Durable::new(config, durable));
+        producer.storage = Some(storage);
         #[cfg(feature = "metrics")]
         producer.meter.durable(&label);
-        Ok(producer)
+        producer
     }
 
     /// The label of the producer's metrics: the application's, else its fixed id.
@@ -179,24 +134,24 @@ impl<T: Clone + Send + 'static> ProducerController<T> {
     }
 
     /// Sends what the core asks for, settles what it settled, and re-arms the timer.
-    pub(crate) fn flush(&mut self, ctx: &mut Context<Self>) {
-        if self.durable.is_some() {
+    fn flush(&mut self, ctx: &mut Context<Self>) {
+        if self.storage.is_some() {
             // Settlements first, so that their record starts in this flush.
             self.settle_polled();
-            self.flush_durable(ctx);
+            self.call_storage(ctx, |storage, producer| storage.flush(producer));
         }
         if let Some(reply_to) = &self.reply_to {
             self.core.transmit(now(), &self.consumer, reply_to);
         }
         self.settle_polled();
-        if self.durable.is_some() {
+        if self.storage.is_some() {
             // A chunked message given up while transmitting (a round beyond `max_attempts`)
             // is recorded now: nothing else may come to flush again.
-            self.start_record(ctx);
+            self.call_storage(ctx, |storage, producer| storage.record(producer));
         }
         #[cfg(feature = "metrics")]
         self.meter.publish(&self.stats());
-        if self.core.is_idle() && self.durable.as_ref().is_none_or(Durable::is_idle) {
+        if self.core.is_idle() && self.storage.as_ref().is_none_or(|s| s.is_idle()) {
             if self.stop_when_idle {
                 ctx.stop();
                 return;
@@ -216,12 +171,12 @@ impl<T: Clone + Send + 'static> ProducerController<T> {
 
     /// Confirms what the core settled, giving back the room those messages held first (in
     /// bulk), so that a confirmation callback can tell a follow-up message.
-    pub(crate) fn settle_polled(&mut self) {
+    fn settle_polled(&mut self) {
         let core = &mut self.core;
-        if let Some(durable) = &mut self.durable {
+        if let Some(storage) = &mut self.storage {
             self.settling
                 .extend(std::iter::from_fn(|| core.poll_settled()));
-            durable.hold_back(&mut self.settling);
+            storage.hold_back(&mut self.settling);
             return self.fire_settling();
         }
         // The hot path: straight from the core's queue, room counted before the callbacks.
@@ -238,7 +193,8 @@ impl<T: Clone + Send + 'static> ProducerController<T> {
         }
     }
 
-    pub(crate) fn fire_settling(&mut self) {
+    /// Fires what was settled, giving back the room those messages held first.
+    fn fire_settling(&mut self) {
         let room = self.settling.iter().filter(|(c, _)| c.holds_room()).count();
         self.inbox.release(room);
         #[cfg(feature = "metrics")]
@@ -252,18 +208,12 @@ impl<T: Clone + Send + 'static> ProducerController<T> {
         }
     }
 
-    /// The counters, with the durable producer's.
+    /// The counters, with the storage's.
     fn stats(&self) -> ProducerStats {
         let mut stats = self.core.stats();
         stats.timed_out = self.inbox.timed_out();
-        if let Some(durable) = &self.durable {
-            let (stored, resumed, resumed_confirmed, partially_stored) = durable.counts;
-            (stats.stored, stats.resumed, stats.resumed_confirmed) =
-                (stored, resumed, resumed_confirmed);
-            stats.partially_stored = partially_stored;
-            stats.takeovers = durable.takeovers;
-            stats.next_message_id = durable.next_message_id();
-            stats.unconfirmed = durable.unconfirmed();
+        if let Some(storage) = &self.storage {
+            storage.add_stats(&mut stats);
         }
         stats
     }
@@ -291,11 +241,130 @@ impl<T: Clone + Send + 'static> ProducerController<T> {
         if let Some((_, first)) = self.taken.iter_mut().next() {
             first.taken_at(now());
         }
-        match &mut self.durable {
-            Some(durable) => durable.accept(&mut self.taken),
+        match &mut self.storage {
+            Some(storage) => storage.accept(&mut self.taken),
             None => self.core.handle_send_all(&mut self.taken),
         }
         self.dirty = true;
+    }
+
+    /// Calls the storage with the producer it drives, then does what the call asked for:
+    /// schedules its work, fires what it settled, stops the actor or flushes. Never inlined:
+    /// it would swell the hot path of a producer without storage (`flush`), which never runs it.
+    #[inline(never)]
+    fn call_storage(
+        &mut self,
+        ctx: &mut Context<Self>,
+        call: impl FnOnce(&mut dyn ProducerStorage<T>, &mut Producer<'_, T>),
+    ) {
+        let Some(storage) = self.storage.as_deref_mut() else {
+            return;
+        };
+        let mut producer = Producer::new(
+            &mut self.core,
+            &mut self.settling,
+            &self.inbox,
+            &mut self.stop,
+        );
+        call(storage, &mut producer);
+        let requests = producer.into_requests();
+        for work in requests.work {
+            match work {
+                Work::Answer(answer) => {
+                    ctx.spawn(answer.into_actor(self).map(|then, act, ctx| {
+                        act.call_storage(ctx, then);
+                    }));
+                }
+                Work::Later(delay, then) => {
+                    ctx.run_later(delay, |act, ctx| act.call_storage(ctx, then));
+                }
+                Work::Every(interval, mut each) => {
+                    ctx.run_interval(interval, move |act, ctx| {
+                        act.call_storage(ctx, &mut each);
+                    });
+                }
+            }
+        }
+        self.fire_settling();
+        if requests.stop {
+            ctx.stop();
+        }
+        if requests.flush {
+            self.dirty = true;
+            self.flush(ctx);
+        }
+    }
+
+    /// `stop()` of a producer with storage, graceful: what is not stored yet never will be
+    /// (settled `ProducerStopped`), the settlements the consumer confirmed are recorded, and
+    /// the writes in flight are answered; then the actor stops for good, at the latest at the
+    /// storage's stop deadline (what is unanswered then is settled as in doubt). A failure of
+    /// the storage meanwhile restarts it under its `Supervisor` (the opening settles the
+    /// unanswered writes by what the storage holds), and the stop goes on.
+    fn stop_storing(&mut self, ctx: &mut Context<Self>) {
+        let Some(storage) = &mut self.storage else {
+            return;
+        };
+        if !storage.stop(&mut self.settling) {
+            return; // stopping already
+        }
+        let waiting = self.inbox.close().into_iter();
+        let waiting = waiting.map(|(_, confirm)| (confirm, Err(DeliveryError::ProducerStopped)));
+        self.settling.extend(waiting);
+        // Confirmed in this mailbox drain: recorded before the stop.
+        self.settle_polled();
+        // Stored and unconfirmed: the next start of the stream sends them.
+        self.core.stop();
+        self.settle_polled();
+        self.arm_stop_deadline(ctx);
+        self.dirty = true;
+    }
+
+    /// Stopping: a restarted producer goes on stopping, with the same deadline.
+    fn is_stopping(&self) -> bool {
+        self.storage
+            .as_ref()
+            .is_some_and(|s| s.stop_deadline().is_some())
+    }
+
+    /// Stops for good at the storage's stop deadline, answered or not.
+    fn arm_stop_deadline(&mut self, ctx: &mut Context<Self>) {
+        let Some(deadline) = self.storage.as_ref().and_then(|s| s.stop_deadline()) else {
+            return;
+        };
+        let left = deadline.saturating_duration_since(now());
+        ctx.run_later(left, move |act, ctx| {
+            if act.storage.as_ref().is_some_and(|s| s.is_writing()) {
+                log::warn!(
+                    "durable producer `{}`: its journal did not answer before the stop timeout; \
+                     what it did not answer is settled as in doubt",
+                    act.core.id()
+                );
+            }
+            act.stop.make_final();
+            ctx.stop();
+        });
+    }
+
+    /// Closes the storage (the producer stops or restarts): the settlements the core made
+    /// since the last flush wait for their record too.
+    fn close_storage(&mut self) {
+        if self.storage.is_none() {
+            return;
+        }
+        self.settle_polled();
+        if let Some(storage) = &mut self.storage {
+            storage.close(&mut self.settling);
+        }
+    }
+
+    /// Settles the storage's writes of unknown outcome: the producer is gone for good.
+    fn abandon_in_doubt(&mut self) {
+        if let Some(storage) = &mut self.storage {
+            let abandoned = storage.abandon();
+            self.settling.extend(abandoned);
+            self.fire_settling();
+        }
     }
 }
 
@@ -321,16 +390,16 @@ impl<T: Clone + Send + 'static> Actor for ProducerController<T> {
             }
             Poll::Pending
         });
-        if self.durable.is_none() {
-            self.stop.opened(); // nothing to open
+        match self.storage {
+            None => self.stop.opened(), // nothing to open
+            Some(_) => self.call_storage(ctx, |storage, producer| storage.open(producer)),
         }
-        self.open_log(ctx);
         self.arm_stop_deadline(ctx); // restarted while stopping: the stop goes on
         self.flush(ctx);
     }
 
     fn stopped(&mut self, _: &mut Context<Self>) {
-        self.close_log();
+        self.close_storage();
         self.settle_all();
         #[cfg(feature = "metrics")]
         self.meter.publish(&self.stats());
@@ -352,7 +421,7 @@ impl<T: Clone + Send + 'static> Drop for ProducerController<T> {
 
 impl<T: Clone + Send + 'static> Supervised for ProducerController<T> {
     fn restarting(&mut self, _: &mut Context<Self>) {
-        self.close_log();
+        self.close_storage();
         self.settle_all();
         self.alarm = Alarm::default();
         self.stop.restarting();
@@ -398,8 +467,8 @@ impl<T: Clone + Send + 'static> Handler<Tell<T>> for ProducerController<T> {
                 let mut confirm = confirm.holding_room();
                 #[cfg(feature = "metrics")]
                 confirm.taken_at(now());
-                if let Some(durable) = &mut self.durable {
-                    durable.accept(&mut VecDeque::from([(body, confirm)]));
+                if let Some(storage) = &mut self.storage {
+                    storage.accept(&mut VecDeque::from([(body, confirm)]));
                     return Ok(());
                 }
                 self.core
@@ -456,9 +525,9 @@ impl<T: Clone + Send + 'static> Handler<StopProducer> for ProducerController<T> 
     type Result = ();
 
     fn handle(&mut self, _: StopProducer, ctx: &mut Context<Self>) {
-        match self.durable {
+        match self.storage {
             // Graceful: the writes in flight finish first, then it stops for good.
-            Some(_) => self.stop_durable(ctx),
+            Some(_) => self.stop_storing(ctx),
             None if self.stop.make_final() => ctx.stop(),
             None => {}
         }
@@ -565,7 +634,7 @@ impl<T: Clone + Send + 'static> Shared<T> {
         let life = producer.stop.subscribe();
         let inbox = producer.inbox.clone();
         let producer_id = producer.producer_id().clone();
-        let durable = producer.durable.is_some();
+        let durable = producer.storage.is_some();
         let trace_context = producer.trace_context.clone();
         move |addr| ProducerHandle {
             shared: Arc::new(Shared {

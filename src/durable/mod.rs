@@ -128,7 +128,6 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use actix::Message;
-use tokio::sync::oneshot;
 
 use crate::codec::{Codec, Upcast, UpcastError};
 use crate::config::Overrides;
@@ -137,38 +136,8 @@ use crate::journal::{Journal, PersistenceId};
 use crate::protocol::envelope::ProducerId;
 
 pub use crate::delivery::confirmation::MessageId;
+pub use crate::delivery::stored::Stored;
 pub use config::DurableConfig;
-pub(crate) use producer::{Durable, MAX_BODY_BYTES};
-
-/// A message stored by a durable producer
-/// ([`ProducerHandle::store`](crate::ProducerHandle::store)).
-#[derive(Debug)]
-pub struct Stored {
-    /// Its id.
-    pub id: MessageId,
-    confirmed: oneshot::Receiver<Result<(), DeliveryError>>,
-}
-
-impl Stored {
-    pub(crate) fn new(
-        id: MessageId,
-        confirmed: oneshot::Receiver<Result<(), DeliveryError>>,
-    ) -> Self {
-        Self { id, confirmed }
-    }
-
-    /// Resolves once the message is confirmed and the confirmation recorded.
-    ///
-    /// # Errors
-    /// Why it was not: the producer stopped ([`DeliveryError::StoppedUnconfirmed`]: the
-    /// message stays stored and is sent again by the next start, whose sink reports it), gave
-    /// it up, or could not learn whether its record was stored ([`DeliveryError::InDoubt`]).
-    pub async fn confirmed(self) -> Result<(), DeliveryError> {
-        self.confirmed
-            .await
-            .unwrap_or(Err(DeliveryError::StoppedUnconfirmed))
-    }
-}
 
 /// The confirmation of a message a durable producer sent again after a restart: its callback
 /// died with the previous process, so it goes to the sink instead.

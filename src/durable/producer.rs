@@ -1,14 +1,16 @@
-//! The durable side of a producer: its log (a persistent actor), the messages on their way into
-//! it, and the settlements on their way into it.
+//! The durable side of a producer, the storage it holds ([`ProducerStorage`]): its log (a
+//! persistent actor), the messages on their way into it, and the settlements on their way
+//! into it; and the start of a durable producer.
 
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use actix::prelude::*;
+use actix::Recipient;
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 
+use crate::codec::schema::BodySchema;
 use crate::codec::{Codec, CodecError, Upcast, MAX_ENCODED_BYTES};
 use crate::config::ProducerConfig;
 use crate::delivery::confirmation::Confirmation;
@@ -16,6 +18,7 @@ use crate::delivery::confirmation::MessageId;
 use crate::delivery::options::ProducerOptions;
 use crate::delivery::producer::{ProducerController, ProducerHandle};
 use crate::delivery::producer_core::Core;
+use crate::delivery::storage::{Producer, ProducerStorage, Settlement};
 use crate::durable::log::{
     decode_body, encode_body, type_names, LogCommand, LogRefusal, LogReply, ProducerLog,
 };
@@ -26,7 +29,7 @@ use crate::persistence::type_names::TypeNames;
 use crate::persistence::{CommandError, PersistentConfig, PersistentHandle};
 use crate::protocol::chunk::producer::ChunkedProducer;
 use crate::protocol::envelope::Incarnation;
-use crate::protocol::producer::ProducerCore;
+use crate::protocol::producer::{ProducerCore, ProducerStats};
 use crate::runtime::alarm::now;
 use crate::runtime::error_chain::ErrorChain;
 use crate::runtime::placement::Placement;
@@ -36,7 +39,8 @@ mod chunks;
 
 use chunks::{restore_chunked, ChunkDoubt, ChunkedStore};
 
-type Settlement = (Confirmation, Result<(), DeliveryError>);
+/// What the log answered a command.
+type LogAnswer = Result<LogReply, CommandError<LogRefusal>>;
 /// Encodes a message as stored: body, codec, version, limit (see `encode_body`).
 type EncodeBody<T> = fn(&T, Codec, u32, u64) -> Result<Vec<u8>, CodecError>;
 /// Reads a stored message: bytes, the current version, the upcaster (see `decode_body`).
@@ -74,7 +78,9 @@ struct Carried {
     attempted: bool,
 }
 
-/// A durable producer's storage state, owned by its controller.
+/// A durable producer's storage: its journal stream, the messages on their way into it and
+/// the settlements on their way into it. The producer holds it as its
+/// [`ProducerStorage`].
 pub(crate) struct Durable<T> {
     config: ProducerConfig,
     options: DurableOptions<T>,
@@ -96,7 +102,7 @@ pub(crate) struct Durable<T> {
     /// A renewal (with a lease) is on its way to the journal.
     renewing: bool,
     /// Openings that took the stream over from an earlier opening.
-    pub(crate) takeovers: u64,
+    takeovers: u64,
     /// The seq the next stored message gets, once the log is open.
     next_seq: Option<u64>,
     /// Handed over, not stored yet.
@@ -130,11 +136,12 @@ pub(crate) struct Durable<T> {
     stopping: Option<Instant>,
     /// Messages stored; resumed after a restart; confirmations of resumed ones; chunked
     /// messages found partly stored at an opening (dropped).
-    pub(crate) counts: (u64, u64, u64, u64),
+    counts: (u64, u64, u64, u64),
 }
 
 impl<T: Serialize + DeserializeOwned> Durable<T> {
-    pub(crate) fn new(config: ProducerConfig, options: DurableOptions<T>) -> Self {
+    /// The storage of a producer of `config`, as `options` say (resolved).
+    fn new(config: ProducerConfig, options: DurableOptions<T>) -> Self {
         let names = type_names(std::any::type_name::<T>(), &options.former_type_names);
         Self {
             config,
@@ -176,65 +183,6 @@ impl<T> Durable<T> {
             self.options.message_version,
             MAX_BODY_BYTES,
         )
-    }
-
-    /// Takes messages handed to the producer: they are stored before anything else.
-    pub(crate) fn accept(&mut self, messages: &mut VecDeque<(T, Confirmation)>) {
-        self.to_store.append(messages);
-    }
-
-    /// The id the next stored message gets (0 until the stream is open): the next seq, less
-    /// what waits to be stored.
-    pub(crate) fn next_message_id(&self) -> u64 {
-        self.next_seq.unwrap_or(0)
-    }
-
-    /// Stored messages not durably settled yet.
-    pub(crate) fn unconfirmed(&self) -> usize {
-        self.unsettled.len()
-    }
-
-    /// Whether the stream is open and nothing waits to be stored or recorded (before the
-    /// stream is open, what it holds unsettled is not known yet).
-    pub(crate) fn is_idle(&self) -> bool {
-        self.next_seq.is_some()
-            && self.to_store.is_empty()
-            && self.storing.is_none()
-            && !self.is_storing_chunks()
-            && self.to_record.is_empty()
-            && self.recording.is_none()
-    }
-
-    /// Whether a journal write this producer started is unanswered: the stream's opening,
-    /// a store or a settlement record, or a settlement waits to be recorded, or writes of an
-    /// earlier life wait for the next opening to settle them.
-    fn is_writing(&self) -> bool {
-        let opening = self.next_seq.is_none()
-            && (self.log.is_some()
-                || !self.in_doubt.is_empty()
-                || !self.chunk_doubts.is_empty()
-                || !self.carried.is_empty());
-        opening
-            || self.storing.is_some()
-            || self.is_storing_chunks()
-            || self.recording.is_some()
-            || !self.to_record.is_empty()
-    }
-
-    /// Keeps back the settlements that must be recorded first (of stored messages, confirmed
-    /// or given up); the others stay in `settling` to fire at once (a stored message settled
-    /// as stopped stays stored: the next start sends it again).
-    pub(crate) fn hold_back(&mut self, settling: &mut Vec<Settlement>) {
-        let mut index = 0;
-        while index < settling.len() {
-            let (confirm, result) = &settling[index];
-            let stopped = result.as_ref().is_err_and(DeliveryError::is_stop);
-            let recorded = confirm.message().filter(|_| !stopped);
-            match recorded {
-                Some(MessageId(seq)) => self.to_record.push((seq, settling.swap_remove(index))),
-                None => index += 1,
-            }
-        }
     }
 
     /// Everything not yet stored, settled with `error` (the producer stops or restarts; no
@@ -281,7 +229,7 @@ impl<T> Durable<T> {
     /// The stores and settlement records of unknown outcome, settled as such: no restart
     /// will find out. A settlement that was never recorded is certainly not: the next start
     /// of the stream sends its message again (and its sink reports it).
-    pub(crate) fn abandon_in_doubt(&mut self) -> Vec<Settlement> {
+    fn abandon_in_doubt(&mut self) -> Vec<Settlement> {
         let stores = self.in_doubt.drain(..).map(|doubt| {
             let reason = format!(
                 "{}; the message may have been stored: if it was, the next start of the stream \
@@ -311,53 +259,175 @@ impl<T> Durable<T> {
     }
 }
 
-impl<T: Clone + Send + 'static> ProducerController<T> {
-    /// Starts the log and opens the stream (after a journal failure, once a backoff has
-    /// passed); the producer sends nothing before it is open.
-    pub(crate) fn open_log(&mut self, ctx: &mut Context<Self>) {
-        let Some(durable) = &self.durable else {
-            return;
-        };
-        match durable.failures {
-            0 => self.open_now(ctx),
-            failures => {
-                let delay = OPEN_BACKOFF_START
-                    .saturating_mul(1 << (failures - 1).min(16))
-                    .min(OPEN_BACKOFF_MAX);
-                ctx.run_later(delay, |act, ctx| act.open_now(ctx));
+impl<T: Clone + Send + 'static> ProducerStorage<T> for Durable<T> {
+    fn accept(&mut self, messages: &mut VecDeque<(T, Confirmation)>) {
+        self.to_store.append(messages);
+    }
+
+    /// Keeps back the settlements that must be recorded first (of stored messages, confirmed
+    /// or given up); the others stay in `settling` to fire at once (a stored message settled
+    /// as stopped stays stored: the next start sends it again).
+    fn hold_back(&mut self, settling: &mut Vec<Settlement>) {
+        let mut index = 0;
+        while index < settling.len() {
+            let (confirm, result) = &settling[index];
+            let stopped = result.as_ref().is_err_and(DeliveryError::is_stop);
+            let recorded = confirm.message().filter(|_| !stopped);
+            match recorded {
+                Some(MessageId(seq)) => self.to_record.push((seq, settling.swap_remove(index))),
+                None => index += 1,
             }
         }
     }
 
-    fn open_now(&mut self, ctx: &mut Context<Self>) {
-        let Some(durable) = &mut self.durable else {
+    /// Starts the log and opens the stream (after a journal failure, once a backoff has
+    /// passed); the producer sends nothing before it is open.
+    fn open(&mut self, producer: &mut Producer<'_, T>) {
+        match self.failures {
+            0 => self.open_now(producer),
+            failures => {
+                let delay = OPEN_BACKOFF_START
+                    .saturating_mul(1 << (failures - 1).min(16))
+                    .min(OPEN_BACKOFF_MAX);
+                producer.run_later(delay, |durable: &mut Self, producer| {
+                    durable.open_now(producer);
+                });
+            }
+        }
+    }
+
+    /// Stores what was handed over and records what was settled, one write of each in
+    /// flight at a time.
+    fn flush(&mut self, producer: &mut Producer<'_, T>) {
+        self.start_store(producer);
+        self.record(producer);
+        if self.stopping.is_some() && !self.is_writing() {
+            // Every write is answered: stopped for good.
+            producer.stop_for_good();
+        }
+    }
+
+    /// Records what was settled (one record in flight at a time).
+    fn record(&mut self, producer: &mut Producer<'_, T>) {
+        let Some(log) = &self.log else {
             return;
         };
-        if let Some(lease) = durable.options.config.lease {
+        if self.recording.is_some() || self.to_record.is_empty() {
+            return;
+        }
+        let batch = std::mem::take(&mut self.to_record);
+        let seqs = batch.iter().map(|(seq, _)| *seq).collect();
+        self.recording = Some(batch);
+        let recorded = log.ask(LogCommand::Settle {
+            epoch: self.epoch,
+            seqs,
+        });
+        producer.spawn(recorded, |durable: &mut Self, reply, producer| {
+            durable.recorded(reply, producer);
+        });
+    }
+
+    /// What is not stored yet never will be (settled `ProducerStopped`); the store, record or
+    /// opening in flight is answered, until [`DurableOptions::stop_timeout`].
+    fn stop(&mut self, settling: &mut Vec<Settlement>) -> bool {
+        if self.stopping.is_some() {
+            return false;
+        }
+        self.stopping = Some(now() + self.options.config.stop_timeout);
+        settling.extend(self.drain_unstored(&DeliveryError::ProducerStopped));
+        true
+    }
+
+    fn stop_deadline(&self) -> Option<Instant> {
+        self.stopping
+    }
+
+    /// Stops the log and forgets what is in memory, except the writes that were unanswered
+    /// (the next open settles them by what the journal holds).
+    fn close(&mut self, settling: &mut Vec<Settlement>) {
+        let unstored = self.drain_unstored(&DeliveryError::ProducerStopped);
+        self.carry_unanswered();
+        if let Some(log) = self.log.take() {
+            log.stop();
+        }
+        self.next_seq = None;
+        self.unsettled.clear();
+        self.spans.clear();
+        self.resumed.clear();
+        settling.extend(unstored);
+    }
+
+    fn abandon(&mut self) -> Vec<Settlement> {
+        self.abandon_in_doubt()
+    }
+
+    /// Whether the stream is open and nothing waits to be stored or recorded (before the
+    /// stream is open, what it holds unsettled is not known yet).
+    fn is_idle(&self) -> bool {
+        self.next_seq.is_some()
+            && self.to_store.is_empty()
+            && self.storing.is_none()
+            && !self.is_storing_chunks()
+            && self.to_record.is_empty()
+            && self.recording.is_none()
+    }
+
+    /// Whether a journal write this producer started is unanswered: the stream's opening,
+    /// a store or a settlement record, or a settlement waits to be recorded, or writes of an
+    /// earlier life wait for the next opening to settle them.
+    fn is_writing(&self) -> bool {
+        let opening = self.next_seq.is_none()
+            && (self.log.is_some()
+                || !self.in_doubt.is_empty()
+                || !self.chunk_doubts.is_empty()
+                || !self.carried.is_empty());
+        opening
+            || self.storing.is_some()
+            || self.is_storing_chunks()
+            || self.recording.is_some()
+            || !self.to_record.is_empty()
+    }
+
+    fn add_stats(&self, stats: &mut ProducerStats) {
+        let (stored, resumed, resumed_confirmed, partially_stored) = self.counts;
+        (stats.stored, stats.resumed, stats.resumed_confirmed) =
+            (stored, resumed, resumed_confirmed);
+        stats.partially_stored = partially_stored;
+        stats.takeovers = self.takeovers;
+        // The id the next stored message gets (0 until the stream is open).
+        stats.next_message_id = self.next_seq.unwrap_or(0);
+        // Stored messages not durably settled yet.
+        stats.unconfirmed = self.unsettled.len();
+    }
+}
+
+impl<T: Clone + Send + 'static> Durable<T> {
+    fn open_now(&mut self, producer: &mut Producer<'_, T>) {
+        if let Some(lease) = self.options.config.lease {
             // A first opening watches the stream right before it (again after a failed one);
             // a reopening is of the owner itself.
-            if durable.epoch == 0 && !std::mem::take(&mut durable.watched) {
-                return self.watch(lease, ctx);
+            if self.epoch == 0 && !std::mem::take(&mut self.watched) {
+                return self.watch(lease, producer);
             }
         }
         let config = PersistentConfig {
-            snapshot_every: Some(durable.options.config.snapshot_every),
+            snapshot_every: Some(self.options.config.snapshot_every),
             delete_events_on_snapshot: true,
             // The log's own records: the crate versions them (the messages in them are in
             // the options' codec).
             codec: Codec::Bincode,
             ..PersistentConfig::default()
         };
-        let journal = Arc::clone(&durable.options.journal);
-        let stream = durable.options.stream.clone();
-        let names = durable.names.clone();
+        let journal = Arc::clone(&self.options.journal);
+        let stream = self.options.stream.clone();
+        let names = self.names.clone();
         let log = match PersistentHandle::start_log(journal, stream, config, names) {
             Ok(log) => log,
-            Err(error) => return self.fail_durable(Failure::Error(error.to_string()), ctx),
+            Err(error) => return self.fail(Failure::Error(error.to_string()), producer),
         };
-        let producer_id = self.core.id().to_string();
-        let chunk_version = self
-            .core
+        let producer_id = producer.id().to_string();
+        let chunk_version = producer
+            .core()
             .chunking()
             .map(|chunking| chunking.schema().current_version());
         // A restart reopens as the opening it was: if another opened the stream since, it
@@ -365,58 +435,52 @@ impl<T: Clone + Send + 'static> ProducerController<T> {
         let opened = log.ask(LogCommand::Open {
             producer_id,
             incarnation: random_incarnation(),
-            reopening: (durable.epoch > 0).then_some((durable.epoch, durable.unsure_opens)),
-            message_version: durable.options.message_version,
+            reopening: (self.epoch > 0).then_some((self.epoch, self.unsure_opens)),
+            message_version: self.options.message_version,
             chunk_version,
         });
-        durable.log = Some(log);
+        self.log = Some(log);
         #[cfg(feature = "tracing")]
         let span =
-            crate::telemetry::spans::recovery("durable_producer", durable.options.stream.as_str());
+            crate::telemetry::spans::recovery("durable_producer", self.options.stream.as_str());
         #[cfg(feature = "tracing")]
         let opened = tracing::Instrument::instrument(opened, span.clone());
-        ctx.spawn(
-            opened
-                .into_actor(self)
-                .map(move |reply, act, ctx| match reply {
-                    Ok(LogReply::Opened {
-                        epoch,
-                        incarnation,
-                        next_seq,
-                        unsettled,
+        producer.spawn(
+            opened,
+            move |durable: &mut Self, reply, producer| match reply {
+                Ok(LogReply::Opened {
+                    epoch,
+                    incarnation,
+                    next_seq,
+                    unsettled,
+                    chunked,
+                    dropped,
+                }) => {
+                    #[cfg(feature = "tracing")]
+                    span.record("resumed", unsettled.len() + chunked.len());
+                    let stored = Unsettled {
+                        whole: unsettled,
                         chunked,
                         dropped,
-                    }) => {
-                        #[cfg(feature = "tracing")]
-                        span.record("resumed", unsettled.len() + chunked.len());
-                        let stored = Unsettled {
-                            whole: unsettled,
-                            chunked,
-                            dropped,
-                        };
-                        act.resume(epoch, incarnation, next_seq, stored, ctx)
+                    };
+                    durable.resume(epoch, incarnation, next_seq, stored, producer)
+                }
+                Ok(LogReply::Done) => unreachable!("Open replies Opened"),
+                Err(error) => {
+                    if let CommandError::Journal(_) = &error {
+                        durable.unsure_opens += 1; // perhaps it committed
                     }
-                    Ok(LogReply::Done) => unreachable!("Open replies Opened"),
-                    Err(error) => {
-                        if let (CommandError::Journal(_), Some(durable)) =
-                            (&error, &mut act.durable)
-                        {
-                            durable.unsure_opens += 1; // perhaps it committed
-                        }
-                        act.fail_log(&error, ctx)
-                    }
-                }),
+                    durable.fail_log(&error, producer)
+                }
+            },
         );
     }
 
     /// With a lease: opens the stream once nobody wrote to it for `lease` (it is new, or its
     /// owner is gone); stops for good if somebody did (its owner is alive).
-    fn watch(&mut self, lease: Duration, ctx: &mut Context<Self>) {
-        let Some(durable) = &self.durable else {
-            return;
-        };
-        let journal = Arc::clone(&durable.options.journal);
-        let stream = durable.options.stream.clone();
+    fn watch(&mut self, lease: Duration, producer: &mut Producer<'_, T>) {
+        let journal = Arc::clone(&self.options.journal);
+        let stream = self.options.stream.clone();
         let watched = async move {
             let before = journal.highest_seq(&stream).await?;
             if before == 0 {
@@ -425,15 +489,12 @@ impl<T: Clone + Send + 'static> ProducerController<T> {
             actix::clock::sleep(lease).await;
             Ok::<_, JournalError>((before, journal.highest_seq(&stream).await?))
         };
-        ctx.spawn(watched.into_actor(self).map(move |watched, act, ctx| {
-            let Some(durable) = &mut act.durable else {
-                return;
-            };
+        producer.spawn(watched, move |durable: &mut Self, watched, producer| {
             let stream = &durable.options.stream;
             match watched {
                 Ok((before, after)) if before == after => {
                     durable.watched = true;
-                    act.open_now(ctx);
+                    durable.open_now(producer);
                 }
                 Ok((before, after)) => {
                     let reason = format!(
@@ -442,24 +503,21 @@ impl<T: Clone + Send + 'static> ProducerController<T> {
                          does not take the stream over",
                         after - before
                     );
-                    act.fail_for_good(Failure::InUse(reason), ctx);
+                    durable.fail_for_good(Failure::InUse(reason), producer);
                 }
                 Err(error) => {
                     let reason = format!("stream `{stream}`: {}", ErrorChain(&error));
-                    act.fail_durable(Failure::Error(reason), ctx);
+                    durable.fail(Failure::Error(reason), producer);
                 }
             }
-        }));
+        });
     }
 
     /// With a lease: writes to the stream every third of `lease`, so that a producer watching
     /// it before it opens sees this owner alive. A renewal the log refuses (the stream was
     /// taken over after all) stops the producer as a refused store would.
-    fn renew_every(&mut self, lease: Duration, ctx: &mut Context<Self>) {
-        ctx.run_interval(lease / 3, |act, ctx| {
-            let Some(durable) = &mut act.durable else {
-                return;
-            };
+    fn renew_every(lease: Duration, producer: &mut Producer<'_, T>) {
+        producer.run_interval(lease / 3, |durable: &mut Self, producer| {
             let Some(log) = &durable.log else {
                 return;
             };
@@ -470,14 +528,12 @@ impl<T: Clone + Send + 'static> ProducerController<T> {
             let renewed = log.ask(LogCommand::Renew {
                 epoch: durable.epoch,
             });
-            ctx.spawn(renewed.into_actor(act).map(|reply, act, ctx| {
-                if let Some(durable) = &mut act.durable {
-                    durable.renewing = false;
-                }
+            producer.spawn(renewed, |durable: &mut Self, reply, producer| {
+                durable.renewing = false;
                 if let Err(error) = reply {
-                    act.fail_log(&error, ctx);
+                    durable.fail_log(&error, producer);
                 }
-            }));
+            });
         });
     }
 
@@ -489,12 +545,9 @@ impl<T: Clone + Send + 'static> ProducerController<T> {
         incarnation: Incarnation,
         next_seq: u64,
         stored: Unsettled,
-        ctx: &mut Context<Self>,
+        producer: &mut Producer<'_, T>,
     ) {
-        let chunking = self.core.chunking().cloned();
-        let Some(durable) = &mut self.durable else {
-            return;
-        };
+        let chunking = producer.core().chunking().cloned();
         let Unsettled {
             whole: unsettled,
             chunked,
@@ -511,33 +564,33 @@ impl<T: Clone + Send + 'static> ProducerController<T> {
             let reason = format!(
                 "stream `{}` holds unsettled {mixed}: open it as it was written until its \
                  messages are confirmed",
-                durable.options.stream
+                self.options.stream
             );
-            return self.fail_for_good(Failure::Error(reason), ctx);
+            return self.fail_for_good(Failure::Error(reason), producer);
         }
         let chunked = match &chunking {
-            Some(chunking) => restore_chunked(chunking, &durable.options.stream, chunked),
+            Some(chunking) => restore_chunked(chunking, &self.options.stream, chunked),
             None => Ok(Vec::new()),
         };
         let chunked = match chunked {
             Ok(chunked) => chunked,
-            Err(reason) => return self.fail_for_good(Failure::Error(reason), ctx),
+            Err(reason) => return self.fail_for_good(Failure::Error(reason), producer),
         };
         let mut in_doubt: BTreeMap<u64, InDoubt<T>> =
-            durable.in_doubt.drain(..).map(|d| (d.seq, d)).collect();
+            self.in_doubt.drain(..).map(|d| (d.seq, d)).collect();
         let mut carried: BTreeMap<u64, Carried> =
-            durable.carried.drain(..).map(|c| (c.seq, c)).collect();
+            self.carried.drain(..).map(|c| (c.seq, c)).collect();
         // No other opening came between the last one of this producer and this one (openings
         // are numbered; a failed opening of its own that did not commit took no number): what
         // the stream holds settled was settled by this producer.
-        let alone = epoch == durable.epoch + 1;
+        let alone = epoch == self.epoch + 1;
         let mut resumed = Vec::with_capacity(unsettled.len());
         for (seq, bytes) in unsettled {
             // A store of unknown outcome that committed: its caller hears of it after all.
             let committed =
                 in_doubt
                     .remove(&seq)
-                    .and_then(|doubt| match durable.encode(&doubt.body) {
+                    .and_then(|doubt| match self.encode(&doubt.body) {
                         Ok(stored) if stored == bytes => Some(doubt),
                         _ => {
                             in_doubt.insert(seq, doubt); // another message: not this one's
@@ -546,57 +599,50 @@ impl<T: Clone + Send + 'static> ProducerController<T> {
                     });
             if let Some(mut doubt) = committed {
                 doubt.confirm.notify_stored(MessageId(seq));
-                durable.counts.0 += 1; // stored after all
-                durable.unsettled.insert(seq);
+                self.counts.0 += 1; // stored after all
+                self.unsettled.insert(seq);
                 resumed.push((seq, doubt.body, doubt.confirm));
                 continue;
             }
-            let decoded = (durable.decode)(
-                &bytes,
-                durable.options.message_version,
-                durable.options.upcast,
-            );
+            let decoded = (self.decode)(&bytes, self.options.message_version, self.options.upcast);
             let body = match decoded {
                 Ok(body) => body,
                 Err(error) => {
-                    durable.in_doubt.extend(in_doubt.into_values());
-                    durable.carried.extend(carried.into_values());
+                    self.in_doubt.extend(in_doubt.into_values());
+                    self.carried.extend(carried.into_values());
                     let reason = format!(
                         "stream `{}`: stored message {seq} cannot be read: {error}",
-                        durable.options.stream
+                        self.options.stream
                     );
-                    return self.fail_for_good(Failure::Error(reason), ctx);
+                    return self.fail_for_good(Failure::Error(reason), producer);
                 }
             };
             // A settlement whose record did not commit: its message is sent again, and its
             // own confirmation (not the sink) hears the outcome.
             if let Some(carried) = carried.remove(&seq) {
-                durable.unsettled.insert(seq);
+                self.unsettled.insert(seq);
                 resumed.push((seq, body, carried.settlement.0));
                 continue;
             }
-            let mut confirm = match &durable.options.sink {
+            let mut confirm = match &self.options.sink {
                 Some(sink) => sink_confirmation(sink.clone(), MessageId(seq)),
                 None => Confirmation::none(),
             };
             confirm.notify_stored(MessageId(seq));
-            durable.unsettled.insert(seq);
-            durable.resumed.insert(seq);
+            self.unsettled.insert(seq);
+            self.resumed.insert(seq);
             resumed.push((seq, body, confirm));
         }
-        let mut resumed_chunks = self.resume_chunks(chunked, dropped, &mut carried);
-        let Some(durable) = &mut self.durable else {
-            return;
-        };
+        let mut resumed_chunks = self.resume_chunks(chunked, dropped, &mut carried, producer);
         // Resent messages hold room like new ones, so the core never holds more than its
         // room (as far as the room allows: a smaller room than the last life's holds them all).
-        let mut room = self.inbox.take_room(durable.resumed.len());
+        let mut room = producer.take_room(self.resumed.len());
         let resent = resumed.iter_mut().map(|(seq, _, confirm)| (*seq, confirm));
         let resent_chunks = resumed_chunks
             .iter_mut()
             .map(|(first, chunks, confirm)| (*first + chunks.len() as u64 - 1, confirm));
         for (id, confirm) in resent.chain(resent_chunks) {
-            if room > 0 && durable.resumed.contains(&id) {
+            if room > 0 && self.resumed.contains(&id) {
                 *confirm = std::mem::replace(confirm, Confirmation::none()).holding_room();
                 room -= 1;
             }
@@ -616,10 +662,10 @@ impl<T: Clone + Send + 'static> ProducerController<T> {
             };
             (doubt.confirm, Err(error))
         });
-        self.settling.extend(not_stored);
+        producer.settle(not_stored);
         // Settlements whose message the journal holds settled: their record committed, unless
         // another producer opened the stream meanwhile and may have recorded (and reported) it.
-        let stream = &durable.options.stream;
+        let stream = &self.options.stream;
         let recorded = carried.into_values().map(|carried| {
             let (confirm, result) = carried.settlement;
             if alone {
@@ -632,46 +678,44 @@ impl<T: Clone + Send + 'static> ProducerController<T> {
             );
             (confirm, Err(DeliveryError::InDoubt(reason)))
         });
-        self.settling.extend(recorded);
-        durable.counts.1 += durable.resumed.len() as u64;
+        producer.settle(recorded);
+        self.counts.1 += self.resumed.len() as u64;
         let resending = resumed.len() + resumed_chunks.len();
         if resending > 0 {
             log::info!(
                 "durable producer `{}`: sending {resending} stored message(s) again",
-                self.core.id(),
+                producer.id(),
             );
         }
-        if durable.epoch == 0 && epoch > 1 {
+        if self.epoch == 0 && epoch > 1 {
             // Its first opening, of a stream opened before: taken from the opening before it,
             // whether that one's producer is gone (a restart) or alive (a second instance,
             // which stops at its next write).
-            durable.takeovers += 1;
+            self.takeovers += 1;
             log::info!(
                 "durable producer `{}` took stream `{}` over from opening {} (the newest opener \
                  owns a stream)",
-                self.core.id(),
-                durable.options.stream,
+                producer.id(),
+                self.options.stream,
                 epoch - 1
             );
         }
-        durable.epoch = epoch;
-        durable.unsure_opens = 0;
-        durable.failures = 0;
-        durable.next_seq = Some(next_seq);
-        let lease = durable.options.config.lease;
-        self.stop.opened();
+        self.epoch = epoch;
+        self.unsure_opens = 0;
+        self.failures = 0;
+        self.next_seq = Some(next_seq);
+        producer.opened();
         // The log checked that its seqs ascend below its next seq.
-        let stopping = durable.stopping.is_some();
-        self.core = match chunking {
+        let config = &self.config;
+        *producer.core() = match chunking {
             None => Core::Whole(ProducerCore::resume(
-                &durable.config,
+                config,
                 incarnation,
                 next_seq,
                 resumed,
                 random_u64,
             )),
             Some(chunking) => {
-                let config = &durable.config;
                 let core = ChunkedProducer::resume(
                     config,
                     incarnation,
@@ -682,54 +726,37 @@ impl<T: Clone + Send + 'static> ProducerController<T> {
                 Core::Chunked(core, chunking)
             }
         };
-        if stopping {
+        if self.stopping.is_some() {
             // Opened only to settle what was in doubt: what it holds is sent by the next start.
-            self.core.stop();
+            producer.core().stop();
         }
-        if let Some(lease) = lease {
-            self.renew_every(lease, ctx);
+        if let Some(lease) = self.options.config.lease {
+            Self::renew_every(lease, producer);
         }
-        self.fire_settling();
-        self.dirty = true;
-        self.flush(ctx);
+        producer.flush();
     }
 
-    /// Stores what was handed over and records what was settled, one write of each in
-    /// flight at a time.
-    pub(crate) fn flush_durable(&mut self, ctx: &mut Context<Self>) {
-        self.start_store(ctx);
-        self.start_record(ctx);
-        if let Some(durable) = &self.durable {
-            if durable.stopping.is_some() && !durable.is_writing() {
-                // Every write is answered: stopped for good.
-                self.stop.make_final();
-                ctx.stop();
-            }
+    /// Stores what was handed over (one store in flight at a time): as many waiting messages
+    /// as fit in one journal entry.
+    fn start_store(&mut self, producer: &mut Producer<'_, T>) {
+        if producer.core().chunking().is_some() {
+            return self.start_store_chunks(producer);
         }
-    }
-
-    fn start_store(&mut self, ctx: &mut Context<Self>) {
-        if self.core.chunking().is_some() {
-            return self.start_store_chunks(ctx);
-        }
-        let Some(durable) = &mut self.durable else {
-            return;
-        };
-        let (Some(first_seq), Some(log)) = (durable.next_seq, &durable.log) else {
+        let (Some(first_seq), Some(log)) = (self.next_seq, &self.log) else {
             return; // not open yet
         };
-        if durable.storing.is_some() || durable.stopping.is_some() || durable.to_store.is_empty() {
+        if self.storing.is_some() || self.stopping.is_some() || self.to_store.is_empty() {
             return;
         }
         // One journal entry: as many waiting messages as fit.
         let (mut batch, mut bodies, mut bytes) = (Vec::new(), Vec::new(), 0);
-        while let Some((body, _)) = durable.to_store.front() {
-            let encoded = durable.encode(body);
+        while let Some((body, _)) = self.to_store.front() {
+            let encoded = self.encode(body);
             let size = encoded.as_ref().map_or(0, |b| b.len() + EVENT_OVERHEAD);
             if !bodies.is_empty() && bytes + size > MAX_STORE_BYTES {
                 break; // the next store takes it
             }
-            let (body, confirm) = durable.to_store.pop_front().expect("looked at it");
+            let (body, confirm) = self.to_store.pop_front().expect("looked at it");
             match encoded {
                 Ok(encoded) => {
                     bytes += size;
@@ -738,150 +765,117 @@ impl<T: Clone + Send + 'static> ProducerController<T> {
                 }
                 Err(error) => {
                     let reason = format!("the message cannot be stored: {error}");
-                    self.settling
-                        .push((confirm, Err(DeliveryError::Storage(reason))));
+                    producer.settle([(confirm, Err(DeliveryError::Storage(reason)))]);
                 }
             }
         }
-        let stored = (!batch.is_empty()).then(|| {
-            durable.next_seq = Some(first_seq + batch.len() as u64);
-            durable.storing = Some((first_seq, batch));
-            log.ask(LogCommand::Store {
-                epoch: durable.epoch,
-                first_seq,
-                bodies,
-            })
-        });
-        self.fire_settling();
-        let Some(stored) = stored else {
+        if batch.is_empty() {
             return;
-        };
-        ctx.spawn(stored.into_actor(self).map(move |reply, act, ctx| {
-            let Some(durable) = &mut act.durable else {
-                return;
-            };
-            let Some((first_seq, batch)) = durable.storing.take() else {
-                return; // the log closed meanwhile: the store is in doubt
-            };
-            let count = batch.len() as u64;
-            let batch = (first_seq..).zip(batch);
-            if let Err(error) = reply {
-                let reason = log_error(&durable.options.stream, &error);
-                if let CommandError::Journal(_) = error {
-                    // Perhaps committed: the restart finds out.
-                    let doubts = batch.map(|(seq, (body, confirm))| InDoubt {
-                        seq,
-                        body,
-                        confirm,
-                        reason: reason.clone(),
-                    });
-                    durable.in_doubt.extend(doubts);
-                } else {
-                    // Refused before the journal: not stored, never sent.
-                    let failed = batch.map(|(_, (_, confirm))| {
-                        (confirm, Err(DeliveryError::Storage(reason.clone())))
-                    });
-                    act.settling.extend(failed);
-                }
-                return act.fail_log(&error, ctx);
-            }
-            durable.counts.0 += count;
-            for (seq, (body, mut confirm)) in batch {
-                confirm.notify_stored(MessageId(seq));
-                durable.unsettled.insert(seq);
-                if durable.stopping.is_some() {
-                    // Stored, not sent: the next start of the stream sends it.
-                    act.settling
-                        .push((confirm, Err(DeliveryError::StoppedUnconfirmed)));
-                    continue;
-                }
-                let Core::Whole(core) = &mut act.core else {
-                    unreachable!("chunked durable producers store chunks")
-                };
-                if let Err((body, confirm)) = core.handle_stored(seq, body, confirm) {
-                    // Unreachable: the core numbers from the same next seq. Stored, so the
-                    // restart sends it (and tells its caller).
-                    let reason = format!("stored message {seq} is not the core's next seq");
-                    let doubt = InDoubt {
-                        seq,
-                        body,
-                        confirm,
-                        reason: reason.clone(),
-                    };
-                    durable.in_doubt.push(doubt);
-                    return act.fail_durable(Failure::Error(reason), ctx);
-                }
-            }
-            act.fire_settling();
-            act.dirty = true;
-            act.flush(ctx);
-        }));
+        }
+        self.next_seq = Some(first_seq + batch.len() as u64);
+        self.storing = Some((first_seq, batch));
+        let stored = log.ask(LogCommand::Store {
+            epoch: self.epoch,
+            first_seq,
+            bodies,
+        });
+        producer.spawn(stored, |durable: &mut Self, reply, producer| {
+            durable.stored(reply, producer);
+        });
     }
 
-    /// Records what was settled (one record in flight at a time).
-    pub(crate) fn start_record(&mut self, ctx: &mut Context<Self>) {
-        let Some(durable) = &mut self.durable else {
-            return;
+    /// A store was answered: its messages go to the core (or, stopping, stay stored for the
+    /// next start), or the journal failed.
+    fn stored(&mut self, reply: LogAnswer, producer: &mut Producer<'_, T>) {
+        let Some((first_seq, batch)) = self.storing.take() else {
+            return; // the log closed meanwhile: the store is in doubt
         };
-        let Some(log) = &durable.log else {
-            return;
-        };
-        if durable.recording.is_some() || durable.to_record.is_empty() {
-            return;
+        let count = batch.len() as u64;
+        let batch = (first_seq..).zip(batch);
+        if let Err(error) = reply {
+            let reason = log_error(&self.options.stream, &error);
+            if let CommandError::Journal(_) = error {
+                // Perhaps committed: the restart finds out.
+                let doubts = batch.map(|(seq, (body, confirm))| InDoubt {
+                    seq,
+                    body,
+                    confirm,
+                    reason: reason.clone(),
+                });
+                self.in_doubt.extend(doubts);
+            } else {
+                // Refused before the journal: not stored, never sent.
+                let failed = batch.map(|(_, (_, confirm))| {
+                    (confirm, Err(DeliveryError::Storage(reason.clone())))
+                });
+                producer.settle(failed);
+            }
+            return self.fail_log(&error, producer);
         }
-        let batch = std::mem::take(&mut durable.to_record);
-        let seqs = batch.iter().map(|(seq, _)| *seq).collect();
-        durable.recording = Some(batch);
-        let recorded = log.ask(LogCommand::Settle {
-            epoch: durable.epoch,
-            seqs,
-        });
-        ctx.spawn(recorded.into_actor(self).map(move |reply, act, ctx| {
-            let Some(durable) = &mut act.durable else {
-                return;
+        self.counts.0 += count;
+        for (seq, (body, mut confirm)) in batch {
+            confirm.notify_stored(MessageId(seq));
+            self.unsettled.insert(seq);
+            if self.stopping.is_some() {
+                // Stored, not sent: the next start of the stream sends it.
+                producer.settle([(confirm, Err(DeliveryError::StoppedUnconfirmed))]);
+                continue;
+            }
+            let Core::Whole(core) = producer.core() else {
+                unreachable!("chunked durable producers store chunks")
             };
-            let Some(batch) = durable.recording.take() else {
-                return; // the log closed meanwhile: the record is in doubt
-            };
-            if let Err(error) = reply {
-                // Perhaps recorded: the restart finds out (and tells the callbacks).
-                durable.recording = Some(batch);
-                return act.fail_log(&error, ctx);
+            if let Err((body, confirm)) = core.handle_stored(seq, body, confirm) {
+                // Unreachable: the core numbers from the same next seq. Stored, so the
+                // restart sends it (and tells its caller).
+                let reason = format!("stored message {seq} is not the core's next seq");
+                let doubt = InDoubt {
+                    seq,
+                    body,
+                    confirm,
+                    reason: reason.clone(),
+                };
+                self.in_doubt.push(doubt);
+                return self.fail(Failure::Error(reason), producer);
             }
-            for (seq, (_, result)) in &batch {
-                durable.unsettled.remove(seq);
-                durable.spans.remove(seq);
-                if durable.resumed.remove(seq) && result.is_ok() {
-                    durable.counts.2 += 1;
-                }
+        }
+        producer.flush();
+    }
+
+    /// A settlement record was answered: its confirmations fire, and the core may forget
+    /// what is durably settled; or the journal failed.
+    fn recorded(&mut self, reply: LogAnswer, producer: &mut Producer<'_, T>) {
+        let Some(batch) = self.recording.take() else {
+            return; // the log closed meanwhile: the record is in doubt
+        };
+        if let Err(error) = reply {
+            // Perhaps recorded: the restart finds out (and tells the callbacks).
+            self.recording = Some(batch);
+            return self.fail_log(&error, producer);
+        }
+        for (seq, (_, result)) in &batch {
+            self.unsettled.remove(seq);
+            self.spans.remove(seq);
+            if self.resumed.remove(seq) && result.is_ok() {
+                self.counts.2 += 1;
             }
-            let below = durable
-                .unsettled
-                .first()
-                .map(|&id| durable.first_seq_of(id));
-            let below = below.or(durable.next_seq);
-            if let Some(below) = below {
-                act.core.set_durably_settled_below(below);
-            }
-            act.settling
-                .extend(batch.into_iter().map(|(_, settlement)| settlement));
-            act.fire_settling();
-            act.dirty = true;
-            act.flush(ctx);
-        }));
+        }
+        let below = self.unsettled.first().map(|&id| self.first_seq_of(id));
+        let below = below.or(self.next_seq);
+        if let Some(below) = below {
+            producer.core().set_durably_settled_below(below);
+        }
+        producer.settle(batch.into_iter().map(|(_, settlement)| settlement));
+        producer.flush();
     }
 
     /// The log refused or failed: a restart cannot help a stream taken over, another
     /// producer's, corrupt or of a schema this code cannot read, so the producer stops for good
     /// then; otherwise it restarts (under a `Supervisor`).
-    fn fail_log(&mut self, error: &CommandError<LogRefusal>, ctx: &mut Context<Self>) {
-        let Some(durable) = &self.durable else {
-            return;
-        };
-        let reason = log_error(&durable.options.stream, error);
+    fn fail_log(&mut self, error: &CommandError<LogRefusal>, producer: &mut Producer<'_, T>) {
+        let reason = log_error(&self.options.stream, error);
         match error {
             CommandError::Rejected(LogRefusal::TakenOver { .. }) => {
-                self.fail_for_good(Failure::TakenOver(reason), ctx);
+                self.fail_for_good(Failure::TakenOver(reason), producer);
             }
             CommandError::Rejected(
                 LogRefusal::OtherProducer { .. } | LogRefusal::Corrupt(_) | LogRefusal::Newer(_),
@@ -892,126 +886,30 @@ impl<T: Clone + Send + 'static> ProducerController<T> {
                 | JournalError::ForeignType { .. }
                 | JournalError::Schema { .. },
             ) => {
-                self.fail_for_good(Failure::Error(reason), ctx);
+                self.fail_for_good(Failure::Error(reason), producer);
             }
-            _ => self.fail_durable(Failure::Error(reason), ctx),
+            _ => self.fail(Failure::Error(reason), producer),
         }
     }
 
-    /// As [`fail_durable`](Self::fail_durable), and the producer stays stopped.
-    fn fail_for_good(&mut self, failure: Failure, ctx: &mut Context<Self>) {
-        self.stop.make_final();
-        self.fail_durable(failure, ctx);
+    /// As [`fail`](Self::fail), and the producer stays stopped.
+    fn fail_for_good(&mut self, failure: Failure, producer: &mut Producer<'_, T>) {
+        producer.make_final();
+        self.fail(failure, producer);
     }
 
     /// The journal failed (or refused): settle what was not stored with the reason, and
-    /// stop (a `Supervisor` restarts the producer on what the journal holds, which settles
+    /// stop the producer (a `Supervisor` restarts it on what the journal holds, which settles
     /// the writes that were unanswered). The handles' `stopped()` says why if it stays
     /// stopped.
-    fn fail_durable(&mut self, failure: Failure, ctx: &mut Context<Self>) {
+    fn fail(&mut self, failure: Failure, producer: &mut Producer<'_, T>) {
         log::error!(
             "durable producer `{}` stops: its journal failed: {failure}",
-            self.core.id()
+            producer.id()
         );
-        if let Some(durable) = &mut self.durable {
-            durable.failures = durable.failures.saturating_add(1);
-            let unstored = durable.drain_unstored(&DeliveryError::Storage(failure.to_string()));
-            self.settling.extend(unstored);
-        }
-        self.stop.fail(failure);
-        self.fire_settling();
-        ctx.stop();
-    }
-
-    /// `stop()` of a durable producer: what is not stored yet never will be (settled
-    /// `ProducerStopped`), the settlements the consumer confirmed are recorded, and the store,
-    /// record or opening in flight is answered; then the actor stops for good, at the latest
-    /// after [`DurableOptions::stop_timeout`] (what is unanswered then is settled as in doubt).
-    /// A journal failure meanwhile restarts it under its `Supervisor` (the open settles the
-    /// unanswered writes by what the journal holds), and the stop goes on.
-    pub(crate) fn stop_durable(&mut self, ctx: &mut Context<Self>) {
-        let Some(durable) = &mut self.durable else {
-            return;
-        };
-        if durable.stopping.is_some() {
-            return;
-        }
-        durable.stopping = Some(now() + durable.options.config.stop_timeout);
-        self.refuse_what_is_not_stored();
-        // Confirmed in this mailbox drain: recorded before the stop.
-        self.settle_polled();
-        // Stored and unconfirmed: the next start of the stream sends them.
-        self.core.stop();
-        self.settle_polled();
-        self.arm_stop_deadline(ctx);
-        self.dirty = true;
-    }
-
-    /// Stopping: a restarted producer goes on stopping, with the same deadline.
-    pub(crate) fn is_stopping(&self) -> bool {
-        self.durable.as_ref().is_some_and(|d| d.stopping.is_some())
-    }
-
-    /// Settles what waits in the inbox or to be stored: it never will be.
-    fn refuse_what_is_not_stored(&mut self) {
-        let Some(durable) = &mut self.durable else {
-            return;
-        };
-        let unstored = durable.drain_unstored(&DeliveryError::ProducerStopped);
-        self.settling.extend(unstored);
-        let waiting = self.inbox.close().into_iter();
-        let waiting = waiting.map(|(_, confirm)| (confirm, Err(DeliveryError::ProducerStopped)));
-        self.settling.extend(waiting);
-    }
-
-    /// Stops for good at the stopping deadline, answered or not.
-    pub(crate) fn arm_stop_deadline(&mut self, ctx: &mut Context<Self>) {
-        let Some(deadline) = self.durable.as_ref().and_then(|d| d.stopping) else {
-            return;
-        };
-        let left = deadline.saturating_duration_since(now());
-        ctx.run_later(left, move |act, ctx| {
-            if act.durable.as_ref().is_some_and(Durable::is_writing) {
-                log::warn!(
-                    "durable producer `{}`: its journal did not answer before the stop timeout; \
-                     what it did not answer is settled as in doubt",
-                    act.core.id()
-                );
-            }
-            act.stop.make_final();
-            ctx.stop();
-        });
-    }
-
-    /// Stops the log (restart or stop of the producer) and forgets what is in memory, except
-    /// the writes that were unanswered (the next open settles them by what the journal holds).
-    pub(crate) fn close_log(&mut self) {
-        if self.durable.is_none() {
-            return;
-        }
-        // Settlements the core made since the last flush wait for their record too.
-        self.settle_polled();
-        if let Some(durable) = &mut self.durable {
-            let unstored = durable.drain_unstored(&DeliveryError::ProducerStopped);
-            durable.carry_unanswered();
-            if let Some(log) = durable.log.take() {
-                log.stop();
-            }
-            durable.next_seq = None;
-            durable.unsettled.clear();
-            durable.spans.clear();
-            durable.resumed.clear();
-            self.settling.extend(unstored);
-        }
-    }
-
-    /// Settles the writes of unknown outcome: the producer is gone for good.
-    pub(crate) fn abandon_in_doubt(&mut self) {
-        if let Some(durable) = &mut self.durable {
-            let abandoned = durable.abandon_in_doubt();
-            self.settling.extend(abandoned);
-            self.fire_settling();
-        }
+        self.failures = self.failures.saturating_add(1);
+        producer.settle(self.drain_unstored(&DeliveryError::Storage(failure.to_string())));
+        producer.fail(failure);
     }
 }
 
@@ -1041,13 +939,66 @@ fn log_error(stream: &PersistenceId, error: &CommandError<LogRefusal>) -> String
     }
 }
 
+/// A durable producer: it stores every message in `durable`'s journal stream before it
+/// sends it, and resumes the stream's life when started (see [`crate::durable`]). Its id is
+/// the one `durable` names.
+///
+/// # Errors
+/// [`OptionsError`] naming the first invalid setting of `durable`, or `producer_id` if the id
+/// is invalid or `options` fix another one.
+fn durable_producer<T>(
+    options: ProducerOptions<T>,
+    mut durable: DurableOptions<T>,
+) -> Result<ProducerController<T>, OptionsError>
+where
+    T: Clone + Send + Serialize + DeserializeOwned + 'static,
+{
+    durable.resolve()?;
+    let id = durable.producer_id.as_str();
+    if let Some(other) = options
+        .config()
+        .producer_id
+        .as_deref()
+        .filter(|other| *other != id)
+    {
+        return Err(OptionsError::new(
+            "producer_id",
+            format!(
+                "the producer options fix `{other}`, the durable options `{id}`: a durable \
+                 producer's id is its stream's, set in DurableOptions::new"
+            ),
+        ));
+    }
+    // Its chunks are what it stores: in process they are written as the durable options say
+    // (across processes in the transport's schema, which reads them back).
+    let stored_as = BodySchema::new()
+        .codec(durable.config.codec)
+        .version(durable.message_version)
+        .upcast(durable.upcast);
+    let options = options
+        .with_producer_id(id)?
+        .with_chunks_stored_as(stored_as);
+    if let Some(size) = options.chunk_size().filter(|&s| s as u64 > MAX_BODY_BYTES) {
+        return Err(OptionsError::new(
+            "chunk_size",
+            format!(
+                "a durable producer stores each chunk in one journal entry: at most \
+                 {MAX_BODY_BYTES} bytes (got {size})"
+            ),
+        ));
+    }
+    let storage = Durable::new(options.config().clone(), durable);
+    Ok(ProducerController::stored_in(options, Box::new(storage)))
+}
+
 /// Starts a durable producer where its options place it, supervised unless its durable
 /// options say to stop on a journal failure: what
 /// [`ReliableDelivery::durable_producer`] does, and how the subsystems below the facade start
 /// theirs.
 ///
 /// # Errors
-/// As [`ProducerController::durable`].
+/// [`OptionsError`] naming the first invalid setting of `durable`, or `producer_id` if the id
+/// is invalid or `options` fix another one.
 ///
 /// [`ReliableDelivery::durable_producer`]: crate::ReliableDelivery::durable_producer
 pub(crate) fn start_durable_producer<T>(
@@ -1062,7 +1013,7 @@ where
         ..options.placement().clone()
     };
     Ok(ProducerHandle::start(
-        ProducerController::durable(options, durable)?,
+        durable_producer(options, durable)?,
         &placement,
     ))
 }

@@ -124,31 +124,23 @@ impl<T> Durable<T> {
     }
 }
 
-impl<T: Clone + Send + 'static> ProducerController<T> {
+impl<T: Clone + Send + 'static> Durable<T> {
     /// Stores the next run of chunks of the chunked message being stored (starting the next
     /// message if none is), one store in flight at a time.
-    pub(super) fn start_store_chunks(&mut self, ctx: &mut Context<Self>) {
-        let chunking = self.core.chunking().cloned();
-        let Some(durable) = &mut self.durable else {
-            return;
-        };
-        let (Some(next_seq), Some(log), Some(chunking)) =
-            (durable.next_seq, &durable.log, chunking)
+    pub(super) fn start_store_chunks(&mut self, producer: &mut Producer<'_, T>) {
+        let chunking = producer.core().chunking().cloned();
+        let (Some(next_seq), Some(log), Some(chunking)) = (self.next_seq, &self.log, chunking)
         else {
             return; // not open yet
         };
-        if durable
-            .storing_chunks
-            .as_ref()
-            .is_some_and(|s| s.storing > 0)
-        {
+        if self.storing_chunks.as_ref().is_some_and(|s| s.storing > 0) {
             return;
         }
-        if durable.storing_chunks.is_none() {
-            if durable.stopping.is_some() {
+        if self.storing_chunks.is_none() {
+            if self.stopping.is_some() {
                 return;
             }
-            let Some((body, confirm)) = durable.to_store.pop_front() else {
+            let Some((body, confirm)) = self.to_store.pop_front() else {
                 return;
             };
             match chunking.chunks_of(&body) {
@@ -158,8 +150,8 @@ impl<T: Clone + Send + 'static> ProducerController<T> {
                         chunks: u32::try_from(chunks.len()).unwrap_or(u32::MAX),
                         message_len: chunks.iter().map(|c| c.len() as u64).sum(),
                     };
-                    durable.next_seq = Some(next_seq + chunks.len() as u64);
-                    durable.storing_chunks = Some(ChunkedStore {
+                    self.next_seq = Some(next_seq + chunks.len() as u64);
+                    self.storing_chunks = Some(ChunkedStore {
                         header,
                         chunks,
                         stored: 0,
@@ -167,13 +159,10 @@ impl<T: Clone + Send + 'static> ProducerController<T> {
                         confirm,
                     });
                 }
-                Err(error) => {
-                    self.settling.push((confirm, Err(error)));
-                    return self.fire_settling();
-                }
+                Err(error) => return producer.settle([(confirm, Err(error))]),
             }
         }
-        let store = durable.storing_chunks.as_mut().expect("started above");
+        let store = self.storing_chunks.as_mut().expect("started above");
         // One journal entry: as many chunks as fit (at least one: a chunk fits an entry).
         let (mut bodies, mut bytes) = (Vec::new(), 0);
         for chunk in &store.chunks[store.stored..] {
@@ -186,33 +175,26 @@ impl<T: Clone + Send + 'static> ProducerController<T> {
         }
         store.storing = bodies.len();
         let stored = log.ask(LogCommand::StoreChunks {
-            epoch: durable.epoch,
+            epoch: self.epoch,
             first_seq: store.header.first_seq + store.stored as u64,
             chunk: store.header,
             bodies,
         });
-        ctx.spawn(stored.into_actor(self).map(|reply, act, ctx| {
-            act.chunks_stored(reply, ctx);
-        }));
+        producer.spawn(stored, |durable: &mut Self, reply, producer| {
+            durable.chunks_stored(reply, producer);
+        });
     }
 
     /// A run of chunks was stored (or not).
-    fn chunks_stored(
-        &mut self,
-        reply: Result<LogReply, CommandError<LogRefusal>>,
-        ctx: &mut Context<Self>,
-    ) {
-        let Some(durable) = &mut self.durable else {
-            return;
-        };
-        let Some(mut store) = durable.storing_chunks.take() else {
+    fn chunks_stored(&mut self, reply: LogAnswer, producer: &mut Producer<'_, T>) {
+        let Some(mut store) = self.storing_chunks.take() else {
             return; // the log closed meanwhile: the store is in doubt
         };
         if let Err(error) = reply {
-            let reason = log_error(&durable.options.stream, &error);
+            let reason = log_error(&self.options.stream, &error);
             if let CommandError::Journal(_) = error {
                 // Perhaps committed (and then perhaps the whole message): the restart finds out.
-                durable.chunk_doubts.push(ChunkDoubt {
+                self.chunk_doubts.push(ChunkDoubt {
                     header: store.header,
                     chunks: store.chunks,
                     confirm: store.confirm,
@@ -221,22 +203,19 @@ impl<T: Clone + Send + 'static> ProducerController<T> {
             } else {
                 // Refused: the message is not stored whole (the next opening drops what is).
                 let error = DeliveryError::Storage(format!("{reason}; it was not stored"));
-                self.settling.push((store.confirm, Err(error)));
+                producer.settle([(store.confirm, Err(error))]);
             }
-            return self.fail_log(&error, ctx);
+            return self.fail_log(&error, producer);
         }
         store.stored += std::mem::take(&mut store.storing);
         if store.stored < store.chunks.len() {
-            if durable.stopping.is_some() {
+            if self.stopping.is_some() {
                 // Not stored whole, never will be: the next opening drops what is.
-                self.settling
-                    .push((store.confirm, Err(DeliveryError::ProducerStopped)));
-                self.fire_settling();
+                producer.settle([(store.confirm, Err(DeliveryError::ProducerStopped))]);
             } else {
-                durable.storing_chunks = Some(store);
+                self.storing_chunks = Some(store);
             }
-            self.dirty = true;
-            return self.flush(ctx);
+            return producer.flush();
         }
         let ChunkedStore {
             header,
@@ -245,27 +224,23 @@ impl<T: Clone + Send + 'static> ProducerController<T> {
             ..
         } = store;
         let (first, last) = (header.first_seq, header.last_seq());
-        durable.counts.0 += 1;
+        self.counts.0 += 1;
         confirm.notify_stored(MessageId(last));
-        durable.unsettled.insert(last);
-        durable.spans.insert(last, first);
-        if durable.stopping.is_some() {
+        self.unsettled.insert(last);
+        self.spans.insert(last, first);
+        if self.stopping.is_some() {
             // Stored, not sent: the next start of the stream sends it.
-            self.settling
-                .push((confirm, Err(DeliveryError::StoppedUnconfirmed)));
-        } else if let Core::Chunked(core, _) = &mut self.core {
+            producer.settle([(confirm, Err(DeliveryError::StoppedUnconfirmed))]);
+        } else if let Core::Chunked(core, _) = producer.core() {
             if let Err((_, confirm)) = core.handle_stored(first, chunks, confirm) {
                 // Unreachable: the core numbers from the same next seq. Stored, so the restart
                 // sends it (its caller hears "in doubt").
                 let reason = format!("stored message {first} is not the core's next seq");
-                self.settling
-                    .push((confirm, Err(DeliveryError::InDoubt(reason.clone()))));
-                return self.fail_durable(Failure::Error(reason), ctx);
+                producer.settle([(confirm, Err(DeliveryError::InDoubt(reason.clone())))]);
+                return self.fail(Failure::Error(reason), producer);
             }
         }
-        self.fire_settling();
-        self.dirty = true;
-        self.flush(ctx);
+        producer.flush();
     }
 
     /// The chunked messages the opening found: those stored whole are sent again (the
@@ -277,11 +252,9 @@ impl<T: Clone + Send + 'static> ProducerController<T> {
         chunked: Vec<Restored>,
         dropped: Vec<ChunkHeader>,
         carried: &mut BTreeMap<u64, Carried>,
+        producer: &mut Producer<'_, T>,
     ) -> Vec<(u64, Vec<Bytes>, Confirmation)> {
-        let Some(durable) = &mut self.durable else {
-            return Vec::new();
-        };
-        let mut doubts: BTreeMap<u64, ChunkDoubt> = durable
+        let mut doubts: BTreeMap<u64, ChunkDoubt> = self
             .chunk_doubts
             .drain(..)
             .map(|d| (d.header.first_seq, d))
@@ -294,42 +267,42 @@ impl<T: Clone + Send + 'static> ProducerController<T> {
         } in chunked
         {
             let (first, last) = (header.first_seq, header.last_seq());
-            durable.unsettled.insert(last);
-            durable.spans.insert(last, first);
+            self.unsettled.insert(last);
+            self.spans.insert(last, first);
             let committed = doubts
                 .remove(&first)
                 .filter(|doubt| doubt.header == header && doubt.chunks == stored);
             let confirm = if let Some(mut doubt) = committed {
                 doubt.confirm.notify_stored(MessageId(last));
-                durable.counts.0 += 1; // stored after all
+                self.counts.0 += 1; // stored after all
                 doubt.confirm
             } else if let Some(carried) = carried.remove(&last) {
                 carried.settlement.0
             } else {
-                let mut confirm = match &durable.options.sink {
+                let mut confirm = match &self.options.sink {
                     Some(sink) => sink_confirmation(sink.clone(), MessageId(last)),
                     None => Confirmation::none(),
                 };
                 confirm.notify_stored(MessageId(last));
-                durable.resumed.insert(last);
+                self.resumed.insert(last);
                 confirm
             };
             resumed.push((first, chunks, confirm));
         }
-        let stream = &durable.options.stream;
+        let stream = &self.options.stream;
         for header in dropped {
             let (first, last) = (header.first_seq, header.last_seq());
             let reason = format!(
                 "stream `{stream}`: the producer ended while storing message {last} (chunks \
                  {first} to {last}): only some were stored, so it was dropped, never sent"
             );
-            durable.counts.3 += 1;
-            log::warn!("durable producer `{}`: {reason}", self.core.id());
+            self.counts.3 += 1;
+            log::warn!("durable producer `{}`: {reason}", producer.id());
             let error = DeliveryError::Storage(reason);
             match doubts.remove(&first) {
-                Some(doubt) => self.settling.push((doubt.confirm, Err(error))),
+                Some(doubt) => producer.settle([(doubt.confirm, Err(error))]),
                 None => {
-                    if let Some(sink) = &durable.options.sink {
+                    if let Some(sink) = &self.options.sink {
                         let id = MessageId(last);
                         sink.do_send(DurableConfirmation {
                             id,
@@ -342,7 +315,7 @@ impl<T: Clone + Send + 'static> ProducerController<T> {
         // Not among the stored messages: not stored whole.
         for doubt in doubts.into_values() {
             let error = DeliveryError::Storage(format!("{}; it was not stored", doubt.reason));
-            self.settling.push((doubt.confirm, Err(error)));
+            producer.settle([(doubt.confirm, Err(error))]);
         }
         resumed
     }

@@ -107,7 +107,9 @@ pub use replay::replay_all;
 pub(crate) use sqlite::unix_millis;
 #[cfg(feature = "sqlite")]
 #[cfg_attr(docsrs, doc(cfg(feature = "sqlite")))]
-pub use sqlite::{SqliteConfig, SqliteDurability, SqliteJournal, SqliteStats};
+pub use sqlite::{
+    SqliteConfig, SqliteDurability, SqliteJournal, SqliteOptions, SqliteOptionsBuilder, SqliteStats,
+};
 pub use tag::{slice_of, Slices, Tag, MAX_TAG_BYTES, SLICES};
 
 /// The future every [`Journal`] operation returns: `Send`, boxed so the trait is object safe.

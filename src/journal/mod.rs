@@ -101,7 +101,9 @@ pub use postgres::PostgresTls;
 pub(crate) use postgres::{is_connection_lost, is_plain_identifier, parse_config};
 #[cfg(feature = "postgres")]
 #[cfg_attr(docsrs, doc(cfg(feature = "postgres")))]
-pub use postgres::{PostgresConfig, PostgresJournal, PostgresStats};
+pub use postgres::{
+    PostgresConfig, PostgresJournal, PostgresOptions, PostgresOptionsBuilder, PostgresStats,
+};
 pub use replay::replay_all;
 #[cfg(feature = "sqlite")]
 pub(crate) use sqlite::unix_millis;

@@ -197,13 +197,16 @@ fn the_example_node_file_loads_into_every_section_with_its_values() {
     #[cfg(feature = "postgres")]
     assert_eq!(
         file.journal.postgres,
-        actix_delivery::journal::PostgresConfig::default()
-            .schema("orders")
-            .create_tables(true)
-            .readers(4)
-            .commit_timeout(ms(10_000))
-            .connect_timeout(ms(3000))
-            .reconnect_backoff(ms(50), ms(2000))
+        actix_delivery::journal::PostgresConfig {
+            schema: "orders".into(),
+            create_tables: true,
+            readers: 4,
+            commit_timeout: ms(10_000),
+            connect_timeout: ms(3000),
+            reconnect_min: ms(50),
+            reconnect_max: ms(2000),
+            ..actix_delivery::journal::PostgresConfig::default()
+        }
     );
     assert_eq!(
         file.node,
@@ -248,6 +251,8 @@ fn the_example_node_file_loads_into_every_section_with_its_values() {
     file.node.validate().unwrap();
     file.durable.validate().unwrap();
     file.journal.sqlite.validate().unwrap();
+    #[cfg(feature = "postgres")]
+    file.journal.postgres.validate().unwrap();
     #[cfg(feature = "nats")]
     file.nats.validate().unwrap();
 }

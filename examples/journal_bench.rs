@@ -14,7 +14,7 @@
 use std::cell::Cell;
 use std::time::{Duration, Instant};
 
-use actix_delivery::journal::{Journal, PersistenceId, SqliteConfig, SqliteJournal};
+use actix_delivery::journal::{Journal, PersistenceId, SqliteJournal, SqliteOptions};
 use futures_util::FutureExt;
 
 #[path = "support/counting_alloc.rs"]
@@ -180,7 +180,10 @@ async fn memory_per_queued_append() {
     let dir = tempfile::tempdir().expect("a temporary directory");
     let journal = SqliteJournal::open_with(
         dir.path().join("memory.db"),
-        SqliteConfig::default().queue_capacity(QUEUED + 1),
+        SqliteOptions::builder()
+            .queue_capacity(QUEUED + 1)
+            .build()
+            .expect("valid options"),
     )
     .await
     .expect("open the journal");

@@ -18,7 +18,7 @@ use std::rc::Rc;
 use std::time::{Duration, Instant};
 
 use actix_delivery::journal::{
-    Journal, PersistenceId, PostgresConfig, PostgresJournal, SqliteJournal,
+    Journal, PersistenceId, PostgresJournal, PostgresOptions, SqliteJournal,
 };
 
 #[path = "support/thousands.rs"]
@@ -84,7 +84,10 @@ fn main() {
     let postgres = runtime
         .block_on(PostgresJournal::connect_with(
             &url,
-            PostgresConfig::default().schema(&schema),
+            PostgresOptions::builder()
+                .schema(&schema)
+                .build()
+                .expect("valid options"),
         ))
         .unwrap_or_else(|err| panic!("cannot connect ({URL_VAR}, default {DEFAULT_URL:?}): {err}"));
     let mut results: Vec<Vec<Measured>> = CASES.iter().map(|_| Vec::new()).collect();

@@ -525,7 +525,7 @@ mod postgres {
 
     use std::sync::Arc;
 
-    use actix_delivery::journal::{Journal, PostgresConfig, PostgresJournal};
+    use actix_delivery::journal::{Journal, PostgresJournal, PostgresOptions};
 
     pub struct Bench {
         pub events: usize,
@@ -541,7 +541,7 @@ mod postgres {
     impl Bench {
         pub async fn new(events: usize) -> Self {
             let schema = format!("projection_bench_{}", std::process::id());
-            let options = PostgresConfig::default().schema(&schema);
+            let options = PostgresOptions::builder().schema(&schema).build().unwrap();
             let journal = Arc::new(
                 PostgresJournal::connect_with(&url(), options)
                     .await
@@ -560,7 +560,10 @@ mod postgres {
         }
 
         pub async fn second_journal(&self) -> Arc<dyn Journal> {
-            let options = PostgresConfig::default().schema(&self.schema);
+            let options = PostgresOptions::builder()
+                .schema(&self.schema)
+                .build()
+                .unwrap();
             Arc::new(
                 PostgresJournal::connect_with(&url(), options)
                     .await

@@ -17,7 +17,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use actix_delivery::journal::{PersistenceId, PostgresConfig, PostgresJournal};
+use actix_delivery::journal::{PersistenceId, PostgresJournal, PostgresOptions};
 use actix_delivery::nats::{NatsCarrierHandle, NatsOptions};
 use actix_delivery::persistence::{recover_state, Decision, EventSourced, PersistentConfig};
 use actix_delivery::sharding::{
@@ -75,7 +75,10 @@ fn account(n: u64) -> EntityId {
 /// closes, then leaves the cluster gracefully.
 fn node(name: String, entity_type: String, prefix: String) {
     actix::System::new().block_on(async move {
-        let options = PostgresConfig::default().schema(SCHEMA);
+        let options = PostgresOptions::builder()
+            .schema(SCHEMA)
+            .build()
+            .expect("valid options");
         let journal = PostgresJournal::connect_with(&postgres(), options)
             .await
             .expect("the journal");
@@ -216,10 +219,13 @@ async fn demo() {
         confirmed.load(Ordering::Relaxed)
     );
 
-    let journal =
-        PostgresJournal::connect_with(&postgres(), PostgresConfig::default().schema(SCHEMA))
-            .await
-            .expect("the journal");
+    let options = PostgresOptions::builder()
+        .schema(SCHEMA)
+        .build()
+        .expect("valid options");
+    let journal = PostgresJournal::connect_with(&postgres(), options)
+        .await
+        .expect("the journal");
     let mut applied = 0;
     for (to, deposits) in &sent {
         let id = PersistenceId::new(format!("{entity_type}|{}", account(*to))).expect("valid");

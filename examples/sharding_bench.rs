@@ -395,7 +395,7 @@ fn main() {
 mod over_nats {
     use std::process::Child;
 
-    use actix_delivery::journal::{PostgresConfig, PostgresJournal};
+    use actix_delivery::journal::{PostgresJournal, PostgresOptions};
     use actix_delivery::nats::{NatsCarrierHandle, NatsOptions};
     use actix_delivery::sharding::{
         CoordinatorOptions, LeaseStore, NatsShards, PostgresLeaseStore, ShardCoordinatorHandle,
@@ -422,7 +422,10 @@ mod over_nats {
         actix::System::new().block_on(async move {
             let journal = PostgresJournal::connect_with(
                 &postgres(),
-                PostgresConfig::default().schema(SCHEMA),
+                PostgresOptions::builder()
+                    .schema(SCHEMA)
+                    .build()
+                    .expect("valid options"),
             )
             .await
             .expect("the journal");

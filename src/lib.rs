@@ -452,17 +452,15 @@
 //! `SqliteConfig` (feature `sqlite`, on by default), `PostgresConfig` (feature `postgres`),
 //! [`NodeConfig`](crate::tcp::NodeConfig) and `NatsConfig` (feature `nats`). Each takes
 //! loaded values through its builder's `.config(…)`, and a value set on the builder wins over
-//! a loaded one, which wins over the default, whatever order the calls come in (the journal
-//! options are the loaded value itself: call their setters on it, after loading); what
-//! breaks a rule is refused when the options are built (the journals: when they open),
-//! naming the key.
+//! a loaded one, which wins over the default, whatever order the calls come in; what breaks a
+//! rule is refused when the options are built, naming the key.
 //! `examples/node.toml` in the repository is such a file, with every section; an application
 //! reads it into a struct of its own:
 //!
 //! ```
 //! # use actix_delivery::{ConsumerConfig, ProducerConfig};
 //! # use actix_delivery::durable::DurableConfig;
-//! # use actix_delivery::journal::SqliteConfig;
+//! # use actix_delivery::journal::{SqliteConfig, SqliteOptions};
 //! # use actix_delivery::tcp::{NodeConfig, NodeOptions, NodeSecret};
 //! #[derive(serde::Deserialize)]
 //! struct Settings {
@@ -484,6 +482,8 @@
 //!     [node]
 //!     listen = "127.0.0.1:7400"
 //!     idle_timeout_ms = 5000
+//!     [sqlite]
+//!     readers = 4
 //! "#).unwrap();
 //! let node = NodeOptions::builder()
 //!     .secret(NodeSecret::new([7; 32]).unwrap()) // a secret is code, never data
@@ -491,6 +491,8 @@
 //!     .build()
 //!     .unwrap();
 //! assert_eq!(node.config().idle_timeout, std::time::Duration::from_secs(5));
+//! let journal = SqliteOptions::builder().config(settings.sqlite).build().unwrap();
+//! assert_eq!(journal.config().readers, 4);
 //! assert_eq!(settings.producer.window_size, 64);
 //! ```
 //!

@@ -11,7 +11,7 @@ use std::sync::{Mutex, OnceLock};
 use std::time::Duration;
 
 use actix::prelude::*;
-use actix_delivery::journal::{Journal, PersistenceId, SqliteConfig, SqliteJournal};
+use actix_delivery::journal::{Journal, PersistenceId, SqliteJournal, SqliteOptions};
 use actix_delivery::tcp::{NodeHandle, NodeOptions, NodeSecret};
 use actix_delivery::{
     Ack, Acks, ConsumerController, ConsumerOptions, Deliveries, Delivery, DeliveryHandler,
@@ -303,7 +303,10 @@ async fn sqlite_commits_appear_in_the_commit_histograms() {
     let dir = tempfile::tempdir().unwrap();
     let journal = SqliteJournal::open_with(
         dir.path().join("metrics.journal"),
-        SqliteConfig::default().metrics_label("ledger"),
+        SqliteOptions::builder()
+            .metrics_label("ledger")
+            .build()
+            .unwrap(),
     )
     .await
     .unwrap();

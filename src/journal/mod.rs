@@ -101,13 +101,17 @@ pub use postgres::PostgresTls;
 pub(crate) use postgres::{is_connection_lost, is_plain_identifier, parse_config};
 #[cfg(feature = "postgres")]
 #[cfg_attr(docsrs, doc(cfg(feature = "postgres")))]
-pub use postgres::{PostgresConfig, PostgresJournal, PostgresStats};
+pub use postgres::{
+    PostgresConfig, PostgresJournal, PostgresOptions, PostgresOptionsBuilder, PostgresStats,
+};
 pub use replay::replay_all;
 #[cfg(feature = "sqlite")]
 pub(crate) use sqlite::unix_millis;
 #[cfg(feature = "sqlite")]
 #[cfg_attr(docsrs, doc(cfg(feature = "sqlite")))]
-pub use sqlite::{SqliteConfig, SqliteDurability, SqliteJournal, SqliteStats};
+pub use sqlite::{
+    SqliteConfig, SqliteDurability, SqliteJournal, SqliteOptions, SqliteOptionsBuilder, SqliteStats,
+};
 pub use tag::{slice_of, Slices, Tag, MAX_TAG_BYTES, SLICES};
 
 /// The future every [`Journal`] operation returns: `Send`, boxed so the trait is object safe.

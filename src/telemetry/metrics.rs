@@ -21,7 +21,7 @@
 //! | `producer` | `actix_delivery_producer_*` | `ProducerOptionsBuilder::metrics_label`; else the producer's fixed `producer_id` (a durable producer always has one); else `"default"`. A work-pulling producer's worker streams add up under its label (never a worker's name); a sharded producer's entity streams have their own series (`actix_delivery_sharded_producer_*`, below), never one per entity |
 //! | `consumer` | `actix_delivery_consumer_*` | `ConsumerOptionsBuilder::name`, else `"default"` |
 //! | `entity` | `actix_delivery_persistent_*` | `PersistentConfig::metrics_label`; else, for an `EntityHostHandle`'s entities, its entity type; else `"default"` (one per kind of entity, never per stream; a durable producer's log exports nothing here: its producer's series say what it holds) |
-//! | `journal` | `actix_delivery_sqlite_*`, `actix_delivery_postgres_*`, `actix_delivery_memory_journal_*` | `SqliteConfig::metrics_label` / `PostgresConfig::metrics_label`, else `"default"` (a `MemoryJournal`: always `"default"`) |
+//! | `journal` | `actix_delivery_sqlite_*`, `actix_delivery_postgres_*`, `actix_delivery_memory_journal_*` | `SqliteOptionsBuilder::metrics_label` / `PostgresOptionsBuilder::metrics_label`, else `"default"` (a `MemoryJournal`: always `"default"`) |
 //! | `node` | `actix_delivery_node_*` | `NodeOptionsBuilder::metrics_label`, else `"default"` |
 //! | `carrier` | `actix_delivery_nats_*` | `NatsOptionsBuilder::metrics_label`, else `"default"` |
 //! | `projection` | `actix_delivery_projection_*` | the projection's name (`ProjectionOptions::builder`), followed by `/<first>-<last>` for an instance of some slices only |

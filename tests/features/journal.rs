@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 use actix_delivery::codec::Manifest;
 use actix_delivery::journal::{
     slice_of, Journal, JournalError, JournalFuture, MemoryJournal, PersistenceId, Snapshot,
-    SqliteConfig, SqliteJournal, Tag,
+    SqliteJournal, SqliteOptions, SqliteOptionsBuilder, Tag,
 };
 use futures_util::future::join_all;
 use futures_util::FutureExt;
@@ -20,14 +20,14 @@ use journal_conformance::{fresh_id, payload, Fixture};
 
 /// Opens the SQLite journal at `path`, and checks that it commits durably.
 async fn open(path: impl AsRef<Path>) -> Result<SqliteJournal, JournalError> {
-    open_with(path, SqliteConfig::default()).await
+    open_with(path, SqliteOptions::default()).await
 }
 
 /// Opens the SQLite journal at `path` with `options`, and checks that it commits durably:
 /// every SQLite journal of this test binary is opened here.
 async fn open_with(
     path: impl AsRef<Path>,
-    options: SqliteConfig,
+    options: SqliteOptions,
 ) -> Result<SqliteJournal, JournalError> {
     let journal = SqliteJournal::open_with(path, options).await?;
     assert_durable(&journal);
@@ -90,7 +90,7 @@ mod postgres {
 /// index alone.
 async fn sqlite_unbuffered_fixture() -> Fixture {
     let dir = tempfile::tempdir().unwrap();
-    let options = SqliteConfig::default().buffer_events(1);
+    let options = SqliteOptions::builder().buffer_events(1).build().unwrap();
     let journal = open_with(dir.path().join("journal.db"), options)
         .await
         .unwrap();
@@ -157,9 +157,9 @@ struct Sqlite {
     journal: SqliteJournal,
 }
 
-async fn sqlite(options: SqliteConfig) -> Sqlite {
+async fn sqlite(options: SqliteOptionsBuilder) -> Sqlite {
     let dir = tempfile::tempdir().unwrap();
-    let journal = open_with(dir.path().join("journal.db"), options)
+    let journal = open_with(dir.path().join("journal.db"), options.build().unwrap())
         .await
         .unwrap();
     Sqlite { dir, journal }
@@ -207,7 +207,7 @@ async fn block_writer<'a>(db: &'a Sqlite) -> (WriteLock, JournalFuture<'a, ()>) 
 
 #[tokio::test]
 async fn sqlite_group_commit_takes_every_queued_append_in_one_transaction() {
-    let db = sqlite(SqliteConfig::default()).await;
+    let db = sqlite(SqliteOptions::builder()).await;
     let (lock, first) = block_writer(&db).await;
     let ids: Vec<_> = (0..99).map(|i| fresh_id(&format!("group{i}"))).collect();
     let appends: Vec<_> = ids
@@ -236,7 +236,7 @@ async fn sqlite_group_commit_takes_every_queued_append_in_one_transaction() {
 
 #[tokio::test]
 async fn sqlite_a_refused_write_in_a_group_leaves_the_others_committed() {
-    let db = sqlite(SqliteConfig::default()).await;
+    let db = sqlite(SqliteOptions::builder()).await;
     let (s1, s2) = (fresh_id("s1"), fresh_id("s2"));
     let (lock, first) = block_writer(&db).await;
     let journal = &db.journal;
@@ -302,7 +302,7 @@ async fn sqlite_a_refused_write_in_a_group_leaves_the_others_committed() {
 #[tokio::test]
 async fn sqlite_a_refused_write_names_its_cause_in_the_error_and_the_log_line() {
     logs::keep();
-    let db = sqlite(SqliteConfig::default()).await;
+    let db = sqlite(SqliteOptions::builder()).await;
     let stream = fresh_id("quota");
     db.journal.append(&stream, 1, one(1)).await.unwrap();
     rusqlite::Connection::open(db.journal.path())
@@ -330,7 +330,7 @@ async fn sqlite_a_refused_write_names_its_cause_in_the_error_and_the_log_line() 
 
 #[tokio::test]
 async fn sqlite_batch_bounds_split_a_long_queue_into_several_transactions() {
-    let db = sqlite(SqliteConfig::default().max_batch_events(10)).await;
+    let db = sqlite(SqliteOptions::builder().max_batch_events(10)).await;
     let (lock, first) = block_writer(&db).await;
     let ids: Vec<_> = (0..25).map(|i| fresh_id(&format!("bound{i}"))).collect();
     let appends: Vec<_> = ids
@@ -346,7 +346,7 @@ async fn sqlite_batch_bounds_split_a_long_queue_into_several_transactions() {
 
 #[tokio::test]
 async fn sqlite_queue_is_bounded_in_writes_and_bytes() {
-    let db = sqlite(SqliteConfig::default().queue_capacity(4)).await;
+    let db = sqlite(SqliteOptions::builder().queue_capacity(4)).await;
     let (lock, first) = block_writer(&db).await;
     let ids: Vec<_> = (0..10).map(|i| fresh_id(&format!("queue{i}"))).collect();
     let mut appends: Vec<_> = ids
@@ -366,7 +366,7 @@ async fn sqlite_queue_is_bounded_in_writes_and_bytes() {
     assert!(join_all(appends).await.iter().all(Result::is_ok));
 
     // 1000 bytes of queue: the blocked append holds a few, then two 400-byte appends fit.
-    let db = sqlite(SqliteConfig::default().max_queued_bytes(1000)).await;
+    let db = sqlite(SqliteOptions::builder().max_queued_bytes(1000)).await;
     let (lock, first) = block_writer(&db).await;
     let mut appends: Vec<_> = ids
         .iter()
@@ -384,7 +384,7 @@ async fn sqlite_queue_is_bounded_in_writes_and_bytes() {
 
 #[tokio::test]
 async fn sqlite_reads_do_not_wait_behind_writes() {
-    let db = sqlite(SqliteConfig::default()).await;
+    let db = sqlite(SqliteOptions::builder()).await;
     let a = fresh_id("read");
     db.journal.append(&a, 1, one(1)).await.unwrap();
     let (lock, first) = block_writer(&db).await;
@@ -412,7 +412,7 @@ async fn sqlite_reads_do_not_wait_behind_writes() {
 /// database, as any other connection to it sees.
 #[tokio::test]
 async fn sqlite_commits_with_synchronous_full_in_wal_mode() {
-    let db = sqlite(SqliteConfig::default()).await;
+    let db = sqlite(SqliteOptions::builder()).await;
     assert_eq!(db.journal.durability().synchronous, 2);
     assert_eq!(db.journal.durability().journal_mode, "wal");
     let other = rusqlite::Connection::open(db.journal.path()).unwrap();
@@ -424,7 +424,7 @@ async fn sqlite_commits_with_synchronous_full_in_wal_mode() {
 
 #[tokio::test]
 async fn sqlite_reopen_sees_everything_and_continues() {
-    let db = sqlite(SqliteConfig::default()).await;
+    let db = sqlite(SqliteOptions::builder()).await;
     let path = db.journal.path().to_path_buf();
     let (a, b) = (fresh_id("a"), fresh_id("b"));
     db.journal
@@ -473,7 +473,7 @@ async fn sqlite_reopen_sees_everything_and_continues() {
 #[tokio::test]
 async fn sqlite_backup_under_load_restores_every_event_acknowledged_before_it() {
     const STREAMS: usize = 8;
-    let db = sqlite(SqliteConfig::default()).await;
+    let db = sqlite(SqliteOptions::builder()).await;
     let journal = &db.journal;
     // 32 MiB to copy, so that the copy takes many steps and many commits' time.
     let bulk = fresh_id("bulk");
@@ -573,7 +573,7 @@ async fn sqlite_backup_under_load_restores_every_event_acknowledged_before_it() 
 
 #[tokio::test]
 async fn sqlite_close_commits_what_was_queued_even_if_its_callers_left() {
-    let db = sqlite(SqliteConfig::default()).await;
+    let db = sqlite(SqliteOptions::builder()).await;
     let path = db.journal.path().to_path_buf();
     let ids: Vec<_> = (0..50).map(|i| fresh_id(&format!("left{i}"))).collect();
     {
@@ -718,7 +718,7 @@ fn keyed(id: &PersistenceId, seqs: std::ops::RangeInclusive<i64>) -> Vec<(String
 
 #[tokio::test]
 async fn sqlite_schema_has_the_documented_shape() {
-    let db = sqlite(SqliteConfig::default()).await;
+    let db = sqlite(SqliteOptions::builder()).await;
     let path = db.journal.path().to_path_buf();
     let a = fresh_id("shape");
     let tags = vec![vec![Tag::from_static("t1"), Tag::from_static("t2")]];
@@ -796,7 +796,7 @@ async fn sqlite_schema_has_the_documented_shape() {
 
 #[tokio::test]
 async fn sqlite_events_move_from_the_buffer_into_event_journal_in_bulk() {
-    let db = sqlite(SqliteConfig::default().buffer_events(10)).await;
+    let db = sqlite(SqliteOptions::builder().buffer_events(10)).await;
     let path = db.journal.path().to_path_buf();
     let (a, b) = (fresh_id("a"), fresh_id("b"));
     let journal = &db.journal;
@@ -856,7 +856,7 @@ async fn sqlite_events_move_from_the_buffer_into_event_journal_in_bulk() {
 
 #[tokio::test]
 async fn sqlite_large_appends_go_straight_to_event_journal() {
-    let db = sqlite(SqliteConfig::default()).await;
+    let db = sqlite(SqliteOptions::builder()).await;
     let path = db.journal.path().to_path_buf();
     let a = fresh_id("large");
     let journal = &db.journal;
@@ -925,8 +925,11 @@ async fn sqlite_large_appends_go_straight_to_event_journal() {
 
 #[tokio::test]
 async fn sqlite_a_file_is_open_in_one_journal_at_a_time() {
-    let db = sqlite(SqliteConfig::default()).await;
-    let waiting = SqliteConfig::default().busy_timeout(Duration::from_millis(50));
+    let db = sqlite(SqliteOptions::builder()).await;
+    let waiting = SqliteOptions::builder()
+        .busy_timeout(Duration::from_millis(50))
+        .build()
+        .unwrap();
     let second = open_with(db.journal.path(), waiting.clone()).await;
     assert!(
         matches!(&second, Err(JournalError::Storage { message, .. }) if message.contains("open elsewhere")),
@@ -955,7 +958,10 @@ async fn sqlite_a_file_is_open_in_one_journal_at_a_time() {
 async fn sqlite_a_file_is_one_journal_whatever_its_name() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("journal.db");
-    let waiting = SqliteConfig::default().busy_timeout(Duration::from_millis(50));
+    let waiting = SqliteOptions::builder()
+        .busy_timeout(Duration::from_millis(50))
+        .build()
+        .unwrap();
     let open_elsewhere = |result: Result<SqliteJournal, JournalError>| matches!(&result, Err(JournalError::Storage { message, .. }) if message.contains("open elsewhere"));
     let first = open(&path).await.unwrap();
     let alias = dir.path().join("alias.db");
@@ -994,14 +1000,8 @@ async fn sqlite_a_file_is_one_journal_whatever_its_name() {
 #[tokio::test]
 async fn sqlite_invalid_options_and_paths_are_refused() {
     let dir = tempfile::tempdir().unwrap();
-    let result = open_with(dir.path().join("j.db"), SqliteConfig::default().readers(0)).await;
-    assert!(matches!(
-        result,
-        Err(JournalError::InvalidArgument {
-            persistence_id: None,
-            ..
-        })
-    ));
+    let refused = SqliteOptions::builder().readers(0).build().unwrap_err();
+    assert_eq!(refused.field, "readers", "{refused}");
     let result = open(dir.path().join("missing-dir").join("j.db")).await;
     assert!(
         matches!(&result, Err(JournalError::Storage { persistence_id: None, message }) if message.contains("missing-dir")),

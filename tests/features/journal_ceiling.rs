@@ -169,7 +169,7 @@ mod postgres {
     use super::postgres_support::{admin, unique, url};
     use super::{append, id, tag, Offset};
     use actix_delivery::journal::{
-        Journal, JournalError, PersistenceId, PostgresConfig, PostgresJournal,
+        Journal, JournalError, PersistenceId, PostgresJournal, PostgresOptions,
     };
     use tokio_postgres::Client;
 
@@ -188,8 +188,11 @@ mod postgres {
         }
 
         async fn connect(&self) -> Result<PostgresJournal, JournalError> {
-            PostgresJournal::connect_with(&url(), PostgresConfig::default().schema(&self.name))
-                .await
+            let options = PostgresOptions::builder()
+                .schema(&self.name)
+                .build()
+                .unwrap();
+            PostgresJournal::connect_with(&url(), options).await
         }
 
         /// `(txid, ordering)` of every tag row: every committed entry's offset.

@@ -94,7 +94,7 @@ use crate::postgres_support;
 mod postgres {
     use super::postgres_support::{admin, unique, url};
     use actix_delivery::journal::{
-        Journal, JournalError, JournalId, PostgresConfig, PostgresJournal,
+        Journal, JournalError, JournalId, PostgresJournal, PostgresOptions, PostgresOptionsBuilder,
     };
     use tokio_postgres::Client;
 
@@ -112,12 +112,12 @@ mod postgres {
             }
         }
 
-        fn options(&self) -> PostgresConfig {
-            PostgresConfig::default().schema(&self.name)
+        fn options(&self) -> PostgresOptionsBuilder {
+            PostgresOptions::builder().schema(&self.name)
         }
 
         async fn connect(&self) -> Result<PostgresJournal, JournalError> {
-            PostgresJournal::connect_with(&url(), self.options()).await
+            PostgresJournal::connect_with(&url(), self.options().build().unwrap()).await
         }
 
         /// The ids in `journal_identity`.
@@ -187,10 +187,10 @@ mod postgres {
         let drop_identity = format!("DROP TABLE \"{}\".journal_identity", schema.name);
         schema.admin.batch_execute(&drop_identity).await.unwrap();
 
-        let untouched =
-            PostgresJournal::connect_with(&url(), schema.options().create_tables(false))
-                .await
-                .unwrap();
+        let untouched = schema.options().create_tables(false).build().unwrap();
+        let untouched = PostgresJournal::connect_with(&url(), untouched)
+            .await
+            .unwrap();
         assert_eq!(untouched.journal_id(), None);
         untouched.close().await;
         let missing = schema
@@ -220,7 +220,8 @@ mod postgres {
             .await
             .unwrap();
         let by_hand = JournalId::new(schema.ids().await.remove(0)).unwrap();
-        let journal = PostgresJournal::connect_with(&url(), schema.options().create_tables(false))
+        let options = schema.options().create_tables(false).build().unwrap();
+        let journal = PostgresJournal::connect_with(&url(), options)
             .await
             .unwrap();
         assert_eq!(journal.journal_id(), Some(by_hand));

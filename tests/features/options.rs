@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use actix_delivery::codec::Codec;
 use actix_delivery::durable::DurableConfig;
-use actix_delivery::journal::{SqliteConfig, SqliteJournal};
+use actix_delivery::journal::{SqliteConfig, SqliteJournal, SqliteOptions};
 use actix_delivery::persistence::PersistentConfig;
 use actix_delivery::tcp::{NodeConfig, NodeOptions, NodeSecret};
 use actix_delivery::{
@@ -184,24 +184,29 @@ fn the_example_node_file_loads_into_every_section_with_its_values() {
     );
     assert_eq!(
         file.journal.sqlite,
-        SqliteConfig::default()
-            .max_batch_events(5000)
-            .max_batch_bytes(8 << 20)
-            .queue_capacity(4096)
-            .readers(2)
-            .busy_timeout(ms(2000))
-            .max_size_bytes(None)
+        SqliteConfig {
+            max_batch_events: 5000,
+            max_batch_bytes: 8 << 20,
+            queue_capacity: 4096,
+            readers: 2,
+            busy_timeout: ms(2000),
+            max_size_bytes: None,
+            ..SqliteConfig::default()
+        }
     );
     #[cfg(feature = "postgres")]
     assert_eq!(
         file.journal.postgres,
-        actix_delivery::journal::PostgresConfig::default()
-            .schema("orders")
-            .create_tables(true)
-            .readers(4)
-            .commit_timeout(ms(10_000))
-            .connect_timeout(ms(3000))
-            .reconnect_backoff(ms(50), ms(2000))
+        actix_delivery::journal::PostgresConfig {
+            schema: "orders".into(),
+            create_tables: true,
+            readers: 4,
+            commit_timeout: ms(10_000),
+            connect_timeout: ms(3000),
+            reconnect_min: ms(50),
+            reconnect_max: ms(2000),
+            ..actix_delivery::journal::PostgresConfig::default()
+        }
     );
     assert_eq!(
         file.node,
@@ -245,6 +250,9 @@ fn the_example_node_file_loads_into_every_section_with_its_values() {
     file.persistence.validate().unwrap();
     file.node.validate().unwrap();
     file.durable.validate().unwrap();
+    file.journal.sqlite.validate().unwrap();
+    #[cfg(feature = "postgres")]
+    file.journal.postgres.validate().unwrap();
     #[cfg(feature = "nats")]
     file.nats.validate().unwrap();
 }
@@ -398,23 +406,25 @@ fn node_builder_takes_explicit_over_loaded_over_default_and_validates_loaded_val
 }
 
 #[test]
-fn invalid_loaded_journal_settings_are_refused_when_the_journal_opens_naming_the_key() {
+fn invalid_loaded_journal_settings_are_refused_when_the_options_are_built_naming_the_key() {
     let dir = tempfile::tempdir().unwrap();
     let loaded: SqliteConfig = toml::from_str("readers = 0").unwrap();
+    let error = SqliteOptions::builder()
+        .config(loaded.clone())
+        .build()
+        .unwrap_err();
+    assert_eq!(error.field, "readers", "{error}");
+    assert!(error.reason.contains("must be at least 1"), "{error}");
+    let options = SqliteOptions::builder()
+        .config(loaded)
+        .readers(1) // a builder value wins over the loaded one
+        .build()
+        .unwrap();
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
         .unwrap();
-    let opened = runtime.block_on(SqliteJournal::open_with(
-        dir.path().join("j.db"),
-        loaded.clone(),
-    ));
-    let error = opened.err().expect("refused").to_string();
-    assert!(error.contains("readers must be at least 1"), "{error}");
     assert!(runtime
-        .block_on(SqliteJournal::open_with(
-            dir.path().join("j.db"),
-            loaded.readers(1)
-        ))
+        .block_on(SqliteJournal::open_with(dir.path().join("j.db"), options))
         .is_ok());
 }

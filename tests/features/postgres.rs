@@ -12,7 +12,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use actix_delivery::journal::{
-    Journal, JournalError, JournalFuture, PersistenceId, PostgresConfig, PostgresJournal, Snapshot,
+    Journal, JournalError, JournalFuture, PersistenceId, PostgresJournal, PostgresOptions,
+    PostgresOptionsBuilder, Snapshot,
 };
 use futures_util::future::join_all;
 use futures_util::FutureExt;
@@ -335,8 +336,9 @@ impl Scratch {
         Self { admin, schema }
     }
 
-    async fn open(&self, options: PostgresConfig) -> Result<PostgresJournal, JournalError> {
-        PostgresJournal::connect_with(&postgres_support::url(), options.schema(&self.schema)).await
+    async fn open(&self, options: PostgresOptionsBuilder) -> Result<PostgresJournal, JournalError> {
+        let options = options.schema(&self.schema).build().unwrap();
+        PostgresJournal::connect_with(&postgres_support::url(), options).await
     }
 
     async fn tables(&self) -> Vec<String> {
@@ -377,7 +379,7 @@ async fn a_newer_or_foreign_schema_is_refused_and_left_untouched() {
          INSERT INTO journal_schema VALUES ('actix-delivery', 4);",
     )
     .await;
-    let found = schema_error(newer.open(PostgresConfig::default()).await);
+    let found = schema_error(newer.open(PostgresOptions::builder()).await);
     assert!(
         found.contains("version 4") && found.contains("newer") && found.contains("1 to 3"),
         "{found}"
@@ -386,7 +388,7 @@ async fn a_newer_or_foreign_schema_is_refused_and_left_untouched() {
     newer.drop().await;
 
     let foreign = Scratch::new("CREATE TABLE event_journal (id serial, body text);").await;
-    let found = schema_error(foreign.open(PostgresConfig::default()).await);
+    let found = schema_error(foreign.open(PostgresOptions::builder()).await);
     assert!(
         found.contains("event_journal") && found.contains("not made by"),
         "{found}"
@@ -399,7 +401,7 @@ async fn a_newer_or_foreign_schema_is_refused_and_left_untouched() {
          INSERT INTO journal_schema VALUES ('someone-else', 1);",
     )
     .await;
-    let found = schema_error(other_app.open(PostgresConfig::default()).await);
+    let found = schema_error(other_app.open(PostgresOptions::builder()).await);
     assert!(found.contains("someone-else"), "{found}");
     other_app.drop().await;
 
@@ -408,7 +410,7 @@ async fn a_newer_or_foreign_schema_is_refused_and_left_untouched() {
             .replace("CREATE TABLE snapshot (", "CREATE TABLE not_the_snapshot ("),
     )
     .await;
-    let found = schema_error(incomplete.open(PostgresConfig::default()).await);
+    let found = schema_error(incomplete.open(PostgresOptions::builder()).await);
     assert!(found.contains("without its table `snapshot`"), "{found}");
     incomplete.drop().await;
 }
@@ -442,13 +444,13 @@ async fn tables_altered_by_hand_are_a_schema_error() {
         ("DROP TABLE event_tag", "without its table `event_tag`"),
     ] {
         let altered = Scratch::new(&format!("{} {alter};", PostgresJournal::SCHEMA_SQL)).await;
-        let found = schema_error(altered.open(PostgresConfig::default()).await);
+        let found = schema_error(altered.open(PostgresOptions::builder()).await);
         assert!(found.contains(expected), "{alter}: {found}");
         altered.drop().await;
     }
 
     let scratch = Scratch::new(PostgresJournal::SCHEMA_SQL).await;
-    let journal = scratch.open(PostgresConfig::default()).await.unwrap();
+    let journal = scratch.open(PostgresOptions::builder()).await.unwrap();
     let id = fresh_id("altered");
     journal.append(&id, 1, one(1)).await.unwrap();
     let schema = &scratch.schema;
@@ -513,12 +515,12 @@ async fn tables_are_created_on_first_connect_or_by_hand_from_the_sql_file() {
     let empty = Scratch::new("").await;
     let found = schema_error(
         empty
-            .open(PostgresConfig::default().create_tables(false))
+            .open(PostgresOptions::builder().create_tables(false))
             .await,
     );
     assert!(found.contains("no journal tables"), "{found}");
     assert_eq!(empty.tables().await, Vec::<String>::new());
-    let journal = empty.open(PostgresConfig::default()).await.unwrap();
+    let journal = empty.open(PostgresOptions::builder()).await.unwrap();
     assert_eq!(
         empty.tables().await,
         [
@@ -535,14 +537,14 @@ async fn tables_are_created_on_first_connect_or_by_hand_from_the_sql_file() {
     journal.append(&id, 1, one(1)).await.unwrap();
     journal.close().await;
     // Opening again finds the current schema and the data.
-    let journal = empty.open(PostgresConfig::default()).await.unwrap();
+    let journal = empty.open(PostgresOptions::builder()).await.unwrap();
     assert_eq!(journal.highest_seq(&id).await, Ok(1));
     journal.close().await;
     empty.drop().await;
 
     let by_hand = Scratch::new(PostgresJournal::SCHEMA_SQL).await;
     let journal = by_hand
-        .open(PostgresConfig::default().create_tables(false))
+        .open(PostgresOptions::builder().create_tables(false))
         .await
         .unwrap();
     assert!(journal.journal_id().is_some(), "SCHEMA_SQL gives the id");
@@ -554,7 +556,7 @@ async fn tables_are_created_on_first_connect_or_by_hand_from_the_sql_file() {
     let schema = unique("actix_delivery_new");
     let journal = PostgresJournal::connect_with(
         &postgres_support::url(),
-        PostgresConfig::default().schema(&schema),
+        PostgresOptions::builder().schema(&schema).build().unwrap(),
     )
     .await
     .unwrap();
@@ -571,11 +573,11 @@ async fn tables_are_created_on_first_connect_or_by_hand_from_the_sql_file() {
 async fn nodes_starting_at_once_create_the_tables_and_the_journal_id_once() {
     let schema = unique("actix_delivery_race");
     let url = postgres_support::url();
-    let opened =
-        join_all((0..4).map(|_| {
-            PostgresJournal::connect_with(&url, PostgresConfig::default().schema(&schema))
-        }))
-        .await;
+    let opened = join_all((0..4).map(|_| {
+        let options = PostgresOptions::builder().schema(&schema).build().unwrap();
+        PostgresJournal::connect_with(&url, options)
+    }))
+    .await;
     let mut ids = Vec::new();
     for journal in opened {
         let journal = journal.expect("every node opens the journal");
@@ -662,12 +664,8 @@ async fn bad_connection_strings_and_unreachable_servers_are_errors() {
         matches!(result, Err(JournalError::InvalidArgument { .. })),
         "{result:?}"
     );
-    let result =
-        PostgresJournal::connect_with(&postgres_support::url(), options().readers(0)).await;
-    assert!(
-        matches!(result, Err(JournalError::InvalidArgument { .. })),
-        "{result:?}"
-    );
+    let refused = options().readers(0).build().unwrap_err();
+    assert_eq!(refused.field, "readers", "{refused}");
     // Port 1 on loopback: nothing listens there.
     let result = PostgresJournal::connect("host=127.0.0.1 port=1 user=postgres dbname=test").await;
     match result {
@@ -688,7 +686,7 @@ async fn the_journals_errors_name_the_servers_message_and_sqlstate() {
         PostgresJournal::SCHEMA_SQL
     ))
     .await;
-    let journal = scratch.open(PostgresConfig::default()).await.unwrap();
+    let journal = scratch.open(PostgresOptions::builder()).await.unwrap();
     let id = fresh_id("check");
     journal.append(&id, 1, one(1)).await.unwrap();
     let error = journal.append(&id, 2, vec![vec![2]; 6]).await.unwrap_err();
@@ -817,7 +815,10 @@ async fn connections_cut_mid_commit_are_reported_as_unknown_outcomes() {
     let proxy = postgres_support::proxy::CommitCutter::start().await;
     let journal = PostgresJournal::connect_with(
         &proxy.url(&unique("cut")),
-        options().reconnect_backoff(Duration::from_millis(10), Duration::from_millis(100)),
+        options()
+            .reconnect_backoff(Duration::from_millis(10), Duration::from_millis(100))
+            .build()
+            .unwrap(),
     )
     .await
     .unwrap();
@@ -915,7 +916,10 @@ async fn tls_verify_full_and_require_reach_the_server_and_a_wrong_ca_or_name_is_
     let other = params.self_signed(&other).unwrap().pem();
     let refused = PostgresJournal::connect_with(
         &postgres_support::url(),
-        options().tls(PostgresTls::verify_full(other).unwrap()),
+        options()
+            .tls(PostgresTls::verify_full(other).unwrap())
+            .build()
+            .unwrap(),
     )
     .await
     .expect_err("another CA is refused");
@@ -926,7 +930,10 @@ async fn tls_verify_full_and_require_reach_the_server_and_a_wrong_ca_or_name_is_
         let by_name = format!("host=localhost hostaddr=127.0.0.1 {rest}");
         let refused = PostgresJournal::connect_with(
             &by_name,
-            options().tls(PostgresTls::verify_full(&ca).unwrap()),
+            options()
+                .tls(PostgresTls::verify_full(&ca).unwrap())
+                .build()
+                .unwrap(),
         )
         .await
         .expect_err("a name the certificate does not carry is refused");

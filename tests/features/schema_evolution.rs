@@ -1081,10 +1081,10 @@ async fn check_postgres_fixture(fixture: &str, legacy: bool) {
         .map(|row| ((row.get(0), row.get::<_, i64>(1) as u64), row.get(2)))
         .collect();
     assert_eq!(raw.len(), 10, "the fixture as committed");
-    let options = || actix_delivery::journal::PostgresConfig::default().schema(&schema);
+    let options = || actix_delivery::journal::PostgresOptions::builder().schema(&schema);
     let refused = actix_delivery::journal::PostgresJournal::connect_with(
         &postgres_support::url(),
-        options().create_tables(false),
+        options().create_tables(false).build().unwrap(),
     )
     .await;
     match refused {
@@ -1094,10 +1094,12 @@ async fn check_postgres_fixture(fixture: &str, legacy: bool) {
         ),
         other => panic!("expected a schema error, got {:?}", other.map(drop)),
     }
-    let journal =
-        actix_delivery::journal::PostgresJournal::connect_with(&postgres_support::url(), options())
-            .await
-            .unwrap();
+    let journal = actix_delivery::journal::PostgresJournal::connect_with(
+        &postgres_support::url(),
+        options().build().unwrap(),
+    )
+    .await
+    .unwrap();
     let version: i32 = admin
         .query_one(&format!("SELECT version FROM {schema}.journal_schema"), &[])
         .await

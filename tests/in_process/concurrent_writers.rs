@@ -190,14 +190,17 @@ async fn a_recovery_racing_another_writers_snapshot_and_delete_recovers_from_the
 /// `Conflict`.
 #[actix::test]
 async fn a_second_sqlite_writer_through_a_symlink_cannot_commit_under_a_taken_seq() {
-    use actix_delivery::journal::{SqliteConfig, SqliteJournal};
+    use actix_delivery::journal::{SqliteJournal, SqliteOptions};
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("journal.db");
     let alias = dir.path().join("alias.db");
     let first = SqliteJournal::open(&path).await.unwrap();
     std::os::unix::fs::symlink(&path, &alias).unwrap();
     // Refused after waiting this long for the first to let go.
-    let waiting = SqliteConfig::default().busy_timeout(Duration::from_millis(50));
+    let waiting = SqliteOptions::builder()
+        .busy_timeout(Duration::from_millis(50))
+        .build()
+        .unwrap();
     let second = SqliteJournal::open_with(&alias, waiting).await;
     let Ok(second) = second else {
         return; // refused: sound

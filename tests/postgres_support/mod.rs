@@ -15,7 +15,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use actix_delivery::journal::{
-    Journal, JournalError, PersistenceId, PostgresConfig, PostgresJournal,
+    Journal, JournalError, PersistenceId, PostgresJournal, PostgresOptions, PostgresOptionsBuilder,
 };
 use tokio_postgres::config::Host;
 use tokio_postgres::{Client, Config, NoTls};
@@ -77,22 +77,26 @@ pub fn unique(prefix: &str) -> String {
     format!("{prefix}_{}_{nanos}_{n}", std::process::id())
 }
 
-/// The options of the tests' journals: the tests' schema.
-pub fn options() -> PostgresConfig {
-    PostgresConfig::default().schema(SCHEMA)
+/// The options of the tests' journals, to build on: the tests' schema.
+pub fn options() -> PostgresOptionsBuilder {
+    PostgresOptions::builder().schema(SCHEMA)
 }
 
 /// A journal on the tests' schema.
 pub async fn journal() -> PostgresJournal {
-    PostgresJournal::connect_with(&url(), options())
+    PostgresJournal::connect_with(&url(), options().build().unwrap())
         .await
         .unwrap_or_else(|err| {
             panic!("cannot open the PostgreSQL journal ({URL_VAR}, default {DEFAULT_URL:?}): {err}")
         })
 }
 
-/// A journal whose connections carry `application_name`.
-pub async fn journal_named(application_name: &str, options: PostgresConfig) -> PostgresJournal {
+/// A journal whose connections carry `application_name`, with `options` built.
+pub async fn journal_named(
+    application_name: &str,
+    options: PostgresOptionsBuilder,
+) -> PostgresJournal {
+    let options = options.build().unwrap();
     PostgresJournal::connect_with(&url_named(application_name), options)
         .await
         .unwrap_or_else(|err| panic!("cannot open the PostgreSQL journal: {err}"))

@@ -29,7 +29,7 @@ use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
 use actix_delivery::journal::{
-    replay_all, Journal, JournalError, PersistenceId, SqliteConfig, SqliteJournal,
+    replay_all, Journal, JournalError, PersistenceId, SqliteJournal, SqliteOptions,
 };
 use futures_util::future::join_all;
 use rand::rngs::SmallRng;
@@ -164,7 +164,10 @@ fn crash_child() {
 }
 
 async fn child(path: &Path, config: Config) {
-    let options = SqliteConfig::default().buffer_events(config.buffer_events);
+    let options = SqliteOptions::builder()
+        .buffer_events(config.buffer_events)
+        .build()
+        .unwrap();
     let journal = SqliteJournal::open_with(path, options).await.unwrap();
     let mut next = Vec::new();
     for s in 0..config.streams {
@@ -567,9 +570,11 @@ async fn assert_exactly(path: &Path, acked: &[u64]) {
 async fn a_full_disk_fails_appends_and_acknowledges_only_what_is_stored() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("journal.db");
-    let options = SqliteConfig::default()
+    let options = SqliteOptions::builder()
         .max_size_bytes(Some(256 * 1024))
-        .buffer_events(64);
+        .buffer_events(64)
+        .build()
+        .unwrap();
     let journal = SqliteJournal::open_with(&path, options).await.unwrap();
     let (acked, errors) =
         append_until(&journal, 4, |i, errors| errors.len() >= 8 || i > 5_000).await;

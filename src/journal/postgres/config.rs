@@ -5,15 +5,13 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
-use crate::journal::JournalError;
+use crate::error::OptionsError;
 
-/// Settings of a [`PostgresJournal`](super::PostgresJournal); start from `default()` and
-/// change what you need:
-///
-/// ```
-/// # use actix_delivery::journal::PostgresConfig;
-/// let options = PostgresConfig::default().schema("orders").readers(4);
-/// ```
+/// The settings of a [`PostgresJournal`](super::PostgresJournal) (feature `postgres`): plain
+/// data, loadable with serde from the application's configuration (unknown keys refused),
+/// validated when [`PostgresOptionsBuilder::build`](super::PostgresOptionsBuilder::build)
+/// builds the options. `Default` gives the documented defaults; each field's meaning is that
+/// of the builder method of the same name.
 ///
 /// | setting | default | what it does |
 /// |---|---|---|
@@ -31,49 +29,58 @@ use crate::journal::JournalError;
 /// A transaction closes once the next write would cross a batch bound; a single write larger
 /// than a bound goes alone.
 ///
-/// **From settings files.** Loadable with serde (unknown keys refused) under the names of the
-/// table, with the durations in milliseconds (`connect_timeout_ms`, `commit_timeout_ms`, and
-/// `reconnect_min_ms` / `reconnect_max_ms` for `reconnect_backoff`); missing keys keep their
-/// defaults. Setters called on the loaded value win over it. Not data, so never loaded: the
+/// In settings files the keys are the names of the table, with the durations in milliseconds
+/// (`connect_timeout_ms`, `commit_timeout_ms`, and `reconnect_min_ms` / `reconnect_max_ms`
+/// for `reconnect_backoff`); missing keys keep their defaults. Not data, so never loaded: the
 /// connection string (it holds the password; [`PostgresJournal::connect_with`]'s argument)
-/// and `tls` (feature `tls`). Invalid values are refused when the journal connects.
+/// and `tls` (feature `tls`, set on the builder).
 ///
 /// ```
-/// # use actix_delivery::journal::PostgresConfig;
+/// # use actix_delivery::journal::{PostgresConfig, PostgresOptions};
 /// let loaded: PostgresConfig =
 ///     serde_json::from_str(r#"{ "schema": "orders", "commit_timeout_ms": 5000 }"#).unwrap();
-/// let options = loaded.readers(4); // a setter wins over the loaded value
-/// # let _ = options;
+/// let options = PostgresOptions::builder()
+///     .config(loaded)
+///     .readers(4) // a builder value wins over the loaded one
+///     .build()
+///     .unwrap();
+/// assert_eq!(options.config().schema, "orders");
+/// assert_eq!(options.config().readers, 4);
 /// ```
 ///
 /// [`PostgresJournal::connect_with`]: super::PostgresJournal::connect_with
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
-#[non_exhaustive]
 pub struct PostgresConfig {
-    pub(super) schema: String,
-    pub(super) create_tables: bool,
-    pub(super) readers: usize,
-    pub(super) max_batch_events: usize,
-    pub(super) max_batch_bytes: usize,
-    pub(super) queue_capacity: usize,
-    pub(super) max_queued_bytes: usize,
+    /// The schema holding the tables: default `public`; 1 to 63 characters of a-z, 0-9 and
+    /// `_`, not starting with a digit.
+    pub schema: String,
+    /// Whether the first connect creates the schema and tables: default `true`.
+    pub create_tables: bool,
+    /// Read connections: default 2; at least 1.
+    pub readers: usize,
+    /// Events in one transaction: default 10 000; at least 1.
+    pub max_batch_events: usize,
+    /// Payload bytes in one transaction: default 8 MiB; at least 1.
+    pub max_batch_bytes: usize,
+    /// Writes queued for the writer: default 4 096; at least 1.
+    pub queue_capacity: usize,
+    /// Payload bytes queued for the writer: default 64 MiB; 1 to `u32::MAX`.
+    pub max_queued_bytes: usize,
+    /// Settings key `connect_timeout_ms`: default 5 s; positive, at most 365 days.
     #[serde(rename = "connect_timeout_ms", with = "connect_timeout_ms")]
-    pub(super) connect_timeout: Duration,
+    pub connect_timeout: Duration,
+    /// Settings key `commit_timeout_ms`: default 30 s; positive, at most 365 days.
     #[serde(rename = "commit_timeout_ms", with = "commit_timeout_ms")]
-    pub(super) commit_timeout: Duration,
+    pub commit_timeout: Duration,
+    /// The first wait between the writer's connection attempts. Settings key
+    /// `reconnect_min_ms`: default 50 ms; positive, at most 365 days.
     #[serde(rename = "reconnect_min_ms", with = "reconnect_min_ms")]
-    pub(super) reconnect_min: Duration,
+    pub reconnect_min: Duration,
+    /// The longest wait between the writer's connection attempts. Settings key
+    /// `reconnect_max_ms`: default 2 s; at least `reconnect_min`, at most 365 days.
     #[serde(rename = "reconnect_max_ms", with = "reconnect_max_ms")]
-    pub(super) reconnect_max: Duration,
-    #[cfg(feature = "tls")]
-    #[serde(skip)]
-    pub(super) tls: Option<super::tls::PostgresTls>,
-    /// Builder-only (like the labels of nodes and carriers), so that one settings file
-    /// loads with and without the feature.
-    #[cfg(feature = "metrics")]
-    #[serde(skip)]
-    pub(super) metrics_label: Option<String>,
+    pub reconnect_max: Duration,
 }
 
 crate::config::millis_key!(connect_timeout_ms, "connect_timeout_ms");
@@ -95,128 +102,23 @@ impl Default for PostgresConfig {
             commit_timeout: Duration::from_secs(30),
             reconnect_min: Duration::from_millis(50),
             reconnect_max: Duration::from_secs(2),
-            #[cfg(feature = "tls")]
-            tls: None,
-            #[cfg(feature = "metrics")]
-            metrics_label: None,
         }
     }
 }
 
 impl PostgresConfig {
-    /// The value of the `journal` label on this journal's metrics (feature `metrics`;
-    /// default `"default"`; not empty).
-    #[cfg(feature = "metrics")]
-    #[cfg_attr(docsrs, doc(cfg(feature = "metrics")))]
-    pub fn metrics_label(mut self, label: impl Into<String>) -> Self {
-        self.metrics_label = Some(label.into());
-        self
-    }
-
-    /// Connect over TLS (feature `tls`): [`PostgresTls::verify_full`] or
-    /// [`PostgresTls::require`] (default: no TLS, as `NoTls`).
+    /// Checks every rule; the error names the first offending settings key.
     ///
-    /// [`PostgresTls::verify_full`]: crate::journal::PostgresTls::verify_full
-    /// [`PostgresTls::require`]: crate::journal::PostgresTls::require
-    #[cfg(feature = "tls")]
-    #[cfg_attr(docsrs, doc(cfg(feature = "tls")))]
-    pub fn tls(mut self, tls: super::tls::PostgresTls) -> Self {
-        self.tls = Some(tls);
-        self
-    }
-
-    /// The PostgreSQL schema (namespace) that holds the journal's tables: 1 to 63 characters
-    /// of lower-case ASCII letters, digits and `_`, not starting with a digit. Created on
-    /// first connect if it does not exist (and `create_tables` is on). Separate schemas are
-    /// separate journals in one database.
-    pub fn schema(mut self, schema: impl Into<String>) -> Self {
-        self.schema = schema.into();
-        self
-    }
-
-    /// Whether the first connect creates the schema and tables when none exist (default).
-    /// Off: they must have been created beforehand, e.g. by a DBA from
-    /// [`PostgresJournal::SCHEMA_SQL`](super::PostgresJournal::SCHEMA_SQL), and the journal's
-    /// role needs no `CREATE` privilege.
-    pub fn create_tables(mut self, create: bool) -> Self {
-        self.create_tables = create;
-        self
-    }
-
-    /// This many read connections (at least 1). Reads are spread over them in turn; each
-    /// pipelines the reads it is given.
-    pub fn readers(mut self, readers: usize) -> Self {
-        self.readers = readers;
-        self
-    }
-
-    /// At most this many events per transaction (at least 1).
-    pub fn max_batch_events(mut self, events: usize) -> Self {
-        self.max_batch_events = events;
-        self
-    }
-
-    /// At most this many payload bytes per transaction (at least 1).
-    pub fn max_batch_bytes(mut self, bytes: usize) -> Self {
-        self.max_batch_bytes = bytes;
-        self
-    }
-
-    /// At most this many writes (appends, deletes, snapshots) queued for the writer;
-    /// further callers wait for room (at least 1).
-    pub fn queue_capacity(mut self, writes: usize) -> Self {
-        self.queue_capacity = writes;
-        self
-    }
-
-    /// At most this many payload bytes queued for the writer; further callers wait for room.
-    /// A single write larger than this waits until the queue is empty. (1 to `u32::MAX`.)
-    pub fn max_queued_bytes(mut self, bytes: usize) -> Self {
-        self.max_queued_bytes = bytes;
-        self
-    }
-
-    /// How long one attempt to connect (and set up the connection) may take (above 0).
-    pub fn connect_timeout(mut self, timeout: Duration) -> Self {
-        self.connect_timeout = timeout;
-        self
-    }
-
-    /// How long one group's transaction may take, from sending it to the commit's answer
-    /// (above 0). Past it the writer gives up on the connection: the group's appends fail
-    /// with a [`JournalError::Storage`] error that says they may or may not be stored.
-    pub fn commit_timeout(mut self, timeout: Duration) -> Self {
-        self.commit_timeout = timeout;
-        self
-    }
-
-    /// After a failed connection attempt the writer waits `min` before the next one,
-    /// doubling the wait after each further failure up to `max` (`0 < min <= max`), each
-    /// wait shortened by a random part of up to half (as a TCP node's
-    /// [`reconnect_backoff`](crate::tcp::NodeOptionsBuilder::reconnect_backoff): many
-    /// processes that lost one server do not come back in lockstep). Writes queued meanwhile
-    /// wait; each group then gets one attempt.
-    pub fn reconnect_backoff(mut self, min: Duration, max: Duration) -> Self {
-        self.reconnect_min = min;
-        self.reconnect_max = max;
-        self
-    }
-
-    pub(super) fn validate(&self) -> Result<(), JournalError> {
-        let invalid = |reason: String| {
-            Err(JournalError::InvalidArgument {
-                persistence_id: None,
-                reason,
-            })
-        };
-        #[cfg(feature = "metrics")]
-        if self.metrics_label.as_deref() == Some("") {
-            return invalid("metrics_label must not be empty".to_string());
-        }
+    /// # Errors
+    /// [`OptionsError`] naming the key and the rule it breaks.
+    pub fn validate(&self) -> Result<(), OptionsError> {
         if !is_plain_identifier(&self.schema) {
-            return invalid(format!(
-                "schema {:?} must be 1 to 63 characters of a-z, 0-9 and _, not starting with a digit",
-                self.schema
+            return Err(OptionsError::new(
+                "schema",
+                format!(
+                    "{:?} must be 1 to 63 characters of a-z, 0-9 and _, not starting with a digit",
+                    self.schema
+                ),
             ));
         }
         let positive = [
@@ -227,30 +129,27 @@ impl PostgresConfig {
         ];
         for (name, value) in positive {
             if value == 0 {
-                return invalid(format!("{name} must be at least 1 (got 0)"));
+                return Err(OptionsError::new(name, "must be at least 1 (got 0)"));
             }
         }
         if self.max_queued_bytes == 0 || u32::try_from(self.max_queued_bytes).is_err() {
-            return invalid(format!(
-                "max_queued_bytes must be 1 to u32::MAX (got {})",
-                self.max_queued_bytes
+            return Err(OptionsError::new(
+                "max_queued_bytes",
+                format!("must be 1 to u32::MAX (got {})", self.max_queued_bytes),
             ));
         }
-        for (name, value) in [
-            ("connect_timeout_ms", self.connect_timeout),
-            ("commit_timeout_ms", self.commit_timeout),
-            ("reconnect_min_ms", self.reconnect_min),
-            ("reconnect_max_ms", self.reconnect_max),
-        ] {
-            if let Err(error) = crate::config::duration(name, value) {
-                return invalid(error.to_string());
-            }
-        }
+        crate::config::duration("connect_timeout_ms", self.connect_timeout)?;
+        crate::config::duration("commit_timeout_ms", self.commit_timeout)?;
+        crate::config::duration("reconnect_min_ms", self.reconnect_min)?;
+        crate::config::duration("reconnect_max_ms", self.reconnect_max)?;
         if self.reconnect_min > self.reconnect_max {
-            return invalid(format!(
-                "reconnect_backoff needs min <= max (reconnect_min_ms {:?}, reconnect_max_ms \
-                 {:?})",
-                self.reconnect_min, self.reconnect_max
+            return Err(OptionsError::new(
+                "reconnect_max_ms",
+                format!(
+                    "reconnect_backoff needs min <= max (reconnect_min_ms {:?}, reconnect_max_ms \
+                     {:?})",
+                    self.reconnect_min, self.reconnect_max
+                ),
             ));
         }
         Ok(())
@@ -307,53 +206,6 @@ impl Counters {
             rejected: self.rejected.load(Ordering::Relaxed),
             reconnects: self.reconnects.load(Ordering::Relaxed),
             queued,
-        }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn invalid_options_are_refused() {
-        assert!(PostgresConfig::default().validate().is_ok());
-        assert!(PostgresConfig::default()
-            .schema("journal_2")
-            .validate()
-            .is_ok());
-        let ms = Duration::from_millis;
-        for options in [
-            PostgresConfig::default().schema(""),
-            PostgresConfig::default().schema("Orders"),
-            PostgresConfig::default().schema("2nd"),
-            PostgresConfig::default().schema("a; DROP TABLE x"),
-            PostgresConfig::default().schema("x".repeat(64)),
-            PostgresConfig::default().readers(0),
-            PostgresConfig::default().max_batch_events(0),
-            PostgresConfig::default().max_batch_bytes(0),
-            PostgresConfig::default().queue_capacity(0),
-            PostgresConfig::default().max_queued_bytes(0),
-            PostgresConfig::default().max_queued_bytes(u32::MAX as usize + 1),
-            PostgresConfig::default().connect_timeout(Duration::ZERO),
-            PostgresConfig::default().commit_timeout(Duration::ZERO),
-            PostgresConfig::default().reconnect_backoff(Duration::ZERO, ms(1)),
-            PostgresConfig::default().reconnect_backoff(ms(2), ms(1)),
-            // Beyond a year: refused, not an `Instant` overflow in the writer.
-            PostgresConfig::default().reconnect_backoff(Duration::MAX, Duration::MAX),
-            PostgresConfig::default().connect_timeout(Duration::MAX),
-            PostgresConfig::default().commit_timeout(Duration::MAX),
-        ] {
-            assert!(
-                matches!(
-                    options.validate(),
-                    Err(JournalError::InvalidArgument {
-                        persistence_id: None,
-                        ..
-                    })
-                ),
-                "{options:?}"
-            );
         }
     }
 }

@@ -2,7 +2,7 @@
 -- columns. Rows written before (and by nodes of the earlier version still connected) read as
 -- bincode, no name, version 1, which is how that version wrote them. PostgresJournal runs
 -- this itself on connect, under the same lock as the creation of the tables, unless
--- PostgresConfig::create_tables(false); to run it by hand instead:
+-- PostgresOptionsBuilder::create_tables(false); to run it by hand instead:
 --
 --   psql -v ON_ERROR_STOP=1 -1 -c 'SET search_path TO journal' -f migrate_1_to_2.sql "$DATABASE"
 -- ALTER TABLE waits for an exclusive lock of each table, and every journal statement would

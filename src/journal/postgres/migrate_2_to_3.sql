@@ -1,7 +1,7 @@
 -- Migrates the PostgreSQL journal of actix-delivery from schema version 2 to 3: the tags
 -- (PostgreSQL 13 or newer). Entries written before have no tags. PostgresJournal runs this
 -- itself on connect, under the same lock as the creation of the tables, unless
--- PostgresConfig::create_tables(false); to run it by hand instead:
+-- PostgresOptionsBuilder::create_tables(false); to run it by hand instead:
 --
 --   psql -v ON_ERROR_STOP=1 -1 -c 'SET search_path TO journal' -f migrate_2_to_3.sql "$DATABASE"
 --

@@ -5,6 +5,8 @@
 //! calls), then one file per part:
 //!
 //! - `config`: [`PostgresConfig`] and [`PostgresStats`] (and the counters behind them);
+//! - `options`: [`PostgresOptions`], built around a [`PostgresConfig`] (with TLS and the
+//!   metrics label), validated when built;
 //! - `connection_string`: parsing a connection string without ever echoing its password;
 //! - `connector`: opening connections on the journal's runtime, and what a lost one is;
 //! - `tls`: TLS to the server (feature `tls`);
@@ -24,6 +26,7 @@ mod config;
 mod connection_string;
 mod connector;
 mod listener;
+mod options;
 mod reader;
 mod schema;
 mod statements;
@@ -35,6 +38,7 @@ pub(crate) use config::is_plain_identifier;
 pub use config::{PostgresConfig, PostgresStats};
 pub(crate) use connection_string::parse_config;
 pub(crate) use connector::is_connection_lost;
+pub use options::{PostgresOptions, PostgresOptionsBuilder};
 #[cfg(feature = "tls")]
 pub use tls::PostgresTls;
 
@@ -57,12 +61,12 @@ use statements::Sql;
 /// flush).
 ///
 /// ```no_run
-/// use actix_delivery::journal::{Journal, PersistenceId, PostgresJournal, PostgresConfig};
+/// use actix_delivery::journal::{Journal, PersistenceId, PostgresJournal, PostgresOptions};
 ///
-/// # async fn demo() -> Result<(), actix_delivery::journal::JournalError> {
+/// # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
 /// let journal = PostgresJournal::connect_with(
 ///     "host=127.0.0.1 user=postgres dbname=orders",
-///     PostgresConfig::default().schema("journal"),
+///     PostgresOptions::builder().schema("journal").build()?,
 /// )
 /// .await?; // creates the tables on first connect
 /// let id = PersistenceId::new("order-4711")?;
@@ -94,9 +98,10 @@ use statements::Sql;
 /// says the write *may or may not* be stored (the commit may have been applied before its
 /// answer was lost): re-read the stream before going on. Nothing is ever reported `Ok` that
 /// PostgreSQL did not confirm. The writer connects again on the next write (with backoff
-/// after failed attempts, [`PostgresConfig::reconnect_backoff`]); while the server cannot
-/// be reached, writes fail with `Storage` errors. Reads use their own connections, which are
-/// replaced the same way; a read whose connection broke is retried once on a new one.
+/// after failed attempts, [`PostgresOptionsBuilder::reconnect_backoff`]); while the server
+/// cannot be reached, writes fail with `Storage` errors. Reads use their own connections,
+/// which are replaced the same way; a read whose connection broke is retried once on a new
+/// one.
 ///
 /// **Bounded.** Writes queue in front of the writer up to `queue_capacity` writes and
 /// `max_queued_bytes` payload bytes; beyond that callers wait. Events and snapshots larger
@@ -121,8 +126,8 @@ use statements::Sql;
 /// writes already queued, replies to each, and the connections close.
 ///
 /// The tables and their version check: [`PostgresJournal::SCHEMA_SQL`]. TLS needs the feature
-/// `tls` (`PostgresConfig::tls`: `sslmode=require` or `verify-full`); without it, connect over
-/// a trusted network or a Unix socket.
+/// `tls` (`PostgresOptionsBuilder::tls`: `sslmode=require` or `verify-full`); without it,
+/// connect over a trusted network or a Unix socket.
 #[derive(Clone)]
 pub struct PostgresJournal {
     shared: Arc<Shared>,
@@ -151,28 +156,28 @@ impl PostgresJournal {
     /// The SQL that creates the journal's tables (the current schema version), also in the crate's
     /// `src/journal/postgres/schema.sql`. Table names are unqualified: run it with the
     /// intended schema first in the `search_path`. The journal runs it itself on first
-    /// connect unless [`PostgresConfig::create_tables`] is off.
+    /// connect unless [`PostgresOptionsBuilder::create_tables`] is off.
     pub const SCHEMA_SQL: &'static str = include_str!("schema.sql");
 
     /// The SQL that migrates the tables from schema version 1 (actix-delivery 0.1) to the
     /// current one, `src/journal/postgres/migrate_1_to_2.sql`. The journal runs it itself on
-    /// connect unless [`PostgresConfig::create_tables`] is off; run it by hand (in one
-    /// transaction, with the intended schema first in the `search_path`) otherwise.
+    /// connect unless [`PostgresOptionsBuilder::create_tables`] is off; run it by hand (in
+    /// one transaction, with the intended schema first in the `search_path`) otherwise.
     pub const MIGRATE_1_TO_2_SQL: &'static str = include_str!("migrate_1_to_2.sql");
 
     /// The SQL that migrates the tables from schema version 2 to 3 (the tags),
     /// `src/journal/postgres/migrate_2_to_3.sql`; run after
     /// [`MIGRATE_1_TO_2_SQL`](Self::MIGRATE_1_TO_2_SQL) for a schema of version 1. The journal runs
-    /// it itself on connect unless [`PostgresConfig::create_tables`] is off.
+    /// it itself on connect unless [`PostgresOptionsBuilder::create_tables`] is off.
     pub const MIGRATE_2_TO_3_SQL: &'static str = include_str!("migrate_2_to_3.sql");
 
     /// The SQL that gives a journal schema its identity, [`Journal::journal_id`], if it has
     /// none (a schema made before ids existed), `src/journal/postgres/identity.sql`: a table
     /// `journal_identity` of one row, a random id. [`SCHEMA_SQL`](Self::SCHEMA_SQL) holds it
     /// too, and the journal runs it itself on connect unless
-    /// [`PostgresConfig::create_tables`] is off (then a schema without it is used without
-    /// an id, and read models cannot tell it from another journal). It changes neither the
-    /// schema version nor another table, so the previous release still reads the journal.
+    /// [`PostgresOptionsBuilder::create_tables`] is off (then a schema without it is used
+    /// without an id, and read models cannot tell it from another journal). It changes neither
+    /// the schema version nor another table, so the previous release still reads the journal.
     pub const IDENTITY_SQL: &'static str = include_str!("identity.sql");
 
     /// The SQL that re-numbers the tag rows after a logical restore (`pg_dump`/`pg_restore`)
@@ -189,12 +194,12 @@ impl PostgresJournal {
     /// connected.
     pub const RENUMBER_TAGS_SQL: &'static str = include_str!("renumber_tags.sql");
 
-    /// Connects with default [`PostgresConfig`] (tables in `public`).
+    /// Connects with default [`PostgresOptions`] (tables in `public`).
     ///
     /// # Errors
     /// As [`connect_with`](Self::connect_with).
     pub async fn connect(connection: &str) -> Result<Self, JournalError> {
-        Self::connect_with(connection, PostgresConfig::default()).await
+        Self::connect_with(connection, PostgresOptions::default()).await
     }
 
     /// Connects to the database that `connection` names (a libpq-style `key=value` string or a
@@ -204,7 +209,7 @@ impl PostgresJournal {
     ///
     /// # Errors
     /// [`JournalError::InvalidArgument`] for a `connection` that does not parse (saying what did
-    /// not, never the password) or an invalid option; [`JournalError::Schema`] if the schema
+    /// not, never the password); [`JournalError::Schema`] if the schema
     /// holds a newer or foreign version of the tables (nothing is changed), or none while
     /// `create_tables` is off, or more than one journal id, or tag rows written
     /// under transaction ids this server has not reached (a logical restore into another
@@ -212,11 +217,12 @@ impl PostgresJournal {
     /// [`RENUMBER_TAGS_SQL`](Self::RENUMBER_TAGS_SQL));
     /// [`JournalError::Storage`] if the server cannot be reached, refuses the login, or
     /// refuses to create the tables (privileges), or the journal's thread cannot start.
+    /// (Invalid settings were refused when the `options` were built.)
     pub async fn connect_with(
         connection: &str,
-        config: PostgresConfig,
+        options: PostgresOptions,
     ) -> Result<Self, JournalError> {
-        config.validate()?;
+        let config = &options.config;
         let mut server =
             parse_config(connection).map_err(|reason| JournalError::InvalidArgument {
                 persistence_id: None,
@@ -240,7 +246,7 @@ impl PostgresJournal {
         let signal = Arc::new(TagSignal::default());
         let sql = Arc::new(Sql::new(&config.schema));
         #[cfg(feature = "tls")]
-        if config.tls.is_some() {
+        if options.tls.is_some() {
             // Never fall back to an unencrypted connection.
             server.ssl_mode(tokio_postgres::config::SslMode::Require);
         }
@@ -250,7 +256,7 @@ impl PostgresJournal {
             connect_timeout: config.connect_timeout,
             sql: sql.clone(),
             #[cfg(feature = "tls")]
-            tls: config.tls.as_ref().map(tls::PostgresTls::connector),
+            tls: options.tls.as_ref().map(tls::PostgresTls::connector),
         };
 
         let (writes, queue) = mpsc::channel(config.queue_capacity);
@@ -258,7 +264,7 @@ impl PostgresJournal {
         let (alive, ended) = oneshot::channel::<()>();
         let writer = writer::Writer::new(
             connector.clone(),
-            config.clone(),
+            options.clone(),
             counters.clone(),
             signal.clone(),
         );

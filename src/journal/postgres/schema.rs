@@ -38,7 +38,8 @@
 
 use tokio_postgres::Client;
 
-use crate::journal::postgres::{db_error, PostgresConfig};
+use crate::journal::postgres::config::PostgresConfig;
+use crate::journal::postgres::db_error;
 use crate::journal::{JournalError, JournalId};
 use crate::runtime::error_chain::ErrorChain;
 

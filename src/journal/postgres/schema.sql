@@ -1,7 +1,8 @@
 -- The PostgreSQL journal of actix-delivery, schema version 3 (PostgreSQL 13 or newer: xid8).
 --
 -- PostgresJournal creates these tables itself on first connect, in the schema named by
--- PostgresConfig::schema (default `public`), unless PostgresConfig::create_tables(false).
+-- PostgresOptionsBuilder::schema (default `public`), unless
+-- PostgresOptionsBuilder::create_tables(false).
 -- To create them by hand instead (the journal's role then needs only SELECT, INSERT, UPDATE
 -- and DELETE on them):
 --

@@ -21,9 +21,9 @@ use crate::journal::JournalError;
 use crate::runtime::error_chain::ErrorChain;
 
 /// TLS to the PostgreSQL server (features `postgres` and `tls`), set with
-/// [`PostgresConfig::tls`](crate::journal::PostgresConfig::tls): TLS 1.3 through rustls
-/// (the `ring` provider). With it the journal never falls back to an unencrypted connection,
-/// whatever `sslmode` the connection string names.
+/// [`PostgresOptionsBuilder::tls`](crate::journal::PostgresOptionsBuilder::tls): TLS 1.3
+/// through rustls (the `ring` provider). With it the journal never falls back to an
+/// unencrypted connection, whatever `sslmode` the connection string names.
 #[derive(Clone)]
 pub struct PostgresTls {
     verify: bool,

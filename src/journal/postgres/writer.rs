@@ -35,10 +35,9 @@ use tokio_postgres::types::ToSql;
 use tokio_postgres::{Client, Statement};
 
 use crate::codec::Manifest;
-use crate::journal::postgres::config::Counters;
-use crate::journal::postgres::{
-    db_error, is_connection_lost, schema, seq_from_sql, Connector, PostgresConfig,
-};
+use crate::journal::postgres::config::{Counters, PostgresConfig};
+use crate::journal::postgres::options::PostgresOptions;
+use crate::journal::postgres::{db_error, is_connection_lost, schema, seq_from_sql, Connector};
 use crate::journal::write::{WriteOp, WriteRequest};
 use crate::journal::{check_snapshot, slice_of, JournalError, JournalId, PersistenceId, TagSignal};
 use crate::runtime::backoff::Reconnect;
@@ -149,7 +148,7 @@ struct WriteConnection {
 /// The writer's state between groups.
 pub(super) struct Writer {
     connector: Connector,
-    options: PostgresConfig,
+    options: PostgresOptions,
     counters: Arc<Counters>,
     signal: Arc<TagSignal>,
     connection: Option<WriteConnection>,
@@ -185,13 +184,17 @@ enum Step {
 impl Writer {
     pub(super) fn new(
         connector: Connector,
-        options: PostgresConfig,
+        options: PostgresOptions,
         counters: Arc<Counters>,
         signal: Arc<TagSignal>,
     ) -> Self {
         Self {
             connector,
-            backoff: Reconnect::new(options.reconnect_min, options.reconnect_max, random_u64()),
+            backoff: Reconnect::new(
+                options.config.reconnect_min,
+                options.config.reconnect_max,
+                random_u64(),
+            ),
             options,
             counters,
             signal,
@@ -209,8 +212,8 @@ impl Writer {
     ) {
         let first = async {
             let client = self.connector.open().await?;
-            let id = schema::check_or_create(&client, &self.options).await?;
-            schema::check_transaction_ids(&client, &self.options.schema).await?;
+            let id = schema::check_or_create(&client, &self.options.config).await?;
+            schema::check_transaction_ids(&client, &self.options.config.schema).await?;
             Ok::<_, JournalError>((self.prepare(client).await?, id))
         };
         let id = match first.await {
@@ -243,7 +246,7 @@ impl Writer {
                     None => break,
                 },
             };
-            let mut group = Group::new(first, &self.options);
+            let mut group = Group::new(first, &self.options.config);
             while let Ok(request) = requests.try_recv() {
                 if let Some(over) = group.push(request) {
                     carried = Some(over);
@@ -426,11 +429,11 @@ impl Writer {
             .any(|request| request.op.is_tagged())
             .then_some(self.connector.sql.schema.as_str());
         let transaction = transact(connection, group, &steps, notify);
-        match tokio::time::timeout(self.options.commit_timeout, transaction).await {
+        match tokio::time::timeout(self.options.config.commit_timeout, transaction).await {
             Ok(result) => result,
             Err(_) => Err(Failure::Unknown(format!(
                 "no answer from PostgreSQL within {:?}",
-                self.options.commit_timeout
+                self.options.config.commit_timeout
             ))),
         }
     }
@@ -1028,9 +1031,11 @@ mod tests {
     #[test]
     fn a_group_never_needs_a_message_larger_than_the_server_accepts() {
         // Batch bounds far above the message limit: only the message bound splits.
-        let options = PostgresConfig::default()
-            .max_batch_bytes(usize::MAX)
-            .max_batch_events(usize::MAX);
+        let options = PostgresConfig {
+            max_batch_bytes: usize::MAX,
+            max_batch_events: usize::MAX,
+            ..PostgresConfig::default()
+        };
         // Zeroed memory the allocator maps lazily: nothing of it is written.
         let half = || vec![vec![0u8; 300 << 20], vec![0u8; 300 << 20]];
         let mut group = Group::new(append("a", half()), &options);

@@ -5,15 +5,14 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
-use crate::journal::JournalError;
+use crate::error::OptionsError;
 
-/// Settings of a [`SqliteJournal`](super::SqliteJournal) (feature `sqlite`, on by default);
-/// start from `default()` and change what you need:
-///
-/// ```
-/// # use actix_delivery::journal::SqliteConfig;
-/// let options = SqliteConfig::default().max_batch_events(1_000).readers(1);
-/// ```
+/// The settings of a [`SqliteJournal`](super::SqliteJournal) (feature `sqlite`, on by
+/// default): plain data, loadable with serde from the application's configuration (unknown
+/// keys refused), validated when
+/// [`SqliteOptionsBuilder::build`](super::SqliteOptionsBuilder::build) builds the options.
+/// `Default` gives the documented defaults; each field's meaning is that of the builder method
+/// of the same name.
 ///
 /// | setting | default | what it bounds |
 /// |---|---|---|
@@ -30,40 +29,45 @@ use crate::journal::JournalError;
 /// than a bound goes alone. A caller therefore waits for at most one commit beyond its own
 /// unless more than a batch's worth is queued ahead of it.
 ///
-/// **From settings files.** Loadable with serde (unknown keys refused) under the names of the
-/// table, with `busy_timeout_ms` in milliseconds and `max_size_bytes` a number or
-/// `"unbounded"` (the default); missing keys keep their defaults. Setters called on the
-/// loaded value win over it. The file's path is [`SqliteJournal::open_with`]'s argument.
-/// Invalid values are refused when the journal opens.
+/// In settings files the keys are the names of the table, with `busy_timeout_ms` in
+/// milliseconds and `max_size_bytes` a number or `"unbounded"` (the default); missing keys
+/// keep their defaults. The file's path is [`SqliteJournal::open_with`]'s argument.
 ///
 /// ```
-/// # use actix_delivery::journal::SqliteConfig;
+/// # use actix_delivery::journal::{SqliteConfig, SqliteOptions};
 /// let loaded: SqliteConfig =
 ///     serde_json::from_str(r#"{ "readers": 4, "busy_timeout_ms": 250 }"#).unwrap();
-/// let options = loaded.max_batch_events(1_000); // a setter wins over the loaded value
-/// # let _ = options;
+/// let options = SqliteOptions::builder()
+///     .max_batch_events(1_000) // a builder value wins over the loaded one
+///     .config(loaded)
+///     .build()
+///     .unwrap();
+/// assert_eq!(options.config().readers, 4);
+/// assert_eq!(options.config().max_batch_events, 1_000);
 /// ```
 ///
 /// [`SqliteJournal::open_with`]: super::SqliteJournal::open_with
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
-#[non_exhaustive]
 pub struct SqliteConfig {
-    pub(super) max_batch_events: usize,
-    pub(super) max_batch_bytes: usize,
-    pub(super) queue_capacity: usize,
-    pub(super) max_queued_bytes: usize,
-    pub(super) buffer_events: usize,
-    pub(super) readers: usize,
+    /// Events in one transaction: default 10 000; at least 1.
+    pub max_batch_events: usize,
+    /// Payload bytes in one transaction: default 8 MiB; at least 1.
+    pub max_batch_bytes: usize,
+    /// Writes queued for the writer thread: default 4 096; at least 1.
+    pub queue_capacity: usize,
+    /// Payload bytes queued for the writer thread: default 64 MiB; 1 to `u32::MAX`.
+    pub max_queued_bytes: usize,
+    /// Recent events kept in `event_buffer` before they are moved: default 4 096; at least 1.
+    pub buffer_events: usize,
+    /// Read connections, each on its own thread: default 2; at least 1.
+    pub readers: usize,
+    /// Settings key `busy_timeout_ms`: default 5 s; at most `i32::MAX` milliseconds.
     #[serde(rename = "busy_timeout_ms", with = "busy_timeout_ms")]
-    pub(super) busy_timeout: Duration,
+    pub busy_timeout: Duration,
+    /// The database's size cap in bytes: default none (`"unbounded"` in settings files).
     #[serde(with = "max_size_bytes")]
-    pub(super) max_size_bytes: Option<u64>,
-    /// Builder-only (like the labels of nodes and carriers), so that one settings file
-    /// loads with and without the feature.
-    #[cfg(feature = "metrics")]
-    #[serde(skip)]
-    pub(super) metrics_label: Option<String>,
+    pub max_size_bytes: Option<u64>,
 }
 
 crate::config::millis_key!(busy_timeout_ms, "busy_timeout_ms");
@@ -80,125 +84,47 @@ impl Default for SqliteConfig {
             readers: 2,
             busy_timeout: Duration::from_secs(5),
             max_size_bytes: None,
-            #[cfg(feature = "metrics")]
-            metrics_label: None,
         }
     }
 }
 
 impl SqliteConfig {
-    /// The value of the `journal` label on this journal's metrics (feature `metrics`;
-    /// default `"default"`; not empty).
-    #[cfg(feature = "metrics")]
-    #[cfg_attr(docsrs, doc(cfg(feature = "metrics")))]
-    pub fn metrics_label(mut self, label: impl Into<String>) -> Self {
-        self.metrics_label = Some(label.into());
-        self
-    }
-
-    /// At most this many events per transaction (at least 1).
-    pub fn max_batch_events(mut self, events: usize) -> Self {
-        self.max_batch_events = events;
-        self
-    }
-
-    /// At most this many payload bytes per transaction (at least 1).
-    pub fn max_batch_bytes(mut self, bytes: usize) -> Self {
-        self.max_batch_bytes = bytes;
-        self
-    }
-
-    /// At most this many writes (appends, deletes, snapshots) queued for the writer thread;
-    /// further callers wait for room (at least 1).
-    pub fn queue_capacity(mut self, writes: usize) -> Self {
-        self.queue_capacity = writes;
-        self
-    }
-
-    /// At most this many payload bytes queued for the writer thread; further callers wait
-    /// for room. A single write larger than this waits until the queue is empty. (1 to
-    /// `u32::MAX`.)
-    pub fn max_queued_bytes(mut self, bytes: usize) -> Self {
-        self.max_queued_bytes = bytes;
-        self
-    }
-
-    /// Moves the recent events from the unindexed `event_buffer` into `event_journal` once
-    /// there are this many (or 4 MiB of them); at least 1. Larger values make commits of many
-    /// streams cheaper (a commit dirties the buffer's last page instead of one index page per
-    /// stream), smaller ones make replays of recently written streams cheaper (the buffer is
-    /// scanned for them).
-    pub fn buffer_events(mut self, events: usize) -> Self {
-        self.buffer_events = events;
-        self
-    }
-
-    /// This many read connections, each on its own thread (at least 1).
-    pub fn readers(mut self, readers: usize) -> Self {
-        self.readers = readers;
-        self
-    }
-
-    /// How long to wait for a lock held elsewhere before failing with a
-    /// [`JournalError::Storage`] error: SQLite's locks ("database is locked"), and on open the
-    /// journal's own lock file (held by another process, or by a journal of this one whose
-    /// last handle was dropped and which is still finishing its queue). Default 5 s, at most
-    /// `i32::MAX` milliseconds (SQLite's limit).
-    pub fn busy_timeout(mut self, timeout: Duration) -> Self {
-        self.busy_timeout = timeout;
-        self
-    }
-
-    /// Caps the database's size (rounded up to whole pages, and never below its current
-    /// size): a write that would grow it further fails with a [`JournalError::Storage`]
-    /// error ("database or disk is full"), as on a full disk.
-    pub fn max_size_bytes(mut self, bytes: Option<u64>) -> Self {
-        self.max_size_bytes = bytes;
-        self
-    }
-
-    pub(super) fn validate(&self) -> Result<(), JournalError> {
-        let invalid = |reason: &str| {
-            Err(JournalError::InvalidArgument {
-                persistence_id: None,
-                reason: reason.to_string(),
-            })
-        };
-        #[cfg(feature = "metrics")]
-        if self.metrics_label.as_deref() == Some("") {
-            return invalid("metrics_label must not be empty");
-        }
-        if self.max_batch_events == 0 {
-            return invalid("max_batch_events must be at least 1 (got 0)");
-        }
-        if self.max_batch_bytes == 0 {
-            return invalid("max_batch_bytes must be at least 1 (got 0)");
-        }
-        if self.queue_capacity == 0 {
-            return invalid("queue_capacity must be at least 1 (got 0)");
-        }
+    /// Checks every rule; the error names the first offending settings key.
+    ///
+    /// # Errors
+    /// [`OptionsError`] naming the key and the rule it breaks.
+    pub fn validate(&self) -> Result<(), OptionsError> {
+        at_least_one("max_batch_events", self.max_batch_events)?;
+        at_least_one("max_batch_bytes", self.max_batch_bytes)?;
+        at_least_one("queue_capacity", self.queue_capacity)?;
         if self.max_queued_bytes == 0 || u32::try_from(self.max_queued_bytes).is_err() {
-            return invalid(&format!(
-                "max_queued_bytes must be 1 to u32::MAX (got {})",
-                self.max_queued_bytes
+            return Err(OptionsError::new(
+                "max_queued_bytes",
+                format!("must be 1 to u32::MAX (got {})", self.max_queued_bytes),
             ));
         }
         // SQLite takes the busy timeout as an i32 of milliseconds.
         if self.busy_timeout > Duration::from_millis(i32::MAX as u64) {
-            return invalid(&format!(
-                "busy_timeout_ms must be at most {} (got {})",
-                i32::MAX,
-                self.busy_timeout.as_millis()
+            return Err(OptionsError::new(
+                "busy_timeout_ms",
+                format!(
+                    "must be at most {} (got {})",
+                    i32::MAX,
+                    self.busy_timeout.as_millis()
+                ),
             ));
         }
-        if self.buffer_events == 0 {
-            return invalid("buffer_events must be at least 1 (got 0)");
-        }
-        if self.readers == 0 {
-            return invalid("readers must be at least 1 (got 0)");
-        }
-        Ok(())
+        at_least_one("buffer_events", self.buffer_events)?;
+        at_least_one("readers", self.readers)
     }
+}
+
+/// `value` is at least 1, or an error naming `field`.
+fn at_least_one(field: &'static str, value: usize) -> Result<(), OptionsError> {
+    if value == 0 {
+        return Err(OptionsError::new(field, "must be at least 1 (got 0)"));
+    }
+    Ok(())
 }
 
 /// Counters of a [`SqliteJournal`](super::SqliteJournal) since it was opened (feature
@@ -279,39 +205,6 @@ impl Counters {
             rejected: self.rejected.load(Ordering::Relaxed),
             folds: self.folds.load(Ordering::Relaxed),
             queued,
-        }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn zero_bounds_are_refused() {
-        assert!(SqliteConfig::default().validate().is_ok());
-        for options in [
-            SqliteConfig::default().max_batch_events(0),
-            SqliteConfig::default().max_batch_bytes(0),
-            SqliteConfig::default().queue_capacity(0),
-            SqliteConfig::default().max_queued_bytes(0),
-            SqliteConfig::default().readers(0),
-            SqliteConfig::default().buffer_events(0),
-            SqliteConfig::default().max_queued_bytes(u32::MAX as usize + 1),
-            // Beyond what SQLite takes (an i32 of milliseconds): refused, not a panic at open.
-            SqliteConfig::default().busy_timeout(Duration::from_millis(i32::MAX as u64 + 1)),
-            SqliteConfig::default().busy_timeout(Duration::MAX),
-        ] {
-            assert!(
-                matches!(
-                    options.validate(),
-                    Err(JournalError::InvalidArgument {
-                        persistence_id: None,
-                        ..
-                    })
-                ),
-                "{options:?}"
-            );
         }
     }
 }

@@ -9,12 +9,14 @@ use tokio::sync::{mpsc, oneshot, Semaphore};
 
 mod backup;
 mod config;
+mod options;
 mod reader;
 mod schema;
 mod writer;
 pub(crate) use writer::unix_millis;
 
 pub use config::{SqliteConfig, SqliteDurability, SqliteStats};
+pub use options::{SqliteOptions, SqliteOptionsBuilder};
 
 use crate::codec::Manifest;
 use crate::journal::write::{WriteOp, WriteRequest};
@@ -110,12 +112,12 @@ impl SqliteJournal {
     /// own limit for a value is just under 1 GB).
     pub const MAX_PAYLOAD_BYTES: usize = crate::journal::MAX_PAYLOAD_BYTES;
 
-    /// Opens (or creates) the journal at `path` with default [`SqliteConfig`].
+    /// Opens (or creates) the journal at `path` with default [`SqliteOptions`].
     ///
     /// # Errors
     /// As [`open_with`](Self::open_with).
     pub async fn open(path: impl AsRef<Path>) -> Result<Self, JournalError> {
-        Self::open_with(path, SqliteConfig::default()).await
+        Self::open_with(path, SqliteOptions::default()).await
     }
 
     /// Opens (or creates) the journal at `path`. A new file gets the schema; an existing one
@@ -126,13 +128,13 @@ impl SqliteJournal {
     /// database or not a database at all (the file is left untouched);
     /// [`JournalError::Storage`] if the file cannot be opened for writing (missing
     /// directory, read-only file, I/O error), is open in another journal (this process or
-    /// another), or a thread cannot be started;
-    /// [`JournalError::InvalidArgument`] for a setting of 0.
+    /// another), or a thread cannot be started. (Invalid settings were refused when the
+    /// `options` were built.)
     pub async fn open_with(
         path: impl AsRef<Path>,
-        config: SqliteConfig,
+        options: SqliteOptions,
     ) -> Result<Self, JournalError> {
-        config.validate()?;
+        let config = &options.config;
         let path = path.as_ref().to_path_buf();
         let counters = Arc::new(Counters::default());
         let signal = Arc::new(TagSignal::default());
@@ -142,12 +144,12 @@ impl SqliteJournal {
         let (writes, write_queue) = mpsc::channel(config.queue_capacity);
         let (opened, writer_ready) = oneshot::channel();
         threads.push(spawn("actix-delivery-journal-writer", {
-            let (path, config) = (path.clone(), config.clone());
+            let (path, options) = (path.clone(), options.clone());
             let (buffered, counters, signal) = (buffered.clone(), counters.clone(), signal.clone());
             move || {
                 writer::run(
                     &path,
-                    &config,
+                    &options,
                     write_queue,
                     buffered,
                     counters,

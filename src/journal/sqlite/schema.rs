@@ -58,7 +58,8 @@ use std::time::{Duration, Instant};
 
 use rusqlite::{Connection, OpenFlags, OptionalExtension, MAIN_DB};
 
-use crate::journal::sqlite::{storage_error, SqliteConfig};
+use crate::journal::sqlite::config::SqliteConfig;
+use crate::journal::sqlite::storage_error;
 use crate::journal::{JournalError, JournalId};
 use crate::runtime::error_chain::ErrorChain;
 

@@ -31,8 +31,9 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use rusqlite::{params, Connection, Statement};
 use tokio::sync::{mpsc, oneshot};
 
-use crate::journal::sqlite::config::{Counters, SqliteDurability};
-use crate::journal::sqlite::{schema, seq_from_sql, storage_error, SqliteConfig, HIGHEST_SQL};
+use crate::journal::sqlite::config::{Counters, SqliteConfig, SqliteDurability};
+use crate::journal::sqlite::options::SqliteOptions;
+use crate::journal::sqlite::{schema, seq_from_sql, storage_error, HIGHEST_SQL};
 use crate::journal::write::{WriteOp, WriteRequest};
 use crate::journal::{
     check_fence, check_snapshot, slice_of, JournalError, JournalId, PersistenceId, TagSignal,
@@ -125,7 +126,7 @@ struct Writer<'c> {
 /// and folds once more.
 pub(super) fn run(
     path: &Path,
-    options: &SqliteConfig,
+    options: &SqliteOptions,
     mut requests: mpsc::Receiver<WriteRequest>,
     shared: Buffered,
     counters: Arc<Counters>,
@@ -133,7 +134,7 @@ pub(super) fn run(
     opened: oneshot::Sender<Result<(SqliteDurability, JournalId), JournalError>>,
 ) {
     // `_lock` keeps other processes out for as long as this thread runs.
-    let (conn, _lock, id) = match schema::open_writer(path, options) {
+    let (conn, _lock, id) = match schema::open_writer(path, &options.config) {
         Ok(opened) => opened,
         Err(err) => {
             let _ = opened.send(Err(err));
@@ -193,7 +194,7 @@ pub(super) fn run(
                 None => break,
             },
         };
-        let mut group = Group::new(first, options);
+        let mut group = Group::new(first, &options.config);
         while let Ok(request) = requests.try_recv() {
             if let Some(over) = group.push(request) {
                 carried = Some(over);
@@ -208,7 +209,9 @@ pub(super) fn run(
         let started = Instant::now();
         let _committed = writer.commit(group);
         last_commit = started.elapsed();
-        if writer.buffered_events >= options.buffer_events || writer.buffered_bytes >= FOLD_BYTES {
+        if writer.buffered_events >= options.config.buffer_events
+            || writer.buffered_bytes >= FOLD_BYTES
+        {
             if let Err(err) = writer.fold() {
                 log::warn!(
                     "journal: moving buffered events into event_journal failed: {}",

@@ -109,7 +109,7 @@ fn assert_once(applied: &[(String, u64)], context: &str) {
 }
 
 async fn journal(schema: &str, application_name: &str) -> PostgresJournal {
-    let options = actix_delivery::journal::PostgresConfig::default().schema(schema);
+    let options = actix_delivery::journal::PostgresOptions::builder().schema(schema);
     postgres_support::journal_named(application_name, options).await
 }
 

@@ -14,7 +14,8 @@
 //!   builder wins over a loaded one, which wins over the default, whatever order the calls come
 //!   in.
 //!
-//! The configs: [`ProducerConfig`](crate::ProducerConfig), [`ConsumerConfig`](crate::ConsumerConfig),
+//! The configs: [`ProducerConfig`](crate::ProducerConfig),
+//! [`ConsumerConfig`](crate::ConsumerConfig),
 //! [`PersistentConfig`](crate::persistence::PersistentConfig),
 //! [`DurableConfig`](crate::durable::DurableConfig), `journal::SqliteConfig` (feature `sqlite`, on
 //! by default), `journal::PostgresConfig` (feature `postgres`),

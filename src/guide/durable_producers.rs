@@ -24,14 +24,16 @@
 //!     }))
 //!     .build()?,
 //! );
-//! let journal = Arc::new(MemoryJournal::new()); // SqliteJournal::open("orders.journal") in production
+//! // SqliteJournal::open("orders.journal") in production:
+//! let journal = Arc::new(MemoryJournal::new());
 //! let producer = ReliableDelivery::durable_producer(
 //!     ProducerOptions::builder(&consumer).build()?,
 //!     // the stream, and the producer id it belongs to across restarts
 //!     DurableOptions::new(journal, PersistenceId::new("orders-out")?, "orders"),
 //! )?;
 //! producer.opened().await?; // the stream is open (or why it is not)
-//! let stored = producer.store_timeout(4711, Duration::from_millis(100)).await?; // Err(Timeout): not stored
+//! // Err(DeliveryError::Timeout): certainly not stored
+//! let stored = producer.store_timeout(4711, Duration::from_millis(100)).await?;
 //! stored.confirmed().await?; // the consumer's ACK is recorded
 //! # Ok(()) }
 //! ```

@@ -60,7 +60,8 @@
 //! recovered state. A crash after the commit, before the ACK: the retransmission finds its mark
 //! in the recovered record and is ACKed without deciding again. So every message's events are
 //! stored exactly once; side effects outside the journal still happen at least once (make them
-//! idempotent, or emit them as deliveries of their own: [the outbox](super::durable_producers#the-outbox)).
+//! idempotent, or emit them as deliveries of their own:
+//! [the outbox](super::durable_producers#the-outbox)).
 //! `cargo run --example persistent_consumer` shows a bank account that survives `kill -9`. The
 //! [`persistence`](crate::persistence) module has the rules; what the crash tests prove is in
 //! `tests/README.md`.

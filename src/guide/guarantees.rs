@@ -78,11 +78,13 @@
 //! - **Producer ids must be unique per live producer.** Two live producers configured with the
 //!   same id still work (each incarnation has its own window) but compete for the id's four
 //!   windows; the consumer counts and warns when an older incarnation keeps sending long after a
-//!   newer one appeared ([`ConsumerStats::shared_id_messages`](crate::ConsumerStats::shared_id_messages)).
+//!   newer one appeared
+//!   ([`ConsumerStats::shared_id_messages`](crate::ConsumerStats::shared_id_messages)).
 //! - **Ordered mode is strict while the window lives.** When the consumer loses a producer's
 //!   window (eviction, sweep, restart), a late copy of an earlier message, or of one its producer
 //!   already gave up or settled as stopped, can run after later ones. For an order that survives
-//!   crashes, use `must_follow` on a persistent receiver ([Durable producers](super::durable_producers#the-outbox)).
+//!   crashes, use `must_follow` on a persistent receiver
+//!   ([the outbox](super::durable_producers#the-outbox)).
 //! - **A producer in memory loses what it holds when it stops.** Unconfirmed messages of a
 //!   stopped producer are settled with
 //!   [`DeliveryError::StoppedUnconfirmed`](crate::DeliveryError::StoppedUnconfirmed) if it had

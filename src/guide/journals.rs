@@ -74,6 +74,12 @@
 //! - **Lost connections** while a commit is in flight fail its appends with a `Storage` error
 //!   that says the write *may or may not* be stored; a persistent entity or durable producer then
 //!   re-reads its stream. Nothing is reported `Ok` that PostgreSQL did not confirm.
+//! - **Refused before sending, not lost in flight.** PostgreSQL drops a connection on a protocol
+//!   message over 1 GiB, which would leave the outcome unknown: an append that would need one is
+//!   refused with `InvalidArgument` before anything is sent. Tables altered by hand (a column
+//!   dropped, renamed or retyped, a table missing) are `JournalError::Schema` with the server's
+//!   message, on connect and while running, never a transient error a supervisor would retry
+//!   forever.
 //! - **No connection pool**: the journal needs one dedicated writer connection and a fixed pair
 //!   of read connections, each pipelining any number of reads, and runs their I/O on a thread of
 //!   its own, so its futures work on any runtime (an Actix arbiter, a `#[tokio::test]`).

@@ -39,7 +39,8 @@
 //!   (a [`ConsumerHandle`](crate::ConsumerHandle), a `ConsumerController`'s `Addr`,
 //!   `NodeHandle::consumer_ref`, `NatsCarrierHandle::consumer_ref`, or
 //!   [`ConsumerRef::with_chunks`](crate::ConsumerRef::with_chunks)); a `chunk_size` of at least
-//!   [`MIN_CHUNK_SIZE`](crate::MIN_CHUNK_SIZE) and at most [`MAX_CHUNK_SIZE`](crate::MAX_CHUNK_SIZE)
+//!   [`MIN_CHUNK_SIZE`](crate::MIN_CHUNK_SIZE) and at most
+//!   [`MAX_CHUNK_SIZE`](crate::MAX_CHUNK_SIZE)
 //!   (16 MiB) that fits the transport's frame, less 1 KiB of headers (the builder refuses anything
 //!   else; a small message takes only what it needs of a chunk). Over TCP, give the sending node
 //!   room for a window of chunks (`max_output_bytes` ≥ `window_size` × `chunk_size`): what does

@@ -34,12 +34,9 @@
 //! processes and a producer; one worker is SIGKILLed, the other takes over, and every order is
 //! confirmed (`NATS_URL` names the server).
 //!
-//! - **Credentials and TLS are NATS's own**: connect an `async_nats::Client` with
-//!   `async_nats::ConnectOptions` (credentials files, user and password, tokens, NKeys,
-//!   `require_tls(true)`) and pass it to `NatsCarrierHandle::with_client`. With the server's
-//!   permissions, restrict who may publish to a consumer's subject (whoever may can deliver to the
-//!   consumer) and subscribe to `_INBOX.>` (whoever may reads the messages); let consumer
-//!   processes publish only to `_INBOX.>`.
+//! - **Credentials and TLS are NATS's own**: connect an `async_nats::Client` with credentials and
+//!   TLS and pass it to `NatsCarrierHandle::with_client`; the `nats` module's "Security" says
+//!   which server permissions to restrict.
 //! - **Queue groups** share a consumer's load, and a member that dies has its unACKed messages
 //!   retransmitted to a live one. Each member's duplicate filter sees only its share of a
 //!   producer's stream, so a retransmission that reaches another member runs again. For

@@ -58,13 +58,15 @@
 //! handler, also on another node. This needs no feature. Give the producer a hook,
 //! [`ProducerOptionsBuilder::trace_context`](crate::ProducerOptionsBuilder::trace_context), that
 //! reads the current context (say, from OpenTelemetry) as a
-//! [`TraceContext`](crate::TraceContext) (the W3C `traceparent`); it is called at `tell`, `send` and
-//! `store` time, and the handler reads the context from
+//! [`TraceContext`](crate::TraceContext) (the W3C `traceparent`); it is called at `tell`, `send`
+//! and `store` time, and the handler reads the context from
 //! [`DeliveryInfo::trace_context`](crate::DeliveryInfo::trace_context) (with the `tracing` feature
 //! it is also the handler span's `traceparent` field):
 //!
 //! ```
-//! use actix_delivery::{ConsumerOptions, DeliveryHandler, DeliveryInfo, ProducerOptions, ReliableDelivery, TraceContext};
+//! use actix_delivery::{
+//!     ConsumerOptions, DeliveryHandler, DeliveryInfo, ProducerOptions, ReliableDelivery, TraceContext,
+//! };
 //!
 //! # #[actix::main] async fn main() -> Result<(), Box<dyn std::error::Error>> {
 //! let consumer = ReliableDelivery::consumer(

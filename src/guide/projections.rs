@@ -35,24 +35,21 @@
 //!
 //! ## Operating a projection
 //!
-//! - **One instance per name and slices.** A second instance of an exactly-once projection costs
-//!   work, not correctness: a batch stores its offset only if the stored one is still the one it
-//!   started from, so the loser's batch rolls back (`conflicts` in the stats).
-//! - **Slices.** N instances with `Slices::split(n, i)` follow disjoint sets of streams and
-//!   together the whole tag, each with its own offset. The slices of an exactly-once projection
-//!   are fixed: to change them, rebuild.
-//! - **Rebuild** a read model by starting the projection under a new name: offset 0.
-//! - **Poison.** A failing batch is retried, then entry by entry; an entry that still fails, was
-//!   deleted before it was read, or does not decode stops the projection there (the default) or
-//!   is skipped and counted ([`PoisonPolicy`](crate::projection::PoisonPolicy)). A broken read
-//!   model is retried until it mends, never skipped.
-//! - **Refused starts.** A read model that follows another journal, a stored offset beyond
-//!   everything the journal committed (a journal reset or restored from a logical dump) and, for
-//!   exactly once, a changed slicing stop the projection with
-//!   [`ProjectionError::Refused`](crate::projection::ProjectionError::Refused) instead of skipping
-//!   new events or handling old ones twice.
-//! - **Upgrading.** Journal schema 3 added the tags: what was written before has none. A
-//!   PostgreSQL read model whose tables were made by hand needs `projection_journal (projection
-//!   TEXT PRIMARY KEY, journal_id TEXT NOT NULL)` too.
-//! - `stats()` reports events, batches, retries, skipped entries and lag; with the `metrics`
+//! The [`projection`](crate::projection) module states how a projection runs: batches, polling
+//! and notifications, retries and the [`PoisonPolicy`](crate::projection::PoisonPolicy), and the
+//! starts it refuses ([`ProjectionError::Refused`](crate::projection::ProjectionError::Refused):
+//! a read model of another journal, an offset beyond the journal, a changed slicing). What to do
+//! with it:
+//!
+//! - **Run one instance per name and slices.** A second instance of an exactly-once projection
+//!   costs work, not correctness: the loser's batch rolls back (`conflicts` in the stats).
+//! - **Scale out with slices.** N instances with `Slices::split(n, i)` follow disjoint sets of
+//!   streams and together the whole tag, each with its own offset. The slices of an exactly-once
+//!   projection are fixed: to change them, rebuild.
+//! - **Rebuild** a read model by starting the projection under a new name: it starts at offset 0.
+//! - **Watch** `stats()` (events, batches, retries, skipped entries, lag); with the `metrics`
 //!   feature as `actix_delivery_projection_*`.
+//! - **Upgrading.** Journal schema 3 added the tags: what was written before has none. A read
+//!   model of the previous release, which recorded no journal id, is checked by its offset alone
+//!   and then records its journal. A PostgreSQL read model whose tables were made by hand needs
+//!   `projection_journal (projection TEXT PRIMARY KEY, journal_id TEXT NOT NULL)` too.

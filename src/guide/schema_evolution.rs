@@ -22,8 +22,8 @@
 //!
 //! ## Breaking changes: one function
 //!
-//! Raise the type's version ([`EventSourced::EVENT_VERSION`](crate::persistence::EventSourced::EVENT_VERSION)
-//! or [`STATE_VERSION`](crate::persistence::EventSourced::STATE_VERSION),
+//! Raise the type's version
+//! ([`EventSourced::EVENT_VERSION`](crate::persistence::EventSourced::EVENT_VERSION) or [`STATE_VERSION`](crate::persistence::EventSourced::STATE_VERSION),
 //! [`DurableOptions::message_version`](crate::durable::DurableOptions::message_version)) and read
 //! the older versions in an upcaster, which gets the stored value as
 //! [`Written`](crate::codec::Written) (its version, and `decode::<OldType>()`):

@@ -59,20 +59,21 @@
 //! # #[cfg(not(all(feature = "postgres", feature = "nats")))] fn main() {}
 //! ```
 //!
-//! - **Leases.** A coordinator per node renews its leases every `renew_interval` (2 s) in the
-//!   store (`lease_ttl`, 10 s, judged by the database's clock); a fencing token grows with every
-//!   acquisition, so a node whose lease was taken changes nothing by renewing or releasing it.
-//!   `PostgresLeaseStore` keeps two tables of its own (`shard_lease`, `shard_member`), created on
-//!   first connect.
-//! - **Rebalancing** hands shards off: the old owner stops receiving the shard, stops its entities
-//!   gracefully and releases the lease; the new owner's entities recover on their next command.
-//!   `ShardCoordinatorHandle::stop` hands everything off and leaves.
-//! - **Failover.** A SIGKILLed node's shards move when its leases expire (about the TTL plus one
-//!   renewal interval); what was in flight to it is retransmitted to the new owner, whose entities
-//!   answer what they had already stored. Two owners at once (a paused node) are safe: the
-//!   journal's fence makes one writer catch up and decide again.
-//! - **Observable.** `EntityHostHandle::stats`, `ShardCoordinatorHandle::stats`,
-//!   `ShardedProducerHandle::lane_stats`; all exported with the `metrics` feature.
+//! The [`sharding`](crate::sharding) module states how leases, handoffs and failover work. What
+//! to know when running it:
+//!
+//! - `PostgresLeaseStore` keeps two tables of its own (`shard_lease`, `shard_member`) in the
+//!   schema it is given, created on first connect.
+//! - A SIGKILLed node's shards move when its leases expire: about `lease_ttl` (10 s) plus one
+//!   `renew_interval` (2 s) after the kill. What was in flight to it is retransmitted to the new
+//!   owner, whose entities answer what they had already stored.
+//! - The shard count (`shards`, 64) is fixed per type: every node and producer must agree, and it
+//!   cannot change while any of them runs.
+//! - `ShardCoordinatorHandle::stop` hands every shard off before the node leaves; use it for
+//!   planned restarts.
+//! - `EntityHostHandle::stats`, `ShardCoordinatorHandle::stats` and
+//!   `ShardedProducerHandle::lane_stats` report what each part holds and did; all are exported
+//!   with the `metrics` feature.
 //!
 //! `cargo run --features postgres,nats --example sharding` runs three node processes, SIGKILLs
 //! one while deposits flow, and checks from the journal that every deposit was applied once, in

@@ -11,7 +11,9 @@
 //! retransmits what is not ACKed, and confirms each message to its sender once.
 //!
 //! ```
-//! use actix_delivery::{ConsumerOptions, DeliveryError, DeliveryHandler, ProducerOptions, ReliableDelivery};
+//! use actix_delivery::{
+//!     ConsumerOptions, DeliveryError, DeliveryHandler, ProducerOptions, ReliableDelivery,
+//! };
 //!
 //! #[derive(Clone, Debug)]
 //! struct Order {
@@ -93,8 +95,8 @@
 //! [`idle().await`](crate::ProducerHandle::idle) waits until everything told is settled;
 //! `stop()` stops a producer or consumer for good and `stopped().await` says when (and, for the
 //! parts that open a stream, why: see [Durable producers](super::durable_producers)). A stopped
-//! producer settles every message it still holds: [`DeliveryError::StoppedUnconfirmed`](crate::DeliveryError::StoppedUnconfirmed)
-//! if it had sent it, [`DeliveryError::ProducerStopped`](crate::DeliveryError::ProducerStopped) if
+//! producer settles every message it still holds:
+//! [`DeliveryError::StoppedUnconfirmed`](crate::DeliveryError::StoppedUnconfirmed) if it had sent it, [`DeliveryError::ProducerStopped`](crate::DeliveryError::ProducerStopped) if
 //! not.
 //!
 //! ## Where the actors run

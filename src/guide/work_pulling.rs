@@ -21,7 +21,8 @@
 //! impl Handler<GivenUpJob<u64>> for PoisonStore {
 //!     type Result = ();
 //!     fn handle(&mut self, job: GivenUpJob<u64>, _: &mut Context<Self>) {
-//!         println!("gave up job {} after {} failures: {}", job.job.body, job.attempts, job.last_error);
+//!         let (body, attempts) = (job.job.body, job.attempts);
+//!         println!("gave up job {body} after {attempts} failures: {}", job.last_error);
 //!     }
 //! }
 //!
@@ -56,8 +57,10 @@
 //!   node address, consumer name or NATS subject) every interval to a consumer whose handler is a
 //!   [`WorkerDiscovery`](crate::work_pulling::WorkerDiscovery); the discovery registers the worker
 //!   and deregisters it after `timeout` of silence (a SIGKILLed worker), and its jobs move on.
-//! - [`pool_stats()`](crate::work_pulling::WorkPullingHandle::pool_stats) reports workers, queued,
-//!   re-routed, failed and given-up jobs, rests, and per worker what it holds, confirmed and failed.
+//! - [`pool_stats()`](crate::work_pulling::WorkPullingHandle::pool_stats) reports workers,
+//!   queued, re-routed, failed and given-up jobs, rests, and per worker what it holds, confirmed
+//!   and failed.
 //!
-//! `examples/work_pulling.rs` in the repository starts and stops workers mid-job while 20 000 jobs flow and checks,
-//! from the journal, that each was applied once (`cargo run --example work_pulling`).
+//! `examples/work_pulling.rs` in the repository starts and stops workers mid-job while 20 000
+//! jobs flow and checks, from the journal, that each was applied once
+//! (`cargo run --example work_pulling`).

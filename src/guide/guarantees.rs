@@ -115,9 +115,8 @@
 //!   `Ok`, or bound the retries with `max_attempts` on the producer.
 //! - **Not for everything.** Each message costs a tell to the producer, a share of a delivery and
 //!   of an ACK (batched under load, one each when traffic is sparse) and some bookkeeping, instead
-//!   of one `do_send`: about 4× the time of a `do_send` in one process (the README's cost table;
-//!   `benches/README.md` has the measurements). Telemetry, health pings and transient UI updates
-//!   should use a plain `do_send`.
+//!   of one `do_send` (the README's cost table has the ratios). Telemetry, health pings and
+//!   transient UI updates should use a plain `do_send`.
 //! - **Inside one cluster.** The controllers connect actors of one Actix application (or one
 //!   cluster of nodes). External or cross-cluster consumers belong on a broker such as NATS
 //!   JetStream or Kafka ([Choosing a transport](super::over_nats#choosing-a-transport)).

@@ -27,18 +27,18 @@
 //! What the library costs is measured in `benches/README.md` in the repository; what its tests
 //! prove, in `tests/README.md`.
 
-pub mod tutorial;
-pub mod guarantees;
 pub mod configuration;
-pub mod effectively_once;
 pub mod durable_producers;
-pub mod journals;
-pub mod schema_evolution;
-pub mod over_tcp;
-pub mod over_nats;
-pub mod large_messages;
-pub mod work_pulling;
-pub mod projections;
-pub mod sharding;
-pub mod production;
+pub mod effectively_once;
+pub mod guarantees;
 pub mod how_it_works;
+pub mod journals;
+pub mod large_messages;
+pub mod over_nats;
+pub mod over_tcp;
+pub mod production;
+pub mod projections;
+pub mod schema_evolution;
+pub mod sharding;
+pub mod tutorial;
+pub mod work_pulling;

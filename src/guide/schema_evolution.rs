@@ -17,8 +17,8 @@
 //!   actix-delivery 0.1 are bincode.
 //!
 //! Stored data chooses with `PersistentConfig::codec` and `DurableOptions::codec`; bodies on the
-//! wire with a [`BodySchema`](crate::tcp::BodySchema) (below). MessagePack costs about a tenth of
-//! a microsecond more per event than bincode (`benches/README.md`, "Codecs").
+//! wire with a [`BodySchema`](crate::tcp::BodySchema) (below). What each costs is in
+//! `benches/README.md`, "Codecs".
 //!
 //! ## Breaking changes: one function
 //!

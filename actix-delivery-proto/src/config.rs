@@ -9,7 +9,6 @@
 //!
 //! ```
 //! # use actix_delivery_proto::config::{ConsumerConfig, Limit};
-//! # use std::time::Duration;
 //! let config: ConsumerConfig = serde_json::from_str(
 //!     r#"{ "max_producers": 64, "producer_idle_ttl_ms": "unbounded" }"#,
 //! ).unwrap();

@@ -10,6 +10,7 @@
 //! `actix-delivery`, which re-exports what it needs of this crate. Depend on this crate
 //! directly to test a rule in isolation or to drive a core from another runtime.
 #![cfg_attr(docsrs, feature(doc_cfg))]
+#![doc(test(attr(deny(warnings))))]
 #![warn(missing_docs)]
 #![forbid(unsafe_code)]
 // Tests may read the clock (`clippy.toml` refuses it to the core itself).

@@ -47,6 +47,7 @@ impl<T: 'static> DeliveryHandler<T> {
     ///     }
     ///     Ok(())
     /// });
+    /// # drop(handler);
     /// ```
     pub fn from_fn<F, Fut, E>(mut handler: F) -> Self
     where

@@ -250,8 +250,8 @@ impl<T: Send + 'static> ProducerOptionsBuilder<T> {
     /// once whole. Each chunk is a delivery of its own: a seq, a window slot, retransmission; the
     /// last chunk's ACK, sent after the handler ran on the whole message, confirms it. Every
     /// message is then sent as chunks (a small one as one chunk), so `tell` and `send` encode each.
-    /// See [`protocol::chunk`](crate::protocol::chunk) for the rules, the crate docs ("Large
-    /// messages") for the costs.
+    /// See [`protocol::chunk`](crate::protocol::chunk) for the rules, and
+    /// [Large messages](crate::guide::large_messages) for what it needs and costs.
     ///
     /// # Errors
     /// [`build`](Self::build) refuses a `chunk_size` below [`MIN_CHUNK_SIZE`] or above

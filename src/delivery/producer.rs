@@ -762,7 +762,7 @@ impl<T: Clone + Send + 'static> ProducerHandle<T> {
     /// ```
     /// # use actix_delivery::{DeliveryError, ProducerHandle};
     /// # use std::time::Duration;
-    /// # async fn demo(producer: ProducerHandle<String>) {
+    /// # async fn _demo(producer: ProducerHandle<String>) {
     /// match producer.send_timeout("order-7".into(), Duration::from_millis(50)).await {
     ///     Ok(()) => println!("confirmed"),
     ///     Err(DeliveryError::Timeout) => println!("busy: not sent, try again later"),
@@ -860,7 +860,7 @@ impl<T: Clone + Send + 'static> ProducerHandle<T> {
     /// ```
     /// # use actix_delivery::{Happened, ProducerHandle};
     /// # use std::time::Duration;
-    /// # async fn demo(producer: ProducerHandle<String>) -> u16 {
+    /// # async fn _demo(producer: ProducerHandle<String>) -> u16 {
     /// match producer.store_timeout("order-7".into(), Duration::from_millis(100)).await {
     ///     Ok(_stored) => 202, // the producer owns it, across crashes
     ///     Err(error) => match error.happened() {

@@ -41,7 +41,7 @@ pub struct DurableConfig {
     pub stop_timeout: Duration,
     /// The codec new messages are stored in (stored messages are read in the codec they were
     /// stored in, whatever this says). Default [`Codec::MessagePack`], in which a field added
-    /// with `#[serde(default)]` needs no code; see the README's "Changing your types".
+    /// with `#[serde(default)]` needs no code; see [Changing your types](crate::guide::schema_evolution).
     /// Settings key `codec`: `"msgpack"` or `"bincode"`.
     pub codec: Codec,
     /// With a lease, a producer does not take over a stream another producer is alive on

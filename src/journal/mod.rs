@@ -6,7 +6,7 @@
 //! [`codec`](crate::codec)) plus at most one current [`Snapshot`]. Next to every event and
 //! snapshot a journal keeps its [`Manifest`]: how its payload was written (codec, type name,
 //! schema version), so that a reader can decode entries written by earlier versions of its
-//! types (see the README's "Changing your types"). Implementations:
+//! types ([Changing your types](crate::guide::schema_evolution)). Implementations:
 //!
 //! - `SqliteJournal` (feature `sqlite`, on by default): the embedded durable default. One
 //!   SQLite file in WAL mode with `synchronous=FULL`; a single writer thread commits every

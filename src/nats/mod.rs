@@ -98,19 +98,11 @@
 //! a consumer's subject and subscribe to `_INBOX.>`, and let consumer processes publish
 //! only to `_INBOX.>` (their ACKs). Anyone who may publish to a consumer's
 //! subject can deliver messages to it and, knowing a producer's incarnation, speak for that
-//! producer (see the crate documentation, "Trust: the incarnation is a capability"); anyone
+//! producer ([Trust](crate::guide::guarantees#trust-the-incarnation-is-a-capability)); anyone
 //! who may subscribe to a subject reads its messages.
 //!
-//! # When to choose TCP, NATS, or a broker with its own persistence
-//!
-//! - **TCP** ([`tcp`](crate::tcp)): a few nodes that know each other's addresses, no
-//!   server to run, the lowest latency, authentication built in.
-//! - **NATS**: many nodes, consumers found by subject, failover and load sharing by queue
-//!   group, one server (cluster) to run. Persistence is ours (journals), not the server's.
-//! - **A broker with its own persistence** (JetStream, Kafka, RabbitMQ): when the messages
-//!   must outlive both sides' journals, be replayed by consumers that join later, or fan out
-//!   to many independent readers; this crate's durable producer and persistent consumer then
-//!   add nothing the broker does not already give.
+//! Choosing between TCP, NATS and a broker with its own persistence:
+//! [Choosing a transport](crate::guide::over_nats#choosing-a-transport).
 
 /// The byte every NATS message of this protocol (the TCP transport's version 4) starts with.
 /// Protocols 2 and 3 used their number; protocol 4 uses 7, because a message of protocol 1

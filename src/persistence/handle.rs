@@ -253,10 +253,11 @@ impl<E: EventSourced> PersistentHandle<E> {
     /// ```no_run
     /// # use actix_delivery::persistence::{EventSourced, PersistentHandle};
     /// # use actix_delivery::{ConsumerOptions, ReliableDelivery};
-    /// # fn demo<E: EventSourced>(entity: PersistentHandle<E>, to_command: fn(u64) -> E::Command) {
+    /// # fn _demo<E: EventSourced>(entity: PersistentHandle<E>, to_command: fn(u64) -> E::Command) {
     /// let consumer = ReliableDelivery::consumer(
     ///     ConsumerOptions::builder(entity.delivery_handler(to_command)).build().unwrap(),
     /// );
+    /// # drop(consumer);
     /// # }
     /// ```
     pub fn delivery_handler<T: 'static>(

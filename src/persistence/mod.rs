@@ -33,7 +33,7 @@
 //!
 //! A delivery below its producer's window start that was never processed is *stale*: it is
 //! refused ([`CommandError::Stale`]), never processed and never ACKed, exactly as the consumer
-//! does (see the crate docs on trust).
+//! does ([Trust](crate::guide::guarantees#trust-the-incarnation-is-a-capability)).
 //!
 //! # Changing the types
 //!
@@ -47,8 +47,9 @@
 //! code; a breaking change raises [`EventSourced::EVENT_VERSION`] (or
 //! [`STATE_VERSION`](EventSourced::STATE_VERSION)) and reads the older versions in
 //! [`EventSourced::upcast_events`] (or [`upcast_state`](EventSourced::upcast_state)); see
-//! [`crate::codec`]. The README's section "Changing your types" gives the recipe for each classic
-//! change (add a field, rename a field, remove or split an event, change the snapshot type).
+//! [`crate::codec`]. [Changing your types](crate::guide::schema_evolution) gives the recipe for
+//! each classic change (add a field, rename a field, remove or split an event, change the
+//! snapshot type).
 //!
 //! # Two instances of one entity
 //!

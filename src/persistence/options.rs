@@ -25,6 +25,7 @@ use crate::runtime::placement::Placement;
 ///         ..Default::default()
 ///     })
 ///     .supervised();
+/// # drop(options);
 /// # Ok(()) }
 /// ```
 pub struct PersistentOptions {

@@ -323,7 +323,7 @@ impl<E: EventSourced> EntityHostHandle<E> {
     /// # use std::sync::Arc;
     /// # use actix_delivery::journal::MemoryJournal;
     /// # use actix_delivery::persistence::{Decision, EventSourced};
-    /// # use actix_delivery::sharding::{EntityHostHandle, EntityHostOptions, EntityId};
+    /// # use actix_delivery::sharding::{EntityHostHandle, EntityHostOptions};
     /// # use actix_delivery::work_pulling::{WorkPullingOptions, WorkerRegistry};
     /// # use actix_delivery::{ConsumerOptions, ReliableDelivery};
     /// # #[derive(Default, serde::Serialize, serde::Deserialize)] struct Account { balance: u64 }

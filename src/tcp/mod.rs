@@ -121,19 +121,11 @@
 //! Three modes: the shared secret (the handshake and tags above), TLS 1.3 and mutual TLS
 //! (feature `tls`: `NodeOptionsBuilder::tls` with a `NodeTls`; the frames are the same,
 //! inside TLS and untagged, the inner handshake then exchanging node ids and frame limits
-//! only). A TLS node and a node without TLS refuse each other: a TLS node reads a plain
-//! peer's first byte (a frame's length prefix starts with 0, a TLS record with 0x16) and vice
-//! versa, and counts it in [`NodeStats::tls_failures`]. Between TLS nodes the listener
-//! decides: a mutual listener refuses a node that presents no certificate (one without
-//! mutual TLS, even with a certificate of its own), while a one-way listener asks for none,
-//! so a mutual node connects to it and delivers (without an identity there). Under mutual TLS
-//! a connecting peer's identity is the DNS names of its certificate's subject alternative
-//! names, which [`NodeHandle::expose_to`] authorizes per consumer. A connecting node checks the
-//! listener's certificate for the host of a [`PeerAddr`] name, never for the IP it resolved
-//! to: a host that is not a DNS name a certificate can be checked for is refused when the
-//! `PeerAddr` is made. See the README's Security section and the crate documentation,
-//! "Trust: the incarnation is a capability", for what each mode protects and what it does
-//! not.
+//! only). A TLS node tells a plain peer by its first byte (a frame's length prefix starts with
+//! 0, a TLS record with 0x16), refuses it and counts it in [`NodeStats::tls_failures`], and a
+//! plain node does the same with a TLS peer. What each mode protects, how the modes meet and
+//! what all of them leave open: [Security](crate::guide::over_tcp#security-three-modes) in the
+//! guide.
 
 pub(crate) use actix_delivery_proto::tcp::auth;
 pub(crate) use actix_delivery_proto::tcp::body;

@@ -90,6 +90,7 @@ fn pem_error(what: &'static str) -> impl Fn(rustls::pki_types::pem::Error) -> Tl
 ///     .tls(tls)
 ///     .listen("0.0.0.0:7100".parse()?)
 ///     .build()?;
+/// # drop(options);
 /// # Ok(()) }
 /// ```
 #[derive(Clone)]

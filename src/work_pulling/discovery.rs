@@ -46,7 +46,7 @@ type Resolve<T> = Box<dyn Fn(&Announcement) -> Option<ConsumerRef<Job<T>>>>;
 /// # use actix_delivery::work_pulling::{Job, WorkerDiscovery, WorkerRegistry};
 /// # use actix_delivery::{ConsumerOptions, ReliableDelivery};
 /// # use std::time::Duration;
-/// # fn demo(node: NodeHandle, registry: WorkerRegistry<String>) -> Result<(), Box<dyn std::error::Error>> {
+/// # fn _demo(node: NodeHandle, registry: WorkerRegistry<String>) -> Result<(), Box<dyn std::error::Error>> {
 /// let resolver = node.clone();
 /// let discovery = WorkerDiscovery::start(&registry, Duration::from_secs(3), move |a| {
 ///     resolver.consumer_ref::<Job<String>>(a.node.as_deref()?.parse::<std::net::SocketAddr>().ok()?, &a.consumer).ok()

@@ -16,7 +16,7 @@
 //!   the application's persistent data (events, snapshots, a durable producer's messages):
 //!   data that lives for years is worth the cost (about 2.4× bincode's decoding time and 1.8×
 //!   its encoding time per value, a tenth of a microsecond for a typical event: see
-//!   `benches/codec.rs` and the README's "Changing your types").
+//!   `benches/codec.rs`, and actix-delivery's guide, chapter "Changing your types").
 //!
 //! Breaking changes (a renamed field, a changed type, an event split or removed) need one
 //! function: an upcaster, which gets the stored value as [`Written`] (its manifest, and a

@@ -25,7 +25,7 @@ use crate::protocol::envelope::DeadLetterReason;
 /// that nodes with different versions of a type (a field added with `#[serde(default)]` on
 /// one side) understand each other without code. It costs about a quarter of the throughput
 /// of bincode bodies in a loopback benchmark at window 256 (about half a microsecond per
-/// message; see the README, "Bodies across versions"): declare [`Codec::Bincode`] for a type
+/// message; `benches/README.md`, "Codecs", in the repository): declare [`Codec::Bincode`] for a type
 /// that is sent a lot and never changes.
 pub const DEFAULT_WIRE_CODEC: Codec = Codec::MessagePack;
 

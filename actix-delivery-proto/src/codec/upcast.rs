@@ -26,6 +26,8 @@ use crate::codec::{self, Codec, CodecError, Manifest};
 ///         other => Err(UpcastError::new(format!("no upcaster from version {other}"))),
 ///     }
 /// }
+/// # let _: fn(Written<'_>) -> Result<Order, UpcastError> = upcast;
+/// # let _ = |order: Order| order.total_cents;
 /// ```
 #[derive(Debug)]
 pub struct Written<'a> {

@@ -61,6 +61,9 @@ use crate::journal::tag::Tag;
 ///         }
 ///     }
 /// }
+/// # let account = Account::default();
+/// # assert!(account.decide(&Command::Withdraw(1)).is_err());
+/// # assert!(account.decide(&Command::Deposit(5)).is_ok());
 /// ```
 pub trait EventSourced: Default + Serialize + DeserializeOwned + 'static {
     /// What the entity is asked to do.

@@ -80,8 +80,8 @@ pub struct PersistentConfig {
     /// the codec it was written in, whatever this says). Default
     /// [`Codec::MessagePack`]: self-describing, so a field added to the event or state type
     /// with `#[serde(default)]` needs no code; [`Codec::Bincode`] is faster and smaller but
-    /// needs an upcaster for every change of the types (see the README's "Changing your
-    /// types"). Settings key `codec`: `"msgpack"` or `"bincode"`.
+    /// needs an upcaster for every change of the types (actix-delivery's guide,
+    /// chapter "Changing your types", has the recipes). Settings key `codec`: `"msgpack"` or `"bincode"`.
     pub codec: Codec,
     /// The value of the `entity` label on the entity's metrics (feature `metrics`): a name the
     /// application chose, the same for all entities of a kind, never one per stream. Default: an

@@ -26,7 +26,7 @@
 //!   not run, not acknowledged, and no window moves.
 //!
 //! Whoever holds a derived token may speak for the origins it names, as whoever holds a
-//! producer's token may speak for the producer (see "Trust" in the crate docs); a public
+//! producer's token may speak for the producer (see "Trust" in actix-delivery's guide, chapter "Guarantees and limits"); a public
 //! `IncarnationId` grants nothing.
 
 use sha2::{Digest, Sha256};

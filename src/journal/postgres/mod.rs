@@ -63,7 +63,7 @@ use statements::Sql;
 /// ```no_run
 /// use actix_delivery::journal::{Journal, PersistenceId, PostgresJournal, PostgresOptions};
 ///
-/// # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
+/// # async fn _demo() -> Result<(), Box<dyn std::error::Error>> {
 /// let journal = PostgresJournal::connect_with(
 ///     "host=127.0.0.1 user=postgres dbname=orders",
 ///     PostgresOptions::builder().schema("journal").build()?,

@@ -155,7 +155,7 @@ pub struct SqliteStats {
 /// `journal_mode` `wal`; tests check exactly that:
 ///
 /// ```no_run
-/// # async fn demo() -> Result<(), actix_delivery::journal::JournalError> {
+/// # async fn _demo() -> Result<(), actix_delivery::journal::JournalError> {
 /// let journal = actix_delivery::journal::SqliteJournal::open("orders.journal").await?;
 /// assert_eq!(journal.durability().synchronous, 2); // FULL
 /// assert_eq!(journal.durability().journal_mode, "wal");

@@ -43,7 +43,7 @@ const HIGHEST_SQL: &str = "SELECT max(\
 /// ```no_run
 /// use actix_delivery::journal::{Journal, PersistenceId, SqliteJournal};
 ///
-/// # async fn demo() -> Result<(), actix_delivery::journal::JournalError> {
+/// # async fn _demo() -> Result<(), actix_delivery::journal::JournalError> {
 /// let journal = SqliteJournal::open("orders.journal").await?;
 /// let id = PersistenceId::new("order-4711")?;
 /// let next = journal.highest_seq(&id).await? + 1;

@@ -106,12 +106,12 @@ async fn producer(mut workers: Option<[Child; 2]>) -> Result<(), Box<dyn std::er
             },
         )?;
         tokio::time::sleep(Duration::from_millis(30)).await;
-        if n == MESSAGES / 3 {
-            if let Some([first, _]) = &mut workers {
-                println!("[producer] killing worker a (SIGKILL): worker b takes over");
-                first.kill()?;
-                first.wait()?;
-            }
+        if n == MESSAGES / 3
+            && let Some([first, _]) = &mut workers
+        {
+            println!("[producer] killing worker a (SIGKILL): worker b takes over");
+            first.kill()?;
+            first.wait()?;
         }
     }
     producer.idle().await;

@@ -201,15 +201,15 @@ async fn producer(
             },
         )?;
         tokio::time::sleep(Duration::from_millis(30)).await;
-        if n == MESSAGES / 3 {
-            if let Some(running) = &mut child {
-                println!("[producer] killing the consumer's process (SIGKILL)");
-                running.kill()?;
-                running.wait()?;
-                tokio::time::sleep(Duration::from_millis(500)).await;
-                println!("[producer] starting it again");
-                *running = start_consumer(addr)?;
-            }
+        if n == MESSAGES / 3
+            && let Some(running) = &mut child
+        {
+            println!("[producer] killing the consumer's process (SIGKILL)");
+            running.kill()?;
+            running.wait()?;
+            tokio::time::sleep(Duration::from_millis(500)).await;
+            println!("[producer] starting it again");
+            *running = start_consumer(addr)?;
         }
     }
     producer.idle().await;

@@ -446,17 +446,17 @@ async fn main() {
                 ratio(p2p, one)
             );
         }
-        if let (Work::Timer, Some(one)) = (work, one) {
-            if let Some(eight) = thr(Case::WorkPulling {
+        if let (Work::Timer, Some(one)) = (work, one)
+            && let Some(eight) = thr(Case::WorkPulling {
                 work,
                 workers: 8,
                 window: 16,
-            }) {
-                println!(
-                    "Scaling efficiency at 8 workers: thr(8) / (8 × thr(1)) = {:.0} % (target ≥ 80 %)",
-                    100.0 * eight / (8.0 * one)
-                );
-            }
+            })
+        {
+            println!(
+                "Scaling efficiency at 8 workers: thr(8) / (8 × thr(1)) = {:.0} % (target ≥ 80 %)",
+                100.0 * eight / (8.0 * one)
+            );
         }
     }
     if !spread_note.is_empty() {

@@ -113,10 +113,10 @@ impl Confirmation {
     /// The message was stored under `id`.
     pub(crate) fn notify_stored(&mut self, id: MessageId) {
         self.message = NonZeroU64::new(id.0);
-        if let Notify::StoredChannel(stored, _) = &mut self.notify {
-            if let Some(stored) = stored.take() {
-                let _ = stored.send(id); // the caller may have stopped waiting
-            }
+        if let Notify::StoredChannel(stored, _) = &mut self.notify
+            && let Some(stored) = stored.take()
+        {
+            let _ = stored.send(id); // the caller may have stopped waiting
         }
     }
 

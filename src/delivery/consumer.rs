@@ -554,7 +554,7 @@ impl<T: Send + 'static> ConsumerHandle<T> {
 
     /// Resolves once the consumer has stopped for good (after [`stop`](Self::stop)): its last
     /// ACKs are sent and its state is dropped.
-    pub fn stopped(&self) -> impl std::future::Future<Output = ()> + 'static {
+    pub fn stopped(&self) -> impl std::future::Future<Output = ()> + 'static + use<T> {
         crate::runtime::stop_signal::wait_stopped(self.addr.send(SubscribeStopped))
     }
 }

@@ -630,7 +630,7 @@ impl<T: Clone + Send + 'static> Shared<T> {
     /// What the handles of `producer` share, once it runs at the address given.
     fn of(
         producer: &ProducerController<T>,
-    ) -> impl FnOnce(Addr<ProducerController<T>>) -> ProducerHandle<T> {
+    ) -> impl FnOnce(Addr<ProducerController<T>>) -> ProducerHandle<T> + use<T> {
         let life = producer.stop.subscribe();
         let inbox = producer.inbox.clone();
         let producer_id = producer.producer_id().clone();
@@ -749,7 +749,10 @@ impl<T: Clone + Send + 'static> ProducerHandle<T> {
     /// The [`DeliveryError`] that settled the message: the producer stopped, gave the
     /// message up after `max_attempts` transmissions, or its work-pulling pool gave it up;
     /// [`DeliveryError::happened`] says whether it was sent (or stored) before.
-    pub fn send(&self, body: T) -> impl Future<Output = Result<(), DeliveryError>> + 'static {
+    pub fn send(
+        &self,
+        body: T,
+    ) -> impl Future<Output = Result<(), DeliveryError>> + 'static + use<T> {
         self.send_within(body, None)
     }
 
@@ -777,7 +780,7 @@ impl<T: Clone + Send + 'static> ProducerHandle<T> {
         &self,
         body: T,
         timeout: Duration,
-    ) -> impl Future<Output = Result<(), DeliveryError>> + 'static {
+    ) -> impl Future<Output = Result<(), DeliveryError>> + 'static + use<T> {
         self.send_within(body, Some(timeout))
     }
 
@@ -785,7 +788,7 @@ impl<T: Clone + Send + 'static> ProducerHandle<T> {
         &self,
         body: T,
         timeout: Option<Duration>,
-    ) -> impl Future<Output = Result<(), DeliveryError>> + 'static {
+    ) -> impl Future<Output = Result<(), DeliveryError>> + 'static + use<T> {
         let (confirm, outcome) = Confirmation::channel();
         let confirm = self.traced(confirm);
         let waits_for_room = match self.shared.inbox.try_reserve() {
@@ -841,7 +844,10 @@ impl<T: Clone + Send + 'static> ProducerHandle<T> {
     /// or its journal failed before the message was stored; or [`DeliveryError::InDoubt`]:
     /// the producer ended before its journal answered. Never an error of
     /// [`Happened::FailedAfter`](crate::Happened::FailedAfter): once stored, it resolves `Ok`.
-    pub fn store(&self, body: T) -> impl Future<Output = Result<Stored, DeliveryError>> + 'static {
+    pub fn store(
+        &self,
+        body: T,
+    ) -> impl Future<Output = Result<Stored, DeliveryError>> + 'static + use<T> {
         self.store_within(body, None)
     }
 
@@ -880,7 +886,7 @@ impl<T: Clone + Send + 'static> ProducerHandle<T> {
         &self,
         body: T,
         timeout: Duration,
-    ) -> impl Future<Output = Result<Stored, DeliveryError>> + 'static {
+    ) -> impl Future<Output = Result<Stored, DeliveryError>> + 'static + use<T> {
         self.store_within(body, Some(timeout))
     }
 
@@ -888,7 +894,7 @@ impl<T: Clone + Send + 'static> ProducerHandle<T> {
         &self,
         body: T,
         timeout: Option<Duration>,
-    ) -> impl Future<Output = Result<Stored, DeliveryError>> + 'static {
+    ) -> impl Future<Output = Result<Stored, DeliveryError>> + 'static + use<T> {
         let handle = self.clone();
         let deadline = deadline_after(timeout);
         // The context is the caller's, read before the future starts.
@@ -967,7 +973,7 @@ impl<T: Clone + Send + 'static> ProducerHandle<T> {
     /// meanwhile ([`Failure::TakenOver`]), or another one is alive on it
     /// ([`Failure::InUse`], with a [`lease`](crate::durable::DurableOptions::lease)).
     /// [`StartError::Stopped`] if it was stopped before it opened.
-    pub fn opened(&self) -> impl Future<Output = Result<(), StartError>> + 'static {
+    pub fn opened(&self) -> impl Future<Output = Result<(), StartError>> + 'static + use<T> {
         wait_opened(self.shared.life.clone())
     }
 
@@ -979,13 +985,13 @@ impl<T: Clone + Send + 'static> ProducerHandle<T> {
     /// whose stream another producer took over ([`Failure::TakenOver`]), or whose stream
     /// turned out corrupt, foreign or of a newer schema; a producer without a `Supervisor`
     /// whose journal failed.
-    pub fn stopped(&self) -> impl Future<Output = Result<(), Failure>> + 'static {
+    pub fn stopped(&self) -> impl Future<Output = Result<(), Failure>> + 'static + use<T> {
         wait_for_stop(self.shared.life.clone())
     }
 
     /// Resolves once the producer holds nothing unsettled: every message handed to it so far
     /// is confirmed or failed (or it stopped). With continuous traffic this waits for a lull.
-    pub fn idle(&self) -> impl Future<Output = ()> + 'static {
+    pub fn idle(&self) -> impl Future<Output = ()> + 'static + use<T> {
         let (waiter, idle) = oneshot::channel();
         self.shared.addr.do_send(WhenIdle(waiter));
         async move {

@@ -418,10 +418,10 @@ pub(crate) fn stored_manifest(
             reason: format!("a manifest out of range: codec {codec}, version {version}"),
         });
     };
-    if let Some(last) = last {
-        if (last.codec_id(), last.name(), last.version()) == (codec, name, version) {
-            return Ok(last.clone());
-        }
+    if let Some(last) = last
+        && (last.codec_id(), last.name(), last.version()) == (codec, name, version)
+    {
+        return Ok(last.clone());
     }
     let manifest = Manifest::from_stored(codec, name, version);
     *last = Some(manifest.clone());

@@ -263,10 +263,10 @@ impl<E: EventSourced> PersistentActor<E> {
                 .lanes
                 .iter_mut()
                 .find(|l| l.name() == delivery.destination);
-            if let Some(lane) = lane {
-                if let Err(error) = lane.send(&id, incarnation, delivery.seq, &delivery.message) {
-                    log::error!("stream `{id}`: a delivery does not decode: {error}");
-                }
+            if let Some(lane) = lane
+                && let Err(error) = lane.send(&id, incarnation, delivery.seq, &delivery.message)
+            {
+                log::error!("stream `{id}`: a delivery does not decode: {error}");
             }
         }
     }

@@ -177,7 +177,7 @@ impl<E: EventSourced> PersistentHandle<E> {
 
     /// The actor's life: subscribed to at the start, or asked of the actor (`None` if it is
     /// gone: why it stopped is unknown then).
-    fn life(&self) -> impl Future<Output = Option<watch::Receiver<Life>>> + 'static {
+    fn life(&self) -> impl Future<Output = Option<watch::Receiver<Life>>> + 'static + use<E> {
         let known = self.shared.life.clone();
         let asked = known
             .is_none()
@@ -199,7 +199,7 @@ impl<E: EventSourced> PersistentHandle<E> {
     pub fn ask(
         &self,
         command: E::Command,
-    ) -> impl Future<Output = Result<E::Reply, CommandError<E::Rejection>>> + 'static {
+    ) -> impl Future<Output = Result<E::Reply, CommandError<E::Rejection>>> + 'static + use<E> {
         let answer = self.queue(Execute::new(command));
         async move {
             match answer.await? {
@@ -222,7 +222,8 @@ impl<E: EventSourced> PersistentHandle<E> {
         &self,
         info: DeliveryInfo,
         command: E::Command,
-    ) -> impl Future<Output = Result<Outcome<E::Reply>, CommandError<E::Rejection>>> + 'static {
+    ) -> impl Future<Output = Result<Outcome<E::Reply>, CommandError<E::Rejection>>> + 'static + use<E>
+    {
         self.queue(Execute::delivered(info, command))
     }
 
@@ -232,7 +233,8 @@ impl<E: EventSourced> PersistentHandle<E> {
     pub(crate) fn queue(
         &self,
         execute: Execute<E>,
-    ) -> impl Future<Output = Result<Outcome<E::Reply>, CommandError<E::Rejection>>> + 'static {
+    ) -> impl Future<Output = Result<Outcome<E::Reply>, CommandError<E::Rejection>>> + 'static + use<E>
+    {
         let (responder, answer) = oneshot::channel();
         self.shared.addr.do_send(Ask { execute, responder });
         let owner = self.shared.clone();
@@ -297,7 +299,7 @@ impl<E: EventSourced> PersistentHandle<E> {
     /// [`EventSourced::FORMER_TYPE_NAMES`](crate::persistence::EventSourced::FORMER_TYPE_NAMES));
     /// without a `Supervisor`, the journal failed. [`StartError::Stopped`] if it was stopped
     /// before it recovered.
-    pub fn opened(&self) -> impl Future<Output = Result<(), StartError>> + 'static {
+    pub fn opened(&self) -> impl Future<Output = Result<(), StartError>> + 'static + use<E> {
         // Does not keep the actor running.
         let life = self.life();
         async move {
@@ -314,7 +316,7 @@ impl<E: EventSourced> PersistentHandle<E> {
     /// The [`Failure`] that stopped it, when it was not asked to stop (nor passivated, nor
     /// left by its handles): a recovery that failed for good (see [`opened`](Self::opened)),
     /// or, without a `Supervisor`, a journal failure.
-    pub fn stopped(&self) -> impl Future<Output = Result<(), Failure>> + 'static {
+    pub fn stopped(&self) -> impl Future<Output = Result<(), Failure>> + 'static + use<E> {
         // Does not keep the actor running: it may be waiting for exactly that.
         let life = self.life();
         async move {

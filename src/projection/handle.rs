@@ -93,10 +93,10 @@ impl ProjectionHandle {
     /// Why the projection ended, unless it was stopped.
     pub async fn stopped(&self) -> Result<(), ProjectionError> {
         let mut finished = self.inner.finished.clone();
-        let result = match finished.wait_for(Option::is_some).await {
+
+        match finished.wait_for(Option::is_some).await {
             Ok(result) => result.clone().unwrap_or(Err(ProjectionError::Gone)),
             Err(_) => Err(ProjectionError::Gone),
-        };
-        result
+        }
     }
 }

@@ -113,7 +113,7 @@ impl<E: EventSourced> ShardCoordinatorHandle<E> {
     /// that can fail for good when it starts, so it has no `opened()` and stops only when
     /// asked to: a lease store it cannot reach is tried again every round (its failed
     /// renewals counted in [`CoordinatorStats::renew_failures`]).
-    pub fn stopped(&self) -> impl Future<Output = ()> + 'static {
+    pub fn stopped(&self) -> impl Future<Output = ()> + 'static + use<E> {
         wait_stopped(self.addr.send(SubscribeStopped))
     }
 }

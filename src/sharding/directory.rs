@@ -75,7 +75,7 @@ impl ShardDirectory {
         &self,
         node: &NodeHandle,
         name: &str,
-    ) -> impl Fn(ShardId) -> ConsumerRef<EntityEnvelope<T>> + Send + Sync + 'static {
+    ) -> impl Fn(ShardId) -> ConsumerRef<EntityEnvelope<T>> + Send + Sync + 'static + use<T> {
         let refs: Arc<Mutex<HashMap<String, ConsumerRef<EntityEnvelope<T>>>>> = Arc::default();
         let (directory, node, name) = (self.clone(), node.clone(), name.to_owned());
         move |shard| {

@@ -177,7 +177,7 @@ impl<E: EventSourced> EntityHostHandle<E> {
         &self,
         entity: EntityId,
         command: E::Command,
-    ) -> impl Future<Output = Result<E::Reply, HostError<E::Rejection>>> + 'static {
+    ) -> impl Future<Output = Result<E::Reply, HostError<E::Rejection>>> + 'static + use<E> {
         let answer = self.execute(entity, Execute::new(command));
         async move {
             match answer.await? {
@@ -201,7 +201,8 @@ impl<E: EventSourced> EntityHostHandle<E> {
         &self,
         entity: EntityId,
         execute: Execute<E>,
-    ) -> impl Future<Output = Result<Outcome<E::Reply>, HostError<E::Rejection>>> + 'static {
+    ) -> impl Future<Output = Result<Outcome<E::Reply>, HostError<E::Rejection>>> + 'static + use<E>
+    {
         let (responder, answer) = oneshot::channel();
         let held = Held { execute, responder };
         let now = alarm::now();
@@ -412,7 +413,10 @@ impl<E: EventSourced> EntityHostHandle<E> {
 
     /// Stops hosting `shard`: its commands are refused from now on, its entities stop
     /// (gracefully); resolves once all of them have stopped.
-    pub(crate) fn release_shard(&self, shard: ShardId) -> impl Future<Output = ()> + 'static {
+    pub(crate) fn release_shard(
+        &self,
+        shard: ShardId,
+    ) -> impl Future<Output = ()> + 'static + use<E> {
         let due = self.inner.core().unhost(shard);
         Inner::stop(due);
         self.inner.admit_waiting(); // refuses the shard's commands that waited for room
@@ -450,7 +454,7 @@ impl<E: EventSourced> EntityHostHandle<E> {
     /// on its first command, and one that cannot (a corrupt stream, another application's: see
     /// [`PersistentHandle::opened`](crate::persistence::PersistentHandle::opened)) answers that
     /// command [`CommandError::Recovery`] with why.
-    pub fn stopped(&self) -> impl Future<Output = ()> + 'static {
+    pub fn stopped(&self) -> impl Future<Output = ()> + 'static + use<E> {
         wait_stopped(self.owner.0.send(SubscribeStopped))
     }
 }
@@ -476,10 +480,11 @@ impl<E: EventSourced> Drop for Answered<E> {
         let awaiting = core.is_awaiting_room();
         drop(core);
         // Its entity may be idle now: room for an entity that waits.
-        if awaiting && self.inner.admit_waiting() {
-            if let Some(shell) = self.inner.shell.upgrade() {
-                shell.do_send(Rearm);
-            }
+        if awaiting
+            && self.inner.admit_waiting()
+            && let Some(shell) = self.inner.shell.upgrade()
+        {
+            shell.do_send(Rearm);
         }
     }
 }

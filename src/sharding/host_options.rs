@@ -65,15 +65,13 @@ impl EntityHostConfig {
     /// # Errors
     /// [`OptionsError`] naming the field and the rule it breaks.
     pub fn validate(&self) -> Result<(), OptionsError> {
-        if let Limit::At(timeout) = self.idle_timeout {
-            if timeout.is_zero() || timeout > MAX_DURATION {
-                return Err(OptionsError::new(
-                    "idle_timeout_ms",
-                    format!(
-                        "must be positive and at most 365 days, or unbounded (got {timeout:?})"
-                    ),
-                ));
-            }
+        if let Limit::At(timeout) = self.idle_timeout
+            && (timeout.is_zero() || timeout > MAX_DURATION)
+        {
+            return Err(OptionsError::new(
+                "idle_timeout_ms",
+                format!("must be positive and at most 365 days, or unbounded (got {timeout:?})"),
+            ));
         }
         positive("max_active_entities", self.max_active_entities)?;
         positive("max_held_commands", self.max_held_commands)?;

@@ -189,11 +189,12 @@ impl LeaseStore for MemoryLeaseStore {
         self.run(move |state, now| {
             let mut renewed = BTreeSet::new();
             for &(shard, token) in leases {
-                if let Some(lease) = state.leases.get_mut(&(namespace.to_owned(), shard)) {
-                    if lease.0 == owner && lease.1 == token {
-                        lease.2 = now + ttl;
-                        renewed.insert(shard);
-                    }
+                if let Some(lease) = state.leases.get_mut(&(namespace.to_owned(), shard))
+                    && lease.0 == owner
+                    && lease.1 == token
+                {
+                    lease.2 = now + ttl;
+                    renewed.insert(shard);
                 }
             }
             renewed.into_iter().collect()
@@ -208,10 +209,11 @@ impl LeaseStore for MemoryLeaseStore {
     ) -> LeaseFuture<'_, ()> {
         self.run(move |state, now| {
             for &(shard, token) in leases {
-                if let Some(lease) = state.leases.get_mut(&(namespace.to_owned(), shard)) {
-                    if lease.0 == owner && lease.1 == token {
-                        lease.2 = now;
-                    }
+                if let Some(lease) = state.leases.get_mut(&(namespace.to_owned(), shard))
+                    && lease.0 == owner
+                    && lease.1 == token
+                {
+                    lease.2 = now;
                 }
             }
         })

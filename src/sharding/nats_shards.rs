@@ -52,8 +52,10 @@ impl<M: Serialize + Send + 'static> NatsShards<M> {
     pub fn destination(
         carrier: &NatsCarrierHandle,
         prefix: &str,
-    ) -> Result<impl Fn(ShardId) -> ConsumerRef<EntityEnvelope<M>> + Send + Sync + 'static, NatsError>
-    {
+    ) -> Result<
+        impl Fn(ShardId) -> ConsumerRef<EntityEnvelope<M>> + Send + Sync + 'static + use<M>,
+        NatsError,
+    > {
         check_prefix(prefix)?;
         let (carrier, prefix) = (carrier.clone(), prefix.to_owned());
         Ok(move |shard| {

@@ -148,7 +148,7 @@ impl<T: Clone + Send + 'static> ShardedProducerHandle<T> {
         &self,
         entity: EntityId,
         body: T,
-    ) -> impl Future<Output = Result<(), DeliveryError>> + 'static {
+    ) -> impl Future<Output = Result<(), DeliveryError>> + 'static + use<T> {
         let message = EntityMessage {
             entity_id: entity.clone(),
             body,
@@ -185,7 +185,7 @@ impl<T: Clone + Send + 'static> ShardedProducerHandle<T> {
         &self,
         entity: EntityId,
         body: T,
-    ) -> impl Future<Output = Result<Stored, DeliveryError>> + 'static {
+    ) -> impl Future<Output = Result<Stored, DeliveryError>> + 'static + use<T> {
         let handle = self.clone();
         async move {
             handle.rooms.reserve(&entity).await;
@@ -202,7 +202,7 @@ impl<T: Clone + Send + 'static> ShardedProducerHandle<T> {
     }
 
     /// Resolves once every message handed over so far is settled.
-    pub fn idle(&self) -> impl Future<Output = ()> + 'static {
+    pub fn idle(&self) -> impl Future<Output = ()> + 'static + use<T> {
         self.producer.idle()
     }
 
@@ -217,7 +217,7 @@ impl<T: Clone + Send + 'static> ShardedProducerHandle<T> {
     ///
     /// # Errors
     /// As [`ProducerHandle::opened`].
-    pub fn opened(&self) -> impl Future<Output = Result<(), StartError>> + 'static {
+    pub fn opened(&self) -> impl Future<Output = Result<(), StartError>> + 'static + use<T> {
         self.producer.opened()
     }
 
@@ -225,7 +225,7 @@ impl<T: Clone + Send + 'static> ShardedProducerHandle<T> {
     ///
     /// # Errors
     /// As [`ProducerHandle::stopped`]: the failure that stopped it, if it was not asked to.
-    pub fn stopped(&self) -> impl Future<Output = Result<(), Failure>> + 'static {
+    pub fn stopped(&self) -> impl Future<Output = Result<(), Failure>> + 'static + use<T> {
         self.producer.stopped()
     }
 

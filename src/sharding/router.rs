@@ -290,10 +290,10 @@ impl<T: Clone + Send + 'static> ShardRouter<T> {
         self.settle_dirty(now);
         self.route_waiting();
         self.transmit(now);
-        if let Some(reply_to) = &self.reply_to {
-            if !self.acks.is_empty() {
-                reply_to.do_send_all(self.acks.drain(..));
-            }
+        if let Some(reply_to) = &self.reply_to
+            && !self.acks.is_empty()
+        {
+            reply_to.do_send_all(self.acks.drain(..));
         }
         while self.lanes.poll_unused(now).is_some() {}
         let next = [
@@ -397,11 +397,11 @@ impl<T: Clone + Send + 'static> ShardRouter<T> {
                 }
                 batch.push(Delivery::from_transmission(transmission, reply_to.clone()));
             }
-            if let Some(deadline) = lane.core.next_deadline() {
-                if lane.scheduled.is_none_or(|scheduled| deadline < scheduled) {
-                    lane.scheduled = Some(deadline);
-                    self.deadlines.push(Reverse((deadline, number)));
-                }
+            if let Some(deadline) = lane.core.next_deadline()
+                && lane.scheduled.is_none_or(|scheduled| deadline < scheduled)
+            {
+                lane.scheduled = Some(deadline);
+                self.deadlines.push(Reverse((deadline, number)));
             }
         }
         self.lanes.count(retransmitted, 0);

@@ -228,13 +228,13 @@ impl NodeOptions {
             crate::config::check_label(label)?;
         }
         #[cfg(feature = "tls")]
-        if let (Some(tls), Some(_)) = (self.tls(), self.config.listen) {
-            if !tls.can_listen() {
-                return Err(OptionsError::new(
-                    "tls",
-                    "a listening node needs a certificate (NodeTlsBuilder::certificate)",
-                ));
-            }
+        if let (Some(tls), Some(_)) = (self.tls(), self.config.listen)
+            && !tls.can_listen()
+        {
+            return Err(OptionsError::new(
+                "tls",
+                "a listening node needs a certificate (NodeTlsBuilder::certificate)",
+            ));
         }
         self.config.validate()
     }

@@ -45,7 +45,7 @@ pub type Confirmations<K> = Log<(K, Result<(), DeliveryError>)>;
 pub fn confirm_into<K: Clone + Send + 'static>(
     log: &Confirmations<K>,
     key: K,
-) -> impl FnOnce(Result<(), DeliveryError>) + Send + 'static {
+) -> impl FnOnce(Result<(), DeliveryError>) + Send + 'static + use<K> {
     let log = log.clone();
     move |result| log.push((key, result))
 }

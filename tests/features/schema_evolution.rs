@@ -996,12 +996,12 @@ fn sqlite_journal_ids(path: &Path) -> Vec<String> {
     let mut statement = connection
         .prepare("SELECT journal_id FROM journal_identity")
         .unwrap();
-    let ids = statement
+
+    statement
         .query_map([], |row| row.get(0))
         .unwrap()
         .map(Result::unwrap)
-        .collect();
-    ids
+        .collect()
 }
 
 #[actix::test]

@@ -578,7 +578,9 @@ use actix_delivery::ConsumerHandle;
 struct Bus(Arc<Mutex<HashMap<ShardId, ConsumerRef<EntityEnvelope<u64>>>>>);
 
 impl Bus {
-    fn destination(&self) -> impl Fn(ShardId) -> ConsumerRef<EntityEnvelope<u64>> + Send + Sync {
+    fn destination(
+        &self,
+    ) -> impl Fn(ShardId) -> ConsumerRef<EntityEnvelope<u64>> + Send + Sync + use<> {
         let bus = self.clone();
         move |shard| {
             let bus = bus.clone();

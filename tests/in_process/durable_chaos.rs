@@ -291,7 +291,7 @@ fn check(
         }
     }
     // Sink reports of messages whose store was in doubt (stored after all) remain.
-    if let Some((id, n)) = outcomes.iter().find(|(_, &n)| n != 1) {
+    if let Some((id, n)) = outcomes.iter().find(|&(_, &n)| n != 1) {
         return Err(format!("{id:?} was reported confirmed {n} times"));
     }
     let total: u32 = ledger.applied.values().sum();

@@ -143,7 +143,9 @@ async fn a_corrupt_stream_stops_the_producer_with_an_error_naming_it() {
 }
 
 /// A confirmation callback recording the error message it gets.
-fn record_failure(log: &Log<String>) -> impl FnOnce(Result<(), DeliveryError>) + Send + 'static {
+fn record_failure(
+    log: &Log<String>,
+) -> impl FnOnce(Result<(), DeliveryError>) + Send + 'static + use<> {
     let log = log.clone();
     move |result| {
         if let Err(error) = result {

@@ -80,7 +80,7 @@ async fn next_start(journal: &MemoryJournal) -> (Vec<u32>, Vec<DurableConfirmati
     (handled.snapshot(), heard.snapshot())
 }
 
-fn memory(journal: &MemoryJournal) -> impl Fn() -> Arc<dyn Journal> {
+fn memory(journal: &MemoryJournal) -> impl Fn() -> Arc<dyn Journal> + use<> {
     let journal = journal.clone();
     move || Arc::new(journal.clone())
 }

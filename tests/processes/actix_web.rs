@@ -79,10 +79,10 @@ async fn wait_ready(base: &str) {
     let client = client();
     let deadline = Instant::now() + Duration::from_secs(60);
     loop {
-        if let Ok(response) = client.get(format!("{base}/ready")).send().await {
-            if response.status() == StatusCode::OK {
-                return;
-            }
+        if let Ok(response) = client.get(format!("{base}/ready")).send().await
+            && response.status() == StatusCode::OK
+        {
+            return;
         }
         assert!(Instant::now() < deadline, "the service did not get ready");
         actix_web::rt::time::sleep(Duration::from_millis(50)).await;

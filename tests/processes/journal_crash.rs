@@ -270,10 +270,10 @@ fn spawn_child(
     std::thread::spawn(move || {
         for line in BufReader::new(stdout).lines() {
             let Ok(line) = line else { break };
-            if let Some(parsed) = parse(&line) {
-                if lines.send(parsed).is_err() {
-                    break;
-                }
+            if let Some(parsed) = parse(&line)
+                && lines.send(parsed).is_err()
+            {
+                break;
             }
         }
     });

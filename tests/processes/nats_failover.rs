@@ -241,7 +241,7 @@ async fn a_queue_group_of_persistent_consumers_fails_over_without_duplicates() {
             .keys()
             .filter(|m| !confirmed.contains(m))
             .count();
-        let doubled: Vec<_> = ledger.applied.iter().filter(|(_, &n)| n > 1).collect();
+        let doubled: Vec<_> = ledger.applied.iter().filter(|&(_, &n)| n > 1).collect();
         assert!(
             doubled.is_empty(),
             "seed {seed}, kill {kills}: stored twice: {doubled:?}"

@@ -272,7 +272,7 @@ fn every_message_is_stored_exactly_once_across_sigkills() {
             ledger
                 .applied
                 .iter()
-                .filter(|(_, &n)| n > 1)
+                .filter(|&(_, &n)| n > 1)
                 .collect::<Vec<_>>()
         );
         committed_unacked_seen += unacked

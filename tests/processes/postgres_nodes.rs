@@ -491,7 +491,7 @@ fn a_persistent_entity_fails_over_between_processes_without_duplicates() {
             ledger
                 .applied
                 .iter()
-                .filter(|(_, &n)| n > 1)
+                .filter(|&(_, &n)| n > 1)
                 .collect::<Vec<_>>()
         );
         committed_unacked += unacked

@@ -367,7 +367,7 @@ async fn with_the_persistent_consumer_no_business_event_is_stored_twice() {
     let mut committed_unconfirmed = 0;
     let run = run(seed, kills, Some(&path), async |kill, confirmed| {
         let ledger = stored(&path).await;
-        let twice: Vec<_> = ledger.applied.iter().filter(|(_, &n)| n > 1).collect();
+        let twice: Vec<_> = ledger.applied.iter().filter(|&(_, &n)| n > 1).collect();
         assert!(
             twice.is_empty(),
             "seed {seed}, kill {kill}: stored twice: {twice:?}"

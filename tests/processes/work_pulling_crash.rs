@@ -601,10 +601,10 @@ impl Seen {
                     }
                     _ => {}
                 }
-                if side.held {
-                    if let Some(aim) = side.aim.take() {
-                        side.kill_at = Some(Instant::now() + aim);
-                    }
+                if side.held
+                    && let Some(aim) = side.aim.take()
+                {
+                    side.kill_at = Some(Instant::now() + aim);
                 }
             }
             "stats" => {

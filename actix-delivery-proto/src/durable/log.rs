@@ -285,11 +285,11 @@ impl EventSourced for ProducerLog {
                 chunk_version,
             } => {
                 self.check_versions(*message_version, *chunk_version)?;
-                if let Some((ours, unsure)) = *reopening {
-                    if self.epoch < ours || self.epoch - ours > unsure {
-                        let current = self.epoch;
-                        return Err(LogRefusal::TakenOver { ours, current });
-                    }
+                if let Some((ours, unsure)) = *reopening
+                    && (self.epoch < ours || self.epoch - ours > unsure)
+                {
+                    let current = self.epoch;
+                    return Err(LogRefusal::TakenOver { ours, current });
                 }
                 self.open(producer_id, *incarnation)
             }
@@ -550,14 +550,13 @@ impl ProducerLog {
             };
             if let Ok(((codec, version), _)) =
                 codec::decode_prefix::<(u8, u32)>(body, body.len() as u64)
+                && version > current
             {
-                if version > current {
-                    let manifest = Manifest::from_stored(codec, "", version);
-                    return Err(LogRefusal::Newer(format!(
-                        "{named} is written as {manifest}, newer than this code's version \
+                let manifest = Manifest::from_stored(codec, "", version);
+                return Err(LogRefusal::Newer(format!(
+                    "{named} is written as {manifest}, newer than this code's version \
                          {current} (was the code rolled back?)"
-                    )));
-                }
+                )));
             }
         }
         Ok(())

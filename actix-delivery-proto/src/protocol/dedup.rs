@@ -123,10 +123,10 @@ impl<K: Copy> ProducerWindow<K> {
 
     /// `seq`'s outcome arrived (or it was abandoned).
     pub fn end_deferred(&mut self, seq: u64) {
-        if let Some(beyond) = &mut self.beyond {
-            if !beyond.deferred.is_empty() {
-                beyond.deferred.remove(&seq);
-            }
+        if let Some(beyond) = &mut self.beyond
+            && !beyond.deferred.is_empty()
+        {
+            beyond.deferred.remove(&seq);
         }
     }
 
@@ -188,10 +188,10 @@ impl<K: Copy> ProducerWindow<K> {
         }
         if first <= self.contiguous + 1 {
             self.contiguous = last;
-            if let Some(beyond) = &mut self.beyond {
-                if !beyond.above.is_empty() {
-                    beyond.above.retain(|&seq| seq > last);
-                }
+            if let Some(beyond) = &mut self.beyond
+                && !beyond.above.is_empty()
+            {
+                beyond.above.retain(|&seq| seq > last);
             }
             self.slide();
         } else {

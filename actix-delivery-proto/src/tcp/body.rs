@@ -76,10 +76,10 @@ impl Bodies {
     ) -> Result<(Body, bool), E> {
         self.forget_below(window_start);
         let found = self.position(seq);
-        if let Ok(index) = found {
-            if let Some(body) = &self.entries[index].1 {
-                return Ok((body.clone(), false));
-            }
+        if let Ok(index) = found
+            && let Some(body) = &self.entries[index].1
+        {
+            return Ok((body.clone(), false));
         }
         scratch.clear();
         encode(scratch)?;
@@ -138,10 +138,10 @@ impl Bodies {
         if seq > last {
             return Err(self.entries.len());
         }
-        if let Some(guess) = seq.checked_sub(first).and_then(|d| usize::try_from(d).ok()) {
-            if self.entries.get(guess).is_some_and(|(s, _)| *s == seq) {
-                return Ok(guess);
-            }
+        if let Some(guess) = seq.checked_sub(first).and_then(|d| usize::try_from(d).ok())
+            && self.entries.get(guess).is_some_and(|(s, _)| *s == seq)
+        {
+            return Ok(guess);
         }
         self.entries.binary_search_by_key(&seq, |(s, _)| *s)
     }

@@ -348,11 +348,11 @@ impl<J> WorkPool<J> {
             self.confirmed += 1;
             return Settled::Confirmed(slot.job);
         }
-        if let Some(worker) = present {
-            if worker.holding.remove(&key) {
-                self.rests += u64::from(worker.fail(now));
-                self.failed += 1;
-            }
+        if let Some(worker) = present
+            && worker.holding.remove(&key)
+        {
+            self.rests += u64::from(worker.fail(now));
+            self.failed += 1;
         }
         let Some(slot) = self.jobs.get_mut(&key).filter(|s| s.holder == Some(worker)) else {
             return Settled::Ignored;

@@ -231,14 +231,14 @@ impl<T: Clone + Send + 'static> Durable<T> {
         if self.stopping.is_some() {
             // Stored, not sent: the next start of the stream sends it.
             producer.settle([(confirm, Err(DeliveryError::StoppedUnconfirmed))]);
-        } else if let Core::Chunked(core, _) = producer.core() {
-            if let Err((_, confirm)) = core.handle_stored(first, chunks, confirm) {
-                // Unreachable: the core numbers from the same next seq. Stored, so the restart
-                // sends it (its caller hears "in doubt").
-                let reason = format!("stored message {first} is not the core's next seq");
-                producer.settle([(confirm, Err(DeliveryError::InDoubt(reason.clone())))]);
-                return self.fail(Failure::Error(reason), producer);
-            }
+        } else if let Core::Chunked(core, _) = producer.core()
+            && let Err((_, confirm)) = core.handle_stored(first, chunks, confirm)
+        {
+            // Unreachable: the core numbers from the same next seq. Stored, so the restart
+            // sends it (its caller hears "in doubt").
+            let reason = format!("stored message {first} is not the core's next seq");
+            producer.settle([(confirm, Err(DeliveryError::InDoubt(reason.clone())))]);
+            return self.fail(Failure::Error(reason), producer);
         }
         producer.flush();
     }

@@ -43,17 +43,17 @@ fn describe(reason: &str) -> String {
                 .into()
         };
     }
-    if let Some(name) = between(reason, "invalid value for option `", "`") {
-        if is_option_name(name) {
-            return format!("invalid value for option `{name}`");
-        }
+    if let Some(name) = between(reason, "invalid value for option `", "`")
+        && is_option_name(name)
+    {
+        return format!("invalid value for option `{name}`");
     }
-    if let Some(rest) = reason.strip_prefix("unexpected character at byte ") {
-        if let Some((byte, expected)) = rest.split_once(": expected `") {
-            let expected = expected.chars().next().filter(|c| *c == '=' || *c == '\'');
-            if let (Ok(byte), Some(expected)) = (byte.parse::<usize>(), expected) {
-                return format!("expected `{expected}` at byte {byte}");
-            }
+    if let Some(rest) = reason.strip_prefix("unexpected character at byte ")
+        && let Some((byte, expected)) = rest.split_once(": expected `")
+    {
+        let expected = expected.chars().next().filter(|c| *c == '=' || *c == '\'');
+        if let (Ok(byte), Some(expected)) = (byte.parse::<usize>(), expected) {
+            return format!("expected `{expected}` at byte {byte}");
         }
     }
     match reason {

@@ -102,10 +102,10 @@ impl Readers {
         slot: usize,
     ) -> Result<Arc<ReadConnection>, JournalError> {
         let mut held = self.slots[slot].lock().await;
-        if let Some(connection) = &held.connection {
-            if !connection.client.is_closed() {
-                return Ok(connection.clone());
-            }
+        if let Some(connection) = &held.connection
+            && !connection.client.is_closed()
+        {
+            return Ok(connection.clone());
         }
         let connection = Arc::new(self.connector.open_reader().await?);
         if held.opened {

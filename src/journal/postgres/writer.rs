@@ -379,18 +379,18 @@ impl Writer {
 
     /// Replies to every write of `group` with its error.
     fn fail(&mut self, group: Vec<WriteRequest>, failure: Failure) {
-        if let Failure::RolledBack(err) = &failure {
-            if let Some(altered) = schema::altered("a write was rolled back", err) {
-                log::error!(
-                    "journal: a group of {} writes failed: {altered}",
-                    group.len()
-                );
-                Counters::add(&self.counters.rejected, group.len() as u64);
-                for request in group {
-                    let _ = request.reply.send(Err(altered.clone()));
-                }
-                return;
+        if let Failure::RolledBack(err) = &failure
+            && let Some(altered) = schema::altered("a write was rolled back", err)
+        {
+            log::error!(
+                "journal: a group of {} writes failed: {altered}",
+                group.len()
+            );
+            Counters::add(&self.counters.rejected, group.len() as u64);
+            for request in group {
+                let _ = request.reply.send(Err(altered.clone()));
             }
+            return;
         }
         let message = match &failure {
             Failure::RolledBack(err) => {

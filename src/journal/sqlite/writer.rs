@@ -209,15 +209,14 @@ pub(super) fn run(
         let started = Instant::now();
         let _committed = writer.commit(group);
         last_commit = started.elapsed();
-        if writer.buffered_events >= options.config.buffer_events
-            || writer.buffered_bytes >= FOLD_BYTES
+        if (writer.buffered_events >= options.config.buffer_events
+            || writer.buffered_bytes >= FOLD_BYTES)
+            && let Err(err) = writer.fold()
         {
-            if let Err(err) = writer.fold() {
-                log::warn!(
-                    "journal: moving buffered events into event_journal failed: {}",
-                    ErrorChain(&err)
-                );
-            }
+            log::warn!(
+                "journal: moving buffered events into event_journal failed: {}",
+                ErrorChain(&err)
+            );
         }
         #[cfg(feature = "metrics")]
         meter.transaction(
@@ -226,13 +225,13 @@ pub(super) fn run(
         );
     }
     // Leave a tidy file: every event in event_journal.
-    if writer.buffered_events > 0 {
-        if let Err(err) = writer.fold() {
-            log::warn!(
-                "journal: moving buffered events into event_journal failed: {}",
-                ErrorChain(&err)
-            );
-        }
+    if writer.buffered_events > 0
+        && let Err(err) = writer.fold()
+    {
+        log::warn!(
+            "journal: moving buffered events into event_journal failed: {}",
+            ErrorChain(&err)
+        );
     }
 }
 

@@ -141,7 +141,8 @@ impl Balances {
     /// An at-least-once handler that applies each batch.
     pub fn handler(
         &self,
-    ) -> impl for<'a> FnMut(&'a [Envelope<AccountEvent>]) -> HandlerFuture<'a> + 'static {
+    ) -> impl for<'a> FnMut(&'a [Envelope<AccountEvent>]) -> HandlerFuture<'a> + 'static + use<>
+    {
         let balances = self.clone();
         move |events| {
             balances.apply(events);

@@ -41,8 +41,9 @@ fn tables(schema: &str) -> String {
 /// The handler of the tests' PostgreSQL read models: applies `events` in `transaction`.
 fn apply(
     schema: &str,
-) -> impl for<'a> FnMut(&'a Transaction<'a>, &'a [Envelope<AccountEvent>]) -> HandlerFuture<'a> + 'static
-{
+) -> impl for<'a> FnMut(&'a Transaction<'a>, &'a [Envelope<AccountEvent>]) -> HandlerFuture<'a>
+       + 'static
+       + use<> {
     let upsert = format!(
         "INSERT INTO {schema}.balances (account, balance, events) VALUES ($1, $2, 1) \
          ON CONFLICT (account) DO UPDATE SET balance = {schema}.balances.balance + $2, \

@@ -156,7 +156,7 @@ fn failing_on_account_1_seq_3(
     balances: &Balances,
     calls: &Arc<AtomicU32>,
 ) -> impl for<'a> FnMut(&'a [Envelope<AccountEvent>]) -> actix_delivery::projection::HandlerFuture<'a>
-{
+       + use<> {
     let (balances, calls) = (balances.clone(), calls.clone());
     move |events| {
         calls.fetch_add(1, Ordering::Relaxed);

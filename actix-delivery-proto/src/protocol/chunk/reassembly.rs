@@ -337,15 +337,15 @@ impl<K: Copy + Eq + Hash, W: Copy + Eq> Reassembly<K, W> {
     /// declared it settled: it will never complete).
     pub fn drop_settled(&mut self, key: K, owner: W, floor: u64) {
         let settled = |first_seq: u64, of: W| of == owner && first_seq <= floor;
-        if let Some(p) = self.partials.get(&key) {
-            if settled(p.header.first_seq, p.owner) {
-                self.drop_partial(&key);
-            }
+        if let Some(p) = self.partials.get(&key)
+            && settled(p.header.first_seq, p.owner)
+        {
+            self.drop_partial(&key);
         }
-        if let Some(w) = self.waiting.get(&key) {
-            if settled(w.first_seq, w.owner) {
-                self.waiting.remove(&key);
-            }
+        if let Some(w) = self.waiting.get(&key)
+            && settled(w.first_seq, w.owner)
+        {
+            self.waiting.remove(&key);
         }
     }
 
@@ -947,11 +947,10 @@ mod tests {
                     proptest::prop_assert!(now < p.expires, "swept at the end of its lifetime");
                     proptest::prop_assert!(!t.waiting.contains_key(k), "one message per key");
                 }
-                if release {
-                    if let Some(charge) = held.pop() {
+                if release
+                    && let Some(charge) = held.pop() {
                         t.release(charge);
                     }
-                }
                 let reserved: u64 = t.partials.values().map(|p| p.reserved).sum();
                 proptest::prop_assert_eq!(t.charged(), reserved + held.iter().sum::<u64>());
                 proptest::prop_assert!(t.charged() <= max);

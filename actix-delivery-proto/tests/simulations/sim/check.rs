@@ -262,17 +262,17 @@ fn durable_settlements(scenario: &Scenario, run: &Run, broken: &mut Broken) {
 /// of a new incarnation) is absorbed as a duplicate of another.
 fn confirmed_means_handled(run: &Run, broken: &mut Broken) {
     for (key, record) in sorted_keys(run) {
-        if let Some(confirmed) = record.confirmed_at {
-            if !record.successes.iter().any(|s| s.step < confirmed) {
-                broken.add(
-                    "confirmed means handled",
-                    format!(
-                        "{key:?} (body {:#x}) confirmed in step {confirmed} but its handler \
+        if let Some(confirmed) = record.confirmed_at
+            && !record.successes.iter().any(|s| s.step < confirmed)
+        {
+            broken.add(
+                "confirmed means handled",
+                format!(
+                    "{key:?} (body {:#x}) confirmed in step {confirmed} but its handler \
                          never succeeded before",
-                        record.body
-                    ),
-                );
-            }
+                    record.body
+                ),
+            );
         }
     }
 }
@@ -521,21 +521,21 @@ fn order(scenario: &Scenario, run: &Run, broken: &mut Broken) {
             continue;
         }
         let stream = (life, key.producer, key.incarnation);
-        if let Some(&previous) = last.get(&stream) {
-            if key.seq <= previous {
-                broken.add(
-                    "ordered",
-                    format!(
-                        "{key:?} first succeeded{} in step {step}, after seq \
+        if let Some(&previous) = last.get(&stream)
+            && key.seq <= previous
+        {
+            broken.add(
+                "ordered",
+                format!(
+                    "{key:?} first succeeded{} in step {step}, after seq \
                          {previous} of the same producer incarnation",
-                        if per_life {
-                            format!(" in consumer life {life}")
-                        } else {
-                            String::new()
-                        }
-                    ),
-                );
-            }
+                    if per_life {
+                        format!(" in consumer life {life}")
+                    } else {
+                        String::new()
+                    }
+                ),
+            );
         }
         last.insert(stream, key.seq);
     }

@@ -389,10 +389,10 @@ impl Unit {
 
     /// Arms the shell's timer for `deadline` (a later deadline than the armed one leaves it).
     pub fn arm(&mut self, deadline: Option<Duration>) {
-        if let Some(deadline) = deadline {
-            if self.alarm.is_none_or(|armed| deadline < armed) {
-                self.alarm = Some(deadline);
-            }
+        if let Some(deadline) = deadline
+            && self.alarm.is_none_or(|armed| deadline < armed)
+        {
+            self.alarm = Some(deadline);
         }
     }
 }

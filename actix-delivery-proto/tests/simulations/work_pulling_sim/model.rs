@@ -145,13 +145,13 @@ impl CheckedPool {
         let mut rerouted = Vec::new();
         if let Some(worker) = self.model.workers.remove(&key) {
             for job in worker.holding {
-                if let Some(h) = self.model.holder.get_mut(&job) {
-                    if *h == Some(key) {
-                        *h = None;
-                        self.model.waiting.insert(job);
-                        self.model.front.insert(job);
-                        rerouted.push(job);
-                    }
+                if let Some(h) = self.model.holder.get_mut(&job)
+                    && *h == Some(key)
+                {
+                    *h = None;
+                    self.model.waiting.insert(job);
+                    self.model.front.insert(job);
+                    rerouted.push(job);
                 }
             }
         }
@@ -205,13 +205,13 @@ impl CheckedPool {
                 "assigned job {key}, but the first waiting job is {expected_key:?}"
             ));
         }
-        if let Some(&first_front) = self.model.front.first() {
-            if !self.model.front.contains(&key) {
-                self.fail(format!(
-                    "job {key} assigned while re-routed job {first_front} still waits (re-routed \
+        if let Some(&first_front) = self.model.front.first()
+            && !self.model.front.contains(&key)
+        {
+            self.fail(format!(
+                "job {key} assigned while re-routed job {first_front} still waits (re-routed \
                      jobs go first)"
-                ));
-            }
+            ));
         }
         if self.model.front.contains(&key)
             && self

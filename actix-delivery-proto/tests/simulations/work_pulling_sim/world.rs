@@ -449,10 +449,10 @@ impl<'a> World<'a> {
             if next > limit {
                 break;
             }
-            if let Some(done) = self.done_at {
-                if next > done + LINGER {
-                    break;
-                }
+            if let Some(done) = self.done_at
+                && next > done + LINGER
+            {
+                break;
             }
             if next > self.now {
                 same_time = 0;

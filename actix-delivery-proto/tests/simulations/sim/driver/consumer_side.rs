@@ -361,18 +361,18 @@ impl World<'_> {
             self.obs.abandoned_runs += 1;
             return;
         };
-        if let Some(timeout) = self.scenario.consumer.handler_timeout.get() {
-            if running.duration > timeout {
-                self.obs.violation(
-                    "overdue runs are abandoned",
-                    self.step,
-                    format!(
-                        "the run for {key:?} took {:?}, more than handler_timeout {timeout:?}, \
+        if let Some(timeout) = self.scenario.consumer.handler_timeout.get()
+            && running.duration > timeout
+        {
+            self.obs.violation(
+                "overdue runs are abandoned",
+                self.step,
+                format!(
+                    "the run for {key:?} took {:?}, more than handler_timeout {timeout:?}, \
                          yet it was still the current run when it ended",
-                        running.duration
-                    ),
-                );
-            }
+                    running.duration
+                ),
+            );
         }
         self.obs.slow_completed += u64::from(running.slow);
         self.running = None;
@@ -486,10 +486,10 @@ impl World<'_> {
             life: self.life,
             switches_at_start,
         };
-        if let Some(record) = self.obs.keys.get_mut(&key) {
-            if record.body == body {
-                record.successes.push(success);
-            }
+        if let Some(record) = self.obs.keys.get_mut(&key)
+            && record.body == body
+        {
+            record.successes.push(success);
         }
         if let Some(record) = self.obs.bodies.get_mut(&body) {
             record.successes += 1;
@@ -500,10 +500,10 @@ impl World<'_> {
                 after_handled,
                 delay,
             } = *disruption
+                && after_handled == self.handled
+                && !self.struck[index]
             {
-                if after_handled == self.handled && !self.struck[index] {
-                    self.queue.push(self.now + delay, Event::ConsumerRestart);
-                }
+                self.queue.push(self.now + delay, Event::ConsumerRestart);
             }
         }
     }

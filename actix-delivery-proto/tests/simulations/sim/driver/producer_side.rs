@@ -323,11 +323,11 @@ impl World<'_> {
                 after_confirmed,
                 delay,
             } = *disruption
+                && target == producer
+                && after_confirmed == confirmed
             {
-                if target == producer && after_confirmed == confirmed {
-                    self.queue
-                        .push(self.now + delay, Event::ProducerRestart { producer });
-                }
+                self.queue
+                    .push(self.now + delay, Event::ProducerRestart { producer });
             }
         }
     }

@@ -1,4 +1,4 @@
-//! A short benchmark of the end-to-end cases, printed as the markdown the README quotes.
+//! A short benchmark of the end-to-end cases, printed as the markdown `benches/README.md` quotes.
 //!
 //! ```text
 //! cargo run --release --example bench_report                 # 10 000 messages, median of 5

@@ -1,5 +1,5 @@
 //! Throughput of the SQLite journal: one fsync per append against group commit, printed as
-//! the markdown table the README quotes, plus the memory a queued append costs.
+//! the markdown table `benches/README.md` quotes, plus the memory a queued append costs.
 //!
 //! ```text
 //! cargo run --release --example journal_bench            # 1.5 s per case, median of 5 runs

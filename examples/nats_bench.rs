@@ -1,6 +1,6 @@
 //! Reliable delivery over NATS against plain `async-nats` publishing of the same bodies (one
 //! message each, and in the reliable path's batches) and against JetStream, in one run,
-//! printed as the markdown the README quotes. Needs a NATS server with JetStream
+//! printed as the markdown `benches/README.md` quotes. Needs a NATS server with JetStream
 //! (`ACTIX_DELIVERY_NATS_URL`, by default `nats://127.0.0.1:4222`; `nats-server -js`).
 //!
 //! ```text

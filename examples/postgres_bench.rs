@@ -1,6 +1,6 @@
 //! Throughput of the PostgreSQL journal: one append at a time against 64 concurrent
 //! appenders (group commit), beside the SQLite journal on the same machine in the same run,
-//! printed as the markdown table the README quotes.
+//! printed as the markdown table `benches/README.md` quotes.
 //!
 //! ```text
 //! cargo run --release --features postgres --example postgres_bench            # 2 s per case, median of 5 runs

@@ -1,6 +1,6 @@
 //! Reliable delivery over TCP on loopback against what the same connection does without a
-//! protocol, and against the in-process figure, all in one run; printed as the markdown the
-//! README quotes.
+//! protocol, and against the in-process figure, all in one run; printed as the markdown
+//! `benches/README.md` quotes.
 //!
 //! ```text
 //! cargo run --release --example remote_bench                 # 200 000 messages, median of 5

@@ -89,7 +89,7 @@ pub(crate) use by_tag::{check_max_events, check_tags, normalized};
 pub use by_tag::{Offset, TagQuery, TaggedEvent};
 pub use error::JournalError;
 pub use event::{Snapshot, StoredEvent, MAX_PAYLOAD_BYTES, MAX_SEQ};
-pub use id::PersistenceId;
+pub use id::{PersistenceId, PersistenceIdError};
 pub use journal_id::JournalId;
 pub use memory::{MemoryFaults, MemoryJournal, MemoryStats};
 pub use notifications::TagNotifications;

@@ -22,7 +22,8 @@ use std::task::{Context, Poll};
 
 use actix_delivery::codec::Manifest;
 use actix_delivery::journal::{
-    replay_all, Journal, JournalError, JournalFuture, PersistenceId, Snapshot, StoredEvent, MAX_SEQ,
+    replay_all, Journal, JournalError, JournalFuture, PersistenceId, PersistenceIdError, Snapshot,
+    StoredEvent, MAX_SEQ,
 };
 use futures_util::future::{join, join_all};
 
@@ -536,7 +537,7 @@ pub async fn snapshots(journal: Arc<dyn Journal>) {
 
 /// Ids are 1 to 256 bytes (bytes, not characters), and a 256-byte id works end to end.
 pub async fn persistence_id_limits(journal: Arc<dyn Journal>) {
-    let too_long = |len| JournalError::InvalidPersistenceId { len, max: 256 };
+    let too_long = |len| PersistenceIdError::Length { len, max: 256 };
     assert_eq!(PersistenceId::new(""), Err(too_long(0)));
     assert_eq!(PersistenceId::new("x".repeat(257)), Err(too_long(257)));
     assert_eq!(PersistenceId::new("é".repeat(129)), Err(too_long(258)));
@@ -569,7 +570,7 @@ pub async fn persistence_id_limits(journal: Arc<dyn Journal>) {
 pub async fn every_character_but_nul_is_a_valid_id(journal: Arc<dyn Journal>) {
     assert_eq!(
         PersistenceId::new("a\0b"),
-        Err(JournalError::NulInPersistenceId { position: 1 })
+        Err(PersistenceIdError::Nul { position: 1 })
     );
     let prefix = fresh_id("chars").to_string();
     let odd: String = (1u8..0x20)

@@ -2,30 +2,16 @@
 
 use std::fmt;
 
-use crate::journal::id::PersistenceId;
+use crate::journal::id::{PersistenceId, PersistenceIdError};
 
 /// Why a `Journal` operation failed. Names the stream and seq
 /// where they apply. `Clone`, so one failure can be handed to every caller it concerns.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]
 pub enum JournalError {
-    /// A persistence id that is empty or longer than the limit.
-    #[error("invalid persistence id: {len} bytes, must be 1 to {max}")]
-    InvalidPersistenceId {
-        /// Its length in bytes.
-        len: usize,
-        /// The limit, [`MAX_ID_BYTES`](crate::protocol::envelope::MAX_ID_BYTES).
-        max: usize,
-    },
-    /// A persistence id with a NUL character (`'\0'`), which not every journal can store
-    /// (PostgreSQL's `TEXT` cannot hold it), so no persistence id may have one.
-    #[error(
-        "invalid persistence id: a NUL character at byte {position}, which no journal can store"
-    )]
-    NulInPersistenceId {
-        /// The byte offset of the first NUL.
-        position: usize,
-    },
+    /// A persistence id that is empty, longer than the limit or holds a NUL character.
+    #[error(transparent)]
+    InvalidPersistenceId(#[from] PersistenceIdError),
     /// An append at a seq that is not the stream's next one: another writer got there first
     /// (or this one lost track). Nothing of the append was written. Catch up by replaying
     /// from the seq after yours up to `highest_seq`.

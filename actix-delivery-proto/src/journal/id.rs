@@ -6,7 +6,6 @@ use std::sync::Arc;
 
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
-use crate::journal::error::JournalError;
 use crate::protocol::envelope::MAX_ID_BYTES;
 
 /// The name of one stream of events in a `Journal`: non-empty,
@@ -22,10 +21,10 @@ impl PersistenceId {
     /// Checks and wraps `id`.
     ///
     /// # Errors
-    /// [`JournalError::InvalidPersistenceId`] if `id` is empty or longer than
-    /// [`MAX_ID_BYTES`] bytes (bytes, not characters: a multibyte character counts for each
-    /// of its bytes); [`JournalError::NulInPersistenceId`] if it holds a `'\0'`.
-    pub fn new(id: impl Into<String>) -> Result<Self, JournalError> {
+    /// [`PersistenceIdError::Length`] if `id` is empty or longer than [`MAX_ID_BYTES`] bytes
+    /// (bytes, not characters: a multibyte character counts for each of its bytes);
+    /// [`PersistenceIdError::Nul`] if it holds a `'\0'`.
+    pub fn new(id: impl Into<String>) -> Result<Self, PersistenceIdError> {
         let id = id.into();
         check(&id)?;
         Ok(Self(Arc::from(id)))
@@ -37,21 +36,45 @@ impl PersistenceId {
     }
 }
 
-fn check(id: &str) -> Result<(), JournalError> {
+/// Why a string is not a [`PersistenceId`]. A journal operation given one fails with
+/// `JournalError::InvalidPersistenceId`, which holds it.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum PersistenceIdError {
+    /// Empty, or longer than the limit.
+    #[error("invalid persistence id: {len} bytes, must be 1 to {max}")]
+    Length {
+        /// Its length in bytes.
+        len: usize,
+        /// The limit, [`MAX_ID_BYTES`].
+        max: usize,
+    },
+    /// A NUL character (`'\0'`), which not every journal can store (PostgreSQL's `TEXT`
+    /// cannot hold it), so no persistence id may have one.
+    #[error(
+        "invalid persistence id: a NUL character at byte {position}, which no journal can store"
+    )]
+    Nul {
+        /// The byte offset of the first NUL.
+        position: usize,
+    },
+}
+
+fn check(id: &str) -> Result<(), PersistenceIdError> {
     if id.is_empty() || id.len() > MAX_ID_BYTES {
-        return Err(JournalError::InvalidPersistenceId {
+        return Err(PersistenceIdError::Length {
             len: id.len(),
             max: MAX_ID_BYTES,
         });
     }
     if let Some(position) = id.bytes().position(|byte| byte == 0) {
-        return Err(JournalError::NulInPersistenceId { position });
+        return Err(PersistenceIdError::Nul { position });
     }
     Ok(())
 }
 
 impl TryFrom<&str> for PersistenceId {
-    type Error = JournalError;
+    type Error = PersistenceIdError;
 
     fn try_from(id: &str) -> Result<Self, Self::Error> {
         check(id)?;
@@ -60,7 +83,7 @@ impl TryFrom<&str> for PersistenceId {
 }
 
 impl TryFrom<String> for PersistenceId {
-    type Error = JournalError;
+    type Error = PersistenceIdError;
 
     fn try_from(id: String) -> Result<Self, Self::Error> {
         Self::new(id)
@@ -113,7 +136,7 @@ mod tests {
     fn lengths_are_counted_in_bytes() {
         assert_eq!(
             PersistenceId::new("").unwrap_err(),
-            JournalError::InvalidPersistenceId { len: 0, max: 256 }
+            PersistenceIdError::Length { len: 0, max: 256 }
         );
         assert_eq!(
             PersistenceId::new("a".repeat(256)).unwrap().as_str().len(),
@@ -121,13 +144,13 @@ mod tests {
         );
         assert_eq!(
             PersistenceId::try_from("a".repeat(257)).unwrap_err(),
-            JournalError::InvalidPersistenceId { len: 257, max: 256 }
+            PersistenceIdError::Length { len: 257, max: 256 }
         );
         // 86 three-byte characters are 258 bytes, though only 86 characters.
         let wide = "€".repeat(86);
         assert_eq!(
             PersistenceId::try_from(wide.as_str()).unwrap_err(),
-            JournalError::InvalidPersistenceId { len: 258, max: 256 }
+            PersistenceIdError::Length { len: 258, max: 256 }
         );
         assert!(PersistenceId::try_from("€".repeat(85).as_str()).is_ok());
     }
@@ -136,11 +159,11 @@ mod tests {
     fn nul_characters_are_refused_every_other_character_is_kept() {
         assert_eq!(
             PersistenceId::new("a\0b").unwrap_err(),
-            JournalError::NulInPersistenceId { position: 1 }
+            PersistenceIdError::Nul { position: 1 }
         );
         assert_eq!(
             PersistenceId::try_from("\0").unwrap_err(),
-            JournalError::NulInPersistenceId { position: 0 }
+            PersistenceIdError::Nul { position: 0 }
         );
         let nul = crate::codec::encode("order\0").unwrap();
         assert!(crate::codec::decode::<PersistenceId>(&nul).is_err());

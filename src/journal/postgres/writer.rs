@@ -501,6 +501,7 @@ impl Writer {
             let (id, raw): (String, i64) =
                 read.map_err(|err| db_error(None, "cannot read the highest seq", &err))?;
             let seq = PersistenceId::new(id.clone())
+                .map_err(JournalError::from)
                 .and_then(|pid| seq_from_sql(&pid, raw, 0))
                 .map_err(|err| JournalError::storage(None, err))?;
             highest.insert(id, seq);

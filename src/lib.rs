@@ -55,7 +55,7 @@
 //! [changing your types](guide::schema_evolution), [TCP](guide::over_tcp),
 //! [NATS](guide::over_nats), [large messages](guide::large_messages),
 //! [work pulling](guide::work_pulling), [projections](guide::projections),
-//! [sharding](guide::sharding), [production](guide::production),
+//! [sharding](guide::sharding), [production](guide::production), [testing](guide::testing),
 //! [how it works](guide::how_it_works).
 //!
 //! # The crate

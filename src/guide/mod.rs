@@ -22,7 +22,8 @@
 //! 13. [Sharding](sharding): many entities, on demand, over nodes.
 //! 14. [Running in production](production): an actix-web service, metrics, tracing, trace
 //!     contexts.
-//! 15. [How it works](how_it_works): the protocol, batching, the sans-IO core.
+//! 15. [Testing](testing): virtual time, a journal that fails on demand, counters, crashes.
+//! 16. [How it works](how_it_works): the protocol, batching, the sans-IO core.
 //!
 //! What the library costs is measured in `benches/README.md` in the repository; what its tests
 //! prove, in `tests/README.md`.
@@ -40,5 +41,6 @@ pub mod production;
 pub mod projections;
 pub mod schema_evolution;
 pub mod sharding;
+pub mod testing;
 pub mod tutorial;
 pub mod work_pulling;

@@ -15,6 +15,11 @@
 //! with a `fmt` layer, writing to a sink): the cost of the spans with a real subscriber.
 //! `BENCH_TRACING=debug` records `DEBUG` too, which includes a span per handler run.
 //!
+//! For profiles, `BENCH_REPORT_ONLY=<text>` keeps only the cases whose label contains it
+//! (plain `do_send`, the reference, always runs), only the first placement unless the text is
+//! also in the placement's label (`BENCH_REPORT_ONLY=<text>@<placement text>`), and skips the
+//! latency tables: `BENCH_REPORT_ONLY='window 64, ready@same'`.
+//!
 //! Every case runs in this one process, against plain Actix messaging measured alongside it:
 //! throughput (messages per second until the last is confirmed, median of the runs; the runs
 //! of all cases are interleaved so that a noisy neighbour hurts them alike) and latency from
@@ -167,10 +172,28 @@ async fn main() {
     let latency_samples = messages as usize;
 
     print_header(messages, runs);
-    let cases = Case::all();
+    let only = std::env::var("BENCH_REPORT_ONLY").ok();
+    let (only_case, only_placement) = match &only {
+        Some(only) => {
+            let (case, placement) = only.split_once('@').unwrap_or((only, ""));
+            (Some(case), Some(placement))
+        }
+        None => (None, None),
+    };
+    let cases: Vec<Case> = Case::all()
+        .into_iter()
+        .filter(|case| {
+            matches!(case, Case::PlainDoSend) || only_case.is_none_or(|o| case.label().contains(o))
+        })
+        .collect();
+    let placements = Placement::ALL.into_iter().filter(|p| match only_placement {
+        None => true,
+        Some("") => *p == Placement::ALL[0],
+        Some(o) => p.label().contains(o),
+    });
     let mut retransmissions = 0;
 
-    for placement in Placement::ALL {
+    for placement in placements {
         let mut rigs = Rigs::new(placement, &cases);
 
         // Throughput: a warm-up run per case, then `runs` rounds over all cases.
@@ -206,6 +229,15 @@ async fn main() {
         }
 
         // Latency: closed loops with 1 and 16 messages in flight, ready handler.
+        if only.is_some() {
+            for (_, rig) in &rigs.reliable {
+                rig.check_consumer().await;
+                retransmissions += rig.retransmissions().await;
+            }
+            let Rigs { site, .. } = rigs;
+            site.stop();
+            continue;
+        }
         rigs.plain.send_latencies(latency_samples / 5).await;
         let plain_rtt = percentiles(rigs.plain.send_latencies(latency_samples).await);
         let mut rows = vec![("plain `send().await` round trip".to_string(), plain_rtt)];

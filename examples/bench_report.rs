@@ -228,41 +228,35 @@ async fn main() {
             );
         }
 
-        // Latency: closed loops with 1 and 16 messages in flight, ready handler.
-        if only.is_some() {
-            for (_, rig) in &rigs.reliable {
-                rig.check_consumer().await;
-                retransmissions += rig.retransmissions().await;
+        // Latency: closed loops with 1 and 16 messages in flight, ready handler (not when
+        // profiling one case).
+        if only.is_none() {
+            rigs.plain.send_latencies(latency_samples / 5).await;
+            let plain_rtt = percentiles(rigs.plain.send_latencies(latency_samples).await);
+            let mut rows = vec![("plain `send().await` round trip".to_string(), plain_rtt)];
+            for window in [1, 16] {
+                let rig = rigs.reliable(HandlerKind::Ready, window, Route::ConsumerRef);
+                rig.send_latencies(latency_samples / 5, window).await;
+                let latencies = rig.send_latencies(latency_samples, window).await;
+                rows.push((
+                    format!("reliable `send` → confirmation, window {window}, {window} in flight"),
+                    percentiles(latencies),
+                ));
             }
-            let Rigs { site, .. } = rigs;
-            site.stop();
-            continue;
-        }
-        rigs.plain.send_latencies(latency_samples / 5).await;
-        let plain_rtt = percentiles(rigs.plain.send_latencies(latency_samples).await);
-        let mut rows = vec![("plain `send().await` round trip".to_string(), plain_rtt)];
-        for window in [1, 16] {
-            let rig = rigs.reliable(HandlerKind::Ready, window, Route::ConsumerRef);
-            rig.send_latencies(latency_samples / 5, window).await;
-            let latencies = rig.send_latencies(latency_samples, window).await;
-            rows.push((
-                format!("reliable `send` → confirmation, window {window}, {window} in flight"),
-                percentiles(latencies),
-            ));
-        }
-        println!(
-            "\n## Latency, {} ({latency_samples} messages, ready handler)\n",
-            placement.label()
-        );
-        println!("| case | p50 µs | p99 µs | p50 vs plain round trip |");
-        println!("|---|---:|---:|---:|");
-        for (label, (p50, p99)) in &rows {
             println!(
-                "| {label} | {:.2} | {:.2} | {:.1}× |",
-                micros(*p50),
-                micros(*p99),
-                p50.as_secs_f64() / plain_rtt.0.as_secs_f64()
+                "\n## Latency, {} ({latency_samples} messages, ready handler)\n",
+                placement.label()
             );
+            println!("| case | p50 µs | p99 µs | p50 vs plain round trip |");
+            println!("|---|---:|---:|---:|");
+            for (label, (p50, p99)) in &rows {
+                println!(
+                    "| {label} | {:.2} | {:.2} | {:.1}× |",
+                    micros(*p50),
+                    micros(*p99),
+                    p50.as_secs_f64() / plain_rtt.0.as_secs_f64()
+                );
+            }
         }
 
         for (_, rig) in &rigs.reliable {

@@ -167,6 +167,7 @@ impl Gate {
     }
 }
 
+pub mod blobs;
 pub mod entities;
 pub mod journals;
 pub mod logs;

@@ -20,6 +20,7 @@ mod postgres_support;
 #[path = "../remote/mod.rs"]
 mod remote;
 
+mod chunking;
 mod journal;
 mod journal_ceiling;
 mod journal_identity;

@@ -21,7 +21,7 @@ mod process;
 mod remote;
 
 mod actix_web;
-mod chunking;
+mod chunking_crash;
 #[cfg(feature = "postgres")]
 mod durable_lease;
 mod end_to_end_crash;

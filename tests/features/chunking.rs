@@ -1,14 +1,14 @@
 //! Chunked delivery of large messages through the actors, in process, under virtual time:
 //! the handler runs once on the whole message, the last chunk's ACK confirms it, and the
 //! consumer's bounds hold (a consumer restart, a producer restart, tight bounds, a window
-//! smaller than a message's chunk count); over TCP through a lossy proxy and over NATS; a
-//! durable producer killed with SIGKILL mid-message. The seeded simulator of chunking in
-//! the pure cores is in the core crate (`actix-delivery-proto/tests/simulations`).
+//! smaller than a message's chunk count); over TCP through a lossy proxy and over NATS. A
+//! durable producer killed with SIGKILL mid-message is in `tests/processes/chunking_crash.rs`,
+//! the seeded simulator of chunking in the pure cores in the core crate
+//! (`actix-delivery-proto/tests/simulations`).
 
 use crate::common;
 #[cfg(feature = "nats")]
 use crate::nats_support;
-use crate::process;
 use crate::remote;
 
 use std::sync::{Arc, Mutex};
@@ -16,7 +16,7 @@ use std::time::Duration;
 
 use actix::prelude::*;
 use actix_delivery::codec::Codec;
-use actix_delivery::durable::{DurableConfirmation, DurableOptions, MessageId};
+use actix_delivery::durable::{DurableOptions, MessageId};
 use actix_delivery::journal::{MemoryJournal, PersistenceId};
 use actix_delivery::persistence::{PersistentHandle, PersistentOptions};
 use actix_delivery::tcp::{BodySchema, NodeHandle, NodeOptions};
@@ -26,6 +26,7 @@ use actix_delivery::{
     OptionsError, ProducerHandle, ProducerOptions, ReliableDelivery, ReplyTo, MIN_CHUNK_SIZE,
 };
 use bytes::Bytes;
+use common::blobs::{blob, blob_consumer, durable_sink, Reported};
 use common::entities::{ledger_id, Ledger, Op};
 use common::{confirm_into, settle_for, Confirmations, Log};
 use remote::proxy::{Faults, Injected, Proxy};
@@ -162,44 +163,6 @@ async fn a_large_message_runs_the_handler_once_whole_through_a_window_smaller_th
         Some(0),
         "the message's whole range is marked"
     );
-}
-
-/// A body of `len` bytes (a multiple of 8) that says which it is, and its checksum.
-fn blob(seed: u64, len: usize) -> (Bytes, u64) {
-    let mut x = seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
-    let mut bytes = vec![0u8; len];
-    for word in bytes.chunks_exact_mut(8) {
-        x ^= x << 13;
-        x ^= x >> 7;
-        x ^= x << 17;
-        word.copy_from_slice(&x.to_le_bytes());
-    }
-    let sum = checksum(&bytes);
-    (Bytes::from(bytes), sum)
-}
-
-/// A checksum of whole 8-byte words, position-dependent.
-fn checksum(bytes: &[u8]) -> u64 {
-    bytes.chunks_exact(8).fold(0u64, |sum, word| {
-        let word = u64::from_le_bytes(word.try_into().expect("8 bytes"));
-        sum.rotate_left(5) ^ word
-    }) ^ bytes.len() as u64
-}
-
-/// A consumer of blobs that records (length, checksum) of each message handled.
-fn blob_consumer(max_message_bytes: u64) -> (ConsumerHandle<Bytes>, Log<(usize, u64)>) {
-    let handled = Log::default();
-    let log = handled.clone();
-    let handler = DeliveryHandler::from_fn(move |body: Bytes| {
-        log.push((body.len(), checksum(&body)));
-        async { Ok::<(), String>(()) }
-    });
-    let options = ConsumerOptions::builder(handler)
-        .max_message_bytes(max_message_bytes)
-        .max_reassembly_bytes(2 * max_message_bytes)
-        .build()
-        .unwrap();
-    (ReliableDelivery::consumer(options), handled)
 }
 
 /// 64 MiB over TCP through a proxy that corrupts streams (the tags catch it: the connection
@@ -1173,194 +1136,5 @@ async fn a_durable_chunked_message_given_up_by_a_round_is_recorded_and_reported(
         consumer.stats().await.unwrap().dead_letters,
         4,
         "two sendings each"
-    );
-}
-
-/// What a durable producer's sink was told.
-type Reported = Log<(MessageId, Result<(), DeliveryError>)>;
-
-/// The sink of a durable producer's confirmations after a restart.
-fn durable_sink() -> (Recipient<DurableConfirmation>, Reported) {
-    struct Sink(Reported);
-    impl Actor for Sink {
-        type Context = Context<Self>;
-    }
-    impl Handler<DurableConfirmation> for Sink {
-        type Result = ();
-        fn handle(&mut self, confirmation: DurableConfirmation, _: &mut Context<Self>) {
-            self.0.push((confirmation.id, confirmation.result));
-        }
-    }
-    let log = Log::default();
-    (Sink(log.clone()).start().recipient(), log)
-}
-
-/// Where the crash test's child keeps its journal (set: this process is the child).
-const CRASH_DB: &str = "CHUNK_CRASH_DB";
-/// Which journal append the child holds (see `process::hook::Hold`).
-const CRASH_HOLD: &str = "CHUNK_CRASH_HOLD";
-/// The tag of the child's first message.
-const CRASH_FROM: &str = "CHUNK_CRASH_FROM";
-/// A crash test message: 16 MiB in chunks of 1 MiB, stored in two journal entries.
-const CRASH_LEN: usize = 16 << 20;
-
-/// The durable producer of the crash test, on the journal at `path` (held as `hold` says).
-fn crash_producer(
-    journal: Arc<dyn actix_delivery::journal::Journal>,
-    to: ConsumerRef<Bytes>,
-    sink: Recipient<DurableConfirmation>,
-) -> ProducerHandle<Bytes> {
-    ReliableDelivery::durable_producer(
-        ProducerOptions::builder(to)
-            .chunk_size(1 << 20)
-            .build()
-            .unwrap(),
-        DurableOptions::new(journal, PersistenceId::new("big").unwrap(), "big").confirmations(sink),
-    )
-    .unwrap()
-}
-
-/// The crash test's child: opens the stream (printing `opened <partially stored>`, and
-/// `dropped <id>` for each message found partly stored), then stores messages, printing
-/// `stored <tag> <id>` once each is; it sends to a consumer that is never there.
-#[test]
-fn chunking_crash_child() {
-    let Ok(path) = std::env::var(CRASH_DB) else {
-        return; // run as an ordinary test: nothing to do
-    };
-    let hold = process::hook::Hold::parse(&std::env::var(CRASH_HOLD).unwrap_or_default());
-    let from: u64 = std::env::var(CRASH_FROM).unwrap().parse().unwrap();
-    actix::System::new().block_on(async move {
-        let journal = process::open_journal(&path)
-            .await
-            .expect("open the journal");
-        let journal = Arc::new(process::hook::Hooked::new(journal, "log", hold));
-        let (sink, reported) = durable_sink();
-        let nowhere = ConsumerRef::from_fn(|_| {}).with_chunks(|_| {});
-        let producer = crash_producer(journal, nowhere, sink);
-        while producer.stats().await.unwrap().next_message_id == 0 {
-            tokio::time::sleep(Duration::from_millis(5)).await; // opening
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await; // the sink's reports
-        for (id, result) in reported.snapshot() {
-            if let Err(DeliveryError::Storage(_)) = result {
-                println!("dropped {}", id.0);
-            }
-        }
-        println!(
-            "opened {}",
-            producer.stats().await.unwrap().partially_stored
-        );
-        for tag in from.. {
-            let stored = producer.store(blob(tag, CRASH_LEN).0).await.unwrap();
-            println!("stored {tag} {}", stored.id.0);
-        }
-    });
-}
-
-/// A durable producer of 16 MiB messages (two journal entries each), SIGKILLed while it
-/// stores them: after a message's first entry committed (its second held), before its second
-/// entry reaches the journal, after both committed (before it hears), or right after it
-/// reported a message stored. Whichever: every message
-/// reported stored is delivered once, whole, when the stream is opened with a consumer;
-/// every message found stored in part is dropped (reported, never sent), and no handler runs
-/// on a part. The kills land mid-message (partly stored messages are found).
-#[actix::test]
-async fn a_durable_producer_killed_mid_message_never_half_delivers_and_loses_no_stored_message() {
-    let dir = tempfile::tempdir().unwrap();
-    let db = dir.path().join("big.db");
-    // Appends of a child: 1 opens the stream, then two per message.
-    let holds = ["after:2", "before:3", "after:5", "never"];
-    let (mut stored, mut partially, mut dropped) = (Vec::new(), 0, 0);
-    let mut from = 0;
-    for (round, hold) in holds.iter().enumerate() {
-        let env = [
-            (CRASH_DB, db.display().to_string()),
-            (CRASH_HOLD, hold.to_string()),
-            (CRASH_FROM, from.to_string()),
-        ];
-        let child = process::spawn(concat!(module_path!(), "::chunking_crash_child"), &env);
-        // Every line the child prints, until the moment to kill it: the held append's marker
-        // (the n-th of its kind; the opening's is the first), or a message stored.
-        let held = process::hook::Hold::parse(hold);
-        let (mut appending, mut committed) = (0, 0);
-        let mut lines = Vec::new();
-        let deadline = std::time::Instant::now() + Duration::from_secs(60);
-        loop {
-            let line = child
-                .next_line(deadline)
-                .unwrap_or_else(|| panic!("round {round} ({hold}): the child went silent"));
-            appending += u64::from(line.starts_with("log appending"));
-            committed += u64::from(line.starts_with("log committed"));
-            let stored_one = line.starts_with("stored");
-            lines.push(line);
-            let now = match held {
-                process::hook::Hold::Before(n) => appending == n,
-                process::hook::Hold::After(n) => committed == n,
-                process::hook::Hold::Never => stored_one,
-            };
-            if now {
-                break;
-            }
-        }
-        std::thread::sleep(Duration::from_millis(20)); // the held append waits for good
-        while let Ok(Some(line)) = child.try_line() {
-            lines.push(line);
-        }
-        child.kill();
-        for line in lines {
-            if let Some(rest) = line.strip_prefix("stored ") {
-                stored.push(rest.split(' ').next().unwrap().parse::<u64>().unwrap());
-            }
-            if let Some(found) = line.strip_prefix("opened ") {
-                partially += found.parse::<u64>().unwrap();
-            }
-            dropped += u64::from(line.starts_with("dropped"));
-        }
-        println!("round {round} ({hold}): stored {stored:?}, partly stored found {partially}");
-        from += 3;
-    }
-    // The stream opened with a consumer: what is stored arrives, once, whole.
-    let journal = Arc::new(process::open_journal(&db).await.unwrap());
-    let (sink, reported) = durable_sink();
-    let (consumer, runs) = blob_consumer(CRASH_LEN as u64 + 1024);
-    let producer = crash_producer(journal, (&consumer).into(), sink);
-    let idle = tokio::time::timeout(Duration::from_secs(60), producer.idle()).await;
-    let c = consumer.stats().await.unwrap();
-    assert!(idle.is_ok(), "every stored message confirmed: {c:?}");
-    let stats = producer.stats().await.unwrap();
-    partially += stats.partially_stored;
-    let runs = runs.snapshot();
-    let expected = |tag: u64| blob(tag, CRASH_LEN).1;
-    for tag in &stored {
-        let n = runs
-            .iter()
-            .filter(|run| *run == &(CRASH_LEN, expected(*tag)))
-            .count();
-        assert_eq!(
-            n, 1,
-            "message {tag} was reported stored: delivered once, whole ({runs:?})"
-        );
-    }
-    let tried: Vec<u64> = (0..from).map(expected).collect();
-    for run in &runs {
-        assert!(
-            run.0 == CRASH_LEN && tried.contains(&run.1),
-            "a whole message: {run:?}"
-        );
-    }
-    assert!(
-        partially >= 2,
-        "the kills landed mid-message: {partially} found partly stored"
-    );
-    let reported_dropped = reported
-        .snapshot()
-        .iter()
-        .filter(|(_, result)| matches!(result, Err(DeliveryError::Storage(_))))
-        .count() as u64;
-    assert_eq!(dropped + reported_dropped, partially, "each reported once");
-    assert_eq!(
-        (c.dead_letters, c.partial_messages, c.reassembly_bytes),
-        (0, 0, 0)
     );
 }

@@ -23,7 +23,7 @@
 //! Every case runs in this one process, against plain Actix messaging measured alongside it:
 //! throughput (messages per second until the last is confirmed, median of the runs; the runs
 //! of all cases are interleaved so that a noisy neighbour hurts them alike) and latency from
-//! the `send` call to the confirmation. The workloads are those of `benches/delivery.rs`
+//! the `send` call to the confirmation. The workloads are those of the criterion bench `delivery`
 //! (shared through `benches/support/mod.rs`); use the criterion benches for confidence
 //! intervals.
 

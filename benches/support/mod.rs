@@ -1,4 +1,4 @@
-//! Workloads shared by the criterion benches (`benches/delivery.rs`) and the report
+//! Workloads shared by the criterion benches (`actix-delivery-benches/benches/delivery.rs`) and the report
 //! (`examples/bench_report.rs`, which includes this file with `#[path]`), so that both measure
 //! exactly the same thing.
 //!

@@ -23,12 +23,12 @@
 //! Each sample runs inside `SystemRunner::block_on` of one Actix `System` per group; the
 //! actors are started once per benchmark, outside the measured time.
 //!
-//! `cargo bench --bench delivery` (add e.g. `-- --quick`, or `-- reliable_ready` to filter).
+//! `cargo bench -p actix-delivery-benches --bench delivery` (add e.g. `-- --quick`, or `-- reliable_ready` to filter).
 
 use actix::System;
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
 
-#[path = "support/mod.rs"]
+#[path = "../../benches/support/mod.rs"]
 mod support;
 
 use support::{

@@ -15,7 +15,7 @@
 //! The ids are built before measuring (no string formatting in the loop); a delivery clones
 //! one (`Arc<str>`). One iteration is one delivery.
 //!
-//! `cargo bench -p actix-delivery-proto --bench dedup`
+//! `cargo bench -p actix-delivery-benches --bench dedup`
 
 // A bench measures real time.
 #![allow(clippy::disallowed_methods)]

@@ -5,7 +5,7 @@
 //!   variant with a string and two integers, as applications store them), into a reused
 //!   buffer and back.
 //!
-//! `cargo bench -p actix-delivery-proto --bench codec`; the README's "Changing your types" quotes the ratios.
+//! `cargo bench -p actix-delivery-benches --bench codec`; the README's "Changing your types" quotes the ratios.
 
 use std::hint::black_box;
 

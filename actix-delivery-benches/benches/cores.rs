@@ -12,7 +12,7 @@
 //! the clock once per event, which this does not measure). Bodies are `u64`, confirmation
 //! tokens and reply addresses are `()`.
 //!
-//! `cargo bench -p actix-delivery-proto --bench cores`
+//! `cargo bench -p actix-delivery-benches --bench cores`
 
 // A bench measures real time.
 #![allow(clippy::disallowed_methods)]

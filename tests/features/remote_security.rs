@@ -726,6 +726,10 @@ async fn output_high_water_is_true_while_a_socket_write_blocks() {
             .insecure_no_authentication()
             .max_frame_length(MAX_FRAME)
             .max_output_bytes(LIMIT)
+            // The stalled peer sends nothing, not even heartbeats: on a loaded machine the
+            // kernel's socket buffers take longer to fill than the default 10 s, and the idle
+            // close would end the connection before its output is full.
+            .idle_timeout(Duration::from_secs(600))
             .build()
             .unwrap(),
     )
@@ -744,6 +748,9 @@ async fn output_high_water_is_true_while_a_socket_write_blocks() {
     };
     remote.do_send_all(std::iter::once(delivery(1))); // makes the connection
     let _stalled = wire::insecure_server_once(&listener).await; // and reads nothing
+    // Until the node has taken the handshake's answer, deliveries wait for the connection,
+    // bounded by the same limit: a drop there would say nothing of a blocked write.
+    assert!(wait_until(Duration::from_secs(10), || node.stats().connections_opened == 1).await);
     let mut seq = 1;
     while node.stats().deliveries_dropped_full == 0 && seq < 20_000 {
         seq += 1;

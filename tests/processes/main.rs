@@ -1,8 +1,10 @@
 //! The tests that run real processes and kill them: this test binary re-runs itself as the
 //! children (`process::spawn` names the child's test by its path here), SIGKILLs them at
-//! seeded moments and checks what survived. Beside them, in-process parts of the same areas
-//! (chunking, projections). CI runs this binary in a release build too, where the kills land
-//! at other moments than in a debug build (`.ci/run`, `tests/README.md`).
+//! seeded moments and checks what survived. Beside them, the in-process tests of projections,
+//! which share the crash tests' read models. CI runs this binary in a release build too,
+//! where the kills land at other moments than in a debug build (`.ci/run`,
+//! `tests/README.md`); an in-process test belongs in `features` or `in_process`, which it
+//! builds unoptimized.
 //!
 //! Each module was a test binary of its own; `cargo test --test processes journal_crash::`
 //! runs one.

@@ -748,9 +748,11 @@ async fn output_high_water_is_true_while_a_socket_write_blocks() {
     };
     remote.do_send_all(std::iter::once(delivery(1))); // makes the connection
     let _stalled = wire::insecure_server_once(&listener).await; // and reads nothing
+
     // Until the node has taken the handshake's answer, deliveries wait for the connection,
     // bounded by the same limit: a drop there would say nothing of a blocked write.
-    assert!(wait_until(Duration::from_secs(10), || node.stats().connections_opened == 1).await);
+    let opened = || node.stats().connections_opened == 1;
+    assert!(wait_until(Duration::from_secs(10), opened).await);
     let mut seq = 1;
     while node.stats().deliveries_dropped_full == 0 && seq < 20_000 {
         seq += 1;

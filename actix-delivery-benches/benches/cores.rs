@@ -14,9 +14,6 @@
 //!
 //! `cargo bench -p actix-delivery-benches --bench cores`
 
-// A bench measures real time.
-#![allow(clippy::disallowed_methods)]
-
 use std::hint::black_box;
 use std::time::Instant;
 

@@ -17,9 +17,6 @@
 //!
 //! `cargo bench -p actix-delivery-benches --bench dedup`
 
-// A bench measures real time.
-#![allow(clippy::disallowed_methods)]
-
 use std::hint::black_box;
 use std::time::{Duration, Instant};
 

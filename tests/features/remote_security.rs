@@ -760,6 +760,12 @@ async fn output_high_water_is_true_while_a_socket_write_blocks() {
         tokio::time::sleep(Duration::from_millis(1)).await;
     }
     let stats = node.stats();
+    // One connection throughout: the drop was the full output's, not a reconnection's.
+    assert_eq!(
+        (stats.connections_opened, stats.idle_timeouts),
+        (1, 0),
+        "{stats:?}"
+    );
     assert!(stats.deliveries_dropped_full > 0, "{stats:?}");
     // A frame of about 4 KiB did not fit: more than the limit less one frame is held.
     assert!(

@@ -172,24 +172,22 @@ async fn main() {
     let latency_samples = messages as usize;
 
     print_header(messages, runs);
+    // `BENCH_REPORT_ONLY=<case text>[@<placement text>]`: (case, placement), "" for no placement.
     let only = std::env::var("BENCH_REPORT_ONLY").ok();
-    let (only_case, only_placement) = match &only {
-        Some(only) => {
-            let (case, placement) = only.split_once('@').unwrap_or((only, ""));
-            (Some(case), Some(placement))
-        }
-        None => (None, None),
-    };
+    let only = only
+        .as_deref()
+        .map(|only| only.split_once('@').unwrap_or((only, "")));
     let cases: Vec<Case> = Case::all()
         .into_iter()
         .filter(|case| {
-            matches!(case, Case::PlainDoSend) || only_case.is_none_or(|o| case.label().contains(o))
+            matches!(case, Case::PlainDoSend)
+                || only.is_none_or(|(text, _)| case.label().contains(text))
         })
         .collect();
-    let placements = Placement::ALL.into_iter().filter(|p| match only_placement {
+    let placements = Placement::ALL.into_iter().filter(|p| match only {
         None => true,
-        Some("") => *p == Placement::ALL[0],
-        Some(o) => p.label().contains(o),
+        Some((_, "")) => *p == Placement::ALL[0],
+        Some((_, text)) => p.label().contains(text),
     });
     let mut retransmissions = 0;
 
@@ -228,35 +226,9 @@ async fn main() {
             );
         }
 
-        // Latency: closed loops with 1 and 16 messages in flight, ready handler (not when
-        // profiling one case).
+        // Latency (not when profiling one case).
         if only.is_none() {
-            rigs.plain.send_latencies(latency_samples / 5).await;
-            let plain_rtt = percentiles(rigs.plain.send_latencies(latency_samples).await);
-            let mut rows = vec![("plain `send().await` round trip".to_string(), plain_rtt)];
-            for window in [1, 16] {
-                let rig = rigs.reliable(HandlerKind::Ready, window, Route::ConsumerRef);
-                rig.send_latencies(latency_samples / 5, window).await;
-                let latencies = rig.send_latencies(latency_samples, window).await;
-                rows.push((
-                    format!("reliable `send` → confirmation, window {window}, {window} in flight"),
-                    percentiles(latencies),
-                ));
-            }
-            println!(
-                "\n## Latency, {} ({latency_samples} messages, ready handler)\n",
-                placement.label()
-            );
-            println!("| case | p50 µs | p99 µs | p50 vs plain round trip |");
-            println!("|---|---:|---:|---:|");
-            for (label, (p50, p99)) in &rows {
-                println!(
-                    "| {label} | {:.2} | {:.2} | {:.1}× |",
-                    micros(*p50),
-                    micros(*p99),
-                    p50.as_secs_f64() / plain_rtt.0.as_secs_f64()
-                );
-            }
+            print_latencies(&mut rigs, placement, latency_samples).await;
         }
 
         for (_, rig) in &rigs.reliable {
@@ -277,6 +249,37 @@ async fn main() {
         println!("\nMetrics recorded (Prometheus recorder): {series} series rendered.");
     }
     System::current().stop();
+}
+
+/// Latency: closed loops with 1 and 16 messages in flight, ready handler, against a plain
+/// `send().await` round trip.
+async fn print_latencies(rigs: &mut Rigs, placement: Placement, samples: usize) {
+    rigs.plain.send_latencies(samples / 5).await;
+    let plain_rtt = percentiles(rigs.plain.send_latencies(samples).await);
+    let mut rows = vec![("plain `send().await` round trip".to_string(), plain_rtt)];
+    for window in [1, 16] {
+        let rig = rigs.reliable(HandlerKind::Ready, window, Route::ConsumerRef);
+        rig.send_latencies(samples / 5, window).await;
+        let latencies = rig.send_latencies(samples, window).await;
+        rows.push((
+            format!("reliable `send` → confirmation, window {window}, {window} in flight"),
+            percentiles(latencies),
+        ));
+    }
+    println!(
+        "\n## Latency, {} ({samples} messages, ready handler)\n",
+        placement.label()
+    );
+    println!("| case | p50 µs | p99 µs | p50 vs plain round trip |");
+    println!("|---|---:|---:|---:|");
+    for (label, (p50, p99)) in &rows {
+        println!(
+            "| {label} | {:.2} | {:.2} | {:.1}× |",
+            micros(*p50),
+            micros(*p99),
+            p50.as_secs_f64() / plain_rtt.0.as_secs_f64()
+        );
+    }
 }
 
 fn placement_note(placement: Placement) -> &'static str {

@@ -6,9 +6,21 @@
 //! format ([`crate::codec`]: varint integers, little endian, no trailing bytes), followed, after
 //! an authenticated handshake, by a 16-byte tag ([`Sealer`]). The first byte of the payload is
 //! the frame kind (the enum's variant index); a `Hello` starts with the magic bytes `actixdlv`
-//! and the protocol version, so any future version can recognise and refuse this one.
+//! and the protocol version the client offers.
+//!
+//! # Versions
+//!
+//! This crate speaks the protocol versions [`MIN_PROTOCOL_VERSION`] to [`PROTOCOL_VERSION`]. The
+//! handshake settles each connection on the highest version both sides speak (see the
+//! `handshake` module), and every frame after it is encoded and decoded at that version
+//! ([`Frame::encode_versioned`], [`Frame::decode_versioned`]). The handshake's own frames are
+//! the same in every version, and a `Hello` only grows: a later version appends its new fields
+//! to it, so that this release reads the part it knows of a newer client's `Hello`
+//! ([`Frame::decode_opening`]) and answers with the highest version it speaks. Version 3 is
+//! version 4 without the `chunk` field of a delivery: a chunk cannot be sent at version 3.
 
 use serde::de::{Deserializer, SeqAccess, Visitor};
+use serde::ser::SerializeStruct;
 use serde::{Deserialize, Serialize, Serializer};
 
 use crate::codec::{self, CodecError};
@@ -17,13 +29,27 @@ use crate::protocol::envelope::{Incarnation, MAX_ID_BYTES};
 use crate::protocol::trace_context::TraceContext;
 use crate::tcp::auth::{NodeId, Nonce, Sealer};
 
-/// The protocol version this crate speaks: 4 since a delivery may be one chunk of a large
-/// message (one byte when it is not); 3 since each delivery may carry a trace context (one
-/// byte when it does not); 2 since bodies start with their codec and schema version
-/// (`schema`); version 1 bodies were bare bincode. Peers of another version
-/// are refused at the handshake (and NATS messages of another version are refused, counted):
-/// a deployment upgrades its nodes together.
+/// The highest protocol version this crate speaks, and the one a node offers unless told
+/// otherwise (its `wire_version`): 4 since a delivery may be one chunk of a large message (one
+/// byte when it is not); 3 since each delivery may carry a trace context (one byte when it
+/// does not); 2 since bodies start with their codec and schema version (`schema`); version 1
+/// bodies were bare bincode. A peer speaks with this crate at the highest version both speak;
+/// one whose versions are all below [`MIN_PROTOCOL_VERSION`] is refused at the handshake.
 pub const PROTOCOL_VERSION: u16 = 4;
+
+/// The lowest protocol version this crate speaks: 3, whose deliveries cannot be chunks.
+pub const MIN_PROTOCOL_VERSION: u16 = 3;
+
+/// Whether deliveries at protocol `version` may be chunks of a large message (version 4 on).
+pub const fn carries_chunks(version: u16) -> bool {
+    version >= 4
+}
+
+/// The kind of a `Hello`: the first byte of its frame's payload.
+const HELLO_KIND: u8 = 0;
+
+/// The kind of a `Deliveries` frame (its variant index).
+const DELIVERIES_KIND: u32 = 4;
 
 /// The first bytes of every `Hello`.
 pub const MAGIC: [u8; 8] = *b"actixdlv";
@@ -62,11 +88,18 @@ pub enum Frame<'a> {
 }
 
 /// The client's opening frame.
+///
+/// The contract between releases: a later protocol version only appends fields to `Hello`,
+/// after these, and keeps it within [`HANDSHAKE_MAX_FRAME`]. A server reads the fields it
+/// knows of a `Hello` of a version newer than its own and ignores the bytes after them (of
+/// such a `Hello` only: trailing bytes are refused after any other frame), so that a client
+/// of the next release can connect to a server of this one; the handshake binds the `Hello`'s
+/// bytes as sent and received, the appended ones included.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Hello {
     /// Always [`MAGIC`].
     pub magic: [u8; 8],
-    /// The client's [`PROTOCOL_VERSION`].
+    /// The highest protocol version the client offers (its `wire_version`).
     pub version: u16,
     /// The client's id for this run.
     pub node_id: NodeId,
@@ -81,7 +114,7 @@ pub struct Hello {
 /// The server's answer to a [`Hello`].
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Challenge {
-    /// The server's [`PROTOCOL_VERSION`].
+    /// The protocol version of the connection: the highest both sides speak.
     pub version: u16,
     /// The server's id for this run.
     pub node_id: NodeId,
@@ -125,7 +158,8 @@ pub struct WireDelivery<'a> {
     /// The trace the message was sent in: one byte when absent (version 3 on).
     pub trace_context: Option<TraceContext>,
     /// Set when the delivery is one chunk of a large message: where it sits in its message
-    /// (one byte when absent; version 4 on). Checked by the consumer's admission.
+    /// (one byte when absent). Checked by the consumer's admission. Version 4 on: at version 3
+    /// the field is not on the wire (it decodes as `None`), and a chunk cannot be encoded.
     pub chunk: Option<ChunkHeader>,
     /// The encoded body: its codec and schema version, then the value
     /// (`schema`); of a chunk, the chunk's bytes of its message's encoding.
@@ -165,17 +199,75 @@ pub enum FrameError {
         /// The limit.
         max: usize,
     },
+    /// A protocol version this crate does not speak.
+    #[error(
+        "protocol version {0} is not one this release speaks ({MIN_PROTOCOL_VERSION} to \
+         {PROTOCOL_VERSION})"
+    )]
+    UnknownVersion(u16),
+    /// A delivery that the protocol version cannot express: a chunk below version 4.
+    #[error("a chunk cannot be sent at protocol version {0}: chunks need version 4")]
+    ChunkInVersion(u16),
 }
 
 impl<'a> Frame<'a> {
-    /// Decodes one payload (tag already checked and removed) and checks its limits. Fields that
-    /// admission checks (seq ranges, empty ids) are passed through, to become dead letters.
+    /// Decodes one payload (tag already checked and removed) at [`PROTOCOL_VERSION`] and checks
+    /// its limits. Fields that admission checks (seq ranges, empty ids) are passed through, to
+    /// become dead letters.
     ///
     /// # Errors
     /// [`FrameError`]; never panics, whatever the bytes.
     pub fn decode(payload: &'a [u8]) -> Result<Self, FrameError> {
         let frame: Frame<'a> = codec::decode_borrowed(payload, payload.len() as u64)?;
-        match &frame {
+        frame.checked()
+    }
+
+    /// Decodes one payload as [`decode`](Self::decode) does, at protocol `version`: what a
+    /// connection negotiated at that version receives. At version 3 a delivery has no chunk
+    /// field (it decodes as `None`).
+    ///
+    /// # Errors
+    /// [`FrameError`] ([`FrameError::UnknownVersion`] for a version this crate does not
+    /// speak); never panics, whatever the bytes.
+    pub fn decode_versioned(payload: &'a [u8], version: u16) -> Result<Self, FrameError> {
+        match version {
+            PROTOCOL_VERSION => Self::decode(payload),
+            3 => {
+                let frame: FrameV3<'a> = codec::decode_borrowed(payload, payload.len() as u64)?;
+                Frame::from(frame).checked()
+            }
+            other => Err(FrameError::UnknownVersion(other)),
+        }
+    }
+
+    /// Decodes a client's first frame as [`decode`](Self::decode) does, except that a `Hello`
+    /// of a version newer than [`PROTOCOL_VERSION`] may be longer than this crate's: the fields
+    /// a later version appended are ignored (see [`Hello`]). Its bytes, appended ones included,
+    /// are [`hello_bytes`].
+    ///
+    /// # Errors
+    /// [`FrameError`]; trailing bytes after a `Hello` of a version this crate knows, or after
+    /// any other frame, are malformed. Never panics, whatever the bytes.
+    pub fn decode_opening(payload: &'a [u8]) -> Result<Self, FrameError> {
+        let Some((&HELLO_KIND, value)) = payload.split_first() else {
+            return Self::decode(payload);
+        };
+        let (hello, rest) = codec::decode_prefix::<Hello>(value, value.len() as u64)?;
+        if !rest.is_empty() && hello.version <= PROTOCOL_VERSION {
+            return Err(FrameError::Malformed(CodecError::Malformed {
+                reason: format!(
+                    "{} trailing bytes after a Hello of version {}",
+                    rest.len(),
+                    hello.version
+                ),
+            }));
+        }
+        Frame::Hello(hello).checked()
+    }
+
+    /// The frame if its magic and ids are within the limits.
+    fn checked(self) -> Result<Self, FrameError> {
+        match &self {
             Frame::Hello(hello) if hello.magic != MAGIC => return Err(FrameError::BadMagic),
             Frame::Deliveries(batch) => {
                 check_id(batch.consumer)?;
@@ -184,11 +276,12 @@ impl<'a> Frame<'a> {
             Frame::Acks(batch) => check_id(batch.producer_id)?,
             _ => {}
         }
-        Ok(frame)
+        Ok(self)
     }
 
-    /// Appends the frame to `out`: length prefix, payload, tag. Nothing is appended (and the
-    /// sealer does not count it) if the frame would be longer than `max_len`.
+    /// Appends the frame at [`PROTOCOL_VERSION`] to `out`: length prefix, payload, tag.
+    /// Nothing is appended (and the sealer does not count it) if the frame would be longer
+    /// than `max_len`. The handshake's frames are the same at every version.
     ///
     /// # Errors
     /// [`FrameError::TooLong`], or [`FrameError::Malformed`] if a body cannot be encoded.
@@ -198,23 +291,193 @@ impl<'a> Frame<'a> {
         out: &mut Vec<u8>,
         max_len: usize,
     ) -> Result<(), FrameError> {
-        let start = out.len();
-        out.extend_from_slice(&[0; LENGTH_PREFIX]);
-        let body = start + LENGTH_PREFIX;
-        if let Err(err) = codec::encode_into(self, out) {
-            out.truncate(start);
-            return Err(err.into());
-        }
-        let len = out.len() - body + sealer.overhead();
-        if len > max_len {
-            out.truncate(start);
-            return Err(FrameError::TooLong { len, max: max_len });
-        }
-        sealer.seal(out, body);
-        let prefix = u32::try_from(len).expect("max_len fits the 4-byte prefix");
-        out[start..body].copy_from_slice(&prefix.to_be_bytes());
-        Ok(())
+        encode_sealed(self, sealer, out, max_len)
     }
+
+    /// Appends the frame to `out` as [`encode`](Self::encode) does, at protocol `version`:
+    /// what a connection negotiated at that version sends.
+    ///
+    /// # Errors
+    /// As [`encode`](Self::encode); [`FrameError::UnknownVersion`] for a version this crate
+    /// does not speak, [`FrameError::ChunkInVersion`] for a chunk below version 4.
+    pub fn encode_versioned(
+        &self,
+        version: u16,
+        sealer: &mut Sealer,
+        out: &mut Vec<u8>,
+        max_len: usize,
+    ) -> Result<(), FrameError> {
+        match version {
+            PROTOCOL_VERSION => self.encode(sealer, out, max_len),
+            3 => {
+                if let Frame::Deliveries(batch) = self {
+                    if batch.items.iter().any(|item| item.chunk.is_some()) {
+                        return Err(FrameError::ChunkInVersion(version));
+                    }
+                }
+                encode_sealed(&AtVersion3(self), sealer, out, max_len)
+            }
+            other => Err(FrameError::UnknownVersion(other)),
+        }
+    }
+}
+
+/// The bytes of the `Hello` in `payload`, a frame that [`Frame::decode_opening`] decoded to a
+/// `Hello`: all but the frame kind, the fields a later version appended included. What the
+/// handshake's transcript binds for the server.
+pub fn hello_bytes(payload: &[u8]) -> &[u8] {
+    payload.get(1..).unwrap_or_default()
+}
+
+/// Appends `frame` (a [`Frame`], or a view of one at another version) to `out`: length
+/// prefix, payload, tag; nothing if it would be longer than `max_len`.
+fn encode_sealed(
+    frame: &impl Serialize,
+    sealer: &mut Sealer,
+    out: &mut Vec<u8>,
+    max_len: usize,
+) -> Result<(), FrameError> {
+    let start = out.len();
+    out.extend_from_slice(&[0; LENGTH_PREFIX]);
+    let body = start + LENGTH_PREFIX;
+    if let Err(err) = codec::encode_into(frame, out) {
+        out.truncate(start);
+        return Err(err.into());
+    }
+    let len = out.len() - body + sealer.overhead();
+    if len > max_len {
+        out.truncate(start);
+        return Err(FrameError::TooLong { len, max: max_len });
+    }
+    sealer.seal(out, body);
+    let prefix = u32::try_from(len).expect("max_len fits the 4-byte prefix");
+    out[start..body].copy_from_slice(&prefix.to_be_bytes());
+    Ok(())
+}
+
+/// A frame as protocol version 3 decodes it: version 4's, deliveries without a chunk field.
+/// The variants are [`Frame`]'s, in its order.
+#[derive(Deserialize)]
+enum FrameV3<'a> {
+    Hello(Hello),
+    Challenge(Challenge),
+    Proof(Proof),
+    Accepted,
+    #[serde(borrow)]
+    Deliveries(DeliveryBatchV3<'a>),
+    #[serde(borrow)]
+    Acks(AckBatch<'a>),
+    Ping,
+}
+
+/// A [`DeliveryBatch`] at version 3: its items decoded without a chunk field, straight into
+/// [`WireDelivery`]s (nothing is copied to make the version 4 batch).
+#[derive(Deserialize)]
+struct DeliveryBatchV3<'a> {
+    consumer: &'a str,
+    producer_id: &'a str,
+    incarnation: Incarnation,
+    #[serde(borrow, deserialize_with = "bounded_v3")]
+    items: Vec<WireDelivery<'a>>,
+}
+
+/// A [`WireDelivery`] at version 3, as decoded.
+#[derive(Deserialize)]
+struct WireDeliveryV3<'a> {
+    seq: u64,
+    window_start: u64,
+    trace_context: Option<TraceContext>,
+    body: &'a [u8],
+}
+
+impl<'a> From<WireDeliveryV3<'a>> for WireDelivery<'a> {
+    fn from(item: WireDeliveryV3<'a>) -> Self {
+        WireDelivery {
+            seq: item.seq,
+            window_start: item.window_start,
+            trace_context: item.trace_context,
+            chunk: None,
+            body: item.body,
+        }
+    }
+}
+
+impl<'a> From<FrameV3<'a>> for Frame<'a> {
+    fn from(frame: FrameV3<'a>) -> Self {
+        match frame {
+            FrameV3::Hello(hello) => Frame::Hello(hello),
+            FrameV3::Challenge(challenge) => Frame::Challenge(challenge),
+            FrameV3::Proof(proof) => Frame::Proof(proof),
+            FrameV3::Accepted => Frame::Accepted,
+            FrameV3::Deliveries(batch) => Frame::Deliveries(DeliveryBatch {
+                consumer: batch.consumer,
+                producer_id: batch.producer_id,
+                incarnation: batch.incarnation,
+                items: batch.items,
+            }),
+            FrameV3::Acks(batch) => Frame::Acks(batch),
+            FrameV3::Ping => Frame::Ping,
+        }
+    }
+}
+
+/// A frame as protocol version 3 encodes it: as version 4, deliveries without a chunk field.
+struct AtVersion3<'r, 'a>(&'r Frame<'a>);
+
+impl Serialize for AtVersion3<'_, '_> {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        let Frame::Deliveries(batch) = self.0 else {
+            return self.0.serialize(serializer);
+        };
+        serializer.serialize_newtype_variant(
+            "Frame",
+            DELIVERIES_KIND,
+            "Deliveries",
+            &DeliveryBatchAtVersion3(batch),
+        )
+    }
+}
+
+/// A [`DeliveryBatch`] as version 3 encodes it.
+struct DeliveryBatchAtVersion3<'r, 'a>(&'r DeliveryBatch<'a>);
+
+impl Serialize for DeliveryBatchAtVersion3<'_, '_> {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        let batch = self.0;
+        let mut out = serializer.serialize_struct("DeliveryBatch", 4)?;
+        out.serialize_field("consumer", batch.consumer)?;
+        out.serialize_field("producer_id", batch.producer_id)?;
+        out.serialize_field("incarnation", &batch.incarnation)?;
+        out.serialize_field("items", &ItemsAtVersion3(&batch.items))?;
+        out.end()
+    }
+}
+
+/// The items of a [`DeliveryBatch`] as version 3 encodes them: a chunk among them is an error.
+struct ItemsAtVersion3<'r, 'a>(&'r [WireDelivery<'a>]);
+
+impl Serialize for ItemsAtVersion3<'_, '_> {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        if self.0.iter().any(|item| item.chunk.is_some()) {
+            return Err(serde::ser::Error::custom(FrameError::ChunkInVersion(3)));
+        }
+        serializer.collect_seq(self.0.iter().map(|item| WireDeliveryAtVersion3 {
+            seq: item.seq,
+            window_start: item.window_start,
+            trace_context: &item.trace_context,
+            body: item.body,
+        }))
+    }
+}
+
+/// A [`WireDelivery`] as version 3 encodes it.
+#[derive(Serialize)]
+struct WireDeliveryAtVersion3<'r> {
+    seq: u64,
+    window_start: u64,
+    trace_context: &'r Option<TraceContext>,
+    #[serde(serialize_with = "as_bytes")]
+    body: &'r [u8],
 }
 
 fn check_id(id: &str) -> Result<(), FrameError> {
@@ -289,9 +552,27 @@ where
     D: Deserializer<'de>,
     T: Deserialize<'de>,
 {
-    struct Bounded<T>(std::marker::PhantomData<T>);
+    bounded_from::<D, T, T>(deserializer)
+}
 
-    impl<'de, T: Deserialize<'de>> Visitor<'de> for Bounded<T> {
+/// The items of a version 3 [`DeliveryBatch`], bounded as [`bounded`] bounds a sequence.
+fn bounded_v3<'de: 'a, 'a, D>(deserializer: D) -> Result<Vec<WireDelivery<'a>>, D::Error>
+where
+    D: Deserializer<'de>,
+{
+    bounded_from::<D, WireDeliveryV3<'a>, WireDelivery<'a>>(deserializer)
+}
+
+/// A sequence of at most [`MAX_BATCH`] elements decoded as `W` and kept as `T`, as
+/// [`bounded`] says.
+fn bounded_from<'de, D, W, T>(deserializer: D) -> Result<Vec<T>, D::Error>
+where
+    D: Deserializer<'de>,
+    W: Deserialize<'de> + Into<T>,
+{
+    struct Bounded<W, T>(std::marker::PhantomData<(W, T)>);
+
+    impl<'de, W: Deserialize<'de> + Into<T>, T> Visitor<'de> for Bounded<W, T> {
         type Value = Vec<T>;
 
         fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -304,17 +585,17 @@ where
                 return Err(serde::de::Error::invalid_length(declared, &self));
             }
             let mut items = Vec::with_capacity(declared);
-            while let Some(item) = seq.next_element()? {
+            while let Some(item) = seq.next_element::<W>()? {
                 if items.len() == MAX_BATCH {
                     return Err(serde::de::Error::invalid_length(MAX_BATCH + 1, &self));
                 }
-                items.push(item);
+                items.push(item.into());
             }
             Ok(items)
         }
     }
 
-    deserializer.deserialize_seq(Bounded(std::marker::PhantomData))
+    deserializer.deserialize_seq(Bounded::<W, T>(std::marker::PhantomData))
 }
 
 #[cfg(test)]
@@ -577,6 +858,198 @@ mod tests {
         let mut opener = crate::tcp::auth::Opener::new(Some(&key));
         let payload = opener.open(&out[1 + LENGTH_PREFIX..]).expect("frame 0");
         assert_eq!(Frame::decode(payload).unwrap(), frame);
+    }
+
+    /// Encodes at `version` without a tag and returns the payload.
+    fn payload_at(frame: &Frame<'_>, version: u16) -> Result<Vec<u8>, FrameError> {
+        let mut out = Vec::new();
+        frame.encode_versioned(version, &mut Sealer::new(None), &mut out, 1 << 20)?;
+        Ok(out.split_off(LENGTH_PREFIX))
+    }
+
+    fn one_delivery(chunk: Option<ChunkHeader>) -> Frame<'static> {
+        Frame::Deliveries(DeliveryBatch {
+            consumer: "c",
+            producer_id: "p",
+            incarnation: Incarnation::from_u128(1),
+            items: vec![WireDelivery {
+                seq: 1,
+                window_start: 1,
+                trace_context: None,
+                chunk,
+                body: b"b",
+            }],
+        })
+    }
+
+    #[test]
+    fn version_3_is_version_4_without_the_chunk_field_of_a_delivery() {
+        let frame = one_delivery(None);
+        // Kind 4, "c", "p", the incarnation's two halves, one item: seq, window start, no
+        // trace context, (version 4: no chunk), body "b".
+        let v3 = [4, 1, b'c', 1, b'p', 0, 1, 1, 1, 1, 0, 1, b'b'];
+        let v4 = [4, 1, b'c', 1, b'p', 0, 1, 1, 1, 1, 0, 0, 1, b'b'];
+        assert_eq!(payload_at(&frame, 3).unwrap(), v3);
+        assert_eq!(payload_at(&frame, 4).unwrap(), v4);
+        assert_eq!(payload_of(&frame), v4, "encode is version 4");
+        assert_eq!(Frame::decode_versioned(&v3, 3).unwrap(), frame);
+        assert_eq!(Frame::decode_versioned(&v4, 4).unwrap(), frame);
+        assert!(Frame::decode_versioned(&v4, 3).is_err(), "a byte too many");
+        assert!(Frame::decode_versioned(&v3, 4).is_err(), "a byte short");
+        // Every kind round-trips at version 3, traced deliveries included; the handshake's
+        // frames and ACKs are the same bytes at both versions.
+        let context = TraceContext::new([1; 16], [2; 8], 1);
+        let traced = Frame::Deliveries(DeliveryBatch {
+            consumer: "orders",
+            producer_id: "p",
+            incarnation: Incarnation::from_u128(u128::MAX),
+            items: (1..=3)
+                .map(|seq| WireDelivery {
+                    seq,
+                    window_start: 1,
+                    trace_context: context.clone(),
+                    chunk: None,
+                    body: b"body",
+                })
+                .collect(),
+        });
+        for frame in every_kind().into_iter().chain([traced]) {
+            let Ok(payload) = payload_at(&frame, 3) else {
+                assert!(matches!(frame, Frame::Deliveries(_)), "{frame:?}");
+                continue; // the sample batch holds a chunk
+            };
+            assert_eq!(Frame::decode_versioned(&payload, 3).unwrap(), frame);
+            if !matches!(frame, Frame::Deliveries(_)) {
+                assert_eq!(payload, payload_of(&frame), "{frame:?}");
+            }
+        }
+        let hello = payload_of(&Frame::Hello(hello()));
+        assert_eq!(
+            payload_at(&Frame::Hello(hello_v3()), 3).unwrap()[10..],
+            hello[10..]
+        );
+    }
+
+    fn hello_v3() -> Hello {
+        Hello {
+            version: 3,
+            ..hello()
+        }
+    }
+
+    #[test]
+    fn a_chunk_cannot_be_encoded_at_version_3() {
+        let chunk = ChunkHeader {
+            first_seq: 1,
+            chunks: 2,
+            message_len: 2,
+        };
+        let mut out = vec![9];
+        assert_eq!(
+            one_delivery(Some(chunk)).encode_versioned(
+                3,
+                &mut Sealer::new(None),
+                &mut out,
+                1 << 20
+            ),
+            Err(FrameError::ChunkInVersion(3))
+        );
+        assert_eq!(out, [9], "nothing appended");
+        assert!(payload_at(&one_delivery(Some(chunk)), 4).is_ok());
+    }
+
+    #[test]
+    fn versions_this_crate_does_not_speak_are_refused_by_the_versioned_codec() {
+        let payload = payload_of(&Frame::Ping);
+        for version in [0, 1, 2, PROTOCOL_VERSION + 1, u16::MAX] {
+            assert_eq!(
+                Frame::decode_versioned(&payload, version),
+                Err(FrameError::UnknownVersion(version))
+            );
+            assert_eq!(
+                payload_at(&Frame::Ping, version),
+                Err(FrameError::UnknownVersion(version))
+            );
+        }
+        for version in MIN_PROTOCOL_VERSION..=PROTOCOL_VERSION {
+            assert_eq!(Frame::decode_versioned(&payload, version), Ok(Frame::Ping));
+        }
+    }
+
+    #[test]
+    fn version_3_frames_are_bounded_and_checked_on_decode() {
+        let at_3 = |frame: &Frame<'_>| payload_at(frame, 3).unwrap();
+        let without_chunks = |n: usize| {
+            let Frame::Deliveries(mut batch) = deliveries("c", "p", n) else {
+                unreachable!()
+            };
+            batch.items.iter_mut().for_each(|item| item.chunk = None);
+            Frame::Deliveries(batch)
+        };
+        assert!(Frame::decode_versioned(&at_3(&without_chunks(MAX_BATCH)), 3).is_ok());
+        assert!(matches!(
+            Frame::decode_versioned(&at_3(&without_chunks(MAX_BATCH + 1)), 3),
+            Err(FrameError::Malformed(_))
+        ));
+        let long = "x".repeat(MAX_ID_BYTES + 1);
+        let mut frame = one_delivery(None);
+        if let Frame::Deliveries(batch) = &mut frame {
+            batch.consumer = &long;
+        }
+        assert_eq!(
+            Frame::decode_versioned(&at_3(&frame), 3),
+            Err(FrameError::IdTooLong(MAX_ID_BYTES + 1))
+        );
+        let full = at_3(&without_chunks(2));
+        for len in 0..full.len() {
+            assert!(Frame::decode_versioned(&full[..len], 3).is_err(), "{len}");
+        }
+        let mut trailing = full;
+        trailing.push(0);
+        assert!(Frame::decode_versioned(&trailing, 3).is_err());
+    }
+
+    #[test]
+    fn a_newer_clients_longer_hello_is_read_up_to_what_this_release_knows() {
+        let newer = Hello {
+            version: 9,
+            ..hello()
+        };
+        let mut payload = payload_of(&Frame::Hello(newer.clone()));
+        let known = payload.len();
+        payload.extend_from_slice(&[0xab; 20]);
+        assert_eq!(Frame::decode_opening(&payload), Ok(Frame::Hello(newer)));
+        assert_eq!(
+            hello_bytes(&payload),
+            &payload[1..],
+            "the appended bytes included"
+        );
+        assert_eq!(hello_bytes(&payload).len(), known + 20 - 1);
+        assert!(
+            Frame::decode(&payload).is_err(),
+            "only the opening is lenient"
+        );
+        // Of a Hello of a version this release knows, trailing bytes are malformed.
+        for hello in [hello(), hello_v3()] {
+            let mut payload = payload_of(&Frame::Hello(hello.clone()));
+            assert_eq!(Frame::decode_opening(&payload), Ok(Frame::Hello(hello)));
+            payload.push(0);
+            assert!(matches!(
+                Frame::decode_opening(&payload),
+                Err(FrameError::Malformed(_))
+            ));
+        }
+        // Another frame first is decoded as it is anywhere, trailing bytes refused.
+        let mut ping = payload_of(&Frame::Ping);
+        assert_eq!(Frame::decode_opening(&ping), Ok(Frame::Ping));
+        ping.push(0);
+        assert!(Frame::decode_opening(&ping).is_err());
+        // The magic is checked, and a truncated Hello is no Hello.
+        payload[1] = b'X';
+        assert_eq!(Frame::decode_opening(&payload), Err(FrameError::BadMagic));
+        for len in 0..known {
+            assert!(Frame::decode_opening(&payload[..len]).is_err(), "{len}");
+        }
     }
 
     #[test]

@@ -11,15 +11,17 @@ use actix_delivery_proto::protocol::envelope::Incarnation;
 use actix_delivery_proto::protocol::trace_context::TraceContext;
 use actix_delivery_proto::tcp::auth::{NodeId, Opener, Sealer};
 use actix_delivery_proto::tcp::frame::{
-    AckBatch, Challenge, DeliveryBatch, Frame, Hello, Proof, WireDelivery, MAGIC, PROTOCOL_VERSION,
+    AckBatch, Challenge, DeliveryBatch, Frame, Hello, Proof, WireDelivery, MAGIC,
+    MIN_PROTOCOL_VERSION, PROTOCOL_VERSION,
 };
 
 /// Feeds `bytes` to what a node runs on received bytes, without authentication so that every
 /// byte reaches the decoders: the length-delimited codec limited to `max_frame_length`, the
-/// frame decoder, and with `bodies` the reading of delivery bodies: their codec and version
-/// header, then the value (as `String` at version 1, and as `(u64, Vec<u8>)` at version 2 with
-/// an upcaster from version 1). Returns how many frames decoded; stops at the first error, as
-/// a connection closes there.
+/// frame decoder at each protocol version a node speaks (one after the other, as a connection
+/// of either version would), and with `bodies` the reading of delivery bodies: their codec and
+/// version header, then the value (as `String` at version 1, and as `(u64, Vec<u8>)` at
+/// version 2 with an upcaster from version 1). Returns how many frames decoded at some version;
+/// stops at the first that decodes at none, as a connection closes there.
 pub fn receive(bytes: &[u8], max_frame_length: usize, bodies: bool) -> usize {
     let mut codec = LengthDelimitedCodec::builder()
         .max_frame_length(max_frame_length)
@@ -31,13 +33,20 @@ pub fn receive(bytes: &[u8], max_frame_length: usize, bodies: bool) -> usize {
         let Some(payload) = opener.open(&frame) else {
             break;
         };
-        let Ok(frame) = Frame::decode(payload) else {
-            break;
-        };
-        if let (true, Frame::Deliveries(batch)) = (bodies, &frame) {
-            for item in &batch.items {
-                read_body(item.body);
+        let mut any = false;
+        for version in MIN_PROTOCOL_VERSION..=PROTOCOL_VERSION {
+            let Ok(frame) = Frame::decode_versioned(payload, version) else {
+                continue;
+            };
+            if let (true, Frame::Deliveries(batch)) = (bodies, &frame) {
+                for item in &batch.items {
+                    read_body(item.body);
+                }
             }
+            any = true;
+        }
+        if !any {
+            break;
         }
         decoded += 1;
     }
@@ -72,7 +81,8 @@ pub fn sample_bodies() -> Vec<Vec<u8>> {
     ]
 }
 
-/// A valid stream of one frame of every kind (untagged), to mutate.
+/// A valid stream of one frame of every kind (untagged), to mutate, and a `Deliveries` frame
+/// at protocol version 3.
 pub fn sample_stream() -> Vec<u8> {
     let bodies = sample_bodies();
     let frames = [
@@ -128,5 +138,12 @@ pub fn sample_stream() -> Vec<u8> {
     for frame in &frames {
         frame.encode(&mut sealer, &mut out, 1 << 20).expect("fits");
     }
+    let Frame::Deliveries(mut batch) = frames[4].clone() else {
+        unreachable!("the fifth frame is the deliveries")
+    };
+    batch.items.retain(|item| item.chunk.is_none()); // version 3 has no chunks
+    Frame::Deliveries(batch)
+        .encode_versioned(3, &mut sealer, &mut out, 1 << 20)
+        .expect("fits");
     out
 }

@@ -13,7 +13,7 @@ use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 
 use crate::tcp::auth::Sealer;
-use crate::tcp::frame::LENGTH_PREFIX;
+use crate::tcp::frame::{LENGTH_PREFIX, PROTOCOL_VERSION};
 use crate::tcp::output::{Output, Pushed};
 use crate::tcp::stats::add;
 
@@ -166,7 +166,7 @@ impl Held<'_> {
         let room = self.room();
         // One byte of each message is the protocol version.
         let max_payload = self.publisher.max_payload - 1;
-        let mut output = Output::new(room, max_payload, Sealer::new(None));
+        let mut output = Output::new(room, max_payload, Sealer::new(None), PROTOCOL_VERSION);
         let pushed = push(&mut output);
         if pushed.frames == 0 {
             return pushed;

@@ -49,10 +49,15 @@ pub(crate) struct Link {
 }
 
 impl Link {
-    /// The link of an authenticated connection: frames tagged by `sealer`, at most the smaller
-    /// of the peer's and this node's frame limit, at most `max_output_bytes` queued or being
-    /// written.
-    pub(crate) fn new(node: &Context, sealer: Sealer, peer_max_frame_length: usize) -> Self {
+    /// The link of an authenticated connection: frames of the protocol `version` it negotiated,
+    /// tagged by `sealer`, at most the smaller of the peer's and this node's frame limit, at
+    /// most `max_output_bytes` queued or being written.
+    pub(crate) fn new(
+        node: &Context,
+        sealer: Sealer,
+        peer_max_frame_length: usize,
+        version: u16,
+    ) -> Self {
         let options = &node.options;
         let max_frame = peer_max_frame_length.min(options.config.max_frame_length);
         Self {
@@ -60,6 +65,7 @@ impl Link {
                 options.config.max_output_bytes,
                 max_frame,
                 sealer,
+                version,
             )),
             ready: Notify::new(),
             closed: AtomicBool::new(false),
@@ -404,11 +410,7 @@ pub(crate) async fn accept_handshake(
     let mut halves = halves;
     let Halves { reader, writer, .. } = &mut halves;
     let hello = read_raw(reader).await?;
-    let (server, challenge) = Server::start(
-        local,
-        &Frame::decode(&hello).map_err(HandshakeError::from)?,
-        random_nonce(),
-    )?;
+    let (server, challenge) = Server::start(local, &hello, random_nonce())?;
     write_frame(writer, &challenge).await?;
     let proof = read_raw(reader).await?;
     let mut session =

@@ -325,12 +325,17 @@ async fn serve(
         identity,
     } = established;
     add(&node.counters.connections_accepted, 1);
-    log::debug!("accepted node {} from {peer}", session.peer);
-    let mut opener = session.opener;
+    log::debug!(
+        "accepted node {} from {peer} at protocol version {}",
+        session.peer,
+        session.version
+    );
+    let (mut opener, version) = (session.opener, session.version);
     let link = Arc::new(Link::new(
         node,
         session.sealer,
         session.peer_max_frame_length,
+        session.version,
     ));
     let reply_to = reply_to(node, &link);
     let read = async {
@@ -346,7 +351,7 @@ async fn serve(
                         Ok(frame) => frame.freeze(),
                         Err(end) => return end,
                     };
-                    match Frame::decode(&frame) {
+                    match Frame::decode_versioned(&frame, version) {
                         Ok(Frame::Deliveries(batch)) => {
                             match dispatch(node, &frame, &batch, &reply_to, identity.as_ref()) {
                                 Ok(Some(taken)) => dispatching.push(taken),

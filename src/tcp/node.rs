@@ -156,6 +156,8 @@ impl NodeHandle {
             secret: options.secret().cloned(),
             max_frame_length: u32::try_from(options.config.max_frame_length)
                 .expect("validated: at most 16 MiB"),
+            versions: Local::VERSIONS,
+            wire_version: crate::tcp::frame::PROTOCOL_VERSION,
         };
         if options.insecure() {
             log::warn!(

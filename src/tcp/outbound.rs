@@ -452,11 +452,12 @@ impl Outbound {
             session,
             ..
         } = established;
-        let mut opener = session.opener;
+        let (mut opener, version) = (session.opener, session.version);
         let link = Arc::new(Link::new(
             node,
             session.sealer,
             session.peer_max_frame_length,
+            session.version,
         ));
         {
             let mut state = self.lock();
@@ -477,7 +478,11 @@ impl Outbound {
         }
         self.attempts.send_modify(|n| *n += 1);
         add(&node.counters.connections_opened, 1);
-        log::debug!("connected to {} (node {})", self.addr, session.peer);
+        log::debug!(
+            "connected to {} (node {}) at protocol version {version}",
+            self.addr,
+            session.peer
+        );
         let read = async {
             loop {
                 let frame = match next_frame(
@@ -491,7 +496,7 @@ impl Outbound {
                     Ok(frame) => frame,
                     Err(end) => return end,
                 };
-                match Frame::decode(&frame) {
+                match Frame::decode_versioned(&frame, version) {
                     Ok(Frame::Acks(batch)) => {
                         self.route_acks(batch.producer_id, batch.incarnation, &batch.seqs)
                     }

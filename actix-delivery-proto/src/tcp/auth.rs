@@ -126,6 +126,12 @@ impl Transcript {
     pub(crate) fn new(bytes: Vec<u8>) -> Self {
         Self(bytes)
     }
+
+    /// The bytes it covers.
+    #[cfg(test)]
+    pub(crate) fn bytes(&self) -> &[u8] {
+        &self.0
+    }
 }
 
 /// Which side of a handshake a proof comes from.

@@ -2,38 +2,59 @@
 //!
 //! ```text
 //! client (connects)                                   server (accepts)
-//! Hello { magic, version, node_id C, nonce Nc,
+//! Hello { magic, version V, node_id C, nonce Nc,
 //!         authenticated, max_frame_length }  ───────▶ checks magic, version, mode
-//!                                             ◀─────── Challenge { version, node_id S, nonce Ns,
-//!                                                        max_frame_length, proof S }
+//!                                             ◀─────── Challenge { version v, node_id S,
+//!                                                        nonce Ns, max_frame_length, proof S }
 //! checks version, mode, proof S
 //! Proof { proof C }                          ───────▶ checks proof C
 //!                                             ◀─────── Accepted (the first tagged frame)
 //! ```
 //!
-//! With a secret K and the transcript `t` = the `Hello` ‖ the `Challenge` without its proof
-//! (their encodings, which are self-delimiting: every field either side announced, so magic,
-//! versions, node ids `C` and `S`, nonces `Nc` and `Ns`, the client's mode and both frame
-//! limits): `proof S = HMAC-SHA256(K, "actix-delivery/1 server proof\0" ‖ t)`, `proof C` the
-//! same with "client proof", and the session keys of each direction the same with their own
-//! labels. Each side's proof covers the other side's fresh nonce, so a recorded handshake
-//! replayed to either side fails; the labels differ, so a proof reflected to its maker fails;
-//! both node ids are bound, so a proof made for one pair of nodes fails for another; every
-//! announced value is bound, so one altered on the path (a lowered frame limit, say) fails
-//! the handshake. Each side computes `t` from the values it sent and received, not from the
-//! bytes, so a field added to either frame later is bound without further code. Proofs are
-//! compared in constant time; the secret never crosses the wire. Every frame after the
-//! handshake carries a tag under the session key of its direction over its number and payload
-//! (see [`Sealer`]).
+//! # Versions
+//!
+//! Each side speaks a range of protocol versions ([`Local::versions`]). The client offers `V`,
+//! the highest it is set to use ([`Local::wire_version`]); the server answers with
+//! `v = min(V, its highest)` if that is one it speaks, else refuses the client
+//! ([`HandshakeError::Version`]); the client accepts `v` if it lies between its lowest version
+//! and `V`, else refuses the server. One round trip settles the connection on the highest
+//! version both speak ([`Session::version`]), at which every later frame is encoded and
+//! decoded. A `Hello` of a version newer than this crate's may be longer than its own (a later
+//! version appends fields to it): the server reads what it knows and answers with its highest
+//! version, so a client of the next release connects to this one.
+//!
+//! # Authentication
+//!
+//! With a secret K and the transcript `t` = the `Hello`'s bytes ‖ the `Challenge` without its
+//! proof, encoded (bincode's encoding of a fixed type is self-delimiting: every field either
+//! side announced, so magic, versions, node ids `C` and `S`, nonces `Nc` and `Ns`, the client's
+//! mode and both frame limits): `proof S = HMAC-SHA256(K, "actix-delivery/1 server proof\0" ‖
+//! t)`, `proof C` the same with "client proof", and the session keys of each direction the
+//! same with their own labels. The `Hello`'s bytes are those the client sent and the server
+//! received (the payload after the frame kind), not a re-encoding of the fields this crate
+//! knows, so that the fields a newer client appended are bound too; for a `Hello` of this
+//! crate's versions they are the canonical encoding that earlier releases bind. Each side's
+//! proof covers the other side's fresh nonce, so a recorded handshake replayed to either side
+//! fails; the labels differ, so a proof reflected to its maker fails; both node ids are bound,
+//! so a proof made for one pair of nodes fails for another; every announced value is bound, so
+//! one altered on the path (a lowered frame limit, an offered version, say) fails the
+//! handshake. Proofs are compared in constant time; the secret never crosses the wire. Every
+//! frame after the handshake carries a tag under the session key of its direction over its
+//! number and payload (see [`Sealer`]).
 //!
 //! Without a secret (the explicitly insecure mode) the proofs are `None` and frames carry no tag;
 //! a node of one mode refuses a peer of the other, so a misconfiguration never degrades a
 //! secured cluster silently.
 
+use std::ops::RangeInclusive;
+
 use crate::codec::{self, MAX_ENCODED_BYTES};
 use crate::error::OptionsError;
 use crate::tcp::auth::{NodeId, NodeSecret, Nonce, Opener, Role, Sealer, Transcript};
-use crate::tcp::frame::{Challenge, Frame, FrameError, Hello, Proof, MAGIC, PROTOCOL_VERSION};
+use crate::tcp::frame::{
+    hello_bytes, Challenge, Frame, FrameError, Hello, Proof, MAGIC, MIN_PROTOCOL_VERSION,
+    PROTOCOL_VERSION,
+};
 
 /// The smallest `max_frame_length` a node may announce.
 pub(crate) const MIN_FRAME_LENGTH: usize = 4096;
@@ -47,19 +68,38 @@ pub struct Local {
     pub secret: Option<NodeSecret>,
     /// The largest frame this node accepts.
     pub max_frame_length: u32,
+    /// The protocol versions this node speaks: [`MIN_PROTOCOL_VERSION`] to
+    /// [`PROTOCOL_VERSION`] ([`Local::VERSIONS`]). As a server it answers with the highest of
+    /// them that the client offers.
+    pub versions: RangeInclusive<u16>,
+    /// The version this node offers as a client: the highest of `versions` unless a rolling
+    /// upgrade keeps an older one (the node's `wire_version`).
+    pub wire_version: u16,
+}
+
+impl Local {
+    /// The protocol versions this crate speaks.
+    pub const VERSIONS: RangeInclusive<u16> = MIN_PROTOCOL_VERSION..=PROTOCOL_VERSION;
 }
 
 /// Why a handshake failed. The connection is closed; nothing it carried reached a consumer.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]
 pub enum HandshakeError {
-    /// The peer speaks another protocol version.
-    #[error("protocol version {theirs} is not ours ({ours})")]
+    /// The two sides speak no protocol version in common.
+    #[error(
+        "no protocol version in common: this node speaks versions {lowest} to {highest}, the \
+         peer {peer} at most"
+    )]
     Version {
-        /// Ours.
-        ours: u16,
-        /// The peer's.
-        theirs: u16,
+        /// The lowest version this node speaks.
+        lowest: u16,
+        /// The highest version this node speaks here: its highest as a server, the version it
+        /// offered as a client.
+        highest: u16,
+        /// The peer's: the version a client offered (its highest), or the one a server chose
+        /// (the highest it speaks up to this node's offer).
+        peer: u16,
     },
     /// This node has a secret, the peer does not authenticate.
     #[error("the peer does not authenticate, and this node requires it")]
@@ -87,10 +127,14 @@ impl From<FrameError> for HandshakeError {
     }
 }
 
-/// An established session: who the peer is and the tagging of both directions.
+/// An established session: who the peer is, the protocol version, and the tagging of both
+/// directions.
 pub struct Session {
     /// The peer's id for its current run.
     pub peer: NodeId,
+    /// The protocol version of the connection, the highest both sides speak: every frame
+    /// after the handshake is encoded and decoded at it.
+    pub version: u16,
     /// The largest frame the peer accepts.
     pub peer_max_frame_length: usize,
     /// Tags what this side sends.
@@ -103,17 +147,19 @@ impl std::fmt::Debug for Session {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Session")
             .field("peer", &self.peer)
+            .field("version", &self.version)
             .finish_non_exhaustive()
     }
 }
 
-fn session(
-    local: &Local,
-    role: Role,
-    transcript: &Transcript,
+/// What the handshake settled, besides the keys.
+struct Settled {
     peer: NodeId,
     peer_max: u32,
-) -> Session {
+    version: u16,
+}
+
+fn session(local: &Local, role: Role, transcript: &Transcript, settled: Settled) -> Session {
     let keys = local.secret.as_ref().map(|s| s.session_keys(transcript));
     let (send, receive) = match (&keys, role) {
         (Some((c2s, s2c)), Role::Client) => (Some(c2s), Some(s2c)),
@@ -121,20 +167,15 @@ fn session(
         (None, _) => (None, None),
     };
     Session {
-        peer,
-        peer_max_frame_length: peer_max as usize,
+        peer: settled.peer,
+        version: settled.version,
+        peer_max_frame_length: settled.peer_max as usize,
         sealer: Sealer::new(send),
         opener: Opener::new(receive),
     }
 }
 
-fn check_peer(local: &Local, version: u16, peer: NodeId, max: u32) -> Result<(), HandshakeError> {
-    if version != PROTOCOL_VERSION {
-        return Err(HandshakeError::Version {
-            ours: PROTOCOL_VERSION,
-            theirs: version,
-        });
-    }
+fn check_peer(local: &Local, peer: NodeId, max: u32) -> Result<(), HandshakeError> {
     if peer == local.node_id {
         return Err(HandshakeError::SelfConnection);
     }
@@ -144,17 +185,18 @@ fn check_peer(local: &Local, version: u16, peer: NodeId, max: u32) -> Result<(),
     Ok(())
 }
 
-/// What the proofs and session keys cover: the `Hello` and the `Challenge` without its proof,
-/// encoded (bincode's encoding of a fixed type is self-delimiting, so the concatenation is
-/// unambiguous).
-pub(crate) fn transcript(hello: &Hello, challenge: &Challenge) -> Transcript {
+/// What the proofs and session keys cover: the `Hello`'s bytes (as sent and received) and the
+/// `Challenge` without its proof, encoded (bincode's encoding of a fixed type is
+/// self-delimiting, and the `Hello` comes first within a frame of its own, so the
+/// concatenation is unambiguous).
+pub(crate) fn transcript(hello: &[u8], challenge: &Challenge) -> Transcript {
     let unproved = Challenge {
         proof: None,
         ..challenge.clone()
     };
-    let mut bytes = Vec::with_capacity(128);
-    // Both are a few dozen bytes of fixed-size fields: far below the codec's limit.
-    codec::encode_into(hello, &mut bytes).expect("a Hello encodes");
+    let mut bytes = Vec::with_capacity(hello.len() + 64);
+    bytes.extend_from_slice(hello);
+    // A few dozen bytes of fixed-size fields: far below the codec's limit.
     codec::encode_into(&unproved, &mut bytes).expect("a Challenge encodes");
     Transcript::new(bytes)
 }
@@ -175,26 +217,31 @@ fn unexpected(frame: &Frame<'_>) -> HandshakeError {
 /// The connecting side, waiting for the server's [`Challenge`].
 #[derive(Debug)]
 pub struct Client {
-    hello: Hello,
+    /// The `Hello` sent, encoded (the payload after the frame kind).
+    hello: Vec<u8>,
+    /// The version offered.
+    offered: u16,
 }
 
 impl Client {
-    /// Starts a handshake with a fresh `nonce`; send the returned `Hello`.
+    /// Starts a handshake with a fresh `nonce`, offering [`Local::wire_version`]; send the
+    /// returned `Hello`.
     pub fn start(local: &Local, nonce: Nonce) -> (Self, Frame<'static>) {
         let hello = Hello {
             magic: MAGIC,
-            version: PROTOCOL_VERSION,
+            version: local.wire_version,
             node_id: local.node_id,
             nonce,
             authenticated: local.secret.is_some(),
             max_frame_length: local.max_frame_length,
         };
-        (
-            Self {
-                hello: hello.clone(),
-            },
-            Frame::Hello(hello),
-        )
+        // A few dozen bytes of fixed-size fields: far below the codec's limit.
+        let bytes = codec::encode(&hello).expect("a Hello encodes");
+        let client = Self {
+            hello: bytes,
+            offered: local.wire_version,
+        };
+        (client, Frame::Hello(hello))
     }
 
     /// Checks the server's answer; on success send the returned `Proof` and wait for
@@ -217,7 +264,15 @@ impl Client {
             proof,
             ..
         } = challenge;
-        check_peer(local, *version, *node_id, *max_frame_length)?;
+        let lowest = *local.versions.start();
+        if !(lowest..=self.offered).contains(version) {
+            return Err(HandshakeError::Version {
+                lowest,
+                highest: self.offered,
+                peer: *version,
+            });
+        }
+        check_peer(local, *node_id, *max_frame_length)?;
         let transcript = transcript(&self.hello, challenge);
         let answer = match (&local.secret, proof) {
             (Some(secret), Some(proof)) => {
@@ -230,13 +285,12 @@ impl Client {
             (None, Some(_)) => return Err(HandshakeError::PeerAuthenticates),
             (None, None) => None,
         };
-        let session = session(
-            local,
-            Role::Client,
-            &transcript,
-            *node_id,
-            *max_frame_length,
-        );
+        let settled = Settled {
+            peer: *node_id,
+            peer_max: *max_frame_length,
+            version: *version,
+        };
+        let session = session(local, Role::Client, &transcript, settled);
         Ok((
             Frame::Proof(Proof { proof: answer }),
             AwaitingAccepted(session),
@@ -271,43 +325,57 @@ pub struct Server {
     transcript: Transcript,
     client: NodeId,
     client_max: u32,
+    version: u16,
 }
 
 impl std::fmt::Debug for Server {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Server")
             .field("client", &self.client)
+            .field("version", &self.version)
             .finish_non_exhaustive()
     }
 }
 
 impl Server {
-    /// Checks the client's `Hello` and answers with a `Challenge` under a fresh `nonce`.
+    /// Checks the client's first frame, `payload` as received (a `Hello`, read as
+    /// [`Frame::decode_opening`] reads it), and answers with a `Challenge` under a fresh
+    /// `nonce`, at the highest version both speak.
     ///
     /// # Errors
     /// Why the client is refused.
     pub fn start(
         local: &Local,
-        frame: &Frame<'_>,
+        payload: &[u8],
         nonce: Nonce,
     ) -> Result<(Self, Frame<'static>), HandshakeError> {
-        let Frame::Hello(hello) = frame else {
-            return Err(unexpected(frame));
+        let frame = Frame::decode_opening(payload)?;
+        let Frame::Hello(hello) = &frame else {
+            return Err(unexpected(&frame));
         };
-        check_peer(local, hello.version, hello.node_id, hello.max_frame_length)?;
+        let (lowest, highest) = (*local.versions.start(), *local.versions.end());
+        let version = hello.version.min(highest);
+        if version < lowest {
+            return Err(HandshakeError::Version {
+                lowest,
+                highest,
+                peer: hello.version,
+            });
+        }
+        check_peer(local, hello.node_id, hello.max_frame_length)?;
         match (local.secret.is_some(), hello.authenticated) {
             (true, false) => return Err(HandshakeError::PeerUnauthenticated),
             (false, true) => return Err(HandshakeError::PeerAuthenticates),
             _ => {}
         }
         let mut challenge = Challenge {
-            version: PROTOCOL_VERSION,
+            version,
             node_id: local.node_id,
             nonce,
             max_frame_length: local.max_frame_length,
             proof: None,
         };
-        let transcript = transcript(hello, &challenge);
+        let transcript = transcript(hello_bytes(payload), &challenge);
         challenge.proof = local
             .secret
             .as_ref()
@@ -316,6 +384,7 @@ impl Server {
             transcript,
             client: hello.node_id,
             client_max: hello.max_frame_length,
+            version,
         };
         Ok((server, Frame::Challenge(challenge)))
     }
@@ -334,14 +403,27 @@ impl Server {
             (None, None) => {}
             _ => return Err(HandshakeError::BadProof),
         }
-        Ok(session(
-            local,
-            Role::Server,
-            transcript,
-            self.client,
-            self.client_max,
-        ))
+        let settled = Settled {
+            peer: self.client,
+            peer_max: self.client_max,
+            version: self.version,
+        };
+        Ok(session(local, Role::Server, transcript, settled))
     }
+}
+
+/// The `wire_version` setting of every carrier: a protocol version this crate speaks.
+pub fn check_wire_version(version: u16) -> Result<(), OptionsError> {
+    if !Local::VERSIONS.contains(&version) {
+        return Err(OptionsError::new(
+            "wire_version",
+            format!(
+                "must be a protocol version this release speaks, {MIN_PROTOCOL_VERSION} to \
+                 {PROTOCOL_VERSION} (got {version})"
+            ),
+        ));
+    }
+    Ok(())
 }
 
 /// The frame and output limits every carrier has: a frame of 4 KiB to 16 MiB, an output of
@@ -378,7 +460,27 @@ mod tests {
             node_id: NodeId::from_bytes([id; 16]),
             secret: secret.map(|s| NodeSecret::new(s).unwrap()),
             max_frame_length: 1 << 20,
+            versions: Local::VERSIONS,
+            wire_version: PROTOCOL_VERSION,
         }
+    }
+
+    /// A node speaking `versions`, offering the highest of them.
+    fn speaking(id: u8, versions: RangeInclusive<u16>) -> Local {
+        Local {
+            wire_version: *versions.end(),
+            versions,
+            ..local(id, Some(K))
+        }
+    }
+
+    /// The payload of an untagged frame, as the server receives it.
+    fn opening(frame: &Frame<'_>) -> Vec<u8> {
+        let mut out = Vec::new();
+        frame
+            .encode(&mut Sealer::new(None), &mut out, 1 << 20)
+            .unwrap();
+        out.split_off(crate::tcp::frame::LENGTH_PREFIX)
     }
 
     const K: &[u8] = b"0123456789abcdef0123456789abcdef";
@@ -391,7 +493,7 @@ mod tests {
         nonces: (Nonce, Nonce),
     ) -> Result<(Session, Session), HandshakeError> {
         let (c, hello) = Client::start(client, nonces.0);
-        let (s, challenge) = Server::start(server, &hello, nonces.1)?;
+        let (s, challenge) = Server::start(server, &opening(&hello), nonces.1)?;
         let (proof, waiting) = c.handle(client, &challenge)?;
         let mut server_session = s.handle(server, &proof)?;
         let mut accepted = Vec::new();
@@ -439,7 +541,7 @@ mod tests {
         // A client that skips checking the challenge still cannot produce the server's
         // expected proof.
         let (_, hello) = Client::start(&client, [1; 32]);
-        let (s, _) = Server::start(&server, &hello, [2; 32]).unwrap();
+        let (s, _) = Server::start(&server, &opening(&hello), [2; 32]).unwrap();
         let forged = Frame::Proof(Proof {
             proof: Some([0; 32]),
         });
@@ -468,7 +570,7 @@ mod tests {
             h.authenticated = true;
         }
         let secure_server = local(3, Some(K));
-        let (s, challenge) = Server::start(&secure_server, &hello, [2; 32]).unwrap();
+        let (s, challenge) = Server::start(&secure_server, &opening(&hello), [2; 32]).unwrap();
         assert_eq!(
             c.handle(&insecure, &challenge).unwrap_err(),
             HandshakeError::PeerAuthenticates
@@ -489,10 +591,10 @@ mod tests {
         let (client, server) = (local(1, Some(K)), local(2, Some(K)));
         // A recorded handshake: Hello and Proof of the client.
         let (c, hello) = Client::start(&client, [1; 32]);
-        let (_, challenge) = Server::start(&server, &hello, [2; 32]).unwrap();
+        let (_, challenge) = Server::start(&server, &opening(&hello), [2; 32]).unwrap();
         let (recorded_proof, _) = c.handle(&client, &challenge).unwrap();
         // The attacker replays both to the server, which draws a new nonce.
-        let (s, _) = Server::start(&server, &hello, [3; 32]).unwrap();
+        let (s, _) = Server::start(&server, &opening(&hello), [3; 32]).unwrap();
         assert_eq!(
             s.handle(&server, &recorded_proof).unwrap_err(),
             HandshakeError::BadProof
@@ -503,7 +605,7 @@ mod tests {
     fn a_replayed_challenge_fails_against_a_fresh_client_nonce() {
         let (client, server) = (local(1, Some(K)), local(2, Some(K)));
         let (_, hello) = Client::start(&client, [1; 32]);
-        let (_, recorded_challenge) = Server::start(&server, &hello, [2; 32]).unwrap();
+        let (_, recorded_challenge) = Server::start(&server, &opening(&hello), [2; 32]).unwrap();
         let (c, _) = Client::start(&client, [9; 32]);
         assert_eq!(
             c.handle(&client, &recorded_challenge).unwrap_err(),
@@ -521,7 +623,7 @@ mod tests {
         if let Frame::Hello(h) = &mut hello {
             h.authenticated = true;
         }
-        let (s, challenge) = Server::start(&server, &hello, [2; 32]).unwrap();
+        let (s, challenge) = Server::start(&server, &opening(&hello), [2; 32]).unwrap();
         let Frame::Challenge(Challenge { proof, .. }) = challenge else {
             unreachable!()
         };
@@ -534,10 +636,10 @@ mod tests {
         let client = local(1, Some(K));
         let (c, hello) = Client::start(&client, [1; 32]);
         assert_eq!(
-            Server::start(&client, &hello, [2; 32]).unwrap_err(),
+            Server::start(&client, &opening(&hello), [2; 32]).unwrap_err(),
             HandshakeError::SelfConnection
         );
-        let (_, challenge) = Server::start(&server, &hello, [2; 32]).unwrap();
+        let (_, challenge) = Server::start(&server, &opening(&hello), [2; 32]).unwrap();
         let mut own = challenge;
         if let Frame::Challenge(ch) = &mut own {
             ch.node_id = client.node_id;
@@ -556,7 +658,7 @@ mod tests {
         if let Frame::Hello(h) = &mut hello {
             h.max_frame_length = 4096;
         }
-        let (_, challenge) = Server::start(&server, &hello, [2; 32]).unwrap();
+        let (_, challenge) = Server::start(&server, &opening(&hello), [2; 32]).unwrap();
         assert_eq!(
             c.handle(&client, &challenge).unwrap_err(),
             HandshakeError::BadProof,
@@ -564,7 +666,7 @@ mod tests {
         );
         // And the server's announced limit, on its way back.
         let (c, hello) = Client::start(&client, [1; 32]);
-        let (_, mut challenge) = Server::start(&server, &hello, [2; 32]).unwrap();
+        let (_, mut challenge) = Server::start(&server, &opening(&hello), [2; 32]).unwrap();
         if let Frame::Challenge(ch) = &mut challenge {
             ch.max_frame_length = 1 << 24;
         }
@@ -578,12 +680,13 @@ mod tests {
     fn every_announced_field_is_bound_by_the_proofs() {
         let (client, server) = (local(1, Some(K)), local(2, Some(K)));
         let (_, hello) = Client::start(&client, [1; 32]);
-        let (_, challenge) = Server::start(&server, &hello, [2; 32]).unwrap();
+        let (_, challenge) = Server::start(&server, &opening(&hello), [2; 32]).unwrap();
         let (Frame::Hello(hello), Frame::Challenge(challenge)) = (hello, challenge) else {
             unreachable!()
         };
         let secret = NodeSecret::new(K).unwrap();
-        let proof = secret.prove(Role::Server, &transcript(&hello, &challenge));
+        let bytes = |hello: &Hello| codec::encode(hello).unwrap();
+        let proof = secret.prove(Role::Server, &transcript(&bytes(&hello), &challenge));
         let mut hellos = vec![hello.clone(); 6];
         hellos[0].magic[0] ^= 1;
         hellos[1].version ^= 1;
@@ -598,20 +701,25 @@ mod tests {
         challenges[3].max_frame_length ^= 1;
         let altered = hellos
             .iter()
-            .map(|h| transcript(h, &challenge))
-            .chain(challenges.iter().map(|ch| transcript(&hello, ch)));
+            .map(|h| transcript(&bytes(h), &challenge))
+            .chain(challenges.iter().map(|ch| transcript(&bytes(&hello), ch)));
         for (i, altered) in altered.enumerate() {
             assert!(!secret.verify(Role::Server, &altered, &proof), "field {i}");
         }
         // The proof is not part of what it proves.
         let mut other_proof = challenge.clone();
         other_proof.proof = Some([0; 32]);
-        assert!(secret.verify(Role::Server, &transcript(&hello, &other_proof), &proof));
+        assert!(secret.verify(
+            Role::Server,
+            &transcript(&bytes(&hello), &other_proof),
+            &proof
+        ));
 
         // A server that saw an altered limit refuses the proof the client made over its own.
-        let (s, _) = Server::start(&server, &Frame::Hello(hellos[5].clone()), [2; 32]).unwrap();
+        let (s, _) =
+            Server::start(&server, &opening(&Frame::Hello(hellos[5].clone())), [2; 32]).unwrap();
         let genuine = Frame::Proof(Proof {
-            proof: Some(secret.prove(Role::Client, &transcript(&hello, &challenge))),
+            proof: Some(secret.prove(Role::Client, &transcript(&bytes(&hello), &challenge))),
         });
         assert_eq!(
             s.handle(&server, &genuine).unwrap_err(),
@@ -619,39 +727,229 @@ mod tests {
         );
     }
 
+    /// The version both sessions settled on, and the version the server's Challenge named.
+    fn settled(client: &Local, server: &Local) -> Result<(u16, u16), HandshakeError> {
+        let (c, s) = run(client, server, ([1; 32], [2; 32]))?;
+        Ok((c.version, s.version))
+    }
+
     #[test]
-    fn a_wrong_version_is_refused_by_both_sides() {
+    fn two_nodes_of_this_release_settle_on_version_4() {
         let (client, server) = (local(1, Some(K)), local(2, Some(K)));
-        let (_, mut hello) = Client::start(&client, [1; 32]);
-        if let Frame::Hello(h) = &mut hello {
-            h.version = PROTOCOL_VERSION + 1;
-        }
+        assert_eq!(settled(&client, &server), Ok((4, 4)));
+        let (_, hello) = Client::start(&client, [1; 32]);
+        let (_, challenge) = Server::start(&server, &opening(&hello), [2; 32]).unwrap();
+        assert!(matches!(hello, Frame::Hello(Hello { version: 4, .. })));
+        assert!(matches!(
+            challenge,
+            Frame::Challenge(Challenge { version: 4, .. })
+        ));
+    }
+
+    #[test]
+    fn a_client_offering_3_settles_on_3_with_a_server_of_3_to_4() {
+        let client = Local {
+            wire_version: 3,
+            ..local(1, Some(K))
+        };
+        assert_eq!(settled(&client, &local(2, Some(K))), Ok((3, 3)));
+    }
+
+    #[test]
+    fn a_client_offering_4_settles_on_3_with_a_server_speaking_only_3() {
+        let server = speaking(2, 3..=3);
+        assert_eq!(settled(&local(1, Some(K)), &server), Ok((3, 3)));
+    }
+
+    #[test]
+    fn nodes_without_a_version_in_common_refuse_each_other_naming_both_sides() {
+        // The server answers 3, the highest it speaks; the client speaks 4 only.
+        let refused = settled(&speaking(1, 4..=4), &speaking(2, 3..=3)).unwrap_err();
         assert_eq!(
-            Server::start(&server, &hello, [2; 32]).unwrap_err(),
+            refused,
             HandshakeError::Version {
-                ours: PROTOCOL_VERSION,
-                theirs: PROTOCOL_VERSION + 1
+                lowest: 4,
+                highest: 4,
+                peer: 3
             }
         );
-        let (c, hello) = Client::start(&client, [1; 32]);
-        let (_, mut challenge) = Server::start(&server, &hello, [2; 32]).unwrap();
-        if let Frame::Challenge(ch) = &mut challenge {
-            ch.version = 0;
+        assert_eq!(
+            refused.to_string(),
+            "no protocol version in common: this node speaks versions 4 to 4, the peer 3 at most"
+        );
+        // The server refuses a client whose offer is below what it speaks.
+        let refused = settled(&speaking(1, 3..=3), &speaking(2, 4..=4)).unwrap_err();
+        assert_eq!(
+            refused,
+            HandshakeError::Version {
+                lowest: 4,
+                highest: 4,
+                peer: 3
+            }
+        );
+        // A server answering above the client's offer, or below its range, is refused.
+        let client = Local {
+            wire_version: 3,
+            ..local(1, Some(K))
+        };
+        for answered in [4, 2] {
+            let (c, hello) = Client::start(&client, [1; 32]);
+            let (_, mut challenge) =
+                Server::start(&local(2, Some(K)), &opening(&hello), [2; 32]).unwrap();
+            if let Frame::Challenge(ch) = &mut challenge {
+                ch.version = answered;
+            }
+            assert_eq!(
+                c.handle(&client, &challenge).unwrap_err(),
+                HandshakeError::Version {
+                    lowest: 3,
+                    highest: 3,
+                    peer: answered
+                }
+            );
         }
+    }
+
+    #[test]
+    fn a_downgraded_offer_fails_the_proofs() {
+        let (client, server) = (local(1, Some(K)), local(2, Some(K)));
+        let (c, mut hello) = Client::start(&client, [1; 32]);
+        if let Frame::Hello(h) = &mut hello {
+            h.version = 3; // on the path
+        }
+        let (_, challenge) = Server::start(&server, &opening(&hello), [2; 32]).unwrap();
+        assert!(matches!(
+            challenge,
+            Frame::Challenge(Challenge { version: 3, .. })
+        ));
         assert_eq!(
             c.handle(&client, &challenge).unwrap_err(),
-            HandshakeError::Version {
-                ours: PROTOCOL_VERSION,
-                theirs: 0
-            }
+            HandshakeError::BadProof
         );
+    }
+
+    #[test]
+    fn a_newer_clients_longer_hello_is_answered_at_version_4_and_both_proofs_verify() {
+        // A client of a later release: version 9, and 20 bytes of fields appended to its
+        // Hello, built by hand as it would send them.
+        let future = Local {
+            versions: 3..=9,
+            wire_version: 9,
+            ..local(1, Some(K))
+        };
+        let hello = Hello {
+            magic: MAGIC,
+            version: 9,
+            node_id: future.node_id,
+            nonce: [1; 32],
+            authenticated: true,
+            max_frame_length: future.max_frame_length,
+        };
+        let mut payload = vec![0]; // the kind of a Hello
+        payload.extend_from_slice(&codec::encode(&hello).unwrap());
+        payload.extend_from_slice(&[0xab; 20]);
+        assert!(payload.len() <= crate::tcp::frame::HANDSHAKE_MAX_FRAME);
+        let server = local(2, Some(K));
+        let (s, challenge) = Server::start(&server, &payload, [2; 32]).unwrap();
+        let Frame::Challenge(challenge) = challenge else {
+            unreachable!()
+        };
+        assert_eq!(challenge.version, 4);
+        // The future client binds its Hello as sent, appended bytes included.
+        let secret = NodeSecret::new(K).unwrap();
+        let t = transcript(&payload[1..], &challenge);
+        let server_proof = challenge.proof.expect("authenticated");
+        assert!(secret.verify(Role::Server, &t, &server_proof));
+        let proof = Frame::Proof(Proof {
+            proof: Some(secret.prove(Role::Client, &t)),
+        });
+        let mut server_session = s.handle(&server, &proof).unwrap();
+        assert_eq!(server_session.version, 4);
+        let settled = Settled {
+            peer: server.node_id,
+            peer_max: challenge.max_frame_length,
+            version: challenge.version,
+        };
+        let mut client_session = session(&future, Role::Client, &t, settled);
+        assert!(exchange(&mut client_session, &mut server_session));
+        assert!(exchange(&mut server_session, &mut client_session));
+        // The appended bytes are bound: other ones fail the client's proof.
+        let mut altered = payload.clone();
+        altered[payload.len() - 1] ^= 1;
+        let (s, _) = Server::start(&server, &altered, [2; 32]).unwrap();
+        assert_eq!(
+            s.handle(&server, &proof).unwrap_err(),
+            HandshakeError::BadProof
+        );
+    }
+
+    #[test]
+    fn trailing_bytes_after_a_hello_of_a_known_version_are_refused() {
+        let server = local(2, Some(K));
+        for wire_version in [3, 4] {
+            let client = Local {
+                wire_version,
+                ..local(1, Some(K))
+            };
+            let (_, hello) = Client::start(&client, [1; 32]);
+            let mut payload = opening(&hello);
+            assert!(Server::start(&server, &payload, [2; 32]).is_ok());
+            payload.extend_from_slice(&[0xab; 20]);
+            assert!(matches!(
+                Server::start(&server, &payload, [2; 32]),
+                Err(HandshakeError::Unexpected(_))
+            ));
+        }
+    }
+
+    #[test]
+    fn the_transcript_of_a_version_4_handshake_is_what_the_previous_release_binds() {
+        // The previous release (strict version 4) bound `encode(Hello) ‖ encode(Challenge
+        // without proof)`, re-encoding the Hello it decoded; spelled out here byte by byte.
+        let (client, server) = (local(1, Some(K)), local(2, Some(K)));
+        let (c, hello) = Client::start(&client, [3; 32]);
+        let (s, challenge) = Server::start(&server, &opening(&hello), [4; 32]).unwrap();
+        let max = [252, 0, 0, 16, 0]; // 1 MiB, a varint u32
+        let mut old = Vec::new();
+        old.extend_from_slice(b"actixdlv");
+        old.push(4); // version
+        old.extend_from_slice(&[1; 16]); // node id
+        old.extend_from_slice(&[3; 32]); // nonce
+        old.push(1); // authenticated
+        old.extend_from_slice(&max);
+        old.push(4); // the Challenge: version
+        old.extend_from_slice(&[2; 16]);
+        old.extend_from_slice(&[4; 32]);
+        old.extend_from_slice(&max);
+        old.push(0); // no proof
+        let (Frame::Hello(h), Frame::Challenge(ch)) = (&hello, &challenge) else {
+            unreachable!()
+        };
+        let unproved = Challenge {
+            proof: None,
+            ..ch.clone()
+        };
+        let re_encoded = [codec::encode(h).unwrap(), codec::encode(&unproved).unwrap()].concat();
+        assert_eq!(re_encoded, old, "the previous release's computation");
+        assert_eq!(s.transcript.bytes(), old, "the server's");
+        // The client's: its proof is the one made over those bytes.
+        let secret = NodeSecret::new(K).unwrap();
+        let old = Transcript::new(old);
+        let (proof, _) = c.handle(&client, &challenge).unwrap();
+        assert_eq!(
+            proof,
+            Frame::Proof(Proof {
+                proof: Some(secret.prove(Role::Client, &old))
+            })
+        );
+        assert_eq!(ch.proof, Some(secret.prove(Role::Server, &old)));
     }
 
     #[test]
     fn frames_out_of_turn_and_tiny_frame_limits_are_refused() {
         let (client, server) = (local(1, Some(K)), local(2, Some(K)));
         assert!(matches!(
-            Server::start(&server, &Frame::Ping, [2; 32]),
+            Server::start(&server, &opening(&Frame::Ping), [2; 32]),
             Err(HandshakeError::Unexpected(_))
         ));
         let (c, hello) = Client::start(&client, [1; 32]);
@@ -665,12 +963,12 @@ mod tests {
         };
         let (_, hello) = Client::start(&small, [1; 32]);
         assert_eq!(
-            Server::start(&server, &hello, [2; 32]).unwrap_err(),
+            Server::start(&server, &opening(&hello), [2; 32]).unwrap_err(),
             HandshakeError::FrameLimit(4095)
         );
         // An untagged or wrong Accepted does not admit the client.
         let (c, hello) = Client::start(&client, [1; 32]);
-        let (_, challenge) = Server::start(&server, &hello, [2; 32]).unwrap();
+        let (_, challenge) = Server::start(&server, &opening(&hello), [2; 32]).unwrap();
         let (_, waiting) = c.handle(&client, &challenge).unwrap();
         let mut untagged = Vec::new();
         Frame::Accepted

@@ -4,7 +4,10 @@
 //! the limit (the producer retransmits a dropped delivery; a dropped ACK is recovered the same
 //! way). A frame is encoded before its length is known, so for a moment one more frame (at
 //! most the peer's frame limit) may be held, then dropped if it does not fit; the buffer's
-//! capacity never grows beyond `limit` plus one frame. Pure: no I/O, no runtime.
+//! capacity never grows beyond `limit` plus one frame. Frames are encoded at the output's
+//! protocol version (its connection's): what that version cannot express (a chunk below
+//! version 4) is held back, not sent, and counted (its producer retransmits it, and it goes out
+//! once a connection speaks a version that has it). Pure: no I/O, no runtime.
 
 use crate::protocol::chunk::ChunkHeader;
 use crate::protocol::envelope::{Ack, Incarnation};
@@ -12,8 +15,8 @@ use crate::protocol::trace_context::TraceContext;
 use crate::tcp::auth::Sealer;
 use crate::tcp::body::Body;
 use crate::tcp::frame::{
-    bytes_len, deliveries_overhead, varint_len, wire_delivery_len, AckBatch, DeliveryBatch, Frame,
-    FrameError, WireDelivery, LENGTH_PREFIX, MAX_BATCH,
+    bytes_len, carries_chunks, deliveries_overhead, varint_len, wire_delivery_len, AckBatch,
+    DeliveryBatch, Frame, FrameError, WireDelivery, LENGTH_PREFIX, MAX_BATCH,
 };
 
 /// What became of the messages offered to [`Output`].
@@ -27,6 +30,9 @@ pub struct Pushed {
     pub full: u64,
     /// Deliveries dropped because they cannot fit any frame the peer accepts.
     pub too_large: u64,
+    /// Chunks not sent because the output's protocol version has no chunks (below 4): their
+    /// producers retransmit them.
+    pub held_for_version: u64,
 }
 
 /// What a frame without items (a `Ping`) takes at most: kind, tag.
@@ -68,6 +74,8 @@ pub struct Output {
     limit: usize,
     max_frame: usize,
     sealer: Sealer,
+    /// The protocol version frames are encoded at.
+    version: u16,
     high_water: usize,
     /// Frames queued since the writer last took them.
     frames: usize,
@@ -75,17 +83,23 @@ pub struct Output {
 
 impl Output {
     /// An output of at most `limit` queued bytes whose frames are at most `max_frame` long (the
-    /// peer's limit), tagged by `sealer`.
-    pub fn new(limit: usize, max_frame: usize, sealer: Sealer) -> Self {
+    /// peer's limit), tagged by `sealer`, encoded at protocol `version` (the connection's).
+    pub fn new(limit: usize, max_frame: usize, sealer: Sealer, version: u16) -> Self {
         Self {
             buf: Vec::new(),
             writing: 0,
             limit,
             max_frame,
             sealer,
+            version,
             high_water: 0,
             frames: 0,
         }
+    }
+
+    /// The protocol version its frames are encoded at.
+    pub fn version(&self) -> u16 {
+        self.version
     }
 
     /// Queues one small frame (a `Ping`).
@@ -103,7 +117,7 @@ impl Output {
             .saturating_sub(self.held() + LENGTH_PREFIX)
             .min(self.max_frame);
         self.reserve(LENGTH_PREFIX + estimate.min(room));
-        frame.encode(&mut self.sealer, &mut self.buf, room)?;
+        frame.encode_versioned(self.version, &mut self.sealer, &mut self.buf, room)?;
         {
             self.frames += 1;
         }
@@ -129,8 +143,32 @@ impl Output {
     }
 
     /// Queues deliveries of one producer incarnation to `consumer`, in as few frames as the
-    /// peer's frame limit and `MAX_BATCH` allow.
+    /// peer's frame limit and `MAX_BATCH` allow; chunks are held back if the output's version
+    /// has none.
     pub fn push_deliveries(
+        &mut self,
+        consumer: &str,
+        producer_id: &str,
+        incarnation: Incarnation,
+        items: &[Item],
+    ) -> Pushed {
+        if !carries_chunks(self.version) && items.iter().any(|item| item.chunk.is_some()) {
+            let sendable: Vec<Item> = items
+                .iter()
+                .filter(|item| item.chunk.is_none())
+                .cloned()
+                .collect();
+            let mut pushed = self.push_sendable(consumer, producer_id, incarnation, &sendable);
+            pushed.held_for_version = (items.len() - sendable.len()) as u64;
+            return pushed;
+        }
+        self.push_sendable(consumer, producer_id, incarnation, items)
+    }
+
+    /// Queues deliveries that the output's version can express, as
+    /// [`push_deliveries`](Self::push_deliveries) says. Sizes are counted as version 4 encodes
+    /// them: at version 3, a byte per delivery too many, on the safe side.
+    fn push_sendable(
         &mut self,
         consumer: &str,
         producer_id: &str,
@@ -277,6 +315,7 @@ mod tests {
     use super::*;
     use crate::protocol::envelope::ProducerId;
     use crate::tcp::auth::Opener;
+    use crate::tcp::frame::PROTOCOL_VERSION;
 
     const KEY: [u8; 32] = [3; 32];
 
@@ -302,7 +341,7 @@ mod tests {
     #[test]
     fn deliveries_are_split_into_frames_the_peer_accepts() {
         let max = 4096;
-        let mut output = Output::new(1 << 20, max, Sealer::new(Some(&KEY)));
+        let mut output = Output::new(1 << 20, max, Sealer::new(Some(&KEY)), PROTOCOL_VERSION);
         let inc = Incarnation::from_u128(u128::MAX);
         let pushed = output.push_deliveries("orders", "producer", inc, &items(100, 500));
         assert_eq!(pushed.queued, 100);
@@ -328,7 +367,7 @@ mod tests {
 
     #[test]
     fn a_batch_holds_at_most_max_batch_deliveries() {
-        let mut output = Output::new(1 << 24, 1 << 20, Sealer::new(None));
+        let mut output = Output::new(1 << 24, 1 << 20, Sealer::new(None), PROTOCOL_VERSION);
         let n = MAX_BATCH as u64 * 2 + 1;
         let pushed = output.push_deliveries("c", "p", Incarnation::from_u128(1), &items(n, 1));
         assert_eq!((pushed.frames, pushed.queued), (3, n));
@@ -336,7 +375,7 @@ mod tests {
 
     #[test]
     fn a_body_too_large_for_any_frame_is_dropped_alone() {
-        let mut output = Output::new(1 << 20, 4096, Sealer::new(None));
+        let mut output = Output::new(1 << 20, 4096, Sealer::new(None), PROTOCOL_VERSION);
         let mut batch = items(3, 10);
         batch[1].body = Body::new(&[0; 5000]);
         let pushed = output.push_deliveries("c", "p", Incarnation::from_u128(1), &batch);
@@ -346,7 +385,7 @@ mod tests {
     #[test]
     fn a_full_output_drops_and_never_exceeds_its_limit() {
         let limit = 10_000;
-        let mut output = Output::new(limit, 4096, Sealer::new(Some(&KEY)));
+        let mut output = Output::new(limit, 4096, Sealer::new(Some(&KEY)), PROTOCOL_VERSION);
         let pushed = output.push_deliveries("c", "p", Incarnation::from_u128(1), &items(100, 300));
         assert!(pushed.queued > 0 && pushed.full > 0, "{pushed:?}");
         assert_eq!(pushed.queued + pushed.full, 100);
@@ -366,7 +405,7 @@ mod tests {
     #[test]
     fn bytes_in_the_writers_hands_count_against_the_limit() {
         let limit = 10_000;
-        let mut output = Output::new(limit, 4096, Sealer::new(None));
+        let mut output = Output::new(limit, 4096, Sealer::new(None), PROTOCOL_VERSION);
         let inc = Incarnation::from_u128(1);
         assert!(output.push_deliveries("c", "p", inc, &items(100, 300)).full > 0);
         // The writer takes what is queued and is slow to write it (a peer that reads slowly).
@@ -394,7 +433,7 @@ mod tests {
     #[test]
     fn the_buffer_never_grows_beyond_the_limit_and_one_frame() {
         let (limit, max_frame) = (100_000, 4096);
-        let mut output = Output::new(limit, max_frame, Sealer::new(Some(&KEY)));
+        let mut output = Output::new(limit, max_frame, Sealer::new(Some(&KEY)), PROTOCOL_VERSION);
         let inc = Incarnation::from_u128(1);
         for round in 0..50u64 {
             let batch: Vec<Item> = (1..=40)
@@ -418,8 +457,40 @@ mod tests {
     }
 
     #[test]
+    fn at_version_3_chunks_are_held_back_and_the_rest_is_sent_in_order() {
+        let mut batch = items(5, 10);
+        for item in &mut batch[1..3] {
+            item.chunk = Some(ChunkHeader {
+                first_seq: 2,
+                chunks: 2,
+                message_len: 20,
+            });
+            item.body = Body::Chunk(bytes::Bytes::from_static(&[7; 10]));
+        }
+        let inc = Incarnation::from_u128(1);
+        let mut output = Output::new(1 << 20, 4096, Sealer::new(None), 3);
+        let pushed = output.push_deliveries("c", "p", inc, &batch);
+        assert_eq!((pushed.queued, pushed.held_for_version), (3, 2));
+        assert_eq!(pushed.full + pushed.too_large, 0);
+        output.push(&Frame::Ping).unwrap();
+        let mut taken = Vec::new();
+        output.take(&mut taken);
+        let frames = frames(&taken, 4096);
+        let Frame::Deliveries(sent) = Frame::decode_versioned(&frames[0], 3).unwrap() else {
+            panic!("a deliveries frame");
+        };
+        let seqs: Vec<u64> = sent.items.iter().map(|item| item.seq).collect();
+        assert_eq!(seqs, [1, 4, 5]);
+        assert_eq!(Frame::decode_versioned(&frames[1], 3), Ok(Frame::Ping));
+        // At version 4 the chunks go out with the rest.
+        let mut output = Output::new(1 << 20, 4096, Sealer::new(None), 4);
+        let pushed = output.push_deliveries("c", "p", inc, &batch);
+        assert_eq!((pushed.queued, pushed.held_for_version), (5, 0));
+    }
+
+    #[test]
     fn acks_are_grouped_per_producer_run() {
-        let mut output = Output::new(1 << 20, 4096, Sealer::new(None));
+        let mut output = Output::new(1 << 20, 4096, Sealer::new(None), PROTOCOL_VERSION);
         let ack = |id: &str, i: u128, seq| Ack {
             producer_id: ProducerId::from(id),
             incarnation: Incarnation::from_u128(i),

@@ -96,6 +96,11 @@ impl Link {
         Some(result)
     }
 
+    /// The protocol version of its frames (the connection's).
+    pub(crate) fn version(&self) -> u16 {
+        self.lock().version()
+    }
+
     /// Nothing more is queued; the writer stops.
     pub(crate) fn close(&self) {
         self.closed.store(true, Ordering::Release);

@@ -36,6 +36,7 @@ meter! {
             "actix_delivery_node_deliveries_dropped_disconnected_total",
         counter acks_dropped_disconnected: "actix_delivery_node_acks_dropped_disconnected_total",
         counter deliveries_unsendable: "actix_delivery_node_deliveries_unsendable_total",
+        counter chunks_held_for_version: "actix_delivery_node_chunks_held_for_version_total",
         counter bodies_encoded: "actix_delivery_node_bodies_encoded_total",
         gauge connections_open: "actix_delivery_node_connections_open",
         gauge output_high_water: "actix_delivery_node_output_high_water_bytes",

@@ -157,7 +157,7 @@ impl NodeHandle {
             max_frame_length: u32::try_from(options.config.max_frame_length)
                 .expect("validated: at most 16 MiB"),
             versions: Local::VERSIONS,
-            wire_version: crate::tcp::frame::PROTOCOL_VERSION,
+            wire_version: options.config.wire_version,
         };
         if options.insecure() {
             log::warn!(

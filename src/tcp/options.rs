@@ -10,7 +10,8 @@ use serde::{Deserialize, Serialize};
 use crate::config::{duration, positive, Overrides};
 use crate::error::OptionsError;
 use crate::tcp::auth::NodeSecret;
-use crate::tcp::handshake::check_frame_limits;
+use crate::tcp::frame::PROTOCOL_VERSION;
+use crate::tcp::handshake::{check_frame_limits, check_wire_version};
 #[cfg(feature = "tls")]
 use crate::tcp::tls::NodeTls;
 
@@ -99,6 +100,9 @@ pub struct NodeConfig {
     /// default 5 s, at least `reconnect_min`.
     #[serde(rename = "reconnect_max_ms", with = "reconnect_max_ms")]
     pub reconnect_max: Duration,
+    /// The highest protocol version this node offers when it connects: default 4, 3 to 4.
+    /// See [`NodeOptionsBuilder::wire_version`].
+    pub wire_version: u16,
 }
 
 crate::config::millis_key!(handshake_timeout_ms, "handshake_timeout_ms");
@@ -123,6 +127,7 @@ impl Default for NodeConfig {
             idle_timeout: Duration::from_secs(10),
             reconnect_min: Duration::from_millis(100),
             reconnect_max: Duration::from_secs(5),
+            wire_version: PROTOCOL_VERSION,
         }
     }
 }
@@ -134,6 +139,7 @@ impl NodeConfig {
     /// [`OptionsError`] naming the key and the rule it breaks.
     pub fn validate(&self) -> Result<(), OptionsError> {
         check_frame_limits(self.max_frame_length, self.max_output_bytes)?;
+        check_wire_version(self.wire_version)?;
         positive("max_connections", self.max_connections)?;
         positive("max_handshakes", self.max_handshakes)?;
         positive("max_routes", self.max_routes)?;
@@ -403,6 +409,25 @@ impl NodeOptionsBuilder {
         self
     }
 
+    /// The highest protocol version this node offers when it connects to a peer (default 4,
+    /// the newest this release speaks; 3 to 4). A connection speaks the highest version both
+    /// of its nodes speak: the connecting node offers this version at most, and the accepting
+    /// one answers with the highest it speaks up to that offer (whatever its own setting).
+    ///
+    /// For a rolling upgrade from a release that speaks an older version only (and refuses a
+    /// connection that offers more): set this to that version on every node of this release
+    /// until every node runs this release, then raise it, a node at a time. Version 3 has no
+    /// chunks: a chunk of a large message
+    /// ([`chunk_size`](crate::ProducerOptionsBuilder::chunk_size)) is not sent on a connection
+    /// at version 3 (counted in
+    /// [`NodeStats::chunks_held_for_version`](crate::tcp::NodeStats::chunks_held_for_version)
+    /// and warned about); it stays unconfirmed, its producer retransmits it, and it goes out
+    /// once the connection is made again at version 4.
+    pub fn wire_version(mut self, version: u16) -> Self {
+        self.explicit.set(move |c| c.wire_version = version);
+        self
+    }
+
     /// Validates and returns the options.
     ///
     /// # Errors
@@ -455,6 +480,8 @@ mod tests {
             ("max_connections", secure().max_connections(0)),
             ("max_handshakes", secure().max_handshakes(0)),
             ("max_routes", secure().max_routes(0)),
+            ("wire_version", secure().wire_version(2)),
+            ("wire_version", secure().wire_version(5)),
             (
                 "handshake_timeout_ms",
                 secure().handshake_timeout(Duration::ZERO),
@@ -486,5 +513,9 @@ mod tests {
             .max_output_bytes(8192)
             .build()
             .is_ok());
+        for version in 3..=4 {
+            let options = secure().wire_version(version).build().unwrap();
+            assert_eq!(options.config().wire_version, version);
+        }
     }
 }

@@ -258,6 +258,29 @@ impl Outbound {
             add(&counters.deliveries_out, pushed.queued);
             add(&counters.deliveries_dropped_full, pushed.full);
             add(&counters.deliveries_unsendable, pushed.too_large);
+            add(&counters.chunks_held_for_version, pushed.held_for_version);
+            if pushed.held_for_version > 0 {
+                self.node.warnings.warn(Warning::ChunksHeld, || {
+                    let (version, offered) =
+                        (link.version(), self.node.options.config.wire_version);
+                    let what_to_do = if version < offered {
+                        format!(
+                            "the node at {} speaks no later version: upgrade it",
+                            self.addr
+                        )
+                    } else {
+                        "raise this node's wire_version to 4 once every node runs a release \
+                         that speaks it"
+                            .to_string()
+                    };
+                    format!(
+                        "chunks of large messages to {} not sent (their producers retransmit \
+                         them): the connection speaks protocol version {version}, which has no \
+                         chunks; {what_to_do}",
+                        self.addr
+                    )
+                });
+            }
             if pushed.full > 0 {
                 self.node.warnings.warn(Warning::Dropped, || {
                     format!(

@@ -97,6 +97,11 @@ pub struct NodeStats {
     /// Deliveries that cannot be sent: a body that does not encode or fit a frame, or no
     /// reply address.
     pub deliveries_unsendable: u64,
+    /// Chunks of large messages not sent because their connection speaks protocol version 3,
+    /// which has no chunks (see `NodeOptionsBuilder::wire_version`): each stays unconfirmed,
+    /// its producer retransmits it (counted again), and it goes out once the connection is at
+    /// version 4.
+    pub chunks_held_for_version: u64,
     /// Bodies encoded (once per message; again only after its route was forgotten).
     pub bodies_encoded: u64,
     /// The most bytes ever held for one connection: queued, or being written to its socket
@@ -162,6 +167,7 @@ counters!(Counters => NodeStats {
     deliveries_dropped_disconnected,
     acks_dropped_disconnected,
     deliveries_unsendable,
+    chunks_held_for_version,
     bodies_encoded,
     output_high_water;
     routes,
@@ -185,6 +191,7 @@ pub(crate) enum Warning {
     Unsendable,
     Undecodable,
     Unauthorized,
+    ChunksHeld,
     Version,
 }
 

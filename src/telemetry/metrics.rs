@@ -127,7 +127,7 @@
 //! `unknown_consumer`, `unauthorized_deliveries`, `unroutable_acks`, `acks_dropped_busy`,
 //! `deliveries_dropped_full`, `acks_dropped_full`, `deliveries_waited`,
 //! `deliveries_dropped_disconnected`, `acks_dropped_disconnected`, `deliveries_unsendable`,
-//! `bodies_encoded`; and
+//! `chunks_held_for_version`, `bodies_encoded`; and
 //!
 //! | name | type | meaning |
 //! |---|---|---|

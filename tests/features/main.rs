@@ -37,5 +37,6 @@ mod sharding;
 mod skipped_suites;
 #[cfg(feature = "tracing")]
 mod tracing;
+mod version_negotiation;
 #[cfg(feature = "nats")]
 mod work_pulling_nats;

@@ -223,6 +223,7 @@ fn the_example_node_file_loads_into_every_section_with_its_values() {
             idle_timeout: ms(5000),
             reconnect_min: ms(100),
             reconnect_max: ms(5000),
+            wire_version: 4,
         }
     );
     #[cfg(feature = "nats")]

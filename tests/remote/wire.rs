@@ -72,8 +72,36 @@ pub struct Acks {
     pub seqs: Vec<u64>,
 }
 
-/// The protocol version.
+/// The protocol version a node offers by default, the highest it speaks.
 pub const VERSION: u16 = 4;
+
+/// A frame of protocol version 3: version 4's, but a delivery has no chunk field.
+#[derive(Debug, PartialEq, Serialize, Deserialize)]
+pub enum FrameV3 {
+    Hello(Hello),
+    Challenge(Challenge),
+    Proof(Proof),
+    Accepted,
+    Deliveries(DeliveriesV3),
+    Acks(Acks),
+    Ping,
+}
+
+#[derive(Debug, PartialEq, Serialize, Deserialize)]
+pub struct DeliveriesV3 {
+    pub consumer: String,
+    pub producer_id: String,
+    pub incarnation: Incarnation,
+    pub items: Vec<ItemV3>,
+}
+
+#[derive(Debug, PartialEq, Serialize, Deserialize)]
+pub struct ItemV3 {
+    pub seq: u64,
+    pub window_start: u64,
+    pub trace_context: Option<([u8; 16], [u8; 8], u8)>,
+    pub body: Vec<u8>,
+}
 
 /// A body as protocol 2 writes it: codec id (2: MessagePack with named fields), the schema
 /// version of its type (a bincode varint), the value.
@@ -105,15 +133,15 @@ pub fn hello(authenticated: bool) -> Frame {
     })
 }
 
-/// The bytes of one frame: 4-byte big-endian length, payload.
-pub fn frame_bytes(frame: &Frame) -> Vec<u8> {
+/// The bytes of one frame (of any version): 4-byte big-endian length, payload.
+pub fn frame_bytes(frame: &impl Serialize) -> Vec<u8> {
     let payload = codec::encode(frame).unwrap();
     let mut out = (payload.len() as u32).to_be_bytes().to_vec();
     out.extend(payload);
     out
 }
 
-pub async fn write(stream: &mut TcpStream, frame: &Frame) -> std::io::Result<()> {
+pub async fn write(stream: &mut TcpStream, frame: &impl Serialize) -> std::io::Result<()> {
     stream.write_all(&frame_bytes(frame)).await
 }
 
@@ -178,6 +206,24 @@ pub fn deliveries(consumer: &str, seqs: impl IntoIterator<Item = u64>) -> Frame 
                 window_start: 1,
                 trace_context: None,
                 chunk: None,
+                body: body(&seq),
+            })
+            .collect(),
+    })
+}
+
+/// [`deliveries`] at protocol version 3.
+pub fn deliveries_v3(consumer: &str, seqs: impl IntoIterator<Item = u64>) -> FrameV3 {
+    FrameV3::Deliveries(DeliveriesV3 {
+        consumer: consumer.into(),
+        producer_id: "p".into(),
+        incarnation: Incarnation::from_u128(7),
+        items: seqs
+            .into_iter()
+            .map(|seq| ItemV3 {
+                seq,
+                window_start: 1,
+                trace_context: None,
                 body: body(&seq),
             })
             .collect(),

@@ -177,7 +177,11 @@ impl NatsCarrierHandle {
         );
         let max_published = options.config.max_frame_length.min(server_max);
         let shared = Arc::new(Shared {
-            publisher: Publisher::new(options.config.max_output_bytes, max_published),
+            publisher: Publisher::new(
+                options.config.max_output_bytes,
+                max_published,
+                options.config.wire_version,
+            ),
             max_received: server_max,
             max_published,
             sending: Mutex::new(Sending {

@@ -26,6 +26,7 @@ meter! {
         counter deliveries_dropped_full: "actix_delivery_nats_deliveries_dropped_full_total",
         counter acks_dropped_full: "actix_delivery_nats_acks_dropped_full_total",
         counter deliveries_unsendable: "actix_delivery_nats_deliveries_unsendable_total",
+        counter chunks_held_for_version: "actix_delivery_nats_chunks_held_for_version_total",
         counter publish_failures: "actix_delivery_nats_publish_failures_total",
         counter bodies_encoded: "actix_delivery_nats_bodies_encoded_total",
         gauge output_high_water: "actix_delivery_nats_output_high_water_bytes",

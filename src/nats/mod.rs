@@ -49,22 +49,27 @@
 //!
 //! # Wire format
 //!
-//! One NATS message is the protocol's version byte (7, for protocol 4: see below), then one
-//! frame of the TCP transport
-//! ([`tcp`](crate::tcp), "Wire format"), without the length prefix (NATS frames its
-//! messages) and without a tag (NATS authenticates its clients): kind 4 `Deliveries` on the
-//! consumer's subject (its consumer name is the subject), kind 5 `Acks` on the producer's
-//! inbox. Bodies carry their codec and schema version as over TCP
+//! One NATS message is the byte of its protocol version, then one frame of the TCP transport
+//! at that version ([`tcp`](crate::tcp), "Wire format"), without the length prefix (NATS
+//! frames its messages) and without a tag (NATS authenticates its clients): kind 4
+//! `Deliveries` on the consumer's subject (its consumer name is the subject), kind 5 `Acks` on
+//! the producer's inbox. Bodies carry their codec and schema version as over TCP
 //! ([`BodySchema`](crate::tcp::BodySchema), declared with [`NatsCarrierHandle::body_schema`]).
-//! A message of another protocol version is refused, counted in
-//! [`NatsStats::version_refusals`] and warned about: protocol 1 (releases before bodies
-//! carried a codec, and before NATS messages carried a version) put the frame first, so this
-//! carrier refuses its messages, and it refuses this carrier's as frames of the wrong kind:
-//! neither misreads the other, and neither delivers to the other; protocols 2 (before deliveries
-//! could carry a trace context) and 3 (before they could carry a chunk header) are refused by
-//! their version bytes, 2 and 3. Protocol 4's byte is 7, not 4: 4 and 5 are the first bytes of
-//! protocol 1's messages (the kinds of its frames). Move a NATS deployment to a
-//! new protocol at once.
+//!
+//! A carrier reads messages of every protocol version this release speaks, 3 (first byte 3;
+//! deliveries cannot be chunks) and 4 (first byte 7), and writes the version its
+//! [`wire_version`](NatsOptionsBuilder::wire_version) names (default 4): there is no
+//! handshake, so during a rolling upgrade from a release that reads only an older version,
+//! every carrier of this release writes that version until none of the older release is left.
+//! A chunk that the written version cannot carry is not published (counted in
+//! [`NatsStats::chunks_held_for_version`]; its producer retransmits it). A message of another
+//! protocol version is refused, counted in [`NatsStats::version_refusals`] and warned about:
+//! protocol 1 (releases before bodies carried a codec, and before NATS messages carried a
+//! version) put the frame first, so this carrier refuses its messages, and it refuses this
+//! carrier's as frames of the wrong kind: neither misreads the other, and neither delivers to
+//! the other; protocol 2 (before deliveries could carry a trace context) is refused by its
+//! version byte, 2. Protocol 4's byte is 7, not 4: 4 and 5 are the first bytes of protocol
+//! 1's messages (the kinds of its frames).
 //!
 //! # Untrusted input and bounded memory
 //!
@@ -104,17 +109,6 @@
 //! Choosing between TCP, NATS and a broker with its own persistence:
 //! [Choosing a transport](crate::guide::over_nats#choosing-a-transport).
 
-/// The byte every NATS message of this protocol (the TCP transport's version 4) starts with.
-/// Protocols 2 and 3 used their number; protocol 4 uses 7, because a message of protocol 1
-/// starts with its frame's kind, and 4 and 5 (deliveries, ACKs) are kinds: a message of
-/// protocol 1 and one starting with 4 or 5 could not be told apart, by this carrier or by one
-/// of protocol 1. The next protocol takes 8.
-pub(crate) const MESSAGE_VERSION: u8 = 7;
-const _: () = assert!(
-    crate::tcp::frame::PROTOCOL_VERSION == 4,
-    "a new protocol needs a new MESSAGE_VERSION"
-);
-
 mod acks;
 mod carrier;
 mod inbound;
@@ -126,6 +120,7 @@ mod publisher;
 mod shared;
 mod stats;
 use actix_delivery_proto::nats::subject;
+use actix_delivery_proto::nats::version;
 
 pub use carrier::{NatsCarrierHandle, NatsError};
 pub use options::{NatsConfig, NatsOptions, NatsOptionsBuilder};

@@ -4,7 +4,8 @@ use serde::{Deserialize, Serialize};
 
 use crate::config::{positive, Overrides};
 use crate::error::OptionsError;
-use crate::tcp::handshake::check_frame_limits;
+use crate::tcp::frame::PROTOCOL_VERSION;
+use crate::tcp::handshake::{check_frame_limits, check_wire_version};
 
 use super::subject::check_subject;
 
@@ -37,6 +38,9 @@ pub struct NatsConfig {
     /// Deliveries are accepted only with a reply subject starting with this: default
     /// `"_INBOX."`.
     pub reply_prefix: String,
+    /// The protocol version this carrier writes: default 4, 3 to 4. See
+    /// [`NatsOptionsBuilder::wire_version`].
+    pub wire_version: u16,
 }
 
 impl Default for NatsConfig {
@@ -46,6 +50,7 @@ impl Default for NatsConfig {
             max_output_bytes: 4 << 20,
             max_routes: 4096,
             reply_prefix: "_INBOX.".to_owned(),
+            wire_version: PROTOCOL_VERSION,
         }
     }
 }
@@ -57,6 +62,7 @@ impl NatsConfig {
     /// [`OptionsError`] naming the key and the rule it breaks.
     pub fn validate(&self) -> Result<(), OptionsError> {
         check_frame_limits(self.max_frame_length, self.max_output_bytes)?;
+        check_wire_version(self.wire_version)?;
         positive("max_routes", self.max_routes)?;
         if let Err(why) = check_subject(self.reply_prefix.trim_end_matches('.')) {
             return Err(OptionsError::new(
@@ -159,6 +165,21 @@ impl NatsOptionsBuilder {
         self
     }
 
+    /// The protocol version this carrier writes its messages at (default 4, the newest this
+    /// release speaks; 3 to 4). It reads every version it speaks, whatever this says.
+    ///
+    /// For a rolling upgrade from a release that reads an older version only: set this to that
+    /// version on every carrier of this release until every carrier runs this release, then
+    /// raise it. Version 3 has no chunks: a chunk of a large message
+    /// ([`chunk_size`](crate::ProducerOptionsBuilder::chunk_size)) is not published at version 3
+    /// (counted in [`NatsStats::chunks_held_for_version`](super::NatsStats::chunks_held_for_version)
+    /// and warned about); it stays unconfirmed, its producer retransmits it, and it goes out once
+    /// this setting is raised to 4.
+    pub fn wire_version(mut self, version: u16) -> Self {
+        self.explicit.set(move |c| c.wire_version = version);
+        self
+    }
+
     /// The options, validated.
     ///
     /// # Errors
@@ -207,6 +228,8 @@ mod tests {
                 "max_output_bytes",
             ),
             (NatsOptions::builder().max_routes(0), "max_routes"),
+            (NatsOptions::builder().wire_version(2), "wire_version"),
+            (NatsOptions::builder().wire_version(5), "wire_version"),
             (NatsOptions::builder().reply_prefix(""), "reply_prefix"),
             (NatsOptions::builder().reply_prefix("a b."), "reply_prefix"),
             (
@@ -217,6 +240,13 @@ mod tests {
         for (builder, field) in cases {
             let err = builder.build().unwrap_err();
             assert_eq!(err.field, field, "{err}");
+        }
+        for version in 3..=4 {
+            let options = NatsOptions::builder()
+                .wire_version(version)
+                .build()
+                .unwrap();
+            assert_eq!(options.config().wire_version, version);
         }
     }
 }

@@ -13,12 +13,12 @@ use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 
 use crate::tcp::auth::Sealer;
-use crate::tcp::frame::{LENGTH_PREFIX, PROTOCOL_VERSION};
+use crate::tcp::frame::LENGTH_PREFIX;
 use crate::tcp::output::{Output, Pushed};
 use crate::tcp::stats::add;
 
 use super::stats::Counters;
-use super::MESSAGE_VERSION;
+use super::version::message_byte;
 
 /// One message for the client.
 struct Publish {
@@ -40,11 +40,15 @@ pub(crate) struct Publisher {
     wake: Notify,
     limit: usize,
     max_payload: usize,
+    /// The protocol version messages are written at, and their first byte.
+    version: u16,
+    version_byte: u8,
 }
 
 impl Publisher {
-    /// At most `limit` bytes queued, messages of at most `max_payload` bytes.
-    pub(crate) fn new(limit: usize, max_payload: usize) -> Self {
+    /// At most `limit` bytes queued, messages of at most `max_payload` bytes, written at
+    /// protocol `version` (validated: one this crate speaks).
+    pub(crate) fn new(limit: usize, max_payload: usize, version: u16) -> Self {
         Self {
             queue: Mutex::new(Queue {
                 messages: VecDeque::new(),
@@ -54,6 +58,8 @@ impl Publisher {
             wake: Notify::new(),
             limit,
             max_payload,
+            version,
+            version_byte: message_byte(version).expect("wire_version is validated"),
         }
     }
 
@@ -166,7 +172,8 @@ impl Held<'_> {
         let room = self.room();
         // One byte of each message is the protocol version.
         let max_payload = self.publisher.max_payload - 1;
-        let mut output = Output::new(room, max_payload, Sealer::new(None), PROTOCOL_VERSION);
+        let publisher = self.publisher;
+        let mut output = Output::new(room, max_payload, Sealer::new(None), publisher.version);
         let pushed = push(&mut output);
         if pushed.frames == 0 {
             return pushed;
@@ -174,7 +181,7 @@ impl Held<'_> {
         let mut encoded = Vec::new();
         output.take(&mut encoded);
         self.count(encoded.len());
-        for payload in payloads(encoded) {
+        for payload in payloads(encoded, publisher.version_byte) {
             self.queue.messages.push_back(Publish {
                 subject: subject.clone(),
                 reply: reply.cloned(),
@@ -219,15 +226,16 @@ impl Drop for Held<'_> {
     }
 }
 
-/// The frames of an output's bytes, each as one message: [`MESSAGE_VERSION`], then the frame.
-/// Zero-copy: the version takes the place of the last byte of the frame's length prefix.
-fn payloads(mut encoded: Vec<u8>) -> Vec<Bytes> {
+/// The frames of an output's bytes, each as one message: `version_byte` (see
+/// [`message_byte`]), then the frame. Zero-copy: the version takes the place of the last byte
+/// of the frame's length prefix.
+fn payloads(mut encoded: Vec<u8>, version_byte: u8) -> Vec<Bytes> {
     let mut frames = Vec::new();
     let mut at = 0;
     while let Some(prefix) = encoded.get(at..at + LENGTH_PREFIX) {
         let len = u32::from_be_bytes(prefix.try_into().expect("a 4-byte prefix")) as usize;
         let start = at + LENGTH_PREFIX - 1;
-        encoded[start] = MESSAGE_VERSION;
+        encoded[start] = version_byte;
         at += LENGTH_PREFIX + len;
         frames.push(start..at);
     }
@@ -241,9 +249,10 @@ fn payloads(mut encoded: Vec<u8>) -> Vec<Bytes> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::protocol::chunk::ChunkHeader;
     use crate::protocol::envelope::{Ack, Incarnation, ProducerId};
     use crate::tcp::body::Body;
-    use crate::tcp::frame::Frame;
+    use crate::tcp::frame::{Frame, PROTOCOL_VERSION};
     use crate::tcp::output::Item;
 
     fn drain(publisher: &Publisher) -> Vec<Bytes> {
@@ -253,7 +262,7 @@ mod tests {
 
     #[test]
     fn each_frame_is_one_message_without_prefix_split_at_max_payload() {
-        let publisher = Publisher::new(1 << 20, 4096);
+        let publisher = Publisher::new(1 << 20, 4096, PROTOCOL_VERSION);
         let items: Vec<_> = (1..=100u64)
             .map(|seq| Item::new(seq, 1, Body::new(&[7; 100])))
             .collect();
@@ -271,7 +280,7 @@ mod tests {
         let mut seqs = Vec::new();
         for payload in &payloads {
             assert!(payload.len() <= 4096);
-            assert_eq!(payload[0], MESSAGE_VERSION);
+            assert_eq!(payload[0], 7);
             let Ok(Frame::Deliveries(batch)) = Frame::decode(&payload[1..]) else {
                 panic!("a deliveries frame");
             };
@@ -282,8 +291,34 @@ mod tests {
     }
 
     #[test]
+    fn a_publisher_at_version_3_writes_byte_3_and_version_3_frames_and_holds_chunks_back() {
+        let publisher = Publisher::new(1 << 20, 4096, 3);
+        let mut items: Vec<_> = (1..=3u64)
+            .map(|seq| Item::new(seq, 1, Body::new(&[7; 10])))
+            .collect();
+        items[1].chunk = Some(ChunkHeader {
+            first_seq: 2,
+            chunks: 1,
+            message_len: 10,
+        });
+        let subject = Subject::from("orders");
+        let pushed = publisher.publish(&subject, None, |out| {
+            out.push_deliveries("orders", "p", Incarnation::from_u128(9), &items)
+        });
+        assert_eq!((pushed.queued, pushed.held_for_version), (2, 1));
+        let payloads = drain(&publisher);
+        assert_eq!(payloads.len(), 1);
+        assert_eq!(payloads[0][0], 3);
+        let Ok(Frame::Deliveries(batch)) = Frame::decode_versioned(&payloads[0][1..], 3) else {
+            panic!("a version 3 deliveries frame");
+        };
+        let seqs: Vec<u64> = batch.items.iter().map(|item| item.seq).collect();
+        assert_eq!(seqs, [1, 3]);
+    }
+
+    #[test]
     fn a_payload_goes_out_behind_what_was_queued_before_it_and_only_if_it_fits() {
-        let publisher = Publisher::new(256, 4096);
+        let publisher = Publisher::new(256, 4096, PROTOCOL_VERSION);
         let (subject, reply) = (Subject::from("orders"), Subject::from("_INBOX.x.1"));
         let mut queue = publisher.hold();
         let item = Item::new(1, 1, Body::new(&[7; 8]));
@@ -299,14 +334,14 @@ mod tests {
         drop(queue);
         let payloads = drain(&publisher);
         assert_eq!(payloads.len(), 2);
-        assert_eq!(payloads[0][0], MESSAGE_VERSION);
+        assert_eq!(payloads[0][0], 7);
         assert_eq!(payloads[1], Bytes::from_static(&[1; 16]));
         assert!(publisher.high_water() <= 256);
     }
 
     #[test]
     fn beyond_the_limit_messages_are_dropped_and_counted() {
-        let publisher = Publisher::new(8192, 4096);
+        let publisher = Publisher::new(8192, 4096, PROTOCOL_VERSION);
         let acks: Vec<Ack> = (1..=1000u64)
             .map(|seq| Ack {
                 producer_id: ProducerId::from(format!("p{seq}")),

@@ -14,7 +14,7 @@ use tokio_util::sync::CancellationToken;
 use crate::codec::schema::Schemas;
 use crate::delivery::message::{ChunkDelivery, Delivery, ReplyTo};
 use crate::protocol::envelope::Ack;
-use crate::tcp::frame::{Frame, PROTOCOL_VERSION};
+use crate::tcp::frame::{Frame, MIN_PROTOCOL_VERSION, PROTOCOL_VERSION};
 use crate::tcp::outbound::{encode, encode_chunks, Group};
 use crate::tcp::routes::Routes;
 use crate::tcp::stats::{add, Warning, Warnings};
@@ -23,7 +23,7 @@ use super::notices::Notices;
 use super::options::NatsOptions;
 use super::publisher::{Held, Publisher};
 use super::stats::Counters;
-use super::MESSAGE_VERSION;
+use super::version::message_version;
 
 /// One exposed subject being served.
 pub(crate) struct Serving {
@@ -246,6 +246,18 @@ impl Shared {
             add(&counters.deliveries_out, pushed.queued);
             add(&counters.deliveries_dropped_full, pushed.full);
             add(&counters.deliveries_unsendable, pushed.too_large);
+            add(&counters.chunks_held_for_version, pushed.held_for_version);
+            if pushed.held_for_version > 0 {
+                self.warnings.warn(Warning::ChunksHeld, || {
+                    format!(
+                        "chunks of large messages to {subject} not sent (their producers \
+                         retransmit them): this carrier writes protocol version {}, which has \
+                         no chunks; raise its wire_version to 4 once every carrier runs a \
+                         release that speaks it",
+                        self.options.config.wire_version
+                    )
+                });
+            }
             if pushed.full > 0 {
                 self.warnings.warn(Warning::Dropped, || {
                     "deliveries dropped: the NATS publishing queue is full (max_output_bytes; \
@@ -274,33 +286,31 @@ impl Shared {
         );
     }
 
-    /// A received payload as a frame, if it is one of this protocol version within the
-    /// limits. A message of another version is counted and warned about here (the caller
-    /// refuses it like any other).
+    /// A received payload as a frame, if it is one of a protocol version this carrier speaks,
+    /// within the limits. A message of another version is counted and warned about here (the
+    /// caller refuses it like any other).
     pub(crate) fn decode<'a>(&self, payload: &'a [u8]) -> Option<Frame<'a>> {
         if payload.len() > self.max_received {
             return None;
         }
-        match payload.split_first() {
-            Some((&MESSAGE_VERSION, frame)) => Frame::decode(frame).ok(),
-            Some((&first, _)) => {
-                add(&self.counters.version_refusals, 1);
-                self.warnings.warn(Warning::Version, || {
-                    // Protocol 1 put the frame first: its kinds, 4 and 5, are its first byte.
-                    let version = if matches!(first, 4 | 5) {
-                        "protocol 1 (an earlier release)".to_string()
-                    } else {
-                        format!("another protocol version (first byte {first})")
-                    };
-                    format!(
-                        "refused a NATS message of {version}; this carrier speaks protocol \
-                         {PROTOCOL_VERSION}: upgrade every carrier of a deployment together"
-                    )
-                });
-                None
-            }
-            None => None,
+        let (&first, frame) = payload.split_first()?;
+        if let Some(version) = message_version(first) {
+            return Frame::decode_versioned(frame, version).ok();
         }
+        add(&self.counters.version_refusals, 1);
+        self.warnings.warn(Warning::Version, || {
+            // Protocol 1 put the frame first: its kinds, 4 and 5, are its first byte.
+            let version = match first {
+                4 | 5 => "protocol 1 (an earlier release)".to_string(),
+                2 => "protocol 2 (an earlier release)".to_string(),
+                _ => format!("another protocol version (first byte {first})"),
+            };
+            format!(
+                "refused a NATS message of {version}; this carrier speaks protocols \
+                 {MIN_PROTOCOL_VERSION} to {PROTOCOL_VERSION}: upgrade the carrier that sent it"
+            )
+        });
+        None
     }
 
     /// Counts (and now and then logs) a refused message.

@@ -71,6 +71,10 @@ pub struct NatsStats {
     /// Deliveries that cannot be sent: a body that does not encode or fit a message, no
     /// reply address, or the carrier stopped.
     pub deliveries_unsendable: u64,
+    /// Chunks of large messages not published because this carrier writes protocol version
+    /// 3, which has no chunks (see `NatsOptionsBuilder::wire_version`): each stays
+    /// unconfirmed, and its producer retransmits it (counted again).
+    pub chunks_held_for_version: u64,
     /// Messages the NATS client refused to publish (the client was closed, say): their
     /// deliveries or ACKs are lost and recovered by retransmission.
     pub publish_failures: u64,
@@ -104,6 +108,7 @@ counters!(Counters => NatsStats {
     deliveries_dropped_full,
     acks_dropped_full,
     deliveries_unsendable,
+    chunks_held_for_version,
     publish_failures,
     bodies_encoded;
     output_high_water,

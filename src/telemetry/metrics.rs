@@ -142,7 +142,8 @@
 //! `undecodable_bodies`, `deliveries_without_reply`, `foreign_reply_subjects`,
 //! `deliveries_dropped_busy`, `no_responders`, `forged_no_responders`, `acks_out`, `acks_in`,
 //! `unroutable_acks`, `acks_dropped_busy`, `deliveries_dropped_full`, `acks_dropped_full`,
-//! `deliveries_unsendable`, `publish_failures`, `bodies_encoded`; and the gauge
+//! `deliveries_unsendable`, `chunks_held_for_version`, `publish_failures`, `bodies_encoded`;
+//! and the gauge
 //! `actix_delivery_nats_output_high_water_bytes`.
 //!
 //! **Projection** ([`ProjectionStats`](crate::projection::ProjectionStats)), label `projection`:

@@ -234,6 +234,7 @@ fn the_example_node_file_loads_into_every_section_with_its_values() {
             max_output_bytes: 4 << 20,
             max_routes: 2048,
             reply_prefix: "_INBOX.".into(),
+            wire_version: 4,
         }
     );
     assert_eq!(

@@ -18,8 +18,8 @@ pub struct NatsStats {
     /// they arrived, or an identifier over 256 bytes. Each is dropped whole; nothing of it
     /// reaches a consumer.
     pub decode_failures: u64,
-    /// Of the refused messages, those of another protocol version (of a carrier of an
-    /// earlier or later release, whose frames or bodies differ): dropped.
+    /// Of the refused messages, those of a protocol version this carrier does not read (of a
+    /// carrier of a release whose versions all lie outside this one's): dropped.
     pub version_refusals: u64,
     /// Deliveries queued for publishing.
     pub deliveries_out: u64,

@@ -36,8 +36,8 @@
 //!
 //! | kind | direction | fields |
 //! |---|---|---|
-//! | 0 `Hello` | client → server | magic `actixdlv`, version (4), node id, nonce (32 B), authenticated, max frame length |
-//! | 1 `Challenge` | server → client | version, node id, nonce, max frame length, server proof |
+//! | 0 `Hello` | client → server | magic `actixdlv`, version offered (`wire_version`: 4 by default), node id, nonce (32 B), authenticated, max frame length |
+//! | 1 `Challenge` | server → client | version of the connection, node id, nonce, max frame length, server proof |
 //! | 2 `Proof` | client → server | client proof |
 //! | 3 `Accepted` | server → client | — (the first tagged frame) |
 //! | 4 `Deliveries` | client → server | consumer name, producer id, incarnation, items (seq, window start, trace context: 0, or 1 and its 25 bytes, chunk header: 0, or 1 and the message's first seq, chunk count and length, body bytes) |
@@ -46,10 +46,25 @@
 //!
 //! A body is its codec's id (one byte: 1 bincode, 2 MessagePack), the schema version of its
 //! type (a varint) and the value in that codec: see [`BodySchema`] for how a receiver reads
-//! bodies of other versions of its type. Nodes of different protocol versions refuse each
-//! other in the handshake, counted in [`NodeStats::version_refusals`]: protocol 1 (before
-//! bodies carried their codec), 2 (before deliveries could carry a trace context) and 3
-//! (before they could carry a chunk header).
+//! bodies of other versions of its type.
+//!
+//! This release speaks protocol versions 3 and 4. Version 4 is the table above; version 3 is
+//! the same without the chunk header of a delivery. The handshake settles each connection on
+//! the highest version both nodes speak, in its one round trip: the client offers its
+//! [`wire_version`](NodeOptionsBuilder::wire_version) (4 by default), and the server answers
+//! with the highest version it speaks up to that offer; every later frame of the connection is
+//! at that version. A node of the previous release (which speaks 4 only) and one of this
+//! release at the default settings therefore connect at 4, as before; for a rolling upgrade
+//! from a release that speaks only an older version, the nodes of this release offer that
+//! version until the last node of the older release is gone. A `Hello` of a newer version may
+//! be longer than this release's (a later version appends fields to it): its known part is
+//! read and the server answers with its own highest version, so the next release can roll onto
+//! this one. Peers without a version in common refuse each other in the handshake, with both
+//! sides' versions in the reason, counted in [`NodeStats::version_refusals`]: protocol 1
+//! (before bodies carried their codec) and 2 (before deliveries could carry a trace context).
+//! A chunk is not sent on a connection at version 3 (counted in
+//! [`NodeStats::chunks_held_for_version`]): its producer retransmits it until the connection
+//! is made again at version 4.
 //!
 //! A chunk of a large message
 //! ([`ProducerOptionsBuilder::chunk_size`](crate::ProducerOptionsBuilder::chunk_size)) is a
@@ -59,10 +74,11 @@
 //!
 //! The handshake (see the `handshake` module source for the state machine):
 //! `proof_S = HMAC-SHA256(K, "actix-delivery/1 server proof\0" ‖ t)`, `proof_C` the same with
-//! `client proof`, where the transcript `t` is the encoded `Hello` followed by the encoded
-//! `Challenge` without its proof: every field either side announced (both fresh 32-byte
-//! nonces, both node ids, versions, the client's mode, both frame limits), so a value altered
-//! on the path fails the handshake. Both proofs are checked in constant time. The session keys of
+//! `client proof`, where the transcript `t` is the `Hello`'s bytes (as the client sent them,
+//! the fields a newer version appended included) followed by the encoded `Challenge` without
+//! its proof: every field either side announced (both fresh 32-byte nonces, both node ids,
+//! versions, the client's mode, both frame limits), so a value altered on the path (a lowered
+//! version offer, say) fails the handshake. Both proofs are checked in constant time. The session keys of
 //! the two directions are derived the same way (`key client to server`, `key server to
 //! client`); every later frame's tag is `HMAC-SHA256(key, frame number ‖ payload)` truncated
 //! to 16 bytes, with frame numbers counted from 0 per direction and never sent.

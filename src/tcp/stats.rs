@@ -39,10 +39,11 @@ pub struct NodeStats {
     /// Incoming connections closed in their handshake to make room for a new one, because
     /// `max_handshakes` were in progress (also counted in `handshake_failures`).
     pub handshakes_evicted: u64,
-    /// Handshakes refused because the peer speaks another protocol version (another release
-    /// of this crate whose frames differ; also counted in `handshake_failures`). Only the side
-    /// that sees the other's version counts it: a peer that refuses this node's version
-    /// closes the connection, which this node counts as a `handshake_failure` only.
+    /// Handshakes refused because the two nodes speak no protocol version in common (the
+    /// peer is of a release whose versions all lie outside this one's; also counted in
+    /// `handshake_failures`). Only the side that sees the other's version counts it: a peer
+    /// that refuses this node's version closes the connection, which this node counts as a
+    /// `handshake_failure` only.
     pub version_refusals: u64,
     /// Incoming connections closed after their handshake because `max_connections`
     /// authenticated ones were open.

@@ -310,10 +310,10 @@ impl<'a> Frame<'a> {
         match version {
             PROTOCOL_VERSION => self.encode(sealer, out, max_len),
             3 => {
-                if let Frame::Deliveries(batch) = self {
-                    if batch.items.iter().any(|item| item.chunk.is_some()) {
-                        return Err(FrameError::ChunkInVersion(version));
-                    }
+                if let Frame::Deliveries(batch) = self
+                    && batch.items.iter().any(|item| item.chunk.is_some())
+                {
+                    return Err(FrameError::ChunkInVersion(version));
                 }
                 encode_sealed(&AtVersion3(self), sealer, out, max_len)
             }

@@ -45,8 +45,9 @@ pub const fn carries_chunks(version: u16) -> bool {
     version >= 4
 }
 
-/// The kind of a `Hello`: the first byte of its frame's payload.
-const HELLO_KIND: u8 = 0;
+/// The kind of a `Hello` (its variant index; the first byte of the payload as this crate
+/// encodes it).
+const HELLO_KIND: u32 = 0;
 
 /// The kind of a `Deliveries` frame (its variant index).
 const DELIVERIES_KIND: u32 = 4;
@@ -242,15 +243,18 @@ impl<'a> Frame<'a> {
 
     /// Decodes a client's first frame as [`decode`](Self::decode) does, except that a `Hello`
     /// of a version newer than [`PROTOCOL_VERSION`] may be longer than this crate's: the fields
-    /// a later version appended are ignored (see [`Hello`]). Its bytes, appended ones included,
-    /// are [`hello_bytes`].
+    /// a later version appended are ignored (see [`Hello`]). Returns the frame with, of a
+    /// `Hello`, its own bytes: the payload after the frame kind's encoding (whatever its
+    /// length: bincode also reads a kind written in more bytes than it needs), the appended
+    /// fields included; what the handshake binds. Of any other frame, an empty slice.
     ///
     /// # Errors
     /// [`FrameError`]; trailing bytes after a `Hello` of a version this crate knows, or after
     /// any other frame, are malformed. Never panics, whatever the bytes.
-    pub fn decode_opening(payload: &'a [u8]) -> Result<Self, FrameError> {
-        let Some((&HELLO_KIND, value)) = payload.split_first() else {
-            return Self::decode(payload);
+    pub fn decode_opening(payload: &'a [u8]) -> Result<(Self, &'a [u8]), FrameError> {
+        let Ok((HELLO_KIND, value)) = codec::decode_prefix::<u32>(payload, payload.len() as u64)
+        else {
+            return Ok((Self::decode(payload)?, &[]));
         };
         let (hello, rest) = codec::decode_prefix::<Hello>(value, value.len() as u64)?;
         if !rest.is_empty() && hello.version <= PROTOCOL_VERSION {
@@ -262,7 +266,7 @@ impl<'a> Frame<'a> {
                 ),
             }));
         }
-        Frame::Hello(hello).checked()
+        Ok((Frame::Hello(hello).checked()?, value))
     }
 
     /// The frame if its magic and ids are within the limits.
@@ -320,13 +324,6 @@ impl<'a> Frame<'a> {
             other => Err(FrameError::UnknownVersion(other)),
         }
     }
-}
-
-/// The bytes of the `Hello` in `payload`, a frame that [`Frame::decode_opening`] decoded to a
-/// `Hello`: all but the frame kind, the fields a later version appended included. What the
-/// handshake's transcript binds for the server.
-pub fn hello_bytes(payload: &[u8]) -> &[u8] {
-    payload.get(1..).unwrap_or_default()
 }
 
 /// Appends `frame` (a [`Frame`], or a view of one at another version) to `out`: length
@@ -1018,13 +1015,11 @@ mod tests {
         let mut payload = payload_of(&Frame::Hello(newer.clone()));
         let known = payload.len();
         payload.extend_from_slice(&[0xab; 20]);
-        assert_eq!(Frame::decode_opening(&payload), Ok(Frame::Hello(newer)));
         assert_eq!(
-            hello_bytes(&payload),
-            &payload[1..],
-            "the appended bytes included"
+            Frame::decode_opening(&payload),
+            Ok((Frame::Hello(newer), &payload[1..])),
+            "its bytes: all but the kind, the appended ones included"
         );
-        assert_eq!(hello_bytes(&payload).len(), known + 20 - 1);
         assert!(
             Frame::decode(&payload).is_err(),
             "only the opening is lenient"
@@ -1032,7 +1027,10 @@ mod tests {
         // Of a Hello of a version this release knows, trailing bytes are malformed.
         for hello in [hello(), hello_v3()] {
             let mut payload = payload_of(&Frame::Hello(hello.clone()));
-            assert_eq!(Frame::decode_opening(&payload), Ok(Frame::Hello(hello)));
+            assert_eq!(
+                Frame::decode_opening(&payload),
+                Ok((Frame::Hello(hello), &payload[1..]))
+            );
             payload.push(0);
             assert!(matches!(
                 Frame::decode_opening(&payload),
@@ -1041,7 +1039,7 @@ mod tests {
         }
         // Another frame first is decoded as it is anywhere, trailing bytes refused.
         let mut ping = payload_of(&Frame::Ping);
-        assert_eq!(Frame::decode_opening(&ping), Ok(Frame::Ping));
+        assert_eq!(Frame::decode_opening(&ping), Ok((Frame::Ping, &[][..])));
         ping.push(0);
         assert!(Frame::decode_opening(&ping).is_err());
         // The magic is checked, and a truncated Hello is no Hello.
@@ -1050,6 +1048,24 @@ mod tests {
         for len in 0..known {
             assert!(Frame::decode_opening(&payload[..len]).is_err(), "{len}");
         }
+    }
+
+    #[test]
+    fn the_bytes_of_a_hello_whose_kind_takes_more_than_one_byte_are_the_hellos_own() {
+        // Bincode reads a varint written in more bytes than it needs: kind 0 as 251 and a
+        // u16 0. The Hello's bytes start after the kind, however long its encoding.
+        let canonical = payload_of(&Frame::Hello(hello()));
+        let mut long_kind = vec![251, 0, 0];
+        long_kind.extend_from_slice(&canonical[1..]);
+        assert_eq!(
+            Frame::decode_opening(&long_kind),
+            Ok((Frame::Hello(hello()), &canonical[1..]))
+        );
+        // Another frame's kind written so is decoded as anywhere.
+        assert_eq!(
+            Frame::decode_opening(&[251, 6, 0]),
+            Ok((Frame::Ping, &[][..]))
+        );
     }
 
     #[test]

@@ -52,8 +52,7 @@ use crate::codec::{self, MAX_ENCODED_BYTES};
 use crate::error::OptionsError;
 use crate::tcp::auth::{NodeId, NodeSecret, Nonce, Opener, Role, Sealer, Transcript};
 use crate::tcp::frame::{
-    hello_bytes, Challenge, Frame, FrameError, Hello, Proof, MAGIC, MIN_PROTOCOL_VERSION,
-    PROTOCOL_VERSION,
+    Challenge, Frame, FrameError, Hello, Proof, MAGIC, MIN_PROTOCOL_VERSION, PROTOCOL_VERSION,
 };
 
 /// The smallest `max_frame_length` a node may announce.
@@ -349,7 +348,7 @@ impl Server {
         payload: &[u8],
         nonce: Nonce,
     ) -> Result<(Self, Frame<'static>), HandshakeError> {
-        let frame = Frame::decode_opening(payload)?;
+        let (frame, hello_bytes) = Frame::decode_opening(payload)?;
         let Frame::Hello(hello) = &frame else {
             return Err(unexpected(&frame));
         };
@@ -375,7 +374,7 @@ impl Server {
             max_frame_length: local.max_frame_length,
             proof: None,
         };
-        let transcript = transcript(hello_bytes(payload), &challenge);
+        let transcript = transcript(hello_bytes, &challenge);
         challenge.proof = local
             .secret
             .as_ref()
@@ -900,6 +899,21 @@ mod tests {
                 Err(HandshakeError::Unexpected(_))
             ));
         }
+    }
+
+    #[test]
+    fn a_hello_whose_kind_takes_more_than_one_byte_is_bound_without_the_kinds_bytes() {
+        // The kind 0 written as a varint of three bytes (251, then a u16 0), which bincode
+        // reads: the server binds the Hello's own bytes, those the client bound.
+        let (client, server) = (local(1, Some(K)), local(2, Some(K)));
+        let (c, hello) = Client::start(&client, [1; 32]);
+        let mut payload = vec![251, 0, 0];
+        payload.extend_from_slice(&opening(&hello)[1..]);
+        let (s, challenge) = Server::start(&server, &payload, [2; 32]).unwrap();
+        let (proof, _) = c
+            .handle(&client, &challenge)
+            .expect("the server's proof covers the client's Hello");
+        assert!(s.handle(&server, &proof).is_ok());
     }
 
     #[test]

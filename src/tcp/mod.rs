@@ -78,10 +78,14 @@
 //! the fields a newer version appended included) followed by the encoded `Challenge` without
 //! its proof: every field either side announced (both fresh 32-byte nonces, both node ids,
 //! versions, the client's mode, both frame limits), so a value altered on the path (a lowered
-//! version offer, say) fails the handshake. Both proofs are checked in constant time. The session keys of
-//! the two directions are derived the same way (`key client to server`, `key server to
-//! client`); every later frame's tag is `HMAC-SHA256(key, frame number ‖ payload)` truncated
-//! to 16 bytes, with frame numbers counted from 0 per direction and never sent.
+//! version offer, say) fails the handshake. For a `Hello` of a version above 4 (which may be
+//! longer than this release's), `t` starts with the length of the `Hello`'s bytes (a 4-byte
+//! little-endian `u32`), so that no byte can move between the `Hello` and the `Challenge`
+//! unnoticed; every later release binds such a `Hello` the same way. Both proofs are checked
+//! in constant time. The session keys of the two directions are derived the same way (`key
+//! client to server`, `key server to client`); every later frame's tag is `HMAC-SHA256(key,
+//! frame number ‖ payload)` truncated to 16 bytes, with frame numbers counted from 0 per
+//! direction and never sent.
 //!
 //! # Untrusted input
 //!

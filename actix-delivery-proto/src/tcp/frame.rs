@@ -88,6 +88,15 @@ pub enum Frame<'a> {
     Ping,
 }
 
+/// The lowest `Hello` version whose handshake transcript binds the `Hello`'s length: 5, the
+/// first version after this crate's 4, whose `Hello` may be longer than version 4's (see
+/// [`Hello`]). Fixed for every release to come: it does not follow [`PROTOCOL_VERSION`].
+pub const LENGTH_BOUND_HELLO_VERSION: u16 = 5;
+
+// Every `Hello` that may carry bytes this crate does not know (a version above its own) has
+// its length bound.
+const _: () = assert!(PROTOCOL_VERSION + 1 >= LENGTH_BOUND_HELLO_VERSION);
+
 /// The client's opening frame.
 ///
 /// The contract between releases: a later protocol version only appends fields to `Hello`,
@@ -96,6 +105,16 @@ pub enum Frame<'a> {
 /// such a `Hello` only: trailing bytes are refused after any other frame), so that a client
 /// of the next release can connect to a server of this one; the handshake binds the `Hello`'s
 /// bytes as sent and received, the appended ones included.
+///
+/// What the handshake binds (its transcript) depends on the `Hello`'s version. Of a `Hello` of
+/// version 3 or 4: its bytes, then the `Challenge` without its proof, encoded (what earlier
+/// releases bind). Of a `Hello` of any version above 4 ([`LENGTH_BOUND_HELLO_VERSION`] on, the
+/// format of future releases): the length of its bytes as a 4-byte little-endian `u32`, its
+/// bytes, then the `Challenge` without its proof, encoded. Every later release computes the
+/// transcript of a `Hello` above version 4 the same way: without the length, bytes moved from
+/// the end of a longer `Hello` into the start of a forged `Challenge` (or the other way)
+/// would leave the bound bytes unchanged, and the proofs would verify with the client and the
+/// server at different versions.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Hello {
     /// Always [`MAGIC`].

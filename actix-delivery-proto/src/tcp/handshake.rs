@@ -25,12 +25,29 @@
 //!
 //! # Authentication
 //!
-//! With a secret K and the transcript `t` = the `Hello`'s bytes ‖ the `Challenge` without its
-//! proof, encoded (bincode's encoding of a fixed type is self-delimiting: every field either
-//! side announced, so magic, versions, node ids `C` and `S`, nonces `Nc` and `Ns`, the client's
-//! mode and both frame limits): `proof S = HMAC-SHA256(K, "actix-delivery/1 server proof\0" ‖
-//! t)`, `proof C` the same with "client proof", and the session keys of each direction the
-//! same with their own labels. The `Hello`'s bytes are those the client sent and the server
+//! With a secret K and the transcript `t` (every field either side announced, so magic,
+//! versions, node ids `C` and `S`, nonces `Nc` and `Ns`, the client's mode and both frame
+//! limits): `proof S = HMAC-SHA256(K, "actix-delivery/1 server proof\0" ‖ t)`, `proof C` the
+//! same with "client proof", and the session keys of each direction the same with their own
+//! labels. The transcript of a `Hello` of version 3 or 4 is
+//!
+//! ```text
+//! t = the Hello's bytes ‖ the Challenge without its proof, encoded
+//! ```
+//!
+//! (a `Hello` of these versions is exactly its known fields, and bincode's encoding of a fixed
+//! type is self-delimiting), and that of a `Hello` of any version above 4, which may be
+//! longer than its known fields (the format of future releases, [`LENGTH_BOUND_HELLO_VERSION`]
+//! on),
+//!
+//! ```text
+//! t = len ‖ the Hello's bytes ‖ the Challenge without its proof, encoded
+//! ```
+//!
+//! where `len` is the number of the `Hello`'s bytes as a `u32`, 4 bytes little endian, so
+//! that no byte can move between the end of the `Hello` and the start of the `Challenge`
+//! without changing `t`. Every later release computes `t` the same way for a `Hello` above
+//! version 4 (see [`Hello`]). The `Hello`'s bytes are those the client sent and the server
 //! received (the payload after the frame kind), not a re-encoding of the fields this crate
 //! knows, so that the fields a newer client appended are bound too; for a `Hello` of this
 //! crate's versions they are the canonical encoding that earlier releases bind. Each side's
@@ -52,7 +69,8 @@ use crate::codec::{self, MAX_ENCODED_BYTES};
 use crate::error::OptionsError;
 use crate::tcp::auth::{NodeId, NodeSecret, Nonce, Opener, Role, Sealer, Transcript};
 use crate::tcp::frame::{
-    Challenge, Frame, FrameError, Hello, Proof, MAGIC, MIN_PROTOCOL_VERSION, PROTOCOL_VERSION,
+    Challenge, Frame, FrameError, Hello, Proof, LENGTH_BOUND_HELLO_VERSION, MAGIC,
+    MIN_PROTOCOL_VERSION, PROTOCOL_VERSION,
 };
 
 /// The smallest `max_frame_length` a node may announce.
@@ -184,16 +202,23 @@ fn check_peer(local: &Local, peer: NodeId, max: u32) -> Result<(), HandshakeErro
     Ok(())
 }
 
-/// What the proofs and session keys cover: the `Hello`'s bytes (as sent and received) and the
-/// `Challenge` without its proof, encoded (bincode's encoding of a fixed type is
-/// self-delimiting, and the `Hello` comes first within a frame of its own, so the
-/// concatenation is unambiguous).
-pub(crate) fn transcript(hello: &[u8], challenge: &Challenge) -> Transcript {
+/// What the proofs and session keys cover, for a `Hello` of `version` whose bytes (as sent and
+/// received) are `hello`: of versions 3 and 4, the `Hello`'s bytes and the `Challenge` without
+/// its proof, encoded (a `Hello` of these versions is exactly its known fields, and bincode's
+/// encoding of a fixed type is self-delimiting); of a version above 4 (whose `Hello` may be
+/// longer), the `Hello`'s length as a 4-byte little-endian `u32` first, so that the boundary
+/// between the two is bound too (see [`Hello`]).
+pub(crate) fn transcript(hello: &[u8], version: u16, challenge: &Challenge) -> Transcript {
     let unproved = Challenge {
         proof: None,
         ..challenge.clone()
     };
-    let mut bytes = Vec::with_capacity(hello.len() + 64);
+    let mut bytes = Vec::with_capacity(hello.len() + 68);
+    if version >= LENGTH_BOUND_HELLO_VERSION {
+        // Within HANDSHAKE_MAX_FRAME, far below u32::MAX.
+        let len = u32::try_from(hello.len()).expect("a Hello fits one handshake frame");
+        bytes.extend_from_slice(&len.to_le_bytes());
+    }
     bytes.extend_from_slice(hello);
     // A few dozen bytes of fixed-size fields: far below the codec's limit.
     codec::encode_into(&unproved, &mut bytes).expect("a Challenge encodes");
@@ -272,7 +297,7 @@ impl Client {
             });
         }
         check_peer(local, *node_id, *max_frame_length)?;
-        let transcript = transcript(&self.hello, challenge);
+        let transcript = transcript(&self.hello, self.offered, challenge);
         let answer = match (&local.secret, proof) {
             (Some(secret), Some(proof)) => {
                 if !secret.verify(Role::Server, &transcript, proof) {
@@ -374,7 +399,7 @@ impl Server {
             max_frame_length: local.max_frame_length,
             proof: None,
         };
-        let transcript = transcript(hello_bytes, &challenge);
+        let transcript = transcript(hello_bytes, hello.version, &challenge);
         challenge.proof = local
             .secret
             .as_ref()
@@ -685,7 +710,10 @@ mod tests {
         };
         let secret = NodeSecret::new(K).unwrap();
         let bytes = |hello: &Hello| codec::encode(hello).unwrap();
-        let proof = secret.prove(Role::Server, &transcript(&bytes(&hello), &challenge));
+        let proof = secret.prove(
+            Role::Server,
+            &transcript(&bytes(&hello), hello.version, &challenge),
+        );
         let mut hellos = vec![hello.clone(); 6];
         hellos[0].magic[0] ^= 1;
         hellos[1].version ^= 1;
@@ -700,8 +728,12 @@ mod tests {
         challenges[3].max_frame_length ^= 1;
         let altered = hellos
             .iter()
-            .map(|h| transcript(&bytes(h), &challenge))
-            .chain(challenges.iter().map(|ch| transcript(&bytes(&hello), ch)));
+            .map(|h| transcript(&bytes(h), h.version, &challenge))
+            .chain(
+                challenges
+                    .iter()
+                    .map(|ch| transcript(&bytes(&hello), hello.version, ch)),
+            );
         for (i, altered) in altered.enumerate() {
             assert!(!secret.verify(Role::Server, &altered, &proof), "field {i}");
         }
@@ -710,7 +742,7 @@ mod tests {
         other_proof.proof = Some([0; 32]);
         assert!(secret.verify(
             Role::Server,
-            &transcript(&bytes(&hello), &other_proof),
+            &transcript(&bytes(&hello), hello.version, &other_proof),
             &proof
         ));
 
@@ -718,7 +750,10 @@ mod tests {
         let (s, _) =
             Server::start(&server, &opening(&Frame::Hello(hellos[5].clone())), [2; 32]).unwrap();
         let genuine = Frame::Proof(Proof {
-            proof: Some(secret.prove(Role::Client, &transcript(&bytes(&hello), &challenge))),
+            proof: Some(secret.prove(
+                Role::Client,
+                &transcript(&bytes(&hello), hello.version, &challenge),
+            )),
         });
         assert_eq!(
             s.handle(&server, &genuine).unwrap_err(),
@@ -854,9 +889,22 @@ mod tests {
             unreachable!()
         };
         assert_eq!(challenge.version, 4);
-        // The future client binds its Hello as sent, appended bytes included.
+        // The future client binds its Hello as sent, appended bytes included, after its
+        // length: what the server bound, spelled out as a later release computes it.
         let secret = NodeSecret::new(K).unwrap();
-        let t = transcript(&payload[1..], &challenge);
+        let t = transcript(&payload[1..], 9, &challenge);
+        let unproved = Challenge {
+            proof: None,
+            ..challenge.clone()
+        };
+        let spelled_out = [
+            &(payload.len() as u32 - 1).to_le_bytes()[..],
+            &payload[1..],
+            &codec::encode(&unproved).unwrap(),
+        ]
+        .concat();
+        assert_eq!(t.bytes(), spelled_out);
+        assert_eq!(s.transcript.bytes(), spelled_out, "the server's");
         let server_proof = challenge.proof.expect("authenticated");
         assert!(secret.verify(Role::Server, &t, &server_proof));
         let proof = Frame::Proof(Proof {
@@ -876,6 +924,81 @@ mod tests {
         let mut altered = payload.clone();
         altered[payload.len() - 1] ^= 1;
         let (s, _) = Server::start(&server, &altered, [2; 32]).unwrap();
+        assert_eq!(
+            s.handle(&server, &proof).unwrap_err(),
+            HandshakeError::BadProof
+        );
+    }
+
+    #[test]
+    fn bytes_moved_from_a_newer_clients_hello_into_a_forged_challenge_fail_the_proofs() {
+        // A client of a later release offers 9, with 20 bytes of fields appended to its Hello.
+        let future = Local {
+            versions: 3..=9,
+            wire_version: 9,
+            ..local(1, Some(K))
+        };
+        let hello = Hello {
+            magic: MAGIC,
+            version: 9,
+            node_id: future.node_id,
+            nonce: [1; 32],
+            authenticated: true,
+            max_frame_length: future.max_frame_length,
+        };
+        let mut sent = vec![0]; // the kind of a Hello
+        sent.extend_from_slice(&codec::encode(&hello).unwrap());
+        sent.extend_from_slice(&[0xab; 20]);
+        let client = Client {
+            hello: sent[1..].to_vec(),
+            offered: 9,
+        };
+        // On the path, an attacker appends two bytes, which the server reads as more fields
+        // of a version it does not know, and answers at 4 (a server whose limit encodes in 3
+        // bytes and whose nonce has 252 at byte 30: the attacker retries until it has one).
+        let moved = [9, 0xcd];
+        let received = [&sent[..], &moved].concat();
+        let server = Local {
+            max_frame_length: 4096,
+            ..local(2, Some(K))
+        };
+        let mut nonce = [2; 32];
+        nonce[30] = 252;
+        let (s, challenge) = Server::start(&server, &received, nonce).unwrap();
+        let Frame::Challenge(challenge) = challenge else {
+            unreachable!()
+        };
+        assert_eq!(challenge.version, 4);
+        // It moves them into the Challenge it passes on: they and the server's Challenge (its
+        // proof aside) decode as one Challenge at version 9, exactly those bytes re-encoded.
+        let unproved = Challenge {
+            proof: None,
+            ..challenge.clone()
+        };
+        let shifted = [&moved[..], &codec::encode(&unproved).unwrap()].concat();
+        let mut forged: Challenge = codec::decode(&shifted).unwrap();
+        assert_eq!(forged.version, 9);
+        assert_eq!(codec::encode(&forged).unwrap(), shifted);
+        forged.proof = challenge.proof;
+        // Both sides' bytes, each Hello followed by its Challenge, are the same string: the
+        // Hello's length is all that tells them apart.
+        assert_eq!(
+            [&sent[1..], &shifted[..]].concat(),
+            [&received[1..], &codec::encode(&unproved).unwrap()].concat()
+        );
+        assert_eq!(
+            client
+                .handle(&future, &Frame::Challenge(forged.clone()))
+                .unwrap_err(),
+            HandshakeError::BadProof,
+            "the server's proof covers another Hello"
+        );
+        // A client that went on anyway: its proof fails at the server.
+        let secret = NodeSecret::new(K).unwrap();
+        let t = transcript(&sent[1..], 9, &forged);
+        let proof = Frame::Proof(Proof {
+            proof: Some(secret.prove(Role::Client, &t)),
+        });
         assert_eq!(
             s.handle(&server, &proof).unwrap_err(),
             HandshakeError::BadProof

@@ -90,7 +90,9 @@ pub struct Local {
     /// them that the client offers.
     pub versions: RangeInclusive<u16>,
     /// The version this node offers as a client: the highest of `versions` unless a rolling
-    /// upgrade keeps an older one (the node's `wire_version`).
+    /// upgrade keeps an older one (the node's `wire_version`). As a client the node accepts
+    /// only an answer within `versions` and up to this offer: a `wire_version` above
+    /// `versions` is offered, and an answer above them refused ([`HandshakeError::Version`]).
     pub wire_version: u16,
 }
 
@@ -288,11 +290,14 @@ impl Client {
             proof,
             ..
         } = challenge;
+        // Up to the offer, and never above what this node speaks (`Local` is built by hand
+        // too: a `wire_version` above `versions` must not admit a version it cannot encode).
         let lowest = *local.versions.start();
-        if !(lowest..=self.offered).contains(version) {
+        let highest = self.offered.min(*local.versions.end());
+        if !(lowest..=highest).contains(version) {
             return Err(HandshakeError::Version {
                 lowest,
-                highest: self.offered,
+                highest,
                 peer: *version,
             });
         }
@@ -842,6 +847,27 @@ mod tests {
                 }
             );
         }
+    }
+
+    #[test]
+    fn a_client_refuses_a_version_above_those_it_speaks_whatever_it_offered() {
+        // A wire_version above the versions the node speaks (Local is public): the offer goes
+        // out, but a server answering above the node's range is refused, not accepted at a
+        // version the node cannot encode.
+        let client = Local {
+            wire_version: 9,
+            ..local(1, Some(K))
+        };
+        assert_eq!(
+            settled(&client, &speaking(2, 3..=9)).unwrap_err(),
+            HandshakeError::Version {
+                lowest: 3,
+                highest: 4,
+                peer: 9
+            }
+        );
+        // A server of this release answers 4: accepted.
+        assert_eq!(settled(&client, &local(2, Some(K))), Ok((4, 4)));
     }
 
     #[test]

@@ -60,7 +60,7 @@ fn receive_one(shared: &Shared, message: &Message) {
     if let Some(before) = shared.read_probe(&message.payload) {
         return shared.probe_back(message.subject.as_str(), before);
     }
-    let Some(Frame::Acks(batch)) = shared.decode(&message.payload) else {
+    let Some((_, Frame::Acks(batch))) = shared.decode(&message.payload) else {
         return shared.refuse("the ACK inbox");
     };
     let n = batch.seqs.len() as u64;

@@ -21,7 +21,8 @@ use super::shared::{Serving, Shared};
 const MAX_DISPATCHING: usize = 16;
 
 /// Reply addresses kept per exposed subject (one per producer carrier that sends there, in
-/// practice); the least recently used is made again when needed.
+/// practice), each with the protocol version its ACKs are written at; the least recently used
+/// is made again when needed.
 const MAX_REPLY_SUBJECTS: usize = 1024;
 
 /// Receives on `subscriber` until `stop`, the carrier stops, or the consumer is gone
@@ -66,13 +67,13 @@ pub(crate) async fn serve(
 fn receive(
     shared: &Arc<Shared>,
     consumer: &dyn Exposed,
-    replies: &mut LruCache<String, ReplyTo>,
+    replies: &mut LruCache<String, (u16, ReplyTo)>,
     message: Message,
     dispatching: usize,
 ) -> Option<Dispatched> {
     let counters = &shared.counters;
     add(&counters.frames_in, 1);
-    let Some(Frame::Deliveries(batch)) = shared.decode(&message.payload) else {
+    let Some((version, Frame::Deliveries(batch))) = shared.decode(&message.payload) else {
         shared.refuse("an exposed subject");
         return None;
     };
@@ -100,11 +101,13 @@ fn receive(
         });
         return None;
     }
+    // The ACKs go out at the version of the deliveries: the one their producer's carrier
+    // writes, and the only one it may read (an older release).
     let reply_to = match replies.get(reply.as_str()) {
-        Some(reply_to) => reply_to.clone(),
-        None => {
-            let reply_to = acks_to(Arc::downgrade(shared), reply.clone());
-            replies.insert(reply.to_string(), reply_to.clone());
+        Some((at, reply_to)) if *at == version => reply_to.clone(),
+        _ => {
+            let reply_to = acks_to(Arc::downgrade(shared), reply.clone(), version);
+            replies.insert(reply.to_string(), (version, reply_to.clone()));
             reply_to
         }
     };
@@ -119,12 +122,13 @@ fn receive(
     handed.taken
 }
 
-/// The reply address of deliveries that asked for their ACKs on `inbox`. It does not keep the
-/// carrier alive: once it stopped, ACKs are dropped.
-fn acks_to(shared: Weak<Shared>, inbox: Subject) -> ReplyTo {
+/// The reply address of deliveries of protocol `version` that asked for their ACKs on
+/// `inbox`: it publishes them at that version. It does not keep the carrier alive: once it
+/// stopped, ACKs are dropped.
+fn acks_to(shared: Weak<Shared>, inbox: Subject, version: u16) -> ReplyTo {
     ReplyTo::from_fn(move |acks| {
         if let Some(shared) = shared.upgrade() {
-            shared.send_acks(&inbox, &acks);
+            shared.send_acks(&inbox, version, &acks);
         }
     })
 }

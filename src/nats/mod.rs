@@ -57,8 +57,9 @@
 //! ([`BodySchema`](crate::tcp::BodySchema), declared with [`NatsCarrierHandle::body_schema`]).
 //!
 //! A carrier reads messages of every protocol version this release speaks, 3 (first byte 3;
-//! deliveries cannot be chunks) and 4 (first byte 7), and writes the version its
-//! [`wire_version`](NatsOptionsBuilder::wire_version) names (default 4): there is no
+//! deliveries cannot be chunks) and 4 (first byte 7), writes its deliveries at the version its
+//! [`wire_version`](NatsOptionsBuilder::wire_version) names (default 4), and writes each ACK at
+//! the version of the deliveries it answers (which their carrier wrote, so reads): there is no
 //! handshake, so during a rolling upgrade from a release that reads only an older version,
 //! every carrier of this release writes that version until none of the older release is left.
 //! A chunk that the written version cannot carry is not published (counted in

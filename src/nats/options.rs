@@ -38,7 +38,7 @@ pub struct NatsConfig {
     /// Deliveries are accepted only with a reply subject starting with this: default
     /// `"_INBOX."`.
     pub reply_prefix: String,
-    /// The protocol version this carrier writes: default 4, 3 to 4. See
+    /// The protocol version this carrier writes its deliveries at: default 4, 3 to 4. See
     /// [`NatsOptionsBuilder::wire_version`].
     pub wire_version: u16,
 }
@@ -165,8 +165,9 @@ impl NatsOptionsBuilder {
         self
     }
 
-    /// The protocol version this carrier writes its messages at (default 4, the newest this
-    /// release speaks; 3 to 4). It reads every version it speaks, whatever this says.
+    /// The protocol version this carrier writes its deliveries at (default 4, the newest this
+    /// release speaks; 3 to 4). It reads every version it speaks, whatever this says, and
+    /// writes each ACK at the version of the deliveries it answers.
     ///
     /// For a rolling upgrade from a release that reads an older version only: set this to that
     /// version on every carrier of this release until every carrier runs this release, then

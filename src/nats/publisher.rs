@@ -40,15 +40,15 @@ pub(crate) struct Publisher {
     wake: Notify,
     limit: usize,
     max_payload: usize,
-    /// The protocol version messages are written at, and their first byte.
+    /// The protocol version deliveries are written at (the carrier's `wire_version`).
     version: u16,
-    version_byte: u8,
 }
 
 impl Publisher {
-    /// At most `limit` bytes queued, messages of at most `max_payload` bytes, written at
-    /// protocol `version` (validated: one this crate speaks).
+    /// At most `limit` bytes queued, messages of at most `max_payload` bytes, deliveries
+    /// written at protocol `version` (validated: one this crate speaks).
     pub(crate) fn new(limit: usize, max_payload: usize, version: u16) -> Self {
+        assert!(message_byte(version).is_some(), "wire_version is validated");
         Self {
             queue: Mutex::new(Queue {
                 messages: VecDeque::new(),
@@ -59,18 +59,19 @@ impl Publisher {
             limit,
             max_payload,
             version,
-            version_byte: message_byte(version).expect("wire_version is validated"),
         }
     }
 
-    /// Encodes what `push` gives the output and queues it, as [`Held::publish`].
-    pub(crate) fn publish(
+    /// Encodes what `push` gives the output at protocol `version` and queues it, as
+    /// [`Held::publish_at`].
+    pub(crate) fn publish_at(
         &self,
+        version: u16,
         subject: &Subject,
         reply: Option<&Subject>,
         push: impl FnOnce(&mut Output) -> Pushed,
     ) -> Pushed {
-        self.hold().publish(subject, reply, push)
+        self.hold().publish_at(version, subject, reply, push)
     }
 
     /// The queue, held until the guard is dropped: what is queued through it goes out in that
@@ -161,19 +162,33 @@ pub(crate) struct Held<'a> {
 }
 
 impl Held<'_> {
-    /// Encodes what `push` gives the output (frames that fit the room left, split at
-    /// `max_payload`) and queues each frame as one message to `subject`.
+    /// Encodes what `push` gives the output at the carrier's `wire_version`, as
+    /// [`publish_at`](Self::publish_at): how deliveries are published.
     pub(crate) fn publish(
         &mut self,
         subject: &Subject,
         reply: Option<&Subject>,
         push: impl FnOnce(&mut Output) -> Pushed,
     ) -> Pushed {
+        self.publish_at(self.publisher.version, subject, reply, push)
+    }
+
+    /// Encodes what `push` gives the output at protocol `version` (one this crate speaks:
+    /// the carrier's `wire_version`, or the version of a message received), frames that fit
+    /// the room left, split at `max_payload`, and queues each frame as one message to
+    /// `subject`, starting with `version`'s byte.
+    pub(crate) fn publish_at(
+        &mut self,
+        version: u16,
+        subject: &Subject,
+        reply: Option<&Subject>,
+        push: impl FnOnce(&mut Output) -> Pushed,
+    ) -> Pushed {
+        let version_byte = message_byte(version).expect("a version this crate speaks");
         let room = self.room();
         // One byte of each message is the protocol version.
         let max_payload = self.publisher.max_payload - 1;
-        let publisher = self.publisher;
-        let mut output = Output::new(room, max_payload, Sealer::new(None), publisher.version);
+        let mut output = Output::new(room, max_payload, Sealer::new(None), version);
         let pushed = push(&mut output);
         if pushed.frames == 0 {
             return pushed;
@@ -181,7 +196,7 @@ impl Held<'_> {
         let mut encoded = Vec::new();
         output.take(&mut encoded);
         self.count(encoded.len());
-        for payload in payloads(encoded, publisher.version_byte) {
+        for payload in payloads(encoded, version_byte) {
             self.queue.messages.push_back(Publish {
                 subject: subject.clone(),
                 reply: reply.cloned(),
@@ -267,7 +282,7 @@ mod tests {
             .map(|seq| Item::new(seq, 1, Body::new(&[7; 100])))
             .collect();
         let subject = Subject::from("orders");
-        let pushed = publisher.publish(&subject, None, |out| {
+        let pushed = publisher.hold().publish(&subject, None, |out| {
             out.push_deliveries("orders", "p", Incarnation::from_u128(9), &items)
         });
         assert_eq!(pushed.queued, 100);
@@ -302,7 +317,7 @@ mod tests {
             message_len: 10,
         });
         let subject = Subject::from("orders");
-        let pushed = publisher.publish(&subject, None, |out| {
+        let pushed = publisher.hold().publish(&subject, None, |out| {
             out.push_deliveries("orders", "p", Incarnation::from_u128(9), &items)
         });
         assert_eq!((pushed.queued, pushed.held_for_version), (2, 1));
@@ -314,6 +329,28 @@ mod tests {
         };
         let seqs: Vec<u64> = batch.items.iter().map(|item| item.seq).collect();
         assert_eq!(seqs, [1, 3]);
+    }
+
+    #[test]
+    fn acks_are_written_at_the_version_asked_for_whatever_the_carrier_writes_deliveries_at() {
+        let acks = [Ack {
+            producer_id: ProducerId::from("p"),
+            incarnation: Incarnation::from_u128(1),
+            seq: 1,
+        }];
+        let subject = Subject::from("_INBOX.x");
+        for (written, answered, byte) in [(PROTOCOL_VERSION, 3, 3), (3, PROTOCOL_VERSION, 7)] {
+            let publisher = Publisher::new(1 << 20, 4096, written);
+            publisher.publish_at(answered, &subject, None, |out| out.push_acks(&acks));
+            let payloads = drain(&publisher);
+            assert_eq!(payloads.len(), 1);
+            assert_eq!(payloads[0][0], byte, "the byte of version {answered}");
+            let Ok(Frame::Acks(batch)) = Frame::decode_versioned(&payloads[0][1..], answered)
+            else {
+                panic!("an ACK frame");
+            };
+            assert_eq!(batch.seqs, [1]);
+        }
     }
 
     #[test]
@@ -350,7 +387,8 @@ mod tests {
             })
             .collect();
         let subject = Subject::from("_INBOX.x");
-        let pushed = publisher.publish(&subject, None, |out| out.push_acks(&acks));
+        let pushed =
+            publisher.publish_at(PROTOCOL_VERSION, &subject, None, |out| out.push_acks(&acks));
         assert!(pushed.full > 0, "{pushed:?}");
         assert_eq!(pushed.queued + pushed.full, 1000);
         assert!(publisher.high_water() <= 8192);
@@ -363,7 +401,8 @@ mod tests {
                 seq: 1000 + seq,
             })
             .collect();
-        let more = publisher.publish(&subject, None, |out| out.push_acks(&run));
+        let more =
+            publisher.publish_at(PROTOCOL_VERSION, &subject, None, |out| out.push_acks(&run));
         assert_eq!((more.queued, more.full), (0, 200));
     }
 }

@@ -273,11 +273,13 @@ impl Shared {
         }
     }
 
-    /// Publishes ACKs to a producer's inbox.
-    pub(crate) fn send_acks(&self, inbox: &Subject, acks: &[Ack]) {
+    /// Publishes ACKs to a producer's inbox at protocol `version`: that of the deliveries
+    /// they answer, which their producer's carrier writes, so reads (an older release's
+    /// reads no other), whatever this carrier's `wire_version`.
+    pub(crate) fn send_acks(&self, inbox: &Subject, version: u16, acks: &[Ack]) {
         let pushed = self
             .publisher
-            .publish(inbox, None, |output| output.push_acks(acks));
+            .publish_at(version, inbox, None, |output| output.push_acks(acks));
         add(&self.counters.frames_out, pushed.frames);
         add(&self.counters.acks_out, pushed.queued);
         add(
@@ -286,16 +288,17 @@ impl Shared {
         );
     }
 
-    /// A received payload as a frame, if it is one of a protocol version this carrier speaks,
-    /// within the limits. A message of another version is counted and warned about here (the
-    /// caller refuses it like any other).
-    pub(crate) fn decode<'a>(&self, payload: &'a [u8]) -> Option<Frame<'a>> {
+    /// A received payload as its protocol version and frame, if it is one of a version this
+    /// carrier speaks, within the limits. A message of another version is counted and warned
+    /// about here (the caller refuses it like any other).
+    pub(crate) fn decode<'a>(&self, payload: &'a [u8]) -> Option<(u16, Frame<'a>)> {
         if payload.len() > self.max_received {
             return None;
         }
         let (&first, frame) = payload.split_first()?;
         if let Some(version) = message_version(first) {
-            return Frame::decode_versioned(frame, version).ok();
+            let frame = Frame::decode_versioned(frame, version).ok()?;
+            return Some((version, frame));
         }
         add(&self.counters.version_refusals, 1);
         self.warnings.warn(Warning::Version, || {

@@ -213,7 +213,7 @@ async fn garbage_is_refused_and_counted_and_the_consumer_goes_on() {
         .expect("an ACK")
         .unwrap();
     // Protocol 4, Acks: p, (0, 1), [1].
-    assert_eq!(ack.payload.as_ref(), &[VERSION, 5, 1, b'p', 0, 1, 1, 1]);
+    assert_eq!(ack.payload.as_ref(), &[3, 5, 1, b'p', 0, 1, 1, 1]);
     assert_eq!(handled.total(), 1);
     assert_eq!(server.stats().version_refusals, 0);
 
@@ -294,7 +294,8 @@ async fn garbage_is_refused_and_counted_and_the_consumer_goes_on() {
 }
 
 /// A delivery as a carrier of protocol 3 publishes it (first byte 3; its item has no chunk
-/// byte), written by hand: read, handled and ACKed (at the version this carrier writes, 4).
+/// byte), written by hand: read, handled and ACKed at version 3, whatever this carrier writes
+/// (4): a carrier of an older release reads no other version.
 #[actix::test]
 async fn a_protocol_3_delivery_is_read_and_acked() {
     let subject = unique("protocol-3");
@@ -312,7 +313,7 @@ async fn a_protocol_3_delivery_is_read_and_acked() {
         .await
         .expect("an ACK")
         .unwrap();
-    assert_eq!(ack.payload.as_ref(), &[VERSION, 5, 1, b'p', 0, 1, 1, 1]);
+    assert_eq!(ack.payload.as_ref(), &[3, 5, 1, b'p', 0, 1, 1, 1]);
     assert_eq!(handled.snapshot().get(&8), Some(&1));
     let stats = server.stats();
     assert_eq!((stats.version_refusals, stats.decode_failures), (0, 0));
@@ -320,9 +321,11 @@ async fn a_protocol_3_delivery_is_read_and_acked() {
 
 /// Two carriers, one writing protocol 3 (`wire_version(3)`), the other the default 4: each
 /// reads what the other writes, so plain messages are delivered and confirmed once both ways,
-/// each carrier's messages starting with its version's byte. A chunked message is delivered
-/// from the carrier writing 4; from the one writing 3 it is held back (counted at every
-/// retransmission) and never published.
+/// each carrier's messages starting with its version's byte, and every ACK starting with the
+/// byte of the deliveries it answers: the carrier writing 3 stands for one of an older
+/// release, which reads no other version, so an ACK at 4 would leave its messages handled and
+/// never confirmed. A chunked message is delivered from the carrier writing 4; from the one
+/// writing 3 it is held back (counted at every retransmission) and never published.
 #[actix::test]
 async fn carriers_writing_versions_3_and_4_deliver_to_each_other() {
     let old = carrier_at(
@@ -340,17 +343,36 @@ async fn carriers_writing_versions_3_and_4_deliver_to_each_other() {
         to.expose(&subject, &consumer).await.unwrap();
         let producer = remote::producer(from.consumer_ref::<u64>(&subject).unwrap(), 16, 100);
         let confirmations = Confirmations::<u64>::default();
-        for n in 1..=N {
-            producer.tell(n, confirm_into(&confirmations, n)).unwrap();
-        }
-        assert!(wait_until(Duration::from_secs(10), || confirmations.len() as u64 == N).await);
-        assert_each_confirmed_once(&confirmations, N, "plain messages");
-        assert_eq!((handled.distinct() as u64, handled.total() as u64), (N, N));
+        producer.tell(1, confirm_into(&confirmations, 1)).unwrap();
         let seen = tokio::time::timeout(Duration::from_secs(5), spy.next())
             .await
             .unwrap()
             .unwrap();
         assert_eq!(seen.payload[0], byte, "the version byte the sender writes");
+        // The ACKs of what follows, spied on the reply subject the batches name.
+        let reply = seen.reply.expect("deliveries name the inbox").to_string();
+        let mut acks = nats_support::subscribed(&raw, &reply).await;
+        for n in 2..=N {
+            producer.tell(n, confirm_into(&confirmations, n)).unwrap();
+        }
+        assert!(wait_until(Duration::from_secs(10), || confirmations.len() as u64 == N).await);
+        assert_each_confirmed_once(&confirmations, N, "plain messages");
+        assert_eq!((handled.distinct() as u64, handled.total() as u64), (N, N));
+        let mut ack_bytes = Vec::new();
+        while let Ok(Some(message)) =
+            tokio::time::timeout(Duration::from_millis(300), acks.next()).await
+        {
+            // The sender's probes come back on the same subject: only ACK frames count.
+            let frame = message.payload.get(1..).map(actix_delivery::codec::decode);
+            if let Some(Ok(remote::wire::Frame::Acks(_))) = frame {
+                ack_bytes.push(message.payload[0]);
+            }
+        }
+        assert!(!ack_bytes.is_empty(), "ACKs seen on {reply}");
+        assert!(
+            ack_bytes.iter().all(|&b| b == byte),
+            "each ACK at the version of the deliveries it answers ({byte}): {ack_bytes:?}"
+        );
     }
 
     let chunked = |from: &NatsCarrierHandle, subject: &str| {

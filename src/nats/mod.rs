@@ -62,8 +62,11 @@
 //! the version of the deliveries it answers (which their carrier wrote, so reads): there is no
 //! handshake, so during a rolling upgrade from a release that reads only an older version,
 //! every carrier of this release writes that version until none of the older release is left.
-//! A chunk that the written version cannot carry is not published (counted in
-//! [`NatsStats::chunks_held_for_version`]; its producer retransmits it). A message of another
+//! A chunk is never published by a carrier writing version 3: it is held back and stays
+//! unconfirmed, its producer retransmits it and it is held again, counted per held
+//! transmission in [`NatsStats::chunks_held_for_version`]. The producer's window stays
+//! occupied, so a producer that chunks stalls on a carrier at version 3 until it sends through
+//! a carrier made with version 4 or its `max_attempts` gives the message up. A message of another
 //! protocol version is refused, counted in [`NatsStats::version_refusals`] and warned about:
 //! protocol 1 (releases before bodies carried a codec, and before NATS messages carried a
 //! version) put the frame first, so this carrier refuses its messages, and it refuses this

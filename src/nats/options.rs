@@ -171,11 +171,17 @@ impl NatsOptionsBuilder {
     ///
     /// For a rolling upgrade from a release that reads an older version only: set this to that
     /// version on every carrier of this release until every carrier runs this release, then
-    /// raise it. Version 3 has no chunks: a chunk of a large message
-    /// ([`chunk_size`](crate::ProducerOptionsBuilder::chunk_size)) is not published at version 3
-    /// (counted in [`NatsStats::chunks_held_for_version`](super::NatsStats::chunks_held_for_version)
-    /// and warned about); it stays unconfirmed, its producer retransmits it, and it goes out once
-    /// this setting is raised to 4.
+    /// raise it.
+    ///
+    /// Version 3 has no chunks: a chunk of a large message
+    /// ([`chunk_size`](crate::ProducerOptionsBuilder::chunk_size)) is never published by a
+    /// carrier at version 3. It is held back and warned about, and stays unconfirmed: its
+    /// producer retransmits it, and it is held again, each time counted in
+    /// [`NatsStats::chunks_held_for_version`](super::NatsStats::chunks_held_for_version)
+    /// (counted per held transmission, not per chunk). The producer's window stays occupied,
+    /// so a producer that chunks stalls on a carrier at version 3 until it sends through a
+    /// carrier made with version 4 (this setting is read when the carrier is made) or its
+    /// [`max_attempts`](crate::ProducerOptionsBuilder::max_attempts) gives the message up.
     pub fn wire_version(mut self, version: u16) -> Self {
         self.explicit.set(move |c| c.wire_version = version);
         self

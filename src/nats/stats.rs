@@ -71,9 +71,12 @@ pub struct NatsStats {
     /// Deliveries that cannot be sent: a body that does not encode or fit a message, no
     /// reply address, or the carrier stopped.
     pub deliveries_unsendable: u64,
-    /// Chunks of large messages not published because this carrier writes protocol version
-    /// 3, which has no chunks (see `NatsOptionsBuilder::wire_version`): each stays
-    /// unconfirmed, and its producer retransmits it (counted again).
+    /// Chunks of large messages held back, not published, because this carrier writes
+    /// protocol version 3, which has no chunks (see `NatsOptionsBuilder::wire_version`),
+    /// counted per held transmission: a held chunk stays unconfirmed, its producer retransmits
+    /// it, and it is held and counted again. The producer's window stays occupied, so a
+    /// producer that chunks stalls on a carrier at version 3 until it sends through a carrier
+    /// made with version 4 or its `max_attempts` gives the message up.
     pub chunks_held_for_version: u64,
     /// Messages the NATS client refused to publish (the client was closed, say): their
     /// deliveries or ACKs are lost and recovered by retransmission.

@@ -62,9 +62,11 @@
 //! this one. Peers without a version in common refuse each other in the handshake, with both
 //! sides' versions in the reason, counted in [`NodeStats::version_refusals`]: protocol 1
 //! (before bodies carried their codec) and 2 (before deliveries could carry a trace context).
-//! A chunk is not sent on a connection at version 3 (counted in
-//! [`NodeStats::chunks_held_for_version`]): its producer retransmits it until the connection
-//! is made again at version 4.
+//! A chunk is never sent on a connection at version 3: it is held back and stays unconfirmed,
+//! its producer retransmits it and it is held again, counted per held transmission in
+//! [`NodeStats::chunks_held_for_version`]. The producer's window stays occupied, so a producer
+//! that chunks stalls on a version-3 link until the connection is made again at 4 or its
+//! `max_attempts` gives the message up.
 //!
 //! A chunk of a large message
 //! ([`ProducerOptionsBuilder::chunk_size`](crate::ProducerOptionsBuilder::chunk_size)) is a

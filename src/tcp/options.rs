@@ -416,13 +416,17 @@ impl NodeOptionsBuilder {
     ///
     /// For a rolling upgrade from a release that speaks an older version only (and refuses a
     /// connection that offers more): set this to that version on every node of this release
-    /// until every node runs this release, then raise it, a node at a time. Version 3 has no
-    /// chunks: a chunk of a large message
-    /// ([`chunk_size`](crate::ProducerOptionsBuilder::chunk_size)) is not sent on a connection
-    /// at version 3 (counted in
+    /// until every node runs this release, then raise it, a node at a time.
+    ///
+    /// Version 3 has no chunks: a chunk of a large message
+    /// ([`chunk_size`](crate::ProducerOptionsBuilder::chunk_size)) is never sent on a
+    /// connection at version 3. It is held back and warned about, and stays unconfirmed: its
+    /// producer retransmits it, and it is held again, each time counted in
     /// [`NodeStats::chunks_held_for_version`](crate::tcp::NodeStats::chunks_held_for_version)
-    /// and warned about); it stays unconfirmed, its producer retransmits it, and it goes out
-    /// once the connection is made again at version 4.
+    /// (counted per held transmission, not per chunk). The producer's window stays occupied,
+    /// so a producer that chunks stalls on a version-3 link until the connection is made again
+    /// at 4 or its [`max_attempts`](crate::ProducerOptionsBuilder::max_attempts) gives the
+    /// message up.
     pub fn wire_version(mut self, version: u16) -> Self {
         self.explicit.set(move |c| c.wire_version = version);
         self

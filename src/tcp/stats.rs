@@ -98,10 +98,12 @@ pub struct NodeStats {
     /// Deliveries that cannot be sent: a body that does not encode or fit a frame, or no
     /// reply address.
     pub deliveries_unsendable: u64,
-    /// Chunks of large messages not sent because their connection speaks protocol version 3,
-    /// which has no chunks (see `NodeOptionsBuilder::wire_version`): each stays unconfirmed,
-    /// its producer retransmits it (counted again), and it goes out once the connection is at
-    /// version 4.
+    /// Chunks of large messages held back, not sent, because their connection speaks protocol
+    /// version 3, which has no chunks (see `NodeOptionsBuilder::wire_version`), counted per
+    /// held transmission: a held chunk stays unconfirmed, its producer retransmits it, and it
+    /// is held and counted again. The producer's window stays occupied, so a producer that
+    /// chunks stalls on a version-3 link until the connection is made again at 4 or its
+    /// `max_attempts` gives the message up.
     pub chunks_held_for_version: u64,
     /// Bodies encoded (once per message; again only after its route was forgotten).
     pub bodies_encoded: u64,

@@ -25,7 +25,7 @@ use crate::tcp::connection::{
     connect_handshake, drive, next_frame, secure_connect, End, Established, Failure, Link,
 };
 use crate::tcp::context::Context;
-use crate::tcp::frame::Frame;
+use crate::tcp::frame::{Frame, MIN_PROTOCOL_VERSION};
 use crate::tcp::handshake::HandshakeError;
 use crate::tcp::output::Item;
 use crate::tcp::peer::{PeerAddr, Target};
@@ -438,10 +438,26 @@ impl Outbound {
                 None
             }
             Ok(Err(Failure::Io)) => {
-                // Closed during the handshake: the peer refused us (or went away).
+                // Closed during the handshake: the peer refused us (or went away). A node of
+                // an older release closes, without a word, a connection whose offered version
+                // it does not speak: the likeliest cause while a rolling upgrade is under way.
                 add(&node.counters.handshake_failures, 1);
                 node.warnings.warn(Warning::Handshake, || {
-                    format!("{} closed the connection during the handshake", self.addr)
+                    let offered = node.options.config.wire_version;
+                    let hint = if offered > MIN_PROTOCOL_VERSION {
+                        format!(
+                            " (if it runs an older release that speaks only an older protocol \
+                             version, it refuses this node's offer of version {offered}: set \
+                             this node's wire_version to the version it speaks until it is \
+                             upgraded)"
+                        )
+                    } else {
+                        String::new()
+                    };
+                    format!(
+                        "{} closed the connection during the handshake{hint}",
+                        self.addr
+                    )
                 });
                 None
             }

@@ -151,3 +151,39 @@ async fn a_client_of_protocol_3_is_answered_at_3_and_its_deliveries_are_acked() 
     assert_eq!(handled.distinct(), 3);
     assert_eq!(server.stats().decode_failures, 0);
 }
+
+/// A node of an older release that speaks only version 3 closes a connection offering 4
+/// without a word (as a release without negotiation refuses any other version): the
+/// connecting node's warning says so and names the setting that lets them talk,
+/// `wire_version`.
+#[actix::test]
+async fn a_peer_closing_during_the_handshake_is_warned_about_with_a_hint_at_wire_version() {
+    common::logs::keep();
+    let listener = tokio::net::TcpListener::bind(localhost()).await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let older = tokio::spawn(async move {
+        loop {
+            let (mut stream, _) = listener.accept().await.unwrap();
+            let hello = wire::read(&mut stream, Duration::from_secs(5)).await;
+            assert!(
+                matches!(
+                    hello,
+                    Some(wire::Frame::Hello(wire::Hello { version: 4, .. }))
+                ),
+                "{hello:?}"
+            );
+            drop(stream); // not version 3: refused
+        }
+    });
+    let options = remote::fast(NodeOptions::builder().insecure_no_authentication())
+        .build()
+        .unwrap();
+    let client = NodeHandle::start(options).await.unwrap();
+    assert_eq!(client.dial(addr).await, None);
+    let logged = common::logs::lines_containing(&[
+        &format!("{addr} closed the connection during the handshake"),
+        "offer of version 4: set this node's wire_version to the version it speaks",
+    ]);
+    assert_eq!(logged.len(), 1, "{logged:?}");
+    older.abort();
+}

@@ -213,7 +213,7 @@ async fn garbage_is_refused_and_counted_and_the_consumer_goes_on() {
         .expect("an ACK")
         .unwrap();
     // Protocol 4, Acks: p, (0, 1), [1].
-    assert_eq!(ack.payload.as_ref(), &[3, 5, 1, b'p', 0, 1, 1, 1]);
+    assert_eq!(ack.payload.as_ref(), &[VERSION, 5, 1, b'p', 0, 1, 1, 1]);
     assert_eq!(handled.total(), 1);
     assert_eq!(server.stats().version_refusals, 0);
 

@@ -101,5 +101,6 @@
 //!   be unique: two live producers sharing one would keep displacing each other's partial
 //!   messages. Over NATS, a queue group spreads a message's chunks over its members: send chunked
 //!   messages to a subject with one consumer. The outbox and work pulling send whole messages.
-//!   Chunk headers came with wire protocol version 4: nodes and NATS carriers of an earlier
-//!   release are refused (counted in `version_refusals`).
+//!   Chunk headers came with wire protocol version 4: on a connection at version 3 (with a node
+//!   of a release that speaks only 3, or a NATS carrier writing 3) chunks are not sent, and a
+//!   producer that chunks waits ([Upgrading without downtime](super::upgrades)).

@@ -23,7 +23,9 @@
 //! 14. [Running in production](production): an actix-web service, metrics, tracing, trace
 //!     contexts.
 //! 15. [Testing](testing): virtual time, a journal that fails on demand, counters, crashes.
-//! 16. [How it works](how_it_works): the protocol, batching, the sans-IO core.
+//! 16. [Upgrading without downtime](upgrades): rolling a deployment from one release to the
+//!     next; the wire and storage formats.
+//! 17. [How it works](how_it_works): the protocol, batching, the sans-IO core.
 //!
 //! What the library costs is measured in `benches/README.md` in the repository; what its tests
 //! prove, in `tests/README.md`.
@@ -43,4 +45,5 @@ pub mod schema_evolution;
 pub mod sharding;
 pub mod testing;
 pub mod tutorial;
+pub mod upgrades;
 pub mod work_pulling;

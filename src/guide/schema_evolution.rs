@@ -144,9 +144,9 @@
 //! retransmits it until its `max_attempts`. Upgrade the consumers' nodes first (they read the old
 //! version through the upcaster), then the producers'.
 //!
-//! Nodes and NATS carriers of different *protocol* versions refuse each other (counted in
-//! `version_refusals`): this release speaks protocol 4 (chunk headers), earlier ones 1 to 3.
-//! Upgrade the nodes, and the carriers, of a deployment together.
+//! The library's own formats (the protocol, the journals) change by the same rule, write old
+//! and read new: nodes of two consecutive releases deliver to each other and share a journal,
+//! so a deployment upgrades a node at a time ([Upgrading without downtime](super::upgrades)).
 //!
 //! ## Journals of earlier releases
 //!
@@ -157,7 +157,10 @@
 //! that creates the tables; with `create_tables` off, run
 //! `PostgresJournal::MIGRATE_1_TO_2_SQL` and `MIGRATE_2_TO_3_SQL` by hand). The journal's id
 //! (`journal_identity`) is added on open without a new schema version, so the previous release
-//! still reads the journal; with `create_tables` off, run `PostgresJournal::IDENTITY_SQL`. Nodes
-//! of an earlier version still connected to a shared PostgreSQL journal keep writing, refuse to
-//! reconnect, and stop on any stream a new node wrote: upgrade all nodes together. A journal of a
-//! newer schema than the code's is refused, naming both versions.
+//! still reads the journal; with `create_tables` off, run `PostgresJournal::IDENTITY_SQL`.
+//! Schema 3 is this release's and the previous one's, so rolling from the previous release
+//! migrates nothing. A migration from schema 1 or 2 (releases before it) is not a rolling
+//! upgrade: nodes of those releases still connected to a shared PostgreSQL journal keep writing,
+//! refuse to reconnect, and stop on any stream a new node wrote, so stop them before the first
+//! node of this release opens the journal. A journal of a newer schema than the code's is
+//! refused, naming both versions.

@@ -12,7 +12,8 @@
 //!   `produce nats <subject> <first> <count> <plain|journal file>`: sends `count` numbers
 //!   from `first` on to `orders` through a plain producer or a durable one on a SQLite journal
 //!   (which may hold the stream of an earlier run, of either release), prints
-//!   `confirmed <count>` once every message is confirmed, and exits.
+//!   `confirmed <n>` with the number of messages confirmed once every message is settled, and
+//!   exits (with an error if one was not confirmed, or when stdin closes first).
 //! - `shard <name> <entity type> <subject prefix> <schema> <feed addr> <first feed number>`: a
 //!   member of a sharded cluster of accounts (journal and leases in PostgreSQL schema
 //!   `<schema>`, deliveries over NATS under the prefix) that also feeds a durable producer
@@ -176,12 +177,16 @@ async fn produce(
         let stream = PersistenceId::new("compat-orders")?;
         ReliableDelivery::durable_producer(options, DurableOptions::new(journal, stream, "compat"))?
     };
-    let count = numbers.end - numbers.start;
-    let sends = numbers.map(|n| producer.send(n));
-    for outcome in futures_util::future::join_all(sends).await {
-        outcome?;
-    }
-    println!("confirmed {count}");
+    let sends = futures_util::future::join_all(numbers.map(|n| producer.send(n)));
+    let outcomes = tokio::select! {
+        outcomes = sends => outcomes,
+        () = until_stdin_closes() => return Err("stdin closed before every message was confirmed".into()),
+    };
+    let confirmed = outcomes.iter().filter(|outcome| outcome.is_ok()).count();
+    println!("confirmed {confirmed}");
+    outcomes
+        .into_iter()
+        .try_for_each(|outcome| outcome.map(drop))?;
     Ok(())
 }
 

@@ -19,22 +19,24 @@
 //! drives this exact service over HTTP, sends SIGTERM in the middle of a load, restarts it and
 //! checks that.
 //!
-//! Draining on SIGTERM: `/ready` turns 503 and new orders are refused; the HTTP server stops
-//! accepting and finishes the requests it has; the producer's `idle()` waits (at most
-//! [`Settings::drain_deadline`]) until the ledger confirmed every stored order; then producer
-//! and ledger `stop()` gracefully (their journal writes in flight finish) and the process
-//! exits 0. Whatever the deadline cut short is stored and is resent at the next start.
+//! Draining on SIGTERM, by a [`Shutdown`] in its phases: `/ready` turns 503 and new orders are
+//! refused; the HTTP server stops accepting and finishes the requests it has (`StopIntake`);
+//! the producer's `idle()` waits (at most [`Settings::drain_deadline`]) until the ledger
+//! confirmed every stored order (`Drain`); then the producer, the ledger's consumer and the
+//! ledger stop gracefully, their journal writes in flight finished (`Producers`, `Entities`),
+//! the shutdown's report is printed and the process exits 0. Whatever the deadline cut short
+//! is stored and is resent at the next start.
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
 use actix_delivery::durable::DurableOptions;
 use actix_delivery::journal::{Journal, PersistenceId, SqliteJournal};
 use actix_delivery::persistence::{Decision, EventSourced, PersistentHandle, PersistentOptions};
+use actix_delivery::shutdown::{Phase, Shutdown, ShutdownWatch, TaskOutcome};
 use actix_delivery::ReliableDelivery;
 use actix_delivery::{ConsumerOptions, Happened, ProducerHandle, ProducerOptions};
 use actix_web::http::header;
@@ -137,7 +139,7 @@ struct Service {
     orders: ProducerHandle<Order>,
     orders_journal: Arc<SqliteJournal>,
     ledger: PersistentHandle<Ledger>,
-    draining: AtomicBool,
+    shutdown: ShutdownWatch,
     settings: Settings,
     #[cfg(feature = "metrics")]
     prometheus: metrics_exporter_prometheus::PrometheusHandle,
@@ -162,7 +164,7 @@ fn unavailable(retry_after_secs: u32, why: impl std::fmt::Display) -> HttpRespon
 
 #[post("/orders")]
 async fn post_order(service: web::Data<Service>, order: web::Json<Order>) -> impl Responder {
-    if service.draining.load(Ordering::Relaxed) {
+    if service.shutdown.is_shutting_down() {
         return unavailable(1, "draining: try another instance or later");
     }
     let store = service
@@ -221,7 +223,7 @@ async fn health(service: web::Data<Service>) -> impl Responder {
 /// the orders journal answers a read.
 #[get("/ready")]
 async fn ready(service: web::Data<Service>) -> impl Responder {
-    let draining = service.draining.load(Ordering::Relaxed);
+    let draining = service.shutdown.is_shutting_down();
     let producer = tokio::time::timeout(PROBE_TIMEOUT, service.orders.stats()).await;
     let stream_open = matches!(producer, Ok(Ok(stats)) if stats.next_message_id > 0);
     let ledger = tokio::time::timeout(PROBE_TIMEOUT, service.ledger.stats()).await;
@@ -259,8 +261,10 @@ async fn metrics(service: web::Data<Service>) -> impl Responder {
 /// Runs the service until SIGTERM or SIGINT, then drains. Returns once producer and ledger
 /// have stopped.
 pub async fn run(settings: Settings) -> Result<(), Box<dyn std::error::Error>> {
+    // The drain, then a few seconds for the graceful stops.
+    let shutdown = Shutdown::new(settings.drain_deadline + Duration::from_secs(10))?;
     // First of all, so that a signal during the start is a drain too (after the start).
-    let shutdown = shutdown_signal()?;
+    let signalled = shutdown.on_signals()?;
     std::fs::create_dir_all(&settings.dir)?;
     #[cfg(feature = "metrics")]
     let prometheus = {
@@ -305,7 +309,7 @@ pub async fn run(settings: Settings) -> Result<(), Box<dyn std::error::Error>> {
         orders: orders.clone(),
         orders_journal,
         ledger: ledger.clone(),
-        draining: AtomicBool::new(false),
+        shutdown: shutdown.watch(),
         settings: settings.clone(),
         #[cfg(feature = "metrics")]
         prometheus,
@@ -331,40 +335,41 @@ pub async fn run(settings: Settings) -> Result<(), Box<dyn std::error::Error>> {
     log::info!("serving on http://{}", settings.listen);
     println!("serving on http://{}", settings.listen);
 
-    shutdown.await;
-    println!("draining");
-    // Stop taking orders, and let the requests in progress finish (they end in 202 or 503).
-    service.draining.store(true, Ordering::Relaxed);
-    http.stop(true).await;
+    // Stop taking orders and let the requests in progress finish (they end in 202 or 503);
+    // let the ledger confirm what is stored, for at most the drain deadline (what it cuts
+    // short is stored, and resent at the next start); then stop the parts, producer first.
+    shutdown.add_task(Phase::StopIntake, "http server", move || async move {
+        http.stop(true).await;
+        Ok(())
+    });
+    let drain_deadline = settings.drain_deadline;
+    let idle = orders.clone();
+    shutdown.add_task(Phase::Drain, "orders confirmed", move || async move {
+        tokio::time::timeout(drain_deadline, idle.idle())
+            .await
+            .map_err(|_| {
+                "drain deadline passed: the unconfirmed orders are resent at the next start".into()
+            })
+    });
+    shutdown.add(Phase::Producers, "orders producer", &orders);
+    shutdown.add(Phase::Entities, "ledger consumer", &consumer);
+    shutdown.add(Phase::Entities, "ledger", &ledger);
+
+    let report = signalled.await;
     serving.await??;
-    // Let the ledger confirm what is stored, for at most the deadline; what it cuts short is
-    // stored and is resent at the next start.
-    if tokio::time::timeout(settings.drain_deadline, orders.idle())
-        .await
-        .is_err()
-    {
-        println!("drain deadline passed: the unconfirmed orders are resent at the next start");
+    println!("{report}");
+    // A drain cut short by its deadline is no failure (what it cut short is stored); a part
+    // that did not stop well is.
+    let stopped_well = report
+        .phases
+        .iter()
+        .filter(|phase| phase.phase > Phase::Drain)
+        .all(|phase| !phase.skipped && phase.tasks.iter().all(|t| t.outcome == TaskOutcome::Done));
+    if !stopped_well {
+        return Err(report.to_string().into());
     }
-    orders.stop();
-    orders.stopped().await?;
-    ledger.stop();
-    ledger.stopped().await?;
     println!("drained");
     Ok(())
-}
-
-/// Takes over SIGTERM and SIGINT now; the future resolves at the first of them (also one
-/// that came before it was polled).
-fn shutdown_signal() -> std::io::Result<impl std::future::Future<Output = ()>> {
-    use actix_web::rt::signal::unix::{signal, SignalKind};
-    let mut terminate = signal(SignalKind::terminate())?;
-    let mut interrupt = signal(SignalKind::interrupt())?;
-    Ok(async move {
-        tokio::select! {
-            _ = terminate.recv() => {}
-            _ = interrupt.recv() => {}
-        }
-    })
 }
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {

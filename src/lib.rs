@@ -72,6 +72,7 @@
 //! | [`projection`] | read models fed from the journal by tag |
 //! | [`sharding`] | entities hosted on demand, shards owned through leases |
 //! | [`codec`] | the codecs, manifests and upcasters of everything stored or sent |
+//! | [`shutdown`] | stopping a whole application in order, within one deadline, on SIGTERM |
 //! | `telemetry` | the names of every metric and span (features `metrics`, `tracing`) |
 //!
 //! The rules themselves are pure state machines in the `actix-delivery-proto` crate, which this
@@ -112,6 +113,7 @@ pub mod projection;
 pub(crate) use actix_delivery_proto::protocol;
 mod runtime;
 pub mod sharding;
+pub use runtime::shutdown;
 pub mod tcp;
 #[cfg(any(feature = "metrics", feature = "tracing"))]
 #[cfg_attr(docsrs, doc(cfg(any(feature = "metrics", feature = "tracing"))))]

@@ -23,8 +23,10 @@ use crate::protocol::envelope::ProducerId;
 use crate::protocol::producer::ProducerStats;
 use crate::runtime::after_drain::after_each_drain;
 use crate::runtime::alarm::{now, Alarm};
+use crate::runtime::error_chain::ErrorChain;
 use crate::runtime::placement::Placement;
 use crate::runtime::random::random_incarnation;
+use crate::runtime::shutdown::{GracefulStop, StopFuture};
 use crate::runtime::stop_signal::{wait_for_stop, wait_opened, Life, StopSignal, SubscribeStopped};
 
 /// The sending side of reliable delivery: numbers messages, keeps at most `window_size` of them
@@ -1047,4 +1049,13 @@ pub(crate) fn start_producer<T: Clone + Send + 'static>(
 ) -> ProducerHandle<T> {
     let placement = options.placement().clone();
     ProducerHandle::start(ProducerController::new(options), &placement)
+}
+
+impl<T: Clone + Send + 'static> GracefulStop for ProducerHandle<T> {
+    /// [`stop`](Self::stop), then [`stopped`](Self::stopped).
+    fn stop_gracefully(&self) -> StopFuture {
+        self.stop();
+        let stopped = self.stopped();
+        Box::pin(async move { stopped.await.map_err(|e| ErrorChain(&e).to_string()) })
+    }
 }

@@ -20,6 +20,51 @@
 //!   requests it has, `idle()` waits (with a deadline) until the ledger confirmed what is stored,
 //!   then producer and ledger `stop()` gracefully and the process exits 0.
 //!
+//! ## Stopping gracefully
+//!
+//! A [`Shutdown`](crate::shutdown::Shutdown) stops the parts of an application in order within
+//! one deadline, on SIGTERM or SIGINT or when asked: each part is registered in its
+//! [`Phase`](crate::shutdown::Phase) (readiness off, new work refused, work in flight drained,
+//! then producers, consumers and entities, projections, the cluster's coordinators, nodes and
+//! carriers, journals), the tasks of a phase run at once, and the run returns a report of what
+//! became of each. The example registers its HTTP server, its drain, its producer and its
+//! ledger:
+//!
+//! ```no_run
+//! use std::time::Duration;
+//! use actix_delivery::shutdown::{Phase, Shutdown};
+//! # use actix_delivery::{ConsumerOptions, DeliveryHandler, ProducerOptions, ReliableDelivery};
+//!
+//! # #[actix::main] async fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! let shutdown = Shutdown::new(Duration::from_secs(25))?; // under the orchestrator's grace period
+//! let signalled = shutdown.on_signals()?; // first, so that a signal during the start counts
+//! # let consumer = ReliableDelivery::consumer(ConsumerOptions::builder(
+//! #     DeliveryHandler::from_fn(|_: String| async { Ok::<(), std::io::Error>(()) })).build()?);
+//! let orders = ReliableDelivery::producer(ProducerOptions::builder(&consumer).build()?);
+//! let ready = shutdown.watch(); // `is_shutting_down()` from any thread: readiness, intake
+//! let idle = orders.clone();
+//! shutdown.add_task(Phase::Drain, "orders confirmed", move || async move {
+//!     tokio::time::timeout(Duration::from_secs(10), idle.idle())
+//!         .await
+//!         .map_err(|_| "drain deadline passed".to_owned())
+//! });
+//! shutdown.add(Phase::Producers, "orders", &orders);
+//! shutdown.add(Phase::Entities, "ledger consumer", &consumer);
+//! # let _ = ready;
+//! let report = signalled.await; // at SIGTERM: every phase run, or cut by the deadline
+//! println!("{report}");
+//! # Ok(()) }
+//! ```
+//!
+//! A phase starts once every task of the one before ended; a task that fails is reported with
+//! its reason and the run goes on; the deadline times out the tasks of the phase it cuts and
+//! skips the phases after it (what they would have stopped ends with the process: a durable
+//! producer's unconfirmed messages stay in its journal). Every handle of this crate that stops
+//! gracefully implements [`GracefulStop`](crate::shutdown::GracefulStop) (producers of each
+//! kind, consumers, entities, projections, entity hosts, shard coordinators, nodes, carriers);
+//! journals close through their own `close`, registered with
+//! [`add_task`](crate::shutdown::Shutdown::add_task).
+//!
 //! ## Metrics (feature `metrics`)
 //!
 //! Every counter of every stats struct (producer, consumer, durable producer, persistent entity,

@@ -51,10 +51,11 @@
 //!
 //! ## Rolling a deployment
 //!
-//! 1. Upgrade one node at a time: stop it gracefully (SIGTERM, which your `main` turns into
-//!    stopping the parts: a [shard coordinator](crate::sharding::ShardCoordinatorHandle) hands
-//!    its shards to the other nodes; a durable producer keeps what is unconfirmed in its journal,
-//!    and its next life sends it), start it on the new release, wait until it is ready.
+//! 1. Upgrade one node at a time: stop it gracefully (SIGTERM, which a
+//!    [`Shutdown`](crate::shutdown::Shutdown) turns into stopping the parts in order: a
+//!    [shard coordinator](crate::sharding::ShardCoordinatorHandle) hands its shards to the
+//!    other nodes; a durable producer keeps what is unconfirmed in its journal, and its next
+//!    life sends it), start it on the new release, wait until it is ready.
 //! 2. When every node runs the new release, raise the write formats that the release's
 //!    changelog names (`wire_version`, when the previous release spoke an older version), one
 //!    node at a time again: a node of the new release reads both, so a half-raised deployment

@@ -15,6 +15,7 @@ use crate::delivery::consumer::ConsumerHandle;
 use crate::delivery::message::{ConsumerRef, Delivery};
 use crate::runtime::error_chain::ErrorChain;
 use crate::runtime::random::random_u64;
+use crate::runtime::shutdown::{GracefulStop, StopFuture};
 use crate::tcp::frame::CHUNK_FRAME_OVERHEAD;
 use crate::tcp::inbound::ExposedConsumer;
 use crate::tcp::routes::Routes;
@@ -453,5 +454,13 @@ async fn round_trip(client: &Client) -> Result<(), Box<dyn std::error::Error + S
     match echoed {
         Ok(Some(_)) => Ok(()),
         _ => Err("the server did not confirm the subscription within 10 s".into()),
+    }
+}
+
+impl GracefulStop for NatsCarrierHandle {
+    /// [`stop`](Self::stop): done at once.
+    fn stop_gracefully(&self) -> StopFuture {
+        self.stop();
+        Box::pin(std::future::ready(Ok(())))
     }
 }

@@ -7,6 +7,8 @@ use tokio::sync::watch;
 
 use crate::error::StartError;
 use crate::projection::{ProjectionError, ProjectionStats};
+use crate::runtime::error_chain::ErrorChain;
+use crate::runtime::shutdown::{GracefulStop, StopFuture};
 
 /// A running projection. Clones share it; dropping them all leaves it running (until its
 /// arbiter stops).
@@ -98,5 +100,19 @@ impl ProjectionHandle {
             Ok(result) => result.clone().unwrap_or(Err(ProjectionError::Gone)),
             Err(_) => Err(ProjectionError::Gone),
         }
+    }
+}
+
+impl GracefulStop for ProjectionHandle {
+    /// [`stop`](Self::stop), then [`stopped`](Self::stopped).
+    fn stop_gracefully(&self) -> StopFuture {
+        self.stop();
+        let handle = self.clone();
+        Box::pin(async move {
+            handle
+                .stopped()
+                .await
+                .map_err(|e| ErrorChain(&e).to_string())
+        })
     }
 }

@@ -12,6 +12,7 @@ use crate::error::OptionsError;
 use crate::journal::Journal;
 use crate::persistence::EventSourced;
 use crate::runtime::random::random_u64;
+use crate::runtime::shutdown::{GracefulStop, StopFuture};
 use crate::runtime::stop_signal::{wait_stopped, SubscribeStopped};
 use crate::sharding::coordinator_options::CoordinatorOptions;
 use crate::sharding::host::EntityHostHandle;
@@ -123,5 +124,17 @@ impl<E: EventSourced> std::fmt::Debug for ShardCoordinatorHandle<E> {
         f.debug_struct("ShardCoordinatorHandle")
             .field("member", &self.member)
             .finish_non_exhaustive()
+    }
+}
+
+impl<E: EventSourced> GracefulStop for ShardCoordinatorHandle<E> {
+    /// [`stop`](Self::stop) (its shards handed off), then [`stopped`](Self::stopped).
+    fn stop_gracefully(&self) -> StopFuture {
+        self.stop();
+        let stopped = self.stopped();
+        Box::pin(async move {
+            stopped.await;
+            Ok(())
+        })
     }
 }

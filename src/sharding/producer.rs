@@ -17,6 +17,8 @@ use crate::delivery::stored::Stored;
 use crate::durable::producer::start_durable_producer;
 use crate::durable::DurableOptions;
 use crate::error::{DeliveryError, Failure, OptionsError, StartError, TellError};
+use crate::runtime::error_chain::ErrorChain;
+use crate::runtime::shutdown::{GracefulStop, StopFuture};
 use crate::sharding::entity_id::EntityId;
 use crate::sharding::envelope::EntityMessage;
 use crate::sharding::lanes::LaneStats;
@@ -258,5 +260,14 @@ impl<T: Clone + Send + 'static> std::fmt::Debug for ShardedProducerHandle<T> {
         f.debug_struct("ShardedProducerHandle")
             .field("producer_id", self.producer.producer_id())
             .finish_non_exhaustive()
+    }
+}
+
+impl<T: Clone + Send + 'static> GracefulStop for ShardedProducerHandle<T> {
+    /// [`stop`](Self::stop), then [`stopped`](Self::stopped).
+    fn stop_gracefully(&self) -> StopFuture {
+        self.stop();
+        let stopped = self.stopped();
+        Box::pin(async move { stopped.await.map_err(|e| ErrorChain(&e).to_string()) })
     }
 }

@@ -16,6 +16,7 @@ use crate::delivery::consumer::ConsumerHandle;
 use crate::delivery::message::{ConsumerRef, Delivery};
 use crate::protocol::envelope::MAX_ID_BYTES;
 use crate::runtime::random::random_bytes;
+use crate::runtime::shutdown::{GracefulStop, StopFuture};
 use crate::tcp::auth::NodeId;
 use crate::tcp::context::Context;
 use crate::tcp::frame::CHUNK_FRAME_OVERHEAD;
@@ -432,5 +433,13 @@ impl std::fmt::Debug for NodeHandle {
             .field("id", &self.shared().local.node_id)
             .field("local_addr", &self.shared().local_addr)
             .finish_non_exhaustive()
+    }
+}
+
+impl GracefulStop for NodeHandle {
+    /// [`stop`](Self::stop): done at once (its connections close behind it).
+    fn stop_gracefully(&self) -> StopFuture {
+        self.stop();
+        Box::pin(std::future::ready(Ok(())))
     }
 }

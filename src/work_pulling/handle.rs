@@ -12,6 +12,7 @@ use crate::delivery::producer::ProducerHandle;
 use crate::durable::producer::start_durable_producer;
 use crate::durable::DurableOptions;
 use crate::error::OptionsError;
+use crate::runtime::shutdown::{GracefulStop, StopFuture};
 use crate::work_pulling::controller::{GetPoolStats, WorkPullingController};
 use crate::work_pulling::options::check_producer_id;
 use crate::work_pulling::pool::PoolStats;
@@ -113,5 +114,12 @@ impl<T: Clone + Send + 'static> std::fmt::Debug for WorkPullingHandle<T> {
         f.debug_struct("WorkPullingHandle")
             .field("producer_id", self.producer.producer_id())
             .finish_non_exhaustive()
+    }
+}
+
+impl<T: Clone + Send + 'static> GracefulStop for WorkPullingHandle<T> {
+    /// Its producer's: the pool stops with it.
+    fn stop_gracefully(&self) -> StopFuture {
+        self.producer.stop_gracefully()
     }
 }

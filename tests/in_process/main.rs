@@ -24,5 +24,6 @@ mod outbox;
 mod persistence_limits;
 mod persistent;
 mod producer;
+mod shutdown;
 mod work_pulling;
 mod wrap_actor;

@@ -449,6 +449,7 @@ async fn a_rolling_upgrade_under_load_loses_nothing_and_applies_each_deposit_onc
     // The roll: each node of the previous release replaced by one of this release; then node
     // `a` back to the previous release, reading what this release wrote.
     let roll_started = Instant::now();
+    let mut step_started = Vec::new();
     let steps = [
         ("a", Release::Current),
         ("b", Release::Current),
@@ -458,6 +459,7 @@ async fn a_rolling_upgrade_under_load_loses_nothing_and_applies_each_deposit_onc
     for (name, release) in steps {
         let old = nodes.remove(name).unwrap();
         let stopping = Instant::now();
+        step_started.push((format!("{name} to {release:?}"), stopping));
         let lines = actix::clock::timeout(
             Duration::from_secs(60),
             tokio::task::spawn_blocking(move || old.terminate()),
@@ -541,6 +543,23 @@ async fn a_rolling_upgrade_under_load_loses_nothing_and_applies_each_deposit_onc
         .map(|(d, at, _)| at.duration_since(sent_at[*d as usize]))
         .collect();
     latencies.sort_unstable();
+    // The slowest deposit due in each step (from its SIGTERM to the next one).
+    let mut slowest = vec![Duration::ZERO; step_started.len()];
+    for (d, at, _) in &confirmed {
+        let due = sent_at[*d as usize];
+        if let Some(step) = step_started.iter().rposition(|(_, began)| *began <= due) {
+            slowest[step] = slowest[step].max(at.duration_since(due));
+        }
+    }
+    let by_step: Vec<String> = step_started
+        .iter()
+        .zip(&slowest)
+        .map(|((step, _), took)| format!("{step} {:.0} ms", took.as_secs_f64() * 1e3))
+        .collect();
+    println!(
+        "the slowest deposit due in each step of the roll: {}",
+        by_step.join(", ")
+    );
     let mut times: Vec<Instant> = confirmed.iter().map(|(_, at, _)| *at).collect();
     times.sort_unstable();
     let longest_gap = times

@@ -22,10 +22,10 @@
 //! Draining on SIGTERM, by a [`Shutdown`] in its phases: `/ready` turns 503 and new orders are
 //! refused; the HTTP server stops accepting and finishes the requests it has (`StopIntake`);
 //! the producer's `idle()` waits (at most [`Settings::drain_deadline`]) until the ledger
-//! confirmed every stored order (`Drain`); then the producer, the ledger's consumer and the
-//! ledger stop gracefully, their journal writes in flight finished (`Producers`, `Entities`),
-//! the shutdown's report is printed and the process exits 0. Whatever the deadline cut short
-//! is stored and is resent at the next start.
+//! confirmed every stored order (`Drain`); then the producer and the ledger stop gracefully,
+//! their journal writes in flight finished (`Producers`, `Entities`), the shutdown's report is
+//! printed and the process exits 0. Whatever the deadline cut short is stored and is resent at
+//! the next start.
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
@@ -352,7 +352,6 @@ pub async fn run(settings: Settings) -> Result<(), Box<dyn std::error::Error>> {
             })
     });
     shutdown.add(Phase::Producers, "orders producer", &orders);
-    shutdown.add(Phase::Entities, "ledger consumer", &consumer);
     shutdown.add(Phase::Entities, "ledger", &ledger);
 
     let report = signalled.await;
@@ -361,10 +360,9 @@ pub async fn run(settings: Settings) -> Result<(), Box<dyn std::error::Error>> {
     // A drain cut short by its deadline is no failure (what it cut short is stored); a part
     // that did not stop well is.
     let stopped_well = report
-        .phases
-        .iter()
-        .filter(|phase| phase.phase > Phase::Drain)
-        .all(|phase| !phase.skipped && phase.tasks.iter().all(|t| t.outcome == TaskOutcome::Done));
+        .tasks()
+        .filter(|(phase, _)| *phase > Phase::Drain)
+        .all(|(_, task)| task.outcome == TaskOutcome::Done);
     if !stopped_well {
         return Err(report.to_string().into());
     }

@@ -21,7 +21,7 @@ use crate::protocol::consumer::{Completion, ConsumerCore, ConsumerStats, Handler
 use crate::protocol::envelope::{Ack, DeadLetterReason, Header, ProducerId};
 use crate::runtime::after_drain::after_each_drain;
 use crate::runtime::alarm::{self, Alarm};
-use crate::runtime::shutdown::{GracefulStop, StopFuture};
+use crate::runtime::shutdown::{once_stopped, GracefulStop, StopFuture};
 use crate::runtime::stop_signal::{StopSignal, SubscribeStopped};
 
 /// The receiving side of reliable delivery: admits each [`Delivery`], suppresses duplicates
@@ -591,10 +591,6 @@ impl<T: Send + 'static> GracefulStop for ConsumerHandle<T> {
     /// [`stop`](Self::stop), then [`stopped`](Self::stopped).
     fn stop_gracefully(&self) -> StopFuture {
         self.stop();
-        let stopped = self.stopped();
-        Box::pin(async move {
-            stopped.await;
-            Ok(())
-        })
+        once_stopped(self.stopped())
     }
 }

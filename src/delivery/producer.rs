@@ -23,10 +23,9 @@ use crate::protocol::envelope::ProducerId;
 use crate::protocol::producer::ProducerStats;
 use crate::runtime::after_drain::after_each_drain;
 use crate::runtime::alarm::{now, Alarm};
-use crate::runtime::error_chain::ErrorChain;
 use crate::runtime::placement::Placement;
 use crate::runtime::random::random_incarnation;
-use crate::runtime::shutdown::{GracefulStop, StopFuture};
+use crate::runtime::shutdown::{once_stopped_or, GracefulStop, StopFuture};
 use crate::runtime::stop_signal::{wait_for_stop, wait_opened, Life, StopSignal, SubscribeStopped};
 
 /// The sending side of reliable delivery: numbers messages, keeps at most `window_size` of them
@@ -1055,7 +1054,6 @@ impl<T: Clone + Send + 'static> GracefulStop for ProducerHandle<T> {
     /// [`stop`](Self::stop), then [`stopped`](Self::stopped).
     fn stop_gracefully(&self) -> StopFuture {
         self.stop();
-        let stopped = self.stopped();
-        Box::pin(async move { stopped.await.map_err(|e| ErrorChain(&e).to_string()) })
+        once_stopped_or(self.stopped())
     }
 }

@@ -27,8 +27,8 @@
 //! [`Phase`](crate::shutdown::Phase) (readiness off, new work refused, work in flight drained,
 //! then producers, consumers and entities, projections, the cluster's coordinators, nodes and
 //! carriers, journals), the tasks of a phase run at once, and the run returns a report of what
-//! became of each. The example registers its HTTP server, its drain, its producer and its
-//! ledger:
+//! became of each. The example registers its HTTP server's stop, its drain, its producer and
+//! its ledger; in short:
 //!
 //! ```no_run
 //! use std::time::Duration;
@@ -56,14 +56,14 @@
 //! # Ok(()) }
 //! ```
 //!
-//! A phase starts once every task of the one before ended; a task that fails is reported with
-//! its reason and the run goes on; the deadline times out the tasks of the phase it cuts and
-//! skips the phases after it (what they would have stopped ends with the process: a durable
-//! producer's unconfirmed messages stay in its journal). Every handle of this crate that stops
-//! gracefully implements [`GracefulStop`](crate::shutdown::GracefulStop) (producers of each
-//! kind, consumers, entities, projections, entity hosts, shard coordinators, nodes, carriers);
-//! journals close through their own `close`, registered with
-//! [`add_task`](crate::shutdown::Shutdown::add_task).
+//! A phase starts once every task of the one before ended; a task that fails or panics is
+//! reported with its reason and the run goes on; the deadline times out the tasks of the phase
+//! it cuts, and the tasks of the phases after it are begun (their parts asked to stop) without
+//! waiting: what they had not finished ends with the process (a durable producer's unconfirmed
+//! messages stay in its journal). Every handle of this crate that stops gracefully implements
+//! [`GracefulStop`](crate::shutdown::GracefulStop): producers of each kind, consumers,
+//! entities, projections, entity hosts, shard coordinators, nodes and carriers. A journal
+//! closes when its last handle is dropped.
 //!
 //! ## Metrics (feature `metrics`)
 //!

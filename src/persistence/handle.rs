@@ -19,8 +19,7 @@ use crate::persistence::error::CommandError;
 use crate::persistence::options::PersistentOptions;
 use crate::persistence::type_names::TypeNames;
 use crate::protocol::envelope::DeliveryInfo;
-use crate::runtime::error_chain::ErrorChain;
-use crate::runtime::shutdown::{GracefulStop, StopFuture};
+use crate::runtime::shutdown::{once_stopped_or, GracefulStop, StopFuture};
 use crate::runtime::stop_signal::{wait_for_stop, wait_opened, Life, StopSignal, SubscribeStopped};
 
 /// The application's side of a [`PersistentActor`]: ask it commands, stop it. Cheap to clone.
@@ -378,7 +377,6 @@ impl<E: EventSourced> GracefulStop for PersistentHandle<E> {
     /// [`stop`](Self::stop), then [`stopped`](Self::stopped).
     fn stop_gracefully(&self) -> StopFuture {
         self.stop();
-        let stopped = self.stopped();
-        Box::pin(async move { stopped.await.map_err(|e| ErrorChain(&e).to_string()) })
+        once_stopped_or(self.stopped())
     }
 }

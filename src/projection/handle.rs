@@ -7,8 +7,7 @@ use tokio::sync::watch;
 
 use crate::error::StartError;
 use crate::projection::{ProjectionError, ProjectionStats};
-use crate::runtime::error_chain::ErrorChain;
-use crate::runtime::shutdown::{GracefulStop, StopFuture};
+use crate::runtime::shutdown::{once_stopped_or, GracefulStop, StopFuture};
 
 /// A running projection. Clones share it; dropping them all leaves it running (until its
 /// arbiter stops).
@@ -108,11 +107,6 @@ impl GracefulStop for ProjectionHandle {
     fn stop_gracefully(&self) -> StopFuture {
         self.stop();
         let handle = self.clone();
-        Box::pin(async move {
-            handle
-                .stopped()
-                .await
-                .map_err(|e| ErrorChain(&e).to_string())
-        })
+        once_stopped_or(async move { handle.stopped().await })
     }
 }

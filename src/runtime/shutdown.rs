@@ -4,31 +4,41 @@
 //! The application registers each part with the [`Shutdown`] in the [`Phase`] it belongs to;
 //! [`Shutdown::run`] (or a signal, after [`Shutdown::on_signals`]) runs the phases in their
 //! order, the tasks of a phase at once, and the next phase when every task of the one before
-//! has ended. The whole run has one deadline: a phase cut short by it reports its unfinished
-//! tasks [`TaskOutcome::TimedOut`], and the phases after it are not run
-//! ([`PhaseReport::skipped`]): what they would have stopped ends with the process (a durable
-//! producer's unconfirmed messages stay in its journal, an entity's state is its journal). Each
-//! phase is logged as it starts and ends, and [`Shutdown::run`] returns what happened to each
-//! task.
+//! has ended. The whole run has one deadline, counted from the call: a phase cut short by it
+//! reports its unfinished tasks [`TaskOutcome::TimedOut`], and the tasks of the phases after
+//! it are begun without waiting ([`TaskOutcome::NotAwaited`]): each part is asked to stop,
+//! and what it had not finished ends with the process (a durable producer's unconfirmed
+//! messages stay in its journal, an entity's state is its journal). A task that panics is
+//! reported [`TaskOutcome::Failed`] and the run goes on. Each phase is logged as it begins and
+//! ends, and the run's [`ShutdownReport`] says what became of each task.
+//!
+//! The deadline cuts waiting, not work that never yields: a task whose closure or future
+//! blocks the thread holds the whole run. A task must not await the run itself (it would wait
+//! for its own end until the deadline). [`Shutdown::add`] keeps a clone of the handle it is
+//! given, so a part that stops when its last handle is dropped lives until the shutdown runs.
 
 use std::cell::RefCell;
 use std::fmt;
 use std::future::Future;
+use std::panic::AssertUnwindSafe;
 use std::pin::Pin;
 use std::rc::Rc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use futures_util::future::{join_all, FutureExt, Shared};
+use tokio::time::Instant;
 
 use crate::error::OptionsError;
+use crate::runtime::error_chain::ErrorChain;
 
 /// A task's future: it resolves when the task ended, with why it failed if it did.
 pub type StopFuture = Pin<Box<dyn Future<Output = Result<(), String>>>>;
 
 /// The phases of a shutdown, in the order they run.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+#[non_exhaustive]
 pub enum Phase {
     /// Readiness turns off ([`Shutdown::is_shutting_down`] is true from the start of the run,
     /// before this phase): load balancers stop sending work. Tasks: deregistering from
@@ -37,7 +47,8 @@ pub enum Phase {
     /// New work is refused: an HTTP server stops accepting connections and finishes the
     /// requests it has (`actix_web::dev::ServerHandle::stop(true)`).
     StopIntake,
-    /// Work in flight drains: a producer's messages get confirmed (`ProducerHandle::idle`).
+    /// Work in flight drains: a producer's messages get confirmed (`ProducerHandle::idle`,
+    /// bounded by the task's own timeout).
     Drain,
     /// Producers stop: their stored, unconfirmed messages stay in their journals.
     Producers,
@@ -45,16 +56,18 @@ pub enum Phase {
     Entities,
     /// Projections stop: the offset of what they handled is stored.
     Projections,
-    /// Shard coordinators hand their shards to the other nodes and leave; nodes and carriers
-    /// stop.
+    /// Shard coordinators hand their shards to the other nodes and leave (a coordinator stops
+    /// its entity host: register the coordinator, not its host).
     Cluster,
-    /// Journals close.
+    /// Nodes and carriers stop: connections close, once the coordinators no longer need them.
+    Transports,
+    /// Journals close: tasks of the application that owns them.
     Journals,
 }
 
 impl Phase {
     /// Every phase, in the order they run.
-    pub const ALL: [Phase; 8] = [
+    pub const ALL: &'static [Phase] = &[
         Phase::Unready,
         Phase::StopIntake,
         Phase::Drain,
@@ -62,23 +75,29 @@ impl Phase {
         Phase::Entities,
         Phase::Projections,
         Phase::Cluster,
+        Phase::Transports,
         Phase::Journals,
     ];
 }
 
 /// What became of one task.
 #[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum TaskOutcome {
     /// It ended well.
     Done,
-    /// It ended with this error (its whole cause chain).
+    /// It ended with this error (its whole cause chain), or panicked (`panicked: …`).
     Failed(String),
-    /// The deadline passed first.
+    /// The deadline passed while it ran.
     TimedOut,
+    /// Its phase began after the deadline: the task was begun (its part asked to stop) and
+    /// not waited for.
+    NotAwaited,
 }
 
 /// One task of a [`PhaseReport`].
 #[derive(Clone, Debug)]
+#[non_exhaustive]
 pub struct TaskReport {
     /// The name it was registered under.
     pub name: String,
@@ -90,37 +109,42 @@ pub struct TaskReport {
 
 /// One phase of a [`ShutdownReport`].
 #[derive(Clone, Debug)]
+#[non_exhaustive]
 pub struct PhaseReport {
     /// Which phase.
     pub phase: Phase,
     /// Its tasks, in the order they were registered (none for a phase nothing registered
     /// for).
     pub tasks: Vec<TaskReport>,
-    /// True if the deadline had passed before the phase began: its tasks did not run.
-    pub skipped: bool,
+    /// True if the phase had tasks and the deadline had passed before it began: they were
+    /// begun and not waited for.
+    pub past_deadline: bool,
 }
 
 /// What a shutdown did: every phase, in order.
 #[derive(Clone, Debug)]
+#[non_exhaustive]
 pub struct ShutdownReport {
     /// Why it ran: the signal, or what the caller of [`Shutdown::run`] said.
     pub reason: String,
-    /// The phases, in the order they ran.
+    /// Every phase, in order (those past the deadline too).
     pub phases: Vec<PhaseReport>,
     /// How long the whole shutdown took.
     pub took: Duration,
 }
 
 impl ShutdownReport {
-    /// True if every task ended well and no phase was skipped.
+    /// True if every task ended well within the deadline.
     pub fn is_clean(&self) -> bool {
-        self.phases.iter().all(|phase| {
-            !phase.skipped
-                && phase
-                    .tasks
-                    .iter()
-                    .all(|task| task.outcome == TaskOutcome::Done)
-        })
+        self.tasks()
+            .all(|(_, task)| task.outcome == TaskOutcome::Done)
+    }
+
+    /// Every task with its phase, in the order they ran.
+    pub fn tasks(&self) -> impl Iterator<Item = (Phase, &TaskReport)> {
+        self.phases
+            .iter()
+            .flat_map(|phase| phase.tasks.iter().map(move |task| (phase.phase, task)))
     }
 }
 
@@ -134,16 +158,15 @@ impl fmt::Display for ShutdownReport {
         )?;
         for phase in self.phases.iter().filter(|p| !p.tasks.is_empty()) {
             write!(f, "; {:?}:", phase.phase)?;
-            if phase.skipped {
-                write!(f, " skipped (deadline)")?;
-                continue;
-            }
             for task in &phase.tasks {
                 let took = task.took.as_secs_f64();
                 match &task.outcome {
                     TaskOutcome::Done => write!(f, " {} done in {took:.2} s", task.name)?,
                     TaskOutcome::Failed(why) => write!(f, " {} failed: {why}", task.name)?,
                     TaskOutcome::TimedOut => write!(f, " {} timed out", task.name)?,
+                    TaskOutcome::NotAwaited => {
+                        write!(f, " {} begun after the deadline", task.name)?
+                    }
                 }
             }
         }
@@ -168,6 +191,21 @@ pub trait GracefulStop {
     /// Begins the stop; the future resolves when the part stopped, with why it failed if it
     /// did (its whole cause chain).
     fn stop_gracefully(&self) -> StopFuture;
+}
+
+/// The stop future of a part whose `stopped()` resolves when it stopped.
+pub(crate) fn once_stopped(stopped: impl Future<Output = ()> + 'static) -> StopFuture {
+    Box::pin(async move {
+        stopped.await;
+        Ok(())
+    })
+}
+
+/// The stop future of a part whose `stopped()` says why it ended, if not as asked.
+pub(crate) fn once_stopped_or<E: std::error::Error + 'static>(
+    stopped: impl Future<Output = Result<(), E>> + 'static,
+) -> StopFuture {
+    Box::pin(async move { stopped.await.map_err(|e| ErrorChain(&e).to_string()) })
 }
 
 struct Task {
@@ -268,16 +306,20 @@ impl Shutdown {
         ShutdownWatch(self.state.borrow().begun.clone())
     }
 
-    /// Runs the shutdown (once: a second call, or a signal during the run, awaits the same
-    /// run) and resolves with its report.
+    /// Begins the shutdown now (once: a second call, or a signal during the run, gets the same
+    /// run) and resolves with its report. The run goes on if the future is dropped: it is
+    /// spawned on the current arbiter (call this inside the Actix system).
     pub fn run(&self, reason: impl Into<String>) -> impl Future<Output = ShutdownReport> + 'static {
         let mut state = self.state.borrow_mut();
         if state.run.is_none() {
             state.begun.store(true, Ordering::Relaxed);
             let tasks = std::mem::take(&mut state.tasks);
+            let until = Instant::now() + state.deadline;
             let run: Pin<Box<dyn Future<Output = ShutdownReport>>> =
-                Box::pin(run_phases(reason.into(), state.deadline, tasks));
-            state.run = Some(run.shared());
+                Box::pin(run_phases(reason.into(), state.deadline, until, tasks));
+            let run = run.shared();
+            actix_rt::spawn(run.clone());
+            state.run = Some(run);
         }
         state.run.clone().expect("set above")
     }
@@ -304,46 +346,58 @@ impl Shutdown {
     }
 }
 
-async fn run_phases(reason: String, deadline: Duration, mut tasks: Vec<Task>) -> ShutdownReport {
+async fn run_phases(
+    reason: String,
+    deadline: Duration,
+    until: Instant,
+    mut tasks: Vec<Task>,
+) -> ShutdownReport {
     let started = Instant::now();
-    let until = tokio::time::Instant::now() + deadline;
     log::info!(
         "shutdown ({reason}): {} tasks, deadline {deadline:?}",
         tasks.len()
     );
     let mut phases = Vec::new();
-    for phase in Phase::ALL {
+    for &phase in Phase::ALL {
         let (these, rest): (Vec<Task>, Vec<Task>) =
             tasks.into_iter().partition(|t| t.phase == phase);
         tasks = rest;
-        if tokio::time::Instant::now() >= until {
-            if !these.is_empty() {
-                log::warn!("shutdown: phase {phase:?} skipped, the deadline passed");
-            }
-            let tasks = these
-                .into_iter()
-                .map(|task| TaskReport {
-                    name: task.name,
-                    outcome: TaskOutcome::TimedOut,
-                    took: Duration::ZERO,
-                })
-                .collect();
+        if these.is_empty() {
             phases.push(PhaseReport {
                 phase,
-                tasks,
-                skipped: true,
+                tasks: Vec::new(),
+                past_deadline: false,
             });
             continue;
         }
+        let past_deadline = Instant::now() >= until;
+        if past_deadline {
+            log::warn!("shutdown: phase {phase:?} begins after the deadline: not waited for");
+        } else {
+            log::info!("shutdown: phase {phase:?} begins ({} tasks)", these.len());
+        }
         let began = Instant::now();
-        let runs = these.into_iter().map(|task| {
-            let Task { name, start, .. } = task;
-            async move {
+        let runs = these
+            .into_iter()
+            .map(|Task { name, start, .. }| async move {
                 let at = Instant::now();
-                let outcome = match tokio::time::timeout_at(until, start()).await {
-                    Ok(Ok(())) => TaskOutcome::Done,
-                    Ok(Err(why)) => TaskOutcome::Failed(why),
-                    Err(_) => TaskOutcome::TimedOut,
+                // Begun in any case: a part past the deadline is still asked to stop.
+                let outcome = match std::panic::catch_unwind(AssertUnwindSafe(start)) {
+                    Err(panic) => TaskOutcome::Failed(panicked(&*panic)),
+                    Ok(_) if past_deadline => TaskOutcome::NotAwaited,
+                    Ok(stopping) => {
+                        match tokio::time::timeout_at(
+                            until,
+                            AssertUnwindSafe(stopping).catch_unwind(),
+                        )
+                        .await
+                        {
+                            Ok(Ok(Ok(()))) => TaskOutcome::Done,
+                            Ok(Ok(Err(why))) => TaskOutcome::Failed(why),
+                            Ok(Err(panic)) => TaskOutcome::Failed(panicked(&*panic)),
+                            Err(_) => TaskOutcome::TimedOut,
+                        }
+                    }
                 };
                 match &outcome {
                     TaskOutcome::Done => log::info!("shutdown: {phase:?}: {name} stopped"),
@@ -353,22 +407,20 @@ async fn run_phases(reason: String, deadline: Duration, mut tasks: Vec<Task>) ->
                     TaskOutcome::TimedOut => {
                         log::warn!("shutdown: {phase:?}: {name} did not stop by the deadline")
                     }
+                    TaskOutcome::NotAwaited => {}
                 }
                 TaskReport {
                     name,
                     outcome,
                     took: at.elapsed(),
                 }
-            }
-        });
+            });
         let tasks = join_all(runs).await;
-        if !tasks.is_empty() {
-            log::info!("shutdown: phase {phase:?} ended in {:?}", began.elapsed());
-        }
+        log::info!("shutdown: phase {phase:?} ended in {:?}", began.elapsed());
         phases.push(PhaseReport {
             phase,
             tasks,
-            skipped: false,
+            past_deadline,
         });
     }
     let report = ShutdownReport {
@@ -382,4 +434,14 @@ async fn run_phases(reason: String, deadline: Duration, mut tasks: Vec<Task>) ->
         log::warn!("{report}");
     }
     report
+}
+
+/// What a panic said.
+fn panicked(panic: &(dyn std::any::Any + Send)) -> String {
+    let what = panic
+        .downcast_ref::<&str>()
+        .copied()
+        .or_else(|| panic.downcast_ref::<String>().map(String::as_str))
+        .unwrap_or("a panic without a message");
+    format!("panicked: {what}")
 }

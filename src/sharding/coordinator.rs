@@ -12,7 +12,7 @@ use crate::error::OptionsError;
 use crate::journal::Journal;
 use crate::persistence::EventSourced;
 use crate::runtime::random::random_u64;
-use crate::runtime::shutdown::{GracefulStop, StopFuture};
+use crate::runtime::shutdown::{once_stopped, GracefulStop, StopFuture};
 use crate::runtime::stop_signal::{wait_stopped, SubscribeStopped};
 use crate::sharding::coordinator_options::CoordinatorOptions;
 use crate::sharding::host::EntityHostHandle;
@@ -131,10 +131,6 @@ impl<E: EventSourced> GracefulStop for ShardCoordinatorHandle<E> {
     /// [`stop`](Self::stop) (its shards handed off), then [`stopped`](Self::stopped).
     fn stop_gracefully(&self) -> StopFuture {
         self.stop();
-        let stopped = self.stopped();
-        Box::pin(async move {
-            stopped.await;
-            Ok(())
-        })
+        once_stopped(self.stopped())
     }
 }

@@ -20,7 +20,7 @@ use crate::persistence::{check_versions, CommandError, EventSourced, Execute, Ou
 use crate::protocol::envelope::{DeadLetterReason, DeliveryInfo};
 use crate::protocol::origin::check_origin;
 use crate::runtime::alarm::{self, Alarm};
-use crate::runtime::shutdown::{GracefulStop, StopFuture};
+use crate::runtime::shutdown::{once_stopped, GracefulStop, StopFuture};
 use crate::runtime::stop_signal::{wait_stopped, StopSignal, SubscribeStopped};
 use crate::sharding::entity_id::{EntityId, ShardId};
 use crate::sharding::envelope::EntityEnvelope;
@@ -494,10 +494,6 @@ impl<E: EventSourced> GracefulStop for EntityHostHandle<E> {
     /// [`stop`](Self::stop), then [`stopped`](Self::stopped).
     fn stop_gracefully(&self) -> StopFuture {
         self.stop();
-        let stopped = self.stopped();
-        Box::pin(async move {
-            stopped.await;
-            Ok(())
-        })
+        once_stopped(self.stopped())
     }
 }

@@ -17,8 +17,7 @@ use crate::delivery::stored::Stored;
 use crate::durable::producer::start_durable_producer;
 use crate::durable::DurableOptions;
 use crate::error::{DeliveryError, Failure, OptionsError, StartError, TellError};
-use crate::runtime::error_chain::ErrorChain;
-use crate::runtime::shutdown::{GracefulStop, StopFuture};
+use crate::runtime::shutdown::{once_stopped_or, GracefulStop, StopFuture};
 use crate::sharding::entity_id::EntityId;
 use crate::sharding::envelope::EntityMessage;
 use crate::sharding::lanes::LaneStats;
@@ -267,7 +266,6 @@ impl<T: Clone + Send + 'static> GracefulStop for ShardedProducerHandle<T> {
     /// [`stop`](Self::stop), then [`stopped`](Self::stopped).
     fn stop_gracefully(&self) -> StopFuture {
         self.stop();
-        let stopped = self.stopped();
-        Box::pin(async move { stopped.await.map_err(|e| ErrorChain(&e).to_string()) })
+        once_stopped_or(self.stopped())
     }
 }

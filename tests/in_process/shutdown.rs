@@ -89,10 +89,11 @@ async fn phases_run_in_order_and_the_tasks_of_a_phase_at_once() {
     let names: Vec<_> = producers.tasks.iter().map(|t| t.name.as_str()).collect();
     assert_eq!(names, ["p1", "p2"], "in the order registered");
     assert_eq!(report.phases.len(), Phase::ALL.len());
+    assert_eq!(report.tasks().count(), 4);
 }
 
 #[actix::test]
-async fn the_deadline_times_out_the_phase_it_cuts_and_skips_the_phases_after_it() {
+async fn the_deadline_times_out_the_phase_it_cuts_and_the_phases_after_it_are_begun_not_awaited() {
     tokio::time::pause();
     let shutdown = Shutdown::new(Duration::from_secs(5)).unwrap();
     let events = Rc::new(RefCell::new(Vec::new()));
@@ -109,11 +110,8 @@ async fn the_deadline_times_out_the_phase_it_cuts_and_skips_the_phases_after_it(
     shutdown.add_task(
         Phase::Producers,
         "producer",
-        timed(&events, "producer", Duration::ZERO),
+        timed(&events, "producer", Duration::from_secs(1)),
     );
-    shutdown.add_task(Phase::Entities, "fails", || async {
-        Err("its journal is gone".to_owned())
-    });
 
     let started = tokio::time::Instant::now();
     let report = shutdown.run("a test").await;
@@ -131,21 +129,103 @@ async fn the_deadline_times_out_the_phase_it_cuts_and_skips_the_phases_after_it(
         .unwrap();
     let outcomes: Vec<_> = drain.tasks.iter().map(|t| t.outcome.clone()).collect();
     assert_eq!(outcomes, [TaskOutcome::Done, TaskOutcome::TimedOut]);
-    assert!(!drain.skipped);
-    for phase in [Phase::Producers, Phase::Entities] {
-        let report = report.phases.iter().find(|p| p.phase == phase).unwrap();
-        assert!(report.skipped, "{phase:?} runs after the deadline");
-        assert!(report
-            .tasks
-            .iter()
-            .all(|t| t.outcome == TaskOutcome::TimedOut));
-    }
-    assert!(!events.borrow().contains(&"producer begins".to_owned()));
+    assert!(!drain.past_deadline);
+    let producers = report
+        .phases
+        .iter()
+        .find(|p| p.phase == Phase::Producers)
+        .unwrap();
+    assert!(producers.past_deadline);
+    assert_eq!(producers.tasks[0].outcome, TaskOutcome::NotAwaited);
+    // Begun all the same: a part past the deadline is still asked to stop.
+    assert!(events.borrow().contains(&"producer begins".to_owned()));
+    assert!(!events.borrow().contains(&"producer ends".to_owned()));
+    // Phases without tasks are not marked.
+    let entities = report
+        .phases
+        .iter()
+        .find(|p| p.phase == Phase::Entities)
+        .unwrap();
+    assert!(!entities.past_deadline);
     let text = report.to_string();
     assert!(
-        text.contains("stuck timed out") && text.contains("Producers: skipped"),
+        text.contains("stuck timed out") && text.contains("producer begun after the deadline"),
         "{text}"
     );
+}
+
+#[actix::test]
+async fn a_panicking_task_is_reported_failed_and_the_run_goes_on() {
+    tokio::time::pause();
+    let shutdown = Shutdown::new(Duration::from_secs(5)).unwrap();
+    let events = Rc::new(RefCell::new(Vec::new()));
+    shutdown.add_task(
+        Phase::Producers,
+        "panics at once",
+        || -> std::future::Ready<Result<(), String>> { panic!("at once") },
+    );
+    shutdown.add_task(Phase::Producers, "panics later", || async {
+        tokio::time::sleep(Duration::from_millis(10)).await;
+        panic!("later")
+    });
+    shutdown.add_task(
+        Phase::Journals,
+        "journal",
+        timed(&events, "journal", Duration::ZERO),
+    );
+
+    let report = shutdown.clone().run("a test").await;
+
+    let outcomes: Vec<_> = report
+        .tasks()
+        .filter(|(phase, _)| *phase == Phase::Producers)
+        .map(|(_, task)| task.outcome.clone())
+        .collect();
+    assert_eq!(
+        outcomes,
+        [
+            TaskOutcome::Failed("panicked: at once".into()),
+            TaskOutcome::Failed("panicked: later".into())
+        ]
+    );
+    assert_eq!(*events.borrow(), ["journal begins", "journal ends"]);
+    // A second caller gets the report, not a poisoned run.
+    assert_eq!(shutdown.run("again").await.reason, "a test");
+}
+
+#[actix::test]
+async fn the_run_goes_on_when_its_future_is_dropped() {
+    tokio::time::pause();
+    let shutdown = Shutdown::new(Duration::from_secs(5)).unwrap();
+    let events = Rc::new(RefCell::new(Vec::new()));
+    shutdown.add_task(Phase::Unready, "unready", {
+        let watch = shutdown.watch();
+        let events = events.clone();
+        move || {
+            events.borrow_mut().push(format!(
+                "unready sees shutting down: {}",
+                watch.is_shutting_down()
+            ));
+            async { Ok(()) }
+        }
+    });
+    shutdown.add_task(
+        Phase::Producers,
+        "producer",
+        timed(&events, "producer", Duration::from_secs(1)),
+    );
+    drop(shutdown.run("dropped at once"));
+    assert!(shutdown.is_shutting_down(), "from the call on");
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert_eq!(
+        *events.borrow(),
+        [
+            "unready sees shutting down: true",
+            "producer begins",
+            "producer ends"
+        ]
+    );
+    assert!(shutdown.run("later").await.is_clean());
 }
 
 #[actix::test]

@@ -888,10 +888,10 @@ mod tests {
         );
     }
 
-    #[test]
-    fn a_newer_clients_longer_hello_is_answered_at_version_4_and_both_proofs_verify() {
-        // A client of a later release: version 9, and 20 bytes of fields appended to its
-        // Hello, built by hand as it would send them.
+    /// A client of a later release (speaking 3 to 9, offering 9) and the payload of its
+    /// opening frame: a version 9 Hello with 20 bytes of fields this release does not know
+    /// appended, built by hand as it would send it.
+    fn future_client() -> (Local, Vec<u8>) {
         let future = Local {
             versions: 3..=9,
             wire_version: 9,
@@ -908,6 +908,14 @@ mod tests {
         let mut payload = vec![0]; // the kind of a Hello
         payload.extend_from_slice(&codec::encode(&hello).unwrap());
         payload.extend_from_slice(&[0xab; 20]);
+        (future, payload)
+    }
+
+    #[test]
+    fn a_newer_clients_longer_hello_is_answered_at_version_4_and_both_proofs_verify() {
+        // A client of a later release: version 9, and 20 bytes of fields appended to its
+        // Hello, built by hand as it would send them.
+        let (future, payload) = future_client();
         assert!(payload.len() <= crate::tcp::frame::HANDSHAKE_MAX_FRAME);
         let server = local(2, Some(K));
         let (s, challenge) = Server::start(&server, &payload, [2; 32]).unwrap();
@@ -959,22 +967,7 @@ mod tests {
     #[test]
     fn bytes_moved_from_a_newer_clients_hello_into_a_forged_challenge_fail_the_proofs() {
         // A client of a later release offers 9, with 20 bytes of fields appended to its Hello.
-        let future = Local {
-            versions: 3..=9,
-            wire_version: 9,
-            ..local(1, Some(K))
-        };
-        let hello = Hello {
-            magic: MAGIC,
-            version: 9,
-            node_id: future.node_id,
-            nonce: [1; 32],
-            authenticated: true,
-            max_frame_length: future.max_frame_length,
-        };
-        let mut sent = vec![0]; // the kind of a Hello
-        sent.extend_from_slice(&codec::encode(&hello).unwrap());
-        sent.extend_from_slice(&[0xab; 20]);
+        let (future, sent) = future_client();
         let client = Client {
             hello: sent[1..].to_vec(),
             offered: 9,

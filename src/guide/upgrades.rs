@@ -20,22 +20,22 @@
 //! the operator raises it once every node runs the new release; a node reads both the old
 //! format and the new one.
 //!
-//! - **The wire.** A node speaks a range of protocol versions (this release: 3 and 4, the
-//!   previous release: 4) and offers at most its `wire_version` when it connects (TCP:
+//! - **The wire.** A node speaks a range of protocol versions (this release: 3 and 4, the previous
+//!   release: 4) and offers at most its `wire_version` when it connects (TCP:
 //!   [`NodeOptionsBuilder::wire_version`](crate::tcp::NodeOptionsBuilder::wire_version); NATS:
-//!   `nats::NatsOptionsBuilder::wire_version`). A TCP connection settles on the highest version both ends speak, in its
-//!   handshake: the accepting node answers the offer with the highest version it speaks up to
-//!   it, and a node of this release reads a newer release's longer opening frame, so the next
-//!   release can roll onto this one. A NATS carrier, which has no handshake, reads every
-//!   version of its range and writes its `wire_version`. What a version lacks is not sent to a
-//!   peer of that version: version 3 has no chunks, so a
-//!   [large message](super::large_messages)'s chunks are not sent on a link at version 3 (each
-//!   held transmission counted in `chunks_held_for_version`) and keep their producer's window
-//!   occupied: a producer that chunks stalls until its link speaks 4, or its `max_attempts`
-//!   gives the message up. Send no chunked messages to nodes of a release that speaks only 3.
-//!   A NATS ACK is written at the version of the deliveries it answers. The default, 4, is what the previous release speaks: from it,
-//!   nothing is set and nothing raised. From a release that speaks only 3, set `wire_version`
-//!   to 3 on every node of this release until the last node of that release is gone.
+//!   `nats::NatsOptionsBuilder::wire_version`). A TCP connection settles on the highest version
+//!   both ends speak, in its handshake: the accepting node answers the offer with the highest
+//!   version it speaks up to it, and a node of this release reads a newer release's longer opening
+//!   frame, so the next release can roll onto this one. A NATS carrier, which has no handshake,
+//!   reads every version of its range and writes its `wire_version`. What a version lacks is not
+//!   sent to a peer of that version: version 3 has no chunks, so a [large
+//!   message](super::large_messages)'s chunks are not sent on a link at version 3 (each held
+//!   transmission counted in `chunks_held_for_version`) and keep their producer's window occupied:
+//!   a producer that chunks stalls until its link speaks 4, or its `max_attempts` gives the message
+//!   up. Send no chunked messages to nodes of a release that speaks only 3. A NATS ACK is written
+//!   at the version of the deliveries it answers. The default, 4, is what the previous release
+//!   speaks: from it, nothing is set and nothing raised. From a release that speaks only 3, set
+//!   `wire_version` to 3 on every node of this release until the last node of that release is gone.
 //! - **Journals.** The schema version (SQLite's `PRAGMA user_version`, PostgreSQL's
 //!   `journal_schema.version`; both 3 in this release and the one before) counts only changes
 //!   an older release cannot read, and a journal of a newer schema is refused by older code. So

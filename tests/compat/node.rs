@@ -180,7 +180,9 @@ async fn produce(
     let sends = futures_util::future::join_all(numbers.map(|n| producer.send(n)));
     let outcomes = tokio::select! {
         outcomes = sends => outcomes,
-        () = until_stdin_closes() => return Err("stdin closed before every message was confirmed".into()),
+        () = until_stdin_closes() => {
+            return Err("stdin closed before every message was confirmed".into());
+        }
     };
     let confirmed = outcomes.iter().filter(|outcome| outcome.is_ok()).count();
     println!("confirmed {confirmed}");

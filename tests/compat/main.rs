@@ -410,13 +410,13 @@ async fn a_rolling_upgrade_under_load_loses_nothing_and_applies_each_deposit_onc
     );
     type Confirmed = Vec<(u64, Instant, Result<(), DeliveryError>)>;
     let confirmed: Arc<Mutex<Confirmed>> = Arc::default();
-    let sent_at: Arc<Mutex<Vec<Instant>>> = Arc::default();
+    let due_at: Arc<Mutex<Vec<Instant>>> = Arc::default();
     let running = Arc::new(std::sync::atomic::AtomicBool::new(true));
     let load = {
-        let (producer, confirmed, sent_at, running) = (
+        let (producer, confirmed, due_at, running) = (
             producer.clone(),
             confirmed.clone(),
-            sent_at.clone(),
+            due_at.clone(),
             running.clone(),
         );
         actix::spawn(async move {
@@ -427,7 +427,7 @@ async fn a_rolling_upgrade_under_load_loses_nothing_and_applies_each_deposit_onc
                 // stall of this arbiter counts.
                 let due = ticks.tick().await.into_std();
                 let confirmed = confirmed.clone();
-                sent_at.lock().unwrap().push(due);
+                due_at.lock().unwrap().push(due);
                 let to = account(deposit * 7919 % ACCOUNTS);
                 let confirm = move |result| {
                     confirmed
@@ -533,20 +533,20 @@ async fn a_rolling_upgrade_under_load_loses_nothing_and_applies_each_deposit_onc
 
     // The confirmation latencies of the deposits sent during the roll, and the longest time
     // without any confirmation.
-    let sent_at = sent_at.lock().unwrap();
+    let due_at = due_at.lock().unwrap();
     let mut latencies: Vec<Duration> = confirmed
         .iter()
         .filter(|(d, _, _)| {
-            let at = sent_at[*d as usize];
+            let at = due_at[*d as usize];
             at >= roll_started && at <= roll_ended
         })
-        .map(|(d, at, _)| at.duration_since(sent_at[*d as usize]))
+        .map(|(d, at, _)| at.duration_since(due_at[*d as usize]))
         .collect();
     latencies.sort_unstable();
     // The slowest deposit due in each step (from its SIGTERM to the next one).
     let mut slowest = vec![Duration::ZERO; step_started.len()];
     for (d, at, _) in &confirmed {
-        let due = sent_at[*d as usize];
+        let due = due_at[*d as usize];
         if let Some(step) = step_started.iter().rposition(|(_, began)| *began <= due) {
             slowest[step] = slowest[step].max(at.duration_since(due));
         }

@@ -100,6 +100,72 @@
 pub mod codec;
 mod config;
 mod delivery;
+pub mod dead_letters {
+    //! Dead letters that are kept: what a part gave up or refused, with its body, where it came
+    //! from and why, in a bounded store that an operator lists, replays and deletes entries of.
+    //!
+    //! - **What is kept.** A [`NewDeadLetter`]: the body as stored bytes with its
+    //!   [`Manifest`](crate::codec::Manifest), the source (a [`SourceKind`] and the name the part
+    //!   was given), a stable key, the message's delivery id where it had one, the
+    //!   [`DeadLetterCause`], the attempts and the last error. A second letter of the same source
+    //!   and key updates the first entry.
+    //! - **Bounds.** [`DeadLetterLimits`]: entries and bytes (the oldest dropped first, counted),
+    //!   the longest body kept, and the sampling of floods: of what a peer sent (undecodable,
+    //!   incompatible, malformed) a source keeps a burst, then one per interval, and counts the
+    //!   rest.
+    //! - **Stores.** [`MemoryDeadLetters`]; `SqliteDeadLetters` and `PostgresDeadLetters` keep
+    //!   them in their journal's database, in a table of their own (adding it raises no schema
+    //!   version). Every [`DeadLetterStore`] is held to the same rules by one conformance suite.
+    //! - **The handle.** [`DeadLetters`] wraps a store: parts [`record`](DeadLetters::record)
+    //!   into it, the application lists, gets, deletes and [`replay`](DeadLetters::replay)s.
+    //! - **Replay, effectively once.** A route per source ([`DeadLetters::on_replay`]) sends the
+    //!   decoded body to its destination under the entry's stable replay id ([`Replay::info`]).
+    //!   The entry is removed once the route resolved. A replay repeated after a crash between
+    //!   the two is recognised by an effectively-once destination: nothing is applied twice.
+    //!
+    //! ```
+    //! use actix_delivery::dead_letters::{
+    //!     DeadLetterCause, DeadLetterFilter, DeadLetterLimits, DeadLetters, MemoryDeadLetters,
+    //!     NewDeadLetter, Replayed, SourceKind,
+    //! };
+    //! use actix_delivery::codec::{Codec, Manifest};
+    //!
+    //! # #[actix::main] async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    //! let dead_letters = DeadLetters::new(MemoryDeadLetters::new(DeadLetterLimits::default())?);
+    //! let body = Codec::MessagePack.encode(&42u32, 1024)?;
+    //! dead_letters
+    //!     .keep(NewDeadLetter {
+    //!         kind: SourceKind::WorkPulling,
+    //!         source: "jobs".into(),
+    //!         cause: DeadLetterCause::GivenUp,
+    //!         key: "job-7".into(),
+    //!         origin: None,
+    //!         manifest: Manifest::new(Codec::MessagePack, "u32", 1),
+    //!         body_len: body.len() as u64,
+    //!         body: Some(body),
+    //!         attempts: 3,
+    //!         error: "no worker confirmed it".into(),
+    //!     })
+    //!     .await?;
+    //! dead_letters.on_replay("jobs", |replay: actix_delivery::dead_letters::Replay<u32>| async move {
+    //!     assert_eq!(replay.body, 42);
+    //!     Ok(Replayed::Applied)
+    //! });
+    //! let page = dead_letters.list(DeadLetterFilter::default()).await?;
+    //! assert_eq!(dead_letters.replay(page.entries[0].id).await?, Replayed::Applied);
+    //! assert_eq!(dead_letters.counts().await?.entries, 0);
+    //! # Ok(()) }
+    //! ```
+
+    pub use actix_delivery_proto::delivery::dead_letters::*;
+
+    pub use crate::delivery::dead_letter_handle::{
+        DeadLetterStats, DeadLetters, Replay, ReplayFuture, Replayed,
+    };
+    pub use crate::delivery::dead_letter_store::{
+        DeadLetterError, DeadLetterFuture, DeadLetterStore, MemoryDeadLetters,
+    };
+}
 pub mod durable;
 mod error;
 mod facade;

@@ -18,6 +18,7 @@
 
 pub mod codec;
 pub mod config;
+pub mod delivery;
 pub mod durable;
 pub mod error;
 pub mod journal;

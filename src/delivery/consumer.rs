@@ -7,18 +7,22 @@ use std::task::{Context as TaskContext, Poll, Waker};
 use std::time::Instant;
 
 use actix::prelude::*;
+use bytes::Bytes;
 use futures_util::future::{AbortHandle, Abortable};
 use futures_util::stream::{FuturesUnordered, StreamExt};
 
+use crate::codec::Manifest;
 use crate::delivery::dead_letter::DeadLetter;
+use crate::delivery::dead_letter_handle::DeadLetters;
+use crate::delivery::dead_letters::{delivery_key, DeadLetterCause, NewDeadLetter, SourceKind};
 use crate::delivery::handler::{DeliveryHandler, Outcome};
 use crate::delivery::message::{
     ChunkDeliveries, ChunkDelivery, ConsumerRef, Deliveries, Delivery, GetConsumerStats,
     GetOutOfOrder, ReplyTo, StopConsumer, Undecodable,
 };
-use crate::delivery::options::ConsumerOptions;
+use crate::delivery::options::{ConsumerOptions, ConsumerParts};
 use crate::protocol::consumer::{Completion, ConsumerCore, ConsumerStats, HandlerOutcome, Step};
-use crate::protocol::envelope::{Ack, DeadLetterReason, Header, ProducerId};
+use crate::protocol::envelope::{Ack, DeadLetterReason, DeliveryInfo, Header, ProducerId};
 use crate::runtime::after_drain::after_each_drain;
 use crate::runtime::alarm::{self, Alarm};
 use crate::runtime::shutdown::{once_stopped, GracefulStop, StopFuture};
@@ -41,6 +45,10 @@ pub struct ConsumerController<T: Send + 'static> {
     core: ConsumerCore<T, ReplyTo>,
     handler: DeliveryHandler<T>,
     dead_letters: Option<Recipient<DeadLetter>>,
+    /// Where refused deliveries are kept, with the consumer's name.
+    kept: Option<(DeadLetters, String)>,
+    /// The body of the undecodable delivery being refused, for `kept`.
+    unread_body: Option<Bytes>,
     alarm: Alarm,
     /// ACKs produced during the current mailbox drain, sent (batched per producer) after it.
     acks: Vec<(ReplyTo, Ack)>,
@@ -83,7 +91,12 @@ impl<T: Send + 'static> ConsumerController<T> {
                 .name()
                 .unwrap_or(crate::telemetry::metrics::DEFAULT_LABEL),
         );
-        let (mut handler, config, dead_letters) = options.into_parts();
+        let ConsumerParts {
+            mut handler,
+            config,
+            dead_letters,
+            kept,
+        } = options.into_parts();
         // Ordered mode awaits every handler: a later message must not be confirmed before an
         // earlier one whose outcome is still open.
         handler.allow_pipelining(!config.ordered);
@@ -91,6 +104,8 @@ impl<T: Send + 'static> ConsumerController<T> {
             core: ConsumerCore::new(&config),
             handler,
             dead_letters,
+            kept,
+            unread_body: None,
             alarm: Alarm::default(),
             acks: Vec::new(),
             handler_pending: false,
@@ -303,7 +318,11 @@ impl<T: Send + 'static> ConsumerController<T> {
         }
     }
 
-    fn dead_letter(&self, reason: DeadLetterReason, header: Header) {
+    fn dead_letter(&mut self, reason: DeadLetterReason, header: Header) {
+        let body = self.unread_body.take();
+        if let Some((kept, name)) = &self.kept {
+            kept.record(refused(name, reason, &header, body));
+        }
         if let Some(sink) = &self.dead_letters {
             sink.do_send(DeadLetter {
                 reason,
@@ -442,9 +461,11 @@ impl<T: Send + 'static> Handler<Undecodable> for ConsumerController<T> {
             return;
         }
         let now = alarm::now();
-        for (header, reason) in headers {
+        for (header, reason, body) in headers {
+            self.unread_body = Some(body);
             let step = self.core.handle_unreadable(header, reason, now);
             self.carry_out_step(step, now);
+            self.unread_body = None;
         }
     }
 }
@@ -592,5 +613,33 @@ impl<T: Send + 'static> GracefulStop for ConsumerHandle<T> {
     fn stop_gracefully(&self) -> StopFuture {
         self.stop();
         once_stopped(self.stopped())
+    }
+}
+
+/// The dead letter kept of a delivery the consumer `name` refused for `reason`.
+fn refused(
+    name: &str,
+    reason: DeadLetterReason,
+    header: &Header,
+    body: Option<Bytes>,
+) -> NewDeadLetter {
+    let cause = match reason {
+        DeadLetterReason::UndecodableBody => DeadLetterCause::Undecodable,
+        DeadLetterReason::IncompatibleBody { .. } => DeadLetterCause::IncompatibleVersion,
+        _ => DeadLetterCause::Malformed,
+    };
+    let info = DeliveryInfo::from(header);
+    NewDeadLetter {
+        kind: SourceKind::Consumer,
+        source: name.to_owned(),
+        cause,
+        key: delivery_key(&info),
+        origin: Some(info),
+        // The body as received: its own framing says how it was written.
+        manifest: Manifest::raw(),
+        body_len: body.as_ref().map_or(0, |body| body.len() as u64),
+        body: body.map(|body| body.to_vec()),
+        attempts: 1,
+        error: reason.to_string(),
     }
 }

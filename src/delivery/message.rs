@@ -244,11 +244,12 @@ impl<T: Send + 'static> Message for Deliveries<T> {
 }
 
 /// Deliveries whose bodies a transport received but could not decode as the consumer's
-/// message type (their headers as received, each with why): the consumer makes them dead
-/// letters ([`DeadLetterReason::UndecodableBody`](crate::DeadLetterReason::UndecodableBody),
+/// message type (their headers as received, each with why and the body's bytes as
+/// received): the consumer makes them dead letters
+/// ([`DeadLetterReason::UndecodableBody`](crate::DeadLetterReason::UndecodableBody),
 /// [`DeadLetterReason::IncompatibleBody`](crate::DeadLetterReason::IncompatibleBody)).
 #[derive(Debug)]
-pub(crate) struct Undecodable(pub(crate) Vec<(Header, DeadLetterReason)>);
+pub(crate) struct Undecodable(pub(crate) Vec<(Header, DeadLetterReason, Bytes)>);
 
 impl Message for Undecodable {
     type Result = ();

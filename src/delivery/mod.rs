@@ -6,6 +6,11 @@
 pub(crate) mod confirmation;
 pub(crate) mod consumer;
 pub(crate) mod dead_letter;
+pub(crate) use actix_delivery_proto::delivery::{
+    dead_letter_book, dead_letter_sampler, dead_letters,
+};
+pub(crate) mod dead_letter_handle;
+pub(crate) mod dead_letter_store;
 pub(crate) mod handler;
 pub(crate) mod inbox;
 pub mod message;

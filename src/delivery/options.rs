@@ -15,6 +15,7 @@ use crate::codec::schema::BodySchema;
 use crate::codec::{Codec, MAX_ENCODED_BYTES};
 use crate::config::{Backoff, ConsumerConfig, Limit, Overrides, ProducerConfig};
 use crate::delivery::dead_letter::DeadLetter;
+use crate::delivery::dead_letter_handle::DeadLetters;
 use crate::delivery::handler::DeliveryHandler;
 use crate::delivery::message::ConsumerRef;
 use crate::delivery::producer_core::Chunking;
@@ -359,6 +360,7 @@ pub struct ConsumerOptions<T> {
     handler: DeliveryHandler<T>,
     config: ConsumerConfig,
     dead_letters: Option<Recipient<DeadLetter>>,
+    kept: Option<(DeadLetters, String)>,
     name: Option<String>,
 }
 
@@ -370,6 +372,7 @@ impl<T: 'static> ConsumerOptions<T> {
             loaded: ConsumerConfig::default(),
             explicit: Overrides::default(),
             dead_letters: None,
+            kept: None,
             name: None,
         }
     }
@@ -385,6 +388,7 @@ impl<T: 'static> ConsumerOptions<T> {
             handler,
             config,
             dead_letters: None,
+            kept: None,
             name: None,
         })
     }
@@ -400,15 +404,23 @@ impl<T: 'static> ConsumerOptions<T> {
         self.name.as_deref()
     }
 
-    pub(crate) fn into_parts(
-        self,
-    ) -> (
-        DeliveryHandler<T>,
-        ConsumerConfig,
-        Option<Recipient<DeadLetter>>,
-    ) {
-        (self.handler, self.config, self.dead_letters)
+    pub(crate) fn into_parts(self) -> ConsumerParts<T> {
+        ConsumerParts {
+            handler: self.handler,
+            config: self.config,
+            dead_letters: self.dead_letters,
+            kept: self.kept,
+        }
     }
+}
+
+/// What a consumer is made of: its handler, settings, and where its dead letters go.
+pub(crate) struct ConsumerParts<T> {
+    pub(crate) handler: DeliveryHandler<T>,
+    pub(crate) config: ConsumerConfig,
+    pub(crate) dead_letters: Option<Recipient<DeadLetter>>,
+    /// The store its dead letters are kept in, with the consumer's name (their source).
+    pub(crate) kept: Option<(DeadLetters, String)>,
 }
 
 /// Builds [`ConsumerOptions`]; see [`ConsumerConfig`] for each setting's default and rule.
@@ -417,6 +429,7 @@ pub struct ConsumerOptionsBuilder<T> {
     loaded: ConsumerConfig,
     explicit: Overrides<ConsumerConfig>,
     dead_letters: Option<Recipient<DeadLetter>>,
+    kept: Option<(DeadLetters, String)>,
     name: Option<String>,
 }
 
@@ -499,6 +512,21 @@ impl<T: 'static> ConsumerOptionsBuilder<T> {
         self
     }
 
+    /// Keeps the deliveries it refuses in `dead_letters`, under the name `source` (kind
+    /// [`Consumer`](crate::dead_letters::SourceKind::Consumer)): undecodable and
+    /// incompatible bodies with their bytes as received, malformed deliveries with their ids
+    /// (the key is `producer/incarnation/seq`). What a peer floods is sampled (see
+    /// [`DeadLetterLimits`](crate::dead_letters::DeadLetterLimits)). Beside
+    /// [`dead_letters`](Self::dead_letters), which still gets every one.
+    pub fn keep_dead_letters(
+        mut self,
+        dead_letters: DeadLetters,
+        source: impl Into<String>,
+    ) -> Self {
+        self.kept = Some((dead_letters, source.into()));
+        self
+    }
+
     /// The consumer's name (default `"default"`; not empty): the `consumer` label of its
     /// metrics (feature `metrics`; consumers sharing a name add up) and the `consumer` field
     /// of its handler spans (feature `tracing`).
@@ -523,6 +551,7 @@ impl<T: 'static> ConsumerOptionsBuilder<T> {
         }
         let mut options = ConsumerOptions::from_config(handler, self.explicit.apply(self.loaded))?;
         options.dead_letters = self.dead_letters;
+        options.kept = self.kept;
         options.name = self.name;
         Ok(options)
     }

@@ -10,6 +10,9 @@ use futures_util::future::LocalBoxFuture;
 use futures_util::FutureExt;
 use tokio::sync::watch;
 
+use crate::codec::Manifest;
+use crate::delivery::dead_letter_handle::DeadLetters;
+use crate::delivery::dead_letters::{DeadLetterCause, NewDeadLetter, SourceKind};
 use crate::delivery::handler::panic_message;
 use crate::journal::{Journal, JournalError, JournalId, Offset, Slices, TagNotifications};
 use crate::persistence::EventSourced;
@@ -158,6 +161,7 @@ pub struct Projection<D: EventDecoder> {
     pub(crate) journal: Arc<dyn Journal>,
     pub(crate) options: ProjectionOptions,
     pub(crate) decoder: D,
+    pub(crate) dead_letters: Option<(DeadLetters, String)>,
 }
 
 impl Projection<RawEvents> {
@@ -171,6 +175,7 @@ impl Projection<RawEvents> {
             journal,
             options,
             decoder: EntityEvents::default(),
+            dead_letters: None,
         }
     }
 
@@ -180,11 +185,29 @@ impl Projection<RawEvents> {
             journal,
             options,
             decoder: RawEvents,
+            dead_letters: None,
         }
     }
 }
 
 impl<D: EventDecoder> Projection<D> {
+    /// Keeps the entries the poison policy skips
+    /// ([`PoisonPolicy::Skip`](crate::projection::PoisonPolicy::Skip)) in `dead_letters`,
+    /// under the name `source` (kind [`Projection`](crate::dead_letters::SourceKind::Projection)):
+    /// each event's payload and manifest as stored, its `persistence_id/seq` as the key, the
+    /// handler's last error; an entry that could not be read is kept as
+    /// [`Undecodable`](crate::dead_letters::DeadLetterCause::Undecodable). The letter is kept
+    /// before the skip's offset is stored, so a crash between the two skips (and keeps) the
+    /// entry again, updating the same letter.
+    pub fn keep_dead_letters(
+        mut self,
+        dead_letters: DeadLetters,
+        source: impl Into<String>,
+    ) -> Self {
+        self.dead_letters = Some((dead_letters, source.into()));
+        self
+    }
+
     /// Runs the projection with `sink` on the current arbiter.
     pub(crate) fn start<S: Sink<D::Event>>(self, sink: S) -> ProjectionHandle {
         let (stop, stopping) = watch::channel(false);
@@ -223,6 +246,7 @@ async fn run<D: EventDecoder, S: Sink<D::Event>>(
         journal,
         options,
         decoder,
+        dead_letters,
     } = projection;
     let key = Key::new(&options.name, options.query.slices);
     let query = options.query.clone();
@@ -243,7 +267,10 @@ async fn run<D: EventDecoder, S: Sink<D::Event>>(
     let now = || tokio::time::Instant::now().into_std();
     let mut ended = Ok(());
     while !*stopping.borrow() {
-        match core.next_step(now()) {
+        let step = core.next_step(now());
+        // Before the step, which may store the offset past a skipped entry.
+        keep_skipped(&mut core, dead_letters.as_ref(), &*journal).await;
+        match step {
             Step::Load => match load(&mut sink, &*journal, &key).await {
                 Ok(offset) => {
                     core.handle_loaded(offset);
@@ -298,6 +325,7 @@ async fn run<D: EventDecoder, S: Sink<D::Event>>(
         }
         publish(&core);
     }
+    keep_skipped(&mut core, dead_letters.as_ref(), &*journal).await;
     if let Some(offset) = core.offset_to_save_at_stop() {
         match sink.save(&key, core.stored(), offset).await {
             Ok(()) => core.handle_saved(offset),
@@ -310,6 +338,55 @@ async fn run<D: EventDecoder, S: Sink<D::Event>>(
     }
     publish(&core);
     ended
+}
+
+/// Keeps the entries the core skipped since the last call in `dead_letters` (if it has one),
+/// each with its event as stored; a failure to keep one is logged, and the skip goes on.
+async fn keep_skipped<Ev>(
+    core: &mut Core<Ev>,
+    dead_letters: Option<&(DeadLetters, String)>,
+    journal: &dyn Journal,
+) {
+    let skipped = core.take_skipped();
+    let Some((dead_letters, source)) = dead_letters else {
+        return;
+    };
+    for entry in skipped {
+        let stored = journal
+            .replay(&entry.persistence_id, entry.seq, entry.seq, 1)
+            .await
+            .ok()
+            .and_then(|mut events| events.pop());
+        let cause = if entry.attempts == 0 {
+            DeadLetterCause::Undecodable
+        } else {
+            DeadLetterCause::Poison
+        };
+        let (manifest, body) = match stored {
+            Some(event) => (event.manifest, Some(event.payload)),
+            None => (Manifest::raw(), None),
+        };
+        let letter = NewDeadLetter {
+            kind: SourceKind::Projection,
+            source: source.clone(),
+            cause,
+            key: format!("{}/{}", entry.persistence_id, entry.seq),
+            origin: None,
+            manifest,
+            body_len: body.as_ref().map_or(0, |body| body.len() as u64),
+            body,
+            attempts: entry.attempts,
+            error: format!("offset {}: {}", entry.offset, entry.reason),
+        };
+        if let Err(error) = dead_letters.keep(letter).await {
+            log::error!(
+                "projection `{source}`: the skipped entry {}/{} was not kept as a dead letter: \
+                 {error}",
+                entry.persistence_id,
+                entry.seq
+            );
+        }
+    }
 }
 
 /// The stored offset, unless it is beyond everything `journal` has committed (see

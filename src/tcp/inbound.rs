@@ -119,7 +119,8 @@ impl<T: DeserializeOwned + Send + 'static> Exposed for ExposedConsumer<T> {
                 }),
                 Err(unread) => {
                     why.get_or_insert(unread.why);
-                    undecodable.push((header, unread.reason));
+                    let body = chunk_bytes(frame, item.body);
+                    undecodable.push((header, unread.reason, body));
                 }
             }
         }

@@ -32,6 +32,7 @@ use crate::runtime::after_drain::after_each_drain;
 use crate::runtime::alarm::{now, Alarm};
 use crate::runtime::random::random_u64;
 use crate::runtime::settlements::{Settlements, TakeSettlements};
+use crate::work_pulling::options::KeepGivenUp;
 use crate::work_pulling::pool::{JobKey, PoolStats, Settled, WorkPool, WorkerKey};
 use crate::work_pulling::registry::WorkersChanged;
 use crate::work_pulling::{GivenUpJob, Job, WorkPullingOptions, WorkerRegistry};
@@ -105,6 +106,7 @@ pub(crate) struct WorkPullingController<T: Clone + Send + 'static> {
     /// up sends it again) is answered given up again.
     given_up: BTreeMap<u64, DeliveryError>,
     dead_letters: Option<Recipient<GivenUpJob<T>>>,
+    kept: Option<KeepGivenUp<T>>,
     /// Wakes the pool when a worker's rest ends.
     alarm: Alarm,
     /// Resolves when the producer stopped: the pool stops then.
@@ -141,6 +143,7 @@ impl<T: Clone + Send + 'static> WorkPullingController<T> {
             producer: producer.addr().clone().recipient(),
             given_up: BTreeMap::new(),
             dead_letters: options.dead_letters,
+            kept: options.kept,
             alarm: Alarm::default(),
             // How the producer ended is its handles' to tell: the pool only follows it.
             producer_stopped: Some(Box::pin(FutureExt::map(producer.stopped(), drop))),
@@ -346,12 +349,16 @@ impl<T: Clone + Send + 'static> WorkPullingController<T> {
             ack: held.ack,
             error,
         });
+        let given_up = GivenUpJob {
+            job: held.job,
+            attempts,
+            last_error,
+        };
+        if let Some(keep) = &self.kept {
+            keep.keep(&given_up);
+        }
         if let Some(sink) = &self.dead_letters {
-            sink.do_send(GivenUpJob {
-                job: held.job,
-                attempts,
-                last_error,
-            });
+            sink.do_send(given_up);
         }
     }
 

@@ -1,11 +1,14 @@
 //! Validated options of a work-pulling producer.
 
 use std::num::NonZeroU32;
+use std::sync::Arc;
 use std::time::Duration;
 
 use actix::Recipient;
+use serde::Serialize;
 
 use crate::config::{Backoff, Limit, ProducerConfig};
+use crate::delivery::dead_letter_handle::DeadLetters;
 use crate::error::OptionsError;
 use crate::work_pulling::{GivenUpJob, WorkerRegistry};
 
@@ -19,6 +22,22 @@ pub struct WorkPullingOptions<T: Send + 'static> {
     pub(crate) worker: ProducerConfig,
     pub(crate) give_up_after: Option<NonZeroU32>,
     pub(crate) dead_letters: Option<Recipient<GivenUpJob<T>>>,
+    pub(crate) kept: Option<KeepGivenUp<T>>,
+}
+
+/// Keeps a given-up job in a dead-letter store (encoding its body, which needs `Serialize`).
+pub(crate) struct KeepGivenUp<T>(Arc<dyn Fn(&GivenUpJob<T>) + Send + Sync>);
+
+impl<T> KeepGivenUp<T> {
+    pub(crate) fn keep(&self, given_up: &GivenUpJob<T>) {
+        (self.0)(given_up);
+    }
+}
+
+impl<T> std::fmt::Debug for KeepGivenUp<T> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("KeepGivenUp")
+    }
 }
 
 impl<T: Send + 'static> WorkPullingOptions<T> {
@@ -30,6 +49,7 @@ impl<T: Send + 'static> WorkPullingOptions<T> {
             worker: Self::default_worker(),
             give_up_after: None,
             dead_letters: None,
+            kept: None,
         }
     }
 
@@ -83,6 +103,7 @@ pub struct WorkPullingOptionsBuilder<T: Send + 'static> {
     worker: ProducerConfig,
     give_up_after: Option<u32>,
     dead_letters: Option<Recipient<GivenUpJob<T>>>,
+    kept: Option<KeepGivenUp<T>>,
 }
 
 impl<T: Send + 'static> WorkPullingOptionsBuilder<T> {
@@ -133,6 +154,22 @@ impl<T: Send + 'static> WorkPullingOptionsBuilder<T> {
         self
     }
 
+    /// Keeps given-up jobs ([`give_up_after`](Self::give_up_after)) in `dead_letters`,
+    /// under the name `source` (kind [`WorkPulling`](crate::dead_letters::SourceKind::WorkPulling)):
+    /// each job's body in MessagePack (shown as JSON by the console and the inspector), its
+    /// stable id as the key and origin, its failures and the last one. Beside
+    /// [`dead_letters`](Self::dead_letters), which still gets every one.
+    pub fn keep_dead_letters(mut self, dead_letters: DeadLetters, source: impl Into<String>) -> Self
+    where
+        T: Serialize,
+    {
+        let source = source.into();
+        self.kept = Some(KeepGivenUp(Arc::new(move |given_up: &GivenUpJob<T>| {
+            dead_letters.record(given_up.to_dead_letter(&source));
+        })));
+        self
+    }
+
     /// Validates the options.
     ///
     /// # Errors
@@ -170,6 +207,7 @@ impl<T: Send + 'static> WorkPullingOptionsBuilder<T> {
             worker: self.worker,
             give_up_after,
             dead_letters: self.dead_letters,
+            kept: self.kept,
         })
     }
 }

@@ -248,6 +248,54 @@ impl Handler<DeadLetter> for Sink {
     }
 }
 
+/// Refused deliveries are kept in a dead-letter store with their ids and why; a flood of them
+/// keeps the sampling burst and counts the rest, however many the peer sends.
+#[actix::test]
+async fn refused_deliveries_are_kept_and_a_flood_of_them_is_sampled() {
+    use actix_delivery::dead_letters::{
+        DeadLetterCause, DeadLetterFilter, DeadLetterLimits, DeadLetters, MemoryDeadLetters,
+        SourceKind,
+    };
+    tokio::time::pause();
+    let limits = DeadLetterLimits {
+        sample_burst: 5,
+        sample_interval_ms: 3_600_000,
+        ..DeadLetterLimits::default()
+    };
+    let dead_letters = DeadLetters::new(MemoryDeadLetters::new(limits).unwrap());
+    let (consumer, handled) =
+        recording_consumer(|b| b.keep_dead_letters(dead_letters.clone(), "orders"));
+    let (reply_to, acks) = ack_probe();
+    for seq in 2..102 {
+        let mut bad_window = delivery("p", 1, seq, 0, &reply_to);
+        bad_window.window_start = seq + 1;
+        consumer.addr().do_send(bad_window);
+    }
+    settle().await;
+    assert!(handled.snapshot().is_empty() && acks.len() == 0);
+    let page = dead_letters
+        .list(DeadLetterFilter::default())
+        .await
+        .unwrap();
+    assert_eq!(page.entries.len(), 5, "the burst is kept");
+    let letter = &page.entries[0].letter;
+    assert_eq!(
+        (letter.kind, letter.source.as_str(), letter.cause),
+        (SourceKind::Consumer, "orders", DeadLetterCause::Malformed)
+    );
+    let origin = letter.origin.as_ref().expect("its delivery id");
+    assert_eq!((origin.producer_id.as_str(), origin.seq), ("p", 2));
+    assert_eq!(letter.key, format!("p/{}/2", origin.incarnation));
+    assert!(letter.error.contains("window_start 3"), "{}", letter.error);
+    let stats = dead_letters.stats();
+    assert_eq!((stats.kept, stats.sampled_out), (5, 95));
+    assert_eq!(
+        consumer.stats().await.unwrap().dead_letters,
+        100,
+        "all counted"
+    );
+}
+
 #[actix::test]
 async fn malformed_deliveries_become_dead_letters_and_the_consumer_keeps_serving() {
     tokio::time::pause();

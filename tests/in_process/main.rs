@@ -14,6 +14,7 @@ mod actor_chaos;
 mod arbiters;
 mod concurrent_writers;
 mod consumer;
+mod dead_letters;
 mod delivery_record;
 mod durable;
 mod durable_chaos;

@@ -96,6 +96,21 @@ enum Phase {
     Failed(ProjectionError),
 }
 
+/// An entry the poison policy skipped: where it is, and why.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Skipped {
+    /// Its offset in the tag.
+    pub offset: Offset,
+    /// Its stream.
+    pub persistence_id: PersistenceId,
+    /// Its seq in the stream.
+    pub seq: u64,
+    /// Why it could not be got past (the handler's last error, or why it could not be read).
+    pub reason: String,
+    /// How many times it was tried (1 + retries; 0 for one that could not be read).
+    pub attempts: u32,
+}
+
 /// The projection's state machine; see the module documentation for its rules.
 pub struct Core<Ev> {
     options: ProjectionOptions,
@@ -118,6 +133,8 @@ pub struct Core<Ev> {
     /// something (events or a skip) waits to be stored.
     unsaved_events: usize,
     unsaved_since: Option<Instant>,
+    /// Entries skipped by the poison policy since [`Core::take_skipped`] was last called.
+    skipped: Vec<Skipped>,
     stats: ProjectionStats,
 }
 
@@ -142,6 +159,7 @@ impl<Ev> Core<Ev> {
             to_save: None,
             unsaved_events: 0,
             unsaved_since: None,
+            skipped: Vec::new(),
             stats: ProjectionStats::default(),
             options,
         }
@@ -188,7 +206,7 @@ impl<Ev> Core<Ev> {
             };
             let reason = item.events.err().unwrap_or_default();
             let entry = (item.offset, item.persistence_id, item.seq);
-            if let Some(failed) = self.poison(entry, reason, now) {
+            if let Some(failed) = self.poison(entry, reason, 0, now) {
                 return failed;
             }
             if let Some(offset) = self.to_save {
@@ -307,7 +325,8 @@ impl<Ev> Core<Ev> {
             "its handler failed {} times: {why}",
             self.options.max_retries + 1
         );
-        let _ = self.poison(entry, reason, now);
+        let attempts = self.options.max_retries.saturating_add(1);
+        let _ = self.poison(entry, reason, attempts, now);
     }
 
     /// The offset store or the read model failed (while handling, or storing an offset): the
@@ -367,6 +386,11 @@ impl<Ev> Core<Ev> {
         (self.unsaved_since.is_some() || self.to_save.is_some()).then_some(self.handled)
     }
 
+    /// The entries the poison policy skipped since the last call (for a dead-letter store).
+    pub fn take_skipped(&mut self) -> Vec<Skipped> {
+        std::mem::take(&mut self.skipped)
+    }
+
     fn is_commit_due(&self, now: Instant) -> bool {
         let Some(since) = self.unsaved_since else {
             return false;
@@ -387,6 +411,7 @@ impl<Ev> Core<Ev> {
         &mut self,
         (offset, persistence_id, seq): (Offset, PersistenceId, u64),
         reason: String,
+        attempts: u32,
         now: Instant,
     ) -> Option<Step<Ev>> {
         let name = &self.options.name;
@@ -413,6 +438,13 @@ impl<Ev> Core<Ev> {
                 );
                 self.stats.skipped += 1;
                 self.stats.entries += 1;
+                self.skipped.push(Skipped {
+                    offset,
+                    persistence_id,
+                    seq,
+                    reason,
+                    attempts,
+                });
                 self.handled = offset;
                 if self.offset_in_transaction {
                     self.to_save = Some(offset);

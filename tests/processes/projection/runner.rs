@@ -223,18 +223,27 @@ async fn a_failing_entry_is_retried_then_isolated_and_stops_the_projection_namin
     );
 }
 
+/// With `Skip`, the failing entry is counted and every other handled; the skipped entry is
+/// kept as a dead letter with its event as stored.
 #[actix::test]
-async fn with_skip_a_failing_entry_is_counted_and_everything_else_handled() {
+async fn with_skip_a_failing_entry_is_counted_kept_as_a_dead_letter_and_everything_else_handled() {
+    use actix_delivery::dead_letters::{
+        DeadLetterCause, DeadLetterFilter, DeadLetterLimits, DeadLetters, MemoryDeadLetters,
+        SourceKind,
+    };
     let (journal, _accounts) = bank_in(2, 12).await;
     let (store, balances, calls) = (
         MemoryOffsetStore::new(),
         Balances::default(),
         Arc::default(),
     );
+    let dead_letters =
+        DeadLetters::new(MemoryDeadLetters::new(DeadLetterLimits::default()).unwrap());
     let options = bank::options("balances")
         .max_retries(1)
         .poison(PoisonPolicy::Skip);
     let projection = Projection::of::<Account>(journal.clone(), options.build().unwrap())
+        .keep_dead_letters(dead_letters.clone(), "balances")
         .at_least_once(store, failing_on_account_1_seq_3(&balances, &calls));
     wait_until("past the poison entry", MINUTE, || {
         projection.stats().entries == 12
@@ -247,6 +256,35 @@ async fn with_skip_a_failing_entry_is_counted_and_everything_else_handled() {
         .iter()
         .any(|(id, seq, _)| id == "account-1" && *seq == 3));
     bank::assert_each_once_in_order(&handled);
+    let kept = dead_letters
+        .list(DeadLetterFilter::default())
+        .await
+        .unwrap();
+    assert_eq!(kept.entries.len(), 1);
+    let letter = &kept.entries[0].letter;
+    assert_eq!(
+        (
+            letter.kind,
+            letter.source.as_str(),
+            letter.cause,
+            letter.key.as_str()
+        ),
+        (
+            SourceKind::Projection,
+            "balances",
+            DeadLetterCause::Poison,
+            "account-1/3"
+        )
+    );
+    assert_eq!(letter.attempts, 2, "the first run and one retry");
+    let id = PersistenceId::new("account-1").unwrap();
+    let event = journal.replay(&id, 3, 3, 1).await.unwrap().remove(0);
+    assert_eq!(
+        letter.body.as_ref(),
+        Some(&event.payload),
+        "the event as stored"
+    );
+    assert_eq!(letter.manifest, event.manifest);
 }
 
 /// A handler's error whose cause is in its `source()`.

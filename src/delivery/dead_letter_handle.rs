@@ -1,0 +1,385 @@
+//! [`DeadLetters`]: the handle parts are given to keep what they give up or refuse, and that
+//! the console and the application list, replay and delete entries through.
+
+use std::collections::HashMap;
+use std::fmt;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, RwLock};
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use serde::de::DeserializeOwned;
+use sha2::{Digest, Sha256};
+
+use crate::codec::Codec;
+use crate::delivery::dead_letter_sampler::FloodSampler;
+use crate::delivery::dead_letter_store::{DeadLetterError, DeadLetterStore};
+use crate::delivery::dead_letters::{
+    DeadLetterCounts, DeadLetterFilter, DeadLetterPage, Kept, NewDeadLetter, StoredDeadLetter,
+};
+use crate::error::Happened;
+use crate::protocol::envelope::{DeliveryInfo, IncarnationId, ProducerId};
+
+/// What a replay route reports.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Replayed {
+    /// The message was applied by this replay.
+    Applied,
+    /// The destination recognised the replay's id as applied before (an earlier replay that
+    /// ended before its entry was removed): nothing was applied again.
+    AlreadyApplied,
+}
+
+/// A dead letter handed to a replay route: the entry, and the stable delivery id the replay
+/// goes under.
+#[derive(Clone, Debug)]
+pub struct Replay<T> {
+    /// The entry's body, decoded (of a route registered with
+    /// [`on_replay`](DeadLetters::on_replay): the body's stored bytes).
+    pub body: T,
+    /// The replay's delivery id: producer `dead-letters/<source>`, an incarnation derived
+    /// from the store's id, seq the entry's id, window start 1. Every replay of the entry
+    /// carries the same one, so an effectively-once destination
+    /// ([`PersistentHandle::ask_delivered`](crate::persistence::PersistentHandle::ask_delivered))
+    /// applies it once, however often it is replayed.
+    pub info: DeliveryInfo,
+    /// The entry (its body left empty: it is in `body`).
+    pub entry: StoredDeadLetter,
+}
+
+/// The future a replay route returns: what became of the replay, or the error as text.
+pub type ReplayFuture = Pin<Box<dyn Future<Output = Result<Replayed, String>> + 'static>>;
+
+type Route = Arc<dyn Fn(Replay<Vec<u8>>) -> Result<ReplayFuture, String> + Send + Sync>;
+
+/// What a [`DeadLetters`] handle did since it was made (shared by its clones).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct DeadLetterStats {
+    /// Letters kept (added or updated).
+    pub kept: u64,
+    /// Entries dropped to stay within the bounds.
+    pub evicted: u64,
+    /// Letters of a flood counted but not kept (see
+    /// [`DeadLetterLimits::sample_burst`](crate::dead_letters::DeadLetterLimits::sample_burst)).
+    pub sampled_out: u64,
+    /// Letters the store failed to keep (each logged).
+    pub keep_failures: u64,
+    /// Entries replayed and removed (applied or recognised as applied before).
+    pub replayed: u64,
+    /// Of those, replays the destination recognised as applied before.
+    pub already_applied: u64,
+    /// Replays whose route failed (the entries are kept).
+    pub replay_failures: u64,
+}
+
+#[derive(Default)]
+struct Counters {
+    kept: AtomicU64,
+    evicted: AtomicU64,
+    sampled_out: AtomicU64,
+    keep_failures: AtomicU64,
+    replayed: AtomicU64,
+    already_applied: AtomicU64,
+    replay_failures: AtomicU64,
+}
+
+/// Kept dead letters: a [`DeadLetterStore`] with the sampling of floods, the counts of what
+/// was kept, and the replay routes. Cheap to clone; give a clone to each part that gives
+/// messages up or refuses them, and to the console.
+#[derive(Clone)]
+pub struct DeadLetters {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    store: Arc<dyn DeadLetterStore>,
+    sampler: Mutex<FloodSampler>,
+    counters: Counters,
+    routes: RwLock<HashMap<String, Route>>,
+}
+
+impl fmt::Debug for DeadLetters {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("DeadLetters")
+            .field("store", &self.inner.store.store_id())
+            .field("stats", &self.stats())
+            .finish()
+    }
+}
+
+impl DeadLetters {
+    /// Kept in `store`.
+    pub fn new(store: impl DeadLetterStore) -> Self {
+        let sampler = FloodSampler::new(store.limits());
+        Self {
+            inner: Arc::new(Inner {
+                store: Arc::new(store),
+                sampler: Mutex::new(sampler),
+                counters: Counters::default(),
+                routes: RwLock::new(HashMap::new()),
+            }),
+        }
+    }
+
+    /// The store.
+    pub fn store(&self) -> &dyn DeadLetterStore {
+        &*self.inner.store
+    }
+
+    /// Keeps `letter` in the background: a part that gives a message up does not wait for
+    /// the store. A letter of a flood beyond the sampling bound is counted, not kept; a
+    /// failure to keep one is logged and counted. Needs a Tokio runtime (any Actix arbiter).
+    pub fn record(&self, letter: NewDeadLetter) {
+        let now = now_ms();
+        let admitted = self
+            .inner
+            .sampler
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .admit(&letter.source, letter.cause, now);
+        if !admitted {
+            self.inner
+                .counters
+                .sampled_out
+                .fetch_add(1, Ordering::Relaxed);
+            return;
+        }
+        let this = self.clone();
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            self.inner
+                .counters
+                .keep_failures
+                .fetch_add(1, Ordering::Relaxed);
+            log::error!(
+                "a dead letter of `{}` was not kept: no runtime",
+                letter.source
+            );
+            return;
+        };
+        runtime.spawn(async move {
+            if let Err(error) = this.keep(letter).await {
+                log::error!("a dead letter was not kept: {error}");
+            }
+        });
+    }
+
+    /// Keeps `letter` now (not sampled), resolving once the store committed it.
+    ///
+    /// # Errors
+    /// The store's [`DeadLetterError::Storage`].
+    pub async fn keep(&self, letter: NewDeadLetter) -> Result<Kept, DeadLetterError> {
+        let counters = &self.inner.counters;
+        match self.inner.store.keep(letter, now_ms()).await {
+            Ok(kept) => {
+                counters.kept.fetch_add(1, Ordering::Relaxed);
+                counters.evicted.fetch_add(kept.evicted, Ordering::Relaxed);
+                Ok(kept)
+            }
+            Err(error) => {
+                counters.keep_failures.fetch_add(1, Ordering::Relaxed);
+                Err(error)
+            }
+        }
+    }
+
+    /// The page of entries `filter` matches, oldest first.
+    ///
+    /// # Errors
+    /// The store's [`DeadLetterError::Storage`].
+    pub async fn list(&self, filter: DeadLetterFilter) -> Result<DeadLetterPage, DeadLetterError> {
+        self.inner.store.list(filter).await
+    }
+
+    /// The entry `id`.
+    ///
+    /// # Errors
+    /// [`DeadLetterError::NotFound`], or the store's error.
+    pub async fn get(&self, id: u64) -> Result<StoredDeadLetter, DeadLetterError> {
+        self.inner
+            .store
+            .get(id)
+            .await?
+            .ok_or(DeadLetterError::NotFound(id))
+    }
+
+    /// Deletes the entry `id` without replaying it.
+    ///
+    /// # Errors
+    /// [`DeadLetterError::NotFound`], or the store's error.
+    pub async fn delete(&self, id: u64) -> Result<(), DeadLetterError> {
+        match self.inner.store.remove(id).await? {
+            true => Ok(()),
+            false => Err(DeadLetterError::NotFound(id)),
+        }
+    }
+
+    /// How many entries the store holds, by cause.
+    ///
+    /// # Errors
+    /// The store's [`DeadLetterError::Storage`].
+    pub async fn counts(&self) -> Result<DeadLetterCounts, DeadLetterError> {
+        self.inner.store.counts().await
+    }
+
+    /// What this handle (and its clones) did.
+    pub fn stats(&self) -> DeadLetterStats {
+        let c = &self.inner.counters;
+        let read = |counter: &AtomicU64| counter.load(Ordering::Relaxed);
+        DeadLetterStats {
+            kept: read(&c.kept),
+            evicted: read(&c.evicted),
+            sampled_out: read(&c.sampled_out),
+            keep_failures: read(&c.keep_failures),
+            replayed: read(&c.replayed),
+            already_applied: read(&c.already_applied),
+            replay_failures: read(&c.replay_failures),
+        }
+    }
+
+    /// Registers how to replay the entries of `source`: `route` is given each entry's body as
+    /// stored bytes and the replay's stable id, and resolves once the destination applied it
+    /// (or recognised it). It runs on the arbiter that calls
+    /// [`replay`](Self::replay). A later route of the same source replaces this one.
+    pub fn on_replay_bytes<F, Fut>(&self, source: impl Into<String>, route: F)
+    where
+        F: Fn(Replay<Vec<u8>>) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = Result<Replayed, String>> + 'static,
+    {
+        let route: Route = Arc::new(move |replay| Ok(Box::pin(route(replay)) as ReplayFuture));
+        self.routes().insert(source.into(), route);
+    }
+
+    /// Registers how to replay the entries of `source` as `T`: each body is decoded in the
+    /// codec its manifest names (the codecs of the crate: MessagePack, bincode). An entry
+    /// that does not decode as `T` is not replayed ([`DeadLetterError::Unreplayable`],
+    /// nothing changed). See [`on_replay_bytes`](Self::on_replay_bytes).
+    pub fn on_replay<T, F, Fut>(&self, source: impl Into<String>, route: F)
+    where
+        T: DeserializeOwned + 'static,
+        F: Fn(Replay<T>) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = Result<Replayed, String>> + 'static,
+    {
+        let route: Route = Arc::new(move |replay: Replay<Vec<u8>>| {
+            let body = decode::<T>(&replay.entry, &replay.body)?;
+            let replay = Replay {
+                body,
+                info: replay.info,
+                entry: replay.entry,
+            };
+            Ok(Box::pin(route(replay)) as ReplayFuture)
+        });
+        self.routes().insert(source.into(), route);
+    }
+
+    /// Replays the entry `id` through its source's route, and removes it once the route
+    /// resolved: effectively once, as long as the destination is effectively once on the
+    /// replay's id ([`Replay::info`]). A replay that fails keeps the entry, notes the
+    /// failure, and may be repeated; a replay repeated after one that applied the message
+    /// but ended before the entry was removed (a crash) is recognised by the destination.
+    ///
+    /// # Errors
+    /// [`DeadLetterError::NotFound`], [`NoRoute`](DeadLetterError::NoRoute),
+    /// [`Unreplayable`](DeadLetterError::Unreplayable) (nothing changed),
+    /// [`ReplayFailed`](DeadLetterError::ReplayFailed) (in doubt), or the store's error.
+    pub async fn replay(&self, id: u64) -> Result<Replayed, DeadLetterError> {
+        let mut entry = self.get(id).await?;
+        let source = entry.letter.source.clone();
+        let route = self
+            .inner
+            .routes
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(&source)
+            .cloned()
+            .ok_or_else(|| DeadLetterError::NoRoute(source.clone()))?;
+        let body = entry
+            .letter
+            .body
+            .take()
+            .ok_or_else(|| DeadLetterError::Unreplayable {
+                id,
+                reason: format!(
+                    "its body ({} bytes) was not kept: larger than max_body_bytes, or sampled",
+                    entry.letter.body_len
+                ),
+            })?;
+        let replay = Replay {
+            body,
+            info: self.replay_info(&source, id),
+            entry,
+        };
+        let future =
+            route(replay).map_err(|reason| DeadLetterError::Unreplayable { id, reason })?;
+        let counters = &self.inner.counters;
+        match future.await {
+            Ok(replayed) => {
+                if let Err(error) = self.inner.store.remove(id).await {
+                    return Err(DeadLetterError::Storage {
+                        message: format!(
+                            "dead letter {id} was replayed, but removing it failed (a later \
+                             replay is recognised by an effectively-once destination): {error}"
+                        ),
+                        happened: Happened::FailedAfter,
+                    });
+                }
+                counters.replayed.fetch_add(1, Ordering::Relaxed);
+                if replayed == Replayed::AlreadyApplied {
+                    counters.already_applied.fetch_add(1, Ordering::Relaxed);
+                }
+                Ok(replayed)
+            }
+            Err(reason) => {
+                counters.replay_failures.fetch_add(1, Ordering::Relaxed);
+                self.inner
+                    .store
+                    .replay_failed(id, reason.clone(), now_ms())
+                    .await?;
+                Err(DeadLetterError::ReplayFailed { id, reason })
+            }
+        }
+    }
+
+    /// The stable delivery id of replays of entry `id` of `source` (see [`Replay::info`]).
+    pub fn replay_info(&self, source: &str, id: u64) -> DeliveryInfo {
+        let digest = Sha256::new()
+            .chain_update(b"actix-delivery dead letters\0")
+            .chain_update(self.inner.store.store_id().as_bytes())
+            .finalize();
+        let mut bytes = [0; 16];
+        bytes.copy_from_slice(&digest[..16]);
+        DeliveryInfo {
+            producer_id: ProducerId::from(format!("dead-letters/{source}")),
+            incarnation: IncarnationId::from_u128(u128::from_le_bytes(bytes)),
+            seq: id,
+            window_start: 1,
+            trace_context: None,
+            first_seq: None,
+        }
+    }
+
+    fn routes(&self) -> std::sync::RwLockWriteGuard<'_, HashMap<String, Route>> {
+        self.inner.routes.write().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+fn decode<T: DeserializeOwned>(entry: &StoredDeadLetter, body: &[u8]) -> Result<T, String> {
+    let manifest = &entry.letter.manifest;
+    let codec = Codec::from_id(manifest.codec_id())
+        .ok_or_else(|| format!("codec {} is unknown to this version", manifest.codec_id()))?;
+    codec.decode(body, body.len() as u64).map_err(|error| {
+        format!(
+            "the body (type `{}` version {}) does not decode as `{}`: {error}",
+            manifest.name(),
+            manifest.version(),
+            std::any::type_name::<T>()
+        )
+    })
+}
+
+fn now_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |since| since.as_millis() as u64)
+}

@@ -1,0 +1,269 @@
+//! Kept dead letters: given-up jobs kept with their bodies and ids, replayed into an
+//! effectively-once entity once however often the replay is repeated, and the errors that
+//! change nothing.
+
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use actix_delivery::codec::Codec;
+use actix_delivery::dead_letters::{
+    delivery_key, DeadLetterCause, DeadLetterCounts, DeadLetterError, DeadLetterFilter,
+    DeadLetterFuture, DeadLetterLimits, DeadLetterPage, DeadLetterStore, DeadLetters, Kept,
+    MemoryDeadLetters, NewDeadLetter, Replay, Replayed, SourceKind, StoredDeadLetter,
+};
+use actix_delivery::journal::MemoryJournal;
+use actix_delivery::persistence::{Outcome, PersistentHandle, PersistentOptions};
+use actix_delivery::work_pulling::{Job, WorkPullingOptions, WorkerRegistry};
+use actix_delivery::{
+    ConsumerOptions, DeliveryError, DeliveryHandler, Happened, Limit, ProducerConfig,
+    ReliableDelivery,
+};
+
+use crate::common;
+use common::entities::{ledger_id, Ledger, Op};
+use common::settle_for;
+
+/// A memory store whose next `remove` fails, as a crash between a replay's apply and its
+/// removal would leave it: applied, still listed.
+#[derive(Clone)]
+struct RemoveFailsOnce {
+    inner: MemoryDeadLetters,
+    armed: Arc<AtomicBool>,
+    injected: Arc<AtomicU64>,
+}
+
+impl DeadLetterStore for RemoveFailsOnce {
+    fn store_id(&self) -> &str {
+        self.inner.store_id()
+    }
+    fn limits(&self) -> &DeadLetterLimits {
+        self.inner.limits()
+    }
+    fn keep(&self, letter: NewDeadLetter, now_ms: u64) -> DeadLetterFuture<'_, Kept> {
+        self.inner.keep(letter, now_ms)
+    }
+    fn list(&self, filter: DeadLetterFilter) -> DeadLetterFuture<'_, DeadLetterPage> {
+        self.inner.list(filter)
+    }
+    fn get(&self, id: u64) -> DeadLetterFuture<'_, Option<StoredDeadLetter>> {
+        self.inner.get(id)
+    }
+    fn remove(&self, id: u64) -> DeadLetterFuture<'_, bool> {
+        if self.armed.swap(false, Ordering::SeqCst) {
+            self.injected.fetch_add(1, Ordering::SeqCst);
+            return Box::pin(std::future::ready(Err(DeadLetterError::Storage {
+                message: "injected: the process died before the removal".into(),
+                happened: Happened::CertainlyNot,
+            })));
+        }
+        self.inner.remove(id)
+    }
+    fn replay_failed(&self, id: u64, error: String, now_ms: u64) -> DeadLetterFuture<'_, bool> {
+        self.inner.replay_failed(id, error, now_ms)
+    }
+    fn counts(&self) -> DeadLetterFuture<'_, DeadLetterCounts> {
+        self.inner.counts()
+    }
+}
+
+/// A pool whose only worker fails job 13, giving it up after 2 failures into `dead_letters`.
+fn pool_giving_up_13(
+    dead_letters: &DeadLetters,
+) -> (
+    WorkerRegistry<u64>,
+    impl Sized,
+    actix_delivery::work_pulling::WorkPullingHandle<u64>,
+) {
+    let registry = WorkerRegistry::new();
+    let handler = DeliveryHandler::from_fn(|job: Job<u64>| async move {
+        match job.body {
+            13 => Err("job 13 cannot be parsed".to_owned()),
+            _ => Ok(()),
+        }
+    });
+    let worker = ReliableDelivery::consumer(ConsumerOptions::builder(handler).build().unwrap());
+    registry.register_consumer("a", &worker).unwrap();
+    let options = WorkPullingOptions::builder(&registry)
+        .worker(ProducerConfig {
+            resend_timeout: Duration::from_millis(100),
+            max_attempts: Limit::At(1),
+            ..ProducerConfig::default()
+        })
+        .give_up_after(2)
+        .keep_dead_letters(dead_letters.clone(), "jobs")
+        .build()
+        .unwrap();
+    (
+        registry,
+        worker,
+        ReliableDelivery::work_pulling_producer(options),
+    )
+}
+
+/// Replays `jobs` entries into `ledger`, effectively once on the replay's id.
+fn route_into(dead_letters: &DeadLetters, ledger: &PersistentHandle<Ledger>) {
+    let ledger = ledger.clone();
+    dead_letters.on_replay("jobs", move |replay: Replay<u64>| {
+        let answer = ledger.ask_delivered(replay.info, Op::Apply(replay.body));
+        async move {
+            match answer.await {
+                Ok(Outcome::Done(_)) => Ok(Replayed::Applied),
+                Ok(Outcome::AlreadyProcessed) => Ok(Replayed::AlreadyApplied),
+                Err(error) => Err(error.to_string()),
+            }
+        }
+    });
+}
+
+#[actix::test]
+async fn a_given_up_job_is_kept_with_its_body_id_and_failures() {
+    tokio::time::pause();
+    let dead_letters =
+        DeadLetters::new(MemoryDeadLetters::new(DeadLetterLimits::default()).unwrap());
+    let (_registry, _worker, jobs) = pool_giving_up_13(&dead_letters);
+    let outcome = tokio::time::timeout(Duration::from_secs(600), jobs.send(13))
+        .await
+        .unwrap();
+    assert!(
+        matches!(
+            outcome,
+            Err(DeliveryError::HandlingFailed { attempts: 2, .. })
+        ),
+        "{outcome:?}"
+    );
+    settle_for(10).await;
+    let page = dead_letters
+        .list(DeadLetterFilter {
+            cause: Some(DeadLetterCause::GivenUp),
+            ..DeadLetterFilter::default()
+        })
+        .await
+        .unwrap();
+    assert_eq!(page.entries.len(), 1);
+    let letter = &page.entries[0].letter;
+    assert_eq!(
+        (letter.kind, letter.source.as_str(), letter.attempts),
+        (SourceKind::WorkPulling, "jobs", 2)
+    );
+    let origin = letter.origin.as_ref().expect("the job's stable id");
+    assert_eq!((&origin.producer_id, origin.seq), (jobs.producer_id(), 1));
+    assert_eq!(letter.key, delivery_key(origin));
+    assert_eq!(letter.manifest.codec(), Some(Codec::MessagePack));
+    assert_eq!(letter.manifest.name(), "u64");
+    let body = letter.body.as_ref().expect("its body");
+    assert_eq!(Codec::MessagePack.decode::<u64>(body, 64).unwrap(), 13);
+    assert!(letter.error.contains("did not confirm"), "{}", letter.error);
+}
+
+#[actix::test]
+async fn a_replay_is_applied_once_even_when_repeated_after_it_applied() {
+    tokio::time::pause();
+    let store = RemoveFailsOnce {
+        inner: MemoryDeadLetters::new(DeadLetterLimits::default()).unwrap(),
+        armed: Arc::new(AtomicBool::new(false)),
+        injected: Arc::new(AtomicU64::new(0)),
+    };
+    let dead_letters = DeadLetters::new(store.clone());
+    let (_registry, _worker, jobs) = pool_giving_up_13(&dead_letters);
+    let _ = tokio::time::timeout(Duration::from_secs(600), jobs.send(13))
+        .await
+        .unwrap();
+    settle_for(10).await;
+    let id = dead_letters
+        .list(DeadLetterFilter::default())
+        .await
+        .unwrap()
+        .entries[0]
+        .id;
+    let journal = MemoryJournal::new();
+    let ledger =
+        PersistentHandle::<Ledger>::start(PersistentOptions::new(Arc::new(journal), ledger_id()))
+            .unwrap();
+    route_into(&dead_letters, &ledger);
+
+    store.armed.store(true, Ordering::SeqCst);
+    let first = dead_letters.replay(id).await;
+    assert_eq!(
+        store.injected.load(Ordering::SeqCst),
+        1,
+        "the fault was injected"
+    );
+    let error = first.unwrap_err();
+    assert_eq!(
+        error.happened(),
+        Happened::FailedAfter,
+        "applied, not removed: {error}"
+    );
+    assert!(
+        dead_letters.get(id).await.is_ok(),
+        "still listed after the failed removal"
+    );
+    assert_eq!(
+        dead_letters.replay(id).await.unwrap(),
+        Replayed::AlreadyApplied
+    );
+    assert_eq!(
+        dead_letters.replay(id).await,
+        Err(DeadLetterError::NotFound(id))
+    );
+    assert_eq!(ledger.ask(Op::Total).await.unwrap(), 1, "applied once");
+    let stats = dead_letters.stats();
+    assert_eq!((stats.replayed, stats.already_applied), (1, 1));
+    assert_eq!(dead_letters.counts().await.unwrap().entries, 0);
+}
+
+#[actix::test]
+async fn replays_that_cannot_go_change_nothing_and_say_why() {
+    let dead_letters =
+        DeadLetters::new(MemoryDeadLetters::new(DeadLetterLimits::default()).unwrap());
+    let keep = |source: &str, body: Option<Vec<u8>>| NewDeadLetter {
+        kind: SourceKind::WorkPulling,
+        source: source.into(),
+        cause: DeadLetterCause::GivenUp,
+        key: "k".into(),
+        origin: None,
+        manifest: actix_delivery::codec::Manifest::new(Codec::MessagePack, "Order", 3),
+        body_len: body.as_ref().map_or(7, Vec::len) as u64,
+        body,
+        attempts: 1,
+        error: "e".into(),
+    };
+    let text = Codec::MessagePack.encode("not a number", 64).unwrap();
+    let unread = dead_letters
+        .keep(keep("jobs", Some(text)))
+        .await
+        .unwrap()
+        .id;
+    let no_body = dead_letters.keep(keep("big", None)).await.unwrap().id;
+    let no_route = dead_letters
+        .keep(keep("nobody", Some(vec![1])))
+        .await
+        .unwrap()
+        .id;
+    dead_letters.on_replay("jobs", |_: Replay<u64>| async { Ok(Replayed::Applied) });
+    dead_letters.on_replay("big", |_: Replay<u64>| async { Ok(Replayed::Applied) });
+    fn failed<T: std::fmt::Debug>(result: Result<T, DeadLetterError>) -> String {
+        let error = result.unwrap_err();
+        assert_eq!(error.happened(), Happened::CertainlyNot, "{error}");
+        error.to_string()
+    }
+    let why = failed(dead_letters.replay(unread).await);
+    assert!(
+        why.contains("type `Order` version 3") && why.contains("u64"),
+        "{why}"
+    );
+    assert!(failed(dead_letters.replay(no_body).await).contains("was not kept"));
+    assert!(
+        failed(dead_letters.replay(no_route).await).contains("no replay route for source `nobody`")
+    );
+    assert!(failed(dead_letters.replay(99).await).contains("no dead letter 99"));
+    assert!(failed(dead_letters.delete(99).await).contains("no dead letter 99"));
+    let counts = dead_letters.counts().await.unwrap();
+    assert_eq!(counts.entries, 3, "nothing changed");
+    for id in [unread, no_body, no_route] {
+        assert_eq!(dead_letters.get(id).await.unwrap().replay_failures, 0);
+    }
+    dead_letters.delete(no_route).await.unwrap();
+    assert_eq!(dead_letters.counts().await.unwrap().entries, 2);
+}

@@ -45,8 +45,8 @@ pub struct ConsumerController<T: Send + 'static> {
     core: ConsumerCore<T, ReplyTo>,
     handler: DeliveryHandler<T>,
     dead_letters: Option<Recipient<DeadLetter>>,
-    /// Where refused deliveries are kept, with the consumer's name.
-    kept: Option<(DeadLetters, String)>,
+    /// Where refused deliveries are kept, as whose.
+    kept: Option<(DeadLetters, SourceKind, String)>,
     /// The body of the undecodable delivery being refused, for `kept`.
     unread_body: Option<Bytes>,
     alarm: Alarm,
@@ -320,8 +320,8 @@ impl<T: Send + 'static> ConsumerController<T> {
 
     fn dead_letter(&mut self, reason: DeadLetterReason, header: Header) {
         let body = self.unread_body.take();
-        if let Some((kept, name)) = &self.kept {
-            kept.record(refused(name, reason, &header, body));
+        if let Some((kept, kind, source)) = &self.kept {
+            kept.record(refused(*kind, source, reason, &header, body));
         }
         if let Some(sink) = &self.dead_letters {
             sink.do_send(DeadLetter {
@@ -616,9 +616,10 @@ impl<T: Send + 'static> GracefulStop for ConsumerHandle<T> {
     }
 }
 
-/// The dead letter kept of a delivery the consumer `name` refused for `reason`.
+/// The dead letter kept of a delivery the part `kind` named `source` refused for `reason`.
 fn refused(
-    name: &str,
+    kind: SourceKind,
+    source: &str,
     reason: DeadLetterReason,
     header: &Header,
     body: Option<Bytes>,
@@ -630,8 +631,8 @@ fn refused(
     };
     let info = DeliveryInfo::from(header);
     NewDeadLetter {
-        kind: SourceKind::Consumer,
-        source: name.to_owned(),
+        kind,
+        source: source.to_owned(),
         cause,
         key: delivery_key(&info),
         origin: Some(info),

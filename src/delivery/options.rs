@@ -16,6 +16,7 @@ use crate::codec::{Codec, MAX_ENCODED_BYTES};
 use crate::config::{Backoff, ConsumerConfig, Limit, Overrides, ProducerConfig};
 use crate::delivery::dead_letter::DeadLetter;
 use crate::delivery::dead_letter_handle::DeadLetters;
+use crate::delivery::dead_letters::SourceKind;
 use crate::delivery::handler::DeliveryHandler;
 use crate::delivery::message::ConsumerRef;
 use crate::delivery::producer_core::Chunking;
@@ -60,6 +61,16 @@ pub struct ProducerOptions<T: Send + 'static> {
     /// The token of a pool's stream (derived from its producer's); `None`: a random one.
     incarnation: Option<Incarnation>,
     placement: Placement,
+    kept: Option<KeptGivenUp<T>>,
+}
+
+/// Where a producer keeps the messages it gives up: the store, the source's name, and how a
+/// message is encoded (MessagePack; `T: Serialize` is asked where it is set).
+#[derive(Debug)]
+pub(crate) struct KeptGivenUp<T> {
+    pub(crate) dead_letters: DeadLetters,
+    pub(crate) source: String,
+    pub(crate) encode: fn(&T) -> Result<Vec<u8>, String>,
 }
 
 impl<T: Send + 'static> ProducerOptions<T> {
@@ -75,6 +86,7 @@ impl<T: Send + 'static> ProducerOptions<T> {
             trace_context: None,
             chunking: None,
             placement: Placement::default(),
+            kept: None,
         }
     }
 
@@ -94,6 +106,7 @@ impl<T: Send + 'static> ProducerOptions<T> {
             chunking: None,
             incarnation: None,
             placement: Placement::default(),
+            kept: None,
         })
     }
 
@@ -154,6 +167,7 @@ impl<T: Send + 'static> ProducerOptions<T> {
             trace_context: self.trace_context,
             chunking: self.chunking,
             incarnation: self.incarnation,
+            kept: self.kept,
         }
     }
 }
@@ -166,6 +180,7 @@ pub(crate) struct ProducerParts<T: Send + 'static> {
     pub(crate) chunking: Option<Chunking<T>>,
     /// The token of a pool's stream; `None`: a random one.
     pub(crate) incarnation: Option<Incarnation>,
+    pub(crate) kept: Option<KeptGivenUp<T>>,
 }
 
 /// Builds [`ProducerOptions`]; see [`ProducerConfig`] for each setting's default and rule.
@@ -178,9 +193,32 @@ pub struct ProducerOptionsBuilder<T: Send + 'static> {
     trace_context: Option<TraceHook>,
     chunking: Option<Chunking<T>>,
     placement: Placement,
+    kept: Option<KeptGivenUp<T>>,
 }
 
 impl<T: Send + 'static> ProducerOptionsBuilder<T> {
+    /// Keeps the messages it gives up after `max_attempts` in `dead_letters`, under the name
+    /// `source` (kind [`Producer`](crate::dead_letters::SourceKind::Producer)): each body in
+    /// MessagePack, its delivery id (`producer/incarnation/seq`) as key and origin, its
+    /// transmissions. The sender still gets [`DeliveryError::GaveUp`](crate::DeliveryError).
+    /// Not with [`chunk_size`](Self::chunk_size) (its chunks are given up, not messages):
+    /// `build` refuses the two together.
+    pub fn keep_dead_letters(mut self, dead_letters: DeadLetters, source: impl Into<String>) -> Self
+    where
+        T: Serialize,
+    {
+        self.kept = Some(KeptGivenUp {
+            dead_letters,
+            source: source.into(),
+            encode: |body| {
+                Codec::MessagePack
+                    .encode(body, MAX_ENCODED_BYTES)
+                    .map_err(|error| error.to_string())
+            },
+        });
+        self
+    }
+
     /// Loaded settings (e.g. from the application's config file); values set on the builder
     /// still win.
     pub fn config(mut self, config: ProducerConfig) -> Self {
@@ -275,10 +313,17 @@ impl<T: Send + 'static> ProducerOptionsBuilder<T> {
     /// [`OptionsError`] naming the first invalid field.
     pub fn build(self) -> Result<ProducerOptions<T>, OptionsError> {
         let chunking = checked_chunking(self.chunking, &self.consumer)?;
+        if chunking.is_some() && self.kept.is_some() {
+            return Err(OptionsError::new(
+                "keep_dead_letters",
+                "a producer with chunk_size gives up chunks, not messages: none can be kept",
+            ));
+        }
         let mut options =
             ProducerOptions::from_config(self.consumer, self.explicit.apply(self.loaded))?;
         options.chunking = chunking;
         options.placement = self.placement;
+        options.kept = self.kept;
         #[cfg(feature = "metrics")]
         {
             if let Some(label) = &self.metrics_label {
@@ -360,7 +405,7 @@ pub struct ConsumerOptions<T> {
     handler: DeliveryHandler<T>,
     config: ConsumerConfig,
     dead_letters: Option<Recipient<DeadLetter>>,
-    kept: Option<(DeadLetters, String)>,
+    kept: Option<(DeadLetters, SourceKind, String)>,
     name: Option<String>,
 }
 
@@ -393,6 +438,17 @@ impl<T: 'static> ConsumerOptions<T> {
         })
     }
 
+    /// Keeps its refusals in `dead_letters` as those of the part `kind` named `source` (an
+    /// entity host's consumer).
+    pub(crate) fn keep_dead_letters_as(
+        &mut self,
+        dead_letters: DeadLetters,
+        kind: SourceKind,
+        source: String,
+    ) {
+        self.kept = Some((dead_letters, kind, source));
+    }
+
     /// The validated settings.
     pub fn config(&self) -> &ConsumerConfig {
         &self.config
@@ -419,8 +475,8 @@ pub(crate) struct ConsumerParts<T> {
     pub(crate) handler: DeliveryHandler<T>,
     pub(crate) config: ConsumerConfig,
     pub(crate) dead_letters: Option<Recipient<DeadLetter>>,
-    /// The store its dead letters are kept in, with the consumer's name (their source).
-    pub(crate) kept: Option<(DeadLetters, String)>,
+    /// The store its dead letters are kept in, with their source's kind and name.
+    pub(crate) kept: Option<(DeadLetters, SourceKind, String)>,
 }
 
 /// Builds [`ConsumerOptions`]; see [`ConsumerConfig`] for each setting's default and rule.
@@ -429,7 +485,7 @@ pub struct ConsumerOptionsBuilder<T> {
     loaded: ConsumerConfig,
     explicit: Overrides<ConsumerConfig>,
     dead_letters: Option<Recipient<DeadLetter>>,
-    kept: Option<(DeadLetters, String)>,
+    kept: Option<(DeadLetters, SourceKind, String)>,
     name: Option<String>,
 }
 
@@ -523,7 +579,7 @@ impl<T: 'static> ConsumerOptionsBuilder<T> {
         dead_letters: DeadLetters,
         source: impl Into<String>,
     ) -> Self {
-        self.kept = Some((dead_letters, source.into()));
+        self.kept = Some((dead_letters, SourceKind::Consumer, source.into()));
         self
     }
 

@@ -9,17 +9,19 @@ use std::time::Duration;
 use actix::prelude::*;
 use tokio::sync::{oneshot, watch};
 
+use crate::codec::{Codec, Manifest};
 use crate::delivery::confirmation::Confirmation;
+use crate::delivery::dead_letters::{delivery_key, DeadLetterCause, NewDeadLetter, SourceKind};
 use crate::delivery::inbox::{Inbox, Refusal};
 use crate::delivery::message::{
     Acks, ConsumerRef, GetProducerStats, GiveUp, ReplyTo, SingleAck, StopProducer, Tell,
 };
-use crate::delivery::options::{ProducerOptions, ProducerParts, TraceHook};
+use crate::delivery::options::{KeptGivenUp, ProducerOptions, ProducerParts, TraceHook};
 use crate::delivery::producer_core::Core;
 use crate::delivery::storage::{Producer, ProducerStorage, Settlement, Work};
 use crate::delivery::stored::Stored;
 use crate::error::{DeliveryError, Failure, StartError, TellError};
-use crate::protocol::envelope::ProducerId;
+use crate::protocol::envelope::{DeliveryInfo, ProducerId};
 use crate::protocol::producer::ProducerStats;
 use crate::runtime::after_drain::after_each_drain;
 use crate::runtime::alarm::{now, Alarm};
@@ -46,6 +48,8 @@ use crate::runtime::stop_signal::{wait_for_stop, wait_opened, Life, StopSignal, 
 /// supervised actors while an address exists).
 pub struct ProducerController<T: Clone + Send + 'static> {
     core: Core<T>,
+    /// Where given-up messages are kept, if anywhere.
+    kept: Option<KeptGivenUp<T>>,
     consumer: ConsumerRef<T>,
     reply_to: Option<ReplyTo>,
     alarm: Alarm,
@@ -83,11 +87,17 @@ impl<T: Clone + Send + 'static> ProducerController<T> {
             trace_context,
             chunking,
             incarnation,
+            kept,
         } = options.into_parts();
         let room = config.window_size.saturating_add(config.max_pending);
         let incarnation = incarnation.unwrap_or_else(random_incarnation);
+        let mut core = Core::new(&config, incarnation, chunking);
+        if kept.is_some() {
+            core.keep_given_up();
+        }
         Self {
-            core: Core::new(&config, incarnation, chunking),
+            core,
+            kept,
             consumer,
             reply_to: None,
             alarm: Alarm::default(),
@@ -166,8 +176,46 @@ impl<T: Clone + Send + 'static> ProducerController<T> {
         self.alarm.arm(self.core.next_deadline(), ctx, |act, ctx| {
             act.alarm.fired();
             act.core.handle_timeout(now());
+            act.keep_given_up();
             act.flush(ctx);
         });
+    }
+
+    /// Keeps the messages the core gave up in the dead-letter store, if the producer has one.
+    fn keep_given_up(&mut self) {
+        let Some(kept) = &self.kept else {
+            return;
+        };
+        let (incarnation, given_up) = self.core.take_given_up();
+        for message in given_up {
+            let origin = DeliveryInfo {
+                producer_id: self.core.id().clone(),
+                incarnation: incarnation.id(),
+                seq: message.seq,
+                window_start: message.seq,
+                trace_context: None,
+                first_seq: None,
+            };
+            let (body, error) = match (kept.encode)(&message.body) {
+                Ok(body) => (Some(body), String::new()),
+                Err(error) => (None, format!("; the body was not kept: {error}")),
+            };
+            kept.dead_letters.record(NewDeadLetter {
+                kind: SourceKind::Producer,
+                source: kept.source.clone(),
+                cause: DeadLetterCause::GivenUp,
+                key: delivery_key(&origin),
+                origin: Some(origin),
+                manifest: Manifest::new(Codec::MessagePack, std::any::type_name::<T>(), 1),
+                body_len: body.as_ref().map_or(0, |body| body.len() as u64),
+                body,
+                attempts: message.attempts,
+                error: format!(
+                    "not confirmed after {} transmissions{error}",
+                    message.attempts
+                ),
+            });
+        }
     }
 
     /// Confirms what the core settled, giving back the room those messages held first (in

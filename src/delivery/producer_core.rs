@@ -20,7 +20,7 @@ use crate::error::DeliveryError;
 use crate::protocol::chunk::producer::ChunkedProducer;
 use crate::protocol::chunk::{split_into, Assembled, ChunkHeader};
 use crate::protocol::envelope::{Ack, Incarnation, ProducerId};
-use crate::protocol::producer::{ProducerCore, ProducerStats};
+use crate::protocol::producer::{GivenUp, ProducerCore, ProducerStats};
 use crate::runtime::random::random_u64;
 
 /// How a schema writes a message of `T` into chunks of a given size.
@@ -115,6 +115,22 @@ impl<T: Clone> Core<T> {
         match self {
             Self::Whole(core) => core.next_deadline(),
             Self::Chunked(core, _) => core.next_deadline(),
+        }
+    }
+
+    /// Keeps given-up messages for [`take_given_up`](Self::take_given_up): a whole-message
+    /// core only (options refuse it with chunks).
+    pub(crate) fn keep_given_up(&mut self) {
+        if let Self::Whole(core) = self {
+            core.keep_given_up();
+        }
+    }
+
+    /// The messages given up since the last call, and the incarnation they were sent under.
+    pub(crate) fn take_given_up(&mut self) -> (Incarnation, Vec<GivenUp<T>>) {
+        match self {
+            Self::Whole(core) => (core.incarnation(), core.take_given_up()),
+            Self::Chunked(core, _) => (core.incarnation(), Vec::new()),
         }
     }
 

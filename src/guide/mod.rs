@@ -25,7 +25,9 @@
 //! 15. [Testing](testing): virtual time, a journal that fails on demand, counters, crashes.
 //! 16. [Upgrading without downtime](upgrades): rolling a deployment from one release to the
 //!     next; the wire and storage formats.
-//! 17. [How it works](how_it_works): the protocol, batching, the sans-IO core.
+//! 17. [Operating it](operations): dead letters kept and replayed, the inspector, the
+//!     console.
+//! 18. [How it works](how_it_works): the protocol, batching, the sans-IO core.
 //!
 //! What the library costs is measured in `benches/README.md` in the repository; what its tests
 //! prove, in `tests/README.md`.
@@ -37,6 +39,7 @@ pub mod guarantees;
 pub mod how_it_works;
 pub mod journals;
 pub mod large_messages;
+pub mod operations;
 pub mod over_nats;
 pub mod over_tcp;
 pub mod production;

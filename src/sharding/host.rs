@@ -12,6 +12,7 @@ use tokio::sync::oneshot;
 use crate::config::{ConsumerConfig, Limit};
 use crate::delivery::consumer::start_consumer;
 use crate::delivery::consumer::ConsumerHandle;
+use crate::delivery::dead_letters::SourceKind;
 use crate::delivery::handler::DeliveryHandler;
 use crate::delivery::options::ConsumerOptions;
 use crate::error::OptionsError;
@@ -388,11 +389,18 @@ impl<E: EventSourced> EntityHostHandle<E> {
         &self,
         to_command: impl FnMut(M) -> E::Command + 'static,
     ) -> ConsumerHandle<EntityEnvelope<M>> {
-        let options = ConsumerOptions::from_config(
+        let mut options = ConsumerOptions::from_config(
             self.delivery_handler(to_command),
             Self::consumer_config(),
         )
         .expect("valid settings");
+        if let Some((dead_letters, source)) = &self.inner.options.dead_letters {
+            options.keep_dead_letters_as(
+                dead_letters.clone(),
+                SourceKind::EntityHost,
+                source.clone(),
+            );
+        }
         start_consumer(options)
     }
 

@@ -6,6 +6,7 @@ use actix::ArbiterHandle;
 use serde::{Deserialize, Serialize};
 
 use crate::config::{limit_millis, positive, Limit, Overrides, MAX_DURATION};
+use crate::delivery::dead_letter_handle::DeadLetters;
 use crate::error::OptionsError;
 use crate::persistence::PersistentConfig;
 use crate::sharding::entity_id::MAX_ENTITY_ID;
@@ -106,6 +107,7 @@ pub struct EntityHostOptions {
     pub(crate) config: EntityHostConfig,
     pub(crate) persistent: PersistentConfig,
     pub(crate) arbiter: Option<ArbiterHandle>,
+    pub(crate) dead_letters: Option<(DeadLetters, String)>,
 }
 
 impl EntityHostOptions {
@@ -118,6 +120,7 @@ impl EntityHostOptions {
             explicit: Overrides::default(),
             persistent: PersistentConfig::default(),
             arbiter: None,
+            dead_letters: None,
         }
     }
 
@@ -146,6 +149,7 @@ pub struct EntityHostOptionsBuilder {
     explicit: Overrides<EntityHostConfig>,
     persistent: PersistentConfig,
     arbiter: Option<ArbiterHandle>,
+    dead_letters: Option<(DeadLetters, String)>,
 }
 
 impl EntityHostOptionsBuilder {
@@ -191,6 +195,20 @@ impl EntityHostOptionsBuilder {
         self
     }
 
+    /// Keeps what the host's [`consumer`](crate::sharding::EntityHostHandle::consumer)
+    /// refuses in `dead_letters`, under the name `source` (kind
+    /// [`EntityHost`](crate::dead_letters::SourceKind::EntityHost)): undecodable bodies with
+    /// their bytes as received, and malformed or misrouted deliveries (another shard count,
+    /// a foreign origin) with their ids.
+    pub fn keep_dead_letters(
+        mut self,
+        dead_letters: DeadLetters,
+        source: impl Into<String>,
+    ) -> Self {
+        self.dead_letters = Some((dead_letters, source.into()));
+        self
+    }
+
     /// Validates the options.
     ///
     /// # Errors
@@ -210,6 +228,7 @@ impl EntityHostOptionsBuilder {
             config,
             persistent,
             arbiter: self.arbiter,
+            dead_letters: self.dead_letters,
         })
     }
 

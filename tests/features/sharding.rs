@@ -1309,3 +1309,68 @@ mod postgres_leases {
             .unwrap();
     }
 }
+
+/// What an entity host's consumer refuses is kept as the host's dead letter.
+#[actix::test]
+async fn a_delivery_the_hosts_consumer_refuses_is_kept_as_the_hosts_dead_letter() {
+    use actix_delivery::dead_letters::{
+        DeadLetterCause, DeadLetterFilter, DeadLetterLimits, DeadLetters, MemoryDeadLetters,
+        SourceKind,
+    };
+    use actix_delivery::sharding::EntityEnvelope;
+    use actix_delivery::{Delivery, DeliveryInfo, Incarnation, ProducerId};
+    tokio::time::pause();
+    let dead_letters =
+        DeadLetters::new(MemoryDeadLetters::new(DeadLetterLimits::default()).unwrap());
+    let journal = Arc::new(MemoryJournal::new());
+    let ledger = host(
+        journal,
+        options()
+            .keep_dead_letters(dead_letters.clone(), "ledger-host")
+            .build()
+            .unwrap(),
+    );
+    let consumer = ledger.consumer(Op::Apply);
+    let (reply_to, acks) = common::ack_probe();
+    let incarnation = Incarnation::from_u128(7);
+    let body = EntityEnvelope {
+        entity_id: id(1),
+        origin: DeliveryInfo {
+            producer_id: ProducerId::from("elsewhere"),
+            incarnation: Incarnation::from_u128(8).id(),
+            seq: 1,
+            window_start: 1,
+            trace_context: None,
+            first_seq: None,
+        },
+        previous: 0,
+        body: 5,
+        shards: 0,
+    };
+    consumer.addr().do_send(Delivery {
+        producer_id: ProducerId::from("orders"),
+        incarnation,
+        seq: 1,
+        window_start: 1,
+        trace_context: None,
+        body,
+        reply_to: Some(reply_to),
+    });
+    common::settle().await;
+    assert_eq!(acks.len(), 0, "refused, not ACKed");
+    let kept = dead_letters
+        .list(DeadLetterFilter::default())
+        .await
+        .unwrap();
+    assert_eq!(kept.entries.len(), 1);
+    let letter = &kept.entries[0].letter;
+    assert_eq!(
+        (letter.kind, letter.source.as_str(), letter.cause),
+        (
+            SourceKind::EntityHost,
+            "ledger-host",
+            DeadLetterCause::Malformed
+        )
+    );
+    assert!(letter.error.contains("origin"), "{}", letter.error);
+}

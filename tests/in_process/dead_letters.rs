@@ -17,7 +17,7 @@ use actix_delivery::persistence::{Outcome, PersistentHandle, PersistentOptions};
 use actix_delivery::work_pulling::{Job, WorkPullingOptions, WorkerRegistry};
 use actix_delivery::{
     ConsumerOptions, DeliveryError, DeliveryHandler, Happened, Limit, ProducerConfig,
-    ReliableDelivery,
+    ProducerOptions, ReliableDelivery,
 };
 
 use crate::common;
@@ -266,4 +266,67 @@ async fn replays_that_cannot_go_change_nothing_and_say_why() {
     }
     dead_letters.delete(no_route).await.unwrap();
     assert_eq!(dead_letters.counts().await.unwrap().entries, 2);
+}
+
+#[actix::test]
+async fn a_message_a_producer_gives_up_is_kept_with_its_body_and_delivery_id() {
+    tokio::time::pause();
+    let dead_letters =
+        DeadLetters::new(MemoryDeadLetters::new(DeadLetterLimits::default()).unwrap());
+    let refusing = DeliveryHandler::from_fn(|_: String| async { Err("never".to_owned()) });
+    let consumer = ReliableDelivery::consumer(ConsumerOptions::builder(refusing).build().unwrap());
+    let options = ProducerOptions::builder(&consumer)
+        .max_attempts(2)
+        .resend_timeout(Duration::from_millis(100))
+        .keep_dead_letters(dead_letters.clone(), "orders")
+        .build()
+        .unwrap();
+    let orders = ReliableDelivery::producer(options);
+    let outcome = orders.send("order 7".to_owned()).await;
+    assert_eq!(outcome, Err(DeliveryError::GaveUp { attempts: 2 }));
+    settle_for(10).await;
+    let page = dead_letters
+        .list(DeadLetterFilter::default())
+        .await
+        .unwrap();
+    assert_eq!(page.entries.len(), 1);
+    let letter = &page.entries[0].letter;
+    assert_eq!(
+        (
+            letter.kind,
+            letter.source.as_str(),
+            letter.cause,
+            letter.attempts
+        ),
+        (SourceKind::Producer, "orders", DeadLetterCause::GivenUp, 2)
+    );
+    let origin = letter.origin.as_ref().unwrap();
+    assert_eq!((&origin.producer_id, origin.seq), (orders.producer_id(), 1));
+    let body = letter.body.as_ref().unwrap();
+    assert_eq!(
+        Codec::MessagePack.decode::<String>(body, 64).unwrap(),
+        "order 7"
+    );
+}
+
+#[actix::test]
+async fn keeping_dead_letters_with_chunk_size_is_refused_naming_the_option() {
+    let dead_letters =
+        DeadLetters::new(MemoryDeadLetters::new(DeadLetterLimits::default()).unwrap());
+    let handler = DeliveryHandler::from_fn(|_: Vec<u8>| async { Ok::<(), String>(()) });
+    let consumer = ReliableDelivery::consumer(ConsumerOptions::builder(handler).build().unwrap());
+    let refused = ProducerOptions::builder(&consumer)
+        .chunk_size(1024)
+        .keep_dead_letters(dead_letters, "blobs")
+        .build()
+        .unwrap_err();
+    assert_eq!(refused.field, "keep_dead_letters");
+    let refused = DeadLetterLimits {
+        sample_burst: 0,
+        ..DeadLetterLimits::default()
+    };
+    assert_eq!(
+        MemoryDeadLetters::new(refused).err().unwrap().field,
+        "sample_burst"
+    );
 }

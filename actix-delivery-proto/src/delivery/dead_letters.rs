@@ -80,6 +80,8 @@ impl FromStr for DeadLetterCause {
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 #[non_exhaustive]
 pub enum SourceKind {
+    /// A producer (plain or durable): messages it gave up after `max_attempts`.
+    Producer,
     /// A consumer (of a producer, a TCP route, a NATS carrier).
     Consumer,
     /// A work-pulling producer's pool.
@@ -92,17 +94,19 @@ pub enum SourceKind {
 
 impl SourceKind {
     /// Every kind, in the order they are listed.
-    pub const ALL: [SourceKind; 4] = [
+    pub const ALL: [SourceKind; 5] = [
+        Self::Producer,
         Self::Consumer,
         Self::WorkPulling,
         Self::EntityHost,
         Self::Projection,
     ];
 
-    /// Its name in stores, filters and URLs: `consumer`, `work_pulling`, `entity_host`,
-    /// `projection`.
+    /// Its name in stores, filters and URLs: `producer`, `consumer`, `work_pulling`,
+    /// `entity_host`, `projection`.
     pub const fn as_str(self) -> &'static str {
         match self {
+            Self::Producer => "producer",
             Self::Consumer => "consumer",
             Self::WorkPulling => "work_pulling",
             Self::EntityHost => "entity_host",

@@ -63,6 +63,19 @@ pub struct ProducerStats {
     /// A durable producer: stored messages not settled yet (their settlement not recorded),
     /// right now.
     pub unconfirmed: usize,
+    /// A durable producer: how long the oldest of its [`unconfirmed`](Self::unconfirmed)
+    /// messages has been waiting, in ms, when the stats were asked (`None` with none): since
+    /// its store committed, or, for a message of an earlier life sent again after a restart,
+    /// since this life opened the stream (its age then counts from the opening, not from its
+    /// store). Computed when asked, from one time per store.
+    #[serde(default)]
+    pub oldest_unconfirmed_ms: Option<u64>,
+    /// A durable producer: its writes whose outcome the journal has not told, right now:
+    /// messages whose store, and confirmations whose record, failed in a way that leaves open
+    /// whether they committed (or were unanswered when the producer ended). The next opening
+    /// of the stream settles each by what the journal holds.
+    #[serde(default)]
+    pub in_doubt: usize,
     /// A producer with `chunk_size`: chunked messages sent again from their first chunk,
     /// because their last chunk went unconfirmed for `resend_timeout` after every other chunk
     /// was ACKed (the consumer may have lost the chunks: a restart, an eviction, a failed
@@ -121,8 +134,22 @@ pub struct ProducerCore<T, C> {
     earliest_deadline: Option<Instant>,
     transmit: VecDeque<u64>,
     settled: VecDeque<(C, Result<(), DeliveryError>)>,
+    /// With [`keep_given_up`](Self::keep_given_up): the messages given up since
+    /// [`take_given_up`](Self::take_given_up) was last called.
+    given_up: Option<Vec<GivenUp<T>>>,
     jitter: SmallRng,
     stats: ProducerStats,
+}
+
+/// A message the producer gave up after `max_attempts` transmissions.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct GivenUp<T> {
+    /// Its seq.
+    pub seq: u64,
+    /// How many times it was transmitted.
+    pub attempts: u32,
+    /// The message.
+    pub body: T,
 }
 
 impl<T: Clone, C> ProducerCore<T, C> {
@@ -155,6 +182,7 @@ impl<T: Clone, C> ProducerCore<T, C> {
             earliest_deadline: None,
             transmit: VecDeque::new(),
             settled: VecDeque::new(),
+            given_up: None,
             // Not derived from the incarnation: retransmission timing must not reveal it.
             jitter: SmallRng::seed_from_u64(random()),
             stats: ProducerStats::default(),
@@ -367,6 +395,13 @@ impl<T: Clone, C> ProducerCore<T, C> {
                         attempts: m.attempts,
                     };
                     self.settled.push_back((m.confirm, Err(error)));
+                    if let Some(given_up) = &mut self.given_up {
+                        given_up.push(GivenUp {
+                            seq: m.seq,
+                            attempts: m.attempts,
+                            body: m.body,
+                        });
+                    }
                     continue;
                 }
                 m.attempts = m.attempts.saturating_add(1);
@@ -452,6 +487,21 @@ impl<T: Clone, C> ProducerCore<T, C> {
     /// The settled confirmation tokens not polled yet, in order, without taking them.
     pub fn settled(&self) -> impl Iterator<Item = &C> {
         self.settled.iter().map(|(token, _)| token)
+    }
+
+    /// Keeps the messages it gives up after `max_attempts` for
+    /// [`take_given_up`](Self::take_given_up) (for a dead-letter store); off by default.
+    pub fn keep_given_up(&mut self) {
+        self.given_up.get_or_insert_with(Vec::new);
+    }
+
+    /// The messages given up since the last call (none unless
+    /// [`keep_given_up`](Self::keep_given_up)).
+    pub fn take_given_up(&mut self) -> Vec<GivenUp<T>> {
+        self.given_up
+            .as_mut()
+            .map(std::mem::take)
+            .unwrap_or_default()
     }
 
     /// The next settled confirmation token and its result.

@@ -121,6 +121,8 @@
 //! ```
 
 mod config;
+#[cfg(any(feature = "sqlite", feature = "postgres"))]
+mod inspect;
 use actix_delivery_proto::durable::log;
 pub(crate) mod producer;
 
@@ -138,6 +140,11 @@ use crate::protocol::envelope::ProducerId;
 pub use crate::delivery::confirmation::MessageId;
 pub use crate::delivery::stored::Stored;
 pub use config::DurableConfig;
+#[cfg(any(feature = "sqlite", feature = "postgres"))]
+#[cfg_attr(docsrs, doc(cfg(any(feature = "sqlite", feature = "postgres"))))]
+pub use inspect::{
+    is_durable_stream, read_durable_stream, DurableStreamInfo, StoredWhen, UnconfirmedMessage,
+};
 
 /// The confirmation of a message a durable producer sent again after a restart: its callback
 /// died with the previous process, so it goes to the sink instead.

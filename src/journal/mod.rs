@@ -68,9 +68,13 @@ use std::pin::Pin;
 use crate::codec::Manifest;
 
 pub(crate) use actix_delivery_proto::journal::by_tag;
+#[cfg(any(feature = "sqlite", feature = "postgres"))]
+mod dead_letter_sql;
 pub(crate) use actix_delivery_proto::journal::error;
 pub(crate) use actix_delivery_proto::journal::event;
 pub(crate) use actix_delivery_proto::journal::id;
+#[cfg(any(feature = "sqlite", feature = "postgres"))]
+mod inspect;
 pub(crate) use actix_delivery_proto::journal::journal_id;
 mod memory;
 #[cfg(all(feature = "metrics", any(feature = "sqlite", feature = "postgres")))]
@@ -90,10 +94,19 @@ pub use by_tag::{Offset, TagQuery, TaggedEvent};
 pub use error::JournalError;
 pub use event::{Snapshot, StoredEvent, MAX_PAYLOAD_BYTES, MAX_SEQ};
 pub use id::{PersistenceId, PersistenceIdError};
+#[cfg(any(feature = "sqlite", feature = "postgres"))]
+#[cfg_attr(docsrs, doc(cfg(any(feature = "sqlite", feature = "postgres"))))]
+pub use inspect::{
+    CheckReport, InspectedEvent, InspectedSnapshot, JournalInspector, Problem, ProblemKind,
+    SchemaInfo, StreamInfo,
+};
 pub use journal_id::JournalId;
 pub use memory::{MemoryFaults, MemoryJournal, MemoryStats};
 pub use notifications::TagNotifications;
 pub(crate) use notifications::TagSignal;
+#[cfg(feature = "postgres")]
+#[cfg_attr(docsrs, doc(cfg(feature = "postgres")))]
+pub use postgres::PostgresInspector;
 #[cfg(all(feature = "postgres", feature = "tls"))]
 #[cfg_attr(docsrs, doc(cfg(all(feature = "postgres", feature = "tls"))))]
 pub use postgres::PostgresTls;
@@ -102,15 +115,20 @@ pub(crate) use postgres::{is_connection_lost, is_plain_identifier, parse_config}
 #[cfg(feature = "postgres")]
 #[cfg_attr(docsrs, doc(cfg(feature = "postgres")))]
 pub use postgres::{
-    PostgresConfig, PostgresJournal, PostgresOptions, PostgresOptionsBuilder, PostgresStats,
+    PostgresConfig, PostgresDeadLetters, PostgresJournal, PostgresOptions, PostgresOptionsBuilder,
+    PostgresStats,
 };
 pub use replay::replay_all;
 #[cfg(feature = "sqlite")]
 pub(crate) use sqlite::unix_millis;
 #[cfg(feature = "sqlite")]
 #[cfg_attr(docsrs, doc(cfg(feature = "sqlite")))]
+pub use sqlite::SqliteInspector;
+#[cfg(feature = "sqlite")]
+#[cfg_attr(docsrs, doc(cfg(feature = "sqlite")))]
 pub use sqlite::{
-    SqliteConfig, SqliteDurability, SqliteJournal, SqliteOptions, SqliteOptionsBuilder, SqliteStats,
+    SqliteConfig, SqliteDeadLetters, SqliteDurability, SqliteJournal, SqliteOptions,
+    SqliteOptionsBuilder, SqliteStats,
 };
 pub use tag::{slice_of, Slices, Tag, MAX_TAG_BYTES, SLICES};
 

@@ -3,7 +3,7 @@
 use actix::Message;
 use serde::{Deserialize, Serialize};
 
-use crate::codec::{Codec, Manifest, MAX_ENCODED_BYTES};
+use crate::codec::{Codec, Manifest};
 use crate::delivery::dead_letters::{delivery_key, DeadLetterCause, NewDeadLetter, SourceKind};
 use crate::work_pulling::Job;
 
@@ -28,11 +28,16 @@ impl<T: Send + 'static> Message for GivenUpJob<T> {
     type Result = ();
 }
 
-impl<T: Serialize> GivenUpJob<T> {
-    /// The dead letter kept of it for the pool `source`: the body in MessagePack (if it
-    /// encodes; else no body, and the error says why), the job's stable id as key and origin.
-    pub(crate) fn to_dead_letter(&self, source: &str) -> NewDeadLetter {
-        let encoded = Codec::MessagePack.encode(&self.job.body, MAX_ENCODED_BYTES);
+impl<T> GivenUpJob<T> {
+    /// The dead letter kept of it for the pool `source`: the body as `encode` (MessagePack)
+    /// writes it (if it encodes; else no body, and the error says why), the job's stable id
+    /// as key and origin.
+    pub(crate) fn to_dead_letter(
+        &self,
+        source: &str,
+        encode: fn(&T) -> Result<Vec<u8>, String>,
+    ) -> NewDeadLetter {
+        let encoded = encode(&self.job.body);
         let mut error = self.last_error.clone();
         if let Err(unencodable) = &encoded {
             error = format!("{error}; the body was not kept: {unencodable}");

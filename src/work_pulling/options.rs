@@ -1,12 +1,12 @@
 //! Validated options of a work-pulling producer.
 
 use std::num::NonZeroU32;
-use std::sync::Arc;
 use std::time::Duration;
 
 use actix::Recipient;
 use serde::Serialize;
 
+use crate::codec::{Codec, MAX_ENCODED_BYTES};
 use crate::config::{Backoff, Limit, ProducerConfig};
 use crate::delivery::dead_letter_handle::DeadLetters;
 use crate::error::OptionsError;
@@ -25,18 +25,19 @@ pub struct WorkPullingOptions<T: Send + 'static> {
     pub(crate) kept: Option<KeepGivenUp<T>>,
 }
 
-/// Keeps a given-up job in a dead-letter store (encoding its body, which needs `Serialize`).
-pub(crate) struct KeepGivenUp<T>(Arc<dyn Fn(&GivenUpJob<T>) + Send + Sync>);
+/// Where a pool keeps the jobs it gives up: the store, the source's name, and how a body is
+/// encoded (MessagePack; `T: Serialize` is asked where it is set).
+#[derive(Debug)]
+pub(crate) struct KeepGivenUp<T> {
+    dead_letters: DeadLetters,
+    source: String,
+    encode: fn(&T) -> Result<Vec<u8>, String>,
+}
 
 impl<T> KeepGivenUp<T> {
     pub(crate) fn keep(&self, given_up: &GivenUpJob<T>) {
-        (self.0)(given_up);
-    }
-}
-
-impl<T> std::fmt::Debug for KeepGivenUp<T> {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("KeepGivenUp")
+        self.dead_letters
+            .record(given_up.to_dead_letter(&self.source, self.encode));
     }
 }
 
@@ -163,10 +164,15 @@ impl<T: Send + 'static> WorkPullingOptionsBuilder<T> {
     where
         T: Serialize,
     {
-        let source = source.into();
-        self.kept = Some(KeepGivenUp(Arc::new(move |given_up: &GivenUpJob<T>| {
-            dead_letters.record(given_up.to_dead_letter(&source));
-        })));
+        self.kept = Some(KeepGivenUp {
+            dead_letters,
+            source: source.into(),
+            encode: |body| {
+                Codec::MessagePack
+                    .encode(body, MAX_ENCODED_BYTES)
+                    .map_err(|error| error.to_string())
+            },
+        });
         self
     }
 

@@ -21,6 +21,7 @@ mod postgres_support;
 mod remote;
 
 mod chunking;
+mod dead_letters;
 mod journal;
 mod journal_ceiling;
 mod journal_identity;

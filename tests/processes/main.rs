@@ -24,6 +24,7 @@ mod remote;
 
 mod actix_web;
 mod chunking_crash;
+mod dead_letter_replay_crash;
 #[cfg(feature = "postgres")]
 mod durable_lease;
 mod end_to_end_crash;

@@ -7,5 +7,6 @@ pub mod core;
 pub mod delivery_record;
 pub mod entry;
 pub mod error;
+pub mod inspect;
 pub mod outbox_state;
 pub mod type_names;

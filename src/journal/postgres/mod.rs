@@ -25,6 +25,8 @@ use tokio::sync::{mpsc, oneshot, Semaphore};
 mod config;
 mod connection_string;
 mod connector;
+mod dead_letters;
+mod inspect;
 mod listener;
 mod options;
 mod reader;
@@ -38,6 +40,8 @@ pub(crate) use config::is_plain_identifier;
 pub use config::{PostgresConfig, PostgresStats};
 pub(crate) use connection_string::parse_config;
 pub(crate) use connector::is_connection_lost;
+pub use dead_letters::PostgresDeadLetters;
+pub use inspect::PostgresInspector;
 pub use options::{PostgresOptions, PostgresOptionsBuilder};
 #[cfg(feature = "tls")]
 pub use tls::PostgresTls;

@@ -19,6 +19,12 @@
 //! not know the table and leaves it alone, so it still reads the journal. With
 //! `create_tables` off a schema without it is used without an id (logged).
 //!
+//! `dead_letter` and `dead_letter_totals` belong to
+//! [`PostgresDeadLetters`](super::PostgresDeadLetters), which creates them in the journal's
+//! schema when first opened there
+//! ([`PostgresDeadLetters::SCHEMA_SQL`](super::PostgresDeadLetters::SCHEMA_SQL)). They raise
+//! no schema version: neither the journal's check nor the previous release looks at them.
+//!
 //! On connect: no journal table in the schema → the tables are created (under an advisory lock, so
 //! two nodes starting at once create them once); `journal_schema` says `actix-delivery`, version 1
 //! or 2 → migrated to 3 (`migrate_1_to_2.sql`, then `migrate_2_to_3.sql`, under the same lock and

@@ -9,6 +9,8 @@ use tokio::sync::{mpsc, oneshot, Semaphore};
 
 mod backup;
 mod config;
+mod dead_letters;
+mod inspect;
 mod options;
 mod reader;
 mod schema;
@@ -16,6 +18,8 @@ mod writer;
 pub(crate) use writer::unix_millis;
 
 pub use config::{SqliteConfig, SqliteDurability, SqliteStats};
+pub use dead_letters::SqliteDeadLetters;
+pub use inspect::SqliteInspector;
 pub use options::{SqliteOptions, SqliteOptionsBuilder};
 
 use crate::codec::Manifest;

@@ -46,6 +46,13 @@
 //! Adding it changes no version: the previous release does not know the table and leaves it
 //! alone, so it still opens the file.
 //!
+//! `dead_letter` (one row per kept dead letter: `id INTEGER PRIMARY KEY AUTOINCREMENT`, never
+//! reused, `UNIQUE (kind, source, key)`, its manifest in `ser_*` columns and its origin as
+//! bincode) and `dead_letter_totals` (one row: entries and their weight) belong to
+//! [`SqliteDeadLetters`](crate::journal::SqliteDeadLetters), which creates them when first
+//! opened on the file. They raise no schema version: neither the journal's check nor the
+//! previous release looks at them.
+//!
 //! Schema versions: 1 (actix-delivery 0.1) had no manifest columns; 2 had no `event_tag`.
 //! Opening an older file migrates it to 3 in one transaction (1 to 2: the three columns are
 //! added, rows written before read as [`Manifest::legacy`](crate::codec::Manifest::legacy):

@@ -1,0 +1,74 @@
+//! The commands, one file each: its arguments (`Args`, with `writes()`: whether it changes the
+//! journal) and its `run`. A new command is a file here and its line in each `match` below.
+
+mod backup;
+mod check;
+mod durable;
+mod events;
+mod streams;
+
+use actix_delivery::journal::PersistenceId;
+use clap::Subcommand;
+
+use crate::failure::{Failure, Status};
+use crate::output::Output;
+use crate::Context;
+
+#[derive(Subcommand, Debug)]
+pub enum Command {
+    Streams(streams::Args),
+    Events(events::Args),
+    Durable(durable::Args),
+    Check(check::Args),
+    Backup(backup::Args),
+}
+
+impl Command {
+    /// Its name, as typed.
+    pub fn name(&self) -> &'static str {
+        match self {
+            Self::Streams(_) => "streams",
+            Self::Events(_) => "events",
+            Self::Durable(_) => "durable",
+            Self::Check(_) => "check",
+            Self::Backup(_) => "backup",
+        }
+    }
+
+    /// Whether it changes the journal (and so needs `--write`).
+    pub fn writes(&self) -> bool {
+        match self {
+            Self::Streams(args) => args.writes(),
+            Self::Events(args) => args.writes(),
+            Self::Durable(args) => args.writes(),
+            Self::Check(args) => args.writes(),
+            Self::Backup(args) => args.writes(),
+        }
+    }
+
+    /// Why it needs a SQLite journal, if it does.
+    pub fn sqlite_only(&self) -> Option<&'static str> {
+        match self {
+            Self::Backup(_) => Some(backup::ONLY_SQLITE),
+            _ => None,
+        }
+    }
+
+    pub async fn run(self, context: &Context, out: &mut Output) -> Result<Status, Failure> {
+        match self {
+            Self::Streams(args) => streams::run(args, context, out).await,
+            Self::Events(args) => events::run(args, context, out).await,
+            Self::Durable(args) => durable::run(args, context, out).await,
+            Self::Check(args) => check::run(args, context, out).await,
+            Self::Backup(args) => backup::run(args, context, out).await,
+        }
+    }
+}
+
+/// A persistence id given as an argument.
+pub fn stream_id(text: &str) -> Result<PersistenceId, String> {
+    PersistenceId::new(text).map_err(|err| err.to_string())
+}
+
+/// The largest page a command reads at once.
+pub const MAX_LIMIT: u64 = 100_000;

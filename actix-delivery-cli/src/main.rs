@@ -1,0 +1,187 @@
+//! `actix-delivery`: the command-line inspector of actix-delivery's journals (a SQLite file or
+//! a PostgreSQL schema). It parses its arguments, calls the library's read-only inspection
+//! (`actix_delivery::journal::JournalInspector`, `actix_delivery::durable::read_durable_stream`)
+//! and prints what they return; see `README.md` and `--help`.
+
+mod commands;
+mod decode;
+mod failure;
+mod output;
+
+use std::process::ExitCode;
+
+use actix_delivery::journal::{
+    JournalInspector, PostgresInspector, PostgresOptions, SqliteInspector,
+};
+use clap::{CommandFactory, Parser};
+
+use crate::commands::Command;
+use crate::failure::{Failure, Status};
+use crate::output::Output;
+
+/// What every command's help ends with: the exit codes and the write rule.
+pub const AFTER_HELP: &str = "\
+Read-only by default: the journal is opened read-only (SQLite: a read-only connection that \
+takes no lock, so it works beside the application that has the journal open; PostgreSQL: a \
+read-only session). A command that changes the journal needs --write (none of these does; \
+`backup` writes only its new file DEST).
+
+Exit codes:
+  0  done (check: no problem found)
+  1  problems found: check found broken invariants, or the journal holds data that cannot be \
+read (corrupt, or a durable stream its producer could not open)
+  2  usage or bad input: an unknown command or option, a malformed number, an unknown \
+stream, a file or schema that is not a journal, a journal of a newer schema version
+  3  storage or connection error: the file cannot be read, the server cannot be reached or \
+refuses the login";
+
+/// actix-delivery's journal inspector.
+///
+/// Lists a journal's streams, prints their events, shows durable producers' unconfirmed
+/// messages, checks the journal's invariants and backs up a SQLite journal: a SQLite file
+/// (--sqlite) or a PostgreSQL schema (--postgres, --schema).
+#[derive(Parser, Debug)]
+#[command(name = "actix-delivery", version, after_help = AFTER_HELP)]
+struct Cli {
+    /// The SQLite journal file.
+    #[arg(
+        long,
+        value_name = "PATH",
+        global = true,
+        conflicts_with = "postgres",
+        help_heading = "Journal"
+    )]
+    sqlite: Option<std::path::PathBuf>,
+
+    /// The PostgreSQL database: a libpq-style "host=… user=… dbname=…" string or a
+    /// postgresql:// URL (never echoed: it may hold a password).
+    #[arg(
+        long,
+        value_name = "CONNECTION",
+        global = true,
+        help_heading = "Journal"
+    )]
+    postgres: Option<String>,
+
+    /// The PostgreSQL schema holding the journal's tables (default: public).
+    #[arg(long, value_name = "NAME", global = true, help_heading = "Journal")]
+    schema: Option<String>,
+
+    /// Print JSON, one object a line, instead of a table.
+    #[arg(long, global = true)]
+    json: bool,
+
+    /// Allow commands that change the journal (none of the current ones does).
+    #[arg(long, global = true)]
+    write: bool,
+
+    #[command(subcommand)]
+    command: Command,
+}
+
+/// The journal a command reads, and how it was asked to print.
+pub struct Context {
+    journal: Journal,
+    /// JSON lines instead of tables.
+    pub json: bool,
+}
+
+/// The journal, by its kind.
+enum Journal {
+    Sqlite(SqliteInspector),
+    Postgres(PostgresInspector),
+}
+
+impl Context {
+    /// The journal's read-only view.
+    pub fn inspector(&self) -> &dyn JournalInspector {
+        match &self.journal {
+            Journal::Sqlite(inspector) => inspector,
+            Journal::Postgres(inspector) => inspector,
+        }
+    }
+
+    /// The SQLite journal, if that is the one.
+    pub fn sqlite(&self) -> Option<&SqliteInspector> {
+        match &self.journal {
+            Journal::Sqlite(inspector) => Some(inspector),
+            Journal::Postgres(_) => None,
+        }
+    }
+}
+
+fn main() -> ExitCode {
+    // Usage errors exit 2 and --help 0, as clap does.
+    let cli = Cli::parse();
+    let runtime = match tokio::runtime::Builder::new_current_thread().build() {
+        Ok(runtime) => runtime,
+        Err(err) => return report(&Failure::storage(format!("cannot start a runtime: {err}"))),
+    };
+    match runtime.block_on(run(cli)) {
+        Ok(Status::Clean) => ExitCode::SUCCESS,
+        Ok(Status::ProblemsFound) => ExitCode::from(1),
+        Err(failure) => report(&failure),
+    }
+}
+
+fn report(failure: &Failure) -> ExitCode {
+    if !failure.message.is_empty() {
+        eprintln!("actix-delivery: error: {}", failure.message);
+    }
+    ExitCode::from(failure.code)
+}
+
+async fn run(cli: Cli) -> Result<Status, Failure> {
+    if cli.command.writes() && !cli.write {
+        return Err(Failure::usage(format!(
+            "`{}` changes the journal: give --write to allow it",
+            cli.command.name()
+        )));
+    }
+    if cli.schema.is_some() && cli.postgres.is_none() {
+        return Err(Failure::usage(
+            "--schema: only for a PostgreSQL journal (--postgres)",
+        ));
+    }
+    if let (Some(refusal), Some(_)) = (cli.command.sqlite_only(), &cli.postgres) {
+        return Err(Failure::usage(refusal));
+    }
+    let journal = match (&cli.sqlite, &cli.postgres) {
+        (Some(path), _) => Journal::Sqlite(
+            SqliteInspector::open(path)
+                .await
+                .map_err(|err| Failure::journal(&format!("--sqlite {}", path.display()), &err))?,
+        ),
+        (None, Some(connection)) => {
+            let mut options = PostgresOptions::builder();
+            if let Some(schema) = &cli.schema {
+                options = options.schema(schema.clone());
+            }
+            let options = options
+                .build()
+                .map_err(|err| Failure::usage(format!("--schema: {}", err.reason)))?;
+            Journal::Postgres(
+                PostgresInspector::connect(connection, &options)
+                    .await
+                    .map_err(|err| Failure::journal("--postgres", &err))?,
+            )
+        }
+        (None, None) => {
+            let mut command = Cli::command();
+            command
+                .error(
+                    clap::error::ErrorKind::MissingRequiredArgument,
+                    "which journal: give --sqlite PATH or --postgres CONNECTION",
+                )
+                .exit();
+        }
+    };
+    let context = Context {
+        journal,
+        json: cli.json,
+    };
+    let mut out = Output::stdout();
+    let status = cli.command.run(&context, &mut out).await;
+    out.flush()?;
+    status
+}

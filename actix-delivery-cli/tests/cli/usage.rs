@@ -1,0 +1,126 @@
+//! The inspector's usage: every command's help, and bad input refused with exit code 2 (or 3
+//! for a server that cannot be reached), naming the argument.
+
+use crate::support::{fixture_copy, run, sqlite};
+
+const COMMANDS: [&str; 5] = ["streams", "events", "durable", "check", "backup"];
+
+#[test]
+fn the_help_of_every_command_succeeds_and_gives_the_exit_codes_and_the_write_rule() {
+    let mut helps = vec![run(["--help"])];
+    for command in COMMANDS {
+        helps.push(run([command, "--help"]));
+        helps.push(run(["help", command]));
+    }
+    for help in helps {
+        let help = help.expect(0);
+        for expected in [
+            "Exit codes:",
+            "  1  problems found",
+            "  2  usage or bad input",
+            "  3  storage or connection error",
+            "--write",
+            "Read-only by default",
+            "--sqlite <PATH>",
+            "--postgres <CONNECTION>",
+        ] {
+            assert!(help.stdout.contains(expected), "{expected}: {help:?}");
+        }
+    }
+    let top = run(["--help"]);
+    for command in COMMANDS {
+        assert!(
+            top.stdout.contains(&format!("  {command}")),
+            "{command}: {top:?}"
+        );
+    }
+    run(["--version"]).expect(0);
+}
+
+#[test]
+fn malformed_numbers_and_arguments_are_refused_naming_the_argument() {
+    let (_dir, file) = fixture_copy();
+    for (args, named) in [
+        (
+            &["events", "account-1", "--from", "abc"][..],
+            "--from <SEQ>",
+        ),
+        (&["events", "account-1", "--from", "0"], "--from <SEQ>"),
+        (&["events", "account-1", "--limit", "-3"], "--limit"),
+        (&["events", "account-1", "--limit", "0"], "--limit <N>"),
+        (&["streams", "--limit", "1e3"], "--limit <N>"),
+        (&["check", "--max-problems", "many"], "--max-problems <N>"),
+        (&["streams", "--after", ""], "--after <ID>"),
+        (&["events"], "<STREAM>"),
+        (&["frobnicate"], "frobnicate"),
+    ] {
+        let refused = sqlite(&file, args).expect(2);
+        assert!(refused.stderr.contains(named), "{args:?}: {refused:?}");
+        assert!(refused.stdout.is_empty(), "{args:?}: {refused:?}");
+    }
+}
+
+#[test]
+fn which_journal_must_be_given_once() {
+    let none = run(["streams"]).expect(2);
+    assert!(
+        none.stderr
+            .contains("--sqlite PATH or --postgres CONNECTION"),
+        "{none:?}"
+    );
+    let both = run(["--sqlite", "a", "--postgres", "host=x", "streams"]).expect(2);
+    assert!(both.stderr.contains("--sqlite"), "{both:?}");
+    assert!(both.stderr.contains("cannot be used with"), "{both:?}");
+    let schema = run(["--sqlite", "a", "--schema", "journal", "streams"]).expect(2);
+    assert!(schema.stderr.contains("--postgres"), "{schema:?}");
+}
+
+#[test]
+fn bad_postgres_arguments_are_refused_before_connecting_and_never_echo_the_password() {
+    let secret = "s3cr3t-pw";
+    let unparsable = run([
+        "--postgres",
+        &format!("host=127.0.0.1 user=u passwrd={secret}"),
+        "streams",
+    ])
+    .expect(2);
+    assert!(unparsable.stderr.contains("--postgres"), "{unparsable:?}");
+    assert!(
+        unparsable.stderr.contains("unknown option `passwrd`"),
+        "{unparsable:?}"
+    );
+    assert!(!unparsable.stderr.contains(secret), "{unparsable:?}");
+
+    let schema = run([
+        "--postgres",
+        "host=127.0.0.1",
+        "--schema",
+        "Bad-Name",
+        "streams",
+    ])
+    .expect(2);
+    assert!(schema.stderr.contains("--schema"), "{schema:?}");
+    assert!(schema.stderr.contains("\"Bad-Name\""), "{schema:?}");
+
+    let backup = run(["--postgres", "host=127.0.0.1", "backup", "/tmp/never"]).expect(2);
+    assert!(backup.stderr.contains("pg_dump"), "{backup:?}");
+    assert!(backup.stderr.contains("pg_basebackup"), "{backup:?}");
+}
+
+#[test]
+fn a_server_that_refuses_the_connection_is_a_storage_error_with_exit_code_3() {
+    // Port 1 on the loopback interface: nothing listens there.
+    let refused = run([
+        "--postgres",
+        "host=127.0.0.1 port=1 user=postgres dbname=test password=hunter2 connect_timeout=5",
+        "check",
+    ])
+    .expect(3);
+    assert!(refused.stderr.contains("--postgres"), "{refused:?}");
+    assert!(
+        refused.stderr.contains("cannot connect to PostgreSQL"),
+        "{refused:?}"
+    );
+    assert!(refused.stderr.contains("Connection refused"), "{refused:?}");
+    assert!(!refused.stderr.contains("hunter2"), "{refused:?}");
+}

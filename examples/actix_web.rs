@@ -11,6 +11,7 @@
 //!      -d '{"id": "order-1", "amount": 25}'
 //! curl localhost:8080/ledger; curl localhost:8080/stats; curl localhost:8080/ready
 //! curl localhost:8080/metrics
+//! cargo run --example actix_web --features metrics,admin   # and open localhost:8080/admin/
 //! ```
 //!
 //! Both journals (SQLite) live in `<directory>` (default: a directory in the system's
@@ -33,8 +34,9 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
+use actix_delivery::dead_letters::{DeadLetterLimits, DeadLetters};
 use actix_delivery::durable::DurableOptions;
-use actix_delivery::journal::{Journal, PersistenceId, SqliteJournal};
+use actix_delivery::journal::{Journal, PersistenceId, SqliteDeadLetters, SqliteJournal};
 use actix_delivery::persistence::{Decision, EventSourced, PersistentHandle, PersistentOptions};
 use actix_delivery::shutdown::{Phase, Shutdown, ShutdownWatch, TaskOutcome};
 use actix_delivery::ReliableDelivery;
@@ -283,13 +285,19 @@ pub async fn run(settings: Settings) -> Result<(), Box<dyn std::error::Error>> {
         prometheus
     };
 
+    let ledger_journal = SqliteJournal::open(settings.dir.join("ledger.db")).await?;
+    // What the ledger's consumer refuses is kept beside its journal, to be seen and replayed.
+    let dead_letters = DeadLetters::new(
+        SqliteDeadLetters::open(&ledger_journal, DeadLetterLimits::default()).await?,
+    );
     let ledger = PersistentHandle::<Ledger>::start(PersistentOptions::new(
-        Arc::new(SqliteJournal::open(settings.dir.join("ledger.db")).await?),
+        Arc::new(ledger_journal),
         PersistenceId::new("ledger")?,
     ))?;
     let consumer = ReliableDelivery::consumer(
         ConsumerOptions::builder(ledger.delivery_handler(LedgerCommand::Apply))
             .name("ledger")
+            .keep_dead_letters(dead_letters.clone(), "ledger")
             .build()?,
     );
     let orders_journal = Arc::new(SqliteJournal::open(settings.dir.join("orders.db")).await?);
@@ -314,17 +322,33 @@ pub async fn run(settings: Settings) -> Result<(), Box<dyn std::error::Error>> {
         #[cfg(feature = "metrics")]
         prometheus,
     });
+    // With the `admin` feature, the operations console at /admin (put it behind your own
+    // auth, or `require_bearer`): the orders stream, the ledger's consumer, the dead letters.
+    #[cfg(feature = "admin")]
+    let console = {
+        let console = actix_delivery::admin::Console::new();
+        console
+            .producer("orders", &orders)
+            .consumer("ledger", &consumer)
+            .dead_letters(&dead_letters);
+        console
+    };
     let server = HttpServer::new({
         let service = service.clone();
+        #[cfg(feature = "admin")]
+        let console = console.clone();
         move || {
-            App::new()
+            let app = App::new()
                 .app_data(service.clone())
                 .service(post_order)
                 .service(get_ledger)
                 .service(health)
                 .service(ready)
                 .service(get_stats)
-                .service(metrics)
+                .service(metrics);
+            #[cfg(feature = "admin")]
+            let app = app.service(console.scope("/admin"));
+            app
         }
     })
     .disable_signals() // this function drains on the signals itself

@@ -73,6 +73,8 @@
 //! | [`sharding`] | entities hosted on demand, shards owned through leases |
 //! | [`codec`] | the codecs, manifests and upcasters of everything stored or sent |
 //! | [`shutdown`] | stopping a whole application in order, within one deadline, on SIGTERM |
+//! | [`dead_letters`] | what parts gave up or refused, kept, listed and replayed effectively once |
+//! | `admin` | the operations console mounted in the application's actix-web server (feature `admin`) |
 //! | `telemetry` | the names of every metric and span (features `metrics`, `tracing`) |
 //!
 //! The rules themselves are pure state machines in the `actix-delivery-proto` crate, which this
@@ -88,6 +90,7 @@
 //! | `tls` | off | TLS 1.3 on the TCP transport (`tcp::NodeTls`), and with `postgres` to PostgreSQL |
 //! | `metrics` | off | every stats counter and the latency histograms through the `metrics` facade (`telemetry::metrics`) |
 //! | `tracing` | off | `tracing` spans (`telemetry::spans`) |
+//! | `admin` | off | `admin::Console`: JSON endpoints and one HTML page in an actix-web `Scope` the application mounts: stuck durable streams, consumers, pools, projections, the shard map, nodes and carriers; dead letters replayed and deleted with a confirmation token |
 //!
 //! An application whose nodes share PostgreSQL compiles no SQLite with
 //! `actix-delivery = { version = "0.1", default-features = false, features = ["postgres"] }`;
@@ -97,6 +100,9 @@
 #![warn(missing_docs)]
 #![forbid(unsafe_code)]
 
+#[cfg(feature = "admin")]
+#[cfg_attr(docsrs, doc(cfg(feature = "admin")))]
+pub mod admin;
 pub mod codec;
 mod config;
 mod delivery;

@@ -121,6 +121,13 @@ pub(crate) struct Durable<T> {
     spans: BTreeMap<u64, u64>,
     /// Stored and not durably settled.
     unsettled: BTreeSet<u64>,
+    /// When each store of this process committed, by the first id it stored: the age of the
+    /// oldest unsettled message, computed when the stats are asked (entries below the oldest
+    /// unsettled one's are dropped as records come in). Kept across supervised restarts.
+    stored_at: BTreeMap<u64, Instant>,
+    /// When this process first opened the stream: the age of messages stored by an earlier
+    /// process counts from it.
+    opened_at: Option<Instant>,
     /// Settled, waiting for the record (their confirmations fire after it).
     to_record: Vec<(u64, Settlement)>,
     /// The settlement record in flight.
@@ -165,6 +172,8 @@ impl<T: Serialize + DeserializeOwned> Durable<T> {
             chunk_doubts: Vec::new(),
             spans: BTreeMap::new(),
             unsettled: BTreeSet::new(),
+            stored_at: BTreeMap::new(),
+            opened_at: None,
             to_record: Vec::new(),
             recording: None,
             resumed: BTreeSet::new(),
@@ -398,8 +407,16 @@ impl<T: Clone + Send + 'static> ProducerStorage<T> for Durable<T> {
         stats.takeovers = self.takeovers;
         // The id the next stored message gets (0 until the stream is open).
         stats.next_message_id = self.next_seq.unwrap_or(0);
-        // Stored messages not durably settled yet.
+        // Stored messages not durably settled yet, and how long the oldest has waited.
         stats.unconfirmed = self.unsettled.len();
+        stats.oldest_unconfirmed_ms = self.unsettled.first().and_then(|&oldest| {
+            let stored = self.stored_at.range(..=oldest).next_back();
+            let since = stored.map(|(_, &at)| at).or(self.opened_at)?;
+            Some(now().saturating_duration_since(since).as_millis() as u64)
+        });
+        // Writes of unknown outcome, waiting for the next opening.
+        let records = self.carried.iter().filter(|carried| carried.attempted);
+        stats.in_doubt = self.in_doubt.len() + self.chunk_doubts.len() + records.count();
     }
 }
 
@@ -481,6 +498,7 @@ impl<T: Clone + Send + 'static> Durable<T> {
             return self.fail_log(&error, producer);
         }
         self.counts.0 += count;
+        self.stored_at.insert(first_seq, now());
         for (seq, (body, mut confirm)) in batch {
             confirm.notify_stored(MessageId(seq));
             self.unsettled.insert(seq);
@@ -527,6 +545,7 @@ impl<T: Clone + Send + 'static> Durable<T> {
                 self.counts.2 += 1;
             }
         }
+        self.forget_stored_at();
         let below = self.unsettled.first().map(|&id| self.first_seq_of(id));
         let below = below.or(self.next_seq);
         if let Some(below) = below {
@@ -534,6 +553,19 @@ impl<T: Clone + Send + 'static> Durable<T> {
         }
         producer.settle(batch.into_iter().map(|(_, settlement)| settlement));
         producer.flush();
+    }
+
+    /// Drops the store times below the oldest unsettled message's store (the stats read only
+    /// the time of the store that holds the oldest).
+    fn forget_stored_at(&mut self) {
+        let Some(&oldest) = self.unsettled.first() else {
+            return self.stored_at.clear();
+        };
+        while let Some((&second, _)) = self.stored_at.iter().nth(1)
+            && second <= oldest
+        {
+            self.stored_at.pop_first();
+        }
     }
 
     /// The log refused or failed: a restart cannot help a stream taken over, another

@@ -87,3 +87,44 @@
 //! [`delete`](crate::dead_letters::DeadLetters::delete) drops one without replaying it. Every
 //! error says whether the operation happened
 //! ([`DeadLetterError::happened`](crate::dead_letters::DeadLetterError::happened)).
+//!
+//! ## The command-line inspector
+//!
+//! `actix-delivery` (the workspace's `actix-delivery-cli` package: `cargo run -p
+//! actix-delivery-cli -- --help`) reads a SQLite journal file or a PostgreSQL schema, read-only
+//! and beside the running application (SQLite: a read-only connection that takes no lock):
+//!
+//! ```text
+//! actix-delivery --sqlite orders.db streams              # streams, their highest seq
+//! actix-delivery --sqlite orders.db events orders --json # events, MessagePack as JSON
+//! actix-delivery --postgres "host=db user=ops dbname=app" durable   # unconfirmed messages
+//! actix-delivery --sqlite orders.db check                # gaps, tags, offsets, schema
+//! actix-delivery --sqlite orders.db backup copy.db       # an online backup
+//! ```
+//!
+//! `durable` lists each durable producer's stream with the messages it holds unconfirmed (seq,
+//! when stored, size), read with the producer's own log; `check` exits 1 naming each broken
+//! invariant. Exit codes: 0 done, 1 problems found, 2 usage or bad input (naming the argument),
+//! 3 storage or connection errors.
+//!
+//! ## The admin console
+//!
+//! With feature `admin`, an `admin::Console` given the application's
+//! parts (each under a name: producers, consumers, pools, projections, entity hosts,
+//! coordinators and shard maps, nodes, carriers, the dead letters) answers on a scope the
+//! application mounts on its own actix-web server. Nothing is collected until a request asks.
+//! `examples/actix_web.rs` mounts it at `/admin`:
+//!
+//! ```text
+//! cargo run --example actix_web --features metrics,admin   # then open localhost:8080/admin/
+//! ```
+//!
+//! The page (and `GET /overview`) lists first what needs attention: a durable stream whose
+//! oldest unconfirmed message waits longer than `stuck_after`, writes in doubt, a stalled
+//! producer or consumer, a pool with jobs and no worker, a projection stopped by a poison
+//! event or lagging, shards without a live lease, a carrier that is not connected, the dead
+//! letters by cause; then each part's table. A dead letter is shown with its body (MessagePack
+//! as JSON), and replayed or deleted by a POST that carries the confirmation token its show
+//! returned, so a stray or repeated POST changes nothing. The console has no authentication of
+//! its own: mount it behind the application's, or require a bearer token on every route
+//! (`Console::require_bearer`). The `admin` module lists every endpoint and error.

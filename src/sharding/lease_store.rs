@@ -55,6 +55,22 @@ pub struct LeaseView {
     pub leases: BTreeMap<ShardId, Lease>,
 }
 
+/// A lease as its store holds it, live or not: what an operator reads (see
+/// [`LeaseStore::leases`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct LeaseRecord {
+    /// The shard.
+    pub shard: ShardId,
+    /// The member that holds it, or last held it.
+    pub owner: String,
+    /// Its fencing token.
+    pub token: u64,
+    /// The time left on it by the store's clock, in ms: negative once it has expired; `None`
+    /// when it was released, or the store cannot tell.
+    pub expires_in_ms: Option<i64>,
+}
+
 /// A store of shard leases with fencing tokens: one owner per shard at a time, as long as it
 /// renews its lease before the lease's TTL ends; and of members, each live as long as it
 /// renews its heartbeat. Every operation names the sharded type (`namespace`: its entity
@@ -98,6 +114,24 @@ pub trait LeaseStore: Send + Sync + 'static {
 
     /// The live members and leases.
     fn view(&self, namespace: &str) -> LeaseFuture<'_, LeaseView>;
+
+    /// Every lease of `namespace` the store holds, live or expired, in shard order, with the
+    /// time left on each by the store's clock. Read-only: what an operator reads (the admin
+    /// console's shard map). The default lists the live leases of [`view`](Self::view), the
+    /// time left on them unknown.
+    fn leases(&self, namespace: &str) -> LeaseFuture<'_, Vec<LeaseRecord>> {
+        let view = self.view(namespace);
+        Box::pin(async move {
+            let leases = view.await?.leases.into_iter();
+            let records = leases.map(|(shard, lease)| LeaseRecord {
+                shard,
+                owner: lease.owner,
+                token: lease.token,
+                expires_in_ms: None,
+            });
+            Ok(records.collect())
+        })
+    }
 }
 
 /// A [`LeaseStore`] in memory, on Tokio's clock (so that `tokio::time::pause()` runs leases
@@ -256,6 +290,28 @@ impl LeaseStore for MemoryLeaseStore {
                 })
                 .collect();
             LeaseView { members, leases }
+        })
+    }
+
+    fn leases(&self, namespace: &str) -> LeaseFuture<'_, Vec<LeaseRecord>> {
+        self.run(move |state, now| {
+            let leases = state.leases.iter();
+            let leases = leases.filter(|((ns, _), _)| ns == namespace);
+            leases
+                .map(|((_, shard), (owner, token, expiry))| {
+                    let left = if *expiry >= now {
+                        expiry.duration_since(now).as_millis() as i64
+                    } else {
+                        -(now.duration_since(*expiry).as_millis() as i64)
+                    };
+                    LeaseRecord {
+                        shard: *shard,
+                        owner: owner.clone(),
+                        token: *token,
+                        expires_in_ms: Some(left),
+                    }
+                })
+                .collect()
         })
     }
 }

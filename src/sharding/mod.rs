@@ -171,7 +171,7 @@ pub use self::host_options::{
 };
 pub use self::lanes::LaneStats;
 pub use self::lease_store::{
-    Lease, LeaseError, LeaseFuture, LeaseStore, LeaseView, Member, MemoryLeaseStore,
+    Lease, LeaseError, LeaseFuture, LeaseRecord, LeaseStore, LeaseView, Member, MemoryLeaseStore,
 };
 pub use self::leaseholder::CoordinatorStats;
 #[cfg(feature = "nats")]

@@ -9,7 +9,9 @@ use tokio_postgres::{Client, Config, NoTls};
 
 use crate::runtime::error_chain::ErrorChain;
 use crate::sharding::entity_id::ShardId;
-use crate::sharding::lease_store::{Lease, LeaseError, LeaseFuture, LeaseStore, LeaseView, Member};
+use crate::sharding::lease_store::{
+    Lease, LeaseError, LeaseFuture, LeaseRecord, LeaseStore, LeaseView, Member,
+};
 
 /// A [`LeaseStore`] in PostgreSQL (feature `postgres`), for coordinators in several
 /// processes: one row per shard (`shard_lease`: owner, fencing token, expiry) and one per
@@ -43,6 +45,7 @@ struct Sql {
     leave: String,
     members: String,
     leases: String,
+    records: String,
 }
 
 impl Sql {
@@ -90,6 +93,11 @@ impl Sql {
                  LEFT JOIN {member} m ON m.namespace = l.namespace AND m.member = l.owner \
                  AND m.expires_at > now() \
                  WHERE l.namespace = $1 AND l.expires_at > now()"
+            ),
+            records: format!(
+                "SELECT shard, owner, token, CASE WHEN isfinite(expires_at) \
+                 THEN (extract(epoch FROM expires_at - now()) * 1000)::int8 END \
+                 FROM {lease} WHERE namespace = $1 ORDER BY shard"
             ),
         }
     }
@@ -380,6 +388,23 @@ impl LeaseStore for PostgresLeaseStore {
                 })
                 .collect();
             Ok(LeaseView { members, leases })
+        })
+    }
+
+    fn leases(&self, namespace: &str) -> LeaseFuture<'_, Vec<LeaseRecord>> {
+        let namespace = namespace.to_owned();
+        Box::pin(async move {
+            let client = self.client().await?;
+            let rows = self
+                .bounded(client.query(&self.0.sql.records, &[&namespace]))
+                .await?;
+            let records = rows.iter().map(|row| LeaseRecord {
+                shard: ShardId(row.get::<_, i32>(0) as u32),
+                owner: row.get(1),
+                token: row.get::<_, i64>(2) as u64,
+                expires_in_ms: row.get(3),
+            });
+            Ok(records.collect())
         })
     }
 }

@@ -358,6 +358,16 @@ impl NodeHandle {
         all.get(&addr.into()).and_then(|outbound| outbound.peer())
     }
 
+    /// The remote addresses this node sends to (one outgoing connection each, made on
+    /// demand), with the id of the node connected at each now (`None` while not connected),
+    /// in no particular order.
+    pub fn peers(&self) -> Vec<(PeerAddr, Option<NodeId>)> {
+        let all = self.shared().outbound();
+        all.iter()
+            .map(|(addr, outbound)| (addr.clone(), outbound.peer()))
+            .collect()
+    }
+
     /// Declares how bodies of `T` go over the wire from now on, for the consumers of `T`
     /// this node exposes and the references to consumers of `T` it hands out: the codec they
     /// are written in, their schema version, and the upcaster of older versions (see

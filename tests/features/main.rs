@@ -20,6 +20,8 @@ mod postgres_support;
 #[path = "../remote/mod.rs"]
 mod remote;
 
+#[cfg(feature = "admin")]
+mod admin;
 mod chunking;
 mod dead_letters;
 mod journal;

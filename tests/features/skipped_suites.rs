@@ -36,3 +36,10 @@ fn metrics_tests() {
 fn tracing_tests() {
     panic!("built without the `tracing` feature: run `cargo test --all-features`");
 }
+
+#[cfg(not(feature = "admin"))]
+#[test]
+#[ignore = "skipped: the admin console's tests (`features`: admin, its browser test in headless Chromium) need `--features admin`; run `cargo test --all-features`"]
+fn admin_tests() {
+    panic!("built without the `admin` feature: run `cargo test --all-features`");
+}

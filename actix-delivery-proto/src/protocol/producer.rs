@@ -65,9 +65,9 @@ pub struct ProducerStats {
     pub unconfirmed: usize,
     /// A durable producer: how long the oldest of its [`unconfirmed`](Self::unconfirmed)
     /// messages has been waiting, in ms, when the stats were asked (`None` with none): since
-    /// its store committed, or, for a message of an earlier life sent again after a restart,
-    /// since this life opened the stream (its age then counts from the opening, not from its
-    /// store). Computed when asked, from one time per store.
+    /// its store committed, or, for a message stored by an earlier process and sent again
+    /// after its restart, since this process first opened the stream (a lower bound). Computed
+    /// when asked, from one time per store.
     #[serde(default)]
     pub oldest_unconfirmed_ms: Option<u64>,
     /// A durable producer: its writes whose outcome the journal has not told, right now:

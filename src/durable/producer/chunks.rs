@@ -227,6 +227,7 @@ impl<T: Clone + Send + 'static> Durable<T> {
         self.counts.0 += 1;
         confirm.notify_stored(MessageId(last));
         self.unsettled.insert(last);
+        self.stored_at.insert(last, now());
         self.spans.insert(last, first);
         if self.stopping.is_some() {
             // Stored, not sent: the next start of the stream sends it.
@@ -275,6 +276,7 @@ impl<T: Clone + Send + 'static> Durable<T> {
             let confirm = if let Some(mut doubt) = committed {
                 doubt.confirm.notify_stored(MessageId(last));
                 self.counts.0 += 1; // stored after all
+                self.stored_at.entry(last).or_insert_with(now);
                 doubt.confirm
             } else if let Some(carried) = carried.remove(&last) {
                 carried.settlement.0

@@ -150,6 +150,7 @@ impl<T: Clone + Send + 'static> Durable<T> {
         stored: Unsettled,
         producer: &mut Producer<'_, T>,
     ) {
+        self.opened_at.get_or_insert_with(now);
         let chunking = producer.core().chunking().cloned();
         let Unsettled {
             whole: unsettled,
@@ -203,6 +204,7 @@ impl<T: Clone + Send + 'static> Durable<T> {
             if let Some(mut doubt) = committed {
                 doubt.confirm.notify_stored(MessageId(seq));
                 self.counts.0 += 1; // stored after all
+                self.stored_at.entry(seq).or_insert_with(now);
                 self.unsettled.insert(seq);
                 resumed.push((seq, doubt.body, doubt.confirm));
                 continue;

@@ -2,6 +2,7 @@
 
 use std::error::Error;
 
+use actix_delivery::dead_letters::DeadLetterError;
 use actix_delivery::journal::JournalError;
 
 /// How a command that ran ends.
@@ -47,6 +48,19 @@ impl Failure {
             JournalError::Corrupt { .. }
             | JournalError::Incompatible { .. }
             | JournalError::ForeignType { .. } => 1,
+            _ => 3,
+        };
+        Self {
+            code,
+            message: format!("{what}: {}", chain(error)),
+        }
+    }
+
+    /// The dead-letter store's `error`, in the context of `what`, with its chain of causes: an
+    /// unknown entry or an invalid field is bad input (2), anything else a storage error (3).
+    pub fn dead_letters(what: &str, error: &DeadLetterError) -> Self {
+        let code = match error {
+            DeadLetterError::NotFound(_) | DeadLetterError::Invalid(_) => 2,
             _ => 3,
         };
         Self {

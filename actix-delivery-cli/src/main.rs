@@ -1,7 +1,9 @@
 //! `actix-delivery`: the command-line inspector of actix-delivery's journals (a SQLite file or
 //! a PostgreSQL schema). It parses its arguments, calls the library's read-only inspection
 //! (`actix_delivery::journal::JournalInspector`, `actix_delivery::durable::read_durable_stream`)
-//! and prints what they return; see `README.md` and `--help`.
+//! and prints what they return; see `README.md` and `--help`. The one command that writes,
+//! `dead-letters delete --write`, removes an entry through the library's dead-letter store
+//! (`Context::dead_letter_store`).
 
 mod commands;
 mod decode;
@@ -10,8 +12,10 @@ mod output;
 
 use std::process::ExitCode;
 
+use actix_delivery::dead_letters::{DeadLetterError, DeadLetterLimits, DeadLetterStore};
 use actix_delivery::journal::{
-    JournalInspector, PostgresInspector, PostgresOptions, SqliteInspector,
+    JournalInspector, PostgresDeadLetters, PostgresInspector, PostgresOptions, SqliteDeadLetters,
+    SqliteInspector,
 };
 use clap::{CommandFactory, Parser};
 
@@ -23,23 +27,25 @@ use crate::output::Output;
 pub const AFTER_HELP: &str = "\
 Read-only by default: the journal is opened read-only (SQLite: a read-only connection that \
 takes no lock, so it works beside the application that has the journal open; PostgreSQL: a \
-read-only session). A command that changes the journal needs --write (none of these does; \
-`backup` writes only its new file DEST).
+read-only session). A command that changes the journal needs --write (only `dead-letters \
+delete` does; `backup` writes only its new file DEST).
 
 Exit codes:
   0  done (check: no problem found)
   1  problems found: check found broken invariants, or the journal holds data that cannot be \
 read (corrupt, or a durable stream its producer could not open)
-  2  usage or bad input: an unknown command or option, a malformed number, an unknown \
-stream, a file or schema that is not a journal, a journal of a newer schema version
+  2  usage or bad input: an unknown command or option, a malformed number or filter, an \
+unknown stream or dead letter, a change without --write, a file or schema that is not a \
+journal, a journal of a newer schema version
   3  storage or connection error: the file cannot be read, the server cannot be reached or \
 refuses the login";
 
 /// actix-delivery's journal inspector.
 ///
 /// Lists a journal's streams, prints their events, shows durable producers' unconfirmed
-/// messages, checks the journal's invariants and backs up a SQLite journal: a SQLite file
-/// (--sqlite) or a PostgreSQL schema (--postgres, --schema).
+/// messages, checks the journal's invariants, backs up a SQLite journal, and lists, shows and
+/// deletes the dead letters kept in its database: a SQLite file (--sqlite) or a PostgreSQL
+/// schema (--postgres, --schema).
 #[derive(Parser, Debug)]
 #[command(name = "actix-delivery", version, after_help = AFTER_HELP)]
 struct Cli {
@@ -71,7 +77,7 @@ struct Cli {
     #[arg(long, global = true)]
     json: bool,
 
-    /// Allow commands that change the journal (none of the current ones does).
+    /// Allow commands that change the journal (only `dead-letters delete` does).
     #[arg(long, global = true)]
     write: bool,
 
@@ -89,7 +95,12 @@ pub struct Context {
 /// The journal, by its kind.
 enum Journal {
     Sqlite(SqliteInspector),
-    Postgres(PostgresInspector),
+    Postgres {
+        inspector: PostgresInspector,
+        /// The connection string and options it was reached with (for a command that writes).
+        connection: String,
+        options: Box<PostgresOptions>,
+    },
 }
 
 impl Context {
@@ -97,15 +108,31 @@ impl Context {
     pub fn inspector(&self) -> &dyn JournalInspector {
         match &self.journal {
             Journal::Sqlite(inspector) => inspector,
-            Journal::Postgres(inspector) => inspector,
+            Journal::Postgres { inspector, .. } => inspector,
         }
+    }
+
+    /// The journal's dead-letter store, opened for writing without opening the journal (no
+    /// lock taken: the application may have the journal open).
+    pub async fn dead_letter_store(&self) -> Result<Box<dyn DeadLetterStore>, DeadLetterError> {
+        let limits = DeadLetterLimits::default();
+        Ok(match &self.journal {
+            Journal::Sqlite(inspector) => {
+                Box::new(SqliteDeadLetters::open_file(inspector.path(), limits).await?)
+            }
+            Journal::Postgres {
+                connection,
+                options,
+                ..
+            } => Box::new(PostgresDeadLetters::connect(connection, options, limits).await?),
+        })
     }
 
     /// The SQLite journal, if that is the one.
     pub fn sqlite(&self) -> Option<&SqliteInspector> {
         match &self.journal {
             Journal::Sqlite(inspector) => Some(inspector),
-            Journal::Postgres(_) => None,
+            Journal::Postgres { .. } => None,
         }
     }
 }
@@ -134,7 +161,7 @@ fn report(failure: &Failure) -> ExitCode {
 async fn run(cli: Cli) -> Result<Status, Failure> {
     if cli.command.writes() && !cli.write {
         return Err(Failure::usage(format!(
-            "`{}` changes the journal: give --write to allow it",
+            "`{}` changes the journal: give --write to allow it (nothing was changed)",
             cli.command.name()
         )));
     }
@@ -160,11 +187,13 @@ async fn run(cli: Cli) -> Result<Status, Failure> {
             let options = options
                 .build()
                 .map_err(|err| Failure::usage(format!("--schema: {}", err.reason)))?;
-            Journal::Postgres(
-                PostgresInspector::connect(connection, &options)
+            Journal::Postgres {
+                inspector: PostgresInspector::connect(connection, &options)
                     .await
                     .map_err(|err| Failure::journal("--postgres", &err))?,
-            )
+                connection: connection.clone(),
+                options: Box::new(options),
+            }
         }
         (None, None) => {
             let mut command = Cli::command();

@@ -100,12 +100,16 @@
 //! actix-delivery --postgres "host=db user=ops dbname=app" durable   # unconfirmed messages
 //! actix-delivery --sqlite orders.db check                # gaps, tags, offsets, schema
 //! actix-delivery --sqlite orders.db backup copy.db       # an online backup
+//! actix-delivery --sqlite orders.db dead-letters list --cause given_up
+//! actix-delivery --sqlite orders.db dead-letters show 7  # the body as JSON, or hex
+//! actix-delivery --sqlite orders.db --write dead-letters delete 7
 //! ```
 //!
 //! `durable` lists each durable producer's stream with the messages it holds unconfirmed (seq,
 //! when stored, size), read with the producer's own log; `check` exits 1 naming each broken
-//! invariant. Exit codes: 0 done, 1 problems found, 2 usage or bad input (naming the argument),
-//! 3 storage or connection errors.
+//! invariant. A dead letter is replayed from the console or the application, which hold the
+//! replay routes, not from the inspector. Exit codes: 0 done, 1 problems found, 2 usage or bad
+//! input (naming the argument), 3 storage or connection errors.
 //!
 //! ## The admin console
 //!

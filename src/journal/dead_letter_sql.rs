@@ -32,6 +32,16 @@ pub(crate) const QUEUE: usize = 1024;
 pub(crate) const COLUMNS: &str = "id, kind, source, cause, key, origin, ser_codec, ser_manifest, \
      ser_version, body, body_len, attempts, error, first_at, last_at, replay_failures";
 
+/// The columns of a listing without bodies: [`COLUMNS`] with `null_body` (a `NULL` of the
+/// body's type) in the body's place, then `length(body)` (by the database's `length`
+/// function): the body is never read.
+pub(crate) fn listing_columns(null_body: &str, length: &str) -> String {
+    format!(
+        "id, kind, source, cause, key, origin, ser_codec, ser_manifest, ser_version, {null_body}, \
+         body_len, attempts, error, first_at, last_at, replay_failures, {length}(body)"
+    )
+}
+
 /// Where a worker's answer goes.
 pub(crate) type Reply<T> = oneshot::Sender<Result<T, DeadLetterError>>;
 

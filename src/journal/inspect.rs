@@ -7,7 +7,12 @@
 use std::fmt;
 use std::time::SystemTime;
 
-use crate::journal::{JournalFuture, JournalId, PersistenceId, Snapshot, StoredEvent, Tag};
+use crate::delivery::dead_letter_store::DeadLetterError;
+use crate::delivery::dead_letters::{DeadLetterFilter, StoredDeadLetter};
+use crate::journal::dead_letter_sql::Row;
+use crate::journal::{
+    JournalError, JournalFuture, JournalId, PersistenceId, Snapshot, StoredEvent, Tag,
+};
 
 /// What a journal's storage says of itself.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -66,6 +71,29 @@ pub struct InspectedSnapshot {
     pub snapshot: Snapshot,
     /// When it was written.
     pub written_at: SystemTime,
+}
+
+/// One page of the dead letters a journal's storage keeps (the tables of its dead-letter
+/// store), as [`JournalInspector::dead_letters`] lists them: without their bodies.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct DeadLetterListing {
+    /// The entries, oldest (lowest id) first.
+    pub entries: Vec<ListedDeadLetter>,
+    /// The `after_id` of the next page, if there may be one.
+    pub next: Option<u64>,
+}
+
+/// A kept dead letter, listed without its body.
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct ListedDeadLetter {
+    /// The entry, every field but its body: `letter.body` is `None` whether the body was
+    /// kept or not (`letter.body_len` is its length; [`JournalInspector::dead_letter`] reads
+    /// it).
+    pub entry: StoredDeadLetter,
+    /// Whether the store kept the body.
+    pub body_kept: bool,
 }
 
 /// What [`JournalInspector::check`] found.
@@ -235,9 +263,11 @@ impl Problems {
 /// schema versions as they are (the journal migrates them when it next opens them).
 ///
 /// What it reads: the streams with their highest seqs ([`StreamInfo`]), a stream's events with
-/// when they were written and their tags ([`InspectedEvent`]), its snapshot, and a
-/// [`check`](JournalInspector::check) of the storage's invariants ([`CheckReport`]). A durable
-/// producer's stream is read with
+/// when they were written and their tags ([`InspectedEvent`]), its snapshot, a
+/// [`check`](JournalInspector::check) of the storage's invariants ([`CheckReport`]), and the
+/// dead letters kept in the journal's database by its dead-letter store
+/// ([`dead_letters`](JournalInspector::dead_letters),
+/// [`dead_letter`](JournalInspector::dead_letter)). A durable producer's stream is read with
 /// [`read_durable_stream`](crate::durable::read_durable_stream).
 ///
 /// Object safe; its futures are `Send` and can be awaited on any runtime.
@@ -288,6 +318,60 @@ pub trait JournalInspector: Send + Sync {
     /// # Errors
     /// [`JournalError::Storage`](crate::journal::JournalError::Storage) if it cannot be read.
     fn check(&self, max_problems: usize) -> JournalFuture<'_, CheckReport>;
+
+    /// The page of the kept dead letters that `filter` matches, oldest first, without their
+    /// bodies (read as the dead-letter store lists them: `SqliteDeadLetters`,
+    /// `PostgresDeadLetters`); `None` if the storage has no dead-letter table (no store was
+    /// ever opened on it).
+    ///
+    /// # Errors
+    /// [`JournalError::Storage`](crate::journal::JournalError::Storage) if it cannot be read,
+    /// or an entry holds a value out of range (naming the entry).
+    fn dead_letters(
+        &self,
+        filter: &DeadLetterFilter,
+    ) -> JournalFuture<'_, Option<DeadLetterListing>>;
+
+    /// The kept dead letter `id`, with its body if the store kept it; `None` if there is no
+    /// such entry (or no dead-letter table).
+    ///
+    /// # Errors
+    /// As [`dead_letters`](Self::dead_letters).
+    fn dead_letter(&self, id: u64) -> JournalFuture<'_, Option<StoredDeadLetter>>;
+}
+
+/// The entry a dead-letter row holds; a value out of range is a storage error naming it.
+pub(crate) fn dead_letter_entry(row: Row) -> Result<StoredDeadLetter, JournalError> {
+    row.into_entry().map_err(|err| match err {
+        DeadLetterError::Storage { message, .. } => JournalError::storage(None, message),
+        other => JournalError::storage(None, other),
+    })
+}
+
+/// The listing of `rows` (each a row without its body, and whether the body was kept), read
+/// for `filter`: at most one more than its page, which says whether there is a next one.
+pub(crate) fn dead_letter_listing(
+    rows: Vec<(Row, bool)>,
+    filter: &DeadLetterFilter,
+) -> Result<DeadLetterListing, JournalError> {
+    let size = filter.page_size();
+    let more = rows.len() > size;
+    let entries = rows
+        .into_iter()
+        .take(size)
+        .map(|(row, body_kept)| {
+            Ok(ListedDeadLetter {
+                entry: dead_letter_entry(row)?,
+                body_kept,
+            })
+        })
+        .collect::<Result<Vec<_>, JournalError>>()?;
+    let next = if more {
+        entries.last().map(|listed| listed.entry.id)
+    } else {
+        None
+    };
+    Ok(DeadLetterListing { entries, next })
 }
 
 /// The slice a tag row should have, and a problem if it has another.

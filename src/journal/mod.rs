@@ -97,8 +97,8 @@ pub use id::{PersistenceId, PersistenceIdError};
 #[cfg(any(feature = "sqlite", feature = "postgres"))]
 #[cfg_attr(docsrs, doc(cfg(any(feature = "sqlite", feature = "postgres"))))]
 pub use inspect::{
-    CheckReport, InspectedEvent, InspectedSnapshot, JournalInspector, Problem, ProblemKind,
-    SchemaInfo, StreamInfo,
+    CheckReport, DeadLetterListing, InspectedEvent, InspectedSnapshot, JournalInspector,
+    ListedDeadLetter, Problem, ProblemKind, SchemaInfo, StreamInfo,
 };
 pub use journal_id::JournalId;
 pub use memory::{MemoryFaults, MemoryJournal, MemoryStats};

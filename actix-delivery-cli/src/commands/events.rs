@@ -90,7 +90,7 @@ pub async fn run(args: Args, context: &Context, out: &mut Output) -> Result<Stat
 }
 
 /// A manifest for people: `msgpack app::Event v2`, `raw`, `codec 7 app::Event v2`.
-fn manifest_text(manifest: &Manifest) -> String {
+pub(super) fn manifest_text(manifest: &Manifest) -> String {
     let codec = match manifest.codec() {
         Some(codec) => codec.name().to_owned(),
         None if manifest.codec_id() == 0 => return "raw".to_owned(),
@@ -104,7 +104,7 @@ fn manifest_text(manifest: &Manifest) -> String {
     format!("{codec} {name} v{}", manifest.version())
 }
 
-fn manifest_json(manifest: &Manifest) -> Value {
+pub(super) fn manifest_json(manifest: &Manifest) -> Value {
     json!({
         "codec": manifest.codec().map_or(if manifest.codec_id() == 0 { "raw" } else { "unknown" }, |codec| codec.name()),
         "codec_id": manifest.codec_id(),

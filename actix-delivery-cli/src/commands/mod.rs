@@ -3,6 +3,7 @@
 
 mod backup;
 mod check;
+mod dead_letters;
 mod durable;
 mod events;
 mod streams;
@@ -21,6 +22,7 @@ pub enum Command {
     Durable(durable::Args),
     Check(check::Args),
     Backup(backup::Args),
+    DeadLetters(dead_letters::Args),
 }
 
 impl Command {
@@ -32,6 +34,7 @@ impl Command {
             Self::Durable(_) => "durable",
             Self::Check(_) => "check",
             Self::Backup(_) => "backup",
+            Self::DeadLetters(args) => args.name(),
         }
     }
 
@@ -43,6 +46,7 @@ impl Command {
             Self::Durable(args) => args.writes(),
             Self::Check(args) => args.writes(),
             Self::Backup(args) => args.writes(),
+            Self::DeadLetters(args) => args.writes(),
         }
     }
 
@@ -61,6 +65,7 @@ impl Command {
             Self::Durable(args) => durable::run(args, context, out).await,
             Self::Check(args) => check::run(args, context, out).await,
             Self::Backup(args) => backup::run(args, context, out).await,
+            Self::DeadLetters(args) => dead_letters::run(args, context, out).await,
         }
     }
 }

@@ -5,10 +5,12 @@
 
 use std::sync::Arc;
 
-use actix_delivery::journal::{slice_of, PostgresJournal, PostgresOptions};
+use actix_delivery::dead_letters::DeadLetterLimits;
+use actix_delivery::journal::{slice_of, PostgresDeadLetters, PostgresJournal, PostgresOptions};
 use serde_json::json;
 use tokio_postgres::{Client, NoTls};
 
+use crate::dead_letters::{keep_letters, lists_shows_and_deletes};
 use crate::support::{id, run, write_fixture, Run};
 
 const URL_VAR: &str = "ACTIX_DELIVERY_POSTGRES";
@@ -227,4 +229,78 @@ fn a_postgres_schema_without_a_journal_or_of_a_newer_version_is_refused_and_serv
         refused.stderr.contains("no_such_database_for_the_cli_test"),
         "{refused:?}"
     );
+}
+
+/// Keeps the letters of `dead_letters::keep_letters` in `schema` through a
+/// `PostgresDeadLetters` on a `PostgresJournal`; their ids.
+fn keep_letters_in(url: &str, schema: &str) -> [u64; 4] {
+    let (url, schema) = (url.to_owned(), schema.to_owned());
+    actix::System::new().block_on(async move {
+        let options = PostgresOptions::builder().schema(schema).build().unwrap();
+        let journal = PostgresJournal::connect_with(&url, options).await.unwrap();
+        let store = PostgresDeadLetters::open(&journal, DeadLetterLimits::default())
+            .await
+            .unwrap();
+        let ids = keep_letters(&store).await;
+        drop(store);
+        journal.close().await;
+        ids
+    })
+}
+
+#[test]
+fn dead_letters_of_a_postgres_schema_are_listed_shown_and_deleted() {
+    let Some(url) = server() else { return };
+    let fixture = fixture_schema(&url, "cli_dead_letters");
+    let schema = fixture.schema.clone();
+
+    // None kept yet: no table, and nothing is created.
+    let listed = inspect(&url, &schema, &["--json", "dead-letters", "list"]).expect(0);
+    assert!(listed.stdout.is_empty(), "{listed:?}");
+    assert!(
+        listed.stderr.contains("holds no dead letters"),
+        "{listed:?}"
+    );
+    let deleted = inspect(&url, &schema, &["--write", "dead-letters", "delete", "1"]).expect(2);
+    assert!(deleted.stderr.contains("no dead letter 1"), "{deleted:?}");
+
+    let ids = keep_letters_in(&url, &schema);
+    lists_shows_and_deletes(&|args| inspect(&url, &schema, args), ids);
+
+    let (admin_url, tables) = (url.clone(), schema.clone());
+    let (totals, counted) = actix::System::new().block_on(async move {
+        let client = admin(&admin_url).await;
+        let read = |sql: String| {
+            let client = &client;
+            async move {
+                let row = client.query_one(&sql, &[]).await.unwrap();
+                (row.get::<_, i64>(0), row.get::<_, i64>(1))
+            }
+        };
+        (
+            read(format!(
+                "SELECT entries, bytes FROM \"{tables}\".dead_letter_totals"
+            ))
+            .await,
+            read(format!(
+                "SELECT count(*), coalesce(sum(weight), 0)::int8 FROM \"{tables}\".dead_letter"
+            ))
+            .await,
+        )
+    });
+    assert_eq!(totals, counted, "the totals follow the deletions");
+    assert_eq!(totals.0, 2);
+
+    // The store opened without a journal refuses a schema that holds none, creating nothing.
+    let missing = unique_schema("cli_no_journal");
+    let refused = actix::System::new().block_on(async move {
+        let options = PostgresOptions::builder().schema(missing).build().unwrap();
+        PostgresDeadLetters::connect(&url, &options, DeadLetterLimits::default())
+            .await
+            .err()
+            .expect("refused")
+    });
+    let refused = refused.to_string();
+    assert!(refused.contains("invalid journal"), "{refused}");
+    assert!(refused.contains("no journal tables"), "{refused}");
 }

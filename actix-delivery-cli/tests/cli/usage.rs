@@ -3,7 +3,14 @@
 
 use crate::support::{fixture_copy, run, sqlite};
 
-const COMMANDS: [&str; 5] = ["streams", "events", "durable", "check", "backup"];
+const COMMANDS: [&str; 6] = [
+    "streams",
+    "events",
+    "durable",
+    "check",
+    "backup",
+    "dead-letters",
+];
 
 #[test]
 fn the_help_of_every_command_succeeds_and_gives_the_exit_codes_and_the_write_rule() {
@@ -38,6 +45,59 @@ fn the_help_of_every_command_succeeds_and_gives_the_exit_codes_and_the_write_rul
 }
 
 #[test]
+fn the_help_of_the_dead_letter_commands_gives_the_exit_codes_and_sends_replays_to_the_application()
+{
+    let group = run(["dead-letters", "--help"]).expect(0);
+    for expected in [
+        "  list",
+        "  show",
+        "  delete",
+        "Replay from the admin console or the application",
+        "DeadLetters::on_replay",
+    ] {
+        assert!(group.stdout.contains(expected), "{expected}: {group:?}");
+    }
+    for action in ["list", "show", "delete"] {
+        for help in [
+            run(["dead-letters", action, "--help"]),
+            run(["help", "dead-letters", action]),
+        ] {
+            let help = help.expect(0);
+            for expected in [
+                "Exit codes:",
+                "  0  done",
+                "  2  usage or bad input",
+                "  3  storage or connection error",
+                "--write",
+                "--json",
+            ] {
+                assert!(
+                    help.stdout.contains(expected),
+                    "{action}: {expected}: {help:?}"
+                );
+            }
+        }
+    }
+    let list = run(["dead-letters", "list", "--help"]).expect(0);
+    for option in [
+        "--cause <C>",
+        "--kind <K>",
+        "--source <S>",
+        "--since-ms <N>",
+        "--until-ms <N>",
+        "--after <ID>",
+        "--limit <N>",
+    ] {
+        assert!(list.stdout.contains(option), "{option}: {list:?}");
+    }
+    let delete = run(["dead-letters", "delete", "--help"]).expect(0);
+    assert!(delete.stdout.contains("needs --write"), "{delete:?}");
+    // Not a command: the application replays.
+    let replay = run(["--sqlite", "a", "dead-letters", "replay", "1"]).expect(2);
+    assert!(replay.stderr.contains("replay"), "{replay:?}");
+}
+
+#[test]
 fn malformed_numbers_and_arguments_are_refused_naming_the_argument() {
     let (_dir, file) = fixture_copy();
     for (args, named) in [
@@ -52,6 +112,9 @@ fn malformed_numbers_and_arguments_are_refused_naming_the_argument() {
         (&["check", "--max-problems", "many"], "--max-problems <N>"),
         (&["streams", "--after", ""], "--after <ID>"),
         (&["events"], "<STREAM>"),
+        (&["dead-letters", "show", "x"], "<ID>"),
+        (&["dead-letters", "delete", "-1", "--write"], "<ID>"),
+        (&["dead-letters"], "dead-letters"),
         (&["frobnicate"], "frobnicate"),
     ] {
         let refused = sqlite(&file, args).expect(2);

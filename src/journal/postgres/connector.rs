@@ -9,7 +9,9 @@ use tokio::runtime::Handle;
 use tokio::sync::mpsc;
 use tokio_postgres::{Client, Config, NoTls};
 
+use crate::journal::postgres::connection_string::parse_config;
 use crate::journal::postgres::db_error;
+use crate::journal::postgres::options::PostgresOptions;
 use crate::journal::postgres::statements::Sql;
 #[cfg(feature = "tls")]
 use crate::journal::postgres::tls;
@@ -28,6 +30,45 @@ pub(super) struct Connector {
 }
 
 impl Connector {
+    /// Opens connections to the database `connection` names (a libpq-style `key=value` string
+    /// or a `postgresql://` URL), as `options` say (schema, connect timeout, TLS), on
+    /// `runtime`: for a tool that works without a journal (the inspector, a dead-letter store
+    /// opened on its own). A connection string without an `application_name` gets
+    /// `application_name`.
+    ///
+    /// # Errors
+    /// [`JournalError::InvalidArgument`] for a `connection` that does not parse (saying what
+    /// did not, never the password).
+    pub(super) fn for_connection(
+        connection: &str,
+        options: &PostgresOptions,
+        application_name: &str,
+        runtime: Handle,
+    ) -> Result<Self, JournalError> {
+        let config = &options.config;
+        let mut server =
+            parse_config(connection).map_err(|reason| JournalError::InvalidArgument {
+                persistence_id: None,
+                reason,
+            })?;
+        if server.get_application_name().is_none() {
+            server.application_name(application_name);
+        }
+        server.connect_timeout(config.connect_timeout);
+        #[cfg(feature = "tls")]
+        if options.tls.is_some() {
+            server.ssl_mode(tokio_postgres::config::SslMode::Require);
+        }
+        Ok(Self {
+            config: server,
+            runtime,
+            connect_timeout: config.connect_timeout,
+            sql: Arc::new(Sql::new(&config.schema)),
+            #[cfg(feature = "tls")]
+            tls: options.tls.as_ref().map(tls::PostgresTls::connector),
+        })
+    }
+
     /// Connects; must run on the journal's runtime (which then drives the connection).
     pub(super) async fn open(&self) -> Result<Client, JournalError> {
         self.open_forwarding(None).await

@@ -38,8 +38,10 @@ use crate::journal::dead_letter_sql::{
 };
 use crate::journal::postgres::connector::is_connection_lost;
 use crate::journal::postgres::connector::Connector;
+use crate::journal::postgres::options::PostgresOptions;
+use crate::journal::postgres::schema::journal_identity;
 use crate::journal::postgres::{schema, PostgresJournal};
-use crate::journal::Journal;
+use crate::journal::{Journal, JournalError, JournalId};
 use crate::runtime::error_chain::ErrorChain;
 
 /// The most entries one statement drops (the oldest this many are read to choose them); a
@@ -135,30 +137,68 @@ CREATE TABLE IF NOT EXISTS dead_letter_totals (
                  it one with PostgresJournal::IDENTITY_SQL",
             )
         })?;
-        let runtime = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .map_err(|err| {
-                storage(
-                    Happened::CertainlyNot,
-                    format_args!("cannot start a runtime: {}", ErrorChain(&err)),
-                )
-            })?;
+        let runtime = new_runtime()?;
         let mut connector = journal.shared.readers.connector.clone();
         connector.runtime = runtime.handle().clone();
+        Self::start(runtime, connector, Identity::Known(id), limits).await
+    }
+
+    /// Opens the store in the journal's schema of the database `connection` names (a
+    /// libpq-style `key=value` string or a `postgresql://` URL, as
+    /// [`PostgresJournal::connect_with`] takes it) without connecting the journal: for a tool
+    /// that removes or lists entries beside the applications that use the journal (the
+    /// command-line inspector's `dead-letters delete`). `options` give the schema, the
+    /// connect timeout and TLS. It reads the schema's
+    /// [`JournalId`](crate::journal::JournalId) from its identity table, then opens as
+    /// [`open`](Self::open) does (creating the store's tables if they are not there).
+    /// Connections without an `application_name` get `actix-delivery dead letters`.
+    ///
+    /// # Errors
+    /// [`DeadLetterError::Invalid`] naming the bound of `limits` that is invalid, naming
+    /// `connection` for a connection string that does not parse (never echoing the
+    /// password), or naming `journal` for a schema that holds no journal, another
+    /// application's tables, a journal of a newer schema version or one without an id (left
+    /// untouched); [`DeadLetterError::Storage`] as [`open`](Self::open).
+    pub async fn connect(
+        connection: &str,
+        options: &PostgresOptions,
+        limits: DeadLetterLimits,
+    ) -> Result<Self, DeadLetterError> {
+        check_limits(&limits)?;
+        let runtime = new_runtime()?;
+        let connector = Connector::for_connection(
+            connection,
+            options,
+            "actix-delivery dead letters",
+            runtime.handle().clone(),
+        )
+        .map_err(|err| match err {
+            JournalError::InvalidArgument { reason, .. } => FieldError::new("connection", reason),
+            other => FieldError::new("connection", other.to_string()),
+        })?;
+        Self::start(runtime, connector, Identity::FromSchema, limits).await
+    }
+
+    /// Starts the store's thread, driving `runtime`, and waits until it opened.
+    async fn start(
+        runtime: tokio::runtime::Runtime,
+        connector: Connector,
+        identity: Identity,
+        limits: DeadLetterLimits,
+    ) -> Result<Self, DeadLetterError> {
         let worker = Worker::new(connector, limits.clone());
         let (requests, queue) = mpsc::channel(QUEUE);
         let (opened, ready) = oneshot::channel();
         std::thread::Builder::new()
             .name("actix-delivery-postgres-dead-letters".into())
-            .spawn(move || runtime.block_on(worker.serve(queue, opened)))
+            .spawn(move || runtime.block_on(worker.serve(identity, queue, opened)))
             .map_err(|err| {
                 storage(
                     Happened::CertainlyNot,
                     format_args!("cannot start a thread: {}", ErrorChain(&err)),
                 )
             })?;
-        ready.await.unwrap_or_else(|_| {
+        let id = ready.await.unwrap_or_else(|_| {
             Err(storage(
                 Happened::CertainlyNot,
                 "the dead-letter store's thread ended while opening",
@@ -168,6 +208,28 @@ CREATE TABLE IF NOT EXISTS dead_letter_totals (
             client: StoreClient::new(id.as_str(), limits, requests),
         })
     }
+}
+
+/// The runtime of a store's thread.
+fn new_runtime() -> Result<tokio::runtime::Runtime, DeadLetterError> {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(|err| {
+            storage(
+                Happened::CertainlyNot,
+                format_args!("cannot start a runtime: {}", ErrorChain(&err)),
+            )
+        })
+}
+
+/// Where the store's id comes from.
+enum Identity {
+    /// The journal's, which connected to the schema.
+    Known(JournalId),
+    /// The schema's identity table, read (and the schema's marks checked) when the store
+    /// opens.
+    FromSchema,
 }
 
 impl DeadLetterStore for PostgresDeadLetters {
@@ -502,13 +564,21 @@ impl Worker {
         }
     }
 
-    /// Opens the tables, then serves the requests until every sender is gone.
+    /// Reads the journal's id if it is not known, opens the tables, then serves the requests
+    /// until every sender is gone.
     async fn serve(
         mut self,
+        identity: Identity,
         mut queue: mpsc::Receiver<Request>,
-        opened: oneshot::Sender<Result<(), DeadLetterError>>,
+        opened: oneshot::Sender<Result<JournalId, DeadLetterError>>,
     ) {
-        let setup = self.setup().await;
+        let setup = match identity {
+            Identity::Known(id) => self.setup().await.map(|()| id),
+            Identity::FromSchema => match self.identify().await {
+                Ok(id) => self.setup().await.map(|()| id),
+                Err(err) => Err(err),
+            },
+        };
         let failed = setup.is_err();
         if opened.send(setup).is_err() || failed {
             return;
@@ -563,6 +633,24 @@ impl Worker {
                 }
             }
         }
+    }
+
+    /// The id of the journal in the store's schema, its marks checked first (nothing is
+    /// written to a schema that holds no journal).
+    async fn identify(&self) -> Result<JournalId, DeadLetterError> {
+        let client =
+            self.connector.open().await.map_err(|err| {
+                storage(Happened::CertainlyNot, format_args!("dead letters: {err}"))
+            })?;
+        journal_identity(&client, &self.sql.schema)
+            .await
+            .map_err(|err| match err {
+                JournalError::Schema { .. } => FieldError::new("journal", err.to_string()).into(),
+                other => storage(
+                    Happened::CertainlyNot,
+                    format_args!("dead letters: {other}"),
+                ),
+            })
     }
 
     /// Creates the tables if they are missing and counts the totals again, in one
@@ -936,8 +1024,8 @@ impl Worker {
     }
 }
 
-/// Reads an entry's columns ([`COLUMNS`]).
-fn entry(row: &tokio_postgres::Row) -> Result<Row, DeadLetterError> {
+/// Reads an entry's columns ([`COLUMNS`]; the inspector's reads too).
+pub(super) fn entry(row: &tokio_postgres::Row) -> Result<Row, DeadLetterError> {
     let read = || {
         Ok::<_, tokio_postgres::Error>(Row {
             id: row.try_get(0)?,

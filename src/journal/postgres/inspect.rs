@@ -6,7 +6,9 @@
 //! journal's are. It reads the schema's marks as the journal does (`journal_schema`, the tables
 //! of the version), refusing what the journal would refuse, and reads schema versions 1 and 2 as
 //! they are (without manifests, without tags) instead of migrating them. A check runs in one
-//! `REPEATABLE READ` transaction: every query sees the same snapshot.
+//! `REPEATABLE READ` transaction: every query sees the same snapshot. The dead letters the
+//! dead-letter store keeps in the schema are read as the store lists them (a listing never
+//! reads the bodies).
 //!
 //! The PostgreSQL journal does not record how far a stream was deleted: a stream's events are
 //! those from its lowest stored seq to its highest seq (`stream_metadata`), and what is below
@@ -22,15 +24,18 @@ use tokio_postgres::types::ToSql;
 use tokio_postgres::{Client, Row};
 
 use crate::codec::Manifest;
+use crate::delivery::dead_letter_store::DeadLetterError;
+use crate::delivery::dead_letters::{DeadLetterFilter, StoredDeadLetter};
+use crate::journal::dead_letter_sql::{list_clause, listing_columns, FilterParams, COLUMNS};
 use crate::journal::inspect::{
-    check_id, check_identity, check_seq, check_slice, gap, snapshot_problem, tag_order_problem,
-    CheckReport, InspectedEvent, InspectedSnapshot, JournalInspector, Problem, ProblemKind,
-    Problems, SchemaInfo, StreamInfo,
+    check_id, check_identity, check_seq, check_slice, dead_letter_entry, dead_letter_listing, gap,
+    snapshot_problem, tag_order_problem, CheckReport, DeadLetterListing, InspectedEvent,
+    InspectedSnapshot, JournalInspector, Problem, ProblemKind, Problems, SchemaInfo, StreamInfo,
 };
 use crate::journal::postgres::connector::Connector;
+use crate::journal::postgres::dead_letters::entry as dead_letter_columns;
 use crate::journal::postgres::schema::{highest_offset_sql, table, SCHEMA_VERSION};
-use crate::journal::postgres::statements::Sql;
-use crate::journal::postgres::{db_error, parse_config, seq_from_sql, PostgresOptions};
+use crate::journal::postgres::{db_error, seq_from_sql, PostgresOptions};
 use crate::journal::{
     stored_manifest, JournalError, JournalFuture, JournalId, PersistenceId, Snapshot, StoredEvent,
     Tag,
@@ -101,31 +106,13 @@ impl PostgresInspector {
         options: &PostgresOptions,
     ) -> Result<Self, JournalError> {
         let config = &options.config;
-        let mut server =
-            parse_config(connection).map_err(|reason| JournalError::InvalidArgument {
-                persistence_id: None,
-                reason,
-            })?;
-        if server.get_application_name().is_none() {
-            server.application_name("actix-delivery inspector");
-        }
-        server.connect_timeout(config.connect_timeout);
-        #[cfg(feature = "tls")]
-        if options.tls.is_some() {
-            server.ssl_mode(tokio_postgres::config::SslMode::Require);
-        }
         let (runtime, stop) = start_runtime()?;
-        let connector = Connector {
-            config: server,
-            runtime: runtime.clone(),
-            connect_timeout: config.connect_timeout,
-            sql: Arc::new(Sql::new(&config.schema)),
-            #[cfg(feature = "tls")]
-            tls: options
-                .tls
-                .as_ref()
-                .map(crate::journal::postgres::tls::PostgresTls::connector),
-        };
+        let connector = Connector::for_connection(
+            connection,
+            options,
+            "actix-delivery inspector",
+            runtime.clone(),
+        )?;
         let schema_name = config.schema.clone();
         let opening = runtime.spawn(async move {
             let client = connector.open().await?;
@@ -222,6 +209,8 @@ struct Tables {
     streams: String,
     tags: String,
     identity: String,
+    /// The dead-letter store's entries (`dead_letter`, which may not exist).
+    dead_letters: String,
     /// The manifest's three columns (the legacy manifest in schema 1, which had none).
     manifest: &'static str,
     /// The manifest's name column.
@@ -240,6 +229,7 @@ impl Tables {
             streams: table(schema, "stream_metadata"),
             tags: table(schema, "event_tag"),
             identity: table(schema, "journal_identity"),
+            dead_letters: table(schema, "dead_letter"),
             manifest: if with_manifests {
                 "ser_codec::int8, ser_manifest, ser_version::int8"
             } else {
@@ -583,6 +573,85 @@ impl JournalInspector for PostgresInspector {
             let _ = client.batch_execute("COMMIT").await;
             report
         })
+    }
+
+    fn dead_letters(
+        &self,
+        filter: &DeadLetterFilter,
+    ) -> JournalFuture<'_, Option<DeadLetterListing>> {
+        let filter = filter.clone();
+        self.read(move |shared| async move {
+            let client = shared.client.lock().await;
+            let t = &shared.tables.dead_letters;
+            if !table_present(&client, t).await? {
+                return Ok(None);
+            }
+            let sql = format!(
+                "SELECT {} FROM {t} {}",
+                listing_columns("NULL::bytea", "octet_length"),
+                list_clause(|n| {
+                    let ty = if (2..=4).contains(&n) { "text" } else { "int8" };
+                    format!("${n}::{ty}")
+                })
+            );
+            let p = FilterParams::of(&filter);
+            let params: [&(dyn ToSql + Sync); 7] = [
+                &p.after, &p.cause, &p.kind, &p.source, &p.since, &p.until, &p.rows,
+            ];
+            let what = "cannot list the dead letters";
+            let found = query(&client, what, &sql, &params).await?;
+            let rows = found
+                .iter()
+                .map(|row| {
+                    // octet_length is an int4.
+                    let kept: Option<i32> =
+                        row.try_get(16).map_err(|err| db_error(None, what, &err))?;
+                    let entry = dead_letter_columns(row).map_err(dead_letter_error)?;
+                    Ok((entry, kept.is_some()))
+                })
+                .collect::<Result<Vec<_>, JournalError>>()?;
+            dead_letter_listing(rows, &filter).map(Some)
+        })
+    }
+
+    fn dead_letter(&self, id: u64) -> JournalFuture<'_, Option<StoredDeadLetter>> {
+        self.read(move |shared| async move {
+            let client = shared.client.lock().await;
+            let t = &shared.tables.dead_letters;
+            if !table_present(&client, t).await? {
+                return Ok(None);
+            }
+            let Ok(id) = i64::try_from(id) else {
+                return Ok(None);
+            };
+            let sql = format!("SELECT {COLUMNS} FROM {t} WHERE id = $1::int8");
+            let found = query(&client, "cannot read the dead letter", &sql, &[&id]).await?;
+            found
+                .first()
+                .map(|row| {
+                    dead_letter_columns(row)
+                        .map_err(dead_letter_error)
+                        .and_then(dead_letter_entry)
+                })
+                .transpose()
+        })
+    }
+}
+
+/// Whether the (qualified) table `table` exists.
+async fn table_present(client: &Client, table: &str) -> Result<bool, JournalError> {
+    client
+        .query_one("SELECT to_regclass($1) IS NOT NULL", &[&table])
+        .await
+        .and_then(|row| row.try_get(0))
+        .map_err(|err| db_error(None, "cannot read the catalog", &err))
+}
+
+/// A dead-letter row that cannot be read, as the inspector's error.
+fn dead_letter_error(err: DeadLetterError) -> JournalError {
+    match err {
+        DeadLetterError::Storage { message, .. } => JournalError::storage(None, message),
+        other => JournalError::storage(None, other),
     }
 }
 

@@ -407,6 +407,26 @@ async fn check_columns(client: &Client, schema: &str, version: i32) -> Result<()
     Ok(())
 }
 
+/// The [`JournalId`] of the journal in `schema`, its marks checked as the journal checks a
+/// schema it connects to (no journal tables, another application's tables and a newer schema
+/// version are refused), without writing anything: what a store that writes beside the
+/// journal without connecting it names the schema by.
+pub(super) async fn journal_identity(
+    client: &Client,
+    schema: &str,
+) -> Result<JournalId, JournalError> {
+    if let Found::Empty = inspect(client, schema).await? {
+        return Err(schema_error(format!(
+            "no journal tables in schema `{schema}`"
+        )));
+    }
+    identity(client, schema).await?.ok_or_else(|| {
+        schema_error(format!(
+            "a journal without an id in schema `{schema}` (no row in journal_identity):              PostgresJournal::IDENTITY_SQL gives it one"
+        ))
+    })
+}
+
 /// The journal's id, from `journal_identity`: `None` without the table or a row.
 async fn identity(client: &Client, schema: &str) -> Result<Option<JournalId>, JournalError> {
     let identity = table(schema, "journal_identity");

@@ -12,7 +12,7 @@
 
 use std::collections::hash_map::Entry;
 use std::collections::HashMap;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::LazyLock;
 use std::thread;
 use std::time::Duration;
@@ -22,16 +22,17 @@ use tokio::sync::{mpsc, oneshot};
 
 use crate::delivery::dead_letter_store::{DeadLetterError, DeadLetterFuture, DeadLetterStore};
 use crate::delivery::dead_letters::{
-    cut_text, DeadLetterCounts, DeadLetterFilter, DeadLetterLimits, DeadLetterPage, Kept,
-    NewDeadLetter, StoredDeadLetter,
+    cut_text, DeadLetterCounts, DeadLetterFilter, DeadLetterLimits, DeadLetterPage, FieldError,
+    Kept, NewDeadLetter, StoredDeadLetter,
 };
 use crate::error::Happened;
 use crate::journal::dead_letter_sql::{
     check_limits, counts, group, int, list_clause, storage, FilterParams, KeepRequest, Request,
     Row, StoreClient, COLUMNS, QUEUE,
 };
+use crate::journal::sqlite::schema::journal_identity;
 use crate::journal::sqlite::SqliteJournal;
-use crate::journal::Journal;
+use crate::journal::{Journal, JournalError, JournalId};
 use crate::runtime::error_chain::ErrorChain;
 
 /// The tables, created when a store is first opened on a journal file. Neither is one of the
@@ -131,19 +132,64 @@ impl SqliteDeadLetters {
         let path =
             std::fs::canonicalize(journal.path()).unwrap_or_else(|_| journal.path().to_path_buf());
         let busy_timeout = journal.shared.busy_timeout;
+        Self::start(path, busy_timeout, Identity::Known(id), limits).await
+    }
+
+    /// Opens the store in the journal file at `path` without opening the journal: for a tool
+    /// that removes or lists entries beside the application that has the journal open (the
+    /// command-line inspector's `dead-letters delete`). It takes no journal lock (the store
+    /// never does: it writes its own tables on a connection of its own, waiting up to 5 s for
+    /// the journal's commits), reads the file's [`JournalId`](crate::journal::JournalId) from
+    /// its identity table, and creates the store's tables if they are not there.
+    ///
+    /// # Errors
+    /// [`DeadLetterError::Invalid`] naming the bound of `limits` that is invalid, or naming
+    /// `journal` for a file that is not a journal (no file at `path`, not an SQLite database,
+    /// an empty one, another application's, a journal of a newer schema version or without an
+    /// id), which is left untouched; [`DeadLetterError::Storage`] if the file cannot be
+    /// opened for writing or the tables created, or the thread cannot start.
+    pub async fn open_file(
+        path: impl AsRef<Path>,
+        limits: DeadLetterLimits,
+    ) -> Result<Self, DeadLetterError> {
+        check_limits(&limits)?;
+        let path = path.as_ref();
+        let path = std::fs::canonicalize(path).map_err(|err| {
+            let reason = if err.kind() == std::io::ErrorKind::NotFound {
+                format!("no journal at {}: no such file", path.display())
+            } else {
+                format!("cannot open {}: {}", path.display(), ErrorChain(&err))
+            };
+            FieldError::new("journal", reason)
+        })?;
+        if path.is_dir() {
+            return Err(
+                FieldError::new("journal", format!("{} is a directory", path.display())).into(),
+            );
+        }
+        Self::start(path, FILE_BUSY_TIMEOUT, Identity::FromFile, limits).await
+    }
+
+    /// Starts the store's thread on the file at `path` and waits until it opened.
+    async fn start(
+        path: PathBuf,
+        busy_timeout: Duration,
+        identity: Identity,
+        limits: DeadLetterLimits,
+    ) -> Result<Self, DeadLetterError> {
         let (requests, queue) = mpsc::channel(QUEUE);
         let (opened, ready) = oneshot::channel();
         let worker_limits = limits.clone();
         thread::Builder::new()
             .name("actix-delivery-dead-letters".into())
-            .spawn(move || run(&path, busy_timeout, worker_limits, queue, opened))
+            .spawn(move || run(&path, busy_timeout, identity, worker_limits, queue, opened))
             .map_err(|err| {
                 storage(
                     Happened::CertainlyNot,
                     format_args!("cannot start a thread: {}", ErrorChain(&err)),
                 )
             })?;
-        ready.await.unwrap_or_else(|_| {
+        let id = ready.await.unwrap_or_else(|_| {
             Err(storage(
                 Happened::CertainlyNot,
                 "the dead-letter store's thread ended while opening",
@@ -153,6 +199,18 @@ impl SqliteDeadLetters {
             client: StoreClient::new(id.as_str(), limits, requests),
         })
     }
+}
+
+/// How long a store opened with [`SqliteDeadLetters::open_file`] waits for a lock held by the
+/// journal (the journal's default `busy_timeout`).
+const FILE_BUSY_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// Where the store's id comes from.
+enum Identity {
+    /// The journal's, which opened the file.
+    Known(JournalId),
+    /// The file's identity table, read (and the file's marks checked) when the store opens.
+    FromFile,
 }
 
 impl DeadLetterStore for SqliteDeadLetters {
@@ -217,18 +275,19 @@ impl<'c> Db<'c> {
 fn run(
     path: &Path,
     busy_timeout: Duration,
+    identity: Identity,
     limits: DeadLetterLimits,
     mut requests: mpsc::Receiver<Request>,
-    opened: oneshot::Sender<Result<(), DeadLetterError>>,
+    opened: oneshot::Sender<Result<JournalId, DeadLetterError>>,
 ) {
-    let conn = match open(path, busy_timeout) {
-        Ok(conn) => conn,
+    let (conn, id) = match open(path, busy_timeout, identity) {
+        Ok(opened) => opened,
         Err(err) => {
             let _ = opened.send(Err(err));
             return;
         }
     };
-    if opened.send(Ok(())).is_err() {
+    if opened.send(Ok(id)).is_err() {
         return;
     }
     let db = &mut Db {
@@ -275,13 +334,31 @@ fn run(
 }
 
 /// Opens the store's connection to the journal file (made by the journal: never created
-/// here) with the journal's durability, creates the tables if needed and counts the totals.
-fn open(path: &Path, busy_timeout: Duration) -> Result<Connection, DeadLetterError> {
+/// here) with the journal's durability, reads the journal's id from the file if it is not
+/// known (refusing a file that is not a journal before anything is written), creates the
+/// tables if needed and counts the totals.
+fn open(
+    path: &Path,
+    busy_timeout: Duration,
+    identity: Identity,
+) -> Result<(Connection, JournalId), DeadLetterError> {
     let opening =
         |err: rusqlite::Error| failed(Happened::CertainlyNot, "cannot open the store", &err);
     let flags = OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_NO_MUTEX;
     let conn = Connection::open_with_flags(path, flags).map_err(opening)?;
     conn.busy_timeout(busy_timeout).map_err(opening)?;
+    let id = match identity {
+        Identity::Known(id) => id,
+        Identity::FromFile => journal_identity(&conn).map_err(|err| match err {
+            JournalError::Schema { .. } => {
+                FieldError::new("journal", format!("{}: {err}", path.display())).into()
+            }
+            other => storage(
+                Happened::CertainlyNot,
+                format_args!("dead letters: cannot open {}: {other}", path.display()),
+            ),
+        })?,
+    };
     let mode: String = conn
         .pragma_query_value(None, "journal_mode", |row| row.get(0))
         .map_err(opening)?;
@@ -302,7 +379,7 @@ fn open(path: &Path, busy_timeout: Duration) -> Result<Connection, DeadLetterErr
         db.conn.execute_batch(RECOUNT)
     })?;
     drop(db);
-    Ok(conn)
+    Ok((conn, id))
 }
 
 /// `BEGIN IMMEDIATE` (waiting up to the busy timeout for another writer), rolling back what
@@ -593,8 +670,8 @@ fn over(limits: &DeadLetterLimits, entries: i64, bytes: i64) -> bool {
     entries > 1 && (entries > int(limits.max_entries) || bytes > int(limits.max_bytes))
 }
 
-/// Reads an entry's columns ([`COLUMNS`]).
-fn row(row: &rusqlite::Row<'_>) -> rusqlite::Result<Row> {
+/// Reads an entry's columns ([`COLUMNS`]; the inspector's reads too).
+pub(super) fn row(row: &rusqlite::Row<'_>) -> rusqlite::Result<Row> {
     Ok(Row {
         id: row.get(0)?,
         kind: row.get(1)?,

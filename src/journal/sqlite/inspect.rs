@@ -8,7 +8,8 @@
 //! `user_version`, the tables of the version), refusing what the journal would refuse, and reads
 //! schema versions 1 and 2 as they are (without manifests, without tags) instead of migrating
 //! them. A stream's events are those of `event_journal` and `event_buffer` together, as for the
-//! journal's readers.
+//! journal's readers. The dead letters its dead-letter store keeps in the file are read as
+//! the store lists them (a listing never reads the bodies).
 
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, PoisonError};
@@ -18,11 +19,14 @@ use rusqlite::{Connection, OpenFlags, OptionalExtension, Row};
 use tokio::sync::oneshot;
 
 use crate::codec::Manifest;
+use crate::delivery::dead_letters::{DeadLetterFilter, StoredDeadLetter};
+use crate::journal::dead_letter_sql::{list_clause, listing_columns, FilterParams, COLUMNS};
 use crate::journal::inspect::{
-    check_id, check_identity, check_seq, check_slice, snapshot_problem, tag_order_problem,
-    CheckReport, InspectedEvent, InspectedSnapshot, JournalInspector, Problem, ProblemKind,
-    Problems, SchemaInfo, StreamInfo,
+    check_id, check_identity, check_seq, check_slice, dead_letter_entry, dead_letter_listing,
+    snapshot_problem, tag_order_problem, CheckReport, DeadLetterListing, InspectedEvent,
+    InspectedSnapshot, JournalInspector, Problem, ProblemKind, Problems, SchemaInfo, StreamInfo,
 };
+use crate::journal::sqlite::dead_letters::row as dead_letter_row;
 use crate::journal::sqlite::schema::{APPLICATION_ID, SCHEMA_VERSION};
 use crate::journal::sqlite::{backup, seq_from_sql, spawn, storage_error};
 use crate::journal::{
@@ -242,6 +246,57 @@ impl JournalInspector for SqliteInspector {
             let report = check(conn, columns, schema, max_problems);
             let _ = conn.execute_batch("COMMIT");
             report
+        })
+    }
+
+    fn dead_letters(
+        &self,
+        filter: &DeadLetterFilter,
+    ) -> JournalFuture<'_, Option<DeadLetterListing>> {
+        let filter = filter.clone();
+        self.read(move |conn, _| {
+            if !table_exists(conn, "dead_letter")? {
+                return Ok(None);
+            }
+            let failed = storage_error(None);
+            let sql = format!(
+                "SELECT {} FROM dead_letter {}",
+                listing_columns("NULL", "length"),
+                list_clause(|n| format!("?{n}"))
+            );
+            let p = FilterParams::of(&filter);
+            let mut statement = conn.prepare(&sql).map_err(&failed)?;
+            let rows = statement
+                .query_map(
+                    rusqlite::params![p.after, p.cause, p.kind, p.source, p.since, p.until, p.rows],
+                    |row| {
+                        let kept: Option<i64> = row.get(16)?;
+                        Ok((dead_letter_row(row)?, kept.is_some()))
+                    },
+                )
+                .and_then(|rows| rows.collect::<Result<Vec<_>, _>>())
+                .map_err(&failed)?;
+            dead_letter_listing(rows, &filter).map(Some)
+        })
+    }
+
+    fn dead_letter(&self, id: u64) -> JournalFuture<'_, Option<StoredDeadLetter>> {
+        self.read(move |conn, _| {
+            if !table_exists(conn, "dead_letter")? {
+                return Ok(None);
+            }
+            let Ok(id) = i64::try_from(id) else {
+                return Ok(None);
+            };
+            conn.query_row(
+                &format!("SELECT {COLUMNS} FROM dead_letter WHERE id = ?1"),
+                [id],
+                dead_letter_row,
+            )
+            .optional()
+            .map_err(storage_error(None))?
+            .map(dead_letter_entry)
+            .transpose()
         })
     }
 }

@@ -242,6 +242,25 @@ fn identity(conn: &Connection) -> Result<JournalId, JournalError> {
     })
 }
 
+/// The [`JournalId`] of the journal file `conn` is open on, its marks checked as the journal
+/// checks a file it opens (an empty database, another application's, a newer schema version
+/// and a file that is not an SQLite database are refused), without writing anything: what a
+/// store that writes beside the journal without opening it names the file by.
+pub(super) fn journal_identity(conn: &Connection) -> Result<JournalId, JournalError> {
+    let schema = |found: &str| JournalError::Schema {
+        found: found.to_owned(),
+        expected: expected(),
+    };
+    if let Found::Empty = inspect(conn)? {
+        return Err(schema(
+            "an empty database (no journal was ever created in it)",
+        ));
+    }
+    read_identity(conn)?.ok_or_else(|| {
+        schema("a journal without an id (no row in journal_identity): opening it with the journal gives it one")
+    })
+}
+
 /// What `journal_identity` holds: `None` without the table or a row.
 fn read_identity(conn: &Connection) -> Result<Option<JournalId>, JournalError> {
     let table = conn

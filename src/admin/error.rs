@@ -65,6 +65,7 @@ impl From<DeadLetterError> for AdminError {
             DeadLetterError::Invalid(field) => (StatusCode::BAD_REQUEST, Some(field.field)),
             // The entry is as it was: the application reads it no more, or has no route.
             DeadLetterError::NoRoute(_) => (StatusCode::UNPROCESSABLE_ENTITY, Some("source")),
+            DeadLetterError::Busy(_) => (StatusCode::CONFLICT, Some("id")),
             DeadLetterError::Unreplayable { .. } => (StatusCode::UNPROCESSABLE_ENTITY, None),
             // The destination failed: the message may have been applied.
             DeadLetterError::ReplayFailed { .. } => (StatusCode::BAD_GATEWAY, None),

@@ -1,7 +1,7 @@
 //! [`DeadLetters`]: the handle parts are given to keep what they give up or refuse, and that
 //! the console and the application list, replay and delete entries through.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::fmt;
 use std::future::Future;
 use std::pin::Pin;
@@ -38,9 +38,11 @@ pub struct Replay<T> {
     /// The entry's body, decoded (of a route registered with
     /// [`on_replay`](DeadLetters::on_replay): the body's stored bytes).
     pub body: T,
-    /// The replay's delivery id: producer `dead-letters/<source>`, an incarnation derived
-    /// from the store's id, seq the entry's id, window start 1. Every replay of the entry
-    /// carries the same one, so an effectively-once destination
+    /// The replay's delivery id ([`DeadLetters::replay_info`]): producer
+    /// `dead-letters/<source>/<hash>`, an incarnation derived from the store's id, seq the
+    /// entry's id, window start the oldest id the store still holds (every id below is gone
+    /// for good: the destination may forget them). Every replay of the entry carries the same
+    /// id, so an effectively-once destination
     /// ([`PersistentHandle::ask_delivered`](crate::persistence::PersistentHandle::ask_delivered))
     /// applies it once, however often it is replayed.
     pub info: DeliveryInfo,
@@ -98,7 +100,16 @@ struct Inner {
     sampler: Mutex<FloodSampler>,
     counters: Counters,
     routes: RwLock<HashMap<String, Route>>,
+    /// Keeps [`record`](DeadLetters::record) spawned that have not finished.
+    recording: AtomicU64,
+    /// The entries being replayed.
+    replaying: Mutex<HashSet<u64>>,
 }
+
+/// The most keeps [`DeadLetters::record`] has running at once: beyond (a store that is slow or
+/// down while parts keep giving up), a letter is counted as a keep failure, not queued, so
+/// memory stays bounded.
+pub const MAX_RECORDING: u64 = 1024;
 
 impl fmt::Debug for DeadLetters {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -119,6 +130,8 @@ impl DeadLetters {
                 sampler: Mutex::new(sampler),
                 counters: Counters::default(),
                 routes: RwLock::new(HashMap::new()),
+                recording: AtomicU64::new(0),
+                replaying: Mutex::new(HashSet::new()),
             }),
         }
     }
@@ -129,8 +142,10 @@ impl DeadLetters {
     }
 
     /// Keeps `letter` in the background: a part that gives a message up does not wait for
-    /// the store. A letter of a flood beyond the sampling bound is counted, not kept; a
-    /// failure to keep one is logged and counted. Needs a Tokio runtime (any Actix arbiter).
+    /// the store. A letter of a flood beyond the sampling bound is counted, not kept; so is one
+    /// that finds [`MAX_RECORDING`] keeps still running (its body is cut to the store's
+    /// `max_body_bytes` before it waits); a failure to keep one is logged and counted. Needs a
+    /// Tokio runtime (any Actix arbiter).
     pub fn record(&self, letter: NewDeadLetter) {
         let now = now_ms();
         let admitted = self
@@ -146,23 +161,31 @@ impl DeadLetters {
                 .fetch_add(1, Ordering::Relaxed);
             return;
         }
-        let this = self.clone();
         let Ok(runtime) = tokio::runtime::Handle::try_current() else {
-            self.inner
-                .counters
-                .keep_failures
-                .fetch_add(1, Ordering::Relaxed);
-            log::error!(
-                "a dead letter of `{}` was not kept: no runtime",
-                letter.source
-            );
-            return;
+            return self.not_kept(&letter.source, "no runtime");
         };
+        let recording = &self.inner.recording;
+        if recording.fetch_add(1, Ordering::AcqRel) >= MAX_RECORDING {
+            recording.fetch_sub(1, Ordering::AcqRel);
+            let why = "too many keeps still running (the store is slow or down)";
+            return self.not_kept(&letter.source, why);
+        }
+        let letter = letter.bounded(self.inner.store.limits().max_body_bytes);
+        let this = self.clone();
         runtime.spawn(async move {
             if let Err(error) = this.keep(letter).await {
                 log::error!("a dead letter was not kept: {error}");
             }
+            this.inner.recording.fetch_sub(1, Ordering::AcqRel);
         });
+    }
+
+    fn not_kept(&self, source: &str, why: &str) {
+        self.inner
+            .counters
+            .keep_failures
+            .fetch_add(1, Ordering::Relaxed);
+        log::error!("a dead letter of `{source}` was not kept: {why}");
     }
 
     /// Keeps `letter` now (not sampled), resolving once the store committed it.
@@ -284,6 +307,15 @@ impl DeadLetters {
     /// [`Unreplayable`](DeadLetterError::Unreplayable) (nothing changed),
     /// [`ReplayFailed`](DeadLetterError::ReplayFailed) (in doubt), or the store's error.
     pub async fn replay(&self, id: u64) -> Result<Replayed, DeadLetterError> {
+        if !self.replaying().insert(id) {
+            return Err(DeadLetterError::Busy(id));
+        }
+        let result = self.replay_once(id).await;
+        self.replaying().remove(&id);
+        result
+    }
+
+    async fn replay_once(&self, id: u64) -> Result<Replayed, DeadLetterError> {
         let mut entry = self.get(id).await?;
         let source = entry.letter.source.clone();
         let route = self
@@ -305,11 +337,13 @@ impl DeadLetters {
                     entry.letter.body_len
                 ),
             })?;
-        let replay = Replay {
-            body,
-            info: self.replay_info(&source, id),
-            entry,
-        };
+        // Every id below the oldest entry still held is gone for good (ids are never reused):
+        // the destination may forget them.
+        let oldest = self.inner.store.list(oldest_only()).await?;
+        let oldest = oldest.entries.first().map_or(id, |entry| entry.id.min(id));
+        let mut info = self.replay_info(&source, id);
+        info.window_start = oldest;
+        let replay = Replay { body, info, entry };
         let future =
             route(replay).map_err(|reason| DeadLetterError::Unreplayable { id, reason })?;
         let counters = &self.inner.counters;
@@ -330,28 +364,53 @@ impl DeadLetters {
                 }
                 Ok(replayed)
             }
-            Err(reason) => {
+            Err(mut reason) => {
                 counters.replay_failures.fetch_add(1, Ordering::Relaxed);
-                self.inner
+                // In doubt whatever the note's fate: the route may have applied it.
+                if let Err(error) = self
+                    .inner
                     .store
                     .replay_failed(id, reason.clone(), now_ms())
-                    .await?;
+                    .await
+                {
+                    reason = format!("{reason} (and noting the failure failed: {error})");
+                }
                 Err(DeadLetterError::ReplayFailed { id, reason })
             }
         }
     }
 
-    /// The stable delivery id of replays of entry `id` of `source` (see [`Replay::info`]).
+    fn replaying(&self) -> std::sync::MutexGuard<'_, HashSet<u64>> {
+        self.inner
+            .replaying
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// The stable delivery id of replays of entry `id` of `source` (see [`Replay::info`]): the
+    /// producer `dead-letters/<source>/<hash>` (the source cut to 180 bytes; the hash, of the
+    /// store's id and the whole source, tells stores and sources apart), an incarnation derived
+    /// from the store's id, seq `id`. Its `window_start` here is 1; a replay sets it to the
+    /// oldest id the store still holds.
     pub fn replay_info(&self, source: &str, id: u64) -> DeliveryInfo {
-        let digest = Sha256::new()
+        let store = Sha256::new()
             .chain_update(b"actix-delivery dead letters\0")
             .chain_update(self.inner.store.store_id().as_bytes())
             .finalize();
-        let mut bytes = [0; 16];
-        bytes.copy_from_slice(&digest[..16]);
+        let mut incarnation = [0; 16];
+        incarnation.copy_from_slice(&store[..16]);
+        let stream = Sha256::new()
+            .chain_update(store)
+            .chain_update(source.as_bytes())
+            .finalize();
+        let hash: String = stream[..6].iter().map(|b| format!("{b:02x}")).collect();
+        let mut cut = source.len().min(180);
+        while !source.is_char_boundary(cut) {
+            cut -= 1;
+        }
         DeliveryInfo {
-            producer_id: ProducerId::from(format!("dead-letters/{source}")),
-            incarnation: IncarnationId::from_u128(u128::from_le_bytes(bytes)),
+            producer_id: ProducerId::from(format!("dead-letters/{}/{hash}", &source[..cut])),
+            incarnation: IncarnationId::from_u128(u128::from_le_bytes(incarnation)),
             seq: id,
             window_start: 1,
             trace_context: None,
@@ -382,4 +441,12 @@ fn now_ms() -> u64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map_or(0, |since| since.as_millis() as u64)
+}
+
+/// The filter of the oldest entry (its id), without its body.
+fn oldest_only() -> DeadLetterFilter {
+    DeadLetterFilter {
+        limit: Some(1),
+        ..DeadLetterFilter::default()
+    }
 }

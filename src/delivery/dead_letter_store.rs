@@ -75,6 +75,10 @@ pub enum DeadLetterError {
         /// Why.
         reason: String,
     },
+    /// A replay of this entry is already running (through this handle or a clone): this one
+    /// did not start. Nothing changed.
+    #[error("a replay of dead letter {0} is already running")]
+    Busy(u64),
     /// The replay's route failed: the message may or may not have been applied; the entry is
     /// kept (with the failure noted) and a later replay is recognised if it was.
     #[error("the replay of dead letter {id} failed: {reason}")]

@@ -16,7 +16,7 @@ use crate::delivery::dead_letters::{DeadLetterCause, NewDeadLetter, SourceKind};
 use crate::delivery::handler::panic_message;
 use crate::journal::{Journal, JournalError, JournalId, Offset, Slices, TagNotifications};
 use crate::persistence::EventSourced;
-use crate::projection::core::{Batch, Core, ProjectionStats, Step};
+use crate::projection::core::{Batch, Core, ProjectionStats, Skipped, Step};
 use crate::projection::envelope::{EntityEvents, EventDecoder, Item, RawEvents};
 use crate::projection::{
     HandlerError, HandlerFuture, ProjectionError, ProjectionHandle, ProjectionOptions,
@@ -198,7 +198,9 @@ impl<D: EventDecoder> Projection<D> {
     /// handler's last error; an entry that could not be read is kept as
     /// [`Undecodable`](crate::dead_letters::DeadLetterCause::Undecodable). The letter is kept
     /// before the skip's offset is stored, so a crash between the two skips (and keeps) the
-    /// entry again, updating the same letter.
+    /// entry again, updating the same letter; while the store fails, the projection waits and
+    /// retries (0.1 s doubling to 5 s, each failure logged), and a stop then stores no offset
+    /// past the entry.
     pub fn keep_dead_letters(
         mut self,
         dead_letters: DeadLetters,
@@ -266,10 +268,15 @@ async fn run<D: EventDecoder, S: Sink<D::Event>>(
     };
     let now = || tokio::time::Instant::now().into_std();
     let mut ended = Ok(());
+    // Whether every skipped entry was kept: the offset is never stored past one that was not.
+    let mut all_kept = true;
     while !*stopping.borrow() {
         let step = core.next_step(now());
         // Before the step, which may store the offset past a skipped entry.
-        keep_skipped(&mut core, dead_letters.as_ref(), &*journal).await;
+        all_kept = keep_skipped(&mut core, dead_letters.as_ref(), &*journal, &mut stopping).await;
+        if !all_kept {
+            break; // stopped while the store was failing
+        }
         match step {
             Step::Load => match load(&mut sink, &*journal, &key).await {
                 Ok(offset) => {
@@ -325,8 +332,10 @@ async fn run<D: EventDecoder, S: Sink<D::Event>>(
         }
         publish(&core);
     }
-    keep_skipped(&mut core, dead_letters.as_ref(), &*journal).await;
-    if let Some(offset) = core.offset_to_save_at_stop() {
+    if all_kept {
+        all_kept = keep_skipped(&mut core, dead_letters.as_ref(), &*journal, &mut stopping).await;
+    }
+    if let Some(offset) = core.offset_to_save_at_stop().filter(|_| all_kept) {
         match sink.save(&key, core.stored(), offset).await {
             Ok(()) => core.handle_saved(offset),
             Err(why) => log::warn!(
@@ -341,51 +350,75 @@ async fn run<D: EventDecoder, S: Sink<D::Event>>(
 }
 
 /// Keeps the entries the core skipped since the last call in `dead_letters` (if it has one),
-/// each with its event as stored; a failure to keep one is logged, and the skip goes on.
+/// each with its event as stored. A keep that fails is retried (0.1 s, doubling to 5 s) until
+/// it succeeds: the skip's offset is stored only after its letter. `false` if a stop was
+/// requested while one still failed (then no offset may be stored past it).
 async fn keep_skipped<Ev>(
     core: &mut Core<Ev>,
     dead_letters: Option<&(DeadLetters, String)>,
     journal: &dyn Journal,
-) {
+    stopping: &mut watch::Receiver<bool>,
+) -> bool {
     let skipped = core.take_skipped();
     let Some((dead_letters, source)) = dead_letters else {
-        return;
+        return true;
     };
     for entry in skipped {
-        let stored = journal
-            .replay(&entry.persistence_id, entry.seq, entry.seq, 1)
-            .await
-            .ok()
-            .and_then(|mut events| events.pop());
-        let cause = if entry.attempts == 0 {
-            DeadLetterCause::Undecodable
-        } else {
-            DeadLetterCause::Poison
-        };
-        let (manifest, body) = match stored {
-            Some(event) => (event.manifest, Some(event.payload)),
-            None => (Manifest::raw(), None),
-        };
-        let letter = NewDeadLetter {
-            kind: SourceKind::Projection,
-            source: source.clone(),
-            cause,
-            key: format!("{}/{}", entry.persistence_id, entry.seq),
-            origin: None,
-            manifest,
-            body_len: body.as_ref().map_or(0, |body| body.len() as u64),
-            body,
-            attempts: entry.attempts,
-            error: format!("offset {}: {}", entry.offset, entry.reason),
-        };
-        if let Err(error) = dead_letters.keep(letter).await {
+        let letter = skipped_letter(source, &entry, journal).await;
+        let mut wait = std::time::Duration::from_millis(100);
+        while let Err(error) = dead_letters.keep(letter.clone()).await {
             log::error!(
-                "projection `{source}`: the skipped entry {}/{} was not kept as a dead letter: \
+                "projection `{source}`: keeping the skipped entry {}/{} as a dead letter \
+                 failed (retried in {wait:?}; its offset is not stored until it is kept): \
                  {error}",
                 entry.persistence_id,
                 entry.seq
             );
+            tokio::select! {
+                () = tokio::time::sleep(wait) => {}
+                () = stop_requested(stopping) => return false,
+            }
+            wait = (wait * 2).min(std::time::Duration::from_secs(5));
         }
+    }
+    true
+}
+
+/// The dead letter of a skipped entry: its event as stored, read again from the journal (a
+/// failed read is said in the letter's error).
+async fn skipped_letter(source: &str, entry: &Skipped, journal: &dyn Journal) -> NewDeadLetter {
+    let stored = journal
+        .replay(&entry.persistence_id, entry.seq, entry.seq, 1)
+        .await
+        .map(|mut events| events.pop());
+    let cause = if entry.attempts == 0 {
+        DeadLetterCause::Undecodable
+    } else {
+        DeadLetterCause::Poison
+    };
+    let mut error = format!("offset {}: {}", entry.offset, entry.reason);
+    let (manifest, body) = match stored {
+        Ok(Some(event)) => (event.manifest, Some(event.payload)),
+        Ok(None) => {
+            error.push_str(" (the event is no longer in the journal)");
+            (Manifest::raw(), None)
+        }
+        Err(read) => {
+            error.push_str(&format!(" (reading the event failed: {read})"));
+            (Manifest::raw(), None)
+        }
+    };
+    NewDeadLetter {
+        kind: SourceKind::Projection,
+        source: source.to_owned(),
+        cause,
+        key: format!("{}/{}", entry.persistence_id, entry.seq),
+        origin: None,
+        manifest,
+        body_len: body.as_ref().map_or(0, |body| body.len() as u64),
+        body,
+        attempts: entry.attempts,
+        error,
     }
 }
 

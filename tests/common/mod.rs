@@ -168,6 +168,7 @@ impl Gate {
 }
 
 pub mod blobs;
+pub mod dead_letters;
 pub mod entities;
 pub mod journals;
 pub mod logs;

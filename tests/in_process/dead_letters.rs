@@ -2,15 +2,13 @@
 //! effectively-once entity once however often the replay is repeated, and the errors that
 //! change nothing.
 
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
 use actix_delivery::codec::Codec;
 use actix_delivery::dead_letters::{
-    delivery_key, DeadLetterCause, DeadLetterCounts, DeadLetterError, DeadLetterFilter,
-    DeadLetterFuture, DeadLetterLimits, DeadLetterPage, DeadLetterStore, DeadLetters, Kept,
-    MemoryDeadLetters, NewDeadLetter, Replay, Replayed, SourceKind, StoredDeadLetter,
+    delivery_key, DeadLetterCause, DeadLetterError, DeadLetterFilter, DeadLetterLimits,
+    DeadLetters, MemoryDeadLetters, NewDeadLetter, Replay, Replayed, SourceKind,
 };
 use actix_delivery::journal::MemoryJournal;
 use actix_delivery::persistence::{Outcome, PersistentHandle, PersistentOptions};
@@ -21,51 +19,9 @@ use actix_delivery::{
 };
 
 use crate::common;
+use common::dead_letters::FaultyDeadLetters;
 use common::entities::{ledger_id, Ledger, Op};
 use common::settle_for;
-
-/// A memory store whose next `remove` fails, as a crash between a replay's apply and its
-/// removal would leave it: applied, still listed.
-#[derive(Clone)]
-struct RemoveFailsOnce {
-    inner: MemoryDeadLetters,
-    armed: Arc<AtomicBool>,
-    injected: Arc<AtomicU64>,
-}
-
-impl DeadLetterStore for RemoveFailsOnce {
-    fn store_id(&self) -> &str {
-        self.inner.store_id()
-    }
-    fn limits(&self) -> &DeadLetterLimits {
-        self.inner.limits()
-    }
-    fn keep(&self, letter: NewDeadLetter, now_ms: u64) -> DeadLetterFuture<'_, Kept> {
-        self.inner.keep(letter, now_ms)
-    }
-    fn list(&self, filter: DeadLetterFilter) -> DeadLetterFuture<'_, DeadLetterPage> {
-        self.inner.list(filter)
-    }
-    fn get(&self, id: u64) -> DeadLetterFuture<'_, Option<StoredDeadLetter>> {
-        self.inner.get(id)
-    }
-    fn remove(&self, id: u64) -> DeadLetterFuture<'_, bool> {
-        if self.armed.swap(false, Ordering::SeqCst) {
-            self.injected.fetch_add(1, Ordering::SeqCst);
-            return Box::pin(std::future::ready(Err(DeadLetterError::Storage {
-                message: "injected: the process died before the removal".into(),
-                happened: Happened::CertainlyNot,
-            })));
-        }
-        self.inner.remove(id)
-    }
-    fn replay_failed(&self, id: u64, error: String, now_ms: u64) -> DeadLetterFuture<'_, bool> {
-        self.inner.replay_failed(id, error, now_ms)
-    }
-    fn counts(&self) -> DeadLetterFuture<'_, DeadLetterCounts> {
-        self.inner.counts()
-    }
-}
 
 /// A pool whose only worker fails job 13, giving it up after 2 failures into `dead_letters`.
 fn pool_giving_up_13(
@@ -159,11 +115,7 @@ async fn a_given_up_job_is_kept_with_its_body_id_and_failures() {
 #[actix::test]
 async fn a_replay_is_applied_once_even_when_repeated_after_it_applied() {
     tokio::time::pause();
-    let store = RemoveFailsOnce {
-        inner: MemoryDeadLetters::new(DeadLetterLimits::default()).unwrap(),
-        armed: Arc::new(AtomicBool::new(false)),
-        injected: Arc::new(AtomicU64::new(0)),
-    };
+    let store = FaultyDeadLetters::new();
     let dead_letters = DeadLetters::new(store.clone());
     let (_registry, _worker, jobs) = pool_giving_up_13(&dead_letters);
     let _ = tokio::time::timeout(Duration::from_secs(600), jobs.send(13))
@@ -182,13 +134,9 @@ async fn a_replay_is_applied_once_even_when_repeated_after_it_applied() {
             .unwrap();
     route_into(&dead_letters, &ledger);
 
-    store.armed.store(true, Ordering::SeqCst);
+    store.fail_next_remove();
     let first = dead_letters.replay(id).await;
-    assert_eq!(
-        store.injected.load(Ordering::SeqCst),
-        1,
-        "the fault was injected"
-    );
+    assert_eq!(store.injected(), 1, "the fault was injected");
     let error = first.unwrap_err();
     assert_eq!(
         error.happened(),
@@ -329,4 +277,107 @@ async fn keeping_dead_letters_with_chunk_size_is_refused_naming_the_option() {
         MemoryDeadLetters::new(refused).err().unwrap().field,
         "sample_burst"
     );
+}
+
+fn given_up(key: &str, body: u64) -> NewDeadLetter {
+    let body = Codec::MessagePack.encode(&body, 64).unwrap();
+    NewDeadLetter {
+        kind: SourceKind::WorkPulling,
+        source: "jobs".into(),
+        cause: DeadLetterCause::GivenUp,
+        key: key.into(),
+        origin: None,
+        manifest: actix_delivery::codec::Manifest::new(Codec::MessagePack, "u64", 1),
+        body_len: body.len() as u64,
+        body: Some(body),
+        attempts: 1,
+        error: "e".into(),
+    }
+}
+
+#[actix::test]
+async fn keeps_in_flight_to_a_hanging_store_are_bounded_and_the_rest_counted() {
+    use actix_delivery::dead_letters::MAX_RECORDING;
+    let store = FaultyDeadLetters::new();
+    store.hang_keeps();
+    let dead_letters = DeadLetters::new(store);
+    for n in 0..MAX_RECORDING + 6 {
+        dead_letters.record(given_up(&n.to_string(), n));
+    }
+    settle_for(10).await;
+    assert_eq!(
+        dead_letters.stats().keep_failures,
+        6,
+        "beyond the bound, counted"
+    );
+}
+
+#[actix::test]
+async fn a_second_replay_of_an_entry_being_replayed_is_refused_as_busy() {
+    let dead_letters =
+        DeadLetters::new(MemoryDeadLetters::new(DeadLetterLimits::default()).unwrap());
+    let id = dead_letters.keep(given_up("a", 1)).await.unwrap().id;
+    let (release, released) = tokio::sync::oneshot::channel::<()>();
+    let released = std::sync::Mutex::new(Some(released));
+    dead_letters.on_replay("jobs", move |_: Replay<u64>| {
+        let released = released.lock().unwrap().take();
+        async move {
+            if let Some(released) = released {
+                let _ = released.await;
+            }
+            Ok(Replayed::Applied)
+        }
+    });
+    let first = actix::spawn({
+        let dead_letters = dead_letters.clone();
+        async move { dead_letters.replay(id).await }
+    });
+    settle_for(1).await;
+    assert_eq!(
+        dead_letters.replay(id).await,
+        Err(DeadLetterError::Busy(id))
+    );
+    release.send(()).unwrap();
+    assert_eq!(first.await.unwrap(), Ok(Replayed::Applied));
+    assert_eq!(dead_letters.stats().replayed, 1);
+}
+
+#[actix::test]
+async fn a_replay_goes_under_a_stream_of_its_store_and_source_past_every_id_gone() {
+    let stores: Vec<DeadLetters> = (0..2)
+        .map(|_| DeadLetters::new(MemoryDeadLetters::new(DeadLetterLimits::default()).unwrap()))
+        .collect();
+    let (a, b) = (&stores[0], &stores[1]);
+    assert_ne!(
+        a.replay_info("jobs", 1).producer_id,
+        b.replay_info("jobs", 1).producer_id,
+        "two stores, two streams"
+    );
+    assert_ne!(
+        a.replay_info("jobs", 1).producer_id,
+        a.replay_info("orders", 1).producer_id
+    );
+    let long = "é".repeat(400);
+    assert!(a.replay_info(&long, 1).producer_id.as_str().len() <= 256);
+    let ids: Vec<u64> =
+        futures_util::future::join_all((0..3).map(|n| a.keep(given_up(&n.to_string(), n))))
+            .await
+            .into_iter()
+            .map(|kept| kept.unwrap().id)
+            .collect();
+    a.delete(ids[0]).await.unwrap();
+    let seen = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let log = seen.clone();
+    a.on_replay("jobs", move |replay: Replay<u64>| {
+        log.lock().unwrap().push(replay.info);
+        async { Ok(Replayed::Applied) }
+    });
+    a.replay(ids[2]).await.unwrap();
+    let info = seen.lock().unwrap()[0].clone();
+    assert_eq!(
+        (info.seq, info.window_start),
+        (ids[2], ids[1]),
+        "ids below the oldest are gone"
+    );
+    assert_eq!(info.producer_id, a.replay_info("jobs", ids[2]).producer_id);
 }

@@ -287,6 +287,40 @@ async fn with_skip_a_failing_entry_is_counted_kept_as_a_dead_letter_and_everythi
     assert_eq!(letter.manifest, event.manifest);
 }
 
+/// A skipped entry whose dead letter cannot be kept yet waits for the store: the keep is
+/// retried until it succeeds, and the projection goes on after it.
+#[actix::test]
+async fn a_skipped_entry_whose_letter_fails_to_be_kept_is_kept_once_the_store_answers() {
+    use crate::common::dead_letters::FaultyDeadLetters;
+    use actix_delivery::dead_letters::{DeadLetterFilter, DeadLetters};
+    let (journal, _accounts) = bank_in(2, 12).await;
+    let (offsets, balances, calls) = (
+        MemoryOffsetStore::new(),
+        Balances::default(),
+        Arc::default(),
+    );
+    let store = FaultyDeadLetters::new();
+    store.fail_keeps(3);
+    let dead_letters = DeadLetters::new(store.clone());
+    let options = bank::options("balances")
+        .max_retries(1)
+        .poison(PoisonPolicy::Skip);
+    let projection = Projection::of::<Account>(journal.clone(), options.build().unwrap())
+        .keep_dead_letters(dead_letters.clone(), "balances")
+        .at_least_once(offsets, failing_on_account_1_seq_3(&balances, &calls));
+    wait_until("past the poison entry", MINUTE, || {
+        projection.stats().entries == 12
+    })
+    .await;
+    assert_eq!(store.injected(), 3, "three keeps failed");
+    let kept = dead_letters
+        .list(DeadLetterFilter::default())
+        .await
+        .unwrap();
+    assert_eq!(kept.entries.len(), 1, "kept at the fourth try");
+    assert_eq!(kept.entries[0].letter.key, "account-1/3");
+}
+
 /// A handler's error whose cause is in its `source()`.
 #[derive(Debug)]
 struct CannotApply(std::io::Error);

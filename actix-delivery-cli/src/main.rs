@@ -1,11 +1,13 @@
 //! `actix-delivery`: the command-line inspector of actix-delivery's journals (a SQLite file or
 //! a PostgreSQL schema). It parses its arguments, calls the library's read-only inspection
 //! (`actix_delivery::journal::JournalInspector`, `actix_delivery::durable::read_durable_stream`)
-//! and prints what they return; see `README.md` and `--help`. The one command that writes,
-//! `dead-letters delete --write`, removes an entry through the library's dead-letter store
-//! (`Context::dead_letter_store`).
+//! and prints what they return; see `README.md` and `--help`. The commands that write need
+//! `--write`: `dead-letters delete` removes an entry through the library's dead-letter store
+//! (`Context::dead_letter_store`); `dead-letters replay` goes through the application's admin
+//! console over HTTP (`console`), without the journal.
 
 mod commands;
+mod console;
 mod decode;
 mod failure;
 mod output;
@@ -27,25 +29,29 @@ use crate::output::Output;
 pub const AFTER_HELP: &str = "\
 Read-only by default: the journal is opened read-only (SQLite: a read-only connection that \
 takes no lock, so it works beside the application that has the journal open; PostgreSQL: a \
-read-only session). A command that changes the journal needs --write (only `dead-letters \
-delete` does; `backup` writes only its new file DEST).
+read-only session). A command that changes data needs --write: `dead-letters delete`, and \
+`dead-letters replay`, which goes through the application's admin console (--console), not \
+the journal (`backup` writes only its new file DEST).
 
 Exit codes:
   0  done (check: no problem found)
   1  problems found: check found broken invariants, or the journal holds data that cannot be \
-read (corrupt, or a durable stream its producer could not open)
+read (corrupt, or a durable stream its producer could not open); a replay failed in the \
+application (the entry kept, the replay in doubt)
   2  usage or bad input: an unknown command or option, a malformed number or filter, an \
 unknown stream or dead letter, a change without --write, a file or schema that is not a \
-journal, a journal of a newer schema version
-  3  storage or connection error: the file cannot be read, the server cannot be reached or \
-refuses the login";
+journal, a journal of a newer schema version, a dead letter the application cannot replay, a \
+bearer token the console refuses
+  3  storage or connection error: the file cannot be read, the server or the console cannot \
+be reached or refuses the login";
 
 /// actix-delivery's journal inspector.
 ///
 /// Lists a journal's streams, prints their events, shows durable producers' unconfirmed
 /// messages, checks the journal's invariants, backs up a SQLite journal, and lists, shows and
 /// deletes the dead letters kept in its database: a SQLite file (--sqlite) or a PostgreSQL
-/// schema (--postgres, --schema).
+/// schema (--postgres, --schema). Replays a dead letter through the application's admin
+/// console (dead-letters replay --console URL).
 #[derive(Parser, Debug)]
 #[command(name = "actix-delivery", version, after_help = AFTER_HELP)]
 struct Cli {
@@ -77,7 +83,7 @@ struct Cli {
     #[arg(long, global = true)]
     json: bool,
 
-    /// Allow commands that change the journal (only `dead-letters delete` does).
+    /// Allow commands that change data (`dead-letters delete` and `dead-letters replay`).
     #[arg(long, global = true)]
     write: bool,
 
@@ -140,11 +146,16 @@ impl Context {
 fn main() -> ExitCode {
     // Usage errors exit 2 and --help 0, as clap does.
     let cli = Cli::parse();
-    let runtime = match tokio::runtime::Builder::new_current_thread().build() {
-        Ok(runtime) => runtime,
-        Err(err) => return report(&Failure::storage(format!("cannot start a runtime: {err}"))),
+    let result = if cli.command.uses_console() {
+        // The HTTP client (awc) runs on an actix System.
+        actix_rt::System::new().block_on(run_console(cli))
+    } else {
+        match tokio::runtime::Builder::new_current_thread().build() {
+            Ok(runtime) => runtime.block_on(run(cli)),
+            Err(err) => Err(Failure::storage(format!("cannot start a runtime: {err}"))),
+        }
     };
-    match runtime.block_on(run(cli)) {
+    match result {
         Ok(Status::Clean) => ExitCode::SUCCESS,
         Ok(Status::ProblemsFound) => ExitCode::from(1),
         Err(failure) => report(&failure),
@@ -158,13 +169,46 @@ fn report(failure: &Failure) -> ExitCode {
     ExitCode::from(failure.code)
 }
 
-async fn run(cli: Cli) -> Result<Status, Failure> {
+/// A command that changes data without `--write`: refused.
+fn refuse_without_write(cli: &Cli) -> Result<(), Failure> {
     if cli.command.writes() && !cli.write {
+        let what = if cli.command.uses_console() {
+            "the application's data (through its admin console)"
+        } else {
+            "the journal"
+        };
         return Err(Failure::usage(format!(
-            "`{}` changes the journal: give --write to allow it (nothing was changed)",
+            "`{}` changes {what}: give --write to allow it (nothing was changed)",
             cli.command.name()
         )));
     }
+    Ok(())
+}
+
+/// A command that goes through the application's admin console: no journal.
+async fn run_console(cli: Cli) -> Result<Status, Failure> {
+    refuse_without_write(&cli)?;
+    let journal_options = [
+        (cli.sqlite.is_some(), "--sqlite"),
+        (cli.postgres.is_some(), "--postgres"),
+        (cli.schema.is_some(), "--schema"),
+    ];
+    if let Some((_, option)) = journal_options.iter().find(|(given, _)| *given) {
+        return Err(Failure::usage(format!(
+            "{option}: `{}` goes through the application's admin console (--console), which \
+             works on the application's own dead-letter store: it takes no journal option \
+             (nothing was changed)",
+            cli.command.name()
+        )));
+    }
+    let mut out = Output::stdout();
+    let status = cli.command.run_console(cli.json, &mut out).await;
+    out.flush()?;
+    status
+}
+
+async fn run(cli: Cli) -> Result<Status, Failure> {
+    refuse_without_write(&cli)?;
     if cli.schema.is_some() && cli.postgres.is_none() {
         return Err(Failure::usage(
             "--schema: only for a PostgreSQL journal (--postgres)",

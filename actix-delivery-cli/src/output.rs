@@ -27,8 +27,14 @@ impl Output {
     }
 
     /// The rows under `header`, each column as wide as its widest cell (the last one not
-    /// padded).
+    /// padded). A cell's control characters are escaped ([`printable`]): cells hold what peers
+    /// sent.
     pub fn table(&mut self, header: &[&str], rows: &[Vec<String>]) -> io::Result<()> {
+        let rows: Vec<Vec<String>> = rows
+            .iter()
+            .map(|row| row.iter().map(|cell| printable(cell)).collect())
+            .collect();
+        let rows = rows.as_slice();
         let mut widths: Vec<usize> = header.iter().map(|cell| cell.chars().count()).collect();
         for row in rows {
             for (width, cell) in widths.iter_mut().zip(row) {
@@ -125,6 +131,25 @@ pub fn hex(bytes: &[u8]) -> String {
     text
 }
 
+/// `text` with its control characters (`char::is_control`: escape, bell, newline, C1 codes…)
+/// written `\u{1b}`: safe to print to a terminal when it came from a peer (a dead letter's
+/// key, source or error could otherwise move the cursor, retitle the window or set the
+/// clipboard).
+pub fn printable(text: &str) -> String {
+    if !text.chars().any(char::is_control) {
+        return text.to_owned();
+    }
+    let mut out = String::with_capacity(text.len() + 8);
+    for c in text.chars() {
+        if c.is_control() {
+            out.push_str(&format!("\\u{{{:x}}}", u32::from(c)));
+        } else {
+            out.push(c);
+        }
+    }
+    out
+}
+
 /// `text` cut to `max` characters, with an ellipsis when cut.
 pub fn cut(text: &str, max: usize) -> String {
     if text.chars().count() <= max {
@@ -138,4 +163,18 @@ pub fn cut(text: &str, max: usize) -> String {
 /// An optional number, `-` for none.
 pub fn opt(value: Option<u64>) -> String {
     value.map_or_else(|| "-".to_owned(), |value| value.to_string())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::printable;
+
+    #[test]
+    fn printable_escapes_control_characters_only() {
+        assert_eq!(printable("key-7 é"), "key-7 é");
+        assert_eq!(
+            printable("a\x1b]52;c;aGk=\x07b\n\u{9b}"),
+            "a\\u{1b}]52;c;aGk=\\u{7}b\\u{a}\\u{9b}"
+        );
+    }
 }

@@ -4,7 +4,8 @@
 //! out with the entry; a write without it, with one of another entry or action, or with one
 //! of the entry as it was before a later letter or a failed replay updated it, does nothing.
 //! A write that went through removes the entry, so its token can do nothing again, and a
-//! token does not outlive the console (a restart draws a new key).
+//! token does not outlive the console (a restart draws a new key), unless the application
+//! gives the key's secret (`Console::confirm_key`, shared by replicas behind a load balancer).
 
 use hmac::{Hmac, Mac};
 use sha2::{Digest, Sha256};
@@ -29,12 +30,22 @@ impl Action {
     }
 }
 
-/// The key tokens are made with (drawn once per console).
+/// The key tokens are made with (drawn once per console, or derived from the secret given to
+/// `Console::confirm_key`).
 pub(crate) struct ConfirmKey([u8; 32]);
 
 impl ConfirmKey {
     pub(crate) fn new(key: [u8; 32]) -> Self {
         Self(key)
+    }
+
+    /// The key derived from an application's secret (`Console::confirm_key`): the same secret
+    /// gives the same key, in every replica.
+    pub(crate) fn from_secret(secret: &[u8]) -> Self {
+        let mut digest = Sha256::new();
+        digest.update(b"actix-delivery admin confirm key\0");
+        digest.update(secret);
+        Self(digest.finalize().into())
     }
 
     /// The token of `action` on `entry` as it is now (hex).

@@ -29,6 +29,8 @@ use crate::work_pulling::WorkPullingHandle;
 
 /// How long a part may take to answer before its view says it did not.
 const ASK_TIMEOUT: Duration = Duration::from_secs(2);
+/// The shortest secret [`Console::confirm_key`] takes, in bytes.
+const MIN_CONFIRM_SECRET: usize = 16;
 /// The default of [`Console::stuck_after`].
 const STUCK_AFTER: Duration = Duration::from_secs(30);
 
@@ -66,7 +68,7 @@ pub struct Console {
 struct Inner {
     parts: RwLock<Parts>,
     bearer: RwLock<Option<Arc<Bearer>>>,
-    key: ConfirmKey,
+    key: RwLock<Arc<ConfirmKey>>,
     stuck_after: RwLock<Duration>,
     /// For each part with work waiting, the progress counter last seen and since when it
     /// has not moved (updated by requests only).
@@ -111,7 +113,7 @@ impl Console {
             inner: Arc::new(Inner {
                 parts: RwLock::new(Parts::default()),
                 bearer: RwLock::new(None),
-                key: ConfirmKey::new(random_bytes()),
+                key: RwLock::new(Arc::new(ConfirmKey::new(random_bytes()))),
                 stuck_after: RwLock::new(STUCK_AFTER),
                 progress: Mutex::new(HashMap::new()),
             }),
@@ -133,6 +135,34 @@ impl Console {
             .bearer
             .write()
             .unwrap_or_else(PoisonError::into_inner) = Some(Arc::new(bearer));
+        Ok(self)
+    }
+
+    /// Makes the confirmation tokens of the writes (see [`scope`](Self::scope)) under a key
+    /// derived from `secret` instead of the one drawn when the console was made: replicas of
+    /// the application behind a load balancer, given the same secret, accept each other's
+    /// tokens (a token shown by one replica confirms a write sent to another). Tokens made
+    /// before under another key no longer confirm anything. Keep the secret as a password
+    /// (anyone who has it can make tokens, though still only with the bearer token, if one
+    /// is [required](Self::require_bearer)); changing it invalidates every token shown.
+    ///
+    /// # Errors
+    /// An [`OptionsError`] naming `confirm_key` for a secret shorter than 16 bytes.
+    pub fn confirm_key(&self, secret: &[u8]) -> Result<&Self, OptionsError> {
+        if secret.len() < MIN_CONFIRM_SECRET {
+            return Err(OptionsError::new(
+                "confirm_key",
+                format!(
+                    "a secret of {} bytes is too short: at least {MIN_CONFIRM_SECRET}",
+                    secret.len()
+                ),
+            ));
+        }
+        *self
+            .inner
+            .key
+            .write()
+            .unwrap_or_else(PoisonError::into_inner) = Arc::new(ConfirmKey::from_secret(secret));
         Ok(self)
     }
 
@@ -238,7 +268,8 @@ impl Console {
 
     /// As [`projection`](Self::projection), and how far behind `journal` it is: the entries
     /// of `query` (the projection's tag and slices) after its stored offset (counted up to
-    /// 1 000), and how long ago the oldest of them was committed.
+    /// 100 by reading them, on every request: beyond, it shows `≥ 100`), and how long ago
+    /// the oldest of them was committed.
     pub fn projection_with_lag(
         &self,
         name: impl Into<String>,
@@ -464,8 +495,12 @@ impl Console {
             .clone()
     }
 
-    pub(crate) fn key(&self) -> &ConfirmKey {
-        &self.inner.key
+    pub(crate) fn key(&self) -> Arc<ConfirmKey> {
+        self.inner
+            .key
+            .read()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
     }
 
     pub(crate) fn stuck_after_ms(&self) -> u64 {

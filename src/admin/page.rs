@@ -88,7 +88,7 @@ fn columns(section: Section) -> &'static [Column] {
             ("name", "name", P),
             ("state", "state", P),
             ("offset", "offset", P),
-            ("lag (events)", "lag_events", P),
+            ("lag (events)", "lag_events_shown", P),
             ("lag", "lag_seconds", Kind::Secs),
             ("last batch lag", "last_batch_lag_ms", Kind::Ms),
             ("events", "events", P),
@@ -333,8 +333,8 @@ fn dead_letter_section(html: &mut String, data: &DeadLetterData<'_>, now_ms: u64
         let _ = write!(
             html,
             "<tr id=\"dead-letter-{id}\" class=\"dead-letter\"><td>{id}</td><td>{} {}</td><td>{}</td>\
-             <td>{}</td><td>{} v{}</td><td>{}</td><td><code>{}</code></td><td><code>{}</code></td>\
-             <td>{}</td><td>",
+             <td>{}</td><td>{} v{}</td><td>{}</td><td><code>{}</code></td>\
+             <td><a href=\"dead-letters/{id}\">{} bytes</a></td><td>{}</td><td>",
             esc(&text(&summary["kind"])),
             esc(&text(&summary["source"])),
             esc(&text(&summary["cause"])),
@@ -343,7 +343,7 @@ fn dead_letter_section(html: &mut String, data: &DeadLetterData<'_>, now_ms: u64
             esc(&text(&summary["manifest"]["version"])),
             esc(&text(&summary["attempts"])),
             esc(&text(&summary["error"])),
-            esc(&text(&summary["preview"])),
+            entry.letter.body_len,
             esc(&ago(now_ms, entry.last_at_ms)),
             id = entry.id,
         );

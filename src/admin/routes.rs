@@ -4,7 +4,7 @@ use actix_web::body::BoxBody;
 use actix_web::dev::{Service, ServiceFactory, ServiceRequest, ServiceResponse};
 use actix_web::http::header::{self, ContentType};
 use actix_web::http::StatusCode;
-use actix_web::{web, HttpRequest, HttpResponse, Scope};
+use actix_web::{web, HttpRequest, HttpResponse, Resource, ResponseError, Route, Scope};
 use futures_util::future::{ready, Either};
 use serde::Deserialize;
 use serde_json::{json, Value};
@@ -19,6 +19,8 @@ use crate::delivery::dead_letters::DeadLetterFilter;
 
 /// How many dead letters the page lists.
 const PAGE_ENTRIES: u32 = 50;
+/// The longest body a write takes, in bytes (it carries a 64-character token).
+const MAX_WRITE_BODY: usize = 16 * 1024;
 
 type Reply = Result<HttpResponse, AdminError>;
 
@@ -37,7 +39,9 @@ impl Console {
     /// | `POST /dead-letters/{id}/replay`, `/delete` | replays or deletes the entry: the body carries `{"confirm": "<token>"}` (or the form field `confirm`), the token the show endpoint gave for that action |
     ///
     /// **Confirmation tokens.** A write does something only with the token of its action on
-    /// the entry as it is now: an HMAC-SHA256, under a key drawn when the console was made,
+    /// the entry as it is now: an HMAC-SHA256, under a key drawn when the console was made
+    /// (or derived from the secret given to [`confirm_key`](Self::confirm_key), for replicas
+    /// behind a load balancer to accept each other's tokens),
     /// of the action, the entry's id, its last time and its failed replays. A stray POST (no
     /// token, a token of another entry or action, a forged one) or one repeated after the
     /// entry changed or went (replayed, deleted, a later letter or a failed replay updated
@@ -46,7 +50,8 @@ impl Console {
     /// **Errors** are JSON: `{"error": …, "field": … (when a field is at fault), "happened":
     /// "certainly_not" | "in_doubt" | "failed_after"}`; `400` for a malformed filter, id or
     /// body, `401` without the [bearer token](Self::require_bearer), `404` for an unknown
-    /// entry, route or a console without a dead-letter store, `409` for a token that does not
+    /// entry, route or a console without a dead-letter store, `405` for a method a route does
+    /// not take, `413` for a write's body over 16 KiB, `409` for a token that does not
     /// confirm the write, `422` for an entry that cannot be replayed (its body was not kept,
     /// no longer decodes as the type its route reads, or its source has no route), `502` when
     /// the replay's route failed (`in_doubt`: the destination may have applied it; the entry
@@ -66,14 +71,30 @@ impl Console {
         let console = self.clone();
         web::scope(path)
             .app_data(web::Data::new(self.clone()))
-            .route("", web::get().to(page))
-            .route("/", web::get().to(page))
-            .route("/overview", web::get().to(overview))
-            .route("/dead-letters", web::get().to(list_dead_letters))
-            .route("/dead-letters/{id}", web::get().to(show_dead_letter))
-            .route("/dead-letters/{id}/replay", web::post().to(replay))
-            .route("/dead-letters/{id}/delete", web::post().to(delete))
-            .route("/{section}", web::get().to(section))
+            .service(only("", "GET", web::get().to(page)))
+            .service(only("/", "GET", web::get().to(page)))
+            .service(only("/overview", "GET", web::get().to(overview)))
+            .service(only(
+                "/dead-letters",
+                "GET",
+                web::get().to(list_dead_letters),
+            ))
+            .service(only(
+                "/dead-letters/{id}",
+                "GET",
+                web::get().to(show_dead_letter),
+            ))
+            .service(only(
+                "/dead-letters/{id}/replay",
+                "POST",
+                web::post().to(replay),
+            ))
+            .service(only(
+                "/dead-letters/{id}/delete",
+                "POST",
+                web::post().to(delete),
+            ))
+            .service(only("/{section}", "GET", web::get().to(section)))
             .default_service(web::to(not_found))
             .wrap_fn(move |request: ServiceRequest, service| {
                 let refused = console
@@ -85,6 +106,28 @@ impl Console {
                 }
             })
     }
+}
+
+/// The resource at `path` with its one `route`: another method gets a JSON `405` naming
+/// the `allowed` one.
+fn only(path: &str, allowed: &'static str, route: Route) -> Resource {
+    web::resource(path).route(route).default_service(web::to(
+        move |request: HttpRequest| async move {
+            let refused = AdminError::refused(
+                StatusCode::METHOD_NOT_ALLOWED,
+                format!(
+                    "{} is not allowed on {}: only {allowed}",
+                    request.method(),
+                    request.path()
+                ),
+            );
+            let mut response = refused.error_response();
+            response
+                .headers_mut()
+                .insert(header::ALLOW, header::HeaderValue::from_static(allowed));
+            response
+        },
+    ))
 }
 
 async fn not_found(request: HttpRequest) -> Reply {
@@ -141,8 +184,10 @@ async fn page(console: web::Data<Console>, request: HttpRequest) -> HttpResponse
     let mut entries = Vec::new();
     let mut dead = None;
     if let Some(dead_letters) = &store {
+        // The page shows no body (each entry links to its show endpoint): none is read.
         let filter = DeadLetterFilter {
             limit: Some(PAGE_ENTRIES),
+            without_bodies: true,
             ..DeadLetterFilter::default()
         };
         let (counts, page) = (dead_letters.counts().await, dead_letters.list(filter).await);
@@ -162,6 +207,7 @@ async fn page(console: web::Data<Console>, request: HttpRequest) -> HttpResponse
     } else {
         format!("{path}/")
     };
+    let key = console.key();
     let html = page::render(&PageData {
         base,
         sections: &sections,
@@ -170,7 +216,7 @@ async fn page(console: web::Data<Console>, request: HttpRequest) -> HttpResponse
             counts,
             entries: &entries,
             more,
-            key: console.key(),
+            key: &key,
             error,
         }),
         now_ms: views::now_ms(),
@@ -181,8 +227,10 @@ async fn page(console: web::Data<Console>, request: HttpRequest) -> HttpResponse
         .insert_header((
             header::CONTENT_SECURITY_POLICY,
             "default-src 'none'; style-src 'unsafe-inline'; script-src 'unsafe-inline'; \
-             connect-src 'self'; form-action 'self'; base-uri 'self'",
+             connect-src 'self'; form-action 'self'; base-uri 'self'; frame-ancestors 'none'",
         ))
+        // No other site may frame the page (its buttons would be clickjacked).
+        .insert_header((header::X_FRAME_OPTIONS, "DENY"))
         .body(html)
 }
 
@@ -216,7 +264,7 @@ async fn list_dead_letters(console: web::Data<Console>, request: HttpRequest) ->
 async fn show_dead_letter(console: web::Data<Console>, id: web::Path<String>) -> Reply {
     let dead_letters = store(&console)?;
     let entry = dead_letters.get(entry_id(&id)?).await?;
-    Ok(HttpResponse::Ok().json(views::dead_letter(&entry, console.key())))
+    Ok(HttpResponse::Ok().json(views::dead_letter(&entry, &console.key())))
 }
 
 /// The body of a write: the confirmation token.
@@ -229,8 +277,9 @@ async fn replay(
     console: web::Data<Console>,
     id: web::Path<String>,
     request: HttpRequest,
-    body: web::Bytes,
+    payload: web::Payload,
 ) -> Reply {
+    let body = read_body(payload).await?;
     let (dead_letters, id, form) =
         confirmed(&console, &id, &request, &body, Action::Replay).await?;
     let replayed = dead_letters.replay(id).await?;
@@ -245,12 +294,29 @@ async fn delete(
     console: web::Data<Console>,
     id: web::Path<String>,
     request: HttpRequest,
-    body: web::Bytes,
+    payload: web::Payload,
 ) -> Reply {
+    let body = read_body(payload).await?;
     let (dead_letters, id, form) =
         confirmed(&console, &id, &request, &body, Action::Delete).await?;
     dead_letters.delete(id).await?;
     Ok(answer(form, json!({ "id": id, "deleted": true })))
+}
+
+/// A write's body, at most [`MAX_WRITE_BODY`] bytes: a longer one is a JSON `413`.
+async fn read_body(payload: web::Payload) -> Result<web::Bytes, AdminError> {
+    match payload.to_bytes_limited(MAX_WRITE_BODY).await {
+        Ok(Ok(body)) => Ok(body),
+        Ok(Err(error)) => Err(AdminError::refused(
+            StatusCode::BAD_REQUEST,
+            format!("the body could not be read: {error}"),
+        )),
+        Err(_) => Err(AdminError::field(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            "confirm",
+            format!("the body is larger than {MAX_WRITE_BODY} bytes"),
+        )),
+    }
 }
 
 /// The store, the entry's id and whether the request was a form, once the request's token

@@ -21,10 +21,17 @@ use crate::sharding::{CoordinatorStats, HostStats, LeaseError, LeaseRecord, Leas
 use crate::tcp::NodeHandle;
 use crate::work_pulling::PoolStats;
 
-/// The most entries of a projection's tag counted as its lag.
-pub(crate) const LAG_CAP: usize = 1000;
-/// The longest body preview the list and the page show, in characters.
+/// The most entries of a projection's tag counted as its lag. Counting reads the events
+/// themselves (a journal has no count of a tag's entries after an offset), on every refresh
+/// of the page (2 s) and for each projection: beyond this, the lag says "at least".
+pub(crate) const LAG_CAP: usize = 100;
+/// The longest body preview the list shows, in characters.
 const PREVIEW_CHARS: usize = 200;
+/// The most bytes of a body a preview shows in hex.
+const PREVIEW_BYTES: usize = PREVIEW_CHARS / 2 + 1;
+/// The largest body a preview decodes to JSON (MessagePack); a larger one is said to be too
+/// large to preview, and shown from its first bytes in hex.
+const PREVIEW_DECODE_BYTES: usize = 64 << 10;
 
 /// The sections of the console, in the order the page shows them.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -122,12 +129,14 @@ pub(crate) fn consumer(name: &str, stats: Option<ConsumerStats>, by_cause: Optio
 }
 
 /// The dead letters kept under `source` by a consumer, by cause: `{"by_cause": {…},
-/// "counted": n, "more": bool}` (counted over one page of at most [`MAX_PAGE`] entries).
+/// "counted": n, "more": bool}` (counted over one page of at most [`MAX_PAGE`] entries, read
+/// without their bodies).
 pub(crate) async fn by_cause_of(dead_letters: &DeadLetters, source: &str) -> Value {
     let filter = DeadLetterFilter {
         kind: Some(SourceKind::Consumer),
         source: Some(source.to_owned()),
         limit: Some(MAX_PAGE),
+        without_bodies: true,
         ..DeadLetterFilter::default()
     };
     match dead_letters.list(filter).await {
@@ -219,7 +228,9 @@ pub(crate) fn projection(name: &str, projection: &ProjectionHandle) -> Value {
 
 /// Adds to a projection's view how far behind `journal` it is: `lag_events` (the entries of
 /// `query` after `offset`, up to [`LAG_CAP`], `lag_events_capped` when there are more) and
-/// `lag_seconds` (since the oldest of them was committed).
+/// `lag_seconds` (since the oldest of them was committed), and `lag_events_shown` (the count
+/// as the page shows it: `≥ 100` when capped). It reads at most `LAG_CAP + 1`
+/// events: a lag of more than [`LAG_CAP`] is shown as "≥ 100".
 pub(crate) async fn add_lag(
     view: &mut Value,
     journal: &dyn Journal,
@@ -234,8 +245,14 @@ pub(crate) async fn add_lag(
                     .duration_since(at)
                     .map_or(0.0, |since| since.as_secs_f64())
             });
+            let capped = events.len() > LAG_CAP;
             view["lag_events"] = json!(events.len().min(LAG_CAP));
-            view["lag_events_capped"] = json!(events.len() > LAG_CAP);
+            view["lag_events_capped"] = json!(capped);
+            view["lag_events_shown"] = json!(if capped {
+                format!("≥ {LAG_CAP}")
+            } else {
+                events.len().to_string()
+            });
             view["lag_seconds"] = json!(seconds.unwrap_or(0.0));
         }
         Err(error) => view["lag_error"] = json!(error.to_string()),
@@ -502,13 +519,25 @@ fn decoded(entry: &StoredDeadLetter) -> Body {
     }
 }
 
-/// The body in a line: its JSON (MessagePack) or its first bytes in hex, at most
-/// [`PREVIEW_CHARS`] characters.
+/// The body in a line, at most [`PREVIEW_CHARS`] characters: its JSON (MessagePack, at most
+/// [`PREVIEW_DECODE_BYTES`]) or its first [`PREVIEW_BYTES`] in hex. Only that prefix is
+/// read: a large body costs no more than a small one.
 fn preview(entry: &StoredDeadLetter) -> Option<String> {
-    let text = match decoded(entry) {
-        Body::Json(value) => value.to_string(),
-        Body::Hex(hex, _) => hex,
-        Body::None => return None,
+    let body = entry.letter.body.as_deref()?;
+    let prefix = hex(&body[..body.len().min(PREVIEW_BYTES)]);
+    let msgpack = entry.letter.manifest.codec() == Some(Codec::MessagePack);
+    let text = if msgpack && body.len() > PREVIEW_DECODE_BYTES {
+        format!(
+            "{} bytes, too large to preview as JSON: {prefix}",
+            body.len()
+        )
+    } else if msgpack {
+        match Codec::MessagePack.decode::<Value>(body, body.len() as u64) {
+            Ok(value) => value.to_string(),
+            Err(_) => prefix,
+        }
+    } else {
+        prefix
     };
     Some(match text.char_indices().nth(PREVIEW_CHARS) {
         Some((end, _)) => format!("{}…", &text[..end]),
@@ -591,7 +620,12 @@ pub(crate) fn attention(
                             *section,
                             name,
                             format!(
-                                "behind by {} events, the oldest committed {} ago",
+                                "behind by {}{} events, the oldest committed {} ago",
+                                if view["lag_events_capped"] == true {
+                                    "≥ "
+                                } else {
+                                    ""
+                                },
                                 number(view, "lag_events"),
                                 seconds(lag_ms)
                             ),

@@ -32,6 +32,16 @@ pub(crate) const QUEUE: usize = 1024;
 pub(crate) const COLUMNS: &str = "id, kind, source, cause, key, origin, ser_codec, ser_manifest, \
      ser_version, body, body_len, attempts, error, first_at, last_at, replay_failures";
 
+/// The columns a page of entries is read from: [`COLUMNS`] with the body `NULL` when the
+/// boolean parameter `without_bodies` (a filter's [`DeadLetterFilter::without_bodies`]) is
+/// true; the body is then not read.
+pub(crate) fn list_columns(without_bodies: &str) -> String {
+    COLUMNS.replace(
+        " body,",
+        &format!(" CASE WHEN {without_bodies} THEN NULL ELSE body END,"),
+    )
+}
+
 /// The columns of a listing without bodies: [`COLUMNS`] with `null_body` (a `NULL` of the
 /// body's type) in the body's place, then `length(body)` (by the database's `length`
 /// function): the body is never read.
@@ -229,8 +239,8 @@ pub(crate) fn int(value: u64) -> i64 {
 }
 
 /// What a filter asks for, as SQL parameters: `after_id`, `cause`, `kind`, `source`,
-/// `since_ms`, `until_ms`, and the rows to read (one more than the page, to tell whether
-/// there is a next one).
+/// `since_ms`, `until_ms`, the rows to read (one more than the page, to tell whether there
+/// is a next one), and whether to leave the bodies out (parameter 8 of a page's statement).
 pub(crate) struct FilterParams {
     pub(crate) after: i64,
     pub(crate) cause: Option<&'static str>,
@@ -239,6 +249,8 @@ pub(crate) struct FilterParams {
     pub(crate) since: Option<i64>,
     pub(crate) until: Option<i64>,
     pub(crate) rows: i64,
+    /// Whether the body is left out ([`list_columns`]).
+    pub(crate) without_bodies: bool,
 }
 
 impl FilterParams {
@@ -251,6 +263,7 @@ impl FilterParams {
             since: filter.since_ms.map(int),
             until: filter.until_ms.map(int),
             rows: filter.page_size() as i64 + 1,
+            without_bodies: filter.without_bodies,
         }
     }
 }

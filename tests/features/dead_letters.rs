@@ -56,6 +56,7 @@ macro_rules! dead_letter_conformance {
             the_oldest_go_first_beyond_max_entries_and_the_newest_stays,
             the_oldest_go_first_beyond_max_bytes_and_the_newest_stays,
             a_body_above_max_body_bytes_is_not_kept_but_its_length_is,
+            a_listing_without_bodies_keeps_their_lengths_and_the_page,
             texts_are_cut_at_1024_bytes_at_a_character_boundary,
             pages_follow_after_id_and_limit,
             every_filter_field_selects_its_entries,
@@ -328,6 +329,58 @@ async fn a_body_above_max_body_bytes_is_not_kept_but_its_length_is(open: &Open) 
     fixture.finish().await;
 }
 
+async fn a_listing_without_bodies_keeps_their_lengths_and_the_page(open: &Open) {
+    let fixture = open(limits(100, 1 << 20)).await;
+    let store = &*fixture.store;
+    let mut ids = Vec::new();
+    for (key, body) in [("a", 300), ("b", 0), ("c", 5)] {
+        ids.push(store.keep(letter(key, body), 10).await.unwrap().id);
+    }
+    let bare = DeadLetterFilter {
+        limit: Some(2),
+        without_bodies: true,
+        ..DeadLetterFilter::default()
+    };
+    let page = store.list(bare.clone()).await.unwrap();
+    let lengths: Vec<_> = page
+        .entries
+        .iter()
+        .map(|entry| (entry.id, entry.letter.body.clone(), entry.letter.body_len))
+        .collect();
+    assert_eq!(lengths, [(ids[0], None, 300), (ids[1], None, 0)]);
+    assert_eq!(page.next, Some(ids[1]));
+    // Everything else is as a listing with bodies has it.
+    let full = store
+        .list(DeadLetterFilter {
+            without_bodies: false,
+            ..bare.clone()
+        })
+        .await
+        .unwrap();
+    assert_eq!(full.entries[0].letter.body, Some(vec![7; 300]));
+    let stripped: Vec<_> = full.entries.iter().map(|e| e.without_body()).collect();
+    assert_eq!(page.entries, stripped);
+    let rest = store
+        .list(DeadLetterFilter {
+            after_id: page.next,
+            ..bare
+        })
+        .await
+        .unwrap();
+    assert_eq!(rest.entries.len(), 1);
+    assert_eq!(
+        (
+            rest.entries[0].letter.body.clone(),
+            rest.entries[0].letter.body_len
+        ),
+        (None, 5)
+    );
+    // The store still holds every body.
+    let entry = store.get(ids[0]).await.unwrap().unwrap();
+    assert_eq!(entry.letter.body, Some(vec![7; 300]));
+    fixture.finish().await;
+}
+
 async fn texts_are_cut_at_1024_bytes_at_a_character_boundary(open: &Open) {
     let fixture = open(limits(100, 1 << 20)).await;
     let store = &*fixture.store;
@@ -503,6 +556,7 @@ async fn every_filter_field_selects_its_entries(open: &Open) {
         until_ms: Some(61),
         after_id: Some(kept[4]),
         limit: Some(1),
+        without_bodies: false,
     };
     assert_eq!(select(everything.clone()).await, [5]);
     let after_it = DeadLetterFilter {

@@ -1,6 +1,8 @@
 //! `dead-letters`: the dead letters kept in the journal's database (by the application's
-//! `SqliteDeadLetters` or `PostgresDeadLetters`): list, show, delete. Listing and showing read
-//! through the inspector; deleting goes through the library's store (`--write`).
+//! `SqliteDeadLetters` or `PostgresDeadLetters`): list, show, delete, replay. Listing and
+//! showing read through the inspector; deleting goes through the library's store (`--write`);
+//! replaying goes through the application's admin console (`--write`, `--console`), since it
+//! needs the application's routes.
 
 use std::time::{Duration, UNIX_EPOCH};
 
@@ -10,21 +12,22 @@ use actix_delivery::DeliveryInfo;
 use serde_json::{json, Value};
 
 use crate::commands::events::{manifest_json, manifest_text};
+use crate::console::Console;
 use crate::decode::{show, Shown};
 use crate::failure::{Failure, Status};
 use crate::output::{self, cut, hex, note, Output};
 use crate::{Context, AFTER_HELP};
 
-/// List, show or delete the dead letters kept in the journal's database.
+/// List, show, delete or replay the dead letters kept in the journal's database.
 ///
 /// The dead letters an application's dead-letter store (SqliteDeadLetters,
 /// PostgresDeadLetters) keeps in the journal's database: messages given up or refused, each
 /// with its body as stored bytes, where it came from and why. A journal whose database holds
 /// no dead-letter table lists nothing and says so.
 ///
-/// There is no replay here: a replay needs the application's routes
-/// (DeadLetters::on_replay), which live in the application. Replay from the admin console or
-/// the application.
+/// `replay` goes through the running application's admin console (--console URL), not the
+/// journal: a replay needs the application's routes (DeadLetters::on_replay), which live in the
+/// application.
 #[derive(clap::Args, Debug)]
 #[command(after_help = AFTER_HELP)]
 pub struct Args {
@@ -37,6 +40,7 @@ enum Action {
     List(ListArgs),
     Show(ShowArgs),
     Delete(DeleteArgs),
+    Replay(ReplayArgs),
 }
 
 /// List the kept dead letters, oldest first, a page at a time.
@@ -106,10 +110,58 @@ struct DeleteArgs {
     id: u64,
 }
 
+/// Replay one dead letter through the application's admin console (needs --write).
+///
+/// A replay needs the application's routes (DeadLetters::on_replay), so it goes through the
+/// admin console the application mounts on its own server (actix-delivery's admin::Console,
+/// feature `admin`): it reads the entry there (GET <URL>/dead-letters/ID, with its confirmation
+/// token), then asks for its replay with that token (POST <URL>/dead-letters/ID/replay). The
+/// console replays it from the application's own dead-letter store, through its source's
+/// route, effectively once, and removes it; this prints whether it was applied or had been
+/// applied already. It takes no journal option (--sqlite, --postgres, --schema are refused):
+/// the console's store is the one replayed from.
+///
+/// Plain http:// only: the console is served by the application's server; where a TLS proxy
+/// is in front of it, give the server's own address. The console's bearer token
+/// (Console::require_bearer) is read from the environment variable --token-env names, never
+/// from the command line (it would show in the process list).
+///
+/// Without --write it is refused (exit code 2) and nothing changes. Exit code 2, nothing
+/// changed: an unknown id; an entry the application cannot replay (its body was not kept, no
+/// longer decodes as the type its route reads, or its source has no route); an entry that
+/// changed between its reading and its replay (run it again); a token the console refuses.
+/// Exit code 1: the replay's route failed: the entry is kept, and the replay is in doubt (the
+/// destination may have applied it; an effectively-once destination applies a replay again
+/// once at most). Exit code 3: the console cannot be reached, does not answer within 60 s, or
+/// failed.
+#[derive(clap::Args, Debug)]
+#[command(after_help = AFTER_HELP)]
+struct ReplayArgs {
+    /// The dead letter's id (as `list` prints it).
+    #[arg(value_name = "ID")]
+    id: u64,
+
+    /// The admin console: the http:// URL of the scope the application mounts
+    /// (Console::scope), e.g. http://127.0.0.1:8080/admin.
+    #[arg(long, value_name = "URL")]
+    console: String,
+
+    /// The environment variable holding the console's bearer token, if it requires one
+    /// [default: ACTIX_DELIVERY_ADMIN_TOKEN; when given, it must be set].
+    #[arg(long, value_name = "VAR")]
+    token_env: Option<String>,
+}
+
 impl Args {
-    /// `delete` changes the journal's database.
+    /// `delete` changes the journal's database; `replay`, the application's data (through
+    /// its console).
     pub fn writes(&self) -> bool {
-        matches!(self.action, Action::Delete(_))
+        matches!(self.action, Action::Delete(_) | Action::Replay(_))
+    }
+
+    /// Whether it goes through the application's admin console instead of the journal.
+    pub fn uses_console(&self) -> bool {
+        matches!(self.action, Action::Replay(_))
     }
 
     /// The command's name, as typed.
@@ -118,6 +170,7 @@ impl Args {
             Action::List(_) => "dead-letters list",
             Action::Show(_) => "dead-letters show",
             Action::Delete(_) => "dead-letters delete",
+            Action::Replay(_) => "dead-letters replay",
         }
     }
 }
@@ -127,6 +180,17 @@ pub async fn run(args: Args, context: &Context, out: &mut Output) -> Result<Stat
         Action::List(args) => list(args, context, out).await,
         Action::Show(args) => show_one(args, context, out).await,
         Action::Delete(args) => delete(args, context, out).await,
+        Action::Replay(_) => unreachable!("`replay` goes through the console (run_console)"),
+    }
+}
+
+/// Runs an action of the admin console (`uses_console`); `json`: print JSON lines.
+pub async fn run_console(args: Args, json: bool, out: &mut Output) -> Result<Status, Failure> {
+    match args.action {
+        Action::Replay(args) => replay(args, json, out).await,
+        Action::List(_) | Action::Show(_) | Action::Delete(_) => {
+            unreachable!("only `replay` goes through the console")
+        }
     }
 }
 
@@ -273,7 +337,13 @@ async fn show_one(args: ShowArgs, context: &Context, out: &mut Output) -> Result
     let width = lines.iter().map(|(name, _)| name.len()).max().unwrap_or(0);
     for (name, value) in lines {
         let indent = " ".repeat(width + 2);
-        let value = value.replace('\n', &format!("\n{indent}"));
+        // Every value but the id may hold a peer's text: its control characters are escaped,
+        // its lines (a pretty body's, an error's) indented.
+        let value = value
+            .split('\n')
+            .map(output::printable)
+            .collect::<Vec<_>>()
+            .join(&format!("\n{indent}"));
         out.line(format!("{name:<width$}  {value}").trim_end())?;
     }
     Ok(Status::Clean)
@@ -301,8 +371,126 @@ async fn delete(args: DeleteArgs, context: &Context, out: &mut Output) -> Result
     } else {
         out.line(&format!(
             "deleted dead letter {} ({}, {} `{}`)",
-            entry.id, entry.letter.cause, entry.letter.kind, entry.letter.source
+            entry.id,
+            entry.letter.cause,
+            entry.letter.kind,
+            output::printable(&entry.letter.source)
         ))?;
+    }
+    Ok(Status::Clean)
+}
+
+async fn replay(args: ReplayArgs, json: bool, out: &mut Output) -> Result<Status, Failure> {
+    let console = Console::new(&args.console, args.token_env.as_deref())?;
+    let id = args.id;
+    let path = format!("dead-letters/{id}");
+
+    // The entry as it is now, with the token that confirms its replay.
+    let shown = console.get(&path).await?;
+    let entry = match shown.status.as_u16() {
+        200 => shown.json,
+        404 if shown.json.is_some() => {
+            return Err(Failure::usage(format!(
+                "ID: {}: {}; nothing changed",
+                console.url(&path),
+                shown.error()
+            )));
+        }
+        404 => {
+            return Err(Failure::usage(format!(
+                "--console: GET {} answered 404 without the console's JSON: is --console the URL \
+                 of the scope the application mounts the console at (Console::scope, e.g. \
+                 http://127.0.0.1:8080/admin)? Nothing changed",
+                console.url(&path)
+            )));
+        }
+        _ => {
+            return Err(console.unexpected(&format!("GET {}", console.url(&path)), &shown));
+        }
+    };
+    let confirmed = entry.and_then(|entry| {
+        let token = entry.pointer("/confirm/replay")?.as_str()?.to_owned();
+        Some((entry, token))
+    });
+    let Some((entry, token)) = confirmed else {
+        return Err(Failure::storage(format!(
+            "GET {}: the answer is not an entry with its confirmation token (confirm.replay): \
+             is --console an actix-delivery admin console? Nothing changed",
+            console.url(&path)
+        )));
+    };
+    let what = format!(
+        "dead letter {id} ({}, {} `{}`)",
+        entry["cause"].as_str().unwrap_or("?"),
+        entry["kind"].as_str().unwrap_or("?"),
+        output::printable(entry["source"].as_str().unwrap_or("?")),
+    );
+
+    let replay_path = format!("{path}/replay");
+    let answer = console
+        .post(&replay_path, &json!({ "confirm": token }))
+        .await?;
+    let error = answer.error();
+    match answer.status.as_u16() {
+        200 => {}
+        404 => {
+            return Err(Failure::usage(format!(
+                "ID: no dead letter {id} any more (replayed or deleted meanwhile): {error}; \
+                 nothing changed"
+            )));
+        }
+        // Its route is running a replay of it (another operator, the page).
+        409 if answer.field() == Some("id") => {
+            return Err(Failure::usage(format!(
+                "{what}: {error}: nothing changed; once it ends, the entry is gone (applied) \
+                 or kept (failed: run the replay again)"
+            )));
+        }
+        409 => {
+            return Err(Failure::usage(format!(
+                "{what} changed between its reading and its replay (a later letter or a failed \
+                 replay updated it): nothing changed; run the replay again ({error})"
+            )));
+        }
+        422 => {
+            return Err(Failure::usage(format!(
+                "{what} cannot be replayed: {error}; nothing changed (the entry is kept)"
+            )));
+        }
+        502 => {
+            return Err(Failure {
+                code: 1,
+                message: format!(
+                    "{what}: its replay failed in the application: {error}; the entry is kept, \
+                     and the replay is in doubt: the destination may have applied it (an \
+                     effectively-once destination applies a replay again once at most)"
+                ),
+            });
+        }
+        _ => {
+            return Err(console.unexpected(&format!("POST {}", console.url(&replay_path)), &answer));
+        }
+    }
+    let replayed = answer
+        .json
+        .as_ref()
+        .and_then(|body| body.get("replayed"))
+        .and_then(Value::as_str)
+        .unwrap_or("?")
+        .to_owned();
+    if json {
+        out.json(&json!({ "id": id, "replayed": replayed }))?;
+    } else {
+        let how = match replayed.as_str() {
+            "applied" => "applied".to_owned(),
+            "already_applied" => {
+                "already applied (the destination had applied it before: nothing was applied \
+                 twice; the entry is removed)"
+                    .to_owned()
+            }
+            other => other.to_owned(),
+        };
+        out.line(&format!("replayed {what}: {how}"))?;
     }
     Ok(Status::Clean)
 }
@@ -355,10 +543,11 @@ fn origin_text(origin: Option<&DeliveryInfo>) -> String {
     } else {
         format!("seqs {}..{}", seqs.start(), seqs.end())
     };
-    format!(
+    // The producer id is a peer's text.
+    output::printable(&format!(
         "producer {}, incarnation {}, {seq}",
         origin.producer_id, origin.incarnation
-    )
+    ))
 }
 
 fn origin_json(origin: Option<&DeliveryInfo>) -> Value {
@@ -390,21 +579,27 @@ fn row(listed: &ListedDeadLetter) -> Vec<String> {
     } else {
         format!("{} B, not kept", letter.body_len)
     };
+    // Source, key and error are a peer's text: their control characters are escaped.
+    let error = letter
+        .error
+        .split_whitespace()
+        .collect::<Vec<_>>()
+        .join(" ");
     vec![
         entry.id.to_string(),
         letter.cause.to_string(),
-        format!("{}/{}", letter.kind, letter.source),
+        output::printable(&format!("{}/{}", letter.kind, letter.source)),
         if letter.key.is_empty() {
             "-".to_owned()
         } else {
-            cut(&letter.key, TABLE_KEY)
+            cut(&output::printable(&letter.key), TABLE_KEY)
         },
         letter.attempts.to_string(),
         entry.replay_failures.to_string(),
         time_text(entry.first_at_ms),
         time_text(entry.last_at_ms),
         body,
-        one_line(&letter.error, TABLE_ERROR),
+        one_line(&output::printable(&error), TABLE_ERROR),
     ]
 }
 

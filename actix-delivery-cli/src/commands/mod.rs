@@ -1,5 +1,7 @@
 //! The commands, one file each: its arguments (`Args`, with `writes()`: whether it changes the
 //! journal) and its `run`. A new command is a file here and its line in each `match` below.
+//! A command that goes through the application's admin console instead of the journal
+//! (`dead-letters replay`) says so (`uses_console`) and runs with `run_console`.
 
 mod backup;
 mod check;
@@ -50,6 +52,15 @@ impl Command {
         }
     }
 
+    /// Whether it goes through the application's admin console instead of the journal (then
+    /// it takes no journal option, and runs with [`run_console`](Self::run_console)).
+    pub fn uses_console(&self) -> bool {
+        match self {
+            Self::DeadLetters(args) => args.uses_console(),
+            _ => false,
+        }
+    }
+
     /// Why it needs a SQLite journal, if it does.
     pub fn sqlite_only(&self) -> Option<&'static str> {
         match self {
@@ -66,6 +77,15 @@ impl Command {
             Self::Check(args) => check::run(args, context, out).await,
             Self::Backup(args) => backup::run(args, context, out).await,
             Self::DeadLetters(args) => dead_letters::run(args, context, out).await,
+        }
+    }
+
+    /// Runs a command that [`uses_console`](Self::uses_console) (on an actix System: the
+    /// HTTP client needs one); `json`: print JSON lines.
+    pub async fn run_console(self, json: bool, out: &mut Output) -> Result<Status, Failure> {
+        match self {
+            Self::DeadLetters(args) => dead_letters::run_console(args, json, out).await,
+            _ => unreachable!("`{}` reads the journal", self.name()),
         }
     }
 }

@@ -471,3 +471,58 @@ fn a_store_opened_on_a_file_refuses_one_that_is_not_a_journal_and_leaves_it_unto
         .unwrap();
     assert_eq!(tables, 1, "left untouched");
 }
+
+#[test]
+fn a_peers_control_characters_are_escaped_in_the_table_and_show_but_kept_in_json() {
+    const KEY: &str = "k\x1b]52;c;aGVsbG8=\x07";
+    let (_dir, file) = fixture_copy();
+    let id = actix::System::new().block_on({
+        let file = file.clone();
+        async move {
+            let journal = SqliteJournal::open(&file).await.unwrap();
+            let store = SqliteDeadLetters::open(&journal, DeadLetterLimits::default())
+                .await
+                .unwrap();
+            let mut evil = letter(
+                SourceKind::Consumer,
+                "tcp\x1b[2J",
+                DeadLetterCause::Malformed,
+                KEY,
+            );
+            evil.manifest = Manifest::new(Codec::Bincode, "T\u{9b}31m", 1);
+            evil.error = "bad\x1b[31m frame\r\nagain".to_owned();
+            evil.body = Some(b"\x1b]0;title\x07".to_vec());
+            evil.body_len = 11;
+            let id = store.keep(evil, 1_000).await.unwrap().id;
+            drop(store);
+            journal.close().await;
+            id
+        }
+    });
+    let raw = |text: &str| text.chars().any(|c| c.is_control() && c != '\n');
+    let listed = sqlite(&file, &["dead-letters", "list"]).expect(0);
+    assert!(!raw(&listed.stdout), "{:?}", listed.stdout);
+    assert!(
+        listed.stdout.contains("k\\u{1b}]52;c;aGVsbG8=\\u{7}"),
+        "{}",
+        listed.stdout
+    );
+    assert!(listed.stdout.contains("tcp\\u{1b}[2J"), "{}", listed.stdout);
+    assert!(
+        listed.stdout.contains("bad\\u{1b}[31m frame again"),
+        "{}",
+        listed.stdout
+    );
+    let shown = sqlite(&file, &["dead-letters", "show", &id.to_string()]).expect(0);
+    assert!(!raw(&shown.stdout), "{:?}", shown.stdout);
+    assert!(
+        shown.stdout.contains("k\\u{1b}]52;c;aGVsbG8=\\u{7}"),
+        "{}",
+        shown.stdout
+    );
+    assert!(shown.stdout.contains("T\\u{9b}31m"), "{}", shown.stdout);
+    assert!(shown.stdout.contains("\\u{d}"), "{}", shown.stdout);
+    // JSON keeps the text as it is (escaped by JSON itself).
+    let json = sqlite(&file, &["--json", "dead-letters", "list"]).expect(0);
+    assert_eq!(json.json_lines()[0]["key"], KEY);
+}

@@ -4,10 +4,12 @@
 //! `ACTIX_DELIVERY_POSTGRES` names a server (`postgres`; skipped with a note otherwise), and
 //! its usage: every command's `--help`, and bad input with its exit code (`usage`). The kept
 //! dead letters of a journal's database, listed, shown and deleted: `dead_letters` (SQLite;
-//! its checks also run on PostgreSQL in `postgres`).
+//! its checks also run on PostgreSQL in `postgres`). Dead letters replayed through an admin
+//! console served in the test process: `replay`.
 
 mod dead_letters;
 mod postgres;
+mod replay;
 mod sqlite;
 mod support;
 mod usage;

@@ -49,10 +49,24 @@ where
     I: IntoIterator<Item = S>,
     S: AsRef<std::ffi::OsStr>,
 {
-    let output = Command::new(env!("CARGO_BIN_EXE_actix-delivery"))
-        .args(args)
-        .output()
-        .expect("run the binary");
+    run_env(args, &[])
+}
+
+/// Runs the binary with `args`, each variable of `env` set to its value or removed (`None`).
+pub fn run_env<I, S>(args: I, env: &[(&str, Option<&str>)]) -> Run
+where
+    I: IntoIterator<Item = S>,
+    S: AsRef<std::ffi::OsStr>,
+{
+    let mut command = Command::new(env!("CARGO_BIN_EXE_actix-delivery"));
+    command.args(args);
+    for (name, value) in env {
+        match value {
+            Some(value) => command.env(name, value),
+            None => command.env_remove(name),
+        };
+    }
+    let output = command.output().expect("run the binary");
     Run {
         code: output.status.code().expect("an exit code, not a signal"),
         stdout: String::from_utf8(output.stdout).expect("UTF-8 stdout"),

@@ -45,19 +45,19 @@ fn the_help_of_every_command_succeeds_and_gives_the_exit_codes_and_the_write_rul
 }
 
 #[test]
-fn the_help_of_the_dead_letter_commands_gives_the_exit_codes_and_sends_replays_to_the_application()
-{
+fn the_help_of_the_dead_letter_commands_gives_the_exit_codes_and_sends_replays_to_the_console() {
     let group = run(["dead-letters", "--help"]).expect(0);
     for expected in [
         "  list",
         "  show",
         "  delete",
-        "Replay from the admin console or the application",
+        "  replay",
+        "through the running application's admin console",
         "DeadLetters::on_replay",
     ] {
         assert!(group.stdout.contains(expected), "{expected}: {group:?}");
     }
-    for action in ["list", "show", "delete"] {
+    for action in ["list", "show", "delete", "replay"] {
         for help in [
             run(["dead-letters", action, "--help"]),
             run(["help", "dead-letters", action]),
@@ -92,9 +92,19 @@ fn the_help_of_the_dead_letter_commands_gives_the_exit_codes_and_sends_replays_t
     }
     let delete = run(["dead-letters", "delete", "--help"]).expect(0);
     assert!(delete.stdout.contains("needs --write"), "{delete:?}");
-    // Not a command: the application replays.
-    let replay = run(["--sqlite", "a", "dead-letters", "replay", "1"]).expect(2);
-    assert!(replay.stderr.contains("replay"), "{replay:?}");
+    let replay = run(["dead-letters", "replay", "--help"]).expect(0);
+    for expected in [
+        "needs --write",
+        "--console <URL>",
+        "--token-env <VAR>",
+        "ACTIX_DELIVERY_ADMIN_TOKEN",
+        "Plain http:// only",
+        "never from the command line",
+        "in doubt",
+        "POST <URL>/dead-letters/ID/replay",
+    ] {
+        assert!(replay.stdout.contains(expected), "{expected}: {replay:?}");
+    }
 }
 
 #[test]

@@ -99,7 +99,13 @@ impl DeadLetterBook {
             .map(|(_, entry)| entry)
             .filter(|entry| filter.matches(entry))
             .take(filter.page_size() + 1)
-            .cloned()
+            .map(|entry| {
+                if filter.without_bodies {
+                    entry.without_body()
+                } else {
+                    entry.clone()
+                }
+            })
             .collect();
         DeadLetterPage::of(matching, filter)
     }

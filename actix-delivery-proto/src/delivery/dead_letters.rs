@@ -209,6 +209,31 @@ pub struct StoredDeadLetter {
     pub replay_failures: u32,
 }
 
+impl StoredDeadLetter {
+    /// A copy of the entry without its body (`body_len` kept); the body is not copied.
+    pub fn without_body(&self) -> Self {
+        let letter = &self.letter;
+        Self {
+            id: self.id,
+            letter: NewDeadLetter {
+                kind: letter.kind,
+                source: letter.source.clone(),
+                cause: letter.cause,
+                key: letter.key.clone(),
+                origin: letter.origin.clone(),
+                manifest: letter.manifest.clone(),
+                body: None,
+                body_len: letter.body_len,
+                attempts: letter.attempts,
+                error: letter.error.clone(),
+            },
+            first_at_ms: self.first_at_ms,
+            last_at_ms: self.last_at_ms,
+            replay_failures: self.replay_failures,
+        }
+    }
+}
+
 /// How a store kept a letter.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Kept {
@@ -237,6 +262,10 @@ pub struct DeadLetterFilter {
     pub after_id: Option<u64>,
     /// At most this many entries (1 to [`MAX_PAGE`]; [`DEFAULT_PAGE`] when unset).
     pub limit: Option<u32>,
+    /// List the entries without their bodies (`letter.body` is `None`, `body_len` is kept):
+    /// the store does not read them. Set by code (a listing that shows no body), never read
+    /// from query pairs by [`parse`](Self::parse).
+    pub without_bodies: bool,
 }
 
 /// The most entries one page lists.

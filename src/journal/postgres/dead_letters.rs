@@ -33,8 +33,8 @@ use crate::delivery::dead_letters::{
 };
 use crate::error::Happened;
 use crate::journal::dead_letter_sql::{
-    check_limits, counts, group, int, list_clause, storage, FilterParams, KeepRequest, Request,
-    Row, StoreClient, COLUMNS, QUEUE,
+    check_limits, counts, group, int, list_clause, list_columns, storage, FilterParams,
+    KeepRequest, Request, Row, StoreClient, COLUMNS, QUEUE,
 };
 use crate::journal::postgres::connector::is_connection_lost;
 use crate::journal::postgres::connector::Connector;
@@ -367,7 +367,8 @@ impl Sql {
                 over = over("$2::int8", "$3::int8"),
             ),
             list: format!(
-                "SELECT {COLUMNS} FROM {t} {}",
+                "SELECT {} FROM {t} {}",
+                list_columns("$8::bool"),
                 list_clause(|n| {
                     let ty = if (2..=4).contains(&n) { "text" } else { "int8" };
                     format!("${n}::{ty}")
@@ -820,8 +821,15 @@ impl Worker {
 
     async fn list(&mut self, filter: &DeadLetterFilter) -> Result<DeadLetterPage, DeadLetterError> {
         let p = FilterParams::of(filter);
-        let params: [&(dyn ToSql + Sync); 7] = [
-            &p.after, &p.cause, &p.kind, &p.source, &p.since, &p.until, &p.rows,
+        let params: [&(dyn ToSql + Sync); 8] = [
+            &p.after,
+            &p.cause,
+            &p.kind,
+            &p.source,
+            &p.since,
+            &p.until,
+            &p.rows,
+            &p.without_bodies,
         ];
         let rows = self.read("list entries", |c| &c.list, &params).await?;
         let entries = rows

@@ -27,8 +27,8 @@ use crate::delivery::dead_letters::{
 };
 use crate::error::Happened;
 use crate::journal::dead_letter_sql::{
-    check_limits, counts, group, int, list_clause, storage, FilterParams, KeepRequest, Request,
-    Row, StoreClient, COLUMNS, QUEUE,
+    check_limits, counts, group, int, list_clause, list_columns, storage, FilterParams,
+    KeepRequest, Request, Row, StoreClient, COLUMNS, QUEUE,
 };
 use crate::journal::sqlite::schema::journal_identity;
 use crate::journal::sqlite::SqliteJournal;
@@ -73,10 +73,11 @@ const RECOUNT: &str = "
         SELECT count(*), coalesce(sum(weight), 0) FROM dead_letter;
 ";
 
-/// A page of entries: [`FilterParams`] as `?1` to `?7`.
+/// A page of entries: [`FilterParams`] as `?1` to `?8`.
 static LIST_SQL: LazyLock<String> = LazyLock::new(|| {
     format!(
-        "SELECT {COLUMNS} FROM dead_letter {}",
+        "SELECT {} FROM dead_letter {}",
+        list_columns("?8"),
         list_clause(|n| format!("?{n}"))
     )
 });
@@ -703,7 +704,16 @@ fn list(db: &mut Db<'_>, filter: &DeadLetterFilter) -> Result<DeadLetterPage, De
     let statement = db.prepare(&LIST_SQL).map_err(read_failed(what))?;
     let rows = statement
         .query_map(
-            params![p.after, p.cause, p.kind, p.source, p.since, p.until, p.rows],
+            params![
+                p.after,
+                p.cause,
+                p.kind,
+                p.source,
+                p.since,
+                p.until,
+                p.rows,
+                p.without_bodies
+            ],
             row,
         )
         .and_then(Iterator::collect::<rusqlite::Result<Vec<Row>>>)

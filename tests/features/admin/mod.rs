@@ -1019,6 +1019,14 @@ async fn the_page_shows_every_section_and_escapes_what_it_renders() {
         .to_str()
         .unwrap()
         .contains("default-src 'none'"));
+    let csp = response
+        .headers()
+        .get("content-security-policy")
+        .unwrap()
+        .to_str()
+        .unwrap();
+    assert!(csp.contains("frame-ancestors 'none'"), "{csp}");
+    assert_eq!(response.headers().get("x-frame-options").unwrap(), "DENY");
     let html = String::from_utf8(test::read_body(response).await.to_vec()).unwrap();
     for id in [
         "attention",
@@ -1058,7 +1066,14 @@ async fn the_page_shows_every_section_and_escapes_what_it_renders() {
     assert!(html.contains("&lt;script&gt;window.injected = 1&lt;/script&gt; refused"));
     assert!(html.contains("&lt;img src=x onerror=alert(1)&gt;"));
     assert!(html.contains("&quot;&gt;&lt;svg onload=alert(2)&gt;"));
-    assert!(html.contains("&lt;/code&gt;&lt;script&gt;window.injected = 2&lt;/script&gt;"));
+    // The page lists entries without their bodies (read without them): each links to its
+    // show endpoint instead.
+    assert!(!html.contains("window.injected = 2"), "no body on the page");
+    assert!(html.contains(&format!(
+        "<a href=\"dead-letters/{}\">{} bytes</a>",
+        world.job,
+        job_13().body_len
+    )));
     // The page's own script is the only one.
     assert_eq!(html.matches("<script>").count(), 1);
 }
@@ -1174,4 +1189,120 @@ async fn the_shard_map_of_postgres_leases_shows_owner_token_expiry_and_members()
         .batch_execute(&format!("DROP SCHEMA {schema} CASCADE"))
         .await
         .unwrap();
+}
+
+#[actix::test]
+async fn a_wrong_method_and_an_oversized_body_are_refused_as_json() {
+    let world = world().await;
+    let app = test::init_service(App::new().service(world.console.scope("/admin"))).await;
+    let job = format!("/admin/dead-letters/{}", world.job);
+    for (method, uri, allowed) in [
+        ("GET", format!("{job}/replay"), "POST"),
+        ("PUT", format!("{job}/delete"), "POST"),
+        ("POST", "/admin/overview".to_owned(), "GET"),
+        ("DELETE", job.clone(), "GET"),
+        ("POST", "/admin/producers".to_owned(), "GET"),
+        ("POST", "/admin/".to_owned(), "GET"),
+    ] {
+        let request = test::TestRequest::default()
+            .method(method.parse().unwrap())
+            .uri(&uri)
+            .to_request();
+        let response = test::call_service(&app, request).await;
+        assert_eq!(
+            response.status(),
+            StatusCode::METHOD_NOT_ALLOWED,
+            "{method} {uri}"
+        );
+        assert_eq!(
+            response.headers().get("allow").unwrap(),
+            allowed,
+            "{method} {uri}"
+        );
+        let body = json_of(test::read_body(response).await);
+        refused(&body, None, &format!("{method} is not allowed"));
+    }
+    let (_, shown) = get!(&app, &job);
+    let request = test::TestRequest::post()
+        .uri(&format!("{job}/delete"))
+        .set_json(json!({ "confirm": shown["confirm"]["delete"], "pad": "x".repeat(20_000) }))
+        .to_request();
+    let response = test::call_service(&app, request).await;
+    assert_eq!(response.status(), StatusCode::PAYLOAD_TOO_LARGE);
+    refused(
+        &json_of(test::read_body(response).await),
+        Some("confirm"),
+        "larger than",
+    );
+    assert_eq!(world.dead_letters.counts().await.unwrap().entries, 3);
+}
+
+#[actix::test]
+async fn replicas_sharing_a_confirm_key_accept_each_others_tokens() {
+    let world = world().await;
+    let short = Console::new().confirm_key(b"fifteen bytes!!").unwrap_err();
+    assert_eq!(short.field, "confirm_key");
+    let secret = b"a secret of the whole deployment";
+    let replica = Console::new();
+    replica.dead_letters(&world.dead_letters);
+    let one = test::init_service(App::new().service(world.console.scope("/admin"))).await;
+    let two = test::init_service(App::new().service(replica.scope("/admin"))).await;
+    let job = format!("/admin/dead-letters/{}", world.job);
+    let (_, shown) = get!(&one, &job);
+    let token = json!({ "confirm": shown["confirm"]["delete"] });
+    let (status, _) = post!(&two, &format!("{job}/delete"), token.clone());
+    assert_eq!(status, StatusCode::CONFLICT, "keys drawn apart");
+    world.console.confirm_key(secret).unwrap();
+    replica.confirm_key(secret).unwrap();
+    let (status, _) = post!(&two, &format!("{job}/delete"), token);
+    assert_eq!(status, StatusCode::CONFLICT, "a token of the old key");
+    let (_, shown) = get!(&one, &job);
+    let token = json!({ "confirm": shown["confirm"]["delete"] });
+    let (status, body) = post!(&two, &format!("{job}/delete"), token);
+    assert_eq!(status, StatusCode::OK, "{body}");
+    assert_eq!(world.dead_letters.counts().await.unwrap().entries, 2);
+}
+
+#[actix::test]
+async fn a_large_body_is_previewed_from_its_first_bytes() {
+    let world = world().await;
+    for (source, codec, body) in [
+        (
+            "big-json",
+            Codec::MessagePack,
+            Codec::MessagePack
+                .encode(&"x".repeat(70_000), 1 << 20)
+                .unwrap(),
+        ),
+        ("big-raw", Codec::Bincode, vec![0xab; 300_000]),
+    ] {
+        world
+            .dead_letters
+            .keep(letter(
+                SourceKind::Consumer,
+                source,
+                DeadLetterCause::Undecodable,
+                source,
+                Manifest::new(codec, "Big", 1),
+                body,
+                "too big",
+            ))
+            .await
+            .unwrap();
+    }
+    let app = test::init_service(App::new().service(world.console.scope("/admin"))).await;
+    let (_, big) = get!(&app, "/admin/dead-letters?source=big-json");
+    let preview = big["entries"][0]["preview"].as_str().unwrap();
+    assert!(preview.contains("too large to preview"), "{preview}");
+    assert!(preview.chars().count() <= 201, "{preview}");
+    let (_, raw) = get!(&app, "/admin/dead-letters?source=big-raw");
+    let preview = raw["entries"][0]["preview"].as_str().unwrap();
+    assert!(
+        preview.starts_with("abab") && preview.ends_with('…'),
+        "{preview}"
+    );
+    assert!(preview.chars().count() <= 201, "{preview}");
+    // The small MessagePack body still previews as JSON.
+    let (_, jobs) = get!(&app, "/admin/dead-letters?source=jobs&limit=1");
+    assert_eq!(jobs["entries"][0]["preview"], "13");
 }

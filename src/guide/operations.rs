@@ -103,13 +103,16 @@
 //! actix-delivery --sqlite orders.db dead-letters list --cause given_up
 //! actix-delivery --sqlite orders.db dead-letters show 7  # the body as JSON, or hex
 //! actix-delivery --sqlite orders.db --write dead-letters delete 7
+//! actix-delivery --write dead-letters replay 7 --console http://127.0.0.1:8080/admin
 //! ```
 //!
 //! `durable` lists each durable producer's stream with the messages it holds unconfirmed (seq,
 //! when stored, size), read with the producer's own log; `check` exits 1 naming each broken
-//! invariant. A dead letter is replayed from the console or the application, which hold the
-//! replay routes, not from the inspector. Exit codes: 0 done, 1 problems found, 2 usage or bad
-//! input (naming the argument), 3 storage or connection errors.
+//! invariant. A replay needs the application's routes, so `dead-letters replay` asks the
+//! application's console (below) to replay the entry, with the bearer token from an
+//! environment variable (`ACTIX_DELIVERY_ADMIN_TOKEN`), never the command line. Exit codes: 0
+//! done, 1 problems found, 2 usage or bad input (naming the argument), 3 storage or connection
+//! errors.
 //!
 //! ## The admin console
 //!

@@ -47,8 +47,6 @@ pub struct ConsumerController<T: Send + 'static> {
     dead_letters: Option<Recipient<DeadLetter>>,
     /// Where refused deliveries are kept, as whose.
     kept: Option<(DeadLetters, SourceKind, String)>,
-    /// The body of the undecodable delivery being refused, for `kept`.
-    unread_body: Option<Bytes>,
     alarm: Alarm,
     /// ACKs produced during the current mailbox drain, sent (batched per producer) after it.
     acks: Vec<(ReplyTo, Ack)>,
@@ -105,7 +103,6 @@ impl<T: Send + 'static> ConsumerController<T> {
             handler,
             dead_letters,
             kept,
-            unread_body: None,
             alarm: Alarm::default(),
             acks: Vec::new(),
             handler_pending: false,
@@ -166,7 +163,7 @@ impl<T: Send + 'static> ConsumerController<T> {
             Step::Run(body) => self.run(body, now),
             Step::Ack(reply_to, ack) => self.acks.push((reply_to, ack)),
             Step::Hold => {}
-            Step::DeadLetter(reason, header) => self.dead_letter(reason, header),
+            Step::DeadLetter(reason, header) => self.dead_letter(reason, header, None),
         }
     }
 
@@ -314,12 +311,13 @@ impl<T: Send + 'static> ConsumerController<T> {
     /// Hands the messages the handler refused to the dead-letter sink.
     fn send_refused(&mut self) {
         while let Some((reason, header)) = self.core.poll_refused() {
-            self.dead_letter(reason, header);
+            self.dead_letter(reason, header, None);
         }
     }
 
-    fn dead_letter(&mut self, reason: DeadLetterReason, header: Header) {
-        let body = self.unread_body.take();
+    /// Reports a refused delivery (`body`: its bytes as received, when a transport could not
+    /// decode them).
+    fn dead_letter(&self, reason: DeadLetterReason, header: Header, body: Option<Bytes>) {
         if let Some((kept, kind, source)) = &self.kept {
             kept.record(refused(*kind, source, reason, &header, body));
         }
@@ -462,10 +460,10 @@ impl<T: Send + 'static> Handler<Undecodable> for ConsumerController<T> {
         }
         let now = alarm::now();
         for (header, reason, body) in headers {
-            self.unread_body = Some(body);
-            let step = self.core.handle_unreadable(header, reason, now);
-            self.carry_out_step(step, now);
-            self.unread_body = None;
+            match self.core.handle_unreadable(header, reason, now) {
+                Step::DeadLetter(reason, header) => self.dead_letter(reason, header, Some(body)),
+                step => self.carry_out_step(step, now),
+            }
         }
     }
 }

@@ -10,13 +10,15 @@ use std::sync::{Arc, Mutex, RwLock};
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use serde::de::DeserializeOwned;
+use serde::Serialize;
 use sha2::{Digest, Sha256};
 
-use crate::codec::Codec;
+use crate::codec::{Codec, Manifest, MAX_ENCODED_BYTES};
 use crate::delivery::dead_letter_sampler::FloodSampler;
 use crate::delivery::dead_letter_store::{DeadLetterError, DeadLetterStore};
 use crate::delivery::dead_letters::{
-    DeadLetterCounts, DeadLetterFilter, DeadLetterPage, Kept, NewDeadLetter, StoredDeadLetter,
+    delivery_key, DeadLetterCause, DeadLetterCounts, DeadLetterFilter, DeadLetterPage, Kept,
+    NewDeadLetter, SourceKind, StoredDeadLetter,
 };
 use crate::error::Happened;
 use crate::protocol::envelope::{DeliveryInfo, IncarnationId, ProducerId};
@@ -441,6 +443,58 @@ fn now_ms() -> u64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map_or(0, |since| since.as_millis() as u64)
+}
+
+/// Where a part keeps the messages it gives up (a producer's after `max_attempts`, a pool's
+/// jobs): the store, the part's kind and name, and how its message type is written
+/// (MessagePack; `new` asks `T: Serialize`, so the part itself need not).
+#[derive(Debug)]
+pub(crate) struct GiveUpKeeper<T> {
+    dead_letters: DeadLetters,
+    kind: SourceKind,
+    source: String,
+    encode: fn(&T) -> Result<Vec<u8>, String>,
+}
+
+impl<T> GiveUpKeeper<T> {
+    pub(crate) fn new(dead_letters: DeadLetters, kind: SourceKind, source: String) -> Self
+    where
+        T: Serialize,
+    {
+        Self {
+            dead_letters,
+            kind,
+            source,
+            encode: |body| {
+                Codec::MessagePack
+                    .encode(body, MAX_ENCODED_BYTES)
+                    .map_err(|error| error.to_string())
+            },
+        }
+    }
+
+    /// Records `body`, given up after `attempts` with `error`, under its delivery id `origin`
+    /// (also its key): in MessagePack, or without its body if it does not encode (the error
+    /// then says why).
+    pub(crate) fn record(&self, origin: DeliveryInfo, body: &T, attempts: u32, mut error: String) {
+        let body = (self.encode)(body)
+            .inspect_err(|unencodable| {
+                error = format!("{error}; the body was not kept: {unencodable}");
+            })
+            .ok();
+        self.dead_letters.record(NewDeadLetter {
+            kind: self.kind,
+            source: self.source.clone(),
+            cause: DeadLetterCause::GivenUp,
+            key: delivery_key(&origin),
+            origin: Some(origin),
+            manifest: Manifest::new(Codec::MessagePack, std::any::type_name::<T>(), 1),
+            body_len: body.as_ref().map_or(0, |body| body.len() as u64),
+            body,
+            attempts,
+            error,
+        });
+    }
 }
 
 /// The filter of the oldest entry (its id), without its body.

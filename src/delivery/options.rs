@@ -15,7 +15,7 @@ use crate::codec::schema::BodySchema;
 use crate::codec::{Codec, MAX_ENCODED_BYTES};
 use crate::config::{Backoff, ConsumerConfig, Limit, Overrides, ProducerConfig};
 use crate::delivery::dead_letter::DeadLetter;
-use crate::delivery::dead_letter_handle::DeadLetters;
+use crate::delivery::dead_letter_handle::{DeadLetters, GiveUpKeeper};
 use crate::delivery::dead_letters::SourceKind;
 use crate::delivery::handler::DeliveryHandler;
 use crate::delivery::message::ConsumerRef;
@@ -61,16 +61,7 @@ pub struct ProducerOptions<T: Send + 'static> {
     /// The token of a pool's stream (derived from its producer's); `None`: a random one.
     incarnation: Option<Incarnation>,
     placement: Placement,
-    kept: Option<KeptGivenUp<T>>,
-}
-
-/// Where a producer keeps the messages it gives up: the store, the source's name, and how a
-/// message is encoded (MessagePack; `T: Serialize` is asked where it is set).
-#[derive(Debug)]
-pub(crate) struct KeptGivenUp<T> {
-    pub(crate) dead_letters: DeadLetters,
-    pub(crate) source: String,
-    pub(crate) encode: fn(&T) -> Result<Vec<u8>, String>,
+    kept: Option<GiveUpKeeper<T>>,
 }
 
 impl<T: Send + 'static> ProducerOptions<T> {
@@ -180,7 +171,7 @@ pub(crate) struct ProducerParts<T: Send + 'static> {
     pub(crate) chunking: Option<Chunking<T>>,
     /// The token of a pool's stream; `None`: a random one.
     pub(crate) incarnation: Option<Incarnation>,
-    pub(crate) kept: Option<KeptGivenUp<T>>,
+    pub(crate) kept: Option<GiveUpKeeper<T>>,
 }
 
 /// Builds [`ProducerOptions`]; see [`ProducerConfig`] for each setting's default and rule.
@@ -193,7 +184,7 @@ pub struct ProducerOptionsBuilder<T: Send + 'static> {
     trace_context: Option<TraceHook>,
     chunking: Option<Chunking<T>>,
     placement: Placement,
-    kept: Option<KeptGivenUp<T>>,
+    kept: Option<GiveUpKeeper<T>>,
 }
 
 impl<T: Send + 'static> ProducerOptionsBuilder<T> {
@@ -207,15 +198,11 @@ impl<T: Send + 'static> ProducerOptionsBuilder<T> {
     where
         T: Serialize,
     {
-        self.kept = Some(KeptGivenUp {
+        self.kept = Some(GiveUpKeeper::new(
             dead_letters,
-            source: source.into(),
-            encode: |body| {
-                Codec::MessagePack
-                    .encode(body, MAX_ENCODED_BYTES)
-                    .map_err(|error| error.to_string())
-            },
-        });
+            SourceKind::Producer,
+            source.into(),
+        ));
         self
     }
 

@@ -9,14 +9,13 @@ use std::time::Duration;
 use actix::prelude::*;
 use tokio::sync::{oneshot, watch};
 
-use crate::codec::{Codec, Manifest};
 use crate::delivery::confirmation::Confirmation;
-use crate::delivery::dead_letters::{delivery_key, DeadLetterCause, NewDeadLetter, SourceKind};
+use crate::delivery::dead_letter_handle::GiveUpKeeper;
 use crate::delivery::inbox::{Inbox, Refusal};
 use crate::delivery::message::{
     Acks, ConsumerRef, GetProducerStats, GiveUp, ReplyTo, SingleAck, StopProducer, Tell,
 };
-use crate::delivery::options::{KeptGivenUp, ProducerOptions, ProducerParts, TraceHook};
+use crate::delivery::options::{ProducerOptions, ProducerParts, TraceHook};
 use crate::delivery::producer_core::Core;
 use crate::delivery::storage::{Producer, ProducerStorage, Settlement, Work};
 use crate::delivery::stored::Stored;
@@ -49,7 +48,7 @@ use crate::runtime::stop_signal::{wait_for_stop, wait_opened, Life, StopSignal, 
 pub struct ProducerController<T: Clone + Send + 'static> {
     core: Core<T>,
     /// Where given-up messages are kept, if anywhere.
-    kept: Option<KeptGivenUp<T>>,
+    kept: Option<GiveUpKeeper<T>>,
     consumer: ConsumerRef<T>,
     reply_to: Option<ReplyTo>,
     alarm: Alarm,
@@ -196,25 +195,8 @@ impl<T: Clone + Send + 'static> ProducerController<T> {
                 trace_context: None,
                 first_seq: None,
             };
-            let (body, error) = match (kept.encode)(&message.body) {
-                Ok(body) => (Some(body), String::new()),
-                Err(error) => (None, format!("; the body was not kept: {error}")),
-            };
-            kept.dead_letters.record(NewDeadLetter {
-                kind: SourceKind::Producer,
-                source: kept.source.clone(),
-                cause: DeadLetterCause::GivenUp,
-                key: delivery_key(&origin),
-                origin: Some(origin),
-                manifest: Manifest::new(Codec::MessagePack, std::any::type_name::<T>(), 1),
-                body_len: body.as_ref().map_or(0, |body| body.len() as u64),
-                body,
-                attempts: message.attempts,
-                error: format!(
-                    "not confirmed after {} transmissions{error}",
-                    message.attempts
-                ),
-            });
+            let error = format!("not confirmed after {} transmissions", message.attempts);
+            kept.record(origin, &message.body, message.attempts, error);
         }
     }
 

@@ -377,3 +377,77 @@ pub(crate) fn counts(
     counts.by_cause = by_cause.into_iter().collect();
     Ok(counts)
 }
+
+/// The [`DeadLetterStore`] of a SQL store whose requests go through its field `client` (a
+/// [`StoreClient`]): one forwarding impl for both stores.
+macro_rules! store_through_client {
+    ($store:ty) => {
+        impl $crate::delivery::dead_letter_store::DeadLetterStore for $store {
+            fn store_id(&self) -> &str {
+                self.client.id()
+            }
+
+            fn limits(&self) -> &$crate::delivery::dead_letters::DeadLetterLimits {
+                self.client.limits()
+            }
+
+            fn keep(
+                &self,
+                letter: $crate::delivery::dead_letters::NewDeadLetter,
+                now_ms: u64,
+            ) -> $crate::delivery::dead_letter_store::DeadLetterFuture<
+                '_,
+                $crate::delivery::dead_letters::Kept,
+            > {
+                self.client.keep(letter, now_ms)
+            }
+
+            fn list(
+                &self,
+                filter: $crate::delivery::dead_letters::DeadLetterFilter,
+            ) -> $crate::delivery::dead_letter_store::DeadLetterFuture<
+                '_,
+                $crate::delivery::dead_letters::DeadLetterPage,
+            > {
+                self.client.list(filter)
+            }
+
+            fn get(
+                &self,
+                id: u64,
+            ) -> $crate::delivery::dead_letter_store::DeadLetterFuture<
+                '_,
+                Option<$crate::delivery::dead_letters::StoredDeadLetter>,
+            > {
+                self.client.get(id)
+            }
+
+            fn remove(
+                &self,
+                id: u64,
+            ) -> $crate::delivery::dead_letter_store::DeadLetterFuture<'_, bool> {
+                self.client.remove(id)
+            }
+
+            fn replay_failed(
+                &self,
+                id: u64,
+                error: String,
+                now_ms: u64,
+            ) -> $crate::delivery::dead_letter_store::DeadLetterFuture<'_, bool> {
+                self.client.replay_failed(id, error, now_ms)
+            }
+
+            fn counts(
+                &self,
+            ) -> $crate::delivery::dead_letter_store::DeadLetterFuture<
+                '_,
+                $crate::delivery::dead_letters::DeadLetterCounts,
+            > {
+                self.client.counts()
+            }
+        }
+    };
+}
+
+pub(crate) use store_through_client;

@@ -20,6 +20,7 @@ use futures_util::FutureExt;
 use hashbrown::HashMap;
 
 use crate::config::ProducerConfig;
+use crate::delivery::dead_letter_handle::GiveUpKeeper;
 use crate::delivery::message::{ConsumerRef, Deliveries, Delivery, GiveUp, ReplyTo};
 use crate::delivery::options::ProducerOptions;
 use crate::delivery::producer::start_producer;
@@ -32,7 +33,6 @@ use crate::runtime::after_drain::after_each_drain;
 use crate::runtime::alarm::{now, Alarm};
 use crate::runtime::random::random_u64;
 use crate::runtime::settlements::{Settlements, TakeSettlements};
-use crate::work_pulling::options::KeepGivenUp;
 use crate::work_pulling::pool::{JobKey, PoolStats, Settled, WorkPool, WorkerKey};
 use crate::work_pulling::registry::WorkersChanged;
 use crate::work_pulling::{GivenUpJob, Job, WorkPullingOptions, WorkerRegistry};
@@ -106,7 +106,7 @@ pub(crate) struct WorkPullingController<T: Clone + Send + 'static> {
     /// up sends it again) is answered given up again.
     given_up: BTreeMap<u64, DeliveryError>,
     dead_letters: Option<Recipient<GivenUpJob<T>>>,
-    kept: Option<KeepGivenUp<T>>,
+    kept: Option<GiveUpKeeper<T>>,
     /// Wakes the pool when a worker's rest ends.
     alarm: Alarm,
     /// Resolves when the producer stopped: the pool stops then.
@@ -354,8 +354,10 @@ impl<T: Clone + Send + 'static> WorkPullingController<T> {
             attempts,
             last_error,
         };
-        if let Some(keep) = &self.kept {
-            keep.keep(&given_up);
+        if let Some(kept) = &self.kept {
+            let job = &given_up.job;
+            let error = given_up.last_error.clone();
+            kept.record(job.info.clone(), &job.body, given_up.attempts, error);
         }
         if let Some(sink) = &self.dead_letters {
             sink.do_send(given_up);

@@ -3,8 +3,6 @@
 use actix::Message;
 use serde::{Deserialize, Serialize};
 
-use crate::codec::{Codec, Manifest};
-use crate::delivery::dead_letters::{delivery_key, DeadLetterCause, NewDeadLetter, SourceKind};
 use crate::work_pulling::Job;
 
 /// A job the pool gave up after it failed
@@ -26,34 +24,4 @@ pub struct GivenUpJob<T> {
 
 impl<T: Send + 'static> Message for GivenUpJob<T> {
     type Result = ();
-}
-
-impl<T> GivenUpJob<T> {
-    /// The dead letter kept of it for the pool `source`: the body as `encode` (MessagePack)
-    /// writes it (if it encodes; else no body, and the error says why), the job's stable id
-    /// as key and origin.
-    pub(crate) fn to_dead_letter(
-        &self,
-        source: &str,
-        encode: fn(&T) -> Result<Vec<u8>, String>,
-    ) -> NewDeadLetter {
-        let encoded = encode(&self.job.body);
-        let mut error = self.last_error.clone();
-        if let Err(unencodable) = &encoded {
-            error = format!("{error}; the body was not kept: {unencodable}");
-        }
-        let body = encoded.ok();
-        NewDeadLetter {
-            kind: SourceKind::WorkPulling,
-            source: source.to_owned(),
-            cause: DeadLetterCause::GivenUp,
-            key: delivery_key(&self.job.info),
-            origin: Some(self.job.info.clone()),
-            manifest: Manifest::new(Codec::MessagePack, std::any::type_name::<T>(), 1),
-            body_len: body.as_ref().map_or(0, |body| body.len() as u64),
-            body,
-            attempts: self.attempts,
-            error,
-        }
-    }
 }

@@ -6,9 +6,9 @@ use std::time::Duration;
 use actix::Recipient;
 use serde::Serialize;
 
-use crate::codec::{Codec, MAX_ENCODED_BYTES};
 use crate::config::{Backoff, Limit, ProducerConfig};
-use crate::delivery::dead_letter_handle::DeadLetters;
+use crate::delivery::dead_letter_handle::{DeadLetters, GiveUpKeeper};
+use crate::delivery::dead_letters::SourceKind;
 use crate::error::OptionsError;
 use crate::work_pulling::{GivenUpJob, WorkerRegistry};
 
@@ -22,23 +22,7 @@ pub struct WorkPullingOptions<T: Send + 'static> {
     pub(crate) worker: ProducerConfig,
     pub(crate) give_up_after: Option<NonZeroU32>,
     pub(crate) dead_letters: Option<Recipient<GivenUpJob<T>>>,
-    pub(crate) kept: Option<KeepGivenUp<T>>,
-}
-
-/// Where a pool keeps the jobs it gives up: the store, the source's name, and how a body is
-/// encoded (MessagePack; `T: Serialize` is asked where it is set).
-#[derive(Debug)]
-pub(crate) struct KeepGivenUp<T> {
-    dead_letters: DeadLetters,
-    source: String,
-    encode: fn(&T) -> Result<Vec<u8>, String>,
-}
-
-impl<T> KeepGivenUp<T> {
-    pub(crate) fn keep(&self, given_up: &GivenUpJob<T>) {
-        self.dead_letters
-            .record(given_up.to_dead_letter(&self.source, self.encode));
-    }
+    pub(crate) kept: Option<GiveUpKeeper<T>>,
 }
 
 impl<T: Send + 'static> WorkPullingOptions<T> {
@@ -104,7 +88,7 @@ pub struct WorkPullingOptionsBuilder<T: Send + 'static> {
     worker: ProducerConfig,
     give_up_after: Option<u32>,
     dead_letters: Option<Recipient<GivenUpJob<T>>>,
-    kept: Option<KeepGivenUp<T>>,
+    kept: Option<GiveUpKeeper<T>>,
 }
 
 impl<T: Send + 'static> WorkPullingOptionsBuilder<T> {
@@ -164,15 +148,11 @@ impl<T: Send + 'static> WorkPullingOptionsBuilder<T> {
     where
         T: Serialize,
     {
-        self.kept = Some(KeepGivenUp {
+        self.kept = Some(GiveUpKeeper::new(
             dead_letters,
-            source: source.into(),
-            encode: |body| {
-                Codec::MessagePack
-                    .encode(body, MAX_ENCODED_BYTES)
-                    .map_err(|error| error.to_string())
-            },
-        });
+            SourceKind::WorkPulling,
+            source.into(),
+        ));
         self
     }
 

@@ -26,15 +26,15 @@ use tokio_postgres::types::ToSql;
 use tokio_postgres::{Client, Statement};
 
 use crate::codec::Manifest;
-use crate::delivery::dead_letter_store::{DeadLetterError, DeadLetterFuture, DeadLetterStore};
+use crate::delivery::dead_letter_store::DeadLetterError;
 use crate::delivery::dead_letters::{
     cut_text, DeadLetterCounts, DeadLetterFilter, DeadLetterLimits, DeadLetterPage, FieldError,
-    Kept, NewDeadLetter, StoredDeadLetter,
+    Kept, StoredDeadLetter,
 };
 use crate::error::Happened;
 use crate::journal::dead_letter_sql::{
-    check_limits, counts, group, int, list_clause, list_columns, storage, FilterParams,
-    KeepRequest, Request, Row, StoreClient, COLUMNS, QUEUE,
+    check_limits, counts, group, int, list_clause, list_columns, storage, store_through_client,
+    FilterParams, KeepRequest, Request, Row, StoreClient, COLUMNS, QUEUE,
 };
 use crate::journal::postgres::connector::is_connection_lost;
 use crate::journal::postgres::connector::Connector;
@@ -52,7 +52,7 @@ const EVICT_SCAN: i64 = 16;
 /// by every process of the schema, bounded by [`DeadLetterLimits`], one entry per source and
 /// key, the oldest dropped first.
 ///
-/// Its id ([`DeadLetterStore::store_id`]) is the journal's
+/// Its id ([`store_id`](crate::dead_letters::DeadLetterStore::store_id)) is the journal's
 /// [`JournalId`](crate::journal::JournalId), so the ids of replays stay the same across
 /// restarts and processes. Entry ids come from an identity column: never reused (though not
 /// gapless). PostgreSQL's text cannot hold NUL: a NUL in a letter's source, key, error or type
@@ -232,39 +232,7 @@ enum Identity {
     FromSchema,
 }
 
-impl DeadLetterStore for PostgresDeadLetters {
-    fn store_id(&self) -> &str {
-        self.client.id()
-    }
-
-    fn limits(&self) -> &DeadLetterLimits {
-        self.client.limits()
-    }
-
-    fn keep(&self, letter: NewDeadLetter, now_ms: u64) -> DeadLetterFuture<'_, Kept> {
-        self.client.keep(letter, now_ms)
-    }
-
-    fn list(&self, filter: DeadLetterFilter) -> DeadLetterFuture<'_, DeadLetterPage> {
-        self.client.list(filter)
-    }
-
-    fn get(&self, id: u64) -> DeadLetterFuture<'_, Option<StoredDeadLetter>> {
-        self.client.get(id)
-    }
-
-    fn remove(&self, id: u64) -> DeadLetterFuture<'_, bool> {
-        self.client.remove(id)
-    }
-
-    fn replay_failed(&self, id: u64, error: String, now_ms: u64) -> DeadLetterFuture<'_, bool> {
-        self.client.replay_failed(id, error, now_ms)
-    }
-
-    fn counts(&self) -> DeadLetterFuture<'_, DeadLetterCounts> {
-        self.client.counts()
-    }
-}
+store_through_client!(PostgresDeadLetters);
 
 /// The SQL of the store's statements, for one schema.
 struct Sql {

@@ -20,15 +20,15 @@ use std::time::Duration;
 use rusqlite::{params, Connection, ErrorCode, OpenFlags, OptionalExtension, Statement};
 use tokio::sync::{mpsc, oneshot};
 
-use crate::delivery::dead_letter_store::{DeadLetterError, DeadLetterFuture, DeadLetterStore};
+use crate::delivery::dead_letter_store::DeadLetterError;
 use crate::delivery::dead_letters::{
     cut_text, DeadLetterCounts, DeadLetterFilter, DeadLetterLimits, DeadLetterPage, FieldError,
-    Kept, NewDeadLetter, StoredDeadLetter,
+    Kept, StoredDeadLetter,
 };
 use crate::error::Happened;
 use crate::journal::dead_letter_sql::{
-    check_limits, counts, group, int, list_clause, list_columns, storage, FilterParams,
-    KeepRequest, Request, Row, StoreClient, COLUMNS, QUEUE,
+    check_limits, counts, group, int, list_clause, list_columns, storage, store_through_client,
+    FilterParams, KeepRequest, Request, Row, StoreClient, COLUMNS, QUEUE,
 };
 use crate::journal::sqlite::schema::journal_identity;
 use crate::journal::sqlite::SqliteJournal;
@@ -88,7 +88,7 @@ static GET_SQL: LazyLock<String> =
 /// Dead letters kept in a [`SqliteJournal`]'s file (feature `sqlite`): durable, bounded by
 /// [`DeadLetterLimits`], one entry per source and key, the oldest dropped first.
 ///
-/// Its id ([`DeadLetterStore::store_id`]) is the journal's
+/// Its id ([`store_id`](crate::dead_letters::DeadLetterStore::store_id)) is the journal's
 /// [`JournalId`](crate::journal::JournalId), so the ids of replays stay the same across
 /// restarts and in a backup of the file. Entry ids are never reused (`AUTOINCREMENT`).
 ///
@@ -214,39 +214,7 @@ enum Identity {
     FromFile,
 }
 
-impl DeadLetterStore for SqliteDeadLetters {
-    fn store_id(&self) -> &str {
-        self.client.id()
-    }
-
-    fn limits(&self) -> &DeadLetterLimits {
-        self.client.limits()
-    }
-
-    fn keep(&self, letter: NewDeadLetter, now_ms: u64) -> DeadLetterFuture<'_, Kept> {
-        self.client.keep(letter, now_ms)
-    }
-
-    fn list(&self, filter: DeadLetterFilter) -> DeadLetterFuture<'_, DeadLetterPage> {
-        self.client.list(filter)
-    }
-
-    fn get(&self, id: u64) -> DeadLetterFuture<'_, Option<StoredDeadLetter>> {
-        self.client.get(id)
-    }
-
-    fn remove(&self, id: u64) -> DeadLetterFuture<'_, bool> {
-        self.client.remove(id)
-    }
-
-    fn replay_failed(&self, id: u64, error: String, now_ms: u64) -> DeadLetterFuture<'_, bool> {
-        self.client.replay_failed(id, error, now_ms)
-    }
-
-    fn counts(&self) -> DeadLetterFuture<'_, DeadLetterCounts> {
-        self.client.counts()
-    }
-}
+store_through_client!(SqliteDeadLetters);
 
 /// A failed SQLite call: what was done, and the error with its extended result code.
 fn failed(happened: Happened, what: &str, err: &rusqlite::Error) -> DeadLetterError {

@@ -115,10 +115,11 @@ pub mod dead_letters {
     //!   was given), a stable key, the message's delivery id where it had one, the
     //!   [`DeadLetterCause`], the attempts and the last error. A second letter of the same source
     //!   and key updates the first entry.
-    //! - **Bounds.** [`DeadLetterLimits`]: entries and bytes (the oldest dropped first, counted),
-    //!   the longest body kept, and the sampling of floods: of what a peer sent (undecodable,
-    //!   incompatible, malformed) a source keeps a burst, then one per interval, and counts the
-    //!   rest.
+    //! - **Bounds.** [`DeadLetterLimits`]: entries and bytes, the longest body kept, and the
+    //!   sampling of floods: of what a peer sent (undecodable, incompatible, malformed) a source
+    //!   keeps a burst, then one per interval, and counts the rest. Beyond the bounds, the
+    //!   oldest entries a peer's input caused are dropped first (counted), then the oldest: a
+    //!   peer's flood replaces its own entries, not the give-ups of this process's parts.
     //! - **Stores.** [`MemoryDeadLetters`]; `SqliteDeadLetters` and `PostgresDeadLetters` keep
     //!   them in their journal's database, in a table of their own (adding it raises no schema
     //!   version). Every [`DeadLetterStore`] is held to the same rules by one conformance suite.

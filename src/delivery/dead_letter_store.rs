@@ -18,8 +18,11 @@ use crate::runtime::random::random_bytes;
 pub type DeadLetterFuture<'a, T> =
     Pin<Box<dyn Future<Output = Result<T, DeadLetterError>> + Send + 'a>>;
 
-/// A store of dead letters: bounded, one entry per source and key, the oldest dropped first
-/// (see [`DeadLetterLimits`]). Every write is reported done only once committed.
+/// A store of dead letters: bounded, one entry per source and key (see [`DeadLetterLimits`]).
+/// Beyond its bounds, it drops the oldest entry a peer's input caused
+/// ([`DeadLetterCause::is_peer_input`](crate::dead_letters::DeadLetterCause::is_peer_input)),
+/// or the oldest when none is left, never the entry just kept. Every write is reported done
+/// only once committed.
 pub trait DeadLetterStore: Send + Sync + 'static {
     /// The store's id: stable for as long as its entries are (a durable store's is its
     /// journal's id, a memory store's is drawn when it is made). Replays are identified by it

@@ -21,12 +21,15 @@
 //! | an entity host | what its consumer refuses (misrouted, foreign, undecodable) | [`EntityHostOptionsBuilder::keep_dead_letters`](crate::sharding::EntityHostOptionsBuilder::keep_dead_letters) |
 //! | a projection | entries its poison policy skipped, the event as stored | [`Projection::keep_dead_letters`](crate::projection::Projection::keep_dead_letters) |
 //!
-//! The store is bounded: at most `max_entries` entries and `max_bytes` bytes, the oldest dropped
-//! first (counted); a body above `max_body_bytes` is not kept (its length is); a second letter
-//! of the same source and key updates the first. What a peer sends in bulk (undecodable,
-//! incompatible or malformed deliveries) is sampled: each source keeps a burst per cause, then
-//! one per interval, and counts the rest, however patient the peer
-//! ([`DeadLetterLimits`](crate::dead_letters::DeadLetterLimits)).
+//! The store is bounded: at most `max_entries` entries and `max_bytes` bytes; a body above
+//! `max_body_bytes` is not kept (its length is); a second letter of the same source and key
+//! updates the first. What a peer sends in bulk (undecodable, incompatible or malformed
+//! deliveries) is sampled: each source keeps a burst per cause, then one per interval, and
+//! counts the rest, however patient the peer
+//! ([`DeadLetterLimits`](crate::dead_letters::DeadLetterLimits)). Beyond the bounds, the
+//! oldest entries a peer's input caused are dropped first (counted), then the oldest of the
+//! rest: a peer's flood replaces its own entries, and drops the give-ups and poison of this
+//! process's parts only for the room its first letter needs.
 //!
 //! Three stores keep to the same rules:
 //! [`MemoryDeadLetters`](crate::dead_letters::MemoryDeadLetters) (gone at exit),

@@ -451,3 +451,29 @@ macro_rules! store_through_client {
 }
 
 pub(crate) use store_through_client;
+
+/// The causes a peer's input makes ([`DeadLetterCause::is_peer_input`]) as a SQL list of
+/// literals, for the stores' schemas (a literal, so that it goes into `concat!`) and their
+/// eviction, which drops these entries first.
+macro_rules! peer_input_causes {
+    () => {
+        "'undecodable', 'incompatible_version', 'malformed'"
+    };
+}
+
+pub(crate) use peer_input_causes;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_sql_list_of_peer_input_causes_is_the_cores() {
+        let causes: Vec<String> = DeadLetterCause::ALL
+            .into_iter()
+            .filter(|cause| cause.is_peer_input())
+            .map(|cause| format!("'{}'", cause.as_str()))
+            .collect();
+        assert_eq!(peer_input_causes!(), causes.join(", "));
+    }
+}

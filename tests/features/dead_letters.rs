@@ -65,6 +65,7 @@ macro_rules! dead_letter_conformance {
             counts_are_by_cause,
             origin_and_manifest_round_trip,
             a_patient_attacker_stays_within_the_bounds,
+            a_peers_flood_replaces_its_own_entries_not_the_give_ups,
             the_store_agrees_with_the_book_on_random_operations,
             the_store_agrees_with_the_book_when_one_keep_drops_hundreds,
         );
@@ -741,6 +742,66 @@ async fn a_patient_attacker_stays_within_the_bounds(open: &Open) {
     let newest = all_ids[KEEPS - counts.entries as usize..].to_vec();
     assert_eq!(ids(store).await, newest, "the newest stay");
     eprintln!("{KEEPS} keeps in {:?}", started.elapsed());
+    fixture.finish().await;
+}
+
+/// A peer's flood of undecodable and malformed letters, pressing on the entries and on the
+/// bytes, drops only entries of its own once it has some: of the give-ups and poison that
+/// filled the store before it, it drops only what its first letter needs room for.
+async fn a_peers_flood_replaces_its_own_entries_not_the_give_ups(open: &Open) {
+    const FLOOD: usize = 1_000;
+    let max_bytes = 10 * letter("own-0", 500).weight();
+    let fixture = open(DeadLetterLimits {
+        max_body_bytes: 2_000,
+        ..limits(10, max_bytes)
+    })
+    .await;
+    let store = &*fixture.store;
+    let mut own = Vec::new();
+    for n in 0..10 {
+        let mut letter = letter(&format!("own-{n}"), 500);
+        if n % 2 == 1 {
+            letter.cause = DeadLetterCause::Poison;
+        }
+        own.push(store.keep(letter, 0).await.unwrap().id);
+    }
+    // Light letters press on the entries, heavy ones (about four give-ups) on the bytes.
+    let flood_letter = |n: usize| {
+        let mut letter = letter(
+            &format!("flood-{n}"),
+            if n.is_multiple_of(3) { 2_000 } else { 1 },
+        );
+        letter.kind = SourceKind::Consumer;
+        letter.cause = [DeadLetterCause::Undecodable, DeadLetterCause::Malformed][n % 2];
+        letter
+    };
+    let first = store.keep(flood_letter(0), 1).await.unwrap();
+    assert!(first.evicted >= 4, "{first:?}");
+    let own_left = own[first.evicted as usize..].to_vec();
+    let flood: Vec<_> = futures_util::stream::iter(1..FLOOD)
+        .map(|n| store.keep(flood_letter(n), 1 + n as u64))
+        .buffered(64)
+        .collect()
+        .await;
+    let flood: Vec<_> = flood.into_iter().map(Result::unwrap).collect();
+    let counts = check_counts(store).await;
+    assert!(
+        counts.entries <= 10 && counts.bytes <= max_bytes,
+        "{counts:?}"
+    );
+    let left = ids(store).await;
+    assert_eq!(
+        left[..own_left.len()],
+        own_left,
+        "the flood dropped a give-up"
+    );
+    assert_eq!(*left.last().unwrap(), flood.last().unwrap().id);
+    // A give-up after the flood drops the flood's entries, not the give-ups.
+    let after = store.keep(letter("own-after", 500), 2_000).await.unwrap();
+    let left = ids(store).await;
+    assert_eq!(left[..own_left.len()], own_left);
+    assert_eq!(*left.last().unwrap(), after.id);
+    check_counts(store).await;
     fixture.finish().await;
 }
 

@@ -1,8 +1,9 @@
 //! The bounded book of dead letters a memory store keeps: entries by id, one per source and
-//! key, the oldest dropped first beyond the bounds. The SQL stores apply the same rules in
-//! their statements; the store conformance tests hold all of them to these.
+//! key; beyond the bounds, the oldest entries a peer's input caused go first, then the oldest
+//! of the rest. The SQL stores apply the same rules in their statements; the store conformance
+//! tests hold all of them to these.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 use crate::delivery::dead_letters::{
     cut_text, DeadLetterCounts, DeadLetterFilter, DeadLetterLimits, DeadLetterPage, Kept,
@@ -15,6 +16,10 @@ pub struct DeadLetterBook {
     limits: DeadLetterLimits,
     entries: BTreeMap<u64, StoredDeadLetter>,
     keys: HashMap<(SourceKind, String, String), u64>,
+    /// The ids of the entries a peer's input caused
+    /// ([`is_peer_input`](crate::delivery::dead_letters::DeadLetterCause::is_peer_input)):
+    /// they are dropped before the others.
+    peer_input: BTreeSet<u64>,
     bytes: u64,
     last_id: u64,
 }
@@ -26,19 +31,23 @@ impl DeadLetterBook {
             limits,
             entries: BTreeMap::new(),
             keys: HashMap::new(),
+            peer_input: BTreeSet::new(),
             bytes: 0,
             last_id: 0,
         }
     }
 
     /// Keeps `letter` ([`bounded`](NewDeadLetter::bounded) first): updates the entry of the
-    /// same source and key (its id and first time stay), or adds one; then drops the oldest
-    /// entries until the book is within its bounds again (the entry just kept last: it stays
-    /// even when it alone is over `max_bytes`).
+    /// same source and key (its id and first time stay), or adds one; then, until the book is
+    /// within its bounds again, drops the oldest entry a peer's input caused, or the oldest
+    /// entry when none is left (the entry just kept last: it stays even when it alone is over
+    /// `max_bytes`). A peer's flood so replaces its own entries, not this process's give-ups:
+    /// it drops one of those only when no other entry of a peer's is left to drop.
     pub fn keep(&mut self, letter: NewDeadLetter, now_ms: u64) -> Kept {
         let letter = letter.bounded(self.limits.max_body_bytes);
         let key = (letter.kind, letter.source.clone(), letter.key.clone());
         let weight = letter.weight();
+        let peer_input = letter.cause.is_peer_input();
         let (id, updated) = match self.keys.get(&key).copied() {
             Some(id) => {
                 let entry = self.entries.get_mut(&id).expect("a key names a kept entry");
@@ -63,19 +72,20 @@ impl DeadLetterBook {
                 (id, false)
             }
         };
+        if peer_input {
+            self.peer_input.insert(id);
+        } else {
+            self.peer_input.remove(&id);
+        }
         let mut evicted = 0;
         while self.entries.len() > 1
             && (self.entries.len() as u64 > self.limits.max_entries
                 || self.bytes > self.limits.max_bytes)
         {
-            let oldest = *self.entries.keys().next().expect("not empty");
-            if oldest == id {
-                // Only younger entries are left to drop: the one just kept is the oldest.
-                let next = *self.entries.keys().nth(1).expect("more than one");
-                self.remove(next);
-            } else {
-                self.remove(oldest);
-            }
+            let next = first_but(self.peer_input.iter().copied(), id)
+                .or_else(|| first_but(self.entries.keys().copied(), id))
+                .expect("more than one entry");
+            self.remove(next);
             evicted += 1;
         }
         Kept {
@@ -116,6 +126,7 @@ impl DeadLetterBook {
         let letter = &entry.letter;
         self.keys
             .remove(&(letter.kind, letter.source.clone(), letter.key.clone()));
+        self.peer_input.remove(&id);
         self.bytes -= letter.weight();
         Some(entry)
     }
@@ -147,6 +158,11 @@ impl DeadLetterBook {
             by_cause: by_cause.into_iter().collect(),
         }
     }
+}
+
+/// The first of `ids` that is not `id`.
+fn first_but(mut ids: impl Iterator<Item = u64>, id: u64) -> Option<u64> {
+    ids.find(|&other| other != id)
 }
 
 #[cfg(test)]
@@ -245,6 +261,36 @@ mod tests {
         let kept = book.keep(letter("a", 200), 1);
         assert_eq!((kept.id, kept.evicted), (1, 1));
         assert_eq!(ids(&book), [1, 3]);
+    }
+
+    #[test]
+    fn a_peers_flood_drops_its_own_entries_before_the_give_ups() {
+        let mut book = DeadLetterBook::new(limits(4, 1 << 20));
+        let peer = |key: &str| NewDeadLetter {
+            cause: DeadLetterCause::Undecodable,
+            ..letter(key, 1)
+        };
+        for key in ["a", "b", "c", "d"] {
+            book.keep(letter(key, 1), 0);
+        }
+        // The first letter of a peer's drops the oldest give-up: no entry of a peer's is
+        // there to drop.
+        assert_eq!(book.keep(peer("x0"), 1).evicted, 1);
+        assert_eq!(ids(&book), [2, 3, 4, 5]);
+        // From then on the flood replaces itself.
+        for n in 1..50 {
+            assert_eq!(book.keep(peer(&format!("x{n}")), 2).evicted, 1);
+        }
+        assert_eq!(ids(&book), [2, 3, 4, 54]);
+        // A give-up makes room by dropping a peer's entries first, then the oldest give-up.
+        assert_eq!(book.keep(letter("e", 1), 3).evicted, 1);
+        assert_eq!(ids(&book), [2, 3, 4, 55]);
+        assert_eq!(book.keep(letter("f", 1), 3).evicted, 1);
+        assert_eq!(ids(&book), [3, 4, 55, 56]);
+        // An entry whose cause changes class is dropped as its new class is.
+        assert_eq!(book.keep(peer("e"), 4).id, 55);
+        assert_eq!(book.keep(letter("g", 1), 4).evicted, 1);
+        assert_eq!(ids(&book), [3, 4, 56, 57]);
     }
 
     #[test]

@@ -241,7 +241,7 @@ pub struct Kept {
     pub id: u64,
     /// Whether it updated an entry of the same source and key.
     pub updated: bool,
-    /// How many of the oldest entries were dropped to stay within the bounds.
+    /// How many other entries were dropped to stay within the bounds ([`DeadLetterLimits`]).
     pub evicted: u64,
 }
 
@@ -387,12 +387,16 @@ pub struct DeadLetterCounts {
 }
 
 /// The bounds of a dead-letter store and of what it keeps of floods.
+///
+/// Beyond `max_entries` or `max_bytes`, a store drops the oldest entry a peer's input caused
+/// ([`DeadLetterCause::is_peer_input`]), or the oldest when none is left, never the entry just
+/// kept (counted in [`Kept::evicted`]): a peer's flood replaces its own entries, not the
+/// give-ups and poison of this process's parts.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct DeadLetterLimits {
-    /// The most entries kept; beyond, the oldest are dropped (counted). Default 10 000.
+    /// The most entries kept. Default 10 000.
     pub max_entries: u64,
-    /// The most bytes kept ([`NewDeadLetter::weight`] summed); beyond, the oldest are
-    /// dropped. Default 64 MiB.
+    /// The most bytes kept ([`NewDeadLetter::weight`] summed). Default 64 MiB.
     pub max_bytes: u64,
     /// A body longer than this is not kept (its length and manifest are). Default 1 MiB.
     pub max_body_bytes: u64,

@@ -33,8 +33,8 @@ use crate::delivery::dead_letters::{
 };
 use crate::error::Happened;
 use crate::journal::dead_letter_sql::{
-    check_limits, counts, group, int, list_clause, list_columns, storage, store_through_client,
-    FilterParams, KeepRequest, Request, Row, StoreClient, COLUMNS, QUEUE,
+    check_limits, counts, group, int, list_clause, list_columns, peer_input_causes, storage,
+    store_through_client, FilterParams, KeepRequest, Request, Row, StoreClient, COLUMNS, QUEUE,
 };
 use crate::journal::postgres::connector::is_connection_lost;
 use crate::journal::postgres::connector::Connector;
@@ -50,7 +50,7 @@ const EVICT_SCAN: i64 = 16;
 
 /// Dead letters kept in a [`PostgresJournal`]'s schema (feature `postgres`): durable, shared
 /// by every process of the schema, bounded by [`DeadLetterLimits`], one entry per source and
-/// key, the oldest dropped first.
+/// key, the oldest a peer's input caused dropped first, then the oldest.
 ///
 /// Its id ([`store_id`](crate::dead_letters::DeadLetterStore::store_id)) is the journal's
 /// [`JournalId`](crate::journal::JournalId), so the ids of replays stay the same across
@@ -88,7 +88,8 @@ impl PostgresDeadLetters {
     /// [`open`](Self::open) runs it itself if the tables are missing (which needs the
     /// `CREATE` privilege on the schema). Neither table is the journal's: the journal's
     /// schema version and check ignore them, and the previous release leaves them alone.
-    pub const SCHEMA_SQL: &'static str = "
+    pub const SCHEMA_SQL: &'static str = concat!(
+        "
 CREATE TABLE IF NOT EXISTS dead_letter (
     id BIGINT GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
     kind TEXT NOT NULL,
@@ -110,11 +111,20 @@ CREATE TABLE IF NOT EXISTS dead_letter (
     UNIQUE (kind, source, key)
 );
 CREATE INDEX IF NOT EXISTS dead_letter_by_source ON dead_letter (source, id);
+CREATE INDEX IF NOT EXISTS dead_letter_peer_input ON dead_letter (id)
+    WHERE cause IN (",
+        peer_input_causes!(),
+        ");
+CREATE INDEX IF NOT EXISTS dead_letter_own ON dead_letter (id)
+    WHERE cause NOT IN (",
+        peer_input_causes!(),
+        ");
 CREATE TABLE IF NOT EXISTS dead_letter_totals (
     entries BIGINT NOT NULL,
     bytes BIGINT NOT NULL
 );
-";
+"
+    );
 
     /// Opens the store in `journal`'s schema, creating its tables if they are not there, and
     /// counts its totals again (under the store's lock).
@@ -253,16 +263,27 @@ impl Sql {
     fn new(schema_name: &str) -> Self {
         let t = schema::table(schema_name, "dead_letter");
         let totals = schema::table(schema_name, "dead_letter_totals");
-        // The oldest entries but `$kept`, with how many come before each and what they weigh
-        // with it; those to drop while the totals (`after`) are beyond the bounds `$max_entries`,
-        // `$max_bytes`: the rule of DeadLetterBook::keep, for the oldest EVICT_SCAN entries.
+        // The next entries but `$kept` to go, in order: the oldest EVICT_SCAN a peer's input
+        // caused, then, only if there are fewer, the oldest of the others (each found by its
+        // partial index); with how many come before each and what they weigh with it. Those to
+        // drop while the totals (`after`) are beyond the bounds `$max_entries`, `$max_bytes`:
+        // the rule of DeadLetterBook::keep.
+        let peer = peer_input_causes!();
         let evict = |kept: &str, max_entries: &str, max_bytes: &str| {
             format!(
-                "oldest AS ( \
+                "peer_oldest AS ( \
+                     SELECT id, weight FROM {t} WHERE {kept} AND cause IN ({peer}) \
+                     ORDER BY id LIMIT {EVICT_SCAN} \
+                 ), own_oldest AS ( \
+                     SELECT id, weight FROM {t} WHERE {kept} AND cause NOT IN ({peer}) \
+                         AND (SELECT count(*) FROM peer_oldest) < {EVICT_SCAN} \
+                     ORDER BY id LIMIT {EVICT_SCAN} \
+                 ), oldest AS ( \
                      SELECT id, weight, row_number() OVER w AS n, \
                          (sum(weight) OVER w)::int8 AS freed \
-                     FROM (SELECT id, weight FROM {t} WHERE {kept} ORDER BY id LIMIT {EVICT_SCAN}) o \
-                     WINDOW w AS (ORDER BY id) \
+                     FROM (SELECT id, weight, 0 AS own FROM peer_oldest \
+                         UNION ALL SELECT id, weight, 1 AS own FROM own_oldest) o \
+                     WINDOW w AS (ORDER BY own, id) \
                  ), evicted AS ( \
                      DELETE FROM {t} WHERE id = ANY (ARRAY( \
                          SELECT oldest.id FROM oldest, after \

@@ -27,8 +27,8 @@ use crate::delivery::dead_letters::{
 };
 use crate::error::Happened;
 use crate::journal::dead_letter_sql::{
-    check_limits, counts, group, int, list_clause, list_columns, storage, store_through_client,
-    FilterParams, KeepRequest, Request, Row, StoreClient, COLUMNS, QUEUE,
+    check_limits, counts, group, int, list_clause, list_columns, peer_input_causes, storage,
+    store_through_client, FilterParams, KeepRequest, Request, Row, StoreClient, COLUMNS, QUEUE,
 };
 use crate::journal::sqlite::schema::journal_identity;
 use crate::journal::sqlite::SqliteJournal;
@@ -37,7 +37,8 @@ use crate::runtime::error_chain::ErrorChain;
 
 /// The tables, created when a store is first opened on a journal file. Neither is one of the
 /// journal's: the journal's schema check and version ignore them.
-const CREATE: &str = "
+const CREATE: &str = concat!(
+    "
     CREATE TABLE IF NOT EXISTS dead_letter (
         id INTEGER PRIMARY KEY AUTOINCREMENT,
         kind TEXT NOT NULL,
@@ -59,11 +60,28 @@ const CREATE: &str = "
         UNIQUE (kind, source, key)
     );
     CREATE INDEX IF NOT EXISTS dead_letter_by_source ON dead_letter (source, id);
+    CREATE INDEX IF NOT EXISTS dead_letter_peer_input ON dead_letter (id)
+        WHERE cause IN (",
+    peer_input_causes!(),
+    ");
     CREATE TABLE IF NOT EXISTS dead_letter_totals (
         entries INTEGER NOT NULL,
         bytes INTEGER NOT NULL
     );
-";
+"
+);
+
+/// Drops the next entry to go beyond the bounds, but never `?1` (the entry just kept): the
+/// oldest a peer's input caused, else the oldest (the rule of `DeadLetterBook::keep`; the
+/// partial index finds the first).
+const EVICT: &str = concat!(
+    "DELETE FROM dead_letter WHERE id = coalesce( \
+         (SELECT id FROM dead_letter WHERE cause IN (",
+    peer_input_causes!(),
+    ") AND id <> ?1 ORDER BY id LIMIT 1), \
+         (SELECT id FROM dead_letter WHERE id <> ?1 ORDER BY id LIMIT 1)) \
+     RETURNING weight"
+);
 
 /// Counts the totals again from the entries (on open: entries may have been deleted by hand
 /// meanwhile).
@@ -86,7 +104,8 @@ static GET_SQL: LazyLock<String> =
     LazyLock::new(|| format!("SELECT {COLUMNS} FROM dead_letter WHERE id = ?1"));
 
 /// Dead letters kept in a [`SqliteJournal`]'s file (feature `sqlite`): durable, bounded by
-/// [`DeadLetterLimits`], one entry per source and key, the oldest dropped first.
+/// [`DeadLetterLimits`], one entry per source and key, the oldest a peer's input caused dropped
+/// first, then the oldest.
 ///
 /// Its id ([`store_id`](crate::dead_letters::DeadLetterStore::store_id)) is the journal's
 /// [`JournalId`](crate::journal::JournalId), so the ids of replays stay the same across
@@ -496,7 +515,7 @@ fn keep_group(db: &mut Db<'_>, limits: &DeadLetterLimits, keeps: Vec<KeepRequest
 }
 
 /// Keeps one letter inside the open transaction: updates the entry of its source and key or
-/// adds one, then drops the oldest other entries while the store is beyond its bounds;
+/// adds one, then drops other entries ([`EVICT`]) while the store is beyond its bounds;
 /// `totals` follow.
 fn keep_one(
     db: &mut Db<'_>,
@@ -568,15 +587,11 @@ fn keep_one(
     totals.bytes += grown;
     let mut evicted = 0;
     while over(limits, totals.entries, totals.bytes) {
-        let oldest: Option<i64> = db
-            .prepare(
-                "DELETE FROM dead_letter WHERE id = \
-                 (SELECT id FROM dead_letter WHERE id <> ?1 ORDER BY id LIMIT 1) \
-                 RETURNING weight",
-            )?
+        let next: Option<i64> = db
+            .prepare(EVICT)?
             .query_row([id], |row| row.get(0))
             .optional()?;
-        let Some(dropped) = oldest else {
+        let Some(dropped) = next else {
             // The totals count entries that are not there: they are counted again on open.
             log::warn!(
                 "dead letters: the totals say {} entries of {} bytes, but only the one just \

@@ -167,7 +167,7 @@ pub mod dead_letters {
     pub use actix_delivery_proto::delivery::dead_letters::*;
 
     pub use crate::delivery::dead_letter_handle::{
-        DeadLetterStats, DeadLetters, Replay, ReplayFuture, Replayed, MAX_RECORDING,
+        DeadLetterStats, DeadLetters, Replay, ReplayFuture, Replayed, RouteError, MAX_RECORDING,
     };
     pub use crate::delivery::dead_letter_store::{
         DeadLetterError, DeadLetterFuture, DeadLetterStore, MemoryDeadLetters,

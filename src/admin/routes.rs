@@ -54,8 +54,8 @@ impl Console {
     /// not take, `413` for a write's body over 16 KiB, `409` for a token that does not
     /// confirm the write, `422` for an entry that cannot be replayed (its body was not kept,
     /// no longer decodes as the type its route reads, or its source has no route), `502` when
-    /// the replay's route failed (`in_doubt`: the destination may have applied it; the entry
-    /// is kept), `503`/`500` when the store failed. Nothing changes on a `4xx`.
+    /// the replay's route failed (the entry is kept; `in_doubt`: the destination may have
+    /// applied it, or `certainly_not` when the route said it did not), `503`/`500` when the store failed. Nothing changes on a `4xx`.
     pub fn scope(
         &self,
         path: &str,

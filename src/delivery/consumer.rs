@@ -319,7 +319,9 @@ impl<T: Send + 'static> ConsumerController<T> {
     /// decode them).
     fn dead_letter(&self, reason: DeadLetterReason, header: Header, body: Option<Bytes>) {
         if let Some((kept, kind, source)) = &self.kept {
-            kept.record(refused(*kind, source, reason, &header, body));
+            kept.record_with(source, refused_cause(reason), || {
+                refused(*kind, source, reason, &header, body)
+            });
         }
         if let Some(sink) = &self.dead_letters {
             sink.do_send(DeadLetter {
@@ -614,6 +616,15 @@ impl<T: Send + 'static> GracefulStop for ConsumerHandle<T> {
     }
 }
 
+/// The cause a refusal is kept under.
+fn refused_cause(reason: DeadLetterReason) -> DeadLetterCause {
+    match reason {
+        DeadLetterReason::UndecodableBody => DeadLetterCause::Undecodable,
+        DeadLetterReason::IncompatibleBody { .. } => DeadLetterCause::IncompatibleVersion,
+        _ => DeadLetterCause::Malformed,
+    }
+}
+
 /// The dead letter kept of a delivery the part `kind` named `source` refused for `reason`.
 fn refused(
     kind: SourceKind,
@@ -622,16 +633,11 @@ fn refused(
     header: &Header,
     body: Option<Bytes>,
 ) -> NewDeadLetter {
-    let cause = match reason {
-        DeadLetterReason::UndecodableBody => DeadLetterCause::Undecodable,
-        DeadLetterReason::IncompatibleBody { .. } => DeadLetterCause::IncompatibleVersion,
-        _ => DeadLetterCause::Malformed,
-    };
     let info = DeliveryInfo::from(header);
     NewDeadLetter {
         kind,
         source: source.to_owned(),
-        cause,
+        cause: refused_cause(reason),
         key: delivery_key(&info),
         origin: Some(info),
         // The body as received: its own framing says how it was written.

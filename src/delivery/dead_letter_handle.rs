@@ -52,8 +52,55 @@ pub struct Replay<T> {
     pub entry: StoredDeadLetter,
 }
 
-/// The future a replay route returns: what became of the replay, or the error as text.
-pub type ReplayFuture = Pin<Box<dyn Future<Output = Result<Replayed, String>> + 'static>>;
+/// Why a replay route failed, and whether the destination may have applied the message.
+///
+/// A `String` or `&str` converts to an error [in doubt](RouteError::in_doubt) (`?` and
+/// `.into()` make one); a route that knows its destination refused the message before
+/// applying it (a rejection, a validation error) says so with
+/// [`certainly_not`](RouteError::certainly_not), and the replay's error says so in turn.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("{reason}")]
+pub struct RouteError {
+    /// The error, with its causes.
+    pub reason: String,
+    /// Whether the destination applied the message: [`Happened::CertainlyNot`] or
+    /// [`Happened::InDoubt`].
+    pub happened: Happened,
+}
+
+impl RouteError {
+    /// The route failed and the destination may or may not have applied the message (a lost
+    /// answer, a timeout, a storage error).
+    pub fn in_doubt(reason: impl Into<String>) -> Self {
+        Self {
+            reason: reason.into(),
+            happened: Happened::InDoubt,
+        }
+    }
+
+    /// The destination certainly did not apply the message (it refused it before applying).
+    pub fn certainly_not(reason: impl Into<String>) -> Self {
+        Self {
+            reason: reason.into(),
+            happened: Happened::CertainlyNot,
+        }
+    }
+}
+
+impl From<String> for RouteError {
+    fn from(reason: String) -> Self {
+        Self::in_doubt(reason)
+    }
+}
+
+impl From<&str> for RouteError {
+    fn from(reason: &str) -> Self {
+        Self::in_doubt(reason)
+    }
+}
+
+/// The future a replay route returns: what became of the replay, or why it failed.
+pub type ReplayFuture = Pin<Box<dyn Future<Output = Result<Replayed, RouteError>> + 'static>>;
 
 type Route = Arc<dyn Fn(Replay<Vec<u8>>) -> Result<ReplayFuture, String> + Send + Sync>;
 
@@ -149,20 +196,42 @@ impl DeadLetters {
     /// `max_body_bytes` before it waits); a failure to keep one is logged and counted. Needs a
     /// Tokio runtime (any Actix arbiter).
     pub fn record(&self, letter: NewDeadLetter) {
-        let now = now_ms();
+        if self.admit(&letter.source, letter.cause) {
+            self.spawn_keep(letter);
+        }
+    }
+
+    /// [`record`](Self::record), making the letter only once the sampler admitted it: the
+    /// letters of a flood beyond the bound cost no copy of their bodies.
+    pub(crate) fn record_with(
+        &self,
+        source: &str,
+        cause: DeadLetterCause,
+        letter: impl FnOnce() -> NewDeadLetter,
+    ) {
+        if self.admit(source, cause) {
+            self.spawn_keep(letter());
+        }
+    }
+
+    /// Whether the sampler lets a letter of `source` and `cause` be kept now; counts it if not.
+    fn admit(&self, source: &str, cause: DeadLetterCause) -> bool {
         let admitted = self
             .inner
             .sampler
             .lock()
             .unwrap_or_else(|e| e.into_inner())
-            .admit(&letter.source, letter.cause, now);
+            .admit(source, cause, now_ms());
         if !admitted {
             self.inner
                 .counters
                 .sampled_out
                 .fetch_add(1, Ordering::Relaxed);
-            return;
         }
+        admitted
+    }
+
+    fn spawn_keep(&self, letter: NewDeadLetter) {
         let Ok(runtime) = tokio::runtime::Handle::try_current() else {
             return self.not_kept(&letter.source, "no runtime");
         };
@@ -270,7 +339,7 @@ impl DeadLetters {
     pub fn on_replay_bytes<F, Fut>(&self, source: impl Into<String>, route: F)
     where
         F: Fn(Replay<Vec<u8>>) -> Fut + Send + Sync + 'static,
-        Fut: Future<Output = Result<Replayed, String>> + 'static,
+        Fut: Future<Output = Result<Replayed, RouteError>> + 'static,
     {
         let route: Route = Arc::new(move |replay| Ok(Box::pin(route(replay)) as ReplayFuture));
         self.routes().insert(source.into(), route);
@@ -284,7 +353,7 @@ impl DeadLetters {
     where
         T: DeserializeOwned + 'static,
         F: Fn(Replay<T>) -> Fut + Send + Sync + 'static,
-        Fut: Future<Output = Result<Replayed, String>> + 'static,
+        Fut: Future<Output = Result<Replayed, RouteError>> + 'static,
     {
         let route: Route = Arc::new(move |replay: Replay<Vec<u8>>| {
             let body = decode::<T>(&replay.entry, &replay.body)?;
@@ -307,7 +376,9 @@ impl DeadLetters {
     /// # Errors
     /// [`DeadLetterError::NotFound`], [`NoRoute`](DeadLetterError::NoRoute),
     /// [`Unreplayable`](DeadLetterError::Unreplayable) (nothing changed),
-    /// [`ReplayFailed`](DeadLetterError::ReplayFailed) (in doubt), or the store's error.
+    /// [`Busy`](DeadLetterError::Busy) (nothing changed),
+    /// [`ReplayFailed`](DeadLetterError::ReplayFailed) (as the route says: certainly not
+    /// applied, or in doubt), or the store's error.
     pub async fn replay(&self, id: u64) -> Result<Replayed, DeadLetterError> {
         if !self.replaying().insert(id) {
             return Err(DeadLetterError::Busy(id));
@@ -366,9 +437,12 @@ impl DeadLetters {
                 }
                 Ok(replayed)
             }
-            Err(mut reason) => {
+            Err(RouteError {
+                mut reason,
+                happened,
+            }) => {
                 counters.replay_failures.fetch_add(1, Ordering::Relaxed);
-                // In doubt whatever the note's fate: the route may have applied it.
+                // As the route says, whatever the note's fate: the note is not the replay.
                 if let Err(error) = self
                     .inner
                     .store
@@ -377,7 +451,11 @@ impl DeadLetters {
                 {
                     reason = format!("{reason} (and noting the failure failed: {error})");
                 }
-                Err(DeadLetterError::ReplayFailed { id, reason })
+                Err(DeadLetterError::ReplayFailed {
+                    id,
+                    reason,
+                    happened,
+                })
             }
         }
     }

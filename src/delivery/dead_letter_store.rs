@@ -82,14 +82,17 @@ pub enum DeadLetterError {
     /// did not start. Nothing changed.
     #[error("a replay of dead letter {0} is already running")]
     Busy(u64),
-    /// The replay's route failed: the message may or may not have been applied; the entry is
-    /// kept (with the failure noted) and a later replay is recognised if it was.
-    #[error("the replay of dead letter {id} failed: {reason}")]
+    /// The replay's route failed; the entry is kept (with the failure noted). `happened` is
+    /// the route's word ([`RouteError`](crate::dead_letters::RouteError)): certainly not
+    /// applied, or in doubt (a later replay is recognised if it was applied).
+    #[error("the replay of dead letter {id} failed ({}): {reason}", describe(*.happened))]
     ReplayFailed {
         /// The entry.
         id: u64,
         /// The route's error, with its causes.
         reason: String,
+        /// Whether the destination applied the message.
+        happened: Happened,
     },
     /// The store failed. `happened` says whether the operation took effect.
     #[error("the dead-letter store failed ({}): {message}", describe(*.happened))]
@@ -105,8 +108,7 @@ impl DeadLetterError {
     /// Whether the operation took effect.
     pub fn happened(&self) -> Happened {
         match self {
-            Self::Storage { happened, .. } => *happened,
-            Self::ReplayFailed { .. } => Happened::InDoubt,
+            Self::Storage { happened, .. } | Self::ReplayFailed { happened, .. } => *happened,
             _ => Happened::CertainlyNot,
         }
     }

@@ -51,9 +51,13 @@
 //!
 //! ```
 //! use std::sync::Arc;
-//! use actix_delivery::dead_letters::{DeadLetterLimits, DeadLetters, MemoryDeadLetters, Replay, Replayed};
+//! use actix_delivery::dead_letters::{
+//!     DeadLetterLimits, DeadLetters, MemoryDeadLetters, Replay, Replayed, RouteError,
+//! };
 //! use actix_delivery::journal::{MemoryJournal, PersistenceId};
-//! use actix_delivery::persistence::{Decision, EventSourced, Outcome, PersistentHandle, PersistentOptions};
+//! use actix_delivery::persistence::{
+//!     CommandError, Decision, EventSourced, Outcome, PersistentHandle, PersistentOptions,
+//! };
 //! # #[derive(Default, serde::Serialize, serde::Deserialize)] struct Stock(u64);
 //! # #[derive(serde::Serialize, serde::Deserialize)] struct Added(u64);
 //! # impl EventSourced for Stock {
@@ -75,7 +79,11 @@
 //!         match answer.await {
 //!             Ok(Outcome::Done(())) => Ok(Replayed::Applied),
 //!             Ok(Outcome::AlreadyProcessed) => Ok(Replayed::AlreadyApplied),
-//!             Err(error) => Err(error.to_string()),
+//!             // The entity refused it: certainly not applied.
+//!             Err(rejected @ CommandError::Rejected(_)) => {
+//!                 Err(RouteError::certainly_not(rejected.to_string()))
+//!             }
+//!             Err(error) => Err(error.to_string().into()),
 //!         }
 //!     }
 //! });
@@ -89,7 +97,10 @@
 //! query pairs and names the field at fault), and
 //! [`delete`](crate::dead_letters::DeadLetters::delete) drops one without replaying it. Every
 //! error says whether the operation happened
-//! ([`DeadLetterError::happened`](crate::dead_letters::DeadLetterError::happened)).
+//! ([`DeadLetterError::happened`](crate::dead_letters::DeadLetterError::happened)); a failed
+//! replay says what its route said: a route's error is in doubt unless the route knows the
+//! destination refused the message before applying it
+//! ([`RouteError::certainly_not`](crate::dead_letters::RouteError::certainly_not), as above).
 //!
 //! ## The command-line inspector
 //!

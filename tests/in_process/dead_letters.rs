@@ -8,7 +8,7 @@ use std::time::Duration;
 use actix_delivery::codec::Codec;
 use actix_delivery::dead_letters::{
     delivery_key, DeadLetterCause, DeadLetterError, DeadLetterFilter, DeadLetterLimits,
-    DeadLetters, MemoryDeadLetters, NewDeadLetter, Replay, Replayed, SourceKind,
+    DeadLetters, MemoryDeadLetters, NewDeadLetter, Replay, Replayed, RouteError, SourceKind,
 };
 use actix_delivery::journal::MemoryJournal;
 use actix_delivery::persistence::{Outcome, PersistentHandle, PersistentOptions};
@@ -66,7 +66,7 @@ fn route_into(dead_letters: &DeadLetters, ledger: &PersistentHandle<Ledger>) {
             match answer.await {
                 Ok(Outcome::Done(_)) => Ok(Replayed::Applied),
                 Ok(Outcome::AlreadyProcessed) => Ok(Replayed::AlreadyApplied),
-                Err(error) => Err(error.to_string()),
+                Err(error) => Err(error.to_string().into()),
             }
         }
     });
@@ -214,6 +214,42 @@ async fn replays_that_cannot_go_change_nothing_and_say_why() {
     }
     dead_letters.delete(no_route).await.unwrap();
     assert_eq!(dead_letters.counts().await.unwrap().entries, 2);
+}
+
+#[actix::test]
+async fn a_failed_replay_says_what_its_route_said_about_the_destination() {
+    let dead_letters =
+        DeadLetters::new(MemoryDeadLetters::new(DeadLetterLimits::default()).unwrap());
+    let from = |source: &str, body| NewDeadLetter {
+        source: source.into(),
+        ..given_up("k", body)
+    };
+    let refused = dead_letters.keep(from("refusing", 1)).await.unwrap().id;
+    let lost = dead_letters.keep(from("down", 2)).await.unwrap().id;
+    dead_letters.on_replay("refusing", |replay: Replay<u64>| async move {
+        Err(RouteError::certainly_not(format!(
+            "{} is rejected",
+            replay.body
+        )))
+    });
+    dead_letters.on_replay("down", |_: Replay<u64>| async { Err("no answer".into()) });
+    let error = dead_letters.replay(refused).await.unwrap_err();
+    assert_eq!(error.happened(), Happened::CertainlyNot, "{error}");
+    assert!(
+        error
+            .to_string()
+            .contains("(it did not happen): 1 is rejected"),
+        "{error}"
+    );
+    let error = dead_letters.replay(lost).await.unwrap_err();
+    assert_eq!(error.happened(), Happened::InDoubt, "{error}");
+    assert!(error.to_string().contains("no answer"), "{error}");
+    // Both stay, their failures noted.
+    for (id, why) in [(refused, "1 is rejected"), (lost, "no answer")] {
+        let entry = dead_letters.get(id).await.unwrap();
+        assert_eq!((entry.replay_failures, &*entry.letter.error), (1, why));
+    }
+    assert_eq!(dead_letters.stats().replay_failures, 2);
 }
 
 #[actix::test]

@@ -59,7 +59,7 @@ async fn replay_all() {
             if planted {
                 return match ledger.ask(Op::Apply(replay.body)).await {
                     Ok(_) => Ok(Replayed::Applied),
-                    Err(error) => Err(error.to_string()),
+                    Err(error) => Err(error.to_string().into()),
                 };
             }
             match ledger
@@ -68,7 +68,7 @@ async fn replay_all() {
             {
                 Ok(Outcome::Done(_)) => Ok(Replayed::Applied),
                 Ok(Outcome::AlreadyProcessed) => Ok(Replayed::AlreadyApplied),
-                Err(error) => Err(error.to_string()),
+                Err(error) => Err(error.to_string().into()),
             }
         }
     });

@@ -132,7 +132,7 @@ struct DeleteArgs {
 /// changed between its reading and its replay (run it again); a token the console refuses.
 /// Exit code 1: the replay's route failed: the entry is kept, and the replay is in doubt (the
 /// destination may have applied it; an effectively-once destination applies a replay again
-/// once at most). Exit code 3: the console cannot be reached, does not answer within 60 s, or
+/// once at most) unless the route said the destination did not apply it. Exit code 3: the console cannot be reached, does not answer within 60 s, or
 /// failed.
 #[derive(clap::Args, Debug)]
 #[command(after_help = AFTER_HELP)]
@@ -458,12 +458,18 @@ async fn replay(args: ReplayArgs, json: bool, out: &mut Output) -> Result<Status
             )));
         }
         502 => {
+            let outcome = match answer.happened() {
+                Some("certainly_not") => "the destination did not apply it (its route says so)",
+                _ => {
+                    "the replay is in doubt: the destination may have applied it (an \
+                     effectively-once destination applies a replay again once at most)"
+                }
+            };
             return Err(Failure {
                 code: 1,
                 message: format!(
                     "{what}: its replay failed in the application: {error}; the entry is kept, \
-                     and the replay is in doubt: the destination may have applied it (an \
-                     effectively-once destination applies a replay again once at most)"
+                     and {outcome}"
                 ),
             });
         }

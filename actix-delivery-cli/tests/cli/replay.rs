@@ -15,7 +15,7 @@ use actix_delivery::admin::Console;
 use actix_delivery::codec::{Codec, Manifest};
 use actix_delivery::dead_letters::{
     DeadLetterCause, DeadLetterError, DeadLetterLimits, DeadLetters, MemoryDeadLetters,
-    NewDeadLetter, Replay, Replayed, SourceKind,
+    NewDeadLetter, Replay, Replayed, RouteError, SourceKind,
 };
 use actix_delivery::journal::MemoryJournal;
 use actix_delivery::persistence::{Outcome, PersistentHandle, PersistentOptions};
@@ -57,12 +57,15 @@ impl Served {
                 match answer.await {
                     Ok(Outcome::Done(_)) => Ok(Replayed::Applied),
                     Ok(Outcome::AlreadyProcessed) => Ok(Replayed::AlreadyApplied),
-                    Err(error) => Err(error.to_string()),
+                    Err(error) => Err(error.to_string().into()),
                 }
             }
         });
         dead_letters.on_replay("failing", |_: Replay<i64>| async {
-            Err::<Replayed, _>("the destination is down".to_owned())
+            Err::<Replayed, _>("the destination is down".into())
+        });
+        dead_letters.on_replay("refusing", |_: Replay<i64>| async {
+            Err::<Replayed, _>(RouteError::certainly_not("the account is closed"))
         });
         let released = Arc::new(AtomicBool::new(false));
         let gate = released.clone();
@@ -298,7 +301,7 @@ async fn a_dead_letter_is_replayed_through_the_console_once_with_write_and_no_jo
 }
 
 #[actix::test]
-async fn entries_the_application_cannot_replay_stay_and_a_failed_route_is_in_doubt() {
+async fn entries_the_application_cannot_replay_stay_and_a_failed_route_says_whether_it_applied() {
     let served = Served::start(None).await;
     let unreadable = served.keep("deposits", &json!("not a number")).await;
     let no_route = served.keep("nobody", &json!(5)).await;
@@ -344,6 +347,15 @@ async fn entries_the_application_cannot_replay_stay_and_a_failed_route_is_in_dou
     );
     assert!(failed.stderr.contains("the entry is kept"), "{failed:?}");
     assert!(failed.stderr.contains("in doubt"), "{failed:?}");
+    // A route that knows its destination refused it says so, and so does the replay.
+    let refusing = served.keep("refusing", &json!(3)).await;
+    let refused = replay(refusing).await.expect(1);
+    assert!(
+        refused.stderr.contains("the account is closed")
+            && refused.stderr.contains("the destination did not apply it")
+            && !refused.stderr.contains("in doubt"),
+        "{refused:?}"
+    );
 
     // A replay of the entry already running (the page, another operator): nothing changed.
     let slow = served.keep("slow", &json!(9)).await;
@@ -362,7 +374,7 @@ async fn entries_the_application_cannot_replay_stay_and_a_failed_route_is_in_dou
         "replayed once, by the first replay"
     );
 
-    for id in [unreadable, no_route, failing] {
+    for id in [unreadable, no_route, failing, refusing] {
         assert!(served.kept(id).await, "{id} is kept");
     }
     let failures = |id| {

@@ -159,7 +159,7 @@ pub async fn world() -> World {
             match answer.await {
                 Ok(Outcome::Done(_)) => Ok(Replayed::Applied),
                 Ok(Outcome::AlreadyProcessed) => Ok(Replayed::AlreadyApplied),
-                Err(error) => Err(error.to_string()),
+                Err(error) => Err(error.to_string().into()),
             }
         }
     });

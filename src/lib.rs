@@ -119,7 +119,8 @@ pub mod dead_letters {
     //!   sampling of floods: of what a peer sent (undecodable, incompatible, malformed) a source
     //!   keeps a burst, then one per interval, and counts the rest. Beyond the bounds, the
     //!   oldest entries a peer's input caused are dropped first (counted), then the oldest: a
-    //!   peer's flood replaces its own entries, not the give-ups of this process's parts.
+    //!   peer's flood replaces its own entries, and takes of the give-ups of this process's
+    //!   parts at most the room of one entry without its body (see [`DeadLetterStore`]).
     //! - **Stores.** [`MemoryDeadLetters`]; `SqliteDeadLetters` and `PostgresDeadLetters` keep
     //!   them in their journal's database, in a table of their own (adding it raises no schema
     //!   version). Every [`DeadLetterStore`] is held to the same rules by one conformance suite.

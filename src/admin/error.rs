@@ -67,7 +67,7 @@ impl From<DeadLetterError> for AdminError {
             DeadLetterError::NoRoute(_) => (StatusCode::UNPROCESSABLE_ENTITY, Some("source")),
             DeadLetterError::Busy(_) => (StatusCode::CONFLICT, Some("id")),
             DeadLetterError::Unreplayable { .. } => (StatusCode::UNPROCESSABLE_ENTITY, None),
-            // The destination failed: the message may have been applied.
+            // The destination failed (the error says whether it may have applied the message).
             DeadLetterError::ReplayFailed { .. } => (StatusCode::BAD_GATEWAY, None),
             _ if happened == Happened::CertainlyNot => (StatusCode::SERVICE_UNAVAILABLE, None),
             _ => (StatusCode::INTERNAL_SERVER_ERROR, None),

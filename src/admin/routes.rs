@@ -55,7 +55,8 @@ impl Console {
     /// confirm the write, `422` for an entry that cannot be replayed (its body was not kept,
     /// no longer decodes as the type its route reads, or its source has no route), `502` when
     /// the replay's route failed (the entry is kept; `in_doubt`: the destination may have
-    /// applied it, or `certainly_not` when the route said it did not), `503`/`500` when the store failed. Nothing changes on a `4xx`.
+    /// applied it, or `certainly_not` when the route said it did not), `503`/`500` when the
+    /// store failed. Nothing changes on a `4xx`.
     pub fn scope(
         &self,
         path: &str,

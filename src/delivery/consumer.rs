@@ -320,7 +320,8 @@ impl<T: Send + 'static> ConsumerController<T> {
     fn dead_letter(&self, reason: DeadLetterReason, header: Header, body: Option<Bytes>) {
         if let Some((kept, kind, source)) = &self.kept {
             kept.record_with(source, refused_cause(reason), || {
-                refused(*kind, source, reason, &header, body)
+                let max_body_bytes = kept.store().limits().max_body_bytes;
+                refused(*kind, source, reason, &header, body, max_body_bytes)
             });
         }
         if let Some(sink) = &self.dead_letters {
@@ -625,13 +626,15 @@ fn refused_cause(reason: DeadLetterReason) -> DeadLetterCause {
     }
 }
 
-/// The dead letter kept of a delivery the part `kind` named `source` refused for `reason`.
+/// The dead letter kept of a delivery the part `kind` named `source` refused for `reason`; its
+/// body copied only if the store keeps a body of its length.
 fn refused(
     kind: SourceKind,
     source: &str,
     reason: DeadLetterReason,
     header: &Header,
     body: Option<Bytes>,
+    max_body_bytes: u64,
 ) -> NewDeadLetter {
     let info = DeliveryInfo::from(header);
     NewDeadLetter {
@@ -643,7 +646,9 @@ fn refused(
         // The body as received: its own framing says how it was written.
         manifest: Manifest::raw(),
         body_len: body.as_ref().map_or(0, |body| body.len() as u64),
-        body: body.map(|body| body.to_vec()),
+        body: body
+            .filter(|body| body.len() as u64 <= max_body_bytes)
+            .map(|body| body.to_vec()),
         attempts: 1,
         error: reason.to_string(),
     }

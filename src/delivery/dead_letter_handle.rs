@@ -61,14 +61,22 @@ pub struct Replay<T> {
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 #[error("{reason}")]
 pub struct RouteError {
-    /// The error, with its causes.
-    pub reason: String,
-    /// Whether the destination applied the message: [`Happened::CertainlyNot`] or
-    /// [`Happened::InDoubt`].
-    pub happened: Happened,
+    reason: String,
+    happened: Happened,
 }
 
 impl RouteError {
+    /// The error, with its causes.
+    pub fn reason(&self) -> &str {
+        &self.reason
+    }
+
+    /// Whether the destination applied the message: [`Happened::CertainlyNot`] or
+    /// [`Happened::InDoubt`].
+    pub fn happened(&self) -> Happened {
+        self.happened
+    }
+
     /// The route failed and the destination may or may not have applied the message (a lost
     /// answer, a timeout, a storage error).
     pub fn in_doubt(reason: impl Into<String>) -> Self {
@@ -406,7 +414,8 @@ impl DeadLetters {
             .ok_or_else(|| DeadLetterError::Unreplayable {
                 id,
                 reason: format!(
-                    "its body ({} bytes) was not kept: larger than max_body_bytes, or sampled",
+                    "its body ({} bytes) was not kept: larger than max_body_bytes, or than the \
+                     room a peer's letter had",
                     entry.letter.body_len
                 ),
             })?;

@@ -20,9 +20,10 @@ pub type DeadLetterFuture<'a, T> =
 
 /// A store of dead letters: bounded, one entry per source and key (see [`DeadLetterLimits`]).
 /// Beyond its bounds, it drops the oldest entry a peer's input caused
-/// ([`DeadLetterCause::is_peer_input`](crate::dead_letters::DeadLetterCause::is_peer_input)),
-/// or the oldest when none is left, never the entry just kept. Every write is reported done
-/// only once committed.
+/// ([`DeadLetterCause::is_peer_input`](crate::dead_letters::DeadLetterCause::is_peer_input));
+/// when none is left, the body of a peer's letter just kept if only the bytes are over; then
+/// the oldest entry; never the entry just kept ([`DeadLetterLimits`] says what that bounds).
+/// Every write is reported done only once committed.
 pub trait DeadLetterStore: Send + Sync + 'static {
     /// The store's id: stable for as long as its entries are (a durable store's is its
     /// journal's id, a memory store's is drawn when it is made). Replays are identified by it
@@ -83,9 +84,9 @@ pub enum DeadLetterError {
     #[error("a replay of dead letter {0} is already running")]
     Busy(u64),
     /// The replay's route failed; the entry is kept (with the failure noted). `happened` is
-    /// the route's word ([`RouteError`](crate::dead_letters::RouteError)): certainly not
-    /// applied, or in doubt (a later replay is recognised if it was applied).
-    #[error("the replay of dead letter {id} failed ({}): {reason}", describe(*.happened))]
+    /// the route's word on the destination ([`RouteError`](crate::dead_letters::RouteError)):
+    /// certainly did not apply it, or in doubt (a later replay is recognised if it did).
+    #[error("the replay of dead letter {id} failed ({}): {reason}", destination(*.happened))]
     ReplayFailed {
         /// The entry.
         id: u64,
@@ -105,12 +106,21 @@ pub enum DeadLetterError {
 }
 
 impl DeadLetterError {
-    /// Whether the operation took effect.
+    /// Whether the operation took effect; of a failed replay, whether its destination applied
+    /// the message.
     pub fn happened(&self) -> Happened {
         match self {
             Self::Storage { happened, .. } | Self::ReplayFailed { happened, .. } => *happened,
             _ => Happened::CertainlyNot,
         }
+    }
+}
+
+/// What a failed replay's route said of its destination.
+fn destination(happened: Happened) -> &'static str {
+    match happened {
+        Happened::CertainlyNot => "the destination did not apply it",
+        _ => "the destination may or may not have applied it",
     }
 }
 

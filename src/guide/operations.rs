@@ -27,9 +27,10 @@
 //! deliveries) is sampled: each source keeps a burst per cause, then one per interval, and
 //! counts the rest, however patient the peer
 //! ([`DeadLetterLimits`](crate::dead_letters::DeadLetterLimits)). Beyond the bounds, the
-//! oldest entries a peer's input caused are dropped first (counted), then the oldest of the
-//! rest: a peer's flood replaces its own entries, and drops the give-ups and poison of this
-//! process's parts only for the room its first letter needs.
+//! oldest entries a peer's input caused are dropped first (counted); a peer's letter for
+//! which that leaves no room loses its body (its length stays); then the oldest of the rest
+//! go. A peer's flood so replaces its own entries, and takes of the give-ups and poison of
+//! this process's parts at most the room of one entry without its body.
 //!
 //! Three stores keep to the same rules:
 //! [`MemoryDeadLetters`](crate::dead_letters::MemoryDeadLetters) (gone at exit),

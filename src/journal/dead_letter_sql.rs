@@ -455,6 +455,10 @@ pub(crate) use store_through_client;
 /// The causes a peer's input makes ([`DeadLetterCause::is_peer_input`]) as a SQL list of
 /// literals, for the stores' schemas (a literal, so that it goes into `concat!`) and their
 /// eviction, which drops these entries first.
+///
+/// The partial index `dead_letter_peer_input` is made with this list and is used only by
+/// statements with the same list: a change to it must rename the index (its old predicate
+/// stays in existing databases under `IF NOT EXISTS`).
 macro_rules! peer_input_causes {
     () => {
         "'undecodable', 'incompatible_version', 'malformed'"

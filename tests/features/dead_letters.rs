@@ -747,7 +747,8 @@ async fn a_patient_attacker_stays_within_the_bounds(open: &Open) {
 
 /// A peer's flood of undecodable and malformed letters, pressing on the entries and on the
 /// bytes, drops only entries of its own once it has some: of the give-ups and poison that
-/// filled the store before it, it drops only what its first letter needs room for.
+/// filled the store before it, it drops one for its first letter, which is kept without its
+/// body (heavier than the room left), and none after.
 async fn a_peers_flood_replaces_its_own_entries_not_the_give_ups(open: &Open) {
     const FLOOD: usize = 1_000;
     let max_bytes = 10 * letter("own-0", 500).weight();
@@ -776,8 +777,10 @@ async fn a_peers_flood_replaces_its_own_entries_not_the_give_ups(open: &Open) {
         letter
     };
     let first = store.keep(flood_letter(0), 1).await.unwrap();
-    assert!(first.evicted >= 4, "{first:?}");
-    let own_left = own[first.evicted as usize..].to_vec();
+    assert_eq!(first.evicted, 1, "{first:?}");
+    let entry = store.get(first.id).await.unwrap().unwrap();
+    assert_eq!((entry.letter.body, entry.letter.body_len), (None, 2_000));
+    let own_left = own[1..].to_vec();
     let flood: Vec<_> = futures_util::stream::iter(1..FLOOD)
         .map(|n| store.keep(flood_letter(n), 1 + n as u64))
         .buffered(64)
@@ -797,7 +800,7 @@ async fn a_peers_flood_replaces_its_own_entries_not_the_give_ups(open: &Open) {
     );
     assert_eq!(*left.last().unwrap(), flood.last().unwrap().id);
     // A give-up after the flood drops the flood's entries, not the give-ups.
-    let after = store.keep(letter("own-after", 500), 2_000).await.unwrap();
+    let after = store.keep(letter("own-A", 500), 2_000).await.unwrap();
     let left = ids(store).await;
     assert_eq!(left[..own_left.len()], own_left);
     assert_eq!(*left.last().unwrap(), after.id);
@@ -1218,7 +1221,8 @@ mod pg {
     }
 
     /// Entries stay in the schema across connections, under the journal's id; the journal's
-    /// schema version is as it was (one row: actix-delivery, 3), and it connects as before.
+    /// schema version is as it was (one row: actix-delivery, 3), and it connects as before; a
+    /// store whose tables lack the eviction's index (an earlier version's) makes it.
     #[tokio::test]
     async fn a_postgres_store_keeps_its_entries_across_reconnecting_and_leaves_the_schema_version()
     {
@@ -1240,6 +1244,20 @@ mod pg {
         drop(store);
         journal.close().await;
         assert_eq!(schema.marks().await, marks);
+        // As an earlier version left its tables: without the eviction's index.
+        let index = format!("\"{}\".dead_letter_peer_input", schema.name);
+        let indexed = || async {
+            let sql = "SELECT to_regclass($1) IS NOT NULL";
+            let row = schema.admin.query_one(sql, &[&index]).await.unwrap();
+            row.get::<_, bool>(0)
+        };
+        assert!(indexed().await);
+        schema
+            .admin
+            .batch_execute(&format!("DROP INDEX {index}"))
+            .await
+            .unwrap();
+        assert!(!indexed().await);
 
         let journal = schema.journal().await;
         assert_eq!(journal.journal_id(), Some(journal_id.clone()));
@@ -1248,6 +1266,7 @@ mod pg {
             .unwrap();
         assert_eq!(store.store_id(), journal_id.as_str());
         assert_eq!(all(&store).await, before);
+        assert!(indexed().await, "made when the store opened");
         assert!(store.keep(letter("d", 1), 2).await.unwrap().id > kept[2]);
         let (totals, actual) = schema.totals().await;
         assert_eq!(totals, actual);

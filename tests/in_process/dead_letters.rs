@@ -238,7 +238,7 @@ async fn a_failed_replay_says_what_its_route_said_about_the_destination() {
     assert!(
         error
             .to_string()
-            .contains("(it did not happen): 1 is rejected"),
+            .contains("(the destination did not apply it): 1 is rejected"),
         "{error}"
     );
     let error = dead_letters.replay(lost).await.unwrap_err();

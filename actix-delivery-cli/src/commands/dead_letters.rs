@@ -132,8 +132,8 @@ struct DeleteArgs {
 /// changed between its reading and its replay (run it again); a token the console refuses.
 /// Exit code 1: the replay's route failed: the entry is kept, and the replay is in doubt (the
 /// destination may have applied it; an effectively-once destination applies a replay again
-/// once at most) unless the route said the destination did not apply it. Exit code 3: the console cannot be reached, does not answer within 60 s, or
-/// failed.
+/// once at most) unless the route said the destination did not apply it. Exit code 3: the
+/// console cannot be reached, does not answer within 60 s, or failed.
 #[derive(clap::Args, Debug)]
 #[command(after_help = AFTER_HELP)]
 struct ReplayArgs {
@@ -459,7 +459,7 @@ async fn replay(args: ReplayArgs, json: bool, out: &mut Output) -> Result<Status
         }
         502 => {
             let outcome = match answer.happened() {
-                Some("certainly_not") => "the destination did not apply it (its route says so)",
+                Some("certainly_not") => "nothing was applied (its route says so)",
                 _ => {
                     "the replay is in doubt: the destination may have applied it (an \
                      effectively-once destination applies a replay again once at most)"

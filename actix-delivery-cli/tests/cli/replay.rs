@@ -5,7 +5,8 @@
 //! whose `slow` letters a route that waits until the test releases it.
 //! The binary replays without any journal option; refuses without --write, for an unknown id,
 //! an entry that does not decode as its route's type, a bearer token the console refuses, an
-//! https:// or unreachable console; and reports a failed route as in doubt (exit 1).
+//! https:// or unreachable console; and reports a failed route as in doubt, or as applying
+//! nothing when its route says so (exit 1).
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -352,7 +353,7 @@ async fn entries_the_application_cannot_replay_stay_and_a_failed_route_says_whet
     let refused = replay(refusing).await.expect(1);
     assert!(
         refused.stderr.contains("the account is closed")
-            && refused.stderr.contains("the destination did not apply it")
+            && refused.stderr.contains("nothing was applied")
             && !refused.stderr.contains("in doubt"),
         "{refused:?}"
     );

@@ -39,10 +39,12 @@ impl DeadLetterBook {
 
     /// Keeps `letter` ([`bounded`](NewDeadLetter::bounded) first): updates the entry of the
     /// same source and key (its id and first time stay), or adds one; then, until the book is
-    /// within its bounds again, drops the oldest entry a peer's input caused, or the oldest
-    /// entry when none is left (the entry just kept last: it stays even when it alone is over
-    /// `max_bytes`). A peer's flood so replaces its own entries, not this process's give-ups:
-    /// it drops one of those only when no other entry of a peer's is left to drop.
+    /// within its bounds again, drops the oldest other entry a peer's input caused; when none
+    /// is left and only `max_bytes` is exceeded, drops the body of the letter just kept if a
+    /// peer's input caused it (its length and manifest stay); then the oldest other entry.
+    /// The entry just kept stays, even when it alone is over `max_bytes`. A peer's flood so
+    /// replaces its own entries: of this process's give-ups and poison it takes at most the
+    /// room of one entry without its body.
     pub fn keep(&mut self, letter: NewDeadLetter, now_ms: u64) -> Kept {
         let letter = letter.bounded(self.limits.max_body_bytes);
         let key = (letter.kind, letter.source.clone(), letter.key.clone());
@@ -82,10 +84,18 @@ impl DeadLetterBook {
             && (self.entries.len() as u64 > self.limits.max_entries
                 || self.bytes > self.limits.max_bytes)
         {
-            let next = first_but(self.peer_input.iter().copied(), id)
-                .or_else(|| first_but(self.entries.keys().copied(), id))
-                .expect("more than one entry");
-            self.remove(next);
+            if let Some(next) = first_but(self.peer_input.iter().copied(), id) {
+                self.remove(next);
+            } else if peer_input
+                && self.entries.len() as u64 <= self.limits.max_entries
+                && self.drop_body(id)
+            {
+                // Only the bytes are over: the body makes room, not a give-up.
+                continue;
+            } else {
+                let next = first_but(self.entries.keys().copied(), id).expect("more than one");
+                self.remove(next);
+            }
             evicted += 1;
         }
         Kept {
@@ -93,6 +103,16 @@ impl DeadLetterBook {
             updated,
             evicted,
         }
+    }
+
+    /// Drops the body of the entry `id` (its length stays); whether it had one.
+    fn drop_body(&mut self, id: u64) -> bool {
+        let entry = self.entries.get_mut(&id).expect("the entry just kept");
+        let Some(body) = entry.letter.body.take() else {
+            return false;
+        };
+        self.bytes -= body.len() as u64;
+        true
     }
 
     /// The entry `id`.
@@ -291,6 +311,32 @@ mod tests {
         assert_eq!(book.keep(peer("e"), 4).id, 55);
         assert_eq!(book.keep(letter("g", 1), 4).evicted, 1);
         assert_eq!(ids(&book), [3, 4, 56, 57]);
+    }
+
+    #[test]
+    fn a_peers_letter_too_heavy_for_the_room_left_is_kept_without_its_body() {
+        let own = letter("own-0", 100).weight();
+        let mut book = DeadLetterBook::new(limits(100, 10 * own));
+        for n in 0..10 {
+            book.keep(letter(&format!("own-{n}"), 100), 0);
+        }
+        let peer = |n: usize, body: usize| NewDeadLetter {
+            cause: DeadLetterCause::Malformed,
+            ..letter(&format!("own-{n}x"), body)
+        };
+        // The first takes the room of one give-up, its body dropped, not of eleven.
+        let first = book.keep(peer(0, 1000), 1);
+        assert_eq!(first.evicted, 1);
+        assert_eq!(book.get(first.id).unwrap().letter.body, None);
+        assert_eq!(book.get(first.id).unwrap().letter.body_len, 1000);
+        // A growing flood replaces itself and keeps what fits of each body: no give-up goes.
+        for (n, body) in [(1, 1), (2, 50), (3, 500), (4, 1), (5, 1000), (6, 90)] {
+            let kept = book.keep(peer(n, body), 2);
+            let entry = book.get(kept.id).unwrap();
+            assert_eq!(entry.letter.body.is_some(), body < 100, "letter {n}");
+            assert!(book.counts().bytes <= 10 * own, "letter {n}");
+            assert_eq!(ids(&book)[..9], [2, 3, 4, 5, 6, 7, 8, 9, 10], "letter {n}");
+        }
     }
 
     #[test]

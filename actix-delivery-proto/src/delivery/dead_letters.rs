@@ -389,9 +389,11 @@ pub struct DeadLetterCounts {
 /// The bounds of a dead-letter store and of what it keeps of floods.
 ///
 /// Beyond `max_entries` or `max_bytes`, a store drops the oldest entry a peer's input caused
-/// ([`DeadLetterCause::is_peer_input`]), or the oldest when none is left, never the entry just
-/// kept (counted in [`Kept::evicted`]): a peer's flood replaces its own entries, not the
-/// give-ups and poison of this process's parts.
+/// ([`DeadLetterCause::is_peer_input`]); when none is left, the body of a peer's letter just
+/// kept if only the bytes are over; then the oldest entry; never the entry just kept (counted
+/// in [`Kept::evicted`]). A peer's flood so replaces its own entries, and takes of the
+/// give-ups and poison of this process's parts at most the room of one entry without its
+/// body.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct DeadLetterLimits {
     /// The most entries kept. Default 10 000.

@@ -115,10 +115,6 @@ CREATE INDEX IF NOT EXISTS dead_letter_peer_input ON dead_letter (id)
     WHERE cause IN (",
         peer_input_causes!(),
         ");
-CREATE INDEX IF NOT EXISTS dead_letter_own ON dead_letter (id)
-    WHERE cause NOT IN (",
-        peer_input_causes!(),
-        ");
 CREATE TABLE IF NOT EXISTS dead_letter_totals (
     entries BIGINT NOT NULL,
     bytes BIGINT NOT NULL
@@ -252,6 +248,7 @@ struct Sql {
     lock: String,
     keep: String,
     evict: String,
+    drop_body: String,
     list: String,
     get: String,
     remove: String,
@@ -264,19 +261,20 @@ impl Sql {
         let t = schema::table(schema_name, "dead_letter");
         let totals = schema::table(schema_name, "dead_letter_totals");
         // The next entries but `$kept` to go, in order: the oldest EVICT_SCAN a peer's input
-        // caused, then, only if there are fewer, the oldest of the others (each found by its
-        // partial index); with how many come before each and what they weigh with it. Those to
-        // drop while the totals (`after`) are beyond the bounds `$max_entries`, `$max_bytes`:
-        // the rule of DeadLetterBook::keep.
+        // caused (found by the partial index), then, only if there are fewer (so that the scan
+        // by id skips fewer) and `$own` allows, the oldest of the others; with how many come
+        // before each and what they weigh with it. Those to drop while the totals (`after`)
+        // are beyond the bounds `$max_entries`, `$max_bytes`: the rule of DeadLetterBook::keep
+        // (the worker does the rest of it for a peer's letter, which drops no other entry here).
         let peer = peer_input_causes!();
-        let evict = |kept: &str, max_entries: &str, max_bytes: &str| {
+        let evict = |kept: &str, max_entries: &str, max_bytes: &str, own: &str| {
             format!(
                 "peer_oldest AS ( \
                      SELECT id, weight FROM {t} WHERE {kept} AND cause IN ({peer}) \
                      ORDER BY id LIMIT {EVICT_SCAN} \
                  ), own_oldest AS ( \
                      SELECT id, weight FROM {t} WHERE {kept} AND cause NOT IN ({peer}) \
-                         AND (SELECT count(*) FROM peer_oldest) < {EVICT_SCAN} \
+                         AND {own} AND (SELECT count(*) FROM peer_oldest) < {EVICT_SCAN} \
                      ORDER BY id LIMIT {EVICT_SCAN} \
                  ), oldest AS ( \
                      SELECT id, weight, row_number() OVER w AS n, \
@@ -300,9 +298,10 @@ impl Sql {
             schema: schema_name.to_owned(),
             lock: format!("LOCK TABLE {t} IN SHARE ROW EXCLUSIVE MODE"),
             // $1..$3 the key (kind, source, key), $4..$14 the letter, $13 the time, $14 its
-            // weight, $15 and $16 the bounds. Returns the entry's id, whether it was there,
-            // how many entries were dropped, and whether the store is still beyond its bounds
-            // (then `evict` goes on).
+            // weight, $15 and $16 the bounds, $17 whether entries of this process may be
+            // dropped for it (not for a peer's letter). Returns the entry's id, whether it was
+            // there, how many entries were dropped, and whether the store is still beyond its
+            // bounds (then the worker goes on).
             keep: format!(
                 "WITH existing AS ( \
                      SELECT id, weight FROM {t} \
@@ -339,12 +338,13 @@ impl Sql {
                 eviction = evict(
                     "id <> coalesce((SELECT id FROM existing), 0)",
                     "$15::int8",
-                    "$16::int8"
+                    "$16::int8",
+                    "$17::bool"
                 ),
                 over = over("$15::int8", "$16::int8"),
             ),
             // What a keep whose statement could not drop enough drops next: $1 the entry kept,
-            // $2 and $3 the bounds.
+            // $2 and $3 the bounds, $4 whether entries of this process may go.
             evict: format!(
                 "WITH after AS (SELECT entries, bytes FROM {totals}), {eviction}, counted AS ( \
                      UPDATE {totals} SET entries = entries - (SELECT count(*) FROM evicted), \
@@ -352,7 +352,26 @@ impl Sql {
                      RETURNING entries, bytes \
                  ) \
                  SELECT (SELECT count(*) FROM evicted), (SELECT {over} FROM counted)",
-                eviction = evict("id <> $1::int8", "$2::int8", "$3::int8"),
+                eviction = evict("id <> $1::int8", "$2::int8", "$3::int8", "$4::bool"),
+                over = over("$2::int8", "$3::int8"),
+            ),
+            // A peer's letter $1 with no other entry of a peer's left to drop, the store beyond
+            // `max_bytes` $3 but not beyond `max_entries` $2: its body goes (its length stays).
+            // Returns whether it went, and whether the store is still beyond its bounds.
+            drop_body: format!(
+                "WITH old AS ( \
+                     SELECT id, octet_length(body)::int8 AS freed FROM {t} \
+                     WHERE id = $1::int8 AND body IS NOT NULL \
+                         AND (SELECT entries <= $2::int8 AND bytes > $3::int8 FROM {totals}) \
+                 ), stripped AS ( \
+                     UPDATE {t} SET weight = {t}.weight - old.freed, body = NULL FROM old \
+                     WHERE {t}.id = old.id RETURNING old.freed \
+                 ), counted AS ( \
+                     UPDATE {totals} SET bytes = bytes - (SELECT freed FROM stripped) \
+                     WHERE EXISTS (SELECT 1 FROM stripped) RETURNING entries, bytes \
+                 ) \
+                 SELECT EXISTS (SELECT 1 FROM stripped), \
+                     coalesce((SELECT {over} FROM counted), (SELECT {over} FROM {totals}))",
                 over = over("$2::int8", "$3::int8"),
             ),
             list: format!(
@@ -407,6 +426,7 @@ struct Connection {
     commit: Statement,
     keep: Statement,
     evict: Statement,
+    drop_body: Statement,
     list: Statement,
     get: Statement,
     remove: Statement,
@@ -473,6 +493,9 @@ struct KeepParams {
     weight: i64,
     max_entries: i64,
     max_bytes: i64,
+    /// Whether entries of this process (give-ups, poison) may be dropped for the letter by
+    /// the keep statement: not for a peer's (the worker makes room for one, see `keep_alone`).
+    own_may_go: bool,
 }
 
 impl KeepParams {
@@ -499,6 +522,7 @@ impl KeepParams {
             weight: int(letter.weight()),
             max_entries: int(limits.max_entries),
             max_bytes: int(limits.max_bytes),
+            own_may_go: !letter.cause.is_peer_input(),
             source: letter.source,
             key: letter.key,
             body: letter.body,
@@ -506,7 +530,7 @@ impl KeepParams {
         }
     }
 
-    fn params(&self) -> [&(dyn ToSql + Sync); 16] {
+    fn params(&self) -> [&(dyn ToSql + Sync); 17] {
         [
             &self.kind,
             &self.source,
@@ -524,6 +548,7 @@ impl KeepParams {
             &self.weight,
             &self.max_entries,
             &self.max_bytes,
+            &self.own_may_go,
         ]
     }
 }
@@ -654,10 +679,14 @@ impl Worker {
                 storage(Happened::CertainlyNot, format_args!("dead letters: {err}"))
             })?;
         let sql = &self.sql;
+        // The tables and the index the eviction needs (a store whose tables an earlier version
+        // made gets it now).
+        let index = schema::table(&sql.schema, "dead_letter_peer_input");
         let exists: bool = client
             .query_one(
-                "SELECT to_regclass($1) IS NOT NULL AND to_regclass($2) IS NOT NULL",
-                &[&sql.entries, &sql.totals],
+                "SELECT to_regclass($1) IS NOT NULL AND to_regclass($2) IS NOT NULL \
+                     AND to_regclass($3) IS NOT NULL",
+                &[&sql.entries, &sql.totals, &index],
             )
             .await
             .and_then(|row| row.try_get(0))
@@ -687,7 +716,8 @@ impl Worker {
             let what = if exists {
                 "cannot count the totals"
             } else {
-                "cannot create the tables (create them with PostgresDeadLetters::SCHEMA_SQL)"
+                "cannot create the tables or their index (create them with \
+                 PostgresDeadLetters::SCHEMA_SQL)"
             };
             return Err(failed(Happened::CertainlyNot, what, &err));
         }
@@ -707,6 +737,7 @@ impl Worker {
                 client.prepare("COMMIT").await?,
                 client.prepare(&sql.keep).await?,
                 client.prepare(&sql.evict).await?,
+                client.prepare(&sql.drop_body).await?,
                 client.prepare(&sql.list).await?,
                 client.prepare(&sql.get).await?,
                 client.prepare(&sql.remove).await?,
@@ -715,8 +746,8 @@ impl Worker {
             ])
         }
         .await;
-        let [begin, lock, commit, keep, evict, list, get, remove, replay_failed, counts] = prepared
-            .map_err(|err| {
+        let [begin, lock, commit, keep, evict, drop_body, list, get, remove, replay_failed, counts] =
+            prepared.map_err(|err| {
                 failed(
                     Happened::CertainlyNot,
                     "cannot prepare the statements",
@@ -730,6 +761,7 @@ impl Worker {
             commit,
             keep,
             evict,
+            drop_body,
             list,
             get,
             remove,
@@ -888,7 +920,7 @@ impl Worker {
         let what = "keep a letter";
         let connection = self.connection().await?;
         let client = &connection.client;
-        let params: Vec<[&(dyn ToSql + Sync); 16]> = keeps.iter().map(KeepParams::params).collect();
+        let params: Vec<[&(dyn ToSql + Sync); 17]> = keeps.iter().map(KeepParams::params).collect();
         let mut futures: Vec<Pipelined<'_>> = Vec::with_capacity(keeps.len() + 2);
         for statement in [&connection.begin, &connection.lock] {
             futures.push(Box::pin(async move {
@@ -936,7 +968,10 @@ impl Worker {
         self.commit(what).await.map(|()| Some(kept))
     }
 
-    /// Keeps one letter in a transaction of its own, dropping as many entries as it must.
+    /// Keeps one letter in a transaction of its own, dropping as many entries as it must, by
+    /// the rule of `DeadLetterBook::keep`: the entries of a peer's first; for a peer's letter,
+    /// once none is left, entries of this process only for `max_entries`, then its own body,
+    /// then entries of this process for `max_bytes`.
     async fn keep_alone(&mut self, keep: &KeepParams) -> Result<Kept, DeadLetterError> {
         let what = "keep a letter";
         let totals = self.sql.totals.clone();
@@ -948,12 +983,22 @@ impl Worker {
             let row = client.query_one(&connection.keep, &keep.params()).await?;
             let KeptRow { mut kept, mut over } = KeptRow::of(&row)?;
             let id = kept.id as i64;
-            while over {
-                let params: [&(dyn ToSql + Sync); 3] = [&id, &keep.max_entries, &keep.max_bytes];
+            // Drops entries (of a peer's only, unless `own`) while beyond `max_bytes` (or not
+            // looking at the bytes): how many, and whether the store is still beyond its bounds.
+            let evict = |max_bytes: i64, own: bool| async move {
+                let params: [&(dyn ToSql + Sync); 4] = [&id, &keep.max_entries, &max_bytes, &own];
                 let row = client.query_one(&connection.evict, &params).await?;
-                let evicted: i64 = row.try_get(0)?;
-                over = row.try_get(1)?;
-                if evicted == 0 {
+                Ok::<_, tokio_postgres::Error>((row.try_get::<_, i64>(0)?, row.try_get(1)?))
+            };
+            let mut own = keep.own_may_go;
+            while over {
+                let (evicted, still) = evict(keep.max_bytes, own).await?;
+                kept.evicted += evicted as u64;
+                over = still;
+                if evicted > 0 || !over {
+                    continue;
+                }
+                if own {
                     log::warn!(
                         "dead letters: the totals in `{}` count entries that are not there \
                          (they are counted again when a store opens)",
@@ -961,7 +1006,15 @@ impl Worker {
                     );
                     break;
                 }
+                // A peer's letter, no other entry of a peer's left: entries of this process go
+                // for `max_entries` alone, then its body for the bytes, then entries of this
+                // process for the bytes.
+                let (evicted, _) = evict(i64::MAX, true).await?;
                 kept.evicted += evicted as u64;
+                let params: [&(dyn ToSql + Sync); 3] = [&id, &keep.max_entries, &keep.max_bytes];
+                let row = client.query_one(&connection.drop_body, &params).await?;
+                over = row.try_get(1)?;
+                own = true;
             }
             Ok::<_, tokio_postgres::Error>(kept)
         }

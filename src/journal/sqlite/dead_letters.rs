@@ -71,17 +71,24 @@ const CREATE: &str = concat!(
 "
 );
 
-/// Drops the next entry to go beyond the bounds, but never `?1` (the entry just kept): the
-/// oldest a peer's input caused, else the oldest (the rule of `DeadLetterBook::keep`; the
-/// partial index finds the first).
-const EVICT: &str = concat!(
-    "DELETE FROM dead_letter WHERE id = coalesce( \
+/// Drops the oldest entry a peer's input caused but `?1` (the entry just kept), found by the
+/// partial index; returns its weight.
+const EVICT_PEER_INPUT: &str = concat!(
+    "DELETE FROM dead_letter WHERE id = \
          (SELECT id FROM dead_letter WHERE cause IN (",
     peer_input_causes!(),
-    ") AND id <> ?1 ORDER BY id LIMIT 1), \
-         (SELECT id FROM dead_letter WHERE id <> ?1 ORDER BY id LIMIT 1)) \
+    ") AND id <> ?1 ORDER BY id LIMIT 1) \
      RETURNING weight"
 );
+
+/// Drops the oldest entry but `?1`; returns its weight.
+const EVICT_OLDEST: &str = "DELETE FROM dead_letter WHERE id = \
+     (SELECT id FROM dead_letter WHERE id <> ?1 ORDER BY id LIMIT 1) \
+     RETURNING weight";
+
+/// Drops the body of the entry `?1` (its length stays); returns its weight without it.
+const DROP_BODY: &str = "UPDATE dead_letter SET weight = weight - length(body), body = NULL \
+     WHERE id = ?1 AND body IS NOT NULL RETURNING weight";
 
 /// Counts the totals again from the entries (on open: entries may have been deleted by hand
 /// meanwhile).
@@ -515,8 +522,9 @@ fn keep_group(db: &mut Db<'_>, limits: &DeadLetterLimits, keeps: Vec<KeepRequest
 }
 
 /// Keeps one letter inside the open transaction: updates the entry of its source and key or
-/// adds one, then drops other entries ([`EVICT`]) while the store is beyond its bounds;
-/// `totals` follow.
+/// adds one, then, while the store is beyond its bounds, makes room by the rule of
+/// `DeadLetterBook::keep`: the oldest other entry a peer's input caused, the body of a peer's
+/// letter just kept (only the bytes over), the oldest other entry; `totals` follow.
 fn keep_one(
     db: &mut Db<'_>,
     limits: &DeadLetterLimits,
@@ -586,11 +594,28 @@ fn keep_one(
     totals.entries += added;
     totals.bytes += grown;
     let mut evicted = 0;
+    let peer_input = letter.cause.is_peer_input();
     while over(limits, totals.entries, totals.bytes) {
-        let next: Option<i64> = db
-            .prepare(EVICT)?
+        let mut next: Option<i64> = db
+            .prepare(EVICT_PEER_INPUT)?
             .query_row([id], |row| row.get(0))
             .optional()?;
+        if next.is_none() && peer_input && totals.entries <= int(limits.max_entries) {
+            let without_body: Option<i64> = db
+                .prepare(DROP_BODY)?
+                .query_row([id], |row| row.get(0))
+                .optional()?;
+            if let Some(without_body) = without_body {
+                totals.bytes -= weight - without_body;
+                continue;
+            }
+        }
+        if next.is_none() {
+            next = db
+                .prepare(EVICT_OLDEST)?
+                .query_row([id], |row| row.get(0))
+                .optional()?;
+        }
         let Some(dropped) = next else {
             // The totals count entries that are not there: they are counted again on open.
             log::warn!(

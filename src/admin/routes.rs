@@ -4,7 +4,9 @@ use actix_web::body::BoxBody;
 use actix_web::dev::{Service, ServiceFactory, ServiceRequest, ServiceResponse};
 use actix_web::http::header::{self, ContentType};
 use actix_web::http::StatusCode;
-use actix_web::{web, HttpRequest, HttpResponse, Resource, ResponseError, Route, Scope};
+use actix_web::{
+    web, HttpMessage, HttpRequest, HttpResponse, Resource, ResponseError, Route, Scope,
+};
 use futures_util::future::{ready, Either};
 use serde::Deserialize;
 use serde_json::{json, Value};
@@ -14,7 +16,7 @@ use crate::admin::console::Console;
 use crate::admin::error::AdminError;
 use crate::admin::page::{self, DeadLetterData, PageData};
 use crate::admin::views::{self, Section};
-use crate::delivery::dead_letter_handle::{DeadLetters, Replayed};
+use crate::delivery::dead_letter_handle::{now_ms, DeadLetters, Replayed};
 use crate::delivery::dead_letters::DeadLetterFilter;
 
 /// How many dead letters the page lists.
@@ -175,7 +177,7 @@ async fn overview(console: web::Data<Console>) -> Reply {
         "parts": parts,
         "dead_letters": counts,
         "stuck_after_ms": console.stuck_after_ms(),
-        "at_ms": views::now_ms(),
+        "at_ms": now_ms(),
     })))
 }
 
@@ -220,7 +222,7 @@ async fn page(console: web::Data<Console>, request: HttpRequest) -> HttpResponse
             key: &key,
             error,
         }),
-        now_ms: views::now_ms(),
+        now_ms: now_ms(),
     });
     HttpResponse::Ok()
         .content_type(ContentType::html())
@@ -280,15 +282,7 @@ async fn replay(
     request: HttpRequest,
     payload: web::Payload,
 ) -> Reply {
-    let body = read_body(payload).await?;
-    let (dead_letters, id, form) =
-        confirmed(&console, &id, &request, &body, Action::Replay).await?;
-    let replayed = dead_letters.replay(id).await?;
-    let replayed = match replayed {
-        Replayed::Applied => "applied",
-        Replayed::AlreadyApplied => "already_applied",
-    };
-    Ok(answer(form, json!({ "id": id, "replayed": replayed })))
+    write(&console, &id, &request, payload, Action::Replay).await
 }
 
 async fn delete(
@@ -297,11 +291,30 @@ async fn delete(
     request: HttpRequest,
     payload: web::Payload,
 ) -> Reply {
+    write(&console, &id, &request, payload, Action::Delete).await
+}
+
+/// Carries out `action` on the entry `id` once the request's token confirms it.
+async fn write(
+    console: &Console,
+    id: &str,
+    request: &HttpRequest,
+    payload: web::Payload,
+    action: Action,
+) -> Reply {
     let body = read_body(payload).await?;
-    let (dead_letters, id, form) =
-        confirmed(&console, &id, &request, &body, Action::Delete).await?;
-    dead_letters.delete(id).await?;
-    Ok(answer(form, json!({ "id": id, "deleted": true })))
+    let (dead_letters, id, form) = confirmed(console, id, request, &body, action).await?;
+    let done = match action {
+        Action::Replay => match dead_letters.replay(id).await? {
+            Replayed::Applied => json!({ "id": id, "replayed": "applied" }),
+            Replayed::AlreadyApplied => json!({ "id": id, "replayed": "already_applied" }),
+        },
+        Action::Delete => {
+            dead_letters.delete(id).await?;
+            json!({ "id": id, "deleted": true })
+        }
+    };
+    Ok(answer(form, done))
 }
 
 /// A write's body, at most [`MAX_WRITE_BODY`] bytes: a longer one is a JSON `413`.
@@ -331,12 +344,7 @@ async fn confirmed(
 ) -> Result<(DeadLetters, u64, bool), AdminError> {
     let dead_letters = store(console)?;
     let id = entry_id(id)?;
-    let content_type = request
-        .headers()
-        .get(header::CONTENT_TYPE)
-        .and_then(|value| value.to_str().ok())
-        .unwrap_or("");
-    let form = content_type.starts_with("application/x-www-form-urlencoded");
+    let form = request.content_type() == "application/x-www-form-urlencoded";
     let bad_body = |why: String| AdminError::field(StatusCode::BAD_REQUEST, "confirm", why);
     let confirm = if form {
         let text =

@@ -2,7 +2,7 @@
 //! answer and the page renders. Each part's view is an object with its `name`, the values an
 //! operator reads first, and the part's whole `stats`.
 
-use std::time::{SystemTime, UNIX_EPOCH};
+use std::time::SystemTime;
 
 use futures_util::FutureExt;
 use serde_json::{json, Map, Value};
@@ -435,6 +435,13 @@ pub(crate) fn handle_stats(stats: &DeadLetterStats) -> Value {
 
 /// An entry as the list shows it: everything but its body, with a preview of the body.
 pub(crate) fn dead_letter_summary(entry: &StoredDeadLetter) -> Value {
+    let mut view = dead_letter_fields(entry);
+    view["preview"] = json!(preview(entry));
+    view
+}
+
+/// An entry but its body.
+fn dead_letter_fields(entry: &StoredDeadLetter) -> Value {
     let letter = &entry.letter;
     let manifest = &letter.manifest;
     let origin = letter.origin.as_ref().map(|origin| {
@@ -458,7 +465,6 @@ pub(crate) fn dead_letter_summary(entry: &StoredDeadLetter) -> Value {
         },
         "body_len": letter.body_len,
         "body_kept": letter.body.is_some(),
-        "preview": preview(entry),
         "attempts": letter.attempts,
         "error": letter.error,
         "first_at_ms": entry.first_at_ms,
@@ -470,9 +476,8 @@ pub(crate) fn dead_letter_summary(entry: &StoredDeadLetter) -> Value {
 /// An entry as the show endpoint answers it: its summary, its body (decoded to JSON when its
 /// codec is MessagePack, else in hex) and the confirmation tokens of its replay and delete.
 pub(crate) fn dead_letter(entry: &StoredDeadLetter, key: &ConfirmKey) -> Value {
-    let mut view = dead_letter_summary(entry);
+    let mut view = dead_letter_fields(entry);
     let map = view.as_object_mut().expect("an object");
-    map.remove("preview");
     match decoded(entry) {
         Body::Json(value) => {
             map.insert("body".into(), value);
@@ -694,11 +699,4 @@ fn stalled(
             ),
         );
     }
-}
-
-/// Milliseconds since the Unix epoch, now.
-pub(crate) fn now_ms() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |since| since.as_millis() as u64)
 }

@@ -391,9 +391,9 @@ impl DeadLetters {
         if !self.replaying().insert(id) {
             return Err(DeadLetterError::Busy(id));
         }
-        let result = self.replay_once(id).await;
-        self.replaying().remove(&id);
-        result
+        // Let go of the entry however the replay ends, dropped unfinished too.
+        let _running = Running { handle: self, id };
+        self.replay_once(id).await
     }
 
     async fn replay_once(&self, id: u64) -> Result<Replayed, DeadLetterError> {
@@ -526,7 +526,8 @@ fn decode<T: DeserializeOwned>(entry: &StoredDeadLetter, body: &[u8]) -> Result<
     })
 }
 
-fn now_ms() -> u64 {
+/// Milliseconds since the Unix epoch, now.
+pub(crate) fn now_ms() -> u64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map_or(0, |since| since.as_millis() as u64)
@@ -588,6 +589,19 @@ impl<T> GiveUpKeeper<T> {
 fn oldest_only() -> DeadLetterFilter {
     DeadLetterFilter {
         limit: Some(1),
+        without_bodies: true,
         ..DeadLetterFilter::default()
+    }
+}
+
+/// A replay of the entry `id` running: the entry is let go when it is dropped.
+struct Running<'a> {
+    handle: &'a DeadLetters,
+    id: u64,
+}
+
+impl Drop for Running<'_> {
+    fn drop(&mut self) {
+        self.handle.replaying().remove(&self.id);
     }
 }

@@ -21,7 +21,9 @@ use crate::delivery::dead_letters::{
     FieldError, Kept, NewDeadLetter, SourceKind, StoredDeadLetter,
 };
 use crate::error::{Happened, OptionsError};
+use crate::journal::JournalId;
 use crate::protocol::envelope::DeliveryInfo;
+use crate::runtime::error_chain::ErrorChain;
 
 /// The most keeps committed in one transaction.
 pub(crate) const MAX_GROUP: usize = 64;
@@ -46,10 +48,8 @@ pub(crate) fn list_columns(without_bodies: &str) -> String {
 /// body's type) in the body's place, then `length(body)` (by the database's `length`
 /// function): the body is never read.
 pub(crate) fn listing_columns(null_body: &str, length: &str) -> String {
-    format!(
-        "id, kind, source, cause, key, origin, ser_codec, ser_manifest, ser_version, {null_body}, \
-         body_len, attempts, error, first_at, last_at, replay_failures, {length}(body)"
-    )
+    let columns = COLUMNS.replace(" body,", &format!(" {null_body},"));
+    format!("{columns}, {length}(body)")
 }
 
 /// Where a worker's answer goes.
@@ -115,17 +115,43 @@ pub(crate) struct StoreClient {
     requests: mpsc::Sender<Request>,
 }
 
+/// Where a store's worker says, once it opened, the store's id (or why it could not open).
+pub(crate) type Opened = oneshot::Sender<Result<JournalId, DeadLetterError>>;
+
 impl StoreClient {
-    pub(crate) fn new(
-        id: impl Into<Arc<str>>,
+    /// Starts a store's worker, `serve`, on a thread of its own named `thread` (given the
+    /// requests and where to say it opened), and waits for it to open.
+    ///
+    /// # Errors
+    /// [`DeadLetterError::Storage`] if the thread cannot start; the worker's error if it
+    /// cannot open.
+    pub(crate) async fn start(
+        thread: &str,
         limits: DeadLetterLimits,
-        requests: mpsc::Sender<Request>,
-    ) -> Self {
-        Self {
-            id: id.into(),
+        serve: impl FnOnce(mpsc::Receiver<Request>, Opened) + Send + 'static,
+    ) -> Result<Self, DeadLetterError> {
+        let (requests, queue) = mpsc::channel(QUEUE);
+        let (opened, ready) = oneshot::channel();
+        std::thread::Builder::new()
+            .name(thread.into())
+            .spawn(move || serve(queue, opened))
+            .map_err(|err| {
+                storage(
+                    Happened::CertainlyNot,
+                    format_args!("cannot start a thread: {}", ErrorChain(&err)),
+                )
+            })?;
+        let id = ready.await.unwrap_or_else(|_| {
+            Err(storage(
+                Happened::CertainlyNot,
+                "the dead-letter store's thread ended while opening",
+            ))
+        })?;
+        Ok(Self {
+            id: id.as_str().into(),
             limits,
             requests,
-        }
+        })
     }
 
     pub(crate) fn id(&self) -> &str {

@@ -342,10 +342,39 @@ pub trait JournalInspector: Send + Sync {
 
 /// The entry a dead-letter row holds; a value out of range is a storage error naming it.
 pub(crate) fn dead_letter_entry(row: Row) -> Result<StoredDeadLetter, JournalError> {
-    row.into_entry().map_err(|err| match err {
+    row.into_entry().map_err(dead_letter_error)
+}
+
+/// A dead-letter row that cannot be read, as the inspector's error.
+pub(crate) fn dead_letter_error(err: DeadLetterError) -> JournalError {
+    match err {
         DeadLetterError::Storage { message, .. } => JournalError::storage(None, message),
         other => JournalError::storage(None, other),
-    })
+    }
+}
+
+/// Gives `events` (of the stream `id`, by ascending seq) their tags, the `(seq, tag)` rows of
+/// the tag table in their order; a row of a seq not among them is passed over.
+///
+/// # Errors
+/// [`JournalError::Corrupt`] for a tag row that is not a valid tag.
+pub(crate) fn attach_tags(
+    id: &PersistenceId,
+    events: &mut [InspectedEvent],
+    tags: Vec<(i64, String)>,
+) -> Result<(), JournalError> {
+    for (seq, tag) in tags {
+        let Ok(index) = events.binary_search_by_key(&seq, |event| event.event.seq as i64) else {
+            continue;
+        };
+        let tag = Tag::new(tag).map_err(|err| JournalError::Corrupt {
+            persistence_id: id.clone(),
+            seq: events[index].event.seq,
+            reason: format!("a tag row with {err}"),
+        })?;
+        events[index].tags.push(tag);
+    }
+    Ok(())
 }
 
 /// The listing of `rows` (each a row without its body, and whether the body was kept), read

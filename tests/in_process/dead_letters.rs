@@ -379,6 +379,27 @@ async fn a_second_replay_of_an_entry_being_replayed_is_refused_as_busy() {
 }
 
 #[actix::test]
+async fn a_replay_dropped_unfinished_lets_go_of_its_entry() {
+    let dead_letters =
+        DeadLetters::new(MemoryDeadLetters::new(DeadLetterLimits::default()).unwrap());
+    let id = dead_letters.keep(given_up("a", 1)).await.unwrap().id;
+    let hang = std::sync::atomic::AtomicBool::new(true);
+    dead_letters.on_replay("jobs", move |_: Replay<u64>| {
+        let hang = hang.swap(false, std::sync::atomic::Ordering::SeqCst);
+        async move {
+            if hang {
+                std::future::pending::<()>().await;
+            }
+            Ok(Replayed::Applied)
+        }
+    });
+    // A caller that gives up waiting (an HTTP request cancelled, a timeout).
+    let abandoned = tokio::time::timeout(Duration::from_millis(20), dead_letters.replay(id)).await;
+    assert!(abandoned.is_err(), "the first replay hangs");
+    assert_eq!(dead_letters.replay(id).await, Ok(Replayed::Applied));
+}
+
+#[actix::test]
 async fn a_replay_goes_under_a_stream_of_its_store_and_source_past_every_id_gone() {
     let stores: Vec<DeadLetters> = (0..2)
         .map(|_| DeadLetters::new(MemoryDeadLetters::new(DeadLetterLimits::default()).unwrap()))

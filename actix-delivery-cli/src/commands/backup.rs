@@ -23,13 +23,6 @@ pub struct Args {
     dest: PathBuf,
 }
 
-impl Args {
-    /// Writes only DEST, a new file: never the journal.
-    pub fn writes(&self) -> bool {
-        false
-    }
-}
-
 /// Why `backup` refuses a PostgreSQL journal.
 pub const ONLY_SQLITE: &str = "backup: only for a SQLite journal (--sqlite); back up PostgreSQL \
      with its own tools: pg_basebackup (a physical copy, which keeps the transaction ids the \

@@ -22,12 +22,6 @@ pub struct Args {
     max_problems: u64,
 }
 
-impl Args {
-    pub fn writes(&self) -> bool {
-        false
-    }
-}
-
 pub async fn run(args: Args, context: &Context, out: &mut Output) -> Result<Status, Failure> {
     let report = context
         .inspector()

@@ -567,13 +567,14 @@ fn origin_json(origin: Option<&DeliveryInfo>) -> Value {
     })
 }
 
-/// The error on one line, cut.
+/// A peer's text on one line (its white space folded first, then its control characters
+/// escaped), cut.
 fn one_line(text: &str, max: usize) -> String {
     let line: String = text.split_whitespace().collect::<Vec<_>>().join(" ");
     if line.is_empty() {
         "-".to_owned()
     } else {
-        cut(&line, max)
+        cut(&output::printable(&line), max)
     }
 }
 
@@ -585,12 +586,8 @@ fn row(listed: &ListedDeadLetter) -> Vec<String> {
     } else {
         format!("{} B, not kept", letter.body_len)
     };
-    // Source, key and error are a peer's text: their control characters are escaped.
-    let error = letter
-        .error
-        .split_whitespace()
-        .collect::<Vec<_>>()
-        .join(" ");
+    // Source, key and error are a peer's text: their control characters are escaped before
+    // they are cut.
     vec![
         entry.id.to_string(),
         letter.cause.to_string(),
@@ -605,7 +602,7 @@ fn row(listed: &ListedDeadLetter) -> Vec<String> {
         time_text(entry.first_at_ms),
         time_text(entry.last_at_ms),
         body,
-        one_line(&output::printable(&error), TABLE_ERROR),
+        one_line(&letter.error, TABLE_ERROR),
     ]
 }
 

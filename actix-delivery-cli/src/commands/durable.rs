@@ -36,12 +36,6 @@ pub struct Args {
     limit: u64,
 }
 
-impl Args {
-    pub fn writes(&self) -> bool {
-        false
-    }
-}
-
 /// Streams looked at per page while looking for durable ones.
 const SCAN_PAGE: usize = 500;
 

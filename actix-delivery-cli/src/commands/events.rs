@@ -36,12 +36,6 @@ pub struct Args {
     limit: u64,
 }
 
-impl Args {
-    pub fn writes(&self) -> bool {
-        false
-    }
-}
-
 /// Payloads longer than this are cut in the table (never in JSON).
 const TABLE_PAYLOAD: usize = 160;
 

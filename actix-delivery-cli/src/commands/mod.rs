@@ -42,14 +42,8 @@ impl Command {
 
     /// Whether it changes the journal (and so needs `--write`).
     pub fn writes(&self) -> bool {
-        match self {
-            Self::Streams(args) => args.writes(),
-            Self::Events(args) => args.writes(),
-            Self::Durable(args) => args.writes(),
-            Self::Check(args) => args.writes(),
-            Self::Backup(args) => args.writes(),
-            Self::DeadLetters(args) => args.writes(),
-        }
+        // Only dead letters' delete and replay write (a backup writes only DEST, a new file).
+        matches!(self, Self::DeadLetters(args) if args.writes())
     }
 
     /// Whether it goes through the application's admin console instead of the journal (then

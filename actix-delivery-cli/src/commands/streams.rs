@@ -26,12 +26,6 @@ pub struct Args {
     limit: u64,
 }
 
-impl Args {
-    pub fn writes(&self) -> bool {
-        false
-    }
-}
-
 pub async fn run(args: Args, context: &Context, out: &mut Output) -> Result<Status, Failure> {
     let limit = args.limit as usize;
     let streams = context

@@ -16,12 +16,10 @@
 //! one commit for many); if one of them fails, or one must drop more entries than a statement
 //! drops, the transaction is rolled back and each keep of it is committed on its own.
 
-use std::future::{poll_fn, Future};
+use std::future::Future;
 use std::pin::Pin;
-use std::task::Poll;
 
-use futures_util::TryStreamExt;
-use tokio::sync::{mpsc, oneshot};
+use tokio::sync::mpsc;
 use tokio_postgres::types::ToSql;
 use tokio_postgres::{Client, Statement};
 
@@ -29,17 +27,18 @@ use crate::codec::Manifest;
 use crate::delivery::dead_letter_store::DeadLetterError;
 use crate::delivery::dead_letters::{
     cut_text, DeadLetterCounts, DeadLetterFilter, DeadLetterLimits, DeadLetterPage, FieldError,
-    Kept, StoredDeadLetter,
+    Kept, NewDeadLetter, StoredDeadLetter,
 };
 use crate::error::Happened;
 use crate::journal::dead_letter_sql::{
     check_limits, counts, group, int, list_clause, list_columns, peer_input_causes, storage,
-    store_through_client, FilterParams, KeepRequest, Request, Row, StoreClient, COLUMNS, QUEUE,
+    store_through_client, FilterParams, KeepRequest, Opened, Request, Row, StoreClient, COLUMNS,
 };
 use crate::journal::postgres::connector::is_connection_lost;
 use crate::journal::postgres::connector::Connector;
 use crate::journal::postgres::options::PostgresOptions;
 use crate::journal::postgres::schema::journal_identity;
+use crate::journal::postgres::writer::{pipeline, run_commit};
 use crate::journal::postgres::{schema, PostgresJournal};
 use crate::journal::{Journal, JournalError, JournalId};
 use crate::runtime::error_chain::ErrorChain;
@@ -193,26 +192,12 @@ CREATE TABLE IF NOT EXISTS dead_letter_totals (
         limits: DeadLetterLimits,
     ) -> Result<Self, DeadLetterError> {
         let worker = Worker::new(connector, limits.clone());
-        let (requests, queue) = mpsc::channel(QUEUE);
-        let (opened, ready) = oneshot::channel();
-        std::thread::Builder::new()
-            .name("actix-delivery-postgres-dead-letters".into())
-            .spawn(move || runtime.block_on(worker.serve(identity, queue, opened)))
-            .map_err(|err| {
-                storage(
-                    Happened::CertainlyNot,
-                    format_args!("cannot start a thread: {}", ErrorChain(&err)),
-                )
-            })?;
-        let id = ready.await.unwrap_or_else(|_| {
-            Err(storage(
-                Happened::CertainlyNot,
-                "the dead-letter store's thread ended while opening",
-            ))
-        })?;
-        Ok(Self {
-            client: StoreClient::new(id.as_str(), limits, requests),
+        let thread = "actix-delivery-postgres-dead-letters";
+        let client = StoreClient::start(thread, limits, move |queue, opened| {
+            runtime.block_on(worker.serve(identity, queue, opened))
         })
+        .await?;
+        Ok(Self { client })
     }
 }
 
@@ -499,8 +484,13 @@ struct KeepParams {
 }
 
 impl KeepParams {
-    fn of(keep: &KeepRequest, limits: &DeadLetterLimits) -> Self {
-        let mut letter = keep.letter.clone();
+    /// The parameters of a keep's letter (its reply goes apart).
+    fn of(
+        mut letter: NewDeadLetter,
+        origin: Option<Vec<u8>>,
+        now_ms: u64,
+        limits: &DeadLetterLimits,
+    ) -> Self {
         text_for_postgres(&mut letter.source);
         text_for_postgres(&mut letter.key);
         text_for_postgres(&mut letter.error);
@@ -512,13 +502,13 @@ impl KeepParams {
         Self {
             kind: letter.kind.as_str(),
             cause: letter.cause.as_str(),
-            origin: keep.origin.clone(),
+            origin,
             codec: i16::from(letter.manifest.codec_id()),
             manifest: letter.manifest.name().to_owned(),
             version: i64::from(letter.manifest.version()),
             body_len: int(letter.body_len),
             attempts: i64::from(letter.attempts),
-            now: int(keep.now_ms),
+            now: int(now_ms),
             weight: int(letter.weight()),
             max_entries: int(limits.max_entries),
             max_bytes: int(limits.max_bytes),
@@ -585,7 +575,7 @@ impl Worker {
         mut self,
         identity: Identity,
         mut queue: mpsc::Receiver<Request>,
-        opened: oneshot::Sender<Result<JournalId, DeadLetterError>>,
+        opened: Opened,
     ) {
         let setup = match identity {
             Identity::Known(id) => self.setup().await.map(|()| id),
@@ -881,10 +871,13 @@ impl Worker {
     /// Commits `keeps` in one pipelined transaction, or, if one of them failed or must drop
     /// more than its statement did, each on its own; answers each once committed (or failed).
     async fn keep_group(&mut self, keeps: Vec<KeepRequest>) {
-        let params: Vec<KeepParams> = keeps
-            .iter()
-            .map(|keep| KeepParams::of(keep, &self.limits))
-            .collect();
+        let (params, replies): (Vec<KeepParams>, Vec<_>) = keeps
+            .into_iter()
+            .map(|keep| {
+                let params = KeepParams::of(keep.letter, keep.origin, keep.now_ms, &self.limits);
+                (params, keep.reply)
+            })
+            .unzip();
         let pipelined = if params.len() == 1 {
             Ok(None)
         } else {
@@ -892,19 +885,18 @@ impl Worker {
         };
         match pipelined {
             Ok(Some(kept)) => {
-                for (keep, kept) in keeps.into_iter().zip(kept) {
-                    let _ = keep.reply.send(Ok(kept));
+                for (reply, kept) in replies.into_iter().zip(kept) {
+                    let _ = reply.send(Ok(kept));
                 }
             }
             Ok(None) => {
-                for (keep, params) in keeps.into_iter().zip(&params) {
-                    let result = self.keep_alone(params).await;
-                    let _ = keep.reply.send(result);
+                for (reply, params) in replies.into_iter().zip(&params) {
+                    let _ = reply.send(self.keep_alone(params).await);
                 }
             }
             Err(err) => {
-                for keep in keeps {
-                    let _ = keep.reply.send(Err(err.clone()));
+                for reply in replies {
+                    let _ = reply.send(Err(err.clone()));
                 }
             }
         }
@@ -944,9 +936,8 @@ impl Worker {
                     redo |= row.over;
                     kept.push(row.kept);
                 }
-                Err(err) if is_connection_lost(&err) || err.as_db_error().is_none() => {
+                Err(err) if self.lost(&err) => {
                     // COMMIT was not sent: the server rolls the transaction back.
-                    self.connection = None;
                     return Err(failed(Happened::CertainlyNot, what, &err));
                 }
                 Err(err) => {
@@ -1036,23 +1027,7 @@ impl Worker {
     /// confirmed the commit (the confirmation came, then the error) counts as committed.
     async fn commit(&mut self, what: &str) -> Result<(), DeadLetterError> {
         let connection = self.connection.as_ref().expect("in a transaction");
-        let no_params: [&(dyn ToSql + Sync); 0] = [];
-        let result = async {
-            let stream = connection
-                .client
-                .query_raw(&connection.commit, no_params)
-                .await?;
-            let mut stream = std::pin::pin!(stream);
-            loop {
-                match stream.as_mut().try_next().await {
-                    Ok(Some(_)) => {}
-                    Ok(None) => return Ok(()),
-                    Err(_) if stream.rows_affected().is_some() => return Ok(()),
-                    Err(err) => return Err(err),
-                }
-            }
-        }
-        .await;
+        let result = run_commit(&connection.client, &connection.commit).await;
         result.map_err(|err| {
             let happened = if self.lost(&err) {
                 Happened::InDoubt
@@ -1097,31 +1072,4 @@ pub(super) fn entry(row: &tokio_postgres::Row) -> Result<Row, DeadLetterError> {
         })
     };
     read().map_err(|err| failed(Happened::CertainlyNot, "read an entry", &err))
-}
-
-/// Polls `futures` in their order until all are done, so that their requests go out in that
-/// order (each sends on its first poll) and travel together: one round trip for all.
-async fn pipeline<T>(mut futures: Vec<Pin<Box<dyn Future<Output = T> + '_>>>) -> Vec<T> {
-    let mut results: Vec<Option<T>> = futures.iter().map(|_| None).collect();
-    poll_fn(|cx| {
-        let mut pending = false;
-        for (future, result) in futures.iter_mut().zip(results.iter_mut()) {
-            if result.is_none() {
-                match future.as_mut().poll(cx) {
-                    Poll::Ready(value) => *result = Some(value),
-                    Poll::Pending => pending = true,
-                }
-            }
-        }
-        if pending {
-            Poll::Pending
-        } else {
-            Poll::Ready(())
-        }
-    })
-    .await;
-    results
-        .into_iter()
-        .map(|r| r.expect("polled to the end"))
-        .collect()
 }

@@ -24,13 +24,13 @@ use tokio_postgres::types::ToSql;
 use tokio_postgres::{Client, Row};
 
 use crate::codec::Manifest;
-use crate::delivery::dead_letter_store::DeadLetterError;
 use crate::delivery::dead_letters::{DeadLetterFilter, StoredDeadLetter};
 use crate::journal::dead_letter_sql::{list_clause, listing_columns, FilterParams, COLUMNS};
 use crate::journal::inspect::{
-    check_id, check_identity, check_seq, check_slice, dead_letter_entry, dead_letter_listing, gap,
-    snapshot_problem, tag_order_problem, CheckReport, DeadLetterListing, InspectedEvent,
-    InspectedSnapshot, JournalInspector, Problem, ProblemKind, Problems, SchemaInfo, StreamInfo,
+    attach_tags, check_id, check_identity, check_seq, check_slice, dead_letter_entry,
+    dead_letter_error, dead_letter_listing, gap, snapshot_problem, tag_order_problem, CheckReport,
+    DeadLetterListing, InspectedEvent, InspectedSnapshot, JournalInspector, Problem, ProblemKind,
+    Problems, SchemaInfo, StreamInfo,
 };
 use crate::journal::postgres::connector::Connector;
 use crate::journal::postgres::dead_letters::entry as dead_letter_columns;
@@ -38,7 +38,6 @@ use crate::journal::postgres::schema::{highest_offset_sql, table, SCHEMA_VERSION
 use crate::journal::postgres::{db_error, seq_from_sql, PostgresOptions};
 use crate::journal::{
     stored_manifest, JournalError, JournalFuture, JournalId, PersistenceId, Snapshot, StoredEvent,
-    Tag,
 };
 use crate::runtime::error_chain::ErrorChain;
 
@@ -517,19 +516,7 @@ impl JournalInspector for PostgresInspector {
                     |row| Ok((row.try_get::<_, i64>(0)?, row.try_get::<_, String>(1)?)),
                 )
                 .await?;
-                for (seq, tag) in tags {
-                    let Ok(index) =
-                        events.binary_search_by_key(&seq, |event| event.event.seq as i64)
-                    else {
-                        continue;
-                    };
-                    let tag = Tag::new(tag).map_err(|err| JournalError::Corrupt {
-                        persistence_id: id.clone(),
-                        seq: events[index].event.seq,
-                        reason: format!("a tag row with {err}"),
-                    })?;
-                    events[index].tags.push(tag);
-                }
+                attach_tags(&id, &mut events, tags)?;
             }
             Ok(events)
         })
@@ -645,14 +632,6 @@ async fn table_present(client: &Client, table: &str) -> Result<bool, JournalErro
         .await
         .and_then(|row| row.try_get(0))
         .map_err(|err| db_error(None, "cannot read the catalog", &err))
-}
-
-/// A dead-letter row that cannot be read, as the inspector's error.
-fn dead_letter_error(err: DeadLetterError) -> JournalError {
-    match err {
-        DeadLetterError::Storage { message, .. } => JournalError::storage(None, message),
-        other => JournalError::storage(None, other),
-    }
 }
 
 /// The streams of `stream_metadata` that `filter` selects (`$1`, at most `$2` of them), with

@@ -422,7 +422,8 @@ pub(super) async fn journal_identity(
     }
     identity(client, schema).await?.ok_or_else(|| {
         schema_error(format!(
-            "a journal without an id in schema `{schema}` (no row in journal_identity):              PostgresJournal::IDENTITY_SQL gives it one"
+            "a journal without an id in schema `{schema}` (no row in journal_identity): \
+             PostgresJournal::IDENTITY_SQL gives it one"
         ))
     })
 }

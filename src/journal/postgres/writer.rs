@@ -861,17 +861,25 @@ async fn transact(
 /// allowed again) leaves an error where the second message would be, yet the commit was
 /// confirmed: that counts as committed.
 async fn commit(connection: &WriteConnection) -> Result<Answer, tokio_postgres::Error> {
+    run_commit(&connection.client, &connection.commit)
+        .await
+        .map(|()| Answer::Nothing)
+}
+
+/// Runs the prepared `COMMIT` statement `commit` on `client`, as [`commit`] says: a session
+/// ended after the server confirmed the commit counts as committed.
+pub(super) async fn run_commit(
+    client: &Client,
+    commit: &Statement,
+) -> Result<(), tokio_postgres::Error> {
     let no_params: [&(dyn ToSql + Sync); 0] = [];
-    let stream = connection
-        .client
-        .query_raw(&connection.commit, no_params)
-        .await?;
+    let stream = client.query_raw(commit, no_params).await?;
     let mut stream = std::pin::pin!(stream);
     loop {
         match stream.as_mut().try_next().await {
             Ok(Some(_)) => {}
-            Ok(None) => return Ok(Answer::Nothing),
-            Err(_) if stream.rows_affected().is_some() => return Ok(Answer::Nothing),
+            Ok(None) => return Ok(()),
+            Err(_) if stream.rows_affected().is_some() => return Ok(()),
             Err(err) => return Err(err),
         }
     }
@@ -879,7 +887,7 @@ async fn commit(connection: &WriteConnection) -> Result<Answer, tokio_postgres::
 
 /// Polls `futures` in their order until all are done, so that their requests go out in that
 /// order (each sends on its first poll) and travel together: one round trip for all.
-async fn pipeline<T>(mut futures: Vec<Pin<Box<dyn Future<Output = T> + '_>>>) -> Vec<T> {
+pub(super) async fn pipeline<T>(mut futures: Vec<Pin<Box<dyn Future<Output = T> + '_>>>) -> Vec<T> {
     let mut results: Vec<Option<T>> = futures.iter().map(|_| None).collect();
     poll_fn(|cx| {
         let mut pending = false;

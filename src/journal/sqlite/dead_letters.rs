@@ -14,11 +14,10 @@ use std::collections::hash_map::Entry;
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::LazyLock;
-use std::thread;
 use std::time::Duration;
 
 use rusqlite::{params, Connection, ErrorCode, OpenFlags, OptionalExtension, Statement};
-use tokio::sync::{mpsc, oneshot};
+use tokio::sync::mpsc;
 
 use crate::delivery::dead_letter_store::DeadLetterError;
 use crate::delivery::dead_letters::{
@@ -28,7 +27,7 @@ use crate::delivery::dead_letters::{
 use crate::error::Happened;
 use crate::journal::dead_letter_sql::{
     check_limits, counts, group, int, list_clause, list_columns, peer_input_causes, storage,
-    store_through_client, FilterParams, KeepRequest, Request, Row, StoreClient, COLUMNS, QUEUE,
+    store_through_client, FilterParams, KeepRequest, Opened, Request, Row, StoreClient, COLUMNS,
 };
 use crate::journal::sqlite::schema::journal_identity;
 use crate::journal::sqlite::SqliteJournal;
@@ -204,27 +203,14 @@ impl SqliteDeadLetters {
         identity: Identity,
         limits: DeadLetterLimits,
     ) -> Result<Self, DeadLetterError> {
-        let (requests, queue) = mpsc::channel(QUEUE);
-        let (opened, ready) = oneshot::channel();
         let worker_limits = limits.clone();
-        thread::Builder::new()
-            .name("actix-delivery-dead-letters".into())
-            .spawn(move || run(&path, busy_timeout, identity, worker_limits, queue, opened))
-            .map_err(|err| {
-                storage(
-                    Happened::CertainlyNot,
-                    format_args!("cannot start a thread: {}", ErrorChain(&err)),
-                )
-            })?;
-        let id = ready.await.unwrap_or_else(|_| {
-            Err(storage(
-                Happened::CertainlyNot,
-                "the dead-letter store's thread ended while opening",
-            ))
-        })?;
-        Ok(Self {
-            client: StoreClient::new(id.as_str(), limits, requests),
-        })
+        let client = StoreClient::start(
+            "actix-delivery-dead-letters",
+            limits,
+            move |queue, opened| run(&path, busy_timeout, identity, worker_limits, queue, opened),
+        )
+        .await?;
+        Ok(Self { client })
     }
 }
 
@@ -273,7 +259,7 @@ fn run(
     identity: Identity,
     limits: DeadLetterLimits,
     mut requests: mpsc::Receiver<Request>,
-    opened: oneshot::Sender<Result<JournalId, DeadLetterError>>,
+    opened: Opened,
 ) {
     let (conn, id) = match open(path, busy_timeout, identity) {
         Ok(opened) => opened,
@@ -542,54 +528,35 @@ fn keep_one(
             |row| Ok((row.get(0)?, row.get(1)?)),
         )
         .optional()?;
+    // One parameter list for both statements: the key, the letter, the time, the weight.
+    let statement = if existing.is_some() {
+        "UPDATE dead_letter SET cause = ?4, origin = ?5, ser_codec = ?6, ser_manifest = ?7, \
+         ser_version = ?8, body = ?9, body_len = ?10, attempts = ?11, error = ?12, \
+         last_at = ?13, weight = ?14 WHERE kind = ?1 AND source = ?2 AND key = ?3"
+    } else {
+        "INSERT INTO dead_letter (kind, source, key, cause, origin, ser_codec, ser_manifest, \
+         ser_version, body, body_len, attempts, error, first_at, last_at, replay_failures, \
+         weight) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?13, 0, ?14)"
+    };
+    db.prepare(statement)?.execute(params![
+        letter.kind.as_str(),
+        letter.source,
+        letter.key,
+        letter.cause.as_str(),
+        keep.origin,
+        manifest.codec_id(),
+        manifest.name(),
+        manifest.version(),
+        letter.body,
+        int(letter.body_len),
+        letter.attempts,
+        letter.error,
+        now,
+        weight
+    ])?;
     let (id, added, grown) = match existing {
-        Some((id, old_weight)) => {
-            db.prepare(
-                "UPDATE dead_letter SET cause = ?2, origin = ?3, ser_codec = ?4, \
-                 ser_manifest = ?5, ser_version = ?6, body = ?7, body_len = ?8, attempts = ?9, \
-                 error = ?10, last_at = ?11, weight = ?12 WHERE id = ?1",
-            )?
-            .execute(params![
-                id,
-                letter.cause.as_str(),
-                keep.origin,
-                manifest.codec_id(),
-                manifest.name(),
-                manifest.version(),
-                letter.body,
-                int(letter.body_len),
-                letter.attempts,
-                letter.error,
-                now,
-                weight
-            ])?;
-            (id, 0, weight - old_weight)
-        }
-        None => {
-            db.prepare(
-                "INSERT INTO dead_letter (kind, source, key, cause, origin, ser_codec, \
-                 ser_manifest, ser_version, body, body_len, attempts, error, first_at, last_at, \
-                 replay_failures, weight) \
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?13, 0, ?14)",
-            )?
-            .execute(params![
-                letter.kind.as_str(),
-                letter.source,
-                letter.key,
-                letter.cause.as_str(),
-                keep.origin,
-                manifest.codec_id(),
-                manifest.name(),
-                manifest.version(),
-                letter.body,
-                int(letter.body_len),
-                letter.attempts,
-                letter.error,
-                now,
-                weight
-            ])?;
-            (db.conn.last_insert_rowid(), 1, weight)
-        }
+        Some((id, old_weight)) => (id, 0, weight - old_weight),
+        None => (db.conn.last_insert_rowid(), 1, weight),
     };
     totals.entries += added;
     totals.bytes += grown;

@@ -22,15 +22,16 @@ use crate::codec::Manifest;
 use crate::delivery::dead_letters::{DeadLetterFilter, StoredDeadLetter};
 use crate::journal::dead_letter_sql::{list_clause, listing_columns, FilterParams, COLUMNS};
 use crate::journal::inspect::{
-    check_id, check_identity, check_seq, check_slice, dead_letter_entry, dead_letter_listing,
-    snapshot_problem, tag_order_problem, CheckReport, DeadLetterListing, InspectedEvent,
-    InspectedSnapshot, JournalInspector, Problem, ProblemKind, Problems, SchemaInfo, StreamInfo,
+    attach_tags, check_id, check_identity, check_seq, check_slice, dead_letter_entry,
+    dead_letter_listing, snapshot_problem, tag_order_problem, CheckReport, DeadLetterListing,
+    InspectedEvent, InspectedSnapshot, JournalInspector, Problem, ProblemKind, Problems,
+    SchemaInfo, StreamInfo,
 };
 use crate::journal::sqlite::dead_letters::row as dead_letter_row;
 use crate::journal::sqlite::schema::{APPLICATION_ID, SCHEMA_VERSION};
 use crate::journal::sqlite::{backup, seq_from_sql, spawn, storage_error};
 use crate::journal::{
-    stored_manifest, JournalError, JournalFuture, PersistenceId, Snapshot, StoredEvent, Tag,
+    stored_manifest, JournalError, JournalFuture, PersistenceId, Snapshot, StoredEvent,
 };
 use crate::runtime::error_chain::ErrorChain;
 
@@ -639,18 +640,7 @@ fn events(
             )
             .and_then(|rows| rows.collect::<Result<Vec<_>, _>>())
             .map_err(storage_error(Some(id)))?;
-        for (seq, tag) in tags {
-            let Ok(index) = events.binary_search_by_key(&seq, |event| event.event.seq as i64)
-            else {
-                continue;
-            };
-            let tag = Tag::new(tag).map_err(|err| JournalError::Corrupt {
-                persistence_id: id.clone(),
-                seq: events[index].event.seq,
-                reason: format!("a tag row with {err}"),
-            })?;
-            events[index].tags.push(tag);
-        }
+        attach_tags(id, &mut events, tags)?;
     }
     Ok(events)
 }

@@ -297,6 +297,60 @@ async fn producer_and_consumer_counters_equal_their_stats_and_latencies_are_reco
     assert!(runs.iter().all(|s| (0.010..0.012).contains(s)), "{runs:?}");
 }
 
+/// A burst costs the metrics a publish and a latency sample per millisecond, not per message,
+/// and a part that falls quiet still publishes its last state: under a paused clock a burst
+/// takes no time, so it gets one sample of each histogram, and the consumer's counters arrive
+/// a millisecond after its last message, without anyone asking for its stats.
+#[actix::test]
+async fn a_burst_is_published_and_sampled_once_a_millisecond_and_its_end_arrives() {
+    tokio::time::pause();
+    snapshotter();
+    const N: u64 = 200;
+    let consumer = ReliableDelivery::consumer(
+        ConsumerOptions::builder(DeliveryHandler::from_fn(|_: u64| async {
+            Ok::<(), std::io::Error>(())
+        }))
+        .name("burst-consumer")
+        .build()
+        .unwrap(),
+    );
+    let producer = ReliableDelivery::producer(
+        ProducerOptions::builder(&consumer)
+            .window_size(1)
+            .metrics_label("burst")
+            .build()
+            .unwrap(),
+    );
+    for n in 1..=N {
+        producer.send(n).await.unwrap(); // one at a time: each its own batch
+    }
+    producer.idle().await;
+    // `idle()` answered: the producer's counters agree at once.
+    let metrics = metrics_of("producer", "burst");
+    assert_eq!(
+        counter(&metrics, "actix_delivery_producer_confirmed_total"),
+        N
+    );
+    let latencies = histogram(&metrics, "actix_delivery_producer_confirm_seconds");
+    assert!(
+        !latencies.is_empty() && latencies.len() < N as usize / 10,
+        "{} latency samples for {N} messages one at a time",
+        latencies.len()
+    );
+    tokio::time::sleep(Duration::from_millis(2)).await;
+    let metrics = metrics_of("consumer", "burst-consumer");
+    assert_eq!(
+        counter(&metrics, "actix_delivery_consumer_delivered_total"),
+        N
+    );
+    let runs = histogram(&metrics, "actix_delivery_consumer_handler_seconds");
+    assert!(
+        !runs.is_empty() && runs.len() < N as usize / 10,
+        "{} handler samples for {N} runs",
+        runs.len()
+    );
+}
+
 #[actix::test]
 async fn sqlite_commits_appear_in_the_commit_histograms() {
     snapshotter();

@@ -68,9 +68,12 @@ pub struct ConsumerController<T: Send + 'static> {
     awaiting: HashMap<u64, AbortHandle>,
     #[cfg(feature = "metrics")]
     meter: crate::delivery::metrics::ConsumerMeter,
-    /// Whether a handler run of this mailbox drain was recorded (one is, per drain).
+    /// Paces the meter's publishing.
     #[cfg(feature = "metrics")]
-    handler_sampled: bool,
+    publish_pace: crate::telemetry::metrics::PublishPace,
+    /// Paces the handler run time's samples.
+    #[cfg(feature = "metrics")]
+    handler_pace: crate::telemetry::metrics::Pace,
 }
 
 /// A handed-off outcome being awaited: the message's id, and its outcome (`None`:
@@ -114,7 +117,9 @@ impl<T: Send + 'static> ConsumerController<T> {
             #[cfg(feature = "metrics")]
             meter,
             #[cfg(feature = "metrics")]
-            handler_sampled: false,
+            publish_pace: Default::default(),
+            #[cfg(feature = "metrics")]
+            handler_pace: Default::default(),
         }
     }
 
@@ -122,6 +127,17 @@ impl<T: Send + 'static> ConsumerController<T> {
     #[cfg(feature = "metrics")]
     fn publish(&mut self) {
         self.meter.publish(&self.core.stats());
+    }
+
+    /// Publishes the counters to the metrics, paced.
+    #[cfg(feature = "metrics")]
+    fn publish_paced(&mut self, ctx: &mut Context<Self>) {
+        crate::telemetry::metrics::publish_paced(
+            self,
+            ctx,
+            |act| &mut act.publish_pace,
+            Self::publish,
+        );
     }
 
     /// Makes sure the after-drain future runs (see [`after_drain`](Self::after_drain)).
@@ -209,10 +225,7 @@ impl<T: Send + 'static> ConsumerController<T> {
         self.poll_outcomes(ctx, cx);
         self.flush_acks();
         #[cfg(feature = "metrics")]
-        {
-            self.publish();
-            self.handler_sampled = false;
-        }
+        self.publish_paced(ctx);
         if ctx.connected() || self.handler_pending || !self.outcomes.is_empty() {
             Poll::Pending
         } else {
@@ -241,9 +254,12 @@ impl<T: Send + 'static> ConsumerController<T> {
         while let Poll::Ready(outcome) = poll {
             let now = *now.get_or_insert_with(alarm::now);
             #[cfg(feature = "metrics")]
-            if let (false, Some(started)) = (self.handler_sampled, self.core.running_since()) {
-                self.handler_sampled = true;
-                let ran = alarm::now().saturating_duration_since(started);
+            if let (true, Some(started)) =
+                (self.handler_pace.is_due(now), self.core.running_since())
+            {
+                let ended = alarm::now();
+                self.handler_pace.done(ended);
+                let ran = ended.saturating_duration_since(started);
                 crate::telemetry::metrics::record_seconds(&self.meter.handler_seconds, ran);
             }
             let completion = self.core.handle_outcome(&outcome, now);
@@ -358,7 +374,7 @@ impl<T: Send + 'static> ConsumerController<T> {
             }
             act.await_handed_off();
             #[cfg(feature = "metrics")]
-            act.publish();
+            act.publish_paced(ctx);
             act.arm_timer(ctx);
         });
     }
@@ -372,6 +388,8 @@ impl<T: Send + 'static> Actor for ConsumerController<T> {
 
     fn started(&mut self, ctx: &mut Context<Self>) {
         self.after_drain_spawned = false; // a restart dropped it
+        #[cfg(feature = "metrics")]
+        self.publish_pace.woken(); // and the timer of a later publish
         if !self.stop.is_final() {
             self.ensure_after_drain(ctx);
         }
@@ -475,6 +493,8 @@ impl<T: Send + 'static> Handler<GetConsumerStats> for ConsumerController<T> {
     type Result = MessageResult<GetConsumerStats>;
 
     fn handle(&mut self, _: GetConsumerStats, _: &mut Context<Self>) -> Self::Result {
+        #[cfg(feature = "metrics")]
+        self.publish(); // the metrics agree with the stats handed out
         MessageResult(self.core.stats())
     }
 }

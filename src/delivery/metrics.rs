@@ -5,7 +5,7 @@ use crate::delivery::confirmation::Confirmation;
 use crate::error::DeliveryError;
 use crate::protocol::consumer::ConsumerStats;
 use crate::protocol::producer::ProducerStats;
-use crate::telemetry::metrics::{meter, record_seconds};
+use crate::telemetry::metrics::{meter, record_seconds, Pace};
 
 meter! {
     /// A producer's metrics.
@@ -46,9 +46,11 @@ meter! {
 /// A producer's meters: those of every producer, and those of what it is (durable,
 /// chunking), so that it exports only what applies to it.
 pub(crate) struct ProducerMeters {
-    pub(crate) base: ProducerMeter,
+    base: ProducerMeter,
     durable: Option<DurableProducerMeter>,
     chunking: Option<ChunkingProducerMeter>,
+    /// Paces the confirmation latency's samples.
+    latency_pace: Pace,
 }
 
 impl ProducerMeters {
@@ -58,6 +60,7 @@ impl ProducerMeters {
             base: ProducerMeter::new(label),
             durable: None,
             chunking: chunking.then(|| ChunkingProducerMeter::new(label)),
+            latency_pace: Pace::default(),
         }
     }
 
@@ -108,18 +111,29 @@ meter! {
     }
 }
 
-impl ProducerMeter {
-    /// Records the send→confirm latency of a message confirmed `Ok` (settled `now`), the
-    /// first of each batch of confirmations only: `None` once it recorded one, else `now`
-    /// again for the next message of the batch.
+impl ProducerMeters {
+    /// `Some(now)` when a confirmation latency may be sampled at `now` (at most one per
+    /// [`PUBLISH_INTERVAL`](crate::telemetry::metrics::PUBLISH_INTERVAL)), to hand to
+    /// [`settled`](Self::settled).
+    pub(crate) fn latency_due(&self, now: std::time::Instant) -> Option<std::time::Instant> {
+        self.latency_pace.is_due(now).then_some(now)
+    }
+
+    /// Records the send→confirm latency of a message confirmed `Ok` (settled `now`), one per
+    /// pace only: `None` once it recorded one, else `now` again for the next message of the
+    /// batch.
     pub(crate) fn settled(
-        &self,
+        &mut self,
         confirmation: &Confirmation,
         result: &Result<(), DeliveryError>,
         now: std::time::Instant,
     ) -> Option<std::time::Instant> {
         if let (Ok(()), Some(taken)) = (result, confirmation.taken()) {
-            record_seconds(&self.confirm_seconds, now.saturating_duration_since(taken));
+            record_seconds(
+                &self.base.confirm_seconds,
+                now.saturating_duration_since(taken),
+            );
+            self.latency_pace.done(now);
             return None;
         }
         Some(now)

@@ -68,6 +68,9 @@ pub struct ProducerController<T: Clone + Send + 'static> {
     storage: Option<Box<dyn ProducerStorage<T>>>,
     #[cfg(feature = "metrics")]
     meter: crate::delivery::metrics::ProducerMeters,
+    /// Paces the meters' publishing.
+    #[cfg(feature = "metrics")]
+    publish_pace: crate::telemetry::metrics::PublishPace,
     /// Sets the trace context of messages told through handles.
     trace_context: Option<TraceHook>,
 }
@@ -110,6 +113,8 @@ impl<T: Clone + Send + 'static> ProducerController<T> {
             storage: None,
             #[cfg(feature = "metrics")]
             meter,
+            #[cfg(feature = "metrics")]
+            publish_pace: Default::default(),
             trace_context,
         }
     }
@@ -160,13 +165,15 @@ impl<T: Clone + Send + 'static> ProducerController<T> {
             self.call_storage(ctx, |storage, producer| storage.record(producer));
         }
         #[cfg(feature = "metrics")]
-        self.meter.publish(&self.stats());
+        self.publish_paced(ctx);
         if self.core.is_idle() && self.storage.as_ref().is_none_or(|s| s.is_idle()) {
             if self.stop_when_idle {
                 ctx.stop();
                 return;
             }
             if !self.idle_waiters.is_empty() && self.inbox.is_empty() {
+                #[cfg(feature = "metrics")]
+                self.publish(); // the metrics agree with the stats once `idle()` answers
                 self.idle_waiters.drain(..).for_each(|waiter| {
                     let _ = waiter.send(());
                 });
@@ -178,6 +185,24 @@ impl<T: Clone + Send + 'static> ProducerController<T> {
             act.keep_given_up();
             act.flush(ctx);
         });
+    }
+
+    /// Publishes the counters to the metrics.
+    #[cfg(feature = "metrics")]
+    fn publish(&mut self) {
+        let stats = self.stats();
+        self.meter.publish(&stats);
+    }
+
+    /// Publishes the counters to the metrics, paced.
+    #[cfg(feature = "metrics")]
+    fn publish_paced(&mut self, ctx: &mut Context<Self>) {
+        crate::telemetry::metrics::publish_paced(
+            self,
+            ctx,
+            |act| &mut act.publish_pace,
+            Self::publish,
+        );
     }
 
     /// Keeps the messages the core gave up in the dead-letter store, if the producer has one.
@@ -214,11 +239,11 @@ impl<T: Clone + Send + 'static> ProducerController<T> {
         let room = core.settled_room();
         self.inbox.release(room);
         #[cfg(feature = "metrics")]
-        let mut sample = Some(now());
+        let mut sample = self.meter.latency_due(now());
         while let Some((confirmation, result)) = core.poll_settled() {
             #[cfg(feature = "metrics")]
             if let Some(now) = sample {
-                sample = self.meter.base.settled(&confirmation, &result, now);
+                sample = self.meter.settled(&confirmation, &result, now);
             }
             confirmation.settle(result);
         }
@@ -229,11 +254,11 @@ impl<T: Clone + Send + 'static> ProducerController<T> {
         let room = self.settling.iter().filter(|(c, _)| c.holds_room()).count();
         self.inbox.release(room);
         #[cfg(feature = "metrics")]
-        let mut sample = Some(now());
+        let mut sample = self.meter.latency_due(now());
         for (confirmation, result) in self.settling.drain(..) {
             #[cfg(feature = "metrics")]
             if let Some(now) = sample {
-                sample = self.meter.base.settled(&confirmation, &result, now);
+                sample = self.meter.settled(&confirmation, &result, now);
             }
             confirmation.settle(result);
         }
@@ -409,6 +434,8 @@ impl<T: Clone + Send + 'static> Actor for ProducerController<T> {
         if self.stop.is_final() {
             return; // inert: stopped for good under a Supervisor
         }
+        #[cfg(feature = "metrics")]
+        self.publish_pace.woken(); // a restart dropped the timer of a later publish
         let addr = ctx.address();
         self.reply_to = Some(ReplyTo::batching(
             addr.clone().recipient(),
@@ -433,7 +460,7 @@ impl<T: Clone + Send + 'static> Actor for ProducerController<T> {
         self.close_storage();
         self.settle_all();
         #[cfg(feature = "metrics")]
-        self.meter.publish(&self.stats());
+        self.publish();
         // Everything is settled: idle waiters are answered by dropping their senders.
         self.idle_waiters.clear();
         // Drop the self-reference so the actor can be freed.
@@ -594,6 +621,8 @@ impl<T: Clone + Send + 'static> Handler<GetProducerStats> for ProducerController
     type Result = MessageResult<GetProducerStats>;
 
     fn handle(&mut self, _: GetProducerStats, _: &mut Context<Self>) -> Self::Result {
+        #[cfg(feature = "metrics")]
+        self.publish(); // the metrics agree with the stats handed out
         MessageResult(self.stats())
     }
 }

@@ -8,7 +8,11 @@
 //!
 //! The stats structs stay the source of truth: each part publishes what its struct counted,
 //! as it changes (once per mailbox drain, journal commit, socket write or received frame), so
-//! a counter here equals the struct's field once the part is idle. Counters are published as
+//! a counter here equals the struct's field once the part is idle. Producers and consumers,
+//! whose drains come once per message at low windows, publish at most once a millisecond, and
+//! a millisecond after their last change, so that a burst costs the same few publishes
+//! whatever its rate; they also publish when asked for their stats, a producer when its
+//! `idle()` answers, and both when they stop. Counters are published as
 //! increments and gauges as changes, so that parts sharing a label add up; a part that ends
 //! takes its gauges' contributions back.
 //!
@@ -33,9 +37,10 @@
 //! Each counter `…_total` is the stats field of the same name (see the struct's docs for its
 //! exact meaning); gauges are the struct's current values.
 //!
-//! The two per-message histograms (confirm latency, handler run time) are **sampled**, one
-//! value per batch, so that their cost stays flat at millions of messages a second: a
-//! histogram's `_count` counts samples, not messages (the counters count messages).
+//! The two per-message histograms (confirm latency, handler run time) are **sampled**, at
+//! most one value a millisecond per producer or consumer, so that their cost stays flat at
+//! millions of messages a second: a histogram's `_count` counts samples, not messages (the
+//! counters count messages).
 //!
 //! **Producer** ([`ProducerStats`](crate::protocol::producer::ProducerStats)), label `producer`;
 //! a producer exports only what applies to it (the rows marked durable only when it is
@@ -60,7 +65,7 @@
 //! | `actix_delivery_producer_queued` | gauge | `queued`: waiting for the window |
 //! | `actix_delivery_producer_unconfirmed` | gauge | `unconfirmed`: stored in a durable stream, not settled (durable producers) |
 //! | `actix_delivery_producer_next_message_id` | gauge | `next_message_id` (durable producers) |
-//! | `actix_delivery_producer_confirm_seconds` | histogram | from the producer taking a message (from a handle, or a `Tell`) to its `Ok` confirmation; sampled: the first message of each batch the producer takes from its handles, at most one per batch of confirmations (every message when they come one at a time) |
+//! | `actix_delivery_producer_confirm_seconds` | histogram | from the producer taking a message (from a handle, or a `Tell`) to its `Ok` confirmation; sampled: the first message of each batch the producer takes from its handles, at most one a millisecond |
 //!
 //! **Consumer** ([`ConsumerStats`](crate::protocol::consumer::ConsumerStats)), label `consumer`:
 //!
@@ -89,7 +94,7 @@
 //! | `actix_delivery_consumer_partial_messages` | gauge | `partial_messages`: being reassembled |
 //! | `actix_delivery_consumer_messages_waiting_for_room` | gauge | `messages_waiting_for_room`: chunked messages refused for room, in line |
 //! | `actix_delivery_consumer_reassembly_bytes` | gauge | `reassembly_bytes`: reserved for reassembly |
-//! | `actix_delivery_consumer_handler_seconds` | histogram | one handler run, start to outcome (a pipelined handler: to its hand-off); abandoned runs are not recorded; sampled: the first run that ends in each mailbox drain |
+//! | `actix_delivery_consumer_handler_seconds` | histogram | one handler run, start to outcome (a pipelined handler: to its hand-off); abandoned runs are not recorded; sampled: the first run that ends in each millisecond |
 //!
 //! **Persistent entity** ([`PersistentStats`](crate::persistence::PersistentStats)), label
 //! `entity`: `actix_delivery_persistent_{decided, events, entries, appends, duplicates, stale,
@@ -180,7 +185,7 @@
 //! with `meter!`); this module keeps the catalogue above and the helpers, and imports
 //! nothing of the subsystems (telemetry is a leaf).
 
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use metrics::Histogram;
 
@@ -256,7 +261,144 @@ pub(crate) use meter;
 /// The label a part gets when the application gave it none.
 pub(crate) const DEFAULT_LABEL: &str = "default";
 
+/// How often, at most, a producer or consumer publishes its counters and gauges and samples a
+/// latency: once a millisecond, so that what the metrics cost does not grow with the message
+/// rate. A scrape comes every few seconds; a millisecond's lag is not seen.
+pub(crate) const PUBLISH_INTERVAL: Duration = Duration::from_millis(1);
+
+/// Paces something done for the metrics to at most once per [`PUBLISH_INTERVAL`].
+#[derive(Debug, Default)]
+pub(crate) struct Pace {
+    /// When it may be done again; `None` before the first time.
+    next: Option<Instant>,
+}
+
+impl Pace {
+    /// Whether it may be done at `now`.
+    pub(crate) fn is_due(&self, now: Instant) -> bool {
+        self.next.is_none_or(|next| now >= next)
+    }
+
+    /// It was done at `now`: the next time is one interval later.
+    pub(crate) fn done(&mut self, now: Instant) {
+        self.next = Some(now + PUBLISH_INTERVAL);
+    }
+}
+
+/// What a paced part does with its meters after an event ([`PublishPace::check`]).
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) enum Publish {
+    /// Publish now.
+    Now,
+    /// Not yet: publish again after this long (asked once until [`PublishPace::woken`]), so
+    /// that a part that falls quiet still publishes its last state.
+    After(Duration),
+    /// Not yet, and a later publish is already on its way.
+    Deferred,
+}
+
+/// A part's publishing, paced to once per [`PUBLISH_INTERVAL`] and once more after its last
+/// change.
+#[derive(Debug, Default)]
+pub(crate) struct PublishPace {
+    pace: Pace,
+    deferred: bool,
+}
+
+impl PublishPace {
+    /// What to do after an event at `now`.
+    pub(crate) fn check(&mut self, now: Instant) -> Publish {
+        if self.pace.is_due(now) {
+            self.published(now);
+            Publish::Now
+        } else if std::mem::replace(&mut self.deferred, true) {
+            Publish::Deferred
+        } else {
+            let next = self.pace.next.expect("not due: published before");
+            Publish::After(next.saturating_duration_since(now))
+        }
+    }
+
+    /// The part published at `now`, paced or not (it stopped, or was asked for its stats).
+    pub(crate) fn published(&mut self, now: Instant) {
+        self.pace.done(now);
+    }
+
+    /// The later publish [`Publish::After`] asked for is due: the next check may ask again.
+    pub(crate) fn woken(&mut self) {
+        self.deferred = false;
+    }
+}
+
+/// Publishes an actor's meters after an event, paced by its [`PublishPace`] (`pace`):
+/// `publish` now, or once the interval is over (a timer on the actor's context).
+pub(crate) fn publish_paced<A>(
+    act: &mut A,
+    ctx: &mut actix::Context<A>,
+    pace: fn(&mut A) -> &mut PublishPace,
+    publish: fn(&mut A),
+) where
+    A: actix::Actor<Context = actix::Context<A>>,
+{
+    use actix::AsyncContext;
+    match pace(act).check(actix::clock::Instant::now().into_std()) {
+        Publish::Now => publish(act),
+        Publish::After(wait) => {
+            ctx.run_later(wait, move |act, ctx| {
+                pace(act).woken();
+                publish_paced(act, ctx, pace, publish);
+            });
+        }
+        Publish::Deferred => {}
+    }
+}
+
 /// Records a duration in seconds.
 pub(crate) fn record_seconds(histogram: &Histogram, duration: Duration) {
     histogram.record(duration.as_secs_f64());
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_pace_allows_once_per_interval() {
+        let start = Instant::now();
+        let mut pace = Pace::default();
+        assert!(pace.is_due(start), "the first time is always due");
+        pace.done(start);
+        assert!(!pace.is_due(start));
+        assert!(!pace.is_due(start + PUBLISH_INTERVAL - Duration::from_nanos(1)));
+        assert!(pace.is_due(start + PUBLISH_INTERVAL));
+    }
+
+    #[test]
+    fn publishing_is_paced_and_asks_once_for_a_later_publish() {
+        let start = Instant::now();
+        let quarter = PUBLISH_INTERVAL / 4;
+        let mut pace = PublishPace::default();
+        assert_eq!(pace.check(start), Publish::Now);
+        // Events within the interval: the first asks for a publish when it ends, the rest
+        // know one is on its way.
+        assert_eq!(
+            pace.check(start + quarter),
+            Publish::After(PUBLISH_INTERVAL - quarter)
+        );
+        assert_eq!(pace.check(start + 2 * quarter), Publish::Deferred);
+        // The later publish comes: it publishes, and the next interval asks again.
+        pace.woken();
+        assert_eq!(pace.check(start + PUBLISH_INTERVAL), Publish::Now);
+        assert_eq!(
+            pace.check(start + PUBLISH_INTERVAL + quarter),
+            Publish::After(PUBLISH_INTERVAL - quarter)
+        );
+        // A publish out of pace (stats asked for) starts the interval again.
+        pace.published(start + 3 * PUBLISH_INTERVAL);
+        pace.woken();
+        assert_eq!(
+            pace.check(start + 3 * PUBLISH_INTERVAL + quarter),
+            Publish::After(PUBLISH_INTERVAL - quarter)
+        );
+    }
 }

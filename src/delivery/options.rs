@@ -21,7 +21,6 @@ use crate::delivery::handler::DeliveryHandler;
 use crate::delivery::message::ConsumerRef;
 use crate::delivery::producer_core::Chunking;
 use crate::error::OptionsError;
-use crate::protocol::envelope::Incarnation;
 use crate::protocol::trace_context::TraceContext;
 use crate::runtime::placement::Placement;
 
@@ -58,8 +57,6 @@ pub struct ProducerOptions<T: Send + 'static> {
     metrics_label: Option<String>,
     trace_context: Option<TraceHook>,
     chunking: Option<Chunking<T>>,
-    /// The token of a pool's stream (derived from its producer's); `None`: a random one.
-    incarnation: Option<Incarnation>,
     placement: Placement,
     kept: Option<GiveUpKeeper<T>>,
 }
@@ -95,7 +92,6 @@ impl<T: Send + 'static> ProducerOptions<T> {
             metrics_label: None,
             trace_context: None,
             chunking: None,
-            incarnation: None,
             placement: Placement::default(),
             kept: None,
         })
@@ -104,20 +100,6 @@ impl<T: Send + 'static> ProducerOptions<T> {
     /// Where the producer runs.
     pub(crate) fn placement(&self) -> &Placement {
         &self.placement
-    }
-
-    /// The same options for a stream a pool opens on its producer's behalf: under `token`
-    /// (derived from the producer's, see [`protocol::origin`](crate::protocol::origin))
-    /// instead of a random one, and exported under the pool's metrics `label`.
-    pub(crate) fn for_sub_stream(mut self, token: Incarnation, label: &str) -> Self {
-        self.incarnation = Some(token);
-        #[cfg(feature = "metrics")]
-        {
-            self.metrics_label = Some(label.to_owned());
-        }
-        #[cfg(not(feature = "metrics"))]
-        let _ = label;
-        self
     }
 
     /// The same options, writing chunks in process as `schema` says (see
@@ -157,7 +139,6 @@ impl<T: Send + 'static> ProducerOptions<T> {
             config: self.config,
             trace_context: self.trace_context,
             chunking: self.chunking,
-            incarnation: self.incarnation,
             kept: self.kept,
         }
     }
@@ -169,8 +150,6 @@ pub(crate) struct ProducerParts<T: Send + 'static> {
     pub(crate) config: ProducerConfig,
     pub(crate) trace_context: Option<TraceHook>,
     pub(crate) chunking: Option<Chunking<T>>,
-    /// The token of a pool's stream; `None`: a random one.
-    pub(crate) incarnation: Option<Incarnation>,
     pub(crate) kept: Option<GiveUpKeeper<T>>,
 }
 

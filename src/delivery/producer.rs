@@ -88,12 +88,10 @@ impl<T: Clone + Send + 'static> ProducerController<T> {
             config,
             trace_context,
             chunking,
-            incarnation,
             kept,
         } = options.into_parts();
         let room = config.window_size.saturating_add(config.max_pending);
-        let incarnation = incarnation.unwrap_or_else(random_incarnation);
-        let mut core = Core::new(&config, incarnation, chunking);
+        let mut core = Core::new(&config, random_incarnation(), chunking);
         if kept.is_some() {
             core.keep_given_up();
         }

@@ -1,6 +1,5 @@
 //! Actor plumbing that every subsystem's shell uses: timers (`alarm`), draining before a stop
-//! (`after_drain`), the stop signal that handles await, the settlements queue that lets one
-//! actor collect the confirmations of many streams, where an actor runs (`placement`), the
+//! (`after_drain`), the stop signal that handles await, where an actor runs (`placement`), the
 //! one backoff every reconnection waits by (`backoff`, pure), and the coordinated shutdown of
 //! a whole application (`shutdown`, public). No delivery logic lives here.
 
@@ -10,6 +9,5 @@ pub(crate) use actix_delivery_proto::runtime::backoff;
 pub(crate) mod error_chain;
 pub(crate) mod placement;
 pub(crate) mod random;
-pub(crate) mod settlements;
 pub mod shutdown;
 pub(crate) mod stop_signal;

@@ -65,7 +65,7 @@
 //! | `actix_delivery_producer_queued` | gauge | `queued`: waiting for the window |
 //! | `actix_delivery_producer_unconfirmed` | gauge | `unconfirmed`: stored in a durable stream, not settled (durable producers) |
 //! | `actix_delivery_producer_next_message_id` | gauge | `next_message_id` (durable producers) |
-//! | `actix_delivery_producer_confirm_seconds` | histogram | from the producer taking a message (from a handle, or a `Tell`) to its `Ok` confirmation; sampled: the first message of each batch the producer takes from its handles, at most one a millisecond |
+//! | `actix_delivery_producer_confirm_seconds` | histogram | from the producer taking a message (from a handle, or a `Tell`) to its `Ok` confirmation; sampled: the first message of each batch the producer takes from its handles, at most one a millisecond (a work-pulling producer's worker streams add no samples: its own say when a worker confirmed a job) |
 //!
 //! **Consumer** ([`ConsumerStats`](crate::protocol::consumer::ConsumerStats)), label `consumer`:
 //!

@@ -1,7 +1,9 @@
-//! The pool actor: takes the jobs of its producer, one reliable stream per worker, routes by
-//! the pure [`WorkPool`], ACKs a job to its producer once a worker confirmed it, and settles
-//! it as given up with its producer (and hands it to the dead-letter sink) when the pool gave
-//! it up.
+//! The pool actor: takes the jobs of its producer, routes them by the pure [`WorkPool`] over
+//! one reliable stream per worker, ACKs a job to its producer once a worker confirmed it, and
+//! settles it as given up with its producer (and hands it to the dead-letter sink) when the
+//! pool gave it up. The worker streams are [`ProducerCore`]s the pool drives itself (no actor
+//! per worker: a job crosses no mailbox between the pool and its worker's consumer), as the
+//! sharded producer's router drives its entity streams.
 //!
 //! The worker streams of one producer life share a token derived from the producer's
 //! ([`sub_stream_token`]); a job's stable id ([`Job::info`]) names the producer's id and that
@@ -21,18 +23,18 @@ use hashbrown::HashMap;
 
 use crate::config::ProducerConfig;
 use crate::delivery::dead_letter_handle::GiveUpKeeper;
-use crate::delivery::message::{ConsumerRef, Deliveries, Delivery, GiveUp, ReplyTo};
-use crate::delivery::options::ProducerOptions;
-use crate::delivery::producer::start_producer;
+use crate::delivery::message::{
+    Acks, ConsumerRef, Deliveries, Delivery, GiveUp, ReplyTo, SingleAck,
+};
 use crate::delivery::producer::ProducerHandle;
 use crate::error::DeliveryError;
-use crate::protocol::envelope::{Ack, DeliveryInfo, Incarnation, ProducerId};
+use crate::protocol::envelope::{Ack, DeliveryInfo, Incarnation};
 use crate::protocol::intake::{Intake, Taken};
 use crate::protocol::origin::sub_stream_token;
+use crate::protocol::producer::ProducerCore;
 use crate::runtime::after_drain::after_each_drain;
 use crate::runtime::alarm::{now, Alarm};
 use crate::runtime::random::random_u64;
-use crate::runtime::settlements::{Settlements, TakeSettlements};
 use crate::work_pulling::pool::{JobKey, PoolStats, Settled, WorkPool, WorkerKey};
 use crate::work_pulling::registry::WorkersChanged;
 use crate::work_pulling::{GivenUpJob, Job, WorkPullingOptions, WorkerRegistry};
@@ -47,15 +49,39 @@ struct Held<T> {
 /// The purpose the worker streams' token is derived for ([`sub_stream_token`]).
 pub(crate) const JOBS_TOKEN_PURPOSE: &str = "work-pulling jobs";
 
-/// One worker: its name, where it takes jobs, and the reliable stream to it (opened with its
-/// first job of the producer's life).
-struct Worker<T: Clone + Send + 'static> {
+/// One worker: its name, where it takes jobs, and the number of the reliable stream to it
+/// (opened with its first job of the producer's life).
+struct Worker<T: Send + 'static> {
     name: Arc<str>,
     target: ConsumerRef<Job<T>>,
-    stream: Option<ProducerHandle<Job<T>>>,
+    stream: Option<u64>,
 }
 
-/// The outcome of a job at a worker, from the worker stream's confirmation.
+/// A worker's reliable stream, driven by the pool: a producer core whose messages settle as
+/// the pool's job keys. Its id is `<producer id>/<its number, 16 hex digits>`.
+struct Stream<T: Clone + Send + 'static> {
+    worker: WorkerKey,
+    target: ConsumerRef<Job<T>>,
+    core: ProducerCore<Job<T>, JobKey>,
+    /// Touched since the last flush (it has something to transmit or settle).
+    dirty: bool,
+    /// Its worker left: until then it only takes the ACKs on their way (each confirms its
+    /// job, which the pool handed to another worker meanwhile), and sends nothing.
+    leaving_until: Option<Instant>,
+    /// The stream's meters, under the pool's label (the streams of a pool add up).
+    #[cfg(feature = "metrics")]
+    meter: crate::delivery::metrics::ProducerMeters,
+}
+
+#[cfg(feature = "metrics")]
+impl<T: Clone + Send + 'static> Drop for Stream<T> {
+    fn drop(&mut self) {
+        // What it did since the last publish counts (its gauges are taken back after this).
+        self.meter.publish(&self.core.stats());
+    }
+}
+
+/// The outcome of a job at a worker, from the worker stream's settlement.
 struct JobSettled {
     worker: WorkerKey,
     key: JobKey,
@@ -81,19 +107,26 @@ pub(crate) struct WorkPullingController<T: Clone + Send + 'static> {
     /// The producer's jobs held by the pool, by seq (a retransmission of a held job changes
     /// nothing, one of a job confirmed already is ACKed again).
     intake: Intake<JobKey>,
-    /// The worker streams' confirmations, and the buffer they are taken into.
-    settlements: Arc<Settlements<JobSettled>>,
+    /// The worker streams' settlements of one flush (a buffer, reused).
     taken: Vec<JobSettled>,
     workers: HashMap<WorkerKey, Worker<T>>,
+    /// The open worker streams, by number.
+    streams: HashMap<u64, Stream<T>>,
+    /// The streams touched since the last flush, by number.
+    dirty: Vec<u64>,
+    /// `<producer id>/`: what the worker streams' ids start with.
+    stream_prefix: String,
+    /// Where the workers send the streams' ACKs: this pool.
+    own_reply_to: Option<ReplyTo>,
     by_name: HashMap<Arc<str>, WorkerKey>,
     next_worker: u64,
-    producer_id: ProducerId,
     /// The producer's current token and the worker streams' token derived from it.
     tokens: Option<(Incarnation, Incarnation)>,
     /// The number of the next worker stream (from a random start: the ids of two lives
     /// never meet).
     next_stream: u64,
     /// The label of the worker streams' metrics: the pool's.
+    #[cfg_attr(not(feature = "metrics"), allow(dead_code))]
     label: String,
     worker_config: ProducerConfig,
     registry: WorkerRegistry<T>,
@@ -107,8 +140,11 @@ pub(crate) struct WorkPullingController<T: Clone + Send + 'static> {
     given_up: BTreeMap<u64, DeliveryError>,
     dead_letters: Option<Recipient<GivenUpJob<T>>>,
     kept: Option<GiveUpKeeper<T>>,
-    /// Wakes the pool when a worker's rest ends.
+    /// Wakes the pool when a worker's rest ends or a stream's retransmission is due.
     alarm: Alarm,
+    /// Paces the streams' meters' publishing.
+    #[cfg(feature = "metrics")]
+    publish_pace: crate::telemetry::metrics::PublishPace,
     /// Resolves when the producer stopped: the pool stops then.
     producer_stopped: Option<std::pin::Pin<Box<dyn std::future::Future<Output = ()>>>>,
 }
@@ -128,12 +164,14 @@ impl<T: Clone + Send + 'static> WorkPullingController<T> {
         Self {
             pool,
             intake: Intake::default(),
-            settlements: Arc::default(),
             taken: Vec::new(),
             workers: HashMap::new(),
+            streams: HashMap::new(),
+            dirty: Vec::new(),
+            stream_prefix: format!("{}/", producer.producer_id()),
+            own_reply_to: None,
             by_name: HashMap::new(),
             next_worker: 0,
-            producer_id: producer.producer_id().clone(),
             tokens: None,
             next_stream: random_u64(),
             label,
@@ -145,6 +183,8 @@ impl<T: Clone + Send + 'static> WorkPullingController<T> {
             dead_letters: options.dead_letters,
             kept: options.kept,
             alarm: Alarm::default(),
+            #[cfg(feature = "metrics")]
+            publish_pace: Default::default(),
             // How the producer ended is its handles' to tell: the pool only follows it.
             producer_stopped: Some(Box::pin(FutureExt::map(producer.stopped(), drop))),
         }
@@ -227,10 +267,10 @@ impl<T: Clone + Send + 'static> WorkPullingController<T> {
             Some((parent, derived)) if parent == token => derived,
             _ => {
                 for worker in self.workers.values_mut() {
-                    if let Some(stream) = worker.stream.take() {
-                        stream.stop();
-                    }
+                    worker.stream = None;
                 }
+                self.streams.clear();
+                self.dirty.clear();
                 let derived = sub_stream_token(token, JOBS_TOKEN_PURPOSE, b"");
                 self.tokens = Some((token, derived));
                 derived
@@ -259,25 +299,30 @@ impl<T: Clone + Send + 'static> WorkPullingController<T> {
         WorkerKey(self.next_worker)
     }
 
-    /// A new reliable stream to `target`, under the worker streams' `token`.
-    fn stream_to(
-        &mut self,
-        target: &ConsumerRef<Job<T>>,
-        token: Incarnation,
-    ) -> ProducerHandle<Job<T>> {
+    /// Opens a reliable stream for worker `key`, under the worker streams' `token`; its
+    /// number.
+    fn open_stream(&mut self, key: WorkerKey, token: Incarnation) -> u64 {
         let number = self.next_stream;
         self.next_stream = self.next_stream.wrapping_add(1);
         let config = ProducerConfig {
-            producer_id: Some(format!("{}/{number:016x}", self.producer_id)),
+            producer_id: Some(format!("{}{number:016x}", self.stream_prefix)),
             ..self.worker_config.clone()
         };
-        let options = ProducerOptions::from_config(target.clone(), config)
-            .expect("the producer id's length and the settings were checked with the options")
-            .for_sub_stream(token, &self.label);
-        start_producer(options)
+        let stream = Stream {
+            worker: key,
+            target: self.workers[&key].target.clone(),
+            core: ProducerCore::seeded(&config, token, random_u64),
+            dirty: false,
+            leaving_until: None,
+            #[cfg(feature = "metrics")]
+            meter: crate::delivery::metrics::ProducerMeters::new(&self.label, false),
+        };
+        self.streams.insert(number, stream);
+        number
     }
 
-    /// Removes a worker: its stream stops, its unconfirmed jobs wait for the others.
+    /// Removes a worker: its unconfirmed jobs wait for the others, and its stream takes the
+    /// ACKs on their way for one `resend_timeout`, then ends.
     fn leave(&mut self, key: WorkerKey) {
         let Some(worker) = self.workers.remove(&key) else {
             return;
@@ -286,15 +331,31 @@ impl<T: Clone + Send + 'static> WorkPullingController<T> {
             self.by_name.remove(&worker.name);
         }
         self.pool.remove_worker(key);
-        if let Some(stream) = worker.stream {
-            stream.stop();
+        if let Some(stream) = worker.stream.and_then(|n| self.streams.get_mut(&n)) {
+            stream.leaving_until = Some(now() + self.worker_config.resend_timeout);
+        }
+    }
+
+    /// An ACK from a worker for one of the streams (one of a stream that ended is ignored).
+    fn handle_ack(&mut self, ack: &Ack) {
+        let number = ack
+            .producer_id
+            .as_str()
+            .strip_prefix(self.stream_prefix.as_str())
+            .and_then(|n| u64::from_str_radix(n, 16).ok());
+        let Some((number, stream)) = number.and_then(|n| Some((n, self.streams.get_mut(&n)?)))
+        else {
+            return;
+        };
+        if stream.core.handle_ack(ack) && !std::mem::replace(&mut stream.dirty, true) {
+            self.dirty.push(number);
         }
     }
 
     /// Takes a worker stream's settlement of a job at `now`. A job its stream gave up failed
-    /// at the worker (the pool re-routes it or gives it up, and rests the worker); any other
-    /// error means the stream itself stopped (only `leave` stops it otherwise): the worker
-    /// leaves, and its jobs did not fail.
+    /// at the worker (the pool re-routes it or gives it up, and rests the worker). A stream
+    /// settles nothing else (it is never stopped: it ends with its worker or the pool); any
+    /// other error is taken as the stream's end: the worker leaves, and its jobs did not fail.
     fn settle(&mut self, settled: JobSettled, now: Instant) {
         let JobSettled {
             worker,
@@ -364,39 +425,37 @@ impl<T: Clone + Send + 'static> WorkPullingController<T> {
         }
     }
 
-    /// Hands waiting jobs to workers with demand, and sends the ACKs of confirmed jobs.
+    /// Settles what the streams settled, hands waiting jobs to workers with demand,
+    /// transmits, sends the ACKs of confirmed jobs and arms the timer: after each mailbox
+    /// drain and timer.
     fn flush(&mut self, ctx: &mut Context<Self>) {
-        let mut pool = None;
-        while let Some(assignment) = self.pool.poll_assign() {
-            let (worker, key) = (assignment.worker, assignment.key);
-            let job = assignment.job.job.clone();
-            let pool = pool.get_or_insert_with(|| ctx.address()).clone();
-            let settlements = self.settlements.clone();
-            let confirm = move |result| {
-                let settled = JobSettled {
-                    worker,
-                    key,
-                    result,
-                };
-                if settlements.push(settled) {
-                    pool.do_send(TakeSettlements);
-                }
-            };
-            if self.workers[&worker].stream.is_none() {
-                let token = self.tokens.expect("a job was taken: the token is known").1;
-                let target = self.workers[&worker].target.clone();
-                let stream = self.stream_to(&target, token);
-                self.workers
-                    .get_mut(&worker)
-                    .expect("assigned a job")
-                    .stream = Some(stream);
-            }
-            let stream = self.workers[&worker].stream.as_ref().expect("opened above");
-            if stream.tell(job, confirm).is_err() {
-                // Its stream stopped: the refusal settled the job as failed there.
-                self.leave(worker);
-            }
-        }
+        let at = now();
+        self.settle_dirty(at);
+        self.assign();
+        self.transmit(at);
+        self.send_acks();
+        let next = self
+            .streams
+            .values()
+            .filter_map(|stream| stream.leaving_until.or(stream.core.next_deadline()))
+            .chain(self.pool.next_deadline())
+            .min();
+        self.alarm.arm(next, ctx, |act, ctx| {
+            act.alarm.fired();
+            act.handle_timeouts(now());
+            act.flush(ctx);
+        });
+        #[cfg(feature = "metrics")]
+        crate::telemetry::metrics::publish_paced(
+            self,
+            ctx,
+            |act| &mut act.publish_pace,
+            Self::publish,
+        );
+    }
+
+    /// Sends the ACKs of confirmed jobs to their producer, a batch per run to one address.
+    fn send_acks(&mut self) {
         let mut acks = self.acks.drain(..).peekable();
         while let Some((reply_to, ack)) = acks.next() {
             let Some(reply_to) = reply_to else { continue };
@@ -406,18 +465,123 @@ impl<T: Clone + Send + 'static> WorkPullingController<T> {
             });
             reply_to.do_send_all(std::iter::once(ack).chain(same));
         }
-        self.alarm.arm(self.pool.next_deadline(), ctx, |act, ctx| {
-            act.alarm.fired();
-            act.pool.handle_timeout(now());
-            act.flush(ctx);
-        });
+    }
+
+    /// Takes what the touched streams settled to the pool.
+    fn settle_dirty(&mut self, now: Instant) {
+        let mut taken = std::mem::take(&mut self.taken);
+        for number in &self.dirty {
+            let Some(stream) = self.streams.get_mut(number) else {
+                continue;
+            };
+            taken.extend(std::iter::from_fn(|| {
+                let (key, result) = stream.core.poll_settled()?;
+                Some(JobSettled {
+                    worker: stream.worker,
+                    key,
+                    result,
+                })
+            }));
+            if stream.core.is_idle() {
+                if stream.leaving_until.is_some() {
+                    self.streams.remove(number); // nothing more on its way
+                } else {
+                    // An idle stream costs its core, not the queues of its busiest moment.
+                    stream.core.shrink_to_fit();
+                }
+            }
+        }
+        for settled in taken.drain(..) {
+            self.settle(settled, now);
+        }
+        self.taken = taken;
+    }
+
+    /// Hands waiting jobs to workers with demand, over their streams (opened with a
+    /// worker's first job of the producer's life).
+    fn assign(&mut self) {
+        while let Some(assignment) = self.pool.poll_assign() {
+            let (worker, key) = (assignment.worker, assignment.key);
+            let job = assignment.job.job.clone();
+            let number = match self.workers[&worker].stream {
+                Some(number) => number,
+                None => {
+                    let token = self.tokens.expect("a job was taken: the token is known").1;
+                    let number = self.open_stream(worker, token);
+                    let worker = self.workers.get_mut(&worker).expect("assigned a job");
+                    worker.stream = Some(number);
+                    number
+                }
+            };
+            let stream = self.streams.get_mut(&number).expect("its worker's, open");
+            // The pool gives a worker at most its stream's window: the stream never refuses.
+            let _ = stream.core.handle_send(job, key);
+            if !std::mem::replace(&mut stream.dirty, true) {
+                self.dirty.push(number);
+            }
+        }
+    }
+
+    /// Sends what the touched streams transmit, a batch per worker.
+    fn transmit(&mut self, now: Instant) {
+        let Some(reply_to) = &self.own_reply_to else {
+            self.dirty.clear();
+            return;
+        };
+        for number in self.dirty.drain(..) {
+            let Some(stream) = self.streams.get_mut(&number) else {
+                continue; // ended since
+            };
+            stream.dirty = false;
+            if stream.leaving_until.is_some() {
+                continue;
+            }
+            let core = &mut stream.core;
+            let deliveries = std::iter::from_fn(|| core.poll_transmit(now))
+                .map(|transmission| Delivery::from_transmission(transmission, reply_to.clone()));
+            stream.target.do_send_all(deliveries);
+        }
+    }
+
+    /// Lets the streams whose retransmission is due retransmit, ends those of workers that
+    /// left whose grace is over, and lets the rested workers work.
+    fn handle_timeouts(&mut self, now: Instant) {
+        self.streams
+            .retain(|_, stream| stream.leaving_until.is_none_or(|until| until > now));
+        for (number, stream) in &mut self.streams {
+            if stream.leaving_until.is_none()
+                && stream.core.next_deadline().is_some_and(|at| at <= now)
+            {
+                stream.core.handle_timeout(now);
+                if !std::mem::replace(&mut stream.dirty, true) {
+                    self.dirty.push(*number);
+                }
+            }
+        }
+        self.pool.handle_timeout(now);
+    }
+
+    /// Publishes the streams' counters to the metrics.
+    #[cfg(feature = "metrics")]
+    fn publish(&mut self) {
+        for stream in self.streams.values_mut() {
+            stream.meter.publish(&stream.core.stats());
+        }
     }
 }
+
+// The pool is never structurally pinned: a job type that is not `Unpin` is fine.
+impl<T: Clone + Send + 'static> Unpin for WorkPullingController<T> {}
 
 impl<T: Clone + Send + 'static> Actor for WorkPullingController<T> {
     type Context = Context<Self>;
 
     fn started(&mut self, ctx: &mut Context<Self>) {
+        let addr = ctx.address();
+        self.own_reply_to = Some(ReplyTo::batching(
+            addr.clone().recipient(),
+            addr.recipient(),
+        ));
         for (name, worker) in self.registry.watch(ctx.address().recipient()) {
             self.join(name, worker);
         }
@@ -431,9 +595,10 @@ impl<T: Clone + Send + 'static> Actor for WorkPullingController<T> {
     }
 
     fn stopped(&mut self, _: &mut Context<Self>) {
-        for stream in self.workers.values().filter_map(|w| w.stream.as_ref()) {
-            stream.stop();
-        }
+        // The streams end with the pool; the producer settles its jobs itself.
+        #[cfg(feature = "metrics")]
+        self.publish();
+        self.own_reply_to = None;
     }
 }
 
@@ -453,17 +618,21 @@ impl<T: Clone + Send + 'static> Handler<Deliveries<T>> for WorkPullingController
     }
 }
 
-impl<T: Clone + Send + 'static> Handler<TakeSettlements> for WorkPullingController<T> {
+impl<T: Clone + Send + 'static> Handler<SingleAck> for WorkPullingController<T> {
     type Result = ();
 
-    fn handle(&mut self, _: TakeSettlements, _: &mut Context<Self>) {
-        let mut taken = std::mem::take(&mut self.taken);
-        self.settlements.take(&mut taken);
-        let now = now();
-        for settled in taken.drain(..) {
-            self.settle(settled, now);
+    fn handle(&mut self, SingleAck(ack): SingleAck, _: &mut Context<Self>) {
+        self.handle_ack(&ack);
+    }
+}
+
+impl<T: Clone + Send + 'static> Handler<Acks> for WorkPullingController<T> {
+    type Result = ();
+
+    fn handle(&mut self, Acks(acks): Acks, _: &mut Context<Self>) {
+        for ack in &acks {
+            self.handle_ack(ack);
         }
-        self.taken = taken;
     }
 }
 

@@ -12,9 +12,10 @@
 //! [`ReliableDelivery::work_pulling_producer`](crate::ReliableDelivery::work_pulling_producer)
 //! starts a producer (exactly a [`ProducerHandle`](crate::ProducerHandle): `tell`, `send`,
 //! `store`, confirmations) whose consumer is a pool. Workers are consumers of [`Job<T>`]
-//! registered in a [`WorkerRegistry`]; the pool opens one reliable stream per worker (an
-//! ordinary producer, so retransmission, dedup and flow control are the point-to-point
-//! ones, over any transport).
+//! registered in a [`WorkerRegistry`]; the pool opens one reliable stream per worker (the
+//! point-to-point protocol's producer core, driven inside the pool's actor: retransmission,
+//! dedup and flow control are the point-to-point ones, over any transport, and a job crosses no
+//! mailbox between the pool and its worker).
 //!
 //! # Rules
 //!
@@ -41,10 +42,12 @@
 //!   handed to the [`dead_letters`](WorkPullingOptionsBuilder::dead_letters) sink as a
 //!   [`GivenUpJob`] (body, stable id, attempts, last failure) and never sent to a worker again.
 //! - **Workers leave.** When a worker is deregistered or its consumer stops, the worker leaves: its
-//!   stream stops and its unconfirmed jobs are routed to the others, **in their original order, at
-//!   the front** of the waiting jobs (they did not fail: nothing counts against them). A job can so
-//!   be handled by two workers (the first may have handled it and lost the ACK, or still run it
-//!   when its stream gave it up): at least once.
+//!   stream sends nothing more and its unconfirmed jobs are routed to the others, **in their
+//!   original order, at the front** of the waiting jobs (they did not fail: nothing counts against
+//!   them). For one `resend_timeout` the stream still takes the ACKs on their way: a job the
+//!   worker finished after it left is confirmed by that ACK, wherever it was routed since. A job
+//!   can so be handled by two workers (the first may have handled it and lost the ACK, or still
+//!   run it when its stream gave it up): at least once.
 //! - **Stable job ids.** Every job carries [`Job::info`]: the producer's id, the public id of the
 //!   worker streams' token (derived from the producer's incarnation) and the job's seq, the same at
 //!   every worker it is routed to and, with a durable producer, across the producer's restarts. A

@@ -825,8 +825,9 @@ async fn announced_workers_are_registered_and_deregistered_after_a_silent_timeou
     assert!(stats.announcements >= 8, "{stats:?}");
 }
 
-/// A worker leaves while it finishes a job (its ACK already on its way): the job is re-routed
-/// to `b`, then the late ACK confirms it. `b` is a persistent worker whose first copy of the
+/// A worker leaves while it finishes a job: the job is re-routed to `b`, then the worker's
+/// late ACK (its stream takes the ACKs on their way for a `resend_timeout` after it left)
+/// confirms it. `b` is a persistent worker whose first copy of the
 /// job is lost; it records a later job (whose `window_start` passed the copy's seq), so the
 /// copy's retransmission is stale there: ACKed without running, and `b`'s slot comes back.
 #[actix::test]
@@ -869,7 +870,11 @@ async fn a_late_copy_of_a_job_confirmed_elsewhere_frees_its_persistent_workers_s
                 reg.register("b", link).unwrap();
             }
             reg.deregister("a");
-            async { Ok::<(), String>(()) }
+            async {
+                // Finishes after the pool re-routed the job: its ACK comes late.
+                tokio::time::sleep(Duration::from_millis(10)).await;
+                Ok::<(), String>(())
+            }
         }))
         .build()
         .unwrap(),

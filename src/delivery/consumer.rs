@@ -71,6 +71,10 @@ pub struct ConsumerController<T: Send + 'static> {
     /// Paces the meter's publishing.
     #[cfg(feature = "metrics")]
     publish_pace: crate::telemetry::metrics::PublishPace,
+    /// When the last delivery came: the time the pace is checked at after a drain (the
+    /// clock is not read again for it).
+    #[cfg(feature = "metrics")]
+    last_delivery: Instant,
     /// Paces the handler run time's samples.
     #[cfg(feature = "metrics")]
     handler_pace: crate::telemetry::metrics::Pace,
@@ -119,6 +123,8 @@ impl<T: Send + 'static> ConsumerController<T> {
             #[cfg(feature = "metrics")]
             publish_pace: Default::default(),
             #[cfg(feature = "metrics")]
+            last_delivery: alarm::now(),
+            #[cfg(feature = "metrics")]
             handler_pace: Default::default(),
         }
     }
@@ -129,15 +135,12 @@ impl<T: Send + 'static> ConsumerController<T> {
         self.meter.publish(&self.core.stats());
     }
 
-    /// Publishes the counters to the metrics, paced.
+    /// Publishes the counters to the metrics after an event at `now`, paced.
     #[cfg(feature = "metrics")]
-    fn publish_paced(&mut self, ctx: &mut Context<Self>) {
-        crate::telemetry::metrics::publish_paced(
-            self,
-            ctx,
-            |act| &mut act.publish_pace,
-            Self::publish,
-        );
+    fn publish_paced(&mut self, ctx: &mut Context<Self>, now: Instant) {
+        use crate::telemetry::metrics::{publish_paced, PublishPace};
+        let pace: fn(&mut Self) -> &mut PublishPace = |act| &mut act.publish_pace;
+        publish_paced(self, ctx, now, pace, Self::publish);
     }
 
     /// Makes sure the after-drain future runs (see [`after_drain`](Self::after_drain)).
@@ -149,6 +152,10 @@ impl<T: Send + 'static> ConsumerController<T> {
 
     /// Admission, dedup and the decision for one delivery, carried out.
     fn receive(&mut self, delivery: Delivery<T>, now: Instant) {
+        #[cfg(feature = "metrics")]
+        {
+            self.last_delivery = now;
+        }
         let step = self.core.handle_delivery(delivery.into_inbound(), now);
         self.carry_out_step(step, now);
     }
@@ -156,6 +163,10 @@ impl<T: Send + 'static> ConsumerController<T> {
     /// Admission, dedup and reassembly for one chunk of a large message, carried out: its ACK
     /// queued, its message run if the chunk completed it.
     fn receive_chunk(&mut self, chunk: ChunkDelivery<T>, now: Instant) {
+        #[cfg(feature = "metrics")]
+        {
+            self.last_delivery = now;
+        }
         let (inbound, decode) = chunk.into_inbound();
         let step = self.core.handle_chunk(
             inbound,
@@ -225,7 +236,7 @@ impl<T: Send + 'static> ConsumerController<T> {
         self.poll_outcomes(ctx, cx);
         self.flush_acks();
         #[cfg(feature = "metrics")]
-        self.publish_paced(ctx);
+        self.publish_paced(ctx, self.last_delivery);
         if ctx.connected() || self.handler_pending || !self.outcomes.is_empty() {
             Poll::Pending
         } else {
@@ -374,7 +385,7 @@ impl<T: Send + 'static> ConsumerController<T> {
             }
             act.await_handed_off();
             #[cfg(feature = "metrics")]
-            act.publish_paced(ctx);
+            act.publish_paced(ctx, now);
             act.arm_timer(ctx);
         });
     }

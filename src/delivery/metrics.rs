@@ -5,6 +5,7 @@ use crate::delivery::confirmation::Confirmation;
 use crate::error::DeliveryError;
 use crate::protocol::consumer::ConsumerStats;
 use crate::protocol::producer::ProducerStats;
+use crate::runtime::alarm::now;
 use crate::telemetry::metrics::{meter, record_seconds, Pace};
 
 meter! {
@@ -51,6 +52,9 @@ pub(crate) struct ProducerMeters {
     chunking: Option<ChunkingProducerMeter>,
     /// Paces the confirmation latency's samples.
     latency_pace: Pace,
+    /// The producer's last flush: whether a message taken now may be sampled is decided at
+    /// that time, so that the clock is read only for the messages sampled.
+    seen: std::time::Instant,
 }
 
 impl ProducerMeters {
@@ -61,6 +65,7 @@ impl ProducerMeters {
             durable: None,
             chunking: chunking.then(|| ChunkingProducerMeter::new(label)),
             latency_pace: Pace::default(),
+            seen: now(),
         }
     }
 
@@ -112,30 +117,32 @@ meter! {
 }
 
 impl ProducerMeters {
-    /// `Some(now)` when a confirmation latency may be sampled at `now` (at most one per
-    /// [`PUBLISH_INTERVAL`](crate::telemetry::metrics::PUBLISH_INTERVAL)), to hand to
-    /// [`settled`](Self::settled).
-    pub(crate) fn latency_due(&self, now: std::time::Instant) -> Option<std::time::Instant> {
-        self.latency_pace.is_due(now).then_some(now)
+    /// The producer flushed at `now`.
+    pub(crate) fn seen(&mut self, now: std::time::Instant) {
+        self.seen = now;
     }
 
-    /// Records the send→confirm latency of a message confirmed `Ok` (settled `now`), one per
-    /// pace only: `None` once it recorded one, else `now` again for the next message of the
-    /// batch.
+    /// Whether a message taken now should carry the time it was taken, to be sampled.
+    pub(crate) fn wants_sample(&self) -> bool {
+        self.latency_pace.is_due(self.seen)
+    }
+
+    /// Records the send→confirm latency of a message confirmed `Ok`, one per pace: the pace
+    /// runs on the times the messages were taken, so that the clock is read only for a
+    /// sample.
     pub(crate) fn settled(
         &mut self,
         confirmation: &Confirmation,
         result: &Result<(), DeliveryError>,
-        now: std::time::Instant,
-    ) -> Option<std::time::Instant> {
-        if let (Ok(()), Some(taken)) = (result, confirmation.taken()) {
+    ) {
+        if let (Ok(()), Some(taken)) = (result, confirmation.taken())
+            && self.latency_pace.is_due(taken)
+        {
+            self.latency_pace.done(taken);
             record_seconds(
                 &self.base.confirm_seconds,
-                now.saturating_duration_since(taken),
+                now().saturating_duration_since(taken),
             );
-            self.latency_pace.done(now);
-            return None;
         }
-        Some(now)
     }
 }

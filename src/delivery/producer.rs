@@ -153,8 +153,9 @@ impl<T: Clone + Send + 'static> ProducerController<T> {
             self.settle_polled();
             self.call_storage(ctx, |storage, producer| storage.flush(producer));
         }
+        let at = now();
         if let Some(reply_to) = &self.reply_to {
-            self.core.transmit(now(), &self.consumer, reply_to);
+            self.core.transmit(at, &self.consumer, reply_to);
         }
         self.settle_polled();
         if self.storage.is_some() {
@@ -163,7 +164,10 @@ impl<T: Clone + Send + 'static> ProducerController<T> {
             self.call_storage(ctx, |storage, producer| storage.record(producer));
         }
         #[cfg(feature = "metrics")]
-        self.publish_paced(ctx);
+        {
+            self.meter.seen(at);
+            self.publish_paced(ctx, at);
+        }
         if self.core.is_idle() && self.storage.as_ref().is_none_or(|s| s.is_idle()) {
             if self.stop_when_idle {
                 ctx.stop();
@@ -192,15 +196,12 @@ impl<T: Clone + Send + 'static> ProducerController<T> {
         self.meter.publish(&stats);
     }
 
-    /// Publishes the counters to the metrics, paced.
+    /// Publishes the counters to the metrics after an event at `now`, paced.
     #[cfg(feature = "metrics")]
-    fn publish_paced(&mut self, ctx: &mut Context<Self>) {
-        crate::telemetry::metrics::publish_paced(
-            self,
-            ctx,
-            |act| &mut act.publish_pace,
-            Self::publish,
-        );
+    fn publish_paced(&mut self, ctx: &mut Context<Self>, now: std::time::Instant) {
+        use crate::telemetry::metrics::{publish_paced, PublishPace};
+        let pace: fn(&mut Self) -> &mut PublishPace = |act| &mut act.publish_pace;
+        publish_paced(self, ctx, now, pace, Self::publish);
     }
 
     /// Keeps the messages the core gave up in the dead-letter store, if the producer has one.
@@ -236,13 +237,9 @@ impl<T: Clone + Send + 'static> ProducerController<T> {
         // The hot path: straight from the core's queue, room counted before the callbacks.
         let room = core.settled_room();
         self.inbox.release(room);
-        #[cfg(feature = "metrics")]
-        let mut sample = self.meter.latency_due(now());
         while let Some((confirmation, result)) = core.poll_settled() {
             #[cfg(feature = "metrics")]
-            if let Some(now) = sample {
-                sample = self.meter.settled(&confirmation, &result, now);
-            }
+            self.meter.settled(&confirmation, &result);
             confirmation.settle(result);
         }
     }
@@ -251,13 +248,9 @@ impl<T: Clone + Send + 'static> ProducerController<T> {
     fn fire_settling(&mut self) {
         let room = self.settling.iter().filter(|(c, _)| c.holds_room()).count();
         self.inbox.release(room);
-        #[cfg(feature = "metrics")]
-        let mut sample = self.meter.latency_due(now());
         for (confirmation, result) in self.settling.drain(..) {
             #[cfg(feature = "metrics")]
-            if let Some(now) = sample {
-                sample = self.meter.settled(&confirmation, &result, now);
-            }
+            self.meter.settled(&confirmation, &result);
             confirmation.settle(result);
         }
     }
@@ -290,9 +283,11 @@ impl<T: Clone + Send + 'static> ProducerController<T> {
     /// (handles and direct `Tell`s share it), so the core has space.
     fn take_inbox(&mut self) {
         self.inbox.take(&mut self.taken);
-        // The latency histogram samples the first message of each batch taken.
+        // The latency histogram samples the first message of a batch taken, when it wants one.
         #[cfg(feature = "metrics")]
-        if let Some((_, first)) = self.taken.iter_mut().next() {
+        if let Some((_, first)) = self.taken.iter_mut().next()
+            && self.meter.wants_sample()
+        {
             first.taken_at(now());
         }
         match &mut self.storage {
@@ -522,7 +517,9 @@ impl<T: Clone + Send + 'static> Handler<Tell<T>> for ProducerController<T> {
                 #[allow(unused_mut)] // without `metrics`
                 let mut confirm = confirm.holding_room();
                 #[cfg(feature = "metrics")]
-                confirm.taken_at(now());
+                if self.meter.wants_sample() {
+                    confirm.taken_at(now());
+                }
                 if let Some(storage) = &mut self.storage {
                     storage.accept(&mut VecDeque::from([(body, confirm)]));
                     return Ok(());

@@ -306,7 +306,8 @@ pub(crate) struct PublishPace {
 }
 
 impl PublishPace {
-    /// What to do after an event at `now`.
+    /// What to do after an event at `now` (a time the caller read already: it may be a
+    /// little old, so a later publish waits at most one interval).
     pub(crate) fn check(&mut self, now: Instant) -> Publish {
         if self.pace.is_due(now) {
             self.published(now);
@@ -315,7 +316,7 @@ impl PublishPace {
             Publish::Deferred
         } else {
             let next = self.pace.next.expect("not due: published before");
-            Publish::After(next.saturating_duration_since(now))
+            Publish::After(next.saturating_duration_since(now).min(PUBLISH_INTERVAL))
         }
     }
 
@@ -330,23 +331,25 @@ impl PublishPace {
     }
 }
 
-/// Publishes an actor's meters after an event, paced by its [`PublishPace`] (`pace`):
-/// `publish` now, or once the interval is over (a timer on the actor's context).
+/// Publishes an actor's meters after an event at `now`, paced by its [`PublishPace`]
+/// (`pace`): `publish` now, or once the interval is over (a timer on the actor's context).
 pub(crate) fn publish_paced<A>(
     act: &mut A,
     ctx: &mut actix::Context<A>,
+    now: Instant,
     pace: fn(&mut A) -> &mut PublishPace,
     publish: fn(&mut A),
 ) where
     A: actix::Actor<Context = actix::Context<A>>,
 {
     use actix::AsyncContext;
-    match pace(act).check(actix::clock::Instant::now().into_std()) {
+    match pace(act).check(now) {
         Publish::Now => publish(act),
         Publish::After(wait) => {
             ctx.run_later(wait, move |act, ctx| {
                 pace(act).woken();
-                publish_paced(act, ctx, pace, publish);
+                let now = actix::clock::Instant::now().into_std();
+                publish_paced(act, ctx, now, pace, publish);
             });
         }
         Publish::Deferred => {}
@@ -400,5 +403,10 @@ mod tests {
             pace.check(start + 3 * PUBLISH_INTERVAL + quarter),
             Publish::After(PUBLISH_INTERVAL - quarter)
         );
+        // An event's time read long before (a drain that only resumed a handler): the later
+        // publish waits one interval at most.
+        pace.published(start + 10 * PUBLISH_INTERVAL);
+        pace.woken();
+        assert_eq!(pace.check(start), Publish::After(PUBLISH_INTERVAL));
     }
 }

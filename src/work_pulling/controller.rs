@@ -449,6 +449,7 @@ impl<T: Clone + Send + 'static> WorkPullingController<T> {
         crate::telemetry::metrics::publish_paced(
             self,
             ctx,
+            at,
             |act| &mut act.publish_pace,
             Self::publish,
         );

@@ -135,12 +135,15 @@ impl<T: Send + 'static> ConsumerController<T> {
         self.meter.publish(&self.core.stats());
     }
 
-    /// Publishes the counters to the metrics after an event at `now`, paced.
+    /// Publishes the counters to the metrics after an event at `now`, paced (a publish the
+    /// pace owes comes with the timer).
     #[cfg(feature = "metrics")]
     fn publish_paced(&mut self, ctx: &mut Context<Self>, now: Instant) {
-        use crate::telemetry::metrics::{publish_paced, PublishPace};
-        let pace: fn(&mut Self) -> &mut PublishPace = |act| &mut act.publish_pace;
-        publish_paced(self, ctx, now, pace, Self::publish);
+        if self.publish_pace.due(now) {
+            self.publish();
+        } else {
+            self.arm_timer(ctx);
+        }
     }
 
     /// Makes sure the after-drain future runs (see [`after_drain`](Self::after_drain)).
@@ -361,10 +364,13 @@ impl<T: Send + 'static> ConsumerController<T> {
         }
     }
 
-    /// Arms the timer for the idle sweep, the partial messages' lifetimes and the running
-    /// handler's `handler_timeout`.
+    /// Arms the timer for the idle sweep, the partial messages' lifetimes, the running
+    /// handler's `handler_timeout` and a publish the metrics' pace owes.
     fn arm_timer(&mut self, ctx: &mut Context<Self>) {
-        self.alarm.arm(self.core.next_deadline(), ctx, |act, ctx| {
+        let deadline = self.core.next_deadline();
+        #[cfg(feature = "metrics")]
+        let deadline = deadline.into_iter().chain(self.publish_pace.owed()).min();
+        self.alarm.arm(deadline, ctx, |act, ctx| {
             act.alarm.fired();
             let now = alarm::now();
             if let Some(completion) = act.core.handle_timeout(now) {
@@ -385,7 +391,9 @@ impl<T: Send + 'static> ConsumerController<T> {
             }
             act.await_handed_off();
             #[cfg(feature = "metrics")]
-            act.publish_paced(ctx, now);
+            if act.publish_pace.due(now) {
+                act.publish();
+            }
             act.arm_timer(ctx);
         });
     }
@@ -399,8 +407,6 @@ impl<T: Send + 'static> Actor for ConsumerController<T> {
 
     fn started(&mut self, ctx: &mut Context<Self>) {
         self.after_drain_spawned = false; // a restart dropped it
-        #[cfg(feature = "metrics")]
-        self.publish_pace.woken(); // and the timer of a later publish
         if !self.stop.is_final() {
             self.ensure_after_drain(ctx);
         }

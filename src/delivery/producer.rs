@@ -166,7 +166,9 @@ impl<T: Clone + Send + 'static> ProducerController<T> {
         #[cfg(feature = "metrics")]
         {
             self.meter.seen(at);
-            self.publish_paced(ctx, at);
+            if self.publish_pace.due(at) {
+                self.publish();
+            }
         }
         if self.core.is_idle() && self.storage.as_ref().is_none_or(|s| s.is_idle()) {
             if self.stop_when_idle {
@@ -181,7 +183,11 @@ impl<T: Clone + Send + 'static> ProducerController<T> {
                 });
             }
         }
-        self.alarm.arm(self.core.next_deadline(), ctx, |act, ctx| {
+        let deadline = self.core.next_deadline();
+        // A publish the pace owes comes with the next flush at the latest.
+        #[cfg(feature = "metrics")]
+        let deadline = deadline.into_iter().chain(self.publish_pace.owed()).min();
+        self.alarm.arm(deadline, ctx, |act, ctx| {
             act.alarm.fired();
             act.core.handle_timeout(now());
             act.keep_given_up();
@@ -194,14 +200,6 @@ impl<T: Clone + Send + 'static> ProducerController<T> {
     fn publish(&mut self) {
         let stats = self.stats();
         self.meter.publish(&stats);
-    }
-
-    /// Publishes the counters to the metrics after an event at `now`, paced.
-    #[cfg(feature = "metrics")]
-    fn publish_paced(&mut self, ctx: &mut Context<Self>, now: std::time::Instant) {
-        use crate::telemetry::metrics::{publish_paced, PublishPace};
-        let pace: fn(&mut Self) -> &mut PublishPace = |act| &mut act.publish_pace;
-        publish_paced(self, ctx, now, pace, Self::publish);
     }
 
     /// Keeps the messages the core gave up in the dead-letter store, if the producer has one.
@@ -427,8 +425,6 @@ impl<T: Clone + Send + 'static> Actor for ProducerController<T> {
         if self.stop.is_final() {
             return; // inert: stopped for good under a Supervisor
         }
-        #[cfg(feature = "metrics")]
-        self.publish_pace.woken(); // a restart dropped the timer of a later publish
         let addr = ctx.address();
         self.reply_to = Some(ReplyTo::batching(
             addr.clone().recipient(),

@@ -75,8 +75,8 @@
 //! commit time and size, frames and bytes per socket write). Install the recorder before starting
 //! the parts it measures. Labels are only names the application chose (a consumer's `name`,
 //! `metrics_label` on the other builders, a producer's id, an entity's type), never peer-supplied
-//! ids. Producers and consumers publish at most once a millisecond, and the two per-message
-//! histograms take at most one sample a millisecond each, so their cost stays flat under load.
+//! ids. Producers and consumers publish at most every 10 ms, and the two per-message histograms
+//! take at most one sample every 10 ms each, so their cost stays flat under load.
 //! `telemetry::metrics` lists every name, type, label and meaning. Without the feature, none
 //! of it is compiled in. A scrape of the example after 200 orders:
 //!

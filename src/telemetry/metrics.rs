@@ -9,9 +9,9 @@
 //! The stats structs stay the source of truth: each part publishes what its struct counted,
 //! as it changes (once per mailbox drain, journal commit, socket write or received frame), so
 //! a counter here equals the struct's field once the part is idle. Producers and consumers,
-//! whose drains come once per message at low windows, publish at most once a millisecond, and
-//! a millisecond after their last change, so that a burst costs the same few publishes
-//! whatever its rate; they also publish when asked for their stats, a producer when its
+//! whose drains come once per message at low windows, publish at most every 10 ms, and 10 ms
+//! after their last change at the latest (their own timer), so that a burst costs the same few
+//! publishes whatever its rate; they also publish when asked for their stats, a producer when its
 //! `idle()` answers, and both when they stop. Counters are published as
 //! increments and gauges as changes, so that parts sharing a label add up; a part that ends
 //! takes its gauges' contributions back.
@@ -38,7 +38,7 @@
 //! exact meaning); gauges are the struct's current values.
 //!
 //! The two per-message histograms (confirm latency, handler run time) are **sampled**, at
-//! most one value a millisecond per producer or consumer, so that their cost stays flat at
+//! most one value every 10 ms per producer or consumer, so that their cost stays flat at
 //! millions of messages a second: a histogram's `_count` counts samples, not messages (the
 //! counters count messages).
 //!
@@ -65,7 +65,7 @@
 //! | `actix_delivery_producer_queued` | gauge | `queued`: waiting for the window |
 //! | `actix_delivery_producer_unconfirmed` | gauge | `unconfirmed`: stored in a durable stream, not settled (durable producers) |
 //! | `actix_delivery_producer_next_message_id` | gauge | `next_message_id` (durable producers) |
-//! | `actix_delivery_producer_confirm_seconds` | histogram | from the producer taking a message (from a handle, or a `Tell`) to its `Ok` confirmation; sampled: the first message of each batch the producer takes from its handles, at most one a millisecond (a work-pulling producer's worker streams add no samples: its own say when a worker confirmed a job) |
+//! | `actix_delivery_producer_confirm_seconds` | histogram | from the producer taking a message (from a handle, or a `Tell`) to its `Ok` confirmation; sampled: the first message of each batch the producer takes from its handles, at most one every 10 ms (a work-pulling producer's worker streams add no samples: its own say when a worker confirmed a job) |
 //!
 //! **Consumer** ([`ConsumerStats`](crate::protocol::consumer::ConsumerStats)), label `consumer`:
 //!
@@ -94,7 +94,7 @@
 //! | `actix_delivery_consumer_partial_messages` | gauge | `partial_messages`: being reassembled |
 //! | `actix_delivery_consumer_messages_waiting_for_room` | gauge | `messages_waiting_for_room`: chunked messages refused for room, in line |
 //! | `actix_delivery_consumer_reassembly_bytes` | gauge | `reassembly_bytes`: reserved for reassembly |
-//! | `actix_delivery_consumer_handler_seconds` | histogram | one handler run, start to outcome (a pipelined handler: to its hand-off); abandoned runs are not recorded; sampled: the first run that ends in each millisecond |
+//! | `actix_delivery_consumer_handler_seconds` | histogram | one handler run, start to outcome (a pipelined handler: to its hand-off); abandoned runs are not recorded; sampled: the first run that ends in each 10 ms |
 //!
 //! **Persistent entity** ([`PersistentStats`](crate::persistence::PersistentStats)), label
 //! `entity`: `actix_delivery_persistent_{decided, events, entries, appends, duplicates, stale,
@@ -262,9 +262,10 @@ pub(crate) use meter;
 pub(crate) const DEFAULT_LABEL: &str = "default";
 
 /// How often, at most, a producer or consumer publishes its counters and gauges and samples a
-/// latency: once a millisecond, so that what the metrics cost does not grow with the message
-/// rate. A scrape comes every few seconds; a millisecond's lag is not seen.
-pub(crate) const PUBLISH_INTERVAL: Duration = Duration::from_millis(1);
+/// latency: every 10 ms, so that what the metrics cost does not grow with the message rate (and
+/// a busy part's timer wakes it at most 100 times a second for them). A scrape comes every few
+/// seconds: 10 ms of lag is not seen, and 100 samples a second make a histogram.
+pub(crate) const PUBLISH_INTERVAL: Duration = Duration::from_millis(10);
 
 /// Paces something done for the metrics to at most once per [`PUBLISH_INTERVAL`].
 #[derive(Debug, Default)]
@@ -285,74 +286,37 @@ impl Pace {
     }
 }
 
-/// What a paced part does with its meters after an event ([`PublishPace::check`]).
-#[derive(Debug, PartialEq, Eq)]
-pub(crate) enum Publish {
-    /// Publish now.
-    Now,
-    /// Not yet: publish again after this long (asked once until [`PublishPace::woken`]), so
-    /// that a part that falls quiet still publishes its last state.
-    After(Duration),
-    /// Not yet, and a later publish is already on its way.
-    Deferred,
-}
-
-/// A part's publishing, paced to once per [`PUBLISH_INTERVAL`] and once more after its last
-/// change.
+/// A part's publishing, paced to once per [`PUBLISH_INTERVAL`], and owed once more after its
+/// last change: the part arms its timer for [`owed`](Self::owed), so that one that falls quiet
+/// still publishes its last state (its own timer: a timer of its own would be polled at every
+/// wake-up of the actor).
 #[derive(Debug, Default)]
 pub(crate) struct PublishPace {
     pace: Pace,
-    deferred: bool,
+    owed: bool,
 }
 
 impl PublishPace {
-    /// What to do after an event at `now` (a time the caller read already: it may be a
-    /// little old, so a later publish waits at most one interval).
-    pub(crate) fn check(&mut self, now: Instant) -> Publish {
+    /// Whether to publish after an event at `now` (a time the caller read already); if not,
+    /// a publish is owed.
+    pub(crate) fn due(&mut self, now: Instant) -> bool {
         if self.pace.is_due(now) {
             self.published(now);
-            Publish::Now
-        } else if std::mem::replace(&mut self.deferred, true) {
-            Publish::Deferred
-        } else {
-            let next = self.pace.next.expect("not due: published before");
-            Publish::After(next.saturating_duration_since(now).min(PUBLISH_INTERVAL))
+            return true;
         }
+        self.owed = true;
+        false
     }
 
     /// The part published at `now`, paced or not (it stopped, or was asked for its stats).
     pub(crate) fn published(&mut self, now: Instant) {
         self.pace.done(now);
+        self.owed = false;
     }
 
-    /// The later publish [`Publish::After`] asked for is due: the next check may ask again.
-    pub(crate) fn woken(&mut self) {
-        self.deferred = false;
-    }
-}
-
-/// Publishes an actor's meters after an event at `now`, paced by its [`PublishPace`]
-/// (`pace`): `publish` now, or once the interval is over (a timer on the actor's context).
-pub(crate) fn publish_paced<A>(
-    act: &mut A,
-    ctx: &mut actix::Context<A>,
-    now: Instant,
-    pace: fn(&mut A) -> &mut PublishPace,
-    publish: fn(&mut A),
-) where
-    A: actix::Actor<Context = actix::Context<A>>,
-{
-    use actix::AsyncContext;
-    match pace(act).check(now) {
-        Publish::Now => publish(act),
-        Publish::After(wait) => {
-            ctx.run_later(wait, move |act, ctx| {
-                pace(act).woken();
-                let now = actix::clock::Instant::now().into_std();
-                publish_paced(act, ctx, now, pace, publish);
-            });
-        }
-        Publish::Deferred => {}
+    /// When the owed publish is due, if one is.
+    pub(crate) fn owed(&self) -> Option<Instant> {
+        self.pace.next.filter(|_| self.owed)
     }
 }
 
@@ -377,36 +341,22 @@ mod tests {
     }
 
     #[test]
-    fn publishing_is_paced_and_asks_once_for_a_later_publish() {
+    fn publishing_is_paced_and_owes_the_last_change() {
         let start = Instant::now();
         let quarter = PUBLISH_INTERVAL / 4;
         let mut pace = PublishPace::default();
-        assert_eq!(pace.check(start), Publish::Now);
-        // Events within the interval: the first asks for a publish when it ends, the rest
-        // know one is on its way.
-        assert_eq!(
-            pace.check(start + quarter),
-            Publish::After(PUBLISH_INTERVAL - quarter)
-        );
-        assert_eq!(pace.check(start + 2 * quarter), Publish::Deferred);
-        // The later publish comes: it publishes, and the next interval asks again.
-        pace.woken();
-        assert_eq!(pace.check(start + PUBLISH_INTERVAL), Publish::Now);
-        assert_eq!(
-            pace.check(start + PUBLISH_INTERVAL + quarter),
-            Publish::After(PUBLISH_INTERVAL - quarter)
-        );
+        assert!(pace.due(start));
+        assert_eq!(pace.owed(), None, "published: nothing owed");
+        // Events within the interval: none publishes, one is owed when the interval ends.
+        assert!(!pace.due(start + quarter));
+        assert!(!pace.due(start + 2 * quarter));
+        assert_eq!(pace.owed(), Some(start + PUBLISH_INTERVAL));
+        // The owed publish comes (the part's timer): it is due, nothing is owed after it.
+        assert!(pace.due(start + PUBLISH_INTERVAL));
+        assert_eq!(pace.owed(), None);
         // A publish out of pace (stats asked for) starts the interval again.
         pace.published(start + 3 * PUBLISH_INTERVAL);
-        pace.woken();
-        assert_eq!(
-            pace.check(start + 3 * PUBLISH_INTERVAL + quarter),
-            Publish::After(PUBLISH_INTERVAL - quarter)
-        );
-        // An event's time read long before (a drain that only resumed a handler): the later
-        // publish waits one interval at most.
-        pace.published(start + 10 * PUBLISH_INTERVAL);
-        pace.woken();
-        assert_eq!(pace.check(start), Publish::After(PUBLISH_INTERVAL));
+        assert!(!pace.due(start + 3 * PUBLISH_INTERVAL + quarter));
+        assert_eq!(pace.owed(), Some(start + 4 * PUBLISH_INTERVAL));
     }
 }

@@ -434,25 +434,24 @@ impl<T: Clone + Send + 'static> WorkPullingController<T> {
         self.assign();
         self.transmit(at);
         self.send_acks();
+        #[cfg(feature = "metrics")]
+        if self.publish_pace.due(at) {
+            self.publish();
+        }
         let next = self
             .streams
             .values()
             .filter_map(|stream| stream.leaving_until.or(stream.core.next_deadline()))
-            .chain(self.pool.next_deadline())
-            .min();
+            .chain(self.pool.next_deadline());
+        // A publish the pace owes comes with the next flush at the latest.
+        #[cfg(feature = "metrics")]
+        let next = next.chain(self.publish_pace.owed());
+        let next = next.min();
         self.alarm.arm(next, ctx, |act, ctx| {
             act.alarm.fired();
             act.handle_timeouts(now());
             act.flush(ctx);
         });
-        #[cfg(feature = "metrics")]
-        crate::telemetry::metrics::publish_paced(
-            self,
-            ctx,
-            at,
-            |act| &mut act.publish_pace,
-            Self::publish,
-        );
     }
 
     /// Sends the ACKs of confirmed jobs to their producer, a batch per run to one address.

@@ -28,7 +28,7 @@ use crate::delivery::message::{
 };
 use crate::delivery::producer::ProducerHandle;
 use crate::error::DeliveryError;
-use crate::protocol::envelope::{Ack, DeliveryInfo, Incarnation};
+use crate::protocol::envelope::{Ack, DeliveryInfo, Incarnation, IncarnationId};
 use crate::protocol::intake::{Intake, Taken};
 use crate::protocol::origin::sub_stream_token;
 use crate::protocol::producer::ProducerCore;
@@ -121,7 +121,9 @@ pub(crate) struct WorkPullingController<T: Clone + Send + 'static> {
     by_name: HashMap<Arc<str>, WorkerKey>,
     next_worker: u64,
     /// The producer's current token and the worker streams' token derived from it.
-    tokens: Option<(Incarnation, Incarnation)>,
+    /// The producer's current token, the worker streams' token derived from it, and that
+    /// token's public id (which every job's id names: hashed once per life, not per job).
+    tokens: Option<(Incarnation, Incarnation, IncarnationId)>,
     /// The number of the next worker stream (from a random start: the ids of two lives
     /// never meet).
     next_stream: u64,
@@ -235,7 +237,7 @@ impl<T: Clone + Send + 'static> WorkPullingController<T> {
         };
         let info = DeliveryInfo {
             producer_id: delivery.producer_id.clone(),
-            incarnation: jobs_token.id(),
+            incarnation: jobs_token,
             seq: delivery.seq,
             window_start: delivery.window_start,
             trace_context: delivery.trace_context,
@@ -259,12 +261,12 @@ impl<T: Clone + Send + 'static> WorkPullingController<T> {
         self.intake.hold(seq, key);
     }
 
-    /// The worker streams' token for the producer's `token`: the same for every job of its
-    /// life. A new life's token closes the streams of the previous one (their jobs are the
-    /// previous life's, which the producer settled itself).
-    fn jobs_token(&mut self, token: Incarnation) -> Incarnation {
+    /// The public id of the worker streams' token for the producer's `token`: the same for
+    /// every job of its life. A new life's token closes the streams of the previous one (their
+    /// jobs are the previous life's, which the producer settled itself).
+    fn jobs_token(&mut self, token: Incarnation) -> IncarnationId {
         match self.tokens {
-            Some((parent, derived)) if parent == token => derived,
+            Some((parent, _, id)) if parent == token => id,
             _ => {
                 for worker in self.workers.values_mut() {
                     worker.stream = None;
@@ -272,8 +274,9 @@ impl<T: Clone + Send + 'static> WorkPullingController<T> {
                 self.streams.clear();
                 self.dirty.clear();
                 let derived = sub_stream_token(token, JOBS_TOKEN_PURPOSE, b"");
-                self.tokens = Some((token, derived));
-                derived
+                let id = derived.id();
+                self.tokens = Some((token, derived, id));
+                id
             }
         }
     }

@@ -118,6 +118,8 @@ pub(crate) struct WorkPullingController<T: Clone + Send + 'static> {
     stream_prefix: String,
     /// Where the workers send the streams' ACKs: this pool.
     own_reply_to: Option<ReplyTo>,
+    /// ACKs ignored: of no open stream, or of no job in flight on it.
+    ignored_acks: u64,
     by_name: HashMap<Arc<str>, WorkerKey>,
     next_worker: u64,
     /// The producer's current token and the worker streams' token derived from it.
@@ -172,6 +174,7 @@ impl<T: Clone + Send + 'static> WorkPullingController<T> {
             dirty: Vec::new(),
             stream_prefix: format!("{}/", producer.producer_id()),
             own_reply_to: None,
+            ignored_acks: 0,
             by_name: HashMap::new(),
             next_worker: 0,
             tokens: None,
@@ -348,9 +351,12 @@ impl<T: Clone + Send + 'static> WorkPullingController<T> {
             .and_then(|n| u64::from_str_radix(n, 16).ok());
         let Some((number, stream)) = number.and_then(|n| Some((n, self.streams.get_mut(&n)?)))
         else {
+            self.ignored_acks += 1;
             return;
         };
-        if stream.core.handle_ack(ack) && !std::mem::replace(&mut stream.dirty, true) {
+        if !stream.core.handle_ack(ack) {
+            self.ignored_acks += 1;
+        } else if !std::mem::replace(&mut stream.dirty, true) {
             self.dirty.push(number);
         }
     }
@@ -658,6 +664,8 @@ impl<T: Clone + Send + 'static> Handler<GetPoolStats> for WorkPullingController<
     type Result = MessageResult<GetPoolStats>;
 
     fn handle(&mut self, _: GetPoolStats, _: &mut Context<Self>) -> Self::Result {
-        MessageResult(self.pool.stats())
+        let mut stats = self.pool.stats();
+        stats.ignored_acks = self.ignored_acks;
+        MessageResult(stats)
     }
 }

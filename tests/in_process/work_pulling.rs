@@ -110,6 +110,57 @@ async fn jobs_go_to_every_worker_with_demand_and_each_is_confirmed_once() {
     assert!(stats.per_worker.iter().all(|w| w.in_flight == 0));
 }
 
+/// ACKs a worker forges (a mangled stream id, another stream's number, another token, a seq
+/// never sent) are counted and confirm nothing: every job is confirmed once, by its own ACK.
+#[actix::test]
+async fn forged_acks_from_a_worker_are_counted_and_confirm_nothing() {
+    use actix_delivery::{Ack, Incarnation, ProducerId};
+    tokio::time::pause();
+    let (registry, handled, confirmed) = (WorkerRegistry::new(), Log::default(), Log::default());
+    let real = worker("w", Duration::from_millis(1), &handled);
+    let target = real.consumer_ref();
+    let deliveries = Arc::new(AtomicU64::new(0));
+    let seen = deliveries.clone();
+    let link = ConsumerRef::from_fn(move |ds: Vec<Delivery<Job<u64>>>| {
+        let _keep = &real;
+        for d in &ds {
+            seen.fetch_add(1, Ordering::SeqCst);
+            let reply_to = d.reply_to.clone().expect("the pool wants ACKs");
+            let id = d.producer_id.as_str();
+            let (prefix, number) = id.split_at(id.len() - 16);
+            let number = u64::from_str_radix(number, 16).expect("a stream number");
+            let other_stream = ProducerId::from(format!("{prefix}{:016x}", number + 1));
+            let other_token = Incarnation::from_u128(d.incarnation.as_u128() ^ 1);
+            for (producer_id, incarnation, seq) in [
+                (ProducerId::from("nonsense"), d.incarnation, d.seq),
+                (other_stream, d.incarnation, d.seq),
+                (d.producer_id.clone(), other_token, d.seq),
+                (d.producer_id.clone(), d.incarnation, d.seq + 1_000_000),
+            ] {
+                reply_to.do_send(Ack {
+                    producer_id,
+                    incarnation,
+                    seq,
+                });
+            }
+        }
+        target.do_send_all(ds.into_iter());
+    });
+    registry.register("w", link).unwrap();
+    let jobs = ReliableDelivery::work_pulling_producer(options(&registry, 4));
+    tell_all(&jobs, 0..50, &confirmed);
+    jobs.idle().await;
+    assert_confirmed_once(&confirmed, 0..50);
+    assert_eq!(count(&handled, "w"), 50, "each job handled once");
+    let stats = jobs.pool_stats().await.unwrap();
+    assert_eq!(
+        stats.ignored_acks,
+        4 * deliveries.load(Ordering::SeqCst),
+        "{stats:?}"
+    );
+    assert!(stats.per_worker.iter().all(|w| w.in_flight == 0));
+}
+
 #[actix::test]
 async fn a_slow_worker_gets_proportionally_fewer_jobs() {
     tokio::time::pause();

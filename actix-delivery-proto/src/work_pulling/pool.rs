@@ -124,6 +124,10 @@ pub struct PoolStats {
     pub joined: u64,
     /// Workers that left (deregistered, stopped).
     pub left: u64,
+    /// ACKs from workers that the pool ignored: of no open worker stream (a forged or
+    /// mangled stream id, or a stream that ended), or of no job in flight on it. Counted by
+    /// the actor that drives the streams; 0 from [`WorkPool::stats`].
+    pub ignored_acks: u64,
     /// Per worker, in the order they joined.
     pub per_worker: Vec<WorkerStats>,
 }
@@ -429,6 +433,7 @@ impl<J> WorkPool<J> {
             rests: self.rests,
             joined: self.joined,
             left: self.left,
+            ignored_acks: 0,
             per_worker: per_worker.into_iter().map(|(_, s)| s).collect(),
         }
     }

@@ -141,7 +141,7 @@ impl<T: Send + 'static> ConsumerController<T> {
     fn publish_paced(&mut self, ctx: &mut Context<Self>, now: Instant) {
         if self.publish_pace.due(now) {
             self.publish();
-        } else {
+        } else if self.publish_pace.owed().is_some() {
             self.arm_timer(ctx);
         }
     }
@@ -158,6 +158,7 @@ impl<T: Send + 'static> ConsumerController<T> {
         #[cfg(feature = "metrics")]
         {
             self.last_delivery = now;
+            self.publish_pace.changed();
         }
         let step = self.core.handle_delivery(delivery.into_inbound(), now);
         self.carry_out_step(step, now);
@@ -169,6 +170,7 @@ impl<T: Send + 'static> ConsumerController<T> {
         #[cfg(feature = "metrics")]
         {
             self.last_delivery = now;
+            self.publish_pace.changed();
         }
         let (inbound, decode) = chunk.into_inbound();
         let step = self.core.handle_chunk(
@@ -268,6 +270,8 @@ impl<T: Send + 'static> ConsumerController<T> {
         while let Poll::Ready(outcome) = poll {
             let now = *now.get_or_insert_with(alarm::now);
             #[cfg(feature = "metrics")]
+            self.publish_pace.changed();
+            #[cfg(feature = "metrics")]
             if let (true, Some(started)) =
                 (self.handler_pace.is_due(now), self.core.running_since())
             {
@@ -325,6 +329,8 @@ impl<T: Send + 'static> ConsumerController<T> {
                 continue; // abandoned
             };
             self.awaiting.remove(&id);
+            #[cfg(feature = "metrics")]
+            self.publish_pace.changed();
             if let Some(ack) = self.core.handle_deferred(id, &outcome, alarm::now()) {
                 self.acks.push(ack);
             }
@@ -391,8 +397,11 @@ impl<T: Send + 'static> ConsumerController<T> {
             }
             act.await_handed_off();
             #[cfg(feature = "metrics")]
-            if act.publish_pace.due(now) {
-                act.publish();
+            {
+                act.publish_pace.changed(); // a sweep, an expiry or a timeout may have counted
+                if act.publish_pace.due(now) {
+                    act.publish();
+                }
             }
             act.arm_timer(ctx);
         });
@@ -497,6 +506,8 @@ impl<T: Send + 'static> Handler<Undecodable> for ConsumerController<T> {
             return;
         }
         let now = alarm::now();
+        #[cfg(feature = "metrics")]
+        self.publish_pace.changed();
         for (header, reason, body) in headers {
             match self.core.handle_unreadable(header, reason, now) {
                 Step::DeadLetter(reason, header) => self.dead_letter(reason, header, Some(body)),

@@ -165,6 +165,8 @@ impl<T: Clone + Send + 'static> ProducerController<T> {
         }
         #[cfg(feature = "metrics")]
         {
+            // A flush follows an event or the timer: either may have changed the stats.
+            self.publish_pace.changed();
             self.meter.seen(at);
             if self.publish_pace.due(at) {
                 self.publish();

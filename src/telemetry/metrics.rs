@@ -65,7 +65,7 @@
 //! | `actix_delivery_producer_queued` | gauge | `queued`: waiting for the window |
 //! | `actix_delivery_producer_unconfirmed` | gauge | `unconfirmed`: stored in a durable stream, not settled (durable producers) |
 //! | `actix_delivery_producer_next_message_id` | gauge | `next_message_id` (durable producers) |
-//! | `actix_delivery_producer_confirm_seconds` | histogram | from the producer taking a message (from a handle, or a `Tell`) to its `Ok` confirmation; sampled: the first message of each batch the producer takes from its handles, at most one every 10 ms (a work-pulling producer's worker streams add no samples: its own say when a worker confirmed a job) |
+//! | `actix_delivery_producer_confirm_seconds` | histogram | from the producer taking a message (from a handle, or a `Tell`) to its `Ok` confirmation; sampled: the first message of a batch the producer takes from its handles, at most one per 10 ms of the times messages were taken (a work-pulling producer's worker streams add no samples: its own say when a worker confirmed a job) |
 //!
 //! **Consumer** ([`ConsumerStats`](crate::protocol::consumer::ConsumerStats)), label `consumer`:
 //!
@@ -293,30 +293,30 @@ impl Pace {
 #[derive(Debug, Default)]
 pub(crate) struct PublishPace {
     pace: Pace,
-    owed: bool,
+    /// Something changed since the last publish.
+    changed: bool,
 }
 
 impl PublishPace {
-    /// Whether to publish after an event at `now` (a time the caller read already); if not,
-    /// a publish is owed.
-    pub(crate) fn due(&mut self, now: Instant) -> bool {
-        if self.pace.is_due(now) {
-            self.published(now);
-            return true;
-        }
-        self.owed = true;
-        false
+    /// Something happened that may have changed the part's stats.
+    pub(crate) fn changed(&mut self) {
+        self.changed = true;
     }
 
-    /// The part published at `now`, paced or not (it stopped, or was asked for its stats).
-    pub(crate) fn published(&mut self, now: Instant) {
+    /// Whether to publish at `now` (a time the caller read already): something changed and
+    /// the interval is over. A change not published yet is owed.
+    pub(crate) fn due(&mut self, now: Instant) -> bool {
+        if !self.changed || !self.pace.is_due(now) {
+            return false;
+        }
         self.pace.done(now);
-        self.owed = false;
+        self.changed = false;
+        true
     }
 
     /// When the owed publish is due, if one is.
     pub(crate) fn owed(&self) -> Option<Instant> {
-        self.pace.next.filter(|_| self.owed)
+        self.pace.next.filter(|_| self.changed)
     }
 }
 
@@ -345,18 +345,22 @@ mod tests {
         let start = Instant::now();
         let quarter = PUBLISH_INTERVAL / 4;
         let mut pace = PublishPace::default();
+        assert!(!pace.due(start), "nothing changed: nothing to publish");
+        pace.changed();
         assert!(pace.due(start));
         assert_eq!(pace.owed(), None, "published: nothing owed");
-        // Events within the interval: none publishes, one is owed when the interval ends.
+        // Changes within the interval: none publishes, one is owed when the interval ends.
+        pace.changed();
         assert!(!pace.due(start + quarter));
+        pace.changed();
         assert!(!pace.due(start + 2 * quarter));
         assert_eq!(pace.owed(), Some(start + PUBLISH_INTERVAL));
         // The owed publish comes (the part's timer): it is due, nothing is owed after it.
         assert!(pace.due(start + PUBLISH_INTERVAL));
         assert_eq!(pace.owed(), None);
-        // A publish out of pace (stats asked for) starts the interval again.
-        pace.published(start + 3 * PUBLISH_INTERVAL);
-        assert!(!pace.due(start + 3 * PUBLISH_INTERVAL + quarter));
-        assert_eq!(pace.owed(), Some(start + 4 * PUBLISH_INTERVAL));
+        // Wake-ups without a change owe nothing: a quiet part's timer stops.
+        assert!(!pace.due(start + PUBLISH_INTERVAL + quarter));
+        assert!(!pace.due(start + 5 * PUBLISH_INTERVAL));
+        assert_eq!(pace.owed(), None);
     }
 }

@@ -9,8 +9,8 @@
 //! ([`sub_stream_token`]); a job's stable id ([`Job::info`]) names the producer's id and that
 //! token's public id, so that a worker can check that the id is the sending stream's own
 //! ([`check_origin`](crate::protocol::origin::check_origin)). Each stream has an id of its
-//! own, `<producer id>/<stream number>`, opened when its worker gets its first job of a
-//! producer life.
+//! own, `<producer id>/<stream number>` (a random number, so that no worker can name
+//! another's stream), opened when its worker gets its first job of a producer life.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -126,9 +126,6 @@ pub(crate) struct WorkPullingController<T: Clone + Send + 'static> {
     /// The producer's current token, the worker streams' token derived from it, and that
     /// token's public id (which every job's id names: hashed once per life, not per job).
     tokens: Option<(Incarnation, Incarnation, IncarnationId)>,
-    /// The number of the next worker stream (from a random start: the ids of two lives
-    /// never meet).
-    next_stream: u64,
     /// The label of the worker streams' metrics: the pool's.
     #[cfg_attr(not(feature = "metrics"), allow(dead_code))]
     label: String,
@@ -178,7 +175,6 @@ impl<T: Clone + Send + 'static> WorkPullingController<T> {
             by_name: HashMap::new(),
             next_worker: 0,
             tokens: None,
-            next_stream: random_u64(),
             label,
             worker_config: options.worker,
             registry: options.registry,
@@ -276,6 +272,7 @@ impl<T: Clone + Send + 'static> WorkPullingController<T> {
                 }
                 self.streams.clear();
                 self.dirty.clear();
+                self.pool.release_streams(); // what they held never settles now
                 let derived = sub_stream_token(token, JOBS_TOKEN_PURPOSE, b"");
                 let id = derived.id();
                 self.tokens = Some((token, derived, id));
@@ -308,8 +305,11 @@ impl<T: Clone + Send + 'static> WorkPullingController<T> {
     /// Opens a reliable stream for worker `key`, under the worker streams' `token`; its
     /// number.
     fn open_stream(&mut self, key: WorkerKey, token: Incarnation) -> u64 {
-        let number = self.next_stream;
-        self.next_stream = self.next_stream.wrapping_add(1);
+        // Random: a worker cannot name another worker's stream (their ACKs would confirm its
+        // jobs), and the ids of two lives never meet.
+        let number = std::iter::repeat_with(random_u64)
+            .find(|n| !self.streams.contains_key(n))
+            .expect("an endless supply");
         let config = ProducerConfig {
             producer_id: Some(format!("{}{number:016x}", self.stream_prefix)),
             ..self.worker_config.clone()
@@ -441,6 +441,11 @@ impl<T: Clone + Send + 'static> WorkPullingController<T> {
         let at = now();
         self.settle_dirty(at);
         self.assign();
+        // The streams touched (ACKed, timed out, given jobs) changed their stats.
+        #[cfg(feature = "metrics")]
+        if !self.dirty.is_empty() {
+            self.publish_pace.changed();
+        }
         self.transmit(at);
         self.send_acks();
         #[cfg(feature = "metrics")]
@@ -632,6 +637,8 @@ impl<T: Clone + Send + 'static> Handler<SingleAck> for WorkPullingController<T> 
 
     fn handle(&mut self, SingleAck(ack): SingleAck, _: &mut Context<Self>) {
         self.handle_ack(&ack);
+        #[cfg(feature = "metrics")]
+        self.publish_pace.changed();
     }
 }
 
@@ -642,6 +649,8 @@ impl<T: Clone + Send + 'static> Handler<Acks> for WorkPullingController<T> {
         for ack in &acks {
             self.handle_ack(ack);
         }
+        #[cfg(feature = "metrics")]
+        self.publish_pace.changed();
     }
 }
 

@@ -110,30 +110,38 @@ async fn jobs_go_to_every_worker_with_demand_and_each_is_confirmed_once() {
     assert!(stats.per_worker.iter().all(|w| w.in_flight == 0));
 }
 
-/// ACKs a worker forges (a mangled stream id, another stream's number, another token, a seq
+/// ACKs a worker forges (a mangled stream id, the next stream number, another token, a seq
 /// never sent) are counted and confirm nothing: every job is confirmed once, by its own ACK.
+/// The worker streams' numbers are random, so a worker cannot name its neighbour's stream.
 #[actix::test]
 async fn forged_acks_from_a_worker_are_counted_and_confirm_nothing() {
     use actix_delivery::{Ack, Incarnation, ProducerId};
     tokio::time::pause();
     let (registry, handled, confirmed) = (WorkerRegistry::new(), Log::default(), Log::default());
+    let stream_number = |id: &str| {
+        let (prefix, number) = id.split_at(id.len() - 16);
+        (
+            prefix.to_owned(),
+            u64::from_str_radix(number, 16).expect("a stream number"),
+        )
+    };
+    let numbers = Arc::new(std::sync::Mutex::new(std::collections::BTreeSet::new()));
     let real = worker("w", Duration::from_millis(1), &handled);
     let target = real.consumer_ref();
     let deliveries = Arc::new(AtomicU64::new(0));
-    let seen = deliveries.clone();
-    let link = ConsumerRef::from_fn(move |ds: Vec<Delivery<Job<u64>>>| {
+    let (seen, seen_numbers) = (deliveries.clone(), numbers.clone());
+    let forger = ConsumerRef::from_fn(move |ds: Vec<Delivery<Job<u64>>>| {
         let _keep = &real;
         for d in &ds {
             seen.fetch_add(1, Ordering::SeqCst);
             let reply_to = d.reply_to.clone().expect("the pool wants ACKs");
-            let id = d.producer_id.as_str();
-            let (prefix, number) = id.split_at(id.len() - 16);
-            let number = u64::from_str_radix(number, 16).expect("a stream number");
-            let other_stream = ProducerId::from(format!("{prefix}{:016x}", number + 1));
+            let (prefix, number) = stream_number(d.producer_id.as_str());
+            seen_numbers.lock().unwrap().insert(number);
+            let next_stream = ProducerId::from(format!("{prefix}{:016x}", number + 1));
             let other_token = Incarnation::from_u128(d.incarnation.as_u128() ^ 1);
             for (producer_id, incarnation, seq) in [
                 (ProducerId::from("nonsense"), d.incarnation, d.seq),
-                (other_stream, d.incarnation, d.seq),
+                (next_stream, d.incarnation, d.seq),
                 (d.producer_id.clone(), other_token, d.seq),
                 (d.producer_id.clone(), d.incarnation, d.seq + 1_000_000),
             ] {
@@ -146,12 +154,35 @@ async fn forged_acks_from_a_worker_are_counted_and_confirm_nothing() {
         }
         target.do_send_all(ds.into_iter());
     });
-    registry.register("w", link).unwrap();
+    let honest = worker("v", Duration::from_millis(1), &handled);
+    let honest_target = honest.consumer_ref();
+    let honest_numbers = numbers.clone();
+    let honest_link = ConsumerRef::from_fn(move |ds: Vec<Delivery<Job<u64>>>| {
+        let _keep = &honest;
+        for d in &ds {
+            let (_, number) = stream_number(d.producer_id.as_str());
+            honest_numbers.lock().unwrap().insert(number);
+        }
+        honest_target.do_send_all(ds.into_iter());
+    });
+    registry.register("w", forger).unwrap();
+    registry.register("v", honest_link).unwrap();
     let jobs = ReliableDelivery::work_pulling_producer(options(&registry, 4));
     tell_all(&jobs, 0..50, &confirmed);
     jobs.idle().await;
     assert_confirmed_once(&confirmed, 0..50);
-    assert_eq!(count(&handled, "w"), 50, "each job handled once");
+    assert_eq!(
+        count(&handled, "w") + count(&handled, "v"),
+        50,
+        "each job handled once"
+    );
+    assert!(count(&handled, "v") > 0, "both workers took jobs");
+    let numbers: Vec<u64> = numbers.lock().unwrap().iter().copied().collect();
+    assert_eq!(numbers.len(), 2, "one stream per worker: {numbers:x?}");
+    assert!(
+        numbers[1] - numbers[0] > 1,
+        "the streams' numbers are not consecutive: {numbers:x?}"
+    );
     let stats = jobs.pool_stats().await.unwrap();
     assert_eq!(
         stats.ignored_acks,

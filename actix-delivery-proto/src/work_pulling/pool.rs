@@ -400,6 +400,15 @@ impl<J> WorkPool<J> {
             .map(|slot| slot.job)
     }
 
+    /// Every worker's stream was dropped (a shell that drives the streams itself, at a new
+    /// life of its producer): what they held will never settle, and no longer takes their
+    /// room.
+    pub fn release_streams(&mut self) {
+        for worker in self.workers.values_mut() {
+            worker.holding.clear();
+        }
+    }
+
     /// The pool's counters.
     pub fn stats(&self) -> PoolStats {
         let mut per_worker: Vec<_> = self
@@ -729,6 +738,20 @@ mod tests {
         let next = pool.push("l");
         assert_eq!(assign(&mut pool), None, "A still holds j's copy");
         assert_eq!(pool.settled(A, job, true, at(0)), Settled::Ignored);
+        assert_eq!(assign(&mut pool).map(|a| a.1), Some(next));
+    }
+
+    #[test]
+    fn released_streams_give_their_workers_slots_back() {
+        let mut pool = WorkPool::new(4);
+        pool.add_worker(A, "a", 1);
+        pool.push("j");
+        assign(&mut pool);
+        assert_eq!(pool.drain_jobs().count(), 1);
+        let next = pool.push("k");
+        assert_eq!(assign(&mut pool), None, "A still holds j's copy");
+        pool.release_streams();
+        assert_eq!(pool.stats().per_worker[0].in_flight, 0);
         assert_eq!(assign(&mut pool).map(|a| a.1), Some(next));
     }
 }

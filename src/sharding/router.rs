@@ -26,7 +26,7 @@ use crate::config::ProducerConfig;
 use crate::delivery::message::{Acks, ConsumerRef, Deliveries, Delivery, ReplyTo, SingleAck};
 use crate::protocol::envelope::{Ack, DeliveryInfo, Incarnation, IncarnationId, ProducerId};
 use crate::protocol::intake::{Intake, Taken};
-use crate::protocol::origin::sub_stream_token;
+use crate::protocol::origin::{sub_stream_token, SubStreamIds};
 use crate::protocol::producer::ProducerCore;
 use crate::protocol::trace_context::TraceContext;
 use crate::runtime::after_drain::after_each_drain;
@@ -86,8 +86,8 @@ pub(crate) struct ShardRouter<T: Clone + Send + 'static> {
     by_shard: HashMap<ShardId, ConsumerRef<EntityEnvelope<T>>>,
     shards: u32,
     producer_id: ProducerId,
-    /// `<producer id>/`: what the lanes' ids start with.
-    lane_prefix: String,
+    /// The lanes' ids.
+    lane_ids: SubStreamIds,
     entity_stream: ProducerConfig,
     /// Where the producer wants its ACKs (its deliveries say).
     reply_to: Option<ReplyTo>,
@@ -131,7 +131,7 @@ impl<T: Clone + Send + 'static> ShardRouter<T> {
             destination: options.destination,
             by_shard: HashMap::new(),
             shards: options.shards,
-            lane_prefix: format!("{producer_id}/"),
+            lane_ids: SubStreamIds::new(&producer_id),
             producer_id,
             entity_stream: options.entity_stream,
             reply_to: None,
@@ -179,7 +179,7 @@ impl<T: Clone + Send + 'static> ShardRouter<T> {
         };
         let Self {
             lanes,
-            lane_prefix,
+            lane_ids,
             entity_stream,
             rng,
             shards,
@@ -189,7 +189,7 @@ impl<T: Clone + Send + 'static> ShardRouter<T> {
         } = self;
         let open = |number, entity: &EntityId, held: &Held<T>| {
             open_lane(
-                lane_prefix,
+                lane_ids,
                 entity_stream,
                 rng,
                 *shards,
@@ -264,11 +264,7 @@ impl<T: Clone + Send + 'static> ShardRouter<T> {
 
     /// An ACK from an entity's host for one of the lanes.
     fn handle_ack(&mut self, ack: &Ack) {
-        let number = ack
-            .producer_id
-            .as_str()
-            .strip_prefix(self.lane_prefix.as_str())
-            .and_then(|n| u64::from_str_radix(n, 16).ok());
+        let number = self.lane_ids.number(ack.producer_id.as_str());
         let acted = number.and_then(|number| {
             let lane = self.lanes.get_mut(number)?;
             lane.core
@@ -350,7 +346,7 @@ impl<T: Clone + Send + 'static> ShardRouter<T> {
         loop {
             let Self {
                 lanes,
-                lane_prefix,
+                lane_ids,
                 entity_stream,
                 rng,
                 shards,
@@ -360,7 +356,7 @@ impl<T: Clone + Send + 'static> ShardRouter<T> {
             } = self;
             let open = |number, entity: &EntityId, held: &Held<T>| {
                 open_lane(
-                    lane_prefix,
+                    lane_ids,
                     entity_stream,
                     rng,
                     *shards,
@@ -444,7 +440,7 @@ impl<T: Clone + Send + 'static> ShardRouter<T> {
 /// A new lane for `entity`, numbered `number`: its core, under the token derived from the
 /// producer's `token` and the entity id.
 fn open_lane<T: Clone>(
-    lane_prefix: &str,
+    lane_ids: &SubStreamIds,
     entity_stream: &ProducerConfig,
     rng: &mut SmallRng,
     shards: u32,
@@ -454,7 +450,7 @@ fn open_lane<T: Clone>(
 ) -> Lane<T> {
     let lane_token = sub_stream_token(token, LANE_TOKEN_PURPOSE, entity.as_str().as_bytes());
     let config = ProducerConfig {
-        producer_id: Some(format!("{lane_prefix}{number:016x}")),
+        producer_id: Some(lane_ids.id(number)),
         ..entity_stream.clone()
     };
     Lane {

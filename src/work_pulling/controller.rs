@@ -30,7 +30,7 @@ use crate::delivery::producer::ProducerHandle;
 use crate::error::DeliveryError;
 use crate::protocol::envelope::{Ack, DeliveryInfo, Incarnation, IncarnationId};
 use crate::protocol::intake::{Intake, Taken};
-use crate::protocol::origin::sub_stream_token;
+use crate::protocol::origin::{sub_stream_token, SubStreamIds};
 use crate::protocol::producer::ProducerCore;
 use crate::runtime::after_drain::after_each_drain;
 use crate::runtime::alarm::{now, Alarm};
@@ -58,10 +58,9 @@ struct Worker<T: Send + 'static> {
 }
 
 /// A worker's reliable stream, driven by the pool: a producer core whose messages settle as
-/// the pool's job keys. Its id is `<producer id>/<its number, 16 hex digits>`.
+/// the pool's job keys. Its id is one of the pool's [`SubStreamIds`].
 struct Stream<T: Clone + Send + 'static> {
     worker: WorkerKey,
-    target: ConsumerRef<Job<T>>,
     core: ProducerCore<Job<T>, JobKey>,
     /// Touched since the last flush (it has something to transmit or settle).
     dirty: bool,
@@ -114,8 +113,8 @@ pub(crate) struct WorkPullingController<T: Clone + Send + 'static> {
     streams: HashMap<u64, Stream<T>>,
     /// The streams touched since the last flush, by number.
     dirty: Vec<u64>,
-    /// `<producer id>/`: what the worker streams' ids start with.
-    stream_prefix: String,
+    /// The worker streams' ids.
+    stream_ids: SubStreamIds,
     /// Where the workers send the streams' ACKs: this pool.
     own_reply_to: Option<ReplyTo>,
     /// ACKs ignored: of no open stream, or of no job in flight on it.
@@ -169,7 +168,7 @@ impl<T: Clone + Send + 'static> WorkPullingController<T> {
             workers: HashMap::new(),
             streams: HashMap::new(),
             dirty: Vec::new(),
-            stream_prefix: format!("{}/", producer.producer_id()),
+            stream_ids: SubStreamIds::new(producer.producer_id()),
             own_reply_to: None,
             ignored_acks: 0,
             by_name: HashMap::new(),
@@ -311,12 +310,11 @@ impl<T: Clone + Send + 'static> WorkPullingController<T> {
             .find(|n| !self.streams.contains_key(n))
             .expect("an endless supply");
         let config = ProducerConfig {
-            producer_id: Some(format!("{}{number:016x}", self.stream_prefix)),
+            producer_id: Some(self.stream_ids.id(number)),
             ..self.worker_config.clone()
         };
         let stream = Stream {
             worker: key,
-            target: self.workers[&key].target.clone(),
             core: ProducerCore::seeded(&config, token, random_u64),
             dirty: false,
             leaving_until: None,
@@ -343,45 +341,35 @@ impl<T: Clone + Send + 'static> WorkPullingController<T> {
     }
 
     /// An ACK from a worker for one of the streams (one of a stream that ended is ignored).
+    /// The stream it reaches is touched either way (its stats count what it ignores).
     fn handle_ack(&mut self, ack: &Ack) {
-        let number = ack
-            .producer_id
-            .as_str()
-            .strip_prefix(self.stream_prefix.as_str())
-            .and_then(|n| u64::from_str_radix(n, 16).ok());
+        let number = self.stream_ids.number(ack.producer_id.as_str());
         let Some((number, stream)) = number.and_then(|n| Some((n, self.streams.get_mut(&n)?)))
         else {
             self.ignored_acks += 1;
             return;
         };
-        if !stream.core.handle_ack(ack) {
-            self.ignored_acks += 1;
-        } else if !std::mem::replace(&mut stream.dirty, true) {
+        self.ignored_acks += u64::from(!stream.core.handle_ack(ack));
+        if !std::mem::replace(&mut stream.dirty, true) {
             self.dirty.push(number);
         }
     }
 
     /// Takes a worker stream's settlement of a job at `now`. A job its stream gave up failed
-    /// at the worker (the pool re-routes it or gives it up, and rests the worker). A stream
-    /// settles nothing else (it is never stopped: it ends with its worker or the pool); any
-    /// other error is taken as the stream's end: the worker leaves, and its jobs did not fail.
+    /// at the worker (the pool re-routes it or gives it up, and rests the worker).
     fn settle(&mut self, settled: JobSettled, now: Instant) {
         let JobSettled {
             worker,
             key,
             result,
         } = settled;
-        let outcome = match result {
-            Ok(()) => Ok(()),
-            Err(DeliveryError::GaveUp { attempts }) => Err(attempts),
-            Err(error) => {
-                if self.workers.contains_key(&worker) {
-                    log::warn!("work pulling: a worker's stream stopped, it leaves: {error}");
-                    self.leave(worker);
-                }
-                return;
-            }
-        };
+        // A stream's core settles a job confirmed or given up after `max_attempts`: nothing
+        // stops a stream (it ends with its worker or the pool), and the pool gives a worker at
+        // most its window, so its core never refuses a job.
+        let outcome = result.map_err(|error| match error {
+            DeliveryError::GaveUp { attempts } => attempts,
+            error => unreachable!("a worker stream settles no `{error}`"),
+        });
         match (
             self.pool.settled(worker, key, outcome.is_ok(), now),
             outcome,
@@ -441,7 +429,8 @@ impl<T: Clone + Send + 'static> WorkPullingController<T> {
         let at = now();
         self.settle_dirty(at);
         self.assign();
-        // The streams touched (ACKed, timed out, given jobs) changed their stats.
+        // The streams touched (ACKed, timed out, given jobs) changed their stats; nothing
+        // else the pool exports changes.
         #[cfg(feature = "metrics")]
         if !self.dirty.is_empty() {
             self.publish_pace.changed();
@@ -547,13 +536,14 @@ impl<T: Clone + Send + 'static> WorkPullingController<T> {
                 continue; // ended since
             };
             stream.dirty = false;
-            if stream.leaving_until.is_some() {
+            // A leaving stream's worker is gone: it sends nothing.
+            let Some(worker) = self.workers.get(&stream.worker) else {
                 continue;
-            }
+            };
             let core = &mut stream.core;
             let deliveries = std::iter::from_fn(|| core.poll_transmit(now))
                 .map(|transmission| Delivery::from_transmission(transmission, reply_to.clone()));
-            stream.target.do_send_all(deliveries);
+            worker.target.do_send_all(deliveries);
         }
     }
 
@@ -637,8 +627,6 @@ impl<T: Clone + Send + 'static> Handler<SingleAck> for WorkPullingController<T> 
 
     fn handle(&mut self, SingleAck(ack): SingleAck, _: &mut Context<Self>) {
         self.handle_ack(&ack);
-        #[cfg(feature = "metrics")]
-        self.publish_pace.changed();
     }
 }
 
@@ -649,8 +637,6 @@ impl<T: Clone + Send + 'static> Handler<Acks> for WorkPullingController<T> {
         for ack in &acks {
             self.handle_ack(ack);
         }
-        #[cfg(feature = "metrics")]
-        self.publish_pace.changed();
     }
 }
 

@@ -31,7 +31,39 @@
 
 use sha2::{Digest, Sha256};
 
-use crate::protocol::envelope::{DeadLetterReason, DeliveryInfo, Header, Incarnation};
+use crate::protocol::envelope::{DeadLetterReason, DeliveryInfo, Header, Incarnation, ProducerId};
+
+/// The ids of a pool's streams: `<producer id>/<the stream's number, 16 hex digits>`, so that
+/// a stream's id names the producer it speaks for ([`check_origin`]) and the pool finds the
+/// stream an ACK is for by its number.
+#[derive(Clone, Debug)]
+pub struct SubStreamIds {
+    /// `<producer id>/`.
+    prefix: String,
+}
+
+impl SubStreamIds {
+    /// The ids of the streams of `producer`'s pool.
+    pub fn new(producer: &ProducerId) -> Self {
+        Self {
+            prefix: format!("{producer}/"),
+        }
+    }
+
+    /// The id of stream `number`.
+    pub fn id(&self, number: u64) -> String {
+        format!("{}{number:016x}", self.prefix)
+    }
+
+    /// The number of the stream `id` names: `None` unless `id` is exactly one of these ids.
+    pub fn number(&self, id: &str) -> Option<u64> {
+        let digits = id.strip_prefix(self.prefix.as_str())?;
+        if digits.len() != 16 || !digits.bytes().all(|b| b.is_ascii_hexdigit()) {
+            return None;
+        }
+        u64::from_str_radix(digits, 16).ok()
+    }
+}
 
 /// The token of a stream a pool opens on behalf of the producer whose token is `parent`, for
 /// `purpose` (a domain label) and `key` (the entity id; empty for one token per pool): the
@@ -74,7 +106,25 @@ pub fn check_origin(carrier: &Header, origin: &DeliveryInfo) -> Result<(), DeadL
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::protocol::envelope::ProducerId;
+
+    #[test]
+    fn a_sub_stream_id_gives_back_its_number_and_nothing_else_gives_one() {
+        let ids = SubStreamIds::new(&ProducerId::from("orders"));
+        let id = ids.id(0xab);
+        assert_eq!(id, "orders/00000000000000ab");
+        assert_eq!(ids.number(&id), Some(0xab));
+        assert_eq!(ids.number(&ids.id(u64::MAX)), Some(u64::MAX));
+        for other in [
+            "orders/ab",                // too short
+            "orders/+0000000000000ab",  // a sign from_str_radix would take
+            "orders/00000000000000ab0", // too long
+            "orders/00000000000000ag",  // not hex
+            "others/00000000000000ab",  // another producer
+            "orders00000000000000ab",   // no separator
+        ] {
+            assert_eq!(ids.number(other), None, "{other}");
+        }
+    }
 
     fn carrier(id: &str, token: Incarnation) -> Header {
         Header {

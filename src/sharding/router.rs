@@ -264,7 +264,7 @@ impl<T: Clone + Send + 'static> ShardRouter<T> {
 
     /// An ACK from an entity's host for one of the lanes.
     fn handle_ack(&mut self, ack: &Ack) {
-        let number = self.lane_ids.number(ack.producer_id.as_str());
+        let number = self.lane_ids.number(&ack.producer_id);
         let acted = number.and_then(|number| {
             let lane = self.lanes.get_mut(number)?;
             lane.core

@@ -100,9 +100,8 @@ impl Message for GetPoolStats {
 /// producer's confirmation means "a worker handled it". Started by
 /// [`ReliableDelivery::work_pulling_producer`](crate::ReliableDelivery::work_pulling_producer).
 pub(crate) struct WorkPullingController<T: Clone + Send + 'static> {
-    /// The jobs, boxed: an actor must be `Unpin`, and a table of unboxed `T` is only when
-    /// `T` is.
-    pool: WorkPool<Box<Held<T>>>,
+    /// The jobs.
+    pool: WorkPool<Held<T>>,
     /// The producer's jobs held by the pool, by seq (a retransmission of a held job changes
     /// nothing, one of a job confirmed already is ACKed again).
     intake: Intake<JobKey>,
@@ -255,7 +254,7 @@ impl<T: Clone + Send + 'static> WorkPullingController<T> {
             ack,
             reply_to: delivery.reply_to,
         };
-        let key = self.pool.push(Box::new(held));
+        let key = self.pool.push(held);
         self.intake.hold(seq, key);
     }
 
@@ -343,7 +342,7 @@ impl<T: Clone + Send + 'static> WorkPullingController<T> {
     /// An ACK from a worker for one of the streams (one of a stream that ended is ignored).
     /// The stream it reaches is touched either way (its stats count what it ignores).
     fn handle_ack(&mut self, ack: &Ack) {
-        let number = self.stream_ids.number(ack.producer_id.as_str());
+        let number = self.stream_ids.number(&ack.producer_id);
         let Some((number, stream)) = number.and_then(|n| Some((n, self.streams.get_mut(&n)?)))
         else {
             self.ignored_acks += 1;
@@ -383,7 +382,7 @@ impl<T: Clone + Send + 'static> WorkPullingController<T> {
                 let name = &self.workers.get(&worker).expect("the job's worker").name;
                 let last_error =
                     format!("worker `{name}` did not confirm it in {transmissions} transmissions");
-                self.give_up(*job, attempts, last_error);
+                self.give_up(job, attempts, last_error);
             }
             _ => {}
         }
@@ -485,13 +484,11 @@ impl<T: Clone + Send + 'static> WorkPullingController<T> {
                     result,
                 })
             }));
-            if stream.core.is_idle() {
-                if stream.leaving_until.is_some() {
-                    self.streams.remove(number); // nothing more on its way
-                } else {
-                    // An idle stream costs its core, not the queues of its busiest moment.
-                    stream.core.shrink_to_fit();
-                }
+            // An idle stream keeps its queues' memory: the pool gives a worker at most its
+            // window, so they never outgrow it, and giving it back cost an allocation per
+            // burst.
+            if stream.leaving_until.is_some() && stream.core.is_idle() {
+                self.streams.remove(number); // nothing more on its way
             }
         }
         for settled in taken.drain(..) {

@@ -10,10 +10,9 @@
 //! - a delivery confirmed at or above the producer's last `window_start` is ACKed again; below
 //!   it, the producer has settled it and never sends it again, so it is forgotten.
 
-use std::collections::BTreeSet;
-
 use hashbrown::HashMap;
 
+use crate::protocol::ascending_set::AscendingSet;
 use crate::protocol::envelope::{Incarnation, IncarnationId};
 
 /// What [`Intake::take`] found.
@@ -40,7 +39,7 @@ pub struct Intake<K> {
     incarnation: Option<(Incarnation, IncarnationId)>,
     held: HashMap<u64, K>,
     /// Seqs confirmed at or above the producer's last `window_start`.
-    confirmed: BTreeSet<u64>,
+    confirmed: AscendingSet,
 }
 
 impl<K> Default for Intake<K> {
@@ -48,7 +47,7 @@ impl<K> Default for Intake<K> {
         Self {
             incarnation: None,
             held: HashMap::new(),
-            confirmed: BTreeSet::new(),
+            confirmed: AscendingSet::default(),
         }
     }
 }
@@ -70,11 +69,11 @@ impl<K: Copy> Intake<K> {
         while self
             .confirmed
             .first()
-            .is_some_and(|&settled| settled < window_start)
+            .is_some_and(|settled| settled < window_start)
         {
             self.confirmed.pop_first();
         }
-        if self.confirmed.contains(&seq) {
+        if self.confirmed.contains(seq) {
             return Taken::AckAgain;
         }
         if self.held.contains_key(&seq) {

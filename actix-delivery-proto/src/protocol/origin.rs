@@ -40,6 +40,9 @@ use crate::protocol::envelope::{DeadLetterReason, DeliveryInfo, Header, Incarnat
 pub struct SubStreamIds {
     /// `<producer id>/`.
     prefix: String,
+    /// The id [`number`](Self::number) read last, and its number: the ACKs of one batch
+    /// share their id, most often the very string, so that the next is found by pointer.
+    last: Option<(ProducerId, u64)>,
 }
 
 impl SubStreamIds {
@@ -47,6 +50,7 @@ impl SubStreamIds {
     pub fn new(producer: &ProducerId) -> Self {
         Self {
             prefix: format!("{producer}/"),
+            last: None,
         }
     }
 
@@ -56,12 +60,32 @@ impl SubStreamIds {
     }
 
     /// The number of the stream `id` names: `None` unless `id` is exactly one of these ids.
-    pub fn number(&self, id: &str) -> Option<u64> {
+    pub fn number(&mut self, id: &ProducerId) -> Option<u64> {
+        match &self.last {
+            Some((last, number)) if last == id => Some(*number),
+            _ => {
+                let number = self.parse(id.as_str())?;
+                self.last = Some((id.clone(), number));
+                Some(number)
+            }
+        }
+    }
+
+    fn parse(&self, id: &str) -> Option<u64> {
         let digits = id.strip_prefix(self.prefix.as_str())?;
-        if digits.len() != 16 || !digits.bytes().all(|b| b.is_ascii_hexdigit()) {
+        if digits.len() != 16 {
             return None;
         }
-        u64::from_str_radix(digits, 16).ok()
+        // By hand: a pool parses every ACK's id, and `from_str_radix` after a check of the
+        // digits cost 390 instructions of a work-pulling job's 6 800.
+        digits.bytes().try_fold(0u64, |number, digit| {
+            let value = match digit {
+                b'0'..=b'9' => digit - b'0',
+                b'a'..=b'f' => digit - b'a' + 10,
+                _ => return None,
+            };
+            Some(number << 4 | u64::from(value))
+        })
     }
 }
 
@@ -109,20 +133,26 @@ mod tests {
 
     #[test]
     fn a_sub_stream_id_gives_back_its_number_and_nothing_else_gives_one() {
-        let ids = SubStreamIds::new(&ProducerId::from("orders"));
+        let mut ids = SubStreamIds::new(&ProducerId::from("orders"));
         let id = ids.id(0xab);
         assert_eq!(id, "orders/00000000000000ab");
+        let id = ProducerId::from(id);
         assert_eq!(ids.number(&id), Some(0xab));
-        assert_eq!(ids.number(&ids.id(u64::MAX)), Some(u64::MAX));
+        assert_eq!(ids.number(&id.clone()), Some(0xab), "the same id again");
+        let max = ProducerId::from(ids.id(u64::MAX));
+        assert_eq!(ids.number(&max), Some(u64::MAX));
+        assert_eq!(ids.number(&id), Some(0xab), "the first id after another");
         for other in [
             "orders/ab",                // too short
             "orders/+0000000000000ab",  // a sign from_str_radix would take
             "orders/00000000000000ab0", // too long
             "orders/00000000000000ag",  // not hex
+            "orders/00000000000000AB",  // not as `id` writes it
             "others/00000000000000ab",  // another producer
             "orders00000000000000ab",   // no separator
         ] {
-            assert_eq!(ids.number(other), None, "{other}");
+            assert_eq!(ids.number(&ProducerId::from(other)), None, "{other}");
+            assert_eq!(ids.number(&id), Some(0xab), "after {other}");
         }
     }
 

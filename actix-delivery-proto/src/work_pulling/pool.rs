@@ -22,7 +22,7 @@
 //!   workers, is given up: it leaves the pool and is never assigned again. Jobs of a worker
 //!   that left are not failures (they did not fail, their worker went away).
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
 use std::num::NonZeroU32;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -31,6 +31,8 @@ use hashbrown::HashMap;
 
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
+
+use crate::protocol::ascending_set::AscendingSet;
 
 /// How long a worker rests after a failure that follows a confirmation (or its start): it
 /// takes no new job meanwhile. Each further failure before a confirmation doubles it.
@@ -147,7 +149,7 @@ struct Worker {
     capacity: usize,
     /// The jobs its stream holds (sent, not settled), including copies of jobs that were
     /// confirmed by another worker meanwhile.
-    holding: BTreeSet<JobKey>,
+    holding: AscendingSet,
     /// Failures since its last confirmation.
     failing: u32,
     /// It takes no new job before this.
@@ -188,7 +190,7 @@ impl Worker {
 /// The pool: jobs waiting or held by workers, and the workers.
 pub struct WorkPool<J> {
     jobs: HashMap<JobKey, Slot<J>>,
-    waiting: BTreeSet<JobKey>,
+    waiting: AscendingSet,
     workers: BTreeMap<WorkerKey, Worker>,
     next_key: JobKey,
     rng: SmallRng,
@@ -210,7 +212,7 @@ impl<J> WorkPool<J> {
     pub fn new(seed: u64) -> Self {
         Self {
             jobs: HashMap::new(),
-            waiting: BTreeSet::new(),
+            waiting: AscendingSet::default(),
             workers: BTreeMap::new(),
             next_key: 1,
             rng: SmallRng::seed_from_u64(seed),
@@ -257,7 +259,7 @@ impl<J> WorkPool<J> {
             name: name.into(),
             joined: self.joined,
             capacity,
-            holding: BTreeSet::new(),
+            holding: AscendingSet::default(),
             failing: 0,
             resting_until: None,
             confirmed: 0,
@@ -279,7 +281,7 @@ impl<J> WorkPool<J> {
         };
         self.left += 1;
         let mut rerouted = 0;
-        for job in worker.holding {
+        for job in worker.holding.iter() {
             if let Some(slot) = self.jobs.get_mut(&job).filter(|s| s.holder == Some(key)) {
                 slot.holder = None;
                 self.waiting.insert(job);
@@ -293,21 +295,23 @@ impl<J> WorkPool<J> {
     /// The next job for a worker with demand, if a job waits and a worker has demand. The
     /// job is then held by that worker until [`settled`](Self::settled).
     pub fn poll_assign(&mut self) -> Option<Assignment<'_, J>> {
-        let &key = self.waiting.first()?;
-        let fewest = self
-            .workers
-            .values()
-            .filter(|w| w.has_demand())
-            .map(|w| w.holding.len())
-            .min()?;
+        let key = self.waiting.first()?;
         self.ties.clear();
-        self.ties.extend(
-            self.workers
-                .iter()
-                .filter(|(_, w)| w.has_demand() && w.holding.len() == fewest)
-                .map(|(&k, _)| k),
-        );
-        let worker = self.ties[self.rng.random_range(0..self.ties.len())];
+        let mut fewest = usize::MAX;
+        for (&worker, w) in self.workers.iter().filter(|(_, w)| w.has_demand()) {
+            if w.holding.len() < fewest {
+                fewest = w.holding.len();
+                self.ties.clear();
+            }
+            if w.holding.len() == fewest {
+                self.ties.push(worker);
+            }
+        }
+        let worker = match *self.ties.as_slice() {
+            [] => return None,
+            [only] => only,
+            ref ties => ties[self.rng.random_range(0..ties.len())],
+        };
         self.waiting.pop_first();
         self.workers
             .get_mut(&worker)
@@ -341,19 +345,21 @@ impl<J> WorkPool<J> {
         if ok {
             let confirmed = self.jobs.remove(&key);
             if let Some(worker) = present {
-                worker.holding.remove(&key);
+                worker.holding.remove(key);
                 worker.failing = 0;
                 worker.confirmed += u64::from(confirmed.is_some());
             }
             let Some(slot) = confirmed else {
                 return Settled::Ignored;
             };
-            self.waiting.remove(&key);
+            if slot.holder.is_none() {
+                self.waiting.remove(key); // a late confirmation of a job that waits again
+            }
             self.confirmed += 1;
             return Settled::Confirmed(slot.job);
         }
         if let Some(worker) = present
-            && worker.holding.remove(&key)
+            && worker.holding.remove(key)
         {
             self.rests += u64::from(worker.fail(now));
             self.failed += 1;

@@ -11,6 +11,7 @@ use crate::config::ConsumerConfig;
 use crate::protocol::chunk::reassembly::Reassembly;
 use crate::protocol::dedup::{DedupTable, Lookup, ProducerWindow, WindowRef};
 use crate::protocol::envelope::{admit, Ack, DeadLetterReason, Header};
+use crate::protocol::keyed_ring::KeyedRing;
 use crate::protocol::rate_limit::RateLimited;
 
 mod chunks;
@@ -164,7 +165,6 @@ struct Running<R> {
 /// A message handed off by a pipelined handler.
 #[derive(Debug)]
 struct Deferred<R> {
-    id: u64,
     header: Header,
     reply_to: R,
     window: WindowRef,
@@ -211,8 +211,8 @@ pub struct ConsumerCore<B, R> {
     /// (their producers retransmit them, or settled them) and are purged once they are half of
     /// the queue.
     orphans: usize,
-    /// Messages handed off by pipelined handlers, by ascending id (and so by deadline).
-    deferred: VecDeque<Deferred<R>>,
+    /// Messages handed off by pipelined handlers, by id (ascending ids: by deadline too).
+    deferred: KeyedRing<Deferred<R>>,
     next_deferred: u64,
     /// Deferred outcomes abandoned after `handler_timeout`, for the shell to cancel.
     expired: VecDeque<u64>,
@@ -240,7 +240,7 @@ impl<B, R> ConsumerCore<B, R> {
             running: None,
             waiting: VecDeque::new(),
             orphans: 0,
-            deferred: VecDeque::new(),
+            deferred: KeyedRing::default(),
             next_deferred: 0,
             expired: VecDeque::new(),
             refused: VecDeque::new(),
@@ -398,13 +398,15 @@ impl<B, R> ConsumerCore<B, R> {
             if let Some(window) = self.table.window(running.window) {
                 window.begin_deferred(running.header.seq);
             }
-            self.deferred.push_back(Deferred {
+            self.deferred.insert(
                 id,
-                header: running.header,
-                reply_to: running.reply_to,
-                window: running.window,
-                deadline: self.handler_timeout.map(|timeout| now + timeout),
-            });
+                Deferred {
+                    header: running.header,
+                    reply_to: running.reply_to,
+                    window: running.window,
+                    deadline: self.handler_timeout.map(|timeout| now + timeout),
+                },
+            );
             return Completion {
                 ack: None,
                 next: self.start_next(now),
@@ -449,8 +451,7 @@ impl<B, R> ConsumerCore<B, R> {
         outcome: &HandlerOutcome,
         now: Instant,
     ) -> Option<(R, Ack)> {
-        let index = self.deferred.binary_search_by_key(&id, |d| d.id).ok()?;
-        let deferred = self.deferred.remove(index)?;
+        let deferred = self.deferred.remove(id)?;
         let window = self.table.window(deferred.window);
         let seq = deferred.header.seq;
         if *outcome == HandlerOutcome::Succeeded {
@@ -498,18 +499,18 @@ impl<B, R> ConsumerCore<B, R> {
         if dropped > 0 {
             log::debug!("dropped {dropped} partial message(s) at the end of their lifetime");
         }
-        while let Some(front) = self.deferred.front() {
+        while let Some((_, front)) = self.deferred.front() {
             if front.deadline.is_none_or(|deadline| now < deadline) {
                 break;
             }
-            let expired = self.deferred.pop_front().expect("checked above");
+            let (id, expired) = self.deferred.pop_front().expect("checked above");
             if let Some(window) = self.table.window(expired.window) {
                 window.end_deferred(expired.header.seq);
             }
             self.stats.handler_timeouts += 1;
             let (header, window) = (&expired.header, expired.window);
             self.not_handled(header, window, "timed out (handler_timeout)", now);
-            self.expired.push_back(expired.id);
+            self.expired.push_back(id);
         }
         let expired = self
             .running_deadline()
@@ -533,7 +534,7 @@ impl<B, R> ConsumerCore<B, R> {
     /// needed).
     pub fn next_deadline(&self) -> Option<Instant> {
         let running = self.running_deadline();
-        let deferred = self.deferred.front().and_then(|d| d.deadline);
+        let deferred = self.deferred.front().and_then(|(_, d)| d.deadline);
         let partial = self.chunks.next_deadline();
         [self.table.next_sweep(), running, deferred, partial]
             .into_iter()

@@ -10,6 +10,7 @@ pub mod consumer;
 pub mod dedup;
 pub mod envelope;
 pub mod intake;
+pub(crate) mod keyed_ring;
 pub mod origin;
 pub mod producer;
 pub mod rate_limit;

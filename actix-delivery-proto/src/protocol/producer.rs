@@ -11,6 +11,7 @@ use serde::{Deserialize, Serialize};
 use crate::config::{Backoff, ProducerConfig};
 use crate::error::DeliveryError;
 use crate::protocol::envelope::{Ack, Header, Incarnation, ProducerId};
+use crate::protocol::keyed_ring::KeyedRing;
 use crate::protocol::trace_context::TraceContext;
 
 /// A delivery the producer wants on the wire.
@@ -93,9 +94,9 @@ pub struct ProducerStats {
     pub takeovers: u64,
 }
 
+/// A sent message waiting for its ACK (its seq is its key in the in-flight ring).
 #[derive(Debug)]
 struct InFlight<T, C> {
-    seq: u64,
     body: T,
     confirm: C,
     attempts: u32,
@@ -120,8 +121,8 @@ pub struct ProducerCore<T, C> {
     resend_timeout: Duration,
     backoff: Backoff,
     max_attempts: Option<u32>,
-    /// Sent, un-ACKed messages in ascending seq order.
-    in_flight: VecDeque<InFlight<T, C>>,
+    /// Sent, un-ACKed messages by seq.
+    in_flight: KeyedRing<InFlight<T, C>>,
     /// Messages numbered by the caller (resumed from an earlier life, or stored): dispatched
     /// first, under their own seqs.
     numbered: VecDeque<(u64, T, C)>,
@@ -175,7 +176,7 @@ impl<T: Clone, C> ProducerCore<T, C> {
             resend_timeout: config.resend_timeout,
             backoff: config.backoff,
             max_attempts: config.max_attempts.get(),
-            in_flight: VecDeque::new(),
+            in_flight: KeyedRing::default(),
             numbered: VecDeque::new(),
             pending: VecDeque::new(),
             durably_settled_below: u64::MAX,
@@ -241,8 +242,7 @@ impl<T: Clone, C> ProducerCore<T, C> {
     /// handed back and nothing is counted (a message made of several seqs was settled as a
     /// whole). `None` if the core does not hold it.
     pub fn forget(&mut self, seq: u64) -> Option<(T, C)> {
-        if let Some(index) = self.position(seq) {
-            let m = self.in_flight.remove(index)?;
+        if let Some(m) = self.in_flight.remove(seq) {
             return Some((m.body, m.confirm));
         }
         // `numbered` ascends by seq.
@@ -266,7 +266,7 @@ impl<T: Clone, C> ProducerCore<T, C> {
     pub fn handle_again(&mut self, seq: u64, body: T, confirm: C) -> Result<(), (T, C)> {
         let queued = self.numbered.binary_search_by_key(&seq, |(s, _, _)| *s);
         match queued {
-            Err(at) if seq != 0 && seq < self.next_seq && self.position(seq).is_none() => {
+            Err(at) if seq != 0 && seq < self.next_seq && self.in_flight.get(seq).is_none() => {
                 self.numbered.insert(at, (seq, body, confirm));
                 Ok(())
             }
@@ -361,20 +361,14 @@ impl<T: Clone, C> ProducerCore<T, C> {
     /// incarnation and a seq in flight; counts it ignored otherwise.
     #[inline]
     fn take_acknowledged(&mut self, ack: &Ack) -> Option<InFlight<T, C>> {
-        let index = (ack.producer_id == self.id && ack.incarnation == self.incarnation)
-            .then(|| self.position(ack.seq))
+        let message = (ack.producer_id == self.id && ack.incarnation == self.incarnation)
+            .then(|| self.in_flight.remove(ack.seq))
             .flatten();
-        let Some(index) = index else {
+        if message.is_none() {
             self.stats.ignored_acks += 1;
             log::debug!("ignored an ACK that does not match a message in flight");
-            return None;
-        };
-        let message = if index == 0 {
-            self.in_flight.pop_front()
-        } else {
-            self.in_flight.remove(index)
-        };
-        Some(message.expect("position() returned an index in bounds"))
+        }
+        message
     }
 
     /// Retransmits every message whose deadline has passed, or gives it up after
@@ -384,24 +378,11 @@ impl<T: Clone, C> ProducerCore<T, C> {
             return;
         }
         let mut earliest: Option<Instant> = None;
-        let mut index = 0;
-        while index < self.in_flight.len() {
-            let m = &mut self.in_flight[index];
+        let mut exhausted = Vec::new();
+        for (seq, m) in self.in_flight.iter_mut() {
             if m.deadline <= now {
                 if self.max_attempts.is_some_and(|max| m.attempts >= max) {
-                    let m = self.in_flight.remove(index).expect("index is in bounds");
-                    self.stats.given_up += 1;
-                    let error = DeliveryError::GaveUp {
-                        attempts: m.attempts,
-                    };
-                    self.settled.push_back((m.confirm, Err(error)));
-                    if let Some(given_up) = &mut self.given_up {
-                        given_up.push(GivenUp {
-                            seq: m.seq,
-                            attempts: m.attempts,
-                            body: m.body,
-                        });
-                    }
+                    exhausted.push(seq);
                     continue;
                 }
                 m.attempts = m.attempts.saturating_add(1);
@@ -412,13 +393,27 @@ impl<T: Clone, C> ProducerCore<T, C> {
                     &mut self.jitter,
                 );
                 m.deadline = now + wait;
-                self.transmit.push_back(m.seq);
+                self.transmit.push_back(seq);
                 self.stats.retransmitted += 1;
             }
             earliest = Some(earliest.map_or(m.deadline, |e| e.min(m.deadline)));
-            index += 1;
         }
         self.earliest_deadline = earliest;
+        for seq in exhausted {
+            let m = self.in_flight.remove(seq).expect("found above");
+            self.stats.given_up += 1;
+            let error = DeliveryError::GaveUp {
+                attempts: m.attempts,
+            };
+            self.settled.push_back((m.confirm, Err(error)));
+            if let Some(given_up) = &mut self.given_up {
+                given_up.push(GivenUp {
+                    seq,
+                    attempts: m.attempts,
+                    body: m.body,
+                });
+            }
+        }
     }
 
     /// Settles every in-flight and queued message: those sent, and those numbered by the caller
@@ -428,7 +423,7 @@ impl<T: Clone, C> ProducerCore<T, C> {
     pub fn stop(&mut self) {
         self.transmit.clear();
         self.earliest_deadline = None;
-        let in_flight = self.in_flight.drain(..).map(|m| m.confirm);
+        let in_flight = self.in_flight.drain().map(|(_, m)| m.confirm);
         let numbered = self.numbered.drain(..).map(|(_, _, confirm)| confirm);
         for confirm in in_flight.chain(numbered) {
             self.settled
@@ -464,16 +459,16 @@ impl<T: Clone, C> ProducerCore<T, C> {
     ) -> Option<Transmission<T>> {
         self.fill_window(now);
         while let Some(seq) = self.transmit.pop_front() {
-            let Some(index) = self.position(seq) else {
+            let Some(message) = self.in_flight.get(seq) else {
                 continue; // settled after it was queued for transmission
             };
-            let message = &self.in_flight[index];
+            let (first, _) = self.in_flight.front().expect("it holds `message`");
             return Some(Transmission {
                 header: Header {
                     producer_id: self.id.clone(),
                     incarnation: self.incarnation,
                     seq,
-                    window_start: self.in_flight[0].seq.min(self.durably_settled_below),
+                    window_start: first.min(self.durably_settled_below),
                     trace_context: trace_context(&message.confirm),
                     chunk: None,
                 },
@@ -554,17 +549,6 @@ impl<T: Clone, C> ProducerCore<T, C> {
         }
     }
 
-    /// Where `seq` is in the in-flight buffer. In-flight seqs ascend with few gaps (ACKs mostly
-    /// arrive in order), so `seq - first` is nearly always the index; search otherwise.
-    fn position(&self, seq: u64) -> Option<usize> {
-        let first = self.in_flight.front()?.seq;
-        let guess = usize::try_from(seq.checked_sub(first)?).ok()?;
-        match self.in_flight.get(guess) {
-            Some(m) if m.seq == seq => Some(guess),
-            _ => self.in_flight.binary_search_by_key(&seq, |m| m.seq).ok(),
-        }
-    }
-
     /// How many more messages may be queued: `max_pending` beyond the free window slots.
     fn room(&self) -> usize {
         let held = self.in_flight.len() + self.numbered.len() + self.pending.len();
@@ -598,19 +582,13 @@ impl<T: Clone, C> ProducerCore<T, C> {
         let deadline = now + retry_interval(self.resend_timeout, self.backoff, 1, &mut self.jitter);
         self.earliest_deadline = Some(self.earliest_deadline.map_or(deadline, |e| e.min(deadline)));
         let entry = InFlight {
-            seq,
             body,
             confirm,
             attempts: 1,
             deadline,
         };
-        if self.in_flight.back().is_some_and(|last| last.seq > seq) {
-            // Sent again (`handle_again`): in flight stays in seq order.
-            let at = self.in_flight.partition_point(|m| m.seq < seq);
-            self.in_flight.insert(at, entry);
-        } else {
-            self.in_flight.push_back(entry);
-        }
+        // At the back, or in its place when sent again (`handle_again`).
+        self.in_flight.insert(seq, entry);
         self.transmit.push_back(seq);
         self.stats.sent += 1;
     }

@@ -1,0 +1,214 @@
+//! Values under ascending keys in one ring buffer, taken out in any order: a producer's
+//! messages in flight by seq, a consumer's handed-off outcomes by id. Most leave at the front,
+//! but with many entities or workers behind one stream they settle in any order, and removing
+//! one from the middle of a `VecDeque` moved half of the buffer: O(window) per ACK. Here a
+//! value taken from the middle leaves a hole: the holes at the front are dropped as the front
+//! leaves, and the buffer is compacted once the holes outnumber the values, so that every
+//! removal costs O(1) amortised (plus the search for its key) and the buffer never holds more
+//! than twice its values (and a few holes).
+
+use std::collections::VecDeque;
+
+/// Holes tolerated before a compaction, however few the values: a small buffer is never
+/// compacted for one or two holes.
+const MIN_HOLES_COMPACTED: usize = 32;
+
+/// Values under distinct keys, in ascending key order.
+#[derive(Clone, Debug)]
+pub(crate) struct KeyedRing<V> {
+    /// Ascending keys; `None`: a hole. The front is never a hole.
+    slots: VecDeque<(u64, Option<V>)>,
+    holes: usize,
+}
+
+impl<V> Default for KeyedRing<V> {
+    fn default() -> Self {
+        Self {
+            slots: VecDeque::new(),
+            holes: 0,
+        }
+    }
+}
+
+impl<V> KeyedRing<V> {
+    /// How many values it holds.
+    pub(crate) fn len(&self) -> usize {
+        self.slots.len() - self.holes
+    }
+
+    /// Whether it holds no value.
+    pub(crate) fn is_empty(&self) -> bool {
+        self.slots.is_empty()
+    }
+
+    /// The value with the smallest key.
+    pub(crate) fn front(&self) -> Option<(u64, &V)> {
+        let (key, value) = self.slots.front()?;
+        Some((*key, value.as_ref().expect("the front is never a hole")))
+    }
+
+    /// Adds `value` under `key`. At the back when `key` is above every key held (the common
+    /// case); else in its place, filling the hole a value of that key left.
+    ///
+    /// # Panics
+    /// If a value is held under `key` already.
+    pub(crate) fn insert(&mut self, key: u64, value: V) {
+        if self.slots.back().is_none_or(|(last, _)| *last < key) {
+            self.slots.push_back((key, Some(value)));
+            return;
+        }
+        match self.slots.binary_search_by_key(&key, |(k, _)| *k) {
+            Ok(at) => {
+                let slot = &mut self.slots[at].1;
+                assert!(slot.is_none(), "key {key} is held already");
+                *slot = Some(value);
+                self.holes -= 1;
+            }
+            Err(at) => self.slots.insert(at, (key, Some(value))),
+        }
+    }
+
+    /// The value under `key`.
+    pub(crate) fn get(&self, key: u64) -> Option<&V> {
+        self.slots[self.index(key)?].1.as_ref()
+    }
+
+    /// Takes the value under `key` out.
+    pub(crate) fn remove(&mut self, key: u64) -> Option<V> {
+        let index = self.index(key)?;
+        let value = self.slots[index].1.take()?;
+        self.holes += 1;
+        self.tidy();
+        Some(value)
+    }
+
+    /// Takes the value with the smallest key out.
+    pub(crate) fn pop_front(&mut self) -> Option<(u64, V)> {
+        let (key, value) = self.slots.pop_front()?;
+        self.tidy();
+        Some((key, value.expect("the front is never a hole")))
+    }
+
+    /// The values, by ascending key, to change.
+    pub(crate) fn iter_mut(&mut self) -> impl Iterator<Item = (u64, &mut V)> {
+        self.slots
+            .iter_mut()
+            .filter_map(|(key, value)| Some((*key, value.as_mut()?)))
+    }
+
+    /// Takes every value out, by ascending key.
+    pub(crate) fn drain(&mut self) -> impl Iterator<Item = (u64, V)> + '_ {
+        self.holes = 0;
+        self.slots
+            .drain(..)
+            .filter_map(|(key, value)| Some((key, value?)))
+    }
+
+    /// Drops every value.
+    pub(crate) fn clear(&mut self) {
+        self.slots.clear();
+        self.holes = 0;
+    }
+
+    /// Gives back the memory its buffer keeps from its largest size.
+    pub(crate) fn shrink_to_fit(&mut self) {
+        self.slots.shrink_to_fit();
+    }
+
+    /// Where `key` is. Keys ascend with few gaps, so `key - first` is nearly always the index;
+    /// search otherwise.
+    fn index(&self, key: u64) -> Option<usize> {
+        let first = self.slots.front()?.0;
+        let guess = usize::try_from(key.checked_sub(first)?).ok()?;
+        match self.slots.get(guess) {
+            Some((k, _)) if *k == key => Some(guess),
+            _ => self.slots.binary_search_by_key(&key, |(k, _)| *k).ok(),
+        }
+    }
+
+    /// Drops the holes at the front; compacts once the holes outnumber the values.
+    fn tidy(&mut self) {
+        while self.slots.front().is_some_and(|(_, v)| v.is_none()) {
+            self.slots.pop_front();
+            self.holes -= 1;
+        }
+        if self.holes > MIN_HOLES_COMPACTED && self.holes > self.len() {
+            self.slots.retain(|(_, value)| value.is_some());
+            self.holes = 0;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeMap;
+
+    use rand::rngs::SmallRng;
+    use rand::{Rng, SeedableRng};
+
+    use super::*;
+
+    #[test]
+    fn values_taken_in_any_order_leave_the_rest_as_a_sorted_map_would() {
+        let mut rng = SmallRng::seed_from_u64(11);
+        let (mut ring, mut model) = (KeyedRing::default(), BTreeMap::new());
+        let mut next = 1u64;
+        for _ in 0..50_000 {
+            match rng.random_range(0..10) {
+                // Mostly new keys at the back, as a producer numbers its messages.
+                0..=4 => {
+                    ring.insert(next, next * 10);
+                    model.insert(next, next * 10);
+                    next += 1 + u64::from(rng.random_bool(0.1));
+                }
+                // A key taken back and inserted again in its place (a seq sent again).
+                5 => {
+                    let key = rng.random_range(1..=next);
+                    if let Some(value) = model.remove(&key) {
+                        assert_eq!(ring.remove(key), Some(value));
+                        ring.insert(key, value + 1);
+                        model.insert(key, value + 1);
+                    }
+                }
+                // Settled out of order, or at the front.
+                6..=8 => {
+                    let key = rng.random_range(1..=next);
+                    assert_eq!(ring.remove(key), model.remove(&key));
+                }
+                _ => assert_eq!(
+                    ring.pop_front(),
+                    model.pop_first(),
+                    "the smallest key leaves first"
+                ),
+            }
+            assert_eq!(ring.len(), model.len());
+            assert_eq!(ring.front(), model.first_key_value().map(|(k, v)| (*k, v)));
+            let probe = rng.random_range(1..next + 1);
+            assert_eq!(ring.get(probe), model.get(&probe));
+            assert!(
+                ring.slots.len() <= 2 * ring.len() + MIN_HOLES_COMPACTED + 1,
+                "holes are bounded by the values"
+            );
+        }
+        for (_, value) in ring.iter_mut() {
+            *value += 1;
+        }
+        let drained: Vec<_> = ring.drain().collect();
+        let expected: Vec<_> = model.into_iter().map(|(k, v)| (k, v + 1)).collect();
+        assert_eq!(drained, expected);
+        assert!(ring.is_empty());
+    }
+
+    #[test]
+    fn a_value_settled_behind_a_stuck_front_costs_no_shift_and_no_growth() {
+        let mut ring = KeyedRing::default();
+        ring.insert(1, ()); // stuck
+        for key in 2..100_000 {
+            ring.insert(key, ());
+            assert_eq!(ring.remove(key), Some(()));
+        }
+        assert_eq!(ring.len(), 1);
+        assert!(ring.slots.len() <= MIN_HOLES_COMPACTED + 2);
+        assert_eq!(ring.front(), Some((1, &())));
+    }
+}

@@ -10,10 +10,9 @@
 //! - a delivery confirmed at or above the producer's last `window_start` is ACKed again; below
 //!   it, the producer has settled it and never sends it again, so it is forgotten.
 
-use hashbrown::HashMap;
-
 use crate::protocol::ascending_set::AscendingSet;
 use crate::protocol::envelope::{Incarnation, IncarnationId};
+use crate::protocol::keyed_ring::KeyedRing;
 
 /// What [`Intake::take`] found.
 #[derive(Debug, PartialEq, Eq)]
@@ -37,7 +36,7 @@ pub enum Taken {
 #[derive(Debug)]
 pub struct Intake<K> {
     incarnation: Option<(Incarnation, IncarnationId)>,
-    held: HashMap<u64, K>,
+    held: KeyedRing<K>,
     /// Seqs confirmed at or above the producer's last `window_start`.
     confirmed: AscendingSet,
 }
@@ -46,7 +45,7 @@ impl<K> Default for Intake<K> {
     fn default() -> Self {
         Self {
             incarnation: None,
-            held: HashMap::new(),
+            held: KeyedRing::default(),
             confirmed: AscendingSet::default(),
         }
     }
@@ -76,7 +75,7 @@ impl<K: Copy> Intake<K> {
         if self.confirmed.contains(seq) {
             return Taken::AckAgain;
         }
-        if self.held.contains_key(&seq) {
+        if self.held.get(seq).is_some() {
             return Taken::Copy;
         }
         Taken::New {
@@ -100,7 +99,7 @@ impl<K: Copy> Intake<K> {
         {
             return false;
         }
-        self.held.remove(&seq);
+        self.held.remove(seq);
         self.confirmed.insert(seq);
         true
     }

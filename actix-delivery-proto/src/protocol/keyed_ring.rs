@@ -52,11 +52,17 @@ impl<V> KeyedRing<V> {
     ///
     /// # Panics
     /// If a value is held under `key` already.
+    #[inline]
     pub(crate) fn insert(&mut self, key: u64, value: V) {
         if self.slots.back().is_none_or(|(last, _)| *last < key) {
             self.slots.push_back((key, Some(value)));
-            return;
+        } else {
+            self.insert_within(key, value);
         }
+    }
+
+    #[inline(never)]
+    fn insert_within(&mut self, key: u64, value: V) {
         match self.slots.binary_search_by_key(&key, |(k, _)| *k) {
             Ok(at) => {
                 let slot = &mut self.slots[at].1;
@@ -69,13 +75,30 @@ impl<V> KeyedRing<V> {
     }
 
     /// The value under `key`.
+    #[inline]
     pub(crate) fn get(&self, key: u64) -> Option<&V> {
         self.slots[self.index(key)?].1.as_ref()
     }
 
+    /// The value under `key`, to change.
+    #[inline]
+    pub(crate) fn get_mut(&mut self, key: u64) -> Option<&mut V> {
+        let index = self.index(key)?;
+        self.slots[index].1.as_mut()
+    }
+
     /// Takes the value under `key` out.
+    #[inline]
     pub(crate) fn remove(&mut self, key: u64) -> Option<V> {
         let index = self.index(key)?;
+        if index == 0 && self.holes == 0 {
+            return self.slots.pop_front().and_then(|(_, value)| value);
+        }
+        self.remove_at(index)
+    }
+
+    #[inline(never)]
+    fn remove_at(&mut self, index: usize) -> Option<V> {
         let value = self.slots[index].1.take()?;
         self.holes += 1;
         self.tidy();
@@ -83,6 +106,7 @@ impl<V> KeyedRing<V> {
     }
 
     /// Takes the value with the smallest key out.
+    #[inline]
     pub(crate) fn pop_front(&mut self) -> Option<(u64, V)> {
         let (key, value) = self.slots.pop_front()?;
         self.tidy();
@@ -117,25 +141,37 @@ impl<V> KeyedRing<V> {
 
     /// Where `key` is. Keys ascend with few gaps, so `key - first` is nearly always the index;
     /// search otherwise.
+    #[inline]
     fn index(&self, key: u64) -> Option<usize> {
         let first = self.slots.front()?.0;
         let guess = usize::try_from(key.checked_sub(first)?).ok()?;
         match self.slots.get(guess) {
             Some((k, _)) if *k == key => Some(guess),
+            // A key above the last (one not held yet) needs no search.
+            _ if self.slots.back().is_some_and(|(last, _)| *last < key) => None,
             _ => self.slots.binary_search_by_key(&key, |(k, _)| *k).ok(),
         }
     }
 
     /// Drops the holes at the front; compacts once the holes outnumber the values.
+    #[inline]
     fn tidy(&mut self) {
+        if self.holes == 0 {
+            return;
+        }
         while self.slots.front().is_some_and(|(_, v)| v.is_none()) {
             self.slots.pop_front();
             self.holes -= 1;
         }
         if self.holes > MIN_HOLES_COMPACTED && self.holes > self.len() {
-            self.slots.retain(|(_, value)| value.is_some());
-            self.holes = 0;
+            self.compact();
         }
+    }
+
+    #[inline(never)]
+    fn compact(&mut self) {
+        self.slots.retain(|(_, value)| value.is_some());
+        self.holes = 0;
     }
 }
 
@@ -185,6 +221,7 @@ mod tests {
             assert_eq!(ring.front(), model.first_key_value().map(|(k, v)| (*k, v)));
             let probe = rng.random_range(1..next + 1);
             assert_eq!(ring.get(probe), model.get(&probe));
+            assert_eq!(ring.get_mut(probe), model.get_mut(&probe));
             assert!(
                 ring.slots.len() <= 2 * ring.len() + MIN_HOLES_COMPACTED + 1,
                 "holes are bounded by the values"

@@ -27,12 +27,11 @@ use std::num::NonZeroU32;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use hashbrown::HashMap;
-
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 
 use crate::protocol::ascending_set::AscendingSet;
+use crate::protocol::keyed_ring::KeyedRing;
 
 /// How long a worker rests after a failure that follows a confirmation (or its start): it
 /// takes no new job meanwhile. Each further failure before a confirmation doubles it.
@@ -189,7 +188,8 @@ impl Worker {
 
 /// The pool: jobs waiting or held by workers, and the workers.
 pub struct WorkPool<J> {
-    jobs: HashMap<JobKey, Slot<J>>,
+    /// By key: the keys are dense and increasing, and most jobs leave in order.
+    jobs: KeyedRing<Slot<J>>,
     waiting: AscendingSet,
     workers: BTreeMap<WorkerKey, Worker>,
     next_key: JobKey,
@@ -211,7 +211,7 @@ impl<J> WorkPool<J> {
     /// An empty pool whose tie-breaks are drawn from `seed`; it never gives a job up.
     pub fn new(seed: u64) -> Self {
         Self {
-            jobs: HashMap::new(),
+            jobs: KeyedRing::default(),
             waiting: AscendingSet::default(),
             workers: BTreeMap::new(),
             next_key: 1,
@@ -282,7 +282,7 @@ impl<J> WorkPool<J> {
         self.left += 1;
         let mut rerouted = 0;
         for job in worker.holding.iter() {
-            if let Some(slot) = self.jobs.get_mut(&job).filter(|s| s.holder == Some(key)) {
+            if let Some(slot) = self.jobs.get_mut(job).filter(|s| s.holder == Some(key)) {
                 slot.holder = None;
                 self.waiting.insert(job);
                 rerouted += 1;
@@ -318,7 +318,7 @@ impl<J> WorkPool<J> {
             .expect("a tied worker is present")
             .holding
             .insert(key);
-        let slot = self.jobs.get_mut(&key).expect("a waiting job is held");
+        let slot = self.jobs.get_mut(key).expect("a waiting job is held");
         slot.holder = Some(worker);
         self.assigned += 1;
         Some(Assignment {
@@ -343,7 +343,7 @@ impl<J> WorkPool<J> {
     ) -> Settled<J> {
         let present = self.workers.get_mut(&worker);
         if ok {
-            let confirmed = self.jobs.remove(&key);
+            let confirmed = self.jobs.remove(key);
             if let Some(worker) = present {
                 worker.holding.remove(key);
                 worker.failing = 0;
@@ -364,12 +364,12 @@ impl<J> WorkPool<J> {
             self.rests += u64::from(worker.fail(now));
             self.failed += 1;
         }
-        let Some(slot) = self.jobs.get_mut(&key).filter(|s| s.holder == Some(worker)) else {
+        let Some(slot) = self.jobs.get_mut(key).filter(|s| s.holder == Some(worker)) else {
             return Settled::Ignored;
         };
         slot.failures += 1;
         if self.give_up_after.is_some_and(|n| slot.failures >= n.get()) {
-            let slot = self.jobs.remove(&key).expect("looked at it");
+            let slot = self.jobs.remove(key).expect("looked at it");
             self.given_up += 1;
             return Settled::GivenUp {
                 job: slot.job,
@@ -401,9 +401,7 @@ impl<J> WorkPool<J> {
     /// their streams hold until those settle. Returns the jobs.
     pub fn drain_jobs(&mut self) -> impl Iterator<Item = J> + '_ {
         self.waiting.clear();
-        std::mem::take(&mut self.jobs)
-            .into_values()
-            .map(|slot| slot.job)
+        self.jobs.drain().map(|(_, slot)| slot.job)
     }
 
     /// Every worker's stream was dropped (a shell that drives the streams itself, at a new

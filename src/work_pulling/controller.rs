@@ -484,9 +484,9 @@ impl<T: Clone + Send + 'static> WorkPullingController<T> {
                     result,
                 })
             }));
-            // An idle stream keeps its queues' memory: the pool gives a worker at most its
-            // window, so they never outgrow it, and giving it back cost an allocation per
-            // burst.
+            // An idle stream keeps its queues' memory, which its window bounds (the pool gives
+            // a worker at most its window; the in-flight ring holds at most twice that and
+            // 33): giving it back cost allocations at every burst.
             if stream.leaving_until.is_some() && stream.core.is_idle() {
                 self.streams.remove(number); // nothing more on its way
             }

@@ -1066,6 +1066,25 @@ mod tests {
     }
 
     #[test]
+    fn peek_finds_the_newest_producer_and_nothing_of_one_evicted_or_swept() {
+        let mut table = Table::new(Some(1), Some(Duration::from_secs(1)));
+        let now = Instant::now();
+        let id = |s: &str| ProducerId::from(s);
+        table.window_for(&id("a"), 1, 1, now).0.complete(1);
+        assert!(table.peek("a", 1).is_some_and(|w| w.is_handled(1)));
+        assert!(table.peek("a", 2).is_none(), "another incarnation");
+        // "b" evicts "a" and takes its slot.
+        table.window_for(&id("b"), 1, 1, now).0.complete(2);
+        assert!(table.peek("a", 1).is_none(), "evicted");
+        assert!(table
+            .peek("b", 1)
+            .is_some_and(|w| w.is_handled(2) && !w.is_handled(1)));
+        table.sweep(now + Duration::from_secs(2));
+        assert_eq!(table.len(), 0);
+        assert!(table.peek("b", 1).is_none(), "swept");
+    }
+
+    #[test]
     fn flood_of_distinct_ids_stays_at_max_producers() {
         let mut table = Table::new(Some(64), None);
         let now = Instant::now();

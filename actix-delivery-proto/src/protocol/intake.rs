@@ -84,9 +84,13 @@ impl<K: Copy> Intake<K> {
         }
     }
 
-    /// Holds the new delivery `seq` (see [`take`](Self::take)) under `key`.
+    /// Holds the new delivery `seq` (see [`take`](Self::take)) under `key` (a `seq` held
+    /// already is held under `key` from now on).
     pub fn hold(&mut self, seq: u64, key: K) {
-        self.held.insert(seq, key);
+        match self.held.get_mut(seq) {
+            Some(held) => *held = key,
+            None => self.held.insert(seq, key),
+        }
     }
 
     /// Delivery `seq` of `incarnation` was confirmed downstream: it is no longer held, and a
@@ -136,6 +140,16 @@ mod tests {
             matches!(intake.take(life, 1, 2), Taken::New { .. }),
             "1 is forgotten below the window start"
         );
+    }
+
+    #[test]
+    fn holding_a_held_seq_again_rekeys_it() {
+        let mut intake = Intake::<u32>::default();
+        let life = Incarnation::from_u128(1);
+        intake.take(life, 5, 1);
+        intake.hold(5, 10);
+        intake.hold(5, 11);
+        assert_eq!((intake.held(), intake.held.get(5)), (1, Some(&11)));
     }
 
     #[test]

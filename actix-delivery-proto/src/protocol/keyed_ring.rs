@@ -139,12 +139,19 @@ impl<V> KeyedRing<V> {
         self.slots.shrink_to_fit();
     }
 
+    /// Slots in the buffer, holes included: what it costs.
+    #[cfg(test)]
+    pub(crate) fn slot_count(&self) -> usize {
+        self.slots.len()
+    }
+
     /// Where `key` is. Keys ascend with few gaps, so `key - first` is nearly always the index;
     /// search otherwise.
     #[inline]
     fn index(&self, key: u64) -> Option<usize> {
         let first = self.slots.front()?.0;
-        let guess = usize::try_from(key.checked_sub(first)?).ok()?;
+        // Beyond `usize` (a 32-bit target) the guess is no index: search.
+        let guess = usize::try_from(key.checked_sub(first)?).unwrap_or(usize::MAX);
         match self.slots.get(guess) {
             Some((k, _)) if *k == key => Some(guess),
             // A key above the last (one not held yet) needs no search.
@@ -184,12 +191,32 @@ mod tests {
 
     use super::*;
 
+    /// What must hold between any two calls.
+    fn check<V>(ring: &KeyedRing<V>) {
+        let front = ring.slots.front();
+        assert!(
+            front.is_none_or(|(_, v)| v.is_some()),
+            "the front is no hole"
+        );
+        let holes = ring.slots.iter().filter(|(_, v)| v.is_none()).count();
+        assert_eq!(ring.holes, holes, "the holes are counted");
+        let keys = ring.slots.iter().map(|(k, _)| *k);
+        assert!(
+            keys.clone().zip(keys.skip(1)).all(|(a, b)| a < b),
+            "keys ascend"
+        );
+        assert!(
+            ring.slots.len() <= 2 * ring.len() + MIN_HOLES_COMPACTED + 1,
+            "holes are bounded by the values"
+        );
+    }
+
     #[test]
     fn values_taken_in_any_order_leave_the_rest_as_a_sorted_map_would() {
         let mut rng = SmallRng::seed_from_u64(11);
         let (mut ring, mut model) = (KeyedRing::default(), BTreeMap::new());
         let mut next = 1u64;
-        for _ in 0..50_000 {
+        for _ in 0..10_000 {
             match rng.random_range(0..10) {
                 // Mostly new keys at the back, as a producer numbers its messages.
                 0..=4 => {
@@ -206,8 +233,16 @@ mod tests {
                         model.insert(key, value + 1);
                     }
                 }
+                // A key never held, anywhere: below the front, in a gap, in a hole.
+                6 => {
+                    let key = rng.random_range(0..next);
+                    if let std::collections::btree_map::Entry::Vacant(entry) = model.entry(key) {
+                        entry.insert(key);
+                        ring.insert(key, key);
+                    }
+                }
                 // Settled out of order, or at the front.
-                6..=8 => {
+                7 | 8 => {
                     let key = rng.random_range(1..=next);
                     assert_eq!(ring.remove(key), model.remove(&key));
                 }
@@ -222,10 +257,7 @@ mod tests {
             let probe = rng.random_range(1..next + 1);
             assert_eq!(ring.get(probe), model.get(&probe));
             assert_eq!(ring.get_mut(probe), model.get_mut(&probe));
-            assert!(
-                ring.slots.len() <= 2 * ring.len() + MIN_HOLES_COMPACTED + 1,
-                "holes are bounded by the values"
-            );
+            check(&ring);
         }
         for (_, value) in ring.iter_mut() {
             *value += 1;
@@ -247,5 +279,22 @@ mod tests {
         assert_eq!(ring.len(), 1);
         assert!(ring.slots.len() <= MIN_HOLES_COMPACTED + 2);
         assert_eq!(ring.front(), Some((1, &())));
+        check(&ring);
+    }
+
+    #[test]
+    fn a_drain_dropped_half_way_leaves_the_ring_empty() {
+        let mut ring = KeyedRing::default();
+        for key in 1..100 {
+            ring.insert(key, key);
+        }
+        for key in (2..100).step_by(3) {
+            ring.remove(key);
+        }
+        assert_eq!(ring.drain().next(), Some((1, 1)));
+        assert_eq!((ring.is_empty(), ring.len()), (true, 0));
+        check(&ring);
+        ring.insert(7, 7);
+        assert_eq!(ring.get(7), Some(&7));
     }
 }

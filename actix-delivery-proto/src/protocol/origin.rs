@@ -141,6 +141,12 @@ mod tests {
         let id = ProducerId::from(id);
         assert_eq!(ids.number(&id), Some(0xab));
         assert_eq!(ids.number(&id.clone()), Some(0xab), "the same id again");
+        let copy = ProducerId::from(id.as_str());
+        assert_eq!(
+            ids.number(&copy),
+            Some(0xab),
+            "an equal id in another string"
+        );
         let max = ProducerId::from(ids.id(u64::MAX));
         assert_eq!(ids.number(&max), Some(u64::MAX));
         assert_eq!(ids.number(&id), Some(0xab), "the first id after another");

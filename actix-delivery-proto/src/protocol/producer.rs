@@ -1146,6 +1146,55 @@ mod tests {
         assert_eq!(tokens, [1, 3, 10, 2]);
     }
 
+    #[test]
+    fn a_seq_sent_again_into_the_place_its_ack_left_is_found_and_settled() {
+        let mut c = window(4);
+        let now = Instant::now();
+        for body in 1..=3 {
+            c.handle_send(body, body).unwrap();
+        }
+        transmitted(&mut c, now);
+        assert!(
+            c.handle_ack(&ack(2)),
+            "out of order: 2 leaves a hole behind 1"
+        );
+        c.handle_again(2, 20, 20).unwrap();
+        assert_eq!(transmitted(&mut c, now), [(2, 20)]);
+        assert_eq!(c.stats().in_flight, 3);
+        for seq in [2, 1, 3] {
+            assert!(c.handle_ack(&ack(seq)));
+        }
+        let tokens: Vec<u32> = settled(&mut c).into_iter().map(|(t, _)| t).collect();
+        assert_eq!(tokens, [2, 20, 1, 3]);
+        assert!(c.is_idle());
+    }
+
+    #[test]
+    fn acks_behind_a_stuck_message_free_their_slots_and_keep_the_window_start() {
+        let mut c = window(16);
+        let now = Instant::now();
+        c.handle_send(0, 0).unwrap();
+        transmitted(&mut c, now); // seq 1: never ACKed
+        for body in 1..20_000 {
+            c.handle_send(body, body).unwrap();
+            let sent = std::iter::from_fn(|| c.poll_transmit(now)).collect::<Vec<_>>();
+            let [sent] = sent.as_slice() else {
+                panic!("one transmission per message, not {}", sent.len());
+            };
+            assert_eq!(sent.header.window_start, 1, "held at the stuck message");
+            assert!(c.handle_ack(&ack(sent.header.seq)));
+        }
+        assert_eq!(c.stats().in_flight, 1);
+        assert!(c.in_flight.slot_count() <= 34, "no buffer grows behind it");
+        assert_eq!(c.stats().confirmed, 19_999);
+        for seq in [0, 1 << 63, u64::MAX, 2] {
+            assert!(!c.handle_ack(&ack(seq)), "seq {seq} is not in flight");
+        }
+        assert!(c.handle_ack(&ack(1)));
+        assert_eq!(settled(&mut c).len(), 20_000);
+        assert!(c.is_idle());
+    }
+
     /// (seq, window_start) of what the core puts on the wire at `now`.
     fn transmitted_starts(c: &mut Core, now: Instant) -> Vec<(u64, u64)> {
         std::iter::from_fn(|| c.poll_transmit(now))

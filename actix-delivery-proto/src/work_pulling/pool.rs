@@ -541,6 +541,38 @@ mod tests {
     }
 
     #[test]
+    fn a_late_confirmation_of_a_job_waiting_again_takes_it_out_of_the_queue() {
+        let mut pool = WorkPool::new(3);
+        pool.add_worker(A, "a", 2);
+        let one = pool.push("1");
+        let two = pool.push("2");
+        assign(&mut pool);
+        assign(&mut pool);
+        assert_eq!(pool.remove_worker(A), 2, "both wait again");
+        assert_eq!(pool.settled(A, one, true, at(0)), Settled::Confirmed("1"));
+        assert_eq!(pool.stats().queued, 1);
+        pool.add_worker(B, "b", 2);
+        assert_eq!(assign(&mut pool), Some((B, two, "2")));
+        assert_eq!(assign(&mut pool), None, "1 is done: never handed out again");
+    }
+
+    #[test]
+    fn a_stuck_job_costs_its_slot_not_the_jobs_confirmed_after_it() {
+        let mut pool = WorkPool::new(9);
+        pool.add_worker(A, "a", 2);
+        let stuck = pool.push("stuck");
+        assert_eq!(assign(&mut pool).map(|a| a.1), Some(stuck));
+        for _ in 0..20_000 {
+            let key = pool.push("x");
+            assert_eq!(assign(&mut pool).map(|a| a.1), Some(key));
+            assert_eq!(pool.settled(A, key, true, at(0)), Settled::Confirmed("x"));
+        }
+        assert_eq!(pool.stats().jobs, 1);
+        assert!(pool.jobs.slot_count() <= 34);
+        assert_eq!((pool.waiting.len(), pool.workers[&A].holding.len()), (0, 1));
+    }
+
+    #[test]
     fn a_failed_job_waits_at_the_front_and_a_late_settlement_changes_nothing() {
         let mut pool = WorkPool::new(5);
         pool.add_worker(A, "a", 1);

@@ -219,6 +219,7 @@ impl<K: Copy> ProducerWindow<K> {
 
     /// The producer says every seq below `window_start` is settled: raises the floor (it never
     /// moves down). Returns how many waiting seqs became stale (they must not run).
+    #[inline]
     pub fn advance_to(&mut self, window_start: u64) -> usize {
         let settled = window_start.saturating_sub(1);
         if settled <= self.floor {

@@ -8,9 +8,10 @@
 //!   life: it settled the previous life's messages itself, so they are forgotten;
 //! - a copy of a held delivery changes nothing (its ACK follows its confirmation);
 //! - a delivery confirmed at or above the producer's last `window_start` is ACKed again; below
-//!   it, the producer has settled it and never sends it again, so it is forgotten.
+//!   it, the producer has settled it and never sends it again, so it is forgotten, and so is
+//!   one held there (the producer gave it up: a confirmation of it still gets its ACK, which
+//!   the producer ignores).
 
-use crate::protocol::ascending_set::AscendingSet;
 use crate::protocol::envelope::{Incarnation, IncarnationId};
 use crate::protocol::keyed_ring::KeyedRing;
 
@@ -32,21 +33,30 @@ pub enum Taken {
     AckAgain,
 }
 
+/// What the intake knows of one seq.
+#[derive(Clone, Copy, Debug)]
+enum State<K> {
+    Held(K),
+    Confirmed,
+}
+
 /// The deliveries of one producer stream held by an in-process consumer, keyed by seq.
 #[derive(Debug)]
 pub struct Intake<K> {
     incarnation: Option<(Incarnation, IncarnationId)>,
-    held: KeyedRing<K>,
-    /// Seqs confirmed at or above the producer's last `window_start`.
-    confirmed: AscendingSet,
+    /// By seq, at or above the producer's last `window_start`: the deliveries held and those
+    /// confirmed. A confirmation changes its seq in place, in whatever order they come.
+    seqs: KeyedRing<State<K>>,
+    /// How many of `seqs` are held.
+    held: usize,
 }
 
 impl<K> Default for Intake<K> {
     fn default() -> Self {
         Self {
             incarnation: None,
-            held: KeyedRing::default(),
-            confirmed: AscendingSet::default(),
+            seqs: KeyedRing::default(),
+            held: 0,
         }
     }
 }
@@ -57,39 +67,42 @@ impl<K: Copy> Intake<K> {
         let (id, restarted) = match self.incarnation {
             Some((token, id)) if token == incarnation => (id, false),
             _ => {
-                self.held.clear();
-                self.confirmed.clear();
+                self.seqs.clear();
+                self.held = 0;
                 let id = incarnation.id();
                 let restarted = self.incarnation.is_some();
                 self.incarnation = Some((incarnation, id));
                 (id, restarted)
             }
         };
-        while self
-            .confirmed
-            .first()
-            .is_some_and(|settled| settled < window_start)
+        while let Some((first, state)) = self.seqs.front()
+            && first < window_start
         {
-            self.confirmed.pop_first();
+            self.held -= usize::from(matches!(state, State::Held(_)));
+            self.seqs.pop_front();
         }
-        if self.confirmed.contains(seq) {
-            return Taken::AckAgain;
-        }
-        if self.held.get(seq).is_some() {
-            return Taken::Copy;
-        }
-        Taken::New {
-            incarnation: id,
-            restarted,
+        match self.seqs.get(seq) {
+            Some(State::Confirmed) => Taken::AckAgain,
+            Some(State::Held(_)) => Taken::Copy,
+            None => Taken::New {
+                incarnation: id,
+                restarted,
+            },
         }
     }
 
     /// Holds the new delivery `seq` (see [`take`](Self::take)) under `key` (a `seq` held
     /// already is held under `key` from now on).
     pub fn hold(&mut self, seq: u64, key: K) {
-        match self.held.get_mut(seq) {
-            Some(held) => *held = key,
-            None => self.held.insert(seq, key),
+        match self.seqs.get_mut(seq) {
+            Some(state) => {
+                self.held += usize::from(matches!(state, State::Confirmed));
+                *state = State::Held(key);
+            }
+            None => {
+                self.seqs.insert(seq, State::Held(key));
+                self.held += 1;
+            }
         }
     }
 
@@ -103,14 +116,21 @@ impl<K: Copy> Intake<K> {
         {
             return false;
         }
-        self.held.remove(seq);
-        self.confirmed.insert(seq);
+        match self.seqs.get_mut(seq) {
+            Some(state) => {
+                self.held -= usize::from(matches!(state, State::Held(_)));
+                *state = State::Confirmed;
+            }
+            None => {
+                self.seqs.insert(seq, State::Confirmed);
+            }
+        }
         true
     }
 
     /// How many deliveries are held.
     pub fn held(&self) -> usize {
-        self.held.len()
+        self.held
     }
 }
 
@@ -143,13 +163,41 @@ mod tests {
     }
 
     #[test]
+    fn confirmations_in_any_order_count_and_below_the_window_start_everything_is_forgotten() {
+        let mut intake = Intake::<u32>::default();
+        let life = Incarnation::from_u128(1);
+        for seq in 1..=4 {
+            assert!(matches!(intake.take(life, seq, 1), Taken::New { .. }));
+            intake.hold(seq, seq as u32);
+        }
+        assert!(intake.confirm(life, 3) && intake.confirm(life, 2));
+        assert_eq!(intake.held(), 2);
+        assert_eq!(intake.take(life, 3, 1), Taken::AckAgain);
+        assert_eq!(intake.take(life, 1, 1), Taken::Copy);
+        // The producer gave 1 up and settled 2 and 3: its window starts at 4.
+        assert_eq!(intake.take(life, 4, 4), Taken::Copy);
+        assert_eq!(intake.held(), 1, "1 is forgotten with the confirmed ones");
+        assert!(
+            intake.confirm(life, 1),
+            "a late confirmation still gets its ACK"
+        );
+        assert!(matches!(intake.take(life, 5, 4), Taken::New { .. }));
+        assert!(
+            matches!(intake.take(life, 1, 4), Taken::New { .. }),
+            "and is forgotten"
+        );
+        assert_eq!(intake.held(), 1);
+    }
+
+    #[test]
     fn holding_a_held_seq_again_rekeys_it() {
         let mut intake = Intake::<u32>::default();
         let life = Incarnation::from_u128(1);
         intake.take(life, 5, 1);
         intake.hold(5, 10);
         intake.hold(5, 11);
-        assert_eq!((intake.held(), intake.held.get(5)), (1, Some(&11)));
+        assert_eq!(intake.held(), 1);
+        assert!(matches!(intake.seqs.get(5), Some(State::Held(11))));
     }
 
     #[test]

@@ -47,31 +47,39 @@ impl<V> KeyedRing<V> {
         Some((*key, value.as_ref().expect("the front is never a hole")))
     }
 
-    /// Adds `value` under `key`. At the back when `key` is above every key held (the common
-    /// case); else in its place, filling the hole a value of that key left.
-    ///
-    /// # Panics
-    /// If a value is held under `key` already.
+    /// Adds `value` under `key`; returns the value it replaces. At the back when `key` is above
+    /// every key held (the common case); else in its place (in the hole a value of that key
+    /// left, if there is one).
     #[inline]
-    pub(crate) fn insert(&mut self, key: u64, value: V) {
+    pub(crate) fn insert(&mut self, key: u64, value: V) -> Option<V> {
         if self.slots.back().is_none_or(|(last, _)| *last < key) {
             self.slots.push_back((key, Some(value)));
+            None
         } else {
-            self.insert_within(key, value);
+            self.insert_within(key, value)
         }
     }
 
     #[inline(never)]
-    fn insert_within(&mut self, key: u64, value: V) {
+    fn insert_within(&mut self, key: u64, value: V) -> Option<V> {
         match self.slots.binary_search_by_key(&key, |(k, _)| *k) {
             Ok(at) => {
-                let slot = &mut self.slots[at].1;
-                assert!(slot.is_none(), "key {key} is held already");
-                *slot = Some(value);
-                self.holes -= 1;
+                let replaced = self.slots[at].1.replace(value);
+                self.holes -= usize::from(replaced.is_none());
+                replaced
             }
-            Err(at) => self.slots.insert(at, (key, Some(value))),
+            Err(at) => {
+                self.slots.insert(at, (key, Some(value)));
+                None
+            }
         }
+    }
+
+    /// The keys, ascending.
+    pub(crate) fn keys(&self) -> impl Iterator<Item = u64> + '_ {
+        self.slots
+            .iter()
+            .filter_map(|(key, value)| value.as_ref().map(|_| *key))
     }
 
     /// The value under `key`.
@@ -220,8 +228,7 @@ mod tests {
             match rng.random_range(0..10) {
                 // Mostly new keys at the back, as a producer numbers its messages.
                 0..=4 => {
-                    ring.insert(next, next * 10);
-                    model.insert(next, next * 10);
+                    assert_eq!(ring.insert(next, next * 10), model.insert(next, next * 10));
                     next += 1 + u64::from(rng.random_bool(0.1));
                 }
                 // A key taken back and inserted again in its place (a seq sent again).
@@ -229,17 +236,14 @@ mod tests {
                     let key = rng.random_range(1..=next);
                     if let Some(value) = model.remove(&key) {
                         assert_eq!(ring.remove(key), Some(value));
-                        ring.insert(key, value + 1);
-                        model.insert(key, value + 1);
+                        assert_eq!(ring.insert(key, value + 1), model.insert(key, value + 1));
                     }
                 }
                 // A key never held, anywhere: below the front, in a gap, in a hole.
                 6 => {
+                    // Or held: the value is replaced.
                     let key = rng.random_range(0..next);
-                    if let std::collections::btree_map::Entry::Vacant(entry) = model.entry(key) {
-                        entry.insert(key);
-                        ring.insert(key, key);
-                    }
+                    assert_eq!(ring.insert(key, key), model.insert(key, key));
                 }
                 // Settled out of order, or at the front.
                 7 | 8 => {
@@ -259,6 +263,7 @@ mod tests {
             assert_eq!(ring.get_mut(probe), model.get_mut(&probe));
             check(&ring);
         }
+        assert!(ring.keys().eq(model.keys().copied()));
         for (_, value) in ring.iter_mut() {
             *value += 1;
         }

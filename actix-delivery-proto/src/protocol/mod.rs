@@ -4,7 +4,6 @@
 //! The actors of this crate are thin shells over these types. They are public so that custom
 //! transports, simulations and tests can drive the exact same logic.
 
-pub(crate) mod ascending_set;
 pub mod chunk;
 pub mod consumer;
 pub mod dedup;

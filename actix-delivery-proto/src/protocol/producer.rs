@@ -588,7 +588,8 @@ impl<T: Clone, C> ProducerCore<T, C> {
             deadline,
         };
         // At the back, or in its place when sent again (`handle_again`).
-        self.in_flight.insert(seq, entry);
+        let replaced = self.in_flight.insert(seq, entry);
+        debug_assert!(replaced.is_none(), "seq {seq} was in flight");
         self.transmit.push_back(seq);
         self.stats.sent += 1;
     }

@@ -30,7 +30,6 @@ use std::time::{Duration, Instant};
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 
-use crate::protocol::ascending_set::AscendingSet;
 use crate::protocol::keyed_ring::KeyedRing;
 
 /// How long a worker rests after a failure that follows a confirmation (or its start): it
@@ -148,7 +147,7 @@ struct Worker {
     capacity: usize,
     /// The jobs its stream holds (sent, not settled), including copies of jobs that were
     /// confirmed by another worker meanwhile.
-    holding: AscendingSet,
+    holding: KeyedRing<()>,
     /// Failures since its last confirmation.
     failing: u32,
     /// It takes no new job before this.
@@ -190,7 +189,7 @@ impl Worker {
 pub struct WorkPool<J> {
     /// By key: the keys are dense and increasing, and most jobs leave in order.
     jobs: KeyedRing<Slot<J>>,
-    waiting: AscendingSet,
+    waiting: KeyedRing<()>,
     workers: BTreeMap<WorkerKey, Worker>,
     next_key: JobKey,
     rng: SmallRng,
@@ -212,7 +211,7 @@ impl<J> WorkPool<J> {
     pub fn new(seed: u64) -> Self {
         Self {
             jobs: KeyedRing::default(),
-            waiting: AscendingSet::default(),
+            waiting: KeyedRing::default(),
             workers: BTreeMap::new(),
             next_key: 1,
             rng: SmallRng::seed_from_u64(seed),
@@ -245,7 +244,7 @@ impl<J> WorkPool<J> {
             failures: 0,
         };
         self.jobs.insert(key, slot);
-        self.waiting.insert(key);
+        self.waiting.insert(key, ());
         key
     }
 
@@ -259,7 +258,7 @@ impl<J> WorkPool<J> {
             name: name.into(),
             joined: self.joined,
             capacity,
-            holding: AscendingSet::default(),
+            holding: KeyedRing::default(),
             failing: 0,
             resting_until: None,
             confirmed: 0,
@@ -281,10 +280,10 @@ impl<J> WorkPool<J> {
         };
         self.left += 1;
         let mut rerouted = 0;
-        for job in worker.holding.iter() {
+        for job in worker.holding.keys() {
             if let Some(slot) = self.jobs.get_mut(job).filter(|s| s.holder == Some(key)) {
                 slot.holder = None;
-                self.waiting.insert(job);
+                self.waiting.insert(job, ());
                 rerouted += 1;
             }
         }
@@ -295,7 +294,7 @@ impl<J> WorkPool<J> {
     /// The next job for a worker with demand, if a job waits and a worker has demand. The
     /// job is then held by that worker until [`settled`](Self::settled).
     pub fn poll_assign(&mut self) -> Option<Assignment<'_, J>> {
-        let key = self.waiting.first()?;
+        let (key, ()) = self.waiting.front()?;
         self.ties.clear();
         let mut fewest = usize::MAX;
         for (&worker, w) in self.workers.iter().filter(|(_, w)| w.has_demand()) {
@@ -312,12 +311,12 @@ impl<J> WorkPool<J> {
             [only] => only,
             ref ties => ties[self.rng.random_range(0..ties.len())],
         };
-        self.waiting.pop_first();
+        self.waiting.pop_front();
         self.workers
             .get_mut(&worker)
             .expect("a tied worker is present")
             .holding
-            .insert(key);
+            .insert(key, ());
         let slot = self.jobs.get_mut(key).expect("a waiting job is held");
         slot.holder = Some(worker);
         self.assigned += 1;
@@ -359,7 +358,7 @@ impl<J> WorkPool<J> {
             return Settled::Confirmed(slot.job);
         }
         if let Some(worker) = present
-            && worker.holding.remove(key)
+            && worker.holding.remove(key).is_some()
         {
             self.rests += u64::from(worker.fail(now));
             self.failed += 1;
@@ -377,7 +376,7 @@ impl<J> WorkPool<J> {
             };
         }
         slot.holder = None;
-        self.waiting.insert(key);
+        self.waiting.insert(key, ());
         self.rerouted += 1;
         Settled::Rerouted
     }

@@ -79,7 +79,7 @@ struct Lane<T> {
 
 /// The router between a sharded producer and its entities.
 pub(crate) struct ShardRouter<T: Clone + Send + 'static> {
-    intake: Intake<()>,
+    intake: Intake,
     lanes: Lanes<Lane<T>, Held<T>>,
     destination: Destination<T>,
     /// One reference per shard, made on the shard's first lane.
@@ -169,7 +169,7 @@ impl<T: Clone + Send + 'static> ShardRouter<T> {
                 return;
             }
         }
-        self.intake.hold(seq, ());
+        self.intake.hold(seq);
         let EntityMessage { entity_id, body } = delivery.body;
         let held = Held {
             token,

@@ -104,7 +104,7 @@ pub(crate) struct WorkPullingController<T: Clone + Send + 'static> {
     pool: WorkPool<Held<T>>,
     /// The producer's jobs held by the pool, by seq (a retransmission of a held job changes
     /// nothing, one of a job confirmed already is ACKed again).
-    intake: Intake<JobKey>,
+    intake: Intake,
     /// The worker streams' settlements of one flush (a buffer, reused).
     taken: Vec<JobSettled>,
     workers: HashMap<WorkerKey, Worker<T>>,
@@ -120,7 +120,6 @@ pub(crate) struct WorkPullingController<T: Clone + Send + 'static> {
     ignored_acks: u64,
     by_name: HashMap<Arc<str>, WorkerKey>,
     next_worker: u64,
-    /// The producer's current token and the worker streams' token derived from it.
     /// The producer's current token, the worker streams' token derived from it, and that
     /// token's public id (which every job's id names: hashed once per life, not per job).
     tokens: Option<(Incarnation, Incarnation, IncarnationId)>,
@@ -254,8 +253,8 @@ impl<T: Clone + Send + 'static> WorkPullingController<T> {
             ack,
             reply_to: delivery.reply_to,
         };
-        let key = self.pool.push(held);
-        self.intake.hold(seq, key);
+        self.pool.push(held);
+        self.intake.hold(seq);
     }
 
     /// The public id of the worker streams' token for the producer's `token`: the same for

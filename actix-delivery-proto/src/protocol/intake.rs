@@ -34,34 +34,24 @@ pub enum Taken {
 }
 
 /// What the intake knows of one seq.
-#[derive(Clone, Copy, Debug)]
-enum State<K> {
-    Held(K),
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum State {
+    Held,
     Confirmed,
 }
 
 /// The deliveries of one producer stream held by an in-process consumer, keyed by seq.
-#[derive(Debug)]
-pub struct Intake<K> {
+#[derive(Debug, Default)]
+pub struct Intake {
     incarnation: Option<(Incarnation, IncarnationId)>,
     /// By seq, at or above the producer's last `window_start`: the deliveries held and those
     /// confirmed. A confirmation changes its seq in place, in whatever order they come.
-    seqs: KeyedRing<State<K>>,
+    seqs: KeyedRing<State>,
     /// How many of `seqs` are held.
     held: usize,
 }
 
-impl<K> Default for Intake<K> {
-    fn default() -> Self {
-        Self {
-            incarnation: None,
-            seqs: KeyedRing::default(),
-            held: 0,
-        }
-    }
-}
-
-impl<K: Copy> Intake<K> {
+impl Intake {
     /// Looks at a delivery of `incarnation`, `seq` and `window_start`.
     pub fn take(&mut self, incarnation: Incarnation, seq: u64, window_start: u64) -> Taken {
         let (id, restarted) = match self.incarnation {
@@ -78,12 +68,12 @@ impl<K: Copy> Intake<K> {
         while let Some((first, state)) = self.seqs.front()
             && first < window_start
         {
-            self.held -= usize::from(matches!(state, State::Held(_)));
+            self.held -= usize::from(*state == State::Held);
             self.seqs.pop_front();
         }
         match self.seqs.get(seq) {
             Some(State::Confirmed) => Taken::AckAgain,
-            Some(State::Held(_)) => Taken::Copy,
+            Some(State::Held) => Taken::Copy,
             None => Taken::New {
                 incarnation: id,
                 restarted,
@@ -91,18 +81,10 @@ impl<K: Copy> Intake<K> {
         }
     }
 
-    /// Holds the new delivery `seq` (see [`take`](Self::take)) under `key` (a `seq` held
-    /// already is held under `key` from now on).
-    pub fn hold(&mut self, seq: u64, key: K) {
-        match self.seqs.get_mut(seq) {
-            Some(state) => {
-                self.held += usize::from(matches!(state, State::Confirmed));
-                *state = State::Held(key);
-            }
-            None => {
-                self.seqs.insert(seq, State::Held(key));
-                self.held += 1;
-            }
+    /// Holds the new delivery `seq` (see [`take`](Self::take)).
+    pub fn hold(&mut self, seq: u64) {
+        if self.seqs.insert(seq, State::Held) != Some(State::Held) {
+            self.held += 1;
         }
     }
 
@@ -118,7 +100,7 @@ impl<K: Copy> Intake<K> {
         }
         match self.seqs.get_mut(seq) {
             Some(state) => {
-                self.held -= usize::from(matches!(state, State::Held(_)));
+                self.held -= usize::from(*state == State::Held);
                 *state = State::Confirmed;
             }
             None => {
@@ -140,7 +122,7 @@ mod tests {
 
     #[test]
     fn a_copy_of_a_held_delivery_is_nothing_and_a_confirmed_one_is_acked_again() {
-        let mut intake = Intake::<u32>::default();
+        let mut intake = Intake::default();
         let life = Incarnation::from_u128(1);
         assert!(matches!(
             intake.take(life, 1, 1),
@@ -149,7 +131,7 @@ mod tests {
                 ..
             }
         ));
-        intake.hold(1, 10);
+        intake.hold(1);
         assert_eq!(intake.take(life, 1, 1), Taken::Copy);
         assert!(intake.confirm(life, 1));
         assert_eq!(intake.held(), 0);
@@ -164,11 +146,11 @@ mod tests {
 
     #[test]
     fn confirmations_in_any_order_count_and_below_the_window_start_everything_is_forgotten() {
-        let mut intake = Intake::<u32>::default();
+        let mut intake = Intake::default();
         let life = Incarnation::from_u128(1);
         for seq in 1..=4 {
             assert!(matches!(intake.take(life, seq, 1), Taken::New { .. }));
-            intake.hold(seq, seq as u32);
+            intake.hold(seq);
         }
         assert!(intake.confirm(life, 3) && intake.confirm(life, 2));
         assert_eq!(intake.held(), 2);
@@ -190,22 +172,22 @@ mod tests {
     }
 
     #[test]
-    fn holding_a_held_seq_again_rekeys_it() {
-        let mut intake = Intake::<u32>::default();
+    fn holding_a_held_seq_again_holds_it_once() {
+        let mut intake = Intake::default();
         let life = Incarnation::from_u128(1);
         intake.take(life, 5, 1);
-        intake.hold(5, 10);
-        intake.hold(5, 11);
+        intake.hold(5);
+        intake.hold(5);
         assert_eq!(intake.held(), 1);
-        assert!(matches!(intake.seqs.get(5), Some(State::Held(11))));
+        assert_eq!(intake.seqs.get(5), Some(&State::Held));
     }
 
     #[test]
     fn a_new_incarnation_forgets_the_previous_life_and_its_late_confirmations() {
-        let mut intake = Intake::<u32>::default();
+        let mut intake = Intake::default();
         let (old, new) = (Incarnation::from_u128(1), Incarnation::from_u128(2));
         intake.take(old, 1, 1);
-        intake.hold(1, 10);
+        intake.hold(1);
         let taken = intake.take(new, 1, 1);
         assert_eq!(
             taken,
@@ -216,7 +198,7 @@ mod tests {
         );
         assert_eq!(intake.held(), 0);
         assert!(!intake.confirm(old, 1), "the old life's");
-        intake.hold(1, 11);
+        intake.hold(1);
         assert_eq!(intake.take(new, 1, 1), Taken::Copy);
     }
 }

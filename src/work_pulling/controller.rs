@@ -39,13 +39,6 @@ use crate::work_pulling::pool::{JobKey, PoolStats, Settled, WorkPool, WorkerKey}
 use crate::work_pulling::registry::WorkersChanged;
 use crate::work_pulling::{GivenUpJob, Job, WorkPullingOptions, WorkerRegistry};
 
-/// A job the pool holds: what goes to a worker, and the ACK its producer waits for.
-struct Held<T> {
-    job: Job<T>,
-    ack: Ack,
-    reply_to: Option<ReplyTo>,
-}
-
 /// The purpose the worker streams' token is derived for ([`sub_stream_token`]).
 pub(crate) const JOBS_TOKEN_PURPOSE: &str = "work-pulling jobs";
 
@@ -100,8 +93,9 @@ impl Message for GetPoolStats {
 /// producer's confirmation means "a worker handled it". Started by
 /// [`ReliableDelivery::work_pulling_producer`](crate::ReliableDelivery::work_pulling_producer).
 pub(crate) struct WorkPullingController<T: Clone + Send + 'static> {
-    /// The jobs.
-    pool: WorkPool<Held<T>>,
+    /// The jobs (their ACKs are made when they settle: every job held is of the producer's
+    /// current life, whose token `tokens` holds).
+    pool: WorkPool<Job<T>>,
     /// The producer's jobs held by the pool, by seq (a retransmission of a held job changes
     /// nothing, one of a job confirmed already is ACKed again).
     intake: Intake,
@@ -128,8 +122,10 @@ pub(crate) struct WorkPullingController<T: Clone + Send + 'static> {
     label: String,
     worker_config: ProducerConfig,
     registry: WorkerRegistry<T>,
-    /// ACKs to send after this mailbox drain.
-    acks: Vec<(Option<ReplyTo>, Ack)>,
+    /// ACKs to send after this mailbox drain, to `producer_reply_to`.
+    acks: Vec<Ack>,
+    /// Where the producer takes ACKs: the address its last delivery named.
+    producer_reply_to: Option<ReplyTo>,
     /// The producer, told which jobs were given up.
     producer: Recipient<GiveUp>,
     /// The given-up jobs of the producer's current life at or above its last `window_start`,
@@ -176,6 +172,7 @@ impl<T: Clone + Send + 'static> WorkPullingController<T> {
             worker_config: options.worker,
             registry: options.registry,
             acks: Vec::new(),
+            producer_reply_to: None,
             producer: producer.addr().clone().recipient(),
             given_up: BTreeMap::new(),
             dead_letters: options.dead_letters,
@@ -195,12 +192,22 @@ impl<T: Clone + Send + 'static> WorkPullingController<T> {
 
     /// Takes a job from the producer (a copy of a held one changes nothing).
     fn take(&mut self, delivery: Delivery<T>) {
-        let taken = self
-            .intake
-            .take(delivery.incarnation, delivery.seq, delivery.window_start);
+        let Delivery {
+            producer_id,
+            incarnation,
+            seq,
+            window_start,
+            trace_context,
+            body,
+            reply_to,
+        } = delivery;
+        if reply_to.is_some() {
+            self.producer_reply_to = reply_to;
+        }
+        let taken = self.intake.take(incarnation, seq, window_start);
         // Below its window start the producer never sends a seq again.
         while let Some(entry) = self.given_up.first_entry() {
-            if *entry.key() >= delivery.window_start {
+            if *entry.key() >= window_start {
                 break;
             }
             entry.remove();
@@ -212,49 +219,40 @@ impl<T: Clone + Send + 'static> WorkPullingController<T> {
                     self.pool.drain_jobs().for_each(drop);
                     self.given_up.clear();
                 }
-                self.jobs_token(delivery.incarnation)
+                self.jobs_token(incarnation)
             }
             Taken::Copy => return,
             Taken::AckAgain => {
                 let ack = Ack {
-                    producer_id: delivery.producer_id,
-                    incarnation: delivery.incarnation,
-                    seq: delivery.seq,
+                    producer_id,
+                    incarnation,
+                    seq,
                 };
-                match self.given_up.get(&delivery.seq) {
+                match self.given_up.get(&seq) {
                     Some(error) => self.producer.do_send(GiveUp {
                         ack,
                         error: error.clone(),
                     }),
-                    None => self.acks.push((delivery.reply_to, ack)),
+                    None => self.acks.push(ack),
                 }
                 return;
             }
         };
         let info = DeliveryInfo {
-            producer_id: delivery.producer_id.clone(),
+            producer_id,
             incarnation: jobs_token,
-            seq: delivery.seq,
-            window_start: delivery.window_start,
-            trace_context: delivery.trace_context,
+            seq,
+            window_start,
+            trace_context,
             first_seq: None,
         };
-        let ack = Ack {
-            producer_id: delivery.producer_id,
-            incarnation: delivery.incarnation,
-            seq: delivery.seq,
-        };
-        let seq = ack.seq;
-        let held = Held {
-            job: Job {
-                info,
-                body: delivery.body,
-            },
-            ack,
-            reply_to: delivery.reply_to,
-        };
-        self.pool.push(held);
+        self.pool.push(Job { info, body });
         self.intake.hold(seq);
+    }
+
+    /// The producer's current token: the life of every job the pool holds.
+    fn life(&self) -> Incarnation {
+        self.tokens.expect("a job was taken: the token is known").0
     }
 
     /// The public id of the worker streams' token for the producer's `token`: the same for
@@ -372,9 +370,14 @@ impl<T: Clone + Send + 'static> WorkPullingController<T> {
             self.pool.settled(worker, key, outcome.is_ok(), now),
             outcome,
         ) {
-            (Settled::Confirmed(held), _) => {
-                self.intake.confirm(held.ack.incarnation, held.ack.seq);
-                self.acks.push((held.reply_to, held.ack));
+            (Settled::Confirmed(job), _) => {
+                let ack = Ack {
+                    incarnation: self.life(),
+                    seq: job.info.seq,
+                    producer_id: job.info.producer_id,
+                };
+                self.intake.confirm(ack.incarnation, ack.seq);
+                self.acks.push(ack);
             }
             (Settled::GivenUp { job, attempts }, Err(transmissions)) => {
                 // A job is given up when it failed at the worker that held it: present.
@@ -389,24 +392,26 @@ impl<T: Clone + Send + 'static> WorkPullingController<T> {
 
     /// Settles a job the pool gave up with its producer, and hands it to the dead-letter
     /// sink.
-    fn give_up(&mut self, held: Held<T>, attempts: u32, last_error: String) {
+    fn give_up(&mut self, job: Job<T>, attempts: u32, last_error: String) {
         log::warn!(
             "work pulling: job {} given up after {attempts} failures; the last: {last_error}",
-            held.ack.seq
+            job.info.seq
         );
+        let ack = Ack {
+            producer_id: job.info.producer_id.clone(),
+            incarnation: self.life(),
+            seq: job.info.seq,
+        };
         let error = DeliveryError::HandlingFailed {
             attempts,
             last_error: last_error.clone(),
         };
-        if self.intake.confirm(held.ack.incarnation, held.ack.seq) {
-            self.given_up.insert(held.ack.seq, error.clone());
+        if self.intake.confirm(ack.incarnation, ack.seq) {
+            self.given_up.insert(ack.seq, error.clone());
         }
-        self.producer.do_send(GiveUp {
-            ack: held.ack,
-            error,
-        });
+        self.producer.do_send(GiveUp { ack, error });
         let given_up = GivenUpJob {
-            job: held.job,
+            job,
             attempts,
             last_error,
         };
@@ -455,16 +460,11 @@ impl<T: Clone + Send + 'static> WorkPullingController<T> {
         });
     }
 
-    /// Sends the ACKs of confirmed jobs to their producer, a batch per run to one address.
+    /// Sends the ACKs of confirmed jobs to their producer, in one batch.
     fn send_acks(&mut self) {
-        let mut acks = self.acks.drain(..).peekable();
-        while let Some((reply_to, ack)) = acks.next() {
-            let Some(reply_to) = reply_to else { continue };
-            let same = std::iter::from_fn(|| {
-                acks.next_if(|(next, _)| next.as_ref().is_some_and(|n| n.same_as(&reply_to)))
-                    .map(|(_, ack)| ack)
-            });
-            reply_to.do_send_all(std::iter::once(ack).chain(same));
+        match &self.producer_reply_to {
+            Some(reply_to) if !self.acks.is_empty() => reply_to.do_send_all(self.acks.drain(..)),
+            _ => self.acks.clear(),
         }
     }
 
@@ -501,7 +501,7 @@ impl<T: Clone + Send + 'static> WorkPullingController<T> {
     fn assign(&mut self) {
         while let Some(assignment) = self.pool.poll_assign() {
             let (worker, key) = (assignment.worker, assignment.key);
-            let job = assignment.job.job.clone();
+            let job = assignment.job.clone();
             let number = match self.workers[&worker].stream {
                 Some(number) => number,
                 None => {

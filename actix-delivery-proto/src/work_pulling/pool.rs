@@ -189,7 +189,11 @@ impl Worker {
 pub struct WorkPool<J> {
     /// By key: the keys are dense and increasing, and most jobs leave in order.
     jobs: KeyedRing<Slot<J>>,
-    waiting: KeyedRing<()>,
+    /// The jobs waiting again (a worker left or failed them), by key: all below `fresh`, so
+    /// they go before the fresh ones, in their original order.
+    returned: KeyedRing<()>,
+    /// The first job never assigned: every job from it to `next_key` waits, in order.
+    fresh: JobKey,
     workers: BTreeMap<WorkerKey, Worker>,
     next_key: JobKey,
     rng: SmallRng,
@@ -211,7 +215,8 @@ impl<J> WorkPool<J> {
     pub fn new(seed: u64) -> Self {
         Self {
             jobs: KeyedRing::default(),
-            waiting: KeyedRing::default(),
+            returned: KeyedRing::default(),
+            fresh: 1,
             workers: BTreeMap::new(),
             next_key: 1,
             rng: SmallRng::seed_from_u64(seed),
@@ -244,7 +249,6 @@ impl<J> WorkPool<J> {
             failures: 0,
         };
         self.jobs.insert(key, slot);
-        self.waiting.insert(key, ());
         key
     }
 
@@ -283,7 +287,7 @@ impl<J> WorkPool<J> {
         for job in worker.holding.keys() {
             if let Some(slot) = self.jobs.get_mut(job).filter(|s| s.holder == Some(key)) {
                 slot.holder = None;
-                self.waiting.insert(job, ());
+                self.returned.insert(job, ());
                 rerouted += 1;
             }
         }
@@ -294,7 +298,12 @@ impl<J> WorkPool<J> {
     /// The next job for a worker with demand, if a job waits and a worker has demand. The
     /// job is then held by that worker until [`settled`](Self::settled).
     pub fn poll_assign(&mut self) -> Option<Assignment<'_, J>> {
-        let (key, ()) = self.waiting.front()?;
+        let returned = self.returned.front().map(|(key, ())| key);
+        let key = match returned {
+            Some(key) => key,
+            None if self.fresh < self.next_key => self.fresh,
+            None => return None,
+        };
         self.ties.clear();
         let mut fewest = usize::MAX;
         for (&worker, w) in self.workers.iter().filter(|(_, w)| w.has_demand()) {
@@ -311,7 +320,10 @@ impl<J> WorkPool<J> {
             [only] => only,
             ref ties => ties[self.rng.random_range(0..ties.len())],
         };
-        self.waiting.pop_front();
+        match returned {
+            Some(_) => drop(self.returned.pop_front()),
+            None => self.fresh += 1,
+        }
         self.workers
             .get_mut(&worker)
             .expect("a tied worker is present")
@@ -340,6 +352,9 @@ impl<J> WorkPool<J> {
         ok: bool,
         now: Instant,
     ) -> Settled<J> {
+        if key >= self.fresh {
+            return Settled::Ignored; // never assigned: no worker holds it
+        }
         let present = self.workers.get_mut(&worker);
         if ok {
             let confirmed = self.jobs.remove(key);
@@ -352,7 +367,7 @@ impl<J> WorkPool<J> {
                 return Settled::Ignored;
             };
             if slot.holder.is_none() {
-                self.waiting.remove(key); // a late confirmation of a job that waits again
+                self.returned.remove(key); // a late confirmation of a job that waits again
             }
             self.confirmed += 1;
             return Settled::Confirmed(slot.job);
@@ -376,7 +391,7 @@ impl<J> WorkPool<J> {
             };
         }
         slot.holder = None;
-        self.waiting.insert(key, ());
+        self.returned.insert(key, ());
         self.rerouted += 1;
         Settled::Rerouted
     }
@@ -399,7 +414,8 @@ impl<J> WorkPool<J> {
     /// Drops every job (their senders settled them otherwise), keeping the workers and what
     /// their streams hold until those settle. Returns the jobs.
     pub fn drain_jobs(&mut self) -> impl Iterator<Item = J> + '_ {
-        self.waiting.clear();
+        self.returned.clear();
+        self.fresh = self.next_key;
         self.jobs.drain().map(|(_, slot)| slot.job)
     }
 
@@ -410,6 +426,12 @@ impl<J> WorkPool<J> {
         for worker in self.workers.values_mut() {
             worker.holding.clear();
         }
+    }
+
+    /// How many jobs wait for a worker.
+    fn queued(&self) -> usize {
+        let fresh = usize::try_from(self.next_key - self.fresh).unwrap_or(usize::MAX);
+        self.returned.len().saturating_add(fresh)
     }
 
     /// The pool's counters.
@@ -435,7 +457,7 @@ impl<J> WorkPool<J> {
         per_worker.sort_by_key(|(joined, _)| *joined);
         PoolStats {
             workers: self.workers.len(),
-            queued: self.waiting.len(),
+            queued: self.queued(),
             jobs: self.jobs.len(),
             assigned: self.assigned,
             confirmed: self.confirmed,
@@ -556,6 +578,24 @@ mod tests {
     }
 
     #[test]
+    fn a_settlement_of_a_job_never_assigned_is_ignored_and_the_job_still_waits() {
+        let mut pool = WorkPool::new(4);
+        let one = pool.push("1");
+        let two = pool.push("2");
+        assert_eq!(pool.settled(A, two, true, at(0)), Settled::Ignored);
+        assert_eq!(pool.settled(A, one, false, at(0)), Settled::Ignored);
+        assert_eq!((pool.stats().queued, pool.stats().confirmed), (2, 0));
+        pool.add_worker(A, "a", 2);
+        assert_eq!(assign(&mut pool).map(|a| a.1), Some(one));
+        assert_eq!(
+            assign(&mut pool).map(|a| a.1),
+            Some(two),
+            "still there, in order"
+        );
+        assert_eq!(pool.stats().queued, 0);
+    }
+
+    #[test]
     fn a_stuck_job_costs_its_slot_not_the_jobs_confirmed_after_it() {
         let mut pool = WorkPool::new(9);
         pool.add_worker(A, "a", 2);
@@ -568,7 +608,7 @@ mod tests {
         }
         assert_eq!(pool.stats().jobs, 1);
         assert!(pool.jobs.slot_count() <= 34);
-        assert_eq!((pool.waiting.len(), pool.workers[&A].holding.len()), (0, 1));
+        assert_eq!((pool.queued(), pool.workers[&A].holding.len()), (0, 1));
     }
 
     #[test]

@@ -74,7 +74,8 @@ pub enum Settled<J> {
         /// How many times it failed.
         attempts: u32,
     },
-    /// Nothing: the job was confirmed before, or is no longer this worker's.
+    /// Nothing: the job was confirmed before, is no longer this worker's, or was never
+    /// assigned (no worker's stream holds it).
     Ignored,
 }
 
@@ -340,11 +341,11 @@ impl<J> WorkPool<J> {
     }
 
     /// Reports the outcome of job `key` at `worker`, at `now`: `ok` when the worker's stream
-    /// confirmed it, else it failed there (its stream gave it up). A confirmation counts
-    /// whoever sends it (a worker that was removed, a copy held by a worker the job was
-    /// re-routed from) and ends the worker's failing; a failure puts a present worker that
-    /// held the job to rest, and re-routes the job (or gives it up) only if `worker` holds
-    /// it now.
+    /// confirmed it, else it failed there (its stream gave it up). A settlement of a job never
+    /// assigned is ignored. A confirmation of one assigned counts whoever sends it (a worker
+    /// that was removed, a copy held by a worker the job was re-routed from) and ends the
+    /// worker's failing; a failure puts a present worker that held the job to rest, and
+    /// re-routes the job (or gives it up) only if `worker` holds it now.
     pub fn settled(
         &mut self,
         worker: WorkerKey,

@@ -270,7 +270,9 @@ impl CheckedPool {
             .workers
             .get_mut(&worker)
             .map(|w| (w.holding.remove(&key), w));
-        let expected = if ok {
+        let expected = if !self.model.assigned_once.contains(&key) {
+            Settled::Ignored // never handed out: no worker's stream holds it, nothing changes
+        } else if ok {
             if let Some((_, w)) = held {
                 w.failing = 0;
             }

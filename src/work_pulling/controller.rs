@@ -122,10 +122,10 @@ pub(crate) struct WorkPullingController<T: Clone + Send + 'static> {
     label: String,
     worker_config: ProducerConfig,
     registry: WorkerRegistry<T>,
-    /// ACKs to send after this mailbox drain, to `producer_reply_to`.
+    /// ACKs to send to `reply_to` after this mailbox drain.
     acks: Vec<Ack>,
-    /// Where the producer takes ACKs: the address its last delivery named.
-    producer_reply_to: Option<ReplyTo>,
+    /// Where the producer wants its ACKs (its deliveries say).
+    reply_to: Option<ReplyTo>,
     /// The producer, told which jobs were given up.
     producer: Recipient<GiveUp>,
     /// The given-up jobs of the producer's current life at or above its last `window_start`,
@@ -172,7 +172,7 @@ impl<T: Clone + Send + 'static> WorkPullingController<T> {
             worker_config: options.worker,
             registry: options.registry,
             acks: Vec::new(),
-            producer_reply_to: None,
+            reply_to: None,
             producer: producer.addr().clone().recipient(),
             given_up: BTreeMap::new(),
             dead_letters: options.dead_letters,
@@ -201,9 +201,7 @@ impl<T: Clone + Send + 'static> WorkPullingController<T> {
             body,
             reply_to,
         } = delivery;
-        if reply_to.is_some() {
-            self.producer_reply_to = reply_to;
-        }
+        self.reply_to = reply_to.or(self.reply_to.take());
         let taken = self.intake.take(incarnation, seq, window_start);
         // Below its window start the producer never sends a seq again.
         while let Some(entry) = self.given_up.first_entry() {
@@ -462,9 +460,10 @@ impl<T: Clone + Send + 'static> WorkPullingController<T> {
 
     /// Sends the ACKs of confirmed jobs to their producer, in one batch.
     fn send_acks(&mut self) {
-        match &self.producer_reply_to {
-            Some(reply_to) if !self.acks.is_empty() => reply_to.do_send_all(self.acks.drain(..)),
-            _ => self.acks.clear(),
+        if let Some(reply_to) = &self.reply_to
+            && !self.acks.is_empty()
+        {
+            reply_to.do_send_all(self.acks.drain(..));
         }
     }
 
